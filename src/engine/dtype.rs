@@ -1,0 +1,192 @@
+//! Element types and the conversions every kernel relies on.
+use half::{bf16, f16};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    /// Not a training dtype: used by the finite-difference gradient checks.
+    F64,
+    BF16,
+    F16,
+    /// Token ids and argmax indices.
+    I64,
+    /// Masks.
+    Bool,
+}
+
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::BF16 | DType::F16 => 2,
+            DType::Bool => 1,
+        }
+    }
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::BF16 | DType::F16)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::BF16 => "bfloat16",
+            DType::F16 => "float16",
+            DType::I64 => "int64",
+            DType::Bool => "bool",
+        }
+    }
+    /// PyTorch's type promotion for two float operands (int/bool promote to the float).
+    pub fn promote(a: DType, b: DType) -> DType {
+        use DType::*;
+        if a == b {
+            return a;
+        }
+        match (a, b) {
+            (F64, _) | (_, F64) => F64,
+            (F32, _) | (_, F32) => F32,
+            (BF16, F16) | (F16, BF16) => F32,
+            (BF16, _) | (_, BF16) => BF16,
+            (F16, _) | (_, F16) => F16,
+            (I64, _) | (_, I64) => I64,
+            _ => Bool,
+        }
+    }
+    pub fn parse(s: &str) -> Option<DType> {
+        Some(match s {
+            "fp32" | "f32" | "float32" => DType::F32,
+            "fp64" | "f64" | "float64" => DType::F64,
+            "bf16" | "bfloat16" => DType::BF16,
+            "fp16" | "f16" | "float16" => DType::F16,
+            "i64" | "int64" => DType::I64,
+            "bool" => DType::Bool,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A stored element: converts to and from the compute types.
+pub trait Elem: Copy + Send + Sync + 'static {
+    fn to_f32(self) -> f32;
+    fn to_f64(self) -> f64;
+    fn from_f32(v: f32) -> Self;
+    fn from_f64(v: f64) -> Self;
+}
+
+macro_rules! elem_prim {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+elem_prim!(f32);
+elem_prim!(f64);
+elem_prim!(i64);
+
+impl Elem for bool {
+    fn to_f32(self) -> f32 {
+        self as u8 as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+    fn from_f32(v: f32) -> Self {
+        v != 0.0
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+}
+
+macro_rules! elem_half {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                <$t>::to_f32(self)
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                <$t>::from_f32(v)
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+        }
+    };
+}
+elem_half!(bf16);
+elem_half!(f16);
+
+/// A compute type: kernels are written once for f32 and f64. bf16/f16 values are widened
+/// to f32 around the kernel and rounded once when stored, as PyTorch's CPU kernels do.
+pub trait Real:
+    num_traits::Float + Elem + std::iter::Sum + std::ops::AddAssign + fmt::Debug + Default
+{
+    const DTYPE: DType;
+    fn from_elem<E: Elem>(e: E) -> Self;
+    fn to_elem<E: Elem>(self) -> E;
+    fn lit(v: f64) -> Self;
+}
+
+impl Real for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn from_elem<E: Elem>(e: E) -> Self {
+        e.to_f32()
+    }
+    #[inline(always)]
+    fn to_elem<E: Elem>(self) -> E {
+        E::from_f32(self)
+    }
+    #[inline(always)]
+    fn lit(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Real for f64 {
+    const DTYPE: DType = DType::F64;
+    #[inline(always)]
+    fn from_elem<E: Elem>(e: E) -> Self {
+        e.to_f64()
+    }
+    #[inline(always)]
+    fn to_elem<E: Elem>(self) -> E {
+        E::from_f64(self)
+    }
+    #[inline(always)]
+    fn lit(v: f64) -> Self {
+        v
+    }
+}

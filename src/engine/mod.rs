@@ -1,0 +1,13 @@
+//! The tensor engine: dtypes, devices, storages, views, ops and autograd.
+pub mod autograd;
+pub mod cpu;
+pub mod dtype;
+pub mod layout;
+pub mod ops;
+pub mod runtime;
+pub mod storage;
+pub mod tensor;
+
+pub use dtype::DType;
+pub use storage::Device;
+pub use tensor::Tensor;

@@ -1,0 +1,482 @@
+//! Elementwise ops with broadcasting, their PyTorch save rules, and the in-place updates
+//! optimizers and gradient accumulation use (no autograd on those, as under no_grad).
+#[allow(unused_imports)]
+use num_traits::{Float as _, One as _, Zero as _};
+#[allow(unused_imports)]
+use crate::engine::dtype::Real as _;
+use crate::engine::autograd::{attach, needs_grad, save};
+use crate::engine::cpu::{self, CReal};
+use crate::engine::dtype::{DType, Real};
+use crate::engine::layout::{broadcast_shapes, Layout};
+use crate::engine::storage::{Buffer, Device};
+use crate::engine::tensor::{write_strided, Tensor};
+use crate::with_real;
+
+/// A unary function written once for every compute type.
+pub trait UnFn: Copy + Send + Sync + 'static {
+    fn call<R: Real>(self, x: R) -> R;
+}
+/// A binary function written once for every compute type.
+pub trait BinFn: Copy + Send + Sync + 'static {
+    fn call<R: Real>(self, a: R, b: R) -> R;
+}
+
+macro_rules! unfn {
+    ($name:ident, |$x:ident| $e:expr) => {
+        #[derive(Clone, Copy)]
+        pub struct $name;
+        impl UnFn for $name {
+            #[inline(always)]
+            fn call<R: Real>(self, $x: R) -> R {
+                $e
+            }
+        }
+    };
+    ($name:ident($f:ident), |$x:ident| $e:expr) => {
+        #[derive(Clone, Copy)]
+        pub struct $name(pub f64);
+        impl UnFn for $name {
+            #[inline(always)]
+            fn call<R: Real>(self, $x: R) -> R {
+                let $f = R::lit(self.0);
+                $e
+            }
+        }
+    };
+}
+macro_rules! binfn {
+    ($name:ident, |$a:ident, $b:ident| $e:expr) => {
+        #[derive(Clone, Copy)]
+        pub struct $name;
+        impl BinFn for $name {
+            #[inline(always)]
+            fn call<R: Real>(self, $a: R, $b: R) -> R {
+                $e
+            }
+        }
+    };
+    ($name:ident($f:ident), |$a:ident, $b:ident| $e:expr) => {
+        #[derive(Clone, Copy)]
+        pub struct $name(pub f64);
+        impl BinFn for $name {
+            #[inline(always)]
+            fn call<R: Real>(self, $a: R, $b: R) -> R {
+                let $f = R::lit(self.0);
+                $e
+            }
+        }
+    };
+}
+
+unfn!(Neg, |x| -x);
+unfn!(Exp, |x| x.exp());
+unfn!(Log, |x| x.ln());
+unfn!(Sqrt, |x| x.sqrt());
+unfn!(Rsqrt, |x| R::one() / x.sqrt());
+unfn!(Sigmoid, |x| R::one() / (R::one() + (-x).exp()));
+unfn!(Silu, |x| x / (R::one() + (-x).exp()));
+unfn!(Cos, |x| x.cos());
+unfn!(Sin, |x| x.sin());
+unfn!(PowS(p), |x| if p == R::lit(2.0) { x * x } else { x.powf(p) });
+unfn!(AddS(s), |x| x + s);
+unfn!(MulS(s), |x| x * s);
+unfn!(DivS(s), |x| x / s);
+unfn!(RSubS(s), |x| s - x);
+binfn!(Add, |a, b| a + b);
+binfn!(Sub, |a, b| a - b);
+binfn!(Mul, |a, b| a * b);
+binfn!(Div, |a, b| a / b);
+binfn!(AddScaled(alpha), |a, b| a + alpha * b);
+binfn!(Lerp(w), |a, b| a + w * (b - a));
+binfn!(SigmoidBackward, |g, r| g * r * (R::one() - r));
+binfn!(SiluBackward, |g, x| {
+    let s = R::one() / (R::one() + (-x).exp());
+    g * s * (R::one() + x * (R::one() - s))
+});
+binfn!(Ge, |a, b| if a >= b { R::one() } else { R::zero() });
+
+fn float_dtype(t: &Tensor) -> DType {
+    if t.dtype().is_float() {
+        t.dtype()
+    } else {
+        DType::F32
+    }
+}
+
+/// `f(x)` into a new tensor of `dtype`.
+pub(crate) fn unary_raw<F: UnFn>(x: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
+    with_real!(dtype, R, {
+        Tensor::compute::<R>(x.device(), dtype, x.shape(), op, || cpu::with_slice::<R, _>(x, |s| cpu::map(s, move |v| f.call(v))))
+    })
+}
+
+/// Compute `f(a, b)` with broadcasting as `R` values (cpu only).
+fn binary_values<R: CReal, F: BinFn>(a: &Tensor, b: &Tensor, shape: &[usize], f: F) -> Vec<R> {
+    if a.shape() == shape && b.shape() == shape {
+        return cpu::with_slice::<R, _>(a, |sa| cpu::with_slice::<R, _>(b, |sb| cpu::zip(sa, sb, move |x, y| f.call(x, y))));
+    }
+    let la = Layout::contiguous(a.shape()).expand(shape);
+    let lb = Layout::contiguous(b.shape()).expand(shape);
+    cpu::with_slice::<R, _>(a, |sa| cpu::with_slice::<R, _>(b, |sb| cpu::broadcast2(sa, &la, sb, &lb, move |x, y| f.call(x, y))))
+}
+
+pub(crate) fn binary_raw<F: BinFn>(a: &Tensor, b: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
+    assert_eq!(a.device(), b.device(), "{op}: tensors on different devices");
+    let shape = broadcast_shapes(a.shape(), b.shape());
+    with_real!(dtype, R, { Tensor::compute::<R>(a.device(), dtype, &shape, op, || binary_values::<R, F>(a, b, &shape, f)) })
+}
+
+/// Gradient of a broadcast input: summed back to its shape and cast to its dtype.
+fn reduce_grad(g: Tensor, like: &Tensor) -> Tensor {
+    g.sum_to_shape(like.shape()).to_dtype(like.dtype())
+}
+
+impl Tensor {
+    // ---------------------------------------------------------------- binary
+    pub fn add(&self, o: &Tensor) -> Tensor {
+        let out = binary_raw(self, o, Add, DType::promote(float_dtype(self), float_dtype(o)), "add");
+        if needs_grad(&[self, o]) {
+            let (a, b) = (self.meta_like(), o.meta_like());
+            let (ra, rb) = (self.requires_grad(), o.requires_grad());
+            return attach(out, "AddBackward0", &[self, o], Box::new(move |g| {
+                vec![ra.then(|| reduce_grad(g.clone(), &a)), rb.then(|| reduce_grad(g, &b))]
+            }));
+        }
+        out
+    }
+    pub fn sub(&self, o: &Tensor) -> Tensor {
+        let out = binary_raw(self, o, Sub, DType::promote(float_dtype(self), float_dtype(o)), "sub");
+        if needs_grad(&[self, o]) {
+            let (a, b) = (self.meta_like(), o.meta_like());
+            let (ra, rb) = (self.requires_grad(), o.requires_grad());
+            return attach(out, "SubBackward0", &[self, o], Box::new(move |g| {
+                let gb = rb.then(|| reduce_grad(g.neg(), &b));
+                vec![ra.then(|| reduce_grad(g, &a)), gb]
+            }));
+        }
+        out
+    }
+    pub fn mul(&self, o: &Tensor) -> Tensor {
+        let out = binary_raw(self, o, Mul, DType::promote(float_dtype(self), float_dtype(o)), "mul");
+        if needs_grad(&[self, o]) {
+            // PyTorch saves `other` only if self needs grad, and `self` only if other does.
+            let (ra, rb) = (self.requires_grad(), o.requires_grad());
+            let sb = ra.then(|| save(o));
+            let sa = rb.then(|| save(self));
+            let (a, b) = (self.meta_like(), o.meta_like());
+            return attach(out, "MulBackward0", &[self, o], Box::new(move |g| {
+                let ga = sb.map(|ob| reduce_grad(g.mul(&ob), &a));
+                let gb = sa.map(|oa| reduce_grad(g.mul(&oa), &b));
+                vec![ga, gb]
+            }));
+        }
+        out
+    }
+    pub fn div(&self, o: &Tensor) -> Tensor {
+        let out = binary_raw(self, o, Div, DType::promote(float_dtype(self), float_dtype(o)), "div");
+        if needs_grad(&[self, o]) {
+            let (ra, rb) = (self.requires_grad(), o.requires_grad());
+            let so = save(o);
+            let sa = rb.then(|| save(self));
+            let (a, b) = (self.meta_like(), o.meta_like());
+            return attach(out, "DivBackward0", &[self, o], Box::new(move |g| {
+                let ga = ra.then(|| reduce_grad(g.div(&so), &a));
+                // PyTorch: -grad * ((self / other) / other)
+                let gb = sa.map(|sa| reduce_grad(g.neg().mul(&sa.div(&so).div(&so)), &b));
+                vec![ga, gb]
+            }));
+        }
+        out
+    }
+
+    // ---------------------------------------------------------------- scalar
+    pub fn add_scalar(&self, s: f64) -> Tensor {
+        let out = unary_raw(self, AddS(s), float_dtype(self), "add");
+        if needs_grad(&[self]) {
+            return attach(out, "AddBackward1", &[self], Box::new(|g| vec![Some(g)]));
+        }
+        out
+    }
+    pub fn mul_scalar(&self, s: f64) -> Tensor {
+        let out = unary_raw(self, MulS(s), float_dtype(self), "mul");
+        if needs_grad(&[self]) {
+            return attach(out, "MulBackward1", &[self], Box::new(move |g| vec![Some(g.mul_scalar(s))]));
+        }
+        out
+    }
+    pub fn div_scalar(&self, s: f64) -> Tensor {
+        let out = unary_raw(self, DivS(s), float_dtype(self), "div");
+        if needs_grad(&[self]) {
+            return attach(out, "DivBackward1", &[self], Box::new(move |g| vec![Some(g.div_scalar(s))]));
+        }
+        out
+    }
+    /// `s - self`
+    pub fn rsub_scalar(&self, s: f64) -> Tensor {
+        let out = unary_raw(self, RSubS(s), float_dtype(self), "rsub");
+        if needs_grad(&[self]) {
+            return attach(out, "RsubBackward1", &[self], Box::new(|g| vec![Some(g.neg())]));
+        }
+        out
+    }
+
+    // ---------------------------------------------------------------- unary
+    pub fn neg(&self) -> Tensor {
+        let out = unary_raw(self, Neg, float_dtype(self), "neg");
+        if needs_grad(&[self]) {
+            return attach(out, "NegBackward0", &[self], Box::new(|g| vec![Some(g.neg())]));
+        }
+        out
+    }
+    pub fn exp(&self) -> Tensor {
+        let out = unary_raw(self, Exp, float_dtype(self), "exp");
+        if needs_grad(&[self]) {
+            let r = save(&out);
+            return attach(out, "ExpBackward0", &[self], Box::new(move |g| vec![Some(g.mul(&r))]));
+        }
+        out
+    }
+    pub fn log(&self) -> Tensor {
+        let out = unary_raw(self, Log, float_dtype(self), "log");
+        if needs_grad(&[self]) {
+            let x = save(self);
+            return attach(out, "LogBackward0", &[self], Box::new(move |g| vec![Some(g.div(&x))]));
+        }
+        out
+    }
+    pub fn sqrt(&self) -> Tensor {
+        let out = unary_raw(self, Sqrt, float_dtype(self), "sqrt");
+        if needs_grad(&[self]) {
+            let r = save(&out);
+            return attach(out, "SqrtBackward0", &[self], Box::new(move |g| vec![Some(g.div(&r.mul_scalar(2.0)))]));
+        }
+        out
+    }
+    pub fn rsqrt(&self) -> Tensor {
+        let out = unary_raw(self, Rsqrt, float_dtype(self), "rsqrt");
+        if needs_grad(&[self]) {
+            let r = save(&out);
+            return attach(out, "RsqrtBackward0", &[self], Box::new(move |g| vec![Some(g.mul_scalar(-0.5).mul(&r.pow_scalar(3.0)))]));
+        }
+        out
+    }
+    pub fn pow_scalar(&self, p: f64) -> Tensor {
+        let out = unary_raw(self, PowS(p), float_dtype(self), "pow");
+        if needs_grad(&[self]) {
+            let x = save(self);
+            return attach(out, "PowBackward0", &[self], Box::new(move |g| {
+                if p == 0.0 {
+                    return vec![Some(g.zeros_like())];
+                }
+                vec![Some(g.mul(&x.pow_scalar(p - 1.0).mul_scalar(p)))]
+            }));
+        }
+        out
+    }
+    pub fn square(&self) -> Tensor {
+        self.pow_scalar(2.0)
+    }
+    pub fn sigmoid(&self) -> Tensor {
+        let out = unary_raw(self, Sigmoid, float_dtype(self), "sigmoid");
+        if needs_grad(&[self]) {
+            let r = save(&out);
+            return attach(out, "SigmoidBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                vec![Some(binary_raw(&g, &r, SigmoidBackward, dt, "sigmoid_backward"))]
+            }));
+        }
+        out
+    }
+    /// Fused SiLU (`F.silu`): saves its input.
+    pub fn silu(&self) -> Tensor {
+        let out = unary_raw(self, Silu, float_dtype(self), "silu");
+        if needs_grad(&[self]) {
+            let x = save(self);
+            return attach(out, "SiluBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                vec![Some(binary_raw(&g, &x, SiluBackward, dt, "silu_backward"))]
+            }));
+        }
+        out
+    }
+    pub fn cos(&self) -> Tensor {
+        assert!(!self.requires_grad() || !crate::engine::runtime::is_grad_enabled(), "cos has no backward here");
+        unary_raw(self, Cos, float_dtype(self), "cos")
+    }
+    pub fn sin(&self) -> Tensor {
+        assert!(!self.requires_grad() || !crate::engine::runtime::is_grad_enabled(), "sin has no backward here");
+        unary_raw(self, Sin, float_dtype(self), "sin")
+    }
+
+    // ---------------------------------------------------------------- masks
+    /// `self >= other` (broadcast) as bool.
+    pub fn ge(&self, o: &Tensor) -> Tensor {
+        let shape = broadcast_shapes(self.shape(), o.shape());
+        Tensor::build(self.device(), DType::Bool, &shape, "ge", || {
+            let v = binary_values::<f64, Ge>(self, o, &shape, Ge);
+            Buffer::Bool(v.into_iter().map(|x| x != 0.0).collect())
+        })
+    }
+    /// `torch.where(cond, self, value)`: saves only the condition.
+    pub fn where_scalar(&self, cond: &Tensor, value: f64) -> Tensor {
+        let shape = broadcast_shapes(self.shape(), cond.shape());
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "where", || {
+                let c = cpu::read_bool(&cond.expand(&shape).detach());
+                let x = cpu::read::<R>(&self.detach().expand(&shape));
+                let v = R::lit(value);
+                c.iter().zip(x).map(|(&c, x)| if c { x } else { v }).collect()
+            })
+        });
+        if needs_grad(&[self]) {
+            let c = cond.detach();
+            let in_shape = self.meta_like();
+            return attach(out, "WhereBackward0", &[self], Box::new(move |g| {
+                vec![Some(reduce_grad(g.where_scalar(&c, 0.0), &in_shape))]
+            }));
+        }
+        out
+    }
+    /// Upper triangle from diagonal `k` up (as `torch.triu`), no autograd.
+    pub fn triu(&self, k: i64) -> Tensor {
+        assert_eq!(self.rank(), 2, "triu expects a matrix");
+        let (r, c) = (self.shape()[0], self.shape()[1]);
+        let dtype = self.dtype();
+        with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, self.shape(), "triu", || {
+                let mut v = cpu::read::<R>(self);
+                for i in 0..r {
+                    for j in 0..c {
+                        if (j as i64) - (i as i64) < k {
+                            v[i * c + j] = R::zero();
+                        }
+                    }
+                }
+                v
+            })
+        })
+    }
+
+    /// A shape/dtype-only stand-in used by backward closures that need no data.
+    pub(crate) fn meta_like(&self) -> Tensor {
+        MetaShape::of(self)
+    }
+
+    // ---------------------------------------------------------------- in place (no autograd)
+    fn inplace<F: BinFn>(&self, other: Option<&Tensor>, f: F) {
+        if self.device() == Device::Meta {
+            return;
+        }
+        let l = self.layout().clone();
+        with_real!(self.dtype(), R, {
+            let o: Vec<R> = match other {
+                Some(o) if o.shape() == self.shape() => cpu::read::<R>(o),
+                Some(o) => cpu::read::<R>(&o.detach().expand(self.shape())),
+                None => Vec::new(),
+            };
+            let mut buf = self.storage().buffer_mut();
+            if self.dtype() == R::DTYPE && l.is_contiguous() {
+                let s = &mut R::slice_mut(&mut buf).unwrap()[l.offset..l.offset + l.numel()];
+                if o.is_empty() {
+                    s.iter_mut().for_each(|x| *x = f.call(*x, R::zero()));
+                } else {
+                    s.iter_mut().zip(&o).for_each(|(x, &y)| *x = f.call(*x, y));
+                }
+            } else {
+                drop(buf);
+                let cur = cpu::read::<R>(self);
+                let new: Vec<R> = if o.is_empty() {
+                    cur.iter().map(|&x| f.call(x, R::zero())).collect()
+                } else {
+                    cur.iter().zip(&o).map(|(&x, &y)| f.call(x, y)).collect()
+                };
+                let mut buf = self.storage().buffer_mut();
+                write_strided(&mut buf, &l, &new);
+            }
+        });
+    }
+    /// `self += other`
+    pub fn add_(&self, other: &Tensor) {
+        self.inplace(Some(other), Add);
+    }
+    /// `self += alpha * other`
+    pub fn add_scaled_(&self, other: &Tensor, alpha: f64) {
+        self.inplace(Some(other), AddScaled(alpha));
+    }
+    /// `self -= other`
+    pub fn sub_(&self, other: &Tensor) {
+        self.inplace(Some(other), AddScaled(-1.0));
+    }
+    pub fn mul_scalar_(&self, s: f64) {
+        #[derive(Clone, Copy)]
+        struct M(f64);
+        impl BinFn for M {
+            fn call<R: Real>(self, a: R, _: R) -> R {
+                a * R::lit(self.0)
+            }
+        }
+        self.inplace(None, M(s));
+    }
+    pub fn add_scalar_(&self, s: f64) {
+        #[derive(Clone, Copy)]
+        struct A(f64);
+        impl BinFn for A {
+            fn call<R: Real>(self, a: R, _: R) -> R {
+                a + R::lit(self.0)
+            }
+        }
+        self.inplace(None, A(s));
+    }
+    /// `self += w * (end - self)` (`lerp_`)
+    pub fn lerp_(&self, end: &Tensor, w: f64) {
+        self.inplace(Some(end), Lerp(w));
+    }
+    /// `self += value * t1 * t2` (fused; no device temporaries).
+    pub fn addcmul_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
+        if self.device() == Device::Meta {
+            return;
+        }
+        let prod = host_binary(t1, t2, Mul);
+        self.add_scaled_(&prod, value);
+    }
+    /// `self += value * t1 / t2` (fused; no device temporaries).
+    pub fn addcdiv_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
+        if self.device() == Device::Meta {
+            return;
+        }
+        let q = host_binary(t1, t2, Div);
+        self.add_scaled_(&q, value);
+    }
+    pub fn sqrt_(&self) {
+        #[derive(Clone, Copy)]
+        struct S;
+        impl BinFn for S {
+            fn call<R: Real>(self, a: R, _: R) -> R {
+                a.sqrt()
+            }
+        }
+        self.inplace(None, S);
+    }
+    pub fn div_scalar_(&self, s: f64) {
+        self.mul_scalar_(1.0 / s);
+    }
+}
+
+/// The result of a fused kernel's internal step: host scratch, not device memory.
+fn host_binary<F: BinFn>(a: &Tensor, b: &Tensor, f: F) -> Tensor {
+    let shape = broadcast_shapes(a.shape(), b.shape());
+    let dtype = if a.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+    with_real!(dtype, R, {
+        let v = binary_values::<R, F>(a, b, &shape, f);
+        Tensor::host(cpu::to_buffer(v, dtype), &shape)
+    })
+}
+
+/// Shape and dtype without data or accounting, for backward closures.
+pub(crate) struct MetaShape;
+impl MetaShape {
+    pub(crate) fn of(t: &Tensor) -> Tensor {
+        Tensor::shape_only(t.shape(), t.dtype(), t.device())
+    }
+}

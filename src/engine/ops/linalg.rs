@@ -1,0 +1,194 @@
+//! Matrix products. `mm` and `bmm` are the primitives (gemm on cpu, any strides, no copy);
+//! `matmul` is composed from reshape/expand + mm/bmm exactly as ATen's `matmul` is, so the
+//! copies it makes (and what autograd saves) are PyTorch's.
+#[allow(unused_imports)]
+use num_traits::{Float as _, One as _, Zero as _};
+use crate::engine::autograd::{attach, needs_grad, save};
+use crate::engine::cpu::{self, CReal};
+use crate::engine::dtype::DType;
+use crate::engine::layout::{broadcast_shapes, Layout};
+use crate::engine::runtime;
+use crate::engine::storage::{Device, Storage};
+use crate::engine::tensor::Tensor;
+use crate::record::Category;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Multiply-adds per batch item below which batches run in parallel instead of one gemm
+/// using every thread.
+const SMALL_GEMM: usize = 1 << 22;
+
+/// `c[i] = a[i] · b[i]` for every batch item; `la` is (batch, m, k), `lb` (batch, k, n),
+/// strides in elements (batch stride 0 = shared). Returns contiguous (batch, m, n).
+fn gemm_batched<R: CReal>(a: &[R], la: &Layout, b: &[R], lb: &Layout) -> Vec<R> {
+    let (batch, m, k, n) = (la.shape[0], la.shape[1], la.shape[2], lb.shape[2]);
+    let mut c = vec![R::zero(); batch * m * n];
+    if m * n == 0 {
+        return c;
+    }
+    let threads = rayon::current_num_threads();
+    let run = |i: usize, dst: &mut [R], par: Parallelism| unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr().add(la.offset + i * la.strides[0]),
+            la.strides[2] as isize,
+            la.strides[1] as isize,
+            b.as_ptr().add(lb.offset + i * lb.strides[0]),
+            lb.strides[2] as isize,
+            lb.strides[1] as isize,
+            R::zero(),
+            R::one(),
+            false,
+            false,
+            false,
+            par,
+        )
+    };
+    if batch > 1 && m * n * k < SMALL_GEMM {
+        c.par_chunks_mut(m * n).enumerate().for_each(|(i, dst)| run(i, dst, Parallelism::None));
+    } else {
+        let par = if threads > 1 && m * n * k >= 1 << 15 { Parallelism::Rayon(threads) } else { Parallelism::None };
+        for (i, dst) in c.chunks_mut(m * n).enumerate() {
+            run(i, dst, par);
+        }
+    }
+    c
+}
+
+/// Storage-level product of two 3-D layouts into a new (batch, m, n) tensor of `dtype`.
+fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'static str) -> Tensor {
+    let shape = [la.shape[0], la.shape[1], lb.shape[2]];
+    let out = Storage::alloc(a.device(), dtype, shape.iter().product(), op);
+    if a.device() == Device::Cpu {
+        let buf = match dtype {
+            DType::F32 | DType::F64 => crate::with_real!(dtype, R, {
+                let (ba, bb) = (a.storage().buffer(), b.storage().buffer());
+                cpu::to_buffer(gemm_batched::<R>(R::slice(&ba).unwrap(), &la, R::slice(&bb).unwrap(), &lb), dtype)
+            }),
+            _ => {
+                // bf16/f16: widen both operands to f32 around gemm. The staging buffers are
+                // real host memory, so they go through the allocator as workspace.
+                let _w = runtime::category(Category::Workspace);
+                let wa = Tensor::compute::<f32>(Device::Cpu, DType::F32, &la.shape, "matmul_widen", || {
+                    cpu::read::<f32>(&Tensor::from_parts(a.storage().clone(), la.clone()))
+                });
+                let wb = Tensor::compute::<f32>(Device::Cpu, DType::F32, &lb.shape, "matmul_widen", || {
+                    cpu::read::<f32>(&Tensor::from_parts(b.storage().clone(), lb.clone()))
+                });
+                let wc = Tensor::compute::<f32>(Device::Cpu, DType::F32, &shape, "matmul_widen", || {
+                    cpu::with_slice::<f32, _>(&wa, |sa| {
+                        cpu::with_slice::<f32, _>(&wb, |sb| {
+                            gemm_batched::<f32>(sa, &Layout::contiguous(&la.shape), sb, &Layout::contiguous(&lb.shape))
+                        })
+                    })
+                });
+                drop((wa, wb));
+                let v = cpu::read::<f32>(&wc);
+                cpu::to_buffer(v, dtype)
+            }
+        };
+        out.set(buf);
+    }
+    Tensor::from_parts(out, Layout::contiguous(&shape))
+}
+
+fn as3d(l: &Layout) -> Layout {
+    Layout { shape: vec![1, l.shape[0], l.shape[1]], strides: vec![0, l.strides[0], l.strides[1]], offset: l.offset }
+}
+
+/// Column-major 2-D layout (a transposed contiguous matrix).
+fn is_col_major(t: &Tensor) -> bool {
+    let l = t.layout();
+    l.strides[0] == 1 && l.strides[1] == l.shape[0] && l.shape[0] > 1 && l.shape[1] > 1
+}
+
+impl Tensor {
+    /// 2-D matrix product (`aten::mm`). Saves `self` only if `other` needs grad and vice
+    /// versa; gradients come back in their input's layout (so a transposed weight's gradient
+    /// lands contiguous, as in PyTorch).
+    pub fn mm(&self, other: &Tensor) -> Tensor {
+        assert!(self.rank() == 2 && other.rank() == 2, "mm expects matrices, got {:?} and {:?}", self.shape(), other.shape());
+        assert_eq!(self.shape()[1], other.shape()[0], "mm: {:?} x {:?}", self.shape(), other.shape());
+        assert_eq!(self.dtype(), other.dtype(), "mm: dtype mismatch {} vs {}", self.dtype(), other.dtype());
+        let out = product(self, as3d(self.layout()), other, as3d(other.layout()), self.dtype(), "mm");
+        let out = out.reshape(&[self.shape()[0], other.shape()[1]]);
+        if needs_grad(&[self, other]) {
+            let (ra, rb) = (self.requires_grad(), other.requires_grad());
+            let sa = rb.then(|| save(self));
+            let sb = ra.then(|| save(other));
+            let (a_col, b_col) = (is_col_major(self), is_col_major(other));
+            return attach(out, "MmBackward0", &[self, other], Box::new(move |g| {
+                let ga = sb.map(|b| if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) });
+                let gb = sa.map(|a| if b_col { g.t().mm(&a).t() } else { a.t().mm(&g) });
+                vec![ga, gb]
+            }));
+        }
+        out
+    }
+
+    /// Batched matrix product of 3-D tensors (`aten::bmm`).
+    pub fn bmm(&self, other: &Tensor) -> Tensor {
+        assert!(self.rank() == 3 && other.rank() == 3, "bmm expects 3-D tensors, got {:?} and {:?}", self.shape(), other.shape());
+        assert_eq!(self.shape()[0], other.shape()[0], "bmm batch mismatch");
+        assert_eq!(self.shape()[2], other.shape()[1], "bmm: {:?} x {:?}", self.shape(), other.shape());
+        assert_eq!(self.dtype(), other.dtype(), "bmm: dtype mismatch {} vs {}", self.dtype(), other.dtype());
+        let out = product(self, self.layout().clone(), other, other.layout().clone(), self.dtype(), "bmm");
+        if needs_grad(&[self, other]) {
+            let (ra, rb) = (self.requires_grad(), other.requires_grad());
+            let sa = rb.then(|| save(self));
+            let sb = ra.then(|| save(other));
+            return attach(out, "BmmBackward0", &[self, other], Box::new(move |g| {
+                let ga = sb.map(|b| g.bmm(&b.transpose(1, 2)));
+                let gb = sa.map(|a| a.transpose(1, 2).bmm(&g));
+                vec![ga, gb]
+            }));
+        }
+        out
+    }
+
+    /// `torch.matmul` for rank ≥ 2 operands, following ATen: fold the batch of an N-D × 2-D
+    /// product into one `mm` (via `reshape`, which copies when the layout does not allow a
+    /// view), otherwise broadcast the batch dims and `bmm`.
+    pub fn matmul(&self, other: &Tensor) -> Tensor {
+        let (d1, d2) = (self.rank(), other.rank());
+        assert!(d1 >= 2 && d2 >= 2, "matmul expects rank >= 2, got {:?} and {:?}", self.shape(), other.shape());
+        if d1 == 2 && d2 == 2 {
+            return self.mm(other);
+        }
+        if d1 >= 3 && d2 == 2 && should_fold(self, other) {
+            let k = self.shape()[d1 - 1];
+            let mut out_shape = self.shape()[..d1 - 1].to_vec();
+            out_shape.push(other.shape()[1]);
+            return self.reshape(&[usize::MAX, k]).mm(other).reshape(&out_shape);
+        }
+        let (b1, b2) = (&self.shape()[..d1 - 2], &other.shape()[..d2 - 2]);
+        let batch = broadcast_shapes(b1, b2);
+        let nb: usize = batch.iter().product();
+        let (n, m1) = (self.shape()[d1 - 2], self.shape()[d1 - 1]);
+        let (m2, p) = (other.shape()[d2 - 2], other.shape()[d2 - 1]);
+        let mut e1 = batch.clone();
+        e1.extend([n, m1]);
+        let mut e2 = batch.clone();
+        e2.extend([m2, p]);
+        let t1 = self.expand(&e1).reshape(&[nb, n, m1]);
+        let t2 = other.expand(&e2).reshape(&[nb, m2, p]);
+        let mut out_shape = batch;
+        out_shape.extend([n, p]);
+        t1.bmm(&t2).reshape(&out_shape)
+    }
+}
+
+/// ATen's `should_fold` for an N-D (N ≥ 3) × 2-D product.
+fn should_fold(t1: &Tensor, t2: &Tensor) -> bool {
+    if t2.requires_grad() && runtime::is_grad_enabled() {
+        return true;
+    }
+    let l = t1.layout();
+    (0..l.rank() - 2).all(|i| l.strides[i] == l.strides[i + 1] * l.shape[i + 1])
+}

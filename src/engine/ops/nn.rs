@@ -1,0 +1,309 @@
+//! Fused neural-network primitives (softmax, log_softmax, cross-entropy, embedding, gather)
+//! and the shape-building ops (cat, stack, repeat_interleave).
+#[allow(unused_imports)]
+use num_traits::{Float as _, One as _, Zero as _};
+#[allow(unused_imports)]
+use crate::engine::dtype::Real as _;
+use crate::engine::autograd::{attach, needs_grad, save};
+use crate::engine::cpu::{self, CReal};
+use crate::engine::dtype::{DType, Real};
+use crate::engine::layout::dim_index;
+use crate::engine::tensor::Tensor;
+use crate::with_real;
+use num_traits::Float;
+
+fn softmax_rows<R: Real>(r: &[R], o: &mut [R], log: bool) {
+    let m = r.iter().copied().fold(R::neg_infinity(), R::max);
+    if log {
+        let s: R = r.iter().map(|&v| (v - m).exp()).sum();
+        let ls = s.ln();
+        for (o, &v) in o.iter_mut().zip(r) {
+            *o = v - m - ls;
+        }
+    } else {
+        let mut s = R::zero();
+        for (o, &v) in o.iter_mut().zip(r) {
+            *o = (v - m).exp();
+            s += *o;
+        }
+        let inv = R::one() / s;
+        o.iter_mut().for_each(|v| *v = *v * inv);
+    }
+}
+
+fn last_dim(t: &Tensor, dim: isize, op: &str) -> usize {
+    let d = dim_index(dim, t.rank());
+    assert_eq!(d + 1, t.rank(), "{op} is implemented over the last dimension only");
+    t.shape()[d]
+}
+
+/// Row-wise kernel over the last dim of two same-shaped tensors (backward of softmax-like ops).
+fn rows2<R: CReal>(a: &Tensor, b: &Tensor, n: usize, f: impl Fn(&[R], &[R], &mut [R]) + Sync + Send) -> Vec<R> {
+    use rayon::prelude::*;
+    cpu::with_slice::<R, _>(a, |sa| {
+        cpu::with_slice::<R, _>(b, |sb| {
+            let mut out = vec![R::zero(); sa.len()];
+            out.par_chunks_mut(n).zip(sa.par_chunks(n)).zip(sb.par_chunks(n)).for_each(|((o, x), y)| f(x, y, o));
+            out
+        })
+    })
+}
+
+impl Tensor {
+    /// Fused softmax (`F.softmax`): saves its output.
+    pub fn softmax(&self, dim: isize) -> Tensor {
+        let n = last_dim(self, dim, "softmax");
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, self.shape(), "softmax", || {
+                cpu::with_slice::<R, _>(self, |s| cpu::rows(s, n, n, |r, o| softmax_rows(r, o, false)))
+            })
+        });
+        if needs_grad(&[self]) {
+            let y = save(&out);
+            return attach(out, "SoftmaxBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                let gi = with_real!(dt, R, {
+                    Tensor::compute::<R>(g.device(), dt, g.shape(), "_softmax_backward_data", || {
+                        rows2::<R>(&g, &y, n, |g, y, o| {
+                            let dot: R = g.iter().zip(y).map(|(&a, &b)| a * b).sum();
+                            for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
+                                *o = yi * (gi - dot);
+                            }
+                        })
+                    })
+                });
+                vec![Some(gi)]
+            }));
+        }
+        out
+    }
+
+    /// Fused log_softmax: saves its output.
+    pub fn log_softmax(&self, dim: isize) -> Tensor {
+        let n = last_dim(self, dim, "log_softmax");
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, self.shape(), "log_softmax", || {
+                cpu::with_slice::<R, _>(self, |s| cpu::rows(s, n, n, |r, o| softmax_rows(r, o, true)))
+            })
+        });
+        if needs_grad(&[self]) {
+            let y = save(&out);
+            return attach(out, "LogSoftmaxBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                let gi = with_real!(dt, R, {
+                    Tensor::compute::<R>(g.device(), dt, g.shape(), "_log_softmax_backward_data", || {
+                        rows2::<R>(&g, &y, n, |g, y, o| {
+                            let s: R = g.iter().copied().sum();
+                            for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
+                                *o = gi - yi.exp() * s;
+                            }
+                        })
+                    })
+                });
+                vec![Some(gi)]
+            }));
+        }
+        out
+    }
+
+    /// `nll_loss(logp (N, C), target (N,), reduction="mean")`. Like ATen it also produces
+    /// `total_weight` (a 0-d tensor) and saves it with the target.
+    pub fn nll_loss(&self, target: &Tensor) -> Tensor {
+        assert_eq!(self.rank(), 2, "nll_loss expects (N, C) log-probabilities");
+        assert_eq!(target.shape(), &self.shape()[..1], "nll_loss target shape");
+        let (nrows, c) = (self.shape()[0], self.shape()[1]);
+        let dtype = self.dtype();
+        let out = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", || {
+            let t = cpu::read_i64(target);
+            let lp = cpu::read::<f64>(self);
+            let s: f64 = t.iter().enumerate().map(|(i, &k)| -lp[i * c + k as usize]).sum();
+            vec![s / nrows as f64]
+        });
+        let total_weight = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", || vec![nrows as f64]);
+        if needs_grad(&[self]) {
+            let tgt = save(target);
+            let tw = save(&total_weight);
+            drop(total_weight);
+            return attach(out, "NllLossBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                let gi = with_real!(dt, R, {
+                    Tensor::compute::<R>(g.device(), dt, &[nrows, c], "nll_loss_backward", || {
+                        let scale = R::lit(g.item() / tw.item());
+                        let t = cpu::read_i64(&tgt);
+                        let mut v = vec![R::zero(); nrows * c];
+                        for (i, &k) in t.iter().enumerate() {
+                            v[i * c + k as usize] = -scale;
+                        }
+                        v
+                    })
+                });
+                vec![Some(gi)]
+            }));
+        }
+        out
+    }
+
+    /// `F.cross_entropy(logits (N, C), target (N,))` = log_softmax then nll_loss, as in ATen
+    /// (so the (N, C) log-probabilities exist and are saved).
+    pub fn cross_entropy(&self, target: &Tensor) -> Tensor {
+        self.log_softmax(-1).nll_loss(target)
+    }
+
+    /// `F.embedding(ids, self)` with `self` the (V, d) weight: saves the ids.
+    pub fn embedding(&self, ids: &Tensor) -> Tensor {
+        assert_eq!(self.rank(), 2, "embedding weight must be (V, d)");
+        assert_eq!(ids.dtype(), DType::I64, "embedding ids must be int64");
+        let (v, d) = (self.shape()[0], self.shape()[1]);
+        let mut shape = ids.shape().to_vec();
+        shape.push(d);
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "embedding", || {
+                let ix = cpu::read_i64(ids);
+                cpu::with_slice::<R, _>(self, |w| {
+                    let mut out = Vec::with_capacity(ix.len() * d);
+                    for &i in &ix {
+                        assert!((i as usize) < v, "token id {i} out of range for vocabulary {v}");
+                        out.extend_from_slice(&w[i as usize * d..(i as usize + 1) * d]);
+                    }
+                    out
+                })
+            })
+        });
+        if needs_grad(&[self]) {
+            let ix = save(ids);
+            return attach(out, "EmbeddingBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                let gw = with_real!(dt, R, {
+                    Tensor::compute::<R>(g.device(), dt, &[v, d], "embedding_dense_backward", || {
+                        let ids = cpu::read_i64(&ix);
+                        let gv = cpu::read::<R>(&g);
+                        let mut w = vec![R::zero(); v * d];
+                        for (row, &i) in ids.iter().enumerate() {
+                            let dst = &mut w[i as usize * d..(i as usize + 1) * d];
+                            for (a, &b) in dst.iter_mut().zip(&gv[row * d..(row + 1) * d]) {
+                                *a += b;
+                            }
+                        }
+                        w
+                    })
+                });
+                vec![Some(gw)]
+            }));
+        }
+        out
+    }
+
+    /// `torch.gather(self, dim, index)`: saves the index.
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        assert_eq!(index.rank(), self.rank(), "gather index rank");
+        let dtype = self.dtype();
+        let in_shape = self.shape().to_vec();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, index.shape(), "gather", || {
+                let x = cpu::read::<R>(self);
+                let ix = cpu::read_i64(index);
+                let xs = crate::engine::layout::contiguous_strides(&in_shape);
+                let is = index.shape().to_vec();
+                let mut pos = vec![0usize; is.len()];
+                let mut out = Vec::with_capacity(ix.len());
+                for &k in &ix {
+                    let mut off = 0;
+                    for (dd, &p) in pos.iter().enumerate() {
+                        off += if dd == d { k as usize } else { p } * xs[dd];
+                    }
+                    out.push(x[off]);
+                    for dd in (0..pos.len()).rev() {
+                        pos[dd] += 1;
+                        if pos[dd] < is[dd] {
+                            break;
+                        }
+                        pos[dd] = 0;
+                    }
+                }
+                out
+            })
+        });
+        if needs_grad(&[self]) {
+            let ix = save(index);
+            return attach(out, "GatherBackward0", &[self], Box::new(move |g| {
+                vec![Some(super::reduce::scatter_along(&g, &ix, d, &in_shape))]
+            }));
+        }
+        out
+    }
+
+    /// `repeat_interleave(repeats, dim)` with an integer count: one new tensor
+    /// (expand + copy); backward sums each group.
+    pub fn repeat_interleave(&self, repeats: usize, dim: isize) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        let mut ex = self.shape().to_vec();
+        ex.insert(d + 1, repeats);
+        let mut out_shape = self.shape().to_vec();
+        out_shape[d] *= repeats;
+        let x = self.detach().unsqueeze(d as isize + 1).expand(&ex);
+        let out = x.clone_contiguous().reshape(&out_shape);
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(out, "RepeatInterleaveBackward0", &[self], Box::new(move |g| {
+                vec![Some(g.reshape(&ex).sum_dim(d as isize + 1, false).reshape(&in_shape))]
+            }));
+        }
+        out
+    }
+
+    /// `torch.cat(tensors, dim)`: backward hands out slices of the gradient (views).
+    pub fn cat(ts: &[Tensor], dim: isize) -> Tensor {
+        assert!(!ts.is_empty(), "cat of nothing");
+        let d = dim_index(dim, ts[0].rank());
+        let mut shape = ts[0].shape().to_vec();
+        shape[d] = ts.iter().map(|t| t.shape()[d]).sum();
+        let dtype = ts.iter().map(|t| t.dtype()).reduce(DType::promote).unwrap();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(ts[0].device(), dtype, &shape, "cat", || {
+                let outer: usize = shape[..d].iter().product();
+                let mut out = Vec::with_capacity(shape.iter().product());
+                let parts: Vec<Vec<R>> = ts.iter().map(|t| cpu::read::<R>(t)).collect();
+                let inners: Vec<usize> = ts.iter().map(|t| t.shape()[d..].iter().product()).collect();
+                for o in 0..outer {
+                    for (p, &n) in parts.iter().zip(&inners) {
+                        out.extend_from_slice(&p[o * n..(o + 1) * n]);
+                    }
+                }
+                out
+            })
+        });
+        let refs: Vec<&Tensor> = ts.iter().collect();
+        if needs_grad(&refs) {
+            let sizes: Vec<usize> = ts.iter().map(|t| t.shape()[d]).collect();
+            let reqs: Vec<bool> = ts.iter().map(|t| t.requires_grad()).collect();
+            return attach(out, "CatBackward0", &refs, Box::new(move |g| {
+                let mut start = 0;
+                sizes
+                    .iter()
+                    .zip(&reqs)
+                    .map(|(&n, &r)| {
+                        let s = start;
+                        start += n;
+                        r.then(|| g.narrow(d as isize, s, n))
+                    })
+                    .collect()
+            }));
+        }
+        out
+    }
+
+    /// `torch.stack(tensors, dim)` = cat of unsqueezed views.
+    pub fn stack(ts: &[Tensor], dim: isize) -> Tensor {
+        let rank = ts[0].rank() + 1;
+        let d = if dim < 0 { (dim + rank as isize) as usize } else { dim as usize };
+        let us: Vec<Tensor> = ts.iter().map(|t| t.unsqueeze(d as isize)).collect();
+        Tensor::cat(&us, d as isize)
+    }
+}
+
+#[allow(dead_code)]
+fn _float<F: Float>() {}

@@ -1,0 +1,237 @@
+//! Reductions: sum, mean, max with indices, and summing a broadcast gradient back.
+#[allow(unused_imports)]
+use num_traits::{Float as _, One as _, Zero as _};
+#[allow(unused_imports)]
+use crate::engine::dtype::Real as _;
+use crate::engine::autograd::{attach, needs_grad, save};
+use crate::engine::cpu::{self, CReal};
+use crate::engine::dtype::{DType, Real};
+use crate::engine::layout::{dim_index, Layout};
+use crate::engine::storage::Buffer;
+use crate::engine::tensor::Tensor;
+use crate::with_real;
+use rayon::prelude::*;
+
+fn reduced_shape(shape: &[usize], d: usize, keepdim: bool) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if keepdim {
+        s[d] = 1;
+    } else {
+        s.remove(d);
+    }
+    s
+}
+
+/// The tensor's values with `d` moved last, as contiguous rows.
+fn rows_along<R: CReal>(t: &Tensor, d: usize) -> Vec<R> {
+    if d + 1 == t.rank() {
+        return cpu::read::<R>(t);
+    }
+    let mut perm: Vec<usize> = (0..t.rank()).filter(|&i| i != d).collect();
+    perm.push(d);
+    cpu::read::<R>(&t.detach().permute(&perm))
+}
+
+/// Undo `keepdim=false` so a gradient broadcasts against the input.
+fn keep(g: &Tensor, d: usize, keepdim: bool) -> Tensor {
+    if keepdim {
+        g.clone()
+    } else {
+        g.unsqueeze(d as isize)
+    }
+}
+
+impl Tensor {
+    /// `sum(dim, keepdim)`: saves nothing; backward is an expand (a view, no allocation).
+    pub fn sum_dim(&self, dim: isize, keepdim: bool) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        let shape = reduced_shape(self.shape(), d, keepdim);
+        let n = self.shape()[d];
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "sum", || {
+                cpu::rows(&rows_along::<R>(self, d), n, 1, |r, o| o[0] = r.iter().copied().sum())
+            })
+        });
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(out, "SumBackward1", &[self], Box::new(move |g| vec![Some(keep(&g, d, keepdim).expand(&in_shape))]));
+        }
+        out
+    }
+    /// Sum of all elements (0-d result).
+    pub fn sum_all(&self) -> Tensor {
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &[], "sum", || {
+                let v = cpu::read::<R>(self);
+                vec![v.par_iter().copied().sum::<R>()]
+            })
+        });
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(out, "SumBackward0", &[self], Box::new(move |g| vec![Some(g.expand(&in_shape))]));
+        }
+        out
+    }
+    /// `mean(dim, keepdim)`: backward allocates `expand(grad) / n`.
+    pub fn mean_dim(&self, dim: isize, keepdim: bool) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        let shape = reduced_shape(self.shape(), d, keepdim);
+        let n = self.shape()[d];
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "mean", || {
+                let inv = R::one() / R::lit(n as f64);
+                cpu::rows(&rows_along::<R>(self, d), n, 1, move |r, o| o[0] = r.iter().copied().sum::<R>() * inv)
+            })
+        });
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(out, "MeanBackward1", &[self], Box::new(move |g| {
+                vec![Some(keep(&g, d, keepdim).expand(&in_shape).div_scalar(n as f64))]
+            }));
+        }
+        out
+    }
+    /// Mean of all elements (0-d result).
+    pub fn mean_all(&self) -> Tensor {
+        let dtype = self.dtype();
+        let n = self.numel();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &[], "mean", || {
+                let v = cpu::read::<R>(self);
+                vec![v.par_iter().copied().sum::<R>() / R::lit(n as f64)]
+            })
+        });
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(out, "MeanBackward0", &[self], Box::new(move |g| vec![Some(g.expand(&in_shape).div_scalar(n as f64))]));
+        }
+        out
+    }
+    /// `torch.max(x, dim, keepdim)`: values and int64 indices. Backward keeps only the
+    /// indices and scatters the gradient into a zero tensor of the input's size.
+    pub fn max_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        let d = dim_index(dim, self.rank());
+        let shape = reduced_shape(self.shape(), d, keepdim);
+        let n = self.shape()[d];
+        let dtype = self.dtype();
+        let dev = self.device();
+        // Both outputs are allocated before the kernel runs, as in ATen.
+        let values = crate::engine::storage::Storage::alloc(dev, dtype, shape.iter().product(), "max");
+        let indices = crate::engine::storage::Storage::alloc(dev, DType::I64, shape.iter().product(), "max");
+        if dev == crate::engine::storage::Device::Cpu {
+            with_real!(dtype, R, {
+                let rows = rows_along::<R>(self, d);
+                let mut vals = Vec::with_capacity(rows.len() / n.max(1));
+                let mut idx = Vec::with_capacity(rows.len() / n.max(1));
+                for r in rows.chunks(n) {
+                    let (mut bi, mut bv) = (0usize, r[0]);
+                    for (i, &v) in r.iter().enumerate() {
+                        if v > bv || v.is_nan() {
+                            bv = v;
+                            bi = i;
+                        }
+                    }
+                    vals.push(bv);
+                    idx.push(bi as i64);
+                }
+                values.set(cpu::to_buffer(vals, dtype));
+                indices.set(Buffer::I64(idx));
+            });
+        }
+        let values = Tensor::from_parts(values, Layout::contiguous(&shape));
+        let indices = Tensor::from_parts(indices, Layout::contiguous(&shape));
+        if needs_grad(&[self]) {
+            let idx = save(&indices);
+            let in_shape = self.shape().to_vec();
+            let values = attach(values, "MaxBackward0", &[self], Box::new(move |g| {
+                vec![Some(scatter_along(&keep(&g, d, keepdim), &keep(&idx, d, keepdim), d, &in_shape))]
+            }));
+            return (values, indices);
+        }
+        (values, indices)
+    }
+
+    /// Sum a broadcast gradient back to `shape` (no autograd; one allocation when reducing).
+    pub fn sum_to_shape(&self, shape: &[usize]) -> Tensor {
+        if self.shape() == shape {
+            return self.clone();
+        }
+        let lead = self.rank() - shape.len();
+        let dtype = self.dtype();
+        let src_shape = self.shape().to_vec();
+        with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, shape, "sum", || {
+                let x = cpu::read::<R>(self);
+                let mut padded = vec![1usize; lead];
+                padded.extend_from_slice(shape);
+                let inner: usize = shape.iter().product();
+                // Fast path: target is the trailing dims, unbroadcast (e.g. a norm weight).
+                if padded[..lead] == vec![1; lead][..] && src_shape[lead..] == *shape {
+                    let parts: Vec<Vec<R>> = x
+                        .par_chunks(inner.max(1) * 64)
+                        .map(|c| {
+                            let mut acc = vec![R::zero(); inner];
+                            for row in c.chunks(inner) {
+                                for (a, &v) in acc.iter_mut().zip(row) {
+                                    *a += v;
+                                }
+                            }
+                            acc
+                        })
+                        .collect();
+                    let mut acc = vec![R::zero(); inner];
+                    for p in parts {
+                        for (a, v) in acc.iter_mut().zip(p) {
+                            *a += v;
+                        }
+                    }
+                    return acc;
+                }
+                let lo = Layout::contiguous(&padded).expand(&src_shape);
+                let mut acc = vec![R::zero(); inner];
+                for (o, v) in lo.offsets().zip(x) {
+                    acc[o] += v;
+                }
+                acc
+            })
+        })
+    }
+}
+
+/// zeros(`shape`) with `src` written at `idx` along `d` (backward of max/gather-like ops).
+pub(crate) fn scatter_along(src: &Tensor, idx: &Tensor, d: usize, shape: &[usize]) -> Tensor {
+    let dtype = src.dtype();
+    with_real!(dtype, R, {
+        Tensor::compute::<R>(src.device(), dtype, shape, "scatter", || {
+            let mut out = vec![R::zero(); shape.iter().product()];
+            let s = cpu::read::<R>(src);
+            let ix = cpu::read_i64(idx);
+            let lo = Layout::contiguous(shape);
+            // Walk src/idx (same shape) and place each value at its index along d.
+            let sl = Layout::contiguous(src.shape());
+            let mut pos = vec![0usize; sl.rank()];
+            for k in 0..s.len() {
+                let mut off = 0;
+                for (dd, &p) in pos.iter().enumerate() {
+                    let p = if dd == d { ix[k] as usize } else { p };
+                    off += p * lo.strides[dd];
+                }
+                out[off] += s[k];
+                for dd in (0..pos.len()).rev() {
+                    pos[dd] += 1;
+                    if pos[dd] < sl.shape[dd] {
+                        break;
+                    }
+                    pos[dd] = 0;
+                }
+            }
+            out
+        })
+    })
+}
+
+#[allow(dead_code)]
+fn _assert_real<R: Real>() {}

@@ -1,0 +1,167 @@
+//! The per-thread execution context: grad mode, the module scope stack, the phase, the
+//! category override, and the memory log every storage reports to.
+//!
+//! PyTorch keeps the same things in thread-local state (grad mode, autocast, the
+//! profiler's record-function stack); tensors are single-threaded handles, so one context
+//! per thread is the faithful model. Kernels may use rayon internally but never create or
+//! drop storages off the main thread.
+use crate::record::{Category, MemoryLog, MemoryStats, Phase};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+pub struct Runtime {
+    pub grad_enabled: bool,
+    scopes: Vec<Rc<str>>,
+    root: Rc<str>,
+    pub phase: Phase,
+    categories: Vec<Category>,
+    next_storage_id: u64,
+    next_seq: u64,
+    pub log: MemoryLog,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            grad_enabled: true,
+            scopes: Vec::new(),
+            root: Rc::from(""),
+            phase: Phase::Setup,
+            categories: Vec::new(),
+            next_storage_id: 0,
+            next_seq: 0,
+            log: MemoryLog::default(),
+        }
+    }
+}
+
+thread_local! {
+    static RT: RefCell<Runtime> = RefCell::new(Runtime::default());
+}
+
+/// Run `f` with the runtime borrowed. `f` must not create or drop tensors.
+pub fn with<T>(f: impl FnOnce(&mut Runtime) -> T) -> T {
+    RT.with(|rt| f(&mut rt.borrow_mut()))
+}
+
+/// Start from a clean context (tests and each CLI run). Live tensors from before must be gone.
+pub fn reset() {
+    with(|rt| *rt = Runtime::default());
+}
+
+impl Runtime {
+    pub fn scope(&self) -> &Rc<str> {
+        self.scopes.last().unwrap_or(&self.root)
+    }
+    fn category(&self) -> Category {
+        self.categories.last().copied().unwrap_or(Category::Temporary)
+    }
+}
+
+pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
+    with(|rt| {
+        let id = rt.next_storage_id;
+        rt.next_storage_id += 1;
+        let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
+        rt.log.on_alloc(id, bytes, &scope, op, phase, cat);
+        id
+    })
+}
+
+pub(crate) fn free_storage(id: u64) {
+    // A storage dropped during thread teardown has nobody to report to.
+    let _ = RT.try_with(|rt| {
+        if let Ok(mut rt) = rt.try_borrow_mut() {
+            let (scope, phase) = (rt.scope().clone(), rt.phase);
+            rt.log.on_free(id, &scope, "free", phase);
+        }
+    });
+}
+
+pub(crate) fn next_seq() -> u64 {
+    with(|rt| {
+        rt.next_seq += 1;
+        rt.next_seq
+    })
+}
+
+pub fn set_category(storage_id: u64, cat: Category) {
+    with(|rt| rt.log.set_category(storage_id, cat));
+}
+
+/// Upgrade a temporary to `cat`; parameters, inputs and other declared roles are kept.
+pub fn promote_category(storage_id: u64, cat: Category) {
+    with(|rt| {
+        if rt.log.category(storage_id) == Some(Category::Temporary) {
+            rt.log.set_category(storage_id, cat);
+        }
+    });
+}
+
+pub fn is_grad_enabled() -> bool {
+    with(|rt| rt.grad_enabled)
+}
+
+pub fn stats() -> MemoryStats {
+    with(|rt| rt.log.stats)
+}
+
+pub fn set_phase(p: Phase) {
+    with(|rt| rt.phase = p);
+}
+
+pub fn phase() -> Phase {
+    with(|rt| rt.phase)
+}
+
+/// Restores the previous state when dropped.
+pub struct Guard(Option<Box<dyn FnOnce()>>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f()
+        }
+    }
+}
+
+/// Disable autograd recording until the guard drops (`torch.no_grad()`).
+pub fn no_grad() -> Guard {
+    set_grad_enabled(false)
+}
+
+pub fn set_grad_enabled(on: bool) -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.grad_enabled, on));
+    Guard(Some(Box::new(move || with(|rt| rt.grad_enabled = prev))))
+}
+
+/// Push a module name onto the scope stack: `layers` then `3` then `attn` gives `layers.3.attn`.
+pub fn scope(name: &str) -> Guard {
+    with(|rt| {
+        let parent = rt.scope();
+        let path: Rc<str> = if parent.is_empty() { Rc::from(name) } else { Rc::from(format!("{parent}.{name}")) };
+        rt.scopes.push(path);
+    });
+    Guard(Some(Box::new(|| with(|rt| {
+        rt.scopes.pop();
+    }))))
+}
+
+/// Replace the whole scope path (backward runs in the scope of the forward op).
+pub fn enter_scope_path(path: Rc<str>) -> Guard {
+    with(|rt| rt.scopes.push(path));
+    Guard(Some(Box::new(|| with(|rt| {
+        rt.scopes.pop();
+    }))))
+}
+
+pub fn current_scope() -> Rc<str> {
+    with(|rt| rt.scope().clone())
+}
+
+/// Allocations made until the guard drops get category `cat`.
+pub fn category(cat: Category) -> Guard {
+    with(|rt| rt.categories.push(cat));
+    Guard(Some(Box::new(|| with(|rt| {
+        rt.categories.pop();
+    }))))
+}

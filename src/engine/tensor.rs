@@ -1,0 +1,430 @@
+//! `Tensor`: shape + strides + offset + dtype over a shared storage, with its autograd link.
+//! Views share storage and allocate nothing; every op output and `contiguous()` of a
+//! non-contiguous tensor allocates.
+#[allow(unused_imports)]
+use num_traits::{Float as _, One as _, Zero as _};
+#[allow(unused_imports)]
+use crate::engine::dtype::Real as _;
+use super::autograd::{self, attach, needs_grad, Node};
+use super::cpu::{self, CReal};
+use super::dtype::DType;
+use super::layout::{contiguous_strides, dim_index, numel, Layout};
+use super::storage::{Buffer, Device, Storage};
+use crate::with_real;
+use std::cell::RefCell;
+use std::fmt;
+use std::rc::Rc;
+
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Rc<TensorImpl>);
+
+pub struct TensorImpl {
+    storage: Rc<Storage>,
+    layout: Layout,
+    requires_grad: bool,
+    grad_fn: Option<Rc<Node>>,
+    grad: RefCell<Option<Tensor>>,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({:?}, {}, {}", self.shape(), self.dtype(), self.device())?;
+        if let Some(n) = self.grad_fn() {
+            write!(f, ", grad_fn={}", n.name)?;
+        } else if self.requires_grad() {
+            write!(f, ", requires_grad")?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl Tensor {
+    // ---------------------------------------------------------------- construction
+    pub(crate) fn from_parts(storage: Rc<Storage>, layout: Layout) -> Tensor {
+        Tensor(Rc::new(TensorImpl { storage, layout, requires_grad: false, grad_fn: None, grad: RefCell::new(None) }))
+    }
+
+    /// Allocate an output of `shape`; on cpu `fill` produces its values (not called on meta).
+    pub(crate) fn build(device: Device, dtype: DType, shape: &[usize], op: &'static str, fill: impl FnOnce() -> Buffer) -> Tensor {
+        let st = Storage::alloc(device, dtype, numel(shape), op);
+        if device == Device::Cpu {
+            st.set(fill());
+        }
+        Tensor::from_parts(st, Layout::contiguous(shape))
+    }
+
+    /// Allocate an output whose values are computed in `R` and stored as `dtype`.
+    pub(crate) fn compute<R: CReal>(device: Device, dtype: DType, shape: &[usize], op: &'static str, f: impl FnOnce() -> Vec<R>) -> Tensor {
+        Tensor::build(device, dtype, shape, op, || cpu::to_buffer(f(), dtype))
+    }
+
+    /// Host scratch with data but no device accounting (a fused kernel's registers).
+    pub(crate) fn host(buf: Buffer, shape: &[usize]) -> Tensor {
+        Tensor::from_parts(Storage::untracked(Device::Cpu, buf.dtype(), Some(buf)), Layout::contiguous(shape))
+    }
+    /// Shape and dtype only, no data and no accounting.
+    pub(crate) fn shape_only(shape: &[usize], dtype: DType, device: Device) -> Tensor {
+        let _ = device;
+        Tensor::from_parts(Storage::untracked(Device::Meta, dtype, None), Layout::contiguous(shape))
+    }
+
+    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Tensor {
+        Tensor::build(device, dtype, shape, "zeros", || Buffer::zeros(dtype, numel(shape)))
+    }
+    pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Tensor {
+        with_real!(dtype, R, { Tensor::compute::<R>(device, dtype, shape, "full", || vec![R::lit(value); numel(shape)]) })
+    }
+    pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Tensor {
+        Tensor::full(shape, 1.0, dtype, device)
+    }
+    pub fn zeros_like(&self) -> Tensor {
+        Tensor::zeros(self.shape(), self.dtype(), self.device())
+    }
+    pub fn ones_like(&self) -> Tensor {
+        Tensor::ones(self.shape(), self.dtype(), self.device())
+    }
+    /// From host values (f64 for exactness; stored as `dtype`).
+    pub fn from_f64(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
+        assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
+        Tensor::compute::<f64>(device, dtype, shape, "tensor", || values.to_vec())
+    }
+    pub fn from_f32(values: &[f32], shape: &[usize], dtype: DType, device: Device) -> Tensor {
+        assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
+        Tensor::compute::<f32>(device, dtype, shape, "tensor", || values.to_vec())
+    }
+    pub fn from_i64(values: &[i64], shape: &[usize], device: Device) -> Tensor {
+        assert_eq!(values.len(), numel(shape));
+        Tensor::build(device, DType::I64, shape, "tensor", || Buffer::I64(values.to_vec()))
+    }
+    pub fn arange(n: usize, device: Device) -> Tensor {
+        Tensor::build(device, DType::I64, &[n], "arange", || Buffer::I64((0..n as i64).collect()))
+    }
+
+    // ---------------------------------------------------------------- accessors
+    pub fn shape(&self) -> &[usize] {
+        &self.0.layout.shape
+    }
+    pub fn dim(&self, d: isize) -> usize {
+        self.shape()[dim_index(d, self.rank())]
+    }
+    pub fn rank(&self) -> usize {
+        self.0.layout.shape.len()
+    }
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+    pub fn dtype(&self) -> DType {
+        self.0.storage.dtype
+    }
+    pub fn device(&self) -> Device {
+        self.0.storage.device
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+    pub fn storage(&self) -> &Rc<Storage> {
+        &self.0.storage
+    }
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype().size()
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+    /// Contiguous and covering its whole storage.
+    pub fn is_dense(&self) -> bool {
+        self.is_contiguous() && self.0.layout.offset == 0 && self.numel() == self.0.storage.numel
+    }
+    /// Nobody else holds this handle or its storage.
+    pub fn is_unique(&self) -> bool {
+        Rc::strong_count(&self.0) == 1 && Rc::strong_count(&self.0.storage) == 1
+    }
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        Rc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad
+    }
+    pub fn grad_fn(&self) -> Option<&Rc<Node>> {
+        self.0.grad_fn.as_ref()
+    }
+    pub fn is_leaf(&self) -> bool {
+        self.0.grad_fn.is_none()
+    }
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0.grad.borrow().clone()
+    }
+    pub(crate) fn grad_slot(&self) -> &RefCell<Option<Tensor>> {
+        &self.0.grad
+    }
+    /// `zero_grad(set_to_none=True)` for one leaf: frees its gradient.
+    pub fn clear_grad(&self) {
+        let g = self.0.grad.borrow_mut().take();
+        drop(g);
+    }
+    pub fn set_grad(&self, g: Option<Tensor>) {
+        *self.0.grad.borrow_mut() = g;
+    }
+
+    /// A new leaf handle over the same storage that requires grad (nn.Parameter).
+    pub fn requires_grad_(self, on: bool) -> Tensor {
+        assert!(self.is_leaf(), "requires_grad_ on a non-leaf tensor");
+        Tensor(Rc::new(TensorImpl {
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            requires_grad: on,
+            grad_fn: None,
+            grad: RefCell::new(None),
+        }))
+    }
+    /// Same storage and layout, no autograd link.
+    pub fn detach(&self) -> Tensor {
+        Tensor::from_parts(self.0.storage.clone(), self.0.layout.clone())
+    }
+    pub(crate) fn with_grad_fn(self, node: Rc<Node>) -> Tensor {
+        Tensor(Rc::new(TensorImpl {
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            requires_grad: true,
+            grad_fn: Some(node),
+            grad: RefCell::new(None),
+        }))
+    }
+    fn view_with(&self, layout: Layout) -> Tensor {
+        Tensor::from_parts(self.0.storage.clone(), layout)
+    }
+
+    pub fn backward(&self) {
+        autograd::backward(self, None)
+    }
+    pub fn backward_with(&self, grad: Tensor) {
+        autograd::backward(self, Some(grad))
+    }
+
+    // ---------------------------------------------------------------- host values
+    pub fn to_vec_f64(&self) -> Vec<f64> {
+        cpu::read::<f64>(self)
+    }
+    pub fn to_vec_f32(&self) -> Vec<f32> {
+        cpu::read::<f32>(self)
+    }
+    pub fn to_vec_i64(&self) -> Vec<i64> {
+        cpu::read_i64(self)
+    }
+    pub fn item(&self) -> f64 {
+        assert_eq!(self.numel(), 1, "item() of a tensor with {} elements", self.numel());
+        self.to_vec_f64()[0]
+    }
+
+    // ---------------------------------------------------------------- views
+    /// `view`/`reshape`: a view when strides allow, otherwise a contiguous copy (as `reshape`).
+    pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        let shape = infer_shape(shape, self.numel());
+        match self.0.layout.view(&shape) {
+            Some(l) => {
+                let out = self.view_with(l);
+                if needs_grad(&[self]) {
+                    let in_shape = self.shape().to_vec();
+                    return attach(out, "ViewBackward0", &[self], Box::new(move |g| vec![Some(g.reshape(&in_shape))]));
+                }
+                out
+            }
+            None => self.contiguous().reshape(&shape),
+        }
+    }
+    /// Like `reshape` but panics instead of copying (`Tensor.view`).
+    pub fn view(&self, shape: &[usize]) -> Tensor {
+        let shape = infer_shape(shape, self.numel());
+        assert!(self.0.layout.view(&shape).is_some(), "view {:?} of a non-viewable layout {:?}; use reshape", shape, self.0.layout);
+        self.reshape(&shape)
+    }
+    pub fn flatten(&self, start: usize, end: usize) -> Tensor {
+        let s = self.shape();
+        let mut shape: Vec<usize> = s[..start].to_vec();
+        shape.push(s[start..=end].iter().product());
+        shape.extend_from_slice(&s[end + 1..]);
+        self.reshape(&shape)
+    }
+    pub fn transpose(&self, a: isize, b: isize) -> Tensor {
+        let (a, b) = (dim_index(a, self.rank()), dim_index(b, self.rank()));
+        let out = self.view_with(self.0.layout.transpose(a, b));
+        if needs_grad(&[self]) {
+            return attach(out, "TransposeBackward0", &[self], Box::new(move |g| vec![Some(g.transpose(a as isize, b as isize))]));
+        }
+        out
+    }
+    /// Transpose of a 2-D tensor.
+    pub fn t(&self) -> Tensor {
+        assert_eq!(self.rank(), 2, "t() expects a 2-D tensor");
+        self.transpose(0, 1)
+    }
+    pub fn permute(&self, dims: &[usize]) -> Tensor {
+        let out = self.view_with(self.0.layout.permute(dims));
+        if needs_grad(&[self]) {
+            let mut inv = vec![0; dims.len()];
+            for (i, &d) in dims.iter().enumerate() {
+                inv[d] = i;
+            }
+            return attach(out, "PermuteBackward0", &[self], Box::new(move |g| vec![Some(g.permute(&inv))]));
+        }
+        out
+    }
+    /// `x[..., start:end:step]` along `dim` (a view).
+    pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        let l = self.0.layout.slice(d, start, end, step);
+        let out = self.view_with(l);
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(
+                out,
+                "SliceBackward0",
+                &[self],
+                Box::new(move |g| {
+                    let z = Tensor::zeros(&in_shape, g.dtype(), g.device());
+                    z.view_with(z.layout().slice(d, start, end, step)).copy_(&g);
+                    vec![Some(z)]
+                }),
+            );
+        }
+        out
+    }
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Tensor {
+        self.slice(dim, start, start + len, 1)
+    }
+    /// `x.select(dim, i)` (a view that drops `dim`).
+    pub fn select(&self, dim: isize, i: usize) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        let out = self.view_with(self.0.layout.select(d, i));
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(
+                out,
+                "SelectBackward0",
+                &[self],
+                Box::new(move |g| {
+                    let z = Tensor::zeros(&in_shape, g.dtype(), g.device());
+                    z.view_with(z.layout().select(d, i)).copy_(&g);
+                    vec![Some(z)]
+                }),
+            );
+        }
+        out
+    }
+    pub fn unsqueeze(&self, dim: isize) -> Tensor {
+        let d = if dim < 0 { (dim + self.rank() as isize + 1) as usize } else { dim as usize };
+        let mut shape = self.shape().to_vec();
+        shape.insert(d, 1);
+        self.reshape(&shape)
+    }
+    pub fn squeeze(&self, dim: isize) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        assert_eq!(self.shape()[d], 1, "squeeze of a dimension of size {}", self.shape()[d]);
+        let mut shape = self.shape().to_vec();
+        shape.remove(d);
+        self.reshape(&shape)
+    }
+    /// Broadcast to `shape` (a view; backward sums over the expanded dims).
+    pub fn expand(&self, shape: &[usize]) -> Tensor {
+        if shape == self.shape() {
+            return self.clone();
+        }
+        let out = self.view_with(self.0.layout.expand(shape));
+        if needs_grad(&[self]) {
+            let in_shape = self.shape().to_vec();
+            return attach(out, "ExpandBackward0", &[self], Box::new(move |g| vec![Some(g.sum_to_shape(&in_shape))]));
+        }
+        out
+    }
+
+    // ---------------------------------------------------------------- copies
+    /// Returns `self` when already contiguous, else a contiguous copy.
+    pub fn contiguous(&self) -> Tensor {
+        if self.is_contiguous() {
+            return self.clone();
+        }
+        self.clone_contiguous()
+    }
+    /// Always a fresh contiguous copy (`clone()`).
+    pub fn clone_contiguous(&self) -> Tensor {
+        let out = copy_of(self, self.dtype(), "clone");
+        if needs_grad(&[self]) {
+            return attach(out, "CloneBackward0", &[self], Box::new(|g| vec![Some(g)]));
+        }
+        out
+    }
+    /// `.to(dtype)`: returns `self` when the dtype already matches.
+    pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        let out = copy_of(self, dtype, "_to_copy");
+        if needs_grad(&[self]) && dtype.is_float() {
+            let src = self.dtype();
+            return attach(out, "ToCopyBackward0", &[self], Box::new(move |g| vec![Some(g.to_dtype(src))]));
+        }
+        out
+    }
+
+    /// In-place copy of `src` (broadcast) into this tensor's elements, no autograd.
+    pub fn copy_(&self, src: &Tensor) {
+        if self.device() == Device::Meta {
+            return;
+        }
+        let src = src.expand(self.shape());
+        let l = self.0.layout.clone();
+        with_real!(self.dtype(), R, {
+            let vals = cpu::read::<R>(&src);
+            let mut b = self.0.storage.buffer_mut();
+            write_strided(&mut b, &l, &vals);
+        });
+    }
+}
+
+/// Write row-major `vals` into the elements of `l` in `buf`, converting to its dtype.
+pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) {
+    fn put<E: crate::engine::dtype::Elem, R: CReal>(dst: &mut [E], l: &Layout, vals: &[R]) {
+        if l.is_contiguous() {
+            for (d, v) in dst[l.offset..l.offset + vals.len()].iter_mut().zip(vals) {
+                *d = v.to_elem();
+            }
+        } else {
+            for (o, v) in l.offsets().zip(vals) {
+                dst[o] = v.to_elem();
+            }
+        }
+    }
+    match buf {
+        Buffer::F32(d) => put(d, l, vals),
+        Buffer::F64(d) => put(d, l, vals),
+        Buffer::BF16(d) => put(d, l, vals),
+        Buffer::F16(d) => put(d, l, vals),
+        Buffer::I64(d) => put(d, l, vals),
+        Buffer::Bool(d) => put(d, l, vals),
+    }
+}
+
+fn copy_of(t: &Tensor, dtype: DType, op: &'static str) -> Tensor {
+    match (t.dtype(), dtype) {
+        (DType::I64, DType::I64) => Tensor::build(t.device(), dtype, t.shape(), op, || Buffer::I64(cpu::read_i64(t))),
+        (DType::Bool, DType::Bool) => Tensor::build(t.device(), dtype, t.shape(), op, || Buffer::Bool(cpu::read_bool(t))),
+        _ => with_real!(dtype, R, {
+            if t.dtype() == DType::F64 {
+                Tensor::compute::<f64>(t.device(), dtype, t.shape(), op, || cpu::read::<f64>(t))
+            } else {
+                Tensor::compute::<R>(t.device(), dtype, t.shape(), op, || cpu::read::<R>(t))
+            }
+        }),
+    }
+}
+
+/// Resolve one `usize::MAX` ("-1") entry.
+fn infer_shape(shape: &[usize], n: usize) -> Vec<usize> {
+    let known: usize = shape.iter().filter(|&&d| d != usize::MAX).product();
+    shape.iter().map(|&d| if d == usize::MAX { n / known.max(1) } else { d }).collect()
+}
+
+/// Strides of a contiguous tensor of `shape` (re-exported for ops).
+pub fn strides_for(shape: &[usize]) -> Vec<usize> {
+    contiguous_strides(shape)
+}

@@ -1,0 +1,87 @@
+//! Who made an allocation: the phase of the step and the category of memory.
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The phase of a training step an allocation happened in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Model construction, data loading, anything outside a step.
+    Setup,
+    ZeroGrad,
+    Forward,
+    Loss,
+    Backward,
+    Optimizer,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 6] =
+        [Phase::Setup, Phase::ZeroGrad, Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer];
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::ZeroGrad => "zero_grad",
+            Phase::Forward => "forward",
+            Phase::Loss => "loss",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a piece of memory is for. An allocation starts as `Temporary` (or what its
+/// creator declares) and is re-categorised when its role becomes known: saved by autograd
+/// → `Activation`, stored into `.grad` → `Gradient`, kept as optimizer state →
+/// `OptimizerState`. This mirrors how PyTorch's memory profiler categorises after the fact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    /// Saved by autograd for backward.
+    Activation,
+    Temporary,
+    Input,
+    AutocastCache,
+    /// Kernel scratch space (e.g. bf16 operands widened to f32 for the CPU matmul).
+    Workspace,
+}
+
+impl Category {
+    pub const ALL: [Category; 8] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::Temporary,
+        Category::Input,
+        Category::AutocastCache,
+        Category::Workspace,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activation",
+            Category::Temporary => "temporary",
+            Category::Input => "input",
+            Category::AutocastCache => "autocast_cache",
+            Category::Workspace => "workspace",
+        }
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,9 @@
+//! Memory recording: what was allocated and freed, by whom, and the running totals.
+//!
+//! The engine reports every storage allocation and free here (through
+//! [`crate::engine::runtime`]); nothing else creates device memory.
+pub mod context;
+pub mod log;
+
+pub use context::{Category, Phase};
+pub use log::{EventKind, MemEvent, MemoryLog, MemoryStats};
