@@ -50,19 +50,22 @@ pub enum Category {
     Activation,
     Temporary,
     Input,
+    /// Persistent module buffers that are not parameters (RoPE cos/sin tables).
+    Buffer,
     AutocastCache,
     /// Kernel scratch space (e.g. bf16 operands widened to f32 for the CPU matmul).
     Workspace,
 }
 
 impl Category {
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
         Category::Activation,
         Category::Temporary,
         Category::Input,
+        Category::Buffer,
         Category::AutocastCache,
         Category::Workspace,
     ];
@@ -74,6 +77,7 @@ impl Category {
             Category::Activation => "activation",
             Category::Temporary => "temporary",
             Category::Input => "input",
+            Category::Buffer => "buffer",
             Category::AutocastCache => "autocast_cache",
             Category::Workspace => "workspace",
         }

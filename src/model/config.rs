@@ -1,0 +1,141 @@
+//! Model configuration, its validation, and the closed-form parameter count.
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which reference implementation's op sequence to reproduce (reference-models.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavour {
+    /// Stanford CS336 assignment: einsum linears, hand-written softmax/cross-entropy,
+    /// fp32-upcast RMSNorm, untied head, the course's AdamW.
+    Cs336,
+    /// AMD's Tiny LLaMA workshop: GQA, fused softmax/silu/cross-entropy, tied head,
+    /// torch.optim.AdamW.
+    Tinyllama,
+}
+
+impl Flavour {
+    pub fn parse(s: &str) -> Option<Flavour> {
+        match s.to_ascii_lowercase().as_str() {
+            "cs336" => Some(Flavour::Cs336),
+            "tinyllama" | "tiny_llama" | "tiny-llama" => Some(Flavour::Tinyllama),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::Cs336 => "cs336",
+            Flavour::Tinyllama => "tinyllama",
+        }
+    }
+}
+
+impl fmt::Display for Flavour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub flavour: Flavour,
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub d_ff: usize,
+    pub rope_theta: f64,
+    pub norm_eps: f64,
+    /// RMSNorm computes in fp32 and casts back (cs336) or in the input dtype (tinyllama).
+    pub norm_fp32_upcast: bool,
+    /// LM head shares the token embedding's weight.
+    pub tied_embeddings: bool,
+    pub max_seq_len: usize,
+}
+
+/// A configuration problem, naming the command-line flag that sets the value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid {flag}: {message}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(flag: &'static str, message: impl Into<String>) -> Self {
+        ConfigError { flag, message: message.into() }
+    }
+}
+
+impl ModelConfig {
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.num_heads
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let nonzero = [
+            ("--vocab-size", self.vocab_size),
+            ("--hidden-dim", self.d_model),
+            ("--num-layers", self.num_layers),
+            ("--num-heads", self.num_heads),
+            ("--num-kv-heads", self.num_kv_heads),
+            ("--intermediate-dim", self.d_ff),
+            ("--max-seq-len", self.max_seq_len),
+        ];
+        for (flag, v) in nonzero {
+            if v == 0 {
+                return Err(ConfigError::new(flag, "must be at least 1"));
+            }
+        }
+        if self.d_model % self.num_heads != 0 {
+            return Err(ConfigError::new(
+                "--num-heads",
+                format!("{} heads do not divide the hidden size {} (--hidden-dim)", self.num_heads, self.d_model),
+            ));
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(ConfigError::new(
+                "--num-kv-heads",
+                format!("{} key/value heads do not divide the {} attention heads (--num-heads)", self.num_kv_heads, self.num_heads),
+            ));
+        }
+        if self.head_dim() % 2 != 0 {
+            return Err(ConfigError::new(
+                "--num-heads",
+                format!("head dimension {} (hidden {} / {} heads) must be even for rotary embeddings", self.head_dim(), self.d_model, self.num_heads),
+            ));
+        }
+        if !(self.rope_theta > 0.0) {
+            return Err(ConfigError::new("--rope-theta", "must be positive"));
+        }
+        if !(self.norm_eps >= 0.0) {
+            return Err(ConfigError::new("--norm-eps", "must be non-negative"));
+        }
+        Ok(())
+    }
+
+    /// Checks a run's sequence length against the model.
+    pub fn check_seq_len(&self, seq_len: usize, flag: &'static str) -> Result<(), ConfigError> {
+        if seq_len == 0 {
+            return Err(ConfigError::new(flag, "must be at least 1"));
+        }
+        if seq_len > self.max_seq_len {
+            return Err(ConfigError::new(
+                flag,
+                format!("{seq_len} exceeds the model's maximum sequence length {} (raise --max-seq-len)", self.max_seq_len),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Closed-form parameter count (each tied weight counted once).
+    pub fn param_count(&self) -> u64 {
+        let (d, f, v, l) = (self.d_model as u64, self.d_ff as u64, self.vocab_size as u64, self.num_layers as u64);
+        let kv = (self.num_kv_heads * self.head_dim()) as u64;
+        let attn = d * d * 2 + d * kv * 2;
+        let per_layer = attn + 3 * d * f + 2 * d;
+        let head = if self.tied_embeddings { 0 } else { v * d };
+        l * per_layer + v * d + head + d
+    }
+}

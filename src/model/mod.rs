@@ -1,0 +1,122 @@
+//! The LLaMA-style decoder in the two reference flavours, built from engine primitives op
+//! for op (the op sequence decides which tensors exist and what autograd keeps).
+pub mod config;
+pub mod cs336;
+pub mod init;
+pub mod presets;
+pub mod tinyllama;
+
+pub use config::{ConfigError, Flavour, ModelConfig};
+
+use crate::engine::runtime;
+use crate::engine::{DType, Device, Tensor};
+use crate::record::Category;
+use std::cell::RefCell;
+
+/// A trainable tensor with its module path.
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub name: String,
+    pub tensor: Tensor,
+}
+
+/// One decoder block's weights (names differ per flavour; roles do not).
+pub struct Layer {
+    pub attn_norm: Tensor,
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub o: Tensor,
+    pub ffn_norm: Tensor,
+    pub gate: Tensor,
+    pub up: Tensor,
+    pub down: Tensor,
+}
+
+pub struct Model {
+    pub config: ModelConfig,
+    pub device: Device,
+    pub dtype: DType,
+    params: Vec<Param>,
+    pub embedding: Tensor,
+    pub layers: Vec<Layer>,
+    pub final_norm: Tensor,
+    /// The LM head weight (the embedding itself when tied).
+    pub lm_head: Tensor,
+    /// cs336: the (2, max_seq_len, d_k/2) cos/sin buffer built at construction.
+    pub rope_buffer: Option<Tensor>,
+    /// tinyllama: cos/sin tables cached per (sequence length, dtype) on first use.
+    pub rope_cache: RefCell<Vec<(usize, DType, Tensor, Tensor)>>,
+}
+
+impl Model {
+    /// Build the model, allocating parameters in module-registration order. On cpu they are
+    /// initialised from `seed` as the reference implementation does; on meta only shapes exist.
+    pub fn new(config: &ModelConfig, device: Device, seed: u64) -> Result<Model, ConfigError> {
+        config.validate()?;
+        let _c = runtime::category(Category::Parameter);
+        let _g = runtime::no_grad();
+        let mut rng = init::Rng::new(seed);
+        Ok(match config.flavour {
+            Flavour::Cs336 => cs336::build(config, device, &mut rng),
+            Flavour::Tinyllama => tinyllama::build(config, device, &mut rng),
+        })
+    }
+
+    pub fn parameters(&self) -> &[Param] {
+        &self.params
+    }
+    pub fn num_parameters(&self) -> u64 {
+        self.params.iter().map(|p| p.tensor.numel() as u64).sum()
+    }
+    pub fn parameter_bytes(&self) -> u64 {
+        self.params.iter().map(|p| p.tensor.nbytes() as u64).sum()
+    }
+
+    /// Logits (B, S, V) for token ids (B, S).
+    pub fn forward(&self, ids: &Tensor) -> Tensor {
+        match self.config.flavour {
+            Flavour::Cs336 => cs336::forward(self, ids),
+            Flavour::Tinyllama => tinyllama::forward(self, ids),
+        }
+    }
+
+    /// The flavour's loss on logits (B, S, V) against targets (B, S).
+    pub fn loss(&self, logits: &Tensor, targets: &Tensor) -> Tensor {
+        let _s = runtime::scope("loss");
+        match self.config.flavour {
+            Flavour::Cs336 => cs336::cross_entropy(logits, targets),
+            Flavour::Tinyllama => tinyllama::cross_entropy(logits, targets),
+        }
+    }
+
+    /// `zero_grad(set_to_none=True)`.
+    pub fn zero_grad(&self) {
+        for p in &self.params {
+            p.tensor.clear_grad();
+        }
+    }
+}
+
+/// `x @ wᵀ` under the module's scope (nn.Linear without bias / the cs336 einsum).
+pub(crate) fn linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
+    let _s = runtime::scope(name);
+    x.matmul(&w.t())
+}
+
+/// Registers parameters in order while a flavour builds its model.
+pub(crate) struct Builder<'a> {
+    pub device: Device,
+    pub dtype: DType,
+    pub rng: &'a mut init::Rng,
+    pub params: Vec<Param>,
+}
+
+impl Builder<'_> {
+    pub fn param(&mut self, name: String, shape: &[usize], init: init::Init) -> Tensor {
+        let t = init::make(shape, self.dtype, self.device, init, self.rng);
+        let t = t.requires_grad_(true);
+        self.params.push(Param { name, tensor: t.clone() });
+        t
+    }
+}

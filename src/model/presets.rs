@@ -1,0 +1,107 @@
+//! The model sizes users run: the tables of reference-models.md and the workshop defaults.
+use super::config::{Flavour, ModelConfig};
+
+/// A named configuration with the run defaults its source uses.
+#[derive(Clone, Debug)]
+pub struct Preset {
+    pub name: &'static str,
+    pub model: ModelConfig,
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub num_steps: usize,
+    pub expected_params: u64,
+}
+
+fn cs336(name: &'static str, d: usize, f: usize, l: usize, h: usize, params: u64) -> Preset {
+    Preset {
+        name,
+        model: ModelConfig {
+            flavour: Flavour::Cs336,
+            vocab_size: 10_000,
+            d_model: d,
+            num_layers: l,
+            num_heads: h,
+            num_kv_heads: h,
+            d_ff: f,
+            rope_theta: 10_000.0,
+            norm_eps: 1e-5,
+            norm_fp32_upcast: true,
+            tied_embeddings: false,
+            max_seq_len: 2048,
+        },
+        batch_size: 4,
+        seq_len: 512,
+        num_steps: 10,
+        expected_params: params,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, steps: usize, max: usize, params: u64) -> Preset {
+    Preset {
+        name,
+        model: ModelConfig {
+            flavour: Flavour::Tinyllama,
+            vocab_size: 1000,
+            d_model: d,
+            num_layers: l,
+            num_heads: 8,
+            num_kv_heads: 4,
+            d_ff: f,
+            rope_theta: 10_000.0,
+            norm_eps: 1e-6,
+            norm_fp32_upcast: false,
+            tied_embeddings: true,
+            max_seq_len: max,
+        },
+        batch_size: b,
+        seq_len: s,
+        num_steps: steps,
+        expected_params: params,
+    }
+}
+
+/// Every preset, cs336 first.
+pub fn all() -> Vec<Preset> {
+    vec![
+        cs336("small", 768, 3072, 12, 12, 128_625_408),
+        cs336("medium", 1024, 4096, 24, 16, 423_183_360),
+        cs336("large", 1280, 5120, 36, 20, 969_411_840),
+        cs336("xl", 1600, 6400, 48, 25, 1_998_235_200),
+        cs336("2.7B", 2560, 10240, 32, 32, 3_406_809_600),
+        // The walkthrough's config (the default everywhere).
+        tiny("walkthrough", 256, 4, 512, 128, 8, 20, 128, 2_617_600),
+        // tiny_llama_v1.py's own command-line defaults.
+        tiny("script", 512, 8, 2048, 256, 8, 20, 2048, 31_977_984),
+        // launch_performance_study.sh problem sizes.
+        tiny("tiny", 256, 4, 1024, 128, 8, 50, 128, 4_190_464),
+        tiny("small", 512, 8, 2048, 256, 8, 50, 256, 31_977_984),
+        tiny("medium", 1024, 12, 4096, 512, 16, 100, 512, 189_793_280),
+        tiny("large", 2048, 16, 8192, 1024, 8, 100, 1024, 1_008_748_544),
+        tiny("very_large", 4096, 24, 16384, 2048, 4, 100, 2048, 6_044_094_464),
+    ]
+}
+
+/// Look up `name` ("2.7B", "cs336-small", "tinyllama-small", "walkthrough", …). A bare name
+/// that exists in both flavours needs `flavour` or a prefix.
+pub fn find(name: &str, flavour: Option<Flavour>) -> Result<Preset, String> {
+    let (fl, bare) = match name.split_once('-') {
+        Some((p, rest)) if Flavour::parse(p).is_some() => (Flavour::parse(p), rest),
+        _ => (flavour, name),
+    };
+    let matches: Vec<Preset> = all()
+        .into_iter()
+        .filter(|p| p.name.eq_ignore_ascii_case(bare) && fl.is_none_or(|f| f == p.model.flavour))
+        .collect();
+    match matches.len() {
+        1 => Ok(matches.into_iter().next().unwrap()),
+        0 => Err(format!("unknown preset '{name}'; known: {}", names().join(", "))),
+        _ => Err(format!(
+            "preset '{name}' exists in both flavours: say --flavour cs336|tinyllama or write cs336-{bare} / tinyllama-{bare}"
+        )),
+    }
+}
+
+pub fn names() -> Vec<String> {
+    all().iter().map(|p| format!("{}-{}", p.model.flavour, p.name)).collect()
+}

@@ -1,0 +1,155 @@
+//! The tinyllama flavour (AMD's Tiny LLaMA workshop, `shared/bench/pytorch_tinyllama.py`).
+use super::init::Init;
+use super::{linear, Builder, Layer, Model, ModelConfig};
+use crate::engine::runtime::{self, scope};
+use crate::engine::{DType, Device, Tensor};
+use crate::record::Category;
+
+pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rng) -> Model {
+    let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
+    let kv = cfg.num_kv_heads * cfg.head_dim();
+    let dtype = DType::F32;
+    let std = Init::Normal { std: 0.02 };
+    let mut b = Builder { device, dtype, rng, params: Vec::new() };
+    let embedding = b.param("token_embedding.weight".into(), &[v, d], std);
+    let mut layers = Vec::with_capacity(cfg.num_layers);
+    for i in 0..cfg.num_layers {
+        let p = |n: &str| format!("blocks.{i}.{n}.weight");
+        layers.push(Layer {
+            attn_norm: b.param(p("attention_norm"), &[d], Init::Ones),
+            q: b.param(p("attention.q_proj"), &[d, d], std),
+            k: b.param(p("attention.k_proj"), &[kv, d], std),
+            v: b.param(p("attention.v_proj"), &[kv, d], std),
+            o: b.param(p("attention.o_proj"), &[d, d], std),
+            ffn_norm: b.param(p("ffn_norm"), &[d], Init::Ones),
+            gate: b.param(p("feed_forward.gate_proj"), &[f, d], std),
+            up: b.param(p("feed_forward.up_proj"), &[f, d], std),
+            down: b.param(p("feed_forward.down_proj"), &[d, f], std),
+        });
+    }
+    let final_norm = b.param("norm.weight".into(), &[d], Init::Ones);
+    let lm_head = if cfg.tied_embeddings {
+        // nn.Linear allocates and initialises its own weight before the tie replaces it.
+        let own = super::init::make(&[v, d], dtype, device, std, b.rng);
+        drop(own);
+        embedding.clone()
+    } else {
+        b.param("output_proj.weight".into(), &[v, d], std)
+    };
+    Model {
+        config: cfg.clone(),
+        device,
+        dtype,
+        params: b.params,
+        embedding,
+        layers,
+        final_norm,
+        lm_head,
+        rope_buffer: None,
+        rope_cache: Default::default(),
+    }
+}
+
+/// RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) * w.
+fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
+    let _s = scope(name);
+    let denom = x.pow_scalar(2.0).mean_dim(-1, true).add_scalar(eps).sqrt();
+    x.div(&denom).mul(w)
+}
+
+/// cos/sin tables (S, d_k/2) for `seq` positions, cached per (length, dtype) like the
+/// reference's `Rotary._cache` (so they persist across steps).
+fn rope_tables(m: &Model, seq: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
+    if let Some((_, _, c, s)) = m.rope_cache.borrow().iter().find(|(n, dt, _, _)| *n == seq && *dt == dtype) {
+        return (c.clone(), s.clone());
+    }
+    let half = m.config.head_dim() / 2;
+    let hd = m.config.head_dim() as f64;
+    let theta = m.config.rope_theta;
+    let _g = runtime::no_grad();
+    let inv: Vec<f64> = (0..half).map(|j| 1.0 / theta.powf(j as f64 * 2.0 / hd)).collect();
+    let inv_freq = Tensor::from_f64(&inv, &[1, half], DType::F32, device);
+    let pos = Tensor::from_f64(&(0..seq).map(|p| p as f64).collect::<Vec<_>>(), &[seq, 1], DType::F32, device);
+    let ang = pos.mul(&inv_freq);
+    let (cos, sin) = {
+        let _c = runtime::category(Category::Buffer);
+        (ang.cos().to_dtype(dtype), ang.sin().to_dtype(dtype))
+    };
+    m.rope_cache.borrow_mut().push((seq, dtype, cos.clone(), sin.clone()));
+    (cos, sin)
+}
+
+/// Rotary embedding on (B, S, H, d_k) via a reshape to pairs and a stack.
+fn rope(m: &Model, x: &Tensor) -> Tensor {
+    let _s = scope("rope");
+    let (b, s, h, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+    let (cos, sin) = rope_tables(m, s, x.dtype(), x.device());
+    let cos = cos.reshape(&[1, s, 1, d / 2]);
+    let sin = sin.reshape(&[1, s, 1, d / 2]);
+    let pairs = x.reshape(&[b, s, h, d / 2, 2]);
+    let (even, odd) = (pairs.select(-1, 0), pairs.select(-1, 1));
+    let r_even = even.mul(&cos).sub(&odd.mul(&sin));
+    let r_odd = even.mul(&sin).add(&odd.mul(&cos));
+    Tensor::stack(&[r_even, r_odd], -1).reshape(&[b, s, h, d])
+}
+
+fn attention(m: &Model, l: &Layer, x: &Tensor, mask: &Tensor) -> Tensor {
+    let _s = scope("attention");
+    let cfg = &m.config;
+    let (b, s) = (x.dim(0), x.dim(1));
+    let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim());
+    let q = linear("q_proj", x, &l.q).view(&[b, s, h, hd]);
+    let k = linear("k_proj", x, &l.k).view(&[b, s, kvh, hd]);
+    let v = linear("v_proj", x, &l.v).view(&[b, s, kvh, hd]);
+    let q = rope(m, &q).transpose(1, 2);
+    let mut k = rope(m, &k).transpose(1, 2);
+    let mut v = v.transpose(1, 2);
+    if h / kvh > 1 {
+        k = k.repeat_interleave(h / kvh, 1);
+        v = v.repeat_interleave(h / kvh, 1);
+    }
+    let scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
+    let scores = scores.add(mask);
+    let probs = scores.softmax(-1);
+    drop(scores);
+    let out = probs.matmul(&v);
+    let out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
+    linear("o_proj", &out, &l.o)
+}
+
+fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
+    let _s = scope("feed_forward");
+    let g = linear("gate_proj", x, &l.gate).silu();
+    let u = linear("up_proj", x, &l.up);
+    linear("down_proj", &g.mul(&u), &l.down)
+}
+
+pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
+    let cfg = &m.config;
+    let s = ids.dim(1);
+    // Additive causal mask, rebuilt every call as in V1.
+    let mask = {
+        let _s = scope("mask");
+        Tensor::full(&[s, s], f64::NEG_INFINITY, DType::F32, ids.device()).triu(1).view(&[1, 1, s, s])
+    };
+    let mut x = {
+        let _s = scope("token_embedding");
+        m.embedding.embedding(ids)
+    };
+    for (i, l) in m.layers.iter().enumerate() {
+        let _s = scope(&format!("blocks.{i}"));
+        x = x.add(&attention(m, l, &rms_norm("attention_norm", &x, &l.attn_norm, cfg.norm_eps), &mask));
+        x = x.add(&feed_forward(l, &rms_norm("ffn_norm", &x, &l.ffn_norm, cfg.norm_eps)));
+    }
+    let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);
+    linear("output_proj", &x, &m.lm_head)
+}
+
+/// F.cross_entropy on logits[:, :-1] vs labels[:, 1:] (both made contiguous), as the V1
+/// model shifts internally.
+pub(crate) fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Tensor {
+    let (s, v) = (logits.dim(1), logits.dim(2));
+    let lg = logits.narrow(1, 0, s - 1).contiguous();
+    let lb = labels.narrow(1, 1, s - 1).contiguous();
+    lg.view(&[usize::MAX, v]).cross_entropy(&lb.view(&[usize::MAX]))
+}
