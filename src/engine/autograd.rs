@@ -76,10 +76,38 @@ pub fn attach(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn
     out.with_grad_fn(node)
 }
 
-struct Ready(Rc<Node>);
+/// A unit of backward work: a node, or AccumulateGrad for a leaf (which runs first
+/// whenever it is ready, as its sequence number is the maximum).
+enum Task {
+    Node(Rc<Node>),
+    Leaf(Tensor),
+}
+
+impl Task {
+    fn priority(&self) -> u64 {
+        match self {
+            Task::Node(n) => n.seq,
+            Task::Leaf(_) => u64::MAX,
+        }
+    }
+    fn key(&self) -> Key {
+        match self {
+            Task::Node(n) => Key::Node(Rc::as_ptr(n)),
+            Task::Leaf(t) => Key::Leaf(Rc::as_ptr(&t.0)),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Node(*const Node),
+    Leaf(*const super::tensor::TensorImpl),
+}
+
+struct Ready(Task, u64);
 impl PartialEq for Ready {
     fn eq(&self, o: &Self) -> bool {
-        self.0.seq == o.0.seq
+        self.cmp(o) == std::cmp::Ordering::Equal
     }
 }
 impl Eq for Ready {}
@@ -90,50 +118,50 @@ impl PartialOrd for Ready {
 }
 impl Ord for Ready {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.seq.cmp(&o.0.seq)
+        // Highest priority first; among AccumulateGrads, first ready first.
+        self.0.priority().cmp(&o.0.priority()).then(o.1.cmp(&self.1))
     }
 }
 
-fn key(n: &Rc<Node>) -> *const Node {
-    Rc::as_ptr(n)
+fn edge_task(e: &Edge) -> Task {
+    match e {
+        Edge::Node(n) => Task::Node(n.clone()),
+        Edge::Leaf(t) => Task::Leaf(t.clone()),
+    }
 }
 
-/// A gradient we may update in place: we hold the only handle to it and its storage, and it
-/// is dense.
-fn exclusively_owned(t: &Tensor) -> bool {
-    t.is_unique() && t.is_dense()
-}
-
-/// InputBuffer::accumulate.
+/// InputBuffer::accumulate: in place into the gradient that arrived first when we hold
+/// the only reference to it and its storage (a view's base is another holder) and it is
+/// dense; otherwise out of place.
 fn accumulate_into(slot: &mut Option<Tensor>, g: Tensor) {
     match slot.take() {
         None => *slot = Some(g),
         Some(old) => {
-            if exclusively_owned(&old) && old.dtype() == g.dtype() {
+            if old.is_unique() && old.is_dense() && old.dtype() == g.dtype() && old.shape() == g.shape() {
                 old.add_(&g);
+                drop(g);
                 *slot = Some(old);
-            } else if exclusively_owned(&g) && old.shape() == g.shape() && old.dtype() == g.dtype() {
-                g.add_(&old);
-                drop(old);
-                *slot = Some(g);
             } else {
-                *slot = Some(old.add(&g));
+                let sum = old.add(&g);
+                drop((old, g));
+                *slot = Some(sum);
             }
         }
     }
 }
 
-/// AccumulateGrad: move the first gradient into `.grad`, add later ones in place.
+/// AccumulateGrad: the first gradient is stolen into `.grad` when nobody else holds it and
+/// it has the parameter's (contiguous) layout, else copied; later ones are added in place.
 pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
     let g = if g.dtype() != leaf.dtype() { g.to_dtype(leaf.dtype()) } else { g };
     let mut slot = leaf.grad_slot().borrow_mut();
     match slot.as_ref() {
         None => {
-            let g = if exclusively_owned(&g) && g.shape() == leaf.shape() {
+            let g = if g.is_sole_handle() && g.is_contiguous() && g.shape() == leaf.shape() {
                 g
             } else {
                 let _c = runtime::category(Category::Gradient);
-                g.expand(leaf.shape()).clone_contiguous()
+                g.clone_contiguous()
             };
             runtime::set_category(g.storage().id, Category::Gradient);
             *slot = Some(g);
@@ -147,37 +175,53 @@ pub fn backward(root: &Tensor, grad: Option<Tensor>) {
     assert!(root.requires_grad(), "backward on a tensor that does not require grad");
     let _ng = no_grad();
     let g = grad.unwrap_or_else(|| root.ones_like());
-    let Some(root_node) = root.grad_fn().cloned() else {
-        accumulate_grad(root, g);
-        return;
+    let root_task = match root.grad_fn() {
+        Some(n) => Task::Node(n.clone()),
+        None => Task::Leaf(root.clone()),
     };
-    // Dependency counts over the graph reachable from the root.
-    let mut deps: HashMap<*const Node, usize> = HashMap::new();
-    let mut stack = vec![root_node.clone()];
-    let mut seen: HashMap<*const Node, ()> = HashMap::new();
-    seen.insert(key(&root_node), ());
-    while let Some(n) = stack.pop() {
+    // Dependency counts over everything reachable from the root.
+    let mut deps: HashMap<Key, usize> = HashMap::new();
+    let mut stack = vec![root_task.key()];
+    let mut nodes: HashMap<Key, Rc<Node>> = HashMap::new();
+    if let Task::Node(n) = &root_task {
+        nodes.insert(root_task.key(), n.clone());
+    }
+    while let Some(k) = stack.pop() {
+        let Some(n) = nodes.get(&k).cloned() else { continue };
         for e in n.edges.iter().flatten() {
-            if let Edge::Node(c) = e {
-                *deps.entry(key(c)).or_default() += 1;
-                if seen.insert(key(c), ()).is_none() {
-                    stack.push(c.clone());
+            let t = edge_task(e);
+            let ck = t.key();
+            let first = !deps.contains_key(&ck);
+            *deps.entry(ck).or_default() += 1;
+            if first {
+                if let Task::Node(c) = t {
+                    nodes.insert(ck, c);
+                    stack.push(ck);
                 }
             }
         }
     }
-    let mut buffers: HashMap<*const Node, Option<Tensor>> = HashMap::new();
-    buffers.insert(key(&root_node), Some(g));
+    drop(nodes);
+    let mut buffers: HashMap<Key, Option<Tensor>> = HashMap::new();
+    buffers.insert(root_task.key(), Some(g));
+    let mut order = 0u64;
     let mut ready = BinaryHeap::new();
-    ready.push(Ready(root_node));
-    while let Some(Ready(node)) = ready.pop() {
-        let grad = buffers.remove(&key(&node)).flatten();
-        let f = node.backward.borrow_mut().take();
-        let grads: Vec<Option<Tensor>> = match (f, grad) {
-            (Some(f), Some(g)) => {
-                let _s = runtime::enter_scope_path(node.scope.clone());
-                f(g)
+    ready.push(Ready(root_task, order));
+    while let Some(Ready(task, _)) = ready.pop() {
+        let grad = buffers.remove(&task.key()).flatten();
+        let node = match task {
+            Task::Leaf(t) => {
+                if let Some(g) = grad {
+                    accumulate_grad(&t, g);
+                }
+                continue;
             }
+            Task::Node(n) => n,
+        };
+        let f = node.backward.borrow_mut().take();
+        let _s = runtime::enter_scope_path(node.scope.clone());
+        let grads: Vec<Option<Tensor>> = match (f, grad) {
+            (Some(f), Some(g)) => f(g),
             (None, Some(_)) => panic!(
                 "trying to backward through the graph a second time (node {} already released its saved tensors)",
                 node.name
@@ -186,26 +230,18 @@ pub fn backward(root: &Tensor, grad: Option<Tensor>) {
         };
         debug_assert_eq!(grads.len(), node.edges.len(), "{} returned the wrong number of gradients", node.name);
         for (edge, gi) in node.edges.iter().zip(grads) {
-            match edge {
-                None => {}
-                Some(Edge::Leaf(t)) => {
-                    if let Some(gi) = gi {
-                        let _s = runtime::enter_scope_path(node.scope.clone());
-                        accumulate_grad(t, gi);
-                    }
-                }
-                Some(Edge::Node(c)) => {
-                    let slot = buffers.entry(key(c)).or_insert(None);
-                    if let Some(gi) = gi {
-                        let _s = runtime::enter_scope_path(node.scope.clone());
-                        accumulate_into(slot, gi);
-                    }
-                    let d = deps.get_mut(&key(c)).expect("dependency counted");
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(Ready(c.clone()));
-                    }
-                }
+            let Some(edge) = edge else { continue };
+            let t = edge_task(edge);
+            let k = t.key();
+            let slot = buffers.entry(k).or_insert(None);
+            if let Some(gi) = gi {
+                accumulate_into(slot, gi);
+            }
+            let d = deps.get_mut(&k).expect("dependency counted");
+            *d -= 1;
+            if *d == 0 {
+                order += 1;
+                ready.push(Ready(t, order));
             }
         }
     }

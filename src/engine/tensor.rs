@@ -21,6 +21,9 @@ pub struct Tensor(pub(crate) Rc<TensorImpl>);
 pub struct TensorImpl {
     storage: Rc<Storage>,
     layout: Layout,
+    /// For views, the tensor they view (as PyTorch's `_base`): it keeps the storage's
+    /// reference count above one, which is what stops in-place gradient accumulation.
+    base: Option<Tensor>,
     requires_grad: bool,
     grad_fn: Option<Rc<Node>>,
     grad: RefCell<Option<Tensor>>,
@@ -41,7 +44,7 @@ impl fmt::Debug for Tensor {
 impl Tensor {
     // ---------------------------------------------------------------- construction
     pub(crate) fn from_parts(storage: Rc<Storage>, layout: Layout) -> Tensor {
-        Tensor(Rc::new(TensorImpl { storage, layout, requires_grad: false, grad_fn: None, grad: RefCell::new(None) }))
+        Tensor(Rc::new(TensorImpl { storage, layout, base: None, requires_grad: false, grad_fn: None, grad: RefCell::new(None) }))
     }
 
     /// Allocate an output of `shape`; on cpu `fill` produces its values (not called on meta).
@@ -135,9 +138,13 @@ impl Tensor {
     pub fn is_dense(&self) -> bool {
         self.is_contiguous() && self.0.layout.offset == 0 && self.numel() == self.0.storage.numel
     }
-    /// Nobody else holds this handle or its storage.
+    /// Nobody else holds this handle or its storage (a view's base counts as a holder).
     pub fn is_unique(&self) -> bool {
         Rc::strong_count(&self.0) == 1 && Rc::strong_count(&self.0.storage) == 1
+    }
+    /// Nobody else holds this handle (its storage may be shared with a view base).
+    pub fn is_sole_handle(&self) -> bool {
+        Rc::strong_count(&self.0) == 1
     }
     pub fn same_storage(&self, other: &Tensor) -> bool {
         Rc::ptr_eq(&self.0.storage, &other.0.storage)
@@ -172,6 +179,7 @@ impl Tensor {
         Tensor(Rc::new(TensorImpl {
             storage: self.0.storage.clone(),
             layout: self.0.layout.clone(),
+            base: self.0.base.clone(),
             requires_grad: on,
             grad_fn: None,
             grad: RefCell::new(None),
@@ -185,13 +193,30 @@ impl Tensor {
         Tensor(Rc::new(TensorImpl {
             storage: self.0.storage.clone(),
             layout: self.0.layout.clone(),
+            base: self.0.base.clone(),
             requires_grad: true,
             grad_fn: Some(node),
             grad: RefCell::new(None),
         }))
     }
     fn view_with(&self, layout: Layout) -> Tensor {
-        Tensor::from_parts(self.0.storage.clone(), layout)
+        let base = Some(self.0.base.clone().unwrap_or_else(|| self.detach()));
+        Tensor(Rc::new(TensorImpl {
+            storage: self.0.storage.clone(),
+            layout,
+            base,
+            requires_grad: false,
+            grad_fn: None,
+            grad: RefCell::new(None),
+        }))
+    }
+    /// A new shape over a fresh output (ATen's `_unsafe_view`): not a view for autograd.
+    pub(crate) fn unsafe_view(self, shape: &[usize]) -> Tensor {
+        debug_assert!(self.is_contiguous() && self.0.base.is_none() && self.grad_fn().is_none());
+        Tensor::from_parts(self.0.storage.clone(), Layout::contiguous(shape))
+    }
+    pub fn is_view(&self) -> bool {
+        self.0.base.is_some()
     }
 
     pub fn backward(&self) {

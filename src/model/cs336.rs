@@ -1,6 +1,6 @@
 //! The cs336 flavour (Stanford CS336 assignment 2), op for op as reference-models.md §1.
 use super::init::Init;
-use super::{linear, Builder, Layer, Model, ModelConfig};
+use super::{linear_einsum as linear, Builder, Layer, Model, ModelConfig};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -65,12 +65,20 @@ fn rope_tables(cfg: &ModelConfig, device: Device) -> Tensor {
 }
 
 /// RMSNorm with fp32 upcast; each step is its own tensor.
+///
+/// Lifetimes here and below follow the Python the reference runs: an unnamed intermediate
+/// dies right after the op that consumes it, a named local at the end of its function or
+/// when rebound. So chains stay at most two ops long and rebinding is assignment, never
+/// shadowing (a shadowed binding would live on).
 fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
     let _s = scope(name);
     let in_dtype = x.dtype();
     let x = x.to_dtype(DType::F32);
-    let r = x.pow_scalar(2.0).mean_dim(-1, true).add_scalar(eps).rsqrt();
-    w.mul(&x.mul(&r)).to_dtype(in_dtype)
+    let ms = x.pow_scalar(2.0).mean_dim(-1, true);
+    let r = ms.add_scalar(eps).rsqrt();
+    drop(ms);
+    let out = w.mul(&x.mul(&r));
+    out.to_dtype(in_dtype)
 }
 
 /// Rotary embedding on (B, h, S, d_k): interleaved (even, odd) pairs.
@@ -90,7 +98,7 @@ fn rope(m: &Model, x: &Tensor, seq: usize) -> Tensor {
 
 /// The hand-written softmax: max (values + indices), subtract, exp, sum, divide.
 fn softmax(x: &Tensor) -> Tensor {
-    let (m, _idx) = x.max_dim(-1, true);
+    let (m, _) = x.max_dim(-1, true);
     let e = x.sub(&m).exp();
     e.div(&e.sum_dim(-1, true))
 }
@@ -101,31 +109,39 @@ fn attention(m: &Model, l: &Layer, x: &Tensor) -> Tensor {
     let (b, s) = (x.dim(0), x.dim(1));
     let (h, dk) = (cfg.num_heads, cfg.head_dim());
     let heads = |t: Tensor| t.reshape(&[b, s, h, dk]).transpose(1, 2);
-    let q = heads(linear("q_proj", x, &l.q));
-    let k = heads(linear("k_proj", x, &l.k));
+    let mut q = heads(linear("q_proj", x, &l.q));
+    let mut k = heads(linear("k_proj", x, &l.k));
     let v = heads(linear("v_proj", x, &l.v));
-    let q = rope(m, &q, s);
-    let k = rope(m, &k, s);
+    q = rope(m, &q, s);
+    k = rope(m, &k, s);
     let mask = {
         let _s = scope("mask");
         let qi = Tensor::arange(s, x.device());
         let ki = Tensor::arange(s, x.device());
         qi.reshape(&[s, 1]).ge(&ki.reshape(&[1, s])).reshape(&[1, 1, s, s])
     };
-    let scores = q.matmul(&k.transpose(-2, -1)).div_scalar((dk as f64).sqrt());
-    let scores = scores.where_scalar(&mask, f64::NEG_INFINITY);
-    let w = softmax(&scores);
-    drop(scores);
-    let out = w.matmul(&v);
+    let out = sdpa(&q, &k, &v, &mask, dk);
+    drop((q, k, v));
     let out = out.transpose(1, 2).reshape(&[b, s, h * dk]).contiguous();
     linear("output_proj", &out, &l.o)
 }
 
+/// scores = QKᵀ/√d_k, masked with -inf, the hand-written softmax, then weights·V.
+fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, dk: usize) -> Tensor {
+    let mut scores = q.matmul(&k.transpose(-2, -1)).div_scalar((dk as f64).sqrt());
+    scores = scores.where_scalar(mask, f64::NEG_INFINITY);
+    let w = softmax(&scores);
+    w.matmul(v)
+}
+
 fn ffn(l: &Layer, x: &Tensor) -> Tensor {
     let _s = scope("ffn");
-    let a = linear("w1", x, &l.gate);
-    let silu = a.mul(&a.sigmoid());
+    let silu = {
+        let a = linear("w1", x, &l.gate);
+        a.mul(&a.sigmoid())
+    };
     let g = silu.mul(&linear("w3", x, &l.up));
+    drop(silu);
     linear("w2", &g, &l.down)
 }
 
@@ -147,9 +163,12 @@ pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
 /// The course's cross-entropy: mean of −log_softmax at the targets, log_softmax written
 /// out as x − max − log(sum(exp(x − max))) in separate (B, S, V) steps.
 pub(crate) fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Tensor {
-    let (m, _idx) = logits.max_dim(-1, true);
+    let (m, _) = logits.max_dim(-1, true);
     let shifted = logits.sub(&m);
-    let lse = shifted.exp().sum_dim(-1, true).log();
+    let sum_exp = shifted.exp().sum_dim(-1, true);
+    let lse = sum_exp.log();
+    drop(sum_exp);
     let logp = shifted.sub(&lse);
-    logp.gather(-1, &targets.unsqueeze(-1)).neg().mean_all()
+    let picked = logp.gather(-1, &targets.unsqueeze(-1));
+    picked.neg().mean_all()
 }

@@ -98,10 +98,23 @@ impl Model {
     }
 }
 
-/// `x @ wᵀ` under the module's scope (nn.Linear without bias / the cs336 einsum).
+/// `F.linear(x, w)` without bias (`x @ wᵀ` through `matmul`): the weight gradient comes
+/// back contiguous and is stolen into `.grad`.
 pub(crate) fn linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
     let _s = runtime::scope(name);
     x.matmul(&w.t())
+}
+
+/// `einsum("... d_in, d_out d_in -> ... d_out", x, w)` as torch.einsum runs it: one `bmm`
+/// of x viewed (1, N, d_in) with wᵀ viewed (1, d_in, d_out). Its weight gradient arrives
+/// transposed, so AccumulateGrad copies it (one extra weight-sized allocation).
+pub(crate) fn linear_einsum(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
+    let _s = runtime::scope(name);
+    let d_in = x.dim(-1);
+    let n = x.numel() / d_in;
+    let mut out_shape = x.shape().to_vec();
+    *out_shape.last_mut().unwrap() = w.dim(0);
+    x.reshape(&[1, n, d_in]).bmm(&w.t().unsqueeze(0)).reshape(&out_shape)
 }
 
 /// Registers parameters in order while a flavour builds its model.

@@ -53,7 +53,10 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rn
 /// RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) * w.
 fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
     let _s = scope(name);
-    let denom = x.pow_scalar(2.0).mean_dim(-1, true).add_scalar(eps).sqrt();
+    let denom = {
+        let ms = x.pow_scalar(2.0).mean_dim(-1, true);
+        ms.add_scalar(eps).sqrt()
+    };
     x.div(&denom).mul(w)
 }
 
@@ -98,22 +101,23 @@ fn attention(m: &Model, l: &Layer, x: &Tensor, mask: &Tensor) -> Tensor {
     let cfg = &m.config;
     let (b, s) = (x.dim(0), x.dim(1));
     let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim());
-    let q = linear("q_proj", x, &l.q).view(&[b, s, h, hd]);
-    let k = linear("k_proj", x, &l.k).view(&[b, s, kvh, hd]);
-    let v = linear("v_proj", x, &l.v).view(&[b, s, kvh, hd]);
-    let q = rope(m, &q).transpose(1, 2);
-    let mut k = rope(m, &k).transpose(1, 2);
-    let mut v = v.transpose(1, 2);
+    // Rebinding is assignment (the old value dies, as in Python), never shadowing.
+    let mut q = linear("q_proj", x, &l.q).view(&[b, s, h, hd]);
+    let mut k = linear("k_proj", x, &l.k).view(&[b, s, kvh, hd]);
+    let mut v = linear("v_proj", x, &l.v).view(&[b, s, kvh, hd]);
+    q = rope(m, &q).transpose(1, 2);
+    k = rope(m, &k).transpose(1, 2);
+    v = v.transpose(1, 2);
     if h / kvh > 1 {
         k = k.repeat_interleave(h / kvh, 1);
         v = v.repeat_interleave(h / kvh, 1);
     }
-    let scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
-    let scores = scores.add(mask);
+    let mut scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
+    scores = scores.add(mask);
     let probs = scores.softmax(-1);
-    drop(scores);
-    let out = probs.matmul(&v);
-    let out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
+    let mut out = probs.matmul(&v);
+    out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
+    // `scores`, `probs`, `q`, `k`, `v` are Python locals: alive until the function returns.
     linear("o_proj", &out, &l.o)
 }
 

@@ -256,7 +256,10 @@ impl Tensor {
         let out = unary_raw(self, Rsqrt, float_dtype(self), "rsqrt");
         if needs_grad(&[self]) {
             let r = save(&out);
-            return attach(out, "RsqrtBackward0", &[self], Box::new(move |g| vec![Some(g.mul_scalar(-0.5).mul(&r.pow_scalar(3.0)))]));
+            return attach(out, "RsqrtBackward0", &[self], Box::new(move |g| {
+                let cube = r.pow_scalar(3.0);
+                vec![Some(g.mul_scalar(-0.5).mul(&cube))]
+            }));
         }
         out
     }
@@ -321,6 +324,8 @@ impl Tensor {
     pub fn where_scalar(&self, cond: &Tensor, value: f64) -> Tensor {
         let shape = broadcast_shapes(self.shape(), cond.shape());
         let dtype = self.dtype();
+        // where.ScalarOther wraps the scalar as a 0-d tensor on the operand's device.
+        let scalar = Tensor::full(&[], value, dtype, self.device());
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &shape, "where", || {
                 let c = cpu::read_bool(&cond.expand(&shape).detach());
@@ -329,6 +334,7 @@ impl Tensor {
                 c.iter().zip(x).map(|(&c, x)| if c { x } else { v }).collect()
             })
         });
+        drop(scalar);
         if needs_grad(&[self]) {
             let c = cond.detach();
             let in_shape = self.meta_like();

@@ -117,7 +117,7 @@ impl Tensor {
         assert_eq!(self.shape()[1], other.shape()[0], "mm: {:?} x {:?}", self.shape(), other.shape());
         assert_eq!(self.dtype(), other.dtype(), "mm: dtype mismatch {} vs {}", self.dtype(), other.dtype());
         let out = product(self, as3d(self.layout()), other, as3d(other.layout()), self.dtype(), "mm");
-        let out = out.reshape(&[self.shape()[0], other.shape()[1]]);
+        let out = out.unsafe_view(&[self.shape()[0], other.shape()[1]]);
         if needs_grad(&[self, other]) {
             let (ra, rb) = (self.requires_grad(), other.requires_grad());
             let sa = rb.then(|| save(self));

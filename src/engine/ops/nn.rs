@@ -228,9 +228,13 @@ impl Tensor {
             })
         });
         if needs_grad(&[self]) {
+            // PyTorch's GatherBackward0 keeps the index and the whole input.
             let ix = save(index);
+            let x = save(self);
             return attach(out, "GatherBackward0", &[self], Box::new(move |g| {
-                vec![Some(super::reduce::scatter_along(&g, &ix, d, &in_shape))]
+                let gi = super::reduce::scatter_along(&g, &ix, d, &in_shape);
+                drop(x);
+                vec![Some(gi)]
             }));
         }
         out

@@ -1,0 +1,63 @@
+//! Command-line front end: one file per subcommand; flags named as the seeds name them.
+//! The CLI only parses, validates and wires stages together.
+pub mod bench;
+pub mod model_flags;
+pub mod train;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "vramscope", version, about = "Shows and predicts where accelerator memory goes when a Transformer trains")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train a LLaMA-style model (the workshop's tiny_llama_v1.py): loss, times, memory.
+    Train(train::TrainArgs),
+    /// Speed benchmarks, printed as ratios measured side by side in one run.
+    Bench(bench::BenchArgs),
+}
+
+/// An error the user caused with a flag: printed with the flag's name, exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+impl From<crate::model::ConfigError> for UsageError {
+    fn from(e: crate::model::ConfigError) -> Self {
+        UsageError(e.to_string())
+    }
+}
+
+pub fn usage(flag: &str, msg: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(format!("invalid {flag}: {msg}")).into()
+}
+
+/// Runs the parsed command; returns the process exit code.
+pub fn run(cli: Cli) -> i32 {
+    let res = match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match res {
+        Ok(()) => 0,
+        Err(e) => {
+            let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
+            eprintln!("error: {e:#}");
+            code
+        }
+    }
+}
+
+/// Size the rayon pool once per process (`--threads`); later calls keep the first size.
+pub fn set_threads(n: Option<usize>) -> anyhow::Result<usize> {
+    if let Some(0) = n {
+        return Err(usage("--threads", "must be at least 1"));
+    }
+    let n = n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    Ok(rayon::current_num_threads())
+}

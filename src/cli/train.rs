@@ -1,0 +1,314 @@
+//! `vramscope train`: the workshop's `tiny_llama_v1.py` — trains on synthetic tokens and
+//! reports loss, step times, throughput and memory, then writes `config.json` and
+//! `performance_summary.json`.
+use super::model_flags::ModelFlags;
+use super::{set_threads, usage};
+use crate::engine::{runtime, Device};
+use crate::export::{mib, write_json};
+use crate::model::{Flavour, Model};
+use crate::record::Phase;
+use crate::train::optim::{OptimConfig, OptimizerKind};
+use crate::train::{Batcher, DataKind, Optimizer, StepResult, StepRunner};
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub model: ModelFlags,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    #[arg(long)]
+    pub num_steps: Option<usize>,
+    /// Steps excluded from the averages
+    #[arg(long, default_value_t = 3)]
+    pub warmup_steps: usize,
+    /// Default: 1e-3 (cs336) or 3e-4 (tinyllama)
+    #[arg(long)]
+    pub learning_rate: Option<f64>,
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f64,
+    /// adamw (the flavour's reference AdamW), adamw-cs336, adamw-torch, or sgd
+    #[arg(long, default_value = "adamw")]
+    pub optimizer: String,
+    /// SGD momentum
+    #[arg(long, default_value_t = 0.0)]
+    pub momentum: f64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// cpu (real numerics) or meta (shapes and memory only)
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Worker threads for cpu kernels (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print every N-th step
+    #[arg(long, default_value_t = 1)]
+    pub log_interval: usize,
+    #[arg(long, default_value = "vramscope-out/train")]
+    pub output_dir: PathBuf,
+    /// random (uniform ids, as the benchmarks) or pattern (a learnable repeating sequence)
+    #[arg(long, default_value = "random")]
+    pub data: String,
+}
+
+/// Everything a run needs, validated before anything is computed or written.
+pub struct TrainPlan {
+    pub model: crate::model::ModelConfig,
+    pub preset: String,
+    pub batch: usize,
+    pub seq: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    pub device: Device,
+    pub data: DataKind,
+    pub optim: OptimConfig,
+    pub seed: u64,
+    pub log_interval: usize,
+}
+
+pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
+    let r = a.model.resolve("walkthrough")?;
+    let cfg = r.config;
+    let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    let seq = a.seq_len.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
+    cfg.check_seq_len(seq, "--seq-len").map_err(super::UsageError::from)?;
+    if cfg.flavour == Flavour::Tinyllama && seq < 2 {
+        return Err(usage("--seq-len", "tinyllama shifts logits and labels by one: needs at least 2"));
+    }
+    let steps = a.num_steps.unwrap_or(r.preset.num_steps);
+    if steps == 0 {
+        return Err(usage("--num-steps", "must be at least 1"));
+    }
+    if a.warmup_steps >= steps {
+        return Err(usage("--warmup-steps", format!("{} leaves no measured step out of --num-steps {steps}", a.warmup_steps)));
+    }
+    if a.log_interval == 0 {
+        return Err(usage("--log-interval", "must be at least 1"));
+    }
+    let data = DataKind::parse(&a.data).ok_or_else(|| usage("--data", format!("'{}' (expected random or pattern)", a.data)))?;
+    let kind = match a.optimizer.as_str() {
+        "adamw" => match cfg.flavour {
+            Flavour::Cs336 => OptimizerKind::AdamwCs336,
+            Flavour::Tinyllama => OptimizerKind::AdamwTorch,
+        },
+        "adamw-cs336" => OptimizerKind::AdamwCs336,
+        "adamw-torch" => OptimizerKind::AdamwTorch,
+        "sgd" => OptimizerKind::Sgd,
+        o => return Err(usage("--optimizer", format!("'{o}' (expected adamw, adamw-cs336, adamw-torch or sgd)"))),
+    };
+    let lr = a.learning_rate.unwrap_or(match cfg.flavour {
+        Flavour::Cs336 => 1e-3,
+        Flavour::Tinyllama => 3e-4,
+    });
+    if !(lr > 0.0 && lr.is_finite()) {
+        return Err(usage("--learning-rate", "must be a positive number"));
+    }
+    if !(a.weight_decay >= 0.0) {
+        return Err(usage("--weight-decay", "must be non-negative"));
+    }
+    if !(0.0..1.0).contains(&a.momentum) {
+        return Err(usage("--momentum", "must be in [0, 1)"));
+    }
+    let optim = OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: a.weight_decay, momentum: a.momentum };
+    Ok(TrainPlan {
+        model: cfg,
+        preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),
+        batch,
+        seq,
+        steps,
+        warmup: a.warmup_steps,
+        device,
+        data,
+        optim,
+        seed: a.seed,
+        log_interval: a.log_interval,
+    })
+}
+
+/// The measured outcome of a training run.
+pub struct TrainOutcome {
+    pub params: u64,
+    pub steps: Vec<StepResult>,
+    pub warmup: usize,
+}
+
+impl TrainOutcome {
+    fn measured(&self) -> &[StepResult] {
+        &self.steps[self.warmup..]
+    }
+    pub fn avg_step_s(&self) -> f64 {
+        let m = self.measured();
+        m.iter().map(|s| s.seconds).sum::<f64>() / m.len() as f64
+    }
+    pub fn avg_phase_s(&self, p: Phase) -> f64 {
+        let m = self.measured();
+        m.iter().map(|s| s.phase(p).seconds).sum::<f64>() / m.len() as f64
+    }
+    pub fn peak_allocated(&self) -> usize {
+        self.steps.iter().map(|s| s.peak_allocated).max().unwrap_or(0)
+    }
+}
+
+/// Run the plan's training loop, printing a line every `log_interval` steps when `verbose`.
+pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
+    runtime::reset();
+    let model = Model::new(&p.model, p.device, p.seed)?;
+    let optimizer = Optimizer::new(p.optim.clone(), model.parameters().len());
+    let mut runner = StepRunner::new(&model, optimizer);
+    let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch, p.seq, p.device, p.seed);
+    let mut steps = Vec::with_capacity(p.steps);
+    let mut batch = None;
+    for i in 0..p.steps {
+        // `tokens, labels = get_batch()`: the previous batch dies once the new one exists.
+        let new = batcher.next_batch();
+        let (inputs, labels) = batch.insert(new);
+        let r = runner.step(inputs, labels);
+        if verbose && ((i + 1) % p.log_interval == 0 || i + 1 == p.steps) {
+            let loss = r.loss.map_or("n/a (meta: no numerics)".to_string(), |l| format!("{l:.4}"));
+            let timing = if p.device == Device::Cpu {
+                format!(
+                    " | step {:8.2} ms (fwd {:7.2} bwd {:7.2} opt {:6.2}) | {:7.1} samples/s",
+                    r.seconds * 1e3,
+                    r.phase(Phase::Forward).seconds * 1e3,
+                    r.phase(Phase::Backward).seconds * 1e3,
+                    r.phase(Phase::Optimizer).seconds * 1e3,
+                    p.batch as f64 / r.seconds
+                )
+            } else {
+                String::new()
+            };
+            println!(
+                "step {:4}/{} | loss {loss}{timing} | peak {:9.2} MiB | live {:9.2} MiB",
+                i + 1,
+                p.steps,
+                mib(r.peak_allocated as u64),
+                mib(r.allocated_after as u64)
+            );
+        }
+        steps.push(r);
+    }
+    runner.finish();
+    Ok(TrainOutcome { params: model.num_parameters(), steps, warmup: p.warmup })
+}
+
+pub fn run(a: TrainArgs) -> Result<()> {
+    let p = plan(&a)?;
+    let threads = set_threads(a.threads)?;
+    let m = &p.model;
+    println!(
+        "vramscope train | {} ({}) on {} | {threads} threads | optimizer {}",
+        p.preset,
+        m.flavour,
+        p.device,
+        p.optim.kind.name()
+    );
+    println!(
+        "config: vocab {} hidden {} layers {} heads {} kv_heads {} ffn {} | batch {} seq {} steps {} (warm-up {})",
+        m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
+    );
+    println!("params: {} ({:.2} MiB fp32)", m.param_count(), mib(m.param_count() * 4));
+    let out = execute(&p, true)?;
+    let cpu = p.device == Device::Cpu;
+    let measured = &out.steps[p.warmup..];
+    let step_s = out.avg_step_s();
+    let avg_peak = measured.iter().map(|s| s.peak_allocated as f64).sum::<f64>() / measured.len() as f64;
+    println!("{}", "=".repeat(78));
+    println!("parameters: {}", out.params);
+    if cpu {
+        println!(
+            "average step (steps {}..{}): {:.2} ms | forward {:.2} ms | backward {:.2} ms | optimizer {:.2} ms",
+            p.warmup + 1,
+            p.steps,
+            step_s * 1e3,
+            out.avg_phase_s(Phase::Forward) * 1e3,
+            out.avg_phase_s(Phase::Backward) * 1e3,
+            out.avg_phase_s(Phase::Optimizer) * 1e3
+        );
+        println!(
+            "throughput: {:.2} samples/s | {:.0} tokens/s",
+            p.batch as f64 / step_s,
+            (p.batch * p.seq) as f64 / step_s
+        );
+        println!(
+            "loss: first {:.4} final {:.4}",
+            out.steps[0].loss.unwrap_or(f64::NAN),
+            out.steps.last().unwrap().loss.unwrap_or(f64::NAN)
+        );
+    } else {
+        println!("timing and loss: not measured on meta (no numerics run); memory below is exact for the modelled ops");
+    }
+    println!(
+        "memory (allocated bytes of this run's allocator, MiB = 1024² B): peak {:.2} MiB | average per-step peak {:.2} MiB | live at end {:.2} MiB",
+        mib(out.peak_allocated() as u64),
+        avg_peak / (1024.0 * 1024.0),
+        mib(out.steps.last().unwrap().allocated_after as u64)
+    );
+
+    let config = json!({
+        "model": p.model,
+        "preset": p.preset,
+        "training": {
+            "batch_size": p.batch, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
+            "optimizer": p.optim, "seed": p.seed, "data": p.data,
+        },
+        "device": p.device, "threads": threads,
+    });
+    let steps: Vec<_> = out
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({
+                "step": i + 1,
+                "loss": s.loss,
+                "step_ms": cpu.then_some(s.seconds * 1e3),
+                "forward_ms": cpu.then_some(s.phase(Phase::Forward).seconds * 1e3),
+                "backward_ms": cpu.then_some(s.phase(Phase::Backward).seconds * 1e3),
+                "optimizer_ms": cpu.then_some(s.phase(Phase::Optimizer).seconds * 1e3),
+                "peak_allocated_bytes": s.peak_allocated,
+                "peak_allocated_mib": mib(s.peak_allocated as u64),
+                "live_allocated_bytes": s.allocated_after,
+                "phase_peak_allocated_bytes": s.phases.iter().map(|p| (p.phase, p.peak_allocated)).collect::<std::collections::BTreeMap<_, _>>(),
+            })
+        })
+        .collect();
+    let summary = json!({
+        "config": config,
+        "summary": {
+            "parameters": out.params,
+            "avg_step_ms": cpu.then_some(step_s * 1e3),
+            "avg_forward_ms": cpu.then_some(out.avg_phase_s(Phase::Forward) * 1e3),
+            "avg_backward_ms": cpu.then_some(out.avg_phase_s(Phase::Backward) * 1e3),
+            "avg_optimizer_ms": cpu.then_some(out.avg_phase_s(Phase::Optimizer) * 1e3),
+            "samples_per_s": cpu.then_some(p.batch as f64 / step_s),
+            "tokens_per_s": cpu.then_some((p.batch * p.seq) as f64 / step_s),
+            "first_loss": out.steps[0].loss,
+            "final_loss": out.steps.last().unwrap().loss,
+            "peak_allocated_bytes": out.peak_allocated(),
+            "peak_allocated_mib": mib(out.peak_allocated() as u64),
+            "avg_step_peak_allocated_mib": avg_peak / (1024.0 * 1024.0),
+            "timing_excludes_warmup_steps": p.warmup,
+            "memory_unit_note": "MiB = 1024*1024 bytes; allocated bytes as counted by this run's allocator",
+        },
+        "steps": steps,
+        "system": {
+            "vramscope": env!("CARGO_PKG_VERSION"),
+            "os": std::env::consts::OS,
+            "arch": std::env::consts::ARCH,
+            "threads": threads,
+        },
+    });
+    write_json(&a.output_dir.join("config.json"), &config)?;
+    write_json(&a.output_dir.join("performance_summary.json"), &summary)?;
+    println!("wrote {}/config.json and performance_summary.json", a.output_dir.display());
+    Ok(())
+}
