@@ -16,6 +16,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train a LLaMA-style model (the workshop's tiny_llama_v1.py): loss, times, memory.
+    #[command(allow_negative_numbers = true)]
     Train(train::TrainArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(bench::BenchArgs),

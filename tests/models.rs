@@ -1,0 +1,183 @@
+//! Model-level invariants: parameter counts, meta builds, cpu/meta event equality,
+//! learning, and PyTorch-derived memory facts.
+use std::time::Instant;
+use vramscope::engine::{runtime, DType, Device, Tensor};
+use vramscope::model::{presets, Flavour, Model};
+use vramscope::record::{Category, EventKind, MemEvent, Phase};
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::{Batcher, DataKind, Optimizer, StepRunner};
+
+#[test]
+fn every_preset_matches_the_reference_parameter_count() {
+    for p in presets::all() {
+        assert_eq!(p.model.param_count(), p.expected_params, "closed form for {}", p.name);
+        runtime::reset();
+        let m = Model::new(&p.model, Device::Meta, 0).unwrap();
+        assert_eq!(m.num_parameters(), p.expected_params, "built model for {}-{}", p.model.flavour, p.name);
+        drop(m);
+    }
+}
+
+#[test]
+fn meta_build_of_2_7b_is_fast_and_allocates_no_host_data() {
+    runtime::reset();
+    let p = presets::find("2.7B", None).unwrap();
+    let t0 = Instant::now();
+    let m = Model::new(&p.model, Device::Meta, 0).unwrap();
+    let dt = t0.elapsed();
+    assert_eq!(m.num_parameters(), 3_406_809_600);
+    assert!(dt.as_secs_f64() < 0.5, "meta build took {dt:?}");
+    assert!(m.parameters().iter().all(|p| !p.tensor.storage().has_data()));
+    // fp32 parameters: 12.69 GiB
+    let gib = m.parameter_bytes() as f64 / (1u64 << 30) as f64;
+    assert!((gib - 12.69).abs() < 0.005, "{gib}");
+}
+
+fn run_steps(flavour: &str, device: Device, steps: usize) -> (Vec<MemEvent>, Vec<Option<f64>>) {
+    runtime::reset();
+    let mut cfg = presets::find("walkthrough", None).unwrap().model;
+    if flavour == "cs336" {
+        cfg = presets::find("cs336-small", None).unwrap().model;
+        cfg.d_model = 64;
+        cfg.num_heads = 4;
+        cfg.num_kv_heads = 4;
+        cfg.d_ff = 96;
+        cfg.num_layers = 2;
+        cfg.vocab_size = 50;
+        cfg.max_seq_len = 16;
+    } else {
+        cfg.d_model = 64;
+        cfg.d_ff = 96;
+        cfg.num_layers = 2;
+        cfg.vocab_size = 50;
+    }
+    runtime::with(|rt| rt.log.start_recording());
+    let model = Model::new(&cfg, device, 1).unwrap();
+    let kind = if cfg.flavour == Flavour::Cs336 { OptimizerKind::AdamwCs336 } else { OptimizerKind::AdamwTorch };
+    let opt = Optimizer::new(
+        OptimConfig { kind, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 },
+        model.parameters().len(),
+    );
+    let mut runner = StepRunner::new(&model, opt);
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, 2, 12, device, 3);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let (x, y) = data.next_batch();
+        losses.push(runner.step(&x, &y).loss);
+    }
+    runner.finish();
+    drop(runner);
+    drop(model);
+    let ev = runtime::with(|rt| rt.log.stop_recording());
+    (ev, losses)
+}
+
+fn assert_same_events(flavour: &str) {
+    let (cpu, losses) = run_steps(flavour, Device::Cpu, 3);
+    let (meta, meta_losses) = run_steps(flavour, Device::Meta, 3);
+    assert!(losses.iter().all(|l| l.is_some_and(f64::is_finite)));
+    assert!(meta_losses.iter().all(Option::is_none));
+    assert_eq!(cpu.len(), meta.len(), "{flavour}: event counts differ");
+    for (i, (a, b)) in cpu.iter().zip(&meta).enumerate() {
+        assert!(
+            a.kind == b.kind && a.id == b.id && a.bytes == b.bytes && a.scope == b.scope && a.op == b.op && a.phase == b.phase && a.category == b.category,
+            "{flavour}: event {i} differs:\n cpu  {a:?}\n meta {b:?}"
+        );
+    }
+    // Everything allocated is freed once the model and optimizer are gone.
+    let allocs = cpu.iter().filter(|e| e.kind == EventKind::Alloc).count();
+    let frees = cpu.iter().filter(|e| e.kind == EventKind::Free).count();
+    assert_eq!(allocs, frees, "{flavour}: leaked storages");
+}
+
+#[test]
+fn cpu_and_meta_record_identical_events_tinyllama() {
+    assert_same_events("tinyllama");
+}
+
+#[test]
+fn cpu_and_meta_record_identical_events_cs336() {
+    assert_same_events("cs336");
+}
+
+#[test]
+fn tiny_model_learns_a_repeating_pattern() {
+    for flavour in ["tinyllama", "cs336"] {
+        runtime::reset();
+        let mut cfg = presets::find("walkthrough", None).unwrap().model;
+        if flavour == "cs336" {
+            cfg = presets::find("cs336-small", None).unwrap().model;
+            cfg.num_heads = 4;
+            cfg.num_kv_heads = 4;
+            cfg.max_seq_len = 64;
+        }
+        cfg.d_model = 64;
+        cfg.d_ff = 128;
+        cfg.num_layers = 2;
+        cfg.vocab_size = 64;
+        let model = Model::new(&cfg, Device::Cpu, 7).unwrap();
+        let kind = if flavour == "cs336" { OptimizerKind::AdamwCs336 } else { OptimizerKind::AdamwTorch };
+        let opt = Optimizer::new(
+            OptimConfig { kind, lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0 },
+            model.parameters().len(),
+        );
+        let mut runner = StepRunner::new(&model, opt);
+        let mut data = Batcher::new(DataKind::Pattern, cfg.vocab_size, 8, 32, Device::Cpu, 5);
+        let mut losses = Vec::new();
+        for _ in 0..40 {
+            let (x, y) = data.next_batch();
+            losses.push(runner.step(&x, &y).loss.unwrap());
+        }
+        let (first, last) = (losses[0], *losses.last().unwrap());
+        assert!(first > 3.0, "{flavour}: initial loss {first} should be near ln(64)");
+        assert!(last < first / 10.0, "{flavour}: loss fell only from {first} to {last}: {losses:?}");
+    }
+}
+
+/// PyTorch facts measured with torch 2.15 (see the closing notes): which storages a
+/// training step creates and keeps.
+#[test]
+fn saved_tensors_and_gradients_follow_pytorch() {
+    runtime::reset();
+    let w = Tensor::from_f64(&[0.1; 20], &[5, 4], DType::F32, Device::Cpu).requires_grad_(true);
+    let x = Tensor::from_f64(&[0.2; 24], &[2, 3, 4], DType::F32, Device::Cpu).requires_grad_(true);
+    // F.linear: the weight gradient arrives contiguous and is stolen (no copy).
+    let before = runtime::stats().num_allocs;
+    let y = x.matmul(&w.t());
+    assert_eq!(runtime::stats().num_allocs - before, 1, "linear allocates only its output");
+    y.sum_all().backward();
+    assert!(w.grad().unwrap().is_contiguous());
+    assert_eq!(runtime::stats().num_allocs - before, 1 + 1 + 1 + 2, "out, sum, ones, dW, dx: no AccumulateGrad copy");
+    // A second backward adds in place.
+    let y = x.matmul(&w.t());
+    let g0 = w.grad().unwrap().storage().id;
+    y.sum_all().backward();
+    assert_eq!(w.grad().unwrap().storage().id, g0);
+    // zero_grad(set_to_none) frees.
+    let live = runtime::stats().allocated;
+    w.clear_grad();
+    assert_eq!(runtime::stats().allocated, live - 80);
+}
+
+#[test]
+fn training_step_categories_cover_params_grads_and_optimizer_state() {
+    runtime::reset();
+    let mut cfg = presets::find("walkthrough", None).unwrap().model;
+    cfg.num_layers = 1;
+    let model = Model::new(&cfg, Device::Meta, 0).unwrap();
+    let opt = Optimizer::new(
+        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0 },
+        model.parameters().len(),
+    );
+    let mut runner = StepRunner::new(&model, opt);
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, 2, 16, Device::Meta, 0);
+    let (x, y) = data.next_batch();
+    runner.step(&x, &y);
+    let by = runtime::with(|rt| rt.log.live_by_category());
+    let get = |c: Category| by.iter().find(|(k, _)| *k == c).map_or(0, |(_, b)| *b) as u64;
+    let pb = model.parameter_bytes();
+    assert_eq!(get(Category::Parameter), pb);
+    assert_eq!(get(Category::Gradient), pb, "every parameter has a gradient after the step");
+    assert_eq!(get(Category::OptimizerState), 2 * pb, "AdamW keeps m and v");
+    assert_eq!(runtime::phase(), Phase::Setup);
+}
