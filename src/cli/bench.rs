@@ -1,10 +1,225 @@
-//! `vramscope bench`: speed, measured side by side in one run and printed as ratios.
-use anyhow::Result;
-use clap::Args;
+//! `vramscope bench`: speed measured side by side in one run and printed as ratios —
+//! our matmuls (f32, and bf16 widened to f32 around gemm) against PyTorch's on the same
+//! shapes, and our fp32 training step against `shared/bench/pytorch_tinyllama.py`.
+//! PyTorch is optional (`pip install torch`); without it the PyTorch columns say so.
+use super::set_threads;
+use super::train::{execute, plan, TrainArgs};
+use crate::engine::{runtime, DType, Device, Tensor};
+use crate::record::Phase;
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    Matmul,
+    /// Elementwise/reduction kernels on 1 Mi-element f32 tensors
+    Ops,
+    Train,
+    All,
+}
 
 #[derive(Args, Debug, Clone)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    /// What to measure
+    #[arg(value_enum, default_value = "all")]
+    pub which: Which,
+    /// Worker threads for both sides
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Training steps per side (the first 3 are warm-up)
+    #[arg(long, default_value_t = 13)]
+    pub steps: usize,
+    /// Skip PyTorch even if it is installed
+    #[arg(long)]
+    pub no_torch: bool,
+    /// The PyTorch reference script (default: found in shared/bench/ above the current directory)
+    #[arg(long)]
+    pub torch_script: Option<PathBuf>,
+}
 
-pub fn run(_a: BenchArgs) -> Result<()> {
-    anyhow::bail!("bench: not implemented yet")
+const SHAPES: [(usize, usize, usize); 5] = [(1024, 256, 768), (1024, 512, 256), (1024, 256, 1000), (1024, 512, 1024), (2048, 2048, 2048)];
+
+/// Median seconds per call of `f`, sampling for about `budget` seconds.
+fn median_time(budget: f64, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed().as_secs_f64() < budget && times.len() < 200) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn our_matmul(m: usize, k: usize, n: usize, dtype: DType) -> f64 {
+    runtime::reset();
+    let _g = runtime::no_grad();
+    let a = Tensor::from_f64(&(0..m * k).map(|i| ((i % 17) as f64 - 8.0) / 8.0).collect::<Vec<_>>(), &[m, k], dtype, Device::Cpu);
+    let b = Tensor::from_f64(&(0..k * n).map(|i| ((i % 13) as f64 - 6.0) / 6.0).collect::<Vec<_>>(), &[k, n], dtype, Device::Cpu);
+    let s = median_time(0.4, || {
+        let _ = a.mm(&b);
+    });
+    2.0 * (m * k * n) as f64 / s / 1e9
+}
+
+fn torch_matmul(threads: usize) -> Option<Vec<(f64, f64)>> {
+    let shapes: Vec<String> = SHAPES.iter().map(|(m, k, n)| format!("({m},{k},{n})")).collect();
+    let script = format!(
+        r#"
+import json, time, torch
+torch.set_num_threads({threads})
+out = []
+for (m, k, n) in [{}]:
+    r = []
+    for dt in (torch.float32, torch.bfloat16):
+        a = torch.randn(m, k, dtype=dt); b = torch.randn(k, n, dtype=dt)
+        a @ b
+        ts = []
+        t0 = time.perf_counter()
+        while len(ts) < 5 or (time.perf_counter() - t0 < 0.4 and len(ts) < 200):
+            t = time.perf_counter(); a @ b; ts.append(time.perf_counter() - t)
+        ts.sort()
+        r.append(2 * m * k * n / ts[len(ts) // 2] / 1e9)
+    out.append(r)
+print(json.dumps(out))
+"#,
+        shapes.join(",")
+    );
+    let o = Command::new("python3").arg("-c").arg(script).output().ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    let v: Vec<Vec<f64>> = serde_json::from_slice(&o.stdout).ok()?;
+    Some(v.into_iter().map(|r| (r[0], r[1])).collect())
+}
+
+fn bench_matmul(a: &BenchArgs) {
+    println!("matmul, {} threads, GFLOP/s (2·M·K·N per call, median):", a.threads);
+    let torch = if a.no_torch { None } else { torch_matmul(a.threads) };
+    if torch.is_none() {
+        println!("  (PyTorch columns skipped: {})", if a.no_torch { "--no-torch" } else { "python3 cannot import torch; pip install torch" });
+    }
+    println!(
+        "  {:>16} | {:>9} {:>9} {:>11} | {:>9} {:>9} {:>13}",
+        "M,K,N", "ours f32", "torch f32", "ours/torch", "ours bf16", "torch bf16", "bf16/our f32"
+    );
+    for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
+        let f = our_matmul(m, k, n, DType::F32);
+        let b = our_matmul(m, k, n, DType::BF16);
+        let (tf, tb) = torch.as_ref().map_or((f64::NAN, f64::NAN), |t| t[i]);
+        println!(
+            "  {:>16} | {:9.1} {:9.1} {:10.2}x | {:9.1} {:9.1} {:12.2}x",
+            format!("{m},{k},{n}"),
+            f,
+            tf,
+            f / tf,
+            b,
+            tb,
+            b / f
+        );
+    }
+}
+
+fn find_script(a: &BenchArgs) -> Option<PathBuf> {
+    if let Some(p) = &a.torch_script {
+        return Some(p.clone());
+    }
+    let mut dir = std::env::current_dir().ok()?;
+    loop {
+        let p = dir.join("shared/bench/pytorch_tinyllama.py");
+        if p.exists() {
+            return Some(p);
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+fn bench_train(a: &BenchArgs) -> Result<()> {
+    let args = TrainArgs::parse_from_words(&["--num-steps", &a.steps.to_string(), "--warmup-steps", "3"]);
+    let p = plan(&args)?;
+    println!(
+        "training step, walkthrough config (d 256, L 4, h 8, h_kv 4, F 512, B 8, S 128), fp32, {} threads, {} steps (3 warm-up):",
+        a.threads, a.steps
+    );
+    let ours = execute(&p, false)?;
+    let o = [ours.avg_step_s(), ours.avg_phase_s(Phase::Forward), ours.avg_phase_s(Phase::Backward), ours.avg_phase_s(Phase::Optimizer)];
+    let torch = if a.no_torch {
+        None
+    } else {
+        find_script(a).and_then(|script| {
+            let out = std::env::temp_dir().join(format!("vramscope-bench-{}.json", std::process::id()));
+            let st = Command::new("python3")
+                .arg(&script)
+                .args(["--threads", &a.threads.to_string(), "--num-steps", &a.steps.to_string(), "--skip-steps", "3", "--no-flops", "--json-out"])
+                .arg(&out)
+                .output()
+                .ok()?;
+            if !st.status.success() {
+                return None;
+            }
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).ok()?).ok()?;
+            let _ = std::fs::remove_file(&out);
+            let g = |k: &str| v[k].as_f64().map(|x| x / 1e3);
+            Some([g("avg_step_ms")?, g("avg_forward_ms")?, g("avg_backward_ms")?, g("avg_optimizer_ms")?])
+        })
+    };
+    if torch.is_none() {
+        println!("  (PyTorch column skipped: torch or shared/bench/pytorch_tinyllama.py unavailable)");
+    }
+    println!("  {:>10} | {:>10} {:>10} | {:>14}", "ms", "vramscope", "pytorch", "pytorch/ours");
+    for (i, name) in ["step", "forward", "backward", "optimizer"].iter().enumerate() {
+        let t = torch.map_or(f64::NAN, |t| t[i]);
+        println!("  {:>10} | {:10.2} {:10.2} | {:13.2}x", name, o[i] * 1e3, t * 1e3, t / o[i]);
+    }
+    Ok(())
+}
+
+fn bench_ops() {
+    runtime::reset();
+    let _g = runtime::no_grad();
+    let n = 1 << 20;
+    let mk = |f: &dyn Fn(usize) -> f64, shape: &[usize]| {
+        Tensor::from_f64(&(0..shape.iter().product()).map(f).collect::<Vec<_>>(), shape, DType::F32, Device::Cpu)
+    };
+    let a = mk(&|i| (i % 100) as f64 / 50.0 - 1.0, &[64, 128, 128]);
+    let b = mk(&|i| (i % 7) as f64, &[64, 128, 128]);
+    let w = mk(&|i| i as f64, &[128]);
+    println!("kernels on (64, 128, 128) f32 = 4 MiB, median ms per call (GB/s of inputs + output):");
+    let row = |name: &str, bytes: f64, f: &dyn Fn()| {
+        let s = median_time(0.3, f);
+        println!("  {name:<28} {:8.3} ms {:7.1} GB/s", s * 1e3, bytes / s / 1e9);
+    };
+    let mb = (n * 4) as f64;
+    row("add (same shape)", 3.0 * mb, &|| drop(a.add(&b)));
+    row("mul by (128,) broadcast", 2.0 * mb, &|| drop(a.mul(&w)));
+    row("mul_scalar", 2.0 * mb, &|| drop(a.mul_scalar(0.5)));
+    row("exp", 2.0 * mb, &|| drop(a.exp()));
+    row("silu", 2.0 * mb, &|| drop(a.silu()));
+    row("softmax(-1)", 2.0 * mb, &|| drop(a.softmax(-1)));
+    row("sum(-1, keepdim)", mb, &|| drop(a.sum_dim(-1, true)));
+    row("transpose(1,2).contiguous()", 2.0 * mb, &|| drop(a.transpose(1, 2).contiguous()));
+    row("host: vec![0f32; 1Mi]", mb, &|| drop(std::hint::black_box(vec![0f32; n])));
+    println!("  sgemm micro-kernel peak, one thread: {:.1} GFLOP/s", crate::engine::sgemm::kernel_peak_gflops());
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    set_threads(Some(a.threads))?;
+    if a.which == Which::Ops {
+        bench_ops();
+        return Ok(());
+    }
+    if matches!(a.which, Which::Matmul | Which::All) {
+        bench_matmul(&a);
+    }
+    if matches!(a.which, Which::Train | Which::All) {
+        bench_train(&a).context("training benchmark")?;
+    }
+    Ok(())
 }

@@ -56,6 +56,19 @@ pub struct TrainArgs {
     pub data: String,
 }
 
+impl TrainArgs {
+    /// Defaults plus the given flags (used by other subcommands).
+    pub fn parse_from_words(words: &[&str]) -> TrainArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct W {
+            #[command(flatten)]
+            a: TrainArgs,
+        }
+        W::parse_from(std::iter::once("train").chain(words.iter().copied())).a
+    }
+}
+
 /// Everything a run needs, validated before anything is computed or written.
 pub struct TrainPlan {
     pub model: crate::model::ModelConfig,
@@ -216,7 +229,17 @@ pub fn run(a: TrainArgs) -> Result<()> {
         m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
     );
     println!("params: {} ({:.2} MiB fp32)", m.param_count(), mib(m.param_count() * 4));
+    if std::env::var_os("VRAMSCOPE_OP_TIMES").is_some() {
+        runtime::enable_op_timing();
+    }
     let out = execute(&p, true)?;
+    let times = runtime::take_op_times();
+    if !times.is_empty() {
+        println!("per-op kernel time over all steps (VRAMSCOPE_OP_TIMES):");
+        for (op, n, s) in times.iter().take(25) {
+            println!("  {op:<28} {n:6} calls {:9.2} ms", s * 1e3);
+        }
+    }
     let cpu = p.device == Device::Cpu;
     let measured = &out.steps[p.warmup..];
     let step_s = out.avg_step_s();

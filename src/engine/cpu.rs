@@ -63,10 +63,11 @@ fn gather<E: Elem, R: Real>(src: &[E], l: &Layout) -> Vec<R> {
     let n = l.numel();
     if l.is_contiguous() {
         let s = &src[l.offset..l.offset + n];
-        if n >= PAR_MIN {
-            return s.par_iter().map(|&e| R::from_elem(e)).collect();
-        }
-        return s.iter().map(|&e| R::from_elem(e)).collect();
+        return fill_vec(n, |st, o| {
+            for (o, &e) in o.iter_mut().zip(&s[st..]) {
+                o.write(R::from_elem(e));
+            }
+        });
     }
     if l.rank() > 0 && n >= PAR_MIN {
         // Parallel over rows of the last dimension.
@@ -156,11 +157,11 @@ pub fn to_buffer<R: CReal>(v: Vec<R>, dtype: DType) -> Buffer {
         return R::wrap(v);
     }
     fn conv<R: Real, E: Elem>(v: &[R]) -> Vec<E> {
-        if v.len() >= PAR_MIN {
-            v.par_iter().map(|&x| x.to_elem::<E>()).collect()
-        } else {
-            v.iter().map(|&x| x.to_elem::<E>()).collect()
-        }
+        fill_vec(v.len(), |s, o| {
+            for (o, &x) in o.iter_mut().zip(&v[s..]) {
+                o.write(x.to_elem::<E>());
+            }
+        })
     }
     match dtype {
         DType::F32 => Buffer::F32(conv(&v)),
@@ -172,22 +173,41 @@ pub fn to_buffer<R: CReal>(v: Vec<R>, dtype: DType) -> Buffer {
     }
 }
 
+/// Chunk size for parallel elementwise loops: plain slice loops inside each chunk so the
+/// compiler vectorises them (rayon's per-element collect would not).
+const CHUNK: usize = 1 << 14;
+
+/// Fill a new Vec of `n` values chunk by chunk (in parallel when large) without zeroing it
+/// first: `f(start, dst)` must write every element of `dst` (uninitialised on entry).
+pub fn fill_vec<T: Copy + Send + Sync>(n: usize, f: impl Fn(usize, &mut [std::mem::MaybeUninit<T>]) + Sync + Send) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    let spare = &mut v.spare_capacity_mut()[..n];
+    if n >= PAR_MIN {
+        spare.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| f(i * CHUNK, c));
+    } else {
+        f(0, spare);
+    }
+    // SAFETY: `f` initialised all n elements (every kernel below writes its whole chunk).
+    unsafe { v.set_len(n) };
+    v
+}
+
 /// Elementwise map, parallel when large.
 pub fn map<R: Real>(x: &[R], f: impl Fn(R) -> R + Sync + Send) -> Vec<R> {
-    if x.len() >= PAR_MIN {
-        x.par_iter().map(|&v| f(v)).collect()
-    } else {
-        x.iter().map(|&v| f(v)).collect()
-    }
+    fill_vec(x.len(), |s, o| {
+        for (o, &v) in o.iter_mut().zip(&x[s..]) {
+            o.write(f(v));
+        }
+    })
 }
 
 pub fn zip<R: Real>(a: &[R], b: &[R], f: impl Fn(R, R) -> R + Sync + Send) -> Vec<R> {
     debug_assert_eq!(a.len(), b.len());
-    if a.len() >= PAR_MIN {
-        a.par_iter().zip(b.par_iter()).map(|(&x, &y)| f(x, y)).collect()
-    } else {
-        a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
-    }
+    fill_vec(a.len(), |s, o| {
+        for ((o, &x), &y) in o.iter_mut().zip(&a[s..]).zip(&b[s..]) {
+            o.write(f(x, y));
+        }
+    })
 }
 
 /// `f(a, b)` with broadcasting. `a` and `b` are compute-type views of contiguous data
@@ -249,4 +269,65 @@ pub fn rows<R: Real>(x: &[R], len: usize, out_len: usize, f: impl Fn(&[R], &mut 
         out.chunks_mut(out_len).zip(x.chunks(len)).for_each(|(o, r)| f(r, o));
     }
     out
+}
+
+/// Sum with 16 independent accumulators: float reductions only vectorise when the
+/// additions are reassociated by hand (the compiler may not reorder them itself).
+#[inline]
+pub fn lsum<R: Real>(x: &[R]) -> R {
+    let mut acc = [R::zero(); 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    let mut s = R::zero();
+    for &v in rest {
+        s += v;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// Dot product with independent accumulators.
+#[inline]
+pub fn ldot<R: Real>(x: &[R], y: &[R]) -> R {
+    let mut acc = [R::zero(); 16];
+    let (cx, cy) = (x.chunks_exact(16), y.chunks_exact(16));
+    let (rx, ry) = (cx.remainder(), cy.remainder());
+    for (a, b) in cx.zip(cy) {
+        for i in 0..16 {
+            acc[i] += a[i] * b[i];
+        }
+    }
+    let mut s = R::zero();
+    for (&a, &b) in rx.iter().zip(ry) {
+        s += a * b;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// Maximum (NaN propagates) with independent lanes.
+#[inline]
+pub fn lmax<R: Real>(x: &[R]) -> R {
+    let mut acc = [R::neg_infinity(); 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    let mut nan = false;
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            nan |= v.is_nan();
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let mut m = R::neg_infinity();
+    for &v in rest {
+        nan |= v.is_nan();
+        m = if v > m { v } else { m };
+    }
+    if nan {
+        return R::nan();
+    }
+    acc.iter().fold(m, |m, &a| if a > m { a } else { m })
 }

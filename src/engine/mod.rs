@@ -2,9 +2,11 @@
 pub mod autograd;
 pub mod cpu;
 pub mod dtype;
+pub mod host;
 pub mod layout;
 pub mod ops;
 pub mod runtime;
+pub mod sgemm;
 pub mod storage;
 pub mod tensor;
 

@@ -165,3 +165,31 @@ pub fn category(cat: Category) -> Guard {
         rt.categories.pop();
     }))))
 }
+
+thread_local! {
+    static OP_TIMES: RefCell<Option<std::collections::HashMap<&'static str, (u64, f64)>>> = const { RefCell::new(None) };
+}
+
+/// Start accumulating per-op kernel time (cpu), keyed by op name.
+pub fn enable_op_timing() {
+    OP_TIMES.with(|t| *t.borrow_mut() = Some(Default::default()));
+}
+pub fn op_timing_enabled() -> bool {
+    OP_TIMES.with(|t| t.borrow().is_some())
+}
+pub(crate) fn record_op_time(op: &'static str, secs: f64) {
+    OP_TIMES.with(|t| {
+        if let Some(m) = t.borrow_mut().as_mut() {
+            let e = m.entry(op).or_default();
+            e.0 += 1;
+            e.1 += secs;
+        }
+    });
+}
+/// (op, calls, seconds), slowest first.
+pub fn take_op_times() -> Vec<(&'static str, u64, f64)> {
+    let m = OP_TIMES.with(|t| t.borrow_mut().take()).unwrap_or_default();
+    let mut v: Vec<_> = m.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
+    v.sort_by(|a, b| b.2.total_cmp(&a.2));
+    v
+}

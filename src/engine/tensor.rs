@@ -51,7 +51,11 @@ impl Tensor {
     pub(crate) fn build(device: Device, dtype: DType, shape: &[usize], op: &'static str, fill: impl FnOnce() -> Buffer) -> Tensor {
         let st = Storage::alloc(device, dtype, numel(shape), op);
         if device == Device::Cpu {
+            let t0 = super::runtime::op_timing_enabled().then(std::time::Instant::now);
             st.set(fill());
+            if let Some(t0) = t0 {
+                super::runtime::record_op_time(op, t0.elapsed().as_secs_f64());
+            }
         }
         Tensor::from_parts(st, Layout::contiguous(shape))
     }

@@ -45,8 +45,9 @@ pub struct Model {
     pub lm_head: Tensor,
     /// cs336: the (2, max_seq_len, d_k/2) cos/sin buffer built at construction.
     pub rope_buffer: Option<Tensor>,
-    /// tinyllama: cos/sin tables cached per (sequence length, dtype) on first use.
-    pub rope_cache: RefCell<Vec<(usize, DType, Tensor, Tensor)>>,
+    /// tinyllama: each block's Rotary caches cos/sin tables per (sequence length, dtype)
+    /// on first use: (layer, length, dtype, cos, sin).
+    pub rope_cache: RefCell<Vec<(usize, usize, DType, Tensor, Tensor)>>,
 }
 
 impl Model {
@@ -77,16 +78,27 @@ impl Model {
     pub fn forward(&self, ids: &Tensor) -> Tensor {
         match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
-            Flavour::Tinyllama => tinyllama::forward(self, ids),
+            Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
         }
     }
 
-    /// The flavour's loss on logits (B, S, V) against targets (B, S).
-    pub fn loss(&self, logits: &Tensor, targets: &Tensor) -> Tensor {
-        let _s = runtime::scope("loss");
+    /// Logits and loss as the reference computes them, calling `logits_ready` in between
+    /// (where the loss phase starts). cs336 computes the loss outside the model, so the
+    /// forward's locals are gone by then; the tinyllama model computes it inside its
+    /// `forward`, so the mask and the shifted copies live until it returns.
+    pub fn forward_loss(&self, ids: &Tensor, targets: &Tensor, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Tensor) {
         match self.config.flavour {
-            Flavour::Cs336 => cs336::cross_entropy(logits, targets),
-            Flavour::Tinyllama => tinyllama::cross_entropy(logits, targets),
+            Flavour::Cs336 => {
+                let logits = cs336::forward(self, ids);
+                logits_ready(&logits);
+                let _s = runtime::scope("loss");
+                let loss = cs336::cross_entropy(&logits, targets);
+                (logits, loss)
+            }
+            Flavour::Tinyllama => {
+                let (logits, loss) = tinyllama::forward(self, ids, Some(targets), logits_ready);
+                (logits, loss.expect("targets given"))
+            }
         }
     }
 

@@ -62,8 +62,8 @@ fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
 
 /// cos/sin tables (S, d_k/2) for `seq` positions, cached per (length, dtype) like the
 /// reference's `Rotary._cache` (so they persist across steps).
-fn rope_tables(m: &Model, seq: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
-    if let Some((_, _, c, s)) = m.rope_cache.borrow().iter().find(|(n, dt, _, _)| *n == seq && *dt == dtype) {
+fn rope_tables(m: &Model, layer: usize, seq: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
+    if let Some((.., c, s)) = m.rope_cache.borrow().iter().find(|(l, n, dt, ..)| *l == layer && *n == seq && *dt == dtype) {
         return (c.clone(), s.clone());
     }
     let half = m.config.head_dim() / 2;
@@ -78,15 +78,15 @@ fn rope_tables(m: &Model, seq: usize, dtype: DType, device: Device) -> (Tensor, 
         let _c = runtime::category(Category::Buffer);
         (ang.cos().to_dtype(dtype), ang.sin().to_dtype(dtype))
     };
-    m.rope_cache.borrow_mut().push((seq, dtype, cos.clone(), sin.clone()));
+    m.rope_cache.borrow_mut().push((layer, seq, dtype, cos.clone(), sin.clone()));
     (cos, sin)
 }
 
 /// Rotary embedding on (B, S, H, d_k) via a reshape to pairs and a stack.
-fn rope(m: &Model, x: &Tensor) -> Tensor {
+fn rope(m: &Model, layer: usize, x: &Tensor) -> Tensor {
     let _s = scope("rope");
     let (b, s, h, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-    let (cos, sin) = rope_tables(m, s, x.dtype(), x.device());
+    let (cos, sin) = rope_tables(m, layer, s, x.dtype(), x.device());
     let cos = cos.reshape(&[1, s, 1, d / 2]);
     let sin = sin.reshape(&[1, s, 1, d / 2]);
     let pairs = x.reshape(&[b, s, h, d / 2, 2]);
@@ -96,7 +96,8 @@ fn rope(m: &Model, x: &Tensor) -> Tensor {
     Tensor::stack(&[r_even, r_odd], -1).reshape(&[b, s, h, d])
 }
 
-fn attention(m: &Model, l: &Layer, x: &Tensor, mask: &Tensor) -> Tensor {
+fn attention(m: &Model, layer: usize, x: &Tensor, mask: &Tensor) -> Tensor {
+    let l = &m.layers[layer];
     let _s = scope("attention");
     let cfg = &m.config;
     let (b, s) = (x.dim(0), x.dim(1));
@@ -105,8 +106,8 @@ fn attention(m: &Model, l: &Layer, x: &Tensor, mask: &Tensor) -> Tensor {
     let mut q = linear("q_proj", x, &l.q).view(&[b, s, h, hd]);
     let mut k = linear("k_proj", x, &l.k).view(&[b, s, kvh, hd]);
     let mut v = linear("v_proj", x, &l.v).view(&[b, s, kvh, hd]);
-    q = rope(m, &q).transpose(1, 2);
-    k = rope(m, &k).transpose(1, 2);
+    q = rope(m, layer, &q).transpose(1, 2);
+    k = rope(m, layer, &k).transpose(1, 2);
     v = v.transpose(1, 2);
     if h / kvh > 1 {
         k = k.repeat_interleave(h / kvh, 1);
@@ -128,7 +129,8 @@ fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
     linear("down_proj", &g.mul(&u), &l.down)
 }
 
-pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
+/// `TinyLlama.forward(tokens, labels)`: logits, and the loss when labels are given.
+pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Option<Tensor>) {
     let cfg = &m.config;
     let s = ids.dim(1);
     // Additive causal mask, rebuilt every call as in V1.
@@ -142,11 +144,18 @@ pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
     };
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("blocks.{i}"));
-        x = x.add(&attention(m, l, &rms_norm("attention_norm", &x, &l.attn_norm, cfg.norm_eps), &mask));
+        x = x.add(&attention(m, i, &rms_norm("attention_norm", &x, &l.attn_norm, cfg.norm_eps), &mask));
         x = x.add(&feed_forward(l, &rms_norm("ffn_norm", &x, &l.ffn_norm, cfg.norm_eps)));
     }
     let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);
-    linear("output_proj", &x, &m.lm_head)
+    let logits = linear("output_proj", &x, &m.lm_head);
+    logits_ready(&logits);
+    let loss = labels.map(|labels| {
+        let _s = scope("loss");
+        cross_entropy(&logits, labels)
+    });
+    // `mask` and `x` are locals of this function: they die only now.
+    (logits, loss)
 }
 
 /// F.cross_entropy on logits[:, :-1] vs labels[:, 1:] (both made contiguous), as the V1

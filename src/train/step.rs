@@ -3,7 +3,7 @@
 //! until the new ones replace them), per-phase times and per-phase peak memory.
 use super::optim::Optimizer;
 use crate::engine::{runtime, Device, Tensor};
-use crate::model::Model;
+use crate::model::{Flavour, Model};
 use crate::record::Phase;
 use serde::Serialize;
 use std::time::Instant;
@@ -61,12 +61,28 @@ impl<'m> StepRunner<'m> {
         let t0 = Instant::now();
         let model = self.model;
         timed(Phase::ZeroGrad, &mut phases, || model.zero_grad());
-        let logits = timed(Phase::Forward, &mut phases, || model.forward(inputs));
-        // `logits = model(x)`: the previous step's logits die only now.
-        let logits = self.logits.insert(logits).clone();
-        let loss = timed(Phase::Loss, &mut phases, || model.loss(&logits, labels));
-        drop(logits);
+        // Forward, then loss: the loss phase starts when the logits exist.
+        let rebind_after_forward = model.config.flavour == Flavour::Cs336;
+        runtime::set_phase(Phase::Forward);
+        runtime::with(|rt| rt.log.reset_peak());
+        let mut mark = Instant::now();
+        let prev_logits = &mut self.logits;
+        let (logits, loss) = model.forward_loss(inputs, labels, &mut |logits| {
+            phases.push(PhaseStat { phase: Phase::Forward.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: runtime::stats().peak_allocated });
+            if rebind_after_forward {
+                // `logits = model(x)`: the previous step's logits die once the new ones exist.
+                *prev_logits = Some(logits.clone());
+            }
+            runtime::set_phase(Phase::Loss);
+            runtime::with(|rt| rt.log.reset_peak());
+            mark = Instant::now();
+        });
+        phases.push(PhaseStat { phase: Phase::Loss.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: 0 });
+        // `_, loss = model(tokens, labels)` / `loss = cross_entropy(...)`: rebinding frees
+        // the previous step's tensors only now.
+        self.logits = Some(logits);
         let loss = self.loss.insert(loss).clone();
+        phases.last_mut().unwrap().peak_allocated = runtime::stats().peak_allocated;
         timed(Phase::Backward, &mut phases, || loss.backward());
         let value = (inputs.device() == Device::Cpu).then(|| loss.item());
         drop(loss);

@@ -69,15 +69,27 @@ macro_rules! binfn {
 }
 
 unfn!(Neg, |x| -x);
-unfn!(Exp, |x| x.exp());
+unfn!(Exp, |x| x.fexp());
 unfn!(Log, |x| x.ln());
 unfn!(Sqrt, |x| x.sqrt());
 unfn!(Rsqrt, |x| R::one() / x.sqrt());
-unfn!(Sigmoid, |x| R::one() / (R::one() + (-x).exp()));
-unfn!(Silu, |x| x / (R::one() + (-x).exp()));
+unfn!(Sigmoid, |x| R::one() / (R::one() + (-x).fexp()));
+unfn!(Silu, |x| x / (R::one() + (-x).fexp()));
 unfn!(Cos, |x| x.cos());
 unfn!(Sin, |x| x.sin());
-unfn!(PowS(p), |x| if p == R::lit(2.0) { x * x } else { x.powf(p) });
+unfn!(PowS(p), |x| {
+    if p == R::lit(2.0) {
+        x * x
+    } else if p == R::one() {
+        x
+    } else if p == R::lit(3.0) {
+        x * x * x
+    } else if p == R::lit(0.5) {
+        x.sqrt()
+    } else {
+        x.powf(p)
+    }
+});
 unfn!(AddS(s), |x| x + s);
 unfn!(MulS(s), |x| x * s);
 unfn!(DivS(s), |x| x / s);
@@ -90,7 +102,7 @@ binfn!(AddScaled(alpha), |a, b| a + alpha * b);
 binfn!(Lerp(w), |a, b| a + w * (b - a));
 binfn!(SigmoidBackward, |g, r| g * r * (R::one() - r));
 binfn!(SiluBackward, |g, x| {
-    let s = R::one() / (R::one() + (-x).exp());
+    let s = R::one() / (R::one() + (-x).fexp());
     g * s * (R::one() + x * (R::one() - s))
 });
 binfn!(Ge, |a, b| if a >= b { R::one() } else { R::zero() });

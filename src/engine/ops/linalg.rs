@@ -8,6 +8,7 @@ use crate::engine::cpu::{self, CReal};
 use crate::engine::dtype::DType;
 use crate::engine::layout::{broadcast_shapes, Layout};
 use crate::engine::runtime;
+use crate::engine::sgemm;
 use crate::engine::storage::{Device, Storage};
 use crate::engine::tensor::Tensor;
 use crate::record::Category;
@@ -22,10 +23,37 @@ const SMALL_GEMM: usize = 1 << 22;
 /// strides in elements (batch stride 0 = shared). Returns contiguous (batch, m, n).
 fn gemm_batched<R: CReal>(a: &[R], la: &Layout, b: &[R], lb: &Layout) -> Vec<R> {
     let (batch, m, k, n) = (la.shape[0], la.shape[1], la.shape[2], lb.shape[2]);
-    let mut c = vec![R::zero(); batch * m * n];
     if m * n == 0 {
+        return Vec::new();
+    }
+    if R::DTYPE == DType::F32 && sgemm::available() {
+        // sgemm writes every element, so the output needs no zero fill.
+        let mut c: Vec<R> = Vec::with_capacity(batch * m * n);
+        #[allow(clippy::uninit_vec)]
+        unsafe {
+            c.set_len(batch * m * n)
+        };
+        // Same data, viewed as f32 (R is f32 here).
+        let a = unsafe { std::slice::from_raw_parts(a.as_ptr() as *const f32, a.len()) };
+        let b = unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len()) };
+        let cf = unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut f32, c.len()) };
+        let mat = |s: &[f32], l: &Layout, i: usize| sgemm::MatRef {
+            ptr: unsafe { s.as_ptr().add(l.offset + i * l.strides[0]) },
+            rs: l.strides[1] as isize,
+            cs: l.strides[2] as isize,
+        };
+        if batch > 1 && m * n * k < SMALL_GEMM {
+            cf.par_chunks_mut(m * n).enumerate().for_each(|(i, dst)| unsafe {
+                sgemm::sgemm(m, n, k, mat(a, la, i), mat(b, lb, i), dst, false)
+            });
+        } else {
+            for (i, dst) in cf.chunks_mut(m * n).enumerate() {
+                unsafe { sgemm::sgemm(m, n, k, mat(a, la, i), mat(b, lb, i), dst, true) };
+            }
+        }
         return c;
     }
+    let mut c = vec![R::zero(); batch * m * n];
     let threads = rayon::current_num_threads();
     let run = |i: usize, dst: &mut [R], par: Parallelism| unsafe {
         gemm::gemm(

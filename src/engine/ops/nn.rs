@@ -13,19 +13,18 @@ use crate::with_real;
 use num_traits::Float;
 
 fn softmax_rows<R: Real>(r: &[R], o: &mut [R], log: bool) {
-    let m = r.iter().copied().fold(R::neg_infinity(), R::max);
+    let m = cpu::lmax(r);
+    // Map first, reduce after: both loops vectorise.
+    for (o, &v) in o.iter_mut().zip(r) {
+        *o = (v - m).fexp();
+    }
+    let s = cpu::lsum(o);
     if log {
-        let s: R = r.iter().map(|&v| (v - m).exp()).sum();
         let ls = s.ln();
         for (o, &v) in o.iter_mut().zip(r) {
             *o = v - m - ls;
         }
     } else {
-        let mut s = R::zero();
-        for (o, &v) in o.iter_mut().zip(r) {
-            *o = (v - m).exp();
-            s += *o;
-        }
         let inv = R::one() / s;
         o.iter_mut().for_each(|v| *v = *v * inv);
     }
@@ -66,7 +65,7 @@ impl Tensor {
                 let gi = with_real!(dt, R, {
                     Tensor::compute::<R>(g.device(), dt, g.shape(), "_softmax_backward_data", || {
                         rows2::<R>(&g, &y, n, |g, y, o| {
-                            let dot: R = g.iter().zip(y).map(|(&a, &b)| a * b).sum();
+                            let dot = cpu::ldot(g, y);
                             for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
                                 *o = yi * (gi - dot);
                             }
@@ -95,9 +94,9 @@ impl Tensor {
                 let gi = with_real!(dt, R, {
                     Tensor::compute::<R>(g.device(), dt, g.shape(), "_log_softmax_backward_data", || {
                         rows2::<R>(&g, &y, n, |g, y, o| {
-                            let s: R = g.iter().copied().sum();
+                            let s = cpu::lsum(g);
                             for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
-                                *o = gi - yi.exp() * s;
+                                *o = gi - yi.fexp() * s;
                             }
                         })
                     })

@@ -32,6 +32,29 @@ fn rows_along<R: CReal>(t: &Tensor, d: usize) -> Vec<R> {
     cpu::read::<R>(&t.detach().permute(&perm))
 }
 
+/// Sum over dim `d` of the tensor's values (row-major, any layout), as `R`.
+fn sum_over<R: CReal>(t: &Tensor, d: usize) -> Vec<R> {
+    let n = t.shape()[d];
+    if d + 1 == t.rank() {
+        return cpu::with_slice::<R, _>(t, |x| cpu::rows(x, n, 1, |r, o| o[0] = cpu::lsum(r)));
+    }
+    // Middle dim: accumulate contiguous inner vectors (vectorises, no transposed copy).
+    let inner: usize = t.shape()[d + 1..].iter().product();
+    cpu::with_slice::<R, _>(t, |x| {
+        let outer = x.len() / (n * inner).max(1);
+        let mut out = vec![R::zero(); outer * inner];
+        out.par_chunks_mut(inner.max(1)).enumerate().for_each(|(o, acc)| {
+            for j in 0..n {
+                let src = &x[(o * n + j) * inner..(o * n + j + 1) * inner];
+                for (a, &v) in acc.iter_mut().zip(src) {
+                    *a += v;
+                }
+            }
+        });
+        out
+    })
+}
+
 /// Undo `keepdim=false` so a gradient broadcasts against the input.
 fn keep(g: &Tensor, d: usize, keepdim: bool) -> Tensor {
     if keepdim {
@@ -46,12 +69,9 @@ impl Tensor {
     pub fn sum_dim(&self, dim: isize, keepdim: bool) -> Tensor {
         let d = dim_index(dim, self.rank());
         let shape = reduced_shape(self.shape(), d, keepdim);
-        let n = self.shape()[d];
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &shape, "sum", || {
-                cpu::rows(&rows_along::<R>(self, d), n, 1, |r, o| o[0] = r.iter().copied().sum())
-            })
+            Tensor::compute::<R>(self.device(), dtype, &shape, "sum", || sum_over::<R>(self, d))
         });
         if needs_grad(&[self]) {
             let in_shape = self.shape().to_vec();
@@ -65,7 +85,7 @@ impl Tensor {
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &[], "sum", || {
                 let v = cpu::read::<R>(self);
-                vec![v.par_iter().copied().sum::<R>()]
+                vec![v.par_chunks(1 << 14).map(cpu::lsum).collect::<Vec<R>>().iter().copied().sum::<R>()]
             })
         });
         if needs_grad(&[self]) {
@@ -83,7 +103,9 @@ impl Tensor {
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &shape, "mean", || {
                 let inv = R::one() / R::lit(n as f64);
-                cpu::rows(&rows_along::<R>(self, d), n, 1, move |r, o| o[0] = r.iter().copied().sum::<R>() * inv)
+                let mut v = sum_over::<R>(self, d);
+                v.iter_mut().for_each(|x| *x = *x * inv);
+                v
             })
         });
         if needs_grad(&[self]) {
@@ -101,7 +123,7 @@ impl Tensor {
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &[], "mean", || {
                 let v = cpu::read::<R>(self);
-                vec![v.par_iter().copied().sum::<R>() / R::lit(n as f64)]
+                vec![v.par_chunks(1 << 14).map(cpu::lsum).collect::<Vec<R>>().iter().copied().sum::<R>() / R::lit(n as f64)]
             })
         });
         if needs_grad(&[self]) {
@@ -232,6 +254,3 @@ pub(crate) fn scatter_along(src: &Tensor, idx: &Tensor, d: usize, shape: &[usize
         })
     })
 }
-
-#[allow(dead_code)]
-fn _assert_real<R: Real>() {}
