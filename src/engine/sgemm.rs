@@ -45,6 +45,7 @@ pub fn available() -> bool {
 
 thread_local! {
     static APACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static BPACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Pack rows `i0..i0+mc`, cols `k0..k0+kc` of A into MR-row panels (zero padded).
@@ -170,7 +171,12 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, c: &mut 
     let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
     let nblocks = threads * m.div_ceil(threads * MC);
     let mc_block = m.div_ceil(nblocks).div_ceil(MR) * MR;
-    let mut bpack = vec![0f32; KC * NC.min(n.div_ceil(NR) * NR)];
+    // Packing buffers are reused across calls (a fresh one would be zeroed and faulted in).
+    let mut bpack = BPACK.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    let need = KC * NC.min(n.div_ceil(NR) * NR);
+    if bpack.len() < need {
+        bpack.resize(need, 0.0);
+    }
     for j0 in (0..n).step_by(NC) {
         let nc = NC.min(n - j0);
         for k0 in (0..k).step_by(KC) {
@@ -208,6 +214,7 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, c: &mut 
             }
         }
     }
+    BPACK.with(|b| *b.borrow_mut() = bpack);
 }
 
 #[cfg(test)]
