@@ -1,6 +1,6 @@
 //! The cs336 flavour (Stanford CS336 assignment 2), op for op as reference-models.md §1.
 use super::init::Init;
-use super::{linear_einsum as linear, Builder, Layer, Model, ModelConfig};
+use super::{Weights, linear_einsum as linear, Builder, Layer, Model, ModelConfig};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -33,18 +33,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rn
         let _s = scope("rope");
         Some(rope_tables(cfg, device))
     };
-    Model {
-        config: cfg.clone(),
-        device,
-        dtype,
-        params: b.params,
-        embedding,
-        layers,
-        final_norm,
-        lm_head,
-        rope_buffer,
-        rope_cache: Default::default(),
-    }
+    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: rope_buffer })
 }
 
 /// (2, max_seq_len, d_k/2): cos then sin of position × inverse frequency.

@@ -137,7 +137,31 @@ pub(crate) struct Builder<'a> {
     pub params: Vec<Param>,
 }
 
+/// The weights a flavour built, in registration order.
+pub(crate) struct Weights {
+    pub embedding: Tensor,
+    pub layers: Vec<Layer>,
+    pub final_norm: Tensor,
+    pub lm_head: Tensor,
+    pub rope_buffer: Option<Tensor>,
+}
+
 impl Builder<'_> {
+    pub fn finish(self, config: &ModelConfig, w: Weights) -> Model {
+        Model {
+            config: config.clone(),
+            device: self.device,
+            dtype: self.dtype,
+            params: self.params,
+            embedding: w.embedding,
+            layers: w.layers,
+            final_norm: w.final_norm,
+            lm_head: w.lm_head,
+            rope_buffer: w.rope_buffer,
+            rope_cache: Default::default(),
+        }
+    }
+
     pub fn param(&mut self, name: String, shape: &[usize], init: init::Init) -> Tensor {
         let t = init::make(shape, self.dtype, self.device, init, self.rng);
         let t = t.requires_grad_(true);

@@ -1,6 +1,6 @@
 //! The tinyllama flavour (AMD's Tiny LLaMA workshop, `shared/bench/pytorch_tinyllama.py`).
 use super::init::Init;
-use super::{linear, Builder, Layer, Model, ModelConfig};
+use super::{Weights, linear, Builder, Layer, Model, ModelConfig};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -36,18 +36,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rn
     } else {
         b.param("output_proj.weight".into(), &[v, d], std)
     };
-    Model {
-        config: cfg.clone(),
-        device,
-        dtype,
-        params: b.params,
-        embedding,
-        layers,
-        final_norm,
-        lm_head,
-        rope_buffer: None,
-        rope_cache: Default::default(),
-    }
+    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: None })
 }
 
 /// RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) * w.

@@ -2,6 +2,7 @@
 //!
 //! The engine reports every storage allocation and free here (through
 //! [`crate::engine::runtime`]); nothing else creates device memory.
+pub mod allocator;
 pub mod context;
 pub mod log;
 
