@@ -1,5 +1,6 @@
 //! vramscope: where accelerator memory goes when a Transformer trains, predicted by running
 //! the model op by op with PyTorch's allocation and autograd semantics.
+pub mod analyse;
 pub mod cli;
 pub mod engine;
 pub mod export;

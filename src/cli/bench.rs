@@ -17,6 +17,8 @@ pub enum Which {
     Matmul,
     /// Elementwise/reduction kernels on 1 Mi-element f32 tensors
     Ops,
+    /// Cost of recording (events + caching-allocator model) on a cpu training step
+    Record,
     Train,
     All,
 }
@@ -209,8 +211,71 @@ fn bench_ops() {
     println!("  sgemm micro-kernel peak, one thread: {:.1} GFLOP/s", crate::engine::sgemm::kernel_peak_gflops());
 }
 
+/// Average seconds per training step (after 2 warm-up steps), with or without recording
+/// every event through the caching-allocator model.
+fn step_time(record: bool, steps: usize) -> Result<f64> {
+    use crate::model::{presets, Model};
+    use crate::train::optim::{OptimConfig, OptimizerKind};
+    use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
+    runtime::reset();
+    if record {
+        runtime::with(|rt| {
+            rt.log.allocator = Some(crate::record::allocator::CachingAllocator::new(Default::default(), usize::MAX / 4));
+            rt.log.start_recording();
+        });
+    }
+    let cfg = presets::find("walkthrough", None).map_err(anyhow::Error::msg)?.model;
+    let model = Model::new(&cfg, Device::Cpu, 1)?;
+    let opt = Optimizer::new(
+        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 3e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 },
+        model.parameters().len(),
+    );
+    let mut runner = StepRunner::new(&model, opt);
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, 8, 128, Device::Cpu, 1);
+    let mut total = 0.0;
+    for i in 0..steps + 2 {
+        let (x, y) = data.next_batch();
+        let r = runner.step(&x, &y);
+        if i >= 2 {
+            total += r.seconds;
+        }
+    }
+    runner.finish();
+    let n = runtime::with(|rt| rt.log.events().map_or(0, |e| e.len()));
+    if record && n == 0 {
+        anyhow::bail!("recording produced no events");
+    }
+    runtime::reset();
+    Ok(total / steps as f64)
+}
+
+fn bench_record(a: &BenchArgs) -> Result<()> {
+    // Interleave the two configurations so machine noise hits both alike.
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        off.push(step_time(false, a.steps.max(3) / 3)?);
+        on.push(step_time(true, a.steps.max(3) / 3)?);
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (off, on) = (med(&mut off), med(&mut on));
+    println!(
+        "recording overhead, walkthrough training step on cpu ({} threads): without {:.2} ms, with events + allocator model {:.2} ms: {:+.1}%",
+        a.threads,
+        off * 1e3,
+        on * 1e3,
+        (on / off - 1.0) * 100.0
+    );
+    Ok(())
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
     set_threads(Some(a.threads))?;
+    if a.which == Which::Record {
+        return bench_record(&a);
+    }
     if a.which == Which::Ops {
         bench_ops();
         return Ok(());

@@ -2,6 +2,7 @@
 //! The CLI only parses, validates and wires stages together.
 pub mod bench;
 pub mod model_flags;
+pub mod profile;
 pub mod train;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,8 @@ pub enum Command {
     /// Train a LLaMA-style model (the workshop's tiny_llama_v1.py): loss, times, memory.
     #[command(allow_negative_numbers = true)]
     Train(train::TrainArgs),
+    /// Profile memory like CS336's profile_memory.py: snapshot, summary, peak table.
+    Profile(profile::ProfileArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(bench::BenchArgs),
 }
@@ -42,6 +45,7 @@ pub fn run(cli: Cli) -> i32 {
     let res = match cli.command {
         Command::Train(a) => train::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Profile(a) => profile::run(a),
     };
     match res {
         Ok(()) => 0,

@@ -7,7 +7,7 @@ use clap::Args;
 pub struct ModelFlags {
     /// Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
     /// tiny|small|medium|large|very_large (prefix cs336- / tinyllama- when ambiguous)
-    #[arg(long)]
+    #[arg(long, visible_alias = "model", alias = "model-size")]
     pub preset: Option<String>,
     /// Reference implementation to reproduce: cs336 or tinyllama
     #[arg(long)]

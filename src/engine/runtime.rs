@@ -58,14 +58,23 @@ impl Runtime {
     }
 }
 
+/// The payload of the panic an out-of-memory allocation raises (as PyTorch raises
+/// `torch.OutOfMemoryError`); runners catch it with `catch_unwind`.
+#[derive(Debug, Clone)]
+pub struct OomPanic(pub crate::record::allocator::OutOfMemory);
+
 pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
-    with(|rt| {
+    let r = with(|rt| {
         let id = rt.next_storage_id;
         rt.next_storage_id += 1;
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        rt.log.on_alloc(id, bytes, &scope, op, phase, cat);
-        id
-    })
+        rt.log.on_alloc(id, bytes, &scope, op, phase, cat).map(|()| id)
+    });
+    match r {
+        Ok(id) => id,
+        // Raised outside the runtime borrow so unwinding can free storages.
+        Err(e) => std::panic::panic_any(OomPanic(e)),
+    }
 }
 
 pub(crate) fn free_storage(id: u64) {
@@ -102,8 +111,19 @@ pub fn is_grad_enabled() -> bool {
     with(|rt| rt.grad_enabled)
 }
 
+/// Allocated bytes now and at the peak: the caching-allocator model's `allocated_bytes`
+/// (rounded blocks, as `torch.cuda.memory_allocated()`) when the run models a GPU,
+/// otherwise the exact bytes of live storages.
 pub fn stats() -> MemoryStats {
-    with(|rt| rt.log.stats)
+    with(|rt| {
+        let mut s = rt.log.stats;
+        s.phase_peak = s.phase_peak.max(rt.log.allocated_now());
+        if let Some(a) = &rt.log.allocator {
+            s.allocated = a.stats.allocated_bytes.current;
+            s.peak_allocated = a.stats.allocated_bytes.peak;
+        }
+        s
+    })
 }
 
 pub fn set_phase(p: Phase) {

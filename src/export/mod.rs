@@ -1,5 +1,8 @@
 //! Writers. Every file is written to a temporary path beside its target and renamed, so a
 //! failed run never leaves a half-written file.
+pub mod pickle;
+pub mod snapshot;
+
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;

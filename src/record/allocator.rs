@@ -298,6 +298,7 @@ impl std::fmt::Display for OutOfMemory {
 }
 
 /// The allocator of one device and stream.
+#[derive(Clone)]
 pub struct CachingAllocator {
     pub config: AllocatorConfig,
     /// Device memory the allocator may reserve.
@@ -400,6 +401,11 @@ impl CachingAllocator {
 
     /// Hand out a block for `requested` bytes: its address, or the OOM PyTorch would raise.
     pub fn malloc(&mut self, requested: usize) -> Result<u64, OutOfMemory> {
+        self.malloc_block(requested).map(|(addr, _)| addr)
+    }
+
+    /// Like `malloc`, also returning the block size counted in `allocated_bytes`.
+    pub fn malloc_block(&mut self, requested: usize) -> Result<(u64, usize), OutOfMemory> {
         let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = if size <= SMALL_SIZE { Pool::Small } else { Pool::Large };
         let (bsize, addr) = match self.find_free(pool, size) {
@@ -454,7 +460,7 @@ impl CachingAllocator {
         self.stats.requested_bytes.add(requested);
         self.stats.allocation.add(1);
         self.trace.push(Trace { action: Action::Alloc, addr, size: requested });
-        Ok(addr)
+        Ok((addr, given))
     }
 
     fn new_segment(&mut self, pool: Pool, size: usize) -> (usize, u64) {

@@ -1,4 +1,5 @@
 //! The event log and running statistics of one run.
+use super::allocator::{CachingAllocator, OutOfMemory, Trace};
 use super::{Category, Phase};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -17,7 +18,15 @@ pub struct MemEvent {
     pub kind: EventKind,
     /// Storage id, unique within a run (allocation order).
     pub id: u64,
+    /// Device address from the caching-allocator model (0 without one).
+    pub addr: u64,
+    /// Requested bytes.
     pub bytes: usize,
+    /// Bytes the allocator counts for the block (rounded, or the whole unsplit block);
+    /// equal to `bytes` without an allocator model.
+    pub block: usize,
+    /// Microseconds since the Unix epoch.
+    pub time_us: u64,
     /// Module path on the scope stack when the storage was allocated (or freed).
     pub scope: Rc<str>,
     pub op: &'static str,
@@ -34,67 +43,202 @@ pub struct MemoryStats {
     pub peak_allocated: usize,
     pub num_allocs: u64,
     pub num_frees: u64,
+    /// Highest allocated bytes (allocator blocks when modelled) since `reset_phase_peak`:
+    /// per-phase peaks without disturbing the run's peak.
+    pub phase_peak: usize,
 }
 
 #[derive(Clone, Debug)]
 struct Live {
     bytes: usize,
+    block: usize,
+    addr: u64,
+    scope: Rc<str>,
+    op: &'static str,
+    phase: Phase,
     category: Category,
+    /// Index of its alloc event while recording.
+    event: Option<usize>,
 }
 
-/// Running totals, live storages and (when enabled) the full event list.
-#[derive(Debug, Default)]
+/// Running totals, live storages, the allocator model and (when enabled) the event list.
+#[derive(Default)]
 pub struct MemoryLog {
     pub stats: MemoryStats,
     live: HashMap<u64, Live>,
     events: Option<Vec<MemEvent>>,
+    /// PyTorch's caching allocator, when the run models a GPU.
+    pub allocator: Option<CachingAllocator>,
+    /// Allocator actions while recording, each with the index of the event that caused it
+    /// (None for actions no storage caused, e.g. `empty_cache`).
+    pub actions: Vec<(Trace, Option<usize>)>,
+    /// The allocation the allocator refused, if any.
+    pub oom: Option<(OutOfMemory, Rc<str>, Phase)>,
+    /// The recording as it stood at the OOM (what unwinding frees afterwards is not part
+    /// of it, as PyTorch's history ends at the exception).
+    pub oom_capture: Option<Recording>,
+}
+
+/// A finished recording: events, allocator actions, and the allocator's state at the end.
+pub struct Recording {
+    pub events: Vec<MemEvent>,
+    pub actions: Vec<(Trace, Option<usize>)>,
+    pub allocator: Option<CachingAllocator>,
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 impl MemoryLog {
     pub fn start_recording(&mut self) {
         self.events = Some(Vec::new());
+        self.actions.clear();
+        if let Some(a) = &mut self.allocator {
+            a.take_trace();
+        }
     }
     pub fn stop_recording(&mut self) -> Vec<MemEvent> {
         self.events.take().unwrap_or_default()
     }
+    /// End the recording, keeping the allocator running: events, actions, allocator state.
+    pub fn finish_recording(&mut self) -> Recording {
+        Recording { events: self.stop_recording(), actions: std::mem::take(&mut self.actions), allocator: self.allocator.clone() }
+    }
+    /// Allocator actions since the last call (while recording).
+    fn collect_actions(&mut self, cause: Option<usize>) {
+        if let Some(a) = &mut self.allocator {
+            let t = a.take_trace();
+            if self.events.is_some() {
+                self.actions.extend(t.into_iter().map(|t| (t, cause)));
+            }
+        }
+    }
+    /// Release cached segments (`torch.cuda.empty_cache()`).
+    pub fn empty_cache(&mut self) {
+        if let Some(a) = &mut self.allocator {
+            a.empty_cache();
+        }
+        self.collect_actions(None);
+    }
+    /// Live storages: (addr, requested bytes, category).
+    pub fn live_blocks(&self) -> Vec<(u64, u64, usize, Category)> {
+        let mut v: Vec<_> = self.live.iter().map(|(&id, l)| (id, l.addr, l.bytes, l.category)).collect();
+        v.sort();
+        v.into_iter().map(|(id, a, b, c)| (a, id, b, c)).collect()
+    }
+    /// Every live storage as an alloc event (what existed before recording started).
+    pub fn live_as_events(&self) -> Vec<MemEvent> {
+        let mut v: Vec<MemEvent> = self
+            .live
+            .iter()
+            .map(|(&id, l)| MemEvent {
+                kind: EventKind::Alloc,
+                id,
+                addr: l.addr,
+                bytes: l.bytes,
+                block: l.block,
+                time_us: 0,
+                scope: l.scope.clone(),
+                op: l.op,
+                phase: l.phase,
+                category: l.category,
+            })
+            .collect();
+        v.sort_by_key(|e| e.id);
+        v
+    }
+    /// The event that allocated a live storage (while recording).
+    pub fn alloc_event_of(&self, id: u64) -> Option<usize> {
+        self.live.get(&id).and_then(|l| l.event)
+    }
+    pub fn events(&self) -> Option<&[MemEvent]> {
+        self.events.as_deref()
+    }
     pub fn is_recording(&self) -> bool {
         self.events.is_some()
     }
+    /// Current allocated bytes as the run reports them (allocator blocks when modelled).
+    pub fn allocated_now(&self) -> usize {
+        self.allocator.as_ref().map_or(self.stats.allocated, |a| a.stats.allocated_bytes.current)
+    }
+    pub fn reset_phase_peak(&mut self) {
+        self.stats.phase_peak = self.allocated_now();
+    }
     pub fn reset_peak(&mut self) {
         self.stats.peak_allocated = self.stats.allocated;
+        self.stats.phase_peak = self.allocated_now();
+        if let Some(a) = &mut self.allocator {
+            a.reset_peak();
+        }
     }
 
-    pub fn on_alloc(&mut self, id: u64, bytes: usize, scope: &Rc<str>, op: &'static str, phase: Phase, category: Category) {
+    /// Account for a new storage. With an allocator model, Err is the OOM PyTorch raises.
+    pub fn on_alloc(&mut self, id: u64, bytes: usize, scope: &Rc<str>, op: &'static str, phase: Phase, category: Category) -> Result<(), OutOfMemory> {
+        let (addr, block) = match &mut self.allocator {
+            Some(a) if bytes > 0 => match a.malloc_block(bytes) {
+                Ok(ab) => ab,
+                Err(e) => {
+                    self.collect_actions(None);
+                    self.oom = Some((e.clone(), scope.clone(), phase));
+                    self.oom_capture = Some(Recording {
+                        events: self.events.clone().unwrap_or_default(),
+                        actions: self.actions.clone(),
+                        allocator: self.allocator.clone(),
+                    });
+                    return Err(e);
+                }
+            },
+            _ => (0, bytes),
+        };
         self.stats.allocated += bytes;
         self.stats.num_allocs += 1;
         self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
-        self.live.insert(id, Live { bytes, category });
+        self.stats.phase_peak = self.stats.phase_peak.max(self.allocated_now());
+        let event = self.events.as_ref().map(|e| e.len());
+        self.live.insert(id, Live { bytes, block, addr, scope: scope.clone(), op, phase, category, event });
         if let Some(ev) = &mut self.events {
-            ev.push(MemEvent { kind: EventKind::Alloc, id, bytes, scope: scope.clone(), op, phase, category });
+            ev.push(MemEvent { kind: EventKind::Alloc, id, addr, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category });
         }
+        self.collect_actions(event);
+        Ok(())
     }
 
     pub fn on_free(&mut self, id: u64, scope: &Rc<str>, op: &'static str, phase: Phase) {
         let Some(live) = self.live.remove(&id) else { return };
         self.stats.allocated -= live.bytes;
         self.stats.num_frees += 1;
+        let event = self.events.as_ref().map(|e| e.len());
         if let Some(ev) = &mut self.events {
             ev.push(MemEvent {
                 kind: EventKind::Free,
                 id,
+                addr: live.addr,
                 bytes: live.bytes,
+                block: live.block,
+                time_us: now_us(),
                 scope: scope.clone(),
                 op,
                 phase,
                 category: live.category,
             });
         }
+        if let Some(a) = &mut self.allocator {
+            if live.bytes > 0 {
+                a.free(live.addr);
+            }
+        }
+        self.collect_actions(event);
     }
 
     /// Re-categorise a live storage (its role became known after allocation).
     pub fn set_category(&mut self, id: u64, category: Category) {
         if let Some(l) = self.live.get_mut(&id) {
             l.category = category;
+            // The alloc event carries the role the storage ended up with.
+            if let (Some(i), Some(ev)) = (l.event, &mut self.events) {
+                ev[i].category = category;
+            }
         }
     }
     pub fn category(&self, id: u64) -> Option<Category> {

@@ -4,7 +4,8 @@
 //! [`crate::engine::runtime`]); nothing else creates device memory.
 pub mod allocator;
 pub mod context;
+pub mod gpu;
 pub mod log;
 
 pub use context::{Category, Phase};
-pub use log::{EventKind, MemEvent, MemoryLog, MemoryStats};
+pub use log::{EventKind, MemEvent, MemoryLog, MemoryStats, Recording};

@@ -43,11 +43,11 @@ pub struct StepRunner<'m> {
 
 fn timed<T>(phase: Phase, stats: &mut Vec<PhaseStat>, f: impl FnOnce() -> T) -> T {
     runtime::set_phase(phase);
-    runtime::with(|rt| rt.log.reset_peak());
+    runtime::with(|rt| rt.log.reset_phase_peak());
     let t0 = Instant::now();
     let out = f();
     let seconds = t0.elapsed().as_secs_f64();
-    stats.push(PhaseStat { phase: phase.name(), seconds, peak_allocated: runtime::stats().peak_allocated });
+    stats.push(PhaseStat { phase: phase.name(), seconds, peak_allocated: runtime::stats().phase_peak });
     out
 }
 
@@ -64,17 +64,17 @@ impl<'m> StepRunner<'m> {
         // Forward, then loss: the loss phase starts when the logits exist.
         let rebind_after_forward = model.config.flavour == Flavour::Cs336;
         runtime::set_phase(Phase::Forward);
-        runtime::with(|rt| rt.log.reset_peak());
+        runtime::with(|rt| rt.log.reset_phase_peak());
         let mut mark = Instant::now();
         let prev_logits = &mut self.logits;
         let (logits, loss) = model.forward_loss(inputs, labels, &mut |logits| {
-            phases.push(PhaseStat { phase: Phase::Forward.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: runtime::stats().peak_allocated });
+            phases.push(PhaseStat { phase: Phase::Forward.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: runtime::stats().phase_peak });
             if rebind_after_forward {
                 // `logits = model(x)`: the previous step's logits die once the new ones exist.
                 *prev_logits = Some(logits.clone());
             }
             runtime::set_phase(Phase::Loss);
-            runtime::with(|rt| rt.log.reset_peak());
+            runtime::with(|rt| rt.log.reset_phase_peak());
             mark = Instant::now();
         });
         phases.push(PhaseStat { phase: Phase::Loss.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: 0 });
@@ -82,7 +82,7 @@ impl<'m> StepRunner<'m> {
         // the previous step's tensors only now.
         self.logits = Some(logits);
         let loss = self.loss.insert(loss).clone();
-        phases.last_mut().unwrap().peak_allocated = runtime::stats().peak_allocated;
+        phases.last_mut().unwrap().peak_allocated = runtime::stats().phase_peak;
         timed(Phase::Backward, &mut phases, || loss.backward());
         let value = (inputs.device() == Device::Cpu).then(|| loss.item());
         drop(loss);

@@ -1,0 +1,327 @@
+//! `vramscope profile`: the CS336 `profile_memory.py` without a GPU — runs forward,
+//! inference or training steps through the caching-allocator model and writes a
+//! memory_viz snapshot, `summary.json` and a printed summary (peak, phases, what is live
+//! at the peak, the largest allocations), plus a peak table over context lengths.
+use super::model_flags::ModelFlags;
+use super::{set_threads, usage};
+use crate::analyse::{self, PeakReport};
+use crate::engine::runtime::{self, OomPanic};
+use crate::engine::{Device, Tensor};
+use crate::export::{gib, mib, pickle, snapshot, write_atomic, write_json};
+use crate::model::{Flavour, Model, ModelConfig};
+use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator};
+use crate::record::{gpu, MemEvent, Phase, Recording};
+use crate::train::optim::{OptimConfig, OptimizerKind};
+use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileType {
+    /// Forward pass with autograd on (saved tensors kept until the output is dropped)
+    Forward,
+    /// Forward pass under no_grad
+    Inference,
+    /// zero_grad → forward → loss → backward → optimizer step
+    Training,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: ModelFlags,
+    /// Sequence length(s), comma separated (default: the preset's)
+    #[arg(long)]
+    pub context_length: Option<String>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Steps run before recording (optimizer state exists after one training step)
+    #[arg(long, default_value_t = 1)]
+    pub warmup_steps: usize,
+    /// Steps recorded into the snapshot
+    #[arg(long, default_value_t = 1)]
+    pub measure_steps: usize,
+    #[arg(long, value_enum, default_value = "training")]
+    pub profile_type: ProfileType,
+    /// cpu (real numerics) or meta (shapes only; any model size)
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
+    /// MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Device memory instead of a --gpu preset (e.g. 24GiB, 80GB)
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
+    #[arg(long)]
+    pub allocator_conf: Option<String>,
+    /// Snapshot path (one context length only; default: <out-dir>/<model>_ctx<S>_<type>_snapshot.pickle)
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    #[arg(long, default_value = "vramscope-out/profile")]
+    pub out_dir: PathBuf,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+struct Plan {
+    model: ModelConfig,
+    model_name: String,
+    batch: usize,
+    contexts: Vec<usize>,
+    device: Device,
+    capacity: usize,
+    gpu_name: Option<String>,
+    conf: AllocatorConfig,
+}
+
+fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
+    let v: Result<Vec<usize>, _> = s.split(',').map(|x| x.trim().parse::<usize>()).collect();
+    match v {
+        Ok(v) if !v.is_empty() && v.iter().all(|&x| x > 0) => Ok(v),
+        _ => Err(usage(flag, format!("'{s}' (expected positive whole numbers separated by commas)"))),
+    }
+}
+
+fn plan(a: &ProfileArgs) -> Result<Plan> {
+    let r = a.model.resolve("walkthrough")?;
+    let mut cfg = r.config;
+    let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
+    let contexts = match &a.context_length {
+        Some(s) => parse_list("--context-length", s)?,
+        None => vec![r.preset.seq_len.min(cfg.max_seq_len)],
+    };
+    // cs336 builds its RoPE buffer for the run's context length, as the course script does.
+    if cfg.flavour == Flavour::Cs336 && a.model.max_seq_len.is_none() {
+        cfg.max_seq_len = cfg.max_seq_len.max(*contexts.iter().max().unwrap());
+    }
+    for &c in &contexts {
+        cfg.check_seq_len(c, "--context-length").map_err(super::UsageError::from)?;
+        if cfg.flavour == Flavour::Tinyllama && c < 2 {
+            return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
+        }
+    }
+    if a.output.is_some() && contexts.len() > 1 {
+        return Err(usage("--output", "names one snapshot; with several --context-length values use --out-dir"));
+    }
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    if a.measure_steps == 0 {
+        return Err(usage("--measure-steps", "must be at least 1"));
+    }
+    let (capacity, gpu_name) = match (&a.gpu, &a.memory_limit) {
+        (_, Some(m)) => (gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))?, a.gpu.clone()),
+        (Some(g), None) => {
+            let g = gpu::find(g).map_err(|e| usage("--gpu", e))?;
+            (g.memory_bytes, Some(g.name.to_string()))
+        }
+        (None, None) => (usize::MAX / 4, None),
+    };
+    if let Some(g) = &a.gpu {
+        gpu::find(g).map_err(|e| usage("--gpu", e))?;
+    }
+    let conf_str = a.allocator_conf.clone().or_else(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok()).unwrap_or_default();
+    let conf = AllocatorConfig::parse(&conf_str).map_err(|e| usage("--allocator-conf", e))?;
+    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, conf })
+}
+
+/// What one profiled context length produced.
+pub struct Run {
+    pub context: usize,
+    pub report: PeakReport,
+    pub stats: AllocatorStats,
+    pub oom: Option<String>,
+    pub snapshot: PathBuf,
+    pub events: usize,
+}
+
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<(Tensor, Tensor)>) {
+    let new = batcher.next_batch();
+    let (x, y) = batch.insert(new);
+    match kind {
+        ProfileType::Training => {
+            runner.step(x, y);
+        }
+        ProfileType::Forward | ProfileType::Inference => {
+            let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
+            runtime::set_phase(Phase::Forward);
+            // `model(x)` with the result unbound: output and graph die right after.
+            drop(model.forward(x));
+            runtime::set_phase(Phase::Setup);
+        }
+    }
+}
+
+fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize) -> Result<Run> {
+    runtime::reset();
+    runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(p.conf.clone(), p.capacity)));
+    let mut before: Vec<MemEvent> = Vec::new();
+    let mut recording: Option<Recording> = None;
+    let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+        let model = Model::new(&p.model, p.device, a.seed)?;
+        let kind = match p.model.flavour {
+            Flavour::Cs336 => OptimizerKind::AdamwCs336,
+            Flavour::Tinyllama => OptimizerKind::AdamwTorch,
+        };
+        let lr = if p.model.flavour == Flavour::Cs336 { 1e-3 } else { 3e-4 };
+        let opt = Optimizer::new(OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 }, model.parameters().len());
+        let mut runner = StepRunner::new(&model, opt);
+        let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch, ctx, p.device, a.seed);
+        let mut batch = None;
+        for _ in 0..a.warmup_steps {
+            one_step(a.profile_type, &model, &mut runner, &mut batcher, &mut batch);
+        }
+        // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
+        runtime::with(|rt| {
+            rt.log.reset_peak();
+            before = rt.log.live_as_events();
+            rt.log.start_recording();
+        });
+        for _ in 0..a.measure_steps {
+            one_step(a.profile_type, &model, &mut runner, &mut batcher, &mut batch);
+        }
+        // `_dump_snapshot` runs while the loop's tensors are still bound.
+        recording = Some(runtime::with(|rt| rt.log.finish_recording()));
+        runner.finish();
+        drop(batch);
+        drop(runner);
+        drop(model);
+        Ok(())
+    }));
+    let oom = match res {
+        Ok(r) => {
+            r?;
+            None
+        }
+        Err(payload) => match payload.downcast::<OomPanic>() {
+            Ok(o) => Some(o.0.to_string()),
+            Err(other) => std::panic::resume_unwind(other),
+        },
+    };
+    let (rec, oom_where) = runtime::with(|rt| {
+        let w = rt.log.oom.take().map(|(_, scope, phase)| (scope.to_string(), phase));
+        // After an OOM: the history up to the failing allocation.
+        let rec = rt.log.oom_capture.take().or(recording.take()).unwrap_or_else(|| rt.log.finish_recording());
+        (rec, w)
+    });
+    let Recording { events, actions, allocator } = rec;
+    let alloc = allocator.expect("allocator installed");
+    let oom = oom.map(|m| match oom_where {
+        Some((scope, phase)) => format!("{m} (at {}, phase {phase})", if scope.is_empty() { "<top level>" } else { &scope }),
+        None => m,
+    });
+    let report = analyse::peak(&before, &events, 20);
+    let snap = snapshot::build(&alloc, &before, &events, &actions);
+    let path = a.output.clone().unwrap_or_else(|| {
+        let kind = format!("{:?}", a.profile_type).to_lowercase();
+        a.out_dir.join(format!("{}_ctx{ctx}_{kind}_snapshot.pickle", p.model_name))
+    });
+    write_atomic(&path, &pickle::write(&snap))?;
+    let stats = alloc.stats;
+    runtime::reset();
+    Ok(Run { context: ctx, report, stats, oom, snapshot: path, events: events.len() })
+}
+
+fn print_run(p: &Plan, a: &ProfileArgs, r: &Run) {
+    let g = |b: usize| gib(b as u64);
+    println!(
+        "\n== {} ({}) {:?}, context {}, batch {} on {} | {}",
+        p.model_name,
+        p.model.flavour,
+        a.profile_type,
+        r.context,
+        p.batch,
+        p.device,
+        p.gpu_name.as_ref().map_or("no GPU limit".to_string(), |n| format!("{n}, {:.2} GiB", g(p.capacity)))
+    );
+    if let Some(o) = &r.oom {
+        println!("OUT OF MEMORY: {o}");
+    }
+    let rep = &r.report;
+    println!("(GiB/MiB are 1024-based; allocated = torch.cuda.max_memory_allocated(), reserved = max_memory_reserved())");
+    println!(
+        "peak allocated {:.3} GiB ({} B) at {} [{}], phase {} | peak reserved {:.3} GiB",
+        g(r.stats.allocated_bytes.peak),
+        r.stats.allocated_bytes.peak,
+        if rep.peak_scope.is_empty() { "<top level>" } else { &rep.peak_scope },
+        rep.peak_op,
+        rep.peak_phase.map_or("-".into(), |p| p.to_string()),
+        g(r.stats.reserved_bytes.peak)
+    );
+    let phases: Vec<String> = rep.phase_peaks.iter().map(|(ph, b)| format!("{ph} {:.3}", g(*b))).collect();
+    println!("peak by phase (GiB): {}", phases.join(" | "));
+    let cats: Vec<String> = rep.by_category.iter().map(|(c, b)| format!("{c} {:.3}", g(*b))).collect();
+    println!("live at the peak by category (GiB): {}", cats.join(" | "));
+    println!("live at the peak, top modules:");
+    for (m, b) in rep.by_module.iter().take(8) {
+        println!("  {:>10.2} MiB  {m}", mib(*b as u64));
+    }
+    println!("largest allocations:");
+    for l in rep.largest.iter().take(8) {
+        println!("  {:>10.2} MiB  {} in {} ({}, {})", mib(l.block_bytes as u64), l.op, if l.scope.is_empty() { "<top level>" } else { &l.scope }, l.phase, l.category);
+    }
+    println!(
+        "fragmentation: reserved − allocated at the end {:.2} MiB; inactive split peak {:.2} MiB; alloc retries {}; OOMs {}",
+        mib((r.stats.reserved_bytes.current - r.stats.allocated_bytes.current) as u64),
+        mib(r.stats.inactive_split_bytes.peak as u64),
+        r.stats.num_alloc_retries,
+        r.stats.num_ooms
+    );
+    println!("snapshot: {} ({} events; open it at pytorch.org/memory_viz)", r.snapshot.display(), r.events);
+}
+
+pub fn run(a: ProfileArgs) -> Result<()> {
+    let p = plan(&a)?;
+    set_threads(a.threads)?;
+    let mut runs = Vec::new();
+    for &ctx in &p.contexts {
+        let r = profile_one(&p, &a, ctx)?;
+        print_run(&p, &a, &r);
+        runs.push(r);
+    }
+    if runs.len() > 1 {
+        println!("\n| context length | peak allocated (GiB) | peak reserved (GiB) |\n|---:|---:|---:|");
+        for r in &runs {
+            println!("| {} | {:.3} | {:.3} |", r.context, gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64));
+        }
+    }
+    let summary = json!({
+        "model": p.model,
+        "preset": p.model_name,
+        "profile_type": a.profile_type,
+        "batch_size": p.batch,
+        "device": p.device,
+        "gpu": p.gpu_name,
+        "capacity_bytes": (p.capacity < usize::MAX / 4).then_some(p.capacity),
+        "allocator_conf": p.conf.raw,
+        "warmup_steps": a.warmup_steps,
+        "measure_steps": a.measure_steps,
+        "units": "bytes are integers; *_mib / *_gib are 1024-based",
+        "runs": runs.iter().map(|r| json!({
+            "context_length": r.context,
+            "snapshot": r.snapshot,
+            "oom": r.oom,
+            "peak_allocated_bytes": r.stats.allocated_bytes.peak,
+            "peak_allocated_gib": gib(r.stats.allocated_bytes.peak as u64),
+            "peak_reserved_bytes": r.stats.reserved_bytes.peak,
+            "peak_reserved_gib": gib(r.stats.reserved_bytes.peak as u64),
+            "allocator_stats": r.stats,
+            "peak": r.report,
+        })).collect::<Vec<_>>(),
+    });
+    write_json(&a.out_dir.join("summary.json"), &summary)?;
+    println!("\nwrote {}", a.out_dir.join("summary.json").display());
+    if runs.iter().any(|r| r.oom.is_some()) {
+        anyhow::bail!("out of memory (snapshot written up to the failing allocation)");
+    }
+    Ok(())
+}

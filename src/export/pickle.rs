@@ -1,0 +1,1238 @@
+//! Python pickles of plain data: the format of PyTorch memory snapshots (formats.md §1–2).
+//!
+//! Why our own: `serde-pickle` cannot represent shared references, and snapshots depend on
+//! them — identical tracebacks are one list object referenced by many trace entries, which
+//! Python's pickler writes once and then refers to through the memo. [`Value`] keeps
+//! containers behind [`Rc`], so sharing survives both directions.
+//!
+//! [`write`] emits protocol 4 restricted to the opcodes every version of pytorch.org/memory_viz's
+//! hand-written reader (MemoryViz.js) understands (formats.md §2.2): no FRAME, no MEMOIZE
+//! (explicit BINPUT/LONG_BINPUT slots instead), integers in their smallest form with LONG1 of
+//! at most 8 bytes, list and dict items in MARK…APPENDS / MARK…SETITEMS batches of ≤ 1000.
+//! Containers shared by `Rc` and strings equal by content are written once and then fetched
+//! with BINGET/LONG_BINGET.
+//!
+//! [`read`] accepts what CPython's `pickle` writes for plain data with protocols 0–5 and
+//! never executes anything: opcodes that would import or call (GLOBAL, REDUCE, BUILD, …) are
+//! errors. It runs as an explicit stack machine over an arena of containers, bounded by
+//! [`Limits`], and returns an error with a byte offset — never a panic — on any input.
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// Plain Python data: what a memory snapshot contains.
+///
+/// Equality is structural; floats compare by bit pattern (so `NaN == NaN`, `0.0 != -0.0`),
+/// which is what a round trip must preserve.
+#[derive(Clone, Debug)]
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Rc<str>),
+    /// `bytes` (or `bytearray`, read only).
+    Bytes(Vec<u8>),
+    /// A `list` (sets and frozensets are read as lists too).
+    List(Rc<Vec<Value>>),
+    Tuple(Rc<Vec<Value>>),
+    /// A `dict`, in insertion order.
+    Dict(Rc<Vec<(Value, Value)>>),
+}
+
+impl Value {
+    pub fn str(s: &str) -> Value {
+        Value::Str(Rc::from(s))
+    }
+
+    /// A dict with string keys, in the given order.
+    pub fn dict(items: Vec<(&str, Value)>) -> Value {
+        Value::Dict(Rc::new(items.into_iter().map(|(k, v)| (Value::str(k), v)).collect()))
+    }
+
+    pub fn list(items: Vec<Value>) -> Value {
+        Value::List(Rc::new(items))
+    }
+
+    pub fn tuple(items: Vec<Value>) -> Value {
+        Value::Tuple(Rc::new(items))
+    }
+
+    /// The value under string key `key` of a dict (the last one, as Python's dict would keep).
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Dict(items) => items.iter().rev().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// A float, or an int converted to one.
+    pub fn as_float(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The items of a list or a tuple.
+    pub fn as_list(&self) -> Option<&[Value]> {
+        match self {
+            Value::List(items) | Value::Tuple(items) => Some(items),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        use Value::*;
+        match (self, other) {
+            (None, None) => true,
+            (Bool(a), Bool(b)) => a == b,
+            (Int(a), Int(b)) => a == b,
+            (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
+            (Str(a), Str(b)) => a == b,
+            (Bytes(a), Bytes(b)) => a == b,
+            (List(a), List(b)) | (Tuple(a), Tuple(b)) => Rc::ptr_eq(a, b) || a == b,
+            (Dict(a), Dict(b)) => Rc::ptr_eq(a, b) || a == b,
+            _ => false,
+        }
+    }
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Int(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Value {
+        Value::Bool(v)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Float(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::str(v)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Opcodes (names as in CPython's pickletools).
+
+const MARK: u8 = b'(';
+const STOP: u8 = b'.';
+const POP: u8 = b'0';
+const POP_MARK: u8 = b'1';
+const DUP: u8 = b'2';
+const FLOAT: u8 = b'F';
+const INT: u8 = b'I';
+const BININT: u8 = b'J';
+const BININT1: u8 = b'K';
+const LONG: u8 = b'L';
+const BININT2: u8 = b'M';
+const NONE: u8 = b'N';
+const STRING: u8 = b'S';
+const BINSTRING: u8 = b'T';
+const SHORT_BINSTRING: u8 = b'U';
+const UNICODE: u8 = b'V';
+const BINUNICODE: u8 = b'X';
+const APPEND: u8 = b'a';
+const DICT: u8 = b'd';
+const EMPTY_DICT: u8 = b'}';
+const APPENDS: u8 = b'e';
+const GET: u8 = b'g';
+const BINGET: u8 = b'h';
+const LONG_BINGET: u8 = b'j';
+const LIST: u8 = b'l';
+const EMPTY_LIST: u8 = b']';
+const PUT: u8 = b'p';
+const BINPUT: u8 = b'q';
+const LONG_BINPUT: u8 = b'r';
+const SETITEM: u8 = b's';
+const TUPLE: u8 = b't';
+const EMPTY_TUPLE: u8 = b')';
+const SETITEMS: u8 = b'u';
+const BINFLOAT: u8 = b'G';
+const PROTO: u8 = 0x80;
+const TUPLE1: u8 = 0x85;
+const TUPLE2: u8 = 0x86;
+const TUPLE3: u8 = 0x87;
+const NEWTRUE: u8 = 0x88;
+const NEWFALSE: u8 = 0x89;
+const LONG1: u8 = 0x8a;
+const LONG4: u8 = 0x8b;
+const BINBYTES: u8 = b'B';
+const SHORT_BINBYTES: u8 = b'C';
+const SHORT_BINUNICODE: u8 = 0x8c;
+const BINUNICODE8: u8 = 0x8d;
+const BINBYTES8: u8 = 0x8e;
+const EMPTY_SET: u8 = 0x8f;
+const ADDITEMS: u8 = 0x90;
+const FROZENSET: u8 = 0x91;
+const MEMOIZE: u8 = 0x94;
+const FRAME: u8 = 0x95;
+const BYTEARRAY8: u8 = 0x96;
+const NEXT_BUFFER: u8 = 0x97;
+const READONLY_BUFFER: u8 = 0x98;
+
+/// Opcodes that import, call or hand objects to user code.
+fn executing_opcode(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        _ => return None,
+    })
+}
+
+/// Items per MARK…APPENDS / MARK…SETITEMS batch (CPython's own batch size).
+const BATCH: usize = 1000;
+
+// ---------------------------------------------------------------------------------------
+// Writer
+
+/// Serialise `v` as a protocol-4 pickle that CPython and every MemoryViz.js version read.
+///
+/// Recurses to the nesting depth of `v` (as dropping it does).
+pub fn write(v: &Value) -> Vec<u8> {
+    let mut w = Writer { out: vec![PROTO, 4], next: 0, containers: HashMap::new(), strings: HashMap::new() };
+    w.value(v);
+    w.out.push(STOP);
+    w.out
+}
+
+struct Writer<'a> {
+    out: Vec<u8>,
+    next: u32,
+    /// Memo slot of each shared container written so far, by `Rc` address.
+    containers: HashMap<usize, u32>,
+    strings: HashMap<&'a str, u32>,
+}
+
+impl<'a> Writer<'a> {
+    /// Store the top of the stack in the next memo slot.
+    fn put(&mut self) -> Option<u32> {
+        let i = self.next;
+        self.next = self.next.checked_add(1)?;
+        match u8::try_from(i) {
+            Ok(b) => self.out.extend([BINPUT, b]),
+            Err(_) => {
+                self.out.push(LONG_BINPUT);
+                self.out.extend(i.to_le_bytes());
+            }
+        }
+        Some(i)
+    }
+
+    fn get(&mut self, i: u32) {
+        match u8::try_from(i) {
+            Ok(b) => self.out.extend([BINGET, b]),
+            Err(_) => {
+                self.out.push(LONG_BINGET);
+                self.out.extend(i.to_le_bytes());
+            }
+        }
+    }
+
+    /// If the container behind `rc` was already written, fetch it from the memo. Returns
+    /// the key to memoise it under otherwise (`None` when it is not shared at all).
+    fn seen<T>(&mut self, rc: &Rc<T>) -> Result<Option<usize>, ()> {
+        let key = Rc::as_ptr(rc) as *const () as usize;
+        if let Some(&i) = self.containers.get(&key) {
+            self.get(i);
+            return Err(());
+        }
+        Ok((Rc::strong_count(rc) > 1).then_some(key))
+    }
+
+    fn memoise(&mut self, key: Option<usize>) {
+        if let Some(key) = key {
+            if let Some(i) = self.put() {
+                self.containers.insert(key, i);
+            }
+        }
+    }
+
+    fn sized(&mut self, short: u8, long: u8, huge: u8, bytes: &[u8]) {
+        let n = bytes.len();
+        if let Ok(b) = u8::try_from(n) {
+            self.out.extend([short, b]);
+        } else if let Ok(l) = u32::try_from(n) {
+            self.out.push(long);
+            self.out.extend(l.to_le_bytes());
+        } else {
+            self.out.push(huge);
+            self.out.extend((n as u64).to_le_bytes());
+        }
+        self.out.extend_from_slice(bytes);
+    }
+
+    fn value(&mut self, v: &'a Value) {
+        match v {
+            Value::None => self.out.push(NONE),
+            Value::Bool(b) => self.out.push(if *b { NEWTRUE } else { NEWFALSE }),
+            Value::Int(i) => self.int(*i),
+            Value::Float(f) => {
+                self.out.push(BINFLOAT);
+                self.out.extend(f.to_be_bytes());
+            }
+            Value::Str(s) => {
+                let s: &'a str = s;
+                if let Some(&i) = self.strings.get(s) {
+                    return self.get(i);
+                }
+                self.sized(SHORT_BINUNICODE, BINUNICODE, BINUNICODE8, s.as_bytes());
+                if let Some(i) = self.put() {
+                    self.strings.insert(s, i);
+                }
+            }
+            Value::Bytes(b) => self.sized(SHORT_BINBYTES, BINBYTES, BINBYTES8, b),
+            Value::List(items) => {
+                let Ok(key) = self.seen(items) else { return };
+                self.out.push(EMPTY_LIST);
+                self.memoise(key);
+                for batch in items.chunks(BATCH) {
+                    self.out.push(MARK);
+                    batch.iter().for_each(|x| self.value(x));
+                    self.out.push(APPENDS);
+                }
+            }
+            Value::Dict(items) => {
+                let Ok(key) = self.seen(items) else { return };
+                self.out.push(EMPTY_DICT);
+                self.memoise(key);
+                for batch in items.chunks(BATCH) {
+                    self.out.push(MARK);
+                    for (k, x) in batch {
+                        self.value(k);
+                        self.value(x);
+                    }
+                    self.out.push(SETITEMS);
+                }
+            }
+            Value::Tuple(items) => {
+                let Ok(key) = self.seen(items) else { return };
+                if items.is_empty() {
+                    self.out.push(EMPTY_TUPLE);
+                } else {
+                    if items.len() > 3 {
+                        self.out.push(MARK);
+                    }
+                    items.iter().for_each(|x| self.value(x));
+                    self.out.push(match items.len() {
+                        1 => TUPLE1,
+                        2 => TUPLE2,
+                        3 => TUPLE3,
+                        _ => TUPLE,
+                    });
+                }
+                self.memoise(key);
+            }
+        }
+    }
+
+    /// Smallest encoding, as CPython chooses it.
+    fn int(&mut self, i: i64) {
+        if let Ok(b) = u8::try_from(i) {
+            self.out.extend([BININT1, b]);
+        } else if let Ok(h) = u16::try_from(i) {
+            self.out.push(BININT2);
+            self.out.extend(h.to_le_bytes());
+        } else if let Ok(w) = i32::try_from(i) {
+            self.out.push(BININT);
+            self.out.extend(w.to_le_bytes());
+        } else {
+            // Minimal two's complement, little endian: drop top bytes that only repeat the sign.
+            let b = i.to_le_bytes();
+            let mut n = 8;
+            while n > 1 && ((b[n - 1] == 0 && b[n - 2] < 0x80) || (b[n - 1] == 0xff && b[n - 2] >= 0x80)) {
+                n -= 1;
+            }
+            self.out.extend([LONG1, n as u8]);
+            self.out.extend_from_slice(&b[..n]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reader
+
+/// Bounds on what [`read`] accepts.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Deepest nesting of containers (a top-level `[]` is depth 1); also the most open MARKs.
+    pub max_depth: usize,
+    /// Most container elements in all (list/tuple/set items plus dict entries).
+    pub max_items: usize,
+    /// Most bytes of `bytes`/`bytearray` payload in the result. Unlike strings these are not
+    /// shared, so each memo reference to one counts again.
+    pub max_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_depth: 256, max_items: 50_000_000, max_bytes: 1 << 30 }
+    }
+}
+
+/// Why a pickle was rejected, and where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("byte offset {offset}: {message}")]
+pub struct PickleError {
+    pub offset: usize,
+    pub message: String,
+}
+
+/// Parse a pickle of plain data (protocols 0–5). Containers that the pickle shares through
+/// its memo come back as the same `Rc`. Trailing NUL padding after STOP is allowed.
+pub fn read(data: &[u8], limits: &Limits) -> Result<Value, PickleError> {
+    let mut r = Reader {
+        data,
+        pos: 0,
+        op_at: 0,
+        limits,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        nodes: Vec::new(),
+        items: 0,
+    };
+    let root = r.run()?;
+    if let Some(i) = data[r.pos..].iter().position(|&b| b != 0) {
+        return Err(PickleError { offset: r.pos + i, message: "data after STOP (only NUL padding may follow)".into() });
+    }
+    r.convert(root)
+}
+
+/// A value on the unpickler's stack: a scalar, or a container in the arena.
+#[derive(Clone)]
+enum Item {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Rc<str>),
+    Node(usize),
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Seq {
+    List,
+    Tuple,
+    Set,
+    FrozenSet,
+}
+
+enum Node {
+    Seq(Seq, Vec<Item>),
+    Dict(Vec<(Item, Item)>),
+    Bytes(Vec<u8>),
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Offset of the opcode being executed (errors point at it).
+    op_at: usize,
+    limits: &'a Limits,
+    stack: Vec<Item>,
+    /// Stack heights at each open MARK.
+    marks: Vec<usize>,
+    memo: HashMap<u64, Item>,
+    /// Containers, with the offset of the opcode that made each.
+    nodes: Vec<(usize, Node)>,
+    items: usize,
+}
+
+type Res<T> = Result<T, PickleError>;
+
+fn opname(op: u8) -> String {
+    if op.is_ascii_graphic() {
+        format!("'{}' (0x{op:02x})", op as char)
+    } else {
+        format!("0x{op:02x}")
+    }
+}
+
+impl<'a> Reader<'a> {
+    fn err<T>(&self, message: impl Into<String>) -> Res<T> {
+        Err(PickleError { offset: self.op_at, message: message.into() })
+    }
+
+    fn take(&mut self, n: usize) -> Res<&'a [u8]> {
+        let data: &'a [u8] = self.data;
+        match data.get(self.pos..).and_then(|rest| rest.get(..n)) {
+            Some(s) => {
+                self.pos += n;
+                Ok(s)
+            }
+            None => self.err(format!(
+                "truncated: argument of opcode {} needs {n} bytes, {} left",
+                opname(data.get(self.op_at).copied().unwrap_or(0)),
+                data.len().saturating_sub(self.pos)
+            )),
+        }
+    }
+
+    fn array<const N: usize>(&mut self) -> Res<[u8; N]> {
+        let mut a = [0; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Res<u8> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Res<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn i32(&mut self) -> Res<i32> {
+        Ok(i32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Res<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// A length argument, checked against what is left before anything is allocated.
+    fn len(&mut self, n: impl TryInto<usize>) -> Res<&'a [u8]> {
+        match n.try_into() {
+            Ok(n) => self.take(n),
+            Err(_) => self.err("declared length does not fit in memory"),
+        }
+    }
+
+    /// A newline-terminated argument of protocol 0 (without the newline).
+    fn line_bytes(&mut self) -> Res<&'a [u8]> {
+        let data: &'a [u8] = self.data;
+        let rest = data.get(self.pos..).unwrap_or_default();
+        let Some(n) = rest.iter().position(|&b| b == b'\n') else {
+            return self.err("truncated: text argument has no terminating newline");
+        };
+        self.pos += n + 1;
+        Ok(rest.get(..n).unwrap_or_default())
+    }
+
+    fn line(&mut self) -> Res<&'a str> {
+        match std::str::from_utf8(self.line_bytes()?) {
+            Ok(s) => Ok(s),
+            Err(_) => self.err("text argument is not ASCII"),
+        }
+    }
+
+    /// A protocol-0 INT or LONG argument (LONG's ends in `L`).
+    fn text_int(&self, s: &str) -> Res<i64> {
+        let s = s.trim();
+        let s = s.strip_suffix('L').unwrap_or(s);
+        match s.parse() {
+            Ok(i) => Ok(i),
+            Err(_) => self.err(format!("integer {s:?} is not a 64-bit signed integer")),
+        }
+    }
+
+    fn text_key(&mut self) -> Res<u64> {
+        let s = self.line()?.trim();
+        match s.parse() {
+            Ok(i) => Ok(i),
+            Err(_) => self.err(format!("bad memo key {s:?}")),
+        }
+    }
+
+    fn string(&self, b: &[u8]) -> Res<Item> {
+        match std::str::from_utf8(b) {
+            Ok(s) => Ok(Item::Str(Rc::from(s))),
+            Err(e) => self.err(format!("string is not valid UTF-8 (at its byte {})", e.valid_up_to())),
+        }
+    }
+
+    /// Two's complement little endian, of any length, that must fit in an i64.
+    fn long(&self, b: &[u8]) -> Res<Item> {
+        let neg = b.last().is_some_and(|&x| x >= 0x80);
+        let fill = if neg { 0xff } else { 0 };
+        let (low, high) = b.split_at(b.len().min(8));
+        let mut le = [fill; 8];
+        le[..low.len()].copy_from_slice(low);
+        let v = i64::from_le_bytes(le);
+        if high.iter().any(|&x| x != fill) || (high.len() > 0 && (v < 0) != neg) {
+            return self.err(format!("integer of {} bytes does not fit in 64 bits (signed)", b.len()));
+        }
+        Ok(Item::Int(v))
+    }
+
+    fn push(&mut self, it: Item) {
+        self.stack.push(it);
+    }
+
+    fn node(&mut self, n: Node) -> Item {
+        self.nodes.push((self.op_at, n));
+        Item::Node(self.nodes.len() - 1)
+    }
+
+    fn count(&mut self, n: usize) -> Res<()> {
+        self.items = self.items.saturating_add(n);
+        if self.items > self.limits.max_items {
+            return self.err(format!("more than {} items (Limits::max_items)", self.limits.max_items));
+        }
+        Ok(())
+    }
+
+    fn base(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn pop(&mut self) -> Res<Item> {
+        if self.stack.len() <= self.base() {
+            return self.err("stack underflow");
+        }
+        Ok(self.stack.pop().unwrap_or(Item::None))
+    }
+
+    fn top(&self) -> Res<Item> {
+        match self.stack.last() {
+            Some(it) if self.stack.len() > self.base() => Ok(it.clone()),
+            _ => self.err("stack underflow"),
+        }
+    }
+
+    fn pop_mark(&mut self) -> Res<Vec<Item>> {
+        match self.marks.pop() {
+            Some(m) => Ok(self.stack.split_off(m)),
+            None => self.err("no MARK to pop to"),
+        }
+    }
+
+    /// The container on top of the stack, which must be of the wanted kind.
+    fn target(&mut self, want: &str, ok: impl Fn(&Node) -> bool) -> Res<usize> {
+        match self.top()? {
+            Item::Node(i) if ok(&self.nodes[i].1) => Ok(i),
+            _ => self.err(format!("target is not a {want}")),
+        }
+    }
+
+    fn extend_seq(&mut self, kind: Seq, name: &str, items: Vec<Item>) -> Res<()> {
+        self.count(items.len())?;
+        let i = self.target(name, |n| matches!(n, Node::Seq(k, _) if *k == kind))?;
+        if let Node::Seq(_, v) = &mut self.nodes[i].1 {
+            v.extend(items);
+        }
+        Ok(())
+    }
+
+    fn set_items(&mut self, items: Vec<Item>) -> Res<()> {
+        if items.len() % 2 != 0 {
+            return self.err("odd number of stack items for dict keys and values");
+        }
+        self.count(items.len() / 2)?;
+        let i = self.target("dict", |n| matches!(n, Node::Dict(_)))?;
+        if let Node::Dict(d) = &mut self.nodes[i].1 {
+            let mut it = items.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                d.push((k, v));
+            }
+        }
+        Ok(())
+    }
+
+    fn new_seq(&mut self, kind: Seq, items: Vec<Item>) -> Res<()> {
+        self.count(items.len())?;
+        let n = self.node(Node::Seq(kind, items));
+        self.push(n);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, key: u64) -> Res<()> {
+        match self.memo.get(&key) {
+            Some(it) => {
+                let it = it.clone();
+                self.push(it);
+                Ok(())
+            }
+            None => self.err(format!("memo key {key} was never stored")),
+        }
+    }
+
+    fn memo_put(&mut self, key: u64) -> Res<()> {
+        let it = self.top()?;
+        self.memo.insert(key, it);
+        Ok(())
+    }
+
+    /// Execute opcodes up to STOP; returns the single value left.
+    fn run(&mut self) -> Res<Item> {
+        loop {
+            self.op_at = self.pos;
+            let Some(&op) = self.data.get(self.pos) else {
+                return self.err("unexpected end of data: truncated pickle or missing STOP");
+            };
+            self.pos += 1;
+            match op {
+                STOP => {
+                    if !self.marks.is_empty() {
+                        return self.err(format!("STOP with {} unclosed MARKs", self.marks.len()));
+                    }
+                    if self.stack.len() != 1 {
+                        return self.err(format!("STOP with {} values on the stack (expected 1)", self.stack.len()));
+                    }
+                    return self.pop();
+                }
+                PROTO => {
+                    let v = self.u8()?;
+                    if v > 5 {
+                        return self.err(format!("unsupported pickle protocol {v}"));
+                    }
+                }
+                FRAME => {
+                    let n = self.u64()?;
+                    if n > (self.data.len() - self.pos) as u64 {
+                        return self.err(format!("truncated: frame of {n} bytes, {} left", self.data.len() - self.pos));
+                    }
+                }
+                MARK => {
+                    if self.marks.len() >= self.limits.max_depth {
+                        return self.err(format!("more than {} nested MARKs (Limits::max_depth)", self.limits.max_depth));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                POP => {
+                    if self.stack.len() > self.base() {
+                        self.stack.pop();
+                    } else {
+                        self.pop_mark()?;
+                    }
+                }
+                POP_MARK => {
+                    self.pop_mark()?;
+                }
+                DUP => {
+                    let t = self.top()?;
+                    self.push(t);
+                }
+
+                NONE => self.push(Item::None),
+                NEWTRUE => self.push(Item::Bool(true)),
+                NEWFALSE => self.push(Item::Bool(false)),
+                BININT1 => {
+                    let v = self.u8()?;
+                    self.push(Item::Int(v.into()));
+                }
+                BININT2 => {
+                    let v = u16::from_le_bytes(self.array()?);
+                    self.push(Item::Int(v.into()));
+                }
+                BININT => {
+                    let v = self.i32()?;
+                    self.push(Item::Int(v.into()));
+                }
+                INT => {
+                    // Protocol 0 writes booleans as INT 00 / 01.
+                    let it = match self.line()? {
+                        "00" => Item::Bool(false),
+                        "01" => Item::Bool(true),
+                        s => Item::Int(self.text_int(s)?),
+                    };
+                    self.push(it);
+                }
+                LONG => {
+                    let s = self.line()?;
+                    let v = self.text_int(s)?;
+                    self.push(Item::Int(v));
+                }
+                LONG1 => {
+                    let n = self.u8()?;
+                    let b = self.len(n)?;
+                    let it = self.long(b)?;
+                    self.push(it);
+                }
+                LONG4 => {
+                    let n = self.i32()?;
+                    let b = self.len(n)?;
+                    let it = self.long(b)?;
+                    self.push(it);
+                }
+                BINFLOAT => {
+                    let v = f64::from_be_bytes(self.array()?);
+                    self.push(Item::Float(v));
+                }
+                FLOAT => {
+                    let s = self.line()?.trim();
+                    match s.parse() {
+                        Ok(v) => self.push(Item::Float(v)),
+                        Err(_) => return self.err(format!("bad float {s:?}")),
+                    }
+                }
+
+                SHORT_BINUNICODE | SHORT_BINSTRING => {
+                    let n = self.u8()?;
+                    let b = self.len(n)?;
+                    let it = self.string(b)?;
+                    self.push(it);
+                }
+                BINUNICODE => {
+                    let n = self.u32()?;
+                    let b = self.len(n)?;
+                    let it = self.string(b)?;
+                    self.push(it);
+                }
+                BINUNICODE8 => {
+                    let n = self.u64()?;
+                    let b = self.len(n)?;
+                    let it = self.string(b)?;
+                    self.push(it);
+                }
+                BINSTRING => {
+                    let n = self.i32()?;
+                    let b = self.len(n)?;
+                    let it = self.string(b)?;
+                    self.push(it);
+                }
+                STRING => {
+                    let inner = match self.line_bytes()? {
+                        [q @ (b'\'' | b'"'), inner @ .., e] if q == e => inner,
+                        _ => return self.err("STRING argument is not quoted"),
+                    };
+                    let Some(b) = escape_decode(inner) else {
+                        return self.err("bad escape in STRING argument");
+                    };
+                    let it = self.string(&b)?;
+                    self.push(it);
+                }
+                UNICODE => {
+                    let s = self.line_bytes()?;
+                    match raw_unicode_unescape(s) {
+                        Some(s) => self.push(Item::Str(Rc::from(s))),
+                        None => return self.err("bad escape in UNICODE argument"),
+                    }
+                }
+                SHORT_BINBYTES => {
+                    let n = self.u8()?;
+                    let b = self.len(n)?.to_vec();
+                    let it = self.node(Node::Bytes(b));
+                    self.push(it);
+                }
+                BINBYTES => {
+                    let n = self.u32()?;
+                    let b = self.len(n)?.to_vec();
+                    let it = self.node(Node::Bytes(b));
+                    self.push(it);
+                }
+                BINBYTES8 | BYTEARRAY8 => {
+                    let n = self.u64()?;
+                    let b = self.len(n)?.to_vec();
+                    let it = self.node(Node::Bytes(b));
+                    self.push(it);
+                }
+                NEXT_BUFFER | READONLY_BUFFER => {
+                    return self.err(format!(
+                        "unsupported opcode {} (out-of-band buffers of pickle protocol 5 are not plain data)",
+                        if op == NEXT_BUFFER { "NEXT_BUFFER" } else { "READONLY_BUFFER" }
+                    ));
+                }
+
+                EMPTY_LIST => self.new_seq(Seq::List, Vec::new())?,
+                EMPTY_TUPLE => self.new_seq(Seq::Tuple, Vec::new())?,
+                EMPTY_SET => self.new_seq(Seq::Set, Vec::new())?,
+                EMPTY_DICT => {
+                    let n = self.node(Node::Dict(Vec::new()));
+                    self.push(n);
+                }
+                LIST => {
+                    let items = self.pop_mark()?;
+                    self.new_seq(Seq::List, items)?;
+                }
+                TUPLE => {
+                    let items = self.pop_mark()?;
+                    self.new_seq(Seq::Tuple, items)?;
+                }
+                FROZENSET => {
+                    let items = self.pop_mark()?;
+                    self.new_seq(Seq::FrozenSet, items)?;
+                }
+                TUPLE1 | TUPLE2 | TUPLE3 => {
+                    let n = (op - TUPLE1 + 1) as usize;
+                    if self.stack.len() < self.base() + n {
+                        return self.err("stack underflow");
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.new_seq(Seq::Tuple, items)?;
+                }
+                DICT => {
+                    let items = self.pop_mark()?;
+                    let n = self.node(Node::Dict(Vec::new()));
+                    self.push(n);
+                    self.set_items(items)?;
+                }
+                APPEND => {
+                    let v = self.pop()?;
+                    self.extend_seq(Seq::List, "list", vec![v])?;
+                }
+                APPENDS => {
+                    let items = self.pop_mark()?;
+                    self.extend_seq(Seq::List, "list", items)?;
+                }
+                ADDITEMS => {
+                    let items = self.pop_mark()?;
+                    self.extend_seq(Seq::Set, "set", items)?;
+                }
+                SETITEM => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    self.set_items(vec![k, v])?;
+                }
+                SETITEMS => {
+                    let items = self.pop_mark()?;
+                    self.set_items(items)?;
+                }
+
+                BINPUT => {
+                    let k = self.u8()?;
+                    self.memo_put(k.into())?;
+                }
+                LONG_BINPUT => {
+                    let k = self.u32()?;
+                    self.memo_put(k.into())?;
+                }
+                PUT => {
+                    let k = self.text_key()?;
+                    self.memo_put(k)?;
+                }
+                MEMOIZE => self.memo_put(self.memo.len() as u64)?,
+                BINGET => {
+                    let k = self.u8()?;
+                    self.memo_get(k.into())?;
+                }
+                LONG_BINGET => {
+                    let k = self.u32()?;
+                    self.memo_get(k.into())?;
+                }
+                GET => {
+                    let k = self.text_key()?;
+                    self.memo_get(k)?;
+                }
+
+                _ => {
+                    return self.err(match executing_opcode(op) {
+                        Some(name) => format!(
+                            "unsupported opcode {name} {} (pickle would execute code; vramscope reads plain data only)",
+                            opname(op)
+                        ),
+                        None => format!("unknown opcode {}", opname(op)),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Turn the arena into `Value`s, each container once (so sharing becomes `Rc` sharing),
+    /// depth-first with an explicit stack. Rejects cycles and nesting beyond `max_depth`.
+    fn convert(mut self, root: Item) -> Res<Value> {
+        const NEW: u8 = 0;
+        const OPEN: u8 = 1;
+        let n = self.nodes.len();
+        let mut state = vec![NEW; n];
+        let mut done: Vec<Option<Value>> = vec![None; n];
+        let mut bytes = 0usize;
+        let max_depth = self.limits.max_depth;
+        let fail = |offset: usize, message: String| Err(PickleError { offset, message });
+
+        let children = |node: &Node, k: usize| -> Option<Option<usize>> {
+            let it = match node {
+                Node::Seq(_, v) => v.get(k)?,
+                Node::Dict(d) => {
+                    let (a, b) = d.get(k / 2)?;
+                    if k % 2 == 0 {
+                        a
+                    } else {
+                        b
+                    }
+                }
+                Node::Bytes(_) => return None,
+            };
+            Some(match it {
+                Item::Node(j) => Some(*j),
+                _ => None,
+            })
+        };
+
+        let mut path: Vec<(usize, usize)> = Vec::new();
+        if let Item::Node(r) = root {
+            if !matches!(self.nodes[r].1, Node::Bytes(_)) {
+                if max_depth == 0 {
+                    return fail(self.nodes[r].0, format!("nesting deeper than {max_depth} (Limits::max_depth)"));
+                }
+                state[r] = OPEN;
+                path.push((r, 0));
+            }
+        }
+        'outer: while let Some(&(i, k0)) = path.last() {
+            let mut k = k0;
+            while let Some(child) = children(&self.nodes[i].1, k) {
+                k += 1;
+                let Some(j) = child else { continue };
+                let (at, node) = &self.nodes[j];
+                if matches!(node, Node::Bytes(_)) || done[j].is_some() {
+                    continue;
+                }
+                if state[j] == OPEN {
+                    return fail(*at, "recursive structure: a container contains itself (not plain data)".into());
+                }
+                if path.len() >= max_depth {
+                    return fail(*at, format!("nesting deeper than {max_depth} (Limits::max_depth)"));
+                }
+                if let Some(top) = path.last_mut() {
+                    top.1 = k;
+                }
+                state[j] = OPEN;
+                path.push((j, 0));
+                continue 'outer;
+            }
+            // Every child is converted: build this one.
+            path.pop();
+            let (at, node) = std::mem::replace(&mut self.nodes[i], (0, Node::Seq(Seq::List, Vec::new())));
+            let mut value = |it: Item| -> Res<Value> {
+                Ok(match it {
+                    Item::None => Value::None,
+                    Item::Bool(b) => Value::Bool(b),
+                    Item::Int(v) => Value::Int(v),
+                    Item::Float(v) => Value::Float(v),
+                    Item::Str(s) => Value::Str(s),
+                    Item::Node(j) => match (&done[j], &self.nodes[j].1) {
+                        (Some(v), _) => v.clone(),
+                        (None, Node::Bytes(b)) => {
+                            bytes = bytes.saturating_add(b.len());
+                            if bytes > self.limits.max_bytes {
+                                return fail(at, format!("more than {} bytes of bytes objects (Limits::max_bytes)", self.limits.max_bytes));
+                            }
+                            Value::Bytes(b.clone())
+                        }
+                        // Only a container that contains itself can still be unbuilt here.
+                        (None, _) => return fail(at, "recursive structure: a container contains itself (not plain data)".into()),
+                    },
+                })
+            };
+            let v = match node {
+                Node::Seq(kind, items) => {
+                    let items = items.into_iter().map(&mut value).collect::<Res<Vec<_>>>()?;
+                    match kind {
+                        Seq::Tuple => Value::Tuple(Rc::new(items)),
+                        _ => Value::List(Rc::new(items)),
+                    }
+                }
+                Node::Dict(d) => {
+                    let d = d.into_iter().map(|(a, b)| Ok((value(a)?, value(b)?))).collect::<Res<Vec<_>>>()?;
+                    Value::Dict(Rc::new(d))
+                }
+                Node::Bytes(_) => unreachable!("bytes are never on the path"),
+            };
+            done[i] = Some(v);
+        }
+        Ok(match root {
+            Item::None => Value::None,
+            Item::Bool(b) => Value::Bool(b),
+            Item::Int(v) => Value::Int(v),
+            Item::Float(v) => Value::Float(v),
+            Item::Str(s) => Value::Str(s),
+            Item::Node(r) => match (done[r].take(), &self.nodes[r].1) {
+                (Some(v), _) => v,
+                (None, Node::Bytes(b)) if b.len() <= self.limits.max_bytes => Value::Bytes(b.clone()),
+                (None, _) => return fail(self.nodes[r].0, format!("more than {} bytes of bytes objects (Limits::max_bytes)", self.limits.max_bytes)),
+            },
+        })
+    }
+}
+
+/// Python's `codecs.escape_decode`, for protocol-0 STRING arguments.
+fn escape_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(&c) = s.get(i) {
+        i += 1;
+        if c != b'\\' {
+            out.push(c);
+            continue;
+        }
+        let e = *s.get(i)?;
+        i += 1;
+        match e {
+            b'\n' => {}
+            b'\\' | b'\'' | b'"' => out.push(e),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'x' => {
+                let h = std::str::from_utf8(s.get(i..i + 2)?).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            b'0'..=b'7' => {
+                let mut v = u32::from(e - b'0');
+                for _ in 0..2 {
+                    match s.get(i) {
+                        Some(&d @ b'0'..=b'7') => {
+                            v = v * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                out.push(v as u8);
+            }
+            _ => out.extend([b'\\', e]),
+        }
+    }
+    Some(out)
+}
+
+/// Python's `raw-unicode-escape` decoding, for protocol-0 UNICODE arguments: bytes are
+/// Latin-1 characters except `\uXXXX` and `\UXXXXXXXX`.
+fn raw_unicode_unescape(b: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        let digits = match (c, b.get(i + 1)) {
+            (b'\\', Some(b'u')) => 4,
+            (b'\\', Some(b'U')) => 8,
+            _ => {
+                out.push(char::from(c));
+                i += 1;
+                continue;
+            }
+        };
+        let h = std::str::from_utf8(b.get(i + 2..i + 2 + digits)?).ok()?;
+        out.push(char::from_u32(u32::from_str_radix(h, 16).ok()?)?);
+        i += 2 + digits;
+    }
+    Some(out)
+}
+
+impl fmt::Display for Value {
+    /// Python-like `repr`, for messages and debugging.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn seq(f: &mut fmt::Formatter<'_>, open: &str, items: &[Value], close: &str) -> fmt::Result {
+            f.write_str(open)?;
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{x}")?;
+            }
+            if open == "(" && items.len() == 1 {
+                f.write_str(",")?;
+            }
+            f.write_str(close)
+        }
+        match self {
+            Value::None => f.write_str("None"),
+            Value::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x:?}"),
+            Value::Str(s) => write!(f, "{s:?}"),
+            Value::Bytes(b) => write!(f, "b{:?}", String::from_utf8_lossy(b)),
+            Value::List(v) => seq(f, "[", v, "]"),
+            Value::Tuple(v) => seq(f, "(", v, ")"),
+            Value::Dict(d) => {
+                f.write_str("{")?;
+                for (i, (k, x)) in d.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k}: {x}")?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt(v: &Value) -> Value {
+        read(&write(v), &Limits::default()).unwrap()
+    }
+
+    #[test]
+    fn integers_use_the_smallest_encoding() {
+        let enc = |i: i64| write(&Value::Int(i))[2..].to_vec();
+        assert_eq!(enc(0), [BININT1, 0, STOP]);
+        assert_eq!(enc(255), [BININT1, 255, STOP]);
+        assert_eq!(enc(256), [BININT2, 0, 1, STOP]);
+        assert_eq!(enc(-1), [BININT, 0xff, 0xff, 0xff, 0xff, STOP]);
+        assert_eq!(enc(1 << 31), [LONG1, 5, 0, 0, 0, 0x80, 0, STOP]);
+        assert_eq!(enc(-(1 << 31) - 1), [LONG1, 5, 0xff, 0xff, 0xff, 0x7f, 0xff, STOP]);
+        assert_eq!(enc(-(1 << 40)), [LONG1, 6, 0, 0, 0, 0, 0, 0xff, STOP]);
+        assert_eq!(enc(1 << 47), [LONG1, 7, 0, 0, 0, 0, 0, 0x80, 0, STOP]);
+        assert_eq!(enc(-(1 << 47)), [LONG1, 6, 0, 0, 0, 0, 0, 0x80, STOP]);
+        assert_eq!(enc(i64::MAX)[..2], [LONG1, 8]);
+        assert_eq!(enc(i64::MIN)[..2], [LONG1, 8]);
+        for i in [0, 1, -1, 255, 256, 65535, 65536, i32::MAX as i64 + 1, i32::MIN as i64 - 1, 1 << 47, -(1 << 47), i64::MAX, i64::MIN] {
+            assert_eq!(rt(&Value::Int(i)), Value::Int(i));
+        }
+    }
+
+    #[test]
+    fn shared_containers_and_repeated_strings_are_written_once() {
+        let frames = Value::list(vec![Value::dict(vec![("name", Value::str("f")), ("line", Value::Int(1))])]);
+        let v = Value::list((0..5).map(|_| Value::dict(vec![("frames", frames.clone())])).collect());
+        let out = write(&v);
+        assert_eq!(out.windows(8).filter(|w| *w == b"\x8c\x06frames").count(), 1);
+        let back = read(&out, &Limits::default()).unwrap();
+        assert_eq!(back, v);
+        let l = back.as_list().unwrap();
+        let (Some(Value::List(a)), Some(Value::List(b))) = (l[0].get("frames"), l[4].get("frames")) else { panic!() };
+        assert!(Rc::ptr_eq(a, b));
+    }
+
+    #[test]
+    fn helpers() {
+        let v = Value::dict(vec![("a", Value::Int(1)), ("b", Value::str("x")), ("c", Value::tuple(vec![Value::Bool(true)]))]);
+        assert_eq!(v.get("a").and_then(Value::as_int), Some(1));
+        assert_eq!(v.get("b").and_then(Value::as_str), Some("x"));
+        assert_eq!(v.get("c").and_then(Value::as_list).map(|l| l.len()), Some(1));
+        assert_eq!(v.get("z"), None);
+        assert_eq!(v.to_string(), "{\"a\": 1, \"b\": \"x\", \"c\": (True,)}");
+    }
+}

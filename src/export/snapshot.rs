@@ -1,0 +1,143 @@
+//! The memory snapshot `torch.cuda.memory._dump_snapshot` writes (formats.md §1), built
+//! from a recording: final `segments` from the allocator model, the `device_traces` of
+//! allocator actions with frames and a `category` per entry (memory_viz colours by it),
+//! and `allocator_settings`. The trace replays backwards to the segments exactly.
+use super::pickle::Value;
+use crate::record::allocator::{Action, CachingAllocator, Pool, Trace};
+use crate::record::{EventKind, MemEvent};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+fn s(v: &str) -> Value {
+    Value::Str(Rc::from(v))
+}
+fn int(v: impl TryInto<i64>) -> Value {
+    Value::Int(v.try_into().unwrap_or(i64::MAX))
+}
+fn dict(items: Vec<(&str, Value)>) -> Value {
+    Value::Dict(Rc::new(items.into_iter().map(|(k, v)| (s(k), v)).collect()))
+}
+fn list(items: Vec<Value>) -> Value {
+    Value::List(Rc::new(items))
+}
+
+/// Frames for an event: innermost first, as PyTorch lists them. The module path stands in
+/// for the Python file, the op for the function; shared lists are pickled once.
+struct Frames {
+    cache: HashMap<(String, &'static str, &'static str), Value>,
+}
+
+impl Frames {
+    fn of(&mut self, e: &MemEvent) -> Value {
+        let scope = if e.scope.is_empty() { "<top level>".to_string() } else { e.scope.to_string() };
+        let key = (scope, e.op, e.phase.name());
+        if let Some(v) = self.cache.get(&key) {
+            return v.clone();
+        }
+        let frame = |file: &str, name: &str| dict(vec![("filename", s(file)), ("line", int(0)), ("name", s(name))]);
+        let v = list(vec![frame(&key.0, key.1), frame("vramscope", key.2)]);
+        self.cache.insert(key, v.clone());
+        v
+    }
+}
+
+/// Build the snapshot. `events` and `actions` come from one recording (`actions[i].1` is
+/// the index of the event that caused action i); `before` are the storages alive when it
+/// started (their frames describe the blocks they still hold).
+pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEvent], actions: &[(Trace, Option<usize>)]) -> Value {
+    let mut frames = Frames { cache: HashMap::new() };
+    // Context of the live block at each address: the last alloc there.
+    let mut owner: HashMap<u64, &MemEvent> = before.iter().map(|e| (e.addr, e)).collect();
+    for e in events {
+        match e.kind {
+            EventKind::Alloc => {
+                owner.insert(e.addr, e);
+            }
+            EventKind::Free => {
+                owner.remove(&e.addr);
+            }
+        }
+    }
+    let mut segments = Vec::new();
+    for seg in allocator.segments() {
+        let mut blocks = Vec::new();
+        let (mut alloc_sz, mut req_sz) = (0usize, 0usize);
+        for b in seg.blocks.values() {
+            let (state, fr) = if b.allocated {
+                alloc_sz += b.size;
+                req_sz += b.requested;
+                ("active_allocated", owner.get(&b.addr).map_or(list(vec![]), |e| frames.of(e)))
+            } else {
+                ("inactive", list(vec![]))
+            };
+            blocks.push(dict(vec![
+                ("address", int(b.addr)),
+                ("size", int(b.size)),
+                ("requested_size", int(b.requested)),
+                ("state", s(state)),
+                ("frames", fr),
+            ]));
+        }
+        segments.push(dict(vec![
+            ("device", int(0)),
+            ("address", int(seg.addr)),
+            ("total_size", int(seg.size)),
+            ("allocated_size", int(alloc_sz)),
+            ("active_size", int(alloc_sz)),
+            ("requested_size", int(req_sz)),
+            ("stream", int(0)),
+            ("segment_type", s(if seg.pool == Pool::Small { "small" } else { "large" })),
+            ("segment_pool_id", Value::Tuple(Rc::new(vec![int(0), int(0)]))),
+            ("is_expandable", Value::Bool(false)),
+            ("frames", list(vec![])),
+            ("blocks", list(blocks)),
+        ]));
+    }
+    let na = s("N/A");
+    let empty = s("");
+    let mut trace = Vec::with_capacity(actions.len());
+    for (t, cause) in actions {
+        let ev = cause.map(|i| &events[i]);
+        let time = ev.map_or(0, |e| e.time_us);
+        let mut items = vec![("action", s(t.action.name()))];
+        if t.action == Action::Oom {
+            items.push(("device_free", int(t.addr)));
+        } else {
+            items.push(("addr", int(t.addr)));
+        }
+        items.extend([
+            ("size", int(t.size)),
+            ("stream", int(0)),
+            ("time_us", int(time)),
+            ("compile_context", na.clone()),
+            ("user_metadata", empty.clone()),
+        ]);
+        if let Some(e) = ev {
+            items.push(("frames", frames.of(e)));
+            items.push(("category", s(e.category.name())));
+        }
+        trace.push(dict(items));
+    }
+    let c = &allocator.config;
+    let divisions: Vec<(Value, Value)> = c
+        .roundup_power2_divisions
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| (s(&(1usize << i).to_string()), int(d)))
+        .collect();
+    dict(vec![
+        ("segments", list(segments)),
+        ("device_traces", list(vec![list(trace)])),
+        (
+            "allocator_settings",
+            dict(vec![
+                ("PYTORCH_CUDA_ALLOC_CONF", s(&c.raw)),
+                ("max_split_size", int(c.max_split_size.map_or(-1, |v| v as i64))),
+                ("garbage_collection_threshold", Value::Float(c.garbage_collection_threshold.unwrap_or(0.0))),
+                ("expandable_segments", Value::Bool(c.expandable_segments)),
+                ("roundup_power2_divisions", Value::Dict(Rc::new(divisions))),
+            ]),
+        ),
+        ("external_annotations", list(vec![])),
+    ])
+}

@@ -1,0 +1,73 @@
+//! Device presets: the memory a GPU gives the caching allocator.
+//!
+//! Capacities are the totals `nvidia-smi` / `rocm-smi` report (MiB), which is what
+//! PyTorch's `total_memory` sees; the allocator may reserve up to this many bytes.
+
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Gpu {
+    pub name: &'static str,
+    pub memory_bytes: usize,
+}
+
+const MIB: usize = 1 << 20;
+
+pub const GPUS: &[Gpu] = &[
+    Gpu { name: "H100-80GB", memory_bytes: 81_559 * MIB },
+    Gpu { name: "H200-141GB", memory_bytes: 143_771 * MIB },
+    Gpu { name: "A100-40GB", memory_bytes: 40_960 * MIB },
+    Gpu { name: "A100-80GB", memory_bytes: 81_920 * MIB },
+    Gpu { name: "MI250X-64GB", memory_bytes: 65_536 * MIB },
+    Gpu { name: "MI300X-192GB", memory_bytes: 196_608 * MIB },
+    Gpu { name: "RTX4090-24GB", memory_bytes: 24_564 * MIB },
+];
+
+/// Look up a GPU by name, case-insensitively, ignoring dashes ("h100", "A100-40GB", "rtx4090").
+pub fn find(name: &str) -> Result<Gpu, String> {
+    let norm = |s: &str| s.to_ascii_lowercase().replace(['-', '_', ' '], "");
+    let n = norm(name);
+    let hits: Vec<&Gpu> = GPUS.iter().filter(|g| norm(g.name) == n || norm(g.name).starts_with(&n)).collect();
+    match hits.as_slice() {
+        [g] => Ok(**g),
+        [] => Err(format!("unknown GPU '{name}'; known: {}", GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", "))),
+        many => Err(format!("'{name}' is ambiguous: {}", many.iter().map(|g| g.name).collect::<Vec<_>>().join(", "))),
+    }
+}
+
+/// Parse a byte size: "24GiB", "80GB", "512MiB", "1073741824".
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("'{s}' is not a size (e.g. 24GiB, 80GB, 512MiB)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        u => return Err(format!("'{s}': unknown unit '{u}' (B, KiB, MiB, GiB, KB, MB, GB)")),
+    };
+    let b = v * mult;
+    if !(b >= 1.0 && b.is_finite()) {
+        return Err(format!("'{s}' must be a positive size"));
+    }
+    Ok(b as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn names_and_sizes() {
+        assert_eq!(find("h100").unwrap().name, "H100-80GB");
+        assert_eq!(find("RTX4090").unwrap().memory_bytes, 24_564 << 20);
+        assert!(find("a100").unwrap_err().contains("ambiguous"));
+        assert!(find("v100").is_err());
+        assert_eq!(parse_size("24GiB").unwrap(), 24 << 30);
+        assert_eq!(parse_size("80GB").unwrap(), 80_000_000_000);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+    }
+}
