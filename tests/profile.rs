@@ -128,3 +128,59 @@ fn meta_2_7b_at_128_matches_the_published_h100_numbers() {
         assert!((got - want).abs() < 0.15, "{kind}: {got:.3} GiB vs published {want} GiB");
     }
 }
+
+#[test]
+fn analyze_reads_our_snapshots_and_pytorch_style_pickles_and_rejects_garbage() {
+    let out = tmp("analyze");
+    let o = vramscope(&["profile", "--num-layers", "1", "--context-length", "16", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = out.join("walkthrough_ctx16_training_snapshot.pickle");
+    let o = vramscope(&["analyze", snap.to_str().unwrap(), "--json", "--detail", "10"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["peak_active_bytes"].as_u64().unwrap() > 0);
+    assert!(r["largest"].as_array().unwrap().len() <= (r["allocations"].as_u64().unwrap() as usize).div_ceil(10) + 64);
+    let cats: Vec<&str> = r["live_at_peak_by_category"].as_array().unwrap().iter().map(|c| c[0].as_str().unwrap()).collect();
+    assert!(cats.contains(&"gradient") && cats.contains(&"temporary"), "{cats:?}");
+
+    // A PyTorch-style snapshot written by CPython's pickle, protocol 5, frames shared by reference.
+    let py = out.join("torch_like.pickle");
+    let script = r#"
+import pickle, sys
+fr = [{"filename": "model.py", "line": 10, "name": "forward"}]
+tr = [
+  {"action": "segment_alloc", "addr": 2**40, "size": 20971520, "stream": 0, "time_us": 1, "frames": fr},
+  {"action": "alloc", "addr": 2**40, "size": 3000000, "stream": 0, "time_us": 2, "frames": fr},
+  {"action": "alloc", "addr": 2**40 + 3000320, "size": 1000, "stream": 0, "time_us": 3, "frames": fr},
+  {"action": "free_requested", "addr": 2**40, "size": 3000000, "stream": 0, "time_us": 4, "frames": fr},
+  {"action": "free_completed", "addr": 2**40, "size": 3000000, "stream": 0, "time_us": 4, "frames": fr},
+  {"action": "oom", "device_free": 1024, "size": 20971520, "stream": 0, "time_us": 5, "frames": fr},
+]
+seg = {"device": 0, "address": 2**40, "total_size": 20971520, "allocated_size": 1024, "active_size": 1024,
+       "requested_size": 1000, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
+       "frames": [], "blocks": [
+         {"address": 2**40, "size": 3000320, "requested_size": 0, "state": "inactive", "frames": []},
+         {"address": 2**40 + 3000320, "size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": fr},
+         {"address": 2**40 + 3001344, "size": 20971520 - 3001344, "requested_size": 0, "state": "inactive", "frames": []}]}
+pickle.dump({"segments": [seg], "device_traces": [tr]}, open(sys.argv[1], "wb"), protocol=5)
+"#;
+    let made = Command::new("python3").arg("-c").arg(script).arg(&py).status().map(|s| s.success()).unwrap_or(false);
+    if made {
+        let o = vramscope(&["analyze", py.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["peak_active_bytes"], 3_001_000);
+        assert_eq!(r["ooms"][0]["requested_segment_bytes"], 20_971_520);
+        assert_eq!(r["largest"][0]["frames"][0], "forward model.py:10");
+        assert_eq!(r["reserved_bytes_end"], 20_971_520);
+    }
+    // Garbage and truncation: exit 2 with a byte offset, no panic.
+    let bad = out.join("bad.pickle");
+    let data = std::fs::read(&snap).unwrap();
+    std::fs::write(&bad, &data[..data.len() / 2]).unwrap();
+    let o = vramscope(&["analyze", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("byte offset"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vramscope(&["analyze", "/nonexistent/snapshot.pickle"]);
+    assert_eq!(o.status.code(), Some(1));
+}

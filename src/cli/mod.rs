@@ -1,5 +1,6 @@
 //! Command-line front end: one file per subcommand; flags named as the seeds name them.
 //! The CLI only parses, validates and wires stages together.
+pub mod analyze;
 pub mod bench;
 pub mod model_flags;
 pub mod profile;
@@ -21,6 +22,8 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Profile memory like CS336's profile_memory.py: snapshot, summary, peak table.
     Profile(profile::ProfileArgs),
+    /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
+    Analyze(analyze::AnalyzeArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(bench::BenchArgs),
 }
@@ -46,6 +49,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Train(a) => train::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
+        Command::Analyze(a) => analyze::run(a),
     };
     match res {
         Ok(()) => 0,

@@ -163,7 +163,10 @@ impl Builder<'_> {
     }
 
     pub fn param(&mut self, name: String, shape: &[usize], init: init::Init) -> Tensor {
-        let t = init::make(shape, self.dtype, self.device, init, self.rng);
+        let t = {
+            let _s = runtime::scope(name.trim_end_matches(".weight"));
+            init::make(shape, self.dtype, self.device, init, self.rng)
+        };
         let t = t.requires_grad_(true);
         self.params.push(Param { name, tensor: t.clone() });
         t

@@ -1,0 +1,238 @@
+//! Analysis of a memory snapshot read from disk (ours or PyTorch's): replay the trace,
+//! find the peak of active memory and what was live there, the largest allocations,
+//! fragmentation and out-of-memory events. Sizes follow memory_viz's Active Memory
+//! Timeline: the requested bytes of each allocation.
+use crate::export::pickle::Value;
+use serde::Serialize;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Alloc {
+    pub addr: u64,
+    pub size: u64,
+    /// Trace index of the alloc (None: allocated before the trace began).
+    pub alloc_at: Option<usize>,
+    /// Trace index of the free_requested (None: still live at the end).
+    pub free_at: Option<usize>,
+    pub category: Option<String>,
+    /// "name file:line", innermost first.
+    pub frames: Vec<String>,
+    pub time_us: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OomInfo {
+    pub at: usize,
+    pub requested_segment_bytes: u64,
+    pub device_free_bytes: u64,
+    pub active_bytes: u64,
+    pub last_frames: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapshotReport {
+    pub device: usize,
+    pub events: usize,
+    pub allocations: usize,
+    pub peak_active_bytes: u64,
+    /// Trace index at which the peak was reached (None: at the start).
+    pub peak_at: Option<usize>,
+    pub peak_time_us: Option<i64>,
+    pub live_at_peak_by_frame: Vec<(String, u64)>,
+    pub live_at_peak_by_category: Vec<(String, u64)>,
+    pub largest: Vec<Alloc>,
+    pub detail_percent: f64,
+    pub reserved_bytes_end: u64,
+    pub allocated_bytes_end: u64,
+    pub peak_reserved_bytes: u64,
+    pub ooms: Vec<OomInfo>,
+}
+
+fn frames_of(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_list)
+        .map(|fs| {
+            fs.iter()
+                .map(|f| {
+                    let name = f.get("name").and_then(Value::as_str).unwrap_or("?");
+                    let file = f.get("filename").and_then(Value::as_str).unwrap_or("?");
+                    let line = f.get("line").and_then(Value::as_int).unwrap_or(0);
+                    format!("{name} {file}:{line}")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn uint(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_int).map_or(0, |i| i.max(0) as u64)
+}
+
+/// Analyse device `device` (None: the one with the longest trace). `detail` keeps the
+/// largest `detail` percent of allocations (by count) in `largest`, as memory_viz's slider.
+pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> Result<SnapshotReport, String> {
+    // A bare list is the legacy segments-only form.
+    let (segments, traces) = match snap {
+        Value::List(_) => (snap.as_list().unwrap_or(&[]), &[][..]),
+        _ => (
+            snap.get("segments").and_then(Value::as_list).ok_or("no 'segments' list: not a memory snapshot")?,
+            snap.get("device_traces").and_then(Value::as_list).unwrap_or(&[]),
+        ),
+    };
+    let device = match device {
+        Some(d) => d,
+        None => (0..traces.len()).max_by_key(|&d| traces[d].as_list().map_or(0, <[Value]>::len)).unwrap_or(0),
+    };
+    let trace: &[Value] = traces.get(device).and_then(Value::as_list).unwrap_or(&[]);
+    let seg_dev = |s: &Value| s.get("device").and_then(Value::as_int).unwrap_or(0) as usize;
+    let my_segments: Vec<&Value> = segments.iter().filter(|s| seg_dev(s) == device).collect();
+
+    // Pass 1: allocations, including those made before the trace began.
+    let mut allocs: Vec<Alloc> = Vec::new();
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    let mut ooms_at = Vec::new();
+    for (i, e) in trace.iter().enumerate() {
+        let action = e.get("action").and_then(Value::as_str).ok_or_else(|| format!("trace entry {i} has no action"))?;
+        let addr = uint(e.get("addr"));
+        let size = uint(e.get("size"));
+        match action {
+            "alloc" => {
+                live.insert(addr, allocs.len());
+                allocs.push(Alloc {
+                    addr,
+                    size,
+                    alloc_at: Some(i),
+                    free_at: None,
+                    category: e.get("category").and_then(Value::as_str).map(str::to_string),
+                    frames: frames_of(e.get("frames")),
+                    time_us: e.get("time_us").and_then(Value::as_int),
+                });
+            }
+            "free_requested" | "free" => match live.remove(&addr) {
+                Some(k) => allocs[k].free_at = Some(i),
+                None => allocs.push(Alloc {
+                    addr,
+                    size,
+                    alloc_at: None,
+                    free_at: Some(i),
+                    category: e.get("category").and_then(Value::as_str).map(str::to_string),
+                    frames: frames_of(e.get("frames")),
+                    time_us: None,
+                }),
+            },
+            "oom" => ooms_at.push(i),
+            _ => {}
+        }
+    }
+    let traced: std::collections::HashSet<u64> = live.keys().copied().collect();
+    let (mut reserved_end, mut allocated_end) = (0u64, 0u64);
+    for s in &my_segments {
+        reserved_end += uint(s.get("total_size"));
+        for b in s.get("blocks").and_then(Value::as_list).unwrap_or(&[]) {
+            let state = b.get("state").and_then(Value::as_str).unwrap_or("");
+            if state == "active_allocated" || state == "active_pending_free" {
+                allocated_end += uint(b.get("size"));
+                let addr = uint(b.get("address"));
+                if state == "active_allocated" && !traced.contains(&addr) && addr != 0 {
+                    allocs.push(Alloc {
+                        addr,
+                        size: uint(b.get("requested_size")),
+                        alloc_at: None,
+                        free_at: None,
+                        category: None,
+                        frames: frames_of(b.get("frames")),
+                        time_us: None,
+                    });
+                }
+            }
+        }
+    }
+    // Pass 2: the active-memory curve and its peak.
+    let start: u64 = allocs.iter().filter(|a| a.alloc_at.is_none()).map(|a| a.size).sum();
+    let mut delta: Vec<i128> = vec![0; trace.len()];
+    for a in &allocs {
+        if let Some(i) = a.alloc_at {
+            delta[i] += a.size as i128;
+        }
+        if let Some(i) = a.free_at {
+            delta[i] -= a.size as i128;
+        }
+    }
+    let (mut cur, mut peak, mut peak_at) = (start as i128, start as i128, None);
+    let mut active_at = vec![0u64; trace.len()];
+    for (i, d) in delta.iter().enumerate() {
+        cur += d;
+        active_at[i] = cur.max(0) as u64;
+        if cur > peak {
+            peak = cur;
+            peak_at = Some(i);
+        }
+    }
+    let live_at = |a: &Alloc, t: Option<usize>| -> bool {
+        let born = match (a.alloc_at, t) {
+            (None, _) => true,
+            (Some(i), Some(t)) => i <= t,
+            (Some(_), None) => false,
+        };
+        let dead = match (a.free_at, t) {
+            (Some(f), Some(t)) => f <= t,
+            _ => false,
+        };
+        born && !dead
+    };
+    let mut by_frame: HashMap<String, u64> = HashMap::new();
+    let mut by_cat: HashMap<String, u64> = HashMap::new();
+    for a in allocs.iter().filter(|a| live_at(a, peak_at)) {
+        *by_frame.entry(a.frames.first().cloned().unwrap_or_else(|| "<no frames>".into())).or_default() += a.size;
+        *by_cat.entry(a.category.clone().unwrap_or_else(|| "<uncategorised>".into())).or_default() += a.size;
+    }
+    let sorted = |m: HashMap<String, u64>| {
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    };
+    let mut largest: Vec<Alloc> = allocs.clone();
+    largest.sort_by(|a, b| b.size.cmp(&a.size).then(a.alloc_at.cmp(&b.alloc_at)));
+    let keep = ((largest.len() as f64 * detail / 100.0).ceil() as usize).min(largest.len());
+    largest.truncate(keep.min(top));
+    // Reserved memory over the trace, from the end state backwards.
+    let mut reserved = reserved_end as i128;
+    let mut peak_reserved = reserved;
+    for e in trace.iter().rev() {
+        match e.get("action").and_then(Value::as_str) {
+            Some("segment_alloc") | Some("segment_map") => reserved -= uint(e.get("size")) as i128,
+            Some("segment_free") | Some("segment_unmap") => reserved += uint(e.get("size")) as i128,
+            _ => {}
+        }
+        peak_reserved = peak_reserved.max(reserved);
+    }
+    let ooms = ooms_at
+        .into_iter()
+        .map(|i| {
+            let e = &trace[i];
+            let last = allocs.iter().filter(|a| a.alloc_at.is_some_and(|k| k < i)).max_by_key(|a| a.alloc_at);
+            OomInfo {
+                at: i,
+                requested_segment_bytes: uint(e.get("size")),
+                device_free_bytes: uint(e.get("device_free")),
+                active_bytes: if i > 0 { active_at[i - 1] } else { start },
+                last_frames: last.map(|a| a.frames.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
+    Ok(SnapshotReport {
+        device,
+        events: trace.len(),
+        allocations: allocs.iter().filter(|a| a.alloc_at.is_some()).count(),
+        peak_active_bytes: peak.max(0) as u64,
+        peak_at,
+        peak_time_us: peak_at.and_then(|i| trace[i].get("time_us").and_then(Value::as_int)),
+        live_at_peak_by_frame: sorted(by_frame),
+        live_at_peak_by_category: sorted(by_cat),
+        largest,
+        detail_percent: detail,
+        reserved_bytes_end: reserved_end,
+        allocated_bytes_end: allocated_end,
+        peak_reserved_bytes: peak_reserved.max(0) as u64,
+        ooms,
+    })
+}
