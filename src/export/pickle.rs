@@ -16,7 +16,7 @@
 //! never executes anything: opcodes that would import or call (GLOBAL, REDUCE, BUILD, …) are
 //! errors. It runs as an explicit stack machine over an arena of containers, bounded by
 //! [`Limits`], and returns an error with a byte offset — never a panic — on any input.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::rc::Rc;
 
@@ -106,19 +106,40 @@ impl Value {
 }
 
 impl PartialEq for Value {
+    /// Pairs of containers already found equal are remembered, so comparing structures
+    /// that share sub-objects costs their stored size, not their unfolded size.
     fn eq(&self, other: &Value) -> bool {
-        use Value::*;
-        match (self, other) {
-            (None, None) => true,
-            (Bool(a), Bool(b)) => a == b,
-            (Int(a), Int(b)) => a == b,
-            (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
-            (Str(a), Str(b)) => a == b,
-            (Bytes(a), Bytes(b)) => a == b,
-            (List(a), List(b)) | (Tuple(a), Tuple(b)) => Rc::ptr_eq(a, b) || a == b,
-            (Dict(a), Dict(b)) => Rc::ptr_eq(a, b) || a == b,
-            _ => false,
+        fn eq(a: &Value, b: &Value, known: &mut HashSet<(usize, usize)>) -> bool {
+            fn seq<T>(
+                a: &Rc<Vec<T>>,
+                b: &Rc<Vec<T>>,
+                known: &mut HashSet<(usize, usize)>,
+                f: impl Fn(&T, &T, &mut HashSet<(usize, usize)>) -> bool,
+            ) -> bool {
+                let key = (Rc::as_ptr(a) as usize, Rc::as_ptr(b) as usize);
+                if Rc::ptr_eq(a, b) || known.contains(&key) {
+                    return true;
+                }
+                let same = a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| f(x, y, known));
+                if same {
+                    known.insert(key);
+                }
+                same
+            }
+            use Value::*;
+            match (a, b) {
+                (None, None) => true,
+                (Bool(a), Bool(b)) => a == b,
+                (Int(a), Int(b)) => a == b,
+                (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
+                (Str(a), Str(b)) => a == b,
+                (Bytes(a), Bytes(b)) => a == b,
+                (List(a), List(b)) | (Tuple(a), Tuple(b)) => seq(a, b, known, eq),
+                (Dict(a), Dict(b)) => seq(a, b, known, |(k, v), (l, w), known| eq(k, l, known) && eq(v, w, known)),
+                _ => false,
+            }
         }
+        eq(self, other, &mut HashSet::new())
     }
 }
 
@@ -423,17 +444,8 @@ pub struct PickleError {
 /// Parse a pickle of plain data (protocols 0–5). Containers that the pickle shares through
 /// its memo come back as the same `Rc`. Trailing NUL padding after STOP is allowed.
 pub fn read(data: &[u8], limits: &Limits) -> Result<Value, PickleError> {
-    let mut r = Reader {
-        data,
-        pos: 0,
-        op_at: 0,
-        limits,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: HashMap::new(),
-        nodes: Vec::new(),
-        items: 0,
-    };
+    let mut r =
+        Reader { data, pos: 0, op_at: 0, limits, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), nodes: Vec::new(), items: 0 };
     let root = r.run()?;
     if let Some(i) = data[r.pos..].iter().position(|&b| b != 0) {
         return Err(PickleError { offset: r.pos + i, message: "data after STOP (only NUL padding may follow)".into() });
@@ -592,7 +604,7 @@ impl<'a> Reader<'a> {
         let mut le = [fill; 8];
         le[..low.len()].copy_from_slice(low);
         let v = i64::from_le_bytes(le);
-        if high.iter().any(|&x| x != fill) || (high.len() > 0 && (v < 0) != neg) {
+        if high.iter().any(|&x| x != fill) || (!high.is_empty() && (v < 0) != neg) {
             return self.err(format!("integer of {} bytes does not fit in 64 bits (signed)", b.len()));
         }
         Ok(Item::Int(v))
@@ -658,7 +670,7 @@ impl<'a> Reader<'a> {
     }
 
     fn set_items(&mut self, items: Vec<Item>) -> Res<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return self.err("odd number of stack items for dict keys and values");
         }
         self.count(items.len() / 2)?;
@@ -950,10 +962,9 @@ impl<'a> Reader<'a> {
 
                 _ => {
                     return self.err(match executing_opcode(op) {
-                        Some(name) => format!(
-                            "unsupported opcode {name} {} (pickle would execute code; vramscope reads plain data only)",
-                            opname(op)
-                        ),
+                        Some(name) => {
+                            format!("unsupported opcode {name} {} (pickle would execute code; vramscope reads plain data only)", opname(op))
+                        }
                         None => format!("unknown opcode {}", opname(op)),
                     })
                 }
@@ -978,7 +989,7 @@ impl<'a> Reader<'a> {
                 Node::Seq(_, v) => v.get(k)?,
                 Node::Dict(d) => {
                     let (a, b) = d.get(k / 2)?;
-                    if k % 2 == 0 {
+                    if k.is_multiple_of(2) {
                         a
                     } else {
                         b
@@ -1073,7 +1084,9 @@ impl<'a> Reader<'a> {
             Item::Node(r) => match (done[r].take(), &self.nodes[r].1) {
                 (Some(v), _) => v,
                 (None, Node::Bytes(b)) if b.len() <= self.limits.max_bytes => Value::Bytes(b.clone()),
-                (None, _) => return fail(self.nodes[r].0, format!("more than {} bytes of bytes objects (Limits::max_bytes)", self.limits.max_bytes)),
+                (None, _) => {
+                    return fail(self.nodes[r].0, format!("more than {} bytes of bytes objects (Limits::max_bytes)", self.limits.max_bytes))
+                }
             },
         })
     }
