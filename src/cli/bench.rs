@@ -215,7 +215,7 @@ fn bench_ops() {
 /// every event through the caching-allocator model.
 fn step_time(record: bool, steps: usize) -> Result<f64> {
     use crate::model::{presets, Model};
-    use crate::train::optim::{OptimConfig, OptimizerKind};
+    use crate::train::optim::OptimConfig;
     use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
     runtime::reset();
     if record {
@@ -226,10 +226,7 @@ fn step_time(record: bool, steps: usize) -> Result<f64> {
     }
     let cfg = presets::find("walkthrough", None).map_err(anyhow::Error::msg)?.model;
     let model = Model::new(&cfg, Device::Cpu, 1)?;
-    let opt = Optimizer::new(
-        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 3e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 },
-        model.parameters().len(),
-    );
+    let opt = Optimizer::new(OptimConfig::reference(cfg.flavour), model.parameters().len());
     let mut runner = StepRunner::new(&model, opt);
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, 8, 128, Device::Cpu, 1);
     let mut total = 0.0;

@@ -11,7 +11,7 @@ use crate::export::{gib, mib, pickle, snapshot, write_atomic, write_json};
 use crate::model::{Flavour, Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator};
 use crate::record::{gpu, MemEvent, Phase, Recording};
-use crate::train::optim::{OptimConfig, OptimizerKind};
+use crate::train::optim::OptimConfig;
 use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
@@ -168,12 +168,7 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize) -> Result<Run> {
     let mut recording: Option<Recording> = None;
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model = Model::new(&p.model, p.device, a.seed)?;
-        let kind = match p.model.flavour {
-            Flavour::Cs336 => OptimizerKind::AdamwCs336,
-            Flavour::Tinyllama => OptimizerKind::AdamwTorch,
-        };
-        let lr = if p.model.flavour == Flavour::Cs336 { 1e-3 } else { 3e-4 };
-        let opt = Optimizer::new(OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 }, model.parameters().len());
+        let opt = Optimizer::new(OptimConfig::reference(p.model.flavour), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt);
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch, ctx, p.device, a.seed);
         let mut batch = None;

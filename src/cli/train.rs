@@ -108,20 +108,15 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         return Err(usage("--log-interval", "must be at least 1"));
     }
     let data = DataKind::parse(&a.data).ok_or_else(|| usage("--data", format!("'{}' (expected random or pattern)", a.data)))?;
+    let reference = OptimConfig::reference(cfg.flavour);
     let kind = match a.optimizer.as_str() {
-        "adamw" => match cfg.flavour {
-            Flavour::Cs336 => OptimizerKind::AdamwCs336,
-            Flavour::Tinyllama => OptimizerKind::AdamwTorch,
-        },
+        "adamw" => reference.kind,
         "adamw-cs336" => OptimizerKind::AdamwCs336,
         "adamw-torch" => OptimizerKind::AdamwTorch,
         "sgd" => OptimizerKind::Sgd,
         o => return Err(usage("--optimizer", format!("'{o}' (expected adamw, adamw-cs336, adamw-torch or sgd)"))),
     };
-    let lr = a.learning_rate.unwrap_or(match cfg.flavour {
-        Flavour::Cs336 => 1e-3,
-        Flavour::Tinyllama => 3e-4,
-    });
+    let lr = a.learning_rate.unwrap_or(reference.lr);
     if !(lr > 0.0 && lr.is_finite()) {
         return Err(usage("--learning-rate", "must be a positive number"));
     }
@@ -131,7 +126,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     if !(0.0..1.0).contains(&a.momentum) {
         return Err(usage("--momentum", "must be in [0, 1)"));
     }
-    let optim = OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: a.weight_decay, momentum: a.momentum };
+    let optim = OptimConfig { kind, lr, weight_decay: a.weight_decay, momentum: a.momentum, ..reference };
     Ok(TrainPlan {
         model: cfg,
         preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),

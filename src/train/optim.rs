@@ -38,6 +38,18 @@ pub struct OptimConfig {
     pub momentum: f64,
 }
 
+impl OptimConfig {
+    /// AdamW as the flavour's reference runs it (cs336: the course AdamW, lr 1e-3;
+    /// tinyllama: torch.optim.AdamW, lr 3e-4), weight decay 0.01.
+    pub fn reference(flavour: crate::model::Flavour) -> OptimConfig {
+        let (kind, lr) = match flavour {
+            crate::model::Flavour::Cs336 => (OptimizerKind::AdamwCs336, 1e-3),
+            crate::model::Flavour::Tinyllama => (OptimizerKind::AdamwTorch, 3e-4),
+        };
+        OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 }
+    }
+}
+
 pub struct Optimizer {
     pub config: OptimConfig,
     /// Per parameter: (first moment or momentum buffer, second moment).
