@@ -19,6 +19,8 @@ pub enum Which {
     Ops,
     /// Cost of recording (events + caching-allocator model) on a cpu training step
     Record,
+    /// `analyze` of a snapshot with about a million trace events (40 meta 2.7B steps)
+    Analyze,
     Train,
     All,
 }
@@ -268,10 +270,47 @@ fn bench_record(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+fn bench_analyze() -> Result<()> {
+    use super::profile::{run as profile, ProfileArgs};
+    use clap::Parser;
+    #[derive(Parser)]
+    struct P {
+        #[command(flatten)]
+        a: ProfileArgs,
+    }
+    let dir = std::env::temp_dir().join(format!("vramscope-bench-analyze-{}", std::process::id()));
+    let dir_s = dir.to_string_lossy().into_owned();
+    let words = ["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--out-dir", &dir_s];
+    let t0 = Instant::now();
+    profile(P::parse_from(words).a)?;
+    let made = t0.elapsed().as_secs_f64();
+    let file = dir.join("2.7B_ctx128_training_snapshot.pickle");
+    let bytes = std::fs::metadata(&file)?.len();
+    let t1 = Instant::now();
+    let data = std::fs::read(&file)?;
+    let snap = crate::export::pickle::read(&data, &Default::default()).map_err(anyhow::Error::msg)?;
+    let read = t1.elapsed().as_secs_f64();
+    let r = crate::analyse::snapshot::analyse(&snap, None, 100.0, 10).map_err(anyhow::Error::msg)?;
+    let total = t1.elapsed().as_secs_f64();
+    println!(
+        "\nanalyze: {} trace events, {:.1} MB pickle: read {:.2} s, read + replay + report {:.2} s (profiling it took {:.2} s)",
+        r.events,
+        bytes as f64 / 1e6,
+        read,
+        total,
+        made
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
     set_threads(Some(a.threads))?;
     if a.which == Which::Record {
         return bench_record(&a);
+    }
+    if a.which == Which::Analyze {
+        return bench_analyze();
     }
     if a.which == Which::Ops {
         bench_ops();
