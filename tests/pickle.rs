@@ -505,6 +505,10 @@ fn hand_written_opcode_forms() {
     let items = v.as_list().unwrap();
     assert!(same(&items[5], &items[7]));
 
+    // Memo keys out of order, MEMOIZE numbering by the count of keys (as CPython), overwrites.
+    let memo = b"\x80\x04(K\x07q\x05K\x08\x94K\x09\x94h\x05h\x01h\x02K\x0aq\x05h\x05K\x0bq\x00h\x00t.";
+    assert_eq!(rd(memo).unwrap(), t([7, 8, 9, 7, 8, 9, 10, 10, 11, 11].map(i).to_vec()));
+
     // A 9-byte LONG1 whose value fits in 64 bits is fine; 2^63 is not.
     assert_eq!(rd(b"\x80\x02\x8a\x09\xff\xff\xff\xff\xff\xff\xff\x7f\x00.").unwrap(), i(i64::MAX));
     assert_eq!(rd(b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\xff.").unwrap(), i(i64::MIN));

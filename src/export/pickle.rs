@@ -445,9 +445,9 @@ pub struct PickleError {
 /// its memo come back as the same `Rc`. Trailing NUL padding after STOP is allowed.
 pub fn read(data: &[u8], limits: &Limits) -> Result<Value, PickleError> {
     let mut r =
-        Reader { data, pos: 0, op_at: 0, limits, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), nodes: Vec::new(), items: 0 };
+        Reader { data, pos: 0, op_at: 0, limits, stack: Vec::new(), marks: Vec::new(), memo: Memo::default(), nodes: Vec::new(), items: 0 };
     let root = r.run()?;
-    if let Some(i) = data[r.pos..].iter().position(|&b| b != 0) {
+    if let Some(i) = data.get(r.pos..).unwrap_or_default().iter().position(|&b| b != 0) {
         return Err(PickleError { offset: r.pos + i, message: "data after STOP (only NUL padding may follow)".into() });
     }
     r.convert(root)
@@ -478,6 +478,36 @@ enum Node {
     Bytes(Vec<u8>),
 }
 
+/// The unpickler's memo. Picklers number their slots 0, 1, 2, …, so those live in a vector;
+/// out-of-order keys (legal, rare) go to a map. A vector entry is always newer than a map
+/// entry with the same key, because the vector only grows by a PUT of exactly that key.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Item>,
+    sparse: HashMap<u64, Item>,
+    /// Distinct keys stored (MEMOIZE's next key, as in CPython: `len(memo)`).
+    len: u64,
+}
+
+impl Memo {
+    fn get(&self, key: u64) -> Option<&Item> {
+        usize::try_from(key).ok().and_then(|k| self.dense.get(k)).or_else(|| self.sparse.get(&key))
+    }
+
+    fn put(&mut self, key: u64, it: Item) {
+        if self.get(key).is_none() {
+            self.len += 1;
+        }
+        match usize::try_from(key) {
+            Ok(k) if k < self.dense.len() => self.dense[k] = it,
+            Ok(k) if k == self.dense.len() => self.dense.push(it),
+            _ => {
+                self.sparse.insert(key, it);
+            }
+        }
+    }
+}
+
 struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
@@ -487,7 +517,7 @@ struct Reader<'a> {
     stack: Vec<Item>,
     /// Stack heights at each open MARK.
     marks: Vec<usize>,
-    memo: HashMap<u64, Item>,
+    memo: Memo,
     /// Containers, with the offset of the opcode that made each.
     nodes: Vec<(usize, Node)>,
     items: usize,
@@ -589,15 +619,28 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn string(&self, b: &[u8]) -> Res<Item> {
+    /// A length-prefixed UTF-8 string argument.
+    fn string(&mut self, n: impl TryInto<usize>) -> Res<Item> {
+        let b = self.len(n)?;
+        self.utf8(b)
+    }
+
+    /// A length-prefixed `bytes`/`bytearray` argument (kept in the arena: not shared by value).
+    fn bytes(&mut self, n: impl TryInto<usize>) -> Res<Item> {
+        let b = self.len(n)?.to_vec();
+        Ok(self.node(Node::Bytes(b)))
+    }
+
+    fn utf8(&self, b: &[u8]) -> Res<Item> {
         match std::str::from_utf8(b) {
             Ok(s) => Ok(Item::Str(Rc::from(s))),
             Err(e) => self.err(format!("string is not valid UTF-8 (at its byte {})", e.valid_up_to())),
         }
     }
 
-    /// Two's complement little endian, of any length, that must fit in an i64.
-    fn long(&self, b: &[u8]) -> Res<Item> {
+    /// A length-prefixed integer, two's complement little endian, that must fit in an i64.
+    fn long(&mut self, n: impl TryInto<usize>) -> Res<Item> {
+        let b = self.len(n)?;
         let neg = b.last().is_some_and(|&x| x >= 0x80);
         let fill = if neg { 0xff } else { 0 };
         let (low, high) = b.split_at(b.len().min(8));
@@ -608,10 +651,6 @@ impl<'a> Reader<'a> {
             return self.err(format!("integer of {} bytes does not fit in 64 bits (signed)", b.len()));
         }
         Ok(Item::Int(v))
-    }
-
-    fn push(&mut self, it: Item) {
-        self.stack.push(it);
     }
 
     fn node(&mut self, n: Node) -> Item {
@@ -684,31 +723,13 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    fn new_seq(&mut self, kind: Seq, items: Vec<Item>) -> Res<()> {
+    fn new_seq(&mut self, kind: Seq, items: Vec<Item>) -> Res<Item> {
         self.count(items.len())?;
-        let n = self.node(Node::Seq(kind, items));
-        self.push(n);
-        Ok(())
+        Ok(self.node(Node::Seq(kind, items)))
     }
 
-    fn memo_get(&mut self, key: u64) -> Res<()> {
-        match self.memo.get(&key) {
-            Some(it) => {
-                let it = it.clone();
-                self.push(it);
-                Ok(())
-            }
-            None => self.err(format!("memo key {key} was never stored")),
-        }
-    }
-
-    fn memo_put(&mut self, key: u64) -> Res<()> {
-        let it = self.top()?;
-        self.memo.insert(key, it);
-        Ok(())
-    }
-
-    /// Execute opcodes up to STOP; returns the single value left.
+    /// Execute opcodes up to STOP; returns the single value left. Arms that make a value
+    /// yield it (it is pushed); the others `continue`.
     fn run(&mut self) -> Res<Item> {
         loop {
             self.op_at = self.pos;
@@ -716,248 +737,189 @@ impl<'a> Reader<'a> {
                 return self.err("unexpected end of data: truncated pickle or missing STOP");
             };
             self.pos += 1;
-            match op {
-                STOP => {
-                    if !self.marks.is_empty() {
-                        return self.err(format!("STOP with {} unclosed MARKs", self.marks.len()));
-                    }
-                    if self.stack.len() != 1 {
-                        return self.err(format!("STOP with {} values on the stack (expected 1)", self.stack.len()));
-                    }
-                    return self.pop();
+            let item = match op {
+                STOP if !self.marks.is_empty() => return self.err(format!("STOP with {} unclosed MARKs", self.marks.len())),
+                STOP if self.stack.len() != 1 => {
+                    return self.err(format!("STOP with {} values on the stack (expected 1)", self.stack.len()))
                 }
-                PROTO => {
-                    let v = self.u8()?;
-                    if v > 5 {
-                        return self.err(format!("unsupported pickle protocol {v}"));
-                    }
-                }
+                STOP => return self.pop(),
+                PROTO => match self.u8()? {
+                    0..=5 => continue,
+                    v => return self.err(format!("unsupported pickle protocol {v}")),
+                },
                 FRAME => {
+                    // Frames only group opcodes; the frame must lie within the data.
                     let n = self.u64()?;
-                    if n > (self.data.len() - self.pos) as u64 {
-                        return self.err(format!("truncated: frame of {n} bytes, {} left", self.data.len() - self.pos));
+                    let left = self.data.len() - self.pos;
+                    if n > left as u64 {
+                        return self.err(format!("truncated: frame of {n} bytes, {left} left"));
                     }
+                    continue;
+                }
+                MARK if self.marks.len() >= self.limits.max_depth => {
+                    return self.err(format!("more than {} nested MARKs (Limits::max_depth)", self.limits.max_depth))
                 }
                 MARK => {
-                    if self.marks.len() >= self.limits.max_depth {
-                        return self.err(format!("more than {} nested MARKs (Limits::max_depth)", self.limits.max_depth));
-                    }
                     self.marks.push(self.stack.len());
+                    continue;
                 }
-                POP => {
-                    if self.stack.len() > self.base() {
-                        self.stack.pop();
-                    } else {
-                        self.pop_mark()?;
-                    }
+                // POP on an empty mark pops the mark (as CPython does).
+                POP if self.stack.len() > self.base() => {
+                    self.stack.pop();
+                    continue;
                 }
-                POP_MARK => {
+                POP | POP_MARK => {
                     self.pop_mark()?;
+                    continue;
                 }
-                DUP => {
-                    let t = self.top()?;
-                    self.push(t);
-                }
+                DUP => self.top()?,
 
-                NONE => self.push(Item::None),
-                NEWTRUE => self.push(Item::Bool(true)),
-                NEWFALSE => self.push(Item::Bool(false)),
-                BININT1 => {
-                    let v = self.u8()?;
-                    self.push(Item::Int(v.into()));
-                }
-                BININT2 => {
-                    let v = u16::from_le_bytes(self.array()?);
-                    self.push(Item::Int(v.into()));
-                }
-                BININT => {
-                    let v = self.i32()?;
-                    self.push(Item::Int(v.into()));
-                }
-                INT => {
-                    // Protocol 0 writes booleans as INT 00 / 01.
-                    let it = match self.line()? {
-                        "00" => Item::Bool(false),
-                        "01" => Item::Bool(true),
-                        s => Item::Int(self.text_int(s)?),
-                    };
-                    self.push(it);
-                }
+                NONE => Item::None,
+                NEWTRUE => Item::Bool(true),
+                NEWFALSE => Item::Bool(false),
+                BININT1 => Item::Int(self.u8()?.into()),
+                BININT2 => Item::Int(u16::from_le_bytes(self.array()?).into()),
+                BININT => Item::Int(self.i32()?.into()),
+                // Protocol 0 writes booleans as INT 00 / 01.
+                INT => match self.line()? {
+                    "00" => Item::Bool(false),
+                    "01" => Item::Bool(true),
+                    s => Item::Int(self.text_int(s)?),
+                },
                 LONG => {
                     let s = self.line()?;
-                    let v = self.text_int(s)?;
-                    self.push(Item::Int(v));
+                    Item::Int(self.text_int(s)?)
                 }
                 LONG1 => {
                     let n = self.u8()?;
-                    let b = self.len(n)?;
-                    let it = self.long(b)?;
-                    self.push(it);
+                    self.long(n)?
                 }
                 LONG4 => {
                     let n = self.i32()?;
-                    let b = self.len(n)?;
-                    let it = self.long(b)?;
-                    self.push(it);
+                    self.long(n)?
                 }
-                BINFLOAT => {
-                    let v = f64::from_be_bytes(self.array()?);
-                    self.push(Item::Float(v));
-                }
+                BINFLOAT => Item::Float(f64::from_be_bytes(self.array()?)),
                 FLOAT => {
                     let s = self.line()?.trim();
                     match s.parse() {
-                        Ok(v) => self.push(Item::Float(v)),
+                        Ok(v) => Item::Float(v),
                         Err(_) => return self.err(format!("bad float {s:?}")),
                     }
                 }
 
                 SHORT_BINUNICODE | SHORT_BINSTRING => {
                     let n = self.u8()?;
-                    let b = self.len(n)?;
-                    let it = self.string(b)?;
-                    self.push(it);
+                    self.string(n)?
                 }
                 BINUNICODE => {
                     let n = self.u32()?;
-                    let b = self.len(n)?;
-                    let it = self.string(b)?;
-                    self.push(it);
+                    self.string(n)?
                 }
                 BINUNICODE8 => {
                     let n = self.u64()?;
-                    let b = self.len(n)?;
-                    let it = self.string(b)?;
-                    self.push(it);
+                    self.string(n)?
                 }
                 BINSTRING => {
                     let n = self.i32()?;
-                    let b = self.len(n)?;
-                    let it = self.string(b)?;
-                    self.push(it);
+                    self.string(n)?
                 }
                 STRING => {
                     let inner = match self.line_bytes()? {
                         [q @ (b'\'' | b'"'), inner @ .., e] if q == e => inner,
                         _ => return self.err("STRING argument is not quoted"),
                     };
-                    let Some(b) = escape_decode(inner) else {
-                        return self.err("bad escape in STRING argument");
-                    };
-                    let it = self.string(&b)?;
-                    self.push(it);
-                }
-                UNICODE => {
-                    let s = self.line_bytes()?;
-                    match raw_unicode_unescape(s) {
-                        Some(s) => self.push(Item::Str(Rc::from(s))),
-                        None => return self.err("bad escape in UNICODE argument"),
+                    match escape_decode(inner) {
+                        Some(b) => self.utf8(&b)?,
+                        None => return self.err("bad escape in STRING argument"),
                     }
                 }
+                UNICODE => match raw_unicode_unescape(self.line_bytes()?) {
+                    Some(s) => Item::Str(Rc::from(s)),
+                    None => return self.err("bad escape in UNICODE argument"),
+                },
                 SHORT_BINBYTES => {
                     let n = self.u8()?;
-                    let b = self.len(n)?.to_vec();
-                    let it = self.node(Node::Bytes(b));
-                    self.push(it);
+                    self.bytes(n)?
                 }
                 BINBYTES => {
                     let n = self.u32()?;
-                    let b = self.len(n)?.to_vec();
-                    let it = self.node(Node::Bytes(b));
-                    self.push(it);
+                    self.bytes(n)?
                 }
                 BINBYTES8 | BYTEARRAY8 => {
                     let n = self.u64()?;
-                    let b = self.len(n)?.to_vec();
-                    let it = self.node(Node::Bytes(b));
-                    self.push(it);
+                    self.bytes(n)?
                 }
                 NEXT_BUFFER | READONLY_BUFFER => {
-                    return self.err(format!(
-                        "unsupported opcode {} (out-of-band buffers of pickle protocol 5 are not plain data)",
-                        if op == NEXT_BUFFER { "NEXT_BUFFER" } else { "READONLY_BUFFER" }
-                    ));
+                    let name = if op == NEXT_BUFFER { "NEXT_BUFFER" } else { "READONLY_BUFFER" };
+                    return self.err(format!("unsupported opcode {name} (out-of-band buffers of pickle protocol 5 are not plain data)"));
                 }
 
                 EMPTY_LIST => self.new_seq(Seq::List, Vec::new())?,
                 EMPTY_TUPLE => self.new_seq(Seq::Tuple, Vec::new())?,
                 EMPTY_SET => self.new_seq(Seq::Set, Vec::new())?,
-                EMPTY_DICT => {
-                    let n = self.node(Node::Dict(Vec::new()));
-                    self.push(n);
-                }
-                LIST => {
+                EMPTY_DICT => self.node(Node::Dict(Vec::new())),
+                LIST | TUPLE | FROZENSET => {
                     let items = self.pop_mark()?;
-                    self.new_seq(Seq::List, items)?;
-                }
-                TUPLE => {
-                    let items = self.pop_mark()?;
-                    self.new_seq(Seq::Tuple, items)?;
-                }
-                FROZENSET => {
-                    let items = self.pop_mark()?;
-                    self.new_seq(Seq::FrozenSet, items)?;
+                    let kind = match op {
+                        LIST => Seq::List,
+                        TUPLE => Seq::Tuple,
+                        _ => Seq::FrozenSet,
+                    };
+                    self.new_seq(kind, items)?
                 }
                 TUPLE1 | TUPLE2 | TUPLE3 => {
-                    let n = (op - TUPLE1 + 1) as usize;
+                    let n = usize::from(op - TUPLE1 + 1);
                     if self.stack.len() < self.base() + n {
                         return self.err("stack underflow");
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
-                    self.new_seq(Seq::Tuple, items)?;
+                    self.new_seq(Seq::Tuple, items)?
                 }
                 DICT => {
                     let items = self.pop_mark()?;
-                    let n = self.node(Node::Dict(Vec::new()));
-                    self.push(n);
+                    let d = self.node(Node::Dict(Vec::new()));
+                    self.stack.push(d);
                     self.set_items(items)?;
+                    continue;
                 }
-                APPEND => {
-                    let v = self.pop()?;
-                    self.extend_seq(Seq::List, "list", vec![v])?;
+                APPEND | APPENDS | ADDITEMS => {
+                    let items = if op == APPEND { vec![self.pop()?] } else { self.pop_mark()? };
+                    let (kind, name) = if op == ADDITEMS { (Seq::Set, "set") } else { (Seq::List, "list") };
+                    self.extend_seq(kind, name, items)?;
+                    continue;
                 }
-                APPENDS => {
-                    let items = self.pop_mark()?;
-                    self.extend_seq(Seq::List, "list", items)?;
-                }
-                ADDITEMS => {
-                    let items = self.pop_mark()?;
-                    self.extend_seq(Seq::Set, "set", items)?;
-                }
-                SETITEM => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    self.set_items(vec![k, v])?;
-                }
-                SETITEMS => {
-                    let items = self.pop_mark()?;
+                SETITEM | SETITEMS => {
+                    let items = if op == SETITEM {
+                        let v = self.pop()?;
+                        vec![self.pop()?, v]
+                    } else {
+                        self.pop_mark()?
+                    };
                     self.set_items(items)?;
+                    continue;
                 }
 
-                BINPUT => {
-                    let k = self.u8()?;
-                    self.memo_put(k.into())?;
+                PUT | BINPUT | LONG_BINPUT | MEMOIZE => {
+                    let key = match op {
+                        PUT => self.text_key()?,
+                        BINPUT => self.u8()?.into(),
+                        LONG_BINPUT => self.u32()?.into(),
+                        _ => self.memo.len,
+                    };
+                    let it = self.top()?;
+                    self.memo.put(key, it);
+                    continue;
                 }
-                LONG_BINPUT => {
-                    let k = self.u32()?;
-                    self.memo_put(k.into())?;
-                }
-                PUT => {
-                    let k = self.text_key()?;
-                    self.memo_put(k)?;
-                }
-                MEMOIZE => self.memo_put(self.memo.len() as u64)?,
-                BINGET => {
-                    let k = self.u8()?;
-                    self.memo_get(k.into())?;
-                }
-                LONG_BINGET => {
-                    let k = self.u32()?;
-                    self.memo_get(k.into())?;
-                }
-                GET => {
-                    let k = self.text_key()?;
-                    self.memo_get(k)?;
+                GET | BINGET | LONG_BINGET => {
+                    let key = match op {
+                        GET => self.text_key()?,
+                        BINGET => self.u8()?.into(),
+                        _ => self.u32()?.into(),
+                    };
+                    match self.memo.get(key) {
+                        Some(it) => it.clone(),
+                        None => return self.err(format!("memo key {key} was never stored")),
+                    }
                 }
 
                 _ => {
@@ -968,7 +930,8 @@ impl<'a> Reader<'a> {
                         None => format!("unknown opcode {}", opname(op)),
                     })
                 }
-            }
+            };
+            self.stack.push(item);
         }
     }
 
@@ -1023,7 +986,7 @@ impl<'a> Reader<'a> {
                     continue;
                 }
                 if state[j] == OPEN {
-                    return fail(*at, "recursive structure: a container contains itself (not plain data)".into());
+                    return fail(*at, RECURSIVE.into());
                 }
                 if path.len() >= max_depth {
                     return fail(*at, format!("nesting deeper than {max_depth} (Limits::max_depth)"));
@@ -1038,59 +1001,49 @@ impl<'a> Reader<'a> {
             // Every child is converted: build this one.
             path.pop();
             let (at, node) = std::mem::replace(&mut self.nodes[i], (0, Node::Seq(Seq::List, Vec::new())));
-            let mut value = |it: Item| -> Res<Value> {
-                Ok(match it {
-                    Item::None => Value::None,
-                    Item::Bool(b) => Value::Bool(b),
-                    Item::Int(v) => Value::Int(v),
-                    Item::Float(v) => Value::Float(v),
-                    Item::Str(s) => Value::Str(s),
-                    Item::Node(j) => match (&done[j], &self.nodes[j].1) {
-                        (Some(v), _) => v.clone(),
-                        (None, Node::Bytes(b)) => {
-                            bytes = bytes.saturating_add(b.len());
-                            if bytes > self.limits.max_bytes {
-                                return fail(at, format!("more than {} bytes of bytes objects (Limits::max_bytes)", self.limits.max_bytes));
-                            }
-                            Value::Bytes(b.clone())
-                        }
-                        // Only a container that contains itself can still be unbuilt here.
-                        (None, _) => return fail(at, "recursive structure: a container contains itself (not plain data)".into()),
-                    },
-                })
-            };
+            let mut value = |it| finish(it, at, &done, &self.nodes, &mut bytes, self.limits.max_bytes);
             let v = match node {
-                Node::Seq(kind, items) => {
-                    let items = items.into_iter().map(&mut value).collect::<Res<Vec<_>>>()?;
-                    match kind {
-                        Seq::Tuple => Value::Tuple(Rc::new(items)),
-                        _ => Value::List(Rc::new(items)),
-                    }
-                }
-                Node::Dict(d) => {
-                    let d = d.into_iter().map(|(a, b)| Ok((value(a)?, value(b)?))).collect::<Res<Vec<_>>>()?;
-                    Value::Dict(Rc::new(d))
-                }
-                Node::Bytes(_) => unreachable!("bytes are never on the path"),
+                Node::Seq(Seq::Tuple, items) => Value::Tuple(Rc::new(items.into_iter().map(&mut value).collect::<Res<_>>()?)),
+                Node::Seq(_, items) => Value::List(Rc::new(items.into_iter().map(&mut value).collect::<Res<_>>()?)),
+                Node::Dict(d) => Value::Dict(Rc::new(d.into_iter().map(|(a, b)| Ok((value(a)?, value(b)?))).collect::<Res<_>>()?)),
+                Node::Bytes(b) => Value::Bytes(b), // never on the path
             };
             done[i] = Some(v);
         }
-        Ok(match root {
-            Item::None => Value::None,
-            Item::Bool(b) => Value::Bool(b),
-            Item::Int(v) => Value::Int(v),
-            Item::Float(v) => Value::Float(v),
-            Item::Str(s) => Value::Str(s),
-            Item::Node(r) => match (done[r].take(), &self.nodes[r].1) {
-                (Some(v), _) => v,
-                (None, Node::Bytes(b)) if b.len() <= self.limits.max_bytes => Value::Bytes(b.clone()),
-                (None, _) => {
-                    return fail(self.nodes[r].0, format!("more than {} bytes of bytes objects (Limits::max_bytes)", self.limits.max_bytes))
-                }
-            },
-        })
+        let at = match root {
+            Item::Node(r) => self.nodes[r].0,
+            _ => 0,
+        };
+        finish(root, at, &done, &self.nodes, &mut bytes, self.limits.max_bytes)
     }
 }
+
+/// The value of a stack item once every container it refers to is built (in `done`).
+/// `at` is the offset of the container it goes into, for errors.
+fn finish(it: Item, at: usize, done: &[Option<Value>], nodes: &[(usize, Node)], bytes: &mut usize, max_bytes: usize) -> Res<Value> {
+    Ok(match it {
+        Item::None => Value::None,
+        Item::Bool(b) => Value::Bool(b),
+        Item::Int(v) => Value::Int(v),
+        Item::Float(v) => Value::Float(v),
+        Item::Str(s) => Value::Str(s),
+        Item::Node(j) => match (done.get(j), nodes.get(j)) {
+            (Some(Some(v)), _) => v.clone(),
+            (_, Some((_, Node::Bytes(b)))) => {
+                *bytes = bytes.saturating_add(b.len());
+                if *bytes > max_bytes {
+                    let message = format!("more than {max_bytes} bytes of bytes objects (Limits::max_bytes)");
+                    return Err(PickleError { offset: at, message });
+                }
+                Value::Bytes(b.clone())
+            }
+            // Only a container that contains itself can still be unbuilt here.
+            _ => return Err(PickleError { offset: at, message: RECURSIVE.into() }),
+        },
+    })
+}
+
+const RECURSIVE: &str = "recursive structure: a container contains itself (not plain data)";
 
 /// Python's `codecs.escape_decode`, for protocol-0 STRING arguments.
 fn escape_decode(s: &[u8]) -> Option<Vec<u8>> {
