@@ -17,6 +17,8 @@ pub struct LiveAlloc {
     pub scope: String,
     pub op: &'static str,
     pub phase: Phase,
+    /// Rust `file:line` that allocated it.
+    pub location: String,
 }
 
 impl LiveAlloc {
@@ -30,6 +32,7 @@ impl LiveAlloc {
             scope: e.scope.to_string(),
             op: e.op,
             phase: e.phase,
+            location: format!("{}:{}", e.location.file(), e.location.line()),
         }
     }
 }

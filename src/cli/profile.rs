@@ -262,7 +262,15 @@ fn print_run(p: &Plan, a: &ProfileArgs, r: &Run) {
     }
     println!("largest allocations:");
     for l in rep.largest.iter().take(8) {
-        println!("  {:>10.2} MiB  {} in {} ({}, {})", mib(l.block_bytes as u64), l.op, if l.scope.is_empty() { "<top level>" } else { &l.scope }, l.phase, l.category);
+        println!(
+            "  {:>10.2} MiB  {} in {} ({}, {}) at {}",
+            mib(l.block_bytes as u64),
+            l.op,
+            if l.scope.is_empty() { "<top level>" } else { &l.scope },
+            l.phase,
+            l.category,
+            l.location
+        );
     }
     println!(
         "fragmentation: reserved − allocated at the end {:.2} MiB; inactive split peak {:.2} MiB; alloc retries {}; OOMs {}",

@@ -63,12 +63,14 @@ impl Runtime {
 #[derive(Debug, Clone)]
 pub struct OomPanic(pub crate::record::allocator::OutOfMemory);
 
+#[track_caller]
 pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
+    let loc = std::panic::Location::caller();
     let r = with(|rt| {
         let id = rt.next_storage_id;
         rt.next_storage_id += 1;
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        rt.log.on_alloc(id, bytes, &scope, op, phase, cat).map(|()| id)
+        rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc).map(|()| id)
     });
     match r {
         Ok(id) => id,

@@ -98,6 +98,7 @@ pub struct Storage {
 
 impl Storage {
     /// Allocate `numel` elements (recorded now); cpu data is filled in by `set`.
+    #[track_caller]
     pub fn alloc(device: Device, dtype: DType, numel: usize, op: &'static str) -> Rc<Storage> {
         let nbytes = numel * dtype.size();
         let id = runtime::alloc_storage(nbytes, op);

@@ -43,11 +43,13 @@ impl fmt::Debug for Tensor {
 
 impl Tensor {
     // ---------------------------------------------------------------- construction
+    #[track_caller]
     pub(crate) fn from_parts(storage: Rc<Storage>, layout: Layout) -> Tensor {
         Tensor(Rc::new(TensorImpl { storage, layout, base: None, requires_grad: false, grad_fn: None, grad: RefCell::new(None) }))
     }
 
     /// Allocate an output of `shape`; on cpu `fill` produces its values (not called on meta).
+    #[track_caller]
     pub(crate) fn build(device: Device, dtype: DType, shape: &[usize], op: &'static str, fill: impl FnOnce() -> Buffer) -> Tensor {
         let st = Storage::alloc(device, dtype, numel(shape), op);
         if device == Device::Cpu {
@@ -61,123 +63,157 @@ impl Tensor {
     }
 
     /// Allocate an output whose values are computed in `R` and stored as `dtype`.
+    #[track_caller]
     pub(crate) fn compute<R: CReal>(device: Device, dtype: DType, shape: &[usize], op: &'static str, f: impl FnOnce() -> Vec<R>) -> Tensor {
         Tensor::build(device, dtype, shape, op, || cpu::to_buffer(f(), dtype))
     }
 
     /// Host scratch with data but no device accounting (a fused kernel's registers).
+    #[track_caller]
     pub(crate) fn host(buf: Buffer, shape: &[usize]) -> Tensor {
         Tensor::from_parts(Storage::untracked(Device::Cpu, buf.dtype(), Some(buf)), Layout::contiguous(shape))
     }
     /// Shape and dtype only, no data and no accounting.
+    #[track_caller]
     pub(crate) fn shape_only(shape: &[usize], dtype: DType, device: Device) -> Tensor {
         let _ = device;
         Tensor::from_parts(Storage::untracked(Device::Meta, dtype, None), Layout::contiguous(shape))
     }
 
+    #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Tensor {
         Tensor::build(device, dtype, shape, "zeros", || Buffer::zeros(dtype, numel(shape)))
     }
+    #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Tensor {
         with_real!(dtype, R, { Tensor::compute::<R>(device, dtype, shape, "full", || vec![R::lit(value); numel(shape)]) })
     }
+    #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Tensor {
         Tensor::full(shape, 1.0, dtype, device)
     }
+    #[track_caller]
     pub fn zeros_like(&self) -> Tensor {
         Tensor::zeros(self.shape(), self.dtype(), self.device())
     }
+    #[track_caller]
     pub fn ones_like(&self) -> Tensor {
         Tensor::ones(self.shape(), self.dtype(), self.device())
     }
     /// From host values (f64 for exactness; stored as `dtype`).
+    #[track_caller]
     pub fn from_f64(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
         Tensor::compute::<f64>(device, dtype, shape, "tensor", || values.to_vec())
     }
+    #[track_caller]
     pub fn from_f32(values: &[f32], shape: &[usize], dtype: DType, device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
         Tensor::compute::<f32>(device, dtype, shape, "tensor", || values.to_vec())
     }
+    #[track_caller]
     pub fn from_i64(values: &[i64], shape: &[usize], device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape));
         Tensor::build(device, DType::I64, shape, "tensor", || Buffer::I64(values.to_vec()))
     }
+    #[track_caller]
     pub fn arange(n: usize, device: Device) -> Tensor {
         Tensor::build(device, DType::I64, &[n], "arange", || Buffer::I64((0..n as i64).collect()))
     }
 
     // ---------------------------------------------------------------- accessors
+    #[track_caller]
     pub fn shape(&self) -> &[usize] {
         &self.0.layout.shape
     }
+    #[track_caller]
     pub fn dim(&self, d: isize) -> usize {
         self.shape()[dim_index(d, self.rank())]
     }
+    #[track_caller]
     pub fn rank(&self) -> usize {
         self.0.layout.shape.len()
     }
+    #[track_caller]
     pub fn numel(&self) -> usize {
         self.0.layout.numel()
     }
+    #[track_caller]
     pub fn dtype(&self) -> DType {
         self.0.storage.dtype
     }
+    #[track_caller]
     pub fn device(&self) -> Device {
         self.0.storage.device
     }
+    #[track_caller]
     pub fn layout(&self) -> &Layout {
         &self.0.layout
     }
+    #[track_caller]
     pub fn storage(&self) -> &Rc<Storage> {
         &self.0.storage
     }
+    #[track_caller]
     pub fn nbytes(&self) -> usize {
         self.numel() * self.dtype().size()
     }
+    #[track_caller]
     pub fn is_contiguous(&self) -> bool {
         self.0.layout.is_contiguous()
     }
     /// Contiguous and covering its whole storage.
+    #[track_caller]
     pub fn is_dense(&self) -> bool {
         self.is_contiguous() && self.0.layout.offset == 0 && self.numel() == self.0.storage.numel
     }
     /// Nobody else holds this handle or its storage (a view's base counts as a holder).
+    #[track_caller]
     pub fn is_unique(&self) -> bool {
         Rc::strong_count(&self.0) == 1 && Rc::strong_count(&self.0.storage) == 1
     }
     /// Nobody else holds this handle (its storage may be shared with a view base).
+    #[track_caller]
     pub fn is_sole_handle(&self) -> bool {
         Rc::strong_count(&self.0) == 1
     }
+    #[track_caller]
     pub fn same_storage(&self, other: &Tensor) -> bool {
         Rc::ptr_eq(&self.0.storage, &other.0.storage)
     }
+    #[track_caller]
     pub fn requires_grad(&self) -> bool {
         self.0.requires_grad
     }
+    #[track_caller]
     pub fn grad_fn(&self) -> Option<&Rc<Node>> {
         self.0.grad_fn.as_ref()
     }
+    #[track_caller]
     pub fn is_leaf(&self) -> bool {
         self.0.grad_fn.is_none()
     }
+    #[track_caller]
     pub fn grad(&self) -> Option<Tensor> {
         self.0.grad.borrow().clone()
     }
+    #[track_caller]
     pub(crate) fn grad_slot(&self) -> &RefCell<Option<Tensor>> {
         &self.0.grad
     }
     /// `zero_grad(set_to_none=True)` for one leaf: frees its gradient.
+    #[track_caller]
     pub fn clear_grad(&self) {
         let g = self.0.grad.borrow_mut().take();
         drop(g);
     }
+    #[track_caller]
     pub fn set_grad(&self, g: Option<Tensor>) {
         *self.0.grad.borrow_mut() = g;
     }
 
     /// A new leaf handle over the same storage that requires grad (nn.Parameter).
+    #[track_caller]
     pub fn requires_grad_(self, on: bool) -> Tensor {
         assert!(self.is_leaf(), "requires_grad_ on a non-leaf tensor");
         Tensor(Rc::new(TensorImpl {
@@ -190,9 +226,11 @@ impl Tensor {
         }))
     }
     /// Same storage and layout, no autograd link.
+    #[track_caller]
     pub fn detach(&self) -> Tensor {
         Tensor::from_parts(self.0.storage.clone(), self.0.layout.clone())
     }
+    #[track_caller]
     pub(crate) fn with_grad_fn(self, node: Rc<Node>) -> Tensor {
         Tensor(Rc::new(TensorImpl {
             storage: self.0.storage.clone(),
@@ -215,31 +253,39 @@ impl Tensor {
         }))
     }
     /// A new shape over a fresh output (ATen's `_unsafe_view`): not a view for autograd.
+    #[track_caller]
     pub(crate) fn unsafe_view(self, shape: &[usize]) -> Tensor {
         debug_assert!(self.is_contiguous() && self.0.base.is_none() && self.grad_fn().is_none());
         Tensor::from_parts(self.0.storage.clone(), Layout::contiguous(shape))
     }
+    #[track_caller]
     pub fn is_view(&self) -> bool {
         self.0.base.is_some()
     }
 
+    #[track_caller]
     pub fn backward(&self) {
         autograd::backward(self, None)
     }
+    #[track_caller]
     pub fn backward_with(&self, grad: Tensor) {
         autograd::backward(self, Some(grad))
     }
 
     // ---------------------------------------------------------------- host values
+    #[track_caller]
     pub fn to_vec_f64(&self) -> Vec<f64> {
         cpu::read::<f64>(self)
     }
+    #[track_caller]
     pub fn to_vec_f32(&self) -> Vec<f32> {
         cpu::read::<f32>(self)
     }
+    #[track_caller]
     pub fn to_vec_i64(&self) -> Vec<i64> {
         cpu::read_i64(self)
     }
+    #[track_caller]
     pub fn item(&self) -> f64 {
         assert_eq!(self.numel(), 1, "item() of a tensor with {} elements", self.numel());
         self.to_vec_f64()[0]
@@ -247,6 +293,7 @@ impl Tensor {
 
     // ---------------------------------------------------------------- views
     /// `view`/`reshape`: a view when strides allow, otherwise a contiguous copy (as `reshape`).
+    #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
         let shape = infer_shape(shape, self.numel());
         match self.0.layout.view(&shape) {
@@ -262,11 +309,13 @@ impl Tensor {
         }
     }
     /// Like `reshape` but panics instead of copying (`Tensor.view`).
+    #[track_caller]
     pub fn view(&self, shape: &[usize]) -> Tensor {
         let shape = infer_shape(shape, self.numel());
         assert!(self.0.layout.view(&shape).is_some(), "view {:?} of a non-viewable layout {:?}; use reshape", shape, self.0.layout);
         self.reshape(&shape)
     }
+    #[track_caller]
     pub fn flatten(&self, start: usize, end: usize) -> Tensor {
         let s = self.shape();
         let mut shape: Vec<usize> = s[..start].to_vec();
@@ -274,6 +323,7 @@ impl Tensor {
         shape.extend_from_slice(&s[end + 1..]);
         self.reshape(&shape)
     }
+    #[track_caller]
     pub fn transpose(&self, a: isize, b: isize) -> Tensor {
         let (a, b) = (dim_index(a, self.rank()), dim_index(b, self.rank()));
         let out = self.view_with(self.0.layout.transpose(a, b));
@@ -283,10 +333,12 @@ impl Tensor {
         out
     }
     /// Transpose of a 2-D tensor.
+    #[track_caller]
     pub fn t(&self) -> Tensor {
         assert_eq!(self.rank(), 2, "t() expects a 2-D tensor");
         self.transpose(0, 1)
     }
+    #[track_caller]
     pub fn permute(&self, dims: &[usize]) -> Tensor {
         let out = self.view_with(self.0.layout.permute(dims));
         if needs_grad(&[self]) {
@@ -299,6 +351,7 @@ impl Tensor {
         out
     }
     /// `x[..., start:end:step]` along `dim` (a view).
+    #[track_caller]
     pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Tensor {
         let d = dim_index(dim, self.rank());
         let l = self.0.layout.slice(d, start, end, step);
@@ -318,10 +371,12 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Tensor {
         self.slice(dim, start, start + len, 1)
     }
     /// `x.select(dim, i)` (a view that drops `dim`).
+    #[track_caller]
     pub fn select(&self, dim: isize, i: usize) -> Tensor {
         let d = dim_index(dim, self.rank());
         let out = self.view_with(self.0.layout.select(d, i));
@@ -340,12 +395,14 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn unsqueeze(&self, dim: isize) -> Tensor {
         let d = if dim < 0 { (dim + self.rank() as isize + 1) as usize } else { dim as usize };
         let mut shape = self.shape().to_vec();
         shape.insert(d, 1);
         self.reshape(&shape)
     }
+    #[track_caller]
     pub fn squeeze(&self, dim: isize) -> Tensor {
         let d = dim_index(dim, self.rank());
         assert_eq!(self.shape()[d], 1, "squeeze of a dimension of size {}", self.shape()[d]);
@@ -354,6 +411,7 @@ impl Tensor {
         self.reshape(&shape)
     }
     /// Broadcast to `shape` (a view; backward sums over the expanded dims).
+    #[track_caller]
     pub fn expand(&self, shape: &[usize]) -> Tensor {
         if shape == self.shape() {
             return self.clone();
@@ -368,6 +426,7 @@ impl Tensor {
 
     // ---------------------------------------------------------------- copies
     /// Returns `self` when already contiguous, else a contiguous copy.
+    #[track_caller]
     pub fn contiguous(&self) -> Tensor {
         if self.is_contiguous() {
             return self.clone();
@@ -375,6 +434,7 @@ impl Tensor {
         self.clone_contiguous()
     }
     /// Always a fresh contiguous copy (`clone()`).
+    #[track_caller]
     pub fn clone_contiguous(&self) -> Tensor {
         let out = copy_of(self, self.dtype(), "clone");
         if needs_grad(&[self]) {
@@ -383,6 +443,7 @@ impl Tensor {
         out
     }
     /// `.to(dtype)`: returns `self` when the dtype already matches.
+    #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
         if dtype == self.dtype() {
             return self.clone();
@@ -396,6 +457,7 @@ impl Tensor {
     }
 
     /// In-place copy of `src` (broadcast) into this tensor's elements, no autograd.
+    #[track_caller]
     pub fn copy_(&self, src: &Tensor) {
         if self.device() == Device::Meta {
             return;
@@ -433,6 +495,7 @@ pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) 
     }
 }
 
+#[track_caller]
 fn copy_of(t: &Tensor, dtype: DType, op: &'static str) -> Tensor {
     match (t.dtype(), dtype) {
         (DType::I64, DType::I64) => Tensor::build(t.device(), dtype, t.shape(), op, || Buffer::I64(cpu::read_i64(t))),

@@ -22,20 +22,21 @@ fn list(items: Vec<Value>) -> Value {
 }
 
 /// Frames for an event: innermost first, as PyTorch lists them. The module path stands in
-/// for the Python file, the op for the function; shared lists are pickled once.
+/// for the Python file and the op for the function, then the Rust line that allocated, then
+/// the phase; identical lists are pickled once.
 struct Frames {
-    cache: HashMap<(String, &'static str, &'static str), Value>,
+    cache: HashMap<(String, &'static str, &'static str, &'static str, u32), Value>,
 }
 
 impl Frames {
     fn of(&mut self, e: &MemEvent) -> Value {
         let scope = if e.scope.is_empty() { "<top level>".to_string() } else { e.scope.to_string() };
-        let key = (scope, e.op, e.phase.name());
+        let key = (scope, e.op, e.phase.name(), e.location.file(), e.location.line());
         if let Some(v) = self.cache.get(&key) {
             return v.clone();
         }
-        let frame = |file: &str, name: &str| dict(vec![("filename", s(file)), ("line", int(0)), ("name", s(name))]);
-        let v = list(vec![frame(&key.0, key.1), frame("vramscope", key.2)]);
+        let frame = |file: &str, line: u32, name: &str| dict(vec![("filename", s(file)), ("line", int(line)), ("name", s(name))]);
+        let v = list(vec![frame(&key.0, 0, key.1), frame(key.3, key.4, "rust"), frame("vramscope", 0, key.2)]);
         self.cache.insert(key, v.clone());
         v
     }

@@ -33,6 +33,14 @@ pub struct MemEvent {
     pub phase: Phase,
     /// Category at the time of the event (frees carry the final category).
     pub category: Category,
+    /// The Rust code that allocated the storage: the first caller outside the engine's
+    /// ops (a model or optimizer line), or the op's backward for gradients.
+    #[serde(serialize_with = "ser_loc")]
+    pub location: &'static std::panic::Location<'static>,
+}
+
+fn ser_loc<S: serde::Serializer>(l: &&'static std::panic::Location<'static>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{}:{}", l.file(), l.line()))
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -50,6 +58,7 @@ pub struct MemoryStats {
 
 #[derive(Clone, Debug)]
 struct Live {
+    location: &'static std::panic::Location<'static>,
     bytes: usize,
     block: usize,
     addr: u64,
@@ -143,6 +152,7 @@ impl MemoryLog {
                 op: l.op,
                 phase: l.phase,
                 category: l.category,
+                location: l.location,
             })
             .collect();
         v.sort_by_key(|e| e.id);
@@ -174,7 +184,17 @@ impl MemoryLog {
     }
 
     /// Account for a new storage. With an allocator model, Err is the OOM PyTorch raises.
-    pub fn on_alloc(&mut self, id: u64, bytes: usize, scope: &Rc<str>, op: &'static str, phase: Phase, category: Category) -> Result<(), OutOfMemory> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_alloc(
+        &mut self,
+        id: u64,
+        bytes: usize,
+        scope: &Rc<str>,
+        op: &'static str,
+        phase: Phase,
+        category: Category,
+        location: &'static std::panic::Location<'static>,
+    ) -> Result<(), OutOfMemory> {
         let (addr, block) = match &mut self.allocator {
             Some(a) if bytes > 0 => match a.malloc_block(bytes) {
                 Ok(ab) => ab,
@@ -196,9 +216,9 @@ impl MemoryLog {
         self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
         self.stats.phase_peak = self.stats.phase_peak.max(self.allocated_now());
         let event = self.events.as_ref().map(|e| e.len());
-        self.live.insert(id, Live { bytes, block, addr, scope: scope.clone(), op, phase, category, event });
+        self.live.insert(id, Live { location, bytes, block, addr, scope: scope.clone(), op, phase, category, event });
         if let Some(ev) = &mut self.events {
-            ev.push(MemEvent { kind: EventKind::Alloc, id, addr, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category });
+            ev.push(MemEvent { kind: EventKind::Alloc, id, addr, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location });
         }
         self.collect_actions(event);
         Ok(())
@@ -221,6 +241,7 @@ impl MemoryLog {
                 op,
                 phase,
                 category: live.category,
+                location: live.location,
             });
         }
         if let Some(a) = &mut self.allocator {

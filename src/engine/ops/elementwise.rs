@@ -116,6 +116,7 @@ fn float_dtype(t: &Tensor) -> DType {
 }
 
 /// `f(x)` into a new tensor of `dtype`.
+#[track_caller]
 pub(crate) fn unary_raw<F: UnFn>(x: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
     with_real!(dtype, R, {
         Tensor::compute::<R>(x.device(), dtype, x.shape(), op, || cpu::with_slice::<R, _>(x, |s| cpu::map(s, move |v| f.call(v))))
@@ -132,6 +133,7 @@ fn binary_values<R: CReal, F: BinFn>(a: &Tensor, b: &Tensor, shape: &[usize], f:
     cpu::with_slice::<R, _>(a, |sa| cpu::with_slice::<R, _>(b, |sb| cpu::broadcast2(sa, &la, sb, &lb, move |x, y| f.call(x, y))))
 }
 
+#[track_caller]
 pub(crate) fn binary_raw<F: BinFn>(a: &Tensor, b: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
     assert_eq!(a.device(), b.device(), "{op}: tensors on different devices");
     let shape = broadcast_shapes(a.shape(), b.shape());
@@ -145,6 +147,7 @@ fn reduce_grad(g: Tensor, like: &Tensor) -> Tensor {
 
 impl Tensor {
     // ---------------------------------------------------------------- binary
+    #[track_caller]
     pub fn add(&self, o: &Tensor) -> Tensor {
         let out = binary_raw(self, o, Add, DType::promote(float_dtype(self), float_dtype(o)), "add");
         if needs_grad(&[self, o]) {
@@ -156,6 +159,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn sub(&self, o: &Tensor) -> Tensor {
         let out = binary_raw(self, o, Sub, DType::promote(float_dtype(self), float_dtype(o)), "sub");
         if needs_grad(&[self, o]) {
@@ -168,6 +172,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn mul(&self, o: &Tensor) -> Tensor {
         let out = binary_raw(self, o, Mul, DType::promote(float_dtype(self), float_dtype(o)), "mul");
         if needs_grad(&[self, o]) {
@@ -184,6 +189,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn div(&self, o: &Tensor) -> Tensor {
         let out = binary_raw(self, o, Div, DType::promote(float_dtype(self), float_dtype(o)), "div");
         if needs_grad(&[self, o]) {
@@ -202,6 +208,7 @@ impl Tensor {
     }
 
     // ---------------------------------------------------------------- scalar
+    #[track_caller]
     pub fn add_scalar(&self, s: f64) -> Tensor {
         let out = unary_raw(self, AddS(s), float_dtype(self), "add");
         if needs_grad(&[self]) {
@@ -209,6 +216,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn mul_scalar(&self, s: f64) -> Tensor {
         let out = unary_raw(self, MulS(s), float_dtype(self), "mul");
         if needs_grad(&[self]) {
@@ -216,6 +224,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn div_scalar(&self, s: f64) -> Tensor {
         let out = unary_raw(self, DivS(s), float_dtype(self), "div");
         if needs_grad(&[self]) {
@@ -224,6 +233,7 @@ impl Tensor {
         out
     }
     /// `s - self`
+    #[track_caller]
     pub fn rsub_scalar(&self, s: f64) -> Tensor {
         let out = unary_raw(self, RSubS(s), float_dtype(self), "rsub");
         if needs_grad(&[self]) {
@@ -233,6 +243,7 @@ impl Tensor {
     }
 
     // ---------------------------------------------------------------- unary
+    #[track_caller]
     pub fn neg(&self) -> Tensor {
         let out = unary_raw(self, Neg, float_dtype(self), "neg");
         if needs_grad(&[self]) {
@@ -240,6 +251,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn exp(&self) -> Tensor {
         let out = unary_raw(self, Exp, float_dtype(self), "exp");
         if needs_grad(&[self]) {
@@ -248,6 +260,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn log(&self) -> Tensor {
         let out = unary_raw(self, Log, float_dtype(self), "log");
         if needs_grad(&[self]) {
@@ -256,6 +269,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn sqrt(&self) -> Tensor {
         let out = unary_raw(self, Sqrt, float_dtype(self), "sqrt");
         if needs_grad(&[self]) {
@@ -264,6 +278,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn rsqrt(&self) -> Tensor {
         let out = unary_raw(self, Rsqrt, float_dtype(self), "rsqrt");
         if needs_grad(&[self]) {
@@ -275,6 +290,7 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn pow_scalar(&self, p: f64) -> Tensor {
         let out = unary_raw(self, PowS(p), float_dtype(self), "pow");
         if needs_grad(&[self]) {
@@ -288,9 +304,11 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn square(&self) -> Tensor {
         self.pow_scalar(2.0)
     }
+    #[track_caller]
     pub fn sigmoid(&self) -> Tensor {
         let out = unary_raw(self, Sigmoid, float_dtype(self), "sigmoid");
         if needs_grad(&[self]) {
@@ -303,6 +321,7 @@ impl Tensor {
         out
     }
     /// Fused SiLU (`F.silu`): saves its input.
+    #[track_caller]
     pub fn silu(&self) -> Tensor {
         let out = unary_raw(self, Silu, float_dtype(self), "silu");
         if needs_grad(&[self]) {
@@ -314,10 +333,12 @@ impl Tensor {
         }
         out
     }
+    #[track_caller]
     pub fn cos(&self) -> Tensor {
         assert!(!self.requires_grad() || !crate::engine::runtime::is_grad_enabled(), "cos has no backward here");
         unary_raw(self, Cos, float_dtype(self), "cos")
     }
+    #[track_caller]
     pub fn sin(&self) -> Tensor {
         assert!(!self.requires_grad() || !crate::engine::runtime::is_grad_enabled(), "sin has no backward here");
         unary_raw(self, Sin, float_dtype(self), "sin")
@@ -325,6 +346,7 @@ impl Tensor {
 
     // ---------------------------------------------------------------- masks
     /// `self >= other` (broadcast) as bool.
+    #[track_caller]
     pub fn ge(&self, o: &Tensor) -> Tensor {
         let shape = broadcast_shapes(self.shape(), o.shape());
         Tensor::build(self.device(), DType::Bool, &shape, "ge", || {
@@ -333,6 +355,7 @@ impl Tensor {
         })
     }
     /// `torch.where(cond, self, value)`: saves only the condition.
+    #[track_caller]
     pub fn where_scalar(&self, cond: &Tensor, value: f64) -> Tensor {
         let shape = broadcast_shapes(self.shape(), cond.shape());
         let dtype = self.dtype();
@@ -357,6 +380,7 @@ impl Tensor {
         out
     }
     /// Upper triangle from diagonal `k` up (as `torch.triu`), no autograd.
+    #[track_caller]
     pub fn triu(&self, k: i64) -> Tensor {
         assert_eq!(self.rank(), 2, "triu expects a matrix");
         let (r, c) = (self.shape()[0], self.shape()[1]);
@@ -377,6 +401,7 @@ impl Tensor {
     }
 
     /// A shape/dtype-only stand-in used by backward closures that need no data.
+    #[track_caller]
     pub(crate) fn meta_like(&self) -> Tensor {
         MetaShape::of(self)
     }
@@ -415,17 +440,21 @@ impl Tensor {
         });
     }
     /// `self += other`
+    #[track_caller]
     pub fn add_(&self, other: &Tensor) {
         self.inplace(Some(other), Add);
     }
     /// `self += alpha * other`
+    #[track_caller]
     pub fn add_scaled_(&self, other: &Tensor, alpha: f64) {
         self.inplace(Some(other), AddScaled(alpha));
     }
     /// `self -= other`
+    #[track_caller]
     pub fn sub_(&self, other: &Tensor) {
         self.inplace(Some(other), AddScaled(-1.0));
     }
+    #[track_caller]
     pub fn mul_scalar_(&self, s: f64) {
         #[derive(Clone, Copy)]
         struct M(f64);
@@ -436,6 +465,7 @@ impl Tensor {
         }
         self.inplace(None, M(s));
     }
+    #[track_caller]
     pub fn add_scalar_(&self, s: f64) {
         #[derive(Clone, Copy)]
         struct A(f64);
@@ -447,10 +477,12 @@ impl Tensor {
         self.inplace(None, A(s));
     }
     /// `self += w * (end - self)` (`lerp_`)
+    #[track_caller]
     pub fn lerp_(&self, end: &Tensor, w: f64) {
         self.inplace(Some(end), Lerp(w));
     }
     /// `self += value * t1 * t2` (fused; no device temporaries).
+    #[track_caller]
     pub fn addcmul_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
         if self.device() == Device::Meta {
             return;
@@ -459,6 +491,7 @@ impl Tensor {
         self.add_scaled_(&prod, value);
     }
     /// `self += value * t1 / t2` (fused; no device temporaries).
+    #[track_caller]
     pub fn addcdiv_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
         if self.device() == Device::Meta {
             return;
@@ -466,6 +499,7 @@ impl Tensor {
         let q = host_binary(t1, t2, Div);
         self.add_scaled_(&q, value);
     }
+    #[track_caller]
     pub fn sqrt_(&self) {
         #[derive(Clone, Copy)]
         struct S;
@@ -476,6 +510,7 @@ impl Tensor {
         }
         self.inplace(None, S);
     }
+    #[track_caller]
     pub fn div_scalar_(&self, s: f64) {
         self.mul_scalar_(1.0 / s);
     }
@@ -494,6 +529,7 @@ fn host_binary<F: BinFn>(a: &Tensor, b: &Tensor, f: F) -> Tensor {
 /// Shape and dtype without data or accounting, for backward closures.
 pub(crate) struct MetaShape;
 impl MetaShape {
+    #[track_caller]
     pub(crate) fn of(t: &Tensor) -> Tensor {
         Tensor::shape_only(t.shape(), t.dtype(), t.device())
     }

@@ -90,6 +90,7 @@ fn gemm_batched<R: CReal>(a: &[R], la: &Layout, b: &[R], lb: &Layout) -> Vec<R> 
 }
 
 /// Storage-level product of two 3-D layouts into a new (batch, m, n) tensor of `dtype`.
+#[track_caller]
 fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'static str) -> Tensor {
     let shape = [la.shape[0], la.shape[1], lb.shape[2]];
     let out = Storage::alloc(a.device(), dtype, shape.iter().product(), op);
@@ -140,6 +141,7 @@ impl Tensor {
     /// 2-D matrix product (`aten::mm`). Saves `self` only if `other` needs grad and vice
     /// versa; gradients come back in their input's layout (so a transposed weight's gradient
     /// lands contiguous, as in PyTorch).
+    #[track_caller]
     pub fn mm(&self, other: &Tensor) -> Tensor {
         assert!(self.rank() == 2 && other.rank() == 2, "mm expects matrices, got {:?} and {:?}", self.shape(), other.shape());
         assert_eq!(self.shape()[1], other.shape()[0], "mm: {:?} x {:?}", self.shape(), other.shape());
@@ -161,6 +163,7 @@ impl Tensor {
     }
 
     /// Batched matrix product of 3-D tensors (`aten::bmm`).
+    #[track_caller]
     pub fn bmm(&self, other: &Tensor) -> Tensor {
         assert!(self.rank() == 3 && other.rank() == 3, "bmm expects 3-D tensors, got {:?} and {:?}", self.shape(), other.shape());
         assert_eq!(self.shape()[0], other.shape()[0], "bmm batch mismatch");
@@ -183,6 +186,7 @@ impl Tensor {
     /// `torch.matmul` for rank ≥ 2 operands, following ATen: fold the batch of an N-D × 2-D
     /// product into one `mm` (via `reshape`, which copies when the layout does not allow a
     /// view), otherwise broadcast the batch dims and `bmm`.
+    #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
         let (d1, d2) = (self.rank(), other.rank());
         assert!(d1 >= 2 && d2 >= 2, "matmul expects rank >= 2, got {:?} and {:?}", self.shape(), other.shape());

@@ -50,6 +50,7 @@ fn rows2<R: CReal>(a: &Tensor, b: &Tensor, n: usize, f: impl Fn(&[R], &[R], &mut
 
 impl Tensor {
     /// Fused softmax (`F.softmax`): saves its output.
+    #[track_caller]
     pub fn softmax(&self, dim: isize) -> Tensor {
         let n = last_dim(self, dim, "softmax");
         let dtype = self.dtype();
@@ -79,6 +80,7 @@ impl Tensor {
     }
 
     /// Fused log_softmax: saves its output.
+    #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {
         let n = last_dim(self, dim, "log_softmax");
         let dtype = self.dtype();
@@ -109,6 +111,7 @@ impl Tensor {
 
     /// `nll_loss(logp (N, C), target (N,), reduction="mean")`. Like ATen it also produces
     /// `total_weight` (a 0-d tensor) and saves it with the target.
+    #[track_caller]
     pub fn nll_loss(&self, target: &Tensor) -> Tensor {
         assert_eq!(self.rank(), 2, "nll_loss expects (N, C) log-probabilities");
         assert_eq!(target.shape(), &self.shape()[..1], "nll_loss target shape");
@@ -146,11 +149,13 @@ impl Tensor {
 
     /// `F.cross_entropy(logits (N, C), target (N,))` = log_softmax then nll_loss, as in ATen
     /// (so the (N, C) log-probabilities exist and are saved).
+    #[track_caller]
     pub fn cross_entropy(&self, target: &Tensor) -> Tensor {
         self.log_softmax(-1).nll_loss(target)
     }
 
     /// `F.embedding(ids, self)` with `self` the (V, d) weight: saves the ids.
+    #[track_caller]
     pub fn embedding(&self, ids: &Tensor) -> Tensor {
         assert_eq!(self.rank(), 2, "embedding weight must be (V, d)");
         assert_eq!(ids.dtype(), DType::I64, "embedding ids must be int64");
@@ -196,6 +201,7 @@ impl Tensor {
     }
 
     /// `torch.gather(self, dim, index)`: saves the index.
+    #[track_caller]
     pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
         let d = dim_index(dim, self.rank());
         assert_eq!(index.rank(), self.rank(), "gather index rank");
@@ -241,6 +247,7 @@ impl Tensor {
 
     /// `repeat_interleave(repeats, dim)` with an integer count: one new tensor
     /// (expand + copy); backward sums each group.
+    #[track_caller]
     pub fn repeat_interleave(&self, repeats: usize, dim: isize) -> Tensor {
         let d = dim_index(dim, self.rank());
         let mut ex = self.shape().to_vec();
@@ -259,6 +266,7 @@ impl Tensor {
     }
 
     /// `torch.cat(tensors, dim)`: backward hands out slices of the gradient (views).
+    #[track_caller]
     pub fn cat(ts: &[Tensor], dim: isize) -> Tensor {
         assert!(!ts.is_empty(), "cat of nothing");
         let d = dim_index(dim, ts[0].rank());
@@ -300,6 +308,7 @@ impl Tensor {
     }
 
     /// `torch.stack(tensors, dim)` = cat of unsqueezed views.
+    #[track_caller]
     pub fn stack(ts: &[Tensor], dim: isize) -> Tensor {
         let rank = ts[0].rank() + 1;
         let d = if dim < 0 { (dim + rank as isize) as usize } else { dim as usize };

@@ -66,6 +66,7 @@ fn keep(g: &Tensor, d: usize, keepdim: bool) -> Tensor {
 
 impl Tensor {
     /// `sum(dim, keepdim)`: saves nothing; backward is an expand (a view, no allocation).
+    #[track_caller]
     pub fn sum_dim(&self, dim: isize, keepdim: bool) -> Tensor {
         let d = dim_index(dim, self.rank());
         let shape = reduced_shape(self.shape(), d, keepdim);
@@ -80,6 +81,7 @@ impl Tensor {
         out
     }
     /// Sum of all elements (0-d result).
+    #[track_caller]
     pub fn sum_all(&self) -> Tensor {
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
@@ -95,6 +97,7 @@ impl Tensor {
         out
     }
     /// `mean(dim, keepdim)`: backward allocates `expand(grad) / n`.
+    #[track_caller]
     pub fn mean_dim(&self, dim: isize, keepdim: bool) -> Tensor {
         let d = dim_index(dim, self.rank());
         let shape = reduced_shape(self.shape(), d, keepdim);
@@ -117,6 +120,7 @@ impl Tensor {
         out
     }
     /// Mean of all elements (0-d result).
+    #[track_caller]
     pub fn mean_all(&self) -> Tensor {
         let dtype = self.dtype();
         let n = self.numel();
@@ -134,6 +138,7 @@ impl Tensor {
     }
     /// `torch.max(x, dim, keepdim)`: values and int64 indices. Backward keeps only the
     /// indices and scatters the gradient into a zero tensor of the input's size.
+    #[track_caller]
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
         let d = dim_index(dim, self.rank());
         let shape = reduced_shape(self.shape(), d, keepdim);
@@ -177,6 +182,7 @@ impl Tensor {
     }
 
     /// Sum a broadcast gradient back to `shape` (no autograd; one allocation when reducing).
+    #[track_caller]
     pub fn sum_to_shape(&self, shape: &[usize]) -> Tensor {
         if self.shape() == shape {
             return self.clone();
@@ -224,6 +230,7 @@ impl Tensor {
 }
 
 /// zeros(`shape`) with `src` written at `idx` along `d` (backward of max/gather-like ops).
+#[track_caller]
 pub(crate) fn scatter_along(src: &Tensor, idx: &Tensor, d: usize, shape: &[usize]) -> Tensor {
     let dtype = src.dtype();
     with_real!(dtype, R, {
