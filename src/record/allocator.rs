@@ -399,6 +399,37 @@ impl CachingAllocator {
         released
     }
 
+    /// `release_available_cached_blocks`: free the smallest whole oversize cached segment that
+    /// covers `size`, else oversize ones from the largest down until `size` bytes are freed.
+    fn release_oversize(&mut self, size: usize) {
+        let Some(max_split) = self.config.max_split_size else { return };
+        let mut cands: Vec<(usize, u64)> = self
+            .segments
+            .values()
+            .filter(|s| s.blocks.len() == 1 && !s.blocks.values().next().unwrap().allocated && s.size >= max_split)
+            .map(|s| (s.size, s.addr))
+            .collect();
+        cands.sort();
+        let pick: Vec<(usize, u64)> = match cands.iter().find(|(sz, _)| *sz >= size) {
+            Some(&c) => vec![c],
+            None => {
+                let mut freed = 0;
+                cands.iter().rev().take_while(|(sz, _)| {
+                    let go = freed < size;
+                    freed += sz;
+                    go
+                }).copied().collect()
+            }
+        };
+        for (sz, addr) in pick {
+            let seg = self.segments.remove(&addr).unwrap();
+            self.free.get_mut(&seg.pool).unwrap().remove(&(sz, addr));
+            self.stats.reserved_bytes.sub(sz);
+            self.stats.segment.sub(1);
+            self.trace.push(Trace { action: Action::SegmentFree, addr, size: sz });
+        }
+    }
+
     /// Hand out a block for `requested` bytes: its address, or the OOM PyTorch would raise.
     pub fn malloc(&mut self, requested: usize) -> Result<u64, OutOfMemory> {
         self.malloc_block(requested).map(|(addr, _)| addr)
@@ -412,6 +443,10 @@ impl CachingAllocator {
             Some(found) => found,
             None => {
                 let alloc_size = allocation_size(size);
+                if self.stats.reserved_bytes.current + alloc_size > self.capacity && self.config.max_split_size.is_some() {
+                    // §4.7 step 5b: release oversize cached blocks first.
+                    self.release_oversize(alloc_size);
+                }
                 if self.stats.reserved_bytes.current + alloc_size > self.capacity {
                     // Free the cache and retry once (§4.7 step 5c).
                     self.empty_cache();
@@ -624,6 +659,21 @@ mod tests {
         a.malloc(90 << 20).unwrap();
         assert_eq!(a.stats.reserved_bytes.current, (100 << 20) + (30 << 20));
         assert_eq!(a.stats.allocated_bytes.current, (100 << 20) + (30 << 20), "not split: whole 100 MiB counted");
+    }
+
+    #[test]
+    fn oversize_cached_blocks_are_released_before_the_full_flush() {
+        let cfg = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
+        let mut a = CachingAllocator::new(cfg, 300 << 20);
+        let small = a.malloc(4 << 20).unwrap();
+        a.free(small); // a 20 MiB small-request segment stays cached
+        let big = a.malloc(200 << 20).unwrap();
+        a.free(big); // 200 MiB oversize block cached
+        // 250 MiB cannot reuse the 200 MiB block; releasing the oversize one suffices,
+        // so the 20 MiB segment survives and no full flush (retry) happens.
+        a.malloc(250 << 20).unwrap();
+        assert_eq!(a.stats.num_alloc_retries, 0);
+        assert_eq!(a.stats.reserved_bytes.current, (250 << 20) + (20 << 20));
     }
 
     #[test]
