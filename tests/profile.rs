@@ -32,7 +32,7 @@ fn cpu_profile_writes_consistent_snapshots_for_each_context_length() {
     let o = vramscope(&["profile", "--num-layers", "2", "--context-length", "32,64", "--threads", "2", "--out-dir", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("| context length | peak allocated (GiB) | peak reserved (GiB) |"), "{stdout}");
+    assert!(stdout.contains("| context length | training peak allocated (GiB) | training peak reserved (GiB) |"), "{stdout}");
     let s = summary(&out);
     let runs = s["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
@@ -185,4 +185,21 @@ pickle.dump({"segments": [seg], "device_traces": [tr]}, open(sys.argv[1], "wb"),
     assert!(String::from_utf8_lossy(&o.stderr).contains("byte offset"), "{}", String::from_utf8_lossy(&o.stderr));
     let o = vramscope(&["analyze", "/nonexistent/snapshot.pickle"]);
     assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn several_profile_types_give_seed_001_part_b_table() {
+    let out = tmp("partb");
+    let o = vramscope(&["profile", "--model", "2.7B", "--device", "meta", "--context-length", "128,256", "--profile-type", "forward,training", "--warmup-steps", "1", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("| context length | forward peak allocated (GiB) | forward peak reserved (GiB) | training peak allocated (GiB) | training peak reserved (GiB) |"), "{stdout}");
+    let s = summary(&out);
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for ctx in [128, 256] {
+        let get = |kind: &str| runs.iter().find(|r| r["context_length"] == ctx && r["profile_type"] == kind).unwrap()["peak_allocated_bytes"].as_u64().unwrap();
+        assert!(get("training") > get("forward"), "training needs gradients and optimizer state");
+    }
+    assert!(out.join("2.7B_ctx256_forward_snapshot.pickle").exists());
 }

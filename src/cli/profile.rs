@@ -45,8 +45,9 @@ pub struct ProfileArgs {
     /// Steps recorded into the snapshot
     #[arg(long, default_value_t = 1)]
     pub measure_steps: usize,
-    #[arg(long, value_enum, default_value = "training")]
-    pub profile_type: ProfileType,
+    /// forward, inference or training; a comma list runs each (the peak table gets a column per type)
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "training")]
+    pub profile_type: Vec<ProfileType>,
     /// cpu (real numerics) or meta (shapes only; any model size)
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -108,8 +109,8 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
             return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
         }
     }
-    if a.output.is_some() && contexts.len() > 1 {
-        return Err(usage("--output", "names one snapshot; with several --context-length values use --out-dir"));
+    if a.output.is_some() && contexts.len() * a.profile_type.len() > 1 {
+        return Err(usage("--output", "names one snapshot; with several context lengths or profile types use --out-dir"));
     }
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     if batch == 0 {
@@ -134,9 +135,10 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
     Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, conf })
 }
 
-/// What one profiled context length produced.
+/// What one profiled (context length, profile type) produced.
 pub struct Run {
     pub context: usize,
+    pub kind: ProfileType,
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
@@ -161,7 +163,7 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
     }
 }
 
-fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize) -> Result<Run> {
+fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
     runtime::reset();
     runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(p.conf.clone(), p.capacity)));
     let mut before: Vec<MemEvent> = Vec::new();
@@ -173,7 +175,7 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize) -> Result<Run> {
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch, ctx, p.device, a.seed);
         let mut batch = None;
         for _ in 0..a.warmup_steps {
-            one_step(a.profile_type, &model, &mut runner, &mut batcher, &mut batch);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch);
         }
         // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
         runtime::with(|rt| {
@@ -182,7 +184,7 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize) -> Result<Run> {
             rt.log.start_recording();
         });
         for _ in 0..a.measure_steps {
-            one_step(a.profile_type, &model, &mut runner, &mut batcher, &mut batch);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch);
         }
         // `_dump_snapshot` runs while the loop's tensors are still bound.
         recording = Some(runtime::with(|rt| rt.log.finish_recording()));
@@ -217,22 +219,22 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize) -> Result<Run> {
     let report = analyse::peak(&before, &events, 20);
     let snap = snapshot::build(&alloc, &before, &events, &actions);
     let path = a.output.clone().unwrap_or_else(|| {
-        let kind = format!("{:?}", a.profile_type).to_lowercase();
+        let kind = format!("{kind:?}").to_lowercase();
         a.out_dir.join(format!("{}_ctx{ctx}_{kind}_snapshot.pickle", p.model_name))
     });
     write_atomic(&path, &pickle::write(&snap))?;
     let stats = alloc.stats;
     runtime::reset();
-    Ok(Run { context: ctx, report, stats, oom, snapshot: path, events: events.len() })
+    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: path, events: events.len() })
 }
 
-fn print_run(p: &Plan, a: &ProfileArgs, r: &Run) {
+fn print_run(p: &Plan, r: &Run) {
     let g = |b: usize| gib(b as u64);
     println!(
         "\n== {} ({}) {:?}, context {}, batch {} on {} | {}",
         p.model_name,
         p.model.flavour,
-        a.profile_type,
+        r.kind,
         r.context,
         p.batch,
         p.device,
@@ -287,20 +289,30 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     set_threads(a.threads)?;
     let mut runs = Vec::new();
     for &ctx in &p.contexts {
-        let r = profile_one(&p, &a, ctx)?;
-        print_run(&p, &a, &r);
-        runs.push(r);
+        for &kind in &a.profile_type {
+            let r = profile_one(&p, &a, ctx, kind)?;
+            print_run(&p, &r);
+            runs.push(r);
+        }
     }
     if runs.len() > 1 {
-        println!("\n| context length | peak allocated (GiB) | peak reserved (GiB) |\n|---:|---:|---:|");
-        for r in &runs {
-            println!("| {} | {:.3} | {:.3} |", r.context, gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64));
+        // Seed 001 part (b): peak memory per context length, a column pair per profile type.
+        let kinds: Vec<String> = a.profile_type.iter().map(|k| format!("{k:?}").to_lowercase()).collect();
+        let head: Vec<String> = kinds.iter().map(|k| format!("{k} peak allocated (GiB) | {k} peak reserved (GiB)")).collect();
+        println!("\n| context length | {} |\n|---:|{}", head.join(" | "), "---:|---:|".repeat(kinds.len()));
+        for &ctx in &p.contexts {
+            let cells: Vec<String> = runs
+                .iter()
+                .filter(|r| r.context == ctx)
+                .map(|r| format!("{:.3} | {:.3}", gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64)))
+                .collect();
+            println!("| {ctx} | {} |", cells.join(" | "));
         }
     }
     let summary = json!({
         "model": p.model,
         "preset": p.model_name,
-        "profile_type": a.profile_type,
+        "profile_types": a.profile_type,
         "batch_size": p.batch,
         "device": p.device,
         "gpu": p.gpu_name,
@@ -311,6 +323,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,
+            "profile_type": r.kind,
             "snapshot": r.snapshot,
             "oom": r.oom,
             "peak_allocated_bytes": r.stats.allocated_bytes.peak,
