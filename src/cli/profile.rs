@@ -119,17 +119,13 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
     if a.measure_steps == 0 {
         return Err(usage("--measure-steps", "must be at least 1"));
     }
-    let (capacity, gpu_name) = match (&a.gpu, &a.memory_limit) {
-        (_, Some(m)) => (gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))?, a.gpu.clone()),
-        (Some(g), None) => {
-            let g = gpu::find(g).map_err(|e| usage("--gpu", e))?;
-            (g.memory_bytes, Some(g.name.to_string()))
-        }
-        (None, None) => (usize::MAX / 4, None),
+    let gpu = a.gpu.as_deref().map(gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    let capacity = match (&a.memory_limit, gpu) {
+        (Some(m), _) => gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))?,
+        (None, Some(g)) => g.memory_bytes,
+        (None, None) => usize::MAX / 4,
     };
-    if let Some(g) = &a.gpu {
-        gpu::find(g).map_err(|e| usage("--gpu", e))?;
-    }
+    let gpu_name = gpu.map(|g| g.name.to_string());
     let conf_str = a.allocator_conf.clone().or_else(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok()).unwrap_or_default();
     let conf = AllocatorConfig::parse(&conf_str).map_err(|e| usage("--allocator-conf", e))?;
     Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, conf })

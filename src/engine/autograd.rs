@@ -29,17 +29,6 @@ pub struct Node {
     backward: RefCell<Option<BackwardFn>>,
 }
 
-impl Node {
-    /// True once the backward ran and released what it saved.
-    pub fn is_released(&self) -> bool {
-        self.backward.borrow().is_none()
-    }
-    /// Drop saved tensors without running (e.g. a graph that will never be backpropagated).
-    pub fn release(&self) {
-        self.backward.borrow_mut().take();
-    }
-}
-
 /// Does an op on these inputs need a graph node?
 pub fn needs_grad(inputs: &[&Tensor]) -> bool {
     inputs.iter().any(|t| t.requires_grad()) && runtime::is_grad_enabled()

@@ -8,7 +8,7 @@ use crate::engine::dtype::Real as _;
 use super::autograd::{self, attach, needs_grad, Node};
 use super::cpu::{self, CReal};
 use super::dtype::DType;
-use super::layout::{contiguous_strides, dim_index, numel, Layout};
+use super::layout::{dim_index, numel, Layout};
 use super::storage::{Buffer, Device, Storage};
 use crate::with_real;
 use std::cell::RefCell;
@@ -75,8 +75,7 @@ impl Tensor {
     }
     /// Shape and dtype only, no data and no accounting.
     #[track_caller]
-    pub(crate) fn shape_only(shape: &[usize], dtype: DType, device: Device) -> Tensor {
-        let _ = device;
+    pub(crate) fn shape_only(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::from_parts(Storage::untracked(Device::Meta, dtype, None), Layout::contiguous(shape))
     }
 
@@ -516,7 +515,3 @@ fn infer_shape(shape: &[usize], n: usize) -> Vec<usize> {
     shape.iter().map(|&d| if d == usize::MAX { n / known.max(1) } else { d }).collect()
 }
 
-/// Strides of a contiguous tensor of `shape` (re-exported for ops).
-pub fn strides_for(shape: &[usize]) -> Vec<usize> {
-    contiguous_strides(shape)
-}

@@ -130,12 +130,6 @@ impl MemoryLog {
         }
         self.collect_actions(None);
     }
-    /// Live storages: (addr, requested bytes, category).
-    pub fn live_blocks(&self) -> Vec<(u64, u64, usize, Category)> {
-        let mut v: Vec<_> = self.live.iter().map(|(&id, l)| (id, l.addr, l.bytes, l.category)).collect();
-        v.sort();
-        v.into_iter().map(|(id, a, b, c)| (a, id, b, c)).collect()
-    }
     /// Every live storage as an alloc event (what existed before recording started).
     pub fn live_as_events(&self) -> Vec<MemEvent> {
         let mut v: Vec<MemEvent> = self
@@ -158,15 +152,8 @@ impl MemoryLog {
         v.sort_by_key(|e| e.id);
         v
     }
-    /// The event that allocated a live storage (while recording).
-    pub fn alloc_event_of(&self, id: u64) -> Option<usize> {
-        self.live.get(&id).and_then(|l| l.event)
-    }
     pub fn events(&self) -> Option<&[MemEvent]> {
         self.events.as_deref()
-    }
-    pub fn is_recording(&self) -> bool {
-        self.events.is_some()
     }
     /// Current allocated bytes as the run reports them (allocator blocks when modelled).
     pub fn allocated_now(&self) -> usize {

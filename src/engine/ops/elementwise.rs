@@ -403,7 +403,7 @@ impl Tensor {
     /// A shape/dtype-only stand-in used by backward closures that need no data.
     #[track_caller]
     pub(crate) fn meta_like(&self) -> Tensor {
-        MetaShape::of(self)
+        Tensor::shape_only(self.shape(), self.dtype())
     }
 
     // ---------------------------------------------------------------- in place (no autograd)
@@ -526,11 +526,3 @@ fn host_binary<F: BinFn>(a: &Tensor, b: &Tensor, f: F) -> Tensor {
     })
 }
 
-/// Shape and dtype without data or accounting, for backward closures.
-pub(crate) struct MetaShape;
-impl MetaShape {
-    #[track_caller]
-    pub(crate) fn of(t: &Tensor) -> Tensor {
-        Tensor::shape_only(t.shape(), t.dtype(), t.device())
-    }
-}

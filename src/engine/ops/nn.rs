@@ -10,7 +10,6 @@ use crate::engine::dtype::{DType, Real};
 use crate::engine::layout::dim_index;
 use crate::engine::tensor::Tensor;
 use crate::with_real;
-use num_traits::Float;
 
 fn softmax_rows<R: Real>(r: &[R], o: &mut [R], log: bool) {
     let m = cpu::lmax(r);
@@ -316,6 +315,3 @@ impl Tensor {
         Tensor::cat(&us, d as isize)
     }
 }
-
-#[allow(dead_code)]
-fn _float<F: Float>() {}
