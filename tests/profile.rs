@@ -105,6 +105,9 @@ fn profile_flag_errors_exit_2_and_write_nothing() {
         (vec!["--allocator-conf", "max_split_size_mb:3"], "--allocator-conf"),
         (vec!["--model", "3B"], "--preset"),
         (vec!["--context-length", "32,64", "--output", "x.pickle"], "--output"),
+        (vec!["--memory-fraction", "1.5", "--gpu", "H100"], "--memory-fraction"),
+        (vec!["--memory-fraction", "0.5"], "--memory-fraction"),
+        (vec!["--allocator-conf", "expandable_segments:maybe"], "--allocator-conf"),
     ] {
         let out = tmp("bad");
         let mut a = vec!["profile", "--out-dir", out.to_str().unwrap()];
@@ -202,4 +205,60 @@ fn several_profile_types_give_seed_001_part_b_table() {
         assert!(get("training") > get("forward"), "training needs gradients and optimizer state");
     }
     assert!(out.join("2.7B_ctx256_forward_snapshot.pickle").exists());
+}
+
+/// `expandable_segments:True` on the 2.7B step at S = 512: the trace maps pages instead of
+/// cudaMalloc'ing segments, the snapshot lists one expandable segment per pool's mapped
+/// range, nothing is inactive_split, and less is reserved than with the default segments.
+#[test]
+fn expandable_segments_map_pages_and_reserve_less() {
+    let mut reserved = Vec::new();
+    for conf in ["", "expandable_segments:True"] {
+        let out = tmp(if conf.is_empty() { "plain" } else { "expandable" });
+        let o = vramscope(&["profile", "--model", "2.7B", "--context-length", "512", "--device", "meta", "--gpu", "H100", "--allocator-conf", conf, "--out-dir", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s = summary(&out);
+        let r = &s["runs"][0];
+        reserved.push(r["peak_reserved_bytes"].as_u64().unwrap());
+        if conf.is_empty() {
+            continue;
+        }
+        assert_eq!(r["allocator_stats"]["inactive_split_bytes"]["peak"], 0);
+        assert_eq!(r["allocator_stats"]["segment"]["peak"], 0, "mapped pages are not segments");
+        let snap = Path::new(r["snapshot"].as_str().unwrap());
+        if let Some(check) = python_check(snap) {
+            assert_eq!(check["segments"], 2, "one mapped range per pool: {check}");
+            assert!(check["actions"]["segment_map"].as_u64().unwrap() > 0, "{check}");
+            assert!(check["actions"].get("segment_alloc").is_none(), "{check}");
+        }
+    }
+    assert!(reserved[1] < reserved[0], "expandable {} B vs default {} B", reserved[1], reserved[0]);
+}
+
+/// A snapshot whose trace unmaps pages (empty_cache on an expandable segment) and maps a
+/// hole again replays in Python against its final mapped ranges.
+#[test]
+fn expandable_snapshot_with_unmapped_pages_replays_in_python() {
+    use vramscope::record::allocator::{AllocatorConfig, CachingAllocator};
+    let mut a = CachingAllocator::new(AllocatorConfig::parse("expandable_segments:True").unwrap(), 80 << 30);
+    let x = a.malloc(30 << 20).unwrap();
+    let y = a.malloc(30 << 20).unwrap();
+    let small = a.malloc(1000).unwrap();
+    a.free(x);
+    a.free(small);
+    a.empty_cache();
+    let z = a.malloc(15 << 20).unwrap();
+    a.free(y);
+    let actions: Vec<_> = a.trace().iter().map(|t| (*t, None)).collect();
+    let snap = vramscope::export::snapshot::build(&a, &[], &[], &actions);
+    let dir = tmp("unmap");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snapshot.pickle");
+    std::fs::write(&path, vramscope::export::pickle::write(&snap)).unwrap();
+    let names: Vec<&str> = a.trace().iter().map(|t| t.action.name()).collect();
+    assert!(names.contains(&"segment_unmap"), "{names:?}");
+    if let Some(check) = python_check(&path) {
+        assert_eq!(check["actions"]["segment_unmap"], 2, "{check}");
+    }
+    a.free(z);
 }

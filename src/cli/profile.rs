@@ -58,6 +58,10 @@ pub struct ProfileArgs {
     /// Device memory instead of a --gpu preset (e.g. 24GiB, 80GB)
     #[arg(long)]
     pub memory_limit: Option<String>,
+    /// torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share
+    /// of the device (needs --gpu or --memory-limit; arms garbage_collection_threshold)
+    #[arg(long)]
+    pub memory_fraction: Option<f64>,
     /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
     #[arg(long)]
     pub allocator_conf: Option<String>,
@@ -81,6 +85,7 @@ struct Plan {
     capacity: usize,
     gpu_name: Option<String>,
     conf: AllocatorConfig,
+    fraction: Option<f64>,
 }
 
 fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
@@ -128,7 +133,15 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
     let gpu_name = gpu.map(|g| g.name.to_string());
     let conf_str = a.allocator_conf.clone().or_else(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok()).unwrap_or_default();
     let conf = AllocatorConfig::parse(&conf_str).map_err(|e| usage("--allocator-conf", e))?;
-    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, conf })
+    if let Some(f) = a.memory_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(usage("--memory-fraction", format!("{f} (expected a share in (0, 1])")));
+        }
+        if a.gpu.is_none() && a.memory_limit.is_none() {
+            return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
+        }
+    }
+    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, conf, fraction: a.memory_fraction })
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -161,7 +174,11 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
 
 fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
     runtime::reset();
-    runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(p.conf.clone(), p.capacity)));
+    let mut allocator = CachingAllocator::new(p.conf.clone(), p.capacity);
+    if let Some(f) = p.fraction {
+        allocator.set_memory_fraction(f);
+    }
+    runtime::with(|rt| rt.log.allocator = Some(allocator));
     let mut before: Vec<MemEvent> = Vec::new();
     let mut recording: Option<Recording> = None;
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
@@ -314,6 +331,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "gpu": p.gpu_name,
         "capacity_bytes": (p.capacity < usize::MAX / 4).then_some(p.capacity),
         "allocator_conf": p.conf.raw,
+        "memory_fraction": p.fraction,
         "warmup_steps": a.warmup_steps,
         "measure_steps": a.measure_steps,
         "units": "bytes are integers; *_mib / *_gib are 1024-based",

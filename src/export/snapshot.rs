@@ -60,10 +60,10 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         }
     }
     let mut segments = Vec::new();
-    for seg in allocator.segments() {
+    for seg in allocator.snapshot_segments() {
         let mut blocks = Vec::new();
         let (mut alloc_sz, mut req_sz) = (0usize, 0usize);
-        for b in seg.blocks.values() {
+        for b in &seg.blocks {
             let (state, fr) = if b.allocated {
                 alloc_sz += b.size;
                 req_sz += b.requested;
@@ -89,7 +89,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             ("stream", int(0)),
             ("segment_type", s(if seg.pool == Pool::Small { "small" } else { "large" })),
             ("segment_pool_id", Value::Tuple(Rc::new(vec![int(0), int(0)]))),
-            ("is_expandable", Value::Bool(false)),
+            ("is_expandable", Value::Bool(seg.expandable)),
             ("frames", list(vec![])),
             ("blocks", list(blocks)),
         ]));

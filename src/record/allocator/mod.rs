@@ -1,0 +1,590 @@
+//! A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, native
+//! backend), following `shared/docs/formats.md` §4: 512-byte rounding (with optional
+//! power-of-two divisions), small (≤ 1 MiB) and large pools, 2 MiB / 20 MiB / 2 MiB-rounded
+//! segments, best-fit reuse on one stream, splitting and merging, `max_split_size`,
+//! expandable segments (`expandable.rs`), the per-process memory fraction with
+//! `garbage_collection_threshold`, `empty_cache`, and the out-of-memory path
+//! (release oversize blocks, then the whole cache, then retry once).
+//! It turns the engine's requested bytes into the allocated/reserved numbers and the trace
+//! a memory snapshot contains.
+mod config;
+mod expandable;
+#[cfg(test)]
+mod tests;
+
+pub use config::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pool {
+    Small,
+    Large,
+}
+
+impl Pool {
+    fn of(rounded: usize) -> Pool {
+        if rounded <= SMALL_SIZE {
+            Pool::Small
+        } else {
+            Pool::Large
+        }
+    }
+    fn idx(self) -> usize {
+        self as usize
+    }
+    #[cfg(test)]
+    fn of_segment(seg: &Segment) -> Pool {
+        seg.pool
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub addr: u64,
+    pub size: usize,
+    /// Bytes asked for when last handed out (0 when free).
+    pub requested: usize,
+    pub allocated: bool,
+    /// Backed by physical pages; false only for the unmapped ranges of expandable segments.
+    pub mapped: bool,
+    /// The pool's `get_free_block` call count when the block was last cached (GC age).
+    gc_base: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub addr: u64,
+    /// Bytes of the segment; for an expandable segment its whole virtual range.
+    pub size: usize,
+    pub pool: Pool,
+    pub expandable: bool,
+    /// Blocks in address order (tile the segment).
+    pub blocks: BTreeMap<u64, Block>,
+}
+
+/// What a snapshot lists as one segment: a cudaMalloc'd segment, or one contiguous mapped
+/// range of an expandable segment (formats.md §1.3).
+pub struct SegmentView<'a> {
+    pub addr: u64,
+    pub size: usize,
+    pub pool: Pool,
+    pub expandable: bool,
+    pub blocks: Vec<&'a Block>,
+}
+
+/// A trace action of the snapshot format (§1.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    Oom,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::Oom => "oom",
+        }
+    }
+}
+
+/// One allocator action: `addr` (or `device_free` for OOM) and `size` with §1.5 semantics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trace {
+    pub action: Action,
+    pub addr: u64,
+    pub size: usize,
+}
+
+/// A PyTorch stat: current and peak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stat {
+    pub current: usize,
+    pub peak: usize,
+}
+
+impl Stat {
+    fn add(&mut self, n: usize) {
+        self.current += n;
+        self.peak = self.peak.max(self.current);
+    }
+    fn sub(&mut self, n: usize) {
+        self.current -= n;
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AllocatorStats {
+    pub allocated_bytes: Stat,
+    pub reserved_bytes: Stat,
+    pub active_bytes: Stat,
+    pub requested_bytes: Stat,
+    pub inactive_split_bytes: Stat,
+    pub allocation: Stat,
+    /// cudaMalloc'd segments (expandable mappings are not counted, as in PyTorch).
+    pub segment: Stat,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    /// cudaMalloc calls and page mappings.
+    pub num_device_alloc: u64,
+    /// cudaFree calls and page unmappings.
+    pub num_device_free: u64,
+}
+
+/// Why an allocation failed, in PyTorch's words.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutOfMemory {
+    pub requested: usize,
+    /// The segment size that could not be obtained (PyTorch's "Tried to allocate").
+    pub alloc_size: usize,
+    pub capacity: usize,
+    pub reserved: usize,
+    pub allocated: usize,
+}
+
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = |b: usize| b as f64 / MIB as f64;
+        write!(
+            f,
+            "CUDA out of memory. Tried to allocate {:.2} MiB. GPU capacity {:.2} GiB, of which {:.2} MiB is free. \
+             {:.2} MiB is allocated by PyTorch, and {:.2} MiB is reserved by PyTorch but unallocated.",
+            m(self.alloc_size),
+            self.capacity as f64 / (1u64 << 30) as f64,
+            m(self.capacity.saturating_sub(self.reserved)),
+            m(self.allocated),
+            m(self.reserved - self.allocated)
+        )
+    }
+}
+
+/// The allocator of one device and stream.
+#[derive(Clone)]
+pub struct CachingAllocator {
+    pub config: AllocatorConfig,
+    /// Device memory (cudaMemGetInfo's total).
+    pub capacity: usize,
+    /// `torch.cuda.set_per_process_memory_fraction`: reserved memory may not exceed
+    /// this share of `capacity`; it also arms `garbage_collection_threshold`.
+    fraction: Option<f64>,
+    segments: BTreeMap<u64, Segment>,
+    /// Cached (free, mapped) blocks per pool, best fit first: (size, addr).
+    free: [BTreeSet<(usize, u64)>; 2],
+    /// `get_free_block` calls per pool, counted only while GC is armed (block ages).
+    free_block_calls: [u64; 2],
+    next_addr: u64,
+    pub stats: AllocatorStats,
+    trace: Vec<Trace>,
+}
+
+/// Base of the fake device address space (CUDA pointers look like 0x7f…).
+const BASE_ADDR: u64 = 0x7f00_0000_0000;
+
+impl CachingAllocator {
+    pub fn new(config: AllocatorConfig, capacity: usize) -> Self {
+        CachingAllocator {
+            config,
+            capacity,
+            fraction: None,
+            segments: BTreeMap::new(),
+            free: [BTreeSet::new(), BTreeSet::new()],
+            free_block_calls: [0; 2],
+            next_addr: BASE_ADDR,
+            stats: AllocatorStats::default(),
+            trace: Vec::new(),
+        }
+    }
+
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`, 0 < fraction ≤ 1.
+    pub fn set_memory_fraction(&mut self, fraction: f64) {
+        assert!(fraction > 0.0 && fraction <= 1.0, "memory fraction {fraction} outside (0, 1]");
+        self.fraction = Some(fraction);
+    }
+
+    /// The most the allocator may reserve (`allowed_memory_maximum`).
+    pub fn allowed(&self) -> usize {
+        self.fraction.map_or(self.capacity, |f| (f * self.capacity as f64) as usize)
+    }
+
+    pub fn trace(&self) -> &[Trace] {
+        &self.trace
+    }
+    pub fn take_trace(&mut self) -> Vec<Trace> {
+        std::mem::take(&mut self.trace)
+    }
+    pub fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.values()
+    }
+
+    /// Segments as `torch.cuda.memory._snapshot()` lists them: one per cudaMalloc'd segment
+    /// and one per contiguous mapped range of an expandable segment.
+    pub fn snapshot_segments(&self) -> Vec<SegmentView<'_>> {
+        let mut out = Vec::new();
+        for seg in self.segments.values() {
+            let mut run: Option<SegmentView> = None;
+            for b in seg.blocks.values() {
+                if !b.mapped {
+                    out.extend(run.take());
+                    continue;
+                }
+                let v = run.get_or_insert_with(|| SegmentView { addr: b.addr, size: 0, pool: seg.pool, expandable: seg.expandable, blocks: Vec::new() });
+                v.size += b.size;
+                v.blocks.push(b);
+            }
+            out.extend(run);
+        }
+        out
+    }
+
+    pub fn reset_peak(&mut self) {
+        let s = &mut self.stats;
+        for st in [&mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.active_bytes, &mut s.requested_bytes, &mut s.inactive_split_bytes, &mut s.allocation, &mut s.segment] {
+            st.reset_peak();
+        }
+    }
+
+    fn segment_of(&self, addr: u64) -> u64 {
+        *self.segments.range(..=addr).next_back().expect("address inside a segment").0
+    }
+    fn block(&self, addr: u64) -> &Block {
+        &self.segments[&self.segment_of(addr)].blocks[&addr]
+    }
+    fn push(&mut self, action: Action, addr: u64, size: usize) {
+        self.trace.push(Trace { action, addr, size });
+    }
+    /// Put a free block back in its pool's cache (`insert_into_blocks`: its GC age restarts).
+    fn cache_block(&mut self, pool: Pool, addr: u64, size: usize) {
+        let calls = self.free_block_calls[pool.idx()];
+        let seg = self.segment_of(addr);
+        self.segments.get_mut(&seg).unwrap().blocks.get_mut(&addr).unwrap().gc_base = calls;
+        self.free[pool.idx()].insert((size, addr));
+    }
+    fn gc_armed(&self) -> bool {
+        self.fraction.is_some() && self.config.garbage_collection_threshold.is_some()
+    }
+
+    /// Contribution of a segment to `inactive_split_bytes` (expandable memory excluded).
+    fn inactive_split(seg: &Segment) -> usize {
+        if seg.expandable || seg.blocks.len() <= 1 {
+            0
+        } else {
+            seg.blocks.values().filter(|b| !b.allocated).map(|b| b.size).sum()
+        }
+    }
+    fn update_inactive(&mut self, seg_addr: u64, before: usize) {
+        let after = self.segments.get(&seg_addr).map_or(0, Self::inactive_split);
+        if after > before {
+            self.stats.inactive_split_bytes.add(after - before);
+        } else {
+            self.stats.inactive_split_bytes.sub(before - after);
+        }
+    }
+
+    /// `get_free_block` (§4.4): best fit on the pool; a block of an expandable segment ranks
+    /// by the size it could grow to; oversize rules apply.
+    fn get_free_block(&mut self, pool: Pool, size: usize) -> Option<(usize, u64)> {
+        if self.gc_armed() {
+            self.free_block_calls[pool.idx()] += 1;
+        }
+        let mut it = self.free[pool.idx()].range((size, 0)..);
+        let mut pick = *it.next()?;
+        if self.segments[&self.segment_of(pick.1)].expandable {
+            let growable = |a: &Self, (bsize, addr): (usize, u64)| {
+                let seg = &a.segments[&a.segment_of(addr)];
+                bsize + seg.blocks.range(addr + 1..).next().filter(|(_, n)| !n.mapped).map_or(0, |(_, n)| n.size)
+            };
+            for &next in it {
+                if growable(self, next) < growable(self, pick) {
+                    pick = next;
+                } else {
+                    break;
+                }
+            }
+        }
+        let bsize = pick.0;
+        if let Some(max_split) = self.config.max_split_size {
+            if size < max_split && bsize >= max_split {
+                return None;
+            }
+            if size >= max_split && bsize >= size + self.config.max_non_split_rounding {
+                return None;
+            }
+        }
+        self.free[pool.idx()].remove(&pick);
+        Some(pick)
+    }
+
+    fn should_split(&self, pool: Pool, block_size: usize, size: usize) -> bool {
+        let remaining = block_size - size;
+        if pool == Pool::Small || self.config.expandable_segments {
+            remaining >= MIN_BLOCK
+        } else {
+            self.config.max_split_size.is_none_or(|m| size < m) && remaining > SMALL_SIZE
+        }
+    }
+
+    /// Hand out a block for `requested` bytes: its address, or the OOM PyTorch would raise.
+    pub fn malloc(&mut self, requested: usize) -> Result<u64, OutOfMemory> {
+        self.malloc_block(requested).map(|(addr, _)| addr)
+    }
+
+    /// Like `malloc`, also returning the block size counted in `allocated_bytes`.
+    pub fn malloc_block(&mut self, requested: usize) -> Result<(u64, usize), OutOfMemory> {
+        let size = round_size(requested, &self.config.roundup_power2_divisions);
+        let pool = Pool::of(size);
+        let found = match self.get_free_block(pool, size) {
+            Some(found) => Some(found),
+            None => {
+                if self.gc_armed() {
+                    self.garbage_collect();
+                }
+                // §4.7: new memory; else release oversize cached blocks and retry; else
+                // release the whole cache and retry once.
+                let mut found = self.alloc_block(pool, size, false);
+                if found.is_none() && self.release_available(pool, size) {
+                    found = self.alloc_block(pool, size, false);
+                }
+                if found.is_none() {
+                    self.empty_cache();
+                    found = self.alloc_block(pool, size, true);
+                }
+                found
+            }
+        };
+        let Some((bsize, addr)) = found else {
+            self.stats.num_ooms += 1;
+            let device_free = self.capacity.saturating_sub(self.stats.reserved_bytes.current);
+            self.push(Action::Oom, device_free as u64, size);
+            return Err(OutOfMemory {
+                requested,
+                alloc_size: allocation_size(size),
+                capacity: self.capacity,
+                reserved: self.stats.reserved_bytes.current,
+                allocated: self.stats.allocated_bytes.current,
+            });
+        };
+        let seg_addr = self.segment_of(addr);
+        let before = Self::inactive_split(&self.segments[&seg_addr]);
+        let split = self.should_split(pool, bsize, size);
+        let given = if split {
+            let rest = Block { addr: addr + size as u64, size: bsize - size, requested: 0, allocated: false, mapped: true, gc_base: 0 };
+            self.segments.get_mut(&seg_addr).unwrap().blocks.insert(rest.addr, rest);
+            self.cache_block(pool, addr + size as u64, bsize - size);
+            size
+        } else {
+            bsize
+        };
+        let b = self.segments.get_mut(&seg_addr).unwrap().blocks.get_mut(&addr).unwrap();
+        b.size = given;
+        b.requested = requested;
+        b.allocated = true;
+        self.update_inactive(seg_addr, before);
+        self.stats.allocated_bytes.add(given);
+        self.stats.active_bytes.add(given);
+        self.stats.requested_bytes.add(requested);
+        self.stats.allocation.add(1);
+        self.push(Action::Alloc, addr, requested);
+        Ok((addr, given))
+    }
+
+    /// `alloc_block`: new device memory for a rounded request (a cudaMalloc'd segment, or
+    /// pages mapped into an expandable segment), taken out of the cache; None when the
+    /// device or the memory fraction has no room.
+    fn alloc_block(&mut self, pool: Pool, size: usize, retry: bool) -> Option<(usize, u64)> {
+        if retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        let alloc_size = allocation_size(size);
+        if self.fraction.is_some() && self.stats.reserved_bytes.current + alloc_size > self.allowed() {
+            return None;
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable(pool, size);
+        }
+        if self.stats.reserved_bytes.current + alloc_size > self.capacity {
+            return None;
+        }
+        let addr = self.next_addr;
+        // Keep fake addresses 2 MiB aligned with a gap, like cudaMalloc's.
+        self.next_addr += (alloc_size.div_ceil(ROUND_LARGE) * ROUND_LARGE + ROUND_LARGE) as u64;
+        let mut blocks = BTreeMap::new();
+        blocks.insert(addr, Block { addr, size: alloc_size, requested: 0, allocated: false, mapped: true, gc_base: 0 });
+        self.segments.insert(addr, Segment { addr, size: alloc_size, pool, expandable: false, blocks });
+        self.stats.reserved_bytes.add(alloc_size);
+        self.stats.segment.add(1);
+        self.stats.num_device_alloc += 1;
+        self.push(Action::SegmentAlloc, addr, alloc_size);
+        Some((alloc_size, addr))
+    }
+
+    /// `release_block`: cudaFree a cached segment that is one free block.
+    fn release_segment(&mut self, addr: u64) {
+        let seg = self.segments.remove(&addr).unwrap();
+        debug_assert!(seg.blocks.len() == 1 && !seg.expandable);
+        self.free[seg.pool.idx()].remove(&(seg.size, addr));
+        self.stats.reserved_bytes.sub(seg.size);
+        self.stats.segment.sub(1);
+        self.stats.num_device_free += 1;
+        self.push(Action::SegmentFree, addr, seg.size);
+    }
+    fn is_whole_free_segment(&self, addr: u64) -> bool {
+        let seg = &self.segments[&self.segment_of(addr)];
+        !seg.expandable && seg.blocks.len() == 1
+    }
+
+    /// `release_available_cached_blocks` (§4.7 5b, only with max_split_size): free the
+    /// smallest cached oversize segment that covers the request, else oversize ones from
+    /// the largest down until enough is freed. True when it freed enough.
+    fn release_available(&mut self, pool: Pool, size: usize) -> bool {
+        let Some(max_split) = self.config.max_split_size else { return false };
+        let key = size.max(max_split);
+        let hit = self.free[pool.idx()].range((key, 0)..).next().copied();
+        if let Some((_, addr)) = hit.filter(|&(_, a)| self.is_whole_free_segment(a)) {
+            self.release_segment(addr);
+            return true;
+        }
+        let mut released = 0;
+        let largest: Vec<(usize, u64)> = self.free[pool.idx()].iter().rev().copied().collect();
+        for (bsize, addr) in largest {
+            if released >= key || bsize < max_split {
+                break;
+            }
+            if self.is_whole_free_segment(addr) {
+                self.release_segment(addr);
+                released += bsize;
+            }
+        }
+        released >= key
+    }
+
+    /// `garbage_collect_cached_blocks` (§4.7 step 3): when reserved memory is above
+    /// `garbage_collection_threshold` × the allowed memory, cudaFree whole cached large
+    /// segments whose age (get_free_block calls since they were cached) is at least the
+    /// average, repeating until enough is reclaimed or nothing more can be freed.
+    fn garbage_collect(&mut self) {
+        let Some(threshold) = self.config.garbage_collection_threshold else { return };
+        let gc_threshold = (threshold * self.allowed() as f64) as usize;
+        let reserved = self.stats.reserved_bytes.current;
+        if reserved <= gc_threshold {
+            return;
+        }
+        let target = reserved - gc_threshold;
+        let calls = self.free_block_calls[Pool::Large.idx()];
+        let age = |a: &Self, addr: u64| calls - a.block(addr).gc_base;
+        let unsplit = |a: &Self, addr: u64| a.segments[&a.segment_of(addr)].blocks.len() == 1;
+        let (mut total_age, mut count) = (0u64, 0u64);
+        for &(_, addr) in &self.free[Pool::Large.idx()] {
+            if unsplit(self, addr) {
+                total_age += age(self, addr);
+                count += 1;
+            }
+        }
+        let (mut reclaimed, mut freed_any) = (0usize, true);
+        while reclaimed < target && freed_any && count > 0 {
+            let age_threshold = total_age as f64 / count as f64;
+            freed_any = false;
+            let cached: Vec<(usize, u64)> = self.free[Pool::Large.idx()].iter().copied().collect();
+            for (bsize, addr) in cached {
+                if self.is_whole_free_segment(addr) && age(self, addr) as f64 >= age_threshold {
+                    freed_any = true;
+                    reclaimed += bsize;
+                    total_age -= age(self, addr);
+                    count -= 1;
+                    self.release_segment(addr);
+                }
+            }
+        }
+    }
+
+    /// `torch.cuda.empty_cache()` (and the OOM path's `release_cached_blocks`): cudaFree every
+    /// cached segment that is one free block and unmap the whole free pages of expandable
+    /// segments, large pool first. Returns the bytes released.
+    pub fn empty_cache(&mut self) -> usize {
+        let before = self.stats.reserved_bytes.current;
+        for pool in [Pool::Large, Pool::Small] {
+            let cached: Vec<(usize, u64)> = self.free[pool.idx()].iter().copied().collect();
+            let mut to_unmap = Vec::new();
+            for (_, addr) in cached {
+                if self.segments[&self.segment_of(addr)].expandable {
+                    to_unmap.push(addr);
+                } else if self.is_whole_free_segment(addr) {
+                    self.release_segment(self.segment_of(addr));
+                }
+            }
+            for addr in to_unmap {
+                self.unmap_block(pool, addr);
+            }
+        }
+        before - self.stats.reserved_bytes.current
+    }
+
+    /// Return a block: `free_requested` then `free_completed` with neighbour merging.
+    pub fn free(&mut self, addr: u64) {
+        let seg_addr = self.segment_of(addr);
+        let before = Self::inactive_split(&self.segments[&seg_addr]);
+        let seg = self.segments.get_mut(&seg_addr).unwrap();
+        let pool = seg.pool;
+        let b = seg.blocks.get_mut(&addr).expect("freeing a live block");
+        assert!(b.allocated, "double free at {addr:#x}");
+        let (size, requested) = (b.size, b.requested);
+        b.allocated = false;
+        b.requested = 0;
+        self.stats.allocated_bytes.sub(size);
+        self.stats.allocation.sub(1);
+        self.push(Action::FreeRequested, addr, requested);
+        let (start, total) = self.merge_free_neighbours(pool, seg_addr, addr);
+        self.cache_block(pool, start, total);
+        self.stats.active_bytes.sub(size);
+        self.stats.requested_bytes.sub(requested);
+        self.update_inactive(seg_addr, before);
+        self.push(Action::FreeCompleted, addr, requested);
+    }
+
+    /// `try_merge_blocks` with both neighbours of the block at `addr`: absorb each one that is
+    /// free and has the same mapped-ness (taking cached ones out of the cache). Returns the
+    /// merged block's start and size.
+    fn merge_free_neighbours(&mut self, pool: Pool, seg_addr: u64, addr: u64) -> (u64, usize) {
+        let seg = self.segments.get_mut(&seg_addr).unwrap();
+        let mapped = seg.blocks[&addr].mapped;
+        let mut start = addr;
+        let mut total = seg.blocks[&addr].size;
+        if let Some((&pa, p)) = seg.blocks.range(..addr).next_back() {
+            if !p.allocated && p.mapped == mapped {
+                if mapped {
+                    self.free[pool.idx()].remove(&(p.size, pa));
+                }
+                start = pa;
+                total += p.size;
+            }
+        }
+        if let Some((&na, n)) = seg.blocks.range(addr + 1..).next() {
+            if !n.allocated && n.mapped == mapped {
+                if mapped {
+                    self.free[pool.idx()].remove(&(n.size, na));
+                }
+                total += n.size;
+                seg.blocks.remove(&na);
+            }
+        }
+        if start != addr {
+            seg.blocks.remove(&addr);
+        }
+        seg.blocks.get_mut(&start).unwrap().size = total;
+        (start, total)
+    }
+}
