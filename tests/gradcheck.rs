@@ -164,3 +164,63 @@ fn casts_pass_gradients_through() {
     assert_eq!(x.grad().unwrap().to_vec_f64(), vec![2.0, 2.0, 2.0]);
     assert_eq!(x.grad().unwrap().dtype(), DType::F64);
 }
+
+/// Forward values of the strided kernels (gather, broadcasting, cat, sum_to_shape) on
+/// transposed and sliced f32 inputs, against indexing done by hand.
+#[test]
+fn strided_kernels_match_hand_indexing() {
+    let (a, b, c) = (3usize, 40usize, 300usize); // large enough for the parallel paths
+    let vals: Vec<f64> = rand_vals(a * b * c, 5);
+    let x = Tensor::from_f64(&vals, &[a, b, c], DType::F32, Device::Cpu);
+    let at = |i: usize, j: usize, k: usize| vals[(i * b + j) * c + k] as f32 as f64;
+    // transpose(0, 2).contiguous(): (c, b, a)
+    let t = x.transpose(0, 2).contiguous().to_vec_f64();
+    for k in 0..c {
+        for j in 0..b {
+            for i in 0..a {
+                assert_eq!(t[(k * b + j) * a + i], at(i, j, k));
+            }
+        }
+    }
+    // Broadcast mul of a transposed tensor by a (b, 1) column.
+    let col_vals = rand_vals(b, 9);
+    let col = Tensor::from_f64(&col_vals, &[b, 1], DType::F32, Device::Cpu);
+    let m = x.transpose(1, 2).mul(&col.transpose(0, 1)).to_vec_f64(); // (a, c, b) * (1, b)
+    for i in 0..a {
+        for k in 0..c {
+            for j in 0..b {
+                let want = (at(i, j, k) as f32 * col_vals[j] as f32) as f64;
+                assert_eq!(m[(i * c + k) * b + j], want);
+            }
+        }
+    }
+    // cat of a sliced view and a negated slice along the last dim (RoPE's rotate_half).
+    let h = c / 2;
+    let x1 = x.slice(2, 0, h, 1);
+    let x2 = x.slice(2, h, c, 1);
+    let r = Tensor::cat(&[x2.neg(), x1], -1).to_vec_f64();
+    for i in 0..a {
+        for j in 0..b {
+            for k in 0..c {
+                let want = if k < h { -at(i, j, k + h) } else { at(i, j, k - h) };
+                assert_eq!(r[(i * b + j) * c + k], want);
+            }
+        }
+    }
+    // cat along a middle dim.
+    let r = Tensor::cat(&[x.slice(1, 0, 10, 1), x.slice(1, 10, b, 1)], 1).to_vec_f64();
+    assert_eq!(r, x.to_vec_f64());
+    // sum_to_shape: trailing reduction (b, 1) per row, and leading reduction to (c,).
+    let s = x.sum_to_shape(&[a, b, 1]).to_vec_f64();
+    let l = x.sum_to_shape(&[c]).to_vec_f64();
+    for i in 0..a {
+        for j in 0..b {
+            let want: f64 = (0..c).map(|k| at(i, j, k)).sum();
+            assert!((s[i * b + j] - want).abs() < 1e-3, "{} vs {want}", s[i * b + j]);
+        }
+    }
+    for k in 0..c {
+        let want: f64 = (0..a).flat_map(|i| (0..b).map(move |j| (i, j))).map(|(i, j)| at(i, j, k)).sum();
+        assert!((l[k] - want).abs() < 1e-3);
+    }
+}

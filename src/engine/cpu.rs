@@ -69,22 +69,23 @@ fn gather<E: Elem, R: Real>(src: &[E], l: &Layout) -> Vec<R> {
             }
         });
     }
-    if l.rank() > 0 && n >= PAR_MIN {
-        // Parallel over rows of the last dimension.
-        let inner = *l.shape.last().unwrap();
-        let st = *l.strides.last().unwrap();
-        let rows = n / inner.max(1);
-        let mut out = vec![R::zero(); n];
-        out.par_chunks_mut(inner.max(1)).enumerate().for_each(|(r, row)| {
-            let base = row_offset(l, r);
-            for (j, o) in row.iter_mut().enumerate() {
-                *o = R::from_elem(src[base + j * st]);
+    let inner = l.shape.last().copied().unwrap_or(1).max(1);
+    let st = l.strides.last().copied().unwrap_or(0);
+    fill_rows(n / inner, inner, |r0, dst| {
+        let mut rows = RowOffsets::new(l, r0);
+        for row in dst.chunks_mut(inner) {
+            let base = rows.next_row();
+            if st == 1 {
+                for (o, &e) in row.iter_mut().zip(&src[base..base + inner]) {
+                    o.write(R::from_elem(e));
+                }
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    o.write(R::from_elem(src[base + j * st]));
+                }
             }
-        });
-        debug_assert_eq!(rows * inner, n);
-        return out;
-    }
-    l.offsets().map(|o| R::from_elem(src[o])).collect()
+        }
+    })
 }
 
 /// Storage offset of the first element of row `r` (rows = all dims but the last).
@@ -101,6 +102,58 @@ pub fn row_offset(l: &Layout, mut r: usize) -> usize {
         r /= s;
     }
     off
+}
+
+/// Storage offsets of consecutive rows from row `r` on, advanced like an odometer over
+/// the outer dims: one add per row instead of a div/mod per dim.
+pub struct RowOffsets<'a> {
+    l: &'a Layout,
+    index: Vec<usize>,
+    off: usize,
+}
+
+impl<'a> RowOffsets<'a> {
+    pub fn new(l: &'a Layout, mut r: usize) -> Self {
+        let outer = l.rank().saturating_sub(1);
+        let mut index = vec![0; outer];
+        for d in (0..outer).rev() {
+            index[d] = r % l.shape[d].max(1);
+            r /= l.shape[d].max(1);
+        }
+        let off = l.offset + index.iter().zip(&l.strides).map(|(i, s)| i * s).sum::<usize>();
+        RowOffsets { l, index, off }
+    }
+    #[inline]
+    pub fn next_row(&mut self) -> usize {
+        let cur = self.off;
+        for d in (0..self.index.len()).rev() {
+            self.index[d] += 1;
+            self.off += self.l.strides[d];
+            if self.index[d] < self.l.shape[d] {
+                break;
+            }
+            self.off -= self.l.strides[d] * self.l.shape[d];
+            self.index[d] = 0;
+        }
+        cur
+    }
+}
+
+/// Fill a new Vec of `nrows` rows of `inner` values, in parallel blocks of whole rows when
+/// large: `f(first_row, dst)` must write every element of `dst` (uninitialised on entry).
+pub fn fill_rows<T: Copy + Send + Sync>(nrows: usize, inner: usize, f: impl Fn(usize, &mut [std::mem::MaybeUninit<T>]) + Sync + Send) -> Vec<T> {
+    let n = nrows * inner;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    let spare = &mut v.spare_capacity_mut()[..n];
+    let rows_per_chunk = (CHUNK / inner.max(1)).max(1);
+    if n >= PAR_MIN && nrows > 1 {
+        spare.par_chunks_mut(rows_per_chunk * inner).enumerate().for_each(|(i, c)| f(i * rows_per_chunk, c));
+    } else if n > 0 {
+        f(0, spare);
+    }
+    // SAFETY: `f` initialised all n elements.
+    unsafe { v.set_len(n) };
+    v
 }
 
 /// A tensor's elements in row-major order as compute type `R`.
@@ -216,44 +269,36 @@ pub fn broadcast2<R: Real>(a: &[R], la: &Layout, b: &[R], lb: &Layout, f: impl F
     let n = la.numel();
     let inner = la.shape.last().copied().unwrap_or(1).max(1);
     let (sa, sb) = (la.strides.last().copied().unwrap_or(0), lb.strides.last().copied().unwrap_or(0));
-    let mut out = vec![R::zero(); n];
-    let rows_per_chunk = (PAR_MIN / inner).max(1);
-    let work = |ci: usize, chunk: &mut [R]| {
-        for (k, row) in chunk.chunks_mut(inner).enumerate() {
-            let r = ci * rows_per_chunk + k;
-            let (oa, ob) = (row_offset(la, r), row_offset(lb, r));
+    fill_rows(n / inner, inner, |r0, dst| {
+        let (mut ra, mut rb) = (RowOffsets::new(la, r0), RowOffsets::new(lb, r0));
+        for row in dst.chunks_mut(inner) {
+            let (oa, ob) = (ra.next_row(), rb.next_row());
             match (sa, sb) {
                 (1, 1) => {
                     for ((o, x), y) in row.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]) {
-                        *o = f(*x, *y)
+                        o.write(f(*x, *y));
                     }
                 }
                 (1, 0) => {
                     let y = b[ob];
                     for (o, x) in row.iter_mut().zip(&a[oa..oa + inner]) {
-                        *o = f(*x, y)
+                        o.write(f(*x, y));
                     }
                 }
                 (0, 1) => {
                     let x = a[oa];
                     for (o, y) in row.iter_mut().zip(&b[ob..ob + inner]) {
-                        *o = f(x, *y)
+                        o.write(f(x, *y));
                     }
                 }
                 _ => {
                     for (j, o) in row.iter_mut().enumerate() {
-                        *o = f(a[oa + j * sa], b[ob + j * sb])
+                        o.write(f(a[oa + j * sa], b[ob + j * sb]));
                     }
                 }
             }
         }
-    };
-    if n >= PAR_MIN {
-        out.par_chunks_mut(rows_per_chunk * inner).enumerate().for_each(|(ci, c)| work(ci, c));
-    } else {
-        work(0, &mut out);
-    }
-    out
+    })
 }
 
 /// Apply `f` to each contiguous row of length `len`, producing `out_len` values per row.

@@ -182,27 +182,34 @@ impl Real for f32 {
     }
 }
 
-/// Branch-free exp for f32 so loops over it auto-vectorise.
+/// Branch-free exp for f32 so loops over it auto-vectorise. Clamps are plain selects and
+/// the exponent comes from the float's bits by the 1.5·2²³ trick: `f32::max` (NaN rules)
+/// and saturating `as i32` casts each add fix-up instructions that made the loop ~3× slower.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
-    let xc = x.max(-87.336_55).min(88.722_84);
-    // Round to nearest by the 1.5·2²³ trick: no libm call, vectorises on any x86.
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer in the low bits
+    let xc = if x < -87.336_55 { -87.336_55 } else { x };
+    let xc = if xc > 88.722_84 { 88.722_84 } else { xc };
+    let n = (xc * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
     // n ≤ 127 keeps the scale finite; the polynomial covers the wider r near the top.
-    let n = ((xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0).min(127.0);
+    let n = if n > 127.0 { 127.0 } else { n };
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_345 + r * (0.001_388_731_8 + r * 0.000_198_4))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    // Below the clamp the true value underflows to 0 (and exp(-inf) = 0).
-    if x < -87.336_55 {
-        0.0
-    } else if x > 88.722_84 {
+    // n is an integer in [-126, 127]: its value sits in the low mantissa bits of n + MAGIC.
+    let ni = (n + MAGIC).to_bits() as i32 - 0x4B40_0000;
+    let scale = f32::from_bits(((ni + 127) as u32) << 23);
+    // Below the clamp the true value underflows to 0 (and exp(-inf) = 0); NaN stays NaN.
+    let v = if x < -87.336_55 { 0.0 } else { p * scale };
+    if x > 88.722_84 {
         f32::INFINITY
+    } else if x.is_nan() {
+        x
     } else {
-        p * scale
+        v
     }
 }
 
@@ -242,5 +249,7 @@ mod tests {
             x += 0.0137;
         }
         assert_eq!(super::exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(super::exp_f32(f32::INFINITY), f32::INFINITY);
+        assert!(super::exp_f32(f32::NAN).is_nan());
     }
 }

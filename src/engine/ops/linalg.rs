@@ -95,6 +95,7 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
     let shape = [la.shape[0], la.shape[1], lb.shape[2]];
     let out = Storage::alloc(a.device(), dtype, shape.iter().product(), op);
     if a.device() == Device::Cpu {
+        let t0 = runtime::op_timing_enabled().then(std::time::Instant::now);
         let buf = match dtype {
             DType::F32 | DType::F64 => crate::with_real!(dtype, R, {
                 let (ba, bb) = (a.storage().buffer(), b.storage().buffer());
@@ -123,6 +124,9 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
             }
         };
         out.set(buf);
+        if let Some(t0) = t0 {
+            runtime::record_op_time(op, t0.elapsed().as_secs_f64());
+        }
     }
     Tensor::from_parts(out, Layout::contiguous(&shape))
 }

@@ -275,15 +275,33 @@ impl Tensor {
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(ts[0].device(), dtype, &shape, "cat", || {
                 let outer: usize = shape[..d].iter().product();
-                let mut out = Vec::with_capacity(shape.iter().product());
-                let parts: Vec<Vec<R>> = ts.iter().map(|t| cpu::read::<R>(t)).collect();
+                let total: usize = shape[d..].iter().product();
+                // Contiguous parts of the compute type are borrowed, others read once.
+                let guards: Vec<_> = ts.iter().map(|t| t.storage().buffer()).collect();
+                let parts: Vec<std::borrow::Cow<[R]>> = ts
+                    .iter()
+                    .zip(&guards)
+                    .map(|(t, g)| match R::slice(g) {
+                        Some(sl) if t.dtype() == dtype && t.layout().is_contiguous() => {
+                            let o = t.layout().offset;
+                            std::borrow::Cow::Borrowed(&sl[o..o + t.numel()])
+                        }
+                        _ => std::borrow::Cow::Owned(cpu::read::<R>(t)),
+                    })
+                    .collect();
                 let inners: Vec<usize> = ts.iter().map(|t| t.shape()[d..].iter().product()).collect();
-                for o in 0..outer {
-                    for (p, &n) in parts.iter().zip(&inners) {
-                        out.extend_from_slice(&p[o * n..(o + 1) * n]);
+                cpu::fill_rows(outer, total, |r0, dst| {
+                    for (k, row) in dst.chunks_mut(total).enumerate() {
+                        let o = r0 + k;
+                        let mut at = 0;
+                        for (p, &n) in parts.iter().zip(&inners) {
+                            for (d, &v) in row[at..at + n].iter_mut().zip(&p[o * n..(o + 1) * n]) {
+                                d.write(v);
+                            }
+                            at += n;
+                        }
                     }
-                }
-                out
+                })
             })
         });
         let refs: Vec<&Tensor> = ts.iter().collect();

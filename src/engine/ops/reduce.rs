@@ -192,38 +192,45 @@ impl Tensor {
         let src_shape = self.shape().to_vec();
         with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, shape, "sum", || {
-                let x = cpu::read::<R>(self);
-                let mut padded = vec![1usize; lead];
-                padded.extend_from_slice(shape);
-                let inner: usize = shape.iter().product();
-                // Fast path: target is the trailing dims, unbroadcast (e.g. a norm weight).
-                if padded[..lead] == vec![1; lead][..] && src_shape[lead..] == *shape {
-                    let parts: Vec<Vec<R>> = x
-                        .par_chunks(inner.max(1) * 64)
-                        .map(|c| {
-                            let mut acc = vec![R::zero(); inner];
-                            for row in c.chunks(inner) {
-                                for (a, &v) in acc.iter_mut().zip(row) {
-                                    *a += v;
+                cpu::with_slice::<R, _>(self, |x| {
+                    let mut padded = vec![1usize; lead];
+                    padded.extend_from_slice(shape);
+                    let inner: usize = shape.iter().product();
+                    // Fast path: target is the trailing dims, unbroadcast (e.g. a norm weight).
+                    if padded[..lead].iter().all(|&p| p == 1) && src_shape[lead..] == *shape {
+                        let parts: Vec<Vec<R>> = x
+                            .par_chunks(inner.max(1) * 64)
+                            .map(|c| {
+                                let mut acc = vec![R::zero(); inner];
+                                for row in c.chunks(inner) {
+                                    for (a, &v) in acc.iter_mut().zip(row) {
+                                        *a += v;
+                                    }
                                 }
+                                acc
+                            })
+                            .collect();
+                        let mut acc = vec![R::zero(); inner];
+                        for p in parts {
+                            for (a, v) in acc.iter_mut().zip(p) {
+                                *a += v;
                             }
-                            acc
-                        })
-                        .collect();
-                    let mut acc = vec![R::zero(); inner];
-                    for p in parts {
-                        for (a, v) in acc.iter_mut().zip(p) {
-                            *a += v;
                         }
+                        return acc;
                     }
-                    return acc;
-                }
-                let lo = Layout::contiguous(&padded).expand(&src_shape);
-                let mut acc = vec![R::zero(); inner];
-                for (o, v) in lo.offsets().zip(x) {
-                    acc[o] += v;
-                }
-                acc
+                    // Fast path: only trailing dims are reduced (e.g. a (B, S, 1) factor).
+                    let kept = padded.iter().rposition(|&p| p != 1).map_or(0, |i| i + 1);
+                    if padded[..kept] == src_shape[..kept] {
+                        let len: usize = src_shape[kept..].iter().product();
+                        return cpu::rows(x, len, 1, |r, o| o[0] = cpu::lsum(r));
+                    }
+                    let lo = Layout::contiguous(&padded).expand(&src_shape);
+                    let mut acc = vec![R::zero(); inner];
+                    for (o, &v) in lo.offsets().zip(x) {
+                        acc[o] += v;
+                    }
+                    acc
+                })
             })
         })
     }
