@@ -44,7 +44,19 @@ pub struct BenchArgs {
     pub torch_script: Option<PathBuf>,
 }
 
-const SHAPES: [(usize, usize, usize); 5] = [(1024, 256, 768), (1024, 512, 256), (1024, 256, 1000), (1024, 512, 1024), (2048, 2048, 2048)];
+/// (M, K, N, layout): "nn" is a @ b; "nt" is a @ w.T (F.linear's forward); "tn" is g.T @ x
+/// (a linear's weight gradient). The training-step shapes of the walkthrough config, and
+/// one large square product.
+const SHAPES: [(usize, usize, usize, &str); 8] = [
+    (1024, 256, 768, "nn"),
+    (1024, 512, 256, "nn"),
+    (1024, 256, 1000, "nn"),
+    (1024, 512, 1024, "nn"),
+    (1024, 256, 512, "nt"),
+    (1024, 256, 1000, "nt"),
+    (512, 1024, 256, "tn"),
+    (2048, 2048, 2048, "nn"),
+];
 
 /// Median seconds per call of `f`, sampling for about `budget` seconds.
 fn median_time(budget: f64, mut f: impl FnMut()) -> f64 {
@@ -60,11 +72,19 @@ fn median_time(budget: f64, mut f: impl FnMut()) -> f64 {
     times[times.len() / 2]
 }
 
-fn our_matmul(m: usize, k: usize, n: usize, dtype: DType) -> f64 {
+fn our_matmul(m: usize, k: usize, n: usize, layout: &str, dtype: DType) -> f64 {
     runtime::reset();
     let _g = runtime::no_grad();
-    let a = Tensor::from_f64(&(0..m * k).map(|i| ((i % 17) as f64 - 8.0) / 8.0).collect::<Vec<_>>(), &[m, k], dtype, Device::Cpu);
-    let b = Tensor::from_f64(&(0..k * n).map(|i| ((i % 13) as f64 - 6.0) / 6.0).collect::<Vec<_>>(), &[k, n], dtype, Device::Cpu);
+    let av: Vec<f64> = (0..m * k).map(|i| ((i % 17) as f64 - 8.0) / 8.0).collect();
+    let bv: Vec<f64> = (0..k * n).map(|i| ((i % 13) as f64 - 6.0) / 6.0).collect();
+    let a = match layout {
+        "tn" => Tensor::from_f64(&av, &[k, m], dtype, Device::Cpu).t(),
+        _ => Tensor::from_f64(&av, &[m, k], dtype, Device::Cpu),
+    };
+    let b = match layout {
+        "nt" => Tensor::from_f64(&bv, &[n, k], dtype, Device::Cpu).t(),
+        _ => Tensor::from_f64(&bv, &[k, n], dtype, Device::Cpu),
+    };
     let s = median_time(0.4, || {
         let _ = a.mm(&b);
     });
@@ -72,16 +92,17 @@ fn our_matmul(m: usize, k: usize, n: usize, dtype: DType) -> f64 {
 }
 
 fn torch_matmul(threads: usize) -> Option<Vec<(f64, f64)>> {
-    let shapes: Vec<String> = SHAPES.iter().map(|(m, k, n)| format!("({m},{k},{n})")).collect();
+    let shapes: Vec<String> = SHAPES.iter().map(|(m, k, n, l)| format!("({m},{k},{n},'{l}')")).collect();
     let script = format!(
         r#"
 import json, time, torch
 torch.set_num_threads({threads})
 out = []
-for (m, k, n) in [{}]:
+for (m, k, n, l) in [{}]:
     r = []
     for dt in (torch.float32, torch.bfloat16):
-        a = torch.randn(m, k, dtype=dt); b = torch.randn(k, n, dtype=dt)
+        a = torch.randn(k, m, dtype=dt).t() if l == 'tn' else torch.randn(m, k, dtype=dt)
+        b = torch.randn(n, k, dtype=dt).t() if l == 'nt' else torch.randn(k, n, dtype=dt)
         a @ b
         ts = []
         t0 = time.perf_counter()
@@ -110,15 +131,15 @@ fn bench_matmul(a: &BenchArgs) {
     }
     println!(
         "  {:>16} | {:>9} {:>9} {:>11} | {:>9} {:>9} {:>13}",
-        "M,K,N", "ours f32", "torch f32", "ours/torch", "ours bf16", "torch bf16", "bf16/our f32"
+        "M,K,N layout", "ours f32", "torch f32", "ours/torch", "ours bf16", "torch bf16", "bf16/our f32"
     );
-    for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
-        let f = our_matmul(m, k, n, DType::F32);
-        let b = our_matmul(m, k, n, DType::BF16);
+    for (i, &(m, k, n, l)) in SHAPES.iter().enumerate() {
+        let f = our_matmul(m, k, n, l, DType::F32);
+        let b = our_matmul(m, k, n, l, DType::BF16);
         let (tf, tb) = torch.as_ref().map_or((f64::NAN, f64::NAN), |t| t[i]);
         println!(
             "  {:>16} | {:9.1} {:9.1} {:10.2}x | {:9.1} {:9.1} {:12.2}x",
-            format!("{m},{k},{n}"),
+            format!("{m},{k},{n} {l}"),
             f,
             tf,
             f / tf,

@@ -5,6 +5,7 @@
 //! profiler's record-function stack); tensors are single-threaded handles, so one context
 //! per thread is the faithful model. Kernels may use rayon internally but never create or
 //! drop storages off the main thread.
+use crate::record::compute::ComputeLog;
 use crate::record::{Category, MemoryLog, MemoryStats, Phase};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -18,6 +19,8 @@ pub struct Runtime {
     next_storage_id: u64,
     next_seq: u64,
     pub log: MemoryLog,
+    /// Per-kernel FLOPs, bytes and times, and module spans, when a run asks for them.
+    pub compute: Option<ComputeLog>,
 }
 
 impl Default for Runtime {
@@ -31,6 +34,7 @@ impl Default for Runtime {
             next_storage_id: 0,
             next_seq: 0,
             log: MemoryLog::default(),
+            compute: None,
         }
     }
 }
@@ -161,11 +165,27 @@ pub fn scope(name: &str) -> Guard {
     with(|rt| {
         let parent = rt.scope();
         let path: Rc<str> = if parent.is_empty() { Rc::from(name) } else { Rc::from(format!("{parent}.{name}")) };
+        if let Some(c) = rt.compute.as_mut() {
+            c.enter_module(path.clone(), rt.phase);
+        }
         rt.scopes.push(path);
     });
     Guard(Some(Box::new(|| with(|rt| {
         rt.scopes.pop();
+        if let Some(c) = rt.compute.as_mut() {
+            c.exit_module();
+        }
     }))))
+}
+
+/// Start recording kernels and module spans (FLOPs, bytes, times) from now on.
+pub fn start_compute_log() {
+    with(|rt| rt.compute = Some(ComputeLog::default()));
+}
+
+/// Stop recording kernels and hand over what was recorded.
+pub fn take_compute_log() -> Option<ComputeLog> {
+    with(|rt| rt.compute.take())
 }
 
 /// Replace the whole scope path (backward runs in the scope of the forward op).

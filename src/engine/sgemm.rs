@@ -167,10 +167,11 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, c: &mut 
         return;
     }
     let cp = CPtr(c.as_mut_ptr());
-    // Row blocks: at most MC rows, and a multiple of the thread count so none idles.
-    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
-    let nblocks = threads * m.div_ceil(threads * MC);
-    let mc_block = m.div_ceil(nblocks).div_ceil(MR) * MR;
+    // One contiguous band of rows per thread (MR-aligned, as equal as MR allows), walked in
+    // MC-row blocks: equal work per thread and one fork-join per packed B block.
+    let threads = if parallel { rayon::current_num_threads().max(1).min(m.div_ceil(MR)) } else { 1 };
+    let panels = m.div_ceil(MR);
+    let band = |t: usize| (t * panels / threads * MR).min(m);
     // Packing buffers are reused across calls (a fresh one would be zeroed and faulted in).
     let mut bpack = BPACK.with(|b| std::mem::take(&mut *b.borrow_mut()));
     let need = KC * NC.min(n.div_ceil(NR) * NR);
@@ -185,8 +186,8 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, c: &mut 
             let bp = &bpack;
             let first = k0 == 0;
             let cp = &cp;
-            let block = |i0: usize| {
-                let mc = mc_block.min(m - i0);
+            let block = |i0: usize, i_end: usize| {
+                let mc = MC.min(i_end - i0);
                 APACK.with(|ap| {
                     let mut ap = ap.borrow_mut();
                     let need = mc.div_ceil(MR) * MR * kc;
@@ -206,11 +207,16 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, c: &mut 
                     }
                 });
             };
-            let starts: Vec<usize> = (0..m).step_by(mc_block).collect();
-            if parallel && starts.len() > 1 {
-                starts.into_par_iter().for_each(block);
+            let run_band = |t: usize| {
+                let (lo, hi) = (band(t), band(t + 1));
+                for i0 in (lo..hi).step_by(MC) {
+                    block(i0, hi);
+                }
+            };
+            if threads > 1 {
+                (0..threads).into_par_iter().for_each(run_band);
             } else {
-                starts.into_iter().for_each(block);
+                run_band(0);
             }
         }
     }

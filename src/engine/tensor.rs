@@ -48,24 +48,26 @@ impl Tensor {
         Tensor(Rc::new(TensorImpl { storage, layout, base: None, requires_grad: false, grad_fn: None, grad: RefCell::new(None) }))
     }
 
-    /// Allocate an output of `shape`; on cpu `fill` produces its values (not called on meta).
+    /// Allocate an output of `shape` computed by op `op` from `inputs`; on cpu `fill`
+    /// produces its values (not called on meta). The op is timed and costed when asked.
     #[track_caller]
-    pub(crate) fn build(device: Device, dtype: DType, shape: &[usize], op: &'static str, fill: impl FnOnce() -> Buffer) -> Tensor {
+    pub(crate) fn build(device: Device, dtype: DType, shape: &[usize], op: &'static str, inputs: &[&Tensor], fill: impl FnOnce() -> Buffer) -> Tensor {
         let st = Storage::alloc(device, dtype, numel(shape), op);
-        if device == Device::Cpu {
-            let t0 = super::runtime::op_timing_enabled().then(std::time::Instant::now);
-            st.set(fill());
-            if let Some(t0) = t0 {
-                super::runtime::record_op_time(op, t0.elapsed().as_secs_f64());
-            }
+        let n = numel(shape);
+        let cost = || {
+            let (kind, flops, read, written) = super::cost::classify(op, inputs, n, dtype);
+            (kind, flops, read, written, dtype.size() as u8)
+        };
+        if let Some(buf) = super::cost::timed(device, op, cost, fill) {
+            st.set(buf);
         }
         Tensor::from_parts(st, Layout::contiguous(shape))
     }
 
     /// Allocate an output whose values are computed in `R` and stored as `dtype`.
     #[track_caller]
-    pub(crate) fn compute<R: CReal>(device: Device, dtype: DType, shape: &[usize], op: &'static str, f: impl FnOnce() -> Vec<R>) -> Tensor {
-        Tensor::build(device, dtype, shape, op, || cpu::to_buffer(f(), dtype))
+    pub(crate) fn compute<R: CReal>(device: Device, dtype: DType, shape: &[usize], op: &'static str, inputs: &[&Tensor], f: impl FnOnce() -> Vec<R>) -> Tensor {
+        Tensor::build(device, dtype, shape, op, inputs, || cpu::to_buffer(f(), dtype))
     }
 
     /// Host scratch with data but no device accounting (a fused kernel's registers).
@@ -81,11 +83,11 @@ impl Tensor {
 
     #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Tensor {
-        Tensor::build(device, dtype, shape, "zeros", || Buffer::zeros(dtype, numel(shape)))
+        Tensor::build(device, dtype, shape, "zeros", &[], || Buffer::zeros(dtype, numel(shape)))
     }
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Tensor {
-        with_real!(dtype, R, { Tensor::compute::<R>(device, dtype, shape, "full", || vec![R::lit(value); numel(shape)]) })
+        with_real!(dtype, R, { Tensor::compute::<R>(device, dtype, shape, "full", &[], || vec![R::lit(value); numel(shape)]) })
     }
     #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Tensor {
@@ -103,21 +105,21 @@ impl Tensor {
     #[track_caller]
     pub fn from_f64(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
-        Tensor::compute::<f64>(device, dtype, shape, "tensor", || values.to_vec())
+        Tensor::compute::<f64>(device, dtype, shape, "tensor", &[], || values.to_vec())
     }
     #[track_caller]
     pub fn from_f32(values: &[f32], shape: &[usize], dtype: DType, device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
-        Tensor::compute::<f32>(device, dtype, shape, "tensor", || values.to_vec())
+        Tensor::compute::<f32>(device, dtype, shape, "tensor", &[], || values.to_vec())
     }
     #[track_caller]
     pub fn from_i64(values: &[i64], shape: &[usize], device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape));
-        Tensor::build(device, DType::I64, shape, "tensor", || Buffer::I64(values.to_vec()))
+        Tensor::build(device, DType::I64, shape, "tensor", &[], || Buffer::I64(values.to_vec()))
     }
     #[track_caller]
     pub fn arange(n: usize, device: Device) -> Tensor {
-        Tensor::build(device, DType::I64, &[n], "arange", || Buffer::I64((0..n as i64).collect()))
+        Tensor::build(device, DType::I64, &[n], "arange", &[], || Buffer::I64((0..n as i64).collect()))
     }
 
     // ---------------------------------------------------------------- accessors
@@ -458,15 +460,18 @@ impl Tensor {
     /// In-place copy of `src` (broadcast) into this tensor's elements, no autograd.
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) {
-        if self.device() == Device::Meta {
-            return;
-        }
-        let src = src.expand(self.shape());
-        let l = self.0.layout.clone();
-        with_real!(self.dtype(), R, {
-            let vals = cpu::read::<R>(&src);
-            let mut b = self.0.storage.buffer_mut();
-            write_strided(&mut b, &l, &vals);
+        let cost = || {
+            let written = (self.numel() * self.dtype().size()) as u64;
+            (crate::record::compute::OpKind::Copy, 0, super::cost::read_bytes(src), written, self.dtype().size() as u8)
+        };
+        super::cost::timed(self.device(), "copy_", cost, || {
+            let src = src.expand(self.shape());
+            let l = self.0.layout.clone();
+            with_real!(self.dtype(), R, {
+                let vals = cpu::read::<R>(&src);
+                let mut b = self.0.storage.buffer_mut();
+                write_strided(&mut b, &l, &vals);
+            });
         });
     }
 }
@@ -497,13 +502,13 @@ pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) 
 #[track_caller]
 fn copy_of(t: &Tensor, dtype: DType, op: &'static str) -> Tensor {
     match (t.dtype(), dtype) {
-        (DType::I64, DType::I64) => Tensor::build(t.device(), dtype, t.shape(), op, || Buffer::I64(cpu::read_i64(t))),
-        (DType::Bool, DType::Bool) => Tensor::build(t.device(), dtype, t.shape(), op, || Buffer::Bool(cpu::read_bool(t))),
+        (DType::I64, DType::I64) => Tensor::build(t.device(), dtype, t.shape(), op, &[t], || Buffer::I64(cpu::read_i64(t))),
+        (DType::Bool, DType::Bool) => Tensor::build(t.device(), dtype, t.shape(), op, &[t], || Buffer::Bool(cpu::read_bool(t))),
         _ => with_real!(dtype, R, {
             if t.dtype() == DType::F64 {
-                Tensor::compute::<f64>(t.device(), dtype, t.shape(), op, || cpu::read::<f64>(t))
+                Tensor::compute::<f64>(t.device(), dtype, t.shape(), op, &[t], || cpu::read::<f64>(t))
             } else {
-                Tensor::compute::<R>(t.device(), dtype, t.shape(), op, || cpu::read::<R>(t))
+                Tensor::compute::<R>(t.device(), dtype, t.shape(), op, &[t], || cpu::read::<R>(t))
             }
         }),
     }

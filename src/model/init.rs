@@ -25,7 +25,7 @@ pub enum Init {
 pub fn make(shape: &[usize], dtype: DType, device: Device, init: Init, rng: &mut Rng) -> Tensor {
     let n: usize = shape.iter().product();
     // Same op name on every device: cpu and meta must record identical events.
-    Tensor::compute::<f64>(device, dtype, shape, "empty", || match init {
+    Tensor::compute::<f64>(device, dtype, shape, "empty", &[], || match init {
         Init::Ones => vec![1.0; n],
         Init::Normal { std } => {
             let d = Normal::new(0.0, std).expect("valid std");

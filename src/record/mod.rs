@@ -3,6 +3,7 @@
 //! The engine reports every storage allocation and free here (through
 //! [`crate::engine::runtime`]); nothing else creates device memory.
 pub mod allocator;
+pub mod compute;
 pub mod context;
 pub mod gpu;
 pub mod log;

@@ -8,9 +8,12 @@ use crate::engine::autograd::{attach, needs_grad, save};
 use crate::engine::cpu::{self, CReal};
 use crate::engine::dtype::{DType, Real};
 use crate::engine::layout::{broadcast_shapes, Layout};
-use crate::engine::storage::{Buffer, Device};
+use crate::engine::storage::Buffer;
 use crate::engine::tensor::{write_strided, Tensor};
+use crate::engine::cost;
+use crate::record::compute::OpKind;
 use crate::with_real;
+use rayon::prelude::*;
 
 /// A unary function written once for every compute type.
 pub trait UnFn: Copy + Send + Sync + 'static {
@@ -119,7 +122,7 @@ fn float_dtype(t: &Tensor) -> DType {
 #[track_caller]
 pub(crate) fn unary_raw<F: UnFn>(x: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
     with_real!(dtype, R, {
-        Tensor::compute::<R>(x.device(), dtype, x.shape(), op, || cpu::with_slice::<R, _>(x, |s| cpu::map(s, move |v| f.call(v))))
+        Tensor::compute::<R>(x.device(), dtype, x.shape(), op, &[x], || cpu::with_slice::<R, _>(x, |s| cpu::map(s, move |v| f.call(v))))
     })
 }
 
@@ -137,7 +140,7 @@ fn binary_values<R: CReal, F: BinFn>(a: &Tensor, b: &Tensor, shape: &[usize], f:
 pub(crate) fn binary_raw<F: BinFn>(a: &Tensor, b: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
     assert_eq!(a.device(), b.device(), "{op}: tensors on different devices");
     let shape = broadcast_shapes(a.shape(), b.shape());
-    with_real!(dtype, R, { Tensor::compute::<R>(a.device(), dtype, &shape, op, || binary_values::<R, F>(a, b, &shape, f)) })
+    with_real!(dtype, R, { Tensor::compute::<R>(a.device(), dtype, &shape, op, &[a, b], || binary_values::<R, F>(a, b, &shape, f)) })
 }
 
 /// Gradient of a broadcast input: summed back to its shape and cast to its dtype.
@@ -349,7 +352,7 @@ impl Tensor {
     #[track_caller]
     pub fn ge(&self, o: &Tensor) -> Tensor {
         let shape = broadcast_shapes(self.shape(), o.shape());
-        Tensor::build(self.device(), DType::Bool, &shape, "ge", || {
+        Tensor::build(self.device(), DType::Bool, &shape, "ge", &[self, o], || {
             let v = binary_values::<f64, Ge>(self, o, &shape, Ge);
             Buffer::Bool(v.into_iter().map(|x| x != 0.0).collect())
         })
@@ -362,7 +365,7 @@ impl Tensor {
         // where.ScalarOther wraps the scalar as a 0-d tensor on the operand's device.
         let scalar = Tensor::full(&[], value, dtype, self.device());
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &shape, "where", || {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "where", &[self, cond], || {
                 let c = cpu::read_bool(&cond.expand(&shape).detach());
                 let x = cpu::read::<R>(&self.detach().expand(&shape));
                 let v = R::lit(value);
@@ -386,7 +389,7 @@ impl Tensor {
         let (r, c) = (self.shape()[0], self.shape()[1]);
         let dtype = self.dtype();
         with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, self.shape(), "triu", || {
+            Tensor::compute::<R>(self.device(), dtype, self.shape(), "triu", &[self], || {
                 let mut v = cpu::read::<R>(self);
                 for i in 0..r {
                     for j in 0..c {
@@ -407,10 +410,20 @@ impl Tensor {
     }
 
     // ---------------------------------------------------------------- in place (no autograd)
-    fn inplace<F: BinFn>(&self, other: Option<&Tensor>, f: F) {
-        if self.device() == Device::Meta {
-            return;
-        }
+    /// An in-place kernel, recorded as op `name` doing `per_elem` FLOPs per element and
+    /// reading `others` besides itself.
+    fn inplace_op(&self, name: &'static str, per_elem: u64, others: &[&Tensor], kernel: impl FnOnce()) {
+        let cost = || {
+            let read = cost::read_bytes(self) + others.iter().map(|t| cost::read_bytes(t)).sum::<u64>();
+            (OpKind::Elementwise, self.numel() as u64 * per_elem, read, (self.numel() * self.dtype().size()) as u64, self.dtype().size() as u8)
+        };
+        cost::timed(self.device(), name, cost, kernel);
+    }
+    fn inplace<F: BinFn>(&self, name: &'static str, per_elem: u64, other: Option<&Tensor>, f: F) {
+        let others: Vec<&Tensor> = other.into_iter().collect();
+        self.inplace_op(name, per_elem, &others, || self.inplace_kernel(other, f));
+    }
+    fn inplace_kernel<F: BinFn>(&self, other: Option<&Tensor>, f: F) {
         let l = self.layout().clone();
         with_real!(self.dtype(), R, {
             let o: Vec<R> = match other {
@@ -421,10 +434,11 @@ impl Tensor {
             let mut buf = self.storage().buffer_mut();
             if self.dtype() == R::DTYPE && l.is_contiguous() {
                 let s = &mut R::slice_mut(&mut buf).unwrap()[l.offset..l.offset + l.numel()];
+                const CH: usize = 1 << 14;
                 if o.is_empty() {
-                    s.iter_mut().for_each(|x| *x = f.call(*x, R::zero()));
+                    s.par_chunks_mut(CH).for_each(|c| c.iter_mut().for_each(|x| *x = f.call(*x, R::zero())));
                 } else {
-                    s.iter_mut().zip(&o).for_each(|(x, &y)| *x = f.call(*x, y));
+                    s.par_chunks_mut(CH).zip(o.par_chunks(CH)).for_each(|(c, oc)| c.iter_mut().zip(oc).for_each(|(x, &y)| *x = f.call(*x, y)));
                 }
             } else {
                 drop(buf);
@@ -442,17 +456,17 @@ impl Tensor {
     /// `self += other`
     #[track_caller]
     pub fn add_(&self, other: &Tensor) {
-        self.inplace(Some(other), Add);
+        self.inplace("add_", 1, Some(other), Add);
     }
     /// `self += alpha * other`
     #[track_caller]
     pub fn add_scaled_(&self, other: &Tensor, alpha: f64) {
-        self.inplace(Some(other), AddScaled(alpha));
+        self.inplace("add_", 2, Some(other), AddScaled(alpha));
     }
     /// `self -= other`
     #[track_caller]
     pub fn sub_(&self, other: &Tensor) {
-        self.inplace(Some(other), AddScaled(-1.0));
+        self.inplace("sub_", 1, Some(other), AddScaled(-1.0));
     }
     #[track_caller]
     pub fn mul_scalar_(&self, s: f64) {
@@ -463,7 +477,7 @@ impl Tensor {
                 a * R::lit(self.0)
             }
         }
-        self.inplace(None, M(s));
+        self.inplace("mul_", 1, None, M(s));
     }
     #[track_caller]
     pub fn add_scalar_(&self, s: f64) {
@@ -474,30 +488,28 @@ impl Tensor {
                 a + R::lit(self.0)
             }
         }
-        self.inplace(None, A(s));
+        self.inplace("add_", 1, None, A(s));
     }
     /// `self += w * (end - self)` (`lerp_`)
     #[track_caller]
     pub fn lerp_(&self, end: &Tensor, w: f64) {
-        self.inplace(Some(end), Lerp(w));
+        self.inplace("lerp_", 3, Some(end), Lerp(w));
     }
     /// `self += value * t1 * t2` (fused; no device temporaries).
     #[track_caller]
     pub fn addcmul_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
-        if self.device() == Device::Meta {
-            return;
-        }
-        let prod = host_binary(t1, t2, Mul);
-        self.add_scaled_(&prod, value);
+        self.inplace_op("addcmul_", 3, &[t1, t2], || {
+            let prod = host_binary(t1, t2, Mul);
+            self.inplace_kernel(Some(&prod), AddScaled(value));
+        });
     }
     /// `self += value * t1 / t2` (fused; no device temporaries).
     #[track_caller]
     pub fn addcdiv_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
-        if self.device() == Device::Meta {
-            return;
-        }
-        let q = host_binary(t1, t2, Div);
-        self.add_scaled_(&q, value);
+        self.inplace_op("addcdiv_", 3, &[t1, t2], || {
+            let q = host_binary(t1, t2, Div);
+            self.inplace_kernel(Some(&q), AddScaled(value));
+        });
     }
     #[track_caller]
     pub fn sqrt_(&self) {
@@ -508,7 +520,7 @@ impl Tensor {
                 a.sqrt()
             }
         }
-        self.inplace(None, S);
+        self.inplace("sqrt_", 1, None, S);
     }
     #[track_caller]
     pub fn div_scalar_(&self, s: f64) {

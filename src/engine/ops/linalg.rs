@@ -11,6 +11,8 @@ use crate::engine::runtime;
 use crate::engine::sgemm;
 use crate::engine::storage::{Device, Storage};
 use crate::engine::tensor::Tensor;
+use crate::engine::cost;
+use crate::record::compute::OpKind;
 use crate::record::Category;
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -94,9 +96,14 @@ fn gemm_batched<R: CReal>(a: &[R], la: &Layout, b: &[R], lb: &Layout) -> Vec<R> 
 fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'static str) -> Tensor {
     let shape = [la.shape[0], la.shape[1], lb.shape[2]];
     let out = Storage::alloc(a.device(), dtype, shape.iter().product(), op);
-    if a.device() == Device::Cpu {
-        let t0 = runtime::op_timing_enabled().then(std::time::Instant::now);
-        let buf = match dtype {
+    let (batch, m, k, n) = (la.shape[0], la.shape[1], la.shape[2], lb.shape[2]);
+    let cost = || {
+        let read = (batch * m * k + batch * k * n) * dtype.size();
+        let written = batch * m * n * dtype.size();
+        (OpKind::Matmul, 2 * (batch * m * n * k) as u64, read as u64, written as u64, dtype.size() as u8)
+    };
+    let buf = cost::timed(a.device(), op, cost, || {
+        match dtype {
             DType::F32 | DType::F64 => crate::with_real!(dtype, R, {
                 let (ba, bb) = (a.storage().buffer(), b.storage().buffer());
                 cpu::to_buffer(gemm_batched::<R>(R::slice(&ba).unwrap(), &la, R::slice(&bb).unwrap(), &lb), dtype)
@@ -105,13 +112,13 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
                 // bf16/f16: widen both operands to f32 around gemm. The staging buffers are
                 // real host memory, so they go through the allocator as workspace.
                 let _w = runtime::category(Category::Workspace);
-                let wa = Tensor::compute::<f32>(Device::Cpu, DType::F32, &la.shape, "matmul_widen", || {
+                let wa = Tensor::compute::<f32>(Device::Cpu, DType::F32, &la.shape, "matmul_widen", &[], || {
                     cpu::read::<f32>(&Tensor::from_parts(a.storage().clone(), la.clone()))
                 });
-                let wb = Tensor::compute::<f32>(Device::Cpu, DType::F32, &lb.shape, "matmul_widen", || {
+                let wb = Tensor::compute::<f32>(Device::Cpu, DType::F32, &lb.shape, "matmul_widen", &[], || {
                     cpu::read::<f32>(&Tensor::from_parts(b.storage().clone(), lb.clone()))
                 });
-                let wc = Tensor::compute::<f32>(Device::Cpu, DType::F32, &shape, "matmul_widen", || {
+                let wc = Tensor::compute::<f32>(Device::Cpu, DType::F32, &shape, "matmul_widen", &[], || {
                     cpu::with_slice::<f32, _>(&wa, |sa| {
                         cpu::with_slice::<f32, _>(&wb, |sb| {
                             gemm_batched::<f32>(sa, &Layout::contiguous(&la.shape), sb, &Layout::contiguous(&lb.shape))
@@ -122,11 +129,10 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
                 let v = cpu::read::<f32>(&wc);
                 cpu::to_buffer(v, dtype)
             }
-        };
-        out.set(buf);
-        if let Some(t0) = t0 {
-            runtime::record_op_time(op, t0.elapsed().as_secs_f64());
         }
+    });
+    if let Some(buf) = buf {
+        out.set(buf);
     }
     Tensor::from_parts(out, Layout::contiguous(&shape))
 }

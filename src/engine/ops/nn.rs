@@ -54,7 +54,7 @@ impl Tensor {
         let n = last_dim(self, dim, "softmax");
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, self.shape(), "softmax", || {
+            Tensor::compute::<R>(self.device(), dtype, self.shape(), "softmax", &[self], || {
                 cpu::with_slice::<R, _>(self, |s| cpu::rows(s, n, n, |r, o| softmax_rows(r, o, false)))
             })
         });
@@ -63,7 +63,7 @@ impl Tensor {
             return attach(out, "SoftmaxBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
                 let gi = with_real!(dt, R, {
-                    Tensor::compute::<R>(g.device(), dt, g.shape(), "_softmax_backward_data", || {
+                    Tensor::compute::<R>(g.device(), dt, g.shape(), "_softmax_backward_data", &[&g, &y], || {
                         rows2::<R>(&g, &y, n, |g, y, o| {
                             let dot = cpu::ldot(g, y);
                             for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
@@ -84,7 +84,7 @@ impl Tensor {
         let n = last_dim(self, dim, "log_softmax");
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, self.shape(), "log_softmax", || {
+            Tensor::compute::<R>(self.device(), dtype, self.shape(), "log_softmax", &[self], || {
                 cpu::with_slice::<R, _>(self, |s| cpu::rows(s, n, n, |r, o| softmax_rows(r, o, true)))
             })
         });
@@ -93,7 +93,7 @@ impl Tensor {
             return attach(out, "LogSoftmaxBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
                 let gi = with_real!(dt, R, {
-                    Tensor::compute::<R>(g.device(), dt, g.shape(), "_log_softmax_backward_data", || {
+                    Tensor::compute::<R>(g.device(), dt, g.shape(), "_log_softmax_backward_data", &[&g, &y], || {
                         rows2::<R>(&g, &y, n, |g, y, o| {
                             let s = cpu::lsum(g);
                             for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
@@ -116,13 +116,13 @@ impl Tensor {
         assert_eq!(target.shape(), &self.shape()[..1], "nll_loss target shape");
         let (nrows, c) = (self.shape()[0], self.shape()[1]);
         let dtype = self.dtype();
-        let out = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", || {
+        let out = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", &[self, target], || {
             let t = cpu::read_i64(target);
             let lp = cpu::read::<f64>(self);
             let s: f64 = t.iter().enumerate().map(|(i, &k)| -lp[i * c + k as usize]).sum();
             vec![s / nrows as f64]
         });
-        let total_weight = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", || vec![nrows as f64]);
+        let total_weight = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", &[], || vec![nrows as f64]);
         if needs_grad(&[self]) {
             let tgt = save(target);
             let tw = save(&total_weight);
@@ -130,7 +130,7 @@ impl Tensor {
             return attach(out, "NllLossBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
                 let gi = with_real!(dt, R, {
-                    Tensor::compute::<R>(g.device(), dt, &[nrows, c], "nll_loss_backward", || {
+                    Tensor::compute::<R>(g.device(), dt, &[nrows, c], "nll_loss_backward", &[&g, &tgt, &tw], || {
                         let scale = R::lit(g.item() / tw.item());
                         let t = cpu::read_i64(&tgt);
                         let mut v = vec![R::zero(); nrows * c];
@@ -163,7 +163,7 @@ impl Tensor {
         shape.push(d);
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &shape, "embedding", || {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "embedding", &[self, ids], || {
                 let ix = cpu::read_i64(ids);
                 cpu::with_slice::<R, _>(self, |w| {
                     let mut out = Vec::with_capacity(ix.len() * d);
@@ -180,7 +180,7 @@ impl Tensor {
             return attach(out, "EmbeddingBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
                 let gw = with_real!(dt, R, {
-                    Tensor::compute::<R>(g.device(), dt, &[v, d], "embedding_dense_backward", || {
+                    Tensor::compute::<R>(g.device(), dt, &[v, d], "embedding_dense_backward", &[&g, &ix], || {
                         let ids = cpu::read_i64(&ix);
                         let gv = cpu::read::<R>(&g);
                         let mut w = vec![R::zero(); v * d];
@@ -207,7 +207,7 @@ impl Tensor {
         let dtype = self.dtype();
         let in_shape = self.shape().to_vec();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, index.shape(), "gather", || {
+            Tensor::compute::<R>(self.device(), dtype, index.shape(), "gather", &[self, index], || {
                 let x = cpu::read::<R>(self);
                 let ix = cpu::read_i64(index);
                 let xs = crate::engine::layout::contiguous_strides(&in_shape);
@@ -273,7 +273,7 @@ impl Tensor {
         shape[d] = ts.iter().map(|t| t.shape()[d]).sum();
         let dtype = ts.iter().map(|t| t.dtype()).reduce(DType::promote).unwrap();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(ts[0].device(), dtype, &shape, "cat", || {
+            Tensor::compute::<R>(ts[0].device(), dtype, &shape, "cat", &ts.iter().collect::<Vec<_>>(), || {
                 let outer: usize = shape[..d].iter().product();
                 let total: usize = shape[d..].iter().product();
                 // Contiguous parts of the compute type are borrowed, others read once.

@@ -72,7 +72,7 @@ impl Tensor {
         let shape = reduced_shape(self.shape(), d, keepdim);
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &shape, "sum", || sum_over::<R>(self, d))
+            Tensor::compute::<R>(self.device(), dtype, &shape, "sum", &[self], || sum_over::<R>(self, d))
         });
         if needs_grad(&[self]) {
             let in_shape = self.shape().to_vec();
@@ -85,7 +85,7 @@ impl Tensor {
     pub fn sum_all(&self) -> Tensor {
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &[], "sum", || {
+            Tensor::compute::<R>(self.device(), dtype, &[], "sum", &[self], || {
                 let v = cpu::read::<R>(self);
                 vec![v.par_chunks(1 << 14).map(cpu::lsum).collect::<Vec<R>>().iter().copied().sum::<R>()]
             })
@@ -104,7 +104,7 @@ impl Tensor {
         let n = self.shape()[d];
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &shape, "mean", || {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "mean", &[self], || {
                 let inv = R::one() / R::lit(n as f64);
                 let mut v = sum_over::<R>(self, d);
                 v.iter_mut().for_each(|x| *x = *x * inv);
@@ -125,7 +125,7 @@ impl Tensor {
         let dtype = self.dtype();
         let n = self.numel();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &[], "mean", || {
+            Tensor::compute::<R>(self.device(), dtype, &[], "mean", &[self], || {
                 let v = cpu::read::<R>(self);
                 vec![v.par_chunks(1 << 14).map(cpu::lsum).collect::<Vec<R>>().iter().copied().sum::<R>() / R::lit(n as f64)]
             })
@@ -191,7 +191,7 @@ impl Tensor {
         let dtype = self.dtype();
         let src_shape = self.shape().to_vec();
         with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, shape, "sum", || {
+            Tensor::compute::<R>(self.device(), dtype, shape, "sum", &[self], || {
                 cpu::with_slice::<R, _>(self, |x| {
                     let mut padded = vec![1usize; lead];
                     padded.extend_from_slice(shape);
@@ -241,7 +241,7 @@ impl Tensor {
 pub(crate) fn scatter_along(src: &Tensor, idx: &Tensor, d: usize, shape: &[usize]) -> Tensor {
     let dtype = src.dtype();
     with_real!(dtype, R, {
-        Tensor::compute::<R>(src.device(), dtype, shape, "scatter", || {
+        Tensor::compute::<R>(src.device(), dtype, shape, "scatter", &[src, idx], || {
             let mut out = vec![R::zero(); shape.iter().product()];
             let s = cpu::read::<R>(src);
             let ix = cpu::read_i64(idx);

@@ -1,0 +1,79 @@
+//! What each kernel costs: FLOPs by kind and bytes moved, from its name, inputs and output.
+//! Matmul FLOPs are exact (2·m·n·k, set by the product itself); the elementwise factors
+//! below count each arithmetic step of a fused op once per element (exp counts 1).
+use super::{runtime, DType, Device, Tensor};
+use crate::record::compute::{OpKind, OpRecord};
+
+/// FLOPs per output element of elementwise and fused ops (1 when not listed).
+fn elementwise_factor(op: &str) -> u64 {
+    match op {
+        // max, subtract, exp, sum, scale (log_softmax: subtract the log-sum instead)
+        "softmax" | "log_softmax" => 5,
+        // dot(g, y) (multiply + add), subtract, multiply
+        "_softmax_backward_data" | "_log_softmax_backward_data" => 4,
+        // x · 1/(1 + exp(−x)): negate, exp, add, divide, multiply
+        "silu" => 5,
+        "silu_backward" => 8,
+        "sigmoid" => 4,
+        "sigmoid_backward" => 3,
+        _ => 1,
+    }
+}
+
+fn kind_of(op: &str) -> OpKind {
+    match op {
+        "sum" | "mean" | "max" | "nll_loss" | "embedding_dense_backward" => OpKind::Reduction,
+        "clone" | "_to_copy" | "copy_" | "cat" | "stack" | "embedding" | "gather" | "scatter" | "repeat_interleave" | "tensor"
+        | "arange" | "full" | "zeros" | "empty" | "triu" | "nll_loss_backward" | "matmul_widen" => OpKind::Copy,
+        _ => OpKind::Elementwise,
+    }
+}
+
+/// Bytes a kernel reads from a tensor: each distinct element once (broadcast dims, with
+/// stride 0, are not re-read).
+pub(crate) fn read_bytes(t: &Tensor) -> u64 {
+    let l = t.layout();
+    let distinct: usize = l.shape.iter().zip(&l.strides).filter(|(_, &s)| s != 0).map(|(&n, _)| n).product();
+    (distinct * t.dtype().size()) as u64
+}
+
+/// The cost of an op that produced `out_numel` elements of `out_dtype` from `inputs`.
+pub(crate) fn classify(op: &'static str, inputs: &[&Tensor], out_numel: usize, out_dtype: DType) -> (OpKind, u64, u64, u64) {
+    let kind = kind_of(op);
+    let read: u64 = inputs.iter().map(|t| read_bytes(t)).sum();
+    let written = (out_numel * out_dtype.size()) as u64;
+    let flops = match kind {
+        OpKind::Elementwise => out_numel as u64 * elementwise_factor(op),
+        OpKind::Reduction => match op {
+            "nll_loss" => inputs.get(1).map_or(0, |t| t.numel() as u64),
+            _ => inputs.first().map_or(0, |t| t.numel() as u64),
+        },
+        OpKind::Copy | OpKind::Matmul => 0,
+    };
+    (kind, flops, read, written)
+}
+
+/// Run `kernel` (cpu only) and, when a compute log is on, record the op with its cost and
+/// time. `cost` is called only when recording, so it costs nothing otherwise.
+#[track_caller]
+pub(crate) fn timed<T>(device: Device, name: &'static str, cost: impl FnOnce() -> (OpKind, u64, u64, u64, u8), kernel: impl FnOnce() -> T) -> Option<T> {
+    let recording = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
+    let op_timing = runtime::op_timing_enabled();
+    let t0 = (recording.is_some() || op_timing).then(std::time::Instant::now);
+    let out = (device == Device::Cpu).then(kernel);
+    let dur = t0.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    if op_timing && device == Device::Cpu {
+        runtime::record_op_time(name, dur);
+    }
+    if let Some(start_us) = recording {
+        let (kind, flops, bytes_read, bytes_written, elem_bytes) = cost();
+        let (scope, phase) = runtime::with(|rt| (rt.scope().clone(), rt.phase));
+        let dur_us = if device == Device::Cpu { dur * 1e6 } else { 0.0 };
+        runtime::with(|rt| {
+            if let Some(c) = rt.compute.as_mut() {
+                c.ops.push(OpRecord { name, kind, scope, phase, flops, bytes_read, bytes_written, elem_bytes, start_us, dur_us });
+            }
+        });
+    }
+    out
+}
