@@ -2,6 +2,7 @@
 //! The CLI only parses, validates and wires stages together.
 pub mod analyze;
 pub mod bench;
+pub mod compute;
 pub mod model_flags;
 pub mod profile;
 pub mod train;

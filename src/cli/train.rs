@@ -6,6 +6,11 @@ use super::{set_threads, usage};
 use crate::engine::{runtime, Device};
 use crate::export::{mib, write_json};
 use crate::model::{Flavour, Model};
+use crate::analyse::flops;
+use crate::export::chrome_trace;
+use crate::record::allocator::{AllocatorConfig, CachingAllocator};
+use crate::record::compute::ComputeLog;
+use crate::record::gpu::Gpu;
 use crate::record::Phase;
 use crate::train::optim::{OptimConfig, OptimizerKind};
 use crate::train::{Batcher, DataKind, Optimizer, StepResult, StepRunner};
@@ -54,6 +59,33 @@ pub struct TrainArgs {
     /// random (uniform ids, as the benchmarks) or pattern (a learnable repeating sequence)
     #[arg(long, default_value = "random")]
     pub data: String,
+    /// Count FLOPs, bytes moved and arithmetic intensity per op and module for one step, with
+    /// MFU against this machine's calibrated peaks (DeepSpeed's FLOPS profiler)
+    #[arg(long, alias = "enable-deepspeed-flops")]
+    pub flops: bool,
+    /// Which step --flops profiles (1-based; default: the first step after warm-up)
+    #[arg(long, requires = "flops", conflicts_with = "enable_pytorch_profiler")]
+    pub flops_profile_step: Option<usize>,
+    /// Module depth of the printed FLOP tree
+    #[arg(long, default_value_t = 3)]
+    pub flops_depth: usize,
+    /// Write a chrome trace of --profile-steps steps after warm-up (Perfetto,
+    /// chrome://tracing, TensorBoard's profiler plugin); with --flops, the FLOPs cover them
+    #[arg(long)]
+    pub enable_pytorch_profiler: bool,
+    /// Where the trace goes (`<host>_<pid>.<time_ns>.pt.trace.json`)
+    #[arg(long, default_value = "./profiles", requires = "enable_pytorch_profiler")]
+    pub profile_dir: PathBuf,
+    /// Steps the trace covers
+    #[arg(long, default_value_t = 5, requires = "enable_pytorch_profiler")]
+    pub profile_steps: usize,
+    /// Add `[memory]` events to the trace: every allocation and free through the CUDA
+    /// caching-allocator model, with allocated and reserved totals
+    #[arg(long, requires = "enable_pytorch_profiler")]
+    pub profile_memory: bool,
+    /// GPU preset: a roofline prediction of the step with --flops, and the trace's device
+    #[arg(long)]
+    pub gpu: Option<String>,
 }
 
 impl TrainArgs {
@@ -82,6 +114,17 @@ pub struct TrainPlan {
     pub optim: OptimConfig,
     pub seed: u64,
     pub log_interval: usize,
+    /// Steps whose kernels are recorded (FLOPs, trace), if any.
+    pub compute: Option<ComputeWindow>,
+    pub gpu: Option<Gpu>,
+}
+
+/// Steps `first..first + count` (0-based) record kernels; `memory` adds `[memory]` points.
+#[derive(Clone, Copy, Debug)]
+pub struct ComputeWindow {
+    pub first: usize,
+    pub count: usize,
+    pub memory: bool,
 }
 
 pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
@@ -127,6 +170,24 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         return Err(usage("--momentum", "must be in [0, 1)"));
     }
     let optim = OptimConfig { kind, lr, weight_decay: a.weight_decay, momentum: a.momentum, ..reference };
+    let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    let compute = if a.enable_pytorch_profiler {
+        if a.profile_steps == 0 {
+            return Err(usage("--profile-steps", "must be at least 1"));
+        }
+        if a.warmup_steps + a.profile_steps > steps {
+            return Err(usage("--profile-steps", format!("{} after {} warm-up steps exceeds --num-steps {steps}", a.profile_steps, a.warmup_steps)));
+        }
+        Some(ComputeWindow { first: a.warmup_steps, count: a.profile_steps, memory: a.profile_memory })
+    } else if a.flops {
+        let step = a.flops_profile_step.unwrap_or(a.warmup_steps + 1);
+        if step == 0 || step > steps {
+            return Err(usage("--flops-profile-step", format!("{step} is not one of the run's steps 1..={steps}")));
+        }
+        Some(ComputeWindow { first: step - 1, count: 1, memory: false })
+    } else {
+        None
+    };
     Ok(TrainPlan {
         model: cfg,
         preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),
@@ -139,6 +200,8 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         optim,
         seed: a.seed,
         log_interval: a.log_interval,
+        compute,
+        gpu,
     })
 }
 
@@ -147,6 +210,10 @@ pub struct TrainOutcome {
     pub params: u64,
     pub steps: Vec<StepResult>,
     pub warmup: usize,
+    /// Kernel records of the plan's compute window.
+    pub compute: Option<ComputeLog>,
+    /// (parameter name, elements), for the FLOP tree.
+    pub param_sizes: Vec<(String, u64)>,
 }
 
 impl TrainOutcome {
@@ -169,7 +236,14 @@ impl TrainOutcome {
 /// Run the plan's training loop, printing a line every `log_interval` steps when `verbose`.
 pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
     runtime::reset();
+    if p.compute.is_some_and(|w| w.memory) {
+        // `[memory]` events report what the CUDA caching allocator would hold.
+        let capacity = p.gpu.map_or(usize::MAX / 4, |g| g.memory_bytes);
+        runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), capacity)));
+    }
     let model = Model::new(&p.model, p.device, p.seed)?;
+    let param_sizes = model.parameters().iter().map(|q| (q.name.clone(), q.tensor.numel() as u64)).collect();
+    let mut compute = None;
     let optimizer = Optimizer::new(p.optim.clone(), model.parameters().len());
     let mut runner = StepRunner::new(&model, optimizer);
     let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch, p.seq, p.device, p.seed);
@@ -179,7 +253,18 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
         // `tokens, labels = get_batch()`: the previous batch dies once the new one exists.
         let new = batcher.next_batch();
         let (inputs, labels) = batch.insert(new);
+        let window = p.compute.filter(|w| (w.first..w.first + w.count).contains(&i));
+        if window.is_some_and(|w| w.first == i) {
+            runtime::start_compute_log(window.is_some_and(|w| w.memory));
+        }
+        let start_us = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
         let r = runner.step(inputs, labels);
+        if let Some(start) = start_us {
+            runtime::with(|rt| rt.compute.as_mut().map(|c| c.step(i + 1, start)));
+        }
+        if window.is_some_and(|w| w.first + w.count == i + 1) {
+            compute = runtime::take_compute_log();
+        }
         if verbose && ((i + 1) % p.log_interval == 0 || i + 1 == p.steps) {
             let loss = r.loss.map_or("n/a (meta: no numerics)".to_string(), |l| format!("{l:.4}"));
             let timing = if p.device == Device::Cpu {
@@ -205,7 +290,7 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
         steps.push(r);
     }
     runner.finish();
-    Ok(TrainOutcome { params: model.num_parameters(), steps, warmup: p.warmup })
+    Ok(TrainOutcome { params: model.num_parameters(), steps, warmup: p.warmup, compute, param_sizes })
 }
 
 pub fn run(a: TrainArgs) -> Result<()> {
@@ -271,6 +356,37 @@ pub fn run(a: TrainArgs) -> Result<()> {
         mib(out.steps.last().unwrap().allocated_after as u64)
     );
 
+    let mut flops_json = None;
+    if let (Some(log), Some(w)) = (&out.compute, p.compute) {
+        let window_steps = &out.steps[w.first..w.first + w.count];
+        if a.flops {
+            let report = flops::report(&log.ops, w.count, &out.param_sizes);
+            let achieved = cpu.then(|| super::compute::Achieved {
+                step_s: window_steps.iter().map(|s| s.seconds).sum::<f64>() / w.count as f64,
+                peaks: crate::engine::calibrate::cpu_peaks(),
+            });
+            let roof = p.gpu.as_ref().map(|g| flops::roofline(&log.ops, w.count, g));
+            super::compute::print(&report, a.flops_depth, achieved.as_ref(), roof.as_ref());
+            flops_json = Some(super::compute::to_json(&report, achieved.as_ref(), roof.as_ref()));
+        }
+        if a.enable_pytorch_profiler {
+            let worker = format!("{}_{}", hostname(), std::process::id());
+            let meta = chrome_trace::TraceMeta { worker: &worker, pid: std::process::id() as u64, gpu: p.gpu.as_ref() };
+            let trace = chrome_trace::build(log, &meta);
+            let path = a.profile_dir.join(chrome_trace::file_name(&worker, log.base_unix_us));
+            write_json(&path, &trace)?;
+            println!(
+                "wrote chrome trace {} ({} ops, {} module spans, {} memory events over steps {}..{}); open in https://ui.perfetto.dev, chrome://tracing or TensorBoard",
+                path.display(),
+                log.ops.len(),
+                log.modules.len(),
+                log.memory.as_ref().map_or(0, |m| m.len()),
+                w.first + 1,
+                w.first + w.count
+            );
+        }
+    }
+
     let config = json!({
         "model": p.model,
         "preset": p.preset,
@@ -318,6 +434,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "memory_unit_note": "MiB = 1024*1024 bytes; allocated bytes as counted by this run's allocator",
         },
         "steps": steps,
+        "flops": flops_json,
         "system": {
             "vramscope": env!("CARGO_PKG_VERSION"),
             "os": std::env::consts::OS,
@@ -329,4 +446,14 @@ pub fn run(a: TrainArgs) -> Result<()> {
     write_json(&a.output_dir.join("performance_summary.json"), &summary)?;
     println!("wrote {}/config.json and performance_summary.json", a.output_dir.display());
     Ok(())
+}
+
+/// The host name, as `tensorboard_trace_handler` names its worker.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }

@@ -53,27 +53,44 @@ pub(crate) fn classify(op: &'static str, inputs: &[&Tensor], out_numel: usize, o
     (kind, flops, read, written)
 }
 
-/// Run `kernel` (cpu only) and, when a compute log is on, record the op with its cost and
-/// time. `cost` is called only when recording, so it costs nothing otherwise.
-#[track_caller]
-pub(crate) fn timed<T>(device: Device, name: &'static str, cost: impl FnOnce() -> (OpKind, u64, u64, u64, u8), kernel: impl FnOnce() -> T) -> Option<T> {
-    let recording = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
-    let op_timing = runtime::op_timing_enabled();
-    let t0 = (recording.is_some() || op_timing).then(std::time::Instant::now);
-    let out = (device == Device::Cpu).then(kernel);
-    let dur = t0.map_or(0.0, |t| t.elapsed().as_secs_f64());
-    if op_timing && device == Device::Cpu {
+/// An op being timed: opened before its output is allocated, so the allocation falls
+/// inside the op's span in the chrome trace.
+pub(crate) struct Span {
+    start_us: Option<f64>,
+    t0: Option<std::time::Instant>,
+}
+
+pub(crate) fn begin() -> Span {
+    let start_us = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
+    let t0 = (start_us.is_some() || runtime::op_timing_enabled()).then(std::time::Instant::now);
+    Span { start_us, t0 }
+}
+
+/// Close a span: per-op timing, and when a compute log is on, the op's record. `cost` is
+/// only evaluated when recording.
+pub(crate) fn end(span: Span, device: Device, name: &'static str, cost: impl FnOnce() -> (OpKind, u64, u64, u64, u8)) {
+    let dur = span.t0.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    if device == Device::Cpu && runtime::op_timing_enabled() {
         runtime::record_op_time(name, dur);
     }
-    if let Some(start_us) = recording {
+    if let Some(start_us) = span.start_us {
         let (kind, flops, bytes_read, bytes_written, elem_bytes) = cost();
-        let (scope, phase) = runtime::with(|rt| (rt.scope().clone(), rt.phase));
-        let dur_us = if device == Device::Cpu { dur * 1e6 } else { 0.0 };
         runtime::with(|rt| {
+            let scope = rt.scope().clone();
+            let phase = rt.phase;
             if let Some(c) = rt.compute.as_mut() {
+                // The log's own clock, so the op's memory events fall inside [start, end].
+                let dur_us = if device == Device::Cpu { c.now_us() - start_us } else { 0.0 };
                 c.ops.push(OpRecord { name, kind, scope, phase, flops, bytes_read, bytes_written, elem_bytes, start_us, dur_us });
             }
         });
     }
+}
+
+/// Run `kernel` (cpu only) inside a span.
+pub(crate) fn timed<T>(device: Device, name: &'static str, cost: impl FnOnce() -> (OpKind, u64, u64, u64, u8), kernel: impl FnOnce() -> T) -> Option<T> {
+    let span = begin();
+    let out = (device == Device::Cpu).then(kernel);
+    end(span, device, name, cost);
     out
 }

@@ -1,5 +1,6 @@
 //! The tensor engine: dtypes, devices, storages, views, ops and autograd.
 pub mod autograd;
+pub mod calibrate;
 pub mod cost;
 pub mod cpu;
 pub mod dtype;

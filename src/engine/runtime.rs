@@ -74,7 +74,13 @@ pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
         let id = rt.next_storage_id;
         rt.next_storage_id += 1;
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc).map(|()| id)
+        let r = rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc).map(|()| id);
+        if let (Ok(_), Some(c)) = (&r, rt.compute.as_mut()) {
+            if let Some((addr, block)) = rt.log.block_of(id) {
+                c.memory_point(addr, block as i64, rt.log.allocated_now(), rt.log.reserved_now());
+            }
+        }
+        r
     });
     match r {
         Ok(id) => id,
@@ -86,9 +92,14 @@ pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
 pub(crate) fn free_storage(id: u64) {
     // A storage dropped during thread teardown has nobody to report to.
     let _ = RT.try_with(|rt| {
-        if let Ok(mut rt) = rt.try_borrow_mut() {
+        if let Ok(mut guard) = rt.try_borrow_mut() {
+            let rt = &mut *guard;
             let (scope, phase) = (rt.scope().clone(), rt.phase);
+            let block = rt.log.block_of(id);
             rt.log.on_free(id, &scope, "free", phase);
+            if let (Some((addr, block)), Some(c)) = (block, rt.compute.as_mut()) {
+                c.memory_point(addr, -(block as i64), rt.log.allocated_now(), rt.log.reserved_now());
+            }
         }
     });
 }
@@ -178,9 +189,16 @@ pub fn scope(name: &str) -> Guard {
     }))))
 }
 
-/// Start recording kernels and module spans (FLOPs, bytes, times) from now on.
-pub fn start_compute_log() {
-    with(|rt| rt.compute = Some(ComputeLog::default()));
+/// Start recording kernels and module spans (FLOPs, bytes, times) from now on, and with
+/// `memory` every allocation and free with the totals after it.
+pub fn start_compute_log(memory: bool) {
+    with(|rt| {
+        let mut c = ComputeLog::default();
+        if memory {
+            c.memory = Some(Vec::new());
+        }
+        rt.compute = Some(c)
+    });
 }
 
 /// Stop recording kernels and hand over what was recorded.

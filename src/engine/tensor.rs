@@ -52,15 +52,16 @@ impl Tensor {
     /// produces its values (not called on meta). The op is timed and costed when asked.
     #[track_caller]
     pub(crate) fn build(device: Device, dtype: DType, shape: &[usize], op: &'static str, inputs: &[&Tensor], fill: impl FnOnce() -> Buffer) -> Tensor {
+        let span = super::cost::begin();
         let st = Storage::alloc(device, dtype, numel(shape), op);
         let n = numel(shape);
-        let cost = || {
+        if device == Device::Cpu {
+            st.set(fill());
+        }
+        super::cost::end(span, device, op, || {
             let (kind, flops, read, written) = super::cost::classify(op, inputs, n, dtype);
             (kind, flops, read, written, dtype.size() as u8)
-        };
-        if let Some(buf) = super::cost::timed(device, op, cost, fill) {
-            st.set(buf);
-        }
+        });
         Tensor::from_parts(st, Layout::contiguous(shape))
     }
 

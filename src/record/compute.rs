@@ -57,6 +57,18 @@ pub struct ModuleSpan {
     pub end_us: f64,
 }
 
+/// An allocation (+bytes) or free (−bytes) with the totals after it: the chrome trace's
+/// `[memory]` event (formats.md §5.2).
+#[derive(Clone, Debug)]
+pub struct MemPoint {
+    pub t_us: f64,
+    pub addr: u64,
+    /// Block bytes (allocator-rounded when a caching allocator is modelled).
+    pub bytes: i64,
+    pub total_allocated: u64,
+    pub total_reserved: u64,
+}
+
 /// A step of the run (`ProfilerStep#N` in the chrome trace).
 #[derive(Clone, Debug)]
 pub struct StepSpan {
@@ -70,12 +82,17 @@ pub struct ComputeLog {
     pub ops: Vec<OpRecord>,
     pub modules: Vec<ModuleSpan>,
     pub steps: Vec<StepSpan>,
+    /// Filled only when memory is profiled too.
+    pub memory: Option<Vec<MemPoint>>,
+    /// Wall-clock microseconds since the Unix epoch at `epoch` (the trace's base time).
+    pub base_unix_us: u64,
     open_modules: Vec<(Rc<str>, Phase, f64)>,
 }
 
 impl Default for ComputeLog {
     fn default() -> Self {
-        ComputeLog { epoch: Instant::now(), ops: Vec::new(), modules: Vec::new(), steps: Vec::new(), open_modules: Vec::new() }
+        let base_unix_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        ComputeLog { epoch: Instant::now(), ops: Vec::new(), modules: Vec::new(), steps: Vec::new(), memory: None, base_unix_us, open_modules: Vec::new() }
     }
 }
 
@@ -96,6 +113,12 @@ impl ComputeLog {
         if let Some((path, phase, start_us)) = self.open_modules.pop() {
             let end_us = self.now_us();
             self.modules.push(ModuleSpan { path, phase, start_us, end_us });
+        }
+    }
+    pub fn memory_point(&mut self, addr: u64, bytes: i64, total_allocated: usize, total_reserved: usize) {
+        let t_us = self.now_us();
+        if let Some(m) = self.memory.as_mut() {
+            m.push(MemPoint { t_us, addr, bytes, total_allocated: total_allocated as u64, total_reserved: total_reserved as u64 });
         }
     }
     pub fn step(&mut self, step: usize, start_us: f64) {

@@ -1,24 +1,31 @@
-//! Device presets: the memory a GPU gives the caching allocator.
+//! Device presets: the memory a GPU gives the caching allocator, and its published peaks.
 //!
 //! Capacities are the totals `nvidia-smi` / `rocm-smi` report (MiB), which is what
 //! PyTorch's `total_memory` sees; the allocator may reserve up to this many bytes.
+//! Peaks are the vendors' dense (no sparsity) datasheet figures: bf16/fp16 tensor-core
+//! TFLOP/s, fp32 TFLOP/s without tensor cores (PyTorch's default for fp32 matmuls), and
+//! memory bandwidth in TB/s (10¹² B/s). H100 and H200 are the SXM parts; MI250X is one GCD
+//! (half the package).
 
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Gpu {
     pub name: &'static str,
     pub memory_bytes: usize,
+    pub peak_bf16_tflops: f64,
+    pub peak_fp32_tflops: f64,
+    pub hbm_tb_per_s: f64,
 }
 
 const MIB: usize = 1 << 20;
 
 pub const GPUS: &[Gpu] = &[
-    Gpu { name: "H100-80GB", memory_bytes: 81_559 * MIB },
-    Gpu { name: "H200-141GB", memory_bytes: 143_771 * MIB },
-    Gpu { name: "A100-40GB", memory_bytes: 40_960 * MIB },
-    Gpu { name: "A100-80GB", memory_bytes: 81_920 * MIB },
-    Gpu { name: "MI250X-64GB", memory_bytes: 65_536 * MIB },
-    Gpu { name: "MI300X-192GB", memory_bytes: 196_608 * MIB },
-    Gpu { name: "RTX4090-24GB", memory_bytes: 24_564 * MIB },
+    Gpu { name: "H100-80GB", memory_bytes: 81_559 * MIB, peak_bf16_tflops: 989.4, peak_fp32_tflops: 66.9, hbm_tb_per_s: 3.35 },
+    Gpu { name: "H200-141GB", memory_bytes: 143_771 * MIB, peak_bf16_tflops: 989.4, peak_fp32_tflops: 66.9, hbm_tb_per_s: 4.8 },
+    Gpu { name: "A100-40GB", memory_bytes: 40_960 * MIB, peak_bf16_tflops: 312.0, peak_fp32_tflops: 19.5, hbm_tb_per_s: 1.555 },
+    Gpu { name: "A100-80GB", memory_bytes: 81_920 * MIB, peak_bf16_tflops: 312.0, peak_fp32_tflops: 19.5, hbm_tb_per_s: 2.039 },
+    Gpu { name: "MI250X-64GB", memory_bytes: 65_536 * MIB, peak_bf16_tflops: 191.5, peak_fp32_tflops: 47.9, hbm_tb_per_s: 1.638 },
+    Gpu { name: "MI300X-192GB", memory_bytes: 196_608 * MIB, peak_bf16_tflops: 1307.4, peak_fp32_tflops: 163.4, hbm_tb_per_s: 5.3 },
+    Gpu { name: "RTX4090-24GB", memory_bytes: 24_564 * MIB, peak_bf16_tflops: 165.2, peak_fp32_tflops: 82.6, hbm_tb_per_s: 1.008 },
 ];
 
 /// Look up a GPU by name, case-insensitively, ignoring dashes ("h100", "A100-40GB", "rtx4090").

@@ -155,6 +155,14 @@ impl MemoryLog {
     pub fn events(&self) -> Option<&[MemEvent]> {
         self.events.as_deref()
     }
+    /// Address and counted (block) bytes of a live storage.
+    pub fn block_of(&self, id: u64) -> Option<(u64, usize)> {
+        self.live.get(&id).map(|l| (l.addr, l.block))
+    }
+    /// Reserved bytes as the run reports them (allocated bytes without an allocator model).
+    pub fn reserved_now(&self) -> usize {
+        self.allocator.as_ref().map_or(self.stats.allocated, |a| a.stats.reserved_bytes.current)
+    }
     /// Current allocated bytes as the run reports them (allocator blocks when modelled).
     pub fn allocated_now(&self) -> usize {
         self.allocator.as_ref().map_or(self.stats.allocated, |a| a.stats.allocated_bytes.current)
