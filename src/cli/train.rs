@@ -3,7 +3,7 @@
 //! `performance_summary.json`.
 use super::model_flags::ModelFlags;
 use super::{set_threads, usage};
-use crate::engine::{runtime, Device};
+use crate::engine::{runtime, Device, Tensor};
 use crate::export::{mib, write_json};
 use crate::model::{Flavour, Model};
 use crate::analyse::flops;
@@ -59,6 +59,10 @@ pub struct TrainArgs {
     /// random (uniform ids, as the benchmarks) or pattern (a learnable repeating sequence)
     #[arg(long, default_value = "random")]
     pub data: String,
+    /// Split each batch into N micro-batches whose gradients accumulate before one optimizer
+    /// step (`loss / N; loss.backward()` per micro-batch)
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum_steps: usize,
     /// Count FLOPs, bytes moved and arithmetic intensity per op and module for one step, with
     /// MFU against this machine's calibrated peaks (DeepSpeed's FLOPS profiler)
     #[arg(long, alias = "enable-deepspeed-flops")]
@@ -106,6 +110,8 @@ pub struct TrainPlan {
     pub model: crate::model::ModelConfig,
     pub preset: String,
     pub batch: usize,
+    /// Micro-batches per optimizer step (`batch` is split evenly among them).
+    pub accum: usize,
     pub seq: usize,
     pub steps: usize,
     pub warmup: usize,
@@ -134,6 +140,9 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     if batch == 0 {
         return Err(usage("--batch-size", "must be at least 1"));
+    }
+    if a.grad_accum_steps == 0 || batch % a.grad_accum_steps != 0 {
+        return Err(usage("--grad-accum-steps", format!("{} must be at least 1 and divide --batch-size {batch}", a.grad_accum_steps)));
     }
     let seq = a.seq_len.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
     cfg.check_seq_len(seq, "--seq-len").map_err(super::UsageError::from)?;
@@ -192,6 +201,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         model: cfg,
         preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),
         batch,
+        accum: a.grad_accum_steps,
         seq,
         steps,
         warmup: a.warmup_steps,
@@ -246,19 +256,19 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
     let mut compute = None;
     let optimizer = Optimizer::new(p.optim.clone(), model.parameters().len());
     let mut runner = StepRunner::new(&model, optimizer);
-    let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch, p.seq, p.device, p.seed);
+    let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch / p.accum, p.seq, p.device, p.seed);
     let mut steps = Vec::with_capacity(p.steps);
     let mut batch = None;
     for i in 0..p.steps {
         // `tokens, labels = get_batch()`: the previous batch dies once the new one exists.
-        let new = batcher.next_batch();
-        let (inputs, labels) = batch.insert(new);
+        let new: Vec<(Tensor, Tensor)> = (0..p.accum).map(|_| batcher.next_batch()).collect();
+        let micro: Vec<(&Tensor, &Tensor)> = batch.insert(new).iter().map(|(x, y)| (x, y)).collect();
         let window = p.compute.filter(|w| (w.first..w.first + w.count).contains(&i));
         if window.is_some_and(|w| w.first == i) {
             runtime::start_compute_log(window.is_some_and(|w| w.memory));
         }
         let start_us = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
-        let r = runner.step(inputs, labels);
+        let r = runner.step_accumulated(&micro);
         if let Some(start) = start_us {
             runtime::with(|rt| rt.compute.as_mut().map(|c| c.step(i + 1, start)));
         }
@@ -308,6 +318,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "config: vocab {} hidden {} layers {} heads {} kv_heads {} ffn {} | batch {} seq {} steps {} (warm-up {})",
         m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
     );
+    if p.accum > 1 {
+        println!("gradient accumulation: {} micro-batches of {} per optimizer step", p.accum, p.batch / p.accum);
+    }
     println!("params: {} ({:.2} MiB fp32)", m.param_count(), mib(m.param_count() * 4));
     if std::env::var_os("VRAMSCOPE_OP_TIMES").is_some() {
         runtime::enable_op_timing();
@@ -391,7 +404,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "model": p.model,
         "preset": p.preset,
         "training": {
-            "batch_size": p.batch, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
+            "batch_size": p.batch, "grad_accum_steps": p.accum, "micro_batch_size": p.batch / p.accum, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
             "optimizer": p.optim, "seed": p.seed, "data": p.data,
         },
         "device": p.device, "threads": threads,

@@ -57,35 +57,66 @@ impl<'m> StepRunner<'m> {
     }
 
     pub fn step(&mut self, inputs: &Tensor, labels: &Tensor) -> StepResult {
+        self.step_accumulated(&[(inputs, labels)])
+    }
+
+    /// One optimizer step over micro-batches (gradient accumulation), as the Python loop
+    /// `zero_grad(); for x, y in micro: logits, loss = model(x, y); loss = loss / N;
+    /// loss.backward(); optimizer.step()` runs it: gradients accumulate in place, the
+    /// optimizer runs once. With one micro-batch there is no division (a plain step).
+    pub fn step_accumulated(&mut self, micro: &[(&Tensor, &Tensor)]) -> StepResult {
+        let n = micro.len();
+        assert!(n > 0, "a step needs a batch");
         let mut phases = Vec::with_capacity(5);
         let t0 = Instant::now();
         let model = self.model;
         timed(Phase::ZeroGrad, &mut phases, || model.zero_grad());
-        // Forward, then loss: the loss phase starts when the logits exist.
-        let rebind_after_forward = model.config.flavour == Flavour::Cs336;
-        runtime::set_phase(Phase::Forward);
-        runtime::with(|rt| rt.log.reset_phase_peak());
-        let mut mark = Instant::now();
-        let prev_logits = &mut self.logits;
-        let (logits, loss) = model.forward_loss(inputs, labels, &mut |logits| {
-            phases.push(PhaseStat { phase: Phase::Forward.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: runtime::stats().phase_peak });
-            if rebind_after_forward {
-                // `logits = model(x)`: the previous step's logits die once the new ones exist.
-                *prev_logits = Some(logits.clone());
-            }
-            runtime::set_phase(Phase::Loss);
+        // Forward, loss and backward repeat per micro-batch: times add up, peaks take the max.
+        let mut fwd = PhaseStat { phase: Phase::Forward.name(), ..Default::default() };
+        let mut loss_stat = PhaseStat { phase: Phase::Loss.name(), ..Default::default() };
+        let mut bwd = PhaseStat { phase: Phase::Backward.name(), ..Default::default() };
+        let mut value = (micro[0].0.device() == Device::Cpu).then_some(0.0);
+        for &(inputs, labels) in micro {
+            // Forward, then loss: the loss phase starts when the logits exist.
+            let rebind_after_forward = model.config.flavour == Flavour::Cs336;
+            runtime::set_phase(Phase::Forward);
             runtime::with(|rt| rt.log.reset_phase_peak());
-            mark = Instant::now();
-        });
-        phases.push(PhaseStat { phase: Phase::Loss.name(), seconds: mark.elapsed().as_secs_f64(), peak_allocated: 0 });
-        // `_, loss = model(tokens, labels)` / `loss = cross_entropy(...)`: rebinding frees
-        // the previous step's tensors only now.
-        self.logits = Some(logits);
-        let loss = self.loss.insert(loss).clone();
-        phases.last_mut().unwrap().peak_allocated = runtime::stats().phase_peak;
-        timed(Phase::Backward, &mut phases, || loss.backward());
-        let value = (inputs.device() == Device::Cpu).then(|| loss.item());
-        drop(loss);
+            let mut mark = Instant::now();
+            let prev_logits = &mut self.logits;
+            let (logits, loss) = model.forward_loss(inputs, labels, &mut |logits| {
+                fwd.seconds += mark.elapsed().as_secs_f64();
+                fwd.peak_allocated = fwd.peak_allocated.max(runtime::stats().phase_peak);
+                if rebind_after_forward {
+                    // `logits = model(x)`: the previous logits die once the new ones exist.
+                    *prev_logits = Some(logits.clone());
+                }
+                runtime::set_phase(Phase::Loss);
+                runtime::with(|rt| rt.log.reset_phase_peak());
+                mark = Instant::now();
+            });
+            // `_, loss = model(tokens, labels)` / `loss = cross_entropy(...)`: rebinding frees
+            // the previous step's tensors only now.
+            self.logits = Some(logits);
+            let loss = if n > 1 {
+                // `loss = loss / N`: the unscaled loss dies with the rebinding.
+                self.loss = Some(loss);
+                let scaled = self.loss.as_ref().unwrap().div_scalar(n as f64);
+                self.loss.insert(scaled).clone()
+            } else {
+                self.loss.insert(loss).clone()
+            };
+            loss_stat.seconds += mark.elapsed().as_secs_f64();
+            loss_stat.peak_allocated = loss_stat.peak_allocated.max(runtime::stats().phase_peak);
+            let mut one = Vec::with_capacity(1);
+            timed(Phase::Backward, &mut one, || loss.backward());
+            bwd.seconds += one[0].seconds;
+            bwd.peak_allocated = bwd.peak_allocated.max(one[0].peak_allocated);
+            if let Some(v) = value.as_mut() {
+                *v += loss.item();
+            }
+            drop(loss);
+        }
+        phases.extend([fwd, loss_stat, bwd]);
         let opt = &mut self.optimizer;
         timed(Phase::Optimizer, &mut phases, || opt.step(model.parameters()));
         runtime::set_phase(Phase::Setup);
