@@ -224,17 +224,33 @@ pub struct Roofline {
     pub predicted_mfu: f64,
     pub memory_bound_ops: u64,
     pub compute_bound_ops: u64,
+    /// Predicted time per step of each (pass, op), largest first.
+    pub by_op: Vec<PredictedOp>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PredictedOp {
+    pub pass: Pass,
+    pub op: &'static str,
+    pub predicted_us: f64,
+    /// Whether the memory or the compute side sets its time.
+    pub limited_by: &'static str,
 }
 
 pub fn roofline(ops: &[OpRecord], steps: usize, g: &Gpu) -> Roofline {
     let (mut matmul_us, mut other_us, mut mem_bound, mut comp_bound, mut mm_flops) = (0.0, 0.0, 0u64, 0u64, 0u64);
     let mut peak_matmul = 0.0f64;
+    let mut per_op: BTreeMap<(Pass, &'static str), (f64, f64, f64)> = BTreeMap::new();
     for r in ops {
         let p = Peaks::of_gpu(g, r.elem_bytes);
         let rate = if r.kind == OpKind::Matmul { p.matmul_flops } else { p.vector_flops };
         let compute_s = r.flops as f64 / rate;
         let memory_s = (r.bytes_read + r.bytes_written) as f64 / p.bytes_per_s;
         let t = compute_s.max(memory_s) * 1e6;
+        let e = per_op.entry((Pass::of(r.phase), r.name)).or_default();
+        e.0 += t;
+        e.1 += compute_s;
+        e.2 += memory_s;
         if compute_s >= memory_s && r.flops > 0 {
             comp_bound += 1;
         } else {
@@ -251,7 +267,13 @@ pub fn roofline(ops: &[OpRecord], steps: usize, g: &Gpu) -> Roofline {
     let s = steps.max(1) as f64;
     let step_us = (matmul_us + other_us) / s;
     let mfu = if step_us > 0.0 && peak_matmul > 0.0 { (mm_flops as f64 / s) / (step_us * 1e-6) / peak_matmul } else { 0.0 };
+    let mut by_op: Vec<PredictedOp> = per_op
+        .into_iter()
+        .map(|((pass, op), (t, c, m))| PredictedOp { pass, op, predicted_us: t / s, limited_by: if c >= m { "compute" } else { "memory" } })
+        .collect();
+    by_op.sort_by(|a, b| b.predicted_us.total_cmp(&a.predicted_us));
     Roofline {
+        by_op,
         device: g.name.to_string(),
         predicted_step_us: step_us,
         predicted_matmul_us: matmul_us / s,

@@ -67,9 +67,69 @@ fn uint(v: Option<&Value>) -> u64 {
     v.and_then(Value::as_int).map_or(0, |i| i.max(0) as u64)
 }
 
-/// Analyse device `device` (None: the one with the longest trace). `detail` keeps the
-/// largest `detail` percent of allocations (by count) in `largest`, as memory_viz's slider.
-pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> Result<SnapshotReport, String> {
+/// The trace of one device replayed into allocations: what `analyse` and the HTML report
+/// both start from.
+pub struct Replay<'a> {
+    pub device: usize,
+    pub trace: &'a [Value],
+    /// This device's segments (the state at the end of the trace).
+    pub segments: Vec<&'a Value>,
+    /// Every allocation: traced ones in trace order, then those freed in the trace but
+    /// allocated before it, then blocks live at the end that the trace never mentions.
+    pub allocs: Vec<Alloc>,
+    /// Trace indices of `oom` entries.
+    pub ooms_at: Vec<usize>,
+    /// Reserved and allocated bytes of the final segments.
+    pub reserved_end: u64,
+    pub allocated_end: u64,
+}
+
+impl Replay<'_> {
+    /// Active (requested) bytes after each trace entry, and before the first one.
+    pub fn active_curve(&self) -> (u64, Vec<u64>) {
+        let start: u64 = self.allocs.iter().filter(|a| a.alloc_at.is_none()).map(|a| a.size).sum();
+        let mut delta: Vec<i128> = vec![0; self.trace.len()];
+        for a in &self.allocs {
+            if let Some(i) = a.alloc_at {
+                delta[i] += a.size as i128;
+            }
+            if let Some(i) = a.free_at {
+                delta[i] -= a.size as i128;
+            }
+        }
+        let mut cur = start as i128;
+        let curve = delta
+            .iter()
+            .map(|d| {
+                cur += d;
+                cur.max(0) as u64
+            })
+            .collect();
+        (start, curve)
+    }
+
+    /// Reserved bytes before the first trace entry, from the end state backwards.
+    pub fn reserved_start(&self) -> u64 {
+        let mut reserved = self.reserved_end as i128;
+        for e in self.trace.iter().rev() {
+            reserved -= segment_delta(e) as i128;
+        }
+        reserved.max(0) as u64
+    }
+}
+
+/// How a trace entry changes reserved memory (segment and page actions).
+pub fn segment_delta(e: &Value) -> i64 {
+    let size = uint(e.get("size")) as i64;
+    match e.get("action").and_then(Value::as_str) {
+        Some("segment_alloc") | Some("segment_map") => size,
+        Some("segment_free") | Some("segment_unmap") => -size,
+        _ => 0,
+    }
+}
+
+/// Replay device `device` (None: the one with the longest trace) into allocations.
+pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String> {
     // A bare list is the legacy segments-only form.
     let (segments, traces) = match snap {
         Value::List(_) => (snap.as_list().unwrap_or(&[]), &[][..]),
@@ -86,7 +146,7 @@ pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> 
     let seg_dev = |s: &Value| s.get("device").and_then(Value::as_int).unwrap_or(0) as usize;
     let my_segments: Vec<&Value> = segments.iter().filter(|s| seg_dev(s) == device).collect();
 
-    // Pass 1: allocations, including those made before the trace began.
+    // Allocations, including those made before the trace began.
     let mut allocs: Vec<Alloc> = Vec::new();
     let mut live: HashMap<u64, usize> = HashMap::new();
     let mut ooms_at = Vec::new();
@@ -138,7 +198,8 @@ pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> 
                         size: uint(b.get("requested_size")),
                         alloc_at: None,
                         free_at: None,
-                        category: None,
+                        // Not in PyTorch's block dicts; a writer may add it.
+                        category: b.get("category").and_then(Value::as_str).map(str::to_string),
                         frames: frames_of(b.get("frames")),
                         time_us: None,
                     });
@@ -146,22 +207,22 @@ pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> 
             }
         }
     }
-    // Pass 2: the active-memory curve and its peak.
-    let start: u64 = allocs.iter().filter(|a| a.alloc_at.is_none()).map(|a| a.size).sum();
-    let mut delta: Vec<i128> = vec![0; trace.len()];
-    for a in &allocs {
-        if let Some(i) = a.alloc_at {
-            delta[i] += a.size as i128;
-        }
-        if let Some(i) = a.free_at {
-            delta[i] -= a.size as i128;
-        }
-    }
-    let (mut cur, mut peak, mut peak_at) = (start as i128, start as i128, None);
-    let mut active_at = vec![0u64; trace.len()];
-    for (i, d) in delta.iter().enumerate() {
-        cur += d;
-        active_at[i] = cur.max(0) as u64;
+    Ok(Replay { device, trace, segments: my_segments, allocs, ooms_at, reserved_end, allocated_end })
+}
+
+/// Analyse device `device` (None: the one with the longest trace). `detail` keeps the
+/// largest `detail` percent of allocations (by count) in `largest`, as memory_viz's slider.
+pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> Result<SnapshotReport, String> {
+    Ok(analyse_replay(&replay(snap, device)?, detail, top))
+}
+
+/// `analyse` of an existing replay.
+pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport {
+    let Replay { device, trace, allocs, ooms_at, reserved_end, allocated_end, .. } = r;
+    // The active-memory curve and its peak.
+    let (start, active_at) = r.active_curve();
+    let (mut peak, mut peak_at) = (start, None);
+    for (i, &cur) in active_at.iter().enumerate() {
         if cur > peak {
             peak = cur;
             peak_at = Some(i);
@@ -190,24 +251,21 @@ pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> 
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v
     };
-    let mut largest: Vec<Alloc> = allocs.clone();
-    largest.sort_by(|a, b| b.size.cmp(&a.size).then(a.alloc_at.cmp(&b.alloc_at)));
-    let keep = ((largest.len() as f64 * detail / 100.0).ceil() as usize).min(largest.len());
-    largest.truncate(keep.min(top));
+    // Sort indices, not the allocations: only the kept ones are cloned.
+    let mut order: Vec<usize> = (0..allocs.len()).collect();
+    order.sort_by(|&a, &b| allocs[b].size.cmp(&allocs[a].size).then(allocs[a].alloc_at.cmp(&allocs[b].alloc_at)));
+    let keep = ((allocs.len() as f64 * detail / 100.0).ceil() as usize).min(allocs.len());
+    let largest: Vec<Alloc> = order.iter().take(keep.min(top)).map(|&i| allocs[i].clone()).collect();
     // Reserved memory over the trace, from the end state backwards.
-    let mut reserved = reserved_end as i128;
+    let mut reserved = *reserved_end as i128;
     let mut peak_reserved = reserved;
     for e in trace.iter().rev() {
-        match e.get("action").and_then(Value::as_str) {
-            Some("segment_alloc") | Some("segment_map") => reserved -= uint(e.get("size")) as i128,
-            Some("segment_free") | Some("segment_unmap") => reserved += uint(e.get("size")) as i128,
-            _ => {}
-        }
+        reserved -= segment_delta(e) as i128;
         peak_reserved = peak_reserved.max(reserved);
     }
     let ooms = ooms_at
-        .into_iter()
-        .map(|i| {
+        .iter()
+        .map(|&i| {
             let e = &trace[i];
             let last = allocs.iter().filter(|a| a.alloc_at.is_some_and(|k| k < i)).max_by_key(|a| a.alloc_at);
             OomInfo {
@@ -219,20 +277,20 @@ pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> 
             }
         })
         .collect();
-    Ok(SnapshotReport {
-        device,
+    SnapshotReport {
+        device: *device,
         events: trace.len(),
         allocations: allocs.iter().filter(|a| a.alloc_at.is_some()).count(),
-        peak_active_bytes: peak.max(0) as u64,
+        peak_active_bytes: peak,
         peak_at,
         peak_time_us: peak_at.and_then(|i| trace[i].get("time_us").and_then(Value::as_int)),
         live_at_peak_by_frame: sorted(by_frame),
         live_at_peak_by_category: sorted(by_cat),
         largest,
         detail_percent: detail,
-        reserved_bytes_end: reserved_end,
-        allocated_bytes_end: allocated_end,
+        reserved_bytes_end: *reserved_end,
+        allocated_bytes_end: *allocated_end,
         peak_reserved_bytes: peak_reserved.max(0) as u64,
         ooms,
-    })
+    }
 }

@@ -34,20 +34,21 @@ pub fn print(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
     let tf = total.map_or(1, |m| m.forward.matmul_flops.max(1));
     println!("\nper module (forward | backward; inclusive of children; MACs = matmul FLOPs / 2; depth ≤ {depth}):");
     println!(
-        "  {:<40} {:>11} {:>12} {:>12} {:>7} {:>10} {:>12} {:>10}",
-        "module", "params", "fwd GFLOP", "fwd GMACs", "fwd %", "fwd ms", "bwd GFLOP", "bwd ms"
+        "  {:<40} {:>11} {:>12} {:>12} {:>7} {:>10} {:>8} {:>12} {:>10}",
+        "module", "params", "fwd GFLOP", "fwd GMACs", "fwd %", "fwd ms", "FLOP/B", "bwd GFLOP", "bwd ms"
     );
     for m in r.modules.iter().filter(|m| m.depth <= depth) {
         let name = if m.path.is_empty() { "(model)".to_string() } else { format!("{}{}", "  ".repeat(m.depth.saturating_sub(1)), m.path.rsplit('.').next().unwrap_or("")) };
         let label = if m.depth <= 1 { name } else { format!("{name} [{}]", m.path) };
         println!(
-            "  {:<40} {:>11} {:>12.4} {:>12.4} {:>6.1}% {:>10.3} {:>12.4} {:>10.3}",
+            "  {:<40} {:>11} {:>12.4} {:>12.4} {:>6.1}% {:>10.3} {:>8.1} {:>12.4} {:>10.3}",
             label.chars().take(40).collect::<String>(),
             m.params,
             g(m.forward.matmul_flops),
             g(m.forward.matmul_flops) / 2.0,
             100.0 * m.forward.matmul_flops as f64 / tf as f64,
             m.forward.time_us / 1e3,
+            m.forward.intensity(),
             g(m.backward.matmul_flops),
             m.backward.time_us / 1e3
         );
@@ -95,6 +96,10 @@ pub fn print(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
             rf.memory_bound_ops,
             rf.compute_bound_ops
         );
+        println!("  predicted time per step of the costliest ops on {}:", rf.device);
+        for o in rf.by_op.iter().take(10) {
+            println!("    {:<30} {:<9} {:>10.1} µs  ({}-bound)", o.op, format!("{:?}", o.pass).to_lowercase(), o.predicted_us, o.limited_by);
+        }
     }
 }
 

@@ -6,6 +6,7 @@ pub mod compute;
 pub mod model_flags;
 pub mod profile;
 pub mod train;
+pub mod view;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +26,8 @@ pub enum Command {
     Profile(profile::ProfileArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(analyze::AnalyzeArgs),
+    /// Write the offline HTML report of a snapshot, or of two side by side on one scale.
+    View(view::ViewArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(bench::BenchArgs),
 }
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Analyze(a) => analyze::run(a),
+        Command::View(a) => view::run(a),
     };
     match res {
         Ok(()) => 0,

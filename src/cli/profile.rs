@@ -7,6 +7,7 @@ use super::{set_threads, usage};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};
 use crate::engine::{Device, Tensor};
+use crate::export::html::Capacity;
 use crate::export::{gib, mib, pickle, snapshot, write_atomic, write_json};
 use crate::model::{Flavour, Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator};
@@ -152,6 +153,7 @@ pub struct Run {
     pub stats: AllocatorStats,
     pub oom: Option<String>,
     pub snapshot: PathBuf,
+    pub report_html: PathBuf,
     pub events: usize,
 }
 
@@ -237,8 +239,11 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
     });
     write_atomic(&path, &pickle::write(&snap))?;
     let stats = alloc.stats;
+    let capacity = (p.capacity < usize::MAX / 4)
+        .then(|| Capacity { label: p.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: p.capacity as u64 });
+    let report_html = super::view::write_beside(&path, &snap, capacity, serde_json::to_value(stats).ok())?;
     runtime::reset();
-    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: path, events: events.len() })
+    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: path, report_html, events: events.len() })
 }
 
 fn print_run(p: &Plan, r: &Run) {
@@ -295,6 +300,7 @@ fn print_run(p: &Plan, r: &Run) {
         r.stats.num_ooms
     );
     println!("snapshot: {} ({} events; open it at pytorch.org/memory_viz)", r.snapshot.display(), r.events);
+    println!("report: {} (offline HTML: timeline, breakdown at the peak, largest allocations)", r.report_html.display());
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
@@ -339,6 +345,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             "context_length": r.context,
             "profile_type": r.kind,
             "snapshot": r.snapshot,
+            "report": r.report_html,
             "oom": r.oom,
             "peak_allocated_bytes": r.stats.allocated_bytes.peak,
             "peak_allocated_gib": gib(r.stats.allocated_bytes.peak as u64),

@@ -1,5 +1,6 @@
 //! Writers. Every file is written to a temporary path beside its target and renamed, so a
 //! failed run never leaves a half-written file.
+pub mod html;
 pub mod chrome_trace;
 pub mod pickle;
 pub mod snapshot;

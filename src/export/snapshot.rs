@@ -64,20 +64,27 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         let mut blocks = Vec::new();
         let (mut alloc_sz, mut req_sz) = (0usize, 0usize);
         for b in &seg.blocks {
+            let owner_event = if b.allocated { owner.get(&b.addr).copied() } else { None };
             let (state, fr) = if b.allocated {
                 alloc_sz += b.size;
                 req_sz += b.requested;
-                ("active_allocated", owner.get(&b.addr).map_or(list(vec![]), |e| frames.of(e)))
+                ("active_allocated", owner_event.map_or(list(vec![]), |e| frames.of(e)))
             } else {
                 ("inactive", list(vec![]))
             };
-            blocks.push(dict(vec![
+            let mut items = vec![
                 ("address", int(b.addr)),
                 ("size", int(b.size)),
                 ("requested_size", int(b.requested)),
                 ("state", s(state)),
                 ("frames", fr),
-            ]));
+            ];
+            // Blocks allocated before the trace began (parameters) have no trace entry to
+            // carry their category; viewers that know the key (ours) read it here.
+            if let Some(e) = owner_event {
+                items.push(("category", s(e.category.name())));
+            }
+            blocks.push(dict(items));
         }
         segments.push(dict(vec![
             ("device", int(0)),
