@@ -224,3 +224,15 @@ fn strided_kernels_match_hand_indexing() {
         assert!((l[k] - want).abs() < 1e-3);
     }
 }
+
+#[test]
+fn flash_attention() {
+    // Causal and not, more keys than queries, strided inputs. Tiles and partial tiles are
+    // checked against the naive composition in tests/attention.rs.
+    let (q, kv): (&[usize], &[usize]) = (&[2, 2, 5, 4], &[2, 2, 5, 4]);
+    check("flash_attention causal", &[q, kv, kv], false, |x| Tensor::flash_attention(&x[0], &x[1], &x[2], true, 0.7));
+    check("flash_attention", &[&[1, 2, 3, 4], &[1, 2, 6, 4], &[1, 2, 6, 4]], false, |x| Tensor::flash_attention(&x[0], &x[1], &x[2], false, 0.5));
+    check("flash_attention transposed q", &[&[1, 5, 2, 4], kv, kv], false, |x| {
+        Tensor::flash_attention(&x[0].transpose(1, 2), &x[1].slice(0, 0, 1, 1), &x[2].slice(0, 1, 2, 1), true, 0.5)
+    });
+}

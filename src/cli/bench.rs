@@ -15,7 +15,7 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Which {
     Matmul,
-    /// Elementwise/reduction kernels on 1 Mi-element f32 tensors
+    /// Elementwise/reduction kernels on 1 Mi-element f32 tensors, and naive vs flash attention
     Ops,
     /// Cost of recording (events + caching-allocator model) on a cpu training step
     Record,
@@ -232,6 +232,41 @@ fn bench_ops() {
     row("transpose(1,2).contiguous()", 2.0 * mb, &|| drop(a.transpose(1, 2).contiguous()));
     row("host: vec![0f32; 1Mi]", mb, &|| drop(std::hint::black_box(vec![0f32; n])));
     println!("  sgemm micro-kernel peak, one thread: {:.1} GFLOP/s", crate::engine::sgemm::kernel_peak_gflops());
+    bench_attention();
+}
+
+/// Causal attention forward + backward, naive (scores, mask, softmax, weights·V, as the
+/// tinyllama flavour composes it) against the flash primitive, f32.
+fn bench_attention() {
+    println!("causal attention forward + backward, f32, B·h = 4, d 64, median ms per call:");
+    println!("  {:>6} | {:>9} {:>9} | {:>11}", "S", "naive", "flash", "naive/flash");
+    for s in [512, 1024] {
+        let (b, h, d) = (1, 4, 64);
+        let time = |flash: bool| {
+            runtime::reset();
+            let mk = |seed: usize| {
+                let v: Vec<f64> = (0..b * h * s * d).map(|i| (((i * 7 + seed * 13) % 101) as f64 - 50.0) / 50.0).collect();
+                Tensor::from_f64(&v, &[b, h, s, d], DType::F32, Device::Cpu).requires_grad_(true)
+            };
+            let (q, k, v) = (mk(1), mk(2), mk(3));
+            let mask = Tensor::full(&[s, s], f64::NEG_INFINITY, DType::F32, Device::Cpu).triu(1).view(&[1, 1, s, s]);
+            let g = Tensor::ones(&[b, h, s, d], DType::F32, Device::Cpu);
+            let scale = 1.0 / (d as f64).sqrt();
+            median_time(1.0, || {
+                let out = if flash {
+                    Tensor::flash_attention(&q, &k, &v, true, scale)
+                } else {
+                    q.matmul(&k.transpose(-2, -1)).mul_scalar(scale).add(&mask).softmax(-1).matmul(&v)
+                };
+                out.backward_with(g.clone());
+                for t in [&q, &k, &v] {
+                    t.clear_grad();
+                }
+            })
+        };
+        let (n, f) = (time(false), time(true));
+        println!("  {:>6} | {:9.2} {:9.2} | {:10.2}x", s, n * 1e3, f * 1e3, n / f);
+    }
 }
 
 /// Average seconds per training step (after 2 warm-up steps), with or without recording

@@ -1,6 +1,6 @@
 //! Flags that choose and reshape a model, shared by the subcommands that build one.
 use super::usage;
-use crate::model::{presets, Flavour, ModelConfig};
+use crate::model::{presets, Attention, Flavour, ModelConfig};
 use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
@@ -34,6 +34,10 @@ pub struct ModelFlags {
     pub rope_theta: Option<f64>,
     #[arg(long)]
     pub norm_eps: Option<f64>,
+    /// Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive
+    /// that never materialises the (B, h, S, S) scores)
+    #[arg(long)]
+    pub attention: Option<String>,
 }
 
 /// A resolved model plus the run defaults of its preset.
@@ -84,6 +88,9 @@ impl ModelFlags {
         }
         if let Some(e) = self.norm_eps {
             c.norm_eps = e;
+        }
+        if let Some(a) = &self.attention {
+            c.attention = Attention::parse(a).ok_or_else(|| usage("--attention", format!("'{a}' (expected naive or flash)")))?;
         }
         c.validate().map_err(super::UsageError::from)?;
         Ok(Resolved { preset, config: c })

@@ -25,6 +25,8 @@ fn kind_of(op: &str) -> OpKind {
         "sum" | "mean" | "max" | "nll_loss" | "embedding_dense_backward" => OpKind::Reduction,
         "clone" | "_to_copy" | "copy_" | "cat" | "stack" | "embedding" | "gather" | "scatter" | "repeat_interleave" | "tensor"
         | "arange" | "full" | "zeros" | "empty" | "triu" | "nll_loss_backward" | "matmul_widen" => OpKind::Copy,
+        // Their exact FLOPs are recorded by the op itself (ops/attention.rs), as `product` does.
+        "_scaled_dot_product_flash_attention" | "_scaled_dot_product_flash_attention_backward" => OpKind::Matmul,
         _ => OpKind::Elementwise,
     }
 }

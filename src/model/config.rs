@@ -36,6 +36,39 @@ impl fmt::Display for Flavour {
     }
 }
 
+/// How attention is computed (both give the same values; memory differs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// The flavour's own composition: scores (B, h, S, S), mask, softmax, weights·V.
+    #[default]
+    Naive,
+    /// One `scaled_dot_product_attention` call on the flash backend: no (B, h, S, S) tensor.
+    Flash,
+}
+
+impl Attention {
+    pub fn parse(s: &str) -> Option<Attention> {
+        match s.to_ascii_lowercase().as_str() {
+            "naive" => Some(Attention::Naive),
+            "flash" => Some(Attention::Flash),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Attention::Naive => "naive",
+            Attention::Flash => "flash",
+        }
+    }
+}
+
+impl fmt::Display for Attention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub flavour: Flavour,
@@ -52,6 +85,9 @@ pub struct ModelConfig {
     /// LM head shares the token embedding's weight.
     pub tied_embeddings: bool,
     pub max_seq_len: usize,
+    /// `--attention`: naive composition or the flash primitive.
+    #[serde(default)]
+    pub attention: Attention,
 }
 
 /// A configuration problem, naming the command-line flag that sets the value.

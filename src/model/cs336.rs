@@ -1,6 +1,6 @@
 //! The cs336 flavour (Stanford CS336 assignment 2), op for op as reference-models.md §1.
 use super::init::Init;
-use super::{Weights, linear_einsum as linear, Builder, Layer, Model, ModelConfig};
+use super::{Weights, linear_einsum as linear, Attention, Builder, Layer, Model, ModelConfig};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -103,6 +103,12 @@ fn attention(m: &Model, l: &Layer, x: &Tensor) -> Tensor {
     let v = heads(linear("v_proj", x, &l.v));
     q = rope(m, &q, s);
     k = rope(m, &k, s);
+    if cfg.attention == Attention::Flash {
+        let out = Tensor::flash_attention(&q, &k, &v, true, 1.0 / (dk as f64).sqrt());
+        drop((q, k, v));
+        let out = out.transpose(1, 2).reshape(&[b, s, h * dk]).contiguous();
+        return linear("output_proj", &out, &l.o);
+    }
     let mask = {
         let _s = scope("mask");
         let qi = Tensor::arange(s, x.device());

@@ -6,7 +6,7 @@ pub mod init;
 pub mod presets;
 pub mod tinyllama;
 
-pub use config::{ConfigError, Flavour, ModelConfig};
+pub use config::{Attention, ConfigError, Flavour, ModelConfig};
 
 use crate::engine::runtime;
 use crate::engine::{DType, Device, Tensor};

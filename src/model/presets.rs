@@ -1,5 +1,5 @@
 //! The model sizes users run: the tables of reference-models.md and the workshop defaults.
-use super::config::{Flavour, ModelConfig};
+use super::config::{Attention, Flavour, ModelConfig};
 
 /// A named configuration with the run defaults its source uses.
 #[derive(Clone, Debug)]
@@ -28,6 +28,7 @@ fn cs336(name: &'static str, d: usize, f: usize, l: usize, h: usize, params: u64
             norm_fp32_upcast: true,
             tied_embeddings: false,
             max_seq_len: 2048,
+            attention: Attention::Naive,
         },
         batch_size: 4,
         seq_len: 512,
@@ -53,6 +54,7 @@ fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, st
             norm_fp32_upcast: false,
             tied_embeddings: true,
             max_seq_len: max,
+            attention: Attention::Naive,
         },
         batch_size: b,
         seq_len: s,

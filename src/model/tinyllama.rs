@@ -1,6 +1,6 @@
 //! The tinyllama flavour (AMD's Tiny LLaMA workshop, `shared/bench/pytorch_tinyllama.py`).
 use super::init::Init;
-use super::{Weights, linear, Builder, Layer, Model, ModelConfig};
+use super::{Weights, linear, Attention, Builder, Layer, Model, ModelConfig};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -85,7 +85,7 @@ fn rope(m: &Model, layer: usize, x: &Tensor) -> Tensor {
     Tensor::stack(&[r_even, r_odd], -1).reshape(&[b, s, h, d])
 }
 
-fn attention(m: &Model, layer: usize, x: &Tensor, mask: &Tensor) -> Tensor {
+fn attention(m: &Model, layer: usize, x: &Tensor, mask: Option<&Tensor>) -> Tensor {
     let l = &m.layers[layer];
     let _s = scope("attention");
     let cfg = &m.config;
@@ -102,8 +102,14 @@ fn attention(m: &Model, layer: usize, x: &Tensor, mask: &Tensor) -> Tensor {
         k = k.repeat_interleave(h / kvh, 1);
         v = v.repeat_interleave(h / kvh, 1);
     }
+    if cfg.attention == Attention::Flash {
+        // F.scaled_dot_product_attention(q, k, v, is_causal=True): the mask is not read.
+        let mut out = Tensor::flash_attention(&q, &k, &v, true, (hd as f64).powf(-0.5));
+        out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
+        return linear("o_proj", &out, &l.o);
+    }
     let mut scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
-    scores = scores.add(mask);
+    scores = scores.add(mask.expect("naive attention has a mask"));
     let probs = scores.softmax(-1);
     let mut out = probs.matmul(&v);
     out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
@@ -122,18 +128,19 @@ fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
 pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Option<Tensor>) {
     let cfg = &m.config;
     let s = ids.dim(1);
-    // Additive causal mask, rebuilt every call as in V1.
-    let mask = {
+    // Additive causal mask, rebuilt every call as in V1; flash attention is told
+    // is_causal instead and needs none.
+    let mask = (cfg.attention == Attention::Naive).then(|| {
         let _s = scope("mask");
         Tensor::full(&[s, s], f64::NEG_INFINITY, DType::F32, ids.device()).triu(1).view(&[1, 1, s, s])
-    };
+    });
     let mut x = {
         let _s = scope("token_embedding");
         m.embedding.embedding(ids)
     };
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("blocks.{i}"));
-        x = x.add(&attention(m, i, &rms_norm("attention_norm", &x, &l.attn_norm, cfg.norm_eps), &mask));
+        x = x.add(&attention(m, i, &rms_norm("attention_norm", &x, &l.attn_norm, cfg.norm_eps), mask.as_ref()));
         x = x.add(&feed_forward(l, &rms_norm("ffn_norm", &x, &l.ffn_norm, cfg.norm_eps)));
     }
     let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);

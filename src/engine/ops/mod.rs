@@ -1,5 +1,6 @@
 //! The primitive ops. Each one allocates its output through the runtime and, when autograd
 //! is recording, attaches a node that saves exactly what PyTorch's derivative saves.
+pub mod attention;
 pub mod elementwise;
 pub mod linalg;
 pub mod nn;

@@ -1,0 +1,368 @@
+//! Memory-efficient attention: PyTorch's `_scaled_dot_product_flash_attention` (the flash
+//! backend of `F.scaled_dot_product_attention`), FlashAttention-2 on cpu.
+//!
+//! Device memory follows the CUDA kernel (flash-attn v2's `mha_fwd` / `mha_bwd` as PyTorch
+//! vendors it): the forward allocates the output (`empty_like(q)`, so it takes q's dim order)
+//! and the per-row logsumexp (B, h, S) in fp32; autograd saves q, k, v, output and
+//! logsumexp. The backward copies dO and O to (B, S, h, d) order when they are not already,
+//! then allocates grad_q, grad_k, grad_v (each `empty_like` its input),
+//! the per-row D = rowsum(dO∘O) (B, h, S rounded up to 128) and the fp32 dQ accumulator
+//! (B, S₁₂₈, h, d₃₂) its key-parallel blocks add into, both freed when it returns. No
+//! (B, h, S, S) tensor ever exists; the cpu kernel keeps its tiles in host scratch.
+#[allow(unused_imports)]
+use num_traits::{Float as _, One as _, Zero as _};
+#[allow(unused_imports)]
+use crate::engine::dtype::Real as _;
+use crate::engine::autograd::{attach, needs_grad, save};
+use crate::engine::cost;
+use crate::engine::cpu::{self, CReal};
+use crate::engine::dtype::DType;
+use crate::engine::layout::{contiguous_strides, Layout};
+use crate::engine::runtime;
+use crate::engine::sgemm;
+use crate::engine::storage::{Buffer, Device, Storage};
+use crate::engine::tensor::{write_strided, Tensor};
+use crate::record::compute::OpKind;
+use crate::record::Category;
+use crate::with_real;
+use rayon::prelude::*;
+use std::rc::Rc;
+
+pub(crate) const FORWARD: &str = "_scaled_dot_product_flash_attention";
+pub(crate) const BACKWARD: &str = "_scaled_dot_product_flash_attention_backward";
+
+/// Query rows and keys per tile. A 128×256 score tile (128 KiB in f32) and the K/V rows it
+/// reads stay in L2 while giving gemm blocks large enough to run near its peak: on the 2-core
+/// test machine 64×64 tiles made forward + backward 1.9× slower at S = 1024.
+const BQ: usize = 128;
+const BK: usize = 256;
+
+/// The strides `torch.empty_like` gives: the input's own when it is non-overlapping and
+/// dense (any dim order), else contiguous.
+fn like_strides(l: &Layout) -> Vec<usize> {
+    let mut dims: Vec<usize> = (0..l.rank()).filter(|&d| l.shape[d] != 1).collect();
+    dims.sort_by_key(|&d| l.strides[d]);
+    let mut acc = 1;
+    for &d in &dims {
+        if l.strides[d] != acc {
+            return contiguous_strides(&l.shape);
+        }
+        acc *= l.shape[d];
+    }
+    l.strides.clone()
+}
+
+/// A fresh device tensor of `shape` laid out like `like` (its storage allocated now).
+#[track_caller]
+fn alloc_like(like: &Tensor, dtype: DType, op: &'static str) -> (Rc<Storage>, Layout) {
+    let l = Layout { shape: like.shape().to_vec(), strides: like_strides(like.layout()), offset: 0 };
+    (Storage::alloc(like.device(), dtype, l.numel(), op), l)
+}
+
+/// Store row-major values into a storage of layout `l`.
+fn store<R: CReal>(st: &Storage, l: &Layout, vals: Vec<R>) {
+    if l.is_contiguous() {
+        st.set(cpu::to_buffer(vals, st.dtype));
+    } else {
+        let mut buf = Buffer::zeros(st.dtype, st.numel);
+        write_strided(&mut buf, l, &vals);
+        st.set(buf);
+    }
+}
+
+/// `dst` (m×n, row-major) = A·B with A(i, p) = `a[i·ars + p·acs]`, B(p, j) = `b[p·brs + j·bcs]`.
+#[allow(clippy::too_many_arguments)]
+fn mm<R: CReal>(m: usize, n: usize, k: usize, a: &[R], ars: usize, acs: usize, b: &[R], brs: usize, bcs: usize, dst: &mut [R]) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let dst = &mut dst[..m * n];
+    if R::DTYPE == DType::F32 && sgemm::available() {
+        // R is f32 here: the same memory viewed as f32.
+        unsafe {
+            let am = sgemm::MatRef { ptr: a.as_ptr() as *const f32, rs: ars as isize, cs: acs as isize };
+            let bm = sgemm::MatRef { ptr: b.as_ptr() as *const f32, rs: brs as isize, cs: bcs as isize };
+            let c = std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, m * n);
+            sgemm::sgemm(m, n, k, am, bm, c, false);
+        }
+        return;
+    }
+    if k == 0 {
+        dst.fill(R::zero());
+        return;
+    }
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            acs as isize,
+            ars as isize,
+            b.as_ptr(),
+            bcs as isize,
+            brs as isize,
+            R::zero(),
+            R::one(),
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// `dst += src` elementwise.
+#[inline]
+fn add_into<R: CReal>(dst: &mut [R], src: &[R]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
+/// Keys of tile `j0` that query row `i` may see: all, or under the causal mask those ≤ i.
+#[inline]
+fn visible(causal: bool, i: usize, j0: usize, bk: usize) -> usize {
+    if causal { (i + 1).saturating_sub(j0).min(bk) } else { bk }
+}
+
+/// One head's forward: `o` (sq×d) and `lse` (sq) from q (sq×d), k and v (sk×d), with the
+/// online softmax over key tiles.
+#[allow(clippy::too_many_arguments)]
+fn forward_head<R: CReal>(q: &[R], k: &[R], v: &[R], sq: usize, sk: usize, d: usize, causal: bool, scale: R, o: &mut [R], lse: &mut [R]) {
+    let mut s = vec![R::zero(); BQ * BK];
+    let mut pv = vec![R::zero(); BQ * d];
+    let (mut m, mut l, mut alpha) = ([R::neg_infinity(); BQ], [R::zero(); BQ], [R::one(); BQ]);
+    o.fill(R::zero());
+    for i0 in (0..sq).step_by(BQ) {
+        let bq = BQ.min(sq - i0);
+        m.fill(R::neg_infinity());
+        l.fill(R::zero());
+        let kend = if causal { sk.min(i0 + bq) } else { sk };
+        for j0 in (0..kend).step_by(BK) {
+            let bk = BK.min(kend - j0);
+            mm(bq, bk, d, &q[i0 * d..], d, 1, &k[j0 * d..], 1, d, &mut s);
+            for r in 0..bq {
+                let row = &mut s[r * bk..(r + 1) * bk];
+                let lim = visible(causal, i0 + r, j0, bk);
+                row[..lim].iter_mut().for_each(|x| *x = *x * scale);
+                let mx = cpu::lmax(&row[..lim]);
+                let m_new = if mx > m[r] { mx } else { m[r] };
+                if m_new == R::neg_infinity() {
+                    // Nothing visible yet: this tile adds nothing.
+                    row.fill(R::zero());
+                    alpha[r] = R::one();
+                    continue;
+                }
+                alpha[r] = (m[r] - m_new).fexp();
+                row[..lim].iter_mut().for_each(|x| *x = (*x - m_new).fexp());
+                row[lim..].fill(R::zero());
+                l[r] = l[r] * alpha[r] + cpu::lsum(row);
+                m[r] = m_new;
+            }
+            mm(bq, d, bk, &s, bk, 1, &v[j0 * d..], d, 1, &mut pv);
+            for r in 0..bq {
+                let a = alpha[r];
+                for (x, &p) in o[(i0 + r) * d..(i0 + r + 1) * d].iter_mut().zip(&pv[r * d..(r + 1) * d]) {
+                    *x = *x * a + p;
+                }
+            }
+        }
+        for r in 0..bq {
+            let inv = R::one() / l[r];
+            o[(i0 + r) * d..(i0 + r + 1) * d].iter_mut().for_each(|x| *x = *x * inv);
+            lse[i0 + r] = m[r] + l[r].ln();
+        }
+    }
+}
+
+/// One head's backward (FlashAttention-2): per tile, P = exp(S − lse) from recomputed
+/// scores, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D), dQ += dS·K·scale, dK += dSᵀ·Q·scale.
+#[allow(clippy::too_many_arguments)]
+fn backward_head<R: CReal>(
+    (q, k, v, o, g, lse): (&[R], &[R], &[R], &[R], &[R], &[R]),
+    (sq, sk, d): (usize, usize, usize),
+    causal: bool,
+    scale: R,
+    dq: &mut [R],
+    dk: &mut [R],
+    dv: &mut [R],
+) {
+    let dd: Vec<R> = (0..sq).map(|i| cpu::ldot(&g[i * d..(i + 1) * d], &o[i * d..(i + 1) * d])).collect();
+    let mut p = vec![R::zero(); BQ * BK];
+    let mut ds = vec![R::zero(); BQ * BK];
+    let mut tmp = vec![R::zero(); BQ.max(BK) * d];
+    dq.fill(R::zero());
+    dk.fill(R::zero());
+    dv.fill(R::zero());
+    for i0 in (0..sq).step_by(BQ) {
+        let bq = BQ.min(sq - i0);
+        let kend = if causal { sk.min(i0 + bq) } else { sk };
+        for j0 in (0..kend).step_by(BK) {
+            let bk = BK.min(kend - j0);
+            mm(bq, bk, d, &q[i0 * d..], d, 1, &k[j0 * d..], 1, d, &mut p);
+            for r in 0..bq {
+                let row = &mut p[r * bk..(r + 1) * bk];
+                let lim = visible(causal, i0 + r, j0, bk);
+                let l = lse[i0 + r];
+                row[..lim].iter_mut().for_each(|x| *x = (*x * scale - l).fexp());
+                row[lim..].fill(R::zero());
+            }
+            // dV_j += Pᵀ·dO_i
+            mm(bk, d, bq, &p, 1, bk, &g[i0 * d..], d, 1, &mut tmp);
+            add_into(&mut dv[j0 * d..(j0 + bk) * d], &tmp[..bk * d]);
+            // dP = dO_i·V_jᵀ, then dS = P∘(dP − D)·scale in place
+            mm(bq, bk, d, &g[i0 * d..], d, 1, &v[j0 * d..], 1, d, &mut ds);
+            for r in 0..bq {
+                let di = dd[i0 + r];
+                for (x, &pr) in ds[r * bk..(r + 1) * bk].iter_mut().zip(&p[r * bk..(r + 1) * bk]) {
+                    *x = pr * (*x - di) * scale;
+                }
+            }
+            // dQ_i += dS·K_j
+            mm(bq, d, bk, &ds, bk, 1, &k[j0 * d..], d, 1, &mut tmp);
+            add_into(&mut dq[i0 * d..(i0 + bq) * d], &tmp[..bq * d]);
+            // dK_j += dSᵀ·Q_i
+            mm(bk, d, bq, &ds, 1, bk, &q[i0 * d..], d, 1, &mut tmp);
+            add_into(&mut dk[j0 * d..(j0 + bk) * d], &tmp[..bk * d]);
+        }
+    }
+}
+
+fn round_up(n: usize, m: usize) -> usize {
+    n.div_ceil(m) * m
+}
+
+/// The kernels need unit stride in the head dim, as flash-attn does; otherwise a copy.
+#[track_caller]
+fn last_dim_unit(t: &Tensor) -> Tensor {
+    if t.layout().strides[3] == 1 || t.shape()[3] == 1 { t.clone() } else { t.contiguous() }
+}
+
+impl Tensor {
+    /// `F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)` through the
+    /// flash backend, for q (B, h, Sq, d) and k, v (B, h, Sk, d) (GQA callers repeat k and v
+    /// first). The causal mask is top-left aligned (key j visible to query i when j ≤ i).
+    #[track_caller]
+    pub fn flash_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        assert!(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, "flash_attention expects (B, h, S, d) tensors");
+        let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
+        let sk = k.dim(2);
+        assert_eq!(k.shape(), &[b, h, sk, d], "flash_attention: key shape {:?} vs query {:?}", k.shape(), q.shape());
+        assert_eq!(v.shape(), k.shape(), "flash_attention: value shape {:?} vs key {:?}", v.shape(), k.shape());
+        assert!(sk > 0, "flash_attention needs at least one key");
+        let dtype = q.dtype();
+        assert!(dtype.is_float() && k.dtype() == dtype && v.dtype() == dtype, "flash_attention: dtypes {} {} {}", dtype, k.dtype(), v.dtype());
+        let (q, k, v) = (last_dim_unit(q), last_dim_unit(k), last_dim_unit(v));
+        let device = q.device();
+        // The logsumexp is kept in the accumulation type (fp32; f64 for f64 inputs).
+        let lse_dtype = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        let span = cost::begin();
+        let (out_st, out_l) = alloc_like(&q, dtype, FORWARD);
+        let lse_st = Storage::alloc(device, lse_dtype, b * h * sq, FORWARD);
+        if device == Device::Cpu {
+            with_real!(dtype, R, {
+                let (o, l) = cpu::with_slice::<R, _>(&q, |qs| {
+                    cpu::with_slice::<R, _>(&k, |ks| {
+                        cpu::with_slice::<R, _>(&v, |vs| {
+                            let mut o = vec![R::zero(); b * h * sq * d];
+                            let mut l = vec![R::zero(); b * h * sq];
+                            let sc = R::lit(scale);
+                            o.par_chunks_mut(sq * d).zip(l.par_chunks_mut(sq)).enumerate().for_each(|(i, (o, l))| {
+                                let (qh, kh) = (&qs[i * sq * d..(i + 1) * sq * d], &ks[i * sk * d..(i + 1) * sk * d]);
+                                forward_head(qh, kh, &vs[i * sk * d..(i + 1) * sk * d], sq, sk, d, causal, sc, o, l);
+                            });
+                            (o, l)
+                        })
+                    })
+                });
+                store(&out_st, &out_l, o);
+                lse_st.set(cpu::to_buffer(l, lse_dtype));
+            });
+        }
+        let esz = dtype.size() as u64;
+        cost::end(span, device, FORWARD, || {
+            let flops = 4 * (b * h * sq * sk * d) as u64;
+            let read = ((b * h * (sq + 2 * sk) * d) as u64) * esz;
+            let written = (b * h * sq * d) as u64 * esz + (b * h * sq * lse_dtype.size()) as u64;
+            (OpKind::Matmul, flops, read, written, esz as u8)
+        });
+        let out = Tensor::from_parts(out_st, out_l);
+        let lse = Tensor::from_parts(lse_st, Layout::contiguous(&[b, h, sq]));
+        if !needs_grad(&[&q, &k, &v]) {
+            return out;
+        }
+        let saved = (save(&q), save(&k), save(&v), save(&out), save(&lse));
+        drop(lse);
+        attach(out, "ScaledDotProductFlashAttentionBackward0", &[&q, &k, &v], Box::new(move |g| {
+            let (q, k, v, o, lse) = saved;
+            // `_flash_attention_backward` makes dO and O contiguous as (B, S, h, d) ("CUDA
+            // code assumes that dout is contiguous"): copies unless they are laid out so.
+            let bshd = |t: Tensor| {
+                let tt = t.transpose(1, 2);
+                if tt.is_contiguous() { t } else { tt.contiguous().transpose(1, 2) }
+            };
+            let g = bshd(g);
+            let o = bshd(o);
+            let span = cost::begin();
+            let (dq_st, dq_l) = alloc_like(&q, dtype, BACKWARD);
+            let (dk_st, dk_l) = alloc_like(&k, dtype, BACKWARD);
+            let (dv_st, dv_l) = alloc_like(&v, dtype, BACKWARD);
+            let work = {
+                let _w = runtime::category(Category::Workspace);
+                let sr = round_up(sq, 128);
+                let dr = if d <= 192 { round_up(d, 32) } else { 256 };
+                let softmax_d = Storage::alloc(device, DType::F32, b * h * sr, BACKWARD);
+                let dq_accum = Storage::alloc(device, DType::F32, b * sr * h * dr, BACKWARD);
+                (softmax_d, dq_accum)
+            };
+            if device == Device::Cpu {
+                with_real!(dtype, R, {
+                    let read = |t: &Tensor| cpu::read::<R>(t);
+                    let (qs, ks, vs, os, gs) = (read(&q), read(&k), read(&v), read(&o), read(&g));
+                    let ls = cpu::read::<R>(&lse);
+                    let mut dqv = vec![R::zero(); b * h * sq * d];
+                    let mut dkv = vec![R::zero(); b * h * sk * d];
+                    let mut dvv = vec![R::zero(); b * h * sk * d];
+                    let sc = R::lit(scale);
+                    let (nq, nk) = (sq * d, sk * d);
+                    dqv.par_chunks_mut(nq).zip(dkv.par_chunks_mut(nk)).zip(dvv.par_chunks_mut(nk)).enumerate().for_each(
+                        |(i, ((dq, dk), dv))| {
+                            let ins = (
+                                &qs[i * nq..(i + 1) * nq],
+                                &ks[i * nk..(i + 1) * nk],
+                                &vs[i * nk..(i + 1) * nk],
+                                &os[i * nq..(i + 1) * nq],
+                                &gs[i * nq..(i + 1) * nq],
+                                &ls[i * sq..(i + 1) * sq],
+                            );
+                            backward_head(ins, (sq, sk, d), causal, sc, dq, dk, dv);
+                        },
+                    );
+                    store(&dq_st, &dq_l, dqv);
+                    store(&dk_st, &dk_l, dkv);
+                    store(&dv_st, &dv_l, dvv);
+                });
+            }
+            drop(work);
+            cost::end(span, device, BACKWARD, || {
+                // FlopCounterMode's sdpa_backward_flop_count: five products of the forward's
+                // size (scores recomputed, dV, dP, dQ, dK), causal or not.
+                let flops = 10 * (b * h * sq * sk * d) as u64;
+                let read = ((b * h * (3 * sq + 2 * sk) * d) as u64) * esz + (b * h * sq * lse_dtype.size()) as u64;
+                let written = ((b * h * (sq + 2 * sk) * d) as u64) * esz;
+                (OpKind::Matmul, flops, read, written, esz as u8)
+            });
+            drop((q, k, v, o, lse, g));
+            vec![
+                Some(Tensor::from_parts(dq_st, dq_l)),
+                Some(Tensor::from_parts(dk_st, dk_l)),
+                Some(Tensor::from_parts(dv_st, dv_l)),
+            ]
+        }))
+    }
+}
