@@ -208,3 +208,33 @@ fn chrome_trace_loads_in_tensorboard_profiler_plugin() {
     assert_eq!(v["devices"], serde_json::json!(["GPU0"]));
     assert!(v["ops_with_memory"].as_array().unwrap().iter().any(|o| o == "aten::mm"), "{v}");
 }
+
+/// `profile --flops` counts the measured steps the same way `train --flops` counts its step:
+/// per-step totals are equal for a training step (averaged over --measure-steps), a forward
+/// profile has no backward FLOPs, and --gpu adds a roofline prediction to summary.json.
+#[test]
+fn profile_flops_agree_with_train_and_land_in_summary_json() {
+    let f_train = flops_of(&[]);
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let out = tmp(&format!("profile{}", extra.join("_").replace(['-', ' '], "")));
+        let mut args = vec!["profile", "--device", "meta", "--flops", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("FLOPs per step"));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        s["runs"][0]["flops"].clone()
+    };
+    let f = run(&["--measure-steps", "2", "--gpu", "H100-80GB"]);
+    for k in ["forward_matmul_flops", "backward_matmul_flops"] {
+        assert_eq!(f[k], f_train[k], "{k}");
+    }
+    assert!(f["backward_matmul_flops"].as_u64().unwrap() > 0);
+    assert!(f["gpu_prediction"].is_object(), "{}", f["gpu_prediction"]);
+    let fw = run(&["--profile-type", "forward"]);
+    assert_eq!(fw["forward_matmul_flops"], f_train["forward_matmul_flops"]);
+    assert_eq!(fw["backward_matmul_flops"].as_u64(), Some(0));
+    // Accumulation over micro-batches does the same matmul work per optimizer step.
+    let acc = run(&["--grad-accum-steps", "2"]);
+    assert_eq!(acc["forward_backward_matmul_flops"], f_train["forward_backward_matmul_flops"]);
+}

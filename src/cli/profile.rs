@@ -11,10 +11,14 @@ use crate::export::html::Capacity;
 use crate::export::{gib, mib, pickle, snapshot, write_atomic, write_json};
 use crate::model::{Flavour, Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator};
-use crate::record::{gpu, MemEvent, Phase, Recording};
+use crate::record::gpu::{self, Gpu};
+use crate::record::{MemEvent, Phase, Recording};
 use crate::train::optim::OptimConfig;
 use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
+use super::compute::Achieved;
+use crate::analyse::flops::{self, FlopReport, Roofline};
 use anyhow::Result;
+use std::time::Instant;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -75,6 +79,17 @@ pub struct ProfileArgs {
     pub threads: Option<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Training: split each batch into N micro-batches whose gradients accumulate before one
+    /// optimizer step (`loss / N; loss.backward()` per micro-batch)
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum_steps: usize,
+    /// Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured
+    /// steps (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu
+    #[arg(long, alias = "enable-deepspeed-flops")]
+    pub flops: bool,
+    /// Module depth of the printed FLOP tree
+    #[arg(long, default_value_t = 3, requires = "flops")]
+    pub flops_depth: usize,
 }
 
 struct Plan {
@@ -85,6 +100,7 @@ struct Plan {
     device: Device,
     capacity: usize,
     gpu_name: Option<String>,
+    gpu: Option<Gpu>,
     conf: AllocatorConfig,
     fraction: Option<f64>,
 }
@@ -132,6 +148,17 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
         (None, None) => usize::MAX / 4,
     };
     let gpu_name = gpu.map(|g| g.name.to_string());
+    if a.grad_accum_steps == 0 {
+        return Err(usage("--grad-accum-steps", "must be at least 1"));
+    }
+    if a.grad_accum_steps > 1 {
+        if !a.profile_type.iter().all(|&k| k == ProfileType::Training) {
+            return Err(usage("--grad-accum-steps", "accumulates gradients: needs --profile-type training"));
+        }
+        if batch % a.grad_accum_steps != 0 {
+            return Err(usage("--grad-accum-steps", format!("{} does not divide --batch-size {batch}", a.grad_accum_steps)));
+        }
+    }
     let conf_str = a.allocator_conf.clone().or_else(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok()).unwrap_or_default();
     let conf = AllocatorConfig::parse(&conf_str).map_err(|e| usage("--allocator-conf", e))?;
     if let Some(f) = a.memory_fraction {
@@ -142,7 +169,7 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
             return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
         }
     }
-    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, conf, fraction: a.memory_fraction })
+    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, gpu, conf, fraction: a.memory_fraction })
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -155,23 +182,34 @@ pub struct Run {
     pub snapshot: PathBuf,
     pub report_html: PathBuf,
     pub events: usize,
+    pub compute: Option<ComputeOut>,
 }
 
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<(Tensor, Tensor)>) {
-    let new = batcher.next_batch();
-    let (x, y) = batch.insert(new);
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<Vec<(Tensor, Tensor)>>, accum: usize) {
+    // `x, y = get_batch()`: the previous batch dies once the new one exists.
+    let n = if kind == ProfileType::Training { accum } else { 1 };
+    let new: Vec<(Tensor, Tensor)> = (0..n).map(|_| batcher.next_batch()).collect();
+    let micro = batch.insert(new);
     match kind {
         ProfileType::Training => {
-            runner.step(x, y);
+            let refs: Vec<(&Tensor, &Tensor)> = micro.iter().map(|(x, y)| (x, y)).collect();
+            runner.step_accumulated(&refs);
         }
         ProfileType::Forward | ProfileType::Inference => {
             let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
             runtime::set_phase(Phase::Forward);
             // `model(x)` with the result unbound: output and graph die right after.
-            drop(model.forward(x));
+            drop(model.forward(&micro[0].0));
             runtime::set_phase(Phase::Setup);
         }
     }
+}
+
+/// The compute side of the measured steps (`--flops`).
+pub struct ComputeOut {
+    pub report: FlopReport,
+    pub achieved: Option<Achieved>,
+    pub roofline: Option<Roofline>,
 }
 
 fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
@@ -183,14 +221,16 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
     runtime::with(|rt| rt.log.allocator = Some(allocator));
     let mut before: Vec<MemEvent> = Vec::new();
     let mut recording: Option<Recording> = None;
+    let mut compute: Option<ComputeOut> = None;
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model = Model::new(&p.model, p.device, a.seed)?;
         let opt = Optimizer::new(OptimConfig::reference(p.model.flavour), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt);
-        let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch, ctx, p.device, a.seed);
+        let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
+        let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
         let mut batch = None;
         for _ in 0..a.warmup_steps {
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum);
         }
         // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
         runtime::with(|rt| {
@@ -198,8 +238,21 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
             before = rt.log.live_as_events();
             rt.log.start_recording();
         });
+        if a.flops {
+            runtime::start_compute_log(false);
+        }
+        let t0 = Instant::now();
         for _ in 0..a.measure_steps {
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum);
+        }
+        let step_s = t0.elapsed().as_secs_f64() / a.measure_steps as f64;
+        if let Some(log) = runtime::take_compute_log() {
+            let params: Vec<(String, u64)> = model.parameters().iter().map(|q| (q.name.clone(), q.tensor.numel() as u64)).collect();
+            compute = Some(ComputeOut {
+                report: flops::report(&log.ops, a.measure_steps, &params),
+                achieved: (p.device == Device::Cpu).then(|| Achieved { step_s, peaks: crate::engine::calibrate::cpu_peaks() }),
+                roofline: p.gpu.as_ref().map(|g| flops::roofline(&log.ops, a.measure_steps, g)),
+            });
         }
         // `_dump_snapshot` runs while the loop's tensors are still bound.
         recording = Some(runtime::with(|rt| rt.log.finish_recording()));
@@ -243,10 +296,10 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
         .then(|| Capacity { label: p.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: p.capacity as u64 });
     let report_html = super::view::write_beside(&path, &snap, capacity, serde_json::to_value(stats).ok())?;
     runtime::reset();
-    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: path, report_html, events: events.len() })
+    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: path, report_html, events: events.len(), compute })
 }
 
-fn print_run(p: &Plan, r: &Run) {
+fn print_run(p: &Plan, r: &Run, depth: usize) {
     let g = |b: usize| gib(b as u64);
     println!(
         "\n== {} ({}) {:?}, context {}, batch {} on {} | {}",
@@ -301,6 +354,9 @@ fn print_run(p: &Plan, r: &Run) {
     );
     println!("snapshot: {} ({} events; open it at pytorch.org/memory_viz)", r.snapshot.display(), r.events);
     println!("report: {} (offline HTML: timeline, breakdown at the peak, largest allocations)", r.report_html.display());
+    if let Some(c) = &r.compute {
+        super::compute::print(&c.report, depth, c.achieved.as_ref(), c.roofline.as_ref());
+    }
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
@@ -310,7 +366,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     for &ctx in &p.contexts {
         for &kind in &a.profile_type {
             let r = profile_one(&p, &a, ctx, kind)?;
-            print_run(&p, &r);
+            print_run(&p, &r, a.flops_depth);
             runs.push(r);
         }
     }
@@ -340,6 +396,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "memory_fraction": p.fraction,
         "warmup_steps": a.warmup_steps,
         "measure_steps": a.measure_steps,
+        "grad_accum_steps": a.grad_accum_steps,
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,
@@ -353,6 +410,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             "peak_reserved_gib": gib(r.stats.reserved_bytes.peak as u64),
             "allocator_stats": r.stats,
             "peak": r.report,
+            "flops": r.compute.as_ref().map(|c| super::compute::to_json(&c.report, c.achieved.as_ref(), c.roofline.as_ref())),
         })).collect::<Vec<_>>(),
     });
     write_json(&a.out_dir.join("summary.json"), &summary)?;
