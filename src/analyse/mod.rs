@@ -1,5 +1,6 @@
 //! Pure functions over recorded memory events: the peak and what is live at it, per-phase
 //! peaks, breakdowns by category and module, the largest allocations.
+pub mod estimate;
 pub mod flops;
 pub mod snapshot;
 

@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod bench;
 pub mod compute;
+pub mod estimate;
 pub mod model_flags;
 pub mod profile;
 pub mod train;
@@ -28,6 +29,8 @@ pub enum Command {
     Analyze(analyze::AnalyzeArgs),
     /// Write the offline HTML report of a snapshot, or of two side by side on one scale.
     View(view::ViewArgs),
+    /// Closed-form memory of a configuration with its derivation, beside a simulated meta run.
+    Estimate(estimate::EstimateArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(bench::BenchArgs),
 }
@@ -55,6 +58,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Profile(a) => profile::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
+        Command::Estimate(a) => estimate::run(a),
     };
     match res {
         Ok(()) => 0,

@@ -105,11 +105,23 @@ impl Optimizer {
                 _ => default_v.clone(),
             };
             drop(default_v);
+            // Python frees each unnamed intermediate as soon as the op consuming it returns;
+            // Rust would keep a statement's temporaries to its end, so chains longer than
+            // two ops are split: `beta2 * v + (1 - beta2) * grad**2` has grad**2 gone
+            // before the add, `alpha_t * m / (torch.sqrt(v) + eps)` the sqrt before the div.
             let m_new = m.mul_scalar(c.beta1).add(&grad.mul_scalar(1.0 - c.beta1));
-            let v_new = v.mul_scalar(c.beta2).add(&grad.pow_scalar(2.0).mul_scalar(1.0 - c.beta2));
+            let v_new = {
+                let decayed = v.mul_scalar(c.beta2);
+                let sq = grad.pow_scalar(2.0).mul_scalar(1.0 - c.beta2);
+                decayed.add(&sq)
+            };
             drop((m, v));
             let alpha_t = c.lr * (1.0 - c.beta2.powf(t)).sqrt() / (1.0 - c.beta1.powf(t));
-            let upd = m_new.mul_scalar(alpha_t).div(&v_new.sqrt().add_scalar(c.eps));
+            let upd = {
+                let num = m_new.mul_scalar(alpha_t);
+                let den = v_new.sqrt().add_scalar(c.eps);
+                num.div(&den)
+            };
             p.tensor.sub_(&upd);
             drop(upd);
             let decay = p.tensor.mul_scalar(c.lr * c.weight_decay);

@@ -374,7 +374,7 @@ impl Tensor {
         });
         drop(scalar);
         if needs_grad(&[self]) {
-            let c = cond.detach();
+            let c = save(cond);
             let in_shape = self.meta_like();
             return attach(out, "WhereBackward0", &[self], Box::new(move |g| {
                 vec![Some(reduce_grad(g.where_scalar(&c, 0.0), &in_shape))]

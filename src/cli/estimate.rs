@@ -1,0 +1,201 @@
+//! `vramscope estimate`: closed-form memory of a configuration with its derivation, printed
+//! beside a simulated meta run of the same configuration and the gap between them.
+use super::model_flags::ModelFlags;
+use super::usage;
+use crate::analyse::estimate::{estimate, Estimate, Term};
+use crate::engine::{runtime, Device};
+use crate::export::{gib, mib, write_json};
+use crate::model::{Flavour, Model, ModelConfig};
+use crate::record::allocator::{AllocatorConfig, CachingAllocator};
+use crate::record::{Category, Phase};
+use crate::train::optim::OptimConfig;
+use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelFlags,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Sequence length (default: the preset's)
+    #[arg(long, alias = "seq-len")]
+    pub context_length: Option<usize>,
+    /// Print the closed form only (no simulated meta run beside it)
+    #[arg(long)]
+    pub no_simulate: bool,
+    /// Also write the derivation and the simulated numbers as JSON
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// What a meta run of the same configuration allocated (requested bytes unless said).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Simulated {
+    pub parameter_bytes: u64,
+    pub gradient_bytes: u64,
+    pub optimizer_bytes: u64,
+    /// Saved for backward when the forward has returned.
+    pub activation_bytes: u64,
+    pub logits_bytes: u64,
+    /// Live bytes when the forward has returned (autograd on), everything included.
+    pub forward_live_bytes: u64,
+    /// Peak of allocated blocks (`max_memory_allocated`) over a training step after one
+    /// warm-up step, through the caching-allocator model.
+    pub training_peak_allocated: u64,
+    pub training_peak_phase: String,
+}
+
+fn live(cat: Category) -> u64 {
+    runtime::with(|rt| rt.log.live_by_category().into_iter().filter(|(c, _)| *c == cat).map(|(_, b)| b as u64).sum())
+}
+
+/// A meta forward (autograd on) and a training step, measured where the closed form speaks.
+pub fn simulate(cfg: &ModelConfig, batch: usize, seq: usize) -> Result<Simulated> {
+    let mut sim = Simulated::default();
+    runtime::reset();
+    runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), usize::MAX / 4)));
+    let res = (|| -> Result<()> {
+        let model = Model::new(cfg, Device::Meta, 0)?;
+        let mut batcher = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 0);
+        {
+            let (x, y) = batcher.next_batch();
+            runtime::set_phase(Phase::Forward);
+            let (logits, loss) = model.forward_loss(&x, &y, &mut |logits| {
+                sim.activation_bytes = live(Category::Activation);
+                if std::env::var_os("VRAMSCOPE_ESTIMATE_DEBUG").is_some() {
+                    for ev in runtime::with(|rt| rt.log.live_as_events()) {
+                        if ev.category == Category::Activation && (ev.scope.starts_with("layers.0.") || ev.scope.starts_with("blocks.0.") || !ev.scope.contains('.')) {
+                            eprintln!("{:>12} {:<40} {}", ev.bytes, ev.scope, ev.op);
+                        }
+                    }
+                }
+                sim.logits_bytes = logits.nbytes() as u64;
+                sim.forward_live_bytes = runtime::with(|rt| rt.log.live_by_category().iter().map(|(_, b)| *b as u64).sum());
+            });
+            drop((loss, logits));
+            runtime::set_phase(Phase::Setup);
+        }
+        let opt = Optimizer::new(OptimConfig::reference(cfg.flavour), model.parameters().len());
+        let mut runner = StepRunner::new(&model, opt);
+        let (x, y) = batcher.next_batch();
+        runner.step(&x, &y);
+        runtime::with(|rt| rt.log.reset_peak());
+        let (x, y) = batcher.next_batch();
+        let r = runner.step(&x, &y);
+        sim.training_peak_allocated = r.peak_allocated as u64;
+        sim.training_peak_phase = r.phases.iter().max_by_key(|p| p.peak_allocated).map_or(String::new(), |p| p.phase.to_string());
+        sim.parameter_bytes = live(Category::Parameter);
+        sim.gradient_bytes = live(Category::Gradient);
+        sim.optimizer_bytes = live(Category::OptimizerState);
+        runner.finish();
+        Ok(())
+    })();
+    runtime::reset();
+    res.map(|()| sim)
+}
+
+fn row(what: &str, formula: &str, bytes: u64) {
+    println!("  {:<58} {:<34} {:>14} B {:>11.2} MiB", what, formula, bytes, mib(bytes));
+}
+
+fn terms(ts: &[Term]) {
+    for t in ts {
+        row(&format!("{} [{}]", t.what, t.op), &t.formula, t.bytes());
+    }
+}
+
+/// `estimate` vs `simulated`, with the gap in bytes and percent of the simulated value.
+fn beside(what: &str, est: u64, sim: u64) {
+    let gap = sim as i128 - est as i128;
+    let pct = if sim > 0 { 100.0 * gap as f64 / sim as f64 } else { 0.0 };
+    println!("  {:<44} {:>12.3} {:>12.3} {:>+12.3} ({:+.2}%)", what, gib(est), gib(sim), gap as f64 / (1u64 << 30) as f64, pct);
+}
+
+fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
+    println!(
+        "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | fp32, {} attention",
+        e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, cfg.attention
+    );
+    println!("(bytes are exact integers; MiB/GiB are 1024-based)\n");
+    println!("symbols:");
+    for (s, f, b) in &e.symbols {
+        println!("  {s} = {f} = {b} B ({:.2} MiB)", mib(*b));
+    }
+    println!("\n1. parameters: P = {} = {} ; × 4 B (fp32) = {} B = {:.3} GiB", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
+    println!("2. gradients: P × 4 B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    println!("3. optimizer state: {} = {} B = {:.3} GiB", e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
+    println!("   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
+    println!("4. autocast weight cache: 0 B (fp32: nothing is cast)");
+    println!("\n5. activations kept for backward, per block ({} per block):", e.block_symbolic);
+    terms(&e.block);
+    println!("  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= one block", e.block_symbolic, e.block_bytes(), mib(e.block_bytes()));
+    println!("  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.layers as u64 * e.block_bytes(), gib(e.layers as u64 * e.block_bytes()));
+    println!("   outside the blocks:");
+    terms(&e.outside);
+    println!("   all activations when the forward returns: {} B = {:.3} GiB", e.activation_bytes(), gib(e.activation_bytes()));
+    println!("\n6. logits and loss:");
+    row(&format!("{} [{}]", e.logits.what, e.logits.op), &e.logits.formula, e.logits.bytes());
+    terms(&e.loss);
+    println!(
+        "\n7. one residual-stream tensor (B, S, d) in fp32: B·S·d·4 = {} B = {:.2} MiB (seed 003 part d)",
+        e.residual_bytes,
+        mib(e.residual_bytes)
+    );
+    println!("\ntotals:");
+    println!("  forward with autograd, when it returns = parameters + activations + logits = {:.3} GiB", gib(e.forward_bytes()));
+    println!("  training step, at the loss (no gradients yet: zero_grad set them to None) = parameters + optimizer state + activations + logits + loss tensors = {:.3} GiB", gib(e.training_loss_moment()));
+    println!(
+        "  training step, in the optimizer = parameters + gradients + optimizer state + logits (still bound) + {} = {:.3} GiB",
+        e.optimizer_temp_formula,
+        gib(e.training_optimizer_moment())
+    );
+    println!("  training step peak ≥ the larger of the two = {:.3} GiB (backward, releasing activations as gradients appear, can exceed both)", gib(e.training_bytes()));
+    if let Some(s) = sim {
+        println!("\nclosed form beside a simulated meta run (GiB; gap = simulated − estimate, % of simulated):");
+        println!("  {:<44} {:>12} {:>12} {:>12}", "", "estimate", "simulated", "gap");
+        beside("parameters", e.param_bytes, s.parameter_bytes);
+        beside("gradients", e.grad_bytes, s.gradient_bytes);
+        beside("optimizer state", e.optimizer_bytes, s.optimizer_bytes);
+        beside("activations when the forward returns", e.activation_bytes(), s.activation_bytes);
+        beside("logits", e.logits.bytes(), s.logits_bytes);
+        beside("live when the forward returns", e.forward_bytes(), s.forward_live_bytes);
+        beside(&format!("training step peak (simulated in {})", s.training_peak_phase), e.training_bytes(), s.training_peak_allocated);
+        println!(
+            "  (the simulation counts requested bytes except the training peak, which is allocated blocks after the caching allocator's 512-byte rounding; \
+             the forward's live set also holds the input ids and buffers)"
+        );
+    }
+}
+
+pub fn run(a: EstimateArgs) -> Result<()> {
+    let r = a.model.resolve("walkthrough")?;
+    let mut cfg = r.config;
+    let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    if seq == 0 {
+        return Err(usage("--context-length", "must be at least 1"));
+    }
+    if cfg.flavour == Flavour::Cs336 && a.model.max_seq_len.is_none() {
+        cfg.max_seq_len = cfg.max_seq_len.max(seq);
+    }
+    cfg.check_seq_len(seq, "--context-length").map_err(super::UsageError::from)?;
+    if cfg.flavour == Flavour::Tinyllama && seq < 2 {
+        return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
+    }
+    let e = estimate(&cfg, batch, seq);
+    let sim = if a.no_simulate { None } else { Some(simulate(&cfg, batch, seq)?) };
+    print(&e, &cfg, sim.as_ref());
+    if let Some(path) = &a.json {
+        write_json(path, &json!({ "model": cfg, "estimate": e, "simulated": sim, "units": "bytes" }))?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! `vramscope estimate`: the closed form written independently of the model code agrees
+//! with what the engine keeps — exactly for parameters, gradients, optimizer state and the
+//! activations alive when the forward returns — and bounds the simulated training peak.
+use std::process::Command;
+
+fn estimate(args: &[&str]) -> serde_json::Value {
+    let out = std::env::temp_dir().join(format!("vramscope-estimate-{}-{}.json", std::process::id(), args.join("_").replace(['-', ' '], "")));
+    let mut a = vec!["estimate", "--json", out.to_str().unwrap()];
+    a.extend_from_slice(args);
+    let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&a).output().expect("run vramscope");
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&out);
+    v
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a byte count: {v}"))
+}
+
+#[test]
+fn closed_form_equals_the_simulation_where_it_is_exact() {
+    let configs: [&[&str]; 6] = [
+        &["--batch-size", "2", "--context-length", "64"],
+        &["--batch-size", "2", "--context-length", "64", "--num-kv-heads", "8"],
+        &["--batch-size", "2", "--context-length", "64", "--attention", "flash"],
+        &["--batch-size", "3", "--context-length", "48", "--model", "small", "--flavour", "cs336"],
+        &["--batch-size", "3", "--context-length", "48", "--model", "small", "--flavour", "cs336", "--attention", "flash"],
+        &["--batch-size", "2", "--context-length", "32", "--flavour", "tinyllama", "--hidden-dim", "96", "--num-heads", "6", "--num-kv-heads", "2", "--vocab-size", "77"],
+    ];
+    for args in configs {
+        let v = estimate(args);
+        let (e, s) = (&v["estimate"], &v["simulated"]);
+        let block: u64 = e["block"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
+        let outside: u64 = e["outside"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
+        let activations = u(&e["layers"]) * block + outside;
+        assert_eq!(activations, u(&s["activation_bytes"]), "{args:?}: activations when the forward returns");
+        assert_eq!(u(&e["param_bytes"]), u(&s["parameter_bytes"]), "{args:?}: parameters");
+        assert_eq!(u(&e["grad_bytes"]), u(&s["gradient_bytes"]), "{args:?}: gradients");
+        assert_eq!(u(&e["optimizer_bytes"]), u(&s["optimizer_bytes"]), "{args:?}: optimizer state");
+        assert_eq!(u(&e["logits"]["elements"]) * 4, u(&s["logits_bytes"]), "{args:?}: logits");
+        // The training bound is a bound, and a close one (the simulated peak is in allocator
+        // blocks, rounded up to 512 bytes or 2 MiB, and backward can add a little).
+        let lo = u(&e["param_bytes"]) + u(&e["optimizer_bytes"]) + activations;
+        let peak = u(&s["training_peak_allocated"]);
+        assert!(lo <= peak, "{args:?}");
+    }
+}
+
+#[test]
+fn printed_derivation_names_the_terms_and_bounds_the_peak_closely() {
+    // cs336 2.7B at B 4: the symbolic block sum the assignment derives, the residual-stream
+    // sizes of seed 003 part (d), and the training peak within 1% below the simulation.
+    for (s, residual_mib) in [(128, 5.0), (256, 10.0), (512, 20.0)] {
+        let v = estimate(&["--model", "2.7B", "--batch-size", "4", "--context-length", &s.to_string(), "--no-simulate"]);
+        let e = &v["estimate"];
+        assert_eq!(e["block_symbolic"], "10a + 5f + 2s + m + small");
+        assert_eq!(u(&e["params"]), 3_406_809_600);
+        assert_eq!(u(&e["residual_bytes"]) as f64 / 1048576.0, residual_mib);
+        assert!(v["simulated"].is_null());
+    }
+    let v = estimate(&["--model", "2.7B", "--batch-size", "4", "--context-length", "512"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(["estimate", "--model", "2.7B", "--batch-size", "4", "--context-length", "512"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["parameters: P = V·d (embedding) + V·d (lm_head) + L·(4d² + 3d·F + 2d) + d = 3406809600", "exp(scores − max)", "softmax weights", "B·h·S²·4", "beside a simulated meta run"] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    let sim = u(&v["simulated"]["training_peak_allocated"]) as f64;
+    let e = &v["estimate"];
+    let block: u64 = e["block"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
+    let outside: u64 = e["outside"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
+    let loss: u64 = e["loss"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
+    let at_loss = (u(&e["param_bytes"]) + u(&e["optimizer_bytes"]) + 32 * block + outside + u(&e["logits"]["elements"]) * 4 + loss) as f64;
+    assert!(at_loss <= sim && at_loss > 0.99 * sim, "estimate {at_loss} vs simulated {sim}");
+    // Flash attention removes the 2s term and keeps the output and logsumexp instead.
+    let f = estimate(&["--model", "2.7B", "--batch-size", "4", "--context-length", "512", "--attention", "flash", "--no-simulate"]);
+    assert_eq!(f["estimate"]["block_symbolic"], "11a + 5f + small");
+}
+
+#[test]
+fn bad_estimate_flags_name_the_flag() {
+    for (args, flag) in [
+        (vec!["--batch-size", "0"], "--batch-size"),
+        (vec!["--context-length", "0"], "--context-length"),
+        (vec!["--model", "nope"], "--preset"),
+        (vec!["--context-length", "100000"], "--context-length"),
+    ] {
+        let mut a = vec!["estimate"];
+        a.extend(args.iter().copied());
+        let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&a).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}
