@@ -3,10 +3,11 @@
 //! memory_viz snapshot, `summary.json` and a printed summary (peak, phases, what is live
 //! at the peak, the largest allocations), plus a peak table over context lengths.
 use super::model_flags::ModelFlags;
+use super::precision_flags::PrecisionFlags;
 use super::{set_threads, usage};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};
-use crate::engine::{Device, Tensor};
+use crate::engine::{autocast, Device, Tensor};
 use crate::export::html::Capacity;
 use crate::export::{gib, mib, pickle, snapshot, write_atomic, write_json};
 use crate::model::{Flavour, Model, ModelConfig};
@@ -14,7 +15,7 @@ use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator
 use crate::record::gpu::{self, Gpu};
 use crate::record::{MemEvent, Phase, Recording};
 use crate::train::optim::OptimConfig;
-use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
+use crate::train::{Batcher, DataKind, Optimizer, Precision, StepRunner};
 use super::compute::Achieved;
 use crate::analyse::flops::{self, FlopReport, Roofline};
 use anyhow::Result;
@@ -39,6 +40,8 @@ pub enum ProfileType {
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelFlags,
+    #[command(flatten)]
+    pub precision: PrecisionFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(long)]
     pub context_length: Option<String>,
@@ -103,6 +106,7 @@ struct Plan {
     gpu: Option<Gpu>,
     conf: AllocatorConfig,
     fraction: Option<f64>,
+    precision: Precision,
 }
 
 fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
@@ -169,7 +173,9 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
             return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
         }
     }
-    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, gpu, conf, fraction: a.memory_fraction })
+    let precision = a.precision.resolve()?;
+    super::precision_flags::check(&cfg, precision)?;
+    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, gpu, conf, fraction: a.memory_fraction, precision })
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -185,7 +191,7 @@ pub struct Run {
     pub compute: Option<ComputeOut>,
 }
 
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<Vec<(Tensor, Tensor)>>, accum: usize) {
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<Vec<(Tensor, Tensor)>>, accum: usize, precision: Precision) {
     // `x, y = get_batch()`: the previous batch dies once the new one exists.
     let n = if kind == ProfileType::Training { accum } else { 1 };
     let new: Vec<(Tensor, Tensor)> = (0..n).map(|_| batcher.next_batch()).collect();
@@ -198,8 +204,10 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
         ProfileType::Forward | ProfileType::Inference => {
             let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
             runtime::set_phase(Phase::Forward);
+            let region = precision.autocast().map(autocast::enable);
             // `model(x)` with the result unbound: output and graph die right after.
             drop(model.forward(&micro[0].0));
+            drop(region);
             runtime::set_phase(Phase::Setup);
         }
     }
@@ -223,14 +231,14 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
     let mut recording: Option<Recording> = None;
     let mut compute: Option<ComputeOut> = None;
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
-        let model = Model::new(&p.model, p.device, a.seed)?;
+        let model = Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?;
         let opt = Optimizer::new(OptimConfig::reference(p.model.flavour), model.parameters().len());
-        let mut runner = StepRunner::new(&model, opt);
+        let mut runner = StepRunner::new(&model, opt).with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
         let mut batch = None;
         for _ in 0..a.warmup_steps {
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
         }
         // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
         runtime::with(|rt| {
@@ -243,7 +251,7 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
         }
         let t0 = Instant::now();
         for _ in 0..a.measure_steps {
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
         }
         let step_s = t0.elapsed().as_secs_f64() / a.measure_steps as f64;
         if let Some(log) = runtime::take_compute_log() {
@@ -288,7 +296,9 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
     let snap = snapshot::build(&alloc, &before, &events, &actions);
     let path = a.output.clone().unwrap_or_else(|| {
         let kind = format!("{kind:?}").to_lowercase();
-        a.out_dir.join(format!("{}_ctx{ctx}_{kind}_snapshot.pickle", p.model_name))
+        // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
+        let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
+        a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}_snapshot.pickle", p.model_name))
     });
     write_atomic(&path, &pickle::write(&snap))?;
     let stats = alloc.stats;
@@ -302,10 +312,11 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
 fn print_run(p: &Plan, r: &Run, depth: usize) {
     let g = |b: usize| gib(b as u64);
     println!(
-        "\n== {} ({}) {:?}, context {}, batch {} on {} | {}",
+        "\n== {} ({}) {:?} {}, context {}, batch {} on {} | {}",
         p.model_name,
         p.model.flavour,
         r.kind,
+        p.precision,
         r.context,
         p.batch,
         p.device,
@@ -397,6 +408,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "warmup_steps": a.warmup_steps,
         "measure_steps": a.measure_steps,
         "grad_accum_steps": a.grad_accum_steps,
+        "precision": p.precision,
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,

@@ -2,6 +2,7 @@
 //! reports loss, step times, throughput and memory, then writes `config.json` and
 //! `performance_summary.json`.
 use super::model_flags::ModelFlags;
+use super::precision_flags::PrecisionFlags;
 use super::{set_threads, usage};
 use crate::engine::{runtime, Device, Tensor};
 use crate::export::{mib, write_json};
@@ -13,7 +14,7 @@ use crate::record::compute::ComputeLog;
 use crate::record::gpu::Gpu;
 use crate::record::Phase;
 use crate::train::optim::{OptimConfig, OptimizerKind};
-use crate::train::{Batcher, DataKind, Optimizer, StepResult, StepRunner};
+use crate::train::{Batcher, DataKind, Optimizer, Precision, StepResult, StepRunner};
 use anyhow::Result;
 use clap::Args;
 use serde_json::json;
@@ -23,6 +24,8 @@ use std::path::PathBuf;
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: ModelFlags,
+    #[command(flatten)]
+    pub precision: PrecisionFlags,
     #[arg(long)]
     pub batch_size: Option<usize>,
     #[arg(long)]
@@ -123,6 +126,7 @@ pub struct TrainPlan {
     /// Steps whose kernels are recorded (FLOPs, trace), if any.
     pub compute: Option<ComputeWindow>,
     pub gpu: Option<Gpu>,
+    pub precision: Precision,
 }
 
 /// Steps `first..first + count` (0-based) record kernels; `memory` adds `[memory]` points.
@@ -197,6 +201,8 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     } else {
         None
     };
+    let precision = a.precision.resolve()?;
+    super::precision_flags::check(&cfg, precision)?;
     Ok(TrainPlan {
         model: cfg,
         preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),
@@ -212,7 +218,18 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         log_interval: a.log_interval,
         compute,
         gpu,
+        precision,
     })
+}
+
+/// What a precision means for the run, in one line.
+pub fn precision_note(p: Precision) -> &'static str {
+    match p {
+        Precision::Fp32 => "fp32",
+        Precision::Bf16 => "bf16 autocast around forward and loss (matmuls in bf16, the fp32 op list in fp32, weight casts cached); fp32 parameters, gradients and optimizer state",
+        Precision::Fp16 => "fp16 autocast around forward and loss with a dynamic loss scaler (GradScaler: init scale 65536, skip on inf/NaN); fp32 parameters, gradients and optimizer state",
+        Precision::PureBf16 => "pure bf16: parameters, gradients and optimizer state in bf16, no autocast",
+    }
 }
 
 /// The measured outcome of a training run.
@@ -251,11 +268,11 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
         let capacity = p.gpu.map_or(usize::MAX / 4, |g| g.memory_bytes);
         runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), capacity)));
     }
-    let model = Model::new(&p.model, p.device, p.seed)?;
+    let model = Model::new_in(&p.model, p.device, p.seed, p.precision.param_dtype())?;
     let param_sizes = model.parameters().iter().map(|q| (q.name.clone(), q.tensor.numel() as u64)).collect();
     let mut compute = None;
     let optimizer = Optimizer::new(p.optim.clone(), model.parameters().len());
-    let mut runner = StepRunner::new(&model, optimizer);
+    let mut runner = StepRunner::new(&model, optimizer).with_precision(p.precision);
     let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch / p.accum, p.seq, p.device, p.seed);
     let mut steps = Vec::with_capacity(p.steps);
     let mut batch = None;
@@ -290,11 +307,12 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
                 String::new()
             };
             println!(
-                "step {:4}/{} | loss {loss}{timing} | peak {:9.2} MiB | live {:9.2} MiB",
+                "step {:4}/{} | loss {loss}{timing} | peak {:9.2} MiB | live {:9.2} MiB{}",
                 i + 1,
                 p.steps,
                 mib(r.peak_allocated as u64),
-                mib(r.allocated_after as u64)
+                mib(r.allocated_after as u64),
+                if r.skipped_step { " | optimizer step skipped (inf/NaN gradients; loss scale backed off)" } else { "" }
             );
         }
         steps.push(r);
@@ -318,6 +336,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "config: vocab {} hidden {} layers {} heads {} kv_heads {} ffn {} | batch {} seq {} steps {} (warm-up {})",
         m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
     );
+    if p.precision != Precision::Fp32 {
+        println!("precision: {}", precision_note(p.precision));
+    }
     if p.accum > 1 {
         println!("gradient accumulation: {} micro-batches of {} per optimizer step", p.accum, p.batch / p.accum);
     }
@@ -405,7 +426,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "preset": p.preset,
         "training": {
             "batch_size": p.batch, "grad_accum_steps": p.accum, "micro_batch_size": p.batch / p.accum, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
-            "optimizer": p.optim, "seed": p.seed, "data": p.data,
+            "optimizer": p.optim, "seed": p.seed, "data": p.data, "precision": p.precision,
         },
         "device": p.device, "threads": threads,
     });

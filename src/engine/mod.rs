@@ -1,4 +1,5 @@
 //! The tensor engine: dtypes, devices, storages, views, ops and autograd.
+pub mod autocast;
 pub mod autograd;
 pub mod calibrate;
 pub mod cost;

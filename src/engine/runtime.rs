@@ -21,6 +21,8 @@ pub struct Runtime {
     pub log: MemoryLog,
     /// Per-kernel FLOPs, bytes and times, and module spans, when a run asks for them.
     pub compute: Option<ComputeLog>,
+    /// The autocast region's type and weight-cast cache.
+    pub autocast: super::autocast::State,
 }
 
 impl Default for Runtime {
@@ -35,6 +37,7 @@ impl Default for Runtime {
             next_seq: 0,
             log: MemoryLog::default(),
             compute: None,
+            autocast: Default::default(),
         }
     }
 }
@@ -50,6 +53,7 @@ pub fn with<T>(f: impl FnOnce(&mut Runtime) -> T) -> T {
 
 /// Start from a clean context (tests and each CLI run). Live tensors from before must be gone.
 pub fn reset() {
+    // Anything the old context still holds is dropped unrecorded (inside the borrow).
     with(|rt| *rt = Runtime::default());
 }
 
@@ -153,6 +157,11 @@ pub fn phase() -> Phase {
 
 /// Restores the previous state when dropped.
 pub struct Guard(Option<Box<dyn FnOnce()>>);
+impl Guard {
+    pub fn new(restore: impl FnOnce() + 'static) -> Guard {
+        Guard(Some(Box::new(restore)))
+    }
+}
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {

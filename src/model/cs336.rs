@@ -5,9 +5,8 @@ use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
 
-pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rng) -> Model {
+pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut super::init::Rng) -> Model {
     let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
-    let dtype = DType::F32;
     let mut b = Builder { device, dtype, rng, params: Vec::new() };
     let lin_std = |din: usize, dout: usize| Init::TruncNormal { std: (2.0 / (din + dout) as f64).sqrt(), clip: 3.0 };
     let embedding = b.param("token_embeddings.weight".into(), &[v, d], Init::TruncNormal { std: 1.0, clip: 3.0 });
@@ -31,13 +30,13 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rn
     let rope_buffer = {
         let _c = runtime::category(Category::Buffer);
         let _s = scope("rope");
-        Some(rope_tables(cfg, device))
+        Some(rope_tables(cfg, device, dtype))
     };
     b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: rope_buffer })
 }
 
 /// (2, max_seq_len, d_k/2): cos then sin of position × inverse frequency.
-fn rope_tables(cfg: &ModelConfig, device: Device) -> Tensor {
+fn rope_tables(cfg: &ModelConfig, device: Device, dtype: DType) -> Tensor {
     let (s, half) = (cfg.max_seq_len, cfg.head_dim() / 2);
     let dk = cfg.head_dim() as f64;
     let mut vals = vec![0.0; 2 * s * half];
@@ -50,7 +49,7 @@ fn rope_tables(cfg: &ModelConfig, device: Device) -> Tensor {
             }
         }
     }
-    Tensor::from_f64(&vals, &[2, s, half], DType::F32, device)
+    Tensor::from_f64(&vals, &[2, s, half], dtype, device)
 }
 
 /// RMSNorm with fp32 upcast; each step is its own tensor.

@@ -8,7 +8,7 @@ pub mod tinyllama;
 
 pub use config::{Attention, ConfigError, Flavour, ModelConfig};
 
-use crate::engine::runtime;
+use crate::engine::{autocast, runtime};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
 use std::cell::RefCell;
@@ -54,13 +54,19 @@ impl Model {
     /// Build the model, allocating parameters in module-registration order. On cpu they are
     /// initialised from `seed` as the reference implementation does; on meta only shapes exist.
     pub fn new(config: &ModelConfig, device: Device, seed: u64) -> Result<Model, ConfigError> {
+        Model::new_in(config, device, seed, DType::F32)
+    }
+
+    /// Build with parameters (and floating buffers) of `dtype`: `model.to(torch.bfloat16)`
+    /// for pure low-precision training.
+    pub fn new_in(config: &ModelConfig, device: Device, seed: u64, dtype: DType) -> Result<Model, ConfigError> {
         config.validate()?;
         let _c = runtime::category(Category::Parameter);
         let _g = runtime::no_grad();
         let mut rng = init::Rng::new(seed);
         Ok(match config.flavour {
-            Flavour::Cs336 => cs336::build(config, device, &mut rng),
-            Flavour::Tinyllama => tinyllama::build(config, device, &mut rng),
+            Flavour::Cs336 => cs336::build(config, device, dtype, &mut rng),
+            Flavour::Tinyllama => tinyllama::build(config, device, dtype, &mut rng),
         })
     }
 
@@ -114,6 +120,8 @@ impl Model {
 /// back contiguous and is stolen into `.grad`.
 pub(crate) fn linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
     let _s = runtime::scope(name);
+    // F.linear is an autocast op: the weight itself is cast (and cached), not its transpose.
+    let (x, w) = (autocast::lower(x), autocast::lower(w));
     x.matmul(&w.t())
 }
 
@@ -122,6 +130,8 @@ pub(crate) fn linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
 /// transposed, so AccumulateGrad copies it (one extra weight-sized allocation).
 pub(crate) fn linear_einsum(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
     let _s = runtime::scope(name);
+    // einsum is an autocast op: its operands are cast before einsum makes views of them.
+    let (x, w) = (&autocast::lower(x), &autocast::lower(w));
     let d_in = x.dim(-1);
     let n = x.numel() / d_in;
     let mut out_shape = x.shape().to_vec();

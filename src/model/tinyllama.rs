@@ -5,10 +5,9 @@ use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
 
-pub(crate) fn build(cfg: &ModelConfig, device: Device, rng: &mut super::init::Rng) -> Model {
+pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut super::init::Rng) -> Model {
     let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
     let kv = cfg.num_kv_heads * cfg.head_dim();
-    let dtype = DType::F32;
     let std = Init::Normal { std: 0.02 };
     let mut b = Builder { device, dtype, rng, params: Vec::new() };
     let embedding = b.param("token_embedding.weight".into(), &[v, d], std);

@@ -2,7 +2,8 @@
 //! lifetimes of the Python loop it models (the previous step's logits and loss stay bound
 //! until the new ones replace them), per-phase times and per-phase peak memory.
 use super::optim::Optimizer;
-use crate::engine::{runtime, Device, Tensor};
+use super::{GradScaler, Precision};
+use crate::engine::{autocast, runtime, Device, Tensor};
 use crate::model::{Flavour, Model};
 use crate::record::Phase;
 use serde::Serialize;
@@ -26,6 +27,8 @@ pub struct StepResult {
     pub peak_allocated: usize,
     /// Allocated bytes when the step ended.
     pub allocated_after: usize,
+    /// fp16 loss scaling found an inf/NaN gradient and skipped the optimizer step.
+    pub skipped_step: bool,
 }
 
 impl StepResult {
@@ -37,6 +40,9 @@ impl StepResult {
 pub struct StepRunner<'m> {
     pub model: &'m Model,
     pub optimizer: Optimizer,
+    pub precision: Precision,
+    /// fp16 only: `torch.amp.GradScaler`.
+    pub scaler: Option<GradScaler>,
     logits: Option<Tensor>,
     loss: Option<Tensor>,
 }
@@ -53,7 +59,16 @@ fn timed<T>(phase: Phase, stats: &mut Vec<PhaseStat>, f: impl FnOnce() -> T) -> 
 
 impl<'m> StepRunner<'m> {
     pub fn new(model: &'m Model, optimizer: Optimizer) -> Self {
-        StepRunner { model, optimizer, logits: None, loss: None }
+        StepRunner { model, optimizer, precision: Precision::Fp32, scaler: None, logits: None, loss: None }
+    }
+
+    /// Run forward and loss under `torch.autocast` (bf16/fp16, fp16 with loss scaling) or
+    /// on a model built in that precision (pure bf16).
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        assert_eq!(self.model.dtype, precision.param_dtype(), "the model's parameters must be in the precision's type");
+        self.precision = precision;
+        self.scaler = precision.loss_scaling().then(GradScaler::default);
+        self
     }
 
     pub fn step(&mut self, inputs: &Tensor, labels: &Tensor) -> StepResult {
@@ -83,6 +98,8 @@ impl<'m> StepRunner<'m> {
             runtime::with(|rt| rt.log.reset_phase_peak());
             let mut mark = Instant::now();
             let prev_logits = &mut self.logits;
+            // `with torch.autocast(...)`: forward and loss; backward runs outside.
+            let region = self.precision.autocast().map(autocast::enable);
             let (logits, loss) = model.forward_loss(inputs, labels, &mut |logits| {
                 fwd.seconds += mark.elapsed().as_secs_f64();
                 fwd.peak_allocated = fwd.peak_allocated.max(runtime::stats().phase_peak);
@@ -94,6 +111,7 @@ impl<'m> StepRunner<'m> {
                 runtime::with(|rt| rt.log.reset_phase_peak());
                 mark = Instant::now();
             });
+            drop(region);
             // `_, loss = model(tokens, labels)` / `loss = cross_entropy(...)`: rebinding frees
             // the previous step's tensors only now.
             self.logits = Some(logits);
@@ -108,7 +126,12 @@ impl<'m> StepRunner<'m> {
             loss_stat.seconds += mark.elapsed().as_secs_f64();
             loss_stat.peak_allocated = loss_stat.peak_allocated.max(runtime::stats().phase_peak);
             let mut one = Vec::with_capacity(1);
-            timed(Phase::Backward, &mut one, || loss.backward());
+            // `scaler.scale(loss).backward()`: the scaled loss lives through backward.
+            let scaler = &mut self.scaler;
+            timed(Phase::Backward, &mut one, || match scaler {
+                Some(s) => s.scale(&loss).backward(),
+                None => loss.backward(),
+            });
             bwd.seconds += one[0].seconds;
             bwd.peak_allocated = bwd.peak_allocated.max(one[0].peak_allocated);
             if let Some(v) = value.as_mut() {
@@ -117,8 +140,14 @@ impl<'m> StepRunner<'m> {
             drop(loss);
         }
         phases.extend([fwd, loss_stat, bwd]);
-        let opt = &mut self.optimizer;
-        timed(Phase::Optimizer, &mut phases, || opt.step(model.parameters()));
+        let (opt, scaler) = (&mut self.optimizer, &mut self.scaler);
+        let ran = timed(Phase::Optimizer, &mut phases, || match scaler {
+            Some(s) => s.step_and_update(model.parameters(), || opt.step(model.parameters())),
+            None => {
+                opt.step(model.parameters());
+                true
+            }
+        });
         runtime::set_phase(Phase::Setup);
         let seconds = t0.elapsed().as_secs_f64();
         StepResult {
@@ -126,6 +155,7 @@ impl<'m> StepRunner<'m> {
             seconds,
             peak_allocated: phases.iter().map(|p| p.peak_allocated).max().unwrap_or(0),
             allocated_after: runtime::stats().allocated,
+            skipped_step: !ran,
             phases,
         }
     }

@@ -249,6 +249,13 @@ impl Tensor {
     /// first). The causal mask is top-left aligned (key j visible to query i when j ≤ i).
     #[track_caller]
     pub fn flash_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        // scaled_dot_product_attention is on autocast's lower-precision list.
+        if crate::engine::autocast::active().is_some() {
+            let (lq, lk, lv) = (crate::engine::autocast::lower(q), crate::engine::autocast::lower(k), crate::engine::autocast::lower(v));
+            if lq.dtype() != q.dtype() || lk.dtype() != k.dtype() || lv.dtype() != v.dtype() {
+                return Tensor::flash_attention(&lq, &lk, &lv, causal, scale);
+            }
+        }
         assert!(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, "flash_attention expects (B, h, S, d) tensors");
         let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
         let sk = k.dim(2);

@@ -4,6 +4,7 @@
 use num_traits::{Float as _, One as _, Zero as _};
 #[allow(unused_imports)]
 use crate::engine::dtype::Real as _;
+use crate::engine::autocast;
 use crate::engine::autograd::{attach, needs_grad, save};
 use crate::engine::cpu::{self, CReal};
 use crate::engine::dtype::{DType, Real};
@@ -76,6 +77,7 @@ unfn!(Exp, |x| x.fexp());
 unfn!(Log, |x| x.ln());
 unfn!(Sqrt, |x| x.sqrt());
 unfn!(Rsqrt, |x| R::one() / x.sqrt());
+unfn!(Recip, |x| R::one() / x);
 unfn!(Sigmoid, |x| R::one() / (R::one() + (-x).fexp()));
 unfn!(Silu, |x| x / (R::one() + (-x).fexp()));
 unfn!(Cos, |x| x.cos());
@@ -256,6 +258,9 @@ impl Tensor {
     }
     #[track_caller]
     pub fn exp(&self) -> Tensor {
+        if let Some(x) = autocast::fp32_input(self) {
+            return x.exp();
+        }
         let out = unary_raw(self, Exp, float_dtype(self), "exp");
         if needs_grad(&[self]) {
             let r = save(&out);
@@ -265,6 +270,9 @@ impl Tensor {
     }
     #[track_caller]
     pub fn log(&self) -> Tensor {
+        if let Some(x) = autocast::fp32_input(self) {
+            return x.log();
+        }
         let out = unary_raw(self, Log, float_dtype(self), "log");
         if needs_grad(&[self]) {
             let x = save(self);
@@ -283,6 +291,9 @@ impl Tensor {
     }
     #[track_caller]
     pub fn rsqrt(&self) -> Tensor {
+        if let Some(x) = autocast::fp32_input(self) {
+            return x.rsqrt();
+        }
         let out = unary_raw(self, Rsqrt, float_dtype(self), "rsqrt");
         if needs_grad(&[self]) {
             let r = save(&out);
@@ -293,8 +304,24 @@ impl Tensor {
         }
         out
     }
+    /// `1 / self`; saves its output.
+    #[track_caller]
+    pub fn reciprocal(&self) -> Tensor {
+        if let Some(x) = autocast::fp32_input(self) {
+            return x.reciprocal();
+        }
+        let out = unary_raw(self, Recip, float_dtype(self), "reciprocal");
+        if needs_grad(&[self]) {
+            let r = save(&out);
+            return attach(out, "ReciprocalBackward0", &[self], Box::new(move |g| vec![Some(g.neg().mul(&r.mul(&r)))]));
+        }
+        out
+    }
     #[track_caller]
     pub fn pow_scalar(&self, p: f64) -> Tensor {
+        if let Some(x) = autocast::fp32_input(self) {
+            return x.pow_scalar(p);
+        }
         let out = unary_raw(self, PowS(p), float_dtype(self), "pow");
         if needs_grad(&[self]) {
             let x = save(self);
@@ -478,6 +505,18 @@ impl Tensor {
             }
         }
         self.inplace("mul_", 1, None, M(s));
+    }
+    /// `self.fill_(value)`
+    #[track_caller]
+    pub fn fill_(&self, value: f64) {
+        #[derive(Clone, Copy)]
+        struct F(f64);
+        impl BinFn for F {
+            fn call<R: Real>(self, _: R, _: R) -> R {
+                R::lit(self.0)
+            }
+        }
+        self.inplace("fill_", 0, None, F(value));
     }
     #[track_caller]
     pub fn add_scalar_(&self, s: f64) {

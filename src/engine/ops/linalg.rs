@@ -3,6 +3,7 @@
 //! copies it makes (and what autograd saves) are PyTorch's.
 #[allow(unused_imports)]
 use num_traits::{Float as _, One as _, Zero as _};
+use crate::engine::autocast;
 use crate::engine::autograd::{attach, needs_grad, save};
 use crate::engine::cpu::{self, CReal};
 use crate::engine::dtype::DType;
@@ -155,6 +156,9 @@ impl Tensor {
     /// lands contiguous, as in PyTorch).
     #[track_caller]
     pub fn mm(&self, other: &Tensor) -> Tensor {
+        if let Some((a, b)) = autocast::lower_pair(self, other) {
+            return a.mm(&b);
+        }
         assert!(self.rank() == 2 && other.rank() == 2, "mm expects matrices, got {:?} and {:?}", self.shape(), other.shape());
         assert_eq!(self.shape()[1], other.shape()[0], "mm: {:?} x {:?}", self.shape(), other.shape());
         assert_eq!(self.dtype(), other.dtype(), "mm: dtype mismatch {} vs {}", self.dtype(), other.dtype());
@@ -177,6 +181,9 @@ impl Tensor {
     /// Batched matrix product of 3-D tensors (`aten::bmm`).
     #[track_caller]
     pub fn bmm(&self, other: &Tensor) -> Tensor {
+        if let Some((a, b)) = autocast::lower_pair(self, other) {
+            return a.bmm(&b);
+        }
         assert!(self.rank() == 3 && other.rank() == 3, "bmm expects 3-D tensors, got {:?} and {:?}", self.shape(), other.shape());
         assert_eq!(self.shape()[0], other.shape()[0], "bmm batch mismatch");
         assert_eq!(self.shape()[2], other.shape()[1], "bmm: {:?} x {:?}", self.shape(), other.shape());
@@ -200,6 +207,9 @@ impl Tensor {
     /// view), otherwise broadcast the batch dims and `bmm`.
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
+        if let Some((a, b)) = autocast::lower_pair(self, other) {
+            return a.matmul(&b);
+        }
         let (d1, d2) = (self.rank(), other.rank());
         assert!(d1 >= 2 && d2 >= 2, "matmul expects rank >= 2, got {:?} and {:?}", self.shape(), other.shape());
         if d1 == 2 && d2 == 2 {

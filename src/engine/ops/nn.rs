@@ -51,6 +51,9 @@ impl Tensor {
     /// Fused softmax (`F.softmax`): saves its output.
     #[track_caller]
     pub fn softmax(&self, dim: isize) -> Tensor {
+        if let Some(x) = crate::engine::autocast::fp32_input(self) {
+            return x.softmax(dim);
+        }
         let n = last_dim(self, dim, "softmax");
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
@@ -81,6 +84,9 @@ impl Tensor {
     /// Fused log_softmax: saves its output.
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {
+        if let Some(x) = crate::engine::autocast::fp32_input(self) {
+            return x.log_softmax(dim);
+        }
         let n = last_dim(self, dim, "log_softmax");
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
@@ -112,6 +118,9 @@ impl Tensor {
     /// `total_weight` (a 0-d tensor) and saves it with the target.
     #[track_caller]
     pub fn nll_loss(&self, target: &Tensor) -> Tensor {
+        if let Some(x) = crate::engine::autocast::fp32_input(self) {
+            return x.nll_loss(target);
+        }
         assert_eq!(self.rank(), 2, "nll_loss expects (N, C) log-probabilities");
         assert_eq!(target.shape(), &self.shape()[..1], "nll_loss target shape");
         let (nrows, c) = (self.shape()[0], self.shape()[1]);

@@ -70,20 +70,23 @@ impl Tensor {
     pub fn sum_dim(&self, dim: isize, keepdim: bool) -> Tensor {
         let d = dim_index(dim, self.rank());
         let shape = reduced_shape(self.shape(), d, keepdim);
-        let dtype = self.dtype();
+        // Under autocast a low-precision input sums into fp32 (sum(dtype=float32)).
+        let dtype = crate::engine::autocast::reduce_dtype(self.dtype());
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &shape, "sum", &[self], || sum_over::<R>(self, d))
         });
         if needs_grad(&[self]) {
             let in_shape = self.shape().to_vec();
-            return attach(out, "SumBackward1", &[self], Box::new(move |g| vec![Some(keep(&g, d, keepdim).expand(&in_shape))]));
+            let src = self.dtype();
+            // The engine casts a gradient to its input's dtype (validate_outputs).
+            return attach(out, "SumBackward1", &[self], Box::new(move |g| vec![Some(keep(&g, d, keepdim).expand(&in_shape).to_dtype(src))]));
         }
         out
     }
     /// Sum of all elements (0-d result).
     #[track_caller]
     pub fn sum_all(&self) -> Tensor {
-        let dtype = self.dtype();
+        let dtype = crate::engine::autocast::reduce_dtype(self.dtype());
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &[], "sum", &[self], || {
                 let v = cpu::read::<R>(self);
@@ -92,7 +95,8 @@ impl Tensor {
         });
         if needs_grad(&[self]) {
             let in_shape = self.shape().to_vec();
-            return attach(out, "SumBackward0", &[self], Box::new(move |g| vec![Some(g.expand(&in_shape))]));
+            let src = self.dtype();
+            return attach(out, "SumBackward0", &[self], Box::new(move |g| vec![Some(g.expand(&in_shape).to_dtype(src))]));
         }
         out
     }
