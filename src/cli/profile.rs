@@ -103,6 +103,8 @@ struct Plan {
     gpu: Option<Gpu>,
     conf: AllocatorConfig,
     fraction: Option<f64>,
+    /// The model source's note (a config.json's torch_dtype), printed once by the caller.
+    note: Option<String>,
 }
 
 fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
@@ -169,7 +171,7 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
             return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
         }
     }
-    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, gpu, conf, fraction: a.memory_fraction })
+    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, gpu, conf, fraction: a.memory_fraction, note: r.note.clone() })
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -361,6 +363,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
 
 pub fn run(a: ProfileArgs) -> Result<()> {
     let p = plan(&a)?;
+    if let Some(n) = &p.note {
+        eprintln!("note: {n}");
+    }
     set_threads(a.threads)?;
     let mut runs = Vec::new();
     for &ctx in &p.contexts {
