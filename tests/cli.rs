@@ -69,3 +69,43 @@ fn bad_configuration_names_the_flag_exits_2_and_writes_nothing() {
         assert!(!Path::new(&out).exists(), "{args:?} wrote {}", out.display());
     }
 }
+
+#[test]
+fn config_json_builds_the_model_shape_flags_override_it_and_errors_name_the_field() {
+    let dir = tmp("hfconfig");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llama3_8b_config.json");
+    let bad_json = dir.join("bad.json");
+    std::fs::write(&bad_json, "{ not json").unwrap();
+    let missing = dir.join("missing.json");
+    std::fs::write(&missing, r#"{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
+    let wrong = dir.join("wrong.json");
+    std::fs::write(&wrong, r#"{"hidden_size": 64, "intermediate_size": "128", "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
+    let heads = dir.join("heads.json");
+    std::fs::write(&heads, r#"{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 6, "vocab_size": 100}"#).unwrap();
+    let nofile = dir.join("nope.json");
+    let cases: Vec<(std::path::PathBuf, &str)> = vec![
+        (nofile, "cannot read"),
+        (bad_json, "not valid JSON"),
+        (missing, "'intermediate_size' is missing"),
+        (wrong, "'intermediate_size' must be a positive integer"),
+        (heads, "num_attention_heads 6 does not divide hidden_size 64"),
+    ];
+    for (file, what) in cases {
+        let out = dir.join("out");
+        let o = vramscope(&["profile", "--device", "meta", "--config", file.to_str().unwrap(), "--out-dir", out.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{file:?}: {err}");
+        assert!(err.contains("--config") && err.contains(what), "{file:?}: {err}");
+        assert!(!out.exists());
+    }
+    // Explicit shape flags override the file: 2 layers of Llama-3-8B.
+    let out = dir.join("est.json");
+    let o = vramscope(&["estimate", "--config", fixture, "--num-layers", "2", "--no-simulate", "--context-length", "64", "--json", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("torch_dtype bfloat16"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let per_layer: u64 = 4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096;
+    let params = 2 * per_layer + 2 * 128_256 * 4096 + 4096;
+    assert!(text.contains(&params.to_string()), "{params} not in {text}");
+}

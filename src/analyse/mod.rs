@@ -1,6 +1,7 @@
 //! Pure functions over recorded memory events: the peak and what is live at it, per-phase
 //! peaks, breakdowns by category and module, the largest allocations.
 pub mod estimate;
+pub mod fit;
 pub mod flops;
 pub mod snapshot;
 
@@ -56,6 +57,9 @@ pub struct PeakReport {
     pub by_category_requested: Vec<(Category, usize)>,
     /// Live bytes at the peak per module path, largest first.
     pub by_module: Vec<(String, usize)>,
+    /// Activation bytes (allocator blocks) live at the peak per op that made them, largest
+    /// first: which ops' saved tensors fill the activation memory.
+    pub activations_by_op: Vec<(String, usize)>,
     /// The largest allocations made during the recording (block bytes), largest first.
     pub largest: Vec<LiveAlloc>,
     pub live_at_peak: usize,
@@ -97,7 +101,11 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
     let mut cat: HashMap<Category, usize> = HashMap::new();
     let mut cat_req: HashMap<Category, usize> = HashMap::new();
     let mut module: HashMap<String, usize> = HashMap::new();
+    let mut act_op: HashMap<String, usize> = HashMap::new();
     for e in live.values() {
+        if e.category == Category::Activation {
+            *act_op.entry(e.op.to_string()).or_default() += e.block;
+        }
         *cat.entry(e.category).or_default() += e.block;
         *cat_req.entry(e.category).or_default() += e.bytes;
         *module.entry(if e.scope.is_empty() { "<top level>".into() } else { e.scope.to_string() }).or_default() += e.block;
@@ -121,6 +129,7 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
         by_category: sorted(cat),
         by_category_requested: sorted(cat_req),
         by_module: sorted(module),
+        activations_by_op: sorted(act_op),
         largest,
         live_at_peak: live.len(),
     }

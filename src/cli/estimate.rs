@@ -174,6 +174,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
 
 pub fn run(a: EstimateArgs) -> Result<()> {
     let r = a.model.resolve("walkthrough")?;
+    r.print_note();
     let mut cfg = r.config;
     let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);

@@ -7,6 +7,7 @@ pub mod estimate;
 pub mod model_flags;
 pub mod precision_flags;
 pub mod profile;
+pub mod sweep;
 pub mod train;
 pub mod view;
 
@@ -26,6 +27,9 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Profile memory like CS336's profile_memory.py: snapshot, summary, peak table.
     Profile(profile::ProfileArgs),
+    /// Profile runs over the grid of comma lists given to profile flags: CSV, JSON, Markdown,
+    /// SVG plots and scaling fits (memory vs batch size and sequence length).
+    Sweep(sweep::SweepArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(analyze::AnalyzeArgs),
     /// Write the offline HTML report of a snapshot, or of two side by side on one scale.
@@ -57,6 +61,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Train(a) => train::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
+        Command::Sweep(a) => sweep::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
         Command::Estimate(a) => estimate::run(a),
@@ -79,4 +84,18 @@ pub fn set_threads(n: Option<usize>) -> anyhow::Result<usize> {
     let n = n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     Ok(rayon::current_num_threads())
+}
+
+/// The allocator model's out-of-memory unwinds as a panic carrying `OomPanic`, caught by the
+/// run that reports it; keep the default hook from printing it (other panics print as usual).
+pub fn quiet_oom_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<crate::engine::runtime::OomPanic>().is_none() {
+                prev(info)
+            }
+        }));
+    });
 }

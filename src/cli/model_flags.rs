@@ -9,6 +9,12 @@ pub struct ModelFlags {
     /// tiny|small|medium|large|very_large (prefix cs336- / tinyllama- when ambiguous)
     #[arg(long, visible_alias = "model", alias = "model-size")]
     pub preset: Option<String>,
+    /// A Hugging Face config.json (LlamaConfig) instead of a preset: hidden_size,
+    /// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+    /// vocab_size, rope_theta, rms_norm_eps, tie_word_embeddings, max_position_embeddings
+    /// (torch_dtype is recorded; parameters are modelled in fp32). Shape flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// Reference implementation to reproduce: cs336 or tinyllama
     #[arg(long)]
     pub flavour: Option<String>,
@@ -44,6 +50,44 @@ pub struct ModelFlags {
 pub struct Resolved {
     pub preset: presets::Preset,
     pub config: ModelConfig,
+    /// Something the user should know about how the model is modelled (printed by the
+    /// subcommand), e.g. a config.json's bf16 torch_dtype modelled in fp32.
+    pub note: Option<String>,
+}
+
+impl Resolved {
+    /// Print the note, if any, to stderr.
+    pub fn print_note(&self) {
+        if let Some(n) = &self.note {
+            eprintln!("note: {n}");
+        }
+    }
+}
+
+/// The preset a `--config FILE` stands for: its model, named after the file, with run
+/// defaults batch 4 and context min(512, max_position_embeddings).
+fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow::Result<(presets::Preset, Option<String>)> {
+    let flag = "--config";
+    let text = std::fs::read_to_string(path).map_err(|e| usage(flag, format!("cannot read {}: {e}", path.display())))?;
+    let hf = crate::model::hf::parse(&text).map_err(|e| usage(flag, format!("{}: {e}", path.display())))?;
+    let mut model = hf.config;
+    if let Some(f) = flavour {
+        model.flavour = f;
+        model.norm_fp32_upcast = f == Flavour::Cs336;
+    }
+    let stem = path.file_stem().map_or("config".into(), |s| s.to_string_lossy().into_owned());
+    let stem = stem.strip_suffix("_config").or_else(|| stem.strip_suffix("-config")).unwrap_or(&stem).to_string();
+    let name: &'static str = Box::leak(stem.into_boxed_str());
+    let note = match hf.torch_dtype.as_deref() {
+        Some(dt @ ("bfloat16" | "float16" | "bf16" | "fp16" | "half")) => Some(format!(
+            "{}: torch_dtype {dt} is recorded, but parameters, gradients and activations are modelled in fp32 (no precision option yet)",
+            path.display()
+        )),
+        _ => None,
+    };
+    let seq_len = model.max_seq_len.min(512);
+    let expected_params = model.param_count();
+    Ok((presets::Preset { name, model, batch_size: 4, seq_len, num_steps: 10, expected_params }, note))
 }
 
 impl ModelFlags {
@@ -52,18 +96,17 @@ impl ModelFlags {
             Some(f) => Some(Flavour::parse(f).ok_or_else(|| usage("--flavour", format!("'{f}' (expected cs336 or tinyllama)")))?),
             None => None,
         };
-        let name = self.preset.as_deref().unwrap_or(default_preset);
-        // A flavour without a preset picks that flavour's default model.
-        let name = match (self.preset.as_deref(), flavour) {
-            (None, Some(Flavour::Cs336)) => "small",
-            _ => name,
-        };
-        let preset = presets::find(name, flavour).map_err(|e| usage("--preset", e))?;
-        if let Some(f) = flavour {
-            if f != preset.model.flavour {
-                return Err(usage("--flavour", format!("preset '{name}' is a {} model", preset.model.flavour)));
+        let mut note = None;
+        let preset = if let Some(path) = &self.config {
+            if let Some(p) = &self.preset {
+                return Err(usage("--config", format!("gives the model; drop --preset/--model '{p}'")));
             }
-        }
+            let (preset, n) = from_config_file(path, flavour)?;
+            note = n;
+            preset
+        } else {
+            self.find_preset(default_preset, flavour)?
+        };
         let mut c = preset.model.clone();
         let set = |v: &mut usize, o: Option<usize>| {
             if let Some(o) = o {
@@ -93,6 +136,22 @@ impl ModelFlags {
             c.attention = Attention::parse(a).ok_or_else(|| usage("--attention", format!("'{a}' (expected naive or flash)")))?;
         }
         c.validate().map_err(super::UsageError::from)?;
-        Ok(Resolved { preset, config: c })
+        Ok(Resolved { preset, config: c, note })
+    }
+
+    fn find_preset(&self, default_preset: &str, flavour: Option<Flavour>) -> anyhow::Result<presets::Preset> {
+        let name = self.preset.as_deref().unwrap_or(default_preset);
+        // A flavour without a preset picks that flavour's default model.
+        let name = match (self.preset.as_deref(), flavour) {
+            (None, Some(Flavour::Cs336)) => "small",
+            _ => name,
+        };
+        let preset = presets::find(name, flavour).map_err(|e| usage("--preset", e))?;
+        if let Some(f) = flavour {
+            if f != preset.model.flavour {
+                return Err(usage("--flavour", format!("preset '{name}' is a {} model", preset.model.flavour)));
+            }
+        }
+        Ok(preset)
     }
 }

@@ -8,7 +8,8 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 pub struct PrecisionFlags {
     /// fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with
-    /// a dynamic loss scaler); parameters, gradients and optimizer state stay fp32
+    /// a dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or
+    /// pure-bf16 (= --pure-bf16)
     #[arg(long)]
     pub precision: Option<String>,
     /// CS336 spelling of autocast: with --dtype bf16 (default) or fp16
@@ -29,8 +30,8 @@ impl PrecisionFlags {
     pub fn resolve(&self) -> anyhow::Result<Precision> {
         let mut chosen: Vec<(&str, Precision)> = Vec::new();
         if let Some(p) = &self.precision {
-            let v = Precision::parse(p).filter(|&v| v != Precision::PureBf16);
-            chosen.push(("--precision", v.ok_or_else(|| usage("--precision", format!("'{p}' (expected fp32, bf16 or fp16)")))?));
+            let v = Precision::parse(p);
+            chosen.push(("--precision", v.ok_or_else(|| usage("--precision", format!("'{p}' (expected fp32, bf16, fp16 or pure-bf16)")))?));
         }
         if self.use_mixed_precision {
             let v = match self.dtype.as_deref().unwrap_or("bf16") {

@@ -95,18 +95,23 @@ pub struct ProfileArgs {
     pub flops_depth: usize,
 }
 
-struct Plan {
-    model: ModelConfig,
-    model_name: String,
-    batch: usize,
-    contexts: Vec<usize>,
-    device: Device,
-    capacity: usize,
-    gpu_name: Option<String>,
+/// A validated profile invocation (shared with `sweep` and `fit`, which run one per point).
+pub(crate) struct Plan {
+    pub model: ModelConfig,
+    pub model_name: String,
+    pub batch: usize,
+    pub contexts: Vec<usize>,
+    pub device: Device,
+    pub capacity: usize,
+    pub gpu_name: Option<String>,
     gpu: Option<Gpu>,
     conf: AllocatorConfig,
     fraction: Option<f64>,
-    precision: Precision,
+    pub precision: Precision,
+    /// Write the snapshot and its HTML report per run (`sweep` and `fit` turn this off).
+    pub write_files: bool,
+    /// The model source's note (a config.json's torch_dtype), printed once by the caller.
+    pub note: Option<String>,
 }
 
 fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
@@ -117,7 +122,7 @@ fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
     }
 }
 
-fn plan(a: &ProfileArgs) -> Result<Plan> {
+pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     let r = a.model.resolve("walkthrough")?;
     let mut cfg = r.config;
     let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
@@ -175,7 +180,21 @@ fn plan(a: &ProfileArgs) -> Result<Plan> {
     }
     let precision = a.precision.resolve()?;
     super::precision_flags::check(&cfg, precision)?;
-    Ok(Plan { model: cfg, model_name: r.preset.name.to_string(), batch, contexts, device, capacity, gpu_name, gpu, conf, fraction: a.memory_fraction, precision })
+    Ok(Plan {
+        model: cfg,
+        model_name: r.preset.name.to_string(),
+        batch,
+        contexts,
+        device,
+        capacity,
+        gpu_name,
+        gpu,
+        conf,
+        fraction: a.memory_fraction,
+        precision,
+        note: r.note.clone(),
+        write_files: true,
+    })
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -185,8 +204,9 @@ pub struct Run {
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
-    pub snapshot: PathBuf,
-    pub report_html: PathBuf,
+    /// The snapshot and its HTML report (None when the plan writes no files).
+    pub snapshot: Option<PathBuf>,
+    pub report_html: Option<PathBuf>,
     pub events: usize,
     pub compute: Option<ComputeOut>,
 }
@@ -220,7 +240,7 @@ pub struct ComputeOut {
     pub roofline: Option<Roofline>,
 }
 
-fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
+pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
     runtime::reset();
     let mut allocator = CachingAllocator::new(p.conf.clone(), p.capacity);
     if let Some(f) = p.fraction {
@@ -293,20 +313,24 @@ fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Resu
         None => m,
     });
     let report = analyse::peak(&before, &events, 20);
-    let snap = snapshot::build(&alloc, &before, &events, &actions);
-    let path = a.output.clone().unwrap_or_else(|| {
-        let kind = format!("{kind:?}").to_lowercase();
-        // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
-        let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
-        a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}_snapshot.pickle", p.model_name))
-    });
-    write_atomic(&path, &pickle::write(&snap))?;
     let stats = alloc.stats;
-    let capacity = (p.capacity < usize::MAX / 4)
-        .then(|| Capacity { label: p.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: p.capacity as u64 });
-    let report_html = super::view::write_beside(&path, &snap, capacity, serde_json::to_value(stats).ok())?;
+    let (mut snapshot_path, mut report_html) = (None, None);
+    if p.write_files {
+        let snap = snapshot::build(&alloc, &before, &events, &actions);
+        let path = a.output.clone().unwrap_or_else(|| {
+            let kind = format!("{kind:?}").to_lowercase();
+            // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
+            let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
+            a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}_snapshot.pickle", p.model_name))
+        });
+        write_atomic(&path, &pickle::write(&snap))?;
+        let capacity = (p.capacity < usize::MAX / 4)
+            .then(|| Capacity { label: p.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: p.capacity as u64 });
+        report_html = Some(super::view::write_beside(&path, &snap, capacity, serde_json::to_value(stats).ok())?);
+        snapshot_path = Some(path);
+    }
     runtime::reset();
-    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: path, report_html, events: events.len(), compute })
+    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: snapshot_path, report_html, events: events.len(), compute })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {
@@ -363,8 +387,10 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
         r.stats.num_alloc_retries,
         r.stats.num_ooms
     );
-    println!("snapshot: {} ({} events; open it at pytorch.org/memory_viz)", r.snapshot.display(), r.events);
-    println!("report: {} (offline HTML: timeline, breakdown at the peak, largest allocations)", r.report_html.display());
+    if let (Some(snap), Some(html)) = (&r.snapshot, &r.report_html) {
+        println!("snapshot: {} ({} events; open it at pytorch.org/memory_viz)", snap.display(), r.events);
+        println!("report: {} (offline HTML: timeline, breakdown at the peak, largest allocations)", html.display());
+    }
     if let Some(c) = &r.compute {
         super::compute::print(&c.report, depth, c.achieved.as_ref(), c.roofline.as_ref());
     }
@@ -372,7 +398,11 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
 
 pub fn run(a: ProfileArgs) -> Result<()> {
     let p = plan(&a)?;
+    if let Some(n) = &p.note {
+        eprintln!("note: {n}");
+    }
     set_threads(a.threads)?;
+    super::quiet_oom_panics();
     let mut runs = Vec::new();
     for &ctx in &p.contexts {
         for &kind in &a.profile_type {

@@ -139,6 +139,7 @@ pub struct ComputeWindow {
 
 pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     let r = a.model.resolve("walkthrough")?;
+    r.print_note();
     let cfg = r.config;
     let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);

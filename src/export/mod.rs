@@ -4,6 +4,7 @@ pub mod html;
 pub mod chrome_trace;
 pub mod pickle;
 pub mod snapshot;
+pub mod svg;
 
 use anyhow::{Context, Result};
 use std::io::Write;

@@ -1,6 +1,7 @@
 //! The LLaMA-style decoder in the two reference flavours, built from engine primitives op
 //! for op (the op sequence decides which tensors exist and what autograd keeps).
 pub mod config;
+pub mod hf;
 pub mod cs336;
 pub mod init;
 pub mod presets;

@@ -1,0 +1,132 @@
+//! Models from a Hugging Face `config.json` (`LlamaConfig`): the shape fields map onto a
+//! [`ModelConfig`] of the tinyllama flavour, the closest of the two references to HF's Llama
+//! (F.linear projections, fused softmax, grouped-query attention expanded with
+//! repeat_interleave, fused silu and cross-entropy, torch.optim.AdamW).
+use super::config::{Attention, Flavour, ModelConfig};
+use serde_json::Value;
+
+/// What a config.json describes, plus the fields vramscope records but does not model.
+#[derive(Clone, Debug)]
+pub struct HfModel {
+    pub config: ModelConfig,
+    /// `torch_dtype` as written ("bfloat16", "float16", "float32"), if present.
+    pub torch_dtype: Option<String>,
+    /// `model_type` as written, if present.
+    pub model_type: Option<String>,
+}
+
+fn field<'a>(obj: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
+    obj.get(name).filter(|v| !v.is_null())
+}
+
+fn uint(obj: &serde_json::Map<String, Value>, name: &str, default: Option<usize>) -> Result<usize, String> {
+    match field(obj, name) {
+        None => default.ok_or_else(|| format!("required field '{name}' is missing")),
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 => usize::try_from(n).map_err(|_| format!("field '{name}' is too large ({n})")),
+            _ => Err(format!("field '{name}' must be a positive integer, found {v}")),
+        },
+    }
+}
+
+fn float(obj: &serde_json::Map<String, Value>, name: &str, default: f64) -> Result<f64, String> {
+    match field(obj, name) {
+        None => Ok(default),
+        Some(v) => v.as_f64().ok_or_else(|| format!("field '{name}' must be a number, found {v}")),
+    }
+}
+
+fn boolean(obj: &serde_json::Map<String, Value>, name: &str, default: bool) -> Result<bool, String> {
+    match field(obj, name) {
+        None => Ok(default),
+        Some(v) => v.as_bool().ok_or_else(|| format!("field '{name}' must be true or false, found {v}")),
+    }
+}
+
+fn string(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, String> {
+    match field(obj, name) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(format!("field '{name}' must be a string, found {v}")),
+    }
+}
+
+/// Parse the text of a `config.json`. Errors name the field. Defaults are `LlamaConfig`'s:
+/// num_key_value_heads = num_attention_heads, rope_theta 10000, rms_norm_eps 1e-6,
+/// tie_word_embeddings false, max_position_embeddings 2048.
+pub fn parse(text: &str) -> Result<HfModel, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let obj = v.as_object().ok_or("expected a JSON object at the top level")?;
+    let d = uint(obj, "hidden_size", None)?;
+    let f = uint(obj, "intermediate_size", None)?;
+    let l = uint(obj, "num_hidden_layers", None)?;
+    let h = uint(obj, "num_attention_heads", None)?;
+    let kv = uint(obj, "num_key_value_heads", Some(h))?;
+    let vocab = uint(obj, "vocab_size", None)?;
+    let max = uint(obj, "max_position_embeddings", Some(2048))?;
+    let rope_theta = float(obj, "rope_theta", 10_000.0)?;
+    let eps = float(obj, "rms_norm_eps", 1e-6)?;
+    let tied = boolean(obj, "tie_word_embeddings", false)?;
+    let torch_dtype = string(obj, "torch_dtype")?;
+    let model_type = string(obj, "model_type")?;
+    if d % h != 0 {
+        return Err(format!("num_attention_heads {h} does not divide hidden_size {d}"));
+    }
+    if h % kv != 0 {
+        return Err(format!("num_key_value_heads {kv} does not divide num_attention_heads {h}"));
+    }
+    if let Some(hd) = field(obj, "head_dim") {
+        if hd.as_u64() != Some((d / h) as u64) {
+            return Err(format!("head_dim {hd} differs from hidden_size / num_attention_heads = {} (not modelled)", d / h));
+        }
+    }
+    if !(rope_theta > 0.0) {
+        return Err(format!("rope_theta must be positive, found {rope_theta}"));
+    }
+    if !(eps >= 0.0) {
+        return Err(format!("rms_norm_eps must be non-negative, found {eps}"));
+    }
+    let config = ModelConfig {
+        flavour: Flavour::Tinyllama,
+        vocab_size: vocab,
+        d_model: d,
+        num_layers: l,
+        num_heads: h,
+        num_kv_heads: kv,
+        d_ff: f,
+        rope_theta,
+        norm_eps: eps,
+        norm_fp32_upcast: false,
+        tied_embeddings: tied,
+        max_seq_len: max,
+        attention: Attention::Naive,
+    };
+    Ok(HfModel { config, torch_dtype, model_type })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_8b_counts_its_parameters() {
+        let m = parse(include_str!("../../tests/fixtures/llama3_8b_config.json")).unwrap();
+        assert_eq!(m.config.param_count(), 8_030_261_248);
+        assert_eq!(m.config.num_kv_heads, 8);
+        assert!(!m.config.tied_embeddings);
+        assert_eq!(m.torch_dtype.as_deref(), Some("bfloat16"));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert!(parse("{").unwrap_err().contains("JSON"));
+        assert!(parse(r#"{"hidden_size": 64}"#).unwrap_err().contains("intermediate_size"));
+        let bad = r#"{"hidden_size": "64", "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}"#;
+        assert!(parse(bad).unwrap_err().contains("'hidden_size' must be a positive integer"));
+        let heads = r#"{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 100}"#;
+        assert!(parse(heads).unwrap_err().contains("num_key_value_heads 3"));
+        let ok = r#"{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}"#;
+        let m = parse(ok).unwrap();
+        assert_eq!((m.config.num_kv_heads, m.config.max_seq_len, m.config.tied_embeddings), (4, 2048, false));
+    }
+}

@@ -1,0 +1,117 @@
+//! `vramscope sweep` and `vramscope fit` end to end on meta.
+use std::process::Command;
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-sweep-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn meta_sweep_activations_are_exactly_linear_in_batch_and_files_are_written() {
+    let out = tmp("linear");
+    let o = vramscope(&["sweep", "--batch-size", "1,2,3,4,5,6", "--context-length", "64,128", "--profile-type", "forward", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("peak allocated vs batch-size") && stdout.contains("per sample"), "{stdout}");
+    for f in ["sweep.csv", "sweep.json", "sweep.md", "sweep_batch-size.svg", "sweep_context-length.svg"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let s = json(&out.join("sweep.json"));
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 12);
+    for ctx in ["64", "128"] {
+        let act: Vec<i64> = points
+            .iter()
+            .filter(|p| p["values"]["context-length"] == ctx)
+            .map(|p| p["at_peak_requested_by_category"]["activation"].as_i64().unwrap())
+            .collect();
+        assert_eq!(act.len(), 6);
+        assert!(act[0] > 0);
+        // Second differences are zero: every saved tensor is B times a per-sample size.
+        for w in act.windows(3) {
+            assert_eq!(w[2] - 2 * w[1] + w[0], 0, "S={ctx}: {act:?}");
+        }
+    }
+    // The batch fit per context length: slope positive, R² ≈ 1.
+    let fits = s["fits"].as_array().unwrap();
+    let batch_fits: Vec<_> = fits.iter().filter(|f| f["axis"] == "batch-size").collect();
+    assert_eq!(batch_fits.len(), 2);
+    for f in batch_fits {
+        assert!(f["linear"]["coeffs"][1].as_f64().unwrap() > 0.0);
+        assert!(f["linear"]["r2"].as_f64().unwrap() > 0.999, "{f}");
+    }
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 13);
+    assert!(csv.starts_with("batch-size,context-length,profile-type,"));
+    let svg = std::fs::read_to_string(out.join("sweep_batch-size.svg")).unwrap();
+    assert!(svg.contains("GiB") && svg.matches("<polyline").count() == 4, "two lines per context length");
+    let md = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    assert!(md.contains("| batch-size | context-length |") && md.contains("## Fits"));
+}
+
+#[test]
+fn context_sweep_finds_the_s_squared_attention_tensors() {
+    let out = tmp("quad");
+    let o = vramscope(&["sweep", "--model", "walkthrough", "--max-seq-len", "512", "--batch-size", "2", "--context-length", "64,128,256,512", "--profile-type", "forward", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = json(&out.join("sweep.json"));
+    let f = s["fits"].as_array().unwrap().iter().find(|f| f["axis"] == "context-length").unwrap().clone();
+    let q = &f["quadratic"];
+    assert!(q["coeffs"][2].as_f64().unwrap() > 0.0 && q["r2"].as_f64().unwrap() > 0.999, "{f}");
+    // The naive forward saves the softmax output (B, h, S, S) per layer: 4 layers · B 2 · h 8 · 4 bytes.
+    let act = f["components"].as_array().unwrap().iter().find(|c| c["name"] == "activation").unwrap();
+    assert_eq!(act["grows_quadratically"], true, "{act}");
+    let ops: Vec<&str> = f["quadratic_ops"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(ops.contains(&"softmax"), "{ops:?}");
+    let c_softmax = f["quadratic_ops"].as_array().unwrap().iter().find(|c| c["name"] == "softmax").unwrap()["fit"]["coeffs"][2].as_f64().unwrap();
+    assert!((c_softmax - (4 * 2 * 8 * 4) as f64).abs() < 1.0, "{c_softmax}");
+    let steps = f["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    assert!(steps.iter().all(|s| s["per_doubling"].as_f64().unwrap() > 1.0));
+}
+
+#[test]
+fn bad_grids_name_the_flag_exit_2_and_write_nothing() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--batch-size", "1,,4"], "--batch-size"),
+        (&["--batch-size", ""], "--batch-size"),
+        (&["--batch-size", "1,two"], "--batch-size"),
+        (&["--context-length", "64,256"], "--context-length"),
+        (&["--num-heads", "8,7"], "--num-heads"),
+        (&["--profile-type", "forward,backward"], "--profile-type"),
+        (&["--model", "walkthrough,nonsense"], "--preset"),
+        (&["--grad-accum-steps", "1,3", "--batch-size", "8"], "--grad-accum-steps"),
+        (&["--device", "tpu"], "--device"),
+    ];
+    for (args, flag) in cases {
+        let out = tmp("bad");
+        let mut a = vec!["sweep", "--out-dir", out.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}
+
+#[test]
+fn out_of_memory_points_are_results() {
+    let out = tmp("oom");
+    let o = vramscope(&["sweep", "--batch-size", "1,64", "--memory-limit", "64MiB", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = json(&out.join("sweep.json"));
+    let p = s["points"].as_array().unwrap();
+    assert!(p[0]["oom"].is_null());
+    assert!(p[1]["oom"].as_str().unwrap().contains("out of memory"), "{}", p[1]);
+    assert!(std::fs::read_to_string(out.join("sweep.md")).unwrap().contains("| OOM |"));
+}
