@@ -7,6 +7,7 @@ pub mod estimate;
 pub mod model_flags;
 pub mod precision_flags;
 pub mod profile;
+pub mod run_all;
 pub mod sweep;
 pub mod train;
 pub mod view;
@@ -29,6 +30,9 @@ pub enum Command {
     Profile(profile::ProfileArgs),
     /// Profile runs over the grid of comma lists given to profile flags: CSV, JSON, Markdown,
     /// SVG plots and scaling fits (memory vs batch size and sequence length).
+    /// Seed 001's run_all.sh: the 2.7B model at context 128/256/512, forward and training,
+    /// fp32 and bf16, with the snapshots and the text answers of parts (b) to (e).
+    RunAll(run_all::RunAllArgs),
     Sweep(sweep::SweepArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(analyze::AnalyzeArgs),
@@ -62,6 +66,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::RunAll(a) => run_all::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
         Command::Estimate(a) => estimate::run(a),

@@ -114,6 +114,11 @@ pub(crate) struct Plan {
     pub note: Option<String>,
 }
 
+/// `--context-length`'s list syntax, for subcommands that run profiles.
+pub(crate) fn parse_context_list(s: &str) -> Result<Vec<usize>> {
+    parse_list("--context-length", s)
+}
+
 fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
     let v: Result<Vec<usize>, _> = s.split(',').map(|x| x.trim().parse::<usize>()).collect();
     match v {
