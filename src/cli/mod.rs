@@ -8,6 +8,7 @@ pub mod model_flags;
 pub mod precision_flags;
 pub mod profile;
 pub mod run_all;
+pub mod study;
 pub mod sweep;
 pub mod train;
 pub mod view;
@@ -33,6 +34,9 @@ pub enum Command {
     /// Seed 001's run_all.sh: the 2.7B model at context 128/256/512, forward and training,
     /// fp32 and bf16, with the snapshots and the text answers of parts (b) to (e).
     RunAll(run_all::RunAllArgs),
+    /// Seed 002's launch_performance_study.sh: one workshop problem size into a timestamped
+    /// performance_results_<size>_<time>/ folder (cpu when it fits a time budget, else meta).
+    Study(study::StudyArgs),
     Sweep(sweep::SweepArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(analyze::AnalyzeArgs),
@@ -67,6 +71,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Profile(a) => profile::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::RunAll(a) => run_all::run(a),
+        Command::Study(a) => study::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
         Command::Estimate(a) => estimate::run(a),
