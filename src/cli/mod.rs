@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod bench;
 pub mod compute;
 pub mod estimate;
+pub mod fit;
 pub mod model_flags;
 pub mod profile;
 pub mod sweep;
@@ -29,6 +30,8 @@ pub enum Command {
     /// Profile runs over the grid of comma lists given to profile flags: CSV, JSON, Markdown,
     /// SVG plots and scaling fits (memory vs batch size and sequence length).
     Sweep(sweep::SweepArgs),
+    /// The largest batch size or longest context that fits a GPU (search over meta runs).
+    Fit(fit::FitArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(analyze::AnalyzeArgs),
     /// Write the offline HTML report of a snapshot, or of two side by side on one scale.
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Fit(a) => fit::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
         Command::Estimate(a) => estimate::run(a),
