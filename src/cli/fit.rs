@@ -94,6 +94,17 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     }
 }
 
+/// GiB (1024³) for a GiB or more, else MiB (1024²): small limits stay readable.
+fn size(bytes: i64) -> String {
+    let b = bytes.unsigned_abs();
+    let sign = if bytes < 0 { "-" } else { "" };
+    if b >= 1 << 30 {
+        format!("{sign}{:.3} GiB", gib(b))
+    } else {
+        format!("{sign}{:.2} MiB", crate::export::mib(b))
+    }
+}
+
 pub fn run(a: FitArgs) -> Result<()> {
     if a.gpu.is_none() && a.memory_limit.is_none() {
         return Err(usage("--gpu", "fit needs a device capacity: give --gpu NAME or --memory-limit SIZE"));
@@ -220,11 +231,11 @@ pub fn run(a: FitArgs) -> Result<()> {
         Find::Context => format!("batch size {batch}"),
     };
     println!(
-        "vramscope fit | {} ({}) {:?}, {fixed_txt}, on meta against {device} ({:.2} GiB{}) | GiB are 1024³ bytes",
+        "vramscope fit | {} ({}) {:?}, {fixed_txt}, on meta against {device} ({}{}) | GiB/MiB are 1024-based",
         base.model_name,
         base.model.flavour,
         a.profile_type,
-        gib(capacity as u64),
+        size(capacity as i64),
         a.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
     );
     let tried: Vec<String> = probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
@@ -235,13 +246,13 @@ pub fn run(a: FitArgs) -> Result<()> {
             let m = margin.unwrap();
             println!("largest {what} that fits: {}", p.value);
             println!(
-                "at {}: peak allocated {:.3} GiB, peak reserved {:.3} GiB; margin {:.3} GiB ({:.1} % of {:.2} GiB) left",
+                "at {}: peak allocated {}, peak reserved {}; margin {} ({:.1} % of {}) left",
                 p.value,
-                gib(p.peak_allocated_bytes as u64),
-                gib(p.peak_reserved_bytes as u64),
-                m as f64 / (1u64 << 30) as f64,
+                size(p.peak_allocated_bytes as i64),
+                size(p.peak_reserved_bytes as i64),
+                size(m),
                 100.0 * m as f64 / capacity as f64,
-                gib(capacity as u64)
+                size(capacity as i64)
             );
             match &first_fail {
                 Some(f) => println!("{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
