@@ -115,3 +115,61 @@ fn out_of_memory_points_are_results() {
     assert!(p[1]["oom"].as_str().unwrap().contains("out of memory"), "{}", p[1]);
     assert!(std::fs::read_to_string(out.join("sweep.md")).unwrap().contains("| OOM |"));
 }
+
+fn fit_json(args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["fit", "--json"];
+    a.extend_from_slice(args);
+    let o = vramscope(&a);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Does `profile` (meta) of this point fit the limit? (exit 0, or 1 for out of memory)
+fn profile_fits(extra: &[&str], dir: &std::path::Path) -> bool {
+    let mut a = vec!["profile", "--device", "meta", "--out-dir", dir.to_str().unwrap()];
+    a.extend_from_slice(extra);
+    let o = vramscope(&a);
+    let code = o.status.code().unwrap();
+    assert!(code == 0 || code == 1, "{}", String::from_utf8_lossy(&o.stderr));
+    code == 0
+}
+
+#[test]
+fn fit_finds_the_largest_batch_and_the_longest_context_that_fit() {
+    let dir = tmp("fit");
+    let s = fit_json(&["--find", "batch", "--context-length", "64", "--memory-limit", "96MiB"]);
+    let n = s["answer"].as_u64().unwrap();
+    assert!(n > 1, "{s}");
+    assert_eq!(s["first_not_fitting"].as_u64().unwrap(), n + 1);
+    let cap = 96 * 1024 * 1024;
+    assert_eq!(s["capacity_bytes"].as_u64().unwrap(), cap);
+    let reserved = s["peak_reserved_bytes"].as_u64().unwrap();
+    assert!(reserved <= cap);
+    assert_eq!(s["margin_bytes"].as_i64().unwrap(), cap as i64 - reserved as i64);
+    let (b, b1) = (n.to_string(), (n + 1).to_string());
+    assert!(profile_fits(&["--batch-size", &b, "--context-length", "64", "--memory-limit", "96MiB"], &dir), "answer {n} must fit");
+    assert!(!profile_fits(&["--batch-size", &b1, "--context-length", "64", "--memory-limit", "96MiB"], &dir), "answer+1 must not fit");
+
+    let s = fit_json(&["--find", "context", "--batch-size", "4", "--max-seq-len", "8192", "--memory-limit", "96MiB", "--profile-type", "forward"]);
+    let n = s["answer"].as_u64().unwrap();
+    assert!(n > 2 && n < 8192, "{s}");
+    let (c, c1) = (n.to_string(), (n + 1).to_string());
+    let base = ["--batch-size", "4", "--max-seq-len", "8192", "--memory-limit", "96MiB", "--profile-type", "forward", "--context-length"];
+    assert!(profile_fits(&[&base[..], &[c.as_str()]].concat(), &dir));
+    assert!(!profile_fits(&[&base[..], &[c1.as_str()]].concat(), &dir));
+}
+
+#[test]
+fn fit_needs_a_capacity_and_rejects_the_searched_flag() {
+    for (args, flag) in [
+        (vec!["fit"], "--gpu"),
+        (vec!["fit", "--gpu", "H100", "--batch-size", "4"], "--batch-size"),
+        (vec!["fit", "--gpu", "nonsense"], "--gpu"),
+        (vec!["fit", "--memory-limit", "1GiB", "--find", "context", "--context-length", "64"], "--context-length"),
+    ] {
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}

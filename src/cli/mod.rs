@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod bench;
 pub mod compute;
 pub mod estimate;
+pub mod fit;
 pub mod model_flags;
 pub mod precision_flags;
 pub mod profile;
@@ -31,13 +32,15 @@ pub enum Command {
     Profile(profile::ProfileArgs),
     /// Profile runs over the grid of comma lists given to profile flags: CSV, JSON, Markdown,
     /// SVG plots and scaling fits (memory vs batch size and sequence length).
+    Sweep(sweep::SweepArgs),
+    /// The largest batch size or longest context that fits a GPU (search over meta runs).
+    Fit(fit::FitArgs),
     /// Seed 001's run_all.sh: the 2.7B model at context 128/256/512, forward and training,
     /// fp32 and bf16, with the snapshots and the text answers of parts (b) to (e).
     RunAll(run_all::RunAllArgs),
     /// Seed 002's launch_performance_study.sh: one workshop problem size into a timestamped
     /// performance_results_<size>_<time>/ folder (cpu when it fits a time budget, else meta).
     Study(study::StudyArgs),
-    Sweep(sweep::SweepArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(analyze::AnalyzeArgs),
     /// Write the offline HTML report of a snapshot, or of two side by side on one scale.
@@ -70,6 +73,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Fit(a) => fit::run(a),
         Command::RunAll(a) => run_all::run(a),
         Command::Study(a) => study::run(a),
         Command::Analyze(a) => analyze::run(a),

@@ -234,6 +234,8 @@ pub struct AxisFit {
     pub reserved_linear: Option<Poly>,
     /// mem(next) / mem(this) along x, and that factor per doubling of x.
     pub steps: Vec<Step>,
+    /// The phase of the peak and the x values where the peak falls in it.
+    pub peak_phases: Vec<(String, Vec<f64>)>,
     /// Per phase, that phase's own peak: which part of the step grows fastest.
     pub phases: Vec<ComponentFit>,
     /// The x values the per-category and per-op fits use: the points whose peak falls in the
@@ -327,6 +329,17 @@ pub fn fits(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<AxisF
                 reserved_linear: fit::linear(&xs, &rs),
                 steps: fit::doubling_factors(&xs, &ys),
                 phases,
+                peak_phases: {
+                    let mut v: Vec<(String, Vec<f64>)> = Vec::new();
+                    for (i, &m) in ok.iter().enumerate() {
+                        let ph = res[m].peak_phase.clone().unwrap_or_else(|| "-".into());
+                        match v.iter_mut().find(|(p, _)| *p == ph) {
+                            Some((_, xv)) => xv.push(xs[i]),
+                            None => v.push((ph, vec![xs[i]])),
+                        }
+                    }
+                    v
+                },
                 components_x: if same.len() >= 2 { same_x } else { Vec::new() },
                 components_phase: phase,
                 components,
@@ -367,7 +380,14 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
         if let Some(r) = &f.reserved_linear {
             l.push(format!("- reserved, linear: b = {:.2} MiB per unit of {}, R² = {:.6}", r.coeff(1) / (1u64 << 20) as f64, f.axis, r.r2));
         }
+        if f.peak_phases.len() > 1 {
+            let s: Vec<String> = f.peak_phases.iter().map(|(ph, xs)| format!("{ph} at {x} = {}", xs.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "))).collect();
+            l.push(format!("- the peak is in different phases along the axis ({}): the curve is the larger of phase peaks that scale differently; read the per-phase fits", s.join("; ")));
+        }
         if let Some(q) = &f.quadratic {
+            if q.n == 3 {
+                l.push("- (three points: the quadratic passes through them exactly, R² = 1 says nothing)".to_string());
+            }
             l.push(format!(
                 "- quadratic: a + b·{x} + c·{x}² with a = {:.3} GiB, b = {:.1} KiB, c = {:.1} B, R² = {:.6}; at {x} = {} the {x}² term is {:.1} % of the peak",
                 q.coeff(0) / (1u64 << 30) as f64,

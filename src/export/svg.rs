@@ -55,9 +55,20 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    let xt = ticks(x0, x1, 8);
-    let yt = ticks(0.0, if y1 > 0.0 { y1 * 1.05 } else { 1.0 }, 6);
-    let y_top = yt.last().copied().unwrap_or(1.0).max(y1);
+    // x ticks at the data's own values when there are few (1, 2, 4, 8 … read better).
+    let mut data_x: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
+    data_x.sort_by(f64::total_cmp);
+    data_x.dedup();
+    let xt = if !data_x.is_empty() && data_x.len() <= 12 { data_x } else { ticks(x0, x1, 8) };
+    let mut yt = ticks(0.0, if y1 > 0.0 { y1 * 1.05 } else { 1.0 }, 6);
+    // The y axis ends on a tick at or above the data.
+    if let (Some(&last), true) = (yt.last(), yt.len() >= 2) {
+        let step = yt[1] - yt[0];
+        if last < y1 {
+            yt.push(last + step);
+        }
+    }
+    let y_top = yt.last().copied().unwrap_or(1.0).max(y1).max(1e-12);
     let sx = |x: f64| left + (x - x0) / (x1 - x0) * (right - left);
     let sy = |y: f64| bottom - y / y_top * (bottom - top);
     let mut s = String::new();

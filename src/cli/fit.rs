@@ -1,0 +1,267 @@
+//! `vramscope fit`: the largest batch size, or the longest context, that fits a device — by
+//! exponential then binary search over meta profile runs through the caching-allocator
+//! model, where the model's out-of-memory counts as not fitting.
+use super::model_flags::ModelFlags;
+use super::profile::{self, ProfileArgs, ProfileType};
+use super::{set_threads, usage};
+use crate::export::gib;
+use crate::model::Flavour;
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Find {
+    /// The largest --batch-size at the given --context-length
+    Batch,
+    /// The longest --context-length at the given --batch-size
+    Context,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct FitArgs {
+    #[command(flatten)]
+    pub precision: super::precision_flags::PrecisionFlags,
+    #[command(flatten)]
+    pub model: ModelFlags,
+    /// What to search for
+    #[arg(long, value_enum, default_value = "batch")]
+    pub find: Find,
+    /// forward (autograd on), inference (no_grad) or training (one full step after warm-up)
+    #[arg(long, value_enum, default_value = "training")]
+    pub profile_type: ProfileType,
+    /// Batch size held fixed when finding the context (default: the preset's)
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Context length held fixed when finding the batch size (default: the preset's)
+    #[arg(long, alias = "seq-len")]
+    pub context_length: Option<usize>,
+    /// GPU whose memory bounds the allocator (as for `profile`)
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Device memory instead of a --gpu preset (e.g. 24GiB)
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// torch.cuda.set_per_process_memory_fraction share of the device
+    #[arg(long)]
+    pub memory_fraction: Option<f64>,
+    /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
+    #[arg(long)]
+    pub allocator_conf: Option<String>,
+    /// Steps before the measured one (training: optimizer state exists after one)
+    #[arg(long, default_value_t = 1)]
+    pub warmup_steps: usize,
+    /// Largest value tried (default: the model's maximum sequence length for --find context
+    /// on models with one, else 1048576)
+    #[arg(long)]
+    pub max: Option<usize>,
+    /// Print the answer as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One meta run of the search.
+#[derive(Clone, Debug, Serialize)]
+pub struct Probe {
+    pub value: usize,
+    pub fits: bool,
+    pub peak_allocated_bytes: usize,
+    pub peak_reserved_bytes: usize,
+    pub oom: Option<String>,
+}
+
+fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
+    ProfileArgs {
+        model: a.model.clone(),
+        precision: a.precision.clone(),
+        context_length: Some(ctx.to_string()),
+        batch_size: Some(batch),
+        warmup_steps: a.warmup_steps,
+        measure_steps: 1,
+        profile_type: vec![a.profile_type],
+        device: "meta".into(),
+        gpu: a.gpu.clone(),
+        memory_limit: a.memory_limit.clone(),
+        memory_fraction: a.memory_fraction,
+        allocator_conf: a.allocator_conf.clone(),
+        output: None,
+        out_dir: PathBuf::from("."),
+        threads: None,
+        seed: 42,
+        grad_accum_steps: 1,
+        flops: false,
+        flops_depth: 3,
+    }
+}
+
+/// GiB (1024³) for a GiB or more, else MiB (1024²): small limits stay readable.
+fn size(bytes: i64) -> String {
+    let b = bytes.unsigned_abs();
+    let sign = if bytes < 0 { "-" } else { "" };
+    if b >= 1 << 30 {
+        format!("{sign}{:.3} GiB", gib(b))
+    } else {
+        format!("{sign}{:.2} MiB", crate::export::mib(b))
+    }
+}
+
+pub fn run(a: FitArgs) -> Result<()> {
+    if a.gpu.is_none() && a.memory_limit.is_none() {
+        return Err(usage("--gpu", "fit needs a device capacity: give --gpu NAME or --memory-limit SIZE"));
+    }
+    if a.max == Some(0) {
+        return Err(usage("--max", "must be at least 1"));
+    }
+    let r = a.model.resolve("walkthrough")?;
+    r.print_note();
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    match a.find {
+        Find::Batch if a.batch_size.is_some() => return Err(usage("--batch-size", "is what --find batch searches for: leave it out")),
+        Find::Context if a.context_length.is_some() => return Err(usage("--context-length", "is what --find context searches for: leave it out")),
+        _ => {}
+    }
+    // cs336 builds its RoPE buffer for the run's length; other models stop at their maximum.
+    let model_max = (a.find == Find::Context && (r.config.flavour != Flavour::Cs336 || a.model.max_seq_len.is_some())).then_some(r.config.max_seq_len);
+    let cap = a.max.or(model_max).unwrap_or(1 << 20);
+    let start = if a.find == Find::Context && r.config.flavour == Flavour::Tinyllama { 2 } else { 1 };
+    let point = |n: usize| match a.find {
+        Find::Batch => (n, ctx),
+        Find::Context => (batch, n),
+    };
+    // Validate the configuration once (bad flags are usage errors, exit 2) and get the device.
+    let base = profile::plan(&args_for(&a, point(start).0, point(start).1))?;
+    let capacity = match a.memory_fraction {
+        Some(f) => (base.capacity as f64 * f) as usize,
+        None => base.capacity,
+    };
+    set_threads(None)?;
+    super::quiet_oom_panics();
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut probe = |n: usize| -> Result<Probe> {
+        if let Some(p) = probes.iter().find(|p| p.value == n) {
+            return Ok(p.clone());
+        }
+        let (b, c) = point(n);
+        let args = args_for(&a, b, c);
+        let mut plan = profile::plan(&args)?;
+        plan.write_files = false;
+        let run = profile::profile_one(&plan, &args, c, a.profile_type)?;
+        let p = Probe {
+            value: n,
+            fits: run.oom.is_none(),
+            peak_allocated_bytes: run.stats.allocated_bytes.peak,
+            peak_reserved_bytes: run.stats.reserved_bytes.peak,
+            oom: run.oom,
+        };
+        probes.push(p.clone());
+        Ok(p)
+    };
+    let what = match a.find {
+        Find::Batch => "batch size",
+        Find::Context => "context length",
+    };
+    let first = probe(start)?;
+    let (answer, first_fail) = if !first.fits {
+        (None, Some(first))
+    } else {
+        // Exponential: lo fits; double until one does not or the cap is reached.
+        let mut lo = start;
+        let mut hi = None;
+        while lo < cap {
+            let n = (lo * 2).min(cap);
+            if probe(n)?.fits {
+                lo = n;
+            } else {
+                hi = Some(n);
+                break;
+            }
+        }
+        // Binary: lo fits, hi does not.
+        if let Some(mut h) = hi {
+            while h - lo > 1 {
+                let mid = lo + (h - lo) / 2;
+                if probe(mid)?.fits {
+                    lo = mid;
+                } else {
+                    h = mid;
+                }
+            }
+            hi = Some(h);
+        }
+        let fail = hi.map(|h| probe(h)).transpose()?;
+        (Some(probe(lo)?), fail)
+    };
+    probes.sort_by_key(|p| p.value);
+    let device = base.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
+    let margin = answer.as_ref().map(|p| capacity as i64 - p.peak_reserved_bytes as i64);
+    let fixed = match a.find {
+        Find::Batch => json!({"context_length": ctx}),
+        Find::Context => json!({"batch_size": batch}),
+    };
+    if a.json {
+        let out = json!({
+            "find": a.find,
+            "model": base.model_name,
+            "config": base.model,
+            "profile_type": a.profile_type,
+            "fixed": fixed,
+            "device": device,
+            "capacity_bytes": capacity,
+            "answer": answer.as_ref().map(|p| p.value),
+            "peak_allocated_bytes": answer.as_ref().map(|p| p.peak_allocated_bytes),
+            "peak_reserved_bytes": answer.as_ref().map(|p| p.peak_reserved_bytes),
+            "margin_bytes": margin,
+            "margin_gib": margin.map(|m| m as f64 / (1u64 << 30) as f64),
+            "margin_percent": margin.map(|m| 100.0 * m as f64 / capacity as f64),
+            "first_not_fitting": first_fail.as_ref().map(|p| p.value),
+            "oom": first_fail.as_ref().and_then(|p| p.oom.clone()),
+            "search_limit": cap,
+            "units": "bytes; GiB are 1024³ bytes",
+            "probes": probes,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let fixed_txt = match a.find {
+        Find::Batch => format!("context length {ctx}"),
+        Find::Context => format!("batch size {batch}"),
+    };
+    println!(
+        "vramscope fit | {} ({}) {:?}, {fixed_txt}, on meta against {device} ({}{}) | GiB/MiB are 1024-based",
+        base.model_name,
+        base.model.flavour,
+        a.profile_type,
+        size(capacity as i64),
+        a.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
+    );
+    let tried: Vec<String> = probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
+    println!("probes ({} meta runs; ✗ = out of memory): {}", probes.len(), tried.join(" "));
+    match &answer {
+        None => println!("nothing fits: {what} {start} already runs out of memory ({})", first_fail.and_then(|p| p.oom).unwrap_or_default()),
+        Some(p) => {
+            let m = margin.unwrap();
+            println!("largest {what} that fits: {}", p.value);
+            println!(
+                "at {}: peak allocated {}, peak reserved {}; margin {} ({:.1} % of {}) left",
+                p.value,
+                size(p.peak_allocated_bytes as i64),
+                size(p.peak_reserved_bytes as i64),
+                size(m),
+                100.0 * m as f64 / capacity as f64,
+                size(capacity as i64)
+            );
+            match &first_fail {
+                Some(f) => println!("{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
+                None => println!("(the search stopped at its limit {cap}{}: raise --max to look further)", if model_max == Some(cap) { ", the model's maximum sequence length" } else { "" }),
+            }
+        }
+    }
+    Ok(())
+}
