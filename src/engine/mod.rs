@@ -1,6 +1,7 @@
 //! The tensor engine: dtypes, devices, storages, views, ops and autograd.
 pub mod autograd;
 pub mod calibrate;
+pub mod checkpoint;
 pub mod cost;
 pub mod cpu;
 pub mod dtype;

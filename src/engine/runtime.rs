@@ -153,6 +153,12 @@ pub fn phase() -> Phase {
 
 /// Restores the previous state when dropped.
 pub struct Guard(Option<Box<dyn FnOnce()>>);
+impl Guard {
+    /// A guard that runs `f` when dropped.
+    pub fn new(f: impl FnOnce() + 'static) -> Guard {
+        Guard(Some(Box::new(f)))
+    }
+}
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
