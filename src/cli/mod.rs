@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod bench;
 pub mod compute;
 pub mod estimate;
+pub mod memory_flags;
 pub mod model_flags;
 pub mod profile;
 pub mod train;

@@ -3,6 +3,7 @@
 //! memory_viz snapshot, `summary.json` and a printed summary (peak, phases, what is live
 //! at the peak, the largest allocations), plus a peak table over context lengths.
 use super::model_flags::ModelFlags;
+use super::memory_flags::MemoryFlags;
 use super::{set_threads, usage};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};
@@ -39,6 +40,8 @@ pub enum ProfileType {
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelFlags,
+    #[command(flatten)]
+    pub memory: MemoryFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(long)]
     pub context_length: Option<String>,
@@ -116,6 +119,7 @@ fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
 fn plan(a: &ProfileArgs) -> Result<Plan> {
     let r = a.model.resolve("walkthrough")?;
     let mut cfg = r.config;
+    a.memory.apply(&mut cfg)?;
     let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
     let contexts = match &a.context_length {
         Some(s) => parse_list("--context-length", s)?,

@@ -2,6 +2,7 @@
 //! reports loss, step times, throughput and memory, then writes `config.json` and
 //! `performance_summary.json`.
 use super::model_flags::ModelFlags;
+use super::memory_flags::MemoryFlags;
 use super::{set_threads, usage};
 use crate::engine::{runtime, Device, Tensor};
 use crate::export::{mib, write_json};
@@ -23,6 +24,8 @@ use std::path::PathBuf;
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: ModelFlags,
+    #[command(flatten)]
+    pub memory: MemoryFlags,
     #[arg(long)]
     pub batch_size: Option<usize>,
     #[arg(long)]
@@ -135,7 +138,8 @@ pub struct ComputeWindow {
 
 pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     let r = a.model.resolve("walkthrough")?;
-    let cfg = r.config;
+    let mut cfg = r.config;
+    a.memory.apply(&mut cfg)?;
     let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     if batch == 0 {
