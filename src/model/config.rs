@@ -70,8 +70,9 @@ impl fmt::Display for Attention {
 }
 
 /// Which blocks run under `torch.utils.checkpoint(block, x, use_reentrant=False)`.
+/// Written as the flag spells it (`none`, `blocks`, `every-N`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(into = "String", try_from = "String")]
 pub enum Checkpoint {
     #[default]
     None,
@@ -93,6 +94,19 @@ impl Checkpoint {
             Checkpoint::None => false,
             Checkpoint::Every(n) => block % n == 0,
         }
+    }
+}
+
+impl From<Checkpoint> for String {
+    fn from(c: Checkpoint) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for Checkpoint {
+    type Error = String;
+    fn try_from(s: String) -> Result<Checkpoint, String> {
+        Checkpoint::parse(&s).ok_or_else(|| format!("checkpoint '{s}' (expected none, blocks or every-N)"))
     }
 }
 
