@@ -38,3 +38,18 @@ impl MemoryFlags {
         Ok(())
     }
 }
+
+/// One line naming the optimisations in effect, or None for the reference model.
+pub fn describe(c: &ModelConfig) -> Option<String> {
+    let mut parts = Vec::new();
+    if c.checkpoint != Checkpoint::None {
+        parts.push(format!("activation checkpointing {} (non-reentrant)", c.checkpoint));
+    }
+    if c.fused_qkv {
+        parts.push("fused QKV projection".to_string());
+    }
+    if c.fused_gate_up {
+        parts.push("fused gate/up projection".to_string());
+    }
+    (!parts.is_empty()).then(|| format!("memory optimisations: {}", parts.join(", ")))
+}

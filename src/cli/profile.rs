@@ -315,6 +315,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
         p.device,
         p.gpu_name.as_ref().map_or("no GPU limit".to_string(), |n| format!("{n}, {:.2} GiB", g(p.capacity)))
     );
+    if let Some(line) = super::memory_flags::describe(&p.model) {
+        println!("{line}");
+    }
     if let Some(o) = &r.oom {
         println!("OUT OF MEMORY: {o}");
     }

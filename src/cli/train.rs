@@ -325,6 +325,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
     if p.accum > 1 {
         println!("gradient accumulation: {} micro-batches of {} per optimizer step", p.accum, p.batch / p.accum);
     }
+    if let Some(line) = super::memory_flags::describe(m) {
+        println!("{line}");
+    }
     println!("params: {} ({:.2} MiB fp32)", m.param_count(), mib(m.param_count() * 4));
     if std::env::var_os("VRAMSCOPE_OP_TIMES").is_some() {
         runtime::enable_op_timing();
