@@ -167,7 +167,7 @@ fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, dk: usize) -> Tensor 
     w.matmul(v)
 }
 
-/// w2(silu(w1·x) ⊙ w3·x), silu written out; fused: `a, b = w13(x).chunk(2, -1)`.
+/// w2(silu(w1·x) ⊙ w3·x), silu written out; fused: `a, b = gate_up_proj(x).chunk(2, -1)`.
 fn ffn(l: &Layer, x: &Tensor) -> Tensor {
     let _s = scope("ffn");
     let parts = l.gate_up.apply(x, linear, |i, a| if i == 0 { a.mul(&a.sigmoid()) } else { a });
