@@ -129,6 +129,10 @@ fn checkpointed_blocks_keep_only_their_output_through_the_forward() {
                 // The block's output: the next block's input, which the next checkpoint keeps
                 // (or the final norm saves). Nothing else made inside the block survives.
                 assert_eq!(kept[&i], vec![residual], "{flavour} block {i} keeps {:?}", kept[&i]);
+                // Kept for the recomputation of block i + 1: saved, so an activation.
+                let out = ev.iter().rev().find(|e| e.kind == EventKind::Alloc && e.phase == Phase::Forward && e.bytes == residual && e.scope.as_ref() == format!("{prefix}.{i}")).unwrap();
+                let freed = ev.iter().find(|e| e.kind == EventKind::Free && e.id == out.id).unwrap();
+                assert_eq!(freed.category, vramscope::record::Category::Activation, "{flavour} block {i}");
             } else {
                 assert_eq!(kept[&i], kept_base[&i], "{flavour}: unchecked block {i} changed");
                 assert!(kept[&i].len() > 10, "{flavour} block {i}: {:?}", kept[&i]);

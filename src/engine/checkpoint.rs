@@ -190,6 +190,8 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
     if !runtime::is_grad_enabled() {
         return f(x);
     }
+    // PyTorch saves the inputs for the recomputation (`_NoopSaveInputs`): an activation.
+    runtime::promote_category(x.storage().id, Category::Activation);
     let f = Rc::new(f);
     let recompute: Box<dyn Fn()> = {
         let (f, x) = (f.clone(), x.clone());
