@@ -7,7 +7,7 @@ use vramscope::engine::checkpoint::checkpoint;
 use vramscope::engine::{runtime, DType, Device, Tensor};
 use vramscope::model::{presets, Checkpoint, Flavour, Model, ModelConfig};
 use vramscope::record::{EventKind, MemEvent, Phase};
-use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::optim::OptimConfig;
 use vramscope::train::{Batcher, DataKind, Optimizer, StepRunner};
 
 fn small(flavour: &str, layers: usize) -> ModelConfig {

@@ -92,7 +92,7 @@ impl Checkpoint {
     pub fn covers(self, block: usize) -> bool {
         match self {
             Checkpoint::None => false,
-            Checkpoint::Every(n) => block % n == 0,
+            Checkpoint::Every(n) => block.is_multiple_of(n),
         }
     }
 }
