@@ -11,7 +11,7 @@ pub struct MemoryFlags {
     #[arg(long)]
     pub checkpoint: Option<String>,
     /// Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
-    /// --fused-gate-up)
+    /// --fused-gate-up; its flash attention is --attention flash)
     #[arg(long)]
     pub fusion: Option<String>,
     /// One QKV projection whose output is split into Q, K, V views
