@@ -231,3 +231,42 @@ fn pure_bf16_halves_state_and_mixed_precision_training_learns() {
         assert!(losses[39] < losses[0] / 4.0, "{prec}: loss {:.3} -> {:.3}", losses[0], losses[39]);
     }
 }
+
+/// Gradients of one bf16 autocast step with checkpointed blocks, and the autocast-cache
+/// bytes allocated during backward (the recomputation's fresh casts).
+fn checkpointed_bf16(flavour: &str, ckpt: vramscope::model::Checkpoint, device: Device) -> (Vec<Vec<f64>>, usize) {
+    runtime::reset();
+    let mut cfg = small(flavour);
+    cfg.checkpoint = ckpt;
+    let model = Model::new(&cfg, device, 5).unwrap();
+    let (x, y) = Batcher::new(DataKind::Random, cfg.vocab_size, 2, 16, device, 7).next_batch();
+    runtime::with(|rt| rt.log.start_recording());
+    let region = autocast::enable(DType::BF16);
+    let (_, loss) = model.forward_loss(&x, &y, &mut |_| {});
+    drop(region);
+    runtime::set_phase(Phase::Backward);
+    loss.backward();
+    let ev = runtime::with(|rt| rt.log.stop_recording());
+    let recast = ev.iter().filter(|e| e.kind == EventKind::Alloc && e.phase == Phase::Backward && e.category == Category::AutocastCache).map(|e| e.bytes).sum();
+    let g = if device == Device::Cpu { model.parameters().iter().map(|p| p.tensor.grad().unwrap().to_vec_f64()).collect() } else { Vec::new() };
+    (g, recast)
+}
+
+#[test]
+fn checkpoint_recomputes_under_the_forwards_autocast_state() {
+    use vramscope::model::Checkpoint;
+    for flavour in ["tinyllama", "cs336"] {
+        let (base, none_recast) = checkpointed_bf16(flavour, Checkpoint::None, Device::Cpu);
+        let (ck, _) = checkpointed_bf16(flavour, Checkpoint::Every(1), Device::Cpu);
+        for (i, (a, b)) in base.iter().zip(&ck).enumerate() {
+            assert!(rel_err(a, b) < 1e-6, "{flavour}: parameter {i} gradient differs with checkpointing under bf16");
+        }
+        assert_eq!(none_recast, 0);
+        // The recomputation is a fresh autocast region: each block's weights are cast again.
+        let (_, recast) = checkpointed_bf16(flavour, Checkpoint::Every(1), Device::Meta);
+        let cfg = small(flavour);
+        let kv = cfg.num_kv_heads * cfg.d_model / cfg.num_heads;
+        let per_block = 2 * (2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff);
+        assert_eq!(recast, cfg.num_layers * per_block, "{flavour}");
+    }
+}

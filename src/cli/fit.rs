@@ -26,6 +26,8 @@ pub struct FitArgs {
     #[command(flatten)]
     pub precision: super::precision_flags::PrecisionFlags,
     #[command(flatten)]
+    pub memory: super::memory_flags::MemoryFlags,
+    #[command(flatten)]
     pub model: ModelFlags,
     /// What to search for
     #[arg(long, value_enum, default_value = "batch")]
@@ -77,6 +79,7 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     ProfileArgs {
         model: a.model.clone(),
         precision: a.precision.clone(),
+        memory: a.memory.clone(),
         context_length: Some(ctx.to_string()),
         batch_size: Some(batch),
         warmup_steps: a.warmup_steps,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod compute;
 pub mod estimate;
 pub mod fit;
+pub mod memory_flags;
 pub mod model_flags;
 pub mod precision_flags;
 pub mod profile;

@@ -4,6 +4,7 @@
 //! at the peak, the largest allocations), plus a peak table over context lengths.
 use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
+use super::memory_flags::MemoryFlags;
 use super::{set_threads, usage};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};
@@ -42,6 +43,8 @@ pub struct ProfileArgs {
     pub model: ModelFlags,
     #[command(flatten)]
     pub precision: PrecisionFlags,
+    #[command(flatten)]
+    pub memory: MemoryFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(long)]
     pub context_length: Option<String>,
@@ -130,6 +133,7 @@ fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
 pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     let r = a.model.resolve("walkthrough")?;
     let mut cfg = r.config;
+    a.memory.apply(&mut cfg)?;
     let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
     let contexts = match &a.context_length {
         Some(s) => parse_list("--context-length", s)?,
@@ -351,6 +355,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
         p.device,
         p.gpu_name.as_ref().map_or("no GPU limit".to_string(), |n| format!("{n}, {:.2} GiB", g(p.capacity)))
     );
+    if let Some(line) = super::memory_flags::describe(&p.model) {
+        println!("{line}");
+    }
     if let Some(o) = &r.oom {
         println!("OUT OF MEMORY: {o}");
     }

@@ -60,6 +60,12 @@ pub struct SweepArgs {
     /// fp32, bf16, fp16 and/or pure-bf16
     #[arg(long)]
     pub precision: Option<String>,
+    /// none, blocks and/or every-N
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// none and/or all
+    #[arg(long)]
+    pub fusion: Option<String>,
     #[arg(long)]
     pub warmup_steps: Option<String>,
     #[arg(long)]
@@ -110,6 +116,8 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--profile-type", a.profile_type.as_ref(), ','),
         ("--grad-accum-steps", a.grad_accum_steps.as_ref(), ','),
         ("--precision", a.precision.as_ref(), ','),
+        ("--checkpoint", a.checkpoint.as_ref(), ','),
+        ("--fusion", a.fusion.as_ref(), ','),
         ("--warmup-steps", a.warmup_steps.as_ref(), ','),
         ("--measure-steps", a.measure_steps.as_ref(), ','),
         ("--gpu", a.gpu.as_ref(), ','),

@@ -3,6 +3,7 @@
 //! `performance_summary.json`.
 use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
+use super::memory_flags::MemoryFlags;
 use super::{set_threads, usage};
 use crate::engine::{runtime, Device, Tensor};
 use crate::export::{mib, write_json};
@@ -26,6 +27,8 @@ pub struct TrainArgs {
     pub model: ModelFlags,
     #[command(flatten)]
     pub precision: PrecisionFlags,
+    #[command(flatten)]
+    pub memory: MemoryFlags,
     #[arg(long)]
     pub batch_size: Option<usize>,
     #[arg(long)]
@@ -140,7 +143,8 @@ pub struct ComputeWindow {
 pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     let r = a.model.resolve("walkthrough")?;
     r.print_note();
-    let cfg = r.config;
+    let mut cfg = r.config;
+    a.memory.apply(&mut cfg)?;
     let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     if batch == 0 {
@@ -342,6 +346,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
     }
     if p.accum > 1 {
         println!("gradient accumulation: {} micro-batches of {} per optimizer step", p.accum, p.batch / p.accum);
+    }
+    if let Some(line) = super::memory_flags::describe(m) {
+        println!("{line}");
     }
     println!("params: {} ({:.2} MiB fp32)", m.param_count(), mib(m.param_count() * 4));
     if std::env::var_os("VRAMSCOPE_OP_TIMES").is_some() {

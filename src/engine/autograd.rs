@@ -34,12 +34,7 @@ pub fn needs_grad(inputs: &[&Tensor]) -> bool {
     inputs.iter().any(|t| t.requires_grad()) && runtime::is_grad_enabled()
 }
 
-/// What a node keeps for backward: an alias of the same storage without the graph link
-/// (PyTorch's SavedVariable). The storage becomes an activation if it was a temporary.
-pub fn save(t: &Tensor) -> Tensor {
-    runtime::promote_category(t.storage().id, Category::Activation);
-    t.detach()
-}
+pub use super::checkpoint::{save, Saved};
 
 /// Attach a backward node to a freshly computed output.
 pub fn attach(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn) -> Tensor {

@@ -2,6 +2,7 @@
 pub mod autocast;
 pub mod autograd;
 pub mod calibrate;
+pub mod checkpoint;
 pub mod cost;
 pub mod cpu;
 pub mod dtype;

@@ -158,8 +158,9 @@ pub fn phase() -> Phase {
 /// Restores the previous state when dropped.
 pub struct Guard(Option<Box<dyn FnOnce()>>);
 impl Guard {
-    pub fn new(restore: impl FnOnce() + 'static) -> Guard {
-        Guard(Some(Box::new(restore)))
+    /// A guard that runs `f` when dropped.
+    pub fn new(f: impl FnOnce() + 'static) -> Guard {
+        Guard(Some(Box::new(f)))
     }
 }
 impl Drop for Guard {

@@ -373,6 +373,51 @@ impl Tensor {
         }
         out
     }
+    /// `x.split([sizes], dim)` (and `chunk`): views. Like PyTorch's one
+    /// SplitWithSizesBackward0 node, the parts' gradients wait until every part's has
+    /// arrived and are then concatenated once into one input-sized gradient (so each part
+    /// must receive one; the models use every part).
+    #[track_caller]
+    pub fn split_with_sizes(&self, sizes: &[usize], dim: isize) -> Vec<Tensor> {
+        let d = dim_index(dim, self.rank());
+        assert_eq!(sizes.iter().sum::<usize>(), self.shape()[d], "split sizes {:?} do not add up to dim {} of {:?}", sizes, d, self.shape());
+        let mut start = 0;
+        let views: Vec<Tensor> = sizes
+            .iter()
+            .map(|&n| {
+                let v = self.view_with(self.0.layout.slice(d, start, start + n, 1));
+                start += n;
+                v
+            })
+            .collect();
+        if !needs_grad(&[self]) {
+            return views;
+        }
+        let shapes: Vec<Vec<usize>> = views.iter().map(|v| v.shape().to_vec()).collect();
+        let (dtype, device) = (self.dtype(), self.device());
+        let pending = Rc::new(RefCell::new(vec![None::<Tensor>; sizes.len()]));
+        views
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let (pending, shapes) = (pending.clone(), shapes.clone());
+                attach(v, "SplitWithSizesBackward0", &[self], Box::new(move |g| {
+                    let mut p = pending.borrow_mut();
+                    p[i] = Some(g);
+                    if p.iter().any(Option::is_none) {
+                        return vec![None];
+                    }
+                    let parts: Vec<Tensor> = std::mem::take(&mut *p)
+                        .into_iter()
+                        .zip(&shapes)
+                        .map(|(g, s)| g.unwrap_or_else(|| Tensor::zeros(s, dtype, device)))
+                        .collect();
+                    drop(p);
+                    vec![Some(Tensor::cat(&parts, d as isize))]
+                }))
+            })
+            .collect()
+    }
     #[track_caller]
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Tensor {
         self.slice(dim, start, start + len, 1)

@@ -69,6 +69,57 @@ impl fmt::Display for Attention {
     }
 }
 
+/// Which blocks run under `torch.utils.checkpoint(block, x, use_reentrant=False)`.
+/// Written as the flag spells it (`none`, `blocks`, `every-N`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Checkpoint {
+    #[default]
+    None,
+    /// Blocks 0, N, 2N, …: every N-th block, counting from the first (N = 1: all blocks).
+    Every(usize),
+}
+
+impl Checkpoint {
+    /// `none`, `blocks` (every block) or `every-N`.
+    pub fn parse(s: &str) -> Option<Checkpoint> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Some(Checkpoint::None),
+            "blocks" | "all" => Some(Checkpoint::Every(1)),
+            o => o.strip_prefix("every-").and_then(|n| n.parse().ok()).filter(|&n| n >= 1).map(Checkpoint::Every),
+        }
+    }
+    pub fn covers(self, block: usize) -> bool {
+        match self {
+            Checkpoint::None => false,
+            Checkpoint::Every(n) => block.is_multiple_of(n),
+        }
+    }
+}
+
+impl From<Checkpoint> for String {
+    fn from(c: Checkpoint) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for Checkpoint {
+    type Error = String;
+    fn try_from(s: String) -> Result<Checkpoint, String> {
+        Checkpoint::parse(&s).ok_or_else(|| format!("checkpoint '{s}' (expected none, blocks or every-N)"))
+    }
+}
+
+impl fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Checkpoint::None => f.write_str("none"),
+            Checkpoint::Every(1) => f.write_str("blocks"),
+            Checkpoint::Every(n) => write!(f, "every-{n}"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub flavour: Flavour,
@@ -88,6 +139,15 @@ pub struct ModelConfig {
     /// `--attention`: naive composition or the flash primitive.
     #[serde(default)]
     pub attention: Attention,
+    /// `--checkpoint`: activation checkpointing of decoder blocks.
+    #[serde(default)]
+    pub checkpoint: Checkpoint,
+    /// `--fused-qkv`: one (h + 2·h_kv)·d_k × d projection, Q/K/V split from its output as views.
+    #[serde(default)]
+    pub fused_qkv: bool,
+    /// `--fused-gate-up`: one 2F × d projection, gate and up chunked from its output as views.
+    #[serde(default)]
+    pub fused_gate_up: bool,
 }
 
 /// A configuration problem, naming the command-line flag that sets the value.

@@ -1,6 +1,8 @@
 //! The cs336 flavour (Stanford CS336 assignment 2), op for op as reference-models.md §1.
 use super::init::Init;
-use super::{Weights, linear_einsum as linear, Attention, Builder, Layer, Model, ModelConfig};
+use super::{Weights, linear_einsum as linear, Attention, Builder, Layer, Model, ModelConfig, Projection};
+use crate::engine::checkpoint::checkpoint;
+use std::rc::Rc;
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -13,16 +15,32 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = |n: &str| format!("layers.{i}.{n}.weight");
+        let mut pending_down: Option<Tensor> = None;
         layers.push(Layer {
             attn_norm: b.param(p("ln1"), &[d], Init::Ones),
-            q: b.param(p("attn.q_proj"), &[d, d], lin_std(d, d)),
-            k: b.param(p("attn.k_proj"), &[d, d], lin_std(d, d)),
-            v: b.param(p("attn.v_proj"), &[d, d], lin_std(d, d)),
+            qkv: if cfg.fused_qkv {
+                // Each part keeps its own (d → d) initialisation scale.
+                Projection::Fused("qkv_proj", b.param(p("attn.qkv_proj"), &[3 * d, d], lin_std(d, d)), vec![d, d, d])
+            } else {
+                Projection::Separate(vec![
+                    ("q_proj", b.param(p("attn.q_proj"), &[d, d], lin_std(d, d))),
+                    ("k_proj", b.param(p("attn.k_proj"), &[d, d], lin_std(d, d))),
+                    ("v_proj", b.param(p("attn.v_proj"), &[d, d], lin_std(d, d))),
+                ])
+            },
             o: b.param(p("attn.output_proj"), &[d, d], lin_std(d, d)),
             ffn_norm: b.param(p("ln2"), &[d], Init::Ones),
-            gate: b.param(p("ffn.w1"), &[f, d], lin_std(d, f)),
-            down: b.param(p("ffn.w2"), &[d, f], lin_std(f, d)),
-            up: b.param(p("ffn.w3"), &[f, d], lin_std(d, f)),
+            gate_up: if cfg.fused_gate_up {
+                Projection::Fused("gate_up_proj", b.param(p("ffn.gate_up_proj"), &[2 * f, d], lin_std(d, f)), vec![f, f])
+            } else {
+                // Registration order w1, w2, w3 (the module's __init__ order).
+                let w1 = b.param(p("ffn.w1"), &[f, d], lin_std(d, f));
+                let w2 = b.param(p("ffn.w2"), &[d, f], lin_std(f, d));
+                let w3 = b.param(p("ffn.w3"), &[f, d], lin_std(d, f));
+                pending_down = Some(w2);
+                Projection::Separate(vec![("w1", w1), ("w3", w3)])
+            },
+            down: pending_down.take().unwrap_or_else(|| b.param(p("ffn.w2"), &[d, f], lin_std(f, d))),
         });
     }
     let final_norm = b.param("ln_final.weight".into(), &[d], Init::Ones);
@@ -70,9 +88,8 @@ fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
 }
 
 /// Rotary embedding on (B, h, S, d_k): interleaved (even, odd) pairs.
-fn rope(m: &Model, x: &Tensor, seq: usize) -> Tensor {
+fn rope(buf: &Tensor, x: &Tensor, seq: usize) -> Tensor {
     let _s = scope("rope");
-    let buf = m.rope_buffer.as_ref().expect("cs336 model has a rope buffer");
     let cos = buf.select(0, 0).narrow(0, 0, seq);
     let sin = buf.select(0, 1).narrow(0, 0, seq);
     let dk = x.dim(-1);
@@ -91,33 +108,54 @@ fn softmax(x: &Tensor) -> Tensor {
     e.div(&e.sum_dim(-1, true))
 }
 
-fn attention(m: &Model, l: &Layer, x: &Tensor) -> Tensor {
-    let _s = scope("attn");
-    let cfg = &m.config;
-    let (b, s) = (x.dim(0), x.dim(1));
-    let (h, dk) = (cfg.num_heads, cfg.head_dim());
-    let heads = |t: Tensor| t.reshape(&[b, s, h, dk]).transpose(1, 2);
-    let mut q = heads(linear("q_proj", x, &l.q));
-    let mut k = heads(linear("k_proj", x, &l.k));
-    let v = heads(linear("v_proj", x, &l.v));
-    q = rope(m, &q, s);
-    k = rope(m, &k, s);
-    if cfg.attention == Attention::Flash {
-        let out = Tensor::flash_attention(&q, &k, &v, true, 1.0 / (dk as f64).sqrt());
+/// One block with everything it reads, owned: a checkpoint keeps it to recompute.
+struct Block {
+    cfg: Rc<ModelConfig>,
+    layer: Layer,
+    rope: Tensor,
+}
+
+impl Block {
+    /// h = x + attn(ln1(x)); out = h + ffn(ln2(h)).
+    fn forward(&self, x: Tensor) -> Tensor {
+        let (l, eps) = (&self.layer, self.cfg.norm_eps);
+        let h = x.add(&self.attention(&rms_norm("ln1", &x, &l.attn_norm, eps)));
+        let out = h.add(&ffn(l, &rms_norm("ln2", &h, &l.ffn_norm, eps)));
+        // The caller's `x = …` releases the input first, then `h` goes with the iteration.
+        drop(x);
+        drop(h);
+        out
+    }
+
+    fn attention(&self, x: &Tensor) -> Tensor {
+        let l = &self.layer;
+        let _s = scope("attn");
+        let cfg = &self.cfg;
+        let (b, s) = (x.dim(0), x.dim(1));
+        let (h, dk) = (cfg.num_heads, cfg.head_dim());
+        let heads = |_: usize, t: Tensor| t.reshape(&[b, s, h, dk]).transpose(1, 2);
+        let qkv = l.qkv.apply(x, linear, heads);
+        let [q, k, v]: [Tensor; 3] = qkv.try_into().unwrap_or_else(|_| unreachable!("three projections"));
+        let (mut q, mut k) = (q, k);
+        q = rope(&self.rope, &q, s);
+        k = rope(&self.rope, &k, s);
+        if cfg.attention == Attention::Flash {
+            let out = Tensor::flash_attention(&q, &k, &v, true, 1.0 / (dk as f64).sqrt());
+            drop((q, k, v));
+            let out = out.transpose(1, 2).reshape(&[b, s, h * dk]).contiguous();
+            return linear("output_proj", &out, &l.o);
+        }
+        let mask = {
+            let _s = scope("mask");
+            let qi = Tensor::arange(s, x.device());
+            let ki = Tensor::arange(s, x.device());
+            qi.reshape(&[s, 1]).ge(&ki.reshape(&[1, s])).reshape(&[1, 1, s, s])
+        };
+        let out = sdpa(&q, &k, &v, &mask, dk);
         drop((q, k, v));
         let out = out.transpose(1, 2).reshape(&[b, s, h * dk]).contiguous();
-        return linear("output_proj", &out, &l.o);
+        linear("output_proj", &out, &l.o)
     }
-    let mask = {
-        let _s = scope("mask");
-        let qi = Tensor::arange(s, x.device());
-        let ki = Tensor::arange(s, x.device());
-        qi.reshape(&[s, 1]).ge(&ki.reshape(&[1, s])).reshape(&[1, 1, s, s])
-    };
-    let out = sdpa(&q, &k, &v, &mask, dk);
-    drop((q, k, v));
-    let out = out.transpose(1, 2).reshape(&[b, s, h * dk]).contiguous();
-    linear("output_proj", &out, &l.o)
 }
 
 /// scores = QKᵀ/√d_k, masked with -inf, the hand-written softmax, then weights·V.
@@ -128,13 +166,13 @@ fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, dk: usize) -> Tensor 
     w.matmul(v)
 }
 
+/// w2(silu(w1·x) ⊙ w3·x), silu written out; fused: `a, b = gate_up_proj(x).chunk(2, -1)`.
 fn ffn(l: &Layer, x: &Tensor) -> Tensor {
     let _s = scope("ffn");
-    let silu = {
-        let a = linear("w1", x, &l.gate);
-        a.mul(&a.sigmoid())
-    };
-    let g = silu.mul(&linear("w3", x, &l.up));
+    let parts = l.gate_up.apply(x, linear, |i, a| if i == 0 { a.mul(&a.sigmoid()) } else { a });
+    let [silu, up]: [Tensor; 2] = parts.try_into().unwrap_or_else(|_| unreachable!("two projections"));
+    let g = silu.mul(&up);
+    drop(up);
     drop(silu);
     linear("w2", &g, &l.down)
 }
@@ -145,10 +183,12 @@ pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
         let _s = scope("token_embeddings");
         m.embedding.embedding(ids)
     };
+    let shared = Rc::new(cfg.clone());
+    let rope = m.rope_buffer.clone().expect("cs336 model has a rope buffer");
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("layers.{i}"));
-        let h = x.add(&attention(m, l, &rms_norm("ln1", &x, &l.attn_norm, cfg.norm_eps)));
-        x = h.add(&ffn(l, &rms_norm("ln2", &h, &l.ffn_norm, cfg.norm_eps)));
+        let block = Block { cfg: shared.clone(), layer: l.clone(), rope: rope.clone() };
+        x = if cfg.checkpoint.covers(i) { checkpoint(x, move |x| block.forward(x)) } else { block.forward(x) };
     }
     let x = rms_norm("ln_final", &x, &m.final_norm, cfg.norm_eps);
     linear("lm_head", &x, &m.lm_head)

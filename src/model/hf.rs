@@ -100,6 +100,9 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         tied_embeddings: tied,
         max_seq_len: max,
         attention: Attention::Naive,
+        checkpoint: Default::default(),
+        fused_qkv: false,
+        fused_gate_up: false,
     };
     Ok(HfModel { config, torch_dtype, model_type })
 }

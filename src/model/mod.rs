@@ -7,12 +7,15 @@ pub mod init;
 pub mod presets;
 pub mod tinyllama;
 
-pub use config::{Attention, ConfigError, Flavour, ModelConfig};
+pub use config::{Attention, Checkpoint, ConfigError, Flavour, ModelConfig};
 
 use crate::engine::{autocast, runtime};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
 use std::cell::RefCell;
+use std::rc::Rc;
+
+pub type RopeCache = Rc<RefCell<Vec<(usize, usize, DType, Tensor, Tensor)>>>;
 
 /// A trainable tensor with its module path.
 #[derive(Clone, Debug)]
@@ -21,17 +24,48 @@ pub struct Param {
     pub tensor: Tensor,
 }
 
-/// One decoder block's weights (names differ per flavour; roles do not).
+/// One decoder block's weights (names differ per flavour; roles do not). Tensor clones are
+/// handles, so a block's recompute closure (activation checkpointing) can own a copy.
+#[derive(Clone)]
 pub struct Layer {
     pub attn_norm: Tensor,
-    pub q: Tensor,
-    pub k: Tensor,
-    pub v: Tensor,
+    /// q, k, v (`--fused-qkv`: one `qkv_proj`, rows q then k then v).
+    pub qkv: Projection,
     pub o: Tensor,
     pub ffn_norm: Tensor,
-    pub gate: Tensor,
-    pub up: Tensor,
+    /// gate, up (`--fused-gate-up`: one `gate_up_proj`, rows gate then up).
+    pub gate_up: Projection,
     pub down: Tensor,
+}
+
+/// Projections of one input: separate weights, or one fused weight whose output is split
+/// into views of the given widths (`qkv.split(...)`, `gate_up.chunk(2, -1)`).
+#[derive(Clone)]
+pub enum Projection {
+    Separate(Vec<(&'static str, Tensor)>),
+    Fused(&'static str, Tensor, Vec<usize>),
+}
+
+impl Projection {
+    /// The weights in registration order.
+    pub fn weights(&self) -> Vec<&Tensor> {
+        match self {
+            Projection::Separate(ws) => ws.iter().map(|(_, w)| w).collect(),
+            Projection::Fused(_, w, _) => vec![w],
+        }
+    }
+
+    /// Each projection of `x`, passed through `post` as soon as it exists (separate) or
+    /// after the one product is split (fused), as the Python writes it.
+    pub(crate) fn apply(&self, x: &Tensor, lin: fn(&str, &Tensor, &Tensor) -> Tensor, mut post: impl FnMut(usize, Tensor) -> Tensor) -> Vec<Tensor> {
+        match self {
+            Projection::Separate(ws) => ws.iter().enumerate().map(|(i, (n, w))| post(i, lin(n, x, w))).collect(),
+            Projection::Fused(n, w, sizes) => {
+                let parts = lin(n, x, w).split_with_sizes(sizes, -1);
+                parts.into_iter().enumerate().map(|(i, t)| post(i, t)).collect()
+            }
+        }
+    }
 }
 
 pub struct Model {
@@ -47,8 +81,8 @@ pub struct Model {
     /// cs336: the (2, max_seq_len, d_k/2) cos/sin buffer built at construction.
     pub rope_buffer: Option<Tensor>,
     /// tinyllama: each block's Rotary caches cos/sin tables per (sequence length, dtype)
-    /// on first use: (layer, length, dtype, cos, sin).
-    pub rope_cache: RefCell<Vec<(usize, usize, DType, Tensor, Tensor)>>,
+    /// on first use: (layer, length, dtype, cos, sin). Shared with recompute closures.
+    pub rope_cache: RopeCache,
 }
 
 impl Model {

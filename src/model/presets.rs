@@ -1,5 +1,5 @@
 //! The model sizes users run: the tables of reference-models.md and the workshop defaults.
-use super::config::{Attention, Flavour, ModelConfig};
+use super::config::{Attention, Checkpoint, Flavour, ModelConfig};
 
 /// A named configuration with the run defaults its source uses.
 #[derive(Clone, Debug)]
@@ -29,6 +29,9 @@ fn cs336(name: &'static str, d: usize, f: usize, l: usize, h: usize, params: u64
             tied_embeddings: false,
             max_seq_len: 2048,
             attention: Attention::Naive,
+            checkpoint: Checkpoint::None,
+            fused_qkv: false,
+            fused_gate_up: false,
         },
         batch_size: 4,
         seq_len: 512,
@@ -55,6 +58,9 @@ fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, st
             tied_embeddings: true,
             max_seq_len: max,
             attention: Attention::Naive,
+            checkpoint: Checkpoint::None,
+            fused_qkv: false,
+            fused_gate_up: false,
         },
         batch_size: b,
         seq_len: s,

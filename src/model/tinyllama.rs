@@ -1,6 +1,8 @@
 //! The tinyllama flavour (AMD's Tiny LLaMA workshop, `shared/bench/pytorch_tinyllama.py`).
 use super::init::Init;
-use super::{Weights, linear, Attention, Builder, Layer, Model, ModelConfig};
+use super::{Weights, linear, Attention, Builder, Layer, Model, ModelConfig, Projection, RopeCache};
+use crate::engine::checkpoint::checkpoint;
+use std::rc::Rc;
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
@@ -16,13 +18,25 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
         let p = |n: &str| format!("blocks.{i}.{n}.weight");
         layers.push(Layer {
             attn_norm: b.param(p("attention_norm"), &[d], Init::Ones),
-            q: b.param(p("attention.q_proj"), &[d, d], std),
-            k: b.param(p("attention.k_proj"), &[kv, d], std),
-            v: b.param(p("attention.v_proj"), &[kv, d], std),
+            qkv: if cfg.fused_qkv {
+                Projection::Fused("qkv_proj", b.param(p("attention.qkv_proj"), &[d + 2 * kv, d], std), vec![d, kv, kv])
+            } else {
+                Projection::Separate(vec![
+                    ("q_proj", b.param(p("attention.q_proj"), &[d, d], std)),
+                    ("k_proj", b.param(p("attention.k_proj"), &[kv, d], std)),
+                    ("v_proj", b.param(p("attention.v_proj"), &[kv, d], std)),
+                ])
+            },
             o: b.param(p("attention.o_proj"), &[d, d], std),
             ffn_norm: b.param(p("ffn_norm"), &[d], Init::Ones),
-            gate: b.param(p("feed_forward.gate_proj"), &[f, d], std),
-            up: b.param(p("feed_forward.up_proj"), &[f, d], std),
+            gate_up: if cfg.fused_gate_up {
+                Projection::Fused("gate_up_proj", b.param(p("feed_forward.gate_up_proj"), &[2 * f, d], std), vec![f, f])
+            } else {
+                Projection::Separate(vec![
+                    ("gate_proj", b.param(p("feed_forward.gate_proj"), &[f, d], std)),
+                    ("up_proj", b.param(p("feed_forward.up_proj"), &[f, d], std)),
+                ])
+            },
             down: b.param(p("feed_forward.down_proj"), &[d, f], std),
         });
     }
@@ -49,14 +63,15 @@ fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
 }
 
 /// cos/sin tables (S, d_k/2) for `seq` positions, cached per (length, dtype) like the
-/// reference's `Rotary._cache` (so they persist across steps).
-fn rope_tables(m: &Model, layer: usize, seq: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
-    if let Some((.., c, s)) = m.rope_cache.borrow().iter().find(|(l, n, dt, ..)| *l == layer && *n == seq && *dt == dtype) {
+/// reference's `Rotary._cache` (so they persist across steps, and a checkpointed block's
+/// recomputation finds them).
+fn rope_tables(cfg: &ModelConfig, cache: &RopeCache, layer: usize, seq: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
+    if let Some((.., c, s)) = cache.borrow().iter().find(|(l, n, dt, ..)| *l == layer && *n == seq && *dt == dtype) {
         return (c.clone(), s.clone());
     }
-    let half = m.config.head_dim() / 2;
-    let hd = m.config.head_dim() as f64;
-    let theta = m.config.rope_theta;
+    let half = cfg.head_dim() / 2;
+    let hd = cfg.head_dim() as f64;
+    let theta = cfg.rope_theta;
     let _g = runtime::no_grad();
     let inv: Vec<f64> = (0..half).map(|j| 1.0 / theta.powf(j as f64 * 2.0 / hd)).collect();
     let inv_freq = Tensor::from_f64(&inv, &[1, half], DType::F32, device);
@@ -66,61 +81,88 @@ fn rope_tables(m: &Model, layer: usize, seq: usize, dtype: DType, device: Device
         let _c = runtime::category(Category::Buffer);
         (ang.cos().to_dtype(dtype), ang.sin().to_dtype(dtype))
     };
-    m.rope_cache.borrow_mut().push((layer, seq, dtype, cos.clone(), sin.clone()));
+    cache.borrow_mut().push((layer, seq, dtype, cos.clone(), sin.clone()));
     (cos, sin)
 }
 
-/// Rotary embedding on (B, S, H, d_k) via a reshape to pairs and a stack.
-fn rope(m: &Model, layer: usize, x: &Tensor) -> Tensor {
-    let _s = scope("rope");
-    let (b, s, h, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-    let (cos, sin) = rope_tables(m, layer, s, x.dtype(), x.device());
-    let cos = cos.reshape(&[1, s, 1, d / 2]);
-    let sin = sin.reshape(&[1, s, 1, d / 2]);
-    let pairs = x.reshape(&[b, s, h, d / 2, 2]);
-    let (even, odd) = (pairs.select(-1, 0), pairs.select(-1, 1));
-    let r_even = even.mul(&cos).sub(&odd.mul(&sin));
-    let r_odd = even.mul(&sin).add(&odd.mul(&cos));
-    Tensor::stack(&[r_even, r_odd], -1).reshape(&[b, s, h, d])
+/// One decoder block with everything it reads, owned: a checkpoint keeps it to recompute.
+struct Block {
+    cfg: Rc<ModelConfig>,
+    layer: Layer,
+    index: usize,
+    rope: RopeCache,
+    /// The additive causal mask (naive attention), an argument of every block.
+    mask: Option<Tensor>,
 }
 
-fn attention(m: &Model, layer: usize, x: &Tensor, mask: Option<&Tensor>) -> Tensor {
-    let l = &m.layers[layer];
-    let _s = scope("attention");
-    let cfg = &m.config;
-    let (b, s) = (x.dim(0), x.dim(1));
-    let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim());
-    // Rebinding is assignment (the old value dies, as in Python), never shadowing.
-    let mut q = linear("q_proj", x, &l.q).view(&[b, s, h, hd]);
-    let mut k = linear("k_proj", x, &l.k).view(&[b, s, kvh, hd]);
-    let mut v = linear("v_proj", x, &l.v).view(&[b, s, kvh, hd]);
-    q = rope(m, layer, &q).transpose(1, 2);
-    k = rope(m, layer, &k).transpose(1, 2);
-    v = v.transpose(1, 2);
-    if h / kvh > 1 {
-        k = k.repeat_interleave(h / kvh, 1);
-        v = v.repeat_interleave(h / kvh, 1);
+impl Block {
+    /// x = x + attention(norm(x)); x = x + feed_forward(norm(x)).
+    fn forward(&self, x: Tensor) -> Tensor {
+        let (l, eps) = (&self.layer, self.cfg.norm_eps);
+        // Rebinding is assignment (the old value dies, as in Python), never shadowing.
+        let mut x = x;
+        x = x.add(&self.attention(&rms_norm("attention_norm", &x, &l.attn_norm, eps)));
+        x = x.add(&feed_forward(l, &rms_norm("ffn_norm", &x, &l.ffn_norm, eps)));
+        x
     }
-    if cfg.attention == Attention::Flash {
-        // F.scaled_dot_product_attention(q, k, v, is_causal=True): the mask is not read.
-        let mut out = Tensor::flash_attention(&q, &k, &v, true, (hd as f64).powf(-0.5));
+
+    /// Rotary embedding on (B, S, H, d_k) via a reshape to pairs and a stack.
+    fn rope(&self, x: &Tensor) -> Tensor {
+        let _s = scope("rope");
+        let (b, s, h, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+        let (cos, sin) = rope_tables(&self.cfg, &self.rope, self.index, s, x.dtype(), x.device());
+        let cos = cos.reshape(&[1, s, 1, d / 2]);
+        let sin = sin.reshape(&[1, s, 1, d / 2]);
+        let pairs = x.reshape(&[b, s, h, d / 2, 2]);
+        let (even, odd) = (pairs.select(-1, 0), pairs.select(-1, 1));
+        let r_even = even.mul(&cos).sub(&odd.mul(&sin));
+        let r_odd = even.mul(&sin).add(&odd.mul(&cos));
+        Tensor::stack(&[r_even, r_odd], -1).reshape(&[b, s, h, d])
+    }
+
+    fn attention(&self, x: &Tensor) -> Tensor {
+        let l = &self.layer;
+        let _s = scope("attention");
+        let cfg = &self.cfg;
+        let (b, s) = (x.dim(0), x.dim(1));
+        let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim());
+        // Separate: q_proj(x).view(…) one after the other; fused: qkv_proj(x).split(…) and
+        // a view of each part (strided views into the one (B, S, (h + 2·h_kv)·d_k) output).
+        let heads = [h, kvh, kvh];
+        let qkv = l.qkv.apply(x, linear, |i, t| t.view(&[b, s, heads[i], hd]));
+        let [q, k, v]: [Tensor; 3] = qkv.try_into().unwrap_or_else(|_| unreachable!("three projections"));
+        let (mut q, mut k, mut v) = (q, k, v);
+        q = self.rope(&q).transpose(1, 2);
+        k = self.rope(&k).transpose(1, 2);
+        v = v.transpose(1, 2);
+        if h / kvh > 1 {
+            k = k.repeat_interleave(h / kvh, 1);
+            v = v.repeat_interleave(h / kvh, 1);
+        }
+        if cfg.attention == Attention::Flash {
+            // F.scaled_dot_product_attention(q, k, v, is_causal=True): the mask is not read.
+            let mut out = Tensor::flash_attention(&q, &k, &v, true, (hd as f64).powf(-0.5));
+            out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
+            return linear("o_proj", &out, &l.o);
+        }
+        let mut scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
+        scores = scores.add(self.mask.as_ref().expect("naive attention has a mask"));
+        let probs = scores.softmax(-1);
+        let mut out = probs.matmul(&v);
         out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
-        return linear("o_proj", &out, &l.o);
+        // `scores`, `probs`, `q`, `k`, `v` are Python locals: alive until the function returns.
+        linear("o_proj", &out, &l.o)
     }
-    let mut scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
-    scores = scores.add(mask.expect("naive attention has a mask"));
-    let probs = scores.softmax(-1);
-    let mut out = probs.matmul(&v);
-    out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
-    // `scores`, `probs`, `q`, `k`, `v` are Python locals: alive until the function returns.
-    linear("o_proj", &out, &l.o)
 }
 
+/// silu(gate(x)) · up(x), then down; fused: `gate, up = gate_up_proj(x).chunk(2, -1)`.
 fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
     let _s = scope("feed_forward");
-    let g = linear("gate_proj", x, &l.gate).silu();
-    let u = linear("up_proj", x, &l.up);
-    linear("down_proj", &g.mul(&u), &l.down)
+    let gu = l.gate_up.apply(x, linear, |i, t| if i == 0 { t.silu() } else { t });
+    let [g, u]: [Tensor; 2] = gu.try_into().unwrap_or_else(|_| unreachable!("two projections"));
+    let out = linear("down_proj", &g.mul(&u), &l.down);
+    drop((u, g));
+    out
 }
 
 /// `TinyLlama.forward(tokens, labels)`: logits, and the loss when labels are given.
@@ -137,10 +179,11 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_r
         let _s = scope("token_embedding");
         m.embedding.embedding(ids)
     };
+    let shared = Rc::new(cfg.clone());
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("blocks.{i}"));
-        x = x.add(&attention(m, i, &rms_norm("attention_norm", &x, &l.attn_norm, cfg.norm_eps), mask.as_ref()));
-        x = x.add(&feed_forward(l, &rms_norm("ffn_norm", &x, &l.ffn_norm, cfg.norm_eps)));
+        let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, rope: m.rope_cache.clone(), mask: mask.clone() };
+        x = if cfg.checkpoint.covers(i) { checkpoint(x, move |x| block.forward(x)) } else { block.forward(x) };
     }
     let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);
     let logits = linear("output_proj", &x, &m.lm_head);

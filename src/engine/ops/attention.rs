@@ -307,6 +307,7 @@ impl Tensor {
         drop(lse);
         attach(out, "ScaledDotProductFlashAttentionBackward0", &[&q, &k, &v], Box::new(move |g| {
             let (q, k, v, o, lse) = saved;
+            let (q, k, v, o, lse) = (q.into_tensor(), k.into_tensor(), v.into_tensor(), o.into_tensor(), lse.into_tensor());
             // `_flash_attention_backward` makes dO and O contiguous as (B, S, h, d) ("CUDA
             // code assumes that dout is contiguous"): copies unless they are laid out so.
             let bshd = |t: Tensor| {

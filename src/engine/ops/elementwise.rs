@@ -187,8 +187,8 @@ impl Tensor {
             let sa = rb.then(|| save(self));
             let (a, b) = (self.meta_like(), o.meta_like());
             return attach(out, "MulBackward0", &[self, o], Box::new(move |g| {
-                let ga = sb.map(|ob| reduce_grad(g.mul(&ob), &a));
-                let gb = sa.map(|oa| reduce_grad(g.mul(&oa), &b));
+                let ga = sb.map(|ob| reduce_grad(g.mul(&ob.unpack()), &a));
+                let gb = sa.map(|oa| reduce_grad(g.mul(&oa.unpack()), &b));
                 vec![ga, gb]
             }));
         }
@@ -203,9 +203,10 @@ impl Tensor {
             let sa = rb.then(|| save(self));
             let (a, b) = (self.meta_like(), o.meta_like());
             return attach(out, "DivBackward0", &[self, o], Box::new(move |g| {
+                let so = so.unpack();
                 let ga = ra.then(|| reduce_grad(g.div(&so), &a));
                 // PyTorch: -grad * ((self / other) / other)
-                let gb = sa.map(|sa| reduce_grad(g.neg().mul(&sa.div(&so).div(&so)), &b));
+                let gb = sa.map(|sa| reduce_grad(g.neg().mul(&sa.unpack().div(&so).div(&so)), &b));
                 vec![ga, gb]
             }));
         }
@@ -264,7 +265,7 @@ impl Tensor {
         let out = unary_raw(self, Exp, float_dtype(self), "exp");
         if needs_grad(&[self]) {
             let r = save(&out);
-            return attach(out, "ExpBackward0", &[self], Box::new(move |g| vec![Some(g.mul(&r))]));
+            return attach(out, "ExpBackward0", &[self], Box::new(move |g| vec![Some(g.mul(&r.unpack()))]));
         }
         out
     }
@@ -276,7 +277,7 @@ impl Tensor {
         let out = unary_raw(self, Log, float_dtype(self), "log");
         if needs_grad(&[self]) {
             let x = save(self);
-            return attach(out, "LogBackward0", &[self], Box::new(move |g| vec![Some(g.div(&x))]));
+            return attach(out, "LogBackward0", &[self], Box::new(move |g| vec![Some(g.div(&x.unpack()))]));
         }
         out
     }
@@ -285,7 +286,7 @@ impl Tensor {
         let out = unary_raw(self, Sqrt, float_dtype(self), "sqrt");
         if needs_grad(&[self]) {
             let r = save(&out);
-            return attach(out, "SqrtBackward0", &[self], Box::new(move |g| vec![Some(g.div(&r.mul_scalar(2.0)))]));
+            return attach(out, "SqrtBackward0", &[self], Box::new(move |g| vec![Some(g.div(&r.unpack().mul_scalar(2.0)))]));
         }
         out
     }
@@ -298,7 +299,7 @@ impl Tensor {
         if needs_grad(&[self]) {
             let r = save(&out);
             return attach(out, "RsqrtBackward0", &[self], Box::new(move |g| {
-                let cube = r.pow_scalar(3.0);
+                let cube = r.unpack().pow_scalar(3.0);
                 vec![Some(g.mul_scalar(-0.5).mul(&cube))]
             }));
         }
@@ -313,7 +314,10 @@ impl Tensor {
         let out = unary_raw(self, Recip, float_dtype(self), "reciprocal");
         if needs_grad(&[self]) {
             let r = save(&out);
-            return attach(out, "ReciprocalBackward0", &[self], Box::new(move |g| vec![Some(g.neg().mul(&r.mul(&r)))]));
+            return attach(out, "ReciprocalBackward0", &[self], Box::new(move |g| {
+                let r = r.unpack();
+                vec![Some(g.neg().mul(&r.mul(&r)))]
+            }));
         }
         out
     }
@@ -329,7 +333,7 @@ impl Tensor {
                 if p == 0.0 {
                     return vec![Some(g.zeros_like())];
                 }
-                vec![Some(g.mul(&x.pow_scalar(p - 1.0).mul_scalar(p)))]
+                vec![Some(g.mul(&x.unpack().pow_scalar(p - 1.0).mul_scalar(p)))]
             }));
         }
         out
@@ -345,7 +349,7 @@ impl Tensor {
             let r = save(&out);
             return attach(out, "SigmoidBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
-                vec![Some(binary_raw(&g, &r, SigmoidBackward, dt, "sigmoid_backward"))]
+                vec![Some(binary_raw(&g, &r.unpack(), SigmoidBackward, dt, "sigmoid_backward"))]
             }));
         }
         out
@@ -358,7 +362,7 @@ impl Tensor {
             let x = save(self);
             return attach(out, "SiluBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
-                vec![Some(binary_raw(&g, &x, SiluBackward, dt, "silu_backward"))]
+                vec![Some(binary_raw(&g, &x.unpack(), SiluBackward, dt, "silu_backward"))]
             }));
         }
         out
@@ -404,7 +408,7 @@ impl Tensor {
             let c = save(cond);
             let in_shape = self.meta_like();
             return attach(out, "WhereBackward0", &[self], Box::new(move |g| {
-                vec![Some(reduce_grad(g.where_scalar(&c, 0.0), &in_shape))]
+                vec![Some(reduce_grad(g.where_scalar(&c.unpack(), 0.0), &in_shape))]
             }));
         }
         out

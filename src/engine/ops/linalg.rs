@@ -170,8 +170,8 @@ impl Tensor {
             let sb = ra.then(|| save(other));
             let (a_col, b_col) = (is_col_major(self), is_col_major(other));
             return attach(out, "MmBackward0", &[self, other], Box::new(move |g| {
-                let ga = sb.map(|b| if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) });
-                let gb = sa.map(|a| if b_col { g.t().mm(&a).t() } else { a.t().mm(&g) });
+                let ga = sb.map(|b| { let b = b.unpack(); if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) } });
+                let gb = sa.map(|a| { let a = a.unpack(); if b_col { g.t().mm(&a).t() } else { a.t().mm(&g) } });
                 vec![ga, gb]
             }));
         }
@@ -194,8 +194,8 @@ impl Tensor {
             let sa = rb.then(|| save(self));
             let sb = ra.then(|| save(other));
             return attach(out, "BmmBackward0", &[self, other], Box::new(move |g| {
-                let ga = sb.map(|b| g.bmm(&b.transpose(1, 2)));
-                let gb = sa.map(|a| a.transpose(1, 2).bmm(&g));
+                let ga = sb.map(|b| g.bmm(&b.unpack().transpose(1, 2)));
+                let gb = sa.map(|a| a.unpack().transpose(1, 2).bmm(&g));
                 vec![ga, gb]
             }));
         }

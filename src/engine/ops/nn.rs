@@ -64,6 +64,7 @@ impl Tensor {
         if needs_grad(&[self]) {
             let y = save(&out);
             return attach(out, "SoftmaxBackward0", &[self], Box::new(move |g| {
+                let y = y.unpack();
                 let dt = g.dtype();
                 let gi = with_real!(dt, R, {
                     Tensor::compute::<R>(g.device(), dt, g.shape(), "_softmax_backward_data", &[&g, &y], || {
@@ -97,6 +98,7 @@ impl Tensor {
         if needs_grad(&[self]) {
             let y = save(&out);
             return attach(out, "LogSoftmaxBackward0", &[self], Box::new(move |g| {
+                let y = y.unpack();
                 let dt = g.dtype();
                 let gi = with_real!(dt, R, {
                     Tensor::compute::<R>(g.device(), dt, g.shape(), "_log_softmax_backward_data", &[&g, &y], || {
@@ -137,6 +139,7 @@ impl Tensor {
             let tw = save(&total_weight);
             drop(total_weight);
             return attach(out, "NllLossBackward0", &[self], Box::new(move |g| {
+                let (tgt, tw) = (tgt.unpack(), tw.unpack());
                 let dt = g.dtype();
                 let gi = with_real!(dt, R, {
                     Tensor::compute::<R>(g.device(), dt, &[nrows, c], "nll_loss_backward", &[&g, &tgt, &tw], || {
@@ -187,6 +190,7 @@ impl Tensor {
         if needs_grad(&[self]) {
             let ix = save(ids);
             return attach(out, "EmbeddingBackward0", &[self], Box::new(move |g| {
+                let ix = ix.unpack();
                 let dt = g.dtype();
                 let gw = with_real!(dt, R, {
                     Tensor::compute::<R>(g.device(), dt, &[v, d], "embedding_dense_backward", &[&g, &ix], || {
@@ -245,7 +249,7 @@ impl Tensor {
             let ix = save(index);
             let x = save(self);
             return attach(out, "GatherBackward0", &[self], Box::new(move |g| {
-                let gi = super::reduce::scatter_along(&g, &ix, d, &in_shape);
+                let gi = super::reduce::scatter_along(&g, &ix.unpack(), d, &in_shape);
                 drop(x);
                 vec![Some(gi)]
             }));

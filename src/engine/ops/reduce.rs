@@ -178,7 +178,7 @@ impl Tensor {
             let idx = save(&indices);
             let in_shape = self.shape().to_vec();
             let values = attach(values, "MaxBackward0", &[self], Box::new(move |g| {
-                vec![Some(scatter_along(&keep(&g, d, keepdim), &keep(&idx, d, keepdim), d, &in_shape))]
+                vec![Some(scatter_along(&keep(&g, d, keepdim), &keep(&idx.unpack(), d, keepdim), d, &in_shape))]
             }));
             return (values, indices);
         }

@@ -1,0 +1,55 @@
+//! Memory optimisations of the model that `train` and `profile` compare: activation
+//! checkpointing and the workshop's version-2 projection fusions.
+use super::usage;
+use crate::model::{Checkpoint, ModelConfig};
+use clap::Args;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct MemoryFlags {
+    /// Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks
+    /// (every decoder block) or every-N (blocks 0, N, 2N, …)
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
+    /// --fused-gate-up; its flash attention is --attention flash)
+    #[arg(long)]
+    pub fusion: Option<String>,
+    /// One QKV projection whose output is split into Q, K, V views
+    #[arg(long)]
+    pub fused_qkv: bool,
+    /// One gate/up projection whose output is chunked into two views
+    #[arg(long)]
+    pub fused_gate_up: bool,
+}
+
+impl MemoryFlags {
+    /// Set the chosen optimisations on a resolved model configuration.
+    pub fn apply(&self, c: &mut ModelConfig) -> anyhow::Result<()> {
+        if let Some(s) = &self.checkpoint {
+            c.checkpoint = Checkpoint::parse(s).ok_or_else(|| usage("--checkpoint", format!("'{s}' (expected none, blocks or every-N with N ≥ 1)")))?;
+        }
+        let all = match self.fusion.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("none") => false,
+            Some("all") => true,
+            Some(_) => return Err(usage("--fusion", format!("'{}' (expected none or all)", self.fusion.as_deref().unwrap_or_default()))),
+        };
+        c.fused_qkv |= all || self.fused_qkv;
+        c.fused_gate_up |= all || self.fused_gate_up;
+        Ok(())
+    }
+}
+
+/// One line naming the optimisations in effect, or None for the reference model.
+pub fn describe(c: &ModelConfig) -> Option<String> {
+    let mut parts = Vec::new();
+    if c.checkpoint != Checkpoint::None {
+        parts.push(format!("activation checkpointing {} (non-reentrant)", c.checkpoint));
+    }
+    if c.fused_qkv {
+        parts.push("fused QKV projection".to_string());
+    }
+    if c.fused_gate_up {
+        parts.push("fused gate/up projection".to_string());
+    }
+    (!parts.is_empty()).then(|| format!("memory optimisations: {}", parts.join(", ")))
+}
