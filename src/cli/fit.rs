@@ -97,6 +97,7 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
         grad_accum_steps: 1,
         flops: false,
         flops_depth: 3,
+        compare: false,
     }
 }
 

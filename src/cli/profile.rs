@@ -96,6 +96,12 @@ pub struct ProfileArgs {
     /// Module depth of the printed FLOP tree
     #[arg(long, default_value_t = 3, requires = "flops")]
     pub flops_depth: usize,
+    /// Run the baseline (fp32, naive attention, no checkpointing, unfused, no accumulation)
+    /// and each memory option given (--precision, --attention flash, --checkpoint, --fusion,
+    /// --grad-accum-steps) alone and together — or, with none given, all of them — and print
+    /// one table relative to the baseline
+    #[arg(long)]
+    pub compare: bool,
 }
 
 /// A validated profile invocation (shared with `sweep` and `fit`, which run one per point).
@@ -218,6 +224,8 @@ pub struct Run {
     pub report_html: Option<PathBuf>,
     pub events: usize,
     pub compute: Option<ComputeOut>,
+    /// Wall time per measured step (meaningful on cpu only); None after an OOM.
+    pub step_seconds: Option<f64>,
 }
 
 fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<Vec<(Tensor, Tensor)>>, accum: usize, precision: Precision) {
@@ -259,6 +267,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let mut before: Vec<MemEvent> = Vec::new();
     let mut recording: Option<Recording> = None;
     let mut compute: Option<ComputeOut> = None;
+    let mut step_seconds: Option<f64> = None;
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model = Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?;
         let opt = Optimizer::new(OptimConfig::reference(p.model.flavour), model.parameters().len());
@@ -283,6 +292,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
         }
         let step_s = t0.elapsed().as_secs_f64() / a.measure_steps as f64;
+        step_seconds = Some(step_s);
         if let Some(log) = runtime::take_compute_log() {
             let params: Vec<(String, u64)> = model.parameters().iter().map(|q| (q.name.clone(), q.tensor.numel() as u64)).collect();
             compute = Some(ComputeOut {
@@ -339,7 +349,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         snapshot_path = Some(path);
     }
     runtime::reset();
-    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: snapshot_path, report_html, events: events.len(), compute })
+    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: snapshot_path, report_html, events: events.len(), compute, step_seconds })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {
@@ -409,6 +419,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
+    if a.compare {
+        return super::compare::run(&a);
+    }
     let p = plan(&a)?;
     if let Some(n) = &p.note {
         eprintln!("note: {n}");

@@ -1,0 +1,191 @@
+//! `vramscope profile --compare`: what each memory optimisation buys. Runs the baseline
+//! (fp32, naive attention, no checkpointing, unfused, no accumulation) and each option the
+//! user gave alone, then all of them together — or, when none is given, every option —
+//! and prints one table per (context, profile type): peak allocated and reserved, what is
+//! live at the peak by category, and the cpu step time, each relative to the baseline.
+use super::memory_flags::MemoryFlags;
+use super::precision_flags::PrecisionFlags;
+use super::profile::{self, ProfileArgs, ProfileType, Run};
+use super::{set_threads, usage};
+use crate::export::{write_atomic, write_json};
+use crate::model::Attention;
+use crate::record::Category;
+use crate::train::Precision;
+use anyhow::Result;
+use serde_json::json;
+use std::fmt::Write as _;
+
+/// One column of the comparison: a name and the arguments that run it.
+struct Variant {
+    name: String,
+    args: ProfileArgs,
+}
+
+/// The arguments with every optimisation switched off.
+fn baseline(a: &ProfileArgs) -> ProfileArgs {
+    let mut b = a.clone();
+    b.compare = false;
+    b.precision = PrecisionFlags::default();
+    b.memory = MemoryFlags::default();
+    b.model.attention = Some(Attention::Naive.name().into());
+    b.grad_accum_steps = 1;
+    b.output = None;
+    b
+}
+
+fn variants(a: &ProfileArgs) -> Result<Vec<Variant>> {
+    let base = baseline(a);
+    let precision = a.precision.resolve()?;
+    let flash = a.model.attention.as_deref().is_some_and(|s| Attention::parse(s) == Some(Attention::Flash));
+    let ckpt = a.memory.checkpoint.as_deref().filter(|s| !s.eq_ignore_ascii_case("none")).map(str::to_string);
+    let fusion = a.memory.fusion.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("all")) || a.memory.fused_qkv || a.memory.fused_gate_up;
+    let training = a.profile_type.iter().all(|&k| k == ProfileType::Training);
+    let batch = a.batch_size;
+    let chosen = precision != Precision::Fp32 || flash || ckpt.is_some() || fusion || a.grad_accum_steps > 1;
+    let mut out = vec![Variant { name: "baseline".into(), args: base.clone() }];
+    let mut all = base.clone();
+    let mut add = |name: String, f: &dyn Fn(&mut ProfileArgs)| {
+        let mut v = base.clone();
+        f(&mut v);
+        f(&mut all);
+        out.push(Variant { name, args: v });
+    };
+    if chosen {
+        if precision != Precision::Fp32 {
+            let p = a.precision.clone();
+            add(format!("{precision} precision"), &move |v| v.precision = p.clone());
+        }
+        if flash {
+            add("flash attention".into(), &|v| v.model.attention = Some("flash".into()));
+        }
+        if let Some(c) = ckpt {
+            add(format!("checkpoint {c}"), &move |v| v.memory.checkpoint = Some(c.clone()));
+        }
+        if fusion {
+            let m = a.memory.clone();
+            add("fused projections".into(), &move |v| {
+                v.memory.fusion = m.fusion.clone();
+                v.memory.fused_qkv = m.fused_qkv;
+                v.memory.fused_gate_up = m.fused_gate_up;
+            });
+        }
+        if a.grad_accum_steps > 1 {
+            let n = a.grad_accum_steps;
+            add(format!("grad accum {n}"), &move |v| v.grad_accum_steps = n);
+        }
+    } else {
+        add("bf16 autocast".into(), &|v| v.precision.precision = Some("bf16".into()));
+        add("flash attention".into(), &|v| v.model.attention = Some("flash".into()));
+        add("checkpoint blocks".into(), &|v| v.memory.checkpoint = Some("blocks".into()));
+        add("fused projections".into(), &|v| v.memory.fusion = Some("all".into()));
+        // Accumulation needs a training step and a batch it can split.
+        if training {
+            if let Some(n) = [4, 2].into_iter().find(|n| batch.is_none_or(|b| b % n == 0 && b >= *n)) {
+                add(format!("grad accum {n}"), &move |v| v.grad_accum_steps = n);
+            }
+        }
+    }
+    if out.len() > 2 {
+        out.push(Variant { name: "all of the above".into(), args: all });
+    }
+    Ok(out)
+}
+
+fn slug(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect::<String>()
+}
+
+fn cat(r: &Run, c: Category) -> usize {
+    r.report.by_category.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1)
+}
+
+const CATS: [Category; 6] = [Category::Parameter, Category::Gradient, Category::OptimizerState, Category::Activation, Category::AutocastCache, Category::Temporary];
+
+pub fn run(a: &ProfileArgs) -> Result<()> {
+    if a.output.is_some() {
+        return Err(usage("--output", "names one snapshot; --compare writes one per variant under --out-dir"));
+    }
+    if a.flops {
+        return Err(usage("--compare", "does not combine with --flops (profile one variant with --flops instead)"));
+    }
+    let vs = variants(a)?;
+    // Every variant is planned (validated) before the first run.
+    let plans = vs.iter().map(|v| profile::plan(&v.args)).collect::<Result<Vec<_>>>()?;
+    set_threads(a.threads)?;
+    super::quiet_oom_panics();
+    let p0 = &plans[0];
+    let cpu = p0.device == crate::engine::Device::Cpu;
+    let mut md = String::new();
+    let mut json_rows = Vec::new();
+    for &ctx in &p0.contexts {
+        for &kind in &a.profile_type {
+            let mut runs: Vec<Run> = Vec::new();
+            for (v, p) in vs.iter().zip(&plans) {
+                let mut args = v.args.clone();
+                let k = format!("{kind:?}").to_lowercase();
+                args.output = Some(a.out_dir.join(format!("{}_ctx{ctx}_{k}_{}_snapshot.pickle", p.model_name, slug(&v.name))));
+                runs.push(profile::profile_one(p, &args, ctx, kind)?);
+            }
+            let base = &runs[0];
+            // Small models read better in MiB; one unit per table either way.
+            let (unit, div) = if base.stats.allocated_bytes.peak < 1 << 30 { ("MiB", 1u64 << 20) } else { ("GiB", 1u64 << 30) };
+            let u = |b: usize| b as f64 / div as f64;
+            let rel = |x: usize, b: usize| if b == 0 { "-".to_string() } else { format!("{:+.1}%", (x as f64 / b as f64 - 1.0) * 100.0) };
+            let _ = writeln!(
+                md,
+                "\n### {} ({}), {kind:?}, context {ctx}, batch {} on {} — {unit} are {} bytes\n",
+                p0.model_name,
+                p0.model.flavour,
+                p0.batch,
+                p0.device,
+                if unit == "GiB" { "1024³" } else { "1024²" }
+            );
+            let cats: Vec<&str> = CATS.iter().map(|c| c.name()).collect();
+            let _ = writeln!(
+                md,
+                "| variant | peak allocated ({unit}) | vs baseline | peak reserved ({unit}) | vs baseline | {} |{}",
+                cats.join(" | "),
+                if cpu { " step time (ms) | vs baseline |" } else { "" }
+            );
+            let _ = writeln!(md, "|---|---:|---:|---:|---:|{}{}", "---:|".repeat(CATS.len()), if cpu { "---:|---:|" } else { "" });
+            for (v, r) in vs.iter().zip(&runs) {
+                let (pa, pr) = (r.stats.allocated_bytes.peak, r.stats.reserved_bytes.peak);
+                let cells: Vec<String> = CATS.iter().map(|&c| format!("{:.3}", u(cat(r, c)))).collect();
+                let peak = if r.oom.is_some() { "OOM".to_string() } else { format!("{:.3}", u(pa)) };
+                let time = match (cpu, r.step_seconds, base.step_seconds) {
+                    (false, ..) => String::new(),
+                    (true, Some(t), Some(b)) => format!(" {:.1} | ×{:.2} |", t * 1e3, t / b),
+                    (true, ..) => " - | - |".into(),
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {peak} | {} | {:.3} | {} | {} |{time}",
+                    v.name,
+                    rel(pa, base.stats.allocated_bytes.peak),
+                    u(pr),
+                    rel(pr, base.stats.reserved_bytes.peak),
+                    cells.join(" | ")
+                );
+                json_rows.push(json!({
+                    "variant": v.name,
+                    "context_length": ctx,
+                    "profile_type": kind,
+                    "oom": r.oom,
+                    "peak_allocated_bytes": pa,
+                    "peak_reserved_bytes": pr,
+                    "peak_allocated_vs_baseline": pa as f64 / base.stats.allocated_bytes.peak.max(1) as f64,
+                    "live_at_peak_bytes": CATS.iter().map(|&c| (c.name(), cat(r, c))).collect::<std::collections::BTreeMap<_, _>>(),
+                    "step_seconds": if cpu { r.step_seconds } else { None },
+                    "snapshot": r.snapshot,
+                }));
+            }
+        }
+    }
+    md.push_str("\nCategory columns: memory live at the peak of allocated memory, in the table's unit.");
+    md.push_str(if cpu { "\n" } else { " Meta: memory only; step times are measured with `--device cpu`.\n" });
+    print!("{md}");
+    write_atomic(&a.out_dir.join("compare.md"), md.trim_start().as_bytes())?;
+    write_json(&a.out_dir.join("compare.json"), &json!({ "units": "bytes; GiB = 1024³ bytes", "runs": json_rows }))?;
+    println!("\nwrote compare.md, compare.json and one snapshot (+ HTML report) per variant to {}", a.out_dir.display());
+    Ok(())
+}
