@@ -114,18 +114,10 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
                 // bf16/f16: widen both operands to f32 around gemm. The staging buffers are
                 // real host memory, so they go through the allocator as workspace.
                 let _w = runtime::category(Category::Workspace);
-                let wa = Tensor::compute::<f32>(Device::Cpu, DType::F32, &la.shape, "matmul_widen", &[], || {
-                    cpu::read::<f32>(&Tensor::from_parts(a.storage().clone(), la.clone()))
-                });
-                let wb = Tensor::compute::<f32>(Device::Cpu, DType::F32, &lb.shape, "matmul_widen", &[], || {
-                    cpu::read::<f32>(&Tensor::from_parts(b.storage().clone(), lb.clone()))
-                });
+                let (wa, wla) = widen(a, &la);
+                let (wb, wlb) = widen(b, &lb);
                 let wc = Tensor::compute::<f32>(Device::Cpu, DType::F32, &shape, "matmul_widen", &[], || {
-                    cpu::with_slice::<f32, _>(&wa, |sa| {
-                        cpu::with_slice::<f32, _>(&wb, |sb| {
-                            gemm_batched::<f32>(sa, &Layout::contiguous(&la.shape), sb, &Layout::contiguous(&lb.shape))
-                        })
-                    })
+                    cpu::with_slice::<f32, _>(&wa, |sa| cpu::with_slice::<f32, _>(&wb, |sb| gemm_batched::<f32>(sa, &wla, sb, &wlb)))
                 });
                 drop((wa, wb));
                 let v = cpu::read::<f32>(&wc);
@@ -138,6 +130,23 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
     }
     cost::end(span, a.device(), op, cost);
     Tensor::from_parts(out, Layout::contiguous(&shape))
+}
+
+/// An f32 copy of a bf16/f16 operand for the f32 kernel, and its layout there. A transposed
+/// or otherwise permuted dense operand is widened in storage order with its strides kept
+/// (sequential reads; gemm takes any strides); a sparse one (broadcast, gaps) is gathered.
+#[track_caller]
+fn widen(t: &Tensor, l: &Layout) -> (Tensor, Layout) {
+    let span = if l.numel() == 0 { 0 } else { 1 + l.shape.iter().zip(&l.strides).map(|(&n, &s)| (n - 1) * s).sum::<usize>() };
+    if span == l.numel() {
+        let flat = Tensor::from_parts(t.storage().clone(), Layout { shape: vec![span], strides: vec![1], offset: l.offset });
+        let w = Tensor::compute::<f32>(Device::Cpu, DType::F32, &[span], "matmul_widen", &[], || cpu::read::<f32>(&flat));
+        return (w, Layout { shape: l.shape.clone(), strides: l.strides.clone(), offset: 0 });
+    }
+    let w = Tensor::compute::<f32>(Device::Cpu, DType::F32, &l.shape, "matmul_widen", &[], || {
+        cpu::read::<f32>(&Tensor::from_parts(t.storage().clone(), l.clone()))
+    });
+    (w, Layout::contiguous(&l.shape))
 }
 
 fn as3d(l: &Layout) -> Layout {
