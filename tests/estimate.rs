@@ -114,7 +114,7 @@ fn mixed_precision_derivation_for_2_7b() {
             assert!(text.contains(needle), "{precision}: missing {needle:?} in\n{text}");
         }
         if precision == "bf16" {
-            for needle in ["autocast weight cache: every weight a matmul-class op reads", "ln1 output cast to bf16 for q_proj", "rope(Q) (fp32: the RoPE buffer is fp32) cast to bf16", "8.5a + 2.5f + 1.5s + m + small"] {
+            for needle in ["autocast weight cache: every weight a matmul-class op reads", "ln1 output cast to bf16 for q_proj", "rope(Q) (fp32: fp32 RoPE buffer) cast to bf16", "8.5a + 2.5f + 1.5s + m + small"] {
                 assert!(text.contains(needle), "missing {needle:?} in\n{text}");
             }
         }

@@ -203,34 +203,35 @@ impl Ctx {
     }
     /// A norm's output as the projections that read it keep it: itself (fp32, pure bf16),
     /// or under autocast one low copy per matmul, since only weight casts are cached.
-    fn norm_output(&self, t: &mut Vec<Term>, norm: &str, cs336: bool, readers: &[&str]) {
+    /// `short` names the readers together (`q/k/v_proj`).
+    fn norm_output(&self, t: &mut Vec<Term>, norm: &str, cs336: bool, readers: &[&str], short: &str) {
         match self.mode {
-            Mode::Fp32 => t.push(self.term(format!("{norm} output (input of {})", readers.join("/")), "mul", Unit::A, 4)),
+            Mode::Fp32 => t.push(self.term(format!("{norm} output (input of {short})"), "mul", Unit::A, 4)),
             Mode::Autocast => {
                 for r in readers {
-                    t.push(self.term(format!("{norm} output cast to {} for {r} (it keeps the copy)", self.low_name), "_to_copy", Unit::A, 2));
+                    t.push(self.term(format!("{norm} output cast to {} for {r}", self.low_name), "_to_copy", Unit::A, 2));
                 }
             }
-            Mode::Pure if cs336 => t.push(self.term(format!("{norm} output cast back to bf16 (input of {})", readers.join("/")), "_to_copy", Unit::A, 2)),
-            Mode::Pure => t.push(self.term(format!("{norm} output (input of {})", readers.join("/")), "mul", Unit::A, 2)),
+            Mode::Pure if cs336 => t.push(self.term(format!("{norm} output back in bf16 (input of {short})"), "_to_copy", Unit::A, 2)),
+            Mode::Pure => t.push(self.term(format!("{norm} output (input of {short})"), "mul", Unit::A, 2)),
         }
     }
     /// cs336's RMSNorm computes in fp32: under pure bf16 its input is cast up, and the copy
     /// (which pow and x·r keep) replaces the bf16 block input nobody keeps.
-    fn cs336_norm(&self, t: &mut Vec<Term>, norm: &str, readers: &[&str]) {
+    fn cs336_norm(&self, t: &mut Vec<Term>, norm: &str, readers: &[&str], short: &str) {
         if self.mode == Mode::Pure {
-            t.push(self.term(format!("{norm} input cast up to fp32 (pow and x·r keep it)"), "_to_copy", Unit::A, 4));
+            t.push(self.term(format!("{norm} input cast to fp32 (pow, x·r keep it)"), "_to_copy", Unit::A, 4));
         }
         t.push(self.small(&format!("{norm} rsqrt output r"), "rsqrt", "B·S", self.b * self.s, 4));
         t.push(self.term(format!("{norm} x·r"), "mul", Unit::A, 4));
-        self.norm_output(t, norm, true, readers);
+        self.norm_output(t, norm, true, readers, short);
     }
     /// tinyllama's RMSNorm computes in its input's type (fp32 under autocast: the residual).
-    fn tinyllama_norm(&self, t: &mut Vec<Term>, norm: &str, readers: &[&str]) {
+    fn tinyllama_norm(&self, t: &mut Vec<Term>, norm: &str, readers: &[&str], short: &str) {
         let r = self.resid();
         t.push(self.small(&format!("{norm} sqrt output"), "sqrt", "B·S", self.b * self.s, r));
         t.push(self.term(format!("{norm} x / rms"), "div", Unit::A, r));
-        self.norm_output(t, norm, false, readers);
+        self.norm_output(t, norm, false, readers, short);
     }
 }
 
@@ -285,7 +286,7 @@ fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
     let mut t = Vec::new();
     // RMSNorm: x² (pow keeps x, the block input, counted with the previous block), mean,
     // rsqrt (keeps its output r), x·r (keeps r and x), w·(x·r) (keeps x·r).
-    c.cs336_norm(&mut t, "ln1", &["q_proj", "k_proj", "v_proj"]);
+    c.cs336_norm(&mut t, "ln1", &["q_proj", "k_proj", "v_proj"], "q/k/v_proj");
     // RoPE multiplies by cos/sin, which need no gradient: the q/k projections' outputs are
     // not kept, the rotated Q and K (the stack's output) are; V is the projection's output,
     // read through a transposed view. Under autocast the fp32 RoPE buffer promotes Q and K
@@ -293,7 +294,7 @@ fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
     t.push(c.term("v_proj output", "bmm", Unit::A, lo));
     let qk = |t: &mut Vec<Term>, extra: &str| {
         if ac {
-            t.push(c.term(format!("rope(Q) (fp32: the RoPE buffer is fp32) cast to {}{extra}", c.low_name), "_to_copy", Unit::A, 2));
+            t.push(c.term(format!("rope(Q) (fp32: fp32 RoPE buffer) cast to {}{extra}", c.low_name), "_to_copy", Unit::A, 2));
             t.push(c.term(format!("rope(K) cast to {}{extra}", c.low_name), "_to_copy", Unit::A, 2));
         } else {
             t.push(c.term("rope(Q)", "cat", Unit::A, lo));
@@ -311,7 +312,7 @@ fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
             t.push(c.small("softmax row sums", "sum", "B·h·S", bhs, e));
             if ac {
                 // The fp32 quotient is not kept (div keeps its inputs); weights·V keeps its cast.
-                t.push(c.term(format!("softmax weights (fp32) cast to {} for weights·V", c.low_name), "_to_copy", Unit::S, 2));
+                t.push(c.term(format!("softmax weights (fp32) cast to {}", c.low_name), "_to_copy", Unit::S, 2));
             } else {
                 t.push(c.term("softmax weights", "div", Unit::S, lo));
             }
@@ -329,7 +330,7 @@ fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
     if !pure {
         t.push(c.term("h = x + attn (ln2 keeps it)", "add", Unit::A, 4));
     }
-    c.cs336_norm(&mut t, "ln2", &["w1", "w3"]);
+    c.cs336_norm(&mut t, "ln2", &["w1", "w3"], "w1/w3");
     // SwiGLU with silu written out: w1·x, sigmoid, product, w3·x, product.
     t.push(c.term("w1 output", "bmm", Unit::F, lo));
     t.push(c.term("sigmoid(w1·x)", "sigmoid", Unit::F, lo));
@@ -349,7 +350,7 @@ fn tinyllama_block(c: &Ctx, attention: Attention) -> Vec<Term> {
     let (lo, ac, r) = (c.low, c.mode == Mode::Autocast, c.resid());
     let mut t = Vec::new();
     // RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) · w.
-    c.tinyllama_norm(&mut t, "attention_norm", &["q_proj", "k_proj", "v_proj"]);
+    c.tinyllama_norm(&mut t, "attention_norm", &["q_proj", "k_proj", "v_proj"], "q/k/v_proj");
     // RoPE's cos/sin need no gradient (and follow Q's type), so the q/k projections' outputs
     // are not kept: the rotated Q and K (the stack's output, (B, S, h, d_k) seen through a
     // transpose) and the v_proj output are; repeat_interleave (GQA) makes new (B, h, S, d_k)
@@ -378,7 +379,7 @@ fn tinyllama_block(c: &Ctx, attention: Attention) -> Vec<Term> {
         }
     }
     t.push(c.term("h = x + attention (ffn_norm keeps it)", "add", Unit::A, r));
-    c.tinyllama_norm(&mut t, "ffn_norm", &["gate_proj", "up_proj"]);
+    c.tinyllama_norm(&mut t, "ffn_norm", &["gate_proj", "up_proj"], "gate/up");
     t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, lo));
     t.push(c.term("silu(gate)", "silu", Unit::F, lo));
     t.push(c.term("up_proj output", "mm", Unit::F, lo));
@@ -466,8 +467,8 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
     let ln = |name: &str, rows: &str| -> Vec<Term> {
         let mut t = Vec::new();
         match cfg.flavour {
-            Flavour::Cs336 => c.cs336_norm(&mut t, name, &[rows]),
-            Flavour::Tinyllama => c.tinyllama_norm(&mut t, name, &[rows]),
+            Flavour::Cs336 => c.cs336_norm(&mut t, name, &[rows], rows),
+            Flavour::Tinyllama => c.tinyllama_norm(&mut t, name, &[rows], rows),
         }
         t
     };
@@ -480,7 +481,8 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
                 vec![
                     vocab("exp(logits − max) (fp32, kept for backward)", "exp", "B·S", n, 4),
                     vocab(&format!("logits − max ({low_name})"), "sub", "B·S", n, 2),
-                    vocab("its fp32 copy for exp, then log_softmax = logits − max − log Σexp (fp32; one after the other)", "_to_copy/sub", "B·S", n, 4),
+                    // The copy dies with exp; log_softmax, the same size, comes after it.
+                    vocab("fp32 copy for exp / then log_softmax (fp32)", "_to_copy/sub", "B·S", n, 4),
                 ]
             } else {
                 // x − max, exp (kept for backward), then x − max − log(sum) and the gather.
