@@ -18,6 +18,29 @@ fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a byte count: {v}"))
 }
 
+fn bytes(terms: &serde_json::Value) -> u64 {
+    terms.as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum()
+}
+
+/// Every exact quantity of the closed form equals the simulated run's, and the loss moment
+/// bounds the simulated training peak from below.
+fn check_exact(args: &[&str]) -> serde_json::Value {
+    let v = estimate(args);
+    let (e, s) = (&v["estimate"], &v["simulated"]);
+    let activations = u(&e["layers"]) * bytes(&e["block"]) + bytes(&e["outside"]);
+    assert_eq!(activations, u(&s["activation_bytes"]), "{args:?}: activations when the forward returns");
+    assert_eq!(u(&e["param_bytes"]), u(&s["parameter_bytes"]), "{args:?}: parameters");
+    assert_eq!(u(&e["grad_bytes"]), u(&s["gradient_bytes"]), "{args:?}: gradients");
+    assert_eq!(u(&e["optimizer_bytes"]), u(&s["optimizer_bytes"]), "{args:?}: optimizer state");
+    assert_eq!(u(&e["autocast_cache_bytes"]), u(&s["autocast_cache_bytes"]), "{args:?}: autocast cache");
+    assert_eq!(u(&e["logits"]["elements"]) * u(&e["logits"]["elem"]), u(&s["logits_bytes"]), "{args:?}: logits");
+    // The training bound is a bound, and a close one (the simulated peak is in allocator
+    // blocks, rounded up to 512 bytes or 2 MiB, and backward can add a little).
+    let lo = u(&e["param_bytes"]) + u(&e["optimizer_bytes"]) + activations + u(&e["autocast_cache_bytes"]);
+    assert!(lo <= u(&s["training_peak_allocated"]), "{args:?}");
+    v
+}
+
 #[test]
 fn closed_form_equals_the_simulation_where_it_is_exact() {
     let configs: [&[&str]; 6] = [
@@ -29,22 +52,76 @@ fn closed_form_equals_the_simulation_where_it_is_exact() {
         &["--batch-size", "2", "--context-length", "32", "--flavour", "tinyllama", "--hidden-dim", "96", "--num-heads", "6", "--num-kv-heads", "2", "--vocab-size", "77"],
     ];
     for args in configs {
-        let v = estimate(args);
-        let (e, s) = (&v["estimate"], &v["simulated"]);
-        let block: u64 = e["block"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
-        let outside: u64 = e["outside"].as_array().unwrap().iter().map(|t| u(&t["elements"]) * u(&t["elem"])).sum();
-        let activations = u(&e["layers"]) * block + outside;
-        assert_eq!(activations, u(&s["activation_bytes"]), "{args:?}: activations when the forward returns");
-        assert_eq!(u(&e["param_bytes"]), u(&s["parameter_bytes"]), "{args:?}: parameters");
-        assert_eq!(u(&e["grad_bytes"]), u(&s["gradient_bytes"]), "{args:?}: gradients");
-        assert_eq!(u(&e["optimizer_bytes"]), u(&s["optimizer_bytes"]), "{args:?}: optimizer state");
-        assert_eq!(u(&e["logits"]["elements"]) * 4, u(&s["logits_bytes"]), "{args:?}: logits");
-        // The training bound is a bound, and a close one (the simulated peak is in allocator
-        // blocks, rounded up to 512 bytes or 2 MiB, and backward can add a little).
-        let lo = u(&e["param_bytes"]) + u(&e["optimizer_bytes"]) + activations;
-        let peak = u(&s["training_peak_allocated"]);
-        assert!(lo <= peak, "{args:?}");
+        check_exact(args);
     }
+}
+
+#[test]
+fn mixed_precision_closed_form_equals_the_simulation() {
+    // Autocast (bf16, fp16) and pure bf16, both flavours, naive and flash attention, two
+    // (B, S) points each. Pure bf16 tinyllama needs flash (its fp32 mask breaks `probs @ v`).
+    let tiny = ["--flavour", "tinyllama", "--hidden-dim", "96", "--num-heads", "6", "--num-kv-heads", "6", "--vocab-size", "77"];
+    let cs = ["--model", "small", "--flavour", "cs336"];
+    for (b, s) in [("2", "32"), ("3", "20")] {
+        for precision in ["bf16", "fp16", "pure-bf16"] {
+            for flavour in [&tiny[..], &cs[..]] {
+                for attention in ["naive", "flash"] {
+                    if precision == "pure-bf16" && flavour[1] == "tinyllama" && attention == "naive" {
+                        continue;
+                    }
+                    let mut args = vec!["--batch-size", b, "--context-length", s, "--precision", precision, "--attention", attention];
+                    args.extend_from_slice(flavour);
+                    let v = check_exact(&args);
+                    let cache = u(&v["estimate"]["autocast_cache_bytes"]);
+                    assert_eq!(cache > 0, precision != "pure-bf16", "{args:?}: only autocast caches weight copies");
+                }
+            }
+        }
+    }
+    // Grouped-query attention under autocast: k/v_proj weights are h_kv·d_k × d.
+    check_exact(&["--batch-size", "2", "--context-length", "32", "--precision", "bf16", "--flavour", "tinyllama", "--hidden-dim", "96", "--num-heads", "6", "--num-kv-heads", "2", "--vocab-size", "77"]);
+    // CS336's spelling of the same flag.
+    let v = estimate(&["--batch-size", "2", "--context-length", "32", "--use-mixed-precision", "--model", "small", "--flavour", "cs336", "--no-simulate"]);
+    assert_eq!(v["estimate"]["precision"], "bf16");
+}
+
+#[test]
+fn mixed_precision_derivation_for_2_7b() {
+    // cs336 2.7B at B 4, S 512: the per-block sums a student derives from the autocast rules,
+    // and the training peak within 1% below the simulation, as for fp32.
+    let p = 3_406_809_600u64;
+    let d = 2560u64;
+    let f = 10240u64;
+    let v = 10000u64;
+    for (precision, symbolic, cache, pe) in [
+        ("bf16", "4a + 9·½a + 5·½f + s + ½s + m + small", 2 * (32 * (4 * d * d + 3 * d * f) + v * d), 4),
+        ("pure-bf16", "4a + 6·½a + 5·½f + 2·½s + m + small", 0, 2),
+    ] {
+        let args = ["--model", "2.7B", "--batch-size", "4", "--context-length", "512", "--precision", precision];
+        let r = estimate(&args);
+        let e = &r["estimate"];
+        assert_eq!(e["block_symbolic"], symbolic, "{precision}");
+        assert_eq!(u(&e["autocast_cache_bytes"]), cache, "{precision}");
+        assert_eq!(u(&e["param_bytes"]), p * pe, "{precision}");
+        let at_loss = (u(&e["param_bytes"]) + u(&e["optimizer_bytes"]) + 32 * bytes(&e["block"]) + bytes(&e["outside"]) + cache
+            + u(&e["logits"]["elements"]) * u(&e["logits"]["elem"])
+            + bytes(&e["loss"])) as f64;
+        let sim = u(&r["simulated"]["training_peak_allocated"]) as f64;
+        assert!(at_loss <= sim && at_loss > 0.99 * sim, "{precision}: estimate {at_loss} vs simulated {sim}");
+        let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(["estimate", "--no-simulate"]).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        for needle in ["½a = B·S·d·2", "B·S·d·2 = ½a", "B·h·S²·2 = ½s", "in 4-byte symbols"] {
+            assert!(text.contains(needle), "{precision}: missing {needle:?} in\n{text}");
+        }
+        if precision == "bf16" {
+            for needle in ["autocast weight cache: every weight a matmul-class op reads", "ln1 output cast to bf16 for q_proj", "rope(Q) (fp32: fp32 RoPE buffer) cast to bf16", "8.5a + 2.5f + 1.5s + m + small"] {
+                assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+            }
+        }
+    }
+    // Flash attention under autocast: the scores terms go, the output and logsumexp stay.
+    let f = estimate(&["--model", "2.7B", "--batch-size", "4", "--context-length", "512", "--attention", "flash", "--precision", "bf16", "--no-simulate"]);
+    assert_eq!(f["estimate"]["block_symbolic"], "4a + 10·½a + 5·½f + small");
 }
 
 #[test]
@@ -84,6 +161,9 @@ fn bad_estimate_flags_name_the_flag() {
         (vec!["--context-length", "0"], "--context-length"),
         (vec!["--model", "nope"], "--preset"),
         (vec!["--context-length", "100000"], "--context-length"),
+        (vec!["--precision", "fp8"], "--precision"),
+        (vec!["--precision", "bf16", "--pure-bf16"], "--pure-bf16"),
+        (vec!["--flavour", "tinyllama", "--pure-bf16"], "--pure-bf16"),
     ] {
         let mut a = vec!["estimate"];
         a.extend(args.iter().copied());

@@ -1,6 +1,7 @@
 //! Closed-form memory of a configuration, derived the way a student writes it on paper:
 //! parameters, gradients, optimizer state, and the tensors autograd keeps for backward, op by
-//! op, per block, with the symbols a = B·S·d·e, f = B·S·F·e, s = B·h·S²·e. `vramscope
+//! op, per block, with the symbols a = B·S·d·4, f = B·S·F·4, s = B·h·S²·4 (a bf16/fp16
+//! tensor of the same shape is ½a), in fp32, autocast bf16/fp16 or pure bf16. `vramscope
 //! estimate` prints it beside a simulated run, so every term can be checked against the
 //! allocations it predicts.
 //!
@@ -10,6 +11,7 @@
 //! operands, views and `add` nothing). They are written independently of the model code on
 //! purpose: a test compares them with what the engine actually keeps.
 use crate::model::{Attention, Flavour, ModelConfig};
+use crate::train::Precision;
 use serde::Serialize;
 
 /// The size class a term belongs to, for the symbolic per-block sum.
@@ -65,13 +67,17 @@ impl Term {
 #[derive(Clone, Debug, Serialize)]
 pub struct Estimate {
     pub flavour: Flavour,
+    pub precision: Precision,
     pub batch: usize,
     pub seq: usize,
     pub layers: usize,
-    /// Symbol definitions with their byte values: ("a", "B·S·d·4", bytes).
+    /// Symbol definitions with their byte values: ("a", "B·S·d·4", bytes). They are fp32
+    /// sizes; a 2-byte (bf16/fp16) tensor of the same shape is written ½a.
     pub symbols: Vec<(String, String, u64)>,
     pub params: u64,
     pub param_formula: String,
+    /// Bytes per parameter element (4 fp32, 2 pure bf16).
+    pub param_elem: u64,
     pub param_bytes: u64,
     pub grad_bytes: u64,
     pub optimizer_bytes: u64,
@@ -79,10 +85,15 @@ pub struct Estimate {
     /// Transient optimizer memory at its worst moment, with its formula.
     pub optimizer_temp_bytes: u64,
     pub optimizer_temp_formula: String,
+    /// The autocast region's low-precision weight copies, kept until backward.
+    pub autocast_cache_bytes: u64,
+    pub autocast_cache_formula: String,
     /// Kept for backward by one block.
     pub block: Vec<Term>,
-    /// `block` as a sum of symbols (`12a + 5f + 2s + m + small`).
+    /// `block` as a sum of symbols (`10a + 5f + 2s + m + small`; `4a + 9·½a + …`).
     pub block_symbolic: String,
+    /// The same in 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
+    pub block_fp32_units: String,
     /// Kept for backward outside the blocks (embedding output, final norm).
     pub outside: Vec<Term>,
     /// The forward's output.
@@ -90,6 +101,8 @@ pub struct Estimate {
     /// The loss's (B, S, V)-sized tensors live at once when the loss is computed, the one it
     /// keeps for backward first.
     pub loss: Vec<Term>,
+    /// Bytes per residual-stream element (4, or 2 in pure bf16).
+    pub residual_elem: u64,
     /// One (B, S, d) residual-stream tensor (seed 003 part d).
     pub residual_bytes: u64,
 }
@@ -106,14 +119,15 @@ impl Estimate {
     pub fn loss_saved_bytes(&self) -> u64 {
         self.loss.first().map_or(0, Term::bytes)
     }
-    /// Live when the forward has returned (autograd on): parameters, activations, logits.
+    /// Live when the forward has returned (autograd on): parameters, activations, the
+    /// autocast cache, logits.
     pub fn forward_bytes(&self) -> u64 {
-        self.param_bytes + self.activation_bytes() + self.logits.bytes()
+        self.param_bytes + self.activation_bytes() + self.autocast_cache_bytes + self.logits.bytes()
     }
     /// The loss's moment of a training step: no gradients yet (zero_grad set them to
-    /// None), every activation, the logits and the loss's (B, S, V) tensors.
+    /// None), every activation, the autocast cache, the logits and the loss's (B, S, V) tensors.
     pub fn training_loss_moment(&self) -> u64 {
-        self.param_bytes + self.optimizer_bytes + self.activation_bytes() + self.logits.bytes() + self.loss.iter().map(Term::bytes).sum::<u64>()
+        self.param_bytes + self.optimizer_bytes + self.activation_bytes() + self.autocast_cache_bytes + self.logits.bytes() + self.loss.iter().map(Term::bytes).sum::<u64>()
     }
     /// The optimizer's moment: every gradient, the logits still bound by the loop, and the
     /// optimizer's temporaries.
@@ -127,6 +141,17 @@ impl Estimate {
     }
 }
 
+/// How the run computes, as far as the saved tensors are concerned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Fp32,
+    /// `torch.autocast`: matmul-class ops output the low type, the fp32 list and the
+    /// residual stream stay fp32, and every matmul input that is fp32 gets a low copy.
+    Autocast,
+    /// `model.to(torch.bfloat16)`: everything bf16 except where the model casts up itself.
+    Pure,
+}
+
 /// Builds the term list with the run's symbols bound.
 struct Ctx {
     b: u64,
@@ -137,12 +162,25 @@ struct Ctx {
     dk: u64,
     f: u64,
     v: u64,
-    /// Bytes per activation element (4: fp32).
-    e: u64,
+    mode: Mode,
+    /// Bytes per element of what matmul-class ops output (4 fp32, 2 bf16/fp16).
+    low: u64,
+    /// Name of the low type (`bf16`, `fp16`, `fp32`).
+    low_name: &'static str,
+}
+
+/// `½a`-style name of a term's size in the 4-byte symbols.
+fn sized(unit: Unit, elem: u64) -> String {
+    match (unit, elem) {
+        (Unit::Small, _) | (Unit::M, _) => String::new(),
+        (u, 4) => u.symbol().to_string(),
+        (u, 2) => format!("½{}", u.symbol()),
+        (u, e) => format!("{e}/4·{}", u.symbol()),
+    }
 }
 
 impl Ctx {
-    fn term(&self, what: &str, op: &'static str, unit: Unit) -> Term {
+    fn term(&self, what: impl Into<String>, op: &'static str, unit: Unit, elem: u64) -> Term {
         let (elements, formula) = match unit {
             Unit::A => (self.b * self.s * self.d, "B·S·d"),
             Unit::F => (self.b * self.s * self.f, "B·S·F"),
@@ -150,7 +188,8 @@ impl Ctx {
             Unit::M => (self.s * self.s, "S²"),
             Unit::Small => unreachable!("small terms give their own size"),
         };
-        Term { what: what.into(), op, formula: format!("{formula}·{}", self.e), unit, elements, elem: self.e }
+        let formula = if elem == 4 { format!("{formula}·4") } else { format!("{formula}·{elem} = {}", sized(unit, elem)) };
+        Term { what: what.into(), op, formula, unit, elements, elem }
     }
     fn small(&self, what: &str, op: &'static str, formula: &str, elements: u64, elem: u64) -> Term {
         Term { what: what.into(), op, formula: format!("{formula}·{elem}"), unit: Unit::Small, elements, elem }
@@ -158,17 +197,81 @@ impl Ctx {
     fn mask(&self, what: &str, op: &'static str, elem: u64) -> Term {
         Term { what: what.into(), op, formula: format!("S²·{elem}"), unit: Unit::M, elements: self.s * self.s, elem }
     }
+    /// Bytes of the residual stream and of what follows type promotion from it.
+    fn resid(&self) -> u64 {
+        if self.mode == Mode::Pure { 2 } else { 4 }
+    }
+    /// A norm's output as the projections that read it keep it: itself (fp32, pure bf16),
+    /// or under autocast one low copy per matmul, since only weight casts are cached.
+    /// `short` names the readers together (`q/k/v_proj`).
+    fn norm_output(&self, t: &mut Vec<Term>, norm: &str, cs336: bool, readers: &[&str], short: &str) {
+        match self.mode {
+            Mode::Fp32 => t.push(self.term(format!("{norm} output (input of {short})"), "mul", Unit::A, 4)),
+            Mode::Autocast => {
+                for r in readers {
+                    t.push(self.term(format!("{norm} output cast to {} for {r}", self.low_name), "_to_copy", Unit::A, 2));
+                }
+            }
+            Mode::Pure if cs336 => t.push(self.term(format!("{norm} output back in bf16 (input of {short})"), "_to_copy", Unit::A, 2)),
+            Mode::Pure => t.push(self.term(format!("{norm} output (input of {short})"), "mul", Unit::A, 2)),
+        }
+    }
+    /// cs336's RMSNorm computes in fp32: under pure bf16 its input is cast up, and the copy
+    /// (which pow and x·r keep) replaces the bf16 block input nobody keeps.
+    fn cs336_norm(&self, t: &mut Vec<Term>, norm: &str, readers: &[&str], short: &str) {
+        if self.mode == Mode::Pure {
+            t.push(self.term(format!("{norm} input cast to fp32 (pow, x·r keep it)"), "_to_copy", Unit::A, 4));
+        }
+        t.push(self.small(&format!("{norm} rsqrt output r"), "rsqrt", "B·S", self.b * self.s, 4));
+        t.push(self.term(format!("{norm} x·r"), "mul", Unit::A, 4));
+        self.norm_output(t, norm, true, readers, short);
+    }
+    /// tinyllama's RMSNorm computes in its input's type (fp32 under autocast: the residual).
+    fn tinyllama_norm(&self, t: &mut Vec<Term>, norm: &str, readers: &[&str], short: &str) {
+        let r = self.resid();
+        t.push(self.small(&format!("{norm} sqrt output"), "sqrt", "B·S", self.b * self.s, r));
+        t.push(self.term(format!("{norm} x / rms"), "div", Unit::A, r));
+        self.norm_output(t, norm, false, readers, short);
+    }
 }
 
-/// The sum of a term list in symbols: `12a + 5f + 2s + m + small`.
+/// The sum of a term list in symbols: `10a + 5f + 2s + m + small`, with 2-byte tensors as
+/// `½a` (`4a + 9·½a + …`).
 pub fn symbolic(terms: &[Term]) -> String {
     let order = [Unit::A, Unit::F, Unit::S, Unit::M];
     let mut parts: Vec<String> = Vec::new();
     for u in order {
-        let n = terms.iter().filter(|t| t.unit == u).count();
-        if n > 0 {
-            parts.push(if n == 1 { u.symbol().to_string() } else { format!("{n}{}", u.symbol()) });
+        let mut elems: Vec<u64> = terms.iter().filter(|t| t.unit == u).map(|t| if u == Unit::M { 4 } else { t.elem }).collect();
+        elems.sort_unstable_by(|a, b| b.cmp(a));
+        elems.dedup();
+        for e in elems {
+            let n = terms.iter().filter(|t| t.unit == u && (u == Unit::M || t.elem == e)).count();
+            let sym = if u == Unit::M { "m".to_string() } else { sized(u, e) };
+            parts.push(match (n, e) {
+                (1, _) => sym,
+                (n, 4) => format!("{n}{sym}"),
+                (n, _) => format!("{n}·{sym}"),
+            });
         }
+    }
+    if terms.iter().any(|t| t.unit == Unit::Small) {
+        parts.push(Unit::Small.symbol().into());
+    }
+    parts.join(" + ")
+}
+
+/// The same sum collapsed to 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
+pub fn symbolic_fp32_units(terms: &[Term]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for u in [Unit::A, Unit::F, Unit::S] {
+        let quarters: u64 = terms.iter().filter(|t| t.unit == u).map(|t| t.elem).sum();
+        if quarters > 0 {
+            let n = quarters as f64 / 4.0;
+            parts.push(if n == 1.0 { u.symbol().to_string() } else { format!("{n}{}", u.symbol()) });
+        }
+    }
+    if terms.iter().any(|t| t.unit == Unit::M) {
+        parts.push("m".into());
     }
     if terms.iter().any(|t| t.unit == Unit::Small) {
         parts.push(Unit::Small.symbol().into());
@@ -178,105 +281,130 @@ pub fn symbolic(terms: &[Term]) -> String {
 
 /// Tensors one cs336 block keeps for backward (reference-models.md §1), in forward order.
 fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
-    let bs = c.b * c.s;
     let bhs = c.b * c.h * c.s;
+    let (lo, ac, pure) = (c.low, c.mode == Mode::Autocast, c.mode == Mode::Pure);
     let mut t = Vec::new();
     // RMSNorm: x² (pow keeps x, the block input, counted with the previous block), mean,
     // rsqrt (keeps its output r), x·r (keeps r and x), w·(x·r) (keeps x·r).
-    t.push(c.small("ln1 rsqrt output r", "rsqrt", "B·S", bs, 4));
-    t.push(c.term("ln1 x·r", "mul", Unit::A));
-    t.push(c.term("ln1 output (input of q/k/v_proj)", "mul", Unit::A));
-    // RoPE multiplies by cos/sin, which need no gradient: the projections' outputs are not
-    // kept, the rotated Q and K (the stack's output) are.
+    c.cs336_norm(&mut t, "ln1", &["q_proj", "k_proj", "v_proj"], "q/k/v_proj");
+    // RoPE multiplies by cos/sin, which need no gradient: the q/k projections' outputs are
+    // not kept, the rotated Q and K (the stack's output) are; V is the projection's output,
+    // read through a transposed view. Under autocast the fp32 RoPE buffer promotes Q and K
+    // back to fp32, and the matmul that reads them keeps low copies instead.
+    t.push(c.term("v_proj output", "bmm", Unit::A, lo));
+    let qk = |t: &mut Vec<Term>, extra: &str| {
+        if ac {
+            t.push(c.term(format!("rope(Q) (fp32: fp32 RoPE buffer) cast to {}{extra}", c.low_name), "_to_copy", Unit::A, 2));
+            t.push(c.term(format!("rope(K) cast to {}{extra}", c.low_name), "_to_copy", Unit::A, 2));
+        } else {
+            t.push(c.term("rope(Q)", "cat", Unit::A, lo));
+            t.push(c.term(format!("rope(K){extra}"), "cat", Unit::A, lo));
+        }
+    };
     match attention {
         Attention::Naive => {
-            t.push(c.term("rope(Q)", "cat", Unit::A));
-            t.push(c.term("rope(K) (Kᵀ is a strided view bmm reads)", "cat", Unit::A));
+            qk(&mut t, if ac { "" } else { " (Kᵀ is a strided view bmm reads)" });
             t.push(c.mask("causal mask (bool; where keeps it)", "ge", 1));
             t.push(c.small("softmax max indices (int64)", "max", "B·h·S", bhs, 8));
-            t.push(c.term("exp(scores − max)", "exp", Unit::S));
-            t.push(c.small("softmax row sums", "sum", "B·h·S", bhs, 4));
-            t.push(c.term("softmax weights", "div", Unit::S));
-            t.push(c.term("V copied to (B·h, S, d_k) by matmul's reshape", "clone", Unit::A));
+            // exp is on autocast's fp32 list; in pure bf16 nothing casts up.
+            let e = if pure { 2 } else { 4 };
+            t.push(c.term("exp(scores − max)", "exp", Unit::S, e));
+            t.push(c.small("softmax row sums", "sum", "B·h·S", bhs, e));
+            if ac {
+                // The fp32 quotient is not kept (div keeps its inputs); weights·V keeps its cast.
+                t.push(c.term(format!("softmax weights (fp32) cast to {}", c.low_name), "_to_copy", Unit::S, 2));
+            } else {
+                t.push(c.term("softmax weights", "div", Unit::S, lo));
+            }
         }
         Attention::Flash => {
-            // The flash primitive keeps q, k, v as given: V is the projection's transposed view.
-            t.push(c.term("v_proj output", "bmm", Unit::A));
-            t.push(c.term("rope(Q)", "cat", Unit::A));
-            t.push(c.term("rope(K)", "cat", Unit::A));
-            t.push(c.term("flash attention output", "_scaled_dot_product_flash_attention", Unit::A));
+            // The flash primitive keeps q, k, v as given.
+            qk(&mut t, "");
+            t.push(c.term("flash attention output", "_scaled_dot_product_flash_attention", Unit::A, lo));
             t.push(c.small("flash logsumexp (fp32)", "_scaled_dot_product_flash_attention", "B·h·S", bhs, 4));
         }
     }
-    t.push(c.term("heads merged (reshape copy; output_proj keeps it)", "clone", Unit::A));
-    t.push(c.term("h = x + attn (ln2 keeps it)", "add", Unit::A));
-    t.push(c.small("ln2 rsqrt output r", "rsqrt", "B·S", bs, 4));
-    t.push(c.term("ln2 x·r", "mul", Unit::A));
-    t.push(c.term("ln2 output (input of w1/w3)", "mul", Unit::A));
+    t.push(c.term("heads merged (reshape copy; output_proj keeps it)", "clone", Unit::A, lo));
+    // In pure bf16 the bf16 residual is read only by the norm's upcast and the adds, which
+    // keep nothing: the norm's fp32 copy is counted instead.
+    if !pure {
+        t.push(c.term("h = x + attn (ln2 keeps it)", "add", Unit::A, 4));
+    }
+    c.cs336_norm(&mut t, "ln2", &["w1", "w3"], "w1/w3");
     // SwiGLU with silu written out: w1·x, sigmoid, product, w3·x, product.
-    t.push(c.term("w1 output", "bmm", Unit::F));
-    t.push(c.term("sigmoid(w1·x)", "sigmoid", Unit::F));
-    t.push(c.term("silu = w1x·sigmoid", "mul", Unit::F));
-    t.push(c.term("w3 output", "bmm", Unit::F));
-    t.push(c.term("silu·w3x (input of w2)", "mul", Unit::F));
-    t.push(c.term("block output = h + ffn (next block keeps it)", "add", Unit::A));
+    t.push(c.term("w1 output", "bmm", Unit::F, lo));
+    t.push(c.term("sigmoid(w1·x)", "sigmoid", Unit::F, lo));
+    t.push(c.term("silu = w1x·sigmoid", "mul", Unit::F, lo));
+    t.push(c.term("w3 output", "bmm", Unit::F, lo));
+    t.push(c.term("silu·w3x (input of w2)", "mul", Unit::F, lo));
+    if !pure {
+        t.push(c.term("block output = h + ffn (next block keeps it)", "add", Unit::A, 4));
+    }
     t
 }
 
 /// Tensors one tinyllama block keeps for backward (reference-models.md §2).
 fn tinyllama_block(c: &Ctx, attention: Attention) -> Vec<Term> {
-    let bs = c.b * c.s;
     let bhs = c.b * c.h * c.s;
     let gqa = c.kvh < c.h;
+    let (lo, ac, r) = (c.low, c.mode == Mode::Autocast, c.resid());
     let mut t = Vec::new();
     // RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) · w.
-    t.push(c.small("attention_norm sqrt output", "sqrt", "B·S", bs, 4));
-    t.push(c.term("attention_norm x / rms", "div", Unit::A));
-    t.push(c.term("attention_norm output (input of q/k/v_proj)", "mul", Unit::A));
-    // RoPE's cos/sin need no gradient, so the projections' outputs are not kept. Q, K, V
-    // are (B, S, h, d_k) storages seen through a transpose; repeat_interleave (GQA) makes new
-    // (B, h, S, d_k) K and V, and the kv-sized ones die with the function's locals.
+    c.tinyllama_norm(&mut t, "attention_norm", &["q_proj", "k_proj", "v_proj"], "q/k/v_proj");
+    // RoPE's cos/sin need no gradient (and follow Q's type), so the q/k projections' outputs
+    // are not kept: the rotated Q and K (the stack's output, (B, S, h, d_k) seen through a
+    // transpose) and the v_proj output are; repeat_interleave (GQA) makes new (B, h, S, d_k)
+    // K and V, and the kv-sized ones die with the function's locals.
+    t.push(c.term("rope(Q)", "cat", Unit::A, lo));
+    if gqa {
+        t.push(c.term("K repeated to h heads", "clone", Unit::A, lo));
+        t.push(c.term("V repeated to h heads", "clone", Unit::A, lo));
+    } else {
+        t.push(c.term("rope(K)", "cat", Unit::A, lo));
+        t.push(c.term("v_proj output", "mm", Unit::A, lo));
+    }
     match attention {
         Attention::Naive => {
-            t.push(c.term("rope(Q) copied to (B·h, S, d_k) by matmul's reshape", "clone", Unit::A));
-            if gqa {
-                t.push(c.term("K repeated to h heads", "clone", Unit::A));
-                t.push(c.term("V repeated to h heads", "clone", Unit::A));
-            } else {
-                t.push(c.term("rope(K) copied by matmul's reshape of Kᵀ", "clone", Unit::A));
-                t.push(c.term("V copied by matmul's reshape", "clone", Unit::A));
+            // scores + the fp32 additive mask is fp32 under autocast too; softmax keeps its output.
+            t.push(c.term("softmax output (fused softmax keeps it)", "softmax", Unit::S, 4));
+            if ac {
+                t.push(c.term(format!("softmax output cast to {} for probs·V", c.low_name), "_to_copy", Unit::S, 2));
             }
-            t.push(c.term("softmax output (fused softmax keeps it)", "softmax", Unit::S));
-            t.push(c.term("heads merged (contiguous copy; o_proj keeps it)", "clone", Unit::A));
+            t.push(c.term("heads merged (contiguous copy; o_proj keeps it)", "clone", Unit::A, lo));
         }
         Attention::Flash => {
-            t.push(c.term("rope(Q)", "cat", Unit::A));
-            if gqa {
-                t.push(c.term("K repeated to h heads", "clone", Unit::A));
-                t.push(c.term("V repeated to h heads", "clone", Unit::A));
-            } else {
-                t.push(c.term("rope(K)", "cat", Unit::A));
-                t.push(c.term("v_proj output", "mm", Unit::A));
-            }
             // empty_like(q) takes q's (B, S, h, d_k) order: merging heads needs no copy.
-            t.push(c.term("flash attention output (o_proj keeps it)", "_scaled_dot_product_flash_attention", Unit::A));
+            t.push(c.term("flash attention output (o_proj keeps it)", "_scaled_dot_product_flash_attention", Unit::A, lo));
             t.push(c.small("flash logsumexp (fp32)", "_scaled_dot_product_flash_attention", "B·h·S", bhs, 4));
         }
     }
-    t.push(c.term("h = x + attention (ffn_norm keeps it)", "add", Unit::A));
-    t.push(c.small("ffn_norm sqrt output", "sqrt", "B·S", bs, 4));
-    t.push(c.term("ffn_norm x / rms", "div", Unit::A));
-    t.push(c.term("ffn_norm output (input of gate/up)", "mul", Unit::A));
-    t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F));
-    t.push(c.term("silu(gate)", "silu", Unit::F));
-    t.push(c.term("up_proj output", "mm", Unit::F));
-    t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F));
-    t.push(c.term("block output = h + ffn (next block keeps it)", "add", Unit::A));
+    t.push(c.term("h = x + attention (ffn_norm keeps it)", "add", Unit::A, r));
+    c.tinyllama_norm(&mut t, "ffn_norm", &["gate_proj", "up_proj"], "gate/up");
+    t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, lo));
+    t.push(c.term("silu(gate)", "silu", Unit::F, lo));
+    t.push(c.term("up_proj output", "mm", Unit::F, lo));
+    t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, lo));
+    t.push(c.term("block output = h + ffn (next block keeps it)", "add", Unit::A, r));
     t
 }
 
-/// The closed-form estimate of `cfg` at batch `b`, sequence length `s` (fp32).
-pub fn estimate(cfg: &ModelConfig, b: usize, s: usize) -> Estimate {
+/// A (B, S, V)-sized tensor of the loss.
+fn vocab(what: &str, op: &'static str, rows: &str, elements: u64, elem: u64) -> Term {
+    Term { what: what.into(), op, formula: format!("{rows}·V·{elem}"), unit: Unit::Small, elements, elem }
+}
+
+/// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`.
+pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> Estimate {
+    let mode = match precision {
+        Precision::Fp32 => Mode::Fp32,
+        Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
+        Precision::PureBf16 => Mode::Pure,
+    };
+    let (low, low_name) = match precision {
+        Precision::Fp32 => (4, "fp32"),
+        Precision::Fp16 => (2, "fp16"),
+        Precision::Bf16 | Precision::PureBf16 => (2, "bf16"),
+    };
     let c = Ctx {
         b: b as u64,
         s: s as u64,
@@ -286,7 +414,9 @@ pub fn estimate(cfg: &ModelConfig, b: usize, s: usize) -> Estimate {
         dk: cfg.head_dim() as u64,
         f: cfg.d_ff as u64,
         v: cfg.vocab_size as u64,
-        e: 4,
+        mode,
+        low,
+        low_name,
     };
     let (d, f, v, l) = (c.d, c.f, c.v, cfg.num_layers as u64);
     let kv = c.kvh * c.dk;
@@ -295,19 +425,31 @@ pub fn estimate(cfg: &ModelConfig, b: usize, s: usize) -> Estimate {
     let attn_w = if kv == d { "4d²".to_string() } else { "2d² + 2d·h_kv·d_k".to_string() };
     let param_formula = format!("V·d (embedding){head} + L·({attn_w} + 3d·F + 2d) + d");
     debug_assert_eq!(params, v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + d);
-    let param_bytes = params * 4;
+    // Parameters, and so gradients and optimizer state, are fp32 except in pure bf16.
+    let pe: u64 = if mode == Mode::Pure { 2 } else { 4 };
+    let pt = if pe == 2 { "bf16" } else { "fp32" };
+    let param_bytes = params * pe;
     let (optimizer_bytes, optimizer_formula) = match cfg.flavour {
-        Flavour::Cs336 => (2 * param_bytes, "2·P·4 (AdamW m and v, fp32)".to_string()),
+        Flavour::Cs336 => (2 * param_bytes, format!("2·P·{pe} (AdamW m and v, {pt})")),
         // torch.optim.AdamW's per-parameter `step` counters live on the host (not capturable).
-        Flavour::Tinyllama => (2 * param_bytes, "2·P·4 (torch AdamW exp_avg and exp_avg_sq, fp32; `step` counters stay on the host)".to_string()),
+        Flavour::Tinyllama => (2 * param_bytes, format!("2·P·{pe} (torch AdamW exp_avg and exp_avg_sq, {pt}; `step` counters stay on the host)")),
     };
     let (optimizer_temp_bytes, optimizer_temp_formula) = match cfg.flavour {
         Flavour::Cs336 => {
             // One parameter at a time: m_new, v_new, α·m, √v + eps and the update coexist.
             let largest = [v * d, f * d, d * d, kv * d].into_iter().max().unwrap_or(0);
-            (5 * largest * 4, "5 × the largest parameter × 4 (m_new, v_new, α·m_new, √v_new + eps, the update)".to_string())
+            (5 * largest * pe, format!("5 × the largest parameter × {pe} (m_new, v_new, α·m_new, √v_new + eps, the update)"))
         }
-        Flavour::Tinyllama => (param_bytes, "P × 4 (torch._foreach_sqrt over every exp_avg_sq at once)".to_string()),
+        Flavour::Tinyllama => (param_bytes, format!("P × {pe} (torch._foreach_sqrt over every exp_avg_sq at once)")),
+    };
+    // Every weight a matmul-class op reads is cast once per region and kept until backward;
+    // the embedding lookup is not an autocast op, norm weights meet only muls.
+    let cast_elements = l * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
+    let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by output_proj)" } else { "V·d (lm_head)" };
+    let (autocast_cache_bytes, autocast_cache_formula) = match mode {
+        Mode::Autocast => (2 * cast_elements, format!("2 B × (L·({attn_w} + 3d·F) + {head_w}) = 2 × {cast_elements}")),
+        Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
+        Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
     };
     let mut block = match cfg.flavour {
         Flavour::Cs336 => cs336_block(&c, cfg.attention),
@@ -315,58 +457,88 @@ pub fn estimate(cfg: &ModelConfig, b: usize, s: usize) -> Estimate {
     };
     block.retain(|t| t.elements > 0);
     let block_symbolic = symbolic(&block);
+    let block_fp32_units = symbolic_fp32_units(&block);
     let bs = c.b * c.s;
-    let mut outside = vec![c.term("embedding output (block 0's input)", "embedding", Unit::A)];
+    let mut outside = Vec::new();
+    // In pure bf16 cs336 the embedding output is read only by ln1's upcast and the add.
+    if !(cfg.flavour == Flavour::Cs336 && mode == Mode::Pure) {
+        outside.push(c.term("embedding output (block 0's input)", "embedding", Unit::A, c.resid()));
+    }
+    let ln = |name: &str, rows: &str| -> Vec<Term> {
+        let mut t = Vec::new();
+        match cfg.flavour {
+            Flavour::Cs336 => c.cs336_norm(&mut t, name, &[rows], rows),
+            Flavour::Tinyllama => c.tinyllama_norm(&mut t, name, &[rows], rows),
+        }
+        t
+    };
     let (norm, logits, loss) = match cfg.flavour {
-        Flavour::Cs336 => (
-            vec![c.small("ln_final rsqrt output r", "rsqrt", "B·S", bs, 4), c.term("ln_final x·r", "mul", Unit::A), c.term("ln_final output (lm_head keeps it)", "mul", Unit::A)],
-            Term { what: "logits".into(), op: "bmm", formula: "B·S·V·4".into(), unit: Unit::Small, elements: bs * v, elem: 4 },
-            vec![
+        Flavour::Cs336 => {
+            let n = bs * v;
+            let loss = if mode == Mode::Autocast {
+                // exp and log are on the fp32 list: exp reads an fp32 copy of the low-precision
+                // logits − max, and logits − max − log Σexp promotes to fp32.
+                vec![
+                    vocab("exp(logits − max) (fp32, kept for backward)", "exp", "B·S", n, 4),
+                    vocab(&format!("logits − max ({low_name})"), "sub", "B·S", n, 2),
+                    // The copy dies with exp; log_softmax, the same size, comes after it.
+                    vocab("fp32 copy for exp / then log_softmax (fp32)", "_to_copy/sub", "B·S", n, 4),
+                ]
+            } else {
                 // x − max, exp (kept for backward), then x − max − log(sum) and the gather.
-                Term { what: "exp(logits − max) (kept for backward)".into(), op: "exp", formula: "B·S·V·4".into(), unit: Unit::Small, elements: bs * v, elem: 4 },
-                Term { what: "logits − max".into(), op: "sub", formula: "B·S·V·4".into(), unit: Unit::Small, elements: bs * v, elem: 4 },
-                Term { what: "log_softmax = logits − max − log Σexp".into(), op: "sub", formula: "B·S·V·4".into(), unit: Unit::Small, elements: bs * v, elem: 4 },
-            ],
-        ),
+                vec![
+                    vocab("exp(logits − max) (kept for backward)", "exp", "B·S", n, low),
+                    vocab("logits − max", "sub", "B·S", n, low),
+                    vocab("log_softmax = logits − max − log Σexp", "sub", "B·S", n, low),
+                ]
+            };
+            (ln("ln_final", "lm_head"), vocab("logits", "bmm", "B·S", n, low), loss)
+        }
         Flavour::Tinyllama => {
             let n = c.b * (c.s - 1) * v;
-            (
-                vec![c.small("norm sqrt output", "sqrt", "B·S", bs, 4), c.term("norm x / rms", "div", Unit::A), c.term("norm output (output_proj keeps it)", "mul", Unit::A)],
-                Term { what: "logits".into(), op: "mm", formula: "B·S·V·4".into(), unit: Unit::Small, elements: bs * v, elem: 4 },
-                vec![
-                    Term { what: "log_softmax of logits[:, :-1] (cross_entropy keeps it)".into(), op: "_log_softmax", formula: "B·(S−1)·V·4".into(), unit: Unit::Small, elements: n, elem: 4 },
-                    Term { what: "logits[:, :-1].contiguous()".into(), op: "contiguous", formula: "B·(S−1)·V·4".into(), unit: Unit::Small, elements: n, elem: 4 },
-                ],
-            )
+            let mut loss = vec![
+                // log_softmax is on the fp32 list: fp32 output under autocast.
+                vocab("log_softmax of logits[:, :-1] (cross_entropy keeps it)", "_log_softmax", "B·(S−1)", n, if mode == Mode::Autocast { 4 } else { low }),
+                vocab("logits[:, :-1].contiguous()", "contiguous", "B·(S−1)", n, low),
+            ];
+            if mode == Mode::Autocast {
+                loss.push(vocab("its fp32 copy for log_softmax (dies with the op)", "_to_copy", "B·(S−1)", n, 4));
+            }
+            (ln("norm", "output_proj"), vocab("logits", "mm", "B·S", bs * v, low), loss)
         }
     };
     outside.extend(norm);
-    let e = c.e;
     let symbols = vec![
-        ("a".to_string(), format!("B·S·d·{e}"), c.b * c.s * d * e),
-        ("f".to_string(), format!("B·S·F·{e}"), c.b * c.s * f * e),
-        ("s".to_string(), format!("B·h·S²·{e}"), c.b * c.h * c.s * c.s * e),
+        ("a".to_string(), "B·S·d·4".to_string(), c.b * c.s * d * 4),
+        ("f".to_string(), "B·S·F·4".to_string(), c.b * c.s * f * 4),
+        ("s".to_string(), "B·h·S²·4".to_string(), c.b * c.h * c.s * c.s * 4),
         ("m".to_string(), "S²·(1 for a bool mask)".to_string(), c.s * c.s),
     ];
     Estimate {
         flavour: cfg.flavour,
+        precision,
         batch: b,
         seq: s,
         layers: cfg.num_layers,
         symbols,
         params,
         param_formula,
+        param_elem: pe,
         param_bytes,
         grad_bytes: param_bytes,
         optimizer_bytes,
         optimizer_formula,
         optimizer_temp_bytes,
         optimizer_temp_formula,
+        autocast_cache_bytes,
+        autocast_cache_formula,
         block,
         block_symbolic,
+        block_fp32_units,
         outside,
         logits,
         loss,
-        residual_bytes: c.b * c.s * d * 4,
+        residual_elem: c.resid(),
+        residual_bytes: c.b * c.s * d * c.resid(),
     }
 }

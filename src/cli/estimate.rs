@@ -1,15 +1,16 @@
 //! `vramscope estimate`: closed-form memory of a configuration with its derivation, printed
 //! beside a simulated meta run of the same configuration and the gap between them.
 use super::model_flags::ModelFlags;
+use super::precision_flags::PrecisionFlags;
 use super::usage;
 use crate::analyse::estimate::{estimate, Estimate, Term};
-use crate::engine::{runtime, Device};
+use crate::engine::{autocast, runtime, Device};
 use crate::export::{gib, mib, write_json};
 use crate::model::{Flavour, Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, CachingAllocator};
 use crate::record::{Category, Phase};
 use crate::train::optim::OptimConfig;
-use crate::train::{Batcher, DataKind, Optimizer, StepRunner};
+use crate::train::{Batcher, DataKind, Optimizer, Precision, StepRunner};
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
@@ -20,6 +21,8 @@ use std::path::PathBuf;
 pub struct EstimateArgs {
     #[command(flatten)]
     pub model: ModelFlags,
+    #[command(flatten)]
+    pub precision: PrecisionFlags,
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Sequence length (default: the preset's)
@@ -41,6 +44,8 @@ pub struct Simulated {
     pub optimizer_bytes: u64,
     /// Saved for backward when the forward has returned.
     pub activation_bytes: u64,
+    /// The autocast cache's low-precision weight copies when the forward has returned.
+    pub autocast_cache_bytes: u64,
     pub logits_bytes: u64,
     /// Live bytes when the forward has returned (autograd on), everything included.
     pub forward_live_bytes: u64,
@@ -55,33 +60,37 @@ fn live(cat: Category) -> u64 {
 }
 
 /// A meta forward (autograd on) and a training step, measured where the closed form speaks.
-pub fn simulate(cfg: &ModelConfig, batch: usize, seq: usize) -> Result<Simulated> {
+pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usize) -> Result<Simulated> {
     let mut sim = Simulated::default();
     runtime::reset();
     runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), usize::MAX / 4)));
     let res = (|| -> Result<()> {
-        let model = Model::new(cfg, Device::Meta, 0)?;
+        let model = Model::new_in(cfg, Device::Meta, 0, precision.param_dtype())?;
         let mut batcher = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 0);
         {
             let (x, y) = batcher.next_batch();
             runtime::set_phase(Phase::Forward);
+            // `with torch.autocast(...)` around forward and loss, as the training step runs it.
+            let region = precision.autocast().map(autocast::enable);
             let (logits, loss) = model.forward_loss(&x, &y, &mut |logits| {
                 sim.activation_bytes = live(Category::Activation);
+                sim.autocast_cache_bytes = live(Category::AutocastCache);
                 if std::env::var_os("VRAMSCOPE_ESTIMATE_DEBUG").is_some() {
                     for ev in runtime::with(|rt| rt.log.live_as_events()) {
-                        if ev.category == Category::Activation && (ev.scope.starts_with("layers.0.") || ev.scope.starts_with("blocks.0.") || !ev.scope.contains('.')) {
-                            eprintln!("{:>12} {:<40} {}", ev.bytes, ev.scope, ev.op);
+                        if matches!(ev.category, Category::Activation | Category::AutocastCache) && (ev.scope.starts_with("layers.0") || ev.scope.starts_with("blocks.0") || !ev.scope.contains('.')) {
+                            eprintln!("{:>12} {:<40} {:<12} {:?}", ev.bytes, ev.scope, ev.op, ev.category);
                         }
                     }
                 }
                 sim.logits_bytes = logits.nbytes() as u64;
                 sim.forward_live_bytes = runtime::with(|rt| rt.log.live_by_category().iter().map(|(_, b)| *b as u64).sum());
             });
+            drop(region);
             drop((loss, logits));
             runtime::set_phase(Phase::Setup);
         }
         let opt = Optimizer::new(OptimConfig::reference(cfg.flavour), model.parameters().len());
-        let mut runner = StepRunner::new(&model, opt);
+        let mut runner = StepRunner::new(&model, opt).with_precision(precision);
         let (x, y) = batcher.next_batch();
         runner.step(&x, &y);
         runtime::with(|rt| rt.log.reset_peak());
@@ -117,23 +126,42 @@ fn beside(what: &str, est: u64, sim: u64) {
 }
 
 fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
+    let precision = match e.precision {
+        Precision::Fp32 => "fp32".to_string(),
+        Precision::Bf16 | Precision::Fp16 => format!("{} autocast around forward and loss (fp32 parameters, gradients, optimizer state)", e.precision),
+        Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
+    };
     println!(
-        "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | fp32, {} attention",
-        e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, cfg.attention
+        "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | {}, {} attention",
+        e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, precision, cfg.attention
     );
     println!("(bytes are exact integers; MiB/GiB are 1024-based)\n");
-    println!("symbols:");
+    println!("symbols (4-byte elements; a 2-byte bf16/fp16 tensor of the same shape is written ½a = B·S·d·2, ½f, ½s):");
     for (s, f, b) in &e.symbols {
         println!("  {s} = {f} = {b} B ({:.2} MiB)", mib(*b));
     }
-    println!("\n1. parameters: P = {} = {} ; × 4 B (fp32) = {} B = {:.3} GiB", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
-    println!("2. gradients: P × 4 B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    let pe = e.param_elem;
+    let pt = if pe == 2 { "bf16" } else { "fp32" };
+    println!("\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
+    println!("2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
     println!("3. optimizer state: {} = {} B = {:.3} GiB", e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
     println!("   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
-    println!("4. autocast weight cache: 0 B (fp32: nothing is cast)");
+    if e.autocast_cache_bytes > 0 {
+        println!(
+            "4. autocast weight cache: every weight a matmul-class op reads, cast once per region and kept until backward: {} = {} B = {:.3} GiB",
+            e.autocast_cache_formula,
+            e.autocast_cache_bytes,
+            gib(e.autocast_cache_bytes)
+        );
+    } else {
+        println!("4. autocast weight cache: {}", e.autocast_cache_formula);
+    }
     println!("\n5. activations kept for backward, per block ({} per block):", e.block_symbolic);
     terms(&e.block);
     println!("  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= one block", e.block_symbolic, e.block_bytes(), mib(e.block_bytes()));
+    if e.block_fp32_units != e.block_symbolic {
+        println!("  {:<58} {:<34}", "  in 4-byte symbols", e.block_fp32_units);
+    }
     println!("  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.layers as u64 * e.block_bytes(), gib(e.layers as u64 * e.block_bytes()));
     println!("   outside the blocks:");
     terms(&e.outside);
@@ -141,14 +169,20 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
     println!("\n6. logits and loss:");
     row(&format!("{} [{}]", e.logits.what, e.logits.op), &e.logits.formula, e.logits.bytes());
     terms(&e.loss);
+    let rt = if e.residual_elem == 2 { "bf16" } else { "fp32" };
     println!(
-        "\n7. one residual-stream tensor (B, S, d) in fp32: B·S·d·4 = {} B = {:.2} MiB (seed 003 part d)",
+        "\n7. one residual-stream tensor (B, S, d) in {rt}: B·S·d·{} = {} B = {:.2} MiB (seed 003 part d)",
+        e.residual_elem,
         e.residual_bytes,
         mib(e.residual_bytes)
     );
+    let cache = if e.autocast_cache_bytes > 0 { " + autocast cache" } else { "" };
     println!("\ntotals:");
-    println!("  forward with autograd, when it returns = parameters + activations + logits = {:.3} GiB", gib(e.forward_bytes()));
-    println!("  training step, at the loss (no gradients yet: zero_grad set them to None) = parameters + optimizer state + activations + logits + loss tensors = {:.3} GiB", gib(e.training_loss_moment()));
+    println!("  forward with autograd, when it returns = parameters + activations{cache} + logits = {:.3} GiB", gib(e.forward_bytes()));
+    println!(
+        "  training step, at the loss (no gradients yet: zero_grad set them to None) = parameters + optimizer state + activations{cache} + logits + loss tensors = {:.3} GiB",
+        gib(e.training_loss_moment())
+    );
     println!(
         "  training step, in the optimizer = parameters + gradients + optimizer state + logits (still bound) + {} = {:.3} GiB",
         e.optimizer_temp_formula,
@@ -161,6 +195,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
         beside("parameters", e.param_bytes, s.parameter_bytes);
         beside("gradients", e.grad_bytes, s.gradient_bytes);
         beside("optimizer state", e.optimizer_bytes, s.optimizer_bytes);
+        beside("autocast weight cache", e.autocast_cache_bytes, s.autocast_cache_bytes);
         beside("activations when the forward returns", e.activation_bytes(), s.activation_bytes);
         beside("logits", e.logits.bytes(), s.logits_bytes);
         beside("live when the forward returns", e.forward_bytes(), s.forward_live_bytes);
@@ -191,8 +226,10 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
-    let e = estimate(&cfg, batch, seq);
-    let sim = if a.no_simulate { None } else { Some(simulate(&cfg, batch, seq)?) };
+    let precision = a.precision.resolve()?;
+    super::precision_flags::check(&cfg, precision)?;
+    let e = estimate(&cfg, precision, batch, seq);
+    let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq)?) };
     print(&e, &cfg, sim.as_ref());
     if let Some(path) = &a.json {
         write_json(path, &json!({ "model": cfg, "estimate": e, "simulated": sim, "units": "bytes" }))?;

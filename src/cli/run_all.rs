@@ -225,7 +225,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     let mut d = String::from("Part (d): size of one residual-stream activation tensor (B, S, d_model) in fp32\n\n");
     let _ = writeln!(d, "B = {} (batch), d_model = {}, 4 bytes per fp32 element; MB here = MiB = 1024² bytes.\n", a.batch_size, cfg.d_model);
     for &ctx in &contexts {
-        let e = estimate::estimate(cfg, a.batch_size, ctx);
+        let e = estimate::estimate(cfg, Precision::Fp32, a.batch_size, ctx);
         let forward = find(ctx, ProfileType::Forward, Precision::Fp32, false);
         let seen = count_size(&forward.snapshot, e.residual_bytes)?;
         let _ = writeln!(
@@ -237,7 +237,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
             mib(e.residual_bytes)
         );
     }
-    let e = estimate::estimate(cfg, a.batch_size, longest);
+    let e = estimate::estimate(cfg, Precision::Fp32, a.batch_size, longest);
     let _ = writeln!(
         d,
         "\nAnswer (S = {longest}): {:.2} MiB. Derivation: the residual stream holds one d_model-vector per token, B·S tokens, \
