@@ -209,6 +209,11 @@ pub fn to_buffer<R: CReal>(v: Vec<R>, dtype: DType) -> Buffer {
     if dtype == R::DTYPE {
         return R::wrap(v);
     }
+    slice_to_buffer(&v, dtype)
+}
+
+/// `to_buffer` from borrowed values (always a converted copy).
+pub fn slice_to_buffer<R: CReal>(v: &[R], dtype: DType) -> Buffer {
     fn conv<R: Real, E: Elem>(v: &[R]) -> Vec<E> {
         fill_vec(v.len(), |s, o| {
             for (o, &x) in o.iter_mut().zip(&v[s..]) {
@@ -217,10 +222,10 @@ pub fn to_buffer<R: CReal>(v: Vec<R>, dtype: DType) -> Buffer {
         })
     }
     match dtype {
-        DType::F32 => Buffer::F32(conv(&v)),
-        DType::F64 => Buffer::F64(conv(&v)),
-        DType::BF16 => Buffer::BF16(conv::<R, bf16>(&v)),
-        DType::F16 => Buffer::F16(conv::<R, f16>(&v)),
+        DType::F32 => Buffer::F32(conv(v)),
+        DType::F64 => Buffer::F64(conv(v)),
+        DType::BF16 => Buffer::BF16(conv::<R, bf16>(v)),
+        DType::F16 => Buffer::F16(conv::<R, f16>(v)),
         DType::I64 => Buffer::I64(v.iter().map(|x| Elem::to_f64(*x) as i64).collect()),
         DType::Bool => Buffer::Bool(v.iter().map(|x| !x.is_zero()).collect()),
     }

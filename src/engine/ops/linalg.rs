@@ -120,8 +120,8 @@ fn product(a: &Tensor, la: Layout, b: &Tensor, lb: Layout, dtype: DType, op: &'s
                     cpu::with_slice::<f32, _>(&wa, |sa| cpu::with_slice::<f32, _>(&wb, |sb| gemm_batched::<f32>(sa, &wla, sb, &wlb)))
                 });
                 drop((wa, wb));
-                let v = cpu::read::<f32>(&wc);
-                cpu::to_buffer(v, dtype)
+                // Rounded straight from the f32 result (no intermediate copy).
+                cpu::with_slice::<f32, _>(&wc, |v| cpu::slice_to_buffer(v, dtype))
             }
         }
     });
