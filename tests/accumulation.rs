@@ -1,22 +1,14 @@
 //! Gradient accumulation (`--grad-accum-steps`): the same update as one full batch, and
 //! about N-fold less activation memory with parameter, gradient and optimizer bytes unchanged.
 use vramscope::engine::{runtime, Device, Tensor};
-use vramscope::model::{presets, Model, ModelConfig};
+use vramscope::model::{presets, Model};
 use vramscope::record::{Category, Phase};
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::{Batcher, DataKind, Optimizer, StepRunner};
 
-fn small(flavour: &str) -> ModelConfig {
-    let mut cfg = presets::find(if flavour == "cs336" { "cs336-small" } else { "walkthrough" }, None).unwrap().model;
-    cfg.d_model = 64;
-    cfg.d_ff = 128;
-    cfg.num_layers = 2;
-    cfg.num_heads = 4;
-    cfg.num_kv_heads = if flavour == "cs336" { 4 } else { 2 };
-    cfg.vocab_size = 64;
-    cfg.max_seq_len = 32;
-    cfg
-}
+mod common;
+use common::small;
+
 
 fn sgd(n: usize) -> Optimizer {
     Optimizer::new(OptimConfig { kind: OptimizerKind::Sgd, lr: 0.5, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0 }, n)

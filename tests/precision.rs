@@ -2,22 +2,14 @@
 //! with fp32 within the types' tolerances, and memory follows the mechanics: matmul outputs
 //! halve, the cs336 softmax tensors stay fp32, and the weight-cast cache appears.
 use vramscope::engine::{autocast, runtime, DType, Device, Tensor};
-use vramscope::model::{presets, Attention, Model, ModelConfig};
+use vramscope::model::{Attention, Model, ModelConfig};
 use vramscope::record::{Category, EventKind, MemEvent, Phase};
 use vramscope::train::optim::OptimConfig;
 use vramscope::train::{Batcher, DataKind, GradScaler, Optimizer, Precision, StepRunner};
 
-fn small(flavour: &str) -> ModelConfig {
-    let mut cfg = presets::find(if flavour == "cs336" { "cs336-small" } else { "walkthrough" }, None).unwrap().model;
-    cfg.d_model = 64;
-    cfg.d_ff = 128;
-    cfg.num_layers = 2;
-    cfg.num_heads = 4;
-    cfg.num_kv_heads = if flavour == "cs336" { 4 } else { 2 };
-    cfg.vocab_size = 64;
-    cfg.max_seq_len = 32;
-    cfg
-}
+mod common;
+use common::small;
+
 
 /// Loss and parameter gradients of one forward + backward in `precision` (same weights).
 fn grads(flavour: &str, precision: Precision) -> (f64, Vec<Vec<f64>>) {

@@ -406,23 +406,21 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
                 100.0 * f.quadratic_share.unwrap_or(0.0)
             ));
         }
+        // One fitted component at the largest x, and whether it grows quadratically.
+        let component = |c: &ComponentFit| -> String {
+            format!(
+                "{} {:.3} GiB{}",
+                c.name,
+                c.bytes_at_max / (1u64 << 30) as f64,
+                if c.grows_quadratically { format!(" (grows as {x}²: {:.0} % of it)", 100.0 * c.quadratic_share) } else { String::new() }
+            )
+        };
         if !f.steps.is_empty() {
             let s: Vec<String> = f.steps.iter().map(|s| format!("{}→{}: ×{:.3} (×{:.3} per doubling)", s.from, s.to, s.factor, s.per_doubling)).collect();
             l.push(format!("- scaling factor mem(next)/mem(this): {}", s.join("; ")));
         }
         if !f.phases.is_empty() {
-            let s: Vec<String> = f
-                .phases
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{} {:.3} GiB{}",
-                        c.name,
-                        c.bytes_at_max / (1u64 << 30) as f64,
-                        if c.grows_quadratically { format!(" (grows as {x}²: {:.0} % of it)", 100.0 * c.quadratic_share) } else { String::new() }
-                    )
-                })
-                .collect();
+            let s: Vec<String> = f.phases.iter().map(component).collect();
             l.push(format!("- peak of each phase at the largest {x} (fitted; GiB 1024-based): {}", s.join(", ")));
         }
         if f.components.is_empty() && f.x.len() >= 2 {
@@ -435,18 +433,7 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
             ));
         }
         if !f.components.is_empty() {
-            let s: Vec<String> = f
-                .components
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{} {:.3} GiB{}",
-                        c.name,
-                        c.bytes_at_max / (1u64 << 30) as f64,
-                        if c.grows_quadratically { format!(" (grows as {x}²: {:.0} % of it)", 100.0 * c.quadratic_share) } else { String::new() }
-                    )
-                })
-                .collect();
+            let s: Vec<String> = f.components.iter().map(component).collect();
             l.push(format!("- live at the peak by category, at the largest {x} (GiB 1024-based): {}", s.join(", ")));
         }
         if !f.quadratic_ops.is_empty() {
