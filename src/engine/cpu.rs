@@ -59,10 +59,28 @@ macro_rules! with_real {
     };
 }
 
+/// bf16 → f32 without branches (half's conversion branches on NaN, which keeps the loop
+/// from vectorising): the bits move up 16 places; a NaN gets its quiet bit as in `half`.
+fn widen_bf16(src: &[bf16]) -> Vec<f32> {
+    fill_vec(src.len(), |st, o| {
+        for (o, &e) in o.iter_mut().zip(&src[st..]) {
+            let b = e.to_bits();
+            let quiet = (((b & 0x7FFF) > 0x7F80) as u16) << 6;
+            o.write(f32::from_bits(((b | quiet) as u32) << 16));
+        }
+    })
+}
+
 fn gather<E: Elem, R: Real>(src: &[E], l: &Layout) -> Vec<R> {
     let n = l.numel();
     if l.is_contiguous() {
         let s = &src[l.offset..l.offset + n];
+        if std::any::TypeId::of::<E>() == std::any::TypeId::of::<bf16>() && std::any::TypeId::of::<R>() == std::any::TypeId::of::<f32>() {
+            // SAFETY: E is bf16 and R is f32 (checked above); same layouts, only reinterpreted.
+            let s: &[bf16] = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const bf16, s.len()) };
+            let v = std::mem::ManuallyDrop::new(widen_bf16(s));
+            return unsafe { Vec::from_raw_parts(v.as_ptr() as *mut R, v.len(), v.capacity()) };
+        }
         return fill_vec(n, |st, o| {
             for (o, &e) in o.iter_mut().zip(&s[st..]) {
                 o.write(R::from_elem(e));
@@ -212,8 +230,26 @@ pub fn to_buffer<R: CReal>(v: Vec<R>, dtype: DType) -> Buffer {
     slice_to_buffer(&v, dtype)
 }
 
+/// f32 → bf16 rounding to nearest even without branches (so the loop vectorises); a NaN
+/// keeps its top mantissa bits and gets the quiet bit, as in `half`.
+fn narrow_bf16(v: &[f32]) -> Vec<bf16> {
+    fill_vec(v.len(), |st, o| {
+        for (o, &x) in o.iter_mut().zip(&v[st..]) {
+            let b = x.to_bits();
+            let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+            let nan = ((b >> 16) as u16) | 0x40;
+            o.write(bf16::from_bits(if x.is_nan() { nan } else { rounded }));
+        }
+    })
+}
+
 /// `to_buffer` from borrowed values (always a converted copy).
 pub fn slice_to_buffer<R: CReal>(v: &[R], dtype: DType) -> Buffer {
+    if dtype == DType::BF16 && R::DTYPE == DType::F32 {
+        // SAFETY: R is f32 (its DTYPE says so); only the slice type is reinterpreted.
+        let f: &[f32] = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) };
+        return Buffer::BF16(narrow_bf16(f));
+    }
     fn conv<R: Real, E: Elem>(v: &[R]) -> Vec<E> {
         fill_vec(v.len(), |s, o| {
             for (o, &x) in o.iter_mut().zip(&v[s..]) {
@@ -380,4 +416,29 @@ pub fn lmax<R: Real>(x: &[R]) -> R {
         return R::nan();
     }
     acc.iter().fold(m, |m, &a| if a > m { a } else { m })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branchless_bf16_widening_equals_half_for_every_bit_pattern() {
+        let all: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
+        let fast = widen_bf16(&all);
+        for (x, y) in all.iter().zip(&fast) {
+            assert_eq!(x.to_f32().to_bits(), y.to_bits(), "bf16 bits {:#06x}", x.to_bits());
+        }
+    }
+
+    #[test]
+    fn branchless_bf16_rounding_equals_half() {
+        // Every 251st f32 bit pattern (all exponents, signs and rounding cases) plus edges.
+        let mut xs: Vec<f32> = (0..=u32::MAX).step_by(251).map(f32::from_bits).collect();
+        xs.extend([0.0, -0.0, f32::MAX, f32::MIN, f32::MIN_POSITIVE, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::from_bits(0x7F80_0001), f32::from_bits(0x3F80_8000), f32::from_bits(0x3F81_8000), f32::from_bits(0x7F7F_FFFF)]);
+        let fast = narrow_bf16(&xs);
+        for (x, y) in xs.iter().zip(&fast) {
+            assert_eq!(bf16::from_f32(*x).to_bits(), y.to_bits(), "f32 bits {:#010x}", x.to_bits());
+        }
+    }
 }
