@@ -276,19 +276,26 @@ fn component_fit(name: String, xs: &[f64], ys: &[f64], peak_at_max: f64) -> Opti
     Some(ComponentFit { name, bytes_at_max: at_max, quadratic_share: share, grows_quadratically: share > 0.05 && quad_abs > 0.005 * peak_at_max, fit: p })
 }
 
+/// The grid points along numeric axis `k` (two values or more), grouped by the values of
+/// the other axes; None for an axis nothing can be fitted or plotted along.
+fn along(ax: &Axis, k: usize, idx: &[Vec<usize>]) -> Option<BTreeMap<Vec<usize>, Vec<usize>>> {
+    if !ax.numeric || ax.values.len() < 2 {
+        return None;
+    }
+    let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
+    for (pi, p) in idx.iter().enumerate() {
+        let mut key = p.clone();
+        key.remove(k);
+        groups.entry(key).or_default().push(pi);
+    }
+    Some(groups)
+}
+
 /// Fits along every numeric axis with two values or more, one per combination of the others.
 pub fn fits(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<AxisFit> {
     let mut out = Vec::new();
     for (k, ax) in axes.iter().enumerate() {
-        if !ax.numeric || ax.values.len() < 2 {
-            continue;
-        }
-        let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
-        for (pi, p) in idx.iter().enumerate() {
-            let mut key = p.clone();
-            key.remove(k);
-            groups.entry(key).or_default().push(pi);
-        }
+        let Some(groups) = along(ax, k, idx) else { continue };
         for (_, members) in groups {
             let ok: Vec<usize> = members.iter().copied().filter(|&m| res[m].oom.is_none()).collect();
             if ok.len() < 2 {
@@ -494,15 +501,7 @@ fn csv(axes: &[Axis], res: &[PointResult]) -> String {
 fn plots(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (k, ax) in axes.iter().enumerate() {
-        if !ax.numeric || ax.values.len() < 2 {
-            continue;
-        }
-        let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
-        for (pi, p) in idx.iter().enumerate() {
-            let mut key = p.clone();
-            key.remove(k);
-            groups.entry(key).or_default().push(pi);
-        }
+        let Some(groups) = along(ax, k, idx) else { continue };
         let mut series = Vec::new();
         for (gi, (key, members)) in groups.iter().enumerate() {
             let others: Vec<String> = axes.iter().enumerate().filter(|(j, a)| *j != k && a.values.len() > 1).map(|(j, a)| {
