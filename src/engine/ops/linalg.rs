@@ -179,8 +179,10 @@ impl Tensor {
             let sb = ra.then(|| save(other));
             let (a_col, b_col) = (is_col_major(self), is_col_major(other));
             return attach(out, "MmBackward0", &[self, other], Box::new(move |g| {
-                let ga = sb.map(|b| { let b = b.unpack(); if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) } });
-                let gb = sa.map(|a| { let a = a.unpack(); if b_col { g.t().mm(&a).t() } else { a.t().mm(&g) } });
+                // Both saved operands are unpacked first and held until the node returns.
+                let (b, a) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));
+                let ga = b.as_ref().map(|b| if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) });
+                let gb = a.as_ref().map(|a| if b_col { g.t().mm(a).t() } else { a.t().mm(&g) });
                 vec![ga, gb]
             }));
         }
@@ -203,8 +205,9 @@ impl Tensor {
             let sa = rb.then(|| save(self));
             let sb = ra.then(|| save(other));
             return attach(out, "BmmBackward0", &[self, other], Box::new(move |g| {
-                let ga = sb.map(|b| g.bmm(&b.unpack().transpose(1, 2)));
-                let gb = sa.map(|a| a.unpack().transpose(1, 2).bmm(&g));
+                let (b, a) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));
+                let ga = b.as_ref().map(|b| g.bmm(&b.transpose(1, 2)));
+                let gb = a.as_ref().map(|a| a.transpose(1, 2).bmm(&g));
                 vec![ga, gb]
             }));
         }
