@@ -66,6 +66,20 @@ impl Projection {
             }
         }
     }
+
+    /// As [`Projection::apply`], also handing back the fused product itself (None when
+    /// separate), for a model that binds it to a local (`qkv = self.qkv_proj(x)`): the
+    /// caller keeps it, so its storage lives as long as that Python local does.
+    pub(crate) fn apply_bound(&self, x: &Tensor, lin: fn(&str, &Tensor, &Tensor) -> Tensor, mut post: impl FnMut(usize, Tensor) -> Tensor) -> (Option<Tensor>, Vec<Tensor>) {
+        match self {
+            Projection::Separate(_) => (None, self.apply(x, lin, post)),
+            Projection::Fused(n, w, sizes) => {
+                let whole = lin(n, x, w);
+                let parts = whole.split_with_sizes(sizes, -1);
+                (Some(whole), parts.into_iter().enumerate().map(|(i, t)| post(i, t)).collect())
+            }
+        }
+    }
 }
 
 pub struct Model {

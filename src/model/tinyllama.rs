@@ -126,10 +126,13 @@ impl Block {
         let cfg = &self.cfg;
         let (b, s) = (x.dim(0), x.dim(1));
         let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim());
-        // Separate: q_proj(x).view(…) one after the other; fused: qkv_proj(x).split(…) and
-        // a view of each part (strided views into the one (B, S, (h + 2·h_kv)·d_k) output).
+        // Separate: q_proj(x).view(…) one after the other; fused (version 2):
+        // `qkv = self.qkv_proj(x); q, k, v = qkv.split(…, dim=-1)` and a view of each part
+        // (strided views into the one (B, S, (h + 2·h_kv)·d_k) output). `qkv` is a local:
+        // the product lives until the function returns even after q, k, v are rebound
+        // (visible when nothing saves it, i.e. under activation checkpointing).
         let heads = [h, kvh, kvh];
-        let qkv = l.qkv.apply(x, linear, |i, t| t.view(&[b, s, heads[i], hd]));
+        let (_qkv_local, qkv) = l.qkv.apply_bound(x, linear, |i, t| t.view(&[b, s, heads[i], hd]));
         let [q, k, v]: [Tensor; 3] = qkv.try_into().unwrap_or_else(|_| unreachable!("three projections"));
         let (mut q, mut k, mut v) = (q, k, v);
         q = self.rope(&q).transpose(1, 2);
@@ -155,14 +158,26 @@ impl Block {
     }
 }
 
-/// silu(gate(x)) · up(x), then down; fused: `gate, up = gate_up_proj(x).chunk(2, -1)`.
+/// `down(silu(gate(x)) * up(x))`; fused (version 2):
+/// `gate, up = gate_up_proj(x).chunk(2, -1); down(silu(gate) * up)`.
 fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
     let _s = scope("feed_forward");
     let gu = l.gate_up.apply(x, linear, |i, t| if i == 0 { t.silu() } else { t });
     let [g, u]: [Tensor; 2] = gu.try_into().unwrap_or_else(|_| unreachable!("two projections"));
-    let out = linear("down_proj", &g.mul(&u), &l.down);
-    drop((u, g));
-    out
+    let h = g.mul(&u);
+    // silu(…) is a temporary of the expression, and so is up(x) unfused: they die once the
+    // product exists (unless autograd saved them). Fused, `up` (and `gate`, a view of the
+    // same product) are locals that live until the function returns.
+    drop(g);
+    let _up_local = match l.gate_up {
+        Projection::Fused(..) => Some(u),
+        Projection::Separate(_) => {
+            drop(u);
+            None
+        }
+    };
+    // The product is an argument temporary: it dies after down_proj returns.
+    linear("down_proj", &h, &l.down)
 }
 
 /// `TinyLlama.forward(tokens, labels)`: logits, and the loss when labels are given.

@@ -187,8 +187,12 @@ impl Tensor {
             let sa = rb.then(|| save(self));
             let (a, b) = (self.meta_like(), o.meta_like());
             return attach(out, "MulBackward0", &[self, o], Box::new(move |g| {
-                let ga = sb.map(|ob| reduce_grad(g.mul(&ob.unpack()), &a));
-                let gb = sa.map(|oa| reduce_grad(g.mul(&oa.unpack()), &b));
+                // The generated node unpacks every saved variable first and holds it until
+                // it returns (which matters when an unpack hands over the only reference,
+                // as a checkpoint's does).
+                let (ob, oa) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));
+                let ga = ob.as_ref().map(|ob| reduce_grad(g.mul(ob), &a));
+                let gb = oa.as_ref().map(|oa| reduce_grad(g.mul(oa), &b));
                 vec![ga, gb]
             }));
         }

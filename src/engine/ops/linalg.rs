@@ -171,16 +171,22 @@ impl Tensor {
         assert!(self.rank() == 2 && other.rank() == 2, "mm expects matrices, got {:?} and {:?}", self.shape(), other.shape());
         assert_eq!(self.shape()[1], other.shape()[0], "mm: {:?} x {:?}", self.shape(), other.shape());
         assert_eq!(self.dtype(), other.dtype(), "mm: dtype mismatch {} vs {}", self.dtype(), other.dtype());
+        // The autograd wrapper saves the inputs before the kernel runs: a checkpoint's
+        // recomputation that ends on them stops before the product is allocated.
+        let grad = needs_grad(&[self, other]);
+        let (ra, rb) = (self.requires_grad(), other.requires_grad());
+        let sa = (grad && rb).then(|| save(self));
+        let sb = (grad && ra).then(|| save(other));
         let out = product(self, as3d(self.layout()), other, as3d(other.layout()), self.dtype(), "mm");
         let out = out.unsafe_view(&[self.shape()[0], other.shape()[1]]);
-        if needs_grad(&[self, other]) {
-            let (ra, rb) = (self.requires_grad(), other.requires_grad());
-            let sa = rb.then(|| save(self));
-            let sb = ra.then(|| save(other));
+        if grad {
             let (a_col, b_col) = (is_col_major(self), is_col_major(other));
             return attach(out, "MmBackward0", &[self, other], Box::new(move |g| {
-                let ga = sb.map(|b| { let b = b.unpack(); if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) } });
-                let gb = sa.map(|a| { let a = a.unpack(); if b_col { g.t().mm(&a).t() } else { a.t().mm(&g) } });
+                // Both saved operands are unpacked first and held until the node returns.
+                let (b, a) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));
+                // PyTorch's MmBackward0 computes the mat2 gradient first (profiler order).
+                let gb = a.as_ref().map(|a| if b_col { g.t().mm(a).t() } else { a.t().mm(&g) });
+                let ga = b.as_ref().map(|b| if a_col { b.mm(&g.t()).t() } else { g.mm(&b.t()) });
                 vec![ga, gb]
             }));
         }
@@ -197,14 +203,17 @@ impl Tensor {
         assert_eq!(self.shape()[0], other.shape()[0], "bmm batch mismatch");
         assert_eq!(self.shape()[2], other.shape()[1], "bmm: {:?} x {:?}", self.shape(), other.shape());
         assert_eq!(self.dtype(), other.dtype(), "bmm: dtype mismatch {} vs {}", self.dtype(), other.dtype());
+        let grad = needs_grad(&[self, other]);
+        let (ra, rb) = (self.requires_grad(), other.requires_grad());
+        let sa = (grad && rb).then(|| save(self));
+        let sb = (grad && ra).then(|| save(other));
         let out = product(self, self.layout().clone(), other, other.layout().clone(), self.dtype(), "bmm");
-        if needs_grad(&[self, other]) {
-            let (ra, rb) = (self.requires_grad(), other.requires_grad());
-            let sa = rb.then(|| save(self));
-            let sb = ra.then(|| save(other));
+        if grad {
             return attach(out, "BmmBackward0", &[self, other], Box::new(move |g| {
-                let ga = sb.map(|b| g.bmm(&b.unpack().transpose(1, 2)));
-                let gb = sa.map(|a| a.unpack().transpose(1, 2).bmm(&g));
+                let (b, a) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));
+                // mat2's gradient first, as MmBackward0.
+                let gb = a.as_ref().map(|a| a.transpose(1, 2).bmm(&g));
+                let ga = b.as_ref().map(|b| g.bmm(&b.transpose(1, 2)));
                 vec![ga, gb]
             }));
         }
