@@ -236,3 +236,33 @@ fn flash_attention() {
         Tensor::flash_attention(&x[0].transpose(1, 2), &x[1].slice(0, 0, 1, 1), &x[2].slice(0, 1, 2, 1), true, 0.5)
     });
 }
+
+/// The optimizers' fused in-place updates (one pass on contiguous f32) against hand
+/// arithmetic, and the strided fallback against the fused path.
+#[test]
+fn addcmul_and_addcdiv_in_place_match_hand_arithmetic() {
+    let n = 70_000; // more than one parallel chunk
+    let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+    let a: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+    let b: Vec<f64> = (0..n).map(|i| 1.5 + (i as f64 * 0.05).sin()).collect();
+    let t = |v: &[f64]| Tensor::from_f64(v, &[n], DType::F32, Device::Cpu);
+    let (ta, tb) = (t(&a), t(&b));
+    let x = t(&xs);
+    x.addcmul_(&ta, &tb, 0.25);
+    let y = t(&xs);
+    y.addcdiv_(&ta, &tb, -0.5);
+    let (xv, yv) = (x.to_vec_f64(), y.to_vec_f64());
+    for i in 0..n {
+        let (x0, a0, b0) = (xs[i] as f32, a[i] as f32, b[i] as f32);
+        assert_eq!(xv[i] as f32, x0 + 0.25f32 * a0 * b0, "addcmul_ at {i}");
+        assert_eq!(yv[i] as f32, x0 + -0.5f32 * (a0 / b0), "addcdiv_ at {i}");
+    }
+    // A strided self takes the general path and gets the same values.
+    let base = Tensor::from_f64(&xs.iter().flat_map(|&v| [v, 0.0]).collect::<Vec<_>>(), &[n, 2], DType::F32, Device::Cpu);
+    let strided = base.select(1, 0);
+    strided.addcmul_(&ta, &tb, 0.25);
+    let sv = strided.to_vec_f64();
+    for i in 0..n {
+        assert!((sv[i] - xv[i]).abs() <= 1e-6 * (1.0 + xv[i].abs()), "strided addcmul_ at {i}: {} vs {}", sv[i], xv[i]);
+    }
+}

@@ -546,17 +546,43 @@ impl Tensor {
     #[track_caller]
     pub fn addcmul_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
         self.inplace_op("addcmul_", 3, &[t1, t2], || {
-            let prod = host_binary(t1, t2, Mul);
-            self.inplace_kernel(Some(&prod), AddScaled(value));
+            if !self.fused3_f32(t1, t2, |x, a, b| x + value as f32 * a * b) {
+                let prod = host_binary(t1, t2, Mul);
+                self.inplace_kernel(Some(&prod), AddScaled(value));
+            }
         });
     }
     /// `self += value * t1 / t2` (fused; no device temporaries).
     #[track_caller]
     pub fn addcdiv_(&self, t1: &Tensor, t2: &Tensor, value: f64) {
         self.inplace_op("addcdiv_", 3, &[t1, t2], || {
-            let q = host_binary(t1, t2, Div);
-            self.inplace_kernel(Some(&q), AddScaled(value));
+            if !self.fused3_f32(t1, t2, |x, a, b| x + value as f32 * (a / b)) {
+                let q = host_binary(t1, t2, Div);
+                self.inplace_kernel(Some(&q), AddScaled(value));
+            }
         });
+    }
+    /// `self = f(self, t1, t2)` in one pass over contiguous f32 tensors of one shape (the
+    /// optimizers' case); false, doing nothing, for anything else.
+    fn fused3_f32(&self, t1: &Tensor, t2: &Tensor, f: impl Fn(f32, f32, f32) -> f32 + Sync) -> bool {
+        let same = |t: &Tensor| t.dtype() == DType::F32 && t.shape() == self.shape() && t.is_contiguous() && !t.same_storage(self);
+        if self.dtype() != DType::F32 || !self.is_contiguous() || !same(t1) || !same(t2) || self.device() != crate::engine::Device::Cpu {
+            return false;
+        }
+        let n = self.numel();
+        let (b1, b2) = (t1.storage().buffer(), t2.storage().buffer());
+        let a = &f32::slice(&b1).expect("f32")[t1.layout().offset..][..n];
+        let b = &f32::slice(&b2).expect("f32")[t2.layout().offset..][..n];
+        let off = self.layout().offset;
+        let mut buf = self.storage().buffer_mut();
+        let x = &mut f32::slice_mut(&mut buf).expect("f32")[off..off + n];
+        const CH: usize = 1 << 14;
+        x.par_chunks_mut(CH).zip(a.par_chunks(CH)).zip(b.par_chunks(CH)).for_each(|((x, a), b)| {
+            for ((x, &a), &b) in x.iter_mut().zip(a).zip(b) {
+                *x = f(*x, a, b);
+            }
+        });
+        true
     }
     #[track_caller]
     pub fn sqrt_(&self) {
