@@ -11,7 +11,7 @@ use crate::export::{gib, mib, pickle, write_atomic};
 use crate::record::Category;
 use crate::train::Precision;
 use anyhow::{Context, Result};
-use clap::{Args, Parser};
+use clap::Args;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -44,12 +44,6 @@ pub struct RunAllArgs {
     pub threads: Option<usize>,
 }
 
-#[derive(Parser)]
-struct ProfileCli {
-    #[command(flatten)]
-    args: ProfileArgs,
-}
-
 /// One profiled run of the script, with the snapshot it wrote.
 struct Done {
     ctx: usize,
@@ -69,7 +63,7 @@ fn kind_name(k: ProfileType) -> &'static str {
 
 /// Profile arguments for one run, parsed and validated by `profile`'s own code.
 fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision, output: &Path) -> Result<ProfileArgs> {
-    let mut argv: Vec<String> = vec!["profile".into()];
+    let mut argv: Vec<String> = Vec::new();
     let mut push = |f: &str, v: String| {
         argv.push(f.into());
         argv.push(v);
@@ -87,10 +81,7 @@ fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision,
     if let Some(g) = &a.gpu {
         push("--gpu", g.clone());
     }
-    ProfileCli::try_parse_from(&argv).map(|c| c.args).map_err(|e| {
-        let msg = e.to_string();
-        UsageError(msg.lines().next().unwrap_or("").trim_start_matches("error: ").to_string()).into()
-    })
+    ProfileArgs::parse_words(&argv).map_err(|e| UsageError(e).into())
 }
 
 fn cat_bytes(r: &Run, c: Category) -> usize {

@@ -13,7 +13,7 @@ use crate::export::svg::{self, Series};
 use crate::export::{gib, write_atomic, write_json};
 use crate::record::Category;
 use anyhow::Result;
-use clap::{Args, Parser};
+use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -177,24 +177,13 @@ fn label(axes: &[Axis], idx: &[usize]) -> String {
     axes.iter().zip(idx).map(|(ax, &i)| format!("{} {}", ax.flag, ax.values[i])).collect::<Vec<_>>().join(" ")
 }
 
-#[derive(Parser)]
-#[command(name = "profile")]
-struct ProfileCli {
-    #[command(flatten)]
-    args: ProfileArgs,
-}
-
 /// A grid point as profile arguments, parsed and validated by profile's own code.
 pub(crate) fn point_args(axes: &[Axis], idx: &[usize], device: &str, out_dir: &std::path::Path) -> Result<ProfileArgs> {
-    let mut argv: Vec<String> = vec!["profile".into(), "--device".into(), device.into(), "--out-dir".into(), out_dir.display().to_string()];
+    let mut words: Vec<String> = vec!["--device".into(), device.into(), "--out-dir".into(), out_dir.display().to_string()];
     for (ax, &i) in axes.iter().zip(idx) {
-        argv.push(format!("{}={}", ax.flag, ax.values[i]));
+        words.push(format!("{}={}", ax.flag, ax.values[i]));
     }
-    ProfileCli::try_parse_from(&argv).map(|c| c.args).map_err(|e| {
-        let msg = e.to_string();
-        let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
-        UsageError(format!("{first} (grid point: {})", label(axes, idx))).into()
-    })
+    ProfileArgs::parse_words(&words).map_err(|first| UsageError(format!("{first} (grid point: {})", label(axes, idx))).into())
 }
 
 /// What one grid point measured.

@@ -31,27 +31,21 @@ pub fn enable(dtype: DType) -> Guard {
     })
 }
 
-/// Inside an op that autocast already handled, its building blocks run as written
-/// (PyTorch excludes the autocast dispatch key while the op runs).
-pub fn suspend() -> Guard {
-    let prev = runtime::with(|rt| rt.autocast.dtype.take());
-    Guard::new(move || runtime::with(|rt| rt.autocast.dtype = prev))
-}
-
 /// The low type of the active region, if any.
 pub fn active() -> Option<DType> {
     runtime::with(|rt| rt.autocast.dtype)
 }
 
-fn eligible(t: &Tensor) -> bool {
-    t.dtype().is_float() && t.dtype() != DType::F64
+/// Types autocast casts (floating, not f64).
+fn eligible(dtype: DType) -> bool {
+    dtype.is_float() && dtype != DType::F64
 }
 
 /// An input of a lower-precision op (mm, bmm, matmul, linear, einsum, attention).
 #[track_caller]
 pub fn lower(t: &Tensor) -> Tensor {
     let Some(low) = active() else { return t.clone() };
-    if !eligible(t) || t.dtype() == low {
+    if !eligible(t.dtype()) || t.dtype() == low {
         return t.clone();
     }
     let cacheable = t.dtype() == DType::F32 && t.requires_grad() && t.is_leaf() && !t.is_view();
@@ -70,21 +64,11 @@ pub fn lower(t: &Tensor) -> Tensor {
     copy
 }
 
-/// An input of an fp32-list op (exp, log, pow, rsqrt, softmax, log_softmax, nll_loss, …):
-/// low-precision inputs are cast up (a new fp32 tensor), others run as they are.
-#[track_caller]
-pub fn fp32(t: &Tensor) -> Tensor {
-    match active() {
-        Some(_) if eligible(t) && t.dtype() != DType::F32 => t.to_dtype(DType::F32),
-        _ => t.clone(),
-    }
-}
-
 /// Output type of a reduction on the `fp32_set_opt_dtype` list (sum): fp32 under autocast
 /// for a low-precision input, computed without a cast copy of the input.
 pub fn reduce_dtype(input: DType) -> DType {
     match active() {
-        Some(_) if input.is_float() && input != DType::F64 && input != DType::F32 => DType::F32,
+        Some(_) if eligible(input) && input != DType::F32 => DType::F32,
         _ => input,
     }
 }
@@ -94,13 +78,15 @@ pub fn reduce_dtype(input: DType) -> DType {
 #[track_caller]
 pub fn lower_pair(a: &Tensor, b: &Tensor) -> Option<(Tensor, Tensor)> {
     let low = active()?;
-    let needs = |t: &Tensor| eligible(t) && t.dtype() != low;
+    let needs = |t: &Tensor| eligible(t.dtype()) && t.dtype() != low;
     (needs(a) || needs(b)).then(|| (lower(a), lower(b)))
 }
 
-/// `fp32` for a one-input op: `Some` only when the input was cast up.
+/// The input of an fp32-list op (exp, log, pow, rsqrt, reciprocal, softmax, log_softmax,
+/// nll_loss): `Some` fp32 copy of a low-precision input under autocast (the op then reruns
+/// on it), `None` when it runs as it is.
 #[track_caller]
 pub fn fp32_input(t: &Tensor) -> Option<Tensor> {
     active()?;
-    (eligible(t) && t.dtype() != DType::F32).then(|| t.to_dtype(DType::F32))
+    (eligible(t.dtype()) && t.dtype() != DType::F32).then(|| t.to_dtype(DType::F32))
 }

@@ -376,7 +376,8 @@ impl Tensor {
     /// `x.split([sizes], dim)` (and `chunk`): views. Like PyTorch's one
     /// SplitWithSizesBackward0 node, the parts' gradients wait until every part's has
     /// arrived and are then concatenated once into one input-sized gradient (so each part
-    /// must receive one; the models use every part).
+    /// must receive one; the models use every part: a part that gets none leaves the input
+    /// without a gradient).
     #[track_caller]
     pub fn split_with_sizes(&self, sizes: &[usize], dim: isize) -> Vec<Tensor> {
         let d = dim_index(dim, self.rank());
@@ -393,25 +394,19 @@ impl Tensor {
         if !needs_grad(&[self]) {
             return views;
         }
-        let shapes: Vec<Vec<usize>> = views.iter().map(|v| v.shape().to_vec()).collect();
-        let (dtype, device) = (self.dtype(), self.device());
         let pending = Rc::new(RefCell::new(vec![None::<Tensor>; sizes.len()]));
         views
             .into_iter()
             .enumerate()
             .map(|(i, v)| {
-                let (pending, shapes) = (pending.clone(), shapes.clone());
+                let pending = pending.clone();
                 attach(v, "SplitWithSizesBackward0", &[self], Box::new(move |g| {
                     let mut p = pending.borrow_mut();
                     p[i] = Some(g);
                     if p.iter().any(Option::is_none) {
                         return vec![None];
                     }
-                    let parts: Vec<Tensor> = std::mem::take(&mut *p)
-                        .into_iter()
-                        .zip(&shapes)
-                        .map(|(g, s)| g.unwrap_or_else(|| Tensor::zeros(s, dtype, device)))
-                        .collect();
+                    let parts: Vec<Tensor> = std::mem::take(&mut *p).into_iter().flatten().collect();
                     drop(p);
                     vec![Some(Tensor::cat(&parts, d as isize))]
                 }))

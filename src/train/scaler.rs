@@ -77,7 +77,7 @@ impl GradScaler {
         for p in params {
             if let Some(g) = p.tensor.grad() {
                 if device == Device::Cpu {
-                    non_finite |= g.to_vec_f32().iter().any(|v| !v.is_finite());
+                    non_finite |= crate::engine::cpu::with_slice::<f32, _>(&g, |v| v.iter().any(|x| !x.is_finite()));
                 }
                 g.mul_scalar_(1.0 / self.scale_value);
             }

@@ -461,42 +461,34 @@ impl Tensor {
     fn inplace_kernel<F: BinFn>(&self, other: Option<&Tensor>, f: F) {
         let l = self.layout().clone();
         with_real!(self.dtype(), R, {
-            // Both contiguous in the compute type: read `other` in place, no copy.
-            if let Some(o) = other.filter(|o| {
-                o.shape() == self.shape() && o.is_contiguous() && o.dtype() == R::DTYPE && self.dtype() == R::DTYPE && l.is_contiguous() && !o.same_storage(self)
-            }) {
-                let ob = o.storage().buffer();
-                let os = &R::slice(&ob).unwrap()[o.layout().offset..o.layout().offset + l.numel()];
+            let run = |o: &[R]| {
                 let mut buf = self.storage().buffer_mut();
-                let s = &mut R::slice_mut(&mut buf).unwrap()[l.offset..l.offset + l.numel()];
-                const CH: usize = 1 << 14;
-                s.par_chunks_mut(CH).zip(os.par_chunks(CH)).for_each(|(c, oc)| c.iter_mut().zip(oc).for_each(|(x, &y)| *x = f.call(*x, y)));
-                return;
-            }
-            let o: Vec<R> = match other {
-                Some(o) if o.shape() == self.shape() => cpu::read::<R>(o),
-                Some(o) => cpu::read::<R>(&o.detach().expand(self.shape())),
-                None => Vec::new(),
-            };
-            let mut buf = self.storage().buffer_mut();
-            if self.dtype() == R::DTYPE && l.is_contiguous() {
-                let s = &mut R::slice_mut(&mut buf).unwrap()[l.offset..l.offset + l.numel()];
-                const CH: usize = 1 << 14;
-                if o.is_empty() {
-                    s.par_chunks_mut(CH).for_each(|c| c.iter_mut().for_each(|x| *x = f.call(*x, R::zero())));
+                if self.dtype() == R::DTYPE && l.is_contiguous() {
+                    let s = &mut R::slice_mut(&mut buf).unwrap()[l.offset..l.offset + l.numel()];
+                    const CH: usize = 1 << 14;
+                    if o.is_empty() {
+                        s.par_chunks_mut(CH).for_each(|c| c.iter_mut().for_each(|x| *x = f.call(*x, R::zero())));
+                    } else {
+                        s.par_chunks_mut(CH).zip(o.par_chunks(CH)).for_each(|(c, oc)| c.iter_mut().zip(oc).for_each(|(x, &y)| *x = f.call(*x, y)));
+                    }
                 } else {
-                    s.par_chunks_mut(CH).zip(o.par_chunks(CH)).for_each(|(c, oc)| c.iter_mut().zip(oc).for_each(|(x, &y)| *x = f.call(*x, y)));
+                    drop(buf);
+                    let cur = cpu::read::<R>(self);
+                    let new: Vec<R> = if o.is_empty() {
+                        cur.iter().map(|&x| f.call(x, R::zero())).collect()
+                    } else {
+                        cur.iter().zip(o).map(|(&x, &y)| f.call(x, y)).collect()
+                    };
+                    let mut buf = self.storage().buffer_mut();
+                    write_strided(&mut buf, &l, &new);
                 }
-            } else {
-                drop(buf);
-                let cur = cpu::read::<R>(self);
-                let new: Vec<R> = if o.is_empty() {
-                    cur.iter().map(|&x| f.call(x, R::zero())).collect()
-                } else {
-                    cur.iter().zip(&o).map(|(&x, &y)| f.call(x, y)).collect()
-                };
-                let mut buf = self.storage().buffer_mut();
-                write_strided(&mut buf, &l, &new);
+            };
+            match other {
+                // Another storage, same shape: read in place when contiguous in R (no copy).
+                Some(o) if o.shape() == self.shape() && !o.same_storage(self) => cpu::with_slice::<R, _>(o, run),
+                Some(o) if o.shape() == self.shape() => run(&cpu::read::<R>(o)),
+                Some(o) => run(&cpu::read::<R>(&o.detach().expand(self.shape()))),
+                None => run(&[]),
             }
         });
     }
