@@ -226,8 +226,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
-    let precision = a.precision.resolve()?;
-    super::precision_flags::check(&cfg, precision)?;
+    let precision = a.precision.resolve_for(&cfg)?;
     let e = estimate(&cfg, precision, batch, seq);
     let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq)?) };
     print(&e, &cfg, sim.as_ref());

@@ -12,7 +12,7 @@ pub struct ModelFlags {
     /// A Hugging Face config.json (LlamaConfig) instead of a preset: hidden_size,
     /// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
     /// vocab_size, rope_theta, rms_norm_eps, tie_word_embeddings, max_position_embeddings
-    /// (torch_dtype is recorded; parameters are modelled in fp32). Shape flags override it.
+    /// (torch_dtype is recorded; the precision is --precision's). Shape flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
     /// Reference implementation to reproduce: cs336 or tinyllama
@@ -51,7 +51,7 @@ pub struct Resolved {
     pub preset: presets::Preset,
     pub config: ModelConfig,
     /// Something the user should know about how the model is modelled (printed by the
-    /// subcommand), e.g. a config.json's bf16 torch_dtype modelled in fp32.
+    /// subcommand), e.g. a config.json's bf16 torch_dtype that --precision, not the file, decides.
     pub note: Option<String>,
 }
 
@@ -80,7 +80,7 @@ fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow:
     let name: &'static str = Box::leak(stem.into_boxed_str());
     let note = match hf.torch_dtype.as_deref() {
         Some(dt @ ("bfloat16" | "float16" | "bf16" | "fp16" | "half")) => Some(format!(
-            "{}: torch_dtype {dt} is recorded, but parameters, gradients and activations are modelled in fp32 (no precision option yet)",
+            "{}: torch_dtype {dt} is recorded; the run's precision is --precision / --pure-bf16 (fp32 unless given), not the file's type",
             path.display()
         )),
         _ => None,

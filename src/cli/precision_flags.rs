@@ -61,8 +61,17 @@ impl PrecisionFlags {
     }
 }
 
+impl PrecisionFlags {
+    /// The precision for a model, refusing combinations PyTorch itself cannot run.
+    pub fn resolve_for(&self, cfg: &crate::model::ModelConfig) -> anyhow::Result<Precision> {
+        let p = self.resolve()?;
+        check(cfg, p)?;
+        Ok(p)
+    }
+}
+
 /// Combinations PyTorch itself cannot run, refused before anything runs.
-pub fn check(cfg: &crate::model::ModelConfig, precision: Precision) -> anyhow::Result<()> {
+fn check(cfg: &crate::model::ModelConfig, precision: Precision) -> anyhow::Result<()> {
     use crate::model::{Attention, Flavour};
     if precision == Precision::PureBf16 && cfg.flavour == Flavour::Tinyllama && cfg.attention == Attention::Naive {
         return Err(usage(

@@ -210,8 +210,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
             return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
         }
     }
-    let precision = a.precision.resolve()?;
-    super::precision_flags::check(&cfg, precision)?;
+    let precision = a.precision.resolve_for(&cfg)?;
     Ok(Plan {
         model: cfg,
         model_name: r.preset.name.to_string(),

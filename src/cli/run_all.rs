@@ -49,6 +49,8 @@ struct Done {
     ctx: usize,
     kind: ProfileType,
     precision: Precision,
+    /// Part (c)'s precision comparison (its own snapshot names), not parts (a)/(b).
+    part_c: bool,
     run: Run,
     snapshot: PathBuf,
 }
@@ -104,24 +106,24 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     let longest = *contexts.iter().max().unwrap();
     let name = |ctx: usize, kind: ProfileType, suffix: &str| a.out_dir.join(format!("{}_ctx{ctx}_{}{suffix}_snapshot.pickle", a.model, kind_name(kind)));
     // Every run, validated before the first one starts.
-    let mut jobs: Vec<(usize, ProfileType, Precision, PathBuf, ProfileArgs)> = Vec::new();
+    let mut jobs: Vec<(usize, ProfileType, Precision, bool, PathBuf, ProfileArgs)> = Vec::new();
     for &ctx in &contexts {
         for kind in [ProfileType::Forward, ProfileType::Training] {
             let out = name(ctx, kind, "");
-            jobs.push((ctx, kind, Precision::Fp32, out.clone(), args_for(&a, ctx, kind, Precision::Fp32, &out)?));
+            jobs.push((ctx, kind, Precision::Fp32, false, out.clone(), args_for(&a, ctx, kind, Precision::Fp32, &out)?));
         }
     }
     for kind in [ProfileType::Forward, ProfileType::Training] {
         for prec in [Precision::Fp32, low] {
             let out = name(longest, kind, &format!("_{}", prec.name()));
-            jobs.push((longest, kind, prec, out.clone(), args_for(&a, longest, kind, prec, &out)?));
+            jobs.push((longest, kind, prec, true, out.clone(), args_for(&a, longest, kind, prec, &out)?));
         }
     }
-    let plans = jobs.iter().map(|j| profile::plan(&j.4)).collect::<Result<Vec<_>>>()?;
+    let plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
     set_threads(a.threads)?;
     let t0 = std::time::Instant::now();
     let mut done = Vec::new();
-    for ((ctx, kind, precision, snapshot, pa), plan) in jobs.into_iter().zip(&plans) {
+    for ((ctx, kind, precision, part_c, snapshot, pa), plan) in jobs.into_iter().zip(&plans) {
         let run = profile::profile_one(plan, &pa, ctx, kind)?;
         println!(
             "{:<48} peak allocated {:>8} GiB | reserved {:>8.2} GiB{}",
@@ -130,12 +132,11 @@ pub fn run(a: RunAllArgs) -> Result<()> {
             gib(run.stats.reserved_bytes.peak as u64),
             run.oom.as_ref().map_or(String::new(), |o| format!(" | {o}"))
         );
-        done.push(Done { ctx, kind, precision, run, snapshot });
+        done.push(Done { ctx, kind, precision, part_c, run, snapshot });
     }
     let cfg = &plans[0].model;
     let find = |ctx: usize, kind: ProfileType, prec: Precision, part_c: bool| {
-        let suffixed = |d: &&Done| d.snapshot.to_string_lossy().contains(&format!("_{}_snapshot", prec.name()));
-        done.iter().find(|d| d.ctx == ctx && d.kind == kind && d.precision == prec && (suffixed(d) == part_c)).expect("run done")
+        done.iter().find(|d| d.ctx == ctx && d.kind == kind && d.precision == prec && d.part_c == part_c).expect("run done")
     };
     let head = format!(
         "{} ({} flavour), batch {}, {} device; peaks are torch.cuda.max_memory_allocated() of the CUDA caching-allocator model\n\

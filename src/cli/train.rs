@@ -206,8 +206,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     } else {
         None
     };
-    let precision = a.precision.resolve()?;
-    super::precision_flags::check(&cfg, precision)?;
+    let precision = a.precision.resolve_for(&cfg)?;
     Ok(TrainPlan {
         model: cfg,
         preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),
