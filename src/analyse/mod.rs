@@ -65,6 +65,13 @@ pub struct PeakReport {
     pub live_at_peak: usize,
 }
 
+impl PeakReport {
+    /// Block bytes of one category live at the peak (0 when none).
+    pub fn category_bytes(&self, c: Category) -> usize {
+        self.by_category.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1)
+    }
+}
+
 /// Replay `before` (storages alive when recording started) then `events`.
 pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport {
     let mut current: usize = before.iter().map(|e| e.block).sum();

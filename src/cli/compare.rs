@@ -95,10 +95,6 @@ fn slug(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect::<String>()
 }
 
-fn cat(r: &Run, c: Category) -> usize {
-    r.report.by_category.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1)
-}
-
 const CATS: [Category; 6] = [Category::Parameter, Category::Gradient, Category::OptimizerState, Category::Activation, Category::AutocastCache, Category::Temporary];
 
 pub fn run(a: &ProfileArgs) -> Result<()> {
@@ -150,7 +146,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
             let _ = writeln!(md, "|---|---:|---:|---:|---:|{}{}", "---:|".repeat(CATS.len()), if cpu { "---:|---:|" } else { "" });
             for (v, r) in vs.iter().zip(&runs) {
                 let (pa, pr) = (r.stats.allocated_bytes.peak, r.stats.reserved_bytes.peak);
-                let cells: Vec<String> = CATS.iter().map(|&c| format!("{:.3}", u(cat(r, c)))).collect();
+                let cells: Vec<String> = CATS.iter().map(|&c| format!("{:.3}", u(r.report.category_bytes(c)))).collect();
                 let peak = if r.oom.is_some() { "OOM".to_string() } else { format!("{:.3}", u(pa)) };
                 let time = match (cpu, r.step_seconds, base.step_seconds) {
                     (false, ..) => String::new(),
@@ -174,7 +170,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
                     "peak_allocated_bytes": pa,
                     "peak_reserved_bytes": pr,
                     "peak_allocated_vs_baseline": pa as f64 / base.stats.allocated_bytes.peak.max(1) as f64,
-                    "live_at_peak_bytes": CATS.iter().map(|&c| (c.name(), cat(r, c))).collect::<std::collections::BTreeMap<_, _>>(),
+                    "live_at_peak_bytes": CATS.iter().map(|&c| (c.name(), r.report.category_bytes(c))).collect::<std::collections::BTreeMap<_, _>>(),
                     "step_seconds": if cpu { r.step_seconds } else { None },
                     "snapshot": r.snapshot,
                 }));

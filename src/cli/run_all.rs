@@ -86,10 +86,6 @@ fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision,
     ProfileArgs::parse_words(&argv).map_err(|e| UsageError(e).into())
 }
 
-fn cat_bytes(r: &Run, c: Category) -> usize {
-    r.report.by_category.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1)
-}
-
 fn peak_cell(r: &Run) -> String {
     match &r.oom {
         Some(_) => "OOM".into(),
@@ -170,7 +166,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         for prec in [Precision::Fp32, low] {
             let d = find(longest, kind, prec, true);
             let r = &d.run;
-            let g = |cat| format!("{:.2}", gib(cat_bytes(r, cat) as u64));
+            let g = |cat| format!("{:.2}", gib(r.report.category_bytes(cat) as u64));
             let ratio = r.stats.allocated_bytes.peak as f64 / base.run.stats.allocated_bytes.peak as f64;
             let _ = writeln!(
                 c,
@@ -186,7 +182,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
                 g(Category::AutocastCache),
                 g(Category::Temporary)
             );
-            rows.push((kind, prec, r.stats.allocated_bytes.peak, cat_bytes(r, Category::Activation), cat_bytes(r, Category::AutocastCache)));
+            rows.push((kind, prec, r.stats.allocated_bytes.peak, r.report.category_bytes(Category::Activation), r.report.category_bytes(Category::AutocastCache)));
         }
     }
     c += "(columns after the second: GiB live at the peak, by category)\n\n";
@@ -194,7 +190,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     let (f32f, f16f) = (get(ProfileType::Forward, Precision::Fp32), get(ProfileType::Forward, low));
     let (f32t, f16t) = (get(ProfileType::Training, Precision::Fp32), get(ProfileType::Training, low));
     let state = find(longest, ProfileType::Training, Precision::Fp32, true);
-    let fixed = cat_bytes(&state.run, Category::Parameter) + cat_bytes(&state.run, Category::Gradient) + cat_bytes(&state.run, Category::OptimizerState);
+    let fixed = state.run.report.category_bytes(Category::Parameter) + state.run.report.category_bytes(Category::Gradient) + state.run.report.category_bytes(Category::OptimizerState);
     let pct = |a: usize, b: usize| (b as f64 / a as f64 - 1.0) * 100.0;
     let _ = writeln!(
         c,
