@@ -109,3 +109,41 @@ fn config_json_builds_the_model_shape_flags_override_it_and_errors_name_the_fiel
     let params = 2 * per_layer + 2 * 128_256 * 4096 + 4096;
     assert!(text.contains(&params.to_string()), "{params} not in {text}");
 }
+
+/// The precision spellings reach the run (config.json, lower peak than fp32), and
+/// contradictory ones are refused before anything is written.
+#[test]
+fn train_precision_flags_reach_the_run_and_conflicts_exit_2() {
+    let peak = |extra: &[&str], name: &str| -> (u64, serde_json::Value) {
+        let out = tmp(name);
+        let mut a = vec!["train", "--device", "meta", "--num-steps", "2", "--warmup-steps", "1", "--output-dir", out.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        let o = vramscope(&a);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("performance_summary.json")).unwrap()).unwrap();
+        let c: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+        (s["summary"]["peak_allocated_bytes"].as_u64().unwrap(), c["training"]["precision"].clone())
+    };
+    let (fp32, p) = peak(&[], "prec-fp32");
+    assert_eq!(p, "fp32");
+    for (flags, name) in [(vec!["--use-amp"], "fp16"), (vec!["--use-mixed-precision"], "bf16"), (vec!["--use-mixed-precision", "--dtype", "fp16"], "fp16"), (vec!["--pure-bf16", "--attention", "flash"], "pure-bf16")] {
+        let (b, p) = peak(&flags, &format!("prec-{name}"));
+        assert_eq!(p, name, "{flags:?}");
+        assert!(b < fp32, "{flags:?}: peak {b} not below fp32 {fp32}");
+    }
+    for (args, flag) in [
+        (vec!["--precision", "bf16", "--use-amp"], "--use-amp"),
+        (vec!["--precision", "fp8"], "--precision"),
+        (vec!["--use-mixed-precision", "--dtype", "int8"], "--dtype"),
+        (vec!["--pure-bf16"], "--pure-bf16"),
+    ] {
+        let out = tmp("prec-bad");
+        let mut a = vec!["train", "--num-steps", "2", "--warmup-steps", "1", "--output-dir", out.to_str().unwrap()];
+        a.extend(args.iter().copied());
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?}: nothing written");
+    }
+}

@@ -173,3 +173,46 @@ fn fit_needs_a_capacity_and_rejects_the_searched_flag() {
         assert!(err.contains(flag), "{args:?}: {err}");
     }
 }
+
+/// `fit` passes the precision and memory flags to every probe: its answer under checkpointing
+/// is the boundary `profile --checkpoint blocks` finds, and is larger than without.
+#[test]
+fn fit_searches_with_the_memory_options_given() {
+    let dir = tmp("fit-options");
+    let base = ["--find", "batch", "--context-length", "64", "--memory-limit", "96MiB"];
+    let plain = fit_json(&base)["answer"].as_u64().unwrap();
+    let with = fit_json(&[&base[..], &["--checkpoint", "blocks", "--precision", "bf16"]].concat());
+    let n = with["answer"].as_u64().unwrap();
+    assert!(n > plain, "checkpointing + bf16 fit {n}, plain {plain}");
+    let (b, b1) = (n.to_string(), (n + 1).to_string());
+    let opts = ["--context-length", "64", "--memory-limit", "96MiB", "--checkpoint", "blocks", "--precision", "bf16", "--batch-size"];
+    assert!(profile_fits(&[&opts[..], &[b.as_str()]].concat(), &dir), "answer {n} must fit");
+    assert!(!profile_fits(&[&opts[..], &[b1.as_str()]].concat(), &dir), "answer+1 must not fit");
+}
+
+/// The precision, checkpoint and fusion axes reach each grid point: the sweep's peaks are
+/// those of separate `profile` runs.
+#[test]
+fn sweep_axes_for_the_memory_options_reach_profile() {
+    let out = tmp("axes");
+    let o = vramscope(&[
+        "sweep", "--context-length", "64", "--precision", "fp32,bf16", "--checkpoint", "none,blocks", "--fusion", "none,all", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = json(&out.join("sweep.json"));
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 8);
+    let mut peaks = std::collections::BTreeSet::new();
+    for p in points {
+        let v = &p["values"];
+        let (prec, ck, fu) = (v["precision"].as_str().unwrap(), v["checkpoint"].as_str().unwrap(), v["fusion"].as_str().unwrap());
+        let dir = tmp(&format!("axes-{prec}-{ck}-{fu}"));
+        let o = vramscope(&["profile", "--device", "meta", "--context-length", "64", "--precision", prec, "--checkpoint", ck, "--fusion", fu, "--out-dir", dir.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let sum = json(&dir.join("summary.json"));
+        let peak = p["peak_allocated_bytes"].as_u64().unwrap();
+        assert_eq!(peak, sum["runs"][0]["peak_allocated_bytes"].as_u64().unwrap(), "{prec} {ck} {fu}");
+        peaks.insert(peak);
+    }
+    assert!(peaks.len() >= 4, "the options change the peak: {peaks:?}");
+}

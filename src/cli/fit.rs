@@ -24,11 +24,11 @@ pub enum Find {
 #[derive(Args, Debug, Clone)]
 pub struct FitArgs {
     #[command(flatten)]
+    pub model: ModelFlags,
+    #[command(flatten)]
     pub precision: super::precision_flags::PrecisionFlags,
     #[command(flatten)]
     pub memory: super::memory_flags::MemoryFlags,
-    #[command(flatten)]
-    pub model: ModelFlags,
     /// What to search for
     #[arg(long, value_enum, default_value = "batch")]
     pub find: Find,
