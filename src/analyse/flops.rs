@@ -177,7 +177,7 @@ pub fn report(ops: &[OpRecord], steps: usize, params: &[(String, u64)]) -> FlopR
         .collect();
     by_op.sort_by(|a, b| b.totals.all_flops().cmp(&a.totals.all_flops()).then(b.totals.bytes().cmp(&a.totals.bytes())));
     let mut paths: Vec<String> = modules.keys().chain(owned.keys()).cloned().collect();
-    paths.sort();
+    paths.sort_by(|a, b| super::natural_cmp(a, b));
     paths.dedup();
     let modules = paths
         .into_iter()

@@ -32,7 +32,7 @@ impl LiveAlloc {
             requested_bytes: e.bytes,
             block_bytes: e.block,
             category: e.category,
-            scope: e.scope.to_string(),
+            scope: crate::record::scope_name(&e.scope, e.phase).into_owned(),
             op: e.op,
             phase: e.phase,
             location: format!("{}:{}", e.location.file(), e.location.line()),
@@ -70,6 +70,38 @@ impl PeakReport {
     pub fn category_bytes(&self, c: Category) -> usize {
         self.by_category.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1)
     }
+}
+
+/// Orders names as people read them: runs of digits compare by value, so `layers.2` comes
+/// before `layers.10`, and a path before its children (`blocks` < `blocks.0`).
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    // Equal numbers written differently (`2`, `02`) decide only if nothing else does.
+    let mut tie = Ordering::Equal;
+    while i < a.len() && j < b.len() {
+        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
+            let run = |s: &[u8], k: usize| k + s[k..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let (ie, je) = (run(a, i), run(b, j));
+            // Compare the runs without leading zeros by length, then digit by digit.
+            let trim = |s: &[u8], k: usize, e: usize| k + s[k..e].iter().take_while(|&&c| c == b'0').count().min(e - k - 1);
+            let (x, y) = (&a[trim(a, i, ie)..ie], &b[trim(b, j, je)..je]);
+            match x.len().cmp(&y.len()).then_with(|| x.cmp(y)) {
+                Ordering::Equal => {
+                    tie = tie.then((ie - i).cmp(&(je - j)));
+                    (i, j) = (ie, je)
+                }
+                o => return o,
+            }
+        } else {
+            match a[i].cmp(&b[j]) {
+                Ordering::Equal => (i, j) = (i + 1, j + 1),
+                o => return o,
+            }
+        }
+    }
+    (a.len() - i).cmp(&(b.len() - j)).then(tie)
 }
 
 /// Replay `before` (storages alive when recording started) then `events`.
@@ -115,11 +147,11 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
         }
         *cat.entry(e.category).or_default() += e.block;
         *cat_req.entry(e.category).or_default() += e.bytes;
-        *module.entry(if e.scope.is_empty() { "<top level>".into() } else { e.scope.to_string() }).or_default() += e.block;
+        *module.entry(crate::record::scope_name(&e.scope, e.phase).into_owned()).or_default() += e.block;
     }
-    fn sorted<K: Ord>(m: HashMap<K, usize>) -> Vec<(K, usize)> {
+    fn sorted<K: Ord + AsRef<str>>(m: HashMap<K, usize>) -> Vec<(K, usize)> {
         let mut v: Vec<_> = m.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| natural_cmp(a.0.as_ref(), b.0.as_ref())));
         v
     }
     let mut largest: Vec<LiveAlloc> = events.iter().filter(|e| e.kind == EventKind::Alloc).map(LiveAlloc::of).collect();
@@ -130,7 +162,7 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
         peak_allocated: best,
         peak_event: best_at,
         peak_phase: at.map(|e| e.phase),
-        peak_scope: at.map_or(String::new(), |e| e.scope.to_string()),
+        peak_scope: at.map_or(String::new(), |e| crate::record::scope_name(&e.scope, e.phase).into_owned()),
         peak_op: at.map_or(String::new(), |e| e.op.to_string()),
         phase_peaks,
         by_category: sorted(cat),
@@ -139,5 +171,20 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
         activations_by_op: sorted(act_op),
         largest,
         live_at_peak: live.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_cmp;
+
+    #[test]
+    fn natural_order_reads_numbers_by_value() {
+        let mut v = vec!["layers.10", "layers.2", "layers.2.attn", "layers", "layers.1", "layers.02", "loss", "(loss)"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, ["(loss)", "layers", "layers.1", "layers.2", "layers.02", "layers.2.attn", "layers.10", "loss"]);
+        assert_eq!(natural_cmp("a9", "a10"), std::cmp::Ordering::Less);
+        assert_eq!(natural_cmp("x", "x"), std::cmp::Ordering::Equal);
+        assert_eq!(natural_cmp("18446744073709551616999", "9"), std::cmp::Ordering::Greater);
     }
 }

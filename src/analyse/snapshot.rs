@@ -248,7 +248,7 @@ pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport
     }
     let sorted = |m: HashMap<String, u64>| {
         let mut v: Vec<_> = m.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| super::natural_cmp(&a.0, &b.0)));
         v
     };
     // Sort indices, not the allocations: only the kept ones are cloned.

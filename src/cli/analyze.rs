@@ -55,7 +55,7 @@ pub fn run(a: AnalyzeArgs) -> Result<()> {
     }
     println!("{} — device {}, {} trace events, {} allocations (MiB = 1024² B; sizes as requested, like memory_viz)", a.file.display(), r.device, r.events, r.allocations);
     println!(
-        "peak active memory {:.2} MiB at {}",
+        "peak active memory {:.2} MiB requested (tensor bytes, as memory_viz draws it; `profile`'s allocated adds block rounding) at {}",
         mib(r.peak_active_bytes),
         r.peak_at.map_or("the start of the trace".to_string(), |i| format!("event {i}{}", r.peak_time_us.map_or(String::new(), |t| format!(" (time_us {t})"))))
     );

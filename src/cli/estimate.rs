@@ -23,6 +23,7 @@ pub struct EstimateArgs {
     pub model: ModelFlags,
     #[command(flatten)]
     pub precision: PrecisionFlags,
+    /// Batch size B (default: the preset's)
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Sequence length (default: the preset's)
@@ -142,7 +143,8 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
     }
     let pe = e.param_elem;
     let pt = if pe == 2 { "bf16" } else { "fp32" };
-    println!("\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
+    println!("\n(sizes below are tensor bytes, i.e. requested; `profile` reports allocated bytes, which add the caching allocator's block rounding: 512 B, and whole 2 MiB for a tensor over 1 MiB that gets a segment of its own)");
+    println!("\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
     println!("2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
     println!("3. optimizer state: {} = {} B = {:.3} GiB", e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
     println!("   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
@@ -171,7 +173,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
     terms(&e.loss);
     let rt = if e.residual_elem == 2 { "bf16" } else { "fp32" };
     println!(
-        "\n7. one residual-stream tensor (B, S, d) in {rt}: B·S·d·{} = {} B = {:.2} MiB (seed 003 part d)",
+        "\n7. one residual-stream tensor (B, S, d) in {rt}: B·S·d·{} = {} B = {:.2} MiB (CS336's memory-profiling question, part d)",
         e.residual_elem,
         e.residual_bytes,
         mib(e.residual_bytes)

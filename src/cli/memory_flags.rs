@@ -53,3 +53,29 @@ pub fn describe(c: &ModelConfig) -> Option<String> {
     }
     (!parts.is_empty()).then(|| format!("memory optimisations: {}", parts.join(", ")))
 }
+
+/// The part of an output file name that tells a variant from the reference run, so a
+/// `--checkpoint blocks` profile does not overwrite the baseline's snapshot: empty for the
+/// reference, else `_flash`, `_checkpoint-blocks` / `_checkpoint-every-N`, `_fused-qkv`,
+/// `_fused-gate-up` and `_accumN`, in that order.
+pub fn file_tag(c: &ModelConfig, grad_accum_steps: usize) -> String {
+    let mut tag = String::new();
+    if c.attention == crate::model::Attention::Flash {
+        tag.push_str("_flash");
+    }
+    match c.checkpoint {
+        Checkpoint::None => {}
+        Checkpoint::Every(1) => tag.push_str("_checkpoint-blocks"),
+        Checkpoint::Every(n) => tag.push_str(&format!("_checkpoint-every-{n}")),
+    }
+    if c.fused_qkv {
+        tag.push_str("_fused-qkv");
+    }
+    if c.fused_gate_up {
+        tag.push_str("_fused-gate-up");
+    }
+    if grad_accum_steps > 1 {
+        tag.push_str(&format!("_accum{grad_accum_steps}"));
+    }
+    tag
+}

@@ -37,10 +37,10 @@ pub enum Command {
     Sweep(sweep::SweepArgs),
     /// The largest batch size or longest context that fits a GPU (search over meta runs).
     Fit(fit::FitArgs),
-    /// Seed 001's run_all.sh: the 2.7B model at context 128/256/512, forward and training,
+    /// CS336's run_all.sh (the memory-profiling assignment): the 2.7B model at context 128/256/512, forward and training,
     /// fp32 and bf16, with the snapshots and the text answers of parts (b) to (e).
     RunAll(run_all::RunAllArgs),
-    /// Seed 002's launch_performance_study.sh: one workshop problem size into a timestamped
+    /// The workshop's launch_performance_study.sh: one Tiny LLaMA problem size into a timestamped
     /// performance_results_<size>_<time>/ folder (cpu when it fits a time budget, else meta).
     Study(study::StudyArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
@@ -114,4 +114,27 @@ pub fn quiet_oom_panics() {
             }
         }));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every flag and argument of every subcommand says what it does in `--help`.
+    #[test]
+    fn every_flag_has_a_help_line() {
+        use clap::CommandFactory;
+        let cmd = super::Cli::command();
+        let mut missing = Vec::new();
+        for sub in cmd.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    missing.push(format!("{} {}", sub.get_name(), arg.get_long().map_or(id.to_string(), |l| format!("--{l}"))));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "flags without a help line: {missing:?}");
+    }
 }

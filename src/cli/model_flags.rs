@@ -21,8 +21,10 @@ pub struct ModelFlags {
     /// Hidden size d_model
     #[arg(long)]
     pub hidden_dim: Option<usize>,
+    /// Number of decoder blocks (layers)
     #[arg(long)]
     pub num_layers: Option<usize>,
+    /// Attention heads (must divide --hidden-dim)
     #[arg(long)]
     pub num_heads: Option<usize>,
     /// Key/value heads (grouped-query attention when fewer than --num-heads)
@@ -31,13 +33,16 @@ pub struct ModelFlags {
     /// Feed-forward size d_ff
     #[arg(long)]
     pub intermediate_dim: Option<usize>,
+    /// Vocabulary size (rows of the embedding and the LM head)
     #[arg(long)]
     pub vocab_size: Option<usize>,
     /// Longest sequence the model accepts (sizes cs336's RoPE buffer)
     #[arg(long)]
     pub max_seq_len: Option<usize>,
+    /// RoPE base frequency theta
     #[arg(long)]
     pub rope_theta: Option<f64>,
+    /// RMSNorm epsilon
     #[arg(long)]
     pub norm_eps: Option<f64>,
     /// Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive
@@ -64,6 +69,25 @@ impl Resolved {
     }
 }
 
+/// The name outputs of a `--config FILE` model carry: the last part of its `_name_or_path`
+/// (`meta-llama/Llama-3.1-8B` → `Llama-3.1-8B`); else, for a file named plainly
+/// `config.json`, its folder (a downloaded model's directory); else the file's stem without a
+/// `_config`/`-config` suffix. Characters unsafe in a file name become `_`.
+pub(crate) fn config_model_name(path: &std::path::Path, name_or_path: Option<&str>) -> String {
+    let from_hub = name_or_path.and_then(|n| n.trim_end_matches(['/', '\\']).rsplit(['/', '\\']).next()).filter(|n| !n.is_empty());
+    let stem = path.file_stem().map_or_else(|| "config".to_string(), |s| s.to_string_lossy().into_owned());
+    let folder = || {
+        let abs = std::path::absolute(path).ok()?;
+        abs.parent()?.file_name().map(|f| f.to_string_lossy().into_owned())
+    };
+    let name = match from_hub {
+        Some(n) => n.to_string(),
+        None if stem == "config" => folder().unwrap_or(stem),
+        None => stem.strip_suffix("_config").or_else(|| stem.strip_suffix("-config")).unwrap_or(&stem).to_string(),
+    };
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect()
+}
+
 /// The preset a `--config FILE` stands for: its model, named after the file, with run
 /// defaults batch 4 and context min(512, max_position_embeddings).
 fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow::Result<(presets::Preset, Option<String>)> {
@@ -75,9 +99,7 @@ fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow:
         model.flavour = f;
         model.norm_fp32_upcast = f == Flavour::Cs336;
     }
-    let stem = path.file_stem().map_or("config".into(), |s| s.to_string_lossy().into_owned());
-    let stem = stem.strip_suffix("_config").or_else(|| stem.strip_suffix("-config")).unwrap_or(&stem).to_string();
-    let name: &'static str = Box::leak(stem.into_boxed_str());
+    let name: &'static str = Box::leak(config_model_name(path, hf.name_or_path.as_deref()).into_boxed_str());
     let note = match hf.torch_dtype.as_deref() {
         Some(dt @ ("bfloat16" | "float16" | "bf16" | "fp16" | "half")) => Some(format!(
             "{}: torch_dtype {dt} is recorded; the run's precision is --precision / --pure-bf16 (fp32 unless given), not the file's type",

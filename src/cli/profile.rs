@@ -48,6 +48,7 @@ pub struct ProfileArgs {
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(long)]
     pub context_length: Option<String>,
+    /// Batch size B (default: the preset's)
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Steps run before recording (optimizer state exists after one training step)
@@ -79,10 +80,13 @@ pub struct ProfileArgs {
     /// Snapshot path (one context length only; default: <out-dir>/<model>_ctx<S>_<type>_snapshot.pickle)
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Folder the outputs are written to (created if missing)
     #[arg(long, default_value = "vramscope-out/profile")]
     pub out_dir: PathBuf,
+    /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Random seed for the weights and the synthetic data
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Training: split each batch into N micro-batches whose gradients accumulate before one
@@ -344,7 +348,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let Recording { events, actions, allocator } = rec;
     let alloc = allocator.expect("allocator installed");
     let oom = oom.map(|m| match oom_where {
-        Some((scope, phase)) => format!("{m} (at {}, phase {phase})", if scope.is_empty() { "<top level>" } else { &scope }),
+        Some((scope, phase)) => format!("{m} (at {}, phase {phase})", crate::record::scope_name(&scope, phase)),
         None => m,
     });
     let report = analyse::peak(&before, &events, 20);
@@ -356,7 +360,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
             let kind = format!("{kind:?}").to_lowercase();
             // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
             let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
-            a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}_snapshot.pickle", p.model_name))
+            let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
+            a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}{variant}_snapshot.pickle", p.model_name))
         });
         write_atomic(&path, &pickle::write(&snap))?;
         let capacity = (p.capacity < usize::MAX / 4)
@@ -388,31 +393,33 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
         println!("OUT OF MEMORY: {o}");
     }
     let rep = &r.report;
-    println!("(GiB/MiB are 1024-based; allocated = torch.cuda.max_memory_allocated(), reserved = max_memory_reserved())");
+    println!("(GiB/MiB are 1024-based; allocated = allocator block bytes = torch.cuda.max_memory_allocated(); requested = the tensors' own bytes, what memory_viz and `analyze` draw; reserved = max_memory_reserved())");
     println!(
-        "peak allocated {:.3} GiB ({} B) at {} [{}], phase {} | peak reserved {:.3} GiB",
+        "peak allocated {:.3} GiB ({} B) at {} [{}], phase {} | peak requested {:.3} GiB | peak reserved {:.3} GiB",
         g(r.stats.allocated_bytes.peak),
         r.stats.allocated_bytes.peak,
-        if rep.peak_scope.is_empty() { "<top level>" } else { &rep.peak_scope },
+        rep.peak_scope,
         rep.peak_op,
         rep.peak_phase.map_or("-".into(), |p| p.to_string()),
+        g(r.stats.requested_bytes.peak),
         g(r.stats.reserved_bytes.peak)
     );
     let phases: Vec<String> = rep.phase_peaks.iter().map(|(ph, b)| format!("{ph} {:.3}", g(*b))).collect();
-    println!("peak by phase (GiB): {}", phases.join(" | "));
+    println!("peak allocated by phase (GiB): {}", phases.join(" | "));
     let cats: Vec<String> = rep.by_category.iter().map(|(c, b)| format!("{c} {:.3}", g(*b))).collect();
-    println!("live at the peak by category (GiB): {}", cats.join(" | "));
-    println!("live at the peak, top modules:");
+    println!("live at the peak by category (GiB allocated): {}", cats.join(" | "));
+    println!("live at the peak, top modules (MiB allocated):");
     for (m, b) in rep.by_module.iter().take(8) {
         println!("  {:>10.2} MiB  {m}", mib(*b as u64));
     }
-    println!("largest allocations:");
+    println!("largest allocations (MiB allocated, i.e. the allocator block; requested tensor bytes in brackets when they differ):");
     for l in rep.largest.iter().take(8) {
+        let requested = if l.requested_bytes == l.block_bytes { String::new() } else { format!(" [{:.2} requested]", mib(l.requested_bytes as u64)) };
         println!(
-            "  {:>10.2} MiB  {} in {} ({}, {}) at {}",
+            "  {:>10.2} MiB{requested}  {} in {} ({}, {}) at {}",
             mib(l.block_bytes as u64),
             l.op,
-            if l.scope.is_empty() { "<top level>" } else { &l.scope },
+            l.scope,
             l.phase,
             l.category,
             l.location
@@ -496,8 +503,12 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             "flops": r.compute.as_ref().map(|c| super::compute::to_json(&c.report, c.achieved.as_ref(), c.roofline.as_ref())),
         })).collect::<Vec<_>>(),
     });
-    write_json(&a.out_dir.join("summary.json"), &summary)?;
-    println!("\nwrote {}", a.out_dir.join("summary.json").display());
+    // summary.json describes this invocation and names its snapshots; those carry the variant
+    // in their names, so only the summary is replaced by a later run, and it says so.
+    let summary_path = a.out_dir.join("summary.json");
+    let replaced = if summary_path.exists() { " (replacing the summary of an earlier run; its snapshots keep their names)" } else { "" };
+    write_json(&summary_path, &summary)?;
+    println!("\nwrote {}{replaced}", summary_path.display());
     if runs.iter().any(|r| r.oom.is_some()) {
         anyhow::bail!("out of memory (snapshot written up to the failing allocation)");
     }

@@ -20,6 +20,7 @@ pub struct RunAllArgs {
     /// Model preset (as `profile --model`)
     #[arg(long, visible_alias = "model-size", default_value = "2.7B")]
     pub model: String,
+    /// Batch size B of every run
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
     /// Context lengths of parts (a) and (b); part (c) uses the longest
@@ -34,12 +35,16 @@ pub struct RunAllArgs {
     /// GPU whose memory bounds the allocator (an OOM is reported in the tables)
     #[arg(long)]
     pub gpu: Option<String>,
+    /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
     #[arg(long, default_value_t = 1)]
     pub warmup_steps: usize,
+    /// Recorded steps after the warm-up
     #[arg(long, default_value_t = 1)]
     pub measure_steps: usize,
+    /// Folder the outputs are written to (created if missing)
     #[arg(long, default_value = "results/memory_profiling")]
     pub out_dir: PathBuf,
+    /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
 }

@@ -36,6 +36,7 @@ pub struct StudyArgs {
     /// Where the timestamped folder goes
     #[arg(long, default_value = ".")]
     pub out_dir: PathBuf,
+    /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
 }

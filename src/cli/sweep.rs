@@ -27,34 +27,46 @@ pub struct SweepArgs {
     /// Hugging Face config.json file(s), comma separated
     #[arg(long, value_name = "FILE[,FILE…]")]
     pub config: Option<String>,
+    /// Reference implementation to reproduce: cs336 or tinyllama
     #[arg(long)]
     pub flavour: Option<String>,
+    /// Hidden size d_model (a comma list sweeps it)
     #[arg(long)]
     pub hidden_dim: Option<String>,
+    /// Number of decoder blocks (layers)
     #[arg(long)]
     pub num_layers: Option<String>,
+    /// Attention heads (must divide --hidden-dim)
     #[arg(long)]
     pub num_heads: Option<String>,
+    /// Key/value heads (grouped-query attention when fewer than --num-heads)
     #[arg(long)]
     pub num_kv_heads: Option<String>,
+    /// Feed-forward size d_ff
     #[arg(long)]
     pub intermediate_dim: Option<String>,
+    /// Vocabulary size (rows of the embedding and the LM head)
     #[arg(long)]
     pub vocab_size: Option<String>,
+    /// Longest sequence the model accepts (sizes RoPE tables)
     #[arg(long)]
     pub max_seq_len: Option<String>,
+    /// RoPE base frequency theta
     #[arg(long)]
     pub rope_theta: Option<String>,
     /// naive and/or flash
     #[arg(long)]
     pub attention: Option<String>,
+    /// Batch size(s), comma-separated: one profile per value
     #[arg(long)]
     pub batch_size: Option<String>,
+    /// Sequence length(s) to profile, comma-separated
     #[arg(long, alias = "seq-len")]
     pub context_length: Option<String>,
     /// forward, inference and/or training (default: training)
     #[arg(long)]
     pub profile_type: Option<String>,
+    /// Micro-batches per optimizer step (gradient accumulation)
     #[arg(long)]
     pub grad_accum_steps: Option<String>,
     /// fp32, bf16, fp16 and/or pure-bf16
@@ -66,8 +78,10 @@ pub struct SweepArgs {
     /// none and/or all
     #[arg(long)]
     pub fusion: Option<String>,
+    /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
     #[arg(long)]
     pub warmup_steps: Option<String>,
+    /// Recorded steps after the warm-up
     #[arg(long)]
     pub measure_steps: Option<String>,
     /// GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result)
@@ -76,11 +90,13 @@ pub struct SweepArgs {
     /// Device memory size(s) instead of --gpu (e.g. 24GiB)
     #[arg(long)]
     pub memory_limit: Option<String>,
+    /// Share of device memory the allocator may use (torch.cuda.set_per_process_memory_fraction); needs --gpu or --memory-limit
     #[arg(long)]
     pub memory_fraction: Option<String>,
     /// PYTORCH_CUDA_ALLOC_CONF string(s); separate several with ';' (a conf itself uses commas)
     #[arg(long)]
     pub allocator_conf: Option<String>,
+    /// Random seed for the weights and the synthetic data
     #[arg(long)]
     pub seed: Option<String>,
     /// meta (shapes only, default) or cpu (real numerics)
@@ -89,8 +105,10 @@ pub struct SweepArgs {
     /// Also write each point's snapshot and HTML report (under <out-dir>/points/)
     #[arg(long)]
     pub snapshots: bool,
+    /// Folder the outputs are written to (created if missing)
     #[arg(long, default_value = "vramscope-out/sweep")]
     pub out_dir: PathBuf,
+    /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
 }

@@ -29,10 +29,13 @@ pub struct TrainArgs {
     pub precision: PrecisionFlags,
     #[command(flatten)]
     pub memory: MemoryFlags,
+    /// Batch size B (default: the preset's)
     #[arg(long)]
     pub batch_size: Option<usize>,
+    /// Sequence length S of each training sample (default: the preset's)
     #[arg(long)]
     pub seq_len: Option<usize>,
+    /// Training steps, warm-up steps included (default: the preset's)
     #[arg(long)]
     pub num_steps: Option<usize>,
     /// Steps excluded from the averages
@@ -41,6 +44,7 @@ pub struct TrainArgs {
     /// Default: 1e-3 (cs336) or 3e-4 (tinyllama)
     #[arg(long)]
     pub learning_rate: Option<f64>,
+    /// AdamW weight decay (decoupled)
     #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
     /// adamw (the flavour's reference AdamW), adamw-cs336, adamw-torch, or sgd
@@ -49,6 +53,7 @@ pub struct TrainArgs {
     /// SGD momentum
     #[arg(long, default_value_t = 0.0)]
     pub momentum: f64,
+    /// Random seed for the weights and the synthetic data
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// cpu (real numerics) or meta (shapes and memory only)
@@ -60,6 +65,7 @@ pub struct TrainArgs {
     /// Print every N-th step
     #[arg(long, default_value_t = 1)]
     pub log_interval: usize,
+    /// Folder for performance_summary.json, the trace and other outputs
     #[arg(long, default_value = "vramscope-out/train")]
     pub output_dir: PathBuf,
     /// random (uniform ids, as the benchmarks) or pattern (a learnable repeating sequence)

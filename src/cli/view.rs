@@ -61,6 +61,12 @@ pub fn run(a: ViewArgs) -> Result<()> {
         return Err(usage("--output", format!("{} is a directory", output.display())));
     }
     let files: Vec<&PathBuf> = std::iter::once(&a.file).chain(a.file2.as_ref()).collect();
+    // The report must never replace a snapshot it reads (same file by any path or link).
+    for f in &files {
+        if same_file(f, &output) {
+            return Err(usage("--output", format!("{} is the input snapshot {}; name another file for the report", output.display(), f.display())));
+        }
+    }
     let snaps = files.iter().map(|f| load(f)).collect::<Result<Vec<_>>>()?;
     if let Some(d) = a.device {
         for (f, s) in files.iter().zip(&snaps) {
@@ -84,6 +90,14 @@ pub fn run(a: ViewArgs) -> Result<()> {
     write_atomic(&output, page.as_bytes())?;
     println!("wrote {} ({:.1} MB; open it in a browser, it needs no network)", output.display(), page.len() as f64 / 1e6);
     Ok(())
+}
+
+/// Whether two paths name one existing file (compared after resolving links and `..`).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
 }
 
 /// The report beside a snapshot `vramscope profile` just wrote (`_snapshot.pickle` →

@@ -30,7 +30,7 @@ struct Frames {
 
 impl Frames {
     fn of(&mut self, e: &MemEvent) -> Value {
-        let scope = if e.scope.is_empty() { "<top level>".to_string() } else { e.scope.to_string() };
+        let scope = crate::record::scope_name(&e.scope, e.phase).into_owned();
         let key = (scope, e.op, e.phase.name(), e.location.file(), e.location.line());
         if let Some(v) = self.cache.get(&key) {
             return v.clone();

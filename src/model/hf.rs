@@ -13,6 +13,8 @@ pub struct HfModel {
     pub torch_dtype: Option<String>,
     /// `model_type` as written, if present.
     pub model_type: Option<String>,
+    /// `_name_or_path` as written (the hub id or folder the config was saved from), if present.
+    pub name_or_path: Option<String>,
 }
 
 fn field<'a>(obj: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -69,6 +71,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     let tied = boolean(obj, "tie_word_embeddings", false)?;
     let torch_dtype = string(obj, "torch_dtype")?;
     let model_type = string(obj, "model_type")?;
+    let name_or_path = string(obj, "_name_or_path")?.filter(|n| !n.trim().is_empty());
     if d % h != 0 {
         return Err(format!("num_attention_heads {h} does not divide hidden_size {d}"));
     }
@@ -104,7 +107,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         fused_qkv: false,
         fused_gate_up: false,
     };
-    Ok(HfModel { config, torch_dtype, model_type })
+    Ok(HfModel { config, torch_dtype, model_type, name_or_path })
 }
 
 #[cfg(test)]

@@ -84,8 +84,33 @@ impl Category {
     }
 }
 
+impl AsRef<str> for Category {
+    fn as_ref(&self) -> &str {
+        self.name()
+    }
+}
+
 impl fmt::Display for Category {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The name shown for an allocation's module path. Outside every module there is no path,
+/// so the phase says whose code ran: the model's own forward (embedding lookups, the mask,
+/// between blocks), the loss, autograd's engine (gradient accumulation and buffers in
+/// backward), the optimizer, zero_grad, or setup (model construction, data).
+pub fn scope_name(scope: &str, phase: Phase) -> std::borrow::Cow<'_, str> {
+    if !scope.is_empty() {
+        return scope.into();
+    }
+    match phase {
+        Phase::Setup => "(setup: outside the step)",
+        Phase::ZeroGrad => "(zero_grad)",
+        Phase::Forward => "(model: outside its submodules)",
+        Phase::Loss => "(loss)",
+        Phase::Backward => "(autograd engine)",
+        Phase::Optimizer => "(optimizer)",
+    }
+    .into()
 }

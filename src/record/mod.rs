@@ -8,5 +8,5 @@ pub mod context;
 pub mod gpu;
 pub mod log;
 
-pub use context::{Category, Phase};
+pub use context::{scope_name, Category, Phase};
 pub use log::{EventKind, MemEvent, MemoryLog, MemoryStats, Recording};

@@ -634,7 +634,8 @@
           byMod.set(m, (byMod.get(m) || 0) + s);
         }
       }
-      const sort = (m) => [...m.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+      // Equal sizes in reading order: layers.2 before layers.10.
+      const sort = (m) => [...m.entries()].sort((a, b) => b[1] - a[1] || String(a[0]).localeCompare(String(b[0]), "en", { numeric: true }));
       return { total, count, byCat: sort(byCat), byMod: sort(byMod) };
     }
 
