@@ -54,7 +54,11 @@ impl AllocatorConfig {
                 }
             };
             let value = value.trim();
-            let mib_value = |v: &str| -> Result<usize, String> { v.parse::<usize>().map_err(|_| format!("{key}: '{v}' is not a whole number of MiB")) };
+            // Sizes are MiB counts; a count whose bytes do not fit a usize is refused, not wrapped.
+            let mib_value = |v: &str| -> Result<usize, String> {
+                let n = v.parse::<usize>().map_err(|_| format!("{key}: '{v}' is not a whole number of MiB"))?;
+                n.checked_mul(MIB).map(|_| n).ok_or_else(|| format!("{key}: {n} MiB is more bytes than this machine can address"))
+            };
             match key {
                 "max_split_size_mb" => {
                     let v = mib_value(value)?;
@@ -150,7 +154,9 @@ pub fn round_size(size: usize, divisions: &[usize; 16]) -> usize {
     let log2 = usize::BITS as usize - 1 - size.leading_zeros() as usize;
     let idx = log2.saturating_sub(20).min(15);
     let div = divisions[idx];
-    if div > 1 && size > MIN_BLOCK * div {
+    // A division count so large that MIN_BLOCK·div overflows can never apply (PyTorch's
+    // size_t comparison is just as false), so the step below is never zero.
+    if div > 1 && MIN_BLOCK.checked_mul(div).is_some_and(|m| size > m) {
         if size.is_power_of_two() {
             return size;
         }

@@ -343,3 +343,21 @@ fn garbage_collection_frees_old_cached_segments_under_a_memory_fraction() {
     a.set_memory_fraction(0.5);
     assert!(a.malloc(510 << 20).is_err());
 }
+
+/// Hostile settings (from a snapshot's allocator_settings, --allocator-conf or
+/// PYTORCH_CUDA_ALLOC_CONF) are refused or rounded without a panic or a wrapped size.
+#[test]
+fn extreme_settings_neither_panic_nor_wrap() {
+    let huge = 1usize << 62;
+    let c = AllocatorConfig::parse(&format!("roundup_power2_divisions:{huge}")).unwrap();
+    for size in [1usize, 511, 512, 4097, 3 << 20, (3 << 30) + 1, usize::MAX / 2] {
+        let r = round_size(size, &c.roundup_power2_divisions);
+        assert!(r >= size && r % MIN_BLOCK == 0, "{size} -> {r}");
+    }
+    let c = AllocatorConfig::parse(&format!("roundup_power2_divisions:[1:{huge},>:{huge}]")).unwrap();
+    assert_eq!(round_size(5 << 20, &c.roundup_power2_divisions), 5 << 20);
+    for bad in [format!("max_split_size_mb:{}", usize::MAX), format!("max_non_split_rounding_mb:{}", usize::MAX / 2)] {
+        let e = AllocatorConfig::parse(&bad).unwrap_err();
+        assert!(e.contains("more bytes than"), "{e}");
+    }
+}
