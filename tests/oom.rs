@@ -99,6 +99,7 @@ fn oom_in_warm_up_writes_its_history_an_oom_entry_and_a_report_that_explains_it(
     let s = summary(&out);
     assert_eq!(s["capacity_bytes"], 64 << 20);
     let r = &s["runs"][0];
+    assert_eq!(r["oom_stage"], "warm-up step 1 of 1");
     let f = &r["peak"]["failed"];
     let (phase, category, scope, op) = (f["phase"].as_str().unwrap(), f["category"].as_str().unwrap(), f["scope"].as_str().unwrap(), f["op"].as_str().unwrap());
     assert_eq!(phase, "forward", "{f}");
@@ -200,6 +201,11 @@ fn bounded_history_keeps_the_newest_entries_and_still_replays() {
     let (_, full_snap, full_sum) = run(&full, &[]);
     let (stdout, kept_snap, kept_sum) = run(&kept, &["--max-entries", "300"]);
     assert!(stdout.contains("300 trace entries, the last of "), "{stdout}");
+    assert_eq!(kept_sum["max_entries"], 300);
+    assert_eq!(kept_sum["runs"][0]["trace_entries"], 300);
+    let dropped = kept_sum["runs"][0]["trace_entries_dropped"].as_u64().unwrap();
+    assert_eq!(full_sum["runs"][0]["trace_entries_dropped"], 0);
+    assert_eq!(full_sum["runs"][0]["trace_entries"].as_u64().unwrap(), 300 + dropped);
     // The analysis does not depend on the bound.
     assert_eq!(full_sum["runs"][0]["peak"]["peak_allocated"], kept_sum["runs"][0]["peak"]["peak_allocated"]);
     if let (Some((_, _, all)), Some((check, _, tail))) = (python(&full_snap), python(&kept_snap)) {
