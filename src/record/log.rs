@@ -312,3 +312,44 @@ impl MemoryLog {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::allocator::{Action, AllocatorConfig};
+
+    fn log(max_entries: Option<usize>) -> MemoryLog {
+        let mut l = MemoryLog { allocator: Some(CachingAllocator::new(AllocatorConfig::parse("").unwrap(), 64 << 20)), max_entries, ..Default::default() };
+        l.start_recording();
+        l
+    }
+
+    fn step(l: &mut MemoryLog) -> Result<(), OutOfMemory> {
+        let s: Rc<str> = Rc::from("m");
+        let loc = std::panic::Location::caller();
+        for id in 0..3 {
+            l.on_alloc(id, 1 << 20, &s, "empty", Phase::Forward, Category::Temporary, loc)?;
+        }
+        l.on_free(1, &s, "del", Phase::Forward);
+        l.on_alloc(9, 100 << 20, &s, "big", Phase::Backward, Category::Gradient, loc)
+    }
+
+    #[test]
+    fn the_trace_is_a_ring_buffer_and_an_oom_ends_it_with_the_request() {
+        let (mut full, mut ring) = (log(None), log(Some(4)));
+        assert!(step(&mut full).is_err() && step(&mut ring).is_err());
+        let (full, ring) = (full.oom_capture.take().unwrap(), ring.oom_capture.take().unwrap());
+        // The ring keeps the newest 4 entries of the full trace, in order.
+        assert_eq!(ring.actions.len(), 4);
+        assert_eq!(ring.dropped, full.actions.len() - 4);
+        assert_eq!(ring.actions[..], full.actions[full.actions.len() - 4..]);
+        // It ends in the oom entry, caused by the refused request's event (the last one).
+        let (oom, cause) = *ring.actions.last().unwrap();
+        assert_eq!(oom.action, Action::Oom);
+        assert_eq!(oom.size, 100 << 20);
+        let e = &ring.events[cause.unwrap()];
+        assert_eq!((e.kind, e.op, e.phase, e.category, e.bytes), (EventKind::Oom, "big", Phase::Backward, Category::Gradient, 100 << 20));
+        // Events are whole: 3 allocs, 1 free, the refused request.
+        assert_eq!(ring.events.len(), 5);
+    }
+}
