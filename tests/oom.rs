@@ -24,7 +24,9 @@ fn summary(dir: &Path) -> Value {
 /// The snapshot as Python's pickle reads it, after tests/fixtures/check_snapshot.py's
 /// memory_viz-style backwards replay accepted it: (checker summary, the last trace entries
 /// as JSON, every entry's (action, addr or device_free, size)). None without python3.
-fn python(snapshot: &Path) -> Option<(Value, Value, Vec<(String, u64, u64)>)> {
+type Replayed = (Value, Value, Vec<(String, u64, u64)>);
+
+fn python(snapshot: &Path) -> Option<Replayed> {
     let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/check_snapshot.py");
     let o = Command::new("python3").arg(&check).arg(snapshot).output().ok()?;
     let out = String::from_utf8_lossy(&o.stdout).to_string();
