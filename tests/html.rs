@@ -207,7 +207,8 @@ fn a_million_event_snapshot_opens_and_redraws_quickly() {
     // The snapshot `vramscope bench analyze` measures: 40 meta 2.7B steps at context 128.
     let out = tmp("million");
     let _cleanup = Cleanup(out.clone());
-    ok(&["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--out-dir", out.to_str().unwrap()]);
+    // Above profile's default --max-entries (1000000), which would keep only the newest million.
+    ok(&["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--max-entries", "2000000", "--out-dir", out.to_str().unwrap()]);
     let report = out.join("2.7B_ctx128_training_report.html");
     let mb = std::fs::metadata(&report).unwrap().len() as f64 / 1e6;
     let pickle_mb = std::fs::metadata(out.join("2.7B_ctx128_training_snapshot.pickle")).unwrap().len() as f64 / 1e6;

@@ -63,6 +63,21 @@ pub struct PeakReport {
     /// The largest allocations made during the recording (block bytes), largest first.
     pub largest: Vec<LiveAlloc>,
     pub live_at_peak: usize,
+    /// The allocation the allocator refused, when the recording ends in one.
+    pub failed: Option<FailedAlloc>,
+}
+
+/// An out-of-memory: what was asked for, by whom, and what held the memory then.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailedAlloc {
+    /// The request (`requested_bytes`) and its rounded block size (`block_bytes`).
+    #[serde(flatten)]
+    pub request: LiveAlloc,
+    /// Allocated bytes (allocator blocks) live when it failed.
+    pub live_bytes: usize,
+    /// The same per category and per module path, largest first.
+    pub live_by_category: Vec<(Category, usize)>,
+    pub live_by_module: Vec<(String, usize)>,
 }
 
 impl PeakReport {
@@ -119,24 +134,13 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
                 }
             }
             EventKind::Free => current -= e.block,
+            EventKind::Oom => {}
         }
         let p = phase_peaks.entry(e.phase).or_default();
         *p = (*p).max(current);
     }
     // Second pass: the live set at the peak.
-    let mut live: HashMap<u64, &MemEvent> = before.iter().map(|e| (e.id, e)).collect();
-    if let Some(at) = best_at {
-        for e in &events[..=at] {
-            match e.kind {
-                EventKind::Alloc => {
-                    live.insert(e.id, e);
-                }
-                EventKind::Free => {
-                    live.remove(&e.id);
-                }
-            }
-        }
-    }
+    let live = live_after(before, best_at.map_or(&[][..], |at| &events[..=at]));
     let mut cat: HashMap<Category, usize> = HashMap::new();
     let mut cat_req: HashMap<Category, usize> = HashMap::new();
     let mut module: HashMap<String, usize> = HashMap::new();
@@ -147,13 +151,23 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
         }
         *cat.entry(e.category).or_default() += e.block;
         *cat_req.entry(e.category).or_default() += e.bytes;
-        *module.entry(crate::record::scope_name(&e.scope, e.phase).into_owned()).or_default() += e.block;
+        *module.entry(module_name(e)).or_default() += e.block;
     }
-    fn sorted<K: Ord + AsRef<str>>(m: HashMap<K, usize>) -> Vec<(K, usize)> {
-        let mut v: Vec<_> = m.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| natural_cmp(a.0.as_ref(), b.0.as_ref())));
-        v
-    }
+    // The first refused allocation and what was live when it failed.
+    let failed = events.iter().position(|e| e.kind == EventKind::Oom).map(|i| {
+        let live = live_after(before, &events[..i]);
+        let (mut by_cat, mut by_mod): (HashMap<Category, usize>, HashMap<String, usize>) = Default::default();
+        for e in live.values() {
+            *by_cat.entry(e.category).or_default() += e.block;
+            *by_mod.entry(module_name(e)).or_default() += e.block;
+        }
+        FailedAlloc {
+            request: LiveAlloc::of(&events[i]),
+            live_bytes: live.values().map(|e| e.block).sum(),
+            live_by_category: sorted(by_cat),
+            live_by_module: sorted(by_mod),
+        }
+    });
     let mut largest: Vec<LiveAlloc> = events.iter().filter(|e| e.kind == EventKind::Alloc).map(LiveAlloc::of).collect();
     largest.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.id.cmp(&b.id)));
     largest.truncate(top);
@@ -171,7 +185,35 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
         activations_by_op: sorted(act_op),
         largest,
         live_at_peak: live.len(),
+        failed,
     }
+}
+
+fn sorted<K: Ord + AsRef<str>>(m: HashMap<K, usize>) -> Vec<(K, usize)> {
+    let mut v: Vec<_> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| natural_cmp(a.0.as_ref(), b.0.as_ref())));
+    v
+}
+
+fn module_name(e: &MemEvent) -> String {
+    crate::record::scope_name(&e.scope, e.phase).into_owned()
+}
+
+/// Storages live after `before` and then `events`, by id.
+fn live_after<'a>(before: &'a [MemEvent], events: &'a [MemEvent]) -> HashMap<u64, &'a MemEvent> {
+    let mut live: HashMap<u64, &MemEvent> = before.iter().map(|e| (e.id, e)).collect();
+    for e in events {
+        match e.kind {
+            EventKind::Alloc => {
+                live.insert(e.id, e);
+            }
+            EventKind::Free => {
+                live.remove(&e.id);
+            }
+            EventKind::Oom => {}
+        }
+    }
+    live
 }
 
 #[cfg(test)]

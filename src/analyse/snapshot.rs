@@ -27,6 +27,9 @@ pub struct OomInfo {
     pub device_free_bytes: u64,
     pub active_bytes: u64,
     pub last_frames: Vec<String>,
+    /// The failing request's own frames (PyTorch records its context on the entry).
+    pub frames: Vec<String>,
+    pub category: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -274,6 +277,8 @@ pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport
                 device_free_bytes: uint(e.get("device_free")),
                 active_bytes: if i > 0 { active_at[i - 1] } else { start },
                 last_frames: last.map(|a| a.frames.clone()).unwrap_or_default(),
+                frames: frames_of(e.get("frames")),
+                category: e.get("category").and_then(Value::as_str).map(str::to_string),
             }
         })
         .collect();

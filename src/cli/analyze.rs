@@ -80,12 +80,15 @@ pub fn run(a: AnalyzeArgs) -> Result<()> {
     );
     for o in &r.ooms {
         println!(
-            "OUT OF MEMORY at event {}: tried to allocate {:.2} MiB with {:.2} MiB free on the device, {:.2} MiB active; last allocation: {}",
+            "OUT OF MEMORY at event {}: tried to allocate {:.2} MiB with {:.2} MiB free on the device, {:.2} MiB active; {}: {}",
             o.at,
             mib(o.requested_segment_bytes),
             mib(o.device_free_bytes),
             mib(o.active_bytes),
-            o.last_frames.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
+            // The entry's own context when the writer recorded one (PyTorch does), else the
+            // allocation before it.
+            if o.frames.is_empty() { "last allocation" } else { "requested by" },
+            if o.frames.is_empty() { &o.last_frames } else { &o.frames }.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
         );
     }
     Ok(())

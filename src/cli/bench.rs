@@ -336,7 +336,7 @@ fn bench_analyze() -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("vramscope-bench-analyze-{}", std::process::id()));
     let dir_s = dir.to_string_lossy().into_owned();
-    let words = ["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--out-dir", &dir_s];
+    let words = ["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--max-entries", "2000000", "--out-dir", &dir_s];
     let t0 = Instant::now();
     profile(P::parse_from(words).a)?;
     let made = t0.elapsed().as_secs_f64();

@@ -84,6 +84,7 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
         batch_size: Some(batch),
         warmup_steps: a.warmup_steps,
         measure_steps: 1,
+        max_entries: super::profile::DEFAULT_MAX_ENTRIES,
         profile_type: vec![a.profile_type],
         device: "meta".into(),
         gpu: a.gpu.clone(),

@@ -57,6 +57,10 @@ pub struct ProfileArgs {
     /// Steps recorded into the snapshot
     #[arg(long, default_value_t = 1)]
     pub measure_steps: usize,
+    /// Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring
+    /// buffer that drops the oldest entries when full (default: CS336's profile_memory.py value)
+    #[arg(long, default_value_t = DEFAULT_MAX_ENTRIES)]
+    pub max_entries: usize,
     /// forward, inference or training; a comma list runs each (the peak table gets a column per type)
     #[arg(long, value_enum, value_delimiter = ',', default_value = "training")]
     pub profile_type: Vec<ProfileType>,
@@ -107,6 +111,10 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub compare: bool,
 }
+
+/// `--max-entries`' default: the `_record_memory_history(max_entries=1000000)` of CS336's
+/// profile_memory.py (PyTorch's own default is unbounded).
+pub(crate) const DEFAULT_MAX_ENTRIES: usize = 1_000_000;
 
 /// A validated profile invocation (shared with `sweep` and `fit`, which run one per point).
 pub(crate) struct Plan {
@@ -186,6 +194,9 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     if a.measure_steps == 0 {
         return Err(usage("--measure-steps", "must be at least 1"));
     }
+    if a.max_entries == 0 {
+        return Err(usage("--max-entries", "must be at least 1 (the snapshot keeps this many trace entries)"));
+    }
     let gpu = a.gpu.as_deref().map(gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
     let capacity = match (&a.memory_limit, gpu) {
         (Some(m), _) => gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))?,
@@ -239,6 +250,10 @@ pub struct Run {
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
+    /// Where the OOM happened: model construction, a warm-up step or a measured step.
+    pub oom_stage: Option<String>,
+    /// Trace entries the ring buffer dropped (`--max-entries`).
+    pub trace_dropped: usize,
     /// The snapshot and its HTML report (None when the plan writes no files).
     pub snapshot: Option<PathBuf>,
     pub report_html: Option<PathBuf>,
@@ -283,7 +298,14 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     if let Some(f) = p.fraction {
         allocator.set_memory_fraction(f);
     }
-    runtime::with(|rt| rt.log.allocator = Some(allocator));
+    // Record from the first allocation, so that an OOM anywhere (model construction,
+    // warm-up) leaves its history; the measured steps restart the recording.
+    runtime::with(|rt| {
+        rt.log.allocator = Some(allocator);
+        rt.log.max_entries = Some(a.max_entries);
+        rt.log.start_recording();
+    });
+    let mut stage = "model construction".to_string();
     let mut before: Vec<MemEvent> = Vec::new();
     let mut recording: Option<Recording> = None;
     let mut compute: Option<ComputeOut> = None;
@@ -295,7 +317,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
         let mut batch = None;
-        for _ in 0..a.warmup_steps {
+        for i in 0..a.warmup_steps {
+            stage = format!("warm-up step {} of {}", i + 1, a.warmup_steps);
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
         }
         // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
@@ -308,7 +331,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
             runtime::start_compute_log(false);
         }
         let t0 = Instant::now();
-        for _ in 0..a.measure_steps {
+        for i in 0..a.measure_steps {
+            stage = format!("measured step {} of {}", i + 1, a.measure_steps);
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
         }
         let step_s = t0.elapsed().as_secs_f64() / a.measure_steps as f64;
@@ -345,7 +369,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         let rec = rt.log.oom_capture.take().or(recording.take()).unwrap_or_else(|| rt.log.finish_recording());
         (rec, w)
     });
-    let Recording { events, actions, allocator } = rec;
+    let Recording { events, actions, dropped, allocator } = rec;
     let alloc = allocator.expect("allocator installed");
     let oom = oom.map(|m| match oom_where {
         Some((scope, phase)) => format!("{m} (at {}, phase {phase})", crate::record::scope_name(&scope, phase)),
@@ -370,7 +394,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         snapshot_path = Some(path);
     }
     runtime::reset();
-    Ok(Run { context: ctx, kind, report, stats, oom, snapshot: snapshot_path, report_html, events: events.len(), compute, step_seconds })
+    let oom_stage = oom.is_some().then_some(stage);
+    Ok(Run { context: ctx, kind, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {
@@ -384,18 +409,39 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
         r.context,
         p.batch,
         p.device,
-        p.gpu_name.as_ref().map_or("no GPU limit".to_string(), |n| format!("{n}, {:.2} GiB", g(p.capacity)))
+        limit_label(p)
     );
     if let Some(line) = super::memory_flags::describe(&p.model) {
         println!("{line}");
     }
     if let Some(o) = &r.oom {
-        println!("OUT OF MEMORY: {o}");
+        println!("OUT OF MEMORY in {}: {o}", r.oom_stage.as_deref().unwrap_or("the run"));
     }
     let rep = &r.report;
+    if let Some(f) = &rep.failed {
+        let q = &f.request;
+        println!(
+            "failed allocation: {:.2} MiB requested ({:.2} MiB block) by {} in {}, phase {}, category {}, at {}",
+            mib(q.requested_bytes as u64),
+            mib(q.block_bytes as u64),
+            q.op,
+            q.scope,
+            q.phase,
+            q.category,
+            q.location
+        );
+        let cats: Vec<String> = f.live_by_category.iter().map(|(c, b)| format!("{c} {:.3}", g(*b))).collect();
+        println!("live when it failed: {:.3} GiB allocated; by category (GiB): {}", g(f.live_bytes), cats.join(" | "));
+        println!("live when it failed, top modules (MiB allocated):");
+        for (m, b) in f.live_by_module.iter().take(8) {
+            println!("  {:>10.2} MiB  {m}", mib(*b as u64));
+        }
+    }
+    // After an OOM the figures below cover the history up to the failure.
+    let so_far = if r.oom.is_some() { " so far" } else { "" };
     println!("(GiB/MiB are 1024-based; allocated = allocator block bytes = torch.cuda.max_memory_allocated(); requested = the tensors' own bytes, what memory_viz and `analyze` draw; reserved = max_memory_reserved())");
     println!(
-        "peak allocated {:.3} GiB ({} B) at {} [{}], phase {} | peak requested {:.3} GiB | peak reserved {:.3} GiB",
+        "peak allocated{so_far} {:.3} GiB ({} B) at {} [{}], phase {} | peak requested {:.3} GiB | peak reserved {:.3} GiB",
         g(r.stats.allocated_bytes.peak),
         r.stats.allocated_bytes.peak,
         rep.peak_scope,
@@ -433,7 +479,13 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
         r.stats.num_ooms
     );
     if let (Some(snap), Some(html)) = (&r.snapshot, &r.report_html) {
-        println!("snapshot: {} ({} events; open it at pytorch.org/memory_viz)", snap.display(), r.events);
+        let kept = if r.trace_dropped > 0 {
+            format!(", the last of {}: --max-entries dropped the oldest {}", r.events + r.trace_dropped, r.trace_dropped)
+        } else {
+            String::new()
+        };
+        let upto = if r.oom.is_some() { "history up to the failing allocation, ending in its `oom` entry; " } else { "" };
+        println!("snapshot: {} ({upto}{} trace entries{kept}; open it at pytorch.org/memory_viz)", snap.display(), r.events);
         println!("report: {} (offline HTML: timeline, breakdown at the peak, largest allocations)", html.display());
     }
     if let Some(c) = &r.compute {
@@ -485,6 +537,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "memory_fraction": p.fraction,
         "warmup_steps": a.warmup_steps,
         "measure_steps": a.measure_steps,
+        "max_entries": a.max_entries,
         "grad_accum_steps": a.grad_accum_steps,
         "precision": p.precision,
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
@@ -494,6 +547,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             "snapshot": r.snapshot,
             "report": r.report_html,
             "oom": r.oom,
+            "oom_stage": r.oom_stage,
+            "trace_entries": r.events,
+            "trace_entries_dropped": r.trace_dropped,
             "peak_allocated_bytes": r.stats.allocated_bytes.peak,
             "peak_allocated_gib": gib(r.stats.allocated_bytes.peak as u64),
             "peak_reserved_bytes": r.stats.reserved_bytes.peak,
@@ -509,8 +565,26 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let replaced = if summary_path.exists() { " (replacing the summary of an earlier run; its snapshots keep their names)" } else { "" };
     write_json(&summary_path, &summary)?;
     println!("\nwrote {}{replaced}", summary_path.display());
-    if runs.iter().any(|r| r.oom.is_some()) {
-        anyhow::bail!("out of memory (snapshot written up to the failing allocation)");
+    if let Some(r) = runs.iter().find(|r| r.oom.is_some()) {
+        let snap = r.snapshot.as_ref().map_or(String::new(), |s| format!("; snapshot of the history up to the failing allocation: {}", s.display()));
+        anyhow::bail!("out of memory in {}{snap}", r.oom_stage.as_deref().unwrap_or("the run"));
     }
     Ok(())
+}
+
+/// The device memory the allocator was bounded by, as the header prints it.
+fn limit_label(p: &Plan) -> String {
+    if p.capacity >= usize::MAX / 4 {
+        return "no GPU memory limit (give --gpu or --memory-limit)".into();
+    }
+    let size = |b: usize| if b >= 1 << 30 { format!("{:.2} GiB", gib(b as u64)) } else { format!("{:.2} MiB", mib(b as u64)) };
+    let mut s = match (&p.gpu_name, p.capacity != p.gpu.map_or(0, |g| g.memory_bytes)) {
+        (Some(n), false) => format!("{n}, {}", size(p.capacity)),
+        (Some(n), true) => format!("memory limit {} ({n}'s --memory-limit)", size(p.capacity)),
+        (None, _) => format!("memory limit {}", size(p.capacity)),
+    };
+    if let Some(f) = p.fraction {
+        s += &format!(", memory fraction {f} → {} usable", size((f * p.capacity as f64) as usize));
+    }
+    s
 }

@@ -57,6 +57,8 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             EventKind::Free => {
                 owner.remove(&e.addr);
             }
+            // A refused request holds no block; its context goes on the `oom` entry.
+            EventKind::Oom => {}
         }
     }
     let mut segments = Vec::new();

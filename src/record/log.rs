@@ -1,8 +1,8 @@
 //! The event log and running statistics of one run.
-use super::allocator::{CachingAllocator, OutOfMemory, Trace};
+use super::allocator::{round_size, CachingAllocator, OutOfMemory, Trace};
 use super::{Category, Phase};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -10,6 +10,9 @@ use std::rc::Rc;
 pub enum EventKind {
     Alloc,
     Free,
+    /// An allocation the allocator refused: nothing became live. Recorded last, so that
+    /// the history of a failed step ends with what was asked for, by whom.
+    Oom,
 }
 
 /// One allocation or free of a storage.
@@ -79,8 +82,14 @@ pub struct MemoryLog {
     /// PyTorch's caching allocator, when the run models a GPU.
     pub allocator: Option<CachingAllocator>,
     /// Allocator actions while recording, each with the index of the event that caused it
-    /// (None for actions no storage caused, e.g. `empty_cache`).
-    pub actions: Vec<(Trace, Option<usize>)>,
+    /// (None for actions no storage caused, e.g. `empty_cache`): the snapshot's trace.
+    actions: VecDeque<(Trace, Option<usize>)>,
+    /// `_record_memory_history(max_entries=…)`: the trace is a ring buffer of this many
+    /// entries (None: unbounded); when full, the oldest entry is dropped. Events stay whole
+    /// (the analysis replays them; they are one per storage, the trace is what grows).
+    pub max_entries: Option<usize>,
+    /// Trace entries the ring buffer dropped since recording started.
+    dropped: usize,
     /// The allocation the allocator refused, if any.
     pub oom: Option<(OutOfMemory, Rc<str>, Phase)>,
     /// The recording as it stood at the OOM (what unwinding frees afterwards is not part
@@ -91,7 +100,12 @@ pub struct MemoryLog {
 /// A finished recording: events, allocator actions, and the allocator's state at the end.
 pub struct Recording {
     pub events: Vec<MemEvent>,
+    /// The last `max_entries` allocator actions (a suffix of the full trace, so it replays
+    /// backwards from the allocator's state: frees whose allocs were dropped stand for
+    /// blocks that existed before the trace, as in PyTorch).
     pub actions: Vec<(Trace, Option<usize>)>,
+    /// Allocator actions the ring buffer dropped (oldest first).
+    pub dropped: usize,
     pub allocator: Option<CachingAllocator>,
 }
 
@@ -103,6 +117,7 @@ impl MemoryLog {
     pub fn start_recording(&mut self) {
         self.events = Some(Vec::new());
         self.actions.clear();
+        self.dropped = 0;
         if let Some(a) = &mut self.allocator {
             a.take_trace();
         }
@@ -112,14 +127,28 @@ impl MemoryLog {
     }
     /// End the recording, keeping the allocator running: events, actions, allocator state.
     pub fn finish_recording(&mut self) -> Recording {
-        Recording { events: self.stop_recording(), actions: std::mem::take(&mut self.actions), allocator: self.allocator.clone() }
+        Recording {
+            events: self.stop_recording(),
+            actions: Vec::from(std::mem::take(&mut self.actions)),
+            dropped: std::mem::take(&mut self.dropped),
+            allocator: self.allocator.clone(),
+        }
     }
     /// Allocator actions since the last call (while recording).
     fn collect_actions(&mut self, cause: Option<usize>) {
         if let Some(a) = &mut self.allocator {
             let t = a.take_trace();
             if self.events.is_some() {
-                self.actions.extend(t.into_iter().map(|t| (t, cause)));
+                let cap = self.max_entries.unwrap_or(usize::MAX);
+                for t in t {
+                    if self.actions.len() >= cap {
+                        self.actions.pop_front();
+                        self.dropped += 1;
+                    }
+                    if cap > 0 {
+                        self.actions.push_back((t, cause));
+                    }
+                }
             }
         }
     }
@@ -194,13 +223,24 @@ impl MemoryLog {
             Some(a) if bytes > 0 => match a.malloc_block(bytes) {
                 Ok(ab) => ab,
                 Err(e) => {
-                    self.collect_actions(None);
-                    self.oom = Some((e.clone(), scope.clone(), phase));
-                    self.oom_capture = Some(Recording {
-                        events: self.events.clone().unwrap_or_default(),
-                        actions: self.actions.clone(),
-                        allocator: self.allocator.clone(),
-                    });
+                    // PyTorch's OOM observer: the history ends with the `oom` entry, which
+                    // carries the failing request's context; keep it as it stood (what
+                    // unwinding frees afterwards is not part of it).
+                    let block = round_size(bytes, &a.config.roundup_power2_divisions);
+                    let event = self.events.as_ref().map(|e| e.len());
+                    if let Some(ev) = &mut self.events {
+                        ev.push(MemEvent { kind: EventKind::Oom, id, addr: 0, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location });
+                    }
+                    self.collect_actions(event);
+                    if self.oom.is_none() {
+                        self.oom = Some((e.clone(), scope.clone(), phase));
+                        self.oom_capture = Some(Recording {
+                            events: self.events.clone().unwrap_or_default(),
+                            actions: self.actions.iter().copied().collect(),
+                            dropped: self.dropped,
+                            allocator: self.allocator.clone(),
+                        });
+                    }
                     return Err(e);
                 }
             },
@@ -270,5 +310,46 @@ impl MemoryLog {
         let mut v: Vec<_> = m.into_iter().collect();
         v.sort();
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::allocator::{Action, AllocatorConfig};
+
+    fn log(max_entries: Option<usize>) -> MemoryLog {
+        let mut l = MemoryLog { allocator: Some(CachingAllocator::new(AllocatorConfig::parse("").unwrap(), 64 << 20)), max_entries, ..Default::default() };
+        l.start_recording();
+        l
+    }
+
+    fn step(l: &mut MemoryLog) -> Result<(), OutOfMemory> {
+        let s: Rc<str> = Rc::from("m");
+        let loc = std::panic::Location::caller();
+        for id in 0..3 {
+            l.on_alloc(id, 1 << 20, &s, "empty", Phase::Forward, Category::Temporary, loc)?;
+        }
+        l.on_free(1, &s, "del", Phase::Forward);
+        l.on_alloc(9, 100 << 20, &s, "big", Phase::Backward, Category::Gradient, loc)
+    }
+
+    #[test]
+    fn the_trace_is_a_ring_buffer_and_an_oom_ends_it_with_the_request() {
+        let (mut full, mut ring) = (log(None), log(Some(4)));
+        assert!(step(&mut full).is_err() && step(&mut ring).is_err());
+        let (full, ring) = (full.oom_capture.take().unwrap(), ring.oom_capture.take().unwrap());
+        // The ring keeps the newest 4 entries of the full trace, in order.
+        assert_eq!(ring.actions.len(), 4);
+        assert_eq!(ring.dropped, full.actions.len() - 4);
+        assert_eq!(ring.actions[..], full.actions[full.actions.len() - 4..]);
+        // It ends in the oom entry, caused by the refused request's event (the last one).
+        let (oom, cause) = *ring.actions.last().unwrap();
+        assert_eq!(oom.action, Action::Oom);
+        assert_eq!(oom.size, 100 << 20);
+        let e = &ring.events[cause.unwrap()];
+        assert_eq!((e.kind, e.op, e.phase, e.category, e.bytes), (EventKind::Oom, "big", Phase::Backward, Category::Gradient, 100 << 20));
+        // Events are whole: 3 allocs, 1 free, the refused request.
+        assert_eq!(ring.events.len(), 5);
     }
 }

@@ -47,8 +47,20 @@ struct Peak {
 #[derive(Serialize)]
 struct Oom {
     at: usize,
+    /// The `oom` entry's size: the rounded request.
     requested_segment_bytes: u64,
     device_free_bytes: u64,
+    /// The failing request's context from the entry's frames (ids into `strs`; phase id
+    /// into `phases`, -1: none) and category (None: the entry carries none).
+    module: u32,
+    op: u32,
+    phase: i32,
+    frames: u32,
+    category: Option<String>,
+    /// Requested bytes live just before it, in total and per category and module.
+    live_bytes: u64,
+    live_by_category: Vec<(String, u64)>,
+    live_by_module: Vec<(String, u64)>,
 }
 
 /// One snapshot's data as the page reads it (see report.js `decode`).
@@ -305,15 +317,12 @@ fn panel(src: &Source) -> Result<Panel, String> {
         reserved_end: rp.reserved_end,
         allocated_end: rp.allocated_end,
         segments_end: rp.segments.len(),
-        ooms: report
-            .ooms
-            .iter()
-            .map(|o| Oom { at: o.at, requested_segment_bytes: o.requested_segment_bytes, device_free_bytes: o.device_free_bytes })
-            .collect(),
+        ooms: Vec::new(),
         settings: settings.map(to_json),
         stats: src.stats.clone(),
     };
     let (mut prev_start, mut prev_time) = (-1i64, t_ref.unwrap_or(0));
+    let mut module_of = vec![0u32; rp.allocs.len()];
     for &i in &order {
         let a = &rp.allocs[i];
         let start = a.alloc_at.map_or(-1, |s| s as i64);
@@ -323,6 +332,7 @@ fn panel(src: &Source) -> Result<Panel, String> {
             (None, None) => blocks.get(&a.addr).and_then(|b| b.get("frames")),
         };
         let fi = tb.frames(frames);
+        module_of[i] = fi.module;
         let cat = a.category.as_deref().map_or(-1, |c| Tables::name_id(&mut tb.cats, c));
         let t0 = a.alloc_at.and_then(time);
         let t1 = a.free_at.and_then(time);
@@ -342,6 +352,37 @@ fn panel(src: &Source) -> Result<Panel, String> {
             d
         }));
         p.u.push(t1.map(|t| t - t0.or(t_ref).unwrap_or(0)));
+    }
+    // Each out-of-memory: who asked, and what was live just before.
+    for o in &report.ooms {
+        let fi = tb.frames(trace[o.at].get("frames"));
+        let (mut by_cat, mut by_mod): (HashMap<String, u64>, HashMap<u32, u64>) = Default::default();
+        let mut live_bytes = 0;
+        for (i, a) in rp.allocs.iter().enumerate() {
+            if a.alloc_at.is_none_or(|s| s < o.at) && a.free_at.is_none_or(|f| f > o.at) {
+                live_bytes += a.size;
+                *by_cat.entry(a.category.clone().unwrap_or_else(|| "<uncategorised>".into())).or_default() += a.size;
+                *by_mod.entry(module_of[i]).or_default() += a.size;
+            }
+        }
+        let sorted = |v: Vec<(String, u64)>| {
+            let mut v = v;
+            v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            v
+        };
+        p.ooms.push(Oom {
+            at: o.at,
+            requested_segment_bytes: o.requested_segment_bytes,
+            device_free_bytes: o.device_free_bytes,
+            module: fi.module,
+            op: fi.op,
+            phase: fi.phase,
+            frames: fi.list,
+            category: o.category.clone(),
+            live_bytes,
+            live_by_category: sorted(by_cat.into_iter().collect()),
+            live_by_module: sorted(by_mod.into_iter().map(|(m, b)| (tb.strs[m as usize].clone(), b)).collect()),
+        });
     }
     // Phase bands: runs of entries in one phase; entries without a phase extend the run.
     let mut cur: Option<(usize, usize)> = None;

@@ -258,6 +258,7 @@
         el("span", { text: fmtInt(p.events) + " events · " + fmtInt(this.A.n) + " allocations · device " + p.device }),
         this.shared.capacity ? el("span", { text: this.shared.capacity.label + ": " + fmtBytes(this.shared.capacity.bytes) }) : null,
         p.ooms.length ? el("span", { class: "oom", text: p.ooms.length + " out-of-memory event(s), first at event " + fmtInt(p.ooms[0].at) }) : null));
+      if (p.ooms.length) this.root.append(this.oomBox(p.ooms[0]));
       const wrap = el("div", { class: "canvas-wrap" });
       this.canvas = el("canvas", { class: "timeline" });
       this.tip = el("div", { class: "tooltip", hidden: "" });
@@ -270,6 +271,25 @@
       this.details = el("div", { class: "details" });
       this.root.append(this.details);
       this.bindMouse();
+    }
+
+    // The first out-of-memory: the request that failed, who made it, and what held the memory.
+    oomBox(o) {
+      const p = this.p;
+      const list = (rows, n) => rows.slice(0, n).map(([k, b]) => k + " " + fmtBytes(b)).join(" · ") + (rows.length > n ? " · …" : "");
+      const kv = el("table", { class: "kv" });
+      const add = (k, v) => kv.append(el("tr", {}, el("th", { text: k }), el("td", { text: v })));
+      add("failed request", fmtExact(o.requested_segment_bytes) + " (rounded block size) · device free " + fmtBytes(o.device_free_bytes) +
+        (this.shared.capacity ? " of " + this.shared.capacity.label + " " + fmtBytes(this.shared.capacity.bytes) : ""));
+      add("made by", "op " + p.strs[o.op] + " in module " + p.strs[o.module]);
+      add("phase", o.phase >= 0 ? p.phases[o.phase] : "—");
+      add("category", o.category || "—");
+      add("live just before (requested)", fmtExact(o.live_bytes));
+      add("live by category", list(o.live_by_category, 8));
+      add("live by module", list(o.live_by_module, 8));
+      add("peak so far (requested)", fmtExact(p.peak.bytes) + " at event " + (p.peak.at >= 0 ? fmtInt(p.peak.at) : "start"));
+      add("frames", p.frame_lists[o.frames].map((i) => p.strs[i]).join(" ← "));
+      return el("div", { class: "oom-box" }, el("h3", { text: "Out of memory at event " + fmtInt(o.at) + " (the history ends at the failing allocation)" }), kv);
     }
 
     renderLegend() {
@@ -689,7 +709,7 @@
       add("allocated at the end (blocks)", fmtExact(p.allocated_end));
       add("cached but unused at the end", fmtBytes(Math.max(0, p.reserved_end - p.allocated_end)) + " (reserved − allocated)");
       add("segments at the end", fmtInt(p.segments_end));
-      add("out-of-memory events", p.ooms.length ? p.ooms.map((o) => "event " + fmtInt(o.at) + ": " + fmtBytes(o.requested_segment_bytes) + " requested, " + fmtBytes(o.device_free_bytes) + " free").join("; ") : "none");
+      add("out-of-memory events", p.ooms.length ? p.ooms.map((o) => "event " + fmtInt(o.at) + ": " + fmtBytes(o.requested_segment_bytes) + " requested by " + p.strs[o.op] + " in " + p.strs[o.module] + (o.phase >= 0 ? " (" + p.phases[o.phase] + ")" : "") + ", " + fmtBytes(o.device_free_bytes) + " free").join("; ") : "none");
       const flat = (obj, prefix) => {
         for (const [k, v] of Object.entries(obj || {})) {
           const key = prefix ? prefix + "." + k : k;
