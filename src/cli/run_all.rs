@@ -17,9 +17,12 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunAllArgs {
-    /// Model preset (as `profile --model`)
+    /// Model preset (as `profile --model`: a bare small/medium/large is CS336's)
     #[arg(long, visible_alias = "model-size", default_value = "2.7B")]
     pub model: String,
+    /// Reference implementation: cs336 or tinyllama (picks the family of a bare preset name)
+    #[arg(long)]
+    pub flavour: Option<String>,
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
     /// Context lengths of parts (a) and (b); part (c) uses the longest
@@ -71,6 +74,9 @@ fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision,
         argv.push(v);
     };
     push("--model", a.model.clone());
+    if let Some(f) = &a.flavour {
+        push("--flavour", f.clone());
+    }
     push("--batch-size", a.batch_size.to_string());
     push("--context-length", ctx.to_string());
     push("--profile-type", kind_name(kind).into());
@@ -116,6 +122,9 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         }
     }
     let plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
+    if let Some(n) = &plans[0].note {
+        eprintln!("note: {n}");
+    }
     set_threads(a.threads)?;
     let t0 = std::time::Instant::now();
     let mut done = Vec::new();
