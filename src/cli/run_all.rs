@@ -121,7 +121,15 @@ pub fn run(a: RunAllArgs) -> Result<()> {
             jobs.push((longest, kind, prec, true, out.clone(), args_for(&a, longest, kind, prec, &out)?));
         }
     }
-    let plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
+    let mut plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
+    // fp32 training at the longest context is the largest run: if it cannot fit in host
+    // memory, every run goes to meta (one device for the whole comparison).
+    if plans[0].device == crate::engine::Device::Cpu {
+        if let Some(n) = super::host_memory::meta_instead(&plans[0].model, Precision::Fp32, a.batch_size, &contexts, true)? {
+            println!("{n}");
+            plans.iter_mut().for_each(|p| p.device = crate::engine::Device::Meta);
+        }
+    }
     if let Some(n) = &plans[0].note {
         eprintln!("note: {n}");
     }
@@ -146,7 +154,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     let head = format!(
         "{} ({} flavour), batch {}, {} device; peaks are torch.cuda.max_memory_allocated() of the CUDA caching-allocator model\n\
          (GiB = 1024³ bytes; warm-up {} step(s), {} measured)\n",
-        a.model, cfg.flavour, a.batch_size, a.device, a.warmup_steps, a.measure_steps
+        a.model, cfg.flavour, a.batch_size, plans[0].device, a.warmup_steps, a.measure_steps
     );
 
     // Part (b): the peak table.
