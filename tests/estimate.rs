@@ -160,7 +160,7 @@ fn bad_estimate_flags_name_the_flag() {
         (vec!["--batch-size", "0"], "--batch-size"),
         (vec!["--context-length", "0"], "--context-length"),
         (vec!["--model", "nope"], "--preset"),
-        (vec!["--context-length", "100000"], "--context-length"),
+        (vec!["--max-seq-len", "128", "--context-length", "100000"], "--context-length"),
         (vec!["--precision", "fp8"], "--precision"),
         (vec!["--precision", "bf16", "--pure-bf16"], "--pure-bf16"),
         (vec!["--flavour", "tinyllama", "--pure-bf16"], "--pure-bf16"),

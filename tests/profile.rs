@@ -99,7 +99,7 @@ fn running_out_of_memory_is_reported_like_pytorch_and_still_writes_the_snapshot(
 fn profile_flag_errors_exit_2_and_write_nothing() {
     for (args, flag) in [
         (vec!["--context-length", "12,x"], "--context-length"),
-        (vec!["--context-length", "4096"], "--context-length"),
+        (vec!["--max-seq-len", "128", "--context-length", "4096"], "--context-length"),
         (vec!["--gpu", "V100"], "--gpu"),
         (vec!["--memory-limit", "lots"], "--memory-limit"),
         (vec!["--allocator-conf", "max_split_size_mb:3"], "--allocator-conf"),

@@ -85,7 +85,7 @@ fn bad_grids_name_the_flag_exit_2_and_write_nothing() {
         (&["--batch-size", "1,,4"], "--batch-size"),
         (&["--batch-size", ""], "--batch-size"),
         (&["--batch-size", "1,two"], "--batch-size"),
-        (&["--context-length", "64,256"], "--context-length"),
+        (&["--max-seq-len", "128", "--context-length", "64,256"], "--context-length"),
         (&["--num-heads", "8,7"], "--num-heads"),
         (&["--profile-type", "forward,backward"], "--profile-type"),
         (&["--model", "walkthrough,nonsense"], "--preset"),

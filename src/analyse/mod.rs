@@ -3,6 +3,7 @@
 pub mod estimate;
 pub mod fit;
 pub mod flops;
+pub mod operators;
 pub mod snapshot;
 
 use crate::record::{Category, EventKind, MemEvent, Phase};

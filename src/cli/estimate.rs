@@ -210,7 +210,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
 }
 
 pub fn run(a: EstimateArgs) -> Result<()> {
-    let r = a.model.resolve("walkthrough")?;
+    let r = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?;
     r.print_note();
     let mut cfg = r.config;
     let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
@@ -221,9 +221,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     if seq == 0 {
         return Err(usage("--context-length", "must be at least 1"));
     }
-    if cfg.flavour == Flavour::Cs336 && a.model.max_seq_len.is_none() {
-        cfg.max_seq_len = cfg.max_seq_len.max(seq);
-    }
+    a.model.follow_seq_len(&mut cfg, seq);
     cfg.check_seq_len(seq, "--context-length").map_err(super::UsageError::from)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));

@@ -56,8 +56,8 @@ pub struct FitArgs {
     /// Steps before the measured one (training: optimizer state exists after one)
     #[arg(long, default_value_t = 1)]
     pub warmup_steps: usize,
-    /// Largest value tried (default: the model's maximum sequence length for --find context
-    /// on models with one, else 1048576)
+    /// Largest value tried (default: for --find context, the model's maximum sequence length
+    /// when --max-seq-len or a config.json fixes one; else 1048576)
     #[arg(long)]
     pub max: Option<usize>,
     /// Print the answer as JSON
@@ -120,7 +120,7 @@ pub fn run(a: FitArgs) -> Result<()> {
     if a.max == Some(0) {
         return Err(usage("--max", "must be at least 1"));
     }
-    let r = a.model.resolve("walkthrough")?;
+    let r = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?;
     r.print_note();
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
@@ -132,8 +132,14 @@ pub fn run(a: FitArgs) -> Result<()> {
         Find::Context if a.context_length.is_some() => return Err(usage("--context-length", "is what --find context searches for: leave it out")),
         _ => {}
     }
-    // cs336 builds its RoPE buffer for the run's length; other models stop at their maximum.
-    let model_max = (a.find == Find::Context && (r.config.flavour != Flavour::Cs336 || a.model.max_seq_len.is_some())).then_some(r.config.max_seq_len);
+    // The model's maximum follows the run's length (as both seeds do) unless --max-seq-len or a
+    // config.json's max_position_embeddings fixes it: then the search stops there.
+    let model_max = (a.find == Find::Context && !a.model.max_follows_run(&r.config)).then_some(r.config.max_seq_len);
+    if let (Some(m), Some(limit)) = (a.max, model_max) {
+        if m > limit {
+            return Err(usage("--max", format!("{m} exceeds the model's maximum sequence length {limit}: raise --max-seq-len too")));
+        }
+    }
     let cap = a.max.or(model_max).unwrap_or(1 << 20);
     let start = if a.find == Find::Context && r.config.flavour == Flavour::Tinyllama { 2 } else { 1 };
     let point = |n: usize| match a.find {
@@ -264,7 +270,10 @@ pub fn run(a: FitArgs) -> Result<()> {
             );
             match &first_fail {
                 Some(f) => println!("{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
-                None => println!("(the search stopped at its limit {cap}{}: raise --max to look further)", if model_max == Some(cap) { ", the model's maximum sequence length" } else { "" }),
+                None if model_max == Some(cap) => {
+                    println!("(the search stopped at the model's maximum sequence length {cap}: raise --max-seq-len to look further)")
+                }
+                None => println!("(the search stopped at its limit {cap}: raise --max to look further)"),
             }
         }
     }

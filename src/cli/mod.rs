@@ -6,10 +6,12 @@ pub mod compare;
 pub mod compute;
 pub mod estimate;
 pub mod fit;
+pub mod host_memory;
 pub mod memory_flags;
 pub mod model_flags;
 pub mod precision_flags;
 pub mod profile;
+pub mod progress;
 pub mod run_all;
 pub mod study;
 pub mod sweep;
@@ -66,6 +68,24 @@ impl From<crate::model::ConfigError> for UsageError {
 
 pub fn usage(flag: &str, msg: impl std::fmt::Display) -> anyhow::Error {
     UsageError(format!("invalid {flag}: {msg}")).into()
+}
+
+/// `--device`: cpu or meta. A GPU device gets why there is none and what to use instead.
+pub fn parse_device(s: &str) -> anyhow::Result<crate::engine::Device> {
+    if let Some(d) = crate::engine::Device::parse(s) {
+        return Ok(d);
+    }
+    let kind = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
+    if matches!(kind.as_str(), "cuda" | "gpu" | "rocm" | "hip") {
+        return Err(usage(
+            "--device",
+            format!(
+                "'{s}': there is no CUDA backend yet (vramscope runs on cpu with real numerics, or on meta with shapes only); \
+                 for a prediction use --device meta with --gpu NAME (e.g. --device meta --gpu H100-80GB)"
+            ),
+        ));
+    }
+    Err(usage("--device", format!("'{s}' (expected cpu or meta)")))
 }
 
 /// Runs the parsed command; returns the process exit code.

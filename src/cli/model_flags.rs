@@ -6,7 +6,9 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelFlags {
     /// Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-    /// tiny|small|medium|large|very_large (prefix cs336- / tinyllama- when ambiguous)
+    /// tiny|small|medium|large|very_large. small/medium/large exist in both: a bare name takes
+    /// the command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
+    /// workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly
     #[arg(long, visible_alias = "model", alias = "model-size")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (LlamaConfig) instead of a preset: hidden_size,
@@ -21,14 +23,14 @@ pub struct ModelFlags {
     /// Hidden size d_model
     #[arg(long)]
     pub hidden_dim: Option<usize>,
-    /// Number of decoder blocks (layers)
-    #[arg(long)]
+    /// Transformer layers (also the workshop guide's --n-layers)
+    #[arg(long, alias = "n-layers")]
     pub num_layers: Option<usize>,
-    /// Attention heads (must divide --hidden-dim)
-    #[arg(long)]
+    /// Attention heads (also --n-heads)
+    #[arg(long, alias = "n-heads")]
     pub num_heads: Option<usize>,
-    /// Key/value heads (grouped-query attention when fewer than --num-heads)
-    #[arg(long)]
+    /// Key/value heads (grouped-query attention when fewer than --num-heads; also --n-kv-heads)
+    #[arg(long, alias = "n-kv-heads")]
     pub num_kv_heads: Option<usize>,
     /// Feed-forward size d_ff
     #[arg(long)]
@@ -36,7 +38,8 @@ pub struct ModelFlags {
     /// Vocabulary size (rows of the embedding and the LM head)
     #[arg(long)]
     pub vocab_size: Option<usize>,
-    /// Longest sequence the model accepts (sizes cs336's RoPE buffer)
+    /// Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
+    /// raised to the run's sequence length as both seed scripts do
     #[arg(long)]
     pub max_seq_len: Option<usize>,
     /// RoPE base frequency theta
@@ -112,13 +115,53 @@ fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow:
     Ok((presets::Preset { name, model, batch_size: 4, seq_len, num_steps: 10, expected_params }, note))
 }
 
+/// Whose preset names a command uses when a bare name exists in both flavours: the seed script
+/// the command stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// CS336's profile_memory.py / run_all.sh (profile, sweep, fit, estimate, run-all).
+    Cs336,
+    /// The workshop's tiny_llama_v1.py / launch_performance_study.sh (train, study).
+    Workshop,
+}
+
+impl Names {
+    fn flavour(self) -> Flavour {
+        match self {
+            Names::Cs336 => Flavour::Cs336,
+            Names::Workshop => Flavour::Tinyllama,
+        }
+    }
+    fn whose(self) -> &'static str {
+        match self {
+            Names::Cs336 => "CS336's",
+            Names::Workshop => "the workshop's",
+        }
+    }
+}
+
 impl ModelFlags {
-    pub fn resolve(&self, default_preset: &str) -> anyhow::Result<Resolved> {
+    /// The model's maximum sequence length follows the run's longest sequence unless
+    /// --max-seq-len is given, as both seed scripts do: CS336 builds its RoPE buffer for the
+    /// context length, tiny_llama_v1.py sets `max_seq_len=args.seq_len`. A config.json's
+    /// max_position_embeddings stays a limit for the tinyllama flavour.
+    pub fn follow_seq_len(&self, cfg: &mut ModelConfig, longest: usize) {
+        if self.max_follows_run(cfg) {
+            cfg.max_seq_len = cfg.max_seq_len.max(longest);
+        }
+    }
+
+    /// Whether [`Self::follow_seq_len`] raises the maximum (no fixed limit on the run's length).
+    pub fn max_follows_run(&self, cfg: &ModelConfig) -> bool {
+        self.max_seq_len.is_none() && (self.config.is_none() || cfg.flavour == Flavour::Cs336)
+    }
+
+    pub fn resolve(&self, default_preset: &str, names: Names) -> anyhow::Result<Resolved> {
         let flavour = match &self.flavour {
             Some(f) => Some(Flavour::parse(f).ok_or_else(|| usage("--flavour", format!("'{f}' (expected cs336 or tinyllama)")))?),
             None => None,
         };
-        let mut note = None;
+        let note;
         let preset = if let Some(path) = &self.config {
             if let Some(p) = &self.preset {
                 return Err(usage("--config", format!("gives the model; drop --preset/--model '{p}'")));
@@ -127,7 +170,9 @@ impl ModelFlags {
             note = n;
             preset
         } else {
-            self.find_preset(default_preset, flavour)?
+            let (preset, n) = self.find_preset(default_preset, flavour, names)?;
+            note = n;
+            preset
         };
         let mut c = preset.model.clone();
         let set = |v: &mut usize, o: Option<usize>| {
@@ -161,19 +206,33 @@ impl ModelFlags {
         Ok(Resolved { preset, config: c, note })
     }
 
-    fn find_preset(&self, default_preset: &str, flavour: Option<Flavour>) -> anyhow::Result<presets::Preset> {
+    /// The preset, and a note when a bare name in both flavours took the command's seed's.
+    fn find_preset(&self, default_preset: &str, flavour: Option<Flavour>, names: Names) -> anyhow::Result<(presets::Preset, Option<String>)> {
         let name = self.preset.as_deref().unwrap_or(default_preset);
         // A flavour without a preset picks that flavour's default model.
         let name = match (self.preset.as_deref(), flavour) {
             (None, Some(Flavour::Cs336)) => "small",
             _ => name,
         };
-        let preset = presets::find(name, flavour).map_err(|e| usage("--preset", e))?;
+        let mut note = None;
+        let preset = if flavour.is_none() && presets::is_ambiguous(name) {
+            let taken = names.flavour();
+            let other = if taken == Flavour::Cs336 { Flavour::Tinyllama } else { Flavour::Cs336 };
+            note = Some(format!(
+                "--model {name} is {} {name} ({taken}-{name}): this command follows {} preset names; write {other}-{name} or --flavour {other} for the other",
+                names.whose(),
+                names.whose()
+            ));
+            presets::find(name, Some(taken))
+        } else {
+            presets::find(name, flavour)
+        }
+        .map_err(|e| usage("--preset", e))?;
         if let Some(f) = flavour {
             if f != preset.model.flavour {
                 return Err(usage("--flavour", format!("preset '{name}' is a {} model", preset.model.flavour)));
             }
         }
-        Ok(preset)
+        Ok((preset, note))
     }
 }

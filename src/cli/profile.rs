@@ -166,18 +166,15 @@ fn parse_list(flag: &'static str, s: &str) -> Result<Vec<usize>> {
 }
 
 pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
-    let r = a.model.resolve("walkthrough")?;
+    let r = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?;
     let mut cfg = r.config;
     a.memory.apply(&mut cfg)?;
-    let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
+    let device = super::parse_device(&a.device)?;
     let contexts = match &a.context_length {
         Some(s) => parse_list("--context-length", s)?,
         None => vec![r.preset.seq_len.min(cfg.max_seq_len)],
     };
-    // cs336 builds its RoPE buffer for the run's context length, as the course script does.
-    if cfg.flavour == Flavour::Cs336 && a.model.max_seq_len.is_none() {
-        cfg.max_seq_len = cfg.max_seq_len.max(*contexts.iter().max().unwrap());
-    }
+    a.model.follow_seq_len(&mut cfg, *contexts.iter().max().unwrap());
     for &c in &contexts {
         cfg.check_seq_len(c, "--context-length").map_err(super::UsageError::from)?;
         if cfg.flavour == Flavour::Tinyllama && c < 2 {
@@ -310,8 +307,10 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let mut recording: Option<Recording> = None;
     let mut compute: Option<ComputeOut> = None;
     let mut step_seconds: Option<f64> = None;
+    let bar = super::progress::steps(p.device, a.warmup_steps + a.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model = Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?;
+        bar.set_message("warm-up");
         let opt = Optimizer::new(OptimConfig::reference(p.model.flavour), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt).with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
@@ -320,7 +319,9 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         for i in 0..a.warmup_steps {
             stage = format!("warm-up step {} of {}", i + 1, a.warmup_steps);
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
+            bar.inc(1);
         }
+        bar.set_message("recording");
         // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
         runtime::with(|rt| {
             rt.log.reset_peak();
@@ -334,6 +335,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         for i in 0..a.measure_steps {
             stage = format!("measured step {} of {}", i + 1, a.measure_steps);
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
+            bar.inc(1);
         }
         let step_s = t0.elapsed().as_secs_f64() / a.measure_steps as f64;
         step_seconds = Some(step_s);
@@ -353,6 +355,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         drop(model);
         Ok(())
     }));
+    bar.finish_and_clear();
     let oom = match res {
         Ok(r) => {
             r?;
@@ -497,9 +500,16 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     if a.compare {
         return super::compare::run(&a);
     }
-    let p = plan(&a)?;
+    let mut p = plan(&a)?;
     if let Some(n) = &p.note {
         eprintln!("note: {n}");
+    }
+    if p.device == Device::Cpu {
+        let training = a.profile_type.contains(&ProfileType::Training);
+        if let Some(n) = super::host_memory::meta_instead(&p.model, p.precision, p.batch, &p.contexts, training)? {
+            println!("{n}");
+            p.device = Device::Meta;
+        }
     }
     set_threads(a.threads)?;
     super::quiet_oom_panics();

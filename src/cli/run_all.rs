@@ -17,9 +17,12 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunAllArgs {
-    /// Model preset (as `profile --model`)
+    /// Model preset (as `profile --model`: a bare small/medium/large is CS336's)
     #[arg(long, visible_alias = "model-size", default_value = "2.7B")]
     pub model: String,
+    /// Reference implementation: cs336 or tinyllama (picks the family of a bare preset name)
+    #[arg(long)]
+    pub flavour: Option<String>,
     /// Batch size B of every run
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
@@ -76,6 +79,9 @@ fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision,
         argv.push(v);
     };
     push("--model", a.model.clone());
+    if let Some(f) = &a.flavour {
+        push("--flavour", f.clone());
+    }
     push("--batch-size", a.batch_size.to_string());
     push("--context-length", ctx.to_string());
     push("--profile-type", kind_name(kind).into());
@@ -120,7 +126,18 @@ pub fn run(a: RunAllArgs) -> Result<()> {
             jobs.push((longest, kind, prec, true, out.clone(), args_for(&a, longest, kind, prec, &out)?));
         }
     }
-    let plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
+    let mut plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
+    // fp32 training at the longest context is the largest run: if it cannot fit in host
+    // memory, every run goes to meta (one device for the whole comparison).
+    if plans[0].device == crate::engine::Device::Cpu {
+        if let Some(n) = super::host_memory::meta_instead(&plans[0].model, Precision::Fp32, a.batch_size, &contexts, true)? {
+            println!("{n}");
+            plans.iter_mut().for_each(|p| p.device = crate::engine::Device::Meta);
+        }
+    }
+    if let Some(n) = &plans[0].note {
+        eprintln!("note: {n}");
+    }
     set_threads(a.threads)?;
     let t0 = std::time::Instant::now();
     let mut done = Vec::new();
@@ -142,7 +159,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     let head = format!(
         "{} ({} flavour), batch {}, {} device; peaks are torch.cuda.max_memory_allocated() of the CUDA caching-allocator model\n\
          (GiB = 1024³ bytes; warm-up {} step(s), {} measured)\n",
-        a.model, cfg.flavour, a.batch_size, a.device, a.warmup_steps, a.measure_steps
+        a.model, cfg.flavour, a.batch_size, plans[0].device, a.warmup_steps, a.measure_steps
     );
 
     // Part (b): the peak table.

@@ -9,6 +9,7 @@ use crate::engine::{runtime, Device, Tensor};
 use crate::export::{mib, write_json};
 use crate::model::{Flavour, Model};
 use crate::analyse::flops;
+use crate::analyse::operators::{self, SortKey};
 use crate::export::chrome_trace;
 use crate::record::allocator::{AllocatorConfig, CachingAllocator};
 use crate::record::compute::ComputeLog;
@@ -38,9 +39,9 @@ pub struct TrainArgs {
     /// Training steps, warm-up steps included (default: the preset's)
     #[arg(long)]
     pub num_steps: Option<usize>,
-    /// Steps excluded from the averages
-    #[arg(long, default_value_t = 3)]
-    pub warmup_steps: usize,
+    /// Steps excluded from the averages (default 3, fewer when --num-steps leaves no measured step)
+    #[arg(long)]
+    pub warmup_steps: Option<usize>,
     /// Default: 1e-3 (cs336) or 3e-4 (tinyllama)
     #[arg(long)]
     pub learning_rate: Option<f64>,
@@ -68,12 +69,14 @@ pub struct TrainArgs {
     /// Folder for performance_summary.json, the trace and other outputs
     #[arg(long, default_value = "vramscope-out/train")]
     pub output_dir: PathBuf,
-    /// random (uniform ids, as the benchmarks) or pattern (a learnable repeating sequence)
-    #[arg(long, default_value = "random")]
-    pub data: String,
+    /// workshop (tiny_llama_v1.py's SimpleTextDataset: B distinct rows of a fixed pool of 1000
+    /// uniform-id sequences; default for tinyllama), random (fresh uniform ids each batch, as
+    /// CS336's benchmark; default for cs336) or pattern (a learnable repeating sequence)
+    #[arg(long)]
+    pub data: Option<String>,
     /// Split each batch into N micro-batches whose gradients accumulate before one optimizer
-    /// step (`loss / N; loss.backward()` per micro-batch)
-    #[arg(long, default_value_t = 1)]
+    /// step (`loss / N; loss.backward()` per micro-batch); also --gradient-accumulation-steps
+    #[arg(long, default_value_t = 1, alias = "gradient-accumulation-steps")]
     pub grad_accum_steps: usize,
     /// Count FLOPs, bytes moved and arithmetic intensity per op and module for one step, with
     /// MFU against this machine's calibrated peaks (DeepSpeed's FLOPS profiler)
@@ -89,12 +92,28 @@ pub struct TrainArgs {
     /// chrome://tracing, TensorBoard's profiler plugin); with --flops, the FLOPs cover them
     #[arg(long)]
     pub enable_pytorch_profiler: bool,
-    /// Where the trace goes (`<host>_<pid>.<time_ns>.pt.trace.json`)
-    #[arg(long, default_value = "./profiles", requires = "enable_pytorch_profiler")]
-    pub profile_dir: PathBuf,
-    /// Steps the trace covers
-    #[arg(long, default_value_t = 5, requires = "enable_pytorch_profiler")]
-    pub profile_steps: usize,
+    /// Where the trace and the operator table go (default ./profiles; the trace is named
+    /// `<host>_<pid>.<time_ns>.pt.trace.json`)
+    #[arg(long)]
+    pub profile_dir: Option<PathBuf>,
+    /// The workshop's operator table (`prof.key_averages().table(sort_by=…)`): per operator,
+    /// calls, self cpu time, FLOPs and bytes over the --profile-steps steps after warm-up;
+    /// printed and written to <profile-dir>/operator_table.txt
+    #[arg(long)]
+    pub profile_operators: bool,
+    /// Order of the operator table: self_cpu_time_total (default on cpu), cpu_time_total,
+    /// cpu_time (average), count or flops (default on meta); the CUDA keys
+    /// (cuda_time_total, …) fall back to self_cpu_time_total as the workshop's script does
+    #[arg(long, requires = "profile_operators")]
+    pub sort_by: Option<String>,
+    /// tiny_llama_v1.py's deterministic mode (seeded, deterministic algorithms). Every run here
+    /// is deterministic: kernels reduce in a fixed order whatever --threads is, data and
+    /// weights come from --seed. The flag says so and records it in config.json
+    #[arg(long)]
+    pub deterministic: bool,
+    /// Steps the trace covers (default 5, fewer when the run has fewer after warm-up)
+    #[arg(long)]
+    pub profile_steps: Option<usize>,
     /// Add `[memory]` events to the trace: every allocation and free through the CUDA
     /// caching-allocator model, with allocated and reserved totals
     #[arg(long, requires = "enable_pytorch_profiler")]
@@ -127,6 +146,10 @@ pub struct TrainPlan {
     pub seq: usize,
     pub steps: usize,
     pub warmup: usize,
+    /// Why the warm-up is shorter than the default, printed once.
+    pub warmup_note: Option<String>,
+    /// --profile-operators: the table's order, and why it is not the one asked for.
+    pub operators: Option<(SortKey, Option<String>)>,
     pub device: Device,
     pub data: DataKind,
     pub optim: OptimConfig,
@@ -146,12 +169,42 @@ pub struct ComputeWindow {
     pub memory: bool,
 }
 
+/// --sort-by for the operator table (torch's key names). CUDA keys have no times here and fall
+/// back to self cpu time, as the workshop's script does; meta has no times at all.
+fn operator_sort(s: Option<&str>, device: Device) -> Result<(SortKey, Option<String>)> {
+    let timed = device == Device::Cpu;
+    let untimed = |k: &str| (!timed).then(|| format!("--sort-by {k}: meta runs no kernels, so there are no times; sorting by flops"));
+    Ok(match s {
+        None if timed => (SortKey::CpuTimeTotal, None),
+        None => (SortKey::Flops, None),
+        Some(k @ ("self_cpu_time_total" | "cpu_time_total")) => untimed(k).map_or((SortKey::CpuTimeTotal, None), |n| (SortKey::Flops, Some(n))),
+        Some("cpu_time") => untimed("cpu_time").map_or((SortKey::CpuTimeAvg, None), |n| (SortKey::Flops, Some(n))),
+        Some("count") => (SortKey::Count, None),
+        Some("flops") => (SortKey::Flops, None),
+        Some(k @ ("cuda_time" | "cuda_time_total" | "self_cuda_time_total" | "device_time_total" | "self_device_time_total")) => {
+            let to = if timed { SortKey::CpuTimeTotal } else { SortKey::Flops };
+            (to, Some(format!("--sort-by {k}: there is no CUDA device here, so no CUDA times; sorting by {}", to.name())))
+        }
+        Some(k) => {
+            return Err(usage(
+                "--sort-by",
+                format!("'{k}' (expected self_cpu_time_total, cpu_time_total, cpu_time, count, flops, or a CUDA key that falls back to self_cpu_time_total)"),
+            ))
+        }
+    })
+}
+
+/// Warm-up steps excluded from the averages unless --warmup-steps says otherwise.
+const DEFAULT_WARMUP: usize = 3;
+/// Steps a trace covers unless --profile-steps says otherwise.
+const DEFAULT_PROFILE_STEPS: usize = 5;
+
 pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
-    let r = a.model.resolve("walkthrough")?;
+    let r = a.model.resolve("walkthrough", super::model_flags::Names::Workshop)?;
     r.print_note();
     let mut cfg = r.config;
     a.memory.apply(&mut cfg)?;
-    let device = Device::parse(&a.device).ok_or_else(|| usage("--device", format!("'{}' (expected cpu or meta)", a.device)))?;
+    let device = super::parse_device(&a.device)?;
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     if batch == 0 {
         return Err(usage("--batch-size", "must be at least 1"));
@@ -160,6 +213,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         return Err(usage("--grad-accum-steps", format!("{} must be at least 1 and divide --batch-size {batch}", a.grad_accum_steps)));
     }
     let seq = a.seq_len.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
+    a.model.follow_seq_len(&mut cfg, seq);
     cfg.check_seq_len(seq, "--seq-len").map_err(super::UsageError::from)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--seq-len", "tinyllama shifts logits and labels by one: needs at least 2"));
@@ -168,13 +222,29 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     if steps == 0 {
         return Err(usage("--num-steps", "must be at least 1"));
     }
-    if a.warmup_steps >= steps {
-        return Err(usage("--warmup-steps", format!("{} leaves no measured step out of --num-steps {steps}", a.warmup_steps)));
-    }
+    // The default warm-up gives way to a short run; an explicit one that leaves nothing to
+    // measure is the user's conflict.
+    let (warmup, warmup_note) = match a.warmup_steps {
+        Some(w) if w >= steps => {
+            return Err(usage("--warmup-steps", format!("{w} leaves no measured step out of --num-steps {steps}")));
+        }
+        Some(w) => (w, None),
+        None if DEFAULT_WARMUP < steps => (DEFAULT_WARMUP, None),
+        None => {
+            let w = steps - 1;
+            (w, Some(format!("warm-up: {w} step{} (not the default {DEFAULT_WARMUP}) so that --num-steps {steps} leaves one measured step", if w == 1 { "" } else { "s" })))
+        }
+    };
     if a.log_interval == 0 {
         return Err(usage("--log-interval", "must be at least 1"));
     }
-    let data = DataKind::parse(&a.data).ok_or_else(|| usage("--data", format!("'{}' (expected random or pattern)", a.data)))?;
+    // Each seed's own data unless --data says otherwise: the workshop's pool for tinyllama,
+    // CS336's fresh uniform ids for cs336.
+    let data = match a.data.as_deref() {
+        None if cfg.flavour == Flavour::Tinyllama => DataKind::Workshop,
+        None => DataKind::Random,
+        Some(d) => DataKind::parse(d).ok_or_else(|| usage("--data", format!("'{d}' (expected workshop, random or pattern)")))?,
+    };
     let reference = OptimConfig::reference(cfg.flavour);
     let kind = match a.optimizer.as_str() {
         "adamw" => reference.kind,
@@ -195,16 +265,29 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     }
     let optim = OptimConfig { kind, lr, weight_decay: a.weight_decay, momentum: a.momentum, ..reference };
     let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
-    let compute = if a.enable_pytorch_profiler {
-        if a.profile_steps == 0 {
-            return Err(usage("--profile-steps", "must be at least 1"));
-        }
-        if a.warmup_steps + a.profile_steps > steps {
-            return Err(usage("--profile-steps", format!("{} after {} warm-up steps exceeds --num-steps {steps}", a.profile_steps, a.warmup_steps)));
-        }
-        Some(ComputeWindow { first: a.warmup_steps, count: a.profile_steps, memory: a.profile_memory })
+    let window = a.enable_pytorch_profiler || a.profile_operators;
+    if a.profile_steps.is_some() && !window {
+        return Err(usage("--profile-steps", "sizes the profiled window: needs --enable-pytorch-profiler or --profile-operators"));
+    }
+    if a.profile_dir.is_some() && !window {
+        return Err(usage("--profile-dir", "is where profiles go: needs --enable-pytorch-profiler or --profile-operators"));
+    }
+    if a.profile_operators && a.flops_profile_step.is_some() {
+        return Err(usage("--flops-profile-step", "with --profile-operators the FLOPs cover the profiled steps: leave it out"));
+    }
+    let operators = a.profile_operators.then(|| operator_sort(a.sort_by.as_deref(), device)).transpose()?;
+    let compute = if window {
+        let count = match a.profile_steps {
+            Some(0) => return Err(usage("--profile-steps", "must be at least 1")),
+            Some(n) if warmup + n > steps => {
+                return Err(usage("--profile-steps", format!("{n} after {warmup} warm-up steps exceeds --num-steps {steps}")));
+            }
+            Some(n) => n,
+            None => DEFAULT_PROFILE_STEPS.min(steps - warmup),
+        };
+        Some(ComputeWindow { first: warmup, count, memory: a.profile_memory })
     } else if a.flops {
-        let step = a.flops_profile_step.unwrap_or(a.warmup_steps + 1);
+        let step = a.flops_profile_step.unwrap_or(warmup + 1);
         if step == 0 || step > steps {
             return Err(usage("--flops-profile-step", format!("{step} is not one of the run's steps 1..={steps}")));
         }
@@ -220,7 +303,9 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         accum: a.grad_accum_steps,
         seq,
         steps,
-        warmup: a.warmup_steps,
+        warmup,
+        warmup_note,
+        operators,
         device,
         data,
         optim,
@@ -332,7 +417,13 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
 }
 
 pub fn run(a: TrainArgs) -> Result<()> {
-    let p = plan(&a)?;
+    let mut p = plan(&a)?;
+    if p.device == Device::Cpu {
+        if let Some(n) = super::host_memory::meta_instead(&p.model, p.precision, p.batch / p.accum, &[p.seq], true)? {
+            println!("{n}");
+            p.device = Device::Meta;
+        }
+    }
     let threads = set_threads(a.threads)?;
     let m = &p.model;
     println!(
@@ -346,6 +437,15 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "config: vocab {} hidden {} layers {} heads {} kv_heads {} ffn {} | batch {} seq {} steps {} (warm-up {})",
         m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
     );
+    if let Some(n) = &p.warmup_note {
+        println!("{n}");
+    }
+    if a.deterministic {
+        println!(
+            "deterministic: yes — data and initial weights come from --seed {}, and every cpu kernel reduces in a fixed order whatever --threads is, so a repeated run gives bit-identical losses",
+            p.seed
+        );
+    }
     if p.precision != Precision::Fp32 {
         println!("precision: {}", precision_note(p.precision));
     }
@@ -416,11 +516,31 @@ pub fn run(a: TrainArgs) -> Result<()> {
             super::compute::print(&report, a.flops_depth, achieved.as_ref(), roof.as_ref());
             flops_json = Some(super::compute::to_json(&report, achieved.as_ref(), roof.as_ref()));
         }
+        let profile_dir = a.profile_dir.clone().unwrap_or_else(|| PathBuf::from("./profiles"));
+        if let Some((sort, note)) = &p.operators {
+            if let Some(n) = note {
+                println!("note: {n}");
+            }
+            let rows = operators::rows(&log.ops, *sort);
+            let text = format!(
+                "Operator-level summary (sort_by={}) over steps {}..{}, {} on {}\n{}",
+                sort.name(),
+                w.first + 1,
+                w.first + w.count,
+                p.preset,
+                p.device,
+                operators::table(&rows, 50, cpu)
+            );
+            println!("{}\n{text}{}", "=".repeat(78), "=".repeat(78));
+            let path = profile_dir.join("operator_table.txt");
+            crate::export::write_atomic(&path, text.as_bytes())?;
+            println!("operator table saved to {}", path.display());
+        }
         if a.enable_pytorch_profiler {
             let worker = format!("{}_{}", hostname(), std::process::id());
             let meta = chrome_trace::TraceMeta { worker: &worker, pid: std::process::id() as u64, gpu: p.gpu.as_ref() };
             let trace = chrome_trace::build(log, &meta);
-            let path = a.profile_dir.join(chrome_trace::file_name(&worker, log.base_unix_us));
+            let path = profile_dir.join(chrome_trace::file_name(&worker, log.base_unix_us));
             write_json(&path, &trace)?;
             println!(
                 "wrote chrome trace {} ({} ops, {} module spans, {} memory events over steps {}..{}); open in https://ui.perfetto.dev, chrome://tracing or TensorBoard",
@@ -439,7 +559,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "preset": p.preset,
         "training": {
             "batch_size": p.batch, "grad_accum_steps": p.accum, "micro_batch_size": p.batch / p.accum, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
-            "optimizer": p.optim, "seed": p.seed, "data": p.data, "precision": p.precision,
+            "optimizer": p.optim, "seed": p.seed, "data": p.data, "precision": p.precision, "deterministic": true,
         },
         "device": p.device, "threads": threads,
     });

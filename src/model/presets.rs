@@ -110,6 +110,12 @@ pub fn find(name: &str, flavour: Option<Flavour>) -> Result<Preset, String> {
     }
 }
 
+/// Whether a bare `name` (no cs336-/tinyllama- prefix) names a preset in both flavours.
+pub fn is_ambiguous(name: &str) -> bool {
+    let prefixed = name.split_once('-').is_some_and(|(p, _)| Flavour::parse(p).is_some());
+    !prefixed && all().iter().filter(|p| p.name.eq_ignore_ascii_case(name)).count() > 1
+}
+
 pub fn names() -> Vec<String> {
     all().iter().map(|p| format!("{}-{}", p.model.flavour, p.name)).collect()
 }

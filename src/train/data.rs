@@ -11,6 +11,10 @@ pub enum DataKind {
     Random,
     /// A repeating sequence (period 16, random phase per row): learnable, so loss must fall.
     Pattern,
+    /// tiny_llama_v1.py's `SimpleTextDataset`: a fixed pool of 1000 sequences of uniform ids
+    /// in [1, V), drawn once from the seed; each batch takes B distinct pool rows at random
+    /// (`np.random.choice(1000, B, replace=False)`), so rows recur and the model can fit them.
+    Workshop,
 }
 
 impl DataKind {
@@ -18,12 +22,15 @@ impl DataKind {
         match s {
             "random" => Some(DataKind::Random),
             "pattern" => Some(DataKind::Pattern),
+            "workshop" => Some(DataKind::Workshop),
             _ => None,
         }
     }
 }
 
 pub const PATTERN_PERIOD: usize = 16;
+/// Sequences in the workshop's pool (`SimpleTextDataset(num_samples=1000)`).
+pub const WORKSHOP_POOL: usize = 1000;
 
 pub struct Batcher {
     pub kind: DataKind,
@@ -32,11 +39,23 @@ pub struct Batcher {
     pub seq: usize,
     pub device: Device,
     rng: Rng,
+    /// The workshop pool's rows of S+1 ids (host data, as the script's numpy array), cpu only.
+    pool: Vec<i64>,
 }
 
 impl Batcher {
     pub fn new(kind: DataKind, vocab: usize, batch: usize, seq: usize, device: Device, seed: u64) -> Batcher {
-        Batcher { kind, vocab, batch, seq, device, rng: Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15) }
+        let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let pool = if kind == DataKind::Workshop && device != Device::Meta {
+            // `np.random.randint(1, vocab_size, size=(num_samples, seq_length + 1))`; a batch
+            // larger than the pool (where numpy would refuse) gets a pool of its own size.
+            let rows = WORKSHOP_POOL.max(batch);
+            // Id 0 never occurs (a one-token vocabulary has only id 0).
+            (0..rows * (seq + 1)).map(|_| if vocab > 1 { 1 + rng.below(vocab - 1) as i64 } else { 0 }).collect()
+        } else {
+            Vec::new()
+        };
+        Batcher { kind, vocab, batch, seq, device, rng, pool }
     }
 
     /// (inputs, labels), each (B, S) int64: a (B, S+1) sequence split into the two shifted
@@ -56,6 +75,18 @@ impl Batcher {
                     for _ in 0..b {
                         let phase = self.rng.below(period);
                         v.extend((0..=s).map(|i| ((phase + i) % period) as i64));
+                    }
+                    v
+                }
+                DataKind::Workshop => {
+                    let rows = self.pool.len() / (s + 1);
+                    let mut order: Vec<usize> = (0..rows).collect();
+                    let mut v = Vec::with_capacity(b * (s + 1));
+                    // B distinct rows: a partial Fisher–Yates shuffle.
+                    for i in 0..b {
+                        let j = i + self.rng.below(rows - i);
+                        order.swap(i, j);
+                        v.extend_from_slice(&self.pool[order[i] * (s + 1)..(order[i] + 1) * (s + 1)]);
                     }
                     v
                 }
