@@ -148,6 +148,7 @@ fn check(case: &str, args: &[&str], expandable: bool) {
     let snap = pickle::read(&std::fs::read(&snapshot).unwrap(), &pickle::Limits::default()).unwrap();
     let trace = snap.get("device_traces").and_then(|d| d.as_list()?.first()?.as_list()).expect("a device trace");
     let count = |a: &str| trace.iter().filter(|e| e.get("action").and_then(pickle::Value::as_str) == Some(a)).count();
+    let segment_allocs = count("segment_alloc");
     if expandable {
         assert!(count("segment_map") > 0 && count("segment_unmap") > 0 && count("segment_alloc") == 0, "{case}: expected segment_map and segment_unmap, no segment_alloc");
     } else {
@@ -212,16 +213,17 @@ fn check(case: &str, args: &[&str], expandable: bool) {
         if kind == "Allocator Settings" && text.is_some_and(|t| t.contains("No allocator settings")) {
             problems.push(format!("[{mode}] {kind}: no allocator settings shown"));
         }
-        // Under expandable segments every segment in this view comes from the final state,
-        // which the viewer draws with `frames: []` (PyTorch records segment_map there, and
-        // this view reads only segment_alloc), so its hover says "no frames" for PyTorch's
-        // own snapshots too; the frames are on the segment_map rows of Allocator State History.
-        let frameless_segments = expandable && kind == "Active Cached Segment Timeline";
+        // This view takes segments from segment_alloc entries, and draws those it finds only
+        // in the final state with `frames: []`. With no segment_alloc in the trace (expandable
+        // segments record segment_map, which it does not read; or every segment already
+        // existed before the recorded step) its hover says "no frames" for PyTorch's own
+        // snapshots too; those frames are on the segment rows of Allocator State History.
+        let frameless_segments = kind == "Active Cached Segment Timeline" && segment_allocs == 0;
         if kind != "Allocator Settings" {
             let frames = run["hover_has_frames"].as_bool() == Some(true);
             line += &format!(", hover frames {frames}");
             if frameless_segments {
-                line += " (segments from the final state carry none in this view)";
+                line += " (no segment_alloc in the trace: segments come from the final state, which this view draws without frames)";
                 if run["hover_text"].as_str().is_none_or(|t| !t.contains("Addr:")) {
                     problems.push(format!("[{mode}] {kind}: hovering shows nothing ({})", run["hover_target"]));
                 }
