@@ -43,6 +43,12 @@ fn harness() -> PathBuf {
         .unwrap_or_else(|| panic!("no shared/{} beside {} or above it (set VRAMSCOPE_SHARED to the shared folder)", rel.display(), root.display()))
 }
 
+/// Printed past the test harness's capture, so a skip shows in `cargo test`'s output.
+fn notice(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOTICE: {msg}: skipping the memory_viz checks");
+}
+
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
@@ -58,11 +64,11 @@ fn tools() -> Option<PathBuf> {
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().trim_start_matches('v').split('.').next()?.parse::<u32>().ok());
     match node_major {
         None => {
-            eprintln!("NOTICE: node is not installed: skipping the memory_viz checks (apt-get install nodejs npm)");
+            notice("node is not installed (apt-get install nodejs npm)");
             return None;
         }
         Some(v) if v < 18 => {
-            eprintln!("NOTICE: node {v} is older than the harness needs (18): skipping the memory_viz checks");
+            notice(&format!("node {v} is older than the harness needs (18)"));
             return None;
         }
         Some(_) => {}
@@ -71,15 +77,16 @@ fn tools() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/memviz-harness"));
     if !node_dir.join("node_modules/puppeteer-core").exists() && on_path("npm").is_none() {
-        eprintln!("NOTICE: npm is not installed, and the harness needs it once for puppeteer-core: skipping the memory_viz checks (apt-get install npm)");
+        notice("npm is not installed, and the harness needs it once for puppeteer-core (apt-get install npm)");
         return None;
     }
     let chrome = std::env::var_os("CHROME")
         .map(PathBuf::from)
         .filter(|p| p.is_file())
-        .or_else(|| ["chromium", "chromium-browser", "google-chrome"].into_iter().find_map(on_path));
+        .or_else(|| ["chromium", "chromium-browser", "google-chrome"].into_iter().find_map(on_path))
+        .or_else(|| Some(PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()));
     if chrome.is_none() {
-        eprintln!("NOTICE: chromium is not installed: skipping the memory_viz checks (apt-get install chromium)");
+        notice("chromium is not installed (apt-get install chromium)");
     }
     chrome
 }
