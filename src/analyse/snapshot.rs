@@ -3,6 +3,7 @@
 //! fragmentation and out-of-memory events. Sizes follow memory_viz's Active Memory
 //! Timeline: the requested bytes of each allocation.
 use crate::export::pickle::Value;
+use crate::export::snapshot::CATEGORIES_KEY;
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -148,6 +149,16 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
     let trace: &[Value] = traces.get(device).and_then(Value::as_list).unwrap_or(&[]);
     let seg_dev = |s: &Value| s.get("device").and_then(Value::as_int).unwrap_or(0) as usize;
     let my_segments: Vec<&Value> = segments.iter().filter(|s| seg_dev(s) == device).collect();
+    // Categories: vramscope's top-level table (parallel to the trace and to each segment's
+    // blocks), or a `category` on the entry itself (`_profile_to_snapshot`'s snapshots,
+    // and vramscope's before the table).
+    let table = snap.get(CATEGORIES_KEY);
+    let list_at = |key: &str| table.and_then(|c| c.get(key)).and_then(Value::as_list).unwrap_or(&[]);
+    let trace_cats: &[Value] = list_at("device_traces").get(device).and_then(Value::as_list).unwrap_or(&[]);
+    let segment_cats = list_at("segments");
+    let category = |own: &Value, cats: &[Value], i: usize| {
+        own.get("category").or_else(|| cats.get(i)).and_then(Value::as_str).map(str::to_string)
+    };
 
     // Allocations, including those made before the trace began.
     let mut allocs: Vec<Alloc> = Vec::new();
@@ -165,7 +176,7 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
                     size,
                     alloc_at: Some(i),
                     free_at: None,
-                    category: e.get("category").and_then(Value::as_str).map(str::to_string),
+                    category: category(e, trace_cats, i),
                     frames: frames_of(e.get("frames")),
                     time_us: e.get("time_us").and_then(Value::as_int),
                 });
@@ -177,7 +188,7 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
                     size,
                     alloc_at: None,
                     free_at: Some(i),
-                    category: e.get("category").and_then(Value::as_str).map(str::to_string),
+                    category: category(e, trace_cats, i),
                     frames: frames_of(e.get("frames")),
                     time_us: None,
                 }),
@@ -188,9 +199,10 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
     }
     let traced: std::collections::HashSet<u64> = live.keys().copied().collect();
     let (mut reserved_end, mut allocated_end) = (0u64, 0u64);
-    for s in &my_segments {
+    for (si, s) in segments.iter().enumerate().filter(|(_, s)| seg_dev(s) == device) {
         reserved_end += uint(s.get("total_size"));
-        for b in s.get("blocks").and_then(Value::as_list).unwrap_or(&[]) {
+        let block_cats = segment_cats.get(si).and_then(Value::as_list).unwrap_or(&[]);
+        for (bi, b) in s.get("blocks").and_then(Value::as_list).unwrap_or(&[]).iter().enumerate() {
             let state = b.get("state").and_then(Value::as_str).unwrap_or("");
             if state == "active_allocated" || state == "active_pending_free" {
                 allocated_end += uint(b.get("size"));
@@ -201,8 +213,7 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
                         size: uint(b.get("requested_size")),
                         alloc_at: None,
                         free_at: None,
-                        // Not in PyTorch's block dicts; a writer may add it.
-                        category: b.get("category").and_then(Value::as_str).map(str::to_string),
+                        category: category(b, block_cats, bi),
                         frames: frames_of(b.get("frames")),
                         time_us: None,
                     });
@@ -297,5 +308,62 @@ pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport
         allocated_bytes_end: *allocated_end,
         peak_reserved_bytes: peak_reserved.max(0) as u64,
         ooms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: i64 = 1 << 40;
+
+    fn entry(action: &str, offset: i64, size: i64, category: Option<&str>) -> Value {
+        let mut items = vec![("action", Value::str(action)), ("addr", Value::Int(BASE + offset)), ("size", Value::Int(size))];
+        items.extend(category.map(|c| ("category", Value::str(c))));
+        Value::dict(items)
+    }
+
+    fn segment(blocks: Vec<Value>) -> Value {
+        let total = Value::Int(1024 * blocks.len() as i64);
+        Value::dict(vec![("device", Value::Int(0)), ("address", Value::Int(BASE)), ("total_size", total), ("blocks", Value::list(blocks))])
+    }
+
+    fn block(offset: i64, state: &str) -> Value {
+        Value::dict(vec![("address", Value::Int(BASE + offset)), ("size", Value::Int(1024)), ("requested_size", Value::Int(1000)), ("state", Value::str(state))])
+    }
+
+    /// vramscope's table (parallel to the trace and to the blocks) names the categories of
+    /// traced and pre-existing allocations alike.
+    #[test]
+    fn categories_come_from_the_top_level_table() {
+        let snap = Value::dict(vec![
+            ("segments", Value::list(vec![segment(vec![block(0, "active_allocated"), block(1024, "active_allocated"), block(2048, "inactive")])])),
+            ("device_traces", Value::list(vec![Value::list(vec![entry("segment_alloc", 0, 3072, None), entry("alloc", 1024, 1000, None)])])),
+            (
+                CATEGORIES_KEY,
+                Value::dict(vec![
+                    ("device_traces", Value::list(vec![Value::list(vec![Value::None, Value::str("activation")])])),
+                    ("segments", Value::list(vec![Value::list(vec![Value::str("parameter"), Value::str("activation"), Value::None])])),
+                ]),
+            ),
+        ]);
+        let r = analyse(&snap, None, 100.0, 10).unwrap();
+        assert_eq!(r.live_at_peak_by_category, vec![("activation".to_string(), 1000), ("parameter".to_string(), 1000)]);
+    }
+
+    /// Without the table, a `category` on the entry itself counts (`_profile_to_snapshot`'s
+    /// snapshots, vramscope's older ones); PyTorch's `_snapshot()` has neither.
+    #[test]
+    fn categories_on_the_entries_still_count() {
+        let snap = Value::dict(vec![
+            ("segments", Value::list(vec![segment(vec![block(0, "active_allocated"), block(1024, "inactive")])])),
+            ("device_traces", Value::list(vec![Value::list(vec![entry("alloc", 0, 1000, Some("gradient"))])])),
+        ]);
+        assert_eq!(analyse(&snap, None, 100.0, 10).unwrap().live_at_peak_by_category, vec![("gradient".to_string(), 1000)]);
+        let plain = Value::dict(vec![
+            ("segments", Value::list(vec![segment(vec![block(0, "active_allocated"), block(1024, "inactive")])])),
+            ("device_traces", Value::list(vec![Value::list(vec![entry("alloc", 0, 1000, None)])])),
+        ]);
+        assert_eq!(analyse(&plain, None, 100.0, 10).unwrap().live_at_peak_by_category, vec![("<uncategorised>".to_string(), 1000)]);
     }
 }

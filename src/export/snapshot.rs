@@ -1,7 +1,13 @@
 //! The memory snapshot `torch.cuda.memory._dump_snapshot` writes (formats.md §1), built
 //! from a recording: final `segments` from the allocator model, the `device_traces` of
-//! allocator actions with frames and a `category` per entry (memory_viz colours by it),
-//! and `allocator_settings`. The trace replays backwards to the segments exactly.
+//! allocator actions with frames, and `allocator_settings`. The trace replays backwards to
+//! the segments exactly.
+//!
+//! Categories are not on the trace entries: memory_viz colours by a `category` key there,
+//! but appending its `"unknown"` legend entry goes through a misspelt field
+//! (`snapshot.categores`, formats.md §2.3), so the page crashes on load unless some entry
+//! is already `"unknown"`. They travel instead in the top-level [`CATEGORIES_KEY`], which
+//! memory_viz never reads and vramscope's `analyze` and `view` do.
 use super::pickle::Value;
 use crate::record::allocator::{Action, CachingAllocator, Pool, Trace};
 use crate::record::{EventKind, MemEvent};
@@ -20,6 +26,11 @@ fn dict(items: Vec<(&str, Value)>) -> Value {
 fn list(items: Vec<Value>) -> Value {
     Value::List(Rc::new(items))
 }
+
+/// Top-level key of vramscope's categories: `{"device_traces": [[category or None per trace
+/// entry] per device], "segments": [[category or None per block] per segment]}`, parallel
+/// to the snapshot's own lists.
+pub const CATEGORIES_KEY: &str = "vramscope_categories";
 
 /// Frames for an event: innermost first, as PyTorch lists them. The module path stands in
 /// for the Python file and the op for the function, then the Rust line that allocated, then
@@ -62,8 +73,10 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         }
     }
     let mut segments = Vec::new();
+    let mut segment_cats = Vec::new();
     for seg in allocator.snapshot_segments() {
         let mut blocks = Vec::new();
+        let mut block_cats = Vec::new();
         let (mut alloc_sz, mut req_sz) = (0usize, 0usize);
         for b in &seg.blocks {
             let owner_event = if b.allocated { owner.get(&b.addr).copied() } else { None };
@@ -74,20 +87,18 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             } else {
                 ("inactive", list(vec![]))
             };
-            let mut items = vec![
+            blocks.push(dict(vec![
                 ("address", int(b.addr)),
                 ("size", int(b.size)),
                 ("requested_size", int(b.requested)),
                 ("state", s(state)),
                 ("frames", fr),
-            ];
-            // Blocks allocated before the trace began (parameters) have no trace entry to
-            // carry their category; viewers that know the key (ours) read it here.
-            if let Some(e) = owner_event {
-                items.push(("category", s(e.category.name())));
-            }
-            blocks.push(dict(items));
+            ]));
+            // Blocks allocated before the trace began (parameters) have no trace entry
+            // that could name their category.
+            block_cats.push(owner_event.map_or(Value::None, |e| s(e.category.name())));
         }
+        segment_cats.push(list(block_cats));
         segments.push(dict(vec![
             ("device", int(0)),
             ("address", int(seg.addr)),
@@ -106,6 +117,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
     let na = s("N/A");
     let empty = s("");
     let mut trace = Vec::with_capacity(actions.len());
+    let mut trace_cats = Vec::with_capacity(actions.len());
     for (t, cause) in actions {
         let ev = cause.map(|i| &events[i]);
         let time = ev.map_or(0, |e| e.time_us);
@@ -124,9 +136,9 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         ]);
         if let Some(e) = ev {
             items.push(("frames", frames.of(e)));
-            items.push(("category", s(e.category.name())));
         }
         trace.push(dict(items));
+        trace_cats.push(ev.map_or(Value::None, |e| s(e.category.name())));
     }
     let c = &allocator.config;
     let divisions: Vec<(Value, Value)> = c
@@ -149,5 +161,6 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             ]),
         ),
         ("external_annotations", list(vec![])),
+        (CATEGORIES_KEY, dict(vec![("device_traces", list(vec![list(trace_cats)])), ("segments", list(segment_cats))])),
     ])
 }

@@ -69,7 +69,7 @@ struct Panel {
     name: String,
     device: usize,
     events: usize,
-    /// Whether the trace carries `category` (ours does; PyTorch's does not).
+    /// Whether the allocations carry categories (ours do, from `vramscope_categories`; PyTorch's do not).
     categorised: bool,
     /// Whether frames carry vramscope's phase frame.
     phased: bool,

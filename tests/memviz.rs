@@ -1,0 +1,308 @@
+//! Snapshots in PyTorch's own memory_viz viewer. The harness `shared/tools/memviz/run_viewer.sh`
+//! (found beside the repository, as a fresh clone in CI has it, or at `$VRAMSCOPE_SHARED`)
+//! loads a pickle into MemoryViz.js in headless Chromium both ways PyTorch does (the
+//! pytorch.org/memory_viz page and `_memory_viz.trace_plot`'s HTML), opens every view and
+//! reports errors, what each view drew, whether hovering shows stack frames, and the peak
+//! the viewer computes. A snapshot passes when no view logs an error (the one failure that is
+//! PyTorch's own, named in the harness README, excepted), every view draws, hover shows
+//! frames and the viewer's peak equals vramscope's requested-bytes peak to the byte.
+//! Screenshots stay under CARGO_TARGET_TMPDIR/memviz/<case>/ for a person to look at.
+//! Skips with a printed notice only when node or chromium cannot be found.
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use vramscope::export::pickle;
+
+/// The view `_memory_viz.trace_plot(plot_segments=True)` asks for, which this MemoryViz.js
+/// does not have (it is "Active Cached Segment Timeline" there): fails for PyTorch's own
+/// snapshots too (harness README).
+const PYTORCH_OWN_FAILURE: (&str, &str, &str) = ("template", "Active Cached Memory Timeline", "is not a function");
+
+const VIEWS: [&str; 5] = [
+    "Active Memory Timeline",
+    "Allocated Memory (incl. Private Pools)",
+    "Active Cached Segment Timeline",
+    "Allocator State History",
+    "Allocator Settings",
+];
+
+fn harness() -> PathBuf {
+    let rel = Path::new("tools/memviz/run_viewer.sh");
+    if let Some(dir) = std::env::var_os("VRAMSCOPE_SHARED") {
+        let p = Path::new(&dir).join(rel);
+        assert!(p.exists(), "VRAMSCOPE_SHARED={} has no {}", Path::new(&dir).display(), rel.display());
+        return p;
+    }
+    // ../shared from the repository root; a git worktree may sit deeper, so look upwards.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    root.ancestors()
+        .skip(1)
+        .map(|a| a.join("shared").join(rel))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no shared/{} beside {} or above it (set VRAMSCOPE_SHARED to the shared folder)", rel.display(), root.display()))
+}
+
+/// Printed past the test harness's capture, so a skip shows in `cargo test`'s output.
+fn notice(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOTICE: {msg}: skipping the memory_viz checks");
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// node (>= 18, what the harness needs), npm when puppeteer-core is not installed yet, and
+/// a chromium binary; None (after a printed notice) when one cannot be found.
+fn tools() -> Option<PathBuf> {
+    let node_major = Command::new("node")
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().trim_start_matches('v').split('.').next()?.parse::<u32>().ok());
+    match node_major {
+        None => {
+            notice("node is not installed (apt-get install nodejs npm)");
+            return None;
+        }
+        Some(v) if v < 18 => {
+            notice(&format!("node {v} is older than the harness needs (18)"));
+            return None;
+        }
+        Some(_) => {}
+    }
+    let node_dir = std::env::var_os("MEMVIZ_NODE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/memviz-harness"));
+    if !node_dir.join("node_modules/puppeteer-core").exists() && on_path("npm").is_none() {
+        notice("npm is not installed, and the harness needs it once for puppeteer-core (apt-get install npm)");
+        return None;
+    }
+    let chrome = std::env::var_os("CHROME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .or_else(|| ["chromium", "chromium-browser", "google-chrome"].into_iter().find_map(on_path))
+        .or_else(|| Some(PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()));
+    if chrome.is_none() {
+        notice("chromium is not installed (apt-get install chromium)");
+    }
+    chrome
+}
+
+fn out_dir(case: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memviz").join(case);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `cmd` to completion within `limit`, returning (success, stdout + stderr).
+fn run(mut cmd: Command, limit: Duration) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("vramscope-memviz-{}-{:?}", std::process::id(), std::thread::current().id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (o, e) = (dir.join("out"), dir.join("err"));
+    let mut child = cmd
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot start {cmd:?}: {err}"));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = format!("{}{}", std::fs::read_to_string(&o).unwrap_or_default(), std::fs::read_to_string(&e).unwrap_or_default());
+    let _ = std::fs::remove_dir_all(&dir);
+    match status {
+        Some(s) => (s.success(), text),
+        None => (false, format!("{text}\n(killed after {} s)", limit.as_secs())),
+    }
+}
+
+fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_u64)
+}
+
+/// Profiles with `args`, loads the snapshot into memory_viz and checks every view.
+fn check(case: &str, args: &[&str], expandable: bool) {
+    let harness = harness();
+    let Some(chrome) = tools() else { return };
+    let t0 = Instant::now();
+    let dir = out_dir(case);
+    let prof = dir.join("profile");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.arg("profile").args(args).arg("--out-dir").arg(&prof);
+    let (ok, text) = run(cmd, Duration::from_secs(600));
+    assert!(ok, "vramscope profile {args:?} failed:\n{text}");
+    let summary: Value = serde_json::from_slice(&std::fs::read(prof.join("summary.json")).unwrap()).unwrap();
+    let r = &summary["runs"][0];
+    let snapshot = PathBuf::from(r["snapshot"].as_str().expect("summary names the snapshot"));
+    let peak_requested = u64_at(r, &["allocator_stats", "requested_bytes", "peak"]).expect("requested peak in summary.json");
+    let peak_reserved = r["peak_reserved_bytes"].as_u64().unwrap();
+    let reserved_end = u64_at(r, &["allocator_stats", "reserved_bytes", "current"]).expect("reserved bytes in summary.json");
+    let profiled = t0.elapsed();
+    // What the trace holds: the segment actions this case is meant to show.
+    let snap = pickle::read(&std::fs::read(&snapshot).unwrap(), &pickle::Limits::default()).unwrap();
+    let trace = snap.get("device_traces").and_then(|d| d.as_list()?.first()?.as_list()).expect("a device trace");
+    let count = |a: &str| trace.iter().filter(|e| e.get("action").and_then(pickle::Value::as_str) == Some(a)).count();
+    let segment_allocs = count("segment_alloc");
+    if expandable {
+        assert!(count("segment_map") > 0 && count("segment_unmap") > 0 && count("segment_alloc") == 0, "{case}: expected segment_map and segment_unmap, no segment_alloc");
+    } else {
+        assert!(count("segment_map") + count("segment_unmap") == 0, "{case}: segment_map/segment_unmap without expandable segments");
+    }
+
+    let viewer = dir.join("viewer");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&harness).arg(&snapshot).arg(&viewer).arg(prof.join("summary.json")).env("CHROME", &chrome);
+    let (ok, text) = run(cmd, Duration::from_secs(900));
+    assert!(ok, "the memory_viz harness failed on {}:\n{text}", snapshot.display());
+    let res: Value = serde_json::from_slice(&std::fs::read(viewer.join("results.json")).unwrap()).unwrap();
+
+    let offered: Vec<&str> = res["views_offered"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for v in VIEWS {
+        assert!(offered.contains(&v), "{case}: the viewer offers no {v:?} ({offered:?})");
+    }
+    let runs = res["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), VIEWS.len() + 3, "{case}: one result per view and per trace_plot page");
+    let mut problems = Vec::new();
+    let mut lines = Vec::new();
+    let mut site_peaks = Vec::new();
+    for run in runs {
+        let (mode, kind) = (run["mode"].as_str().unwrap(), run["kind"].as_str().unwrap());
+        let errors: Vec<&str> = run["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| !matches!(e["type"].as_str(), Some("warn" | "warning")))
+            .map(|e| e["text"].as_str().unwrap_or("").lines().next().unwrap_or(""))
+            .collect();
+        let warnings = run["errors"].as_array().unwrap().len() - errors.len();
+        if (mode, kind) == (PYTORCH_OWN_FAILURE.0, PYTORCH_OWN_FAILURE.1) {
+            if let Some(e) = errors.iter().find(|e| !e.contains(PYTORCH_OWN_FAILURE.2)) {
+                problems.push(format!("[{mode}] {kind}: an error other than PyTorch's own: {e}"));
+            }
+            lines.push(format!("[{mode}] {kind}: PyTorch's own failure ({} error(s), as the harness README says)", errors.len()));
+            continue;
+        }
+        let dom = &run["dom"];
+        let drawn = ["polygons", "rects"].iter().find_map(|k| dom[k].as_u64());
+        let text = dom["text"].as_str();
+        let drew = dom["visible"].as_bool() == Some(true) && (drawn.is_some_and(|n| n > 0) || text.is_some_and(|t| !t.trim().is_empty()));
+        let mut line = format!("[{mode}] {kind}: {}, {} error(s), {warnings} warning(s)", if drew { "drew" } else { "DREW NOTHING" }, errors.len());
+        for e in &errors {
+            problems.push(format!("[{mode}] {kind}: {e}"));
+        }
+        if !drew {
+            problems.push(format!("[{mode}] {kind}: nothing drawn ({dom})"));
+        }
+        if let Some(e) = run["probe_error"].as_str() {
+            problems.push(format!("[{mode}] {kind}: the probe failed: {e}"));
+        }
+        for k in ["nan_or_empty_polygons", "nan_rects"] {
+            if dom[k].as_u64().is_some_and(|n| n > 0) {
+                problems.push(format!("[{mode}] {kind}: {} {k}", dom[k]));
+            }
+        }
+        if let Some(n) = drawn {
+            line += &format!(", {n} {}", if dom["polygons"].is_u64() { "polygons" } else { "rects" });
+        }
+        if kind == "Allocator Settings" && text.is_some_and(|t| t.contains("No allocator settings")) {
+            problems.push(format!("[{mode}] {kind}: no allocator settings shown"));
+        }
+        // This view takes segments from segment_alloc entries, and draws those it finds only
+        // in the final state with `frames: []`. With no segment_alloc in the trace (expandable
+        // segments record segment_map, which it does not read; or every segment already
+        // existed before the recorded step) its hover says "no frames" for PyTorch's own
+        // snapshots too; those frames are on the segment rows of Allocator State History.
+        let frameless_segments = kind == "Active Cached Segment Timeline" && segment_allocs == 0;
+        if kind != "Allocator Settings" {
+            let frames = run["hover_has_frames"].as_bool() == Some(true);
+            line += &format!(", hover frames {frames}");
+            if frameless_segments {
+                line += " (no segment_alloc in the trace: segments come from the final state, which this view draws without frames)";
+                if run["hover_text"].as_str().is_none_or(|t| !t.contains("Addr:")) {
+                    problems.push(format!("[{mode}] {kind}: hovering shows nothing ({})", run["hover_target"]));
+                }
+            } else if !frames {
+                problems.push(format!("[{mode}] {kind}: hovering shows no stack frames ({})", run["hover_target"]));
+            }
+        }
+        if kind == "Allocator State History" && mode == "site" {
+            let fails = run["select_failure_count"].as_u64().unwrap_or(u64::MAX);
+            line += &format!(", {fails} of {} event selections failed", run["plan"]["probes"]);
+            if fails != 0 || run["pageerrors_during_selects"].as_u64() != Some(0) {
+                problems.push(format!("[{mode}] {kind}: selecting events failed: {}", run["select_failures"]));
+            }
+            // The event at the active peak: the view's "allocated" is the requested bytes live.
+            let at_peak = run["at_peak_allocated_bytes"].as_u64();
+            line += &format!(", at the peak event {at_peak:?} B allocated");
+            if at_peak != Some(peak_requested) {
+                problems.push(format!("[{mode}] {kind}: {at_peak:?} B allocated at the peak event, vramscope's requested peak {peak_requested} B"));
+            }
+        }
+        if let Some(peak) = u64_at(run, &["computed", "max_at_time_peak"]) {
+            line += &format!(", viewer peak {peak} B");
+            site_peaks.push((kind.to_string(), peak));
+        }
+        lines.push(line);
+    }
+    let peak_of = |k: &str| site_peaks.iter().find(|p| p.0 == k).map(|p| p.1);
+    // Active memory: the viewer stacks requested bytes, so its peak is our requested peak.
+    for k in ["Active Memory Timeline", "Allocated Memory (incl. Private Pools)"] {
+        match peak_of(k) {
+            Some(p) if p == peak_requested => {}
+            p => problems.push(format!("{k}: viewer peak {p:?} B, vramscope's requested peak {peak_requested} B")),
+        }
+    }
+    // Segments: whole cudaMalloc segments over time, so the reserved peak. With expandable
+    // segments the view ignores segment_map (as for PyTorch's own snapshots) and draws the
+    // final mapped ranges from the start: the reserved bytes at the end.
+    let want = if expandable { reserved_end } else { peak_reserved };
+    match peak_of("Active Cached Segment Timeline") {
+        Some(p) if p == want => {}
+        p => problems.push(format!("Active Cached Segment Timeline: viewer peak {p:?} B, vramscope's {} {want} B", if expandable { "final reserved" } else { "reserved peak" })),
+    }
+    eprintln!(
+        "memory_viz {case}: {} (vramscope: requested peak {peak_requested} B, reserved peak {peak_reserved} B, reserved at the end {reserved_end} B; profile {:.1} s, viewer {:.1} s; screenshots in {})\n  {}",
+        snapshot.file_name().unwrap().to_string_lossy(),
+        profiled.as_secs_f64(),
+        (t0.elapsed() - profiled).as_secs_f64(),
+        viewer.display(),
+        lines.join("\n  ")
+    );
+    assert!(problems.is_empty(), "{case}: {} in memory_viz:\n  {}", snapshot.display(), problems.join("\n  "));
+}
+
+#[test]
+fn cpu_training_step_of_the_walkthrough_model() {
+    check("cpu_walkthrough_training", &[], false);
+}
+
+#[test]
+fn meta_training_step_of_the_2_7b() {
+    check("meta_2.7B_training", &["--model", "2.7B", "--device", "meta", "--context-length", "128"], false);
+}
+
+#[test]
+fn bf16_forward_of_the_2_7b() {
+    check("meta_2.7B_forward_bf16", &["--model", "2.7B", "--device", "meta", "--context-length", "512", "--profile-type", "forward", "--precision", "bf16"], false);
+}
+
+/// Under a limit just below this step's reserved peak, the allocator frees its cache and
+/// retries once, so the trace has `segment_unmap` between the `segment_map`s: the Allocator
+/// State History view splits and merges mapped ranges.
+#[test]
+fn expandable_segments_run() {
+    check("cpu_walkthrough_expandable", &["--allocator-conf", "expandable_segments:True", "--memory-limit", "160MiB"], true);
+}
