@@ -82,7 +82,7 @@ pub struct Replay<'a> {
     /// allocated before it, then blocks live at the end that the trace never mentions.
     pub allocs: Vec<Alloc>,
     /// Trace indices of `oom` entries.
-    pub ooms_at: Vec<usize>,
+    pub ooms_at: Vec<(usize, Option<String>)>,
     /// Reserved and allocated bytes of the final segments.
     pub reserved_end: u64,
     pub allocated_end: u64,
@@ -193,7 +193,7 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
                     time_us: None,
                 }),
             },
-            "oom" => ooms_at.push(i),
+            "oom" => ooms_at.push((i, category(e, trace_cats, i))),
             _ => {}
         }
     }
@@ -279,8 +279,8 @@ pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport
     }
     let ooms = ooms_at
         .iter()
-        .map(|&i| {
-            let e = &trace[i];
+        .map(|(i, category)| {
+            let (i, e) = (*i, &trace[*i]);
             let last = allocs.iter().filter(|a| a.alloc_at.is_some_and(|k| k < i)).max_by_key(|a| a.alloc_at);
             OomInfo {
                 at: i,
@@ -289,7 +289,7 @@ pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport
                 active_bytes: if i > 0 { active_at[i - 1] } else { start },
                 last_frames: last.map(|a| a.frames.clone()).unwrap_or_default(),
                 frames: frames_of(e.get("frames")),
-                category: e.get("category").and_then(Value::as_str).map(str::to_string),
+                category: category.clone(),
             }
         })
         .collect();

@@ -367,7 +367,7 @@ fn panel(src: &Source) -> Result<Panel, String> {
         }
         let sorted = |v: Vec<(String, u64)>| {
             let mut v = v;
-            v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| crate::analyse::natural_cmp(&a.0, &b.0)));
             v
         };
         p.ooms.push(Oom {
