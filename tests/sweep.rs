@@ -116,9 +116,14 @@ fn out_of_memory_points_are_results() {
     assert!(std::fs::read_to_string(out.join("sweep.md")).unwrap().contains("| OOM |"));
 }
 
+/// `fit --json` (to stdout); without a --reserve in `args`, `--reserve 0`, so the answer is
+/// the boundary `profile` finds at the same limit.
 fn fit_json(args: &[&str]) -> serde_json::Value {
     let mut a = vec!["fit", "--json"];
     a.extend_from_slice(args);
+    if !args.contains(&"--reserve") {
+        a.extend(["--reserve", "0"]);
+    }
     let o = vramscope(&a);
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
@@ -321,4 +326,75 @@ fn sweep_plot_has_the_limit_line_oom_markers_and_a_log2_axis() {
     assert!(vramscope(&["sweep", "--batch-size", "1,2,3", "--out-dir", out.to_str().unwrap()]).status.success());
     let svg = std::fs::read_to_string(out.join("sweep_batch-size.svg")).unwrap();
     assert!(!svg.contains(r#"class="limit""#) && !svg.contains(r#"class="oom""#) && !svg.contains("log₂"));
+}
+
+/// `fit` keeps the reserve free: the default (CUDA context 512 MiB + two 8.125 MiB cuBLAS
+/// workspaces for a training step off Hopper) lowers the answer to what fits the limit less
+/// the reserve, `--reserve SIZE` overrides it, the memory fraction's budget loses it too, and
+/// the margin printed is capacity − reserve − peak reserved.
+#[test]
+fn fit_reserve_lowers_the_answer_and_the_margin_is_printed() {
+    let base = ["--find", "batch", "--context-length", "64", "--memory-limit", "1GiB"];
+    let with = fit_json(&[&base[..], &["--reserve", "528.25MiB"]].concat());
+    let default = {
+        let mut a = vec!["fit", "--json"];
+        a.extend_from_slice(&base);
+        let o = vramscope(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let reserve = (528 << 20) + (1 << 18);
+    assert_eq!(default["reserve_bytes"], reserve, "{}", default["reserve"]);
+    assert_eq!(default["reserve"].as_array().unwrap().len(), 2);
+    assert_eq!(default["answer"], with["answer"]);
+    let bare = fit_json(&base)["answer"].as_u64().unwrap();
+    let n = with["answer"].as_u64().unwrap();
+    assert!(n < bare, "the reserve must lower the answer: {n} vs {bare}");
+    // The same answer as the bare search at the limit less the reserve.
+    let less = ((1u64 << 30) - reserve as u64).to_string();
+    assert_eq!(fit_json(&["--find", "batch", "--context-length", "64", "--memory-limit", &less])["answer"].as_u64().unwrap(), n);
+    // Under a memory fraction the reserve comes off the fraction's budget.
+    let frac = fit_json(&["--find", "batch", "--context-length", "64", "--memory-limit", "2GiB", "--memory-fraction", "0.5", "--reserve", "528.25MiB"]);
+    assert_eq!(frac["answer"].as_u64().unwrap(), n, "{frac}");
+    // Margin = capacity − reserve − peak reserved.
+    let margin = with["capacity_bytes"].as_i64().unwrap() - reserve - with["peak_reserved_bytes"].as_i64().unwrap();
+    assert_eq!(with["margin_bytes"].as_i64().unwrap(), margin);
+    assert!(margin >= 0);
+    // The text says all of it.
+    let o = vramscope(&["fit", "--find", "batch", "--context-length", "64", "--memory-limit", "1GiB"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("reserve 528.25 MiB (default; --reserve SIZE to change)") && text.contains("CUDA context = 512.00 MiB"), "{text}");
+    assert!(text.contains(&format!("largest batch size that fits: {n}")), "{text}");
+    assert!(text.contains("margin left at") && text.contains("− 528.25 MiB reserve −") && text.contains("peak reserved ="), "{text}");
+    // A reserve that leaves nothing is refused, naming the flag.
+    let o = vramscope(&["fit", "--memory-limit", "512MiB", "--reserve", "1GiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--reserve"));
+    let o = vramscope(&["fit", "--memory-limit", "1GiB", "--reserve", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--reserve"));
+}
+
+/// `fit --json` and `estimate --json` take the same forms: no value or `-` prints the JSON
+/// alone to stdout; FILE writes it there and prints the usual text.
+#[test]
+fn fit_and_estimate_json_behave_alike() {
+    let dir = tmp("json-forms");
+    std::fs::create_dir_all(&dir).unwrap();
+    for cmd in [vec!["fit", "--memory-limit", "256MiB", "--context-length", "64", "--reserve", "0"], vec!["estimate", "--no-simulate"]] {
+        let key = if cmd[0] == "fit" { "answer" } else { "estimate" };
+        for form in [vec!["--json"], vec!["--json", "-"]] {
+            let o = vramscope(&[&cmd[..], &form[..]].concat());
+            assert!(o.status.success(), "{cmd:?} {form:?}: {}", String::from_utf8_lossy(&o.stderr));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{cmd:?} {form:?}: stdout is not JSON alone ({e})"));
+            assert!(!v[key].is_null(), "{v}");
+        }
+        let file = dir.join(format!("{}.json", cmd[0]));
+        let o = vramscope(&[&cmd[..], &["--json", file.to_str().unwrap()]].concat());
+        assert!(o.status.success());
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(&format!("wrote {} (JSON)", file.display())), "{text}");
+        assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "the text is printed beside the file");
+        assert!(!json(&file)[key].is_null());
+    }
 }
