@@ -409,7 +409,7 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
             l.push(format!("- the peak is in different phases along the axis ({}): the curve is the larger of phase peaks that scale differently; read the per-phase fits", s.join("; ")));
         }
         if let Some(q) = &f.quadratic {
-            if q.n == 3 {
+            if q.n == 3 && q.r2 > 1.0 - 1e-12 {
                 l.push("- (three points: the quadratic passes through them exactly, R² = 1 says nothing)".to_string());
             }
             let x_max = f.x.iter().copied().fold(f64::NEG_INFINITY, f64::max);

@@ -164,10 +164,10 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
         let y = sy(l.y);
         let _ = writeln!(
             s,
-            r##"<g class="limit" data-y="{}"><title>{}</title><line x1="{left}" y1="{y:.1}" x2="{right}" y2="{y:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="2 3"/><text x="{}" y="{:.1}" text-anchor="end">{}</text></g>"##,
+            r##"<g class="limit" data-y="{}"><title>{}</title><line x1="{left}" y1="{y:.1}" x2="{right}" y2="{y:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="2 3"/><text x="{}" y="{:.1}">{}</text></g>"##,
             l.y,
             esc(&l.label),
-            right - 4.0,
+            left + 6.0,
             y - 4.0,
             esc(&l.label)
         );
