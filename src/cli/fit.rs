@@ -156,7 +156,8 @@ pub fn run(a: FitArgs) -> Result<()> {
     // against --memory-limit (device − reserve) with the fraction rescaled to match.
     let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
     let reserve_parts = match &a.reserve {
-        Some(r) if r.trim() == "0" => Vec::new(),
+        // "0", "0MiB", "0GiB": no reserve (parse_size refuses sizes under a byte).
+        Some(r) if r.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()).trim().parse::<f64>() == Ok(0.0) => Vec::new(),
         Some(r) => vec![reserve::Part { what: "--reserve".into(), bytes: crate::record::gpu::parse_size(r).map_err(|e| usage("--reserve", e))? }],
         None => reserve::default_parts(gpu.as_ref(), a.profile_type == ProfileType::Training),
     };
