@@ -77,3 +77,26 @@ fn bad_study_arguments_exit_2_and_write_nothing() {
         assert!(!out.exists(), "{args:?}: nothing written");
     }
 }
+
+/// The banner gives the count PyTorch reports (tied head counted once), the count with the
+/// head counted twice as the workshop guide does, and the guide's table entry, with why each
+/// differs; config.json keeps all three. `train` says the same of the walkthrough model
+/// (2,617,600 tied; the guide's 2,873,600).
+#[test]
+fn parameter_counts_say_why_they_differ_from_the_guide() {
+    let out = tmp("params");
+    let o = vramscope(&["study", "tiny", "--device", "meta", "--num-steps", "2", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Parameters:          4,190,464 (4.2M)") && text.contains("tied"), "{text}");
+    assert!(text.contains("Head counted twice:  4,446,464 (4.4M)") && text.contains("[256 × 1000] = 256,000"), "{text}");
+    assert!(text.contains("Guide's table:       ~2.9M") && text.contains("2,873,600"), "{text}");
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(result_dir(&out, "tiny").join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["parameters"], 4_190_464);
+    assert_eq!(config["parameters_head_counted_twice"], 4_190_464 + 256_000);
+    assert_eq!(config["guide_table_parameters"], "~2.9M");
+    let o = vramscope(&["train", "--device", "meta", "--num-steps", "2", "--warmup-steps", "1", "--output-dir", out.join("train").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("params: 2617600") && text.contains("2,873,600 counting it twice, as the workshop guide does"), "{text}");
+}

@@ -116,9 +116,14 @@ fn out_of_memory_points_are_results() {
     assert!(std::fs::read_to_string(out.join("sweep.md")).unwrap().contains("| OOM |"));
 }
 
+/// `fit --json` (to stdout); without a --reserve in `args`, `--reserve 0`, so the answer is
+/// the boundary `profile` finds at the same limit.
 fn fit_json(args: &[&str]) -> serde_json::Value {
     let mut a = vec!["fit", "--json"];
     a.extend_from_slice(args);
+    if !args.contains(&"--reserve") {
+        a.extend(["--reserve", "0"]);
+    }
     let o = vramscope(&a);
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
@@ -215,4 +220,181 @@ fn sweep_axes_for_the_memory_options_reach_profile() {
         peaks.insert(peak);
     }
     assert!(peaks.len() >= 4, "the options change the peak: {peaks:?}");
+}
+
+/// Every "N %" in a text, as numbers.
+fn percentages(text: &str) -> Vec<f64> {
+    let mut v = Vec::new();
+    for (i, _) in text.match_indices(" %") {
+        let head = &text[..i];
+        let start = head.rfind(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-')).map_or(0, |k| k + 1);
+        if let Ok(x) = head[start..].parse::<f64>() {
+            v.push(x);
+        }
+    }
+    v
+}
+
+/// Every share a fit reports lies in [0, 100 %]; shares are given only for components that
+/// are at least 1 % of the peak and fitted with R² ≥ 0.99; the fitted terms are never
+/// negative. (The free least-squares fit printed "cat 0.0 MiB (6857 % B²)" for the batch
+/// sweep below and a 57.6 % "S² share" from a fit with a negative linear term for training.)
+#[test]
+fn fit_shares_are_bounded_and_only_for_components_that_matter() {
+    let runs: [(&str, Vec<&str>); 2] = [
+        ("bshare", vec!["--batch-size", "1,2,4,8,16", "--context-length", "64,128", "--profile-type", "forward"]),
+        ("sshare", vec!["--model", "walkthrough", "--max-seq-len", "512", "--batch-size", "2", "--context-length", "64,128,256,512", "--profile-type", "forward,training"]),
+    ];
+    for (name, args) in runs {
+        let out = tmp(name);
+        let mut a = vec!["sweep", "--out-dir", out.to_str().unwrap()];
+        a.extend(args.iter().copied());
+        let o = vramscope(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let pcts = percentages(&stdout);
+        assert!(!pcts.is_empty(), "{stdout}");
+        assert!(pcts.iter().all(|p| (0.0..=100.0).contains(p)), "{pcts:?}\n{stdout}");
+        let s = json(&out.join("sweep.json"));
+        for f in s["fits"].as_array().unwrap() {
+            let peak = f["peak_allocated_bytes"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).fold(0.0, f64::max);
+            if let Some(q) = f["quadratic"].as_object() {
+                assert!(q["coeffs"].as_array().unwrap().iter().all(|c| c.as_f64().unwrap() >= 0.0), "{q:?}");
+            }
+            if let Some(sh) = f["quadratic_share"].as_f64() {
+                assert!((0.0..=1.0).contains(&sh));
+            }
+            for key in ["phases", "components", "quadratic_ops"] {
+                for c in f[key].as_array().unwrap() {
+                    assert!(c["fit"]["coeffs"].as_array().unwrap().iter().all(|v| v.as_f64().unwrap() >= 0.0), "{c}");
+                    if let Some(sh) = c["quadratic_share"].as_f64() {
+                        assert!((0.0..=1.0).contains(&sh), "{c}");
+                        assert!(c["bytes_at_max"].as_f64().unwrap() >= 0.01 * peak, "negligible component with a share: {c}");
+                        assert!(c["fit"]["r2"].as_f64().unwrap() >= 0.99, "badly fitted component with a share: {c}");
+                    }
+                    if key == "quadratic_ops" {
+                        assert!(c["grows_quadratically"].as_bool().unwrap() && c["quadratic_share"].is_number(), "{c}");
+                    }
+                }
+            }
+        }
+        if name == "bshare" {
+            // Nothing grows as B² in a forward pass.
+            assert!(!stdout.contains("grow as B²"), "{stdout}");
+        } else {
+            // The attention scores do grow as S², and are said to.
+            assert!(stdout.contains("that grow as S² at the peak, by op"), "{stdout}");
+        }
+    }
+}
+
+/// The sweep plot draws the device limit, marks the points that ran out of memory, and
+/// puts a doubling batch axis on a log₂ scale (even spacing, the batch sizes as labels).
+#[test]
+fn sweep_plot_has_the_limit_line_oom_markers_and_a_log2_axis() {
+    let out = tmp("svg");
+    let o = vramscope(&["sweep", "--batch-size", "1,2,4,8", "--memory-limit", "64MiB", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = json(&out.join("sweep.json"));
+    let ooms: Vec<String> = s["points"].as_array().unwrap().iter().filter(|p| p["oom"].is_string()).map(|p| p["values"]["batch-size"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ooms, ["4", "8"], "64 MiB holds batch 1 and 2 of the default model");
+    assert_eq!(s["points"][0]["memory_limit_bytes"], 64 << 20);
+    let svg = std::fs::read_to_string(out.join("sweep_batch-size.svg")).unwrap();
+    // The limit line, at 64 MiB in GiB.
+    let limits: Vec<f64> = svg.match_indices(r#"<g class="limit" data-y=""#).map(|(i, m)| svg[i + m.len()..].split('"').next().unwrap().parse().unwrap()).collect();
+    assert_eq!(limits, [0.0625], "{svg}");
+    assert!(svg.contains("memory limit: 0.06 GiB"), "{svg}");
+    // One ✗ per OOM point, at its batch size.
+    let marked: Vec<&str> = svg.match_indices(r#"<g class="oom" data-x=""#).map(|(i, m)| svg[i + m.len()..].split('"').next().unwrap()).collect();
+    assert_eq!(marked, ["4", "8"], "{svg}");
+    // x ticks: the batch sizes, evenly spaced (log₂).
+    let ticks: Vec<(f64, String)> = svg
+        .match_indices(r#"<text class="x-tick" x=""#)
+        .map(|(i, m)| {
+            let rest = &svg[i + m.len()..];
+            let x = rest.split('"').next().unwrap().parse().unwrap();
+            let label = rest[rest.find('>').unwrap() + 1..rest.find("</text>").unwrap()].to_string();
+            (x, label)
+        })
+        .collect();
+    assert_eq!(ticks.iter().map(|t| t.1.as_str()).collect::<Vec<_>>(), ["1", "2", "4", "8"]);
+    let gaps: Vec<f64> = ticks.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert!(gaps.iter().all(|g| (g - gaps[0]).abs() < 0.15), "{gaps:?}");
+    assert!(svg.contains("batch-size (log₂ scale)"));
+    // Without a limit: no line, no markers.
+    let out = tmp("svg-nolimit");
+    assert!(vramscope(&["sweep", "--batch-size", "1,2,3", "--out-dir", out.to_str().unwrap()]).status.success());
+    let svg = std::fs::read_to_string(out.join("sweep_batch-size.svg")).unwrap();
+    assert!(!svg.contains(r#"class="limit""#) && !svg.contains(r#"class="oom""#) && !svg.contains("log₂"));
+}
+
+/// `fit` keeps the reserve free: the default (CUDA context 512 MiB + two 8.125 MiB cuBLAS
+/// workspaces for a training step off Hopper) lowers the answer to what fits the limit less
+/// the reserve, `--reserve SIZE` overrides it, the memory fraction's budget loses it too, and
+/// the margin printed is capacity − reserve − peak reserved.
+#[test]
+fn fit_reserve_lowers_the_answer_and_the_margin_is_printed() {
+    let base = ["--find", "batch", "--context-length", "64", "--memory-limit", "1GiB"];
+    let with = fit_json(&[&base[..], &["--reserve", "528.25MiB"]].concat());
+    let default = {
+        let mut a = vec!["fit", "--json"];
+        a.extend_from_slice(&base);
+        let o = vramscope(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let reserve = (528 << 20) + (1 << 18);
+    assert_eq!(default["reserve_bytes"], reserve, "{}", default["reserve"]);
+    assert_eq!(default["reserve"].as_array().unwrap().len(), 2);
+    assert_eq!(default["answer"], with["answer"]);
+    let bare = fit_json(&base)["answer"].as_u64().unwrap();
+    let n = with["answer"].as_u64().unwrap();
+    assert!(n < bare, "the reserve must lower the answer: {n} vs {bare}");
+    // The same answer as the bare search at the limit less the reserve.
+    let less = ((1u64 << 30) - reserve as u64).to_string();
+    assert_eq!(fit_json(&["--find", "batch", "--context-length", "64", "--memory-limit", &less])["answer"].as_u64().unwrap(), n);
+    // Under a memory fraction the reserve comes off the fraction's budget.
+    let frac = fit_json(&["--find", "batch", "--context-length", "64", "--memory-limit", "2GiB", "--memory-fraction", "0.5", "--reserve", "528.25MiB"]);
+    assert_eq!(frac["answer"].as_u64().unwrap(), n, "{frac}");
+    // Margin = capacity − reserve − peak reserved.
+    let margin = with["capacity_bytes"].as_i64().unwrap() - reserve - with["peak_reserved_bytes"].as_i64().unwrap();
+    assert_eq!(with["margin_bytes"].as_i64().unwrap(), margin);
+    assert!(margin >= 0);
+    // The text says all of it.
+    let o = vramscope(&["fit", "--find", "batch", "--context-length", "64", "--memory-limit", "1GiB"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("reserve 528.25 MiB (default; --reserve SIZE to change)") && text.contains("CUDA context = 512.00 MiB"), "{text}");
+    assert!(text.contains(&format!("largest batch size that fits: {n}")), "{text}");
+    assert!(text.contains("margin left at") && text.contains("− 528.25 MiB reserve −") && text.contains("peak reserved ="), "{text}");
+    // A reserve that leaves nothing is refused, naming the flag.
+    let o = vramscope(&["fit", "--memory-limit", "512MiB", "--reserve", "1GiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--reserve"));
+    let o = vramscope(&["fit", "--memory-limit", "1GiB", "--reserve", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--reserve"));
+}
+
+/// `fit --json` and `estimate --json` take the same forms: no value or `-` prints the JSON
+/// alone to stdout; FILE writes it there and prints the usual text.
+#[test]
+fn fit_and_estimate_json_behave_alike() {
+    let dir = tmp("json-forms");
+    std::fs::create_dir_all(&dir).unwrap();
+    for cmd in [vec!["fit", "--memory-limit", "256MiB", "--context-length", "64", "--reserve", "0"], vec!["estimate", "--no-simulate"]] {
+        let key = if cmd[0] == "fit" { "answer" } else { "estimate" };
+        for form in [vec!["--json"], vec!["--json", "-"]] {
+            let o = vramscope(&[&cmd[..], &form[..]].concat());
+            assert!(o.status.success(), "{cmd:?} {form:?}: {}", String::from_utf8_lossy(&o.stderr));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{cmd:?} {form:?}: stdout is not JSON alone ({e})"));
+            assert!(!v[key].is_null(), "{v}");
+        }
+        let file = dir.join(format!("{}.json", cmd[0]));
+        let o = vramscope(&[&cmd[..], &["--json", file.to_str().unwrap()]].concat());
+        assert!(o.status.success());
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(&format!("wrote {} (JSON)", file.display())), "{text}");
+        assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "the text is printed beside the file");
+        assert!(!json(&file)[key].is_null());
+    }
 }

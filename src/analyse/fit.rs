@@ -27,25 +27,32 @@ impl Poly {
 /// coefficients or the x values do not determine the fit). x is scaled to [-1, 1] before the
 /// normal equations are solved, so S² terms at S in the thousands stay well conditioned.
 pub fn polyfit(xs: &[f64], ys: &[f64], degree: usize) -> Option<Poly> {
+    let powers: Vec<usize> = (0..=degree).collect();
+    lstsq(xs, ys, &powers, degree)
+}
+
+/// Least squares over the monomials x^k for k in `powers` (the other coefficients up to
+/// `degree` are 0).
+fn lstsq(xs: &[f64], ys: &[f64], powers: &[usize], degree: usize) -> Option<Poly> {
     let n = xs.len();
-    if n != ys.len() || n < degree + 1 {
+    if n != ys.len() || n < powers.len() {
         return None;
     }
     let scale = xs.iter().fold(0.0f64, |m, x| m.max(x.abs()));
     if scale == 0.0 {
         return None;
     }
-    let m = degree + 1;
+    let m = powers.len();
     // Normal equations A c = b over t = x / scale.
     let mut a = vec![vec![0.0f64; m + 1]; m];
     for (&x, &y) in xs.iter().zip(ys) {
         let t = x / scale;
-        let pows: Vec<f64> = (0..=2 * degree).map(|k| t.powi(k as i32)).collect();
         for i in 0..m {
+            let ti = t.powi(powers[i] as i32);
             for j in 0..m {
-                a[i][j] += pows[i + j];
+                a[i][j] += ti * t.powi(powers[j] as i32);
             }
-            a[i][m] += pows[i] * y;
+            a[i][m] += ti * y;
         }
     }
     // Gaussian elimination with partial pivoting.
@@ -64,13 +71,50 @@ pub fn polyfit(xs: &[f64], ys: &[f64], degree: usize) -> Option<Poly> {
             }
         }
     }
-    let coeffs: Vec<f64> = (0..m).map(|i| a[i][m] / a[i][i] / scale.powi(i as i32)).collect();
+    let mut coeffs = vec![0.0; degree + 1];
+    for (i, &k) in powers.iter().enumerate() {
+        coeffs[k] = a[i][m] / a[i][i] / scale.powi(k as i32);
+    }
     let mut p = Poly { coeffs, r2: 1.0, n };
+    p.r2 = r_squared(&p, xs, ys);
+    Some(p)
+}
+
+fn r_squared(p: &Poly, xs: &[f64], ys: &[f64]) -> f64 {
+    let n = xs.len();
     let mean = ys.iter().sum::<f64>() / n as f64;
     let ss_tot: f64 = ys.iter().map(|y| (y - mean).powi(2)).sum();
     let ss_res: f64 = xs.iter().zip(ys).map(|(&x, &y)| (y - p.eval(x)).powi(2)).sum();
-    p.r2 = if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else if ss_res <= 1e-9 * (1.0 + mean * mean) { 1.0 } else { 0.0 };
-    Some(p)
+    if ss_tot > 0.0 {
+        1.0 - ss_res / ss_tot
+    } else if ss_res <= 1e-9 * (1.0 + mean * mean) {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Least squares of degree ≤ 2 with every coefficient ≥ 0: memory is a constant plus
+/// terms that grow with x, none of which can be negative, so a fit with a negative term is
+/// explaining noise or a jump (a cached block, a phase change) and its "shares" mean
+/// nothing. Solved exactly by trying every subset of the monomials (at most 8) and keeping
+/// the feasible one with the least residual; equal to [`polyfit`] whenever that is
+/// already non-negative. None when no subset can be fitted.
+pub fn nonneg_polyfit(xs: &[f64], ys: &[f64], degree: usize) -> Option<Poly> {
+    assert!(degree <= 2, "nonneg_polyfit enumerates subsets: degree ≤ 2");
+    let mut best: Option<(f64, Poly)> = None;
+    for mask in 1u32..(1 << (degree + 1)) {
+        let powers: Vec<usize> = (0..=degree).filter(|k| mask & (1 << k) != 0).collect();
+        let Some(p) = lstsq(xs, ys, &powers, degree) else { continue };
+        if p.coeffs.iter().any(|&c| c < 0.0) {
+            continue;
+        }
+        let res: f64 = xs.iter().zip(ys).map(|(&x, &y)| (y - p.eval(x)).powi(2)).sum();
+        if best.as_ref().is_none_or(|(r, _)| res < *r) {
+            best = Some((res, p));
+        }
+    }
+    best.map(|(_, p)| p)
 }
 
 /// y ≈ a + b·x.
@@ -109,14 +153,16 @@ pub fn doubling_factors(xs: &[f64], ys: &[f64]) -> Vec<Step> {
         .collect()
 }
 
-/// Over the range of x: the share of the fitted value at the largest x that the quadratic term
-/// carries (c·x² / (a + b·x + c·x²)); 0 for a fit of degree < 2.
-pub fn quadratic_share(p: &Poly, x_max: f64) -> f64 {
+/// The share of the fitted value at `x_max` that the x² term carries: c·x² / (a + b·x + c·x²).
+/// Meaningful only for a fit whose coefficients are all ≥ 0 ([`nonneg_polyfit`]): then it lies
+/// in [0, 1]. None for a fit with a negative coefficient, or a fitted value that is not
+/// positive.
+pub fn quadratic_share(p: &Poly, x_max: f64) -> Option<f64> {
     let total = p.eval(x_max);
-    if total.abs() < 1e-9 {
-        return 0.0;
+    if !(total > 0.0) || p.coeffs.iter().any(|&c| c < 0.0) {
+        return None;
     }
-    p.coeff(2) * x_max * x_max / total
+    Some((p.coeff(2) * x_max * x_max / total).clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -144,7 +190,7 @@ mod tests {
         assert!((p.coeffs[1] - b).abs() / b < 1e-7, "{p:?}");
         assert!((p.coeffs[2] - c).abs() / c < 1e-7, "{p:?}");
         assert!(p.r2 > 1.0 - 1e-12);
-        assert!(quadratic_share(&p, 4096.0) > 0.5);
+        assert!(quadratic_share(&p, 4096.0).unwrap() > 0.5);
     }
 
     #[test]
@@ -160,6 +206,30 @@ mod tests {
     fn too_few_points_or_one_x_give_no_fit() {
         assert!(quadratic(&[1.0, 2.0], &[1.0, 2.0]).is_none());
         assert!(linear(&[3.0, 3.0], &[1.0, 2.0]).is_none());
+    }
+
+    #[test]
+    fn nonneg_fit_keeps_every_term_non_negative_and_its_share_in_0_1() {
+        // A flat component with one jump at the end: the free quadratic needs a negative
+        // linear term (and its x² "share" exceeds 100 %); the constrained one does not.
+        let xs = [1.0, 2.0, 4.0, 8.0];
+        let ys = [100.0, 100.0, 100.0, 1000.0];
+        let free = quadratic(&xs, &ys).unwrap();
+        assert!(free.coeffs.iter().any(|&c| c < 0.0), "{free:?}");
+        assert!(quadratic_share(&free, 8.0).is_none(), "a fit with a negative term has no share");
+        let p = nonneg_polyfit(&xs, &ys, 2).unwrap();
+        assert!(p.coeffs.iter().all(|&c| c >= 0.0), "{p:?}");
+        let share = quadratic_share(&p, 8.0).unwrap();
+        assert!((0.0..=1.0).contains(&share), "{share}");
+        assert!(p.r2 < free.r2 && p.r2 > 0.5, "{p:?} vs {free:?}");
+        // Already non-negative data: the same fit as the free one.
+        let clean: Vec<f64> = xs.iter().map(|x| 5.0 + 2.0 * x + 0.5 * x * x).collect();
+        let (a, b) = (nonneg_polyfit(&xs, &clean, 2).unwrap(), quadratic(&xs, &clean).unwrap());
+        for k in 0..3 {
+            assert!((a.coeffs[k] - b.coeffs[k]).abs() < 1e-9, "{a:?} vs {b:?}");
+        }
+        // All-zero component: nothing to share.
+        assert!(nonneg_polyfit(&xs, &[0.0; 4], 2).map_or(true, |p| quadratic_share(&p, 8.0).is_none()));
     }
 
     #[test]

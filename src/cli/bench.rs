@@ -1,7 +1,8 @@
 //! `vramscope bench`: speed measured side by side in one run and printed as ratios —
 //! our matmuls (f32, and bf16 widened to f32 around gemm) against PyTorch's on the same
 //! shapes, and our fp32 training step against `shared/bench/pytorch_tinyllama.py`.
-//! PyTorch is optional (`pip install torch`); without it the PyTorch columns say so.
+//! PyTorch is optional (`pip install torch`); without it the PyTorch columns are left out
+//! and the output says why and how to install it.
 use super::set_threads;
 use super::train::{execute, plan, TrainArgs};
 use crate::engine::{runtime, DType, Device, Tensor};
@@ -42,6 +43,27 @@ pub struct BenchArgs {
     /// The PyTorch reference script (default: found in shared/bench/ above the current directory)
     #[arg(long)]
     pub torch_script: Option<PathBuf>,
+    /// Python interpreter that runs the PyTorch side
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+}
+
+/// Can `python` import torch? Err says why not and how to get it.
+fn torch_available(python: &str) -> Result<(), String> {
+    let fix = "install it with `pip install torch` (CPU-only wheel: `pip install torch --index-url https://download.pytorch.org/whl/cpu`), or point --python at an interpreter that has it";
+    match Command::new(python).args(["-c", "import torch"]).output() {
+        Err(e) => Err(format!("cannot run the Python interpreter '{python}' ({e}): install Python 3 and PyTorch ({fix})")),
+        Ok(o) if !o.status.success() => Err(format!("'{python}' cannot import torch: {fix}")),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Why the PyTorch side is skipped, if it is.
+fn torch_skip(a: &BenchArgs) -> Option<String> {
+    if a.no_torch {
+        return Some("--no-torch".into());
+    }
+    torch_available(&a.python).err()
 }
 
 /// (M, K, N, layout): "nn" is a @ b; "nt" is a @ w.T (F.linear's forward); "tn" is g.T @ x
@@ -91,7 +113,7 @@ fn our_matmul(m: usize, k: usize, n: usize, layout: &str, dtype: DType) -> f64 {
     2.0 * (m * k * n) as f64 / s / 1e9
 }
 
-fn torch_matmul(threads: usize) -> Option<Vec<(f64, f64)>> {
+fn torch_matmul(python: &str, threads: usize) -> Option<Vec<(f64, f64)>> {
     let shapes: Vec<String> = SHAPES.iter().map(|(m, k, n, l)| format!("({m},{k},{n},'{l}')")).collect();
     let script = format!(
         r#"
@@ -115,7 +137,7 @@ print(json.dumps(out))
 "#,
         shapes.join(",")
     );
-    let o = Command::new("python3").arg("-c").arg(script).output().ok()?;
+    let o = Command::new(python).arg("-c").arg(script).output().ok()?;
     if !o.status.success() {
         return None;
     }
@@ -125,10 +147,21 @@ print(json.dumps(out))
 
 fn bench_matmul(a: &BenchArgs) {
     println!("matmul, {} threads, GFLOP/s (2·M·K·N per call, median):", a.threads);
-    let torch = if a.no_torch { None } else { torch_matmul(a.threads) };
-    if torch.is_none() {
-        println!("  (PyTorch columns skipped: {})", if a.no_torch { "--no-torch" } else { "python3 cannot import torch; pip install torch" });
+    let skip = torch_skip(a);
+    let torch = if skip.is_some() { None } else { torch_matmul(&a.python, a.threads) };
+    if let Some(why) = &skip {
+        println!("  (PyTorch columns left out: {why})");
+    } else if torch.is_none() {
+        println!("  (PyTorch columns left out: the PyTorch matmul run failed)");
     }
+    let Some(torch) = torch else {
+        println!("  {:>16} | {:>9} | {:>9} {:>13}", "M,K,N layout", "ours f32", "ours bf16", "bf16/our f32");
+        for &(m, k, n, l) in SHAPES.iter() {
+            let (f, b) = (our_matmul(m, k, n, l, DType::F32), our_matmul(m, k, n, l, DType::BF16));
+            println!("  {:>16} | {:9.1} | {:9.1} {:12.2}x", format!("{m},{k},{n} {l}"), f, b, b / f);
+        }
+        return;
+    };
     println!(
         "  {:>16} | {:>9} {:>9} {:>11} | {:>9} {:>9} {:>13}",
         "M,K,N layout", "ours f32", "torch f32", "ours/torch", "ours bf16", "torch bf16", "bf16/our f32"
@@ -136,7 +169,7 @@ fn bench_matmul(a: &BenchArgs) {
     for (i, &(m, k, n, l)) in SHAPES.iter().enumerate() {
         let f = our_matmul(m, k, n, l, DType::F32);
         let b = our_matmul(m, k, n, l, DType::BF16);
-        let (tf, tb) = torch.as_ref().map_or((f64::NAN, f64::NAN), |t| t[i]);
+        let (tf, tb) = torch[i];
         println!(
             "  {:>16} | {:9.1} {:9.1} {:10.2}x | {:9.1} {:9.1} {:12.2}x",
             format!("{m},{k},{n} {l}"),
@@ -175,12 +208,17 @@ fn bench_train(a: &BenchArgs) -> Result<()> {
     );
     let ours = execute(&p, false)?;
     let o = [ours.avg_step_s(), ours.avg_phase_s(Phase::Forward), ours.avg_phase_s(Phase::Backward), ours.avg_phase_s(Phase::Optimizer)];
-    let torch = if a.no_torch {
+    let mut skip = torch_skip(a);
+    let script = find_script(a);
+    if skip.is_none() && script.is_none() {
+        skip = Some("shared/bench/pytorch_tinyllama.py not found above the current directory (give --torch-script)".into());
+    }
+    let torch = if skip.is_some() {
         None
     } else {
-        find_script(a).and_then(|script| {
+        script.and_then(|script| {
             let out = std::env::temp_dir().join(format!("vramscope-bench-{}.json", std::process::id()));
-            let st = Command::new("python3")
+            let st = Command::new(&a.python)
                 .arg(&script)
                 .args(["--threads", &a.threads.to_string(), "--num-steps", &a.steps.to_string(), "--skip-steps", "3", "--no-flops", "--json-out"])
                 .arg(&out)
@@ -195,13 +233,21 @@ fn bench_train(a: &BenchArgs) -> Result<()> {
             Some([g("avg_step_ms")?, g("avg_forward_ms")?, g("avg_backward_ms")?, g("avg_optimizer_ms")?])
         })
     };
-    if torch.is_none() {
-        println!("  (PyTorch column skipped: torch or shared/bench/pytorch_tinyllama.py unavailable)");
-    }
-    println!("  {:>10} | {:>10} {:>10} | {:>14}", "ms", "vramscope", "pytorch", "pytorch/ours");
-    for (i, name) in ["step", "forward", "backward", "optimizer"].iter().enumerate() {
-        let t = torch.map_or(f64::NAN, |t| t[i]);
-        println!("  {:>10} | {:10.2} {:10.2} | {:13.2}x", name, o[i] * 1e3, t * 1e3, t / o[i]);
+    let names = ["step", "forward", "backward", "optimizer"];
+    match torch {
+        Some(t) => {
+            println!("  {:>10} | {:>10} {:>10} | {:>14}", "ms", "vramscope", "pytorch", "pytorch/ours");
+            for (i, name) in names.iter().enumerate() {
+                println!("  {:>10} | {:10.2} {:10.2} | {:13.2}x", name, o[i] * 1e3, t[i] * 1e3, t[i] / o[i]);
+            }
+        }
+        None => {
+            println!("  (PyTorch column left out: {})", skip.unwrap_or_else(|| "the PyTorch reference run failed".into()));
+            println!("  {:>10} | {:>10}", "ms", "vramscope");
+            for (i, name) in names.iter().enumerate() {
+                println!("  {:>10} | {:10.2}", name, o[i] * 1e3);
+            }
+        }
     }
     Ok(())
 }

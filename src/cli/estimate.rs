@@ -5,7 +5,7 @@ use super::precision_flags::PrecisionFlags;
 use super::usage;
 use crate::analyse::estimate::{estimate, Estimate, Term};
 use crate::engine::{autocast, runtime, Device};
-use crate::export::{gib, mib, write_json};
+use crate::export::{gib, mib};
 use crate::model::{Flavour, Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, CachingAllocator};
 use crate::record::{Category, Phase};
@@ -32,8 +32,9 @@ pub struct EstimateArgs {
     /// Print the closed form only (no simulated meta run beside it)
     #[arg(long)]
     pub no_simulate: bool,
-    /// Also write the derivation and the simulated numbers as JSON
-    #[arg(long)]
+    /// Write the derivation and the simulated numbers as JSON to FILE (beside the text); with
+    /// no FILE or `-`, print the JSON to stdout instead of the text (as `fit --json`)
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
 }
 
@@ -229,10 +230,11 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     let precision = a.precision.resolve_for(&cfg)?;
     let e = estimate(&cfg, precision, batch, seq);
     let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq)?) };
-    print(&e, &cfg, sim.as_ref());
+    if !a.json.as_deref().is_some_and(super::json_out::is_stdout) {
+        print(&e, &cfg, sim.as_ref());
+    }
     if let Some(path) = &a.json {
-        write_json(path, &json!({ "model": cfg, "estimate": e, "simulated": sim, "units": "bytes" }))?;
-        println!("\nwrote {}", path.display());
+        super::json_out::write(path, &json!({ "model": cfg, "estimate": e, "simulated": sim, "units": "bytes" }))?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use super::profile::{self, ProfileArgs, ProfileType};
 use super::{set_threads, usage};
 use crate::export::gib;
 use crate::model::Flavour;
+use crate::record::reserve;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -60,9 +61,15 @@ pub struct FitArgs {
     /// when --max-seq-len or a config.json fixes one; else 1048576)
     #[arg(long)]
     pub max: Option<usize>,
-    /// Print the answer as JSON
-    #[arg(long)]
-    pub json: bool,
+    /// Write the answer as JSON to FILE; with no FILE or `-`, print it to stdout instead of
+    /// the text (as `estimate --json`)
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Device memory kept free for what the allocator model does not hold: the CUDA context
+    /// and the cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on
+    /// H100/H200, 8.125 MiB elsewhere; two handles for training; see the README). 0 for none
+    #[arg(long, value_name = "SIZE")]
+    pub reserve: Option<String>,
 }
 
 /// One meta run of the search.
@@ -152,6 +159,22 @@ pub fn run(a: FitArgs) -> Result<()> {
         Some(f) => (base.capacity as f64 * f) as usize,
         None => base.capacity,
     };
+    // The reserve comes off the device and off the memory-fraction budget: every probe runs
+    // against --memory-limit (device − reserve) with the fraction rescaled to match.
+    let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    let reserve_parts = match &a.reserve {
+        // "0", "0MiB", "0GiB": no reserve (parse_size refuses sizes under a byte).
+        Some(r) if r.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()).trim().parse::<f64>() == Ok(0.0) => Vec::new(),
+        Some(r) => vec![reserve::Part { what: "--reserve".into(), bytes: crate::record::gpu::parse_size(r).map_err(|e| usage("--reserve", e))? }],
+        None => reserve::default_parts(gpu.as_ref(), a.profile_type == ProfileType::Training),
+    };
+    let reserve: usize = reserve_parts.iter().map(|p| p.bytes).sum();
+    if reserve >= capacity {
+        return Err(usage("--reserve", format!("{} leaves nothing of the {} the process may use (--reserve 0 searches the bare limit)", size(reserve as i64), size(capacity as i64))));
+    }
+    let limit = (base.capacity - reserve).to_string();
+    let fraction = a.memory_fraction.map(|_| (capacity - reserve) as f64 / (base.capacity - reserve) as f64);
+    let args_for = |a: &FitArgs, b: usize, c: usize| ProfileArgs { memory_limit: Some(limit.clone()), memory_fraction: fraction, ..args_for(a, b, c) };
     set_threads(None)?;
     super::quiet_oom_panics();
     let mut probes: Vec<Probe> = Vec::new();
@@ -211,12 +234,15 @@ pub fn run(a: FitArgs) -> Result<()> {
     };
     probes.sort_by_key(|p| p.value);
     let device = base.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
-    let margin = answer.as_ref().map(|p| capacity as i64 - p.peak_reserved_bytes as i64);
+    // Free at the answer: what the process may use, less the reserve, less the peak the
+    // caching allocator reserved (its segments) — or, looser, less the tensors' blocks.
+    let margin = answer.as_ref().map(|p| capacity as i64 - reserve as i64 - p.peak_reserved_bytes as i64);
+    let margin_allocated = answer.as_ref().map(|p| capacity as i64 - reserve as i64 - p.peak_allocated_bytes as i64);
     let fixed = match a.find {
         Find::Batch => json!({"context_length": ctx}),
         Find::Context => json!({"batch_size": batch}),
     };
-    if a.json {
+    if let Some(path) = &a.json {
         let out = json!({
             "find": a.find,
             "model": base.model_name,
@@ -225,20 +251,25 @@ pub fn run(a: FitArgs) -> Result<()> {
             "fixed": fixed,
             "device": device,
             "capacity_bytes": capacity,
+            "reserve_bytes": reserve,
+            "reserve": reserve_parts,
             "answer": answer.as_ref().map(|p| p.value),
             "peak_allocated_bytes": answer.as_ref().map(|p| p.peak_allocated_bytes),
             "peak_reserved_bytes": answer.as_ref().map(|p| p.peak_reserved_bytes),
             "margin_bytes": margin,
             "margin_gib": margin.map(|m| m as f64 / (1u64 << 30) as f64),
             "margin_percent": margin.map(|m| 100.0 * m as f64 / capacity as f64),
+            "margin_over_allocated_bytes": margin_allocated,
+            "margin_note": "margin = capacity − reserve − peak reserved (max_memory_reserved); margin_over_allocated uses peak allocated (max_memory_allocated)",
             "first_not_fitting": first_fail.as_ref().map(|p| p.value),
             "oom": first_fail.as_ref().and_then(|p| p.oom.clone()),
             "search_limit": cap,
             "units": "bytes; GiB are 1024³ bytes",
             "probes": probes,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
+        if super::json_out::write(path, &out)? {
+            return Ok(());
+        }
     }
     let fixed_txt = match a.find {
         Find::Batch => format!("context length {ctx}"),
@@ -253,20 +284,30 @@ pub fn run(a: FitArgs) -> Result<()> {
         a.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
     );
     let tried: Vec<String> = probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
+    let parts: Vec<String> = reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
+    println!(
+        "reserve {}{} kept free for what the allocator model does not hold{}; probes run against {}",
+        size(reserve as i64),
+        if a.reserve.is_none() { " (default; --reserve SIZE to change)" } else { " (--reserve)" },
+        if a.reserve.is_none() { format!(": {}", parts.join(" + ")) } else { String::new() },
+        size(capacity as i64 - reserve as i64)
+    );
     println!("probes ({} meta runs; ✗ = out of memory): {}", probes.len(), tried.join(" "));
     match &answer {
         None => println!("nothing fits: {what} {start} already runs out of memory ({})", first_fail.and_then(|p| p.oom).unwrap_or_default()),
         Some(p) => {
-            let m = margin.unwrap();
+            let (m, ma) = (margin.unwrap(), margin_allocated.unwrap());
             println!("largest {what} that fits: {}", p.value);
+            println!("at {}: peak allocated {} (max_memory_allocated), peak reserved {} (max_memory_reserved)", p.value, size(p.peak_allocated_bytes as i64), size(p.peak_reserved_bytes as i64));
             println!(
-                "at {}: peak allocated {}, peak reserved {}; margin {} ({:.1} % of {}) left",
+                "margin left at {}: {} capacity − {} reserve − {} peak reserved = {} ({:.1} % of capacity); over peak allocated: {}",
                 p.value,
-                size(p.peak_allocated_bytes as i64),
+                size(capacity as i64),
+                size(reserve as i64),
                 size(p.peak_reserved_bytes as i64),
                 size(m),
                 100.0 * m as f64 / capacity as f64,
-                size(capacity as i64)
+                size(ma)
             );
             match &first_fail {
                 Some(f) => println!("{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),

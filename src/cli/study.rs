@@ -17,6 +17,53 @@ use std::process::{Command, Stdio};
 
 const SIZES: [&str; 5] = ["tiny", "small", "medium", "large", "very_large"];
 
+/// The "Params" column of the workshop guide's table of problem sizes (§6.2), as printed.
+const GUIDE_TABLE: [(&str, &str); 5] = [("tiny", "~2.9M"), ("small", "~20.9M"), ("medium", "~167M"), ("large", "~1.3B"), ("very_large", "~10.7B")];
+
+/// 2617600 → "2,617,600".
+pub(crate) fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The parameter lines of the banner: the count PyTorch reports, the count with the tied
+/// head counted twice (the guide's way of counting), and the guide's table entry, each
+/// saying why it differs.
+fn parameter_lines(size: &str, m: &crate::model::ModelConfig) -> String {
+    let (n, twice) = (m.param_count(), m.param_count_head_twice());
+    let mut s = format!(
+        "  Parameters:          {} ({:.1}M): sum(p.numel() for p in model.parameters()){}\n",
+        grouped(n),
+        n as f64 / 1e6,
+        if m.tied_embeddings { "; the LM head is the embedding's weight (tied), counted once" } else { "" }
+    );
+    if twice != n {
+        s += &format!(
+            "  Head counted twice:  {} ({:.1}M): the workshop guide's hand count adds the LM head [{} × {}] = {} again, as if untied\n",
+            grouped(twice),
+            twice as f64 / 1e6,
+            m.d_model,
+            m.vocab_size,
+            grouped(twice - n)
+        );
+    }
+    let table = GUIDE_TABLE.iter().find(|(k, _)| *k == size).map_or("?", |(_, v)| v);
+    let why = if size == "tiny" {
+        format!("its walkthrough model's count (intermediate 512, head counted twice: 2,873,600); this size's intermediate is {}", m.d_ff)
+    } else {
+        "an estimate that no count of this configuration, tied or untied, reproduces".to_string()
+    };
+    s += &format!("  Guide's table:       {table}: {why}\n");
+    s
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct StudyArgs {
     /// Problem size: tiny, small, medium, large or very_large
@@ -122,15 +169,14 @@ pub fn run(a: StudyArgs) -> Result<()> {
     let m = &preset.model;
     let banner = format!(
         "{eq}\nVRAMSCOPE - VERSION 1 BASELINE PERFORMANCE STUDY\n{eq}\n\nProblem Size: {}\nConfiguration:\n  Hidden Dimension:    {}\n  Number of Layers:    {}\n  \
-         Sequence Length:     {}\n  Batch Size:          {}\n  Training Steps:      {steps}\n  Parameters:          {} ({:.1}M)\n  Est. FLOPs per step: {:.3e}\n  \
+         Sequence Length:     {}\n  Batch Size:          {}\n  Training Steps:      {steps}\n{}  Est. FLOPs per step: {:.3e}\n  \
          Profilers Enabled:   {}\n  Device:              {device} ({why})\n\nOutput Directory: {}\n{eq}\n",
         size.to_uppercase(),
         m.d_model,
         m.num_layers,
         preset.seq_len,
         preset.batch_size,
-        m.param_count(),
-        m.param_count() as f64 / 1e6,
+        parameter_lines(&size, m),
         step_flops(&preset),
         a.enable_profilers,
         dir.display(),
@@ -179,6 +225,8 @@ pub fn run(a: StudyArgs) -> Result<()> {
         "batch_size": preset.batch_size,
         "num_steps": steps,
         "parameters": m.param_count(),
+        "parameters_head_counted_twice": m.param_count_head_twice(),
+        "guide_table_parameters": GUIDE_TABLE.iter().find(|(k, _)| *k == size).map(|(_, v)| *v),
         "estimated_step_flops": step_flops(&preset),
         "enable_profilers": a.enable_profilers,
         "device": device,

@@ -219,6 +219,11 @@ pub struct PointResult {
     pub peak_reserved_gib: f64,
     /// The out-of-memory message when this point did not fit.
     pub oom: Option<String>,
+    /// The memory the allocator could reserve at this point (--gpu's or --memory-limit's
+    /// capacity, times --memory-fraction when given); None without a limit.
+    pub memory_limit_bytes: Option<usize>,
+    /// What set that limit: the GPU preset's name, or "memory limit".
+    pub memory_limit_label: Option<String>,
     pub peak_phase: Option<String>,
     /// Live bytes (allocator blocks) at the peak per category.
     pub at_peak_by_category: BTreeMap<String, usize>,
@@ -242,9 +247,10 @@ pub struct AxisFit {
     pub peak_allocated_bytes: Vec<f64>,
     /// peak allocated ≈ a + b·x (bytes; for --batch-size b is bytes per sample).
     pub linear: Option<Poly>,
-    /// peak allocated ≈ a + b·x + c·x² (three points or more).
+    /// peak allocated ≈ a + b·x + c·x² with a, b, c ≥ 0 (three points or more).
     pub quadratic: Option<Poly>,
-    /// Share of the peak at the largest x carried by the x² term of the quadratic fit.
+    /// Share of the fitted peak at the largest x that the x² term explains, in [0, 1]; None
+    /// when the quadratic fits badly (R² < [`MIN_R2`]).
     pub quadratic_share: Option<f64>,
     pub reserved_linear: Option<Poly>,
     /// mem(next) / mem(this) along x, and that factor per doubling of x.
@@ -263,24 +269,38 @@ pub struct AxisFit {
     pub quadratic_ops: Vec<ComponentFit>,
 }
 
+/// A fit whose R² is below this describes its points too poorly for its terms to be read
+/// as shares (a jump from a cached block, a peak that moves between phases).
+pub const MIN_R2: f64 = 0.99;
+/// A component under this share of the peak (at the largest x) is too small for its
+/// growth to matter; its share is left out.
+pub const MIN_SHARE_OF_PEAK: f64 = 0.01;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ComponentFit {
     pub name: String,
+    /// a + b·x (+ c·x² from three points) with every coefficient ≥ 0.
     pub fit: Poly,
+    /// The component as measured at the largest x (bytes).
     pub bytes_at_max: f64,
-    /// Share of this component at the largest x carried by its x² term.
-    pub quadratic_share: f64,
-    /// Grows as x²: its x² term is over 5 % of it and over 0.5 % of the peak at the largest x.
+    /// The share of the fitted component at the largest x that its x² term explains,
+    /// c·x² / (a + b·x + c·x²), in [0, 1]. None (left out) for a component under
+    /// [`MIN_SHARE_OF_PEAK`] of the peak or fitted with R² under [`MIN_R2`].
+    pub quadratic_share: Option<f64>,
+    /// Grows as x²: it has a share, that share is over 5 %, and the x² term is over 0.5 %
+    /// of the peak at the largest x.
     pub grows_quadratically: bool,
 }
 
 fn component_fit(name: String, xs: &[f64], ys: &[f64], peak_at_max: f64) -> Option<ComponentFit> {
-    let p = if xs.len() >= 3 { fit::quadratic(xs, ys)? } else { fit::linear(xs, ys)? };
-    let x_max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let at_max = p.eval(x_max);
-    let share = fit::quadratic_share(&p, x_max);
+    let p = fit::nonneg_polyfit(xs, ys, if xs.len() >= 3 { 2 } else { 1 })?;
+    let i_max = xs.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1))?.0;
+    let x_max = xs[i_max];
+    let at_max = ys[i_max];
+    let share = if at_max >= MIN_SHARE_OF_PEAK * peak_at_max && p.r2 >= MIN_R2 { fit::quadratic_share(&p, x_max) } else { None };
     let quad_abs = p.coeff(2) * x_max * x_max;
-    Some(ComponentFit { name, bytes_at_max: at_max, quadratic_share: share, grows_quadratically: share > 0.05 && quad_abs > 0.005 * peak_at_max, fit: p })
+    let grows = share.is_some_and(|s| s > 0.05) && quad_abs > 0.005 * peak_at_max;
+    Some(ComponentFit { name, bytes_at_max: at_max, quadratic_share: share, grows_quadratically: grows, fit: p })
 }
 
 /// The grid points along numeric axis `k` (two values or more), grouped by the values of
@@ -312,7 +332,7 @@ pub fn fits(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<AxisF
             let ys: Vec<f64> = ok.iter().map(|&m| res[m].peak_allocated_bytes as f64).collect();
             let rs: Vec<f64> = ok.iter().map(|&m| res[m].peak_reserved_bytes as f64).collect();
             let x_max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let quadratic = if xs.len() >= 3 { fit::quadratic(&xs, &ys) } else { None };
+            let quadratic = if xs.len() >= 3 { fit::nonneg_polyfit(&xs, &ys, 2) } else { None };
             let peak_at_max = ys.iter().copied().fold(0.0, f64::max);
             let fit_keys = |keys: &dyn Fn(&PointResult) -> &BTreeMap<String, usize>, pts: &[usize], xs: &[f64]| -> Vec<ComponentFit> {
                 let mut names: Vec<String> = pts.iter().flat_map(|&m| keys(&res[m]).keys().cloned()).collect();
@@ -346,7 +366,7 @@ pub fn fits(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<AxisF
                 axis: ax.name().to_string(),
                 fixed,
                 linear: fit::linear(&xs, &ys),
-                quadratic_share: quadratic.as_ref().map(|q| fit::quadratic_share(q, x_max)),
+                quadratic_share: quadratic.as_ref().filter(|q| q.r2 >= MIN_R2).and_then(|q| fit::quadratic_share(q, x_max)),
                 quadratic,
                 reserved_linear: fit::linear(&xs, &rs),
                 steps: fit::doubling_factors(&xs, &ys),
@@ -407,27 +427,30 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
             l.push(format!("- the peak is in different phases along the axis ({}): the curve is the larger of phase peaks that scale differently; read the per-phase fits", s.join("; ")));
         }
         if let Some(q) = &f.quadratic {
-            if q.n == 3 {
+            if q.n == 3 && q.r2 > 1.0 - 1e-12 {
                 l.push("- (three points: the quadratic passes through them exactly, R² = 1 says nothing)".to_string());
             }
+            let x_max = f.x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let share = match f.quadratic_share {
+                Some(s) => format!("at {x} = {x_max} the {x}² term is {:.1} % of the fitted peak", 100.0 * s),
+                None => format!("R² under {MIN_R2}: no share of the {x}² term is given"),
+            };
             l.push(format!(
-                "- quadratic: a + b·{x} + c·{x}² with a = {:.3} GiB, b = {:.1} KiB, c = {:.1} B, R² = {:.6}; at {x} = {} the {x}² term is {:.1} % of the peak",
+                "- quadratic (coefficients ≥ 0): a + b·{x} + c·{x}² with a = {:.3} GiB, b = {:.1} KiB, c = {:.1} B, R² = {:.6}; {share}",
                 q.coeff(0) / (1u64 << 30) as f64,
                 q.coeff(1) / 1024.0,
                 q.coeff(2),
                 q.r2,
-                f.x.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                100.0 * f.quadratic_share.unwrap_or(0.0)
             ));
         }
-        // One fitted component at the largest x, and whether it grows quadratically.
+        // One component as measured at the largest x, and the share of it its x² term
+        // explains when it grows as x² (see ComponentFit::quadratic_share).
         let component = |c: &ComponentFit| -> String {
-            format!(
-                "{} {:.3} GiB{}",
-                c.name,
-                c.bytes_at_max / (1u64 << 30) as f64,
-                if c.grows_quadratically { format!(" (grows as {x}²: {:.0} % of it)", 100.0 * c.quadratic_share) } else { String::new() }
-            )
+            let share = match c.quadratic_share {
+                Some(s) if c.grows_quadratically => format!(" ({x}² term: {:.0} % of it)", 100.0 * s),
+                _ => String::new(),
+            };
+            format!("{} {:.3} GiB{share}", c.name, c.bytes_at_max / (1u64 << 30) as f64)
         };
         if !f.steps.is_empty() {
             let s: Vec<String> = f.steps.iter().map(|s| format!("{}→{}: ×{:.3} (×{:.3} per doubling)", s.from, s.to, s.factor, s.per_doubling)).collect();
@@ -435,7 +458,7 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
         }
         if !f.phases.is_empty() {
             let s: Vec<String> = f.phases.iter().map(component).collect();
-            l.push(format!("- peak of each phase at the largest {x} (fitted; GiB 1024-based): {}", s.join(", ")));
+            l.push(format!("- peak allocated within each phase at the largest {x} (GiB 1024-based): {}", s.join(", ")));
         }
         if f.components.is_empty() && f.x.len() >= 2 {
             l.push(format!("- the peak moves between phases along {}; no two points share the largest {x}'s peak phase, so no breakdown fit", f.axis));
@@ -448,11 +471,15 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
         }
         if !f.components.is_empty() {
             let s: Vec<String> = f.components.iter().map(component).collect();
-            l.push(format!("- live at the peak by category, at the largest {x} (GiB 1024-based): {}", s.join(", ")));
+            l.push(format!("- live at the peak by category (allocated blocks), at the largest {x} (GiB 1024-based): {}", s.join(", ")));
         }
         if !f.quadratic_ops.is_empty() {
-            let s: Vec<String> = f.quadratic_ops.iter().map(|c| format!("{} {:.1} MiB ({:.0} % {x}²)", c.name, c.bytes_at_max / (1u64 << 20) as f64, 100.0 * c.quadratic_share)).collect();
-            l.push(format!("- activations that grow as {x}² at the peak, by op: {}", s.join(", ")));
+            let s: Vec<String> = f
+                .quadratic_ops
+                .iter()
+                .filter_map(|c| Some(format!("{} {:.1} MiB ({x}² term: {:.0} % of it)", c.name, c.bytes_at_max / (1u64 << 20) as f64, 100.0 * c.quadratic_share?)))
+                .collect();
+            l.push(format!("- activations (allocated blocks) that grow as {x}² at the peak, by op: {}", s.join(", ")));
         }
         l.push(String::new());
     }
@@ -504,12 +531,22 @@ fn csv(axes: &[Axis], res: &[PointResult]) -> String {
 }
 
 /// One chart per swept numeric axis: peak allocated (solid) and reserved (dashed) in GiB, a
-/// colour per combination of the other axes; OOM points left out.
+/// colour per combination of the other axes; each device memory limit as a line, and each
+/// point that ran out of memory as a ✗ on its limit (its partial peaks are not drawn).
 fn plots(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (k, ax) in axes.iter().enumerate() {
         let Some(groups) = along(ax, k, idx) else { continue };
         let mut series = Vec::new();
+        let mut extras = svg::Extras::default();
+        for r in res {
+            if let (Some(b), Some(l)) = (r.memory_limit_bytes, &r.memory_limit_label) {
+                let label = format!("{l}: {:.2} GiB", gib(b as u64));
+                if !extras.limits.iter().any(|x| x.label == label) {
+                    extras.limits.push(svg::Limit { label, y: gib(b as u64) });
+                }
+            }
+        }
         for (gi, (key, members)) in groups.iter().enumerate() {
             let others: Vec<String> = axes.iter().enumerate().filter(|(j, a)| *j != k && a.values.len() > 1).map(|(j, a)| {
                 let jj = if j > k { j - 1 } else { j };
@@ -518,11 +555,15 @@ fn plots(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<(String,
             let tag = if others.is_empty() { String::new() } else { format!(" ({})", others.join(", ")) };
             let ok: Vec<usize> = members.iter().copied().filter(|&m| res[m].oom.is_none()).collect();
             let x = |m: usize| ax.values[idx[m][k]].parse::<f64>().unwrap();
+            for &m in members.iter().filter(|&&m| res[m].oom.is_some()) {
+                let y = res[m].memory_limit_bytes.map_or(res[m].peak_reserved_gib, |b| gib(b as u64));
+                extras.ooms.push(svg::Oom { x: x(m), y, colour: gi, label: format!("out of memory at {} {}{tag}", ax.name(), ax.values[idx[m][k]]) });
+            }
             series.push(Series { label: format!("allocated{tag}"), points: ok.iter().map(|&m| (x(m), res[m].peak_allocated_gib)).collect(), colour: gi, dashed: false });
             series.push(Series { label: format!("reserved{tag}"), points: ok.iter().map(|&m| (x(m), res[m].peak_reserved_gib)).collect(), colour: gi, dashed: true });
         }
         let title = format!("Peak memory vs {} (solid: max allocated, dashed: max reserved)", ax.name());
-        out.push((format!("sweep_{}.svg", ax.name()), svg::line_chart(&title, ax.name(), "peak memory (GiB, 1024³ bytes)", &series)));
+        out.push((format!("sweep_{}.svg", ax.name()), svg::line_chart(&title, ax.name(), "peak memory (GiB, 1024³ bytes)", &series, &extras)));
     }
     out
 }
@@ -566,6 +607,11 @@ pub fn run(a: SweepArgs) -> Result<()> {
             peak_allocated_gib: gib(st.allocated_bytes.peak as u64),
             peak_reserved_gib: gib(st.reserved_bytes.peak as u64),
             oom: run.oom.clone(),
+            memory_limit_bytes: (plan.capacity < usize::MAX / 4).then(|| args.memory_fraction.map_or(plan.capacity, |f| (f * plan.capacity as f64) as usize)),
+            memory_limit_label: (plan.capacity < usize::MAX / 4).then(|| {
+                let name = plan.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
+                args.memory_fraction.map_or(name.clone(), |f| format!("{name} × memory fraction {f}"))
+            }),
             peak_phase: run.report.peak_phase.map(|p| p.to_string()),
             at_peak_by_category: run.report.by_category.iter().map(|(c, b)| (c.name().to_string(), *b)).collect(),
             at_peak_requested_by_category: run.report.by_category_requested.iter().map(|(c, b)| (c.name().to_string(), *b)).collect(),
@@ -622,7 +668,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     println!("\nwrote {} in {}", written.join(", "), a.out_dir.display());
     let ooms = res.iter().filter(|r| r.oom.is_some()).count();
     if ooms > 0 {
-        println!("{ooms} point(s) ran out of memory (marked OOM; left out of fits and plots)");
+        println!("{ooms} point(s) ran out of memory (marked OOM; left out of the fits; drawn as ✗ on the memory limit in the plots)");
     }
     Ok(())
 }

@@ -455,7 +455,12 @@ pub fn run(a: TrainArgs) -> Result<()> {
     if let Some(line) = super::memory_flags::describe(m) {
         println!("{line}");
     }
-    println!("params: {} ({:.2} MiB fp32)", m.param_count(), mib(m.param_count() * 4));
+    println!(
+        "params: {} ({:.2} MiB fp32){}",
+        m.param_count(),
+        mib(m.param_count() * 4),
+        if m.tied_embeddings { format!("; the LM head is the embedding's weight, counted once ({} counting it twice, as the workshop guide does)", super::study::grouped(m.param_count_head_twice())) } else { String::new() }
+    );
     if std::env::var_os("VRAMSCOPE_OP_TIMES").is_some() {
         runtime::enable_op_timing();
     }

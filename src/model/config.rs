@@ -234,4 +234,11 @@ impl ModelConfig {
         let head = if self.tied_embeddings { 0 } else { v * d };
         l * per_layer + v * d + head + d
     }
+
+    /// The count with a tied LM head counted a second time, as hand derivations that list
+    /// "embedding" and "output projection" separately do (the workshop guide's 2,873,600 for
+    /// its walkthrough model); equal to [`Self::param_count`] for an untied head.
+    pub fn param_count_head_twice(&self) -> u64 {
+        self.param_count() + if self.tied_embeddings { (self.vocab_size * self.d_model) as u64 } else { 0 }
+    }
 }

@@ -7,6 +7,7 @@ pub mod compute;
 pub mod context;
 pub mod gpu;
 pub mod log;
+pub mod reserve;
 
 pub use context::{scope_name, Category, Phase};
 pub use log::{EventKind, MemEvent, MemoryLog, MemoryStats, Recording};
