@@ -60,7 +60,9 @@ fn compare_without_options_runs_every_optimisation_and_matches_single_profiles()
     }
     assert_eq!(live("baseline", "autocast_cache"), 0);
     assert!(live("bf16 autocast", "autocast_cache") > 0);
-    assert!(live("checkpoint blocks", "activation") < live("baseline", "activation") / 4);
+    // Two blocks: at the checkpointed peak (backward) at most one block's recomputed
+    // activations are live.
+    assert!(live("checkpoint blocks", "activation") < live("baseline", "activation") / 2);
     // One snapshot per variant, and the Markdown table.
     let md = std::fs::read_to_string(dir.join("compare.md")).unwrap();
     assert!(md.contains("| baseline |") && md.contains("| all of the above |"), "{md}");

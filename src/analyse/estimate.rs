@@ -292,6 +292,12 @@ fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
     // read through a transposed view. Under autocast the fp32 RoPE buffer promotes Q and K
     // back to fp32, and the matmul that reads them keeps low copies instead.
     t.push(c.term("v_proj output", "bmm", Unit::A, lo));
+    // RoPE gathers cos/sin by position (`cache[:, pos_ids]`): a (2, S, d_k/2) copy per call
+    // in the buffer's type (fp32, bf16 in pure bf16), which `cos * x1` and friends keep.
+    let rope_elem = if pure { 2 } else { 4 };
+    for which in ["Q", "K"] {
+        t.push(c.small(&format!("RoPE cos/sin gathered for {which} (the muls keep them)"), "index", "2·S·d_k/2", c.s * c.dk, rope_elem));
+    }
     let qk = |t: &mut Vec<Term>, extra: &str| {
         if ac {
             t.push(c.term(format!("rope(Q) (fp32: fp32 RoPE buffer) cast to {}{extra}", c.low_name), "_to_copy", Unit::A, 2));

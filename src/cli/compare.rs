@@ -118,7 +118,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
             let mut runs: Vec<Run> = Vec::new();
             for (v, p) in vs.iter().zip(&plans) {
                 let mut args = v.args.clone();
-                let k = format!("{kind:?}").to_lowercase();
+                let k = kind.name().to_string();
                 args.output = Some(a.out_dir.join(format!("{}_ctx{ctx}_{k}_{}_snapshot.pickle", p.model_name, slug(&v.name))));
                 runs.push(profile::profile_one(p, &args, ctx, kind)?);
             }
@@ -129,9 +129,10 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
             let rel = |x: usize, b: usize| if b == 0 { "-".to_string() } else { format!("{:+.1}%", (x as f64 / b as f64 - 1.0) * 100.0) };
             let _ = writeln!(
                 md,
-                "\n### {} ({}), {kind:?}, context {ctx}, batch {} on {} — {unit} are {} bytes\n",
+                "\n### {} ({}), {}, context {ctx}, batch {} on {} — {unit} are {} bytes\n",
                 p0.model_name,
                 p0.model.flavour,
+                kind.name(),
                 p0.batch,
                 p0.device,
                 if unit == "GiB" { "1024³" } else { "1024²" }

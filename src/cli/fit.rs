@@ -33,7 +33,8 @@ pub struct FitArgs {
     /// What to search for
     #[arg(long, value_enum, default_value = "batch")]
     pub find: Find,
-    /// forward (autograd on), inference (no_grad) or training (one full step after warm-up)
+    /// forward (`model(x)` with autograd, no loss), forward-loss (plus the loss, no backward),
+    /// inference (no_grad) or training (one full step after warm-up)
     #[arg(long, value_enum, default_value = "training")]
     pub profile_type: ProfileType,
     /// Batch size held fixed when finding the context (default: the preset's)

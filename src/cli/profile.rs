@@ -29,12 +29,30 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProfileType {
-    /// Forward pass with autograd on (saved tensors kept until the output is dropped)
+    /// `model(x)` with autograd on and no loss (CS336's forward rows): the saved tensors are
+    /// kept until the unbound output is dropped
     Forward,
-    /// Forward pass under no_grad
+    /// `logits = model(x); loss = cross_entropy(logits, y)` with autograd on, no backward
+    /// (phases forward and loss)
+    #[value(name = "forward-loss")]
+    #[serde(rename = "forward-loss")]
+    ForwardLoss,
+    /// `model(x)` under no_grad
     Inference,
     /// zero_grad → forward → loss → backward → optimizer step
     Training,
+}
+
+impl ProfileType {
+    /// The name the command line and the output files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProfileType::Forward => "forward",
+            ProfileType::ForwardLoss => "forward-loss",
+            ProfileType::Inference => "inference",
+            ProfileType::Training => "training",
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -61,7 +79,9 @@ pub struct ProfileArgs {
     /// buffer that drops the oldest entries when full (default: CS336's profile_memory.py value)
     #[arg(long, default_value_t = DEFAULT_MAX_ENTRIES)]
     pub max_entries: usize,
-    /// forward, inference or training; a comma list runs each (the peak table gets a column per type)
+    /// forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
+    /// backward), inference (no_grad) or training; a comma list runs each (the peak table gets
+    /// a column per type)
     #[arg(long, value_enum, value_delimiter = ',', default_value = "training")]
     pub profile_type: Vec<ProfileType>,
     /// cpu (real numerics) or meta (shapes only; any model size)
@@ -270,6 +290,16 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
             let refs: Vec<(&Tensor, &Tensor)> = micro.iter().map(|(x, y)| (x, y)).collect();
             runner.step_accumulated(&refs);
         }
+        ProfileType::ForwardLoss => {
+            runtime::set_phase(Phase::Forward);
+            let region = precision.autocast().map(autocast::enable);
+            // `logits = model(x); loss = cross_entropy(logits, y)`; both die before the next step.
+            let (logits, loss) = model.forward_loss(&micro[0].0, &micro[0].1, &mut |_| runtime::set_phase(Phase::Loss));
+            drop(region);
+            drop(loss);
+            drop(logits);
+            runtime::set_phase(Phase::Setup);
+        }
         ProfileType::Forward | ProfileType::Inference => {
             let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
             runtime::set_phase(Phase::Forward);
@@ -384,7 +414,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     if p.write_files {
         let snap = snapshot::build(&alloc, &before, &events, &actions);
         let path = a.output.clone().unwrap_or_else(|| {
-            let kind = format!("{kind:?}").to_lowercase();
+            let kind = kind.name();
             // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
             let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
             let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
@@ -404,10 +434,10 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
 fn print_run(p: &Plan, r: &Run, depth: usize) {
     let g = |b: usize| gib(b as u64);
     println!(
-        "\n== {} ({}) {:?} {}, context {}, batch {} on {} | {}",
+        "\n== {} ({}) {} {}, context {}, batch {} on {} | {}",
         p.model_name,
         p.model.flavour,
-        r.kind,
+        r.kind.name(),
         p.precision,
         r.context,
         p.batch,

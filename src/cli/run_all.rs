@@ -64,12 +64,9 @@ struct Done {
 }
 
 fn kind_name(k: ProfileType) -> &'static str {
-    match k {
-        ProfileType::Forward => "forward",
-        ProfileType::Inference => "inference",
-        ProfileType::Training => "training",
-    }
+    k.name()
 }
+
 
 /// Profile arguments for one run, parsed and validated by `profile`'s own code.
 fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision, output: &Path) -> Result<ProfileArgs> {

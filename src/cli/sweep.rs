@@ -601,7 +601,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             model: plan.model_name.clone(),
             batch_size: plan.batch,
             context_length: plan.contexts[0],
-            profile_type: format!("{kind:?}").to_lowercase(),
+            profile_type: kind.name().to_string(),
             peak_allocated_bytes: st.allocated_bytes.peak,
             peak_reserved_bytes: st.reserved_bytes.peak,
             peak_allocated_gib: gib(st.allocated_bytes.peak as u64),

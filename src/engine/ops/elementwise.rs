@@ -208,10 +208,20 @@ impl Tensor {
             let (a, b) = (self.meta_like(), o.meta_like());
             return attach(out, "DivBackward0", &[self, o], Box::new(move |g| {
                 let so = so.unpack();
-                let ga = ra.then(|| reduce_grad(g.div(&so), &a));
-                // PyTorch: -grad * ((self / other) / other)
-                let gb = sa.map(|sa| reduce_grad(g.neg().mul(&sa.unpack().div(&so).div(&so)), &b));
-                vec![ga, gb]
+                // The generated DivBackward0 computes `other`'s gradient first,
+                // -grad * ((self / other) / other), the quotients before the negation, and
+                // frees its temporaries before `self`'s, grad / other. The engine sums
+                // broadcast gradients back to their inputs' shapes afterwards, in input order.
+                let gb = sa.map(|sa| {
+                    let q = sa.unpack().div(&so);
+                    let q2 = q.div(&so);
+                    let n = g.neg();
+                    let r = n.mul(&q2);
+                    drop((n, q2, q));
+                    r
+                });
+                let ga = ra.then(|| g.div(&so));
+                vec![ga.map(|ga| reduce_grad(ga, &a)), gb.map(|gb| reduce_grad(gb, &b))]
             }));
         }
         out

@@ -212,6 +212,61 @@ impl Tensor {
         out
     }
 
+    /// `self[:, …, index, …]`: advanced indexing with one int64 index tensor at dimension
+    /// `dim` (`aten::index`). The result is a new tensor of shape
+    /// `self.shape[..dim] + index.shape + self.shape[dim+1..]`; backward (IndexBackward0)
+    /// keeps the index and accumulates the gradient into zeros of the input's shape.
+    #[track_caller]
+    pub fn index_along(&self, dim: isize, index: &Tensor) -> Tensor {
+        let d = dim_index(dim, self.rank());
+        assert_eq!(index.dtype(), DType::I64, "index must be int64");
+        let in_shape = self.shape().to_vec();
+        let (outer, n, inner) = (in_shape[..d].iter().product::<usize>(), in_shape[d], in_shape[d + 1..].iter().product::<usize>());
+        let mut shape = in_shape[..d].to_vec();
+        shape.extend_from_slice(index.shape());
+        shape.extend_from_slice(&in_shape[d + 1..]);
+        let dtype = self.dtype();
+        let out = with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "index", &[self, index], || {
+                let x = cpu::read::<R>(self);
+                let ix = cpu::read_i64(index);
+                let mut out = Vec::with_capacity(outer * ix.len() * inner);
+                for o in 0..outer {
+                    for &i in &ix {
+                        assert!((i as usize) < n, "index {i} out of range for size {n}");
+                        let at = (o * n + i as usize) * inner;
+                        out.extend_from_slice(&x[at..at + inner]);
+                    }
+                }
+                out
+            })
+        });
+        if needs_grad(&[self]) {
+            let ix = save(index);
+            return attach(out, "IndexBackward0", &[self], Box::new(move |g| {
+                let ix = ix.unpack();
+                let dt = g.dtype();
+                let gx = with_real!(dt, R, {
+                    Tensor::compute::<R>(g.device(), dt, &in_shape, "index_put_", &[&g, &ix], || {
+                        let ids = cpu::read_i64(&ix);
+                        let gv = cpu::read::<R>(&g);
+                        let mut w = vec![R::zero(); outer * n * inner];
+                        for o in 0..outer {
+                            for (k, &i) in ids.iter().enumerate() {
+                                let src = &gv[(o * ids.len() + k) * inner..][..inner];
+                                let dst = &mut w[(o * n + i as usize) * inner..][..inner];
+                                dst.iter_mut().zip(src).for_each(|(a, &b)| *a += b);
+                            }
+                        }
+                        w
+                    })
+                });
+                vec![Some(gx)]
+            }));
+        }
+        out
+    }
+
     /// `torch.gather(self, dim, index)`: saves the index.
     #[track_caller]
     pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
