@@ -1,7 +1,11 @@
 """cs336_model.py -- the CS336 staff Transformer LM, cross-entropy and AdamW, op for op as
 ../../../shared/docs/reference-models.md section 1 describes them, written the way a
-student's reference is written: which Python names are bound decides how long a tensor
-lives, so the names below are part of the measurement, not style.
+student's reference is written -- with the bindings of the staff cs336_basics code
+(model.py, nn_utils.py, optimizer.py): which Python names are bound decides how long a
+tensor lives, so the names below are part of the measurement, not style. Where the staff
+code and reference-models.md's prose differ in a binding (TransformerBlock's x_attn/x_ffn,
+cross_entropy negating the whole log-softmax, one `seq` arange for the mask, AdamW's
+prev_m_t/m_t), the staff code wins: it is what users run.
 
 einops/einx are not installed here; their calls are spelled with the torch ops they run
 (einops.einsum -> torch.einsum with the same equation; rearrange -> view/transpose/reshape),
@@ -121,6 +125,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
             V = self.v_proj(x)
         # rearrange(X, "... seq (heads d) -> ... heads seq d")
         Q, K, V = (X.unflatten(-1, (self.num_heads, self.d_k)).transpose(-3, -2) for X in (Q, K, V))
+        # einx.rearrange("seq -> b... seq", torch.arange(sequence_length), b=[1] * len(b))
         token_positions = torch.arange(sequence_length, device=x.device).view(*([1] * len(b)), sequence_length)
         token_positions = token_positions.unsqueeze(-2)          # "... seq -> ... 1 seq"
         Q = self.positional_encoder(Q, token_positions)
@@ -128,8 +133,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
         if self.flash:
             attn_output = F.scaled_dot_product_attention(Q, K, V, is_causal=True)
         else:
-            qi = torch.arange(sequence_length, device=x.device).view(*([1] * len(b)), 1, sequence_length, 1)
-            kj = torch.arange(sequence_length, device=x.device).view(*([1] * len(b)), 1, 1, sequence_length)
+            # one arange bound to `seq`; qi, kj are views of it (all live until return)
+            seq = torch.arange(sequence_length, device=x.device)
+            qi = seq.view(*([1] * len(b)), 1, sequence_length, 1)   # 'query -> b... 1 query 1'
+            kj = seq.view(*([1] * len(b)), 1, 1, sequence_length)   # 'key -> b... 1 1 key'
             causal_mask = qi >= kj
             attn_output = scaled_dot_product_attention(K=K, Q=Q, V=V, mask=causal_mask)
         # rearrange(attn_output, "batch heads seq d_v -> batch seq (heads d_v)").contiguous()
@@ -170,8 +177,12 @@ class TransformerBlock(nn.Module):
         self.ffn = SwiGLU(d_model, d_ff, fused_gate_up)
 
     def forward(self, x):
-        h = x + self.attn(self.ln1(x))
-        return h + self.ffn(self.ln2(h))
+        # every sub-result is a name: x_attn lives through the feed-forward sublayer
+        x_attn = self.attn(self.ln1(x))
+        attn_sublayer_output = x + x_attn
+        x_ffn = self.ffn(self.ln2(attn_sublayer_output))
+        ffn_sublayer_output = attn_sublayer_output + x_ffn
+        return ffn_sublayer_output
 
 
 class BasicsTransformerLM(nn.Module):
@@ -204,8 +215,10 @@ def log_softmax(x, dim=-1):
 
 
 def cross_entropy(inputs, targets):
-    """Mean of -log_softmax gathered at the targets."""
-    return torch.mean(-torch.gather(log_softmax(inputs), -1, targets.unsqueeze(-1)))
+    """Mean of -log_softmax gathered at the targets: the whole (B, S, V) log-softmax is
+    negated before the gather."""
+    negative_log_softmax_logits = -log_softmax(inputs)
+    return torch.mean(torch.gather(negative_log_softmax_logits, -1, targets.unsqueeze(-1)))
 
 
 class AdamW(torch.optim.Optimizer):
@@ -216,24 +229,26 @@ class AdamW(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = None if closure is None else closure()
         for group in self.param_groups:
-            lr = group["lr"]
-            beta1, beta2 = group["beta1"], group["beta2"]
-            eps, weight_decay = group["eps"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                state = self.state[p]
                 grad = p.grad.data
-                # the zeros_like defaults are evaluated on every step, even once m/v exist
-                m = state.get("m", torch.zeros_like(grad))
-                v = state.get("v", torch.zeros_like(grad))
+                state = self.state[p]
+                alpha = group["lr"]
+                beta_1, beta_2 = group["beta1"], group["beta2"]
+                eps = group["eps"]
                 t = state.get("t", 1)
-                m = beta1 * m + (1 - beta1) * grad
-                v = beta2 * v + (1 - beta2) * grad ** 2
-                alpha_t = lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
-                p.data -= alpha_t * m / (torch.sqrt(v) + eps)
-                p.data -= lr * weight_decay * p.data
-                state["m"] = m
-                state["v"] = v
+                # The zeros_like defaults are evaluated on every step, even once m/v exist.
+                # Old and new moments have their own names: prev_m_t/prev_v_t keep the old
+                # ones alive until the next parameter's iteration rebinds them.
+                prev_m_t = state.get("m", torch.zeros_like(grad))
+                prev_v_t = state.get("v", torch.zeros_like(grad))
+                m_t = beta_1 * prev_m_t + ((1 - beta_1) * grad)
+                v_t = beta_2 * prev_v_t + ((1 - beta_2) * torch.square(grad))
+                alpha_t = alpha * (math.sqrt(1 - (beta_2 ** t)) / (1 - (beta_1 ** t)))
+                p.data -= alpha_t * m_t / (torch.sqrt(v_t) + eps)
+                p.data -= alpha * group["weight_decay"] * p.data
+                state["m"] = m_t
+                state["v"] = v_t
                 state["t"] = t + 1
         return loss
