@@ -60,30 +60,34 @@ def phase(name):
 
 
 def step_loop(model, opt, loss_fn, get_batch, kind):
-    """The script's loop: names bound here live as they would at a script's top level."""
+    """The script's loop: names bound here live as they would at a script's top level.
+    loss_fn None: the model computes the loss itself (`_, loss = model(tokens, labels)`, the
+    tinyllama walkthrough), marking the loss phase inside its forward."""
     logits = loss = None
     for step in range(NSTEPS):
         with record_function(f"{STEP_MARK}{step}"):
             with phase("data"):
                 x, y = get_batch()
-            if kind == "training":
-                with phase("zero_grad"):
-                    opt.zero_grad(set_to_none=True)
-                with phase("forward"):
-                    logits = model(x)
-                with phase("loss"):
-                    loss = loss_fn(logits, y)
-                with phase("backward"):
-                    loss.backward()
-                with phase("optimizer"):
-                    opt.step()
-            elif kind == "forward-loss":
-                with phase("forward"):
-                    logits = model(x)
-                with phase("loss"):
-                    loss = loss_fn(logits, y)
-                with phase("release"):
-                    del logits, loss
+            if kind in ("training", "forward-loss"):
+                if kind == "training":
+                    with phase("zero_grad"):
+                        opt.zero_grad(set_to_none=True)
+                if loss_fn is None:
+                    with phase("forward"):
+                        logits, loss = model(x, y)
+                else:
+                    with phase("forward"):
+                        logits = model(x)
+                    with phase("loss"):
+                        loss = loss_fn(logits, y)
+                if kind == "training":
+                    with phase("backward"):
+                        loss.backward()
+                    with phase("optimizer"):
+                        opt.step()
+                else:
+                    with phase("release"):
+                        del logits, loss
             else:
                 with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
                     with phase("forward"):
@@ -163,6 +167,8 @@ def analyse(rows, phases):
             continue  # a block allocated before the session
         in_step = r["step"] == last
         ph = r["phase"] if r["phase"] in per else "other"
+        if in_step and ph != cur and ph in per and per[ph] is not None:
+            ph = cur  # a phase re-entered (tinyllama's forward after its inner loss) stays in the later one
         if in_step and ph != cur:
             if ph in per and per[ph] is None:
                 per[ph] = dict(start=level, peak=level, peak_all=level_all, peak_op="phase start",
