@@ -35,6 +35,8 @@ const KNOWN_FAILING: &[&str] = &[
     // cs336 (issue 13): the staff softmax's `rescaled_input` local, DivBackward0's order, RoPE's
     // gathered cos/sin copies, the staff bindings (x_attn, -log_softmax, seq/token_positions
     // aranges, AdamW's prev_m_t), ...
+    "cs336 d768 L12 h12 F3072 V10000 S1024 B8 inference",
+    "cs336 d1024 L24 h16 F4096 V10000 S1024 B8 inference",
     "cs336 d64 L2 h4 F128 V1000 S16 B1 inference",
     "cs336 d64 L2 h4 F128 V1000 S16 B1 forward",
     "cs336 d64 L2 h4 F128 V1000 S16 B1 forward-loss",
@@ -276,9 +278,10 @@ struct Row {
     ours: Option<u64>,
 }
 
-fn check(flavour: &str) {
-    let points = fixture(flavour);
-    assert!(points.len() >= 48, "{flavour}: {} grid points, expected at least 48", points.len());
+fn check(file: &str, min_points: usize) {
+    let points = fixture(file);
+    let flavour = file.split('_').next().unwrap();
+    assert!(points.len() >= min_points, "{file}: {} grid points, expected at least {min_points}", points.len());
     let mut failing: Vec<Row> = Vec::new();
     let mut known: Vec<Row> = Vec::new();
     let mut stale: Vec<String> = Vec::new();
@@ -326,34 +329,41 @@ fn check(flavour: &str) {
         }
     };
     if !all.is_empty() {
-        table(&format!("{flavour}: every point and phase (PYTORCH_GRID_ALL):"), &all);
+        table(&format!("{file}: every point and phase (PYTORCH_GRID_ALL):"), &all);
     }
     if !known.is_empty() {
-        table(&format!("{flavour}: KNOWN_FAILING points (issue 13; still wrong, not skipped):"), &known);
+        table(&format!("{file}: KNOWN_FAILING points (issue 13; still wrong, not skipped):"), &known);
     }
     if !failing.is_empty() {
-        table(&format!("{flavour}: points that differ from PyTorch (requested bytes, blocks >= 512 B):"), &failing);
+        table(&format!("{file}: points that differ from PyTorch (requested bytes, blocks >= 512 B):"), &failing);
     }
-    assert!(stale.is_empty(), "{flavour}: now match PyTorch, remove from KNOWN_FAILING: {stale:#?}");
+    assert!(stale.is_empty(), "{file}: now match PyTorch, remove from KNOWN_FAILING: {stale:#?}");
     let n = failing.iter().map(|r| &r.point).collect::<std::collections::BTreeSet<_>>().len();
-    assert!(failing.is_empty(), "{flavour}: {n} of {} grid points differ from PyTorch (table above)", points.len());
+    assert!(failing.is_empty(), "{file}: {n} of {} grid points differ from PyTorch (table above)", points.len());
     let n_known = known.iter().map(|r| &r.point).collect::<std::collections::BTreeSet<_>>().len();
-    println!("{flavour}: {} of {} grid points match PyTorch, {n_known} KNOWN_FAILING", points.len() - n_known, points.len());
+    println!("{file}: {} of {} grid points match PyTorch, {n_known} KNOWN_FAILING", points.len() - n_known, points.len());
     if n_known > 0 {
         // Straight to stderr, past the test harness's capture: known failures are never silent.
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "note: {flavour}: {n_known} of {} PyTorch grid points are KNOWN_FAILING in tests/pytorch_grid.rs (`cargo test --test pytorch_grid -- --nocapture` prints their table)", points.len());
+        let _ = writeln!(std::io::stderr(), "note: {file}: {n_known} of {} PyTorch grid points are KNOWN_FAILING in tests/pytorch_grid.rs (`cargo test --test pytorch_grid -- --nocapture` prints their table)", points.len());
     }
 }
 
 #[test]
 fn tinyllama_grid_matches_pytorch() {
-    check("tinyllama");
+    check("tinyllama", 48);
 }
 
 #[test]
 fn cs336_grid_matches_pytorch() {
-    check("cs336");
+    check("cs336", 48);
+}
+
+/// Issue 13's `small` and `medium` presets at S 1024 B 8, inference (make_grid.py --big:
+/// minutes each in PyTorch, milliseconds on meta).
+#[test]
+fn cs336_issue13_preset_points_match_pytorch() {
+    check("cs336_big", 2);
 }
 
 /// The filter and phase split on a hand-made log: data before the first step phase, a phase
