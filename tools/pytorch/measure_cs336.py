@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""measure_cs336.py -- what eager PyTorch allocates for the CS336 staff model (cs336_model.py),
+per phase, mode-free: the counterpart of measure_step_memory.py for the cs336 flavour.
+
+Method (the one measure_step_memory.py established): the whole run -- model construction,
+warm-up steps, the measured step -- runs inside ONE torch.profiler(profile_memory=True)
+session with no TorchDispatchMode (a mode would make autograd accumulate out of place and
+gather's backward use out-of-place scatter_add). Allocations and frees are read from the
+profiler's own event tree, so each one's innermost enclosing op and autograd node are exact.
+Blocks are linked by address, so levels are absolute: every byte this script allocated that
+is still alive (parameters, the RoPE buffer, optimizer state, the batch, ...).
+
+What counts (the convention of tests/models.rs): requested bytes (the CPU allocator does not
+round), blocks >= 512 B only. Smaller blocks are the 0-d scalars and step counters that live
+in host memory on a GPU run (wrapped Python scalars, optimizer `step` tensors) and a few tiny
+tensors; the Rust grid test (tests/pytorch_grid.rs) applies the same filter to vramscope's
+events. CPU RNG-state stashes of torch.utils.checkpoint (host memory on a GPU) are left out.
+
+Profile types (vramscope's --profile-type, plus forward-loss):
+  inference     x, y = get_batch(); with torch.no_grad(): model(x)      (result unbound)
+  forward       x, y = get_batch(); model(x)                             (autograd on, no loss)
+  forward-loss  x, y = get_batch(); logits = model(x); loss = cross_entropy(logits, y);
+                del logits, loss                                         (no backward)
+  training      x, y = get_batch(); optimizer.zero_grad(set_to_none=True); logits = model(x);
+                loss = cross_entropy(logits, y); loss.backward(); optimizer.step()
+Three iterations run (two warm-up: AdamW state exists); the third is measured. Phases:
+data, zero_grad, forward, loss, backward, optimizer (those the type has).
+
+Run:  python3 measure_cs336.py --d-model 256 --num-layers 2 --num-heads 8 --d-ff 1024 \
+          --vocab-size 1000 --context-length 512 --batch-size 2 --profile-type inference \
+          [--fused-qkv] [--fused-gate-up] [--attention flash] [--checkpoint every-N] \
+          [--pure-bf16] [--events events.csv] [--json result.json]
+prints the per-phase peaks (bytes, blocks >= 512 B), the op at each peak, and writes the
+measured iteration's event log with --events.
+"""
+import argparse
+import contextlib
+import csv
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import cs336_model as C
+
+NSTEPS = 3
+MIN_BLOCK = 512
+PROFILE_TYPES = ("inference", "forward", "forward-loss", "training")
+PHASES = ("data", "zero_grad", "forward", "loss", "backward", "optimizer")
+# torch.utils.checkpoint stashes torch.get_rng_state() (a CPU uint8 tensor): host memory on a GPU.
+RNG_BYTES = torch.get_rng_state().nbytes
+STEP_MARK, PHASE_MARK = "grid::step", "grid::phase::"
+
+
+def phase(name):
+    return record_function(PHASE_MARK + name)
+
+
+def step_loop(model, opt, loss_fn, get_batch, kind):
+    """The script's loop: names bound here live as they would at a script's top level.
+    loss_fn None: the model computes the loss itself (`_, loss = model(tokens, labels)`, the
+    tinyllama walkthrough), marking the loss phase inside its forward."""
+    logits = loss = None
+    for step in range(NSTEPS):
+        with record_function(f"{STEP_MARK}{step}"):
+            with phase("data"):
+                x, y = get_batch()
+            if kind in ("training", "forward-loss"):
+                if kind == "training":
+                    with phase("zero_grad"):
+                        opt.zero_grad(set_to_none=True)
+                if loss_fn is None:
+                    with phase("forward"):
+                        logits, loss = model(x, y)
+                else:
+                    with phase("forward"):
+                        logits = model(x)
+                    with phase("loss"):
+                        loss = loss_fn(logits, y)
+                if kind == "training":
+                    with phase("backward"):
+                        loss.backward()
+                    with phase("optimizer"):
+                        opt.step()
+                else:
+                    with phase("release"):
+                        del logits, loss
+            else:
+                with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
+                    with phase("forward"):
+                        model(x)
+
+
+def batcher(vocab, batch, seq, seed):
+    gen = torch.Generator().manual_seed(seed)
+
+    def get_batch():
+        seq_ids = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
+        return seq_ids[:, :-1].contiguous(), seq_ids[:, 1:].contiguous()
+
+    return get_batch
+
+
+def profiled(setup, kind):
+    """setup() -> (model, opt, loss_fn, get_batch), called inside the profiler session."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
+        with record_function("grid::setup"):
+            model, opt, loss_fn, get_batch = setup()
+        step_loop(model, opt, loss_fn, get_batch, kind)
+    return prof
+
+
+def alloc_rows(prof):
+    """Every CPU allocation/free of the session in order, with its enclosing markers and ops."""
+    rows = []
+
+    def walk(n, anc):
+        if str(n.tag) == "_EventType.Allocation":
+            ef = n.extra_fields
+            if ef.device.type != "cpu":
+                return
+            names = [a.name for a in anc]
+            step = next((int(x[len(STEP_MARK):]) for x in names if x.startswith(STEP_MARK)), None)
+            ph = next((x[len(PHASE_MARK):] for x in reversed(names) if x.startswith(PHASE_MARK)), None)
+            ops = [x for x in names if not x.startswith("grid::")]
+            node = next((x.replace("autograd::engine::evaluate_function: ", "") for x in reversed(ops)
+                         if x.startswith("autograd::engine::evaluate_function")), "")
+            rows.append(dict(t=(n.start_time_ns, getattr(ef, "id", 0)), bytes=ef.alloc_size, ptr=ef.ptr,
+                             step=step, phase=ph, op=ops[-1] if ops else "-", node=node))
+            return
+        anc.append(n)
+        for c in n.children:
+            walk(c, anc)
+        anc.pop()
+
+    for r in prof.profiler.kineto_results.experimental_event_tree():
+        walk(r, [])
+    rows.sort(key=lambda r: r["t"])
+    return rows
+
+
+def counted(size, op):
+    return size >= MIN_BLOCK and not (size == RNG_BYTES and not op.startswith("aten::"))
+
+
+def analyse(rows, phases):
+    """Per-phase peaks of the last step: absolute live bytes of blocks >= 512 B (and of all
+    blocks), the op at each peak and how many counted tensors were live there."""
+    live = {}  # ptr -> (bytes, counted)
+    level = level_all = n_live = 0
+    last = NSTEPS - 1
+    per = {p: None for p in phases}
+    log = []
+    cur = None
+    for r in rows:
+        b, ptr = r["bytes"], r["ptr"]
+        if b > 0:
+            assert ptr not in live, "allocation at a live address"
+            c = counted(b, r["op"])
+        elif ptr in live:
+            assert live[ptr][0] == -b, "free size differs from its allocation"
+            c = live[ptr][1]
+        else:
+            continue  # a block allocated before the session
+        in_step = r["step"] == last
+        ph = r["phase"] if r["phase"] in per else "other"
+        if in_step and ph != cur and ph in per and per[ph] is not None:
+            ph = cur  # a phase re-entered (tinyllama's forward after its inner loss) stays in the later one
+        if in_step and ph != cur:
+            if ph in per and per[ph] is None:
+                per[ph] = dict(start=level, peak=level, peak_all=level_all, peak_op="phase start",
+                               peak_node="", live_at_peak=n_live)
+            cur = ph
+        if b > 0:
+            live[ptr] = (b, c)
+        else:
+            del live[ptr]
+        level += b if c else 0
+        n_live += (1 if b > 0 else -1) if c else 0
+        level_all += b
+        if not in_step:
+            continue
+        if ph in per:
+            s = per[ph]
+            if level > s["peak"]:
+                s.update(peak=level, peak_op=r["op"], peak_node=r["node"], live_at_peak=n_live)
+            s["peak_all"] = max(s["peak_all"], level_all)
+            s["end"] = level
+        log.append(dict(phase=ph, op=r["op"], node=r["node"], bytes=b, counted=int(c),
+                        level=level, level_all=level_all, ptr=hex(ptr)))
+    missing = [p for p, v in per.items() if v is None]
+    assert not missing, f"no events in phases {missing}"
+    return per, log
+
+
+def cs336_setup(cfg, batch, seq, seed=42):
+    def setup():
+        torch.manual_seed(seed)
+        model = C.BasicsTransformerLM(cfg["vocab_size"], cfg.get("max_seq_len", seq), cfg["d_model"], cfg["num_layers"],
+                                      cfg["num_heads"], cfg["d_ff"], cfg.get("rope_theta", 10000.0),
+                                      fused_qkv=cfg.get("fused_qkv", False), fused_gate_up=cfg.get("fused_gate_up", False),
+                                      flash=cfg.get("attention", "naive") == "flash",
+                                      checkpoint_every=cfg.get("checkpoint_every"))
+        if cfg.get("pure_bf16"):
+            model.to(torch.bfloat16)
+        model.train()
+        opt = C.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+        return model, opt, C.cross_entropy, batcher(cfg["vocab_size"], batch, seq, seed)
+    return setup
+
+
+def phases_of(kind):
+    return {"inference": ("data", "forward"), "forward": ("data", "forward"),
+            "forward-loss": ("data", "forward", "loss"), "training": PHASES}[kind]
+
+
+def measure(setup, kind):
+    rows = alloc_rows(profiled(setup, kind))
+    return analyse(rows, phases_of(kind))
+
+
+def write_events(path, log):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(log[0].keys()))
+        w.writeheader()
+        w.writerows(log)
+
+
+def print_phases(per):
+    print(f"{'phase':10} {'peak (requested B, blocks >= 512 B)':>36} {'all blocks':>14} {'live':>6}  op at the peak")
+    for p, s in per.items():
+        node = f" [{s['peak_node']}]" if s["peak_node"] else ""
+        print(f"{p:10} {s['peak']:>36,} {s['peak_all']:>14,} {s['live_at_peak']:>6}  {s['peak_op']}{node}")
+
+
+def parse_checkpoint(s):
+    if s in (None, "none"):
+        return None
+    if s == "blocks":
+        return 1
+    if s.startswith("every-") and s[6:].isdigit() and int(s[6:]) > 0:
+        return int(s[6:])
+    raise argparse.ArgumentTypeError(f"--checkpoint: {s!r} (none, blocks or every-N)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Per-phase peak memory of the CS336 staff model, mode-free (CPU profiler).")
+    p.add_argument("--vocab-size", type=int, default=10000)
+    p.add_argument("--d-model", type=int, default=768)
+    p.add_argument("--num-layers", type=int, default=12)
+    p.add_argument("--num-heads", type=int, default=12)
+    p.add_argument("--d-ff", type=int, default=3072)
+    p.add_argument("--max-seq-len", type=int, help="RoPE buffer length (default: --context-length)")
+    p.add_argument("--context-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--profile-type", choices=PROFILE_TYPES, default="training")
+    p.add_argument("--attention", choices=("naive", "flash"), default="naive")
+    p.add_argument("--fused-qkv", action="store_true")
+    p.add_argument("--fused-gate-up", action="store_true")
+    p.add_argument("--checkpoint", type=parse_checkpoint, default=None, help="none, blocks or every-N")
+    p.add_argument("--pure-bf16", action="store_true", help="model.to(torch.bfloat16)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--events", help="write the measured iteration's allocation/free log (CSV) here")
+    p.add_argument("--json", help="write the per-phase result (JSON) here")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    cfg = dict(vocab_size=a.vocab_size, d_model=a.d_model, num_layers=a.num_layers, num_heads=a.num_heads,
+               d_ff=a.d_ff, max_seq_len=a.max_seq_len or a.context_length, attention=a.attention,
+               fused_qkv=a.fused_qkv, fused_gate_up=a.fused_gate_up, checkpoint_every=a.checkpoint,
+               pure_bf16=a.pure_bf16)
+    per, log = measure(cs336_setup(cfg, a.batch_size, a.context_length), a.profile_type)
+    print(f"cs336 {a.profile_type}: {cfg}, B {a.batch_size}, S {a.context_length} (torch {torch.__version__}, CPU)")
+    print_phases(per)
+    if a.events:
+        write_events(a.events, log)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(config=cfg, batch=a.batch_size, seq=a.context_length, profile_type=a.profile_type,
+                           torch=torch.__version__, phases=per), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
