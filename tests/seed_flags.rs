@@ -211,6 +211,18 @@ fn a_cpu_run_that_cannot_fit_in_host_memory_runs_on_meta_with_a_note() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// `profile --compare` (every variant together) and each `sweep` point check host memory too.
+#[test]
+fn compare_and_sweep_on_cpu_that_cannot_fit_run_on_meta() {
+    let env = [("VRAMSCOPE_HOST_MEM_AVAILABLE", "1MiB")];
+    let out = tmp("hostcompare");
+    let (stdout, _) = ok(&vramscope_env(&["profile", "--compare", "--checkpoint", "blocks", "--num-layers", "1", "--context-length", "32", "--out-dir", out.to_str().unwrap()], &env));
+    assert!(stdout.contains("running on meta instead") && stdout.contains("(all --compare variants)"), "{stdout}");
+    let out = tmp("hostsweep");
+    let (stdout, _) = ok(&vramscope_env(&["sweep", "--device", "cpu", "--batch-size", "1,2", "--num-layers", "1", "--context-length", "32", "--out-dir", out.to_str().unwrap()], &env));
+    assert_eq!(stdout.matches("running on meta instead").count(), 2, "{stdout}");
+}
+
 #[test]
 fn cpu_profile_shows_progress_on_a_terminal_and_nothing_in_logs() {
     let out = tmp("progress");

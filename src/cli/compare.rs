@@ -106,7 +106,16 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     }
     let vs = variants(a)?;
     // Every variant is planned (validated) before the first run.
-    let plans = vs.iter().map(|v| profile::plan(&v.args)).collect::<Result<Vec<_>>>()?;
+    let mut plans = vs.iter().map(|v| profile::plan(&v.args)).collect::<Result<Vec<_>>>()?;
+    // One variant too large for host memory moves them all to meta, so the table compares
+    // like with like.
+    let notes = plans.iter().map(|p| profile::meta_if_host_too_small(p, &a.profile_type)).collect::<Result<Vec<_>>>()?;
+    if let Some(n) = notes.into_iter().flatten().next() {
+        println!("{n} (all --compare variants)");
+        for p in &mut plans {
+            p.device = crate::engine::Device::Meta;
+        }
+    }
     set_threads(a.threads)?;
     super::quiet_oom_panics();
     let p0 = &plans[0];

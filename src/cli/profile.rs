@@ -526,6 +526,16 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
     }
 }
 
+/// For a cpu plan that cannot fit in host memory: the note saying it runs on meta instead
+/// (profile, each --compare variant and each sweep point ask this before they run).
+pub(crate) fn meta_if_host_too_small(p: &Plan, kinds: &[ProfileType]) -> Result<Option<String>> {
+    if p.device != Device::Cpu {
+        return Ok(None);
+    }
+    let training = kinds.contains(&ProfileType::Training);
+    super::host_memory::meta_instead(&p.model, p.precision, p.batch, &p.contexts, training)
+}
+
 pub fn run(a: ProfileArgs) -> Result<()> {
     if a.compare {
         return super::compare::run(&a);
@@ -534,12 +544,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     if let Some(n) = &p.note {
         eprintln!("note: {n}");
     }
-    if p.device == Device::Cpu {
-        let training = a.profile_type.contains(&ProfileType::Training);
-        if let Some(n) = super::host_memory::meta_instead(&p.model, p.precision, p.batch, &p.contexts, training)? {
-            println!("{n}");
-            p.device = Device::Meta;
-        }
+    if let Some(n) = meta_if_host_too_small(&p, &a.profile_type)? {
+        println!("{n}");
+        p.device = Device::Meta;
     }
     set_threads(a.threads)?;
     super::quiet_oom_panics();

@@ -581,6 +581,10 @@ pub fn run(a: SweepArgs) -> Result<()> {
             None => e,
         })?;
         plan.write_files = a.snapshots;
+        if let Some(n) = profile::meta_if_host_too_small(&plan, &args.profile_type)? {
+            println!("grid point {}: {n}", label(&axes, p));
+            plan.device = crate::engine::Device::Meta;
+        }
         planned.push((args, plan));
     }
     set_threads(a.threads)?;
