@@ -173,3 +173,16 @@ fn bad_estimate_flags_name_the_flag() {
         assert!(err.contains(flag), "{args:?}: {err}");
     }
 }
+
+/// Shapes whose byte counts would pass 2^64 are refused naming the flags, never printed wrapped.
+#[test]
+fn huge_shapes_are_refused_not_wrapped() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["estimate", "--batch-size", "1000000000000", "--context-length", "1000000", "--max-seq-len", "1000000", "--no-simulate"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--batch-size/--context-length") && err.contains("2^64"), "{err}");
+    assert!(o.stdout.is_empty(), "nothing printed before the refusal");
+}

@@ -228,6 +228,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&cfg)?;
+    crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(|e| usage("--batch-size/--context-length", e))?;
     let e = estimate(&cfg, precision, batch, seq);
     let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq)?) };
     if !a.json.as_deref().is_some_and(super::json_out::is_stdout) {
