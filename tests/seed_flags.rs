@@ -144,8 +144,8 @@ fn workshop_spellings_of_layers_heads_and_accumulation() {
 
 #[test]
 fn device_cuda_says_there_is_no_cuda_backend_and_what_to_use() {
-    for cmd in ["train", "profile"] {
-        let o = vramscope(&[cmd, "--device", "cuda"]);
+    for cmd in [&["train"][..], &["profile"], &["study", "tiny"]] {
+        let o = vramscope(&[cmd, &["--device", "cuda"]].concat());
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains("no CUDA backend yet") && err.contains("--device meta with --gpu NAME"), "{err}");

@@ -141,7 +141,11 @@ pub fn run(a: StudyArgs) -> Result<()> {
                 ("meta", format!("a cpu run would take about {minutes:.0} min here (> --cpu-budget-minutes {}): memory modelled on meta, no loss or timing", a.cpu_budget_minutes))
             }
         }
-        d => return Err(usage("--device", format!("'{d}' (expected auto, cpu or meta)"))),
+        // cuda and the like get parse_device's explanation; anything else names the choices.
+        d => {
+            super::parse_device(d)?;
+            return Err(usage("--device", format!("'{d}' (expected auto, cpu or meta)")));
+        }
     };
     let dir = a.out_dir.join(format!("performance_results_{size}_{}", timestamp()));
     let mut train: Vec<String> = vec![
