@@ -6,7 +6,10 @@
 //! the absolute peak of requested bytes over blocks >= 512 B (smaller blocks are host scalars
 //! on a GPU run) and how many such tensors were live at the peak. Here the same loop runs on
 //! meta and the same filter is applied to vramscope's allocation events; a phase passes when
-//! the two peaks agree to 16 B per live tensor.
+//! the two peaks agree to 16 B per live tensor. Scratch blocks that only PyTorch's CPU kernels
+//! allocate (a 60x60 bounce buffer in copy_ of a transposed 2-D source, the fp32 accumulation
+//! buffer of bf16/fp16 scatter_add) are left out by make_grid.py, each point saying by how much
+//! (`cpu_scratch_peak_excess`; tools/pytorch/README.md names the rules and ATen sources).
 use serde_json::Value;
 use vramscope::engine::{runtime, DType, Device, Tensor};
 use vramscope::model::{presets, Attention, Checkpoint, Model, ModelConfig};
@@ -20,28 +23,7 @@ const MIN_BLOCK: usize = 512;
 /// Grid points (make_grid.py's names) where vramscope does not match PyTorch yet. The test
 /// prints their table on every run (they are checked, not skipped) and fails when an entry
 /// starts to pass, so the list only ever shrinks: empty it as the model and engine are fixed.
-const KNOWN_FAILING: &[&str] = &[
-    // Both causes below are CPU-kernel details CUDA does not have; vramscope predicts CUDA, so
-    // these points stay listed rather than modelled.
-    // cs336 fp32, training backward: 14,400 B (one fp32 60 x 60 block) short at the peak inside
-    // AccumulateGrad. The lm_head weight's gradient arrives transposed, AccumulateGrad clones it
-    // (empty_strided, which vramscope has) and the clone's copy_ takes ATen's CPU-only
-    // `copy_same_type_transpose_` path (aten/src/ATen/native/Copy.cpp: `device_type == kCPU &&
-    // copy_transpose_valid(..)`, a 2-D transposed src of >= 3600 elements), which allocates a
-    // BLOCK_SZ 60 x 60 bounce buffer; CUDA's copy_ goes through copy_stub with no buffer.
-    "cs336 d128 L2 h8 F256 V777 S32 B2 training",
-    // cs336 pure bf16, training backward: PyTorch CPU's GatherBackward0 (`zeros` then
-    // `scatter_add_`) runs cpu_scatter_gather_base_kernel (aten/src/ATen/native/cpu/
-    // ScatterGatherKernel.cpp), which for reduced floating types (`isReducedFloatingType`)
-    // creates an fp32 accumulation buffer the size of `self`: one fp32 (B, S, V) tensor at the
-    // peak (262,144 B at d64 S16 B8 V512, the `aten::empty [GatherBackward0]` of the event log).
-    // CUDA's cuda_scatter_gather_base_kernel (native/cuda/ScatterGatherKernel.cu) adds into
-    // `self` in place with fastAtomicAdd on bf16 and allocates nothing.
-    "cs336 d64 L2 h4 F128 V1000 S128 B2 --pure-bf16 training",
-    "cs336 d128 L2 h8 F256 V777 S64 B4 --pure-bf16 training",
-    "cs336 d64 L1 h2 F192 V512 S16 B8 --pure-bf16 training",
-    "cs336 d96 L3 h6 F256 V2048 S32 B8 --attention flash --pure-bf16 training",
-];
+const KNOWN_FAILING: &[&str] = &[];
 
 fn fixture(name: &str) -> Vec<Value> {
     // PYTORCH_GRID_DIR: check a grid regenerated elsewhere (make_grid.py --out DIR) before committing it.
@@ -190,8 +172,13 @@ fn check(file: &str, min_points: usize) {
     let mut stale: Vec<String> = Vec::new();
     // PYTORCH_GRID_ALL=1: print every phase of every point, matching or not.
     let mut all: Vec<Row> = Vec::new();
+    let mut scratch: Vec<String> = Vec::new();
     for p in &points {
         let name = p["name"].as_str().unwrap().to_string();
+        for (phase, excess) in p["cpu_scratch_peak_excess"].as_object().into_iter().flatten() {
+            let why = p["phases"][phase]["cpu_scratch_left_out"].as_object().map(|m| m.keys().cloned().collect::<Vec<_>>().join("; ")).unwrap_or_default();
+            scratch.push(format!("{name:<72} {phase:<10} {:>10} B  (rules that left blocks out in the phase: {why})", excess.as_u64().unwrap()));
+        }
         assert_eq!(p["flavour"], flavour);
         let (before, events) = run_vramscope(p);
         if std::env::var("PYTORCH_GRID_TRACE").is_ok_and(|t| t == name) {
@@ -231,6 +218,10 @@ fn check(file: &str, min_points: usize) {
             println!("{:<72} {:<10} {:>16} {:>16} {:>7}", r.point, r.phase, r.torch, ours, ratio);
         }
     };
+    if !scratch.is_empty() {
+        println!("\n{file}: PyTorch peaks lowered by leaving out CPU-only kernel scratch (make_grid.py):");
+        scratch.iter().for_each(|l| println!("{l}"));
+    }
     if !all.is_empty() {
         table(&format!("{file}: every point and phase (PYTORCH_GRID_ALL):"), &all);
     }

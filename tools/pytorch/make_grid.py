@@ -270,8 +270,13 @@ def run_one(pt):
         return dict(pt, name=name_of(pt), error=repr(e))
     out = dict(pt, name=name_of(pt), phases={p: dict(peak=s["peak"], peak_all_blocks=s["peak_all"],
                                                       live_at_peak=s["live_at_peak"],
-                                                      peak_op=s["peak_op"] + (f" [{s['peak_node']}]" if s["peak_node"] else ""))
+                                                      peak_op=s["peak_op"] + (f" [{s['peak_node']}]" if s["peak_node"] else ""),
+                                                      peak_with_cpu_scratch=s["peak_with_cpu_scratch"],
+                                                      cpu_scratch_left_out=s["cpu_scratch"])
                                              for p, s in per.items()})
+    # per phase: how much higher the peak is with the CPU-only scratch blocks counted (measure_cs336.cpu_kernel_scratch)
+    out["cpu_scratch_peak_excess"] = {p: v["peak_with_cpu_scratch"] - v["peak"] for p, v in out["phases"].items()
+                                           if v["peak_with_cpu_scratch"] != v["peak"]}
     print(f"{time.time() - t0:6.1f}s  {out['name']}", flush=True)
     return out
 
@@ -280,12 +285,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flavour", choices=("cs336", "tinyllama"), action="append")
     ap.add_argument("--big", action="store_true", help="only issue 13's slow small/medium points -> cs336_big.json")
+    ap.add_argument("--type", choices=PROFILE_TYPES, action="append", dest="types",
+                    help="regenerate only these profile types; the flavour's other points are kept from its file")
     ap.add_argument("--out", default=OUT, help="output folder (default tests/fixtures/pytorch_grid; the test reads PYTORCH_GRID_DIR)")
     a = ap.parse_args()
     if a.big:
         jobs = {"cs336_big": big_grid()}
     else:
         jobs = {f: grid(f) for f in (a.flavour or ["cs336", "tinyllama"])}
+    full = {name: pts for name, pts in jobs.items()}
+    if a.types:
+        jobs = {name: [pt for pt in pts if pt["profile_type"] in a.types] for name, pts in jobs.items()}
     todo = []
     for name, pts in jobs.items():
         for pt in pts:
@@ -299,6 +309,12 @@ def main():
     failed = False
     for name in jobs:
         pts = [r for (nm, _), r in zip(todo, results) if nm == name]
+        if a.types:  # merge: the new points replace theirs, every other grid point is kept as it was
+            path = os.path.join(a.out, f"{name}.json")
+            with open(path) as f:
+                old = {r["name"]: r for r in json.load(f)["points"]}
+            new = {r["name"]: r for r in pts}
+            pts = [new.get(name_of(pt)) or old[name_of(pt)] for pt in full[name]]
         errors = [r for r in pts if "error" in r]
         if errors:
             failed = True
@@ -308,7 +324,9 @@ def main():
             continue
         doc = dict(generator="tools/pytorch/make_grid.py" + (" --big" if a.big else ""), torch=torch.__version__,
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, batch, optimizer state "
-                           "included); checkpoint's CPU RNG-state stashes left out",
+                           "included); checkpoint's CPU RNG-state stashes left out; CPU-only kernel scratch left out "
+                           "(copy_same_type_transpose_'s 60x60 buffer, the fp32 working copy of bf16/fp16 self in "
+                           "scatter_ and scatter_add_; per phase in cpu_scratch_left_out, tools/pytorch/README.md)",
                    points=pts)
         path = os.path.join(a.out, f"{name}.json")
         tmp = path + ".tmp"

@@ -14,7 +14,9 @@ What counts (the convention of tests/models.rs): requested bytes (the CPU alloca
 round), blocks >= 512 B only. Smaller blocks are the 0-d scalars and step counters that live
 in host memory on a GPU run (wrapped Python scalars, optimizer `step` tensors) and a few tiny
 tensors; the Rust grid test (tests/pytorch_grid.rs) applies the same filter to vramscope's
-events. CPU RNG-state stashes of torch.utils.checkpoint (host memory on a GPU) are left out.
+events. CPU RNG-state stashes of torch.utils.checkpoint (host memory on a GPU) are left out, and
+so is CPU-only kernel scratch (cpu_kernel_scratch: copy_'s 60x60 transpose bounce buffer, the fp32
+working copy of bf16/fp16 self in scatter ops), which each phase reports as cpu_scratch.
 
 Profile types (vramscope's --profile-type, plus forward-loss):
   inference     x, y = get_batch(); with torch.no_grad(): model(x)      (result unbound)
@@ -129,7 +131,8 @@ def alloc_rows(prof):
             node = next((x.replace("autograd::engine::evaluate_function: ", "") for x in reversed(ops)
                          if x.startswith("autograd::engine::evaluate_function")), "")
             rows.append(dict(t=(n.start_time_ns, getattr(ef, "id", 0)), bytes=ef.alloc_size, ptr=ef.ptr,
-                             step=step, phase=ph, op=ops[-1] if ops else "-", node=node))
+                             step=step, phase=ph, op=ops[-1] if ops else "-", node=node,
+                             scratch=cpu_kernel_scratch(anc, ef.alloc_size) if ef.alloc_size > 0 else None))
             return
         anc.append(n)
         for c in n.children:
@@ -142,6 +145,60 @@ def alloc_rows(prof):
     return rows
 
 
+# CPU-only kernel scratch: blocks PyTorch's CPU kernels allocate and free inside one op that the
+# CUDA kernels of the same op do not allocate at all (vramscope predicts CUDA). Each rule names the
+# op that must directly enclose the `aten::empty`, the inputs that select the CPU path and the exact
+# size; the block must also be freed before that op returns (checked in analyse). Sources
+# (PyTorch 2.x, aten/src/ATen/native/): see tools/pytorch/README.md.
+COPY_TRANSPOSE_BLOCK = 60  # Copy.cpp: copy_same_type_transpose_'s BLOCK_SZ (MIN_SZ = 60 * 60)
+REDUCED_FLOAT = (torch.bfloat16, torch.float16)
+SCATTER_OPS = ("aten::scatter_add_", "aten::scatter_add", "aten::scatter_", "aten::scatter")  # src and value forms
+
+
+def _meta(i):
+    return (list(i.sizes), list(i.strides), i.dtype) if getattr(i, "sizes", None) is not None else None
+
+
+def _numel(sizes):
+    n = 1
+    for d in sizes:
+        n *= d
+    return n
+
+
+def _contiguous(sizes, strides):
+    want = 1
+    for d, st in zip(reversed(sizes), reversed(strides)):
+        if d != 1 and st != want:
+            return False
+        want *= d
+    return True
+
+
+def cpu_kernel_scratch(anc, size):
+    """(why, end_ns of the enclosing op) when this allocation is a CPU-only kernel scratch block, else None."""
+    if len(anc) < 2 or anc[-1].name != "aten::empty":
+        return None
+    op = anc[-2]
+    ins = [_meta(i) for i in getattr(op.extra_fields, "inputs", [])]
+    if op.name == "aten::copy_" and len(ins) >= 2 and ins[0] and ins[1]:
+        # copy_transpose_valid(self, src): contiguous self, 2-D src with strides (1, size(0)), same
+        # dtype and sizes, >= 60*60 elements -> a BLOCK_SZ x BLOCK_SZ buffer of self's dtype.
+        (ss, sst, sdt), (rs, rst, rdt) = ins[0], ins[1]
+        if (len(rs) == 2 and rst == [1, rs[0]] and rs == ss and sdt == rdt and _contiguous(ss, sst)
+                and _numel(ss) >= COPY_TRANSPOSE_BLOCK ** 2
+                and size == COPY_TRANSPOSE_BLOCK ** 2 * torch.empty((), dtype=sdt).element_size()):
+            return ("cpu copy_ of a transposed 2-D src: copy_same_type_transpose_ 60x60 bounce buffer", op.end_time_ns)
+    if op.name in SCATTER_OPS and ins and ins[0]:
+        # cpu_scatter_gather_base_kernel, reduced floating self: an fp32 working copy of self (numel * 4 B),
+        # copied in and back (GatherBackward0's scatter_add_, MaxBackward0's scatter_).
+        ss, _, sdt = ins[0]
+        if sdt in REDUCED_FLOAT and size == _numel(ss) * 4:
+            return (f"cpu {op.name[6:]} of {str(sdt).replace('torch.', '')}: fp32 working buffer the size of self",
+                    op.end_time_ns)
+    return None
+
+
 def counted(size, op):
     return size >= MIN_BLOCK and not (size == RNG_BYTES and not op.startswith("aten::"))
 
@@ -149,8 +206,8 @@ def counted(size, op):
 def analyse(rows, phases):
     """Per-phase peaks of the last step: absolute live bytes of blocks >= 512 B (and of all
     blocks), the op at each peak and how many counted tensors were live there."""
-    live = {}  # ptr -> (bytes, counted)
-    level = level_all = n_live = 0
+    live = {}  # ptr -> (bytes, counted, scratch)
+    level = level_all = n_live = level_scratch = 0  # level_scratch: counted + CPU scratch >= 512 B
     last = NSTEPS - 1
     per = {p: None for p in phases}
     log = []
@@ -159,10 +216,12 @@ def analyse(rows, phases):
         b, ptr = r["bytes"], r["ptr"]
         if b > 0:
             assert ptr not in live, "allocation at a live address"
-            c = counted(b, r["op"])
+            scratch = r["scratch"]
+            c = counted(b, r["op"]) and scratch is None
         elif ptr in live:
             assert live[ptr][0] == -b, "free size differs from its allocation"
-            c = live[ptr][1]
+            c, scratch = live[ptr][1], live[ptr][2]
+            assert scratch is None or r["t"][0] <= scratch[1], f"CPU scratch block outlived its op: {scratch[0]}"
         else:
             continue  # a block allocated before the session
         in_step = r["step"] == last
@@ -172,24 +231,31 @@ def analyse(rows, phases):
         if in_step and ph != cur:
             if ph in per and per[ph] is None:
                 per[ph] = dict(start=level, peak=level, peak_all=level_all, peak_op="phase start",
-                               peak_node="", live_at_peak=n_live)
+                               peak_node="", live_at_peak=n_live, cpu_scratch={},
+                               peak_with_cpu_scratch=level + level_scratch)
             cur = ph
         if b > 0:
-            live[ptr] = (b, c)
+            live[ptr] = (b, c, scratch)
         else:
             del live[ptr]
         level += b if c else 0
         n_live += (1 if b > 0 else -1) if c else 0
         level_all += b
+        level_scratch += b if scratch is not None and abs(b) >= MIN_BLOCK else 0
         if not in_step:
             continue
         if ph in per:
             s = per[ph]
+            if b > 0 and scratch is not None and b >= MIN_BLOCK:
+                # left out: which rule, how many blocks, bytes in all and the largest one
+                w = s["cpu_scratch"].setdefault(scratch[0], dict(blocks=0, bytes=0, max_block=0, node=r["node"]))
+                w.update(blocks=w["blocks"] + 1, bytes=w["bytes"] + b, max_block=max(w["max_block"], b))
             if level > s["peak"]:
                 s.update(peak=level, peak_op=r["op"], peak_node=r["node"], live_at_peak=n_live)
             s["peak_all"] = max(s["peak_all"], level_all)
+            s["peak_with_cpu_scratch"] = max(s["peak_with_cpu_scratch"], level + level_scratch)
             s["end"] = level
-        log.append(dict(phase=ph, op=r["op"], node=r["node"], bytes=b, counted=int(c),
+        log.append(dict(phase=ph, op=r["op"], node=r["node"], bytes=b, counted=int(c), cpu_scratch=int(scratch is not None),
                         level=level, level_all=level_all, ptr=hex(ptr)))
     missing = [p for p, v in per.items() if v is None]
     assert not missing, f"no events in phases {missing}"
