@@ -39,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 import measure_cs336 as M
 import pytorch_tinyllama as P
+from measure_variants import FusedSwiGLU  # version 2's gate_up_proj(x).chunk(2, dim=-1)
 
 OUT = os.path.join(HERE, "../../tests/fixtures/pytorch_grid")
 PROFILE_TYPES = M.PROFILE_TYPES
@@ -88,26 +89,13 @@ class TLAttention(P.Attention):
         return self.o_proj(out)
 
 
-class TLSwiGLU(nn.Module):
-    """Version 2's `gate, up = gate_up_proj(x).chunk(2, dim=-1)`."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_dim, 2 * cfg.intermediate_dim, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_dim, cfg.hidden_dim, bias=False)
-
-    def forward(self, x):
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
-
-
 class TLBlock(P.Block):
     def __init__(self, cfg):
         nn.Module.__init__(self)
         self.attention_norm = P.RMSNorm(cfg.hidden_dim, cfg.norm_eps)
         self.attention = TLAttention(cfg)
         self.ffn_norm = P.RMSNorm(cfg.hidden_dim, cfg.norm_eps)
-        self.feed_forward = TLSwiGLU(cfg) if cfg.fused else P.SwiGLU(cfg)
+        self.feed_forward = FusedSwiGLU(cfg) if cfg.fused else P.SwiGLU(cfg)
 
 
 class TLModel(P.TinyLlama):
