@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""fake_hf.py -- full-size transformers models where CPU cannot run them: FakeTensorMode +
+torch.distributed._tools' MemTracker around transformers' real modeling code (issue #16's
+full-size check of the `hf` flavour).
+
+Under FakeTensorMode no memory is touched; MemTracker follows every storage the real Python
+code creates, by category (Parameter, Buffer, Gradient, Activation, Temp, Optstate), and keeps
+the peak. Its byte counts are a dispatch mode's (see README.md: modes change some byte counts,
+e.g. autograd's InputBuffer accumulates out of place under a mode), and on `cuda` it rounds each
+storage up to a multiple of 512 B (the caching allocator's kMinBlockSize: allocated, not
+requested, bytes).
+
+Devices: `cuda` fake tensors need no GPU for forward passes. The fake-CUDA backward fails on a
+machine without a GPU ("hasPrimaryContext expects a valid device index"); `--device cpu` runs
+backward, with CPU kernels' choices (SDPA backend) and no 512 B rounding. SDPA on a GPU-less
+build picks the math backend for fake CUDA (it keeps the (B, h, S, S) weights), so only `eager`
+rows compare across machines; sdpa is settled on real hardware (issue #19).
+
+    python3 fake_hf.py --preset Llama-3.1-8B --seq 2048 --kind inference [--attn eager]
+        [--dtype bf16] [--use-cache true|false] [--device cuda|cpu] [--json out.json]
+    python3 fake_hf.py --grid        # the rows committed to tests/fixtures/hf_grid/fake_full.json
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+# Dimension facts of the published config.json files (hidden, intermediate, layers, heads, kv heads,
+# vocab, max positions, rope theta, tied, model_type, head_dim).
+PRESETS = {
+    "Llama-3.2-1B": (2048, 8192, 16, 32, 8, 128256, 131072, 500000.0, True, "llama", 64),
+    "Llama-3.1-8B": (4096, 14336, 32, 32, 8, 128256, 131072, 500000.0, False, "llama", 128),
+    "Mistral-7B": (4096, 14336, 32, 32, 8, 32768, 32768, 1000000.0, False, "mistral", 128),
+    "Qwen2.5-7B": (3584, 18944, 28, 28, 4, 152064, 32768, 1000000.0, False, "qwen2", 128),
+    "Qwen3-8B": (4096, 12288, 36, 32, 8, 151936, 40960, 1000000.0, False, "qwen3", 128),
+}
+GRID = [
+    dict(preset="Llama-3.1-8B", seq=2048, kind="inference", use_cache=True),
+    dict(preset="Llama-3.1-8B", seq=2048, kind="inference", use_cache=False),
+    dict(preset="Llama-3.1-8B", seq=2048, kind="forward", use_cache=True),
+    dict(preset="Llama-3.1-8B", seq=2048, kind="forward", use_cache=False),
+    dict(preset="Llama-3.1-8B", seq=8192, kind="inference", use_cache=False),
+    dict(preset="Llama-3.1-8B", seq=8192, kind="forward", use_cache=False),
+    # backward runs only on fake cpu here (see the top): no 512 B rounding, CPU kernel choices
+    dict(preset="Llama-3.1-8B", seq=2048, kind="training", use_cache=False, device="cpu"),
+]
+
+
+def config(name, use_cache):
+    import transformers as T
+    h, f, L, nh, kv, V, maxpos, theta, tied, mt, hd = PRESETS[name]
+    cls = {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config, "qwen3": T.Qwen3Config}[mt]
+    kw = dict(hidden_size=h, intermediate_size=f, num_hidden_layers=L, num_attention_heads=nh, num_key_value_heads=kv,
+              vocab_size=V, max_position_embeddings=maxpos, rope_theta=theta, tie_word_embeddings=tied, use_cache=use_cache,
+              head_dim=hd)
+    if mt == "mistral":
+        kw["sliding_window"] = None
+    return cls(**kw)
+
+
+def measure(r, device="cuda"):
+    import transformers as T
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[r.get("dtype", "bf16")]
+    B, S, kind = r.get("batch", 1), r["seq"], r["kind"]
+    t0 = time.time()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with torch.device(device):
+            model = T.AutoModelForCausalLM.from_config(config(r["preset"], r["use_cache"]),
+                                                       attn_implementation=r.get("attn", "eager"), dtype=dtype)
+        model.train() if kind == "training" else model.eval()
+        x = torch.randint(0, model.config.vocab_size, (B, S), device=device)
+        opt = torch.optim.AdamW(model.parameters(), fused=True) if kind == "training" else None
+        mt = MemTracker()
+        mt.track_external(model, *( [opt] if opt else []))
+        with mt:
+            if kind == "inference":
+                with torch.no_grad():
+                    model(input_ids=x, use_cache=r["use_cache"])
+            elif kind == "forward":
+                model(input_ids=x, use_cache=r["use_cache"])
+            else:
+                loss = model(input_ids=x, labels=x.clone(), use_cache=r["use_cache"]).loss
+                loss.backward()
+                opt.step()
+        peak = mt.get_tracker_snapshot("peak")
+    dev = next(iter(k for k in peak if isinstance(k, torch.device)))
+    by = {str(k.value) if hasattr(k, "value") else str(k): v for k, v in peak[dev].items()}
+    return dict(r, device=device, peak_total=by.pop("Total"), peak_by_category=by, seconds=round(time.time() - t0, 1))
+
+
+def main():
+    a = argparse.ArgumentParser()
+    a.add_argument("--preset", choices=sorted(PRESETS), default="Llama-3.1-8B")
+    a.add_argument("--seq", type=int, default=2048)
+    a.add_argument("--batch", type=int, default=1)
+    a.add_argument("--kind", choices=("inference", "forward", "training"), default="inference")
+    a.add_argument("--attn", choices=("eager", "sdpa"), default="eager")
+    a.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    a.add_argument("--use-cache", choices=("true", "false"), default="true")
+    a.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    a.add_argument("--grid", action="store_true", help="measure the committed rows into tests/fixtures/hf_grid/fake_full.json")
+    a.add_argument("--json")
+    x = a.parse_args()
+    import transformers
+    if x.grid:
+        rows = []
+        for r in GRID:
+            res = measure(dict(r, attn="eager", dtype="bf16", batch=1), r.get("device", "cuda"))
+            print(res, flush=True)
+            rows.append(res)
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fixtures/hf_grid/fake_full.json")
+        doc = dict(generator="tools/pytorch/fake_hf.py --grid", torch=torch.__version__, transformers=transformers.__version__,
+                   counted="MemTracker peak under FakeTensorMode, by category: on fake cuda storage bytes rounded up "
+                           "to 512 B; on fake cpu (the training row) unrounded",
+                   rows=rows)
+        with open(out + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(out + ".tmp", out)
+        print(f"wrote {len(rows)} rows to {os.path.relpath(out)}")
+        return
+    r = dict(preset=x.preset, seq=x.seq, batch=x.batch, kind=x.kind, attn=x.attn, dtype=x.dtype, use_cache=x.use_cache == "true")
+    res = measure(r, x.device)
+    print(json.dumps(res, indent=1))
+    if x.json:
+        with open(x.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""measure_hf.py -- what eager PyTorch allocates when Hugging Face transformers' own modeling code
+runs a causal LM (llama, mistral, qwen2, qwen3), per phase, mode-free: the ground truth of the
+`hf` flavour (issue #16), measured with measure_cs336.py's method.
+
+Method (measure_cs336.py's): the whole run -- model construction from a config with random
+weights, two warm-up steps, the measured third step -- runs inside ONE
+torch.profiler(profile_memory=True) session with no TorchDispatchMode; allocations are read
+from the profiler's event tree, linked by address, so levels are absolute. Requested bytes of
+blocks >= 512 B; CPU RNG stashes and CPU-only kernel scratch are left out as there.
+
+The step is the Trainer's (transformers.Trainer.training_step + the inner loop):
+  data       input_ids (B, S) int64 and labels = input_ids.clone() (DataCollatorForLanguageModeling
+             with mlm=False copies input_ids to labels; the model shifts them in its loss)
+  zero_grad  model.zero_grad(set_to_none=True) (the Trainer calls it after each step; the memory
+             is the same, and this keeps vramscope's phase order)
+  forward    out = model(input_ids=..., labels=..., use_cache=..., logits_to_keep=...), up to and
+             including lm_head
+  loss       the rest of that call (ForCausalLMLoss: logits.float(), the padded/shifted labels,
+             cross_entropy), then `loss = out.loss; del out` (compute_loss returns only the loss,
+             so the logits die before backward)
+  backward   loss.backward()
+  optimizer  clip_grad_norm_(params, max_grad_norm) (the Trainer's default 1.0; 0 = off), then
+             optimizer.step()
+Profile types: inference (torch.no_grad(), no labels, result unbound), forward (autograd on, no
+labels, result unbound), forward-loss (labels, no backward), training.
+
+Options the user has in transformers: --attn eager|sdpa (SDPA's CPU backend is recorded: CPU
+has flash-for-cpu and math, CUDA also memory-efficient), --dtype fp32|bf16 (the dtype the weights
+are loaded in: `dtype=` of from_config; no fp32 master copy), --use-cache (default: the
+config's, true for all four), --logits-to-keep, --checkpoint none|reentrant|non-reentrant
+(gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ...})),
+--optimizer adamw_torch_fused (Trainer's default) | adamw_torch_foreach | adamw_torch_forloop | sgd,
+--attention-mask none|ones (what a tokenizer's collator passes with unpadded batches).
+Autocast (Trainer bf16=True) is CUDA's rule set and is not measured on CPU.
+
+Run:  python3 measure_hf.py --model-type llama --hidden-size 128 --intermediate-size 384 \
+          --num-layers 2 --num-heads 4 --num-kv-heads 2 --vocab-size 1000 --seq 64 --batch 2 \
+          --profile-type training [--attn sdpa] [--dtype bf16] [--json out.json]
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import measure_cs336 as M
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd")
+CHECKPOINTS = ("none", "reentrant", "non-reentrant")
+
+
+def hf_config(p):
+    """A transformers config object of `p["model_type"]` with the point's shape."""
+    import transformers as T
+    cls = {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config, "qwen3": T.Qwen3Config}[p["model_type"]]
+    kw = dict(hidden_size=p["hidden_size"], intermediate_size=p["intermediate_size"], num_hidden_layers=p["num_layers"],
+              num_attention_heads=p["num_heads"], num_key_value_heads=p["num_kv_heads"], vocab_size=p["vocab_size"],
+              max_position_embeddings=p.get("max_position_embeddings", 4096), tie_word_embeddings=p.get("tied", False),
+              use_cache=p.get("use_cache", True), rms_norm_eps=1e-6)
+    if p.get("head_dim"):
+        kw["head_dim"] = p["head_dim"]
+    if p["model_type"] == "mistral":
+        kw["sliding_window"] = p.get("sliding_window")
+    return cls(**kw)
+
+
+def make_optimizer(name, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3)
+    kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    if name == "adamw_torch_fused":
+        return torch.optim.AdamW(params, fused=True, **kw)
+    if name == "adamw_torch_foreach":  # CUDA's default for torch.optim.AdamW(); CPU defaults to the loop
+        return torch.optim.AdamW(params, foreach=True, **kw)
+    return torch.optim.AdamW(params, foreach=False, **kw)
+
+
+class LossPhase:
+    """Opens the `loss` phase when lm_head returns (the loss is computed inside the model's
+    forward, as the Trainer calls it) and closes it once the step has dropped the output."""
+
+    def __init__(self, model):
+        self.rf = None
+        self.armed = False
+        model.get_output_embeddings().register_forward_hook(self.hook)
+
+    def hook(self, *_):
+        if self.armed and self.rf is None:
+            self.rf = record_function(M.PHASE_MARK + "loss")
+            self.rf.__enter__()
+
+    def close(self):
+        if self.rf is not None:
+            self.rf.__exit__(None, None, None)
+        self.rf, self.armed = None, False
+
+
+def run(p, kind):
+    """Profile one point; returns (profiler, model description)."""
+    import transformers as T
+    B, S = p["batch"], p["seq"]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
+        with record_function("grid::setup"):
+            torch.manual_seed(42)
+            model = T.AutoModelForCausalLM.from_config(hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
+            ck = p.get("checkpoint", "none")
+            if ck != "none":
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
+            model.train() if kind == "training" else model.eval()
+            opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), model.parameters()) if kind == "training" else None
+            loss_phase = LossPhase(model)
+            gen = torch.Generator().manual_seed(42)
+        extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
+        for step in range(M.NSTEPS):
+            with record_function(f"{M.STEP_MARK}{step}"):
+                with M.phase("data"):
+                    input_ids = torch.randint(0, p["vocab_size"], (B, S), generator=gen)
+                    labels = input_ids.clone() if kind in ("training", "forward-loss") else None
+                    mask = torch.ones(B, S, dtype=torch.int64) if p.get("attention_mask") == "ones" else None
+                if kind in ("training", "forward-loss"):
+                    if kind == "training":
+                        with M.phase("zero_grad"):
+                            model.zero_grad(set_to_none=True)
+                    with M.phase("forward"):
+                        loss_phase.armed = True
+                        out = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra)
+                        loss = out.loss
+                        del out
+                        loss_phase.close()
+                    if kind == "training":
+                        with M.phase("backward"):
+                            loss.backward()
+                        with M.phase("optimizer"):
+                            # SGD without clipping allocates nothing: a 4-byte block (uncounted,
+                            # < 512 B) marks the phase's start level for the analysis.
+                            torch.empty(1)
+                            if p.get("max_grad_norm", 1.0) > 0:
+                                torch.nn.utils.clip_grad_norm_(model.parameters(), p.get("max_grad_norm", 1.0))
+                            opt.step()
+                    del loss
+                else:
+                    with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
+                        with M.phase("forward"):
+                            model(input_ids=input_ids, attention_mask=mask, **extra)
+    return prof, model
+
+
+def sdpa_backends(prof):
+    """The SDPA kernels that ran (aten op names), e.g. _scaled_dot_product_flash_attention_for_cpu."""
+    seen = set()
+
+    def walk(n):
+        name = getattr(n, "name", "")
+        if "scaled_dot_product" in name or "efficient_attention" in name or "flash_attention" in name:
+            seen.add(name)
+        for c in n.children:
+            walk(c)
+
+    for r in prof.profiler.kineto_results.experimental_event_tree():
+        walk(r)
+    return sorted(seen)
+
+
+def measure(p, kind):
+    prof, model = run(p, kind)
+    per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind))
+    info = dict(sdpa_backends=sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
+                gradient_checkpointing=bool(getattr(model, "is_gradient_checkpointing", False)),
+                attn_implementation=model.config._attn_implementation)
+    return per, log, info
+
+
+def main(argv=None):
+    a = argparse.ArgumentParser(description="Per-phase peak memory of a transformers causal LM, mode-free (CPU profiler).")
+    a.add_argument("--model-type", choices=MODEL_TYPES, default="llama")
+    a.add_argument("--hidden-size", type=int, default=128)
+    a.add_argument("--intermediate-size", type=int, default=384)
+    a.add_argument("--num-layers", type=int, default=2)
+    a.add_argument("--num-heads", type=int, default=4)
+    a.add_argument("--num-kv-heads", type=int, default=2)
+    a.add_argument("--head-dim", type=int)
+    a.add_argument("--vocab-size", type=int, default=1000)
+    a.add_argument("--max-position-embeddings", type=int, default=4096)
+    a.add_argument("--tied", action="store_true")
+    a.add_argument("--seq", type=int, default=64)
+    a.add_argument("--batch", type=int, default=2)
+    a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
+    a.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
+    a.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    a.add_argument("--use-cache", choices=("true", "false"), default="true")
+    a.add_argument("--logits-to-keep", type=int, default=0)
+    a.add_argument("--checkpoint", choices=CHECKPOINTS, default="none")
+    a.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw_torch_fused")
+    a.add_argument("--max-grad-norm", type=float, default=1.0)
+    a.add_argument("--attention-mask", choices=("none", "ones"), default="none")
+    a.add_argument("--threads", type=int, default=1)
+    a.add_argument("--json", help="write the per-phase result (JSON) here")
+    x = a.parse_args(argv)
+    torch.set_num_threads(x.threads)
+    p = dict(model_type=x.model_type, hidden_size=x.hidden_size, intermediate_size=x.intermediate_size,
+             num_layers=x.num_layers, num_heads=x.num_heads, num_kv_heads=x.num_kv_heads, head_dim=x.head_dim,
+             vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
+             batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=x.use_cache == "true", logits_to_keep=x.logits_to_keep,
+             checkpoint=x.checkpoint, optimizer=x.optimizer, max_grad_norm=x.max_grad_norm, attention_mask=x.attention_mask)
+    per, _, info = measure(p, x.profile_type)
+    import transformers
+    print(f"hf {x.profile_type}: {p} (torch {torch.__version__}, transformers {transformers.__version__}, CPU); {info}")
+    M.print_phases(per)
+    if x.json:
+        with open(x.json, "w") as f:
+            json.dump(dict(point=p, profile_type=x.profile_type, torch=torch.__version__,
+                           transformers=transformers.__version__, info=info, phases=per), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
