@@ -107,6 +107,8 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     let vs = variants(a)?;
     // Every variant is planned (validated) before the first run.
     let mut plans = vs.iter().map(|v| profile::plan(&v.args)).collect::<Result<Vec<_>>>()?;
+    // The variants' snapshots and the tables appear together at the end, or not at all.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     // One variant too large for host memory moves them all to meta, so the table compares
     // like with like.
     let notes = plans.iter().map(|p| profile::meta_if_host_too_small(p, &a.profile_type)).collect::<Result<Vec<_>>>()?;
@@ -191,7 +193,8 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     md.push_str(if cpu { "\n" } else { " Meta: memory only; step times are measured with `--device cpu`.\n" });
     print!("{md}");
     write_atomic(&a.out_dir.join("compare.md"), md.trim_start().as_bytes())?;
-    write_json(&a.out_dir.join("compare.json"), &json!({ "units": "bytes; GiB = 1024³ bytes", "runs": json_rows }))?;
+    write_json(&a.out_dir.join("compare.json"), &json!({ "run_id": set.run_id(), "units": "bytes; GiB = 1024³ bytes", "runs": json_rows }))?;
+    set.commit()?;
     println!("\nwrote compare.md, compare.json and one snapshot (+ HTML report) per variant to {}", a.out_dir.display());
     Ok(())
 }

@@ -126,6 +126,8 @@ pub fn run(a: StudyArgs) -> Result<()> {
     if !(a.cpu_budget_minutes > 0.0) {
         return Err(usage("--cpu-budget-minutes", "must be positive"));
     }
+    // Checked before calibration and the training run; config.json and the log appear together.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     let flops = step_flops(&preset) * steps as f64;
     let (device, why) = match a.device.as_str() {
         "cpu" => ("cpu", "asked for with --device cpu".to_string()),
@@ -222,6 +224,7 @@ pub fn run(a: StudyArgs) -> Result<()> {
     // replaced by this superset, as the script writes its own).
     let train_config: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
     let config = json!({
+        "run_id": set.run_id(),
         "problem_size": size,
         "hidden_dim": m.d_model,
         "num_layers": m.num_layers,
@@ -241,6 +244,7 @@ pub fn run(a: StudyArgs) -> Result<()> {
     });
     write_json(&dir.join("config.json"), &config)?;
     write_atomic(&dir.join("training_output.log"), log.as_bytes())?;
+    set.commit()?;
     std::io::stdout().flush()?;
     Ok(())
 }
