@@ -93,6 +93,17 @@ fn write_errors_name_the_file_and_devices_are_written_into() {
     assert!(o.status.success());
     assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    // /dev/stdout onto a file: the JSON follows the text (appended), and the link stays.
+    let captured = dir.path().join("stdout.txt");
+    let st = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["estimate", "--json", "/dev/stdout"])
+        .stdout(std::fs::File::create(&captured).unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let text = std::fs::read_to_string(&captured).unwrap();
+    assert!(text.starts_with("vramscope estimate") && text.contains("\"estimate\"") && text.trim_end().ends_with("wrote /dev/stdout (JSON)"), "{text}");
+    assert!(std::fs::symlink_metadata("/dev/stdout").unwrap().file_type().is_symlink());
 }
 
 #[test]
@@ -165,7 +176,22 @@ fn interrupted_sweep_keeps_the_previous_set(signal: i32) {
     let status = child.wait().unwrap();
     // Killed by the signal after cleaning up (a shell reports 128 + signal: 130, 143).
     assert!(status.signal() == Some(signal) || status.code() == Some(128 + signal), "{status:?}");
-    let after = tree(&out);
+    let mut after = tree(&out);
+    if signal == libc::SIGKILL {
+        // Nothing can clean up after kill -9: the staging folder stays, holding only complete
+        // files (temp files are unnamed where the filesystem has O_TMPFILE), beside the
+        // untouched previous set.
+        let stale: Vec<String> = after.keys().filter(|k| k.starts_with(".vramscope-staging-")).cloned().collect();
+        assert!(!stale.is_empty());
+        if o_tmpfile_works(&out) {
+            assert!(stale.iter().all(|k| !k.ends_with(".tmp")), "{stale:?}");
+        }
+        after.retain(|k, _| !k.starts_with(".vramscope-staging-"));
+        // The next run in that folder removes the dead run's staging folder.
+        let o = vramscope(&["sweep", "--batch-size", "1", "--context-length", "32", "--profile-type", "forward", "--out-dir", out.to_str().unwrap()]);
+        assert!(o.status.success());
+        assert!(leftovers(&tree(&out)).is_empty(), "{:?}", leftovers(&tree(&out)));
+    }
     assert!(leftovers(&after).is_empty(), "left behind: {:?}", leftovers(&after));
     assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
     assert!(before == after, "the previous set changed");
@@ -174,6 +200,16 @@ fn interrupted_sweep_keeps_the_previous_set(signal: i32) {
 #[test]
 fn sigint_mid_sweep_leaves_exactly_the_previous_set() {
     interrupted_sweep_keeps_the_previous_set(libc::SIGINT);
+}
+
+#[test]
+fn kill_9_mid_sweep_leaves_the_previous_set_and_no_temp_files() {
+    interrupted_sweep_keeps_the_previous_set(libc::SIGKILL);
+}
+
+fn o_tmpfile_works(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_TMPFILE).open(dir).is_ok()
 }
 
 #[test]

@@ -7,9 +7,10 @@
 //! Elsewhere, or on a filesystem without O_TMPFILE, it is a named file created with O_EXCL
 //! (which never follows a symlink) under a random name and registered for removal on
 //! SIGINT/SIGTERM. The target itself is replaced, never followed: a symlink planted at an
-//! output's name is swapped for the new file. A target that is a device or a FIFO
-//! (`--output /dev/stdout`) is written straight into instead: renaming over it would replace
-//! the device node. Every error names the target file.
+//! output's name is swapped for the new file. A target that is a device or a FIFO, or a
+//! link under /dev or /proc (`--json /dev/stdout`, even when stdout is a file), is written
+//! straight into instead (appending): renaming over it would replace the device node or the
+//! link. Every error names the target file.
 use super::cleanup;
 use anyhow::{bail, Context, Result};
 use std::fs::{File, OpenOptions};
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 /// open (`OutputSet::begin`), the file is staged and appears with the rest of the set when
 /// it commits.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if is_special(path) {
+    if written_into(path) {
         return write_into(path, bytes);
     }
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
@@ -31,16 +32,47 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_replacing(&dest, bytes, path)
 }
 
-/// A character or block device, or a FIFO (after following links): written into, not replaced.
-fn is_special(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| {
+/// A character or block device or a FIFO (after following links), or a link under /dev or
+/// /proc (/dev/stdout, /dev/fd/N, /proc/self/fd/N): written into, not replaced.
+fn written_into(path: &Path) -> bool {
+    let special = std::fs::metadata(path).is_ok_and(|m| {
         let t = m.file_type();
         t.is_char_device() || t.is_block_device() || t.is_fifo()
-    })
+    });
+    let fd_link = (path.starts_with("/dev") || path.starts_with("/proc")) && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    special || fd_link
+}
+
+/// The descriptor a path names in this process (/dev/stdout, /dev/fd/N, /proc/self/fd/N).
+fn own_fd(path: &Path) -> Option<libc::c_int> {
+    let s = path.to_str()?;
+    match s {
+        "/dev/stdin" => Some(0),
+        "/dev/stdout" => Some(1),
+        "/dev/stderr" => Some(2),
+        _ => s.strip_prefix("/dev/fd/").or_else(|| s.strip_prefix("/proc/self/fd/")).and_then(|n| n.parse().ok()),
+    }
 }
 
 fn write_into(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new().write(true).open(path).with_context(|| format!("writing {}", path.display()))?;
+    let opened = match own_fd(path) {
+        // Our own descriptor is written through a duplicate, which shares its offset with the
+        // text already printed to it (reopening a redirected stdout would start at 0).
+        Some(fd) => {
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            // SAFETY: dup of a descriptor number; the result is owned by the File below.
+            let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if d < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                // SAFETY: `d` is a fresh descriptor nothing else owns.
+                Ok(unsafe { <File as std::os::unix::io::FromRawFd>::from_raw_fd(d) })
+            }
+        }
+        None => OpenOptions::new().append(true).open(path),
+    };
+    let mut f = opened.with_context(|| format!("writing {}", path.display()))?;
     f.write_all(bytes).and_then(|()| f.flush()).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -80,7 +112,12 @@ fn write_replacing(dest: &Path, bytes: &[u8], shown: &Path) -> Result<()> {
         Err(e) if tmpfile_unsupported(&e) => {}
         Err(e) => return Err(e).with_context(ctx),
     }
-    let (mut f, tmp) = create_named(dir, &name).with_context(ctx)?;
+    write_named(dir, &name, dest, fill).with_context(ctx)
+}
+
+/// The portable way: a named O_EXCL temp file, filled, renamed over `dest`; removed on error.
+fn write_named(dir: &Path, name: &str, dest: &Path, fill: impl FnOnce(&mut File) -> std::io::Result<()>) -> std::io::Result<()> {
+    let (mut f, tmp) = create_named(dir, name)?;
     let res = fill(&mut f).and_then(|()| {
         drop(f);
         let mut reg = cleanup::lock();
@@ -93,7 +130,7 @@ fn write_replacing(dest: &Path, bytes: &[u8], shown: &Path) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
         reg.forget_file(&tmp);
     }
-    res.with_context(ctx)
+    res
 }
 
 /// An unnamed file in `dir` (O_TMPFILE), mode 0666 minus the umask once linked.
@@ -189,16 +226,83 @@ pub fn check_dir(dir: &Path) -> std::result::Result<(), String> {
 }
 
 /// Can `path` be written as an output file? Not a directory, and its folder passes
-/// `check_dir` (a device or FIFO is written into and needs no folder check).
+/// `check_dir` (a device, a FIFO or /dev/stdout is written into and needs no folder check).
 pub fn check_file(path: &Path) -> std::result::Result<(), String> {
     if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
         return Err(format!("{} is a directory", path.display()));
     }
-    if is_special(path) {
+    if written_into(path) {
         return Ok(());
     }
     if path.file_name().is_none() {
         return Err(format!("{} names no file", path.display()));
     }
     check_dir(parent_dir(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn old_predictable_temp_names_are_not_followed() {
+        let _g = cleanup::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        // What the old writer opened with File::create: `.NAME.tmp<pid>`.
+        let planted = out.join(format!(".a.json.tmp{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        write_atomic(&out.join("a.json"), b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read(out.join("a.json")).unwrap(), b"new");
+        assert_eq!(names(&out), vec![planted.file_name().unwrap().to_string_lossy().into_owned(), "a.json".into()]);
+    }
+
+    #[test]
+    fn named_fallback_replaces_the_target_and_cleans_up_on_error() {
+        let _g = cleanup::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("x.txt");
+        std::fs::write(&dest, "old").unwrap();
+        write_named(dir.path(), "x.txt", &dest, |f| f.write_all(b"new")).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"new");
+        assert_eq!(names(dir.path()), vec!["x.txt"]);
+        let err = write_named(dir.path(), "x.txt", &dest, |f| {
+            f.write_all(b"half")?;
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        });
+        assert_eq!(err.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(std::fs::read(&dest).unwrap(), b"new");
+        assert_eq!(names(dir.path()), vec!["x.txt"]);
+        assert!(cleanup::lock().files.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_target() {
+        let _g = cleanup::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let e = format!("{:#}", write_atomic(&sub, b"x").unwrap_err());
+        assert_eq!(e, format!("writing {}: it is a directory", sub.display()));
+        if Path::new("/dev/full").exists() {
+            let e = format!("{:#}", write_atomic(Path::new("/dev/full"), b"x").unwrap_err());
+            assert_eq!(e, "writing /dev/full: No space left on device (os error 28)");
+        }
+        let file = dir.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(check_dir(&file).unwrap_err(), format!("{} exists and is not a directory", file.display()));
+        assert_eq!(check_file(&sub).unwrap_err(), format!("{} is a directory", sub.display()));
+        assert!(check_file(&dir.path().join("new/deeper/x.json")).is_ok());
+        assert_eq!(names(&dir.path().join("new/deeper")), Vec::<String>::new());
+    }
 }

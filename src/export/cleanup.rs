@@ -21,6 +21,10 @@ pub(crate) struct Registry {
     pub set: Option<super::output_set::Staged>,
 }
 
+/// Unit tests that write files take this: an open output set would stage other tests' writes.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: Mutex<()> = Mutex::new(());
+
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry { files: Vec::new(), dirs: Vec::new(), set: None });
 
 /// The registry, locked; installs the signal handler on first use. Hold the guard across

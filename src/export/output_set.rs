@@ -8,7 +8,8 @@
 //! SIGTERM waits the few milliseconds it takes; an error, a panic that unwinds or an
 //! interrupt before that removes the staging folders, and the previous outputs stay as they
 //! were. (kill -9 cannot be caught: it leaves a staging folder of complete files beside the
-//! untouched previous outputs, or, inside the commit, a part-renamed set.)
+//! untouched previous outputs, or, inside the commit, a part-renamed set; the next set opened
+//! in that folder on the same host removes it.)
 //!
 //! Each set has a run id: the JSON outputs carry it as `run_id`, HTML reports and SVG plots
 //! as a comment, so files from one run can be told apart from an older run's. The CSV does
@@ -116,11 +117,42 @@ fn staging_for(reg: &mut Registry, path: &Path, new_root: &Path) -> std::io::Res
         return Ok(r.clone());
     }
     std::fs::create_dir_all(new_root)?;
-    let staging = create_unique_dir(new_root, STAGING_PREFIX)?;
+    remove_stale_staging(new_root);
+    let staging = create_unique_dir(new_root, &format!("{STAGING_PREFIX}{}-{}-", host(), std::process::id()))?;
     reg.dirs.push(staging.clone());
     let root = (new_root.to_path_buf(), staging);
     reg.set.as_mut().expect("a set is open").roots.push(root.clone());
     Ok(root)
+}
+
+/// This host's name as it goes into staging folder names ([A-Za-z0-9.] only).
+fn host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let name = if ok { &buf[..buf.iter().position(|&b| b == 0).unwrap_or(buf.len())] } else { b"host".as_slice() };
+    name.iter().map(|&b| if b.is_ascii_alphanumeric() || b == b'.' { b as char } else { '_' }).collect()
+}
+
+/// Remove the staging folders a killed run (kill -9, a crash) left in `dir`: those named for
+/// this host, owned by this user, whose process no longer exists. Another host's (a shared
+/// disk) or a live process's are left alone.
+fn remove_stale_staging(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let ours = format!("{STAGING_PREFIX}{}-", host());
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(&ours).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else { continue };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = pid > 0 && unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if m.is_dir() && m.uid() == uid && gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// `path` relative to `root`, when it lies under it in plain steps (no `..`).
@@ -161,5 +193,58 @@ pub fn with_run_id_comment(text: String) -> String {
     match text.find('\n') {
         Some(i) => format!("{}<!-- vramscope run_id: {id} -->\n{}", &text[..=i], &text[i + 1..]),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::write_atomic;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    // One test: the open set is process-wide, and the test harness runs tests in parallel.
+    #[test]
+    fn a_set_appears_whole_at_commit_or_not_at_all() {
+        let _g = cleanup::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("out");
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a.txt"), "old a").unwrap();
+
+        // Dropped without commit: nothing changes, no staging is left.
+        let set = OutputSet::begin(&root).unwrap();
+        write_atomic(&root.join("a.txt"), b"new a").unwrap();
+        write_atomic(&root.join("points/p1/b.txt"), b"b").unwrap();
+        write_atomic(&elsewhere.join("c.txt"), b"c").unwrap();
+        assert_eq!(std::fs::read(staged_path(&root.join("points/p1/b.txt"))).unwrap(), b"b");
+        assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"old a");
+        drop(set);
+        assert_eq!(names(&root), vec!["a.txt"]);
+        assert_eq!(names(&elsewhere), Vec::<String>::new());
+        assert!(cleanup::lock().dirs.is_empty());
+
+        // Committed: every file in place, a nested set joined the outer one.
+        let set = OutputSet::begin(&root).unwrap();
+        let id = set.run_id().to_string();
+        let inner = OutputSet::begin(&root.join("points")).unwrap();
+        assert_eq!(inner.run_id(), id);
+        write_atomic(&root.join("points/p1/b.txt"), b"b").unwrap();
+        inner.commit().unwrap();
+        assert!(!root.join("points/p1/b.txt").exists());
+        write_atomic(&root.join("a.txt"), b"new a").unwrap();
+        write_atomic(&elsewhere.join("c.txt"), b"c").unwrap();
+        assert_eq!(with_run_id_comment("<svg>\n</svg>\n".into()), format!("<svg>\n<!-- vramscope run_id: {id} -->\n</svg>\n"));
+        set.commit().unwrap();
+        assert_eq!(names(&root), vec!["a.txt", "points"]);
+        assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"new a");
+        assert_eq!(std::fs::read(root.join("points/p1/b.txt")).unwrap(), b"b");
+        assert_eq!(names(&elsewhere), vec!["c.txt"]);
+        assert!(run_id().is_none() && cleanup::lock().dirs.is_empty());
     }
 }
