@@ -107,8 +107,6 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     let vs = variants(a)?;
     // Every variant is planned (validated) before the first run.
     let mut plans = vs.iter().map(|v| profile::plan(&v.args)).collect::<Result<Vec<_>>>()?;
-    // The variants' snapshots and the tables appear together at the end, or not at all.
-    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     // One variant too large for host memory moves them all to meta, so the table compares
     // like with like.
     let notes = plans.iter().map(|p| profile::meta_if_host_too_small(p, &a.profile_type)).collect::<Result<Vec<_>>>()?;
@@ -119,6 +117,8 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
         }
     }
     set_threads(a.threads)?;
+    // The variants' snapshots and the tables appear together at the end, or not at all.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     let p0 = &plans[0];
     let cpu = p0.device == crate::engine::Device::Cpu;

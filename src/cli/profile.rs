@@ -541,11 +541,6 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         return super::compare::run(&a);
     }
     let mut p = plan(&a)?;
-    // Output paths are checked before any step runs; the files appear together at the end.
-    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
-    if let Some(o) = &a.output {
-        super::outputs::check_file("--output", o)?;
-    }
     if let Some(n) = &p.note {
         eprintln!("note: {n}");
     }
@@ -554,6 +549,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         p.device = Device::Meta;
     }
     set_threads(a.threads)?;
+    // Output paths are checked before any step runs; the files appear together at the end.
+    if let Some(o) = &a.output {
+        super::outputs::check_file("--output", o)?;
+    }
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     let mut runs = Vec::new();
     for &ctx in &p.contexts {

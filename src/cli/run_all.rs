@@ -124,8 +124,6 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         }
     }
     let mut plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
-    // Snapshots, reports and tables appear together at the end, or not at all.
-    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     // fp32 training at the longest context is the largest run: if it cannot fit in host
     // memory, every run goes to meta (one device for the whole comparison).
     if plans[0].device == crate::engine::Device::Cpu {
@@ -138,6 +136,8 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         eprintln!("note: {n}");
     }
     set_threads(a.threads)?;
+    // Snapshots, reports and tables appear together at the end, or not at all.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     let t0 = std::time::Instant::now();
     let mut done = Vec::new();
     for ((ctx, kind, precision, part_c, snapshot, pa), plan) in jobs.into_iter().zip(&plans) {

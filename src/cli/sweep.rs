@@ -590,9 +590,9 @@ pub fn run(a: SweepArgs) -> Result<()> {
         }
         planned.push((args, plan));
     }
+    set_threads(a.threads)?;
     // The whole set (tables, plots, points/) appears at the end or not at all.
     let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
-    set_threads(a.threads)?;
     super::quiet_oom_panics();
     if let Some(n) = planned.iter().find_map(|(_, p)| p.note.clone()) {
         eprintln!("note: {n}");

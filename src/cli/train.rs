@@ -424,12 +424,12 @@ pub fn run(a: TrainArgs) -> Result<()> {
             p.device = Device::Meta;
         }
     }
+    let threads = set_threads(a.threads)?;
     // Output folders are checked before any step runs; the files appear together at the end.
     let set = super::outputs::begin_set("--output-dir", &a.output_dir)?;
     if a.enable_pytorch_profiler || p.operators.is_some() {
         super::outputs::check_dir("--profile-dir", a.profile_dir.as_deref().unwrap_or(std::path::Path::new("./profiles")))?;
     }
-    let threads = set_threads(a.threads)?;
     let m = &p.model;
     println!(
         "vramscope train | {} ({}) on {} | {threads} threads | optimizer {}",
