@@ -217,7 +217,9 @@ fn bench_train(a: &BenchArgs) -> Result<()> {
         None
     } else {
         script.and_then(|script| {
-            let out = std::env::temp_dir().join(format!("vramscope-bench-{}.json", std::process::id()));
+            // A private folder (random name, 0700), not a guessable name in the shared temp dir.
+            let tmp = crate::export::cleanup::PrivateDir::new_in(&std::env::temp_dir(), "vramscope-bench-").ok()?;
+            let out = tmp.path().join("pytorch.json");
             let st = Command::new(&a.python)
                 .arg(&script)
                 .args(["--threads", &a.threads.to_string(), "--num-steps", &a.steps.to_string(), "--skip-steps", "3", "--no-flops", "--json-out"])
@@ -228,7 +230,6 @@ fn bench_train(a: &BenchArgs) -> Result<()> {
                 return None;
             }
             let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).ok()?).ok()?;
-            let _ = std::fs::remove_file(&out);
             let g = |k: &str| v[k].as_f64().map(|x| x / 1e3);
             Some([g("avg_step_ms")?, g("avg_forward_ms")?, g("avg_backward_ms")?, g("avg_optimizer_ms")?])
         })
@@ -380,7 +381,8 @@ fn bench_analyze() -> Result<()> {
         #[command(flatten)]
         a: ProfileArgs,
     }
-    let dir = std::env::temp_dir().join(format!("vramscope-bench-analyze-{}", std::process::id()));
+    let tmp = crate::export::cleanup::PrivateDir::new_in(&std::env::temp_dir(), "vramscope-bench-analyze-").context("creating a temp folder")?;
+    let dir = tmp.path().to_path_buf();
     let dir_s = dir.to_string_lossy().into_owned();
     let words = ["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--max-entries", "2000000", "--out-dir", &dir_s];
     let t0 = Instant::now();
@@ -402,7 +404,7 @@ fn bench_analyze() -> Result<()> {
         total,
         made
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tmp);
     Ok(())
 }
 

@@ -117,6 +117,8 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
         }
     }
     set_threads(a.threads)?;
+    // The variants' snapshots and the tables appear together at the end, or not at all.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     let p0 = &plans[0];
     let cpu = p0.device == crate::engine::Device::Cpu;
@@ -191,7 +193,8 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     md.push_str(if cpu { "\n" } else { " Meta: memory only; step times are measured with `--device cpu`.\n" });
     print!("{md}");
     write_atomic(&a.out_dir.join("compare.md"), md.trim_start().as_bytes())?;
-    write_json(&a.out_dir.join("compare.json"), &json!({ "units": "bytes; GiB = 1024³ bytes", "runs": json_rows }))?;
+    write_json(&a.out_dir.join("compare.json"), &json!({ "run_id": set.run_id(), "units": "bytes; GiB = 1024³ bytes", "runs": json_rows }))?;
+    set.commit()?;
     println!("\nwrote compare.md, compare.json and one snapshot (+ HTML report) per variant to {}", a.out_dir.display());
     Ok(())
 }

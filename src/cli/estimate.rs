@@ -211,6 +211,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
 }
 
 pub fn run(a: EstimateArgs) -> Result<()> {
+    super::json_out::check(a.json.as_deref())?;
     let r = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?;
     r.print_note();
     let mut cfg = r.config;

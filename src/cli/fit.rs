@@ -122,6 +122,7 @@ fn size(bytes: i64) -> String {
 }
 
 pub fn run(a: FitArgs) -> Result<()> {
+    super::json_out::check(a.json.as_deref())?;
     if a.gpu.is_none() && a.memory_limit.is_none() {
         return Err(usage("--gpu", "fit needs a device capacity: give --gpu NAME or --memory-limit SIZE"));
     }

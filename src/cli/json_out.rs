@@ -10,6 +10,15 @@ pub fn is_stdout(path: &Path) -> bool {
     path.as_os_str() == "-"
 }
 
+/// Check a `--json FILE` before the work starts (a folder, or one that cannot be written
+/// into, is a usage error).
+pub fn check(path: Option<&Path>) -> Result<()> {
+    match path {
+        Some(p) if !is_stdout(p) => super::outputs::check_file("--json", p),
+        _ => Ok(()),
+    }
+}
+
 /// Print `value` to stdout or write it to `path` (saying so); true when it went to stdout.
 pub fn write(path: &Path, value: &serde_json::Value) -> Result<bool> {
     if is_stdout(path) {

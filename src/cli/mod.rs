@@ -8,6 +8,7 @@ pub mod estimate;
 pub mod fit;
 pub mod host_memory;
 pub mod json_out;
+pub mod outputs;
 pub mod memory_flags;
 pub mod model_flags;
 pub mod precision_flags;

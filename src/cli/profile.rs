@@ -549,6 +549,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         p.device = Device::Meta;
     }
     set_threads(a.threads)?;
+    // Output paths are checked before any step runs; the files appear together at the end.
+    if let Some(o) = &a.output {
+        super::outputs::check_file("--output", o)?;
+    }
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     let mut runs = Vec::new();
     for &ctx in &p.contexts {
@@ -573,6 +578,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         }
     }
     let summary = json!({
+        "run_id": set.run_id(),
         "model": p.model,
         "preset": p.model_name,
         "profile_types": a.profile_type,
@@ -611,6 +617,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let summary_path = a.out_dir.join("summary.json");
     let replaced = if summary_path.exists() { " (replacing the summary of an earlier run; its snapshots keep their names)" } else { "" };
     write_json(&summary_path, &summary)?;
+    set.commit()?;
     println!("\nwrote {}{replaced}", summary_path.display());
     if let Some(r) = runs.iter().find(|r| r.oom.is_some()) {
         let snap = r.snapshot.as_ref().map_or(String::new(), |s| format!("; snapshot of the history up to the failing allocation: {}", s.display()));

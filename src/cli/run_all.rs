@@ -7,7 +7,7 @@ use super::profile::{self, ProfileArgs, ProfileType, Run};
 use super::{set_threads, usage, UsageError};
 use crate::analyse::estimate;
 use crate::analyse::snapshot::{analyse, Alloc};
-use crate::export::{gib, mib, pickle, write_atomic};
+use crate::export::{gib, mib, pickle, staged_path, write_atomic};
 use crate::record::Category;
 use crate::train::Precision;
 use anyhow::{Context, Result};
@@ -136,6 +136,8 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         eprintln!("note: {n}");
     }
     set_threads(a.threads)?;
+    // Snapshots, reports and tables appear together at the end, or not at all.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     let t0 = std::time::Instant::now();
     let mut done = Vec::new();
     for ((ctx, kind, precision, part_c, snapshot, pa), plan) in jobs.into_iter().zip(&plans) {
@@ -255,7 +257,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
 
     // Part (e): the largest allocations of the longest training step, Detail = 10%.
     let tr = find(longest, ProfileType::Training, Precision::Fp32, false);
-    let bytes = std::fs::read(&tr.snapshot).with_context(|| format!("reading {}", tr.snapshot.display()))?;
+    let bytes = std::fs::read(staged_path(&tr.snapshot)).with_context(|| format!("reading {}", tr.snapshot.display()))?;
     let snap = pickle::read(&bytes, &pickle::Limits::default()).map_err(|e| anyhow::anyhow!("{}: {e}", tr.snapshot.display()))?;
     let rep = analyse(&snap, None, 10.0, usize::MAX).map_err(|e| anyhow::anyhow!("{}: {e}", tr.snapshot.display()))?;
     let mut l = format!(
@@ -290,6 +292,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         );
     }
     write_atomic(&a.out_dir.join("largest_allocations.txt"), l.as_bytes())?;
+    set.commit()?;
     println!(
         "\nwrote {} snapshots (+ HTML reports), peak_memory_summary.txt, mixed_precision_memory_summary.txt, activation_size_analysis.txt, largest_allocations.txt to {} in {:.1} s",
         done.len(),
@@ -305,7 +308,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
 
 /// How many allocations in a snapshot have exactly `size` requested bytes.
 fn count_size(path: &Path, size: u64) -> Result<usize> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = std::fs::read(staged_path(path)).with_context(|| format!("reading {}", path.display()))?;
     let snap = pickle::read(&bytes, &pickle::Limits::default()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let rep = analyse(&snap, None, 100.0, usize::MAX).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(rep.largest.iter().filter(|x| x.size == size && x.alloc_at.is_some()).count())

@@ -126,11 +126,18 @@ pub fn run(a: StudyArgs) -> Result<()> {
     if !(a.cpu_budget_minutes > 0.0) {
         return Err(usage("--cpu-budget-minutes", "must be positive"));
     }
+    // cuda and the like get parse_device's explanation; anything else names the choices.
+    if !["auto", "cpu", "meta"].contains(&a.device.as_str()) {
+        super::parse_device(&a.device)?;
+        return Err(usage("--device", format!("'{}' (expected auto, cpu or meta)", a.device)));
+    }
+    // Checked before calibration and the training run; config.json and the log appear together.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     let flops = step_flops(&preset) * steps as f64;
     let (device, why) = match a.device.as_str() {
         "cpu" => ("cpu", "asked for with --device cpu".to_string()),
         "meta" => ("meta", "asked for with --device meta: memory only, no loss or timing".to_string()),
-        "auto" => {
+        _ => {
             super::set_threads(a.threads)?;
             // Effective speed of a whole step: about half the calibrated matmul peak.
             let speed = 0.5 * crate::engine::calibrate::cpu_peaks().matmul_flops;
@@ -140,11 +147,6 @@ pub fn run(a: StudyArgs) -> Result<()> {
             } else {
                 ("meta", format!("a cpu run would take about {minutes:.0} min here (> --cpu-budget-minutes {}): memory modelled on meta, no loss or timing", a.cpu_budget_minutes))
             }
-        }
-        // cuda and the like get parse_device's explanation; anything else names the choices.
-        d => {
-            super::parse_device(d)?;
-            return Err(usage("--device", format!("'{d}' (expected auto, cpu or meta)")));
         }
     };
     let dir = a.out_dir.join(format!("performance_results_{size}_{}", timestamp()));
@@ -222,6 +224,7 @@ pub fn run(a: StudyArgs) -> Result<()> {
     // replaced by this superset, as the script writes its own).
     let train_config: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
     let config = json!({
+        "run_id": set.run_id(),
         "problem_size": size,
         "hidden_dim": m.d_model,
         "num_layers": m.num_layers,
@@ -241,6 +244,7 @@ pub fn run(a: StudyArgs) -> Result<()> {
     });
     write_json(&dir.join("config.json"), &config)?;
     write_atomic(&dir.join("training_output.log"), log.as_bytes())?;
+    set.commit()?;
     std::io::stdout().flush()?;
     Ok(())
 }

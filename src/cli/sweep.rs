@@ -10,6 +10,7 @@ use super::profile::{self, ProfileArgs};
 use super::{set_threads, usage, UsageError};
 use crate::analyse::fit::{self, Poly, Step};
 use crate::export::svg::{self, Series};
+use crate::export::output_set::with_run_id_comment;
 use crate::export::{gib, write_atomic, write_json};
 use crate::record::Category;
 use anyhow::Result;
@@ -502,6 +503,8 @@ fn table(axes: &[Axis], res: &[PointResult]) -> Vec<String> {
     l
 }
 
+/// sweep.csv. It carries no run id (a comment line or an extra column would break CSV
+/// readers); sweep.json, the plots and the set's all-or-nothing commit tie it to its run.
 fn csv(axes: &[Axis], res: &[PointResult]) -> String {
     let q = |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() };
     let mut head: Vec<String> = axes.iter().map(|a| a.name().to_string()).collect();
@@ -588,6 +591,8 @@ pub fn run(a: SweepArgs) -> Result<()> {
         planned.push((args, plan));
     }
     set_threads(a.threads)?;
+    // The whole set (tables, plots, points/) appears at the end or not at all.
+    let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     if let Some(n) = planned.iter().find_map(|(_, p)| p.note.clone()) {
         eprintln!("note: {n}");
@@ -651,10 +656,12 @@ pub fn run(a: SweepArgs) -> Result<()> {
         md.extend(fit_lines);
     }
     let plots = plots(&axes, &idx, &res);
+    let plot_names: Vec<String> = plots.iter().map(|p| p.0.clone()).collect();
     for (name, _) in &plots {
         md.push(format!("![{name}]({name})"));
     }
     let summary = json!({
+        "run_id": set.run_id(),
         "device": a.device,
         "units": "bytes are integers; *_gib are 1024³-byte GiB; fit coefficients are bytes per unit of the axis (per unit² for the quadratic term)",
         "axes": axes,
@@ -664,11 +671,12 @@ pub fn run(a: SweepArgs) -> Result<()> {
     write_atomic(&a.out_dir.join("sweep.csv"), csv(&axes, &res).as_bytes())?;
     write_json(&a.out_dir.join("sweep.json"), &summary)?;
     write_atomic(&a.out_dir.join("sweep.md"), (md.join("\n") + "\n").as_bytes())?;
-    for (name, svg) in &plots {
-        write_atomic(&a.out_dir.join(name), svg.as_bytes())?;
+    for (name, svg) in plots {
+        write_atomic(&a.out_dir.join(&name), with_run_id_comment(svg).as_bytes())?;
     }
+    set.commit()?;
     let mut written = vec!["sweep.csv".to_string(), "sweep.json".into(), "sweep.md".into()];
-    written.extend(plots.iter().map(|p| p.0.clone()));
+    written.extend(plot_names);
     println!("\nwrote {} in {}", written.join(", "), a.out_dir.display());
     let ooms = res.iter().filter(|r| r.oom.is_some()).count();
     if ooms > 0 {

@@ -425,6 +425,11 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
     }
     let threads = set_threads(a.threads)?;
+    // Output folders are checked before any step runs; the files appear together at the end.
+    let set = super::outputs::begin_set("--output-dir", &a.output_dir)?;
+    if a.enable_pytorch_profiler || p.operators.is_some() {
+        super::outputs::check_dir("--profile-dir", a.profile_dir.as_deref().unwrap_or(std::path::Path::new("./profiles")))?;
+    }
     let m = &p.model;
     println!(
         "vramscope train | {} ({}) on {} | {threads} threads | optimizer {}",
@@ -588,6 +593,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
         })
         .collect();
     let summary = json!({
+        "run_id": set.run_id(),
         "config": config,
         "summary": {
             "parameters": out.params,
@@ -614,8 +620,11 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "threads": threads,
         },
     });
-    write_json(&a.output_dir.join("config.json"), &config)?;
+    let mut config_file = config;
+    config_file["run_id"] = json!(set.run_id());
+    write_json(&a.output_dir.join("config.json"), &config_file)?;
     write_json(&a.output_dir.join("performance_summary.json"), &summary)?;
+    set.commit()?;
     println!("wrote {}/config.json and performance_summary.json", a.output_dir.display());
     Ok(())
 }

@@ -57,9 +57,7 @@ pub fn run(a: ViewArgs) -> Result<()> {
         (None, None) => None,
     };
     let output = a.output.clone().unwrap_or_else(|| default_output(&a.file, a.file2.as_deref()));
-    if output.is_dir() {
-        return Err(usage("--output", format!("{} is a directory", output.display())));
-    }
+    super::outputs::check_file("--output", &output)?;
     let files: Vec<&PathBuf> = std::iter::once(&a.file).chain(a.file2.as_ref()).collect();
     // The report must never replace a snapshot it reads (same file by any path or link).
     for f in &files {
@@ -105,6 +103,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 pub fn write_beside(snapshot_path: &Path, snapshot: &pickle::Value, capacity: Option<Capacity>, stats: Option<serde_json::Value>) -> Result<PathBuf> {
     let name = snapshot_path.file_name().map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
     let page = html::report(&[Source { name, snapshot, device: None, stats }], capacity).map_err(anyhow::Error::msg)?;
+    let page = crate::export::output_set::with_run_id_comment(page);
     let out = default_output(snapshot_path, None);
     write_atomic(&out, page.as_bytes())?;
     Ok(out)
