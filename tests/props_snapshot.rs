@@ -320,15 +320,18 @@ fn mutated_seed_snapshots_never_panic() {
     let mut seeds: Vec<(String, Vec<u8>)> = fuzz_seeds("snapshot_report").into_iter().filter(|(n, _)| !n.contains("seed-bomb-")).collect();
     assert!(seeds.len() >= 4, "fuzz/corpus/snapshot_report seeds missing");
     seeds.extend(small_bombs().into_iter().map(|(n, v)| (n.to_string(), write(&v))));
-    seeds.extend(hostile_seeds());
+    // Hostile files up to 64 KiB: bigger ones are the hostile corpus's own tests' business.
+    seeds.extend(hostile_seeds().into_iter().filter(|(_, d)| d.len() <= 64 << 10));
     let n = seeds.len();
     let case = (0..n, prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4));
     runner(96)
         .run(&case, |(k, flips)| {
             let mut data = seeds[k].1.clone();
-            for (at, b) in &flips {
-                let i = at.index(data.len());
-                data[i] = *b;
+            if !data.is_empty() {
+                for (at, b) in &flips {
+                    let i = at.index(data.len());
+                    data[i] = *b;
+                }
             }
             let Ok(v) = read_pickle(&data) else { return Ok(()) };
             let (a, p) = (analyse_snapshot(&v), html_report(&v));
