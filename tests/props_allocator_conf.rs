@@ -77,7 +77,7 @@ fn check_accepted(s: &str, c: &AllocatorConfig, sizes: &[usize]) -> Result<(), T
     for &size in sizes {
         let r = round_size(size, &c.roundup_power2_divisions);
         prop_assert!(r >= size && r >= MIN_BLOCK, "round_size({}) = {}", size, r);
-        prop_assert!(r % MIN_BLOCK == 0 || r == usize::MAX, "round_size({}) = {}", size, r);
+        prop_assert!(r.is_multiple_of(MIN_BLOCK) || r == usize::MAX, "round_size({}) = {}", size, r);
         // A rounded size is a fixed point.
         prop_assert_eq!(round_size(r, &c.roundup_power2_divisions), r);
         prop_assert!(allocation_size(r) >= r);

@@ -45,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(c.garbage_collection_threshold.is_none_or(|t| t > 0.0 && t < 1.0));
             let r = round_size(size, &c.roundup_power2_divisions);
             assert!(r >= size && r >= MIN_BLOCK, "round_size({size}) = {r}");
-            assert!(r % MIN_BLOCK == 0 || r == usize::MAX, "round_size({size}) = {r} is not a multiple of {MIN_BLOCK}");
+            assert!(r.is_multiple_of(MIN_BLOCK) || r == usize::MAX, "round_size({size}) = {r} is not a multiple of {MIN_BLOCK}");
             let a = allocation_size(r);
             assert!(a >= r, "allocation_size({r}) = {a}");
             // The configuration in the allocator: a request (below 1 TiB, so that sizes
