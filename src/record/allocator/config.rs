@@ -44,6 +44,10 @@ impl AllocatorConfig {
         while !rest.is_empty() {
             let (key, after) = rest.split_once(':').ok_or_else(|| format!("'{rest}': expected key:value"))?;
             let key = key.trim();
+            if key.is_empty() {
+                let entry = rest.split(',').next().unwrap_or(rest).trim();
+                return Err(format!("'{entry}': no setting name before ':'"));
+            }
             let (value, next) = if after.trim_start().starts_with('[') {
                 let end = after.find(']').ok_or_else(|| format!("{key}: unclosed '['"))?;
                 (&after[..=end], after[end + 1..].trim_start_matches([',', ' ']))
@@ -161,9 +165,16 @@ pub fn round_size(size: usize, divisions: &[usize; 16]) -> usize {
             return size;
         }
         let step = (1usize << log2) / div;
-        return size.div_ceil(step) * step;
+        return round_up(size, step);
     }
-    size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    round_up(size, MIN_BLOCK)
+}
+
+/// `size` rounded up to a multiple of `step`. A size within `step` of `usize::MAX` has no such
+/// multiple: it saturates, a request larger than any device, so it ends as an out-of-memory
+/// instead of wrapping to a small block.
+fn round_up(size: usize, step: usize) -> usize {
+    size.div_ceil(step).checked_mul(step).unwrap_or(usize::MAX)
 }
 
 /// cudaMalloc size for a rounded request (§4.3).
@@ -173,6 +184,6 @@ pub fn allocation_size(size: usize) -> usize {
     } else if size < MIN_LARGE_ALLOC {
         LARGE_BUFFER
     } else {
-        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        round_up(size, ROUND_LARGE)
     }
 }

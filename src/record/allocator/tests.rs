@@ -361,3 +361,17 @@ fn extreme_settings_neither_panic_nor_wrap() {
         assert!(e.contains("more bytes than"), "{e}");
     }
 }
+
+/// Requests within a rounding step of usize::MAX have no rounded size: they saturate (and
+/// so fail as out of memory) instead of wrapping to a small block.
+#[test]
+fn rounding_near_usize_max_saturates() {
+    let d = AllocatorConfig::parse("roundup_power2_divisions:2").unwrap().roundup_power2_divisions;
+    for size in [usize::MAX, usize::MAX - 1, usize::MAX - 510] {
+        assert_eq!(round_size(size, &[0; 16]), usize::MAX, "{size}");
+        assert_eq!(round_size(size, &d), usize::MAX, "{size}");
+        assert_eq!(allocation_size(size), usize::MAX, "{size}");
+    }
+    assert_eq!(round_size(usize::MAX - 1024, &[0; 16]), usize::MAX - 1023);
+    assert_eq!(round_size((3 << 61) + 1, &d), 1 << 63);
+}
