@@ -6,7 +6,7 @@ use clap::Args;
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Snapshot budgets (a hostile or huge snapshot stops with an error naming the flag to raise)")]
 pub struct BudgetArgs {
-    /// Largest snapshot file to read, in bytes (default 128 MiB)
+    /// Largest snapshot file to read, in bytes (128 MiB)
     #[arg(long, value_name = "BYTES", default_value_t = Budget::default().input_bytes)]
     pub max_input_bytes: u64,
     /// Most values the pickle may store: container elements (a dict entry counts 2) plus strings and bytes objects, a count
@@ -24,7 +24,7 @@ pub struct BudgetArgs {
     /// Deepest nesting of containers (and of open MARKs), in levels
     #[arg(long, value_name = "N", default_value_t = Budget::default().depth)]
     pub max_depth: usize,
-    /// Most payload bytes of bytes objects in the pickle, in bytes (default 32 MiB)
+    /// Most payload bytes of bytes objects in the pickle, in bytes (32 MiB)
     #[arg(long, value_name = "BYTES", default_value_t = Budget::default().bytes_objects)]
     pub max_bytes_objects: usize,
     /// Most distinct frames plus entries of distinct frame lists, a count
@@ -33,7 +33,7 @@ pub struct BudgetArgs {
     /// Most trace entries of the device plus blocks of its segments, a count
     #[arg(long, value_name = "N", default_value_t = Budget::default().trace_entries)]
     pub max_trace_entries: usize,
-    /// Largest HTML page or JSON report to write, in bytes (default 128 MiB)
+    /// Largest HTML page or JSON report to write, in bytes (128 MiB)
     #[arg(long, value_name = "BYTES", default_value_t = Budget::default().output_bytes)]
     pub max_output_bytes: u64,
 }
