@@ -66,7 +66,11 @@ pub fn run(a: ViewArgs) -> Result<()> {
         }
     }
     let budget = a.budget.budget();
-    let snaps = files.iter().map(|f| super::budget_flags::load(f, &budget)).collect::<Result<Vec<_>>>()?;
+    // `view` names an unreadable FILE as the user's mistake too (exit 2), as it always has.
+    let snaps = files
+        .iter()
+        .map(|f| super::budget_flags::load(f, &budget).map_err(|e| if e.is::<UsageError>() { e } else { UsageError(e.to_string()).into() }))
+        .collect::<Result<Vec<_>>>()?;
     if let Some(d) = a.device {
         for (f, s) in files.iter().zip(&snaps) {
             let n = s.get("device_traces").and_then(pickle::Value::as_list).map_or(0, <[pickle::Value]>::len).max(1);
