@@ -8,7 +8,7 @@ use vramscope::export::pickle::{read, write, Limits, PickleError, Value};
 /// The one call site of the reader (adapt here when its budget parameters change). The
 /// limits are smaller than the defaults so that one input stays within the fuzzer's RSS limit.
 fn read_bounded(data: &[u8]) -> Result<Value, PickleError> {
-    read(data, &Limits { max_depth: 64, max_items: 1 << 20, max_bytes: 16 << 20 })
+    read(data, &Limits { max_depth: 64, max_items: 1 << 20, max_bytes: 16 << 20, ..Limits::default() })
 }
 
 fuzz_target!(|data: &[u8]| {

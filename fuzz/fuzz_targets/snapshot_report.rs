@@ -3,20 +3,25 @@
 //! snapshot is usable; a usable one gives a self-consistent analysis and a complete page.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vramscope::analyse::snapshot::{analyse, SnapshotReport};
-use vramscope::export::html::{report, Source};
-use vramscope::export::pickle::{read, Limits, Value};
+use vramscope::analyse::budget::Budget;
+use vramscope::analyse::snapshot::{analyse_within, SnapshotReport};
+use vramscope::export::html::{report_within, Source};
+use vramscope::export::pickle::{read, Value};
 
 /// The call sites of the three stages, with bounded budgets (adapt here when the stages gain
 /// budget parameters).
+fn budget() -> Budget {
+    Budget { depth: 64, items: 1 << 18, bytes_objects: 1 << 20, output_bytes: 64 << 20, ..Budget::default() }
+}
 fn read_bounded(data: &[u8]) -> Option<Value> {
-    read(data, &Limits { max_depth: 64, max_items: 1 << 18, max_bytes: 1 << 20 }).ok()
+    read(data, &budget().pickle_limits()).ok()
 }
 fn analyse_bounded(snap: &Value) -> Result<SnapshotReport, String> {
-    analyse(snap, None, 100.0, 10)
+    analyse_within(snap, None, 100.0, 10, &budget())
 }
 fn report_bounded(snap: &Value) -> Result<String, String> {
-    report(&[Source { name: "fuzz".into(), snapshot: snap, device: None, stats: None }], None)
+    let page = report_within(&[Source { name: "fuzz".into(), snapshot: snap, device: None, stats: None }], None, &budget())?;
+    String::from_utf8(page).map_err(|e| format!("page is not UTF-8: {e}"))
 }
 
 fuzz_target!(|data: &[u8]| {

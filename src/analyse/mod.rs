@@ -1,8 +1,10 @@
 //! Pure functions over recorded memory events: the peak and what is live at it, per-phase
 //! peaks, breakdowns by category and module, the largest allocations.
+pub mod budget;
 pub mod estimate;
 pub mod fit;
 pub mod flops;
+pub mod frames;
 pub mod operators;
 pub mod snapshot;
 

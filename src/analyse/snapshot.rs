@@ -2,11 +2,25 @@
 //! find the peak of active memory and what was live there, the largest allocations,
 //! fragmentation and out-of-memory events. Sizes follow memory_viz's Active Memory
 //! Timeline: the requested bytes of each allocation.
+//!
+//! A snapshot is untrusted input: every entry is read once into a compact [`Entry`]
+//! (fields of a dict shared by many entries are looked up once), frames are interned by
+//! address ([`FrameTable`]), each stage is linear or n log n in the entries, and numbers
+//! are checked: a negative size or address, or a size, time or total beyond 2^53 (what the
+//! HTML page's numbers hold exactly), is refused with the field named.
+use super::budget::Budget;
+use super::frames::{FrameTable, Frames, NO_FRAMES};
 use crate::export::pickle::Value;
 use crate::export::snapshot::CATEGORIES_KEY;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::rc::Rc;
 
+/// Largest size, total or |time| accepted: JavaScript numbers are exact up to 2^53, and
+/// no device has 8 PiB.
+pub const EXACT: u64 = 1 << 53;
+
+/// An allocation of a report, its frames formatted only when shown.
 #[derive(Clone, Debug, Serialize)]
 pub struct Alloc {
     pub addr: u64,
@@ -17,7 +31,7 @@ pub struct Alloc {
     pub free_at: Option<usize>,
     pub category: Option<String>,
     /// "name file:line", innermost first.
-    pub frames: Vec<String>,
+    pub frames: Frames,
     pub time_us: Option<i64>,
 }
 
@@ -27,9 +41,9 @@ pub struct OomInfo {
     pub requested_segment_bytes: u64,
     pub device_free_bytes: u64,
     pub active_bytes: u64,
-    pub last_frames: Vec<String>,
+    pub last_frames: Frames,
     /// The failing request's own frames (PyTorch records its context on the entry).
-    pub frames: Vec<String>,
+    pub frames: Frames,
     pub category: Option<String>,
 }
 
@@ -52,88 +66,178 @@ pub struct SnapshotReport {
     pub ooms: Vec<OomInfo>,
 }
 
-fn frames_of(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_list)
-        .map(|fs| {
-            fs.iter()
-                .map(|f| {
-                    let name = f.get("name").and_then(Value::as_str).unwrap_or("?");
-                    let file = f.get("filename").and_then(Value::as_str).unwrap_or("?");
-                    let line = f.get("line").and_then(Value::as_int).unwrap_or(0);
-                    format!("{name} {file}:{line}")
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// What a trace entry does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Alloc,
+    /// `free_requested` or `free`.
+    Free,
+    Oom,
+    /// `segment_alloc` or `segment_map`: reserved memory grows by the size.
+    SegmentGrow,
+    /// `segment_free` or `segment_unmap`.
+    SegmentShrink,
+    Other,
 }
 
-fn uint(v: Option<&Value>) -> u64 {
-    v.and_then(Value::as_int).map_or(0, |i| i.max(0) as u64)
+/// One trace entry, read once.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    pub action: Action,
+    pub addr: u64,
+    pub size: u64,
+    pub time_us: Option<i64>,
+    pub device_free: u64,
+    /// Frame list id in the replay's [`FrameTable`].
+    pub frames: u32,
+    /// Category id in [`Replay::categories`].
+    pub category: Option<u32>,
+}
+
+impl Entry {
+    /// How the entry changes reserved memory.
+    pub fn segment_delta(&self) -> i128 {
+        match self.action {
+            Action::SegmentGrow => self.size as i128,
+            Action::SegmentShrink => -(self.size as i128),
+            _ => 0,
+        }
+    }
+}
+
+/// An allocation of the replay.
+#[derive(Clone, Copy, Debug)]
+pub struct Allocation {
+    pub addr: u64,
+    pub size: u64,
+    /// Trace index of the alloc (None: allocated before the trace began).
+    pub alloc_at: Option<usize>,
+    /// Trace index of the free_requested (None: still live at the end).
+    pub free_at: Option<usize>,
+    pub category: Option<u32>,
+    pub frames: u32,
+    pub time_us: Option<i64>,
 }
 
 /// The trace of one device replayed into allocations: what `analyse` and the HTML report
 /// both start from.
-pub struct Replay<'a> {
+pub struct Replay {
     pub device: usize,
-    pub trace: &'a [Value],
-    /// This device's segments (the state at the end of the trace).
-    pub segments: Vec<&'a Value>,
+    pub entries: Vec<Entry>,
+    /// This device's segments at the end of the trace.
+    pub segments: usize,
     /// Every allocation: traced ones in trace order, then those freed in the trace but
     /// allocated before it, then blocks live at the end that the trace never mentions.
-    pub allocs: Vec<Alloc>,
+    pub allocs: Vec<Allocation>,
     /// Trace indices of `oom` entries.
-    pub ooms_at: Vec<(usize, Option<String>)>,
+    pub ooms_at: Vec<usize>,
     /// Reserved and allocated bytes of the final segments.
     pub reserved_end: u64,
     pub allocated_end: u64,
+    pub frames: Rc<FrameTable>,
+    pub categories: Vec<Rc<str>>,
+    /// The allocator's rounding divisions from `allocator_settings` (none: all 0).
+    pub divisions: [usize; 16],
 }
 
-impl Replay<'_> {
-    /// Active (requested) bytes after each trace entry, and before the first one.
-    pub fn active_curve(&self) -> (u64, Vec<u64>) {
-        let start: u64 = self.allocs.iter().filter(|a| a.alloc_at.is_none()).map(|a| a.size).sum();
-        let mut delta: Vec<i128> = vec![0; self.trace.len()];
-        for a in &self.allocs {
-            if let Some(i) = a.alloc_at {
-                delta[i] += a.size as i128;
-            }
-            if let Some(i) = a.free_at {
-                delta[i] -= a.size as i128;
-            }
-        }
-        let mut cur = start as i128;
-        let curve = delta
-            .iter()
-            .map(|d| {
-                cur += d;
-                cur.max(0) as u64
-            })
-            .collect();
-        (start, curve)
+/// Reads fields of dicts in one pass; a dict that several places share is read once.
+struct Picker<'a, const N: usize> {
+    keys: [&'static str; N],
+    cache: HashMap<usize, [Option<&'a Value>; N]>,
+}
+
+impl<'a, const N: usize> Picker<'a, N> {
+    fn new(keys: [&'static str; N]) -> Self {
+        Picker { keys, cache: HashMap::new() }
     }
 
-    /// Reserved bytes before the first trace entry, from the end state backwards.
-    pub fn reserved_start(&self) -> u64 {
-        let mut reserved = self.reserved_end as i128;
-        for e in self.trace.iter().rev() {
-            reserved -= segment_delta(e) as i128;
+    /// The values under `keys` (the last of repeated keys, as in a Python dict).
+    fn pick(&mut self, v: &'a Value) -> [Option<&'a Value>; N] {
+        let Value::Dict(d) = v else { return [None; N] };
+        let (ptr, shared) = (Rc::as_ptr(d) as usize, Rc::strong_count(d) > 1);
+        if shared {
+            if let Some(r) = self.cache.get(&ptr) {
+                return *r;
+            }
         }
-        reserved.max(0) as u64
+        let mut out = [None; N];
+        for (k, x) in d.iter() {
+            if let Some(j) = k.as_str().and_then(|k| self.keys.iter().position(|q| *q == k)) {
+                out[j] = Some(x);
+            }
+        }
+        if shared {
+            self.cache.insert(ptr, out);
+        }
+        out
     }
 }
 
-/// How a trace entry changes reserved memory (segment and page actions).
-pub fn segment_delta(e: &Value) -> i64 {
-    let size = uint(e.get("size")) as i64;
-    match e.get("action").and_then(Value::as_str) {
-        Some("segment_alloc") | Some("segment_map") => size,
-        Some("segment_free") | Some("segment_unmap") => -size,
-        _ => 0,
+/// A byte count or size: missing or not an int reads as 0 (as before); negative or
+/// beyond [`EXACT`] is refused.
+fn bytes(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<u64, String> {
+    match v {
+        Some(Value::Int(i)) if *i < 0 => Err(format!("{}: {i} is negative", path())),
+        Some(Value::Int(i)) if *i as u64 > EXACT => Err(format!("{}: {i} is beyond 2^53 (8 PiB), more than any device holds or the report can show exactly", path())),
+        Some(Value::Int(i)) => Ok(*i as u64),
+        _ => Ok(0),
+    }
+}
+
+fn address(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<u64, String> {
+    match v {
+        Some(Value::Int(i)) if *i < 0 => Err(format!("{}: {i} is negative", path())),
+        Some(Value::Int(i)) => Ok(*i as u64),
+        _ => Ok(0),
+    }
+}
+
+fn time(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<i64>, String> {
+    match v {
+        Some(Value::Int(t)) if t.unsigned_abs() > EXACT => Err(format!("{}: {t} is beyond ±2^53 µs, more than the report can show exactly", path())),
+        Some(Value::Int(t)) => Ok(Some(*t)),
+        _ => Ok(None),
+    }
+}
+
+/// A total as u64, refused beyond [`EXACT`].
+fn exact(v: i128, what: &dyn Fn() -> String) -> Result<u64, String> {
+    if v > EXACT as i128 {
+        return Err(format!("{} is {v} bytes, beyond 2^53 (8 PiB): sizes in the snapshot are out of range", what()));
+    }
+    Ok(v.max(0) as u64)
+}
+
+/// Category strings, interned by address, then by text.
+#[derive(Default)]
+struct Categories {
+    names: Vec<Rc<str>>,
+    by_ptr: HashMap<usize, u32>,
+    by_text: HashMap<Rc<str>, u32>,
+}
+
+impl Categories {
+    fn id(&mut self, v: Option<&Value>) -> Option<u32> {
+        let Some(Value::Str(s)) = v else { return None };
+        let ptr = Rc::as_ptr(s) as *const u8 as usize;
+        if let Some(&i) = self.by_ptr.get(&ptr) {
+            return Some(i);
+        }
+        let i = match self.by_text.get(s) {
+            Some(&i) => i,
+            None => {
+                self.names.push(s.clone());
+                self.by_text.insert(s.clone(), self.names.len() as u32 - 1);
+                self.names.len() as u32 - 1
+            }
+        };
+        self.by_ptr.insert(ptr, i);
+        Some(i)
     }
 }
 
 /// Replay device `device` (None: the one with the longest trace) into allocations.
-pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String> {
+pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
     // A bare list is the legacy segments-only form.
     let (segments, traces) = match snap {
         Value::List(_) => (snap.as_list().unwrap_or(&[]), &[][..]),
@@ -147,8 +251,18 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
         None => (0..traces.len()).max_by_key(|&d| traces[d].as_list().map_or(0, <[Value]>::len)).unwrap_or(0),
     };
     let trace: &[Value] = traces.get(device).and_then(Value::as_list).unwrap_or(&[]);
-    let seg_dev = |s: &Value| s.get("device").and_then(Value::as_int).unwrap_or(0) as usize;
-    let my_segments: Vec<&Value> = segments.iter().filter(|s| seg_dev(s) == device).collect();
+    let mut seen = trace.len();
+    let over = |n: usize| -> Result<(), String> {
+        if n > budget.trace_entries {
+            return Err(format!(
+                "device {device}: more than {} trace entries and segment blocks (budget --max-trace-entries)",
+                budget.trace_entries
+            ));
+        }
+        Ok(())
+    };
+    over(seen)?;
+    // A key present (`pick` gives Some) decides even when its value is no string.
     // Categories: vramscope's top-level table (parallel to the trace and to each segment's
     // blocks), or a `category` on the entry itself (`_profile_to_snapshot`'s snapshots,
     // and vramscope's before the table).
@@ -156,85 +270,219 @@ pub fn replay(snap: &Value, device: Option<usize>) -> Result<Replay<'_>, String>
     let list_at = |key: &str| table.and_then(|c| c.get(key)).and_then(Value::as_list).unwrap_or(&[]);
     let trace_cats: &[Value] = list_at("device_traces").get(device).and_then(Value::as_list).unwrap_or(&[]);
     let segment_cats = list_at("segments");
-    let category = |own: &Value, cats: &[Value], i: usize| {
-        own.get("category").or_else(|| cats.get(i)).and_then(Value::as_str).map(str::to_string)
+    let mut cats = Categories::default();
+    let mut category = |own: Option<Option<&Value>>, table: &[Value], i: usize| match own {
+        Some(c) => cats.id(c),
+        None => cats.id(table.get(i)),
     };
+    let mut frames = FrameTable::new(budget.frames);
+
+    let mut pick = Picker::new(["action", "addr", "size", "time_us", "device_free", "frames", "category"]);
+    let mut entries = Vec::with_capacity(trace.len());
+    for (i, e) in trace.iter().enumerate() {
+        let [action, addr, size, time_us, device_free, fr, cat] = pick.pick(e);
+        let at = |f: &'static str| move || format!("device_traces[{device}][{i}].{f}");
+        let action = match action.and_then(Value::as_str).ok_or_else(|| format!("trace entry {i} has no action"))? {
+            "alloc" => Action::Alloc,
+            "free_requested" | "free" => Action::Free,
+            "oom" => Action::Oom,
+            "segment_alloc" | "segment_map" => Action::SegmentGrow,
+            "segment_free" | "segment_unmap" => Action::SegmentShrink,
+            _ => Action::Other,
+        };
+        entries.push(Entry {
+            action,
+            addr: address(addr, &at("addr"))?,
+            size: bytes(size, &at("size"))?,
+            time_us: time(time_us, &at("time_us"))?,
+            device_free: bytes(device_free, &at("device_free"))?,
+            frames: frames.list_id(fr).map_err(|m| format!("device_traces[{device}][{i}].frames: {m}"))?,
+            category: category(cat.map(Some), trace_cats, i),
+        });
+    }
 
     // Allocations, including those made before the trace began.
-    let mut allocs: Vec<Alloc> = Vec::new();
+    let mut allocs: Vec<Allocation> = Vec::new();
     let mut live: HashMap<u64, usize> = HashMap::new();
     let mut ooms_at = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
-        let action = e.get("action").and_then(Value::as_str).ok_or_else(|| format!("trace entry {i} has no action"))?;
-        let addr = uint(e.get("addr"));
-        let size = uint(e.get("size"));
-        match action {
-            "alloc" => {
-                live.insert(addr, allocs.len());
-                allocs.push(Alloc {
-                    addr,
-                    size,
-                    alloc_at: Some(i),
-                    free_at: None,
-                    category: category(e, trace_cats, i),
-                    frames: frames_of(e.get("frames")),
-                    time_us: e.get("time_us").and_then(Value::as_int),
-                });
+    for (i, e) in entries.iter().enumerate() {
+        let a = Allocation { addr: e.addr, size: e.size, alloc_at: None, free_at: None, category: e.category, frames: e.frames, time_us: None };
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr, allocs.len());
+                allocs.push(Allocation { alloc_at: Some(i), time_us: e.time_us, ..a });
             }
-            "free_requested" | "free" => match live.remove(&addr) {
+            Action::Free => match live.remove(&e.addr) {
                 Some(k) => allocs[k].free_at = Some(i),
-                None => allocs.push(Alloc {
-                    addr,
-                    size,
-                    alloc_at: None,
-                    free_at: Some(i),
-                    category: category(e, trace_cats, i),
-                    frames: frames_of(e.get("frames")),
-                    time_us: None,
-                }),
+                None => allocs.push(Allocation { free_at: Some(i), ..a }),
             },
-            "oom" => ooms_at.push((i, category(e, trace_cats, i))),
+            Action::Oom => ooms_at.push(i),
             _ => {}
         }
     }
-    let traced: std::collections::HashSet<u64> = live.keys().copied().collect();
-    let (mut reserved_end, mut allocated_end) = (0u64, 0u64);
-    for (si, s) in segments.iter().enumerate().filter(|(_, s)| seg_dev(s) == device) {
-        reserved_end += uint(s.get("total_size"));
+    let mut seg = Picker::new(["device", "total_size", "blocks"]);
+    let mut blk = Picker::new(["state", "address", "size", "requested_size", "frames", "category"]);
+    let (mut reserved_end, mut allocated_end, mut my_segments) = (0i128, 0i128, 0);
+    for (si, s) in segments.iter().enumerate() {
+        let [dev, total, blocks] = seg.pick(s);
+        if dev.and_then(Value::as_int).unwrap_or(0) as usize != device {
+            continue;
+        }
+        my_segments += 1;
+        reserved_end += bytes(total, &|| format!("segments[{si}].total_size"))? as i128;
         let block_cats = segment_cats.get(si).and_then(Value::as_list).unwrap_or(&[]);
-        for (bi, b) in s.get("blocks").and_then(Value::as_list).unwrap_or(&[]).iter().enumerate() {
-            let state = b.get("state").and_then(Value::as_str).unwrap_or("");
+        let blocks = blocks.and_then(Value::as_list).unwrap_or(&[]);
+        seen = seen.saturating_add(blocks.len());
+        over(seen)?;
+        for (bi, b) in blocks.iter().enumerate() {
+            let [state, addr, size, requested, fr, cat] = blk.pick(b);
+            let state = state.and_then(Value::as_str).unwrap_or("");
             if state == "active_allocated" || state == "active_pending_free" {
-                allocated_end += uint(b.get("size"));
-                let addr = uint(b.get("address"));
-                if state == "active_allocated" && !traced.contains(&addr) && addr != 0 {
-                    allocs.push(Alloc {
+                let at = |f: &'static str| move || format!("segments[{si}].blocks[{bi}].{f}");
+                allocated_end += bytes(size, &at("size"))? as i128;
+                let addr = address(addr, &at("address"))?;
+                if state == "active_allocated" && !live.contains_key(&addr) && addr != 0 {
+                    allocs.push(Allocation {
                         addr,
-                        size: uint(b.get("requested_size")),
+                        size: bytes(requested, &at("requested_size"))?,
                         alloc_at: None,
                         free_at: None,
-                        category: category(b, block_cats, bi),
-                        frames: frames_of(b.get("frames")),
+                        category: category(cat.map(Some), block_cats, bi),
+                        frames: frames.list_id(fr).map_err(|m| format!("segments[{si}].blocks[{bi}].frames: {m}"))?,
                         time_us: None,
                     });
                 }
             }
         }
     }
-    Ok(Replay { device, trace, segments: my_segments, allocs, ooms_at, reserved_end, allocated_end })
+    Ok(Replay {
+        device,
+        entries,
+        segments: my_segments,
+        allocs,
+        ooms_at,
+        reserved_end: exact(reserved_end, &|| "reserved memory at the end (sum of the segments' total_size)".into())?,
+        allocated_end: exact(allocated_end, &|| "allocated memory at the end (sum of the active blocks' size)".into())?,
+        frames: Rc::new(frames),
+        categories: cats.names,
+        divisions: match snap {
+            Value::Dict(_) => divisions(snap.get("allocator_settings"))?,
+            _ => [0; 16],
+        },
+    })
 }
 
-/// Analyse device `device` (None: the one with the longest trace). `detail` keeps the
-/// largest `detail` percent of allocations (by count) in `largest`, as memory_viz's slider.
+/// The allocator's rounding divisions from `allocator_settings` (keys "1", "2", … "32768"),
+/// each 0 or a power of two as PyTorch requires.
+pub fn divisions(settings: Option<&Value>) -> Result<[usize; 16], String> {
+    let mut d = [0usize; 16];
+    if let Some(Value::Dict(items)) = settings.and_then(|s| s.get("roundup_power2_divisions")) {
+        for (k, v) in items.iter() {
+            let key: Option<u64> = k.as_str().and_then(|s| s.parse().ok()).or(k.as_int().and_then(|i| u64::try_from(i).ok()));
+            if let (Some(key), Some(v)) = (key, v.as_int()) {
+                if key.is_power_of_two() && key.trailing_zeros() < 16 {
+                    if v < 0 || (v != 0 && !(v as u64).is_power_of_two()) {
+                        return Err(format!("allocator_settings.roundup_power2_divisions[{k}]: {v} is not 0 or a power of two"));
+                    }
+                    d[key.trailing_zeros() as usize] = usize::try_from(v).unwrap_or(usize::MAX);
+                }
+            }
+        }
+    }
+    Ok(d)
+}
+
+
+impl Replay {
+    /// Active (requested) bytes after each trace entry, and before the first one.
+    pub fn active_curve(&self) -> Result<(u64, Vec<u64>), String> {
+        let start: i128 = self.allocs.iter().filter(|a| a.alloc_at.is_none()).map(|a| a.size as i128).sum();
+        let start = exact(start, &|| "active memory before the trace".into())?;
+        let mut delta: Vec<i128> = vec![0; self.entries.len()];
+        for a in &self.allocs {
+            if let Some(i) = a.alloc_at {
+                delta[i] += a.size as i128;
+            }
+            if let Some(i) = a.free_at {
+                delta[i] -= a.size as i128;
+            }
+        }
+        let mut cur = start as i128;
+        let curve = delta
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                cur += d;
+                exact(cur, &|| format!("active memory after device_traces[{}][{i}]", self.device))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((start, curve))
+    }
+
+    /// Reserved bytes before the first trace entry, from the end state backwards, and the
+    /// largest reserved total over the trace.
+    pub fn reserved_start_and_peak(&self) -> Result<(u64, u64), String> {
+        let mut reserved = self.reserved_end as i128;
+        let mut peak = reserved;
+        for e in self.entries.iter().rev() {
+            reserved -= e.segment_delta();
+            peak = peak.max(reserved);
+        }
+        Ok((reserved.max(0) as u64, exact(peak, &|| "peak reserved memory".into())?))
+    }
+
+    pub fn category(&self, id: Option<u32>) -> Option<&str> {
+        id.map(|c| &*self.categories[c as usize])
+    }
+
+    fn frames(&self, list: u32) -> Frames {
+        Frames { table: self.frames.clone(), list }
+    }
+
+    fn report_alloc(&self, a: &Allocation) -> Alloc {
+        Alloc {
+            addr: a.addr,
+            size: a.size,
+            alloc_at: a.alloc_at,
+            free_at: a.free_at,
+            category: self.category(a.category).map(str::to_string),
+            frames: self.frames(a.frames),
+            time_us: a.time_us,
+        }
+    }
+}
+
+/// Analyse device `device` (None: the one with the longest trace) within the default
+/// budget. `detail` keeps the largest `detail` percent of allocations (by count) in
+/// `largest`, as memory_viz's slider.
 pub fn analyse(snap: &Value, device: Option<usize>, detail: f64, top: usize) -> Result<SnapshotReport, String> {
-    Ok(analyse_replay(&replay(snap, device)?, detail, top))
+    analyse_within(snap, device, detail, top, &Budget::default())
+}
+
+/// `analyse` within `budget`.
+pub fn analyse_within(snap: &Value, device: Option<usize>, detail: f64, top: usize, budget: &Budget) -> Result<SnapshotReport, String> {
+    analyse_replay(&replay(snap, device, budget)?, detail, top)
+}
+
+/// Whether allocation `a` is live after trace entry `t` (None: before the first).
+fn live_at(a: &Allocation, t: Option<usize>) -> bool {
+    let born = match (a.alloc_at, t) {
+        (None, _) => true,
+        (Some(i), Some(t)) => i <= t,
+        (Some(_), None) => false,
+    };
+    let dead = match (a.free_at, t) {
+        (Some(f), Some(t)) => f <= t,
+        _ => false,
+    };
+    born && !dead
 }
 
 /// `analyse` of an existing replay.
-pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport {
-    let Replay { device, trace, allocs, ooms_at, reserved_end, allocated_end, .. } = r;
+pub fn analyse_replay(r: &Replay, detail: f64, top: usize) -> Result<SnapshotReport, String> {
+    let Replay { device, entries, allocs, ooms_at, reserved_end, allocated_end, .. } = r;
     // The active-memory curve and its peak.
-    let (start, active_at) = r.active_curve();
+    let (start, active_at) = r.active_curve()?;
     let (mut peak, mut peak_at) = (start, None);
     for (i, &cur) in active_at.iter().enumerate() {
         if cur > peak {
@@ -242,73 +490,68 @@ pub fn analyse_replay(r: &Replay<'_>, detail: f64, top: usize) -> SnapshotReport
             peak_at = Some(i);
         }
     }
-    let live_at = |a: &Alloc, t: Option<usize>| -> bool {
-        let born = match (a.alloc_at, t) {
-            (None, _) => true,
-            (Some(i), Some(t)) => i <= t,
-            (Some(_), None) => false,
-        };
-        let dead = match (a.free_at, t) {
-            (Some(f), Some(t)) => f <= t,
-            _ => false,
-        };
-        born && !dead
-    };
-    let mut by_frame: HashMap<String, u64> = HashMap::new();
-    let mut by_cat: HashMap<String, u64> = HashMap::new();
+    // Group by first frame id and category id; format only the groups.
+    let mut by_frame: HashMap<Option<u32>, u64> = HashMap::new();
+    let mut by_cat: HashMap<Option<u32>, u64> = HashMap::new();
     for a in allocs.iter().filter(|a| live_at(a, peak_at)) {
-        *by_frame.entry(a.frames.first().cloned().unwrap_or_else(|| "<no frames>".into())).or_default() += a.size;
-        *by_cat.entry(a.category.clone().unwrap_or_else(|| "<uncategorised>".into())).or_default() += a.size;
+        // Each sum is at most the peak (≤ 2^53): no overflow.
+        *by_frame.entry(r.frames.list(a.frames).first().copied()).or_default() += a.size;
+        *by_cat.entry(a.category).or_default() += a.size;
     }
-    let sorted = |m: HashMap<String, u64>| {
-        let mut v: Vec<_> = m.into_iter().collect();
+    let sorted = |v: Vec<(String, u64)>| {
+        let mut v = v;
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| super::natural_cmp(&a.0, &b.0)));
         v
     };
-    // Sort indices, not the allocations: only the kept ones are cloned.
+    // Frames equal in text are one group, whichever dict they come from.
+    let mut by_text: HashMap<String, u64> = HashMap::new();
+    for (f, b) in by_frame {
+        *by_text.entry(f.map_or_else(|| "<no frames>".into(), |f| r.frames.format(f))).or_default() += b;
+    }
+    let by_frame = by_text.into_iter().collect();
+    let by_cat = by_cat.into_iter().map(|(c, b)| (r.category(c).unwrap_or("<uncategorised>").to_string(), b)).collect();
+    // Sort indices, not the allocations: only the kept ones are turned into report rows.
     let mut order: Vec<usize> = (0..allocs.len()).collect();
     order.sort_by(|&a, &b| allocs[b].size.cmp(&allocs[a].size).then(allocs[a].alloc_at.cmp(&allocs[b].alloc_at)));
     let keep = ((allocs.len() as f64 * detail / 100.0).ceil() as usize).min(allocs.len());
-    let largest: Vec<Alloc> = order.iter().take(keep.min(top)).map(|&i| allocs[i].clone()).collect();
-    // Reserved memory over the trace, from the end state backwards.
-    let mut reserved = *reserved_end as i128;
-    let mut peak_reserved = reserved;
-    for e in trace.iter().rev() {
-        reserved -= segment_delta(e) as i128;
-        peak_reserved = peak_reserved.max(reserved);
-    }
+    let largest: Vec<Alloc> = order.iter().take(keep.min(top)).map(|&i| r.report_alloc(&allocs[i])).collect();
+    let (_, peak_reserved) = r.reserved_start_and_peak()?;
+    // The allocation before each OOM: traced allocations are in trace order, so a binary
+    // search finds it.
+    let traced: Vec<(usize, usize)> = allocs.iter().enumerate().filter_map(|(k, a)| a.alloc_at.map(|i| (i, k))).collect();
     let ooms = ooms_at
         .iter()
-        .map(|(i, category)| {
-            let (i, e) = (*i, &trace[*i]);
-            let last = allocs.iter().filter(|a| a.alloc_at.is_some_and(|k| k < i)).max_by_key(|a| a.alloc_at);
+        .map(|&i| {
+            let e = &entries[i];
+            let before = traced.partition_point(|&(at, _)| at < i);
+            let last = before.checked_sub(1).map(|j| allocs[traced[j].1].frames).unwrap_or(NO_FRAMES);
             OomInfo {
                 at: i,
-                requested_segment_bytes: uint(e.get("size")),
-                device_free_bytes: uint(e.get("device_free")),
+                requested_segment_bytes: e.size,
+                device_free_bytes: e.device_free,
                 active_bytes: if i > 0 { active_at[i - 1] } else { start },
-                last_frames: last.map(|a| a.frames.clone()).unwrap_or_default(),
-                frames: frames_of(e.get("frames")),
-                category: category.clone(),
+                last_frames: r.frames(last),
+                frames: r.frames(e.frames),
+                category: r.category(e.category).map(str::to_string),
             }
         })
         .collect();
-    SnapshotReport {
+    Ok(SnapshotReport {
         device: *device,
-        events: trace.len(),
+        events: entries.len(),
         allocations: allocs.iter().filter(|a| a.alloc_at.is_some()).count(),
         peak_active_bytes: peak,
         peak_at,
-        peak_time_us: peak_at.and_then(|i| trace[i].get("time_us").and_then(Value::as_int)),
+        peak_time_us: peak_at.and_then(|i| entries[i].time_us),
         live_at_peak_by_frame: sorted(by_frame),
         live_at_peak_by_category: sorted(by_cat),
         largest,
         detail_percent: detail,
         reserved_bytes_end: *reserved_end,
         allocated_bytes_end: *allocated_end,
-        peak_reserved_bytes: peak_reserved.max(0) as u64,
+        peak_reserved_bytes: peak_reserved,
         ooms,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! `vramscope analyze FILE`: reads a memory snapshot pickle — ours or one PyTorch wrote —
 //! with our own safe reader, replays its trace and prints the peak and what was live at
 //! it, the largest allocations with their frames, fragmentation and OOM context.
+use super::budget_flags::{load, BudgetArgs};
 use super::UsageError;
-use crate::analyse::snapshot::{analyse, Alloc};
-use crate::export::{mib, pickle};
-use anyhow::{Context, Result};
+use crate::analyse::snapshot::{analyse_within, Alloc};
+use crate::export::html::Capped;
+use crate::export::mib;
+use anyhow::Result;
+use std::io::Write;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -24,6 +27,8 @@ pub struct AnalyzeArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
 fn show(a: &Alloc) -> String {
@@ -37,7 +42,7 @@ fn show(a: &Alloc) -> String {
         "{:>10.2} MiB  {}{} [{when}]",
         mib(a.size),
         a.category.as_deref().map_or(String::new(), |c| format!("({c}) ")),
-        a.frames.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
+        a.frames.head(3)
     )
 }
 
@@ -45,12 +50,19 @@ pub fn run(a: AnalyzeArgs) -> Result<()> {
     if !(a.detail > 0.0 && a.detail <= 100.0) {
         return Err(UsageError(format!("invalid --detail: {} (expected a percentage in (0, 100])", a.detail)).into());
     }
-    let data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let snap = pickle::read(&data, &pickle::Limits::default())
-        .map_err(|e| UsageError(format!("{}: not a readable snapshot pickle: {e}", a.file.display())))?;
-    let r = analyse(&snap, a.device, a.detail, a.top).map_err(|e| UsageError(format!("{}: {e}", a.file.display())))?;
+    let budget = a.budget.budget();
+    let snap = load(&a.file, &budget)?;
+    let r = analyse_within(&snap, a.device, a.detail, a.top, &budget).map_err(|e| UsageError(format!("{}: {e}", a.file.display())))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        // Frames are formatted as they are written, within the output budget.
+        let mut w = Capped::new(budget.output_bytes);
+        let mut b = std::io::BufWriter::with_capacity(1 << 16, &mut w);
+        let res = serde_json::to_writer_pretty(&mut b, &r).map_err(|e| e.to_string()).and_then(|()| b.flush().map_err(|e| e.to_string()));
+        drop(b);
+        if let Err(e) = res {
+            return Err(UsageError(if w.over { format!("{}: JSON report larger than {} bytes (budget --max-output-bytes)", a.file.display(), budget.output_bytes) } else { e }).into());
+        }
+        println!("{}", String::from_utf8_lossy(&w.out));
         return Ok(());
     }
     println!("{} — device {}, {} trace events, {} allocations (MiB = 1024² B; sizes as requested, like memory_viz)", a.file.display(), r.device, r.events, r.allocations);
@@ -88,7 +100,7 @@ pub fn run(a: AnalyzeArgs) -> Result<()> {
             // The entry's own context when the writer recorded one (PyTorch does), else the
             // allocation before it.
             if o.frames.is_empty() { "last allocation" } else { "requested by" },
-            if o.frames.is_empty() { &o.last_frames } else { &o.frames }.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
+            if o.frames.is_empty() { &o.last_frames } else { &o.frames }.head(3)
         );
     }
     Ok(())

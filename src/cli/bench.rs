@@ -391,10 +391,11 @@ fn bench_analyze() -> Result<()> {
     let file = dir.join("2.7B_ctx128_training_snapshot.pickle");
     let bytes = std::fs::metadata(&file)?.len();
     let t1 = Instant::now();
-    let data = std::fs::read(&file)?;
-    let snap = crate::export::pickle::read(&data, &Default::default()).map_err(anyhow::Error::msg)?;
+    // Our own file, larger than the default budgets admit.
+    let budget = crate::analyse::budget::Budget::unlimited();
+    let snap = crate::export::pickle::read_file(&file, &budget.pickle_limits()).map_err(anyhow::Error::msg)?;
     let read = t1.elapsed().as_secs_f64();
-    let r = crate::analyse::snapshot::analyse(&snap, None, 100.0, 10).map_err(anyhow::Error::msg)?;
+    let r = crate::analyse::snapshot::analyse_within(&snap, None, 100.0, 10, &budget).map_err(anyhow::Error::msg)?;
     let total = t1.elapsed().as_secs_f64();
     println!(
         "\nanalyze: {} trace events, {:.1} MB pickle: read {:.2} s, read + replay + report {:.2} s (profiling it took {:.2} s)",

@@ -2,6 +2,7 @@
 //! The CLI only parses, validates and wires stages together.
 pub mod analyze;
 pub mod bench;
+pub mod budget_flags;
 pub mod compare;
 pub mod compute;
 pub mod estimate;

@@ -6,11 +6,11 @@
 use super::profile::{self, ProfileArgs, ProfileType, Run};
 use super::{set_threads, usage, UsageError};
 use crate::analyse::estimate;
-use crate::analyse::snapshot::{analyse, Alloc};
-use crate::export::{gib, mib, pickle, staged_path, write_atomic};
+use crate::analyse::snapshot::{analyse_within, Alloc};
+use crate::export::{gib, mib, staged_path, write_atomic};
 use crate::record::Category;
 use crate::train::Precision;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -50,6 +50,9 @@ pub struct RunAllArgs {
     /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Budgets for reading back the snapshots this command writes (parts (a) and (e))
+    #[command(flatten)]
+    pub budget: super::budget_flags::BudgetArgs,
 }
 
 /// One profiled run of the script, with the snapshot it wrote.
@@ -236,7 +239,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     for &ctx in &contexts {
         let e = estimate::estimate(cfg, Precision::Fp32, a.batch_size, ctx);
         let forward = find(ctx, ProfileType::Forward, Precision::Fp32, false);
-        let seen = count_size(&forward.snapshot, e.residual_bytes)?;
+        let seen = count_size(&forward.snapshot, e.residual_bytes, &a.budget.budget())?;
         let _ = writeln!(
             d,
             "S = {ctx}: {} × {ctx} × {} × 4 B = {} B = {:.2} MiB  (the simulated forward allocates {seen} tensors of exactly this size)",
@@ -257,9 +260,9 @@ pub fn run(a: RunAllArgs) -> Result<()> {
 
     // Part (e): the largest allocations of the longest training step, Detail = 10%.
     let tr = find(longest, ProfileType::Training, Precision::Fp32, false);
-    let bytes = std::fs::read(staged_path(&tr.snapshot)).with_context(|| format!("reading {}", tr.snapshot.display()))?;
-    let snap = pickle::read(&bytes, &pickle::Limits::default()).map_err(|e| anyhow::anyhow!("{}: {e}", tr.snapshot.display()))?;
-    let rep = analyse(&snap, None, 10.0, usize::MAX).map_err(|e| anyhow::anyhow!("{}: {e}", tr.snapshot.display()))?;
+    let budget = a.budget.budget();
+    let snap = super::budget_flags::load(&staged_path(&tr.snapshot), &budget)?;
+    let rep = analyse_within(&snap, None, 10.0, usize::MAX, &budget).map_err(|e| anyhow::anyhow!("{}: {e}", tr.snapshot.display()))?;
     let mut l = format!(
         "Part (e): largest allocations, {} (memory_viz Detail slider at 10%: the largest {} of {} allocations)\n{head}\n",
         tr.snapshot.file_name().unwrap().to_string_lossy(),
@@ -307,10 +310,9 @@ pub fn run(a: RunAllArgs) -> Result<()> {
 }
 
 /// How many allocations in a snapshot have exactly `size` requested bytes.
-fn count_size(path: &Path, size: u64) -> Result<usize> {
-    let bytes = std::fs::read(staged_path(path)).with_context(|| format!("reading {}", path.display()))?;
-    let snap = pickle::read(&bytes, &pickle::Limits::default()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let rep = analyse(&snap, None, 100.0, usize::MAX).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+fn count_size(path: &Path, size: u64, budget: &crate::analyse::budget::Budget) -> Result<usize> {
+    let snap = super::budget_flags::load(&staged_path(path), budget)?;
+    let rep = analyse_within(&snap, None, 100.0, usize::MAX, budget).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(rep.largest.iter().filter(|x| x.size == size && x.alloc_at.is_some()).count())
 }
 
@@ -335,7 +337,7 @@ fn group(allocs: &[Alloc]) -> Vec<(u64, usize, String, String)> {
     };
     let mut groups: Vec<(u64, usize, String, String)> = Vec::new();
     for a in allocs {
-        let frames = a.frames.iter().take(2).map(|f| fold(f)).collect::<Vec<_>>().join(" ← ");
+        let frames = a.frames.iter().take(2).map(|f| fold(&f)).collect::<Vec<_>>().join(" ← ");
         let cat = a.category.clone().unwrap_or_else(|| "-".into());
         match groups.iter_mut().find(|g| g.0 == a.size && g.2 == cat && g.3 == frames) {
             Some(g) => g.1 += 1,

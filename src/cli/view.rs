@@ -1,5 +1,6 @@
 //! `vramscope view FILE [FILE2]`: the offline HTML report of a snapshot pickle (ours or
 //! PyTorch's), or of two side by side on one scale.
+use super::budget_flags::BudgetArgs;
 use super::{usage, UsageError};
 use crate::export::html::{self, Capacity, Source};
 use crate::export::{pickle, write_atomic};
@@ -27,6 +28,8 @@ pub struct ViewArgs {
     /// Draw this device capacity instead of a --gpu preset (e.g. 24GiB, 80GB)
     #[arg(long)]
     pub memory_limit: Option<String>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
 /// `x_snapshot.pickle` → `x_report.html`; anything else → `<stem>_report.html`.
@@ -40,11 +43,6 @@ pub fn default_output(file: &Path, other: Option<&Path>) -> PathBuf {
         Some(o) => format!("{}_vs_{}_report.html", stem(file), stem(o)),
     };
     file.with_file_name(name)
-}
-
-fn load(path: &Path) -> Result<pickle::Value> {
-    let data = std::fs::read(path).map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
-    pickle::read(&data, &pickle::Limits::default()).map_err(|e| UsageError(format!("{}: not a readable snapshot pickle: {e}", path.display())).into())
 }
 
 pub fn run(a: ViewArgs) -> Result<()> {
@@ -65,7 +63,12 @@ pub fn run(a: ViewArgs) -> Result<()> {
             return Err(usage("--output", format!("{} is the input snapshot {}; name another file for the report", output.display(), f.display())));
         }
     }
-    let snaps = files.iter().map(|f| load(f)).collect::<Result<Vec<_>>>()?;
+    let budget = a.budget.budget();
+    // `view` names an unreadable FILE as the user's mistake too (exit 2), as it always has.
+    let snaps = files
+        .iter()
+        .map(|f| super::budget_flags::load(f, &budget).map_err(|e| if e.is::<UsageError>() { e } else { UsageError(e.to_string()).into() }))
+        .collect::<Result<Vec<_>>>()?;
     if let Some(d) = a.device {
         for (f, s) in files.iter().zip(&snaps) {
             let n = s.get("device_traces").and_then(pickle::Value::as_list).map_or(0, <[pickle::Value]>::len).max(1);
@@ -84,8 +87,8 @@ pub fn run(a: ViewArgs) -> Result<()> {
             stats: None,
         })
         .collect();
-    let page = html::report(&sources, capacity).map_err(UsageError)?;
-    write_atomic(&output, page.as_bytes())?;
+    let page = html::report_within(&sources, capacity, &budget).map_err(UsageError)?;
+    write_atomic(&output, &page)?;
     println!("wrote {} ({:.1} MB; open it in a browser, it needs no network)", output.display(), page.len() as f64 / 1e6);
     Ok(())
 }
@@ -102,9 +105,12 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// `_report.html`); returns its path.
 pub fn write_beside(snapshot_path: &Path, snapshot: &pickle::Value, capacity: Option<Capacity>, stats: Option<serde_json::Value>) -> Result<PathBuf> {
     let name = snapshot_path.file_name().map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
-    let page = html::report(&[Source { name, snapshot, device: None, stats }], capacity).map_err(anyhow::Error::msg)?;
-    let page = crate::export::output_set::with_run_id_comment(page);
+    // Built in memory by vramscope itself, not read from a file: no budget applies.
+    let budget = crate::analyse::budget::Budget::unlimited();
+    let page = html::report_within(&[Source { name, snapshot, device: None, stats }], capacity, &budget).map_err(anyhow::Error::msg)?;
+    let page = String::from_utf8(page).map_err(|e| anyhow::anyhow!("report page is not UTF-8: {e}"))?;
+    let page = crate::export::output_set::with_run_id_comment(page).into_bytes();
     let out = default_output(snapshot_path, None);
-    write_atomic(&out, page.as_bytes())?;
+    write_atomic(&out, &page)?;
     Ok(out)
 }

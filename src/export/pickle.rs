@@ -415,21 +415,31 @@ impl<'a> Writer<'a> {
 // ---------------------------------------------------------------------------------------
 // Reader
 
-/// Bounds on what [`read`] accepts.
+/// Bounds on what [`read`] accepts. Each names the `analyze`/`view` flag that raises it
+/// (`crate::analyse::budget::Budget` holds the defaults and their reasoning).
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Deepest nesting of containers (a top-level `[]` is depth 1); also the most open MARKs.
     pub max_depth: usize,
-    /// Most container elements in all (list/tuple/set items plus dict entries).
+    /// Most values stored in all: container elements (a dict entry counts 2: key and value)
+    /// plus every string and bytes object made. Each costs at most ~32 B once built.
     pub max_items: usize,
     /// Most bytes of `bytes`/`bytearray` payload in the result. Unlike strings these are not
     /// shared, so each memo reference to one counts again.
     pub max_bytes: usize,
+    /// Most containers (lists, tuples, dicts, sets) made, ~120 B each.
+    pub max_containers: usize,
+    /// Most memo entries (distinct keys stored by PUT/MEMOIZE).
+    pub max_memo: usize,
+    /// Deepest unpickler stack (values pushed and not yet put into a container).
+    pub max_stack: usize,
+    /// Largest input [`read_file`] accepts, in bytes.
+    pub max_input_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_depth: 256, max_items: 50_000_000, max_bytes: 1 << 30 }
+        crate::analyse::budget::Budget::default().pickle_limits()
     }
 }
 
@@ -439,6 +449,52 @@ impl Default for Limits {
 pub struct PickleError {
     pub offset: usize,
     pub message: String,
+}
+
+/// Read and parse the pickle in file `path`, refusing a file larger than
+/// `limits.max_input_bytes` as soon as that many bytes have been read (a pipe or a device
+/// such as /dev/zero has no size to check up front). A first byte that is no opcode is
+/// refused at offset 0 before anything more is read.
+pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Value, FileError> {
+    use std::io::Read;
+    let io = |e: std::io::Error| FileError::Io(format!("cannot read {}: {e}", path.display()));
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut data = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        let n = match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        if data.is_empty() && !is_opcode(chunk[0]) {
+            return Err(FileError::Pickle(PickleError { offset: 0, message: format!("unknown opcode {} (not a pickle)", opname(chunk[0])) }));
+        }
+        if (data.len() + n) as u64 > limits.max_input_bytes {
+            return Err(FileError::Pickle(PickleError {
+                offset: limits.max_input_bytes as usize,
+                message: format!("input larger than {} bytes (budget --max-input-bytes)", limits.max_input_bytes),
+            }));
+        }
+        data.extend_from_slice(&chunk[..n]);
+    }
+    read(&data, limits).map_err(FileError::Pickle)
+}
+
+/// Why [`read_file`] failed: the file could not be read, or its content is no plain-data pickle.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    #[error("{0}")]
+    Io(String),
+    #[error("{0}")]
+    Pickle(PickleError),
+}
+
+/// Whether `op` is an opcode of some pickle protocol (executing ones included: those are
+/// refused with their name later).
+fn is_opcode(op: u8) -> bool {
+    matches!(op, b'('..=b'2' | b'B'..=b'C' | b'F'..=b'G' | b'I'..=b'N' | b'P'..=b'V' | b'X' | b']' | b'a'..=b'e' | b'g'..=b'j' | b'l' | b'o'..=b'u' | b'}' | 0x80..=0x98)
 }
 
 /// Parse a pickle of plain data (protocols 0–5). Containers that the pickle shares through
@@ -454,6 +510,7 @@ pub fn read(data: &[u8], limits: &Limits) -> Result<Value, PickleError> {
 }
 
 /// A value on the unpickler's stack: a scalar, or a container in the arena.
+/// 24 B: a container's items cost that until [`build`] turns them into values.
 #[derive(Clone)]
 enum Item {
     None,
@@ -628,10 +685,12 @@ impl<'a> Reader<'a> {
     /// A length-prefixed `bytes`/`bytearray` argument (kept in the arena: not shared by value).
     fn bytes(&mut self, n: impl TryInto<usize>) -> Res<Item> {
         let b = self.len(n)?.to_vec();
-        Ok(self.node(Node::Bytes(b)))
+        self.count(1)?;
+        self.node(Node::Bytes(b))
     }
 
-    fn utf8(&self, b: &[u8]) -> Res<Item> {
+    fn utf8(&mut self, b: &[u8]) -> Res<Item> {
+        self.count(1)?;
         match std::str::from_utf8(b) {
             Ok(s) => Ok(Item::Str(Rc::from(s))),
             Err(e) => self.err(format!("string is not valid UTF-8 (at its byte {})", e.valid_up_to())),
@@ -653,15 +712,18 @@ impl<'a> Reader<'a> {
         Ok(Item::Int(v))
     }
 
-    fn node(&mut self, n: Node) -> Item {
+    fn node(&mut self, n: Node) -> Res<Item> {
+        if self.nodes.len() >= self.limits.max_containers {
+            return self.err(format!("more than {} containers (budget --max-containers)", self.limits.max_containers));
+        }
         self.nodes.push((self.op_at, n));
-        Item::Node(self.nodes.len() - 1)
+        Ok(Item::Node(self.nodes.len() - 1))
     }
 
     fn count(&mut self, n: usize) -> Res<()> {
         self.items = self.items.saturating_add(n);
         if self.items > self.limits.max_items {
-            return self.err(format!("more than {} items (Limits::max_items)", self.limits.max_items));
+            return self.err(format!("more than {} items (budget --max-items, Limits::max_items)", self.limits.max_items));
         }
         Ok(())
     }
@@ -684,9 +746,25 @@ impl<'a> Reader<'a> {
         }
     }
 
+    fn push(&mut self, it: Item) -> Res<()> {
+        if self.stack.len() >= self.limits.max_stack {
+            return self.err(format!("unpickler stack deeper than {} values (budget --max-stack)", self.limits.max_stack));
+        }
+        self.stack.push(it);
+        Ok(())
+    }
+
     fn pop_mark(&mut self) -> Res<Vec<Item>> {
         match self.marks.pop() {
-            Some(m) => Ok(self.stack.split_off(m)),
+            Some(m) => {
+                let items = self.stack.split_off(m);
+                // Give back what a long run of pushes took, so stack and containers do not
+                // both hold it.
+                if self.stack.capacity() > 1 << 16 && self.stack.capacity() > 4 * self.stack.len() {
+                    self.stack.shrink_to(2 * self.stack.len());
+                }
+                Ok(items)
+            }
             None => self.err("no MARK to pop to"),
         }
     }
@@ -712,7 +790,7 @@ impl<'a> Reader<'a> {
         if !items.len().is_multiple_of(2) {
             return self.err("odd number of stack items for dict keys and values");
         }
-        self.count(items.len() / 2)?;
+        self.count(items.len())?;
         let i = self.target("dict", |n| matches!(n, Node::Dict(_)))?;
         if let Node::Dict(d) = &mut self.nodes[i].1 {
             let mut it = items.into_iter();
@@ -725,7 +803,7 @@ impl<'a> Reader<'a> {
 
     fn new_seq(&mut self, kind: Seq, items: Vec<Item>) -> Res<Item> {
         self.count(items.len())?;
-        Ok(self.node(Node::Seq(kind, items)))
+        self.node(Node::Seq(kind, items))
     }
 
     /// Execute opcodes up to STOP; returns the single value left. Arms that make a value
@@ -757,7 +835,7 @@ impl<'a> Reader<'a> {
                     continue;
                 }
                 MARK if self.marks.len() >= self.limits.max_depth => {
-                    return self.err(format!("more than {} nested MARKs (Limits::max_depth)", self.limits.max_depth))
+                    return self.err(format!("more than {} nested MARKs (budget --max-depth, Limits::max_depth)", self.limits.max_depth))
                 }
                 MARK => {
                     self.marks.push(self.stack.len());
@@ -834,7 +912,10 @@ impl<'a> Reader<'a> {
                     }
                 }
                 UNICODE => match raw_unicode_unescape(self.line_bytes()?) {
-                    Some(s) => Item::Str(Rc::from(s)),
+                    Some(s) => {
+                        self.count(1)?;
+                        Item::Str(Rc::from(s))
+                    }
                     None => return self.err("bad escape in UNICODE argument"),
                 },
                 SHORT_BINBYTES => {
@@ -857,7 +938,7 @@ impl<'a> Reader<'a> {
                 EMPTY_LIST => self.new_seq(Seq::List, Vec::new())?,
                 EMPTY_TUPLE => self.new_seq(Seq::Tuple, Vec::new())?,
                 EMPTY_SET => self.new_seq(Seq::Set, Vec::new())?,
-                EMPTY_DICT => self.node(Node::Dict(Vec::new())),
+                EMPTY_DICT => self.node(Node::Dict(Vec::new()))?,
                 LIST | TUPLE | FROZENSET => {
                     let items = self.pop_mark()?;
                     let kind = match op {
@@ -877,8 +958,8 @@ impl<'a> Reader<'a> {
                 }
                 DICT => {
                     let items = self.pop_mark()?;
-                    let d = self.node(Node::Dict(Vec::new()));
-                    self.stack.push(d);
+                    let d = self.node(Node::Dict(Vec::new()))?;
+                    self.push(d)?;
                     self.set_items(items)?;
                     continue;
                 }
@@ -907,6 +988,9 @@ impl<'a> Reader<'a> {
                         _ => self.memo.len,
                     };
                     let it = self.top()?;
+                    if self.memo.get(key).is_none() && self.memo.len >= self.limits.max_memo as u64 {
+                        return self.err(format!("more than {} memo entries (budget --max-memo)", self.limits.max_memo));
+                    }
                     self.memo.put(key, it);
                     continue;
                 }
@@ -931,7 +1015,7 @@ impl<'a> Reader<'a> {
                     })
                 }
             };
-            self.stack.push(item);
+            self.push(item)?;
         }
     }
 
@@ -970,7 +1054,7 @@ impl<'a> Reader<'a> {
         if let Item::Node(r) = root {
             if !matches!(self.nodes[r].1, Node::Bytes(_)) {
                 if max_depth == 0 {
-                    return fail(self.nodes[r].0, format!("nesting deeper than {max_depth} (Limits::max_depth)"));
+                    return fail(self.nodes[r].0, format!("nesting deeper than {max_depth} (budget --max-depth, Limits::max_depth)"));
                 }
                 state[r] = OPEN;
                 path.push((r, 0));
@@ -989,7 +1073,7 @@ impl<'a> Reader<'a> {
                     return fail(*at, RECURSIVE.into());
                 }
                 if path.len() >= max_depth {
-                    return fail(*at, format!("nesting deeper than {max_depth} (Limits::max_depth)"));
+                    return fail(*at, format!("nesting deeper than {max_depth} (budget --max-depth, Limits::max_depth)"));
                 }
                 if let Some(top) = path.last_mut() {
                     top.1 = k;
@@ -1003,9 +1087,9 @@ impl<'a> Reader<'a> {
             let (at, node) = std::mem::replace(&mut self.nodes[i], (0, Node::Seq(Seq::List, Vec::new())));
             let mut value = |it| finish(it, at, &done, &self.nodes, &mut bytes, self.limits.max_bytes);
             let v = match node {
-                Node::Seq(Seq::Tuple, items) => Value::Tuple(Rc::new(items.into_iter().map(&mut value).collect::<Res<_>>()?)),
-                Node::Seq(_, items) => Value::List(Rc::new(items.into_iter().map(&mut value).collect::<Res<_>>()?)),
-                Node::Dict(d) => Value::Dict(Rc::new(d.into_iter().map(|(a, b)| Ok((value(a)?, value(b)?))).collect::<Res<_>>()?)),
+                Node::Seq(Seq::Tuple, items) => Value::Tuple(Rc::new(build(items, &mut value)?)),
+                Node::Seq(_, items) => Value::List(Rc::new(build(items, &mut value)?)),
+                Node::Dict(d) => Value::Dict(Rc::new(build(d, |(a, b)| Ok((value(a)?, value(b)?)))?)),
                 Node::Bytes(b) => Value::Bytes(b), // never on the path
             };
             done[i] = Some(v);
@@ -1016,6 +1100,28 @@ impl<'a> Reader<'a> {
         };
         finish(root, at, &done, &self.nodes, &mut bytes, self.limits.max_bytes)
     }
+}
+
+/// `src` converted element by element, the source given back in chunks as the result grows,
+/// so a container's items and its values never both hold all of it (a 50M-item list would
+/// otherwise need both at once).
+fn build<T, U>(mut src: Vec<T>, mut f: impl FnMut(T) -> Res<U>) -> Res<Vec<U>> {
+    const CHUNK: usize = 1 << 16;
+    if src.len() <= CHUNK {
+        return src.into_iter().map(f).collect();
+    }
+    // Convert from the back, so the source can shrink in place; the result is built
+    // reversed and turned around at the end.
+    let mut out = Vec::with_capacity(src.len());
+    while !src.is_empty() {
+        let tail = src.split_off(src.len().saturating_sub(CHUNK));
+        src.shrink_to_fit();
+        for x in tail.into_iter().rev() {
+            out.push(f(x)?);
+        }
+    }
+    out.reverse();
+    Ok(out)
 }
 
 /// The value of a stack item once every container it refers to is built (in `done`).
@@ -1032,7 +1138,7 @@ fn finish(it: Item, at: usize, done: &[Option<Value>], nodes: &[(usize, Node)], 
             (_, Some((_, Node::Bytes(b)))) => {
                 *bytes = bytes.saturating_add(b.len());
                 if *bytes > max_bytes {
-                    let message = format!("more than {max_bytes} bytes of bytes objects (Limits::max_bytes)");
+                    let message = format!("more than {max_bytes} bytes of bytes objects (budget --max-bytes-objects, Limits::max_bytes)");
                     return Err(PickleError { offset: at, message });
                 }
                 Value::Bytes(b.clone())

@@ -4,13 +4,19 @@
 #![allow(dead_code)]
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::{Path, PathBuf};
-use vramscope::analyse::snapshot::{analyse, SnapshotReport};
-use vramscope::export::html::{report, Source};
+use vramscope::analyse::budget::Budget;
+use vramscope::analyse::snapshot::{analyse_within, SnapshotReport};
+use vramscope::export::html::{report_within, Source};
 use vramscope::export::pickle::{read, Limits, PickleError, Value};
 
-/// Reader limits for the properties: smaller than the defaults, so no case is slow.
+/// The budget of the properties: smaller than the defaults, so no case is slow.
+pub fn budget() -> Budget {
+    Budget { depth: 64, items: 1 << 20, bytes_objects: 16 << 20, ..Budget::default() }
+}
+
+/// Reader limits for the properties (the budget's).
 pub fn limits() -> Limits {
-    Limits { max_depth: 64, max_items: 1 << 20, max_bytes: 16 << 20 }
+    budget().pickle_limits()
 }
 
 pub fn read_pickle(data: &[u8]) -> Result<Value, PickleError> {
@@ -18,11 +24,12 @@ pub fn read_pickle(data: &[u8]) -> Result<Value, PickleError> {
 }
 
 pub fn analyse_snapshot(snap: &Value) -> Result<SnapshotReport, String> {
-    analyse(snap, None, 100.0, 10)
+    analyse_within(snap, None, 100.0, 10, &budget())
 }
 
 pub fn html_report(snap: &Value) -> Result<String, String> {
-    report(&[Source { name: "prop".into(), snapshot: snap, device: None, stats: None }], None)
+    let page = report_within(&[Source { name: "prop".into(), snapshot: snap, device: None, stats: None }], None, &budget())?;
+    String::from_utf8(page).map_err(|e| format!("page is not UTF-8: {e}"))
 }
 
 /// A runner with a fixed case count and a fixed seed, so every run (and CI) tries the same

@@ -7,7 +7,9 @@
 //! one row per allocation (start, lifetime, sizes, category, module, op, phase, frames,
 //! times) as parallel arrays with string tables, which the page lays out and draws on a
 //! canvas itself.
-use crate::analyse::snapshot::{analyse_replay, replay, segment_delta, Replay};
+use crate::analyse::budget::Budget;
+use crate::analyse::frames::FrameTable;
+use crate::analyse::snapshot::{analyse_replay, replay, Replay};
 use crate::export::pickle::Value;
 use crate::record::allocator::round_size;
 use serde::Serialize;
@@ -65,7 +67,7 @@ struct Oom {
 
 /// One snapshot's data as the page reads it (see report.js `decode`).
 #[derive(Serialize)]
-struct Panel {
+struct Panel<'a> {
     name: String,
     device: usize,
     events: usize,
@@ -106,11 +108,11 @@ struct Panel {
     allocated_end: u64,
     segments_end: usize,
     ooms: Vec<Oom>,
-    settings: Option<serde_json::Value>,
+    settings: Option<Json<'a>>,
     stats: Option<serde_json::Value>,
 }
 
-/// What the frames of one trace entry or block say, computed once per shared list.
+/// What the frames of one trace entry or block say, computed once per frame list.
 #[derive(Clone, Copy)]
 struct FrameInfo {
     list: u32,
@@ -119,19 +121,43 @@ struct FrameInfo {
     phase: i32,
 }
 
-struct Tables {
+/// The page's string tables, filled from the replay's interned frames: each distinct frame
+/// is formatted once and each distinct frame list looked at once.
+struct Tables<'t> {
+    ft: &'t FrameTable,
     strs: Vec<String>,
     str_ids: HashMap<String, u32>,
     frame_lists: Vec<Vec<u32>>,
     list_ids: HashMap<Vec<u32>, u32>,
     phases: Vec<String>,
+    phase_ids: HashMap<String, i32>,
+    /// Category names in order of first use, and the replay's category id → index.
     cats: Vec<String>,
-    /// Frame lists are shared through the pickle memo: key by the list's address.
-    by_ptr: HashMap<*const Vec<Value>, FrameInfo>,
+    cat_ids: HashMap<u32, i32>,
+    /// By the replay's frame list id, and by its frame id.
+    by_list: HashMap<u32, FrameInfo>,
+    frame_str: HashMap<u32, u32>,
     phased: bool,
 }
 
-impl Tables {
+impl<'t> Tables<'t> {
+    fn new(ft: &'t FrameTable) -> Self {
+        Tables {
+            ft,
+            strs: Vec::new(),
+            str_ids: HashMap::new(),
+            frame_lists: Vec::new(),
+            list_ids: HashMap::new(),
+            phases: Vec::new(),
+            phase_ids: HashMap::new(),
+            cats: Vec::new(),
+            cat_ids: HashMap::new(),
+            by_list: HashMap::new(),
+            frame_str: HashMap::new(),
+            phased: false,
+        }
+    }
+
     fn str_id(&mut self, s: &str) -> u32 {
         if let Some(&i) = self.str_ids.get(s) {
             return i;
@@ -142,47 +168,61 @@ impl Tables {
         i
     }
 
-    fn name_id(table: &mut Vec<String>, s: &str) -> i32 {
-        match table.iter().position(|x| x == s) {
-            Some(i) => i as i32,
-            None => {
-                table.push(s.to_string());
-                table.len() as i32 - 1
-            }
+    fn phase_id(&mut self, s: &str) -> i32 {
+        if let Some(&i) = self.phase_ids.get(s) {
+            return i;
         }
+        self.phases.push(s.to_string());
+        self.phase_ids.insert(s.to_string(), self.phases.len() as i32 - 1);
+        self.phases.len() as i32 - 1
     }
 
-    fn frames(&mut self, v: Option<&Value>) -> FrameInfo {
-        // No list (or not a list): one shared key, the null pointer.
-        let (ptr, list): (*const Vec<Value>, &[Value]) = match v {
-            Some(Value::List(l)) => (std::rc::Rc::as_ptr(l), &l[..]),
-            _ => (std::ptr::null(), &[]),
-        };
-        if let Some(&fi) = self.by_ptr.get(&ptr) {
+    fn cat_id(&mut self, rp: &Replay, c: Option<u32>) -> i32 {
+        let Some(c) = c else { return -1 };
+        if let Some(&i) = self.cat_ids.get(&c) {
+            return i;
+        }
+        self.cats.push(rp.categories[c as usize].to_string());
+        self.cat_ids.insert(c, self.cats.len() as i32 - 1);
+        self.cats.len() as i32 - 1
+    }
+
+    fn frames(&mut self, list: u32) -> FrameInfo {
+        if let Some(&fi) = self.by_list.get(&list) {
             return fi;
         }
-        let field = |f: &Value, k: &str| f.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
-        let mut ids = Vec::with_capacity(list.len());
+        let ft = self.ft;
+        let frames = ft.list(list);
+        let mut ids = Vec::with_capacity(frames.len());
         let mut phase = -1;
-        for f in list {
-            let (name, file) = (field(f, "name"), field(f, "filename"));
-            let line = f.get("line").and_then(Value::as_int).unwrap_or(0);
+        for &f in frames {
+            let fr = ft.frame_at(f);
             // vramscope's last frame names the phase: filename "vramscope", name PHASE.
-            if file == "vramscope" {
-                phase = Self::name_id(&mut self.phases, &name);
+            if ft.text(fr.file) == "vramscope" {
+                phase = self.phase_id(ft.text(fr.name));
                 self.phased = true;
             }
-            ids.push(self.str_id(&format!("{name} {file}:{line}")));
+            let id = match self.frame_str.get(&f) {
+                Some(&i) => i,
+                None => {
+                    let i = self.str_id(&ft.format(f));
+                    self.frame_str.insert(f, i);
+                    i
+                }
+            };
+            ids.push(id);
         }
-        let (module, op) = match (list.first(), phase >= 0) {
+        let (module, op) = match (frames.first(), phase >= 0) {
             // Ours: the first frame is (module path, op).
-            (Some(f), true) => (field(f, "filename"), field(f, "name")),
+            (Some(&f), true) => {
+                let fr = ft.frame_at(f);
+                (ft.text(fr.file).to_string(), ft.text(fr.name).to_string())
+            }
             // PyTorch's: the innermost frame of user code (not torch, not C++) names the
             // group; its function is the op.
-            (Some(_), false) => {
-                let user = list.iter().find(|f| is_user_frame(&field(f, "filename"))).unwrap_or(&list[0]);
-                let line = user.get("line").and_then(Value::as_int).unwrap_or(0);
-                (format!("{}:{line}", field(user, "filename")), field(user, "name"))
+            (Some(&first), false) => {
+                let user = frames.iter().map(|&f| ft.frame_at(f)).find(|fr| is_user_frame(ft.text(fr.file))).unwrap_or(ft.frame_at(first));
+                (format!("{}:{}", ft.text(user.file), user.line), ft.text(user.name).to_string())
             }
             (None, _) => ("<no frames>".to_string(), "?".to_string()),
         };
@@ -196,7 +236,7 @@ impl Tables {
             }
         };
         let fi = FrameInfo { list: list_id, module: self.str_id(&module), op: self.str_id(&op), phase };
-        self.by_ptr.insert(ptr, fi);
+        self.by_list.insert(list, fi);
         fi
     }
 }
@@ -205,70 +245,54 @@ fn is_user_frame(file: &str) -> bool {
     file.ends_with(".py") && !file.contains("/torch/") && !file.contains("site-packages") && !file.starts_with('<')
 }
 
-/// A pickle value as JSON (allocator settings are small dicts of scalars).
-fn to_json(v: &Value) -> serde_json::Value {
-    use serde_json::Value as J;
-    match v {
-        Value::None => J::Null,
-        Value::Bool(b) => J::Bool(*b),
-        Value::Int(i) => J::from(*i),
-        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
-        Value::Str(s) => J::String(s.to_string()),
-        Value::Bytes(b) => J::String(format!("<{} bytes>", b.len())),
-        Value::List(l) | Value::Tuple(l) => J::Array(l.iter().map(to_json).collect()),
-        Value::Dict(d) => J::Object(
-            d.iter()
-                .map(|(k, v)| (k.as_str().map_or_else(|| format!("{:?}", to_json(k)), str::to_string), to_json(v)))
-                .collect(),
-        ),
-    }
-}
+/// A pickle value serialised as JSON as it is written (allocator settings are small dicts
+/// of scalars, but a hostile file can nest shared lists that unfold exponentially: the
+/// page's output budget stops that while writing, before anything large is built).
+struct Json<'a>(&'a Value);
 
-/// The allocator's rounding divisions from `allocator_settings` (keys "1", "2", … "32768").
-fn divisions(settings: Option<&Value>) -> [usize; 16] {
-    let mut d = [0usize; 16];
-    if let Some(Value::Dict(items)) = settings.and_then(|s| s.get("roundup_power2_divisions")) {
-        for (k, v) in items.iter() {
-            let key: Option<u64> = k.as_str().and_then(|s| s.parse().ok()).or(k.as_int().map(|i| i.max(0) as u64));
-            if let (Some(key), Some(v)) = (key, v.as_int()) {
-                if key.is_power_of_two() && key.trailing_zeros() < 16 {
-                    d[key.trailing_zeros() as usize] = v.max(0) as usize;
+impl Serialize for Json<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self.0 {
+            Value::None => s.serialize_unit(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Int(i) => s.serialize_i64(*i),
+            // serde_json writes non-finite floats as null.
+            Value::Float(f) => s.serialize_f64(*f),
+            Value::Str(x) => s.serialize_str(x),
+            Value::Bytes(b) => s.serialize_str(&format!("<{} bytes>", b.len())),
+            Value::List(l) | Value::Tuple(l) => s.collect_seq(l.iter().map(Json)),
+            Value::Dict(d) => {
+                // Keys sorted, the last of repeated keys kept: as serde_json's map wrote them.
+                let mut keyed = std::collections::BTreeMap::new();
+                for (k, v) in d.iter() {
+                    let key = match k {
+                        Value::Str(x) => x.to_string(),
+                        Value::List(_) | Value::Tuple(_) | Value::Dict(_) => "<container>".to_string(),
+                        scalar => scalar.to_string(),
+                    };
+                    keyed.insert(key, v);
                 }
+                let mut m = s.serialize_map(Some(keyed.len()))?;
+                for (k, v) in keyed {
+                    m.serialize_entry(&k, &Json(v))?;
+                }
+                m.end()
             }
         }
     }
-    d
 }
 
-fn panel(src: &Source) -> Result<Panel, String> {
-    let rp: Replay = replay(src.snapshot, src.device)?;
-    let report = analyse_replay(&rp, 100.0, 0);
-    let trace = rp.trace;
-    let n = trace.len();
-    let settings = match src.snapshot {
+fn panel<'a>(src: &Source<'a>, budget: &Budget, spent: &mut u64) -> Result<Panel<'a>, String> {
+    let rp = replay(src.snapshot, src.device, budget)?;
+    let report = analyse_replay(&rp, 100.0, 0)?;
+    let n = rp.entries.len();
+    let settings: Option<&'a Value> = match src.snapshot {
         Value::Dict(_) => src.snapshot.get("allocator_settings"),
         _ => None,
     };
-    let divs = divisions(settings);
-    let mut tb = Tables {
-        strs: Vec::new(),
-        str_ids: HashMap::new(),
-        frame_lists: Vec::new(),
-        list_ids: HashMap::new(),
-        phases: Vec::new(),
-        cats: Vec::new(),
-        by_ptr: HashMap::new(),
-        phased: false,
-    };
-    // Frames of blocks live at the end, for allocations the trace never mentions.
-    let mut blocks: HashMap<u64, &Value> = HashMap::new();
-    for s in &rp.segments {
-        for b in s.get("blocks").and_then(Value::as_list).unwrap_or(&[]) {
-            if b.get("state").and_then(Value::as_str) == Some("active_allocated") {
-                blocks.insert(b.get("address").and_then(Value::as_int).unwrap_or(0).max(0) as u64, b);
-            }
-        }
-    }
+    let divs = rp.divisions;
+    let mut tb = Tables::new(&rp.frames);
     // Stacking order: live-throughout blocks at the bottom, then allocations freed in the
     // trace but made before it (latest free lowest), then the trace's in allocation order.
     let mut order: Vec<usize> = (0..rp.allocs.len()).collect();
@@ -281,9 +305,10 @@ fn panel(src: &Source) -> Result<Panel, String> {
         }
     };
     order.sort_by_key(|&i| key(i));
-    let time = |i: usize| trace[i].get("time_us").and_then(Value::as_int);
-    let t_ref = trace.iter().find_map(|e| e.get("time_us").and_then(Value::as_int));
+    let time = |i: usize| rp.entries[i].time_us;
+    let t_ref = rp.entries.iter().find_map(|e| e.time_us);
     let len = order.len();
+    let (reserved_start, peak_reserved) = rp.reserved_start_and_peak()?;
     let mut p = Panel {
         name: src.name.clone(),
         device: rp.device,
@@ -311,36 +336,34 @@ fn panel(src: &Source) -> Result<Panel, String> {
         peak: Peak {
             bytes: report.peak_active_bytes,
             at: report.peak_at.map_or(-1, |i| i as i64),
-            reserved_bytes: report.peak_reserved_bytes,
+            reserved_bytes: peak_reserved,
             by_category: report.live_at_peak_by_category.clone(),
         },
         reserved_end: rp.reserved_end,
         allocated_end: rp.allocated_end,
-        segments_end: rp.segments.len(),
+        segments_end: rp.segments,
         ooms: Vec::new(),
-        settings: settings.map(to_json),
+        settings: settings.map(Json),
         stats: src.stats.clone(),
     };
+    // Times are within ±2^53 (checked by the replay), so differences fit an i64.
     let (mut prev_start, mut prev_time) = (-1i64, t_ref.unwrap_or(0));
     let mut module_of = vec![0u32; rp.allocs.len()];
     for &i in &order {
         let a = &rp.allocs[i];
         let start = a.alloc_at.map_or(-1, |s| s as i64);
         let end = a.free_at.unwrap_or(n) as i64;
-        let frames = match (a.alloc_at, a.free_at) {
-            (Some(k), _) | (None, Some(k)) => trace[k].get("frames"),
-            (None, None) => blocks.get(&a.addr).and_then(|b| b.get("frames")),
-        };
-        let fi = tb.frames(frames);
+        let fi = tb.frames(a.frames);
         module_of[i] = fi.module;
-        let cat = a.category.as_deref().map_or(-1, |c| Tables::name_id(&mut tb.cats, c));
+        let cat = tb.cat_id(&rp, a.category);
         let t0 = a.alloc_at.and_then(time);
         let t1 = a.free_at.and_then(time);
         p.s.push(start - prev_start);
         prev_start = start;
         p.d.push(end - start);
         p.z.push(a.size);
-        p.r.push(round_size(a.size as usize, &divs).saturating_sub(a.size as usize) as u64);
+        // Sizes are at most 2^53 (checked by the replay): rounding cannot overflow.
+        p.r.push((round_size(a.size as usize, &divs) - a.size as usize) as u64);
         p.c.push(cat);
         p.m.push(fi.module);
         p.o.push(fi.op);
@@ -353,25 +376,60 @@ fn panel(src: &Source) -> Result<Panel, String> {
         }));
         p.u.push(t1.map(|t| t - t0.or(t_ref).unwrap_or(0)));
     }
-    // Each out-of-memory: who asked, and what was live just before.
+    // Each out-of-memory: who asked, and what was live just before. One sweep over the
+    // allocations in start order and in end order serves every OOM (ascending trace index).
+    let mut by_start: Vec<usize> = (0..rp.allocs.len()).collect();
+    by_start.sort_by_key(|&i| rp.allocs[i].alloc_at.map_or(-1, |s| s as i64));
+    let mut by_end: Vec<usize> = (0..rp.allocs.len()).filter(|&i| rp.allocs[i].free_at.is_some()).collect();
+    by_end.sort_by_key(|&i| rp.allocs[i].free_at);
+    let (mut si, mut ei) = (0, 0);
+    let mut live_bytes: i128 = 0;
+    // key → (live allocations, live bytes); a key leaves when its count drops to 0.
+    let mut by_cat: HashMap<Option<u32>, (usize, i128)> = HashMap::new();
+    let mut by_mod: HashMap<u32, (usize, i128)> = HashMap::new();
+    fn shift<K: std::hash::Hash + Eq + Copy>(m: &mut HashMap<K, (usize, i128)>, k: K, n: isize, b: i128) {
+        let e = m.entry(k).or_insert((0, 0));
+        e.0 = e.0.wrapping_add_signed(n);
+        e.1 += b;
+        if e.0 == 0 {
+            m.remove(&k);
+        }
+    }
     for o in &report.ooms {
-        let fi = tb.frames(trace[o.at].get("frames"));
-        let (mut by_cat, mut by_mod): (HashMap<String, u64>, HashMap<u32, u64>) = Default::default();
-        let mut live_bytes = 0;
-        for (i, a) in rp.allocs.iter().enumerate() {
-            if a.alloc_at.is_none_or(|s| s < o.at) && a.free_at.is_none_or(|f| f > o.at) {
-                live_bytes += a.size;
-                *by_cat.entry(a.category.clone().unwrap_or_else(|| "<uncategorised>".into())).or_default() += a.size;
-                *by_mod.entry(module_of[i]).or_default() += a.size;
-            }
+        let at = o.at;
+        while si < by_start.len() && rp.allocs[by_start[si]].alloc_at.is_none_or(|s| s < at) {
+            let i = by_start[si];
+            let a = &rp.allocs[i];
+            live_bytes += a.size as i128;
+            shift(&mut by_cat, a.category, 1, a.size as i128);
+            shift(&mut by_mod, module_of[i], 1, a.size as i128);
+            si += 1;
+        }
+        while ei < by_end.len() && rp.allocs[by_end[ei]].free_at.is_some_and(|f| f <= at) {
+            let i = by_end[ei];
+            let a = &rp.allocs[i];
+            live_bytes -= a.size as i128;
+            shift(&mut by_cat, a.category, -1, -(a.size as i128));
+            shift(&mut by_mod, module_of[i], -1, -(a.size as i128));
+            ei += 1;
+        }
+        let fi = tb.frames(rp.entries[at].frames);
+        // The lists go into the page whole: charge them before building them.
+        *spent = spent.saturating_add(64 + 32 * (by_cat.len() + by_mod.len()) as u64);
+        if *spent > budget.output_bytes {
+            return Err(format!("the report would pass {} bytes (budget --max-output-bytes) at its OOM at trace entry {at}", budget.output_bytes));
         }
         let sorted = |v: Vec<(String, u64)>| {
             let mut v = v;
             v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| crate::analyse::natural_cmp(&a.0, &b.0)));
             v
         };
+        // Live sums are at most the active memory, which the replay checked (≤ 2^53).
+        let live = |b: i128| b.clamp(0, u64::MAX as i128) as u64;
+        let live_by_category = sorted(by_cat.iter().map(|(c, v)| (rp.category(*c).unwrap_or("<uncategorised>").to_string(), live(v.1))).collect());
+        let live_by_module = sorted(by_mod.iter().map(|(m, v)| (tb.strs[*m as usize].clone(), live(v.1))).collect());
         p.ooms.push(Oom {
-            at: o.at,
+            at,
             requested_segment_bytes: o.requested_segment_bytes,
             device_free_bytes: o.device_free_bytes,
             module: fi.module,
@@ -379,17 +437,17 @@ fn panel(src: &Source) -> Result<Panel, String> {
             phase: fi.phase,
             frames: fi.list,
             category: o.category.clone(),
-            live_bytes,
-            live_by_category: sorted(by_cat.into_iter().collect()),
-            live_by_module: sorted(by_mod.into_iter().map(|(m, b)| (tb.strs[m as usize].clone(), b)).collect()),
+            live_bytes: live(live_bytes),
+            live_by_category,
+            live_by_module,
         });
     }
     // Phase bands: runs of entries in one phase; entries without a phase extend the run.
     let mut cur: Option<(usize, usize)> = None;
-    let mut reserved = rp.reserved_start();
-    p.reserved.push((-1, reserved));
-    for (i, e) in trace.iter().enumerate() {
-        let ph = tb.frames(e.get("frames")).phase;
+    let mut reserved = reserved_start as i128;
+    p.reserved.push((-1, reserved_start));
+    for (i, e) in rp.entries.iter().enumerate() {
+        let ph = tb.frames(e.frames).phase;
         if ph >= 0 {
             match cur {
                 Some((_, c)) if c == ph as usize => {}
@@ -400,10 +458,11 @@ fn panel(src: &Source) -> Result<Panel, String> {
                 None => cur = Some((i, ph as usize)),
             }
         }
-        let dr = segment_delta(e);
+        let dr = e.segment_delta();
         if dr != 0 {
-            reserved = (reserved as i64 + dr).max(0) as u64;
-            p.reserved.push((i as i64, reserved));
+            // At most the peak reserved memory, which the replay checked (≤ 2^53).
+            reserved = (reserved + dr).max(0);
+            p.reserved.push((i as i64, reserved.min(u64::MAX as i128) as u64));
         }
     }
     if let Some((s, c)) = cur {
@@ -422,26 +481,99 @@ fn escape_html(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// The report page for one snapshot, or two shown side by side on one y scale.
-pub fn report(sources: &[Source], capacity: Option<Capacity>) -> Result<String, String> {
-    let panels: Vec<Panel> = sources.iter().map(|s| panel(s).map_err(|e| format!("{}: {e}", s.name))).collect::<Result<_, _>>()?;
+/// A buffer that refuses to grow past a budget, so an oversized report stops while it is
+/// being serialised instead of after a huge string is built. With `escape_slash`, writes
+/// "</" as "<\/" (valid in JSON, and it cannot close the page's <script> element).
+pub struct Capped {
+    pub out: Vec<u8>,
+    cap: u64,
+    escape_slash: bool,
+    /// Set once a write was refused.
+    pub over: bool,
+}
+
+impl Capped {
+    pub fn new(cap: u64) -> Capped {
+        Capped { out: Vec::new(), cap, escape_slash: false, over: false }
+    }
+
+    fn room(&mut self, n: usize) -> std::io::Result<()> {
+        if (self.out.len() + n) as u64 > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other(format!("output larger than {} bytes (budget --max-output-bytes)", self.cap)));
+        }
+        Ok(())
+    }
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.escape_slash {
+            self.room(buf.len())?;
+            self.out.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        let mut rest = buf;
+        while let Some(k) = rest.iter().position(|&b| b == b'/') {
+            let escape = if k > 0 { rest[k - 1] == b'<' } else { self.out.last() == Some(&b'<') };
+            self.room(k + 2)?;
+            self.out.extend_from_slice(&rest[..k]);
+            if escape {
+                self.out.push(b'\\');
+            }
+            self.out.push(b'/');
+            rest = &rest[k + 1..];
+        }
+        self.room(rest.len())?;
+        self.out.extend_from_slice(rest);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The report page for one snapshot, or two shown side by side on one y scale, within the
+/// default budget.
+pub fn report(sources: &[Source], capacity: Option<Capacity>) -> Result<Vec<u8>, String> {
+    report_within(sources, capacity, &Budget::default())
+}
+
+/// `report` within `budget`: the replay's budgets, and `output_bytes` for the page.
+pub fn report_within(sources: &[Source], capacity: Option<Capacity>, budget: &Budget) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    let mut spent = 0u64;
+    let panels: Vec<Panel> = sources.iter().map(|s| panel(s, budget, &mut spent).map_err(|e| format!("{}: {e}", s.name))).collect::<Result<_, _>>()?;
     #[derive(Serialize)]
-    struct Data<'a> {
+    struct Data<'a, 'b> {
         version: u32,
         generator: String,
         capacity: Option<Capacity>,
-        panels: &'a [Panel],
+        panels: &'a [Panel<'b>],
     }
     let data = Data { version: 1, generator: format!("vramscope {}", env!("CARGO_PKG_VERSION")), capacity, panels: &panels };
-    // Inside <script>, "</" could close the element: JSON allows "<\/".
-    let json = serde_json::to_string(&data).map_err(|e| e.to_string())?.replace("</", "<\\/");
     let title = panels.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(" vs ");
-    Ok(format!(
+    let mut w = Capped::new(budget.output_bytes);
+    let over = |e: std::io::Error| e.to_string();
+    write!(
+        w,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>vramscope — {title}</title>\n<style>\n{STYLE}</style></head>\n<body>\n\
-         <script type=\"application/json\" id=\"vramscope-data\">{json}</script>\n\
-         <script>\n{SCRIPT}</script>\n</body></html>\n",
+         <script type=\"application/json\" id=\"vramscope-data\">",
         title = escape_html(&title)
-    ))
+    )
+    .map_err(over)?;
+    w.escape_slash = true;
+    // Buffered, so the cap and the escaping see large chunks, not serde's single tokens.
+    let mut b = std::io::BufWriter::with_capacity(1 << 16, &mut w);
+    let res = serde_json::to_writer(&mut b, &data).map_err(|e| e.to_string()).and_then(|()| b.flush().map_err(|e| e.to_string()));
+    drop(b);
+    if let Err(e) = res {
+        return Err(if w.over { format!("output larger than {} bytes (budget --max-output-bytes)", budget.output_bytes) } else { e });
+    }
+    w.escape_slash = false;
+    write!(w, "</script>\n<script>\n{SCRIPT}</script>\n</body></html>\n").map_err(over)?;
+    Ok(w.out)
 }

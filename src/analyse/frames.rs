@@ -1,0 +1,205 @@
+//! Frames of a snapshot, interned once and referenced by id.
+//!
+//! Snapshots share frame lists: identical tracebacks are one list object that many trace
+//! entries refer to through the pickle memo (and one frame dict or one filename string can
+//! sit in many lists). Interning keys each shared object by its `Rc` address first, so the
+//! work is proportional to the pickle's stored size, never to its unfolded size: a 42 KB
+//! file whose 20k entries share one 20k-frame list costs 20k frames here, not 400M. Text
+//! is formatted only for what is printed.
+//!
+//! Addresses are compared only while the snapshot they come from is alive (one table is
+//! filled from one borrowed snapshot), so an address cannot be reused meanwhile.
+use crate::export::pickle::Value;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// One frame: ids into the table's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub name: u32,
+    pub file: u32,
+    pub line: i64,
+}
+
+pub struct FrameTable {
+    strs: Vec<Rc<str>>,
+    str_by_ptr: HashMap<usize, u32>,
+    str_by_text: HashMap<Rc<str>, u32>,
+    frames: Vec<Frame>,
+    frame_by_ptr: HashMap<usize, u32>,
+    /// Frame lists as frame ids; list 0 is the empty list (no frames, or not a list).
+    lists: Vec<Vec<u32>>,
+    list_by_ptr: HashMap<usize, u32>,
+    /// Distinct frames plus lengths of distinct lists so far, and the most allowed.
+    used: usize,
+    budget: usize,
+}
+
+/// The id of the empty frame list.
+pub const NO_FRAMES: u32 = 0;
+
+impl FrameTable {
+    /// A table that accepts at most `budget` distinct frames plus frame-list entries.
+    pub fn new(budget: usize) -> FrameTable {
+        FrameTable {
+            strs: Vec::new(),
+            str_by_ptr: HashMap::new(),
+            str_by_text: HashMap::new(),
+            frames: Vec::new(),
+            frame_by_ptr: HashMap::new(),
+            lists: vec![Vec::new()],
+            list_by_ptr: HashMap::new(),
+            used: 0,
+            budget,
+        }
+    }
+
+    fn spend(&mut self, n: usize) -> Result<(), String> {
+        self.used = self.used.saturating_add(n);
+        if self.used > self.budget {
+            return Err(format!("more than {} distinct frames and frame-list entries (budget --max-frames)", self.budget));
+        }
+        Ok(())
+    }
+
+    /// The id of a string, keyed by its address, then by its text.
+    pub fn str_id(&mut self, s: &Rc<str>) -> u32 {
+        let ptr = Rc::as_ptr(s) as *const u8 as usize;
+        if let Some(&i) = self.str_by_ptr.get(&ptr) {
+            return i;
+        }
+        let i = match self.str_by_text.get(s) {
+            Some(&i) => i,
+            None => {
+                let i = self.strs.len() as u32;
+                self.strs.push(s.clone());
+                self.str_by_text.insert(s.clone(), i);
+                i
+            }
+        };
+        self.str_by_ptr.insert(ptr, i);
+        i
+    }
+
+    fn text_id(&mut self, s: &str) -> u32 {
+        match self.str_by_text.get(s) {
+            Some(&i) => i,
+            None => self.str_id(&Rc::from(s)),
+        }
+    }
+
+    fn frame(&mut self, f: &Value) -> Result<u32, String> {
+        let Value::Dict(d) = f else {
+            let q = self.text_id("?");
+            return self.add_frame(Frame { name: q, file: q, line: 0 });
+        };
+        let ptr = Rc::as_ptr(d) as usize;
+        if let Some(&i) = self.frame_by_ptr.get(&ptr) {
+            return Ok(i);
+        }
+        // One pass; the last of repeated keys wins, as in a Python dict.
+        let (mut name, mut file, mut line) = (None, None, 0);
+        for (k, v) in d.iter() {
+            match k.as_str() {
+                Some("name") => name = Some(v),
+                Some("filename") => file = Some(v),
+                Some("line") => line = v.as_int().unwrap_or(0),
+                _ => {}
+            }
+        }
+        let mut text = |v: Option<&Value>| match v {
+            Some(Value::Str(s)) => self.str_id(s),
+            _ => self.text_id("?"),
+        };
+        let frame = Frame { name: text(name), file: text(file), line };
+        let i = self.add_frame(frame)?;
+        self.frame_by_ptr.insert(ptr, i);
+        Ok(i)
+    }
+
+    fn add_frame(&mut self, f: Frame) -> Result<u32, String> {
+        self.spend(1)?;
+        self.frames.push(f);
+        Ok(self.frames.len() as u32 - 1)
+    }
+
+    /// The id of a `frames` value (a list of frame dicts; anything else has no frames).
+    pub fn list_id(&mut self, v: Option<&Value>) -> Result<u32, String> {
+        let Some(Value::List(l)) = v else { return Ok(NO_FRAMES) };
+        if l.is_empty() {
+            return Ok(NO_FRAMES);
+        }
+        let ptr = Rc::as_ptr(l) as usize;
+        if let Some(&i) = self.list_by_ptr.get(&ptr) {
+            return Ok(i);
+        }
+        self.spend(l.len())?;
+        let ids = l.iter().map(|f| self.frame(f)).collect::<Result<Vec<u32>, String>>()?;
+        self.lists.push(ids);
+        let i = self.lists.len() as u32 - 1;
+        self.list_by_ptr.insert(ptr, i);
+        Ok(i)
+    }
+
+    pub fn list(&self, id: u32) -> &[u32] {
+        self.lists.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn frame_at(&self, id: u32) -> Frame {
+        self.frames[id as usize]
+    }
+
+    pub fn text(&self, id: u32) -> &str {
+        &self.strs[id as usize]
+    }
+
+    /// "name file:line", as reports print a frame.
+    pub fn format(&self, frame: u32) -> String {
+        let f = self.frames[frame as usize];
+        format!("{} {}:{}", self.text(f.name), self.text(f.file), f.line)
+    }
+
+    /// The first `n` frames of list `id`, formatted.
+    pub fn formatted(&self, id: u32, n: usize) -> Vec<String> {
+        self.list(id).iter().take(n).map(|&f| self.format(f)).collect()
+    }
+}
+
+/// A frame list of a report, formatted only when shown or serialised.
+#[derive(Clone)]
+pub struct Frames {
+    pub table: Rc<FrameTable>,
+    pub list: u32,
+}
+
+impl Frames {
+    pub fn is_empty(&self) -> bool {
+        self.table.list(self.list).is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.list(self.list).len()
+    }
+
+    /// The frames, innermost first, each formatted as it is reached.
+    pub fn iter(&self) -> impl Iterator<Item = String> + '_ {
+        self.table.list(self.list).iter().map(|&f| self.table.format(f))
+    }
+
+    /// The first `n` joined with " ← ".
+    pub fn head(&self, n: usize) -> String {
+        self.iter().take(n).collect::<Vec<_>>().join(" ← ")
+    }
+}
+
+impl std::fmt::Debug for Frames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().take(3)).finish()
+    }
+}
+
+impl serde::Serialize for Frames {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
