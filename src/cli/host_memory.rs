@@ -53,3 +53,38 @@ pub fn meta_instead(cfg: &ModelConfig, precision: Precision, batch: usize, conte
         size(avail)
     )))
 }
+
+/// Host bytes a recorded meta (or cpu) profile keeps per decoder layer, whatever the tensor
+/// sizes: the model's handles, the autograd graph, the event log (one record per allocation
+/// and free, kept whole for the peak analysis) and the snapshot's blocks and report.
+/// Measured on the walkthrough training step (release build: about 150 KiB per layer and
+/// 1.2 KiB per trace entry from 1k-, 2k- and 10k-layer runs), rounded up.
+pub const BYTES_PER_LAYER: u64 = 192 << 10;
+/// Host bytes per trace entry the snapshot keeps (the ring buffer holds `--max-entries`).
+pub const BYTES_PER_TRACE_ENTRY: u64 = 1280;
+/// Trace entries one layer adds to a training step (the walkthrough's is about 390).
+const TRACE_ENTRIES_PER_LAYER: u64 = 512;
+
+/// Refuses, before any work, a profile whose bookkeeping cannot fit in host memory: on meta
+/// nothing is proportional to tensor sizes, but every layer adds events, graph nodes and
+/// snapshot blocks. Names --num-layers (and --max-entries when the trace is what is large).
+pub fn check_bookkeeping(layers: usize, max_entries: usize) -> anyhow::Result<()> {
+    let Some(avail) = available()? else { return Ok(()) };
+    let layers = layers as u64;
+    let trace = (max_entries as u64).min(layers.saturating_mul(TRACE_ENTRIES_PER_LAYER).saturating_add(1 << 16));
+    let need = layers.saturating_mul(BYTES_PER_LAYER).saturating_add(trace.saturating_mul(BYTES_PER_TRACE_ENTRY));
+    if (need as f64) <= USABLE * avail as f64 {
+        return Ok(());
+    }
+    let source = if std::env::var_os(AVAILABLE_ENV).is_some() { AVAILABLE_ENV } else { "MemAvailable" };
+    let fit = ((USABLE * avail as f64 - (trace * BYTES_PER_TRACE_ENTRY) as f64).max(0.0) / BYTES_PER_LAYER as f64) as u64;
+    let entries = if trace > 0 { format!("; plus {trace} trace entries, --max-entries") } else { String::new() };
+    Err(UsageError(format!(
+        "invalid --num-layers: {layers} layers need about {:.1} GiB of host memory for the run's bookkeeping (about {} KiB per layer: \
+         events, autograd graph, snapshot blocks{entries}) but {:.1} GiB is available ({source}); about {fit} layers fit",
+        gib(need),
+        BYTES_PER_LAYER >> 10,
+        gib(avail)
+    ))
+    .into())
+}
