@@ -245,16 +245,18 @@ impl ModelConfig {
         // A (B, S, …) tensor is blamed on the larger of the two.
         let bs = if s >= b { seq_flag } else { "--batch-size" };
         // The largest tensor of each kind, in elements (fused projections are 3d and 2F wide).
+        // Saturating: usize-sized factors can pass even u128 (and saturate far above the bound).
+        let m = |xs: &[u128]| xs.iter().fold(1u128, |a, &x| a.saturating_mul(x));
         let tensors: [(&'static str, &str, u128); 9] = [
-            ("--hidden-dim", "a (3d, d) attention weight", 3 * d * d),
-            ("--intermediate-dim", "a (2F, d) feed-forward weight", 2 * d * f),
-            ("--vocab-size", "the (V, d) embedding", v * d),
-            ("--max-seq-len", "the (2, max_seq_len, d_k/2) RoPE table", ms * dk),
-            (bs, "a (B, S, 3d) projection output", b * s * 3 * d),
-            (bs, "a (B, S, 2F) feed-forward tensor", b * s * 2 * f),
-            (bs, "the (B, S, V) logits", b * s * v),
-            (bs, "the (B, h, S, S) attention scores", b * h * s * s),
-            (seq_flag, "the (S, S) causal mask", s * s),
+            ("--hidden-dim", "a (3d, d) attention weight", m(&[3, d, d])),
+            ("--intermediate-dim", "a (2F, d) feed-forward weight", m(&[2, d, f])),
+            ("--vocab-size", "the (V, d) embedding", m(&[v, d])),
+            ("--max-seq-len", "the (2, max_seq_len, d_k/2) RoPE table", m(&[ms, dk])),
+            (bs, "a (B, S, 3d) projection output", m(&[b, s, 3, d])),
+            (bs, "a (B, S, 2F) feed-forward tensor", m(&[b, s, 2, f])),
+            (bs, "the (B, S, V) logits", m(&[b, s, v])),
+            (bs, "the (B, h, S, S) attention scores", m(&[b, h, s, s])),
+            (seq_flag, "the (S, S) causal mask", m(&[s, s])),
         ];
         let &(flag, what, largest) = tensors.iter().max_by_key(|t| t.2).expect("non-empty");
         let one = largest.saturating_mul(16);
@@ -293,20 +295,24 @@ impl ModelConfig {
     }
 
     /// Closed-form parameter count (each tied weight counted once).
+    /// Exact for every validated config ([`Self::check_sizes`]); saturates at u64::MAX for one
+    /// that is not yet validated, never wraps.
     pub fn param_count(&self) -> u64 {
-        let (d, f, v, l) = (self.d_model as u64, self.d_ff as u64, self.vocab_size as u64, self.num_layers as u64);
-        let kv = (self.num_kv_heads * self.head_dim()) as u64;
-        let attn = d * d * 2 + d * kv * 2;
-        let per_layer = attn + 3 * d * f + 2 * d;
-        let head = if self.tied_embeddings { 0 } else { v * d };
-        l * per_layer + v * d + head + d
+        let (d, f, v, l) = (self.d_model as u128, self.d_ff as u128, self.vocab_size as u128, self.num_layers as u128);
+        let kv = (self.num_kv_heads as u128).saturating_mul((self.d_model / self.num_heads.max(1)) as u128);
+        let attn = d.saturating_mul(d).saturating_mul(2).saturating_add(d.saturating_mul(kv).saturating_mul(2));
+        let per_layer = attn.saturating_add(d.saturating_mul(f).saturating_mul(3)).saturating_add(2 * d);
+        let head = if self.tied_embeddings { 0 } else { v.saturating_mul(d) };
+        let n = l.saturating_mul(per_layer).saturating_add(v.saturating_mul(d)).saturating_add(head).saturating_add(d);
+        u64::try_from(n).unwrap_or(u64::MAX)
     }
 
     /// The count with a tied LM head counted a second time, as hand derivations that list
     /// "embedding" and "output projection" separately do (the workshop guide's 2,873,600 for
     /// its walkthrough model); equal to [`Self::param_count`] for an untied head.
     pub fn param_count_head_twice(&self) -> u64 {
-        self.param_count() + if self.tied_embeddings { (self.vocab_size * self.d_model) as u64 } else { 0 }
+        let head = if self.tied_embeddings { (self.vocab_size as u64).saturating_mul(self.d_model as u64) } else { 0 };
+        self.param_count().saturating_add(head)
     }
 }
 
