@@ -174,7 +174,7 @@ fn bad_estimate_flags_name_the_flag() {
     }
 }
 
-/// Shapes whose byte counts would pass 2^64 are refused naming the flags, never printed wrapped.
+/// Shapes whose byte counts could pass 2^62 are refused naming the flags, never printed wrapped.
 #[test]
 fn huge_shapes_are_refused_not_wrapped() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
@@ -183,6 +183,6 @@ fn huge_shapes_are_refused_not_wrapped() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--batch-size/--context-length") && err.contains("2^64"), "{err}");
+    assert!(err.contains("invalid --batch-size") && err.contains("lower --batch-size or --context-length") && err.contains("2^62"), "{err}");
     assert!(o.stdout.is_empty(), "nothing printed before the refusal");
 }

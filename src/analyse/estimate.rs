@@ -399,24 +399,14 @@ fn vocab(what: &str, op: &'static str, rows: &str, elements: u64, elem: u64) -> 
     Term { what: what.into(), op, formula: format!("{rows}·V·{elem}"), unit: Unit::Small, elements, elem }
 }
 
-/// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`.
-/// Refuses a shape whose byte counts could exceed u64: every term of the estimate is at most a
-/// product of these sizes times 16 bytes, summed over at most a few dozen terms per layer, so
-/// bounding the largest product with that headroom keeps every sum exact (never wrapped).
-pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), String> {
-    let (b, s) = (b as u128, s as u128);
-    let (d, f, v, h, l) = (cfg.d_model as u128, cfg.d_ff as u128, cfg.vocab_size as u128, cfg.num_heads as u128, cfg.num_layers as u128);
-    let largest = [d * d, d * f, d * v, b * s * d, b * s * f, b * s * v, b * h * s * s].into_iter().max().unwrap_or(0);
-    // 16 B per element, 64 terms per layer, the layers plus a few outside them.
-    let bound = largest.saturating_mul(16 * 64).saturating_mul(l + 4);
-    if bound > u64::MAX as u128 {
-        return Err(format!(
-            "the shape is too large to count in bytes (an activation or weight of {largest} elements, {l} layers, exceeds 2^64 bytes): lower --batch-size, --context-length or the model's sizes"
-        ));
-    }
-    Ok(())
+/// Refuses shapes whose byte counts could not be represented ([`ModelConfig::check_sizes`]):
+/// within it every sum [`estimate`] forms fits a u64, so nothing it prints can wrap.
+pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), crate::model::ConfigError> {
+    cfg.check_sizes(b, s, "--context-length")
 }
 
+/// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`
+/// (callers check the shape with [`check_range`] first).
 pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> Estimate {
     let mode = match precision {
         Precision::Fp32 => Mode::Fp32,

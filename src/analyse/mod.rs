@@ -171,9 +171,16 @@ pub fn peak(before: &[MemEvent], events: &[MemEvent], top: usize) -> PeakReport 
             live_by_module: sorted(by_mod),
         }
     });
-    let mut largest: Vec<LiveAlloc> = events.iter().filter(|e| e.kind == EventKind::Alloc).map(LiveAlloc::of).collect();
-    largest.sort_by(|a, b| b.block_bytes.cmp(&a.block_bytes).then(a.id.cmp(&b.id)));
-    largest.truncate(top);
+    // The `top` largest by (block bytes desc, id asc), chosen before any is described: a deep
+    // model has millions of allocations, and describing each cost host memory per layer.
+    let mut picked: Vec<&MemEvent> = events.iter().filter(|e| e.kind == EventKind::Alloc).collect();
+    let order = |a: &&MemEvent, b: &&MemEvent| b.block.cmp(&a.block).then(a.id.cmp(&b.id));
+    if picked.len() > top && top > 0 {
+        picked.select_nth_unstable_by(top - 1, order);
+    }
+    picked.truncate(top);
+    picked.sort_by(order);
+    let largest: Vec<LiveAlloc> = picked.into_iter().map(LiveAlloc::of).collect();
     let at = best_at.map(|i| &events[i]);
     PeakReport {
         peak_allocated: best,

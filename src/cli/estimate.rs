@@ -63,6 +63,8 @@ fn live(cat: Category) -> u64 {
 
 /// A meta forward (autograd on) and a training step, measured where the closed form speaks.
 pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usize) -> Result<Simulated> {
+    cfg.check_sizes(batch, seq, "--context-length").map_err(super::UsageError::from)?;
+    super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     let mut sim = Simulated::default();
     runtime::reset();
     runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), usize::MAX / 4)));
@@ -229,7 +231,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&cfg)?;
-    crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(|e| usage("--batch-size/--context-length", e))?;
+    crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(super::UsageError::from)?;
     let e = estimate(&cfg, precision, batch, seq);
     let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq)?) };
     if !a.json.as_deref().is_some_and(super::json_out::is_stdout) {

@@ -211,7 +211,7 @@ pub fn run(a: FitArgs) -> Result<()> {
         let mut lo = start;
         let mut hi = None;
         while lo < cap {
-            let n = (lo * 2).min(cap);
+            let n = lo.saturating_mul(2).min(cap);
             if probe(n)?.fits {
                 lo = n;
             } else {

@@ -21,12 +21,16 @@ fn available() -> anyhow::Result<Option<u64>> {
         let b = crate::record::gpu::parse_size(&v).map_err(|e| UsageError(format!("invalid {AVAILABLE_ENV}: {e}")))?;
         return Ok(Some(b as u64));
     }
-    let Ok(info) = std::fs::read_to_string("/proc/meminfo") else { return Ok(None) };
-    Ok(info
-        .lines()
+    Ok(mem_available())
+}
+
+/// /proc/meminfo's MemAvailable in bytes, None when unknown.
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    info.lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024))
+        .map(|kib| kib * 1024)
 }
 
 /// None when a cpu run of `cfg` at every context fits in host memory; else the note that says
@@ -52,4 +56,40 @@ pub fn meta_instead(cfg: &ModelConfig, precision: Precision, batch: usize, conte
         size(need),
         size(avail)
     )))
+}
+
+/// Host bytes a recorded meta (or cpu) profile keeps per decoder layer, whatever the tensor
+/// sizes: the model's handles, the autograd graph, the event log (one record per allocation
+/// and free, kept whole for the peak analysis) and the snapshot's blocks and report.
+/// Measured on the walkthrough training step (release build: about 150 KiB per layer and
+/// 1.2 KiB per trace entry from 1k-, 2k- and 10k-layer runs), rounded up.
+pub const BYTES_PER_LAYER: u64 = 192 << 10;
+/// Host bytes per trace entry the snapshot keeps (the ring buffer holds `--max-entries`).
+pub const BYTES_PER_TRACE_ENTRY: u64 = 1280;
+/// Trace entries one layer adds to a training step (the walkthrough's is about 390).
+const TRACE_ENTRIES_PER_LAYER: u64 = 512;
+
+/// Refuses, before any work, a profile whose bookkeeping cannot fit in host memory: on meta
+/// nothing is proportional to tensor sizes, but every layer adds events, graph nodes and
+/// snapshot blocks. Names --num-layers (and --max-entries when the trace is what is large).
+/// Measured against the machine's MemAvailable: VRAMSCOPE_HOST_MEM_AVAILABLE sizes a cpu run's
+/// tensors (and so decides when it moves to meta), not this.
+pub fn check_bookkeeping(layers: usize, max_entries: usize) -> anyhow::Result<()> {
+    let Some(avail) = mem_available() else { return Ok(()) };
+    let layers = layers as u64;
+    let trace = (max_entries as u64).min(layers.saturating_mul(TRACE_ENTRIES_PER_LAYER).saturating_add(1 << 16));
+    let need = layers.saturating_mul(BYTES_PER_LAYER).saturating_add(trace.saturating_mul(BYTES_PER_TRACE_ENTRY));
+    if (need as f64) <= USABLE * avail as f64 {
+        return Ok(());
+    }
+    let fit = ((USABLE * avail as f64 - (trace * BYTES_PER_TRACE_ENTRY) as f64).max(0.0) / BYTES_PER_LAYER as f64) as u64;
+    let entries = if trace > 0 { format!("; plus {trace} trace entries, --max-entries") } else { String::new() };
+    Err(UsageError(format!(
+        "invalid --num-layers: {layers} layers need about {:.1} GiB of host memory for the run's bookkeeping (about {} KiB per layer: \
+         events, autograd graph, snapshot blocks{entries}) but {:.1} GiB is available (MemAvailable); about {fit} layers fit",
+        gib(need),
+        BYTES_PER_LAYER >> 10,
+        gib(avail)
+    ))
+    .into())
 }

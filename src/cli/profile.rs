@@ -208,12 +208,16 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     if batch == 0 {
         return Err(usage("--batch-size", "must be at least 1"));
     }
+    for &c in &contexts {
+        cfg.check_sizes(batch, c, "--context-length").map_err(super::UsageError::from)?;
+    }
     if a.measure_steps == 0 {
         return Err(usage("--measure-steps", "must be at least 1"));
     }
     if a.max_entries == 0 {
         return Err(usage("--max-entries", "must be at least 1 (the snapshot keeps this many trace entries)"));
     }
+    super::host_memory::check_bookkeeping(cfg.num_layers, a.max_entries)?;
     let gpu = a.gpu.as_deref().map(gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
     let capacity = match (&a.memory_limit, gpu) {
         (Some(m), _) => gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))?,

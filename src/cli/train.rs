@@ -215,6 +215,8 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     let seq = a.seq_len.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
     a.model.follow_seq_len(&mut cfg, seq);
     cfg.check_seq_len(seq, "--seq-len").map_err(super::UsageError::from)?;
+    cfg.check_sizes(batch, seq, "--seq-len").map_err(super::UsageError::from)?;
+    super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--seq-len", "tinyllama shifts logits and labels by one: needs at least 2"));
     }

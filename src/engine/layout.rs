@@ -19,8 +19,10 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
+/// Element count of `shape`. Runs check their shapes up front (`ModelConfig::check_sizes`), so
+/// an overflow here is a bug, reported as such rather than wrapped.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).unwrap_or_else(|| panic!("shape {shape:?} has more elements than a usize can count"))
 }
 
 /// Resolves a possibly negative dimension index.

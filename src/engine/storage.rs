@@ -100,7 +100,7 @@ impl Storage {
     /// Allocate `numel` elements (recorded now); cpu data is filled in by `set`.
     #[track_caller]
     pub fn alloc(device: Device, dtype: DType, numel: usize, op: &'static str) -> Rc<Storage> {
-        let nbytes = numel * dtype.size();
+        let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
         let id = runtime::alloc_storage(nbytes, op);
         Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None) })
     }

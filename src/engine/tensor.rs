@@ -113,6 +113,25 @@ impl Tensor {
         assert_eq!(values.len(), numel(shape), "{} values for shape {:?}", values.len(), shape);
         Tensor::compute::<f32>(device, dtype, shape, "tensor", &[], || values.to_vec())
     }
+    /// From host values computed only when the device holds data: on meta `values` is never
+    /// called, so a shape-only tensor costs no host memory proportional to its size.
+    #[track_caller]
+    pub fn from_f64_with(shape: &[usize], dtype: DType, device: Device, values: impl FnOnce() -> Vec<f64>) -> Tensor {
+        Tensor::compute::<f64>(device, dtype, shape, "tensor", &[], || {
+            let v = values();
+            assert_eq!(v.len(), numel(shape), "{} values for shape {:?}", v.len(), shape);
+            v
+        })
+    }
+    /// int64 ids computed only on a device that holds data (see [`Tensor::from_f64_with`]).
+    #[track_caller]
+    pub fn from_i64_with(shape: &[usize], device: Device, values: impl FnOnce() -> Vec<i64>) -> Tensor {
+        Tensor::build(device, DType::I64, shape, "tensor", &[], || {
+            let v = values();
+            assert_eq!(v.len(), numel(shape), "{} values for shape {:?}", v.len(), shape);
+            Buffer::I64(v)
+        })
+    }
     #[track_caller]
     pub fn from_i64(values: &[i64], shape: &[usize], device: Device) -> Tensor {
         assert_eq!(values.len(), numel(shape));

@@ -11,17 +11,34 @@
 use super::pickle::Value;
 use crate::record::allocator::{Action, CachingAllocator, Pool, Trace};
 use crate::record::{EventKind, MemEvent};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-fn s(v: &str) -> Value {
-    Value::Str(Rc::from(v))
+/// One `Rc<str>` per distinct string: the snapshot repeats a handful of keys and names on
+/// every trace entry and block, and building each anew dominated the tree's host memory
+/// (the pickle is the same; its writer memoises strings by content).
+#[derive(Default)]
+struct Strings(RefCell<HashMap<String, Rc<str>>>);
+
+impl Strings {
+    fn s(&self, v: &str) -> Value {
+        let mut m = self.0.borrow_mut();
+        if let Some(rc) = m.get(v) {
+            return Value::Str(rc.clone());
+        }
+        let rc: Rc<str> = Rc::from(v);
+        m.insert(v.to_string(), rc.clone());
+        Value::Str(rc)
+    }
+    fn dict(&self, items: Vec<(&str, Value)>) -> Value {
+        Value::Dict(Rc::new(items.into_iter().map(|(k, v)| (self.s(k), v)).collect()))
+    }
 }
+
+/// Snapshot sizes and addresses are below 2^62 and 2^63 (the allocator keeps them there).
 fn int(v: impl TryInto<i64>) -> Value {
     Value::Int(v.try_into().unwrap_or(i64::MAX))
-}
-fn dict(items: Vec<(&str, Value)>) -> Value {
-    Value::Dict(Rc::new(items.into_iter().map(|(k, v)| (s(k), v)).collect()))
 }
 fn list(items: Vec<Value>) -> Value {
     Value::List(Rc::new(items))
@@ -37,16 +54,24 @@ pub const CATEGORIES_KEY: &str = "vramscope_categories";
 /// the phase; identical lists are pickled once.
 struct Frames {
     cache: HashMap<(String, &'static str, &'static str, &'static str, u32), Value>,
+    /// Each distinct frame once: a deep model has a frame list per module path and op, but
+    /// its Rust-line and phase frames repeat across layers (shared, they are pickled once).
+    frame: HashMap<(String, u32, &'static str), Value>,
 }
 
 impl Frames {
-    fn of(&mut self, e: &MemEvent) -> Value {
+    fn of(&mut self, e: &MemEvent, st: &Strings) -> Value {
         let scope = crate::record::scope_name(&e.scope, e.phase).into_owned();
         let key = (scope, e.op, e.phase.name(), e.location.file(), e.location.line());
         if let Some(v) = self.cache.get(&key) {
             return v.clone();
         }
-        let frame = |file: &str, line: u32, name: &str| dict(vec![("filename", s(file)), ("line", int(line)), ("name", s(name))]);
+        let mut frame = |file: &str, line: u32, name: &'static str| {
+            self.frame
+                .entry((file.to_string(), line, name))
+                .or_insert_with(|| st.dict(vec![("filename", st.s(file)), ("line", int(line)), ("name", st.s(name))]))
+                .clone()
+        };
         let v = list(vec![frame(&key.0, 0, key.1), frame(key.3, key.4, "rust"), frame("vramscope", 0, key.2)]);
         self.cache.insert(key, v.clone());
         v
@@ -57,7 +82,10 @@ impl Frames {
 /// the index of the event that caused action i); `before` are the storages alive when it
 /// started (their frames describe the blocks they still hold).
 pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEvent], actions: &[(Trace, Option<usize>)]) -> Value {
-    let mut frames = Frames { cache: HashMap::new() };
+    let mut frames = Frames { cache: HashMap::new(), frame: HashMap::new() };
+    let st = Strings::default();
+    let s = |v: &str| st.s(v);
+    let dict = |items: Vec<(&str, Value)>| st.dict(items);
     // Context of the live block at each address: the last alloc there.
     let mut owner: HashMap<u64, &MemEvent> = before.iter().map(|e| (e.addr, e)).collect();
     for e in events {
@@ -83,7 +111,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             let (state, fr) = if b.allocated {
                 alloc_sz += b.size;
                 req_sz += b.requested;
-                ("active_allocated", owner_event.map_or(list(vec![]), |e| frames.of(e)))
+                ("active_allocated", owner_event.map_or(list(vec![]), |e| frames.of(e, &st)))
             } else {
                 ("inactive", list(vec![]))
             };
@@ -135,7 +163,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             ("user_metadata", empty.clone()),
         ]);
         if let Some(e) = ev {
-            items.push(("frames", frames.of(e)));
+            items.push(("frames", frames.of(e, &st)));
         }
         trace.push(dict(items));
         trace_cats.push(ev.map_or(Value::None, |e| s(e.category.name())));

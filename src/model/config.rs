@@ -120,6 +120,10 @@ impl fmt::Display for Checkpoint {
     }
 }
 
+/// The most bytes any size vramscope computes may reach (2^62): far above every device, and
+/// low enough that sums of such sizes, rounding, and the snapshot's int64 fields never overflow.
+pub const MAX_BYTES: u64 = 1 << 62;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub flavour: Flavour,
@@ -208,7 +212,8 @@ impl ModelConfig {
         if !(self.norm_eps >= 0.0) {
             return Err(ConfigError::new("--norm-eps", "must be non-negative"));
         }
-        Ok(())
+        // The weights and buffers alone (a run checks its batch and sequence length too).
+        self.check_sizes(1, 1, "--context-length")
     }
 
     /// Checks a run's sequence length against the model.
@@ -225,20 +230,142 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// Refuses a shape whose byte counts could not be represented: every element count and
+    /// byte size the model, engine, allocator and snapshot compute for `batch` × `seq` (and
+    /// the model itself) must stay below [`MAX_BYTES`] (2^62, which also keeps the snapshot's
+    /// int64 fields and the allocator's sums exact). The bound is generous on purpose: every
+    /// tensor counted at 16 B per element (8 B int64 ids, ×2 allocator rounding), 64 of the
+    /// largest per layer and 4 layers' worth outside the blocks. A shape that passes but
+    /// exceeds every GPU is a correct answer (the simulated allocator records it; a `--gpu`
+    /// run reports the OOM). The error names the flags that set the largest factor.
+    pub fn check_sizes(&self, batch: usize, seq: usize, seq_flag: &'static str) -> Result<(), ConfigError> {
+        let (b, s) = (batch as u128, seq as u128);
+        let (d, f, v, h, l) = (self.d_model as u128, self.d_ff as u128, self.vocab_size as u128, self.num_heads as u128, self.num_layers as u128);
+        let (dk, ms) = (self.head_dim() as u128, self.max_seq_len as u128);
+        // A (B, S, …) tensor is blamed on the larger of the two.
+        let bs = if s >= b { seq_flag } else { "--batch-size" };
+        // The largest tensor of each kind, in elements (fused projections are 3d and 2F wide).
+        // Saturating: usize-sized factors can pass even u128 (and saturate far above the bound).
+        let m = |xs: &[u128]| xs.iter().fold(1u128, |a, &x| a.saturating_mul(x));
+        let tensors: [(&'static str, &str, u128); 9] = [
+            ("--hidden-dim", "a (3d, d) attention weight", m(&[3, d, d])),
+            ("--intermediate-dim", "a (2F, d) feed-forward weight", m(&[2, d, f])),
+            ("--vocab-size", "the (V, d) embedding", m(&[v, d])),
+            ("--max-seq-len", "the (2, max_seq_len, d_k/2) RoPE table", m(&[ms, dk])),
+            (bs, "a (B, S, 3d) projection output", m(&[b, s, 3, d])),
+            (bs, "a (B, S, 2F) feed-forward tensor", m(&[b, s, 2, f])),
+            (bs, "the (B, S, V) logits", m(&[b, s, v])),
+            (bs, "the (B, h, S, S) attention scores", m(&[b, h, s, s])),
+            (seq_flag, "the (S, S) causal mask", m(&[s, s])),
+        ];
+        let &(flag, what, largest) = tensors.iter().max_by_key(|t| t.2).expect("non-empty");
+        let one = largest.saturating_mul(16);
+        let mut shape = format!("hidden {}, intermediate {}, vocabulary {}, {} heads, max_seq_len {}", self.d_model, self.d_ff, self.vocab_size, self.num_heads, self.max_seq_len);
+        if flag == bs || flag == seq_flag {
+            shape += &format!(", batch {batch}, sequence length {seq}");
+        }
+        // A config.json sets the model's sizes under Hugging Face's names.
+        let key = match flag {
+            "--hidden-dim" => " (hidden_size in a config.json)",
+            "--intermediate-dim" => " (intermediate_size in a config.json)",
+            "--vocab-size" => " (vocab_size in a config.json)",
+            "--max-seq-len" => " (max_position_embeddings in a config.json)",
+            _ => "",
+        };
+        let lower = if flag == bs { format!("--batch-size or {seq_flag}") } else { format!("{flag}{key}") };
+        if one > MAX_BYTES as u128 {
+            return Err(ConfigError::new(
+                flag,
+                format!("{what} would have {largest} elements ({shape}): more bytes than the 2^62 vramscope can count; lower {lower}"),
+            ));
+        }
+        let all = one.saturating_mul(64).saturating_mul(l + 4);
+        if all > MAX_BYTES as u128 {
+            // Blame the layer count only when a few layers of the same shape would fit.
+            let few_layers_fit = one.saturating_mul(64).saturating_mul(8) <= MAX_BYTES as u128;
+            let (flag, lower) = if few_layers_fit { ("--num-layers", format!("--num-layers (num_hidden_layers in a config.json) or {lower}")) } else { (flag, lower) };
+            return Err(ConfigError::new(
+                flag,
+                format!(
+                    "{l} layers with tensors as large as {what} ({largest} elements; {shape}) could hold more bytes than the 2^62 vramscope can count (bound: 16 B per element, 64 such tensors per layer); lower {lower}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Closed-form parameter count (each tied weight counted once).
+    /// Exact for every validated config ([`Self::check_sizes`]); saturates at u64::MAX for one
+    /// that is not yet validated, never wraps.
     pub fn param_count(&self) -> u64 {
-        let (d, f, v, l) = (self.d_model as u64, self.d_ff as u64, self.vocab_size as u64, self.num_layers as u64);
-        let kv = (self.num_kv_heads * self.head_dim()) as u64;
-        let attn = d * d * 2 + d * kv * 2;
-        let per_layer = attn + 3 * d * f + 2 * d;
-        let head = if self.tied_embeddings { 0 } else { v * d };
-        l * per_layer + v * d + head + d
+        let (d, f, v, l) = (self.d_model as u128, self.d_ff as u128, self.vocab_size as u128, self.num_layers as u128);
+        let kv = (self.num_kv_heads as u128).saturating_mul((self.d_model / self.num_heads.max(1)) as u128);
+        let attn = d.saturating_mul(d).saturating_mul(2).saturating_add(d.saturating_mul(kv).saturating_mul(2));
+        let per_layer = attn.saturating_add(d.saturating_mul(f).saturating_mul(3)).saturating_add(2 * d);
+        let head = if self.tied_embeddings { 0 } else { v.saturating_mul(d) };
+        let n = l.saturating_mul(per_layer).saturating_add(v.saturating_mul(d)).saturating_add(head).saturating_add(d);
+        u64::try_from(n).unwrap_or(u64::MAX)
     }
 
     /// The count with a tied LM head counted a second time, as hand derivations that list
     /// "embedding" and "output projection" separately do (the workshop guide's 2,873,600 for
     /// its walkthrough model); equal to [`Self::param_count`] for an untied head.
     pub fn param_count_head_twice(&self) -> u64 {
-        self.param_count() + if self.tied_embeddings { (self.vocab_size * self.d_model) as u64 } else { 0 }
+        let head = if self.tied_embeddings { (self.vocab_size as u64).saturating_mul(self.d_model as u64) } else { 0 };
+        self.param_count().saturating_add(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walkthrough() -> ModelConfig {
+        crate::model::presets::find("walkthrough", None).unwrap().model
+    }
+
+    #[test]
+    fn sizes_within_2_pow_62_pass_and_beyond_are_refused_naming_the_flag() {
+        let c = walkthrough();
+        assert!(c.check_sizes(8, 128, "--context-length").is_ok());
+        // Terabyte-scale activations still fit (a correct answer on meta).
+        assert!(c.check_sizes(1 << 20, 128, "--context-length").is_ok());
+        let e = c.check_sizes(99_999_999_999, 128, "--context-length").unwrap_err();
+        assert_eq!(e.flag, "--batch-size", "{e}");
+        assert!(e.message.contains("--batch-size or --context-length"), "{e}");
+        let e = c.check_sizes(8, 100_000_000, "--seq-len").unwrap_err();
+        assert_eq!(e.flag, "--seq-len", "{e}");
+        let e = c.check_sizes(usize::MAX, usize::MAX, "--context-length").unwrap_err();
+        assert!(e.message.contains("elements"), "{e}");
+        let mut h = c.clone();
+        h.d_model = 1 << 32;
+        let e = h.validate().unwrap_err();
+        assert_eq!(e.flag, "--hidden-dim", "{e}");
+        assert!(e.message.contains("hidden_size"), "{e}");
+        // A petabyte embedding is still an answer; 2^52 rows are not.
+        let mut v = c.clone();
+        v.vocab_size = 1 << 40;
+        assert!(v.validate().is_ok());
+        v.vocab_size = 1 << 52;
+        assert_eq!(v.validate().unwrap_err().flag, "--vocab-size");
+        let mut l = c.clone();
+        l.num_layers = 1 << 40;
+        assert_eq!(l.validate().unwrap_err().flag, "--num-layers");
+        l.num_layers = 100_000;
+        assert!(l.validate().is_ok());
+        let mut m = c;
+        m.max_seq_len = usize::MAX;
+        assert_eq!(m.validate().unwrap_err().flag, "--max-seq-len");
+    }
+
+    #[test]
+    fn within_the_bound_every_count_fits() {
+        // The largest accepted shapes keep the closed-form counts exact.
+        let mut c = walkthrough();
+        c.num_layers = 1000;
+        c.check_sizes(8, 128, "--context-length").unwrap();
+        assert!(c.param_count() < MAX_BYTES / 4);
+        let e = crate::analyse::estimate::estimate(&c, crate::train::Precision::Fp32, 8, 128);
+        assert!(e.training_bytes() < MAX_BYTES && e.training_bytes() > e.param_bytes);
     }
 }

@@ -53,21 +53,23 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
     b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: rope_buffer })
 }
 
-/// (2, max_seq_len, d_k/2): cos then sin of position × inverse frequency.
+/// (2, max_seq_len, d_k/2): cos then sin of position × inverse frequency (values computed
+/// on cpu only: on meta the table is a shape).
 fn rope_tables(cfg: &ModelConfig, device: Device, dtype: DType) -> Tensor {
     let (s, half) = (cfg.max_seq_len, cfg.head_dim() / 2);
     let dk = cfg.head_dim() as f64;
-    let mut vals = vec![0.0; 2 * s * half];
-    if device == Device::Cpu {
+    let theta = cfg.rope_theta;
+    Tensor::from_f64_with(&[2, s, half], dtype, device, || {
+        let mut vals = vec![0.0; 2 * s * half];
         for p in 0..s {
             for j in 0..half {
-                let ang = p as f64 / cfg.rope_theta.powf(2.0 * j as f64 / dk);
+                let ang = p as f64 / theta.powf(2.0 * j as f64 / dk);
                 vals[p * half + j] = ang.cos();
                 vals[s * half + p * half + j] = ang.sin();
             }
         }
-    }
-    Tensor::from_f64(&vals, &[2, s, half], dtype, device)
+        vals
+    })
 }
 
 /// RMSNorm with fp32 upcast; each step is its own tensor.

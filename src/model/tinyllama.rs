@@ -73,9 +73,9 @@ fn rope_tables(cfg: &ModelConfig, cache: &RopeCache, layer: usize, seq: usize, d
     let hd = cfg.head_dim() as f64;
     let theta = cfg.rope_theta;
     let _g = runtime::no_grad();
-    let inv: Vec<f64> = (0..half).map(|j| 1.0 / theta.powf(j as f64 * 2.0 / hd)).collect();
-    let inv_freq = Tensor::from_f64(&inv, &[1, half], DType::F32, device);
-    let pos = Tensor::from_f64(&(0..seq).map(|p| p as f64).collect::<Vec<_>>(), &[seq, 1], DType::F32, device);
+    // Host values exist on cpu only: on meta these are shapes (no O(S) host memory).
+    let inv_freq = Tensor::from_f64_with(&[1, half], DType::F32, device, || (0..half).map(|j| 1.0 / theta.powf(j as f64 * 2.0 / hd)).collect());
+    let pos = Tensor::from_f64_with(&[seq, 1], DType::F32, device, || (0..seq).map(|p| p as f64).collect());
     let ang = pos.mul(&inv_freq);
     let (cos, sin) = {
         let _c = runtime::category(Category::Buffer);

@@ -60,6 +60,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     if !(b >= 1.0 && b.is_finite()) {
         return Err(format!("'{s}' must be a positive size"));
     }
+    if b > crate::record::allocator::MAX_DEVICE_BYTES as f64 {
+        return Err(format!("'{s}' is more than 4 EiB (2^62 bytes), the most memory vramscope models"));
+    }
     Ok(b as usize)
 }
 

@@ -64,35 +64,33 @@ impl Batcher {
         let _c = runtime::category(Category::Input);
         let _s = runtime::scope("data");
         let (b, s) = (self.batch, self.seq);
-        let ids: Vec<i64> = if self.device == Device::Meta {
-            vec![0; b * (s + 1)]
-        } else {
-            match self.kind {
-                DataKind::Random => (0..b * (s + 1)).map(|_| self.rng.below(self.vocab) as i64).collect(),
-                DataKind::Pattern => {
-                    let period = PATTERN_PERIOD.min(self.vocab);
-                    let mut v = Vec::with_capacity(b * (s + 1));
-                    for _ in 0..b {
-                        let phase = self.rng.below(period);
-                        v.extend((0..=s).map(|i| ((phase + i) % period) as i64));
-                    }
-                    v
+        // The ids are drawn only on a device that holds data: on meta the (B, S+1) batch is
+        // a shape and the generator is not advanced.
+        let (kind, vocab, pool, rng) = (self.kind, self.vocab, &self.pool, &mut self.rng);
+        let seq = Tensor::from_i64_with(&[b, s + 1], self.device, || match kind {
+            DataKind::Random => (0..b * (s + 1)).map(|_| rng.below(vocab) as i64).collect(),
+            DataKind::Pattern => {
+                let period = PATTERN_PERIOD.min(vocab);
+                let mut v = Vec::with_capacity(b * (s + 1));
+                for _ in 0..b {
+                    let phase = rng.below(period);
+                    v.extend((0..=s).map(|i| ((phase + i) % period) as i64));
                 }
-                DataKind::Workshop => {
-                    let rows = self.pool.len() / (s + 1);
-                    let mut order: Vec<usize> = (0..rows).collect();
-                    let mut v = Vec::with_capacity(b * (s + 1));
-                    // B distinct rows: a partial Fisher–Yates shuffle.
-                    for i in 0..b {
-                        let j = i + self.rng.below(rows - i);
-                        order.swap(i, j);
-                        v.extend_from_slice(&self.pool[order[i] * (s + 1)..(order[i] + 1) * (s + 1)]);
-                    }
-                    v
-                }
+                v
             }
-        };
-        let seq = Tensor::from_i64(&ids, &[b, s + 1], self.device);
+            DataKind::Workshop => {
+                let rows = pool.len() / (s + 1);
+                let mut order: Vec<usize> = (0..rows).collect();
+                let mut v = Vec::with_capacity(b * (s + 1));
+                // B distinct rows: a partial Fisher–Yates shuffle.
+                for i in 0..b {
+                    let j = i + rng.below(rows - i);
+                    order.swap(i, j);
+                    v.extend_from_slice(&pool[order[i] * (s + 1)..(order[i] + 1) * (s + 1)]);
+                }
+                v
+            }
+        });
         let inputs = seq.narrow(1, 0, s).contiguous();
         let labels = seq.narrow(1, 1, s).contiguous();
         (inputs, labels)

@@ -4,7 +4,7 @@
 //! the end of the mapped memory when it can; whole free pages are unmapped on `empty_cache`
 //! and the OOM path. Reserved memory is the mapped bytes; the trace has `segment_map` and
 //! `segment_unmap` instead of `segment_alloc`/`segment_free`.
-use super::{Action, Block, CachingAllocator, Pool, Segment, LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER};
+use super::{Action, Block, CachingAllocator, Pool, Segment, LARGE_BUFFER, SMALL_BUFFER};
 use std::collections::BTreeMap;
 
 impl CachingAllocator {
@@ -39,11 +39,11 @@ impl CachingAllocator {
             }
         }
         let page = Self::page_size(pool);
-        // 9/8 of device memory; an unbounded model device reserves 18 TiB.
+        // 9/8 of device memory; an unbounded model device reserves 18 TiB, or the request
+        // itself when it is larger (a meta run's exabyte tensor still gets its range).
         let total = self.capacity.min(16 << 40);
-        let va = (total + total / 8).div_ceil(page).max(1) * page;
-        let addr = self.next_addr;
-        self.next_addr += (va.div_ceil(ROUND_LARGE) * ROUND_LARGE + ROUND_LARGE) as u64;
+        let va = (total + total / 8).max(size).div_ceil(page).max(1) * page;
+        let addr = self.address_range(va);
         let mut blocks = BTreeMap::new();
         blocks.insert(addr, Block { addr, size: va, requested: 0, allocated: false, mapped: false, gc_base: 0 });
         self.segments.insert(addr, Segment { addr, size: va, pool, expandable: true, blocks });

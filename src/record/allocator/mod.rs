@@ -10,6 +10,8 @@
 mod config;
 mod expandable;
 #[cfg(test)]
+mod limit_tests;
+#[cfg(test)]
 mod tests;
 
 pub use config::*;
@@ -192,6 +194,10 @@ pub struct CachingAllocator {
     trace: Vec<Trace>,
 }
 
+/// The most device memory the model represents (2^62 bytes, 4 EiB): a larger capacity is
+/// clamped to it and a larger request is an OOM, so no size or sum of sizes can overflow.
+pub const MAX_DEVICE_BYTES: usize = 1 << 62;
+
 /// Base of the fake device address space (CUDA pointers look like 0x7f…).
 const BASE_ADDR: u64 = 0x7f00_0000_0000;
 
@@ -199,7 +205,9 @@ impl CachingAllocator {
     pub fn new(config: AllocatorConfig, capacity: usize) -> Self {
         CachingAllocator {
             config,
-            capacity,
+            // Sizes stay below 2^62 so that every sum of them (reserved + a new segment, the
+            // stats, the snapshot's int64 fields) is exact.
+            capacity: capacity.min(MAX_DEVICE_BYTES),
             fraction: None,
             segments: BTreeMap::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
@@ -345,6 +353,12 @@ impl CachingAllocator {
 
     /// Like `malloc`, also returning the block size counted in `allocated_bytes`.
     pub fn malloc_block(&mut self, requested: usize) -> Result<(u64, usize), OutOfMemory> {
+        if requested > MAX_DEVICE_BYTES {
+            // Beyond every capacity the model represents (and rounding it could overflow):
+            // refused before any cache is touched. Runs never ask this much (their shapes are
+            // checked up front); the allocator stays exact for any caller.
+            return Err(self.out_of_memory(requested, requested));
+        }
         let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = Pool::of(size);
         let found = match self.get_free_block(pool, size) {
@@ -367,16 +381,7 @@ impl CachingAllocator {
             }
         };
         let Some((bsize, addr)) = found else {
-            self.stats.num_ooms += 1;
-            let device_free = self.capacity.saturating_sub(self.stats.reserved_bytes.current);
-            self.push(Action::Oom, device_free as u64, size);
-            return Err(OutOfMemory {
-                requested,
-                alloc_size: allocation_size(size),
-                capacity: self.capacity,
-                reserved: self.stats.reserved_bytes.current,
-                allocated: self.stats.allocated_bytes.current,
-            });
+            return Err(self.out_of_memory(requested, size));
         };
         let seg_addr = self.segment_of(addr);
         let before = Self::inactive_split(&self.segments[&seg_addr]);
@@ -402,6 +407,20 @@ impl CachingAllocator {
         Ok((addr, given))
     }
 
+    /// Count and trace a refused request of `size` rounded bytes.
+    fn out_of_memory(&mut self, requested: usize, size: usize) -> OutOfMemory {
+        self.stats.num_ooms += 1;
+        let device_free = self.capacity.saturating_sub(self.stats.reserved_bytes.current);
+        self.push(Action::Oom, device_free as u64, size);
+        OutOfMemory {
+            requested,
+            alloc_size: if size > self.capacity { size } else { allocation_size(size) },
+            capacity: self.capacity,
+            reserved: self.stats.reserved_bytes.current,
+            allocated: self.stats.allocated_bytes.current,
+        }
+    }
+
     /// `alloc_block`: new device memory for a rounded request (a cudaMalloc'd segment, or
     /// pages mapped into an expandable segment), taken out of the cache; None when the
     /// device or the memory fraction has no room.
@@ -419,9 +438,7 @@ impl CachingAllocator {
         if self.stats.reserved_bytes.current + alloc_size > self.capacity {
             return None;
         }
-        let addr = self.next_addr;
-        // Keep fake addresses 2 MiB aligned with a gap, like cudaMalloc's.
-        self.next_addr += (alloc_size.div_ceil(ROUND_LARGE) * ROUND_LARGE + ROUND_LARGE) as u64;
+        let addr = self.address_range(alloc_size);
         let mut blocks = BTreeMap::new();
         blocks.insert(addr, Block { addr, size: alloc_size, requested: 0, allocated: false, mapped: true, gc_base: 0 });
         self.segments.insert(addr, Segment { addr, size: alloc_size, pool, expandable: false, blocks });
@@ -430,6 +447,30 @@ impl CachingAllocator {
         self.stats.num_device_alloc += 1;
         self.push(Action::SegmentAlloc, addr, alloc_size);
         Some((alloc_size, addr))
+    }
+
+    /// A fresh device address range for `len` bytes: 2 MiB aligned with a 2 MiB gap, like
+    /// cudaMalloc's, above every earlier one. Addresses stay below 2^63 (the snapshot stores
+    /// them as int64): when the next range would cross it (only after exabytes of segments
+    /// came and went), the lowest free gap between live segments is used instead; one
+    /// exists because live segments total at most the 2^62-byte capacity.
+    pub(super) fn address_range(&mut self, len: usize) -> u64 {
+        let span = (len.div_ceil(ROUND_LARGE) * ROUND_LARGE + ROUND_LARGE) as u64;
+        if let Some(end) = self.next_addr.checked_add(span).filter(|&e| e <= i64::MAX as u64) {
+            let addr = self.next_addr;
+            self.next_addr = end;
+            return addr;
+        }
+        let mut at = BASE_ADDR;
+        for seg in self.segments.values() {
+            if seg.addr >= at + span {
+                break;
+            }
+            let seg_end = seg.addr + (seg.size.div_ceil(ROUND_LARGE) * ROUND_LARGE + ROUND_LARGE) as u64;
+            at = at.max(seg_end);
+        }
+        assert!(at.checked_add(span).is_some_and(|e| e <= i64::MAX as u64), "no device address range of {len} bytes below 2^63");
+        at
     }
 
     /// `release_block`: cudaFree a cached segment that is one free block.
