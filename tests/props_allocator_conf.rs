@@ -10,18 +10,7 @@ use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vramscope::record::allocator::{allocation_size, round_size, AllocatorConfig, MIN_BLOCK};
 
-const KEYS: [&str; 10] = [
-    "max_split_size_mb",
-    "max_non_split_rounding_mb",
-    "roundup_power2_divisions",
-    "garbage_collection_threshold",
-    "expandable_segments",
-    "backend",
-    "release_lock_on_cudamalloc",
-    "pinned_use_cuda_host_register",
-    "pinned_num_register_threads",
-    "pinned_use_background_threads",
-];
+const KEYS: [&str; 10] = AllocatorConfig::SETTINGS;
 
 /// The one call site of the parser.
 fn parse(s: &str) -> Result<AllocatorConfig, String> {

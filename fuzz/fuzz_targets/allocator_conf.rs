@@ -11,18 +11,7 @@ fn parse(s: &str) -> Result<AllocatorConfig, String> {
     AllocatorConfig::parse(s)
 }
 
-const KEYS: [&str; 10] = [
-    "max_split_size_mb",
-    "max_non_split_rounding_mb",
-    "roundup_power2_divisions",
-    "garbage_collection_threshold",
-    "expandable_segments",
-    "backend",
-    "release_lock_on_cudamalloc",
-    "pinned_use_cuda_host_register",
-    "pinned_num_register_threads",
-    "pinned_use_background_threads",
-];
+const KEYS: [&str; 10] = AllocatorConfig::SETTINGS;
 
 fuzz_target!(|data: &[u8]| {
     // The first 8 bytes (when present) are a request size for the rounding rules.

@@ -37,6 +37,21 @@ impl Default for AllocatorConfig {
 }
 
 impl AllocatorConfig {
+    /// Every setting `PYTORCH_CUDA_ALLOC_CONF` accepts for the native allocator (the last four
+    /// concern pinned host memory and the lock, and change nothing modelled here).
+    pub const SETTINGS: [&'static str; 10] = [
+        "max_split_size_mb",
+        "max_non_split_rounding_mb",
+        "roundup_power2_divisions",
+        "garbage_collection_threshold",
+        "expandable_segments",
+        "backend",
+        "release_lock_on_cudamalloc",
+        "pinned_use_cuda_host_register",
+        "pinned_num_register_threads",
+        "pinned_use_background_threads",
+    ];
+
     /// Parse a `PYTORCH_CUDA_ALLOC_CONF` string (`key:value,key2:[a:b,>:c]`).
     pub fn parse(s: &str) -> Result<AllocatorConfig, String> {
         let mut c = AllocatorConfig { raw: s.to_string(), ..Default::default() };
@@ -99,7 +114,7 @@ impl AllocatorConfig {
                     }
                 }
                 "release_lock_on_cudamalloc" | "pinned_use_cuda_host_register" | "pinned_num_register_threads" | "pinned_use_background_threads" => {}
-                k => return Err(format!("unknown setting '{k}'")),
+                k => return Err(format!("unknown setting '{k}' (known: {})", Self::SETTINGS.join(", "))),
             }
             rest = next.trim();
         }
