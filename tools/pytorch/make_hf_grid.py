@@ -6,7 +6,7 @@ tests/fixtures/hf_grid/hf.json.
 
 The grid: for each model_type (llama, mistral, qwen2, qwen3) eight points, attn eager|sdpa x
 weights fp32|bf16 x gradient checkpointing off|non-reentrant, on shapes that vary per point
-(GQA ratios 1-4, head_dim 16-64 incl. qwen3's explicit head_dim, vocabularies whose logits rows
+(GQA ratios 1-5, head_dim 16-64 incl. qwen3's explicit head_dim, vocabularies whose logits rows
 are not multiples of 512 B, S 16-128, B 1-4), each measured as inference, forward and training;
 then single-option points: tied heads, use_cache off, logits_to_keep, reentrant checkpointing, an
 all-ones attention_mask, forward-loss, and the optimizers (foreach, for-loop, SGD).
