@@ -3,7 +3,7 @@
 //! before the work starts, write errors naming the file.
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -152,12 +152,21 @@ fn interrupted_sweep_keeps_the_previous_set(signal: i32) {
 
     let batches: Vec<String> = (1..=2000).map(|b| b.to_string()).collect();
     let batches = batches.join(",");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(["sweep", "--batch-size", &batches, "--context-length", "32", "--profile-type", "forward", "--snapshots", "--out-dir", out.to_str().unwrap()])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.args(["sweep", "--batch-size", &batches, "--context-length", "32", "--profile-type", "forward", "--snapshots", "--out-dir", out.to_str().unwrap()])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    // The child gets the signal's default disposition: a test harness started in the
+    // background by a non-interactive shell inherits SIGINT ignored, and vramscope rightly
+    // keeps an inherited "ignore" (as nohup'd programs must).
+    // SAFETY: pre_exec runs in the forked child before exec; signal() is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(signal, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     // Wait until the run has written files (a point's report in its staging folder).
     let t0 = Instant::now();
     let staged = loop {
