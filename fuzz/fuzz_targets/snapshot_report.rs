@@ -28,7 +28,9 @@ fuzz_target!(|data: &[u8]| {
     let Some(snap) = read_bounded(data) else { return };
     let analysed = analyse_bounded(&snap);
     let page = report_bounded(&snap);
-    assert_eq!(analysed.is_ok(), page.is_ok(), "analyse: {:?} / report: {:?}", analysed.as_ref().err(), page.as_ref().err());
+    // The page alone has an output budget: a report refused for its size is not a disagreement.
+    let page_over_budget = page.as_ref().is_err_and(|e| e.contains("--max-output-bytes"));
+    assert!(analysed.is_ok() == page.is_ok() || page_over_budget, "analyse: {:?} / report: {:?}", analysed.as_ref().err(), page.as_ref().err());
     if let (Ok(r), Ok(page)) = (analysed, page) {
         assert!(r.peak_at.is_none_or(|i| i < r.events), "peak at entry {:?} of {}", r.peak_at, r.events);
         assert!(r.ooms.iter().all(|o| o.at < r.events));
