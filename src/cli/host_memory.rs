@@ -86,9 +86,12 @@ pub fn check_bookkeeping(layers: usize, max_entries: usize) -> anyhow::Result<()
     let entries = if trace > 0 { format!("; plus {trace} trace entries, --max-entries") } else { String::new() };
     Err(UsageError(format!(
         "invalid --num-layers: {layers} layers need about {:.1} GiB of host memory for the run's bookkeeping (about {} KiB per layer: \
-         events, autograd graph, snapshot blocks{entries}) but {:.1} GiB is available (MemAvailable); about {fit} layers fit",
+         events, autograd graph, snapshot blocks{entries}), more than the {:.1} GiB vramscope allows itself ({:.0} % of the {:.1} GiB \
+         available, MemAvailable); about {fit} layers fit",
         gib(need),
         BYTES_PER_LAYER >> 10,
+        gib((USABLE * avail as f64) as u64),
+        USABLE * 100.0,
         gib(avail)
     ))
     .into())
