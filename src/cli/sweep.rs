@@ -672,7 +672,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     write_json(&a.out_dir.join("sweep.json"), &summary)?;
     write_atomic(&a.out_dir.join("sweep.md"), (md.join("\n") + "\n").as_bytes())?;
     for (name, svg) in plots {
-        write_atomic(&a.out_dir.join(&name), with_run_id_comment(svg).as_bytes())?;
+        write_atomic(&a.out_dir.join(&name), &with_run_id_comment(svg.into_bytes()))?;
     }
     set.commit()?;
     let mut written = vec!["sweep.csv".to_string(), "sweep.json".into(), "sweep.md".into()];

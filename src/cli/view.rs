@@ -108,8 +108,7 @@ pub fn write_beside(snapshot_path: &Path, snapshot: &pickle::Value, capacity: Op
     // Built in memory by vramscope itself, not read from a file: no budget applies.
     let budget = crate::analyse::budget::Budget::unlimited();
     let page = html::report_within(&[Source { name, snapshot, device: None, stats }], capacity, &budget).map_err(anyhow::Error::msg)?;
-    let page = String::from_utf8(page).map_err(|e| anyhow::anyhow!("report page is not UTF-8: {e}"))?;
-    let page = crate::export::output_set::with_run_id_comment(page).into_bytes();
+    let page = crate::export::output_set::with_run_id_comment(page);
     let out = default_output(snapshot_path, None);
     write_atomic(&out, &page)?;
     Ok(out)

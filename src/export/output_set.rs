@@ -188,12 +188,15 @@ pub fn run_id() -> Option<String> {
 /// An HTML page or SVG image with the open set's run id as a comment after its first line
 /// (the doctype or the `<svg>` tag: a comment before a doctype would switch a browser to
 /// quirks mode); unchanged when no set is open.
-pub fn with_run_id_comment(text: String) -> String {
+/// Works on bytes: the HTML report is built as bytes, and a copy through `String` would
+/// validate the whole page again.
+pub fn with_run_id_comment(mut text: Vec<u8>) -> Vec<u8> {
     let Some(id) = run_id() else { return text };
-    match text.find('\n') {
-        Some(i) => format!("{}<!-- vramscope run_id: {id} -->\n{}", &text[..=i], &text[i + 1..]),
-        None => text,
+    if let Some(i) = text.iter().position(|&b| b == b'\n') {
+        let comment = format!("<!-- vramscope run_id: {id} -->\n");
+        text.splice(i + 1..i + 1, comment.into_bytes());
     }
+    text
 }
 
 #[cfg(test)]
@@ -239,7 +242,7 @@ mod tests {
         assert!(!root.join("points/p1/b.txt").exists());
         write_atomic(&root.join("a.txt"), b"new a").unwrap();
         write_atomic(&elsewhere.join("c.txt"), b"c").unwrap();
-        assert_eq!(with_run_id_comment("<svg>\n</svg>\n".into()), format!("<svg>\n<!-- vramscope run_id: {id} -->\n</svg>\n"));
+        assert_eq!(with_run_id_comment(b"<svg>\n</svg>\n".to_vec()), format!("<svg>\n<!-- vramscope run_id: {id} -->\n</svg>\n").into_bytes());
         set.commit().unwrap();
         assert_eq!(names(&root), vec!["a.txt", "points"]);
         assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"new a");
