@@ -445,7 +445,7 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
     let (optimizer_bytes, optimizer_formula) = match cfg.flavour {
         Flavour::Cs336 => (2 * param_bytes, format!("2·P·{pe} (AdamW m and v, {pt})")),
         // torch.optim.AdamW's per-parameter `step` counters live on the host (not capturable).
-        Flavour::Tinyllama => (2 * param_bytes, format!("2·P·{pe} (torch AdamW exp_avg and exp_avg_sq, {pt}; `step` counters stay on the host)")),
+        Flavour::Tinyllama | Flavour::Hf => (2 * param_bytes, format!("2·P·{pe} (torch AdamW exp_avg and exp_avg_sq, {pt}; `step` counters stay on the host)")),
     };
     let (optimizer_temp_bytes, optimizer_temp_formula) = match cfg.flavour {
         Flavour::Cs336 => {
@@ -453,7 +453,7 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
             let largest = [v * d, f * d, d * d, kv * d].into_iter().max().unwrap_or(0);
             (5 * largest * pe, format!("5 × the largest parameter × {pe} (m_new, v_new, α·m_new, √v_new + eps, the update)"))
         }
-        Flavour::Tinyllama => (param_bytes, format!("P × {pe} (torch._foreach_sqrt over every exp_avg_sq at once)")),
+        Flavour::Tinyllama | Flavour::Hf => (param_bytes, format!("P × {pe} (torch._foreach_sqrt over every exp_avg_sq at once)")),
     };
     // Every weight a matmul-class op reads is cast once per region and kept until backward;
     // the embedding lookup is not an autocast op, norm weights meet only muls.
@@ -466,7 +466,7 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
     };
     let mut block = match cfg.flavour {
         Flavour::Cs336 => cs336_block(&c, cfg.attention),
-        Flavour::Tinyllama => tinyllama_block(&c, cfg.attention),
+        Flavour::Tinyllama | Flavour::Hf => tinyllama_block(&c, cfg.attention),
     };
     block.retain(|t| t.elements > 0);
     let block_symbolic = symbolic(&block);
@@ -481,7 +481,7 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
         let mut t = Vec::new();
         match cfg.flavour {
             Flavour::Cs336 => c.cs336_norm(&mut t, name, &[rows], rows),
-            Flavour::Tinyllama => c.tinyllama_norm(&mut t, name, &[rows], rows),
+            Flavour::Tinyllama | Flavour::Hf => c.tinyllama_norm(&mut t, name, &[rows], rows),
         }
         t
     };
@@ -507,7 +507,7 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
             };
             (ln("ln_final", "lm_head"), vocab("logits", "bmm", "B·S", n, low), loss)
         }
-        Flavour::Tinyllama => {
+        Flavour::Tinyllama | Flavour::Hf => {
             let n = c.b * (c.s - 1) * v;
             let mut loss = vec![
                 // log_softmax is on the fp32 list: fp32 output under autocast.

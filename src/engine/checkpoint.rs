@@ -212,3 +212,36 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
     let _h = push(Hook::Pack(frame));
     f(x)
 }
+
+/// `torch.utils.checkpoint(f, x, use_reentrant=True)` (`CheckpointFunction`): `f(x)` runs
+/// under no_grad, so the region keeps only `x` (`ctx.save_for_backward`) and what `f`
+/// captured, and its output becomes the output of one new node. At backward the input is
+/// detached into a leaf that requires grad, `f` runs again with grad enabled, and
+/// `torch.autograd.backward(outputs, grads)` runs on that graph alone: the parameters'
+/// gradients accumulate there, the recomputed activations die as it proceeds, and the
+/// leaf's `.grad` is the node's input gradient.
+pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
+    if !runtime::is_grad_enabled() {
+        return f(x);
+    }
+    runtime::promote_category(x.storage().id, Category::Activation);
+    let out = {
+        let _g = runtime::no_grad();
+        f(x.clone())
+    };
+    let scope = runtime::current_scope();
+    let autocast = crate::engine::autocast::active();
+    let saved = x.detach();
+    crate::engine::autograd::attach(out, "CheckpointFunctionBackward", &[&x], Box::new(move |g| {
+        let _s = runtime::enter_scope_path(scope.clone());
+        let leaf = saved.detach().requires_grad_(true);
+        let y = {
+            let _g = runtime::set_grad_enabled(true);
+            let _ac = autocast.map(crate::engine::autocast::enable);
+            f(leaf.clone())
+        };
+        y.backward_with(g);
+        drop(y);
+        vec![leaf.grad()]
+    }))
+}

@@ -26,6 +26,16 @@ impl DType {
             DType::Bool => 1,
         }
     }
+    /// `torch.finfo(dtype).min` (the additive mask's "-inf"); integer types have none.
+    pub fn finfo_min(self) -> f64 {
+        match self {
+            DType::F32 => f32::MIN as f64,
+            DType::F64 => f64::MIN,
+            DType::BF16 => half::bf16::MIN.to_f64(),
+            DType::F16 => half::f16::MIN.to_f64(),
+            DType::I64 | DType::Bool => panic!("finfo of a non-float type"),
+        }
+    }
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::BF16 | DType::F16)
     }

@@ -12,6 +12,9 @@ pub enum Flavour {
     /// AMD's Tiny LLaMA workshop: GQA, fused softmax/silu/cross-entropy, tied head,
     /// torch.optim.AdamW.
     Tinyllama,
+    /// Hugging Face transformers' own modeling code (llama, mistral, qwen2, qwen3) as the
+    /// Trainer runs it; the architecture and options are in [`ModelConfig::hf`].
+    Hf,
 }
 
 impl Flavour {
@@ -19,6 +22,7 @@ impl Flavour {
         match s.to_ascii_lowercase().as_str() {
             "cs336" => Some(Flavour::Cs336),
             "tinyllama" | "tiny_llama" | "tiny-llama" => Some(Flavour::Tinyllama),
+            "hf" | "transformers" | "huggingface" => Some(Flavour::Hf),
             _ => None,
         }
     }
@@ -26,6 +30,7 @@ impl Flavour {
         match self {
             Flavour::Cs336 => "cs336",
             Flavour::Tinyllama => "tinyllama",
+            Flavour::Hf => "hf",
         }
     }
 }
@@ -152,6 +157,9 @@ pub struct ModelConfig {
     /// `--fused-gate-up`: one 2F × d projection, gate and up chunked from its output as views.
     #[serde(default)]
     pub fused_gate_up: bool,
+    /// The hf flavour's architecture facts and transformers options (None for the others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf: Option<crate::model::hf::HfConfig>,
 }
 
 /// A configuration problem, naming the command-line flag that sets the value.
@@ -169,8 +177,17 @@ impl ConfigError {
 }
 
 impl ModelConfig {
+    /// Size of one attention head: hidden / heads, or a config.json's explicit `head_dim`.
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.num_heads
+        match &self.hf {
+            Some(h) => h.head_dim,
+            None => self.d_model / self.num_heads,
+        }
+    }
+
+    /// The hf options, for a model of the hf flavour.
+    pub fn hf(&self) -> Option<&crate::model::hf::HfConfig> {
+        self.hf.as_ref().filter(|_| self.flavour == Flavour::Hf)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -188,7 +205,13 @@ impl ModelConfig {
                 return Err(ConfigError::new(flag, "must be at least 1"));
             }
         }
-        if self.d_model % self.num_heads != 0 {
+        if self.flavour == Flavour::Hf && self.hf.is_none() {
+            return Err(ConfigError::new("--flavour", "the hf flavour needs a config.json (--config) or an hf preset"));
+        }
+        if self.hf.as_ref().is_some_and(|h| h.head_dim == 0) {
+            return Err(ConfigError::new("--config", "head_dim must be at least 1"));
+        }
+        if self.hf.is_none() && self.d_model % self.num_heads != 0 {
             return Err(ConfigError::new(
                 "--num-heads",
                 format!("{} heads do not divide the hidden size {} (--hidden-dim)", self.num_heads, self.d_model),
@@ -299,9 +322,27 @@ impl ModelConfig {
     /// that is not yet validated, never wraps.
     pub fn param_count(&self) -> u64 {
         let (d, f, v, l) = (self.d_model as u128, self.d_ff as u128, self.vocab_size as u128, self.num_layers as u128);
-        let kv = (self.num_kv_heads as u128).saturating_mul((self.d_model / self.num_heads.max(1)) as u128);
-        let attn = d.saturating_mul(d).saturating_mul(2).saturating_add(d.saturating_mul(kv).saturating_mul(2));
-        let per_layer = attn.saturating_add(d.saturating_mul(f).saturating_mul(3)).saturating_add(2 * d);
+        let hd = if self.hf.is_some() { self.head_dim() } else { self.d_model / self.num_heads.max(1) } as u128;
+        let (q, kv) = ((self.num_heads as u128).saturating_mul(hd), (self.num_kv_heads as u128).saturating_mul(hd));
+        // q and o are (h·d_k, d) and (d, h·d_k); k and v (h_kv·d_k, d).
+        let mut attn = d.saturating_mul(q).saturating_mul(2).saturating_add(d.saturating_mul(kv).saturating_mul(2));
+        let mut mlp = d.saturating_mul(f).saturating_mul(3);
+        let mut norms = 2 * d;
+        if let Some(h) = &self.hf {
+            if h.qkv_bias {
+                attn = attn.saturating_add(q).saturating_add(2 * kv);
+            }
+            if h.o_bias {
+                attn = attn.saturating_add(d);
+            }
+            if h.mlp_bias {
+                mlp = mlp.saturating_add(2 * f + d);
+            }
+            if h.model_type == crate::model::hf::Arch::Qwen3 {
+                norms += 2 * hd;
+            }
+        }
+        let per_layer = attn.saturating_add(mlp).saturating_add(norms);
         let head = if self.tied_embeddings { 0 } else { v.saturating_mul(d) };
         let n = l.saturating_mul(per_layer).saturating_add(v.saturating_mul(d)).saturating_add(head).saturating_add(d);
         u64::try_from(n).unwrap_or(u64::MAX)

@@ -41,6 +41,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
                 Projection::Separate(vec![("w1", w1), ("w3", w3)])
             },
             down: pending_down.take().unwrap_or_else(|| b.param(p("ffn.w2"), &[d, f], lin_std(f, d))),
+            hf: None,
         });
     }
     let final_norm = b.param("ln_final.weight".into(), &[d], Init::Ones);
@@ -50,7 +51,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
         let _s = scope("rope");
         Some(rope_tables(cfg, device, dtype))
     };
-    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: rope_buffer })
+    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer, buffers: Vec::new() })
 }
 
 /// (2, max_seq_len, d_k/2): cos then sin of position × inverse frequency (values computed

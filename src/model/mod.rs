@@ -1,5 +1,5 @@
-//! The LLaMA-style decoder in the two reference flavours, built from engine primitives op
-//! for op (the op sequence decides which tensors exist and what autograd keeps).
+//! The LLaMA-style decoder in its three flavours (cs336, tinyllama, hf), built from engine
+//! primitives op for op (the op sequence decides which tensors exist and what autograd keeps).
 pub mod config;
 pub mod hf;
 pub mod cs336;
@@ -36,6 +36,8 @@ pub struct Layer {
     /// gate, up (`--fused-gate-up`: one `gate_up_proj`, rows gate then up).
     pub gate_up: Projection,
     pub down: Tensor,
+    /// The hf flavour's biases and q/k norms (None for the others).
+    pub hf: Option<Rc<hf::modeling::HfLayer>>,
 }
 
 /// Projections of one input: separate weights, or one fused weight whose output is split
@@ -97,6 +99,10 @@ pub struct Model {
     /// tinyllama: each block's Rotary caches cos/sin tables per (sequence length, dtype)
     /// on first use: (layer, length, dtype, cos, sin). Shared with recompute closures.
     pub rope_cache: RopeCache,
+    /// Buffers the model registers besides those above (hf: RoPE's `original_inv_freq`).
+    pub buffers: Vec<Tensor>,
+    /// `model.train()` / `model.eval()`: transformers checkpoints layers only in training mode.
+    pub training: std::cell::Cell<bool>,
 }
 
 impl Model {
@@ -116,6 +122,7 @@ impl Model {
         Ok(match config.flavour {
             Flavour::Cs336 => cs336::build(config, device, dtype, &mut rng),
             Flavour::Tinyllama => tinyllama::build(config, device, dtype, &mut rng),
+            Flavour::Hf => hf::modeling::build(config, device, dtype, &mut rng),
         })
     }
 
@@ -134,6 +141,7 @@ impl Model {
         match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
             Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
+            Flavour::Hf => hf::modeling::forward(self, ids, None, None, &mut |_| {}).logits,
         }
     }
 
@@ -153,6 +161,12 @@ impl Model {
             Flavour::Tinyllama => {
                 let (logits, loss) = tinyllama::forward(self, ids, Some(targets), logits_ready);
                 (logits, loss.expect("targets given"))
+            }
+            Flavour::Hf => {
+                // `loss = model(input_ids, labels=labels).loss`: the output (logits and the
+                // DynamicCache) is dropped by the caller once the loss exists.
+                let out = hf::modeling::forward(self, ids, Some(targets), None, logits_ready);
+                (out.logits, out.loss.expect("labels given"))
             }
         }
     }
@@ -203,6 +217,7 @@ pub(crate) struct Weights {
     pub final_norm: Tensor,
     pub lm_head: Tensor,
     pub rope_buffer: Option<Tensor>,
+    pub buffers: Vec<Tensor>,
 }
 
 impl Builder<'_> {
@@ -218,6 +233,8 @@ impl Builder<'_> {
             lm_head: w.lm_head,
             rope_buffer: w.rope_buffer,
             rope_cache: Default::default(),
+            buffers: w.buffers,
+            training: std::cell::Cell::new(false),
         }
     }
 

@@ -38,6 +38,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
                 ])
             },
             down: b.param(p("feed_forward.down_proj"), &[d, f], std),
+            hf: None,
         });
     }
     let final_norm = b.param("norm.weight".into(), &[d], Init::Ones);
@@ -49,7 +50,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
     } else {
         b.param("output_proj.weight".into(), &[v, d], std)
     };
-    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: None })
+    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: None, buffers: Vec::new() })
 }
 
 /// RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) * w.

@@ -45,6 +45,7 @@ impl OptimConfig {
         let (kind, lr) = match flavour {
             crate::model::Flavour::Cs336 => (OptimizerKind::AdamwCs336, 1e-3),
             crate::model::Flavour::Tinyllama => (OptimizerKind::AdamwTorch, 3e-4),
+            crate::model::Flavour::Hf => (OptimizerKind::AdamwTorch, 5e-5),
         };
         OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 }
     }

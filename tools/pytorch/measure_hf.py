@@ -202,6 +202,7 @@ def main(argv=None):
     a.add_argument("--attention-mask", choices=("none", "ones"), default="none")
     a.add_argument("--threads", type=int, default=1)
     a.add_argument("--json", help="write the per-phase result (JSON) here")
+    a.add_argument("--events", help="write the measured step's allocation/free log (CSV) here")
     x = a.parse_args(argv)
     torch.set_num_threads(x.threads)
     p = dict(model_type=x.model_type, hidden_size=x.hidden_size, intermediate_size=x.intermediate_size,
@@ -209,7 +210,9 @@ def main(argv=None):
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
              batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=x.use_cache == "true", logits_to_keep=x.logits_to_keep,
              checkpoint=x.checkpoint, optimizer=x.optimizer, max_grad_norm=x.max_grad_norm, attention_mask=x.attention_mask)
-    per, _, info = measure(p, x.profile_type)
+    per, log, info = measure(p, x.profile_type)
+    if x.events:
+        M.write_events(x.events, log)
     import transformers
     print(f"hf {x.profile_type}: {p} (torch {torch.__version__}, transformers {transformers.__version__}, CPU); {info}")
     M.print_phases(per)

@@ -30,6 +30,8 @@ use std::rc::Rc;
 
 pub(crate) const FORWARD: &str = "_scaled_dot_product_flash_attention";
 pub(crate) const BACKWARD: &str = "_scaled_dot_product_flash_attention_backward";
+pub(crate) const EFFICIENT_FORWARD: &str = "_scaled_dot_product_efficient_attention";
+pub(crate) const EFFICIENT_BACKWARD: &str = "_scaled_dot_product_efficient_attention_backward";
 
 /// Query rows and keys per tile. A 128×256 score tile (128 KiB in f32) and the K/V rows it
 /// reads stay in L2 while giving gemm blocks large enough to run near its peak: on the 2-core
@@ -243,23 +245,53 @@ fn last_dim_unit(t: &Tensor) -> Tensor {
     if t.layout().strides[3] == 1 || t.shape()[3] == 1 { t.clone() } else { t.contiguous() }
 }
 
+/// Which fused CUDA kernel an attention call stands for: its workspace differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedKernel {
+    /// FlashAttention-2 (`_scaled_dot_product_flash_attention`, flash-attn's `flash_attn_func`).
+    Flash,
+    /// Memory-efficient attention (`_scaled_dot_product_efficient_attention`).
+    Efficient,
+}
+
 impl Tensor {
     /// `F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)` through the
-    /// flash backend, for q (B, h, Sq, d) and k, v (B, h, Sk, d) (GQA callers repeat k and v
-    /// first). The causal mask is top-left aligned (key j visible to query i when j ≤ i).
+    /// flash backend, for q (B, h, Sq, d) and k, v (B, h, Sk, d), or (B, h_kv, Sk, d) with
+    /// h_kv dividing h (`enable_gqa=True`). The causal mask is top-left aligned (key j
+    /// visible to query i when j ≤ i).
     #[track_caller]
     pub fn flash_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        Tensor::fused_attention(FusedKernel::Flash, q, k, v, causal, scale)
+    }
+
+    /// As [`Tensor::flash_attention`] through the memory-efficient kernel (no GQA; the
+    /// logsumexp rows are padded to 32; the backward keeps the per-row D and, for half
+    /// types, an fp32 dQ accumulator).
+    #[track_caller]
+    pub fn efficient_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        Tensor::fused_attention(FusedKernel::Efficient, q, k, v, causal, scale)
+    }
+
+    #[track_caller]
+    fn fused_attention(kernel: FusedKernel, q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        let (fwd_op, bwd_op, node) = match kernel {
+            FusedKernel::Flash => (FORWARD, BACKWARD, "ScaledDotProductFlashAttentionBackward0"),
+            FusedKernel::Efficient => (EFFICIENT_FORWARD, EFFICIENT_BACKWARD, "ScaledDotProductEfficientAttentionBackward0"),
+        };
         // scaled_dot_product_attention is on autocast's lower-precision list.
         if crate::engine::autocast::active().is_some() {
             let (lq, lk, lv) = (crate::engine::autocast::lower(q), crate::engine::autocast::lower(k), crate::engine::autocast::lower(v));
             if lq.dtype() != q.dtype() || lk.dtype() != k.dtype() || lv.dtype() != v.dtype() {
-                return Tensor::flash_attention(&lq, &lk, &lv, causal, scale);
+                return Tensor::fused_attention(kernel, &lq, &lk, &lv, causal, scale);
             }
         }
         assert!(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, "flash_attention expects (B, h, S, d) tensors");
         let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
-        let sk = k.dim(2);
-        assert_eq!(k.shape(), &[b, h, sk, d], "flash_attention: key shape {:?} vs query {:?}", k.shape(), q.shape());
+        let (hk, sk) = (k.dim(1), k.dim(2));
+        assert!(hk > 0 && h % hk == 0, "flash_attention: {hk} key/value heads do not divide {h} query heads");
+        assert!(kernel == FusedKernel::Flash || hk == h, "the memory-efficient kernel has no grouped-query attention");
+        let rep = h / hk;
+        assert_eq!(k.shape(), &[b, hk, sk, d], "flash_attention: key shape {:?} vs query {:?}", k.shape(), q.shape());
         assert_eq!(v.shape(), k.shape(), "flash_attention: value shape {:?} vs key {:?}", v.shape(), k.shape());
         assert!(sk > 0, "flash_attention needs at least one key");
         let dtype = q.dtype();
@@ -268,20 +300,22 @@ impl Tensor {
         let device = q.device();
         // The logsumexp is kept in the accumulation type (fp32; f64 for f64 inputs).
         let lse_dtype = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        let lse_rows = if kernel == FusedKernel::Efficient { round_up(sq, 32) } else { sq };
         let span = cost::begin();
-        let (out_st, out_l) = alloc_like(&q, dtype, FORWARD);
-        let lse_st = Storage::alloc(device, lse_dtype, b * h * sq, FORWARD);
+        let (out_st, out_l) = alloc_like(&q, dtype, fwd_op);
+        let lse_st = Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op);
         if device == Device::Cpu {
             with_real!(dtype, R, {
                 let (o, l) = cpu::with_slice::<R, _>(&q, |qs| {
                     cpu::with_slice::<R, _>(&k, |ks| {
                         cpu::with_slice::<R, _>(&v, |vs| {
                             let mut o = vec![R::zero(); b * h * sq * d];
-                            let mut l = vec![R::zero(); b * h * sq];
+                            let mut l = vec![R::zero(); b * h * lse_rows];
                             let sc = R::lit(scale);
-                            o.par_chunks_mut(sq * d).zip(l.par_chunks_mut(sq)).enumerate().for_each(|(i, (o, l))| {
-                                let (qh, kh) = (&qs[i * sq * d..(i + 1) * sq * d], &ks[i * sk * d..(i + 1) * sk * d]);
-                                forward_head(qh, kh, &vs[i * sk * d..(i + 1) * sk * d], sq, sk, d, causal, sc, o, l);
+                            o.par_chunks_mut(sq * d).zip(l.par_chunks_mut(lse_rows)).enumerate().for_each(|(i, (o, l))| {
+                                let j = kv_head(i, h, rep);
+                                let (qh, kh) = (&qs[i * sq * d..(i + 1) * sq * d], &ks[j * sk * d..(j + 1) * sk * d]);
+                                forward_head(qh, kh, &vs[j * sk * d..(j + 1) * sk * d], sq, sk, d, causal, sc, o, &mut l[..sq]);
                             });
                             (o, l)
                         })
@@ -292,20 +326,20 @@ impl Tensor {
             });
         }
         let esz = dtype.size() as u64;
-        cost::end(span, device, FORWARD, || {
+        cost::end(span, device, fwd_op, || {
             let flops = 4 * (b * h * sq * sk * d) as u64;
-            let read = ((b * h * (sq + 2 * sk) * d) as u64) * esz;
-            let written = (b * h * sq * d) as u64 * esz + (b * h * sq * lse_dtype.size()) as u64;
+            let read = ((b * (h * sq + 2 * hk * sk) * d) as u64) * esz;
+            let written = (b * h * sq * d) as u64 * esz + (b * h * lse_rows * lse_dtype.size()) as u64;
             (OpKind::Matmul, flops, read, written, esz as u8)
         });
         let out = Tensor::from_parts(out_st, out_l);
-        let lse = Tensor::from_parts(lse_st, Layout::contiguous(&[b, h, sq]));
+        let lse = Tensor::from_parts(lse_st, Layout::contiguous(&[b, h, lse_rows]));
         if !needs_grad(&[&q, &k, &v]) {
             return out;
         }
         let saved = (save(&q), save(&k), save(&v), save(&out), save(&lse));
         drop(lse);
-        attach(out, "ScaledDotProductFlashAttentionBackward0", &[&q, &k, &v], Box::new(move |g| {
+        attach(out, node, &[&q, &k, &v], Box::new(move |g| {
             let (q, k, v, o, lse) = saved;
             let (q, k, v, o, lse) = (q.into_tensor(), k.into_tensor(), v.into_tensor(), o.into_tensor(), lse.into_tensor());
             // `_flash_attention_backward` makes dO and O contiguous as (B, S, h, d) ("CUDA
@@ -315,18 +349,32 @@ impl Tensor {
                 if tt.is_contiguous() { t } else { tt.contiguous().transpose(1, 2) }
             };
             let g = bshd(g);
-            let o = bshd(o);
+            let o = if kernel == FusedKernel::Flash { bshd(o) } else { o };
             let span = cost::begin();
-            let (dq_st, dq_l) = alloc_like(&q, dtype, BACKWARD);
-            let (dk_st, dk_l) = alloc_like(&k, dtype, BACKWARD);
-            let (dv_st, dv_l) = alloc_like(&v, dtype, BACKWARD);
+            let (dq_st, dq_l) = alloc_like(&q, dtype, bwd_op);
+            let (dk_st, dk_l) = alloc_like(&k, dtype, bwd_op);
+            let (dv_st, dv_l) = alloc_like(&v, dtype, bwd_op);
             let work = {
                 let _w = runtime::category(Category::Workspace);
-                let sr = round_up(sq, 128);
-                let dr = if d <= 192 { round_up(d, 32) } else { 256 };
-                let softmax_d = Storage::alloc(device, DType::F32, b * h * sr, BACKWARD);
-                let dq_accum = Storage::alloc(device, DType::F32, b * sr * h * dr, BACKWARD);
-                (softmax_d, dq_accum)
+                match kernel {
+                    FusedKernel::Flash => {
+                        let sr = round_up(sq, 128);
+                        let dr = if d <= 192 { round_up(d, 32) } else { 256 };
+                        let softmax_d = Storage::alloc(device, DType::F32, b * h * sr, bwd_op);
+                        let dq_accum = Storage::alloc(device, DType::F32, b * sr * h * dr, bwd_op);
+                        // mha_bwd with fewer key/value heads: dK and dV per query head, then
+                        // summed over each group into dk, dv.
+                        let expanded = (rep > 1).then(|| {
+                            (Storage::alloc(device, dtype, b * sk * h * d, bwd_op), Storage::alloc(device, dtype, b * sk * h * d, bwd_op))
+                        });
+                        (softmax_d, Some(dq_accum), expanded)
+                    }
+                    FusedKernel::Efficient => {
+                        let delta = Storage::alloc(device, DType::F32, b * h * sq, bwd_op);
+                        let accum = (dtype != DType::F32 && dtype != DType::F64).then(|| Storage::alloc(device, DType::F32, b * sq * h * d, bwd_op));
+                        (delta, accum, None)
+                    }
+                }
             };
             if device == Device::Cpu {
                 with_real!(dtype, R, {
@@ -334,35 +382,48 @@ impl Tensor {
                     let (qs, ks, vs, os, gs) = (read(&q), read(&k), read(&v), read(&o), read(&g));
                     let ls = cpu::read::<R>(&lse);
                     let mut dqv = vec![R::zero(); b * h * sq * d];
+                    // Per query head (summed into the key/value heads below).
                     let mut dkv = vec![R::zero(); b * h * sk * d];
                     let mut dvv = vec![R::zero(); b * h * sk * d];
                     let sc = R::lit(scale);
                     let (nq, nk) = (sq * d, sk * d);
                     dqv.par_chunks_mut(nq).zip(dkv.par_chunks_mut(nk)).zip(dvv.par_chunks_mut(nk)).enumerate().for_each(
                         |(i, ((dq, dk), dv))| {
+                            let j = kv_head(i, h, rep);
                             let ins = (
                                 &qs[i * nq..(i + 1) * nq],
-                                &ks[i * nk..(i + 1) * nk],
-                                &vs[i * nk..(i + 1) * nk],
+                                &ks[j * nk..(j + 1) * nk],
+                                &vs[j * nk..(j + 1) * nk],
                                 &os[i * nq..(i + 1) * nq],
                                 &gs[i * nq..(i + 1) * nq],
-                                &ls[i * sq..(i + 1) * sq],
+                                &ls[i * lse_rows..i * lse_rows + sq],
                             );
                             backward_head(ins, (sq, sk, d), causal, sc, dq, dk, dv);
                         },
                     );
+                    let group = |x: Vec<R>| -> Vec<R> {
+                        if rep == 1 {
+                            return x;
+                        }
+                        let mut y = vec![R::zero(); b * hk * nk];
+                        for (i, chunk) in x.chunks(nk).enumerate() {
+                            let j = kv_head(i, h, rep);
+                            add_into(&mut y[j * nk..(j + 1) * nk], chunk);
+                        }
+                        y
+                    };
                     store(&dq_st, &dq_l, dqv);
-                    store(&dk_st, &dk_l, dkv);
-                    store(&dv_st, &dv_l, dvv);
+                    store(&dk_st, &dk_l, group(dkv));
+                    store(&dv_st, &dv_l, group(dvv));
                 });
             }
             drop(work);
-            cost::end(span, device, BACKWARD, || {
+            cost::end(span, device, bwd_op, || {
                 // FlopCounterMode's sdpa_backward_flop_count: five products of the forward's
                 // size (scores recomputed, dV, dP, dQ, dK), causal or not.
                 let flops = 10 * (b * h * sq * sk * d) as u64;
-                let read = ((b * h * (3 * sq + 2 * sk) * d) as u64) * esz + (b * h * sq * lse_dtype.size()) as u64;
-                let written = ((b * h * (sq + 2 * sk) * d) as u64) * esz;
+                let read = ((b * (3 * h * sq + 2 * hk * sk) * d) as u64) * esz + (b * h * lse_rows * lse_dtype.size()) as u64;
+                let written = ((b * (h * sq + 2 * hk * sk) * d) as u64) * esz;
                 (OpKind::Matmul, flops, read, written, esz as u8)
             });
             drop((q, k, v, o, lse, g));
@@ -373,4 +434,10 @@ impl Tensor {
             ]
         }))
     }
+}
+
+/// The key/value head (flattened over the batch) that query head `i` (flattened) reads.
+fn kv_head(i: usize, h: usize, rep: usize) -> usize {
+    let (bi, hi) = (i / h, i % h);
+    bi * (h / rep) + hi / rep
 }

@@ -220,6 +220,40 @@ impl Tensor {
         out
     }
 
+    /// `F.linear(x, w, b)` with a bias: ATen flattens the input and runs `addmm(b, x2d, wᵀ)`
+    /// (one (N, out) output, viewed back). AddmmBackward0 returns grad·w for the input and
+    /// (gradᵀ·x)ᵀᵀ (contiguous, in w's layout) for the weight, and the bias gradient is the
+    /// grad summed to the bias's shape afterwards.
+    #[track_caller]
+    pub fn linear_bias(&self, w: &Tensor, b: &Tensor) -> Tensor {
+        let (in_f, out_f) = (self.dim(-1), w.dim(0));
+        let mut out_shape = self.shape().to_vec();
+        *out_shape.last_mut().expect("linear input has a last dim") = out_f;
+        let x2 = self.reshape(&[usize::MAX, in_f]);
+        let out = {
+            let _g = runtime::no_grad();
+            let o = x2.mm(&w.t());
+            if o.device() == crate::engine::Device::Cpu {
+                o.add_(&b.detach().expand(o.shape()));
+            }
+            o
+        };
+        let out = if needs_grad(&[&x2, w, b]) {
+            let (xs, ws) = (save(&x2), save(w));
+            attach(out, "AddmmBackward0", &[b, &x2, w], Box::new(move |g| {
+                let (x, w) = (xs.unpack(), ws.unpack());
+                let gx = g.mm(&w);
+                let gw = g.t().mm(&x);
+                drop((x, w));
+                let gb = g.sum_dim(0, false);
+                vec![Some(gb), Some(gx), Some(gw)]
+            }))
+        } else {
+            out
+        };
+        out.view(&out_shape)
+    }
+
     /// `torch.matmul` for rank ≥ 2 operands, following ATen: fold the batch of an N-D × 2-D
     /// product into one `mm` (via `reshape`, which copies when the layout does not allow a
     /// view), otherwise broadcast the batch dims and `bmm`.

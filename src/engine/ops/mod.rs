@@ -2,6 +2,7 @@
 //! is recording, attaches a node that saves exactly what PyTorch's derivative saves.
 pub mod attention;
 pub mod elementwise;
+pub mod int;
 pub mod linalg;
 pub mod nn;
 pub mod reduce;

@@ -82,6 +82,41 @@ impl Tensor {
         out
     }
 
+    /// `F.softmax(x, dim, dtype=dtype)` as CUDA runs it: for a half input and an fp32
+    /// `dtype`, `_softmax(x, dim, half_to_float=True)` writes the fp32 result directly (no
+    /// fp32 copy of the input, unlike the CPU kernel); the backward returns the gradient in
+    /// the input's type. Same types: [`Tensor::softmax`].
+    #[track_caller]
+    pub fn softmax_as(&self, dim: isize, dtype: DType) -> Tensor {
+        let in_dt = self.dtype();
+        if dtype == in_dt {
+            return self.softmax(dim);
+        }
+        assert!(dtype == DType::F32 && matches!(in_dt, DType::BF16 | DType::F16), "softmax from {in_dt} to {dtype}");
+        let n = last_dim(self, dim, "softmax");
+        let out = Tensor::compute::<f32>(self.device(), DType::F32, self.shape(), "_softmax", &[self], || {
+            cpu::with_slice::<f32, _>(self, |s| cpu::rows(s, n, n, |r, o| softmax_rows(r, o, false)))
+        });
+        if needs_grad(&[self]) {
+            let y = save(&out);
+            return attach(out, "SoftmaxBackward0", &[self], Box::new(move |g| {
+                let y = y.unpack();
+                let gi = with_real!(in_dt, R, {
+                    Tensor::compute::<R>(g.device(), in_dt, g.shape(), "_softmax_backward_data", &[&g, &y], || {
+                        rows2::<R>(&g, &y, n, |g, y, o| {
+                            let dot = cpu::ldot(g, y);
+                            for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
+                                *o = yi * (gi - dot);
+                            }
+                        })
+                    })
+                });
+                vec![Some(gi)]
+            }));
+        }
+        out
+    }
+
     /// Fused log_softmax: saves its output.
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {

@@ -1,8 +1,8 @@
-//! Models from a Hugging Face `config.json` (`LlamaConfig`): the shape fields map onto a
-//! [`ModelConfig`] of the tinyllama flavour, the closest of the two references to HF's Llama
-//! (F.linear projections, fused softmax, grouped-query attention expanded with
-//! repeat_interleave, fused silu and cross-entropy, torch.optim.AdamW).
-use super::config::{Attention, Flavour, ModelConfig};
+//! Models from a Hugging Face `config.json`: the fields transformers' config classes
+//! (`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`) read, with their defaults,
+//! into a [`ModelConfig`] of the hf flavour.
+use super::{Arch, HfConfig};
+use crate::model::config::{Attention, Flavour, ModelConfig};
 use serde_json::Value;
 
 /// What a config.json describes, plus the fields vramscope records but does not model.
@@ -28,6 +28,13 @@ fn uint(obj: &serde_json::Map<String, Value>, name: &str, default: Option<usize>
             Some(n) if n > 0 => usize::try_from(n).map_err(|_| format!("field '{name}' is too large ({n})")),
             _ => Err(format!("field '{name}' must be a positive integer, found {v}")),
         },
+    }
+}
+
+fn opt_uint(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Option<usize>, String> {
+    match field(obj, name) {
+        None => Ok(None),
+        Some(_) => uint(obj, name, None).map(Some),
     }
 }
 
@@ -59,29 +66,48 @@ fn string(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Option<Str
 pub fn parse(text: &str) -> Result<HfModel, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
     let obj = v.as_object().ok_or("expected a JSON object at the top level")?;
+    let model_type = string(obj, "model_type")?;
+    // A config without model_type is read as LlamaConfig (the field every saved config has;
+    // hand-written ones often omit it).
+    let arch = match model_type.as_deref() {
+        None => Arch::Llama,
+        Some(t) => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}", Arch::list()))?,
+    };
     let d = uint(obj, "hidden_size", None)?;
     let f = uint(obj, "intermediate_size", None)?;
     let l = uint(obj, "num_hidden_layers", None)?;
     let h = uint(obj, "num_attention_heads", None)?;
     let kv = uint(obj, "num_key_value_heads", Some(h))?;
     let vocab = uint(obj, "vocab_size", None)?;
-    let max = uint(obj, "max_position_embeddings", Some(2048))?;
-    let rope_theta = float(obj, "rope_theta", 10_000.0)?;
+    let max = uint(obj, "max_position_embeddings", Some(if arch == Arch::Llama { 2048 } else { 32768 }))?;
+    // transformers 5 keeps rope_theta inside rope_parameters; older files have it at the top.
+    let rope_params = field(obj, "rope_parameters").and_then(|v| v.as_object());
+    let rope_theta = match rope_params.and_then(|r| field(r, "rope_theta")) {
+        Some(_) => float(rope_params.unwrap(), "rope_theta", 10_000.0)?,
+        None => float(obj, "rope_theta", if arch == Arch::Qwen3 || arch == Arch::Qwen2 { 1_000_000.0 } else { 10_000.0 })?,
+    };
     let eps = float(obj, "rms_norm_eps", 1e-6)?;
     let tied = boolean(obj, "tie_word_embeddings", false)?;
-    let torch_dtype = string(obj, "torch_dtype")?;
-    let model_type = string(obj, "model_type")?;
+    let torch_dtype = match string(obj, "dtype")? {
+        Some(d) => Some(d),
+        None => string(obj, "torch_dtype")?,
+    };
     let name_or_path = string(obj, "_name_or_path")?.filter(|n| !n.trim().is_empty());
-    if d % h != 0 {
-        return Err(format!("num_attention_heads {h} does not divide hidden_size {d}"));
-    }
+    let head_dim = match field(obj, "head_dim") {
+        Some(_) => uint(obj, "head_dim", None)?,
+        None if arch == Arch::Qwen3 => 128,
+        None => {
+            if d % h != 0 {
+                return Err(format!("num_attention_heads {h} does not divide hidden_size {d} (and no head_dim is given)"));
+            }
+            d / h
+        }
+    };
     if h % kv != 0 {
         return Err(format!("num_key_value_heads {kv} does not divide num_attention_heads {h}"));
     }
-    if let Some(hd) = field(obj, "head_dim") {
-        if hd.as_u64() != Some((d / h) as u64) {
-            return Err(format!("head_dim {hd} differs from hidden_size / num_attention_heads = {} (not modelled)", d / h));
-        }
+    if head_dim % 2 != 0 {
+        return Err(format!("head_dim {head_dim} must be even for rotary embeddings"));
     }
     if !(rope_theta > 0.0) {
         return Err(format!("rope_theta must be positive, found {rope_theta}"));
@@ -89,8 +115,25 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     if !(eps >= 0.0) {
         return Err(format!("rms_norm_eps must be non-negative, found {eps}"));
     }
+    let mut hf = HfConfig::new(arch, head_dim);
+    let attention_bias = boolean(obj, "attention_bias", false)?;
+    match arch {
+        Arch::Llama => {
+            (hf.qkv_bias, hf.o_bias) = (attention_bias, attention_bias);
+            hf.mlp_bias = boolean(obj, "mlp_bias", false)?;
+        }
+        Arch::Qwen3 => (hf.qkv_bias, hf.o_bias) = (attention_bias, attention_bias),
+        Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (true, false),
+        Arch::Mistral => {}
+    }
+    hf.sliding_window = match arch {
+        Arch::Mistral => opt_uint(obj, "sliding_window")?,
+        Arch::Qwen2 | Arch::Qwen3 if boolean(obj, "use_sliding_window", false)? => opt_uint(obj, "sliding_window")?,
+        _ => None,
+    };
+    hf.use_cache = boolean(obj, "use_cache", true)?;
     let config = ModelConfig {
-        flavour: Flavour::Tinyllama,
+        flavour: Flavour::Hf,
         vocab_size: vocab,
         d_model: d,
         num_layers: l,
@@ -99,13 +142,14 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         d_ff: f,
         rope_theta,
         norm_eps: eps,
-        norm_fp32_upcast: false,
+        norm_fp32_upcast: true,
         tied_embeddings: tied,
         max_seq_len: max,
         attention: Attention::Naive,
         checkpoint: Default::default(),
         fused_qkv: false,
         fused_gate_up: false,
+        hf: Some(hf),
     };
     Ok(HfModel { config, torch_dtype, model_type, name_or_path })
 }
@@ -116,7 +160,7 @@ mod tests {
 
     #[test]
     fn llama3_8b_counts_its_parameters() {
-        let m = parse(include_str!("../../tests/fixtures/llama3_8b_config.json")).unwrap();
+        let m = parse(include_str!("../../../tests/fixtures/llama3_8b_config.json")).unwrap();
         assert_eq!(m.config.param_count(), 8_030_261_248);
         assert_eq!(m.config.num_kv_heads, 8);
         assert!(!m.config.tied_embeddings);

@@ -1,0 +1,185 @@
+//! The `hf` flavour: causal LMs as Hugging Face transformers' own modeling code runs them
+//! (`model_type` llama, mistral, qwen2, qwen3), with transformers' run options.
+//!
+//! [`HfConfig`] holds what a `config.json` and transformers' options add to a
+//! [`ModelConfig`](super::ModelConfig); [`config_json`] reads the file; the op sequence of
+//! the pinned release lives in one file ([`transformers_5_23`]), so a later release is a new
+//! file beside it.
+pub mod config_json;
+pub mod transformers_5_23;
+
+pub use config_json::{parse, HfModel};
+pub use transformers_5_23 as modeling;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The transformers release whose modeling code the flavour reproduces.
+pub const TRANSFORMERS_VERSION: &str = "5.23.0";
+
+/// `model_type` of a config.json: which modeling file runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Llama,
+    Mistral,
+    /// q/k/v projections with biases.
+    Qwen2,
+    /// RMSNorm on each head of q and k before RoPE; explicit head_dim (128 by default).
+    Qwen3,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3];
+    pub fn parse(s: &str) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.name() == s)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Mistral => "mistral",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+    /// The supported `model_type`s, for error messages.
+    pub fn list() -> String {
+        Arch::ALL.map(|a| a.name()).join(", ")
+    }
+}
+
+/// `attn_implementation` (`from_pretrained(..., attn_implementation=...)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnImplementation {
+    /// `eager_attention_forward`: repeat_kv, matmul, mask add, fp32 softmax, matmul.
+    Eager,
+    /// `sdpa_attention_forward`: `F.scaled_dot_product_attention` (transformers' default).
+    #[default]
+    Sdpa,
+    /// The flash-attn package's `flash_attn_func` on (B, S, h, d) tensors.
+    FlashAttention2,
+}
+
+impl AttnImplementation {
+    pub fn parse(s: &str) -> Option<AttnImplementation> {
+        match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "eager" => Some(AttnImplementation::Eager),
+            "sdpa" => Some(AttnImplementation::Sdpa),
+            "flash_attention_2" | "fa2" | "flash_attn_2" => Some(AttnImplementation::FlashAttention2),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnImplementation::Eager => "eager",
+            AttnImplementation::Sdpa => "sdpa",
+            AttnImplementation::FlashAttention2 => "flash_attention_2",
+        }
+    }
+}
+
+/// The kernel `F.scaled_dot_product_attention` dispatches to on a CUDA GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SdpaBackend {
+    /// What PyTorch picks for the dtype and mask ([`SdpaBackend::resolve`]).
+    #[default]
+    Auto,
+    /// FlashAttention-2: fp16/bf16, no explicit mask, head_dim ≤ 256.
+    Flash,
+    /// Memory-efficient attention (xFormers' cutlass kernels): any float dtype, masks allowed.
+    Efficient,
+    /// The math fallback: the composite of matmul, softmax and matmul.
+    Math,
+}
+
+impl SdpaBackend {
+    pub fn parse(s: &str) -> Option<SdpaBackend> {
+        match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "auto" => Some(SdpaBackend::Auto),
+            "flash" => Some(SdpaBackend::Flash),
+            "efficient" | "mem_efficient" | "memory_efficient" => Some(SdpaBackend::Efficient),
+            "math" => Some(SdpaBackend::Math),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SdpaBackend::Auto => "auto",
+            SdpaBackend::Flash => "flash",
+            SdpaBackend::Efficient => "efficient",
+            SdpaBackend::Math => "math",
+        }
+    }
+
+    /// PyTorch's priority order on CUDA (`sdp_utils.cpp`, flash → efficient → math) for
+    /// the query dtype, whether a mask is passed, GQA (`enable_gqa`) and the head size.
+    /// The memory-efficient kernel has no GQA; flash needs a half type and no mask.
+    pub fn resolve(self, half: bool, masked: bool, gqa: bool, head_dim: usize) -> SdpaBackend {
+        if self != SdpaBackend::Auto {
+            return self;
+        }
+        if half && !masked && head_dim <= 256 && head_dim % 8 == 0 {
+            SdpaBackend::Flash
+        } else if !gqa && head_dim % 8 == 0 {
+            SdpaBackend::Efficient
+        } else {
+            SdpaBackend::Math
+        }
+    }
+}
+
+impl fmt::Display for SdpaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the hf flavour adds to a [`ModelConfig`](super::ModelConfig): the architecture
+/// facts of the config.json and the run options transformers offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HfConfig {
+    pub model_type: Arch,
+    /// Size of one attention head (config.json `head_dim`; hidden_size / heads by default,
+    /// Qwen3's default is 128).
+    pub head_dim: usize,
+    /// Biases on q, k and v (`attention_bias`; always on for qwen2).
+    pub qkv_bias: bool,
+    /// A bias on o_proj (`attention_bias` for llama and qwen3; never for qwen2/mistral).
+    pub o_bias: bool,
+    /// Biases on gate, up and down (llama's `mlp_bias`).
+    pub mlp_bias: bool,
+    /// Mistral's (and Qwen's `use_sliding_window`) attention window, if any.
+    pub sliding_window: Option<usize>,
+    pub attn_implementation: AttnImplementation,
+    pub sdpa_backend: SdpaBackend,
+    /// `use_cache` (the config's default is true: a forward builds a `DynamicCache`).
+    pub use_cache: bool,
+    /// `logits_to_keep` (0: all positions).
+    pub logits_to_keep: usize,
+    /// `gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": …})`.
+    pub reentrant: bool,
+    /// The collator passes an all-ones `attention_mask` (a tokenizer's unpadded batch).
+    pub attention_mask: bool,
+}
+
+impl HfConfig {
+    /// An architecture's defaults as transformers' config class sets them.
+    pub fn new(model_type: Arch, head_dim: usize) -> HfConfig {
+        HfConfig {
+            model_type,
+            head_dim,
+            qkv_bias: model_type == Arch::Qwen2,
+            o_bias: false,
+            mlp_bias: false,
+            sliding_window: None,
+            attn_implementation: AttnImplementation::Sdpa,
+            sdpa_backend: SdpaBackend::Auto,
+            use_cache: true,
+            logits_to_keep: 0,
+            reentrant: false,
+            attention_mask: false,
+        }
+    }
+}

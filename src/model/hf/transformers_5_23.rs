@@ -1,0 +1,529 @@
+//! transformers 5.23.0's causal LMs, op for op: `LlamaForCausalLM` and the three files that
+//! differ from it only where [`Arch`] says (`MistralForCausalLM`: no biases, a sliding window;
+//! `Qwen2ForCausalLM`: q/k/v biases; `Qwen3ForCausalLM`: `q_norm`/`k_norm` on each head).
+//!
+//! Everything the op sequence depends on for this release is in this file: the order of ops,
+//! which Python locals keep a tensor alive until their function returns, the mask and RoPE
+//! tables built per forward, the `DynamicCache` a forward fills when `use_cache` is on, the
+//! attention interfaces (eager, sdpa with its CUDA backend, flash_attention_2) and
+//! `ForCausalLMLoss`. Sources: `models/llama/modeling_llama.py`, `models/qwen3/modeling_qwen3.py`,
+//! `integrations/sdpa_attention.py`, `integrations/flash_attention.py`, `masking_utils.py`
+//! (`create_causal_mask`, `sdpa_mask`, `eager_mask`, `find_packed_sequence_indices`),
+//! `cache_utils.py` (`DynamicLayer.update`), `loss/loss_utils.py`, `modeling_layers.py`
+//! (`GradientCheckpointingLayer`).
+use super::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use crate::engine::checkpoint::{checkpoint, checkpoint_reentrant};
+use crate::engine::runtime::{self, scope};
+use crate::engine::{DType, Device, Tensor};
+use crate::model::init::Init;
+use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weights};
+use crate::record::Category;
+use std::rc::Rc;
+
+/// The weights only the hf flavour has, per decoder layer.
+#[derive(Clone, Default)]
+pub struct HfLayer {
+    /// q, k, v biases (qwen2; llama/qwen3 with `attention_bias`).
+    pub qkv_bias: Option<[Tensor; 3]>,
+    pub o_bias: Option<Tensor>,
+    /// gate, up, down biases (llama `mlp_bias`).
+    pub mlp_bias: Option<[Tensor; 3]>,
+    /// Qwen3's per-head RMSNorm weights (head_dim) on q and k.
+    pub qk_norm: Option<[Tensor; 2]>,
+}
+
+pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
+    let hf = cfg.hf.as_ref().expect("the hf flavour has hf options");
+    let (d, f, v, hd) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, hf.head_dim);
+    let (q, kv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
+    // `_init_weights`: normal(0, initializer_range 0.02) for linears and the embedding, zero
+    // biases, RMSNorm weights ones.
+    let std = Init::Normal { std: 0.02 };
+    let zero = Init::Normal { std: 0.0 };
+    let mut b = Builder { device, dtype, rng, params: Vec::new() };
+    let embedding = b.param("model.embed_tokens.weight".into(), &[v, d], std);
+    let mut layers = Vec::with_capacity(cfg.num_layers);
+    for i in 0..cfg.num_layers {
+        let p = |n: &str| format!("model.layers.{i}.{n}");
+        // Registration order: self_attn (q, k, v, o, then q_norm, k_norm), mlp, then the
+        // two norms; each Linear's weight before its bias.
+        let lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
+            let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
+            let bias = bias.then(|| b.param(p(&format!("{name}.bias")), &[rows], zero));
+            (w, bias)
+        };
+        let (wq, bq) = lin(&mut b, "self_attn.q_proj", q, d, hf.qkv_bias);
+        let (wk, bk) = lin(&mut b, "self_attn.k_proj", kv, d, hf.qkv_bias);
+        let (wv, bv) = lin(&mut b, "self_attn.v_proj", kv, d, hf.qkv_bias);
+        let (wo, bo) = lin(&mut b, "self_attn.o_proj", d, q, hf.o_bias);
+        let qk_norm = (hf.model_type == Arch::Qwen3)
+            .then(|| [b.param(p("self_attn.q_norm.weight"), &[hd], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[hd], Init::Ones)]);
+        let (wg, bg) = lin(&mut b, "mlp.gate_proj", f, d, hf.mlp_bias);
+        let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
+        let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
+        let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
+        let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
+        let extra = HfLayer {
+            qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]),
+            o_bias: bo,
+            mlp_bias: bg.map(|bg| [bg, bu.expect("up bias"), bd.expect("down bias")]),
+            qk_norm,
+        };
+        layers.push(Layer {
+            attn_norm,
+            qkv: Projection::Separate(vec![("q_proj", wq), ("k_proj", wk), ("v_proj", wv)]),
+            o: wo,
+            ffn_norm,
+            gate_up: Projection::Separate(vec![("gate_proj", wg), ("up_proj", wu)]),
+            down: wd,
+            hf: Some(Rc::new(extra)),
+        });
+    }
+    let final_norm = b.param("model.norm.weight".into(), &[d], Init::Ones);
+    let lm_head = if cfg.tied_embeddings {
+        // nn.Linear allocates and initialises its own weight before `tie_weights` replaces it.
+        drop(crate::model::init::make(&[v, d], dtype, device, std, b.rng));
+        embedding.clone()
+    } else {
+        b.param("lm_head.weight".into(), &[v, d], std)
+    };
+    // LlamaRotaryEmbedding's inv_freq and original_inv_freq buffers (head_dim/2 fp32 each).
+    let rope_buffer = {
+        let _c = runtime::category(Category::Buffer);
+        let half = hd / 2;
+        let theta = cfg.rope_theta;
+        let inv = || (0..half).map(|j| 1.0 / theta.powf((2 * j) as f64 / hd as f64)).collect::<Vec<_>>();
+        let inv_freq = Tensor::from_f64_with(&[half], DType::F32, device, inv);
+        (inv_freq, Tensor::from_f64_with(&[half], DType::F32, device, inv))
+    };
+    let (inv_freq, original) = rope_buffer;
+    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers: vec![original] })
+}
+
+/// What `LlamaForCausalLM.forward` returns (`CausalLMOutputWithPast`): the logits, the loss
+/// when labels were given, and the `DynamicCache`'s key/value tensors (empty without cache).
+pub struct Output {
+    pub logits: Tensor,
+    pub loss: Option<Tensor>,
+    pub cache: Vec<Tensor>,
+}
+
+/// `nn.Linear` with an optional bias: `F.linear(x, w, b)` (addmm on the flattened rows).
+fn linear_b(name: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    match bias {
+        None => linear(name, x, w),
+        Some(b) => {
+            let _s = scope(name);
+            let (x, w, b) = (crate::engine::autocast::lower(x), crate::engine::autocast::lower(w), crate::engine::autocast::lower(b));
+            x.linear_bias(&w, &b)
+        }
+    }
+}
+
+/// `LlamaRMSNorm.forward`: `x.to(float32)`, `x * rsqrt(mean(x²) + eps)`, `weight * x.to(input dtype)`.
+/// The fp32 product and the variance are locals until the function returns.
+fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
+    let _s = scope(name);
+    let input_dtype = x.dtype();
+    let hs = x.to_dtype(DType::F32);
+    let variance = hs.pow_scalar(2.0).mean_dim(-1, true);
+    let normed = {
+        let r = variance.add_scalar(eps).rsqrt();
+        hs.mul(&r)
+    };
+    drop(hs);
+    let out = w.mul(&normed.to_dtype(input_dtype));
+    drop((normed, variance));
+    out
+}
+
+/// `torch.arange(n) + offset` (the sum is a new tensor; the arange dies with the expression).
+fn arange_plus(n: usize, device: Device) -> Tensor {
+    Tensor::arange(n, device).add_int(0)
+}
+
+/// `create_causal_mask` for this run: None where SDPA may rely on `is_causal` (no padding,
+/// no window shorter than the sequence) or flash_attention_2 is used; else eager's (B, 1, S, S)
+/// additive mask in the model's dtype (or, for sdpa, the boolean one).
+fn causal_mask(cfg: &ModelConfig, hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
+    let _s = scope("mask");
+    let window = hf.sliding_window.filter(|&w| w < s);
+    match hf.attn_implementation {
+        AttnImplementation::FlashAttention2 => return None,
+        AttnImplementation::Sdpa if window.is_none() => return None, // _ignore_causal_mask_sdpa
+        _ => {}
+    }
+    let _ = cfg;
+    // sdpa_mask: batch/head aranges (tiny), q and kv aranges, the mask function broadcast
+    // over (B|1, 1, S, S), expanded to B; the aranges die when sdpa_mask returns.
+    let batch_arange = Tensor::arange(b, device);
+    let head_arange = Tensor::arange(1, device);
+    let q_arange = arange_plus(s, device);
+    let kv_arange = arange_plus(s, device);
+    let qi = q_arange.view(&[1, 1, s, 1]);
+    let kj = kv_arange.view(&[1, 1, 1, s]);
+    let mut mask = qi.ge(&kj); // causal: kv_idx <= q_idx
+    if let Some(w) = window {
+        // sliding_window_overlay: kv_idx > q_idx - window, and-ed in.
+        let inside = kj.add_int(w as i64).ge(&qi.add_int(1));
+        mask = mask.logical_and(&inside);
+    }
+    if let Some(p) = padding {
+        // padding_mask_function: padding_mask[batch_idx, kv_idx] → (B, 1, 1, S), and-ed in.
+        let pm = p.view(&[b, 1, 1, s]);
+        mask = mask.logical_and(&pm);
+    }
+    drop((batch_arange, head_arange, qi, kj, q_arange, kv_arange));
+    let mask = mask.expand(&[b, 1, s, s]);
+    match hf.attn_implementation {
+        // eager_mask: torch.where(mask, zeros((), dtype), finfo(dtype).min).
+        AttnImplementation::Eager => {
+            let zero = Tensor::zeros(&[], dtype, device);
+            Some(zero.where_scalar(&mask, dtype.finfo_min()))
+        }
+        _ => Some(mask),
+    }
+}
+
+/// `find_packed_sequence_indices(position_ids)` (no cache and no attention_mask): the
+/// position diff, `!= 1` and its cumsum, all dead once it decides nothing is packed.
+fn packed_sequence_check(position_ids: &Tensor, b: usize) {
+    let _s = scope("mask");
+    let pos = position_ids.expand(&[b, position_ids.dim(1)]);
+    let first = pos.narrow(1, 0, 1).add_int(-1);
+    // torch.diff(prepend=...): cat, then the shifted difference; the cat dies with diff.
+    let diff = {
+        let cat = Tensor::cat(&[first.clone(), pos.clone()], -1);
+        let n = cat.dim(1);
+        cat.narrow(1, 1, n - 1).sub_int(&cat.narrow(1, 0, n - 1))
+    };
+    drop(first);
+    let packed = diff.ne_int(1).cumsum_last();
+    drop(diff);
+    let last = packed.narrow(1, packed.dim(1) - 1, 1).eq_int(0);
+    drop((last, packed));
+}
+
+/// `LlamaRotaryEmbedding.forward` (no_grad): cos and sin (1, S, head_dim) in the model's dtype.
+fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
+    let _s = scope("rotary_emb");
+    let _g = runtime::no_grad();
+    let s = position_ids.dim(1);
+    let inv_freq = m.rope_buffer.as_ref().expect("inv_freq buffer");
+    let half = inv_freq.dim(0);
+    // position_ids[..., None].float() * inv_freq (the float ids die after the product).
+    let freqs = {
+        let pos = position_ids.view(&[1, s, 1]).to_dtype(DType::F32);
+        pos.mul(&inv_freq.view(&[1, 1, half]))
+    };
+    let emb = Tensor::cat(&[freqs.clone(), freqs.clone()], -1);
+    let cos = emb.cos().mul_scalar(1.0);
+    let sin = emb.sin().mul_scalar(1.0);
+    let out = {
+        let _c = runtime::category(Category::Activation);
+        (cos.to_dtype(dtype), sin.to_dtype(dtype))
+    };
+    drop((freqs, emb, cos, sin));
+    out
+}
+
+/// `rotate_half(x)`: cat((-x2, x1), -1); `-x2` dies once the cat exists.
+fn rotate_half(x: &Tensor) -> Tensor {
+    let h = x.dim(-1) / 2;
+    let x1 = x.narrow(-1, 0, h);
+    let neg = x.narrow(-1, h, h).neg();
+    Tensor::cat(&[neg, x1], -1)
+}
+
+/// `x * cos + rotate_half(x) * sin` with each product dead once the sum exists.
+fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let a = x.mul(cos);
+    let b = {
+        let r = rotate_half(x);
+        r.mul(sin)
+    };
+    a.add(&b)
+}
+
+/// `repeat_kv`: expand to (B, h_kv, n_rep, S, d) and reshape (a copy) unless n_rep is 1.
+fn repeat_kv(x: &Tensor, n_rep: usize) -> Tensor {
+    if n_rep == 1 {
+        return x.clone();
+    }
+    let (b, h, s, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+    x.unsqueeze(2).expand(&[b, h, n_rep, s, d]).reshape(&[b, h * n_rep, s, d])
+}
+
+/// Everything a decoder layer reads, owned, so a checkpoint can keep it to recompute.
+struct Block {
+    cfg: Rc<ModelConfig>,
+    layer: Layer,
+    index: usize,
+    mask: Option<Tensor>,
+    cos: Tensor,
+    sin: Tensor,
+    /// The run's DynamicCache (None under checkpointing or with use_cache off).
+    cache: Option<Rc<std::cell::RefCell<Vec<Tensor>>>>,
+    training: bool,
+}
+
+impl Block {
+    fn hf(&self) -> &HfConfig {
+        self.cfg.hf.as_ref().expect("hf options")
+    }
+
+    /// `LlamaDecoderLayer.forward`.
+    fn forward(&self, x: Tensor) -> Tensor {
+        let (l, eps) = (&self.layer, self.cfg.norm_eps);
+        // `residual = hidden_states`: the input stays referenced until the layer returns.
+        let residual = x;
+        let mut h = rms_norm("input_layernorm", &residual, &l.attn_norm, eps);
+        h = self.attention(&h);
+        h = residual.add(&h);
+        let residual = h;
+        let mut h = rms_norm("post_attention_layernorm", &residual, &l.ffn_norm, eps);
+        h = self.mlp(&h);
+        residual.add(&h)
+    }
+
+    /// `LlamaMLP.forward`: down(act(gate(x)) * up(x)), every intermediate an expression temporary.
+    fn mlp(&self, x: &Tensor) -> Tensor {
+        let _s = scope("mlp");
+        let l = &self.layer;
+        let extra = l.hf.as_ref().expect("hf layer");
+        let bias = |i: usize| extra.mlp_bias.as_ref().map(|b| &b[i]);
+        let ws = l.gate_up.weights();
+        let prod = {
+            let g = linear_b("gate_proj", x, ws[0], bias(0)).silu();
+            let u = linear_b("up_proj", x, ws[1], bias(1));
+            g.mul(&u)
+        };
+        linear_b("down_proj", &prod, &l.down, bias(2))
+    }
+
+    /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first).
+    fn attention(&self, x: &Tensor) -> Tensor {
+        let _s = scope("self_attn");
+        let hf = self.hf();
+        let l = &self.layer;
+        let extra = l.hf.as_ref().expect("hf layer");
+        let (b, s) = (x.dim(0), x.dim(1));
+        let (hd, eps) = (hf.head_dim, self.cfg.norm_eps);
+        let ws = l.qkv.weights();
+        let bias = |i: usize| extra.qkv_bias.as_ref().map(|bs| &bs[i]);
+        // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)`.
+        let project = |i: usize, name: &str| {
+            let p = linear_b(name, x, ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
+            let p = match &extra.qk_norm {
+                Some(n) if i < 2 => rms_norm(if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
+                _ => p,
+            };
+            p.transpose(1, 2)
+        };
+        let q = project(0, "q_proj");
+        let k = project(1, "k_proj");
+        let v = project(2, "v_proj");
+        // apply_rotary_pos_emb: cos/sin unsqueezed to (1, 1, S, d); the projections die with
+        // the rebinding `query_states, key_states = apply_rotary_pos_emb(...)`.
+        let (cos, sin) = (self.cos.unsqueeze(1), self.sin.unsqueeze(1));
+        let (q, mut k, mut v) = {
+            let _s = scope("rotary");
+            let qe = apply_rope(&q, &cos, &sin);
+            let ke = apply_rope(&k, &cos, &sin);
+            drop((q, k));
+            (qe, ke, v)
+        };
+        if let Some(cache) = &self.cache {
+            // DynamicLayer.update: keys = cat([keys, k], dim=-2) (first call: a copy of k).
+            let _s = scope("past_key_values");
+            let _c = runtime::category(Category::Activation);
+            let kc = Tensor::cat(&[k.clone()], -2);
+            let vc = Tensor::cat(&[v.clone()], -2);
+            cache.borrow_mut().extend([kc.clone(), vc.clone()]);
+            (k, v) = (kc, vc);
+        }
+        let out = match hf.attn_implementation {
+            AttnImplementation::Eager => self.eager(&q, &k, &v),
+            AttnImplementation::Sdpa => self.sdpa(&q, &k, &v),
+            AttnImplementation::FlashAttention2 => self.flash_attention_2(&q, &k, &v),
+        };
+        drop((k, v));
+        // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states` is a
+        // local until forward returns.
+        let out = out.reshape(&[b, s, usize::MAX]).contiguous();
+        let o = linear_b("o_proj", &out, &l.o, extra.o_bias.as_ref());
+        drop((out, q));
+        o
+    }
+
+    fn n_rep(&self) -> usize {
+        self.cfg.num_heads / self.cfg.num_kv_heads
+    }
+
+    /// `eager_attention_forward`.
+    fn eager(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+        let _s = scope("attention");
+        let scaling = (self.hf().head_dim as f64).powf(-0.5);
+        let ks = repeat_kv(k, self.n_rep());
+        let vs = repeat_kv(v, self.n_rep());
+        let mut w = q.matmul(&ks.transpose(2, 3)).mul_scalar(scaling);
+        if let Some(m) = &self.mask {
+            w = w.add(m);
+        }
+        // softmax(dim=-1, dtype=float32) then .to(q.dtype); dropout p=0 returns its input.
+        w = w.softmax_as(-1, DType::F32).to_dtype(q.dtype());
+        let out = w.matmul(&vs);
+        out.transpose(1, 2).contiguous()
+    }
+
+    /// `sdpa_attention_forward`: enable_gqa when there is no mask (CUDA, head_dim ≤ 256), else
+    /// repeat_kv; is_causal when there is no mask; the kernel PyTorch picks on CUDA.
+    fn sdpa(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+        let _s = scope("attention");
+        let hf = self.hf();
+        let scaling = (hf.head_dim as f64).powf(-0.5);
+        let n_rep = self.n_rep();
+        let gqa = n_rep > 1 && self.mask.is_none() && hf.head_dim <= 256;
+        let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(k, n_rep), repeat_kv(v, n_rep)) } else { (k.clone(), v.clone()) };
+        let half = matches!(q.dtype(), DType::BF16 | DType::F16);
+        let backend = hf.sdpa_backend.resolve(half, self.mask.is_some(), gqa, hf.head_dim);
+        let causal = self.mask.is_none();
+        let out = match backend {
+            SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, causal, scaling),
+            SdpaBackend::Efficient => Tensor::efficient_attention(q, &k, &v, causal, scaling),
+            SdpaBackend::Math => math_attention(q, &k, &v, self.mask.as_ref(), causal, scaling),
+        };
+        // reshape(B, -1, S, d) (a view) then transpose(1, 2).contiguous().
+        out.transpose(1, 2).contiguous()
+    }
+
+    /// `flash_attention_forward` → `flash_attn_func` on (B, S, h, d) views: the flash-attn
+    /// kernels, GQA native, output (B, S, h, d).
+    fn flash_attention_2(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+        let _s = scope("attention");
+        let scaling = (self.hf().head_dim as f64).powf(-0.5);
+        let _ = self.training;
+        Tensor::flash_attention(q, k, v, true, scaling).transpose(1, 2)
+    }
+}
+
+/// `LlamaForCausalLM.forward(input_ids, attention_mask, labels, use_cache, logits_to_keep)`,
+/// with `logits_ready` called when lm_head returns (where the loss phase starts).
+pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> Output {
+    let cfg = &m.config;
+    let hf = cfg.hf.as_ref().expect("hf options");
+    let (b, s) = (ids.dim(0), ids.dim(1));
+    let device = ids.device();
+    let training = runtime::is_grad_enabled() && labels.is_some();
+    // Checkpointing runs only in training mode (model.train()), and then turns the cache off
+    // in each layer (GradientCheckpointingLayer); the DynamicCache object itself is built.
+    let checkpointing = cfg.checkpoint != crate::model::Checkpoint::None && m.training.get();
+    let _ = training;
+    let (hidden, cache, mask, position_ids);
+    {
+        let _s = scope("model");
+        let embeds = {
+            let _s = scope("embed_tokens");
+            m.embedding.embedding(ids)
+        };
+        let use_cache = hf.use_cache;
+        // position_ids = arange(S) + past_seen_tokens, unsqueezed.
+        position_ids = arange_plus(s, device).view(&[1, s]);
+        // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
+        // mask, the packed-sequence check runs on the position ids.
+        let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
+        if !use_cache && padding.is_none() {
+            packed_sequence_check(&position_ids, b);
+        }
+        // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa).
+        mask = causal_mask(cfg, hf, b, s, embeds.dtype(), device, padding.as_ref());
+        drop(padding);
+        let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
+        cache = (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
+        let shared = Rc::new(cfg.clone());
+        let mut h = embeds;
+        for (i, l) in m.layers.iter().enumerate() {
+            let _s = scope(&format!("layers.{i}"));
+            let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), cache: cache.clone(), training: m.training.get() };
+            let _ = block.index;
+            h = if checkpointing && cfg.checkpoint.covers(i) {
+                if hf.reentrant {
+                    checkpoint_reentrant(h.clone(), move |x| block.forward(x))
+                } else {
+                    checkpoint(h.clone(), move |x| block.forward(x))
+                }
+            } else {
+                block.forward(h.clone())
+            };
+        }
+        hidden = rms_norm("norm", &h, &m.final_norm, cfg.norm_eps);
+        drop((h, cos, sin));
+    }
+    // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
+    drop((mask, position_ids));
+    // slice_logits_to_keep: hidden_states[:, -k:, :] (a view).
+    let hidden = if hf.logits_to_keep > 0 && hf.logits_to_keep < s { hidden.narrow(1, s - hf.logits_to_keep, hf.logits_to_keep) } else { hidden };
+    let logits = linear("lm_head", &hidden, &m.lm_head);
+    drop(hidden);
+    logits_ready(&logits);
+    let loss = labels.map(|labels| {
+        let _s = scope("loss");
+        for_causal_lm_loss(&logits, labels, cfg.vocab_size)
+    });
+    let cache = cache.map(|c| c.borrow_mut().drain(..).collect()).unwrap_or_default();
+    Output { logits, loss, cache }
+}
+
+/// `ForCausalLMLoss`: logits.float(), labels padded with -100 and shifted (contiguous),
+/// `cross_entropy(ignore_index=-100, reduction="mean")`; the padded labels are a local.
+fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: usize) -> Tensor {
+    let logits = logits.to_dtype(DType::F32);
+    let s = labels.dim(1);
+    let padded = labels.pad_last_int(1, -100);
+    let shift = padded.narrow(1, 1, s).contiguous();
+    let loss = logits.view(&[usize::MAX, vocab]).cross_entropy(&shift.view(&[usize::MAX]));
+    drop((padded, shift, logits));
+    loss
+}
+
+/// `_scaled_dot_product_attention_math` as CUDA runs it: half inputs upcast to fp32 (the
+/// default `allow_fp16_bf16_reduction_math_sdp(False)`), GQA by repeat_interleave, both q and
+/// kᵀ scaled by √scale, the causal mask as a float (S, S) mask, softmax, weights·V, and the
+/// output cast back.
+fn math_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, scale: f64) -> Tensor {
+    let origin = q.dtype();
+    let up = |t: &Tensor| if matches!(t.dtype(), DType::BF16 | DType::F16) { t.to_dtype(DType::F32) } else { t.clone() };
+    let (q, mut k, mut v) = (up(q), up(k), up(v));
+    let rep = q.dim(1) / k.dim(1);
+    if rep > 1 {
+        k = k.repeat_interleave(rep, 1);
+        v = v.repeat_interleave(rep, 1);
+    }
+    let sf = scale.sqrt();
+    let (sq, sk, device) = (q.dim(2), k.dim(2), q.device());
+    let float_mask = match mask {
+        Some(m) if m.dtype() == DType::Bool => Some(Tensor::zeros(&[], q.dtype(), device).where_scalar(m, f64::NEG_INFINITY)),
+        Some(m) => Some(m.clone()),
+        None if causal => {
+            // ones(L, S, bool).tril() → where(mask, 0, -inf)
+            let qi = Tensor::arange(sq, device).view(&[sq, 1]);
+            let kj = Tensor::arange(sk, device).view(&[1, sk]);
+            let tril = qi.ge(&kj);
+            drop((qi, kj));
+            Some(Tensor::zeros(&[], q.dtype(), device).where_scalar(&tril, f64::NEG_INFINITY))
+        }
+        None => None,
+    };
+    let qs = q.mul_scalar(sf);
+    let mut attn = {
+        let kt = k.transpose(-2, -1).mul_scalar(sf);
+        qs.matmul(&kt)
+    };
+    if let Some(m) = &float_mask {
+        attn = attn.add(m);
+    }
+    let attn = attn.softmax(-1);
+    let out = attn.matmul(&v);
+    drop((attn, float_mask, qs));
+    out.to_dtype(origin)
+}
