@@ -241,3 +241,87 @@ mod tests {
         assert_eq!(offs, vec![0, 3, 1, 4, 2, 5]);
     }
 }
+
+/// The strides TensorIterator gives a fresh output of `shape` computed elementwise from
+/// `inputs` (ATen `TensorIteratorBase::reorder_dimensions` + `allocate_or_resize_outputs`):
+/// contiguous when every input is contiguous and of the output's shape; otherwise the dims
+/// are ordered fastest-first by the inputs' strides, the first input that tells two dims
+/// apart deciding (broadcast dims are skipped; equal strides put the smaller dim first), and
+/// the output is dense in that order. So `q.transpose(1, 2) * cos` keeps q's physical order.
+pub fn iterator_strides(inputs: &[&Layout], shape: &[usize]) -> Vec<usize> {
+    let n = shape.len();
+    if inputs.iter().all(|l| l.shape == shape && l.is_contiguous()) {
+        return contiguous_strides(shape);
+    }
+    // Each input's strides over the output's dims (right-aligned), 0 where it broadcasts.
+    let st: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|l| {
+            let off = n - l.rank();
+            (0..n)
+                .map(|i| {
+                    if i < off {
+                        return 0;
+                    }
+                    let d = i - off;
+                    if l.shape[d] == 1 && shape[i] != 1 { 0 } else { l.strides[d] }
+                })
+                .collect()
+        })
+        .collect();
+    let should_swap = |d0: usize, d1: usize| -> i32 {
+        for s in &st {
+            let (s0, s1) = (s[d0], s[d1]);
+            if s0 == 0 || s1 == 0 {
+                continue;
+            }
+            if s0 < s1 {
+                return -1;
+            }
+            if s0 > s1 {
+                return 1;
+            }
+            if shape[d0] > shape[d1] {
+                return 1;
+            }
+        }
+        0
+    };
+    // perm[0] is the fastest dim; insertion sort with ambiguous comparisons, as ATen.
+    let mut perm: Vec<usize> = (0..n).rev().collect();
+    for i in 1..n {
+        let mut d1 = i;
+        for d0 in (0..i).rev() {
+            match should_swap(perm[d0], perm[d1]) {
+                c if c > 0 => {
+                    perm.swap(d0, d1);
+                    d1 = d0;
+                }
+                c if c < 0 => break,
+                _ => {}
+            }
+        }
+    }
+    let mut strides = vec![0; n];
+    let mut acc = 1;
+    for &d in &perm {
+        strides[d] = acc;
+        acc *= shape[d];
+    }
+    strides
+}
+
+/// `empty_like(t)` with `memory_format=torch.preserve_format`: `t`'s own strides when it is
+/// non-overlapping and dense (any dim order), else contiguous.
+pub fn preserve_strides(l: &Layout) -> Vec<usize> {
+    let mut dims: Vec<usize> = (0..l.rank()).filter(|&d| l.shape[d] != 1).collect();
+    dims.sort_by_key(|&d| l.strides[d]);
+    let mut acc = 1;
+    for &d in &dims {
+        if l.strides[d] != acc {
+            return contiguous_strides(&l.shape);
+        }
+        acc *= l.shape[d];
+    }
+    l.strides.clone()
+}

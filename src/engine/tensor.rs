@@ -65,6 +65,28 @@ impl Tensor {
         Tensor::from_parts(st, Layout::contiguous(shape))
     }
 
+    /// As [`Tensor::build`] with the output laid out with `strides` (`fill` still produces
+    /// the values in row-major order of the shape).
+    #[track_caller]
+    pub(crate) fn build_strided(device: Device, dtype: DType, shape: &[usize], strides: Vec<usize>, op: &'static str, inputs: &[&Tensor], fill: impl FnOnce() -> Buffer) -> Tensor {
+        let l = Layout { shape: shape.to_vec(), strides, offset: 0 };
+        if l.is_contiguous() {
+            let t = Tensor::build(device, dtype, shape, op, inputs, fill);
+            return Tensor::from_parts(t.0.storage.clone(), l);
+        }
+        let span = super::cost::begin();
+        let n = numel(shape);
+        let st = Storage::alloc(device, dtype, n, op);
+        if device == Device::Cpu {
+            st.set(scatter_row_major(fill(), &l));
+        }
+        super::cost::end(span, device, op, || {
+            let (kind, flops, read, written) = super::cost::classify(op, inputs, n, dtype);
+            (kind, flops, read, written, dtype.size() as u8)
+        });
+        Tensor::from_parts(st, l)
+    }
+
     /// Allocate an output whose values are computed in `R` and stored as `dtype`.
     #[track_caller]
     pub(crate) fn compute<R: CReal>(device: Device, dtype: DType, shape: &[usize], op: &'static str, inputs: &[&Tensor], f: impl FnOnce() -> Vec<R>) -> Tensor {
@@ -497,7 +519,7 @@ impl Tensor {
     /// Always a fresh contiguous copy (`clone()`).
     #[track_caller]
     pub fn clone_contiguous(&self) -> Tensor {
-        let out = copy_of(self, self.dtype(), "clone");
+        let out = copy_of(self, self.dtype(), "clone", false);
         if needs_grad(&[self]) {
             return attach(out, "CloneBackward0", &[self], Box::new(|g| vec![Some(g)]));
         }
@@ -509,7 +531,7 @@ impl Tensor {
         if dtype == self.dtype() {
             return self.clone();
         }
-        let out = copy_of(self, dtype, "_to_copy");
+        let out = copy_of(self, dtype, "_to_copy", true);
         if needs_grad(&[self]) && dtype.is_float() {
             let src = self.dtype();
             return attach(out, "ToCopyBackward0", &[self], Box::new(move |g| vec![Some(g.to_dtype(src))]));
@@ -560,15 +582,20 @@ pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) 
 }
 
 #[track_caller]
-fn copy_of(t: &Tensor, dtype: DType, op: &'static str) -> Tensor {
+/// A copy of `t` as `dtype`: laid out as `t` when `preserve` (`empty_like` with the preserve
+/// format, as `_to_copy` does), else contiguous (`clone(memory_format=contiguous_format)`).
+fn copy_of(t: &Tensor, dtype: DType, op: &'static str, preserve: bool) -> Tensor {
     match (t.dtype(), dtype) {
         (DType::I64, DType::I64) => Tensor::build(t.device(), dtype, t.shape(), op, &[t], || Buffer::I64(cpu::read_i64(t))),
         (DType::Bool, DType::Bool) => Tensor::build(t.device(), dtype, t.shape(), op, &[t], || Buffer::Bool(cpu::read_bool(t))),
+        // `_to_copy` allocates `empty_like(t)` with the preserve format (t's own dim order
+        // when it is dense), then copies.
         _ => with_real!(dtype, R, {
+            let strides = if preserve { super::layout::preserve_strides(t.layout()) } else { super::layout::contiguous_strides(t.shape()) };
             if t.dtype() == DType::F64 {
-                Tensor::compute::<f64>(t.device(), dtype, t.shape(), op, &[t], || cpu::read::<f64>(t))
+                Tensor::build_strided(t.device(), dtype, t.shape(), strides, op, &[t], || cpu::to_buffer(cpu::read::<f64>(t), dtype))
             } else {
-                Tensor::compute::<R>(t.device(), dtype, t.shape(), op, &[t], || cpu::read::<R>(t))
+                Tensor::build_strided(t.device(), dtype, t.shape(), strides, op, &[t], || cpu::to_buffer(cpu::read::<R>(t), dtype))
             }
         }),
     }
@@ -580,3 +607,21 @@ fn infer_shape(shape: &[usize], n: usize) -> Vec<usize> {
     shape.iter().map(|&d| if d == usize::MAX { n / known.max(1) } else { d }).collect()
 }
 
+/// Row-major values placed at the offsets of layout `l` (a dense, permuted layout).
+fn scatter_row_major(vals: Buffer, l: &Layout) -> Buffer {
+    fn put<E: Copy + Default>(v: Vec<E>, l: &Layout) -> Vec<E> {
+        let mut out = vec![E::default(); v.len()];
+        for (x, o) in v.into_iter().zip(l.offsets()) {
+            out[o] = x;
+        }
+        out
+    }
+    match vals {
+        Buffer::F32(v) => Buffer::F32(put(v, l)),
+        Buffer::F64(v) => Buffer::F64(put(v, l)),
+        Buffer::BF16(v) => Buffer::BF16(put(v, l)),
+        Buffer::F16(v) => Buffer::F16(put(v, l)),
+        Buffer::I64(v) => Buffer::I64(put(v, l)),
+        Buffer::Bool(v) => Buffer::Bool(put(v, l)),
+    }
+}

@@ -138,10 +138,16 @@ impl Model {
 
     /// Logits (B, S, V) for token ids (B, S).
     pub fn forward(&self, ids: &Tensor) -> Tensor {
+        self.forward_masked(ids, None)
+    }
+
+    /// [`Model::forward`] with the collator's attention_mask (hf; the others take none). The
+    /// hf output's DynamicCache dies with the unbound result, as `model(...)` does.
+    pub fn forward_masked(&self, ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
         match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
             Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
-            Flavour::Hf => hf::modeling::forward(self, ids, None, None, &mut |_| {}).logits,
+            Flavour::Hf => hf::modeling::forward(self, ids, None, attention_mask, &mut |_| {}).logits,
         }
     }
 
@@ -150,6 +156,11 @@ impl Model {
     /// forward's locals are gone by then; the tinyllama model computes it inside its
     /// `forward`, so the mask and the shifted copies live until it returns.
     pub fn forward_loss(&self, ids: &Tensor, targets: &Tensor, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Tensor) {
+        self.forward_loss_masked(ids, targets, None, logits_ready)
+    }
+
+    /// [`Model::forward_loss`] with the collator's attention_mask (hf only).
+    pub fn forward_loss_masked(&self, ids: &Tensor, targets: &Tensor, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Tensor) {
         match self.config.flavour {
             Flavour::Cs336 => {
                 let logits = cs336::forward(self, ids);
@@ -163,9 +174,9 @@ impl Model {
                 (logits, loss.expect("targets given"))
             }
             Flavour::Hf => {
-                // `loss = model(input_ids, labels=labels).loss`: the output (logits and the
-                // DynamicCache) is dropped by the caller once the loss exists.
-                let out = hf::modeling::forward(self, ids, Some(targets), None, logits_ready);
+                // `loss = model(input_ids, labels=labels).loss`: the DynamicCache dies here, the
+                // logits when the caller drops them (`del out`).
+                let out = hf::modeling::forward(self, ids, Some(targets), attention_mask, logits_ready);
                 (out.logits, out.loss.expect("labels given"))
             }
         }

@@ -58,6 +58,34 @@ impl Batcher {
         Batcher { kind, vocab, batch, seq, device, rng, pool }
     }
 
+    /// The next causal-LM batch as Hugging Face's collator builds it
+    /// (`DataCollatorForLanguageModeling`, mlm=False), rebinding the loop's variables one at a
+    /// time as Python does (each old tensor dies once its new one exists): input_ids (B, S)
+    /// int64, labels = a copy of them (the model shifts), and, when `mask`, the all-ones
+    /// (B, S) int64 attention_mask a tokenizer gives unpadded rows.
+    pub fn next_causal_lm_batch(&mut self, batch: &mut CausalLmBatch, mask: bool) {
+        let _c = runtime::category(Category::Input);
+        let _s = runtime::scope("data");
+        let (b, s, vocab, rng) = (self.batch, self.seq, self.vocab, &mut self.rng);
+        let kind = self.kind;
+        let period = PATTERN_PERIOD.min(vocab);
+        let ids = Tensor::from_i64_with(&[b, s], self.device, || match kind {
+            DataKind::Pattern => {
+                let mut v = Vec::with_capacity(b * s);
+                for _ in 0..b {
+                    let phase = rng.below(period);
+                    v.extend((0..s).map(|i| ((phase + i) % period) as i64));
+                }
+                v
+            }
+            _ => (0..b * s).map(|_| rng.below(vocab) as i64).collect(),
+        });
+        let ids = batch.input_ids.insert(ids);
+        let labels = ids.clone_contiguous();
+        batch.labels = Some(labels);
+        batch.attention_mask = mask.then(|| Tensor::from_i64_with(&[b, s], self.device, || vec![1; b * s]));
+    }
+
     /// (inputs, labels), each (B, S) int64: a (B, S+1) sequence split into the two shifted
     /// views and made contiguous, as the reference `get_batch` does.
     pub fn next_batch(&mut self) -> (Tensor, Tensor) {
@@ -95,4 +123,12 @@ impl Batcher {
         let labels = seq.narrow(1, 1, s).contiguous();
         (inputs, labels)
     }
+}
+
+/// The tensors a Hugging Face training loop binds per step (see [`Batcher::next_causal_lm_batch`]).
+#[derive(Default)]
+pub struct CausalLmBatch {
+    pub input_ids: Option<Tensor>,
+    pub labels: Option<Tensor>,
+    pub attention_mask: Option<Tensor>,
 }

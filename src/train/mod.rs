@@ -6,7 +6,7 @@ pub mod precision;
 pub mod scaler;
 pub mod step;
 
-pub use data::{Batcher, DataKind};
+pub use data::{Batcher, CausalLmBatch, DataKind};
 pub use optim::{Optimizer, OptimizerKind};
 pub use precision::Precision;
 pub use scaler::GradScaler;

@@ -75,23 +75,39 @@ impl<'m> StepRunner<'m> {
         self.step_accumulated(&[(inputs, labels)])
     }
 
+    /// One step with the collator's attention_mask (hf).
+    pub fn step_masked(&mut self, inputs: &Tensor, labels: &Tensor, attention_mask: Option<&Tensor>) -> StepResult {
+        self.step_micro(&[(inputs, labels, attention_mask)])
+    }
+
     /// One optimizer step over micro-batches (gradient accumulation), as the Python loop
     /// `zero_grad(); for x, y in micro: logits, loss = model(x, y); loss = loss / N;
     /// loss.backward(); optimizer.step()` runs it: gradients accumulate in place, the
     /// optimizer runs once. With one micro-batch there is no division (a plain step).
     pub fn step_accumulated(&mut self, micro: &[(&Tensor, &Tensor)]) -> StepResult {
+        let micro: Vec<_> = micro.iter().map(|&(x, y)| (x, y, None)).collect();
+        self.step_micro(&micro)
+    }
+
+    fn step_micro(&mut self, micro: &[(&Tensor, &Tensor, Option<&Tensor>)]) -> StepResult {
         let n = micro.len();
         assert!(n > 0, "a step needs a batch");
         let mut phases = Vec::with_capacity(5);
         let t0 = Instant::now();
         let model = self.model;
+        // `model.train()` (transformers checkpoints its layers only in training mode).
+        model.training.set(true);
+        // The Trainer's step: `loss = compute_loss(model, inputs)` returns only the loss (the
+        // output with its logits dies before backward) and the loop drops the loss after the
+        // step; the reference scripts keep both bound until the next step rebinds them.
+        let hf = model.config.flavour == Flavour::Hf;
         timed(Phase::ZeroGrad, &mut phases, || model.zero_grad());
         // Forward, loss and backward repeat per micro-batch: times add up, peaks take the max.
         let mut fwd = PhaseStat { phase: Phase::Forward.name(), ..Default::default() };
         let mut loss_stat = PhaseStat { phase: Phase::Loss.name(), ..Default::default() };
         let mut bwd = PhaseStat { phase: Phase::Backward.name(), ..Default::default() };
         let mut value = (micro[0].0.device() == Device::Cpu).then_some(0.0);
-        for &(inputs, labels) in micro {
+        for &(inputs, labels, mask) in micro {
             // Forward, then loss: the loss phase starts when the logits exist.
             let rebind_after_forward = model.config.flavour == Flavour::Cs336;
             runtime::set_phase(Phase::Forward);
@@ -100,7 +116,7 @@ impl<'m> StepRunner<'m> {
             let prev_logits = &mut self.logits;
             // `with torch.autocast(...)`: forward and loss; backward runs outside.
             let region = self.precision.autocast().map(autocast::enable);
-            let (logits, loss) = model.forward_loss(inputs, labels, &mut |logits| {
+            let (logits, loss) = model.forward_loss_masked(inputs, labels, mask, &mut |logits| {
                 fwd.seconds += mark.elapsed().as_secs_f64();
                 fwd.peak_allocated = fwd.peak_allocated.max(runtime::stats().phase_peak);
                 if rebind_after_forward {
@@ -113,8 +129,12 @@ impl<'m> StepRunner<'m> {
             });
             drop(region);
             // `_, loss = model(tokens, labels)` / `loss = cross_entropy(...)`: rebinding frees
-            // the previous step's tensors only now.
-            self.logits = Some(logits);
+            // the previous step's tensors only now. The Trainer's `del out` frees the logits.
+            if hf {
+                drop(logits);
+            } else {
+                self.logits = Some(logits);
+            }
             let loss = if n > 1 {
                 // `loss = loss / N`: the unscaled loss dies with the rebinding.
                 self.loss = Some(loss);
@@ -148,6 +168,10 @@ impl<'m> StepRunner<'m> {
                 true
             }
         });
+        if hf {
+            self.loss = None;
+        }
+        model.training.set(false);
         runtime::set_phase(Phase::Setup);
         let seconds = t0.elapsed().as_secs_f64();
         StepResult {

@@ -8,7 +8,7 @@ use crate::engine::autocast;
 use crate::engine::autograd::{attach, needs_grad, save};
 use crate::engine::cpu::{self, CReal};
 use crate::engine::dtype::{DType, Real};
-use crate::engine::layout::{broadcast_shapes, Layout};
+use crate::engine::layout::{broadcast_shapes, iterator_strides, Layout};
 use crate::engine::storage::Buffer;
 use crate::engine::tensor::{write_strided, Tensor};
 use crate::engine::cost;
@@ -123,8 +123,12 @@ fn float_dtype(t: &Tensor) -> DType {
 /// `f(x)` into a new tensor of `dtype`.
 #[track_caller]
 pub(crate) fn unary_raw<F: UnFn>(x: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
+    // TensorIterator lays the output out in x's physical dim order.
+    let strides = iterator_strides(&[x.layout()], x.shape());
     with_real!(dtype, R, {
-        Tensor::compute::<R>(x.device(), dtype, x.shape(), op, &[x], || cpu::with_slice::<R, _>(x, |s| cpu::map(s, move |v| f.call(v))))
+        Tensor::build_strided(x.device(), dtype, x.shape(), strides, op, &[x], || {
+            cpu::to_buffer(cpu::with_slice::<R, _>(x, |s| cpu::map(s, move |v| f.call(v))), dtype)
+        })
     })
 }
 
@@ -142,7 +146,10 @@ fn binary_values<R: CReal, F: BinFn>(a: &Tensor, b: &Tensor, shape: &[usize], f:
 pub(crate) fn binary_raw<F: BinFn>(a: &Tensor, b: &Tensor, f: F, dtype: DType, op: &'static str) -> Tensor {
     assert_eq!(a.device(), b.device(), "{op}: tensors on different devices");
     let shape = broadcast_shapes(a.shape(), b.shape());
-    with_real!(dtype, R, { Tensor::compute::<R>(a.device(), dtype, &shape, op, &[a, b], || binary_values::<R, F>(a, b, &shape, f)) })
+    let strides = iterator_strides(&[a.layout(), b.layout()], &shape);
+    with_real!(dtype, R, {
+        Tensor::build_strided(a.device(), dtype, &shape, strides, op, &[a, b], || cpu::to_buffer(binary_values::<R, F>(a, b, &shape, f), dtype))
+    })
 }
 
 /// Gradient of a broadcast input: summed back to its shape and cast to its dtype.
