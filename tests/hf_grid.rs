@@ -31,8 +31,8 @@ fn config_of(p: &Value) -> ModelConfig {
     let mut hf = HfConfig::new(arch, head_dim);
     hf.attn_implementation = AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
     // On CPU every sdpa point ran _scaled_dot_product_flash_attention_for_cpu (recorded per
-    // point): the flash kernel's tensors.
-    hf.sdpa_backend = SdpaBackend::Flash;
+    // point, checked below): the CPU kernel's tensors.
+    hf.sdpa_backend = SdpaBackend::CpuFlash;
     hf.use_cache = p["use_cache"].as_bool().unwrap();
     hf.logits_to_keep = num(p, "logits_to_keep");
     hf.reentrant = p["checkpoint"] == "reentrant";
@@ -64,6 +64,10 @@ fn config_of(p: &Value) -> ModelConfig {
 fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let p = &point["point"];
     let cfg = config_of(p);
+    if p["attn"] == "sdpa" {
+        let ran = point["info"]["sdpa_backends"].as_array().unwrap();
+        assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{ran:?}");
+    }
     let (batch, seq) = (num(p, "batch"), num(p, "seq"));
     let kind = point["profile_type"].as_str().unwrap();
     let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
@@ -88,11 +92,7 @@ fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
             });
         }
         let labeled = matches!(kind, "training" | "forward-loss");
-        data.next_causal_lm_batch(&mut bound, mask);
-        if !labeled {
-            // No labels are built for inference and forward.
-            bound.labels = None;
-        }
+        data.next_causal_lm_batch(&mut bound, labeled, mask);
         let x = bound.input_ids.as_ref().unwrap();
         let m = bound.attention_mask.as_ref();
         match kind {

@@ -61,9 +61,9 @@ impl Batcher {
     /// The next causal-LM batch as Hugging Face's collator builds it
     /// (`DataCollatorForLanguageModeling`, mlm=False), rebinding the loop's variables one at a
     /// time as Python does (each old tensor dies once its new one exists): input_ids (B, S)
-    /// int64, labels = a copy of them (the model shifts), and, when `mask`, the all-ones
+    /// int64, labels = a copy of them when `labels` (the model shifts), and, when `mask`, the all-ones
     /// (B, S) int64 attention_mask a tokenizer gives unpadded rows.
-    pub fn next_causal_lm_batch(&mut self, batch: &mut CausalLmBatch, mask: bool) {
+    pub fn next_causal_lm_batch(&mut self, batch: &mut CausalLmBatch, labels: bool, mask: bool) {
         let _c = runtime::category(Category::Input);
         let _s = runtime::scope("data");
         let (b, s, vocab, rng) = (self.batch, self.seq, self.vocab, &mut self.rng);
@@ -81,8 +81,8 @@ impl Batcher {
             _ => (0..b * s).map(|_| rng.below(vocab) as i64).collect(),
         });
         let ids = batch.input_ids.insert(ids);
-        let labels = ids.clone_contiguous();
-        batch.labels = Some(labels);
+        // `labels = input_ids.clone() if ... else None`
+        batch.labels = labels.then(|| ids.clone_contiguous());
         batch.attention_mask = mask.then(|| Tensor::from_i64_with(&[b, s], self.device, || vec![1; b * s]));
     }
 

@@ -153,6 +153,7 @@ def alloc_rows(prof):
 COPY_TRANSPOSE_BLOCK = 60  # Copy.cpp: copy_same_type_transpose_'s BLOCK_SZ (MIN_SZ = 60 * 60)
 REDUCED_FLOAT = (torch.bfloat16, torch.float16)
 SCATTER_OPS = ("aten::scatter_add_", "aten::scatter_add", "aten::scatter_", "aten::scatter")  # src and value forms
+CPU_FLASH_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
 def _meta(i):
@@ -196,6 +197,26 @@ def cpu_kernel_scratch(anc, size):
         if sdt in REDUCED_FLOAT and size == _numel(ss) * 4:
             return (f"cpu {op.name[6:]} of {str(sdt).replace('torch.', '')}: fp32 working buffer the size of self",
                     op.end_time_ns)
+    if op.name in CPU_FLASH_OPS and ins and ins[0] and len(ins) > 1 and ins[1]:
+        # cpu/FlashAttentionKernel.cpp: per-thread tiles in the accumulation type (fp32) and, for
+        # reduced types, a tile in the input type; CUDA's flash kernel keeps these in registers /
+        # shared memory (its own workspace is modelled separately by vramscope).
+        (qs, _, qdt), (ks, _, _) = ins[0], ins[1]
+        if len(qs) == 4 and len(ks) == 4:
+            S, D, kv = qs[2], qs[3], ks[2]
+            nt = torch.get_num_threads()
+            red = qdt in REDUCED_FLOAT
+            kvs = min(512, kv)
+            sizes = set()
+            for qsplit in (32, 64, 256):  # the dispatcher's q_split_size by sequence length
+                q = min(qsplit, S)
+                sizes.add(nt * (q * kvs + 2 * q + q * D) * 4)  # forward: qk, qk_max, qk_sum, dst
+                sizes.add(nt * q * kvs * 2 * 4)  # backward: attn, grad_attn
+                if red:
+                    sizes.add(nt * q * kvs * 2)  # forward: qk_reduced
+                    sizes.add(nt * q * kvs * 2 * 2)  # backward: the reduced attn / grad_attn copies
+            if size in sizes:
+                return (f"cpu flash attention ({op.name[6:]}): per-thread tile buffers", op.end_time_ns)
     return None
 
 

@@ -30,6 +30,8 @@ use std::rc::Rc;
 
 pub(crate) const FORWARD: &str = "_scaled_dot_product_flash_attention";
 pub(crate) const BACKWARD: &str = "_scaled_dot_product_flash_attention_backward";
+pub(crate) const CPU_FORWARD: &str = "_scaled_dot_product_flash_attention_for_cpu";
+pub(crate) const CPU_BACKWARD: &str = "_scaled_dot_product_flash_attention_for_cpu_backward";
 pub(crate) const EFFICIENT_FORWARD: &str = "_scaled_dot_product_efficient_attention";
 pub(crate) const EFFICIENT_BACKWARD: &str = "_scaled_dot_product_efficient_attention_backward";
 
@@ -252,6 +254,10 @@ pub enum FusedKernel {
     Flash,
     /// Memory-efficient attention (`_scaled_dot_product_efficient_attention`).
     Efficient,
+    /// The CPU kernel (`_scaled_dot_product_flash_attention_for_cpu`): output always
+    /// (B, S, h, d), GQA native, no device workspace in backward (its per-thread tiles are
+    /// host scratch).
+    CpuFlash,
 }
 
 impl Tensor {
@@ -272,10 +278,17 @@ impl Tensor {
         Tensor::fused_attention(FusedKernel::Efficient, q, k, v, causal, scale)
     }
 
+    /// As [`Tensor::flash_attention`] through the CPU kernel ([`FusedKernel::CpuFlash`]).
+    #[track_caller]
+    pub fn cpu_flash_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        Tensor::fused_attention(FusedKernel::CpuFlash, q, k, v, causal, scale)
+    }
+
     #[track_caller]
     fn fused_attention(kernel: FusedKernel, q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
         let (fwd_op, bwd_op, node) = match kernel {
             FusedKernel::Flash => (FORWARD, BACKWARD, "ScaledDotProductFlashAttentionBackward0"),
+            FusedKernel::CpuFlash => (CPU_FORWARD, CPU_BACKWARD, "ScaledDotProductFlashAttentionForCpuBackward0"),
             FusedKernel::Efficient => (EFFICIENT_FORWARD, EFFICIENT_BACKWARD, "ScaledDotProductEfficientAttentionBackward0"),
         };
         // scaled_dot_product_attention is on autocast's lower-precision list.
@@ -289,7 +302,7 @@ impl Tensor {
         let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
         let (hk, sk) = (k.dim(1), k.dim(2));
         assert!(hk > 0 && h % hk == 0, "flash_attention: {hk} key/value heads do not divide {h} query heads");
-        assert!(kernel == FusedKernel::Flash || hk == h, "the memory-efficient kernel has no grouped-query attention");
+        assert!(kernel != FusedKernel::Efficient || hk == h, "the memory-efficient kernel has no grouped-query attention");
         let rep = h / hk;
         assert_eq!(k.shape(), &[b, hk, sk, d], "flash_attention: key shape {:?} vs query {:?}", k.shape(), q.shape());
         assert_eq!(v.shape(), k.shape(), "flash_attention: value shape {:?} vs key {:?}", v.shape(), k.shape());
@@ -302,7 +315,14 @@ impl Tensor {
         let lse_dtype = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
         let lse_rows = if kernel == FusedKernel::Efficient { round_up(sq, 32) } else { sq };
         let span = cost::begin();
-        let (out_st, out_l) = alloc_like(&q, dtype, fwd_op);
+        // CUDA: `empty_like` of q as the kernel sees it (q's own dim order); the CPU kernel
+        // always allocates (B, S, h, d) and returns it transposed.
+        let (out_st, out_l) = if kernel == FusedKernel::CpuFlash {
+            let l = Layout::contiguous(&[b, sq, h, d]).transpose(1, 2);
+            (Storage::alloc(device, dtype, l.numel(), fwd_op), l)
+        } else {
+            alloc_like(&q, dtype, fwd_op)
+        };
         let lse_st = Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op);
         if device == Device::Cpu {
             with_real!(dtype, R, {
@@ -348,8 +368,11 @@ impl Tensor {
                 let tt = t.transpose(1, 2);
                 if tt.is_contiguous() { t } else { tt.contiguous().transpose(1, 2) }
             };
-            let g = bshd(g);
-            let o = if kernel == FusedKernel::Flash { bshd(o) } else { o };
+            let (g, o) = match kernel {
+                FusedKernel::Flash => (bshd(g), bshd(o)),
+                FusedKernel::Efficient => (bshd(g), o),
+                FusedKernel::CpuFlash => (g, o),
+            };
             let span = cost::begin();
             let (dq_st, dq_l) = alloc_like(&q, dtype, bwd_op);
             let (dk_st, dk_l) = alloc_like(&k, dtype, bwd_op);
@@ -367,13 +390,14 @@ impl Tensor {
                         let expanded = (rep > 1).then(|| {
                             (Storage::alloc(device, dtype, b * sk * h * d, bwd_op), Storage::alloc(device, dtype, b * sk * h * d, bwd_op))
                         });
-                        (softmax_d, Some(dq_accum), expanded)
+                        (Some(softmax_d), Some(dq_accum), expanded)
                     }
                     FusedKernel::Efficient => {
                         let delta = Storage::alloc(device, DType::F32, b * h * sq, bwd_op);
                         let accum = (dtype != DType::F32 && dtype != DType::F64).then(|| Storage::alloc(device, DType::F32, b * sq * h * d, bwd_op));
-                        (delta, accum, None)
+                        (Some(delta), accum, None)
                     }
+                    FusedKernel::CpuFlash => (None, None, None),
                 }
             };
             if device == Device::Cpu {

@@ -92,6 +92,9 @@ pub enum SdpaBackend {
     Efficient,
     /// The math fallback: the composite of matmul, softmax and matmul.
     Math,
+    /// PyTorch's CPU kernel (`_scaled_dot_product_flash_attention_for_cpu`), what a CPU run
+    /// of transformers executes (the hf grid's sdpa points).
+    CpuFlash,
 }
 
 impl SdpaBackend {
@@ -101,6 +104,7 @@ impl SdpaBackend {
             "flash" => Some(SdpaBackend::Flash),
             "efficient" | "mem_efficient" | "memory_efficient" => Some(SdpaBackend::Efficient),
             "math" => Some(SdpaBackend::Math),
+            "cpu_flash" | "cpu" => Some(SdpaBackend::CpuFlash),
             _ => None,
         }
     }
@@ -110,6 +114,7 @@ impl SdpaBackend {
             SdpaBackend::Flash => "flash",
             SdpaBackend::Efficient => "efficient",
             SdpaBackend::Math => "math",
+            SdpaBackend::CpuFlash => "cpu_flash",
         }
     }
 

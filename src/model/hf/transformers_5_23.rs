@@ -262,6 +262,8 @@ struct Block {
     mask: Option<Tensor>,
     cos: Tensor,
     sin: Tensor,
+    /// `position_ids`, one of the layer's kwargs (a checkpoint's partial keeps it).
+    position_ids: Tensor,
     /// The run's DynamicCache (None under checkpointing or with use_cache off).
     cache: Option<Rc<std::cell::RefCell<Vec<Tensor>>>>,
     training: bool,
@@ -278,7 +280,10 @@ impl Block {
         // `residual = hidden_states`: the input stays referenced until the layer returns.
         let residual = x;
         let mut h = rms_norm("input_layernorm", &residual, &l.attn_norm, eps);
-        h = self.attention(&h);
+        // `hidden_states, _ = self.self_attn(...)`: `_` is a local too, so eager's attention
+        // weights live until the layer returns.
+        let (a, _weights) = self.attention(&h);
+        h = a;
         h = residual.add(&h);
         let residual = h;
         let mut h = rms_norm("post_attention_layernorm", &residual, &l.ffn_norm, eps);
@@ -301,8 +306,9 @@ impl Block {
         linear_b("down_proj", &prod, &l.down, bias(2))
     }
 
-    /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first).
-    fn attention(&self, x: &Tensor) -> Tensor {
+    /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first): the
+    /// output and eager's attention weights (None for the fused kernels).
+    fn attention(&self, x: &Tensor) -> (Tensor, Option<Tensor>) {
         let _s = scope("self_attn");
         let hf = self.hf();
         let l = &self.layer;
@@ -342,10 +348,10 @@ impl Block {
             cache.borrow_mut().extend([kc.clone(), vc.clone()]);
             (k, v) = (kc, vc);
         }
-        let out = match hf.attn_implementation {
+        let (out, weights) = match hf.attn_implementation {
             AttnImplementation::Eager => self.eager(&q, &k, &v),
-            AttnImplementation::Sdpa => self.sdpa(&q, &k, &v),
-            AttnImplementation::FlashAttention2 => self.flash_attention_2(&q, &k, &v),
+            AttnImplementation::Sdpa => (self.sdpa(&q, &k, &v), None),
+            AttnImplementation::FlashAttention2 => (self.flash_attention_2(&q, &k, &v), None),
         };
         drop((k, v));
         // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states` is a
@@ -353,15 +359,15 @@ impl Block {
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
         let o = linear_b("o_proj", &out, &l.o, extra.o_bias.as_ref());
         drop((out, q));
-        o
+        (o, weights)
     }
 
     fn n_rep(&self) -> usize {
         self.cfg.num_heads / self.cfg.num_kv_heads
     }
 
-    /// `eager_attention_forward`.
-    fn eager(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    /// `eager_attention_forward`: the output and the attention weights it returns.
+    fn eager(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> (Tensor, Option<Tensor>) {
         let _s = scope("attention");
         let scaling = (self.hf().head_dim as f64).powf(-0.5);
         let ks = repeat_kv(k, self.n_rep());
@@ -373,7 +379,7 @@ impl Block {
         // softmax(dim=-1, dtype=float32) then .to(q.dtype); dropout p=0 returns its input.
         w = w.softmax_as(-1, DType::F32).to_dtype(q.dtype());
         let out = w.matmul(&vs);
-        out.transpose(1, 2).contiguous()
+        (out.transpose(1, 2).contiguous(), Some(w))
     }
 
     /// `sdpa_attention_forward`: enable_gqa when there is no mask (CUDA, head_dim ≤ 256), else
@@ -390,6 +396,7 @@ impl Block {
         let causal = self.mask.is_none();
         let out = match backend {
             SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, causal, scaling),
+            SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
             SdpaBackend::Efficient => Tensor::efficient_attention(q, &k, &v, causal, scaling),
             SdpaBackend::Math => math_attention(q, &k, &v, self.mask.as_ref(), causal, scaling),
         };
@@ -441,11 +448,13 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
         cache = (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
         let shared = Rc::new(cfg.clone());
-        let mut h = embeds;
+        // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
+        // output alive until LlamaModel.forward returns.
+        let mut h = embeds.clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), cache: cache.clone(), training: m.training.get() };
-            let _ = block.index;
+            let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), position_ids: position_ids.clone(), cache: cache.clone(), training: m.training.get() };
+            let _ = (block.index, &block.position_ids);
             h = if checkpointing && cfg.checkpoint.covers(i) {
                 if hf.reentrant {
                     checkpoint_reentrant(h.clone(), move |x| block.forward(x))
@@ -457,7 +466,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
             };
         }
         hidden = rms_norm("norm", &h, &m.final_norm, cfg.norm_eps);
-        drop((h, cos, sin));
+        drop((h, cos, sin, embeds));
     }
     // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
     drop((mask, position_ids));
