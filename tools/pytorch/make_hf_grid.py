@@ -113,7 +113,8 @@ def run_one(job):
                        peak_node=s["peak_node"], start=s["start"], end=s.get("end", s["start"]),
                        peak_with_cpu_scratch=s["peak_with_cpu_scratch"], cpu_scratch_left_out=s["cpu_scratch"])
               for ph, s in per.items()}
-    return dict(name=name_of(p, kind), point=p, profile_type=kind, info=info, phases=phases)
+    excess = {ph: v["peak_with_cpu_scratch"] - v["peak"] for ph, v in phases.items() if v["peak_with_cpu_scratch"] != v["peak"]}
+    return dict(name=name_of(p, kind), point=p, profile_type=kind, info=info, phases=phases, cpu_scratch_peak_excess=excess)
 
 
 def main():

@@ -178,6 +178,16 @@ def _contiguous(sizes, strides):
 
 def cpu_kernel_scratch(anc, size):
     """(why, end_ns of the enclosing op) when this allocation is a CPU-only kernel scratch block, else None."""
+    names = [a.name for a in anc[-4:]]
+    if names == ["aten::softmax", "aten::to", "aten::_to_copy", "aten::empty_strided"]:
+        # SoftMax.cpp softmax(input, dim, dtype): CUDA runs _softmax(input, dim, half_to_float=True)
+        # on a Half (float16 only) input asked for float; everything else, bfloat16 on CUDA
+        # included, converts the input first (input.to(dtype)), a copy that dies when softmax
+        # returns. Only the fp16-on-CPU copy is CPU-only.
+        sm = anc[-4]
+        ins = [_meta(i) for i in getattr(sm.extra_fields, "inputs", [])]
+        if ins and ins[0] and ins[0][2] == torch.float16 and size == _numel(ins[0][0]) * 4:
+            return ("cpu softmax(dtype=float32) of a float16 input: the fp32 input copy CUDA's half_to_float skips", sm.end_time_ns)
     if len(anc) < 2 or anc[-1].name != "aten::empty":
         return None
     op = anc[-2]
@@ -207,14 +217,18 @@ def cpu_kernel_scratch(anc, size):
             nt = torch.get_num_threads()
             red = qdt in REDUCED_FLOAT
             kvs = min(512, kv)
+            backward = op.name.endswith("_backward")
             sizes = set()
             for qsplit in (32, 64, 256):  # the dispatcher's q_split_size by sequence length
                 q = min(qsplit, S)
-                sizes.add(nt * (q * kvs + 2 * q + q * D) * 4)  # forward: qk, qk_max, qk_sum, dst
-                sizes.add(nt * q * kvs * 2 * 4)  # backward: attn, grad_attn
-                if red:
-                    sizes.add(nt * q * kvs * 2)  # forward: qk_reduced
-                    sizes.add(nt * q * kvs * 2 * 2)  # backward: the reduced attn / grad_attn copies
+                if backward:
+                    sizes.add(nt * q * kvs * 2 * 4)  # attn, grad_attn
+                    if red:
+                        sizes.add(nt * q * kvs * 2 * 2)  # their reduced-type copies
+                else:
+                    sizes.add(nt * (q * kvs + 2 * q + q * D) * 4)  # qk, qk_max, qk_sum, dst
+                    if red:
+                        sizes.add(nt * q * kvs * 2)  # qk_reduced
             if size in sizes:
                 return (f"cpu flash attention ({op.name[6:]}): per-thread tile buffers", op.end_time_ns)
     return None

@@ -82,17 +82,20 @@ impl Tensor {
         out
     }
 
-    /// `F.softmax(x, dim, dtype=dtype)` as CUDA runs it: for a half input and an fp32
-    /// `dtype`, `_softmax(x, dim, half_to_float=True)` writes the fp32 result directly (no
-    /// fp32 copy of the input, unlike the CPU kernel); the backward returns the gradient in
-    /// the input's type. Same types: [`Tensor::softmax`].
+    /// `F.softmax(x, dim, dtype=dtype)` as CUDA runs it (SoftMax.cpp `softmax`): an fp16
+    /// input asked for fp32 goes through `_softmax(x, dim, half_to_float=True)`, which writes
+    /// the fp32 result directly and returns an fp16 gradient; every other case (bf16 included)
+    /// converts the input first (`x.to(dtype)`, a copy that dies once the softmax exists).
+    /// Same types: [`Tensor::softmax`].
     #[track_caller]
     pub fn softmax_as(&self, dim: isize, dtype: DType) -> Tensor {
         let in_dt = self.dtype();
         if dtype == in_dt {
             return self.softmax(dim);
         }
-        assert!(dtype == DType::F32 && matches!(in_dt, DType::BF16 | DType::F16), "softmax from {in_dt} to {dtype}");
+        if !(in_dt == DType::F16 && dtype == DType::F32) {
+            return self.to_dtype(dtype).softmax(dim);
+        }
         let n = last_dim(self, dim, "softmax");
         let out = Tensor::compute::<f32>(self.device(), DType::F32, self.shape(), "_softmax", &[self], || {
             cpu::with_slice::<f32, _>(self, |s| cpu::rows(s, n, n, |r, o| softmax_rows(r, o, false)))
