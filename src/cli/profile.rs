@@ -16,7 +16,7 @@ use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator
 use crate::record::gpu::{self, Gpu};
 use crate::record::{MemEvent, Phase, Recording};
 use crate::train::optim::OptimConfig;
-use crate::train::{Batcher, DataKind, Optimizer, Precision, StepRunner};
+use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
 use super::compute::Achieved;
 use crate::analyse::flops::{self, FlopReport, Roofline};
 use anyhow::Result;
@@ -284,9 +284,22 @@ pub struct Run {
     pub step_seconds: Option<f64>,
 }
 
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Option<Vec<(Tensor, Tensor)>>, accum: usize, precision: Precision) {
-    // `x, y = get_batch()`: the previous batch dies once the new one exists.
+/// The batches a profile's loop keeps bound between steps.
+#[derive(Default)]
+struct Bound {
+    /// The reference scripts' `x, y = get_batch()`.
+    shifted: Option<Vec<(Tensor, Tensor)>>,
+    /// Hugging Face's collator output (hf flavour), one per micro-batch.
+    causal: Vec<CausalLmBatch>,
+}
+
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision) {
     let n = if kind == ProfileType::Training { accum } else { 1 };
+    if let Some(hf) = model.config.hf() {
+        return hf_step(kind, model, runner, batcher, &mut batch.causal, n, hf.attention_mask, precision);
+    }
+    let batch = &mut batch.shifted;
+    // `x, y = get_batch()`: the previous batch dies once the new one exists.
     let new: Vec<(Tensor, Tensor)> = (0..n).map(|_| batcher.next_batch()).collect();
     let micro = batch.insert(new);
     match kind {
@@ -310,6 +323,47 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
             let region = precision.autocast().map(autocast::enable);
             // `model(x)` with the result unbound: output and graph die right after.
             drop(model.forward(&micro[0].0));
+            drop(region);
+            runtime::set_phase(Phase::Setup);
+        }
+    }
+}
+
+/// The Trainer's step for the hf flavour: the collator's batch (input_ids, labels = a copy,
+/// the attention_mask when asked), then the profile type's calls as measure_hf.py makes them.
+#[allow(clippy::too_many_arguments)]
+fn hf_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, n: usize, mask: bool, precision: Precision) {
+    let labeled = matches!(kind, ProfileType::Training | ProfileType::ForwardLoss);
+    bound.truncate(n);
+    bound.resize_with(n, CausalLmBatch::default);
+    for b in bound.iter_mut() {
+        batcher.next_causal_lm_batch(b, labeled, mask);
+    }
+    let ids = |b: &CausalLmBatch| b.input_ids.clone().expect("drawn above");
+    match kind {
+        ProfileType::Training => {
+            let micro: Vec<(Tensor, Tensor, Option<Tensor>)> =
+                bound.iter().map(|b| (ids(b), b.labels.clone().expect("labeled"), b.attention_mask.clone())).collect();
+            let refs: Vec<(&Tensor, &Tensor, Option<&Tensor>)> = micro.iter().map(|(x, y, m)| (x, y, m.as_ref())).collect();
+            runner.step_micro(&refs);
+        }
+        ProfileType::ForwardLoss => {
+            let b = &bound[0];
+            runtime::set_phase(Phase::Forward);
+            let region = precision.autocast().map(autocast::enable);
+            // `loss = model(input_ids, labels=labels).loss; del out`, then the loss dies.
+            let (logits, loss) = model.forward_loss_masked(&ids(b), b.labels.as_ref().expect("labeled"), b.attention_mask.as_ref(), &mut |_| runtime::set_phase(Phase::Loss));
+            drop(region);
+            drop(logits);
+            runtime::set_phase(Phase::Setup);
+            drop(loss);
+        }
+        ProfileType::Forward | ProfileType::Inference => {
+            let b = &bound[0];
+            let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
+            runtime::set_phase(Phase::Forward);
+            let region = precision.autocast().map(autocast::enable);
+            drop(model.forward_masked(&ids(b), b.attention_mask.as_ref()));
             drop(region);
             runtime::set_phase(Phase::Setup);
         }
@@ -349,7 +403,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         let mut runner = StepRunner::new(&model, opt).with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
-        let mut batch = None;
+        let mut batch = Bound::default();
         for i in 0..a.warmup_steps {
             stage = format!("warm-up step {} of {}", i + 1, a.warmup_steps);
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);

@@ -16,7 +16,7 @@ use crate::record::compute::ComputeLog;
 use crate::record::gpu::Gpu;
 use crate::record::Phase;
 use crate::train::optim::{OptimConfig, OptimizerKind};
-use crate::train::{Batcher, DataKind, Optimizer, Precision, StepResult, StepRunner};
+use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepResult, StepRunner};
 use anyhow::Result;
 use clap::Args;
 use serde_json::json;
@@ -373,16 +373,34 @@ pub fn execute(p: &TrainPlan, verbose: bool) -> Result<TrainOutcome> {
     let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch / p.accum, p.seq, p.device, p.seed);
     let mut steps = Vec::with_capacity(p.steps);
     let mut batch = None;
+    // hf: Hugging Face's collator (labels = a copy of input_ids; the model shifts them).
+    let hf_mask = p.model.hf().map(|h| h.attention_mask);
+    let mut causal: Vec<CausalLmBatch> = Vec::new();
     for i in 0..p.steps {
-        // `tokens, labels = get_batch()`: the previous batch dies once the new one exists.
-        let new: Vec<(Tensor, Tensor)> = (0..p.accum).map(|_| batcher.next_batch()).collect();
-        let micro: Vec<(&Tensor, &Tensor)> = batch.insert(new).iter().map(|(x, y)| (x, y)).collect();
+        let micro: Vec<(Tensor, Tensor, Option<Tensor>)> = match hf_mask {
+            Some(mask) => {
+                causal.resize_with(p.accum, CausalLmBatch::default);
+                causal
+                    .iter_mut()
+                    .map(|b| {
+                        batcher.next_causal_lm_batch(b, true, mask);
+                        (b.input_ids.clone().expect("drawn"), b.labels.clone().expect("labeled"), b.attention_mask.clone())
+                    })
+                    .collect()
+            }
+            None => {
+                // `tokens, labels = get_batch()`: the previous batch dies once the new one exists.
+                let new: Vec<(Tensor, Tensor)> = (0..p.accum).map(|_| batcher.next_batch()).collect();
+                batch.insert(new).iter().map(|(x, y)| (x.clone(), y.clone(), None)).collect()
+            }
+        };
+        let micro: Vec<(&Tensor, &Tensor, Option<&Tensor>)> = micro.iter().map(|(x, y, m)| (x, y, m.as_ref())).collect();
         let window = p.compute.filter(|w| (w.first..w.first + w.count).contains(&i));
         if window.is_some_and(|w| w.first == i) {
             runtime::start_compute_log(window.is_some_and(|w| w.memory));
         }
         let start_us = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
-        let r = runner.step_accumulated(&micro);
+        let r = runner.step_micro(&micro);
         if let Some(start) = start_us {
             runtime::with(|rt| rt.compute.as_mut().map(|c| c.step(i + 1, start)));
         }

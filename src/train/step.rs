@@ -89,7 +89,8 @@ impl<'m> StepRunner<'m> {
         self.step_micro(&micro)
     }
 
-    fn step_micro(&mut self, micro: &[(&Tensor, &Tensor, Option<&Tensor>)]) -> StepResult {
+    /// [`StepRunner::step_accumulated`] with each micro-batch's attention_mask (hf).
+    pub fn step_micro(&mut self, micro: &[(&Tensor, &Tensor, Option<&Tensor>)]) -> StepResult {
         let n = micro.len();
         assert!(n > 0, "a step needs a batch");
         let mut phases = Vec::with_capacity(5);
