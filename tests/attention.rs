@@ -320,3 +320,69 @@ fn attention_flag_is_parsed_and_checked() {
     assert_eq!(c["model"]["attention"], "flash");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Grouped-query attention in the fused kernels (`enable_gqa=True`): k and v with h_kv heads
+/// give the values and gradients of the naive composition on k and v repeated per group
+/// (the gradients of the repeats summed back), for flash, the CPU kernel and (no GQA) the
+/// memory-efficient kernel on full heads.
+#[test]
+fn fused_kernels_match_naive_with_grouped_kv_heads() {
+    let (b, h, hk, s, d) = (2, 6, 2, 37, 16);
+    let mk = |n: usize, seed: u64| rand_vals(n, seed);
+    type Kernel = fn(&Tensor, &Tensor, &Tensor, bool, f64) -> Tensor;
+    let kernels: [(&str, Kernel, usize); 3] = [
+        ("flash", Tensor::flash_attention, hk),
+        ("cpu_flash", Tensor::cpu_flash_attention, hk),
+        ("efficient", Tensor::efficient_attention, h),
+    ];
+    for (name, kernel, kv_heads) in kernels {
+        for causal in [true, false] {
+            runtime::reset();
+            let grads = |use_kernel: bool| {
+                let q = Tensor::from_f64(&mk(b * h * s * d, 1), &[b, h, s, d], DType::F64, Device::Cpu).requires_grad_(true);
+                let k = Tensor::from_f64(&mk(b * kv_heads * s * d, 2), &[b, kv_heads, s, d], DType::F64, Device::Cpu).requires_grad_(true);
+                let v = Tensor::from_f64(&mk(b * kv_heads * s * d, 3), &[b, kv_heads, s, d], DType::F64, Device::Cpu).requires_grad_(true);
+                let out = if use_kernel {
+                    kernel(&q, &k, &v, causal, 0.25)
+                } else {
+                    let r = h / kv_heads;
+                    naive(&q, &k.repeat_interleave(r, 1), &v.repeat_interleave(r, 1), causal, 0.25)
+                };
+                let w = Tensor::from_f64(&rand_vals(out.numel(), 4), out.shape(), DType::F64, Device::Cpu);
+                out.mul(&w).sum_all().backward();
+                [out.to_vec_f64(), q.grad().unwrap().to_vec_f64(), k.grad().unwrap().to_vec_f64(), v.grad().unwrap().to_vec_f64()]
+            };
+            let (got, want) = (grads(true), grads(false));
+            for (i, what) in ["output", "grad q", "grad k", "grad v"].iter().enumerate() {
+                let e = rel_err(&got[i], &want[i]);
+                assert!(e < 1e-10, "{name} causal={causal}: {what} differs by {e:e}");
+            }
+        }
+    }
+}
+
+/// What each fused kernel allocates for a GQA training call on meta (bf16, B 1, h 8, h_kv 2,
+/// S 100, d 64): flash (CUDA) the output, the logsumexp, dq/dk/dv, D over 128-row blocks, the
+/// fp32 dQ accumulator and dK/dV per query head; the CPU kernel only the output, the
+/// logsumexp and dq/dk/dv.
+#[test]
+fn fused_kernel_allocations_per_backend() {
+    let (b, h, hk, s, d) = (1usize, 8usize, 2usize, 100usize, 64usize);
+    for (name, kernel) in [("flash", Tensor::flash_attention as fn(&Tensor, &Tensor, &Tensor, bool, f64) -> Tensor), ("cpu_flash", Tensor::cpu_flash_attention)] {
+        runtime::reset();
+        runtime::with(|rt| rt.log.start_recording());
+        let q = Tensor::zeros(&[b, s, h, d], DType::BF16, Device::Meta).requires_grad_(true);
+        let k = Tensor::zeros(&[b, hk, s, d], DType::BF16, Device::Meta).requires_grad_(true);
+        let v = Tensor::zeros(&[b, hk, s, d], DType::BF16, Device::Meta).requires_grad_(true);
+        let out = kernel(&q.transpose(1, 2), &k, &v, true, 0.125);
+        out.sum_all().backward();
+        let ev = runtime::with(|rt| rt.log.stop_recording());
+        let sizes: Vec<usize> = ev.iter().filter(|e| e.kind == EventKind::Alloc && e.op.contains("attention")).map(|e| e.bytes).collect();
+        let (qb, kb, lse) = (b * h * s * d * 2, b * hk * s * d * 2, b * h * s * 4);
+        let want = match name {
+            "flash" => vec![qb, lse, qb, kb, kb, b * h * 128 * 4, b * 128 * h * 64 * 4, b * s * h * d * 2, b * s * h * d * 2],
+            _ => vec![qb, lse, qb, kb, kb],
+        };
+        assert_eq!(sizes, want, "{name}");
+    }
+}

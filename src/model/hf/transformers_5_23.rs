@@ -409,8 +409,16 @@ impl Block {
     fn flash_attention_2(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
         let _s = scope("attention");
         let scaling = (self.hf().head_dim as f64).powf(-0.5);
+        // fa_peft_integration_check: fp32 q/k/v (RoPE's fp32 cos/sin under autocast) are cast
+        // to the autocast type first; flash-attn runs only in half types.
+        let target = match q.dtype() {
+            DType::F32 => Some(crate::engine::autocast::active().expect("flash_attention_2 needs fp16/bf16 (weights or autocast); the CLI refuses fp32 runs")),
+            _ => None,
+        };
+        let cast = |t: &Tensor| target.map_or_else(|| t.clone(), |dt| t.to_dtype(dt));
+        let (q, k, v) = (cast(q), cast(k), cast(v));
         let _ = self.training;
-        Tensor::flash_attention(q, k, v, true, scaling).transpose(1, 2)
+        Tensor::flash_attention(&q, &k, &v, true, scaling).transpose(1, 2)
     }
 }
 
