@@ -26,6 +26,8 @@ pub const GPUS: &[Gpu] = &[
     Gpu { name: "MI250X-64GB", memory_bytes: 65_536 * MIB, peak_bf16_tflops: 191.5, peak_fp32_tflops: 47.9, hbm_tb_per_s: 1.638 },
     Gpu { name: "MI300X-192GB", memory_bytes: 196_608 * MIB, peak_bf16_tflops: 1307.4, peak_fp32_tflops: 163.4, hbm_tb_per_s: 5.3 },
     Gpu { name: "RTX4090-24GB", memory_bytes: 24_564 * MIB, peak_bf16_tflops: 165.2, peak_fp32_tflops: 82.6, hbm_tb_per_s: 1.008 },
+    // A 48 GB workstation card (Ampere), nvidia-smi's 49,140 MiB.
+    Gpu { name: "RTXA6000-48GB", memory_bytes: 49_140 * MIB, peak_bf16_tflops: 154.8, peak_fp32_tflops: 38.7, hbm_tb_per_s: 0.768 },
 ];
 
 /// Look up a GPU by name, case-insensitively, ignoring dashes ("h100", "A100-40GB", "rtx4090").
