@@ -141,7 +141,7 @@ impl Model {
         match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
             Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
-            Flavour::Hf => hf::modeling::forward(self, ids, None, None, &mut |_| {}).logits,
+            Flavour::Hf => hf::modeling::forward(self, ids, None, self.hf_attention_mask(ids).as_ref(), &mut |_| {}).logits,
         }
     }
 
@@ -165,10 +165,18 @@ impl Model {
             Flavour::Hf => {
                 // `loss = model(input_ids, labels=labels).loss`: the output (logits and the
                 // DynamicCache) is dropped by the caller once the loss exists.
-                let out = hf::modeling::forward(self, ids, Some(targets), None, logits_ready);
+                let mask = self.hf_attention_mask(ids);
+                let out = hf::modeling::forward(self, ids, Some(targets), mask.as_ref(), logits_ready);
                 (out.logits, out.loss.expect("labels given"))
             }
         }
+    }
+
+    /// `--attention-mask ones`: the tokenizer's all-ones int64 (B, S) `attention_mask` of an
+    /// unpadded batch. Made here, beside the forward that reads it (the collator's copy lives
+    /// with the batch: the same 8·B·S bytes, allocated a little earlier).
+    fn hf_attention_mask(&self, ids: &Tensor) -> Option<Tensor> {
+        self.config.hf().filter(|h| h.attention_mask).map(|_| Tensor::ones(ids.shape(), DType::I64, ids.device()))
     }
 
     /// `zero_grad(set_to_none=True)`.
