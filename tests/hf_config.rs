@@ -124,7 +124,8 @@ fn bad_fields_exit_2_naming_the_field() {
         (r#", "torch_dtype": 2"#, "'torch_dtype'"),
         (r#", "hidden_act": "relu""#, "hidden_act"),
         (r#", "num_key_value_heads": 3"#, "num_key_value_heads 3"),
-        (r#", "attention_bias": null, "mlp_bias": "no""#, "'mlp_bias'"),
+        (r#", "attention_bias": false, "mlp_bias": "no""#, "'mlp_bias'"),
+        (r#", "attention_bias": null"#, "'attention_bias' is null"),
     ];
     for (i, (extra, field)) in cases.iter().enumerate() {
         let f = dir.join(format!("c{i}.json"));

@@ -83,6 +83,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         None => Arch::Llama,
         Some(t) => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}", Arch::list()))?,
     };
+    check_nulls(obj, arch)?;
     let [d, f, l, h, vocab] = REQUIRED.map(|name| uint(obj, name, None));
     let (d, f, l, h, vocab) = (d?, f?, l?, h?, vocab?);
     // num_key_value_heads: absent → the class default (LlamaConfig: None; MistralConfig 8;
@@ -174,6 +175,27 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     Ok(HfModel { config, torch_dtype, model_type, name_or_path })
 }
 
+/// An explicit `null` where transformers 5.23's config class needs a value: its `@strict`
+/// validation refuses it (bools, eps, hidden_act …), or building the model fails on it
+/// (rope_theta, qwen2's head_dim). `null` stays allowed where the class field is optional
+/// (llama's num_key_value_heads and head_dim, sliding_window, rope_scaling …).
+fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), String> {
+    const ALL: [&str; 11] = [
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "max_position_embeddings",
+        "rms_norm_eps", "use_cache", "tie_word_embeddings", "hidden_act", "rope_theta",
+    ];
+    let own: &[&str] = match arch {
+        Arch::Llama => &["attention_bias", "mlp_bias"],
+        Arch::Mistral => &["num_key_value_heads", "attention_dropout"],
+        Arch::Qwen2 => &["head_dim", "attention_dropout", "use_sliding_window", "max_window_layers"],
+        Arch::Qwen3 => &["head_dim", "attention_bias", "attention_dropout", "use_sliding_window", "max_window_layers"],
+    };
+    match ALL.iter().chain(own).find(|k| obj.get(**k).is_some_and(Value::is_null)) {
+        Some(k) => Err(format!("field '{k}' is null: transformers 5.23 needs a value for {} (leave the field out for the default)", arch.name())),
+        None => Ok(()),
+    }
+}
+
 /// `convert_rope_params_to_dict` / `standardize_rope_params`: a truthy `rope_scaling` (the
 /// older name) replaces `rope_parameters`; its `rope_theta` wins over the top-level one, else
 /// `default_theta` 10000; `rope_type` (or the older `type`) defaults to "default". Returns
@@ -199,8 +221,9 @@ fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), S
                 return Err(format!("field '{name}' is nested per layer type, which the hf flavour does not model"));
             }
             let inner = |key: &str| format!("{name}.{key}");
-            let theta = match field(p, "rope_theta") {
+            let theta = match p.get("rope_theta") {
                 None => top,
+                Some(Value::Null) => return Err(format!("field '{}' is null (leave it out for the top-level or default theta)", inner("rope_theta"))),
                 Some(v) => v.as_f64().ok_or_else(|| format!("field '{}' must be a number, found {v}", inner("rope_theta")))?,
             };
             let ty = match field(p, "rope_type").or_else(|| field(p, "type")) {
@@ -418,6 +441,20 @@ mod tests {
         let odd = r#"{"model_type": "TYPE", "hidden_size": 250, "head_dim": 32, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 100}"#;
         assert!(parse(&odd.replace("TYPE", "llama")).unwrap_err().contains("hidden_size 250"));
         assert!(parse(&odd.replace("TYPE", "mistral")).unwrap().config.param_count() > 0);
+    }
+
+    /// null where the class field is not optional is refused, as transformers' strict
+    /// validation (or its model build) refuses it; where it is optional it means the default.
+    #[test]
+    fn null_is_refused_where_transformers_needs_a_value() {
+        for (ty, field) in [("llama", "use_cache"), ("llama", "attention_bias"), ("mistral", "num_key_value_heads"), ("qwen2", "head_dim"), ("qwen3", "head_dim"), ("qwen3", "max_window_layers"), ("llama", "rope_theta")] {
+            let e = with(ty, &format!(r#", "{field}": null"#)).unwrap_err();
+            assert!(e.contains(&format!("'{field}' is null")), "{ty} {field}: {e}");
+        }
+        for (ty, field) in [("llama", "head_dim"), ("llama", "num_key_value_heads"), ("mistral", "head_dim"), ("mistral", "attention_bias"), ("qwen2", "mlp_bias"), ("qwen3", "sliding_window"), ("llama", "rope_scaling")] {
+            assert!(with(ty, &format!(r#", "num_key_value_heads": 8, "{field}": null"#).replace(r#""num_key_value_heads": 8, "num_key_value_heads""#, r#""num_key_value_heads""#)).is_ok(), "{ty} {field}");
+        }
+        assert!(with("llama", r#", "rope_parameters": {"rope_theta": null}"#).unwrap_err().contains("rope_parameters.rope_theta"));
     }
 
     #[test]
