@@ -201,7 +201,8 @@ fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), S
 /// `default_theta` 10000; `rope_type` (or the older `type`) defaults to "default". Returns
 /// the theta and the rope type when it is not the default.
 fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), String> {
-    let dict = |name: &'static str| -> Result<Option<(&'static str, &serde_json::Map<String, Value>)>, String> {
+    type Named<'a> = Option<(&'static str, &'a serde_json::Map<String, Value>)>;
+    let dict = |name: &'static str| -> Result<Named<'_>, String> {
         match field(obj, name) {
             None => Ok(None),
             Some(Value::Object(m)) if m.is_empty() => Ok(None),
@@ -317,7 +318,7 @@ pub fn onto_flavour(mut c: ModelConfig, flavour: Flavour) -> Result<ModelConfig,
             Some("qwen3's q/k RMSNorm".to_string())
         } else if hf.qkv_bias || hf.o_bias || hf.mlp_bias {
             Some("projection biases".to_string())
-        } else if c.d_model % c.num_heads != 0 || hf.head_dim != c.d_model / c.num_heads {
+        } else if !c.d_model.is_multiple_of(c.num_heads) || hf.head_dim != c.d_model / c.num_heads {
             Some(format!("head_dim {} ≠ hidden_size / num_attention_heads", hf.head_dim))
         } else {
             hf.sliding_window.map(|w| format!("a sliding window of {w}"))
