@@ -268,7 +268,7 @@ fn tinyllama_fused_step_phase_peaks_match_pytorch() {
 fn llama3_8b_from_its_config_json_has_8_03b_parameters_on_meta() {
     runtime::reset();
     let hf = vramscope::model::hf::parse(include_str!("fixtures/llama3_8b_config.json")).unwrap();
-    assert_eq!(hf.config.flavour, Flavour::Tinyllama);
+    assert_eq!(hf.config.flavour, Flavour::Hf);
     assert_eq!((hf.config.d_model, hf.config.d_ff, hf.config.num_layers), (4096, 14336, 32));
     assert_eq!((hf.config.num_heads, hf.config.num_kv_heads, hf.config.vocab_size), (32, 8, 128_256));
     assert_eq!(hf.config.rope_theta, 500_000.0);

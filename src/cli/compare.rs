@@ -27,7 +27,9 @@ fn baseline(a: &ProfileArgs) -> ProfileArgs {
     b.compare = false;
     b.precision = PrecisionFlags::default();
     b.memory = MemoryFlags::default();
-    b.model.attention = Some(Attention::Naive.name().into());
+    // Every preset's attention is naive (the hf flavour refuses --attention).
+    b.model.attention = None;
+    b.model.hf.gradient_checkpointing = None;
     b.grad_accum_steps = 1;
     b.output = None;
     b
@@ -41,7 +43,10 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Variant>> {
     let fusion = a.memory.fusion.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("all")) || a.memory.fused_qkv || a.memory.fused_gate_up;
     let training = a.profile_type.iter().all(|&k| k == ProfileType::Training);
     let batch = a.batch_size;
-    let chosen = precision != Precision::Fp32 || flash || ckpt.is_some() || fusion || a.grad_accum_steps > 1;
+    // The hf flavour has transformers' attention and projections: no flash or fusion variant.
+    let hf = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?.config.flavour == crate::model::Flavour::Hf;
+    let hf_ckpt = a.model.hf.gradient_checkpointing.clone().filter(|s| !s.eq_ignore_ascii_case("none"));
+    let chosen = precision != Precision::Fp32 || flash || ckpt.is_some() || hf_ckpt.is_some() || fusion || a.grad_accum_steps > 1;
     let mut out = vec![Variant { name: "baseline".into(), args: base.clone() }];
     let mut all = base.clone();
     let mut add = |name: String, f: &dyn Fn(&mut ProfileArgs)| {
@@ -61,6 +66,9 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Variant>> {
         if let Some(c) = ckpt {
             add(format!("checkpoint {c}"), &move |v| v.memory.checkpoint = Some(c.clone()));
         }
+        if let Some(c) = hf_ckpt {
+            add(format!("gradient checkpointing {c}"), &move |v| v.model.hf.gradient_checkpointing = Some(c.clone()));
+        }
         if fusion {
             let m = a.memory.clone();
             add("fused projections".into(), &move |v| {
@@ -75,9 +83,13 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Variant>> {
         }
     } else {
         add("bf16 autocast".into(), &|v| v.precision.precision = Some("bf16".into()));
-        add("flash attention".into(), &|v| v.model.attention = Some("flash".into()));
+        if !hf {
+            add("flash attention".into(), &|v| v.model.attention = Some("flash".into()));
+        }
         add("checkpoint blocks".into(), &|v| v.memory.checkpoint = Some("blocks".into()));
-        add("fused projections".into(), &|v| v.memory.fusion = Some("all".into()));
+        if !hf {
+            add("fused projections".into(), &|v| v.memory.fusion = Some("all".into()));
+        }
         // Accumulation needs a training step and a batch it can split.
         if training {
             if let Some(n) = [4, 2].into_iter().find(|n| batch.is_none_or(|b| b % n == 0 && b >= *n)) {

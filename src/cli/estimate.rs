@@ -227,6 +227,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     }
     a.model.follow_seq_len(&mut cfg, seq);
     cfg.check_seq_len(seq, "--context-length").map_err(super::UsageError::from)?;
+    super::hf_flags::check_with_labels(&cfg, seq)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }

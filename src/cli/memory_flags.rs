@@ -26,6 +26,10 @@ impl MemoryFlags {
     /// Set the chosen optimisations on a resolved model configuration.
     pub fn apply(&self, c: &mut ModelConfig) -> anyhow::Result<()> {
         if let Some(s) = &self.checkpoint {
+            // hf: --checkpoint is use_reentrant=False; --gradient-checkpointing already chose.
+            if c.hf().is_some_and(|h| h.reentrant) || (c.hf().is_some() && c.checkpoint != Checkpoint::None) {
+                return Err(usage("--checkpoint", "--gradient-checkpointing already sets checkpointing: give one of them"));
+            }
             c.checkpoint = Checkpoint::parse(s).ok_or_else(|| usage("--checkpoint", format!("'{s}' (expected none, blocks or every-N with N ≥ 1)")))?;
         }
         let all = match self.fusion.as_deref().map(str::to_ascii_lowercase).as_deref() {
@@ -33,6 +37,10 @@ impl MemoryFlags {
             Some("all") => true,
             Some(_) => return Err(usage("--fusion", format!("'{}' (expected none or all)", self.fusion.as_deref().unwrap_or_default()))),
         };
+        if c.hf().is_some() && (all || self.fused_qkv || self.fused_gate_up) {
+            let flag = if self.fusion.is_some() { "--fusion" } else if self.fused_qkv { "--fused-qkv" } else { "--fused-gate-up" };
+            return Err(usage(flag, "transformers' modeling code has separate q/k/v and gate/up projections: the hf flavour has no fusions"));
+        }
         c.fused_qkv |= all || self.fused_qkv;
         c.fused_gate_up |= all || self.fused_gate_up;
         Ok(())
@@ -43,7 +51,8 @@ impl MemoryFlags {
 pub fn describe(c: &ModelConfig) -> Option<String> {
     let mut parts = Vec::new();
     if c.checkpoint != Checkpoint::None {
-        parts.push(format!("activation checkpointing {} (non-reentrant)", c.checkpoint));
+        let kind = if c.hf().is_some_and(|h| h.reentrant) { "reentrant" } else { "non-reentrant" };
+        parts.push(format!("activation checkpointing {} ({kind})", c.checkpoint));
     }
     if c.fused_qkv {
         parts.push("fused QKV projection".to_string());
@@ -68,6 +77,10 @@ pub fn file_tag(c: &ModelConfig, grad_accum_steps: usize) -> String {
         Checkpoint::Every(1) => tag.push_str("_checkpoint-blocks"),
         Checkpoint::Every(n) => tag.push_str(&format!("_checkpoint-every-{n}")),
     }
+    if c.checkpoint != Checkpoint::None && c.hf().is_some_and(|h| h.reentrant) {
+        tag.push_str("-reentrant");
+    }
+    tag.push_str(&super::hf_flags::file_tag(c));
     if c.fused_qkv {
         tag.push_str("_fused-qkv");
     }

@@ -6,18 +6,21 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelFlags {
     /// Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-    /// tiny|small|medium|large|very_large. small/medium/large exist in both: a bare name takes
+    /// tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
+    /// Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes
     /// the command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
     /// workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly
     #[arg(long, visible_alias = "model", alias = "model-size")]
     pub preset: Option<String>,
-    /// A Hugging Face config.json (LlamaConfig) instead of a preset: hidden_size,
-    /// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
-    /// vocab_size, rope_theta, rms_norm_eps, tie_word_embeddings, max_position_embeddings
-    /// (torch_dtype is recorded; the precision is --precision's). Shape flags override it.
-    #[arg(long, value_name = "FILE")]
+    /// A Hugging Face config.json, or a model folder holding one (only config.json is read),
+    /// instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers
+    /// 5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
+    /// torch_dtype is recorded; the run's precision is --precision's (bfloat16 weights with no
+    /// fp32 copy: --pure-bf16). Shape flags override it; --flavour cs336|tinyllama maps a
+    /// plain llama shape onto those flavours
+    #[arg(long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
-    /// Reference implementation to reproduce: cs336 or tinyllama
+    /// Reference implementation to reproduce: cs336, tinyllama or hf (transformers)
     #[arg(long)]
     pub flavour: Option<String>,
     /// Hidden size d_model
@@ -52,6 +55,8 @@ pub struct ModelFlags {
     /// that never materialises the (B, h, S, S) scores)
     #[arg(long)]
     pub attention: Option<String>,
+    #[command(flatten)]
+    pub hf: super::hf_flags::HfFlags,
 }
 
 /// A resolved model plus the run defaults of its preset.
@@ -91,20 +96,29 @@ pub(crate) fn config_model_name(path: &std::path::Path, name_or_path: Option<&st
     name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect()
 }
 
-/// The preset a `--config FILE` stands for: its model, named after the file, with run
-/// defaults batch 4 and context min(512, max_position_embeddings).
+/// The preset a `--config PATH` stands for: its model, named after the file, with run
+/// defaults batch 4 and context min(512, max_position_embeddings). PATH is a config.json or
+/// a model folder holding one (a downloaded model: tokenizer and weights files beside it).
 fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow::Result<(presets::Preset, Option<String>)> {
     let flag = "--config";
+    let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
+    if path.is_dir() && !file.is_file() {
+        return Err(usage(flag, format!("{} is a folder without a config.json", path.display())));
+    }
+    let path = file.as_path();
     let text = std::fs::read_to_string(path).map_err(|e| usage(flag, format!("cannot read {}: {e}", path.display())))?;
     let hf = crate::model::hf::parse(&text).map_err(|e| usage(flag, format!("{}: {e}", path.display())))?;
     let mut model = hf.config;
     if let Some(f) = flavour {
-        model.flavour = f;
-        model.norm_fp32_upcast = f == Flavour::Cs336;
+        model = crate::model::hf::config_json::onto_flavour(model, f).map_err(|e| usage("--flavour", format!("{f} with --config {}: {e}", path.display())))?;
     }
     let name: &'static str = Box::leak(config_model_name(path, hf.name_or_path.as_deref()).into_boxed_str());
     let note = match hf.torch_dtype.as_deref() {
-        Some(dt @ ("bfloat16" | "float16" | "bf16" | "fp16" | "half")) => Some(format!(
+        Some(dt @ ("bfloat16" | "bf16")) => Some(format!(
+            "{}: torch_dtype {dt} is recorded; the run's precision is --precision (fp32 unless given): bfloat16 weights with no fp32 master copy, as from_pretrained(torch_dtype=torch.bfloat16) loads them, are --pure-bf16",
+            path.display()
+        )),
+        Some(dt @ ("float16" | "fp16" | "half")) => Some(format!(
             "{}: torch_dtype {dt} is recorded; the run's precision is --precision / --pure-bf16 (fp32 unless given), not the file's type",
             path.display()
         )),
@@ -152,13 +166,15 @@ impl ModelFlags {
     }
 
     /// Whether [`Self::follow_seq_len`] raises the maximum (no fixed limit on the run's length).
+    /// transformers computes RoPE from the positions (no table sized by
+    /// max_position_embeddings), so an hf model runs past it too.
     pub fn max_follows_run(&self, cfg: &ModelConfig) -> bool {
-        self.max_seq_len.is_none() && (self.config.is_none() || cfg.flavour == Flavour::Cs336)
+        self.max_seq_len.is_none() && (self.config.is_none() || matches!(cfg.flavour, Flavour::Cs336 | Flavour::Hf))
     }
 
     pub fn resolve(&self, default_preset: &str, names: Names) -> anyhow::Result<Resolved> {
         let flavour = match &self.flavour {
-            Some(f) => Some(Flavour::parse(f).ok_or_else(|| usage("--flavour", format!("'{f}' (expected cs336 or tinyllama)")))?),
+            Some(f) => Some(Flavour::parse(f).ok_or_else(|| usage("--flavour", format!("'{f}' (expected cs336, tinyllama or hf)")))?),
             None => None,
         };
         let note;
@@ -200,8 +216,12 @@ impl ModelFlags {
             c.norm_eps = e;
         }
         if let Some(a) = &self.attention {
+            if c.flavour == Flavour::Hf {
+                return Err(usage("--attention", "the hf flavour runs transformers' attention: choose it with --attn-implementation eager|sdpa|flash_attention_2 (and --sdpa-backend)"));
+            }
             c.attention = Attention::parse(a).ok_or_else(|| usage("--attention", format!("'{a}' (expected naive or flash)")))?;
         }
+        self.hf.apply(&mut c)?;
         c.validate().map_err(super::UsageError::from)?;
         Ok(Resolved { preset, config: c, note })
     }
@@ -212,6 +232,7 @@ impl ModelFlags {
         // A flavour without a preset picks that flavour's default model.
         let name = match (self.preset.as_deref(), flavour) {
             (None, Some(Flavour::Cs336)) => "small",
+            (None, Some(Flavour::Hf)) => "Llama-3.2-1B",
             _ => name,
         };
         let mut note = None;

@@ -73,6 +73,16 @@ impl PrecisionFlags {
 /// Combinations PyTorch itself cannot run, refused before anything runs.
 fn check(cfg: &crate::model::ModelConfig, precision: Precision) -> anyhow::Result<()> {
     use crate::model::{Attention, Flavour};
+    use crate::model::hf::{AttnImplementation, SdpaBackend};
+    if let Some(hf) = cfg.hf().filter(|_| precision == Precision::Fp32) {
+        // flash-attn and PyTorch's flash SDPA kernel take only fp16/bf16 queries.
+        if hf.attn_implementation == AttnImplementation::FlashAttention2 {
+            return Err(usage("--attn-implementation", "flash_attention_2 runs on fp16/bf16 only (flash-attn raises for float32): add --precision bf16 or --pure-bf16"));
+        }
+        if hf.attn_implementation == AttnImplementation::Sdpa && hf.sdpa_backend == SdpaBackend::Flash {
+            return Err(usage("--sdpa-backend", "flash takes fp16/bf16 queries only (PyTorch finds no kernel for float32): add --precision bf16 or --pure-bf16, or use auto"));
+        }
+    }
     if precision == Precision::PureBf16 && cfg.flavour == Flavour::Tinyllama && cfg.attention == Attention::Naive {
         return Err(usage(
             "--pure-bf16",

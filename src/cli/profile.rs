@@ -197,6 +197,9 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     a.model.follow_seq_len(&mut cfg, *contexts.iter().max().unwrap());
     for &c in &contexts {
         cfg.check_seq_len(c, "--context-length").map_err(super::UsageError::from)?;
+        if a.profile_type.iter().any(|&k| k != ProfileType::Inference) {
+            super::hf_flags::check_with_labels(&cfg, c)?;
+        }
         if cfg.flavour == Flavour::Tinyllama && c < 2 {
             return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
         }
@@ -505,6 +508,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
     if let Some(line) = super::memory_flags::describe(&p.model) {
         println!("{line}");
     }
+    if let Some(line) = super::hf_flags::describe(&p.model, p.precision, r.context) {
+        println!("{line}");
+    }
     if let Some(o) = &r.oom {
         println!("OUT OF MEMORY in {}: {o}", r.oom_stage.as_deref().unwrap_or("the run"));
     }
@@ -651,6 +657,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "max_entries": a.max_entries,
         "grad_accum_steps": a.grad_accum_steps,
         "precision": p.precision,
+        "transformers": super::hf_flags::settings_json(&p.model, p.precision, &p.contexts),
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,

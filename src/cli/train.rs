@@ -215,6 +215,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     let seq = a.seq_len.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
     a.model.follow_seq_len(&mut cfg, seq);
     cfg.check_seq_len(seq, "--seq-len").map_err(super::UsageError::from)?;
+    super::hf_flags::check_with_labels(&cfg, seq)?;
     cfg.check_sizes(batch, seq, "--seq-len").map_err(super::UsageError::from)?;
     super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
@@ -480,6 +481,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
     if let Some(line) = super::memory_flags::describe(m) {
         println!("{line}");
     }
+    if let Some(line) = super::hf_flags::describe(m, p.precision, p.seq) {
+        println!("{line}");
+    }
     println!(
         "params: {} ({:.2} MiB fp32){}",
         m.param_count(),
@@ -587,6 +591,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let config = json!({
         "model": p.model,
         "preset": p.preset,
+        "transformers": super::hf_flags::settings_json(&p.model, p.precision, &[p.seq]),
         "training": {
             "batch_size": p.batch, "grad_accum_steps": p.accum, "micro_batch_size": p.batch / p.accum, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
             "optimizer": p.optim, "seed": p.seed, "data": p.data, "precision": p.precision, "deterministic": true,

@@ -1,5 +1,6 @@
 //! The model sizes users run: the tables of reference-models.md and the workshop defaults.
 use super::config::{Attention, Checkpoint, Flavour, ModelConfig};
+use super::hf::{Arch, HfConfig};
 
 /// A named configuration with the run defaults its source uses.
 #[derive(Clone, Debug)]
@@ -71,6 +72,44 @@ fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, st
     }
 }
 
+/// The shape of a published Hugging Face model, as its config.json on the Hub gives it
+/// (tests/fixtures/hf_models/<name>/config.json holds each file). Run defaults: batch 1,
+/// context 2048.
+#[allow(clippy::too_many_arguments)]
+fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f64, eps: f64, max: usize, tied: bool, rope_type: Option<&str>, params: u64) -> Preset {
+    let mut extra = HfConfig::new(arch, if arch == Arch::Qwen3 { 128 } else { d / h });
+    extra.rope_type = rope_type.map(str::to_string);
+    Preset {
+        name,
+        model: ModelConfig {
+            flavour: Flavour::Hf,
+            vocab_size: v,
+            d_model: d,
+            num_layers: l,
+            num_heads: h,
+            num_kv_heads: kv,
+            d_ff: f,
+            rope_theta: theta,
+            norm_eps: eps,
+            norm_fp32_upcast: true,
+            tied_embeddings: tied,
+            max_seq_len: max,
+            attention: Attention::Naive,
+            checkpoint: Checkpoint::None,
+            fused_qkv: false,
+            fused_gate_up: false,
+            hf: Some(extra),
+        },
+        batch_size: 1,
+        seq_len: 2048,
+        num_steps: 10,
+        expected_params: params,
+    }
+}
+
+/// Other names of a preset: Mistral-7B is v0.3 (vocab 32768, no sliding window).
+const ALIASES: [(&str, &str); 1] = [("Mistral-7B-v0.3", "Mistral-7B")];
+
 /// Every preset, cs336 first.
 pub fn all() -> Vec<Preset> {
     vec![
@@ -89,6 +128,13 @@ pub fn all() -> Vec<Preset> {
         tiny("medium", 1024, 12, 4096, 512, 16, 100, 512, 189_793_280),
         tiny("large", 2048, 16, 8192, 1024, 8, 100, 1024, 1_008_748_544),
         tiny("very_large", 4096, 24, 16384, 2048, 4, 100, 2048, 6_044_094_464),
+        // [vocab, hidden, intermediate, layers, heads, kv heads]; the totals are what
+        // transformers 5.23.0 builds from each config.json (meta device, tied weights once).
+        hf("Llama-3.2-1B", Arch::Llama, [128_256, 2048, 8192, 16, 32, 8], 500_000.0, 1e-5, 131_072, true, Some("llama3"), 1_235_814_400),
+        hf("Llama-3.1-8B", Arch::Llama, [128_256, 4096, 14336, 32, 32, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 8_030_261_248),
+        hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 7_248_023_552),
+        hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 7_615_616_512),
+        hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 8_190_735_360),
     ]
 }
 
@@ -99,6 +145,7 @@ pub fn find(name: &str, flavour: Option<Flavour>) -> Result<Preset, String> {
         Some((p, rest)) if Flavour::parse(p).is_some() => (Flavour::parse(p), rest),
         _ => (flavour, name),
     };
+    let bare = ALIASES.iter().find(|(alias, _)| alias.eq_ignore_ascii_case(bare)).map_or(bare, |(_, to)| to);
     let matches: Vec<Preset> = all()
         .into_iter()
         .filter(|p| p.name.eq_ignore_ascii_case(bare) && fl.is_none_or(|f| f == p.model.flavour))

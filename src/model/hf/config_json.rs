@@ -60,9 +60,19 @@ fn string(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Option<Str
     }
 }
 
-/// Parse the text of a `config.json`. Errors name the field. Defaults are `LlamaConfig`'s:
-/// num_key_value_heads = num_attention_heads, rope_theta 10000, rms_norm_eps 1e-6,
-/// tie_word_embeddings false, max_position_embeddings 2048.
+/// The rope types whose `inv_freq` is computed once at init (so only its values change, not
+/// what is allocated): transformers' `ROPE_INIT_FUNCTIONS` less `dynamic` and `longrope`,
+/// which recompute it inside the forward (`dynamic_rope_update`).
+pub const ROPE_TYPES: [&str; 5] = ["default", "linear", "llama3", "yarn", "proportional"];
+
+/// The shape fields vramscope requires. transformers' config classes default them too
+/// (hidden_size 4096 …), but every saved config.json writes them, and a config without one is
+/// far more likely a typo than a request for the class's 7B-sized default.
+const REQUIRED: [&str; 5] = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"];
+
+/// Parse the text of a `config.json` as transformers 5.23's `LlamaConfig`, `MistralConfig`,
+/// `Qwen2Config` or `Qwen3Config` reads it (by `model_type`; none: llama), with their
+/// defaults where a field is absent. Errors name the field.
 pub fn parse(text: &str) -> Result<HfModel, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
     let obj = v.as_object().ok_or("expected a JSON object at the top level")?;
@@ -73,19 +83,24 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         None => Arch::Llama,
         Some(t) => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}", Arch::list()))?,
     };
-    let d = uint(obj, "hidden_size", None)?;
-    let f = uint(obj, "intermediate_size", None)?;
-    let l = uint(obj, "num_hidden_layers", None)?;
-    let h = uint(obj, "num_attention_heads", None)?;
-    let kv = uint(obj, "num_key_value_heads", Some(h))?;
-    let vocab = uint(obj, "vocab_size", None)?;
-    let max = uint(obj, "max_position_embeddings", Some(if arch == Arch::Llama { 2048 } else { 32768 }))?;
-    // transformers 5 keeps rope_theta inside rope_parameters; older files have it at the top.
-    let rope_params = field(obj, "rope_parameters").and_then(|v| v.as_object());
-    let rope_theta = match rope_params.and_then(|r| field(r, "rope_theta")) {
-        Some(_) => float(rope_params.unwrap(), "rope_theta", 10_000.0)?,
-        None => float(obj, "rope_theta", if arch == Arch::Qwen3 || arch == Arch::Qwen2 { 1_000_000.0 } else { 10_000.0 })?,
+    check_nulls(obj, arch)?;
+    let [d, f, l, h, vocab] = REQUIRED.map(|name| uint(obj, name, None));
+    let (d, f, l, h, vocab) = (d?, f?, l?, h?, vocab?);
+    // num_key_value_heads: absent → the class default (LlamaConfig: None; MistralConfig 8;
+    // Qwen2/3Config 32); None → num_attention_heads (__post_init__).
+    let kv_default = match arch {
+        _ if obj.get("num_key_value_heads").is_some_and(Value::is_null) => h,
+        Arch::Llama => h,
+        Arch::Mistral => 8,
+        Arch::Qwen2 | Arch::Qwen3 => 32,
     };
+    let kv = uint(obj, "num_key_value_heads", Some(kv_default))?;
+    let max = uint(obj, "max_position_embeddings", Some(match arch {
+        Arch::Llama => 2048,
+        Arch::Mistral => 4096 * 32,
+        Arch::Qwen2 | Arch::Qwen3 => 32768,
+    }))?;
+    let (rope_theta, rope_type) = rope(obj)?;
     let eps = float(obj, "rms_norm_eps", 1e-6)?;
     let tied = boolean(obj, "tie_word_embeddings", false)?;
     let torch_dtype = match string(obj, "dtype")? {
@@ -93,15 +108,23 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         None => string(obj, "torch_dtype")?,
     };
     let name_or_path = string(obj, "_name_or_path")?.filter(|n| !n.trim().is_empty());
+    if let Some(act) = string(obj, "hidden_act")?.filter(|a| a != "silu") {
+        return Err(format!("field 'hidden_act' is '{act}': the hf flavour models silu (every supported model's default)"));
+    }
+    let dropout = float(obj, "attention_dropout", 0.0)?;
+    if dropout != 0.0 {
+        return Err(format!("field 'attention_dropout' is {dropout}: dropout's masks in training are not modelled (only 0.0 is supported)"));
+    }
+    // LlamaConfig.validate_architecture checks divisibility even with an explicit head_dim.
+    if arch == Arch::Llama && d % h != 0 {
+        return Err(format!("num_attention_heads {h} does not divide hidden_size {d} (LlamaConfig requires it)"));
+    }
+    // head_dim: Qwen3Config's default is 128; the others take hidden_size // heads.
     let head_dim = match field(obj, "head_dim") {
         Some(_) => uint(obj, "head_dim", None)?,
         None if arch == Arch::Qwen3 => 128,
-        None => {
-            if d % h != 0 {
-                return Err(format!("num_attention_heads {h} does not divide hidden_size {d} (and no head_dim is given)"));
-            }
-            d / h
-        }
+        None if d < h => return Err(format!("num_attention_heads {h} exceeds hidden_size {d} (and no head_dim is given)")),
+        None => d / h,
     };
     if h % kv != 0 {
         return Err(format!("num_key_value_heads {kv} does not divide num_attention_heads {h}"));
@@ -109,28 +132,26 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     if head_dim % 2 != 0 {
         return Err(format!("head_dim {head_dim} must be even for rotary embeddings"));
     }
-    if !(rope_theta > 0.0) {
-        return Err(format!("rope_theta must be positive, found {rope_theta}"));
-    }
     if !(eps >= 0.0) {
-        return Err(format!("rms_norm_eps must be non-negative, found {eps}"));
+        return Err(format!("field 'rms_norm_eps' must be non-negative, found {eps}"));
     }
     let mut hf = HfConfig::new(arch, head_dim);
-    let attention_bias = boolean(obj, "attention_bias", false)?;
+    hf.rope_type = rope_type;
+    // Bias flags only the config class of that model_type reads.
     match arch {
         Arch::Llama => {
-            (hf.qkv_bias, hf.o_bias) = (attention_bias, attention_bias);
+            let b = boolean(obj, "attention_bias", false)?;
+            (hf.qkv_bias, hf.o_bias) = (b, b);
             hf.mlp_bias = boolean(obj, "mlp_bias", false)?;
         }
-        Arch::Qwen3 => (hf.qkv_bias, hf.o_bias) = (attention_bias, attention_bias),
+        Arch::Qwen3 => {
+            let b = boolean(obj, "attention_bias", false)?;
+            (hf.qkv_bias, hf.o_bias) = (b, b);
+        }
         Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (true, false),
         Arch::Mistral => {}
     }
-    hf.sliding_window = match arch {
-        Arch::Mistral => opt_uint(obj, "sliding_window")?,
-        Arch::Qwen2 | Arch::Qwen3 if boolean(obj, "use_sliding_window", false)? => opt_uint(obj, "sliding_window")?,
-        _ => None,
-    };
+    hf.sliding_window = sliding_window(obj, arch, l)?;
     hf.use_cache = boolean(obj, "use_cache", true)?;
     let config = ModelConfig {
         flavour: Flavour::Hf,
@@ -152,6 +173,163 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         hf: Some(hf),
     };
     Ok(HfModel { config, torch_dtype, model_type, name_or_path })
+}
+
+/// An explicit `null` where transformers 5.23's config class needs a value: its `@strict`
+/// validation refuses it (bools, eps, hidden_act …), or building the model fails on it
+/// (rope_theta, qwen2's head_dim). `null` stays allowed where the class field is optional
+/// (llama's num_key_value_heads and head_dim, sliding_window, rope_scaling …).
+fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), String> {
+    const ALL: [&str; 11] = [
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "max_position_embeddings",
+        "rms_norm_eps", "use_cache", "tie_word_embeddings", "hidden_act", "rope_theta",
+    ];
+    let own: &[&str] = match arch {
+        Arch::Llama => &["attention_bias", "mlp_bias"],
+        Arch::Mistral => &["num_key_value_heads", "attention_dropout"],
+        Arch::Qwen2 => &["head_dim", "attention_dropout", "use_sliding_window", "max_window_layers"],
+        Arch::Qwen3 => &["head_dim", "attention_bias", "attention_dropout", "use_sliding_window", "max_window_layers"],
+    };
+    match ALL.iter().chain(own).find(|k| obj.get(**k).is_some_and(Value::is_null)) {
+        Some(k) => Err(format!("field '{k}' is null: transformers 5.23 needs a value for {} (leave the field out for the default)", arch.name())),
+        None => Ok(()),
+    }
+}
+
+/// `convert_rope_params_to_dict` / `standardize_rope_params`: a truthy `rope_scaling` (the
+/// older name) replaces `rope_parameters`; its `rope_theta` wins over the top-level one, else
+/// `default_theta` 10000; `rope_type` (or the older `type`) defaults to "default". Returns
+/// the theta and the rope type when it is not the default.
+fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), String> {
+    type Named<'a> = Option<(&'static str, &'a serde_json::Map<String, Value>)>;
+    let dict = |name: &'static str| -> Result<Named<'_>, String> {
+        match field(obj, name) {
+            None => Ok(None),
+            Some(Value::Object(m)) if m.is_empty() => Ok(None),
+            Some(Value::Object(m)) => Ok(Some((name, m))),
+            Some(v) => Err(format!("field '{name}' must be an object, found {v}")),
+        }
+    };
+    let params = match dict("rope_scaling")? {
+        Some(p) => Some(p),
+        None => dict("rope_parameters")?,
+    };
+    let top = float(obj, "rope_theta", 10_000.0)?;
+    let (theta, rope_type) = match params {
+        None => (top, None),
+        Some((name, p)) => {
+            if p.keys().any(|k| k == "full_attention" || k == "sliding_attention") {
+                return Err(format!("field '{name}' is nested per layer type, which the hf flavour does not model"));
+            }
+            let inner = |key: &str| format!("{name}.{key}");
+            let theta = match p.get("rope_theta") {
+                None => top,
+                Some(Value::Null) => return Err(format!("field '{}' is null (leave it out for the top-level or default theta)", inner("rope_theta"))),
+                Some(v) => v.as_f64().ok_or_else(|| format!("field '{}' must be a number, found {v}", inner("rope_theta")))?,
+            };
+            let ty = match field(p, "rope_type").or_else(|| field(p, "type")) {
+                None => "default".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => return Err(format!("field '{}' must be a string, found {v}", inner("rope_type"))),
+            };
+            if !ROPE_TYPES.contains(&ty.as_str()) {
+                return Err(format!(
+                    "field '{}' is '{ty}': supported: {} (dynamic and longrope recompute inv_freq inside the forward, which is not modelled)",
+                    inner("rope_type"),
+                    ROPE_TYPES.join(", ")
+                ));
+            }
+            if let Some(v) = field(p, "partial_rotary_factor") {
+                if v.as_f64() != Some(1.0) {
+                    return Err(format!("field '{}' is {v}: only 1.0 (rotary over the whole head) is modelled", inner("partial_rotary_factor")));
+                }
+            }
+            (theta, (ty != "default").then_some(ty))
+        }
+    };
+    if !(theta > 0.0 && theta.is_finite()) {
+        return Err(format!("field 'rope_theta' must be a positive number, found {theta}"));
+    }
+    Ok((theta, rope_type))
+}
+
+/// The attention window. MistralConfig: `sliding_window` (default 4096; null: none).
+/// Qwen2/3Config: only with `use_sliding_window`, and only on the layers `layer_types` marks
+/// "sliding_attention" (by default those at or after `max_window_layers`, default 28). One
+/// window for all layers is modelled: a mix of sliding and full layers is refused.
+fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usize) -> Result<Option<usize>, String> {
+    let window = || match obj.get("sliding_window") {
+        None => Ok(Some(4096)),
+        Some(_) => opt_uint(obj, "sliding_window"),
+    };
+    match arch {
+        Arch::Llama => Ok(None),
+        Arch::Mistral => window(),
+        Arch::Qwen2 | Arch::Qwen3 => {
+            if !boolean(obj, "use_sliding_window", false)? {
+                return Ok(None);
+            }
+            let Some(w) = window()? else { return Ok(None) };
+            let sliding = match field(obj, "layer_types") {
+                Some(Value::Array(types)) => {
+                    if types.len() != layers {
+                        return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
+                    }
+                    let mut n = 0;
+                    for t in types {
+                        match t.as_str() {
+                            Some("sliding_attention") => n += 1,
+                            Some("full_attention") => {}
+                            _ => return Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
+                        }
+                    }
+                    n
+                }
+                Some(v) => return Err(format!("field 'layer_types' must be a list, found {v}")),
+                None => {
+                    let first = match obj.get("max_window_layers") {
+                        None => 28,
+                        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap() as usize,
+                        Some(v) => return Err(format!("field 'max_window_layers' must be a whole number, found {v}")),
+                    };
+                    layers.saturating_sub(first)
+                }
+            };
+            match sliding {
+                0 => Ok(None),
+                n if n == layers => Ok(Some(w)),
+                n => Err(format!(
+                    "use_sliding_window gives {n} of {layers} layers a sliding window (layer_types / max_window_layers): a mix of sliding and full layers is not modelled"
+                )),
+            }
+        }
+    }
+}
+
+/// Map a config.json's model onto the cs336 or tinyllama flavour (`--config` with
+/// `--flavour`): only the shape carries over, so what those flavours cannot express
+/// (biases, Qwen3's q/k norms, an explicit head_dim, a sliding window) is refused.
+pub fn onto_flavour(mut c: ModelConfig, flavour: Flavour) -> Result<ModelConfig, String> {
+    if flavour == Flavour::Hf {
+        return Ok(c);
+    }
+    if let Some(hf) = c.hf.take() {
+        let why = if hf.model_type == Arch::Qwen3 {
+            Some("qwen3's q/k RMSNorm".to_string())
+        } else if hf.qkv_bias || hf.o_bias || hf.mlp_bias {
+            Some("projection biases".to_string())
+        } else if !c.d_model.is_multiple_of(c.num_heads) || hf.head_dim != c.d_model / c.num_heads {
+            Some(format!("head_dim {} ≠ hidden_size / num_attention_heads", hf.head_dim))
+        } else {
+            hf.sliding_window.map(|w| format!("a sliding window of {w}"))
+        };
+        if let Some(why) = why {
+            return Err(format!("this {} model has {why}, which the {flavour} flavour cannot express; drop --flavour to use hf", hf.model_type.name()));
+        }
+    }
+    c.flavour = flavour;
+    c.norm_fp32_upcast = flavour == Flavour::Cs336;
+    Ok(c)
 }
 
 #[cfg(test)]
@@ -178,5 +356,118 @@ mod tests {
         let ok = r#"{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}"#;
         let m = parse(ok).unwrap();
         assert_eq!((m.config.num_kv_heads, m.config.max_seq_len, m.config.tied_embeddings), (4, 2048, false));
+    }
+
+    fn with(model_type: &str, extra: &str) -> Result<HfModel, String> {
+        parse(&format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 100{extra}}}"#
+        ))
+    }
+
+    /// The class defaults, as `LlamaConfig(**shape)` etc. in transformers 5.23.0 print them.
+    #[test]
+    fn absent_fields_take_each_config_class_default() {
+        let hf = |m: &HfModel| m.config.hf.clone().unwrap();
+        let l = with("llama", "").unwrap();
+        assert_eq!((l.config.num_kv_heads, hf(&l).head_dim, l.config.max_seq_len, hf(&l).sliding_window), (8, 32, 2048, None));
+        assert_eq!((l.config.rope_theta, l.config.norm_eps, l.config.tied_embeddings, hf(&l).use_cache), (10_000.0, 1e-6, false, true));
+        let m = with("mistral", "").unwrap();
+        assert_eq!((m.config.num_kv_heads, m.config.max_seq_len, hf(&m).sliding_window), (8, 131_072, Some(4096)));
+        assert_eq!(hf(&with("mistral", r#", "sliding_window": null"#).unwrap()).sliding_window, None);
+        // Qwen2/3Config default num_key_value_heads to 32 (not to the heads); null means the heads.
+        assert!(with("qwen2", "").unwrap_err().contains("num_key_value_heads 32"));
+        let q2 = with("qwen2", r#", "num_key_value_heads": null"#).unwrap();
+        assert_eq!((q2.config.num_kv_heads, hf(&q2).head_dim, q2.config.max_seq_len, q2.config.rope_theta), (8, 32, 32768, 10_000.0));
+        assert!(hf(&q2).qkv_bias && !hf(&q2).o_bias && !hf(&q2).mlp_bias);
+        let q3 = with("qwen3", r#", "num_key_value_heads": 2"#).unwrap();
+        assert_eq!((hf(&q3).head_dim, hf(&q3).sliding_window), (128, None));
+        assert!(!hf(&q3).qkv_bias);
+        let q3b = with("qwen3", r#", "num_key_value_heads": 2, "attention_bias": true, "mlp_bias": true"#).unwrap();
+        assert!(hf(&q3b).qkv_bias && hf(&q3b).o_bias && !hf(&q3b).mlp_bias);
+        let lb = with("llama", r#", "attention_bias": true, "mlp_bias": true"#).unwrap();
+        assert!(hf(&lb).qkv_bias && hf(&lb).o_bias && hf(&lb).mlp_bias);
+        // mistral reads neither bias flag.
+        let mb = with("mistral", r#", "attention_bias": true, "mlp_bias": true"#).unwrap();
+        assert!(!hf(&mb).qkv_bias && !hf(&mb).mlp_bias);
+        assert!(!hf(&with("llama", r#", "use_cache": false"#).unwrap()).use_cache);
+        assert_eq!(with("llama", r#", "dtype": "float16", "torch_dtype": "bfloat16""#).unwrap().torch_dtype.as_deref(), Some("float16"));
+    }
+
+    #[test]
+    fn rope_theta_and_type_come_from_rope_parameters_or_rope_scaling() {
+        let r = |extra: &str| with("llama", extra).map(|m| (m.config.rope_theta, m.config.hf.unwrap().rope_type));
+        assert_eq!(r(r#", "rope_theta": 5.0"#).unwrap(), (5.0, None));
+        assert_eq!(r(r#", "rope_theta": 5.0, "rope_parameters": {"rope_type": "default", "rope_theta": 7.0}"#).unwrap(), (7.0, None));
+        // rope_scaling (truthy) replaces rope_parameters; its missing theta is the top-level one.
+        let lin = r#", "rope_theta": 5.0, "rope_parameters": {"rope_theta": 7.0}, "rope_scaling": {"type": "linear", "factor": 2.0}"#;
+        assert_eq!(r(lin).unwrap(), (5.0, Some("linear".into())));
+        assert_eq!(r(r#", "rope_scaling": {}, "rope_parameters": {"rope_theta": 3.0}"#).unwrap(), (3.0, None));
+        assert_eq!(r(r#", "rope_scaling": null, "rope_theta": 1000000"#).unwrap(), (1e6, None));
+        let e = r(r#", "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}"#).unwrap_err();
+        assert!(e.contains("rope_scaling.rope_type") && e.contains("llama3"), "{e}");
+        assert!(r(r#", "rope_parameters": 3"#).unwrap_err().contains("'rope_parameters' must be an object"));
+        assert!(r(r#", "rope_parameters": {"rope_theta": "big"}"#).unwrap_err().contains("rope_parameters.rope_theta"));
+        assert!(r(r#", "rope_parameters": {"partial_rotary_factor": 0.5}"#).unwrap_err().contains("partial_rotary_factor"));
+        assert!(r(r#", "rope_theta": -1"#).unwrap_err().contains("rope_theta"));
+    }
+
+    #[test]
+    fn qwen_sliding_windows_follow_use_sliding_window_and_layer_types() {
+        let w = |extra: &str| with("qwen2", &format!(r#", "num_key_value_heads": 4{extra}"#)).map(|m| m.config.hf.unwrap().sliding_window);
+        assert_eq!(w(r#", "sliding_window": 64"#).unwrap(), None);
+        // max_window_layers 28 ≥ 4 layers: no layer slides.
+        assert_eq!(w(r#", "use_sliding_window": true, "sliding_window": 64"#).unwrap(), None);
+        assert_eq!(w(r#", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 0"#).unwrap(), Some(64));
+        assert_eq!(w(r#", "use_sliding_window": true, "max_window_layers": 0"#).unwrap(), Some(4096));
+        let e = w(r#", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 2"#).unwrap_err();
+        assert!(e.contains("2 of 4 layers"), "{e}");
+        let all = r#", "use_sliding_window": true, "sliding_window": 64, "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention"]"#;
+        assert_eq!(w(all).unwrap(), Some(64));
+        assert!(w(r#", "use_sliding_window": true, "layer_types": ["full_attention"]"#).unwrap_err().contains("layer_types"));
+        // llama has no window, whatever the file says.
+        assert_eq!(with("llama", r#", "sliding_window": 64"#).unwrap().config.hf.unwrap().sliding_window, None);
+    }
+
+    #[test]
+    fn unsupported_choices_are_refused_naming_the_field() {
+        let e = with("gemma", "").unwrap_err();
+        assert!(e.contains("'gemma'") && e.contains("llama, mistral, qwen2, qwen3"), "{e}");
+        assert!(with("llama", r#", "hidden_act": "gelu""#).unwrap_err().contains("hidden_act"));
+        assert!(with("llama", r#", "attention_dropout": 0.1"#).unwrap_err().contains("attention_dropout"));
+        assert!(with("llama", r#", "use_cache": "yes""#).unwrap_err().contains("'use_cache'"));
+        assert!(with("llama", r#", "tie_word_embeddings": 1"#).unwrap_err().contains("'tie_word_embeddings'"));
+        assert!(with("llama", r#", "torch_dtype": 16"#).unwrap_err().contains("'torch_dtype'"));
+        assert!(with("llama", r#", "head_dim": 7"#).unwrap_err().contains("head_dim 7"));
+        // LlamaConfig checks hidden % heads even with head_dim; MistralConfig does not.
+        let odd = r#"{"model_type": "TYPE", "hidden_size": 250, "head_dim": 32, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 100}"#;
+        assert!(parse(&odd.replace("TYPE", "llama")).unwrap_err().contains("hidden_size 250"));
+        assert!(parse(&odd.replace("TYPE", "mistral")).unwrap().config.param_count() > 0);
+    }
+
+    /// null where the class field is not optional is refused, as transformers' strict
+    /// validation (or its model build) refuses it; where it is optional it means the default.
+    #[test]
+    fn null_is_refused_where_transformers_needs_a_value() {
+        for (ty, field) in [("llama", "use_cache"), ("llama", "attention_bias"), ("mistral", "num_key_value_heads"), ("qwen2", "head_dim"), ("qwen3", "head_dim"), ("qwen3", "max_window_layers"), ("llama", "rope_theta")] {
+            let e = with(ty, &format!(r#", "{field}": null"#)).unwrap_err();
+            assert!(e.contains(&format!("'{field}' is null")), "{ty} {field}: {e}");
+        }
+        for (ty, field) in [("llama", "head_dim"), ("llama", "num_key_value_heads"), ("mistral", "head_dim"), ("mistral", "attention_bias"), ("qwen2", "mlp_bias"), ("qwen3", "sliding_window"), ("llama", "rope_scaling")] {
+            assert!(with(ty, &format!(r#", "num_key_value_heads": 8, "{field}": null"#).replace(r#""num_key_value_heads": 8, "num_key_value_heads""#, r#""num_key_value_heads""#)).is_ok(), "{ty} {field}");
+        }
+        assert!(with("llama", r#", "rope_parameters": {"rope_theta": null}"#).unwrap_err().contains("rope_parameters.rope_theta"));
+    }
+
+    #[test]
+    fn only_plain_shapes_map_onto_the_other_flavours() {
+        let plain = with("llama", "").unwrap().config;
+        let t = onto_flavour(plain, Flavour::Tinyllama).unwrap();
+        assert!(t.hf.is_none() && t.flavour == Flavour::Tinyllama && !t.norm_fp32_upcast);
+        let q2 = with("qwen2", r#", "num_key_value_heads": 8"#).unwrap().config;
+        assert!(onto_flavour(q2, Flavour::Cs336).unwrap_err().contains("biases"));
+        let q3 = with("qwen3", r#", "num_key_value_heads": 8"#).unwrap().config;
+        assert!(onto_flavour(q3, Flavour::Cs336).unwrap_err().contains("qwen3"));
+        let m = with("mistral", "").unwrap().config;
+        assert!(onto_flavour(m, Flavour::Tinyllama).unwrap_err().contains("sliding window"));
     }
 }

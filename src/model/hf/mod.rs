@@ -157,6 +157,10 @@ pub struct HfConfig {
     pub mlp_bias: bool,
     /// Mistral's (and Qwen's `use_sliding_window`) attention window, if any.
     pub sliding_window: Option<usize>,
+    /// `rope_parameters.rope_type` when not "default" (llama3, linear, yarn …: they change
+    /// inv_freq's values, not what is allocated); recorded, not modelled.
+    #[serde(default)]
+    pub rope_type: Option<String>,
     pub attn_implementation: AttnImplementation,
     pub sdpa_backend: SdpaBackend,
     /// `use_cache` (the config's default is true: a forward builds a `DynamicCache`).
@@ -179,6 +183,7 @@ impl HfConfig {
             o_bias: false,
             mlp_bias: false,
             sliding_window: None,
+            rope_type: None,
             attn_implementation: AttnImplementation::Sdpa,
             sdpa_backend: SdpaBackend::Auto,
             use_cache: true,

@@ -1,0 +1,263 @@
+//! transformers' run options for the hf flavour (`from_pretrained(attn_implementation=…)`,
+//! `model(…, use_cache=…, logits_to_keep=…)`, `gradient_checkpointing_enable(…)`, the
+//! collator's attention_mask), and the line and JSON that say which a run used.
+use super::usage;
+use crate::model::hf::{AttnImplementation, HfConfig, SdpaBackend, TRANSFORMERS_VERSION};
+use crate::model::{Checkpoint, Flavour, ModelConfig};
+use crate::train::Precision;
+use clap::Args;
+use serde_json::{json, Value};
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct HfFlags {
+    /// hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
+    /// flash_attention_2
+    #[arg(long, value_name = "IMPL")]
+    pub attn_implementation: Option<String>,
+    /// hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what
+    /// PyTorch picks for the dtype and mask; printed with the run), flash, efficient or math
+    #[arg(long, value_name = "BACKEND")]
+    pub sdpa_backend: Option<String>,
+    /// hf flavour: use_cache true|false. Default: the config's (true for every shipped
+    /// preset: a forward fills a DynamicCache with each layer's keys and values)
+    #[arg(long, value_name = "BOOL")]
+    pub use_cache: Option<String>,
+    /// hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+    /// transformers' loss needs every position, so N < the context is for inference
+    #[arg(long, value_name = "N")]
+    pub logits_to_keep: Option<usize>,
+    /// hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False,
+    /// the same as --checkpoint blocks) or reentrant
+    #[arg(long, value_name = "MODE")]
+    pub gradient_checkpointing: Option<String>,
+    /// hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
+    /// unpadded tokenizer batch)
+    #[arg(long, value_name = "MASK")]
+    pub attention_mask: Option<String>,
+}
+
+impl HfFlags {
+    /// The flags given, by name (for refusing them on another flavour).
+    fn given(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut add = |set: bool, flag| {
+            if set {
+                v.push(flag)
+            }
+        };
+        add(self.attn_implementation.is_some(), "--attn-implementation");
+        add(self.sdpa_backend.is_some(), "--sdpa-backend");
+        add(self.use_cache.is_some(), "--use-cache");
+        add(self.logits_to_keep.is_some(), "--logits-to-keep");
+        add(self.gradient_checkpointing.is_some(), "--gradient-checkpointing");
+        add(self.attention_mask.is_some(), "--attention-mask");
+        v
+    }
+
+    /// Set the options on an hf model; any of them on another flavour is refused.
+    pub fn apply(&self, c: &mut ModelConfig) -> anyhow::Result<()> {
+        let Some(hf) = c.hf.as_mut().filter(|_| c.flavour == Flavour::Hf) else {
+            if let Some(flag) = self.given().first() {
+                return Err(usage(flag, format!("is a transformers option of the hf flavour; this model is {} (use --config or an hf preset such as Llama-3.2-1B)", c.flavour)));
+            }
+            return Ok(());
+        };
+        if let Some(s) = &self.attn_implementation {
+            hf.attn_implementation =
+                AttnImplementation::parse(s).ok_or_else(|| usage("--attn-implementation", format!("'{s}' (expected eager, sdpa or flash_attention_2)")))?;
+        }
+        if let Some(s) = &self.sdpa_backend {
+            hf.sdpa_backend = SdpaBackend::parse(s).ok_or_else(|| usage("--sdpa-backend", format!("'{s}' (expected auto, flash, efficient or math)")))?;
+            if hf.attn_implementation != AttnImplementation::Sdpa {
+                return Err(usage("--sdpa-backend", format!("chooses the kernel of sdpa attention; this run uses --attn-implementation {}", hf.attn_implementation.name())));
+            }
+        }
+        if let Some(s) = &self.use_cache {
+            hf.use_cache = match s.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                _ => return Err(usage("--use-cache", format!("'{s}' (expected true or false)"))),
+            };
+        }
+        if let Some(n) = self.logits_to_keep {
+            hf.logits_to_keep = n;
+        }
+        if let Some(s) = &self.gradient_checkpointing {
+            let (ckpt, reentrant) = match s.to_ascii_lowercase().replace('_', "-").as_str() {
+                "none" | "off" | "false" => (Checkpoint::None, false),
+                "non-reentrant" | "on" | "true" => (Checkpoint::Every(1), false),
+                "reentrant" => (Checkpoint::Every(1), true),
+                _ => return Err(usage("--gradient-checkpointing", format!("'{s}' (expected none, non-reentrant or reentrant)"))),
+            };
+            c.checkpoint = ckpt;
+            hf.reentrant = reentrant;
+        }
+        if let Some(s) = &self.attention_mask {
+            hf.attention_mask = match s.to_ascii_lowercase().as_str() {
+                "none" => false,
+                "ones" => true,
+                _ => return Err(usage("--attention-mask", format!("'{s}' (expected none or ones)"))),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Refuses what transformers itself cannot run with labels: a loss over fewer logits than
+/// labels (`logits_to_keep` below the context; `ForCausalLMLoss` raises a batch-size mismatch).
+pub fn check_with_labels(c: &ModelConfig, seq: usize) -> anyhow::Result<()> {
+    if let Some(hf) = c.hf() {
+        if hf.logits_to_keep > 0 && hf.logits_to_keep < seq {
+            return Err(usage(
+                "--logits-to-keep",
+                format!(
+                    "{} < context {seq}: transformers' loss needs logits for every position (cross_entropy raises a size mismatch); use it with --profile-type inference",
+                    hf.logits_to_keep
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The SDPA kernel PyTorch picks on a CUDA GPU for this run (None unless sdpa): half-precision
+/// queries under bf16/fp16 (autocast or bf16 weights); a mask only for a sliding window shorter
+/// than the context (an all-ones attention_mask is dropped); GQA left to the kernel
+/// (enable_gqa) only without a mask, else transformers repeats k and v first.
+pub fn sdpa_on_cuda(c: &ModelConfig, precision: Precision, seq: usize) -> Option<SdpaBackend> {
+    let hf = c.hf().filter(|h| h.attn_implementation == AttnImplementation::Sdpa)?;
+    let half = precision != Precision::Fp32;
+    let masked = hf.sliding_window.is_some_and(|w| w < seq);
+    let gqa = c.num_heads > c.num_kv_heads && !masked && hf.head_dim <= 256;
+    Some(hf.sdpa_backend.resolve(half, masked, gqa, hf.head_dim))
+}
+
+fn checkpointing(c: &ModelConfig, hf: &HfConfig) -> &'static str {
+    match (c.checkpoint, hf.reentrant) {
+        (Checkpoint::None, _) => "off",
+        (_, true) => "reentrant",
+        (_, false) => "non-reentrant",
+    }
+}
+
+/// One line with the transformers settings of an hf run at one context length.
+pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<String> {
+    let hf = c.hf()?;
+    let attn = match sdpa_on_cuda(c, precision, seq) {
+        Some(b) if hf.sdpa_backend == SdpaBackend::Auto => format!("sdpa (on CUDA PyTorch picks the {b} kernel)"),
+        Some(b) => format!("sdpa (--sdpa-backend {b})"),
+        None => hf.attn_implementation.name().to_string(),
+    };
+    let cache = if hf.use_cache && c.checkpoint != Checkpoint::None { " (off in training while checkpointing, as transformers does)" } else { "" };
+    let keep = if hf.logits_to_keep == 0 { "0 (all)".to_string() } else { hf.logits_to_keep.to_string() };
+    let mask = if hf.attention_mask { "ones" } else { "none" };
+    Some(format!(
+        "transformers {TRANSFORMERS_VERSION}: attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}",
+        hf.use_cache,
+        checkpointing(c, hf)
+    ))
+}
+
+/// The same settings for summary.json (the CUDA SDPA kernel per context length).
+pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) -> Option<Value> {
+    let hf = c.hf()?;
+    let kernels: serde_json::Map<String, Value> =
+        contexts.iter().filter_map(|&s| sdpa_on_cuda(c, precision, s).map(|b| (s.to_string(), json!(b.name())))).collect();
+    Some(json!({
+        "transformers_version": TRANSFORMERS_VERSION,
+        "model_type": hf.model_type,
+        "attn_implementation": hf.attn_implementation,
+        "sdpa_backend": hf.sdpa_backend,
+        "sdpa_backend_on_cuda_by_context": (!kernels.is_empty()).then_some(kernels),
+        "use_cache": hf.use_cache,
+        "gradient_checkpointing": checkpointing(c, hf),
+        "logits_to_keep": hf.logits_to_keep,
+        "attention_mask": if hf.attention_mask { "ones" } else { "none" },
+        "rope_type": hf.rope_type.as_deref().unwrap_or("default"),
+    }))
+}
+
+/// The part of an output file name that tells an hf run's non-default transformers options
+/// apart (so an eager run does not overwrite the sdpa run's snapshot): `_eager`, `_fa2`,
+/// `_sdpa-math`, `_no-cache`, `_keep-N`, `_mask-ones`, `-reentrant` after the checkpoint tag.
+pub fn file_tag(c: &ModelConfig) -> String {
+    let Some(hf) = c.hf() else { return String::new() };
+    let mut tag = String::new();
+    match hf.attn_implementation {
+        AttnImplementation::Eager => tag.push_str("_eager"),
+        AttnImplementation::FlashAttention2 => tag.push_str("_fa2"),
+        AttnImplementation::Sdpa if hf.sdpa_backend != SdpaBackend::Auto => tag.push_str(&format!("_sdpa-{}", hf.sdpa_backend)),
+        AttnImplementation::Sdpa => {}
+    }
+    if !hf.use_cache {
+        tag.push_str("_no-cache");
+    }
+    if hf.logits_to_keep > 0 {
+        tag.push_str(&format!("_keep-{}", hf.logits_to_keep));
+    }
+    if hf.attention_mask {
+        tag.push_str("_mask-ones");
+    }
+    tag
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::presets;
+
+    fn model(name: &str) -> ModelConfig {
+        presets::find(name, None).unwrap().model
+    }
+
+    #[test]
+    fn the_cuda_sdpa_kernel_follows_dtype_mask_and_gqa() {
+        let llama = model("Llama-3.2-1B");
+        assert_eq!(sdpa_on_cuda(&llama, Precision::Bf16, 2048), Some(SdpaBackend::Flash));
+        assert_eq!(sdpa_on_cuda(&llama, Precision::PureBf16, 2048), Some(SdpaBackend::Flash));
+        // fp32 rules flash out; GQA rules the memory-efficient kernel out.
+        assert_eq!(sdpa_on_cuda(&llama, Precision::Fp32, 2048), Some(SdpaBackend::Math));
+        let mut mha = llama.clone();
+        mha.num_kv_heads = mha.num_heads;
+        assert_eq!(sdpa_on_cuda(&mha, Precision::Fp32, 2048), Some(SdpaBackend::Efficient));
+        // A window shorter than the context needs a mask: no flash, no enable_gqa
+        let mut mistral = model("Mistral-7B");
+        mistral.hf.as_mut().unwrap().sliding_window = Some(64);
+        assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 64), Some(SdpaBackend::Flash));
+        // (with a mask transformers repeats k and v itself, so the memory-efficient kernel runs).
+        assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 128), Some(SdpaBackend::Efficient));
+        let mut eager = llama.clone();
+        eager.hf.as_mut().unwrap().attn_implementation = AttnImplementation::Eager;
+        assert_eq!(sdpa_on_cuda(&eager, Precision::Bf16, 2048), None);
+        assert!(describe(&eager, Precision::Bf16, 16).unwrap().contains("attn_implementation eager,"));
+        assert_eq!(sdpa_on_cuda(&model("2.7B"), Precision::Bf16, 2048), None);
+        assert!(describe(&model("2.7B"), Precision::Bf16, 16).is_none());
+    }
+
+    #[test]
+    fn flags_set_the_options_and_the_file_tag() {
+        let mut c = model("Qwen3-8B");
+        assert_eq!(file_tag(&c), "");
+        let f = HfFlags {
+            attn_implementation: Some("eager".into()),
+            use_cache: Some("false".into()),
+            logits_to_keep: Some(1),
+            gradient_checkpointing: Some("reentrant".into()),
+            attention_mask: Some("ones".into()),
+            ..HfFlags::default()
+        };
+        f.apply(&mut c).unwrap();
+        let h = c.hf.clone().unwrap();
+        assert_eq!((h.attn_implementation, h.use_cache, h.logits_to_keep, h.reentrant, h.attention_mask), (AttnImplementation::Eager, false, 1, true, true));
+        assert_eq!(c.checkpoint, Checkpoint::Every(1));
+        assert_eq!(file_tag(&c), "_eager_no-cache_keep-1_mask-ones");
+        assert!(check_with_labels(&c, 128).is_err() && check_with_labels(&c, 1).is_ok());
+        let off = HfFlags { gradient_checkpointing: Some("none".into()), ..HfFlags::default() };
+        off.apply(&mut c).unwrap();
+        assert_eq!((c.checkpoint, c.hf.unwrap().reentrant), (Checkpoint::None, false));
+        let mut t = model("walkthrough");
+        assert!(HfFlags::default().apply(&mut t).is_ok());
+        let e = HfFlags { attention_mask: Some("ones".into()), ..HfFlags::default() }.apply(&mut t).unwrap_err();
+        assert!(e.to_string().contains("--attention-mask"), "{e}");
+    }
+}

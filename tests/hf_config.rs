@@ -1,0 +1,207 @@
+//! The hf flavour's way in: `--config` (a config.json or a downloaded-style model folder), the
+//! named presets, and transformers' run options as flags. Success and refusal, and which
+//! settings reach the run's summary — not byte counts (the op sequence has its own tests).
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use vramscope::model::{hf, presets, Checkpoint, Flavour};
+
+const PRESETS: [&str; 5] = ["Llama-3.2-1B", "Llama-3.1-8B", "Mistral-7B", "Qwen2.5-7B", "Qwen3-8B"];
+
+fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-hfcfg-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The committed copy of a model's config.json folder (Mistral-7B's is the v0.3 release).
+fn folder(preset: &str) -> PathBuf {
+    let dir = if preset == "Mistral-7B" { "Mistral-7B-v0.3" } else { preset };
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf_models").join(dir)
+}
+
+/// `profile` on meta at context 128, batch 1; returns summary.json.
+fn profile(out: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Exit code 2, the flag (or field) named, nothing written.
+fn refused(extra: &[&str], needles: &[&str]) {
+    let out = tmp("refused");
+    let mut args = vec!["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--out-dir", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = vramscope(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{extra:?} should say {n}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+}
+
+#[test]
+fn each_preset_is_its_published_config_json() {
+    for name in PRESETS {
+        let p = presets::find(name, None).unwrap();
+        let text = std::fs::read_to_string(folder(name).join("config.json")).unwrap();
+        let m = hf::parse(&text).unwrap();
+        assert_eq!(m.config, p.model, "{name}: the preset and its config.json differ");
+        assert_eq!(m.config.param_count(), p.expected_params, "{name}");
+        assert_eq!(m.torch_dtype.as_deref(), Some("bfloat16"), "{name}");
+        assert_eq!(p.model.flavour, Flavour::Hf);
+    }
+    // The alias names the same model.
+    assert_eq!(presets::find("Mistral-7B-v0.3", None).unwrap().model, presets::find("Mistral-7B", None).unwrap().model);
+    assert_eq!(presets::find("hf-qwen3-8b", None).unwrap().name, "Qwen3-8B");
+    let m = presets::find("Mistral-7B", None).unwrap().model;
+    assert_eq!((m.vocab_size, m.hf.as_ref().unwrap().sliding_window), (32_768, None));
+}
+
+#[test]
+fn every_preset_profiles_on_meta_through_the_cli_and_says_its_transformers_settings() {
+    for name in PRESETS.iter().chain(&["Mistral-7B-v0.3"]) {
+        let out = tmp(&format!("preset-{name}"));
+        let s = profile(&out, &["--model", name]);
+        let t = &s["transformers"];
+        assert_eq!(t["transformers_version"], "5.23.0", "{name}");
+        assert_eq!((t["attn_implementation"].as_str(), t["use_cache"].as_bool(), t["gradient_checkpointing"].as_str()), (Some("sdpa"), Some(true), Some("off")), "{name}");
+        assert!(t["sdpa_backend_on_cuda_by_context"]["128"].is_string(), "{name}: {t}");
+        assert_eq!(s["model"]["flavour"], "hf");
+        assert!(s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn config_takes_a_model_folder_with_extra_files_and_gives_the_preset_model() {
+    let llama = folder("Llama-3.2-1B");
+    for f in ["tokenizer_config.json", "generation_config.json", "model.safetensors.index.json"] {
+        assert!(llama.join(f).is_file(), "the fixture folder should hold {f}");
+    }
+    for name in ["Llama-3.2-1B", "Qwen2.5-7B"] {
+        let by_preset = profile(&tmp("by-preset"), &["--model", name, "--profile-type", "inference"]);
+        let dir = folder(name);
+        let by_folder = profile(&tmp("by-folder"), &["--config", dir.to_str().unwrap(), "--profile-type", "inference"]);
+        let by_file = profile(&tmp("by-file"), &["--config", dir.join("config.json").to_str().unwrap(), "--profile-type", "inference"]);
+        assert_eq!(by_preset["model"], by_folder["model"], "{name}");
+        assert_eq!(by_preset["model"], by_file["model"], "{name}");
+        assert_eq!(by_folder["preset"], name, "outputs are named after the folder");
+    }
+    // A folder without a config.json is refused.
+    let empty = tmp("empty-folder");
+    std::fs::create_dir_all(&empty).unwrap();
+    refused(&["--config", empty.to_str().unwrap()], &["--config", "without a config.json"]);
+}
+
+#[test]
+fn an_unsupported_model_type_exits_2_with_the_supported_list() {
+    let dir = tmp("gemma");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
+    refused(&["--config", dir.to_str().unwrap()], &["--config", "model_type 'gemma2'", "llama, mistral, qwen2, qwen3"]);
+}
+
+#[test]
+fn bad_fields_exit_2_naming_the_field() {
+    let dir = tmp("fields");
+    std::fs::create_dir_all(&dir).unwrap();
+    let shape = r#""model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100"#;
+    let cases = [
+        (r#", "use_cache": "yes""#, "'use_cache'"),
+        (r#", "tie_word_embeddings": 0"#, "'tie_word_embeddings'"),
+        (r#", "head_dim": 0"#, "'head_dim'"),
+        (r#", "rope_scaling": {"rope_type": "longrope"}"#, "rope_scaling.rope_type"),
+        (r#", "rope_parameters": "default""#, "'rope_parameters'"),
+        (r#", "rope_theta": "1e4""#, "'rope_theta'"),
+        (r#", "torch_dtype": 2"#, "'torch_dtype'"),
+        (r#", "hidden_act": "relu""#, "hidden_act"),
+        (r#", "num_key_value_heads": 3"#, "num_key_value_heads 3"),
+        (r#", "attention_bias": false, "mlp_bias": "no""#, "'mlp_bias'"),
+        (r#", "attention_bias": null"#, "'attention_bias' is null"),
+    ];
+    for (i, (extra, field)) in cases.iter().enumerate() {
+        let f = dir.join(format!("c{i}.json"));
+        std::fs::write(&f, format!("{{{shape}{extra}}}")).unwrap();
+        refused(&["--config", f.to_str().unwrap()], &["--config", field]);
+    }
+    let qwen = dir.join("qwen.json");
+    std::fs::write(&qwen, r#"{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100, "use_sliding_window": true, "max_window_layers": 2}"#).unwrap();
+    refused(&["--config", qwen.to_str().unwrap()], &["--config", "max_window_layers"]);
+}
+
+#[test]
+fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
+    for (flag, value) in [
+        ("--attn-implementation", "eager"),
+        ("--sdpa-backend", "math"),
+        ("--use-cache", "false"),
+        ("--logits-to-keep", "1"),
+        ("--gradient-checkpointing", "reentrant"),
+        ("--attention-mask", "ones"),
+    ] {
+        refused(&["--model", "2.7B", "--num-layers", "1", flag, value], &[flag, "hf flavour"]);
+        refused(&[flag, value], &[flag, "tinyllama"]);
+    }
+    // And the tinyllama/cs336 options on hf.
+    refused(&["--model", "Llama-3.2-1B", "--attention", "flash"], &["--attention", "--attn-implementation"]);
+    refused(&["--model", "Llama-3.2-1B", "--fused-qkv"], &["--fused-qkv"]);
+    // Bad values, and what PyTorch itself cannot run.
+    refused(&["--model", "Llama-3.2-1B", "--attn-implementation", "xformers"], &["--attn-implementation", "flash_attention_2"]);
+    refused(&["--model", "Llama-3.2-1B", "--sdpa-backend", "cudnn"], &["--sdpa-backend"]);
+    refused(&["--model", "Llama-3.2-1B", "--attn-implementation", "eager", "--sdpa-backend", "math"], &["--sdpa-backend", "eager"]);
+    refused(&["--model", "Llama-3.2-1B", "--use-cache", "maybe"], &["--use-cache"]);
+    refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "every-2"], &["--gradient-checkpointing"]);
+    refused(&["--model", "Llama-3.2-1B", "--attention-mask", "padded"], &["--attention-mask"]);
+    refused(&["--model", "Llama-3.2-1B", "--attn-implementation", "flash_attention_2"], &["--attn-implementation", "bf16"]);
+    refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
+    refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);
+    refused(&["--config", folder("Qwen3-8B").to_str().unwrap(), "--flavour", "cs336"], &["--flavour", "q/k RMSNorm"]);
+}
+
+#[test]
+fn the_flags_reach_the_model_and_the_summary_says_what_ran() {
+    let out = tmp("flags");
+    let s = profile(&out, &["--model", "Qwen3-8B", "--num-layers", "2", "--pure-bf16", "--gradient-checkpointing", "reentrant", "--use-cache", "false", "--attention-mask", "ones"]);
+    let (m, t) = (&s["model"], &s["transformers"]);
+    assert_eq!((m["checkpoint"].as_str(), m["hf"]["reentrant"].as_bool(), m["hf"]["use_cache"].as_bool()), (Some("blocks"), Some(true), Some(false)));
+    assert_eq!((t["gradient_checkpointing"].as_str(), t["attention_mask"].as_str()), (Some("reentrant"), Some("ones")));
+    // bf16 queries, no mask: PyTorch's flash kernel on CUDA.
+    assert_eq!(t["sdpa_backend_on_cuda_by_context"]["128"], "flash");
+    // Snapshots of different settings get different names.
+    let snap = s["runs"][0]["snapshot"].as_str().unwrap();
+    assert!(snap.contains("checkpoint-blocks-reentrant") && snap.contains("no-cache") && snap.contains("mask-ones"), "{snap}");
+
+    // --checkpoint means non-reentrant on hf, and the printed line says so.
+    let out = tmp("flags2");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1",
+        "--warmup-steps", "0", "--checkpoint", "blocks", "--attn-implementation", "eager", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("transformers 5.23.0: attn_implementation eager") && text.contains("gradient checkpointing non-reentrant"), "{text}");
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((s["model"]["checkpoint"].as_str(), s["model"]["hf"]["reentrant"].as_bool()), (Some("blocks"), Some(false)));
+    assert!(s["transformers"]["sdpa_backend_on_cuda_by_context"].is_null(), "eager has no SDPA kernel");
+
+    // logits_to_keep for inference; a forced SDPA backend is reported as given.
+    let s = profile(&tmp("flags3"), &["--model", "Mistral-7B", "--num-layers", "1", "--profile-type", "inference", "--logits-to-keep", "1", "--sdpa-backend", "math"]);
+    assert_eq!((s["transformers"]["logits_to_keep"].as_u64(), s["transformers"]["sdpa_backend_on_cuda_by_context"]["128"].as_str()), (Some(1), Some("math")));
+    let checkpoint: Checkpoint = serde_json::from_value(s["model"]["checkpoint"].clone()).unwrap();
+    assert_eq!(checkpoint, Checkpoint::None);
+}
+
+#[test]
+fn a_config_mapped_onto_tinyllama_keeps_working() {
+    let s = profile(&tmp("onto"), &["--config", folder("Llama-3.1-8B").to_str().unwrap(), "--flavour", "tinyllama", "--num-layers", "1"]);
+    assert_eq!(s["model"]["flavour"], "tinyllama");
+    assert!(s["model"]["hf"].is_null() && s["transformers"].is_null());
+}
