@@ -30,6 +30,8 @@ pub struct FitArgs {
     pub precision: super::precision_flags::PrecisionFlags,
     #[command(flatten)]
     pub memory: super::memory_flags::MemoryFlags,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
     /// What to search for
     #[arg(long, value_enum, default_value = "batch")]
     pub find: Find,
@@ -88,6 +90,7 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
         model: a.model.clone(),
         precision: a.precision.clone(),
         memory: a.memory.clone(),
+        optim: a.optim.clone(),
         context_length: Some(ctx.to_string()),
         batch_size: Some(batch),
         warmup_steps: a.warmup_steps,

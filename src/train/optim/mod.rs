@@ -98,8 +98,19 @@ pub struct OptimConfig {
     pub eps: f64,
     pub weight_decay: f64,
     pub momentum: f64,
-    /// `torch.nn.utils.clip_grad_norm_(params, max_grad_norm)` before each step (None: off).
+    /// `torch.nn.utils.clip_grad_norm_(params, max_grad_norm)` before each step (None: off;
+    /// infinity: the norm is computed but nothing is clipped, as the hf Trainer does with
+    /// `max_grad_norm` 0 to log it). JSON writes infinity as "inf".
+    #[serde(serialize_with = "max_norm_json")]
     pub max_grad_norm: Option<f64>,
+}
+
+fn max_norm_json<S: serde::Serializer>(m: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match m {
+        Some(x) if x.is_infinite() => s.serialize_str("inf"),
+        Some(x) => s.serialize_f64(*x),
+        None => s.serialize_none(),
+    }
 }
 
 impl OptimConfig {
@@ -121,9 +132,14 @@ impl OptimConfig {
         OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay, momentum: 0.0, max_grad_norm }
     }
 
-    /// One line for printed run settings: `adamw_torch_fused (lr 5e-05, weight decay 0, clip_grad_norm_ 1)`.
+    /// One line for printed run settings, e.g. `adamw_torch_fused (torch.optim.AdamW(fused=True)):
+    /// lr 0.00005, weight decay 0, betas (0.9, 0.999), eps 0.00000001; clip_grad_norm_ max_norm 1`.
     pub fn summary(&self) -> String {
-        let clip = self.max_grad_norm.map_or("no gradient clipping".to_string(), |m| format!("clip_grad_norm_ max_norm {m}"));
+        let clip = match self.max_grad_norm {
+            None => "no gradient clipping".to_string(),
+            Some(m) if m.is_infinite() => "clip_grad_norm_ with max_norm inf (the Trainer's norm for its log; nothing clipped)".to_string(),
+            Some(m) => format!("clip_grad_norm_ max_norm {m}"),
+        };
         let extra = if self.kind == OptimizerKind::Sgd { format!("momentum {}", self.momentum) } else { format!("betas ({}, {}), eps {}", self.beta1, self.beta2, self.eps) };
         format!("{} ({}): lr {}, weight decay {}, {extra}; {clip}", self.kind, self.kind.describe(), self.lr, self.weight_decay)
     }
