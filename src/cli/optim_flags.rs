@@ -17,7 +17,7 @@ pub struct OptimFlags {
     /// torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
     /// flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
     /// flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub max_grad_norm: Option<f64>,
 }
 

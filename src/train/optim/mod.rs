@@ -140,7 +140,7 @@ impl OptimConfig {
             Some(m) if m.is_infinite() => "clip_grad_norm_ with max_norm inf (the Trainer's norm for its log; nothing clipped)".to_string(),
             Some(m) => format!("clip_grad_norm_ max_norm {m}"),
         };
-        let extra = if self.kind == OptimizerKind::Sgd { format!("momentum {}", self.momentum) } else { format!("betas ({}, {}), eps {}", self.beta1, self.beta2, self.eps) };
+        let extra = if self.kind == OptimizerKind::Sgd { format!("momentum {}", self.momentum) } else { format!("betas ({}, {}), eps {:e}", self.beta1, self.beta2, self.eps) };
         format!("{} ({}): lr {}, weight decay {}, {extra}; {clip}", self.kind, self.kind.describe(), self.lr, self.weight_decay)
     }
 }
