@@ -253,6 +253,7 @@ pub fn run(a: FitArgs) -> Result<()> {
             "model": base.model_name,
             "config": base.model,
             "profile_type": a.profile_type,
+            "optimizer": (a.profile_type == ProfileType::Training).then_some(&base.optim),
             "fixed": fixed,
             "device": device,
             "capacity_bytes": capacity,
@@ -288,6 +289,9 @@ pub fn run(a: FitArgs) -> Result<()> {
         size(capacity as i64),
         a.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
     );
+    if a.profile_type == ProfileType::Training {
+        println!("optimizer: {}", base.optim.summary());
+    }
     let tried: Vec<String> = probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
     let parts: Vec<String> = reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
     println!(
