@@ -1,7 +1,7 @@
 //! The optimizers' numerics on cpu against PyTorch 2.15 (values printed by torch for the same
 //! inputs), and the closed-form optimizer terms of `estimate` against meta runs.
 use vramscope::analyse::estimate::estimate_with;
-use vramscope::analyse::optimizer_estimate::param_numels;
+use vramscope::analyse::optimizer_estimate::ParamSizes;
 use vramscope::engine::{runtime, DType, Device, Tensor};
 use vramscope::model::{presets, Model, ModelConfig, Param};
 use vramscope::record::Category;
@@ -80,14 +80,18 @@ fn configs() -> Vec<ModelConfig> {
     out
 }
 
-/// `param_numels` follows each model's registration order (the for-loop AdamW's order).
+/// `ParamSizes` follows each model's registration order (the for-loop AdamW's order).
 #[test]
 fn param_numels_follow_the_models() {
     for cfg in configs() {
         runtime::reset();
         let model = Model::new_in(&cfg, Device::Meta, 0, DType::F32).unwrap();
         let got: Vec<u64> = model.parameters().iter().map(|p| p.tensor.numel() as u64).collect();
-        assert_eq!(param_numels(&cfg), got, "{:?} fused {}", cfg.flavour, cfg.fused_qkv);
+        let sizes = ParamSizes::of(&cfg);
+        assert_eq!(sizes.list(), got, "{:?} fused {}", cfg.flavour, cfg.fused_qkv);
+        assert_eq!((sizes.count(), sizes.total()), (got.len() as u64, got.iter().sum::<u64>()));
+        let worst = got.iter().enumerate().map(|(i, &x)| 2 * x + if i > 0 { got[i - 1] } else { 0 }).max().unwrap();
+        assert_eq!(sizes.forloop_worst(), worst);
         assert_eq!(got.iter().sum::<u64>(), cfg.param_count());
         drop(model);
         runtime::reset();

@@ -163,10 +163,15 @@ def grid(out):
                     r.pop("allocs")
                     points.append(dict(name=name, **point, **r))
                     print(f"{name:<56} start {r['start']:>10} peak {r['peak']:>10} end {r['end']:>10} ({r['peak_op']})", flush=True)
-    with open(out, "w") as f:
-        json.dump(dict(torch=torch.__version__, method="measure_optim.py: requested bytes, blocks >= 512 B, absolute levels, third step",
-                       points=points), f, indent=1)
+    write_grid(out, torch.__version__, points)
     print(f"wrote {len(points)} points to {out}")
+
+
+def write_grid(out, version, points):
+    """One point per line (the shape lists stay readable and the file small)."""
+    head = dict(torch=version, method="measure_optim.py: requested bytes, blocks >= 512 B, absolute levels, third step")
+    with open(out, "w") as f:
+        f.write(json.dumps(head)[:-1] + ', "points": [\n' + ",\n".join(json.dumps(p) for p in points) + "\n]}\n")
 
 
 def parse_shapes(s):
