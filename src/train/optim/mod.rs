@@ -66,11 +66,6 @@ impl OptimizerKind {
         })
     }
 
-    /// Whether this is an AdamW (betas, eps and decoupled weight decay apply).
-    pub fn is_adamw(self) -> bool {
-        self != OptimizerKind::Sgd
-    }
-
     /// What the implementation is, in a few words (printed with a run's settings).
     pub fn describe(self) -> &'static str {
         match self {
