@@ -11,7 +11,7 @@ use common::small;
 
 
 fn sgd(n: usize) -> Optimizer {
-    Optimizer::new(OptimConfig { kind: OptimizerKind::Sgd, lr: 0.5, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0 }, n)
+    Optimizer::new(OptimConfig { kind: OptimizerKind::Sgd, lr: 0.5, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0, max_grad_norm: None }, n)
 }
 
 /// Parameters after one SGD step over `micro` micro-batches of the same 4 sequences.

@@ -188,7 +188,7 @@ fn small_cfg(flavour: &str, attention: Attention) -> ModelConfig {
 
 fn optimizer(model: &Model, lr: f64, weight_decay: f64) -> Optimizer {
     let kind = if model.config.flavour == Flavour::Cs336 { OptimizerKind::AdamwCs336 } else { OptimizerKind::AdamwTorch };
-    Optimizer::new(OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay, momentum: 0.0 }, model.parameters().len())
+    Optimizer::new(OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay, momentum: 0.0, max_grad_norm: None }, model.parameters().len())
 }
 
 fn run_steps(cfg: &ModelConfig, device: Device, seq: usize, steps: usize) -> (Vec<MemEvent>, Vec<Option<f64>>) {

@@ -61,6 +61,11 @@ fn bad_configuration_names_the_flag_exits_2_and_writes_nothing() {
         (&["--profile-operators", "--sort-by", "bogus"], "--sort-by"),
         (&["--learning-rate", "-1"], "--learning-rate"),
         (&["--threads", "0"], "--threads"),
+        (&["--optimizer", "adam"], "--optimizer"),
+        (&["--max-grad-norm", "-1"], "--max-grad-norm"),
+        (&["--max-grad-norm", "inf"], "--max-grad-norm"),
+        (&["--momentum", "0.9"], "--momentum"),
+        (&["--optimizer", "adamw_torch_fused", "--momentum", "0.9"], "--momentum"),
     ];
     for (args, flag) in cases {
         let out = tmp("bad");
@@ -72,6 +77,37 @@ fn bad_configuration_names_the_flag_exits_2_and_writes_nothing() {
         assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
         assert!(!Path::new(&out).exists(), "{args:?} wrote {}", out.display());
     }
+}
+
+/// `--optimizer` / `--max-grad-norm`: refused where no optimizer step runs (exit 2, nothing
+/// written), recorded in summary.json where one does.
+#[test]
+fn optimizer_flags_are_refused_without_a_step_and_recorded_with_one() {
+    for (args, flag) in [
+        (vec!["--profile-type", "forward", "--optimizer", "sgd"], "--optimizer"),
+        (vec!["--profile-type", "inference,forward", "--max-grad-norm", "1"], "--max-grad-norm"),
+        (vec!["--optimizer", "lion"], "--optimizer"),
+    ] {
+        let out = tmp("optim-bad");
+        let mut a = vec!["profile", "--device", "meta", "--model", "cs336-small", "--num-layers", "1", "--out-dir", out.to_str().unwrap()];
+        a.extend(args.iter().copied());
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
+        assert!(!Path::new(&out).exists(), "{args:?} wrote {}", out.display());
+    }
+    let out = tmp("optim-ok");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--model", "cs336-small", "--num-layers", "1", "--context-length", "32", "--batch-size", "1",
+        "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0.5", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("optimizer: adamw_torch_forloop") && stdout.contains("clip_grad_norm_ max_norm 0.5"), "{stdout}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["optimizer"]["kind"], "adamw_torch_forloop");
+    assert_eq!(s["optimizer"]["max_grad_norm"], 0.5);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::{Attention, Checkpoint, Flavour, Model, ModelConfig};
 use vramscope::record::{MemEvent, Phase};
-use vramscope::train::optim::OptimConfig;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
 
 /// Points where vramscope does not match transformers, each with the reason (printed with
@@ -75,8 +75,13 @@ fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     assert_eq!(model.dtype, if precision == Precision::PureBf16 { DType::BF16 } else { DType::F32 });
     assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
+    // measure_hf.py: the Trainer's optimizer names (lr 1e-3, weight decay 0; SGD lr 1e-3) and
+    // clip_grad_norm_ only when max_grad_norm > 0.
     let mut opt_cfg = OptimConfig::reference(Flavour::Hf);
-    let _ = (&mut opt_cfg, p["optimizer"].as_str(), p["max_grad_norm"].as_f64());
+    opt_cfg.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
+    opt_cfg.lr = 1e-3;
+    let norm = p["max_grad_norm"].as_f64().unwrap();
+    opt_cfg.max_grad_norm = (norm > 0.0).then_some(norm);
     let opt = Optimizer::new(opt_cfg, model.parameters().len());
     let mut runner = StepRunner::new(&model, opt).with_precision(precision);
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);

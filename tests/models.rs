@@ -55,7 +55,7 @@ fn run_steps(flavour: &str, device: Device, steps: usize) -> (Vec<MemEvent>, Vec
     let model = Model::new(&cfg, device, 1).unwrap();
     let kind = if cfg.flavour == Flavour::Cs336 { OptimizerKind::AdamwCs336 } else { OptimizerKind::AdamwTorch };
     let opt = Optimizer::new(
-        OptimConfig { kind, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 },
+        OptimConfig { kind, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0, max_grad_norm: None },
         model.parameters().len(),
     );
     let mut runner = StepRunner::new(&model, opt);
@@ -118,7 +118,7 @@ fn tiny_model_learns_a_repeating_pattern() {
         let model = Model::new(&cfg, Device::Cpu, 7).unwrap();
         let kind = if flavour == "cs336" { OptimizerKind::AdamwCs336 } else { OptimizerKind::AdamwTorch };
         let opt = Optimizer::new(
-            OptimConfig { kind, lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0 },
+            OptimConfig { kind, lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0, max_grad_norm: None },
             model.parameters().len(),
         );
         let mut runner = StepRunner::new(&model, opt);
@@ -166,7 +166,7 @@ fn training_step_categories_cover_params_grads_and_optimizer_state() {
     cfg.num_layers = 1;
     let model = Model::new(&cfg, Device::Meta, 0).unwrap();
     let opt = Optimizer::new(
-        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0 },
+        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, momentum: 0.0, max_grad_norm: None },
         model.parameters().len(),
     );
     let mut runner = StepRunner::new(&model, opt);
@@ -195,7 +195,7 @@ fn walkthrough_third_step(edit: impl FnOnce(&mut vramscope::model::ModelConfig))
     edit(&mut cfg);
     let model = Model::new(&cfg, Device::Meta, 0).unwrap();
     let opt = Optimizer::new(
-        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 3e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0 },
+        OptimConfig { kind: OptimizerKind::AdamwTorch, lr: 3e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, momentum: 0.0, max_grad_norm: None },
         model.parameters().len(),
     );
     let mut runner = StepRunner::new(&model, opt);

@@ -11,6 +11,7 @@
 //! operands, views and `add` nothing). They are written independently of the model code on
 //! purpose: a test compares them with what the engine actually keeps.
 use crate::model::{Attention, Flavour, ModelConfig};
+use crate::train::optim::OptimConfig;
 use crate::train::Precision;
 use serde::Serialize;
 
@@ -85,6 +86,8 @@ pub struct Estimate {
     /// Transient optimizer memory at its worst moment, with its formula.
     pub optimizer_temp_bytes: u64,
     pub optimizer_temp_formula: String,
+    /// The optimizer (and gradient clipping) the optimizer terms are for.
+    pub optimizer: OptimConfig,
     /// The autocast region's low-precision weight copies, kept until backward.
     pub autocast_cache_bytes: u64,
     pub autocast_cache_formula: String,
@@ -405,9 +408,14 @@ pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), crate::m
     cfg.check_sizes(b, s, "--context-length")
 }
 
-/// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`
-/// (callers check the shape with [`check_range`] first).
+/// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`, with
+/// the flavour's reference optimizer (callers check the shape with [`check_range`] first).
 pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> Estimate {
+    estimate_with(cfg, precision, b, s, &OptimConfig::reference(cfg.flavour))
+}
+
+/// [`estimate`] with a given optimizer and gradient clipping.
+pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize, optim: &OptimConfig) -> Estimate {
     let mode = match precision {
         Precision::Fp32 => Mode::Fp32,
         Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
@@ -440,21 +448,9 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
     debug_assert_eq!(params, v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + d);
     // Parameters, and so gradients and optimizer state, are fp32 except in pure bf16.
     let pe: u64 = if mode == Mode::Pure { 2 } else { 4 };
-    let pt = if pe == 2 { "bf16" } else { "fp32" };
     let param_bytes = params * pe;
-    let (optimizer_bytes, optimizer_formula) = match cfg.flavour {
-        Flavour::Cs336 => (2 * param_bytes, format!("2·P·{pe} (AdamW m and v, {pt})")),
-        // torch.optim.AdamW's per-parameter `step` counters live on the host (not capturable).
-        Flavour::Tinyllama | Flavour::Hf => (2 * param_bytes, format!("2·P·{pe} (torch AdamW exp_avg and exp_avg_sq, {pt}; `step` counters stay on the host)")),
-    };
-    let (optimizer_temp_bytes, optimizer_temp_formula) = match cfg.flavour {
-        Flavour::Cs336 => {
-            // One parameter at a time: m_new, v_new, α·m, √v + eps and the update coexist.
-            let largest = [v * d, f * d, d * d, kv * d].into_iter().max().unwrap_or(0);
-            (5 * largest * pe, format!("5 × the largest parameter × {pe} (m_new, v_new, α·m_new, √v_new + eps, the update)"))
-        }
-        Flavour::Tinyllama | Flavour::Hf => (param_bytes, format!("P × {pe} (torch._foreach_sqrt over every exp_avg_sq at once)")),
-    };
+    let (optimizer_bytes, optimizer_formula, optimizer_temp_bytes, optimizer_temp_formula) =
+        super::optimizer_estimate::optimizer_terms(cfg, pe, optim);
     // Every weight a matmul-class op reads is cast once per region and kept until backward;
     // the embedding lookup is not an autocast op, norm weights meet only muls.
     let cast_elements = l * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
@@ -543,6 +539,7 @@ pub fn estimate(cfg: &ModelConfig, precision: Precision, b: usize, s: usize) -> 
         optimizer_formula,
         optimizer_temp_bytes,
         optimizer_temp_formula,
+        optimizer: optim.clone(),
         autocast_cache_bytes,
         autocast_cache_formula,
         block,

@@ -6,6 +6,7 @@ pub mod fit;
 pub mod flops;
 pub mod frames;
 pub mod operators;
+pub mod optimizer_estimate;
 pub mod snapshot;
 
 use crate::record::{Category, EventKind, MemEvent, Phase};

@@ -160,6 +160,9 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
                 p0.device,
                 if unit == "GiB" { "1024³" } else { "1024²" }
             );
+            if kind == ProfileType::Training {
+                let _ = writeln!(md, "Every variant's optimizer: {}\n", p0.optim.summary());
+            }
             let cats: Vec<&str> = CATS.iter().map(|c| c.name()).collect();
             let _ = writeln!(
                 md,
@@ -205,7 +208,8 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     md.push_str(if cpu { "\n" } else { " Meta: memory only; step times are measured with `--device cpu`.\n" });
     print!("{md}");
     write_atomic(&a.out_dir.join("compare.md"), md.trim_start().as_bytes())?;
-    write_json(&a.out_dir.join("compare.json"), &json!({ "run_id": set.run_id(), "units": "bytes; GiB = 1024³ bytes", "runs": json_rows }))?;
+    let optimizer = a.profile_type.contains(&ProfileType::Training).then_some(&p0.optim);
+    write_json(&a.out_dir.join("compare.json"), &json!({ "run_id": set.run_id(), "units": "bytes; GiB = 1024³ bytes", "optimizer": optimizer, "runs": json_rows }))?;
     set.commit()?;
     println!("\nwrote compare.md, compare.json and one snapshot (+ HTML report) per variant to {}", a.out_dir.display());
     Ok(())

@@ -3,7 +3,7 @@
 use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
 use super::usage;
-use crate::analyse::estimate::{estimate, Estimate, Term};
+use crate::analyse::estimate::{estimate_with, Estimate, Term};
 use crate::engine::{autocast, runtime, Device};
 use crate::export::{gib, mib};
 use crate::model::{Flavour, Model, ModelConfig};
@@ -23,6 +23,8 @@ pub struct EstimateArgs {
     pub model: ModelFlags,
     #[command(flatten)]
     pub precision: PrecisionFlags,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
     /// Batch size B (default: the preset's)
     #[arg(long)]
     pub batch_size: Option<usize>,
@@ -62,7 +64,7 @@ fn live(cat: Category) -> u64 {
 }
 
 /// A meta forward (autograd on) and a training step, measured where the closed form speaks.
-pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usize) -> Result<Simulated> {
+pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usize, optim: &OptimConfig) -> Result<Simulated> {
     cfg.check_sizes(batch, seq, "--context-length").map_err(super::UsageError::from)?;
     super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     let mut sim = Simulated::default();
@@ -93,7 +95,7 @@ pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usiz
             drop((loss, logits));
             runtime::set_phase(Phase::Setup);
         }
-        let opt = Optimizer::new(OptimConfig::reference(cfg.flavour), model.parameters().len());
+        let opt = Optimizer::new(optim.clone(), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt).with_precision(precision);
         let (x, y) = batcher.next_batch();
         runner.step(&x, &y);
@@ -149,7 +151,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
     println!("\n(sizes below are tensor bytes, i.e. requested; `profile` reports allocated bytes, which add the caching allocator's block rounding: 512 B, and whole 2 MiB for a tensor over 1 MiB that gets a segment of its own)");
     println!("\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
     println!("2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
-    println!("3. optimizer state: {} = {} B = {:.3} GiB", e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
+    println!("3. optimizer state ({}): {} = {} B = {:.3} GiB", e.optimizer.summary(), e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
     println!("   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
     if e.autocast_cache_bytes > 0 {
         println!(
@@ -233,8 +235,9 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     }
     let precision = a.precision.resolve_for(&cfg)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(super::UsageError::from)?;
-    let e = estimate(&cfg, precision, batch, seq);
-    let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq)?) };
+    let optim = a.optim.resolve(cfg.flavour, true)?;
+    let e = estimate_with(&cfg, precision, batch, seq, &optim);
+    let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq, &optim)?) };
     if !a.json.as_deref().is_some_and(super::json_out::is_stdout) {
         print(&e, &cfg, sim.as_ref());
     }

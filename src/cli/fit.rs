@@ -30,6 +30,8 @@ pub struct FitArgs {
     pub precision: super::precision_flags::PrecisionFlags,
     #[command(flatten)]
     pub memory: super::memory_flags::MemoryFlags,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
     /// What to search for
     #[arg(long, value_enum, default_value = "batch")]
     pub find: Find,
@@ -88,6 +90,7 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
         model: a.model.clone(),
         precision: a.precision.clone(),
         memory: a.memory.clone(),
+        optim: a.optim.clone(),
         context_length: Some(ctx.to_string()),
         batch_size: Some(batch),
         warmup_steps: a.warmup_steps,
@@ -250,6 +253,7 @@ pub fn run(a: FitArgs) -> Result<()> {
             "model": base.model_name,
             "config": base.model,
             "profile_type": a.profile_type,
+            "optimizer": (a.profile_type == ProfileType::Training).then_some(&base.optim),
             "fixed": fixed,
             "device": device,
             "capacity_bytes": capacity,
@@ -285,6 +289,9 @@ pub fn run(a: FitArgs) -> Result<()> {
         size(capacity as i64),
         a.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
     );
+    if a.profile_type == ProfileType::Training {
+        println!("optimizer: {}", base.optim.summary());
+    }
     let tried: Vec<String> = probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
     let parts: Vec<String> = reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
     println!(

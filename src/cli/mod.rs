@@ -13,6 +13,7 @@ pub mod json_out;
 pub mod outputs;
 pub mod memory_flags;
 pub mod model_flags;
+pub mod optim_flags;
 pub mod precision_flags;
 pub mod profile;
 pub mod progress;

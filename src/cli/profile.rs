@@ -63,6 +63,8 @@ pub struct ProfileArgs {
     pub precision: PrecisionFlags,
     #[command(flatten)]
     pub memory: MemoryFlags,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(long)]
     pub context_length: Option<String>,
@@ -149,6 +151,9 @@ pub(crate) struct Plan {
     conf: AllocatorConfig,
     fraction: Option<f64>,
     pub precision: Precision,
+    /// The training step's optimizer and gradient clipping (the flavour's reference unless
+    /// --optimizer / --max-grad-norm say otherwise).
+    pub optim: OptimConfig,
     /// Write the snapshot and its HTML report per run (`sweep` and `fit` turn this off).
     pub write_files: bool,
     /// The model source's note (a config.json's torch_dtype), printed once by the caller.
@@ -250,6 +255,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         }
     }
     let precision = a.precision.resolve_for(&cfg)?;
+    let optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     Ok(Plan {
         model: cfg,
         model_name: r.preset.name.to_string(),
@@ -262,6 +268,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         conf,
         fraction: a.memory_fraction,
         precision,
+        optim,
         note: r.note.clone(),
         write_files: true,
     })
@@ -402,7 +409,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model = Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?;
         bar.set_message("warm-up");
-        let opt = Optimizer::new(OptimConfig::reference(p.model.flavour), model.parameters().len());
+        let opt = Optimizer::new(p.optim.clone(), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt).with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
@@ -510,6 +517,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
     }
     if let Some(line) = super::hf_flags::describe(&p.model, p.precision, r.context) {
         println!("{line}");
+    }
+    if r.kind == ProfileType::Training {
+        println!("optimizer: {}", p.optim.summary());
     }
     if let Some(o) = &r.oom {
         println!("OUT OF MEMORY in {}: {o}", r.oom_stage.as_deref().unwrap_or("the run"));
@@ -658,6 +668,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "grad_accum_steps": a.grad_accum_steps,
         "precision": p.precision,
         "transformers": super::hf_flags::settings_json(&p.model, p.precision, &p.contexts),
+        "optimizer": a.profile_type.contains(&ProfileType::Training).then_some(&p.optim),
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,

@@ -50,6 +50,8 @@ pub struct RunAllArgs {
     /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
     /// Budgets for reading back the snapshots this command writes (parts (a) and (e))
     #[command(flatten)]
     pub budget: super::budget_flags::BudgetArgs,
@@ -94,6 +96,10 @@ fn args_for(a: &RunAllArgs, ctx: usize, kind: ProfileType, precision: Precision,
     if let Some(g) = &a.gpu {
         push("--gpu", g.clone());
     }
+    // The optimizer flags concern the training runs only (profile refuses them elsewhere).
+    if kind == ProfileType::Training {
+        argv.extend(a.optim.words());
+    }
     ProfileArgs::parse_words(&argv).map_err(|e| UsageError(e).into())
 }
 
@@ -127,6 +133,7 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         }
     }
     let mut plans = jobs.iter().map(|j| profile::plan(&j.5)).collect::<Result<Vec<_>>>()?;
+    let kinds: Vec<ProfileType> = jobs.iter().map(|j| j.1).collect();
     // fp32 training at the longest context is the largest run: if it cannot fit in host
     // memory, every run goes to meta (one device for the whole comparison).
     if plans[0].device == crate::engine::Device::Cpu {
@@ -160,8 +167,14 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     };
     let head = format!(
         "{} ({} flavour), batch {}, {} device; peaks are torch.cuda.max_memory_allocated() of the CUDA caching-allocator model\n\
-         (GiB = 1024³ bytes; warm-up {} step(s), {} measured)\n",
-        a.model, cfg.flavour, a.batch_size, plans[0].device, a.warmup_steps, a.measure_steps
+         (GiB = 1024³ bytes; warm-up {} step(s), {} measured); training step's optimizer: {}\n",
+        a.model,
+        cfg.flavour,
+        a.batch_size,
+        plans[0].device,
+        a.warmup_steps,
+        a.measure_steps,
+        plans.iter().zip(&kinds).find(|(_, k)| **k == ProfileType::Training).map_or(String::new(), |(p, _)| p.optim.summary())
     );
 
     // Part (b): the peak table.

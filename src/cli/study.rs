@@ -86,6 +86,8 @@ pub struct StudyArgs {
     /// CPU threads for the cpu device (default: all cores)
     #[arg(long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
 }
 
 /// Training FLOPs of one step: 6 per parameter per token for the matmuls, plus the
@@ -126,6 +128,8 @@ pub fn run(a: StudyArgs) -> Result<()> {
     if !(a.cpu_budget_minutes > 0.0) {
         return Err(usage("--cpu-budget-minutes", "must be positive"));
     }
+    // Checked here, before anything is written; the training run gets the flags as given.
+    a.optim.resolve(crate::model::Flavour::Tinyllama, true)?;
     // cuda and the like get parse_device's explanation; anything else names the choices.
     if !["auto", "cpu", "meta"].contains(&a.device.as_str()) {
         super::parse_device(&a.device)?;
@@ -168,6 +172,7 @@ pub fn run(a: StudyArgs) -> Result<()> {
     if let Some(t) = a.threads {
         train.extend(["--threads".into(), t.to_string()]);
     }
+    train.extend(a.optim.words());
     if a.enable_profilers {
         train.extend(["--flops".into(), "--enable-pytorch-profiler".into(), "--profile-memory".into(), "--profile-steps".into(), "1".into()]);
         train.extend(["--profile-dir".into(), dir.join("profiles").display().to_string()]);

@@ -79,6 +79,12 @@ pub struct SweepArgs {
     /// none and/or all
     #[arg(long)]
     pub fusion: Option<String>,
+    /// Optimizer implementation(s) of the training step (as `profile --optimizer`)
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off)
+    #[arg(long)]
+    pub max_grad_norm: Option<String>,
     /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
     #[arg(long)]
     pub warmup_steps: Option<String>,
@@ -137,6 +143,8 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--precision", a.precision.as_ref(), ','),
         ("--checkpoint", a.checkpoint.as_ref(), ','),
         ("--fusion", a.fusion.as_ref(), ','),
+        ("--optimizer", a.optimizer.as_ref(), ','),
+        ("--max-grad-norm", a.max_grad_norm.as_ref(), ','),
         ("--warmup-steps", a.warmup_steps.as_ref(), ','),
         ("--measure-steps", a.measure_steps.as_ref(), ','),
         ("--gpu", a.gpu.as_ref(), ','),
@@ -214,6 +222,8 @@ pub struct PointResult {
     pub batch_size: usize,
     pub context_length: usize,
     pub profile_type: String,
+    /// The training step's optimizer and clipping (None for a run without one).
+    pub optimizer: Option<crate::train::optim::OptimConfig>,
     pub peak_allocated_bytes: usize,
     pub peak_reserved_bytes: usize,
     pub peak_allocated_gib: f64,
@@ -611,6 +621,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             batch_size: plan.batch,
             context_length: plan.contexts[0],
             profile_type: kind.name().to_string(),
+            optimizer: (kind == profile::ProfileType::Training).then(|| plan.optim.clone()),
             peak_allocated_bytes: st.allocated_bytes.peak,
             peak_reserved_bytes: st.reserved_bytes.peak,
             peak_allocated_gib: gib(st.allocated_bytes.peak as u64),

@@ -42,16 +42,16 @@ pub struct TrainArgs {
     /// Steps excluded from the averages (default 3, fewer when --num-steps leaves no measured step)
     #[arg(long)]
     pub warmup_steps: Option<usize>,
-    /// Default: 1e-3 (cs336) or 3e-4 (tinyllama)
+    /// Default: 1e-3 (cs336), 3e-4 (tinyllama) or 5e-5 (hf, the Trainer's)
     #[arg(long)]
     pub learning_rate: Option<f64>,
-    /// AdamW weight decay (decoupled)
-    #[arg(long, default_value_t = 0.01)]
-    pub weight_decay: f64,
-    /// adamw (the flavour's reference AdamW), adamw-cs336, adamw-torch, or sgd
-    #[arg(long, default_value = "adamw")]
-    pub optimizer: String,
-    /// SGD momentum
+    /// Weight decay: AdamW's decoupled decay, SGD's coupled one (default: the flavour's
+    /// reference, 0.01 for cs336 and tinyllama, 0.0 for hf; 0 for sgd, torch.optim.SGD's)
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    #[command(flatten)]
+    pub optim: super::optim_flags::OptimFlags,
+    /// SGD momentum (--optimizer sgd only)
     #[arg(long, default_value_t = 0.0)]
     pub momentum: f64,
     /// Random seed for the weights and the synthetic data
@@ -248,25 +248,23 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         None => DataKind::Random,
         Some(d) => DataKind::parse(d).ok_or_else(|| usage("--data", format!("'{d}' (expected workshop, random or pattern)")))?,
     };
-    let reference = OptimConfig::reference(cfg.flavour);
-    let kind = match a.optimizer.as_str() {
-        "adamw" => reference.kind,
-        "adamw-cs336" => OptimizerKind::AdamwCs336,
-        "adamw-torch" => OptimizerKind::AdamwTorch,
-        "sgd" => OptimizerKind::Sgd,
-        o => return Err(usage("--optimizer", format!("'{o}' (expected adamw, adamw-cs336, adamw-torch or sgd)"))),
-    };
+    let reference: OptimConfig = a.optim.resolve(cfg.flavour, true)?;
+    let kind = reference.kind;
     let lr = a.learning_rate.unwrap_or(reference.lr);
     if !(lr > 0.0 && lr.is_finite()) {
         return Err(usage("--learning-rate", "must be a positive number"));
     }
-    if !(a.weight_decay >= 0.0) {
-        return Err(usage("--weight-decay", "must be non-negative"));
+    let weight_decay = a.weight_decay.unwrap_or(reference.weight_decay);
+    if !(weight_decay >= 0.0 && weight_decay.is_finite()) {
+        return Err(usage("--weight-decay", "must be a non-negative number"));
     }
     if !(0.0..1.0).contains(&a.momentum) {
         return Err(usage("--momentum", "must be in [0, 1)"));
     }
-    let optim = OptimConfig { kind, lr, weight_decay: a.weight_decay, momentum: a.momentum, ..reference };
+    if a.momentum != 0.0 && kind != OptimizerKind::Sgd {
+        return Err(usage("--momentum", format!("is SGD's; --optimizer is {kind} (use --optimizer sgd)")));
+    }
+    let optim = OptimConfig { kind, lr, weight_decay, momentum: a.momentum, ..reference };
     let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
     let window = a.enable_pytorch_profiler || a.profile_operators;
     if a.profile_steps.is_some() && !window {
@@ -463,6 +461,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
         "config: vocab {} hidden {} layers {} heads {} kv_heads {} ffn {} | batch {} seq {} steps {} (warm-up {})",
         m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
     );
+    println!("optimizer: {}", p.optim.summary());
     if let Some(n) = &p.warmup_note {
         println!("{n}");
     }

@@ -27,6 +27,10 @@ pub struct Node {
     pub scope: Rc<str>,
     pub edges: Vec<Option<Edge>>,
     backward: RefCell<Option<BackwardFn>>,
+    /// What a custom autograd Function keeps on its `ctx` besides saved tensors (reentrant
+    /// checkpointing's `ctx.run_function` and the kwargs it captured): alive as long as the
+    /// node, i.e. until the graph is freed, after backward too.
+    _ctx: Option<Box<dyn std::any::Any>>,
 }
 
 /// Does an op on these inputs need a graph node?
@@ -38,6 +42,11 @@ pub use super::checkpoint::{save, Saved};
 
 /// Attach a backward node to a freshly computed output.
 pub fn attach(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn) -> Tensor {
+    attach_with_ctx(out, name, inputs, f, None)
+}
+
+/// [`attach`] for a custom Function whose node also keeps `ctx` until the graph dies.
+pub fn attach_with_ctx(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn, ctx: Option<Box<dyn std::any::Any>>) -> Tensor {
     let edges = inputs
         .iter()
         .map(|t| {
@@ -56,6 +65,7 @@ pub fn attach(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn
         scope: runtime::current_scope(),
         edges,
         backward: RefCell::new(Some(f)),
+        _ctx: ctx,
     });
     out.with_grad_fn(node)
 }

@@ -219,7 +219,8 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
 /// detached into a leaf that requires grad, `f` runs again with grad enabled, and
 /// `torch.autograd.backward(outputs, grads)` runs on that graph alone: the parameters'
 /// gradients accumulate there, the recomputed activations die as it proceeds, and the
-/// leaf's `.grad` is the node's input gradient.
+/// leaf's `.grad` is the node's input gradient. The function (with what it captured) stays
+/// on the node until the graph is freed.
 pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
     if !runtime::is_grad_enabled() {
         return f(x);
@@ -232,7 +233,10 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
     let scope = runtime::current_scope();
     let autocast = crate::engine::autocast::active();
     let saved = x.detach();
-    crate::engine::autograd::attach(out, "CheckpointFunctionBackward", &[&x], Box::new(move |g| {
+    // `ctx.run_function` (and the tensors it captured) lives as long as the graph does.
+    let f = Rc::new(f);
+    let ctx: Box<dyn std::any::Any> = Box::new(f.clone());
+    crate::engine::autograd::attach_with_ctx(out, "CheckpointFunctionBackward", &[&x], Box::new(move |g| {
         let _s = runtime::enter_scope_path(scope.clone());
         let leaf = saved.detach().requires_grad_(true);
         let y = {
@@ -243,5 +247,5 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
         y.backward_with(g);
         drop(y);
         vec![leaf.grad()]
-    }))
+    }), Some(ctx))
 }

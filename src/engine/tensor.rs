@@ -108,6 +108,11 @@ impl Tensor {
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Tensor {
         Tensor::build(device, dtype, shape, "zeros", &[], || Buffer::zeros(dtype, numel(shape)))
     }
+    /// Zeros recorded under an op's own name (a kernel's zero-initialised scratch).
+    #[track_caller]
+    pub fn zeros_op(shape: &[usize], dtype: DType, device: Device, op: &'static str) -> Tensor {
+        Tensor::build(device, dtype, shape, op, &[], || Buffer::zeros(dtype, numel(shape)))
+    }
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Tensor {
         with_real!(dtype, R, { Tensor::compute::<R>(device, dtype, shape, "full", &[], || vec![R::lit(value); numel(shape)]) })

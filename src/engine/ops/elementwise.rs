@@ -99,6 +99,8 @@ unfn!(AddS(s), |x| x + s);
 unfn!(MulS(s), |x| x * s);
 unfn!(DivS(s), |x| x / s);
 unfn!(RSubS(s), |x| s - x);
+unfn!(RDivS(s), |x| s / x);
+unfn!(ClampMax(m), |x| if x > m { m } else { x });
 binfn!(Add, |a, b| a + b);
 binfn!(Sub, |a, b| a - b);
 binfn!(Mul, |a, b| a * b);
@@ -267,6 +269,19 @@ impl Tensor {
             return attach(out, "RsubBackward1", &[self], Box::new(|g| vec![Some(g.neg())]));
         }
         out
+    }
+
+    /// `s / self` (no autograd: the optimizer-side scalar math of clip_grad_norm_).
+    #[track_caller]
+    pub fn rdiv_scalar(&self, s: f64) -> Tensor {
+        assert!(!needs_grad(&[self]), "rdiv_scalar has no backward");
+        unary_raw(self, RDivS(s), float_dtype(self), "div")
+    }
+    /// `torch.clamp(self, max=m)` (no autograd).
+    #[track_caller]
+    pub fn clamp_max(&self, m: f64) -> Tensor {
+        assert!(!needs_grad(&[self]), "clamp_max has no backward");
+        unary_raw(self, ClampMax(m), self.dtype(), "clamp")
     }
 
     // ---------------------------------------------------------------- unary
@@ -523,6 +538,11 @@ impl Tensor {
     #[track_caller]
     pub fn sub_(&self, other: &Tensor) {
         self.inplace("sub_", 1, Some(other), AddScaled(-1.0));
+    }
+    /// `self *= other` (other broadcast to self, e.g. a 0-d clip coefficient).
+    #[track_caller]
+    pub fn mul_(&self, other: &Tensor) {
+        self.inplace("mul_", 1, Some(other), Mul);
     }
     #[track_caller]
     pub fn mul_scalar_(&self, s: f64) {

@@ -100,6 +100,20 @@ impl Tensor {
         }
         out
     }
+    /// `torch.linalg.vector_norm(self)` (L2 over all elements): a 0-d tensor of self's dtype,
+    /// accumulated in f64. No autograd (clip_grad_norm_ runs under no_grad).
+    #[track_caller]
+    pub fn vector_norm(&self) -> Tensor {
+        assert!(!needs_grad(&[self]), "vector_norm has no backward");
+        let dtype = self.dtype();
+        with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &[], "linalg_vector_norm", &[self], || {
+                let v = cpu::read::<R>(self);
+                let ss: f64 = v.par_chunks(1 << 14).map(|c| c.iter().map(|&x| { let x = crate::engine::dtype::Elem::to_f64(x); x * x }).sum::<f64>()).sum();
+                vec![R::lit(ss.sqrt())]
+            })
+        })
+    }
     /// `mean(dim, keepdim)`: backward allocates `expand(grad) / n`.
     #[track_caller]
     pub fn mean_dim(&self, dim: isize, keepdim: bool) -> Tensor {

@@ -1,0 +1,156 @@
+//! Closed-form optimizer memory per implementation: the state a step keeps and the
+//! temporaries it adds at its peak (with `clip_grad_norm_`'s small tensors), in requested bytes
+//! (each 0-d tensor is 4 B requested, a 512 B block on CUDA).
+use crate::model::{hf::Arch, Flavour, ModelConfig};
+use crate::train::optim::clip::FOREACH_CHUNK;
+use crate::train::optim::{OptimConfig, OptimizerKind};
+
+/// The parameters' element counts in `model.parameters()` order (the order the for-loop
+/// AdamW walks them), kept as embedding, one decoder block repeated `layers` times, and the
+/// tail (final norm, untied head): a model of 10^8 layers is not listed out.
+pub struct ParamSizes {
+    pub first: u64,
+    pub block: Vec<u64>,
+    pub layers: u64,
+    pub tail: Vec<u64>,
+}
+
+impl ParamSizes {
+    pub fn of(cfg: &ModelConfig) -> ParamSizes {
+        let (d, f, v) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.vocab_size as u64);
+        let hd = cfg.head_dim() as u64;
+        let (q, kv) = ((cfg.num_heads as u64).saturating_mul(hd), (cfg.num_kv_heads as u64).saturating_mul(hd));
+        let m = |a: u64, b: u64| a.saturating_mul(b);
+        let mut block = Vec::new();
+        match (&cfg.hf, cfg.flavour) {
+            (Some(h), Flavour::Hf) => {
+                // transformers' registration: q, k, v, o (each weight then bias), Qwen3's
+                // q_norm/k_norm, gate, up, down, then the two norms.
+                for (rows, cols, bias) in [(q, d, h.qkv_bias), (kv, d, h.qkv_bias), (kv, d, h.qkv_bias), (d, q, h.o_bias)] {
+                    block.push(m(rows, cols));
+                    if bias {
+                        block.push(rows);
+                    }
+                }
+                if h.model_type == Arch::Qwen3 {
+                    block.extend([hd, hd]);
+                }
+                for (rows, cols) in [(f, d), (f, d), (d, f)] {
+                    block.push(m(rows, cols));
+                    if h.mlp_bias {
+                        block.push(rows);
+                    }
+                }
+                block.extend([d, d]);
+            }
+            _ => {
+                block.push(d);
+                if cfg.fused_qkv {
+                    block.push(m(q.saturating_add(kv.saturating_mul(2)), d));
+                } else {
+                    block.extend([m(q, d), m(kv, d), m(kv, d)]);
+                }
+                block.extend([m(d, q), d]);
+                if cfg.fused_gate_up {
+                    block.extend([m(f.saturating_mul(2), d), m(d, f)]);
+                } else {
+                    block.extend([m(f, d), m(f, d), m(d, f)]);
+                }
+            }
+        }
+        let mut tail = vec![d];
+        if !cfg.tied_embeddings {
+            tail.push(m(v, d));
+        }
+        ParamSizes { first: m(v, d), block, layers: cfg.num_layers as u64, tail }
+    }
+
+    /// Number of parameter tensors.
+    pub fn count(&self) -> u64 {
+        (self.block.len() as u64).saturating_mul(self.layers).saturating_add(1 + self.tail.len() as u64)
+    }
+    /// Elements in all.
+    pub fn total(&self) -> u64 {
+        let b = self.block.iter().fold(0u64, |a, &x| a.saturating_add(x));
+        self.first.saturating_add(b.saturating_mul(self.layers)).saturating_add(self.tail.iter().sum())
+    }
+    /// The largest parameter.
+    pub fn largest(&self) -> u64 {
+        let b = if self.layers > 0 { self.block.iter().copied().max().unwrap_or(0) } else { 0 };
+        self.first.max(b).max(self.tail.iter().copied().max().unwrap_or(0))
+    }
+    /// The order with at most two blocks: every pair of neighbours the full order has.
+    fn neighbours(&self) -> Vec<u64> {
+        let mut s = vec![self.first];
+        for _ in 0..self.layers.min(2) {
+            s.extend(&self.block);
+        }
+        s.extend(&self.tail);
+        s
+    }
+    /// max over parameters of 2 × it + the one before (the for-loop AdamW's temporaries).
+    pub fn forloop_worst(&self) -> u64 {
+        let s = self.neighbours();
+        s.iter().enumerate().map(|(i, &x)| x.saturating_mul(2).saturating_add(if i > 0 { s[i - 1] } else { 0 })).max().unwrap_or(0)
+    }
+    /// Every parameter's element count, in order (small models: tests).
+    pub fn list(&self) -> Vec<u64> {
+        let mut out = vec![self.first];
+        for _ in 0..self.layers {
+            out.extend(&self.block);
+        }
+        out.extend(&self.tail);
+        out
+    }
+}
+
+/// (state bytes, its formula, temporaries at the step's peak, their formula) for parameters
+/// of `pe` bytes each.
+pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64, String, u64, String) {
+    let sizes = ParamSizes::of(cfg);
+    let p = sizes.total();
+    let n = sizes.count();
+    let pt = if pe == 2 { "bf16" } else { "fp32" };
+    let (state, state_f) = match optim.kind {
+        OptimizerKind::AdamwCs336 => (2 * p * pe, format!("2·P·{pe} (AdamW m and v, {pt})")),
+        OptimizerKind::AdamwTorch | OptimizerKind::AdamwTorchForloop => {
+            (2 * p * pe, format!("2·P·{pe} (torch AdamW exp_avg and exp_avg_sq, {pt}; `step` counters stay on the host)"))
+        }
+        OptimizerKind::AdamwTorchFused => (
+            2 * p * pe + 4 * n,
+            format!("2·P·{pe} + {n} × 4 (exp_avg and exp_avg_sq, {pt}; fused AdamW's 0-d fp32 `step` per parameter on the device, a 512 B block each)"),
+        ),
+        OptimizerKind::Sgd if optim.momentum != 0.0 => (p * pe, format!("P·{pe} (SGD momentum buffers, {pt})")),
+        OptimizerKind::Sgd => (0, "0 B (SGD without momentum keeps no state)".to_string()),
+    };
+    let (mut temp, mut temp_f) = match optim.kind {
+        OptimizerKind::AdamwCs336 => {
+            // One parameter at a time: m_new, v_new, α·m, √v + eps and the update coexist.
+            let largest = sizes.largest();
+            (5 * largest * pe, format!("5 × the largest parameter × {pe} (m_new, v_new, α·m_new, √v_new + eps, the update)"))
+        }
+        OptimizerKind::AdamwTorch => (p * pe, format!("P × {pe} (torch._foreach_sqrt over every exp_avg_sq at once)")),
+        OptimizerKind::AdamwTorchFused => (0, "0 B (_fused_adamw_ updates in place)".to_string()),
+        OptimizerKind::AdamwTorchForloop => {
+            // denom = (exp_avg_sq.sqrt() / bc2).add_(eps): the sqrt and the quotient coexist
+            // while the previous parameter's denom is still bound.
+            (sizes.forloop_worst() * pe, format!("max over parameters of (2 × it + the one before) × {pe} (its √exp_avg_sq and denom, the previous denom)"))
+        }
+        OptimizerKind::Sgd if optim.weight_decay != 0.0 => (p * pe, format!("P × {pe} (_foreach_add(grads, params, alpha=weight_decay))")),
+        OptimizerKind::Sgd => (0, "0 B (SGD updates in place)".to_string()),
+    };
+    if optim.max_grad_norm.is_some() {
+        // clip_grad_norm_: per gradient a 0-d norm, _foreach_norm's fp32 scratch, the stacked
+        // norms; the 0-d total stays bound through the step.
+        let scratch = 4 * n * sizes.largest().div_ceil(FOREACH_CHUNK as u64);
+        let clip_peak = 4 * n + scratch.max(4 * n + 4);
+        if clip_peak > temp + 4 {
+            temp_f = format!("clip_grad_norm_: {n} × 4 (0-d norms) + max(_foreach_norm scratch {scratch}, stacked norms {n} × 4 + total 4)");
+            temp = clip_peak;
+        } else {
+            temp += 4;
+            temp_f += " + 4 (clip_grad_norm_'s total norm, bound through the step)";
+        }
+    }
+    (state, state_f, temp, temp_f)
+}

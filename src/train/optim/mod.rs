@@ -1,0 +1,278 @@
+//! Optimizers, each with the allocation pattern of the implementation users run (torch 2.15
+//! on a CUDA device: what it allocates and when it frees), and gradient clipping.
+//!
+//! One file per implementation: [`adamw_cs336`] (the course AdamW), [`adamw_foreach`]
+//! (`torch.optim.AdamW()` on CUDA), [`adamw_fused`] (`fused=True`, the Trainer's
+//! `adamw_torch_fused`), [`adamw_forloop`] (`foreach=False`), [`sgd`] and [`clip`]
+//! (`torch.nn.utils.clip_grad_norm_`).
+mod adamw_cs336;
+mod adamw_foreach;
+mod adamw_forloop;
+mod adamw_fused;
+pub mod clip;
+mod sgd;
+
+use crate::engine::runtime;
+use crate::engine::{DType, Tensor};
+use crate::model::{Flavour, Param};
+use crate::record::Category;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    /// The CS336 course AdamW: `state.get("m", zeros_like(grad))` evaluated every step and
+    /// out-of-place moment updates.
+    AdamwCs336,
+    /// `torch.optim.AdamW` foreach (multi-tensor) path, CUDA's default: one `sqrt` temporary
+    /// per parameter, all alive together; `step` counters on the host.
+    AdamwTorch,
+    /// `torch.optim.AdamW(fused=True)` (`_fused_adamw_`): no temporaries; `step` is a 0-d fp32
+    /// tensor on the device per parameter.
+    AdamwTorchFused,
+    /// `torch.optim.AdamW(foreach=False)` (`_single_tensor_adamw`): a parameter at a time, its
+    /// `sqrt` and `denom` temporaries (and the previous parameter's `denom`).
+    AdamwTorchForloop,
+    /// `torch.optim.SGD` (foreach), optional momentum and (coupled) weight decay.
+    Sgd,
+}
+
+impl OptimizerKind {
+    /// Every implementation, in `--optimizer`'s order.
+    pub const ALL: [OptimizerKind; 5] =
+        [OptimizerKind::AdamwTorchFused, OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::AdamwCs336];
+
+    /// The Trainer's `optim` name (adamw_cs336 for the course AdamW).
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerKind::AdamwCs336 => "adamw_cs336",
+            OptimizerKind::AdamwTorch => "adamw_torch",
+            OptimizerKind::AdamwTorchFused => "adamw_torch_fused",
+            OptimizerKind::AdamwTorchForloop => "adamw_torch_forloop",
+            OptimizerKind::Sgd => "sgd",
+        }
+    }
+
+    /// A name as `--optimizer` takes it: the Trainer's names, `adamw_torch_foreach` (=
+    /// adamw_torch), and the older hyphenated spellings.
+    pub fn parse(s: &str) -> Option<OptimizerKind> {
+        Some(match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "adamw_torch_fused" => OptimizerKind::AdamwTorchFused,
+            "adamw_torch" | "adamw_torch_foreach" => OptimizerKind::AdamwTorch,
+            "adamw_torch_forloop" => OptimizerKind::AdamwTorchForloop,
+            "sgd" => OptimizerKind::Sgd,
+            "adamw_cs336" => OptimizerKind::AdamwCs336,
+            _ => return None,
+        })
+    }
+
+    /// What the implementation is, in a few words (printed with a run's settings).
+    pub fn describe(self) -> &'static str {
+        match self {
+            OptimizerKind::AdamwCs336 => "the CS336 course AdamW",
+            OptimizerKind::AdamwTorch => "torch.optim.AdamW, foreach (multi-tensor)",
+            OptimizerKind::AdamwTorchFused => "torch.optim.AdamW(fused=True)",
+            OptimizerKind::AdamwTorchForloop => "torch.optim.AdamW(foreach=False), a parameter at a time",
+            OptimizerKind::Sgd => "torch.optim.SGD, foreach",
+        }
+    }
+}
+
+impl std::fmt::Display for OptimizerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OptimConfig {
+    pub kind: OptimizerKind,
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub momentum: f64,
+    /// `torch.nn.utils.clip_grad_norm_(params, max_grad_norm)` before each step (None: off;
+    /// infinity: the norm is computed but nothing is clipped, as the hf Trainer does with
+    /// `max_grad_norm` 0 to log it). JSON writes infinity as "inf".
+    #[serde(serialize_with = "max_norm_json")]
+    pub max_grad_norm: Option<f64>,
+}
+
+fn max_norm_json<S: serde::Serializer>(m: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match m {
+        Some(x) if x.is_infinite() => s.serialize_str("inf"),
+        Some(x) => s.serialize_f64(*x),
+        None => s.serialize_none(),
+    }
+}
+
+impl OptimConfig {
+    /// The optimizer each flavour's reference runs:
+    /// - cs336: the course AdamW ([`OptimizerKind::AdamwCs336`]), lr 1e-3, weight decay 0.01,
+    ///   no clipping;
+    /// - tinyllama: `torch.optim.AdamW` with CUDA's default foreach path
+    ///   ([`OptimizerKind::AdamwTorch`]), lr 3e-4, weight decay 0.01, no clipping;
+    /// - hf: the Trainer's defaults: `adamw_torch_fused` ([`OptimizerKind::AdamwTorchFused`]),
+    ///   lr 5e-5, weight decay 0.0, `max_grad_norm` 1.0.
+    ///
+    /// All: betas (0.9, 0.999), eps 1e-8.
+    pub fn reference(flavour: Flavour) -> OptimConfig {
+        let (kind, lr, weight_decay, max_grad_norm) = match flavour {
+            Flavour::Cs336 => (OptimizerKind::AdamwCs336, 1e-3, 0.01, None),
+            Flavour::Tinyllama => (OptimizerKind::AdamwTorch, 3e-4, 0.01, None),
+            Flavour::Hf => (OptimizerKind::AdamwTorchFused, 5e-5, 0.0, Some(1.0)),
+        };
+        OptimConfig { kind, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay, momentum: 0.0, max_grad_norm }
+    }
+
+    /// One line for printed run settings, e.g. `adamw_torch_fused (torch.optim.AdamW(fused=True)):
+    /// lr 0.00005, weight decay 0, betas (0.9, 0.999), eps 0.00000001; clip_grad_norm_ max_norm 1`.
+    pub fn summary(&self) -> String {
+        let clip = match self.max_grad_norm {
+            None => "no gradient clipping".to_string(),
+            Some(m) if m.is_infinite() => "clip_grad_norm_ with max_norm inf (the Trainer's norm for its log; nothing clipped)".to_string(),
+            Some(m) => format!("clip_grad_norm_ max_norm {m}"),
+        };
+        let extra = if self.kind == OptimizerKind::Sgd { format!("momentum {}", self.momentum) } else { format!("betas ({}, {}), eps {:e}", self.beta1, self.beta2, self.eps) };
+        format!("{} ({}): lr {}, weight decay {}, {extra}; {clip}", self.kind, self.kind.describe(), self.lr, self.weight_decay)
+    }
+}
+
+/// One parameter's state: AdamW's two moments (SGD: the momentum buffer alone) and, for the
+/// fused AdamW, its device-side `step` tensor.
+pub(crate) struct ParamState {
+    pub m: Tensor,
+    pub v: Option<Tensor>,
+    pub step: Option<Tensor>,
+}
+
+impl ParamState {
+    fn nbytes(&self) -> usize {
+        self.m.nbytes() + self.v.as_ref().map_or(0, Tensor::nbytes) + self.step.as_ref().map_or(0, Tensor::nbytes)
+    }
+}
+
+pub struct Optimizer {
+    pub config: OptimConfig,
+    state: Vec<Option<ParamState>>,
+    steps: u64,
+}
+
+fn keep_as_state(t: &Tensor) {
+    runtime::set_category(t.storage().id, Category::OptimizerState);
+}
+
+/// The parameters that have a gradient: (index, parameter, gradient), in order.
+pub(crate) type Live<'p> = Vec<(usize, &'p Param, Tensor)>;
+
+fn live(params: &[Param]) -> Live<'_> {
+    params.iter().enumerate().filter_map(|(i, p)| p.tensor.grad().map(|g| (i, p, g))).collect()
+}
+
+/// `_group_tensors_by_device_and_dtype`: positions into `items` per dtype, dtypes in the order
+/// first seen, each group in list order (one device here).
+pub(crate) fn group_by_dtype(dtypes: impl IntoIterator<Item = DType>) -> Vec<Vec<usize>> {
+    let mut keys: Vec<DType> = Vec::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, d) in dtypes.into_iter().enumerate() {
+        match keys.iter().position(|&k| k == d) {
+            Some(g) => groups[g].push(i),
+            None => {
+                keys.push(d);
+                groups.push(vec![i]);
+            }
+        }
+    }
+    groups
+}
+
+impl Optimizer {
+    pub fn new(config: OptimConfig, num_params: usize) -> Optimizer {
+        Optimizer { config, state: (0..num_params).map(|_| None).collect(), steps: 0 }
+    }
+
+    /// Bytes of optimizer state currently held (the fused AdamW's device `step` tensors included).
+    pub fn state_bytes(&self) -> u64 {
+        self.state.iter().flatten().map(|s| s.nbytes() as u64).sum()
+    }
+
+    /// `clip_grad_norm_` (when configured), then `optimizer.step()`, as the Trainer runs them.
+    /// The returned total norm stays bound through the step, as the Trainer's `_grad_norm` does.
+    pub fn step(&mut self, params: &[Param]) {
+        let _g = runtime::no_grad();
+        let _s = runtime::scope("optimizer");
+        let grad_norm = self.config.max_grad_norm.and_then(|m| clip::clip_grad_norm_(params, m));
+        self.steps += 1;
+        let live = live(params);
+        match self.config.kind {
+            OptimizerKind::AdamwCs336 => adamw_cs336::step(&self.config, &mut self.state, self.steps, &live),
+            OptimizerKind::AdamwTorch => adamw_foreach::step(&self.config, &mut self.state, self.steps, &live),
+            OptimizerKind::AdamwTorchFused => adamw_fused::step(&self.config, &mut self.state, self.steps, &live),
+            OptimizerKind::AdamwTorchForloop => adamw_forloop::step(&self.config, &mut self.state, self.steps, &live),
+            OptimizerKind::Sgd => sgd::step(&self.config, &mut self.state, &live),
+        }
+        drop(grad_norm);
+    }
+}
+
+/// AdamW's `_init_group` for torch's implementations: at a parameter's first step, its
+/// `exp_avg` and `exp_avg_sq` zeros (after the fused path's device `step` tensor), parameter
+/// by parameter.
+fn init_adamw_state(state: &mut [Option<ParamState>], live: &Live<'_>, device_step: bool) {
+    for (i, p, _) in live {
+        if state[*i].is_none() {
+            let _s = runtime::scope(&p.name);
+            let _c = runtime::category(Category::OptimizerState);
+            // torch.zeros((), dtype=float32, device=p.device): 4 B, a 512 B block on CUDA.
+            let step = device_step.then(|| Tensor::zeros(&[], DType::F32, p.tensor.device()));
+            let m = p.tensor.zeros_like();
+            let v = p.tensor.zeros_like();
+            state[*i] = Some(ParamState { m, v: Some(v), step });
+        }
+    }
+}
+
+/// (exp_avg, exp_avg_sq) handles of the live parameters, in order.
+fn moments(state: &[Option<ParamState>], live: &Live<'_>) -> Vec<(Tensor, Tensor)> {
+    live.iter()
+        .map(|(i, _, _)| {
+            let s = state[*i].as_ref().expect("state initialised");
+            (s.m.clone(), s.v.clone().expect("AdamW has a second moment"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_aliases_parse() {
+        for k in OptimizerKind::ALL {
+            assert_eq!(OptimizerKind::parse(k.name()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.name());
+        }
+        assert_eq!(OptimizerKind::parse("adamw_torch_foreach"), Some(OptimizerKind::AdamwTorch));
+        assert_eq!(OptimizerKind::parse("adamw-torch"), Some(OptimizerKind::AdamwTorch));
+        assert_eq!(OptimizerKind::parse("adamw"), None);
+    }
+
+    #[test]
+    fn references_per_flavour() {
+        let cs = OptimConfig::reference(Flavour::Cs336);
+        assert_eq!((cs.kind, cs.lr, cs.weight_decay, cs.max_grad_norm), (OptimizerKind::AdamwCs336, 1e-3, 0.01, None));
+        let tl = OptimConfig::reference(Flavour::Tinyllama);
+        assert_eq!((tl.kind, tl.lr, tl.weight_decay, tl.max_grad_norm), (OptimizerKind::AdamwTorch, 3e-4, 0.01, None));
+        let hf = OptimConfig::reference(Flavour::Hf);
+        assert_eq!((hf.kind, hf.lr, hf.weight_decay, hf.max_grad_norm), (OptimizerKind::AdamwTorchFused, 5e-5, 0.0, Some(1.0)));
+        assert_eq!((hf.beta1, hf.beta2, hf.eps), (0.9, 0.999, 1e-8));
+    }
+
+    #[test]
+    fn groups_keep_first_seen_dtype_order() {
+        let g = group_by_dtype([DType::BF16, DType::F32, DType::BF16, DType::F32, DType::F32]);
+        assert_eq!(g, vec![vec![0, 2], vec![1, 3, 4]]);
+    }
+}
