@@ -391,7 +391,9 @@ impl Block {
         let n_rep = self.n_rep();
         let gqa = n_rep > 1 && self.mask.is_none() && hf.head_dim <= 256;
         let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(k, n_rep), repeat_kv(v, n_rep)) } else { (k.clone(), v.clone()) };
-        let half = matches!(q.dtype(), DType::BF16 | DType::F16);
+        // scaled_dot_product_attention is on autocast's lower-precision list: under autocast
+        // the kernel is chosen for the cast inputs.
+        let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
         let backend = hf.sdpa_backend.resolve(half, self.mask.is_some(), gqa, hf.head_dim);
         let causal = self.mask.is_none();
         let out = match backend {
