@@ -252,3 +252,41 @@ fn hf_symbolic_block() {
     assert_eq!(sym(Point { ckpt: Some(true), precision: Precision::PureBf16, ..base(Arch::Llama) }), "½a");
     assert_eq!(sym(Point { attn: AttnImplementation::Sdpa, precision: Precision::PureBf16, ..base(Arch::Llama) }), "2a + 6·½a + 2·½kv + 4·½f + small");
 }
+
+/// Through the CLI: `--config` picks the hf flavour; the text names transformers' settings and
+/// the kernel, and the JSON's activations equal the simulated ones.
+#[test]
+fn hf_estimate_cli_on_a_config_json() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "qwen3", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 48, "vocab_size": 300, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": true, "hidden_act": "silu", "use_cache": true}"#,
+    )
+    .unwrap();
+    let json = dir.join("e.json");
+    let run = |extra: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["estimate", "--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "48", "--json", json.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), v)
+    };
+    for (extra, kernel) in [(&[][..], "attention sdpa, math backend"), (&["--pure-bf16"][..], "attention sdpa, flash kernel")] {
+        let (text, v) = run(extra);
+        for needle in ["transformers 5.23.0 qwen3 (d_h 48)", kernel, "use_cache true", "q_norm", "DynamicCache keys", "no logits (the Trainer dropped them)", "q = B·S·h·d_h·4"] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(!text.contains("naive attention"), "{text}");
+        let e = &v["estimate"];
+        let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -193,7 +193,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
             crate::model::hf::TRANSFORMERS_VERSION,
             hf.model_type.name(),
             hf.head_dim,
-            crate::analyse::estimate::hf::kernel_name(kernel),
+            crate::analyse::estimate::hf::kernel_name(hf, kernel),
             hf.use_cache
         );
     }

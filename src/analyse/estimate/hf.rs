@@ -406,10 +406,11 @@ fn t_small(t: &mut Vec<Term>, what: &str, op: &'static str, formula: &str, eleme
 }
 
 /// The kernel's name for the printed header.
-pub fn kernel_name(k: Kernel) -> String {
+pub fn kernel_name(hf: &HfConfig, k: Kernel) -> String {
     match k {
         Kernel::Eager => "eager".into(),
         Kernel::Math => "sdpa, math backend".into(),
-        Kernel::Fused(b) => format!("{b} kernel"),
+        Kernel::Fused(_) if hf.attn_implementation == AttnImplementation::FlashAttention2 => "flash_attention_2".into(),
+        Kernel::Fused(b) => format!("sdpa, {b} kernel"),
     }
 }
