@@ -12,8 +12,8 @@
 //! transients (the loss's gradient beside the kept log_softmax, each op's input gradients
 //! while its saved tensors still live, the fused kernels' dQ accumulators, the optimizer's
 //! per-group temporaries) and the caching allocator's rounding; the test states how far
-//! above the bound the simulated peak lies on this grid (at most 2× on these tiny models,
-//! where the B·S·V loss tensors dominate every term).
+//! above the bound the simulated peak may lie on this grid: 5 % (3 % seen; on these small
+//! models the peak sits in the optimizer or early in backward, near the bound's moments).
 use vramscope::analyse::estimate::{estimate, hf, Estimate, Term};
 use vramscope::cli::estimate::simulate;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
@@ -133,7 +133,7 @@ fn run(points: &[Point]) {
     for p in points {
         worst = worst.max(check(p));
     }
-    assert!(worst < 2.0, "simulated training peak up to {worst:.3}× the closed form's bound");
+    assert!(worst < 1.05, "simulated training peak up to {worst:.3}× the closed form's bound");
     println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
 }
 

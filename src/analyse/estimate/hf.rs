@@ -196,14 +196,14 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
         Kernel::Eager => {
             // matmul folds q and kᵀ to 3-D: q is (B, S, h, d_h) underneath, so bmm keeps a
             // copy; under autocast a bf16 copy of each fp32 operand instead.
-            t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) made contiguous (the scores bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
+            t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
             k_own = repeated || ac || !cache;
             if k_own {
                 let what = match (repeated, ac) {
                     (true, true) => format!("{kname}, cast to {} (the scores bmm keeps it)", c.low_name),
                     (true, false) => format!("{kname} (the scores bmm keeps it)"),
                     (false, true) => format!("rope(K) cast to {} (the scores bmm keeps it)", c.low_name),
-                    (false, false) => "rope(K) made contiguous (the scores bmm keeps it)".into(),
+                    (false, false) => "rope(K) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into(),
                 };
                 t.push(c.term(what, "clone", ku, if ac { 2 } else { ty.qk }));
             }
@@ -217,7 +217,7 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             }
             v_own = repeated || !cache;
             if v_own {
-                let what = if repeated { "V repeated to h heads (repeat_kv; weights·V keeps it)" } else { "V made contiguous (weights·V keeps it)" };
+                let what = if repeated { "V repeated to h heads (repeat_kv; weights·V keeps it)" } else { "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)" };
                 t.push(c.term(what, "clone", ku, ty.v));
             }
             t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.lo));
@@ -268,7 +268,7 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                     (true, true, true) => "V repeated (repeat_kv), upcast to fp32 (weights·V keeps it)",
                     (true, true, false) => "V repeated to h heads (repeat_kv; weights·V keeps it)",
                     (false, _, true) => "V upcast to fp32 (weights·V keeps it)",
-                    (false, _, false) => "V made contiguous (weights·V keeps it)",
+                    (false, _, false) => "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)",
                 };
                 let unit = if n_rep > 1 { qu } else { kvu };
                 t.push(c.term(what, "clone", unit, 4));
