@@ -15,6 +15,8 @@ use crate::train::optim::OptimConfig;
 use crate::train::Precision;
 use serde::Serialize;
 
+pub mod hf;
+
 /// The size class a term belongs to, for the symbolic per-block sum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -27,6 +29,10 @@ pub enum Unit {
     S,
     /// m = S² elements: a causal mask.
     M,
+    /// q = B·S·h·d_h elements (hf, where h·d_h ≠ d): per-head query tensors.
+    Q,
+    /// kv = B·S·h_kv·d_h elements (hf, grouped-query attention): per-head keys and values.
+    Kv,
     /// Per-row statistics and indices (B·S or B·h·S elements): small.
     Small,
 }
@@ -38,6 +44,8 @@ impl Unit {
             Unit::F => "f",
             Unit::S => "s",
             Unit::M => "m",
+            Unit::Q => "q",
+            Unit::Kv => "kv",
             Unit::Small => "small",
         }
     }
@@ -132,10 +140,15 @@ impl Estimate {
     pub fn training_loss_moment(&self) -> u64 {
         self.param_bytes + self.optimizer_bytes + self.activation_bytes() + self.autocast_cache_bytes + self.logits.bytes() + self.loss.iter().map(Term::bytes).sum::<u64>()
     }
-    /// The optimizer's moment: every gradient, the logits still bound by the loop, and the
-    /// optimizer's temporaries.
+    /// The optimizer's moment: every gradient, the logits still bound by the loop (the
+    /// reference scripts; the hf Trainer's `compute_loss` drops them before backward), and
+    /// the optimizer's temporaries.
     pub fn training_optimizer_moment(&self) -> u64 {
-        self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.logits.bytes() + self.optimizer_temp_bytes
+        self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.logits_held_through_step() + self.optimizer_temp_bytes
+    }
+    /// The logits' bytes while backward and the optimizer run (0 for hf: the Trainer drops them).
+    pub fn logits_held_through_step(&self) -> u64 {
+        if self.flavour == Flavour::Hf { 0 } else { self.logits.bytes() }
     }
     /// A lower bound of the training step's peak: the larger of the two moments (backward,
     /// where activations are released as gradients appear, can exceed both).
@@ -189,6 +202,8 @@ impl Ctx {
             Unit::F => (self.b * self.s * self.f, "B·S·F"),
             Unit::S => (self.b * self.h * self.s * self.s, "B·h·S²"),
             Unit::M => (self.s * self.s, "S²"),
+            Unit::Q => (self.b * self.s * self.h * self.dk, "B·S·h·d_h"),
+            Unit::Kv => (self.b * self.s * self.kvh * self.dk, "B·S·h_kv·d_h"),
             Unit::Small => unreachable!("small terms give their own size"),
         };
         let formula = if elem == 4 { format!("{formula}·4") } else { format!("{formula}·{elem} = {}", sized(unit, elem)) };
@@ -241,7 +256,7 @@ impl Ctx {
 /// The sum of a term list in symbols: `10a + 5f + 2s + m + small`, with 2-byte tensors as
 /// `½a` (`4a + 9·½a + …`).
 pub fn symbolic(terms: &[Term]) -> String {
-    let order = [Unit::A, Unit::F, Unit::S, Unit::M];
+    let order = [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::S, Unit::M];
     let mut parts: Vec<String> = Vec::new();
     for u in order {
         let mut elems: Vec<u64> = terms.iter().filter(|t| t.unit == u).map(|t| if u == Unit::M { 4 } else { t.elem }).collect();
@@ -266,7 +281,7 @@ pub fn symbolic(terms: &[Term]) -> String {
 /// The same sum collapsed to 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
 pub fn symbolic_fp32_units(terms: &[Term]) -> String {
     let mut parts: Vec<String> = Vec::new();
-    for u in [Unit::A, Unit::F, Unit::S] {
+    for u in [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::S] {
         let quarters: u64 = terms.iter().filter(|t| t.unit == u).map(|t| t.elem).sum();
         if quarters > 0 {
             let n = quarters as f64 / 4.0;
@@ -444,8 +459,15 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     let params = cfg.param_count();
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
     let attn_w = if kv == d { "4d²".to_string() } else { "2d² + 2d·h_kv·d_k".to_string() };
-    let param_formula = format!("V·d (embedding){head} + L·({attn_w} + 3d·F + 2d) + d");
-    debug_assert_eq!(params, v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + d);
+    // The hf flavour's own terms (transformers' layer, loss, biases, head_dim, Qwen3's norms).
+    let hf_terms = cfg.hf().map(|h| hf::terms(&c, cfg, h, precision));
+    let param_formula = match &hf_terms {
+        Some(t) => t.param_formula.clone(),
+        None => {
+            debug_assert_eq!(params, v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + d);
+            format!("V·d (embedding){head} + L·({attn_w} + 3d·F + 2d) + d")
+        }
+    };
     // Parameters, and so gradients and optimizer state, are fp32 except in pure bf16.
     let pe: u64 = if mode == Mode::Pure { 2 } else { 4 };
     let param_bytes = params * pe;
@@ -456,13 +478,15 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     let cast_elements = l * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
     let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by output_proj)" } else { "V·d (lm_head)" };
     let (autocast_cache_bytes, autocast_cache_formula) = match mode {
+        Mode::Autocast if hf_terms.is_some() => hf_terms.as_ref().map(|t| (2 * t.cast_elements, t.cast_formula.clone())).unwrap_or_default(),
         Mode::Autocast => (2 * cast_elements, format!("2 B × (L·({attn_w} + 3d·F) + {head_w}) = 2 × {cast_elements}")),
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
         Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
     };
-    let mut block = match cfg.flavour {
-        Flavour::Cs336 => cs336_block(&c, cfg.attention),
-        Flavour::Tinyllama | Flavour::Hf => tinyllama_block(&c, cfg.attention),
+    let mut block = match (&hf_terms, cfg.flavour) {
+        (Some(t), _) => t.block.clone(),
+        (None, Flavour::Cs336) => cs336_block(&c, cfg.attention),
+        (None, _) => tinyllama_block(&c, cfg.attention),
     };
     block.retain(|t| t.elements > 0);
     let block_symbolic = symbolic(&block);
@@ -470,19 +494,20 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     let bs = c.b * c.s;
     let mut outside = Vec::new();
     // In pure bf16 cs336 the embedding output is read only by ln1's upcast and the add.
-    if !(cfg.flavour == Flavour::Cs336 && mode == Mode::Pure) {
+    if hf_terms.is_none() && !(cfg.flavour == Flavour::Cs336 && mode == Mode::Pure) {
         outside.push(c.term("embedding output (block 0's input)", "embedding", Unit::A, c.resid()));
     }
     let ln = |name: &str, rows: &str| -> Vec<Term> {
         let mut t = Vec::new();
         match cfg.flavour {
             Flavour::Cs336 => c.cs336_norm(&mut t, name, &[rows], rows),
-            Flavour::Tinyllama | Flavour::Hf => c.tinyllama_norm(&mut t, name, &[rows], rows),
+            _ => c.tinyllama_norm(&mut t, name, &[rows], rows),
         }
         t
     };
-    let (norm, logits, loss) = match cfg.flavour {
-        Flavour::Cs336 => {
+    let (norm, logits, loss) = match (hf_terms, cfg.flavour) {
+        (Some(t), _) => (t.outside, t.logits, t.loss),
+        (None, Flavour::Cs336) => {
             let n = bs * v;
             let loss = if mode == Mode::Autocast {
                 // exp and log are on the fp32 list: exp reads an fp32 copy of the low-precision
@@ -503,7 +528,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             };
             (ln("ln_final", "lm_head"), vocab("logits", "bmm", "B·S", n, low), loss)
         }
-        Flavour::Tinyllama | Flavour::Hf => {
+        (None, _) => {
             let n = c.b * (c.s - 1) * v;
             let mut loss = vec![
                 // log_softmax is on the fp32 list: fp32 output under autocast.
@@ -517,12 +542,23 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         }
     };
     outside.extend(norm);
-    let symbols = vec![
+    let mut symbols = vec![
         ("a".to_string(), "B·S·d·4".to_string(), c.b * c.s * d * 4),
         ("f".to_string(), "B·S·F·4".to_string(), c.b * c.s * f * 4),
         ("s".to_string(), "B·h·S²·4".to_string(), c.b * c.h * c.s * c.s * 4),
         ("m".to_string(), "S²·(1 for a bool mask)".to_string(), c.s * c.s),
     ];
+    if cfg.flavour == Flavour::Hf {
+        // No S² bool mask is kept; per-head sizes get their own symbols where they are not a.
+        symbols.pop();
+        let used = |u: Unit| block.iter().chain(&outside).any(|t| t.unit == u);
+        if used(Unit::Q) {
+            symbols.push(("q".into(), "B·S·h·d_h·4".into(), c.b * c.s * c.h * c.dk * 4));
+        }
+        if used(Unit::Kv) {
+            symbols.push(("kv".into(), "B·S·h_kv·d_h·4".into(), c.b * c.s * c.kvh * c.dk * 4));
+        }
+    }
     Estimate {
         flavour: cfg.flavour,
         precision,

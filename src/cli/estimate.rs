@@ -4,13 +4,13 @@ use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
 use super::usage;
 use crate::analyse::estimate::{estimate_with, Estimate, Term};
-use crate::engine::{autocast, runtime, Device};
+use crate::engine::{autocast, runtime, Device, Tensor};
 use crate::export::{gib, mib};
 use crate::model::{Flavour, Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, CachingAllocator};
 use crate::record::{Category, Phase};
 use crate::train::optim::OptimConfig;
-use crate::train::{Batcher, DataKind, Optimizer, Precision, StepRunner};
+use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
@@ -68,22 +68,60 @@ pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usiz
     cfg.check_sizes(batch, seq, "--context-length").map_err(super::UsageError::from)?;
     super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     let mut sim = Simulated::default();
+    // hf sdpa: run the kernel PyTorch picks on a CUDA GPU (autocast casts the inputs before
+    // the pick), the one the closed form derives.
+    let mut pinned = cfg.clone();
+    if let (Some(kernel), Some(h)) = (cfg.hf().map(|h| crate::analyse::estimate::hf::kernel(cfg, h, precision, seq)), pinned.hf.as_mut()) {
+        if h.attn_implementation == crate::model::hf::AttnImplementation::Sdpa {
+            h.sdpa_backend = match kernel {
+                crate::analyse::estimate::hf::Kernel::Fused(b) => b,
+                _ => crate::model::hf::SdpaBackend::Math,
+            };
+        }
+    }
+    let cfg = &pinned;
     runtime::reset();
     runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), usize::MAX / 4)));
     let res = (|| -> Result<()> {
         let model = Model::new_in(cfg, Device::Meta, 0, precision.param_dtype())?;
         let mut batcher = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 0);
+        // hf: the collator's batch (input_ids, labels = a copy, the all-ones attention_mask
+        // when asked for), and `model.train()`, as the Trainer runs it (transformers
+        // checkpoints layers only in training mode).
+        let hf = cfg.hf().map(|h| h.attention_mask);
+        let mut hf_batch = CausalLmBatch::default();
+        let mut next = |batcher: &mut Batcher| -> (Tensor, Tensor, Option<Tensor>) {
+            match hf {
+                Some(mask) => {
+                    batcher.next_causal_lm_batch(&mut hf_batch, true, mask);
+                    let b = &hf_batch;
+                    (b.input_ids.clone().expect("ids"), b.labels.clone().expect("labels"), b.attention_mask.clone())
+                }
+                None => {
+                    let (x, y) = batcher.next_batch();
+                    (x, y, None)
+                }
+            }
+        };
         {
-            let (x, y) = batcher.next_batch();
+            let (x, y, mask) = next(&mut batcher);
             runtime::set_phase(Phase::Forward);
+            model.training.set(hf.is_some());
             // `with torch.autocast(...)` around forward and loss, as the training step runs it.
             let region = precision.autocast().map(autocast::enable);
-            let (logits, loss) = model.forward_loss(&x, &y, &mut |logits| {
+            let (logits, loss) = model.forward_loss_masked(&x, &y, mask.as_ref(), &mut |logits| {
                 sim.activation_bytes = live(Category::Activation);
+                if hf.is_some() {
+                    // hf: the DynamicCache and what checkpointed layers' closures capture (the
+                    // mask, position ids, RoPE tables) are held for backward without autograd
+                    // saving them, as temporaries; the only other temporary now is the logits.
+                    sim.activation_bytes += live(Category::Temporary) - logits.nbytes() as u64;
+                }
                 sim.autocast_cache_bytes = live(Category::AutocastCache);
                 if std::env::var_os("VRAMSCOPE_ESTIMATE_DEBUG").is_some() {
                     for ev in runtime::with(|rt| rt.log.live_as_events()) {
-                        if matches!(ev.category, Category::Activation | Category::AutocastCache) && (ev.scope.starts_with("layers.0") || ev.scope.starts_with("blocks.0") || !ev.scope.contains('.')) {
+                        let held = matches!(ev.category, Category::Activation | Category::AutocastCache) || (hf.is_some() && ev.category == Category::Temporary);
+                        if held && (ev.scope.starts_with("layers.0") || ev.scope.starts_with("blocks.0") || ev.scope.starts_with("model.layers.0.") || &*ev.scope == "model.layers.0" || !ev.scope.contains("layers.")) {
                             eprintln!("{:>12} {:<40} {:<12} {:?}", ev.bytes, ev.scope, ev.op, ev.category);
                         }
                     }
@@ -93,15 +131,16 @@ pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usiz
             });
             drop(region);
             drop((loss, logits));
+            model.training.set(false);
             runtime::set_phase(Phase::Setup);
         }
         let opt = Optimizer::new(optim.clone(), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt).with_precision(precision);
-        let (x, y) = batcher.next_batch();
-        runner.step(&x, &y);
+        let (x, y, mask) = next(&mut batcher);
+        runner.step_masked(&x, &y, mask.as_ref());
         runtime::with(|rt| rt.log.reset_peak());
-        let (x, y) = batcher.next_batch();
-        let r = runner.step(&x, &y);
+        let (x, y, mask) = next(&mut batcher);
+        let r = runner.step_masked(&x, &y, mask.as_ref());
         sim.training_peak_allocated = r.peak_allocated as u64;
         sim.training_peak_phase = r.phases.iter().max_by_key(|p| p.peak_allocated).map_or(String::new(), |p| p.phase.to_string());
         sim.parameter_bytes = live(Category::Parameter);
@@ -137,10 +176,29 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
         Precision::Bf16 | Precision::Fp16 => format!("{} autocast around forward and loss (fp32 parameters, gradients, optimizer state)", e.precision),
         Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
     };
+    // hf: the attention line below names transformers' kernel (its --attention is unused).
+    let attention = if cfg.hf().is_some() { String::new() } else { format!(", {} attention", cfg.attention) };
     println!(
-        "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | {}, {} attention",
-        e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, precision, cfg.attention
+        "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | {}{attention}",
+        e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, precision
     );
+    if let Some(hf) = cfg.hf() {
+        let kernel = crate::analyse::estimate::hf::kernel(cfg, hf, e.precision, e.seq);
+        let ckpt = match (cfg.checkpoint, hf.reentrant) {
+            (crate::model::Checkpoint::None, _) => "off",
+            (_, true) => "every layer, reentrant",
+            (_, false) => "every layer, non-reentrant",
+        };
+        let cache = if hf.use_cache && cfg.checkpoint != crate::model::Checkpoint::None { " (off in training while checkpointing)" } else { "" };
+        println!(
+            "transformers {} {} (d_h {}): attention {} (as on a CUDA GPU), use_cache {}{cache}, gradient checkpointing {ckpt}, a Trainer step (model.train(); the logits die before backward)",
+            crate::model::hf::TRANSFORMERS_VERSION,
+            hf.model_type.name(),
+            hf.head_dim,
+            crate::analyse::estimate::hf::kernel_name(hf, kernel),
+            hf.use_cache
+        );
+    }
     println!("(bytes are exact integers; MiB/GiB are 1024-based)\n");
     println!("symbols (4-byte elements; a 2-byte bf16/fp16 tensor of the same shape is written ½a = B·S·d·2, ½f, ½s):");
     for (s, f, b) in &e.symbols {
@@ -190,8 +248,9 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
         "  training step, at the loss (no gradients yet: zero_grad set them to None) = parameters + optimizer state + activations{cache} + logits + loss tensors = {:.3} GiB",
         gib(e.training_loss_moment())
     );
+    let logits = if e.logits_held_through_step() > 0 { "logits (still bound)" } else { "no logits (the Trainer dropped them)" };
     println!(
-        "  training step, in the optimizer = parameters + gradients + optimizer state + logits (still bound) + {} = {:.3} GiB",
+        "  training step, in the optimizer = parameters + gradients + optimizer state + {logits} + {} = {:.3} GiB",
         e.optimizer_temp_formula,
         gib(e.training_optimizer_moment())
     );
@@ -234,6 +293,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&cfg)?;
+    crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(super::UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(super::UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;
     let e = estimate_with(&cfg, precision, batch, seq, &optim);

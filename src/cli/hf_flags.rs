@@ -120,16 +120,32 @@ pub fn check_with_labels(c: &ModelConfig, seq: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses the SDPA kernels the hf model cannot run at this context: the memory-efficient
+/// kernel with grouped-query attention (PyTorch has no such kernel: "No available kernel"),
+/// and the fused kernels given a mask (a sliding window shorter than the context; their
+/// `attn_bias` handling is not modelled).
+pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow::Result<()> {
+    let Some(k) = sdpa_on_cuda(c, precision, seq) else { return Ok(()) };
+    let hf = c.hf().expect("sdpa is hf");
+    if k == SdpaBackend::Efficient && hf.sdpa_gqa(c.num_heads, c.num_kv_heads, seq) {
+        return Err(usage("--sdpa-backend", format!("the memory-efficient kernel has no grouped-query attention ({} key/value heads for {} query heads); use flash, math or auto", c.num_kv_heads, c.num_heads)));
+    }
+    if matches!(k, SdpaBackend::Flash | SdpaBackend::Efficient | SdpaBackend::CpuFlash) && hf.sdpa_masked(seq) {
+        return Err(usage(
+            "--sdpa-backend",
+            format!("the sliding window ({}) is shorter than the context {seq}, so SDPA gets a mask, and the {k} kernel's mask handling is not modelled; use --sdpa-backend math or --attn-implementation eager", hf.sliding_window.unwrap_or(0)),
+        ));
+    }
+    Ok(())
+}
+
 /// The SDPA kernel PyTorch picks on a CUDA GPU for this run (None unless sdpa): half-precision
 /// queries under bf16/fp16 (autocast or bf16 weights); a mask only for a sliding window shorter
 /// than the context (an all-ones attention_mask is dropped); GQA left to the kernel
 /// (enable_gqa) only without a mask, else transformers repeats k and v first.
 pub fn sdpa_on_cuda(c: &ModelConfig, precision: Precision, seq: usize) -> Option<SdpaBackend> {
     let hf = c.hf().filter(|h| h.attn_implementation == AttnImplementation::Sdpa)?;
-    let half = precision != Precision::Fp32;
-    let masked = hf.sliding_window.is_some_and(|w| w < seq);
-    let gqa = c.num_heads > c.num_kv_heads && !masked && hf.head_dim <= 256;
-    Some(hf.sdpa_backend.resolve(half, masked, gqa, hf.head_dim))
+    Some(hf.sdpa_kernel(c.num_heads, c.num_kv_heads, precision != Precision::Fp32, seq))
 }
 
 fn checkpointing(c: &ModelConfig, hf: &HfConfig) -> &'static str {

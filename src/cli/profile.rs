@@ -255,6 +255,9 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         }
     }
     let precision = a.precision.resolve_for(&cfg)?;
+    for &c in &contexts {
+        super::hf_flags::check_kernel(&cfg, precision, c)?;
+    }
     let optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     Ok(Plan {
         model: cfg,

@@ -297,6 +297,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
         None
     };
     let precision = a.precision.resolve_for(&cfg)?;
+    super::hf_flags::check_kernel(&cfg, precision, seq)?;
     Ok(TrainPlan {
         model: cfg,
         preset: format!("{}-{}", r.preset.model.flavour, r.preset.name),

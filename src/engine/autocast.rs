@@ -31,6 +31,14 @@ pub fn enable(dtype: DType) -> Guard {
     })
 }
 
+/// Leave the region until the guard drops, keeping its cast cache (the dispatcher excludes
+/// autocast inside an op it already handled: a composite such as SDPA's math backend runs
+/// its inner ops on the cast inputs without casting again).
+pub fn suspend() -> Guard {
+    let prev = runtime::with(|rt| rt.autocast.dtype.take());
+    Guard::new(move || runtime::with(|rt| rt.autocast.dtype = prev))
+}
+
 /// The low type of the active region, if any.
 pub fn active() -> Option<DType> {
     runtime::with(|rt| rt.autocast.dtype)

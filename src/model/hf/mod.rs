@@ -174,6 +174,25 @@ pub struct HfConfig {
 }
 
 impl HfConfig {
+    /// Whether SDPA is given an explicit mask: only when a sliding window is shorter than the
+    /// sequence (`_ignore_causal_mask_sdpa` drops a causal mask and an all-ones padding mask).
+    pub fn sdpa_masked(&self, seq: usize) -> bool {
+        self.sliding_window.is_some_and(|w| w < seq)
+    }
+
+    /// `use_gqa_in_sdpa`: fewer key/value heads, no mask, head_dim ≤ 256 (else transformers
+    /// repeats k and v first).
+    pub fn sdpa_gqa(&self, heads: usize, kv_heads: usize, seq: usize) -> bool {
+        kv_heads < heads && !self.sdpa_masked(seq) && self.head_dim <= 256
+    }
+
+    /// The kernel `F.scaled_dot_product_attention` runs for this model at `seq` on CUDA, for
+    /// inputs that are fp16/bf16 (`half`: also under autocast, which casts sdpa's inputs
+    /// before the backend is chosen) or not. The one place the choice is made.
+    pub fn sdpa_kernel(&self, heads: usize, kv_heads: usize, half: bool, seq: usize) -> SdpaBackend {
+        self.sdpa_backend.resolve(half, self.sdpa_masked(seq), self.sdpa_gqa(heads, kv_heads, seq), self.head_dim)
+    }
+
     /// An architecture's defaults as transformers' config class sets them.
     pub fn new(model_type: Arch, head_dim: usize) -> HfConfig {
         HfConfig {

@@ -389,12 +389,13 @@ impl Block {
         let hf = self.hf();
         let scaling = (hf.head_dim as f64).powf(-0.5);
         let n_rep = self.n_rep();
-        let gqa = n_rep > 1 && self.mask.is_none() && hf.head_dim <= 256;
+        let seq = q.dim(2);
+        let gqa = hf.sdpa_gqa(self.cfg.num_heads, self.cfg.num_kv_heads, seq);
         let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(k, n_rep), repeat_kv(v, n_rep)) } else { (k.clone(), v.clone()) };
         // scaled_dot_product_attention is on autocast's lower-precision list: under autocast
         // the kernel is chosen for the cast inputs.
         let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
-        let backend = hf.sdpa_backend.resolve(half, self.mask.is_some(), gqa, hf.head_dim);
+        let backend = hf.sdpa_kernel(self.cfg.num_heads, self.cfg.num_kv_heads, half, seq);
         let causal = self.mask.is_none();
         let out = match backend {
             SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, causal, scaling),
@@ -510,6 +511,10 @@ fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: usize) -> Tensor 
 /// kᵀ scaled by √scale, the causal mask as a float (S, S) mask, softmax, weights·V, and the
 /// output cast back.
 fn math_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, scale: f64) -> Tensor {
+    // SDPA is an autocast lower-precision op: its inputs are cast, then the composite runs
+    // without autocast.
+    let (q, k, v) = (&crate::engine::autocast::lower(q), &crate::engine::autocast::lower(k), &crate::engine::autocast::lower(v));
+    let _no_autocast = crate::engine::autocast::suspend();
     let origin = q.dtype();
     let up = |t: &Tensor| if matches!(t.dtype(), DType::BF16 | DType::F16) { t.to_dtype(DType::F32) } else { t.clone() };
     let (q, mut k, mut v) = (up(q), up(k), up(v));

@@ -1,0 +1,407 @@
+//! The hf flavour's closed form: what transformers 5.23's decoder layer, final norm, LM head
+//! and `ForCausalLMLoss` keep (src/model/hf/transformers_5_23.rs is the op sequence), derived
+//! from PyTorch's save rules as the other flavours are, plus what the forward holds without
+//! autograd saving it: the `DynamicCache`, and the mask, position ids and RoPE tables that
+//! checkpointed layers' closures capture.
+//!
+//! Two PyTorch rules beyond the usual ones decide several terms: a batched `matmul` folds its
+//! 4-D operands into 3-D ones with `reshape`, a copy when the tensor is a transposed view of a
+//! (B, S, h, d_h) projection (the copy is what `bmm` keeps; the same bytes as the tensor it
+//! replaces); and elementwise ops give their output their input's dim order, so the rotated Q
+//! and K stay (B, S, h, d_h) underneath and a fused kernel's output (`empty_like(q)`) needs no
+//! copy to merge heads.
+use super::{vocab, Ctx, Mode, Term, Unit};
+use crate::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use crate::model::{Checkpoint, ConfigError, ModelConfig};
+use crate::train::Precision;
+
+/// The attention kernel the derivation follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    Eager,
+    /// A fused SDPA / flash-attn kernel: keeps q, k, v, its output and a logsumexp.
+    Fused(SdpaBackend),
+    /// SDPA's math composite.
+    Math,
+}
+
+/// Whether the run's sdpa call gets a mask: only for a sliding window shorter than the
+/// sequence (`_ignore_causal_mask_sdpa` drops the causal one, and an all-ones padding mask).
+/// The kernel a CUDA run uses: for sdpa, PyTorch's pick for the dtype the kernel sees (bf16/
+/// fp16 under autocast too: `scaled_dot_product_attention` is on autocast's lower-precision
+/// list, so its inputs are cast before the backend is chosen), the mask and GQA.
+pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) -> Kernel {
+    match hf.attn_implementation {
+        AttnImplementation::Eager => Kernel::Eager,
+        AttnImplementation::FlashAttention2 => Kernel::Fused(SdpaBackend::Flash),
+        AttnImplementation::Sdpa => {
+            let half = precision != Precision::Fp32;
+            match hf.sdpa_kernel(cfg.num_heads, cfg.num_kv_heads, half, s) {
+                SdpaBackend::Math => Kernel::Math,
+                b => Kernel::Fused(b),
+            }
+        }
+    }
+}
+
+/// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
+pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
+    let Some(hf) = cfg.hf() else { return Ok(()) };
+    if hf.logits_to_keep > 0 && hf.logits_to_keep < s {
+        return Err(ConfigError::new(
+            "--logits-to-keep",
+            format!(
+                "{} < context {s}: estimate derives a training step, and transformers' ForCausalLMLoss needs logits for every position (cross_entropy raises a size mismatch)",
+                hf.logits_to_keep
+            ),
+        ));
+    }
+    if let Checkpoint::Every(n) = cfg.checkpoint {
+        if n > 1 {
+            return Err(ConfigError::new("--checkpoint", format!("every-{n}: the hf estimate derives gradient checkpointing on every layer or none")));
+        }
+    }
+    let autocast = matches!(precision, Precision::Bf16 | Precision::Fp16);
+    let flag = if hf.attn_implementation == AttnImplementation::Sdpa { "--sdpa-backend" } else { "--attn-implementation" };
+    match kernel(cfg, hf, precision, s) {
+        Kernel::Fused(SdpaBackend::Flash) if precision == Precision::Fp32 => {
+            Err(ConfigError::new(flag, "the flash kernel (sdpa flash, flash_attention_2) runs only fp16/bf16 queries; this run is fp32 (give --precision bf16 or --pure-bf16)"))
+        }
+        Kernel::Fused(SdpaBackend::Flash | SdpaBackend::Efficient) if hf.sdpa_masked(s) => Err(ConfigError::new(
+            flag,
+            format!(
+                "the sliding window ({}) is shorter than the context ({s}), so sdpa gets a mask; the hf model does not model the flash/memory-efficient kernels' mask (PyTorch keeps it as attn_bias): use --sdpa-backend math or --attn-implementation eager",
+                hf.sliding_window.unwrap_or(0)
+            ),
+        )),
+        Kernel::Fused(SdpaBackend::Efficient) if hf.sdpa_gqa(cfg.num_heads, cfg.num_kv_heads, s) => Err(ConfigError::new(
+            flag,
+            format!("the memory-efficient kernel has no grouped-query attention ({} key/value heads for {} query heads, enable_gqa): use flash, math or eager", cfg.num_kv_heads, cfg.num_heads),
+        )),
+        Kernel::Math if autocast => Err(ConfigError::new(
+            flag,
+            "autocast with SDPA's math backend (PyTorch casts to the low type, then the composite upcasts to fp32 outside autocast) is not derived: use --pure-bf16, fp32, --sdpa-backend flash/efficient or --attn-implementation eager",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The terms of the hf derivation.
+pub(super) struct Terms {
+    pub block: Vec<Term>,
+    pub outside: Vec<Term>,
+    pub logits: Term,
+    pub loss: Vec<Term>,
+    pub param_formula: String,
+    /// Elements of the weights (and biases) linear layers read, cast once per autocast region.
+    pub cast_elements: u64,
+    pub cast_formula: String,
+}
+
+/// Bytes per element of a precision's tensors in the hf forward.
+struct Types {
+    /// The model's dtype (residual stream, RoPE tables, eager mask): fp32, or bf16 in pure bf16.
+    model: u64,
+    /// Linear outputs (the low type under autocast).
+    lo: u64,
+    /// Rotated Q and K: q_proj's output times fp32 cos under autocast promotes back to fp32.
+    qk: u64,
+    /// V (v_proj's output).
+    v: u64,
+}
+
+fn types(c: &Ctx) -> Types {
+    match c.mode {
+        Mode::Fp32 => Types { model: 4, lo: 4, qk: 4, v: 4 },
+        Mode::Pure => Types { model: 2, lo: 2, qk: 2, v: 2 },
+        Mode::Autocast => Types { model: 4, lo: 2, qk: 4, v: 2 },
+    }
+}
+
+/// transformers' `LlamaRMSNorm`: `x.to(fp32)`, `x·rsqrt(mean(x²) + eps)`, `weight·x.to(input dtype)`.
+/// `x` is the norm's input (`elem` its type: the residual, or a projection for q/k_norm);
+/// `rows` the elements of `r`; `readers` the linears reading the output (none for q/k_norm).
+fn rms_norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64), readers: &[&str]) {
+    let (rows_formula, rows_n) = rows;
+    if elem == 4 {
+        // `.to(float32)` returns x itself: pow and x·r keep the input, counted where it is made.
+        if readers.is_empty() {
+            t.push(c.term(format!("{name} input (the projection's output; pow, x·r keep it)"), "mm", unit, 4));
+        }
+    } else {
+        t.push(c.term(format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", unit, 4));
+    }
+    t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", rows_formula, rows_n, 4));
+    if elem == 4 {
+        t.push(c.term(format!("{name} x·r (weight·x keeps it)"), "mul", unit, 4));
+    } else {
+        // x·r dies with `.to(input dtype)`; weight·x keeps the low copy.
+        t.push(c.term(format!("{name} x·r back in {} (weight·x keeps it)", c.low_name), "_to_copy", unit, 2));
+    }
+    if readers.is_empty() {
+        return; // q/k_norm: RoPE's muls keep cos/sin, not their input.
+    }
+    let short = readers.join("/");
+    match c.mode {
+        // One low copy per linear under autocast (only leaf weights' casts are cached).
+        Mode::Autocast => {
+            for r in readers {
+                t.push(c.term(format!("{name} output (fp32) cast to {} for {r}", c.low_name), "_to_copy", unit, 2));
+            }
+        }
+        _ => t.push(c.term(format!("{name} output (input of {short})"), "mul", unit, elem)),
+    }
+}
+
+/// Size class of a (B, S, n_heads, d_h) tensor: `a` when it is d wide.
+fn heads_unit(c: &Ctx, heads: u64) -> Unit {
+    if heads * c.dk == c.d {
+        Unit::A
+    } else if heads == c.h {
+        Unit::Q
+    } else {
+        Unit::Kv
+    }
+}
+
+/// One decoder layer's attention: the tensors its kernel keeps and the DynamicCache's.
+fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) {
+    let ty = types(c);
+    let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
+    let n_rep = c.h / c.kvh;
+    let ac = c.mode == Mode::Autocast;
+    // transformers repeats k and v itself (repeat_kv, a copy) for eager, and for sdpa when
+    // it cannot pass enable_gqa; flash_attention_2 and the fused kernels with enable_gqa read
+    // the h_kv heads directly (math repeats them inside, below).
+    let repeated = n_rep > 1
+        && match kernel {
+            Kernel::Eager => true,
+            _ if hf.attn_implementation == AttnImplementation::FlashAttention2 => false,
+            _ => !hf.sdpa_gqa(cfg.num_heads, cfg.num_kv_heads, c.s as usize),
+        };
+    let (ku, kname) = if repeated { (qu, "K repeated to h heads (repeat_kv)") } else { (kvu, "") };
+    // Whether the kernel keeps the K/V it was given (the cache's copy with the cache on)
+    // rather than a tensor of its own (a repeat, a cast, a fold or scale copy).
+    let (k_own, v_own);
+    match kernel {
+        Kernel::Eager => {
+            // matmul folds q and kᵀ to 3-D: q is (B, S, h, d_h) underneath, so bmm keeps a
+            // copy; under autocast a bf16 copy of each fp32 operand instead.
+            t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
+            k_own = repeated || ac || !cache;
+            if k_own {
+                let what = match (repeated, ac) {
+                    (true, true) => format!("{kname}, cast to {} (the scores bmm keeps it)", c.low_name),
+                    (true, false) => format!("{kname} (the scores bmm keeps it)"),
+                    (false, true) => format!("rope(K) cast to {} (the scores bmm keeps it)", c.low_name),
+                    (false, false) => "rope(K) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into(),
+                };
+                t.push(c.term(what, "clone", ku, if ac { 2 } else { ty.qk }));
+            }
+            // softmax(dtype=float32) keeps its fp32 output; `.to(q.dtype)` makes the bf16
+            // copy weights·V keeps in pure bf16, and under autocast (fp32 Q) the matmul's cast.
+            t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            match c.mode {
+                Mode::Fp32 => {}
+                Mode::Pure => t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2)),
+                Mode::Autocast => t.push(c.term(format!("attention weights cast to {} (weights·V keeps it)", c.low_name), "_to_copy", Unit::S, 2)),
+            }
+            v_own = repeated || !cache;
+            if v_own {
+                let what = if repeated { "V repeated to h heads (repeat_kv; weights·V keeps it)" } else { "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)" };
+                t.push(c.term(what, "clone", ku, ty.v));
+            }
+            t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.lo));
+        }
+        Kernel::Fused(backend) => {
+            let name = match (hf.attn_implementation, backend) {
+                (AttnImplementation::FlashAttention2, _) => "flash_attn_func",
+                (_, SdpaBackend::Efficient) => "_scaled_dot_product_efficient_attention",
+                (_, SdpaBackend::CpuFlash) => "_scaled_dot_product_flash_attention_for_cpu",
+                _ => "_scaled_dot_product_flash_attention",
+            };
+            let low = if ac { 2 } else { ty.qk };
+            // The kernel keeps q, k, v as given; under autocast SDPA's own casts of fp32 Q, K.
+            t.push(c.term(if ac { format!("rope(Q) cast to {} (the kernel keeps it)", c.low_name) } else { "rope(Q) (the kernel keeps it)".into() }, if ac { "_to_copy" } else { "add" }, qu, low));
+            k_own = repeated || ac || !cache;
+            if k_own {
+                let what = match (repeated, ac) {
+                    (true, true) => format!("{kname}, cast to {} (the kernel keeps it)", c.low_name),
+                    (true, false) => format!("{kname} (the kernel keeps it)"),
+                    (false, true) => format!("rope(K) cast to {} (the kernel keeps it)", c.low_name),
+                    (false, false) => "rope(K) (the kernel keeps it)".into(),
+                };
+                t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
+            }
+            v_own = repeated || !cache;
+            if v_own {
+                let what = if repeated { "V repeated to h heads (repeat_kv; the kernel keeps it)" } else { "v_proj output (the kernel keeps it)" };
+                t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
+            }
+            // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view.
+            t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
+            let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
+            t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+        }
+        Kernel::Math => {
+            // fp32 and pure bf16 only ([`check`]): bf16 inputs are upcast to fp32 copies; GQA
+            // is repeated inside (repeat_interleave); q and kᵀ are each scaled (new tensors the
+            // scores bmm keeps); softmax keeps its output; weights·V keeps V in fp32.
+            t.push(c.term("Q·√scale in fp32 (the scores bmm keeps it, folded contiguous)", "mul", qu, 4));
+            t.push(c.term("Kᵀ·√scale in fp32, h heads (the scores bmm keeps it)", "mul", qu, 4));
+            t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
+            let v_fp32_same = c.mode == Mode::Fp32 && !(n_rep > 1 && !repeated);
+            v_own = !(v_fp32_same && cache && !repeated);
+            k_own = true;
+            if v_own {
+                let what = match (n_rep > 1, repeated, c.mode == Mode::Pure) {
+                    (true, false, _) => "V repeat_interleave'd to h heads in fp32 (weights·V keeps it)",
+                    (true, true, true) => "V repeated (repeat_kv), upcast to fp32 (weights·V keeps it)",
+                    (true, true, false) => "V repeated to h heads (repeat_kv; weights·V keeps it)",
+                    (false, _, true) => "V upcast to fp32 (weights·V keeps it)",
+                    (false, _, false) => "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)",
+                };
+                let unit = if n_rep > 1 { qu } else { kvu };
+                t.push(c.term(what, "clone", unit, 4));
+            }
+            t.push(c.term("heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.model));
+        }
+    }
+    if cache {
+        // DynamicLayer.update: cat([k]) / cat([v]) on the first call, copies the attention
+        // then reads. The cache holds them until the output is dropped.
+        let shared = |own: bool| if own { "" } else { "; the attention keeps the same tensor" };
+        t.push(c.term(format!("DynamicCache keys (cat copy of rope(K){})", shared(k_own)), "cat", kvu, ty.qk));
+        t.push(c.term(format!("DynamicCache values (cat copy of V{})", shared(v_own)), "cat", kvu, ty.v));
+    }
+}
+
+/// One decoder layer without checkpointing, in forward order.
+fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) -> Vec<Term> {
+    let ty = types(c);
+    let mut t = Vec::new();
+    let rows = ("B·S", c.b * c.s);
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &["q_proj", "k_proj", "v_proj"]);
+    if hf.model_type == Arch::Qwen3 {
+        // q_norm / k_norm on the (B, S, h, d_h) views of the projections, before RoPE.
+        let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
+        rms_norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S·h", c.b * c.s * c.h), &[]);
+        rms_norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S·h_kv", c.b * c.s * c.kvh), &[]);
+    }
+    // RoPE multiplies by cos/sin, which need no gradient: the products keep cos/sin (counted
+    // once, outside), not the projections. Biases need nothing kept.
+    attention(c, &mut t, cfg, hf, kernel, cache);
+    if c.mode != Mode::Pure {
+        t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
+    }
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &["gate_proj", "up_proj"]);
+    t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
+    t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
+    t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
+    t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
+    if c.mode != Mode::Pure {
+        // In pure bf16 the bf16 residual is read only by the norms' upcasts and the adds.
+        t.push(c.term("layer output = h + mlp (the next norm keeps it)", "add", Unit::A, 4));
+    }
+    t
+}
+
+pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precision) -> Terms {
+    let ty = types(c);
+    let s = c.s as usize;
+    let kernel = kernel(cfg, hf, precision, s);
+    let checkpointing = cfg.checkpoint != Checkpoint::None;
+    // Checkpointed layers (training mode) turn the cache off; otherwise use_cache builds it.
+    let cache = hf.use_cache && !checkpointing;
+    let block = if checkpointing {
+        // Non-reentrant and reentrant alike keep only each layer's input (layer 0's is the
+        // embedding output); everything else is recomputed in backward.
+        vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)]
+    } else {
+        layer(c, cfg, hf, kernel, cache)
+    };
+    let mut outside = Vec::new();
+    if !checkpointing && c.mode != Mode::Pure {
+        outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
+    }
+    // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
+    // forward and shared by every layer's RoPE muls (or captured by checkpointed layers).
+    for which in ["cos", "sin"] {
+        t_small(&mut outside, &format!("RoPE {which} (1, S, d_h), shared by every layer's RoPE (its muls or the checkpoints' closures keep it)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h", c.s * c.dk, ty.model);
+    }
+    if checkpointing {
+        // The layers' kwargs live in each checkpoint's closure until its backward.
+        t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
+        match kernel {
+            Kernel::Eager => outside.push(Term {
+                what: "eager additive mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)".into(),
+                op: "where",
+                formula: format!("B·S²·{}", ty.model),
+                unit: Unit::Small,
+                elements: c.b * c.s * c.s,
+                elem: ty.model,
+            }),
+            _ if hf.sdpa_masked(s) => {
+                let rows = if hf.attention_mask { c.b } else { 1 };
+                let formula = if hf.attention_mask { "B·S²·1" } else { "S²·1" };
+                outside.push(Term { what: "sdpa's boolean sliding-window mask (the checkpoints' closures hold it)".into(), op: "logical_and", formula: formula.into(), unit: Unit::Small, elements: rows * c.s * c.s, elem: 1 });
+            }
+            _ => {}
+        }
+        if c.mode != Mode::Pure {
+            outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
+        }
+    }
+    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"]);
+    let bsv = c.b * c.s * c.v;
+    let logits = vocab("logits", "mm", "B·S", bsv, ty.lo);
+    // ForCausalLMLoss: logits.float() (itself in fp32), labels padded with −100 and shifted
+    // (no logits slice: all S rows), cross_entropy's fp32 log_softmax kept for backward.
+    let mut loss = vec![vocab("log_softmax of logits.float(), all S rows (labels padded, shifted; cross_entropy keeps it)", "_log_softmax", "B·S", bsv, 4)];
+    if ty.lo != 4 {
+        loss.push(vocab("logits.float() (an fp32 copy, dies when the loss function returns)", "_to_copy", "B·S", bsv, 4));
+    }
+    let (d, f, v, l) = (c.d, c.f, c.v, cfg.num_layers as u64);
+    let (q, kv) = (c.h * c.dk, c.kvh * c.dk);
+    let mut biases = 0;
+    let mut bias_names = String::new();
+    if hf.qkv_bias {
+        biases += q + 2 * kv;
+        bias_names.push_str(" + h·d_h + 2h_kv·d_h (q/k/v biases)");
+    }
+    if hf.o_bias {
+        biases += d;
+        bias_names.push_str(" + d (o_proj bias)");
+    }
+    if hf.mlp_bias {
+        biases += 2 * f + d;
+        bias_names.push_str(" + 2F + d (mlp biases)");
+    }
+    let qk_norm = if hf.model_type == Arch::Qwen3 { " + 2d_h (q_norm, k_norm)" } else { "" };
+    let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    let param_formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + 2d{qk_norm}) + d");
+    debug_assert_eq!(
+        cfg.param_count(),
+        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + 2 * d + if qk_norm.is_empty() { 0 } else { 2 * c.dk }) + d
+    );
+    // F.linear casts weight and bias under autocast; norm weights meet only muls.
+    let cast_elements = l * (2 * d * q + 2 * d * kv + 3 * d * f + biases) + v * d;
+    let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
+    let bias_cast = if biases > 0 { " + biases" } else { "" };
+    let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F{bias_cast}) + {head_w}) = 2 × {cast_elements}");
+    Terms { block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+}
+
+fn t_small(t: &mut Vec<Term>, what: &str, op: &'static str, formula: &str, elements: u64, elem: u64) {
+    t.push(Term { what: what.into(), op, formula: format!("{formula}·{elem}"), unit: Unit::Small, elements, elem });
+}
+
+/// The kernel's name for the printed header.
+pub fn kernel_name(hf: &HfConfig, k: Kernel) -> String {
+    match k {
+        Kernel::Eager => "eager".into(),
+        Kernel::Math => "sdpa, math backend".into(),
+        Kernel::Fused(_) if hf.attn_implementation == AttnImplementation::FlashAttention2 => "flash_attention_2".into(),
+        Kernel::Fused(b) => format!("sdpa, {b} kernel"),
+    }
+}
