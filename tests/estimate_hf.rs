@@ -18,6 +18,7 @@ use vramscope::analyse::estimate::{estimate, hf, Estimate, Term};
 use vramscope::cli::estimate::simulate;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::train::optim::OptimConfig;
 use vramscope::train::Precision;
 
 #[derive(Clone, Copy)]
@@ -111,7 +112,7 @@ fn check(p: &Point) -> f64 {
     );
     hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
     let e: Estimate = estimate(&cfg, p.precision, p.b, p.s);
-    let sim = simulate(&cfg, p.precision, p.b, p.s).unwrap();
+    let sim = simulate(&cfg, p.precision, p.b, p.s, &OptimConfig::reference(Flavour::Hf)).unwrap();
     assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
     assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
     assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
@@ -133,7 +134,13 @@ fn run(points: &[Point]) {
     for p in points {
         worst = worst.max(check(p));
     }
-    assert!(worst < 1.05, "simulated training peak up to {worst:.3}× the closed form's bound");
+    // The closed form is a lower bound: it leaves out backward's short-lived tensors (the loss
+    // gradient beside the kept log_softmax, input gradients while saved tensors live, the
+    // fused kernels' workspaces). With the Trainer's fused AdamW (no optimizer temporaries)
+    // the peak is in backward, where those transients are a large share of these small test
+    // models' memory: at most 1.256× here (1.03× with foreach AdamW, whose temporaries made
+    // the optimizer the peak).
+    assert!(worst < 1.30, "simulated training peak up to {worst:.3}× the closed form's bound");
     println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
 }
 
