@@ -17,7 +17,7 @@ use crate::engine::autograd::{attach, needs_grad, save};
 use crate::engine::cost;
 use crate::engine::cpu::{self, CReal};
 use crate::engine::dtype::DType;
-use crate::engine::layout::{contiguous_strides, Layout};
+use crate::engine::layout::{preserve_strides, Layout};
 use crate::engine::runtime;
 use crate::engine::sgemm;
 use crate::engine::storage::{Buffer, Device, Storage};
@@ -41,25 +41,10 @@ pub(crate) const EFFICIENT_BACKWARD: &str = "_scaled_dot_product_efficient_atten
 const BQ: usize = 128;
 const BK: usize = 256;
 
-/// The strides `torch.empty_like` gives: the input's own when it is non-overlapping and
-/// dense (any dim order), else contiguous.
-fn like_strides(l: &Layout) -> Vec<usize> {
-    let mut dims: Vec<usize> = (0..l.rank()).filter(|&d| l.shape[d] != 1).collect();
-    dims.sort_by_key(|&d| l.strides[d]);
-    let mut acc = 1;
-    for &d in &dims {
-        if l.strides[d] != acc {
-            return contiguous_strides(&l.shape);
-        }
-        acc *= l.shape[d];
-    }
-    l.strides.clone()
-}
-
 /// A fresh device tensor of `shape` laid out like `like` (its storage allocated now).
 #[track_caller]
 fn alloc_like(like: &Tensor, dtype: DType, op: &'static str) -> (Rc<Storage>, Layout) {
-    let l = Layout { shape: like.shape().to_vec(), strides: like_strides(like.layout()), offset: 0 };
+    let l = Layout { shape: like.shape().to_vec(), strides: preserve_strides(like.layout()), offset: 0 };
     (Storage::alloc(like.device(), dtype, l.numel(), op), l)
 }
 

@@ -3,17 +3,14 @@
 //! per parameter, all alive until the update is done. The name stays bound after a group's
 //! iteration, so with several dtype groups the previous group's list dies only when the next
 //! group's has been built. `step` counters are host tensors (`torch.tensor(0.0)` on the CPU).
-use super::{group_by_dtype, init_adamw_state, moments, Live, OptimConfig, ParamState};
+use super::{bias_corrections, group_by_dtype, init_adamw_state, moments, Live, OptimConfig, ParamState};
 use crate::engine::{runtime, Tensor};
 
 pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], steps: u64, live: &Live<'_>) {
     // _init_group: exp_avg and exp_avg_sq zeros at the first step, per parameter.
     init_adamw_state(state, live, false);
-    let t = steps as f64;
     let all = moments(state, live);
-    let bc1 = 1.0 - c.beta1.powf(t);
-    let bc2_sqrt = (1.0 - c.beta2.powf(t)).sqrt();
-    let step_size = c.lr / bc1;
+    let (bc2_sqrt, step_size) = bias_corrections(c, steps);
     let mut exp_avg_sq_sqrt: Vec<Tensor> = Vec::new();
     for group in group_by_dtype(live.iter().map(|(_, p, _)| p.tensor.dtype())) {
         let params: Vec<&Tensor> = group.iter().map(|&j| &live[j].1.tensor).collect();

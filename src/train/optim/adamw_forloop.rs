@@ -5,25 +5,17 @@
 //! quotient coexist, then the sqrt dies), `param.addcdiv_(exp_avg, denom, value=-step_size)`.
 //! `denom` is rebound only once the next parameter's exists, so the previous one lives
 //! through the next parameter's sqrt and division; the last dies when `step` returns.
-use super::{init_adamw_state, moments, Live, OptimConfig, ParamState};
+use super::{bias_corrections, decay_and_update_moments, init_adamw_state, moments, Live, OptimConfig, ParamState};
 use crate::engine::{runtime, Tensor};
 
 pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], steps: u64, live: &Live<'_>) {
     init_adamw_state(state, live, false);
-    let t = steps as f64;
     let all = moments(state, live);
-    let bc1 = 1.0 - c.beta1.powf(t);
-    let bc2_sqrt = (1.0 - c.beta2.powf(t)).sqrt();
-    let step_size = c.lr / bc1;
+    let (bc2_sqrt, step_size) = bias_corrections(c, steps);
     let mut denom: Option<Tensor> = None;
     for ((_, p, grad), (m, v)) in live.iter().zip(&all) {
         let _s = runtime::scope(&p.name);
-        if c.weight_decay != 0.0 {
-            p.tensor.mul_scalar_(1.0 - c.lr * c.weight_decay);
-        }
-        m.lerp_(grad, 1.0 - c.beta1);
-        v.mul_scalar_(c.beta2);
-        v.addcmul_(grad, grad, 1.0 - c.beta2);
+        decay_and_update_moments(c, &p.tensor, m, v, grad);
         let d = {
             let sqrt = v.sqrt();
             sqrt.div_scalar(bc2_sqrt)

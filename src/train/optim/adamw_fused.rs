@@ -3,16 +3,13 @@
 //! caching allocator rounds to a 512 B block), then `exp_avg` and `exp_avg_sq`. Per dtype
 //! group, `_foreach_add_(state_steps, 1)` and one `_fused_adamw_` kernel update everything in
 //! place: no temporaries on the device.
-use super::{group_by_dtype, init_adamw_state, moments, Live, OptimConfig, ParamState};
+use super::{bias_corrections, decay_and_update_moments, group_by_dtype, init_adamw_state, moments, Live, OptimConfig, ParamState};
 use crate::engine::{cpu, runtime, DType, Device, Tensor};
 
 pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], steps: u64, live: &Live<'_>) {
     init_adamw_state(state, live, true);
-    let t = steps as f64;
     let all = moments(state, live);
-    let bc1 = 1.0 - c.beta1.powf(t);
-    let bc2_sqrt = (1.0 - c.beta2.powf(t)).sqrt();
-    let step_size = c.lr / bc1;
+    let (bc2_sqrt, step_size) = bias_corrections(c, steps);
     for group in group_by_dtype(live.iter().map(|(_, p, _)| p.tensor.dtype())) {
         // torch._foreach_add_(device_state_steps, 1)
         for &j in &group {
@@ -25,12 +22,7 @@ pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], steps: u64
             let (_, p, grad) = &live[j];
             let (m, v) = &all[j];
             let _s = runtime::scope(&p.name);
-            if c.weight_decay != 0.0 {
-                p.tensor.mul_scalar_(1.0 - c.lr * c.weight_decay);
-            }
-            m.lerp_(grad, 1.0 - c.beta1);
-            v.mul_scalar_(c.beta2);
-            v.addcmul_(grad, grad, 1.0 - c.beta2);
+            decay_and_update_moments(c, &p.tensor, m, v, grad);
             let denom = register_denom(v, bc2_sqrt, c.eps);
             p.tensor.addcdiv_(m, &denom, -step_size);
         }

@@ -234,6 +234,24 @@ fn init_adamw_state(state: &mut [Option<ParamState>], live: &Live<'_>, device_st
     }
 }
 
+/// AdamW's bias corrections at step `steps`: (√(1 − β₂ᵗ), the step size lr / (1 − β₁ᵗ)).
+fn bias_corrections(c: &OptimConfig, steps: u64) -> (f64, f64) {
+    let t = steps as f64;
+    ((1.0 - c.beta2.powf(t)).sqrt(), c.lr / (1.0 - c.beta1.powf(t)))
+}
+
+/// One parameter's in-place part of AdamW as the single-tensor and fused paths write it:
+/// `param.mul_(1 - lr·wd)` (when wd ≠ 0), `exp_avg.lerp_(grad, 1 - β₁)`,
+/// `exp_avg_sq.mul_(β₂).addcmul_(grad, grad, value=1 - β₂)`. No allocation.
+fn decay_and_update_moments(c: &OptimConfig, param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor) {
+    if c.weight_decay != 0.0 {
+        param.mul_scalar_(1.0 - c.lr * c.weight_decay);
+    }
+    m.lerp_(grad, 1.0 - c.beta1);
+    v.mul_scalar_(c.beta2);
+    v.addcmul_(grad, grad, 1.0 - c.beta2);
+}
+
 /// (exp_avg, exp_avg_sq) handles of the live parameters, in order.
 fn moments(state: &[Option<ParamState>], live: &Live<'_>) -> Vec<(Tensor, Tensor)> {
     live.iter()
