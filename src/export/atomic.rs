@@ -241,10 +241,11 @@ pub fn check_file(path: &Path) -> std::result::Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn names(dir: &Path) -> Vec<String> {
+    /// The entries of `dir`, sorted (what a failed or interrupted write must leave).
+    pub(crate) fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         v.sort();
         v

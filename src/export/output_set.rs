@@ -202,13 +202,8 @@ pub fn with_run_id_comment(mut text: Vec<u8>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::atomic::tests::names;
     use crate::export::write_atomic;
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-        v.sort();
-        v
-    }
 
     // One test: the open set is process-wide, and the test harness runs tests in parallel.
     #[test]

@@ -145,7 +145,7 @@ fn arange_plus(n: usize, device: Device) -> Tensor {
 /// `create_causal_mask` for this run: None where SDPA may rely on `is_causal` (no padding,
 /// no window shorter than the sequence) or flash_attention_2 is used; else eager's (B, 1, S, S)
 /// additive mask in the model's dtype (or, for sdpa, the boolean one).
-fn causal_mask(cfg: &ModelConfig, hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
+fn causal_mask(hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
     let _s = scope("mask");
     let window = hf.sliding_window.filter(|&w| w < s);
     match hf.attn_implementation {
@@ -153,7 +153,6 @@ fn causal_mask(cfg: &ModelConfig, hf: &HfConfig, b: usize, s: usize, dtype: DTyp
         AttnImplementation::Sdpa if window.is_none() => return None, // _ignore_causal_mask_sdpa
         _ => {}
     }
-    let _ = cfg;
     // sdpa_mask: batch/head aranges (tiny), q and kv aranges, the mask function broadcast
     // over (B|1, 1, S, S), expanded to B; the aranges die when sdpa_mask returns.
     let batch_arange = Tensor::arange(b, device);
@@ -258,15 +257,14 @@ fn repeat_kv(x: &Tensor, n_rep: usize) -> Tensor {
 struct Block {
     cfg: Rc<ModelConfig>,
     layer: Layer,
-    index: usize,
     mask: Option<Tensor>,
     cos: Tensor,
     sin: Tensor,
-    /// `position_ids`, one of the layer's kwargs (a checkpoint's partial keeps it).
-    position_ids: Tensor,
+    /// `position_ids`, one of the layer's kwargs: held, never read, so that a checkpoint's
+    /// `partial` keeps it alive as PyTorch's does.
+    _position_ids: Tensor,
     /// The run's DynamicCache (None under checkpointing or with use_cache off).
     cache: Option<Rc<std::cell::RefCell<Vec<Tensor>>>>,
-    training: bool,
 }
 
 impl Block {
@@ -420,7 +418,6 @@ impl Block {
         };
         let cast = |t: &Tensor| target.map_or_else(|| t.clone(), |dt| t.to_dtype(dt));
         let (q, k, v) = (cast(q), cast(k), cast(v));
-        let _ = self.training;
         Tensor::flash_attention(&q, &k, &v, true, scaling).transpose(1, 2)
     }
 }
@@ -432,11 +429,9 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     let hf = cfg.hf.as_ref().expect("hf options");
     let (b, s) = (ids.dim(0), ids.dim(1));
     let device = ids.device();
-    let training = runtime::is_grad_enabled() && labels.is_some();
     // Checkpointing runs only in training mode (model.train()), and then turns the cache off
     // in each layer (GradientCheckpointingLayer); the DynamicCache object itself is built.
     let checkpointing = cfg.checkpoint != crate::model::Checkpoint::None && m.training.get();
-    let _ = training;
     let (hidden, cache, mask, position_ids);
     {
         let _s = scope("model");
@@ -454,7 +449,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
             packed_sequence_check(&position_ids, b);
         }
         // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa).
-        mask = causal_mask(cfg, hf, b, s, embeds.dtype(), device, padding.as_ref());
+        mask = causal_mask(hf, b, s, embeds.dtype(), device, padding.as_ref());
         drop(padding);
         let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
         cache = (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
@@ -464,8 +459,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         let mut h = embeds.clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), position_ids: position_ids.clone(), cache: cache.clone(), training: m.training.get() };
-            let _ = (block.index, &block.position_ids);
+            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone() };
             h = if checkpointing && cfg.checkpoint.covers(i) {
                 if hf.reentrant {
                     checkpoint_reentrant(h.clone(), move |x| block.forward(x))
