@@ -142,6 +142,17 @@ def alloc_rows(prof):
     for r in prof.profiler.kineto_results.experimental_event_tree():
         walk(r, [])
     rows.sort(key=lambda r: r["t"])
+    # Marks identified by size and lifetime: drop those whose block outlives its op (an output).
+    live = {}
+    for r in rows:
+        if r["bytes"] > 0:
+            live[r["ptr"]] = r
+        elif r["ptr"] in live:
+            live.pop(r["ptr"])["freed_ns"] = r["t"][0]
+    for r in rows:
+        s = r["scratch"]
+        if s is not None and s[2:] == ("freed inside",) and r.get("freed_ns", float("inf")) > s[1]:
+            r["scratch"] = None
     return rows
 
 
@@ -230,7 +241,9 @@ def cpu_kernel_scratch(anc, size):
                     if red:
                         sizes.add(nt * q * kvs * 2)  # qk_reduced
             if size in sizes:
-                return (f"cpu flash attention ({op.name[6:]}): per-thread tile buffers", op.end_time_ns)
+                # A size alone can equal an output's (the logsumexp, with 2 threads' reduced
+                # tiles): alloc_rows keeps the mark only if the block dies inside the op.
+                return (f"cpu flash attention ({op.name[6:]}): per-thread tile buffers", op.end_time_ns, "freed inside")
     return None
 
 
