@@ -205,3 +205,21 @@ fn a_config_mapped_onto_tinyllama_keeps_working() {
     assert_eq!(s["model"]["flavour"], "tinyllama");
     assert!(s["model"]["hf"].is_null() && s["transformers"].is_null());
 }
+
+/// Kernels the hf model cannot run at the run's context are refused before any work: the
+/// memory-efficient kernel has no grouped-query attention (PyTorch finds no kernel), and a
+/// sliding window shorter than the context gives SDPA a mask the fused kernels' handling of
+/// which is not modelled. The same model without the conflict runs.
+#[test]
+fn sdpa_kernels_the_model_cannot_run_exit_2_naming_the_flag() {
+    refused(&["--model", "Llama-3.2-1B", "--sdpa-backend", "efficient"], &["--sdpa-backend", "grouped-query"]);
+    let dir = tmp("window");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256, "sliding_window": 64}"#).unwrap();
+    let c = cfg.to_str().unwrap();
+    refused(&["--config", c, "--sdpa-backend", "efficient"], &["--sdpa-backend", "sliding window"]);
+    let ok = tmp("window-math");
+    let o = vramscope(&["profile", "--config", c, "--sdpa-backend", "math", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--out-dir", ok.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
