@@ -5,5 +5,6 @@ pub mod cli;
 pub mod engine;
 pub mod export;
 pub mod model;
+pub mod parallel;
 pub mod record;
 pub mod train;

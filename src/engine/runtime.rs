@@ -23,6 +23,8 @@ pub struct Runtime {
     pub compute: Option<ComputeLog>,
     /// The autocast region's type and weight-cast cache.
     pub autocast: super::autocast::State,
+    /// Storages created now hold no bytes (a model built on `meta` before sharding).
+    deferring: bool,
 }
 
 impl Default for Runtime {
@@ -38,6 +40,7 @@ impl Default for Runtime {
             log: MemoryLog::default(),
             compute: None,
             autocast: Default::default(),
+            deferring: false,
         }
     }
 }
@@ -91,6 +94,45 @@ pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
         // Raised outside the runtime borrow so unwinding can free storages.
         Err(e) => std::panic::panic_any(OomPanic(e)),
     }
+}
+
+/// A storage id for a storage that allocates nothing yet.
+pub(crate) fn new_storage_id() -> u64 {
+    with(|rt| {
+        rt.next_storage_id += 1;
+        rt.next_storage_id - 1
+    })
+}
+
+/// Allocate `bytes` again for storage `id` (after `resize_(0)`); an OOM panics as
+/// [`alloc_storage`]'s does.
+#[track_caller]
+pub(crate) fn realloc_storage(id: u64, bytes: usize, op: &'static str) {
+    let loc = std::panic::Location::caller();
+    let r = with(|rt| {
+        let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
+        let r = rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc);
+        if let (Ok(_), Some(c)) = (&r, rt.compute.as_mut()) {
+            if let Some((addr, block)) = rt.log.block_of(id) {
+                c.memory_point(addr, block as i64, rt.log.allocated_now(), rt.log.reserved_now());
+            }
+        }
+        r
+    });
+    if let Err(e) = r {
+        std::panic::panic_any(OomPanic(e));
+    }
+}
+
+pub(crate) fn deferring_allocation() -> bool {
+    with(|rt| rt.deferring)
+}
+
+/// Storages created inside hold no bytes until resized (`with torch.device("meta")`, then
+/// `fully_shard` and `to_empty`): only the shards are ever allocated.
+pub fn defer_allocation() -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.deferring, true));
+    Guard::new(move || with(|rt| rt.deferring = prev))
 }
 
 pub(crate) fn free_storage(id: u64) {

@@ -4,7 +4,7 @@
 use super::dtype::DType;
 use super::runtime;
 use half::{bf16, f16};
-use std::cell::{Ref, RefCell, RefMut};
+use std::cell::{Cell, Ref, RefCell, RefMut};
 use std::fmt;
 use std::rc::Rc;
 
@@ -94,6 +94,9 @@ pub struct Storage {
     pub dtype: DType,
     pub device: Device,
     data: RefCell<Option<Buffer>>,
+    /// `storage.resize_(0)` happened: the bytes are given back while tensors keep the
+    /// storage (FSDP frees unsharded parameters this way, autograd still saving them).
+    released: Cell<bool>,
 }
 
 impl Storage {
@@ -101,18 +104,51 @@ impl Storage {
     #[track_caller]
     pub fn alloc(device: Device, dtype: DType, numel: usize, op: &'static str) -> Rc<Storage> {
         let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
+        if runtime::deferring_allocation() {
+            // `with torch.device("meta")` before `fully_shard` + `to_empty`: the storage exists
+            // with its size but holds no bytes until something resizes it.
+            let id = runtime::new_storage_id();
+            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true) });
+        }
         let id = runtime::alloc_storage(nbytes, op);
-        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None) })
+        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false) })
     }
     /// Not device memory: host scratch or a shape-only placeholder.
     pub(crate) fn untracked(device: Device, dtype: DType, data: Option<Buffer>) -> Rc<Storage> {
         let numel = data.as_ref().map_or(0, |b| b.len());
-        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data) })
+        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false) })
+    }
+    /// Holds no bytes now (`resize_(0)`, or created under deferred allocation).
+    pub fn is_released(&self) -> bool {
+        self.released.get()
+    }
+    /// `untyped_storage().resize_(0)`: free the bytes now; tensors over it stay valid handles
+    /// and their data is gone until [`Storage::resize_back`].
+    pub fn resize_to_zero(&self) {
+        if self.id != u64::MAX && !self.released.replace(true) {
+            runtime::free_storage(self.id);
+            *self.data.borrow_mut() = None;
+        }
+    }
+    /// `untyped_storage().resize_(nbytes)`: allocate the bytes again (recorded as `op`, in the
+    /// current category); the contents are whatever the caller copies in next.
+    #[track_caller]
+    pub fn resize_back(&self, op: &'static str) {
+        self.resize_back_bytes(op, self.nbytes);
+    }
+    /// [`Storage::resize_back`] to `bytes` (at least the storage's own size: FSDP pads).
+    #[track_caller]
+    pub fn resize_back_bytes(&self, op: &'static str, bytes: usize) {
+        debug_assert!(bytes >= self.nbytes);
+        if self.id != u64::MAX && self.released.get() {
+            runtime::realloc_storage(self.id, bytes, op);
+            self.released.set(false);
+        }
     }
     pub fn set(&self, buf: Buffer) {
         debug_assert_eq!(buf.dtype(), self.dtype);
         debug_assert_eq!(buf.len(), self.numel);
-        if self.device == Device::Cpu {
+        if self.device == Device::Cpu && !self.released.get() {
             *self.data.borrow_mut() = Some(buf);
         }
     }
@@ -129,7 +165,7 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if self.id != u64::MAX {
+        if self.id != u64::MAX && !self.released.get() {
             runtime::free_storage(self.id);
         }
     }

@@ -260,10 +260,13 @@ pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
     };
     let shared = Rc::new(cfg.clone());
     let rope = m.rope_buffer.clone().expect("cs336 model has a rope buffer");
+    let hooks = m.hooks.borrow().clone();
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("layers.{i}"));
         let block = Block { cfg: shared.clone(), layer: l.clone(), rope: rope.clone() };
-        x = if cfg.checkpoint.covers(i) { checkpoint(x, move |x| block.forward(x)) } else { block.forward(x) };
+        let hooks = hooks.clone();
+        let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
+        x = if cfg.checkpoint.covers(i) { checkpoint(x, run) } else { run(x) };
     }
     // x = self.ln_final(x); return self.lm_head(x)
     x = rms_norm("ln_final", &x, &m.final_norm, cfg.norm_eps);

@@ -40,6 +40,24 @@ pub struct Layer {
     pub hf: Option<Rc<hf::modeling::HfLayer>>,
 }
 
+impl Layer {
+    /// Every trainable tensor of the block (its parameters, in no particular order).
+    pub fn weights(&self) -> Vec<&Tensor> {
+        let mut w = vec![&self.attn_norm];
+        w.extend(self.qkv.weights());
+        w.extend([&self.o, &self.ffn_norm]);
+        w.extend(self.gate_up.weights());
+        w.push(&self.down);
+        if let Some(h) = &self.hf {
+            w.extend(h.qkv_bias.iter().flatten());
+            w.extend(h.o_bias.iter());
+            w.extend(h.mlp_bias.iter().flatten());
+            w.extend(h.qk_norm.iter().flatten());
+        }
+        w
+    }
+}
+
 /// Projections of one input: separate weights, or one fused weight whose output is split
 /// into views of the given widths (`qkv.split(...)`, `gate_up.chunk(2, -1)`).
 #[derive(Clone)]
@@ -84,6 +102,34 @@ impl Projection {
     }
 }
 
+/// What runs around a module's forward: FSDP2's `fully_shard` hooks (all-gather before,
+/// reshard after, and the autograd nodes that fire its backward hooks). A unit is a decoder
+/// block or the root (the whole model, as `fully_shard(model)` wraps it last).
+pub trait ModuleHooks {
+    /// Before block `block` runs on `x`; returns the input the block sees.
+    fn block_pre_forward(&self, block: usize, x: Tensor) -> Tensor;
+    /// After block `block` returned `y`; returns the output the caller sees.
+    fn block_post_forward(&self, block: usize, y: Tensor) -> Tensor;
+    /// Before the model's forward runs (its inputs are token ids: nothing to wrap).
+    fn root_pre_forward(&self);
+    /// After the model's forward returned `outputs` (logits, and the loss when the model
+    /// computes it), which the hooks may replace.
+    fn root_post_forward(&self, outputs: &mut [&mut Tensor]);
+}
+
+/// Run block `i` as `block(x)` with the model's module hooks around it (also inside a
+/// checkpointed region, where a recomputation calls them again, as PyTorch's would).
+pub(crate) fn hooked_block(hooks: &Option<Rc<dyn ModuleHooks>>, i: usize, x: Tensor, block: impl FnOnce(Tensor) -> Tensor) -> Tensor {
+    match hooks {
+        None => block(x),
+        Some(h) => {
+            let x = h.block_pre_forward(i, x);
+            let y = block(x);
+            h.block_post_forward(i, y)
+        }
+    }
+}
+
 pub struct Model {
     pub config: ModelConfig,
     pub device: Device,
@@ -103,6 +149,8 @@ pub struct Model {
     pub buffers: Vec<Tensor>,
     /// `model.train()` / `model.eval()`: transformers checkpoints layers only in training mode.
     pub training: std::cell::Cell<bool>,
+    /// Module hooks a parallel layout installs (None: a plain single-device model).
+    pub hooks: RefCell<Option<Rc<dyn ModuleHooks>>>,
 }
 
 impl Model {
@@ -144,10 +192,27 @@ impl Model {
     /// [`Model::forward`] with the collator's attention_mask (hf; the others take none). The
     /// hf output's DynamicCache dies with the unbound result, as `model(...)` does.
     pub fn forward_masked(&self, ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
-        match self.config.flavour {
+        self.root_pre_forward();
+        let mut logits = match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
             Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
             Flavour::Hf => hf::modeling::forward(self, ids, None, attention_mask, &mut |_| {}).logits,
+        };
+        self.root_post_forward(&mut [&mut logits]);
+        logits
+    }
+
+    fn root_pre_forward(&self) {
+        let hooks = self.hooks.borrow().clone();
+        if let Some(h) = hooks {
+            h.root_pre_forward();
+        }
+    }
+
+    fn root_post_forward(&self, outputs: &mut [&mut Tensor]) {
+        let hooks = self.hooks.borrow().clone();
+        if let Some(h) = hooks {
+            h.root_post_forward(outputs);
         }
     }
 
@@ -161,23 +226,29 @@ impl Model {
 
     /// [`Model::forward_loss`] with the collator's attention_mask (hf only).
     pub fn forward_loss_masked(&self, ids: &Tensor, targets: &Tensor, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Tensor) {
+        self.root_pre_forward();
         match self.config.flavour {
             Flavour::Cs336 => {
-                let logits = cs336::forward(self, ids);
+                let mut logits = cs336::forward(self, ids);
+                self.root_post_forward(&mut [&mut logits]);
                 logits_ready(&logits);
                 let _s = runtime::scope("loss");
                 let loss = cs336::cross_entropy(&logits, targets);
                 (logits, loss)
             }
             Flavour::Tinyllama => {
-                let (logits, loss) = tinyllama::forward(self, ids, Some(targets), logits_ready);
-                (logits, loss.expect("targets given"))
+                let (mut logits, loss) = tinyllama::forward(self, ids, Some(targets), logits_ready);
+                let mut loss = loss.expect("targets given");
+                self.root_post_forward(&mut [&mut logits, &mut loss]);
+                (logits, loss)
             }
             Flavour::Hf => {
                 // `loss = model(input_ids, labels=labels).loss`: the DynamicCache dies here, the
                 // logits when the caller drops them (`del out`).
                 let out = hf::modeling::forward(self, ids, Some(targets), attention_mask, logits_ready);
-                (out.logits, out.loss.expect("labels given"))
+                let (mut logits, mut loss) = (out.logits, out.loss.expect("labels given"));
+                self.root_post_forward(&mut [&mut logits, &mut loss]);
+                (logits, loss)
             }
         }
     }
@@ -246,6 +317,7 @@ impl Builder<'_> {
             rope_cache: Default::default(),
             buffers: w.buffers,
             training: std::cell::Cell::new(false),
+            hooks: RefCell::new(None),
         }
     }
 

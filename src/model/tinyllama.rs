@@ -196,12 +196,15 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_r
         m.embedding.embedding(ids)
     };
     let shared = Rc::new(cfg.clone());
+    let hooks = m.hooks.borrow().clone();
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("blocks.{i}"));
         let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, rope: m.rope_cache.clone(), mask: mask.clone() };
+        let hooks = hooks.clone();
+        let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
         // `h = blk(h, mask)`: the caller's `h` (the block input) stays alive until the block
         // returns and the name is rebound, so the block gets its own handle to it.
-        x = if cfg.checkpoint.covers(i) { checkpoint(x.clone(), move |x| block.forward(x)) } else { block.forward(x.clone()) };
+        x = if cfg.checkpoint.covers(i) { checkpoint(x.clone(), run) } else { run(x.clone()) };
     }
     let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);
     let logits = linear("output_proj", &x, &m.lm_head);

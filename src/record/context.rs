@@ -55,10 +55,13 @@ pub enum Category {
     AutocastCache,
     /// Kernel scratch space (e.g. bf16 operands widened to f32 for the CPU matmul).
     Workspace,
+    /// Buffers of collectives: all-gather outputs, reduce-scatter inputs, DDP's gradient
+    /// buckets (a parallel layout's own memory).
+    Communication,
 }
 
 impl Category {
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 10] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
@@ -68,6 +71,7 @@ impl Category {
         Category::Buffer,
         Category::AutocastCache,
         Category::Workspace,
+        Category::Communication,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -80,6 +84,7 @@ impl Category {
             Category::Buffer => "buffer",
             Category::AutocastCache => "autocast_cache",
             Category::Workspace => "workspace",
+            Category::Communication => "communication",
         }
     }
 }

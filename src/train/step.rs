@@ -7,6 +7,8 @@ use crate::engine::{autocast, runtime, Device, Tensor};
 use crate::model::{Flavour, Model};
 use crate::record::Phase;
 use serde::Serialize;
+use crate::parallel::RankLayout;
+use std::rc::Rc;
 use std::time::Instant;
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -39,6 +41,8 @@ impl StepResult {
 
 pub struct StepRunner<'m> {
     pub model: &'m Model,
+    /// The rank's parallel layout (None: one device).
+    pub parallel: Option<Rc<dyn RankLayout>>,
     pub optimizer: Optimizer,
     pub precision: Precision,
     /// fp16 only: `torch.amp.GradScaler`.
@@ -59,13 +63,22 @@ fn timed<T>(phase: Phase, stats: &mut Vec<PhaseStat>, f: impl FnOnce() -> T) -> 
 
 impl<'m> StepRunner<'m> {
     pub fn new(model: &'m Model, optimizer: Optimizer) -> Self {
-        StepRunner { model, optimizer, precision: Precision::Fp32, scaler: None, logits: None, loss: None }
+        StepRunner { model, parallel: None, optimizer, precision: Precision::Fp32, scaler: None, logits: None, loss: None }
+    }
+
+    /// Run as one rank of a parallel layout (set before [`StepRunner::with_precision`]: FSDP's
+    /// mixed precision builds the model in its param_dtype).
+    pub fn with_parallel(mut self, layout: Rc<dyn RankLayout>) -> Self {
+        self.parallel = Some(layout);
+        self
     }
 
     /// Run forward and loss under `torch.autocast` (bf16/fp16, fp16 with loss scaling) or
     /// on a model built in that precision (pure bf16).
     pub fn with_precision(mut self, precision: Precision) -> Self {
-        assert_eq!(self.model.dtype, precision.param_dtype(), "the model's parameters must be in the precision's type");
+        if self.parallel.is_none() {
+            assert_eq!(self.model.dtype, precision.param_dtype(), "the model's parameters must be in the precision's type");
+        }
         self.precision = precision;
         self.scaler = precision.loss_scaling().then(GradScaler::default);
         self
@@ -102,7 +115,13 @@ impl<'m> StepRunner<'m> {
         // output with its logits dies before backward) and the loop drops the loss after the
         // step; the reference scripts keep both bound until the next step rebinds them.
         let hf = model.config.flavour == Flavour::Hf;
-        timed(Phase::ZeroGrad, &mut phases, || model.zero_grad());
+        let parallel = self.parallel.clone();
+        timed(Phase::ZeroGrad, &mut phases, || {
+            model.zero_grad();
+            if let Some(p) = &parallel {
+                p.zero_grad();
+            }
+        });
         // Forward, loss and backward repeat per micro-batch: times add up, peaks take the max.
         let mut fwd = PhaseStat { phase: Phase::Forward.name(), ..Default::default() };
         let mut loss_stat = PhaseStat { phase: Phase::Loss.name(), ..Default::default() };
@@ -149,9 +168,15 @@ impl<'m> StepRunner<'m> {
             let mut one = Vec::with_capacity(1);
             // `scaler.scale(loss).backward()`: the scaled loss lives through backward.
             let scaler = &mut self.scaler;
-            timed(Phase::Backward, &mut one, || match scaler {
-                Some(s) => s.scale(&loss).backward(),
-                None => loss.backward(),
+            timed(Phase::Backward, &mut one, || {
+                match scaler {
+                    Some(s) => s.scale(&loss).backward(),
+                    None => loss.backward(),
+                }
+                // The callback the layout queued on autograd's engine runs as backward ends.
+                if let Some(p) = &parallel {
+                    p.after_backward();
+                }
             });
             bwd.seconds += one[0].seconds;
             bwd.peak_allocated = bwd.peak_allocated.max(one[0].peak_allocated);
@@ -162,13 +187,19 @@ impl<'m> StepRunner<'m> {
         }
         phases.extend([fwd, loss_stat, bwd]);
         let (opt, scaler) = (&mut self.optimizer, &mut self.scaler);
+        let stepped: Option<Vec<crate::model::Param>> = parallel.as_ref().map(|p| p.optimizer_params());
+        let params = stepped.as_deref().unwrap_or(model.parameters());
         let ran = timed(Phase::Optimizer, &mut phases, || match scaler {
-            Some(s) => s.step_and_update(model.parameters(), || opt.step(model.parameters())),
+            Some(s) => s.step_and_update(params, || opt.step(params)),
             None => {
-                opt.step(model.parameters());
+                opt.step(params);
                 true
             }
         });
+        drop(stepped);
+        if let Some(p) = &parallel {
+            p.after_step();
+        }
         if hf {
             self.loss = None;
         }

@@ -457,17 +457,20 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
         // output alive until LlamaModel.forward returns.
         let mut h = embeds.clone();
+        let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
             let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone() };
+            let hooks = hooks.clone();
+            let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
                 if hf.reentrant {
-                    checkpoint_reentrant(h.clone(), move |x| block.forward(x))
+                    checkpoint_reentrant(h.clone(), run)
                 } else {
-                    checkpoint(h.clone(), move |x| block.forward(x))
+                    checkpoint(h.clone(), run)
                 }
             } else {
-                block.forward(h.clone())
+                run(h.clone())
             };
         }
         hidden = rms_norm("norm", &h, &m.final_norm, cfg.norm_eps);

@@ -1,0 +1,110 @@
+//! `--parallel`, `--world-size` and the options of each layout, checked once.
+use crate::engine::DType;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// `DistributedDataParallel`: parameters, gradients and optimizer state replicated;
+    /// gradients all-reduced through flat buckets.
+    Ddp,
+    /// DDP with `ZeroRedundancyOptimizer`: optimizer state for this rank's partition only.
+    Zero1,
+    /// FSDP2 `fully_shard` per decoder block plus the root (ZeRO-3).
+    Fsdp,
+    /// FSDP2 on a 2-D mesh: sharded within `--gpus-per-node`, replicated across nodes.
+    Hsdp,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 4] = [Layout::Ddp, Layout::Zero1, Layout::Fsdp, Layout::Hsdp];
+    pub fn parse(s: &str) -> Option<Layout> {
+        Layout::ALL.into_iter().find(|l| l.name() == s.to_ascii_lowercase())
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Ddp => "ddp",
+            Layout::Zero1 => "zero1",
+            Layout::Fsdp => "fsdp",
+            Layout::Hsdp => "hsdp",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ParallelConfig {
+    pub layout: Layout,
+    /// Ranks in the job.
+    pub world_size: usize,
+    /// The rank simulated (shard sizes differ by rank when a dimension does not divide).
+    pub rank: usize,
+    /// HSDP's shard group: ranks per node.
+    pub gpus_per_node: usize,
+    /// FSDP2's `reshard_after_forward` for the blocks (the root never reshards after forward).
+    pub reshard_after_forward: bool,
+    /// `MixedPrecisionPolicy(param_dtype=...)`: the dtype parameters are all-gathered and
+    /// computed in (None: the parameters' own).
+    pub param_dtype: Option<DType>,
+    /// `MixedPrecisionPolicy(reduce_dtype=...)` (None: the gradients' accumulation dtype).
+    pub reduce_dtype: Option<DType>,
+    /// DDP's `bucket_cap_mb` in bytes (25 MiB).
+    pub bucket_cap: usize,
+}
+
+/// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
+pub const FIRST_BUCKET_BYTES: usize = 1024 * 1024;
+
+impl ParallelConfig {
+    pub fn new(layout: Layout, world_size: usize) -> ParallelConfig {
+        ParallelConfig {
+            layout,
+            world_size,
+            rank: 0,
+            gpus_per_node: world_size,
+            reshard_after_forward: true,
+            param_dtype: None,
+            reduce_dtype: None,
+            bucket_cap: 25 * 1024 * 1024,
+        }
+    }
+
+    /// Ranks a parameter is sharded over (FSDP: all; HSDP: one node's).
+    pub fn shard_size(&self) -> usize {
+        match self.layout {
+            Layout::Hsdp => self.gpus_per_node,
+            _ => self.world_size,
+        }
+    }
+
+    /// This rank's index in its shard group.
+    pub fn shard_rank(&self) -> usize {
+        self.rank % self.shard_size()
+    }
+
+    /// Is this layout sharding parameters (FSDP2)?
+    pub fn shards_params(&self) -> bool {
+        matches!(self.layout, Layout::Fsdp | Layout::Hsdp)
+    }
+
+    /// The first problem with these settings, naming the flag.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.world_size == 0 {
+            return Err(("--world-size", "must be at least 1".into()));
+        }
+        if self.rank >= self.world_size {
+            return Err(("--rank", format!("{} is not a rank of --world-size {}", self.rank, self.world_size)));
+        }
+        if self.layout == Layout::Hsdp {
+            if self.gpus_per_node == 0 || self.world_size % self.gpus_per_node != 0 {
+                return Err(("--gpus-per-node", format!("{} does not divide --world-size {}", self.gpus_per_node, self.world_size)));
+            }
+        }
+        if !self.shards_params() && (self.param_dtype.is_some() || self.reduce_dtype.is_some()) {
+            return Err(("--fsdp-param-dtype", format!("is FSDP2's MixedPrecisionPolicy: needs --parallel fsdp or hsdp, not {}", self.layout.name())));
+        }
+        if !self.shards_params() && !self.reshard_after_forward {
+            return Err(("--no-reshard-after-forward", format!("is FSDP2's: needs --parallel fsdp or hsdp, not {}", self.layout.name())));
+        }
+        Ok(())
+    }
+}

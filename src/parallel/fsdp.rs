@@ -1,0 +1,471 @@
+//! FSDP2 (`fully_shard`, torch 2.15) on one rank: each decoder block is a unit, then the root
+//! (embedding, final norm, head) is one. Its memory, unit by unit, as
+//! `torch/distributed/fsdp/_fully_shard/` runs it (`docs/distributed.md` has the rules):
+//!
+//! - at rest each parameter is a padded dim-0 shard (`_sharded_param_data`);
+//! - before a unit runs, an all-gather fills one flat output (world × the padded shards),
+//!   which the copy-out splits into one unsharded storage per parameter; in forward the flat
+//!   output is kept until the next unit's copy-out (`AllGatherState`), in backward it is
+//!   freed at once;
+//! - after forward a block frees its unsharded storages (`reshard_after_forward`; the root
+//!   keeps its own, as backward needs them first) while autograd still saves the tensors;
+//! - in backward a unit all-gathers again before its gradients are computed and prefetches
+//!   the unit before it; once its gradients exist they are copied into one flat
+//!   reduce-scatter input (freed when the next unit's reduce-scatter starts,
+//!   `reduce_scatter_states`), the unsharded gradients die, and the reduce-scatter output
+//!   becomes the sharded gradients (views of it).
+use super::config::ParallelConfig;
+use super::nodes::on_backward;
+use super::shard::{local_rows, padded_rows};
+use super::RankLayout;
+use crate::engine::{runtime, DType, Tensor};
+use crate::model::{Model, ModuleHooks, Param};
+use crate::record::Category;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+/// One parameter of a unit: the tensor the module computes with, and this rank's shard.
+struct FsdpParam {
+    name: String,
+    /// The module's parameter (`_unsharded_param`): autograd saves it; its storage holds the
+    /// padded full size (world × padded shard) while unsharded and nothing while sharded.
+    unsharded: Tensor,
+    /// This rank's rows of the shard (`sharded_param`'s local tensor), a view of the padded
+    /// shard storage: what the optimizer steps.
+    sharded: Tensor,
+    /// Elements of the padded shard (⌈rows / world⌉ × the other dims).
+    padded_numel: usize,
+}
+
+impl FsdpParam {
+    /// `alloc_storage`: the unsharded storage is world × the padded shard, more than the
+    /// parameter's own elements when its rows do not divide.
+    fn resize_unsharded(&self, world: usize, dtype: DType) {
+        self.unsharded.storage().resize_back_bytes("split_with_sizes_copy", self.padded_numel * world * dtype.size());
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Idle,
+    Forward,
+    PreBackward,
+    PostBackward,
+}
+
+struct Unit {
+    params: Vec<FsdpParam>,
+    unsharded: bool,
+    /// An all-gather issued and not yet copied out (`_all_gather_result`).
+    gathered: Option<Gathered>,
+    state: State,
+    reshard_after_forward: bool,
+    /// Where this unit sits in `post_forward_order`, one entry per forward.
+    post_forward_indices: Vec<usize>,
+}
+
+/// An issued all-gather: its flat output (None when one rank gathers nothing).
+struct Gathered(Option<Tensor>);
+
+#[derive(Default)]
+struct Comm {
+    /// The last forward all-gather output, kept until the next copy-out (`AllGatherState`).
+    all_gather_state: Option<Tensor>,
+    /// Reduce-scatter inputs kept until the next unit's reduce-scatter (at most one).
+    reduce_scatter_states: Vec<Tensor>,
+    post_forward_order: Vec<usize>,
+}
+
+pub struct Fsdp {
+    /// The parameters' own dtype (shards, optimizer, sharded gradients).
+    orig: DType,
+    world: usize,
+    rank: usize,
+    /// The compute dtype of unsharded parameters (param_dtype, or the parameters' own).
+    param_dtype: Option<DType>,
+    reduce_dtype: Option<DType>,
+    /// Units: 0 is the root, 1 + i is block i.
+    units: RefCell<Vec<Unit>>,
+    comm: RefCell<Comm>,
+    /// What the optimizer sees, in registration order.
+    sharded: Vec<Param>,
+    me: RefCell<Weak<Fsdp>>,
+}
+
+const ROOT: usize = 0;
+
+impl Fsdp {
+    /// `fully_shard(block)` for every block, then `fully_shard(model)`: each parameter's
+    /// padded shard is allocated (in registration order) and its full storage never exists.
+    /// `orig_dtype` is the parameters' own dtype (the model itself is built in the compute
+    /// dtype, `param_dtype` when mixed precision asks for one).
+    pub fn shard(model: &Model, cfg: &ParallelConfig, orig_dtype: DType) -> Rc<Fsdp> {
+        let (world, rank) = (cfg.shard_size(), cfg.shard_rank());
+        let mut owner: Vec<usize> = vec![ROOT; model.parameters().len()];
+        for (i, layer) in model.layers.iter().enumerate() {
+            for w in layer.weights() {
+                if let Some(k) = model.parameters().iter().position(|p| p.tensor.same_storage(w)) {
+                    owner[k] = 1 + i;
+                }
+            }
+        }
+        let mut units: Vec<Unit> = (0..=model.layers.len())
+            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward, post_forward_indices: Vec::new() })
+            .collect();
+        let mut sharded = Vec::with_capacity(model.parameters().len());
+        for (p, &u) in model.parameters().iter().zip(&owner) {
+            assert!(p.tensor.storage().is_released(), "fsdp: build the model under runtime::defer_allocation");
+            let shape = p.tensor.shape().to_vec();
+            let rows = shape.first().copied().unwrap_or(1);
+            let rest: usize = shape.iter().skip(1).product();
+            let padded_numel = padded_rows(rows, world) * rest;
+            let local = local_rows(rows, world, rank);
+            let padded = {
+                let _s = runtime::scope(&p.name);
+                let _c = runtime::category(Category::Parameter);
+                Tensor::zeros_op(&[padded_numel], orig_dtype, p.tensor.device(), "fully_shard")
+            };
+            let mut local_shape = shape.clone();
+            if let Some(r) = local_shape.first_mut() {
+                *r = local;
+            }
+            let local_view = padded.narrow(0, 0, local * rest).view(&local_shape).requires_grad_(true);
+            sharded.push(Param { name: p.name.clone(), tensor: local_view.clone() });
+            units[u].params.push(FsdpParam { name: p.name.clone(), unsharded: p.tensor.clone(), sharded: local_view, padded_numel });
+        }
+        let f = Rc::new(Fsdp {
+            orig: orig_dtype,
+            world,
+            rank,
+            param_dtype: cfg.param_dtype.filter(|&d| d != orig_dtype),
+            reduce_dtype: cfg.reduce_dtype,
+            units: RefCell::new(units),
+            comm: RefCell::new(Comm::default()),
+            sharded,
+            me: RefCell::new(Weak::new()),
+        });
+        *f.me.borrow_mut() = Rc::downgrade(&f);
+        f
+    }
+
+    fn me(&self) -> Rc<Fsdp> {
+        self.me.borrow().upgrade().expect("the layout outlives its hooks")
+    }
+
+    fn orig_dtype(&self) -> DType {
+        self.orig
+    }
+
+    fn compute_dtype(&self) -> DType {
+        self.param_dtype.unwrap_or(self.orig_dtype())
+    }
+
+    /// `FSDPParamGroup.unshard`: issue the all-gather (copy-in, flat output).
+    fn unshard(&self, u: usize) {
+        let mut units = self.units.borrow_mut();
+        let unit = &mut units[u];
+        if unit.gathered.is_some() || unit.unsharded {
+            return;
+        }
+        if self.world == 1 {
+            unit.gathered = Some(Gathered(None));
+            return;
+        }
+        let total: usize = unit.params.iter().map(|p| p.padded_numel).sum();
+        let device = unit.params.first().map(|p| p.sharded.device());
+        let Some(device) = device else {
+            unit.gathered = Some(Gathered(None));
+            return;
+        };
+        let _s = runtime::scope("FSDP::all_gather");
+        let _c = runtime::category(Category::Communication);
+        // Mixed precision: the shards are cast into one flat buffer first (foreach copy), which
+        // dies when the copy-in returns.
+        let copy_in = self.param_dtype.map(|d| Tensor::zeros_op(&[total], d, device, "all_gather_copy_in"));
+        let output = Tensor::zeros_op(&[total * self.world], self.compute_dtype(), device, "all_gather_into_tensor");
+        drop(copy_in);
+        unit.gathered = Some(Gathered(Some(output)));
+    }
+
+    /// `FSDPParamGroup.wait_for_unshard`: the copy-out into each parameter's storage.
+    fn wait_for_unshard(&self, u: usize) {
+        let mut units = self.units.borrow_mut();
+        let state = units[u].state;
+        let Some(Gathered(output)) = units[u].gathered.take() else { return };
+        if state == State::Forward {
+            // release_all_gather_state_for_comm_reuse: the previous unit's output dies now.
+            let prev = self.comm.borrow_mut().all_gather_state.take();
+            drop(prev);
+        }
+        let unit = &mut units[u];
+        let _s = runtime::scope("FSDP::all_gather_copy_out");
+        let _c = runtime::category(Category::Parameter);
+        if self.world == 1 {
+            // Each parameter's all-gather input is its shard (cast to param_dtype when mixed
+            // precision: a new tensor, rebound per parameter), copied into its storage.
+            let mut input: Option<Tensor> = None;
+            for p in &unit.params {
+                let cast = self.param_dtype.map(|d| {
+                    let _c = runtime::category(Category::Communication);
+                    Tensor::zeros_op(&[p.padded_numel], d, p.sharded.device(), "_to_copy")
+                });
+                input = cast;
+                p.resize_unsharded(self.world, self.compute_dtype());
+            }
+            drop(input);
+        } else {
+            for p in &unit.params {
+                p.resize_unsharded(self.world, self.compute_dtype());
+            }
+        }
+        unit.unsharded = true;
+        if state == State::Forward && self.world > 1 {
+            self.comm.borrow_mut().all_gather_state = output;
+        } else {
+            drop(output);
+        }
+    }
+
+    /// `FSDPParamGroup.reshard` (`to_sharded`): the unsharded storages are freed.
+    fn reshard(&self, u: usize) {
+        let mut units = self.units.borrow_mut();
+        let unit = &mut units[u];
+        if !unit.unsharded {
+            return;
+        }
+        for p in &unit.params {
+            p.unsharded.storage().resize_to_zero();
+        }
+        unit.unsharded = false;
+    }
+
+    fn pre_forward(&self, u: usize) {
+        let state = self.units.borrow()[u].state;
+        if state == State::PreBackward {
+            // A checkpointed unit recomputing in backward: its parameters are already there.
+            self.unshard(u);
+            self.wait_for_unshard(u);
+            return;
+        }
+        self.units.borrow_mut()[u].state = State::Forward;
+        self.unshard(u);
+        self.wait_for_unshard(u);
+    }
+
+    /// Returns whether the unit's output gets the pre-backward hook.
+    fn post_forward(&self, u: usize) -> bool {
+        if self.units.borrow()[u].state == State::PreBackward {
+            return false;
+        }
+        let reshard = self.units.borrow()[u].reshard_after_forward;
+        if reshard {
+            self.reshard(u);
+        }
+        let mut comm = self.comm.borrow_mut();
+        let index = comm.post_forward_order.len();
+        comm.post_forward_order.push(u);
+        drop(comm);
+        let mut units = self.units.borrow_mut();
+        units[u].post_forward_indices.push(index);
+        units[u].state = State::Idle;
+        true
+    }
+
+    /// `FSDPParamGroup.pre_backward`: all-gather again, then prefetch the unit that ran
+    /// before this one in forward.
+    fn pre_backward(&self, u: usize) {
+        if self.units.borrow()[u].state == State::PreBackward {
+            return;
+        }
+        self.units.borrow_mut()[u].state = State::PreBackward;
+        self.unshard(u);
+        self.wait_for_unshard(u);
+        let index = self.units.borrow_mut()[u].post_forward_indices.pop();
+        if let Some(i) = index.filter(|&i| i > 0) {
+            let target = self.comm.borrow().post_forward_order[i - 1];
+            self.unshard(target);
+        }
+    }
+
+    /// `FSDPParamGroup.post_backward`: reshard, then reduce-scatter the gradients.
+    fn post_backward(&self, u: usize) {
+        self.units.borrow_mut()[u].state = State::PostBackward;
+        // _take_unsharded_grads_to_reduce: the gradients leave the parameters first.
+        let grads: Vec<(usize, Tensor)> = {
+            let units = self.units.borrow();
+            units[u].params.iter().enumerate().filter_map(|(k, p)| p.unsharded.grad_slot().borrow_mut().take().map(|g| (k, g))).collect()
+        };
+        self.reshard(u);
+        // At most one reduce-scatter input in flight: the previous unit's dies now.
+        let oldest = {
+            let mut comm = self.comm.borrow_mut();
+            (!comm.reduce_scatter_states.is_empty()).then(|| comm.reduce_scatter_states.remove(0))
+        };
+        drop(oldest);
+        if grads.is_empty() {
+            return;
+        }
+        let units = self.units.borrow();
+        let params = &units[u].params;
+        let device = grads[0].1.device();
+        // The reduce dtype: the policy's, else the gradients' accumulation dtype (the
+        // parameters' original one; lower-precision gradients are upcast by the copy-in).
+        let reduce_dtype = self.reduce_dtype.unwrap_or(self.orig_dtype());
+        let total: usize = grads.iter().map(|(k, _)| params[*k].padded_numel).sum();
+        let _s = runtime::scope("FSDP::post_backward_reduce");
+        let input = {
+            let _c = runtime::category(Category::Communication);
+            Tensor::zeros_op(&[total * self.world], reduce_dtype, device, "chunk_cat")
+        };
+        // `unsharded_grads.clear()`: CPython drops a list's items last first.
+        let (ks, mut gs): (Vec<usize>, Vec<Tensor>) = grads.into_iter().unzip();
+        while let Some(g) = gs.pop() {
+            drop(g);
+        }
+        let output = {
+            let _c = runtime::category(Category::Gradient);
+            Tensor::zeros_op(&[total], reduce_dtype, device, "reduce_scatter_tensor")
+        };
+        // Sharded gradients are views of one flat buffer, cast first when the reduce dtype is
+        // not the parameters' own.
+        let flat = if reduce_dtype != self.orig_dtype() {
+            let _c = runtime::category(Category::Gradient);
+            let cast = Tensor::zeros_op(&[total], self.orig_dtype(), device, "_to_copy");
+            drop(output);
+            cast
+        } else {
+            output
+        };
+        let mut offset = 0;
+        for k in ks {
+            let p = &params[k];
+            let view = flat.narrow(0, offset, p.sharded.numel()).view(p.sharded.shape());
+            offset += p.padded_numel;
+            let existing = p.sharded.grad();
+            match existing {
+                Some(g) => g.add_(&view),
+                None => p.sharded.set_grad(Some(view)),
+            }
+        }
+        drop(flat);
+        drop(units);
+        self.comm.borrow_mut().reduce_scatter_states.push(input);
+    }
+}
+
+impl ModuleHooks for Fsdp {
+    fn block_pre_forward(&self, block: usize, x: Tensor) -> Tensor {
+        let u = 1 + block;
+        let recompute = self.units.borrow()[u].state == State::PreBackward;
+        self.pre_forward(u);
+        if recompute {
+            return x;
+        }
+        let me = self.me();
+        on_backward(x, "RegisterPostBackwardFunctionBackward", move || me.post_backward(u))
+    }
+
+    fn block_post_forward(&self, block: usize, y: Tensor) -> Tensor {
+        let u = 1 + block;
+        if !self.post_forward(u) {
+            return y;
+        }
+        let me = self.me();
+        on_backward(y, "FSDP::pre_backward", move || me.pre_backward(u))
+    }
+
+    fn root_pre_forward(&self) {
+        // A forward without backward (inference) leaves its order behind; a new pass starts over.
+        if self.units.borrow().iter().all(|u| u.state == State::Idle) {
+            self.comm.borrow_mut().post_forward_order.clear();
+            for u in self.units.borrow_mut().iter_mut() {
+                u.post_forward_indices.clear();
+            }
+        }
+        self.pre_forward(ROOT);
+    }
+
+    fn root_post_forward(&self, outputs: &mut [&mut Tensor]) {
+        if !self.post_forward(ROOT) {
+            return;
+        }
+        // The root's post-forward frees the last output kept for copy-out overlap.
+        let last = self.comm.borrow_mut().all_gather_state.take();
+        drop(last);
+        for out in outputs.iter_mut() {
+            let me = self.me();
+            let t = std::mem::replace(&mut **out, Tensor::shape_only(&[], DType::F32));
+            **out = on_backward(t, "FSDP::pre_backward", move || me.pre_backward(ROOT));
+        }
+    }
+}
+
+impl RankLayout for Fsdp {
+    fn optimizer_params(&self) -> Vec<Param> {
+        self.sharded.clone()
+    }
+
+    fn zero_grad(&self) {
+        for p in &self.sharded {
+            p.tensor.clear_grad();
+        }
+        for u in self.units.borrow().iter() {
+            for p in &u.params {
+                p.unsharded.clear_grad();
+            }
+        }
+    }
+
+    /// `_root_post_backward_final_callback`: units whose inputs needed no gradient (the root)
+    /// reduce now, then the iteration ends (held buffers released).
+    fn after_backward(&self) {
+        let n = self.units.borrow().len();
+        for u in 0..n {
+            if self.units.borrow()[u].state != State::PostBackward {
+                self.post_backward(u);
+            }
+            self.units.borrow_mut()[u].state = State::Idle;
+        }
+        for u in self.units.borrow_mut().iter_mut() {
+            u.gathered = None;
+            u.post_forward_indices.clear();
+        }
+        let mut comm = self.comm.borrow_mut();
+        let held = comm.all_gather_state.take();
+        comm.post_forward_order.clear();
+        let states = std::mem::take(&mut comm.reduce_scatter_states);
+        drop(comm);
+        drop(held);
+        drop(states);
+    }
+}
+
+impl Fsdp {
+    /// Padded shard bytes of every parameter (this rank's sharded parameters at rest).
+    pub fn sharded_bytes(&self) -> u64 {
+        self.units.borrow().iter().flat_map(|u| u.params.iter()).map(|p| (p.padded_numel * self.orig_dtype().size()) as u64).sum()
+    }
+
+    /// The unit names, root first, with their padded unsharded bytes in the compute dtype.
+    pub fn unit_bytes(&self) -> Vec<(String, u64)> {
+        let units = self.units.borrow();
+        units
+            .iter()
+            .enumerate()
+            .map(|(u, unit)| {
+                let name = if u == ROOT { "root".to_string() } else { format!("block {}", u - 1) };
+                let bytes = unit.params.iter().map(|p| (p.padded_numel * self.world * self.compute_dtype().size()) as u64).sum();
+                (name, bytes)
+            })
+            .collect()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    #[cfg(test)]
+    fn param_names(&self, u: usize) -> Vec<String> {
+        self.units.borrow()[u].params.iter().map(|p| p.name.clone()).collect()
+    }
+}

@@ -1,0 +1,51 @@
+//! One rank of a data-parallel job: what it allocates when its parameters, gradients and
+//! optimizer state are replicated or sharded (DDP, ZeRO-1, ZeRO-2, FSDP2 and HSDP), run
+//! through the same engine and allocator as a single device.
+//!
+//! The layouts hook into the model's modules ([`crate::model::ModuleHooks`]) and into the
+//! training step ([`RankLayout`]); collectives are modelled by what they allocate on the
+//! rank (NCCL works in place on the buffers it is given). `docs/distributed.md` lists the
+//! rules with their PyTorch sources.
+pub mod config;
+pub mod fsdp;
+mod nodes;
+pub mod shard;
+
+pub use config::{Layout, ParallelConfig};
+
+use crate::model::{Model, Param};
+use std::rc::Rc;
+
+/// What the training step asks of a parallel layout.
+pub trait RankLayout {
+    /// The parameters the optimizer steps on this rank (shards under FSDP, a partition under
+    /// ZeRO), with their gradients.
+    fn optimizer_params(&self) -> Vec<Param>;
+    /// `optimizer.zero_grad(set_to_none=True)` over what this rank holds.
+    fn zero_grad(&self);
+    /// The callback autograd runs when `loss.backward()` finishes (FSDP's final
+    /// reduce-scatters, DDP's bucket copy-back).
+    fn after_backward(&self);
+    /// Before the optimizer step (ZeRO-1 has nothing here; kept for symmetry with after_step).
+    fn after_step(&self) {}
+}
+
+/// Set `model` up as one rank of `cfg`: shard or replicate its parameters and install the
+/// layout's hooks. The model must have been built under
+/// [`crate::engine::runtime::defer_allocation`] for the sharded layouts (only shards are ever
+/// allocated), normally for the replicated ones.
+pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DType) -> Rc<dyn RankLayout> {
+    // Buffers are not sharded: `to_empty` gives them their full storage.
+    for b in model.rope_buffer.iter().chain(&model.buffers) {
+        let _c = crate::engine::runtime::category(crate::record::Category::Buffer);
+        b.storage().resize_back("to_empty");
+    }
+    match cfg.layout {
+        Layout::Fsdp | Layout::Hsdp => {
+            let f = fsdp::Fsdp::shard(model, cfg, orig_dtype);
+            *model.hooks.borrow_mut() = Some(f.clone());
+            f
+        }
+        Layout::Ddp | Layout::Zero1 => unimplemented!("ddp"),
+    }
+}
