@@ -8,14 +8,15 @@ use vramscope::train::{Batcher, DataKind, Optimizer, StepRunner};
 
 fn run(world: usize, rank: usize, mp: bool) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let mut cfg = presets::find("cs336-small", None).unwrap().model;
-    (cfg.vocab_size, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.max_seq_len) = (1000, 64, 2, 4, 4, 172, 32);
+    (cfg.vocab_size, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.max_seq_len) = (env("V", 1000), 64, 2, 4, 4, env("F", 172), 32);
     runtime::reset();
     let compute = if mp { DType::BF16 } else { DType::F32 };
     let model = {
-        let _d = runtime::defer_allocation();
+        let _d = pc_shards(&std::env::var("L").unwrap_or("fsdp".into())).then(runtime::defer_allocation);
         Model::new_in(&cfg, Device::Meta, 42, compute).unwrap()
     };
-    let mut pc = ParallelConfig::new(Layout::Fsdp, world);
+    let layout = Layout::parse(&std::env::var("L").unwrap_or("fsdp".into())).unwrap();
+    let mut pc = ParallelConfig::new(layout, world);
     pc.rank = rank;
     if mp {
         pc.param_dtype = Some(DType::BF16);
@@ -48,11 +49,19 @@ fn run(world: usize, rank: usize, mp: bool) -> (Vec<MemEvent>, Vec<MemEvent>) {
 fn fsdp_quick() {
     let w: usize = std::env::var("W").map(|s| s.parse().unwrap()).unwrap_or(2);
     let mp = std::env::var("MP").is_ok();
-    let (before, events) = run(w, 0, mp);
+    let (before, events) = run(w, env("RANK", 0), mp);
     for (p, v) in grid_common::phase_peaks(&before, &events) {
         println!("{p:10} {v:>12}");
     }
     if std::env::var("TRACE").is_ok() {
         grid_common::trace(&before, &events);
     }
+}
+
+fn env(k: &str, d: usize) -> usize {
+    std::env::var(k).map(|s| s.parse().unwrap()).unwrap_or(d)
+}
+
+fn pc_shards(l: &str) -> bool {
+    l == "fsdp" || l == "hsdp"
 }

@@ -32,6 +32,8 @@ pub struct FitArgs {
     pub memory: super::memory_flags::MemoryFlags,
     #[command(flatten)]
     pub optim: super::optim_flags::OptimFlags,
+    #[command(flatten)]
+    pub parallel: super::parallel_flags::ParallelFlags,
     /// What to search for
     #[arg(long, value_enum, default_value = "batch")]
     pub find: Find,
@@ -91,6 +93,7 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
         precision: a.precision.clone(),
         memory: a.memory.clone(),
         optim: a.optim.clone(),
+        parallel: a.parallel.clone(),
         context_length: Some(ctx.to_string()),
         batch_size: Some(batch),
         warmup_steps: a.warmup_steps,

@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod memory_flags;
 pub mod model_flags;
 pub mod optim_flags;
+pub mod parallel_flags;
 pub mod precision_flags;
 pub mod profile;
 pub mod progress;

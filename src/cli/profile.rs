@@ -65,6 +65,8 @@ pub struct ProfileArgs {
     pub memory: MemoryFlags,
     #[command(flatten)]
     pub optim: super::optim_flags::OptimFlags,
+    #[command(flatten)]
+    pub parallel: super::parallel_flags::ParallelFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(long)]
     pub context_length: Option<String>,
@@ -158,6 +160,8 @@ pub(crate) struct Plan {
     pub write_files: bool,
     /// The model source's note (a config.json's torch_dtype), printed once by the caller.
     pub note: Option<String>,
+    /// One rank of a data-parallel job (None: one device).
+    pub parallel: Option<crate::parallel::ParallelConfig>,
 }
 
 impl ProfileArgs {
@@ -259,6 +263,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         super::hf_flags::check_kernel(&cfg, precision, c)?;
     }
     let optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
+    let parallel = a.parallel.resolve()?;
     Ok(Plan {
         model: cfg,
         model_name: r.preset.name.to_string(),
@@ -274,6 +279,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         optim,
         note: r.note.clone(),
         write_files: true,
+        parallel,
     })
 }
 
@@ -281,6 +287,8 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
 pub struct Run {
     pub context: usize,
     pub kind: ProfileType,
+    /// The simulated rank (None: one device).
+    pub rank: Option<usize>,
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
@@ -410,10 +418,22 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let mut step_seconds: Option<f64> = None;
     let bar = super::progress::steps(p.device, a.warmup_steps + a.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
-        let model = Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?;
+        let model = match &p.parallel {
+            // `with torch.device("meta")`, `fully_shard`, `to_empty`: only shards are allocated,
+            // and the model computes in the policy's param_dtype.
+            Some(pc) if pc.shards_params() => {
+                let _d = runtime::defer_allocation();
+                Model::new_in(&p.model, p.device, a.seed, pc.param_dtype.unwrap_or(p.precision.param_dtype()))?
+            }
+            _ => Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?,
+        };
         bar.set_message("warm-up");
         let opt = Optimizer::new(p.optim.clone(), model.parameters().len());
-        let mut runner = StepRunner::new(&model, opt).with_precision(p.precision);
+        let mut runner = StepRunner::new(&model, opt);
+        if let Some(pc) = &p.parallel {
+            runner = runner.with_parallel(crate::parallel::apply(&model, pc, p.precision.param_dtype()));
+        }
+        let mut runner = runner.with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
         let mut batch = Bound::default();
@@ -489,7 +509,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
             // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
             let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
             let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
-            a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}{variant}_snapshot.pickle", p.model_name))
+            let rank = p.parallel.as_ref().map_or(String::new(), |c| format!("_{}{}_rank{}", c.layout.name(), c.world_size, c.rank));
+            a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}{variant}{rank}_snapshot.pickle", p.model_name))
         });
         write_atomic(&path, &pickle::write(&snap))?;
         let capacity = (p.capacity < usize::MAX / 4)
@@ -499,7 +520,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     }
     runtime::reset();
     let oom_stage = oom.is_some().then_some(stage);
-    Ok(Run { context: ctx, kind, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
+    let rank = p.parallel.as_ref().map(|c| c.rank);
+    Ok(Run { context: ctx, kind, rank, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {
@@ -520,6 +542,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
     }
     if let Some(line) = super::hf_flags::describe(&p.model, p.precision, r.context) {
         println!("{line}");
+    }
+    if let Some(c) = &p.parallel {
+        println!("{}", super::parallel_flags::describe(c));
     }
     if r.kind == ProfileType::Training {
         println!("optimizer: {}", p.optim.summary());
@@ -625,6 +650,10 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         println!("{n}");
         p.device = Device::Meta;
     }
+    if p.parallel.is_some() && p.device == Device::Cpu {
+        println!("note: --parallel simulates one rank on meta (shapes only; a sharded rank's cpu numerics are not modelled)");
+        p.device = Device::Meta;
+    }
     set_threads(a.threads)?;
     // Output paths are checked before any step runs; the files appear together at the end.
     if let Some(o) = &a.output {
@@ -633,14 +662,26 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     let mut runs = Vec::new();
+    let ranks = ranks_to_profile(&p, &a)?;
     for &ctx in &p.contexts {
         for &kind in &a.profile_type {
-            let r = profile_one(&p, &a, ctx, kind)?;
-            print_run(&p, &r, a.flops_depth);
-            runs.push(r);
+            for &rank in &ranks {
+                if let Some(c) = p.parallel.as_mut() {
+                    c.rank = rank;
+                }
+                let r = profile_one(&p, &a, ctx, kind)?;
+                print_run(&p, &r, a.flops_depth);
+                runs.push(r);
+            }
         }
     }
-    if runs.len() > 1 {
+    if ranks.len() > 1 {
+        println!("\n| rank | context | profile type | peak allocated (GiB) | peak reserved (GiB) |\n|---:|---:|---|---:|---:|");
+        for r in &runs {
+            println!("| {} | {} | {} | {:.3} | {:.3} |", r.rank.unwrap_or(0), r.context, r.kind.name(), gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64));
+        }
+    }
+    if runs.len() > 1 && ranks.len() == 1 {
         // Seed 001 part (b): peak memory per context length, a column pair per profile type.
         let kinds: Vec<String> = a.profile_type.iter().map(|k| format!("{k:?}").to_lowercase()).collect();
         let head: Vec<String> = kinds.iter().map(|k| format!("{k} peak allocated (GiB) | {k} peak reserved (GiB)")).collect();
@@ -672,10 +713,12 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "precision": p.precision,
         "transformers": super::hf_flags::settings_json(&p.model, p.precision, &p.contexts),
         "optimizer": a.profile_type.contains(&ProfileType::Training).then_some(&p.optim),
+        "parallel": p.parallel.as_ref().map(|c| json!({"layout": c.layout, "world_size": c.world_size, "ranks_profiled": ranks, "gpus_per_node": c.gpus_per_node, "reshard_after_forward": c.reshard_after_forward, "param_dtype": c.param_dtype.map(|d| d.to_string()), "reduce_dtype": c.reduce_dtype.map(|d| d.to_string())})),
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,
             "profile_type": r.kind,
+            "rank": r.rank,
             "snapshot": r.snapshot,
             "report": r.report_html,
             "oom": r.oom,
@@ -703,6 +746,22 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         anyhow::bail!("out of memory in {}{snap}", r.oom_stage.as_deref().unwrap_or("the run"));
     }
     Ok(())
+}
+
+/// The ranks a parallel plan profiles: --rank's, else rank 0 and each rank whose shard sizes
+/// differ ([0] without --parallel).
+fn ranks_to_profile(p: &Plan, a: &ProfileArgs) -> Result<Vec<usize>> {
+    let Some(c) = &p.parallel else { return Ok(vec![0]) };
+    if a.parallel.rank.is_some() {
+        return Ok(vec![c.rank]);
+    }
+    let shapes: Vec<Vec<usize>> = {
+        let _d = runtime::defer_allocation();
+        let m = Model::new_in(&p.model, Device::Meta, a.seed, p.precision.param_dtype())?;
+        m.parameters().iter().map(|q| q.tensor.shape().to_vec()).collect()
+    };
+    runtime::reset();
+    Ok(crate::parallel::distinct_ranks(&shapes, c))
 }
 
 /// The device memory the allocator was bounded by, as the header prints it.

@@ -144,6 +144,16 @@ fn accumulate_into(slot: &mut Option<Tensor>, g: Tensor) {
     }
 }
 
+thread_local! {
+    /// Called after each leaf's gradient is accumulated (DDP's Reducer autograd hook).
+    static GRAD_READY: std::cell::RefCell<Option<Rc<dyn Fn(&Tensor)>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Install (or with None remove) the callback run after every AccumulateGrad, with the leaf.
+pub fn set_grad_ready_hook(hook: Option<Rc<dyn Fn(&Tensor)>>) {
+    GRAD_READY.with(|h| *h.borrow_mut() = hook);
+}
+
 /// AccumulateGrad: the first gradient is stolen into `.grad` when nobody else holds it and
 /// it has the parameter's (contiguous) layout, else copied; later ones are added in place.
 pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
@@ -161,6 +171,11 @@ pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
             *slot = Some(g);
         }
         Some(existing) => existing.add_(&g),
+    }
+    drop(slot);
+    let hook = GRAD_READY.with(|h| h.borrow().clone());
+    if let Some(h) = hook {
+        h(leaf);
     }
 }
 

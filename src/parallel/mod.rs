@@ -7,6 +7,7 @@
 //! rank (NCCL works in place on the buffers it is given). `docs/distributed.md` lists the
 //! rules with their PyTorch sources.
 pub mod config;
+pub mod ddp;
 pub mod fsdp;
 mod nodes;
 pub mod shard;
@@ -46,6 +47,30 @@ pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DTy
             *model.hooks.borrow_mut() = Some(f.clone());
             f
         }
-        Layout::Ddp | Layout::Zero1 => unimplemented!("ddp"),
+        Layout::Ddp | Layout::Zero1 => {
+            let d = ddp::Ddp::wrap(model, cfg);
+            *model.hooks.borrow_mut() = Some(d.clone());
+            d
+        }
     }
+}
+
+/// The ranks whose memory can differ: rank 0, then the first rank of every other distinct
+/// set of local shard sizes (FSDP's trailing ranks hold fewer rows when a dimension does not
+/// divide). `shapes` are the model's parameter shapes in registration order.
+pub fn distinct_ranks(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> Vec<usize> {
+    if !cfg.shards_params() {
+        return vec![0];
+    }
+    let group = cfg.shard_size();
+    let mut seen: Vec<Vec<usize>> = Vec::new();
+    let mut ranks = Vec::new();
+    for r in 0..group {
+        let sig: Vec<usize> = shapes.iter().map(|s| shard::local_rows(s.first().copied().unwrap_or(1), group, r)).collect();
+        if !seen.contains(&sig) {
+            seen.push(sig);
+            ranks.push(r);
+        }
+    }
+    ranks
 }

@@ -1,0 +1,113 @@
+//! `--parallel` and its options: one rank of a data-parallel job (profile and what runs
+//! profiles: sweep, fit, compare).
+use super::usage;
+use crate::engine::DType;
+use crate::parallel::{Layout, ParallelConfig};
+use clap::Args;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ParallelFlags {
+    /// Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
+    /// ZeroRedundancyOptimizer), fsdp (FSDP2 fully_shard per decoder block + the root), hsdp
+    /// (FSDP2 sharded within --gpus-per-node, replicated across nodes). Needs --world-size
+    #[arg(long, value_name = "LAYOUT")]
+    pub parallel: Option<String>,
+    /// Ranks in the job (with --parallel)
+    #[arg(long, value_name = "N")]
+    pub world_size: Option<usize>,
+    /// Profile only this rank (default: rank 0 and every rank whose shard sizes differ)
+    #[arg(long, value_name = "R")]
+    pub rank: Option<usize>,
+    /// hsdp: ranks per node, the shard group (default 8)
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<usize>,
+    /// fsdp/hsdp: keep each block's unsharded parameters from forward to backward
+    /// (fully_shard(reshard_after_forward=False), ZeRO-2-like)
+    #[arg(long)]
+    pub no_reshard_after_forward: bool,
+    /// fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32
+    #[arg(long, value_name = "DTYPE")]
+    pub fsdp_param_dtype: Option<String>,
+    /// fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32
+    #[arg(long, value_name = "DTYPE")]
+    pub fsdp_reduce_dtype: Option<String>,
+}
+
+fn float_dtype(flag: &str, s: &str) -> anyhow::Result<DType> {
+    match DType::parse(&s.to_ascii_lowercase()) {
+        Some(d @ (DType::BF16 | DType::F16 | DType::F32)) => Ok(d),
+        _ => Err(usage(flag, format!("'{s}' (expected bf16, fp16 or fp32)"))),
+    }
+}
+
+impl ParallelFlags {
+    pub fn given(&self) -> bool {
+        self.parallel.is_some()
+            || self.world_size.is_some()
+            || self.rank.is_some()
+            || self.gpus_per_node.is_some()
+            || self.no_reshard_after_forward
+            || self.fsdp_param_dtype.is_some()
+            || self.fsdp_reduce_dtype.is_some()
+    }
+
+    /// The flags as words, for subcommands that pass them on to `profile`.
+    pub fn words(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let mut push = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                w.extend([k.to_string(), v]);
+            }
+        };
+        push("--parallel", self.parallel.clone());
+        push("--world-size", self.world_size.map(|n| n.to_string()));
+        push("--rank", self.rank.map(|n| n.to_string()));
+        push("--gpus-per-node", self.gpus_per_node.map(|n| n.to_string()));
+        push("--fsdp-param-dtype", self.fsdp_param_dtype.clone());
+        push("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.clone());
+        if self.no_reshard_after_forward {
+            w.push("--no-reshard-after-forward".into());
+        }
+        w
+    }
+
+    /// The layout (None: one device), checked; the options without --parallel are refused.
+    pub fn resolve(&self) -> anyhow::Result<Option<ParallelConfig>> {
+        let Some(name) = &self.parallel else {
+            if self.given() {
+                let flag = if self.world_size.is_some() { "--world-size" } else { "--rank" };
+                return Err(usage(flag, "sets up a data-parallel job: give --parallel ddp|zero1|fsdp|hsdp too"));
+            }
+            return Ok(None);
+        };
+        let names = Layout::ALL.iter().map(|l| l.name()).collect::<Vec<_>>().join(", ");
+        let layout = Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected {names})")))?;
+        let world = self.world_size.ok_or_else(|| usage("--world-size", format!("--parallel {} needs the number of ranks", layout.name())))?;
+        let mut c = ParallelConfig::new(layout, world);
+        c.rank = self.rank.unwrap_or(0);
+        if layout == Layout::Hsdp {
+            c.gpus_per_node = self.gpus_per_node.unwrap_or(8.min(world));
+        } else if self.gpus_per_node.is_some() {
+            return Err(usage("--gpus-per-node", format!("sets hsdp's shard group, not {}'s", layout.name())));
+        }
+        c.reshard_after_forward = !self.no_reshard_after_forward;
+        c.param_dtype = self.fsdp_param_dtype.as_deref().map(|s| float_dtype("--fsdp-param-dtype", s)).transpose()?;
+        c.reduce_dtype = self.fsdp_reduce_dtype.as_deref().map(|s| float_dtype("--fsdp-reduce-dtype", s)).transpose()?;
+        c.validate().map_err(|(flag, msg)| usage(flag, msg))?;
+        Ok(Some(c))
+    }
+}
+
+/// One line saying what the rank runs.
+pub fn describe(c: &ParallelConfig) -> String {
+    let mut s = format!("parallel: {} over {} ranks, rank {}", c.layout.name(), c.world_size, c.rank);
+    if c.layout == crate::parallel::Layout::Hsdp {
+        s += &format!(" (sharded over {} ranks per node, replicated over {} nodes)", c.gpus_per_node, c.world_size / c.gpus_per_node);
+    }
+    if c.shards_params() {
+        s += if c.reshard_after_forward { "; blocks reshard after forward" } else { "; blocks keep their parameters from forward to backward" };
+        let d = |x: Option<DType>| x.map_or("the parameters'".to_string(), |d| d.to_string());
+        s += &format!("; param dtype {}, reduce dtype {}", d(c.param_dtype), d(c.reduce_dtype));
+    }
+    s
+}
