@@ -20,6 +20,10 @@ pub enum Find {
     Batch,
     /// The longest --context-length at the given --batch-size
     Context,
+    /// The fewest ranks (GPUs of --gpu's kind) that fit --batch-size per rank at
+    /// --context-length, for --parallel's layout or for each of ddp, zero1 and fsdp
+    #[value(name = "world-size")]
+    WorldSize,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -87,7 +91,7 @@ pub struct Probe {
     pub oom: Option<String>,
 }
 
-fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
+pub(crate) fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     ProfileArgs {
         model: a.model.clone(),
         precision: a.precision.clone(),
@@ -116,8 +120,42 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     }
 }
 
+/// What every probe runs against: the device (or its memory-fraction share) less the reserve.
+pub(crate) struct Budget {
+    pub capacity: usize,
+    pub reserve_parts: Vec<reserve::Part>,
+    pub reserve: usize,
+    /// `--memory-limit` for the probes (device − reserve).
+    pub limit: String,
+    /// `--memory-fraction` for the probes, rescaled to the limit.
+    pub fraction: Option<f64>,
+}
+
+pub(crate) fn budget(a: &FitArgs, base: &profile::Plan) -> Result<Budget> {
+    let capacity = match a.memory_fraction {
+        Some(f) => (base.capacity as f64 * f) as usize,
+        None => base.capacity,
+    };
+    // The reserve comes off the device and off the memory-fraction budget: every probe runs
+    // against --memory-limit (device − reserve) with the fraction rescaled to match.
+    let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    let reserve_parts = match &a.reserve {
+        // "0", "0MiB", "0GiB": no reserve (parse_size refuses sizes under a byte).
+        Some(r) if r.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()).trim().parse::<f64>() == Ok(0.0) => Vec::new(),
+        Some(r) => vec![reserve::Part { what: "--reserve".into(), bytes: crate::record::gpu::parse_size(r).map_err(|e| usage("--reserve", e))? }],
+        None => reserve::default_parts(gpu.as_ref(), a.profile_type == ProfileType::Training),
+    };
+    let reserve: usize = reserve_parts.iter().map(|p| p.bytes).sum();
+    if reserve >= capacity {
+        return Err(usage("--reserve", format!("{} leaves nothing of the {} the process may use (--reserve 0 searches the bare limit)", size(reserve as i64), size(capacity as i64))));
+    }
+    let limit = (base.capacity - reserve).to_string();
+    let fraction = a.memory_fraction.map(|_| (capacity - reserve) as f64 / (base.capacity - reserve) as f64);
+    Ok(Budget { capacity, reserve_parts, reserve, limit, fraction })
+}
+
 /// GiB (1024³) for a GiB or more, else MiB (1024²): small limits stay readable.
-fn size(bytes: i64) -> String {
+pub(crate) fn size(bytes: i64) -> String {
     let b = bytes.unsigned_abs();
     let sign = if bytes < 0 { "-" } else { "" };
     if b >= 1 << 30 {
@@ -134,6 +172,12 @@ pub fn run(a: FitArgs) -> Result<()> {
     }
     if a.max == Some(0) {
         return Err(usage("--max", "must be at least 1"));
+    }
+    if a.find == Find::WorldSize {
+        return super::fit_world::run(&a);
+    }
+    if a.parallel.world_size.is_some() && a.parallel.parallel.is_none() {
+        return Err(usage("--world-size", "sets up a data-parallel job: give --parallel too (or --find world-size to search for it)"));
     }
     let r = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?;
     r.print_note();
@@ -158,30 +202,12 @@ pub fn run(a: FitArgs) -> Result<()> {
     let cap = a.max.or(model_max).unwrap_or(1 << 20);
     let start = if a.find == Find::Context && r.config.flavour == Flavour::Tinyllama { 2 } else { 1 };
     let point = |n: usize| match a.find {
-        Find::Batch => (n, ctx),
+        Find::Batch | Find::WorldSize => (n, ctx),
         Find::Context => (batch, n),
     };
     // Validate the configuration once (bad flags are usage errors, exit 2) and get the device.
     let base = profile::plan(&args_for(&a, point(start).0, point(start).1))?;
-    let capacity = match a.memory_fraction {
-        Some(f) => (base.capacity as f64 * f) as usize,
-        None => base.capacity,
-    };
-    // The reserve comes off the device and off the memory-fraction budget: every probe runs
-    // against --memory-limit (device − reserve) with the fraction rescaled to match.
-    let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
-    let reserve_parts = match &a.reserve {
-        // "0", "0MiB", "0GiB": no reserve (parse_size refuses sizes under a byte).
-        Some(r) if r.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()).trim().parse::<f64>() == Ok(0.0) => Vec::new(),
-        Some(r) => vec![reserve::Part { what: "--reserve".into(), bytes: crate::record::gpu::parse_size(r).map_err(|e| usage("--reserve", e))? }],
-        None => reserve::default_parts(gpu.as_ref(), a.profile_type == ProfileType::Training),
-    };
-    let reserve: usize = reserve_parts.iter().map(|p| p.bytes).sum();
-    if reserve >= capacity {
-        return Err(usage("--reserve", format!("{} leaves nothing of the {} the process may use (--reserve 0 searches the bare limit)", size(reserve as i64), size(capacity as i64))));
-    }
-    let limit = (base.capacity - reserve).to_string();
-    let fraction = a.memory_fraction.map(|_| (capacity - reserve) as f64 / (base.capacity - reserve) as f64);
+    let Budget { capacity, reserve_parts, reserve, limit, fraction } = budget(&a, &base)?;
     let args_for = |a: &FitArgs, b: usize, c: usize| ProfileArgs { memory_limit: Some(limit.clone()), memory_fraction: fraction, ..args_for(a, b, c) };
     set_threads(None)?;
     super::quiet_oom_panics();
@@ -206,7 +232,7 @@ pub fn run(a: FitArgs) -> Result<()> {
         Ok(p)
     };
     let what = match a.find {
-        Find::Batch => "batch size",
+        Find::Batch | Find::WorldSize => "batch size",
         Find::Context => "context length",
     };
     let first = probe(start)?;
@@ -247,7 +273,7 @@ pub fn run(a: FitArgs) -> Result<()> {
     let margin = answer.as_ref().map(|p| capacity as i64 - reserve as i64 - p.peak_reserved_bytes as i64);
     let margin_allocated = answer.as_ref().map(|p| capacity as i64 - reserve as i64 - p.peak_allocated_bytes as i64);
     let fixed = match a.find {
-        Find::Batch => json!({"context_length": ctx}),
+        Find::Batch | Find::WorldSize => json!({"context_length": ctx}),
         Find::Context => json!({"batch_size": batch}),
     };
     if let Some(path) = &a.json {
@@ -281,7 +307,7 @@ pub fn run(a: FitArgs) -> Result<()> {
         }
     }
     let fixed_txt = match a.find {
-        Find::Batch => format!("context length {ctx}"),
+        Find::Batch | Find::WorldSize => format!("context length {ctx}"),
         Find::Context => format!("batch size {batch}"),
     };
     println!(

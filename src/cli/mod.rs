@@ -7,6 +7,7 @@ pub mod compare;
 pub mod compute;
 pub mod estimate;
 pub mod fit;
+pub mod fit_world;
 pub mod hf_flags;
 pub mod host_memory;
 pub mod json_out;

@@ -85,6 +85,22 @@ pub struct SweepArgs {
     /// clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off)
     #[arg(long)]
     pub max_grad_norm: Option<String>,
+    /// Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs --world-size
+    #[arg(long)]
+    pub parallel: Option<String>,
+    /// Ranks in the job (with --parallel): each point profiles rank 0, so the table shows how
+    /// one rank's memory falls as ranks are added
+    #[arg(long)]
+    pub world_size: Option<String>,
+    /// hsdp's shard group size(s)
+    #[arg(long)]
+    pub gpus_per_node: Option<String>,
+    /// FSDP2 MixedPrecisionPolicy param_dtype(s) (as `profile --fsdp-param-dtype`)
+    #[arg(long)]
+    pub fsdp_param_dtype: Option<String>,
+    /// FSDP2 MixedPrecisionPolicy reduce_dtype(s)
+    #[arg(long)]
+    pub fsdp_reduce_dtype: Option<String>,
     /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
     #[arg(long)]
     pub warmup_steps: Option<String>,
@@ -145,6 +161,11 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--fusion", a.fusion.as_ref(), ','),
         ("--optimizer", a.optimizer.as_ref(), ','),
         ("--max-grad-norm", a.max_grad_norm.as_ref(), ','),
+        ("--parallel", a.parallel.as_ref(), ','),
+        ("--world-size", a.world_size.as_ref(), ','),
+        ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
+        ("--fsdp-param-dtype", a.fsdp_param_dtype.as_ref(), ','),
+        ("--fsdp-reduce-dtype", a.fsdp_reduce_dtype.as_ref(), ','),
         ("--warmup-steps", a.warmup_steps.as_ref(), ','),
         ("--measure-steps", a.measure_steps.as_ref(), ','),
         ("--gpu", a.gpu.as_ref(), ','),

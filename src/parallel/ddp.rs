@@ -75,20 +75,21 @@ fn allocate(params: &[Param], buckets: &[Vec<usize>]) -> Vec<Tensor> {
         .collect()
 }
 
-/// `ZeroRedundancyOptimizer._partition_parameters`: this rank's parameter indices.
-fn zero_partition(params: &[Param], world: usize, rank: usize) -> Vec<usize> {
-    let mut by_size: Vec<usize> = (0..params.len()).collect();
-    by_size.sort_by_key(|&i| std::cmp::Reverse(params[i].tensor.numel()));
+/// `ZeroRedundancyOptimizer._partition_parameters`: parameters by size, largest first (ties
+/// in registration order), each to the rank holding the fewest elements so far (the lowest
+/// such rank). Returns each rank's parameter indices in that order. `numels` are the
+/// parameters' element counts in registration order.
+pub fn zero_partitions(numels: &[usize], world: usize) -> Vec<Vec<usize>> {
+    let mut by_size: Vec<usize> = (0..numels.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(numels[i]));
     let mut sizes = vec![0usize; world];
-    let mut mine = Vec::new();
+    let mut parts = vec![Vec::new(); world];
     for i in by_size {
         let r = (0..world).min_by_key(|&r| (sizes[r], r)).expect("a rank");
-        sizes[r] += params[i].tensor.numel();
-        if r == rank {
-            mine.push(i);
-        }
+        sizes[r] += numels[i];
+        parts[r].push(i);
     }
-    mine
+    parts
 }
 
 impl Ddp {
@@ -98,7 +99,10 @@ impl Ddp {
         let all: Vec<usize> = (0..params.len()).collect();
         let buckets = allocate(&params, &assign(&params, &all, &[usize::MAX]));
         let stepped = match cfg.layout {
-            Layout::Zero1 => zero_partition(&params, cfg.world_size, cfg.rank),
+            Layout::Zero1 => {
+                let numels: Vec<usize> = params.iter().map(|p| p.tensor.numel()).collect();
+                zero_partitions(&numels, cfg.world_size).swap_remove(cfg.rank)
+            }
             _ => all,
         };
         let ready: Rc<RefCell<Vec<usize>>> = Rc::default();

@@ -59,6 +59,11 @@ pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DTy
 /// set of local shard sizes (FSDP's trailing ranks hold fewer rows when a dimension does not
 /// divide). `shapes` are the model's parameter shapes in registration order.
 pub fn distinct_ranks(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> Vec<usize> {
+    if cfg.layout == Layout::Zero1 {
+        // Partitions differ by rank; the one with the most optimizer state besides rank 0.
+        let h = heaviest_rank(shapes, cfg);
+        return if h == 0 { vec![0] } else { vec![0, h] };
+    }
     if !cfg.shards_params() {
         return vec![0];
     }
@@ -73,4 +78,15 @@ pub fn distinct_ranks(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> Vec<usize>
         }
     }
     ranks
+}
+
+/// The rank holding the most: FSDP's rank 0 (its chunks are the full ⌈rows / ranks⌉), ZeRO-1's
+/// rank with the largest optimizer partition, any rank of DDP.
+pub fn heaviest_rank(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> usize {
+    if cfg.layout != Layout::Zero1 {
+        return 0;
+    }
+    let numels: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+    let loads: Vec<usize> = ddp::zero_partitions(&numels, cfg.world_size).iter().map(|p| p.iter().map(|&i| numels[i]).sum()).collect();
+    (0..cfg.world_size).max_by_key(|&r| (loads[r], std::cmp::Reverse(r))).unwrap_or(0)
 }
