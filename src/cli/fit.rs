@@ -21,7 +21,7 @@ pub enum Find {
     /// The longest --context-length at the given --batch-size
     Context,
     /// The fewest ranks (GPUs of --gpu's kind) that fit --batch-size per rank at
-    /// --context-length, for --parallel's layout or for each of ddp, zero1 and fsdp
+    /// --context-length, for --parallel's layout or for each of ddp, zero1, zero2 and fsdp
     #[value(name = "world-size")]
     WorldSize,
 }

@@ -46,8 +46,8 @@ pub fn run(a: &FitArgs) -> Result<()> {
     let batch = a.batch_size.unwrap_or(r.preset.batch_size);
     let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
     let layouts: Vec<Layout> = match &a.parallel.parallel {
-        Some(name) => vec![Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected ddp, zero1, fsdp or hsdp)")))?],
-        None => vec![Layout::Ddp, Layout::Zero1, Layout::Fsdp],
+        Some(name) => vec![Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected ddp, zero1, zero2, fsdp or hsdp)")))?],
+        None => vec![Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp],
     };
     // Each layout's probe at `n` ranks: flags as `profile` takes them, checked once at 1 rank.
     let with_world = |layout: Layout, n: usize| {

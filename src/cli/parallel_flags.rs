@@ -8,8 +8,10 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 pub struct ParallelFlags {
     /// Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
-    /// ZeroRedundancyOptimizer), fsdp (FSDP2 fully_shard per decoder block + the root), hsdp
-    /// (FSDP2 sharded within --gpus-per-node, replicated across nodes). Needs --world-size
+    /// ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
+    /// optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2
+    /// fully_shard per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within
+    /// --gpus-per-node, replicated across nodes). Needs --world-size
     #[arg(long, value_name = "LAYOUT")]
     pub parallel: Option<String>,
     /// Ranks in the job (with --parallel)
@@ -76,7 +78,7 @@ impl ParallelFlags {
         let Some(name) = &self.parallel else {
             if self.given() {
                 let flag = if self.world_size.is_some() { "--world-size" } else { "--rank" };
-                return Err(usage(flag, "sets up a data-parallel job: give --parallel ddp|zero1|fsdp|hsdp too"));
+                return Err(usage(flag, "sets up a data-parallel job: give --parallel ddp|zero1|zero2|fsdp|hsdp too"));
             }
             return Ok(None);
         };
@@ -105,7 +107,8 @@ pub fn describe(c: &ParallelConfig) -> String {
         s += &format!(" (sharded over {} ranks per node, replicated over {} nodes)", c.gpus_per_node, c.world_size / c.gpus_per_node);
     }
     if c.shards_params() {
-        s += if c.reshard_after_forward { "; blocks reshard after forward" } else { "; blocks keep their parameters from forward to backward" };
+        let keep = !c.reshard_after_forward || c.layout == crate::parallel::Layout::Zero2;
+        s += if keep { "; blocks keep their parameters from forward to backward" } else { "; blocks reshard after forward" };
         let d = |x: Option<DType>| x.map_or("the parameters'".to_string(), |d| d.to_string());
         s += &format!("; param dtype {}, reduce dtype {}", d(c.param_dtype), d(c.reduce_dtype));
     }

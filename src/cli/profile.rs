@@ -289,6 +289,8 @@ pub struct Run {
     pub kind: ProfileType,
     /// The simulated rank (None: one device).
     pub rank: Option<usize>,
+    /// FSDP units (root first) and the bytes each holds while unsharded.
+    pub units: Vec<(String, u64)>,
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
@@ -416,6 +418,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let mut recording: Option<Recording> = None;
     let mut compute: Option<ComputeOut> = None;
     let mut step_seconds: Option<f64> = None;
+    let mut units: Vec<(String, u64)> = Vec::new();
     let bar = super::progress::steps(p.device, a.warmup_steps + a.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model = match &p.parallel {
@@ -431,7 +434,9 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
         let opt = Optimizer::new(p.optim.clone(), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt);
         if let Some(pc) = &p.parallel {
-            runner = runner.with_parallel(crate::parallel::apply(&model, pc, p.precision.param_dtype()));
+            let layout = crate::parallel::apply(&model, pc, p.precision.param_dtype());
+            units = layout.units();
+            runner = runner.with_parallel(layout);
         }
         let mut runner = runner.with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
@@ -521,7 +526,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     runtime::reset();
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);
-    Ok(Run { context: ctx, kind, rank, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
+    Ok(Run { context: ctx, kind, rank, units, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {
@@ -545,6 +550,10 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
     }
     if let Some(c) = &p.parallel {
         println!("{}", super::parallel_flags::describe(c));
+    }
+    if let Some((name, bytes)) = r.units.iter().max_by_key(|u| u.1) {
+        let all: u64 = r.units.iter().map(|u| u.1).sum();
+        println!("FSDP units: {} (root + blocks); the largest unsharded is {name}, {:.2} MiB allocated while gathered (all units: {:.2} MiB)", r.units.len(), mib(*bytes), mib(all));
     }
     if r.kind == ProfileType::Training {
         println!("optimizer: {}", p.optim.summary());
@@ -719,6 +728,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             "context_length": r.context,
             "profile_type": r.kind,
             "rank": r.rank,
+            "fsdp_units": r.units.iter().map(|(n, b)| json!({"unit": n, "unsharded_bytes": b})).collect::<Vec<_>>(),
             "snapshot": r.snapshot,
             "report": r.report_html,
             "oom": r.oom,

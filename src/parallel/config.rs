@@ -10,6 +10,10 @@ pub enum Layout {
     Ddp,
     /// DDP with `ZeroRedundancyOptimizer`: optimizer state for this rank's partition only.
     Zero1,
+    /// PyTorch's ZeRO-2: FSDP2 with `reshard_after_forward=False` (gradients and optimizer
+    /// state sharded; each block's parameters gathered once per step and kept from forward
+    /// to backward, sharded between steps).
+    Zero2,
     /// FSDP2 `fully_shard` per decoder block plus the root (ZeRO-3).
     Fsdp,
     /// FSDP2 on a 2-D mesh: sharded within `--gpus-per-node`, replicated across nodes.
@@ -17,7 +21,7 @@ pub enum Layout {
 }
 
 impl Layout {
-    pub const ALL: [Layout; 4] = [Layout::Ddp, Layout::Zero1, Layout::Fsdp, Layout::Hsdp];
+    pub const ALL: [Layout; 5] = [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp, Layout::Hsdp];
     pub fn parse(s: &str) -> Option<Layout> {
         Layout::ALL.into_iter().find(|l| l.name() == s.to_ascii_lowercase())
     }
@@ -25,6 +29,7 @@ impl Layout {
         match self {
             Layout::Ddp => "ddp",
             Layout::Zero1 => "zero1",
+            Layout::Zero2 => "zero2",
             Layout::Fsdp => "fsdp",
             Layout::Hsdp => "hsdp",
         }
@@ -83,7 +88,7 @@ impl ParallelConfig {
 
     /// Is this layout sharding parameters (FSDP2)?
     pub fn shards_params(&self) -> bool {
-        matches!(self.layout, Layout::Fsdp | Layout::Hsdp)
+        matches!(self.layout, Layout::Zero2 | Layout::Fsdp | Layout::Hsdp)
     }
 
     /// The first problem with these settings, naming the flag.
@@ -100,10 +105,10 @@ impl ParallelConfig {
             }
         }
         if !self.shards_params() && (self.param_dtype.is_some() || self.reduce_dtype.is_some()) {
-            return Err(("--fsdp-param-dtype", format!("is FSDP2's MixedPrecisionPolicy: needs --parallel fsdp or hsdp, not {}", self.layout.name())));
+            return Err(("--fsdp-param-dtype", format!("is FSDP2's MixedPrecisionPolicy: needs --parallel zero2, fsdp or hsdp, not {}", self.layout.name())));
         }
-        if !self.shards_params() && !self.reshard_after_forward {
-            return Err(("--no-reshard-after-forward", format!("is FSDP2's: needs --parallel fsdp or hsdp, not {}", self.layout.name())));
+        if !matches!(self.layout, Layout::Fsdp | Layout::Hsdp) && !self.reshard_after_forward {
+            return Err(("--no-reshard-after-forward", format!("is FSDP2's option: needs --parallel fsdp or hsdp (zero2 is fsdp with it), not {}", self.layout.name())));
         }
         Ok(())
     }

@@ -26,7 +26,6 @@ use std::rc::{Rc, Weak};
 
 /// One parameter of a unit: the tensor the module computes with, and this rank's shard.
 struct FsdpParam {
-    name: String,
     /// The module's parameter (`_unsharded_param`): autograd saves it; its storage holds the
     /// padded full size (world × padded shard) while unsharded and nothing while sharded.
     unsharded: Tensor,
@@ -80,7 +79,6 @@ pub struct Fsdp {
     /// The parameters' own dtype (shards, optimizer, sharded gradients).
     orig: DType,
     world: usize,
-    rank: usize,
     /// The compute dtype of unsharded parameters (param_dtype, or the parameters' own).
     param_dtype: Option<DType>,
     reduce_dtype: Option<DType>,
@@ -110,7 +108,7 @@ impl Fsdp {
             }
         }
         let mut units: Vec<Unit> = (0..=model.layers.len())
-            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward, post_forward_indices: Vec::new() })
+            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward && cfg.layout != super::Layout::Zero2, post_forward_indices: Vec::new() })
             .collect();
         let mut sharded = Vec::with_capacity(model.parameters().len());
         for (p, &u) in model.parameters().iter().zip(&owner) {
@@ -131,12 +129,11 @@ impl Fsdp {
             }
             let local_view = padded.narrow(0, 0, local * rest).view(&local_shape).requires_grad_(true);
             sharded.push(Param { name: p.name.clone(), tensor: local_view.clone() });
-            units[u].params.push(FsdpParam { name: p.name.clone(), unsharded: p.tensor.clone(), sharded: local_view, padded_numel });
+            units[u].params.push(FsdpParam { unsharded: p.tensor.clone(), sharded: local_view, padded_numel });
         }
         let f = Rc::new(Fsdp {
             orig: orig_dtype,
             world,
-            rank,
             param_dtype: cfg.param_dtype.filter(|&d| d != orig_dtype),
             reduce_dtype: cfg.reduce_dtype,
             units: RefCell::new(units),
@@ -405,6 +402,10 @@ impl RankLayout for Fsdp {
         self.sharded.clone()
     }
 
+    fn units(&self) -> Vec<(String, u64)> {
+        self.unit_bytes()
+    }
+
     fn zero_grad(&self) {
         for p in &self.sharded {
             p.tensor.clear_grad();
@@ -441,13 +442,8 @@ impl RankLayout for Fsdp {
 }
 
 impl Fsdp {
-    /// Padded shard bytes of every parameter (this rank's sharded parameters at rest).
-    pub fn sharded_bytes(&self) -> u64 {
-        self.units.borrow().iter().flat_map(|u| u.params.iter()).map(|p| (p.padded_numel * self.orig_dtype().size()) as u64).sum()
-    }
-
     /// The unit names, root first, with their padded unsharded bytes in the compute dtype.
-    pub fn unit_bytes(&self) -> Vec<(String, u64)> {
+    fn unit_bytes(&self) -> Vec<(String, u64)> {
         let units = self.units.borrow();
         units
             .iter()
@@ -458,14 +454,5 @@ impl Fsdp {
                 (name, bytes)
             })
             .collect()
-    }
-
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    #[cfg(test)]
-    fn param_names(&self, u: usize) -> Vec<String> {
-        self.units.borrow()[u].params.iter().map(|p| p.name.clone()).collect()
     }
 }

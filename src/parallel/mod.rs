@@ -27,8 +27,11 @@ pub trait RankLayout {
     /// The callback autograd runs when `loss.backward()` finishes (FSDP's final
     /// reduce-scatters, DDP's bucket copy-back).
     fn after_backward(&self);
-    /// Before the optimizer step (ZeRO-1 has nothing here; kept for symmetry with after_step).
-    fn after_step(&self) {}
+    /// FSDP units (root first) with the bytes each holds unsharded; empty for layouts that
+    /// replicate parameters.
+    fn units(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
 }
 
 /// Set `model` up as one rank of `cfg`: shard or replicate its parameters and install the
@@ -42,7 +45,7 @@ pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DTy
         b.storage().resize_back("to_empty");
     }
     match cfg.layout {
-        Layout::Fsdp | Layout::Hsdp => {
+        Layout::Zero2 | Layout::Fsdp | Layout::Hsdp => {
             let f = fsdp::Fsdp::shard(model, cfg, orig_dtype);
             *model.hooks.borrow_mut() = Some(f.clone());
             f

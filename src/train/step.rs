@@ -197,9 +197,6 @@ impl<'m> StepRunner<'m> {
             }
         });
         drop(stepped);
-        if let Some(p) = &parallel {
-            p.after_step();
-        }
         if hf {
             self.loss = None;
         }
