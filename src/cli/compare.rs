@@ -35,7 +35,36 @@ fn baseline(a: &ProfileArgs) -> ProfileArgs {
     b
 }
 
+/// `--compare --world-size N`: one device, then each layout (--parallel's comma list, or
+/// ddp, zero1, zero2 and fsdp) at N ranks, every other flag as given.
+fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Variant>> {
+    let mut one = a.clone();
+    one.compare = false;
+    one.output = None;
+    one.parallel = Default::default();
+    let names: Vec<String> = match &a.parallel.parallel {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => ["ddp", "zero1", "zero2", "fsdp"].map(String::from).to_vec(),
+    };
+    let mut out = vec![Variant { name: "one device".into(), args: one }];
+    for n in names {
+        let mut v = a.clone();
+        v.compare = false;
+        v.output = None;
+        v.parallel.parallel = Some(n.clone());
+        v.parallel.world_size = Some(world);
+        out.push(Variant { name: format!("{n} ×{world}"), args: v });
+    }
+    Ok(out)
+}
+
 fn variants(a: &ProfileArgs) -> Result<Vec<Variant>> {
+    if let Some(w) = a.parallel.world_size {
+        return layout_variants(a, w);
+    }
+    if a.parallel.given() {
+        return Err(usage("--parallel", "with --compare, give --world-size N to put layouts side by side"));
+    }
     let base = baseline(a);
     let precision = a.precision.resolve()?;
     let flash = a.model.attention.as_deref().is_some_and(|s| Attention::parse(s) == Some(Attention::Flash));
@@ -108,6 +137,9 @@ fn slug(name: &str) -> String {
 }
 
 const CATS: [Category; 6] = [Category::Parameter, Category::Gradient, Category::OptimizerState, Category::Activation, Category::AutocastCache, Category::Temporary];
+/// Comparing layouts adds their collective buffers.
+const LAYOUT_CATS: [Category; 7] =
+    [Category::Parameter, Category::Gradient, Category::OptimizerState, Category::Activation, Category::AutocastCache, Category::Temporary, Category::Communication];
 
 pub fn run(a: &ProfileArgs) -> Result<()> {
     if a.output.is_some() {
@@ -117,6 +149,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
         return Err(usage("--compare", "does not combine with --flops (profile one variant with --flops instead)"));
     }
     let vs = variants(a)?;
+    let cat_list: &[Category] = if a.parallel.world_size.is_some() { &LAYOUT_CATS } else { &CATS };
     // Every variant is planned (validated) before the first run.
     let mut plans = vs.iter().map(|v| profile::plan(&v.args)).collect::<Result<Vec<_>>>()?;
     // One variant too large for host memory moves them all to meta, so the table compares
@@ -124,6 +157,12 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     let notes = plans.iter().map(|p| profile::meta_if_host_too_small(p, &a.profile_type)).collect::<Result<Vec<_>>>()?;
     if let Some(n) = notes.into_iter().flatten().next() {
         println!("{n} (all --compare variants)");
+        for p in &mut plans {
+            p.device = crate::engine::Device::Meta;
+        }
+    }
+    // A layout runs on meta: then every variant does, to compare like with like.
+    if plans.iter().any(|p| p.device == crate::engine::Device::Meta) {
         for p in &mut plans {
             p.device = crate::engine::Device::Meta;
         }
@@ -163,17 +202,17 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
             if kind == ProfileType::Training {
                 let _ = writeln!(md, "Every variant's optimizer: {}\n", p0.optim.summary());
             }
-            let cats: Vec<&str> = CATS.iter().map(|c| c.name()).collect();
+            let cats: Vec<&str> = cat_list.iter().map(|c| c.name()).collect();
             let _ = writeln!(
                 md,
                 "| variant | peak allocated ({unit}) | vs baseline | peak reserved ({unit}) | vs baseline | {} |{}",
                 cats.join(" | "),
                 if cpu { " step time (ms) | vs baseline |" } else { "" }
             );
-            let _ = writeln!(md, "|---|---:|---:|---:|---:|{}{}", "---:|".repeat(CATS.len()), if cpu { "---:|---:|" } else { "" });
+            let _ = writeln!(md, "|---|---:|---:|---:|---:|{}{}", "---:|".repeat(cat_list.len()), if cpu { "---:|---:|" } else { "" });
             for (v, r) in vs.iter().zip(&runs) {
                 let (pa, pr) = (r.stats.allocated_bytes.peak, r.stats.reserved_bytes.peak);
-                let cells: Vec<String> = CATS.iter().map(|&c| format!("{:.3}", u(r.report.category_bytes(c)))).collect();
+                let cells: Vec<String> = cat_list.iter().map(|&c| format!("{:.3}", u(r.report.category_bytes(c)))).collect();
                 let peak = if r.oom.is_some() { "OOM".to_string() } else { format!("{:.3}", u(pa)) };
                 let time = match (cpu, r.step_seconds, base.step_seconds) {
                     (false, ..) => String::new(),
@@ -197,7 +236,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
                     "peak_allocated_bytes": pa,
                     "peak_reserved_bytes": pr,
                     "peak_allocated_vs_baseline": pa as f64 / base.stats.allocated_bytes.peak.max(1) as f64,
-                    "live_at_peak_bytes": CATS.iter().map(|&c| (c.name(), r.report.category_bytes(c))).collect::<std::collections::BTreeMap<_, _>>(),
+                    "live_at_peak_bytes": cat_list.iter().map(|&c| (c.name(), r.report.category_bytes(c))).collect::<std::collections::BTreeMap<_, _>>(),
                     "step_seconds": if cpu { r.step_seconds } else { None },
                     "snapshot": r.snapshot,
                 }));

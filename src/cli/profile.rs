@@ -264,6 +264,14 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     }
     let optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     let parallel = a.parallel.resolve()?;
+    let mut note = r.note.clone();
+    let device = if parallel.is_some() && device == Device::Cpu {
+        let n = "--parallel simulates one rank on meta (shapes only; a sharded rank's cpu numerics are not modelled)";
+        note = Some(note.map_or(n.to_string(), |o| format!("{o}; {n}")));
+        Device::Meta
+    } else {
+        device
+    };
     Ok(Plan {
         model: cfg,
         model_name: r.preset.name.to_string(),
@@ -277,7 +285,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         fraction: a.memory_fraction,
         precision,
         optim,
-        note: r.note.clone(),
+        note,
         write_files: true,
         parallel,
     })
@@ -659,10 +667,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         println!("{n}");
         p.device = Device::Meta;
     }
-    if p.parallel.is_some() && p.device == Device::Cpu {
-        println!("note: --parallel simulates one rank on meta (shapes only; a sharded rank's cpu numerics are not modelled)");
-        p.device = Device::Meta;
-    }
+
     set_threads(a.threads)?;
     // Output paths are checked before any step runs; the files appear together at the end.
     if let Some(o) = &a.output {
