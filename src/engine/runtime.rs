@@ -5,6 +5,7 @@
 //! profiler's record-function stack); tensors are single-threaded handles, so one context
 //! per thread is the faithful model. Kernels may use rayon internally but never create or
 //! drop storages off the main thread.
+use crate::record::allocator::StreamId;
 use crate::record::compute::ComputeLog;
 use crate::record::{Category, MemoryLog, MemoryStats, Phase};
 use std::cell::RefCell;
@@ -23,6 +24,9 @@ pub struct Runtime {
     pub compute: Option<ComputeLog>,
     /// The autocast region's type and weight-cast cache.
     pub autocast: super::autocast::State,
+    /// The current CUDA stream (`torch.cuda.current_stream()`): new storages are allocated
+    /// on it.
+    stream: StreamId,
 }
 
 impl Default for Runtime {
@@ -38,6 +42,7 @@ impl Default for Runtime {
             log: MemoryLog::default(),
             compute: None,
             autocast: Default::default(),
+            stream: StreamId::DEFAULT,
         }
     }
 }
@@ -78,7 +83,7 @@ pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
         let id = rt.next_storage_id;
         rt.next_storage_id += 1;
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        let r = rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc).map(|()| id);
+        let r = rt.log.on_alloc_on(rt.stream, id, bytes, &scope, op, phase, cat, loc).map(|()| id);
         if let (Ok(_), Some(c)) = (&r, rt.compute.as_mut()) {
             if let Some((addr, block)) = rt.log.block_of(id) {
                 c.memory_point(addr, block as i64, rt.log.allocated_now(), rt.log.reserved_now());
@@ -169,6 +174,35 @@ impl Drop for Guard {
             f()
         }
     }
+}
+
+/// Make `stream` the current stream until the guard drops (`with torch.cuda.stream(s):`):
+/// storages allocated meanwhile are allocated on it, and their blocks are cached for it.
+pub fn on_stream(stream: StreamId) -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.stream, stream));
+    Guard(Some(Box::new(move || with(|rt| rt.stream = prev))))
+}
+
+/// The current stream (`torch.cuda.current_stream()`).
+pub fn current_stream() -> StreamId {
+    with(|rt| rt.stream)
+}
+
+/// `tensor.record_stream(stream)` for the live storage `storage_id`: when freed, its block
+/// waits (pending free) until `stream` is synchronised.
+pub fn record_stream(storage_id: u64, stream: StreamId) {
+    with(|rt| rt.log.record_stream(storage_id, stream));
+}
+
+/// `stream` has caught up with the host (`stream.synchronize()`, or the program's
+/// `wait_stream` on it): pending frees waiting for it complete at the next allocation.
+pub fn synchronize_stream(stream: StreamId) {
+    with(|rt| rt.log.synchronize_stream(stream));
+}
+
+/// `torch.cuda.synchronize()`: every stream has caught up.
+pub fn synchronize() {
+    with(|rt| rt.log.synchronize());
 }
 
 /// Disable autograd recording until the guard drops (`torch.no_grad()`).

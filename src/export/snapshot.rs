@@ -3,13 +3,16 @@
 //! allocator actions with frames, and `allocator_settings`. The trace replays backwards to
 //! the segments exactly.
 //!
+//! Streams are numbered as memory_viz renumbers them (formats.md §2.3): 0 stays 0, the others
+//! 1, 2, … in order of first appearance, trace entries first, then segments.
+//!
 //! Categories are not on the trace entries: memory_viz colours by a `category` key there,
 //! but appending its `"unknown"` legend entry goes through a misspelt field
 //! (`snapshot.categores`, formats.md §2.3), so the page crashes on load unless some entry
 //! is already `"unknown"`. They travel instead in the top-level [`CATEGORIES_KEY`], which
 //! memory_viz never reads and vramscope's `analyze` and `view` do.
 use super::pickle::Value;
-use crate::record::allocator::{Action, CachingAllocator, Pool, Trace};
+use crate::record::allocator::{Action, CachingAllocator, Pool, StreamId, Trace};
 use crate::record::{EventKind, MemEvent};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -86,12 +89,15 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
     let st = Strings::default();
     let s = |v: &str| st.s(v);
     let dict = |items: Vec<(&str, Value)>| st.dict(items);
-    // Context of the live block at each address: the last alloc there.
+    // Context of the live block at each address: the last alloc there. A block pending free
+    // keeps the context of its last allocation, as PyTorch's does until `free_completed`.
     let mut owner: HashMap<u64, &MemEvent> = before.iter().map(|e| (e.addr, e)).collect();
+    let mut last_alloc = owner.clone();
     for e in events {
         match e.kind {
             EventKind::Alloc => {
                 owner.insert(e.addr, e);
+                last_alloc.insert(e.addr, e);
             }
             EventKind::Free => {
                 owner.remove(&e.addr);
@@ -100,18 +106,34 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             EventKind::Oom => {}
         }
     }
+    let mut stream_numbers: HashMap<StreamId, i64> = HashMap::from([(StreamId::DEFAULT, 0)]);
+    let mut stream_no = |s: StreamId| {
+        let next = stream_numbers.len() as i64;
+        *stream_numbers.entry(s).or_insert(next)
+    };
+    let trace_streams: Vec<i64> = actions.iter().map(|(t, _)| stream_no(t.stream)).collect();
     let mut segments = Vec::new();
     let mut segment_cats = Vec::new();
     for seg in allocator.snapshot_segments() {
         let mut blocks = Vec::new();
         let mut block_cats = Vec::new();
-        let (mut alloc_sz, mut req_sz) = (0usize, 0usize);
+        let (mut alloc_sz, mut active_sz, mut req_sz) = (0usize, 0usize, 0usize);
         for b in &seg.blocks {
-            let owner_event = if b.allocated { owner.get(&b.addr).copied() } else { None };
-            let (state, fr) = if b.allocated {
+            let owner_event = if b.allocated {
+                owner.get(&b.addr).copied()
+            } else if b.is_pending_free() {
+                last_alloc.get(&b.addr).copied()
+            } else {
+                None
+            };
+            if b.allocated {
                 alloc_sz += b.size;
+            }
+            let (state, fr) = if b.allocated || b.is_pending_free() {
+                active_sz += b.size;
                 req_sz += b.requested;
-                ("active_allocated", owner_event.map_or(list(vec![]), |e| frames.of(e, &st)))
+                let state = if b.allocated { "active_allocated" } else { "active_pending_free" };
+                (state, owner_event.map_or(list(vec![]), |e| frames.of(e, &st)))
             } else {
                 ("inactive", list(vec![]))
             };
@@ -132,9 +154,9 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             ("address", int(seg.addr)),
             ("total_size", int(seg.size)),
             ("allocated_size", int(alloc_sz)),
-            ("active_size", int(alloc_sz)),
+            ("active_size", int(active_sz)),
             ("requested_size", int(req_sz)),
-            ("stream", int(0)),
+            ("stream", int(stream_no(seg.stream))),
             ("segment_type", s(if seg.pool == Pool::Small { "small" } else { "large" })),
             ("segment_pool_id", Value::Tuple(Rc::new(vec![int(0), int(0)]))),
             ("is_expandable", Value::Bool(seg.expandable)),
@@ -146,7 +168,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
     let empty = s("");
     let mut trace = Vec::with_capacity(actions.len());
     let mut trace_cats = Vec::with_capacity(actions.len());
-    for (t, cause) in actions {
+    for ((t, cause), stream) in actions.iter().zip(trace_streams) {
         let ev = cause.map(|i| &events[i]);
         let time = ev.map_or(0, |e| e.time_us);
         let mut items = vec![("action", s(t.action.name()))];
@@ -157,7 +179,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         }
         items.extend([
             ("size", int(t.size)),
-            ("stream", int(0)),
+            ("stream", int(stream)),
             ("time_us", int(time)),
             ("compile_context", na.clone()),
             ("user_metadata", empty.clone()),
