@@ -297,3 +297,34 @@ pub fn take_op_times() -> Vec<(&'static str, u64, f64)> {
     v.sort_by(|a, b| b.2.total_cmp(&a.2));
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{DType, Device, Tensor};
+    use crate::record::allocator::{AllocatorConfig, CachingAllocator};
+
+    /// Storages allocated inside `on_stream` are allocated on that stream (`torch.cuda.stream`
+    /// context); the previous stream is current again when the guard drops.
+    #[test]
+    fn on_stream_sets_the_stream_of_new_storages_until_the_guard_drops() {
+        reset();
+        with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), 1 << 30)));
+        let side = StreamId(3);
+        let a = Tensor::zeros(&[1 << 18], DType::F32, Device::Meta);
+        let b = {
+            let _g = on_stream(side);
+            assert_eq!(current_stream(), side);
+            Tensor::zeros(&[1 << 18], DType::F32, Device::Meta)
+        };
+        assert_eq!(current_stream(), StreamId::DEFAULT);
+        let c = Tensor::zeros(&[1 << 18], DType::F32, Device::Meta);
+        let of = |t: &Tensor| with(|rt| rt.log.stream_of(t.storage().id));
+        assert_eq!((of(&a), of(&b), of(&c)), (Some(StreamId::DEFAULT), Some(side), Some(StreamId::DEFAULT)));
+        // One segment per stream: stream 0's 1 MiB blocks share a segment, stream 3's has its own.
+        let streams: Vec<StreamId> = with(|rt| rt.log.allocator.as_ref().unwrap().segments().map(|s| s.stream).collect());
+        assert_eq!(streams, vec![StreamId::DEFAULT, side]);
+        drop((a, b, c));
+        reset();
+    }
+}

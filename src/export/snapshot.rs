@@ -214,3 +214,33 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         (CATEGORIES_KEY, dict(vec![("device_traces", list(vec![list(trace_cats)])), ("segments", list(segment_cats))])),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::allocator::AllocatorConfig;
+
+    /// Streams are numbered in first-seen order, trace first (0 stays 0), as memory_viz
+    /// renumbers them; a pending block is `active_pending_free`, counted in `active_size`
+    /// and `requested_size` but not in `allocated_size`.
+    #[test]
+    fn streams_are_renumbered_and_pending_blocks_are_active() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default(), 1 << 30);
+        let x = a.malloc_block_on(4 << 20, StreamId(7)).unwrap().0;
+        a.malloc_block_on(1000, StreamId::DEFAULT).unwrap();
+        a.malloc_block_on(4 << 20, StreamId(3)).unwrap();
+        a.record_stream(x, StreamId::DEFAULT);
+        a.free(x);
+        let actions: Vec<(Trace, Option<usize>)> = a.take_trace().into_iter().map(|t| (t, None)).collect();
+        let snap = build(&a, &[], &[], &actions);
+        let int_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_int).unwrap();
+        let trace = snap.get("device_traces").and_then(|d| d.as_list()?.first()?.as_list()).unwrap();
+        let streams: Vec<i64> = trace.iter().map(|t| int_of(t, "stream")).collect();
+        assert_eq!(streams, vec![1, 1, 0, 0, 2, 2, 1]);
+        let segs = snap.get("segments").and_then(Value::as_list).unwrap();
+        let seg = segs.iter().find(|s| int_of(s, "stream") == 1).unwrap();
+        assert_eq!((int_of(seg, "allocated_size"), int_of(seg, "active_size"), int_of(seg, "requested_size")), (0, 4 << 20, 4 << 20));
+        let block = &seg.get("blocks").and_then(Value::as_list).unwrap()[0];
+        assert_eq!(block.get("state").and_then(Value::as_str), Some("active_pending_free"));
+    }
+}

@@ -410,4 +410,33 @@ mod tests {
         // Events are whole: 3 allocs, 1 free, the refused request.
         assert_eq!(ring.events.len(), 5);
     }
+
+    /// A storage used on another stream: its `free_completed` comes at a later malloc but is
+    /// attributed to its own free event, and every entry carries the storage's stream.
+    #[test]
+    fn a_pending_free_completes_later_attributed_to_its_free() {
+        let mut l = log(None);
+        let s: Rc<str> = Rc::from("m");
+        let loc = std::panic::Location::caller();
+        let side = StreamId(1);
+        l.on_alloc_on(side, 0, 1 << 20, &s, "all_gather", Phase::Forward, Category::Parameter, loc).unwrap();
+        assert_eq!(l.stream_of(0), Some(side));
+        l.record_stream(0, StreamId::DEFAULT);
+        l.on_free(0, &s, "free", Phase::Forward);
+        l.synchronize_stream(StreamId::DEFAULT);
+        l.on_alloc(1, 1 << 20, &s, "empty", Phase::Forward, Category::Activation, loc).unwrap();
+        let rec = l.finish_recording();
+        let entries: Vec<(Action, StreamId, Option<usize>)> = rec.actions.iter().map(|(t, c)| (t.action, t.stream, *c)).collect();
+        assert_eq!(
+            entries,
+            vec![
+                (Action::SegmentAlloc, side, Some(0)),
+                (Action::Alloc, side, Some(0)),
+                (Action::FreeRequested, side, Some(1)),
+                (Action::FreeCompleted, side, Some(1)),
+                (Action::SegmentAlloc, StreamId::DEFAULT, Some(2)),
+                (Action::Alloc, StreamId::DEFAULT, Some(2)),
+            ]
+        );
+    }
 }
