@@ -135,7 +135,6 @@ fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
 
 /// Profiles with `args`, loads the snapshot into memory_viz and checks every view.
 fn check(case: &str, args: &[&str], expandable: bool) {
-    let harness = harness();
     let Some(chrome) = tools() else { return };
     let t0 = Instant::now();
     let dir = out_dir(case);
@@ -151,8 +150,26 @@ fn check(case: &str, args: &[&str], expandable: bool) {
     let peak_reserved = r["peak_reserved_bytes"].as_u64().unwrap();
     let reserved_end = u64_at(r, &["allocator_stats", "reserved_bytes", "current"]).expect("reserved bytes in summary.json");
     let profiled = t0.elapsed();
+    let expect = Expect { peak_requested, peak_reserved, reserved_end, summary: Some(prof.join("summary.json")) };
+    check_viewer(case, &chrome, &dir, &snapshot, &expect, expandable, profiled, t0);
+}
+
+/// vramscope's own figures for a snapshot, which the viewer must reproduce.
+struct Expect {
+    peak_requested: u64,
+    peak_reserved: u64,
+    reserved_end: u64,
+    /// The summary.json the harness reads vramscope's peak from, if any.
+    summary: Option<PathBuf>,
+}
+
+/// Loads `snapshot` into memory_viz and checks every view against `expect`.
+#[allow(clippy::too_many_arguments)]
+fn check_viewer(case: &str, chrome: &Path, dir: &Path, snapshot: &Path, expect: &Expect, expandable: bool, profiled: Duration, t0: Instant) {
+    let harness = harness();
+    let (peak_requested, peak_reserved, reserved_end) = (expect.peak_requested, expect.peak_reserved, expect.reserved_end);
     // What the trace holds: the segment actions this case is meant to show.
-    let snap = pickle::read(&std::fs::read(&snapshot).unwrap(), &pickle::Limits::default()).unwrap();
+    let snap = pickle::read(&std::fs::read(snapshot).unwrap(), &pickle::Limits::default()).unwrap();
     let trace = snap.get("device_traces").and_then(|d| d.as_list()?.first()?.as_list()).expect("a device trace");
     let count = |a: &str| trace.iter().filter(|e| e.get("action").and_then(pickle::Value::as_str) == Some(a)).count();
     let segment_allocs = count("segment_alloc");
@@ -164,7 +181,11 @@ fn check(case: &str, args: &[&str], expandable: bool) {
 
     let viewer = dir.join("viewer");
     let mut cmd = Command::new("bash");
-    cmd.arg(&harness).arg(&snapshot).arg(&viewer).arg(prof.join("summary.json")).env("CHROME", &chrome);
+    cmd.arg(&harness).arg(snapshot).arg(&viewer);
+    if let Some(summary) = &expect.summary {
+        cmd.arg(summary);
+    }
+    cmd.env("CHROME", chrome);
     let (ok, text) = run(cmd, Duration::from_secs(900));
     assert!(ok, "the memory_viz harness failed on {}:\n{text}", snapshot.display());
     let res: Value = serde_json::from_slice(&std::fs::read(viewer.join("results.json")).unwrap()).unwrap();
@@ -312,4 +333,81 @@ fn expandable_segments_run() {
     // 158 MiB: just above what the walkthrough step needs once cached segments are given
     // back, so the allocator must unmap (a retry) and then succeed; 157 MiB runs out.
     check("cpu_walkthrough_expandable", &["--allocator-conf", "expandable_segments:True", "--memory-limit", "158MiB"], true);
+}
+
+/// FSDP-like use of two side streams through the runtime: an all-gather buffer allocated on
+/// stream 1 and used on the default stream (`record_stream`) is still pending free when the
+/// snapshot is taken; a reduce-scatter buffer on stream 2 went through pending free to
+/// `free_completed` after its stream was synchronised. The snapshot has segments on three
+/// streams and an `active_pending_free` block, and must render like the others.
+#[test]
+fn two_side_streams_with_a_pending_free() {
+    use vramscope::engine::{runtime, DType, Device, Tensor};
+    use vramscope::export::snapshot;
+    use vramscope::record::allocator::{AllocatorConfig, CachingAllocator, StreamId};
+    let Some(chrome) = tools() else { return };
+    let t0 = Instant::now();
+    let (ag_stream, rs_stream) = (StreamId(1), StreamId(2));
+    runtime::reset();
+    runtime::with(|rt| {
+        rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), 1 << 30));
+        rt.log.start_recording();
+    });
+    let mib = |n: usize| Tensor::zeros(&[n << 18], DType::F32, Device::Meta);
+    let shard = mib(4);
+    let gathered = {
+        let _s = runtime::on_stream(ag_stream);
+        mib(8)
+    };
+    assert_eq!(runtime::with(|rt| rt.log.stream_of(gathered.storage().id)), Some(ag_stream));
+    runtime::record_stream(gathered.storage().id, StreamId::DEFAULT);
+    let act = mib(2);
+    let grad = mib(8);
+    let reduced = {
+        let _s = runtime::on_stream(rs_stream);
+        mib(2)
+    };
+    runtime::record_stream(reduced.storage().id, StreamId::DEFAULT);
+    drop(grad);
+    drop(reduced); // pending until the default stream catches up
+    let tmp = mib(2); // the event is not complete: this malloc leaves it pending
+    runtime::synchronize_stream(StreamId::DEFAULT);
+    let act2 = mib(3); // this malloc completes the reduce-scatter buffer's free
+    let next = {
+        let _s = runtime::on_stream(ag_stream);
+        let n = mib(8); // stream 1's next all-gather: the pending buffer is not reused
+        runtime::record_stream(n.storage().id, StreamId::DEFAULT);
+        n
+    };
+    drop(gathered); // pending: the default stream has not caught up since
+    let rec = runtime::with(|rt| rt.log.finish_recording());
+    let alloc = rec.allocator.expect("an allocator model");
+    let st = alloc.stats;
+    assert!(st.active_bytes.current > st.allocated_bytes.current, "the all-gather buffer is pending free");
+    let snap = snapshot::build(&alloc, &[], &rec.events, &rec.actions);
+    drop((shard, act, act2, next, tmp));
+    runtime::reset();
+
+    let streams = |v: &pickle::Value| v.get("stream").and_then(pickle::Value::as_int).unwrap();
+    let segs = snap.get("segments").and_then(pickle::Value::as_list).unwrap();
+    let mut seg_streams: Vec<i64> = segs.iter().map(streams).collect();
+    seg_streams.sort();
+    seg_streams.dedup();
+    assert_eq!(seg_streams, vec![0, 1, 2], "segments on the default and both side streams");
+    let states: Vec<&str> = segs.iter().flat_map(|s| s.get("blocks").and_then(pickle::Value::as_list).unwrap()).filter_map(|b| b.get("state")?.as_str()).collect();
+    assert_eq!(states.iter().filter(|s| **s == "active_pending_free").count(), 1, "{states:?}");
+    let trace = snap.get("device_traces").and_then(|d| d.as_list()?.first()?.as_list()).unwrap();
+    let trace_streams: std::collections::BTreeSet<i64> = trace.iter().map(streams).collect();
+    assert_eq!(trace_streams.into_iter().collect::<Vec<_>>(), vec![0, 1, 2]);
+    // The reduce-scatter buffer's free completes later than it was requested, so the
+    // viewer shows the two entries (it folds an adjacent pair into one `free`).
+    let action = |i: usize| trace[i].get("action").and_then(pickle::Value::as_str).unwrap();
+    let completed_late = (1..trace.len()).filter(|&i| action(i) == "free_completed" && action(i - 1) != "free_requested").count();
+    assert_eq!(completed_late, 1, "one free completed after other entries");
+
+    let dir = out_dir("two_side_streams_pending_free");
+    let path = dir.join("snapshot.pickle");
+    std::fs::write(&path, pickle::write(&snap)).unwrap();
+    let expect = Expect { peak_requested: st.requested_bytes.peak as u64, peak_reserved: st.reserved_bytes.peak as u64, reserved_end: st.reserved_bytes.current as u64, summary: None };
+    check_viewer("two_side_streams_pending_free", &chrome, &dir, &path, &expect, false, t0.elapsed(), t0);
 }

@@ -5,6 +5,7 @@
 //! profiler's record-function stack); tensors are single-threaded handles, so one context
 //! per thread is the faithful model. Kernels may use rayon internally but never create or
 //! drop storages off the main thread.
+use crate::record::allocator::StreamId;
 use crate::record::compute::ComputeLog;
 use crate::record::{Category, MemoryLog, MemoryStats, Phase};
 use std::cell::RefCell;
@@ -25,6 +26,9 @@ pub struct Runtime {
     pub autocast: super::autocast::State,
     /// Storages created now hold no bytes (a model built on `meta` before sharding).
     deferring: bool,
+    /// The current CUDA stream (`torch.cuda.current_stream()`): new storages are allocated
+    /// on it.
+    stream: StreamId,
 }
 
 impl Default for Runtime {
@@ -41,6 +45,7 @@ impl Default for Runtime {
             compute: None,
             autocast: Default::default(),
             deferring: false,
+            stream: StreamId::DEFAULT,
         }
     }
 }
@@ -76,24 +81,9 @@ pub struct OomPanic(pub crate::record::allocator::OutOfMemory);
 
 #[track_caller]
 pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
-    let loc = std::panic::Location::caller();
-    let r = with(|rt| {
-        let id = rt.next_storage_id;
-        rt.next_storage_id += 1;
-        let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        let r = rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc).map(|()| id);
-        if let (Ok(_), Some(c)) = (&r, rt.compute.as_mut()) {
-            if let Some((addr, block)) = rt.log.block_of(id) {
-                c.memory_point(addr, block as i64, rt.log.allocated_now(), rt.log.reserved_now());
-            }
-        }
-        r
-    });
-    match r {
-        Ok(id) => id,
-        // Raised outside the runtime borrow so unwinding can free storages.
-        Err(e) => std::panic::panic_any(OomPanic(e)),
-    }
+    let id = new_storage_id();
+    realloc_storage(id, bytes, op);
+    id
 }
 
 /// A storage id for a storage that allocates nothing yet.
@@ -104,14 +94,15 @@ pub(crate) fn new_storage_id() -> u64 {
     })
 }
 
-/// Allocate `bytes` again for storage `id` (after `resize_(0)`); an OOM panics as
-/// [`alloc_storage`]'s does.
+/// Allocate `bytes` for storage `id` on the current stream (a new storage, or one given
+/// back by `resize_(0)`). An OOM panics with [`OomPanic`], outside the runtime borrow so
+/// unwinding can free storages.
 #[track_caller]
 pub(crate) fn realloc_storage(id: u64, bytes: usize, op: &'static str) {
     let loc = std::panic::Location::caller();
     let r = with(|rt| {
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        let r = rt.log.on_alloc(id, bytes, &scope, op, phase, cat, loc);
+        let r = rt.log.on_alloc_on(rt.stream, id, bytes, &scope, op, phase, cat, loc);
         if let (Ok(_), Some(c)) = (&r, rt.compute.as_mut()) {
             if let Some((addr, block)) = rt.log.block_of(id) {
                 c.memory_point(addr, block as i64, rt.log.allocated_now(), rt.log.reserved_now());
@@ -213,6 +204,35 @@ impl Drop for Guard {
     }
 }
 
+/// Make `stream` the current stream until the guard drops (`with torch.cuda.stream(s):`):
+/// storages allocated meanwhile are allocated on it, and their blocks are cached for it.
+pub fn on_stream(stream: StreamId) -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.stream, stream));
+    Guard(Some(Box::new(move || with(|rt| rt.stream = prev))))
+}
+
+/// The current stream (`torch.cuda.current_stream()`).
+pub fn current_stream() -> StreamId {
+    with(|rt| rt.stream)
+}
+
+/// `tensor.record_stream(stream)` for the live storage `storage_id`: when freed, its block
+/// waits (pending free) until `stream` is synchronised.
+pub fn record_stream(storage_id: u64, stream: StreamId) {
+    with(|rt| rt.log.record_stream(storage_id, stream));
+}
+
+/// `stream` has caught up with the host (`stream.synchronize()`, or the program's
+/// `wait_stream` on it): pending frees waiting for it complete at the next allocation.
+pub fn synchronize_stream(stream: StreamId) {
+    with(|rt| rt.log.synchronize_stream(stream));
+}
+
+/// `torch.cuda.synchronize()`: every stream has caught up.
+pub fn synchronize() {
+    with(|rt| rt.log.synchronize());
+}
+
 /// Disable autograd recording until the guard drops (`torch.no_grad()`).
 pub fn no_grad() -> Guard {
     set_grad_enabled(false)
@@ -304,4 +324,35 @@ pub fn take_op_times() -> Vec<(&'static str, u64, f64)> {
     let mut v: Vec<_> = m.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
     v.sort_by(|a, b| b.2.total_cmp(&a.2));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{DType, Device, Tensor};
+    use crate::record::allocator::{AllocatorConfig, CachingAllocator};
+
+    /// Storages allocated inside `on_stream` are allocated on that stream (`torch.cuda.stream`
+    /// context); the previous stream is current again when the guard drops.
+    #[test]
+    fn on_stream_sets_the_stream_of_new_storages_until_the_guard_drops() {
+        reset();
+        with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), 1 << 30)));
+        let side = StreamId(3);
+        let a = Tensor::zeros(&[1 << 18], DType::F32, Device::Meta);
+        let b = {
+            let _g = on_stream(side);
+            assert_eq!(current_stream(), side);
+            Tensor::zeros(&[1 << 18], DType::F32, Device::Meta)
+        };
+        assert_eq!(current_stream(), StreamId::DEFAULT);
+        let c = Tensor::zeros(&[1 << 18], DType::F32, Device::Meta);
+        let of = |t: &Tensor| with(|rt| rt.log.stream_of(t.storage().id));
+        assert_eq!((of(&a), of(&b), of(&c)), (Some(StreamId::DEFAULT), Some(side), Some(StreamId::DEFAULT)));
+        // One segment per stream: stream 0's 1 MiB blocks share a segment, stream 3's has its own.
+        let streams: Vec<StreamId> = with(|rt| rt.log.allocator.as_ref().unwrap().segments().map(|s| s.stream).collect());
+        assert_eq!(streams, vec![StreamId::DEFAULT, side]);
+        drop((a, b, c));
+        reset();
+    }
 }

@@ -3,13 +3,16 @@
 //! allocator actions with frames, and `allocator_settings`. The trace replays backwards to
 //! the segments exactly.
 //!
+//! Streams are numbered as memory_viz renumbers them (formats.md §2.3): 0 stays 0, the others
+//! 1, 2, … in order of first appearance, trace entries first, then segments.
+//!
 //! Categories are not on the trace entries: memory_viz colours by a `category` key there,
 //! but appending its `"unknown"` legend entry goes through a misspelt field
 //! (`snapshot.categores`, formats.md §2.3), so the page crashes on load unless some entry
 //! is already `"unknown"`. They travel instead in the top-level [`CATEGORIES_KEY`], which
 //! memory_viz never reads and vramscope's `analyze` and `view` do.
 use super::pickle::Value;
-use crate::record::allocator::{Action, CachingAllocator, Pool, Trace};
+use crate::record::allocator::{Action, CachingAllocator, Pool, StreamId, Trace};
 use crate::record::{EventKind, MemEvent};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -86,12 +89,15 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
     let st = Strings::default();
     let s = |v: &str| st.s(v);
     let dict = |items: Vec<(&str, Value)>| st.dict(items);
-    // Context of the live block at each address: the last alloc there.
+    // Context of the live block at each address: the last alloc there. A block pending free
+    // keeps the context of its last allocation, as PyTorch's does until `free_completed`.
     let mut owner: HashMap<u64, &MemEvent> = before.iter().map(|e| (e.addr, e)).collect();
+    let mut last_alloc = owner.clone();
     for e in events {
         match e.kind {
             EventKind::Alloc => {
                 owner.insert(e.addr, e);
+                last_alloc.insert(e.addr, e);
             }
             EventKind::Free => {
                 owner.remove(&e.addr);
@@ -100,18 +106,34 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             EventKind::Oom => {}
         }
     }
+    let mut stream_numbers: HashMap<StreamId, i64> = HashMap::from([(StreamId::DEFAULT, 0)]);
+    let mut stream_no = |s: StreamId| {
+        let next = stream_numbers.len() as i64;
+        *stream_numbers.entry(s).or_insert(next)
+    };
+    let trace_streams: Vec<i64> = actions.iter().map(|(t, _)| stream_no(t.stream)).collect();
     let mut segments = Vec::new();
     let mut segment_cats = Vec::new();
     for seg in allocator.snapshot_segments() {
         let mut blocks = Vec::new();
         let mut block_cats = Vec::new();
-        let (mut alloc_sz, mut req_sz) = (0usize, 0usize);
+        let (mut alloc_sz, mut active_sz, mut req_sz) = (0usize, 0usize, 0usize);
         for b in &seg.blocks {
-            let owner_event = if b.allocated { owner.get(&b.addr).copied() } else { None };
-            let (state, fr) = if b.allocated {
+            let owner_event = if b.allocated {
+                owner.get(&b.addr).copied()
+            } else if b.is_pending_free() {
+                last_alloc.get(&b.addr).copied()
+            } else {
+                None
+            };
+            if b.allocated {
                 alloc_sz += b.size;
+            }
+            let (state, fr) = if b.allocated || b.is_pending_free() {
+                active_sz += b.size;
                 req_sz += b.requested;
-                ("active_allocated", owner_event.map_or(list(vec![]), |e| frames.of(e, &st)))
+                let state = if b.allocated { "active_allocated" } else { "active_pending_free" };
+                (state, owner_event.map_or(list(vec![]), |e| frames.of(e, &st)))
             } else {
                 ("inactive", list(vec![]))
             };
@@ -132,9 +154,9 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
             ("address", int(seg.addr)),
             ("total_size", int(seg.size)),
             ("allocated_size", int(alloc_sz)),
-            ("active_size", int(alloc_sz)),
+            ("active_size", int(active_sz)),
             ("requested_size", int(req_sz)),
-            ("stream", int(0)),
+            ("stream", int(stream_no(seg.stream))),
             ("segment_type", s(if seg.pool == Pool::Small { "small" } else { "large" })),
             ("segment_pool_id", Value::Tuple(Rc::new(vec![int(0), int(0)]))),
             ("is_expandable", Value::Bool(seg.expandable)),
@@ -146,7 +168,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
     let empty = s("");
     let mut trace = Vec::with_capacity(actions.len());
     let mut trace_cats = Vec::with_capacity(actions.len());
-    for (t, cause) in actions {
+    for ((t, cause), stream) in actions.iter().zip(trace_streams) {
         let ev = cause.map(|i| &events[i]);
         let time = ev.map_or(0, |e| e.time_us);
         let mut items = vec![("action", s(t.action.name()))];
@@ -157,7 +179,7 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         }
         items.extend([
             ("size", int(t.size)),
-            ("stream", int(0)),
+            ("stream", int(stream)),
             ("time_us", int(time)),
             ("compile_context", na.clone()),
             ("user_metadata", empty.clone()),
@@ -191,4 +213,34 @@ pub fn build(allocator: &CachingAllocator, before: &[MemEvent], events: &[MemEve
         ("external_annotations", list(vec![])),
         (CATEGORIES_KEY, dict(vec![("device_traces", list(vec![list(trace_cats)])), ("segments", list(segment_cats))])),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::allocator::AllocatorConfig;
+
+    /// Streams are numbered in first-seen order, trace first (0 stays 0), as memory_viz
+    /// renumbers them; a pending block is `active_pending_free`, counted in `active_size`
+    /// and `requested_size` but not in `allocated_size`.
+    #[test]
+    fn streams_are_renumbered_and_pending_blocks_are_active() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default(), 1 << 30);
+        let x = a.malloc_block_on(4 << 20, StreamId(7)).unwrap().0;
+        a.malloc_block_on(1000, StreamId::DEFAULT).unwrap();
+        a.malloc_block_on(4 << 20, StreamId(3)).unwrap();
+        a.record_stream(x, StreamId::DEFAULT);
+        a.free(x);
+        let actions: Vec<(Trace, Option<usize>)> = a.take_trace().into_iter().map(|t| (t, None)).collect();
+        let snap = build(&a, &[], &[], &actions);
+        let int_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_int).unwrap();
+        let trace = snap.get("device_traces").and_then(|d| d.as_list()?.first()?.as_list()).unwrap();
+        let streams: Vec<i64> = trace.iter().map(|t| int_of(t, "stream")).collect();
+        assert_eq!(streams, vec![1, 1, 0, 0, 2, 2, 1]);
+        let segs = snap.get("segments").and_then(Value::as_list).unwrap();
+        let seg = segs.iter().find(|s| int_of(s, "stream") == 1).unwrap();
+        assert_eq!((int_of(seg, "allocated_size"), int_of(seg, "active_size"), int_of(seg, "requested_size")), (0, 4 << 20, 4 << 20));
+        let block = &seg.get("blocks").and_then(Value::as_list).unwrap()[0];
+        assert_eq!(block.get("state").and_then(Value::as_str), Some("active_pending_free"));
+    }
 }

@@ -1,5 +1,5 @@
 //! The event log and running statistics of one run.
-use super::allocator::{round_size, CachingAllocator, OutOfMemory, Trace};
+use super::allocator::{round_size, Action, CachingAllocator, OutOfMemory, StreamId, Trace};
 use super::{Category, Phase};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -71,6 +71,8 @@ struct Live {
     category: Category,
     /// Index of its alloc event while recording.
     event: Option<usize>,
+    /// The stream it was allocated on (the current stream then).
+    stream: StreamId,
 }
 
 /// Running totals, live storages, the allocator model and (when enabled) the event list.
@@ -90,6 +92,9 @@ pub struct MemoryLog {
     pub max_entries: Option<usize>,
     /// Trace entries the ring buffer dropped since recording started.
     dropped: usize,
+    /// Blocks freed but pending (other streams used them): the cause of their
+    /// `free_requested`, which their `free_completed` carries too when it comes later.
+    pending_cause: HashMap<u64, Option<usize>>,
     /// The allocation the allocator refused, if any.
     pub oom: Option<(OutOfMemory, Rc<str>, Phase)>,
     /// The recording as it stood at the OOM (what unwinding frees afterwards is not part
@@ -118,6 +123,7 @@ impl MemoryLog {
         self.events = Some(Vec::new());
         self.actions.clear();
         self.dropped = 0;
+        self.pending_cause.clear();
         if let Some(a) = &mut self.allocator {
             a.take_trace();
         }
@@ -141,6 +147,15 @@ impl MemoryLog {
             if self.events.is_some() {
                 let cap = self.max_entries.unwrap_or(usize::MAX);
                 for t in t {
+                    // A free completes when its events do: it is attributed to the free.
+                    let cause = match t.action {
+                        Action::FreeRequested => {
+                            self.pending_cause.insert(t.addr, cause);
+                            cause
+                        }
+                        Action::FreeCompleted => self.pending_cause.remove(&t.addr).unwrap_or(cause),
+                        _ => cause,
+                    };
                     if self.actions.len() >= cap {
                         self.actions.pop_front();
                         self.dropped += 1;
@@ -151,6 +166,32 @@ impl MemoryLog {
                 }
             }
         }
+    }
+    /// `tensor.record_stream(stream)` on live storage `id`: its block may not be reused until
+    /// `stream` catches up after it is freed. Nothing without an allocator model.
+    pub fn record_stream(&mut self, id: u64, stream: StreamId) {
+        if let (Some(a), Some(l)) = (&mut self.allocator, self.live.get(&id)) {
+            if l.bytes > 0 {
+                a.record_stream(l.addr, stream);
+            }
+        }
+    }
+    /// `stream` has caught up (its synchronize, or a `wait_stream` on it): pending frees
+    /// waiting for it complete at the next allocation or `empty_cache`.
+    pub fn synchronize_stream(&mut self, stream: StreamId) {
+        if let Some(a) = &mut self.allocator {
+            a.synchronize_stream(stream);
+        }
+    }
+    /// `torch.cuda.synchronize()`: every stream has caught up.
+    pub fn synchronize(&mut self) {
+        if let Some(a) = &mut self.allocator {
+            a.synchronize();
+        }
+    }
+    /// The stream a live storage was allocated on.
+    pub fn stream_of(&self, id: u64) -> Option<StreamId> {
+        self.live.get(&id).map(|l| l.stream)
     }
     /// Release cached segments (`torch.cuda.empty_cache()`).
     pub fn empty_cache(&mut self) {
@@ -207,7 +248,8 @@ impl MemoryLog {
         }
     }
 
-    /// Account for a new storage. With an allocator model, Err is the OOM PyTorch raises.
+    /// Account for a new storage on the default stream. With an allocator model, Err is the
+    /// OOM PyTorch raises.
     #[allow(clippy::too_many_arguments)]
     pub fn on_alloc(
         &mut self,
@@ -219,8 +261,24 @@ impl MemoryLog {
         category: Category,
         location: &'static std::panic::Location<'static>,
     ) -> Result<(), OutOfMemory> {
+        self.on_alloc_on(StreamId::DEFAULT, id, bytes, scope, op, phase, category, location)
+    }
+
+    /// `on_alloc` for a storage allocated on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_alloc_on(
+        &mut self,
+        stream: StreamId,
+        id: u64,
+        bytes: usize,
+        scope: &Rc<str>,
+        op: &'static str,
+        phase: Phase,
+        category: Category,
+        location: &'static std::panic::Location<'static>,
+    ) -> Result<(), OutOfMemory> {
         let (addr, block) = match &mut self.allocator {
-            Some(a) if bytes > 0 => match a.malloc_block(bytes) {
+            Some(a) if bytes > 0 => match a.malloc_block_on(bytes, stream) {
                 Ok(ab) => ab,
                 Err(e) => {
                     // PyTorch's OOM observer: the history ends with the `oom` entry, which
@@ -251,7 +309,7 @@ impl MemoryLog {
         self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
         self.stats.phase_peak = self.stats.phase_peak.max(self.allocated_now());
         let event = self.events.as_ref().map(|e| e.len());
-        self.live.insert(id, Live { location, bytes, block, addr, scope: scope.clone(), op, phase, category, event });
+        self.live.insert(id, Live { location, bytes, block, addr, scope: scope.clone(), op, phase, category, event, stream });
         if let Some(ev) = &mut self.events {
             ev.push(MemEvent { kind: EventKind::Alloc, id, addr, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location });
         }
@@ -351,5 +409,34 @@ mod tests {
         assert_eq!((e.kind, e.op, e.phase, e.category, e.bytes), (EventKind::Oom, "big", Phase::Backward, Category::Gradient, 100 << 20));
         // Events are whole: 3 allocs, 1 free, the refused request.
         assert_eq!(ring.events.len(), 5);
+    }
+
+    /// A storage used on another stream: its `free_completed` comes at a later malloc but is
+    /// attributed to its own free event, and every entry carries the storage's stream.
+    #[test]
+    fn a_pending_free_completes_later_attributed_to_its_free() {
+        let mut l = log(None);
+        let s: Rc<str> = Rc::from("m");
+        let loc = std::panic::Location::caller();
+        let side = StreamId(1);
+        l.on_alloc_on(side, 0, 1 << 20, &s, "all_gather", Phase::Forward, Category::Parameter, loc).unwrap();
+        assert_eq!(l.stream_of(0), Some(side));
+        l.record_stream(0, StreamId::DEFAULT);
+        l.on_free(0, &s, "free", Phase::Forward);
+        l.synchronize_stream(StreamId::DEFAULT);
+        l.on_alloc(1, 1 << 20, &s, "empty", Phase::Forward, Category::Activation, loc).unwrap();
+        let rec = l.finish_recording();
+        let entries: Vec<(Action, StreamId, Option<usize>)> = rec.actions.iter().map(|(t, c)| (t.action, t.stream, *c)).collect();
+        assert_eq!(
+            entries,
+            vec![
+                (Action::SegmentAlloc, side, Some(0)),
+                (Action::Alloc, side, Some(0)),
+                (Action::FreeRequested, side, Some(1)),
+                (Action::FreeCompleted, side, Some(1)),
+                (Action::SegmentAlloc, StreamId::DEFAULT, Some(2)),
+                (Action::Alloc, StreamId::DEFAULT, Some(2)),
+            ]
+        );
     }
 }

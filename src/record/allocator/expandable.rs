@@ -1,10 +1,10 @@
 //! Expandable segments (formats.md §4.8, `expandable_segments:True`): one virtual range per
-//! pool, 9/8 of device memory, into which physical pages (2 MiB for the small pool, 20 MiB
+//! (stream, pool), 9/8 of device memory, into which physical pages (2 MiB for the small pool, 20 MiB
 //! for the large pool) are mapped at the lowest address that fits, growing a free block at
 //! the end of the mapped memory when it can; whole free pages are unmapped on `empty_cache`
 //! and the OOM path. Reserved memory is the mapped bytes; the trace has `segment_map` and
 //! `segment_unmap` instead of `segment_alloc`/`segment_free`.
-use super::{Action, Block, CachingAllocator, Pool, Segment, LARGE_BUFFER, SMALL_BUFFER};
+use super::{Action, Block, CachingAllocator, Pool, Segment, StreamId, LARGE_BUFFER, SMALL_BUFFER};
 use std::collections::BTreeMap;
 
 impl CachingAllocator {
@@ -19,18 +19,18 @@ impl CachingAllocator {
         self.segments[&seg_addr].blocks.range(addr + 1..).next().map(|(_, b)| b)
     }
 
-    /// `find_expandable_block`: the lowest unmapped range (or the free block just before
-    /// it) from which `size` bytes of free or unmapped address space follow; a new virtual
-    /// range when none has room.
-    fn find_expandable_block(&mut self, pool: Pool, size: usize) -> u64 {
-        for seg in self.segments.values().filter(|s| s.expandable && s.pool == pool) {
+    /// `find_expandable_block`: the lowest unmapped range of the stream's ranges (or the free
+    /// block just before it) from which `size` bytes of free or unmapped address space
+    /// follow; a new virtual range for the stream when none has room.
+    fn find_expandable_block(&mut self, pool: Pool, stream: StreamId, size: usize) -> u64 {
+        for seg in self.segments.values().filter(|s| s.expandable && s.pool == pool && s.stream == stream) {
             for c in seg.blocks.values().filter(|b| !b.mapped) {
                 let start = match seg.blocks.range(..c.addr).next_back() {
-                    Some((&pa, p)) if !p.allocated => pa,
+                    Some((&pa, p)) if p.is_free() => pa,
                     _ => c.addr,
                 };
                 let mut bytes = 0;
-                for b in seg.blocks.range(start..).map(|(_, b)| b).take_while(|b| !b.allocated) {
+                for b in seg.blocks.range(start..).map(|(_, b)| b).take_while(|b| b.is_free()) {
                     bytes += b.size;
                     if bytes >= size {
                         return start;
@@ -45,16 +45,16 @@ impl CachingAllocator {
         let va = (total + total / 8).max(size).div_ceil(page).max(1) * page;
         let addr = self.address_range(va);
         let mut blocks = BTreeMap::new();
-        blocks.insert(addr, Block { addr, size: va, requested: 0, allocated: false, mapped: false, gc_base: 0 });
-        self.segments.insert(addr, Segment { addr, size: va, pool, expandable: true, blocks });
+        blocks.insert(addr, Block::empty(addr, va, false));
+        self.segments.insert(addr, Segment { addr, size: va, pool, stream, expandable: true, blocks });
         addr
     }
 
     /// `try_allocate_expandable_block`: map pages until a free block of at least `size`
     /// exists, and take it out of the cache. None when the device has no room for the pages
     /// (pages mapped by an earlier step of the same call stay mapped, as in PyTorch).
-    pub(super) fn try_allocate_expandable(&mut self, pool: Pool, size: usize) -> Option<(usize, u64)> {
-        let mut cand = self.find_expandable_block(pool, size);
+    pub(super) fn try_allocate_expandable(&mut self, pool: Pool, stream: StreamId, size: usize) -> Option<(usize, u64)> {
+        let mut cand = self.find_expandable_block(pool, stream, size);
         if !self.block(cand).mapped {
             let bsize = self.block(cand).size;
             cand = self.map_block(pool, cand, bsize.min(size))?;
@@ -71,7 +71,7 @@ impl CachingAllocator {
             cand = self.map_block(pool, naddr, (size - have).min(nsize))?;
         }
         let bsize = self.block(cand).size;
-        self.free[pool.idx()].remove(&(bsize, cand));
+        self.free[pool.idx()].remove(stream, bsize, cand);
         Some((bsize, cand))
     }
 
@@ -94,13 +94,14 @@ impl CachingAllocator {
         b.mapped = true;
         if rest > 0 {
             let r = addr + bytes as u64;
-            seg.blocks.insert(r, Block { addr: r, size: rest, requested: 0, allocated: false, mapped: false, gc_base: 0 });
+            seg.blocks.insert(r, Block::empty(r, rest, false));
         }
         let (start, total) = self.merge_free_neighbours(pool, seg_addr, addr);
         self.cache_block(pool, start, total);
         self.stats.reserved_bytes.add(bytes);
         self.stats.num_device_alloc += 1;
-        self.push(Action::SegmentMap, addr, bytes);
+        let stream = self.segments[&seg_addr].stream;
+        self.push(Action::SegmentMap, stream, addr, bytes);
         Some(start)
     }
 
@@ -116,14 +117,15 @@ impl CachingAllocator {
         if begin >= end {
             return;
         }
-        self.free[pool.idx()].remove(&(size, addr));
+        self.uncache_block(pool, size, addr);
         let (ustart, ulen) = (seg_addr + begin, (end - begin) as usize);
         let before = (ustart - addr) as usize;
         let after = size - before - ulen;
         let seg = self.segments.get_mut(&seg_addr).unwrap();
         seg.blocks.remove(&addr);
-        let free_block = |a: u64, s: usize| Block { addr: a, size: s, requested: 0, allocated: false, mapped: true, gc_base: 0 };
-        seg.blocks.insert(ustart, Block { mapped: false, ..free_block(ustart, ulen) });
+        let stream = seg.stream;
+        let free_block = |a: u64, s: usize| Block::empty(a, s, true);
+        seg.blocks.insert(ustart, Block::empty(ustart, ulen, false));
         if before > 0 {
             seg.blocks.insert(addr, free_block(addr, before));
             self.cache_block(pool, addr, before);
@@ -136,6 +138,6 @@ impl CachingAllocator {
         self.merge_free_neighbours(pool, seg_addr, ustart);
         self.stats.reserved_bytes.sub(ulen);
         self.stats.num_device_free += 1;
-        self.push(Action::SegmentUnmap, ustart, ulen);
+        self.push(Action::SegmentUnmap, stream, ustart, ulen);
     }
 }

@@ -5,17 +5,25 @@
 //! expandable segments (`expandable.rs`), the per-process memory fraction with
 //! `garbage_collection_threshold`, `empty_cache`, and the out-of-memory path
 //! (release oversize blocks, then the whole cache, then retry once).
+//! Every segment and block belongs to a CUDA stream (`streams.rs`): cached blocks serve only
+//! requests on their stream, and `record_stream` makes a free wait for the other streams
+//! (pending free) until the simulation synchronises them (docs/allocator-streams.md).
 //! It turns the engine's requested bytes into the allocated/reserved numbers and the trace
 //! a memory snapshot contains.
 mod config;
 mod expandable;
 #[cfg(test)]
 mod limit_tests;
+mod streams;
+#[cfg(test)]
+mod streams_tests;
 #[cfg(test)]
 mod tests;
 
 pub use config::*;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use streams::FreeBlocks;
+pub use streams::StreamId;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Pool {
@@ -51,6 +59,26 @@ pub struct Block {
     pub mapped: bool,
     /// The pool's `get_free_block` call count when the block was last cached (GC age).
     gc_base: u64,
+    /// Streams other than the segment's that used the block (`record_stream`), while allocated.
+    stream_uses: BTreeSet<StreamId>,
+    /// Outstanding end-of-use events of a freed block (`event_count`): it is pending free,
+    /// still active, until they complete.
+    events: u32,
+}
+
+impl Block {
+    /// A free (or unmapped) block with no history.
+    fn empty(addr: u64, size: usize, mapped: bool) -> Block {
+        Block { addr, size, requested: 0, allocated: false, mapped, gc_base: 0, stream_uses: BTreeSet::new(), events: 0 }
+    }
+    /// Free and reusable: neither handed out nor waiting for other streams.
+    pub fn is_free(&self) -> bool {
+        !self.allocated && self.events == 0
+    }
+    /// Freed by its user but waiting for other streams' events (`active_pending_free`).
+    pub fn is_pending_free(&self) -> bool {
+        !self.allocated && self.events > 0
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +87,8 @@ pub struct Segment {
     /// Bytes of the segment; for an expandable segment its whole virtual range.
     pub size: usize,
     pub pool: Pool,
+    /// The stream that allocated it; all its blocks serve that stream only.
+    pub stream: StreamId,
     pub expandable: bool,
     /// Blocks in address order (tile the segment).
     pub blocks: BTreeMap<u64, Block>,
@@ -70,6 +100,7 @@ pub struct SegmentView<'a> {
     pub addr: u64,
     pub size: usize,
     pub pool: Pool,
+    pub stream: StreamId,
     pub expandable: bool,
     pub blocks: Vec<&'a Block>,
 }
@@ -106,6 +137,8 @@ impl Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trace {
     pub action: Action,
+    /// The stream of the block or segment (the requesting stream for `oom`).
+    pub stream: StreamId,
     pub addr: u64,
     pub size: usize,
 }
@@ -185,8 +218,11 @@ pub struct CachingAllocator {
     /// this share of `capacity`; it also arms `garbage_collection_threshold`.
     fraction: Option<f64>,
     segments: BTreeMap<u64, Segment>,
-    /// Cached (free, mapped) blocks per pool, best fit first: (size, addr).
-    free: [BTreeSet<(usize, u64)>; 2],
+    /// Cached (free, mapped) blocks per pool and stream, best fit first: (size, addr).
+    free: [FreeBlocks; 2],
+    /// Outstanding end-of-use events per using stream, in record order: (block address,
+    /// completed). `synchronize_stream` completes them; `process_events` frees their blocks.
+    events: BTreeMap<StreamId, VecDeque<(u64, bool)>>,
     /// `get_free_block` calls per pool, counted only while GC is armed (block ages).
     free_block_calls: [u64; 2],
     next_addr: u64,
@@ -210,7 +246,8 @@ impl CachingAllocator {
             capacity: capacity.min(MAX_DEVICE_BYTES),
             fraction: None,
             segments: BTreeMap::new(),
-            free: [BTreeSet::new(), BTreeSet::new()],
+            free: [FreeBlocks::default(), FreeBlocks::default()],
+            events: BTreeMap::new(),
             free_block_calls: [0; 2],
             next_addr: BASE_ADDR,
             stats: AllocatorStats::default(),
@@ -250,7 +287,7 @@ impl CachingAllocator {
                     out.extend(run.take());
                     continue;
                 }
-                let v = run.get_or_insert_with(|| SegmentView { addr: b.addr, size: 0, pool: seg.pool, expandable: seg.expandable, blocks: Vec::new() });
+                let v = run.get_or_insert_with(|| SegmentView { addr: b.addr, size: 0, pool: seg.pool, stream: seg.stream, expandable: seg.expandable, blocks: Vec::new() });
                 v.size += b.size;
                 v.blocks.push(b);
             }
@@ -272,15 +309,24 @@ impl CachingAllocator {
     fn block(&self, addr: u64) -> &Block {
         &self.segments[&self.segment_of(addr)].blocks[&addr]
     }
-    fn push(&mut self, action: Action, addr: u64, size: usize) {
-        self.trace.push(Trace { action, addr, size });
+    fn stream_at(&self, addr: u64) -> StreamId {
+        self.segments[&self.segment_of(addr)].stream
+    }
+    fn push(&mut self, action: Action, stream: StreamId, addr: u64, size: usize) {
+        self.trace.push(Trace { action, stream, addr, size });
     }
     /// Put a free block back in its pool's cache (`insert_into_blocks`: its GC age restarts).
     fn cache_block(&mut self, pool: Pool, addr: u64, size: usize) {
         let calls = self.free_block_calls[pool.idx()];
-        let seg = self.segment_of(addr);
-        self.segments.get_mut(&seg).unwrap().blocks.get_mut(&addr).unwrap().gc_base = calls;
-        self.free[pool.idx()].insert((size, addr));
+        let seg = self.segments.get_mut(&self.segment_of(addr)).unwrap();
+        seg.blocks.get_mut(&addr).unwrap().gc_base = calls;
+        let stream = seg.stream;
+        self.free[pool.idx()].insert(stream, size, addr);
+    }
+    /// Take a block out of its pool's cache.
+    fn uncache_block(&mut self, pool: Pool, size: usize, addr: u64) {
+        let stream = self.stream_at(addr);
+        self.free[pool.idx()].remove(stream, size, addr);
     }
     fn gc_armed(&self) -> bool {
         self.fraction.is_some() && self.config.garbage_collection_threshold.is_some()
@@ -291,7 +337,7 @@ impl CachingAllocator {
         if seg.expandable || seg.blocks.len() <= 1 {
             0
         } else {
-            seg.blocks.values().filter(|b| !b.allocated).map(|b| b.size).sum()
+            seg.blocks.values().filter(|b| b.is_free()).map(|b| b.size).sum()
         }
     }
     fn update_inactive(&mut self, seg_addr: u64, before: usize) {
@@ -303,13 +349,14 @@ impl CachingAllocator {
         }
     }
 
-    /// `get_free_block` (§4.4): best fit on the pool; a block of an expandable segment ranks
-    /// by the size it could grow to; oversize rules apply.
-    fn get_free_block(&mut self, pool: Pool, size: usize) -> Option<(usize, u64)> {
+    /// `get_free_block` (§4.4): best fit on the pool among the blocks of the requesting
+    /// stream; a block of an expandable segment ranks by the size it could grow to;
+    /// oversize rules apply.
+    fn get_free_block(&mut self, pool: Pool, stream: StreamId, size: usize) -> Option<(usize, u64)> {
         if self.gc_armed() {
             self.free_block_calls[pool.idx()] += 1;
         }
-        let mut it = self.free[pool.idx()].range((size, 0)..);
+        let mut it = self.free[pool.idx()].of(stream)?.range((size, 0)..);
         let mut pick = *it.next()?;
         if self.segments[&self.segment_of(pick.1)].expandable {
             let growable = |a: &Self, (bsize, addr): (usize, u64)| {
@@ -333,7 +380,7 @@ impl CachingAllocator {
                 return None;
             }
         }
-        self.free[pool.idx()].remove(&pick);
+        self.free[pool.idx()].remove(stream, pick.0, pick.1);
         Some(pick)
     }
 
@@ -346,22 +393,31 @@ impl CachingAllocator {
         }
     }
 
-    /// Hand out a block for `requested` bytes: its address, or the OOM PyTorch would raise.
+    /// Hand out a block for `requested` bytes on the default stream: its address, or the
+    /// OOM PyTorch would raise.
     pub fn malloc(&mut self, requested: usize) -> Result<u64, OutOfMemory> {
         self.malloc_block(requested).map(|(addr, _)| addr)
     }
 
     /// Like `malloc`, also returning the block size counted in `allocated_bytes`.
     pub fn malloc_block(&mut self, requested: usize) -> Result<(u64, usize), OutOfMemory> {
+        self.malloc_block_on(requested, StreamId::DEFAULT)
+    }
+
+    /// `malloc` on `stream`: the block is safe to use there (and, without `record_stream`,
+    /// only there); returns the address and the block size counted in `allocated_bytes`.
+    pub fn malloc_block_on(&mut self, requested: usize, stream: StreamId) -> Result<(u64, usize), OutOfMemory> {
+        // `malloc` first returns the blocks whose cross-stream events completed.
+        self.process_events();
         if requested > MAX_DEVICE_BYTES {
             // Beyond every capacity the model represents (and rounding it could overflow):
             // refused before any cache is touched. Runs never ask this much (their shapes are
             // checked up front); the allocator stays exact for any caller.
-            return Err(self.out_of_memory(requested, requested));
+            return Err(self.out_of_memory(requested, requested, stream));
         }
         let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = Pool::of(size);
-        let found = match self.get_free_block(pool, size) {
+        let found = match self.get_free_block(pool, stream, size) {
             Some(found) => Some(found),
             None => {
                 if self.gc_armed() {
@@ -369,25 +425,26 @@ impl CachingAllocator {
                 }
                 // §4.7: new memory; else release oversize cached blocks and retry; else
                 // release the whole cache and retry once.
-                let mut found = self.alloc_block(pool, size, false);
-                if found.is_none() && self.release_available(pool, size) {
-                    found = self.alloc_block(pool, size, false);
+                let mut found = self.alloc_block(pool, stream, size, false);
+                if found.is_none() && self.release_available(pool, stream, size) {
+                    found = self.alloc_block(pool, stream, size, false);
                 }
                 if found.is_none() {
+                    // `release_cached_blocks`: synchronise every stream, then flush.
                     self.empty_cache();
-                    found = self.alloc_block(pool, size, true);
+                    found = self.alloc_block(pool, stream, size, true);
                 }
                 found
             }
         };
         let Some((bsize, addr)) = found else {
-            return Err(self.out_of_memory(requested, size));
+            return Err(self.out_of_memory(requested, size, stream));
         };
         let seg_addr = self.segment_of(addr);
         let before = Self::inactive_split(&self.segments[&seg_addr]);
         let split = self.should_split(pool, bsize, size);
         let given = if split {
-            let rest = Block { addr: addr + size as u64, size: bsize - size, requested: 0, allocated: false, mapped: true, gc_base: 0 };
+            let rest = Block::empty(addr + size as u64, bsize - size, true);
             self.segments.get_mut(&seg_addr).unwrap().blocks.insert(rest.addr, rest);
             self.cache_block(pool, addr + size as u64, bsize - size);
             size
@@ -403,15 +460,15 @@ impl CachingAllocator {
         self.stats.active_bytes.add(given);
         self.stats.requested_bytes.add(requested);
         self.stats.allocation.add(1);
-        self.push(Action::Alloc, addr, requested);
+        self.push(Action::Alloc, stream, addr, requested);
         Ok((addr, given))
     }
 
     /// Count and trace a refused request of `size` rounded bytes.
-    fn out_of_memory(&mut self, requested: usize, size: usize) -> OutOfMemory {
+    fn out_of_memory(&mut self, requested: usize, size: usize, stream: StreamId) -> OutOfMemory {
         self.stats.num_ooms += 1;
         let device_free = self.capacity.saturating_sub(self.stats.reserved_bytes.current);
-        self.push(Action::Oom, device_free as u64, size);
+        self.push(Action::Oom, stream, device_free as u64, size);
         OutOfMemory {
             requested,
             alloc_size: if size > self.capacity { size } else { allocation_size(size) },
@@ -423,8 +480,8 @@ impl CachingAllocator {
 
     /// `alloc_block`: new device memory for a rounded request (a cudaMalloc'd segment, or
     /// pages mapped into an expandable segment), taken out of the cache; None when the
-    /// device or the memory fraction has no room.
-    fn alloc_block(&mut self, pool: Pool, size: usize, retry: bool) -> Option<(usize, u64)> {
+    /// device or the memory fraction has no room. The new memory belongs to `stream`.
+    fn alloc_block(&mut self, pool: Pool, stream: StreamId, size: usize, retry: bool) -> Option<(usize, u64)> {
         if retry {
             self.stats.num_alloc_retries += 1;
         }
@@ -433,19 +490,19 @@ impl CachingAllocator {
             return None;
         }
         if self.config.expandable_segments {
-            return self.try_allocate_expandable(pool, size);
+            return self.try_allocate_expandable(pool, stream, size);
         }
         if self.stats.reserved_bytes.current + alloc_size > self.capacity {
             return None;
         }
         let addr = self.address_range(alloc_size);
         let mut blocks = BTreeMap::new();
-        blocks.insert(addr, Block { addr, size: alloc_size, requested: 0, allocated: false, mapped: true, gc_base: 0 });
-        self.segments.insert(addr, Segment { addr, size: alloc_size, pool, expandable: false, blocks });
+        blocks.insert(addr, Block::empty(addr, alloc_size, true));
+        self.segments.insert(addr, Segment { addr, size: alloc_size, pool, stream, expandable: false, blocks });
         self.stats.reserved_bytes.add(alloc_size);
         self.stats.segment.add(1);
         self.stats.num_device_alloc += 1;
-        self.push(Action::SegmentAlloc, addr, alloc_size);
+        self.push(Action::SegmentAlloc, stream, addr, alloc_size);
         Some((alloc_size, addr))
     }
 
@@ -477,11 +534,11 @@ impl CachingAllocator {
     fn release_segment(&mut self, addr: u64) {
         let seg = self.segments.remove(&addr).unwrap();
         debug_assert!(seg.blocks.len() == 1 && !seg.expandable);
-        self.free[seg.pool.idx()].remove(&(seg.size, addr));
+        self.free[seg.pool.idx()].remove(seg.stream, seg.size, addr);
         self.stats.reserved_bytes.sub(seg.size);
         self.stats.segment.sub(1);
         self.stats.num_device_free += 1;
-        self.push(Action::SegmentFree, addr, seg.size);
+        self.push(Action::SegmentFree, seg.stream, addr, seg.size);
     }
     fn is_whole_free_segment(&self, addr: u64) -> bool {
         let seg = &self.segments[&self.segment_of(addr)];
@@ -489,18 +546,20 @@ impl CachingAllocator {
     }
 
     /// `release_available_cached_blocks` (§4.7 5b, only with max_split_size): free the
-    /// smallest cached oversize segment that covers the request, else oversize ones from
-    /// the largest down until enough is freed. True when it freed enough.
-    fn release_available(&mut self, pool: Pool, size: usize) -> bool {
+    /// smallest cached oversize segment of the requesting stream that covers the request,
+    /// else that stream's oversize ones from the largest down until enough is freed. True
+    /// when it freed enough.
+    fn release_available(&mut self, pool: Pool, stream: StreamId, size: usize) -> bool {
         let Some(max_split) = self.config.max_split_size else { return false };
+        let Some(cached) = self.free[pool.idx()].of(stream) else { return false };
         let key = size.max(max_split);
-        let hit = self.free[pool.idx()].range((key, 0)..).next().copied();
+        let hit = cached.range((key, 0)..).next().copied();
+        let largest: Vec<(usize, u64)> = cached.iter().rev().copied().collect();
         if let Some((_, addr)) = hit.filter(|&(_, a)| self.is_whole_free_segment(a)) {
             self.release_segment(addr);
             return true;
         }
         let mut released = 0;
-        let largest: Vec<(usize, u64)> = self.free[pool.idx()].iter().rev().copied().collect();
         for (bsize, addr) in largest {
             if released >= key || bsize < max_split {
                 break;
@@ -529,7 +588,7 @@ impl CachingAllocator {
         let age = |a: &Self, addr: u64| calls - a.block(addr).gc_base;
         let unsplit = |a: &Self, addr: u64| a.segments[&a.segment_of(addr)].blocks.len() == 1;
         let (mut total_age, mut count) = (0u64, 0u64);
-        for &(_, addr) in &self.free[Pool::Large.idx()] {
+        for (_, _, addr) in self.free[Pool::Large.idx()].all() {
             if unsplit(self, addr) {
                 total_age += age(self, addr);
                 count += 1;
@@ -539,8 +598,8 @@ impl CachingAllocator {
         while reclaimed < target && freed_any && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed_any = false;
-            let cached: Vec<(usize, u64)> = self.free[Pool::Large.idx()].iter().copied().collect();
-            for (bsize, addr) in cached {
+            let cached: Vec<(StreamId, usize, u64)> = self.free[Pool::Large.idx()].all().collect();
+            for (_, bsize, addr) in cached {
                 if self.is_whole_free_segment(addr) && age(self, addr) as f64 >= age_threshold {
                     freed_any = true;
                     reclaimed += bsize;
@@ -552,15 +611,17 @@ impl CachingAllocator {
         }
     }
 
-    /// `torch.cuda.empty_cache()` (and the OOM path's `release_cached_blocks`): cudaFree every
-    /// cached segment that is one free block and unmap the whole free pages of expandable
-    /// segments, large pool first. Returns the bytes released.
+    /// `torch.cuda.empty_cache()` (and the OOM path's `release_cached_blocks`): synchronise
+    /// every stream and free the pending blocks (`synchronize_and_free_events`), then cudaFree
+    /// every cached segment that is one free block and unmap the whole free pages of
+    /// expandable segments, large pool first, every stream. Returns the bytes released.
     pub fn empty_cache(&mut self) -> usize {
+        self.synchronize_and_free_events();
         let before = self.stats.reserved_bytes.current;
         for pool in [Pool::Large, Pool::Small] {
-            let cached: Vec<(usize, u64)> = self.free[pool.idx()].iter().copied().collect();
+            let cached: Vec<(StreamId, usize, u64)> = self.free[pool.idx()].all().collect();
             let mut to_unmap = Vec::new();
-            for (_, addr) in cached {
+            for (_, _, addr) in cached {
                 if self.segments[&self.segment_of(addr)].expandable {
                     to_unmap.push(addr);
                 } else if self.is_whole_free_segment(addr) {
@@ -574,26 +635,52 @@ impl CachingAllocator {
         before - self.stats.reserved_bytes.current
     }
 
-    /// Return a block: `free_requested` then `free_completed` with neighbour merging.
+    /// Return a block: `free_requested`; then, unless other streams used it
+    /// (`record_stream`), `free_completed` with neighbour merging. A block other streams
+    /// used gets one event per such stream (`insert_events`) and stays active, pending
+    /// free, until they complete.
     pub fn free(&mut self, addr: u64) {
         let seg_addr = self.segment_of(addr);
-        let before = Self::inactive_split(&self.segments[&seg_addr]);
         let seg = self.segments.get_mut(&seg_addr).unwrap();
-        let pool = seg.pool;
+        let stream = seg.stream;
         let b = seg.blocks.get_mut(&addr).expect("freeing a live block");
         assert!(b.allocated, "double free at {addr:#x}");
         let (size, requested) = (b.size, b.requested);
         b.allocated = false;
-        b.requested = 0;
+        let uses = std::mem::take(&mut b.stream_uses);
+        b.events = uses.len() as u32;
         self.stats.allocated_bytes.sub(size);
         self.stats.allocation.sub(1);
-        self.push(Action::FreeRequested, addr, requested);
+        self.push(Action::FreeRequested, stream, addr, requested);
+        if uses.is_empty() {
+            self.free_block(addr);
+        } else {
+            for s in uses {
+                self.events.entry(s).or_default().push_back((addr, false));
+            }
+        }
+    }
+
+    /// `free_block`: a freed block with no outstanding events goes back to the cache:
+    /// `free_completed`, merged with free neighbours; active and requested bytes drop.
+    fn free_block(&mut self, addr: u64) {
+        let seg_addr = self.segment_of(addr);
+        let seg = self.segments.get_mut(&seg_addr).unwrap();
+        let (pool, stream) = (seg.pool, seg.stream);
+        let b = seg.blocks.get_mut(&addr).unwrap();
+        debug_assert!(b.is_free());
+        let (size, requested) = (b.size, b.requested);
+        b.requested = 0;
+        // Split-inactive bytes as they were before this block became free.
+        let seg = &self.segments[&seg_addr];
+        let counted = !seg.expandable && seg.blocks.len() > 1;
+        let before = Self::inactive_split(seg) - if counted { size } else { 0 };
         let (start, total) = self.merge_free_neighbours(pool, seg_addr, addr);
         self.cache_block(pool, start, total);
         self.stats.active_bytes.sub(size);
         self.stats.requested_bytes.sub(requested);
         self.update_inactive(seg_addr, before);
-        self.push(Action::FreeCompleted, addr, requested);
+        self.push(Action::FreeCompleted, stream, addr, requested);
     }
 
     /// `try_merge_blocks` with both neighbours of the block at `addr`: absorb each one that is
@@ -604,19 +691,20 @@ impl CachingAllocator {
         let mapped = seg.blocks[&addr].mapped;
         let mut start = addr;
         let mut total = seg.blocks[&addr].size;
+        let stream = seg.stream;
         if let Some((&pa, p)) = seg.blocks.range(..addr).next_back() {
-            if !p.allocated && p.mapped == mapped {
+            if p.is_free() && p.mapped == mapped {
                 if mapped {
-                    self.free[pool.idx()].remove(&(p.size, pa));
+                    self.free[pool.idx()].remove(stream, p.size, pa);
                 }
                 start = pa;
                 total += p.size;
             }
         }
         if let Some((&na, n)) = seg.blocks.range(addr + 1..).next() {
-            if !n.allocated && n.mapped == mapped {
+            if n.is_free() && n.mapped == mapped {
                 if mapped {
-                    self.free[pool.idx()].remove(&(n.size, na));
+                    self.free[pool.idx()].remove(stream, n.size, na);
                 }
                 total += n.size;
                 seg.blocks.remove(&na);
