@@ -213,3 +213,30 @@ fn bad_parallel_flags_exit_2_naming_the_flag() {
         assert!(!out.join("summary.json").exists(), "{extra:?} wrote files");
     }
 }
+
+/// FSDP2 allocates its all-gather buffers on the all-gather copy-in stream and its
+/// reduce-scatter outputs on the reduce-scatter stream: the caching allocator keeps their
+/// segments for those streams, so a rank reserves more than one stream would.
+#[test]
+fn fsdp_collective_buffers_live_on_their_own_streams() {
+    use vramscope::record::allocator::{AllocatorConfig, CachingAllocator, StreamId};
+    let cfg = small(1024, 128);
+    let pc = ParallelConfig::new(Layout::Fsdp, 4);
+    runtime::reset();
+    runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), usize::MAX / 4)));
+    let model = {
+        let _d = runtime::defer_allocation();
+        Model::new_in(&cfg, Device::Meta, 42, DType::F32).unwrap()
+    };
+    let layout = apply(&model, &pc, DType::F32);
+    let opt = Optimizer::new(OptimConfig::reference(cfg.flavour), model.parameters().len());
+    let mut runner = StepRunner::new(&model, opt).with_parallel(layout);
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, 2, 32, Device::Meta, 42);
+    for _ in 0..2 {
+        let (x, y) = data.next_batch();
+        runner.step(&x, &y);
+    }
+    let streams: std::collections::BTreeSet<StreamId> = runtime::with(|rt| rt.log.allocator.as_ref().unwrap().segments().map(|s| s.stream).collect());
+    assert_eq!(streams.into_iter().collect::<Vec<_>>(), [StreamId(0), StreamId(1), StreamId(3)]);
+    runner.finish();
+}

@@ -19,6 +19,7 @@ use super::nodes::on_backward;
 use super::shard::{local_rows, padded_rows};
 use super::RankLayout;
 use crate::engine::{runtime, DType, Tensor};
+use crate::record::allocator::StreamId;
 use crate::model::{Model, ModuleHooks, Param};
 use crate::record::Category;
 use std::cell::RefCell;
@@ -91,6 +92,13 @@ pub struct Fsdp {
 }
 
 const ROOT: usize = 0;
+
+/// FSDP2's streams, in the order `FSDPCommContext.lazy_init` creates them (the default stream
+/// is 0): the all-gather copy-in stream (the flat copy-in buffer and the all-gather output are
+/// allocated on it) and the reduce-scatter stream (the reduce-scatter output, and its cast).
+/// Blocks freed there are cached for those streams only.
+const ALL_GATHER_COPY_IN_STREAM: StreamId = StreamId(1);
+const REDUCE_SCATTER_STREAM: StreamId = StreamId(3);
 
 impl Fsdp {
     /// `fully_shard(block)` for every block, then `fully_shard(model)`: each parameter's
@@ -176,6 +184,7 @@ impl Fsdp {
         };
         let _s = runtime::scope("FSDP::all_gather");
         let _c = runtime::category(Category::Communication);
+        let _st = runtime::on_stream(ALL_GATHER_COPY_IN_STREAM);
         // Mixed precision: the shards are cast into one flat buffer first (foreach copy), which
         // dies when the copy-in returns.
         let copy_in = self.param_dtype.map(|d| Tensor::zeros_op(&[total], d, device, "all_gather_copy_in"));
@@ -319,6 +328,7 @@ impl Fsdp {
         while let Some(g) = gs.pop() {
             drop(g);
         }
+        let rs_stream = runtime::on_stream(REDUCE_SCATTER_STREAM);
         let output = {
             let _c = runtime::category(Category::Gradient);
             Tensor::zeros_op(&[total], reduce_dtype, device, "reduce_scatter_tensor")
@@ -333,6 +343,7 @@ impl Fsdp {
         } else {
             output
         };
+        drop(rs_stream);
         let mut offset = 0;
         for k in ks {
             let p = &params[k];
