@@ -308,11 +308,11 @@ fn random_multi_stream_workload_keeps_the_invariants() {
             let stream = StreamId((s >> 40) as u32 % 3);
             let req = 1 + (s >> 33) as usize % (if i % 7 == 0 { 30 << 20 } else { 200_000 });
             let p = a.malloc_block_on(req, stream).unwrap().0;
-            if s % 5 == 0 {
+            if s.is_multiple_of(5) {
                 a.record_stream(p, StreamId((s >> 50) as u32 % 3));
             }
             live.push(p);
-            if s % 3 == 0 {
+            if s.is_multiple_of(3) {
                 let k = (s >> 20) as usize % live.len();
                 a.free(live.swap_remove(k));
             }
