@@ -204,6 +204,9 @@ fn bad_parallel_flags_exit_2_naming_the_flag() {
         (vec!["--parallel", "fsdp", "--world-size", "4", "--fsdp-reduce-dtype", "int8"], "--fsdp-reduce-dtype"),
         (vec!["--parallel", "zero1", "--world-size", "4", "--no-reshard-after-forward"], "--no-reshard-after-forward"),
         (vec!["--parallel", "ddp", "--world-size", "4", "--gpus-per-node", "2"], "--gpus-per-node"),
+        (vec!["--parallel", "fsdp", "--world-size", "4", "--fsdp-unit", "every-0"], "--fsdp-unit"),
+        (vec!["--parallel", "fsdp", "--world-size", "4", "--fsdp-unit", "layer"], "--fsdp-unit"),
+        (vec!["--parallel", "ddp", "--world-size", "4", "--fsdp-unit", "root"], "--fsdp-unit"),
     ] {
         let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
         let o = vramscope(&args);

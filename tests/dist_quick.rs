@@ -18,6 +18,9 @@ fn run(world: usize, rank: usize, mp: bool) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let layout = Layout::parse(&std::env::var("L").unwrap_or("fsdp".into())).unwrap();
     let mut pc = ParallelConfig::new(layout, world);
     pc.rank = rank;
+    if std::env::var("ROOTONLY").is_ok() {
+        pc.blocks_per_unit = None;
+    }
     if mp {
         pc.param_dtype = Some(DType::BF16);
         pc.reduce_dtype = Some(DType::F32);

@@ -33,6 +33,11 @@ pub struct ParallelFlags {
     /// fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32
     #[arg(long, value_name = "DTYPE")]
     pub fsdp_reduce_dtype: Option<String>,
+    /// zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root;
+    /// default), every-N (on each group of N consecutive blocks), or root (fully_shard(model)
+    /// alone: every parameter gathered at once)
+    #[arg(long, value_name = "UNIT")]
+    pub fsdp_unit: Option<String>,
 }
 
 fn float_dtype(flag: &str, s: &str) -> anyhow::Result<DType> {
@@ -51,6 +56,7 @@ impl ParallelFlags {
             || self.no_reshard_after_forward
             || self.fsdp_param_dtype.is_some()
             || self.fsdp_reduce_dtype.is_some()
+            || self.fsdp_unit.is_some()
     }
 
     /// The flags as words, for subcommands that pass them on to `profile`.
@@ -67,6 +73,7 @@ impl ParallelFlags {
         push("--gpus-per-node", self.gpus_per_node.map(|n| n.to_string()));
         push("--fsdp-param-dtype", self.fsdp_param_dtype.clone());
         push("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.clone());
+        push("--fsdp-unit", self.fsdp_unit.clone());
         if self.no_reshard_after_forward {
             w.push("--no-reshard-after-forward".into());
         }
@@ -93,6 +100,16 @@ impl ParallelFlags {
             return Err(usage("--gpus-per-node", format!("sets hsdp's shard group, not {}'s", layout.name())));
         }
         c.reshard_after_forward = !self.no_reshard_after_forward;
+        if let Some(u) = &self.fsdp_unit {
+            c.blocks_per_unit = match u.to_ascii_lowercase().as_str() {
+                "block" => Some(1),
+                "root" => None,
+                s => match s.strip_prefix("every-").map(str::parse::<usize>) {
+                    Some(Ok(n)) => Some(n),
+                    _ => return Err(usage("--fsdp-unit", format!("'{u}' (expected block, every-N or root)"))),
+                },
+            };
+        }
         c.param_dtype = self.fsdp_param_dtype.as_deref().map(|s| float_dtype("--fsdp-param-dtype", s)).transpose()?;
         c.reduce_dtype = self.fsdp_reduce_dtype.as_deref().map(|s| float_dtype("--fsdp-reduce-dtype", s)).transpose()?;
         c.validate().map_err(|(flag, msg)| usage(flag, msg))?;
@@ -109,6 +126,11 @@ pub fn describe(c: &ParallelConfig) -> String {
     if c.shards_params() {
         let keep = !c.reshard_after_forward || c.layout == crate::parallel::Layout::Zero2;
         s += if keep { "; blocks keep their parameters from forward to backward" } else { "; blocks reshard after forward" };
+        s += &match c.blocks_per_unit {
+            Some(1) => "; units: each block, then the root".to_string(),
+            Some(n) => format!("; units: every {n} blocks, then the root"),
+            None => "; units: the root alone (every parameter at once)".to_string(),
+        };
         let d = |x: Option<DType>| x.map_or("the parameters'".to_string(), |d| d.to_string());
         s += &format!("; param dtype {}, reduce dtype {}", d(c.param_dtype), d(c.reduce_dtype));
     }

@@ -101,6 +101,9 @@ pub struct SweepArgs {
     /// FSDP2 MixedPrecisionPolicy reduce_dtype(s)
     #[arg(long)]
     pub fsdp_reduce_dtype: Option<String>,
+    /// FSDP units (as `profile --fsdp-unit`: block, every-N, root)
+    #[arg(long)]
+    pub fsdp_unit: Option<String>,
     /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
     #[arg(long)]
     pub warmup_steps: Option<String>,
@@ -166,6 +169,7 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
         ("--fsdp-param-dtype", a.fsdp_param_dtype.as_ref(), ','),
         ("--fsdp-reduce-dtype", a.fsdp_reduce_dtype.as_ref(), ','),
+        ("--fsdp-unit", a.fsdp_unit.as_ref(), ','),
         ("--warmup-steps", a.warmup_steps.as_ref(), ','),
         ("--measure-steps", a.measure_steps.as_ref(), ','),
         ("--gpu", a.gpu.as_ref(), ','),

@@ -54,6 +54,9 @@ pub struct ParallelConfig {
     pub reduce_dtype: Option<DType>,
     /// DDP's `bucket_cap_mb` in bytes (25 MiB).
     pub bucket_cap: usize,
+    /// FSDP units: `fully_shard` on every N consecutive decoder blocks (1: each block), or
+    /// only on the root (None: `fully_shard(model)` alone, every parameter one unit).
+    pub blocks_per_unit: Option<usize>,
 }
 
 /// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
@@ -70,6 +73,7 @@ impl ParallelConfig {
             param_dtype: None,
             reduce_dtype: None,
             bucket_cap: 25 * 1024 * 1024,
+            blocks_per_unit: Some(1),
         }
     }
 
@@ -103,6 +107,12 @@ impl ParallelConfig {
             if self.gpus_per_node == 0 || self.world_size % self.gpus_per_node != 0 {
                 return Err(("--gpus-per-node", format!("{} does not divide --world-size {}", self.gpus_per_node, self.world_size)));
             }
+        }
+        if self.blocks_per_unit == Some(0) {
+            return Err(("--fsdp-unit", "every-0 groups no blocks (expected block, every-N with N ≥ 1, or root)".into()));
+        }
+        if !self.shards_params() && self.blocks_per_unit != Some(1) {
+            return Err(("--fsdp-unit", format!("chooses FSDP2's units: needs --parallel zero2, fsdp or hsdp, not {}", self.layout.name())));
         }
         if !self.shards_params() && (self.param_dtype.is_some() || self.reduce_dtype.is_some()) {
             return Err(("--fsdp-param-dtype", format!("is FSDP2's MixedPrecisionPolicy: needs --parallel zero2, fsdp or hsdp, not {}", self.layout.name())));

@@ -83,8 +83,11 @@ pub struct Fsdp {
     /// The compute dtype of unsharded parameters (param_dtype, or the parameters' own).
     param_dtype: Option<DType>,
     reduce_dtype: Option<DType>,
-    /// Units: 0 is the root, 1 + i is block i.
+    /// Units: 0 is the root, then one per group of blocks.
     units: RefCell<Vec<Unit>>,
+    /// Each block's unit (None: its parameters are the root's), and whether it is the first
+    /// and the last block of that unit (where the unit's hooks fire).
+    block_unit: Vec<Option<(usize, bool, bool)>>,
     comm: RefCell<Comm>,
     /// What the optimizer sees, in registration order.
     sharded: Vec<Param>,
@@ -107,15 +110,20 @@ impl Fsdp {
     /// dtype, `param_dtype` when mixed precision asks for one).
     pub fn shard(model: &Model, cfg: &ParallelConfig, orig_dtype: DType) -> Rc<Fsdp> {
         let (world, rank) = (cfg.shard_size(), cfg.shard_rank());
+        let n = model.layers.len();
+        let block_unit: Vec<Option<(usize, bool, bool)>> = (0..n)
+            .map(|i| cfg.blocks_per_unit.map(|g| (1 + i / g, i % g == 0, i % g == g - 1 || i == n - 1)))
+            .collect();
+        let num_units = 1 + cfg.blocks_per_unit.map_or(0, |g| n.div_ceil(g));
         let mut owner: Vec<usize> = vec![ROOT; model.parameters().len()];
         for (i, layer) in model.layers.iter().enumerate() {
             for w in layer.weights() {
-                if let Some(k) = model.parameters().iter().position(|p| p.tensor.same_storage(w)) {
-                    owner[k] = 1 + i;
+                if let (Some(k), Some((u, ..))) = (model.parameters().iter().position(|p| p.tensor.same_storage(w)), block_unit[i]) {
+                    owner[k] = u;
                 }
             }
         }
-        let mut units: Vec<Unit> = (0..=model.layers.len())
+        let mut units: Vec<Unit> = (0..num_units)
             .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward && cfg.layout != super::Layout::Zero2, post_forward_indices: Vec::new() })
             .collect();
         let mut sharded = Vec::with_capacity(model.parameters().len());
@@ -145,6 +153,7 @@ impl Fsdp {
             param_dtype: cfg.param_dtype.filter(|&d| d != orig_dtype),
             reduce_dtype: cfg.reduce_dtype,
             units: RefCell::new(units),
+            block_unit,
             comm: RefCell::new(Comm::default()),
             sharded,
             me: RefCell::new(Weak::new()),
@@ -363,7 +372,7 @@ impl Fsdp {
 
 impl ModuleHooks for Fsdp {
     fn block_pre_forward(&self, block: usize, x: Tensor) -> Tensor {
-        let u = 1 + block;
+        let Some((u, true, _)) = self.block_unit[block] else { return x };
         let recompute = self.units.borrow()[u].state == State::PreBackward;
         self.pre_forward(u);
         if recompute {
@@ -374,7 +383,7 @@ impl ModuleHooks for Fsdp {
     }
 
     fn block_post_forward(&self, block: usize, y: Tensor) -> Tensor {
-        let u = 1 + block;
+        let Some((u, _, true)) = self.block_unit[block] else { return y };
         if !self.post_forward(u) {
             return y;
         }
@@ -460,7 +469,13 @@ impl Fsdp {
             .iter()
             .enumerate()
             .map(|(u, unit)| {
-                let name = if u == ROOT { "root".to_string() } else { format!("block {}", u - 1) };
+                let blocks: Vec<usize> = (0..self.block_unit.len()).filter(|&b| self.block_unit[b].map(|x| x.0) == Some(u)).collect();
+                let name = match (u, blocks.first(), blocks.last()) {
+                    (ROOT, ..) => "root".to_string(),
+                    (_, Some(a), Some(b)) if a == b => format!("block {a}"),
+                    (_, Some(a), Some(b)) => format!("blocks {a}-{b}"),
+                    _ => format!("unit {u}"),
+                };
                 let bytes = unit.params.iter().map(|p| (p.padded_numel * self.world * self.compute_dtype().size()) as u64).sum();
                 (name, bytes)
             })
