@@ -38,6 +38,10 @@ pub struct ParallelFlags {
     /// alone: every parameter gathered at once)
     #[arg(long, value_name = "UNIT")]
     pub fsdp_unit: Option<String>,
+    /// params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step
+    /// on the host; host memory is reported separately)
+    #[arg(long, value_name = "WHAT")]
+    pub offload: Option<String>,
 }
 
 fn float_dtype(flag: &str, s: &str) -> anyhow::Result<DType> {
@@ -57,6 +61,7 @@ impl ParallelFlags {
             || self.fsdp_param_dtype.is_some()
             || self.fsdp_reduce_dtype.is_some()
             || self.fsdp_unit.is_some()
+            || self.offload.is_some()
     }
 
     /// The flags as words, for subcommands that pass them on to `profile`.
@@ -74,6 +79,7 @@ impl ParallelFlags {
         push("--fsdp-param-dtype", self.fsdp_param_dtype.clone());
         push("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.clone());
         push("--fsdp-unit", self.fsdp_unit.clone());
+        push("--offload", self.offload.clone());
         if self.no_reshard_after_forward {
             w.push("--no-reshard-after-forward".into());
         }
@@ -100,6 +106,17 @@ impl ParallelFlags {
             return Err(usage("--gpus-per-node", format!("sets hsdp's shard group, not {}'s", layout.name())));
         }
         c.reshard_after_forward = !self.no_reshard_after_forward;
+        match self.offload.as_deref() {
+            None => {}
+            Some("params") => c.offload_params = true,
+            Some("optimizer") => {
+                return Err(usage(
+                    "--offload",
+                    "optimizer: FSDP2 has no optimizer-only offload (CPUOffloadPolicy moves the sharded parameters, their gradients and the step together: --offload params); DeepSpeed's ZeRO-Offload is not modelled",
+                ))
+            }
+            Some(o) => return Err(usage("--offload", format!("'{o}' (expected params)"))),
+        }
         if let Some(u) = &self.fsdp_unit {
             c.blocks_per_unit = match u.to_ascii_lowercase().as_str() {
                 "block" => Some(1),
@@ -131,6 +148,9 @@ pub fn describe(c: &ParallelConfig) -> String {
             Some(n) => format!("; units: every {n} blocks, then the root"),
             None => "; units: the root alone (every parameter at once)".to_string(),
         };
+        if c.offload_params {
+            s += "; CPUOffloadPolicy: shards, sharded gradients and the optimizer step on the host";
+        }
         let d = |x: Option<DType>| x.map_or("the parameters'".to_string(), |d| d.to_string());
         s += &format!("; param dtype {}, reduce dtype {}", d(c.param_dtype), d(c.reduce_dtype));
     }

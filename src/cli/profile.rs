@@ -299,6 +299,8 @@ pub struct Run {
     pub rank: Option<usize>,
     /// FSDP units (root first) and the bytes each holds while unsharded.
     pub units: Vec<(String, u64)>,
+    /// CPU offload: the host memory the offloaded state reached (bytes).
+    pub host_peak: Option<usize>,
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
@@ -500,6 +502,7 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
             Err(other) => std::panic::resume_unwind(other),
         },
     };
+    let host_peak = runtime::host_memory().1;
     let (rec, oom_where) = runtime::with(|rt| {
         let w = rt.log.oom.take().map(|(_, scope, phase)| (scope.to_string(), phase));
         // After an OOM: the history up to the failing allocation.
@@ -534,7 +537,8 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     runtime::reset();
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);
-    Ok(Run { context: ctx, kind, rank, units, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
+    let host_peak = p.parallel.as_ref().filter(|c| c.offload_params).map(|_| host_peak);
+    Ok(Run { context: ctx, kind, rank, units, host_peak, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {
@@ -558,6 +562,9 @@ fn print_run(p: &Plan, r: &Run, depth: usize) {
     }
     if let Some(c) = &p.parallel {
         println!("{}", super::parallel_flags::describe(c));
+    }
+    if let Some(h) = r.host_peak {
+        println!("host memory (CPU offload: shards, sharded gradients, optimizer state): peak {:.3} GiB ({h} B), not counted on the device", g(h));
     }
     if let Some((name, bytes)) = r.units.iter().max_by_key(|u| u.1) {
         let all: u64 = r.units.iter().map(|u| u.1).sum();
@@ -733,6 +740,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             "context_length": r.context,
             "profile_type": r.kind,
             "rank": r.rank,
+            "host_peak_bytes": r.host_peak,
             "fsdp_units": r.units.iter().map(|(n, b)| json!({"unit": n, "unsharded_bytes": b})).collect::<Vec<_>>(),
             "snapshot": r.snapshot,
             "report": r.report_html,

@@ -26,6 +26,11 @@ pub struct Runtime {
     pub autocast: super::autocast::State,
     /// Storages created now hold no bytes (a model built on `meta` before sharding).
     deferring: bool,
+    /// Storages created now live in host memory (offloaded state, an optimizer step on the
+    /// CPU): counted in `host`, not on the device.
+    on_host: bool,
+    /// Host memory held by such storages: (now, peak).
+    host: (usize, usize),
     /// The current CUDA stream (`torch.cuda.current_stream()`): new storages are allocated
     /// on it.
     stream: StreamId,
@@ -45,6 +50,8 @@ impl Default for Runtime {
             compute: None,
             autocast: Default::default(),
             deferring: false,
+            on_host: false,
+            host: (0, 0),
             stream: StreamId::DEFAULT,
         }
     }
@@ -113,6 +120,37 @@ pub(crate) fn realloc_storage(id: u64, bytes: usize, op: &'static str) {
     if let Err(e) = r {
         std::panic::panic_any(OomPanic(e));
     }
+}
+
+pub(crate) fn allocating_on_host() -> bool {
+    with(|rt| rt.on_host)
+}
+
+pub(crate) fn host_alloc(bytes: usize) {
+    with(|rt| {
+        rt.host.0 += bytes;
+        rt.host.1 = rt.host.1.max(rt.host.0);
+    });
+}
+
+pub(crate) fn host_free(bytes: usize) {
+    let _ = RT.try_with(|rt| {
+        if let Ok(mut rt) = rt.try_borrow_mut() {
+            rt.host.0 = rt.host.0.saturating_sub(bytes);
+        }
+    });
+}
+
+/// Storages created inside live in host memory (CPU offload): not on the device, counted by
+/// [`host_memory`].
+pub fn on_host() -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.on_host, true));
+    Guard::new(move || with(|rt| rt.on_host = prev))
+}
+
+/// Host memory held by offloaded storages: (bytes now, peak bytes).
+pub fn host_memory() -> (usize, usize) {
+    with(|rt| rt.host)
 }
 
 pub(crate) fn deferring_allocation() -> bool {

@@ -97,6 +97,8 @@ pub struct Storage {
     /// `storage.resize_(0)` happened: the bytes are given back while tensors keep the
     /// storage (FSDP frees unsharded parameters this way, autograd still saving them).
     released: Cell<bool>,
+    /// In host memory (CPU offload): counted by the runtime's host total, not the device.
+    host: bool,
 }
 
 impl Storage {
@@ -104,19 +106,23 @@ impl Storage {
     #[track_caller]
     pub fn alloc(device: Device, dtype: DType, numel: usize, op: &'static str) -> Rc<Storage> {
         let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
+        if runtime::allocating_on_host() {
+            runtime::host_alloc(nbytes);
+            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true });
+        }
         if runtime::deferring_allocation() {
             // `with torch.device("meta")` before `fully_shard` + `to_empty`: the storage exists
             // with its size but holds no bytes until something resizes it.
             let id = runtime::new_storage_id();
-            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true) });
+            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), host: false });
         }
         let id = runtime::alloc_storage(nbytes, op);
-        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false) })
+        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: false })
     }
     /// Not device memory: host scratch or a shape-only placeholder.
     pub(crate) fn untracked(device: Device, dtype: DType, data: Option<Buffer>) -> Rc<Storage> {
         let numel = data.as_ref().map_or(0, |b| b.len());
-        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false) })
+        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), host: false })
     }
     /// Holds no bytes now (`resize_(0)`, or created under deferred allocation).
     pub fn is_released(&self) -> bool {
@@ -165,7 +171,9 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if self.id != u64::MAX && !self.released.get() {
+        if self.host {
+            runtime::host_free(self.nbytes);
+        } else if self.id != u64::MAX && !self.released.get() {
             runtime::free_storage(self.id);
         }
     }

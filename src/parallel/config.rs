@@ -57,6 +57,9 @@ pub struct ParallelConfig {
     /// FSDP units: `fully_shard` on every N consecutive decoder blocks (1: each block), or
     /// only on the root (None: `fully_shard(model)` alone, every parameter one unit).
     pub blocks_per_unit: Option<usize>,
+    /// FSDP2's `CPUOffloadPolicy`: sharded parameters, their gradients and the optimizer step
+    /// live on the host; each all-gather copies the shards to the device first.
+    pub offload_params: bool,
 }
 
 /// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
@@ -74,6 +77,7 @@ impl ParallelConfig {
             reduce_dtype: None,
             bucket_cap: 25 * 1024 * 1024,
             blocks_per_unit: Some(1),
+            offload_params: false,
         }
     }
 
@@ -113,6 +117,9 @@ impl ParallelConfig {
         }
         if !self.shards_params() && self.blocks_per_unit != Some(1) {
             return Err(("--fsdp-unit", format!("chooses FSDP2's units: needs --parallel zero2, fsdp or hsdp, not {}", self.layout.name())));
+        }
+        if self.offload_params && !self.shards_params() {
+            return Err(("--offload", format!("params is FSDP2's CPUOffloadPolicy: needs --parallel zero2, fsdp or hsdp, not {}", self.layout.name())));
         }
         if !self.shards_params() && (self.param_dtype.is_some() || self.reduce_dtype.is_some()) {
             return Err(("--fsdp-param-dtype", format!("is FSDP2's MixedPrecisionPolicy: needs --parallel zero2, fsdp or hsdp, not {}", self.layout.name())));

@@ -79,6 +79,8 @@ struct Comm {
 pub struct Fsdp {
     /// The parameters' own dtype (shards, optimizer, sharded gradients).
     orig: DType,
+    /// CPUOffloadPolicy: shards and sharded gradients in host memory.
+    offload: bool,
     world: usize,
     /// The compute dtype of unsharded parameters (param_dtype, or the parameters' own).
     param_dtype: Option<DType>,
@@ -137,6 +139,7 @@ impl Fsdp {
             let padded = {
                 let _s = runtime::scope(&p.name);
                 let _c = runtime::category(Category::Parameter);
+                let _h = cfg.offload_params.then(runtime::on_host);
                 Tensor::zeros_op(&[padded_numel], orig_dtype, p.tensor.device(), "fully_shard")
             };
             let mut local_shape = shape.clone();
@@ -149,6 +152,7 @@ impl Fsdp {
         }
         let f = Rc::new(Fsdp {
             orig: orig_dtype,
+            offload: cfg.offload_params,
             world,
             param_dtype: cfg.param_dtype.filter(|&d| d != orig_dtype),
             reduce_dtype: cfg.reduce_dtype,
@@ -195,10 +199,15 @@ impl Fsdp {
         let _c = runtime::category(Category::Communication);
         let _st = runtime::on_stream(ALL_GATHER_COPY_IN_STREAM);
         // Mixed precision: the shards are cast into one flat buffer first (foreach copy), which
-        // dies when the copy-in returns.
-        let copy_in = self.param_dtype.map(|d| Tensor::zeros_op(&[total], d, device, "all_gather_copy_in"));
+        // dies when the copy-in returns. Offloaded shards are copied to the device one by one
+        // (then cast), and those copies die when the copy-in returns.
+        let inputs: Vec<Tensor> = if self.offload {
+            unit.params.iter().map(|p| self.device_copy(p)).collect()
+        } else {
+            self.param_dtype.map(|d| Tensor::zeros_op(&[total], d, device, "all_gather_copy_in")).into_iter().collect()
+        };
         let output = Tensor::zeros_op(&[total * self.world], self.compute_dtype(), device, "all_gather_into_tensor");
-        drop(copy_in);
+        drop(inputs);
         unit.gathered = Some(Gathered(Some(output)));
     }
 
@@ -220,11 +229,11 @@ impl Fsdp {
             // precision: a new tensor, rebound per parameter), copied into its storage.
             let mut input: Option<Tensor> = None;
             for p in &unit.params {
-                let cast = self.param_dtype.map(|d| {
+                let copy = (self.offload || self.param_dtype.is_some()).then(|| {
                     let _c = runtime::category(Category::Communication);
-                    Tensor::zeros_op(&[p.padded_numel], d, p.sharded.device(), "_to_copy")
+                    self.device_copy(p)
                 });
-                input = cast;
+                input = copy;
                 p.resize_unsharded(self.world, self.compute_dtype());
             }
             drop(input);
@@ -238,6 +247,22 @@ impl Fsdp {
             self.comm.borrow_mut().all_gather_state = output;
         } else {
             drop(output);
+        }
+    }
+
+    /// `FSDPParam.all_gather_inputs`' tensor for one parameter, when it is a new one: the
+    /// offloaded shard copied to the device (`.to(device)`), then cast to param_dtype (the
+    /// copy dies once cast), or the on-device shard cast.
+    fn device_copy(&self, p: &FsdpParam) -> Tensor {
+        let device = p.sharded.device();
+        let h2d = self.offload.then(|| Tensor::zeros_op(&[p.padded_numel], self.orig, device, "_to_copy"));
+        match self.param_dtype {
+            Some(d) => {
+                let cast = Tensor::zeros_op(&[p.padded_numel], d, device, "_to_copy");
+                drop(h2d);
+                cast
+            }
+            None => h2d.expect("a copy exists when offloading or casting"),
         }
     }
 
@@ -354,16 +379,31 @@ impl Fsdp {
         };
         drop(rs_stream);
         let mut offset = 0;
+        // The views live as long as foreach_reduce's list of them: offloaded, each is copied
+        // to the host (`.to("cpu")`) and the device buffer dies when the reduction returns.
+        let mut views = Vec::with_capacity(ks.len());
         for k in ks {
             let p = &params[k];
             let view = flat.narrow(0, offset, p.sharded.numel()).view(p.sharded.shape());
             offset += p.padded_numel;
+            let grad = if self.offload {
+                let _h = runtime::on_host();
+                let _c = runtime::category(Category::Gradient);
+                Tensor::zeros_op(p.sharded.shape(), self.orig, view.device(), "_to_copy")
+            } else {
+                view.clone()
+            };
             let existing = p.sharded.grad();
             match existing {
-                Some(g) => g.add_(&view),
-                None => p.sharded.set_grad(Some(view)),
+                Some(g) => {
+                    let _h = self.offload.then(runtime::on_host);
+                    g.add_(&grad)
+                }
+                None => p.sharded.set_grad(Some(grad)),
             }
+            views.push(view);
         }
+        drop(views);
         drop(flat);
         drop(units);
         self.comm.borrow_mut().reduce_scatter_states.push(input);
@@ -424,6 +464,10 @@ impl RankLayout for Fsdp {
 
     fn units(&self) -> Vec<(String, u64)> {
         self.unit_bytes()
+    }
+
+    fn optimizer_on_host(&self) -> bool {
+        self.offload
     }
 
     fn zero_grad(&self) {

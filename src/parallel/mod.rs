@@ -27,6 +27,10 @@ pub trait RankLayout {
     /// The callback autograd runs when `loss.backward()` finishes (FSDP's final
     /// reduce-scatters, DDP's bucket copy-back).
     fn after_backward(&self);
+    /// Whether the optimizer steps on the host (CPU offload): its state is host memory.
+    fn optimizer_on_host(&self) -> bool {
+        false
+    }
     /// FSDP units (root first) with the bytes each holds unsharded; empty for layouts that
     /// replicate parameters.
     fn units(&self) -> Vec<(String, u64)> {

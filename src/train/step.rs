@@ -189,6 +189,8 @@ impl<'m> StepRunner<'m> {
         let (opt, scaler) = (&mut self.optimizer, &mut self.scaler);
         let stepped: Option<Vec<crate::model::Param>> = parallel.as_ref().map(|p| p.optimizer_params());
         let params = stepped.as_deref().unwrap_or(model.parameters());
+        // CPU offload: the step runs on the host, its state is host memory.
+        let host = parallel.as_ref().is_some_and(|p| p.optimizer_on_host()).then(runtime::on_host);
         let ran = timed(Phase::Optimizer, &mut phases, || match scaler {
             Some(s) => s.step_and_update(params, || opt.step(params)),
             None => {
@@ -196,6 +198,7 @@ impl<'m> StepRunner<'m> {
                 true
             }
         });
+        drop(host);
         drop(stepped);
         if hf {
             self.loss = None;
