@@ -320,6 +320,12 @@ fn meta_training_step_of_the_2_7b() {
     check("meta_2.7B_training", &["--model", "2.7B", "--device", "meta", "--context-length", "128"], false);
 }
 
+/// One FSDP rank: its all-gather and reduce-scatter buffers sit on their own streams.
+#[test]
+fn fsdp_rank_of_the_2_7b_on_three_streams() {
+    check("meta_2.7B_fsdp8_rank0", &["--model", "2.7B", "--device", "meta", "--context-length", "128", "--parallel", "fsdp", "--world-size", "8", "--rank", "0"], false);
+}
+
 #[test]
 fn bf16_forward_of_the_2_7b() {
     check("meta_2.7B_forward_bf16", &["--model", "2.7B", "--device", "meta", "--context-length", "512", "--profile-type", "forward", "--precision", "bf16"], false);
