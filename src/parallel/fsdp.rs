@@ -1,6 +1,6 @@
 //! FSDP2 (`fully_shard`, torch 2.15) on one rank: each decoder block is a unit, then the root
 //! (embedding, final norm, head) is one. Its memory, unit by unit, as
-//! `torch/distributed/fsdp/_fully_shard/` runs it (`docs/distributed.md` has the rules):
+//! `torch/distributed/fsdp/_fully_shard/` runs it (`docs/distributed-pytorch.md` has the rules):
 //!
 //! - at rest each parameter is a padded dim-0 shard (`_sharded_param_data`);
 //! - before a unit runs, an all-gather fills one flat output (world × the padded shards),

@@ -4,7 +4,7 @@
 //!
 //! The layouts hook into the model's modules ([`crate::model::ModuleHooks`]) and into the
 //! training step ([`RankLayout`]); collectives are modelled by what they allocate on the
-//! rank (NCCL works in place on the buffers it is given). `docs/distributed.md` lists the
+//! rank (NCCL works in place on the buffers it is given). `docs/distributed-pytorch.md` lists the
 //! rules with their PyTorch sources.
 pub mod config;
 pub mod ddp;
