@@ -33,7 +33,7 @@ fn live_after_steps(cfg: &ModelConfig, pc: &ParallelConfig, compute: DType, step
         let _d = pc.shards_params().then(runtime::defer_allocation);
         Model::new_in(cfg, Device::Meta, 42, compute).unwrap()
     };
-    let layout = apply(&model, pc, DType::F32);
+    let layout = apply(&model, pc, DType::F32).expect("a data-parallel layout");
     let mut oc = OptimConfig::reference(cfg.flavour);
     oc.kind = OptimizerKind::AdamwTorch;
     let opt = Optimizer::new(oc, model.parameters().len());
@@ -233,7 +233,7 @@ fn fsdp_collective_buffers_live_on_their_own_streams() {
         let _d = runtime::defer_allocation();
         Model::new_in(&cfg, Device::Meta, 42, DType::F32).unwrap()
     };
-    let layout = apply(&model, &pc, DType::F32);
+    let layout = apply(&model, &pc, DType::F32).expect("a data-parallel layout");
     let opt = Optimizer::new(OptimConfig::reference(cfg.flavour), model.parameters().len());
     let mut runner = StepRunner::new(&model, opt).with_parallel(layout);
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, 2, 32, Device::Meta, 42);
@@ -270,7 +270,7 @@ fn offloaded_fsdp_keeps_model_states_on_the_host() {
         let _d = runtime::defer_allocation();
         Model::new_in(&cfg, Device::Meta, 42, DType::F32).unwrap()
     };
-    let layout = apply(&model, &pc, DType::F32);
+    let layout = apply(&model, &pc, DType::F32).expect("a data-parallel layout");
     let mut oc = OptimConfig::reference(cfg.flavour);
     oc.kind = OptimizerKind::AdamwTorch;
     let opt = Optimizer::new(oc, model.parameters().len());

@@ -67,7 +67,7 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
         let _d = pc.shards_params().then(runtime::defer_allocation);
         Model::new_in(&cfg, Device::Meta, 42, compute).unwrap()
     };
-    let layout = apply(&model, &pc, DType::F32);
+    let layout = apply(&model, &pc, DType::F32).expect("a data-parallel layout");
     let mut oc = OptimConfig::reference(cfg.flavour);
     oc.kind = OptimizerKind::AdamwTorch;
     let opt = Optimizer::new(oc, model.parameters().len());

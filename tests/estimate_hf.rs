@@ -84,6 +84,7 @@ fn config(p: &Point) -> ModelConfig {
         fused_qkv: false,
         fused_gate_up: false,
         hf: Some(hf),
+        tp: None,
     }
 }
 

@@ -56,6 +56,7 @@ fn config_of(p: &Value) -> ModelConfig {
         fused_qkv: false,
         fused_gate_up: false,
         hf: Some(hf),
+        tp: None,
     }
 }
 

@@ -37,6 +37,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
     if a.parallel.world_size.is_some() || a.parallel.rank.is_some() {
         return Err(usage("--world-size", "is what --find world-size searches for: leave it (and --rank) out"));
     }
+    if a.parallel.tp.is_some() || a.parallel.parallel.as_deref().is_some_and(|l| l.eq_ignore_ascii_case("tp")) {
+        return Err(usage("--tp", "fit --find world-size searches data-parallel world sizes; profile or sweep a tensor-parallel layout (--parallel tp, or fsdp/zero2 with --tp) at the world sizes its heads divide"));
+    }
     let cap = a.max.unwrap_or(1024);
     if cap == 0 {
         return Err(usage("--max", "must be at least 1"));
@@ -78,7 +81,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 return Ok(p.fits);
             }
             let mut args = profile::ProfileArgs { parallel: with_world(layout, n), memory_limit: Some(limit.clone()), memory_fraction: fraction, ..args_for(a, batch, ctx) };
-            if layout == Layout::Hsdp && n % args.parallel.gpus_per_node.unwrap_or(1) != 0 {
+            if layout == Layout::Hsdp && !n.is_multiple_of(args.parallel.gpus_per_node.unwrap_or(1)) {
                 // A node's worth of ranks at a time.
                 return Ok(false);
             }

@@ -42,6 +42,12 @@ pub struct ParallelFlags {
     /// on the host; host memory is reported separately)
     #[arg(long, value_name = "WHAT")]
     pub offload: Option<String>,
+    /// Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+    /// ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered).
+    /// With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first
+    /// dimension (2-D); --parallel tp: N = --world-size
+    #[arg(long, value_name = "N")]
+    pub tp: Option<usize>,
 }
 
 fn float_dtype(flag: &str, s: &str) -> anyhow::Result<DType> {
@@ -62,6 +68,7 @@ impl ParallelFlags {
             || self.fsdp_reduce_dtype.is_some()
             || self.fsdp_unit.is_some()
             || self.offload.is_some()
+            || self.tp.is_some()
     }
 
     /// The flags as words, for subcommands that pass them on to `profile`.
@@ -80,6 +87,7 @@ impl ParallelFlags {
         push("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.clone());
         push("--fsdp-unit", self.fsdp_unit.clone());
         push("--offload", self.offload.clone());
+        push("--tp", self.tp.map(|n| n.to_string()));
         if self.no_reshard_after_forward {
             w.push("--no-reshard-after-forward".into());
         }
@@ -90,8 +98,20 @@ impl ParallelFlags {
     pub fn resolve(&self) -> anyhow::Result<Option<ParallelConfig>> {
         let Some(name) = &self.parallel else {
             if self.given() {
-                let flag = if self.world_size.is_some() { "--world-size" } else { "--rank" };
-                return Err(usage(flag, "sets up a data-parallel job: give --parallel ddp|zero1|zero2|fsdp|hsdp too"));
+                let flag = [
+                    ("--world-size", self.world_size.is_some()),
+                    ("--tp", self.tp.is_some()),
+                    ("--gpus-per-node", self.gpus_per_node.is_some()),
+                    ("--fsdp-unit", self.fsdp_unit.is_some()),
+                    ("--offload", self.offload.is_some()),
+                    ("--fsdp-param-dtype", self.fsdp_param_dtype.is_some()),
+                    ("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.is_some()),
+                    ("--no-reshard-after-forward", self.no_reshard_after_forward),
+                ]
+                .into_iter()
+                .find_map(|(f, g)| g.then_some(f))
+                .unwrap_or("--rank");
+                return Err(usage(flag, "sets up a parallel job: give --parallel ddp|zero1|zero2|fsdp|hsdp|tp too"));
             }
             return Ok(None);
         };
@@ -106,6 +126,9 @@ impl ParallelFlags {
             return Err(usage("--gpus-per-node", format!("sets hsdp's shard group, not {}'s", layout.name())));
         }
         c.reshard_after_forward = !self.no_reshard_after_forward;
+        if let Some(t) = self.tp {
+            c.tp = t;
+        }
         match self.offload.as_deref() {
             None => {}
             Some("params") => c.offload_params = true,
@@ -137,6 +160,13 @@ impl ParallelFlags {
 /// One line saying what the rank runs.
 pub fn describe(c: &ParallelConfig) -> String {
     let mut s = format!("parallel: {} over {} ranks, rank {}", c.layout.name(), c.world_size, c.rank);
+    if let Some(t) = c.tensor_parallel() {
+        s += &if c.layout == crate::parallel::Layout::Tp {
+            format!(" (tensor-parallel rank {})", t.rank)
+        } else {
+            format!(" on a ({} × {}) mesh: data-parallel rank {}, tensor-parallel rank {}", c.world_size / c.tp, c.tp, c.shard_rank(), t.rank)
+        };
+    }
     if c.layout == crate::parallel::Layout::Hsdp {
         s += &format!(" (sharded over {} ranks per node, replicated over {} nodes)", c.gpus_per_node, c.world_size / c.gpus_per_node);
     }

@@ -264,6 +264,11 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     }
     let optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     let parallel = a.parallel.resolve()?;
+    let mut optim = optim;
+    if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
+        pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
+        tp_optimizer(pc, &a.optim, &mut optim)?;
+    }
     let mut note = r.note.clone();
     let device = if parallel.is_some() && device == Device::Cpu {
         let n = "--parallel simulates one rank on meta (shapes only; a sharded rank's cpu numerics are not modelled)";
@@ -289,6 +294,26 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         write_files: true,
         parallel,
     })
+}
+
+/// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach
+/// and fused kernels (and SGD's foreach) refuse a list that mixes DTensor and plain
+/// parameters, as pure TP's replicated norms are; clipping DTensor gradients is not
+/// modelled, so it must be off.
+fn tp_optimizer(pc: &crate::parallel::ParallelConfig, flags: &super::optim_flags::OptimFlags, optim: &mut crate::train::optim::OptimConfig) -> Result<()> {
+    use crate::train::optim::OptimizerKind;
+    if pc.layout == crate::parallel::Layout::Tp && optim.kind != OptimizerKind::AdamwTorchForloop {
+        return Err(usage(
+            "--optimizer",
+            format!("{} under --parallel tp: PyTorch refuses its multi-tensor kernels over a mix of DTensor (sharded) and plain (replicated norm) parameters; give --optimizer adamw_torch_forloop, or --parallel fsdp --tp N (every parameter a DTensor)", optim.kind.name()),
+        ));
+    }
+    match flags.max_grad_norm {
+        Some(0.0) => optim.max_grad_norm = None,
+        _ if optim.max_grad_norm.is_none() => {}
+        _ => return Err(usage("--max-grad-norm", "clipping tensor-parallel (DTensor) gradients is not modelled: give --max-grad-norm 0 (no clipping) with --tp")),
+    }
+    Ok(())
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -431,22 +456,24 @@ pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileTy
     let mut units: Vec<(String, u64)> = Vec::new();
     let bar = super::progress::steps(p.device, a.warmup_steps + a.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+        let model_cfg = p.parallel.as_ref().map_or_else(|| p.model.clone(), |pc| pc.model_config(&p.model));
         let model = match &p.parallel {
             // `with torch.device("meta")`, `fully_shard`, `to_empty`: only shards are allocated,
             // and the model computes in the policy's param_dtype.
             Some(pc) if pc.shards_params() => {
                 let _d = runtime::defer_allocation();
-                Model::new_in(&p.model, p.device, a.seed, pc.param_dtype.unwrap_or(p.precision.param_dtype()))?
+                Model::new_in(&model_cfg, p.device, a.seed, pc.param_dtype.unwrap_or(p.precision.param_dtype()))?
             }
-            _ => Model::new_in(&p.model, p.device, a.seed, p.precision.param_dtype())?,
+            _ => Model::new_in(&model_cfg, p.device, a.seed, p.precision.param_dtype())?,
         };
         bar.set_message("warm-up");
         let opt = Optimizer::new(p.optim.clone(), model.parameters().len());
         let mut runner = StepRunner::new(&model, opt);
         if let Some(pc) = &p.parallel {
-            let layout = crate::parallel::apply(&model, pc, p.precision.param_dtype());
-            units = layout.units();
-            runner = runner.with_parallel(layout);
+            if let Some(layout) = crate::parallel::apply(&model, pc, p.precision.param_dtype()) {
+                units = layout.units();
+                runner = runner.with_parallel(layout);
+            }
         }
         let mut runner = runner.with_precision(p.precision);
         let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
@@ -734,7 +761,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "precision": p.precision,
         "transformers": super::hf_flags::settings_json(&p.model, p.precision, &p.contexts),
         "optimizer": a.profile_type.contains(&ProfileType::Training).then_some(&p.optim),
-        "parallel": p.parallel.as_ref().map(|c| json!({"layout": c.layout, "world_size": c.world_size, "ranks_profiled": ranks, "gpus_per_node": c.gpus_per_node, "reshard_after_forward": c.reshard_after_forward, "param_dtype": c.param_dtype.map(|d| d.to_string()), "reduce_dtype": c.reduce_dtype.map(|d| d.to_string())})),
+        "parallel": p.parallel.as_ref().map(|c| json!({"layout": c.layout, "world_size": c.world_size, "ranks_profiled": ranks, "gpus_per_node": c.gpus_per_node, "reshard_after_forward": c.reshard_after_forward, "param_dtype": c.param_dtype.map(|d| d.to_string()), "reduce_dtype": c.reduce_dtype.map(|d| d.to_string()), "tp": c.tp})),
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,
@@ -780,7 +807,7 @@ fn ranks_to_profile(p: &Plan, a: &ProfileArgs) -> Result<Vec<usize>> {
     }
     let shapes: Vec<Vec<usize>> = {
         let _d = runtime::defer_allocation();
-        let m = Model::new_in(&p.model, Device::Meta, a.seed, p.precision.param_dtype())?;
+        let m = Model::new_in(&c.model_config(&p.model), Device::Meta, a.seed, p.precision.param_dtype())?;
         m.parameters().iter().map(|q| q.tensor.shape().to_vec()).collect()
     };
     runtime::reset();

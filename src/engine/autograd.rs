@@ -161,7 +161,9 @@ pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
     let mut slot = leaf.grad_slot().borrow_mut();
     match slot.as_ref() {
         None => {
-            let g = if g.is_sole_handle() && g.is_contiguous() && g.shape() == leaf.shape() {
+            // A whole-tensor gradient of a row shard (grad_rows) is kept as it arrives.
+            let fits = g.shape() == leaf.shape() || leaf.storage().grad_rows().is_some();
+            let g = if g.is_sole_handle() && g.is_contiguous() && fits {
                 g
             } else {
                 let _c = runtime::category(Category::Gradient);
@@ -176,6 +178,20 @@ pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
     let hook = GRAD_READY.with(|h| h.borrow().clone());
     if let Some(h) = hook {
         h(leaf);
+    }
+}
+
+/// The gradient as the parameter's own shard: for a parameter marked with
+/// [`Storage::set_grad_rows`](super::storage::Storage::set_grad_rows) DTensor redistributes the
+/// Replicate gradient to Shard(0) on every use, a new copy of this rank's rows
+/// (`Shard._replicate_to_shard`: chunk, then clone); otherwise the gradient itself.
+pub fn grad_shard(param: &Tensor, grad: &Tensor) -> Tensor {
+    match param.storage().grad_rows() {
+        Some((first, rows)) if grad.dim(0) != rows => {
+            let _c = runtime::category(Category::Gradient);
+            grad.narrow(0, first, rows).clone_contiguous()
+        }
+        _ => grad.clone(),
     }
 }
 

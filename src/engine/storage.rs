@@ -99,6 +99,10 @@ pub struct Storage {
     released: Cell<bool>,
     /// In host memory (CPU offload): counted by the runtime's host total, not the device.
     host: bool,
+    /// A tensor-parallel parameter whose gradient arrives whole (a Replicate DTensor over a
+    /// Shard(0) parameter: the vocabulary-parallel embedding's): (first row, rows) of the
+    /// parameter's shard within that gradient. See [`crate::engine::autograd::grad_shard`].
+    grad_rows: Cell<Option<(usize, usize)>>,
 }
 
 impl Storage {
@@ -108,21 +112,29 @@ impl Storage {
         let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
         if runtime::allocating_on_host() {
             runtime::host_alloc(nbytes);
-            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true });
+            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true, grad_rows: Cell::new(None) });
         }
         if runtime::deferring_allocation() {
             // `with torch.device("meta")` before `fully_shard` + `to_empty`: the storage exists
             // with its size but holds no bytes until something resizes it.
             let id = runtime::new_storage_id();
-            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), host: false });
+            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), host: false, grad_rows: Cell::new(None) });
         }
         let id = runtime::alloc_storage(nbytes, op);
-        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: false })
+        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: false, grad_rows: Cell::new(None) })
     }
     /// Not device memory: host scratch or a shape-only placeholder.
     pub(crate) fn untracked(device: Device, dtype: DType, data: Option<Buffer>) -> Rc<Storage> {
         let numel = data.as_ref().map_or(0, |b| b.len());
-        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), host: false })
+        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), host: false, grad_rows: Cell::new(None) })
+    }
+    /// Mark the parameter on this storage as one whose gradient is the whole tensor of which
+    /// it holds rows `first..first + rows`.
+    pub fn set_grad_rows(&self, first: usize, rows: usize) {
+        self.grad_rows.set(Some((first, rows)));
+    }
+    pub fn grad_rows(&self) -> Option<(usize, usize)> {
+        self.grad_rows.get()
     }
     /// Holds no bytes now (`resize_(0)`, or created under deferred allocation).
     pub fn is_released(&self) -> bool {

@@ -160,6 +160,9 @@ pub struct ModelConfig {
     /// The hf flavour's architecture facts and transformers options (None for the others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hf: Option<crate::model::hf::HfConfig>,
+    /// Tensor parallelism (`--tp`): the model is this rank's shards (hf flavour only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<crate::model::tp::TensorParallel>,
 }
 
 /// A configuration problem, naming the command-line flag that sets the value.
@@ -234,6 +237,9 @@ impl ModelConfig {
         }
         if !(self.norm_eps >= 0.0) {
             return Err(ConfigError::new("--norm-eps", "must be non-negative"));
+        }
+        if let Some(tp) = &self.tp {
+            crate::model::tp::validate(self, tp)?;
         }
         // The weights and buffers alone (a run checks its batch and sequence length too).
         self.check_sizes(1, 1, "--context-length")

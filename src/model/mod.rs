@@ -6,6 +6,7 @@ pub mod cs336;
 pub mod init;
 pub mod presets;
 pub mod tinyllama;
+pub mod tp;
 
 pub use config::{Attention, Checkpoint, ConfigError, Flavour, ModelConfig};
 

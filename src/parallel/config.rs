@@ -18,10 +18,13 @@ pub enum Layout {
     Fsdp,
     /// FSDP2 on a 2-D mesh: sharded within `--gpus-per-node`, replicated across nodes.
     Hsdp,
+    /// Tensor parallelism alone (`parallelize_module` with the Megatron-style plan over every
+    /// rank, `--tp` = `--world-size`): no data parallelism.
+    Tp,
 }
 
 impl Layout {
-    pub const ALL: [Layout; 5] = [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp, Layout::Hsdp];
+    pub const ALL: [Layout; 6] = [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp, Layout::Hsdp, Layout::Tp];
     pub fn parse(s: &str) -> Option<Layout> {
         Layout::ALL.into_iter().find(|l| l.name() == s.to_ascii_lowercase())
     }
@@ -32,6 +35,7 @@ impl Layout {
             Layout::Zero2 => "zero2",
             Layout::Fsdp => "fsdp",
             Layout::Hsdp => "hsdp",
+            Layout::Tp => "tp",
         }
     }
 }
@@ -60,6 +64,9 @@ pub struct ParallelConfig {
     /// FSDP2's `CPUOffloadPolicy`: sharded parameters, their gradients and the optimizer step
     /// live on the host; each all-gather copies the shards to the device first.
     pub offload_params: bool,
+    /// Tensor-parallel ranks (`--tp`; 1: none). The mesh is (world / tp, tp) as
+    /// `init_device_mesh` lays it out: rank = data-parallel index · tp + tensor-parallel index.
+    pub tp: usize,
 }
 
 /// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
@@ -78,6 +85,7 @@ impl ParallelConfig {
             bucket_cap: 25 * 1024 * 1024,
             blocks_per_unit: Some(1),
             offload_params: false,
+            tp: if layout == Layout::Tp { world_size } else { 1 },
         }
     }
 
@@ -85,13 +93,23 @@ impl ParallelConfig {
     pub fn shard_size(&self) -> usize {
         match self.layout {
             Layout::Hsdp => self.gpus_per_node,
-            _ => self.world_size,
+            _ => self.world_size / self.tp.max(1),
         }
     }
 
     /// This rank's index in its shard group.
     pub fn shard_rank(&self) -> usize {
-        self.rank % self.shard_size()
+        (self.rank / self.tp.max(1)) % self.shard_size().max(1)
+    }
+
+    /// This rank's place in its tensor-parallel group (None without tensor parallelism).
+    pub fn tensor_parallel(&self) -> Option<crate::model::tp::TensorParallel> {
+        (self.tp > 1).then(|| crate::model::tp::TensorParallel { size: self.tp, rank: self.rank % self.tp })
+    }
+
+    /// The model as this rank builds it: its tensor-parallel shards when `--tp` is on.
+    pub fn model_config(&self, cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
+        crate::model::ModelConfig { tp: self.tensor_parallel(), ..cfg.clone() }
     }
 
     /// Is this layout sharding parameters (FSDP2)?
@@ -107,10 +125,17 @@ impl ParallelConfig {
         if self.rank >= self.world_size {
             return Err(("--rank", format!("{} is not a rank of --world-size {}", self.rank, self.world_size)));
         }
-        if self.layout == Layout::Hsdp {
-            if self.gpus_per_node == 0 || self.world_size % self.gpus_per_node != 0 {
-                return Err(("--gpus-per-node", format!("{} does not divide --world-size {}", self.gpus_per_node, self.world_size)));
-            }
+        if self.tp == 0 || !self.world_size.is_multiple_of(self.tp) {
+            return Err(("--tp", format!("{} does not divide --world-size {}", self.tp, self.world_size)));
+        }
+        if self.layout == Layout::Tp && self.tp != self.world_size {
+            return Err(("--tp", format!("--parallel tp runs tensor parallelism alone over every rank: --tp {} must equal --world-size {} (for a 2-D mesh use --parallel fsdp or zero2 with --tp)", self.tp, self.world_size)));
+        }
+        if self.tp > 1 && !matches!(self.layout, Layout::Tp | Layout::Fsdp | Layout::Zero2) {
+            return Err(("--tp", format!("composes with --parallel fsdp or zero2 (a (world / tp, tp) mesh) or runs alone (--parallel tp), not with {}", self.layout.name())));
+        }
+        if self.layout == Layout::Hsdp && (self.gpus_per_node == 0 || !self.world_size.is_multiple_of(self.gpus_per_node)) {
+            return Err(("--gpus-per-node", format!("{} does not divide --world-size {}", self.gpus_per_node, self.world_size)));
         }
         if self.blocks_per_unit == Some(0) {
             return Err(("--fsdp-unit", "every-0 groups no blocks (expected block, every-N with N ≥ 1, or root)".into()));

@@ -120,10 +120,6 @@ impl Ddp {
         d
     }
 
-    /// Bytes of the gradient buckets.
-    pub fn bucket_bytes(&self) -> u64 {
-        self.buckets.borrow().iter().map(|b| b.nbytes() as u64).sum()
-    }
 }
 
 impl ModuleHooks for Ddp {

@@ -333,7 +333,10 @@ impl Fsdp {
         // _take_unsharded_grads_to_reduce: the gradients leave the parameters first.
         let grads: Vec<(usize, Tensor)> = {
             let units = self.units.borrow();
-            units[u].params.iter().enumerate().filter_map(|(k, p)| p.unsharded.grad_slot().borrow_mut().take().map(|g| (k, g))).collect()
+            // A tensor-parallel parameter's whole (Replicate) gradient is redistributed to its
+            // shard first (a copy of its rows), then dies.
+            let take = |p: &FsdpParam| p.unsharded.grad_slot().borrow_mut().take().map(|g| crate::engine::autograd::grad_shard(&p.unsharded, &g));
+            units[u].params.iter().enumerate().filter_map(|(k, p)| take(p).map(|g| (k, g))).collect()
         };
         self.reshard(u);
         // At most one reduce-scatter input in flight: the previous unit's dies now.

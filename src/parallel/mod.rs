@@ -1,6 +1,8 @@
 //! One rank of a data-parallel job: what it allocates when its parameters, gradients and
 //! optimizer state are replicated or sharded (DDP, ZeRO-1, ZeRO-2, FSDP2 and HSDP), run
-//! through the same engine and allocator as a single device.
+//! through the same engine and allocator as a single device. Tensor parallelism shards the
+//! model itself ([`crate::model::tp`]); FSDP2 then shards those shards over the data-parallel
+//! dimension of the (world / tp, tp) mesh.
 //!
 //! The layouts hook into the model's modules ([`crate::model::ModuleHooks`]) and into the
 //! training step ([`RankLayout`]); collectives are modelled by what they allocate on the
@@ -39,10 +41,10 @@ pub trait RankLayout {
 }
 
 /// Set `model` up as one rank of `cfg`: shard or replicate its parameters and install the
-/// layout's hooks. The model must have been built under
+/// layout's hooks (None: tensor parallelism alone, which needs no step hooks). The model must have been built under
 /// [`crate::engine::runtime::defer_allocation`] for the sharded layouts (only shards are ever
 /// allocated), normally for the replicated ones.
-pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DType) -> Rc<dyn RankLayout> {
+pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DType) -> Option<Rc<dyn RankLayout>> {
     // Buffers are not sharded: `to_empty` gives them their full storage.
     for b in model.rope_buffer.iter().chain(&model.buffers) {
         let _c = crate::engine::runtime::category(crate::record::Category::Buffer);
@@ -52,13 +54,16 @@ pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DTy
         Layout::Zero2 | Layout::Fsdp | Layout::Hsdp => {
             let f = fsdp::Fsdp::shard(model, cfg, orig_dtype);
             *model.hooks.borrow_mut() = Some(f.clone());
-            f
+            Some(f)
         }
         Layout::Ddp | Layout::Zero1 => {
             let d = ddp::Ddp::wrap(model, cfg);
             *model.hooks.borrow_mut() = Some(d.clone());
-            d
+            Some(d)
         }
+        // The model itself holds this rank's shards ([`ParallelConfig::model_config`]) and
+        // steps them as one device does.
+        Layout::Tp => None,
     }
 }
 
@@ -81,7 +86,8 @@ pub fn distinct_ranks(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> Vec<usize>
         let sig: Vec<usize> = shapes.iter().map(|s| shard::local_rows(s.first().copied().unwrap_or(1), group, r)).collect();
         if !seen.contains(&sig) {
             seen.push(sig);
-            ranks.push(r);
+            // The first rank of that data-parallel index (tensor-parallel index 0).
+            ranks.push(r * cfg.tp.max(1));
         }
     }
     ranks

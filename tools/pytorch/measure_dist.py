@@ -144,9 +144,15 @@ def main():
         print("PHASES " + json.dumps(one(json.loads(a.point))))
         return
     import torch
+    out = OUT if not a.only else OUT + ".partial"
     pts = [p for p in grid() if not a.only or a.only in p["name"]]
-    done = []
+    # Resumable: the file is rewritten after every point, and points already in it are kept.
+    done = json.load(open(out))["points"] if os.path.exists(out) else []
+    have = {p["name"] for p in done}
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
     for i, p in enumerate(pts):
+        if p["name"] in have:
+            continue
         r = subprocess.run([sys.executable, __file__, "--point", json.dumps(p)], capture_output=True, text=True)
         line = [l for l in r.stdout.splitlines() if l.startswith("PHASES ")]
         if r.returncode != 0 or not line:
@@ -155,13 +161,13 @@ def main():
         p = dict(p, phases=json.loads(line[0][len("PHASES "):]))
         print(f"[{i + 1}/{len(pts)}] {p['name']}: " + ", ".join(f"{k} {v['peak']}" for k, v in p["phases"].items()), flush=True)
         done.append(p)
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    doc = dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
-               counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`",
-               points=done)
-    with open(OUT if not a.only else OUT + ".partial", "w") as f:
-        json.dump(doc, f, indent=None)
-        f.write("\n")
+        doc = dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
+                   counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`",
+                   points=done)
+        with open(out + ".tmp", "w") as f:
+            json.dump(doc, f, indent=None)
+            f.write("\n")
+        os.replace(out + ".tmp", out)
     print(f"wrote {len(done)} points")
 
 

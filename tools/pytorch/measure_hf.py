@@ -101,8 +101,9 @@ class LossPhase:
         self.rf, self.armed = None, False
 
 
-def run(p, kind):
-    """Profile one point; returns (profiler, model description)."""
+def run(p, kind, wrap=None):
+    """Profile one point; returns (profiler, model description). `wrap(model)` parallelises the
+    model in place before the optimizer is built (measure_tp.py)."""
     import transformers as T
     B, S = p["batch"], p["seq"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
@@ -114,6 +115,8 @@ def run(p, kind):
             if ck != "none":
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
             model.train() if kind == "training" else model.eval()
+            if wrap is not None:
+                wrap(model)
             opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), model.parameters()) if kind == "training" else None
             loss_phase = LossPhase(model)
             gen = torch.Generator().manual_seed(42)
@@ -168,8 +171,8 @@ def sdpa_backends(prof):
     return sorted(seen)
 
 
-def measure(p, kind):
-    prof, model = run(p, kind)
+def measure(p, kind, wrap=None):
+    prof, model = run(p, kind, wrap)
     per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind))
     info = dict(sdpa_backends=sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
                 gradient_checkpointing=bool(getattr(model, "is_gradient_checkpointing", False)),

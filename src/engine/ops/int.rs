@@ -40,6 +40,37 @@ impl Tensor {
         })
     }
 
+    /// `self < n` (bool) for an integer tensor.
+    #[track_caller]
+    pub fn lt_int(&self, n: i64) -> Tensor {
+        Tensor::build(self.device(), DType::Bool, self.shape(), "lt", &[self], || Buffer::Bool(cpu::read_i64(self).into_iter().map(|x| x < n).collect()))
+    }
+
+    /// `self >= n` (bool) for an integer tensor.
+    #[track_caller]
+    pub fn ge_int(&self, n: i64) -> Tensor {
+        Tensor::build(self.device(), DType::Bool, self.shape(), "ge", &[self], || Buffer::Bool(cpu::read_i64(self).into_iter().map(|x| x >= n).collect()))
+    }
+
+    /// `self | other` for bool tensors (broadcast).
+    #[track_caller]
+    pub fn logical_or(&self, o: &Tensor) -> Tensor {
+        let shape = broadcast_shapes(self.shape(), o.shape());
+        Tensor::build(self.device(), DType::Bool, &shape, "bitwise_or", &[self, o], || {
+            let (a, b) = broadcast_i64(self, o, &shape);
+            Buffer::Bool(a.into_iter().zip(b).map(|(a, b)| a != 0 || b != 0).collect())
+        })
+    }
+
+    /// `masked = ids - offset; masked[mask] = 0` for ids outside `[offset, offset + rows)`:
+    /// one new int64 tensor (the subtraction's; the masked fill is in place).
+    #[track_caller]
+    pub fn shard_ids(&self, offset: i64, rows: i64) -> Tensor {
+        Tensor::build(self.device(), DType::I64, self.shape(), "sub", &[self], || {
+            Buffer::I64(cpu::read_i64(self).into_iter().map(|x| if x < offset || x >= offset + rows { 0 } else { x - offset }).collect())
+        })
+    }
+
     /// `self == n` (bool) for an integer tensor.
     #[track_caller]
     pub fn eq_int(&self, n: i64) -> Tensor {

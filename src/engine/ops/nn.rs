@@ -206,6 +206,17 @@ impl Tensor {
     /// `F.embedding(ids, self)` with `self` the (V, d) weight: saves the ids.
     #[track_caller]
     pub fn embedding(&self, ids: &Tensor) -> Tensor {
+        self.embedding_rows(ids, ids, 0, self.dim(0))
+    }
+
+    /// One rank's part of a vocabulary-parallel embedding (DTensor's `embedding` on a Shard(0)
+    /// weight under `_MaskPartial`): `self` holds rows `[offset, offset + local)` of a
+    /// `vocab`-row table and `local_ids` are the ids shifted into it (0 where masked); rows of
+    /// ids outside the shard come out zero. Autograd saves the full `ids`, and the weight's
+    /// gradient is the whole (vocab, d) table (`embedding_dense_backward` on Replicate
+    /// operands), as PyTorch computes it.
+    #[track_caller]
+    pub fn embedding_rows(&self, local_ids: &Tensor, ids: &Tensor, offset: usize, vocab: usize) -> Tensor {
         assert_eq!(self.rank(), 2, "embedding weight must be (V, d)");
         assert_eq!(ids.dtype(), DType::I64, "embedding ids must be int64");
         let (v, d) = (self.shape()[0], self.shape()[1]);
@@ -213,13 +224,18 @@ impl Tensor {
         shape.push(d);
         let dtype = self.dtype();
         let out = with_real!(dtype, R, {
-            Tensor::compute::<R>(self.device(), dtype, &shape, "embedding", &[self, ids], || {
-                let ix = cpu::read_i64(ids);
+            Tensor::compute::<R>(self.device(), dtype, &shape, "embedding", &[self, local_ids], || {
+                let ix = cpu::read_i64(local_ids);
+                let full = cpu::read_i64(ids);
                 cpu::with_slice::<R, _>(self, |w| {
                     let mut out = Vec::with_capacity(ix.len() * d);
-                    for &i in &ix {
+                    for (&i, &g) in ix.iter().zip(&full) {
                         assert!((i as usize) < v, "token id {i} out of range for vocabulary {v}");
-                        out.extend_from_slice(&w[i as usize * d..(i as usize + 1) * d]);
+                        if (g as usize) < offset || g as usize >= offset + v {
+                            out.extend(std::iter::repeat_n(R::zero(), d));
+                        } else {
+                            out.extend_from_slice(&w[i as usize * d..(i as usize + 1) * d]);
+                        }
                     }
                     out
                 })
@@ -231,10 +247,10 @@ impl Tensor {
                 let ix = ix.unpack();
                 let dt = g.dtype();
                 let gw = with_real!(dt, R, {
-                    Tensor::compute::<R>(g.device(), dt, &[v, d], "embedding_dense_backward", &[&g, &ix], || {
+                    Tensor::compute::<R>(g.device(), dt, &[vocab, d], "embedding_dense_backward", &[&g, &ix], || {
                         let ids = cpu::read_i64(&ix);
                         let gv = cpu::read::<R>(&g);
-                        let mut w = vec![R::zero(); v * d];
+                        let mut w = vec![R::zero(); vocab * d];
                         for (row, &i) in ids.iter().enumerate() {
                             let dst = &mut w[i as usize * d..(i as usize + 1) * d];
                             for (a, &b) in dst.iter_mut().zip(&gv[row * d..(row + 1) * d]) {

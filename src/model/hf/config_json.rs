@@ -171,6 +171,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         fused_qkv: false,
         fused_gate_up: false,
         hf: Some(hf),
+        tp: None,
     };
     Ok(HfModel { config, torch_dtype, model_type, name_or_path })
 }

@@ -16,6 +16,7 @@ use crate::engine::checkpoint::{checkpoint, checkpoint_reentrant};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
+use crate::model::tp::{self, TensorParallel};
 use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weights};
 use crate::record::Category;
 use std::rc::Rc;
@@ -32,9 +33,14 @@ pub struct HfLayer {
     pub qk_norm: Option<[Tensor; 2]>,
 }
 
-pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
+pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
+    // Under tensor parallelism every weight is this rank's shard (tp::local_config); the
+    // embedding and the head hold this rank's vocabulary rows.
+    let local = tp::local_config(full);
+    let cfg = &local;
     let hf = cfg.hf.as_ref().expect("the hf flavour has hf options");
-    let (d, f, v, hd) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, hf.head_dim);
+    let vocab_rows = cfg.tp.map_or((0, cfg.vocab_size), |t| t.rows(cfg.vocab_size));
+    let (d, f, v, hd) = (cfg.d_model, cfg.d_ff, vocab_rows.1, hf.head_dim);
     let (q, kv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
     // `_init_weights`: normal(0, initializer_range 0.02) for linears and the embedding, zero
     // biases, RMSNorm weights ones.
@@ -42,6 +48,10 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut c
     let zero = Init::Normal { std: 0.0 };
     let mut b = Builder { device, dtype, rng, params: Vec::new() };
     let embedding = b.param("model.embed_tokens.weight".into(), &[v, d], std);
+    if v != full.vocab_size {
+        // Its gradient is the whole table (tp::vocab_parallel_embedding).
+        embedding.storage().set_grad_rows(vocab_rows.0, v);
+    }
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = |n: &str| format!("model.layers.{i}.{n}");
@@ -97,7 +107,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut c
         (inv_freq, Tensor::from_f64_with(&[half], DType::F32, device, inv))
     };
     let (inv_freq, original) = rope_buffer;
-    b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers: vec![original] })
+    b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers: vec![original] })
 }
 
 /// What `LlamaForCausalLM.forward` returns (`CausalLMOutputWithPast`): the logits, the loss
@@ -265,11 +275,23 @@ struct Block {
     _position_ids: Tensor,
     /// The run's DynamicCache (None under checkpointing or with use_cache off).
     cache: Option<Rc<std::cell::RefCell<Vec<Tensor>>>>,
+    /// Tensor parallelism: the projections' DTensor input and output redistributions.
+    tp: Option<TensorParallel>,
 }
 
 impl Block {
     fn hf(&self) -> &HfConfig {
         self.cfg.hf.as_ref().expect("hf options")
+    }
+
+    /// A ColwiseParallel projection's input (x itself without tensor parallelism).
+    fn colwise(&self, x: &Tensor) -> Tensor {
+        if self.tp.is_some() { tp::colwise_input(x) } else { x.clone() }
+    }
+
+    /// A RowwiseParallel projection's output, all-reduced.
+    fn rowwise(&self, y: Tensor) -> Tensor {
+        if self.tp.is_some() { tp::rowwise_output(y) } else { y }
     }
 
     /// `LlamaDecoderLayer.forward`.
@@ -297,11 +319,11 @@ impl Block {
         let bias = |i: usize| extra.mlp_bias.as_ref().map(|b| &b[i]);
         let ws = l.gate_up.weights();
         let prod = {
-            let g = linear_b("gate_proj", x, ws[0], bias(0)).silu();
-            let u = linear_b("up_proj", x, ws[1], bias(1));
+            let g = linear_b("gate_proj", &self.colwise(x), ws[0], bias(0)).silu();
+            let u = linear_b("up_proj", &self.colwise(x), ws[1], bias(1));
             g.mul(&u)
         };
-        linear_b("down_proj", &prod, &l.down, bias(2))
+        self.rowwise(linear_b("down_proj", &prod, &l.down, bias(2)))
     }
 
     /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first): the
@@ -317,7 +339,7 @@ impl Block {
         let bias = |i: usize| extra.qkv_bias.as_ref().map(|bs| &bs[i]);
         // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)`.
         let project = |i: usize, name: &str| {
-            let p = linear_b(name, x, ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
+            let p = linear_b(name, &self.colwise(x), ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
             let p = match &extra.qk_norm {
                 Some(n) if i < 2 => rms_norm(if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
                 _ => p,
@@ -355,7 +377,7 @@ impl Block {
         // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states` is a
         // local until forward returns.
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
-        let o = linear_b("o_proj", &out, &l.o, extra.o_bias.as_ref());
+        let o = self.rowwise(linear_b("o_proj", &out, &l.o, extra.o_bias.as_ref()));
         drop((out, q));
         (o, weights)
     }
@@ -437,7 +459,10 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         let _s = scope("model");
         let embeds = {
             let _s = scope("embed_tokens");
-            m.embedding.embedding(ids)
+            match cfg.tp.filter(|t| t.size > 1) {
+                Some(t) => tp::vocab_parallel_embedding(&m.embedding, ids, t, cfg.vocab_size),
+                None => m.embedding.embedding(ids),
+            }
         };
         let use_cache = hf.use_cache;
         // position_ids = arange(S) + past_seen_tokens, unsqueezed.
@@ -453,14 +478,15 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         drop(padding);
         let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
         cache = (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
-        let shared = Rc::new(cfg.clone());
+        let shared = Rc::new(tp::local_config(cfg));
+        let tp_group = cfg.tp.filter(|t| t.size > 1);
         // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
         // output alive until LlamaModel.forward returns.
         let mut h = embeds.clone();
         let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone() };
+            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), tp: tp_group };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
@@ -480,8 +506,18 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     drop((mask, position_ids));
     // slice_logits_to_keep: hidden_states[:, -k:, :] (a view).
     let hidden = if hf.logits_to_keep > 0 && hf.logits_to_keep < s { hidden.narrow(1, s - hf.logits_to_keep, hf.logits_to_keep) } else { hidden };
-    let logits = linear("lm_head", &hidden, &m.lm_head);
-    drop(hidden);
+    let logits = match cfg.tp.filter(|t| t.size > 1) {
+        Some(t) => {
+            let local = linear("lm_head", &tp::colwise_input(&hidden), &m.lm_head);
+            drop(hidden);
+            tp::gather_logits(local, t)
+        }
+        None => {
+            let l = linear("lm_head", &hidden, &m.lm_head);
+            drop(hidden);
+            l
+        }
+    };
     logits_ready(&logits);
     let loss = labels.map(|labels| {
         let _s = scope("loss");

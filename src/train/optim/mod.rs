@@ -242,14 +242,19 @@ fn bias_corrections(c: &OptimConfig, steps: u64) -> (f64, f64) {
 
 /// One parameter's in-place part of AdamW as the single-tensor and fused paths write it:
 /// `param.mul_(1 - lr·wd)` (when wd ≠ 0), `exp_avg.lerp_(grad, 1 - β₁)`,
-/// `exp_avg_sq.mul_(β₂).addcmul_(grad, grad, value=1 - β₂)`. No allocation.
+/// `exp_avg_sq.mul_(β₂).addcmul_(grad, grad, value=1 - β₂)`. No allocation, except for a
+/// tensor-parallel parameter whose gradient is whole: DTensor redistributes it to the
+/// parameter's shard for each operand (one copy for lerp_, two for addcmul_), each freed
+/// when its op returns.
 fn decay_and_update_moments(c: &OptimConfig, param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor) {
+    use crate::engine::autograd::grad_shard;
     if c.weight_decay != 0.0 {
         param.mul_scalar_(1.0 - c.lr * c.weight_decay);
     }
-    m.lerp_(grad, 1.0 - c.beta1);
+    m.lerp_(&grad_shard(param, grad), 1.0 - c.beta1);
     v.mul_scalar_(c.beta2);
-    v.addcmul_(grad, grad, 1.0 - c.beta2);
+    let (a, b) = (grad_shard(param, grad), grad_shard(param, grad));
+    v.addcmul_(&a, &b, 1.0 - c.beta2);
 }
 
 /// (exp_avg, exp_avg_sq) handles of the live parameters, in order.

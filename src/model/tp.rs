@@ -1,0 +1,167 @@
+//! Megatron-style tensor parallelism as `torch.distributed.tensor.parallel` runs it on a
+//! LLaMA (the plan torchtitan writes): q/k/v/gate/up `ColwiseParallel`, o/down
+//! `RowwiseParallel`, the embedding `RowwiseParallel` (vocabulary-parallel) and the head
+//! `ColwiseParallel(output_layouts=Replicate())`. The model is built with this rank's shards
+//! (local heads, intermediate columns, vocabulary rows) and computes on local tensors; these
+//! functions are what DTensor adds around them. Collectives allocate what the functional
+//! collectives allocate (`all_reduce` clones its input, `all_gather_into_tensor` fills a new
+//! world-sized buffer); the bytes NCCL moves in place are not memory.
+use crate::engine::autograd::attach;
+use crate::engine::{runtime, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// This rank's place in the tensor-parallel group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorParallel {
+    /// Ranks in the group (`--tp`).
+    pub size: usize,
+    /// This rank's index in it.
+    pub rank: usize,
+}
+
+impl TensorParallel {
+    /// Rows `[first, first + rows)` of `n` this rank holds under Shard(0) (the callers
+    /// require `n` to divide).
+    pub fn rows(&self, n: usize) -> (usize, usize) {
+        let rows = n / self.size;
+        (self.rank * rows, rows)
+    }
+}
+
+/// `ColwiseParallel`'s input: `DTensor.from_local(x, [Replicate()])` is a view. In backward
+/// the input gradient is Partial and is all-reduced into a new tensor
+/// (`_FromTorchTensorBackward`); the partial one dies when the node returns.
+pub fn colwise_input(x: &Tensor) -> Tensor {
+    if !x.requires_grad() || !runtime::is_grad_enabled() {
+        return x.clone();
+    }
+    attach(
+        x.detach(),
+        "_FromTorchTensorBackward",
+        &[x],
+        Box::new(|g| {
+            let reduced = {
+                let _s = runtime::scope("all_reduce");
+                g.clone_contiguous()
+            };
+            drop(g);
+            vec![Some(reduced)]
+        }),
+    )
+}
+
+/// `RowwiseParallel`'s output (Partial → Replicate): all-reduced into a new tensor, the
+/// partial sums dying at once. Backward passes the Replicate gradient through (DTensor
+/// keeps a gradient of a Partial placement Replicate: no collective).
+pub fn rowwise_output(y: Tensor) -> Tensor {
+    let reduced = {
+        let _g = runtime::no_grad();
+        let _s = runtime::scope("all_reduce");
+        y.clone_contiguous()
+    };
+    if !y.requires_grad() || !runtime::is_grad_enabled() {
+        return reduced;
+    }
+    let out = attach(reduced, "RedistributeBackward", &[&y], Box::new(|g| vec![Some(g)]));
+    drop(y);
+    out
+}
+
+/// `RowwiseParallel` on `nn.Embedding` (weight Shard(0), ids Replicate): `_MaskPartial`
+/// masks the ids outside this rank's rows (`ids < first | ids >= first + rows`, bool),
+/// shifts a clone of the ids into the shard, looks them up, zeroes the masked rows and
+/// all-reduces the (B, S, d) result. The weight's gradient is the whole (V, d) table (see
+/// [`Tensor::embedding_rows`]).
+pub fn vocab_parallel_embedding(weight: &Tensor, ids: &Tensor, tp: TensorParallel, vocab: usize) -> Tensor {
+    let (first, rows) = tp.rows(vocab);
+    let mask = {
+        let below = ids.lt_int(first as i64);
+        let above = ids.ge_int((first + rows) as i64);
+        below.logical_or(&above)
+    };
+    // `masked_tensor = tensor.clone() - offset` (the clone dies with the expression), then
+    // `masked_tensor[mask] = 0` in place.
+    let local_ids = {
+        let c = ids.clone_contiguous();
+        c.shard_ids(first as i64, rows as i64)
+    };
+    let partial = weight.embedding_rows(&local_ids, ids, first, vocab);
+    drop(local_ids);
+    // The mask buffer goes when the Partial placement is reduced.
+    drop(mask);
+    rowwise_output(partial)
+}
+
+/// `ColwiseParallel(output_layouts=Replicate())` on the head: the local logits (B, S, V/tp)
+/// are all-gathered into one (tp·B·S·V/tp) buffer and concatenated on the last dimension
+/// into the (B, S, V) logits; the buffer, then the local logits, die. Backward takes this
+/// rank's columns of the gradient as a new tensor (Replicate → Shard(-1): chunk, clone).
+pub fn gather_logits(local: Tensor, tp: TensorParallel) -> Tensor {
+    let mut shape = local.shape().to_vec();
+    let cols = *shape.last().expect("logits have a last dimension");
+    *shape.last_mut().expect("logits") = cols * tp.size;
+    let full = {
+        let _g = runtime::no_grad();
+        let _s = runtime::scope("all_gather");
+        let buffer = Tensor::zeros_op(&[tp.size * local.numel()], local.dtype(), local.device(), "all_gather_into_tensor");
+        let parts: Vec<Tensor> = (0..tp.size).map(|_| local.detach()).collect();
+        let full = Tensor::cat(&parts, -1);
+        drop(buffer);
+        full
+    };
+    if !local.requires_grad() || !runtime::is_grad_enabled() {
+        return full;
+    }
+    let rank = tp.rank;
+    let out = attach(full, "RedistributeBackward", &[&local], Box::new(move |g| {
+        let last = g.rank() as isize - 1;
+        let shard = g.narrow(last, rank * cols, cols).clone_contiguous();
+        drop(g);
+        vec![Some(shard)]
+    }));
+    drop(local);
+    out
+}
+
+/// The plan applies to this model as PyTorch would run it, or the flag to blame.
+pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<(), crate::model::ConfigError> {
+    use crate::model::ConfigError;
+    let err = |m: String| Err(ConfigError::new("--tp", m));
+    if tp.size == 0 || tp.rank >= tp.size {
+        return err(format!("rank {} of {} ranks", tp.rank, tp.size));
+    }
+    if tp.size == 1 {
+        return Ok(());
+    }
+    let Some(hf) = cfg.hf() else {
+        return err(format!(
+            "tensor parallelism is modelled for the hf flavour (transformers' nn.Linear / nn.Embedding modules, which torch's ColwiseParallel / RowwiseParallel shard); the {} reference model {}",
+            cfg.flavour.name(),
+            if cfg.flavour == crate::model::Flavour::Cs336 { "uses its own Linear module, which those styles refuse" } else { "ties its head to the embedding" }
+        ));
+    };
+    for (what, n) in [("attention heads", cfg.num_heads), ("key/value heads", cfg.num_kv_heads), ("intermediate size", cfg.d_ff), ("vocabulary", cfg.vocab_size)] {
+        if n % tp.size != 0 {
+            return err(format!("{} ranks do not divide the {what} ({n}); uneven tensor-parallel shards are not modelled", tp.size));
+        }
+    }
+    if cfg.tied_embeddings {
+        return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
+    }
+    if hf.o_bias || hf.mlp_bias {
+        return err("a bias on o_proj or down_proj (RowwiseParallel's Partial output plus a Replicate bias) is not modelled".into());
+    }
+    Ok(())
+}
+
+/// The configuration of this rank's shards: local attention and key/value heads and
+/// intermediate columns (the vocabulary stays whole: the head's logits are gathered).
+pub fn local_config(cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
+    let mut c = cfg.clone();
+    if let Some(tp) = cfg.tp.filter(|t| t.size > 1) {
+        c.num_heads /= tp.size;
+        c.num_kv_heads /= tp.size;
+        c.d_ff /= tp.size;
+    }
+    c
+}
