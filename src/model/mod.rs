@@ -116,6 +116,11 @@ pub trait ModuleHooks {
     /// After the model's forward returned `outputs` (logits, and the loss when the model
     /// computes it), which the hooks may replace.
     fn root_post_forward(&self, outputs: &mut [&mut Tensor]);
+    /// The dtype block `block`'s floating-point inputs are cast to before it runs (FSDP2's
+    /// `cast_forward_inputs` at a unit's first block; None: as given).
+    fn block_input_dtype(&self, _block: usize) -> Option<crate::engine::DType> {
+        None
+    }
 }
 
 /// Run block `i` as `block(x)` with the model's module hooks around it (also inside a

@@ -199,7 +199,17 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_r
     let hooks = m.hooks.borrow().clone();
     for (i, l) in m.layers.iter().enumerate() {
         let _s = scope(&format!("blocks.{i}"));
-        let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, rope: m.rope_cache.clone(), mask: mask.clone() };
+        // FSDP2's mixed precision casts the fp32 mask argument to its param dtype at each
+        // unit (a copy the block call holds until it returns).
+        let cast = hooks.as_ref().and_then(|h| h.block_input_dtype(i));
+        let block_mask = match (&mask, cast) {
+            (Some(mk), Some(d)) if mk.dtype() != d => {
+                let _s = scope("FSDP::cast_forward_inputs");
+                Some(mk.to_dtype(d))
+            }
+            _ => mask.clone(),
+        };
+        let block = Block { cfg: shared.clone(), layer: l.clone(), index: i, rope: m.rope_cache.clone(), mask: block_mask };
         let hooks = hooks.clone();
         let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
         // `h = blk(h, mask)`: the caller's `h` (the block input) stays alive until the block

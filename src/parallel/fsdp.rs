@@ -425,6 +425,14 @@ impl ModuleHooks for Fsdp {
         on_backward(x, "RegisterPostBackwardFunctionBackward", move || me.post_backward(u))
     }
 
+    fn block_input_dtype(&self, block: usize) -> Option<DType> {
+        // `MixedPrecisionPolicy(cast_forward_inputs=True)`: in FSDPState._pre_forward, before
+        // the unshard and not in a recomputation. The block's input itself is already in
+        // the param dtype; an fp32 argument beside it (an additive mask) is copied.
+        let Some((u, true, _)) = self.block_unit[block] else { return None };
+        (self.units.borrow()[u].state != State::PreBackward).then_some(self.param_dtype).flatten()
+    }
+
     fn block_post_forward(&self, block: usize, y: Tensor) -> Tensor {
         let Some((u, _, true)) = self.block_unit[block] else { return y };
         if !self.post_forward(u) {
