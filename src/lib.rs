@@ -7,4 +7,5 @@ pub mod export;
 pub mod model;
 pub mod parallel;
 pub mod record;
+pub mod session;
 pub mod train;

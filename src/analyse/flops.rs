@@ -8,6 +8,12 @@ use crate::record::Phase;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// Measured cpu rates of a run: achieved against the calibrated peaks.
+pub struct Achieved {
+    pub step_s: f64,
+    pub peaks: crate::engine::calibrate::CpuPeaks,
+}
+
 /// Which pass an op belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -2,18 +2,13 @@
 //! the top ops with arithmetic intensity, MFU against the calibrated cpu peaks, and the
 //! roofline prediction on a GPU preset.
 use crate::analyse::flops::{bound, FlopReport, Pass, Roofline};
-use crate::engine::calibrate::CpuPeaks;
 use serde_json::{json, Value};
 
 fn g(x: u64) -> f64 {
     x as f64 / 1e9
 }
 
-/// Measured cpu rates of a run: achieved against the calibrated peaks.
-pub struct Achieved {
-    pub step_s: f64,
-    pub peaks: CpuPeaks,
-}
+pub use crate::analyse::flops::Achieved;
 
 pub fn print(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Option<&Roofline>) {
     println!("\n== FLOPs per step (GFLOP = 1e9 FLOP; matmul FLOPs = 2·m·n·k, what FlopCounterMode counts; elementwise/reduction counted apart)");

@@ -219,7 +219,7 @@ pub fn run(a: FitArgs) -> Result<()> {
         let (b, c) = point(n);
         let args = args_for(&a, b, c);
         let mut plan = profile::plan(&args)?;
-        plan.write_files = false;
+        plan.keep_trace = false;
         let run = profile::profile_one(&plan, &args, c, a.profile_type)?;
         let p = Probe {
             value: n,

@@ -86,7 +86,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 return Ok(false);
             }
             let mut plan = profile::plan(&args)?;
-            plan.write_files = false;
+            plan.keep_trace = false;
             let rank = plan.parallel.as_ref().map_or(0, |c| heaviest_rank(&shapes, c));
             if let Some(c) = plan.parallel.as_mut() {
                 c.rank = rank;

@@ -18,7 +18,6 @@ pub mod optim_flags;
 pub mod parallel_flags;
 pub mod precision_flags;
 pub mod profile;
-pub mod progress;
 pub mod run_all;
 pub mod study;
 pub mod sweep;

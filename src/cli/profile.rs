@@ -6,54 +6,17 @@ use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
 use super::memory_flags::MemoryFlags;
 use super::{set_threads, usage};
-use crate::analyse::{self, PeakReport};
-use crate::engine::runtime::{self, OomPanic};
-use crate::engine::{autocast, Device, Tensor};
-use crate::export::html::Capacity;
-use crate::export::{gib, mib, pickle, snapshot, write_atomic, write_json};
-use crate::model::{Flavour, Model, ModelConfig};
-use crate::record::allocator::{AllocatorConfig, AllocatorStats, CachingAllocator};
-use crate::record::gpu::{self, Gpu};
-use crate::record::{MemEvent, Phase, Recording};
-use crate::train::optim::OptimConfig;
-use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
-use super::compute::Achieved;
-use crate::analyse::flops::{self, FlopReport, Roofline};
+use crate::engine::runtime;
+use crate::engine::Device;
+use crate::export::{gib, mib, write_json};
+use crate::model::{Flavour, Model};
+use crate::record::allocator::AllocatorConfig;
+use crate::record::gpu;
+use crate::train::Precision;
 use anyhow::Result;
-use std::time::Instant;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde_json::json;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProfileType {
-    /// `model(x)` with autograd on and no loss (CS336's forward rows): the saved tensors are
-    /// kept until the unbound output is dropped
-    Forward,
-    /// `logits = model(x); loss = cross_entropy(logits, y)` with autograd on, no backward
-    /// (phases forward and loss)
-    #[value(name = "forward-loss")]
-    #[serde(rename = "forward-loss")]
-    ForwardLoss,
-    /// `model(x)` under no_grad
-    Inference,
-    /// zero_grad → forward → loss → backward → optimizer step
-    Training,
-}
-
-impl ProfileType {
-    /// The name the command line and the output files use.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProfileType::Forward => "forward",
-            ProfileType::ForwardLoss => "forward-loss",
-            ProfileType::Inference => "inference",
-            ProfileType::Training => "training",
-        }
-    }
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
@@ -136,32 +99,26 @@ pub struct ProfileArgs {
     pub compare: bool,
 }
 
-/// `--max-entries`' default: the `_record_memory_history(max_entries=1000000)` of CS336's
-/// profile_memory.py (PyTorch's own default is unbounded).
-pub(crate) const DEFAULT_MAX_ENTRIES: usize = 1_000_000;
+pub use crate::session::profile::{ComputeOut, ProfileOptions as Plan, ProfileType, Run, DEFAULT_MAX_ENTRIES};
 
-/// A validated profile invocation (shared with `sweep` and `fit`, which run one per point).
-pub(crate) struct Plan {
-    pub model: ModelConfig,
-    pub model_name: String,
-    pub batch: usize,
-    pub contexts: Vec<usize>,
-    pub device: Device,
-    pub capacity: usize,
-    pub gpu_name: Option<String>,
-    gpu: Option<Gpu>,
-    conf: AllocatorConfig,
-    fraction: Option<f64>,
-    pub precision: Precision,
-    /// The training step's optimizer and gradient clipping (the flavour's reference unless
-    /// --optimizer / --max-grad-norm say otherwise).
-    pub optim: OptimConfig,
-    /// Write the snapshot and its HTML report per run (`sweep` and `fit` turn this off).
-    pub write_files: bool,
-    /// The model source's note (a config.json's torch_dtype), printed once by the caller.
-    pub note: Option<String>,
-    /// One rank of a data-parallel job (None: one device).
-    pub parallel: Option<crate::parallel::ParallelConfig>,
+/// One run of `p` as the command line makes it: the library's session, then (when the plan
+/// keeps traces) its snapshot and report written where `a` says, the trace then dropped.
+pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
+    let mut r = crate::session::profile_one(p, ctx, kind)?;
+    if p.keep_trace {
+        let path = a.output.clone().unwrap_or_else(|| {
+            // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
+            let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
+            let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
+            let rank = p.parallel.as_ref().map_or(String::new(), |c| format!("_{}{}_rank{}", c.layout.name(), c.world_size, c.rank));
+            a.out_dir.join(format!("{}_ctx{ctx}_{}{prec}{variant}{rank}_snapshot.pickle", p.model_name, kind.name()))
+        });
+        r.save_snapshot(&path)?;
+        let name = path.file_name().map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
+        r.save_report(&super::view::default_output(&path, None), &name, p.capacity_line())?;
+        r.trace = None;
+    }
+    Ok(r)
 }
 
 impl ProfileArgs {
@@ -291,8 +248,14 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         precision,
         optim,
         note,
-        write_files: true,
+        keep_trace: true,
         parallel,
+        warmup_steps: a.warmup_steps,
+        measure_steps: a.measure_steps,
+        max_entries: a.max_entries,
+        seed: a.seed,
+        grad_accum_steps: a.grad_accum_steps,
+        flops: a.flops,
     })
 }
 
@@ -314,258 +277,6 @@ fn tp_optimizer(pc: &crate::parallel::ParallelConfig, flags: &super::optim_flags
         _ => return Err(usage("--max-grad-norm", "clipping tensor-parallel (DTensor) gradients is not modelled: give --max-grad-norm 0 (no clipping) with --tp")),
     }
     Ok(())
-}
-
-/// What one profiled (context length, profile type) produced.
-pub struct Run {
-    pub context: usize,
-    pub kind: ProfileType,
-    /// The simulated rank (None: one device).
-    pub rank: Option<usize>,
-    /// FSDP units (root first) and the bytes each holds while unsharded.
-    pub units: Vec<(String, u64)>,
-    /// CPU offload: the host memory the offloaded state reached (bytes).
-    pub host_peak: Option<usize>,
-    pub report: PeakReport,
-    pub stats: AllocatorStats,
-    pub oom: Option<String>,
-    /// Where the OOM happened: model construction, a warm-up step or a measured step.
-    pub oom_stage: Option<String>,
-    /// Trace entries the ring buffer dropped (`--max-entries`).
-    pub trace_dropped: usize,
-    /// The snapshot and its HTML report (None when the plan writes no files).
-    pub snapshot: Option<PathBuf>,
-    pub report_html: Option<PathBuf>,
-    pub events: usize,
-    pub compute: Option<ComputeOut>,
-    /// Wall time per measured step (meaningful on cpu only); None after an OOM.
-    pub step_seconds: Option<f64>,
-}
-
-/// The batches a profile's loop keeps bound between steps.
-#[derive(Default)]
-struct Bound {
-    /// The reference scripts' `x, y = get_batch()`.
-    shifted: Option<Vec<(Tensor, Tensor)>>,
-    /// Hugging Face's collator output (hf flavour), one per micro-batch.
-    causal: Vec<CausalLmBatch>,
-}
-
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision) {
-    let n = if kind == ProfileType::Training { accum } else { 1 };
-    if let Some(hf) = model.config.hf() {
-        return hf_step(kind, model, runner, batcher, &mut batch.causal, n, hf.attention_mask, precision);
-    }
-    let batch = &mut batch.shifted;
-    // `x, y = get_batch()`: the previous batch dies once the new one exists.
-    let new: Vec<(Tensor, Tensor)> = (0..n).map(|_| batcher.next_batch()).collect();
-    let micro = batch.insert(new);
-    match kind {
-        ProfileType::Training => {
-            let refs: Vec<(&Tensor, &Tensor)> = micro.iter().map(|(x, y)| (x, y)).collect();
-            runner.step_accumulated(&refs);
-        }
-        ProfileType::ForwardLoss => {
-            runtime::set_phase(Phase::Forward);
-            let region = precision.autocast().map(autocast::enable);
-            // `logits = model(x); loss = cross_entropy(logits, y)`; both die before the next step.
-            let (logits, loss) = model.forward_loss(&micro[0].0, &micro[0].1, &mut |_| runtime::set_phase(Phase::Loss));
-            drop(region);
-            drop(loss);
-            drop(logits);
-            runtime::set_phase(Phase::Setup);
-        }
-        ProfileType::Forward | ProfileType::Inference => {
-            let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
-            runtime::set_phase(Phase::Forward);
-            let region = precision.autocast().map(autocast::enable);
-            // `model(x)` with the result unbound: output and graph die right after.
-            drop(model.forward(&micro[0].0));
-            drop(region);
-            runtime::set_phase(Phase::Setup);
-        }
-    }
-}
-
-/// The Trainer's step for the hf flavour: the collator's batch (input_ids, labels = a copy,
-/// the attention_mask when asked), then the profile type's calls as measure_hf.py makes them.
-#[allow(clippy::too_many_arguments)]
-fn hf_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, n: usize, mask: bool, precision: Precision) {
-    let labeled = matches!(kind, ProfileType::Training | ProfileType::ForwardLoss);
-    bound.truncate(n);
-    bound.resize_with(n, CausalLmBatch::default);
-    for b in bound.iter_mut() {
-        batcher.next_causal_lm_batch(b, labeled, mask);
-    }
-    let ids = |b: &CausalLmBatch| b.input_ids.clone().expect("drawn above");
-    match kind {
-        ProfileType::Training => {
-            let micro: Vec<(Tensor, Tensor, Option<Tensor>)> =
-                bound.iter().map(|b| (ids(b), b.labels.clone().expect("labeled"), b.attention_mask.clone())).collect();
-            let refs: Vec<(&Tensor, &Tensor, Option<&Tensor>)> = micro.iter().map(|(x, y, m)| (x, y, m.as_ref())).collect();
-            runner.step_micro(&refs);
-        }
-        ProfileType::ForwardLoss => {
-            let b = &bound[0];
-            runtime::set_phase(Phase::Forward);
-            let region = precision.autocast().map(autocast::enable);
-            // `loss = model(input_ids, labels=labels).loss; del out`, then the loss dies.
-            let (logits, loss) = model.forward_loss_masked(&ids(b), b.labels.as_ref().expect("labeled"), b.attention_mask.as_ref(), &mut |_| runtime::set_phase(Phase::Loss));
-            drop(region);
-            drop(logits);
-            runtime::set_phase(Phase::Setup);
-            drop(loss);
-        }
-        ProfileType::Forward | ProfileType::Inference => {
-            let b = &bound[0];
-            let _g = (kind == ProfileType::Inference).then(runtime::no_grad);
-            runtime::set_phase(Phase::Forward);
-            let region = precision.autocast().map(autocast::enable);
-            drop(model.forward_masked(&ids(b), b.attention_mask.as_ref()));
-            drop(region);
-            runtime::set_phase(Phase::Setup);
-        }
-    }
-}
-
-/// The compute side of the measured steps (`--flops`).
-pub struct ComputeOut {
-    pub report: FlopReport,
-    pub achieved: Option<Achieved>,
-    pub roofline: Option<Roofline>,
-}
-
-pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
-    runtime::reset();
-    let mut allocator = CachingAllocator::new(p.conf.clone(), p.capacity);
-    if let Some(f) = p.fraction {
-        allocator.set_memory_fraction(f);
-    }
-    // Record from the first allocation, so that an OOM anywhere (model construction,
-    // warm-up) leaves its history; the measured steps restart the recording.
-    runtime::with(|rt| {
-        rt.log.allocator = Some(allocator);
-        rt.log.max_entries = Some(a.max_entries);
-        rt.log.start_recording();
-    });
-    let mut stage = "model construction".to_string();
-    let mut before: Vec<MemEvent> = Vec::new();
-    let mut recording: Option<Recording> = None;
-    let mut compute: Option<ComputeOut> = None;
-    let mut step_seconds: Option<f64> = None;
-    let mut units: Vec<(String, u64)> = Vec::new();
-    let bar = super::progress::steps(p.device, a.warmup_steps + a.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
-    let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
-        let model_cfg = p.parallel.as_ref().map_or_else(|| p.model.clone(), |pc| pc.model_config(&p.model));
-        let model = match &p.parallel {
-            // `with torch.device("meta")`, `fully_shard`, `to_empty`: only shards are allocated,
-            // and the model computes in the policy's param_dtype.
-            Some(pc) if pc.shards_params() => {
-                let _d = runtime::defer_allocation();
-                Model::new_in(&model_cfg, p.device, a.seed, pc.param_dtype.unwrap_or(p.precision.param_dtype()))?
-            }
-            _ => Model::new_in(&model_cfg, p.device, a.seed, p.precision.param_dtype())?,
-        };
-        bar.set_message("warm-up");
-        let opt = Optimizer::new(p.optim.clone(), model.parameters().len());
-        let mut runner = StepRunner::new(&model, opt);
-        if let Some(pc) = &p.parallel {
-            if let Some(layout) = crate::parallel::apply(&model, pc, p.precision.param_dtype()) {
-                units = layout.units();
-                runner = runner.with_parallel(layout);
-            }
-        }
-        let mut runner = runner.with_precision(p.precision);
-        let accum = if kind == ProfileType::Training { a.grad_accum_steps } else { 1 };
-        let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, a.seed);
-        let mut batch = Bound::default();
-        for i in 0..a.warmup_steps {
-            stage = format!("warm-up step {} of {}", i + 1, a.warmup_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
-            bar.inc(1);
-        }
-        bar.set_message("recording");
-        // torch.cuda.reset_peak_memory_stats(); _record_memory_history()
-        runtime::with(|rt| {
-            rt.log.reset_peak();
-            before = rt.log.live_as_events();
-            rt.log.start_recording();
-        });
-        if a.flops {
-            runtime::start_compute_log(false);
-        }
-        let t0 = Instant::now();
-        for i in 0..a.measure_steps {
-            stage = format!("measured step {} of {}", i + 1, a.measure_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
-            bar.inc(1);
-        }
-        let step_s = t0.elapsed().as_secs_f64() / a.measure_steps as f64;
-        step_seconds = Some(step_s);
-        if let Some(log) = runtime::take_compute_log() {
-            let params: Vec<(String, u64)> = model.parameters().iter().map(|q| (q.name.clone(), q.tensor.numel() as u64)).collect();
-            compute = Some(ComputeOut {
-                report: flops::report(&log.ops, a.measure_steps, &params),
-                achieved: (p.device == Device::Cpu).then(|| Achieved { step_s, peaks: crate::engine::calibrate::cpu_peaks() }),
-                roofline: p.gpu.as_ref().map(|g| flops::roofline(&log.ops, a.measure_steps, g)),
-            });
-        }
-        // `_dump_snapshot` runs while the loop's tensors are still bound.
-        recording = Some(runtime::with(|rt| rt.log.finish_recording()));
-        runner.finish();
-        drop(batch);
-        drop(runner);
-        drop(model);
-        Ok(())
-    }));
-    bar.finish_and_clear();
-    let oom = match res {
-        Ok(r) => {
-            r?;
-            None
-        }
-        Err(payload) => match payload.downcast::<OomPanic>() {
-            Ok(o) => Some(o.0.to_string()),
-            Err(other) => std::panic::resume_unwind(other),
-        },
-    };
-    let host_peak = runtime::host_memory().1;
-    let (rec, oom_where) = runtime::with(|rt| {
-        let w = rt.log.oom.take().map(|(_, scope, phase)| (scope.to_string(), phase));
-        // After an OOM: the history up to the failing allocation.
-        let rec = rt.log.oom_capture.take().or(recording.take()).unwrap_or_else(|| rt.log.finish_recording());
-        (rec, w)
-    });
-    let Recording { events, actions, dropped, allocator } = rec;
-    let alloc = allocator.expect("allocator installed");
-    let oom = oom.map(|m| match oom_where {
-        Some((scope, phase)) => format!("{m} (at {}, phase {phase})", crate::record::scope_name(&scope, phase)),
-        None => m,
-    });
-    let report = analyse::peak(&before, &events, 20);
-    let stats = alloc.stats;
-    let (mut snapshot_path, mut report_html) = (None, None);
-    if p.write_files {
-        let snap = snapshot::build(&alloc, &before, &events, &actions);
-        let path = a.output.clone().unwrap_or_else(|| {
-            let kind = kind.name();
-            // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
-            let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
-            let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
-            let rank = p.parallel.as_ref().map_or(String::new(), |c| format!("_{}{}_rank{}", c.layout.name(), c.world_size, c.rank));
-            a.out_dir.join(format!("{}_ctx{ctx}_{kind}{prec}{variant}{rank}_snapshot.pickle", p.model_name))
-        });
-        write_atomic(&path, &pickle::write(&snap))?;
-        let capacity = (p.capacity < usize::MAX / 4)
-            .then(|| Capacity { label: p.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: p.capacity as u64 });
-        report_html = Some(super::view::write_beside(&path, &snap, capacity, serde_json::to_value(stats).ok())?);
-        snapshot_path = Some(path);
-    }
-    runtime::reset();
-    let oom_stage = oom.is_some().then_some(stage);
-    let rank = p.parallel.as_ref().map(|c| c.rank);
-    let host_peak = p.parallel.as_ref().filter(|c| c.offload_params).map(|_| host_peak);
-    Ok(Run { context: ctx, kind, rank, units, host_peak, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: snapshot_path, report_html, events: actions.len(), compute, step_seconds })
 }
 
 fn print_run(p: &Plan, r: &Run, depth: usize) {

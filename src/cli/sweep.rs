@@ -618,7 +618,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             Some(u) => UsageError(format!("{} (grid point: {})", u.0, label(&axes, p))).into(),
             None => e,
         })?;
-        plan.write_files = a.snapshots;
+        plan.keep_trace = a.snapshots;
         if let Some(n) = profile::meta_if_host_too_small(&plan, &args.profile_type)? {
             println!("grid point {}: {n}", label(&axes, p));
             plan.device = crate::engine::Device::Meta;
