@@ -6,6 +6,8 @@ pub mod engine;
 pub mod export;
 pub mod model;
 pub mod parallel;
+#[cfg(feature = "python")]
+mod python;
 pub mod record;
 pub mod session;
 pub mod train;

@@ -290,6 +290,34 @@ pub fn roofline(ops: &[OpRecord], steps: usize, g: &Gpu) -> Roofline {
     }
 }
 
+/// summary.json's `flops` object: the report with its per-pass totals, the achieved cpu rates
+/// and the GPU roofline prediction when measured.
+pub fn to_json(r: &FlopReport, achieved: Option<&Achieved>, roof: Option<&Roofline>) -> serde_json::Value {
+    let fwd = r.by_pass.get(&Pass::Forward).map_or(0, |t| t.matmul_flops);
+    let bwd = r.by_pass.get(&Pass::Backward).map_or(0, |t| t.matmul_flops);
+    let cpu = achieved.map(|a| {
+        let mm: u64 = r.by_pass.values().map(|t| t.matmul_flops).sum();
+        let bytes: u64 = r.by_pass.values().map(|t| t.bytes()).sum();
+        serde_json::json!({
+            "step_s": a.step_s,
+            "achieved_matmul_flops_per_s": mm as f64 / a.step_s,
+            "calibrated_peak_matmul_flops_per_s": a.peaks.matmul_flops,
+            "mfu": mm as f64 / a.step_s / a.peaks.matmul_flops,
+            "achieved_bytes_per_s": bytes as f64 / a.step_s,
+            "calibrated_copy_bytes_per_s": a.peaks.copy_bytes_per_s,
+        })
+    });
+    serde_json::json!({
+        "units": "FLOP per step (a multiply-add is 2 FLOP); matmul_flops is what FlopCounterMode counts; bytes are read + written",
+        "forward_matmul_flops": fwd,
+        "backward_matmul_flops": bwd,
+        "forward_backward_matmul_flops": fwd + bwd,
+        "report": r,
+        "cpu": cpu,
+        "gpu_prediction": roof,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

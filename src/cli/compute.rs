@@ -1,8 +1,7 @@
 //! The compute-side printout shared by `train` and `profile`: the FLOP tree per module,
 //! the top ops with arithmetic intensity, MFU against the calibrated cpu peaks, and the
 //! roofline prediction on a GPU preset.
-use crate::analyse::flops::{bound, FlopReport, Pass, Roofline};
-use serde_json::{json, Value};
+use crate::analyse::flops::{bound, FlopReport, Roofline};
 
 fn g(x: u64) -> f64 {
     x as f64 / 1e9
@@ -98,28 +97,4 @@ pub fn print(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
     }
 }
 
-pub fn to_json(r: &FlopReport, achieved: Option<&Achieved>, roof: Option<&Roofline>) -> Value {
-    let fwd = r.by_pass.get(&Pass::Forward).map_or(0, |t| t.matmul_flops);
-    let bwd = r.by_pass.get(&Pass::Backward).map_or(0, |t| t.matmul_flops);
-    let cpu = achieved.map(|a| {
-        let mm: u64 = r.by_pass.values().map(|t| t.matmul_flops).sum();
-        let bytes: u64 = r.by_pass.values().map(|t| t.bytes()).sum();
-        json!({
-            "step_s": a.step_s,
-            "achieved_matmul_flops_per_s": mm as f64 / a.step_s,
-            "calibrated_peak_matmul_flops_per_s": a.peaks.matmul_flops,
-            "mfu": mm as f64 / a.step_s / a.peaks.matmul_flops,
-            "achieved_bytes_per_s": bytes as f64 / a.step_s,
-            "calibrated_copy_bytes_per_s": a.peaks.copy_bytes_per_s,
-        })
-    });
-    json!({
-        "units": "FLOP per step (a multiply-add is 2 FLOP); matmul_flops is what FlopCounterMode counts; bytes are read + written",
-        "forward_matmul_flops": fwd,
-        "backward_matmul_flops": bwd,
-        "forward_backward_matmul_flops": fwd + bwd,
-        "report": r,
-        "cpu": cpu,
-        "gpu_prediction": roof,
-    })
-}
+pub use crate::analyse::flops::to_json;

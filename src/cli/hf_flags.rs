@@ -2,11 +2,11 @@
 //! `model(…, use_cache=…, logits_to_keep=…)`, `gradient_checkpointing_enable(…)`, the
 //! collator's attention_mask), and the line and JSON that say which a run used.
 use super::usage;
-use crate::model::hf::{AttnImplementation, HfConfig, SdpaBackend, TRANSFORMERS_VERSION};
+use crate::model::hf::{AttnImplementation, SdpaBackend};
 use crate::model::{Checkpoint, Flavour, ModelConfig};
 use crate::train::Precision;
 use clap::Args;
-use serde_json::{json, Value};
+pub use crate::session::hf::{describe, sdpa_on_cuda, settings_json};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct HfFlags {
@@ -137,60 +137,6 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
         ));
     }
     Ok(())
-}
-
-/// The SDPA kernel PyTorch picks on a CUDA GPU for this run (None unless sdpa): half-precision
-/// queries under bf16/fp16 (autocast or bf16 weights); a mask only for a sliding window shorter
-/// than the context (an all-ones attention_mask is dropped); GQA left to the kernel
-/// (enable_gqa) only without a mask, else transformers repeats k and v first.
-pub fn sdpa_on_cuda(c: &ModelConfig, precision: Precision, seq: usize) -> Option<SdpaBackend> {
-    let hf = c.hf().filter(|h| h.attn_implementation == AttnImplementation::Sdpa)?;
-    Some(hf.sdpa_kernel(c.num_heads, c.num_kv_heads, precision != Precision::Fp32, seq))
-}
-
-fn checkpointing(c: &ModelConfig, hf: &HfConfig) -> &'static str {
-    match (c.checkpoint, hf.reentrant) {
-        (Checkpoint::None, _) => "off",
-        (_, true) => "reentrant",
-        (_, false) => "non-reentrant",
-    }
-}
-
-/// One line with the transformers settings of an hf run at one context length.
-pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<String> {
-    let hf = c.hf()?;
-    let attn = match sdpa_on_cuda(c, precision, seq) {
-        Some(b) if hf.sdpa_backend == SdpaBackend::Auto => format!("sdpa (on CUDA PyTorch picks the {b} kernel)"),
-        Some(b) => format!("sdpa (--sdpa-backend {b})"),
-        None => hf.attn_implementation.name().to_string(),
-    };
-    let cache = if hf.use_cache && c.checkpoint != Checkpoint::None { " (off in training while checkpointing, as transformers does)" } else { "" };
-    let keep = if hf.logits_to_keep == 0 { "0 (all)".to_string() } else { hf.logits_to_keep.to_string() };
-    let mask = if hf.attention_mask { "ones" } else { "none" };
-    Some(format!(
-        "transformers {TRANSFORMERS_VERSION}: attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}",
-        hf.use_cache,
-        checkpointing(c, hf)
-    ))
-}
-
-/// The same settings for summary.json (the CUDA SDPA kernel per context length).
-pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) -> Option<Value> {
-    let hf = c.hf()?;
-    let kernels: serde_json::Map<String, Value> =
-        contexts.iter().filter_map(|&s| sdpa_on_cuda(c, precision, s).map(|b| (s.to_string(), json!(b.name())))).collect();
-    Some(json!({
-        "transformers_version": TRANSFORMERS_VERSION,
-        "model_type": hf.model_type,
-        "attn_implementation": hf.attn_implementation,
-        "sdpa_backend": hf.sdpa_backend,
-        "sdpa_backend_on_cuda_by_context": (!kernels.is_empty()).then_some(kernels),
-        "use_cache": hf.use_cache,
-        "gradient_checkpointing": checkpointing(c, hf),
-        "logits_to_keep": hf.logits_to_keep,
-        "attention_mask": if hf.attention_mask { "ones" } else { "none" },
-        "rope_type": hf.rope_type.as_deref().unwrap_or("default"),
-    }))
 }
 
 /// The part of an output file name that tells an hf run's non-default transformers options

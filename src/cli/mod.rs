@@ -96,7 +96,19 @@ pub fn parse_device(s: &str) -> anyhow::Result<crate::engine::Device> {
 
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
-    let res = match cli.command {
+    match dispatch(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
+            eprintln!("error: {e:#}");
+            code
+        }
+    }
+}
+
+/// Runs the parsed command, its error returned (a [`UsageError`] when a flag is to blame).
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Train(a) => train::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Profile(a) => profile::run(a),
@@ -107,14 +119,6 @@ pub fn run(cli: Cli) -> i32 {
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
         Command::Estimate(a) => estimate::run(a),
-    };
-    match res {
-        Ok(()) => 0,
-        Err(e) => {
-            let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
-            eprintln!("error: {e:#}");
-            code
-        }
     }
 }
 

@@ -15,7 +15,6 @@ use crate::record::gpu;
 use crate::train::Precision;
 use anyhow::Result;
 use clap::Args;
-use serde_json::json;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -454,47 +453,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             println!("| {ctx} | {} |", cells.join(" | "));
         }
     }
-    let summary = json!({
-        "run_id": set.run_id(),
-        "model": p.model,
-        "preset": p.model_name,
-        "profile_types": a.profile_type,
-        "batch_size": p.batch,
-        "device": p.device,
-        "gpu": p.gpu_name,
-        "capacity_bytes": (p.capacity < usize::MAX / 4).then_some(p.capacity),
-        "allocator_conf": p.conf.raw,
-        "memory_fraction": p.fraction,
-        "warmup_steps": a.warmup_steps,
-        "measure_steps": a.measure_steps,
-        "max_entries": a.max_entries,
-        "grad_accum_steps": a.grad_accum_steps,
-        "precision": p.precision,
-        "transformers": super::hf_flags::settings_json(&p.model, p.precision, &p.contexts),
-        "optimizer": a.profile_type.contains(&ProfileType::Training).then_some(&p.optim),
-        "parallel": p.parallel.as_ref().map(|c| json!({"layout": c.layout, "world_size": c.world_size, "ranks_profiled": ranks, "gpus_per_node": c.gpus_per_node, "reshard_after_forward": c.reshard_after_forward, "param_dtype": c.param_dtype.map(|d| d.to_string()), "reduce_dtype": c.reduce_dtype.map(|d| d.to_string()), "tp": c.tp})),
-        "units": "bytes are integers; *_mib / *_gib are 1024-based",
-        "runs": runs.iter().map(|r| json!({
-            "context_length": r.context,
-            "profile_type": r.kind,
-            "rank": r.rank,
-            "host_peak_bytes": r.host_peak,
-            "fsdp_units": r.units.iter().map(|(n, b)| json!({"unit": n, "unsharded_bytes": b})).collect::<Vec<_>>(),
-            "snapshot": r.snapshot,
-            "report": r.report_html,
-            "oom": r.oom,
-            "oom_stage": r.oom_stage,
-            "trace_entries": r.events,
-            "trace_entries_dropped": r.trace_dropped,
-            "peak_allocated_bytes": r.stats.allocated_bytes.peak,
-            "peak_allocated_gib": gib(r.stats.allocated_bytes.peak as u64),
-            "peak_reserved_bytes": r.stats.reserved_bytes.peak,
-            "peak_reserved_gib": gib(r.stats.reserved_bytes.peak as u64),
-            "allocator_stats": r.stats,
-            "peak": r.report,
-            "flops": r.compute.as_ref().map(|c| super::compute::to_json(&c.report, c.achieved.as_ref(), c.roofline.as_ref())),
-        })).collect::<Vec<_>>(),
-    });
+    let summary = crate::session::summary::profile(&p, &a.profile_type, &ranks, &runs, Some(set.run_id().to_string()));
     // summary.json describes this invocation and names its snapshots; those carry the variant
     // in their names, so only the summary is replaced by a later run, and it says so.
     let summary_path = a.out_dir.join("summary.json");
@@ -511,7 +470,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
 
 /// The ranks a parallel plan profiles: --rank's, else rank 0 and each rank whose shard sizes
 /// differ ([0] without --parallel).
-fn ranks_to_profile(p: &Plan, a: &ProfileArgs) -> Result<Vec<usize>> {
+pub(crate) fn ranks_to_profile(p: &Plan, a: &ProfileArgs) -> Result<Vec<usize>> {
     let Some(c) = &p.parallel else { return Ok(vec![0]) };
     if a.parallel.rank.is_some() {
         return Ok(vec![c.rank]);

@@ -329,7 +329,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let report = analyse::peak(&before, &events, 20);
     let stats = alloc.stats;
     let n_actions = actions.len();
-    let trace = p.keep_trace.then(|| Recorded { allocator: alloc, before, events, actions });
+    let trace = p.keep_trace.then_some(Recorded { allocator: alloc, before, events, actions });
     runtime::reset();
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);

@@ -127,6 +127,10 @@ def run(p, kind, wrap=None):
                     input_ids = torch.randint(0, p["vocab_size"], (B, S), generator=gen)
                     labels = input_ids.clone() if kind in ("training", "forward-loss") else None
                     mask = torch.ones(B, S, dtype=torch.int64) if p.get("attention_mask") == "ones" else None
+                    if p.get("position_ids"):
+                        # Sequence parallelism: the model sees S / tp tokens per rank and cannot
+                        # derive the positions itself.
+                        extra["position_ids"] = torch.arange(S).unsqueeze(0)
                 if kind in ("training", "forward-loss"):
                     if kind == "training":
                         with M.phase("zero_grad"):

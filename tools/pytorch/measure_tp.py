@@ -79,7 +79,7 @@ def one(pt):
     world = pt["tp"] * pt.get("fsdp", 1)
     dist.init_process_group("fake", rank=pt["rank"], world_size=world, store=FakeStore())
     p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt.get("attn", "sdpa"), optimizer=pt.get("optimizer", "adamw_torch_forloop"),
-             max_grad_norm=0.0, use_cache=False)
+             max_grad_norm=0.0, use_cache=False, position_ids=pt.get("sp", False))
     per, log, info = H.measure(p, "training", wrapper(pt))
     if pt.get("events"):
         M.write_events(pt["events"], log)

@@ -1,0 +1,140 @@
+"""The Python API against the command line it mirrors: the same figures as summary.json, the
+same error messages, files that open where the CLI's do."""
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import vramscope
+
+CLI = shutil.which("vramscope") or pytest.fail("the package's vramscope command is not on PATH")
+
+TINY = dict(
+    model_type="llama", hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256, tie_word_embeddings=False,
+)
+
+
+def cli_summary(tmp_path, *words):
+    out = tmp_path / "cli"
+    r = subprocess.run([CLI, "profile", *words, "--out-dir", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads((out / "summary.json").read_text())
+
+
+def comparable(summary):
+    """summary.json less what only a written run has (its output set and file names)."""
+    s = dict(summary)
+    s.pop("run_id", None)
+    s["runs"] = [{k: v for k, v in r.items() if k not in ("snapshot", "report")} for r in s["runs"]]
+    return s
+
+
+def test_profile_matches_the_cli_summary(tmp_path):
+    r = vramscope.profile(model="2.7B", device="meta", context_length=512)
+    want = cli_summary(tmp_path, "--model", "2.7B", "--device", "meta", "--context-length", "512")
+    assert r.peak_allocated_gib == want["runs"][0]["peak_allocated_gib"]
+    assert r.peak_reserved_bytes == want["runs"][0]["peak_reserved_bytes"]
+    assert comparable(r.summary) == comparable(want)
+
+
+def test_several_runs_and_their_tables(tmp_path):
+    r = vramscope.profile(model="2.7B", device="meta", context_length=[128, 256], profile_type=["forward", "training"], gpu="H100-80GB")
+    want = cli_summary(tmp_path, "--model", "2.7B", "--device", "meta", "--context-length", "128,256", "--profile-type", "forward,training", "--gpu", "H100-80GB")
+    assert comparable(r.summary) == comparable(want)
+    assert [(x.context_length, x.profile_type) for x in r.runs] == [(128, "forward"), (128, "training"), (256, "forward"), (256, "training")]
+    assert r.peak_allocated_bytes == max(x["peak_allocated_bytes"] for x in want["runs"])
+    phases = {(p["context_length"], p["profile_type"], p["phase"]): p["peak_allocated_bytes"] for p in r.phases}
+    assert phases[(256, "training", "backward")] == want["runs"][3]["peak"]["phase_peaks"]["backward"]
+    cats = [c for c in r.categories if c["context_length"] == 128 and c["profile_type"] == "training"]
+    assert {c["category"] for c in cats} >= {"parameter", "gradient", "optimizer_state"}
+    assert sum(c["allocated_bytes"] for c in cats) <= r.runs[1].peak_allocated_bytes
+    assert r.oom is None
+
+
+def test_dataframes_when_pandas_is_installed():
+    pd = pytest.importorskip("pandas")
+    r = vramscope.profile(model="2.7B", device="meta", context_length=128)
+    assert isinstance(r.phases_df, pd.DataFrame) and len(r.phases_df) == len(r.phases)
+    assert list(r.categories_df["category"]) == [c["category"] for c in r.categories]
+
+
+def test_bad_configuration_is_a_value_error_with_the_cli_message(tmp_path):
+    with pytest.raises(ValueError) as e:
+        vramscope.profile(model="2.7B", device="meta", batch_size=0)
+    cli = subprocess.run([CLI, "profile", "--model", "2.7B", "--device", "meta", "--batch-size", "0", "--out-dir", str(tmp_path)], capture_output=True, text=True)
+    assert cli.returncode == 2
+    assert cli.stderr.strip() == f"error: {e.value}"
+    with pytest.raises(ValueError, match="--device"):
+        vramscope.profile(model="2.7B", device="cuda")
+    with pytest.raises(ValueError, match="unexpected argument"):
+        vramscope.profile(model="2.7B", no_such_flag=3)
+
+
+def test_config_as_dict_path_or_pretrained_config_object(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+
+    class PretrainedConfigLike:  # duck-typed: transformers is not a dependency
+        def to_dict(self):
+            return dict(TINY)
+
+    runs = [vramscope.profile(config=c, device="meta", context_length=64, batch_size=2) for c in (TINY, str(path), path, PretrainedConfigLike())]
+    assert len({r.peak_allocated_bytes for r in runs}) == 1
+    want = cli_summary(tmp_path, "--config", str(path), "--device", "meta", "--context-length", "64", "--batch-size", "2")
+    assert runs[0].peak_allocated_bytes == want["runs"][0]["peak_allocated_bytes"]
+    with pytest.raises(ValueError, match="config"):
+        vramscope.profile(config=42, device="meta")
+
+
+def test_snapshot_and_report_files(tmp_path):
+    r = vramscope.profile(model="2.7B", device="meta", context_length=128, gpu="H100-80GB")
+    snap = r.save_snapshot(tmp_path / "s.pickle")
+    with open(snap, "rb") as f:
+        data = pickle.load(f)
+    assert {"segments", "device_traces"} <= set(data)
+    seen = vramscope.analyze(snap)
+    # analyze reads what memory_viz draws: requested bytes.
+    assert seen["peak_active_bytes"] == r.runs[0]["allocator_stats"]["requested_bytes"]["peak"]
+    page = r.save_report(tmp_path / "r.html")
+    assert open(page).read().lstrip().lower().startswith("<!doctype html")
+    html = r._repr_html_()
+    assert "<iframe srcdoc=" in html and "2.7B" in html
+    with pytest.raises(IndexError):
+        r.save_snapshot(tmp_path / "x.pickle", run=5)
+
+
+def test_out_of_memory_is_reported_not_raised():
+    r = vramscope.profile(model="2.7B", device="meta", context_length=512, batch_size=8, gpu="RTX4090-24GB")
+    assert r.oom and "out of memory" in r.oom.lower() or "OutOfMemory" in r.oom
+    assert r.runs[0].peak_allocated_bytes <= 24 * 1024**3
+
+
+def test_compare_sweep_fit_estimate():
+    c = vramscope.compare(model="2.7B", device="meta", context_length=128, precision="bf16")
+    assert len(c.rows) >= 2
+    s = vramscope.sweep(model="2.7B", device="meta", context_length=128, batch_size=[1, 2])
+    assert len(s.rows) == 2
+    f = vramscope.fit(model="2.7B", gpu="H100-80GB", find="batch", context_length=128)
+    assert f.data
+    e = vramscope.estimate(model="2.7B", context_length=128)
+    assert e["estimate"] and e["simulated"]
+
+
+def test_the_console_script():
+    r = subprocess.run([CLI, "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == f"vramscope {vramscope.__version__}"
+    bad = subprocess.run([CLI, "profile", "--batch-size", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--batch-size" in bad.stderr
+
+
+def test_the_example_notebook_runs():
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "examples", "notebook.py")
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "peak allocated" in r.stdout
