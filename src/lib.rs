@@ -6,6 +6,8 @@ pub mod engine;
 pub mod export;
 pub mod model;
 pub mod parallel;
+/// The pickle codec of PyTorch's snapshots: read by `analyse`, written by `export`.
+pub mod pickle;
 #[cfg(feature = "python")]
 mod python;
 pub mod record;

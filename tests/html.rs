@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vramscope::export::pickle::{self, Value};
+use vramscope::pickle::{self, Value};
 
 fn vramscope(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")

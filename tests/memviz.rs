@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vramscope::export::pickle;
+use vramscope::pickle;
 
 /// The view `_memory_viz.trace_plot(plot_segments=True)` asks for, which this MemoryViz.js
 /// does not have (it is "Active Cached Segment Timeline" there): fails for PyTorch's own

@@ -1,11 +1,11 @@
-//! The pickle reader and writer (`export::pickle`): round trips with shared references,
+//! The pickle reader and writer (`src/pickle.rs`): round trips with shared references,
 //! CPython reading ours and us reading CPython's (protocols 0–5; the fixtures are committed so
 //! this runs without python3), MemoryViz's opcode subset, and hostile inputs.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use vramscope::export::pickle::{read, write, Limits, PickleError, Value};
+use vramscope::pickle::{read, write, Limits, PickleError, Value};
 
 fn s(v: &str) -> Value {
     Value::str(v)

@@ -255,7 +255,7 @@ fn expandable_snapshot_with_unmapped_pages_replays_in_python() {
     let dir = tmp("unmap");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("snapshot.pickle");
-    std::fs::write(&path, vramscope::export::pickle::write(&snap)).unwrap();
+    std::fs::write(&path, vramscope::pickle::write(&snap)).unwrap();
     let names: Vec<&str> = a.trace().iter().map(|t| t.action.name()).collect();
     assert!(names.contains(&"segment_unmap"), "{names:?}");
     if let Some(check) = python_check(&path) {

@@ -8,7 +8,7 @@ use props_common::*;
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::rc::Rc;
-use vramscope::export::pickle::{write, Value};
+use vramscope::pickle::{write, Value};
 
 /// A value tree whose `Ref` nodes reuse a container built earlier, so the result shares
 /// sub-trees (and the same container may sit under several parents).

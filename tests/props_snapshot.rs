@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::rc::Rc;
-use vramscope::export::pickle::{write, Value};
+use vramscope::pickle::{write, Value};
 
 const ACTIONS: [&str; 10] =
     ["alloc", "free_requested", "free_completed", "oom", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "snapshot", "workspace_snapshot"];

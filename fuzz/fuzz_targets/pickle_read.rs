@@ -3,7 +3,7 @@
 //! as an equal value (sharing included: `Value`'s equality follows `Rc`s).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vramscope::export::pickle::{read, write, Limits, PickleError, Value};
+use vramscope::pickle::{read, write, Limits, PickleError, Value};
 
 /// The one call site of the reader (adapt here when its budget parameters change). The
 /// limits are smaller than the defaults so that one input stays within the fuzzer's RSS limit.

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use vramscope::analyse::budget::Budget;
 use vramscope::analyse::snapshot::{analyse_within, SnapshotReport};
 use vramscope::export::html::{report_within, Source};
-use vramscope::export::pickle::{read, Value};
+use vramscope::pickle::{read, Value};
 
 /// The call sites of the three stages, with bounded budgets (adapt here when the stages gain
 /// budget parameters).

@@ -18,7 +18,7 @@
 //! value 24 B, a trace entry ~0.25 KB through the replay and the page, the input its own
 //! size (and once more as strings); tests/hostile.rs measures each. Larger snapshots need
 //! the flags raised, and the memory that then costs.
-use crate::export::pickle::Limits;
+use crate::pickle::Limits;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budget {

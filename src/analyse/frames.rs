@@ -9,7 +9,7 @@
 //!
 //! Addresses are compared only while the snapshot they come from is alive (one table is
 //! filled from one borrowed snapshot), so an address cannot be reused meanwhile.
-use crate::export::pickle::Value;
+use crate::pickle::Value;
 use std::collections::HashMap;
 use std::rc::Rc;
 

@@ -10,11 +10,14 @@
 //! HTML page's numbers hold exactly), is refused with the field named.
 use super::budget::Budget;
 use super::frames::{FrameTable, Frames, NO_FRAMES};
-use crate::export::pickle::Value;
-use crate::export::snapshot::CATEGORIES_KEY;
+use crate::pickle::Value;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::rc::Rc;
+
+/// The top-level key under which vramscope's snapshots carry each block's category
+/// (export::snapshot writes it; PyTorch's own snapshots have none).
+pub const CATEGORIES_KEY: &str = "vramscope_categories";
 
 /// Largest size, total or |time| accepted: JavaScript numbers are exact up to 2^53, and
 /// no device has 8 PiB.

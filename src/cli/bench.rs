@@ -393,7 +393,7 @@ fn bench_analyze() -> Result<()> {
     let t1 = Instant::now();
     // Our own file, larger than the default budgets admit.
     let budget = crate::analyse::budget::Budget::unlimited();
-    let snap = crate::export::pickle::read_file(&file, &budget.pickle_limits()).map_err(anyhow::Error::msg)?;
+    let snap = crate::pickle::read_file(&file, &budget.pickle_limits()).map_err(anyhow::Error::msg)?;
     let read = t1.elapsed().as_secs_f64();
     let r = crate::analyse::snapshot::analyse_within(&snap, None, 100.0, 10, &budget).map_err(anyhow::Error::msg)?;
     let total = t1.elapsed().as_secs_f64();

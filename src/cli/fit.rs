@@ -173,9 +173,6 @@ pub fn run(a: FitArgs) -> Result<()> {
     if a.max == Some(0) {
         return Err(usage("--max", "must be at least 1"));
     }
-    if a.find == Find::WorldSize {
-        return super::fit_world::run(&a);
-    }
     if a.parallel.world_size.is_some() && a.parallel.parallel.is_none() {
         return Err(usage("--world-size", "sets up a data-parallel job: give --parallel too (or --find world-size to search for it)"));
     }

@@ -111,8 +111,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(a) => train::run(a),
         Command::Bench(a) => bench::run(a),
+        // `--compare` and `--find world-size` are their own jobs (compare.rs, fit_world.rs).
+        Command::Profile(a) if a.compare => compare::run(&a),
         Command::Profile(a) => profile::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Fit(a) if a.find == fit::Find::WorldSize => fit_world::run(&a),
         Command::Fit(a) => fit::run(a),
         Command::RunAll(a) => run_all::run(a),
         Command::Study(a) => study::run(a),

@@ -400,9 +400,6 @@ pub(crate) fn meta_if_host_too_small(p: &Plan, kinds: &[ProfileType]) -> Result<
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
-    if a.compare {
-        return super::compare::run(&a);
-    }
     let mut p = plan(&a)?;
     if let Some(n) = &p.note {
         eprintln!("note: {n}");

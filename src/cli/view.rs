@@ -3,7 +3,8 @@
 use super::budget_flags::BudgetArgs;
 use super::{usage, UsageError};
 use crate::export::html::{self, Capacity, Source};
-use crate::export::{pickle, write_atomic};
+use crate::export::write_atomic;
+use crate::pickle;
 use crate::record::gpu;
 use anyhow::Result;
 use clap::Args;

@@ -5,7 +5,6 @@ pub mod chrome_trace;
 pub mod cleanup;
 pub mod html;
 pub mod output_set;
-pub mod pickle;
 pub mod snapshot;
 pub mod svg;
 

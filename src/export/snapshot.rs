@@ -11,7 +11,7 @@
 //! (`snapshot.categores`, formats.md §2.3), so the page crashes on load unless some entry
 //! is already `"unknown"`. They travel instead in the top-level [`CATEGORIES_KEY`], which
 //! memory_viz never reads and vramscope's `analyze` and `view` do.
-use super::pickle::Value;
+use crate::pickle::Value;
 use crate::record::allocator::{Action, CachingAllocator, Pool, StreamId, Trace};
 use crate::record::{EventKind, MemEvent};
 use std::cell::RefCell;
@@ -50,7 +50,7 @@ fn list(items: Vec<Value>) -> Value {
 /// Top-level key of vramscope's categories: `{"device_traces": [[category or None per trace
 /// entry] per device], "segments": [[category or None per block] per segment]}`, parallel
 /// to the snapshot's own lists.
-pub const CATEGORIES_KEY: &str = "vramscope_categories";
+pub use crate::analyse::snapshot::CATEGORIES_KEY;
 
 /// Frames for an event: innermost first, as PyTorch lists them. The module path stands in
 /// for the Python file and the op for the function, then the Rust line that allocated, then

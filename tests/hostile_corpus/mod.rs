@@ -2,7 +2,7 @@
 //! unfold to gigabytes, quadratic-work triggers, numbers at the edges of i64, and reader
 //! bombs written as raw opcodes. Small files live in tests/fixtures/hostile/ (seeds for
 //! the property tests too); big ones are generated when a test needs them.
-use vramscope::export::pickle::{write, Value};
+use vramscope::pickle::{write, Value};
 
 /// A pickle written opcode by opcode (what `pickle::write` never emits: DUP, huge
 /// declared lengths, bad nesting).

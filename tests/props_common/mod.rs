@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use vramscope::analyse::budget::Budget;
 use vramscope::analyse::snapshot::{analyse_within, SnapshotReport};
 use vramscope::export::html::{report_within, Source};
-use vramscope::export::pickle::{read, Limits, PickleError, Value};
+use vramscope::pickle::{read, Limits, PickleError, Value};
 
 /// The budget of the properties: smaller than the defaults, so no case is slow.
 pub fn budget() -> Budget {

@@ -10,7 +10,7 @@
 use crate::analyse::budget::Budget;
 use crate::analyse::frames::FrameTable;
 use crate::analyse::snapshot::{analyse_replay, replay, Replay};
-use crate::export::pickle::Value;
+use crate::pickle::Value;
 use crate::record::allocator::round_size;
 use serde::Serialize;
 use std::collections::HashMap;
