@@ -15,7 +15,7 @@
 //! above the bound the simulated peak may lie on this grid: 5 % (3 % seen; on these small
 //! models the peak sits in the optimizer or early in backward, near the bound's moments).
 use vramscope::analyse::estimate::{estimate, hf, Estimate, Term};
-use vramscope::cli::estimate::simulate;
+use vramscope::session::estimate::simulate;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
 use vramscope::train::optim::OptimConfig;

@@ -4,16 +4,12 @@ use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
 use super::usage;
 use crate::analyse::estimate::{estimate_with, Estimate, Term};
-use crate::engine::{autocast, runtime, Device, Tensor};
 use crate::export::{gib, mib};
-use crate::model::{Flavour, Model, ModelConfig};
-use crate::record::allocator::{AllocatorConfig, CachingAllocator};
-use crate::record::{Category, Phase};
-use crate::train::optim::OptimConfig;
-use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
+use crate::model::{Flavour, ModelConfig};
+use crate::train::Precision;
 use anyhow::Result;
 use clap::Args;
-use serde::Serialize;
+pub use crate::session::estimate::{simulate, Simulated};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -38,119 +34,6 @@ pub struct EstimateArgs {
     /// no FILE or `-`, print the JSON to stdout instead of the text (as `fit --json`)
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
-}
-
-/// What a meta run of the same configuration allocated (requested bytes unless said).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Simulated {
-    pub parameter_bytes: u64,
-    pub gradient_bytes: u64,
-    pub optimizer_bytes: u64,
-    /// Saved for backward when the forward has returned.
-    pub activation_bytes: u64,
-    /// The autocast cache's low-precision weight copies when the forward has returned.
-    pub autocast_cache_bytes: u64,
-    pub logits_bytes: u64,
-    /// Live bytes when the forward has returned (autograd on), everything included.
-    pub forward_live_bytes: u64,
-    /// Peak of allocated blocks (`max_memory_allocated`) over a training step after one
-    /// warm-up step, through the caching-allocator model.
-    pub training_peak_allocated: u64,
-    pub training_peak_phase: String,
-}
-
-fn live(cat: Category) -> u64 {
-    runtime::with(|rt| rt.log.live_by_category().into_iter().filter(|(c, _)| *c == cat).map(|(_, b)| b as u64).sum())
-}
-
-/// A meta forward (autograd on) and a training step, measured where the closed form speaks.
-pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usize, optim: &OptimConfig) -> Result<Simulated> {
-    cfg.check_sizes(batch, seq, "--context-length").map_err(super::UsageError::from)?;
-    super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
-    let mut sim = Simulated::default();
-    // hf sdpa: run the kernel PyTorch picks on a CUDA GPU (autocast casts the inputs before
-    // the pick), the one the closed form derives.
-    let mut pinned = cfg.clone();
-    if let (Some(kernel), Some(h)) = (cfg.hf().map(|h| crate::analyse::estimate::hf::kernel(cfg, h, precision, seq)), pinned.hf.as_mut()) {
-        if h.attn_implementation == crate::model::hf::AttnImplementation::Sdpa {
-            h.sdpa_backend = match kernel {
-                crate::analyse::estimate::hf::Kernel::Fused(b) => b,
-                _ => crate::model::hf::SdpaBackend::Math,
-            };
-        }
-    }
-    let cfg = &pinned;
-    runtime::reset();
-    runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), usize::MAX / 4)));
-    let res = (|| -> Result<()> {
-        let model = Model::new_in(cfg, Device::Meta, 0, precision.param_dtype())?;
-        let mut batcher = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 0);
-        // hf: the collator's batch (input_ids, labels = a copy, the all-ones attention_mask
-        // when asked for), and `model.train()`, as the Trainer runs it (transformers
-        // checkpoints layers only in training mode).
-        let hf = cfg.hf().map(|h| h.attention_mask);
-        let mut hf_batch = CausalLmBatch::default();
-        let mut next = |batcher: &mut Batcher| -> (Tensor, Tensor, Option<Tensor>) {
-            match hf {
-                Some(mask) => {
-                    batcher.next_causal_lm_batch(&mut hf_batch, true, mask);
-                    let b = &hf_batch;
-                    (b.input_ids.clone().expect("ids"), b.labels.clone().expect("labels"), b.attention_mask.clone())
-                }
-                None => {
-                    let (x, y) = batcher.next_batch();
-                    (x, y, None)
-                }
-            }
-        };
-        {
-            let (x, y, mask) = next(&mut batcher);
-            runtime::set_phase(Phase::Forward);
-            model.training.set(hf.is_some());
-            // `with torch.autocast(...)` around forward and loss, as the training step runs it.
-            let region = precision.autocast().map(autocast::enable);
-            let (logits, loss) = model.forward_loss_masked(&x, &y, mask.as_ref(), &mut |logits| {
-                sim.activation_bytes = live(Category::Activation);
-                if hf.is_some() {
-                    // hf: the DynamicCache and what checkpointed layers' closures capture (the
-                    // mask, position ids, RoPE tables) are held for backward without autograd
-                    // saving them, as temporaries; the only other temporary now is the logits.
-                    sim.activation_bytes += live(Category::Temporary) - logits.nbytes() as u64;
-                }
-                sim.autocast_cache_bytes = live(Category::AutocastCache);
-                if std::env::var_os("VRAMSCOPE_ESTIMATE_DEBUG").is_some() {
-                    for ev in runtime::with(|rt| rt.log.live_as_events()) {
-                        let held = matches!(ev.category, Category::Activation | Category::AutocastCache) || (hf.is_some() && ev.category == Category::Temporary);
-                        if held && (ev.scope.starts_with("layers.0") || ev.scope.starts_with("blocks.0") || ev.scope.starts_with("model.layers.0.") || &*ev.scope == "model.layers.0" || !ev.scope.contains("layers.")) {
-                            eprintln!("{:>12} {:<40} {:<12} {:?}", ev.bytes, ev.scope, ev.op, ev.category);
-                        }
-                    }
-                }
-                sim.logits_bytes = logits.nbytes() as u64;
-                sim.forward_live_bytes = runtime::with(|rt| rt.log.live_by_category().iter().map(|(_, b)| *b as u64).sum());
-            });
-            drop(region);
-            drop((loss, logits));
-            model.training.set(false);
-            runtime::set_phase(Phase::Setup);
-        }
-        let opt = Optimizer::new(optim.clone(), model.parameters().len());
-        let mut runner = StepRunner::new(&model, opt).with_precision(precision);
-        let (x, y, mask) = next(&mut batcher);
-        runner.step_masked(&x, &y, mask.as_ref());
-        runtime::with(|rt| rt.log.reset_peak());
-        let (x, y, mask) = next(&mut batcher);
-        let r = runner.step_masked(&x, &y, mask.as_ref());
-        sim.training_peak_allocated = r.peak_allocated as u64;
-        sim.training_peak_phase = r.phases.iter().max_by_key(|p| p.peak_allocated).map_or(String::new(), |p| p.phase.to_string());
-        sim.parameter_bytes = live(Category::Parameter);
-        sim.gradient_bytes = live(Category::Gradient);
-        sim.optimizer_bytes = live(Category::OptimizerState);
-        runner.finish();
-        Ok(())
-    })();
-    runtime::reset();
-    res.map(|()| sim)
 }
 
 fn row(what: &str, formula: &str, bytes: u64) {
@@ -297,7 +180,13 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(super::UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;
     let e = estimate_with(&cfg, precision, batch, seq, &optim);
-    let sim = if a.no_simulate { None } else { Some(simulate(&cfg, precision, batch, seq, &optim)?) };
+    let sim = if a.no_simulate {
+        None
+    } else {
+        cfg.check_sizes(batch, seq, "--context-length").map_err(super::UsageError::from)?;
+        super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
+        Some(simulate(&cfg, precision, batch, seq, &optim)?)
+    };
     if !a.json.as_deref().is_some_and(super::json_out::is_stdout) {
         print(&e, &cfg, sim.as_ref());
     }
