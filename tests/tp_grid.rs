@@ -1,4 +1,5 @@
-//! One rank of a tensor-parallel (and FSDP2 × TP, 2-D) job against PyTorch itself:
+//! One rank of a tensor-parallel (with and without sequence parallelism, and FSDP2 × TP, 2-D)
+//! job against PyTorch itself:
 //! tests/fixtures/dist_grid/tp.json (tools/pytorch/measure_tp.py: transformers' Llama under
 //! torch's Megatron-style plan on a fake process group, trained as measure_hf.py trains it),
 //! per phase, requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
@@ -57,6 +58,7 @@ fn parallel_of(p: &Value) -> ParallelConfig {
     let (tp, dp) = (num(p, "tp"), num(p, "fsdp"));
     let mut pc = if dp == 1 { ParallelConfig::new(Layout::Tp, tp) } else { ParallelConfig::new(Layout::Fsdp, tp * dp) };
     pc.tp = tp;
+    pc.sequence_parallel = p["sp"].as_bool().unwrap_or(false);
     pc.rank = num(p, "rank");
     pc.validate().unwrap();
     pc
@@ -93,6 +95,10 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
             });
         }
         data.next_causal_lm_batch(&mut bound, true, false);
+        if pc.sequence_parallel {
+            data.next_position_ids(&mut bound);
+            model.position_ids.replace(bound.position_ids.clone());
+        }
         runner.step_masked(bound.input_ids.as_ref().unwrap(), bound.labels.as_ref().unwrap(), None);
     }
     let events = runtime::with(|rt| rt.log.stop_recording());

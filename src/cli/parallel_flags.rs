@@ -48,6 +48,11 @@ pub struct ParallelFlags {
     /// dimension (2-D); --parallel tp: N = --world-size
     #[arg(long, value_name = "N")]
     pub tp: Option<usize>,
+    /// With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on
+    /// S / N positions, hidden states all-gathered before attention, the MLP and the head;
+    /// the batch passes position_ids)
+    #[arg(long)]
+    pub sequence_parallel: bool,
 }
 
 fn float_dtype(flag: &str, s: &str) -> anyhow::Result<DType> {
@@ -69,6 +74,7 @@ impl ParallelFlags {
             || self.fsdp_unit.is_some()
             || self.offload.is_some()
             || self.tp.is_some()
+            || self.sequence_parallel
     }
 
     /// The flags as words, for subcommands that pass them on to `profile`.
@@ -91,6 +97,9 @@ impl ParallelFlags {
         if self.no_reshard_after_forward {
             w.push("--no-reshard-after-forward".into());
         }
+        if self.sequence_parallel {
+            w.push("--sequence-parallel".into());
+        }
         w
     }
 
@@ -107,6 +116,7 @@ impl ParallelFlags {
                     ("--fsdp-param-dtype", self.fsdp_param_dtype.is_some()),
                     ("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.is_some()),
                     ("--no-reshard-after-forward", self.no_reshard_after_forward),
+                    ("--sequence-parallel", self.sequence_parallel),
                 ]
                 .into_iter()
                 .find_map(|(f, g)| g.then_some(f))
@@ -129,6 +139,7 @@ impl ParallelFlags {
         if let Some(t) = self.tp {
             c.tp = t;
         }
+        c.sequence_parallel = self.sequence_parallel;
         match self.offload.as_deref() {
             None => {}
             Some("params") => c.offload_params = true,
@@ -162,7 +173,7 @@ pub fn describe(c: &ParallelConfig) -> String {
     let mut s = format!("parallel: {} over {} ranks, rank {}", c.layout.name(), c.world_size, c.rank);
     if let Some(t) = c.tensor_parallel() {
         s += &if c.layout == crate::parallel::Layout::Tp {
-            format!(" (tensor-parallel rank {})", t.rank)
+            format!(" (tensor-parallel rank {}{})", t.rank, if t.sequence { ", sequence parallel" } else { "" })
         } else {
             format!(" on a ({} × {}) mesh: data-parallel rank {}, tensor-parallel rank {}", c.world_size / c.tp, c.tp, c.shard_rank(), t.rank)
         };

@@ -224,6 +224,11 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
         tp_optimizer(pc, &a.optim, &mut optim)?;
+        if pc.sequence_parallel {
+            if let Some(c) = contexts.iter().find(|&&c| c % pc.tp != 0) {
+                return Err(usage("--context-length", format!("{c} positions do not divide among {} sequence-parallel ranks (uneven Shard(1) is not modelled)", pc.tp)));
+            }
+        }
     }
     let mut note = r.note.clone();
     let device = if parallel.is_some() && device == Device::Cpu {

@@ -161,8 +161,9 @@ pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
     let mut slot = leaf.grad_slot().borrow_mut();
     match slot.as_ref() {
         None => {
-            // A whole-tensor gradient of a row shard (grad_rows) is kept as it arrives.
-            let fits = g.shape() == leaf.shape() || leaf.storage().grad_rows().is_some();
+            // A whole-tensor gradient of a row shard is kept as it arrives.
+            let whole = matches!(leaf.storage().grad_redistribute(), Some(super::storage::GradRedistribute::Rows { .. }));
+            let fits = g.shape() == leaf.shape() || whole;
             let g = if g.is_sole_handle() && g.is_contiguous() && fits {
                 g
             } else {
@@ -181,15 +182,22 @@ pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
     }
 }
 
-/// The gradient as the parameter's own shard: for a parameter marked with
-/// [`Storage::set_grad_rows`](super::storage::Storage::set_grad_rows) DTensor redistributes the
-/// Replicate gradient to Shard(0) on every use, a new copy of this rank's rows
-/// (`Shard._replicate_to_shard`: chunk, then clone); otherwise the gradient itself.
+/// The gradient as the optimizer's op sees it, for a parameter marked with
+/// [`Storage::set_grad_redistribute`](super::storage::Storage::set_grad_redistribute): DTensor
+/// redistributes it to the parameter's placement on every use, a new tensor each time (a
+/// Replicate gradient of a Shard(0) parameter: a copy of this rank's rows,
+/// `Shard._replicate_to_shard`; a Partial one: its all-reduce); otherwise the gradient itself.
 pub fn grad_shard(param: &Tensor, grad: &Tensor) -> Tensor {
-    match param.storage().grad_rows() {
-        Some((first, rows)) if grad.dim(0) != rows => {
+    use super::storage::GradRedistribute;
+    match param.storage().grad_redistribute() {
+        Some(GradRedistribute::Rows { first, rows }) if grad.dim(0) != rows => {
             let _c = runtime::category(Category::Gradient);
             grad.narrow(0, first, rows).clone_contiguous()
+        }
+        Some(GradRedistribute::Partial) => {
+            let _c = runtime::category(Category::Gradient);
+            let _s = runtime::scope("all_reduce");
+            grad.clone_contiguous()
         }
         _ => grad.clone(),
     }

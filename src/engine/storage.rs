@@ -99,10 +99,20 @@ pub struct Storage {
     released: Cell<bool>,
     /// In host memory (CPU offload): counted by the runtime's host total, not the device.
     host: bool,
-    /// A tensor-parallel parameter whose gradient arrives whole (a Replicate DTensor over a
-    /// Shard(0) parameter: the vocabulary-parallel embedding's): (first row, rows) of the
-    /// parameter's shard within that gradient. See [`crate::engine::autograd::grad_shard`].
-    grad_rows: Cell<Option<(usize, usize)>>,
+    /// A tensor-parallel parameter whose gradient DTensor redistributes on every use. See
+    /// [`crate::engine::autograd::grad_shard`].
+    grad_redistribute: Cell<Option<GradRedistribute>>,
+}
+
+/// How a tensor-parallel parameter's gradient is placed against the parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradRedistribute {
+    /// The gradient is the whole tensor (Replicate) of which the parameter holds rows
+    /// `first..first + rows` (Shard(0)): the vocabulary-parallel embedding's.
+    Rows { first: usize, rows: usize },
+    /// The gradient is Partial over a Replicate parameter (a SequenceParallel norm's, summed
+    /// over this rank's positions only): each use all-reduces it into a new tensor.
+    Partial,
 }
 
 impl Storage {
@@ -112,29 +122,28 @@ impl Storage {
         let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
         if runtime::allocating_on_host() {
             runtime::host_alloc(nbytes);
-            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true, grad_rows: Cell::new(None) });
+            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true, grad_redistribute: Cell::new(None) });
         }
         if runtime::deferring_allocation() {
             // `with torch.device("meta")` before `fully_shard` + `to_empty`: the storage exists
             // with its size but holds no bytes until something resizes it.
             let id = runtime::new_storage_id();
-            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), host: false, grad_rows: Cell::new(None) });
+            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), host: false, grad_redistribute: Cell::new(None) });
         }
         let id = runtime::alloc_storage(nbytes, op);
-        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: false, grad_rows: Cell::new(None) })
+        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: false, grad_redistribute: Cell::new(None) })
     }
     /// Not device memory: host scratch or a shape-only placeholder.
     pub(crate) fn untracked(device: Device, dtype: DType, data: Option<Buffer>) -> Rc<Storage> {
         let numel = data.as_ref().map_or(0, |b| b.len());
-        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), host: false, grad_rows: Cell::new(None) })
+        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), host: false, grad_redistribute: Cell::new(None) })
     }
-    /// Mark the parameter on this storage as one whose gradient is the whole tensor of which
-    /// it holds rows `first..first + rows`.
-    pub fn set_grad_rows(&self, first: usize, rows: usize) {
-        self.grad_rows.set(Some((first, rows)));
+    /// Mark the parameter on this storage as one whose gradient's placement differs from its own.
+    pub fn set_grad_redistribute(&self, how: GradRedistribute) {
+        self.grad_redistribute.set(Some(how));
     }
-    pub fn grad_rows(&self) -> Option<(usize, usize)> {
-        self.grad_rows.get()
+    pub fn grad_redistribute(&self) -> Option<GradRedistribute> {
+        self.grad_redistribute.get()
     }
     /// Holds no bytes now (`resize_(0)`, or created under deferred allocation).
     pub fn is_released(&self) -> bool {

@@ -157,6 +157,9 @@ pub struct Model {
     pub training: std::cell::Cell<bool>,
     /// Module hooks a parallel layout installs (None: a plain single-device model).
     pub hooks: RefCell<Option<Rc<dyn ModuleHooks>>>,
+    /// hf: the `position_ids` the caller passes to the next forward (None: transformers makes
+    /// `arange(S)` itself). Sequence parallelism needs them: the model sees S / tp positions.
+    pub position_ids: RefCell<Option<Tensor>>,
 }
 
 impl Model {
@@ -324,6 +327,7 @@ impl Builder<'_> {
             buffers: w.buffers,
             training: std::cell::Cell::new(false),
             hooks: RefCell::new(None),
+            position_ids: RefCell::new(None),
         }
     }
 

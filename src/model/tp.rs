@@ -17,6 +17,11 @@ pub struct TensorParallel {
     pub size: usize,
     /// This rank's index in it.
     pub rank: usize,
+    /// Sequence parallelism (`--sequence-parallel`): the norms and the residual stream hold
+    /// this rank's S / size positions; the hidden states are all-gathered before attention,
+    /// the MLP and the head, and reduce-scattered after o/down and the embedding.
+    #[serde(default)]
+    pub sequence: bool,
 }
 
 impl TensorParallel {
@@ -73,6 +78,7 @@ pub fn rowwise_output(y: Tensor) -> Tensor {
 /// all-reduces the (B, S, d) result. The weight's gradient is the whole (V, d) table (see
 /// [`Tensor::embedding_rows`]).
 pub fn vocab_parallel_embedding(weight: &Tensor, ids: &Tensor, tp: TensorParallel, vocab: usize) -> Tensor {
+    // Under sequence parallelism the partial lookup is reduce-scattered to Shard(1) instead.
     let (first, rows) = tp.rows(vocab);
     let mask = {
         let below = ids.lt_int(first as i64);
@@ -89,7 +95,11 @@ pub fn vocab_parallel_embedding(weight: &Tensor, ids: &Tensor, tp: TensorParalle
     drop(local_ids);
     // The mask buffer goes when the Partial placement is reduced.
     drop(mask);
-    rowwise_output(partial)
+    if tp.sequence {
+        seq_scatter(partial, tp)
+    } else {
+        rowwise_output(partial)
+    }
 }
 
 /// `ColwiseParallel(output_layouts=Replicate())` on the head: the local logits (B, S, V/tp)
@@ -123,6 +133,76 @@ pub fn gather_logits(local: Tensor, tp: TensorParallel) -> Tensor {
     out
 }
 
+/// Shard(1) → Replicate on the sequence dimension (`PrepareModuleInput` before attention and
+/// the MLP, the head's `input_layouts=Shard(1)`): `all_gather_into_tensor` fills a
+/// size × the local tensor buffer, concatenated on dimension 1 into the (B, S, d) input, the
+/// buffer freed at once. Backward reduce-scatters the (Partial) gradient: a contiguous copy
+/// arranged for the scatter, this rank's (B, S / size, d) output, the copy then the gradient
+/// freed.
+pub fn seq_gather(x: &Tensor, tp: TensorParallel) -> Tensor {
+    let full = {
+        let _g = runtime::no_grad();
+        let _s = runtime::scope("all_gather");
+        let buffer = Tensor::zeros_op(&[tp.size * x.numel()], x.dtype(), x.device(), "all_gather_into_tensor");
+        let parts: Vec<Tensor> = (0..tp.size).map(|_| x.detach()).collect();
+        let full = Tensor::cat(&parts, 1);
+        drop(buffer);
+        full
+    };
+    if !x.requires_grad() || !runtime::is_grad_enabled() {
+        return full;
+    }
+    attach(full, "RedistributeBackward", &[x], Box::new(move |g| vec![Some(reduce_scatter_seq(g, tp))]))
+}
+
+/// Partial → Shard(1): RowwiseParallel's output under sequence parallelism (o/down, the
+/// embedding). Backward all-gathers the (Shard(1)) gradient into (B, S, d).
+pub fn seq_scatter(partial: Tensor, tp: TensorParallel) -> Tensor {
+    let out = {
+        let _g = runtime::no_grad();
+        reduce_scatter_seq(partial.detach(), tp)
+    };
+    if !partial.requires_grad() || !runtime::is_grad_enabled() {
+        return out;
+    }
+    let out = attach(out, "RedistributeBackward", &[&partial], Box::new(move |g| {
+        let full = {
+            let _s = runtime::scope("all_gather");
+            let buffer = Tensor::zeros_op(&[tp.size * g.numel()], g.dtype(), g.device(), "all_gather_into_tensor");
+            let parts: Vec<Tensor> = (0..tp.size).map(|_| g.detach()).collect();
+            let full = Tensor::cat(&parts, 1);
+            drop(buffer);
+            full
+        };
+        drop(g);
+        vec![Some(full)]
+    }));
+    drop(partial);
+    out
+}
+
+/// `reduce_scatter_tensor` on dimension 1: the input copied into scatter order, this rank's
+/// part allocated, the copy and then the input (the caller's last handle) freed.
+fn reduce_scatter_seq(x: Tensor, tp: TensorParallel) -> Tensor {
+    let _s = runtime::scope("reduce_scatter");
+    let copy = x.clone_contiguous();
+    let mut shape = x.shape().to_vec();
+    shape[1] /= tp.size;
+    let out = Tensor::zeros_op(&shape, x.dtype(), x.device(), "reduce_scatter_tensor");
+    drop(copy);
+    drop(x);
+    out
+}
+
+/// `DTensor.from_local(x, [Shard(1)])` in front of a `SequenceParallel` norm: a view;
+/// backward hands the local gradient back (`_FromTorchTensorBackward`).
+pub fn from_local(x: &Tensor) -> Tensor {
+    if !x.requires_grad() || !runtime::is_grad_enabled() {
+        return x.clone();
+    }
+    attach(x.detach(), "_FromTorchTensorBackward", &[x], Box::new(|g| vec![Some(g)]))
+}
+
 /// The plan applies to this model as PyTorch would run it, or the flag to blame.
 pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<(), crate::model::ConfigError> {
     use crate::model::ConfigError;
@@ -147,6 +227,17 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
     }
     if cfg.tied_embeddings {
         return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
+    }
+    if tp.sequence {
+        if hf.attn_implementation != crate::model::hf::AttnImplementation::Sdpa {
+            return Err(ConfigError::new("--sequence-parallel", format!("needs --attn-implementation sdpa: transformers builds {}'s mask from the local sequence shard", hf.attn_implementation.name())));
+        }
+        if hf.logits_to_keep > 0 {
+            return Err(ConfigError::new("--sequence-parallel", "--logits-to-keep slices the sequence, which is sharded under sequence parallelism: not modelled"));
+        }
+        if cfg.checkpoint != crate::model::Checkpoint::None {
+            return Err(ConfigError::new("--sequence-parallel", "activation checkpointing under sequence parallelism is not modelled"));
+        }
     }
     if hf.o_bias || hf.mlp_bias {
         return err("a bias on o_proj or down_proj (RowwiseParallel's Partial output plus a Replicate bias) is not modelled".into());

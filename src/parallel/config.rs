@@ -67,6 +67,8 @@ pub struct ParallelConfig {
     /// Tensor-parallel ranks (`--tp`; 1: none). The mesh is (world / tp, tp) as
     /// `init_device_mesh` lays it out: rank = data-parallel index · tp + tensor-parallel index.
     pub tp: usize,
+    /// `--sequence-parallel`: torch's SequenceParallel plan with the tensor-parallel one.
+    pub sequence_parallel: bool,
 }
 
 /// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
@@ -86,6 +88,7 @@ impl ParallelConfig {
             blocks_per_unit: Some(1),
             offload_params: false,
             tp: if layout == Layout::Tp { world_size } else { 1 },
+            sequence_parallel: false,
         }
     }
 
@@ -104,7 +107,7 @@ impl ParallelConfig {
 
     /// This rank's place in its tensor-parallel group (None without tensor parallelism).
     pub fn tensor_parallel(&self) -> Option<crate::model::tp::TensorParallel> {
-        (self.tp > 1).then(|| crate::model::tp::TensorParallel { size: self.tp, rank: self.rank % self.tp })
+        (self.tp > 1).then(|| crate::model::tp::TensorParallel { size: self.tp, rank: self.rank % self.tp, sequence: self.sequence_parallel })
     }
 
     /// The model as this rank builds it: its tensor-parallel shards when `--tp` is on.
@@ -133,6 +136,9 @@ impl ParallelConfig {
         }
         if self.tp > 1 && !matches!(self.layout, Layout::Tp | Layout::Fsdp | Layout::Zero2) {
             return Err(("--tp", format!("composes with --parallel fsdp or zero2 (a (world / tp, tp) mesh) or runs alone (--parallel tp), not with {}", self.layout.name())));
+        }
+        if self.sequence_parallel && (self.tp < 2 || self.layout != Layout::Tp) {
+            return Err(("--sequence-parallel", "shards the sequence within a tensor-parallel group: needs --parallel tp over 2 or more ranks (with FSDP2 on a 2-D mesh it is not modelled)".into()));
         }
         if self.layout == Layout::Hsdp && (self.gpus_per_node == 0 || !self.world_size.is_multiple_of(self.gpus_per_node)) {
             return Err(("--gpus-per-node", format!("{} does not divide --world-size {}", self.gpus_per_node, self.world_size)));

@@ -175,8 +175,16 @@ fn hf_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &
     let labeled = matches!(kind, ProfileType::Training | ProfileType::ForwardLoss);
     bound.truncate(n);
     bound.resize_with(n, CausalLmBatch::default);
+    // Sequence parallelism: the batch carries position_ids and the model is given them.
+    let positions = model.config.tp.is_some_and(|t| t.size > 1 && t.sequence);
     for b in bound.iter_mut() {
         batcher.next_causal_lm_batch(b, labeled, mask);
+        if positions {
+            batcher.next_position_ids(b);
+        }
+    }
+    if positions {
+        model.position_ids.replace(bound[0].position_ids.clone());
     }
     let ids = |b: &CausalLmBatch| b.input_ids.clone().expect("drawn above");
     match kind {

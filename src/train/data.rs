@@ -86,6 +86,15 @@ impl Batcher {
         batch.attention_mask = mask.then(|| Tensor::from_i64_with(&[b, s], self.device, || vec![1; b * s]));
     }
 
+    /// The batch's explicit `position_ids = torch.arange(S).unsqueeze(0)` (int64, (1, S)),
+    /// made after the rest of the batch (the old ones die once the new exist).
+    pub fn next_position_ids(&mut self, batch: &mut CausalLmBatch) {
+        let _c = runtime::category(Category::Input);
+        let _s = runtime::scope("data");
+        let s = self.seq;
+        batch.position_ids = Some(Tensor::from_i64_with(&[1, s], self.device, || (0..s as i64).collect()));
+    }
+
     /// (inputs, labels), each (B, S) int64: a (B, S+1) sequence split into the two shifted
     /// views and made contiguous, as the reference `get_batch` does.
     pub fn next_batch(&mut self) -> (Tensor, Tensor) {
@@ -131,4 +140,6 @@ pub struct CausalLmBatch {
     pub input_ids: Option<Tensor>,
     pub labels: Option<Tensor>,
     pub attention_mask: Option<Tensor>,
+    /// `torch.arange(S).unsqueeze(0)`, passed to the model under sequence parallelism.
+    pub position_ids: Option<Tensor>,
 }

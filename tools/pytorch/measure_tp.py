@@ -7,7 +7,9 @@ RowwiseParallel (vocabulary-parallel: weight Shard(0), output all-reduced to Rep
 lm_head ColwiseParallel(output_layouts=Replicate()) (the logits all-gathered; no loss_parallel).
 The attention modules see their local heads through transformers' `view(*shape, -1, head_dim)`.
 With `fsdp` > 1 the mesh is (fsdp, tp): fully_shard on every decoder layer and the root over
-the first dimension after the TP plan (2-D).
+the first dimension after the TP plan (2-D). With `sp` the SequenceParallel plan too (norms
+SequenceParallel, the hidden states Shard(1) between modules), and the batch passes
+`position_ids` (transformers would derive S / tp positions from the local shard).
 
 Under the fake process group (torch.testing._internal.distributed.fake_pg) this process is rank
 `rank` of fsdp x tp; collectives return at once and allocate what DTensor / FSDP2 allocate
@@ -95,14 +97,18 @@ def grid():
     ]
     pts = []
     for c in configs:
-        for tp, fsdp, opt in ((2, 1, "adamw_torch_forloop"), (4, 1, "adamw_torch_forloop"), (2, 2, "adamw_torch_foreach"), (2, 4, "adamw_torch_foreach")):
+        for tp, fsdp, opt, sp in ((2, 1, "adamw_torch_forloop", False), (4, 1, "adamw_torch_forloop", False), (2, 2, "adamw_torch_foreach", False),
+                                  (2, 4, "adamw_torch_foreach", False), (2, 1, "adamw_torch_forloop", True), (4, 1, "adamw_torch_forloop", True)):
             if c["num_kv_heads"] % tp:
                 continue
             world = tp * fsdp
             for rank in sorted({0, world - 1}):
                 name = (f"llama V{c['vocab_size']} d{c['hidden_size']} F{c['intermediate_size']} h{c['num_heads']} kv{c['num_kv_heads']} "
-                        f"S64 B2 fsdp{fsdp} x tp{tp} rank{rank} {opt}")
-                pts.append(dict(name=name, config=c, seq=64, batch=2, tp=tp, fsdp=fsdp, rank=rank, optimizer=opt, attn="sdpa"))
+                        f"S64 B2 fsdp{fsdp} x tp{tp}{' sp' if sp else ''} rank{rank} {opt}")
+                pt = dict(name=name, config=c, seq=64, batch=2, tp=tp, fsdp=fsdp, rank=rank, optimizer=opt, attn="sdpa")
+                if sp:
+                    pt["sp"] = True
+                pts.append(pt)
     return pts
 
 

@@ -14,6 +14,7 @@
 use super::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use crate::engine::checkpoint::{checkpoint, checkpoint_reentrant};
 use crate::engine::runtime::{self, scope};
+use crate::engine::storage::GradRedistribute;
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
 use crate::model::tp::{self, TensorParallel};
@@ -40,6 +41,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let cfg = &local;
     let hf = cfg.hf.as_ref().expect("the hf flavour has hf options");
     let vocab_rows = cfg.tp.map_or((0, cfg.vocab_size), |t| t.rows(cfg.vocab_size));
+    let sequence_parallel = cfg.tp.is_some_and(|t| t.size > 1 && t.sequence);
     let (d, f, v, hd) = (cfg.d_model, cfg.d_ff, vocab_rows.1, hf.head_dim);
     let (q, kv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
     // `_init_weights`: normal(0, initializer_range 0.02) for linears and the embedding, zero
@@ -50,7 +52,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let embedding = b.param("model.embed_tokens.weight".into(), &[v, d], std);
     if v != full.vocab_size {
         // Its gradient is the whole table (tp::vocab_parallel_embedding).
-        embedding.storage().set_grad_rows(vocab_rows.0, v);
+        embedding.storage().set_grad_redistribute(GradRedistribute::Rows { first: vocab_rows.0, rows: v });
     }
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
@@ -73,6 +75,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
         let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
         let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
+        if sequence_parallel {
+            attn_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
+            ffn_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
+        }
         let extra = HfLayer {
             qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]),
             o_bias: bo,
@@ -90,6 +96,11 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         });
     }
     let final_norm = b.param("model.norm.weight".into(), &[d], Init::Ones);
+    if sequence_parallel {
+        // SequenceParallel norms: Replicate weights whose gradients, summed over this rank's
+        // positions, are Partial.
+        final_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
+    }
     let lm_head = if cfg.tied_embeddings {
         // nn.Linear allocates and initialises its own weight before `tie_weights` replaces it.
         drop(crate::model::init::make(&[v, d], dtype, device, std, b.rng));
@@ -284,14 +295,41 @@ impl Block {
         self.cfg.hf.as_ref().expect("hf options")
     }
 
-    /// A ColwiseParallel projection's input (x itself without tensor parallelism).
-    fn colwise(&self, x: &Tensor) -> Tensor {
-        if self.tp.is_some() { tp::colwise_input(x) } else { x.clone() }
+    /// Sequence parallelism is on.
+    fn sp(&self) -> Option<TensorParallel> {
+        self.tp.filter(|t| t.sequence)
     }
 
-    /// A RowwiseParallel projection's output, all-reduced.
+    /// A ColwiseParallel projection's input (x itself without tensor parallelism; under
+    /// sequence parallelism x is already the gathered Replicate DTensor).
+    fn colwise(&self, x: &Tensor) -> Tensor {
+        match self.tp {
+            Some(t) if !t.sequence => tp::colwise_input(x),
+            _ => x.clone(),
+        }
+    }
+
+    /// A RowwiseParallel projection's output: all-reduced, or reduce-scattered to this
+    /// rank's positions under sequence parallelism.
     fn rowwise(&self, y: Tensor) -> Tensor {
-        if self.tp.is_some() { tp::rowwise_output(y) } else { y }
+        match self.tp {
+            Some(t) if t.sequence => tp::seq_scatter(y, t),
+            Some(_) => tp::rowwise_output(y),
+            None => y,
+        }
+    }
+
+    /// A SequenceParallel norm's input (`from_local` on this rank's positions).
+    fn norm_input(&self, x: &Tensor) -> Tensor {
+        if self.sp().is_some() { tp::from_local(x) } else { x.clone() }
+    }
+
+    /// `PrepareModuleInput` before attention and the MLP: the positions all-gathered.
+    fn gathered(&self, x: &Tensor) -> Tensor {
+        match self.sp() {
+            Some(t) => tp::seq_gather(x, t),
+            None => x.clone(),
+        }
     }
 
     /// `LlamaDecoderLayer.forward`.
@@ -299,14 +337,14 @@ impl Block {
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
         // `residual = hidden_states`: the input stays referenced until the layer returns.
         let residual = x;
-        let mut h = rms_norm("input_layernorm", &residual, &l.attn_norm, eps);
+        let mut h = rms_norm("input_layernorm", &self.norm_input(&residual), &l.attn_norm, eps);
         // `hidden_states, _ = self.self_attn(...)`: `_` is a local too, so eager's attention
         // weights live until the layer returns.
         let (a, _weights) = self.attention(&h);
         h = a;
         h = residual.add(&h);
         let residual = h;
-        let mut h = rms_norm("post_attention_layernorm", &residual, &l.ffn_norm, eps);
+        let mut h = rms_norm("post_attention_layernorm", &self.norm_input(&residual), &l.ffn_norm, eps);
         h = self.mlp(&h);
         residual.add(&h)
     }
@@ -314,6 +352,7 @@ impl Block {
     /// `LlamaMLP.forward`: down(act(gate(x)) * up(x)), every intermediate an expression temporary.
     fn mlp(&self, x: &Tensor) -> Tensor {
         let _s = scope("mlp");
+        let x = &self.gathered(x);
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");
         let bias = |i: usize| extra.mlp_bias.as_ref().map(|b| &b[i]);
@@ -330,6 +369,7 @@ impl Block {
     /// output and eager's attention weights (None for the fused kernels).
     fn attention(&self, x: &Tensor) -> (Tensor, Option<Tensor>) {
         let _s = scope("self_attn");
+        let x = &self.gathered(x);
         let hf = self.hf();
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");
@@ -465,8 +505,12 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
             }
         };
         let use_cache = hf.use_cache;
-        // position_ids = arange(S) + past_seen_tokens, unsqueezed.
-        position_ids = arange_plus(s, device).view(&[1, s]);
+        // position_ids = arange(S) + past_seen_tokens, unsqueezed, unless the caller passes
+        // them (m.position_ids).
+        position_ids = match m.position_ids.borrow().clone() {
+            Some(p) => p,
+            None => arange_plus(s, device).view(&[1, s]),
+        };
         // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
@@ -499,30 +543,35 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
                 run(h.clone())
             };
         }
-        hidden = rms_norm("norm", &h, &m.final_norm, cfg.norm_eps);
+        let h_in = if cfg.tp.is_some_and(|t| t.size > 1 && t.sequence) { tp::from_local(&h) } else { h.clone() };
+        hidden = rms_norm("norm", &h_in, &m.final_norm, cfg.norm_eps);
+        drop(h_in);
         drop((h, cos, sin, embeds));
     }
     // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
     drop((mask, position_ids));
     // slice_logits_to_keep: hidden_states[:, -k:, :] (a view).
     let hidden = if hf.logits_to_keep > 0 && hf.logits_to_keep < s { hidden.narrow(1, s - hf.logits_to_keep, hf.logits_to_keep) } else { hidden };
+    // `hidden_states` (and `outputs.last_hidden_state`) stay bound until the forward returns:
+    // it matters where lm_head does not save them (sequence parallelism saves the gathered
+    // input instead; no_grad saves nothing).
     let logits = match cfg.tp.filter(|t| t.size > 1) {
         Some(t) => {
-            let local = linear("lm_head", &tp::colwise_input(&hidden), &m.lm_head);
-            drop(hidden);
+            // ColwiseParallel's input: Replicate already, or gathered from Shard(1) under
+            // sequence parallelism (a local of the module call, dying when it returns).
+            let input = if t.sequence { tp::seq_gather(&hidden, t) } else { tp::colwise_input(&hidden) };
+            let local = linear("lm_head", &input, &m.lm_head);
+            drop(input);
             tp::gather_logits(local, t)
         }
-        None => {
-            let l = linear("lm_head", &hidden, &m.lm_head);
-            drop(hidden);
-            l
-        }
+        None => linear("lm_head", &hidden, &m.lm_head),
     };
     logits_ready(&logits);
     let loss = labels.map(|labels| {
         let _s = scope("loss");
         for_causal_lm_loss(&logits, labels, cfg.vocab_size)
     });
+    drop(hidden);
     let cache = cache.map(|c| c.borrow_mut().drain(..).collect()).unwrap_or_default();
     Output { logits, loss, cache }
 }
