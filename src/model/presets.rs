@@ -135,6 +135,7 @@ pub fn all() -> Vec<Preset> {
         // transformers 5.23.0 builds from each config.json (meta device, tied weights once).
         hf("Llama-3.2-1B", Arch::Llama, [128_256, 2048, 8192, 16, 32, 8], 500_000.0, 1e-5, 131_072, true, Some("llama3"), 1_235_814_400),
         hf("Llama-3.1-8B", Arch::Llama, [128_256, 4096, 14336, 32, 32, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 8_030_261_248),
+        hf("Llama-3.1-70B", Arch::Llama, [128_256, 8192, 28672, 80, 64, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 70_553_706_496),
         hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 7_248_023_552),
         hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 7_615_616_512),
         hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 8_190_735_360),
