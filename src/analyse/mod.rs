@@ -8,6 +8,7 @@ pub mod frames;
 pub mod operators;
 pub mod optimizer_estimate;
 pub mod snapshot;
+pub mod sweep;
 
 use crate::record::{Category, EventKind, MemEvent, Phase};
 use serde::Serialize;

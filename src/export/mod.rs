@@ -7,6 +7,7 @@ pub mod html;
 pub mod output_set;
 pub mod snapshot;
 pub mod svg;
+pub mod sweep;
 
 pub use atomic::write_atomic;
 pub use output_set::{staged_path, OutputSet};
