@@ -353,6 +353,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         }
     }
     rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"]);
+    if c.mode == Mode::Autocast {
+        // lm_head saves its low-precision cast; the fp32 output itself stays bound
+        // (`hidden_states`, `outputs.last_hidden_state`) until LlamaForCausalLM.forward returns.
+        outside.push(c.term("final norm output (fp32), bound until the forward returns", "mul", Unit::A, 4));
+    }
     let bsv = c.b * c.s * c.v;
     let logits = vocab("logits", "mm", "B·S", bsv, ty.lo);
     // ForCausalLMLoss: logits.float() (itself in fp32), labels padded with −100 and shifted
