@@ -206,7 +206,7 @@ fn bench_train(a: &BenchArgs) -> Result<()> {
         "training step, walkthrough config (d 256, L 4, h 8, h_kv 4, F 512, B 8, S 128), fp32, {} threads, {} steps (3 warm-up):",
         a.threads, a.steps
     );
-    let ours = execute(&p, false)?;
+    let ours = execute(&p, &mut |_, _| {})?;
     let o = [ours.avg_step_s(), ours.avg_phase_s(Phase::Forward), ours.avg_phase_s(Phase::Backward), ours.avg_phase_s(Phase::Optimizer)];
     let mut skip = torch_skip(a);
     let script = find_script(a);

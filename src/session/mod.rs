@@ -5,6 +5,7 @@ pub mod estimate;
 pub mod hf;
 pub mod profile;
 pub mod summary;
+pub mod train;
 pub mod progress;
 
 pub use profile::{profile_one, ProfileOptions, ProfileType, Run};

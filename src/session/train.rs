@@ -1,0 +1,141 @@
+//! The train job: the workshop's training loop (`tiny_llama_v1.py`) on synthetic tokens, with
+//! step times, memory and, over a window of steps, kernel records for FLOPs and the trace.
+use crate::analyse::operators::SortKey;
+use crate::engine::{runtime, Device, Tensor};
+use crate::model::Model;
+use crate::record::allocator::{AllocatorConfig, CachingAllocator};
+use crate::record::compute::ComputeLog;
+use crate::record::gpu::Gpu;
+use crate::record::Phase;
+use crate::train::optim::OptimConfig;
+use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepResult, StepRunner};
+use anyhow::Result;
+
+/// Everything a run needs, validated before anything is computed or written.
+pub struct TrainPlan {
+    pub model: crate::model::ModelConfig,
+    pub preset: String,
+    pub batch: usize,
+    /// Micro-batches per optimizer step (`batch` is split evenly among them).
+    pub accum: usize,
+    pub seq: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    /// Why the warm-up is shorter than the default, printed once.
+    pub warmup_note: Option<String>,
+    /// --profile-operators: the table's order, and why it is not the one asked for.
+    pub operators: Option<(SortKey, Option<String>)>,
+    pub device: Device,
+    pub data: DataKind,
+    pub optim: OptimConfig,
+    pub seed: u64,
+    pub log_interval: usize,
+    /// Steps whose kernels are recorded (FLOPs, trace), if any.
+    pub compute: Option<ComputeWindow>,
+    pub gpu: Option<Gpu>,
+    pub precision: Precision,
+}
+
+/// Steps `first..first + count` (0-based) record kernels; `memory` adds `[memory]` points.
+#[derive(Clone, Copy, Debug)]
+pub struct ComputeWindow {
+    pub first: usize,
+    pub count: usize,
+    pub memory: bool,
+}
+
+/// What a precision means for the run, in one line.
+pub fn precision_note(p: Precision) -> &'static str {
+    match p {
+        Precision::Fp32 => "fp32",
+        Precision::Bf16 => "bf16 autocast around forward and loss (matmuls in bf16, the fp32 op list in fp32, weight casts cached); fp32 parameters, gradients and optimizer state",
+        Precision::Fp16 => "fp16 autocast around forward and loss with a dynamic loss scaler (GradScaler: init scale 65536, skip on inf/NaN); fp32 parameters, gradients and optimizer state",
+        Precision::PureBf16 => "pure bf16: parameters, gradients and optimizer state in bf16, no autocast",
+    }
+}
+
+/// The measured outcome of a training run.
+pub struct TrainOutcome {
+    pub params: u64,
+    pub steps: Vec<StepResult>,
+    pub warmup: usize,
+    /// Kernel records of the plan's compute window.
+    pub compute: Option<ComputeLog>,
+    /// (parameter name, elements), for the FLOP tree.
+    pub param_sizes: Vec<(String, u64)>,
+}
+
+impl TrainOutcome {
+    fn measured(&self) -> &[StepResult] {
+        &self.steps[self.warmup..]
+    }
+    pub fn avg_step_s(&self) -> f64 {
+        let m = self.measured();
+        m.iter().map(|s| s.seconds).sum::<f64>() / m.len() as f64
+    }
+    pub fn avg_phase_s(&self, p: Phase) -> f64 {
+        let m = self.measured();
+        m.iter().map(|s| s.phase(p).seconds).sum::<f64>() / m.len() as f64
+    }
+    pub fn peak_allocated(&self) -> usize {
+        self.steps.iter().map(|s| s.peak_allocated).max().unwrap_or(0)
+    }
+}
+
+/// Run the plan's training loop; `on_step(i, result)` after each step (the caller prints).
+pub fn execute(p: &TrainPlan, on_step: &mut dyn FnMut(usize, &StepResult)) -> Result<TrainOutcome> {
+    runtime::reset();
+    if p.compute.is_some_and(|w| w.memory) {
+        // `[memory]` events report what the CUDA caching allocator would hold.
+        let capacity = p.gpu.map_or(usize::MAX / 4, |g| g.memory_bytes);
+        runtime::with(|rt| rt.log.allocator = Some(CachingAllocator::new(AllocatorConfig::default(), capacity)));
+    }
+    let model = Model::new_in(&p.model, p.device, p.seed, p.precision.param_dtype())?;
+    let param_sizes = model.parameters().iter().map(|q| (q.name.clone(), q.tensor.numel() as u64)).collect();
+    let mut compute = None;
+    let optimizer = Optimizer::new(p.optim.clone(), model.parameters().len());
+    let mut runner = StepRunner::new(&model, optimizer).with_precision(p.precision);
+    let mut batcher = Batcher::new(p.data, p.model.vocab_size, p.batch / p.accum, p.seq, p.device, p.seed);
+    let mut steps = Vec::with_capacity(p.steps);
+    let mut batch = None;
+    // hf: Hugging Face's collator (labels = a copy of input_ids; the model shifts them).
+    let hf_mask = p.model.hf().map(|h| h.attention_mask);
+    let mut causal: Vec<CausalLmBatch> = Vec::new();
+    for i in 0..p.steps {
+        let micro: Vec<(Tensor, Tensor, Option<Tensor>)> = match hf_mask {
+            Some(mask) => {
+                causal.resize_with(p.accum, CausalLmBatch::default);
+                causal
+                    .iter_mut()
+                    .map(|b| {
+                        batcher.next_causal_lm_batch(b, true, mask);
+                        (b.input_ids.clone().expect("drawn"), b.labels.clone().expect("labeled"), b.attention_mask.clone())
+                    })
+                    .collect()
+            }
+            None => {
+                // `tokens, labels = get_batch()`: the previous batch dies once the new one exists.
+                let new: Vec<(Tensor, Tensor)> = (0..p.accum).map(|_| batcher.next_batch()).collect();
+                batch.insert(new).iter().map(|(x, y)| (x.clone(), y.clone(), None)).collect()
+            }
+        };
+        let micro: Vec<(&Tensor, &Tensor, Option<&Tensor>)> = micro.iter().map(|(x, y, m)| (x, y, m.as_ref())).collect();
+        let window = p.compute.filter(|w| (w.first..w.first + w.count).contains(&i));
+        if window.is_some_and(|w| w.first == i) {
+            runtime::start_compute_log(window.is_some_and(|w| w.memory));
+        }
+        let start_us = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
+        let r = runner.step_micro(&micro);
+        if let Some(start) = start_us {
+            runtime::with(|rt| rt.compute.as_mut().map(|c| c.step(i + 1, start)));
+        }
+        if window.is_some_and(|w| w.first + w.count == i + 1) {
+            compute = runtime::take_compute_log();
+        }
+        on_step(i, &r);
+        steps.push(r);
+    }
+    runner.finish();
+    Ok(TrainOutcome { params: model.num_parameters(), steps, warmup: p.warmup, compute, param_sizes })
+}
+
