@@ -74,27 +74,17 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let mut runner = StepRunner::new(&model, opt).with_parallel(layout);
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
     let mut bound: Option<(Tensor, Tensor)> = None;
-    let mut before = Vec::new();
-    let iterations = num(p, "iterations");
-    for i in 0..iterations {
-        if i + 1 == iterations {
-            runtime::with(|rt| {
-                before = rt.log.live_as_events();
-                rt.log.start_recording();
-            });
-        }
+    let recorded = grid_common::record_last(num(p, "iterations"), |_| {
         let (x, y) = &*bound.insert(data.next_batch());
         runner.step(x, y);
-    }
-    let events = runtime::with(|rt| rt.log.stop_recording());
+    });
     runner.finish();
-    (before, events)
+    recorded
 }
 
 #[test]
 fn data_parallel_ranks_match_pytorch() {
-    let path = format!("{}/tests/fixtures/dist_grid/dist.json", env!("CARGO_MANIFEST_DIR"));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let doc = grid_common::fixture("dist_grid/dist.json");
     let points = doc["points"].as_array().unwrap();
     grid_common::check("dist_grid/dist.json", points, 24, KNOWN_FAILING, run);
 }

@@ -128,8 +128,7 @@ fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
 
 #[test]
 fn hf_grid_matches_transformers() {
-    let path = format!("{}/tests/fixtures/hf_grid/hf.json", env!("CARGO_MANIFEST_DIR"));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let doc = grid_common::fixture("hf_grid/hf.json");
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
     let points = doc["points"].as_array().unwrap();
     grid_common::check("hf", points, 130, KNOWN_FAILING, run_vramscope);

@@ -85,31 +85,21 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     }
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
     let mut bound = CausalLmBatch::default();
-    let mut before = Vec::new();
-    const STEPS: usize = 3;
-    for i in 0..STEPS {
-        if i + 1 == STEPS {
-            runtime::with(|rt| {
-                before = rt.log.live_as_events();
-                rt.log.start_recording();
-            });
-        }
+    let recorded = grid_common::record_last(3, |_| {
         data.next_causal_lm_batch(&mut bound, true, false);
         if pc.sequence_parallel {
             data.next_position_ids(&mut bound);
             model.position_ids.replace(bound.position_ids.clone());
         }
         runner.step_masked(bound.input_ids.as_ref().unwrap(), bound.labels.as_ref().unwrap(), None);
-    }
-    let events = runtime::with(|rt| rt.log.stop_recording());
+    });
     runner.finish();
-    (before, events)
+    recorded
 }
 
 #[test]
 fn tensor_parallel_ranks_match_pytorch() {
-    let path = format!("{}/tests/fixtures/dist_grid/tp.json", env!("CARGO_MANIFEST_DIR"));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let doc = grid_common::fixture("dist_grid/tp.json");
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
     let points = doc["points"].as_array().unwrap();
     grid_common::check("dist_grid/tp.json", points, 12, KNOWN_FAILING, run);

@@ -112,12 +112,7 @@ pub fn gather_logits(local: Tensor, tp: TensorParallel) -> Tensor {
     *shape.last_mut().expect("logits") = cols * tp.size;
     let full = {
         let _g = runtime::no_grad();
-        let _s = runtime::scope("all_gather");
-        let buffer = Tensor::zeros_op(&[tp.size * local.numel()], local.dtype(), local.device(), "all_gather_into_tensor");
-        let parts: Vec<Tensor> = (0..tp.size).map(|_| local.detach()).collect();
-        let full = Tensor::cat(&parts, -1);
-        drop(buffer);
-        full
+        all_gather_cat(&local, tp, -1)
     };
     if !local.requires_grad() || !runtime::is_grad_enabled() {
         return full;
@@ -142,12 +137,7 @@ pub fn gather_logits(local: Tensor, tp: TensorParallel) -> Tensor {
 pub fn seq_gather(x: &Tensor, tp: TensorParallel) -> Tensor {
     let full = {
         let _g = runtime::no_grad();
-        let _s = runtime::scope("all_gather");
-        let buffer = Tensor::zeros_op(&[tp.size * x.numel()], x.dtype(), x.device(), "all_gather_into_tensor");
-        let parts: Vec<Tensor> = (0..tp.size).map(|_| x.detach()).collect();
-        let full = Tensor::cat(&parts, 1);
-        drop(buffer);
-        full
+        all_gather_cat(x, tp, 1)
     };
     if !x.requires_grad() || !runtime::is_grad_enabled() {
         return full;
@@ -166,19 +156,23 @@ pub fn seq_scatter(partial: Tensor, tp: TensorParallel) -> Tensor {
         return out;
     }
     let out = attach(out, "RedistributeBackward", &[&partial], Box::new(move |g| {
-        let full = {
-            let _s = runtime::scope("all_gather");
-            let buffer = Tensor::zeros_op(&[tp.size * g.numel()], g.dtype(), g.device(), "all_gather_into_tensor");
-            let parts: Vec<Tensor> = (0..tp.size).map(|_| g.detach()).collect();
-            let full = Tensor::cat(&parts, 1);
-            drop(buffer);
-            full
-        };
+        let full = all_gather_cat(&g, tp, 1);
         drop(g);
         vec![Some(full)]
     }));
     drop(partial);
     out
+}
+
+/// `all_gather_into_tensor` into a size × `x` buffer, then the pieces concatenated on `dim`
+/// (what DTensor's Shard → Replicate does); the buffer is freed once the result exists.
+fn all_gather_cat(x: &Tensor, tp: TensorParallel, dim: isize) -> Tensor {
+    let _s = runtime::scope("all_gather");
+    let buffer = Tensor::zeros_op(&[tp.size * x.numel()], x.dtype(), x.device(), "all_gather_into_tensor");
+    let parts: Vec<Tensor> = (0..tp.size).map(|_| x.detach()).collect();
+    let full = Tensor::cat(&parts, dim);
+    drop(buffer);
+    full
 }
 
 /// `reduce_scatter_tensor` on dimension 1: the input copied into scatter order, this rank's

@@ -68,6 +68,29 @@ pub struct Row {
 /// iteration's events (and the live set before it); a phase passes when the peaks agree to
 /// 16 B per live tensor. `known_failing` points are checked and printed, not skipped, and the
 /// test fails once one of them passes. `why` names the reason a known point differs.
+/// A fixture under tests/fixtures/ (`rel`), parsed.
+pub fn fixture(rel: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))).unwrap()
+}
+
+/// Runs `step(i)` for i in 0..`steps`, recording the last one: the live blocks before it and
+/// its events (the caller finishes its runner afterwards).
+pub fn record_last(steps: usize, mut step: impl FnMut(usize)) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    use vramscope::engine::runtime;
+    let mut before = Vec::new();
+    for i in 0..steps {
+        if i + 1 == steps {
+            runtime::with(|rt| {
+                before = rt.log.live_as_events();
+                rt.log.start_recording();
+            });
+        }
+        step(i);
+    }
+    (before, runtime::with(|rt| rt.log.stop_recording()))
+}
+
 pub fn check(file: &str, points: &[Value], min_points: usize, known_failing: &[(&str, &str)], mut run: impl FnMut(&Value) -> (Vec<MemEvent>, Vec<MemEvent>)) {
     assert!(points.len() >= min_points, "{file}: {} grid points, expected at least {min_points}", points.len());
     let mut failing: Vec<Row> = Vec::new();

@@ -356,6 +356,32 @@ def write_events(path, log):
         w.writerows(log)
 
 
+def run_grid(script, pts, out, header):
+    """Measure each grid point in its own process (`script --point JSON`, which prints a
+    `PHASES {...}` line) into the fixture `out`: resumable, the file is rewritten after every
+    point (header's fields, then `points`) and points already in it are kept."""
+    import subprocess
+    done = json.load(open(out))["points"] if os.path.exists(out) else []
+    have = {p["name"] for p in done}
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    for i, p in enumerate(pts):
+        if p["name"] in have:
+            continue
+        r = subprocess.run([sys.executable, script, "--point", json.dumps(p)], capture_output=True, text=True)
+        line = [l for l in r.stdout.splitlines() if l.startswith("PHASES ")]
+        if r.returncode != 0 or not line:
+            print(f"FAILED {p['name']}:\n{r.stderr[-3000:]}", file=sys.stderr)
+            continue
+        p = dict(p, phases=json.loads(line[0][len("PHASES "):]))
+        print(f"[{i + 1}/{len(pts)}] {p['name']}: " + ", ".join(f"{k} {v['peak']}" for k, v in p["phases"].items()), flush=True)
+        done.append(p)
+        with open(out + ".tmp", "w") as f:
+            json.dump(dict(header, points=done), f)
+            f.write("\n")
+        os.replace(out + ".tmp", out)
+    print(f"{out}: {len(done)} points")
+
+
 def print_phases(per):
     print(f"{'phase':10} {'peak (requested B, blocks >= 512 B)':>36} {'all blocks':>14} {'live':>6}  op at the peak")
     for p, s in per.items():

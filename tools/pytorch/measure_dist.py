@@ -22,7 +22,6 @@ mode-free, requested bytes of blocks >= 512 B, absolute levels, the third iterat
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -144,31 +143,11 @@ def main():
         print("PHASES " + json.dumps(one(json.loads(a.point))))
         return
     import torch
-    out = OUT if not a.only else OUT + ".partial"
+    import measure_cs336 as M
     pts = [p for p in grid() if not a.only or a.only in p["name"]]
-    # Resumable: the file is rewritten after every point, and points already in it are kept.
-    done = json.load(open(out))["points"] if os.path.exists(out) else []
-    have = {p["name"] for p in done}
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    for i, p in enumerate(pts):
-        if p["name"] in have:
-            continue
-        r = subprocess.run([sys.executable, __file__, "--point", json.dumps(p)], capture_output=True, text=True)
-        line = [l for l in r.stdout.splitlines() if l.startswith("PHASES ")]
-        if r.returncode != 0 or not line:
-            print(f"FAILED {p['name']}:\n{r.stderr[-3000:]}", file=sys.stderr)
-            continue
-        p = dict(p, phases=json.loads(line[0][len("PHASES "):]))
-        print(f"[{i + 1}/{len(pts)}] {p['name']}: " + ", ".join(f"{k} {v['peak']}" for k, v in p["phases"].items()), flush=True)
-        done.append(p)
-        doc = dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
-                   counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`",
-                   points=done)
-        with open(out + ".tmp", "w") as f:
-            json.dump(doc, f, indent=None)
-            f.write("\n")
-        os.replace(out + ".tmp", out)
-    print(f"wrote {len(done)} points")
+    M.run_grid(__file__, pts, OUT if not a.only else OUT + ".partial",
+               dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
+                    counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`"))
 
 
 if __name__ == "__main__":

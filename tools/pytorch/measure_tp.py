@@ -22,7 +22,6 @@ of blocks >= 512 B, the third iteration); for-loop AdamW (foreach refuses a grou
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -122,29 +121,11 @@ def main():
         return
     import torch
     import transformers
+    import measure_cs336 as M
     pts = [p for p in grid() if not a.only or a.only in p["name"]]
-    out = OUT if not a.only else OUT + ".partial"
-    done = json.load(open(out))["points"] if os.path.exists(out) else []
-    have = {p["name"] for p in done}
-    for i, p in enumerate(pts):
-        if p["name"] in have:
-            continue
-        r = subprocess.run([sys.executable, __file__, "--point", json.dumps(p)], capture_output=True, text=True)
-        line = [l for l in r.stdout.splitlines() if l.startswith("PHASES ")]
-        if r.returncode != 0 or not line:
-            print(f"FAILED {p['name']}:\n{r.stderr[-3000:]}", file=sys.stderr)
-            continue
-        p = dict(p, phases=json.loads(line[0][len("PHASES "):]))
-        print(f"[{i + 1}/{len(pts)}] {p['name']}: " + ", ".join(f"{k} {v['peak']}" for k, v in p["phases"].items()), flush=True)
-        done.append(p)
-        doc = dict(generator="tools/pytorch/measure_tp.py", torch=torch.__version__, transformers=transformers.__version__,
-                   counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of fsdp x tp",
-                   points=done)
-        os.makedirs(os.path.dirname(OUT), exist_ok=True)
-        with open(out + ".tmp", "w") as f:
-            json.dump(doc, f)
-            f.write("\n")
-        os.replace(out + ".tmp", out)
+    M.run_grid(__file__, pts, OUT if not a.only else OUT + ".partial",
+               dict(generator="tools/pytorch/measure_tp.py", torch=torch.__version__, transformers=transformers.__version__,
+                    counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of fsdp x tp"))
 
 
 if __name__ == "__main__":
