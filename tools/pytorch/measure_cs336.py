@@ -356,6 +356,22 @@ def write_events(path, log):
         w.writerows(log)
 
 
+def grid_main(doc, script, one, grid, out, header):
+    """A fixture driver's command line: `--point JSON` measures one point and prints it as a
+    `PHASES` line; otherwise the grid (`--only TEXT`: the points whose name holds it, into
+    OUT.partial) goes through run_grid. `header()` gives the fixture's fields (it may import torch)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--point", help="measure one point (JSON) and print its phases as JSON")
+    ap.add_argument("--only", help="grid points whose name contains this")
+    a = ap.parse_args()
+    if a.point:
+        print("PHASES " + json.dumps(one(json.loads(a.point))))
+        return
+    pts = [p for p in grid() if not a.only or a.only in p["name"]]
+    run_grid(script, pts, out if not a.only else out + ".partial", header())
+
+
 def run_grid(script, pts, out, header):
     """Measure each grid point in its own process (`script --point JSON`, which prints a
     `PHASES {...}` line) into the fixture `out`: resumable, the file is rewritten after every

@@ -19,7 +19,6 @@ mode-free, requested bytes of blocks >= 512 B, absolute levels, the third iterat
     python3 measure_dist.py              # the grid -> tests/fixtures/dist_grid/dist.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
-import argparse
 import json
 import os
 import sys
@@ -134,20 +133,15 @@ def grid():
     return pts
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--point", help="measure one point (JSON) and print its phases as JSON")
-    ap.add_argument("--only", help="grid points whose name contains this")
-    a = ap.parse_args()
-    if a.point:
-        print("PHASES " + json.dumps(one(json.loads(a.point))))
-        return
+def header():
     import torch
+    return dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
+                counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`")
+
+
+def main():
     import measure_cs336 as M
-    pts = [p for p in grid() if not a.only or a.only in p["name"]]
-    M.run_grid(__file__, pts, OUT if not a.only else OUT + ".partial",
-               dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
-                    counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`"))
+    M.grid_main(__doc__, __file__, one, grid, OUT, header)
 
 
 if __name__ == "__main__":

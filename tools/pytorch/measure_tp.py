@@ -19,7 +19,6 @@ of blocks >= 512 B, the third iteration); for-loop AdamW (foreach refuses a grou
     python3 measure_tp.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp.py                  # the grid -> tests/fixtures/dist_grid/tp.json
 """
-import argparse
 import json
 import os
 import sys
@@ -111,21 +110,16 @@ def grid():
     return pts
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--point", help="measure one point (JSON) and print its phases as JSON")
-    ap.add_argument("--only", help="grid points whose name contains this")
-    a = ap.parse_args()
-    if a.point:
-        print("PHASES " + json.dumps(one(json.loads(a.point))))
-        return
+def header():
     import torch
     import transformers
+    return dict(generator="tools/pytorch/measure_tp.py", torch=torch.__version__, transformers=transformers.__version__,
+                counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of fsdp x tp")
+
+
+def main():
     import measure_cs336 as M
-    pts = [p for p in grid() if not a.only or a.only in p["name"]]
-    M.run_grid(__file__, pts, OUT if not a.only else OUT + ".partial",
-               dict(generator="tools/pytorch/measure_tp.py", torch=torch.__version__, transformers=transformers.__version__,
-                    counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of fsdp x tp"))
+    M.grid_main(__doc__, __file__, one, grid, OUT, header)
 
 
 if __name__ == "__main__":
