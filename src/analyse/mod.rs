@@ -9,6 +9,7 @@ pub mod operators;
 pub mod optimizer_estimate;
 pub mod snapshot;
 pub mod sweep;
+pub mod search;
 
 use crate::record::{Category, EventKind, MemEvent, Phase};
 use serde::Serialize;

@@ -232,37 +232,9 @@ pub fn run(a: FitArgs) -> Result<()> {
         Find::Batch | Find::WorldSize => "batch size",
         Find::Context => "context length",
     };
-    let first = probe(start)?;
-    let (answer, first_fail) = if !first.fits {
-        (None, Some(first))
-    } else {
-        // Exponential: lo fits; double until one does not or the cap is reached.
-        let mut lo = start;
-        let mut hi = None;
-        while lo < cap {
-            let n = lo.saturating_mul(2).min(cap);
-            if probe(n)?.fits {
-                lo = n;
-            } else {
-                hi = Some(n);
-                break;
-            }
-        }
-        // Binary: lo fits, hi does not.
-        if let Some(mut h) = hi {
-            while h - lo > 1 {
-                let mid = lo + (h - lo) / 2;
-                if probe(mid)?.fits {
-                    lo = mid;
-                } else {
-                    h = mid;
-                }
-            }
-            hi = Some(h);
-        }
-        let fail = hi.map(|h| probe(h)).transpose()?;
-        (Some(probe(lo)?), fail)
-    };
+    let (lo, hi) = crate::analyse::search::largest(start, cap, |n| probe(n).map(|p| p.fits))?;
+    let answer = lo.map(&mut probe).transpose()?;
+    let first_fail = hi.map(&mut probe).transpose()?;
     probes.sort_by_key(|p| p.value);
     let device = base.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
     // Free at the answer: what the process may use, less the reserve, less the peak the

@@ -97,35 +97,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
             probes.push(Probe { world_size: n, rank, fits, peak_allocated_bytes: run.stats.allocated_bytes.peak, peak_reserved_bytes: run.stats.reserved_bytes.peak, oom: run.oom });
             Ok(fits)
         };
-        // Exponential from 1 until one fits (per-rank memory falls as ranks are added), then
-        // binary between the last that did not and the first that did.
-        let mut hi = None;
-        let mut lo = 0; // largest known not to fit (0: none tried)
-        let mut n = 1;
         // DDP replicates everything: what one rank holds does not fall as ranks are added.
         let cap = if layout == Layout::Ddp { 1 } else { cap };
-        while n <= cap {
-            if probe(n)? {
-                hi = Some(n);
-                break;
-            }
-            lo = n;
-            if n == cap {
-                break;
-            }
-            n = n.saturating_mul(2).min(cap);
-        }
-        if let Some(mut h) = hi {
-            while h - lo > 1 {
-                let mid = lo + (h - lo) / 2;
-                if probe(mid)? {
-                    h = mid;
-                } else {
-                    lo = mid;
-                }
-            }
-            hi = Some(h);
-        }
+        let hi = crate::analyse::search::smallest(cap, &mut probe)?;
         probes.sort_by_key(|p| p.world_size);
         answers.push(Answer { layout, world_size: hi, probes });
     }
