@@ -200,7 +200,7 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
         if !a.profile_type.iter().all(|&k| k == ProfileType::Training) {
             return Err(usage("--grad-accum-steps", "accumulates gradients: needs --profile-type training"));
         }
-        if batch % a.grad_accum_steps != 0 {
+        if !batch.is_multiple_of(a.grad_accum_steps) {
             return Err(usage("--grad-accum-steps", format!("{} does not divide --batch-size {batch}", a.grad_accum_steps)));
         }
     }

@@ -174,7 +174,7 @@ pub fn plan(a: &TrainArgs) -> Result<TrainPlan> {
     if batch == 0 {
         return Err(usage("--batch-size", "must be at least 1"));
     }
-    if a.grad_accum_steps == 0 || batch % a.grad_accum_steps != 0 {
+    if a.grad_accum_steps == 0 || !batch.is_multiple_of(a.grad_accum_steps) {
         return Err(usage("--grad-accum-steps", format!("{} must be at least 1 and divide --batch-size {batch}", a.grad_accum_steps)));
     }
     let seq = a.seq_len.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
