@@ -7,13 +7,13 @@ use super::memory_flags::MemoryFlags;
 use super::precision_flags::PrecisionFlags;
 use super::profile::{self, ProfileArgs, ProfileType, Run};
 use super::{set_threads, usage};
+use crate::export::compare::{compare_table, VariantRow};
 use crate::export::{write_atomic, write_json};
 use crate::model::Attention;
 use crate::record::Category;
 use crate::train::Precision;
 use anyhow::Result;
 use serde_json::json;
-use std::fmt::Write as _;
 
 /// One column of the comparison: a name and the arguments that run it.
 struct Variant {
@@ -185,49 +185,23 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
                 runs.push(profile::profile_one(p, &args, ctx, kind)?);
             }
             let base = &runs[0];
-            // Small models read better in MiB; one unit per table either way.
-            let (unit, div) = if base.stats.allocated_bytes.peak < 1 << 30 { ("MiB", 1u64 << 20) } else { ("GiB", 1u64 << 30) };
-            let u = |b: usize| b as f64 / div as f64;
-            let rel = |x: usize, b: usize| if b == 0 { "-".to_string() } else { format!("{:+.1}%", (x as f64 / b as f64 - 1.0) * 100.0) };
-            let _ = writeln!(
-                md,
-                "\n### {} ({}), {}, context {ctx}, batch {} on {} — {unit} are {} bytes\n",
-                p0.model_name,
-                p0.model.flavour,
-                kind.name(),
-                p0.batch,
-                p0.device,
-                if unit == "GiB" { "1024³" } else { "1024²" }
-            );
-            if kind == ProfileType::Training {
-                let _ = writeln!(md, "Every variant's optimizer: {}\n", p0.optim.summary());
-            }
-            let cats: Vec<&str> = cat_list.iter().map(|c| c.name()).collect();
-            let _ = writeln!(
-                md,
-                "| variant | peak allocated ({unit}) | vs baseline | peak reserved ({unit}) | vs baseline | {} |{}",
-                cats.join(" | "),
-                if cpu { " step time (ms) | vs baseline |" } else { "" }
-            );
-            let _ = writeln!(md, "|---|---:|---:|---:|---:|{}{}", "---:|".repeat(cat_list.len()), if cpu { "---:|---:|" } else { "" });
+            let rows: Vec<VariantRow> = vs
+                .iter()
+                .zip(&runs)
+                .map(|(v, r)| VariantRow {
+                    name: v.name.clone(),
+                    oom: r.oom.is_some(),
+                    peak_allocated: r.stats.allocated_bytes.peak,
+                    peak_reserved: r.stats.reserved_bytes.peak,
+                    at_peak: cat_list.iter().map(|&c| r.report.category_bytes(c)).collect(),
+                    step_seconds: r.step_seconds,
+                })
+                .collect();
+            let title = format!("{} ({}), {}, context {ctx}, batch {} on {}", p0.model_name, p0.model.flavour, kind.name(), p0.batch, p0.device);
+            let optimizer = (kind == ProfileType::Training).then(|| p0.optim.summary());
+            md += &compare_table(&title, optimizer.as_deref(), cat_list, &rows, cpu);
             for (v, r) in vs.iter().zip(&runs) {
                 let (pa, pr) = (r.stats.allocated_bytes.peak, r.stats.reserved_bytes.peak);
-                let cells: Vec<String> = cat_list.iter().map(|&c| format!("{:.3}", u(r.report.category_bytes(c)))).collect();
-                let peak = if r.oom.is_some() { "OOM".to_string() } else { format!("{:.3}", u(pa)) };
-                let time = match (cpu, r.step_seconds, base.step_seconds) {
-                    (false, ..) => String::new(),
-                    (true, Some(t), Some(b)) => format!(" {:.1} | ×{:.2} |", t * 1e3, t / b),
-                    (true, ..) => " - | - |".into(),
-                };
-                let _ = writeln!(
-                    md,
-                    "| {} | {peak} | {} | {:.3} | {} | {} |{time}",
-                    v.name,
-                    rel(pa, base.stats.allocated_bytes.peak),
-                    u(pr),
-                    rel(pr, base.stats.reserved_bytes.peak),
-                    cells.join(" | ")
-                );
                 json_rows.push(json!({
                     "variant": v.name,
                     "context_length": ctx,
