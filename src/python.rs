@@ -99,18 +99,8 @@ fn profile(words: Vec<String>) -> PyResult<Profile> {
     }
     crate::cli::set_threads(a.threads).map_err(py_err)?;
     crate::cli::quiet_oom_panics();
-    let ranks = cli_profile::ranks_to_profile(&p, &a).map_err(py_err)?;
-    let mut runs = Vec::new();
-    for &ctx in &p.contexts.clone() {
-        for &kind in &a.profile_type {
-            for &rank in &ranks {
-                if let Some(c) = p.parallel.as_mut() {
-                    c.rank = rank;
-                }
-                runs.push(session::profile_one(&p, ctx, kind).map_err(py_err)?);
-            }
-        }
-    }
+    let ranks = p.ranks(a.parallel.rank.is_some()).map_err(py_err)?;
+    let runs = session::profile::profile_all(&mut p, &a.profile_type, &ranks, |_, _| Ok(())).map_err(py_err)?;
     let summary = session::summary::profile(&p, &a.profile_type, &ranks, &runs, None).to_string();
     Ok(Profile { options: p, runs, summary, notes })
 }

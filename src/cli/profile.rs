@@ -6,10 +6,9 @@ use super::model_flags::ModelFlags;
 use super::precision_flags::PrecisionFlags;
 use super::memory_flags::MemoryFlags;
 use super::{set_threads, usage};
-use crate::engine::runtime;
 use crate::engine::Device;
 use crate::export::{gib, mib, write_json};
-use crate::model::{Flavour, Model};
+use crate::model::Flavour;
 use crate::record::allocator::AllocatorConfig;
 use crate::record::gpu;
 use crate::train::Precision;
@@ -100,24 +99,31 @@ pub struct ProfileArgs {
 
 pub use crate::session::profile::{ComputeOut, ProfileOptions as Plan, ProfileType, Run, DEFAULT_MAX_ENTRIES};
 
-/// One run of `p` as the command line makes it: the library's session, then (when the plan
-/// keeps traces) its snapshot and report written where `a` says, the trace then dropped.
+/// One run of `p` as the command line makes it: the library's session, then its files.
 pub(crate) fn profile_one(p: &Plan, a: &ProfileArgs, ctx: usize, kind: ProfileType) -> Result<Run> {
     let mut r = crate::session::profile_one(p, ctx, kind)?;
-    if p.keep_trace {
-        let path = a.output.clone().unwrap_or_else(|| {
-            // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
-            let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
-            let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
-            let rank = p.parallel.as_ref().map_or(String::new(), |c| format!("_{}{}_rank{}", c.layout.name(), c.world_size, c.rank));
-            a.out_dir.join(format!("{}_ctx{ctx}_{}{prec}{variant}{rank}_snapshot.pickle", p.model_name, kind.name()))
-        });
-        r.save_snapshot(&path)?;
-        let name = path.file_name().map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
-        r.save_report(&super::view::default_output(&path, None), &name, p.capacity_line())?;
-        r.trace = None;
-    }
+    write_files(p, a, &mut r)?;
     Ok(r)
+}
+
+/// When the plan keeps traces: the run's snapshot and report, written where `a` says (seed
+/// 001's names by default), the trace then dropped.
+fn write_files(p: &Plan, a: &ProfileArgs, r: &mut Run) -> Result<()> {
+    if !p.keep_trace {
+        return Ok(());
+    }
+    let path = a.output.clone().unwrap_or_else(|| {
+        // Seed 001's names: fp32 has no suffix, mixed precision adds it (`_bf16_`).
+        let prec = if p.precision == Precision::Fp32 { String::new() } else { format!("_{}", p.precision) };
+        let variant = super::memory_flags::file_tag(&p.model, a.grad_accum_steps);
+        let rank = p.parallel.as_ref().map_or(String::new(), |c| format!("_{}{}_rank{}", c.layout.name(), c.world_size, c.rank));
+        a.out_dir.join(format!("{}_ctx{}_{}{prec}{variant}{rank}_snapshot.pickle", p.model_name, r.context, r.kind.name()))
+    });
+    r.save_snapshot(&path)?;
+    let name = path.file_name().map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
+    r.save_report(&super::view::default_output(&path, None), &name, p.capacity_line())?;
+    r.trace = None;
+    Ok(())
 }
 
 impl ProfileArgs {
@@ -218,9 +224,8 @@ pub(crate) fn plan(a: &ProfileArgs) -> Result<Plan> {
     for &c in &contexts {
         super::hf_flags::check_kernel(&cfg, precision, c)?;
     }
-    let optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
+    let mut optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     let parallel = a.parallel.resolve()?;
-    let mut optim = optim;
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
         tp_optimizer(pc, &a.optim, &mut optim)?;
@@ -421,20 +426,12 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     }
     let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
-    let mut runs = Vec::new();
-    let ranks = ranks_to_profile(&p, &a)?;
-    for &ctx in &p.contexts {
-        for &kind in &a.profile_type {
-            for &rank in &ranks {
-                if let Some(c) = p.parallel.as_mut() {
-                    c.rank = rank;
-                }
-                let r = profile_one(&p, &a, ctx, kind)?;
-                print_run(&p, &r, a.flops_depth);
-                runs.push(r);
-            }
-        }
-    }
+    let ranks = p.ranks(a.parallel.rank.is_some())?;
+    let runs = crate::session::profile::profile_all(&mut p, &a.profile_type, &ranks, |p, r| {
+        write_files(p, &a, r)?;
+        print_run(p, r, a.flops_depth);
+        Ok(())
+    })?;
     if ranks.len() > 1 {
         println!("\n| rank | context | profile type | peak allocated (GiB) | peak reserved (GiB) |\n|---:|---:|---|---:|---:|");
         for r in &runs {
@@ -468,22 +465,6 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         anyhow::bail!("out of memory in {}{snap}", r.oom_stage.as_deref().unwrap_or("the run"));
     }
     Ok(())
-}
-
-/// The ranks a parallel plan profiles: --rank's, else rank 0 and each rank whose shard sizes
-/// differ ([0] without --parallel).
-pub(crate) fn ranks_to_profile(p: &Plan, a: &ProfileArgs) -> Result<Vec<usize>> {
-    let Some(c) = &p.parallel else { return Ok(vec![0]) };
-    if a.parallel.rank.is_some() {
-        return Ok(vec![c.rank]);
-    }
-    let shapes: Vec<Vec<usize>> = {
-        let _d = runtime::defer_allocation();
-        let m = Model::new_in(&c.model_config(&p.model), Device::Meta, a.seed, p.precision.param_dtype())?;
-        m.parameters().iter().map(|q| q.tensor.shape().to_vec()).collect()
-    };
-    runtime::reset();
-    Ok(crate::parallel::distinct_ranks(&shapes, c))
 }
 
 /// The device memory the allocator was bounded by, as the header prints it.

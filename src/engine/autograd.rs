@@ -187,7 +187,7 @@ pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
 /// redistributes it to the parameter's placement on every use, a new tensor each time (a
 /// Replicate gradient of a Shard(0) parameter: a copy of this rank's rows,
 /// `Shard._replicate_to_shard`; a Partial one: its all-reduce); otherwise the gradient itself.
-pub fn grad_shard(param: &Tensor, grad: &Tensor) -> Tensor {
+pub fn grad_as_placed(param: &Tensor, grad: &Tensor) -> Tensor {
     use super::storage::GradRedistribute;
     match param.storage().grad_redistribute() {
         Some(GradRedistribute::Rows { first, rows }) if grad.dim(0) != rows => {

@@ -100,7 +100,7 @@ pub struct Storage {
     /// In host memory (CPU offload): counted by the runtime's host total, not the device.
     host: bool,
     /// A tensor-parallel parameter whose gradient DTensor redistributes on every use. See
-    /// [`crate::engine::autograd::grad_shard`].
+    /// [`crate::engine::autograd::grad_as_placed`].
     grad_redistribute: Cell<Option<GradRedistribute>>,
 }
 

@@ -6,7 +6,7 @@
 //! functions are what DTensor adds around them. Collectives allocate what the functional
 //! collectives allocate (`all_reduce` clones its input, `all_gather_into_tensor` fills a new
 //! world-sized buffer); the bytes NCCL moves in place are not memory.
-use crate::engine::autograd::attach;
+use crate::engine::autograd::{attach, needs_grad};
 use crate::engine::{runtime, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -37,7 +37,7 @@ impl TensorParallel {
 /// the input gradient is Partial and is all-reduced into a new tensor
 /// (`_FromTorchTensorBackward`); the partial one dies when the node returns.
 pub fn colwise_input(x: &Tensor) -> Tensor {
-    if !x.requires_grad() || !runtime::is_grad_enabled() {
+    if !needs_grad(&[x]) {
         return x.clone();
     }
     attach(
@@ -64,7 +64,7 @@ pub fn rowwise_output(y: Tensor) -> Tensor {
         let _s = runtime::scope("all_reduce");
         y.clone_contiguous()
     };
-    if !y.requires_grad() || !runtime::is_grad_enabled() {
+    if !needs_grad(&[&y]) {
         return reduced;
     }
     let out = attach(reduced, "RedistributeBackward", &[&y], Box::new(|g| vec![Some(g)]));
@@ -114,7 +114,7 @@ pub fn gather_logits(local: Tensor, tp: TensorParallel) -> Tensor {
         let _g = runtime::no_grad();
         all_gather_cat(&local, tp, -1)
     };
-    if !local.requires_grad() || !runtime::is_grad_enabled() {
+    if !needs_grad(&[&local]) {
         return full;
     }
     let rank = tp.rank;
@@ -139,7 +139,7 @@ pub fn seq_gather(x: &Tensor, tp: TensorParallel) -> Tensor {
         let _g = runtime::no_grad();
         all_gather_cat(x, tp, 1)
     };
-    if !x.requires_grad() || !runtime::is_grad_enabled() {
+    if !needs_grad(&[x]) {
         return full;
     }
     attach(full, "RedistributeBackward", &[x], Box::new(move |g| vec![Some(reduce_scatter_seq(g, tp))]))
@@ -152,7 +152,7 @@ pub fn seq_scatter(partial: Tensor, tp: TensorParallel) -> Tensor {
         let _g = runtime::no_grad();
         reduce_scatter_seq(partial.detach(), tp)
     };
-    if !partial.requires_grad() || !runtime::is_grad_enabled() {
+    if !needs_grad(&[&partial]) {
         return out;
     }
     let out = attach(out, "RedistributeBackward", &[&partial], Box::new(move |g| {
@@ -191,7 +191,7 @@ fn reduce_scatter_seq(x: Tensor, tp: TensorParallel) -> Tensor {
 /// `DTensor.from_local(x, [Shard(1)])` in front of a `SequenceParallel` norm: a view;
 /// backward hands the local gradient back (`_FromTorchTensorBackward`).
 pub fn from_local(x: &Tensor) -> Tensor {
-    if !x.requires_grad() || !runtime::is_grad_enabled() {
+    if !needs_grad(&[x]) {
         return x.clone();
     }
     attach(x.detach(), "_FromTorchTensorBackward", &[x], Box::new(|g| vec![Some(g)]))
@@ -239,11 +239,23 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
     Ok(())
 }
 
+impl crate::model::ModelConfig {
+    /// This rank's tensor-parallel group, when there is one to split over (two ranks or more).
+    pub fn tp_group(&self) -> Option<TensorParallel> {
+        self.tp.filter(|t| t.size > 1)
+    }
+
+    /// Sequence parallelism is on.
+    pub fn sequence_parallel(&self) -> bool {
+        self.tp_group().is_some_and(|t| t.sequence)
+    }
+}
+
 /// The configuration of this rank's shards: local attention and key/value heads and
 /// intermediate columns (the vocabulary stays whole: the head's logits are gathered).
 pub fn local_config(cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
     let mut c = cfg.clone();
-    if let Some(tp) = cfg.tp.filter(|t| t.size > 1) {
+    if let Some(tp) = cfg.tp_group() {
         c.num_heads /= tp.size;
         c.num_kv_heads /= tp.size;
         c.d_ff /= tp.size;

@@ -335,7 +335,7 @@ impl Fsdp {
             let units = self.units.borrow();
             // A tensor-parallel parameter's whole (Replicate) gradient is redistributed to its
             // shard first (a copy of its rows), then dies.
-            let take = |p: &FsdpParam| p.unsharded.grad_slot().borrow_mut().take().map(|g| crate::engine::autograd::grad_shard(&p.unsharded, &g));
+            let take = |p: &FsdpParam| p.unsharded.grad_slot().borrow_mut().take().map(|g| crate::engine::autograd::grad_as_placed(&p.unsharded, &g));
             units[u].params.iter().enumerate().filter_map(|(k, p)| take(p).map(|g| (k, g))).collect()
         };
         self.reshard(u);

@@ -176,7 +176,7 @@ fn hf_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &
     bound.truncate(n);
     bound.resize_with(n, CausalLmBatch::default);
     // Sequence parallelism: the batch carries position_ids and the model is given them.
-    let positions = model.config.tp.is_some_and(|t| t.size > 1 && t.sequence);
+    let positions = model.config.sequence_parallel();
     for b in bound.iter_mut() {
         batcher.next_causal_lm_batch(b, labeled, mask);
         if positions {
@@ -391,7 +391,42 @@ impl Run {
     }
 }
 
+/// Every run of `p`: each context length × profile type × rank (set in `p.parallel` in turn),
+/// in that order; `each` sees every run as it is made (to write or print it).
+pub fn profile_all(p: &mut ProfileOptions, kinds: &[ProfileType], ranks: &[usize], mut each: impl FnMut(&ProfileOptions, &mut Run) -> Result<()>) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for ctx in p.contexts.clone() {
+        for &kind in kinds {
+            for &rank in ranks {
+                if let Some(c) = p.parallel.as_mut() {
+                    c.rank = rank;
+                }
+                let mut r = profile_one(p, ctx, kind)?;
+                each(p, &mut r)?;
+                runs.push(r);
+            }
+        }
+    }
+    Ok(runs)
+}
+
 impl ProfileOptions {
+    /// The ranks a parallel plan profiles: its own rank when `given` (`--rank`), else rank 0
+    /// and each rank whose shard sizes differ ([0] without a parallel layout).
+    pub fn ranks(&self, given: bool) -> Result<Vec<usize>> {
+        let Some(c) = &self.parallel else { return Ok(vec![0]) };
+        if given {
+            return Ok(vec![c.rank]);
+        }
+        let shapes: Vec<Vec<usize>> = {
+            let _d = runtime::defer_allocation();
+            let m = Model::new_in(&c.model_config(&self.model), Device::Meta, self.seed, self.precision.param_dtype())?;
+            m.parameters().iter().map(|q| q.tensor.shape().to_vec()).collect()
+        };
+        runtime::reset();
+        Ok(crate::parallel::distinct_ranks(&shapes, c))
+    }
+
     /// The device capacity the report draws (None without a bound).
     pub fn capacity_line(&self) -> Option<Capacity> {
         (self.capacity < usize::MAX / 4).then(|| Capacity { label: self.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: self.capacity as u64 })

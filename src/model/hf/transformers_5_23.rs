@@ -41,7 +41,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let cfg = &local;
     let hf = cfg.hf.as_ref().expect("the hf flavour has hf options");
     let vocab_rows = cfg.tp.map_or((0, cfg.vocab_size), |t| t.rows(cfg.vocab_size));
-    let sequence_parallel = cfg.tp.is_some_and(|t| t.size > 1 && t.sequence);
+    let sequence_parallel = cfg.sequence_parallel();
     let (d, f, v, hd) = (cfg.d_model, cfg.d_ff, vocab_rows.1, hf.head_dim);
     let (q, kv) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
     // `_init_weights`: normal(0, initializer_range 0.02) for linears and the embedding, zero
@@ -494,12 +494,13 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     // Checkpointing runs only in training mode (model.train()), and then turns the cache off
     // in each layer (GradientCheckpointingLayer); the DynamicCache object itself is built.
     let checkpointing = cfg.checkpoint != crate::model::Checkpoint::None && m.training.get();
+    let tp_group = cfg.tp_group();
     let (hidden, cache, mask, position_ids);
     {
         let _s = scope("model");
         let embeds = {
             let _s = scope("embed_tokens");
-            match cfg.tp.filter(|t| t.size > 1) {
+            match tp_group {
                 Some(t) => tp::vocab_parallel_embedding(&m.embedding, ids, t, cfg.vocab_size),
                 None => m.embedding.embedding(ids),
             }
@@ -523,7 +524,6 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
         cache = (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
         let shared = Rc::new(tp::local_config(cfg));
-        let tp_group = cfg.tp.filter(|t| t.size > 1);
         // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
         // output alive until LlamaModel.forward returns.
         let mut h = embeds.clone();
@@ -543,7 +543,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
                 run(h.clone())
             };
         }
-        let h_in = if cfg.tp.is_some_and(|t| t.size > 1 && t.sequence) { tp::from_local(&h) } else { h.clone() };
+        let h_in = if cfg.sequence_parallel() { tp::from_local(&h) } else { h.clone() };
         hidden = rms_norm("norm", &h_in, &m.final_norm, cfg.norm_eps);
         drop(h_in);
         drop((h, cos, sin, embeds));
@@ -555,7 +555,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     // `hidden_states` (and `outputs.last_hidden_state`) stay bound until the forward returns:
     // it matters where lm_head does not save them (sequence parallelism saves the gathered
     // input instead; no_grad saves nothing).
-    let logits = match cfg.tp.filter(|t| t.size > 1) {
+    let logits = match tp_group {
         Some(t) => {
             // ColwiseParallel's input: Replicate already, or gathered from Shard(1) under
             // sequence parallelism (a local of the module call, dying when it returns).

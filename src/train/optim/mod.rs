@@ -247,13 +247,13 @@ fn bias_corrections(c: &OptimConfig, steps: u64) -> (f64, f64) {
 /// parameter's shard for each operand (one copy for lerp_, two for addcmul_), each freed
 /// when its op returns.
 fn decay_and_update_moments(c: &OptimConfig, param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor) {
-    use crate::engine::autograd::grad_shard;
+    use crate::engine::autograd::grad_as_placed;
     if c.weight_decay != 0.0 {
         param.mul_scalar_(1.0 - c.lr * c.weight_decay);
     }
-    m.lerp_(&grad_shard(param, grad), 1.0 - c.beta1);
+    m.lerp_(&grad_as_placed(param, grad), 1.0 - c.beta1);
     v.mul_scalar_(c.beta2);
-    let (a, b) = (grad_shard(param, grad), grad_shard(param, grad));
+    let (a, b) = (grad_as_placed(param, grad), grad_as_placed(param, grad));
     v.addcmul_(&a, &b, 1.0 - c.beta2);
 }
 
