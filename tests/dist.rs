@@ -284,3 +284,92 @@ fn offloaded_fsdp_keeps_model_states_on_the_host() {
     assert_eq!(runtime::host_memory().0, padded + 3 * local);
     runner.finish();
 }
+
+/// A small Llama config.json for the hf flavour's tensor-parallel runs.
+fn tiny_llama(dir: &std::path::Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("config.json");
+    std::fs::write(
+        &path,
+        r#"{"model_type": "llama", "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512, "tie_word_embeddings": false}"#,
+    )
+    .unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn tensor_and_sequence_parallel_flags_run_end_to_end() {
+    let dir = tmp("tp");
+    let cfg = tiny_llama(&dir.join("model"));
+    let run = |name: &str, extra: &[&str]| -> (String, serde_json::Value) {
+        let out = dir.join(name);
+        let mut args = vec!["profile", "--config", &cfg, "--device", "meta", "--context-length", "256", "--batch-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"];
+        let out_s = out.to_string_lossy().into_owned();
+        args.extend(["--out-dir", &out_s]);
+        args.extend(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), s)
+    };
+    let peak = |s: &serde_json::Value| s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap();
+    let (_, one) = run("one", &[]);
+    let (text, tp) = run("tp", &["--parallel", "tp", "--world-size", "2"]);
+    assert!(text.contains("parallel: tp over 2 ranks, rank 0 (tensor-parallel rank 0)"), "{text}");
+    assert_eq!(tp["parallel"]["tp"], 2);
+    assert!(tp["runs"][0]["snapshot"].as_str().unwrap().ends_with("_tp2_rank0_snapshot.pickle"));
+    let (text, sp) = run("sp", &["--parallel", "tp", "--world-size", "2", "--sequence-parallel"]);
+    assert!(text.contains("sequence parallel"), "{text}");
+    assert!(peak(&tp) < peak(&one), "tensor parallelism holds half the weights and their state");
+    assert!(peak(&sp) < peak(&tp), "sequence parallelism shards the norms' and residuals' activations");
+    let (text, two_d) = run("2d", &["--parallel", "fsdp", "--world-size", "4", "--tp", "2"]);
+    assert!(text.contains("on a (2 × 2) mesh: data-parallel rank 0, tensor-parallel rank 0"), "{text}");
+    assert!(peak(&two_d) < peak(&tp), "FSDP shards the tensor-parallel shards again");
+}
+
+#[test]
+fn bad_tensor_parallel_flags_exit_2_naming_the_flag() {
+    let dir = tmp("badtp");
+    let cfg = tiny_llama(&dir.join("model"));
+    let out = dir.join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let hf = ["profile", "--config", &cfg, "--device", "meta", "--context-length", "64", "--out-dir", &out_s];
+    let ok_optim = ["--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"];
+    for (extra, flag) in [
+        (vec!["--tp", "2"], "--tp"),
+        (vec!["--parallel", "ddp", "--world-size", "4", "--tp", "2"], "--tp"),
+        (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "3"], "--tp"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--tp", "4"], "--tp"),
+        (vec!["--parallel", "tp", "--world-size", "4", "--num-kv-heads", "1"], "--tp"),
+        (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "2", "--sequence-parallel"], "--sequence-parallel"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--sequence-parallel", "--attn-implementation", "eager"], "--sequence-parallel"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--sequence-parallel", "--context-length", "63"], "--context-length"),
+    ] {
+        let args: Vec<&str> = hf.iter().copied().chain(ok_optim).chain(extra.iter().copied()).collect();
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!out.join("summary.json").exists(), "{extra:?} wrote files");
+    }
+    // PyTorch refuses these; the defaults (fused AdamW, clipping at 1.0) are refused by name.
+    for (extra, flag) in [
+        (vec!["--parallel", "tp", "--world-size", "2"], "--optimizer"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop"], "--max-grad-norm"),
+    ] {
+        let args: Vec<&str> = hf.iter().copied().chain(extra.iter().copied()).collect();
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!out.join("summary.json").exists(), "{extra:?} wrote files");
+    }
+    // The reference flavours have no tensor-parallel plan; fit searches data-parallel sizes.
+    let o = vramscope(&["profile", "--model", "cs336-small", "--device", "meta", "--context-length", "32", "--parallel", "tp", "--world-size", "2", "--out-dir", &out_s]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tp"));
+    let o = vramscope(&["fit", "--find", "world-size", "--model", "cs336-small", "--gpu", "H100-80GB", "--tp", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tp"));
+}
