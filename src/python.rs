@@ -52,9 +52,12 @@ struct Profile {
 }
 
 impl Profile {
+    fn out_of_range(&self, i: usize) -> PyErr {
+        PyIndexError::new_err(format!("run {i} of {}", self.runs.len()))
+    }
     fn run_mut(&mut self, i: usize) -> PyResult<&mut Run> {
-        let n = self.runs.len();
-        self.runs.get_mut(i).ok_or_else(|| PyIndexError::new_err(format!("run {i} of {n}")))
+        let e = self.out_of_range(i);
+        self.runs.get_mut(i).ok_or(e)
     }
 }
 
@@ -77,9 +80,9 @@ impl Profile {
         self.run_mut(i)?.save_report(&path, &name, cap).map_err(py_err)
     }
     /// The offline HTML report of run `i`, as text.
-    fn report_html(&mut self, i: usize, name: String) -> PyResult<String> {
-        let cap = self.options.capacity_line();
-        let page = self.run_mut(i)?.report_page(&name, cap).map_err(py_err)?;
+    fn report_html(&self, i: usize, name: String) -> PyResult<String> {
+        let run = self.runs.get(i).ok_or_else(|| self.out_of_range(i))?;
+        let page = run.report_page(&name, self.options.capacity_line()).map_err(py_err)?;
         String::from_utf8(page).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 }

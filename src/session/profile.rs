@@ -338,14 +338,13 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let report = analyse::peak(&before, &events, 20);
     let stats = alloc.stats;
     let n_actions = actions.len();
-    let trace = p.keep_trace.then_some(Recorded { allocator: alloc, before, events, actions });
+    let trace = p.keep_trace.then_some(Recorded { allocator: alloc, before, events, actions, built: std::cell::OnceCell::new() });
     runtime::reset();
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);
     let host_peak = p.parallel.as_ref().filter(|c| c.offload_params).map(|_| host_peak);
     Ok(Run { context: ctx, kind, rank, units, host_peak, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace })
 }
-
 
 /// What a run recorded, for its snapshot.
 pub struct Recorded {
@@ -354,13 +353,16 @@ pub struct Recorded {
     pub before: Vec<MemEvent>,
     pub events: Vec<MemEvent>,
     pub actions: Vec<(crate::record::allocator::Trace, Option<usize>)>,
+    /// The snapshot, built on first use: the pickle and the report share it.
+    built: std::cell::OnceCell<pickle::Value>,
 }
 
 impl Run {
     /// The memory_viz snapshot (`torch.cuda.memory._snapshot()`'s structure), when the trace
     /// was kept.
     pub fn snapshot_value(&self) -> Option<pickle::Value> {
-        self.trace.as_ref().map(|t| snapshot::build(&t.allocator, &t.before, &t.events, &t.actions))
+        // A clone shares the built containers (pickle::Value keeps them behind Rc).
+        self.trace.as_ref().map(|t| t.built.get_or_init(|| snapshot::build(&t.allocator, &t.before, &t.events, &t.actions)).clone())
     }
 
     /// Write the snapshot pickle to `path` (atomically), for pytorch.org/memory_viz.
