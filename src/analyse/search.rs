@@ -22,16 +22,9 @@ pub fn largest<E>(start: usize, cap: usize, mut fits: impl FnMut(usize) -> Resul
         }
     }
     // Binary: lo fits, hi does not.
-    if let Some(mut h) = hi {
-        while h - lo > 1 {
-            let mid = lo + (h - lo) / 2;
-            if fits(mid)? {
-                lo = mid;
-            } else {
-                h = mid;
-            }
-        }
-        hi = Some(h);
+    if let Some(h) = hi {
+        let (l, h) = bisect(lo, h, &mut fits)?;
+        (lo, hi) = (l, Some(h));
     }
     Ok((Some(lo), hi))
 }
@@ -53,18 +46,25 @@ pub fn smallest<E>(cap: usize, mut fits: impl FnMut(usize) -> Result<bool, E>) -
         }
         n = n.saturating_mul(2).min(cap);
     }
-    if let Some(mut h) = hi {
-        while h - lo > 1 {
-            let mid = lo + (h - lo) / 2;
-            if fits(mid)? {
-                h = mid;
-            } else {
-                lo = mid;
-            }
-        }
-        hi = Some(h);
+    // Binary: lo does not fit (or is 0), hi does.
+    match hi {
+        Some(h) => Ok(Some(bisect(lo, h, |n| fits(n).map(|f| !f))?.1)),
+        None => Ok(None),
     }
-    Ok(hi)
+}
+
+/// Narrows `lo < hi` to adjacent values, where `lo_side(n)` says whether `n` answers as `lo`
+/// did (and `hi` did not): the last `lo`-side value and the first `hi`-side one.
+fn bisect<E>(mut lo: usize, mut hi: usize, mut lo_side: impl FnMut(usize) -> Result<bool, E>) -> Result<(usize, usize), E> {
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if lo_side(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok((lo, hi))
 }
 
 #[cfg(test)]
