@@ -1,7 +1,7 @@
 //! `vramscope analyze FILE`: reads a memory snapshot pickle — ours or one PyTorch wrote —
 //! with our own safe reader, replays its trace and prints the peak and what was live at
 //! it, the largest allocations with their frames, fragmentation and OOM context.
-use super::budget_flags::{load, BudgetArgs};
+use crate::options::budget::{load, BudgetArgs};
 use super::UsageError;
 use crate::analyse::snapshot::{analyse_within, Alloc};
 use crate::export::html::Capped;

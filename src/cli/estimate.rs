@@ -1,7 +1,7 @@
 //! `vramscope estimate`: closed-form memory of a configuration with its derivation, printed
 //! beside a simulated meta run of the same configuration and the gap between them.
-use super::model_flags::ModelFlags;
-use super::precision_flags::PrecisionFlags;
+use crate::options::model::ModelFlags;
+use crate::options::precision::PrecisionFlags;
 use super::usage;
 use crate::analyse::estimate::{estimate_with, Estimate, Term};
 use crate::export::{gib, mib};
@@ -20,7 +20,7 @@ pub struct EstimateArgs {
     #[command(flatten)]
     pub precision: PrecisionFlags,
     #[command(flatten)]
-    pub optim: super::optim_flags::OptimFlags,
+    pub optim: crate::options::optim::OptimFlags,
     /// Batch size B (default: the preset's)
     #[arg(long)]
     pub batch_size: Option<usize>,
@@ -158,7 +158,7 @@ fn print(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) {
 
 pub fn run(a: EstimateArgs) -> Result<()> {
     super::json_out::check(a.json.as_deref())?;
-    let r = a.model.resolve("walkthrough", super::model_flags::Names::Cs336)?;
+    let r = a.model.resolve("walkthrough", crate::options::model::Names::Cs336)?;
     r.print_note();
     let mut cfg = r.config;
     let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
@@ -171,7 +171,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     }
     a.model.follow_seq_len(&mut cfg, seq);
     cfg.check_seq_len(seq, "--context-length").map_err(super::UsageError::from)?;
-    super::hf_flags::check_with_labels(&cfg, seq)?;
+    crate::options::hf::check_with_labels(&cfg, seq)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
@@ -184,7 +184,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         None
     } else {
         cfg.check_sizes(batch, seq, "--context-length").map_err(super::UsageError::from)?;
-        super::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
+        crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
         Some(simulate(&cfg, precision, batch, seq, &optim)?)
     };
     if !a.json.as_deref().is_some_and(super::json_out::is_stdout) {

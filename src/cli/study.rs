@@ -87,7 +87,7 @@ pub struct StudyArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     #[command(flatten)]
-    pub optim: super::optim_flags::OptimFlags,
+    pub optim: crate::options::optim::OptimFlags,
 }
 
 /// Training FLOPs of one step: 6 per parameter per token for the matmuls, plus the

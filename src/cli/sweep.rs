@@ -1,333 +1,57 @@
-//! `vramscope sweep`: profile runs over the cartesian grid of comma lists given to profile
-//! flags (`--batch-size 1,2,4 --context-length 128,256,512 --profile-type forward,training`),
-//! on meta by default; writes sweep.csv, sweep.json, sweep.md and SVG plots of peak memory
-//! against each swept numeric axis, and fits how memory scales (src/analyse/fit.rs).
-//!
-//! Every axis is a profile flag: a grid point is turned back into profile arguments and
-//! validated by profile's own parser and planner, so an axis added to [`axes`] (one line and
-//! one field) works everywhere at once.
-use super::profile::{self, ProfileArgs};
-use super::{set_threads, usage, UsageError};
-use crate::analyse::sweep::{fits, points, Axis, PointResult};
-use crate::export::sweep::{csv, fits_text, plots, table};
+//! `vramscope sweep`: the session's sweep over the grid of the comma lists given to profile
+//! flags, on meta by default; prints the table and fits and writes sweep.csv, sweep.json,
+//! sweep.md and SVG plots (with `--snapshots`, each point's snapshot and report too).
+use super::set_threads;
 use crate::export::output_set::with_run_id_comment;
-use crate::export::{gib, write_atomic, write_json};
+use crate::export::{write_atomic, write_json};
+use crate::options::sweep::{plan, SweepArgs};
+use crate::session::sweep::sweep;
 use anyhow::Result;
-use clap::Args;
-use serde_json::json;
-use std::path::PathBuf;
-
-#[derive(Args, Debug, Clone, Default)]
-pub struct SweepArgs {
-    /// Model preset(s) (as `profile --model`), comma separated
-    #[arg(long, visible_alias = "model", alias = "model-size")]
-    pub preset: Option<String>,
-    /// Hugging Face config.json file(s), comma separated
-    #[arg(long, value_name = "FILE[,FILE…]")]
-    pub config: Option<String>,
-    /// Reference implementation to reproduce: cs336 or tinyllama
-    #[arg(long)]
-    pub flavour: Option<String>,
-    /// Hidden size d_model (a comma list sweeps it)
-    #[arg(long)]
-    pub hidden_dim: Option<String>,
-    /// Number of decoder blocks (layers)
-    #[arg(long)]
-    pub num_layers: Option<String>,
-    /// Attention heads (must divide --hidden-dim)
-    #[arg(long)]
-    pub num_heads: Option<String>,
-    /// Key/value heads (grouped-query attention when fewer than --num-heads)
-    #[arg(long)]
-    pub num_kv_heads: Option<String>,
-    /// Feed-forward size d_ff
-    #[arg(long)]
-    pub intermediate_dim: Option<String>,
-    /// Vocabulary size (rows of the embedding and the LM head)
-    #[arg(long)]
-    pub vocab_size: Option<String>,
-    /// Longest sequence the model accepts (sizes RoPE tables)
-    #[arg(long)]
-    pub max_seq_len: Option<String>,
-    /// RoPE base frequency theta
-    #[arg(long)]
-    pub rope_theta: Option<String>,
-    /// naive and/or flash
-    #[arg(long)]
-    pub attention: Option<String>,
-    /// Batch size(s), comma-separated: one profile per value
-    #[arg(long)]
-    pub batch_size: Option<String>,
-    /// Sequence length(s) to profile, comma-separated
-    #[arg(long, alias = "seq-len")]
-    pub context_length: Option<String>,
-    /// forward, inference and/or training (default: training)
-    #[arg(long)]
-    pub profile_type: Option<String>,
-    /// Micro-batches per optimizer step (gradient accumulation)
-    #[arg(long)]
-    pub grad_accum_steps: Option<String>,
-    /// fp32, bf16, fp16 and/or pure-bf16
-    #[arg(long)]
-    pub precision: Option<String>,
-    /// none, blocks and/or every-N
-    #[arg(long)]
-    pub checkpoint: Option<String>,
-    /// none and/or all
-    #[arg(long)]
-    pub fusion: Option<String>,
-    /// Optimizer implementation(s) of the training step (as `profile --optimizer`)
-    #[arg(long)]
-    pub optimizer: Option<String>,
-    /// clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off)
-    #[arg(long)]
-    pub max_grad_norm: Option<String>,
-    /// Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs --world-size
-    #[arg(long)]
-    pub parallel: Option<String>,
-    /// Ranks in the job (with --parallel): each point profiles rank 0, so the table shows how
-    /// one rank's memory falls as ranks are added
-    #[arg(long)]
-    pub world_size: Option<String>,
-    /// hsdp's shard group size(s)
-    #[arg(long)]
-    pub gpus_per_node: Option<String>,
-    /// FSDP2 MixedPrecisionPolicy param_dtype(s) (as `profile --fsdp-param-dtype`)
-    #[arg(long)]
-    pub fsdp_param_dtype: Option<String>,
-    /// FSDP2 MixedPrecisionPolicy reduce_dtype(s)
-    #[arg(long)]
-    pub fsdp_reduce_dtype: Option<String>,
-    /// FSDP units (as `profile --fsdp-unit`: block, every-N, root)
-    #[arg(long)]
-    pub fsdp_unit: Option<String>,
-    /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
-    #[arg(long)]
-    pub warmup_steps: Option<String>,
-    /// Recorded steps after the warm-up
-    #[arg(long)]
-    pub measure_steps: Option<String>,
-    /// GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result)
-    #[arg(long)]
-    pub gpu: Option<String>,
-    /// Device memory size(s) instead of --gpu (e.g. 24GiB)
-    #[arg(long)]
-    pub memory_limit: Option<String>,
-    /// Share of device memory the allocator may use (torch.cuda.set_per_process_memory_fraction); needs --gpu or --memory-limit
-    #[arg(long)]
-    pub memory_fraction: Option<String>,
-    /// PYTORCH_CUDA_ALLOC_CONF string(s); separate several with ';' (a conf itself uses commas)
-    #[arg(long)]
-    pub allocator_conf: Option<String>,
-    /// Random seed for the weights and the synthetic data
-    #[arg(long)]
-    pub seed: Option<String>,
-    /// meta (shapes only, default) or cpu (real numerics)
-    #[arg(long, default_value = "meta")]
-    pub device: String,
-    /// Also write each point's snapshot and HTML report (under <out-dir>/points/)
-    #[arg(long)]
-    pub snapshots: bool,
-    /// Folder the outputs are written to (created if missing)
-    #[arg(long, default_value = "vramscope-out/sweep")]
-    pub out_dir: PathBuf,
-    /// CPU threads for the cpu device (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-}
-
-/// The sweepable flags: (profile flag, value list as given, separator). Adding an axis
-/// (`--precision`, `--checkpoint`) is one field above and one line here.
-fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
-    vec![
-        ("--model", a.preset.as_ref(), ','),
-        ("--config", a.config.as_ref(), ','),
-        ("--flavour", a.flavour.as_ref(), ','),
-        ("--hidden-dim", a.hidden_dim.as_ref(), ','),
-        ("--num-layers", a.num_layers.as_ref(), ','),
-        ("--num-heads", a.num_heads.as_ref(), ','),
-        ("--num-kv-heads", a.num_kv_heads.as_ref(), ','),
-        ("--intermediate-dim", a.intermediate_dim.as_ref(), ','),
-        ("--vocab-size", a.vocab_size.as_ref(), ','),
-        ("--max-seq-len", a.max_seq_len.as_ref(), ','),
-        ("--rope-theta", a.rope_theta.as_ref(), ','),
-        ("--attention", a.attention.as_ref(), ','),
-        ("--batch-size", a.batch_size.as_ref(), ','),
-        ("--context-length", a.context_length.as_ref(), ','),
-        ("--profile-type", a.profile_type.as_ref(), ','),
-        ("--grad-accum-steps", a.grad_accum_steps.as_ref(), ','),
-        ("--precision", a.precision.as_ref(), ','),
-        ("--checkpoint", a.checkpoint.as_ref(), ','),
-        ("--fusion", a.fusion.as_ref(), ','),
-        ("--optimizer", a.optimizer.as_ref(), ','),
-        ("--max-grad-norm", a.max_grad_norm.as_ref(), ','),
-        ("--parallel", a.parallel.as_ref(), ','),
-        ("--world-size", a.world_size.as_ref(), ','),
-        ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
-        ("--fsdp-param-dtype", a.fsdp_param_dtype.as_ref(), ','),
-        ("--fsdp-reduce-dtype", a.fsdp_reduce_dtype.as_ref(), ','),
-        ("--fsdp-unit", a.fsdp_unit.as_ref(), ','),
-        ("--warmup-steps", a.warmup_steps.as_ref(), ','),
-        ("--measure-steps", a.measure_steps.as_ref(), ','),
-        ("--gpu", a.gpu.as_ref(), ','),
-        ("--memory-limit", a.memory_limit.as_ref(), ','),
-        ("--memory-fraction", a.memory_fraction.as_ref(), ','),
-        ("--allocator-conf", a.allocator_conf.as_ref(), ';'),
-        ("--seed", a.seed.as_ref(), ','),
-    ]
-}
-
-/// The parsed grid: axes in flag order; points in row-major order (last axis fastest).
-pub(crate) fn grid(a: &SweepArgs) -> Result<Vec<Axis>> {
-    let mut out = Vec::new();
-    for (flag, given, sep) in axes(a) {
-        let Some(s) = given else { continue };
-        let values: Vec<String> = s.split(sep).map(|v| v.trim().to_string()).collect();
-        if values.iter().any(|v| v.is_empty()) {
-            return Err(usage(flag, format!("'{s}' has an empty value (expected values separated by '{sep}')")));
-        }
-        let mut seen = Vec::new();
-        for v in &values {
-            if seen.contains(v) {
-                return Err(usage(flag, format!("'{v}' appears twice in '{s}'")));
-            }
-            seen.push(v.clone());
-        }
-        let numeric = values.iter().all(|v| v.parse::<f64>().is_ok());
-        out.push(Axis { flag, values, numeric });
-    }
-    Ok(out)
-}
-
-fn label(axes: &[Axis], idx: &[usize]) -> String {
-    axes.iter().zip(idx).map(|(ax, &i)| format!("{} {}", ax.flag, ax.values[i])).collect::<Vec<_>>().join(" ")
-}
-
-/// A grid point as profile arguments, parsed and validated by profile's own code.
-pub(crate) fn point_args(axes: &[Axis], idx: &[usize], device: &str, out_dir: &std::path::Path) -> Result<ProfileArgs> {
-    let mut words: Vec<String> = vec!["--device".into(), device.into(), "--out-dir".into(), out_dir.display().to_string()];
-    for (ax, &i) in axes.iter().zip(idx) {
-        words.push(format!("{}={}", ax.flag, ax.values[i]));
-    }
-    ProfileArgs::parse_words(&words).map_err(|first| UsageError(format!("{first} (grid point: {})", label(axes, idx))).into())
-}
 
 pub fn run(a: SweepArgs) -> Result<()> {
-    let axes = grid(&a)?;
-    let idx = points(&axes);
-    // Validate the whole grid before anything runs.
-    let mut planned = Vec::with_capacity(idx.len());
-    for p in &idx {
-        let dir = if a.snapshots { a.out_dir.join("points").join(point_dir(&axes, p)) } else { a.out_dir.clone() };
-        let args = point_args(&axes, p, &a.device, &dir)?;
-        let mut plan = profile::plan(&args).map_err(|e| match e.downcast_ref::<UsageError>() {
-            Some(u) => UsageError(format!("{} (grid point: {})", u.0, label(&axes, p))).into(),
-            None => e,
-        })?;
-        plan.keep_trace = a.snapshots;
-        if let Some(n) = profile::meta_if_host_too_small(&plan, &args.profile_type)? {
-            println!("grid point {}: {n}", label(&axes, p));
-            plan.device = crate::engine::Device::Meta;
+    // The whole grid is validated before anything runs.
+    let (axes, planned) = plan(&a)?;
+    for p in &planned {
+        if let Some(n) = &p.host_note {
+            println!("grid point {}: {n}", p.label);
         }
-        planned.push((args, plan));
     }
     set_threads(a.threads)?;
     // The whole set (tables, plots, points/) appears at the end or not at all.
     let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
-    if let Some(n) = planned.iter().find_map(|(_, p)| p.note.clone()) {
+    if let Some(n) = planned.iter().find_map(|p| p.options.note.clone()) {
         eprintln!("note: {n}");
     }
     let bar = indicatif::ProgressBar::new(planned.len() as u64);
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points, {elapsed} [{msg}]").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    let mut res = Vec::with_capacity(planned.len());
-    for (i, (args, plan)) in planned.iter().enumerate() {
-        bar.set_message(label(&axes, &idx[i]));
-        let kind = args.profile_type[0];
-        let run = profile::profile_one(plan, args, plan.contexts[0], kind)?;
-        let st = &run.stats;
-        res.push(PointResult {
-            values: axes.iter().zip(&idx[i]).map(|(ax, &j)| (ax.name().to_string(), ax.values[j].clone())).collect(),
-            model: plan.model_name.clone(),
-            batch_size: plan.batch,
-            context_length: plan.contexts[0],
-            profile_type: kind.name().to_string(),
-            optimizer: (kind == profile::ProfileType::Training).then(|| plan.optim.clone()),
-            peak_allocated_bytes: st.allocated_bytes.peak,
-            peak_reserved_bytes: st.reserved_bytes.peak,
-            peak_allocated_gib: gib(st.allocated_bytes.peak as u64),
-            peak_reserved_gib: gib(st.reserved_bytes.peak as u64),
-            oom: run.oom.clone(),
-            memory_limit_bytes: (plan.capacity < usize::MAX / 4).then(|| args.memory_fraction.map_or(plan.capacity, |f| (f * plan.capacity as f64) as usize)),
-            memory_limit_label: (plan.capacity < usize::MAX / 4).then(|| {
-                let name = plan.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
-                args.memory_fraction.map_or(name.clone(), |f| format!("{name} × memory fraction {f}"))
-            }),
-            peak_phase: run.report.peak_phase.map(|p| p.to_string()),
-            at_peak_by_category: run.report.by_category.iter().map(|(c, b)| (c.name().to_string(), *b)).collect(),
-            at_peak_requested_by_category: run.report.by_category_requested.iter().map(|(c, b)| (c.name().to_string(), *b)).collect(),
-            activations_by_op: run.report.activations_by_op.iter().cloned().collect(),
-            phase_peaks: run.report.phase_peaks.iter().map(|(p, b)| (p.to_string(), *b)).collect(),
-            snapshot: run.snapshot.clone(),
-        });
+    // The message names the point running now.
+    let labels: Vec<String> = planned.iter().map(|p| p.label.clone()).collect();
+    bar.set_message(labels.first().cloned().unwrap_or_default());
+    let res = sweep(axes, &planned, |p, r| {
+        if p.options.keep_trace {
+            r.save_files(&p.options, &p.options.snapshot_path(&p.dir, r))?;
+        }
         bar.inc(1);
-    }
+        bar.set_message(labels.get(bar.position() as usize).cloned().unwrap_or_default());
+        Ok(())
+    })?;
     bar.finish_and_clear();
-    let fits = fits(&axes, &idx, &res);
-    let tab = table(&axes, &res);
-    let fit_lines = fits_text(&fits);
-    println!("sweep of {} points on {} (GiB/MiB/KiB are 1024-based; allocated = max_memory_allocated, reserved = max_memory_reserved)\n", res.len(), a.device);
-    for l in &tab {
-        println!("{l}");
-    }
-    if !fit_lines.is_empty() {
-        println!("\n## Fits\n");
-        for l in &fit_lines {
-            println!("{l}");
+    print!("{}", res.text(&a.device));
+    write_json(&a.out_dir.join("sweep.json"), &res.json(&a.device, Some(set.run_id())))?;
+    let mut written = vec!["sweep.csv".to_string(), "sweep.json".into()];
+    for (name, bytes) in res.files(&a.device) {
+        let bytes = if name.ends_with(".svg") { with_run_id_comment(bytes) } else { bytes };
+        write_atomic(&a.out_dir.join(&name), &bytes)?;
+        if name != "sweep.csv" {
+            written.push(name);
         }
     }
-    let mut md = vec![
-        "# vramscope sweep".to_string(),
-        String::new(),
-        format!("{} points on {}; GiB/MiB/KiB are 1024-based; peak allocated = `torch.cuda.max_memory_allocated()`, reserved = `max_memory_reserved()`.", res.len(), a.device),
-        String::new(),
-    ];
-    md.extend(tab);
-    if !fit_lines.is_empty() {
-        md.extend([String::new(), "## Fits".to_string(), String::new()]);
-        md.extend(fit_lines);
-    }
-    let plots = plots(&axes, &idx, &res);
-    let plot_names: Vec<String> = plots.iter().map(|p| p.0.clone()).collect();
-    for (name, _) in &plots {
-        md.push(format!("![{name}]({name})"));
-    }
-    let summary = json!({
-        "run_id": set.run_id(),
-        "device": a.device,
-        "units": "bytes are integers; *_gib are 1024³-byte GiB; fit coefficients are bytes per unit of the axis (per unit² for the quadratic term)",
-        "axes": axes,
-        "points": res,
-        "fits": fits,
-    });
-    write_atomic(&a.out_dir.join("sweep.csv"), csv(&axes, &res).as_bytes())?;
-    write_json(&a.out_dir.join("sweep.json"), &summary)?;
-    write_atomic(&a.out_dir.join("sweep.md"), (md.join("\n") + "\n").as_bytes())?;
-    for (name, svg) in plots {
-        write_atomic(&a.out_dir.join(&name), &with_run_id_comment(svg.into_bytes()))?;
-    }
     set.commit()?;
-    let mut written = vec!["sweep.csv".to_string(), "sweep.json".into(), "sweep.md".into()];
-    written.extend(plot_names);
     println!("\nwrote {} in {}", written.join(", "), a.out_dir.display());
-    let ooms = res.iter().filter(|r| r.oom.is_some()).count();
+    let ooms = res.points.iter().filter(|r| r.oom.is_some()).count();
     if ooms > 0 {
         println!("{ooms} point(s) ran out of memory (marked OOM; left out of the fits; drawn as ✗ on the memory limit in the plots)");
     }
     Ok(())
-}
-
-fn point_dir(axes: &[Axis], idx: &[usize]) -> String {
-    let s: Vec<String> = axes.iter().zip(idx).map(|(ax, &i)| format!("{}-{}", ax.name(), ax.values[i])).collect();
-    s.join("_").chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }

@@ -1,6 +1,6 @@
 //! `vramscope view FILE [FILE2]`: the offline HTML report of a snapshot pickle (ours or
 //! PyTorch's), or of two side by side on one scale.
-use super::budget_flags::BudgetArgs;
+use crate::options::budget::BudgetArgs;
 use super::{usage, UsageError};
 use crate::export::html::{self, Capacity, Source};
 use crate::export::write_atomic;
@@ -68,7 +68,7 @@ pub fn run(a: ViewArgs) -> Result<()> {
     // `view` names an unreadable FILE as the user's mistake too (exit 2), as it always has.
     let snaps = files
         .iter()
-        .map(|f| super::budget_flags::load(f, &budget).map_err(|e| if e.is::<UsageError>() { e } else { UsageError(e.to_string()).into() }))
+        .map(|f| crate::options::budget::load(f, &budget).map_err(|e| if e.is::<UsageError>() { e } else { UsageError(e.to_string()).into() }))
         .collect::<Result<Vec<_>>>()?;
     if let Some(d) = a.device {
         for (f, s) in files.iter().zip(&snaps) {

@@ -8,6 +8,7 @@ pub mod output_set;
 pub mod snapshot;
 pub mod svg;
 pub mod sweep;
+pub mod text;
 pub mod compare;
 
 pub use atomic::write_atomic;

@@ -382,6 +382,16 @@ impl Run {
         Ok(())
     }
 
+    /// The snapshot at `path` and its report beside it (`_snapshot.pickle` →
+    /// `_report.html`), then the trace dropped: what `profile` writes per run.
+    pub fn save_files(&mut self, p: &ProfileOptions, path: &Path) -> Result<()> {
+        self.save_snapshot(path)?;
+        let name = path.file_name().map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
+        self.save_report(&html::report_path(path, None), &name, p.capacity_line())?;
+        self.trace = None;
+        Ok(())
+    }
+
     /// The offline HTML report as bytes (what [`Run::save_report`] writes).
     pub fn report_page(&self, name: &str, capacity: Option<Capacity>) -> Result<Vec<u8>> {
         let snap = self.snapshot_value().ok_or_else(|| anyhow::anyhow!("this run kept no trace (ProfileOptions::keep_trace)"))?;
@@ -427,6 +437,25 @@ impl ProfileOptions {
         };
         runtime::reset();
         Ok(crate::parallel::distinct_ranks(&shapes, c))
+    }
+
+    /// For a cpu profile that cannot fit in host memory: the note saying it runs on meta
+    /// instead (the caller moves it; profile, each compare variant and each sweep point ask).
+    pub fn host_fallback(&self, kinds: &[ProfileType]) -> Result<Option<String>> {
+        if self.device != Device::Cpu {
+            return Ok(None);
+        }
+        let training = kinds.contains(&ProfileType::Training);
+        super::host_memory::meta_instead(&self.model, self.precision, self.batch, &self.contexts, training)
+    }
+
+    /// Where `profile` puts run `r`'s snapshot unless told: seed 001's names (fp32 has no
+    /// suffix, mixed precision adds it, `_bf16_`), then the memory options' and the rank's tags.
+    pub fn snapshot_path(&self, out_dir: &Path, r: &Run) -> std::path::PathBuf {
+        let prec = if self.precision == Precision::Fp32 { String::new() } else { format!("_{}", self.precision) };
+        let variant = super::names::file_tag(&self.model, self.grad_accum_steps);
+        let rank = self.parallel.as_ref().map_or(String::new(), |c| format!("_{}{}_rank{}", c.layout.name(), c.world_size, c.rank));
+        out_dir.join(format!("{}_ctx{}_{}{prec}{variant}{rank}_snapshot.pickle", self.model_name, r.context, r.kind.name()))
     }
 
     /// The device capacity the report draws (None without a bound).

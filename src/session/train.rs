@@ -10,6 +10,8 @@ use crate::record::Phase;
 use crate::train::optim::OptimConfig;
 use crate::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepResult, StepRunner};
 use anyhow::Result;
+use serde_json::json;
+use crate::export::mib;
 
 /// Everything a run needs, validated before anything is computed or written.
 pub struct TrainPlan {
@@ -139,3 +141,77 @@ pub fn execute(p: &TrainPlan, on_step: &mut dyn FnMut(usize, &StepResult)) -> Re
     Ok(TrainOutcome { params: model.num_parameters(), steps, warmup: p.warmup, compute, param_sizes })
 }
 
+
+impl TrainOutcome {
+    /// config.json's object: the model, the preset and how the run trains.
+    pub fn config_json(&self, p: &TrainPlan, threads: usize) -> serde_json::Value {
+    json!({
+            "model": p.model,
+            "preset": p.preset,
+            "transformers": super::hf::settings_json(&p.model, p.precision, &[p.seq]),
+            "training": {
+                "batch_size": p.batch, "grad_accum_steps": p.accum, "micro_batch_size": p.batch / p.accum, "seq_len": p.seq, "num_steps": p.steps, "warmup_steps": p.warmup,
+                "optimizer": p.optim, "seed": p.seed, "data": p.data, "precision": p.precision, "deterministic": true,
+            },
+            "device": p.device, "threads": threads,
+        })
+    }
+
+    /// performance_summary.json's object (`flops`: the FLOP report's JSON, when counted;
+    /// `run_id`: the output set the files belong to).
+    pub fn summary_json(&self, p: &TrainPlan, threads: usize, flops_json: Option<serde_json::Value>, run_id: Option<&str>) -> serde_json::Value {
+        let out = self;
+        let config = self.config_json(p, threads);
+        let cpu = p.device == Device::Cpu;
+        let step_s = out.avg_step_s();
+        let measured = &out.steps[p.warmup..];
+        let avg_peak = measured.iter().map(|s| s.peak_allocated as f64).sum::<f64>() / measured.len() as f64;
+    let steps: Vec<_> = out
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                json!({
+                    "step": i + 1,
+                    "loss": s.loss,
+                    "step_ms": cpu.then_some(s.seconds * 1e3),
+                    "forward_ms": cpu.then_some(s.phase(Phase::Forward).seconds * 1e3),
+                    "backward_ms": cpu.then_some(s.phase(Phase::Backward).seconds * 1e3),
+                    "optimizer_ms": cpu.then_some(s.phase(Phase::Optimizer).seconds * 1e3),
+                    "peak_allocated_bytes": s.peak_allocated,
+                    "peak_allocated_mib": mib(s.peak_allocated as u64),
+                    "live_allocated_bytes": s.allocated_after,
+                    "phase_peak_allocated_bytes": s.phases.iter().map(|p| (p.phase, p.peak_allocated)).collect::<std::collections::BTreeMap<_, _>>(),
+                })
+            })
+            .collect();
+    json!({
+            "run_id": run_id,
+            "config": config,
+            "summary": {
+                "parameters": out.params,
+                "avg_step_ms": cpu.then_some(step_s * 1e3),
+                "avg_forward_ms": cpu.then_some(out.avg_phase_s(Phase::Forward) * 1e3),
+                "avg_backward_ms": cpu.then_some(out.avg_phase_s(Phase::Backward) * 1e3),
+                "avg_optimizer_ms": cpu.then_some(out.avg_phase_s(Phase::Optimizer) * 1e3),
+                "samples_per_s": cpu.then_some(p.batch as f64 / step_s),
+                "tokens_per_s": cpu.then_some((p.batch * p.seq) as f64 / step_s),
+                "first_loss": out.steps[0].loss,
+                "final_loss": out.steps.last().unwrap().loss,
+                "peak_allocated_bytes": out.peak_allocated(),
+                "peak_allocated_mib": mib(out.peak_allocated() as u64),
+                "avg_step_peak_allocated_mib": avg_peak / (1024.0 * 1024.0),
+                "timing_excludes_warmup_steps": p.warmup,
+                "memory_unit_note": "MiB = 1024*1024 bytes; allocated bytes as counted by this run's allocator",
+            },
+            "steps": steps,
+            "flops": flops_json,
+            "system": {
+                "vramscope": env!("CARGO_PKG_VERSION"),
+                "os": std::env::consts::OS,
+                "arch": std::env::consts::ARCH,
+                "threads": threads,
+            },
+        })
+    }
+}

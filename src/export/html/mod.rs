@@ -577,3 +577,17 @@ pub fn report_within(sources: &[Source], capacity: Option<Capacity>, budget: &Bu
     write!(w, "</script>\n<script>\n{SCRIPT}</script>\n</body></html>\n").map_err(over)?;
     Ok(w.out)
 }
+
+/// Where a snapshot's report goes: `x_snapshot.pickle` → `x_report.html`, anything else →
+/// `<stem>_report.html`; two snapshots side by side → `x_vs_y_report.html`.
+pub fn report_path(file: &std::path::Path, other: Option<&std::path::Path>) -> std::path::PathBuf {
+    let stem = |p: &std::path::Path| {
+        let s = p.file_stem().map_or_else(|| "snapshot".to_string(), |s| s.to_string_lossy().into_owned());
+        s.strip_suffix("_snapshot").map(str::to_string).unwrap_or(s)
+    };
+    let name = match other {
+        None => format!("{}_report.html", stem(file)),
+        Some(o) => format!("{}_vs_{}_report.html", stem(file), stem(o)),
+    };
+    file.with_file_name(name)
+}

@@ -167,33 +167,3 @@ impl ParallelFlags {
         Ok(Some(c))
     }
 }
-
-/// One line saying what the rank runs.
-pub fn describe(c: &ParallelConfig) -> String {
-    let mut s = format!("parallel: {} over {} ranks, rank {}", c.layout.name(), c.world_size, c.rank);
-    if let Some(t) = c.tensor_parallel() {
-        s += &if c.layout == crate::parallel::Layout::Tp {
-            format!(" (tensor-parallel rank {}{})", t.rank, if t.sequence { ", sequence parallel" } else { "" })
-        } else {
-            format!(" on a ({} × {}) mesh: data-parallel rank {}, tensor-parallel rank {}", c.world_size / c.tp, c.tp, c.shard_rank(), t.rank)
-        };
-    }
-    if c.layout == crate::parallel::Layout::Hsdp {
-        s += &format!(" (sharded over {} ranks per node, replicated over {} nodes)", c.gpus_per_node, c.world_size / c.gpus_per_node);
-    }
-    if c.shards_params() {
-        let keep = !c.reshard_after_forward || c.layout == crate::parallel::Layout::Zero2;
-        s += if keep { "; blocks keep their parameters from forward to backward" } else { "; blocks reshard after forward" };
-        s += &match c.blocks_per_unit {
-            Some(1) => "; units: each block, then the root".to_string(),
-            Some(n) => format!("; units: every {n} blocks, then the root"),
-            None => "; units: the root alone (every parameter at once)".to_string(),
-        };
-        if c.offload_params {
-            s += "; CPUOffloadPolicy: shards, sharded gradients and the optimizer step on the host";
-        }
-        let d = |x: Option<DType>| x.map_or("the parameters'".to_string(), |d| d.to_string());
-        s += &format!("; param dtype {}, reduce dtype {}", d(c.param_dtype), d(c.reduce_dtype));
-    }
-    s
-}

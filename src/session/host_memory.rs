@@ -1,7 +1,7 @@
 //! Host RAM before a cpu run: a run whose tensors cannot fit in the memory the machine has
 //! free would abort inside the allocator (`memory allocation of … failed`), so it runs on meta
 //! instead, with a note saying why.
-use super::UsageError;
+use crate::error::UsageError;
 use crate::analyse::estimate::estimate;
 use crate::export::gib;
 use crate::model::ModelConfig;

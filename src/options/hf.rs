@@ -139,30 +139,6 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
     Ok(())
 }
 
-/// The part of an output file name that tells an hf run's non-default transformers options
-/// apart (so an eager run does not overwrite the sdpa run's snapshot): `_eager`, `_fa2`,
-/// `_sdpa-math`, `_no-cache`, `_keep-N`, `_mask-ones`, `-reentrant` after the checkpoint tag.
-pub fn file_tag(c: &ModelConfig) -> String {
-    let Some(hf) = c.hf() else { return String::new() };
-    let mut tag = String::new();
-    match hf.attn_implementation {
-        AttnImplementation::Eager => tag.push_str("_eager"),
-        AttnImplementation::FlashAttention2 => tag.push_str("_fa2"),
-        AttnImplementation::Sdpa if hf.sdpa_backend != SdpaBackend::Auto => tag.push_str(&format!("_sdpa-{}", hf.sdpa_backend)),
-        AttnImplementation::Sdpa => {}
-    }
-    if !hf.use_cache {
-        tag.push_str("_no-cache");
-    }
-    if hf.logits_to_keep > 0 {
-        tag.push_str(&format!("_keep-{}", hf.logits_to_keep));
-    }
-    if hf.attention_mask {
-        tag.push_str("_mask-ones");
-    }
-    tag
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,7 +175,7 @@ mod tests {
     #[test]
     fn flags_set_the_options_and_the_file_tag() {
         let mut c = model("Qwen3-8B");
-        assert_eq!(file_tag(&c), "");
+        assert_eq!(crate::session::names::hf_tag(&c), "");
         let f = HfFlags {
             attn_implementation: Some("eager".into()),
             use_cache: Some("false".into()),
@@ -212,7 +188,7 @@ mod tests {
         let h = c.hf.clone().unwrap();
         assert_eq!((h.attn_implementation, h.use_cache, h.logits_to_keep, h.reentrant, h.attention_mask), (AttnImplementation::Eager, false, 1, true, true));
         assert_eq!(c.checkpoint, Checkpoint::Every(1));
-        assert_eq!(file_tag(&c), "_eager_no-cache_keep-1_mask-ones");
+        assert_eq!(crate::session::names::hf_tag(&c), "_eager_no-cache_keep-1_mask-ones");
         assert!(check_with_labels(&c, 128).is_err() && check_with_labels(&c, 1).is_ok());
         let off = HfFlags { gradient_checkpointing: Some("none".into()), ..HfFlags::default() };
         off.apply(&mut c).unwrap();

@@ -1,53 +1,31 @@
-//! `vramscope bench`: speed measured side by side in one run and printed as ratios —
+//! Speed benchmarks (`vramscope bench`): speed measured side by side in one run and printed as ratios —
 //! our matmuls (f32, and bf16 widened to f32 around gemm) against PyTorch's on the same
 //! shapes, and our fp32 training step against `shared/bench/pytorch_tinyllama.py`.
 //! PyTorch is optional (`pip install torch`); without it the PyTorch columns are left out
 //! and the output says why and how to install it.
-use super::set_threads;
-use crate::session::bench::{attention_time, median_time, our_matmul, step_time};
-use super::train::{execute, plan, TrainArgs};
+pub mod timing;
+
+use crate::options::bench::{BenchArgs, Which};
+use timing::{attention_time, median_time, our_matmul, step_time};
+use crate::options::train::{plan, TrainArgs};
+use crate::session::train::execute;
+use std::io::Write;
+
+/// A line to the benchmark's output (like `println!`, a failed write is not the run's error).
+macro_rules! say {
+    ($w:expr) => {{
+        let _ = writeln!($w);
+    }};
+    ($w:expr, $($t:tt)*) => {{
+        let _ = writeln!($w, $($t)*);
+    }};
+}
 use crate::engine::{runtime, DType, Device, Tensor};
 use crate::record::Phase;
 use anyhow::{Context, Result};
-use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Which {
-    Matmul,
-    /// Elementwise/reduction kernels on 1 Mi-element f32 tensors, and naive vs flash attention
-    Ops,
-    /// Cost of recording (events + caching-allocator model) on a cpu training step
-    Record,
-    /// `analyze` of a snapshot with about a million trace events (40 meta 2.7B steps)
-    Analyze,
-    Train,
-    All,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// What to measure
-    #[arg(value_enum, default_value = "all")]
-    pub which: Which,
-    /// Worker threads for both sides
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
-    /// Training steps per side (the first 3 are warm-up)
-    #[arg(long, default_value_t = 13)]
-    pub steps: usize,
-    /// Skip PyTorch even if it is installed
-    #[arg(long)]
-    pub no_torch: bool,
-    /// The PyTorch reference script (default: found in shared/bench/ above the current directory)
-    #[arg(long)]
-    pub torch_script: Option<PathBuf>,
-    /// Python interpreter that runs the PyTorch side
-    #[arg(long, default_value = "python3")]
-    pub python: String,
-}
 
 /// Can `python` import torch? Err says why not and how to get it.
 fn torch_available(python: &str) -> Result<(), String> {
@@ -113,24 +91,24 @@ print(json.dumps(out))
     Some(v.into_iter().map(|r| (r[0], r[1])).collect())
 }
 
-fn bench_matmul(a: &BenchArgs) {
-    println!("matmul, {} threads, GFLOP/s (2·M·K·N per call, median):", a.threads);
+fn bench_matmul(a: &BenchArgs, w: &mut dyn Write) {
+    say!(w, "matmul, {} threads, GFLOP/s (2·M·K·N per call, median):", a.threads);
     let skip = torch_skip(a);
     let torch = if skip.is_some() { None } else { torch_matmul(&a.python, a.threads) };
     if let Some(why) = &skip {
-        println!("  (PyTorch columns left out: {why})");
+        say!(w, "  (PyTorch columns left out: {why})");
     } else if torch.is_none() {
-        println!("  (PyTorch columns left out: the PyTorch matmul run failed)");
+        say!(w, "  (PyTorch columns left out: the PyTorch matmul run failed)");
     }
     let Some(torch) = torch else {
-        println!("  {:>16} | {:>9} | {:>9} {:>13}", "M,K,N layout", "ours f32", "ours bf16", "bf16/our f32");
+        say!(w, "  {:>16} | {:>9} | {:>9} {:>13}", "M,K,N layout", "ours f32", "ours bf16", "bf16/our f32");
         for &(m, k, n, l) in SHAPES.iter() {
             let (f, b) = (our_matmul(m, k, n, l, DType::F32), our_matmul(m, k, n, l, DType::BF16));
-            println!("  {:>16} | {:9.1} | {:9.1} {:12.2}x", format!("{m},{k},{n} {l}"), f, b, b / f);
+            say!(w, "  {:>16} | {:9.1} | {:9.1} {:12.2}x", format!("{m},{k},{n} {l}"), f, b, b / f);
         }
         return;
     };
-    println!(
+    say!(w, 
         "  {:>16} | {:>9} {:>9} {:>11} | {:>9} {:>9} {:>13}",
         "M,K,N layout", "ours f32", "torch f32", "ours/torch", "ours bf16", "torch bf16", "bf16/our f32"
     );
@@ -138,7 +116,7 @@ fn bench_matmul(a: &BenchArgs) {
         let f = our_matmul(m, k, n, l, DType::F32);
         let b = our_matmul(m, k, n, l, DType::BF16);
         let (tf, tb) = torch[i];
-        println!(
+        say!(w, 
             "  {:>16} | {:9.1} {:9.1} {:10.2}x | {:9.1} {:9.1} {:12.2}x",
             format!("{m},{k},{n} {l}"),
             f,
@@ -167,10 +145,10 @@ fn find_script(a: &BenchArgs) -> Option<PathBuf> {
     }
 }
 
-fn bench_train(a: &BenchArgs) -> Result<()> {
+fn bench_train(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
     let args = TrainArgs::parse_from_words(&["--num-steps", &a.steps.to_string(), "--warmup-steps", "3"]);
-    let p = plan(&args)?;
-    println!(
+    let p = plan(&args, |_| {})?;
+    say!(w, 
         "training step, walkthrough config (d 256, L 4, h 8, h_kv 4, F 512, B 8, S 128), fp32, {} threads, {} steps (3 warm-up):",
         a.threads, a.steps
     );
@@ -205,23 +183,23 @@ fn bench_train(a: &BenchArgs) -> Result<()> {
     let names = ["step", "forward", "backward", "optimizer"];
     match torch {
         Some(t) => {
-            println!("  {:>10} | {:>10} {:>10} | {:>14}", "ms", "vramscope", "pytorch", "pytorch/ours");
+            say!(w, "  {:>10} | {:>10} {:>10} | {:>14}", "ms", "vramscope", "pytorch", "pytorch/ours");
             for (i, name) in names.iter().enumerate() {
-                println!("  {:>10} | {:10.2} {:10.2} | {:13.2}x", name, o[i] * 1e3, t[i] * 1e3, t[i] / o[i]);
+                say!(w, "  {:>10} | {:10.2} {:10.2} | {:13.2}x", name, o[i] * 1e3, t[i] * 1e3, t[i] / o[i]);
             }
         }
         None => {
-            println!("  (PyTorch column left out: {})", skip.unwrap_or_else(|| "the PyTorch reference run failed".into()));
-            println!("  {:>10} | {:>10}", "ms", "vramscope");
+            say!(w, "  (PyTorch column left out: {})", skip.unwrap_or_else(|| "the PyTorch reference run failed".into()));
+            say!(w, "  {:>10} | {:>10}", "ms", "vramscope");
             for (i, name) in names.iter().enumerate() {
-                println!("  {:>10} | {:10.2}", name, o[i] * 1e3);
+                say!(w, "  {:>10} | {:10.2}", name, o[i] * 1e3);
             }
         }
     }
     Ok(())
 }
 
-fn bench_ops() {
+fn bench_ops(out: &mut dyn Write) {
     runtime::reset();
     let _g = runtime::no_grad();
     let n = 1 << 20;
@@ -231,10 +209,10 @@ fn bench_ops() {
     let a = mk(&|i| (i % 100) as f64 / 50.0 - 1.0, &[64, 128, 128]);
     let b = mk(&|i| (i % 7) as f64, &[64, 128, 128]);
     let w = mk(&|i| i as f64, &[128]);
-    println!("kernels on (64, 128, 128) f32 = 4 MiB, median ms per call (GB/s of inputs + output):");
-    let row = |name: &str, bytes: f64, f: &dyn Fn()| {
+    say!(out, "kernels on (64, 128, 128) f32 = 4 MiB, median ms per call (GB/s of inputs + output):");
+    let mut row = |name: &str, bytes: f64, f: &dyn Fn()| {
         let s = median_time(0.3, f);
-        println!("  {name:<28} {:8.3} ms {:7.1} GB/s", s * 1e3, bytes / s / 1e9);
+        say!(out, "  {name:<28} {:8.3} ms {:7.1} GB/s", s * 1e3, bytes / s / 1e9);
     };
     let mb = (n * 4) as f64;
     row("add (same shape)", 3.0 * mb, &|| drop(a.add(&b)));
@@ -246,22 +224,22 @@ fn bench_ops() {
     row("sum(-1, keepdim)", mb, &|| drop(a.sum_dim(-1, true)));
     row("transpose(1,2).contiguous()", 2.0 * mb, &|| drop(a.transpose(1, 2).contiguous()));
     row("host: vec![0f32; 1Mi]", mb, &|| drop(std::hint::black_box(vec![0f32; n])));
-    println!("  sgemm micro-kernel peak, one thread: {:.1} GFLOP/s", crate::engine::sgemm::kernel_peak_gflops());
-    bench_attention();
+    say!(out, "  sgemm micro-kernel peak, one thread: {:.1} GFLOP/s", crate::engine::sgemm::kernel_peak_gflops());
+    bench_attention(out);
 }
 
 /// Causal attention forward + backward, naive (scores, mask, softmax, weights·V, as the
 /// tinyllama flavour composes it) against the flash primitive, f32.
-fn bench_attention() {
-    println!("causal attention forward + backward, f32, B·h = 4, d 64, median ms per call:");
-    println!("  {:>6} | {:>9} {:>9} | {:>11}", "S", "naive", "flash", "naive/flash");
+fn bench_attention(w: &mut dyn Write) {
+    say!(w, "causal attention forward + backward, f32, B·h = 4, d 64, median ms per call:");
+    say!(w, "  {:>6} | {:>9} {:>9} | {:>11}", "S", "naive", "flash", "naive/flash");
     for s in [512, 1024] {
         let (n, f) = (attention_time(s, false), attention_time(s, true));
-        println!("  {:>6} | {:9.2} {:9.2} | {:10.2}x", s, n * 1e3, f * 1e3, n / f);
+        say!(w, "  {:>6} | {:9.2} {:9.2} | {:10.2}x", s, n * 1e3, f * 1e3, n / f);
     }
 }
 
-fn bench_record(a: &BenchArgs) -> Result<()> {
+fn bench_record(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
     // Interleave the two configurations so machine noise hits both alike.
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..3 {
@@ -273,7 +251,7 @@ fn bench_record(a: &BenchArgs) -> Result<()> {
         v[v.len() / 2]
     };
     let (off, on) = (med(&mut off), med(&mut on));
-    println!(
+    say!(w, 
         "recording overhead, walkthrough training step on cpu ({} threads): without {:.2} ms, with events + allocator model {:.2} ms: {:+.1}%",
         a.threads,
         off * 1e3,
@@ -283,8 +261,8 @@ fn bench_record(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn bench_analyze() -> Result<()> {
-    use super::profile::{run as profile, ProfileArgs};
+fn bench_analyze(w: &mut dyn Write) -> Result<()> {
+    use crate::options::profile::ProfileArgs;
     use clap::Parser;
     #[derive(Parser)]
     struct P {
@@ -296,9 +274,11 @@ fn bench_analyze() -> Result<()> {
     let dir_s = dir.to_string_lossy().into_owned();
     let words = ["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--max-entries", "2000000", "--out-dir", &dir_s];
     let t0 = Instant::now();
-    profile(P::parse_from(words).a)?;
-    let made = t0.elapsed().as_secs_f64();
+    let p = crate::options::profile::options(&P::parse_from(words).a)?;
+    crate::session::quiet_oom_panics();
     let file = dir.join("2.7B_ctx128_training_snapshot.pickle");
+    crate::session::profile_one(&p, 128, crate::session::ProfileType::Training)?.save_snapshot(&file)?;
+    let made = t0.elapsed().as_secs_f64();
     let bytes = std::fs::metadata(&file)?.len();
     let t1 = Instant::now();
     // Our own file, larger than the default budgets admit.
@@ -307,7 +287,7 @@ fn bench_analyze() -> Result<()> {
     let read = t1.elapsed().as_secs_f64();
     let r = crate::analyse::snapshot::analyse_within(&snap, None, 100.0, 10, &budget).map_err(anyhow::Error::msg)?;
     let total = t1.elapsed().as_secs_f64();
-    println!(
+    say!(w, 
         "\nanalyze: {} trace events, {:.1} MB pickle: read {:.2} s, read + replay + report {:.2} s (profiling it took {:.2} s)",
         r.events,
         bytes as f64 / 1e6,
@@ -319,23 +299,24 @@ fn bench_analyze() -> Result<()> {
     Ok(())
 }
 
-pub fn run(a: BenchArgs) -> Result<()> {
-    set_threads(Some(a.threads))?;
+/// Run the benchmarks `a` asks for, their lines written to `w` as they are measured.
+pub fn run(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
+    crate::session::set_threads(Some(a.threads))?;
     if a.which == Which::Record {
-        return bench_record(&a);
+        return bench_record(a, w);
     }
     if a.which == Which::Analyze {
-        return bench_analyze();
+        return bench_analyze(w);
     }
     if a.which == Which::Ops {
-        bench_ops();
+        bench_ops(w);
         return Ok(());
     }
     if matches!(a.which, Which::Matmul | Which::All) {
-        bench_matmul(&a);
+        bench_matmul(a, w);
     }
     if matches!(a.which, Which::Train | Which::All) {
-        bench_train(&a).context("training benchmark")?;
+        bench_train(a, w).context("training benchmark")?;
     }
     Ok(())
 }

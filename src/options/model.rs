@@ -56,7 +56,7 @@ pub struct ModelFlags {
     #[arg(long)]
     pub attention: Option<String>,
     #[command(flatten)]
-    pub hf: super::hf_flags::HfFlags,
+    pub hf: super::hf::HfFlags,
 }
 
 /// A resolved model plus the run defaults of its preset.

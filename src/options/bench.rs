@@ -1,0 +1,39 @@
+//! `bench`'s flags: which speed benchmark, threads and steps, and the PyTorch side.
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    Matmul,
+    /// Elementwise/reduction kernels on 1 Mi-element f32 tensors, and naive vs flash attention
+    Ops,
+    /// Cost of recording (events + caching-allocator model) on a cpu training step
+    Record,
+    /// `analyze` of a snapshot with about a million trace events (40 meta 2.7B steps)
+    Analyze,
+    Train,
+    All,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// What to measure
+    #[arg(value_enum, default_value = "all")]
+    pub which: Which,
+    /// Worker threads for both sides
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Training steps per side (the first 3 are warm-up)
+    #[arg(long, default_value_t = 13)]
+    pub steps: usize,
+    /// Skip PyTorch even if it is installed
+    #[arg(long)]
+    pub no_torch: bool,
+    /// The PyTorch reference script (default: found in shared/bench/ above the current directory)
+    #[arg(long)]
+    pub torch_script: Option<PathBuf>,
+    /// Python interpreter that runs the PyTorch side
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+}
+

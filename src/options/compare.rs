@@ -1,0 +1,153 @@
+//! `profile --compare`'s variants as flags: the baseline (fp32, naive attention, no
+//! checkpointing, unfused, no accumulation) and each memory option the user gave alone, then
+//! all of them together — or, when none is given, every option; with `--world-size N`, one
+//! device and each layout at N ranks. Each is resolved by profile's own planner.
+use super::memory::MemoryFlags;
+use super::precision::PrecisionFlags;
+use super::profile::{self, ProfileArgs};
+use super::usage;
+use crate::engine::Device;
+use crate::model::Attention;
+use crate::session::compare::Variant;
+use crate::session::ProfileType;
+use crate::train::Precision;
+use anyhow::Result;
+
+/// One column of the comparison as flags: a name and the arguments that run it.
+struct Flagged {
+    name: String,
+    args: ProfileArgs,
+}
+
+/// The arguments with every optimisation switched off.
+fn baseline(a: &ProfileArgs) -> ProfileArgs {
+    let mut b = a.clone();
+    b.compare = false;
+    b.precision = PrecisionFlags::default();
+    b.memory = MemoryFlags::default();
+    // Every preset's attention is naive (the hf flavour refuses --attention).
+    b.model.attention = None;
+    b.model.hf.gradient_checkpointing = None;
+    b.grad_accum_steps = 1;
+    b.output = None;
+    b
+}
+
+/// `--compare --world-size N`: one device, then each layout (--parallel's comma list, or
+/// ddp, zero1, zero2 and fsdp) at N ranks, every other flag as given.
+fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
+    let mut one = a.clone();
+    one.compare = false;
+    one.output = None;
+    one.parallel = Default::default();
+    let names: Vec<String> = match &a.parallel.parallel {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => ["ddp", "zero1", "zero2", "fsdp"].map(String::from).to_vec(),
+    };
+    let mut out = vec![Flagged { name: "one device".into(), args: one }];
+    for n in names {
+        let mut v = a.clone();
+        v.compare = false;
+        v.output = None;
+        v.parallel.parallel = Some(n.clone());
+        v.parallel.world_size = Some(world);
+        out.push(Flagged { name: format!("{n} ×{world}"), args: v });
+    }
+    Ok(out)
+}
+
+fn variants(a: &ProfileArgs) -> Result<Vec<Flagged>> {
+    if let Some(w) = a.parallel.world_size {
+        return layout_variants(a, w);
+    }
+    if a.parallel.given() {
+        return Err(usage("--parallel", "with --compare, give --world-size N to put layouts side by side"));
+    }
+    let base = baseline(a);
+    let precision = a.precision.resolve()?;
+    let flash = a.model.attention.as_deref().is_some_and(|s| Attention::parse(s) == Some(Attention::Flash));
+    let ckpt = a.memory.checkpoint.as_deref().filter(|s| !s.eq_ignore_ascii_case("none")).map(str::to_string);
+    let fusion = a.memory.fusion.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("all")) || a.memory.fused_qkv || a.memory.fused_gate_up;
+    let training = a.profile_type.iter().all(|&k| k == ProfileType::Training);
+    let batch = a.batch_size;
+    // The hf flavour has transformers' attention and projections: no flash or fusion variant.
+    let hf = a.model.resolve("walkthrough", super::model::Names::Cs336)?.config.flavour == crate::model::Flavour::Hf;
+    let hf_ckpt = a.model.hf.gradient_checkpointing.clone().filter(|s| !s.eq_ignore_ascii_case("none"));
+    let chosen = precision != Precision::Fp32 || flash || ckpt.is_some() || hf_ckpt.is_some() || fusion || a.grad_accum_steps > 1;
+    let mut out = vec![Flagged { name: "baseline".into(), args: base.clone() }];
+    let mut all = base.clone();
+    let mut add = |name: String, f: &dyn Fn(&mut ProfileArgs)| {
+        let mut v = base.clone();
+        f(&mut v);
+        f(&mut all);
+        out.push(Flagged { name, args: v });
+    };
+    if chosen {
+        if precision != Precision::Fp32 {
+            let p = a.precision.clone();
+            add(format!("{precision} precision"), &move |v| v.precision = p.clone());
+        }
+        if flash {
+            add("flash attention".into(), &|v| v.model.attention = Some("flash".into()));
+        }
+        if let Some(c) = ckpt {
+            add(format!("checkpoint {c}"), &move |v| v.memory.checkpoint = Some(c.clone()));
+        }
+        if let Some(c) = hf_ckpt {
+            add(format!("gradient checkpointing {c}"), &move |v| v.model.hf.gradient_checkpointing = Some(c.clone()));
+        }
+        if fusion {
+            let m = a.memory.clone();
+            add("fused projections".into(), &move |v| {
+                v.memory.fusion = m.fusion.clone();
+                v.memory.fused_qkv = m.fused_qkv;
+                v.memory.fused_gate_up = m.fused_gate_up;
+            });
+        }
+        if a.grad_accum_steps > 1 {
+            let n = a.grad_accum_steps;
+            add(format!("grad accum {n}"), &move |v| v.grad_accum_steps = n);
+        }
+    } else {
+        add("bf16 autocast".into(), &|v| v.precision.precision = Some("bf16".into()));
+        if !hf {
+            add("flash attention".into(), &|v| v.model.attention = Some("flash".into()));
+        }
+        add("checkpoint blocks".into(), &|v| v.memory.checkpoint = Some("blocks".into()));
+        if !hf {
+            add("fused projections".into(), &|v| v.memory.fusion = Some("all".into()));
+        }
+        // Accumulation needs a training step and a batch it can split.
+        if training {
+            if let Some(n) = [4, 2].into_iter().find(|n| batch.is_none_or(|b| b % n == 0 && b >= *n)) {
+                add(format!("grad accum {n}"), &move |v| v.grad_accum_steps = n);
+            }
+        }
+    }
+    if out.len() > 2 {
+        out.push(Flagged { name: "all of the above".into(), args: all });
+    }
+    Ok(out)
+}
+
+/// The variants `a` asks to compare, every one planned (validated) before the first runs,
+/// and the note when they move to meta (one too large for host memory moves them all, and a
+/// layout runs on meta: the table compares like with like).
+pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Option<String>)> {
+    if a.output.is_some() {
+        return Err(usage("--output", "names one snapshot; --compare writes one per variant under --out-dir"));
+    }
+    if a.flops {
+        return Err(usage("--compare", "does not combine with --flops (profile one variant with --flops instead)"));
+    }
+    let flagged = variants(a)?;
+    let mut vs = flagged.into_iter().map(|f| Ok(Variant { name: f.name, options: profile::options(&f.args)? })).collect::<Result<Vec<_>>>()?;
+    let notes = vs.iter().map(|v| v.options.host_fallback(&a.profile_type)).collect::<Result<Vec<_>>>()?;
+    let note = notes.into_iter().flatten().next();
+    if note.is_some() || vs.iter().any(|v| v.options.device == Device::Meta) {
+        for v in &mut vs {
+            v.options.device = Device::Meta;
+        }
+    }
+    Ok((vs, note))
+}

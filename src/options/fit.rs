@@ -1,0 +1,235 @@
+//! `fit`'s flags, resolved into the session's search plans: the largest batch or longest
+//! context (`--find batch|context`), or the fewest ranks per layout (`--find world-size`),
+//! each probe a meta profile planned by profile's own code.
+use super::model::ModelFlags;
+use super::profile::{self, ProfileArgs};
+use super::usage;
+use crate::model::Flavour;
+use crate::parallel::Layout;
+use crate::record::reserve;
+use crate::session::fit::{Budget, Find, FitPlan, WorldPlan};
+use crate::session::profile::{ProfileOptions, ProfileType, DEFAULT_MAX_ENTRIES};
+use crate::session::text::size;
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct FitArgs {
+    #[command(flatten)]
+    pub model: ModelFlags,
+    #[command(flatten)]
+    pub precision: super::precision::PrecisionFlags,
+    #[command(flatten)]
+    pub memory: super::memory::MemoryFlags,
+    #[command(flatten)]
+    pub optim: super::optim::OptimFlags,
+    #[command(flatten)]
+    pub parallel: super::parallel::ParallelFlags,
+    /// What to search for
+    #[arg(long, value_enum, default_value = "batch")]
+    pub find: Find,
+    /// forward (`model(x)` with autograd, no loss), forward-loss (plus the loss, no backward),
+    /// inference (no_grad) or training (one full step after warm-up)
+    #[arg(long, value_enum, default_value = "training")]
+    pub profile_type: ProfileType,
+    /// Batch size held fixed when finding the context (default: the preset's)
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Context length held fixed when finding the batch size (default: the preset's)
+    #[arg(long, alias = "seq-len")]
+    pub context_length: Option<usize>,
+    /// GPU whose memory bounds the allocator (as for `profile`)
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Device memory instead of a --gpu preset (e.g. 24GiB)
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// torch.cuda.set_per_process_memory_fraction share of the device
+    #[arg(long)]
+    pub memory_fraction: Option<f64>,
+    /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
+    #[arg(long)]
+    pub allocator_conf: Option<String>,
+    /// Steps before the measured one (training: optimizer state exists after one)
+    #[arg(long, default_value_t = 1)]
+    pub warmup_steps: usize,
+    /// Largest value tried (default: for --find context, the model's maximum sequence length
+    /// when --max-seq-len or a config.json fixes one; else 1048576)
+    #[arg(long)]
+    pub max: Option<usize>,
+    /// Write the answer as JSON to FILE; with no FILE or `-`, print it to stdout instead of
+    /// the text (as `estimate --json`)
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Device memory kept free for what the allocator model does not hold: the CUDA context
+    /// and the cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on
+    /// H100/H200, 8.125 MiB elsewhere; two handles for training; see the README). 0 for none
+    #[arg(long, value_name = "SIZE")]
+    pub reserve: Option<String>,
+}
+
+
+fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
+    ProfileArgs {
+        model: a.model.clone(),
+        precision: a.precision.clone(),
+        memory: a.memory.clone(),
+        optim: a.optim.clone(),
+        parallel: a.parallel.clone(),
+        context_length: Some(ctx.to_string()),
+        batch_size: Some(batch),
+        warmup_steps: a.warmup_steps,
+        measure_steps: 1,
+        max_entries: DEFAULT_MAX_ENTRIES,
+        profile_type: vec![a.profile_type],
+        device: "meta".into(),
+        gpu: a.gpu.clone(),
+        memory_limit: a.memory_limit.clone(),
+        memory_fraction: a.memory_fraction,
+        allocator_conf: a.allocator_conf.clone(),
+        output: None,
+        out_dir: PathBuf::from("."),
+        threads: None,
+        seed: 42,
+        grad_accum_steps: 1,
+        flops: false,
+        flops_depth: 3,
+        compare: false,
+    }
+}
+
+fn budget(a: &FitArgs, base: &ProfileOptions) -> Result<Budget> {
+    let capacity = match a.memory_fraction {
+        Some(f) => (base.capacity as f64 * f) as usize,
+        None => base.capacity,
+    };
+    // The reserve comes off the device and off the memory-fraction budget: every probe runs
+    // against --memory-limit (device − reserve) with the fraction rescaled to match.
+    let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    let reserve_parts = match &a.reserve {
+        // "0", "0MiB", "0GiB": no reserve (parse_size refuses sizes under a byte).
+        Some(r) if r.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()).trim().parse::<f64>() == Ok(0.0) => Vec::new(),
+        Some(r) => vec![reserve::Part { what: "--reserve".into(), bytes: crate::record::gpu::parse_size(r).map_err(|e| usage("--reserve", e))? }],
+        None => reserve::default_parts(gpu.as_ref(), a.profile_type == ProfileType::Training),
+    };
+    let reserve: usize = reserve_parts.iter().map(|p| p.bytes).sum();
+    if reserve >= capacity {
+        return Err(usage("--reserve", format!("{} leaves nothing of the {} the process may use (--reserve 0 searches the bare limit)", size(reserve as i64), size(capacity as i64))));
+    }
+    let limit = (base.capacity - reserve).to_string();
+    let fraction = a.memory_fraction.map(|_| (capacity - reserve) as f64 / (base.capacity - reserve) as f64);
+    Ok(Budget { capacity, reserve_parts, reserve, limit, fraction })
+}
+
+
+/// Checks shared by both searches: a capacity to search against, and `--json`'s file.
+fn common(a: &FitArgs) -> Result<()> {
+    if a.gpu.is_none() && a.memory_limit.is_none() {
+        return Err(usage("--gpu", "fit needs a device capacity: give --gpu NAME or --memory-limit SIZE"));
+    }
+    Ok(())
+}
+
+/// `--find batch|context`: the search's plan, the configuration validated once at its start
+/// (bad flags are usage errors, exit 2); `note` hears the model's note as soon as it is known.
+pub fn plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<FitPlan> {
+    common(a)?;
+    if a.max == Some(0) {
+        return Err(usage("--max", "must be at least 1"));
+    }
+    if a.parallel.world_size.is_some() && a.parallel.parallel.is_none() {
+        return Err(usage("--world-size", "sets up a data-parallel job: give --parallel too (or --find world-size to search for it)"));
+    }
+    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    if let Some(n) = &r.note {
+        note(n);
+    }
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    match a.find {
+        Find::Batch if a.batch_size.is_some() => return Err(usage("--batch-size", "is what --find batch searches for: leave it out")),
+        Find::Context if a.context_length.is_some() => return Err(usage("--context-length", "is what --find context searches for: leave it out")),
+        _ => {}
+    }
+    // The model's maximum follows the run's length (as both seeds do) unless --max-seq-len or a
+    // config.json's max_position_embeddings fixes it: then the search stops there.
+    let model_max = (a.find == Find::Context && !a.model.max_follows_run(&r.config)).then_some(r.config.max_seq_len);
+    if let (Some(m), Some(limit)) = (a.max, model_max) {
+        if m > limit {
+            return Err(usage("--max", format!("{m} exceeds the model's maximum sequence length {limit}: raise --max-seq-len too")));
+        }
+    }
+    let cap = a.max.or(model_max).unwrap_or(1 << 20);
+    let start = if a.find == Find::Context && r.config.flavour == Flavour::Tinyllama { 2 } else { 1 };
+    let (b, c) = if a.find == Find::Context { (batch, start) } else { (start, ctx) };
+    let base = profile::options(&args_for(a, b, c))?;
+    let budget = budget(a, &base)?;
+    Ok(FitPlan { find: a.find, kind: a.profile_type, base, batch, ctx, start, cap, model_max, budget, reserve_default: a.reserve.is_none(), memory_fraction: a.memory_fraction })
+}
+
+/// The probe of `plan` at `n` (a batch size or a context length): a meta profile against the
+/// budget's limit, its trace not kept.
+pub fn probe(a: &FitArgs, plan: &FitPlan, n: usize) -> Result<ProfileOptions> {
+    let (b, c) = plan.point(n);
+    let args = ProfileArgs { memory_limit: Some(plan.budget.limit.clone()), memory_fraction: plan.budget.fraction, ..args_for(a, b, c) };
+    let mut p = profile::options(&args)?;
+    p.keep_trace = false;
+    Ok(p)
+}
+
+/// `--find world-size`: the layouts to search and their plan, validated once at 1 rank.
+pub fn world_plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<WorldPlan> {
+    common(a)?;
+    if a.parallel.world_size.is_some() || a.parallel.rank.is_some() {
+        return Err(usage("--world-size", "is what --find world-size searches for: leave it (and --rank) out"));
+    }
+    if a.parallel.tp.is_some() || a.parallel.parallel.as_deref().is_some_and(|l| l.eq_ignore_ascii_case("tp")) {
+        return Err(usage("--tp", "fit --find world-size searches data-parallel world sizes; profile or sweep a tensor-parallel layout (--parallel tp, or fsdp/zero2 with --tp) at the world sizes its heads divide"));
+    }
+    let cap = a.max.unwrap_or(1024);
+    if cap == 0 {
+        return Err(usage("--max", "must be at least 1"));
+    }
+    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    if let Some(n) = &r.note {
+        note(n);
+    }
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
+    let layouts: Vec<Layout> = match &a.parallel.parallel {
+        Some(name) => vec![Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected ddp, zero1, zero2, fsdp or hsdp)")))?],
+        None => vec![Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp],
+    };
+    let base_args = ProfileArgs { parallel: with_world(a, layouts[0], 1), ..args_for(a, batch, ctx) };
+    let base = profile::options(&base_args)?;
+    let budget = budget(a, &base)?;
+    Ok(WorldPlan { layouts, kind: a.profile_type, base, batch, ctx, cap, budget })
+}
+
+/// The parallel flags of `layout` at `n` ranks (hsdp: a node of up to 8).
+fn with_world(a: &FitArgs, layout: Layout, n: usize) -> super::parallel::ParallelFlags {
+    let mut f = a.parallel.clone();
+    f.parallel = Some(layout.name().to_string());
+    f.world_size = Some(n);
+    if layout == Layout::Hsdp && f.gpus_per_node.is_none() {
+        f.gpus_per_node = Some(8.min(n));
+    }
+    f
+}
+
+/// The probe of `layout` at `n` ranks (rank 0; the session picks the heaviest rank), or None
+/// when hsdp's node does not divide `n`.
+pub fn world_probe(a: &FitArgs, plan: &WorldPlan, layout: Layout, n: usize) -> Result<Option<ProfileOptions>> {
+    let args = ProfileArgs { parallel: with_world(a, layout, n), memory_limit: Some(plan.budget.limit.clone()), memory_fraction: plan.budget.fraction, ..args_for(a, plan.batch, plan.ctx) };
+    if layout == Layout::Hsdp && !n.is_multiple_of(args.parallel.gpus_per_node.unwrap_or(1)) {
+        // A node's worth of ranks at a time.
+        return Ok(None);
+    }
+    let mut p = profile::options(&args)?;
+    p.keep_trace = false;
+    Ok(Some(p))
+}

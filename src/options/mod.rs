@@ -1,0 +1,50 @@
+//! What a user asks for: each job's flags (the command line's; the Python package passes its
+//! keyword arguments as the same words), their defaults and their checks, resolved into the
+//! plain options the jobs in `session/` take. Both front ends parse with these clap
+//! definitions, so a flag, its help line and its error message have one owner.
+//!
+//! A [`UsageError`] names the flag to blame: exit code 2 on the command line, ValueError in
+//! Python.
+pub mod bench;
+pub mod budget;
+pub mod compare;
+pub mod fit;
+pub mod hf;
+pub mod memory;
+pub mod model;
+pub mod optim;
+pub mod parallel;
+pub mod precision;
+pub mod profile;
+pub mod run_all;
+pub mod sweep;
+pub mod train;
+
+pub use crate::error::{usage, UsageError};
+
+/// `--device`: cpu or meta. A GPU device gets why there is none and what to use instead.
+pub fn parse_device(s: &str) -> anyhow::Result<crate::engine::Device> {
+    if let Some(d) = crate::engine::Device::parse(s) {
+        return Ok(d);
+    }
+    let kind = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
+    if matches!(kind.as_str(), "cuda" | "gpu" | "rocm" | "hip") {
+        return Err(usage(
+            "--device",
+            format!(
+                "'{s}': there is no CUDA backend yet (vramscope runs on cpu with real numerics, or on meta with shapes only); \
+                 for a prediction use --device meta with --gpu NAME (e.g. --device meta --gpu H100-80GB)"
+            ),
+        ));
+    }
+    Err(usage("--device", format!("'{s}' (expected cpu or meta)")))
+}
+
+/// A comma list of positive whole numbers (`--context-length 128,256`).
+pub fn parse_list(flag: &'static str, s: &str) -> anyhow::Result<Vec<usize>> {
+    let v: Result<Vec<usize>, _> = s.split(',').map(|x| x.trim().parse::<usize>()).collect();
+    match v {
+        Ok(v) if !v.is_empty() && v.iter().all(|&x| x > 0) => Ok(v),
+        _ => Err(usage(flag, format!("'{s}' (expected positive whole numbers separated by commas)"))),
+    }
+}

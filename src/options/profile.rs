@@ -1,0 +1,247 @@
+//! `profile`'s flags (also the vocabulary of what runs profiles: compare, sweep, fit,
+//! run-all, and the Python package's `profile()`), and their resolution into the session's
+//! [`ProfileOptions`].
+use super::memory::MemoryFlags;
+use super::model::ModelFlags;
+use super::precision::PrecisionFlags;
+use super::{usage, UsageError};
+use crate::engine::Device;
+use crate::model::Flavour;
+use crate::record::allocator::AllocatorConfig;
+use crate::record::gpu;
+use crate::session::profile::{ProfileOptions, ProfileType, DEFAULT_MAX_ENTRIES};
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: ModelFlags,
+    #[command(flatten)]
+    pub precision: PrecisionFlags,
+    #[command(flatten)]
+    pub memory: MemoryFlags,
+    #[command(flatten)]
+    pub optim: super::optim::OptimFlags,
+    #[command(flatten)]
+    pub parallel: super::parallel::ParallelFlags,
+    /// Sequence length(s), comma separated (default: the preset's)
+    #[arg(long)]
+    pub context_length: Option<String>,
+    /// Batch size B (default: the preset's)
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Steps run before recording (optimizer state exists after one training step)
+    #[arg(long, default_value_t = 1)]
+    pub warmup_steps: usize,
+    /// Steps recorded into the snapshot
+    #[arg(long, default_value_t = 1)]
+    pub measure_steps: usize,
+    /// Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring
+    /// buffer that drops the oldest entries when full (default: CS336's profile_memory.py value)
+    #[arg(long, default_value_t = DEFAULT_MAX_ENTRIES)]
+    pub max_entries: usize,
+    /// forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
+    /// backward), inference (no_grad) or training; a comma list runs each (the peak table gets
+    /// a column per type)
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "training")]
+    pub profile_type: Vec<ProfileType>,
+    /// cpu (real numerics) or meta (shapes only; any model size)
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
+    /// MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Device memory instead of a --gpu preset (e.g. 24GiB, 80GB)
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share
+    /// of the device (needs --gpu or --memory-limit; arms garbage_collection_threshold)
+    #[arg(long)]
+    pub memory_fraction: Option<f64>,
+    /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
+    #[arg(long)]
+    pub allocator_conf: Option<String>,
+    /// Snapshot path (one context length only; default: <out-dir>/<model>_ctx<S>_<type>_snapshot.pickle)
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Folder the outputs are written to (created if missing)
+    #[arg(long, default_value = "vramscope-out/profile")]
+    pub out_dir: PathBuf,
+    /// CPU threads for the cpu device (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Random seed for the weights and the synthetic data
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Training: split each batch into N micro-batches whose gradients accumulate before one
+    /// optimizer step (`loss / N; loss.backward()` per micro-batch)
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum_steps: usize,
+    /// Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured
+    /// steps (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu
+    #[arg(long, alias = "enable-deepspeed-flops")]
+    pub flops: bool,
+    /// Module depth of the printed FLOP tree
+    #[arg(long, default_value_t = 3, requires = "flops")]
+    pub flops_depth: usize,
+    /// Run the baseline (fp32, naive attention, no checkpointing, unfused, no accumulation)
+    /// and each memory option given (--precision, --attention flash, --checkpoint, --fusion,
+    /// --grad-accum-steps) alone and together — or, with none given, all of them — and print
+    /// one table relative to the baseline
+    #[arg(long)]
+    pub compare: bool,
+}
+
+impl ProfileArgs {
+    /// Parse profile flags given as words (without the subcommand name), for subcommands
+    /// that run profiles: the error is clap's first line, without its `error: ` prefix.
+    pub fn parse_words(words: &[String]) -> std::result::Result<ProfileArgs, String> {
+        use clap::Parser;
+        #[derive(Parser)]
+        #[command(name = "profile")]
+        struct W {
+            #[command(flatten)]
+            a: ProfileArgs,
+        }
+        W::try_parse_from(std::iter::once("profile").chain(words.iter().map(String::as_str))).map(|w| w.a).map_err(|e| {
+            e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
+        })
+    }
+}
+
+/// The profile `a` asks for, every flag checked before anything runs.
+pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
+    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    let mut cfg = r.config;
+    a.memory.apply(&mut cfg)?;
+    let device = super::parse_device(&a.device)?;
+    let contexts = match &a.context_length {
+        Some(s) => super::parse_list("--context-length", s)?,
+        None => vec![r.preset.seq_len.min(cfg.max_seq_len)],
+    };
+    a.model.follow_seq_len(&mut cfg, *contexts.iter().max().unwrap());
+    for &c in &contexts {
+        cfg.check_seq_len(c, "--context-length").map_err(UsageError::from)?;
+        if a.profile_type.iter().any(|&k| k != ProfileType::Inference) {
+            super::hf::check_with_labels(&cfg, c)?;
+        }
+        if cfg.flavour == Flavour::Tinyllama && c < 2 {
+            return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
+        }
+    }
+    if a.output.is_some() && contexts.len() * a.profile_type.len() > 1 {
+        return Err(usage("--output", "names one snapshot; with several context lengths or profile types use --out-dir"));
+    }
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    for &c in &contexts {
+        cfg.check_sizes(batch, c, "--context-length").map_err(UsageError::from)?;
+    }
+    if a.measure_steps == 0 {
+        return Err(usage("--measure-steps", "must be at least 1"));
+    }
+    if a.max_entries == 0 {
+        return Err(usage("--max-entries", "must be at least 1 (the snapshot keeps this many trace entries)"));
+    }
+    crate::session::host_memory::check_bookkeeping(cfg.num_layers, a.max_entries)?;
+    let gpu = a.gpu.as_deref().map(gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    let capacity = match (&a.memory_limit, gpu) {
+        (Some(m), _) => gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))?,
+        (None, Some(g)) => g.memory_bytes,
+        (None, None) => usize::MAX / 4,
+    };
+    let gpu_name = gpu.map(|g| g.name.to_string());
+    if a.grad_accum_steps == 0 {
+        return Err(usage("--grad-accum-steps", "must be at least 1"));
+    }
+    if a.grad_accum_steps > 1 {
+        if !a.profile_type.iter().all(|&k| k == ProfileType::Training) {
+            return Err(usage("--grad-accum-steps", "accumulates gradients: needs --profile-type training"));
+        }
+        if !batch.is_multiple_of(a.grad_accum_steps) {
+            return Err(usage("--grad-accum-steps", format!("{} does not divide --batch-size {batch}", a.grad_accum_steps)));
+        }
+    }
+    let conf_str = a.allocator_conf.clone().or_else(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok()).unwrap_or_default();
+    let conf = AllocatorConfig::parse(&conf_str).map_err(|e| usage("--allocator-conf", e))?;
+    if let Some(f) = a.memory_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(usage("--memory-fraction", format!("{f} (expected a share in (0, 1])")));
+        }
+        if a.gpu.is_none() && a.memory_limit.is_none() {
+            return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
+        }
+    }
+    let precision = a.precision.resolve_for(&cfg)?;
+    for &c in &contexts {
+        super::hf::check_kernel(&cfg, precision, c)?;
+    }
+    let mut optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
+    let parallel = a.parallel.resolve()?;
+    if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
+        pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
+        tp_optimizer(pc, &a.optim, &mut optim)?;
+        if pc.sequence_parallel {
+            if let Some(c) = contexts.iter().find(|&&c| c % pc.tp != 0) {
+                return Err(usage("--context-length", format!("{c} positions do not divide among {} sequence-parallel ranks (uneven Shard(1) is not modelled)", pc.tp)));
+            }
+        }
+    }
+    let mut note = r.note.clone();
+    let device = if parallel.is_some() && device == Device::Cpu {
+        let n = "--parallel simulates one rank on meta (shapes only; a sharded rank's cpu numerics are not modelled)";
+        note = Some(note.map_or(n.to_string(), |o| format!("{o}; {n}")));
+        Device::Meta
+    } else {
+        device
+    };
+    Ok(ProfileOptions {
+        model: cfg,
+        model_name: r.preset.name.to_string(),
+        batch,
+        contexts,
+        device,
+        capacity,
+        gpu_name,
+        gpu,
+        conf,
+        fraction: a.memory_fraction,
+        precision,
+        optim,
+        note,
+        keep_trace: true,
+        parallel,
+        warmup_steps: a.warmup_steps,
+        measure_steps: a.measure_steps,
+        max_entries: a.max_entries,
+        seed: a.seed,
+        grad_accum_steps: a.grad_accum_steps,
+        flops: a.flops,
+    })
+}
+
+/// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach
+/// and fused kernels (and SGD's foreach) refuse a list that mixes DTensor and plain
+/// parameters, as pure TP's replicated norms are; clipping DTensor gradients is not
+/// modelled, so it must be off.
+fn tp_optimizer(pc: &crate::parallel::ParallelConfig, flags: &super::optim::OptimFlags, optim: &mut crate::train::optim::OptimConfig) -> Result<()> {
+    use crate::train::optim::OptimizerKind;
+    if pc.layout == crate::parallel::Layout::Tp && optim.kind != OptimizerKind::AdamwTorchForloop {
+        return Err(usage(
+            "--optimizer",
+            format!("{} under --parallel tp: PyTorch refuses its multi-tensor kernels over a mix of DTensor (sharded) and plain (replicated norm) parameters; give --optimizer adamw_torch_forloop, or --parallel fsdp --tp N (every parameter a DTensor)", optim.kind.name()),
+        ));
+    }
+    match flags.max_grad_norm {
+        Some(0.0) => optim.max_grad_norm = None,
+        _ if optim.max_grad_norm.is_none() => {}
+        _ => return Err(usage("--max-grad-norm", "clipping tensor-parallel (DTensor) gradients is not modelled: give --max-grad-norm 0 (no clipping) with --tp")),
+    }
+    Ok(())
+}
+

@@ -1,0 +1,239 @@
+//! `sweep`'s flags: comma lists given to profile flags (`--batch-size 1,2,4 --context-length
+//! 128,256,512 --profile-type forward,training`), whose cartesian grid the session profiles.
+//!
+//! Every axis is a profile flag: a grid point is turned back into profile arguments and
+//! validated by profile's own parser and planner, so an axis added to [`axes`] (one line and
+//! one field) works everywhere at once.
+use super::profile::{self, ProfileArgs};
+use super::{usage, UsageError};
+use crate::analyse::sweep::{points, Axis};
+use crate::session::sweep::Point;
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct SweepArgs {
+    /// Model preset(s) (as `profile --model`), comma separated
+    #[arg(long, visible_alias = "model", alias = "model-size")]
+    pub preset: Option<String>,
+    /// Hugging Face config.json file(s), comma separated
+    #[arg(long, value_name = "FILE[,FILE…]")]
+    pub config: Option<String>,
+    /// Reference implementation to reproduce: cs336 or tinyllama
+    #[arg(long)]
+    pub flavour: Option<String>,
+    /// Hidden size d_model (a comma list sweeps it)
+    #[arg(long)]
+    pub hidden_dim: Option<String>,
+    /// Number of decoder blocks (layers)
+    #[arg(long)]
+    pub num_layers: Option<String>,
+    /// Attention heads (must divide --hidden-dim)
+    #[arg(long)]
+    pub num_heads: Option<String>,
+    /// Key/value heads (grouped-query attention when fewer than --num-heads)
+    #[arg(long)]
+    pub num_kv_heads: Option<String>,
+    /// Feed-forward size d_ff
+    #[arg(long)]
+    pub intermediate_dim: Option<String>,
+    /// Vocabulary size (rows of the embedding and the LM head)
+    #[arg(long)]
+    pub vocab_size: Option<String>,
+    /// Longest sequence the model accepts (sizes RoPE tables)
+    #[arg(long)]
+    pub max_seq_len: Option<String>,
+    /// RoPE base frequency theta
+    #[arg(long)]
+    pub rope_theta: Option<String>,
+    /// naive and/or flash
+    #[arg(long)]
+    pub attention: Option<String>,
+    /// Batch size(s), comma-separated: one profile per value
+    #[arg(long)]
+    pub batch_size: Option<String>,
+    /// Sequence length(s) to profile, comma-separated
+    #[arg(long, alias = "seq-len")]
+    pub context_length: Option<String>,
+    /// forward, inference and/or training (default: training)
+    #[arg(long)]
+    pub profile_type: Option<String>,
+    /// Micro-batches per optimizer step (gradient accumulation)
+    #[arg(long)]
+    pub grad_accum_steps: Option<String>,
+    /// fp32, bf16, fp16 and/or pure-bf16
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// none, blocks and/or every-N
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// none and/or all
+    #[arg(long)]
+    pub fusion: Option<String>,
+    /// Optimizer implementation(s) of the training step (as `profile --optimizer`)
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off)
+    #[arg(long)]
+    pub max_grad_norm: Option<String>,
+    /// Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs --world-size
+    #[arg(long)]
+    pub parallel: Option<String>,
+    /// Ranks in the job (with --parallel): each point profiles rank 0, so the table shows how
+    /// one rank's memory falls as ranks are added
+    #[arg(long)]
+    pub world_size: Option<String>,
+    /// hsdp's shard group size(s)
+    #[arg(long)]
+    pub gpus_per_node: Option<String>,
+    /// FSDP2 MixedPrecisionPolicy param_dtype(s) (as `profile --fsdp-param-dtype`)
+    #[arg(long)]
+    pub fsdp_param_dtype: Option<String>,
+    /// FSDP2 MixedPrecisionPolicy reduce_dtype(s)
+    #[arg(long)]
+    pub fsdp_reduce_dtype: Option<String>,
+    /// FSDP units (as `profile --fsdp-unit`: block, every-N, root)
+    #[arg(long)]
+    pub fsdp_unit: Option<String>,
+    /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
+    #[arg(long)]
+    pub warmup_steps: Option<String>,
+    /// Recorded steps after the warm-up
+    #[arg(long)]
+    pub measure_steps: Option<String>,
+    /// GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result)
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Device memory size(s) instead of --gpu (e.g. 24GiB)
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// Share of device memory the allocator may use (torch.cuda.set_per_process_memory_fraction); needs --gpu or --memory-limit
+    #[arg(long)]
+    pub memory_fraction: Option<String>,
+    /// PYTORCH_CUDA_ALLOC_CONF string(s); separate several with ';' (a conf itself uses commas)
+    #[arg(long)]
+    pub allocator_conf: Option<String>,
+    /// Random seed for the weights and the synthetic data
+    #[arg(long)]
+    pub seed: Option<String>,
+    /// meta (shapes only, default) or cpu (real numerics)
+    #[arg(long, default_value = "meta")]
+    pub device: String,
+    /// Also write each point's snapshot and HTML report (under <out-dir>/points/)
+    #[arg(long)]
+    pub snapshots: bool,
+    /// Folder the outputs are written to (created if missing)
+    #[arg(long, default_value = "vramscope-out/sweep")]
+    pub out_dir: PathBuf,
+    /// CPU threads for the cpu device (default: all cores)
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// The sweepable flags: (profile flag, value list as given, separator). Adding an axis
+/// (`--precision`, `--checkpoint`) is one field above and one line here.
+fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
+    vec![
+        ("--model", a.preset.as_ref(), ','),
+        ("--config", a.config.as_ref(), ','),
+        ("--flavour", a.flavour.as_ref(), ','),
+        ("--hidden-dim", a.hidden_dim.as_ref(), ','),
+        ("--num-layers", a.num_layers.as_ref(), ','),
+        ("--num-heads", a.num_heads.as_ref(), ','),
+        ("--num-kv-heads", a.num_kv_heads.as_ref(), ','),
+        ("--intermediate-dim", a.intermediate_dim.as_ref(), ','),
+        ("--vocab-size", a.vocab_size.as_ref(), ','),
+        ("--max-seq-len", a.max_seq_len.as_ref(), ','),
+        ("--rope-theta", a.rope_theta.as_ref(), ','),
+        ("--attention", a.attention.as_ref(), ','),
+        ("--batch-size", a.batch_size.as_ref(), ','),
+        ("--context-length", a.context_length.as_ref(), ','),
+        ("--profile-type", a.profile_type.as_ref(), ','),
+        ("--grad-accum-steps", a.grad_accum_steps.as_ref(), ','),
+        ("--precision", a.precision.as_ref(), ','),
+        ("--checkpoint", a.checkpoint.as_ref(), ','),
+        ("--fusion", a.fusion.as_ref(), ','),
+        ("--optimizer", a.optimizer.as_ref(), ','),
+        ("--max-grad-norm", a.max_grad_norm.as_ref(), ','),
+        ("--parallel", a.parallel.as_ref(), ','),
+        ("--world-size", a.world_size.as_ref(), ','),
+        ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
+        ("--fsdp-param-dtype", a.fsdp_param_dtype.as_ref(), ','),
+        ("--fsdp-reduce-dtype", a.fsdp_reduce_dtype.as_ref(), ','),
+        ("--fsdp-unit", a.fsdp_unit.as_ref(), ','),
+        ("--warmup-steps", a.warmup_steps.as_ref(), ','),
+        ("--measure-steps", a.measure_steps.as_ref(), ','),
+        ("--gpu", a.gpu.as_ref(), ','),
+        ("--memory-limit", a.memory_limit.as_ref(), ','),
+        ("--memory-fraction", a.memory_fraction.as_ref(), ','),
+        ("--allocator-conf", a.allocator_conf.as_ref(), ';'),
+        ("--seed", a.seed.as_ref(), ','),
+    ]
+}
+
+/// The parsed grid: axes in flag order; points in row-major order (last axis fastest).
+pub fn grid(a: &SweepArgs) -> Result<Vec<Axis>> {
+    let mut out = Vec::new();
+    for (flag, given, sep) in axes(a) {
+        let Some(s) = given else { continue };
+        let values: Vec<String> = s.split(sep).map(|v| v.trim().to_string()).collect();
+        if values.iter().any(|v| v.is_empty()) {
+            return Err(usage(flag, format!("'{s}' has an empty value (expected values separated by '{sep}')")));
+        }
+        let mut seen = Vec::new();
+        for v in &values {
+            if seen.contains(v) {
+                return Err(usage(flag, format!("'{v}' appears twice in '{s}'")));
+            }
+            seen.push(v.clone());
+        }
+        let numeric = values.iter().all(|v| v.parse::<f64>().is_ok());
+        out.push(Axis { flag, values, numeric });
+    }
+    Ok(out)
+}
+
+pub fn label(axes: &[Axis], idx: &[usize]) -> String {
+    axes.iter().zip(idx).map(|(ax, &i)| format!("{} {}", ax.flag, ax.values[i])).collect::<Vec<_>>().join(" ")
+}
+
+/// A grid point as profile arguments, parsed and validated by profile's own code.
+fn point_args(axes: &[Axis], idx: &[usize], device: &str, out_dir: &std::path::Path) -> Result<ProfileArgs> {
+    let mut words: Vec<String> = vec!["--device".into(), device.into(), "--out-dir".into(), out_dir.display().to_string()];
+    for (ax, &i) in axes.iter().zip(idx) {
+        words.push(format!("{}={}", ax.flag, ax.values[i]));
+    }
+    ProfileArgs::parse_words(&words).map_err(|first| UsageError(format!("{first} (grid point: {})", label(axes, idx))).into())
+}
+
+
+/// The grid's axes and its points, each planned (validated) before anything runs; a point
+/// too large for host memory moves to meta with a note. With `snapshots`, each point keeps
+/// its trace (the caller writes its files under `<out-dir>/points/<point_dir>`).
+pub fn plan(a: &SweepArgs) -> Result<(Vec<Axis>, Vec<Point>)> {
+    let axes = grid(a)?;
+    let mut planned = Vec::new();
+    for idx in points(&axes) {
+        let dir = if a.snapshots { a.out_dir.join("points").join(point_dir(&axes, &idx)) } else { a.out_dir.clone() };
+        let args = point_args(&axes, &idx, &a.device, &dir)?;
+        let mut options = profile::options(&args).map_err(|e| match e.downcast_ref::<UsageError>() {
+            Some(u) => UsageError(format!("{} (grid point: {})", u.0, label(&axes, &idx))).into(),
+            None => e,
+        })?;
+        options.keep_trace = a.snapshots;
+        let kind = args.profile_type[0];
+        let host_note = options.host_fallback(&args.profile_type)?;
+        if host_note.is_some() {
+            options.device = crate::engine::Device::Meta;
+        }
+        planned.push(Point { label: label(&axes, &idx), dir, idx, options, kind, host_note });
+    }
+    Ok((axes, planned))
+}
+
+/// A point's folder name under `points/` (`batch-size-2_context-length-128`).
+fn point_dir(axes: &[Axis], idx: &[usize]) -> String {
+    let s: Vec<String> = axes.iter().zip(idx).map(|(ax, &i)| format!("{}-{}", ax.name(), ax.values[i])).collect();
+    s.join("_").chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
