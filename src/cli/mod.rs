@@ -41,11 +41,11 @@ pub enum Command {
     /// performance_results_<size>_<time>/ folder (cpu when it fits a time budget, else meta).
     Study(study::StudyArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
-    Analyze(analyze::AnalyzeArgs),
+    Analyze(crate::options::snapshot::AnalyzeArgs),
     /// Write the offline HTML report of a snapshot, or of two side by side on one scale.
-    View(view::ViewArgs),
+    View(crate::options::snapshot::ViewArgs),
     /// Closed-form memory of a configuration with its derivation, beside a simulated meta run.
-    Estimate(estimate::EstimateArgs),
+    Estimate(crate::options::estimate::EstimateArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(crate::options::bench::BenchArgs),
 }

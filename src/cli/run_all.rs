@@ -4,7 +4,7 @@
 use super::set_threads;
 use crate::analyse::snapshot::{analyse_within, SnapshotReport};
 use crate::export::{gib, staged_path, write_atomic};
-use crate::options::budget::load;
+use crate::session::snapshot::load;
 use crate::options::run_all::{plan, RunAllArgs};
 use crate::session::run_all::{peak_cell, run_all};
 use anyhow::Result;

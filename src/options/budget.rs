@@ -55,12 +55,3 @@ impl BudgetArgs {
     }
 }
 
-/// Read a snapshot pickle within `budget`: content that is no snapshot, or over a budget,
-/// is a usage error (exit 2); a file that cannot be read is a plain error.
-pub fn load(path: &std::path::Path, budget: &Budget) -> anyhow::Result<crate::pickle::Value> {
-    use crate::pickle::{read_file, FileError};
-    read_file(path, &budget.pickle_limits()).map_err(|e| match e {
-        FileError::Io(m) => anyhow::anyhow!(m),
-        FileError::Pickle(e) => super::UsageError(format!("{}: not a readable snapshot pickle: {e}", path.display())).into(),
-    })
-}

@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod budget;
 pub mod compare;
+pub mod estimate;
 pub mod fit;
 pub mod hf;
 pub mod memory;
@@ -17,6 +18,7 @@ pub mod parallel;
 pub mod precision;
 pub mod profile;
 pub mod run_all;
+pub mod snapshot;
 pub mod sweep;
 pub mod train;
 

@@ -121,3 +121,37 @@ pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usiz
     res.map(|()| sim)
 }
 
+
+/// An estimate to make: the configuration and run shape, and whether to simulate beside it.
+pub struct EstimatePlan {
+    pub model: ModelConfig,
+    pub precision: Precision,
+    pub batch: usize,
+    pub seq: usize,
+    pub optim: OptimConfig,
+    pub simulate: bool,
+}
+
+/// The closed form and, when asked, the simulated meta run.
+pub struct EstimateResult {
+    pub estimate: crate::analyse::estimate::Estimate,
+    pub simulated: Option<Simulated>,
+}
+
+impl EstimatePlan {
+    pub fn run(&self) -> Result<EstimateResult> {
+        let estimate = crate::analyse::estimate::estimate_with(&self.model, self.precision, self.batch, self.seq, &self.optim);
+        let simulated = if self.simulate { Some(simulate(&self.model, self.precision, self.batch, self.seq, &self.optim)?) } else { None };
+        Ok(EstimateResult { estimate, simulated })
+    }
+
+    /// `estimate --json`'s object.
+    pub fn json(&self, r: &EstimateResult) -> serde_json::Value {
+        serde_json::json!({ "model": self.model, "estimate": r.estimate, "simulated": r.simulated, "units": "bytes" })
+    }
+
+    /// What `estimate` prints.
+    pub fn text(&self, r: &EstimateResult) -> String {
+        super::text::estimate::estimate(&r.estimate, &self.model, r.simulated.as_ref())
+    }
+}

@@ -9,6 +9,7 @@ pub mod host_memory;
 pub mod names;
 pub mod profile;
 pub mod run_all;
+pub mod snapshot;
 pub mod summary;
 pub mod sweep;
 pub mod text;

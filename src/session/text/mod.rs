@@ -1,5 +1,6 @@
 //! The jobs' results as the text the command line prints (the Python package can show the
 //! same lines); units are said in the text (GiB/MiB are 1024-based).
+pub mod estimate;
 pub mod profile;
 pub mod train;
 

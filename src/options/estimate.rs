@@ -1,0 +1,64 @@
+//! `estimate`'s flags, resolved into the session's [`EstimatePlan`].
+use super::model::ModelFlags;
+use super::precision::PrecisionFlags;
+use super::{usage, UsageError};
+use crate::model::Flavour;
+use crate::session::estimate::EstimatePlan;
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelFlags,
+    #[command(flatten)]
+    pub precision: PrecisionFlags,
+    #[command(flatten)]
+    pub optim: super::optim::OptimFlags,
+    /// Batch size B (default: the preset's)
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Sequence length (default: the preset's)
+    #[arg(long, alias = "seq-len")]
+    pub context_length: Option<usize>,
+    /// Print the closed form only (no simulated meta run beside it)
+    #[arg(long)]
+    pub no_simulate: bool,
+    /// Write the derivation and the simulated numbers as JSON to FILE (beside the text); with
+    /// no FILE or `-`, print the JSON to stdout instead of the text (as `fit --json`)
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+}
+
+/// The estimate `a` asks for, checked; `note` hears the model's note as soon as it is known.
+pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
+    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    if let Some(n) = &r.note {
+        note(n);
+    }
+    let mut cfg = r.config;
+    let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    if seq == 0 {
+        return Err(usage("--context-length", "must be at least 1"));
+    }
+    a.model.follow_seq_len(&mut cfg, seq);
+    cfg.check_seq_len(seq, "--context-length").map_err(UsageError::from)?;
+    super::hf::check_with_labels(&cfg, seq)?;
+    if cfg.flavour == Flavour::Tinyllama && seq < 2 {
+        return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
+    }
+    let precision = a.precision.resolve_for(&cfg)?;
+    crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
+    crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
+    let optim = a.optim.resolve(cfg.flavour, true)?;
+    if !a.no_simulate {
+        cfg.check_sizes(batch, seq, "--context-length").map_err(UsageError::from)?;
+        crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
+    }
+    Ok(EstimatePlan { model: cfg, precision, batch, seq, optim, simulate: !a.no_simulate })
+}

@@ -1,0 +1,130 @@
+//! `estimate`'s text: the closed form with its derivation, term by term, and the simulated
+//! meta run beside it with the gap.
+use crate::analyse::estimate::{Estimate, Term};
+use crate::export::{gib, mib};
+use crate::model::ModelConfig;
+use crate::session::estimate::Simulated;
+use crate::train::Precision;
+
+fn row(s: &mut String, what: &str, formula: &str, bytes: u64) {
+    out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", what, formula, bytes, mib(bytes));
+}
+
+fn terms(s: &mut String, ts: &[Term]) {
+    for t in ts {
+        row(s, &format!("{} [{}]", t.what, t.op), &t.formula, t.bytes());
+    }
+}
+
+/// `estimate` vs `simulated`, with the gap in bytes and percent of the simulated value.
+fn beside(s: &mut String, what: &str, est: u64, sim: u64) {
+    let gap = sim as i128 - est as i128;
+    let pct = if sim > 0 { 100.0 * gap as f64 / sim as f64 } else { 0.0 };
+    out!(s, "  {:<44} {:>12.3} {:>12.3} {:>+12.3} ({:+.2}%)", what, gib(est), gib(sim), gap as f64 / (1u64 << 30) as f64, pct);
+}
+
+/// What `estimate` prints: the closed form's derivation, then the simulated run beside it.
+pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> String {
+    let mut s = String::new();
+    let precision = match e.precision {
+        Precision::Fp32 => "fp32".to_string(),
+        Precision::Bf16 | Precision::Fp16 => format!("{} autocast around forward and loss (fp32 parameters, gradients, optimizer state)", e.precision),
+        Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
+    };
+    // hf: the attention line below names transformers' kernel (its --attention is unused).
+    let attention = if cfg.hf().is_some() { String::new() } else { format!(", {} attention", cfg.attention) };
+    out!(s, 
+        "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | {}{attention}",
+        e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, precision
+    );
+    if let Some(hf) = cfg.hf() {
+        let kernel = crate::analyse::estimate::hf::kernel(cfg, hf, e.precision, e.seq);
+        let ckpt = match (cfg.checkpoint, hf.reentrant) {
+            (crate::model::Checkpoint::None, _) => "off",
+            (_, true) => "every layer, reentrant",
+            (_, false) => "every layer, non-reentrant",
+        };
+        let cache = if hf.use_cache && cfg.checkpoint != crate::model::Checkpoint::None { " (off in training while checkpointing)" } else { "" };
+        out!(s, 
+            "transformers {} {} (d_h {}): attention {} (as on a CUDA GPU), use_cache {}{cache}, gradient checkpointing {ckpt}, a Trainer step (model.train(); the logits die before backward)",
+            crate::model::hf::TRANSFORMERS_VERSION,
+            hf.model_type.name(),
+            hf.head_dim,
+            crate::analyse::estimate::hf::kernel_name(hf, kernel),
+            hf.use_cache
+        );
+    }
+    out!(s, "(bytes are exact integers; MiB/GiB are 1024-based)\n");
+    out!(s, "symbols (4-byte elements; a 2-byte bf16/fp16 tensor of the same shape is written ½a = B·S·d·2, ½f, ½s):");
+    for (sym, f, b) in &e.symbols {
+        out!(s, "  {sym} = {f} = {b} B ({:.2} MiB)", mib(*b));
+    }
+    let pe = e.param_elem;
+    let pt = if pe == 2 { "bf16" } else { "fp32" };
+    out!(s, "\n(sizes below are tensor bytes, i.e. requested; `profile` reports allocated bytes, which add the caching allocator's block rounding: 512 B, and whole 2 MiB for a tensor over 1 MiB that gets a segment of its own)");
+    out!(s, "\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
+    out!(s, "2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    out!(s, "3. optimizer state ({}): {} = {} B = {:.3} GiB", e.optimizer.summary(), e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
+    out!(s, "   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
+    if e.autocast_cache_bytes > 0 {
+        out!(s, 
+            "4. autocast weight cache: every weight a matmul-class op reads, cast once per region and kept until backward: {} = {} B = {:.3} GiB",
+            e.autocast_cache_formula,
+            e.autocast_cache_bytes,
+            gib(e.autocast_cache_bytes)
+        );
+    } else {
+        out!(s, "4. autocast weight cache: {}", e.autocast_cache_formula);
+    }
+    out!(s, "\n5. activations kept for backward, per block ({} per block):", e.block_symbolic);
+    terms(&mut s, &e.block);
+    out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= one block", e.block_symbolic, e.block_bytes(), mib(e.block_bytes()));
+    if e.block_fp32_units != e.block_symbolic {
+        out!(s, "  {:<58} {:<34}", "  in 4-byte symbols", e.block_fp32_units);
+    }
+    out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.layers as u64 * e.block_bytes(), gib(e.layers as u64 * e.block_bytes()));
+    out!(s, "   outside the blocks:");
+    terms(&mut s, &e.outside);
+    out!(s, "   all activations when the forward returns: {} B = {:.3} GiB", e.activation_bytes(), gib(e.activation_bytes()));
+    out!(s, "\n6. logits and loss:");
+    row(&mut s, &format!("{} [{}]", e.logits.what, e.logits.op), &e.logits.formula, e.logits.bytes());
+    terms(&mut s, &e.loss);
+    let rt = if e.residual_elem == 2 { "bf16" } else { "fp32" };
+    out!(s, 
+        "\n7. one residual-stream tensor (B, S, d) in {rt}: B·S·d·{} = {} B = {:.2} MiB (CS336's memory-profiling question, part d)",
+        e.residual_elem,
+        e.residual_bytes,
+        mib(e.residual_bytes)
+    );
+    let cache = if e.autocast_cache_bytes > 0 { " + autocast cache" } else { "" };
+    out!(s, "\ntotals:");
+    out!(s, "  forward with autograd, when it returns = parameters + activations{cache} + logits = {:.3} GiB", gib(e.forward_bytes()));
+    out!(s, 
+        "  training step, at the loss (no gradients yet: zero_grad set them to None) = parameters + optimizer state + activations{cache} + logits + loss tensors = {:.3} GiB",
+        gib(e.training_loss_moment())
+    );
+    let logits = if e.logits_held_through_step() > 0 { "logits (still bound)" } else { "no logits (the Trainer dropped them)" };
+    out!(s, 
+        "  training step, in the optimizer = parameters + gradients + optimizer state + {logits} + {} = {:.3} GiB",
+        e.optimizer_temp_formula,
+        gib(e.training_optimizer_moment())
+    );
+    out!(s, "  training step peak ≥ the larger of the two = {:.3} GiB (backward, releasing activations as gradients appear, can exceed both)", gib(e.training_bytes()));
+    if let Some(sm) = sim {
+        out!(s, "\nclosed form beside a simulated meta run (GiB; gap = simulated − estimate, % of simulated):");
+        out!(s, "  {:<44} {:>12} {:>12} {:>12}", "", "estimate", "simulated", "gap");
+        beside(&mut s, "parameters", e.param_bytes, sm.parameter_bytes);
+        beside(&mut s, "gradients", e.grad_bytes, sm.gradient_bytes);
+        beside(&mut s, "optimizer state", e.optimizer_bytes, sm.optimizer_bytes);
+        beside(&mut s, "autocast weight cache", e.autocast_cache_bytes, sm.autocast_cache_bytes);
+        beside(&mut s, "activations when the forward returns", e.activation_bytes(), sm.activation_bytes);
+        beside(&mut s, "logits", e.logits.bytes(), sm.logits_bytes);
+        beside(&mut s, "live when the forward returns", e.forward_bytes(), sm.forward_live_bytes);
+        beside(&mut s, &format!("training step peak (simulated in {})", sm.training_peak_phase), e.training_bytes(), sm.training_peak_allocated);
+        out!(s, 
+            "  (the simulation counts requested bytes except the training peak, which is allocated blocks after the caching allocator's 512-byte rounding; \
+             the forward's live set also holds the input ids and buffers)"
+        );
+    }
+    s
+}
