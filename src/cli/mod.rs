@@ -39,7 +39,7 @@ pub enum Command {
     RunAll(crate::options::run_all::RunAllArgs),
     /// The workshop's launch_performance_study.sh: one Tiny LLaMA problem size into a timestamped
     /// performance_results_<size>_<time>/ folder (cpu when it fits a time budget, else meta).
-    Study(study::StudyArgs),
+    Study(crate::options::study::StudyArgs),
     /// Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set, largest allocations.
     Analyze(crate::options::snapshot::AnalyzeArgs),
     /// Write the offline HTML report of a snapshot, or of two side by side on one scale.

@@ -12,20 +12,12 @@ use anyhow::Result;
 
 /// The run's snapshot and report where `a` says (`--output`, else seed 001's names under
 /// `--out-dir`), when the options keep traces.
-pub(crate) fn save(p: &ProfileOptions, a: &ProfileArgs, r: &mut Run) -> Result<()> {
+fn save(p: &ProfileOptions, a: &ProfileArgs, r: &mut Run) -> Result<()> {
     if !p.keep_trace {
         return Ok(());
     }
     let path = a.output.clone().unwrap_or_else(|| p.snapshot_path(&a.out_dir, r));
-    save_to(p, &path, r)
-}
-
-/// The run's snapshot at `path` and its report beside it, when the options keep traces.
-pub(crate) fn save_to(p: &ProfileOptions, path: &std::path::Path, r: &mut Run) -> Result<()> {
-    if p.keep_trace {
-        r.save_files(p, path)?;
-    }
-    Ok(())
+    r.save_files(p, &path)
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {

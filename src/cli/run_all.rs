@@ -23,7 +23,9 @@ pub fn run(a: RunAllArgs) -> Result<()> {
     let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     let t0 = std::time::Instant::now();
     let all = run_all(plan, |j, run| {
-        super::profile::save_to(&j.options, &j.snapshot, run)?;
+        if j.options.keep_trace {
+            run.save_files(&j.options, &j.snapshot)?;
+        }
         println!(
             "{:<48} peak allocated {:>8} GiB | reserved {:>8.2} GiB{}",
             j.snapshot.file_name().unwrap().to_string_lossy(),

@@ -4,116 +4,17 @@
 //! `training_output.log` (the run's output, with the `Throughput:` and `Peak memory usage:`
 //! lines the seed's comparison loop greps) and `performance_summary.json`. Sizes this
 //! machine can train in a few minutes run on cpu; the rest run on meta (memory only), and
-//! the study says which and why.
+//! the study says which and why. The run is `vramscope train` in a child process, its output
+//! teed into the log as the shell script does.
 use super::usage;
 use crate::export::{mib, write_atomic, write_json};
 use crate::model::presets;
+use crate::options::study::StudyArgs;
+use crate::session::study::{parameter_lines, step_flops, timestamp, GUIDE_TABLE, SIZES};
 use anyhow::{Context, Result};
-use clap::Args;
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-const SIZES: [&str; 5] = ["tiny", "small", "medium", "large", "very_large"];
-
-/// The "Params" column of the workshop guide's table of problem sizes (§6.2), as printed.
-const GUIDE_TABLE: [(&str, &str); 5] = [("tiny", "~2.9M"), ("small", "~20.9M"), ("medium", "~167M"), ("large", "~1.3B"), ("very_large", "~10.7B")];
-
-/// 2617600 → "2,617,600".
-pub(crate) fn grouped(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// The parameter lines of the banner: the count PyTorch reports, the count with the tied
-/// head counted twice (the guide's way of counting), and the guide's table entry, each
-/// saying why it differs.
-fn parameter_lines(size: &str, m: &crate::model::ModelConfig) -> String {
-    let (n, twice) = (m.param_count(), m.param_count_head_twice());
-    let mut s = format!(
-        "  Parameters:          {} ({:.1}M): sum(p.numel() for p in model.parameters()){}\n",
-        grouped(n),
-        n as f64 / 1e6,
-        if m.tied_embeddings { "; the LM head is the embedding's weight (tied), counted once" } else { "" }
-    );
-    if twice != n {
-        s += &format!(
-            "  Head counted twice:  {} ({:.1}M): the workshop guide's hand count adds the LM head [{} × {}] = {} again, as if untied\n",
-            grouped(twice),
-            twice as f64 / 1e6,
-            m.d_model,
-            m.vocab_size,
-            grouped(twice - n)
-        );
-    }
-    let table = GUIDE_TABLE.iter().find(|(k, _)| *k == size).map_or("?", |(_, v)| v);
-    let why = if size == "tiny" {
-        format!("its walkthrough model's count (intermediate 512, head counted twice: 2,873,600); this size's intermediate is {}", m.d_ff)
-    } else {
-        "an estimate that no count of this configuration, tied or untied, reproduces".to_string()
-    };
-    s += &format!("  Guide's table:       {table}: {why}\n");
-    s
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct StudyArgs {
-    /// Problem size: tiny, small, medium, large or very_large
-    pub size: String,
-    /// Also write a chrome trace with memory events and count FLOPs (the script's profilers)
-    #[arg(long)]
-    pub enable_profilers: bool,
-    /// auto (cpu when the run fits a cpu time budget, else meta), cpu, or meta
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// Longest estimated cpu run that `auto` accepts, in minutes
-    #[arg(long, default_value_t = 5.0)]
-    pub cpu_budget_minutes: f64,
-    /// Override the size's step count
-    #[arg(long)]
-    pub num_steps: Option<usize>,
-    /// Where the timestamped folder goes
-    #[arg(long, default_value = ".")]
-    pub out_dir: PathBuf,
-    /// CPU threads for the cpu device (default: all cores)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[command(flatten)]
-    pub optim: crate::options::optim::OptimFlags,
-}
-
-/// Training FLOPs of one step: 6 per parameter per token for the matmuls, plus the
-/// attention products (forward 4·B·S²·d per layer, backward twice that).
-fn step_flops(p: &presets::Preset) -> f64 {
-    let m = &p.model;
-    let tokens = (p.batch_size * p.seq_len) as f64;
-    let attn = 12.0 * (m.num_layers * p.batch_size * p.seq_len * p.seq_len * m.d_model) as f64;
-    6.0 * m.param_count() as f64 * tokens + attn
-}
-
-fn timestamp() -> String {
-    // UTC from the system clock, formatted without a date crate (civil-from-days).
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}_{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
 
 pub fn run(a: StudyArgs) -> Result<()> {
     let size = a.size.to_ascii_lowercase();
@@ -132,7 +33,7 @@ pub fn run(a: StudyArgs) -> Result<()> {
     a.optim.resolve(crate::model::Flavour::Tinyllama, true)?;
     // cuda and the like get parse_device's explanation; anything else names the choices.
     if !["auto", "cpu", "meta"].contains(&a.device.as_str()) {
-        super::parse_device(&a.device)?;
+        crate::options::parse_device(&a.device)?;
         return Err(usage("--device", format!("'{}' (expected auto, cpu or meta)", a.device)));
     }
     // Checked before calibration and the training run; config.json and the log appear together.

@@ -4,14 +4,12 @@
 //! and a chrome trace).
 use super::set_threads;
 use crate::analyse::flops;
-use crate::analyse::operators;
 use crate::engine::{runtime, Device};
-use crate::export::chrome_trace;
 use crate::export::text::compute;
 use crate::export::write_json;
 use crate::options::train::{plan, TrainArgs};
 use crate::session::text::train as text;
-use crate::session::train::execute;
+use crate::session::train::{chrome_trace, execute};
 use anyhow::Result;
 use serde_json::json;
 use std::path::PathBuf;
@@ -46,37 +44,21 @@ pub fn run(a: TrainArgs) -> Result<()> {
             println!("  {op:<28} {n:6} calls {:9.2} ms", s * 1e3);
         }
     }
-    let cpu = p.device == Device::Cpu;
     print!("{}", text::results(&p, &out));
 
     let mut flops_json = None;
     if let (Some(log), Some(w)) = (&out.compute, p.compute) {
-        let window_steps = &out.steps[w.first..w.first + w.count];
         if a.flops {
-            let report = flops::report(&log.ops, w.count, &out.param_sizes);
-            let achieved = cpu.then(|| flops::Achieved {
-                step_s: window_steps.iter().map(|s| s.seconds).sum::<f64>() / w.count as f64,
-                peaks: crate::engine::calibrate::cpu_peaks(),
-            });
-            let roof = p.gpu.as_ref().map(|g| flops::roofline(&log.ops, w.count, g));
+            let (report, achieved, roof) = out.flops(&p, log, w);
             print!("{}", compute::flops(&report, a.flops_depth, achieved.as_ref(), roof.as_ref()));
             flops_json = Some(flops::to_json(&report, achieved.as_ref(), roof.as_ref()));
         }
         let profile_dir = a.profile_dir.clone().unwrap_or_else(|| PathBuf::from("./profiles"));
-        if let Some((sort, note)) = &p.operators {
+        if let Some((_, note)) = &p.operators {
             if let Some(n) = note {
                 println!("note: {n}");
             }
-            let rows = operators::rows(&log.ops, *sort);
-            let text = format!(
-                "Operator-level summary (sort_by={}) over steps {}..{}, {} on {}\n{}",
-                sort.name(),
-                w.first + 1,
-                w.first + w.count,
-                p.preset,
-                p.device,
-                operators::table(&rows, 50, cpu)
-            );
+            let text = out.operator_table(&p, log, w);
             println!("{}\n{text}{}", "=".repeat(78), "=".repeat(78));
             let path = profile_dir.join("operator_table.txt");
             crate::export::write_atomic(&path, text.as_bytes())?;
@@ -84,9 +66,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
         if a.enable_pytorch_profiler {
             let worker = format!("{}_{}", hostname(), std::process::id());
-            let meta = chrome_trace::TraceMeta { worker: &worker, pid: std::process::id() as u64, gpu: p.gpu.as_ref() };
-            let trace = chrome_trace::build(log, &meta);
-            let path = profile_dir.join(chrome_trace::file_name(&worker, log.base_unix_us));
+            let (name, trace) = chrome_trace(&p, log, &worker);
+            let path = profile_dir.join(name);
             write_json(&path, &trace)?;
             println!(
                 "wrote chrome trace {} ({} ops, {} module spans, {} memory events over steps {}..{}); open in https://ui.perfetto.dev, chrome://tracing or TensorBoard",

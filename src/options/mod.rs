@@ -19,6 +19,7 @@ pub mod precision;
 pub mod profile;
 pub mod run_all;
 pub mod snapshot;
+pub mod study;
 pub mod sweep;
 pub mod train;
 

@@ -10,6 +10,7 @@ pub mod names;
 pub mod profile;
 pub mod run_all;
 pub mod snapshot;
+pub mod study;
 pub mod summary;
 pub mod sweep;
 pub mod text;

@@ -1,6 +1,8 @@
 //! The train job: the workshop's training loop (`tiny_llama_v1.py`) on synthetic tokens, with
 //! step times, memory and, over a window of steps, kernel records for FLOPs and the trace.
-use crate::analyse::operators::SortKey;
+use crate::analyse::flops;
+use crate::analyse::operators::{self, SortKey};
+use crate::export::chrome_trace;
 use crate::engine::{runtime, Device, Tensor};
 use crate::model::Model;
 use crate::record::allocator::{AllocatorConfig, CachingAllocator};
@@ -214,4 +216,41 @@ impl TrainOutcome {
             },
         })
     }
+}
+
+impl TrainOutcome {
+    /// `--flops`: the FLOP report of the recorded window, MFU against this machine's
+    /// calibrated peaks on cpu, and the roofline on the plan's GPU preset.
+    pub fn flops(&self, p: &TrainPlan, log: &ComputeLog, w: ComputeWindow) -> (flops::FlopReport, Option<flops::Achieved>, Option<flops::Roofline>) {
+        let window_steps = &self.steps[w.first..w.first + w.count];
+        let report = flops::report(&log.ops, w.count, &self.param_sizes);
+        let achieved = (p.device == Device::Cpu).then(|| flops::Achieved {
+            step_s: window_steps.iter().map(|s| s.seconds).sum::<f64>() / w.count as f64,
+            peaks: crate::engine::calibrate::cpu_peaks(),
+        });
+        let roof = p.gpu.as_ref().map(|g| flops::roofline(&log.ops, w.count, g));
+        (report, achieved, roof)
+    }
+
+    /// `--profile-operators`: the workshop's operator table over the recorded window.
+    pub fn operator_table(&self, p: &TrainPlan, log: &ComputeLog, w: ComputeWindow) -> String {
+        let sort = p.operators.as_ref().map_or(SortKey::CpuTimeTotal, |o| o.0);
+        let rows = operators::rows(&log.ops, sort);
+        format!(
+            "Operator-level summary (sort_by={}) over steps {}..{}, {} on {}\n{}",
+            sort.name(),
+            w.first + 1,
+            w.first + w.count,
+            p.preset,
+            p.device,
+            operators::table(&rows, 50, p.device == Device::Cpu)
+        )
+    }
+}
+
+/// `--enable-pytorch-profiler`: the window's chrome trace and its file name, as
+/// `tensorboard_trace_handler` names it for `worker`.
+pub fn chrome_trace(p: &TrainPlan, log: &ComputeLog, worker: &str) -> (String, serde_json::Value) {
+    let meta = chrome_trace::TraceMeta { worker, pid: std::process::id() as u64, gpu: p.gpu.as_ref() };
+    (chrome_trace::file_name(worker, log.base_unix_us), chrome_trace::build(log, &meta))
 }
