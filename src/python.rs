@@ -1,9 +1,11 @@
 //! The Python package's native module, `vramscope._vramscope` (feature `python`, built by
-//! maturin): the command line's flags in, the library's results out. Keyword arguments become
-//! the same flags (`python/vramscope/__init__.py`), so defaults, checks and error messages are
-//! the command line's; a flag's error is a ValueError, anything else a RuntimeError.
-use crate::cli::profile::{self as cli_profile, ProfileArgs};
-use crate::cli::UsageError;
+//! maturin): keyword arguments arrive as the jobs' flags (`python/vramscope/__init__.py`
+//! turns them into words), are resolved by `options/` and run by `session/` — the command
+//! line's own library calls, so defaults, checks and messages are the same. Results come back
+//! as objects or JSON; files are written only where the caller asks. A flag's error is a
+//! ValueError, anything else a RuntimeError.
+use crate::error::UsageError;
+use crate::options::{self, parse_words};
 use crate::session::{self, ProfileOptions, Run};
 use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -15,6 +17,14 @@ fn py_err(e: anyhow::Error) -> PyErr {
     } else {
         PyRuntimeError::new_err(format!("{e:#}"))
     }
+}
+
+fn parse<T: clap::Args>(command: &'static str, words: &[String]) -> PyResult<T> {
+    parse_words(command, words).map_err(PyValueError::new_err)
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    v.to_string()
 }
 
 /// `vramscope ARGS…` in this process (the `vramscope` console script); the exit code.
@@ -31,17 +41,6 @@ fn main(argv: Vec<String>) -> i32 {
     }
 }
 
-/// A subcommand run for its files (`--json`, `--out-dir`); its error raised.
-#[pyfunction]
-fn run_command(argv: Vec<String>) -> PyResult<()> {
-    use clap::Parser;
-    let cli = crate::cli::Cli::try_parse_from(argv).map_err(|e| PyValueError::new_err(e.to_string().trim_start_matches("error: ").trim_end().to_string()))?;
-    let res = crate::cli::dispatch(cli);
-    // Python restores its stdout next: what Rust buffered goes where the command wrote.
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    res.map_err(py_err)
-}
-
 /// A profile's runs, their traces kept for the snapshot and the report.
 #[pyclass(unsendable, module = "vramscope._vramscope")]
 struct Profile {
@@ -49,6 +48,7 @@ struct Profile {
     runs: Vec<Run>,
     summary: String,
     notes: Vec<String>,
+    depth: usize,
 }
 
 impl Profile {
@@ -71,6 +71,11 @@ impl Profile {
     fn notes(&self) -> Vec<String> {
         self.notes.clone()
     }
+    /// What the command line prints for run `i`.
+    fn text(&self, i: usize) -> PyResult<String> {
+        let run = self.runs.get(i).ok_or_else(|| self.out_of_range(i))?;
+        Ok(session::text::profile::run(&self.options, run, self.depth))
+    }
     fn save_snapshot(&mut self, i: usize, path: PathBuf) -> PyResult<()> {
         self.run_mut(i)?.save_snapshot(&path).map_err(py_err)
     }
@@ -87,33 +92,132 @@ impl Profile {
     }
 }
 
-/// `vramscope profile FLAGS…` without printing or writing files.
+/// Process set-up every job needs: the thread pool, and quiet out-of-memory unwinds.
+fn begin(threads: Option<usize>) -> PyResult<()> {
+    session::set_threads(threads).map_err(py_err)?;
+    session::quiet_oom_panics();
+    Ok(())
+}
+
+/// `profile` with these flags: the runs kept in memory, nothing printed or written.
 #[pyfunction]
 fn profile(words: Vec<String>) -> PyResult<Profile> {
-    let a: ProfileArgs = ProfileArgs::parse_words(&words).map_err(PyValueError::new_err)?;
+    let a: options::profile::ProfileArgs = parse("profile", &words)?;
     if a.compare {
         return Err(PyValueError::new_err("invalid compare: use vramscope.compare(...)"));
     }
-    let mut p = cli_profile::plan(&a).map_err(py_err)?;
+    let mut p = options::profile::options(&a).map_err(py_err)?;
     let mut notes: Vec<String> = p.note.iter().cloned().collect();
-    if let Some(n) = cli_profile::meta_if_host_too_small(&p, &a.profile_type).map_err(py_err)? {
+    if let Some(n) = p.host_fallback(&a.profile_type).map_err(py_err)? {
         notes.push(n);
         p.device = crate::engine::Device::Meta;
     }
-    crate::cli::set_threads(a.threads).map_err(py_err)?;
-    crate::cli::quiet_oom_panics();
+    begin(a.threads)?;
     let ranks = p.ranks(a.parallel.rank.is_some()).map_err(py_err)?;
     let runs = session::profile::profile_all(&mut p, &a.profile_type, &ranks, |_, _| Ok(())).map_err(py_err)?;
     let summary = session::summary::profile(&p, &a.profile_type, &ranks, &runs, None).to_string();
-    Ok(Profile { options: p, runs, summary, notes })
+    Ok(Profile { options: p, runs, summary, notes, depth: a.flops_depth })
+}
+
+/// `profile --compare` with these flags: compare.json's object plus `markdown` (the tables)
+/// and `notes`, as JSON text. With `out_dir`, each variant's snapshot and report go there.
+#[pyfunction]
+#[pyo3(signature = (words, out_dir=None))]
+fn compare(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
+    let a: options::profile::ProfileArgs = parse("profile", &words)?;
+    let (mut vs, note) = options::compare::variants_of(&a).map_err(py_err)?;
+    for v in &mut vs {
+        v.options.keep_trace = out_dir.is_some();
+    }
+    begin(a.threads)?;
+    let c = session::compare::compare(&vs, &a.profile_type, a.parallel.world_size.is_some(), |v, r| match &out_dir {
+        Some(dir) => {
+            let p = &v.options;
+            r.save_files(p, &dir.join(format!("{}_ctx{}_{}_{}_snapshot.pickle", p.model_name, r.context, r.kind.name(), session::compare::slug(&v.name))))
+        }
+        None => Ok(()),
+    })
+    .map_err(py_err)?;
+    let mut v = c.json(None);
+    v["markdown"] = c.markdown.into();
+    v["notes"] = serde_json::json!(note.into_iter().collect::<Vec<_>>());
+    Ok(json_text(&v))
+}
+
+/// `sweep` with these flags: sweep.json's object, as JSON text. With `out_dir`, the sweep's
+/// files (and, with `snapshots`, each point's) are written there as the command line does.
+#[pyfunction]
+#[pyo3(signature = (words, out_dir=None))]
+fn sweep(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
+    let mut words = words;
+    if let Some(d) = &out_dir {
+        words.extend(["--out-dir".to_string(), d.display().to_string()]);
+    }
+    let a: options::sweep::SweepArgs = parse("sweep", &words)?;
+    let (axes, mut planned) = options::sweep::plan(&a).map_err(py_err)?;
+    if out_dir.is_none() {
+        planned.iter_mut().for_each(|p| p.options.keep_trace = false);
+    }
+    begin(a.threads)?;
+    let res = session::sweep::sweep(axes, &planned, |p, r| if p.options.keep_trace { r.save_files(&p.options, &p.options.snapshot_path(&p.dir, r)) } else { Ok(()) })
+        .map_err(py_err)?;
+    let v = res.json(&a.device, None);
+    if let Some(dir) = &out_dir {
+        crate::export::write_json(&dir.join("sweep.json"), &v).map_err(py_err)?;
+        for (name, bytes) in res.files(&a.device) {
+            crate::export::write_atomic(&dir.join(name), &bytes).map_err(py_err)?;
+        }
+    }
+    Ok(json_text(&v))
+}
+
+/// `fit` with these flags: fit's JSON object, as text (`--find world-size` included).
+#[pyfunction]
+fn fit(words: Vec<String>) -> PyResult<String> {
+    let a: options::fit::FitArgs = parse("fit", &words)?;
+    let v = if a.find == session::fit::Find::WorldSize {
+        let plan = options::fit::world_plan(&a, |_| {}).map_err(py_err)?;
+        begin(None)?;
+        let answers = plan.search(|layout, n| options::fit::world_probe(&a, &plan, layout, n)).map_err(py_err)?;
+        plan.json(&answers)
+    } else {
+        let plan = options::fit::plan(&a, |_| {}).map_err(py_err)?;
+        begin(None)?;
+        let found = plan.search(|n| options::fit::probe(&a, &plan, n)).map_err(py_err)?;
+        plan.json(&found)
+    };
+    Ok(json_text(&v))
+}
+
+/// `estimate` with these flags: its JSON object (the closed form and the simulated run).
+#[pyfunction]
+fn estimate(words: Vec<String>) -> PyResult<String> {
+    let a: options::estimate::EstimateArgs = parse("estimate", &words)?;
+    let plan = options::estimate::plan(&a, |_| {}).map_err(py_err)?;
+    begin(None)?;
+    let r = plan.run().map_err(py_err)?;
+    Ok(json_text(&plan.json(&r)))
+}
+
+/// `analyze FILE` with these flags: the report's JSON, within the budgets.
+#[pyfunction]
+fn analyze(words: Vec<String>) -> PyResult<String> {
+    let a: options::snapshot::AnalyzeArgs = parse("analyze", &words)?;
+    let budget = a.budget.budget();
+    let r = session::snapshot::analyze(&a.file, a.device, a.detail, a.top, &budget).map_err(py_err)?;
+    session::snapshot::report_json(&r, &a.file, &budget).map_err(py_err)
 }
 
 #[pymodule]
 fn _vramscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
-    m.add_function(wrap_pyfunction!(run_command, m)?)?;
     m.add_function(wrap_pyfunction!(profile, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(fit, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_class::<Profile>()?;
     Ok(())
 }

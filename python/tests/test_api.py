@@ -114,15 +114,55 @@ def test_out_of_memory_is_reported_not_raised():
     assert r.runs[0].peak_allocated_bytes <= 24 * 1024**3
 
 
-def test_compare_sweep_fit_estimate():
-    c = vramscope.compare(model="2.7B", device="meta", context_length=128, precision="bf16")
-    assert len(c.rows) >= 2
-    s = vramscope.sweep(model="2.7B", device="meta", context_length=128, batch_size=[1, 2])
-    assert len(s.rows) == 2
-    f = vramscope.fit(model="2.7B", gpu="H100-80GB", find="batch", context_length=128)
-    assert f.data
-    e = vramscope.estimate(model="2.7B", context_length=128)
+def cli(tmp_path, *words):
+    r = subprocess.run([CLI, *words], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_compare_matches_the_cli(tmp_path):
+    c = vramscope.compare(model="small", device="meta", context_length=128, precision="bf16")
+    cli(tmp_path, "profile", "--compare", "--model", "small", "--device", "meta", "--context-length", "128", "--precision", "bf16", "--out-dir", "c")
+    ours = json.loads((tmp_path / "c" / "compare.json").read_text())
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("snapshot", "step_seconds")} for r in rows]
+    assert strip(c.rows) == strip(ours["runs"]) and [r["variant"] for r in c.rows] == ["baseline", "bf16 precision"]
+    assert c["markdown"].strip() == (tmp_path / "c" / "compare.md").read_text().strip()
+    assert all("snapshot" not in r for r in c.rows)
+
+
+def test_sweep_matches_the_cli_and_writes_where_asked(tmp_path):
+    s = vramscope.sweep(model="small", device="meta", context_length=128, batch_size=[1, 2], out_dir=tmp_path / "py")
+    cli(tmp_path, "sweep", "--model", "small", "--context-length", "128", "--batch-size", "1,2", "--out-dir", "c")
+    ours = json.loads((tmp_path / "c" / "sweep.json").read_text())
+    assert [r["peak_allocated_bytes"] for r in s.rows] == [r["peak_allocated_bytes"] for r in ours["points"]]
+    assert s["fits"] == ours["fits"] and len(s.rows) == 2
+    assert (tmp_path / "py" / "sweep.csv").read_text() == (tmp_path / "c" / "sweep.csv").read_text()
+
+
+def test_fit_and_estimate_match_the_cli(tmp_path):
+    f = vramscope.fit(model="small", gpu="RTX4090-24GB", find="batch", context_length=512)
+    assert f.data == json.loads(cli(tmp_path, "fit", "--model", "small", "--gpu", "RTX4090-24GB", "--context-length", "512", "--json"))
+    w = vramscope.fit(model="2.7B", gpu="RTX4090-24GB", find="world-size", context_length=128)
+    assert w.data == json.loads(cli(tmp_path, "fit", "--model", "2.7B", "--gpu", "RTX4090-24GB", "--find", "world-size", "--context-length", "128", "--json"))
+    e = vramscope.estimate(model="small", context_length=128)
+    assert e.data == json.loads(cli(tmp_path, "estimate", "--model", "small", "--context-length", "128", "--json"))
     assert e["estimate"] and e["simulated"]
+
+
+def test_analyze_matches_the_cli(tmp_path):
+    path = vramscope.profile(model="walkthrough", device="meta").save_snapshot(tmp_path / "s.pickle")
+    a = vramscope.analyze(path, top=3)
+    assert a.data == json.loads(cli(tmp_path, "analyze", str(path), "--json", "--top", "3"))
+    with pytest.raises(ValueError, match="--detail"):
+        vramscope.analyze(path, detail=0)
+
+
+def test_profile_text_is_the_cli_printout(tmp_path):
+    r = vramscope.profile(model="walkthrough", device="meta", context_length=64)
+    out = cli(tmp_path, "profile", "--model", "walkthrough", "--device", "meta", "--context-length", "64", "--out-dir", "p")
+    # The CLI's printout adds the files it wrote; the rest is the same text.
+    keep = lambda t: "\n".join(l for l in t.splitlines() if not l.startswith(("snapshot:", "report:", "wrote "))).strip()
+    assert keep(r.text()) == keep(out) and "peak allocated" in keep(out)
 
 
 def test_the_console_script():

@@ -17,9 +17,8 @@ import contextlib
 import html
 import json
 import os
-import sys
 import tempfile
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import _vramscope
 
@@ -68,20 +67,6 @@ def _config_words(config: Optional[ConfigLike]) -> Iterator[List[str]]:
         with open(path, "w") as f:
             json.dump(content, f, default=str)
         yield ["--config", path]
-
-
-@contextlib.contextmanager
-def _quiet_stdout() -> Iterator[Any]:
-    """The subcommand's printed tables go to a temporary file (fd 1, where Rust writes)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 1)
-        try:
-            yield f
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
 
 
 def _frame(rows: List[Dict[str, Any]]) -> Any:
@@ -227,6 +212,12 @@ class ProfileResult:
         self._native.save_report(run, path)
         return path
 
+    def text(self, run: Optional[int] = None) -> str:
+        """What ``vramscope profile`` prints for run ``run`` (every run when None): peaks,
+        phases, what is live at the peak, the largest allocations."""
+        runs = range(len(self.runs)) if run is None else [run]
+        return "".join(self._native.text(i) for i in runs)
+
     def report_html(self, run: int = 0) -> str:
         """Run ``run``'s offline HTML report as text."""
         return self._native.report_html(run, f"{self.summary['preset']} context {self.runs[run].context_length} {self.runs[run].profile_type}")
@@ -278,14 +269,6 @@ class JobResult:
         return f"<JobResult {len(self.rows)} rows: {', '.join(sorted(self.data)) if isinstance(self.data, dict) else ''}>"
 
 
-def _run(argv: Sequence[str]) -> str:
-    """Run a subcommand with its printout captured; returns the printout."""
-    with _quiet_stdout() as out:
-        _vramscope.run_command(["vramscope", *argv])
-        out.seek(0)
-        return out.read().decode("utf-8", "replace")
-
-
 def _model_words(model: Optional[str]) -> List[str]:
     return ["--model", model] if model else []
 
@@ -300,45 +283,37 @@ def profile(model: Optional[str] = None, *, config: Optional[ConfigLike] = None,
         return ProfileResult(_vramscope.profile(_model_words(model) + cw + _words(flags)))
 
 
-@contextlib.contextmanager
-def _out_dir(flags: Dict[str, Any], prefix: str) -> Iterator[Tuple[str, bool]]:
-    """The subcommand's --out-dir: the caller's (its files stay), else a temporary folder
-    (removed, and the file names dropped from the result)."""
-    keep = flags.pop("out_dir", None)
-    if keep is not None:
-        yield os.fspath(keep), True
-        return
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        yield tmp, False
-
-
 def _without_files(rows: List[Dict[str, Any]]) -> None:
     for row in rows:
         row.pop("snapshot", None)
         row.pop("report", None)
 
 
+def _out(flags: Dict[str, Any]) -> Optional[str]:
+    out = flags.pop("out_dir", None)
+    return None if out is None else os.fspath(out)
+
+
 def compare(model: Optional[str] = None, *, config: Optional[ConfigLike] = None, **flags: Any) -> JobResult:
     """``vramscope profile --compare``: the baseline and each memory option (or each layout with
-    ``world_size=``) side by side; the rows of compare.json (``out_dir=`` keeps the snapshots)."""
-    with _out_dir(flags, "vramscope-compare-") as (out, kept), _config_words(config) as cw:
-        _run(["profile", "--compare", *_model_words(model), *cw, *_words(flags), "--out-dir", out])
-        with open(os.path.join(out, "compare.json")) as f:
-            data = json.load(f)
-    if not kept:
+    ``world_size=``) side by side; compare.json's rows, its tables as ``data["markdown"]``
+    (``out_dir=`` writes each variant's snapshot and report there)."""
+    out = _out(flags)
+    with _config_words(config) as cw:
+        data = json.loads(_vramscope.compare(_model_words(model) + cw + _words(flags), out))
+    if out is None:
         _without_files(data.get("runs") or [])
     return JobResult(data, "runs")
 
 
 def sweep(model: Optional[str] = None, *, config: Optional[ConfigLike] = None, **flags: Any) -> JobResult:
     """``vramscope sweep``: profiles over the grid of comma lists given as flags
-    (``batch_size=[1, 2, 4]``); sweep.json with its points and scaling fits (``out_dir=`` keeps
-    its CSV, Markdown, plots and snapshots)."""
-    with _out_dir(flags, "vramscope-sweep-") as (out, kept), _config_words(config) as cw:
-        _run(["sweep", *_model_words(model), *cw, *_words(flags), "--out-dir", out])
-        with open(os.path.join(out, "sweep.json")) as f:
-            data = json.load(f)
-    if not kept:
+    (``batch_size=[1, 2, 4]``); sweep.json with its points and scaling fits (``out_dir=`` writes
+    its JSON, CSV, Markdown and plots there, and with ``snapshots=True`` each point's files)."""
+    out = _out(flags)
+    with _config_words(config) as cw:
+        data = json.loads(_vramscope.sweep(_model_words(model) + cw + _words(flags), out))
+    if out is None:
         _without_files(data.get("points") or [])
     return JobResult(data, "points")
 
@@ -346,24 +321,17 @@ def sweep(model: Optional[str] = None, *, config: Optional[ConfigLike] = None, *
 def fit(model: Optional[str] = None, *, config: Optional[ConfigLike] = None, **flags: Any) -> JobResult:
     """``vramscope fit``: the largest batch size or context (``find=``), or the fewest GPUs
     (``find="world-size"``), that fits ``gpu=``; fit's JSON."""
-    with tempfile.TemporaryDirectory(prefix="vramscope-fit-") as out, _config_words(config) as cw:
-        path = os.path.join(out, "fit.json")
-        _run(["fit", *_model_words(model), *cw, *_words(flags), "--json", path])
-        with open(path) as f:
-            return JobResult(json.load(f), None)
+    with _config_words(config) as cw:
+        return JobResult(json.loads(_vramscope.fit(_model_words(model) + cw + _words(flags))), None)
 
 
 def estimate(model: Optional[str] = None, *, config: Optional[ConfigLike] = None, **flags: Any) -> JobResult:
     """``vramscope estimate``: the closed-form memory with its terms, beside a meta run."""
-    with tempfile.TemporaryDirectory(prefix="vramscope-estimate-") as out, _config_words(config) as cw:
-        path = os.path.join(out, "estimate.json")
-        _run(["estimate", *_model_words(model), *cw, *_words(flags), "--json", path])
-        with open(path) as f:
-            return JobResult(json.load(f), None)
+    with _config_words(config) as cw:
+        return JobResult(json.loads(_vramscope.estimate(_model_words(model) + cw + _words(flags))), None)
 
 
 def analyze(path: Union[str, "os.PathLike[str]"], **flags: Any) -> JobResult:
-    """``vramscope analyze --json``: a snapshot pickle's peak, live set and largest allocations
+    """``vramscope analyze``: a snapshot pickle's peak, live set and largest allocations
     (PyTorch's own ``torch.cuda.memory._dump_snapshot`` files included)."""
-    text = _run(["analyze", os.fspath(path), "--json", *_words(flags)])
-    return JobResult(json.loads(text), None)
+    return JobResult(json.loads(_vramscope.analyze([os.fspath(path), *_words(flags)])), None)

@@ -51,3 +51,18 @@ pub fn parse_list(flag: &'static str, s: &str) -> anyhow::Result<Vec<usize>> {
         _ => Err(usage(flag, format!("'{s}' (expected positive whole numbers separated by commas)"))),
     }
 }
+
+/// Parse a job's flags given as words (without the subcommand's name), as the Python package
+/// and the jobs that run profiles do: the error is clap's first line, without `error: `.
+pub fn parse_words<T: clap::Args>(command: &'static str, words: &[String]) -> Result<T, String> {
+    use clap::{FromArgMatches, Parser};
+    #[derive(Parser)]
+    struct W<T: clap::Args> {
+        #[command(flatten)]
+        a: T,
+    }
+    let first = |e: clap::Error| e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+    let cmd = <W<T> as clap::CommandFactory>::command().name(command);
+    let m = cmd.try_get_matches_from(std::iter::once(command).chain(words.iter().map(String::as_str))).map_err(first)?;
+    W::<T>::from_arg_matches(&m).map(|w| w.a).map_err(first)
+}

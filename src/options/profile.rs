@@ -99,16 +99,7 @@ impl ProfileArgs {
     /// Parse profile flags given as words (without the subcommand name), for subcommands
     /// that run profiles: the error is clap's first line, without its `error: ` prefix.
     pub fn parse_words(words: &[String]) -> std::result::Result<ProfileArgs, String> {
-        use clap::Parser;
-        #[derive(Parser)]
-        #[command(name = "profile")]
-        struct W {
-            #[command(flatten)]
-            a: ProfileArgs,
-        }
-        W::try_parse_from(std::iter::once("profile").chain(words.iter().map(String::as_str))).map(|w| w.a).map_err(|e| {
-            e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
-        })
+        super::parse_words("profile", words)
     }
 }
 
