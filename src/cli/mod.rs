@@ -1,5 +1,6 @@
-//! Command-line front end: one file per subcommand; flags named as the seeds name them.
-//! The CLI only parses, validates and wires stages together.
+//! Command-line front end: one file per subcommand. Each parses its flags (defined, with their
+//! checks, in `options/`), calls the job in `session/`, prints its text and writes its files
+//! as one output set; no subcommand file imports another's.
 pub mod analyze;
 pub mod compare;
 pub mod estimate;

@@ -1,5 +1,7 @@
-//! The library's jobs, from plain options to results: a profiling session builds the model,
-//! runs it under the allocator's model and returns what it recorded; writing files and
+//! The library's jobs, from plain options (resolved from flags by `options/`) to results: a
+//! profiling session builds the model, runs it under the allocator's model and returns what it
+//! recorded; compare, sweep, fit, run-all, estimate, analyze and train build on it. Each
+//! result gives its JSON and (in `text/`) what the command line prints; writing files and
 //! printing are the caller's steps (the command line in `cli/`, the Python package).
 pub mod compare;
 pub mod estimate;
@@ -14,8 +16,8 @@ pub mod study;
 pub mod summary;
 pub mod sweep;
 pub mod text;
-pub mod train;
 pub mod progress;
+pub mod train;
 
 pub use profile::{profile_one, ProfileOptions, ProfileType, Run};
 
