@@ -131,6 +131,18 @@ fn common(a: &FitArgs) -> Result<()> {
     Ok(())
 }
 
+/// The model (its note heard by `note` at once) and the batch and context held fixed: the
+/// flags', else the preset's.
+fn shape(a: &FitArgs, note: impl FnOnce(&str)) -> Result<(super::model::Resolved, usize, usize)> {
+    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    if let Some(n) = &r.note {
+        note(n);
+    }
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
+    Ok((r, batch, ctx))
+}
+
 /// `--find batch|context`: the search's plan, the configuration validated once at its start
 /// (bad flags are usage errors, exit 2); `note` hears the model's note as soon as it is known.
 pub fn plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<FitPlan> {
@@ -141,12 +153,7 @@ pub fn plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<FitPlan> {
     if a.parallel.world_size.is_some() && a.parallel.parallel.is_none() {
         return Err(usage("--world-size", "sets up a data-parallel job: give --parallel too (or --find world-size to search for it)"));
     }
-    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    if let Some(n) = &r.note {
-        note(n);
-    }
-    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
-    let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
+    let (r, batch, ctx) = shape(a, note)?;
     if batch == 0 {
         return Err(usage("--batch-size", "must be at least 1"));
     }
@@ -194,12 +201,7 @@ pub fn world_plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<WorldPlan> {
     if cap == 0 {
         return Err(usage("--max", "must be at least 1"));
     }
-    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    if let Some(n) = &r.note {
-        note(n);
-    }
-    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
-    let ctx = a.context_length.unwrap_or(r.preset.seq_len.min(r.config.max_seq_len));
+    let (_, batch, ctx) = shape(a, note)?;
     let layouts: Vec<Layout> = match &a.parallel.parallel {
         Some(name) => vec![Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected ddp, zero1, zero2, fsdp or hsdp)")))?],
         None => vec![Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp],
