@@ -2,11 +2,9 @@
 //! `results/memory_profiling/` with the snapshots named as the seed lists them and the four
 //! text answers (parts b to e), the snapshots read back within `--max-*` budgets.
 use super::set_threads;
-use crate::analyse::snapshot::{analyse_within, SnapshotReport};
 use crate::export::{gib, staged_path, write_atomic};
-use crate::session::snapshot::load;
 use crate::options::run_all::{plan, RunAllArgs};
-use crate::session::run_all::{peak_cell, run_all};
+use crate::session::run_all::{peak_cell, read_back, run_all};
 use anyhow::Result;
 use std::path::Path;
 
@@ -36,11 +34,8 @@ pub fn run(a: RunAllArgs) -> Result<()> {
         Ok(())
     })?;
     let budget = a.budget.budget();
-    // The snapshots just written, read back as a user's would be.
-    let report = |path: &Path, detail: f64| -> Result<SnapshotReport> {
-        let snap = load(&staged_path(path), &budget)?;
-        analyse_within(&snap, None, detail, usize::MAX, &budget).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-    };
+    // The snapshots just written (still staged in the output set), read back as a user's would be.
+    let report = |path: &Path, detail: f64| read_back(&staged_path(path), path, detail, &budget);
     let (t, c) = (all.part_b(), all.part_c());
     write_atomic(&a.out_dir.join("peak_memory_summary.txt"), t.as_bytes())?;
     write_atomic(&a.out_dir.join("mixed_precision_memory_summary.txt"), c.as_bytes())?;

@@ -4,12 +4,12 @@
 //! and a chrome trace).
 use super::set_threads;
 use crate::analyse::flops;
-use crate::engine::{runtime, Device};
+use crate::engine::Device;
 use crate::export::text::compute;
 use crate::export::write_json;
 use crate::options::train::{plan, TrainArgs};
 use crate::session::text::train as text;
-use crate::session::train::{chrome_trace, execute};
+use crate::session::train::{chrome_trace, execute_timed};
 use anyhow::Result;
 use serde_json::json;
 use std::path::PathBuf;
@@ -29,21 +29,13 @@ pub fn run(a: TrainArgs) -> Result<()> {
         super::outputs::check_dir("--profile-dir", a.profile_dir.as_deref().unwrap_or(std::path::Path::new("./profiles")))?;
     }
     print!("{}", text::banner(&p, threads, a.deterministic));
-    if std::env::var_os("VRAMSCOPE_OP_TIMES").is_some() {
-        runtime::enable_op_timing();
-    }
-    let out = execute(&p, &mut |i, r| {
+    let op_times = std::env::var_os("VRAMSCOPE_OP_TIMES").is_some();
+    let (out, times) = execute_timed(&p, op_times, &mut |i, r| {
         if let Some(l) = text::step_line(&p, i, r) {
             println!("{l}");
         }
     })?;
-    let times = runtime::take_op_times();
-    if !times.is_empty() {
-        println!("per-op kernel time over all steps (VRAMSCOPE_OP_TIMES):");
-        for (op, n, s) in times.iter().take(25) {
-            println!("  {op:<28} {n:6} calls {:9.2} ms", s * 1e3);
-        }
-    }
+    print!("{}", text::op_times(&times));
     print!("{}", text::results(&p, &out));
 
     let mut flops_json = None;

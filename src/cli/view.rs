@@ -1,22 +1,14 @@
 //! `vramscope view FILE [FILE2]`: the session's offline HTML report of a snapshot pickle
 //! (ours or PyTorch's), or of two side by side on one scale, written beside FILE.
 use super::usage;
-use crate::export::html::{report_path, Capacity};
+use crate::export::html::report_path;
 use crate::export::write_atomic;
 use crate::options::snapshot::ViewArgs;
-use crate::record::gpu;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 pub fn run(a: ViewArgs) -> Result<()> {
-    let capacity = match (&a.gpu, &a.memory_limit) {
-        (Some(g), _) => {
-            let g = gpu::find(g).map_err(|e| usage("--gpu", e))?;
-            Some(Capacity { label: g.name.to_string(), bytes: g.memory_bytes as u64 })
-        }
-        (None, Some(m)) => Some(Capacity { label: "memory limit".into(), bytes: gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))? as u64 }),
-        (None, None) => None,
-    };
+    let capacity = a.capacity()?;
     let output = a.output.clone().unwrap_or_else(|| report_path(&a.file, a.file2.as_deref()));
     super::outputs::check_file("--output", &output)?;
     let files: Vec<&PathBuf> = std::iter::once(&a.file).chain(a.file2.as_ref()).collect();

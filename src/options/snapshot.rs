@@ -1,5 +1,8 @@
 //! The flags of the commands that read snapshot pickles (`analyze`, `view`).
 use super::budget::BudgetArgs;
+use super::usage;
+use crate::export::html::Capacity;
+use crate::record::gpu;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -46,3 +49,18 @@ pub struct ViewArgs {
     pub budget: BudgetArgs,
 }
 
+
+impl ViewArgs {
+    /// The device capacity the report draws: `--gpu`'s, or `--memory-limit`.
+    pub fn capacity(&self) -> anyhow::Result<Option<Capacity>> {
+        let a = self;
+        Ok(match (&a.gpu, &a.memory_limit) {
+            (Some(g), _) => {
+                let g = gpu::find(g).map_err(|e| usage("--gpu", e))?;
+                Some(Capacity { label: g.name.to_string(), bytes: g.memory_bytes as u64 })
+            }
+            (None, Some(m)) => Some(Capacity { label: "memory limit".into(), bytes: gpu::parse_size(m).map_err(|e| usage("--memory-limit", e))? as u64 }),
+            (None, None) => None,
+        })
+    }
+}

@@ -61,6 +61,13 @@ pub fn run_all(plan: Plan, mut each: impl FnMut(&Job, &mut Run) -> Result<()>) -
     Ok(RunAll { plan, done })
 }
 
+/// The report of the snapshot at `file` (every allocation at `detail` percent), within
+/// `budget`, its errors naming it as `shown` (where it will be once written).
+pub fn read_back(file: &Path, shown: &Path, detail: f64, budget: &crate::analyse::budget::Budget) -> Result<SnapshotReport> {
+    let snap = super::snapshot::load(file, budget)?;
+    crate::analyse::snapshot::analyse_within(&snap, None, detail, usize::MAX, budget).map_err(|e| anyhow::anyhow!("{}: {e}", shown.display()))
+}
+
 /// A run's peak cell: GiB allocated, or OOM.
 pub fn peak_cell(r: &Run) -> String {
     match &r.oom {

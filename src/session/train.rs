@@ -86,6 +86,16 @@ impl TrainOutcome {
     }
 }
 
+/// [`execute`], with each op's kernel time summed over the run when `op_times` (the
+/// `VRAMSCOPE_OP_TIMES` diagnostic): (op, calls, seconds), the costliest first.
+pub fn execute_timed(p: &TrainPlan, op_times: bool, on_step: &mut dyn FnMut(usize, &StepResult)) -> Result<(TrainOutcome, Vec<(&'static str, u64, f64)>)> {
+    if op_times {
+        runtime::enable_op_timing();
+    }
+    let out = execute(p, on_step)?;
+    Ok((out, runtime::take_op_times()))
+}
+
 /// Run the plan's training loop; `on_step(i, result)` after each step (the caller prints).
 pub fn execute(p: &TrainPlan, on_step: &mut dyn FnMut(usize, &StepResult)) -> Result<TrainOutcome> {
     runtime::reset();

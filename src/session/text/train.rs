@@ -133,3 +133,16 @@ pub fn results(p: &TrainPlan, out: &TrainOutcome) -> String {
 
     s
 }
+
+/// The `VRAMSCOPE_OP_TIMES` table: the 25 costliest ops' kernel time over all steps (empty
+/// when no op was timed).
+pub fn op_times(times: &[(&str, u64, f64)]) -> String {
+    let mut s = String::new();
+    if !times.is_empty() {
+        out!(s, "per-op kernel time over all steps (VRAMSCOPE_OP_TIMES):");
+        for (op, n, t) in times.iter().take(25) {
+            out!(s, "  {op:<28} {n:6} calls {:9.2} ms", t * 1e3);
+        }
+    }
+    s
+}
