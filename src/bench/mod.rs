@@ -1,8 +1,10 @@
-//! Speed benchmarks (`vramscope bench`): speed measured side by side in one run and printed as ratios —
-//! our matmuls (f32, and bf16 widened to f32 around gemm) against PyTorch's on the same
-//! shapes, and our fp32 training step against `shared/bench/pytorch_tinyllama.py`.
-//! PyTorch is optional (`pip install torch`); without it the PyTorch columns are left out
-//! and the output says why and how to install it.
+//! Speed benchmarks (`vramscope bench`), measured side by side in one run and written as
+//! ratios: our matmuls (f32, and bf16 widened to f32 around gemm) against PyTorch's on the
+//! same shapes, our fp32 training step against `shared/bench/pytorch_tinyllama.py`, the
+//! elementwise kernels and naive vs flash attention (`ops`), the cost of recording (`record`)
+//! and `analyze` of a million-event snapshot (`analyze`). PyTorch is optional (`pip install
+//! torch`); without it the PyTorch columns are left out and the output says why and how to
+//! install it. A front end of its own: it plans through `options/` and runs `session/`.
 pub mod timing;
 
 use crate::options::bench::{BenchArgs, Which};
@@ -108,7 +110,7 @@ fn bench_matmul(a: &BenchArgs, w: &mut dyn Write) {
         }
         return;
     };
-    say!(w, 
+    say!(w,
         "  {:>16} | {:>9} {:>9} {:>11} | {:>9} {:>9} {:>13}",
         "M,K,N layout", "ours f32", "torch f32", "ours/torch", "ours bf16", "torch bf16", "bf16/our f32"
     );
@@ -116,7 +118,7 @@ fn bench_matmul(a: &BenchArgs, w: &mut dyn Write) {
         let f = our_matmul(m, k, n, l, DType::F32);
         let b = our_matmul(m, k, n, l, DType::BF16);
         let (tf, tb) = torch[i];
-        say!(w, 
+        say!(w,
             "  {:>16} | {:9.1} {:9.1} {:10.2}x | {:9.1} {:9.1} {:12.2}x",
             format!("{m},{k},{n} {l}"),
             f,
@@ -148,7 +150,7 @@ fn find_script(a: &BenchArgs) -> Option<PathBuf> {
 fn bench_train(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
     let args = TrainArgs::parse_from_words(&["--num-steps", &a.steps.to_string(), "--warmup-steps", "3"]);
     let p = plan(&args, |_| {})?;
-    say!(w, 
+    say!(w,
         "training step, walkthrough config (d 256, L 4, h 8, h_kv 4, F 512, B 8, S 128), fp32, {} threads, {} steps (3 warm-up):",
         a.threads, a.steps
     );
@@ -251,7 +253,7 @@ fn bench_record(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
         v[v.len() / 2]
     };
     let (off, on) = (med(&mut off), med(&mut on));
-    say!(w, 
+    say!(w,
         "recording overhead, walkthrough training step on cpu ({} threads): without {:.2} ms, with events + allocator model {:.2} ms: {:+.1}%",
         a.threads,
         off * 1e3,
@@ -287,7 +289,7 @@ fn bench_analyze(w: &mut dyn Write) -> Result<()> {
     let read = t1.elapsed().as_secs_f64();
     let r = crate::analyse::snapshot::analyse_within(&snap, None, 100.0, 10, &budget).map_err(anyhow::Error::msg)?;
     let total = t1.elapsed().as_secs_f64();
-    say!(w, 
+    say!(w,
         "\nanalyze: {} trace events, {:.1} MB pickle: read {:.2} s, read + replay + report {:.2} s (profiling it took {:.2} s)",
         r.events,
         bytes as f64 / 1e6,

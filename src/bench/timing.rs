@@ -1,5 +1,5 @@
 //! What `bench` times: our matmuls, attention forward + backward, and a training step with and
-//! without recording through the allocator model (the command line prints the ratios).
+//! without recording through the allocator model (`bench::run` writes the ratios).
 use crate::engine::{runtime, DType, Device, Tensor};
 use anyhow::Result;
 use std::time::Instant;

@@ -1,12 +1,13 @@
 //! transformers' run options for the hf flavour (`from_pretrained(attn_implementation=…)`,
 //! `model(…, use_cache=…, logits_to_keep=…)`, `gradient_checkpointing_enable(…)`, the
-//! collator's attention_mask), and the line and JSON that say which a run used.
+//! collator's attention_mask), and the checks of what transformers and PyTorch refuse to run.
+//! The line and JSON that say which options a run used are `session/hf.rs`'s.
 use super::usage;
 use crate::model::hf::{AttnImplementation, SdpaBackend};
 use crate::model::{Checkpoint, Flavour, ModelConfig};
 use crate::train::Precision;
 use clap::Args;
-pub use crate::session::hf::{describe, sdpa_on_cuda, settings_json};
+use crate::session::hf::sdpa_on_cuda;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct HfFlags {
@@ -142,6 +143,7 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::hf::describe;
     use crate::model::presets;
 
     fn model(name: &str) -> ModelConfig {

@@ -68,15 +68,6 @@ pub struct Resolved {
     pub note: Option<String>,
 }
 
-impl Resolved {
-    /// Print the note, if any, to stderr.
-    pub fn print_note(&self) {
-        if let Some(n) = &self.note {
-            eprintln!("note: {n}");
-        }
-    }
-}
-
 /// The name outputs of a `--config FILE` model carry: the last part of its `_name_or_path`
 /// (`meta-llama/Llama-3.1-8B` → `Llama-3.1-8B`); else, for a file named plainly
 /// `config.json`, its folder (a downloaded model's directory); else the file's stem without a

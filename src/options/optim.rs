@@ -1,5 +1,5 @@
 //! Optimizer flags shared by the subcommands that run a training step (train, profile and
-//! what runs profiles: sweep, fit, compare, run-all; estimate's simulated step), in the
+//! what runs profiles: sweep, fit, compare, run-all; study; estimate's simulated step), in the
 //! Trainer's `optim` names.
 use super::usage;
 use crate::model::Flavour;

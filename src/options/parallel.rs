@@ -1,5 +1,5 @@
-//! `--parallel` and its options: one rank of a data-parallel job (profile and what runs
-//! profiles: sweep, fit, compare).
+//! `--parallel` and its options: one rank of a data-parallel job, tensor parallelism (`--tp`)
+//! and sequence parallelism (profile and what runs profiles: sweep, fit, compare).
 use super::usage;
 use crate::engine::DType;
 use crate::parallel::{Layout, ParallelConfig};

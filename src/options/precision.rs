@@ -1,4 +1,4 @@
-//! Precision flags shared by `train` and `profile`, in the spellings users know:
+//! Precision flags shared by `train`, `profile`, `fit` and `estimate`, in the spellings users know:
 //! `--precision fp32|bf16|fp16`, CS336's `--use-mixed-precision --dtype bf16|fp16`, the
 //! workshop's `--use-amp` (fp16 autocast with a GradScaler), and `--pure-bf16`.
 use super::usage;

@@ -173,7 +173,7 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
 }
 
 /// The parsed grid: axes in flag order; points in row-major order (last axis fastest).
-pub fn grid(a: &SweepArgs) -> Result<Vec<Axis>> {
+fn grid(a: &SweepArgs) -> Result<Vec<Axis>> {
     let mut out = Vec::new();
     for (flag, given, sep) in axes(a) {
         let Some(s) = given else { continue };
@@ -194,7 +194,7 @@ pub fn grid(a: &SweepArgs) -> Result<Vec<Axis>> {
     Ok(out)
 }
 
-pub fn label(axes: &[Axis], idx: &[usize]) -> String {
+fn label(axes: &[Axis], idx: &[usize]) -> String {
     axes.iter().zip(idx).map(|(ax, &i)| format!("{} {}", ax.flag, ax.values[i])).collect::<Vec<_>>().join(" ")
 }
 

@@ -116,7 +116,7 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
-    /// Defaults plus the given flags (used by other subcommands).
+    /// Defaults plus the given flags (`bench`'s training step).
     pub fn parse_from_words(words: &[&str]) -> TrainArgs {
         use clap::Parser;
         #[derive(Parser)]

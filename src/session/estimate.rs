@@ -1,5 +1,6 @@
-//! The estimate job's simulated side: a meta run of the configuration measured where the
-//! closed form (`analyse::estimate`) speaks, so the two can be set side by side.
+//! The estimate job: the closed form (`analyse::estimate`) of an [`EstimatePlan`] and, beside
+//! it, a meta run of the configuration measured where the closed form speaks; its JSON and
+//! (in `text/estimate.rs`) its printout.
 use crate::engine::{autocast, runtime, Device, Tensor};
 use crate::model::{Model, ModelConfig};
 use crate::record::allocator::{AllocatorConfig, CachingAllocator};

@@ -175,57 +175,57 @@ impl FitPlan {
             Find::Batch | Find::WorldSize => "batch size",
             Find::Context => "context length",
         };
-    let fixed_txt = match self.find {
-        Find::Batch | Find::WorldSize => format!("context length {}", self.ctx),
-        Find::Context => format!("batch size {}", self.batch),
-    };
-    out!(s, 
-        "vramscope fit | {} ({}) {:?}, {fixed_txt}, on meta against {device} ({}{}) | GiB/MiB are 1024-based",
-        self.base.model_name,
-        self.base.model.flavour,
-        self.kind,
-        size(self.budget.capacity as i64),
-        self.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
-    );
-    if self.kind == ProfileType::Training {
-        out!(s, "optimizer: {}", self.base.optim.summary());
-    }
-    let tried: Vec<String> = fit.probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
-    let parts: Vec<String> = self.budget.reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
-    out!(s, 
-        "reserve {}{} kept free for what the allocator model does not hold{}; probes run against {}",
-        size(self.budget.reserve as i64),
-        if self.reserve_default { " (default; --reserve SIZE to change)" } else { " (--reserve)" },
-        if self.reserve_default { format!(": {}", parts.join(" + ")) } else { String::new() },
-        size(self.budget.capacity as i64 - self.budget.reserve as i64)
-    );
-    out!(s, "probes ({} meta runs; ✗ = out of memory): {}", fit.probes.len(), tried.join(" "));
-    match &fit.answer {
-        None => out!(s, "nothing fits: {what} {} already runs out of memory ({})", self.start, fit.first_fail.as_ref().and_then(|p| p.oom.clone()).unwrap_or_default()),
-        Some(p) => {
-            let (m, ma) = (margin.unwrap(), margin_allocated.unwrap());
-            out!(s, "largest {what} that fits: {}", p.value);
-            out!(s, "at {}: peak allocated {} (max_memory_allocated), peak reserved {} (max_memory_reserved)", p.value, size(p.peak_allocated_bytes as i64), size(p.peak_reserved_bytes as i64));
-            out!(s, 
-                "margin left at {}: {} capacity − {} reserve − {} peak reserved = {} ({:.1} % of capacity); over peak allocated: {}",
-                p.value,
-                size(self.budget.capacity as i64),
-                size(self.budget.reserve as i64),
-                size(p.peak_reserved_bytes as i64),
-                size(m),
-                100.0 * m as f64 / self.budget.capacity as f64,
-                size(ma)
-            );
-            match &fit.first_fail {
-                Some(f) => out!(s, "{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
-                None if self.model_max == Some(self.cap) => {
-                    out!(s, "(the search stopped at the model's maximum sequence length {}: raise --max-seq-len to look further)", self.cap)
+        let fixed_txt = match self.find {
+            Find::Batch | Find::WorldSize => format!("context length {}", self.ctx),
+            Find::Context => format!("batch size {}", self.batch),
+        };
+        out!(s,
+            "vramscope fit | {} ({}) {:?}, {fixed_txt}, on meta against {device} ({}{}) | GiB/MiB are 1024-based",
+            self.base.model_name,
+            self.base.model.flavour,
+            self.kind,
+            size(self.budget.capacity as i64),
+            self.memory_fraction.map_or(String::new(), |f| format!(", memory fraction {f}"))
+        );
+        if self.kind == ProfileType::Training {
+            out!(s, "optimizer: {}", self.base.optim.summary());
+        }
+        let tried: Vec<String> = fit.probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
+        let parts: Vec<String> = self.budget.reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
+        out!(s,
+            "reserve {}{} kept free for what the allocator model does not hold{}; probes run against {}",
+            size(self.budget.reserve as i64),
+            if self.reserve_default { " (default; --reserve SIZE to change)" } else { " (--reserve)" },
+            if self.reserve_default { format!(": {}", parts.join(" + ")) } else { String::new() },
+            size(self.budget.capacity as i64 - self.budget.reserve as i64)
+        );
+        out!(s, "probes ({} meta runs; ✗ = out of memory): {}", fit.probes.len(), tried.join(" "));
+        match &fit.answer {
+            None => out!(s, "nothing fits: {what} {} already runs out of memory ({})", self.start, fit.first_fail.as_ref().and_then(|p| p.oom.clone()).unwrap_or_default()),
+            Some(p) => {
+                let (m, ma) = (margin.unwrap(), margin_allocated.unwrap());
+                out!(s, "largest {what} that fits: {}", p.value);
+                out!(s, "at {}: peak allocated {} (max_memory_allocated), peak reserved {} (max_memory_reserved)", p.value, size(p.peak_allocated_bytes as i64), size(p.peak_reserved_bytes as i64));
+                out!(s,
+                    "margin left at {}: {} capacity − {} reserve − {} peak reserved = {} ({:.1} % of capacity); over peak allocated: {}",
+                    p.value,
+                    size(self.budget.capacity as i64),
+                    size(self.budget.reserve as i64),
+                    size(p.peak_reserved_bytes as i64),
+                    size(m),
+                    100.0 * m as f64 / self.budget.capacity as f64,
+                    size(ma)
+                );
+                match &fit.first_fail {
+                    Some(f) => out!(s, "{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
+                    None if self.model_max == Some(self.cap) => {
+                        out!(s, "(the search stopped at the model's maximum sequence length {}: raise --max-seq-len to look further)", self.cap)
+                    }
+                    None => out!(s, "(the search stopped at its limit {}: raise --max to look further)", self.cap),
                 }
-                None => out!(s, "(the search stopped at its limit {}: raise --max to look further)", self.cap),
             }
         }
-    }
-    s
+        s
     }
 }
 
@@ -301,32 +301,32 @@ impl WorldPlan {
     pub fn text(&self, answers: &[Answer]) -> String {
         let mut s = String::new();
         let device = self.base.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
-    out!(s, 
-        "vramscope fit --find world-size | {} ({}) {:?}, batch {} per rank, context {}, on meta against {device} ({} less a {} reserve) | GiB are 1024-based",
-        self.base.model_name,
-        self.base.model.flavour,
-        self.kind,
-        self.batch,
-        self.ctx,
-        size(self.budget.capacity as i64),
-        size(self.budget.reserve as i64)
-    );
-    out!(s, "\n| layout | fewest ranks | peak allocated per rank | peak reserved per rank | probes (✗ = out of memory) |\n|---|---:|---:|---:|---|");
-    for ans in answers {
-        let at = ans.world_size.and_then(|n| ans.probes.iter().find(|p| p.world_size == n));
-        let tried: Vec<String> = ans.probes.iter().map(|p| format!("{}{}", p.world_size, if p.fits { "" } else { "✗" })).collect();
-        out!(s, 
-            "| {} | {} | {} | {} | {} |",
-            ans.layout.name(),
-            ans.world_size.map_or_else(
-                || if ans.layout == Layout::Ddp { "none (replicated: the same on any number of ranks)".to_string() } else { format!("none up to {}", self.cap) },
-                |n| n.to_string()
-            ),
-            at.map_or("-".into(), |p| size(p.peak_allocated_bytes as i64)),
-            at.map_or("-".into(), |p| size(p.peak_reserved_bytes as i64)),
-            tried.join(" ")
+        out!(s,
+            "vramscope fit --find world-size | {} ({}) {:?}, batch {} per rank, context {}, on meta against {device} ({} less a {} reserve) | GiB are 1024-based",
+            self.base.model_name,
+            self.base.model.flavour,
+            self.kind,
+            self.batch,
+            self.ctx,
+            size(self.budget.capacity as i64),
+            size(self.budget.reserve as i64)
         );
-    }
-    s
+        out!(s, "\n| layout | fewest ranks | peak allocated per rank | peak reserved per rank | probes (✗ = out of memory) |\n|---|---:|---:|---:|---|");
+        for ans in answers {
+            let at = ans.world_size.and_then(|n| ans.probes.iter().find(|p| p.world_size == n));
+            let tried: Vec<String> = ans.probes.iter().map(|p| format!("{}{}", p.world_size, if p.fits { "" } else { "✗" })).collect();
+            out!(s,
+                "| {} | {} | {} | {} | {} |",
+                ans.layout.name(),
+                ans.world_size.map_or_else(
+                    || if ans.layout == Layout::Ddp { "none (replicated: the same on any number of ranks)".to_string() } else { format!("none up to {}", self.cap) },
+                    |n| n.to_string()
+                ),
+                at.map_or("-".into(), |p| size(p.peak_allocated_bytes as i64)),
+                at.map_or("-".into(), |p| size(p.peak_reserved_bytes as i64)),
+                tried.join(" ")
+            );
+        }
+        s
     }
 }

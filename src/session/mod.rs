@@ -1,6 +1,7 @@
 //! The library's jobs, from plain options (resolved from flags by `options/`) to results: a
 //! profiling session builds the model, runs it under the allocator's model and returns what it
-//! recorded; compare, sweep, fit, run-all, estimate, analyze and train build on it. Each
+//! recorded; compare, sweep, fit and run-all are made of such runs, and estimate, analyze,
+//! view and train are jobs of their own. Each
 //! result gives its JSON and (in `text/`) what the command line prints; writing files and
 //! printing are the caller's steps (the command line in `cli/`, the Python package).
 pub mod compare;

@@ -1,6 +1,7 @@
 //! The profile job: one (context length, profile type) of a model run under the caching
 //! allocator's model, from [`ProfileOptions`] to a [`Run`] (peaks, breakdowns, allocator
-//! statistics, the OOM if any). Writing its snapshot and report is the caller's step.
+//! statistics, the OOM if any). Its snapshot and report are written only when the caller
+//! asks (`Run::save_snapshot`, `save_report`, `save_files`).
 use crate::analyse::flops::{self, Achieved, FlopReport, Roofline};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};

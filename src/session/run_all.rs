@@ -89,38 +89,36 @@ impl RunAll {
         let p = &self.plan;
         let cfg = &p.jobs[0].options.model;
         format!(
-        "{} ({} flavour), batch {}, {} device; peaks are torch.cuda.max_memory_allocated() of the CUDA caching-allocator model\n\
-         (GiB = 1024³ bytes; warm-up {} step(s), {} measured); training step's optimizer: {}\n",
-        p.model,
-        cfg.flavour,
-        p.batch,
-        p.jobs[0].options.device,
-        p.warmup_steps,
-        p.measure_steps,
-        p.jobs.iter().find(|j| j.kind == ProfileType::Training).map_or(String::new(), |j| j.options.optim.summary())
+            "{} ({} flavour), batch {}, {} device; peaks are torch.cuda.max_memory_allocated() of the CUDA caching-allocator model\n\
+             (GiB = 1024³ bytes; warm-up {} step(s), {} measured); training step's optimizer: {}\n",
+            p.model,
+            cfg.flavour,
+            p.batch,
+            p.jobs[0].options.device,
+            p.warmup_steps,
+            p.measure_steps,
+            p.jobs.iter().find(|j| j.kind == ProfileType::Training).map_or(String::new(), |j| j.options.optim.summary())
         )
-
     }
 
     /// Part (b): the peak table (peak_memory_summary.txt).
     pub fn part_b(&self) -> String {
         let p = &self.plan;
         let head = self.head();
-    // Part (b): the peak table.
-    let mut t = format!("Part (b): peak memory by context length\n{head}\n");
-    t += "| Context length | Forward pass (GiB) | Full training step (GiB) | Forward reserved (GiB) | Training reserved (GiB) |\n|---:|---:|---:|---:|---:|\n";
-    for &ctx in &p.contexts {
-        let (f, tr) = (self.find(ctx, ProfileType::Forward, Precision::Fp32, false), self.find(ctx, ProfileType::Training, Precision::Fp32, false));
-        let _ = writeln!(
-            t,
-            "| {ctx} | {} | {} | {:.2} | {:.2} |",
-            peak_cell(&f.run),
-            peak_cell(&tr.run),
-            gib(f.run.stats.reserved_bytes.peak as u64),
-            gib(tr.run.stats.reserved_bytes.peak as u64)
-        );
-    }
-    t += "\n\"Forward pass\" keeps autograd on (saved activations stay until the output is dropped), as the course script measures it.\n";
+        let mut t = format!("Part (b): peak memory by context length\n{head}\n");
+        t += "| Context length | Forward pass (GiB) | Full training step (GiB) | Forward reserved (GiB) | Training reserved (GiB) |\n|---:|---:|---:|---:|---:|\n";
+        for &ctx in &p.contexts {
+            let (f, tr) = (self.find(ctx, ProfileType::Forward, Precision::Fp32, false), self.find(ctx, ProfileType::Training, Precision::Fp32, false));
+            let _ = writeln!(
+                t,
+                "| {ctx} | {} | {} | {:.2} | {:.2} |",
+                peak_cell(&f.run),
+                peak_cell(&tr.run),
+                gib(f.run.stats.reserved_bytes.peak as u64),
+                gib(tr.run.stats.reserved_bytes.peak as u64)
+            );
+        }
+        t += "\n\"Forward pass\" keeps autograd on (saved activations stay until the output is dropped), as the course script measures it.\n";
         t
     }
 
@@ -129,56 +127,55 @@ impl RunAll {
         let p = &self.plan;
         let head = self.head();
         let (low, longest) = (p.low, self.longest());
-    // Part (c): fp32 vs the low type at the longest context.
-    let mut c = format!("Part (c): mixed precision ({} autocast) vs fp32 at context {longest}\n{head}\n", low.name());
-    c += "| Run | Peak allocated (GiB) | vs fp32 | Parameters | Gradients | Optimizer state | Activations | Autocast cache | Temporaries |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-    let mut rows = Vec::new();
-    for kind in [ProfileType::Forward, ProfileType::Training] {
-        let base = self.find(longest, kind, Precision::Fp32, true);
-        for prec in [Precision::Fp32, low] {
-            let d = self.find(longest, kind, prec, true);
-            let r = &d.run;
-            let g = |cat| format!("{:.2}", gib(r.report.category_bytes(cat) as u64));
-            let ratio = r.stats.allocated_bytes.peak as f64 / base.run.stats.allocated_bytes.peak as f64;
-            let _ = writeln!(
-                c,
-                "| {} {} | {} | {:+.1}% | {} | {} | {} | {} | {} | {} |",
-                kind.name(),
-                prec.name(),
-                peak_cell(r),
-                (ratio - 1.0) * 100.0,
-                g(Category::Parameter),
-                g(Category::Gradient),
-                g(Category::OptimizerState),
-                g(Category::Activation),
-                g(Category::AutocastCache),
-                g(Category::Temporary)
-            );
-            rows.push((kind, prec, r.stats.allocated_bytes.peak, r.report.category_bytes(Category::Activation), r.report.category_bytes(Category::AutocastCache)));
+        let mut c = format!("Part (c): mixed precision ({} autocast) vs fp32 at context {longest}\n{head}\n", low.name());
+        c += "| Run | Peak allocated (GiB) | vs fp32 | Parameters | Gradients | Optimizer state | Activations | Autocast cache | Temporaries |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        let mut rows = Vec::new();
+        for kind in [ProfileType::Forward, ProfileType::Training] {
+            let base = self.find(longest, kind, Precision::Fp32, true);
+            for prec in [Precision::Fp32, low] {
+                let d = self.find(longest, kind, prec, true);
+                let r = &d.run;
+                let g = |cat| format!("{:.2}", gib(r.report.category_bytes(cat) as u64));
+                let ratio = r.stats.allocated_bytes.peak as f64 / base.run.stats.allocated_bytes.peak as f64;
+                let _ = writeln!(
+                    c,
+                    "| {} {} | {} | {:+.1}% | {} | {} | {} | {} | {} | {} |",
+                    kind.name(),
+                    prec.name(),
+                    peak_cell(r),
+                    (ratio - 1.0) * 100.0,
+                    g(Category::Parameter),
+                    g(Category::Gradient),
+                    g(Category::OptimizerState),
+                    g(Category::Activation),
+                    g(Category::AutocastCache),
+                    g(Category::Temporary)
+                );
+                rows.push((kind, prec, r.stats.allocated_bytes.peak, r.report.category_bytes(Category::Activation), r.report.category_bytes(Category::AutocastCache)));
+            }
         }
-    }
-    c += "(columns after the second: GiB live at the peak, by category)\n\n";
-    let get = |kind, prec| rows.iter().find(|r| r.0 == kind && r.1 == prec).copied().unwrap();
-    let (f32f, f16f) = (get(ProfileType::Forward, Precision::Fp32), get(ProfileType::Forward, low));
-    let (f32t, f16t) = (get(ProfileType::Training, Precision::Fp32), get(ProfileType::Training, low));
-    let state = self.find(longest, ProfileType::Training, Precision::Fp32, true);
-    let fixed = state.run.report.category_bytes(Category::Parameter) + state.run.report.category_bytes(Category::Gradient) + state.run.report.category_bytes(Category::OptimizerState);
-    let pct = |a: usize, b: usize| (b as f64 / a as f64 - 1.0) * 100.0;
-    let _ = writeln!(
-        c,
-        "Discussion (from the numbers above): autocast runs the matmuls in {low} and halves their outputs, but the fp32 op list\n\
-         (exp, softmax, log_softmax, sums) keeps the attention-probability and loss tensors in fp32, and it adds a {low} copy of\n\
-         every weight ({:.2} GiB, cached for the forward and saved for backward). The forward peak changes by {:+.1}% (activations\n\
-         at the peak {:.2} → {:.2} GiB plus the cache); the training peak by {:+.1}%. Training saves less because parameters,\n\
-         gradients and AdamW's two moments stay fp32 ({:.2} GiB at the fp32 training peak), and they dominate the step.",
-        gib(f16f.4 as u64),
-        pct(f32f.2, f16f.2),
-        gib(f32f.3 as u64),
-        gib(f16f.3 as u64),
-        pct(f32t.2, f16t.2),
-        gib(fixed as u64),
-        low = low.name()
-    );
+        c += "(columns after the second: GiB live at the peak, by category)\n\n";
+        let get = |kind, prec| rows.iter().find(|r| r.0 == kind && r.1 == prec).copied().unwrap();
+        let (f32f, f16f) = (get(ProfileType::Forward, Precision::Fp32), get(ProfileType::Forward, low));
+        let (f32t, f16t) = (get(ProfileType::Training, Precision::Fp32), get(ProfileType::Training, low));
+        let state = self.find(longest, ProfileType::Training, Precision::Fp32, true);
+        let fixed = state.run.report.category_bytes(Category::Parameter) + state.run.report.category_bytes(Category::Gradient) + state.run.report.category_bytes(Category::OptimizerState);
+        let pct = |a: usize, b: usize| (b as f64 / a as f64 - 1.0) * 100.0;
+        let _ = writeln!(
+            c,
+            "Discussion (from the numbers above): autocast runs the matmuls in {low} and halves their outputs, but the fp32 op list\n\
+             (exp, softmax, log_softmax, sums) keeps the attention-probability and loss tensors in fp32, and it adds a {low} copy of\n\
+             every weight ({:.2} GiB, cached for the forward and saved for backward). The forward peak changes by {:+.1}% (activations\n\
+             at the peak {:.2} → {:.2} GiB plus the cache); the training peak by {:+.1}%. Training saves less because parameters,\n\
+             gradients and AdamW's two moments stay fp32 ({:.2} GiB at the fp32 training peak), and they dominate the step.",
+            gib(f16f.4 as u64),
+            pct(f32f.2, f16f.2),
+            gib(f32f.3 as u64),
+            gib(f16f.3 as u64),
+            pct(f32t.2, f16t.2),
+            gib(fixed as u64),
+            low = low.name()
+        );
         c
     }
 
@@ -188,28 +185,28 @@ impl RunAll {
         let p = &self.plan;
         let cfg = &p.jobs[0].options.model;
         let longest = self.longest();
-    let mut d = String::from("Part (d): size of one residual-stream activation tensor (B, S, d_model) in fp32\n\n");
-    let _ = writeln!(d, "B = {} (batch), d_model = {}, 4 bytes per fp32 element; MB here = MiB = 1024² bytes.\n", p.batch, cfg.d_model);
-    for &ctx in &p.contexts {
-        let e = estimate::estimate(cfg, Precision::Fp32, p.batch, ctx);
-        let forward = self.find(ctx, ProfileType::Forward, Precision::Fp32, false);
-        let seen = count(&forward.snapshot, e.residual_bytes)?;
+        let mut d = String::from("Part (d): size of one residual-stream activation tensor (B, S, d_model) in fp32\n\n");
+        let _ = writeln!(d, "B = {} (batch), d_model = {}, 4 bytes per fp32 element; MB here = MiB = 1024² bytes.\n", p.batch, cfg.d_model);
+        for &ctx in &p.contexts {
+            let e = estimate::estimate(cfg, Precision::Fp32, p.batch, ctx);
+            let forward = self.find(ctx, ProfileType::Forward, Precision::Fp32, false);
+            let seen = count(&forward.snapshot, e.residual_bytes)?;
+            let _ = writeln!(
+                d,
+                "S = {ctx}: {} × {ctx} × {} × 4 B = {} B = {:.2} MiB  (the simulated forward allocates {seen} tensors of exactly this size)",
+                p.batch,
+                cfg.d_model,
+                e.residual_bytes,
+                mib(e.residual_bytes)
+            );
+        }
+        let e = estimate::estimate(cfg, Precision::Fp32, p.batch, longest);
         let _ = writeln!(
             d,
-            "S = {ctx}: {} × {ctx} × {} × 4 B = {} B = {:.2} MiB  (the simulated forward allocates {seen} tensors of exactly this size)",
-            p.batch,
-            cfg.d_model,
-            e.residual_bytes,
+            "\nAnswer (S = {longest}): {:.2} MiB. Derivation: the residual stream holds one d_model-vector per token, B·S tokens, \
+             each element an fp32 (4 bytes): B·S·d·4 bytes, divided by 1024².",
             mib(e.residual_bytes)
         );
-    }
-    let e = estimate::estimate(cfg, Precision::Fp32, p.batch, longest);
-    let _ = writeln!(
-        d,
-        "\nAnswer (S = {longest}): {:.2} MiB. Derivation: the residual stream holds one d_model-vector per token, B·S tokens, \
-         each element an fp32 (4 bytes): B·S·d·4 bytes, divided by 1024².",
-        mib(e.residual_bytes)
-    );
         Ok(d)
     }
 
@@ -226,37 +223,37 @@ impl RunAll {
         let head = self.head();
         let longest = self.longest();
         let tr = self.find(longest, ProfileType::Training, Precision::Fp32, false);
-    let mut l = format!(
-        "Part (e): largest allocations, {} (memory_viz Detail slider at 10%: the largest {} of {} allocations)\n{head}\n",
-        tr.snapshot.file_name().unwrap().to_string_lossy(),
-        rep.largest.len(),
-        rep.allocations
-    );
-    l += "| Size (MiB) | Count | Category | Allocated by (innermost frames) |\n|---:|---:|---|---|\n";
-    for (size, n, cat, frames) in group(&rep.largest).into_iter().take(15) {
-        let _ = writeln!(l, "| {:.2} | {n} | {cat} | {frames} |", mib(size));
-    }
-    let groups = group(&rep.largest);
-    if let Some((size, _, _, _)) = groups.first() {
-        // Every op (innermost frame) that made an allocation of the largest size.
-        let mut ops: Vec<String> = Vec::new();
-        for g in groups.iter().filter(|g| g.0 == *size) {
-            let op = g.3.split(" ← ").next().unwrap_or("").trim_end_matches(":0").to_string();
-            if !ops.contains(&op) {
-                ops.push(op);
-            }
-        }
-        let frames = format!("{} allocation sites, forward and backward: {}", ops.len(), ops.join(", "));
-        let s = longest as u64;
-        let sxs = p.batch as u64 * cfg.num_heads as u64 * s * s * 4;
-        let _ = writeln!(
-            l,
-            "\nThe largest allocations are {:.2} MiB{}; they come from {}.",
-            mib(*size),
-            if *size == sxs { format!(" = B·h·S·S·4 bytes ({}·{}·{s}·{s}·4): the (B, h, S, S) attention score/probability tensors", p.batch, cfg.num_heads) } else { String::new() },
-            frames
+        let mut l = format!(
+            "Part (e): largest allocations, {} (memory_viz Detail slider at 10%: the largest {} of {} allocations)\n{head}\n",
+            tr.snapshot.file_name().unwrap().to_string_lossy(),
+            rep.largest.len(),
+            rep.allocations
         );
-    }
+        l += "| Size (MiB) | Count | Category | Allocated by (innermost frames) |\n|---:|---:|---|---|\n";
+        for (size, n, cat, frames) in group(&rep.largest).into_iter().take(15) {
+            let _ = writeln!(l, "| {:.2} | {n} | {cat} | {frames} |", mib(size));
+        }
+        let groups = group(&rep.largest);
+        if let Some((size, _, _, _)) = groups.first() {
+            // Every op (innermost frame) that made an allocation of the largest size.
+            let mut ops: Vec<String> = Vec::new();
+            for g in groups.iter().filter(|g| g.0 == *size) {
+                let op = g.3.split(" ← ").next().unwrap_or("").trim_end_matches(":0").to_string();
+                if !ops.contains(&op) {
+                    ops.push(op);
+                }
+            }
+            let frames = format!("{} allocation sites, forward and backward: {}", ops.len(), ops.join(", "));
+            let s = longest as u64;
+            let sxs = p.batch as u64 * cfg.num_heads as u64 * s * s * 4;
+            let _ = writeln!(
+                l,
+                "\nThe largest allocations are {:.2} MiB{}; they come from {}.",
+                mib(*size),
+                if *size == sxs { format!(" = B·h·S·S·4 bytes ({}·{}·{s}·{s}·4): the (B, h, S, S) attention score/probability tensors", p.batch, cfg.num_heads) } else { String::new() },
+                frames
+            );
+        }
         l
     }
 }

@@ -62,7 +62,7 @@ fn show(a: &Alloc) -> String {
 pub fn report_text(r: &SnapshotReport, path: &Path, detail: f64, top: usize) -> String {
     let mut s = String::new();
     out!(s, "{} — device {}, {} trace events, {} allocations (MiB = 1024² B; sizes as requested, like memory_viz)", path.display(), r.device, r.events, r.allocations);
-    out!(s, 
+    out!(s,
         "peak active memory {:.2} MiB requested (tensor bytes, as memory_viz draws it; `profile`'s allocated adds block rounding) at {}",
         mib(r.peak_active_bytes),
         r.peak_at.map_or("the start of the trace".to_string(), |i| format!("event {i}{}", r.peak_time_us.map_or(String::new(), |t| format!(" (time_us {t})"))))
@@ -79,7 +79,7 @@ pub fn report_text(r: &SnapshotReport, path: &Path, detail: f64, top: usize) -> 
     for l in &r.largest {
         out!(s, "  {}", show(l));
     }
-    out!(s, 
+    out!(s,
         "reserved {:.2} MiB, allocated {:.2} MiB at the end: {:.2} MiB cached but unused (reserved − allocated); peak reserved {:.2} MiB",
         mib(r.reserved_bytes_end),
         mib(r.allocated_bytes_end),
@@ -87,7 +87,7 @@ pub fn report_text(r: &SnapshotReport, path: &Path, detail: f64, top: usize) -> 
         mib(r.peak_reserved_bytes)
     );
     for o in &r.ooms {
-        out!(s, 
+        out!(s,
             "OUT OF MEMORY at event {}: tried to allocate {:.2} MiB with {:.2} MiB free on the device, {:.2} MiB active; {}: {}",
             o.at,
             mib(o.requested_segment_bytes),

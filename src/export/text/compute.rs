@@ -14,7 +14,7 @@ pub fn flops(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
     let mut s = String::new();
     out!(s, "\n== FLOPs per step (GFLOP = 1e9 FLOP; matmul FLOPs = 2·m·n·k, what FlopCounterMode counts; elementwise/reduction counted apart)");
     for (pass, t) in &r.by_pass {
-        out!(s, 
+        out!(s,
             "  {:<9} matmul {:>10.3} GFLOP | elementwise {:>8.3} | reduction {:>8.3} | moved {:>9.1} MB | intensity {:>7.1} FLOP/B ({}){}",
             format!("{pass:?}").to_lowercase(),
             g(t.matmul_flops),
@@ -29,14 +29,14 @@ pub fn flops(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
     let total = r.modules.iter().find(|m| m.path.is_empty());
     let tf = total.map_or(1, |m| m.forward.matmul_flops.max(1));
     out!(s, "\nper module (forward | backward; inclusive of children; MACs = matmul FLOPs / 2; depth ≤ {depth}):");
-    out!(s, 
+    out!(s,
         "  {:<40} {:>11} {:>12} {:>12} {:>7} {:>10} {:>8} {:>12} {:>10}",
         "module", "params", "fwd GFLOP", "fwd GMACs", "fwd %", "fwd ms", "FLOP/B", "bwd GFLOP", "bwd ms"
     );
     for m in r.modules.iter().filter(|m| m.depth <= depth) {
         let name = if m.path.is_empty() { "(model)".to_string() } else { format!("{}{}", "  ".repeat(m.depth.saturating_sub(1)), m.path.rsplit('.').next().unwrap_or("")) };
         let label = if m.depth <= 1 { name } else { format!("{name} [{}]", m.path) };
-        out!(s, 
+        out!(s,
             "  {:<40} {:>11} {:>12.4} {:>12.4} {:>6.1}% {:>10.3} {:>8.1} {:>12.4} {:>10.3}",
             label.chars().take(40).collect::<String>(),
             m.params,
@@ -52,7 +52,7 @@ pub fn flops(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
     out!(s, "\ntop ops (per step; intensity = all FLOPs / bytes read+written; <10 memory-bound, 10–100 mixed, >100 compute-bound):");
     out!(s, "  {:<30} {:<9} {:>6} {:>11} {:>10} {:>10} {:>14} {:>9}", "op", "pass", "calls", "GFLOP", "MB moved", "FLOP/B", "", "ms");
     for o in r.by_op.iter().take(15) {
-        out!(s, 
+        out!(s,
             "  {:<30} {:<9} {:>6} {:>11.4} {:>10.1} {:>10.2} {:>14} {:>9.3}",
             o.op,
             format!("{:?}", o.pass).to_lowercase(),
@@ -69,7 +69,7 @@ pub fn flops(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
         let bytes: u64 = r.by_pass.values().map(|t| t.bytes()).sum();
         let flops_s = mm as f64 / a.step_s;
         let bw = bytes as f64 / a.step_s;
-        out!(s, 
+        out!(s,
             "\ncpu: {:.1} GFLOP/s matmul over the step = MFU {:.1}% of the calibrated {:.1} GFLOP/s (f32 2048² matmul, this machine); \
              {:.1} GB/s moved = {:.1}% of the calibrated {:.1} GB/s copy bandwidth",
             flops_s / 1e9,
@@ -81,7 +81,7 @@ pub fn flops(r: &FlopReport, depth: usize, achieved: Option<&Achieved>, roof: Op
         );
     }
     if let Some(rf) = roof {
-        out!(s, 
+        out!(s,
             "\nPREDICTION for {} (roofline from published peaks; no launch overhead, no overlap): step {:.3} ms \
              (matmul {:.3} ms, other ops {:.3} ms), MFU {:.1}%, {} memory-bound and {} compute-bound kernels per step",
             rf.device,

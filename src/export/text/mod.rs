@@ -1,4 +1,4 @@
-//! What the jobs print, as text a caller prints or keeps (the command line prints it; the
-//! Python package can show the same lines). Units are said in the text (MiB = 1024²).
+//! Text renderings of analyse's values that more than one job prints (the FLOP report of
+//! `train` and `profile`); the jobs' own text is `session/text/`. Units are said in the text.
 
 pub mod compute;

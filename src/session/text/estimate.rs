@@ -33,7 +33,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     };
     // hf: the attention line below names transformers' kernel (its --attention is unused).
     let attention = if cfg.hf().is_some() { String::new() } else { format!(", {} attention", cfg.attention) };
-    out!(s, 
+    out!(s,
         "vramscope estimate | {} flavour, d {} L {} h {} h_kv {} F {} V {} | B {} S {} | {}{attention}",
         e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, precision
     );
@@ -45,7 +45,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
             (_, false) => "every layer, non-reentrant",
         };
         let cache = if hf.use_cache && cfg.checkpoint != crate::model::Checkpoint::None { " (off in training while checkpointing)" } else { "" };
-        out!(s, 
+        out!(s,
             "transformers {} {} (d_h {}): attention {} (as on a CUDA GPU), use_cache {}{cache}, gradient checkpointing {ckpt}, a Trainer step (model.train(); the logits die before backward)",
             crate::model::hf::TRANSFORMERS_VERSION,
             hf.model_type.name(),
@@ -67,7 +67,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     out!(s, "3. optimizer state ({}): {} = {} B = {:.3} GiB", e.optimizer.summary(), e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
     out!(s, "   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
     if e.autocast_cache_bytes > 0 {
-        out!(s, 
+        out!(s,
             "4. autocast weight cache: every weight a matmul-class op reads, cast once per region and kept until backward: {} = {} B = {:.3} GiB",
             e.autocast_cache_formula,
             e.autocast_cache_bytes,
@@ -90,7 +90,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     row(&mut s, &format!("{} [{}]", e.logits.what, e.logits.op), &e.logits.formula, e.logits.bytes());
     terms(&mut s, &e.loss);
     let rt = if e.residual_elem == 2 { "bf16" } else { "fp32" };
-    out!(s, 
+    out!(s,
         "\n7. one residual-stream tensor (B, S, d) in {rt}: B·S·d·{} = {} B = {:.2} MiB (CS336's memory-profiling question, part d)",
         e.residual_elem,
         e.residual_bytes,
@@ -99,12 +99,12 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     let cache = if e.autocast_cache_bytes > 0 { " + autocast cache" } else { "" };
     out!(s, "\ntotals:");
     out!(s, "  forward with autograd, when it returns = parameters + activations{cache} + logits = {:.3} GiB", gib(e.forward_bytes()));
-    out!(s, 
+    out!(s,
         "  training step, at the loss (no gradients yet: zero_grad set them to None) = parameters + optimizer state + activations{cache} + logits + loss tensors = {:.3} GiB",
         gib(e.training_loss_moment())
     );
     let logits = if e.logits_held_through_step() > 0 { "logits (still bound)" } else { "no logits (the Trainer dropped them)" };
-    out!(s, 
+    out!(s,
         "  training step, in the optimizer = parameters + gradients + optimizer state + {logits} + {} = {:.3} GiB",
         e.optimizer_temp_formula,
         gib(e.training_optimizer_moment())
@@ -121,7 +121,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         beside(&mut s, "logits", e.logits.bytes(), sm.logits_bytes);
         beside(&mut s, "live when the forward returns", e.forward_bytes(), sm.forward_live_bytes);
         beside(&mut s, &format!("training step peak (simulated in {})", sm.training_peak_phase), e.training_bytes(), sm.training_peak_allocated);
-        out!(s, 
+        out!(s,
             "  (the simulation counts requested bytes except the training peak, which is allocated blocks after the caching allocator's 512-byte rounding; \
              the forward's live set also holds the input ids and buffers)"
         );

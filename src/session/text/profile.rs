@@ -7,7 +7,7 @@ use crate::session::profile::{ProfileOptions, ProfileType, Run};
 pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     let mut s = String::new();
     let g = |b: usize| gib(b as u64);
-    out!(s, 
+    out!(s,
         "\n== {} ({}) {} {}, context {}, batch {} on {} | {}",
         p.model_name,
         p.model.flavour,
@@ -43,7 +43,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     let rep = &r.report;
     if let Some(f) = &rep.failed {
         let q = &f.request;
-        out!(s, 
+        out!(s,
             "failed allocation: {:.2} MiB requested ({:.2} MiB block) by {} in {}, phase {}, category {}, at {}",
             mib(q.requested_bytes as u64),
             mib(q.block_bytes as u64),
@@ -63,7 +63,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     // After an OOM the figures below cover the history up to the failure.
     let so_far = if r.oom.is_some() { " so far" } else { "" };
     out!(s, "(GiB/MiB are 1024-based; allocated = allocator block bytes = torch.cuda.max_memory_allocated(); requested = the tensors' own bytes, what memory_viz and `analyze` draw; reserved = max_memory_reserved())");
-    out!(s, 
+    out!(s,
         "peak allocated{so_far} {:.3} GiB ({} B) at {} [{}], phase {} | peak requested {:.3} GiB | peak reserved {:.3} GiB",
         g(r.stats.allocated_bytes.peak),
         r.stats.allocated_bytes.peak,
@@ -84,7 +84,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     out!(s, "largest allocations (MiB allocated, i.e. the allocator block; requested tensor bytes in brackets when they differ):");
     for l in rep.largest.iter().take(8) {
         let requested = if l.requested_bytes == l.block_bytes { String::new() } else { format!(" [{:.2} requested]", mib(l.requested_bytes as u64)) };
-        out!(s, 
+        out!(s,
             "  {:>10.2} MiB{requested}  {} in {} ({}, {}) at {}",
             mib(l.block_bytes as u64),
             l.op,
@@ -94,7 +94,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
             l.location
         );
     }
-    out!(s, 
+    out!(s,
         "fragmentation: reserved − allocated at the end {:.2} MiB; inactive split peak {:.2} MiB; alloc retries {}; OOMs {}",
         mib((r.stats.reserved_bytes.current - r.stats.allocated_bytes.current) as u64),
         mib(r.stats.inactive_split_bytes.peak as u64),

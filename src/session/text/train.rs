@@ -22,14 +22,14 @@ pub fn grouped(n: u64) -> String {
 pub fn banner(p: &TrainPlan, threads: usize, deterministic: bool) -> String {
     let mut s = String::new();
     let m = &p.model;
-    out!(s, 
+    out!(s,
         "vramscope train | {} ({}) on {} | {threads} threads | optimizer {}",
         p.preset,
         m.flavour,
         p.device,
         p.optim.kind.name()
     );
-    out!(s, 
+    out!(s,
         "config: vocab {} hidden {} layers {} heads {} kv_heads {} ffn {} | batch {} seq {} steps {} (warm-up {})",
         m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, p.batch, p.seq, p.steps, p.warmup
     );
@@ -38,7 +38,7 @@ pub fn banner(p: &TrainPlan, threads: usize, deterministic: bool) -> String {
         out!(s, "{n}");
     }
     if deterministic {
-        out!(s, 
+        out!(s,
             "deterministic: yes — data and initial weights come from --seed {}, and every cpu kernel reduces in a fixed order whatever --threads is, so a repeated run gives bit-identical losses",
             p.seed
         );
@@ -55,7 +55,7 @@ pub fn banner(p: &TrainPlan, threads: usize, deterministic: bool) -> String {
     if let Some(line) = crate::session::hf::describe(m, p.precision, p.seq) {
         out!(s, "{line}");
     }
-    out!(s, 
+    out!(s,
         "params: {} ({:.2} MiB fp32){}",
         m.param_count(),
         mib(m.param_count() * 4),
@@ -102,7 +102,7 @@ pub fn results(p: &TrainPlan, out: &TrainOutcome) -> String {
     out!(s, "{}", "=".repeat(78));
     out!(s, "parameters: {}", out.params);
     if cpu {
-        out!(s, 
+        out!(s,
             "average step (steps {}..{}): {:.2} ms | forward {:.2} ms | backward {:.2} ms | optimizer {:.2} ms",
             p.warmup + 1,
             p.steps,
@@ -111,12 +111,12 @@ pub fn results(p: &TrainPlan, out: &TrainOutcome) -> String {
             out.avg_phase_s(Phase::Backward) * 1e3,
             out.avg_phase_s(Phase::Optimizer) * 1e3
         );
-        out!(s, 
+        out!(s,
             "throughput: {:.2} samples/s | {:.0} tokens/s",
             p.batch as f64 / step_s,
             (p.batch * p.seq) as f64 / step_s
         );
-        out!(s, 
+        out!(s,
             "loss: first {:.4} final {:.4}",
             out.steps[0].loss.unwrap_or(f64::NAN),
             out.steps.last().unwrap().loss.unwrap_or(f64::NAN)
@@ -124,7 +124,7 @@ pub fn results(p: &TrainPlan, out: &TrainOutcome) -> String {
     } else {
         out!(s, "timing and loss: not measured on meta (no numerics run); memory below is exact for the modelled ops");
     }
-    out!(s, 
+    out!(s,
         "memory (allocated bytes of this run's allocator, MiB = 1024² B): peak {:.2} MiB | average per-step peak {:.2} MiB | live at end {:.2} MiB",
         mib(out.peak_allocated() as u64),
         avg_peak / (1024.0 * 1024.0),
