@@ -131,10 +131,7 @@ fn compare(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
     }
     begin(a.threads)?;
     let c = session::compare::compare(&vs, &a.profile_type, a.parallel.world_size.is_some(), |v, r| match &out_dir {
-        Some(dir) => {
-            let p = &v.options;
-            r.save_files(p, &dir.join(format!("{}_ctx{}_{}_{}_snapshot.pickle", p.model_name, r.context, r.kind.name(), session::compare::slug(&v.name))))
-        }
+        Some(dir) => r.save_files(&v.options, &v.snapshot_path(dir, r)),
         None => Ok(()),
     })
     .map_err(py_err)?;
@@ -159,7 +156,7 @@ fn sweep(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
         planned.iter_mut().for_each(|p| p.options.keep_trace = false);
     }
     begin(a.threads)?;
-    let res = session::sweep::sweep(axes, &planned, |p, r| if p.options.keep_trace { r.save_files(&p.options, &p.options.snapshot_path(&p.dir, r)) } else { Ok(()) })
+    let res = session::sweep::sweep(axes, &planned, |p, r| p.save(r))
         .map_err(py_err)?;
     let v = res.json(&a.device, None);
     if let Some(dir) = &out_dir {

@@ -4,7 +4,7 @@ use super::set_threads;
 use crate::export::{write_atomic, write_json};
 use crate::options::profile::ProfileArgs;
 use crate::options::compare::variants_of;
-use crate::session::compare::{compare, slug};
+use crate::session::compare::compare;
 use anyhow::Result;
 
 pub fn run(a: &ProfileArgs) -> Result<()> {
@@ -17,9 +17,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     let set = super::outputs::begin_set("--out-dir", &a.out_dir)?;
     super::quiet_oom_panics();
     let c = compare(&vs, &a.profile_type, a.parallel.world_size.is_some(), |v, r| {
-        let p = &v.options;
-        let path = a.out_dir.join(format!("{}_ctx{}_{}_{}_snapshot.pickle", p.model_name, r.context, r.kind.name(), slug(&v.name)));
-        r.save_files(p, &path)
+        r.save_files(&v.options, &v.snapshot_path(&a.out_dir, r))
     })?;
     print!("{}", c.markdown);
     write_atomic(&a.out_dir.join("compare.md"), c.markdown.trim_start().as_bytes())?;

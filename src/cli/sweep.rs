@@ -29,9 +29,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let labels: Vec<String> = planned.iter().map(|p| p.label.clone()).collect();
     bar.set_message(labels.first().cloned().unwrap_or_default());
     let res = sweep(axes, &planned, |p, r| {
-        if p.options.keep_trace {
-            r.save_files(&p.options, &p.options.snapshot_path(&p.dir, r))?;
-        }
+        p.save(r)?;
         bar.inc(1);
         bar.set_message(labels.get(bar.position() as usize).cloned().unwrap_or_default());
         Ok(())

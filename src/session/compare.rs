@@ -35,8 +35,15 @@ const LAYOUT_CATS: [Category; 7] =
     [Category::Parameter, Category::Gradient, Category::OptimizerState, Category::Activation, Category::AutocastCache, Category::Temporary, Category::Communication];
 
 /// A variant name as a file-name part ("flash attention" → "flash-attention").
-pub fn slug(name: &str) -> String {
+fn slug(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect::<String>()
+}
+
+impl Variant {
+    /// Where `--compare` puts this variant's snapshot of run `r` under `dir`.
+    pub fn snapshot_path(&self, dir: &std::path::Path, r: &Run) -> std::path::PathBuf {
+        dir.join(format!("{}_ctx{}_{}_{}_snapshot.pickle", self.options.model_name, r.context, r.kind.name(), slug(&self.name)))
+    }
 }
 
 /// Profile every variant (the baseline first) at each context of the first and each of

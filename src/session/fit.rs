@@ -100,10 +100,6 @@ impl FitPlan {
         }
     }
 
-    fn device(&self) -> String {
-        self.base.gpu_name.clone().unwrap_or_else(|| "memory limit".into())
-    }
-
     /// Search, `build` giving the probe's options at each value tried (each probed once).
     pub fn search(&self, mut build: impl FnMut(usize) -> Result<ProfileOptions>) -> Result<Fit> {
         let mut probes: Vec<Probe> = Vec::new();
@@ -134,7 +130,7 @@ impl FitPlan {
     /// `fit --json`'s object.
     pub fn json(&self, fit: &Fit) -> Value {
         let (margin, margin_allocated) = self.margins(fit);
-        let device = self.device();
+        let device = self.base.device_label();
         let fixed = match self.find {
             Find::Batch | Find::WorldSize => json!({"context_length": self.ctx}),
             Find::Context => json!({"batch_size": self.batch}),
@@ -170,7 +166,7 @@ impl FitPlan {
     pub fn text(&self, fit: &Fit) -> String {
         let mut s = String::new();
         let (margin, margin_allocated) = self.margins(fit);
-        let device = self.device();
+        let device = self.base.device_label();
         let what = match self.find {
             Find::Batch | Find::WorldSize => "batch size",
             Find::Context => "context length",
@@ -279,7 +275,7 @@ impl WorldPlan {
 
     /// `fit --find world-size --json`'s object.
     pub fn json(&self, answers: &[Answer]) -> Value {
-        let device = self.base.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
+        let device = self.base.device_label();
         json!({
             "find": "world-size",
             "model": self.base.model_name,
@@ -300,7 +296,7 @@ impl WorldPlan {
     /// What the command line prints: a row per layout.
     pub fn text(&self, answers: &[Answer]) -> String {
         let mut s = String::new();
-        let device = self.base.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
+        let device = self.base.device_label();
         out!(s,
             "vramscope fit --find world-size | {} ({}) {:?}, batch {} per rank, context {}, on meta against {device} ({} less a {} reserve) | GiB are 1024-based",
             self.base.model_name,

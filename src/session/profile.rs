@@ -459,8 +459,14 @@ impl ProfileOptions {
         out_dir.join(format!("{}_ctx{}_{}{prec}{variant}{rank}_snapshot.pickle", self.model_name, r.context, r.kind.name()))
     }
 
+    /// What the device is called in tables and the report: the GPU preset's name, else
+    /// "memory limit".
+    pub fn device_label(&self) -> String {
+        self.gpu_name.clone().unwrap_or_else(|| "memory limit".into())
+    }
+
     /// The device capacity the report draws (None without a bound).
     pub fn capacity_line(&self) -> Option<Capacity> {
-        (self.capacity < usize::MAX / 4).then(|| Capacity { label: self.gpu_name.clone().unwrap_or_else(|| "memory limit".into()), bytes: self.capacity as u64 })
+        (self.capacity < usize::MAX / 4).then(|| Capacity { label: self.device_label(), bytes: self.capacity as u64 })
     }
 }

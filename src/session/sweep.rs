@@ -22,6 +22,16 @@ pub struct Point {
     pub host_note: Option<String>,
 }
 
+impl Point {
+    /// The point's snapshot and report under its folder, when it keeps its trace.
+    pub fn save(&self, r: &mut Run) -> Result<()> {
+        if self.options.keep_trace {
+            r.save_files(&self.options, &self.options.snapshot_path(&self.dir, r))?;
+        }
+        Ok(())
+    }
+}
+
 /// The sweep's results: a row per point and a fit per swept numeric axis.
 pub struct Sweep {
     pub axes: Vec<Axis>,
@@ -62,7 +72,7 @@ fn result(axes: &[Axis], pt: &Point, run: &Run) -> PointResult {
         oom: run.oom.clone(),
         memory_limit_bytes: limited.then(|| plan.fraction.map_or(plan.capacity, |f| (f * plan.capacity as f64) as usize)),
         memory_limit_label: limited.then(|| {
-            let name = plan.gpu_name.clone().unwrap_or_else(|| "memory limit".into());
+            let name = plan.device_label();
             plan.fraction.map_or(name.clone(), |f| format!("{name} × memory fraction {f}"))
         }),
         peak_phase: run.report.peak_phase.map(|p| p.to_string()),
