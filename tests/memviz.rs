@@ -7,7 +7,8 @@
 //! PyTorch's own, named in the harness README, excepted), every view draws, hover shows
 //! frames and the viewer's peak equals vramscope's requested-bytes peak to the byte.
 //! Screenshots stay under CARGO_TARGET_TMPDIR/memviz/<case>/ for a person to look at.
-//! Skips with a printed notice only when node or chromium cannot be found.
+//! Skips with a printed notice when the harness, node or chromium cannot be found (a fresh
+//! clone has no `../shared`: set `VRAMSCOPE_SHARED` to a folder holding `tools/memviz`).
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,20 +28,28 @@ const VIEWS: [&str; 5] = [
     "Allocator Settings",
 ];
 
-fn harness() -> PathBuf {
+/// The harness, or None (after a printed notice saying how to run it) when neither
+/// `$VRAMSCOPE_SHARED` nor a `shared/` folder beside the repository (or above it) holds it,
+/// as on a fresh clone. A `VRAMSCOPE_SHARED` that does not hold it is a mistake, not a skip.
+fn harness() -> Option<PathBuf> {
     let rel = Path::new("tools/memviz/run_viewer.sh");
     if let Some(dir) = std::env::var_os("VRAMSCOPE_SHARED") {
         let p = Path::new(&dir).join(rel);
         assert!(p.exists(), "VRAMSCOPE_SHARED={} has no {}", Path::new(&dir).display(), rel.display());
-        return p;
+        return Some(p);
     }
     // ../shared from the repository root; a git worktree may sit deeper, so look upwards.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    root.ancestors()
-        .skip(1)
-        .map(|a| a.join("shared").join(rel))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no shared/{} beside {} or above it (set VRAMSCOPE_SHARED to the shared folder)", rel.display(), root.display()))
+    let found = root.ancestors().skip(1).map(|a| a.join("shared").join(rel)).find(|p| p.exists());
+    if found.is_none() {
+        notice(&format!(
+            "no shared/{} beside {} or above it (the harness is PyTorch's MemoryViz.js driven by headless Chromium; \
+             set VRAMSCOPE_SHARED to the folder that holds tools/memviz to run these checks)",
+            rel.display(),
+            root.display()
+        ));
+    }
+    found
 }
 
 /// Printed past the test harness's capture, so a skip shows in `cargo test`'s output.
@@ -53,9 +62,16 @@ fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
-/// node (>= 18, what the harness needs), npm when puppeteer-core is not installed yet, and
-/// a chromium binary; None (after a printed notice) when one cannot be found.
-fn tools() -> Option<PathBuf> {
+/// What the checks need: the harness, node (>= 18), npm when puppeteer-core is not
+/// installed yet, and a chromium binary, as (harness, chromium); None (after a printed
+/// notice) when one cannot be found, before any work is done.
+struct Tools {
+    harness: PathBuf,
+    chrome: PathBuf,
+}
+
+fn tools() -> Option<Tools> {
+    let harness = harness()?;
     let node_major = Command::new("node")
         .arg("--version")
         .output()
@@ -88,7 +104,7 @@ fn tools() -> Option<PathBuf> {
     if chrome.is_none() {
         notice("chromium is not installed (apt-get install chromium)");
     }
-    chrome
+    Some(Tools { harness, chrome: chrome? })
 }
 
 fn out_dir(case: &str) -> PathBuf {
@@ -135,7 +151,7 @@ fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
 
 /// Profiles with `args`, loads the snapshot into memory_viz and checks every view.
 fn check(case: &str, args: &[&str], expandable: bool) {
-    let Some(chrome) = tools() else { return };
+    let Some(tools) = tools() else { return };
     let t0 = Instant::now();
     let dir = out_dir(case);
     let prof = dir.join("profile");
@@ -151,7 +167,7 @@ fn check(case: &str, args: &[&str], expandable: bool) {
     let reserved_end = u64_at(r, &["allocator_stats", "reserved_bytes", "current"]).expect("reserved bytes in summary.json");
     let profiled = t0.elapsed();
     let expect = Expect { peak_requested, peak_reserved, reserved_end, summary: Some(prof.join("summary.json")) };
-    check_viewer(case, &chrome, &dir, &snapshot, &expect, expandable, profiled, t0);
+    check_viewer(case, &tools, &dir, &snapshot, &expect, expandable, profiled, t0);
 }
 
 /// vramscope's own figures for a snapshot, which the viewer must reproduce.
@@ -165,8 +181,7 @@ struct Expect {
 
 /// Loads `snapshot` into memory_viz and checks every view against `expect`.
 #[allow(clippy::too_many_arguments)]
-fn check_viewer(case: &str, chrome: &Path, dir: &Path, snapshot: &Path, expect: &Expect, expandable: bool, profiled: Duration, t0: Instant) {
-    let harness = harness();
+fn check_viewer(case: &str, tools: &Tools, dir: &Path, snapshot: &Path, expect: &Expect, expandable: bool, profiled: Duration, t0: Instant) {
     let (peak_requested, peak_reserved, reserved_end) = (expect.peak_requested, expect.peak_reserved, expect.reserved_end);
     // What the trace holds: the segment actions this case is meant to show.
     let snap = pickle::read(&std::fs::read(snapshot).unwrap(), &pickle::Limits::default()).unwrap();
@@ -181,11 +196,11 @@ fn check_viewer(case: &str, chrome: &Path, dir: &Path, snapshot: &Path, expect: 
 
     let viewer = dir.join("viewer");
     let mut cmd = Command::new("bash");
-    cmd.arg(&harness).arg(snapshot).arg(&viewer);
+    cmd.arg(&tools.harness).arg(snapshot).arg(&viewer);
     if let Some(summary) = &expect.summary {
         cmd.arg(summary);
     }
-    cmd.env("CHROME", chrome);
+    cmd.env("CHROME", &tools.chrome);
     let (ok, text) = run(cmd, Duration::from_secs(900));
     assert!(ok, "the memory_viz harness failed on {}:\n{text}", snapshot.display());
     let res: Value = serde_json::from_slice(&std::fs::read(viewer.join("results.json")).unwrap()).unwrap();
@@ -351,7 +366,7 @@ fn two_side_streams_with_a_pending_free() {
     use vramscope::engine::{runtime, DType, Device, Tensor};
     use vramscope::export::snapshot;
     use vramscope::record::allocator::{AllocatorConfig, CachingAllocator, StreamId};
-    let Some(chrome) = tools() else { return };
+    let Some(tools) = tools() else { return };
     let t0 = Instant::now();
     let (ag_stream, rs_stream) = (StreamId(1), StreamId(2));
     runtime::reset();
@@ -415,5 +430,5 @@ fn two_side_streams_with_a_pending_free() {
     let path = dir.join("snapshot.pickle");
     std::fs::write(&path, pickle::write(&snap)).unwrap();
     let expect = Expect { peak_requested: st.requested_bytes.peak as u64, peak_reserved: st.reserved_bytes.peak as u64, reserved_end: st.reserved_bytes.current as u64, summary: None };
-    check_viewer("two_side_streams_pending_free", &chrome, &dir, &path, &expect, false, t0.elapsed(), t0);
+    check_viewer("two_side_streams_pending_free", &tools, &dir, &path, &expect, false, t0.elapsed(), t0);
 }
