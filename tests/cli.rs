@@ -143,7 +143,8 @@ fn config_json_builds_the_model_shape_flags_override_it_and_errors_name_the_fiel
     let out = dir.join("est.json");
     let o = vramscope(&["estimate", "--config", fixture, "--num-layers", "2", "--no-simulate", "--context-length", "64", "--json", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("torch_dtype bfloat16"));
+    // from_pretrained(dtype="auto") loads the file's torch_dtype, and the estimate says so.
+    assert!(String::from_utf8_lossy(&o.stdout).contains("weights bfloat16 (dtype=\"auto\": the config's torch_dtype bfloat16)"), "{}", String::from_utf8_lossy(&o.stdout));
     let text = std::fs::read_to_string(&out).unwrap();
     let per_layer: u64 = 4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096;
     let params = 2 * per_layer + 2 * 128_256 * 4096 + 4096;

@@ -160,7 +160,18 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--use-cache", "maybe"], &["--use-cache"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "every-2"], &["--gradient-checkpointing"]);
     refused(&["--model", "Llama-3.2-1B", "--attention-mask", "padded"], &["--attention-mask"]);
-    refused(&["--model", "Llama-3.2-1B", "--attn-implementation", "flash_attention_2"], &["--attn-implementation", "bf16"]);
+    refused(&["--model", "Llama-3.2-1B", "--dtype", "float32", "--attn-implementation", "flash_attention_2"], &["--attn-implementation", "bf16"]);
+    // from_pretrained's dtype and peft's LoraConfig: bad values and what is not modelled.
+    refused(&["--model", "Llama-3.2-1B", "--dtype", "float8"], &["--dtype", "bfloat16"]);
+    refused(&["--model", "2.7B", "--num-layers", "1", "--dtype", "bfloat16"], &["--dtype", "hf model"]);
+    refused(&["--model", "Llama-3.2-1B", "--precision", "fp16"], &["--precision", "float32"]);
+    refused(&["--model", "Llama-3.2-1B", "--dtype", "float16", "--precision", "fp16"], &["--precision", "unscale FP16"]);
+    refused(&["--model", "Llama-3.2-1B", "--dtype", "float16", "--pure-bf16"], &["--dtype"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "0"], &["--lora-r", "positive"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--lora-dropout", "1"], &["--lora-dropout"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--target-modules", "q_proj,w1"], &["--target-modules", "'w1'"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--target-modules", "lm_head"], &["--target-modules", "not modelled"]);
+    refused(&["--model", "2.7B", "--num-layers", "1", "--lora-r", "8"], &["--lora-r", "hf flavour"]);
     refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);
     refused(&["--config", folder("Qwen3-8B").to_str().unwrap(), "--flavour", "cs336"], &["--flavour", "q/k RMSNorm"]);
@@ -187,7 +198,8 @@ fn the_flags_reach_the_model_and_the_summary_says_what_ran() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("transformers 5.23.0: attn_implementation eager") && text.contains("gradient checkpointing non-reentrant"), "{text}");
+    assert!(text.contains("transformers 5.23.0: weights bfloat16 (dtype=\"auto\": the config's torch_dtype bfloat16); attn_implementation eager"), "{text}");
+    assert!(text.contains("gradient checkpointing non-reentrant"), "{text}");
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!((s["model"]["checkpoint"].as_str(), s["model"]["hf"]["reentrant"].as_bool()), (Some("blocks"), Some(false)));
     assert!(s["transformers"]["sdpa_backend_on_cuda_by_context"].is_null(), "eager has no SDPA kernel");
@@ -222,4 +234,47 @@ fn sdpa_kernels_the_model_cannot_run_exit_2_naming_the_flag() {
     let ok = tmp("window-math");
     let o = vramscope(&["profile", "--config", c, "--sdpa-backend", "math", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--out-dir", ok.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// from_pretrained's `dtype="auto"`: an hf preset loads bf16 weights and says so; --dtype
+/// overrides it; a quantized checkpoint whose method is not modelled is refused by name.
+#[test]
+fn weights_load_as_from_pretrained_does_and_quantized_checkpoints_are_refused() {
+    let s = profile(&tmp("auto"), &["--model", "Llama-3.2-1B", "--num-layers", "1", "--profile-type", "inference"]);
+    assert_eq!((s["precision"].as_str(), s["transformers"]["weights_dtype"].as_str(), s["transformers"]["dtype"].as_str()), (Some("pure-bf16"), Some("bfloat16"), Some("auto")));
+    let s = profile(&tmp("f32"), &["--model", "Llama-3.2-1B", "--num-layers", "1", "--profile-type", "inference", "--dtype", "float32"]);
+    assert_eq!((s["precision"].as_str(), s["transformers"]["weights_dtype"].as_str()), (Some("fp32"), Some("float32")));
+    // The Trainer's bf16=True on bf16 weights: bf16 parameters under autocast.
+    let s = profile(&tmp("autocast"), &["--model", "Llama-3.2-1B", "--num-layers", "1", "--precision", "bf16"]);
+    assert_eq!((s["precision"].as_str(), s["transformers"]["weights_dtype"].as_str()), (Some("pure-bf16-autocast"), Some("bfloat16")));
+    for (method, extra, needle) in [("awq", r#""bits": 4"#, "'awq' quantization is not modelled"), ("bitsandbytes", r#""load_in_4bit": true"#, "bitsandbytes 4-bit")] {
+        let dir = tmp(&format!("quant-{method}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(folder("Qwen2.5-7B").join("config.json")).unwrap()).unwrap();
+        cfg["quantization_config"] = serde_json::from_str(&format!(r#"{{"quant_method": "{method}", {extra}}}"#)).unwrap();
+        let path = dir.join("config.json");
+        std::fs::write(&path, cfg.to_string()).unwrap();
+        refused(&["--config", path.to_str().unwrap()], &["--config", "quantization_config", needle]);
+    }
+}
+
+/// peft's LoRA: frozen base, fp32 adapters, the counts print_trainable_parameters() prints.
+#[test]
+fn lora_flags_train_only_the_adapters_and_count_them_as_peft_does() {
+    let out = tmp("lora");
+    let mut args = vec!["profile", "--device", "meta", "--model", "Llama-3.1-8B", "--context-length", "128", "--batch-size", "1", "--out-dir", out.to_str().unwrap()];
+    args.extend(["--lora-r", "16", "--lora-alpha", "32", "--target-modules", "all-linear", "--gradient-checkpointing", "non-reentrant"]);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // peft 0.21.2 prints this for meta-llama/Llama-3.1-8B with r=16 on all linear layers.
+    assert!(text.contains("trainable params: 41,943,040 || all params: 8,072,204,288 || trainable%: 0.5196"), "{text}");
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((s["parameters"]["trainable"].as_u64(), s["parameters"]["total"].as_u64()), (Some(41_943_040), Some(8_072_204_288)));
+    assert_eq!(s["model"]["hf"]["lora"]["targets"].as_array().unwrap().len(), 7);
+    // Frozen bf16 weights, fp32 adapters: fused AdamW's state is two fp32 moments per
+    // adapter element and a 4 B step per adapter tensor (32 layers × 7 projections × A, B).
+    let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
+    let state = cats.iter().find(|c| c[0] == "optimizer_state").and_then(|c| c[1].as_u64());
+    assert_eq!(state, Some(2 * 4 * 41_943_040 + 4 * 32 * 7 * 2));
 }

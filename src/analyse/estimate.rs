@@ -434,12 +434,14 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     let mode = match precision {
         Precision::Fp32 => Mode::Fp32,
         Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
-        Precision::PureBf16 => Mode::Pure,
+        // Refused by options/estimate.rs (not derived): bf16 autocast on bf16 weights, fp16
+        // weights; kept total here so the closed form stays a plain function.
+        Precision::PureBf16 | Precision::PureFp16 | Precision::PureBf16Autocast => Mode::Pure,
     };
     let (low, low_name) = match precision {
         Precision::Fp32 => (4, "fp32"),
-        Precision::Fp16 => (2, "fp16"),
-        Precision::Bf16 | Precision::PureBf16 => (2, "bf16"),
+        Precision::Fp16 | Precision::PureFp16 => (2, "fp16"),
+        Precision::Bf16 | Precision::PureBf16 | Precision::PureBf16Autocast => (2, "bf16"),
     };
     let c = Ctx {
         b: b as u64,

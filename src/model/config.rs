@@ -41,6 +41,15 @@ impl fmt::Display for Flavour {
     }
 }
 
+/// Parameter counts of a model ([`ModelConfig::param_counts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ParamCounts {
+    pub total: u64,
+    pub trainable: u64,
+    pub embedding: u64,
+    pub non_embedding: u64,
+}
+
 /// How attention is computed (both give the same values; memory differs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -352,6 +361,36 @@ impl ModelConfig {
         let head = if self.tied_embeddings { 0 } else { v.saturating_mul(d) };
         let n = l.saturating_mul(per_layer).saturating_add(v.saturating_mul(d)).saturating_add(head).saturating_add(d);
         u64::try_from(n).unwrap_or(u64::MAX)
+    }
+
+    /// Elements of peft's LoRA adapters (`lora_A` r × in and `lora_B` out × r per adapted
+    /// projection and layer); 0 without LoRA.
+    pub fn lora_param_count(&self) -> u64 {
+        let Some(lc) = self.hf().and_then(|h| h.lora.as_ref()) else { return 0 };
+        let hd = self.head_dim() as u128;
+        let (d, f) = (self.d_model as u128, self.d_ff as u128);
+        let (q, kv) = ((self.num_heads as u128).saturating_mul(hd), (self.num_kv_heads as u128).saturating_mul(hd));
+        // (in, out) per projection, in lora::TARGETS order.
+        let shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)];
+        let per_layer: u128 = crate::model::lora::TARGETS
+            .iter()
+            .zip(shapes)
+            .filter(|(t, _)| lc.targets(t))
+            .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)))
+            .fold(0u128, u128::saturating_add);
+        u64::try_from(per_layer.saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
+    }
+
+    /// The counts users check first, as transformers and peft give them: every parameter
+    /// (`num_parameters()`, a tied head once, adapters included), those that train
+    /// (`print_trainable_parameters()`), the input embedding's, and the rest
+    /// (`num_parameters(exclude_embeddings=True)`).
+    pub fn param_counts(&self) -> ParamCounts {
+        let base = self.param_count();
+        let lora = self.lora_param_count();
+        let total = base.saturating_add(lora);
+        let embedding = (self.vocab_size as u64).saturating_mul(self.d_model as u64);
+        ParamCounts { total, trainable: if lora > 0 { lora } else { total }, embedding, non_embedding: total.saturating_sub(embedding) }
     }
 
     /// The count with a tied LM head counted a second time, as hand derivations that list

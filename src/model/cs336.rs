@@ -9,7 +9,7 @@ use crate::record::Category;
 
 pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut super::init::Rng) -> Model {
     let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
-    let mut b = Builder { device, dtype, rng, params: Vec::new() };
+    let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: false };
     let lin_std = |din: usize, dout: usize| Init::TruncNormal { std: (2.0 / (din + dout) as f64).sqrt(), clip: 3.0 };
     let embedding = b.param("token_embeddings.weight".into(), &[v, d], Init::TruncNormal { std: 1.0, clip: 3.0 });
     let mut layers = Vec::with_capacity(cfg.num_layers);

@@ -4,6 +4,7 @@ pub mod config;
 pub mod hf;
 pub mod cs336;
 pub mod init;
+pub mod lora;
 pub mod presets;
 pub mod tinyllama;
 pub mod tp;
@@ -189,6 +190,11 @@ impl Model {
     pub fn num_parameters(&self) -> u64 {
         self.params.iter().map(|p| p.tensor.numel() as u64).sum()
     }
+    /// Elements of the parameters that train (`requires_grad`), as peft's
+    /// `print_trainable_parameters()` counts them.
+    pub fn num_trainable_parameters(&self) -> u64 {
+        self.params.iter().filter(|p| p.tensor.requires_grad()).map(|p| p.tensor.numel() as u64).sum()
+    }
     pub fn parameter_bytes(&self) -> u64 {
         self.params.iter().map(|p| p.tensor.nbytes() as u64).sum()
     }
@@ -299,6 +305,8 @@ pub(crate) struct Builder<'a> {
     pub dtype: DType,
     pub rng: &'a mut init::Rng,
     pub params: Vec<Param>,
+    /// Parameters registered now are frozen (`requires_grad=False`: peft's base weights).
+    pub frozen: bool,
 }
 
 /// The weights a flavour built, in registration order.
@@ -336,7 +344,7 @@ impl Builder<'_> {
             let _s = runtime::scope(name.trim_end_matches(".weight"));
             init::make(shape, self.dtype, self.device, init, self.rng)
         };
-        let t = t.requires_grad_(true);
+        let t = t.requires_grad_(!self.frozen);
         self.params.push(Param { name, tensor: t.clone() });
         t
     }

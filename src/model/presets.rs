@@ -81,6 +81,8 @@ fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, st
 fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f64, eps: f64, max: usize, tied: bool, rope_type: Option<&str>, params: u64) -> Preset {
     let mut extra = HfConfig::new(arch, if arch == Arch::Qwen3 { 128 } else { d / h });
     extra.rope_type = rope_type.map(str::to_string);
+    // Every shipped config.json says `"torch_dtype": "bfloat16"`.
+    extra.torch_dtype = Some(crate::engine::DType::BF16);
     Preset {
         name,
         model: ModelConfig {

@@ -11,7 +11,7 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
     let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
     let kv = cfg.num_kv_heads * cfg.head_dim();
     let std = Init::Normal { std: 0.02 };
-    let mut b = Builder { device, dtype, rng, params: Vec::new() };
+    let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: false };
     let embedding = b.param("token_embedding.weight".into(), &[v, d], std);
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {

@@ -52,7 +52,16 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
-    let precision = a.precision.resolve_for(&cfg)?;
+    let precision = a.precision.resolve_for(&mut cfg)?;
+    if cfg.hf().is_some_and(|h| h.lora.is_some()) {
+        return Err(usage("--lora-r", "the closed form derives full fine-tuning; LoRA (frozen weights, fp32 adapters, peft's casts) runs op for op in profile and fit (--device meta)"));
+    }
+    if matches!(precision, crate::train::Precision::PureFp16 | crate::train::Precision::PureBf16Autocast) {
+        return Err(usage(
+            "--dtype",
+            format!("the closed form derives fp32, autocast over fp32 weights and pure bf16; this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
+        ));
+    }
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;

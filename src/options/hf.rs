@@ -35,6 +35,20 @@ pub struct HfFlags {
     /// unpadded tokenizer batch)
     #[arg(long, value_name = "MASK")]
     pub attention_mask: Option<String>,
+    /// hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model:
+    /// base weights frozen, fp32 adapters lora_A/lora_B trained)
+    #[arg(long, value_name = "R")]
+    pub lora_r: Option<usize>,
+    /// LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r)
+    #[arg(long, value_name = "ALPHA", requires = "lora_r")]
+    pub lora_alpha: Option<f64>,
+    /// LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0)
+    #[arg(long, value_name = "P", requires = "lora_r")]
+    pub lora_dropout: Option<f64>,
+    /// LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj,
+    /// o_proj, gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj)
+    #[arg(long, value_name = "MODULES", requires = "lora_r")]
+    pub target_modules: Option<String>,
 }
 
 impl HfFlags {
@@ -52,6 +66,7 @@ impl HfFlags {
         add(self.logits_to_keep.is_some(), "--logits-to-keep");
         add(self.gradient_checkpointing.is_some(), "--gradient-checkpointing");
         add(self.attention_mask.is_some(), "--attention-mask");
+        add(self.lora_r.is_some(), "--lora-r");
         v
     }
 
@@ -93,6 +108,9 @@ impl HfFlags {
             c.checkpoint = ckpt;
             hf.reentrant = reentrant;
         }
+        if let Some(r) = self.lora_r {
+            hf.lora = Some(self.lora(r)?);
+        }
         if let Some(s) = &self.attention_mask {
             hf.attention_mask = match s.to_ascii_lowercase().as_str() {
                 "none" => false,
@@ -101,6 +119,47 @@ impl HfFlags {
             };
         }
         Ok(())
+    }
+}
+
+impl HfFlags {
+    /// peft's `LoraConfig` from the flags, checked as peft checks it (and what is not modelled).
+    fn lora(&self, r: usize) -> anyhow::Result<crate::model::lora::LoraConfig> {
+        use crate::model::lora::{LoraConfig, TARGETS};
+        if r == 0 {
+            return Err(usage("--lora-r", "0: peft requires a positive rank (`r` should be a positive integer)"));
+        }
+        let alpha = self.lora_alpha.unwrap_or(8.0);
+        if !alpha.is_finite() {
+            return Err(usage("--lora-alpha", format!("{alpha} (expected a finite number)")));
+        }
+        let dropout = self.lora_dropout.unwrap_or(0.0);
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(usage("--lora-dropout", format!("{dropout} (expected a probability in [0, 1))")));
+        }
+        let targets: Vec<String> = match self.target_modules.as_deref().map(str::trim) {
+            None => vec!["q_proj".into(), "v_proj".into()],
+            Some("all-linear") => TARGETS.iter().map(|t| t.to_string()).collect(),
+            Some(list) => {
+                let mut v: Vec<String> = Vec::new();
+                for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                    if t == "lm_head" || t == "embed_tokens" {
+                        return Err(usage("--target-modules", format!("'{t}': LoRA on the {t} is not modelled (the decoder's linears are: {})", TARGETS.join(", "))));
+                    }
+                    if !TARGETS.contains(&t) {
+                        return Err(usage("--target-modules", format!("'{t}' is no module of this model (expected all-linear or some of {})", TARGETS.join(", "))));
+                    }
+                    if !v.iter().any(|x| x == t) {
+                        v.push(t.to_string());
+                    }
+                }
+                if v.is_empty() {
+                    return Err(usage("--target-modules", "names no module"));
+                }
+                v
+            }
+        };
+        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default() })
     }
 }
 

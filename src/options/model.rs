@@ -15,9 +15,9 @@ pub struct ModelFlags {
     /// A Hugging Face config.json, or a model folder holding one (only config.json is read),
     /// instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers
     /// 5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
-    /// torch_dtype is recorded; the run's precision is --precision's (bfloat16 weights with no
-    /// fp32 copy: --pure-bf16). Shape flags override it; --flavour cs336|tinyllama maps a
-    /// plain llama shape onto those flavours
+    /// torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
+    /// overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama
+    /// shape onto those flavours
     #[arg(long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
     /// Reference implementation to reproduce: cs336, tinyllama or hf (transformers)
@@ -90,7 +90,7 @@ pub(crate) fn config_model_name(path: &std::path::Path, name_or_path: Option<&st
 /// The preset a `--config PATH` stands for: its model, named after the file, with run
 /// defaults batch 4 and context min(512, max_position_embeddings). PATH is a config.json or
 /// a model folder holding one (a downloaded model: tokenizer and weights files beside it).
-fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow::Result<(presets::Preset, Option<String>)> {
+fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow::Result<presets::Preset> {
     let flag = "--config";
     let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
     if path.is_dir() && !file.is_file() {
@@ -104,20 +104,9 @@ fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow:
         model = crate::model::hf::config_json::onto_flavour(model, f).map_err(|e| usage("--flavour", format!("{f} with --config {}: {e}", path.display())))?;
     }
     let name: &'static str = Box::leak(config_model_name(path, hf.name_or_path.as_deref()).into_boxed_str());
-    let note = match hf.torch_dtype.as_deref() {
-        Some(dt @ ("bfloat16" | "bf16")) => Some(format!(
-            "{}: torch_dtype {dt} is recorded; the run's precision is --precision (fp32 unless given): bfloat16 weights with no fp32 master copy, as from_pretrained(torch_dtype=torch.bfloat16) loads them, are --pure-bf16",
-            path.display()
-        )),
-        Some(dt @ ("float16" | "fp16" | "half")) => Some(format!(
-            "{}: torch_dtype {dt} is recorded; the run's precision is --precision / --pure-bf16 (fp32 unless given), not the file's type",
-            path.display()
-        )),
-        _ => None,
-    };
     let seq_len = model.max_seq_len.min(512);
     let expected_params = model.param_count();
-    Ok((presets::Preset { name, model, batch_size: 4, seq_len, num_steps: 10, expected_params }, note))
+    Ok(presets::Preset { name, model, batch_size: 4, seq_len, num_steps: 10, expected_params })
 }
 
 /// Whose preset names a command uses when a bare name exists in both flavours: the seed script
@@ -173,9 +162,8 @@ impl ModelFlags {
             if let Some(p) = &self.preset {
                 return Err(usage("--config", format!("gives the model; drop --preset/--model '{p}'")));
             }
-            let (preset, n) = from_config_file(path, flavour)?;
-            note = n;
-            preset
+            note = None;
+            from_config_file(path, flavour)?
         } else {
             let (preset, n) = self.find_preset(default_preset, flavour, names)?;
             note = n;

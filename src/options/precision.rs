@@ -15,8 +15,11 @@ pub struct PrecisionFlags {
     /// CS336 spelling of autocast: with --dtype bf16 (default) or fp16
     #[arg(long)]
     pub use_mixed_precision: bool,
-    /// The autocast type for --use-mixed-precision: bf16 or fp16
-    #[arg(long, requires = "use_mixed_precision")]
+    /// hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the
+    /// config's torch_dtype, bfloat16 for every hf preset; float32 when it names none),
+    /// float32, bfloat16 or float16. With --use-mixed-precision: CS336's autocast type, bf16
+    /// or fp16
+    #[arg(long)]
     pub dtype: Option<String>,
     /// The workshop's spelling: fp16 autocast with a GradScaler
     #[arg(long)]
@@ -29,6 +32,12 @@ pub struct PrecisionFlags {
 impl PrecisionFlags {
     pub fn resolve(&self) -> anyhow::Result<Precision> {
         let mut chosen: Vec<(&str, Precision)> = Vec::new();
+        if let Some(d) = self.dtype.as_ref().filter(|_| !self.use_mixed_precision) {
+            // from_pretrained's dtype: checked here, applied by resolve_for.
+            if d != "auto" && crate::model::hf::config_json::parse_dtype(d).is_none() {
+                return Err(usage("--dtype", format!("'{d}' (expected auto, float32, bfloat16 or float16)")));
+            }
+        }
         if let Some(p) = &self.precision {
             let v = Precision::parse(p);
             chosen.push(("--precision", v.ok_or_else(|| usage("--precision", format!("'{p}' (expected fp32, bf16, fp16 or pure-bf16)")))?));
@@ -62,9 +71,47 @@ impl PrecisionFlags {
 }
 
 impl PrecisionFlags {
-    /// The precision for a model, refusing combinations PyTorch itself cannot run.
-    pub fn resolve_for(&self, cfg: &crate::model::ModelConfig) -> anyhow::Result<Precision> {
-        let p = self.resolve()?;
+    /// The precision for a model, refusing combinations PyTorch itself cannot run. An hf
+    /// model's weights load as `from_pretrained` loads them (`dtype="auto"`: the config's
+    /// torch_dtype) unless --dtype, --precision fp32 or --pure-bf16 says otherwise; the
+    /// autocast flags are the Trainer's `bf16=True`/`fp16=True` on top. The choice is
+    /// recorded in the config (`HfConfig::dtype`) for the line that says what was loaded.
+    pub fn resolve_for(&self, cfg: &mut crate::model::ModelConfig) -> anyhow::Result<Precision> {
+        let flags = self.resolve()?;
+        let asked = (!self.use_mixed_precision).then_some(self.dtype.as_deref()).flatten().filter(|d| *d != "auto");
+        let asked = asked.map(|d| crate::model::hf::config_json::parse_dtype(d).expect("checked by resolve"));
+        let p = match cfg.hf.as_mut() {
+            None => {
+                if let Some(d) = asked {
+                    return Err(usage("--dtype", format!("{d} is from_pretrained's dtype, for an hf model; the {} flavour builds float32 weights (--pure-bf16 for bf16, --precision for autocast)", cfg.flavour)));
+                }
+                flags
+            }
+            Some(hf) => {
+                let named = self.precision.is_some() || self.use_mixed_precision || self.use_amp || self.pure_bf16;
+                // What the flags say of the weights themselves: fp32 and pure-bf16 name a type.
+                let from_flags = match flags {
+                    Precision::Fp32 if named => Some(crate::engine::DType::F32),
+                    Precision::PureBf16 | Precision::PureBf16Autocast => Some(crate::engine::DType::BF16),
+                    Precision::PureFp16 => Some(crate::engine::DType::F16),
+                    _ => None,
+                };
+                if let (Some(a), Some(f)) = (asked, from_flags) {
+                    if a != f {
+                        return Err(usage("--dtype", format!("{a} weights, but --precision/--pure-bf16 asks for {f} ones")));
+                    }
+                }
+                let weights = asked.or(from_flags).or(hf.torch_dtype).unwrap_or(crate::engine::DType::F32);
+                hf.dtype = asked.or(from_flags);
+                flags.on_weights(weights).ok_or_else(|| {
+                    let why = match (weights, flags) {
+                        (crate::engine::DType::F16, Precision::Fp16) => "the Trainer's fp16=True on float16 weights stops in GradScaler (\"Attempting to unscale FP16 gradients\")".to_string(),
+                        _ => format!("{flags} autocast over {weights} weights is not modelled"),
+                    };
+                    usage("--precision", format!("{why}; load the weights in float32 (--dtype float32) for mixed precision, or drop the autocast flag"))
+                })?
+            }
+        };
         check(cfg, p)?;
         Ok(p)
     }

@@ -168,12 +168,16 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
             return Err(usage("--memory-fraction", "is a share of device memory: give --gpu or --memory-limit"));
         }
     }
-    let precision = a.precision.resolve_for(&cfg)?;
+    let precision = a.precision.resolve_for(&mut cfg)?;
     for &c in &contexts {
         super::hf::check_kernel(&cfg, precision, c)?;
     }
     let mut optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     let parallel = a.parallel.resolve()?;
+    if let (Some(pc), Some(_)) = (&parallel, cfg.hf().and_then(|h| h.lora.as_ref())) {
+        let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
+        return Err(usage(what, "LoRA (peft) under data or tensor parallelism is not modelled yet: profile one GPU (drop the parallel flags)"));
+    }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
         tp_optimizer(pc, &a.optim, &mut optim)?;

@@ -259,7 +259,7 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     } else {
         None
     };
-    let precision = a.precision.resolve_for(&cfg)?;
+    let precision = a.precision.resolve_for(&mut cfg)?;
     super::hf::check_kernel(&cfg, precision, seq)?;
     Ok(TrainPlan {
         model: cfg,

@@ -34,10 +34,27 @@ pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<Str
     let keep = if hf.logits_to_keep == 0 { "0 (all)".to_string() } else { hf.logits_to_keep.to_string() };
     let mask = if hf.attention_mask { "ones" } else { "none" };
     Some(format!(
-        "transformers {TRANSFORMERS_VERSION}: attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}",
+        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}",
+        loaded(hf, precision),
         hf.use_cache,
         checkpointing(c, hf)
     ))
+}
+
+/// What `from_pretrained` loaded the weights in, and why: `dtype="auto"` (transformers 5's
+/// default) takes the config's torch_dtype; --dtype, --precision fp32 or --pure-bf16 name one.
+pub fn loaded(hf: &HfConfig, precision: Precision) -> String {
+    let weights = precision.param_dtype();
+    let why = match (hf.dtype, hf.torch_dtype) {
+        (Some(_), _) => "named by --dtype/--precision".to_string(),
+        (None, Some(t)) => format!("dtype=\"auto\": the config's torch_dtype {t}"),
+        (None, None) => "dtype=\"auto\": the config names no torch_dtype".to_string(),
+    };
+    let autocast = match precision.autocast() {
+        Some(a) => format!(", forward and loss under {a} autocast (the Trainer's {}=True)", if a == crate::engine::DType::F16 { "fp16" } else { "bf16" }),
+        None => String::new(),
+    };
+    format!("weights {weights} ({why}){autocast}")
 }
 
 /// The same settings for summary.json (the CUDA SDPA kernel per context length).
@@ -56,6 +73,9 @@ pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) 
         "logits_to_keep": hf.logits_to_keep,
         "attention_mask": if hf.attention_mask { "ones" } else { "none" },
         "rope_type": hf.rope_type.as_deref().unwrap_or("default"),
+        "weights_dtype": precision.param_dtype().name(),
+        "config_torch_dtype": hf.torch_dtype.map(|d| d.name()),
+        "dtype": hf.dtype.map_or("auto", |d| d.name()),
     }))
 }
 

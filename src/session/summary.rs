@@ -12,6 +12,7 @@ pub fn profile(p: &ProfileOptions, profile_types: &[ProfileType], ranks: &[usize
         "run_id": run_id,
         "model": p.model,
         "preset": p.model_name,
+        "parameters": p.model.param_counts(),
         "profile_types": profile_types,
         "batch_size": p.batch,
         "device": p.device,

@@ -55,6 +55,8 @@ pub fn precision_note(p: Precision) -> &'static str {
         Precision::Bf16 => "bf16 autocast around forward and loss (matmuls in bf16, the fp32 op list in fp32, weight casts cached); fp32 parameters, gradients and optimizer state",
         Precision::Fp16 => "fp16 autocast around forward and loss with a dynamic loss scaler (GradScaler: init scale 65536, skip on inf/NaN); fp32 parameters, gradients and optimizer state",
         Precision::PureBf16 => "pure bf16: parameters, gradients and optimizer state in bf16, no autocast",
+        Precision::PureFp16 => "pure fp16: parameters, gradients and optimizer state in fp16, no autocast",
+        Precision::PureBf16Autocast => "bf16 parameters, gradients and optimizer state, forward and loss under bf16 autocast (the Trainer's bf16=True on bf16 weights)",
     }
 }
 

@@ -112,8 +112,9 @@ impl<'m> StepRunner<'m> {
         // `model.train()` (transformers checkpoints its layers only in training mode).
         model.training.set(true);
         // The Trainer's step: `loss = compute_loss(model, inputs)` returns only the loss (the
-        // output with its logits dies before backward) and the loop drops the loss after the
-        // step; the reference scripts keep both bound until the next step rebinds them.
+        // output with its logits dies before backward), `training_step` returns it detached
+        // and the loop drops it after the step; the reference scripts keep both bound until
+        // the next step rebinds them.
         let hf = model.config.flavour == Flavour::Hf;
         let parallel = self.parallel.clone();
         timed(Phase::ZeroGrad, &mut phases, || {
@@ -184,6 +185,11 @@ impl<'m> StepRunner<'m> {
                 *v += loss.item();
             }
             drop(loss);
+            if hf {
+                // `training_step` returns `loss.detach()`: the graph (and what a reentrant
+                // checkpoint's ctx holds) dies with backward; the value's storage lives on.
+                self.loss = self.loss.take().map(|l| l.detach());
+            }
         }
         phases.extend([fwd, loss_stat, bwd]);
         let (opt, scaler) = (&mut self.optimizer, &mut self.scaler);

@@ -1,6 +1,8 @@
 //! What the PyTorch grid tests share: the per-phase peak convention of the fixtures
 //! (tools/pytorch/measure_cs336.py), the event trace, and the comparison table.
 #![allow(dead_code)]
+pub mod hf;
+
 use serde_json::Value;
 use vramscope::record::{EventKind, MemEvent, Phase};
 

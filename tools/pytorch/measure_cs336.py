@@ -164,6 +164,8 @@ def alloc_rows(prof):
 COPY_TRANSPOSE_BLOCK = 60  # Copy.cpp: copy_same_type_transpose_'s BLOCK_SZ (MIN_SZ = 60 * 60)
 REDUCED_FLOAT = (torch.bfloat16, torch.float16)
 SCATTER_OPS = ("aten::scatter_add_", "aten::scatter_add", "aten::scatter_", "aten::scatter")  # src and value forms
+# TensorIterator binary ops whose CPU path casts a mixed-dtype input to the common dtype first.
+TI_BINARY_OPS = ("aten::add", "aten::sub", "aten::mul", "aten::div", "aten::add_", "aten::sub_", "aten::mul_", "aten::div_")
 CPU_FLASH_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
@@ -199,6 +201,28 @@ def cpu_kernel_scratch(anc, size):
         ins = [_meta(i) for i in getattr(sm.extra_fields, "inputs", [])]
         if ins and ins[0] and ins[0][2] == torch.float16 and size == _numel(ins[0][0]) * 4:
             return ("cpu softmax(dtype=float32) of a float16 input: the fp32 input copy CUDA's half_to_float skips", sm.end_time_ns)
+    if len(names) == 4 and names[0] in TI_BINARY_OPS and names[1:] == ["aten::to", "aten::_to_copy", "aten::empty_strided"]:
+        # TensorIteratorBase::compute_types: `if (common_device == kCPU)` an input whose dtype is
+        # not the common one is replaced by `op.tensor().to(common_dtype_)`, a temporary that dies
+        # with the iterator; CUDA's kernels cast while loading (dynamic casting), no temporary.
+        # In the grids: peft's `result + lora_B(...) * scaling`, a bf16 base output plus fp32.
+        bop = anc[-4]
+        ins = [m for m in (_meta(i) for i in getattr(bop.extra_fields, "inputs", [])) if m]
+        dts = {m[2] for m in ins if m[2].is_floating_point}
+        if len(dts) > 1:
+            common = torch.promote_types(*dts) if len(dts) == 2 else torch.float32
+            el = torch.empty((), dtype=common).element_size()
+            if any(m[2] != common and size == _numel(m[0]) * el for m in ins):
+                return (f"cpu {bop.name[6:]} of mixed dtypes: TensorIterator's input cast to {str(common).replace('torch.', '')}",
+                        bop.end_time_ns, "freed inside")
+    if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
+        # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
+        # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some
+        # CPUs only); cuBLAS keeps its workspace in the handle's pool. Freed before the op returns.
+        mm = anc[-1]
+        ins = [m for m in (_meta(i) for i in getattr(mm.extra_fields, "inputs", [])) if m]
+        if any(m[2] in REDUCED_FLOAT for m in ins):
+            return (f"cpu {mm.name[6:]} of reduced floats: the BLAS backend's packing scratch", mm.end_time_ns, "freed inside")
     if len(anc) < 2 or anc[-1].name != "aten::empty":
         return None
     op = anc[-2]

@@ -19,9 +19,16 @@ The step is the Trainer's (transformers.Trainer.training_step + the inner loop):
   loss       the rest of that call (ForCausalLMLoss: logits.float(), the padded/shifted labels,
              cross_entropy), then `loss = out.loss; del out` (compute_loss returns only the loss,
              so the logits die before backward)
-  backward   loss.backward()
+  backward   loss.backward(), then `loss = loss.detach()` (training_step returns the detached
+             loss, so the graph -- and what a reentrant checkpoint's ctx holds -- dies here)
   optimizer  clip_grad_norm_(params, max_grad_norm) (the Trainer's default 1.0; 0 = off), then
-             optimizer.step()
+             optimizer.step() over the parameters that require grad
+
+LoRA (peft, when the point has lora_r): get_peft_model(model, LoraConfig(r, lora_alpha,
+lora_dropout, target_modules)) right after loading, with peft's default
+autocast_adapter_dtype=True (fp32 adapters on bf16 weights), then gradient checkpointing (the
+Trainer enables it after wrapping; transformers' gradient_checkpointing_enable also calls
+enable_input_require_grads).
 Profile types: inference (torch.no_grad(), no labels, result unbound), forward (autograd on, no
 labels, result unbound), forward-loss (labels, no backward), training.
 
@@ -111,13 +118,20 @@ def run(p, kind, wrap=None):
         with record_function("grid::setup"):
             torch.manual_seed(42)
             model = T.AutoModelForCausalLM.from_config(hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
+            if p.get("lora_r"):
+                import peft
+                targets = p["target_modules"]
+                lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0),
+                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
+                model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")
             if ck != "none":
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
             model.train() if kind == "training" else model.eval()
             if wrap is not None:
                 wrap(model)
-            opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), model.parameters()) if kind == "training" else None
+            trainable = [q for q in model.parameters() if q.requires_grad]
+            opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
             loss_phase = LossPhase(model)
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
@@ -144,12 +158,13 @@ def run(p, kind, wrap=None):
                     if kind == "training":
                         with M.phase("backward"):
                             loss.backward()
+                            loss = loss.detach()
                         with M.phase("optimizer"):
                             # SGD without clipping allocates nothing: a 4-byte block (uncounted,
                             # < 512 B) marks the phase's start level for the analysis.
                             torch.empty(1)
                             if p.get("max_grad_norm", 1.0) > 0:
-                                torch.nn.utils.clip_grad_norm_(model.parameters(), p.get("max_grad_norm", 1.0))
+                                torch.nn.utils.clip_grad_norm_(trainable, p.get("max_grad_norm", 1.0))
                             opt.step()
                     del loss
                 else:
@@ -179,6 +194,7 @@ def measure(p, kind, wrap=None):
     prof, model = run(p, kind, wrap)
     per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind))
     info = dict(sdpa_backends=sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
+                trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 gradient_checkpointing=bool(getattr(model, "is_gradient_checkpointing", False)),
                 attn_implementation=model.config._attn_implementation)
     return per, log, info

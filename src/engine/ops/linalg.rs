@@ -239,14 +239,17 @@ impl Tensor {
             o
         };
         let out = if needs_grad(&[&x2, w, b]) {
-            let (xs, ws) = (save(&x2), save(w));
+            // As MmBackward0: mat1 is saved only for mat2's gradient and mat2 only for mat1's
+            // (a frozen weight, as under peft, keeps no input alive).
+            let (rx, rw, rb) = (x2.requires_grad(), w.requires_grad(), b.requires_grad());
+            let (xs, ws) = (rw.then(|| save(&x2)), rx.then(|| save(w)));
             attach(out, "AddmmBackward0", &[b, &x2, w], Box::new(move |g| {
-                let (x, w) = (xs.unpack(), ws.unpack());
-                let gx = g.mm(&w);
-                let gw = g.t().mm(&x);
+                let (x, w) = (xs.as_ref().map(|s| s.unpack()), ws.as_ref().map(|s| s.unpack()));
+                let gx = w.as_ref().map(|w| g.mm(w));
+                let gw = x.as_ref().map(|x| g.t().mm(x));
                 drop((x, w));
-                let gb = g.sum_dim(0, false);
-                vec![Some(gb), Some(gx), Some(gw)]
+                let gb = rb.then(|| g.sum_dim(0, false));
+                vec![gb, gx, gw]
             }))
         } else {
             out

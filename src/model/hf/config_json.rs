@@ -107,6 +107,11 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         Some(d) => Some(d),
         None => string(obj, "torch_dtype")?,
     };
+    let weight_dtype = match torch_dtype.as_deref() {
+        None => None,
+        Some(d) => Some(parse_dtype(d).ok_or_else(|| format!("field 'torch_dtype' is '{d}' (expected float32, bfloat16 or float16)"))?),
+    };
+    quantization(obj)?;
     let name_or_path = string(obj, "_name_or_path")?.filter(|n| !n.trim().is_empty());
     if let Some(act) = string(obj, "hidden_act")?.filter(|a| a != "silu") {
         return Err(format!("field 'hidden_act' is '{act}': the hf flavour models silu (every supported model's default)"));
@@ -137,6 +142,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     }
     let mut hf = HfConfig::new(arch, head_dim);
     hf.rope_type = rope_type;
+    hf.torch_dtype = weight_dtype;
     // Bias flags only the config class of that model_type reads.
     match arch {
         Arch::Llama => {
@@ -174,6 +180,34 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         tp: None,
     };
     Ok(HfModel { config, torch_dtype, model_type, name_or_path })
+}
+
+/// A dtype as transformers writes it in a config (`torch.bfloat16` → "bfloat16") or a user
+/// names it for `from_pretrained(dtype=...)`.
+pub fn parse_dtype(s: &str) -> Option<crate::engine::DType> {
+    use crate::engine::DType;
+    match s.trim().trim_start_matches("torch.").to_ascii_lowercase().as_str() {
+        "float32" | "float" | "fp32" => Some(DType::F32),
+        "bfloat16" | "bf16" => Some(DType::BF16),
+        "float16" | "half" | "fp16" => Some(DType::F16),
+        _ => None,
+    }
+}
+
+/// A config's `quantization_config`: the checkpoint is stored quantized and `from_pretrained`
+/// loads it so. None of the methods is modelled yet, so each is refused by name rather than
+/// run at full precision.
+fn quantization(obj: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let Some(q) = field(obj, "quantization_config") else { return Ok(()) };
+    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("(no quant_method)");
+    let detail = match method {
+        "bitsandbytes" => {
+            let bits = if q.get("load_in_4bit").and_then(Value::as_bool) == Some(true) { "4-bit" } else { "8-bit" };
+            format!("a pre-quantized bitsandbytes {bits} checkpoint; its storage and Linear4bit/Linear8bitLt kernels are not modelled yet")
+        }
+        m => format!("'{m}' quantization is not modelled (awq, gptq, fp8, compressed-tensors, hqq … all run kernels of their own)"),
+    };
+    Err(format!("field 'quantization_config' names quant_method '{method}': {detail}; vramscope refuses it rather than run the model at full precision (remove the field to ask about the unquantized model)"))
 }
 
 /// An explicit `null` where transformers 5.23's config class needs a value: its `@strict`

@@ -171,6 +171,16 @@ pub struct HfConfig {
     pub reentrant: bool,
     /// The collator passes an all-ones `attention_mask` (a tokenizer's unpadded batch).
     pub attention_mask: bool,
+    /// The config's `torch_dtype`/`dtype`: what `from_pretrained(dtype="auto")`, its
+    /// default in transformers 5, loads the weights in (None: the config names none, float32).
+    #[serde(default)]
+    pub torch_dtype: Option<crate::engine::DType>,
+    /// `from_pretrained(dtype=...)` when the user named one (`--dtype`), else None (auto).
+    #[serde(default)]
+    pub dtype: Option<crate::engine::DType>,
+    /// peft's LoRA over the model (`get_peft_model(model, LoraConfig(...))`), if any.
+    #[serde(default)]
+    pub lora: Option<crate::model::lora::LoraConfig>,
 }
 
 impl HfConfig {
@@ -209,6 +219,9 @@ impl HfConfig {
             logits_to_keep: 0,
             reentrant: false,
             attention_mask: false,
+            torch_dtype: None,
+            dtype: None,
+            lora: None,
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::engine::storage::GradRedistribute;
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
 use crate::model::tp::{self, TensorParallel};
+use crate::model::lora::{self, Adapter};
 use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weights};
 use crate::record::Category;
 use std::rc::Rc;
@@ -32,6 +33,8 @@ pub struct HfLayer {
     pub mlp_bias: Option<[Tensor; 3]>,
     /// Qwen3's per-head RMSNorm weights (head_dim) on q and k.
     pub qk_norm: Option<[Tensor; 2]>,
+    /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
+    pub lora: Vec<Option<Adapter>>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -48,7 +51,8 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     // biases, RMSNorm weights ones.
     let std = Init::Normal { std: 0.02 };
     let zero = Init::Normal { std: 0.0 };
-    let mut b = Builder { device, dtype, rng, params: Vec::new() };
+    // peft freezes every base weight (`requires_grad=False`) and trains only its adapters.
+    let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: hf.lora.is_some() };
     let embedding = b.param("model.embed_tokens.weight".into(), &[v, d], std);
     if v != full.vocab_size {
         // Its gradient is the whole table (tp::vocab_parallel_embedding).
@@ -84,6 +88,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             o_bias: bo,
             mlp_bias: bg.map(|bg| [bg, bu.expect("up bias"), bd.expect("down bias")]),
             qk_norm,
+            lora: Vec::new(),
         };
         layers.push(Layer {
             attn_norm,
@@ -96,6 +101,9 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         });
     }
     let final_norm = b.param("model.norm.weight".into(), &[d], Init::Ones);
+    if let Some(lc) = &hf.lora {
+        add_adapters(&mut b, &mut layers, lc, [q, kv, kv, d, f, f, d], [d, d, d, q, d, d, f]);
+    }
     if sequence_parallel {
         // SequenceParallel norms: Replicate weights whose gradients, summed over this rank's
         // positions, are Partial.
@@ -119,6 +127,36 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     };
     let (inv_freq, original) = rope_buffer;
     b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers: vec![original] })
+}
+
+/// `get_peft_model`: for each layer and adapted projection in module order, `lora_A` (r × in,
+/// kaiming-uniform) and `lora_B` (out × r, zeros) in the adapters' dtype, trainable. peft
+/// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
+fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, outs: [usize; 7], ins: [usize; 7]) {
+    let (frozen, dtype) = (b.frozen, b.dtype);
+    b.frozen = false;
+    b.dtype = lora::adapter_dtype(dtype);
+    for (i, layer) in layers.iter_mut().enumerate() {
+        let adapters = lora::TARGETS
+            .iter()
+            .enumerate()
+            .map(|(t, name)| {
+                lc.targets(name).then(|| {
+                    let module = if t < 4 { "self_attn" } else { "mlp" };
+                    let p = |w: &str| format!("base_model.model.model.layers.{i}.{module}.{name}.{w}.default.weight");
+                    let bound = (1.0 / ins[t] as f64).sqrt();
+                    // kaiming_uniform_(a=√5): U(±1/√in); a normal of the same variance (only
+                    // the values of cpu runs see the difference).
+                    let a = b.param(p("lora_A"), &[lc.r, ins[t]], Init::Normal { std: bound / 3f64.sqrt() });
+                    let bw = b.param(p("lora_B"), &[outs[t], lc.r], Init::Normal { std: 0.0 });
+                    Adapter { a, b: bw }
+                })
+            })
+            .collect();
+        let extra = Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("adapters are added while the model is built");
+        extra.lora = adapters;
+    }
+    (b.frozen, b.dtype) = (frozen, dtype);
 }
 
 /// What `LlamaForCausalLM.forward` returns (`CausalLMOutputWithPast`): the logits, the loss
@@ -288,11 +326,27 @@ struct Block {
     cache: Option<Rc<std::cell::RefCell<Vec<Tensor>>>>,
     /// Tensor parallelism: the projections' DTensor input and output redistributions.
     tp: Option<TensorParallel>,
+    /// `model.training` (dropout runs only in training mode).
+    training: bool,
 }
 
 impl Block {
     fn hf(&self) -> &HfConfig {
         self.cfg.hf.as_ref().expect("hf options")
+    }
+
+    /// Projection `t` (of `lora::TARGETS`) named `name`: `base` on `x`, wrapped in peft's LoRA
+    /// `Linear` when adapted (the nn.Linear is then its `base_layer`).
+    fn proj(&self, t: usize, x: &Tensor, base: impl FnOnce(&str, &Tensor) -> Tensor) -> Tensor {
+        let name = lora::TARGETS[t];
+        let extra = self.layer.hf.as_ref().expect("hf layer");
+        match (self.hf().lora.as_ref(), extra.lora.get(t).and_then(Option::as_ref)) {
+            (Some(lc), Some(adapter)) => {
+                let _s = scope(name);
+                lora::forward(lc, adapter, x, self.training, |x| base("base_layer", x))
+            }
+            _ => base(name, x),
+        }
     }
 
     /// Sequence parallelism is on.
@@ -358,11 +412,11 @@ impl Block {
         let bias = |i: usize| extra.mlp_bias.as_ref().map(|b| &b[i]);
         let ws = l.gate_up.weights();
         let prod = {
-            let g = linear_b("gate_proj", &self.colwise(x), ws[0], bias(0)).silu();
-            let u = linear_b("up_proj", &self.colwise(x), ws[1], bias(1));
+            let g = self.proj(4, &self.colwise(x), |n, x| linear_b(n, x, ws[0], bias(0))).silu();
+            let u = self.proj(5, &self.colwise(x), |n, x| linear_b(n, x, ws[1], bias(1)));
             g.mul(&u)
         };
-        self.rowwise(linear_b("down_proj", &prod, &l.down, bias(2)))
+        self.rowwise(self.proj(6, &prod, |n, x| linear_b(n, x, &l.down, bias(2))))
     }
 
     /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first): the
@@ -378,17 +432,17 @@ impl Block {
         let ws = l.qkv.weights();
         let bias = |i: usize| extra.qkv_bias.as_ref().map(|bs| &bs[i]);
         // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)`.
-        let project = |i: usize, name: &str| {
-            let p = linear_b(name, &self.colwise(x), ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
+        let project = |i: usize| {
+            let p = self.proj(i, &self.colwise(x), |n, x| linear_b(n, x, ws[i], bias(i))).view(&[b, s, usize::MAX, hd]);
             let p = match &extra.qk_norm {
                 Some(n) if i < 2 => rms_norm(if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
                 _ => p,
             };
             p.transpose(1, 2)
         };
-        let q = project(0, "q_proj");
-        let k = project(1, "k_proj");
-        let v = project(2, "v_proj");
+        let q = project(0);
+        let k = project(1);
+        let v = project(2);
         // apply_rotary_pos_emb: cos/sin unsqueezed to (1, 1, S, d); the projections die with
         // the rebinding `query_states, key_states = apply_rotary_pos_emb(...)`.
         let (cos, sin) = (self.cos.unsqueeze(1), self.sin.unsqueeze(1));
@@ -413,12 +467,11 @@ impl Block {
             AttnImplementation::Sdpa => (self.sdpa(&q, &k, &v), None),
             AttnImplementation::FlashAttention2 => (self.flash_attention_2(&q, &k, &v), None),
         };
-        drop((k, v));
-        // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states` is a
-        // local until forward returns.
+        // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states`,
+        // `key_states` and `value_states` are locals until forward returns.
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
-        let o = self.rowwise(linear_b("o_proj", &out, &l.o, extra.o_bias.as_ref()));
-        drop((out, q));
+        let o = self.rowwise(self.proj(3, &out, |n, x| linear_b(n, x, &l.o, extra.o_bias.as_ref())));
+        drop((out, q, k, v));
         (o, weights)
     }
 
@@ -498,13 +551,20 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     let (hidden, cache, mask, position_ids);
     {
         let _s = scope("model");
-        let embeds = {
+        let mut embeds = {
             let _s = scope("embed_tokens");
             match tp_group {
                 Some(t) => tp::vocab_parallel_embedding(&m.embedding, ids, t, cfg.vocab_size),
                 None => m.embedding.embedding(ids),
             }
         };
+        // gradient_checkpointing_enable() also calls enable_input_require_grads(): a hook
+        // that sets `requires_grad_(True)` on the embedding's output. With a frozen embedding
+        // (peft) that output becomes a leaf that needs a gradient, so layer 0 saves for it and
+        // backward accumulates its `.grad`.
+        if cfg.checkpoint != crate::model::Checkpoint::None && embeds.is_leaf() && !embeds.requires_grad() {
+            embeds = embeds.requires_grad_(true);
+        }
         let use_cache = hf.use_cache;
         // position_ids = arange(S) + past_seen_tokens, unsqueezed, unless the caller passes
         // them (m.position_ids).
@@ -530,7 +590,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), tp: tp_group };
+            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), tp: tp_group, training: m.training.get() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {

@@ -30,6 +30,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         Precision::Fp32 => "fp32".to_string(),
         Precision::Bf16 | Precision::Fp16 => format!("{} autocast around forward and loss (fp32 parameters, gradients, optimizer state)", e.precision),
         Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
+        Precision::PureFp16 | Precision::PureBf16Autocast => format!("{} (not derived in closed form)", e.precision),
     };
     // hf: the attention line below names transformers' kernel (its --attention is unused).
     let attention = if cfg.hf().is_some() { String::new() } else { format!(", {} attention", cfg.attention) };
@@ -46,10 +47,11 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         };
         let cache = if hf.use_cache && cfg.checkpoint != crate::model::Checkpoint::None { " (off in training while checkpointing)" } else { "" };
         out!(s,
-            "transformers {} {} (d_h {}): attention {} (as on a CUDA GPU), use_cache {}{cache}, gradient checkpointing {ckpt}, a Trainer step (model.train(); the logits die before backward)",
+            "transformers {} {} (d_h {}): {}; attention {} (as on a CUDA GPU), use_cache {}{cache}, gradient checkpointing {ckpt}, a Trainer step (model.train(); the logits die before backward)",
             crate::model::hf::TRANSFORMERS_VERSION,
             hf.model_type.name(),
             hf.head_dim,
+            crate::session::hf::loaded(hf, e.precision),
             crate::analyse::estimate::hf::kernel_name(hf, kernel),
             hf.use_cache
         );

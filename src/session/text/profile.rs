@@ -18,6 +18,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
         p.device,
         limit_label(p)
     );
+    out!(s, "{}", params_line(&p.model.param_counts()));
     if let Some(line) = super::memory_line(&p.model) {
         out!(s, "{line}");
     }
@@ -157,6 +158,17 @@ fn limit_label(p: &ProfileOptions) -> String {
     };
     if let Some(f) = p.fraction {
         s += &format!(", memory fraction {f} → {} usable", size((f * p.capacity as f64) as usize));
+    }
+    s
+}
+
+/// The parameter counts in one line, with peft's `print_trainable_parameters()` words when
+/// not all parameters train.
+pub fn params_line(c: &crate::model::config::ParamCounts) -> String {
+    use super::train::grouped as g;
+    let mut s = format!("parameters: {} (embedding {}, non-embedding {})", g(c.total), g(c.embedding), g(c.non_embedding));
+    if c.trainable != c.total {
+        s += &format!("; trainable params: {} || all params: {} || trainable%: {:.4}", g(c.trainable), g(c.total), 100.0 * c.trainable as f64 / c.total.max(1) as f64);
     }
     s
 }

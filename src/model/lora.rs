@@ -1,0 +1,80 @@
+//! LoRA as peft 0.21.2 runs it over transformers' linears (`peft.tuners.lora.layer.Linear`):
+//! what `get_peft_model(model, LoraConfig(...))` adds to the model and what one adapted
+//! projection does in forward.
+//!
+//! Per adapted projection, `lora_A` (r × in) and `lora_B` (out × r) are fp32 parameters
+//! whatever the base weights' type (`autocast_adapter_dtype=True`, peft's default, casts bf16/fp16
+//! adapters up); the base weights are frozen (no gradient, no optimizer state). Forward:
+//! `result = base_layer(x)`; `x = x.to(lora_A.weight.dtype)` (a copy when the types differ,
+//! bound to the local `x` until forward returns); `result = result + lora_B(lora_A(dropout(x)))
+//! * scaling` (bf16 + fp32 promotes: the sum is fp32); `result.to(torch_result_dtype)`.
+use crate::engine::ops::dropout::DropoutKernel;
+use crate::engine::{runtime, DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// The projections of a decoder layer LoRA can adapt, in module order.
+pub const TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// `LoraConfig`'s fields that change memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoraConfig {
+    /// `r`: the adapters' rank.
+    pub r: usize,
+    /// `lora_alpha`: scaling = alpha / r.
+    pub alpha: f64,
+    /// `lora_dropout` on the adapter's input (training mode only; 0 is `nn.Identity`).
+    pub dropout: f64,
+    /// Which of [`TARGETS`] are adapted (`all-linear`: every one; never lm_head).
+    pub targets: Vec<String>,
+    /// The dropout kernel (CUDA's unless a CPU measurement is reproduced).
+    #[serde(default)]
+    pub dropout_kernel: DropoutKernel,
+}
+
+impl LoraConfig {
+    pub fn scaling(&self) -> f64 {
+        self.alpha / self.r as f64
+    }
+    /// Whether projection `name` is adapted.
+    pub fn targets(&self, name: &str) -> bool {
+        self.targets.iter().any(|t| t == name)
+    }
+}
+
+/// One adapted projection's trainable weights.
+#[derive(Clone)]
+pub struct Adapter {
+    pub a: Tensor,
+    pub b: Tensor,
+}
+
+/// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`.
+pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    let result = base(x);
+    let _s = runtime::scope("lora");
+    let result_dtype = result.dtype();
+    // `_cast_input_dtype`: a copy only when the types differ; the local lives until return.
+    let x = if x.dtype() == adapter.a.dtype() { x.clone() } else { x.to_dtype(adapter.a.dtype()) };
+    let delta = {
+        let h = if training && cfg.dropout > 0.0 { x.dropout(cfg.dropout, cfg.dropout_kernel) } else { x.clone() };
+        let a = crate::model::linear("lora_A", &h, &adapter.a);
+        drop(h);
+        let b = crate::model::linear("lora_B", &a, &adapter.b);
+        drop(a);
+        b.mul_scalar(cfg.scaling())
+    };
+    let sum = result.add(&delta);
+    drop((result, delta));
+    let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };
+    drop(x);
+    out
+}
+
+/// The adapters' dtype: fp32 over half-precision weights (autocast_adapter_dtype), else the
+/// weights' own.
+pub fn adapter_dtype(weights: DType) -> DType {
+    match weights {
+        DType::BF16 | DType::F16 => DType::F32,
+        d => d,
+    }
+}

@@ -1,0 +1,136 @@
+//! The hf flavour's grid points (tools/pytorch/measure_hf.py) run on meta: the point's
+//! config (LoRA included) and measure_hf.py's loop, shared by tests/hf_grid.rs and
+//! tests/lora_grid.rs.
+use serde_json::Value;
+use vramscope::engine::ops::dropout::DropoutKernel;
+use vramscope::engine::{runtime, DType, Device};
+use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use vramscope::model::lora::{LoraConfig, TARGETS};
+use vramscope::model::{Attention, Checkpoint, Flavour, Model, ModelConfig};
+use vramscope::record::{MemEvent, Phase};
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
+
+pub fn num(v: &Value, key: &str) -> usize {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}")) as usize
+}
+
+pub fn config_of(p: &Value) -> ModelConfig {
+    let arch = Arch::parse(p["model_type"].as_str().unwrap()).expect("model type");
+    let (d, h) = (num(p, "hidden_size"), num(p, "num_heads"));
+    // measure_hf.py passes head_dim only when the point sets it; Qwen3Config's default is 128.
+    let head_dim = p["head_dim"].as_u64().map(|x| x as usize).unwrap_or(if arch == Arch::Qwen3 { 128 } else { d / h });
+    let mut hf = HfConfig::new(arch, head_dim);
+    hf.attn_implementation = AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
+    // On CPU every sdpa point ran _scaled_dot_product_flash_attention_for_cpu (recorded per
+    // point, checked below): the CPU kernel's tensors.
+    hf.sdpa_backend = SdpaBackend::CpuFlash;
+    hf.use_cache = p["use_cache"].as_bool().unwrap();
+    hf.logits_to_keep = num(p, "logits_to_keep");
+    hf.reentrant = p["checkpoint"] == "reentrant";
+    hf.attention_mask = p["attention_mask"] == "ones";
+    hf.sliding_window = p["sliding_window"].as_u64().map(|x| x as usize);
+    if let Some(r) = p["lora_r"].as_u64() {
+        let targets = p["target_modules"].as_str().unwrap();
+        hf.lora = Some(LoraConfig {
+            r: r as usize,
+            alpha: p["lora_alpha"].as_f64().unwrap(),
+            dropout: p["lora_dropout"].as_f64().unwrap_or(0.0),
+            targets: if targets == "all-linear" { TARGETS.iter().map(|t| t.to_string()).collect() } else { targets.split(',').map(str::to_string).collect() },
+            // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
+            dropout_kernel: DropoutKernel::Cpu,
+        });
+    }
+    ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: num(p, "vocab_size"),
+        d_model: d,
+        num_layers: num(p, "num_layers"),
+        num_heads: h,
+        num_kv_heads: num(p, "num_kv_heads"),
+        d_ff: num(p, "intermediate_size"),
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+        norm_fp32_upcast: true,
+        tied_embeddings: p["tied"].as_bool().unwrap(),
+        max_seq_len: num(p, "max_position_embeddings"),
+        attention: Attention::Naive,
+        checkpoint: if p["checkpoint"] == "none" { Checkpoint::None } else { Checkpoint::Every(1) },
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    }
+}
+
+/// measure_hf.py's loop on meta: three steps (data, then the profile type's calls), the
+/// last one's events with the live set before it.
+pub fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    let p = &point["point"];
+    let cfg = config_of(p);
+    if p["attn"] == "sdpa" {
+        let ran = point["info"]["sdpa_backends"].as_array().unwrap();
+        assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{ran:?}");
+    }
+    let (batch, seq) = (num(p, "batch"), num(p, "seq"));
+    let kind = point["profile_type"].as_str().unwrap();
+    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    runtime::reset();
+    let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
+    assert_eq!(model.dtype, if precision == Precision::PureBf16 { DType::BF16 } else { DType::F32 });
+    assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
+    assert_eq!(cfg.param_counts().total, model.num_parameters(), "the closed-form count");
+    if let Some(t) = point["info"]["trainable_parameters"].as_u64() {
+        assert_eq!(model.num_trainable_parameters(), t, "trainable parameter count");
+        assert_eq!(cfg.param_counts().trainable, t, "the closed-form trainable count");
+    }
+    // measure_hf.py: the Trainer's optimizer names (lr 1e-3, weight decay 0; SGD lr 1e-3) and
+    // clip_grad_norm_ only when max_grad_norm > 0.
+    let mut opt_cfg = OptimConfig::reference(Flavour::Hf);
+    opt_cfg.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
+    opt_cfg.lr = 1e-3;
+    let norm = p["max_grad_norm"].as_f64().unwrap();
+    opt_cfg.max_grad_norm = (norm > 0.0).then_some(norm);
+    let opt = Optimizer::new(opt_cfg, model.parameters().len());
+    let mut runner = StepRunner::new(&model, opt).with_precision(precision);
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
+    let mask = cfg.hf.as_ref().unwrap().attention_mask;
+    let mut bound = CausalLmBatch::default();
+    let mut before = Vec::new();
+    const STEPS: usize = 3;
+    for i in 0..STEPS {
+        if i + 1 == STEPS {
+            runtime::with(|rt| {
+                before = rt.log.live_as_events();
+                rt.log.start_recording();
+            });
+        }
+        let labeled = matches!(kind, "training" | "forward-loss");
+        data.next_causal_lm_batch(&mut bound, labeled, mask);
+        let x = bound.input_ids.as_ref().unwrap();
+        let m = bound.attention_mask.as_ref();
+        match kind {
+            "training" => {
+                runner.step_masked(x, bound.labels.as_ref().unwrap(), m);
+            }
+            "inference" | "forward" => {
+                let _g = (kind == "inference").then(runtime::no_grad);
+                runtime::set_phase(Phase::Forward);
+                drop(model.forward_masked(x, m));
+                runtime::set_phase(Phase::Setup);
+            }
+            "forward-loss" => {
+                runtime::set_phase(Phase::Forward);
+                let (logits, loss) = model.forward_loss_masked(x, bound.labels.as_ref().unwrap(), m, &mut |_| runtime::set_phase(Phase::Loss));
+                drop(logits);
+                runtime::set_phase(Phase::Setup);
+                drop(loss);
+            }
+            other => panic!("unknown profile type {other}"),
+        }
+    }
+    let events = runtime::with(|rt| rt.log.stop_recording());
+    runner.finish();
+    (before, events)
+}
+
