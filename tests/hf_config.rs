@@ -172,6 +172,13 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--target-modules", "q_proj,w1"], &["--target-modules", "'w1'"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--target-modules", "lm_head"], &["--target-modules", "not modelled"]);
     refused(&["--model", "2.7B", "--num-layers", "1", "--lora-r", "8"], &["--lora-r", "hf flavour"]);
+    // bitsandbytes 4-bit: what PyTorch cannot run, and what is not modelled.
+    refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-4bit"], &["--load-in-4bit", "hf flavour"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit"], &["--load-in-4bit", "--lora-r"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-type", "int4"], &["--bnb-4bit-quant-type"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-storage", "bfloat16"], &["--bnb-4bit-quant-storage"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "4-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "4-bit"]);
     refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);
     refused(&["--config", folder("Qwen3-8B").to_str().unwrap(), "--flavour", "cs336"], &["--flavour", "q/k RMSNorm"]);
@@ -277,4 +284,30 @@ fn lora_flags_train_only_the_adapters_and_count_them_as_peft_does() {
     let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
     let state = cats.iter().find(|c| c[0] == "optimizer_state").and_then(|c| c[1].as_u64());
     assert_eq!(state, Some(2 * 4 * 41_943_040 + 4 * 32 * 7 * 2));
+}
+
+/// QLoRA as a recipe runs it: 4-bit nf4 weights with double quantization, bf16 compute,
+/// prepare_model_for_kbit_training (fp32 embedding, norms and head; reentrant checkpointing).
+#[test]
+fn qlora_loads_4bit_prepares_the_model_and_says_so() {
+    let out = tmp("qlora");
+    let mut args = vec!["profile", "--device", "meta", "--model", "Llama-3.1-8B", "--context-length", "256", "--batch-size", "1", "--out-dir", out.to_str().unwrap()];
+    args.extend(["--load-in-4bit", "--bnb-4bit-quant-type", "nf4", "--bnb-4bit-use-double-quant", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "16", "--target-modules", "all-linear"]);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("weights 4-bit nf4 with double quantization (bitsandbytes 0.50.2: loaded as bfloat16, computed in bfloat16"), "{text}");
+    assert!(text.contains("gradient checkpointing reentrant"), "prepare_model_for_kbit_training's default: {text}");
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((s["parameters"]["trainable"].as_u64(), s["parameters"]["total"].as_u64()), (Some(41_943_040), Some(8_072_204_288)));
+    // The parameters at rest: 4-bit linears (half a byte per weight, a byte per 64 for the
+    // block scales, fp32 per 256 blocks, a 1 KiB map each), fp32 embedding, head and norms,
+    // fp32 adapters.
+    let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
+    let params = cats.iter().find(|c| c[0] == "parameter").and_then(|c| c[1].as_u64()).unwrap();
+    let (d, f, kv, l) = (4096u64, 14336u64, 1024u64, 32u64);
+    let linear: u64 = [d * d, kv * d, kv * d, d * d, f * d, f * d, d * f].iter().map(|&n| n / 2 + n / 64 + (n / 64).div_ceil(256) * 4 + 1024 + 64 + 4).sum();
+    let unquantized = (2 * 128_256 * d + (2 * l + 1) * d) * 4;
+    let adapters = 41_943_040 * 4;
+    assert_eq!(params, l * linear + unquantized + adapters, "{cats:?}");
 }

@@ -185,6 +185,7 @@ pub fn read<R: CReal>(t: &Tensor) -> Vec<R> {
         Buffer::F16(v) => gather(v, l),
         Buffer::I64(v) => gather(v, l),
         Buffer::Bool(v) => gather(v, l),
+        Buffer::U8(v) => gather(v, l),
     }
 }
 
@@ -264,6 +265,7 @@ pub fn slice_to_buffer<R: CReal>(v: &[R], dtype: DType) -> Buffer {
         DType::F16 => Buffer::F16(conv::<R, f16>(v)),
         DType::I64 => Buffer::I64(v.iter().map(|x| Elem::to_f64(*x) as i64).collect()),
         DType::Bool => Buffer::Bool(v.iter().map(|x| !x.is_zero()).collect()),
+        DType::U8 => Buffer::U8(v.iter().map(|x| Elem::to_f64(*x) as u8).collect()),
     }
 }
 

@@ -15,6 +15,8 @@ pub enum DType {
     I64,
     /// Masks.
     Bool,
+    /// Bytes: bitsandbytes' packed 4-bit weights and 8-bit block scales.
+    U8,
 }
 
 impl DType {
@@ -23,7 +25,7 @@ impl DType {
             DType::F32 => 4,
             DType::F64 | DType::I64 => 8,
             DType::BF16 | DType::F16 => 2,
-            DType::Bool => 1,
+            DType::Bool | DType::U8 => 1,
         }
     }
     /// `torch.finfo(dtype).min` (the additive mask's "-inf"); integer types have none.
@@ -33,7 +35,7 @@ impl DType {
             DType::F64 => f64::MIN,
             DType::BF16 => half::bf16::MIN.to_f64(),
             DType::F16 => half::f16::MIN.to_f64(),
-            DType::I64 | DType::Bool => panic!("finfo of a non-float type"),
+            DType::I64 | DType::Bool | DType::U8 => panic!("finfo of a non-float type"),
         }
     }
     pub fn is_float(self) -> bool {
@@ -47,6 +49,7 @@ impl DType {
             DType::F16 => "float16",
             DType::I64 => "int64",
             DType::Bool => "bool",
+            DType::U8 => "uint8",
         }
     }
     /// PyTorch's type promotion for two float operands (int/bool promote to the float).
@@ -73,6 +76,7 @@ impl DType {
             "fp16" | "f16" | "float16" => DType::F16,
             "i64" | "int64" => DType::I64,
             "bool" => DType::Bool,
+            "u8" | "uint8" => DType::U8,
             _ => return None,
         })
     }
@@ -117,6 +121,7 @@ macro_rules! elem_prim {
 elem_prim!(f32);
 elem_prim!(f64);
 elem_prim!(i64);
+elem_prim!(u8);
 
 impl Elem for bool {
     fn to_f32(self) -> f32 {

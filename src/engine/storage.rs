@@ -48,6 +48,7 @@ pub enum Buffer {
     F16(Vec<f16>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    U8(Vec<u8>),
 }
 
 impl Buffer {
@@ -59,6 +60,7 @@ impl Buffer {
             Buffer::F16(_) => DType::F16,
             Buffer::I64(_) => DType::I64,
             Buffer::Bool(_) => DType::Bool,
+            Buffer::U8(_) => DType::U8,
         }
     }
     pub fn len(&self) -> usize {
@@ -69,6 +71,7 @@ impl Buffer {
             Buffer::F16(v) => v.len(),
             Buffer::I64(v) => v.len(),
             Buffer::Bool(v) => v.len(),
+            Buffer::U8(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -82,6 +85,7 @@ impl Buffer {
             DType::F16 => Buffer::F16(vec![f16::ZERO; n]),
             DType::I64 => Buffer::I64(vec![0; n]),
             DType::Bool => Buffer::Bool(vec![false; n]),
+            DType::U8 => Buffer::U8(vec![0; n]),
         }
     }
 }

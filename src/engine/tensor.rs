@@ -583,6 +583,7 @@ pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) 
         Buffer::F16(d) => put(d, l, vals),
         Buffer::I64(d) => put(d, l, vals),
         Buffer::Bool(d) => put(d, l, vals),
+        Buffer::U8(d) => put(d, l, vals),
     }
 }
 
@@ -628,5 +629,6 @@ fn scatter_row_major(vals: Buffer, l: &Layout) -> Buffer {
         Buffer::F16(v) => Buffer::F16(put(v, l)),
         Buffer::I64(v) => Buffer::I64(put(v, l)),
         Buffer::Bool(v) => Buffer::Bool(put(v, l)),
+        Buffer::U8(v) => Buffer::U8(put(v, l)),
     }
 }

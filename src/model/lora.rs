@@ -49,9 +49,15 @@ pub struct Adapter {
 }
 
 /// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`.
-pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
-    let result = base(x);
+/// `bnb`: peft's bitsandbytes `Linear4bit` instead, which clones the base result ("defensively",
+/// for 4-bit), casts the adapter's output to the result's type before adding it, and adds in
+/// that type.
+pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, bnb: bool, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    let mut result = base(x);
     let _s = runtime::scope("lora");
+    if bnb {
+        result = result.clone_contiguous();
+    }
     let result_dtype = result.dtype();
     // `_cast_input_dtype`: a copy only when the types differ; the local lives until return.
     let x = if x.dtype() == adapter.a.dtype() { x.clone() } else { x.to_dtype(adapter.a.dtype()) };
@@ -63,9 +69,16 @@ pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, 
         drop(a);
         b.mul_scalar(cfg.scaling())
     };
-    let sum = result.add(&delta);
-    drop((result, delta));
-    let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };
+    let out = if bnb {
+        let delta = if delta.dtype() == result_dtype { delta } else { delta.to_dtype(result_dtype) };
+        let sum = result.add(&delta);
+        drop((result, delta));
+        sum
+    } else {
+        let sum = result.add(&delta);
+        drop((result, delta));
+        if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) }
+    };
     drop(x);
     out
 }

@@ -53,8 +53,9 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
-    if cfg.hf().is_some_and(|h| h.lora.is_some()) {
-        return Err(usage("--lora-r", "the closed form derives full fine-tuning; LoRA (frozen weights, fp32 adapters, peft's casts) runs op for op in profile and fit (--device meta)"));
+    if let Some(h) = cfg.hf().filter(|h| h.lora.is_some() || h.bnb.is_some()) {
+        let flag = if h.bnb.is_some() { "--load-in-4bit" } else { "--lora-r" };
+        return Err(usage(flag, "the closed form derives full fine-tuning of unquantized weights; LoRA and 4-bit models (frozen weights, fp32 adapters, peft's and bitsandbytes' casts) run op for op in profile and fit (--device meta)"));
     }
     if matches!(precision, crate::train::Precision::PureFp16 | crate::train::Precision::PureBf16Autocast) {
         return Err(usage(

@@ -49,6 +49,29 @@ pub struct HfFlags {
     /// o_proj, gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj)
     #[arg(long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
+    /// hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits
+    /// by bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r
+    #[arg(long)]
+    pub load_in_4bit: bool,
+    /// BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4
+    #[arg(long, value_name = "TYPE", requires = "load_in_4bit")]
+    pub bnb_4bit_quant_type: Option<String>,
+    /// BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per
+    /// 256 blocks
+    #[arg(long, requires = "load_in_4bit")]
+    pub bnb_4bit_use_double_quant: bool,
+    /// BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default),
+    /// bfloat16 or float16
+    #[arg(long, value_name = "DTYPE", requires = "load_in_4bit")]
+    pub bnb_4bit_compute_dtype: Option<String>,
+    /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
+    #[arg(long, value_name = "DTYPE", requires = "load_in_4bit")]
+    pub bnb_4bit_quant_storage: Option<String>,
+    /// peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+    /// recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
+    /// reentrant default) or false
+    #[arg(long, value_name = "BOOL", requires = "load_in_4bit")]
+    pub prepare_model_for_kbit_training: Option<String>,
 }
 
 impl HfFlags {
@@ -67,6 +90,7 @@ impl HfFlags {
         add(self.gradient_checkpointing.is_some(), "--gradient-checkpointing");
         add(self.attention_mask.is_some(), "--attention-mask");
         add(self.lora_r.is_some(), "--lora-r");
+        add(self.load_in_4bit, "--load-in-4bit");
         v
     }
 
@@ -111,6 +135,16 @@ impl HfFlags {
         if let Some(r) = self.lora_r {
             hf.lora = Some(self.lora(r)?);
         }
+        if self.load_in_4bit {
+            let q = self.bnb()?;
+            // prepare_model_for_kbit_training(use_gradient_checkpointing=True) enables
+            // checkpointing with `{}` kwargs: torch's default, reentrant.
+            if q.prepare && self.gradient_checkpointing.is_none() && c.checkpoint == Checkpoint::None {
+                c.checkpoint = Checkpoint::Every(1);
+                hf.reentrant = true;
+            }
+            hf.bnb = Some(q);
+        }
         if let Some(s) = &self.attention_mask {
             hf.attention_mask = match s.to_ascii_lowercase().as_str() {
                 "none" => false,
@@ -123,6 +157,29 @@ impl HfFlags {
 }
 
 impl HfFlags {
+    /// `BitsAndBytesConfig(load_in_4bit=True, ...)` from the flags. The load dtype is set with
+    /// the precision (`--dtype`), the kernel with the GPU.
+    fn bnb(&self) -> anyhow::Result<crate::model::bnb::Bnb4bit> {
+        use crate::engine::DType;
+        let quant_type = match self.bnb_4bit_quant_type.as_deref().unwrap_or("fp4") {
+            t @ ("nf4" | "fp4") => t.to_string(),
+            t => return Err(usage("--bnb-4bit-quant-type", format!("'{t}' (expected nf4 or fp4)"))),
+        };
+        let compute_dtype = match self.bnb_4bit_compute_dtype.as_deref() {
+            None => DType::F32,
+            Some(d) => crate::model::hf::config_json::parse_dtype(d).ok_or_else(|| usage("--bnb-4bit-compute-dtype", format!("'{d}' (expected float32, bfloat16 or float16)")))?,
+        };
+        if let Some(st) = self.bnb_4bit_quant_storage.as_deref().filter(|s| !matches!(*s, "uint8" | "torch.uint8")) {
+            return Err(usage("--bnb-4bit-quant-storage", format!("'{st}': only uint8 (the default) is modelled (other storage types are for FSDP's flat parameters)")));
+        }
+        let prepare = match self.prepare_model_for_kbit_training.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("true" | "1" | "yes" | "on") => true,
+            Some("false" | "0" | "no" | "off") => false,
+            Some(o) => return Err(usage("--prepare-model-for-kbit-training", format!("'{o}' (expected true or false)"))),
+        };
+        Ok(crate::model::bnb::Bnb4bit { quant_type, double_quant: self.bnb_4bit_use_double_quant, compute_dtype, load_dtype: DType::BF16, prepare, kernel: crate::model::bnb::DEFAULT_KERNEL })
+    }
+
     /// peft's `LoraConfig` from the flags, checked as peft checks it (and what is not modelled).
     fn lora(&self, r: usize) -> anyhow::Result<crate::model::lora::LoraConfig> {
         use crate::model::lora::{LoraConfig, TARGETS};

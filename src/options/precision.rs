@@ -101,8 +101,17 @@ impl PrecisionFlags {
                         return Err(usage("--dtype", format!("{a} weights, but --precision/--pure-bf16 asks for {f} ones")));
                     }
                 }
-                let weights = asked.or(from_flags).or(hf.torch_dtype).unwrap_or(crate::engine::DType::F32);
+                let mut weights = asked.or(from_flags).or(hf.torch_dtype).unwrap_or(crate::engine::DType::F32);
                 hf.dtype = asked.or(from_flags);
+                if let Some(q) = hf.bnb.as_mut() {
+                    // The 4-bit weights dequantize to the load type; what stays unquantized is
+                    // fp32 after prepare_model_for_kbit_training, else the load type.
+                    if flags.autocast().is_some() {
+                        return Err(usage("--precision", "autocast (the Trainer's bf16=True/fp16=True) over a 4-bit model is not modelled: bitsandbytes computes in --bnb-4bit-compute-dtype"));
+                    }
+                    q.load_dtype = weights;
+                    weights = q.unquantized_dtype();
+                }
                 flags.on_weights(weights).ok_or_else(|| {
                     let why = match (weights, flags) {
                         (crate::engine::DType::F16, Precision::Fp16) => "the Trainer's fp16=True on float16 weights stops in GradScaler (\"Attempting to unscale FP16 gradients\")".to_string(),
@@ -122,8 +131,9 @@ fn check(cfg: &crate::model::ModelConfig, precision: Precision) -> anyhow::Resul
     use crate::model::{Attention, Flavour};
     use crate::model::hf::{AttnImplementation, SdpaBackend};
     if let Some(hf) = cfg.hf().filter(|_| precision == Precision::Fp32) {
-        // flash-attn and PyTorch's flash SDPA kernel take only fp16/bf16 queries.
-        if hf.attn_implementation == AttnImplementation::FlashAttention2 {
+        // flash-attn and PyTorch's flash SDPA kernel take only fp16/bf16 queries (transformers
+        // casts a quantized model's fp32 queries to its load dtype for flash-attn).
+        if hf.attn_implementation == AttnImplementation::FlashAttention2 && hf.bnb.is_none() {
             return Err(usage("--attn-implementation", "flash_attention_2 runs on fp16/bf16 only (flash-attn raises for float32): add --precision bf16 or --pure-bf16"));
         }
         if hf.attn_implementation == AttnImplementation::Sdpa && hf.sdpa_backend == SdpaBackend::Flash {

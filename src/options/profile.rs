@@ -169,14 +169,23 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         }
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
+    if let Some(q) = cfg.hf.as_mut().and_then(|h| h.bnb.as_mut()) {
+        q.kernel = crate::model::bnb::kernel_for(gpu.as_ref());
+        if device == Device::Cpu {
+            return Err(usage("--load-in-4bit", "4-bit numerics are not computed on cpu: profile the 4-bit model with --device meta"));
+        }
+        if a.profile_type.contains(&ProfileType::Training) && cfg.hf().is_some_and(|h| h.lora.is_none()) {
+            return Err(usage("--load-in-4bit", "a 4-bit model has no trainable parameters (the optimizer would get an empty parameter list): add --lora-r for QLoRA, or --profile-type inference"));
+        }
+    }
     for &c in &contexts {
         super::hf::check_kernel(&cfg, precision, c)?;
     }
     let mut optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
     let parallel = a.parallel.resolve()?;
-    if let (Some(pc), Some(_)) = (&parallel, cfg.hf().and_then(|h| h.lora.as_ref())) {
+    if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        return Err(usage(what, "LoRA (peft) under data or tensor parallelism is not modelled yet: profile one GPU (drop the parallel flags)"));
+        return Err(usage(what, "LoRA (peft) and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)"));
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;

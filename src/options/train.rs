@@ -260,6 +260,14 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
         None
     };
     let precision = a.precision.resolve_for(&mut cfg)?;
+    if cfg.hf().is_some_and(|h| h.bnb.is_some()) {
+        if device == Device::Cpu {
+            return Err(usage("--load-in-4bit", "4-bit numerics are not computed on cpu: use --device meta, or profile"));
+        }
+        if cfg.hf().is_some_and(|h| h.lora.is_none()) {
+            return Err(usage("--load-in-4bit", "a 4-bit model has no trainable parameters: add --lora-r for QLoRA"));
+        }
+    }
     super::hf::check_kernel(&cfg, precision, seq)?;
     Ok(TrainPlan {
         model: cfg,

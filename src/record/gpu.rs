@@ -14,20 +14,29 @@ pub struct Gpu {
     pub peak_bf16_tflops: f64,
     pub peak_fp32_tflops: f64,
     pub hbm_tb_per_s: f64,
+    /// What kernels choose by (bitsandbytes' gemm_4bit): the SM count and compute capability
+    /// `torch.cuda.get_device_properties` reports, or an AMD CDNA part.
+    pub arch: Option<Arch>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub enum Arch {
+    Cuda { sms: u32, major: u32, minor: u32 },
+    RocmCdna,
 }
 
 const MIB: usize = 1 << 20;
 
 pub const GPUS: &[Gpu] = &[
-    Gpu { name: "H100-80GB", memory_bytes: 81_559 * MIB, peak_bf16_tflops: 989.4, peak_fp32_tflops: 66.9, hbm_tb_per_s: 3.35 },
-    Gpu { name: "H200-141GB", memory_bytes: 143_771 * MIB, peak_bf16_tflops: 989.4, peak_fp32_tflops: 66.9, hbm_tb_per_s: 4.8 },
-    Gpu { name: "A100-40GB", memory_bytes: 40_960 * MIB, peak_bf16_tflops: 312.0, peak_fp32_tflops: 19.5, hbm_tb_per_s: 1.555 },
-    Gpu { name: "A100-80GB", memory_bytes: 81_920 * MIB, peak_bf16_tflops: 312.0, peak_fp32_tflops: 19.5, hbm_tb_per_s: 2.039 },
-    Gpu { name: "MI250X-64GB", memory_bytes: 65_536 * MIB, peak_bf16_tflops: 191.5, peak_fp32_tflops: 47.9, hbm_tb_per_s: 1.638 },
-    Gpu { name: "MI300X-192GB", memory_bytes: 196_608 * MIB, peak_bf16_tflops: 1307.4, peak_fp32_tflops: 163.4, hbm_tb_per_s: 5.3 },
-    Gpu { name: "RTX4090-24GB", memory_bytes: 24_564 * MIB, peak_bf16_tflops: 165.2, peak_fp32_tflops: 82.6, hbm_tb_per_s: 1.008 },
+    Gpu { name: "H100-80GB", memory_bytes: 81_559 * MIB, peak_bf16_tflops: 989.4, peak_fp32_tflops: 66.9, hbm_tb_per_s: 3.35, arch: Some(Arch::Cuda { sms: 132, major: 9, minor: 0 }) },
+    Gpu { name: "H200-141GB", memory_bytes: 143_771 * MIB, peak_bf16_tflops: 989.4, peak_fp32_tflops: 66.9, hbm_tb_per_s: 4.8, arch: Some(Arch::Cuda { sms: 132, major: 9, minor: 0 }) },
+    Gpu { name: "A100-40GB", memory_bytes: 40_960 * MIB, peak_bf16_tflops: 312.0, peak_fp32_tflops: 19.5, hbm_tb_per_s: 1.555, arch: Some(Arch::Cuda { sms: 108, major: 8, minor: 0 }) },
+    Gpu { name: "A100-80GB", memory_bytes: 81_920 * MIB, peak_bf16_tflops: 312.0, peak_fp32_tflops: 19.5, hbm_tb_per_s: 2.039, arch: Some(Arch::Cuda { sms: 108, major: 8, minor: 0 }) },
+    Gpu { name: "MI250X-64GB", memory_bytes: 65_536 * MIB, peak_bf16_tflops: 191.5, peak_fp32_tflops: 47.9, hbm_tb_per_s: 1.638, arch: Some(Arch::RocmCdna) },
+    Gpu { name: "MI300X-192GB", memory_bytes: 196_608 * MIB, peak_bf16_tflops: 1307.4, peak_fp32_tflops: 163.4, hbm_tb_per_s: 5.3, arch: Some(Arch::RocmCdna) },
+    Gpu { name: "RTX4090-24GB", memory_bytes: 24_564 * MIB, peak_bf16_tflops: 165.2, peak_fp32_tflops: 82.6, hbm_tb_per_s: 1.008, arch: Some(Arch::Cuda { sms: 128, major: 8, minor: 9 }) },
     // A 48 GB workstation card (Ampere), nvidia-smi's 49,140 MiB.
-    Gpu { name: "RTXA6000-48GB", memory_bytes: 49_140 * MIB, peak_bf16_tflops: 154.8, peak_fp32_tflops: 38.7, hbm_tb_per_s: 0.768 },
+    Gpu { name: "RTXA6000-48GB", memory_bytes: 49_140 * MIB, peak_bf16_tflops: 154.8, peak_fp32_tflops: 38.7, hbm_tb_per_s: 0.768, arch: Some(Arch::Cuda { sms: 84, major: 8, minor: 6 }) },
 ];
 
 /// Look up a GPU by name, case-insensitively, ignoring dashes ("h100", "A100-40GB", "rtx4090").

@@ -44,6 +44,23 @@ pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<Str
 /// What `from_pretrained` loaded the weights in, and why: `dtype="auto"` (transformers 5's
 /// default) takes the config's torch_dtype; --dtype, --precision fp32 or --pure-bf16 name one.
 pub fn loaded(hf: &HfConfig, precision: Precision) -> String {
+    if let Some(q) = &hf.bnb {
+        use crate::engine::ops::quant::Gemm4bitKernel;
+        let kernel = match q.kernel {
+            Gemm4bitKernel::Cuda { sms, major, minor } => format!("gemm_4bit as bitsandbytes picks it on a CUDA sm{major}{minor} GPU with {sms} SMs"),
+            Gemm4bitKernel::RocmCdna => "gemm_4bit as bitsandbytes picks it on an AMD CDNA GPU".to_string(),
+            Gemm4bitKernel::Cpu => "gemm_4bit's CPU implementation".to_string(),
+        };
+        return format!(
+            "weights 4-bit {}{} (bitsandbytes 0.50.2: loaded as {}, computed in {}; {kernel}); lm_head, embedding and norms {}{}",
+            q.quant_type,
+            if q.double_quant { " with double quantization" } else { "" },
+            q.load_dtype,
+            q.compute_dtype,
+            q.unquantized_dtype(),
+            if q.prepare { " (prepare_model_for_kbit_training)" } else { "" }
+        );
+    }
     let weights = precision.param_dtype();
     let why = match (hf.dtype, hf.torch_dtype) {
         (Some(_), _) => "named by --dtype/--precision".to_string(),

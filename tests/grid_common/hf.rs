@@ -3,6 +3,8 @@
 //! tests/lora_grid.rs.
 use serde_json::Value;
 use vramscope::engine::ops::dropout::DropoutKernel;
+use vramscope::engine::ops::quant::Gemm4bitKernel;
+use vramscope::model::bnb::Bnb4bit;
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::lora::{LoraConfig, TARGETS};
@@ -41,6 +43,18 @@ pub fn config_of(p: &Value) -> ModelConfig {
             dropout_kernel: DropoutKernel::Cpu,
         });
     }
+    if p["load_in_4bit"].as_bool() == Some(true) {
+        let dt = |k: &str| if p[k] == "bf16" { DType::BF16 } else { DType::F32 };
+        hf.bnb = Some(Bnb4bit {
+            quant_type: p["quant_type"].as_str().unwrap().to_string(),
+            double_quant: p["double_quant"].as_bool().unwrap(),
+            compute_dtype: dt("compute_dtype"),
+            load_dtype: dt("dtype"),
+            prepare: p["prepare"].as_bool().unwrap(),
+            // measured on CPU: bitsandbytes' default gemm_4bit (dequantize, then F.linear)
+            kernel: Gemm4bitKernel::Cpu,
+        });
+    }
     ModelConfig {
         flavour: Flavour::Hf,
         vocab_size: num(p, "vocab_size"),
@@ -74,12 +88,19 @@ pub fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     }
     let (batch, seq) = (num(p, "batch"), num(p, "seq"));
     let kind = point["profile_type"].as_str().unwrap();
-    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    // The parameters' type: the load dtype, or fp32 for a 4-bit model's unquantized ones after
+    // prepare_model_for_kbit_training.
+    let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 }, |q| q.unquantized_dtype());
+    let precision = if weights == DType::BF16 { Precision::PureBf16 } else { Precision::Fp32 };
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     assert_eq!(model.dtype, if precision == Precision::PureBf16 { DType::BF16 } else { DType::F32 });
     assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
-    assert_eq!(cfg.param_counts().total, model.num_parameters(), "the closed-form count");
+    if cfg.hf.as_ref().is_none_or(|h| h.bnb.is_none()) {
+        // (a 4-bit weight is a uint8 tensor of half as many elements; the closed form counts
+        // the logical parameters, as peft's print_trainable_parameters does)
+        assert_eq!(cfg.param_counts().total, model.num_parameters(), "the closed-form count");
+    }
     if let Some(t) = point["info"]["trainable_parameters"].as_u64() {
         assert_eq!(model.num_trainable_parameters(), t, "trainable parameter count");
         assert_eq!(cfg.param_counts().trainable, t, "the closed-form trainable count");

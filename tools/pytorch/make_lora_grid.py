@@ -10,7 +10,9 @@ peft's autocast_adapter_dtype) with target_modules all-linear and q_proj,v_proj 
 checkpointing off | non-reentrant, r 8-64, as training, forward and inference; then dropout 0.05,
 fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and forward-loss.
 
-    JOBS=2 python3 make_lora_grid.py
+    JOBS=2 python3 make_lora_grid.py            # tests/fixtures/hf_grid/lora.json
+    JOBS=2 python3 make_lora_grid.py --qlora    # tests/fixtures/hf_grid/qlora.json: bitsandbytes 4-bit
+                                                # (from_pretrained of a saved random model), CPU kernels
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
 """
 import json
@@ -36,9 +38,19 @@ def lora(mt, i, r, targets, **opts):
     return p
 
 
+def qlora(mt, i, r, targets, quant_type, double_quant, **opts):
+    p = lora(mt, i, r, targets, **opts)
+    p.update(load_in_4bit=True, quant_type=quant_type, double_quant=double_quant,
+             compute_dtype=opts.get("compute_dtype", "bf16"), prepare=opts.get("prepare", True))
+    return p
+
+
 def name_of(p, kind):
     base = G.name_of(p, kind)
-    tag = f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+    tag = ""
+    if p.get("load_in_4bit"):
+        tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{'' if p['prepare'] else ' unprepared'}"
+    tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
     if p["lora_dropout"]:
         tag += f" dropout={p['lora_dropout']}"
     return base[: -len(kind) - 1] + tag + " " + kind
@@ -67,6 +79,26 @@ def grid():
     return todo
 
 
+def qgrid():
+    """QLoRA: nf4/fp4 with and without double quantization, all-linear and q,v, the reentrant
+    checkpointing prepare_model_for_kbit_training turns on (and non-reentrant, and none),
+    as training, forward and inference; then fp32 compute, no prepare, dropout and eager."""
+    todo = []
+    quants = [("nf4", True), ("fp4", False), ("nf4", False), ("fp4", True)]
+    for t, mt in enumerate(H.MODEL_TYPES):
+        for k, (qt, dq) in enumerate(quants):
+            targets = "all-linear" if k % 2 == 0 else "q_proj,v_proj"
+            ck = ("reentrant", "non-reentrant", "none", "reentrant")[k]
+            p = qlora(mt, t * 2 + k, RANKS[(t + k) % 4], targets, qt, dq, checkpoint=ck)
+            kinds = ("training", "forward", "inference") if k < 2 else ("training",)
+            todo += [(p, kind) for kind in kinds]
+        todo.append((qlora(mt, t + 3, 16, "all-linear", "nf4", True, compute_dtype="fp32", checkpoint="reentrant"), "training"))
+        todo.append((qlora(mt, t + 5, 8, "all-linear", "nf4", True, prepare=False, checkpoint="non-reentrant"), "training"))
+        todo.append((qlora(mt, t + 1, 32, "q_proj,v_proj", "nf4", False, lora_dropout=0.05, checkpoint="reentrant"), "training"))
+        todo.append((qlora(mt, t + 6, 16, "all-linear", "nf4", True, attn="eager", checkpoint="none"), "training"))
+    return todo
+
+
 def run_one(job):
     r = G.run_one(job)
     r["name"] = name_of(*job)
@@ -74,11 +106,15 @@ def run_one(job):
 
 
 def main():
+    import bitsandbytes
     import peft
     import transformers
-    todo = grid()
+    quant = "--qlora" in sys.argv
+    todo = qgrid() if quant else grid()
     t0 = time.time()
-    with mp.get_context("fork").Pool(int(os.environ.get("JOBS", "1")), maxtasksperchild=16) as pool:
+    # One process per point: bitsandbytes caches its "dynamic" quantization map per process
+    # (name2qmap), so each measurement must create it itself, as a fresh training run does.
+    with mp.get_context("fork").Pool(int(os.environ.get("JOBS", "1")), maxtasksperchild=1) as pool:
         results = []
         for i, r in enumerate(pool.imap(run_one, todo, chunksize=1)):
             results.append(r)
@@ -88,12 +124,12 @@ def main():
     if errors:
         print(f"{len(errors)} points failed in PyTorch; nothing written")
         sys.exit(1)
-    doc = dict(generator="tools/pytorch/make_lora_grid.py", torch=torch.__version__, transformers=transformers.__version__,
-               peft=peft.__version__,
+    doc = dict(generator="tools/pytorch/make_lora_grid.py" + (" --qlora" if quant else ""), torch=torch.__version__,
+               transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "
                        "the parameters that require grad; dropout is CPU's kernel (an x-typed noise tensor)",
                points=results)
-    path = os.path.join(OUT, "lora.json")
+    path = os.path.join(OUT, "qlora.json" if quant else "lora.json")
     with open(path + ".tmp", "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")

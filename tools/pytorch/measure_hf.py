@@ -77,6 +77,47 @@ def hf_config(p):
     return cls(**kw)
 
 
+def load_4bit(p, dtype):
+    """A QLoRA model as a user gets it: a random model saved to disk, reloaded by from_pretrained
+    with BitsAndBytesConfig(load_in_4bit=True, ...), then peft's prepare_model_for_kbit_training
+    (fp32 casts of every non-4-bit parameter; gradient checkpointing when the point has it, with
+    enable_input_require_grads). bitsandbytes' CPU-only repacking for AVX512-BF16 inference
+    (`_convert_weight_packed_for_cpu`, never run on CUDA) is turned off on every Linear4bit."""
+    import tempfile
+    import bitsandbytes as bnb
+    import peft
+    import transformers as T
+    with record_function("grid::save"):
+        src = T.AutoModelForCausalLM.from_config(hf_config(p), dtype=dtype)
+        d = tempfile.mkdtemp(prefix="qlora-")
+        src.save_pretrained(d)
+        del src
+    compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", p.get("dtype", "fp32"))]
+    qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
+                              bnb_4bit_use_double_quant=p.get("double_quant", False),
+                              bnb_4bit_compute_dtype=compute)
+    model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"))
+    for m in model.modules():
+        if isinstance(m, bnb.nn.Linear4bit):
+            m.support_avx512bf16_for_cpu = False
+    # On CPU, from_pretrained leaves the unquantized parameters as views into one buffer holding
+    # the whole checkpoint file; a CUDA load copies each parameter to the device on its own. A
+    # clone gives each its own storage, as on a GPU (prepare's fp32 casts do the same).
+    with torch.no_grad():
+        for prm in model.parameters():
+            if type(prm).__name__ != "Params4bit":
+                prm.data = prm.data.clone()
+    import gc
+    gc.collect()
+    ck = p.get("checkpoint", "none")
+    if p.get("prepare", True):
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=ck != "none",
+                                                     gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
+    elif ck != "none":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
+    return model
+
+
 def make_optimizer(name, params):
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3)
@@ -117,7 +158,10 @@ def run(p, kind, wrap=None):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
-            model = T.AutoModelForCausalLM.from_config(hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
+            if p.get("load_in_4bit"):
+                model = load_4bit(p, dtype)
+            else:
+                model = T.AutoModelForCausalLM.from_config(hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
             if p.get("lora_r"):
                 import peft
                 targets = p["target_modules"]
@@ -125,7 +169,7 @@ def run(p, kind, wrap=None):
                                      target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")
-            if ck != "none":
+            if ck != "none" and not p.get("load_in_4bit"):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
             model.train() if kind == "training" else model.eval()
             if wrap is not None:

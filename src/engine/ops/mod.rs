@@ -5,5 +5,6 @@ pub mod dropout;
 pub mod elementwise;
 pub mod int;
 pub mod linalg;
+pub mod quant;
 pub mod nn;
 pub mod reduce;

@@ -181,6 +181,9 @@ pub struct HfConfig {
     /// peft's LoRA over the model (`get_peft_model(model, LoraConfig(...))`), if any.
     #[serde(default)]
     pub lora: Option<crate::model::lora::LoraConfig>,
+    /// Loaded in 4 bits by bitsandbytes (`BitsAndBytesConfig(load_in_4bit=True)`), if so.
+    #[serde(default)]
+    pub bnb: Option<crate::model::bnb::Bnb4bit>,
 }
 
 impl HfConfig {
@@ -222,6 +225,7 @@ impl HfConfig {
             torch_dtype: None,
             dtype: None,
             lora: None,
+            bnb: None,
         }
     }
 }

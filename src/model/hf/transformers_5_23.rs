@@ -18,6 +18,7 @@ use crate::engine::storage::GradRedistribute;
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
 use crate::model::tp::{self, TensorParallel};
+use crate::engine::ops::quant::Packed4bit;
 use crate::model::lora::{self, Adapter};
 use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weights};
 use crate::record::Category;
@@ -35,6 +36,8 @@ pub struct HfLayer {
     pub qk_norm: Option<[Tensor; 2]>,
     /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
     pub lora: Vec<Option<Adapter>>,
+    /// bitsandbytes' 4-bit storage, by projection in `lora::TARGETS` order (empty: not quantized).
+    pub quant: Vec<Packed4bit>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -52,7 +55,13 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let std = Init::Normal { std: 0.02 };
     let zero = Init::Normal { std: 0.0 };
     // peft freezes every base weight (`requires_grad=False`) and trains only its adapters.
-    let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: hf.lora.is_some() };
+    let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: hf.lora.is_some() || hf.bnb.is_some() };
+    // Double quantization: bitsandbytes' process-wide "dynamic" map (`name2qmap`, 256 fp32 on
+    // the device), made by the first quantization; each quant_state also holds its own copy.
+    let dynamic_map = hf.bnb.as_ref().filter(|q| q.double_quant).map(|_| {
+        let _c = runtime::category(Category::Buffer);
+        crate::model::init::make(&[256], DType::F32, device, Init::Ones, b.rng)
+    });
     let embedding = b.param("model.embed_tokens.weight".into(), &[v, d], std);
     if v != full.vocab_size {
         // Its gradient is the whole table (tp::vocab_parallel_embedding).
@@ -63,9 +72,25 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let p = |n: &str| format!("model.layers.{i}.{n}");
         // Registration order: self_attn (q, k, v, o, then q_norm, k_norm), mlp, then the
         // two norms; each Linear's weight before its bias.
-        let lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
-            let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
-            let bias = bias.then(|| b.param(p(&format!("{name}.bias")), &[rows], zero));
+        // A Linear4bit under bitsandbytes: its packed weight is the module's weight; its
+        // bias ends in the compute dtype (the first forward converts `bias.data`).
+        let mut quant: Vec<Packed4bit> = Vec::new();
+        let mut lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
+            let Some(q) = &hf.bnb else {
+                let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
+                let bias = bias.then(|| b.param(p(&format!("{name}.bias")), &[rows], zero));
+                return (w, bias);
+            };
+            let packed = crate::model::bnb::packed(b, p(&format!("{name}.weight")), rows, cols, q);
+            let w = packed.weight.clone();
+            quant.push(packed);
+            let bias = bias.then(|| {
+                let saved = b.dtype;
+                b.dtype = q.compute_dtype;
+                let t = b.param(p(&format!("{name}.bias")), &[rows], zero);
+                b.dtype = saved;
+                t
+            });
             (w, bias)
         };
         let (wq, bq) = lin(&mut b, "self_attn.q_proj", q, d, hf.qkv_bias);
@@ -77,6 +102,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (wg, bg) = lin(&mut b, "mlp.gate_proj", f, d, hf.mlp_bias);
         let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
         let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
+        drop(lin);
         let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
         let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
         if sequence_parallel {
@@ -89,6 +115,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             mlp_bias: bg.map(|bg| [bg, bu.expect("up bias"), bd.expect("down bias")]),
             qk_norm,
             lora: Vec::new(),
+            quant,
         };
         layers.push(Layer {
             attn_norm,
@@ -126,7 +153,9 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         (inv_freq, Tensor::from_f64_with(&[half], DType::F32, device, inv))
     };
     let (inv_freq, original) = rope_buffer;
-    b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers: vec![original] })
+    let mut buffers = vec![original];
+    buffers.extend(dynamic_map);
+    b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers })
 }
 
 /// `get_peft_model`: for each layer and adapted projection in module order, `lora_A` (r × in,
@@ -337,13 +366,21 @@ impl Block {
 
     /// Projection `t` (of `lora::TARGETS`) named `name`: `base` on `x`, wrapped in peft's LoRA
     /// `Linear` when adapted (the nn.Linear is then its `base_layer`).
-    fn proj(&self, t: usize, x: &Tensor, base: impl FnOnce(&str, &Tensor) -> Tensor) -> Tensor {
+    fn proj(&self, t: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
         let name = lora::TARGETS[t];
         let extra = self.layer.hf.as_ref().expect("hf layer");
+        let packed = extra.quant.get(t);
+        let base = |name: &str, x: &Tensor| match (&self.hf().bnb, packed) {
+            (Some(q), Some(p)) => {
+                let _s = scope(name);
+                crate::model::bnb::linear4bit(q, p, x, bias)
+            }
+            _ => linear_b(name, x, w, bias),
+        };
         match (self.hf().lora.as_ref(), extra.lora.get(t).and_then(Option::as_ref)) {
             (Some(lc), Some(adapter)) => {
                 let _s = scope(name);
-                lora::forward(lc, adapter, x, self.training, |x| base("base_layer", x))
+                lora::forward(lc, adapter, x, self.training, packed.is_some(), |x| base("base_layer", x))
             }
             _ => base(name, x),
         }
@@ -412,11 +449,11 @@ impl Block {
         let bias = |i: usize| extra.mlp_bias.as_ref().map(|b| &b[i]);
         let ws = l.gate_up.weights();
         let prod = {
-            let g = self.proj(4, &self.colwise(x), |n, x| linear_b(n, x, ws[0], bias(0))).silu();
-            let u = self.proj(5, &self.colwise(x), |n, x| linear_b(n, x, ws[1], bias(1)));
+            let g = self.proj(4, &self.colwise(x), ws[0], bias(0)).silu();
+            let u = self.proj(5, &self.colwise(x), ws[1], bias(1));
             g.mul(&u)
         };
-        self.rowwise(self.proj(6, &prod, |n, x| linear_b(n, x, &l.down, bias(2))))
+        self.rowwise(self.proj(6, &prod, &l.down, bias(2)))
     }
 
     /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first): the
@@ -433,7 +470,7 @@ impl Block {
         let bias = |i: usize| extra.qkv_bias.as_ref().map(|bs| &bs[i]);
         // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)`.
         let project = |i: usize| {
-            let p = self.proj(i, &self.colwise(x), |n, x| linear_b(n, x, ws[i], bias(i))).view(&[b, s, usize::MAX, hd]);
+            let p = self.proj(i, &self.colwise(x), ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
             let p = match &extra.qk_norm {
                 Some(n) if i < 2 => rms_norm(if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
                 _ => p,
@@ -470,7 +507,7 @@ impl Block {
         // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states`,
         // `key_states` and `value_states` are locals until forward returns.
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
-        let o = self.rowwise(self.proj(3, &out, |n, x| linear_b(n, x, &l.o, extra.o_bias.as_ref())));
+        let o = self.rowwise(self.proj(3, &out, &l.o, extra.o_bias.as_ref()));
         drop((out, q, k, v));
         (o, weights)
     }
@@ -527,8 +564,13 @@ impl Block {
         let scaling = (self.hf().head_dim as f64).powf(-0.5);
         // fa_peft_integration_check: fp32 q/k/v (RoPE's fp32 cos/sin under autocast) are cast
         // to the autocast type first; flash-attn runs only in half types.
+        // get_target_dtype: the autocast type, else a quantized model's `config.dtype`.
         let target = match q.dtype() {
-            DType::F32 => Some(crate::engine::autocast::active().expect("flash_attention_2 needs fp16/bf16 (weights or autocast); the CLI refuses fp32 runs")),
+            DType::F32 => Some(
+                crate::engine::autocast::active()
+                    .or(self.hf().bnb.as_ref().map(|b| b.load_dtype))
+                    .expect("flash_attention_2 needs fp16/bf16 (weights, autocast or a quantized model); the CLI refuses fp32 runs"),
+            ),
             _ => None,
         };
         let cast = |t: &Tensor| target.map_or_else(|| t.clone(), |dt| t.to_dtype(dt));

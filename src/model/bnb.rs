@@ -1,0 +1,92 @@
+//! Models loaded in 4 bits by bitsandbytes, as transformers 5.23 loads them with
+//! `BitsAndBytesConfig(load_in_4bit=True, ...)` and peft 0.21.2 prepares them
+//! (`prepare_model_for_kbit_training`): every decoder linear becomes a `Linear4bit`
+//! (lm_head, the embedding and the norms stay unquantized), and its forward is
+//! `bnb.matmul_4bit(x.to(compute_dtype), W).to(x.dtype)`.
+use crate::engine::ops::quant::{Gemm4bitKernel, Packed4bit, NESTED_BLOCKSIZE};
+use crate::engine::{runtime, DType, Tensor};
+use crate::model::init::{self, Init};
+use serde::{Deserialize, Serialize};
+
+/// The GPU `gemm_4bit`'s choice is made for when none is named: an H100 (sm90, 132 SMs).
+pub const DEFAULT_KERNEL: Gemm4bitKernel = Gemm4bitKernel::Cuda { sms: 132, major: 9, minor: 0 };
+
+/// `gemm_4bit`'s device for a GPU preset (its SM count and compute capability; AMD parts
+/// take bitsandbytes' ROCm rule), or the default.
+pub fn kernel_for(gpu: Option<&crate::record::gpu::Gpu>) -> Gemm4bitKernel {
+    gpu.and_then(|g| g.arch).map_or(DEFAULT_KERNEL, |a| match a {
+        crate::record::gpu::Arch::Cuda { sms, major, minor } => Gemm4bitKernel::Cuda { sms, major, minor },
+        crate::record::gpu::Arch::RocmCdna => Gemm4bitKernel::RocmCdna,
+    })
+}
+
+/// `BitsAndBytesConfig`'s 4-bit fields, and how the model was prepared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bnb4bit {
+    /// `bnb_4bit_quant_type`: nf4 or fp4 (the same bytes; recorded).
+    pub quant_type: String,
+    /// `bnb_4bit_use_double_quant`: 8-bit block scales with one fp32 scale per 256 blocks.
+    pub double_quant: bool,
+    /// `bnb_4bit_compute_dtype` (bitsandbytes' default float32).
+    pub compute_dtype: DType,
+    /// The type `from_pretrained` loaded the weights in (`quant_state.dtype`, the type a
+    /// backward dequantizes to, and the type flash attention casts fp32 queries to).
+    pub load_dtype: DType,
+    /// `prepare_model_for_kbit_training`: the unquantized parameters cast to fp32.
+    pub prepare: bool,
+    /// Where `gemm_4bit` runs.
+    pub kernel: Gemm4bitKernel,
+}
+
+impl Bnb4bit {
+    /// The type of the parameters that stay unquantized (embedding, norms, lm_head, biases).
+    pub fn unquantized_dtype(&self) -> DType {
+        if self.prepare {
+            DType::F32
+        } else {
+            self.load_dtype
+        }
+    }
+}
+
+/// The storage of one `Linear4bit` of `rows` × `cols` (`Params4bit` and its `quant_state`),
+/// registered as the module's weight (frozen, uint8) plus the state's tensors: the block
+/// scales, the 16-entry code and, nested, the second-level scales and the offset.
+pub(crate) fn packed(b: &mut crate::model::Builder, name: String, rows: usize, cols: usize, q: &Bnb4bit) -> Packed4bit {
+    let saved = b.dtype;
+    b.dtype = DType::U8;
+    let weight = b.param(name.clone(), &[(rows * cols).div_ceil(2), 1], Init::Normal { std: 0.0 });
+    b.dtype = saved;
+    let blocks = Packed4bit::blocks(rows, cols);
+    let state = |shape: &[usize], dtype: DType, rng: &mut init::Rng| {
+        let _s = runtime::scope(name.trim_end_matches(".weight"));
+        init::make(shape, dtype, b.device, Init::Ones, rng)
+    };
+    let absmax = state(&[blocks], if q.double_quant { DType::U8 } else { DType::F32 }, b.rng);
+    // The quant map of nf4/fp4: 16 fp32 values per quant_state.
+    let code = state(&[16], DType::F32, b.rng);
+    // Nested: state2's fp32 scales and its own copy of the 256-entry dynamic map (1 KiB),
+    // and the fp32 offset.
+    let nested = q.double_quant.then(|| {
+        let scales = state(&[blocks.div_ceil(NESTED_BLOCKSIZE)], DType::F32, b.rng);
+        let map = state(&[256], DType::F32, b.rng);
+        let offset = state(&[], DType::F32, b.rng);
+        crate::engine::ops::quant::Nested { scales, code: map, offset }
+    });
+    Packed4bit { weight, absmax, nested, code, shape: (rows, cols), dtype: q.load_dtype }
+}
+
+/// bitsandbytes' `Linear4bit.forward`: the input cast to the compute dtype, `matmul_4bit`
+/// (with the bias, in the compute dtype), and the output cast back to the input's type.
+pub fn linear4bit(q: &Bnb4bit, w: &Packed4bit, x: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let inp = x.dtype();
+    let xc = if inp == q.compute_dtype { x.clone() } else { x.to_dtype(q.compute_dtype) };
+    // `x = x.to(compute_dtype)` rebinds the local: the cast input lives until forward returns,
+    // past the output's cast back.
+    let out = {
+        let product = xc.matmul_4bit(w, bias, q.kernel);
+        if product.dtype() == inp { product } else { product.to_dtype(inp) }
+    };
+    drop(xc);
+    out
+}
