@@ -122,6 +122,8 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
         ),
         OptimizerKind::Sgd if optim.momentum != 0.0 => (p * pe, format!("P·{pe} (SGD momentum buffers, {pt})")),
         OptimizerKind::Sgd => (0, "0 B (SGD without momentum keeps no state)".to_string()),
+        // Refused by options/estimate.rs: the closed form derives torch's optimizers only.
+        OptimizerKind::AdamwBnb8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw32bit => (0, "not derived in closed form".to_string()),
     };
     let (mut temp, mut temp_f) = match optim.kind {
         OptimizerKind::AdamwCs336 => {
@@ -138,6 +140,7 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
         }
         OptimizerKind::Sgd if optim.weight_decay != 0.0 => (p * pe, format!("P × {pe} (_foreach_add(grads, params, alpha=weight_decay))")),
         OptimizerKind::Sgd => (0, "0 B (SGD updates in place)".to_string()),
+        OptimizerKind::AdamwBnb8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw32bit => (0, "0 B (bitsandbytes updates in place)".to_string()),
     };
     if optim.max_grad_norm.is_some() {
         // clip_grad_norm_: per gradient a 0-d norm, _foreach_norm's fp32 scratch, the stacked

@@ -31,6 +31,11 @@ pub struct Runtime {
     on_host: bool,
     /// Host memory held by such storages: (now, peak).
     host: (usize, usize),
+    /// Storages created now live in CUDA unified memory (`cudaMallocManaged`: bitsandbytes'
+    /// paged optimizer state), outside PyTorch's caching allocator.
+    unified: bool,
+    /// Unified memory held by such storages: (now, peak).
+    unified_mem: (usize, usize),
     /// The current CUDA stream (`torch.cuda.current_stream()`): new storages are allocated
     /// on it.
     stream: StreamId,
@@ -52,6 +57,8 @@ impl Default for Runtime {
             deferring: false,
             on_host: false,
             host: (0, 0),
+            unified: false,
+            unified_mem: (0, 0),
             stream: StreamId::DEFAULT,
         }
     }
@@ -146,6 +153,37 @@ pub(crate) fn host_free(bytes: usize) {
 pub fn on_host() -> Guard {
     let prev = with(|rt| std::mem::replace(&mut rt.on_host, true));
     Guard::new(move || with(|rt| rt.on_host = prev))
+}
+
+pub(crate) fn allocating_unified() -> bool {
+    with(|rt| rt.unified)
+}
+
+pub(crate) fn unified_alloc(bytes: usize) {
+    with(|rt| {
+        rt.unified_mem.0 += bytes;
+        rt.unified_mem.1 = rt.unified_mem.1.max(rt.unified_mem.0);
+    });
+}
+
+pub(crate) fn unified_free(bytes: usize) {
+    let _ = RT.try_with(|rt| {
+        if let Ok(mut rt) = rt.try_borrow_mut() {
+            rt.unified_mem.0 = rt.unified_mem.0.saturating_sub(bytes);
+        }
+    });
+}
+
+/// Storages created inside live in CUDA unified memory (paged optimizer state): resident on
+/// the GPU while used, counted by [`unified_memory`], not by the caching allocator.
+pub fn in_unified_memory() -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.unified, true));
+    Guard::new(move || with(|rt| rt.unified = prev))
+}
+
+/// Unified memory held by paged storages: (bytes now, peak bytes).
+pub fn unified_memory() -> (usize, usize) {
+    with(|rt| rt.unified_mem)
 }
 
 /// Host memory held by offloaded storages: (bytes now, peak bytes).

@@ -66,6 +66,9 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;
+    if optim.kind.is_bitsandbytes() {
+        return Err(usage("--optimizer", format!("{}: the closed form derives torch's optimizers; bitsandbytes' state runs op for op in profile and fit (--device meta)", optim.kind)));
+    }
     if !a.no_simulate {
         cfg.check_sizes(batch, seq, "--context-length").map_err(UsageError::from)?;
         crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;

@@ -9,9 +9,10 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 pub struct OptimFlags {
     /// adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
-    /// (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, or adamw_cs336 (the
-    /// course AdamW). Default: the flavour's reference: cs336 adamw_cs336, tinyllama
-    /// adamw_torch, hf adamw_torch_fused (the Trainer's default)
+    /// (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the
+    /// course AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
+    /// paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
+    /// tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default)
     #[arg(long)]
     pub optimizer: Option<String>,
     /// torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf

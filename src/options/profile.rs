@@ -182,6 +182,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         super::hf::check_kernel(&cfg, precision, c)?;
     }
     let mut optim = a.optim.resolve(cfg.flavour, a.profile_type.contains(&ProfileType::Training))?;
+    if optim.kind.is_bitsandbytes() && device == Device::Cpu {
+        return Err(usage("--optimizer", format!("{}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; profile with --device meta", optim.kind)));
+    }
     let parallel = a.parallel.resolve()?;
     if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };

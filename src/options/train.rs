@@ -213,6 +213,9 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     };
     let reference: OptimConfig = a.optim.resolve(cfg.flavour, true)?;
     let kind = reference.kind;
+    if kind.is_bitsandbytes() && device == Device::Cpu {
+        return Err(usage("--optimizer", format!("{kind}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; use --device meta")));
+    }
     let lr = a.learning_rate.unwrap_or(reference.lr);
     if !(lr > 0.0 && lr.is_finite()) {
         return Err(usage("--learning-rate", "must be a positive number"));

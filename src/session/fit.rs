@@ -109,7 +109,13 @@ impl FitPlan {
             }
             let plan = build(n)?;
             let run = profile_one(&plan, plan.contexts[0], self.kind)?;
-            let p = Probe { value: n, fits: run.oom.is_none(), peak_allocated_bytes: run.stats.allocated_bytes.peak, peak_reserved_bytes: run.stats.reserved_bytes.peak, oom: run.oom };
+            // Paged optimizer state sits in the same GPU memory while resident: it counts
+            // against what the allocator's segments may use.
+            let paged = run.unified_peak.unwrap_or(0);
+            let room = self.budget.capacity.saturating_sub(self.budget.reserve);
+            let fits = run.oom.is_none() && run.stats.reserved_bytes.peak.saturating_add(paged) <= room;
+            let oom = run.oom.or_else(|| (!fits).then(|| format!("peak reserved {} B + paged optimizer state {paged} B in unified memory exceed {room} B", run.stats.reserved_bytes.peak)));
+            let p = Probe { value: n, fits, peak_allocated_bytes: run.stats.allocated_bytes.peak, peak_reserved_bytes: run.stats.reserved_bytes.peak, oom };
             probes.push(p.clone());
             Ok(p)
         };

@@ -106,6 +106,9 @@ pub struct Run {
     pub units: Vec<(String, u64)>,
     /// CPU offload: the host memory the offloaded state reached (bytes).
     pub host_peak: Option<usize>,
+    /// bitsandbytes' paged optimizer state: the CUDA unified memory it reached (bytes), outside
+    /// the caching allocator's peaks.
+    pub unified_peak: Option<usize>,
     pub report: PeakReport,
     pub stats: AllocatorStats,
     pub oom: Option<String>,
@@ -324,6 +327,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         },
     };
     let host_peak = runtime::host_memory().1;
+    let unified_peak = Some(runtime::unified_memory().1).filter(|&b| b > 0);
     let (rec, oom_where) = runtime::with(|rt| {
         let w = rt.log.oom.take().map(|(_, scope, phase)| (scope.to_string(), phase));
         // After an OOM: the history up to the failing allocation.
@@ -344,7 +348,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);
     let host_peak = p.parallel.as_ref().filter(|c| c.offload_params).map(|_| host_peak);
-    Ok(Run { context: ctx, kind, rank, units, host_peak, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace })
+    Ok(Run { context: ctx, kind, rank, units, host_peak, unified_peak, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace })
 }
 
 /// What a run recorded, for its snapshot.

@@ -34,6 +34,7 @@ pub fn profile(p: &ProfileOptions, profile_types: &[ProfileType], ranks: &[usize
             "profile_type": r.kind,
             "rank": r.rank,
             "host_peak_bytes": r.host_peak,
+            "paged_unified_bytes": r.unified_peak,
             "fsdp_units": r.units.iter().map(|(n, b)| json!({"unit": n, "unsharded_bytes": b})).collect::<Vec<_>>(),
             "snapshot": r.snapshot,
             "report": r.report_html,

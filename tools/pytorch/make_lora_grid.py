@@ -73,6 +73,7 @@ def grid():
         todo.append((lora(mt, t + 5, 32, "q_proj,v_proj", attn="eager"), "training"))
         todo.append((lora(mt, t + 6, 16, "all-linear", optimizer="adamw_torch_foreach"), "training"))
         todo.append((lora(mt, t, 8, "all-linear"), "forward-loss"))
+        todo.append((lora(mt, t + 2, 32, "all-linear", optimizer="adamw_bnb_8bit"), "training"))
     for p, _ in todo:
         if p["lora_dropout"] is None:
             p["lora_dropout"] = 0.0
@@ -96,6 +97,11 @@ def qgrid():
         todo.append((qlora(mt, t + 5, 8, "all-linear", "nf4", True, prepare=False, checkpoint="non-reentrant"), "training"))
         todo.append((qlora(mt, t + 1, 32, "q_proj,v_proj", "nf4", False, lora_dropout=0.05, checkpoint="reentrant"), "training"))
         todo.append((qlora(mt, t + 6, 16, "all-linear", "nf4", True, attn="eager", checkpoint="none"), "training"))
+        # bitsandbytes' 8-bit AdamW: adapters of >= 4096 elements get 8-bit state, smaller fp32
+        # (r 32: some of each). Its quantization maps are made on the host at construction and
+        # moved to the device by the first 8-bit parameter; on CPU the host copies count too, so
+        # every point has one.
+        todo.append((qlora(mt, t, 32, "all-linear", "nf4", True, checkpoint="reentrant", optimizer="adamw_bnb_8bit"), "training"))
     return todo
 
 

@@ -164,6 +164,7 @@ def alloc_rows(prof):
 COPY_TRANSPOSE_BLOCK = 60  # Copy.cpp: copy_same_type_transpose_'s BLOCK_SZ (MIN_SZ = 60 * 60)
 REDUCED_FLOAT = (torch.bfloat16, torch.float16)
 SCATTER_OPS = ("aten::scatter_add_", "aten::scatter_add", "aten::scatter_", "aten::scatter")  # src and value forms
+BNB_OPTIMIZER_OPS = ("bitsandbytes::optimizer_update_8bit_blockwise", "bitsandbytes::optimizer_update_32bit")
 # TensorIterator binary ops whose CPU path casts a mixed-dtype input to the common dtype first.
 TI_BINARY_OPS = ("aten::add", "aten::sub", "aten::mul", "aten::div", "aten::add_", "aten::sub_", "aten::mul_", "aten::div_")
 CPU_FLASH_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -215,6 +216,13 @@ def cpu_kernel_scratch(anc, size):
             if any(m[2] != common and size == _numel(m[0]) * el for m in ins):
                 return (f"cpu {bop.name[6:]} of mixed dtypes: TensorIterator's input cast to {str(common).replace('torch.', '')}",
                         bop.end_time_ns, "freed inside")
+    upd = next((a for a in reversed(anc) if a.name in BNB_OPTIMIZER_OPS), None)
+    if upd is not None:
+        # bitsandbytes' optimizer update on CPU (backends/cpu/ops.py) dequantizes the state to fp32
+        # tensors, updates them with torch ops and requantizes into the state; CUDA's
+        # kOptimizer*_blockwise kernels update everything in place in registers. Every block the
+        # CPU path allocates inside the op dies there.
+        return (f"cpu {upd.name}: fp32 working copies of the state, parameter and gradient", upd.end_time_ns, "freed inside")
     if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some

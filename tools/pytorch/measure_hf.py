@@ -58,7 +58,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import measure_cs336 as M
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 CHECKPOINTS = ("none", "reentrant", "non-reentrant")
 
 
@@ -119,6 +119,11 @@ def load_4bit(p, dtype):
 
 
 def make_optimizer(name, params):
+    if name in ("adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit"):
+        # The Trainer's bitsandbytes optims (paging falls back to ordinary buffers on CPU).
+        import bitsandbytes as bnb
+        return bnb.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                               optim_bits=32 if name.endswith("32bit") else 8, is_paged=name.startswith("paged"))
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3)
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)

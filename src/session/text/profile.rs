@@ -28,6 +28,9 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     if let Some(c) = &p.parallel {
         out!(s, "{}", super::parallel_line(c));
     }
+    if let Some(u) = r.unified_peak {
+        out!(s, "paged optimizer state: {:.3} GiB ({u} B) in CUDA unified memory (bitsandbytes' cudaMallocManaged buffers): outside PyTorch's allocator, so not in the peaks below; nvidia-smi counts it while it is resident on the GPU", g(u));
+    }
     if let Some(h) = r.host_peak {
         out!(s, "host memory (CPU offload: shards, sharded gradients, optimizer state): peak {:.3} GiB ({h} B), not counted on the device", g(h));
     }

@@ -45,6 +45,6 @@ pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], steps: u64
         drop(decay);
         keep_as_state(&m_new);
         keep_as_state(&v_new);
-        state[i] = Some(ParamState { m: m_new, v: Some(v_new), step: None });
+        state[i] = Some(ParamState { m: m_new, v: Some(v_new), step: None, extra: Vec::new() });
     }
 }

@@ -5,6 +5,7 @@
 //! (`torch.optim.AdamW()` on CUDA), [`adamw_fused`] (`fused=True`, the Trainer's
 //! `adamw_torch_fused`), [`adamw_forloop`] (`foreach=False`), [`sgd`] and [`clip`]
 //! (`torch.nn.utils.clip_grad_norm_`).
+mod adamw_bnb;
 mod adamw_cs336;
 mod adamw_foreach;
 mod adamw_forloop;
@@ -35,12 +36,30 @@ pub enum OptimizerKind {
     AdamwTorchForloop,
     /// `torch.optim.SGD` (foreach), optional momentum and (coupled) weight decay.
     Sgd,
+    /// bitsandbytes' 8-bit AdamW (`adamw_bnb_8bit`, also `adamw_8bit`): one-byte moments with
+    /// block scales; parameters under 4096 elements keep fp32 moments.
+    #[serde(rename = "adamw_bnb_8bit")]
+    AdamwBnb8bit,
+    /// bitsandbytes' paged 8-bit AdamW: as `adamw_bnb_8bit`, large buffers in CUDA unified memory.
+    #[serde(rename = "paged_adamw_8bit")]
+    PagedAdamw8bit,
+    /// bitsandbytes' paged 32-bit AdamW: fp32 moments, large ones in CUDA unified memory.
+    #[serde(rename = "paged_adamw_32bit")]
+    PagedAdamw32bit,
 }
 
 impl OptimizerKind {
     /// Every implementation, in `--optimizer`'s order.
-    pub const ALL: [OptimizerKind; 5] =
-        [OptimizerKind::AdamwTorchFused, OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::AdamwCs336];
+    pub const ALL: [OptimizerKind; 8] = [
+        OptimizerKind::AdamwTorchFused,
+        OptimizerKind::AdamwTorch,
+        OptimizerKind::AdamwTorchForloop,
+        OptimizerKind::Sgd,
+        OptimizerKind::AdamwCs336,
+        OptimizerKind::AdamwBnb8bit,
+        OptimizerKind::PagedAdamw8bit,
+        OptimizerKind::PagedAdamw32bit,
+    ];
 
     /// The Trainer's `optim` name (adamw_cs336 for the course AdamW).
     pub fn name(self) -> &'static str {
@@ -50,7 +69,15 @@ impl OptimizerKind {
             OptimizerKind::AdamwTorchFused => "adamw_torch_fused",
             OptimizerKind::AdamwTorchForloop => "adamw_torch_forloop",
             OptimizerKind::Sgd => "sgd",
+            OptimizerKind::AdamwBnb8bit => "adamw_bnb_8bit",
+            OptimizerKind::PagedAdamw8bit => "paged_adamw_8bit",
+            OptimizerKind::PagedAdamw32bit => "paged_adamw_32bit",
         }
+    }
+
+    /// bitsandbytes' optimizers: their state numerics are not computed (meta only).
+    pub fn is_bitsandbytes(self) -> bool {
+        matches!(self, OptimizerKind::AdamwBnb8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw32bit)
     }
 
     /// A name as `--optimizer` takes it: the Trainer's names, `adamw_torch_foreach` (=
@@ -62,6 +89,9 @@ impl OptimizerKind {
             "adamw_torch_forloop" => OptimizerKind::AdamwTorchForloop,
             "sgd" => OptimizerKind::Sgd,
             "adamw_cs336" => OptimizerKind::AdamwCs336,
+            "adamw_bnb_8bit" | "adamw_8bit" => OptimizerKind::AdamwBnb8bit,
+            "paged_adamw_8bit" => OptimizerKind::PagedAdamw8bit,
+            "paged_adamw_32bit" => OptimizerKind::PagedAdamw32bit,
             _ => return None,
         })
     }
@@ -74,6 +104,9 @@ impl OptimizerKind {
             OptimizerKind::AdamwTorchFused => "torch.optim.AdamW(fused=True)",
             OptimizerKind::AdamwTorchForloop => "torch.optim.AdamW(foreach=False), a parameter at a time",
             OptimizerKind::Sgd => "torch.optim.SGD, foreach",
+            OptimizerKind::AdamwBnb8bit => "bitsandbytes AdamW, 8-bit blockwise state",
+            OptimizerKind::PagedAdamw8bit => "bitsandbytes AdamW, 8-bit state, paged to CUDA unified memory",
+            OptimizerKind::PagedAdamw32bit => "bitsandbytes AdamW, fp32 state, paged to CUDA unified memory",
         }
     }
 }
@@ -146,17 +179,21 @@ pub(crate) struct ParamState {
     pub m: Tensor,
     pub v: Option<Tensor>,
     pub step: Option<Tensor>,
+    /// bitsandbytes' 8-bit block scales (absmax1, absmax2).
+    pub extra: Vec<Tensor>,
 }
 
 impl ParamState {
     fn nbytes(&self) -> usize {
-        self.m.nbytes() + self.v.as_ref().map_or(0, Tensor::nbytes) + self.step.as_ref().map_or(0, Tensor::nbytes)
+        self.m.nbytes() + self.v.as_ref().map_or(0, Tensor::nbytes) + self.step.as_ref().map_or(0, Tensor::nbytes) + self.extra.iter().map(Tensor::nbytes).sum::<usize>()
     }
 }
 
 pub struct Optimizer {
     pub config: OptimConfig,
     state: Vec<Option<ParamState>>,
+    /// State shared by every parameter (bitsandbytes' quantization maps).
+    shared: Vec<Tensor>,
     steps: u64,
 }
 
@@ -190,7 +227,7 @@ pub(crate) fn group_by_dtype(dtypes: impl IntoIterator<Item = DType>) -> Vec<Vec
 
 impl Optimizer {
     pub fn new(config: OptimConfig, num_params: usize) -> Optimizer {
-        Optimizer { config, state: (0..num_params).map(|_| None).collect(), steps: 0 }
+        Optimizer { config, state: (0..num_params).map(|_| None).collect(), shared: Vec::new(), steps: 0 }
     }
 
     /// Bytes of optimizer state currently held (the fused AdamW's device `step` tensors included).
@@ -212,6 +249,9 @@ impl Optimizer {
             OptimizerKind::AdamwTorchFused => adamw_fused::step(&self.config, &mut self.state, self.steps, &live),
             OptimizerKind::AdamwTorchForloop => adamw_forloop::step(&self.config, &mut self.state, self.steps, &live),
             OptimizerKind::Sgd => sgd::step(&self.config, &mut self.state, &live),
+            OptimizerKind::AdamwBnb8bit => adamw_bnb::step(&mut self.state, &mut self.shared, &live, true, false),
+            OptimizerKind::PagedAdamw8bit => adamw_bnb::step(&mut self.state, &mut self.shared, &live, true, true),
+            OptimizerKind::PagedAdamw32bit => adamw_bnb::step(&mut self.state, &mut self.shared, &live, false, true),
         }
         drop(grad_norm);
     }
@@ -229,7 +269,7 @@ fn init_adamw_state(state: &mut [Option<ParamState>], live: &Live<'_>, device_st
             let step = device_step.then(|| Tensor::zeros(&[], DType::F32, p.tensor.device()));
             let m = p.tensor.zeros_like();
             let v = p.tensor.zeros_like();
-            state[*i] = Some(ParamState { m, v: Some(v), step });
+            state[*i] = Some(ParamState { m, v: Some(v), step, extra: Vec::new() });
         }
     }
 }

@@ -41,7 +41,7 @@ pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], live: &Liv
                             let _s = runtime::scope(&p.name);
                             let _c = runtime::category(Category::OptimizerState);
                             let b = g.clone_contiguous();
-                            state[*i] = Some(ParamState { m: b.clone(), v: None, step: None });
+                            state[*i] = Some(ParamState { m: b.clone(), v: None, step: None, extra: Vec::new() });
                             b
                         }
                     }
