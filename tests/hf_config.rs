@@ -311,3 +311,39 @@ fn qlora_loads_4bit_prepares_the_model_and_says_so() {
     let adapters = 41_943_040 * 4;
     assert_eq!(params, l * linear + unquantized + adapters, "{cats:?}");
 }
+
+/// bitsandbytes' optimizers: 8-bit state in the allocator's peaks, paged state in its own line
+/// (CUDA unified memory) and summary field; refused on cpu, where their numerics are not run.
+#[test]
+fn bitsandbytes_optimizers_keep_8bit_state_and_page_to_unified_memory() {
+    let run = |opt: &str| {
+        let out = tmp(opt);
+        let o = vramscope(&[
+            "profile", "--device", "meta", "--model", "Llama-3.1-8B", "--num-layers", "2", "--context-length", "128", "--batch-size", "1",
+            "--lora-r", "16", "--target-modules", "all-linear", "--optimizer", opt, "--out-dir", out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{opt}: {}", String::from_utf8_lossy(&o.stderr));
+        let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap().clone();
+        let state = cats.iter().find(|c| c[0] == "optimizer_state").and_then(|c| c[1].as_u64()).unwrap_or(0);
+        (state, s["runs"][0]["paged_unified_bytes"].as_u64(), String::from_utf8_lossy(&o.stdout).to_string())
+    };
+    // 2 layers × 7 adapted projections × (A, B), every one >= 4096 elements: a byte per element
+    // for each moment, an fp32 scale per 256, and the two shared 1 KiB maps.
+    let sizes: Vec<u64> = [(4096, 4096), (4096, 1024), (4096, 1024), (4096, 4096), (4096, 14336), (4096, 14336), (14336, 4096)]
+        .iter()
+        .flat_map(|&(i, o)| [16 * i, 16 * o])
+        .collect();
+    let eight: u64 = 2 * sizes.iter().map(|&n| 2 * n + 2 * n.div_ceil(256) * 4).sum::<u64>() + 2 * 1024;
+    let (state, paged, _) = run("adamw_8bit");
+    assert_eq!((state, paged), (eight, None));
+    // Paged 32-bit: buffers of >= 10⁵ elements go to unified memory, the rest stay fp32 state.
+    let (state, paged, text) = run("paged_adamw_32bit");
+    let (big, small): (Vec<u64>, Vec<u64>) = sizes.iter().partition(|&&n| n >= 100_000);
+    assert_eq!((state, paged), (2 * small.iter().map(|n| 2 * 4 * n).sum::<u64>(), Some(2 * big.iter().map(|n| 2 * 4 * n).sum::<u64>())));
+    assert!(text.contains("in CUDA unified memory"), "{text}");
+    let out = tmp("bnb-cpu");
+    let o = vramscope(&["profile", "--device", "cpu", "--model", "Llama-3.2-1B", "--num-layers", "1", "--lora-r", "8", "--optimizer", "paged_adamw_8bit", "--out-dir", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.contains("--optimizer") && err.contains("--device meta") && !out.exists(), "{err}");
+}

@@ -342,6 +342,20 @@ fn fsdp_rank_of_the_2_7b_on_three_streams() {
 }
 
 #[test]
+fn qlora_training_step_of_llama_3_1_8b() {
+    // 4-bit nf4 weights with double quantization, fp32 adapters, reentrant checkpointing, a
+    // paged 8-bit optimizer: the snapshot holds uint8 storages, dequantize buffers and state.
+    check(
+        "meta_llama8b_qlora",
+        &[
+            "--model", "Llama-3.1-8B", "--device", "meta", "--num-layers", "4", "--context-length", "512", "--load-in-4bit", "--bnb-4bit-quant-type", "nf4",
+            "--bnb-4bit-use-double-quant", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "16", "--target-modules", "all-linear", "--optimizer", "paged_adamw_8bit",
+        ],
+        false,
+    );
+}
+
+#[test]
 fn bf16_forward_of_the_2_7b() {
     check("meta_2.7B_forward_bf16", &["--model", "2.7B", "--device", "meta", "--context-length", "512", "--profile-type", "forward", "--precision", "bf16"], false);
 }

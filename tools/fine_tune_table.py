@@ -26,11 +26,19 @@ SETUPS = [
     ("bf16 weights", []),
     ("autocast bf16, fp32 master", ["--dtype", "float32", "--precision", "bf16"]),
 ]
-# peft LoRA on the bf16 weights (fp32 adapters): the two target sets people use.
+# peft LoRA (r 16 on every linear, fp32 adapters, fused AdamW) on the bf16 weights with
+# non-reentrant checkpointing off and on, and QLoRA as its recipes run it: 4-bit nf4 with double
+# quantization, bf16 compute, prepare_model_for_kbit_training (reentrant checkpointing), with
+# the fused AdamW or bitsandbytes' paged 8-bit AdamW.
+ADAPTER = ["--lora-r", "16", "--lora-alpha", "32", "--target-modules", "all-linear", "--attn-implementation", "sdpa"]
+QLORA = ["--load-in-4bit", "--bnb-4bit-quant-type", "nf4", "--bnb-4bit-use-double-quant", "--bnb-4bit-compute-dtype", "bfloat16"]
 LORA = [
-    ("r 16, all-linear", ["--lora-r", "16", "--lora-alpha", "32", "--target-modules", "all-linear"]),
-    ("r 16, q_proj,v_proj", ["--lora-r", "16", "--lora-alpha", "32", "--target-modules", "q_proj,v_proj"]),
+    ("LoRA, bf16 weights", "off", ADAPTER + ["--gradient-checkpointing", "none"]),
+    ("LoRA, bf16 weights", "non-reentrant", ADAPTER + ["--gradient-checkpointing", "non-reentrant"]),
+    ("QLoRA nf4 + double quant", "reentrant", QLORA + ADAPTER),
+    ("QLoRA nf4 + double quant, paged_adamw_8bit", "reentrant", QLORA + ADAPTER + ["--optimizer", "paged_adamw_8bit"]),
 ]
+BIG = [("Llama-3.1-70B", [(["--gpu", "RTXA6000-48GB"], "48 GB"), (["--gpu", "H100-80GB"], "80 GB")], LORA[2:])]
 CKPT = [("off", []), ("on", ["--gradient-checkpointing", "non-reentrant"])]
 ATTN = [("sdpa", ["--attn-implementation", "sdpa"]), ("eager", ["--attn-implementation", "eager"])]
 GIB = 1024 ** 3
@@ -66,28 +74,26 @@ def fit(binary, model, flags, gpu, find, tmp):
         return None
 
 
-def table(binary, models, gpus, rows, first_col, tmp):
-    for model in models:
-        print(f"\n**{model}** (peak at batch 1, context 2048; fused AdamW, clip 1.0; GiB = 1024³ B; – = not even 1)\n")
-        head = f"| {first_col} | checkpointing | attention | peak allocated | largest at the peak |"
-        sub = "|---|---|---|---:|---|"
-        for _, g in gpus:
-            head += f" {g}: batch @2048 / context @B1 |"
-            sub += "---|"
-        print(head)
-        print(sub)
-        for sl, sf, attns in rows:
-            for cl, cf in CKPT:
-                for al, af in attns:
-                    flags = sf + cf + af
-                    peak, top, phase = profile(binary, model, flags, tmp)
-                    what = ", ".join(f"{c} {b / GIB:.1f}" for c, b in top) + (f" ({phase})" if phase else "")
-                    row = f"| {sl} | {cl} | {al} | {peak / GIB:.1f} GiB | {what} |"
-                    for gpu, _ in gpus:
-                        b = fit(binary, model, flags, gpu, "batch", tmp)
-                        c = fit(binary, model, flags, gpu, "context", tmp)
-                        row += f" {b or '–'} / {c or '–'} |"
-                    print(row, flush=True)
+def row(binary, model, label, ckpt, attn, flags, gpus, tmp):
+    peak, top, phase = profile(binary, model, flags, tmp)
+    what = ", ".join(f"{c} {b / GIB:.1f}" for c, b in top) + (f" ({phase})" if phase else "")
+    out = f"| {label} | {ckpt} | {attn} | {peak / GIB:.1f} GiB | {what} |"
+    for gpu, _ in gpus:
+        b = fit(binary, model, flags, gpu, "batch", tmp)
+        c = fit(binary, model, flags, gpu, "context", tmp)
+        out += f" {b or '–'} / {c or '–'} |"
+    print(out, flush=True)
+
+
+def header(model, gpus, first_col):
+    print(f"\n**{model}** (peak at batch 1, context 2048; clip 1.0; GiB = 1024³ B; – = not even 1)\n")
+    head = f"| {first_col} | checkpointing | attention | peak allocated | largest at the peak |"
+    sub = "|---|---|---|---:|---|"
+    for _, g in gpus:
+        head += f" {g}: batch @2048 / context @B1 |"
+        sub += "---|"
+    print(head)
+    print(sub)
 
 
 def main():
@@ -97,9 +103,17 @@ def main():
     x = a.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if x.only in (None, "full"):
-            table(x.bin, MODELS, GPUS, [(l, f, ATTN) for l, f in SETUPS], "weights", tmp)
+            for model in MODELS:
+                header(model, GPUS, "weights")
+                for sl, sf in SETUPS:
+                    for cl, cf in CKPT:
+                        for al, af in ATTN:
+                            row(x.bin, model, sl, cl, al, sf + cf + af, GPUS, tmp)
         if x.only in (None, "lora"):
-            table(x.bin, LORA_MODELS, LORA_GPUS, [(l, f, ATTN[:1]) for l, f in LORA], "LoRA (bf16 weights)", tmp)
+            for model, gpus, rows in [(m, LORA_GPUS, LORA) for m in LORA_MODELS] + BIG:
+                header(model, gpus, "fine-tune (r 16, all-linear)")
+                for label, ckpt, flags in rows:
+                    row(x.bin, model, label, ckpt, "sdpa", flags, gpus, tmp)
 
 
 if __name__ == "__main__":
