@@ -42,6 +42,19 @@ def test_profile_matches_the_cli_summary(tmp_path):
     assert comparable(r.summary) == comparable(want)
 
 
+def test_qlora_keywords_are_peft_and_bitsandbytes_names(tmp_path):
+    flags = dict(model="Llama-3.1-8B", device="meta", num_layers=2, context_length=256, load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                 bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype="bfloat16", lora_r=16, lora_alpha=32, target_modules="all-linear",
+                 optimizer="paged_adamw_8bit")
+    r = vramscope.profile(**flags)
+    want = cli_summary(tmp_path, "--model", "Llama-3.1-8B", "--device", "meta", "--num-layers", "2", "--context-length", "256", "--load-in-4bit",
+                       "--bnb-4bit-quant-type", "nf4", "--bnb-4bit-use-double-quant", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "16",
+                       "--lora-alpha", "32", "--target-modules", "all-linear", "--optimizer", "paged_adamw_8bit")
+    assert comparable(r.summary) == comparable(want)
+    assert r.summary["parameters"]["trainable"] == 2 * 16 * (4096 * 2 + 4096 + 1024 + 4096 + 1024 + 4096 * 2 + (4096 + 14336) * 3)
+    assert r.summary["model"]["hf"]["bnb"]["quant_type"] == "nf4"
+
+
 def test_several_runs_and_their_tables(tmp_path):
     r = vramscope.profile(model="2.7B", device="meta", context_length=[128, 256], profile_type=["forward", "training"], gpu="H100-80GB")
     want = cli_summary(tmp_path, "--model", "2.7B", "--device", "meta", "--context-length", "128,256", "--profile-type", "forward,training", "--gpu", "H100-80GB")

@@ -129,21 +129,40 @@ pub(crate) fn realloc_storage(id: u64, bytes: usize, op: &'static str) {
     }
 }
 
-pub(crate) fn allocating_on_host() -> bool {
-    with(|rt| rt.on_host)
+/// Memory outside the caching allocator that storages can live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outside {
+    /// Host memory (CPU offload).
+    Host,
+    /// CUDA unified memory (bitsandbytes' paged optimizer state).
+    Unified,
 }
 
-pub(crate) fn host_alloc(bytes: usize) {
+/// Where storages created now live when not on the device (unified memory inside host).
+pub(crate) fn allocating_outside() -> Option<Outside> {
+    with(|rt| if rt.unified { Some(Outside::Unified) } else { rt.on_host.then_some(Outside::Host) })
+}
+
+fn account(rt: &mut Runtime, kind: Outside) -> &mut (usize, usize) {
+    match kind {
+        Outside::Host => &mut rt.host,
+        Outside::Unified => &mut rt.unified_mem,
+    }
+}
+
+pub(crate) fn outside_alloc(kind: Outside, bytes: usize) {
     with(|rt| {
-        rt.host.0 += bytes;
-        rt.host.1 = rt.host.1.max(rt.host.0);
+        let a = account(rt, kind);
+        a.0 += bytes;
+        a.1 = a.1.max(a.0);
     });
 }
 
-pub(crate) fn host_free(bytes: usize) {
+pub(crate) fn outside_free(kind: Outside, bytes: usize) {
     let _ = RT.try_with(|rt| {
         if let Ok(mut rt) = rt.try_borrow_mut() {
-            rt.host.0 = rt.host.0.saturating_sub(bytes);
+            let a = account(&mut rt, kind);
+            a.0 = a.0.saturating_sub(bytes);
         }
     });
 }
@@ -153,25 +172,6 @@ pub(crate) fn host_free(bytes: usize) {
 pub fn on_host() -> Guard {
     let prev = with(|rt| std::mem::replace(&mut rt.on_host, true));
     Guard::new(move || with(|rt| rt.on_host = prev))
-}
-
-pub(crate) fn allocating_unified() -> bool {
-    with(|rt| rt.unified)
-}
-
-pub(crate) fn unified_alloc(bytes: usize) {
-    with(|rt| {
-        rt.unified_mem.0 += bytes;
-        rt.unified_mem.1 = rt.unified_mem.1.max(rt.unified_mem.0);
-    });
-}
-
-pub(crate) fn unified_free(bytes: usize) {
-    let _ = RT.try_with(|rt| {
-        if let Ok(mut rt) = rt.try_borrow_mut() {
-            rt.unified_mem.0 = rt.unified_mem.0.saturating_sub(bytes);
-        }
-    });
 }
 
 /// Storages created inside live in CUDA unified memory (paged optimizer state): resident on

@@ -101,11 +101,9 @@ pub struct Storage {
     /// `storage.resize_(0)` happened: the bytes are given back while tensors keep the
     /// storage (FSDP frees unsharded parameters this way, autograd still saving them).
     released: Cell<bool>,
-    /// In host memory (CPU offload): counted by the runtime's host total, not the device.
-    host: bool,
-    /// In CUDA unified memory (paged optimizer state): counted by the runtime's unified
-    /// total, not by the caching allocator.
-    unified: bool,
+    /// Outside the caching allocator (host memory for CPU offload, CUDA unified memory for
+    /// paged optimizer state): counted by the runtime's account of that kind.
+    outside: Option<runtime::Outside>,
     /// A tensor-parallel parameter whose gradient DTensor redistributes on every use. See
     /// [`crate::engine::autograd::grad_as_placed`].
     grad_redistribute: Cell<Option<GradRedistribute>>,
@@ -127,27 +125,23 @@ impl Storage {
     #[track_caller]
     pub fn alloc(device: Device, dtype: DType, numel: usize, op: &'static str) -> Rc<Storage> {
         let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
-        if runtime::allocating_unified() {
-            runtime::unified_alloc(nbytes);
-            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true, unified: true, grad_redistribute: Cell::new(None) });
-        }
-        if runtime::allocating_on_host() {
-            runtime::host_alloc(nbytes);
-            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: true, unified: false, grad_redistribute: Cell::new(None) });
+        if let Some(kind) = runtime::allocating_outside() {
+            runtime::outside_alloc(kind, nbytes);
+            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), outside: Some(kind), grad_redistribute: Cell::new(None) });
         }
         if runtime::deferring_allocation() {
             // `with torch.device("meta")` before `fully_shard` + `to_empty`: the storage exists
             // with its size but holds no bytes until something resizes it.
             let id = runtime::new_storage_id();
-            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), host: false, unified: false, grad_redistribute: Cell::new(None) });
+            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), outside: None, grad_redistribute: Cell::new(None) });
         }
         let id = runtime::alloc_storage(nbytes, op);
-        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), host: false, unified: false, grad_redistribute: Cell::new(None) })
+        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), outside: None, grad_redistribute: Cell::new(None) })
     }
     /// Not device memory: host scratch or a shape-only placeholder.
     pub(crate) fn untracked(device: Device, dtype: DType, data: Option<Buffer>) -> Rc<Storage> {
         let numel = data.as_ref().map_or(0, |b| b.len());
-        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), host: false, unified: false, grad_redistribute: Cell::new(None) })
+        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), outside: None, grad_redistribute: Cell::new(None) })
     }
     /// Mark the parameter on this storage as one whose gradient's placement differs from its own.
     pub fn set_grad_redistribute(&self, how: GradRedistribute) {
@@ -203,10 +197,8 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if self.unified {
-            runtime::unified_free(self.nbytes);
-        } else if self.host {
-            runtime::host_free(self.nbytes);
+        if let Some(kind) = self.outside {
+            runtime::outside_free(kind, self.nbytes);
         } else if self.id != u64::MAX && !self.released.get() {
             runtime::free_storage(self.id);
         }

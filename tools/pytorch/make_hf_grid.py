@@ -117,17 +117,13 @@ def run_one(job):
     return dict(name=name_of(p, kind), point=p, profile_type=kind, info=info, phases=phases, cpu_scratch_peak_excess=excess)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=OUT)
-    a = ap.parse_args()
-    import transformers
-    todo = grid(a.quick)
+def measure_all(todo, run, maxtasksperchild=16):
+    """Every (point, kind) of `todo` through `run` in JOBS worker processes, printed as they
+    finish; exits (nothing written) when PyTorch itself failed on a point."""
     t0 = time.time()
-    with mp.get_context("fork").Pool(int(os.environ.get("JOBS", "1")), maxtasksperchild=16) as pool:
+    with mp.get_context("fork").Pool(int(os.environ.get("JOBS", "1")), maxtasksperchild=maxtasksperchild) as pool:
         results = []
-        for i, r in enumerate(pool.imap(run_one, todo, chunksize=1)):
+        for i, r in enumerate(pool.imap(run, todo, chunksize=1)):
             results.append(r)
             print(f"[{i + 1}/{len(todo)} {time.time() - t0:.0f}s] {r['name']}: "
                   + (r["error"] if "error" in r else " ".join(f"{k}={v['peak']}" for k, v in r["phases"].items())), flush=True)
@@ -135,19 +131,33 @@ def main():
     if errors:
         print(f"{len(errors)} points failed in PyTorch; nothing written")
         sys.exit(1)
-    os.makedirs(a.out, exist_ok=True)
+    return results, t0
+
+
+def write_fixture(path, doc, t0):
+    """`doc` as JSON at `path`, atomically."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    print(f"wrote {len(doc['points'])} measurements to {os.path.relpath(path)} in {time.time() - t0:.0f}s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=OUT)
+    a = ap.parse_args()
+    import transformers
+    results, t0 = measure_all(grid(a.quick), run_one)
     doc = dict(generator="tools/pytorch/make_hf_grid.py" + (" --quick" if a.quick else ""), torch=torch.__version__,
                transformers=transformers.__version__,
                counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, batch, optimizer state "
                        "included); checkpoint's CPU RNG-state stashes and CPU-only kernel scratch left out, as "
                        "make_grid.py; the step is the Trainer's (measure_hf.py)",
                points=results)
-    path = os.path.join(a.out, "hf.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-    print(f"wrote {len(results)} measurements to {os.path.relpath(path)} in {time.time() - t0:.0f}s")
+    write_fixture(os.path.join(a.out, "hf.json"), doc, t0)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,8 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
                                                 # (from_pretrained of a saved random model), CPU kernels
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
 """
-import json
-import multiprocessing as mp
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -117,30 +114,15 @@ def main():
     import transformers
     quant = "--qlora" in sys.argv
     todo = qgrid() if quant else grid()
-    t0 = time.time()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
-    with mp.get_context("fork").Pool(int(os.environ.get("JOBS", "1")), maxtasksperchild=1) as pool:
-        results = []
-        for i, r in enumerate(pool.imap(run_one, todo, chunksize=1)):
-            results.append(r)
-            print(f"[{i + 1}/{len(todo)} {time.time() - t0:.0f}s] {r['name']}: "
-                  + (r["error"] if "error" in r else " ".join(f"{k}={v['peak']}" for k, v in r["phases"].items())), flush=True)
-    errors = [r for r in results if "error" in r]
-    if errors:
-        print(f"{len(errors)} points failed in PyTorch; nothing written")
-        sys.exit(1)
+    results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + (" --qlora" if quant else ""), torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "
                        "the parameters that require grad; dropout is CPU's kernel (an x-typed noise tensor)",
                points=results)
-    path = os.path.join(OUT, "qlora.json" if quant else "lora.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-    print(f"wrote {len(results)} measurements to {os.path.relpath(path)} in {time.time() - t0:.0f}s")
+    G.write_fixture(os.path.join(OUT, "qlora.json" if quant else "lora.json"), doc, t0)
 
 
 if __name__ == "__main__":
