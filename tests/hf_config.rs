@@ -347,3 +347,30 @@ fn bitsandbytes_optimizers_keep_8bit_state_and_page_to_unified_memory() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(2) && err.contains("--optimizer") && err.contains("--device meta") && !out.exists(), "{err}");
 }
+
+/// LoRA and QLoRA reach `profile --compare` (full fine-tune vs LoRA vs QLoRA, checkpointing off
+/// and on) and `sweep` (LoRA ranks and target sets as axes, 4-bit for every point).
+#[test]
+fn fine_tunes_compare_and_sweep() {
+    let out = tmp("compare");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--model", "Llama-3.1-8B", "--num-layers", "2", "--context-length", "128", "--compare", "--lora-r", "16", "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c: Value = serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let names: Vec<String> = c["runs"].as_array().unwrap().iter().map(|v| v["variant"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert!(names.contains(&"full fine-tune, no checkpointing".to_string()) && names.contains(&"QLoRA, reentrant checkpointing".to_string()), "{names:?}");
+    // An hf preset's default batch is 1: the default comparison has no accumulation variant.
+    let o = vramscope(&["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--compare", "--out-dir", tmp("compare-hf").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = tmp("sweep");
+    let o = vramscope(&[
+        "sweep", "--model", "Llama-3.1-8B", "--num-layers", "2", "--context-length", "128", "--batch-size", "1", "--lora-r", "8,32", "--target-modules", "all-linear;q_proj,v_proj",
+        "--load-in-4bit", "--bnb-4bit-use-double-quant", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+}

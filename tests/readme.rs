@@ -59,7 +59,9 @@ fn runnable(cmd: &str, scratch: &Path) -> Option<Vec<String>> {
         return None;
     }
     let rest = cmd.strip_prefix("cargo run --release -- ").unwrap_or_else(|| panic!("README command not covered by this test: {cmd}"));
-    let mut args: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+    // A quoted word (a value with shell-special characters, such as `;`) loses its quotes, as
+    // the shell removes them.
+    let mut args: Vec<String> = rest.split_whitespace().map(|w| w.trim_matches('"').to_string()).collect();
     // Absolute paths outside the repository go to the scratch folder.
     for a in args.iter_mut() {
         if let Some(p) = a.strip_prefix("/tmp/") {

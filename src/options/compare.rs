@@ -33,6 +33,59 @@ fn baseline(a: &ProfileArgs) -> ProfileArgs {
     b
 }
 
+/// `--compare` of an hf fine-tune given as LoRA or QLoRA: full fine-tuning, LoRA on the
+/// loaded weights and QLoRA (the given 4-bit flags, else nf4 with double quantization and
+/// bf16 compute, as the recipes run it), each without and with gradient checkpointing (the
+/// given mode, else non-reentrant; QLoRA's prepare_model_for_kbit_training default is
+/// reentrant). Every other flag as given.
+fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
+    let mut base = a.clone();
+    base.compare = false;
+    base.output = None;
+    base.memory.checkpoint = None;
+    let h = &a.model.hf;
+    let full = {
+        let mut f = base.clone();
+        let hf = &mut f.model.hf;
+        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules) = (None, None, None, None);
+        hf.load_in_4bit = false;
+        (hf.bnb_4bit_quant_type, hf.bnb_4bit_use_double_quant, hf.bnb_4bit_compute_dtype, hf.bnb_4bit_quant_storage, hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
+        f
+    };
+    let lora = {
+        let mut l = base.clone();
+        l.model.hf.lora_r = Some(h.lora_r.unwrap_or(16));
+        l.model.hf.load_in_4bit = false;
+        (l.model.hf.bnb_4bit_quant_type, l.model.hf.bnb_4bit_use_double_quant, l.model.hf.bnb_4bit_compute_dtype, l.model.hf.bnb_4bit_quant_storage, l.model.hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
+        l
+    };
+    let qlora = {
+        let mut q = lora.clone();
+        q.model.hf.load_in_4bit = true;
+        if h.load_in_4bit {
+            q.model.hf = h.clone();
+        } else {
+            q.model.hf.bnb_4bit_quant_type = Some("nf4".into());
+            q.model.hf.bnb_4bit_use_double_quant = true;
+            q.model.hf.bnb_4bit_compute_dtype = Some("bfloat16".into());
+        }
+        q.model.hf.lora_r = Some(h.lora_r.unwrap_or(16));
+        q
+    };
+    let on = h.gradient_checkpointing.clone().filter(|m| !m.eq_ignore_ascii_case("none")).unwrap_or_else(|| "non-reentrant".into());
+    let mut out = Vec::new();
+    for (name, v) in [("full fine-tune", full), ("LoRA", lora), ("QLoRA", qlora)] {
+        let mut off = v.clone();
+        off.model.hf.gradient_checkpointing = Some("none".into());
+        out.push(Flagged { name: format!("{name}, no checkpointing"), args: off });
+        let mut ck = v;
+        let mode = if name == "QLoRA" && h.gradient_checkpointing.is_none() { "reentrant".to_string() } else { on.clone() };
+        ck.model.hf.gradient_checkpointing = Some(mode.clone());
+        out.push(Flagged { name: format!("{name}, {mode} checkpointing"), args: ck });
+    }
+    out
+}
+
 /// `--compare --world-size N`: one device, then each layout (--parallel's comma list, or
 /// ddp, zero1, zero2 and fsdp) at N ranks, every other flag as given.
 fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
@@ -63,15 +116,20 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Flagged>> {
     if a.parallel.given() {
         return Err(usage("--parallel", "with --compare, give --world-size N to put layouts side by side"));
     }
+    let resolved = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    let hf = resolved.config.flavour == crate::model::Flavour::Hf;
+    if hf && (a.model.hf.lora_r.is_some() || a.model.hf.load_in_4bit) {
+        return Ok(fine_tune_variants(a));
+    }
     let base = baseline(a);
     let precision = a.precision.resolve()?;
     let flash = a.model.attention.as_deref().is_some_and(|s| Attention::parse(s) == Some(Attention::Flash));
     let ckpt = a.memory.checkpoint.as_deref().filter(|s| !s.eq_ignore_ascii_case("none")).map(str::to_string);
     let fusion = a.memory.fusion.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("all")) || a.memory.fused_qkv || a.memory.fused_gate_up;
     let training = a.profile_type.iter().all(|&k| k == ProfileType::Training);
-    let batch = a.batch_size;
+    // The preset's batch when none is given (the hf presets' is 1: no accumulation variant).
+    let batch = a.batch_size.unwrap_or(resolved.preset.batch_size);
     // The hf flavour has transformers' attention and projections: no flash or fusion variant.
-    let hf = a.model.resolve("walkthrough", super::model::Names::Cs336)?.config.flavour == crate::model::Flavour::Hf;
     let hf_ckpt = a.model.hf.gradient_checkpointing.clone().filter(|s| !s.eq_ignore_ascii_case("none"));
     let chosen = precision != Precision::Fp32 || flash || ckpt.is_some() || hf_ckpt.is_some() || fusion || a.grad_accum_steps > 1;
     let mut out = vec![Flagged { name: "baseline".into(), args: base.clone() }];
@@ -119,7 +177,7 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Flagged>> {
         }
         // Accumulation needs a training step and a batch it can split.
         if training {
-            if let Some(n) = [4, 2].into_iter().find(|n| batch.is_none_or(|b| b % n == 0 && b >= *n)) {
+            if let Some(n) = [4, 2].into_iter().find(|n| batch % n == 0 && batch >= *n) {
                 add(format!("grad accum {n}"), &move |v| v.grad_accum_steps = n);
             }
         }

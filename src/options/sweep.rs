@@ -77,6 +77,39 @@ pub struct SweepArgs {
     /// clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off)
     #[arg(long)]
     pub max_grad_norm: Option<String>,
+    /// hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16)
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// hf flavour: attn_implementation(s) (eager, sdpa, flash_attention_2)
+    #[arg(long)]
+    pub attn_implementation: Option<String>,
+    /// hf flavour: gradient checkpointing mode(s) (none, non-reentrant, reentrant)
+    #[arg(long)]
+    pub gradient_checkpointing: Option<String>,
+    /// hf flavour, peft LoRA rank(s) (turns LoRA on)
+    #[arg(long)]
+    pub lora_r: Option<String>,
+    /// LoRA alpha(s)
+    #[arg(long)]
+    pub lora_alpha: Option<String>,
+    /// LoRA dropout(s)
+    #[arg(long)]
+    pub lora_dropout: Option<String>,
+    /// LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list)
+    #[arg(long)]
+    pub target_modules: Option<String>,
+    /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
+    #[arg(long)]
+    pub load_in_4bit: bool,
+    /// Every point's 4-bit model uses double quantization
+    #[arg(long, requires = "load_in_4bit")]
+    pub bnb_4bit_use_double_quant: bool,
+    /// bnb_4bit_quant_type(s) (nf4, fp4)
+    #[arg(long, requires = "load_in_4bit")]
+    pub bnb_4bit_quant_type: Option<String>,
+    /// bnb_4bit_compute_dtype(s)
+    #[arg(long, requires = "load_in_4bit")]
+    pub bnb_4bit_compute_dtype: Option<String>,
     /// Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs --world-size
     #[arg(long)]
     pub parallel: Option<String>,
@@ -156,6 +189,15 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--fusion", a.fusion.as_ref(), ','),
         ("--optimizer", a.optimizer.as_ref(), ','),
         ("--max-grad-norm", a.max_grad_norm.as_ref(), ','),
+        ("--dtype", a.dtype.as_ref(), ','),
+        ("--attn-implementation", a.attn_implementation.as_ref(), ','),
+        ("--gradient-checkpointing", a.gradient_checkpointing.as_ref(), ','),
+        ("--lora-r", a.lora_r.as_ref(), ','),
+        ("--lora-alpha", a.lora_alpha.as_ref(), ','),
+        ("--lora-dropout", a.lora_dropout.as_ref(), ','),
+        ("--target-modules", a.target_modules.as_ref(), ';'),
+        ("--bnb-4bit-quant-type", a.bnb_4bit_quant_type.as_ref(), ','),
+        ("--bnb-4bit-compute-dtype", a.bnb_4bit_compute_dtype.as_ref(), ','),
         ("--parallel", a.parallel.as_ref(), ','),
         ("--world-size", a.world_size.as_ref(), ','),
         ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
@@ -199,8 +241,14 @@ fn label(axes: &[Axis], idx: &[usize]) -> String {
 }
 
 /// A grid point as profile arguments, parsed and validated by profile's own code.
-fn point_args(axes: &[Axis], idx: &[usize], device: &str, out_dir: &std::path::Path) -> Result<ProfileArgs> {
-    let mut words: Vec<String> = vec!["--device".into(), device.into(), "--out-dir".into(), out_dir.display().to_string()];
+fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::Path) -> Result<ProfileArgs> {
+    let mut words: Vec<String> = vec!["--device".into(), a.device.clone(), "--out-dir".into(), out_dir.display().to_string()];
+    // Switches every point shares (not axes).
+    for (on, flag) in [(a.load_in_4bit, "--load-in-4bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
+        if on {
+            words.push(flag.into());
+        }
+    }
     for (ax, &i) in axes.iter().zip(idx) {
         words.push(format!("{}={}", ax.flag, ax.values[i]));
     }
@@ -216,7 +264,7 @@ pub fn plan(a: &SweepArgs) -> Result<(Vec<Axis>, Vec<Point>)> {
     let mut planned = Vec::new();
     for idx in points(&axes) {
         let dir = if a.snapshots { a.out_dir.join("points").join(point_dir(&axes, &idx)) } else { a.out_dir.clone() };
-        let args = point_args(&axes, &idx, &a.device, &dir)?;
+        let args = point_args(&axes, &idx, a, &dir)?;
         let mut options = profile::options(&args).map_err(|e| match e.downcast_ref::<UsageError>() {
             Some(u) => UsageError(format!("{} (grid point: {})", u.0, label(&axes, &idx))).into(),
             None => e,
