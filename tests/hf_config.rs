@@ -171,6 +171,8 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--lora-dropout", "1"], &["--lora-dropout"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--target-modules", "q_proj,w1"], &["--target-modules", "'w1'"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--target-modules", "lm_head"], &["--target-modules", "not modelled"]);
+    refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "some"], &["--lora-bias", "lora_only"]);
+    refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "all", "--load-in-4bit"], &["--lora-bias", "4-bit"]);
     refused(&["--model", "2.7B", "--num-layers", "1", "--lora-r", "8"], &["--lora-r", "hf flavour"]);
     // bitsandbytes 4-bit: what PyTorch cannot run, and what is not modelled.
     refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-4bit"], &["--load-in-4bit", "hf flavour"]);

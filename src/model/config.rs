@@ -381,6 +381,19 @@ impl ModelConfig {
         u64::try_from(per_layer.saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
     }
 
+    /// Elements of the base biases peft's `bias` option leaves trainable.
+    pub fn lora_bias_count(&self) -> u64 {
+        let Some(h) = self.hf() else { return 0 };
+        let Some(lc) = h.lora.as_ref() else { return 0 };
+        let hd = self.head_dim() as u64;
+        let (d, f) = (self.d_model as u64, self.d_ff as u64);
+        let (q, kv) = (self.num_heads as u64 * hd, self.num_kv_heads as u64 * hd);
+        // (out features, has a bias) per projection, in lora::TARGETS order.
+        let biases = [(q, h.qkv_bias), (kv, h.qkv_bias), (kv, h.qkv_bias), (d, h.o_bias), (f, h.mlp_bias), (f, h.mlp_bias), (d, h.mlp_bias)];
+        let per_layer: u64 = crate::model::lora::TARGETS.iter().zip(biases).filter(|(t, (_, has))| *has && lc.trains_bias(t)).map(|(_, (o, _))| o).sum();
+        per_layer.saturating_mul(self.num_layers as u64)
+    }
+
     /// The counts users check first, as transformers and peft give them: every parameter
     /// (`num_parameters()`, a tied head once, adapters included), those that train
     /// (`print_trainable_parameters()`), the input embedding's, and the rest
@@ -390,7 +403,8 @@ impl ModelConfig {
         let lora = self.lora_param_count();
         let total = base.saturating_add(lora);
         let embedding = (self.vocab_size as u64).saturating_mul(self.d_model as u64);
-        ParamCounts { total, trainable: if lora > 0 { lora } else { total }, embedding, non_embedding: total.saturating_sub(embedding) }
+        let trainable = if lora > 0 { lora.saturating_add(self.lora_bias_count()) } else { total };
+        ParamCounts { total, trainable, embedding, non_embedding: total.saturating_sub(embedding) }
     }
 
     /// The count with a tied LM head counted a second time, as hand derivations that list

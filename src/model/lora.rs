@@ -29,6 +29,33 @@ pub struct LoraConfig {
     /// The dropout kernel (CUDA's unless a CPU measurement is reproduced).
     #[serde(default)]
     pub dropout_kernel: DropoutKernel,
+    /// `bias`: which of the base model's biases train besides the adapters.
+    #[serde(default)]
+    pub bias: LoraBias,
+}
+
+/// `LoraConfig(bias=...)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoraBias {
+    /// Every bias frozen (peft's default).
+    #[default]
+    None,
+    /// Every bias of the model trains.
+    All,
+    /// The biases of the adapted projections train.
+    LoraOnly,
+}
+
+impl LoraBias {
+    pub fn parse(s: &str) -> Option<LoraBias> {
+        match s {
+            "none" => Some(LoraBias::None),
+            "all" => Some(LoraBias::All),
+            "lora_only" => Some(LoraBias::LoraOnly),
+            _ => None,
+        }
+    }
 }
 
 impl LoraConfig {
@@ -38,6 +65,14 @@ impl LoraConfig {
     /// Whether projection `name` is adapted.
     pub fn targets(&self, name: &str) -> bool {
         self.targets.iter().any(|t| t == name)
+    }
+    /// Whether projection `name`'s bias trains.
+    pub fn trains_bias(&self, name: &str) -> bool {
+        match self.bias {
+            LoraBias::None => false,
+            LoraBias::All => true,
+            LoraBias::LoraOnly => self.targets(name),
+        }
     }
 }
 

@@ -49,6 +49,10 @@ pub struct HfFlags {
     /// o_proj, gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj)
     #[arg(long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
+    /// LoraConfig's bias: none (peft's default), all (every bias of the model trains) or
+    /// lora_only (the adapted projections' biases train)
+    #[arg(long, value_name = "BIAS", requires = "lora_r")]
+    pub lora_bias: Option<String>,
     /// hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits
     /// by bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r
     #[arg(long)]
@@ -216,7 +220,14 @@ impl HfFlags {
                 v
             }
         };
-        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default() })
+        let bias = match self.lora_bias.as_deref() {
+            None => crate::model::lora::LoraBias::None,
+            Some(b) => crate::model::lora::LoraBias::parse(b).ok_or_else(|| usage("--lora-bias", format!("'{b}' (expected none, all or lora_only)")))?,
+        };
+        if bias != crate::model::lora::LoraBias::None && self.load_in_4bit {
+            return Err(usage("--lora-bias", "trainable biases of a 4-bit model (bitsandbytes' MatMul4Bit bias gradient) are not modelled yet; use none"));
+        }
+        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias })
     }
 }
 

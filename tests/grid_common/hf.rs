@@ -7,7 +7,7 @@ use vramscope::engine::ops::quant::Gemm4bitKernel;
 use vramscope::model::bnb::Bnb4bit;
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
-use vramscope::model::lora::{LoraConfig, TARGETS};
+use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
 use vramscope::model::{Attention, Checkpoint, Flavour, Model, ModelConfig};
 use vramscope::record::{MemEvent, Phase};
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
@@ -41,6 +41,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
             targets: if targets == "all-linear" { TARGETS.iter().map(|t| t.to_string()).collect() } else { targets.split(',').map(str::to_string).collect() },
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
+            bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),
         });
     }
     if p["load_in_4bit"].as_bool() == Some(true) {

@@ -50,6 +50,8 @@ def name_of(p, kind):
     tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
     if p["lora_dropout"]:
         tag += f" dropout={p['lora_dropout']}"
+    if p.get("lora_bias", "none") != "none":
+        tag += f" bias={p['lora_bias']}"
     return base[: -len(kind) - 1] + tag + " " + kind
 
 
@@ -71,6 +73,11 @@ def grid():
         todo.append((lora(mt, t + 6, 16, "all-linear", optimizer="adamw_torch_foreach"), "training"))
         todo.append((lora(mt, t, 8, "all-linear"), "forward-loss"))
         todo.append((lora(mt, t + 2, 32, "all-linear", optimizer="adamw_bnb_8bit"), "training"))
+    # peft's bias option on qwen2's q/k/v biases (the other three have none by default).
+    for i, (bias, targets) in enumerate((("all", "q_proj,v_proj"), ("lora_only", "q_proj,v_proj"), ("all", "all-linear"), ("lora_only", "all-linear"))):
+        p = lora("qwen2", i + 1, 16, targets)
+        p["lora_bias"] = bias
+        todo.append((p, "training"))
     for p, _ in todo:
         if p["lora_dropout"] is None:
             p["lora_dropout"] = 0.0

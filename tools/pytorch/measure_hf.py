@@ -170,7 +170,7 @@ def run(p, kind, wrap=None):
             if p.get("lora_r"):
                 import peft
                 targets = p["target_modules"]
-                lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0),
+                lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0), bias=p.get("lora_bias", "none"),
                                      target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")

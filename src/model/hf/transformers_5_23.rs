@@ -78,7 +78,11 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let mut lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
+                // peft's `bias="all"|"lora_only"`: these biases stay trainable.
+                let frozen = b.frozen;
+                b.frozen &= !hf.lora.as_ref().is_some_and(|l| l.trains_bias(name.rsplit('.').next().unwrap_or(name)));
                 let bias = bias.then(|| b.param(p(&format!("{name}.bias")), &[rows], zero));
+                b.frozen = frozen;
                 return (w, bias);
             };
             let packed = crate::model::bnb::packed(b, p(&format!("{name}.weight")), rows, cols, q);
