@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! vramscope: where accelerator memory goes when a Transformer trains, predicted by running
 //! the model op by op with PyTorch's allocation and autograd semantics.
 /// `println!` into a String, for the text renderers (writing to a String cannot fail).

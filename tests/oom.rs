@@ -242,3 +242,22 @@ fn max_entries_must_be_positive() {
     assert!(err.contains("--max-entries"), "{err}");
     assert!(!out.exists());
 }
+
+/// An OOM run never reads as a fit: the multi-context table says OOM and the phase, and
+/// summary.json marks the run (`fits`, `oom_phase`).
+#[test]
+fn the_context_table_and_the_summary_mark_an_oom_run() {
+    let out = tmp("oom-table");
+    let o = vramscope(&[
+        "profile", "--model", "Llama-3.1-8B", "--device", "meta", "--num-layers", "4", "--context-length", "512,16384", "--gpu", "RTX4090-24GB", "--lora-r", "16",
+        "--gradient-checkpointing", "none", "--out-dir", out.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row = text.lines().find(|l| l.starts_with("| 16384 |")).unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("OOM in forward") || row.contains("OOM in loss") || row.contains("OOM in backward"), "{row}");
+    let s = summary(&out);
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!((runs[0]["fits"].as_bool(), runs[0]["oom_phase"].is_null()), (Some(true), true));
+    assert_eq!(runs[1]["fits"].as_bool(), Some(false));
+    assert!(runs[1]["oom_phase"].is_string(), "{}", runs[1]);
+}

@@ -125,6 +125,8 @@ def test_out_of_memory_is_reported_not_raised():
     r = vramscope.profile(model="2.7B", device="meta", context_length=512, batch_size=8, gpu="RTX4090-24GB")
     assert r.oom and "out of memory" in r.oom.lower() or "OutOfMemory" in r.oom
     assert r.runs[0].peak_allocated_bytes <= 24 * 1024**3
+    assert not r.fits and not r.runs[0].fits and r.runs[0].oom_phase in ("forward", "loss", "backward", "optimizer", "setup")
+    assert "reached before the OOM" in repr(r.runs[0])
 
 
 def cli(tmp_path, *words):

@@ -118,6 +118,16 @@ class Run:
     def oom(self) -> Optional[str]:
         return self.data["oom"]
 
+    @property
+    def fits(self) -> bool:
+        """False when the run ran out of device memory: its peaks are what it reached before."""
+        return self.data["fits"]
+
+    @property
+    def oom_phase(self) -> Optional[str]:
+        """The phase whose allocation was refused, if the run ran out of memory."""
+        return self.data["oom_phase"]
+
     def _key(self) -> Dict[str, Any]:
         return {"context_length": self.context_length, "profile_type": self.profile_type, "rank": self.rank}
 
@@ -142,8 +152,9 @@ class Run:
 
     def __repr__(self) -> str:
         rank = "" if self.rank is None else f", rank {self.rank}"
-        oom = f", OOM: {self.oom}" if self.oom else ""
-        return f"<Run {self.profile_type} context {self.context_length}{rank}: peak {self.peak_allocated_gib:.3f} GiB allocated, {self.peak_reserved_gib:.3f} GiB reserved{oom}>"
+        oom = f", OOM in {self.oom_phase or 'setup'}: {self.oom}" if self.oom else ""
+        reached = "reached before the OOM: " if self.oom else ""
+        return f"<Run {self.profile_type} context {self.context_length}{rank}: {reached}peak {self.peak_allocated_gib:.3f} GiB allocated, {self.peak_reserved_gib:.3f} GiB reserved{oom}>"
 
 
 class ProfileResult:
@@ -181,6 +192,11 @@ class ProfileResult:
     def oom(self) -> Optional[str]:
         """The first run's out-of-memory message, if one ran out."""
         return next((r.oom for r in self.runs if r.oom), None)
+
+    @property
+    def fits(self) -> bool:
+        """False when any run ran out of device memory (its peaks are what it reached before)."""
+        return all(r.fits for r in self.runs)
 
     @property
     def phases(self) -> List[Dict[str, Any]]:

@@ -114,6 +114,8 @@ pub struct Run {
     pub oom: Option<String>,
     /// Where the OOM happened: model construction, a warm-up step or a measured step.
     pub oom_stage: Option<String>,
+    /// The phase whose allocation the OOM refused.
+    pub oom_phase: Option<crate::record::Phase>,
     /// Trace entries the ring buffer dropped (`--max-entries`).
     pub trace_dropped: usize,
     /// Where [`Run::save_snapshot`] and [`Run::save_report`] wrote (None until then).
@@ -336,6 +338,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     });
     let Recording { events, actions, dropped, allocator } = rec;
     let alloc = allocator.expect("allocator installed");
+    let oom_phase = oom.as_ref().and(oom_where.as_ref()).map(|(_, phase)| *phase);
     let oom = oom.map(|m| match oom_where {
         Some((scope, phase)) => format!("{m} (at {}, phase {phase})", crate::record::scope_name(&scope, phase)),
         None => m,
@@ -348,7 +351,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);
     let host_peak = p.parallel.as_ref().filter(|c| c.offload_params).map(|_| host_peak);
-    Ok(Run { context: ctx, kind, rank, units, host_peak, unified_peak, report, stats, oom, oom_stage, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace })
+    Ok(Run { context: ctx, kind, rank, units, host_peak, unified_peak, report, stats, oom, oom_stage, oom_phase, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace })
 }
 
 /// What a run recorded, for its snapshot.

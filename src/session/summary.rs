@@ -40,6 +40,8 @@ pub fn profile(p: &ProfileOptions, profile_types: &[ProfileType], ranks: &[usize
             "report": r.report_html,
             "oom": r.oom,
             "oom_stage": r.oom_stage,
+            "oom_phase": r.oom_phase.map(|p| p.name()),
+            "fits": r.oom.is_none(),
             "trace_entries": r.events,
             "trace_entries_dropped": r.trace_dropped,
             "peak_allocated_bytes": r.stats.allocated_bytes.peak,

@@ -126,7 +126,7 @@ pub fn ranks_table(runs: &[Run]) -> String {
     let mut s = String::new();
     out!(s, "\n| rank | context | profile type | peak allocated (GiB) | peak reserved (GiB) |\n|---:|---:|---|---:|---:|");
     for r in runs {
-        out!(s, "| {} | {} | {} | {:.3} | {:.3} |", r.rank.unwrap_or(0), r.context, r.kind.name(), gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64));
+        out!(s, "| {} | {} | {} | {} |", r.rank.unwrap_or(0), r.context, r.kind.name(), peak_cells(r));
     }
     s
 }
@@ -137,15 +137,27 @@ pub fn contexts_table(contexts: &[usize], kinds: &[ProfileType], runs: &[Run]) -
     let kinds: Vec<String> = kinds.iter().map(|k| format!("{k:?}").to_lowercase()).collect();
     let head: Vec<String> = kinds.iter().map(|k| format!("{k} peak allocated (GiB) | {k} peak reserved (GiB)")).collect();
     out!(s, "\n| context length | {} |\n|---:|{}", head.join(" | "), "---:|---:|".repeat(kinds.len()));
+    // (an out-of-memory run shows "OOM in <phase> (≥ what it reached)")
     for &ctx in contexts {
         let cells: Vec<String> = runs
             .iter()
             .filter(|r| r.context == ctx)
-            .map(|r| format!("{:.3} | {:.3}", gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64)))
+            .map(peak_cells)
             .collect();
         out!(s, "| {ctx} | {} |", cells.join(" | "));
     }
     s
+}
+
+/// A run's peak allocated and reserved cells (GiB); an OOM run says so in both, with the
+/// phase and what it had reached when the allocation was refused.
+fn peak_cells(r: &Run) -> String {
+    let (a, v) = (gib(r.stats.allocated_bytes.peak as u64), gib(r.stats.reserved_bytes.peak as u64));
+    match (&r.oom, r.oom_phase) {
+        (None, _) => format!("{a:.3} | {v:.3}"),
+        (Some(_), Some(ph)) => format!("OOM in {ph} (≥ {a:.3}) | OOM (≥ {v:.3})"),
+        (Some(_), None) => format!("OOM (≥ {a:.3}) | OOM (≥ {v:.3})"),
+    }
 }
 
 /// The device memory the allocator was bounded by, as the header prints it.
