@@ -53,10 +53,7 @@ impl Bnb4bit {
 /// registered as the module's weight (frozen, uint8) plus the state's tensors: the block
 /// scales, the 16-entry code and, nested, the second-level scales and the offset.
 pub(crate) fn packed(b: &mut crate::model::Builder, name: String, rows: usize, cols: usize, q: &Bnb4bit) -> Packed4bit {
-    let saved = b.dtype;
-    b.dtype = DType::U8;
-    let weight = b.param(name.clone(), &[(rows * cols).div_ceil(2), 1], Init::Normal { std: 0.0 });
-    b.dtype = saved;
+    let weight = b.param_as(name.clone(), &[(rows * cols).div_ceil(2), 1], Init::Normal { std: 0.0 }, DType::U8, b.frozen);
     let blocks = Packed4bit::blocks(rows, cols);
     let state = |shape: &[usize], dtype: DType, rng: &mut init::Rng| {
         let _s = runtime::scope(name.trim_end_matches(".weight"));

@@ -104,16 +104,12 @@ pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, 
         drop(a);
         b.mul_scalar(cfg.scaling())
     };
-    let out = if bnb {
-        let delta = if delta.dtype() == result_dtype { delta } else { delta.to_dtype(result_dtype) };
-        let sum = result.add(&delta);
-        drop((result, delta));
-        sum
-    } else {
-        let sum = result.add(&delta);
-        drop((result, delta));
-        if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) }
-    };
+    // bnb casts the adapter's output to the result's type before the add; the plain Linear
+    // adds (promoting) and casts the sum back.
+    let delta = if bnb && delta.dtype() != result_dtype { delta.to_dtype(result_dtype) } else { delta };
+    let sum = result.add(&delta);
+    drop((result, delta));
+    let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };
     drop(x);
     out
 }

@@ -341,11 +341,17 @@ impl Builder<'_> {
     }
 
     pub fn param(&mut self, name: String, shape: &[usize], init: init::Init) -> Tensor {
+        self.param_as(name, shape, init, self.dtype, self.frozen)
+    }
+
+    /// A parameter of its own type and trainability (peft's fp32 adapters and trainable
+    /// biases, bitsandbytes' uint8 weights and compute-dtype biases).
+    pub fn param_as(&mut self, name: String, shape: &[usize], init: init::Init, dtype: DType, frozen: bool) -> Tensor {
         let t = {
             let _s = runtime::scope(name.trim_end_matches(".weight"));
-            init::make(shape, self.dtype, self.device, init, self.rng)
+            init::make(shape, dtype, self.device, init, self.rng)
         };
-        let t = t.requires_grad_(!self.frozen);
+        let t = t.requires_grad_(!frozen);
         self.params.push(Param { name, tensor: t.clone() });
         t
     }

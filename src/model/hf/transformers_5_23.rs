@@ -79,22 +79,14 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
                 // peft's `bias="all"|"lora_only"`: these biases stay trainable.
-                let frozen = b.frozen;
-                b.frozen &= !hf.lora.as_ref().is_some_and(|l| l.trains_bias(name.rsplit('.').next().unwrap_or(name)));
-                let bias = bias.then(|| b.param(p(&format!("{name}.bias")), &[rows], zero));
-                b.frozen = frozen;
+                let frozen = b.frozen && !hf.lora.as_ref().is_some_and(|l| l.trains_bias(name.rsplit('.').next().unwrap_or(name)));
+                let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, b.dtype, frozen));
                 return (w, bias);
             };
             let packed = crate::model::bnb::packed(b, p(&format!("{name}.weight")), rows, cols, q);
             let w = packed.weight.clone();
             quant.push(packed);
-            let bias = bias.then(|| {
-                let saved = b.dtype;
-                b.dtype = q.compute_dtype;
-                let t = b.param(p(&format!("{name}.bias")), &[rows], zero);
-                b.dtype = saved;
-                t
-            });
+            let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, q.compute_dtype, b.frozen));
             (w, bias)
         };
         let (wq, bq) = lin(&mut b, "self_attn.q_proj", q, d, hf.qkv_bias);
@@ -166,9 +158,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
 /// kaiming-uniform) and `lora_B` (out × r, zeros) in the adapters' dtype, trainable. peft
 /// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
 fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, outs: [usize; 7], ins: [usize; 7]) {
-    let (frozen, dtype) = (b.frozen, b.dtype);
-    b.frozen = false;
-    b.dtype = lora::adapter_dtype(dtype);
+    let dtype = lora::adapter_dtype(b.dtype);
     for (i, layer) in layers.iter_mut().enumerate() {
         let adapters = lora::TARGETS
             .iter()
@@ -180,8 +170,8 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, ou
                     let bound = (1.0 / ins[t] as f64).sqrt();
                     // kaiming_uniform_(a=√5): U(±1/√in); a normal of the same variance (only
                     // the values of cpu runs see the difference).
-                    let a = b.param(p("lora_A"), &[lc.r, ins[t]], Init::Normal { std: bound / 3f64.sqrt() });
-                    let bw = b.param(p("lora_B"), &[outs[t], lc.r], Init::Normal { std: 0.0 });
+                    let a = b.param_as(p("lora_A"), &[lc.r, ins[t]], Init::Normal { std: bound / 3f64.sqrt() }, dtype, false);
+                    let bw = b.param_as(p("lora_B"), &[outs[t], lc.r], Init::Normal { std: 0.0 }, dtype, false);
                     Adapter { a, b: bw }
                 })
             })
@@ -189,7 +179,6 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, ou
         let extra = Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("adapters are added while the model is built");
         extra.lora = adapters;
     }
-    (b.frozen, b.dtype) = (frozen, dtype);
 }
 
 /// What `LlamaForCausalLM.forward` returns (`CausalLMOutputWithPast`): the logits, the loss
