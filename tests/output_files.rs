@@ -12,13 +12,33 @@ fn vramscope(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }
 
-/// Every file under `dir` (relative path → bytes), hidden ones included.
+/// Every file under `dir` (relative path → bytes), hidden ones included. A running
+/// vramscope may rename or remove an entry between listing and reading it (a temp file
+/// renamed into place, a staging folder swapped in): such an entry is skipped, any other
+/// error fails the test.
 fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn gone(e: &std::io::Error) -> bool {
+        e.kind() == std::io::ErrorKind::NotFound
+    }
     fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
+        let entries = match std::fs::read_dir(d) {
+            Ok(it) => it,
+            Err(e) if gone(&e) => return,
+            Err(e) => panic!("{}: {e}", d.display()),
+        };
+        for e in entries {
+            let e = match e {
+                Ok(e) => e,
+                Err(e) if gone(&e) => continue,
+                Err(e) => panic!("{}: {e}", d.display()),
+            };
+            let p = e.path();
             let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let m = std::fs::symlink_metadata(&p).unwrap();
+            let m = match std::fs::symlink_metadata(&p) {
+                Ok(m) => m,
+                Err(e) if gone(&e) => continue,
+                Err(e) => panic!("{}: {e}", p.display()),
+            };
             if m.is_dir() {
                 out.insert(format!("{rel}/"), Vec::new());
                 walk(root, &p, out);
