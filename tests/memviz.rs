@@ -151,6 +151,12 @@ fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
 
 /// Profiles with `args`, loads the snapshot into memory_viz and checks every view.
 fn check(case: &str, args: &[&str], expandable: bool) {
+    check_hover(case, args, expandable, &[]);
+}
+
+/// `check`, and the Active Memory Timeline's hover at the peak shows each of `hover` (the
+/// frames naming the model's Python code).
+fn check_hover(case: &str, args: &[&str], expandable: bool, hover: &'static [&'static str]) {
     let Some(tools) = tools() else { return };
     let t0 = Instant::now();
     let dir = out_dir(case);
@@ -166,7 +172,7 @@ fn check(case: &str, args: &[&str], expandable: bool) {
     let peak_reserved = r["peak_reserved_bytes"].as_u64().unwrap();
     let reserved_end = u64_at(r, &["allocator_stats", "reserved_bytes", "current"]).expect("reserved bytes in summary.json");
     let profiled = t0.elapsed();
-    let expect = Expect { peak_requested, peak_reserved, reserved_end, summary: Some(prof.join("summary.json")) };
+    let expect = Expect { peak_requested, peak_reserved, reserved_end, summary: Some(prof.join("summary.json")), hover };
     check_viewer(case, &tools, &dir, &snapshot, &expect, expandable, profiled, t0);
 }
 
@@ -177,6 +183,8 @@ struct Expect {
     reserved_end: u64,
     /// The summary.json the harness reads vramscope's peak from, if any.
     summary: Option<PathBuf>,
+    /// Text the Active Memory Timeline's hover at the peak must show.
+    hover: &'static [&'static str],
 }
 
 /// Loads `snapshot` into memory_viz and checks every view against `expect`.
@@ -274,6 +282,14 @@ fn check_viewer(case: &str, tools: &Tools, dir: &Path, snapshot: &Path, expect: 
                 problems.push(format!("[{mode}] {kind}: hovering shows no stack frames ({})", run["hover_target"]));
             }
         }
+        if kind == "Active Memory Timeline" {
+            let text = run["hover_text"].as_str().unwrap_or("");
+            for want in expect.hover {
+                if !text.contains(want) {
+                    problems.push(format!("[{mode}] {kind}: the hover at the peak does not show {want:?}: {text:?}"));
+                }
+            }
+        }
         if kind == "Allocator State History" && mode == "site" {
             let fails = run["select_failure_count"].as_u64().unwrap_or(u64::MAX);
             line += &format!(", {fails} of {} event selections failed", run["plan"]["probes"]);
@@ -352,6 +368,19 @@ fn qlora_training_step_of_llama_3_1_8b() {
             "--bnb-4bit-use-double-quant", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "16", "--target-modules", "all-linear", "--optimizer", "paged_adamw_8bit",
         ],
         false,
+    );
+}
+
+/// The peak of a cs336 forward with autograd is the logits (`self.lm_head(x)`): hovering it
+/// names the Python functions the op mirrors, in the staff package's files, as
+/// `file:line:function` like PyTorch's own frames.
+#[test]
+fn fp32_forward_of_the_2_7b_names_the_model_code() {
+    check_hover(
+        "meta_2.7B_forward_fp32",
+        &["--model", "2.7B", "--device", "meta", "--context-length", "512", "--profile-type", "forward"],
+        false,
+        &["cs336_basics/model.py:34:Linear.forward", "cs336_basics/model.py:200:BasicsTransformerLM.forward"],
     );
 }
 
@@ -443,6 +472,6 @@ fn two_side_streams_with_a_pending_free() {
     let dir = out_dir("two_side_streams_pending_free");
     let path = dir.join("snapshot.pickle");
     std::fs::write(&path, pickle::write(&snap)).unwrap();
-    let expect = Expect { peak_requested: st.requested_bytes.peak as u64, peak_reserved: st.reserved_bytes.peak as u64, reserved_end: st.reserved_bytes.current as u64, summary: None };
+    let expect = Expect { peak_requested: st.requested_bytes.peak as u64, peak_reserved: st.reserved_bytes.peak as u64, reserved_end: st.reserved_bytes.current as u64, summary: None, hover: &[] };
     check_viewer("two_side_streams_pending_free", &tools, &dir, &path, &expect, false, t0.elapsed(), t0);
 }

@@ -148,6 +148,7 @@ fn phase_peaks_follow_the_fixture_convention() {
         phase,
         category: Category::Activation,
         location: std::panic::Location::caller(),
+        py: None,
     };
     let before = vec![ev(EventKind::Alloc, 1024, Phase::Setup), ev(EventKind::Alloc, 100, Phase::Setup)];
     let events = vec![

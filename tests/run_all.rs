@@ -90,12 +90,15 @@ fn run_all_writes_seed_001s_files_with_numbers_consistent_with_profile() {
     assert!(act.contains("Answer (S = 512): 20.00 MiB"), "{act}");
     assert!(!act.contains("allocates 0 tensors"), "the simulation makes residual-stream tensors of that size");
 
-    // Part (e): the 128 MiB (B, h, S, S) tensors of the attention at S = 512.
+    // Part (e): the 128 MiB (B, h, S, S) tensors of the attention at S = 512, read from the
+    // forward snapshot, named by the model code they come from (cs336_basics' functions).
     let big = read(&dir, "largest_allocations.txt");
+    assert!(big.lines().next().unwrap().contains("2.7B_ctx512_forward_snapshot.pickle"), "{big}");
     let first = big.lines().find(|l| l.starts_with("| 128.00 |")).expect("a 128 MiB row");
-    assert!(first.contains("layers.N.attn"), "{first}");
+    assert!(first.contains("cs336_basics/"), "{first}");
     assert!(big.contains("B·h·S·S·4 bytes (4·32·512·512·4)"), "{big}");
-    assert!(big.contains("exp layers.N.attn"), "the softmax's exp is among the sites:\n{big}");
+    assert!(big.contains("scaled_dot_product_attention cs336_basics/model.py:94"), "the scores come from the attention:\n{big}");
+    assert!(big.contains("softmax cs336_basics/nn_utils.py:88"), "the softmax is among the sites:\n{big}");
 }
 
 #[test]

@@ -165,6 +165,27 @@ impl FrameTable {
     }
 }
 
+/// A frame's text with layer indices folded: `mul layers.17.ffn:0` → `mul layers.*.ffn:0`,
+/// so a report groups one line of model code across its layers. A dotted component of
+/// digits folds when the component before it ends in a letter or `_` (a module list such as
+/// `layers`, `h`, `blocks`); version numbers in paths (`python3.11`) do not.
+pub fn fold_layer_index(text: &str) -> std::borrow::Cow<'_, str> {
+    let parts: Vec<&str> = text.split('.').collect();
+    let folds = |i: usize| {
+        i > 0
+            && !parts[i].is_empty()
+            && parts[i].bytes().all(|b| b.is_ascii_digit())
+            && parts[i - 1].bytes().last().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            // A number followed by `:line` or the end is a module index only with a dot after.
+            && i + 1 < parts.len()
+    };
+    if !(0..parts.len()).any(folds) {
+        return text.into();
+    }
+    let out: Vec<&str> = (0..parts.len()).map(|i| if folds(i) { "*" } else { parts[i] }).collect();
+    out.join(".").into()
+}
+
 /// A frame list of a report, formatted only when shown or serialised.
 #[derive(Clone)]
 pub struct Frames {
@@ -201,5 +222,20 @@ impl std::fmt::Debug for Frames {
 impl serde::Serialize for Frames {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fold_layer_index as fold;
+
+    #[test]
+    fn layer_indices_fold_and_other_numbers_stay() {
+        assert_eq!(fold("mul layers.17.ffn:0"), "mul layers.*.ffn:0");
+        assert_eq!(fold("free optimizer.layers.0.ffn.w1.weight:0"), "free optimizer.layers.*.ffn.w1.weight:0");
+        assert_eq!(fold("bmm model.layers.3.self_attn.q_proj:0"), "bmm model.layers.*.self_attn.q_proj:0");
+        assert_eq!(fold("forward /usr/lib/python3.11/site-packages/torch/nn/modules/module.py:1520"), "forward /usr/lib/python3.11/site-packages/torch/nn/modules/module.py:1520");
+        assert_eq!(fold("Linear.forward cs336_basics/model.py:34"), "Linear.forward cs336_basics/model.py:34");
+        assert_eq!(fold("all_gather layers.2:0"), "all_gather layers.2:0");
     }
 }

@@ -28,6 +28,20 @@ pub struct LiveAlloc {
     pub phase: Phase,
     /// Rust `file:line` that allocated it.
     pub location: String,
+    /// The reference implementation's Python function it mirrors, innermost first
+    /// (`file:line function`; empty outside the model's mirrored code).
+    pub python: Vec<String>,
+}
+
+impl LiveAlloc {
+    /// Where it was made, for a line of text: the innermost Python function, then the Rust
+    /// line (`cs336_basics/model.py:34 Linear.forward (src/model/mod.rs:301)`).
+    pub fn made_at(&self) -> String {
+        match self.python.first() {
+            Some(p) => format!("{p} ({})", self.location),
+            None => self.location.clone(),
+        }
+    }
 }
 
 impl LiveAlloc {
@@ -42,6 +56,7 @@ impl LiveAlloc {
             op: e.op,
             phase: e.phase,
             location: format!("{}:{}", e.location.file(), e.location.line()),
+            python: crate::record::pyframe::frames(&e.py).map(|f| format!("{}:{} {}", f.file, f.line, f.name)).collect(),
         }
     }
 }

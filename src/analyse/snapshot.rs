@@ -509,7 +509,9 @@ pub fn analyse_replay(r: &Replay, detail: f64, top: usize) -> Result<SnapshotRep
     // Frames equal in text are one group, whichever dict they come from.
     let mut by_text: HashMap<String, u64> = HashMap::new();
     for (f, b) in by_frame {
-        *by_text.entry(f.map_or_else(|| "<no frames>".into(), |f| r.frames.format(f))).or_default() += b;
+        // One line of model code is one group across its layers.
+        let text = f.map_or_else(|| "<no frames>".into(), |f| super::frames::fold_layer_index(&r.frames.format(f)).into_owned());
+        *by_text.entry(text).or_default() += b;
     }
     let by_frame = by_text.into_iter().collect();
     let by_cat = by_cat.into_iter().map(|(c, b)| (r.category(c).unwrap_or("<uncategorised>").to_string(), b)).collect();

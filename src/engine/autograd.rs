@@ -25,6 +25,8 @@ pub struct Node {
     pub seq: u64,
     /// Module path of the forward op; backward allocations are attributed to it.
     pub scope: Rc<str>,
+    /// The forward op's Python stack; backward allocations carry it.
+    pub py: crate::record::PyStack,
     pub edges: Vec<Option<Edge>>,
     backward: RefCell<Option<BackwardFn>>,
     /// What a custom autograd Function keeps on its `ctx` besides saved tensors (reentrant
@@ -63,6 +65,7 @@ pub fn attach_with_ctx(out: Tensor, name: &'static str, inputs: &[&Tensor], f: B
         name,
         seq: runtime::next_seq(),
         scope: runtime::current_scope(),
+        py: runtime::current_py(),
         edges,
         backward: RefCell::new(Some(f)),
         _ctx: ctx,
@@ -253,6 +256,7 @@ pub fn backward(root: &Tensor, grad: Option<Tensor>) {
         };
         let f = node.backward.borrow_mut().take();
         let _s = runtime::enter_scope_path(node.scope.clone());
+        let _py = runtime::enter_py(node.py.clone());
         let grads: Vec<Option<Tensor>> = match (f, grad) {
             (Some(f), Some(g)) => f(g),
             (None, Some(_)) => panic!(

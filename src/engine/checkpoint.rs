@@ -69,6 +69,8 @@ pub struct Frame {
     recompute: Box<dyn Fn()>,
     /// Module path the region ran under; recomputation allocates under it.
     scope: Rc<str>,
+    /// The Python stack it ran under, for the recomputation's allocations.
+    py: crate::record::PyStack,
     /// The autocast type of the forward: PyTorch recomputes under the same autocast
     /// state (a fresh region, so the weights are cast again).
     autocast: Option<crate::engine::DType>,
@@ -90,6 +92,7 @@ impl Frame {
     fn run_recompute(self: &Rc<Self>) {
         quiet_stop_panics();
         let _s = runtime::enter_scope_path(self.scope.clone());
+        let _py = runtime::enter_py(self.py.clone());
         let _g = runtime::set_grad_enabled(true);
         let _ac = self.autocast.map(crate::engine::autocast::enable);
         let _h = push(Hook::Recompute(self.clone()));
@@ -204,6 +207,7 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
     let frame = Rc::new(Frame {
         recompute,
         scope: runtime::current_scope(),
+        py: runtime::current_py(),
         autocast: crate::engine::autocast::active(),
         slots: RefCell::new(Vec::new()),
         recomputed: Cell::new(false),
@@ -231,6 +235,7 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
         f(x.clone())
     };
     let scope = runtime::current_scope();
+    let py = runtime::current_py();
     let autocast = crate::engine::autocast::active();
     let saved = x.detach();
     // `ctx.run_function` (and the tensors it captured) lives as long as the graph does.
@@ -238,6 +243,7 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
     let ctx: Box<dyn std::any::Any> = Box::new(f.clone());
     crate::engine::autograd::attach_with_ctx(out, "CheckpointFunctionBackward", &[&x], Box::new(move |g| {
         let _s = runtime::enter_scope_path(scope.clone());
+        let _py = runtime::enter_py(py.clone());
         let leaf = saved.detach().requires_grad_(true);
         let y = {
             let _g = runtime::set_grad_enabled(true);

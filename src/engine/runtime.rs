@@ -7,7 +7,8 @@
 //! drop storages off the main thread.
 use crate::record::allocator::StreamId;
 use crate::record::compute::ComputeLog;
-use crate::record::{Category, MemoryLog, MemoryStats, Phase};
+use crate::record::pyframe::{PyFn, PyNode};
+use crate::record::{Category, MemoryLog, MemoryStats, Phase, PyStack};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -15,6 +16,8 @@ pub struct Runtime {
     pub grad_enabled: bool,
     scopes: Vec<Rc<str>>,
     root: Rc<str>,
+    /// The reference implementation's Python functions now running (innermost first).
+    py: PyStack,
     pub phase: Phase,
     categories: Vec<Category>,
     next_storage_id: u64,
@@ -47,6 +50,7 @@ impl Default for Runtime {
             grad_enabled: true,
             scopes: Vec::new(),
             root: Rc::from(""),
+            py: None,
             phase: Phase::Setup,
             categories: Vec::new(),
             next_storage_id: 0,
@@ -116,7 +120,7 @@ pub(crate) fn realloc_storage(id: u64, bytes: usize, op: &'static str) {
     let loc = std::panic::Location::caller();
     let r = with(|rt| {
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());
-        let r = rt.log.on_alloc_on(rt.stream, id, bytes, &scope, op, phase, cat, loc);
+        let r = rt.log.on_alloc_on(rt.stream, id, bytes, &scope, op, phase, cat, loc, rt.py.clone());
         if let (Ok(_), Some(c)) = (&r, rt.compute.as_mut()) {
             if let Some((addr, block)) = rt.log.block_of(id) {
                 c.memory_point(addr, block as i64, rt.log.allocated_now(), rt.log.reserved_now());
@@ -209,7 +213,7 @@ pub(crate) fn free_storage(id: u64) {
             let rt = &mut *guard;
             let (scope, phase) = (rt.scope().clone(), rt.phase);
             let block = rt.log.block_of(id);
-            rt.log.on_free(id, &scope, "free", phase);
+            rt.log.on_free(id, &scope, "free", phase, rt.py.clone());
             if let (Some((addr, block)), Some(c)) = (block, rt.compute.as_mut()) {
                 c.memory_point(addr, -(block as i64), rt.log.allocated_now(), rt.log.reserved_now());
             }
@@ -364,6 +368,28 @@ pub fn enter_scope_path(path: Rc<str>) -> Guard {
 
 pub fn current_scope() -> Rc<str> {
     with(|rt| rt.scope().clone())
+}
+
+/// Run inside Python function `f` of the reference implementation until the guard drops.
+pub fn py_frame(f: &'static PyFn) -> Guard {
+    let prev = with(|rt| {
+        let prev = rt.py.clone();
+        rt.py = Some(Rc::new(PyNode { f, parent: prev.clone() }));
+        prev
+    });
+    Guard::new(move || with(|rt| rt.py = prev))
+}
+
+/// The Python stack now (an autograd node keeps its forward op's).
+pub fn current_py() -> PyStack {
+    with(|rt| rt.py.clone())
+}
+
+/// Replace the Python stack until the guard drops (backward and recomputation run with the
+/// forward op's).
+pub fn enter_py(py: PyStack) -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.py, py));
+    Guard::new(move || with(|rt| rt.py = prev))
 }
 
 /// Allocations made until the guard drops get category `cat`.

@@ -52,30 +52,35 @@ fn list(items: Vec<Value>) -> Value {
 /// to the snapshot's own lists.
 pub use crate::analyse::snapshot::CATEGORIES_KEY;
 
-/// Frames for an event: innermost first, as PyTorch lists them. The module path stands in
-/// for the Python file and the op for the function, then the Rust line that allocated, then
-/// the phase; identical lists are pickled once.
+/// Frames for an event: innermost first, as PyTorch lists them. The reference
+/// implementation's Python functions come first (the file, `def` line and function the
+/// model code mirrors), then the module path standing in for a file with the op as the
+/// function, then the Rust line that allocated, then the phase; identical lists are
+/// pickled once.
 struct Frames {
-    cache: HashMap<(String, &'static str, &'static str, &'static str, u32), Value>,
+    cache: HashMap<(String, &'static str, &'static str, &'static str, u32, usize), Value>,
     /// Each distinct frame once: a deep model has a frame list per module path and op, but
-    /// its Rust-line and phase frames repeat across layers (shared, they are pickled once).
-    frame: HashMap<(String, u32, &'static str), Value>,
+    /// its Python, Rust-line and phase frames repeat across layers (shared, they are pickled
+    /// once).
+    frame: HashMap<(String, u32, String), Value>,
 }
 
 impl Frames {
     fn of(&mut self, e: &MemEvent, st: &Strings) -> Value {
         let scope = crate::record::scope_name(&e.scope, e.phase).into_owned();
-        let key = (scope, e.op, e.phase.name(), e.location.file(), e.location.line());
+        let key = (scope, e.op, e.phase.name(), e.location.file(), e.location.line(), crate::record::pyframe::stack_id(&e.py));
         if let Some(v) = self.cache.get(&key) {
             return v.clone();
         }
-        let mut frame = |file: &str, line: u32, name: &'static str| {
+        let mut frame = |file: &str, line: u32, name: &str| {
             self.frame
-                .entry((file.to_string(), line, name))
+                .entry((file.to_string(), line, name.to_string()))
                 .or_insert_with(|| st.dict(vec![("filename", st.s(file)), ("line", int(line)), ("name", st.s(name))]))
                 .clone()
         };
-        let v = list(vec![frame(&key.0, 0, key.1), frame(key.3, key.4, "rust"), frame("vramscope", 0, key.2)]);
+        let mut v: Vec<Value> = crate::record::pyframe::frames(&e.py).map(|f| frame(f.file, f.line, f.name)).collect();
+        v.extend([frame(&key.0, 0, key.1), frame(key.3, key.4, "rust"), frame("vramscope", 0, key.2)]);
+        let v = list(v);
         self.cache.insert(key, v.clone());
         v
     }

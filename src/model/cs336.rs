@@ -1,9 +1,10 @@
 //! The cs336 flavour (Stanford CS336 assignment 2), op for op as reference-models.md §1.
 use super::init::Init;
-use super::{Weights, linear_einsum as linear, Attention, Builder, Layer, Model, ModelConfig, Projection};
+use super::py::cs336 as py;
+use super::{Weights, Attention, Builder, Layer, Model, ModelConfig, Projection};
 use crate::engine::checkpoint::checkpoint;
 use std::rc::Rc;
-use crate::engine::runtime::{self, scope};
+use crate::engine::runtime::{self, py_frame, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
 
@@ -82,6 +83,7 @@ fn rope_tables(cfg: &ModelConfig, device: Device, dtype: DType) -> Tensor {
 /// ops long, and rebinding is assignment, never shadowing (a shadowed binding would live on).
 fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
     let _s = scope(name);
+    let _f = py_frame(&py::RMSNORM);
     // in_dtype = x.dtype; x = x.to(torch.float32)
     let in_dtype = x.dtype();
     let mut x = x.to_dtype(DType::F32);
@@ -104,6 +106,7 @@ fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
 /// RotaryEmbedding.forward(x, pos_ids) on (B, h, S, d_k): interleaved (even, odd) pairs.
 fn rope(buf: &Tensor, x: &Tensor, pos_ids: &Tensor) -> Tensor {
     let _s = scope("rope");
+    let _f = py_frame(&py::ROPE);
     // x1, x2 = rearrange(x, '... (half_d xy) -> xy ... half_d', xy=2): strided views
     let dk = x.dim(-1);
     let (x1, x2) = (x.slice(-1, 0, dk, 2), x.slice(-1, 1, dk, 2));
@@ -125,6 +128,7 @@ fn rope(buf: &Tensor, x: &Tensor, pos_ids: &Tensor) -> Tensor {
 /// The staff softmax (nn_utils.softmax): `x - max` and `exp` are named, so both live until
 /// it returns.
 fn softmax(x: &Tensor) -> Tensor {
+    let _f = py_frame(&py::SOFTMAX);
     // rescaled_input = x - torch.max(x, dim=dim, keepdim=True)[0]
     let rescaled_input = {
         let (max, _) = x.max_dim(-1, true);
@@ -149,6 +153,7 @@ struct Block {
 impl Block {
     /// TransformerBlock.forward: every sub-result is named, so `x_attn` lives through the FFN.
     fn forward(&self, x: Tensor) -> Tensor {
+        let _f = py_frame(&py::BLOCK);
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
         // x_attn = self.attn(self.ln1(x))
         let x_attn = self.attention(&rms_norm("ln1", &x, &l.attn_norm, eps));
@@ -169,6 +174,7 @@ impl Block {
     fn attention(&self, x: &Tensor) -> Tensor {
         let l = &self.layer;
         let _s = scope("attn");
+        let _f = py_frame(&py::ATTENTION);
         let cfg = &self.cfg;
         let (b, s) = (x.dim(0), x.dim(1));
         let (h, dk) = (cfg.num_heads, cfg.head_dim());
@@ -211,6 +217,7 @@ impl Block {
 /// scaled_dot_product_attention(K, Q, V, mask): scores = einsum(Q, K)/√d_k, masked with
 /// -inf, the staff softmax, then einsum(weights, V).
 fn sdpa(k: &Tensor, q: &Tensor, v: &Tensor, mask: &Tensor, dk: usize) -> Tensor {
+    let _f = py_frame(&py::SDPA);
     // attention_scores = einsum(Q, K, "... query d_k, ... key d_k -> ... query key") / math.sqrt(d_k)
     let mut attention_scores = q.matmul(&k.transpose(-2, -1)).div_scalar((dk as f64).sqrt());
     // attention_scores = torch.where(mask, attention_scores, float("-inf"))
@@ -229,7 +236,11 @@ fn sdpa(k: &Tensor, q: &Tensor, v: &Tensor, mask: &Tensor, dk: usize) -> Tensor 
 /// `self.w2(silu(a) * b)` with `a` and `b` bound until it returns.
 fn ffn(l: &Layer, x: &Tensor) -> Tensor {
     let _s = scope("ffn");
-    let silu = |a: &Tensor| a.mul(&a.sigmoid());
+    let _f = py_frame(&py::SWIGLU);
+    let silu = |a: &Tensor| {
+        let _f = py_frame(&py::SILU);
+        a.mul(&a.sigmoid())
+    };
     match &l.gate_up {
         Projection::Separate(_) => {
             let parts = l.gate_up.apply(x, linear, |i, a| if i == 0 { silu(&a) } else { a });
@@ -252,10 +263,12 @@ fn ffn(l: &Layer, x: &Tensor) -> Tensor {
 }
 
 pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
+    let _f = py_frame(&py::LM);
     let cfg = &m.config;
     // x = self.token_embeddings(x): `self.weight[token_ids, :]` (aten::index)
     let mut x = {
         let _s = scope("token_embeddings");
+        let _f = py_frame(&py::EMBEDDING);
         m.embedding.index_along(0, ids)
     };
     let shared = Rc::new(cfg.clone());
@@ -277,6 +290,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor) -> Tensor {
 /// negated, then gathered at the targets and averaged. `log_softmax` rebinds `x` to
 /// `x - x_max`, which lives until it returns.
 pub(crate) fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Tensor {
+    let _f = py_frame(&py::CROSS_ENTROPY);
     // negative_log_softmax_logits = -log_softmax(inputs)
     let negative_log_softmax_logits = log_softmax(logits).neg();
     // return torch.mean(torch.gather(negative_log_softmax_logits, -1, targets.unsqueeze(-1)))
@@ -289,6 +303,7 @@ pub(crate) fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Tensor {
 
 /// nn_utils.log_softmax: `x - x_max - log(sum(exp(x - x_max)))` in separate (B, S, V) steps.
 fn log_softmax(x: &Tensor) -> Tensor {
+    let _f = py_frame(&py::LOG_SOFTMAX);
     // x_max = torch.max(x, dim=dim, keepdim=True)[0]
     let (x_max, _) = x.max_dim(-1, true);
     // x = x - x_max
@@ -303,4 +318,10 @@ fn log_softmax(x: &Tensor) -> Tensor {
     drop(x);
     drop(x_max);
     out
+}
+
+/// `Linear.forward`: `einsum(x, self.weight, "... d_in, d_out d_in -> ... d_out")`.
+fn linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
+    let _f = py_frame(&py::LINEAR);
+    super::linear_einsum(name, x, w)
 }

@@ -7,6 +7,7 @@ pub mod init;
 pub mod lora;
 pub mod bnb;
 pub mod presets;
+pub mod py;
 pub mod tinyllama;
 pub mod tp;
 

@@ -1,6 +1,6 @@
 //! The event log and running statistics of one run.
 use super::allocator::{round_size, Action, CachingAllocator, OutOfMemory, StreamId, Trace};
-use super::{Category, Phase};
+use super::{Category, Phase, PyStack};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -40,6 +40,14 @@ pub struct MemEvent {
     /// ops (a model or optimizer line), or the op's backward for gradients.
     #[serde(serialize_with = "ser_loc")]
     pub location: &'static std::panic::Location<'static>,
+    /// The reference implementation's Python functions running then, innermost first
+    /// (backward: those of the forward op whose backward ran).
+    #[serde(serialize_with = "ser_py")]
+    pub py: PyStack,
+}
+
+fn ser_py<S: serde::Serializer>(p: &PyStack, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(super::pyframe::frames(p).map(|f| format!("{}:{}:{}", f.file, f.line, f.name)))
 }
 
 fn ser_loc<S: serde::Serializer>(l: &&'static std::panic::Location<'static>, s: S) -> Result<S::Ok, S::Error> {
@@ -66,6 +74,7 @@ struct Live {
     block: usize,
     addr: u64,
     scope: Rc<str>,
+    py: PyStack,
     op: &'static str,
     phase: Phase,
     category: Category,
@@ -217,6 +226,7 @@ impl MemoryLog {
                 phase: l.phase,
                 category: l.category,
                 location: l.location,
+                py: l.py.clone(),
             })
             .collect();
         v.sort_by_key(|e| e.id);
@@ -261,7 +271,7 @@ impl MemoryLog {
         category: Category,
         location: &'static std::panic::Location<'static>,
     ) -> Result<(), OutOfMemory> {
-        self.on_alloc_on(StreamId::DEFAULT, id, bytes, scope, op, phase, category, location)
+        self.on_alloc_on(StreamId::DEFAULT, id, bytes, scope, op, phase, category, location, None)
     }
 
     /// `on_alloc` for a storage allocated on `stream`.
@@ -276,6 +286,7 @@ impl MemoryLog {
         phase: Phase,
         category: Category,
         location: &'static std::panic::Location<'static>,
+        py: PyStack,
     ) -> Result<(), OutOfMemory> {
         let (addr, block) = match &mut self.allocator {
             Some(a) if bytes > 0 => match a.malloc_block_on(bytes, stream) {
@@ -287,7 +298,7 @@ impl MemoryLog {
                     let block = round_size(bytes, &a.config.roundup_power2_divisions);
                     let event = self.events.as_ref().map(|e| e.len());
                     if let Some(ev) = &mut self.events {
-                        ev.push(MemEvent { kind: EventKind::Oom, id, addr: 0, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location });
+                        ev.push(MemEvent { kind: EventKind::Oom, id, addr: 0, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location, py });
                     }
                     self.collect_actions(event);
                     if self.oom.is_none() {
@@ -309,15 +320,17 @@ impl MemoryLog {
         self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
         self.stats.phase_peak = self.stats.phase_peak.max(self.allocated_now());
         let event = self.events.as_ref().map(|e| e.len());
-        self.live.insert(id, Live { location, bytes, block, addr, scope: scope.clone(), op, phase, category, event, stream });
         if let Some(ev) = &mut self.events {
-            ev.push(MemEvent { kind: EventKind::Alloc, id, addr, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location });
+            ev.push(MemEvent { kind: EventKind::Alloc, id, addr, bytes, block, time_us: now_us(), scope: scope.clone(), op, phase, category, location, py: py.clone() });
         }
+        self.live.insert(id, Live { location, bytes, block, addr, scope: scope.clone(), py, op, phase, category, event, stream });
         self.collect_actions(event);
         Ok(())
     }
 
-    pub fn on_free(&mut self, id: u64, scope: &Rc<str>, op: &'static str, phase: Phase) {
+    /// A storage's free; like PyTorch's free entries, its event carries the Python stack at
+    /// the free.
+    pub fn on_free(&mut self, id: u64, scope: &Rc<str>, op: &'static str, phase: Phase, py: PyStack) {
         let Some(live) = self.live.remove(&id) else { return };
         self.stats.allocated -= live.bytes;
         self.stats.num_frees += 1;
@@ -335,6 +348,7 @@ impl MemoryLog {
                 phase,
                 category: live.category,
                 location: live.location,
+                py,
             });
         }
         if let Some(a) = &mut self.allocator {
@@ -388,7 +402,7 @@ mod tests {
         for id in 0..3 {
             l.on_alloc(id, 1 << 20, &s, "empty", Phase::Forward, Category::Temporary, loc)?;
         }
-        l.on_free(1, &s, "del", Phase::Forward);
+        l.on_free(1, &s, "del", Phase::Forward, None);
         l.on_alloc(9, 100 << 20, &s, "big", Phase::Backward, Category::Gradient, loc)
     }
 
@@ -419,10 +433,10 @@ mod tests {
         let s: Rc<str> = Rc::from("m");
         let loc = std::panic::Location::caller();
         let side = StreamId(1);
-        l.on_alloc_on(side, 0, 1 << 20, &s, "all_gather", Phase::Forward, Category::Parameter, loc).unwrap();
+        l.on_alloc_on(side, 0, 1 << 20, &s, "all_gather", Phase::Forward, Category::Parameter, loc, None).unwrap();
         assert_eq!(l.stream_of(0), Some(side));
         l.record_stream(0, StreamId::DEFAULT);
-        l.on_free(0, &s, "free", Phase::Forward);
+        l.on_free(0, &s, "free", Phase::Forward, None);
         l.synchronize_stream(StreamId::DEFAULT);
         l.on_alloc(1, 1 << 20, &s, "empty", Phase::Forward, Category::Activation, loc).unwrap();
         let rec = l.finish_recording();

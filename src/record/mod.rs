@@ -7,7 +7,9 @@ pub mod compute;
 pub mod context;
 pub mod gpu;
 pub mod log;
+pub mod pyframe;
 pub mod reserve;
 
 pub use context::{scope_name, Category, Phase};
 pub use log::{EventKind, MemEvent, MemoryLog, MemoryStats, Recording};
+pub use pyframe::{PyFn, PyStack};

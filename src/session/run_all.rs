@@ -210,19 +210,20 @@ impl RunAll {
         Ok(d)
     }
 
-    /// The snapshot part (e) reads: the longest fp32 training step's.
+    /// The snapshot part (e) reads: the longest fp32 forward pass's (the assignment opens a
+    /// forward snapshot and asks where its largest allocations come from).
     pub fn part_e_snapshot(&self) -> &Path {
-        &self.find(self.longest(), ProfileType::Training, Precision::Fp32, false).snapshot
+        &self.find(self.longest(), ProfileType::Forward, Precision::Fp32, false).snapshot
     }
 
-    /// Part (e): the largest allocations of the longest training step, memory_viz's Detail
+    /// Part (e): the largest allocations of the longest forward pass, memory_viz's Detail
     /// at 10% (`rep`, of [`RunAll::part_e_snapshot`]) (largest_allocations.txt).
     pub fn part_e(&self, rep: &SnapshotReport) -> String {
         let p = &self.plan;
         let cfg = &p.jobs[0].options.model;
         let head = self.head();
         let longest = self.longest();
-        let tr = self.find(longest, ProfileType::Training, Precision::Fp32, false);
+        let tr = self.find(longest, ProfileType::Forward, Precision::Fp32, false);
         let mut l = format!(
             "Part (e): largest allocations, {} (memory_viz Detail slider at 10%: the largest {} of {} allocations)\n{head}\n",
             tr.snapshot.file_name().unwrap().to_string_lossy(),
@@ -243,7 +244,7 @@ impl RunAll {
                     ops.push(op);
                 }
             }
-            let frames = format!("{} allocation sites, forward and backward: {}", ops.len(), ops.join(", "));
+            let frames = format!("{} allocation site{}: {}", ops.len(), if ops.len() == 1 { "" } else { "s" }, ops.join(", "));
             let s = longest as u64;
             let sxs = p.batch as u64 * cfg.num_heads as u64 * s * s * 4;
             let _ = writeln!(
@@ -261,22 +262,7 @@ impl RunAll {
 /// Allocations grouped by (size, category, where): layer indices folded so the 32 blocks'
 /// copies of one tensor form one row.
 fn group(allocs: &[Alloc]) -> Vec<(u64, usize, String, String)> {
-    let fold = |f: &str| {
-        let mut out = String::new();
-        let mut digits = false;
-        for ch in f.chars() {
-            if ch.is_ascii_digit() && (digits || out.ends_with('.')) && !out.ends_with(':') {
-                if !digits {
-                    out.push('N');
-                }
-                digits = true;
-            } else {
-                digits = false;
-                out.push(ch);
-            }
-        }
-        out
-    };
+    let fold = |f: &str| crate::analyse::frames::fold_layer_index(f).into_owned();
     let mut groups: Vec<(u64, usize, String, String)> = Vec::new();
     for a in allocs {
         let frames = a.frames.iter().take(2).map(|f| fold(&f)).collect::<Vec<_>>().join(" ← ");

@@ -13,7 +13,8 @@
 //! (`GradientCheckpointingLayer`).
 use super::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use crate::engine::checkpoint::{checkpoint, checkpoint_reentrant};
-use crate::engine::runtime::{self, scope};
+use crate::engine::runtime::{self, py_frame, scope};
+use crate::model::py::hf_frames::{self as py, HfFrames};
 use crate::engine::storage::GradRedistribute;
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
@@ -189,8 +190,25 @@ pub struct Output {
     pub cache: Vec<Tensor>,
 }
 
+/// The modeling file of `hf`'s family, for frames.
+fn frames(hf: &HfConfig) -> &'static HfFrames {
+    match hf.model_type {
+        Arch::Llama => &py::LLAMA,
+        Arch::Mistral => &py::MISTRAL,
+        Arch::Qwen2 => &py::QWEN2,
+        Arch::Qwen3 => &py::QWEN3,
+    }
+}
+
+/// `nn.Linear(x)` without a bias (lm_head).
+fn nn_linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
+    let _f = py_frame(&py::NN_LINEAR);
+    linear(name, x, w)
+}
+
 /// `nn.Linear` with an optional bias: `F.linear(x, w, b)` (addmm on the flattened rows).
 fn linear_b(name: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let _f = py_frame(&py::NN_LINEAR);
     match bias {
         None => linear(name, x, w),
         Some(b) => {
@@ -203,8 +221,9 @@ fn linear_b(name: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor
 
 /// `LlamaRMSNorm.forward`: `x.to(float32)`, `x * rsqrt(mean(x²) + eps)`, `weight * x.to(input dtype)`.
 /// The fp32 product and the variance are locals until the function returns.
-fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
+fn rms_norm(fr: &'static HfFrames, name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
     let _s = scope(name);
+    let _f = py_frame(&fr.rms_norm);
     let input_dtype = x.dtype();
     let hs = x.to_dtype(DType::F32);
     let variance = hs.pow_scalar(2.0).mean_dim(-1, true);
@@ -228,6 +247,7 @@ fn arange_plus(n: usize, device: Device) -> Tensor {
 /// additive mask in the model's dtype (or, for sdpa, the boolean one).
 fn causal_mask(hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
     let _s = scope("mask");
+    let _f = py_frame(&py::CREATE_CAUSAL_MASK);
     let window = hf.sliding_window.filter(|&w| w < s);
     match hf.attn_implementation {
         AttnImplementation::FlashAttention2 => return None,
@@ -287,6 +307,7 @@ fn packed_sequence_check(position_ids: &Tensor, b: usize) {
 /// `LlamaRotaryEmbedding.forward` (no_grad): cos and sin (1, S, head_dim) in the model's dtype.
 fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
     let _s = scope("rotary_emb");
+    let _f = py_frame(&frames(m.config.hf.as_ref().expect("hf options")).rotary);
     let _g = runtime::no_grad();
     let s = position_ids.dim(1);
     let inv_freq = m.rope_buffer.as_ref().expect("inv_freq buffer");
@@ -308,7 +329,8 @@ fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
 }
 
 /// `rotate_half(x)`: cat((-x2, x1), -1); `-x2` dies once the cat exists.
-fn rotate_half(x: &Tensor) -> Tensor {
+fn rotate_half(fr: &'static HfFrames, x: &Tensor) -> Tensor {
+    let _f = py_frame(&fr.rotate_half);
     let h = x.dim(-1) / 2;
     let x1 = x.narrow(-1, 0, h);
     let neg = x.narrow(-1, h, h).neg();
@@ -316,20 +338,22 @@ fn rotate_half(x: &Tensor) -> Tensor {
 }
 
 /// `x * cos + rotate_half(x) * sin` with each product dead once the sum exists.
-fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+fn apply_rope(fr: &'static HfFrames, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let _f = py_frame(&fr.apply_rotary_pos_emb);
     let a = x.mul(cos);
     let b = {
-        let r = rotate_half(x);
+        let r = rotate_half(fr, x);
         r.mul(sin)
     };
     a.add(&b)
 }
 
 /// `repeat_kv`: expand to (B, h_kv, n_rep, S, d) and reshape (a copy) unless n_rep is 1.
-fn repeat_kv(x: &Tensor, n_rep: usize) -> Tensor {
+fn repeat_kv(fr: &'static HfFrames, x: &Tensor, n_rep: usize) -> Tensor {
     if n_rep == 1 {
         return x.clone();
     }
+    let _f = py_frame(&fr.repeat_kv);
     let (b, h, s, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
     x.unsqueeze(2).expand(&[b, h, n_rep, s, d]).reshape(&[b, h * n_rep, s, d])
 }
@@ -418,17 +442,19 @@ impl Block {
 
     /// `LlamaDecoderLayer.forward`.
     fn forward(&self, x: Tensor) -> Tensor {
+        let fr = frames(self.hf());
+        let _f = py_frame(&fr.decoder_layer);
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
         // `residual = hidden_states`: the input stays referenced until the layer returns.
         let residual = x;
-        let mut h = rms_norm("input_layernorm", &self.norm_input(&residual), &l.attn_norm, eps);
+        let mut h = rms_norm(fr, "input_layernorm", &self.norm_input(&residual), &l.attn_norm, eps);
         // `hidden_states, _ = self.self_attn(...)`: `_` is a local too, so eager's attention
         // weights live until the layer returns.
         let (a, _weights) = self.attention(&h);
         h = a;
         h = residual.add(&h);
         let residual = h;
-        let mut h = rms_norm("post_attention_layernorm", &self.norm_input(&residual), &l.ffn_norm, eps);
+        let mut h = rms_norm(fr, "post_attention_layernorm", &self.norm_input(&residual), &l.ffn_norm, eps);
         h = self.mlp(&h);
         residual.add(&h)
     }
@@ -436,6 +462,7 @@ impl Block {
     /// `LlamaMLP.forward`: down(act(gate(x)) * up(x)), every intermediate an expression temporary.
     fn mlp(&self, x: &Tensor) -> Tensor {
         let _s = scope("mlp");
+        let _f = py_frame(&frames(self.hf()).mlp);
         let x = &self.gathered(x);
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");
@@ -453,8 +480,10 @@ impl Block {
     /// output and eager's attention weights (None for the fused kernels).
     fn attention(&self, x: &Tensor) -> (Tensor, Option<Tensor>) {
         let _s = scope("self_attn");
-        let x = &self.gathered(x);
         let hf = self.hf();
+        let fr = frames(hf);
+        let _f = py_frame(&fr.attention);
+        let x = &self.gathered(x);
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");
         let (b, s) = (x.dim(0), x.dim(1));
@@ -465,7 +494,7 @@ impl Block {
         let project = |i: usize| {
             let p = self.proj(i, &self.colwise(x), ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
             let p = match &extra.qk_norm {
-                Some(n) if i < 2 => rms_norm(if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
+                Some(n) if i < 2 => rms_norm(fr, if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
                 _ => p,
             };
             p.transpose(1, 2)
@@ -478,8 +507,8 @@ impl Block {
         let (cos, sin) = (self.cos.unsqueeze(1), self.sin.unsqueeze(1));
         let (q, mut k, mut v) = {
             let _s = scope("rotary");
-            let qe = apply_rope(&q, &cos, &sin);
-            let ke = apply_rope(&k, &cos, &sin);
+            let qe = apply_rope(fr, &q, &cos, &sin);
+            let ke = apply_rope(fr, &k, &cos, &sin);
             drop((q, k));
             (qe, ke, v)
         };
@@ -512,9 +541,11 @@ impl Block {
     /// `eager_attention_forward`: the output and the attention weights it returns.
     fn eager(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> (Tensor, Option<Tensor>) {
         let _s = scope("attention");
+        let fr = frames(self.hf());
+        let _f = py_frame(&fr.eager_attention_forward);
         let scaling = (self.hf().head_dim as f64).powf(-0.5);
-        let ks = repeat_kv(k, self.n_rep());
-        let vs = repeat_kv(v, self.n_rep());
+        let ks = repeat_kv(fr, k, self.n_rep());
+        let vs = repeat_kv(fr, v, self.n_rep());
         let mut w = q.matmul(&ks.transpose(2, 3)).mul_scalar(scaling);
         if let Some(m) = &self.mask {
             w = w.add(m);
@@ -529,12 +560,14 @@ impl Block {
     /// repeat_kv; is_causal when there is no mask; the kernel PyTorch picks on CUDA.
     fn sdpa(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
         let _s = scope("attention");
+        let _f = py_frame(&py::SDPA_ATTENTION_FORWARD);
         let hf = self.hf();
+        let fr = frames(hf);
         let scaling = (hf.head_dim as f64).powf(-0.5);
         let n_rep = self.n_rep();
         let seq = q.dim(2);
         let gqa = hf.sdpa_gqa(self.cfg.num_heads, self.cfg.num_kv_heads, seq);
-        let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(k, n_rep), repeat_kv(v, n_rep)) } else { (k.clone(), v.clone()) };
+        let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(fr, k, n_rep), repeat_kv(fr, v, n_rep)) } else { (k.clone(), v.clone()) };
         // scaled_dot_product_attention is on autocast's lower-precision list: under autocast
         // the kernel is chosen for the cast inputs.
         let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
@@ -554,6 +587,7 @@ impl Block {
     /// kernels, GQA native, output (B, S, h, d).
     fn flash_attention_2(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
         let _s = scope("attention");
+        let _f = py_frame(&py::FLASH_ATTENTION_FORWARD);
         let scaling = (self.hf().head_dim as f64).powf(-0.5);
         // fa_peft_integration_check: fp32 q/k/v (RoPE's fp32 cos/sin under autocast) are cast
         // to the autocast type first; flash-attn runs only in half types.
@@ -577,6 +611,8 @@ impl Block {
 pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> Output {
     let cfg = &m.config;
     let hf = cfg.hf.as_ref().expect("hf options");
+    let fr = frames(hf);
+    let _f = py_frame(&fr.for_causal_lm);
     let (b, s) = (ids.dim(0), ids.dim(1));
     let device = ids.device();
     // Checkpointing runs only in training mode (model.train()), and then turns the cache off
@@ -586,8 +622,10 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     let (hidden, cache, mask, position_ids);
     {
         let _s = scope("model");
+        let _f = py_frame(&fr.model);
         let mut embeds = {
             let _s = scope("embed_tokens");
+            let _f = py_frame(&py::NN_EMBEDDING);
             match tp_group {
                 Some(t) => tp::vocab_parallel_embedding(&m.embedding, ids, t, cfg.vocab_size),
                 None => m.embedding.embedding(ids),
@@ -639,7 +677,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
             };
         }
         let h_in = if cfg.sequence_parallel() { tp::from_local(&h) } else { h.clone() };
-        hidden = rms_norm("norm", &h_in, &m.final_norm, cfg.norm_eps);
+        hidden = rms_norm(fr, "norm", &h_in, &m.final_norm, cfg.norm_eps);
         drop(h_in);
         drop((h, cos, sin, embeds));
     }
@@ -655,11 +693,11 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
             // ColwiseParallel's input: Replicate already, or gathered from Shard(1) under
             // sequence parallelism (a local of the module call, dying when it returns).
             let input = if t.sequence { tp::seq_gather(&hidden, t) } else { tp::colwise_input(&hidden) };
-            let local = linear("lm_head", &input, &m.lm_head);
+            let local = nn_linear("lm_head", &input, &m.lm_head);
             drop(input);
             tp::gather_logits(local, t)
         }
-        None => linear("lm_head", &hidden, &m.lm_head),
+        None => nn_linear("lm_head", &hidden, &m.lm_head),
     };
     logits_ready(&logits);
     let loss = labels.map(|labels| {
@@ -674,11 +712,15 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
 /// `ForCausalLMLoss`: logits.float(), labels padded with -100 and shifted (contiguous),
 /// `cross_entropy(ignore_index=-100, reduction="mean")`; the padded labels are a local.
 fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: usize) -> Tensor {
+    let _f = py_frame(&py::FOR_CAUSAL_LM_LOSS);
     let logits = logits.to_dtype(DType::F32);
     let s = labels.dim(1);
     let padded = labels.pad_last_int(1, -100);
     let shift = padded.narrow(1, 1, s).contiguous();
-    let loss = logits.view(&[usize::MAX, vocab]).cross_entropy(&shift.view(&[usize::MAX]));
+    let loss = {
+        let _f = py_frame(&py::FIXED_CROSS_ENTROPY);
+        logits.view(&[usize::MAX, vocab]).cross_entropy(&shift.view(&[usize::MAX]))
+    };
     drop((padded, shift, logits));
     loss
 }

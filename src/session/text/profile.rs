@@ -55,7 +55,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
             q.scope,
             q.phase,
             q.category,
-            q.location
+            q.made_at()
         );
         let cats: Vec<String> = f.live_by_category.iter().map(|(c, b)| format!("{c} {:.3}", g(*b))).collect();
         out!(s, "live when it failed: {:.3} GiB allocated; by category (GiB): {}", g(f.live_bytes), cats.join(" | "));
@@ -95,7 +95,7 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
             l.scope,
             l.phase,
             l.category,
-            l.location
+            l.made_at()
         );
     }
     out!(s,

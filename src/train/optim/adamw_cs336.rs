@@ -4,6 +4,7 @@ use super::{keep_as_state, Live, OptimConfig, ParamState};
 use crate::engine::runtime;
 
 pub(super) fn step(c: &OptimConfig, state: &mut [Option<ParamState>], steps: u64, live: &Live<'_>) {
+    let _f = crate::engine::runtime::py_frame(&crate::model::py::cs336::ADAMW_STEP);
     let t = steps as f64;
     for (i, p, grad) in live {
         let i = *i;
