@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(svg.matches(r#"<g class="limit""#).count(), 1);
         assert!(svg.contains("H100-80GB 79.65 GiB"));
         assert_eq!(svg.matches(r#"<g class="oom" data-x="32""#).count(), 1);
-        assert_eq!(svg.matches(r#"fill="#1f77b4">OOM in backward</text>"#).count(), 1, "the ✗ is labelled with its phase: {svg}");
+        assert_eq!(svg.matches(r##"fill="#1f77b4">OOM in backward</text>"##).count(), 1, "the ✗ is labelled with its phase: {svg}");
         assert!(svg.contains(r#"class="oom-legend""#) && svg.contains("out of memory: OOM in backward (drawn at the limit)"), "{svg}");
         // The y axis reaches the limit line.
         let top_tick: f64 = svg.lines().filter_map(|l| Some(l[l.find("class=\"y-tick\"")?..].split('>').nth(1)?.split('<').next()?.parse::<f64>().ok()?)).fold(0.0, f64::max);
