@@ -93,7 +93,7 @@ fn oom_in_warm_up_writes_its_history_an_oom_entry_and_a_report_that_explains_it(
     // The walkthrough's first warm-up step needs ~52 MiB: a 64 MiB card fails in its forward.
     let o = vramscope(&["profile", "--memory-limit", "64MiB", "--threads", "2", "--out-dir", out.to_str().unwrap()]);
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(o.status.code(), Some(3), "an OOM run answers \"does not fit\": {stdout}{stderr}");
     assert!(stdout.contains("| memory limit 64.00 MiB"), "the header names the limit in force: {stdout}");
     assert!(stdout.contains("OUT OF MEMORY in warm-up step 1 of 1: CUDA out of memory."), "{stdout}");
     assert!(stderr.contains("out of memory in warm-up step 1 of 1; snapshot of the history up to the failing allocation:"), "{stderr}");
@@ -167,7 +167,7 @@ fn the_2_7b_on_an_rtx4090_fails_in_warm_up_with_the_gpu_named() {
     let out = tmp("rtx");
     let o = vramscope(&["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--gpu", "RTX4090", "--out-dir", out.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(1), "{stdout}");
+    assert_eq!(o.status.code(), Some(3), "{stdout}");
     assert!(stdout.contains("| RTX4090-24GB, 23.99 GiB"), "{stdout}");
     assert!(stdout.contains("OUT OF MEMORY in warm-up step 1 of 1"), "{stdout}");
     let r = &summary(&out)["runs"][0];
@@ -219,7 +219,7 @@ fn bounded_history_keeps_the_newest_entries_and_still_replays() {
     // An OOM with a bound smaller than its history: still ends in the oom entry, still replays.
     let out = tmp("oom-kept");
     let o = vramscope(&["profile", "--memory-limit", "64MiB", "--threads", "2", "--max-entries", "50", "--out-dir", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3));
     let snap = PathBuf::from(summary(&out)["runs"][0]["snapshot"].as_str().unwrap());
     if let Some((check, last, _)) = python(&snap) {
         assert_eq!(check["events"], 50, "{check}");
@@ -253,6 +253,9 @@ fn the_context_table_and_the_summary_mark_an_oom_run() {
         "--gradient-checkpointing", "none", "--out-dir", out.to_str().unwrap(),
     ]);
     let text = String::from_utf8_lossy(&o.stdout);
+    // One of the two runs fits: an answer (exit 0), the other marked OOM.
+    assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("1 of 2 runs ran out of memory"), "{text}");
     let row = text.lines().find(|l| l.starts_with("| 16384 |")).unwrap_or_else(|| panic!("{text}"));
     assert!(row.contains("OOM in forward") || row.contains("OOM in loss") || row.contains("OOM in backward"), "{row}");
     let s = summary(&out);
@@ -260,4 +263,59 @@ fn the_context_table_and_the_summary_mark_an_oom_run() {
     assert_eq!((runs[0]["fits"].as_bool(), runs[0]["oom_phase"].is_null()), (Some(true), true));
     assert_eq!(runs[1]["fits"].as_bool(), Some(false));
     assert!(runs[1]["oom_phase"].is_string(), "{}", runs[1]);
+}
+
+/// One exit-code rule for every command (`vramscope --help` states it): 3 is the answer "it
+/// does not fit" — with the outputs written — and a command that runs several configurations
+/// answers 3 only when every one of them ran out of memory.
+#[test]
+fn exit_code_3_means_it_does_not_fit_everywhere() {
+    let help = vramscope(&["--help"]);
+    let h = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success());
+    for want in ["Exit codes", "0  an answer", "1  failure", "2  usage error", "3  the answer is \"it does not fit\"", "exit 3 only when every run ran out of memory"] {
+        assert!(h.contains(want), "{want:?} not in --help: {h}");
+    }
+
+    // sweep: every point out of memory → 3, and the table, CSV, JSON and plot are written.
+    let out = tmp("all-oom-sweep");
+    let o = vramscope(&["sweep", "--batch-size", "4,8", "--memory-limit", "64MiB", "--out-dir", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("does not fit: every one of the 2 points ran out of memory"), "{err}");
+    for f in ["sweep.json", "sweep.csv", "sweep.md", "sweep_batch-size.svg"] {
+        assert!(out.join(f).exists(), "{f} not written");
+    }
+    // ... one point fits → 0.
+    let out = tmp("some-oom-sweep");
+    let o = vramscope(&["sweep", "--batch-size", "1,8", "--memory-limit", "64MiB", "--out-dir", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // profile --compare: every variant out of memory → 3.
+    let out = tmp("all-oom-compare");
+    let o = vramscope(&["profile", "--compare", "--precision", "bf16", "--device", "meta", "--memory-limit", "8MiB", "--out-dir", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(out.join("compare.md").exists() && out.join("compare.json").exists());
+
+    // fit: nothing fits → 3, the text and the JSON still printed.
+    let o = vramscope(&["fit", "--find", "batch", "--context-length", "64", "--memory-limit", "8MiB", "--reserve", "0"]);
+    let (stdout, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{stdout}{err}");
+    assert!(stdout.contains("nothing fits"), "{stdout}");
+    assert!(err.contains("does not fit: nothing fits"), "{err}");
+    let o = vramscope(&["fit", "--json", "--find", "batch", "--context-length", "64", "--memory-limit", "8MiB", "--reserve", "0"]);
+    assert_eq!(o.status.code(), Some(3));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["answer"].is_null(), "{j}");
+    // ... something fits → 0.
+    let o = vramscope(&["fit", "--json", "--find", "batch", "--context-length", "64", "--memory-limit", "96MiB", "--reserve", "0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A usage error stays 2, and an unwritable output stays 1.
+    let o = vramscope(&["fit", "--find", "batch", "--memory-limit", "nonsense"]);
+    assert_eq!(o.status.code(), Some(2));
+    // estimate answers no fit question: 0.
+    let o = vramscope(&["estimate", "--no-simulate"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
 }

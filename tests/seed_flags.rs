@@ -192,6 +192,45 @@ fn profile_operators_prints_and_writes_the_operator_table() {
     assert!(times.len() > 5 && times.windows(2).all(|w| w[0] >= w[1]), "{table}");
 }
 
+/// The hotspot step's memory columns (torch's `profile_memory=True`): per operator, MiB
+/// allocated minus freed with the ops it called (CUDA Mem) and by itself (Self CUDA Mem), and
+/// `--sort-by self_cuda_memory_usage` orders by the latter; what no op made is `[memory]`.
+#[test]
+fn the_operator_table_has_memory_columns_and_sorts_by_self_memory() {
+    let out = tmp("ops-mem");
+    let (stdout, _) = ok(&vramscope(&[
+        "train", "--device", "meta", "--profile-operators", "--sort-by", "self_cuda_memory_usage", "--num-layers", "1", "--num-steps", "3", "--profile-dir",
+        out.to_str().unwrap(), "--output-dir", out.to_str().unwrap(),
+    ]));
+    let table = std::fs::read_to_string(out.join("operator_table.txt")).unwrap();
+    assert!(stdout.contains(&table), "printed and written alike");
+    assert!(table.starts_with("Operator-level summary (sort_by=self_cuda_memory_usage)"), "{table}");
+    let head = table.lines().nth(1).unwrap();
+    assert!(head.ends_with("CUDA Mem  Self CUDA Mem"), "{head}");
+    assert!(table.contains("MiB (1024² bytes) allocated minus freed"), "units stated: {table}");
+    // (total, self) in MiB per row, in table order.
+    let mem: Vec<(String, f64, f64)> = table
+        .lines()
+        .filter(|l| l.ends_with(" MiB") && !l.starts_with("CUDA Mem"))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let n = w.len();
+            (w[0].to_string(), w[n - 4].parse().unwrap(), w[n - 2].parse().unwrap())
+        })
+        .collect();
+    assert!(mem.len() > 5, "{table}");
+    assert!(mem.windows(2).all(|w| w[0].2 >= w[1].2), "sorted by self memory, largest first: {table}");
+    // An op that allocates its output and frees nothing itself; the [memory] row exists (saved
+    // tensors and gradients released between ops).
+    let mm = mem.iter().find(|r| r.0 == "mm").unwrap_or_else(|| panic!("{table}"));
+    assert!(mm.2 > 0.0, "{mm:?}");
+    assert!(mem.iter().any(|r| r.0 == "[memory]"), "{table}");
+    // On meta every op is a leaf: self = total. Whole steady-state steps allocate and free alike.
+    assert!(mem.iter().all(|r| (r.1 - r.2).abs() < 1e-9), "{table}");
+    let net: f64 = mem.iter().map(|r| r.2).sum();
+    assert!(net.abs() < 0.05, "the window's steps end where they began: net {net} MiB\n{table}");
+}
+
 #[test]
 fn a_cpu_run_that_cannot_fit_in_host_memory_runs_on_meta_with_a_note() {
     let env = [("VRAMSCOPE_HOST_MEM_AVAILABLE", "1MiB")];

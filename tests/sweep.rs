@@ -129,13 +129,13 @@ fn fit_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Does `profile` (meta) of this point fit the limit? (exit 0, or 1 for out of memory)
+/// Does `profile` (meta) of this point fit the limit? (exit 0, or 3: out of memory)
 fn profile_fits(extra: &[&str], dir: &std::path::Path) -> bool {
     let mut a = vec!["profile", "--device", "meta", "--out-dir", dir.to_str().unwrap()];
     a.extend_from_slice(extra);
     let o = vramscope(&a);
     let code = o.status.code().unwrap();
-    assert!(code == 0 || code == 1, "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(code == 0 || code == 3, "{}", String::from_utf8_lossy(&o.stderr));
     code == 0
 }
 
@@ -307,6 +307,19 @@ fn sweep_plot_has_the_limit_line_oom_markers_and_a_log2_axis() {
     // One ✗ per OOM point, at its batch size.
     let marked: Vec<&str> = svg.match_indices(r#"<g class="oom" data-x=""#).map(|(i, m)| svg[i + m.len()..].split('"').next().unwrap()).collect();
     assert_eq!(marked, ["4", "8"], "{svg}");
+    // Each ✗ says where the step ran out of memory ("OOM in <phase>"), as the table and the
+    // CSV do, and the legend names the phases.
+    let phases: Vec<String> = s["points"].as_array().unwrap().iter().filter_map(|p| p["oom_phase"].as_str().map(String::from)).collect();
+    assert_eq!(phases.len(), 2, "{s}");
+    for ph in &phases {
+        assert!(svg.contains(&format!(">OOM in {ph}</text>")), "no 'OOM in {ph}' label on the ✗: {svg}");
+        assert!(svg.contains(&format!("out of memory: OOM in {ph}")), "legend: {svg}");
+    }
+    let md = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    assert!(md.contains(&format!("| OOM in {} |", phases[0])), "{md}");
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().contains(",oom,oom_phase,"), "{csv}");
+    assert!(csv.lines().nth(3).unwrap().contains(&format!(",{},", phases[0])), "{csv}");
     // x ticks: the batch sizes, evenly spaced (log₂).
     let ticks: Vec<(f64, String)> = svg
         .match_indices(r#"<text class="x-tick" x=""#)
@@ -396,5 +409,73 @@ fn fit_and_estimate_json_behave_alike() {
         assert!(text.contains(&format!("wrote {} (JSON)", file.display())), "{text}");
         assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "the text is printed beside the file");
         assert!(!json(&file)[key].is_null());
+    }
+}
+
+/// `--points B:S,…` runs the pairs given, not the grid of their values ("S 512 at batch 4
+/// beside S 128 at batch 16"), crossed with the other axes' lists; tables, CSV, JSON and
+/// plots take the list, and a fit is made where listed points line up along an axis.
+#[test]
+fn points_list_runs_only_the_pairs_given() {
+    let out = tmp("points");
+    let o = vramscope(&["sweep", "--points", "4:64,16:32", "--profile-type", "forward", "--out-dir", out.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = json(&out.join("sweep.json"));
+    let pts: Vec<(u64, u64)> = s["points"].as_array().unwrap().iter().map(|p| (p["batch_size"].as_u64().unwrap(), p["context_length"].as_u64().unwrap())).collect();
+    assert_eq!(pts, [(4, 64), (16, 32)], "only the listed pairs run, not the 2×2 grid");
+    assert!(stdout.contains("sweep of 2 points"), "{stdout}");
+    let axes: Vec<(String, Vec<String>)> = s["axes"].as_array().unwrap().iter().map(|a| (a["flag"].as_str().unwrap().to_string(), serde_json::from_value(a["values"].clone()).unwrap())).collect();
+    assert!(axes.contains(&("--batch-size".into(), vec!["4".into(), "16".into()])), "{axes:?}");
+    assert!(axes.contains(&("--context-length".into(), vec!["32".into(), "64".into()])), "{axes:?}");
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    let md = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    assert!(md.contains("| 4 | 64 |") && md.contains("| 16 | 32 |"), "{md}");
+    // No two listed points share a context (or a batch): no fit, and each plot draws every
+    // point once, each in its own series.
+    assert!(s["fits"].as_array().unwrap().is_empty(), "{}", s["fits"]);
+    for axis in ["batch-size", "context-length"] {
+        let svg = std::fs::read_to_string(out.join(format!("sweep_{axis}.svg"))).unwrap();
+        assert_eq!(svg.matches("<circle").count(), 4, "2 points × allocated and reserved: {svg}");
+    }
+    // Crossed with another list; points in a line along batch give a batch fit.
+    let out = tmp("points-fit");
+    let o = vramscope(&["sweep", "--points", "1:32,2:32,4:32,2:64", "--profile-type", "forward,training", "--out-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = json(&out.join("sweep.json"));
+    assert_eq!(s["points"].as_array().unwrap().len(), 8);
+    let batch_fits: Vec<&serde_json::Value> = s["fits"].as_array().unwrap().iter().filter(|f| f["axis"] == "batch-size").collect();
+    assert_eq!(batch_fits.len(), 2, "one per profile type at context 32: {}", s["fits"]);
+    assert_eq!(batch_fits[0]["x"], serde_json::json!([1.0, 2.0, 4.0]));
+    assert_eq!(batch_fits[0]["fixed"]["context-length"], "32");
+    // Context 32 vs 64 at batch 2: a context fit per profile type.
+    assert_eq!(s["fits"].as_array().unwrap().iter().filter(|f| f["axis"] == "context-length").count(), 2);
+}
+
+#[test]
+fn bad_points_name_the_flag_and_the_token_exit_2_and_write_nothing() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--points", "4x512"], &["--points", "'4x512'"]),
+        (&["--points", "4:512,,2:8"], &["--points", "empty"]),
+        (&["--points", "a:8"], &["--points", "'a'"]),
+        (&["--points", "4:0"], &["--points", "'4:0'"]),
+        (&["--points", "4:8,4:8"], &["--points", "'4:8' appears twice"]),
+        (&["--points", "4:8", "--batch-size", "2"], &["--points", "--batch-size"]),
+        (&["--points", "4:8", "--context-length", "8,16"], &["--points", "--context-length"]),
+        // A point profile itself refuses names its grid point.
+        (&["--points", "2:64", "--max-seq-len", "32"], &["--context-length", "--batch-size 2 --context-length 64)"]),
+    ];
+    for (args, wants) in cases {
+        let out = tmp("bad-points");
+        let mut a = vec!["sweep", "--out-dir", out.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        for w in *wants {
+            assert!(err.contains(w), "{args:?} should say {w}: {err}");
+        }
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
 }

@@ -324,7 +324,7 @@ mod tests {
     use std::rc::Rc;
 
     fn rec(name: &'static str, kind: OpKind, scope: &str, phase: Phase, flops: u64, bytes: u64) -> OpRecord {
-        OpRecord { name, kind, scope: Rc::from(scope), phase, flops, bytes_read: bytes, bytes_written: 0, elem_bytes: 4, start_us: 0.0, dur_us: 1.0 }
+        OpRecord { name, kind, scope: Rc::from(scope), phase, flops, bytes_read: bytes, bytes_written: 0, elem_bytes: 4, start_us: 0.0, dur_us: 1.0, alloc_bytes: 0, self_alloc_bytes: 0 }
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct PointResult {
     pub peak_reserved_gib: f64,
     /// The out-of-memory message when this point did not fit.
     pub oom: Option<String>,
+    /// The phase of the step the failing allocation was made in (forward, backward, …).
+    pub oom_phase: Option<String>,
     /// The memory the allocator could reserve at this point (--gpu's or --memory-limit's
     /// capacity, times --memory-fraction when given); None without a limit.
     pub memory_limit_bytes: Option<usize>,

@@ -24,5 +24,13 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
     write_json(&a.out_dir.join("compare.json"), &c.json(Some(set.run_id())))?;
     set.commit()?;
     println!("\nwrote compare.md, compare.json and one snapshot (+ HTML report) per variant to {}", a.out_dir.display());
+    // Exit 3 only when every variant ran out of memory (crate::error::EXIT_CODES_HELP).
+    let ooms = c.rows.iter().filter(|r| !r["oom"].is_null()).count();
+    if ooms == c.rows.len() {
+        return Err(crate::error::DoesNotFit(format!("every one of the {ooms} runs ran out of memory (marked OOM in compare.md)")).into());
+    }
+    if ooms > 0 {
+        println!("{ooms} of {} runs ran out of memory (marked OOM in the tables)", c.rows.len());
+    }
     Ok(())
 }

@@ -17,7 +17,7 @@ pub mod view;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "vramscope", version, about = "Shows and predicts where accelerator memory goes when a Transformer trains")]
+#[command(name = "vramscope", version, about = "Shows and predicts where accelerator memory goes when a Transformer trains", after_help = crate::error::EXIT_CODES_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -51,22 +51,25 @@ pub enum Command {
     Bench(crate::options::bench::BenchArgs),
 }
 
+pub use crate::error::{DoesNotFit, ExitCode};
 pub use crate::options::{parse_device, usage, UsageError};
 pub use crate::session::{quiet_oom_panics, set_threads};
 
-/// Runs the parsed command; returns the process exit code.
+/// Runs the parsed command; returns the process exit code ([`ExitCode`]).
 pub fn run(cli: Cli) -> i32 {
-    match dispatch(cli) {
-        Ok(()) => 0,
-        Err(e) => {
-            let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
-            eprintln!("error: {e:#}");
-            code
+    let r = dispatch(cli);
+    let code = ExitCode::of(&r);
+    if let Err(e) = r {
+        match code {
+            ExitCode::DoesNotFit => eprintln!("does not fit: {e:#}"),
+            _ => eprintln!("error: {e:#}"),
         }
     }
+    code.code()
 }
 
-/// Runs the parsed command, its error returned (a [`UsageError`] when a flag is to blame).
+/// Runs the parsed command, its error returned (a [`UsageError`] when a flag is to blame, a
+/// [`DoesNotFit`] when the answer is that nothing fits, its outputs written).
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(a) => train::run(a),

@@ -113,6 +113,10 @@ pub fn run(a: StudyArgs) -> Result<()> {
     let status = child.wait()?;
     if !status.success() {
         eprint!("{err}");
+        // The training run's "does not fit" is the study's answer too (crate::error::ExitCode).
+        if status.code() == Some(crate::error::ExitCode::DoesNotFit.code()) {
+            return Err(crate::error::DoesNotFit(format!("the training run does not fit ({status})")).into());
+        }
         anyhow::bail!("the training run failed ({status})");
     }
     let runtime_s = t0.elapsed().as_secs_f64();

@@ -48,6 +48,10 @@ pub fn run(a: SweepArgs) -> Result<()> {
     set.commit()?;
     println!("\nwrote {} in {}", written.join(", "), a.out_dir.display());
     let ooms = res.points.iter().filter(|r| r.oom.is_some()).count();
+    if ooms > 0 && ooms == res.points.len() {
+        // Exit 3 only when every point ran out of memory (crate::error::EXIT_CODES_HELP).
+        return Err(crate::error::DoesNotFit(format!("every one of the {ooms} points ran out of memory (marked OOM in the table, sweep.csv and sweep.json)")).into());
+    }
     if ooms > 0 {
         println!("{ooms} point(s) ran out of memory (marked OOM; left out of the fits; drawn as ✗ on the memory limit in the plots)");
     }

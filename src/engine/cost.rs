@@ -60,12 +60,14 @@ pub(crate) fn classify(op: &'static str, inputs: &[&Tensor], out_numel: usize, o
 pub(crate) struct Span {
     start_us: Option<f64>,
     t0: Option<std::time::Instant>,
+    /// The op's frame in the compute log (its memory is charged there while it runs).
+    depth: usize,
 }
 
 pub(crate) fn begin() -> Span {
-    let start_us = runtime::with(|rt| rt.compute.as_ref().map(|c| c.now_us()));
+    let (start_us, depth) = runtime::with(|rt| rt.compute.as_mut().map(|c| (Some(c.now_us()), c.open_op())).unwrap_or((None, 0)));
     let t0 = (start_us.is_some() || runtime::op_timing_enabled()).then(std::time::Instant::now);
-    Span { start_us, t0 }
+    Span { start_us, t0, depth }
 }
 
 /// Close a span: per-op timing, and when a compute log is on, the op's record. `cost` is
@@ -83,7 +85,8 @@ pub(crate) fn end(span: Span, device: Device, name: &'static str, cost: impl FnO
             if let Some(c) = rt.compute.as_mut() {
                 // The log's own clock, so the op's memory events fall inside [start, end].
                 let dur_us = if device == Device::Cpu { c.now_us() - start_us } else { 0.0 };
-                c.ops.push(OpRecord { name, kind, scope, phase, flops, bytes_read, bytes_written, elem_bytes, start_us, dur_us });
+                let (alloc_bytes, self_alloc_bytes) = c.close_op(span.depth);
+                c.ops.push(OpRecord { name, kind, scope, phase, flops, bytes_read, bytes_written, elem_bytes, start_us, dur_us, alloc_bytes, self_alloc_bytes });
             }
         });
     }
@@ -95,4 +98,40 @@ pub(crate) fn timed<T>(device: Device, name: &'static str, cost: impl FnOnce() -
     let out = (device == Device::Cpu).then(kernel);
     end(span, device, name, cost);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{runtime, DType, Device, Tensor};
+    use crate::record::compute::OpKind;
+
+    /// Memory is charged as torch's profiler charges it: an op's total includes the ops it
+    /// calls, its self memory only what it allocated and freed itself. A bf16 product on cpu
+    /// calls `matmul_widen` three times (f32 copies of both operands and the f32 result) and
+    /// frees those copies itself before it ends.
+    #[test]
+    fn an_ops_memory_includes_the_ops_it_calls_and_its_self_memory_leaves_them_out() {
+        runtime::reset();
+        let a = Tensor::full(&[64, 64], 1.0, DType::BF16, Device::Cpu);
+        let b = Tensor::full(&[64, 64], 1.0, DType::BF16, Device::Cpu);
+        runtime::start_compute_log(false);
+        let c = a.matmul(&b);
+        let log = runtime::take_compute_log().unwrap();
+        let (out, wide) = (64 * 64 * 2, 64 * 64 * 4);
+        let widen: Vec<_> = log.ops.iter().filter(|o| o.name == "matmul_widen").collect();
+        assert_eq!(widen.len(), 3, "{:?}", log.ops.iter().map(|o| o.name).collect::<Vec<_>>());
+        for w in &widen {
+            assert_eq!((w.alloc_bytes, w.self_alloc_bytes), (wide, wide), "a leaf op: self = total");
+        }
+        let mm = log.ops.iter().find(|o| o.kind == OpKind::Matmul).unwrap();
+        assert_eq!(mm.alloc_bytes, out, "with its children: only the output is left");
+        assert_eq!(mm.self_alloc_bytes, out - 3 * wide, "itself: the output, less the three copies it freed");
+        assert_eq!(log.outside_ops, (0, 0));
+        // What runs outside any op goes to the [memory] row.
+        runtime::start_compute_log(false);
+        drop(c);
+        let log = runtime::take_compute_log().unwrap();
+        assert_eq!(log.outside_ops, (1, -out));
+        assert!(log.ops.is_empty());
+    }
 }

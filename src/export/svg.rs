@@ -25,6 +25,9 @@ pub struct Oom {
     pub x: f64,
     pub y: f64,
     pub colour: usize,
+    /// Drawn beside the ✗ ("OOM in backward").
+    pub text: String,
+    /// The tooltip: the point and what failed.
     pub label: String,
 }
 
@@ -177,7 +180,7 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
         let (x, y, r) = (sx(o.x), sy(o.y), 6.0);
         let _ = writeln!(
             s,
-            r#"<g class="oom" data-x="{}"><title>{}</title><path d="M{:.1},{:.1}L{:.1},{:.1}M{:.1},{:.1}L{:.1},{:.1}" stroke="{colour}" stroke-width="3"/></g>"#,
+            r#"<g class="oom" data-x="{}"><title>{}</title><path d="M{:.1},{:.1}L{:.1},{:.1}M{:.1},{:.1}L{:.1},{:.1}" stroke="{colour}" stroke-width="3"/><text class="oom-label" x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="{colour}">{}</text></g>"#,
             o.x,
             esc(&o.label),
             x - r,
@@ -187,12 +190,23 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
             x - r,
             y + r,
             x + r,
-            y - r
+            y - r,
+            x,
+            y + r + 12.0,
+            esc(&o.text)
         );
     }
     if !extras.ooms.is_empty() {
         let ly = top + 10.0 + legend_row as f64 * 18.0;
-        let _ = writeln!(s, r#"<text x="{}" y="{:.1}" font-weight="bold">✗</text><text x="{}" y="{:.1}">out of memory (drawn at the limit)</text>"#, right + 25.0, ly + 4.0, right + 50.0, ly + 4.0);
+        // The distinct "OOM in <phase>" texts, in order of first appearance.
+        let mut kinds: Vec<&str> = Vec::new();
+        for o in &extras.ooms {
+            if !o.text.is_empty() && !kinds.contains(&o.text.as_str()) {
+                kinds.push(&o.text);
+            }
+        }
+        let what = if kinds.is_empty() { "out of memory".to_string() } else { format!("out of memory: {}", kinds.join(", ")) };
+        let _ = writeln!(s, r#"<text x="{}" y="{:.1}" font-weight="bold">✗</text><text class="oom-legend" x="{}" y="{:.1}">{} (drawn at the limit)</text>"#, right + 25.0, ly + 4.0, right + 50.0, ly + 4.0, esc(&what));
         legend_row += 1;
     }
     if !extras.limits.is_empty() {
@@ -241,7 +255,7 @@ mod tests {
         let pts: Vec<(f64, f64)> = [1.0, 2.0, 4.0, 8.0, 16.0].iter().map(|&b| (b, 10.0 + b)).collect();
         let extras = Extras {
             limits: vec![Limit { label: "H100-80GB 79.65 GiB".into(), y: 79.65 }],
-            ooms: vec![Oom { x: 32.0, y: 79.65, colour: 0, label: "OOM at 32".into() }],
+            ooms: vec![Oom { x: 32.0, y: 79.65, colour: 0, text: "OOM in backward".into(), label: "OOM at 32".into() }],
         };
         let svg = line_chart("t", "batch-size", "GiB", &[Series { label: "allocated".into(), points: pts, colour: 0, dashed: false }], &extras);
         let t = x_ticks(&svg);
@@ -252,6 +266,8 @@ mod tests {
         assert_eq!(svg.matches(r#"<g class="limit""#).count(), 1);
         assert!(svg.contains("H100-80GB 79.65 GiB"));
         assert_eq!(svg.matches(r#"<g class="oom" data-x="32""#).count(), 1);
+        assert_eq!(svg.matches(r##"fill="#1f77b4">OOM in backward</text>"##).count(), 1, "the ✗ is labelled with its phase: {svg}");
+        assert!(svg.contains(r#"class="oom-legend""#) && svg.contains("out of memory: OOM in backward (drawn at the limit)"), "{svg}");
         // The y axis reaches the limit line.
         let top_tick: f64 = svg.lines().filter_map(|l| Some(l[l.find("class=\"y-tick\"")?..].split('>').nth(1)?.split('<').next()?.parse::<f64>().ok()?)).fold(0.0, f64::max);
         assert!(top_tick >= 79.65, "{top_tick}");

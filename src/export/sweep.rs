@@ -97,6 +97,15 @@ pub fn fits_text(fits: &[AxisFit]) -> Vec<String> {
     l
 }
 
+/// "OOM in <phase>" for a point that ran out of memory ("OOM" when the phase is unknown).
+pub fn oom_cell(r: &PointResult) -> String {
+    match (&r.oom, &r.oom_phase) {
+        (Some(_), Some(p)) => format!("OOM in {p}"),
+        (Some(_), None) => "OOM".into(),
+        (None, _) => String::new(),
+    }
+}
+
 /// The Markdown table of the points (printed and written to sweep.md).
 pub fn table(axes: &[Axis], res: &[PointResult]) -> Vec<String> {
     let mut head: Vec<String> = axes.iter().map(|a| a.name().to_string()).collect();
@@ -108,7 +117,7 @@ pub fn table(axes: &[Axis], res: &[PointResult]) -> Vec<String> {
         row.push(format!("{:.3}", r.peak_reserved_gib));
         row.push(r.peak_phase.clone().unwrap_or_else(|| "-".into()));
         row.push(format!("{:.3}", gib(*r.at_peak_by_category.get("activation").unwrap_or(&0) as u64)));
-        row.push(if r.oom.is_some() { "OOM".into() } else { String::new() });
+        row.push(oom_cell(r));
         l.push(format!("| {} |", row.join(" | ")));
     }
     l
@@ -119,7 +128,7 @@ pub fn table(axes: &[Axis], res: &[PointResult]) -> Vec<String> {
 pub fn csv(axes: &[Axis], res: &[PointResult]) -> String {
     let q = |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() };
     let mut head: Vec<String> = axes.iter().map(|a| a.name().to_string()).collect();
-    head.extend(["model", "batch_size", "context_length", "profile_type", "peak_allocated_bytes", "peak_allocated_gib", "peak_reserved_bytes", "peak_reserved_gib", "peak_phase", "oom"].map(String::from));
+    head.extend(["model", "batch_size", "context_length", "profile_type", "peak_allocated_bytes", "peak_allocated_gib", "peak_reserved_bytes", "peak_reserved_gib", "peak_phase", "oom", "oom_phase"].map(String::from));
     head.extend(Category::ALL.iter().map(|c| format!("at_peak_{}_bytes", c.name())));
     head.push("at_peak_activation_requested_bytes".into());
     let mut s = head.join(",") + "\n";
@@ -136,6 +145,7 @@ pub fn csv(axes: &[Axis], res: &[PointResult]) -> String {
             format!("{:.6}", r.peak_reserved_gib),
             r.peak_phase.clone().unwrap_or_default(),
             q(r.oom.as_deref().unwrap_or("")),
+            r.oom_phase.clone().unwrap_or_default(),
         ]);
         row.extend(Category::ALL.iter().map(|c| r.at_peak_by_category.get(c.name()).copied().unwrap_or(0).to_string()));
         row.push(r.at_peak_requested_by_category.get("activation").copied().unwrap_or(0).to_string());
@@ -146,7 +156,8 @@ pub fn csv(axes: &[Axis], res: &[PointResult]) -> String {
 
 /// One chart per swept numeric axis: peak allocated (solid) and reserved (dashed) in GiB, a
 /// colour per combination of the other axes; each device memory limit as a line, and each
-/// point that ran out of memory as a ✗ on its limit (its partial peaks are not drawn).
+/// point that ran out of memory as a ✗ on its limit labelled "OOM in <phase>" (its partial
+/// peaks are not drawn; the legend names the phases).
 pub fn plots(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (k, ax) in axes.iter().enumerate() {
@@ -171,7 +182,8 @@ pub fn plots(axes: &[Axis], idx: &[Vec<usize>], res: &[PointResult]) -> Vec<(Str
             let x = |m: usize| ax.values[idx[m][k]].parse::<f64>().unwrap();
             for &m in members.iter().filter(|&&m| res[m].oom.is_some()) {
                 let y = res[m].memory_limit_bytes.map_or(res[m].peak_reserved_gib, |b| gib(b as u64));
-                extras.ooms.push(svg::Oom { x: x(m), y, colour: gi, label: format!("out of memory at {} {}{tag}", ax.name(), ax.values[idx[m][k]]) });
+                let what = oom_cell(&res[m]);
+                extras.ooms.push(svg::Oom { x: x(m), y, colour: gi, text: what.clone(), label: format!("{what} at {} {}{tag} (out of memory)", ax.name(), ax.values[idx[m][k]]) });
             }
             series.push(Series { label: format!("allocated{tag}"), points: ok.iter().map(|&m| (x(m), res[m].peak_allocated_gib)).collect(), colour: gi, dashed: false });
             series.push(Series { label: format!("reserved{tag}"), points: ok.iter().map(|&m| (x(m), res[m].peak_reserved_gib)).collect(), colour: gi, dashed: true });

@@ -56,6 +56,11 @@ pub struct SweepArgs {
     /// Sequence length(s) to profile, comma-separated
     #[arg(long, alias = "seq-len")]
     pub context_length: Option<String>,
+    /// A list of (batch size, context length) points instead of the --batch-size ×
+    /// --context-length grid, e.g. `4:512,16:128` (context 512 at batch 4 beside context 128
+    /// at batch 16); crossed with the other axes' lists
+    #[arg(long, value_name = "B:S[,B:S…]", conflicts_with_all = ["batch_size", "context_length"])]
+    pub points: Option<String>,
     /// forward, inference and/or training (default: training)
     #[arg(long)]
     pub profile_type: Option<String>,
@@ -214,8 +219,66 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
     ]
 }
 
+/// `--points B:S,B:S,…`: the (batch size, context length) pairs in the order given; an error
+/// names the flag and the token to blame.
+pub fn parse_points(s: &str) -> Result<Vec<(usize, usize)>> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for tok in s.split(',') {
+        let t = tok.trim();
+        if t.is_empty() {
+            return Err(usage("--points", format!("'{s}' has an empty point (expected BATCH:CONTEXT pairs separated by ',', e.g. 4:512,16:128)")));
+        }
+        let Some((b, c)) = t.split_once(':') else {
+            return Err(usage("--points", format!("'{t}' is not BATCH:CONTEXT (e.g. 4:512)")));
+        };
+        let num = |v: &str, what: &str| -> Result<usize> {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(usage("--points", format!("'{t}': the {what} '{}' is not a positive integer", v.trim()))),
+            }
+        };
+        let p = (num(b, "batch size")?, num(c, "context length")?);
+        if out.contains(&p) {
+            return Err(usage("--points", format!("'{t}' appears twice in '{s}'")));
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// With `--points`, the batch-size and context-length lists its pairs use (each value once,
+/// ascending), and the pairs; the grid of those two lists is filtered to the pairs.
+fn point_lists(a: &SweepArgs) -> Result<Option<(String, String, Vec<(usize, usize)>)>> {
+    let Some(s) = &a.points else { return Ok(None) };
+    let pairs = parse_points(s)?;
+    let list = |f: fn(&(usize, usize)) -> usize| {
+        let mut v: Vec<usize> = pairs.iter().map(f).collect();
+        v.sort_unstable();
+        v.dedup();
+        v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+    };
+    Ok(Some((list(|p| p.0), list(|p| p.1), pairs)))
+}
+
+/// Is the grid point `idx` one of `--points`' pairs (always true without `--points`)?
+fn listed(axes: &[Axis], idx: &[usize], pairs: Option<&[(usize, usize)]>) -> bool {
+    let Some(pairs) = pairs else { return true };
+    let value = |flag: &str| axes.iter().zip(idx).find(|(ax, _)| ax.flag == flag).and_then(|(ax, &i)| ax.values[i].parse::<usize>().ok());
+    match (value("--batch-size"), value("--context-length")) {
+        (Some(b), Some(c)) => pairs.contains(&(b, c)),
+        _ => true,
+    }
+}
+
 /// The parsed grid: axes in flag order; points in row-major order (last axis fastest).
 fn grid(a: &SweepArgs) -> Result<Vec<Axis>> {
+    // --points fills the batch-size and context-length axes with the values its pairs use.
+    let mut a = a.clone();
+    if let Some((b, c, _)) = point_lists(&a)? {
+        a.batch_size = Some(b);
+        a.context_length = Some(c);
+    }
+    let a = &a;
     let mut out = Vec::new();
     for (flag, given, sep) in axes(a) {
         let Some(s) = given else { continue };
@@ -261,8 +324,9 @@ fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::
 /// its trace (the caller writes its files under `<out-dir>/points/<point_dir>`).
 pub fn plan(a: &SweepArgs) -> Result<(Vec<Axis>, Vec<Point>)> {
     let axes = grid(a)?;
+    let pairs = point_lists(a)?.map(|(_, _, p)| p);
     let mut planned = Vec::new();
-    for idx in points(&axes) {
+    for idx in points(&axes).into_iter().filter(|idx| listed(&axes, idx, pairs.as_deref())) {
         let dir = if a.snapshots { a.out_dir.join("points").join(point_dir(&axes, &idx)) } else { a.out_dir.clone() };
         let args = point_args(&axes, &idx, a, &dir)?;
         let mut options = profile::options(&args).map_err(|e| match e.downcast_ref::<UsageError>() {

@@ -89,13 +89,16 @@ pub struct TrainArgs {
     #[arg(long)]
     pub profile_dir: Option<PathBuf>,
     /// The workshop's operator table (`prof.key_averages().table(sort_by=…)`): per operator,
-    /// calls, self cpu time, FLOPs and bytes over the --profile-steps steps after warm-up;
+    /// calls, self cpu time, FLOPs, bytes moved and memory allocated (CUDA Mem / Self CUDA Mem,
+    /// MiB) over the --profile-steps steps after warm-up;
     /// printed and written to <profile-dir>/operator_table.txt
     #[arg(long)]
     pub profile_operators: bool,
     /// Order of the operator table: self_cpu_time_total (default on cpu), cpu_time_total,
-    /// cpu_time (average), count or flops (default on meta); the CUDA keys
-    /// (cuda_time_total, …) fall back to self_cpu_time_total as the workshop's script does
+    /// cpu_time (average), count, flops (default on meta), self_cuda_memory_usage or
+    /// cuda_memory_usage (MiB allocated by the op itself / with the ops it called; the cpu_
+    /// spellings too); the CUDA time keys (cuda_time_total, …) fall back to
+    /// self_cpu_time_total as the workshop's script does
     #[arg(long, requires = "profile_operators")]
     pub sort_by: Option<String>,
     /// tiny_llama_v1.py's deterministic mode (seeded, deterministic algorithms). Every run here
@@ -140,6 +143,9 @@ fn operator_sort(s: Option<&str>, device: Device) -> Result<(SortKey, Option<Str
         Some("cpu_time") => untimed("cpu_time").map_or((SortKey::CpuTimeAvg, None), |n| (SortKey::Flops, Some(n))),
         Some("count") => (SortKey::Count, None),
         Some("flops") => (SortKey::Flops, None),
+        // Memory is the caching-allocator model's (the CUDA device's) on every device.
+        Some("self_cuda_memory_usage" | "self_cpu_memory_usage" | "self_device_memory_usage") => (SortKey::SelfMemory, None),
+        Some("cuda_memory_usage" | "cpu_memory_usage" | "device_memory_usage") => (SortKey::Memory, None),
         Some(k @ ("cuda_time" | "cuda_time_total" | "self_cuda_time_total" | "device_time_total" | "self_device_time_total")) => {
             let to = if timed { SortKey::CpuTimeTotal } else { SortKey::Flops };
             (to, Some(format!("--sort-by {k}: there is no CUDA device here, so no CUDA times; sorting by {}", to.name())))
@@ -147,7 +153,7 @@ fn operator_sort(s: Option<&str>, device: Device) -> Result<(SortKey, Option<Str
         Some(k) => {
             return Err(usage(
                 "--sort-by",
-                format!("'{k}' (expected self_cpu_time_total, cpu_time_total, cpu_time, count, flops, or a CUDA key that falls back to self_cpu_time_total)"),
+                format!("'{k}' (expected self_cpu_time_total, cpu_time_total, cpu_time, count, flops, self_cuda_memory_usage, cuda_memory_usage, or a CUDA time key that falls back to self_cpu_time_total)"),
             ))
         }
     })

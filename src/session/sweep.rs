@@ -70,6 +70,7 @@ fn result(axes: &[Axis], pt: &Point, run: &Run) -> PointResult {
         peak_allocated_gib: gib(st.allocated_bytes.peak as u64),
         peak_reserved_gib: gib(st.reserved_bytes.peak as u64),
         oom: run.oom.clone(),
+        oom_phase: run.oom.as_ref().and(run.oom_phase).map(|p| p.to_string()),
         memory_limit_bytes: limited.then(|| plan.fraction.map_or(plan.capacity, |f| (f * plan.capacity as f64) as usize)),
         memory_limit_label: limited.then(|| {
             let name = plan.device_label();

@@ -247,7 +247,7 @@ impl TrainOutcome {
     /// `--profile-operators`: the workshop's operator table over the recorded window.
     pub fn operator_table(&self, p: &TrainPlan, log: &ComputeLog, w: ComputeWindow) -> String {
         let sort = p.operators.as_ref().map_or(SortKey::CpuTimeTotal, |o| o.0);
-        let rows = operators::rows(&log.ops, sort);
+        let rows = operators::rows(&log.ops, log.outside_ops, sort);
         format!(
             "Operator-level summary (sort_by={}) over steps {}..{}, {} on {}\n{}",
             sort.name(),
