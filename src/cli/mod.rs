@@ -8,6 +8,7 @@ pub mod fit;
 pub mod json_out;
 pub mod outputs;
 pub mod profile;
+pub mod reference;
 pub mod run_all;
 pub mod study;
 pub mod sweep;

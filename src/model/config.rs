@@ -18,6 +18,16 @@ pub enum Flavour {
 }
 
 impl Flavour {
+    /// Every flavour, in `--flavour`'s order.
+    pub const ALL: [Flavour; 3] = [Flavour::Cs336, Flavour::Tinyllama, Flavour::Hf];
+    /// What the flavour reproduces, in a few words (`--flavour`'s help).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Flavour::Cs336 => "Stanford CS336's assignment model and AdamW",
+            Flavour::Tinyllama => "AMD's Tiny LLaMA workshop model (tiny_llama_v1.py)",
+            Flavour::Hf => "transformers' modeling code (llama, mistral, qwen2, qwen3) as the Trainer runs it",
+        }
+    }
     pub fn parse(s: &str) -> Option<Flavour> {
         match s.to_ascii_lowercase().as_str() {
             "cs336" => Some(Flavour::Cs336),
@@ -62,6 +72,15 @@ pub enum Attention {
 }
 
 impl Attention {
+    /// Every attention, in `--attention`'s order.
+    pub const ALL: [Attention; 2] = [Attention::Naive, Attention::Flash];
+    /// How it computes, in a few words (`--attention`'s help).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Attention::Naive => "scores, mask, softmax, weights·V",
+            Attention::Flash => "one fused primitive that never materialises the (B, h, S, S) scores",
+        }
+    }
     pub fn parse(s: &str) -> Option<Attention> {
         match s.to_ascii_lowercase().as_str() {
             "naive" => Some(Attention::Naive),

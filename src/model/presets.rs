@@ -113,7 +113,7 @@ fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f6
 }
 
 /// Other names of a preset: Mistral-7B is v0.3 (vocab 32768, no sliding window).
-const ALIASES: [(&str, &str); 1] = [("Mistral-7B-v0.3", "Mistral-7B")];
+pub const ALIASES: [(&str, &str); 1] = [("Mistral-7B-v0.3", "Mistral-7B")];
 
 /// Every preset, cs336 first.
 pub fn all() -> Vec<Preset> {

@@ -18,22 +18,22 @@ pub enum Which {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// What to measure
-    #[arg(value_enum, default_value = "all")]
+    #[arg(help_heading = super::heading::RUN, value_enum, default_value = "all")]
     pub which: Which,
     /// Worker threads for both sides
-    #[arg(long, default_value_t = 2)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 2)]
     pub threads: usize,
     /// Training steps per side (the first 3 are warm-up)
-    #[arg(long, default_value_t = 13)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 13)]
     pub steps: usize,
     /// Skip PyTorch even if it is installed
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub no_torch: bool,
     /// The PyTorch reference script (default: found in shared/bench/ above the current directory)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub torch_script: Option<PathBuf>,
     /// Python interpreter that runs the PyTorch side
-    #[arg(long, default_value = "python3")]
+    #[arg(help_heading = super::heading::RUN, long, default_value = "python3")]
     pub python: String,
 }
 

@@ -4,37 +4,36 @@ use crate::analyse::budget::Budget;
 use clap::Args;
 
 #[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "Snapshot budgets (a hostile or huge snapshot stops with an error naming the flag to raise)")]
 pub struct BudgetArgs {
     /// Largest snapshot file to read, in bytes (128 MiB)
-    #[arg(long, value_name = "BYTES", default_value_t = Budget::default().input_bytes)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "BYTES", default_value_t = Budget::default().input_bytes)]
     pub max_input_bytes: u64,
     /// Most values the pickle may store: container elements (a dict entry counts 2) plus strings and bytes objects, a count
-    #[arg(long, value_name = "N", default_value_t = Budget::default().items)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().items)]
     pub max_items: usize,
     /// Most lists, tuples, dicts, sets and bytes objects in the pickle, a count
-    #[arg(long, value_name = "N", default_value_t = Budget::default().containers)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().containers)]
     pub max_containers: usize,
     /// Most memo entries of the pickle, a count
-    #[arg(long, value_name = "N", default_value_t = Budget::default().memo)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().memo)]
     pub max_memo: usize,
     /// Deepest unpickler stack, in values
-    #[arg(long, value_name = "N", default_value_t = Budget::default().stack)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().stack)]
     pub max_stack: usize,
     /// Deepest nesting of containers (and of open MARKs), in levels
-    #[arg(long, value_name = "N", default_value_t = Budget::default().depth)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().depth)]
     pub max_depth: usize,
     /// Most payload bytes of bytes objects in the pickle, in bytes (32 MiB)
-    #[arg(long, value_name = "BYTES", default_value_t = Budget::default().bytes_objects)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "BYTES", default_value_t = Budget::default().bytes_objects)]
     pub max_bytes_objects: usize,
     /// Most distinct frames plus entries of distinct frame lists, a count
-    #[arg(long, value_name = "N", default_value_t = Budget::default().frames)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().frames)]
     pub max_frames: usize,
     /// Most trace entries of the device plus blocks of its segments, a count
-    #[arg(long, value_name = "N", default_value_t = Budget::default().trace_entries)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "N", default_value_t = Budget::default().trace_entries)]
     pub max_trace_entries: usize,
     /// Largest HTML page or JSON report to write, in bytes (128 MiB)
-    #[arg(long, value_name = "BYTES", default_value_t = Budget::default().output_bytes)]
+    #[arg(help_heading = super::heading::BUDGETS, long, value_name = "BYTES", default_value_t = Budget::default().output_bytes)]
     pub max_output_bytes: u64,
 }
 

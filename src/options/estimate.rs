@@ -17,17 +17,19 @@ pub struct EstimateArgs {
     #[command(flatten)]
     pub optim: super::optim::OptimFlags,
     /// Batch size B (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub batch_size: Option<usize>,
     /// Sequence length (default: the preset's)
-    #[arg(long, alias = "seq-len")]
+    #[arg(help_heading = super::heading::RUN, long, alias = "seq-len")]
     pub context_length: Option<usize>,
     /// Print the closed form only (no simulated meta run beside it)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub no_simulate: bool,
-    /// Write the derivation and the simulated numbers as JSON to FILE (beside the text); with
-    /// no FILE or `-`, print the JSON to stdout instead of the text (as `fit --json`)
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    /// Write the derivation and the simulated numbers as JSON to FILE
+    ///
+    /// Beside the text; with no FILE or `-`, print the JSON to stdout instead of the text (as
+    /// `fit --json`).
+    #[arg(help_heading = super::heading::OUTPUT, long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
 }
 

@@ -27,45 +27,49 @@ pub struct FitArgs {
     #[command(flatten)]
     pub parallel: super::parallel::ParallelFlags,
     /// What to search for
-    #[arg(long, value_enum, default_value = "batch")]
+    #[arg(help_heading = super::heading::RUN, long, value_enum, default_value = "batch")]
     pub find: Find,
-    /// forward (`model(x)` with autograd, no loss), forward-loss (plus the loss, no backward),
-    /// inference (no_grad) or training (one full step after warm-up)
-    #[arg(long, value_enum, default_value = "training")]
+    /// What the step runs
+    ///
+    /// forward: `model(x)` with autograd, no loss; forward-loss: plus the loss, no backward;
+    /// inference: no_grad; training: one full step after warm-up.
+    #[arg(help_heading = super::heading::RUN, long, value_enum, default_value = "training")]
     pub profile_type: ProfileType,
     /// Batch size held fixed when finding the context (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub batch_size: Option<usize>,
     /// Context length held fixed when finding the batch size (default: the preset's)
-    #[arg(long, alias = "seq-len")]
+    #[arg(help_heading = super::heading::RUN, long, alias = "seq-len")]
     pub context_length: Option<usize>,
     /// GPU whose memory bounds the allocator (as for `profile`)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long)]
     pub gpu: Option<String>,
     /// Device memory instead of a --gpu preset (e.g. 24GiB)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub memory_limit: Option<String>,
     /// torch.cuda.set_per_process_memory_fraction share of the device
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub memory_fraction: Option<f64>,
     /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub allocator_conf: Option<String>,
     /// Steps before the measured one (training: optimizer state exists after one)
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 1)]
     pub warmup_steps: usize,
-    /// Largest value tried (default: for --find context, the model's maximum sequence length
-    /// when --max-seq-len or a config.json fixes one; else 1048576)
-    #[arg(long)]
+    /// Largest value tried
+    ///
+    /// Default: for --find context, the model's maximum sequence length when --max-seq-len or
+    /// a config.json fixes one; else 1048576.
+    #[arg(help_heading = super::heading::RUN, long)]
     pub max: Option<usize>,
-    /// Write the answer as JSON to FILE; with no FILE or `-`, print it to stdout instead of
-    /// the text (as `estimate --json`)
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    /// Write the answer as JSON to FILE (no FILE or `-`: to stdout instead of the text)
+    #[arg(help_heading = super::heading::OUTPUT, long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
-    /// Device memory kept free for what the allocator model does not hold: the CUDA context
-    /// and the cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on
+    /// Device memory kept free for what the allocator model does not hold
+    ///
+    /// The CUDA context and the cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on
     /// H100/H200, 8.125 MiB elsewhere; two handles for training; see the README). 0 for none
-    #[arg(long, value_name = "SIZE")]
+    #[arg(help_heading = super::heading::RUN, long, value_name = "SIZE")]
     pub reserve: Option<String>,
 }
 

@@ -11,70 +11,83 @@ use crate::session::hf::sdpa_on_cuda;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct HfFlags {
-    /// hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
-    /// flash_attention_2
-    #[arg(long, value_name = "IMPL")]
+    /// hf flavour: transformers' attn_implementation (default sdpa, as transformers')
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::attn_implementations(), long, value_name = "IMPL")]
     pub attn_implementation: Option<String>,
-    /// hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what
-    /// PyTorch picks for the dtype and mask; printed with the run), flash, efficient or math
-    #[arg(long, value_name = "BACKEND")]
+    /// hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA
+    ///
+    /// auto (the default) is what PyTorch picks for the dtype and mask; it is printed with the
+    /// run.
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::sdpa_backends(), long, value_name = "BACKEND")]
     pub sdpa_backend: Option<String>,
-    /// hf flavour: use_cache true|false. Default: the config's (true for every shipped
-    /// preset: a forward fills a DynamicCache with each layer's keys and values)
-    #[arg(long, value_name = "BOOL")]
+    /// hf flavour: use_cache true|false (default: the config's)
+    ///
+    /// true for every shipped preset: a forward fills a DynamicCache with each layer's keys
+    /// and values.
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "BOOL")]
     pub use_cache: Option<String>,
-    /// hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+    /// hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
+    ///
     /// transformers' loss needs every position, so N < the context is for inference
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "N")]
     pub logits_to_keep: Option<usize>,
-    /// hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False,
-    /// the same as --checkpoint blocks) or reentrant
-    #[arg(long, value_name = "MODE")]
+    /// hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant
+    ///
+    /// non-reentrant is use_reentrant=False, the same as --checkpoint blocks.
+    #[arg(help_heading = super::heading::MEMORY, long, value_name = "MODE")]
     pub gradient_checkpointing: Option<String>,
-    /// hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
-    /// unpadded tokenizer batch)
-    #[arg(long, value_name = "MASK")]
+    /// hf flavour: the attention_mask passed with the batch: none (the default) or ones
+    ///
+    /// ones is what an unpadded tokenizer batch carries.
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "MASK")]
     pub attention_mask: Option<String>,
-    /// hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model:
-    /// base weights frozen, fp32 adapters lora_A/lora_B trained)
-    #[arg(long, value_name = "R")]
+    /// hf flavour, peft LoraConfig's r: turns LoRA on
+    ///
+    /// get_peft_model over the loaded model: base weights frozen, fp32 adapters lora_A/lora_B
+    /// trained.
+    #[arg(help_heading = super::heading::LORA, long, value_name = "R")]
     pub lora_r: Option<usize>,
     /// LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r)
-    #[arg(long, value_name = "ALPHA", requires = "lora_r")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "ALPHA", requires = "lora_r")]
     pub lora_alpha: Option<f64>,
     /// LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0)
-    #[arg(long, value_name = "P", requires = "lora_r")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "P", requires = "lora_r")]
     pub lora_dropout: Option<f64>,
-    /// LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj,
-    /// o_proj, gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj)
-    #[arg(long, value_name = "MODULES", requires = "lora_r")]
+    /// LoraConfig's target_modules: all-linear, or a comma list of modules
+    ///
+    /// peft's default for these models is q_proj,v_proj.
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
-    /// LoraConfig's bias: none (peft's default), all (every bias of the model trains) or
-    /// lora_only (the adapted projections' biases train)
-    #[arg(long, value_name = "BIAS", requires = "lora_r")]
+    /// LoraConfig's bias: none (peft's default), all or lora_only
+    ///
+    /// all: every bias of the model trains; lora_only: the adapted projections' biases train.
+    #[arg(help_heading = super::heading::LORA, long, value_name = "BIAS", requires = "lora_r")]
     pub lora_bias: Option<String>,
-    /// hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits
-    /// by bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r
-    #[arg(long)]
+    /// hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r)
+    ///
+    /// Every decoder linear is stored in 4 bits by bitsandbytes (lm_head, embedding and norms
+    /// unquantized).
+    #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
     /// BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4
-    #[arg(long, value_name = "TYPE", requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "TYPE", requires = "load_in_4bit")]
     pub bnb_4bit_quant_type: Option<String>,
-    /// BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per
-    /// 256 blocks
-    #[arg(long, requires = "load_in_4bit")]
+    /// BitsAndBytesConfig's bnb_4bit_use_double_quant
+    ///
+    /// 8-bit block scales, one fp32 scale per 256 blocks.
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_use_double_quant: bool,
-    /// BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default),
-    /// bfloat16 or float16
-    #[arg(long, value_name = "DTYPE", requires = "load_in_4bit")]
+    /// BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16
+    #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
     pub bnb_4bit_compute_dtype: Option<String>,
     /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
-    #[arg(long, value_name = "DTYPE", requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
     pub bnb_4bit_quant_storage: Option<String>,
-    /// peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
-    /// recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-    /// reentrant default) or false
-    #[arg(long, value_name = "BOOL", requires = "load_in_4bit")]
+    /// peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false
+    ///
+    /// QLoRA recipes call it: unquantized parameters cast to fp32, gradient checkpointing with
+    /// its reentrant default.
+    #[arg(help_heading = super::heading::LORA, long, value_name = "BOOL", requires = "load_in_4bit")]
     pub prepare_model_for_kbit_training: Option<String>,
 }
 

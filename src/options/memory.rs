@@ -6,19 +6,22 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct MemoryFlags {
-    /// Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks
-    /// (every decoder block) or every-N (blocks 0, N, 2N, …)
-    #[arg(long)]
+    /// Activation checkpointing: none, blocks or every-N
+    ///
+    /// torch.utils.checkpoint with use_reentrant=False, on every decoder block (blocks) or on
+    /// blocks 0, N, 2N, … (every-N).
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub checkpoint: Option<String>,
-    /// Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
-    /// --fused-gate-up; its flash attention is --attention flash)
-    #[arg(long)]
+    /// Projection fusions of the workshop's version 2: none or all
+    ///
+    /// all is --fused-qkv and --fused-gate-up; its flash attention is --attention flash.
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub fusion: Option<String>,
     /// One QKV projection whose output is split into Q, K, V views
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub fused_qkv: bool,
     /// One gate/up projection whose output is chunked into two views
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub fused_gate_up: bool,
 }
 

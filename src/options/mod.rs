@@ -22,6 +22,23 @@ pub mod snapshot;
 pub mod study;
 pub mod sweep;
 pub mod train;
+pub mod values;
+
+/// The headings options are grouped under in `--help` and in docs/reference/: every flag of
+/// every subcommand names one (tests/cli_reference.rs checks it).
+pub mod heading {
+    pub const MODEL: &str = "Model";
+    pub const LORA: &str = "LoRA / QLoRA";
+    pub const RUN: &str = "Run";
+    pub const PRECISION: &str = "Precision";
+    pub const MEMORY: &str = "Memory options";
+    pub const PARALLEL: &str = "Parallel";
+    pub const OUTPUT: &str = "Output";
+    /// The snapshot files `analyze` and `view` read.
+    pub const INPUT: &str = "Input";
+    /// `--max-*` budgets of the commands that read snapshots.
+    pub const BUDGETS: &str = "Snapshot budgets (a hostile or huge snapshot stops with an error naming the flag to raise)";
+}
 
 pub use crate::error::{usage, UsageError};
 

@@ -5,55 +5,57 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelFlags {
-    /// Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-    /// tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
-    /// Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes
-    /// the command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
-    /// workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly
-    #[arg(long, visible_alias = "model", alias = "model-size")]
+    /// Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any)
+    ///
+    /// small, medium and large exist in both cs336 and tinyllama: a bare name takes the
+    /// command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
+    /// workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. Names are
+    /// case-insensitive.
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model", alias = "model-size")]
     pub preset: Option<String>,
-    /// A Hugging Face config.json, or a model folder holding one (only config.json is read),
-    /// instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers
+    /// A Hugging Face config.json (or a model folder holding one) instead of a preset
+    ///
+    /// Only config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers
     /// 5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
     /// torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
     /// overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama
     /// shape onto those flavours
-    #[arg(long, value_name = "PATH")]
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
-    /// Reference implementation to reproduce: cs336, tinyllama or hf (transformers)
-    #[arg(long)]
+    /// Reference implementation to reproduce
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::flavours(), long)]
     pub flavour: Option<String>,
     /// Hidden size d_model
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub hidden_dim: Option<usize>,
     /// Transformer layers (also the workshop guide's --n-layers)
-    #[arg(long, alias = "n-layers")]
+    #[arg(help_heading = super::heading::MODEL, long, alias = "n-layers")]
     pub num_layers: Option<usize>,
     /// Attention heads (also --n-heads)
-    #[arg(long, alias = "n-heads")]
+    #[arg(help_heading = super::heading::MODEL, long, alias = "n-heads")]
     pub num_heads: Option<usize>,
     /// Key/value heads (grouped-query attention when fewer than --num-heads; also --n-kv-heads)
-    #[arg(long, alias = "n-kv-heads")]
+    #[arg(help_heading = super::heading::MODEL, long, alias = "n-kv-heads")]
     pub num_kv_heads: Option<usize>,
     /// Feed-forward size d_ff
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub intermediate_dim: Option<usize>,
     /// Vocabulary size (rows of the embedding and the LM head)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub vocab_size: Option<usize>,
-    /// Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
-    /// raised to the run's sequence length as both seed scripts do
-    #[arg(long)]
+    /// Longest sequence the model accepts (sizes cs336's RoPE buffer)
+    ///
+    /// Default: the preset's, raised to the run's sequence length as both seed scripts do.
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub max_seq_len: Option<usize>,
     /// RoPE base frequency theta
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub rope_theta: Option<f64>,
     /// RMSNorm epsilon
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub norm_eps: Option<f64>,
-    /// Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive
-    /// that never materialises the (B, h, S, S) scores)
-    #[arg(long)]
+    /// Attention computation (cs336 and tinyllama flavours)
+    #[arg(help_heading = super::heading::MEMORY, value_parser = super::values::attentions(), long)]
     pub attention: Option<String>,
     #[command(flatten)]
     pub hf: super::hf::HfFlags,

@@ -8,17 +8,19 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct OptimFlags {
-    /// adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
-    /// (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the
-    /// course AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
-    /// paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
-    /// tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default)
-    #[arg(long)]
+    /// Optimizer implementation, in the Trainer's `optim` names (default: the flavour's)
+    ///
+    /// The flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
+    /// adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and
+    /// adamw_8bit is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta.
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::optimizers(), long)]
     pub optimizer: Option<String>,
-    /// torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
-    /// flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
-    /// flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    /// clip_grad_norm_(params, X) before each optimizer step; 0 = off
+    ///
+    /// torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
+    /// max_norm inf, to log it. Default: the flavour's: 1.0 for hf (the Trainer's
+    /// max_grad_norm), off for cs336 and tinyllama.
+    #[arg(help_heading = super::heading::RUN, long, value_name = "X", allow_negative_numbers = true)]
     pub max_grad_norm: Option<f64>,
 }
 

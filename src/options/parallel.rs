@@ -7,51 +7,53 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ParallelFlags {
-    /// Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
-    /// ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
-    /// optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2
-    /// fully_shard per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within
-    /// --gpus-per-node, replicated across nodes). Needs --world-size
-    #[arg(long, value_name = "LAYOUT")]
+    /// Simulate one rank of a parallel job with this layout (needs --world-size)
+    #[arg(help_heading = super::heading::PARALLEL, value_parser = super::values::layouts(), long, value_name = "LAYOUT")]
     pub parallel: Option<String>,
     /// Ranks in the job (with --parallel)
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "N")]
     pub world_size: Option<usize>,
     /// Profile only this rank (default: rank 0 and every rank whose shard sizes differ)
-    #[arg(long, value_name = "R")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "R")]
     pub rank: Option<usize>,
     /// hsdp: ranks per node, the shard group (default 8)
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "N")]
     pub gpus_per_node: Option<usize>,
     /// fsdp/hsdp: keep each block's unsharded parameters from forward to backward
-    /// (fully_shard(reshard_after_forward=False), ZeRO-2-like)
-    #[arg(long)]
+    ///
+    /// fully_shard(reshard_after_forward=False), ZeRO-2-like.
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub no_reshard_after_forward: bool,
     /// fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32
-    #[arg(long, value_name = "DTYPE")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "DTYPE")]
     pub fsdp_param_dtype: Option<String>,
     /// fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32
-    #[arg(long, value_name = "DTYPE")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "DTYPE")]
     pub fsdp_reduce_dtype: Option<String>,
-    /// zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root;
-    /// default), every-N (on each group of N consecutive blocks), or root (fully_shard(model)
-    /// alone: every parameter gathered at once)
-    #[arg(long, value_name = "UNIT")]
+    /// zero2/fsdp/hsdp units: block (the default), every-N or root
+    ///
+    /// block: fully_shard on each decoder block, then the root; every-N: on each group of N
+    /// consecutive blocks; root: fully_shard(model) alone, every parameter gathered at once.
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "UNIT")]
     pub fsdp_unit: Option<String>,
-    /// params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step
-    /// on the host; host memory is reported separately)
-    #[arg(long, value_name = "WHAT")]
+    /// params: FSDP2's CPUOffloadPolicy
+    ///
+    /// Sharded parameters, gradients and the optimizer step on the host; host memory is
+    /// reported separately.
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "WHAT")]
     pub offload: Option<String>,
-    /// Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
-    /// ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered).
+    /// Tensor-parallel ranks (hf flavour)
+    ///
+    /// torch's Megatron-style plan (q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered).
     /// With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first
     /// dimension (2-D); --parallel tp: N = --world-size
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "N")]
     pub tp: Option<usize>,
-    /// With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on
-    /// S / N positions, hidden states all-gathered before attention, the MLP and the head;
-    /// the batch passes position_ids)
-    #[arg(long)]
+    /// With --parallel tp: torch's SequenceParallel plan too
+    ///
+    /// Norms and the residual stream on S / N positions, hidden states all-gathered before
+    /// attention, the MLP and the head; the batch passes position_ids.
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub sequence_parallel: bool,
 }
 

@@ -7,25 +7,28 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct PrecisionFlags {
-    /// fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with
-    /// a dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or
-    /// pure-bf16 (= --pure-bf16)
-    #[arg(long)]
+    /// Training precision (default fp32)
+    ///
+    /// bf16: autocast to bf16 around forward and loss; fp16: autocast to fp16 with a dynamic
+    /// loss scaler — parameters, gradients and optimizer state stay fp32 — or pure-bf16
+    /// (= --pure-bf16).
+    #[arg(help_heading = super::heading::PRECISION, value_parser = super::values::precisions(), long)]
     pub precision: Option<String>,
     /// CS336 spelling of autocast: with --dtype bf16 (default) or fp16
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PRECISION, long)]
     pub use_mixed_precision: bool,
-    /// hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the
-    /// config's torch_dtype, bfloat16 for every hf preset; float32 when it names none),
+    /// hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type
+    ///
+    /// auto (the default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset; float32 when it names none),
     /// float32, bfloat16 or float16. With --use-mixed-precision: CS336's autocast type, bf16
     /// or fp16
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PRECISION, long)]
     pub dtype: Option<String>,
     /// The workshop's spelling: fp16 autocast with a GradScaler
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PRECISION, long)]
     pub use_amp: bool,
     /// Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PRECISION, long)]
     pub pure_bf16: bool,
 }
 

@@ -27,71 +27,83 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub parallel: super::parallel::ParallelFlags,
     /// Sequence length(s), comma separated (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub context_length: Option<String>,
     /// Batch size B (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub batch_size: Option<usize>,
     /// Steps run before recording (optimizer state exists after one training step)
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 1)]
     pub warmup_steps: usize,
     /// Steps recorded into the snapshot
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 1)]
     pub measure_steps: usize,
-    /// Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring
-    /// buffer that drops the oldest entries when full (default: CS336's profile_memory.py value)
-    #[arg(long, default_value_t = DEFAULT_MAX_ENTRIES)]
+    /// Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`
+    ///
+    /// A ring buffer that drops the oldest entries when full (default: CS336's
+    /// profile_memory.py value).
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value_t = DEFAULT_MAX_ENTRIES)]
     pub max_entries: usize,
-    /// forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
-    /// backward), inference (no_grad) or training; a comma list runs each (the peak table gets
-    /// a column per type)
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "training")]
+    /// What one step runs; a comma list runs each (a column per type in the peak table)
+    ///
+    /// forward: `model(x)` with autograd, no loss; forward-loss: the same plus the loss, no
+    /// backward; inference: no_grad; training: the full step.
+    #[arg(help_heading = super::heading::RUN, long, value_enum, value_delimiter = ',', default_value = "training")]
     pub profile_type: Vec<ProfileType>,
     /// cpu (real numerics) or meta (shapes only; any model size)
-    #[arg(long, default_value = "cpu")]
+    #[arg(help_heading = super::heading::RUN, long, default_value = "cpu")]
     pub device: String,
-    /// GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
-    /// MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB
-    #[arg(long)]
+    /// GPU whose memory bounds the allocator (names are case-insensitive; a unique prefix
+    /// such as h100 will do)
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long)]
     pub gpu: Option<String>,
     /// Device memory instead of a --gpu preset (e.g. 24GiB, 80GB)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub memory_limit: Option<String>,
-    /// torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share
-    /// of the device (needs --gpu or --memory-limit; arms garbage_collection_threshold)
-    #[arg(long)]
+    /// torch.cuda.set_per_process_memory_fraction: the share of the device reserved memory
+    /// may use
+    ///
+    /// Needs --gpu or --memory-limit; arms garbage_collection_threshold.
+    #[arg(help_heading = super::heading::RUN, long)]
     pub memory_fraction: Option<f64>,
     /// PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub allocator_conf: Option<String>,
-    /// Snapshot path (one context length only; default: <out-dir>/<model>_ctx<S>_<type>_snapshot.pickle)
-    #[arg(long)]
+    /// Snapshot path (one context length and profile type only)
+    ///
+    /// Default: `<out-dir>/<model>_ctx<S>_<type>_snapshot.pickle`.
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub output: Option<PathBuf>,
     /// Folder the outputs are written to (created if missing)
-    #[arg(long, default_value = "vramscope-out/profile")]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value = "vramscope-out/profile")]
     pub out_dir: PathBuf,
     /// CPU threads for the cpu device (default: all cores)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub threads: Option<usize>,
     /// Random seed for the weights and the synthetic data
-    #[arg(long, default_value_t = 42)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 42)]
     pub seed: u64,
-    /// Training: split each batch into N micro-batches whose gradients accumulate before one
-    /// optimizer step (`loss / N; loss.backward()` per micro-batch)
-    #[arg(long, default_value_t = 1)]
+    /// Training: N micro-batches per batch, gradients accumulated before one optimizer step
+    ///
+    /// `loss / N; loss.backward()` per micro-batch.
+    #[arg(help_heading = super::heading::MEMORY, long, default_value_t = 1)]
     pub grad_accum_steps: usize,
-    /// Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured
-    /// steps (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu
-    #[arg(long, alias = "enable-deepspeed-flops")]
+    /// Count FLOPs, bytes moved and arithmetic intensity per op and module
+    ///
+    /// Over the measured steps (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline
+    /// prediction with --gpu.
+    #[arg(help_heading = super::heading::OUTPUT, long, alias = "enable-deepspeed-flops")]
     pub flops: bool,
     /// Module depth of the printed FLOP tree
-    #[arg(long, default_value_t = 3, requires = "flops")]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value_t = 3, requires = "flops")]
     pub flops_depth: usize,
-    /// Run the baseline (fp32, naive attention, no checkpointing, unfused, no accumulation)
+    /// Compare the memory options given (or all) against the baseline in one table
+    ///
+    /// Runs the baseline (fp32, naive attention, no checkpointing, unfused, no accumulation)
     /// and each memory option given (--precision, --attention flash, --checkpoint, --fusion,
     /// --grad-accum-steps) alone and together — or, with none given, all of them — and print
     /// one table relative to the baseline
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub compare: bool,
 }
 

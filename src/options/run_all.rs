@@ -12,37 +12,37 @@ use std::path::{Path, PathBuf};
 #[derive(Args, Debug, Clone)]
 pub struct RunAllArgs {
     /// Model preset (as `profile --model`: a bare small/medium/large is CS336's)
-    #[arg(long, visible_alias = "model-size", default_value = "2.7B")]
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model-size", default_value = "2.7B")]
     pub model: String,
-    /// Reference implementation: cs336 or tinyllama (picks the family of a bare preset name)
-    #[arg(long)]
+    /// Reference implementation (picks the family of a bare preset name)
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::flavours(), long)]
     pub flavour: Option<String>,
     /// Batch size B of every run
-    #[arg(long, default_value_t = 4)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 4)]
     pub batch_size: usize,
     /// Context lengths of parts (a) and (b); part (c) uses the longest
-    #[arg(long, default_value = "128,256,512")]
+    #[arg(help_heading = super::heading::RUN, long, default_value = "128,256,512")]
     pub context_length: String,
     /// The mixed-precision type of part (c): bf16 or fp16
-    #[arg(long, default_value = "bf16")]
+    #[arg(help_heading = super::heading::PRECISION, long, default_value = "bf16")]
     pub dtype: String,
     /// meta (shapes only; default, any model size) or cpu (real numerics)
-    #[arg(long, default_value = "meta")]
+    #[arg(help_heading = super::heading::RUN, long, default_value = "meta")]
     pub device: String,
     /// GPU whose memory bounds the allocator (an OOM is reported in the tables)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long)]
     pub gpu: Option<String>,
     /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 1)]
     pub warmup_steps: usize,
     /// Recorded steps after the warm-up
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 1)]
     pub measure_steps: usize,
     /// Folder the outputs are written to (created if missing)
-    #[arg(long, default_value = "results/memory_profiling")]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value = "results/memory_profiling")]
     pub out_dir: PathBuf,
     /// CPU threads for the cpu device (default: all cores)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub threads: Option<usize>,
     #[command(flatten)]
     pub optim: super::optim::OptimFlags,

@@ -9,18 +9,19 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct AnalyzeArgs {
     /// A snapshot pickle (torch.cuda.memory._dump_snapshot or vramscope profile)
+    #[arg(help_heading = super::heading::INPUT)]
     pub file: PathBuf,
     /// Device whose trace to analyse (default: the one with the most events)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::INPUT, long)]
     pub device: Option<usize>,
     /// Keep the largest PERCENT of allocations, like memory_viz's Detail slider
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value_t = 100.0)]
     pub detail: f64,
     /// How many of the largest allocations and live groups to list
-    #[arg(long, default_value_t = 10)]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value_t = 10)]
     pub top: usize,
     /// Print the report as JSON
-    #[arg(long)]
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub json: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
@@ -29,21 +30,22 @@ pub struct AnalyzeArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ViewArgs {
     /// A snapshot pickle (torch.cuda.memory._dump_snapshot or vramscope profile)
+    #[arg(help_heading = super::heading::INPUT)]
     pub file: PathBuf,
     /// A second snapshot, shown beside the first on the same scale
+    #[arg(help_heading = super::heading::INPUT)]
     pub file2: Option<PathBuf>,
     /// The HTML file to write (default: beside FILE, `_snapshot.pickle` → `_report.html`)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub output: Option<PathBuf>,
     /// Device whose trace to show (default: the one with the most events)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::INPUT, long)]
     pub device: Option<usize>,
-    /// Draw this GPU's capacity: H100-80GB, H200-141GB, A100-40GB, A100-80GB, MI250X-64GB,
-    /// MI300X-192GB, RTX4090-24GB
-    #[arg(long, conflicts_with = "memory_limit")]
+    /// Draw this GPU's capacity
+    #[arg(help_heading = super::heading::OUTPUT, value_parser = super::values::gpus(), long, conflicts_with = "memory_limit")]
     pub gpu: Option<String>,
     /// Draw this device capacity instead of a --gpu preset (e.g. 24GiB, 80GB)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub memory_limit: Option<String>,
     #[command(flatten)]
     pub budget: BudgetArgs,

@@ -15,46 +15,46 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone, Default)]
 pub struct SweepArgs {
     /// Model preset(s) (as `profile --model`), comma separated
-    #[arg(long, visible_alias = "model", alias = "model-size")]
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model", alias = "model-size")]
     pub preset: Option<String>,
     /// Hugging Face config.json file(s), comma separated
-    #[arg(long, value_name = "FILE[,FILE…]")]
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "FILE[,FILE…]")]
     pub config: Option<String>,
-    /// Reference implementation to reproduce: cs336 or tinyllama
-    #[arg(long)]
+    /// Reference implementation(s) to reproduce
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::flavours(), long)]
     pub flavour: Option<String>,
     /// Hidden size d_model (a comma list sweeps it)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub hidden_dim: Option<String>,
     /// Number of decoder blocks (layers)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub num_layers: Option<String>,
     /// Attention heads (must divide --hidden-dim)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub num_heads: Option<String>,
     /// Key/value heads (grouped-query attention when fewer than --num-heads)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub num_kv_heads: Option<String>,
     /// Feed-forward size d_ff
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub intermediate_dim: Option<String>,
     /// Vocabulary size (rows of the embedding and the LM head)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub vocab_size: Option<String>,
     /// Longest sequence the model accepts (sizes RoPE tables)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub max_seq_len: Option<String>,
     /// RoPE base frequency theta
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MODEL, long)]
     pub rope_theta: Option<String>,
-    /// naive and/or flash
-    #[arg(long)]
+    /// Attention computation(s)
+    #[arg(help_heading = super::heading::MEMORY, value_parser = super::values::attentions(), long)]
     pub attention: Option<String>,
     /// Batch size(s), comma-separated: one profile per value
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub batch_size: Option<String>,
     /// Sequence length(s) to profile, comma-separated
-    #[arg(long, alias = "seq-len")]
+    #[arg(help_heading = super::heading::RUN, long, alias = "seq-len")]
     pub context_length: Option<String>,
     /// A list of (batch size, context length) points instead of the --batch-size ×
     /// --context-length grid, e.g. `4:512,16:128` (context 512 at batch 4 beside context 128
@@ -62,110 +62,114 @@ pub struct SweepArgs {
     #[arg(long, value_name = "B:S[,B:S…]", conflicts_with_all = ["batch_size", "context_length"])]
     pub points: Option<String>,
     /// forward, inference and/or training (default: training)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub profile_type: Option<String>,
     /// Micro-batches per optimizer step (gradient accumulation)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub grad_accum_steps: Option<String>,
-    /// fp32, bf16, fp16 and/or pure-bf16
-    #[arg(long)]
+    /// Precision(s) (as `profile --precision`)
+    #[arg(help_heading = super::heading::PRECISION, value_parser = super::values::precisions(), long)]
     pub precision: Option<String>,
     /// none, blocks and/or every-N
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub checkpoint: Option<String>,
     /// none and/or all
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub fusion: Option<String>,
     /// Optimizer implementation(s) of the training step (as `profile --optimizer`)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::optimizers(), long)]
     pub optimizer: Option<String>,
     /// clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub max_grad_norm: Option<String>,
     /// hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PRECISION, long)]
     pub dtype: Option<String>,
-    /// hf flavour: attn_implementation(s) (eager, sdpa, flash_attention_2)
-    #[arg(long)]
+    /// hf flavour: attn_implementation(s)
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::attn_implementations(), long)]
     pub attn_implementation: Option<String>,
     /// hf flavour: gradient checkpointing mode(s) (none, non-reentrant, reentrant)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::MEMORY, long)]
     pub gradient_checkpointing: Option<String>,
     /// hf flavour, peft LoRA rank(s) (turns LoRA on)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::LORA, long)]
     pub lora_r: Option<String>,
     /// LoRA alpha(s)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::LORA, long)]
     pub lora_alpha: Option<String>,
     /// LoRA dropout(s)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::LORA, long)]
     pub lora_dropout: Option<String>,
     /// LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long)]
     pub target_modules: Option<String>,
     /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
     /// Every point's 4-bit model uses double quantization
-    #[arg(long, requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_use_double_quant: bool,
     /// bnb_4bit_quant_type(s) (nf4, fp4)
-    #[arg(long, requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_quant_type: Option<String>,
     /// bnb_4bit_compute_dtype(s)
-    #[arg(long, requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_compute_dtype: Option<String>,
-    /// Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs --world-size
-    #[arg(long)]
+    /// Parallel layout(s) (as `profile --parallel`); needs --world-size
+    #[arg(help_heading = super::heading::PARALLEL, value_parser = super::values::layouts(), long)]
     pub parallel: Option<String>,
-    /// Ranks in the job (with --parallel): each point profiles rank 0, so the table shows how
-    /// one rank's memory falls as ranks are added
-    #[arg(long)]
+    /// Ranks in the job (with --parallel)
+    ///
+    /// Each point profiles rank 0, so the table shows how one rank's memory falls as ranks
+    /// are added.
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub world_size: Option<String>,
     /// hsdp's shard group size(s)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub gpus_per_node: Option<String>,
     /// FSDP2 MixedPrecisionPolicy param_dtype(s) (as `profile --fsdp-param-dtype`)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub fsdp_param_dtype: Option<String>,
     /// FSDP2 MixedPrecisionPolicy reduce_dtype(s)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub fsdp_reduce_dtype: Option<String>,
     /// FSDP units (as `profile --fsdp-unit`: block, every-N, root)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::PARALLEL, long)]
     pub fsdp_unit: Option<String>,
     /// Unrecorded steps run first, so optimizer state exists as in a steady-state step
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub warmup_steps: Option<String>,
     /// Recorded steps after the warm-up
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub measure_steps: Option<String>,
     /// GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long)]
     pub gpu: Option<String>,
     /// Device memory size(s) instead of --gpu (e.g. 24GiB)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub memory_limit: Option<String>,
-    /// Share of device memory the allocator may use (torch.cuda.set_per_process_memory_fraction); needs --gpu or --memory-limit
-    #[arg(long)]
+    /// Share(s) of device memory the allocator may use; needs --gpu or --memory-limit
+    ///
+    /// torch.cuda.set_per_process_memory_fraction.
+    #[arg(help_heading = super::heading::RUN, long)]
     pub memory_fraction: Option<String>,
     /// PYTORCH_CUDA_ALLOC_CONF string(s); separate several with ';' (a conf itself uses commas)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub allocator_conf: Option<String>,
     /// Random seed for the weights and the synthetic data
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub seed: Option<String>,
     /// meta (shapes only, default) or cpu (real numerics)
-    #[arg(long, default_value = "meta")]
+    #[arg(help_heading = super::heading::RUN, long, default_value = "meta")]
     pub device: String,
     /// Also write each point's snapshot and HTML report (under <out-dir>/points/)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub snapshots: bool,
     /// Folder the outputs are written to (created if missing)
-    #[arg(long, default_value = "vramscope-out/sweep")]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value = "vramscope-out/sweep")]
     pub out_dir: PathBuf,
     /// CPU threads for the cpu device (default: all cores)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub threads: Option<usize>,
 }
 

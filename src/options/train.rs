@@ -23,98 +23,113 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub memory: MemoryFlags,
     /// Batch size B (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub batch_size: Option<usize>,
     /// Sequence length S of each training sample (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub seq_len: Option<usize>,
     /// Training steps, warm-up steps included (default: the preset's)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub num_steps: Option<usize>,
     /// Steps excluded from the averages (default 3, fewer when --num-steps leaves no measured step)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub warmup_steps: Option<usize>,
-    /// Default: 1e-3 (cs336), 3e-4 (tinyllama) or 5e-5 (hf, the Trainer's)
-    #[arg(long)]
+    /// Learning rate (default: 1e-3 cs336, 3e-4 tinyllama, 5e-5 hf as the Trainer's)
+    #[arg(help_heading = super::heading::RUN, long)]
     pub learning_rate: Option<f64>,
-    /// Weight decay: AdamW's decoupled decay, SGD's coupled one (default: the flavour's
-    /// reference, 0.01 for cs336 and tinyllama, 0.0 for hf; 0 for sgd, torch.optim.SGD's)
-    #[arg(long)]
+    /// Weight decay: AdamW's decoupled decay, SGD's coupled one
+    ///
+    /// Default: the flavour's reference, 0.01 for cs336 and tinyllama, 0.0 for hf; 0 for sgd
+    /// (torch.optim.SGD's).
+    #[arg(help_heading = super::heading::RUN, long)]
     pub weight_decay: Option<f64>,
     #[command(flatten)]
     pub optim: super::optim::OptimFlags,
     /// SGD momentum (--optimizer sgd only)
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 0.0)]
     pub momentum: f64,
     /// Random seed for the weights and the synthetic data
-    #[arg(long, default_value_t = 42)]
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 42)]
     pub seed: u64,
     /// cpu (real numerics) or meta (shapes and memory only)
-    #[arg(long, default_value = "cpu")]
+    #[arg(help_heading = super::heading::RUN, long, default_value = "cpu")]
     pub device: String,
     /// Worker threads for cpu kernels (default: all cores)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub threads: Option<usize>,
     /// Print every N-th step
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value_t = 1)]
     pub log_interval: usize,
     /// Folder for performance_summary.json, the trace and other outputs
-    #[arg(long, default_value = "vramscope-out/train")]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value = "vramscope-out/train")]
     pub output_dir: PathBuf,
-    /// workshop (tiny_llama_v1.py's SimpleTextDataset: B distinct rows of a fixed pool of 1000
-    /// uniform-id sequences; default for tinyllama), random (fresh uniform ids each batch, as
-    /// CS336's benchmark; default for cs336) or pattern (a learnable repeating sequence)
-    #[arg(long)]
+    /// Training data (default: workshop for tinyllama, random otherwise)
+    ///
+    /// workshop: tiny_llama_v1.py's SimpleTextDataset, B distinct rows of a fixed pool of 1000
+    /// uniform-id sequences; random: fresh uniform ids each batch, as CS336's benchmark;
+    /// pattern: a learnable repeating sequence.
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::data_kinds(), long)]
     pub data: Option<String>,
-    /// Split each batch into N micro-batches whose gradients accumulate before one optimizer
-    /// step (`loss / N; loss.backward()` per micro-batch); also --gradient-accumulation-steps
-    #[arg(long, default_value_t = 1, alias = "gradient-accumulation-steps")]
+    /// N micro-batches per batch, gradients accumulated before one optimizer step
+    ///
+    /// `loss / N; loss.backward()` per micro-batch; also --gradient-accumulation-steps.
+    #[arg(help_heading = super::heading::MEMORY, long, default_value_t = 1, alias = "gradient-accumulation-steps")]
     pub grad_accum_steps: usize,
-    /// Count FLOPs, bytes moved and arithmetic intensity per op and module for one step, with
-    /// MFU against this machine's calibrated peaks (DeepSpeed's FLOPS profiler)
-    #[arg(long, alias = "enable-deepspeed-flops")]
+    /// Count FLOPs, bytes moved and arithmetic intensity per op and module for one step
+    ///
+    /// With MFU against this machine's calibrated peaks (DeepSpeed's FLOPS profiler).
+    #[arg(help_heading = super::heading::OUTPUT, long, alias = "enable-deepspeed-flops")]
     pub flops: bool,
     /// Which step --flops profiles (1-based; default: the first step after warm-up)
-    #[arg(long, requires = "flops", conflicts_with = "enable_pytorch_profiler")]
+    #[arg(help_heading = super::heading::OUTPUT, long, requires = "flops", conflicts_with = "enable_pytorch_profiler")]
     pub flops_profile_step: Option<usize>,
     /// Module depth of the printed FLOP tree
-    #[arg(long, default_value_t = 3)]
+    #[arg(help_heading = super::heading::OUTPUT, long, default_value_t = 3)]
     pub flops_depth: usize,
-    /// Write a chrome trace of --profile-steps steps after warm-up (Perfetto,
-    /// chrome://tracing, TensorBoard's profiler plugin); with --flops, the FLOPs cover them
-    #[arg(long)]
+    /// Write a chrome trace of --profile-steps steps after warm-up
+    ///
+    /// For Perfetto, chrome://tracing or TensorBoard's profiler plugin; with --flops, the
+    /// FLOPs cover the same steps.
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub enable_pytorch_profiler: bool,
-    /// Where the trace and the operator table go (default ./profiles; the trace is named
-    /// `<host>_<pid>.<time_ns>.pt.trace.json`)
-    #[arg(long)]
+    /// Where the trace and the operator table go (default ./profiles)
+    ///
+    /// The trace is named `<host>_<pid>.<time_ns>.pt.trace.json`.
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub profile_dir: Option<PathBuf>,
-    /// The workshop's operator table (`prof.key_averages().table(sort_by=…)`): per operator,
-    /// calls, self cpu time, FLOPs, bytes moved and memory allocated (CUDA Mem / Self CUDA Mem,
+    /// Print the workshop's operator table (`prof.key_averages().table(sort_by=…)`)
+    ///
+    /// Per operator: calls, self cpu time, FLOPs, bytes moved and memory allocated (CUDA Mem / Self CUDA Mem,
     /// MiB) over the --profile-steps steps after warm-up;
     /// printed and written to <profile-dir>/operator_table.txt
-    #[arg(long)]
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub profile_operators: bool,
-    /// Order of the operator table: self_cpu_time_total (default on cpu), cpu_time_total,
-    /// cpu_time (average), count, flops (default on meta), self_cuda_memory_usage or
-    /// cuda_memory_usage (MiB allocated by the op itself / with the ops it called; the cpu_
-    /// spellings too); the CUDA time keys (cuda_time_total, …) fall back to
-    /// self_cpu_time_total as the workshop's script does
-    #[arg(long, requires = "profile_operators")]
+    /// Order of the operator table (torch's sort keys)
+    ///
+    /// self_cpu_time_total (default on cpu), cpu_time_total, cpu_time (average), count, flops (default on meta),
+    /// self_cuda_memory_usage or cuda_memory_usage (MiB allocated by the op itself / with the ops it called; the
+    /// cpu_ spellings too); the CUDA time keys (cuda_time_total, …) fall back to self_cpu_time_total as the
+    /// workshop's script does
+    #[arg(help_heading = super::heading::OUTPUT, long, requires = "profile_operators")]
     pub sort_by: Option<String>,
-    /// tiny_llama_v1.py's deterministic mode (seeded, deterministic algorithms). Every run here
-    /// is deterministic: kernels reduce in a fixed order whatever --threads is, data and
+    /// tiny_llama_v1.py's deterministic mode (seeded, deterministic algorithms)
+    ///
+    /// Every run here is deterministic: kernels reduce in a fixed order whatever --threads is, data and
     /// weights come from --seed. The flag says so and records it in config.json
-    #[arg(long)]
+    #[arg(help_heading = super::heading::RUN, long)]
     pub deterministic: bool,
     /// Steps the trace covers (default 5, fewer when the run has fewer after warm-up)
-    #[arg(long)]
+    #[arg(help_heading = super::heading::OUTPUT, long)]
     pub profile_steps: Option<usize>,
-    /// Add `[memory]` events to the trace: every allocation and free through the CUDA
-    /// caching-allocator model, with allocated and reserved totals
-    #[arg(long, requires = "enable_pytorch_profiler")]
+    /// Add `[memory]` events to the trace
+    ///
+    /// Every allocation and free through the CUDA caching-allocator model, with allocated and
+    /// reserved totals.
+    #[arg(help_heading = super::heading::OUTPUT, long, requires = "enable_pytorch_profiler")]
     pub profile_memory: bool,
     /// GPU preset: a roofline prediction of the step with --flops, and the trace's device
-    #[arg(long)]
+    /// (names are case-insensitive; a unique prefix will do)
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long)]
     pub gpu: Option<String>,
 }
 

@@ -24,6 +24,17 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// What the layout is, in a few words (`--parallel`'s help).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Layout::Ddp => "DistributedDataParallel",
+            Layout::Zero1 => "DDP + ZeroRedundancyOptimizer",
+            Layout::Zero2 => "FSDP2 with reshard_after_forward=False: gradients and optimizer state sharded, parameters kept from forward to backward",
+            Layout::Fsdp => "FSDP2 fully_shard per decoder block + the root (ZeRO-3)",
+            Layout::Hsdp => "FSDP2 sharded within --gpus-per-node, replicated across nodes",
+            Layout::Tp => "tensor parallelism alone (--tp = --world-size; hf flavour)",
+        }
+    }
     pub const ALL: [Layout; 6] = [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp, Layout::Hsdp, Layout::Tp];
     pub fn parse(s: &str) -> Option<Layout> {
         Layout::ALL.into_iter().find(|l| l.name() == s.to_ascii_lowercase())

@@ -18,6 +18,15 @@ pub enum DataKind {
 }
 
 impl DataKind {
+    /// Every kind, in `--data`'s order.
+    pub const ALL: [DataKind; 3] = [DataKind::Workshop, DataKind::Random, DataKind::Pattern];
+    pub fn name(self) -> &'static str {
+        match self {
+            DataKind::Random => "random",
+            DataKind::Pattern => "pattern",
+            DataKind::Workshop => "workshop",
+        }
+    }
     pub fn parse(s: &str) -> Option<DataKind> {
         match s {
             "random" => Some(DataKind::Random),

@@ -26,6 +26,8 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// What `--precision` offers (the other precisions come from an hf model's dtype).
+    pub const CHOICES: [Precision; 4] = [Precision::Fp32, Precision::Bf16, Precision::Fp16, Precision::PureBf16];
     pub fn parse(s: &str) -> Option<Precision> {
         match s.to_ascii_lowercase().as_str() {
             "fp32" | "float32" | "f32" => Some(Precision::Fp32),

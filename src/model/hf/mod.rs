@@ -62,6 +62,8 @@ pub enum AttnImplementation {
 }
 
 impl AttnImplementation {
+    /// Every implementation, in `--attn-implementation`'s order.
+    pub const ALL: [AttnImplementation; 3] = [AttnImplementation::Eager, AttnImplementation::Sdpa, AttnImplementation::FlashAttention2];
     pub fn parse(s: &str) -> Option<AttnImplementation> {
         match s.to_ascii_lowercase().replace('-', "_").as_str() {
             "eager" => Some(AttnImplementation::Eager),
@@ -98,6 +100,8 @@ pub enum SdpaBackend {
 }
 
 impl SdpaBackend {
+    /// The backends `--sdpa-backend` offers (cpu_flash is what a CPU run executes).
+    pub const ALL: [SdpaBackend; 5] = [SdpaBackend::Auto, SdpaBackend::Flash, SdpaBackend::Efficient, SdpaBackend::Math, SdpaBackend::CpuFlash];
     pub fn parse(s: &str) -> Option<SdpaBackend> {
         match s.to_ascii_lowercase().replace('-', "_").as_str() {
             "auto" => Some(SdpaBackend::Auto),

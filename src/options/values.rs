@@ -1,0 +1,141 @@
+//! The value sets flags accept, built from the tables that define them (the GPU table, the
+//! presets, the optimizers, the parallel layouts, …), so that `--help` and the generated
+//! reference pages (docs/reference/) list exactly what is accepted and cannot drift from it.
+//!
+//! Each set is a [`Listed`] value parser: clap shows its values (`[possible values: …]` in
+//! `-h`, one line each with what it is in `--help`), while parsing stays the flag's own code
+//! (case-insensitive names, prefixes, aliases and comma lists are checked where the flag is
+//! resolved, with the error naming the flag as before).
+use crate::model::{presets, Attention, Flavour};
+use clap::builder::{PossibleValue, TypedValueParser};
+
+/// A string flag whose accepted names come from a table: listed in help, passed through as
+/// given (checked when the flag is resolved).
+#[derive(Clone, Debug)]
+pub struct Listed(Vec<PossibleValue>);
+
+impl Listed {
+    fn new(values: impl IntoIterator<Item = PossibleValue>) -> Listed {
+        Listed(values.into_iter().collect())
+    }
+    /// The names listed, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.0.iter().map(|v| v.get_name().to_string()).collect()
+    }
+}
+
+impl TypedValueParser for Listed {
+    type Value = String;
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &std::ffi::OsStr) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(self.0.iter().cloned()))
+    }
+}
+
+fn value(name: impl Into<String>, help: impl Into<String>) -> PossibleValue {
+    let help: String = help.into();
+    let v = PossibleValue::new(clap::builder::Str::from(name.into()));
+    if help.is_empty() {
+        v
+    } else {
+        v.help(help)
+    }
+}
+
+/// A parameter count as "128.6M" / "3.41B".
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
+        n => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// The name a preset is listed under: its own, or `flavour-name` when both flavours have it.
+pub fn preset_name(p: &presets::Preset) -> String {
+    if presets::is_ambiguous(p.name) {
+        format!("{}-{}", p.model.flavour, p.name)
+    } else {
+        p.name.to_string()
+    }
+}
+
+/// `--preset` / `--model`: every preset of [`presets::all`], then the aliases.
+pub fn presets() -> Listed {
+    let all = presets::all();
+    let mut v: Vec<PossibleValue> = all
+        .iter()
+        .map(|p| {
+            let m = &p.model;
+            value(
+                preset_name(p),
+                format!("{}, {} parameters (d_model {}, {} layers; batch {}, context {})", m.flavour, count(p.expected_params), m.d_model, m.num_layers, p.batch_size, p.seq_len),
+            )
+        })
+        .collect();
+    v.extend(presets::ALIASES.iter().map(|(alias, to)| value(*alias, format!("= {to}"))));
+    Listed::new(v)
+}
+
+/// `--gpu`: the GPU table ([`crate::record::gpu::GPUS`]).
+pub fn gpus() -> Listed {
+    Listed::new(crate::record::gpu::GPUS.iter().map(|g| {
+        let mib = g.memory_bytes >> 20;
+        value(g.name, format!("{mib} MiB, {} bf16 TFLOP/s, {} TB/s", g.peak_bf16_tflops, g.hbm_tb_per_s))
+    }))
+}
+
+/// `--optimizer`: [`crate::train::optim::OptimizerKind::ALL`].
+pub fn optimizers() -> Listed {
+    use crate::train::optim::OptimizerKind;
+    Listed::new(OptimizerKind::ALL.iter().map(|k| value(k.name(), k.describe())))
+}
+
+/// `--flavour`: [`Flavour::ALL`].
+pub fn flavours() -> Listed {
+    Listed::new(Flavour::ALL.iter().map(|f| value(f.name(), f.describe())))
+}
+
+/// `--attention`: [`Attention::ALL`].
+pub fn attentions() -> Listed {
+    Listed::new(Attention::ALL.iter().map(|a| value(a.name(), a.describe())))
+}
+
+/// `--precision`: [`crate::train::Precision::CHOICES`].
+pub fn precisions() -> Listed {
+    Listed::new(crate::train::Precision::CHOICES.iter().map(|p| value(p.name(), "")))
+}
+
+/// `--parallel`: [`crate::parallel::Layout::ALL`].
+pub fn layouts() -> Listed {
+    Listed::new(crate::parallel::Layout::ALL.iter().map(|l| value(l.name(), l.describe())))
+}
+
+/// `--attn-implementation`: [`crate::model::hf::AttnImplementation::ALL`].
+pub fn attn_implementations() -> Listed {
+    Listed::new(crate::model::hf::AttnImplementation::ALL.iter().map(|a| value(a.name(), "")))
+}
+
+/// `--sdpa-backend`: [`crate::model::hf::SdpaBackend::ALL`].
+pub fn sdpa_backends() -> Listed {
+    Listed::new(crate::model::hf::SdpaBackend::ALL.iter().map(|b| value(b.name(), "")))
+}
+
+/// `--data`: [`crate::train::DataKind::ALL`].
+pub fn data_kinds() -> Listed {
+    Listed::new(crate::train::DataKind::ALL.iter().map(|d| value(d.name(), "")))
+}
+
+/// `--target-modules`: all-linear, or some of [`crate::model::lora::TARGETS`].
+pub fn target_modules() -> Listed {
+    Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))))
+}
+
+/// `study SIZE`: [`crate::session::study::SIZES`].
+pub fn study_sizes() -> Listed {
+    Listed::new(crate::session::study::SIZES.iter().map(|s| {
+        let help = presets::find(s, Some(Flavour::Tinyllama)).map(|p| format!("{} parameters", count(p.expected_params))).unwrap_or_default();
+        value(*s, help)
+    }))
+}
