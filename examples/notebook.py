@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Will it fit? vramscope in a notebook
-# Each `# %%` cell runs as written in Jupyter (the last expression of a cell shows the HTML
-# report inline, offline); CI runs the file as a script.
+# Each `# %%` cell runs as written in Jupyter (a result as a cell's last expression shows a small
+# table of all its runs; `r.report(i)` shows run i's full offline report); CI runs the file as a
+# script. `help(vramscope.profile)` lists every keyword.
 
 # %%
 import vramscope
@@ -26,4 +27,4 @@ print(f.data)
 import tempfile, os
 out = tempfile.mkdtemp()
 print(r.save_snapshot(os.path.join(out, "2.7B_snapshot.pickle")), r.save_report(os.path.join(out, "2.7B_report.html")))
-r  # in Jupyter: the table and the report inline
+r  # in Jupyter: the table of runs, linking to the report saved above; r.report(0) shows it inline

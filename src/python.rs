@@ -5,7 +5,7 @@
 //! as objects or JSON; files are written only where the caller asks. A flag's error is a
 //! ValueError, anything else a RuntimeError.
 use crate::error::UsageError;
-use crate::options::{self, parse_words};
+use crate::options::{self, parse_words_detailed};
 use crate::session::{self, ProfileOptions, Run};
 use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -20,7 +20,7 @@ fn py_err(e: anyhow::Error) -> PyErr {
 }
 
 fn parse<T: clap::Args>(command: &'static str, words: &[String]) -> PyResult<T> {
-    parse_words(command, words).map_err(PyValueError::new_err)
+    parse_words_detailed(command, words).map_err(PyValueError::new_err)
 }
 
 fn json_text(v: &serde_json::Value) -> String {
@@ -39,6 +39,13 @@ fn main(argv: Vec<String>) -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// The keyword arguments of each function that takes a subcommand's flags, read off the clap
+/// definitions (`options::keywords`), as JSON text: names, help, defaults, choices, shapes.
+#[pyfunction]
+fn keywords() -> String {
+    options::keywords::json()
 }
 
 /// A profile's runs, their traces kept for the snapshot and the report.
@@ -209,6 +216,7 @@ fn analyze(words: Vec<String>) -> PyResult<String> {
 fn _vramscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(keywords, m)?)?;
     m.add_function(wrap_pyfunction!(profile, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;

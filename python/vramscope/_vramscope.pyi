@@ -7,6 +7,9 @@ __version__: str
 def main(argv: List[str]) -> int:
     """Run the command line in-process; returns the exit code."""
 
+def keywords() -> str:
+    """Each function's keywords, read off the clap flags (options/keywords.rs), as JSON."""
+
 def profile(words: List[str]) -> Profile:
     """`vramscope profile` with these flags, nothing printed or written."""
 

@@ -11,6 +11,7 @@ pub mod compare;
 pub mod estimate;
 pub mod fit;
 pub mod hf;
+pub mod keywords;
 pub mod memory;
 pub mod model;
 pub mod optim;
@@ -72,14 +73,35 @@ pub fn parse_list(flag: &'static str, s: &str) -> anyhow::Result<Vec<usize>> {
 /// Parse a job's flags given as words (without the subcommand's name), as the Python package
 /// and the jobs that run profiles do: the error is clap's first line, without `error: `.
 pub fn parse_words<T: clap::Args>(command: &'static str, words: &[String]) -> Result<T, String> {
+    let first = |e: clap::Error| e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+    parse_words_with(command, words, first)
+}
+
+/// [`parse_words`] with the whole of clap's message on one line (the possible values, the
+/// arguments a flag requires, clap's tip), less its usage line and `--help` hint: what the
+/// Python package shows.
+pub fn parse_words_detailed<T: clap::Args>(command: &'static str, words: &[String]) -> Result<T, String> {
+    let all = |e: clap::Error| {
+        let text = e.to_string();
+        let kept: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+            .filter(|l| !l.is_empty())
+            .collect();
+        kept.join(" ").trim_start_matches("error: ").to_string()
+    };
+    parse_words_with(command, words, all)
+}
+
+fn parse_words_with<T: clap::Args>(command: &'static str, words: &[String], msg: impl Fn(clap::Error) -> String) -> Result<T, String> {
     use clap::{FromArgMatches, Parser};
     #[derive(Parser)]
     struct W<T: clap::Args> {
         #[command(flatten)]
         a: T,
     }
-    let first = |e: clap::Error| e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
     let cmd = <W<T> as clap::CommandFactory>::command().name(command);
-    let m = cmd.try_get_matches_from(std::iter::once(command).chain(words.iter().map(String::as_str))).map_err(first)?;
-    W::<T>::from_arg_matches(&m).map(|w| w.a).map_err(first)
+    let m = cmd.try_get_matches_from(std::iter::once(command).chain(words.iter().map(String::as_str))).map_err(&msg)?;
+    W::<T>::from_arg_matches(&m).map(|w| w.a).map_err(msg)
 }

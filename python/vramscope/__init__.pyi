@@ -1,0 +1,1416 @@
+"""Type stubs of the vramscope package. The functions' keywords (below the BEGIN line) are
+generated from the command line's clap flags by ``_keywords.write_stub()``;
+python/tests/test_keywords.py fails when they drift."""
+from os import PathLike
+from typing import Any, Dict, List, Literal, Optional, Sequence, Union
+
+__version__: str
+__all__: List[str]
+
+class Report:
+    html: str
+    title: str
+    def save(self, path: Union[str, PathLike[str]]) -> str: ...
+    def _repr_html_(self) -> str: ...
+
+class Run:
+    data: Dict[str, Any]
+    def __getitem__(self, key: str) -> Any: ...
+    @property
+    def context_length(self) -> int: ...
+    @property
+    def profile_type(self) -> str: ...
+    @property
+    def rank(self) -> Optional[int]: ...
+    @property
+    def peak_allocated_bytes(self) -> int: ...
+    @property
+    def peak_allocated_gib(self) -> float: ...
+    @property
+    def peak_reserved_bytes(self) -> int: ...
+    @property
+    def peak_reserved_gib(self) -> float: ...
+    @property
+    def oom(self) -> Optional[str]: ...
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def oom_phase(self) -> Optional[str]: ...
+    @property
+    def phases(self) -> List[Dict[str, Any]]: ...
+    @property
+    def categories(self) -> List[Dict[str, Any]]: ...
+    @property
+    def modules(self) -> List[Dict[str, Any]]: ...
+    def label(self) -> str: ...
+
+class ProfileResult:
+    summary: Dict[str, Any]
+    notes: List[str]
+    runs: List[Run]
+    @property
+    def peak_allocated_bytes(self) -> int: ...
+    @property
+    def peak_allocated_gib(self) -> float: ...
+    @property
+    def peak_reserved_bytes(self) -> int: ...
+    @property
+    def peak_reserved_gib(self) -> float: ...
+    @property
+    def oom(self) -> Optional[str]: ...
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def phases(self) -> List[Dict[str, Any]]: ...
+    @property
+    def categories(self) -> List[Dict[str, Any]]: ...
+    @property
+    def phases_df(self) -> Any: ...
+    @property
+    def categories_df(self) -> Any: ...
+    def save_snapshot(self, path: Union[str, PathLike[str]], run: int = 0) -> str: ...
+    def save_report(self, path: Union[str, PathLike[str]], run: int = 0) -> str: ...
+    def text(self, run: Optional[int] = None) -> str: ...
+    def report_html(self, run: int = 0) -> str: ...
+    def report(self, run: int = 0) -> Report: ...
+    def _repr_html_(self) -> str: ...
+
+class JobResult:
+    data: Any
+    MAX_HTML_ROWS: int
+    def __getitem__(self, key: str) -> Any: ...
+    @property
+    def rows(self) -> List[Dict[str, Any]]: ...
+    @property
+    def df(self) -> Any: ...
+    def _repr_html_(self) -> str: ...
+
+class AnalyzeResult(JobResult):
+    @property
+    def categories(self) -> List[Dict[str, Any]]: ...
+    @property
+    def largest(self) -> List[Dict[str, Any]]: ...
+    @property
+    def categories_df(self) -> Any: ...
+    @property
+    def largest_df(self) -> Any: ...
+
+# BEGIN generated from the clap flags by `python -c 'from vramscope import _keywords; _keywords.write_stub()'`: do not edit
+
+def profile(
+    model: Optional[str] = None,
+    *,
+    config: Any = None,
+    flavour: Optional[str] = None,
+    hidden_dim: Optional[int] = None,
+    num_layers: Optional[int] = None,
+    num_heads: Optional[int] = None,
+    num_kv_heads: Optional[int] = None,
+    intermediate_dim: Optional[int] = None,
+    vocab_size: Optional[int] = None,
+    max_seq_len: Optional[int] = None,
+    rope_theta: Optional[float] = None,
+    norm_eps: Optional[float] = None,
+    attention: Optional[str] = None,
+    attn_implementation: Optional[str] = None,
+    sdpa_backend: Optional[str] = None,
+    use_cache: Optional[str] = None,
+    logits_to_keep: Optional[int] = None,
+    gradient_checkpointing: Optional[str] = None,
+    attention_mask: Optional[str] = None,
+    lora_r: Optional[int] = None,
+    lora_alpha: Optional[float] = None,
+    lora_dropout: Optional[float] = None,
+    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_bias: Optional[str] = None,
+    load_in_4bit: bool = False,
+    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_use_double_quant: bool = False,
+    bnb_4bit_compute_dtype: Optional[str] = None,
+    bnb_4bit_quant_storage: Optional[str] = None,
+    prepare_model_for_kbit_training: Optional[str] = None,
+    precision: Optional[str] = None,
+    use_mixed_precision: bool = False,
+    dtype: Optional[str] = None,
+    use_amp: bool = False,
+    pure_bf16: bool = False,
+    checkpoint: Optional[str] = None,
+    fusion: Optional[str] = None,
+    fused_qkv: bool = False,
+    fused_gate_up: bool = False,
+    optimizer: Optional[str] = None,
+    max_grad_norm: Optional[float] = None,
+    parallel: Optional[str] = None,
+    world_size: Optional[int] = None,
+    rank: Optional[int] = None,
+    gpus_per_node: Optional[int] = None,
+    no_reshard_after_forward: bool = False,
+    fsdp_param_dtype: Optional[str] = None,
+    fsdp_reduce_dtype: Optional[str] = None,
+    fsdp_unit: Optional[str] = None,
+    offload: Optional[str] = None,
+    tp: Optional[int] = None,
+    sequence_parallel: bool = False,
+    context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    batch_size: Optional[int] = None,
+    warmup_steps: int = 1,
+    measure_steps: int = 1,
+    max_entries: int = 1000000,
+    profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]] = 'training',
+    device: str = 'cpu',
+    gpu: Optional[str] = None,
+    memory_limit: Optional[str] = None,
+    memory_fraction: Optional[float] = None,
+    allocator_conf: Optional[str] = None,
+    threads: Optional[int] = None,
+    seed: int = 42,
+    grad_accum_steps: int = 1,
+    flops: bool = False,
+    flops_depth: int = 3,
+) -> ProfileResult:
+    """``vramscope profile``: Profile memory like CS336's profile_memory.py: snapshot, summary, peak
+    table.
+
+    Profile one model (a preset name, or ``config=``) at each ``context_length`` and
+    ``profile_type``: peaks, per-phase and per-category tables, the OOM if any. Nothing is written
+    until ``save_snapshot`` / ``save_report``.
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[str], default None
+        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
+        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
+        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
+        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
+        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+        model_size=, preset=]
+    config : Any, default None
+        A Hugging Face config.json, or a model folder holding one (only config.json is read),
+        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
+        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
+        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
+        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
+        ``to_dict()``). [--config]
+    flavour : Optional[str], default None
+        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    hidden_dim : Optional[int], default None
+        Hidden size d_model. [--hidden-dim]
+    num_layers : Optional[int], default None
+        Transformer layers (also the workshop guide's --n-layers). [--num-layers; also n_layers=]
+    num_heads : Optional[int], default None
+        Attention heads (also --n-heads). [--num-heads; also n_heads=]
+    num_kv_heads : Optional[int], default None
+        Key/value heads (grouped-query attention when fewer than --num-heads; also --n-kv-heads).
+        [--num-kv-heads; also n_kv_heads=]
+    intermediate_dim : Optional[int], default None
+        Feed-forward size d_ff. [--intermediate-dim]
+    vocab_size : Optional[int], default None
+        Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
+    max_seq_len : Optional[int], default None
+        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
+        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+    rope_theta : Optional[float], default None
+        RoPE base frequency theta. [--rope-theta]
+    norm_eps : Optional[float], default None
+        RMSNorm epsilon. [--norm-eps]
+    attention : Optional[str], default None
+        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
+        materialises the (B, h, S, S) scores). [--attention]
+    attn_implementation : Optional[str], default None
+        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
+        flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[str], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
+        picks for the dtype and mask; printed with the run), flash, efficient or math.
+        [--sdpa-backend]
+    use_cache : Optional[str], default None
+        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+    logits_to_keep : Optional[int], default None
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        transformers' loss needs every position, so N < the context is for inference.
+        [--logits-to-keep]
+    gradient_checkpointing : Optional[str], default None
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
+        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[str], default None
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
+        unpadded tokenizer batch). [--attention-mask]
+    lora_r : Optional[int], default None
+        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+    lora_alpha : Optional[float], default None
+        LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
+    lora_dropout : Optional[float], default None
+        LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
+        [--lora-dropout]
+    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
+        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
+        [--target-modules]
+    lora_bias : Optional[str], default None
+        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
+        (the adapted projections' biases train). [--lora-bias]
+    load_in_4bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
+        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        [--load-in-4bit]
+    bnb_4bit_quant_type : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
+        [--bnb-4bit-quant-type]
+    bnb_4bit_use_double_quant : bool, default False
+        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        blocks. [--bnb-4bit-use-double-quant]
+    bnb_4bit_compute_dtype : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
+        float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
+        [--bnb-4bit-quant-storage]
+    prepare_model_for_kbit_training : Optional[str], default None
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
+        reentrant default) or false. [--prepare-model-for-kbit-training]
+    precision : Optional[str], default None
+        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
+        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
+        --pure-bf16). [--precision]
+    use_mixed_precision : bool, default False
+        CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
+    dtype : Optional[str], default None
+        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
+        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
+        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+    use_amp : bool, default False
+        The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
+    pure_bf16 : bool, default False
+        Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
+        [--pure-bf16]
+    checkpoint : Optional[str], default None
+        Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks (every
+        decoder block) or every-N (blocks 0, N, 2N, …). [--checkpoint]
+    fusion : Optional[str], default None
+        Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
+        --fused-gate-up; its flash attention is --attention flash). [--fusion]
+    fused_qkv : bool, default False
+        One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
+    fused_gate_up : bool, default False
+        One gate/up projection whose output is chunked into two views. [--fused-gate-up]
+    optimizer : Optional[str], default None
+        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
+        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
+        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
+        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
+        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    max_grad_norm : Optional[float], default None
+        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
+        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
+        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
+        [--max-grad-norm]
+    parallel : Optional[str], default None
+        Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
+        ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
+        optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2 fully_shard
+        per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within --gpus-per-node,
+        replicated across nodes). Needs --world-size. [--parallel]
+    world_size : Optional[int], default None
+        Ranks in the job (with --parallel). [--world-size]
+    rank : Optional[int], default None
+        Profile only this rank (default: rank 0 and every rank whose shard sizes differ). [--rank]
+    gpus_per_node : Optional[int], default None
+        hsdp: ranks per node, the shard group (default 8). [--gpus-per-node]
+    no_reshard_after_forward : bool, default False
+        fsdp/hsdp: keep each block's unsharded parameters from forward to backward
+        (fully_shard(reshard_after_forward=False), ZeRO-2-like). [--no-reshard-after-forward]
+    fsdp_param_dtype : Optional[str], default None
+        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[str], default None
+        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
+    fsdp_unit : Optional[str], default None
+        zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root; default),
+        every-N (on each group of N consecutive blocks), or root (fully_shard(model) alone: every
+        parameter gathered at once). [--fsdp-unit]
+    offload : Optional[str], default None
+        params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step on
+        the host; host memory is reported separately). [--offload]
+    tp : Optional[int], default None
+        Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
+        --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
+        --parallel tp: N = --world-size. [--tp]
+    sequence_parallel : bool, default False
+        With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on S /
+        N positions, hidden states all-gathered before attention, the MLP and the head; the batch
+        passes position_ids). [--sequence-parallel]
+    context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Sequence length(s), comma separated (default: the preset's). [--context-length]
+    batch_size : Optional[int], default None
+        Batch size B (default: the preset's). [--batch-size]
+    warmup_steps : int, default 1
+        Steps run before recording (optimizer state exists after one training step).
+        [--warmup-steps]
+    measure_steps : int, default 1
+        Steps recorded into the snapshot. [--measure-steps]
+    max_entries : int, default 1000000
+        Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring buffer
+        that drops the oldest entries when full (default: CS336's profile_memory.py value).
+        [--max-entries]
+    profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]], default 'training'
+        forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
+        backward), inference (no_grad) or training; a comma list runs each (the peak table gets a
+        column per type). One of: forward, forward-loss, inference, training (a list runs each).
+        [--profile-type]
+    device : str, default 'cpu'
+        cpu (real numerics) or meta (shapes only; any model size). [--device]
+    gpu : Optional[str], default None
+        GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
+        MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB. [--gpu]
+    memory_limit : Optional[str], default None
+        Device memory instead of a --gpu preset (e.g. 24GiB, 80GB). [--memory-limit]
+    memory_fraction : Optional[float], default None
+        torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share of the
+        device (needs --gpu or --memory-limit; arms garbage_collection_threshold).
+        [--memory-fraction]
+    allocator_conf : Optional[str], default None
+        PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable). [--allocator-conf]
+    threads : Optional[int], default None
+        CPU threads for the cpu device (default: all cores). [--threads]
+    seed : int, default 42
+        Random seed for the weights and the synthetic data. [--seed]
+    grad_accum_steps : int, default 1
+        Training: split each batch into N micro-batches whose gradients accumulate before one
+        optimizer step (`loss / N; loss.backward()` per micro-batch). [--grad-accum-steps]
+    flops : bool, default False
+        Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured steps
+        (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu. [--flops;
+        also enable_deepspeed_flops=]
+    flops_depth : int, default 3
+        Module depth of the printed FLOP tree. [--flops-depth]
+
+    Returns
+    -------
+    ProfileResult
+    """
+
+def compare(
+    model: Optional[str] = None,
+    *,
+    config: Any = None,
+    flavour: Optional[str] = None,
+    hidden_dim: Optional[int] = None,
+    num_layers: Optional[int] = None,
+    num_heads: Optional[int] = None,
+    num_kv_heads: Optional[int] = None,
+    intermediate_dim: Optional[int] = None,
+    vocab_size: Optional[int] = None,
+    max_seq_len: Optional[int] = None,
+    rope_theta: Optional[float] = None,
+    norm_eps: Optional[float] = None,
+    attention: Optional[str] = None,
+    attn_implementation: Optional[str] = None,
+    sdpa_backend: Optional[str] = None,
+    use_cache: Optional[str] = None,
+    logits_to_keep: Optional[int] = None,
+    gradient_checkpointing: Optional[str] = None,
+    attention_mask: Optional[str] = None,
+    lora_r: Optional[int] = None,
+    lora_alpha: Optional[float] = None,
+    lora_dropout: Optional[float] = None,
+    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_bias: Optional[str] = None,
+    load_in_4bit: bool = False,
+    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_use_double_quant: bool = False,
+    bnb_4bit_compute_dtype: Optional[str] = None,
+    bnb_4bit_quant_storage: Optional[str] = None,
+    prepare_model_for_kbit_training: Optional[str] = None,
+    precision: Optional[str] = None,
+    use_mixed_precision: bool = False,
+    dtype: Optional[str] = None,
+    use_amp: bool = False,
+    pure_bf16: bool = False,
+    checkpoint: Optional[str] = None,
+    fusion: Optional[str] = None,
+    fused_qkv: bool = False,
+    fused_gate_up: bool = False,
+    optimizer: Optional[str] = None,
+    max_grad_norm: Optional[float] = None,
+    parallel: Optional[str] = None,
+    world_size: Optional[int] = None,
+    rank: Optional[int] = None,
+    gpus_per_node: Optional[int] = None,
+    no_reshard_after_forward: bool = False,
+    fsdp_param_dtype: Optional[str] = None,
+    fsdp_reduce_dtype: Optional[str] = None,
+    fsdp_unit: Optional[str] = None,
+    offload: Optional[str] = None,
+    tp: Optional[int] = None,
+    sequence_parallel: bool = False,
+    context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    batch_size: Optional[int] = None,
+    warmup_steps: int = 1,
+    measure_steps: int = 1,
+    max_entries: int = 1000000,
+    profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]] = 'training',
+    device: str = 'cpu',
+    gpu: Optional[str] = None,
+    memory_limit: Optional[str] = None,
+    memory_fraction: Optional[float] = None,
+    allocator_conf: Optional[str] = None,
+    out_dir: Optional[Union[str, PathLike[str]]] = None,
+    threads: Optional[int] = None,
+    seed: int = 42,
+    grad_accum_steps: int = 1,
+    flops: bool = False,
+    flops_depth: int = 3,
+) -> JobResult:
+    """``vramscope profile --compare``: Profile memory like CS336's profile_memory.py: snapshot,
+    summary, peak table.
+
+    ``vramscope profile --compare``: the baseline and each memory option (or each layout with
+    ``world_size=``) side by side; compare.json's rows, its tables as ``data['markdown']``.
+    ``out_dir=`` writes each variant's snapshot and report there (default: nothing is written).
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[str], default None
+        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
+        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
+        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
+        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
+        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+        model_size=, preset=]
+    config : Any, default None
+        A Hugging Face config.json, or a model folder holding one (only config.json is read),
+        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
+        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
+        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
+        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
+        ``to_dict()``). [--config]
+    flavour : Optional[str], default None
+        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    hidden_dim : Optional[int], default None
+        Hidden size d_model. [--hidden-dim]
+    num_layers : Optional[int], default None
+        Transformer layers (also the workshop guide's --n-layers). [--num-layers; also n_layers=]
+    num_heads : Optional[int], default None
+        Attention heads (also --n-heads). [--num-heads; also n_heads=]
+    num_kv_heads : Optional[int], default None
+        Key/value heads (grouped-query attention when fewer than --num-heads; also --n-kv-heads).
+        [--num-kv-heads; also n_kv_heads=]
+    intermediate_dim : Optional[int], default None
+        Feed-forward size d_ff. [--intermediate-dim]
+    vocab_size : Optional[int], default None
+        Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
+    max_seq_len : Optional[int], default None
+        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
+        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+    rope_theta : Optional[float], default None
+        RoPE base frequency theta. [--rope-theta]
+    norm_eps : Optional[float], default None
+        RMSNorm epsilon. [--norm-eps]
+    attention : Optional[str], default None
+        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
+        materialises the (B, h, S, S) scores). [--attention]
+    attn_implementation : Optional[str], default None
+        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
+        flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[str], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
+        picks for the dtype and mask; printed with the run), flash, efficient or math.
+        [--sdpa-backend]
+    use_cache : Optional[str], default None
+        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+    logits_to_keep : Optional[int], default None
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        transformers' loss needs every position, so N < the context is for inference.
+        [--logits-to-keep]
+    gradient_checkpointing : Optional[str], default None
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
+        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[str], default None
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
+        unpadded tokenizer batch). [--attention-mask]
+    lora_r : Optional[int], default None
+        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+    lora_alpha : Optional[float], default None
+        LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
+    lora_dropout : Optional[float], default None
+        LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
+        [--lora-dropout]
+    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
+        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
+        [--target-modules]
+    lora_bias : Optional[str], default None
+        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
+        (the adapted projections' biases train). [--lora-bias]
+    load_in_4bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
+        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        [--load-in-4bit]
+    bnb_4bit_quant_type : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
+        [--bnb-4bit-quant-type]
+    bnb_4bit_use_double_quant : bool, default False
+        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        blocks. [--bnb-4bit-use-double-quant]
+    bnb_4bit_compute_dtype : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
+        float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
+        [--bnb-4bit-quant-storage]
+    prepare_model_for_kbit_training : Optional[str], default None
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
+        reentrant default) or false. [--prepare-model-for-kbit-training]
+    precision : Optional[str], default None
+        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
+        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
+        --pure-bf16). [--precision]
+    use_mixed_precision : bool, default False
+        CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
+    dtype : Optional[str], default None
+        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
+        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
+        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+    use_amp : bool, default False
+        The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
+    pure_bf16 : bool, default False
+        Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
+        [--pure-bf16]
+    checkpoint : Optional[str], default None
+        Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks (every
+        decoder block) or every-N (blocks 0, N, 2N, …). [--checkpoint]
+    fusion : Optional[str], default None
+        Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
+        --fused-gate-up; its flash attention is --attention flash). [--fusion]
+    fused_qkv : bool, default False
+        One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
+    fused_gate_up : bool, default False
+        One gate/up projection whose output is chunked into two views. [--fused-gate-up]
+    optimizer : Optional[str], default None
+        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
+        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
+        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
+        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
+        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    max_grad_norm : Optional[float], default None
+        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
+        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
+        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
+        [--max-grad-norm]
+    parallel : Optional[str], default None
+        Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
+        ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
+        optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2 fully_shard
+        per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within --gpus-per-node,
+        replicated across nodes). Needs --world-size. [--parallel]
+    world_size : Optional[int], default None
+        Ranks in the job (with --parallel). [--world-size]
+    rank : Optional[int], default None
+        Profile only this rank (default: rank 0 and every rank whose shard sizes differ). [--rank]
+    gpus_per_node : Optional[int], default None
+        hsdp: ranks per node, the shard group (default 8). [--gpus-per-node]
+    no_reshard_after_forward : bool, default False
+        fsdp/hsdp: keep each block's unsharded parameters from forward to backward
+        (fully_shard(reshard_after_forward=False), ZeRO-2-like). [--no-reshard-after-forward]
+    fsdp_param_dtype : Optional[str], default None
+        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[str], default None
+        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
+    fsdp_unit : Optional[str], default None
+        zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root; default),
+        every-N (on each group of N consecutive blocks), or root (fully_shard(model) alone: every
+        parameter gathered at once). [--fsdp-unit]
+    offload : Optional[str], default None
+        params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step on
+        the host; host memory is reported separately). [--offload]
+    tp : Optional[int], default None
+        Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
+        --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
+        --parallel tp: N = --world-size. [--tp]
+    sequence_parallel : bool, default False
+        With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on S /
+        N positions, hidden states all-gathered before attention, the MLP and the head; the batch
+        passes position_ids). [--sequence-parallel]
+    context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Sequence length(s), comma separated (default: the preset's). [--context-length]
+    batch_size : Optional[int], default None
+        Batch size B (default: the preset's). [--batch-size]
+    warmup_steps : int, default 1
+        Steps run before recording (optimizer state exists after one training step).
+        [--warmup-steps]
+    measure_steps : int, default 1
+        Steps recorded into the snapshot. [--measure-steps]
+    max_entries : int, default 1000000
+        Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring buffer
+        that drops the oldest entries when full (default: CS336's profile_memory.py value).
+        [--max-entries]
+    profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]], default 'training'
+        forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
+        backward), inference (no_grad) or training; a comma list runs each (the peak table gets a
+        column per type). One of: forward, forward-loss, inference, training (a list runs each).
+        [--profile-type]
+    device : str, default 'cpu'
+        cpu (real numerics) or meta (shapes only; any model size). [--device]
+    gpu : Optional[str], default None
+        GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
+        MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB. [--gpu]
+    memory_limit : Optional[str], default None
+        Device memory instead of a --gpu preset (e.g. 24GiB, 80GB). [--memory-limit]
+    memory_fraction : Optional[float], default None
+        torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share of the
+        device (needs --gpu or --memory-limit; arms garbage_collection_threshold).
+        [--memory-fraction]
+    allocator_conf : Optional[str], default None
+        PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable). [--allocator-conf]
+    out_dir : Optional[Union[str, PathLike[str]]], default None
+        Folder each variant's snapshot and HTML report are written to (created if missing); default:
+        nothing is written. [--out-dir]
+    threads : Optional[int], default None
+        CPU threads for the cpu device (default: all cores). [--threads]
+    seed : int, default 42
+        Random seed for the weights and the synthetic data. [--seed]
+    grad_accum_steps : int, default 1
+        Training: split each batch into N micro-batches whose gradients accumulate before one
+        optimizer step (`loss / N; loss.backward()` per micro-batch). [--grad-accum-steps]
+    flops : bool, default False
+        Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured steps
+        (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu. [--flops;
+        also enable_deepspeed_flops=]
+    flops_depth : int, default 3
+        Module depth of the printed FLOP tree. [--flops-depth]
+
+    Returns
+    -------
+    JobResult
+    """
+
+def sweep(
+    model: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    *,
+    config: Any = None,
+    flavour: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    hidden_dim: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    num_layers: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    num_heads: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    num_kv_heads: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    intermediate_dim: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    vocab_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    max_seq_len: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    rope_theta: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    attention: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    batch_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    profile_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    grad_accum_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    precision: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    checkpoint: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    fusion: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    optimizer: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    max_grad_norm: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    attn_implementation: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    gradient_checkpointing: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_r: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_alpha: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_dropout: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    load_in_4bit: bool = False,
+    bnb_4bit_use_double_quant: bool = False,
+    bnb_4bit_quant_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    bnb_4bit_compute_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    parallel: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    world_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    gpus_per_node: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    fsdp_param_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    fsdp_reduce_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    fsdp_unit: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    warmup_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    measure_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    gpu: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    memory_limit: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    memory_fraction: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    allocator_conf: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    seed: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    device: str = 'meta',
+    snapshots: bool = False,
+    out_dir: Optional[Union[str, PathLike[str]]] = None,
+    threads: Optional[int] = None,
+) -> JobResult:
+    """``vramscope sweep``: Profile runs over the grid of comma lists given to profile flags: CSV,
+    JSON, Markdown, SVG plots and scaling fits (memory vs batch size and sequence length).
+
+    Profiles over the grid of comma lists given as keywords (``batch_size=[1, 2, 4]``); sweep.json
+    with its points and scaling fits. ``out_dir=`` writes its JSON, CSV, Markdown and plots there,
+    and with ``snapshots=True`` each point's files (default: nothing is written).
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Model preset(s) (as `profile --model`), comma separated. [--preset; also model_size=,
+        preset=]
+    config : Any, default None
+        Hugging Face config.json file(s), comma separated. Also a dict (a config.json's content) or
+        a transformers ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
+    flavour : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Reference implementation to reproduce: cs336 or tinyllama. [--flavour]
+    hidden_dim : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Hidden size d_model (a comma list sweeps it). [--hidden-dim]
+    num_layers : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Number of decoder blocks (layers). [--num-layers]
+    num_heads : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Attention heads (must divide --hidden-dim). [--num-heads]
+    num_kv_heads : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Key/value heads (grouped-query attention when fewer than --num-heads). [--num-kv-heads]
+    intermediate_dim : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Feed-forward size d_ff. [--intermediate-dim]
+    vocab_size : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
+    max_seq_len : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Longest sequence the model accepts (sizes RoPE tables). [--max-seq-len]
+    rope_theta : Optional[Union[str, int, float, Sequence[Any]]], default None
+        RoPE base frequency theta. [--rope-theta]
+    attention : Optional[Union[str, int, float, Sequence[Any]]], default None
+        naive and/or flash. [--attention]
+    batch_size : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Batch size(s), comma-separated: one profile per value. [--batch-size]
+    context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Sequence length(s) to profile, comma-separated. [--context-length; also seq_len=]
+    profile_type : Optional[Union[str, int, float, Sequence[Any]]], default None
+        forward, inference and/or training (default: training). [--profile-type]
+    grad_accum_steps : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Micro-batches per optimizer step (gradient accumulation). [--grad-accum-steps]
+    precision : Optional[Union[str, int, float, Sequence[Any]]], default None
+        fp32, bf16, fp16 and/or pure-bf16. [--precision]
+    checkpoint : Optional[Union[str, int, float, Sequence[Any]]], default None
+        none, blocks and/or every-N. [--checkpoint]
+    fusion : Optional[Union[str, int, float, Sequence[Any]]], default None
+        none and/or all. [--fusion]
+    optimizer : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Optimizer implementation(s) of the training step (as `profile --optimizer`). [--optimizer]
+    max_grad_norm : Optional[Union[str, int, float, Sequence[Any]]], default None
+        clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off).
+        [--max-grad-norm]
+    dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
+        hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16). [--dtype]
+    attn_implementation : Optional[Union[str, int, float, Sequence[Any]]], default None
+        hf flavour: attn_implementation(s) (eager, sdpa, flash_attention_2). [--attn-implementation]
+    gradient_checkpointing : Optional[Union[str, int, float, Sequence[Any]]], default None
+        hf flavour: gradient checkpointing mode(s) (none, non-reentrant, reentrant).
+        [--gradient-checkpointing]
+    lora_r : Optional[Union[str, int, float, Sequence[Any]]], default None
+        hf flavour, peft LoRA rank(s) (turns LoRA on). [--lora-r]
+    lora_alpha : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoRA alpha(s). [--lora-alpha]
+    lora_dropout : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoRA dropout(s). [--lora-dropout]
+    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list).
+        [--target-modules]
+    load_in_4bit : bool, default False
+        Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit). [--load-in-4bit]
+    bnb_4bit_use_double_quant : bool, default False
+        Every point's 4-bit model uses double quantization. [--bnb-4bit-use-double-quant]
+    bnb_4bit_quant_type : Optional[Union[str, int, float, Sequence[Any]]], default None
+        bnb_4bit_quant_type(s) (nf4, fp4). [--bnb-4bit-quant-type]
+    bnb_4bit_compute_dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
+        bnb_4bit_compute_dtype(s). [--bnb-4bit-compute-dtype]
+    parallel : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs
+        --world-size. [--parallel]
+    world_size : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Ranks in the job (with --parallel): each point profiles rank 0, so the table shows how one
+        rank's memory falls as ranks are added. [--world-size]
+    gpus_per_node : Optional[Union[str, int, float, Sequence[Any]]], default None
+        hsdp's shard group size(s). [--gpus-per-node]
+    fsdp_param_dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
+        FSDP2 MixedPrecisionPolicy param_dtype(s) (as `profile --fsdp-param-dtype`).
+        [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
+        FSDP2 MixedPrecisionPolicy reduce_dtype(s). [--fsdp-reduce-dtype]
+    fsdp_unit : Optional[Union[str, int, float, Sequence[Any]]], default None
+        FSDP units (as `profile --fsdp-unit`: block, every-N, root). [--fsdp-unit]
+    warmup_steps : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Unrecorded steps run first, so optimizer state exists as in a steady-state step.
+        [--warmup-steps]
+    measure_steps : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Recorded steps after the warm-up. [--measure-steps]
+    gpu : Optional[Union[str, int, float, Sequence[Any]]], default None
+        GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result). [--gpu]
+    memory_limit : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Device memory size(s) instead of --gpu (e.g. 24GiB). [--memory-limit]
+    memory_fraction : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Share of device memory the allocator may use (torch.cuda.set_per_process_memory_fraction);
+        needs --gpu or --memory-limit. [--memory-fraction]
+    allocator_conf : Optional[Union[str, int, float, Sequence[Any]]], default None
+        PYTORCH_CUDA_ALLOC_CONF string(s); separate several with ';' (a conf itself uses commas).
+        [--allocator-conf]
+    seed : Optional[Union[str, int, float, Sequence[Any]]], default None
+        Random seed for the weights and the synthetic data. [--seed]
+    device : str, default 'meta'
+        meta (shapes only, default) or cpu (real numerics). [--device]
+    snapshots : bool, default False
+        Also write each point's snapshot and HTML report (under <out-dir>/points/). [--snapshots]
+    out_dir : Optional[Union[str, PathLike[str]]], default None
+        Folder sweep.json, .csv, .md and the plots are written to (created if missing); default:
+        nothing is written. [--out-dir]
+    threads : Optional[int], default None
+        CPU threads for the cpu device (default: all cores). [--threads]
+
+    Returns
+    -------
+    JobResult
+    """
+
+def fit(
+    model: Optional[str] = None,
+    *,
+    config: Any = None,
+    flavour: Optional[str] = None,
+    hidden_dim: Optional[int] = None,
+    num_layers: Optional[int] = None,
+    num_heads: Optional[int] = None,
+    num_kv_heads: Optional[int] = None,
+    intermediate_dim: Optional[int] = None,
+    vocab_size: Optional[int] = None,
+    max_seq_len: Optional[int] = None,
+    rope_theta: Optional[float] = None,
+    norm_eps: Optional[float] = None,
+    attention: Optional[str] = None,
+    attn_implementation: Optional[str] = None,
+    sdpa_backend: Optional[str] = None,
+    use_cache: Optional[str] = None,
+    logits_to_keep: Optional[int] = None,
+    gradient_checkpointing: Optional[str] = None,
+    attention_mask: Optional[str] = None,
+    lora_r: Optional[int] = None,
+    lora_alpha: Optional[float] = None,
+    lora_dropout: Optional[float] = None,
+    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_bias: Optional[str] = None,
+    load_in_4bit: bool = False,
+    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_use_double_quant: bool = False,
+    bnb_4bit_compute_dtype: Optional[str] = None,
+    bnb_4bit_quant_storage: Optional[str] = None,
+    prepare_model_for_kbit_training: Optional[str] = None,
+    precision: Optional[str] = None,
+    use_mixed_precision: bool = False,
+    dtype: Optional[str] = None,
+    use_amp: bool = False,
+    pure_bf16: bool = False,
+    checkpoint: Optional[str] = None,
+    fusion: Optional[str] = None,
+    fused_qkv: bool = False,
+    fused_gate_up: bool = False,
+    optimizer: Optional[str] = None,
+    max_grad_norm: Optional[float] = None,
+    parallel: Optional[str] = None,
+    world_size: Optional[int] = None,
+    rank: Optional[int] = None,
+    gpus_per_node: Optional[int] = None,
+    no_reshard_after_forward: bool = False,
+    fsdp_param_dtype: Optional[str] = None,
+    fsdp_reduce_dtype: Optional[str] = None,
+    fsdp_unit: Optional[str] = None,
+    offload: Optional[str] = None,
+    tp: Optional[int] = None,
+    sequence_parallel: bool = False,
+    find: Literal['batch', 'context', 'world-size'] = 'batch',
+    profile_type: Literal['forward', 'forward-loss', 'inference', 'training'] = 'training',
+    batch_size: Optional[int] = None,
+    context_length: Optional[int] = None,
+    gpu: Optional[str] = None,
+    memory_limit: Optional[str] = None,
+    memory_fraction: Optional[float] = None,
+    allocator_conf: Optional[str] = None,
+    warmup_steps: int = 1,
+    max: Optional[int] = None,
+    reserve: Optional[str] = None,
+) -> JobResult:
+    """``vramscope fit``: The largest batch size or longest context that fits a GPU (search over meta
+    runs).
+
+    The largest batch size or context (``find=``), or the fewest GPUs (``find='world-size'``), that
+    fits ``gpu=``; fit's ``--json`` object.
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[str], default None
+        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
+        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
+        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
+        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
+        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+        model_size=, preset=]
+    config : Any, default None
+        A Hugging Face config.json, or a model folder holding one (only config.json is read),
+        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
+        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
+        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
+        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
+        ``to_dict()``). [--config]
+    flavour : Optional[str], default None
+        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    hidden_dim : Optional[int], default None
+        Hidden size d_model. [--hidden-dim]
+    num_layers : Optional[int], default None
+        Transformer layers (also the workshop guide's --n-layers). [--num-layers; also n_layers=]
+    num_heads : Optional[int], default None
+        Attention heads (also --n-heads). [--num-heads; also n_heads=]
+    num_kv_heads : Optional[int], default None
+        Key/value heads (grouped-query attention when fewer than --num-heads; also --n-kv-heads).
+        [--num-kv-heads; also n_kv_heads=]
+    intermediate_dim : Optional[int], default None
+        Feed-forward size d_ff. [--intermediate-dim]
+    vocab_size : Optional[int], default None
+        Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
+    max_seq_len : Optional[int], default None
+        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
+        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+    rope_theta : Optional[float], default None
+        RoPE base frequency theta. [--rope-theta]
+    norm_eps : Optional[float], default None
+        RMSNorm epsilon. [--norm-eps]
+    attention : Optional[str], default None
+        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
+        materialises the (B, h, S, S) scores). [--attention]
+    attn_implementation : Optional[str], default None
+        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
+        flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[str], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
+        picks for the dtype and mask; printed with the run), flash, efficient or math.
+        [--sdpa-backend]
+    use_cache : Optional[str], default None
+        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+    logits_to_keep : Optional[int], default None
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        transformers' loss needs every position, so N < the context is for inference.
+        [--logits-to-keep]
+    gradient_checkpointing : Optional[str], default None
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
+        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[str], default None
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
+        unpadded tokenizer batch). [--attention-mask]
+    lora_r : Optional[int], default None
+        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+    lora_alpha : Optional[float], default None
+        LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
+    lora_dropout : Optional[float], default None
+        LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
+        [--lora-dropout]
+    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
+        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
+        [--target-modules]
+    lora_bias : Optional[str], default None
+        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
+        (the adapted projections' biases train). [--lora-bias]
+    load_in_4bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
+        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        [--load-in-4bit]
+    bnb_4bit_quant_type : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
+        [--bnb-4bit-quant-type]
+    bnb_4bit_use_double_quant : bool, default False
+        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        blocks. [--bnb-4bit-use-double-quant]
+    bnb_4bit_compute_dtype : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
+        float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
+        [--bnb-4bit-quant-storage]
+    prepare_model_for_kbit_training : Optional[str], default None
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
+        reentrant default) or false. [--prepare-model-for-kbit-training]
+    precision : Optional[str], default None
+        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
+        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
+        --pure-bf16). [--precision]
+    use_mixed_precision : bool, default False
+        CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
+    dtype : Optional[str], default None
+        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
+        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
+        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+    use_amp : bool, default False
+        The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
+    pure_bf16 : bool, default False
+        Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
+        [--pure-bf16]
+    checkpoint : Optional[str], default None
+        Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks (every
+        decoder block) or every-N (blocks 0, N, 2N, …). [--checkpoint]
+    fusion : Optional[str], default None
+        Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
+        --fused-gate-up; its flash attention is --attention flash). [--fusion]
+    fused_qkv : bool, default False
+        One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
+    fused_gate_up : bool, default False
+        One gate/up projection whose output is chunked into two views. [--fused-gate-up]
+    optimizer : Optional[str], default None
+        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
+        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
+        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
+        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
+        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    max_grad_norm : Optional[float], default None
+        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
+        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
+        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
+        [--max-grad-norm]
+    parallel : Optional[str], default None
+        Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
+        ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
+        optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2 fully_shard
+        per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within --gpus-per-node,
+        replicated across nodes). Needs --world-size. [--parallel]
+    world_size : Optional[int], default None
+        Ranks in the job (with --parallel). [--world-size]
+    rank : Optional[int], default None
+        Profile only this rank (default: rank 0 and every rank whose shard sizes differ). [--rank]
+    gpus_per_node : Optional[int], default None
+        hsdp: ranks per node, the shard group (default 8). [--gpus-per-node]
+    no_reshard_after_forward : bool, default False
+        fsdp/hsdp: keep each block's unsharded parameters from forward to backward
+        (fully_shard(reshard_after_forward=False), ZeRO-2-like). [--no-reshard-after-forward]
+    fsdp_param_dtype : Optional[str], default None
+        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[str], default None
+        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
+    fsdp_unit : Optional[str], default None
+        zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root; default),
+        every-N (on each group of N consecutive blocks), or root (fully_shard(model) alone: every
+        parameter gathered at once). [--fsdp-unit]
+    offload : Optional[str], default None
+        params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step on
+        the host; host memory is reported separately). [--offload]
+    tp : Optional[int], default None
+        Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
+        --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
+        --parallel tp: N = --world-size. [--tp]
+    sequence_parallel : bool, default False
+        With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on S /
+        N positions, hidden states all-gathered before attention, the MLP and the head; the batch
+        passes position_ids). [--sequence-parallel]
+    find : Literal['batch', 'context', 'world-size'], default 'batch'
+        What to search for. One of: batch, context, world-size. [--find]
+    profile_type : Literal['forward', 'forward-loss', 'inference', 'training'], default 'training'
+        forward (`model(x)` with autograd, no loss), forward-loss (plus the loss, no backward),
+        inference (no_grad) or training (one full step after warm-up). One of: forward,
+        forward-loss, inference, training. [--profile-type]
+    batch_size : Optional[int], default None
+        Batch size held fixed when finding the context (default: the preset's). [--batch-size]
+    context_length : Optional[int], default None
+        Context length held fixed when finding the batch size (default: the preset's).
+        [--context-length; also seq_len=]
+    gpu : Optional[str], default None
+        GPU whose memory bounds the allocator (as for `profile`). [--gpu]
+    memory_limit : Optional[str], default None
+        Device memory instead of a --gpu preset (e.g. 24GiB). [--memory-limit]
+    memory_fraction : Optional[float], default None
+        torch.cuda.set_per_process_memory_fraction share of the device. [--memory-fraction]
+    allocator_conf : Optional[str], default None
+        PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable). [--allocator-conf]
+    warmup_steps : int, default 1
+        Steps before the measured one (training: optimizer state exists after one). [--warmup-steps]
+    max : Optional[int], default None
+        Largest value tried (default: for --find context, the model's maximum sequence length when
+        --max-seq-len or a config.json fixes one; else 1048576). [--max]
+    reserve : Optional[str], default None
+        Device memory kept free for what the allocator model does not hold: the CUDA context and the
+        cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on H100/H200, 8.125
+        MiB elsewhere; two handles for training; see the README). 0 for none. [--reserve]
+
+    Returns
+    -------
+    JobResult
+    """
+
+def estimate(
+    model: Optional[str] = None,
+    *,
+    config: Any = None,
+    flavour: Optional[str] = None,
+    hidden_dim: Optional[int] = None,
+    num_layers: Optional[int] = None,
+    num_heads: Optional[int] = None,
+    num_kv_heads: Optional[int] = None,
+    intermediate_dim: Optional[int] = None,
+    vocab_size: Optional[int] = None,
+    max_seq_len: Optional[int] = None,
+    rope_theta: Optional[float] = None,
+    norm_eps: Optional[float] = None,
+    attention: Optional[str] = None,
+    attn_implementation: Optional[str] = None,
+    sdpa_backend: Optional[str] = None,
+    use_cache: Optional[str] = None,
+    logits_to_keep: Optional[int] = None,
+    gradient_checkpointing: Optional[str] = None,
+    attention_mask: Optional[str] = None,
+    lora_r: Optional[int] = None,
+    lora_alpha: Optional[float] = None,
+    lora_dropout: Optional[float] = None,
+    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    lora_bias: Optional[str] = None,
+    load_in_4bit: bool = False,
+    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_use_double_quant: bool = False,
+    bnb_4bit_compute_dtype: Optional[str] = None,
+    bnb_4bit_quant_storage: Optional[str] = None,
+    prepare_model_for_kbit_training: Optional[str] = None,
+    precision: Optional[str] = None,
+    use_mixed_precision: bool = False,
+    dtype: Optional[str] = None,
+    use_amp: bool = False,
+    pure_bf16: bool = False,
+    optimizer: Optional[str] = None,
+    max_grad_norm: Optional[float] = None,
+    batch_size: Optional[int] = None,
+    context_length: Optional[int] = None,
+    no_simulate: bool = False,
+) -> JobResult:
+    """``vramscope estimate``: Closed-form memory of a configuration with its derivation, beside a
+    simulated meta run.
+
+    The closed-form memory with its terms, beside a meta run; estimate's ``--json`` object.
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[str], default None
+        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
+        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
+        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
+        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
+        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+        model_size=, preset=]
+    config : Any, default None
+        A Hugging Face config.json, or a model folder holding one (only config.json is read),
+        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
+        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
+        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
+        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
+        ``to_dict()``). [--config]
+    flavour : Optional[str], default None
+        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    hidden_dim : Optional[int], default None
+        Hidden size d_model. [--hidden-dim]
+    num_layers : Optional[int], default None
+        Transformer layers (also the workshop guide's --n-layers). [--num-layers; also n_layers=]
+    num_heads : Optional[int], default None
+        Attention heads (also --n-heads). [--num-heads; also n_heads=]
+    num_kv_heads : Optional[int], default None
+        Key/value heads (grouped-query attention when fewer than --num-heads; also --n-kv-heads).
+        [--num-kv-heads; also n_kv_heads=]
+    intermediate_dim : Optional[int], default None
+        Feed-forward size d_ff. [--intermediate-dim]
+    vocab_size : Optional[int], default None
+        Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
+    max_seq_len : Optional[int], default None
+        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
+        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+    rope_theta : Optional[float], default None
+        RoPE base frequency theta. [--rope-theta]
+    norm_eps : Optional[float], default None
+        RMSNorm epsilon. [--norm-eps]
+    attention : Optional[str], default None
+        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
+        materialises the (B, h, S, S) scores). [--attention]
+    attn_implementation : Optional[str], default None
+        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
+        flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[str], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
+        picks for the dtype and mask; printed with the run), flash, efficient or math.
+        [--sdpa-backend]
+    use_cache : Optional[str], default None
+        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+    logits_to_keep : Optional[int], default None
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        transformers' loss needs every position, so N < the context is for inference.
+        [--logits-to-keep]
+    gradient_checkpointing : Optional[str], default None
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
+        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[str], default None
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
+        unpadded tokenizer batch). [--attention-mask]
+    lora_r : Optional[int], default None
+        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+    lora_alpha : Optional[float], default None
+        LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
+    lora_dropout : Optional[float], default None
+        LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
+        [--lora-dropout]
+    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
+        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
+        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
+        [--target-modules]
+    lora_bias : Optional[str], default None
+        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
+        (the adapted projections' biases train). [--lora-bias]
+    load_in_4bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
+        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        [--load-in-4bit]
+    bnb_4bit_quant_type : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
+        [--bnb-4bit-quant-type]
+    bnb_4bit_use_double_quant : bool, default False
+        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        blocks. [--bnb-4bit-use-double-quant]
+    bnb_4bit_compute_dtype : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
+        float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[str], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
+        [--bnb-4bit-quant-storage]
+    prepare_model_for_kbit_training : Optional[str], default None
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
+        reentrant default) or false. [--prepare-model-for-kbit-training]
+    precision : Optional[str], default None
+        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
+        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
+        --pure-bf16). [--precision]
+    use_mixed_precision : bool, default False
+        CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
+    dtype : Optional[str], default None
+        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
+        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
+        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+    use_amp : bool, default False
+        The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
+    pure_bf16 : bool, default False
+        Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
+        [--pure-bf16]
+    optimizer : Optional[str], default None
+        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
+        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
+        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
+        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
+        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    max_grad_norm : Optional[float], default None
+        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
+        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
+        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
+        [--max-grad-norm]
+    batch_size : Optional[int], default None
+        Batch size B (default: the preset's). [--batch-size]
+    context_length : Optional[int], default None
+        Sequence length (default: the preset's). [--context-length; also seq_len=]
+    no_simulate : bool, default False
+        Print the closed form only (no simulated meta run beside it). [--no-simulate]
+
+    Returns
+    -------
+    JobResult
+    """
+
+def analyze(
+    path: Union[str, PathLike[str]],
+    *,
+    device: Optional[int] = None,
+    detail: float = 100.0,
+    top: int = 10,
+    max_input_bytes: int = 134217728,
+    max_items: int = 24000000,
+    max_containers: int = 3000000,
+    max_memo: int = 2000000,
+    max_stack: int = 1000000,
+    max_depth: int = 256,
+    max_bytes_objects: int = 33554432,
+    max_frames: int = 2000000,
+    max_trace_entries: int = 2000000,
+    max_output_bytes: int = 134217728,
+) -> AnalyzeResult:
+    """``vramscope analyze``: Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set,
+    largest allocations.
+
+    A snapshot pickle's peak, live set and largest allocations (PyTorch's own
+    ``torch.cuda.memory._dump_snapshot`` files included); ``df`` is what is live at the peak per
+    allocation site.
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    path : Union[str, PathLike[str]]
+        A snapshot pickle (torch.cuda.memory._dump_snapshot or vramscope profile). [FILE
+        (positional)]
+    device : Optional[int], default None
+        Device whose trace to analyse (default: the one with the most events). [--device]
+    detail : float, default 100.0
+        Keep the largest PERCENT of allocations, like memory_viz's Detail slider. [--detail]
+    top : int, default 10
+        How many of the largest allocations and live groups to list. [--top]
+    max_input_bytes : int, default 134217728
+        Largest snapshot file to read, in bytes (128 MiB). [--max-input-bytes]
+    max_items : int, default 24000000
+        Most values the pickle may store: container elements (a dict entry counts 2) plus strings
+        and bytes objects, a count. [--max-items]
+    max_containers : int, default 3000000
+        Most lists, tuples, dicts, sets and bytes objects in the pickle, a count. [--max-containers]
+    max_memo : int, default 2000000
+        Most memo entries of the pickle, a count. [--max-memo]
+    max_stack : int, default 1000000
+        Deepest unpickler stack, in values. [--max-stack]
+    max_depth : int, default 256
+        Deepest nesting of containers (and of open MARKs), in levels. [--max-depth]
+    max_bytes_objects : int, default 33554432
+        Most payload bytes of bytes objects in the pickle, in bytes (32 MiB). [--max-bytes-objects]
+    max_frames : int, default 2000000
+        Most distinct frames plus entries of distinct frame lists, a count. [--max-frames]
+    max_trace_entries : int, default 2000000
+        Most trace entries of the device plus blocks of its segments, a count. [--max-trace-entries]
+    max_output_bytes : int, default 134217728
+        Largest HTML page or JSON report to write, in bytes (128 MiB). [--max-output-bytes]
+
+    Returns
+    -------
+    AnalyzeResult
+    """
+
+# END generated
