@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fine_tune_table.py -- the README's "Will my fine-tune fit?" tables, from vramscope itself.
+"""fine_tune_table.py -- the "Will my fine-tune fit?" tables of docs/fine-tuning.md, from vramscope itself.
 
 For each model and common fine-tuning setup, one `profile` on meta at batch 1, context 2048
 (peak allocated and what holds it) and `fit` on 24, 48 and 80 GB GPUs (full fine-tuning) or

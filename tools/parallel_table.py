@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""parallel_table.py -- the README's "When one GPU is not enough" tables, from vramscope itself.
+"""parallel_table.py -- the tables of docs/multi-gpu.md, from vramscope itself.
 
 The 2.7B cs336 model at batch 4 per rank, context 512, fp32 weights, the course AdamW: one
 `profile --parallel L --world-size N` on meta against an H100-80GB for each layout and world
