@@ -56,10 +56,11 @@ pub struct SweepArgs {
     /// Sequence length(s) to profile, comma-separated
     #[arg(help_heading = super::heading::RUN, long, alias = "seq-len")]
     pub context_length: Option<String>,
-    /// A list of (batch size, context length) points instead of the --batch-size ×
-    /// --context-length grid, e.g. `4:512,16:128` (context 512 at batch 4 beside context 128
-    /// at batch 16); crossed with the other axes' lists
-    #[arg(long, value_name = "B:S[,B:S…]", conflicts_with_all = ["batch_size", "context_length"])]
+    /// (batch size, context length) points instead of the --batch-size × --context-length grid
+    ///
+    /// E.g. `4:512,16:128`: context 512 at batch 4 beside context 128 at batch 16; crossed with
+    /// the other axes' lists
+    #[arg(help_heading = super::heading::RUN, long, value_name = "B:S[,B:S…]", conflicts_with_all = ["batch_size", "context_length"])]
     pub points: Option<String>,
     /// forward, inference and/or training (default: training)
     #[arg(help_heading = super::heading::RUN, long)]
