@@ -98,10 +98,10 @@ class AnalyzeResult(JobResult):
 # BEGIN generated from the clap flags by `python -c 'from vramscope import _keywords; _keywords.write_stub()'`: do not edit
 
 def profile(
-    model: Optional[str] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
-    flavour: Optional[str] = None,
+    flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
     hidden_dim: Optional[int] = None,
     num_layers: Optional[int] = None,
     num_heads: Optional[int] = None,
@@ -111,9 +111,9 @@ def profile(
     max_seq_len: Optional[int] = None,
     rope_theta: Optional[float] = None,
     norm_eps: Optional[float] = None,
-    attention: Optional[str] = None,
-    attn_implementation: Optional[str] = None,
-    sdpa_backend: Optional[str] = None,
+    attention: Optional[Literal['naive', 'flash']] = None,
+    attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
     use_cache: Optional[str] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[str] = None,
@@ -121,7 +121,7 @@ def profile(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
@@ -129,7 +129,7 @@ def profile(
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
-    precision: Optional[str] = None,
+    precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
     use_amp: bool = False,
@@ -138,9 +138,9 @@ def profile(
     fusion: Optional[str] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
-    optimizer: Optional[str] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
     max_grad_norm: Optional[float] = None,
-    parallel: Optional[str] = None,
+    parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[int] = None,
     rank: Optional[int] = None,
     gpus_per_node: Optional[int] = None,
@@ -158,7 +158,7 @@ def profile(
     max_entries: int = 1000000,
     profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]] = 'training',
     device: str = 'cpu',
-    gpu: Optional[str] = None,
+    gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
     memory_limit: Optional[str] = None,
     memory_fraction: Optional[float] = None,
     allocator_conf: Optional[str] = None,
@@ -181,23 +181,25 @@ def profile(
 
     Parameters
     ----------
-    model : Optional[str], default None
-        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
-        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
-        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
-        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+        Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
+        medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
+        (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
+        / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
+        cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
+        tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
         model_size=, preset=]
     config : Any, default None
-        A Hugging Face config.json, or a model folder holding one (only config.json is read),
-        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        A Hugging Face config.json (or a model folder holding one) instead of a preset Only
+        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
         modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
         weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
         flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
         Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
         ``to_dict()``). [--config]
-    flavour : Optional[str], default None
-        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
+        Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
         Hidden size d_model. [--hidden-dim]
     num_layers : Optional[int], default None
@@ -212,112 +214,111 @@ def profile(
     vocab_size : Optional[int], default None
         Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
     max_seq_len : Optional[int], default None
-        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
-        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+        Longest sequence the model accepts (sizes cs336's RoPE buffer) Default: the preset's, raised
+        to the run's sequence length as both seed scripts do. [--max-seq-len]
     rope_theta : Optional[float], default None
         RoPE base frequency theta. [--rope-theta]
     norm_eps : Optional[float], default None
         RMSNorm epsilon. [--norm-eps]
-    attention : Optional[str], default None
-        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
-        materialises the (B, h, S, S) scores). [--attention]
-    attn_implementation : Optional[str], default None
-        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
-        flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[str], default None
-        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
-        picks for the dtype and mask; printed with the run), flash, efficient or math.
-        [--sdpa-backend]
+    attention : Optional[Literal['naive', 'flash']], default None
+        Attention computation (cs336 and tinyllama flavours). One of: naive, flash. [--attention]
+    attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
+        hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
+        eager, sdpa, flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
+        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
+        flash, efficient, math, cpu_flash. [--sdpa-backend]
     use_cache : Optional[str], default None
-        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+        hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
     logits_to_keep : Optional[int], default None
-        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
     gradient_checkpointing : Optional[str], default None
-        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
-        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
+        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
     attention_mask : Optional[str], default None
-        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
-        unpadded tokenizer batch). [--attention-mask]
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
+        what an unpadded tokenizer batch carries. [--attention-mask]
     lora_r : Optional[int], default None
-        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
-        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+        hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
     lora_alpha : Optional[float], default None
         LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
-        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
-        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
-        [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
+        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
+        up_proj, down_proj. [--target-modules]
     lora_bias : Optional[str], default None
-        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
-        (the adapted projections' biases train). [--lora-bias]
+        LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
+        trains; lora_only: the adapted projections' biases train. [--lora-bias]
     load_in_4bit : bool, default False
-        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
-        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
+        stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
     bnb_4bit_quant_type : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
         [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
-        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
     bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
-        float16. [--bnb-4bit-compute-dtype]
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
+        [--bnb-4bit-compute-dtype]
     bnb_4bit_quant_storage : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
         recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default) or false. [--prepare-model-for-kbit-training]
-    precision : Optional[str], default None
-        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
-        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
-        --pure-bf16). [--precision]
+        reentrant default. [--prepare-model-for-kbit-training]
+    precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
+        Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
+        autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
+        fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
     dtype : Optional[str], default None
-        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
-        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
-        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+        hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
+        default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
+        float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
+        CS336's autocast type, bf16 or fp16. [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
     checkpoint : Optional[str], default None
-        Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks (every
-        decoder block) or every-N (blocks 0, N, 2N, …). [--checkpoint]
+        Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
+        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N).
+        [--checkpoint]
     fusion : Optional[str], default None
-        Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
-        --fused-gate-up; its flash attention is --attention flash). [--fusion]
+        Projection fusions of the workshop's version 2: none or all all is --fused-qkv and
+        --fused-gate-up; its flash attention is --attention flash. [--fusion]
     fused_qkv : bool, default False
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
         One gate/up projection whose output is chunked into two views. [--fused-gate-up]
-    optimizer : Optional[str], default None
-        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
-        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
-        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
-        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
-        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+        Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
+        flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
+        adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
+        is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
+        adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
+        paged_adamw_32bit. [--optimizer]
     max_grad_norm : Optional[float], default None
-        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
-        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
-        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
-        [--max-grad-norm]
-    parallel : Optional[str], default None
-        Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
-        ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
-        optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2 fully_shard
-        per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within --gpus-per-node,
-        replicated across nodes). Needs --world-size. [--parallel]
+        clip_grad_norm_(params, X) before each optimizer step; 0 = off
+        torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
+        max_norm inf, to log it. Default: the flavour's: 1.0 for hf (the Trainer's max_grad_norm),
+        off for cs336 and tinyllama. [--max-grad-norm]
+    parallel : Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']], default None
+        Simulate one rank of a parallel job with this layout (needs --world-size). One of: ddp,
+        zero1, zero2, fsdp, hsdp, tp. [--parallel]
     world_size : Optional[int], default None
         Ranks in the job (with --parallel). [--world-size]
     rank : Optional[int], default None
@@ -326,27 +327,27 @@ def profile(
         hsdp: ranks per node, the shard group (default 8). [--gpus-per-node]
     no_reshard_after_forward : bool, default False
         fsdp/hsdp: keep each block's unsharded parameters from forward to backward
-        (fully_shard(reshard_after_forward=False), ZeRO-2-like). [--no-reshard-after-forward]
+        fully_shard(reshard_after_forward=False), ZeRO-2-like. [--no-reshard-after-forward]
     fsdp_param_dtype : Optional[str], default None
         fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
     fsdp_reduce_dtype : Optional[str], default None
         fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
     fsdp_unit : Optional[str], default None
-        zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root; default),
-        every-N (on each group of N consecutive blocks), or root (fully_shard(model) alone: every
-        parameter gathered at once). [--fsdp-unit]
+        zero2/fsdp/hsdp units: block (the default), every-N or root block: fully_shard on each
+        decoder block, then the root; every-N: on each group of N consecutive blocks; root:
+        fully_shard(model) alone, every parameter gathered at once. [--fsdp-unit]
     offload : Optional[str], default None
-        params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step on
-        the host; host memory is reported separately). [--offload]
+        params: FSDP2's CPUOffloadPolicy Sharded parameters, gradients and the optimizer step on the
+        host; host memory is reported separately. [--offload]
     tp : Optional[int], default None
-        Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+        Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
         --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
         --parallel tp: N = --world-size. [--tp]
     sequence_parallel : bool, default False
-        With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on S /
-        N positions, hidden states all-gathered before attention, the MLP and the head; the batch
-        passes position_ids). [--sequence-parallel]
+        With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
+        positions, hidden states all-gathered before attention, the MLP and the head; the batch
+        passes position_ids. [--sequence-parallel]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s), comma separated (default: the preset's). [--context-length]
     batch_size : Optional[int], default None
@@ -357,25 +358,25 @@ def profile(
     measure_steps : int, default 1
         Steps recorded into the snapshot. [--measure-steps]
     max_entries : int, default 1000000
-        Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring buffer
+        Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)` A ring buffer
         that drops the oldest entries when full (default: CS336's profile_memory.py value).
         [--max-entries]
     profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]], default 'training'
-        forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
-        backward), inference (no_grad) or training; a comma list runs each (the peak table gets a
-        column per type). One of: forward, forward-loss, inference, training (a list runs each).
-        [--profile-type]
+        What one step runs; a comma list runs each (a column per type in the peak table) forward:
+        `model(x)` with autograd, no loss; forward-loss: the same plus the loss, no backward;
+        inference: no_grad; training: the full step. One of: forward, forward-loss, inference,
+        training (a list runs each). [--profile-type]
     device : str, default 'cpu'
         cpu (real numerics) or meta (shapes only; any model size). [--device]
-    gpu : Optional[str], default None
-        GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
-        MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB. [--gpu]
+    gpu : Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']], default None
+        GPU whose memory bounds the allocator (names are case-insensitive; a unique prefix such as
+        h100 will do). One of: H100-80GB, H200-141GB, A100-40GB, A100-80GB, MI250X-64GB,
+        MI300X-192GB, RTX4090-24GB, RTXA6000-48GB. [--gpu]
     memory_limit : Optional[str], default None
         Device memory instead of a --gpu preset (e.g. 24GiB, 80GB). [--memory-limit]
     memory_fraction : Optional[float], default None
-        torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share of the
-        device (needs --gpu or --memory-limit; arms garbage_collection_threshold).
-        [--memory-fraction]
+        torch.cuda.set_per_process_memory_fraction: the share of the device reserved memory may use
+        Needs --gpu or --memory-limit; arms garbage_collection_threshold. [--memory-fraction]
     allocator_conf : Optional[str], default None
         PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable). [--allocator-conf]
     threads : Optional[int], default None
@@ -383,10 +384,10 @@ def profile(
     seed : int, default 42
         Random seed for the weights and the synthetic data. [--seed]
     grad_accum_steps : int, default 1
-        Training: split each batch into N micro-batches whose gradients accumulate before one
-        optimizer step (`loss / N; loss.backward()` per micro-batch). [--grad-accum-steps]
+        Training: N micro-batches per batch, gradients accumulated before one optimizer step `loss /
+        N; loss.backward()` per micro-batch. [--grad-accum-steps]
     flops : bool, default False
-        Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured steps
+        Count FLOPs, bytes moved and arithmetic intensity per op and module Over the measured steps
         (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu. [--flops;
         also enable_deepspeed_flops=]
     flops_depth : int, default 3
@@ -398,10 +399,10 @@ def profile(
     """
 
 def compare(
-    model: Optional[str] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
-    flavour: Optional[str] = None,
+    flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
     hidden_dim: Optional[int] = None,
     num_layers: Optional[int] = None,
     num_heads: Optional[int] = None,
@@ -411,9 +412,9 @@ def compare(
     max_seq_len: Optional[int] = None,
     rope_theta: Optional[float] = None,
     norm_eps: Optional[float] = None,
-    attention: Optional[str] = None,
-    attn_implementation: Optional[str] = None,
-    sdpa_backend: Optional[str] = None,
+    attention: Optional[Literal['naive', 'flash']] = None,
+    attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
     use_cache: Optional[str] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[str] = None,
@@ -421,7 +422,7 @@ def compare(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
@@ -429,7 +430,7 @@ def compare(
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
-    precision: Optional[str] = None,
+    precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
     use_amp: bool = False,
@@ -438,9 +439,9 @@ def compare(
     fusion: Optional[str] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
-    optimizer: Optional[str] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
     max_grad_norm: Optional[float] = None,
-    parallel: Optional[str] = None,
+    parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[int] = None,
     rank: Optional[int] = None,
     gpus_per_node: Optional[int] = None,
@@ -458,7 +459,7 @@ def compare(
     max_entries: int = 1000000,
     profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]] = 'training',
     device: str = 'cpu',
-    gpu: Optional[str] = None,
+    gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
     memory_limit: Optional[str] = None,
     memory_fraction: Optional[float] = None,
     allocator_conf: Optional[str] = None,
@@ -482,23 +483,25 @@ def compare(
 
     Parameters
     ----------
-    model : Optional[str], default None
-        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
-        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
-        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
-        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+        Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
+        medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
+        (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
+        / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
+        cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
+        tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
         model_size=, preset=]
     config : Any, default None
-        A Hugging Face config.json, or a model folder holding one (only config.json is read),
-        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        A Hugging Face config.json (or a model folder holding one) instead of a preset Only
+        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
         modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
         weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
         flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
         Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
         ``to_dict()``). [--config]
-    flavour : Optional[str], default None
-        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
+        Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
         Hidden size d_model. [--hidden-dim]
     num_layers : Optional[int], default None
@@ -513,112 +516,111 @@ def compare(
     vocab_size : Optional[int], default None
         Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
     max_seq_len : Optional[int], default None
-        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
-        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+        Longest sequence the model accepts (sizes cs336's RoPE buffer) Default: the preset's, raised
+        to the run's sequence length as both seed scripts do. [--max-seq-len]
     rope_theta : Optional[float], default None
         RoPE base frequency theta. [--rope-theta]
     norm_eps : Optional[float], default None
         RMSNorm epsilon. [--norm-eps]
-    attention : Optional[str], default None
-        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
-        materialises the (B, h, S, S) scores). [--attention]
-    attn_implementation : Optional[str], default None
-        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
-        flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[str], default None
-        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
-        picks for the dtype and mask; printed with the run), flash, efficient or math.
-        [--sdpa-backend]
+    attention : Optional[Literal['naive', 'flash']], default None
+        Attention computation (cs336 and tinyllama flavours). One of: naive, flash. [--attention]
+    attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
+        hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
+        eager, sdpa, flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
+        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
+        flash, efficient, math, cpu_flash. [--sdpa-backend]
     use_cache : Optional[str], default None
-        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+        hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
     logits_to_keep : Optional[int], default None
-        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
     gradient_checkpointing : Optional[str], default None
-        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
-        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
+        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
     attention_mask : Optional[str], default None
-        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
-        unpadded tokenizer batch). [--attention-mask]
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
+        what an unpadded tokenizer batch carries. [--attention-mask]
     lora_r : Optional[int], default None
-        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
-        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+        hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
     lora_alpha : Optional[float], default None
         LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
-        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
-        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
-        [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
+        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
+        up_proj, down_proj. [--target-modules]
     lora_bias : Optional[str], default None
-        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
-        (the adapted projections' biases train). [--lora-bias]
+        LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
+        trains; lora_only: the adapted projections' biases train. [--lora-bias]
     load_in_4bit : bool, default False
-        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
-        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
+        stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
     bnb_4bit_quant_type : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
         [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
-        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
     bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
-        float16. [--bnb-4bit-compute-dtype]
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
+        [--bnb-4bit-compute-dtype]
     bnb_4bit_quant_storage : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
         recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default) or false. [--prepare-model-for-kbit-training]
-    precision : Optional[str], default None
-        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
-        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
-        --pure-bf16). [--precision]
+        reentrant default. [--prepare-model-for-kbit-training]
+    precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
+        Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
+        autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
+        fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
     dtype : Optional[str], default None
-        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
-        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
-        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+        hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
+        default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
+        float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
+        CS336's autocast type, bf16 or fp16. [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
     checkpoint : Optional[str], default None
-        Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks (every
-        decoder block) or every-N (blocks 0, N, 2N, …). [--checkpoint]
+        Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
+        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N).
+        [--checkpoint]
     fusion : Optional[str], default None
-        Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
-        --fused-gate-up; its flash attention is --attention flash). [--fusion]
+        Projection fusions of the workshop's version 2: none or all all is --fused-qkv and
+        --fused-gate-up; its flash attention is --attention flash. [--fusion]
     fused_qkv : bool, default False
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
         One gate/up projection whose output is chunked into two views. [--fused-gate-up]
-    optimizer : Optional[str], default None
-        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
-        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
-        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
-        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
-        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+        Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
+        flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
+        adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
+        is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
+        adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
+        paged_adamw_32bit. [--optimizer]
     max_grad_norm : Optional[float], default None
-        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
-        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
-        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
-        [--max-grad-norm]
-    parallel : Optional[str], default None
-        Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
-        ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
-        optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2 fully_shard
-        per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within --gpus-per-node,
-        replicated across nodes). Needs --world-size. [--parallel]
+        clip_grad_norm_(params, X) before each optimizer step; 0 = off
+        torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
+        max_norm inf, to log it. Default: the flavour's: 1.0 for hf (the Trainer's max_grad_norm),
+        off for cs336 and tinyllama. [--max-grad-norm]
+    parallel : Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']], default None
+        Simulate one rank of a parallel job with this layout (needs --world-size). One of: ddp,
+        zero1, zero2, fsdp, hsdp, tp. [--parallel]
     world_size : Optional[int], default None
         Ranks in the job (with --parallel). [--world-size]
     rank : Optional[int], default None
@@ -627,27 +629,27 @@ def compare(
         hsdp: ranks per node, the shard group (default 8). [--gpus-per-node]
     no_reshard_after_forward : bool, default False
         fsdp/hsdp: keep each block's unsharded parameters from forward to backward
-        (fully_shard(reshard_after_forward=False), ZeRO-2-like). [--no-reshard-after-forward]
+        fully_shard(reshard_after_forward=False), ZeRO-2-like. [--no-reshard-after-forward]
     fsdp_param_dtype : Optional[str], default None
         fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
     fsdp_reduce_dtype : Optional[str], default None
         fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
     fsdp_unit : Optional[str], default None
-        zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root; default),
-        every-N (on each group of N consecutive blocks), or root (fully_shard(model) alone: every
-        parameter gathered at once). [--fsdp-unit]
+        zero2/fsdp/hsdp units: block (the default), every-N or root block: fully_shard on each
+        decoder block, then the root; every-N: on each group of N consecutive blocks; root:
+        fully_shard(model) alone, every parameter gathered at once. [--fsdp-unit]
     offload : Optional[str], default None
-        params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step on
-        the host; host memory is reported separately). [--offload]
+        params: FSDP2's CPUOffloadPolicy Sharded parameters, gradients and the optimizer step on the
+        host; host memory is reported separately. [--offload]
     tp : Optional[int], default None
-        Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+        Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
         --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
         --parallel tp: N = --world-size. [--tp]
     sequence_parallel : bool, default False
-        With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on S /
-        N positions, hidden states all-gathered before attention, the MLP and the head; the batch
-        passes position_ids). [--sequence-parallel]
+        With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
+        positions, hidden states all-gathered before attention, the MLP and the head; the batch
+        passes position_ids. [--sequence-parallel]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s), comma separated (default: the preset's). [--context-length]
     batch_size : Optional[int], default None
@@ -658,25 +660,25 @@ def compare(
     measure_steps : int, default 1
         Steps recorded into the snapshot. [--measure-steps]
     max_entries : int, default 1000000
-        Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)`: a ring buffer
+        Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)` A ring buffer
         that drops the oldest entries when full (default: CS336's profile_memory.py value).
         [--max-entries]
     profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]], default 'training'
-        forward (`model(x)` with autograd, no loss), forward-loss (the same plus the loss, no
-        backward), inference (no_grad) or training; a comma list runs each (the peak table gets a
-        column per type). One of: forward, forward-loss, inference, training (a list runs each).
-        [--profile-type]
+        What one step runs; a comma list runs each (a column per type in the peak table) forward:
+        `model(x)` with autograd, no loss; forward-loss: the same plus the loss, no backward;
+        inference: no_grad; training: the full step. One of: forward, forward-loss, inference,
+        training (a list runs each). [--profile-type]
     device : str, default 'cpu'
         cpu (real numerics) or meta (shapes only; any model size). [--device]
-    gpu : Optional[str], default None
-        GPU whose memory bounds the allocator: H100-80GB, H200-141GB, A100-40GB, A100-80GB,
-        MI250X-64GB (one GCD), MI300X-192GB, RTX4090-24GB. [--gpu]
+    gpu : Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']], default None
+        GPU whose memory bounds the allocator (names are case-insensitive; a unique prefix such as
+        h100 will do). One of: H100-80GB, H200-141GB, A100-40GB, A100-80GB, MI250X-64GB,
+        MI300X-192GB, RTX4090-24GB, RTXA6000-48GB. [--gpu]
     memory_limit : Optional[str], default None
         Device memory instead of a --gpu preset (e.g. 24GiB, 80GB). [--memory-limit]
     memory_fraction : Optional[float], default None
-        torch.cuda.set_per_process_memory_fraction: reserved memory may not exceed this share of the
-        device (needs --gpu or --memory-limit; arms garbage_collection_threshold).
-        [--memory-fraction]
+        torch.cuda.set_per_process_memory_fraction: the share of the device reserved memory may use
+        Needs --gpu or --memory-limit; arms garbage_collection_threshold. [--memory-fraction]
     allocator_conf : Optional[str], default None
         PYTORCH_CUDA_ALLOC_CONF string (default: that environment variable). [--allocator-conf]
     out_dir : Optional[Union[str, PathLike[str]]], default None
@@ -687,10 +689,10 @@ def compare(
     seed : int, default 42
         Random seed for the weights and the synthetic data. [--seed]
     grad_accum_steps : int, default 1
-        Training: split each batch into N micro-batches whose gradients accumulate before one
-        optimizer step (`loss / N; loss.backward()` per micro-batch). [--grad-accum-steps]
+        Training: N micro-batches per batch, gradients accumulated before one optimizer step `loss /
+        N; loss.backward()` per micro-batch. [--grad-accum-steps]
     flops : bool, default False
-        Count FLOPs, bytes moved and arithmetic intensity per op and module over the measured steps
+        Count FLOPs, bytes moved and arithmetic intensity per op and module Over the measured steps
         (DeepSpeed's FLOPS profiler view); MFU on cpu, a roofline prediction with --gpu. [--flops;
         also enable_deepspeed_flops=]
     flops_depth : int, default 3
@@ -702,10 +704,10 @@ def compare(
     """
 
 def sweep(
-    model: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
-    flavour: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
     hidden_dim: Optional[Union[str, int, float, Sequence[Any]]] = None,
     num_layers: Optional[Union[str, int, float, Sequence[Any]]] = None,
     num_heads: Optional[Union[str, int, float, Sequence[Any]]] = None,
@@ -714,28 +716,29 @@ def sweep(
     vocab_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
     max_seq_len: Optional[Union[str, int, float, Sequence[Any]]] = None,
     rope_theta: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    attention: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    attention: Optional[Literal['naive', 'flash']] = None,
     batch_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
     context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    points: Optional[Union[str, int, float, Sequence[Any]]] = None,
     profile_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
     grad_accum_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    precision: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     checkpoint: Optional[Union[str, int, float, Sequence[Any]]] = None,
     fusion: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    optimizer: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
     max_grad_norm: Optional[Union[str, int, float, Sequence[Any]]] = None,
     dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    attn_implementation: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
     gradient_checkpointing: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_r: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_alpha: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_dropout: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     load_in_4bit: bool = False,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_quant_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
     bnb_4bit_compute_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    parallel: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
     gpus_per_node: Optional[Union[str, int, float, Sequence[Any]]] = None,
     fsdp_param_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
@@ -743,7 +746,7 @@ def sweep(
     fsdp_unit: Optional[Union[str, int, float, Sequence[Any]]] = None,
     warmup_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
     measure_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    gpu: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
     memory_limit: Optional[Union[str, int, float, Sequence[Any]]] = None,
     memory_fraction: Optional[Union[str, int, float, Sequence[Any]]] = None,
     allocator_conf: Optional[Union[str, int, float, Sequence[Any]]] = None,
@@ -766,14 +769,16 @@ def sweep(
 
     Parameters
     ----------
-    model : Optional[Union[str, int, float, Sequence[Any]]], default None
-        Model preset(s) (as `profile --model`), comma separated. [--preset; also model_size=,
-        preset=]
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+        Model preset(s) (as `profile --model`), comma separated. One of: cs336-small, cs336-medium,
+        cs336-large, xl, 2.7B, walkthrough, script, tiny, tinyllama-small, tinyllama-medium,
+        tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B, Mistral-7B,
+        Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         Hugging Face config.json file(s), comma separated. Also a dict (a config.json's content) or
         a transformers ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
-    flavour : Optional[Union[str, int, float, Sequence[Any]]], default None
-        Reference implementation to reproduce: cs336 or tinyllama. [--flavour]
+    flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
+        Reference implementation(s) to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[Union[str, int, float, Sequence[Any]]], default None
         Hidden size d_model (a comma list sweeps it). [--hidden-dim]
     num_layers : Optional[Union[str, int, float, Sequence[Any]]], default None
@@ -790,31 +795,38 @@ def sweep(
         Longest sequence the model accepts (sizes RoPE tables). [--max-seq-len]
     rope_theta : Optional[Union[str, int, float, Sequence[Any]]], default None
         RoPE base frequency theta. [--rope-theta]
-    attention : Optional[Union[str, int, float, Sequence[Any]]], default None
-        naive and/or flash. [--attention]
+    attention : Optional[Literal['naive', 'flash']], default None
+        Attention computation(s). One of: naive, flash. [--attention]
     batch_size : Optional[Union[str, int, float, Sequence[Any]]], default None
         Batch size(s), comma-separated: one profile per value. [--batch-size]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s) to profile, comma-separated. [--context-length; also seq_len=]
+    points : Optional[Union[str, int, float, Sequence[Any]]], default None
+        (batch size, context length) points instead of the --batch-size × --context-length grid E.g.
+        `4:512,16:128`: context 512 at batch 4 beside context 128 at batch 16; crossed with the
+        other axes' lists. [--points]
     profile_type : Optional[Union[str, int, float, Sequence[Any]]], default None
         forward, inference and/or training (default: training). [--profile-type]
     grad_accum_steps : Optional[Union[str, int, float, Sequence[Any]]], default None
         Micro-batches per optimizer step (gradient accumulation). [--grad-accum-steps]
-    precision : Optional[Union[str, int, float, Sequence[Any]]], default None
-        fp32, bf16, fp16 and/or pure-bf16. [--precision]
+    precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
+        Precision(s) (as `profile --precision`). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     checkpoint : Optional[Union[str, int, float, Sequence[Any]]], default None
         none, blocks and/or every-N. [--checkpoint]
     fusion : Optional[Union[str, int, float, Sequence[Any]]], default None
         none and/or all. [--fusion]
-    optimizer : Optional[Union[str, int, float, Sequence[Any]]], default None
-        Optimizer implementation(s) of the training step (as `profile --optimizer`). [--optimizer]
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+        Optimizer implementation(s) of the training step (as `profile --optimizer`). One of:
+        adamw_torch_fused, adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit,
+        paged_adamw_8bit, paged_adamw_32bit. [--optimizer]
     max_grad_norm : Optional[Union[str, int, float, Sequence[Any]]], default None
         clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off).
         [--max-grad-norm]
     dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
         hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16). [--dtype]
-    attn_implementation : Optional[Union[str, int, float, Sequence[Any]]], default None
-        hf flavour: attn_implementation(s) (eager, sdpa, flash_attention_2). [--attn-implementation]
+    attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
+        hf flavour: attn_implementation(s). One of: eager, sdpa, flash_attention_2.
+        [--attn-implementation]
     gradient_checkpointing : Optional[Union[str, int, float, Sequence[Any]]], default None
         hf flavour: gradient checkpointing mode(s) (none, non-reentrant, reentrant).
         [--gradient-checkpointing]
@@ -824,8 +836,9 @@ def sweep(
         LoRA alpha(s). [--lora-alpha]
     lora_dropout : Optional[Union[str, int, float, Sequence[Any]]], default None
         LoRA dropout(s). [--lora-dropout]
-    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
-        LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list).
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
+        LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list). One
+        of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
         [--target-modules]
     load_in_4bit : bool, default False
         Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit). [--load-in-4bit]
@@ -835,11 +848,11 @@ def sweep(
         bnb_4bit_quant_type(s) (nf4, fp4). [--bnb-4bit-quant-type]
     bnb_4bit_compute_dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
         bnb_4bit_compute_dtype(s). [--bnb-4bit-compute-dtype]
-    parallel : Optional[Union[str, int, float, Sequence[Any]]], default None
-        Data-parallel layout(s) (as `profile --parallel`: ddp, zero1, fsdp, hsdp); needs
-        --world-size. [--parallel]
+    parallel : Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']], default None
+        Parallel layout(s) (as `profile --parallel`); needs --world-size. One of: ddp, zero1, zero2,
+        fsdp, hsdp, tp. [--parallel]
     world_size : Optional[Union[str, int, float, Sequence[Any]]], default None
-        Ranks in the job (with --parallel): each point profiles rank 0, so the table shows how one
+        Ranks in the job (with --parallel) Each point profiles rank 0, so the table shows how one
         rank's memory falls as ranks are added. [--world-size]
     gpus_per_node : Optional[Union[str, int, float, Sequence[Any]]], default None
         hsdp's shard group size(s). [--gpus-per-node]
@@ -855,13 +868,15 @@ def sweep(
         [--warmup-steps]
     measure_steps : Optional[Union[str, int, float, Sequence[Any]]], default None
         Recorded steps after the warm-up. [--measure-steps]
-    gpu : Optional[Union[str, int, float, Sequence[Any]]], default None
-        GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result). [--gpu]
+    gpu : Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']], default None
+        GPU preset(s) bounding the allocator (an OOM at a point is recorded as a result). One of:
+        H100-80GB, H200-141GB, A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB,
+        RTXA6000-48GB. [--gpu]
     memory_limit : Optional[Union[str, int, float, Sequence[Any]]], default None
         Device memory size(s) instead of --gpu (e.g. 24GiB). [--memory-limit]
     memory_fraction : Optional[Union[str, int, float, Sequence[Any]]], default None
-        Share of device memory the allocator may use (torch.cuda.set_per_process_memory_fraction);
-        needs --gpu or --memory-limit. [--memory-fraction]
+        Share(s) of device memory the allocator may use; needs --gpu or --memory-limit
+        torch.cuda.set_per_process_memory_fraction. [--memory-fraction]
     allocator_conf : Optional[Union[str, int, float, Sequence[Any]]], default None
         PYTORCH_CUDA_ALLOC_CONF string(s); separate several with ';' (a conf itself uses commas).
         [--allocator-conf]
@@ -883,10 +898,10 @@ def sweep(
     """
 
 def fit(
-    model: Optional[str] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
-    flavour: Optional[str] = None,
+    flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
     hidden_dim: Optional[int] = None,
     num_layers: Optional[int] = None,
     num_heads: Optional[int] = None,
@@ -896,9 +911,9 @@ def fit(
     max_seq_len: Optional[int] = None,
     rope_theta: Optional[float] = None,
     norm_eps: Optional[float] = None,
-    attention: Optional[str] = None,
-    attn_implementation: Optional[str] = None,
-    sdpa_backend: Optional[str] = None,
+    attention: Optional[Literal['naive', 'flash']] = None,
+    attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
     use_cache: Optional[str] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[str] = None,
@@ -906,7 +921,7 @@ def fit(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
@@ -914,7 +929,7 @@ def fit(
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
-    precision: Optional[str] = None,
+    precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
     use_amp: bool = False,
@@ -923,9 +938,9 @@ def fit(
     fusion: Optional[str] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
-    optimizer: Optional[str] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
     max_grad_norm: Optional[float] = None,
-    parallel: Optional[str] = None,
+    parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[int] = None,
     rank: Optional[int] = None,
     gpus_per_node: Optional[int] = None,
@@ -940,7 +955,7 @@ def fit(
     profile_type: Literal['forward', 'forward-loss', 'inference', 'training'] = 'training',
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
-    gpu: Optional[str] = None,
+    gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
     memory_limit: Optional[str] = None,
     memory_fraction: Optional[float] = None,
     allocator_conf: Optional[str] = None,
@@ -960,23 +975,25 @@ def fit(
 
     Parameters
     ----------
-    model : Optional[str], default None
-        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
-        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
-        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
-        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+        Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
+        medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
+        (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
+        / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
+        cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
+        tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
         model_size=, preset=]
     config : Any, default None
-        A Hugging Face config.json, or a model folder holding one (only config.json is read),
-        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        A Hugging Face config.json (or a model folder holding one) instead of a preset Only
+        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
         modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
         weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
         flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
         Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
         ``to_dict()``). [--config]
-    flavour : Optional[str], default None
-        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
+        Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
         Hidden size d_model. [--hidden-dim]
     num_layers : Optional[int], default None
@@ -991,112 +1008,111 @@ def fit(
     vocab_size : Optional[int], default None
         Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
     max_seq_len : Optional[int], default None
-        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
-        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+        Longest sequence the model accepts (sizes cs336's RoPE buffer) Default: the preset's, raised
+        to the run's sequence length as both seed scripts do. [--max-seq-len]
     rope_theta : Optional[float], default None
         RoPE base frequency theta. [--rope-theta]
     norm_eps : Optional[float], default None
         RMSNorm epsilon. [--norm-eps]
-    attention : Optional[str], default None
-        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
-        materialises the (B, h, S, S) scores). [--attention]
-    attn_implementation : Optional[str], default None
-        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
-        flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[str], default None
-        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
-        picks for the dtype and mask; printed with the run), flash, efficient or math.
-        [--sdpa-backend]
+    attention : Optional[Literal['naive', 'flash']], default None
+        Attention computation (cs336 and tinyllama flavours). One of: naive, flash. [--attention]
+    attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
+        hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
+        eager, sdpa, flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
+        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
+        flash, efficient, math, cpu_flash. [--sdpa-backend]
     use_cache : Optional[str], default None
-        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+        hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
     logits_to_keep : Optional[int], default None
-        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
     gradient_checkpointing : Optional[str], default None
-        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
-        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
+        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
     attention_mask : Optional[str], default None
-        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
-        unpadded tokenizer batch). [--attention-mask]
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
+        what an unpadded tokenizer batch carries. [--attention-mask]
     lora_r : Optional[int], default None
-        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
-        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+        hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
     lora_alpha : Optional[float], default None
         LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
-        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
-        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
-        [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
+        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
+        up_proj, down_proj. [--target-modules]
     lora_bias : Optional[str], default None
-        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
-        (the adapted projections' biases train). [--lora-bias]
+        LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
+        trains; lora_only: the adapted projections' biases train. [--lora-bias]
     load_in_4bit : bool, default False
-        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
-        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
+        stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
     bnb_4bit_quant_type : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
         [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
-        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
     bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
-        float16. [--bnb-4bit-compute-dtype]
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
+        [--bnb-4bit-compute-dtype]
     bnb_4bit_quant_storage : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
         recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default) or false. [--prepare-model-for-kbit-training]
-    precision : Optional[str], default None
-        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
-        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
-        --pure-bf16). [--precision]
+        reentrant default. [--prepare-model-for-kbit-training]
+    precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
+        Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
+        autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
+        fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
     dtype : Optional[str], default None
-        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
-        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
-        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+        hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
+        default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
+        float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
+        CS336's autocast type, bf16 or fp16. [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
     checkpoint : Optional[str], default None
-        Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): none, blocks (every
-        decoder block) or every-N (blocks 0, N, 2N, …). [--checkpoint]
+        Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
+        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N).
+        [--checkpoint]
     fusion : Optional[str], default None
-        Projection fusions of the workshop's version 2: none, or all (--fused-qkv and
-        --fused-gate-up; its flash attention is --attention flash). [--fusion]
+        Projection fusions of the workshop's version 2: none or all all is --fused-qkv and
+        --fused-gate-up; its flash attention is --attention flash. [--fusion]
     fused_qkv : bool, default False
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
         One gate/up projection whose output is chunked into two views. [--fused-gate-up]
-    optimizer : Optional[str], default None
-        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
-        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
-        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
-        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
-        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+        Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
+        flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
+        adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
+        is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
+        adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
+        paged_adamw_32bit. [--optimizer]
     max_grad_norm : Optional[float], default None
-        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
-        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
-        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
-        [--max-grad-norm]
-    parallel : Optional[str], default None
-        Simulate one rank of a data-parallel job: ddp (DistributedDataParallel), zero1 (DDP +
-        ZeroRedundancyOptimizer), zero2 (FSDP2 with reshard_after_forward=False: gradients and
-        optimizer state sharded, parameters kept from forward to backward), fsdp (FSDP2 fully_shard
-        per decoder block + the root, ZeRO-3), hsdp (FSDP2 sharded within --gpus-per-node,
-        replicated across nodes). Needs --world-size. [--parallel]
+        clip_grad_norm_(params, X) before each optimizer step; 0 = off
+        torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
+        max_norm inf, to log it. Default: the flavour's: 1.0 for hf (the Trainer's max_grad_norm),
+        off for cs336 and tinyllama. [--max-grad-norm]
+    parallel : Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']], default None
+        Simulate one rank of a parallel job with this layout (needs --world-size). One of: ddp,
+        zero1, zero2, fsdp, hsdp, tp. [--parallel]
     world_size : Optional[int], default None
         Ranks in the job (with --parallel). [--world-size]
     rank : Optional[int], default None
@@ -1105,40 +1121,41 @@ def fit(
         hsdp: ranks per node, the shard group (default 8). [--gpus-per-node]
     no_reshard_after_forward : bool, default False
         fsdp/hsdp: keep each block's unsharded parameters from forward to backward
-        (fully_shard(reshard_after_forward=False), ZeRO-2-like). [--no-reshard-after-forward]
+        fully_shard(reshard_after_forward=False), ZeRO-2-like. [--no-reshard-after-forward]
     fsdp_param_dtype : Optional[str], default None
         fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
     fsdp_reduce_dtype : Optional[str], default None
         fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
     fsdp_unit : Optional[str], default None
-        zero2/fsdp/hsdp units: block (fully_shard on each decoder block, then the root; default),
-        every-N (on each group of N consecutive blocks), or root (fully_shard(model) alone: every
-        parameter gathered at once). [--fsdp-unit]
+        zero2/fsdp/hsdp units: block (the default), every-N or root block: fully_shard on each
+        decoder block, then the root; every-N: on each group of N consecutive blocks; root:
+        fully_shard(model) alone, every parameter gathered at once. [--fsdp-unit]
     offload : Optional[str], default None
-        params: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and the optimizer step on
-        the host; host memory is reported separately). [--offload]
+        params: FSDP2's CPUOffloadPolicy Sharded parameters, gradients and the optimizer step on the
+        host; host memory is reported separately. [--offload]
     tp : Optional[int], default None
-        Tensor-parallel ranks (hf flavour): torch's Megatron-style plan (q/k/v/gate/up
+        Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
         --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
         --parallel tp: N = --world-size. [--tp]
     sequence_parallel : bool, default False
-        With --parallel tp: torch's SequenceParallel plan too (norms and the residual stream on S /
-        N positions, hidden states all-gathered before attention, the MLP and the head; the batch
-        passes position_ids). [--sequence-parallel]
+        With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
+        positions, hidden states all-gathered before attention, the MLP and the head; the batch
+        passes position_ids. [--sequence-parallel]
     find : Literal['batch', 'context', 'world-size'], default 'batch'
         What to search for. One of: batch, context, world-size. [--find]
     profile_type : Literal['forward', 'forward-loss', 'inference', 'training'], default 'training'
-        forward (`model(x)` with autograd, no loss), forward-loss (plus the loss, no backward),
-        inference (no_grad) or training (one full step after warm-up). One of: forward,
+        What the step runs forward: `model(x)` with autograd, no loss; forward-loss: plus the loss,
+        no backward; inference: no_grad; training: one full step after warm-up. One of: forward,
         forward-loss, inference, training. [--profile-type]
     batch_size : Optional[int], default None
         Batch size held fixed when finding the context (default: the preset's). [--batch-size]
     context_length : Optional[int], default None
         Context length held fixed when finding the batch size (default: the preset's).
         [--context-length; also seq_len=]
-    gpu : Optional[str], default None
-        GPU whose memory bounds the allocator (as for `profile`). [--gpu]
+    gpu : Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']], default None
+        GPU whose memory bounds the allocator (as for `profile`). One of: H100-80GB, H200-141GB,
+        A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB, RTXA6000-48GB. [--gpu]
     memory_limit : Optional[str], default None
         Device memory instead of a --gpu preset (e.g. 24GiB). [--memory-limit]
     memory_fraction : Optional[float], default None
@@ -1148,10 +1165,10 @@ def fit(
     warmup_steps : int, default 1
         Steps before the measured one (training: optimizer state exists after one). [--warmup-steps]
     max : Optional[int], default None
-        Largest value tried (default: for --find context, the model's maximum sequence length when
-        --max-seq-len or a config.json fixes one; else 1048576). [--max]
+        Largest value tried Default: for --find context, the model's maximum sequence length when
+        --max-seq-len or a config.json fixes one; else 1048576. [--max]
     reserve : Optional[str], default None
-        Device memory kept free for what the allocator model does not hold: the CUDA context and the
+        Device memory kept free for what the allocator model does not hold The CUDA context and the
         cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on H100/H200, 8.125
         MiB elsewhere; two handles for training; see the README). 0 for none. [--reserve]
 
@@ -1161,10 +1178,10 @@ def fit(
     """
 
 def estimate(
-    model: Optional[str] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
-    flavour: Optional[str] = None,
+    flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
     hidden_dim: Optional[int] = None,
     num_layers: Optional[int] = None,
     num_heads: Optional[int] = None,
@@ -1174,9 +1191,9 @@ def estimate(
     max_seq_len: Optional[int] = None,
     rope_theta: Optional[float] = None,
     norm_eps: Optional[float] = None,
-    attention: Optional[str] = None,
-    attn_implementation: Optional[str] = None,
-    sdpa_backend: Optional[str] = None,
+    attention: Optional[Literal['naive', 'flash']] = None,
+    attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
     use_cache: Optional[str] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[str] = None,
@@ -1184,7 +1201,7 @@ def estimate(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
@@ -1192,12 +1209,12 @@ def estimate(
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
-    precision: Optional[str] = None,
+    precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
-    optimizer: Optional[str] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
     max_grad_norm: Optional[float] = None,
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
@@ -1214,23 +1231,25 @@ def estimate(
 
     Parameters
     ----------
-    model : Optional[str], default None
-        Model preset: cs336 sizes small|medium|large|xl|2.7B, tinyllama walkthrough|script|
-        tiny|small|medium|large|very_large, hf (transformers) Llama-3.2-1B|Llama-3.1-8B|
-        Mistral-7B|Qwen2.5-7B|Qwen3-8B. small/medium/large exist in both: a bare name takes the
-        command's seed's (profile, sweep, fit, estimate, run-all: CS336's; train, study: the
-        workshop's); cs336-NAME / tinyllama-NAME or --flavour choose explicitly. [--preset; also
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+        Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
+        medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
+        (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
+        / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
+        cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
+        tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
         model_size=, preset=]
     config : Any, default None
-        A Hugging Face config.json, or a model folder holding one (only config.json is read),
-        instead of a preset: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
+        A Hugging Face config.json (or a model folder holding one) instead of a preset Only
+        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
         modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
         weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
         flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
         Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
         ``to_dict()``). [--config]
-    flavour : Optional[str], default None
-        Reference implementation to reproduce: cs336, tinyllama or hf (transformers). [--flavour]
+    flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
+        Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
         Hidden size d_model. [--hidden-dim]
     num_layers : Optional[int], default None
@@ -1245,96 +1264,97 @@ def estimate(
     vocab_size : Optional[int], default None
         Vocabulary size (rows of the embedding and the LM head). [--vocab-size]
     max_seq_len : Optional[int], default None
-        Longest sequence the model accepts (sizes cs336's RoPE buffer). Default: the preset's,
-        raised to the run's sequence length as both seed scripts do. [--max-seq-len]
+        Longest sequence the model accepts (sizes cs336's RoPE buffer) Default: the preset's, raised
+        to the run's sequence length as both seed scripts do. [--max-seq-len]
     rope_theta : Optional[float], default None
         RoPE base frequency theta. [--rope-theta]
     norm_eps : Optional[float], default None
         RMSNorm epsilon. [--norm-eps]
-    attention : Optional[str], default None
-        Attention: naive (scores, mask, softmax, weights·V) or flash (one fused primitive that never
-        materialises the (B, h, S, S) scores). [--attention]
-    attn_implementation : Optional[str], default None
-        hf flavour: transformers' attn_implementation: eager, sdpa (transformers' default) or
-        flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[str], default None
-        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA: auto (what PyTorch
-        picks for the dtype and mask; printed with the run), flash, efficient or math.
-        [--sdpa-backend]
+    attention : Optional[Literal['naive', 'flash']], default None
+        Attention computation (cs336 and tinyllama flavours). One of: naive, flash. [--attention]
+    attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
+        hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
+        eager, sdpa, flash_attention_2. [--attn-implementation]
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+        hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
+        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
+        flash, efficient, math, cpu_flash. [--sdpa-backend]
     use_cache : Optional[str], default None
-        hf flavour: use_cache true|false. Default: the config's (true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values). [--use-cache]
+        hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
+        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
     logits_to_keep : Optional[int], default None
-        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all).
+        hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
     gradient_checkpointing : Optional[str], default None
-        hf flavour: gradient_checkpointing_enable(): none, non-reentrant (use_reentrant=False, the
-        same as --checkpoint blocks) or reentrant. [--gradient-checkpointing]
+        hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
+        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
     attention_mask : Optional[str], default None
-        hf flavour: the attention_mask passed with the batch: none (the default) or ones (an
-        unpadded tokenizer batch). [--attention-mask]
+        hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
+        what an unpadded tokenizer batch carries. [--attention-mask]
     lora_r : Optional[int], default None
-        hf flavour, peft LoraConfig's r: turns LoRA on (get_peft_model over the loaded model: base
-        weights frozen, fp32 adapters lora_A/lora_B trained). [--lora-r]
+        hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
+        weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
     lora_alpha : Optional[float], default None
         LoraConfig's lora_alpha (peft's default 8; scaling = alpha / r). [--lora-alpha]
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Union[str, int, float, Sequence[Any]]], default None
-        LoraConfig's target_modules: all-linear, or a comma list of q_proj, k_proj, v_proj, o_proj,
-        gate_proj, up_proj, down_proj (peft's default for these models: q_proj,v_proj).
-        [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
+        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
+        up_proj, down_proj. [--target-modules]
     lora_bias : Optional[str], default None
-        LoraConfig's bias: none (peft's default), all (every bias of the model trains) or lora_only
-        (the adapted projections' biases train). [--lora-bias]
+        LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
+        trains; lora_only: the adapted projections' biases train. [--lora-bias]
     load_in_4bit : bool, default False
-        hf flavour, BitsAndBytesConfig's load_in_4bit: every decoder linear stored in 4 bits by
-        bitsandbytes (lm_head, embedding and norms unquantized); QLoRA with --lora-r.
+        hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
+        stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
     bnb_4bit_quant_type : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
         [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
-        BitsAndBytesConfig's bnb_4bit_use_double_quant: 8-bit block scales, one fp32 scale per 256
+        BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
     bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (bitsandbytes' default), bfloat16 or
-        float16. [--bnb-4bit-compute-dtype]
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
+        [--bnb-4bit-compute-dtype]
     bnb_4bit_quant_storage : Optional[str], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default, as QLoRA
+        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
         recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default) or false. [--prepare-model-for-kbit-training]
-    precision : Optional[str], default None
-        fp32, bf16 (autocast to bf16 around forward and loss) or fp16 (autocast to fp16 with a
-        dynamic loss scaler) — parameters, gradients and optimizer state stay fp32 — or pure-bf16 (=
-        --pure-bf16). [--precision]
+        reentrant default. [--prepare-model-for-kbit-training]
+    precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
+        Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
+        autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
+        fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
     dtype : Optional[str], default None
-        hf flavour: from_pretrained's dtype: auto (the default, as in transformers 5: the config's
-        torch_dtype, bfloat16 for every hf preset; float32 when it names none), float32, bfloat16 or
-        float16. With --use-mixed-precision: CS336's autocast type, bf16 or fp16. [--dtype]
+        hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
+        default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
+        float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
+        CS336's autocast type, bf16 or fp16. [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
-    optimizer : Optional[str], default None
-        adamw_torch_fused (torch.optim.AdamW(fused=True)), adamw_torch or adamw_torch_foreach
-        (foreach, CUDA's default), adamw_torch_forloop (foreach=False), sgd, adamw_cs336 (the course
-        AdamW), or bitsandbytes' adamw_bnb_8bit (= adamw_8bit), paged_adamw_8bit and
-        paged_adamw_32bit (--device meta). Default: the flavour's reference: cs336 adamw_cs336,
-        tinyllama adamw_torch, hf adamw_torch_fused (the Trainer's default). [--optimizer]
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+        Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
+        flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
+        adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
+        is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
+        adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
+        paged_adamw_32bit. [--optimizer]
     max_grad_norm : Optional[float], default None
-        torch.nn.utils.clip_grad_norm_(params, X) before each optimizer step; 0 = off (the hf
-        flavour's Trainer still computes the norm, with max_norm inf, to log it). Default: the
-        flavour's: 1.0 for hf (the Trainer's max_grad_norm), off for cs336 and tinyllama.
-        [--max-grad-norm]
+        clip_grad_norm_(params, X) before each optimizer step; 0 = off
+        torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
+        max_norm inf, to log it. Default: the flavour's: 1.0 for hf (the Trainer's max_grad_norm),
+        off for cs336 and tinyllama. [--max-grad-norm]
     batch_size : Optional[int], default None
         Batch size B (default: the preset's). [--batch-size]
     context_length : Optional[int], default None
