@@ -10,6 +10,7 @@ pub mod outputs;
 pub mod profile;
 pub mod reference;
 pub mod run_all;
+pub mod serve;
 pub mod study;
 pub mod sweep;
 pub mod train;
@@ -48,6 +49,10 @@ pub enum Command {
     View(crate::options::snapshot::ViewArgs),
     /// Closed-form memory of a configuration with its derivation, beside a simulated meta run.
     Estimate(crate::options::estimate::EstimateArgs),
+    /// vLLM 0.33.0's start-up memory plan: available KV cache memory, cache size in tokens and
+    /// maximum concurrency, in vLLM's log words.
+    #[command(allow_negative_numbers = true)]
+    Serve(crate::options::serve::ServeArgs),
     /// Speed benchmarks, printed as ratios measured side by side in one run.
     Bench(crate::options::bench::BenchArgs),
 }
@@ -85,6 +90,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Analyze(a) => analyze::run(a),
         Command::View(a) => view::run(a),
         Command::Estimate(a) => estimate::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

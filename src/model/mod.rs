@@ -10,6 +10,7 @@ pub mod presets;
 pub mod py;
 pub mod tinyllama;
 pub mod tp;
+pub mod vllm_0_33;
 
 pub use config::{Attention, Checkpoint, ConfigError, Flavour, ModelConfig};
 

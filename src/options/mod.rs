@@ -19,6 +19,7 @@ pub mod parallel;
 pub mod precision;
 pub mod profile;
 pub mod run_all;
+pub mod serve;
 pub mod snapshot;
 pub mod study;
 pub mod sweep;

@@ -12,6 +12,7 @@ pub mod host_memory;
 pub mod names;
 pub mod profile;
 pub mod run_all;
+pub mod serve;
 pub mod snapshot;
 pub mod study;
 pub mod summary;

@@ -1,0 +1,143 @@
+//! `serve`'s flags, named as vLLM's engine arguments, resolved into the
+//! [`ServeConfig`](crate::model::vllm_0_33::ServeConfig) of vLLM 0.33.0's start-up plan.
+use super::usage;
+use crate::model::hf::Arch;
+use crate::model::vllm_0_33::{self as vllm, ServeConfig};
+use crate::model::{presets, Flavour};
+use anyhow::Result;
+use clap::Args;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Model preset: one of the Hugging Face ones (Llama-*, Mistral-7B, Qwen*; the others are not vLLM models)
+    #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
+    pub preset: Option<String>,
+    /// A Hugging Face config.json (or a model folder holding one) instead of a preset
+    ///
+    /// model_type llama, mistral, qwen2 or qwen3 without a sliding window; its torch_dtype
+    /// (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it.
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// The NVIDIA GPU (its nvidia-smi total stands for torch.cuda.mem_get_info's total)
+    #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long, default_value = "H100-80GB")]
+    pub gpu: String,
+    /// Fraction of the GPU's total memory vLLM may use, in (0, 1] (vLLM 0.33.0's default 0.92)
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = vllm::DEFAULT_GPU_MEMORY_UTILIZATION)]
+    pub gpu_memory_utilization: f64,
+    /// Longest request (prompt and output) in tokens (default: the model's max_position_embeddings)
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub max_model_len: Option<usize>,
+    /// Most requests in one batch (default: vllm serve's for the GPU: 1024 on H100/H200, else 256)
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub max_num_seqs: Option<usize>,
+    /// Most tokens in one batch, the profile run's dummy batch (default: vllm serve's: 8192 on H100, 16384 from 160 GiB, else 2048)
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub max_num_batched_tokens: Option<usize>,
+    /// Tokens per KV cache block (a multiple of 16, FlashAttention's kernel block sizes)
+    #[arg(help_heading = super::heading::MEMORY, long, default_value_t = vllm::DEFAULT_BLOCK_SIZE)]
+    pub block_size: usize,
+    /// KV cache element type: auto (the weights' dtype) or one of the 1-byte fp8 types
+    #[arg(help_heading = super::heading::MEMORY, long, default_value = "auto", value_parser = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])]
+    pub kv_cache_dtype: String,
+    /// No CUDA graphs (required: the graphs' memory is measured by capturing them on the GPU)
+    ///
+    /// vLLM 0.33.0 subtracts the memory of its CUDA graphs, which it measures by capturing them
+    /// at start-up; without a GPU that term cannot be known, so the plan is made for
+    /// --enforce-eager, where it is 0.
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub enforce_eager: bool,
+}
+
+/// The plan's inputs, checked: every bad flag is a usage error naming it.
+pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeConfig)> {
+    let (name, model, torch_dtype) = match (&a.preset, &a.config) {
+        (Some(p), Some(_)) => return Err(usage("--config", format!("gives the model; drop --preset/--model '{p}'"))),
+        (None, None) => return Err(usage("--preset", "name the model: --preset NAME or --config PATH")),
+        (Some(p), None) => {
+            let pr = presets::find(p, Some(Flavour::Hf)).map_err(|e| usage("--preset", e))?;
+            let dt = pr.model.hf().and_then(|h| h.torch_dtype);
+            (pr.name.to_string(), pr.model, dt)
+        }
+        (None, Some(path)) => {
+            let file = if path.is_dir() { path.join("config.json") } else { path.clone() };
+            let text = std::fs::read_to_string(&file).map_err(|e| usage("--config", format!("cannot read {}: {e}", file.display())))?;
+            let hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            let dt = hf.config.hf().and_then(|h| h.torch_dtype);
+            let name = hf.name_or_path.as_deref().and_then(|n| n.trim_end_matches('/').rsplit('/').next()).unwrap_or("config.json").to_string();
+            (name, hf.config, dt)
+        }
+    };
+    let flag = if a.config.is_some() { "--config" } else { "--preset" };
+    let Some(h) = model.hf() else {
+        return Err(usage(flag, "vLLM's plan is modelled for Hugging Face models (the hf presets or a config.json)"));
+    };
+    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) {
+        return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
+    }
+    if h.sliding_window.is_some() {
+        return Err(usage(flag, "a sliding window makes vLLM use sliding-window KV cache specs, which are not modelled"));
+    }
+    let weight_bytes = match torch_dtype {
+        Some(d @ (crate::engine::DType::BF16 | crate::engine::DType::F16)) => d.size(),
+        _ => return Err(usage(flag, "only 16-bit weights are modelled (torch_dtype bfloat16 or float16)")),
+    };
+    if !a.enforce_eager {
+        return Err(usage(
+            "--enforce-eager",
+            "required: vLLM 0.33.0 subtracts its CUDA graphs' memory, measured by capturing them on the GPU, which vramscope cannot know; \
+             the plan is made for --enforce-eager, where that term is 0",
+        ));
+    }
+    let gpu = crate::record::gpu::find(&a.gpu).map_err(|e| usage("--gpu", e))?;
+    if !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { .. })) {
+        return Err(usage(
+            "--gpu",
+            format!("{}: vLLM's ROCm start-up (its profiling fallback, gpu_worker.py:728, and ROCm attention backends) is not modelled; name an NVIDIA GPU", gpu.name),
+        ));
+    }
+    let u = a.gpu_memory_utilization;
+    if !(u > 0.0 && u <= 1.0) {
+        return Err(usage("--gpu-memory-utilization", format!("{u} must be in (0, 1] (vLLM's CacheConfig: gt=0, le=1)")));
+    }
+    if a.block_size == 0 || !a.block_size.is_multiple_of(vllm::BLOCK_SIZE_MULTIPLE) {
+        return Err(usage("--block-size", format!("{} is not supported: FlashAttention takes multiples of {}", a.block_size, vllm::BLOCK_SIZE_MULTIPLE)));
+    }
+    let derived = model.max_seq_len;
+    let max_model_len = a.max_model_len.unwrap_or(derived);
+    if max_model_len == 0 {
+        return Err(usage("--max-model-len", "must be at least 1"));
+    }
+    if max_model_len > derived {
+        return Err(usage(
+            "--max-model-len",
+            format!("User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len (max_position_embeddings={derived} or model_max_length=None in model's config.json)."),
+        ));
+    }
+    let total = gpu.memory_bytes as u64;
+    let (def_tokens, def_seqs) = vllm::default_batch_limits(total, gpu.name);
+    if a.max_num_seqs == Some(0) {
+        return Err(usage("--max-num-seqs", "must be at least 1"));
+    }
+    if a.max_num_batched_tokens == Some(0) {
+        return Err(usage("--max-num-batched-tokens", "must be at least 1"));
+    }
+    // EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (engine/arg_utils.py:3151):
+    // a default token budget is capped at max_num_seqs x max_model_len (:3218), then a default
+    // max_num_seqs at the token budget (:3231).
+    let seqs_given = a.max_num_seqs.unwrap_or(def_seqs);
+    let max_num_batched_tokens = a.max_num_batched_tokens.unwrap_or_else(|| def_tokens.min(seqs_given.saturating_mul(max_model_len)));
+    let max_num_seqs = a.max_num_seqs.unwrap_or_else(|| def_seqs.min(max_num_batched_tokens));
+    if max_num_batched_tokens < max_num_seqs {
+        // SchedulerConfig.verify_max_model_len (config/scheduler.py:331).
+        return Err(usage(
+            "--max-num-batched-tokens",
+            format!("max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs ({max_num_seqs})."),
+        ));
+    }
+    let kv_bytes = if a.kv_cache_dtype == "auto" { weight_bytes } else { 1 };
+    Ok((
+        name,
+        gpu,
+        ServeConfig { model, weight_bytes, kv_bytes, total_memory: total, gpu_memory_utilization: u, max_model_len, max_num_seqs, max_num_batched_tokens, block_size: a.block_size },
+    ))
+}
