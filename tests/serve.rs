@@ -198,6 +198,8 @@ fn bad_flags_exit_2_naming_the_flag() {
         (&["--max-num-seqs", "0"], "--max-num-seqs"),
         (&["--max-num-batched-tokens", "512", "--max-num-seqs", "1024"], "--max-num-batched-tokens"),
         (&["--kv-cache-dtype", "int4"], "--kv-cache-dtype"),
+        (&["--kv-cache-dtype", "fp8_e5m2"], "--kv-cache-dtype"),
+        (&["--kv-cache-dtype", "fp8", "--gpu", "A100-80GB"], "--kv-cache-dtype"),
         (&["--gpu", "V100"], "--gpu"),
         (&["--gpu", "MI300X-192GB"], "--gpu"),
     ];

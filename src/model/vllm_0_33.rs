@@ -30,7 +30,9 @@
 //!     (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`, `envs.py:2219`, `gpu_worker.py:720`). It
 //!     cannot be known without a GPU, so the plan is only made with `--enforce-eager`
 //!     (cudagraph_mode NONE: the term is 0, `gpu_worker.py:709`).
-//! - KV cache: one full-attention spec per layer, page = block_size × num_kv_heads ×
+//! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`;
+//!   a sliding window makes other specs, refused), dtype the model's for `auto` and uint8 for
+//!   fp8 (`utils/torch_utils.py:420`), page = block_size × num_kv_heads ×
 //!   (head_size + head_size_v) × dtype bytes (`v1/kv_cache_interface.py:594`, `:590`); one group,
 //!   bytes per block = the sum of the layers' pages (`v1/core/kv_cache_planning.py:574-605`: no padding for FlashAttention's
 //!   multiple-of-16 blocks, `v1/kv_cache_interface.py:224-234`);

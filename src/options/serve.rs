@@ -36,8 +36,12 @@ pub struct ServeArgs {
     /// Tokens per KV cache block (a multiple of 16, FlashAttention's kernel block sizes)
     #[arg(help_heading = super::heading::MEMORY, long, default_value_t = vllm::DEFAULT_BLOCK_SIZE)]
     pub block_size: usize,
-    /// KV cache element type: auto (the weights' dtype) or one of the 1-byte fp8 types
-    #[arg(help_heading = super::heading::MEMORY, long, default_value = "auto", value_parser = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])]
+    /// KV cache element type: auto (the weights' dtype), or 1-byte fp8 (fp8_e4m3) on H100/H200
+    ///
+    /// vLLM's FlashAttention backend stores an fp8 cache only with FlashAttention 3 on SM 9.0
+    /// (`flash_attn_supports_kv_cache_dtype`, `v1/attention/backends/fa_utils.py:282`); other
+    /// GPUs and fp8_e5m2 select other attention backends, which are not modelled.
+    #[arg(help_heading = super::heading::MEMORY, long, default_value = "auto", value_parser = ["auto", "fp8", "fp8_e4m3"])]
     pub kv_cache_dtype: String,
     /// No CUDA graphs (required: the graphs' memory is measured by capturing them on the GPU)
     ///
@@ -134,7 +138,17 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             format!("max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs ({max_num_seqs})."),
         ));
     }
-    let kv_bytes = if a.kv_cache_dtype == "auto" { weight_bytes } else { 1 };
+    let kv_bytes = if a.kv_cache_dtype == "auto" {
+        weight_bytes
+    } else {
+        if !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { major: 9, .. })) {
+            return Err(usage(
+                "--kv-cache-dtype",
+                format!("{} on {}: vLLM's FlashAttention keeps an fp8 cache only on SM 9.0 (H100, H200); the backend vLLM picks instead is not modelled", a.kv_cache_dtype, gpu.name),
+            ));
+        }
+        1
+    };
     Ok((
         name,
         gpu,
