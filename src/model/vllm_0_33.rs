@@ -7,6 +7,9 @@
 //!   (`v1/worker/utils.py:724`; total from `torch.accelerator.get_memory_info`,
 //!   `utils/mem_utils.py:143`). vramscope has no GPU: it takes the total nvidia-smi reports
 //!   (`record::gpu`), which is what `cudaMemGetInfo` returns as total.
+//!   vLLM first stops unless the free memory at its init snapshot is at least the requested
+//!   memory (`v1/worker/utils.py:761`); that free memory is the total less the CUDA context,
+//!   NCCL and cuBLAS handles, measured at run time: not checked here, and said so in the output.
 //! - available KV cache memory = requested − non_kv_cache_memory − cudagraph_memory_estimate
 //!   (`v1/worker/gpu_worker.py:753`), with non_kv_cache_memory = total_consumed +
 //!   transient_peak_headroom (`utils/mem_utils.py:321`):

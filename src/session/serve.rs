@@ -37,6 +37,7 @@ impl Serve {
         );
         s += &format!("  total GPU memory           {}  nvidia-smi's total ({} MiB), standing for torch.cuda.mem_get_info's\n", g(c.total_memory), c.total_memory >> 20);
         s += &format!("  requested memory           {}  ceil({} x total)\n", g(p.requested_memory), c.gpu_memory_utilization);
+        s += "    (not checked here: vLLM stops unless the free memory at start-up, the total less the CUDA context and the\n     cuBLAS/NCCL buffers it makes first, is at least the requested memory; v1/worker/utils.py:761)\n";
         s += &format!("  - weights                  {}  parameters (vocabulary padded to 64) x {} bytes\n", g(p.weights), c.weight_bytes);
         s += &format!("  - activation peak          {}  estimate, not yet measured: profile run of {} tokens and the sampler\n", g(p.activation_peak), c.max_num_batched_tokens);
         s += &format!("  - non-torch memory growth  {}  assumed (vLLM measures it at start-up)\n", g(p.non_torch_increase));
