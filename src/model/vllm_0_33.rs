@@ -32,7 +32,8 @@
 //!     (`profile_cudagraph_memory`, `gpu_model_runner.py:6268`) and subtracted by default
 //!     (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`, `envs.py:2219`, `gpu_worker.py:720`). It
 //!     cannot be known without a GPU, so the plan is only made with `--enforce-eager`
-//!     (cudagraph_mode NONE: the term is 0, `gpu_worker.py:709`).
+//!     (cudagraph_mode NONE and no torch.compile, `config/vllm.py:1766-1768`: the term is 0,
+//!     `gpu_worker.py:709`, and the profile run executes the modeling code eagerly).
 //! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`;
 //!   a sliding window makes other specs, refused), dtype the model's for `auto` and uint8 for
 //!   fp8 (`utils/torch_utils.py:420`), page = block_size × num_kv_heads ×
@@ -127,7 +128,7 @@ pub fn weight_bytes(m: &ModelConfig, elem: usize) -> u64 {
 }
 
 /// The activation peak of `profile_run`, an estimate read off vLLM's code, not yet measured
-/// against vLLM (torch.compile's fusions and the attention backend's buffers are left out):
+/// against vLLM (eager, as `--enforce-eager` runs it; the attention backend's buffers are left out):
 /// the larger of
 /// - the forward's MLP of one layer over T = max_num_batched_tokens tokens
 ///   (`model_executor/models/llama.py:317-324` `LlamaDecoderLayer.forward`, `:119-121` `LlamaMLP.forward`): the
