@@ -186,3 +186,18 @@ fn huge_shapes_are_refused_not_wrapped() {
     assert!(err.contains("invalid --batch-size") && err.contains("lower --batch-size or --context-length") && err.contains("2^62"), "{err}");
     assert!(o.stdout.is_empty(), "nothing printed before the refusal");
 }
+
+/// The closed form covers a training step: another profile type is refused naming the flag
+/// and the command that answers it, not mistaken for a typo of another flag.
+#[test]
+fn estimate_refuses_a_profile_type_it_does_not_derive() {
+    for t in ["forward", "forward-loss", "inference"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(["estimate", "--no-simulate", "--profile-type", t]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{t}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("--profile-type") && e.contains(&format!("profile --profile-type {t}")), "{e}");
+        assert!(!e.contains("rope-theta"), "{e}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(["estimate", "--no-simulate", "--profile-type", "training"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -479,3 +479,15 @@ fn bad_points_name_the_flag_and_the_token_exit_2_and_write_nothing() {
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
 }
+
+/// `fit` of a forward pass says it is one prefill, not generation or serving capacity.
+#[test]
+fn fit_of_a_forward_pass_says_it_is_not_serving_capacity() {
+    for t in ["inference", "forward"] {
+        let o = vramscope(&["fit", "--model", "Llama-3.2-1B", "--profile-type", t, "--context-length", "256", "--gpu", "H100-80GB", "--max", "4"]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("ONE forward pass") && text.contains("vramscope serve"), "{t}: {text}");
+    }
+    let o = vramscope(&["fit", "--model", "Llama-3.2-1B", "--context-length", "256", "--gpu", "H100-80GB", "--max", "4"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("ONE forward pass"));
+}

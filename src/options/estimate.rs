@@ -22,6 +22,12 @@ pub struct EstimateArgs {
     /// Sequence length (default: the preset's)
     #[arg(help_heading = super::heading::RUN, long, alias = "seq-len")]
     pub context_length: Option<usize>,
+    /// What the step runs: the closed form derives a training step only
+    ///
+    /// training (the default) is what the derivation covers; forward, forward-loss and
+    /// inference are refused with the command that answers them (`profile --profile-type`).
+    #[arg(help_heading = super::heading::RUN, long, value_enum, default_value = "training")]
+    pub profile_type: crate::session::profile::ProfileType,
     /// Print the closed form only (no simulated meta run beside it)
     #[arg(help_heading = super::heading::RUN, long)]
     pub no_simulate: bool,
@@ -35,6 +41,13 @@ pub struct EstimateArgs {
 
 /// The estimate `a` asks for, checked; `note` hears the model's note as soon as it is known.
 pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
+    if a.profile_type != crate::session::profile::ProfileType::Training {
+        let t = a.profile_type.name();
+        return Err(usage(
+            "--profile-type",
+            format!("estimate's closed form derives a training step only, not {t}; `vramscope profile --profile-type {t}` runs it op for op (on --device meta for any size)"),
+        ));
+    }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     if let Some(n) = &r.note {
         note(n);

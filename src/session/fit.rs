@@ -192,6 +192,13 @@ impl FitPlan {
         if self.kind == ProfileType::Training {
             out!(s, "optimizer: {}", self.base.optim.summary());
         }
+        if matches!(self.kind, ProfileType::Inference | ProfileType::Forward) {
+            // The answer is easily read as serving capacity, which it is not.
+            out!(s,
+                "note: each probe is ONE forward pass ({}) of the whole prompt at once, the prefill: not generate()'s decode steps, and not how many sequences a serving engine holds (its KV cache); for vLLM's KV cache size and maximum concurrency run `vramscope serve`",
+                if self.kind == ProfileType::Inference { "under no_grad" } else { "with autograd" }
+            );
+        }
         let tried: Vec<String> = fit.probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
         let parts: Vec<String> = self.budget.reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
         out!(s,
