@@ -65,4 +65,5 @@ fn a_generate_run_reports_its_steps_the_peak_step_and_the_kv_cache() {
     assert!(r["peak"]["phase_peaks"]["prefill"].is_u64() && r["peak"]["phase_peaks"]["decode"].is_u64(), "{}", r["peak"]["phase_peaks"]);
     assert!(text.contains("the peak is in decode step 2") && text.contains("KV cache at the end 0.56 MiB (589824 B)"), "{text}");
     assert!(text.contains("peak allocated by step (MiB): prefill"), "{text}");
+    assert!(text.contains("generate() passes logits_to_keep=1"), "{text}");
 }

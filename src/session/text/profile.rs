@@ -23,6 +23,8 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
         out!(s, "{line}");
     }
     if let Some(line) = crate::session::hf::describe(&p.model, p.precision, r.context) {
+        // generate() passes logits_to_keep=1 to every forward whatever the flag says.
+        let line = if r.kind == ProfileType::Generate { format!("{line}; generate() passes logits_to_keep=1") } else { line };
         out!(s, "{line}");
     }
     if let Some(c) = &p.parallel {
