@@ -44,6 +44,23 @@ fn generate_and_max_new_tokens_go_together_on_hf_models() {
 }
 
 #[test]
+fn fit_sweep_and_compare_refuse_generate_naming_the_flag() {
+    let out = tmp("others");
+    let o = out.to_str().unwrap();
+    for (args, flag) in [
+        (vec!["sweep", "--model", "Llama-3.2-1B", "--device", "meta", "--profile-type", "generate", "--context-length", "16,32", "--out-dir", o], "--profile-type"),
+        (vec!["fit", "--model", "Llama-3.2-1B", "--gpu", "h100", "--profile-type", "generate"], "--profile-type"),
+        (vec!["profile", "--model", "Llama-3.2-1B", "--device", "meta", "--compare", "--profile-type", "generate", "--max-new-tokens", "2", "--out-dir", o], "--compare"),
+    ] {
+        let r = vramscope(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains("generate"), "{args:?} should name {flag}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}
+
+#[test]
 fn a_generate_run_reports_its_steps_the_peak_step_and_the_kv_cache() {
     let (o, out) = run("llama", &["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "3"]);
     let text = String::from_utf8_lossy(&o.stdout);
