@@ -42,7 +42,7 @@ fn shapes_types_defaults_and_choices_follow_the_flags() {
     assert!(flops.aliases.contains(&"enable_deepspeed_flops".to_string()));
     let pt = get("profile", "profile_type");
     assert_eq!((pt.kind, pt.ty, pt.default.as_deref()), (Kind::List, Type::Choice, Some("training")));
-    assert_eq!(pt.choices, ["forward", "forward-loss", "inference", "training"]);
+    assert_eq!(pt.choices, ["forward", "forward-loss", "inference", "training", "generate"]);
     let ws = get("profile", "warmup_steps");
     assert_eq!((ws.kind, ws.ty, ws.default.as_deref(), ws.flag.as_str()), (Kind::Value, Type::Int, Some("1"), "--warmup-steps"));
     assert_eq!(get("fit", "find").ty, Type::Choice);

@@ -156,7 +156,8 @@ def profile(
     warmup_steps: int = 1,
     measure_steps: int = 1,
     max_entries: int = 1000000,
-    profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]] = 'training',
+    profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training', 'generate']]] = 'training',
+    max_new_tokens: Optional[int] = None,
     device: str = 'cpu',
     gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
     memory_limit: Optional[str] = None,
@@ -361,11 +362,16 @@ def profile(
         Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)` A ring buffer
         that drops the oldest entries when full (default: CS336's profile_memory.py value).
         [--max-entries]
-    profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]], default 'training'
+    profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training', 'generate']]], default 'training'
         What one step runs; a comma list runs each (a column per type in the peak table) forward:
         `model(x)` with autograd, no loss; forward-loss: the same plus the loss, no backward;
-        inference: no_grad; training: the full step. One of: forward, forward-loss, inference,
-        training (a list runs each). [--profile-type]
+        inference: no_grad; training: the full step; generate (hf models): greedy
+        `model.generate(input_ids, max_new_tokens=N, do_sample=False)`. One of: forward,
+        forward-loss, inference, training, generate (a list runs each). [--profile-type]
+    max_new_tokens : Optional[int], default None
+        GenerationConfig's max_new_tokens: the tokens `--profile-type generate` decodes The prompt
+        is the context length; the prefill and each decode step are reported with their peaks.
+        [--max-new-tokens]
     device : str, default 'cpu'
         cpu (real numerics) or meta (shapes only; any model size). [--device]
     gpu : Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']], default None
@@ -457,7 +463,8 @@ def compare(
     warmup_steps: int = 1,
     measure_steps: int = 1,
     max_entries: int = 1000000,
-    profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]] = 'training',
+    profile_type: Union[Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training', 'generate']]] = 'training',
+    max_new_tokens: Optional[int] = None,
     device: str = 'cpu',
     gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
     memory_limit: Optional[str] = None,
@@ -663,11 +670,16 @@ def compare(
         Trace entries the snapshot keeps, as `_record_memory_history(max_entries=…)` A ring buffer
         that drops the oldest entries when full (default: CS336's profile_memory.py value).
         [--max-entries]
-    profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training']]], default 'training'
+    profile_type : Union[Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], Sequence[Literal['forward', 'forward-loss', 'inference', 'training', 'generate']]], default 'training'
         What one step runs; a comma list runs each (a column per type in the peak table) forward:
         `model(x)` with autograd, no loss; forward-loss: the same plus the loss, no backward;
-        inference: no_grad; training: the full step. One of: forward, forward-loss, inference,
-        training (a list runs each). [--profile-type]
+        inference: no_grad; training: the full step; generate (hf models): greedy
+        `model.generate(input_ids, max_new_tokens=N, do_sample=False)`. One of: forward,
+        forward-loss, inference, training, generate (a list runs each). [--profile-type]
+    max_new_tokens : Optional[int], default None
+        GenerationConfig's max_new_tokens: the tokens `--profile-type generate` decodes The prompt
+        is the context length; the prefill and each decode step are reported with their peaks.
+        [--max-new-tokens]
     device : str, default 'cpu'
         cpu (real numerics) or meta (shapes only; any model size). [--device]
     gpu : Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']], default None
@@ -952,7 +964,7 @@ def fit(
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
     find: Literal['batch', 'context', 'world-size'] = 'batch',
-    profile_type: Literal['forward', 'forward-loss', 'inference', 'training'] = 'training',
+    profile_type: Literal['forward', 'forward-loss', 'inference', 'training', 'generate'] = 'training',
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
     gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
@@ -1144,10 +1156,10 @@ def fit(
         passes position_ids. [--sequence-parallel]
     find : Literal['batch', 'context', 'world-size'], default 'batch'
         What to search for. One of: batch, context, world-size. [--find]
-    profile_type : Literal['forward', 'forward-loss', 'inference', 'training'], default 'training'
+    profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
         What the step runs forward: `model(x)` with autograd, no loss; forward-loss: plus the loss,
         no backward; inference: no_grad; training: one full step after warm-up. One of: forward,
-        forward-loss, inference, training. [--profile-type]
+        forward-loss, inference, training, generate. [--profile-type]
     batch_size : Optional[int], default None
         Batch size held fixed when finding the context (default: the preset's). [--batch-size]
     context_length : Optional[int], default None

@@ -29,7 +29,7 @@ pub enum Pass {
 impl Pass {
     pub fn of(p: Phase) -> Pass {
         match p {
-            Phase::Forward | Phase::Loss => Pass::Forward,
+            Phase::Forward | Phase::Loss | Phase::Prefill | Phase::Decode => Pass::Forward,
             Phase::Backward => Pass::Backward,
             Phase::Optimizer | Phase::ZeroGrad => Pass::Optimizer,
             _ => Pass::Other,

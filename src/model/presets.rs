@@ -78,9 +78,11 @@ fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, st
 /// (tests/fixtures/hf_models/<name>/config.json holds each file). Run defaults: batch 1,
 /// context 2048.
 #[allow(clippy::too_many_arguments)]
-fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f64, eps: f64, max: usize, tied: bool, rope_type: Option<&str>, params: u64) -> Preset {
+fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f64, eps: f64, max: usize, tied: bool, rope_type: Option<&str>, eos: i64, params: u64) -> Preset {
     let mut extra = HfConfig::new(arch, if arch == Arch::Qwen3 { 128 } else { d / h });
     extra.rope_type = rope_type.map(str::to_string);
+    // config.json's eos_token_id (none of them names a pad token).
+    extra.eos_token_id = vec![eos];
     // Every shipped config.json says `"torch_dtype": "bfloat16"`.
     extra.torch_dtype = Some(crate::engine::DType::BF16);
     Preset {
@@ -135,12 +137,12 @@ pub fn all() -> Vec<Preset> {
         tiny("very_large", 4096, 24, 16384, 2048, 4, 100, 2048, 6_044_094_464),
         // [vocab, hidden, intermediate, layers, heads, kv heads]; the totals are what
         // transformers 5.23.0 builds from each config.json (meta device, tied weights once).
-        hf("Llama-3.2-1B", Arch::Llama, [128_256, 2048, 8192, 16, 32, 8], 500_000.0, 1e-5, 131_072, true, Some("llama3"), 1_235_814_400),
-        hf("Llama-3.1-8B", Arch::Llama, [128_256, 4096, 14336, 32, 32, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 8_030_261_248),
-        hf("Llama-3.1-70B", Arch::Llama, [128_256, 8192, 28672, 80, 64, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 70_553_706_496),
-        hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 7_248_023_552),
-        hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 7_615_616_512),
-        hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 8_190_735_360),
+        hf("Llama-3.2-1B", Arch::Llama, [128_256, 2048, 8192, 16, 32, 8], 500_000.0, 1e-5, 131_072, true, Some("llama3"), 128001, 1_235_814_400),
+        hf("Llama-3.1-8B", Arch::Llama, [128_256, 4096, 14336, 32, 32, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 128001, 8_030_261_248),
+        hf("Llama-3.1-70B", Arch::Llama, [128_256, 8192, 28672, 80, 64, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 128001, 70_553_706_496),
+        hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 7_248_023_552),
+        hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 151643, 7_615_616_512),
+        hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 151645, 8_190_735_360),
     ]
 }
 

@@ -198,6 +198,9 @@ pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Option<String>)> {
     if a.flops {
         return Err(usage("--compare", "does not combine with --flops (profile one variant with --flops instead)"));
     }
+    if a.profile_type.contains(&ProfileType::Generate) {
+        return Err(usage("--compare", "does not compare generate runs yet (profile them without --compare)"));
+    }
     let flagged = variants(a)?;
     let mut vs = flagged.into_iter().map(|f| Ok(Variant { name: f.name, options: profile::options(&f.args)? })).collect::<Result<Vec<_>>>()?;
     let notes = vs.iter().map(|v| v.options.host_fallback(&a.profile_type)).collect::<Result<Vec<_>>>()?;

@@ -76,6 +76,7 @@ pub struct FitArgs {
 
 fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     ProfileArgs {
+        max_new_tokens: None,
         model: a.model.clone(),
         precision: a.precision.clone(),
         memory: a.memory.clone(),
@@ -131,6 +132,9 @@ fn budget(a: &FitArgs, base: &ProfileOptions) -> Result<Budget> {
 fn common(a: &FitArgs) -> Result<()> {
     if a.gpu.is_none() && a.memory_limit.is_none() {
         return Err(usage("--gpu", "fit needs a device capacity: give --gpu NAME or --memory-limit SIZE"));
+    }
+    if a.profile_type == ProfileType::Generate {
+        return Err(usage("--profile-type", "fit does not search generate runs yet: profile them with `vramscope profile --profile-type generate --max-new-tokens N`"));
     }
     Ok(())
 }

@@ -47,9 +47,16 @@ pub struct ProfileArgs {
     /// What one step runs; a comma list runs each (a column per type in the peak table)
     ///
     /// forward: `model(x)` with autograd, no loss; forward-loss: the same plus the loss, no
-    /// backward; inference: no_grad; training: the full step.
+    /// backward; inference: no_grad; training: the full step; generate (hf models): greedy
+    /// `model.generate(input_ids, max_new_tokens=N, do_sample=False)`.
     #[arg(help_heading = super::heading::RUN, long, value_enum, value_delimiter = ',', default_value = "training")]
     pub profile_type: Vec<ProfileType>,
+    /// GenerationConfig's max_new_tokens: the tokens `--profile-type generate` decodes
+    ///
+    /// The prompt is the context length; the prefill and each decode step are reported with
+    /// their peaks.
+    #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
+    pub max_new_tokens: Option<usize>,
     /// cpu (real numerics) or meta (shapes only; any model size)
     #[arg(help_heading = super::heading::RUN, long, default_value = "cpu")]
     pub device: String,
@@ -128,7 +135,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     a.model.follow_seq_len(&mut cfg, *contexts.iter().max().unwrap());
     for &c in &contexts {
         cfg.check_seq_len(c, "--context-length").map_err(UsageError::from)?;
-        if a.profile_type.iter().any(|&k| k != ProfileType::Inference) {
+        if a.profile_type.iter().any(|&k| !matches!(k, ProfileType::Inference | ProfileType::Generate)) {
             super::hf::check_with_labels(&cfg, c)?;
         }
         if cfg.flavour == Flavour::Tinyllama && c < 2 {
@@ -198,6 +205,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage("--optimizer", format!("{}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; profile with --device meta", optim.kind)));
     }
     let parallel = a.parallel.resolve()?;
+    let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
         return Err(usage(what, "LoRA (peft) and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)"));
@@ -241,7 +249,53 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         seed: a.seed,
         grad_accum_steps: a.grad_accum_steps,
         flops: a.flops,
+        max_new_tokens,
     })
+}
+
+/// `--profile-type generate` and `--max-new-tokens` go together, on an hf model run as
+/// transformers' greedy generate() is modelled: one device, no adapters or 4-bit weights, the
+/// config's cache on, no autocast, no attention_mask or logits_to_keep of the user's.
+fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<usize>> {
+    let generate = a.profile_type.contains(&ProfileType::Generate);
+    let n = match (generate, a.max_new_tokens) {
+        (false, None) => return Ok(None),
+        (false, Some(_)) => return Err(usage("--max-new-tokens", "sets generate()'s length: it needs --profile-type generate")),
+        (true, None) => return Err(usage("--max-new-tokens", "is required with --profile-type generate (how many tokens generate() decodes)")),
+        (true, Some(0)) => return Err(usage("--max-new-tokens", "must be at least 1")),
+        (true, Some(n)) => n,
+    };
+    let Some(hf) = cfg.hf() else {
+        return Err(usage("--profile-type", format!("generate runs Hugging Face transformers' generate(): it needs an hf model (an hf preset such as Llama-3.2-1B, or --config config.json), not the {} flavour", cfg.flavour)));
+    };
+    let refuse = |flag: &str, why: &str| Err(usage(flag, format!("{why} with --profile-type generate (not modelled yet)")));
+    if parallel {
+        return refuse("--parallel", "data or tensor parallelism");
+    }
+    if hf.lora.is_some() {
+        return refuse("--lora-r", "LoRA adapters");
+    }
+    if hf.bnb.is_some() {
+        return refuse("--load-in-4bit", "4-bit weights");
+    }
+    if !hf.use_cache {
+        return refuse("--use-cache", "use_cache false (generate() without a cache)");
+    }
+    if hf.attention_mask {
+        return refuse("--attention-mask", "an attention_mask passed to generate()");
+    }
+    if hf.logits_to_keep > 0 {
+        return Err(usage("--logits-to-keep", "generate() sets logits_to_keep=1 itself: leave the flag out with --profile-type generate"));
+    }
+    if precision.autocast().is_some() {
+        return refuse("--precision", format!("{precision} (autocast around generate())").as_str());
+    }
+    for &c in contexts {
+        if c + n > cfg.max_seq_len {
+            return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
+        }
+    }
+    Ok(Some(n))
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach

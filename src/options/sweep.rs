@@ -328,6 +328,9 @@ fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::
 /// too large for host memory moves to meta with a note. With `snapshots`, each point keeps
 /// its trace (the caller writes its files under `<out-dir>/points/<point_dir>`).
 pub fn plan(a: &SweepArgs) -> Result<(Vec<Axis>, Vec<Point>)> {
+    if a.profile_type.as_deref().is_some_and(|t| t.split(',').any(|k| k.trim() == "generate")) {
+        return Err(usage("--profile-type", "sweep does not run generate yet: profile it with `vramscope profile --profile-type generate --max-new-tokens N`"));
+    }
     let axes = grid(a)?;
     let pairs = point_lists(a)?.map(|(_, _, p)| p);
     let mut planned = Vec::new();

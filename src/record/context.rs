@@ -13,11 +13,15 @@ pub enum Phase {
     Loss,
     Backward,
     Optimizer,
+    /// `generate()`'s setup, its prompt forward and the first token.
+    Prefill,
+    /// `generate()`'s one-token steps after the prefill.
+    Decode,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 6] =
-        [Phase::Setup, Phase::ZeroGrad, Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer];
+    pub const ALL: [Phase; 8] =
+        [Phase::Setup, Phase::ZeroGrad, Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer, Phase::Prefill, Phase::Decode];
     pub fn name(self) -> &'static str {
         match self {
             Phase::Setup => "setup",
@@ -26,6 +30,8 @@ impl Phase {
             Phase::Loss => "loss",
             Phase::Backward => "backward",
             Phase::Optimizer => "optimizer",
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
         }
     }
 }
@@ -116,6 +122,7 @@ pub fn scope_name(scope: &str, phase: Phase) -> std::borrow::Cow<'_, str> {
         Phase::Loss => "(loss)",
         Phase::Backward => "(autograd engine)",
         Phase::Optimizer => "(optimizer)",
+        Phase::Prefill | Phase::Decode => "(generate: outside the model)",
     }
     .into()
 }

@@ -36,6 +36,9 @@ pub enum ProfileType {
     Inference,
     /// zero_grad → forward → loss → backward → optimizer step
     Training,
+    /// transformers' greedy `model.generate(input_ids, max_new_tokens=N, do_sample=False)`
+    /// with its DynamicCache (hf flavour; phases prefill and decode)
+    Generate,
 }
 
 impl ProfileType {
@@ -46,6 +49,7 @@ impl ProfileType {
             ProfileType::ForwardLoss => "forward-loss",
             ProfileType::Inference => "inference",
             ProfileType::Training => "training",
+            ProfileType::Generate => "generate",
         }
     }
 }
@@ -94,6 +98,8 @@ pub struct ProfileOptions {
     pub grad_accum_steps: usize,
     /// Count FLOPs over the measured steps.
     pub flops: bool,
+    /// `generate(max_new_tokens=N)` of `--profile-type generate` (None: no generate run asked).
+    pub max_new_tokens: Option<usize>,
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -127,6 +133,72 @@ pub struct Run {
     pub compute: Option<ComputeOut>,
     /// Wall time per measured step (meaningful on cpu only); None after an OOM.
     pub step_seconds: Option<f64>,
+    /// A generate run's steps (prefill, decode 1 ..) with their peaks and the KV cache.
+    pub generate: Option<GenerateReport>,
+}
+
+/// What a `generate` run adds: each step's peak (allocated, the caching allocator's blocks,
+/// as the run's peak), the step and op of the run's peak, and the DynamicCache at the end.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GenerateReport {
+    pub max_new_tokens: usize,
+    /// (step, peak allocated bytes in it), in order: "prefill", "decode 1", ...
+    pub steps: Vec<(String, usize)>,
+    /// The step the run's peak happened in (None: before the first step, or an OOM first).
+    pub peak_step: Option<String>,
+    pub peak_op: String,
+    /// Requested bytes of the cache's keys and values when the last step ran.
+    pub kv_cache_bytes: usize,
+}
+
+/// Where each measured generate step started (its first event) and the cache it ended with.
+#[derive(Default)]
+struct GenerateTrace {
+    marks: Vec<(crate::model::hf::generation_5_23::Step, usize)>,
+    kv_cache_bytes: usize,
+}
+
+impl GenerateTrace {
+    /// Per-step peaks of `events` (allocator blocks, from `before`'s level), the step of the
+    /// run's peak event.
+    fn report(&self, max_new_tokens: usize, before: &[MemEvent], events: &[MemEvent], report: &PeakReport) -> GenerateReport {
+        use crate::record::EventKind;
+        let mut level: usize = before.iter().map(|e| e.block).sum();
+        let mut steps: Vec<(String, usize)> = Vec::new();
+        let mut at = 0;
+        let mut peak_step = None;
+        // (after an OOM the events stop early: the later marks are clamped to them)
+        for (i, (step, start)) in self.marks.iter().enumerate() {
+            let start = (*start).min(events.len()).max(at);
+            for e in &events[at..start] {
+                level = apply(level, e.kind, e.block);
+            }
+            let end = self.marks.get(i + 1).map_or(events.len(), |m| m.1.min(events.len())).max(start);
+            let mut peak = level;
+            for e in &events[start..end] {
+                level = apply(level, e.kind, e.block);
+                peak = peak.max(level);
+            }
+            at = end;
+            let name = step.to_string();
+            if report.peak_event.is_some_and(|p| p >= start && p < end) {
+                peak_step = Some(name.clone());
+            }
+            match steps.iter_mut().find(|s| s.0 == name) {
+                // several measured steps: the largest of each
+                Some(s) => s.1 = s.1.max(peak),
+                None => steps.push((name, peak)),
+            }
+        }
+        fn apply(level: usize, kind: EventKind, block: usize) -> usize {
+            match kind {
+                EventKind::Alloc => level + block,
+                EventKind::Free => level - block,
+                EventKind::Oom => level,
+            }
+        }
+        GenerateReport { max_new_tokens, steps, peak_step, peak_op: report.peak_op.clone(), kv_cache_bytes: self.kv_cache_bytes }
+    }
 }
 
 /// The batches a profile's loop keeps bound between steps.
@@ -138,8 +210,12 @@ struct Bound {
     causal: Vec<CausalLmBatch>,
 }
 
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision) {
+#[allow(clippy::too_many_arguments)]
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision, gen: (usize, &mut GenerateTrace)) {
     let n = if kind == ProfileType::Training { accum } else { 1 };
+    if kind == ProfileType::Generate {
+        return generate_step(model, batcher, &mut batch.causal, gen.0, gen.1);
+    }
     if let Some(hf) = model.config.hf() {
         return hf_step(kind, model, runner, batcher, &mut batch.causal, n, hf.attention_mask, precision);
     }
@@ -171,7 +247,27 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
             drop(region);
             runtime::set_phase(Phase::Setup);
         }
+        ProfileType::Generate => unreachable!("generate runs in generate_step"),
     }
+}
+
+/// tools/pytorch/measure_generate.py's step: `input_ids = randint(...)` (the previous batch
+/// dying once the new one exists), `out = model.generate(input_ids, max_new_tokens=N,
+/// do_sample=False)`, `del out`; each generate step its phase (prefill, decode).
+fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, max_new_tokens: usize, trace: &mut GenerateTrace) {
+    use crate::model::hf::generation_5_23::{generate, Step};
+    bound.truncate(1);
+    bound.resize_with(1, CausalLmBatch::default);
+    batcher.next_causal_lm_batch(&mut bound[0], false, false);
+    let ids = bound[0].input_ids.clone().expect("drawn above");
+    let out = generate(model, &ids, max_new_tokens, &mut |step| {
+        runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
+        let at = runtime::with(|rt| rt.log.events().map_or(0, |e| e.len()));
+        trace.marks.push((step, at));
+    });
+    runtime::set_phase(Phase::Setup);
+    trace.kv_cache_bytes = out.kv_cache_bytes;
+    drop(out);
 }
 
 /// The Trainer's step for the hf flavour: the collator's batch (input_ids, labels = a copy,
@@ -220,6 +316,7 @@ fn hf_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &
             drop(region);
             runtime::set_phase(Phase::Setup);
         }
+        ProfileType::Generate => unreachable!("generate runs in generate_step"),
     }
 }
 
@@ -253,6 +350,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let mut compute: Option<ComputeOut> = None;
     let mut step_seconds: Option<f64> = None;
     let mut units: Vec<(String, u64)> = Vec::new();
+    let mut gen_trace = GenerateTrace::default();
     let bar = super::progress::steps(p.device, p.warmup_steps + p.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model_cfg = p.parallel.as_ref().map_or_else(|| p.model.clone(), |pc| pc.model_config(&p.model));
@@ -278,9 +376,10 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let accum = if kind == ProfileType::Training { p.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, p.seed);
         let mut batch = Bound::default();
+        let new_tokens = p.max_new_tokens.unwrap_or(0);
         for i in 0..p.warmup_steps {
             stage = format!("warm-up step {} of {}", i + 1, p.warmup_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (new_tokens, &mut GenerateTrace::default()));
             bar.inc(1);
         }
         bar.set_message("recording");
@@ -296,7 +395,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let t0 = Instant::now();
         for i in 0..p.measure_steps {
             stage = format!("measured step {} of {}", i + 1, p.measure_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision);
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (new_tokens, &mut gen_trace));
             bar.inc(1);
         }
         let step_s = t0.elapsed().as_secs_f64() / p.measure_steps as f64;
@@ -344,6 +443,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         None => m,
     });
     let report = analyse::peak(&before, &events, 20);
+    let generate = (kind == ProfileType::Generate).then(|| gen_trace.report(p.max_new_tokens.unwrap_or(0), &before, &events, &report));
     let stats = alloc.stats;
     let n_actions = actions.len();
     let trace = p.keep_trace.then_some(Recorded { allocator: alloc, before, events, actions, built: std::cell::OnceCell::new() });
@@ -351,7 +451,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let oom_stage = oom.is_some().then_some(stage);
     let rank = p.parallel.as_ref().map(|c| c.rank);
     let host_peak = p.parallel.as_ref().filter(|c| c.offload_params).map(|_| host_peak);
-    Ok(Run { context: ctx, kind, rank, units, host_peak, unified_peak, report, stats, oom, oom_stage, oom_phase, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace })
+    Ok(Run { context: ctx, kind, rank, units, host_peak, unified_peak, report, stats, oom, oom_stage, oom_phase, trace_dropped: dropped, snapshot: None, report_html: None, events: n_actions, compute, step_seconds, trace, generate })
 }
 
 /// What a run recorded, for its snapshot.

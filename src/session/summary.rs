@@ -50,6 +50,7 @@ pub fn profile(p: &ProfileOptions, profile_types: &[ProfileType], ranks: &[usize
             "peak_reserved_gib": gib(r.stats.reserved_bytes.peak as u64),
             "allocator_stats": r.stats,
             "peak": r.report,
+            "generate": r.generate,
             "flops": r.compute.as_ref().map(|c| crate::analyse::flops::to_json(&c.report, c.achieved.as_ref(), c.roofline.as_ref())),
         })).collect::<Vec<_>>(),
     })

@@ -119,3 +119,94 @@ impl Tensor {
         })
     }
 }
+
+/// The integer and boolean ops of `generate()`'s bookkeeping (attention mask, position ids,
+/// the finished-rows arithmetic, stopping criteria): each one new device tensor.
+impl Tensor {
+    /// `self * o` of int64/bool tensors (int64, broadcast).
+    #[track_caller]
+    pub fn mul_i64(&self, o: &Tensor) -> Tensor {
+        let shape = broadcast_shapes(self.shape(), o.shape());
+        Tensor::build(self.device(), DType::I64, &shape, "mul", &[self, o], || {
+            let (a, b) = broadcast_i64(self, o, &shape);
+            Buffer::I64(a.into_iter().zip(b).map(|(a, b)| a * b).collect())
+        })
+    }
+
+    /// `self + o` of int64/bool tensors (int64, broadcast).
+    #[track_caller]
+    pub fn add_i64(&self, o: &Tensor) -> Tensor {
+        let shape = broadcast_shapes(self.shape(), o.shape());
+        Tensor::build(self.device(), DType::I64, &shape, "add", &[self, o], || {
+            let (a, b) = broadcast_i64(self, o, &shape);
+            Buffer::I64(a.into_iter().zip(b).map(|(a, b)| a + b).collect())
+        })
+    }
+
+    /// `n - self` of an int64 tensor (`1 - unfinished_sequences`).
+    #[track_caller]
+    pub fn rsub_int(&self, n: i64) -> Tensor {
+        Tensor::build(self.device(), DType::I64, self.shape(), "rsub", &[self], || Buffer::I64(cpu::read_i64(self).into_iter().map(|x| n - x).collect()))
+    }
+
+    /// `self.masked_fill(mask, v)` of an int64 tensor: a new int64 tensor.
+    #[track_caller]
+    pub fn masked_fill_int(&self, mask: &Tensor, v: i64) -> Tensor {
+        let shape = self.shape().to_vec();
+        Tensor::build(self.device(), DType::I64, &shape, "masked_fill", &[self, mask], || {
+            let (a, m) = broadcast_i64(self, mask, &shape);
+            Buffer::I64(a.into_iter().zip(m).map(|(a, m)| if m != 0 { v } else { a }).collect())
+        })
+    }
+
+    /// `~self` of a bool tensor.
+    #[track_caller]
+    pub fn logical_not(&self) -> Tensor {
+        Tensor::build(self.device(), DType::Bool, self.shape(), "bitwise_not", &[self], || Buffer::Bool(cpu::read_i64(self).into_iter().map(|x| x == 0).collect()))
+    }
+
+    /// `self.any()`: a 0-d bool.
+    #[track_caller]
+    pub fn any(&self) -> Tensor {
+        Tensor::build(self.device(), DType::Bool, &[], "any", &[self], || Buffer::Bool(vec![cpu::read_i64(self).into_iter().any(|x| x != 0)]))
+    }
+
+    /// `self.all()`: a 0-d bool.
+    #[track_caller]
+    pub fn all(&self) -> Tensor {
+        Tensor::build(self.device(), DType::Bool, &[], "all", &[self], || Buffer::Bool(vec![cpu::read_i64(self).into_iter().all(|x| x != 0)]))
+    }
+
+    /// `torch.argmax(self, dim=-1)` of a float tensor: int64 indices without the last dim
+    /// (the first maximum, NaN counting as the largest, as ATen).
+    #[track_caller]
+    pub fn argmax_last(&self) -> Tensor {
+        let shape = &self.shape()[..self.rank() - 1];
+        let n = self.dim(-1);
+        Tensor::build(self.device(), DType::I64, shape, "argmax", &[self], || {
+            let v = self.to_vec_f64();
+            Buffer::I64(
+                v.chunks(n.max(1))
+                    .map(|r| {
+                        let (mut bi, mut bv) = (0usize, r[0]);
+                        for (i, &x) in r.iter().enumerate() {
+                            if x > bv || (x.is_nan() && !bv.is_nan()) {
+                                (bi, bv) = (i, x);
+                            }
+                        }
+                        bi as i64
+                    })
+                    .collect(),
+            )
+        })
+    }
+}
+
+impl Tensor {
+    /// `torch.isin(self, ids)` of an int64 tensor against a list of ids: bool of self's shape.
+    #[track_caller]
+    pub fn isin_ids(&self, ids: &[i64]) -> Tensor {
+        let ids = ids.to_vec();
+        Tensor::build(self.device(), DType::Bool, self.shape(), "isin", &[self], move || Buffer::Bool(cpu::read_i64(self).into_iter().map(|x| ids.contains(&x)).collect()))
+    }
+}

@@ -38,6 +38,15 @@ fn opt_uint(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Option<u
     }
 }
 
+/// A token id field: null (none), an integer or a list of integers.
+fn token_ids(v: &Value, name: &str) -> Result<Vec<i64>, String> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a.iter().map(|x| x.as_i64().ok_or_else(|| format!("field '{name}' must hold integers, found {x}"))).collect(),
+        x => x.as_i64().map(|i| vec![i]).ok_or_else(|| format!("field '{name}' must be an integer or a list of integers, found {x}")),
+    }
+}
+
 fn float(obj: &serde_json::Map<String, Value>, name: &str, default: f64) -> Result<f64, String> {
     match field(obj, name) {
         None => Ok(default),
@@ -159,6 +168,12 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;
     hf.use_cache = boolean(obj, "use_cache", true)?;
+    if let Some(v) = obj.get("eos_token_id") {
+        hf.eos_token_id = token_ids(v, "eos_token_id")?;
+    }
+    if let Some(v) = obj.get("pad_token_id") {
+        hf.pad_token_id = token_ids(v, "pad_token_id")?.first().copied();
+    }
     let config = ModelConfig {
         flavour: Flavour::Hf,
         vocab_size: vocab,

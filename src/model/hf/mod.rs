@@ -6,6 +6,7 @@
 //! the pinned release lives in one file ([`transformers_5_23`]), so a later release is a new
 //! file beside it.
 pub mod config_json;
+pub mod generation_5_23;
 pub mod transformers_5_23;
 
 pub use config_json::{parse, HfModel};
@@ -188,6 +189,13 @@ pub struct HfConfig {
     /// Loaded in 4 bits by bitsandbytes (`BitsAndBytesConfig(load_in_4bit=True)`), if so.
     #[serde(default)]
     pub bnb: Option<crate::model::bnb::Bnb4bit>,
+    /// The config's `eos_token_id` (none, one or a list): `generate()` stops rows on them and,
+    /// without a pad token, pads with the first.
+    #[serde(default)]
+    pub eos_token_id: Vec<i64>,
+    /// The config's `pad_token_id`, if any.
+    #[serde(default)]
+    pub pad_token_id: Option<i64>,
 }
 
 impl HfConfig {
@@ -230,6 +238,9 @@ impl HfConfig {
             dtype: None,
             lora: None,
             bnb: None,
+            // The config classes' defaults: llama and mistral 2, qwen2/qwen3 none.
+            eos_token_id: if matches!(model_type, Arch::Llama | Arch::Mistral) { vec![2] } else { Vec::new() },
+            pad_token_id: None,
         }
     }
 }

@@ -242,13 +242,15 @@ fn arange_plus(n: usize, device: Device) -> Tensor {
     Tensor::arange(n, device).add_int(0)
 }
 
-/// `create_causal_mask` for this run: None where SDPA may rely on `is_causal` (no padding,
-/// no window shorter than the sequence) or flash_attention_2 is used; else eager's (B, 1, S, S)
+/// `create_causal_mask` for this run, `s` queries after `past` cached positions: None where
+/// SDPA may rely on `is_causal` or needs no mask (no padding, no window shorter than the keys;
+/// one query or as many as keys) or flash_attention_2 is used; else eager's (B, 1, S, past + S)
 /// additive mask in the model's dtype (or, for sdpa, the boolean one).
-fn causal_mask(hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
+fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
-    let window = hf.sliding_window.filter(|&w| w < s);
+    let kv = past + s;
+    let window = hf.sliding_window.filter(|&w| w < kv);
     match hf.attn_implementation {
         AttnImplementation::FlashAttention2 => return None,
         AttnImplementation::Sdpa if window.is_none() => return None, // _ignore_causal_mask_sdpa
@@ -258,10 +260,10 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, 
     // over (B|1, 1, S, S), expanded to B; the aranges die when sdpa_mask returns.
     let batch_arange = Tensor::arange(b, device);
     let head_arange = Tensor::arange(1, device);
-    let q_arange = arange_plus(s, device);
-    let kv_arange = arange_plus(s, device);
+    let q_arange = Tensor::arange(s, device).add_int(past as i64);
+    let kv_arange = arange_plus(kv, device);
     let qi = q_arange.view(&[1, 1, s, 1]);
-    let kj = kv_arange.view(&[1, 1, 1, s]);
+    let kj = kv_arange.view(&[1, 1, 1, kv]);
     let mut mask = qi.ge(&kj); // causal: kv_idx <= q_idx
     if let Some(w) = window {
         // sliding_window_overlay: kv_idx > q_idx - window, and-ed in.
@@ -270,11 +272,11 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, dtype: DType, device: Device, 
     }
     if let Some(p) = padding {
         // padding_mask_function: padding_mask[batch_idx, kv_idx] → (B, 1, 1, S), and-ed in.
-        let pm = p.view(&[b, 1, 1, s]);
+        let pm = p.view(&[b, 1, 1, kv]);
         mask = mask.logical_and(&pm);
     }
     drop((batch_arange, head_arange, qi, kj, q_arange, kv_arange));
-    let mask = mask.expand(&[b, 1, s, s]);
+    let mask = mask.expand(&[b, 1, s, kv]);
     match hf.attn_implementation {
         // eager_mask: torch.where(mask, zeros((), dtype), finfo(dtype).min).
         AttnImplementation::Eager => {
@@ -309,12 +311,12 @@ fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
     let _s = scope("rotary_emb");
     let _f = py_frame(&frames(m.config.hf.as_ref().expect("hf options")).rotary);
     let _g = runtime::no_grad();
-    let s = position_ids.dim(1);
+    let (pb, s) = (position_ids.dim(0), position_ids.dim(1));
     let inv_freq = m.rope_buffer.as_ref().expect("inv_freq buffer");
     let half = inv_freq.dim(0);
     // position_ids[..., None].float() * inv_freq (the float ids die after the product).
     let freqs = {
-        let pos = position_ids.view(&[1, s, 1]).to_dtype(DType::F32);
+        let pos = position_ids.view(&[pb, s, 1]).to_dtype(DType::F32);
         pos.mul(&inv_freq.view(&[1, 1, half]))
     };
     let emb = Tensor::cat(&[freqs.clone(), freqs.clone()], -1);
@@ -369,7 +371,9 @@ struct Block {
     /// `partial` keeps it alive as PyTorch's does.
     _position_ids: Tensor,
     /// The run's DynamicCache (None under checkpointing or with use_cache off).
-    cache: Option<Rc<std::cell::RefCell<Vec<Tensor>>>>,
+    cache: Option<KvCache>,
+    /// This layer's index (its keys and values are the cache's entries 2i and 2i + 1).
+    layer_idx: usize,
     /// Tensor parallelism: the projections' DTensor input and output redistributions.
     tp: Option<TensorParallel>,
     /// `model.training` (dropout runs only in training mode).
@@ -513,12 +517,22 @@ impl Block {
             (qe, ke, v)
         };
         if let Some(cache) = &self.cache {
-            // DynamicLayer.update: keys = cat([keys, k], dim=-2) (first call: a copy of k).
+            // DynamicLayer.update: keys = cat([keys, k], dim=-2) (first call: a copy of k), the
+            // old keys dying at the rebinding, then the same for the values.
             let _s = scope("past_key_values");
             let _c = runtime::category(Category::Activation);
-            let kc = Tensor::cat(&[k.clone()], -2);
-            let vc = Tensor::cat(&[v.clone()], -2);
-            cache.borrow_mut().extend([kc.clone(), vc.clone()]);
+            let mut c = cache.borrow_mut();
+            let i = 2 * self.layer_idx;
+            if c.len() > i {
+                c[i] = Tensor::cat(&[c[i].clone(), k.clone()], -2);
+                c[i + 1] = Tensor::cat(&[c[i + 1].clone(), v.clone()], -2);
+            } else {
+                let kc = Tensor::cat(&[k.clone()], -2);
+                let vc = Tensor::cat(&[v.clone()], -2);
+                c.extend([kc, vc]);
+            }
+            let (kc, vc) = (c[i].clone(), c[i + 1].clone());
+            drop(c);
             (k, v) = (kc, vc);
         }
         let (out, weights) = match hf.attn_implementation {
@@ -565,14 +579,16 @@ impl Block {
         let fr = frames(hf);
         let scaling = (hf.head_dim as f64).powf(-0.5);
         let n_rep = self.n_rep();
-        let seq = q.dim(2);
+        // The keys' length decides whether a window masks (a decode step has one query).
+        let seq = k.dim(2);
         let gqa = hf.sdpa_gqa(self.cfg.num_heads, self.cfg.num_kv_heads, seq);
         let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(fr, k, n_rep), repeat_kv(fr, v, n_rep)) } else { (k.clone(), v.clone()) };
         // scaled_dot_product_attention is on autocast's lower-precision list: under autocast
         // the kernel is chosen for the cast inputs.
         let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
         let backend = hf.sdpa_kernel(self.cfg.num_heads, self.cfg.num_kv_heads, half, seq);
-        let causal = self.mask.is_none();
+        // sdpa_attention_forward: is_causal only with more than one query and no mask.
+        let causal = self.mask.is_none() && q.dim(2) > 1;
         let out = match backend {
             SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, causal, scaling),
             SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
@@ -606,9 +622,29 @@ impl Block {
     }
 }
 
+/// A `DynamicCache`: keys and values per layer (layer i's at 2i and 2i + 1), grown by `torch.cat`.
+pub type KvCache = Rc<std::cell::RefCell<Vec<Tensor>>>;
+
+/// What `generate()` passes to a forward: its `position_ids` and the `DynamicCache` it keeps
+/// between steps (and `logits_to_keep=1`).
+pub struct GenerationInputs<'a> {
+    pub position_ids: &'a Tensor,
+    pub cache: &'a KvCache,
+}
+
 /// `LlamaForCausalLM.forward(input_ids, attention_mask, labels, use_cache, logits_to_keep)`,
 /// with `logits_ready` called when lm_head returns (where the loss phase starts).
 pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> Output {
+    forward_with(m, ids, labels, attention_mask, logits_ready, None)
+}
+
+/// One forward of `generate()` (no labels, no attention mask: generate drops an all-ones one):
+/// the logits of the last position; the cache grows in place.
+pub fn forward_generate(m: &Model, ids: &Tensor, gen: GenerationInputs<'_>) -> Tensor {
+    forward_with(m, ids, None, None, &mut |_| {}, Some(gen)).logits
+}
+
+fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor), gen: Option<GenerationInputs<'_>>) -> Output {
     let cfg = &m.config;
     let hf = cfg.hf.as_ref().expect("hf options");
     let fr = frames(hf);
@@ -638,13 +674,15 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         if cfg.checkpoint != crate::model::Checkpoint::None && embeds.is_leaf() && !embeds.requires_grad() {
             embeds = embeds.requires_grad_(true);
         }
-        let use_cache = hf.use_cache;
+        let use_cache = hf.use_cache || gen.is_some();
         // position_ids = arange(S) + past_seen_tokens, unsqueezed, unless the caller passes
-        // them (m.position_ids).
-        position_ids = match m.position_ids.borrow().clone() {
-            Some(p) => p,
-            None => arange_plus(s, device).view(&[1, s]),
+        // them (m.position_ids, or generate's).
+        position_ids = match (&gen, m.position_ids.borrow().clone()) {
+            (Some(g), _) => g.position_ids.clone(),
+            (None, Some(p)) => p,
+            (None, None) => arange_plus(s, device).view(&[1, s]),
         };
+        let past = gen.as_ref().and_then(|g| g.cache.borrow().first().map(|k| k.dim(2))).unwrap_or(0);
         // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
@@ -652,10 +690,13 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
             packed_sequence_check(&position_ids, b);
         }
         // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa).
-        mask = causal_mask(hf, b, s, embeds.dtype(), device, padding.as_ref());
+        mask = causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref());
         drop(padding);
         let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
-        cache = (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
+        cache = match &gen {
+            Some(g) => Some(g.cache.clone()),
+            None => (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new()))),
+        };
         let shared = Rc::new(tp::local_config(cfg));
         // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
         // output alive until LlamaModel.forward returns.
@@ -663,7 +704,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), tp: tp_group, training: m.training.get() };
+            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, tp: tp_group, training: m.training.get() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
@@ -683,8 +724,9 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
     }
     // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
     drop((mask, position_ids));
-    // slice_logits_to_keep: hidden_states[:, -k:, :] (a view).
-    let hidden = if hf.logits_to_keep > 0 && hf.logits_to_keep < s { hidden.narrow(1, s - hf.logits_to_keep, hf.logits_to_keep) } else { hidden };
+    // slice_logits_to_keep: hidden_states[:, -k:, :] (a view); generate sets it to 1.
+    let keep = if gen.is_some() { 1 } else { hf.logits_to_keep };
+    let hidden = if keep > 0 && keep < s { hidden.narrow(1, s - keep, keep) } else { hidden };
     // `hidden_states` (and `outputs.last_hidden_state`) stay bound until the forward returns:
     // it matters where lm_head does not save them (sequence parallelism saves the gathered
     // input instead; no_grad saves nothing).
@@ -705,7 +747,8 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attentio
         for_causal_lm_loss(&logits, labels, cfg.vocab_size)
     });
     drop(hidden);
-    let cache = cache.map(|c| c.borrow_mut().drain(..).collect()).unwrap_or_default();
+    // generate's cache outlives the forward; a plain forward's dies with its output.
+    let cache = if gen.is_some() { Vec::new() } else { cache.map(|c| c.borrow_mut().drain(..).collect()).unwrap_or_default() };
     Output { logits, loss, cache }
 }
 

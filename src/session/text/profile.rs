@@ -23,6 +23,8 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
         out!(s, "{line}");
     }
     if let Some(line) = crate::session::hf::describe(&p.model, p.precision, r.context) {
+        // generate() passes logits_to_keep=1 to every forward whatever the flag says.
+        let line = if r.kind == ProfileType::Generate { format!("{line}; generate() passes logits_to_keep=1") } else { line };
         out!(s, "{line}");
     }
     if let Some(c) = &p.parallel {
@@ -79,6 +81,24 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     );
     let phases: Vec<String> = rep.phase_peaks.iter().map(|(ph, b)| format!("{ph} {:.3}", g(*b))).collect();
     out!(s, "peak allocated by phase (GiB): {}", phases.join(" | "));
+    if let Some(gr) = &r.generate {
+        out!(s,
+            "generate (greedy, DynamicCache, max_new_tokens {}): the peak is in {} ({}); KV cache at the end {:.2} MiB ({} B)",
+            gr.max_new_tokens,
+            gr.peak_step.as_deref().unwrap_or("-"),
+            gr.peak_op,
+            mib(gr.kv_cache_bytes as u64),
+            gr.kv_cache_bytes
+        );
+        let step = |(n, b): &(String, usize)| format!("{n} {:.2}", mib(*b as u64));
+        let shown: Vec<String> = if gr.steps.len() <= 8 {
+            gr.steps.iter().map(step).collect()
+        } else {
+            let n = gr.steps.len();
+            gr.steps[..3].iter().map(step).chain(["…".to_string()]).chain(gr.steps[n - 2..].iter().map(step)).collect()
+        };
+        out!(s, "peak allocated by step (MiB): {}", shown.join(" | "));
+    }
     let cats: Vec<String> = rep.by_category.iter().map(|(c, b)| format!("{c} {:.3}", g(*b))).collect();
     out!(s, "live at the peak by category (GiB allocated): {}", cats.join(" | "));
     out!(s, "live at the peak, top modules (MiB allocated):");

@@ -1,0 +1,86 @@
+//! `profile --profile-type generate --max-new-tokens N`: the flags' refusals (exit 2, the flag
+//! named, nothing written) and what a run reports (each step's peak, the step of the peak, the
+//! KV cache at the end). Byte counts are tests/generate_grid.rs's.
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-generate-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run(name: &str, extra: &[&str]) -> (Output, PathBuf) {
+    let out = tmp(name);
+    let mut args = vec!["profile", "--device", "meta", "--context-length", "16", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    (vramscope(&args), out)
+}
+
+#[test]
+fn generate_and_max_new_tokens_go_together_on_hf_models() {
+    for (extra, flag) in [
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate"][..], "--max-new-tokens"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "0"][..], "--max-new-tokens"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "inference", "--max-new-tokens", "4"][..], "--max-new-tokens"),
+        (&["--model", "Llama-3.2-1B", "--max-new-tokens", "4"][..], "--max-new-tokens"),
+        (&["--model", "tiny", "--profile-type", "generate", "--max-new-tokens", "4"][..], "--profile-type"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--use-cache", "false"][..], "--use-cache"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--logits-to-keep", "1"][..], "--logits-to-keep"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8"][..], "--lora-r"),
+    ] {
+        let (o, out) = run("refused", extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
+}
+
+#[test]
+fn fit_sweep_and_compare_refuse_generate_naming_the_flag() {
+    let out = tmp("others");
+    let o = out.to_str().unwrap();
+    for (args, flag) in [
+        (vec!["sweep", "--model", "Llama-3.2-1B", "--device", "meta", "--profile-type", "generate", "--context-length", "16,32", "--out-dir", o], "--profile-type"),
+        (vec!["fit", "--model", "Llama-3.2-1B", "--gpu", "h100", "--profile-type", "generate"], "--profile-type"),
+        (vec!["profile", "--model", "Llama-3.2-1B", "--device", "meta", "--compare", "--profile-type", "generate", "--max-new-tokens", "2", "--out-dir", o], "--compare"),
+    ] {
+        let r = vramscope(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains("generate"), "{args:?} should name {flag}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}
+
+#[test]
+fn a_generate_run_reports_its_steps_the_peak_step_and_the_kv_cache() {
+    let (o, out) = run("llama", &["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "3"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let r = &s["runs"][0];
+    assert_eq!(r["profile_type"], "generate");
+    let g = &r["generate"];
+    let steps: Vec<&str> = g["steps"].as_array().unwrap().iter().map(|x| x[0].as_str().unwrap()).collect();
+    assert_eq!(steps, ["prefill", "decode step 1", "decode step 2"]);
+    // Llama-3.2-1B: 16 layers x keys and values x 8 kv heads x (16 + 3 - 1) positions x 64 x bf16.
+    assert_eq!(g["kv_cache_bytes"], 16 * 2 * 8 * 18 * 64 * 2);
+    // With a 16-token prompt the last decode step is the peak: the cache has grown, and the
+    // previous step's fp32 copy of the logits lives until the new copy exists (one copy only
+    // in the prefill), which outweighs the prefill's 16-position activations.
+    assert_eq!(g["peak_step"], "decode step 2");
+    let peak = r["peak_allocated_bytes"].as_u64().unwrap();
+    assert_eq!(g["steps"].as_array().unwrap().iter().map(|x| x[1].as_u64().unwrap()).max(), Some(peak));
+    assert!(r["peak"]["phase_peaks"]["prefill"].is_u64() && r["peak"]["phase_peaks"]["decode"].is_u64(), "{}", r["peak"]["phase_peaks"]);
+    assert!(text.contains("the peak is in decode step 2") && text.contains("KV cache at the end 0.56 MiB (589824 B)"), "{text}");
+    assert!(text.contains("peak allocated by step (MiB): prefill"), "{text}");
+    assert!(text.contains("generate() passes logits_to_keep=1"), "{text}");
+}

@@ -1,0 +1,142 @@
+//! `--profile-type generate` against transformers' own greedy `generate()`.
+//!
+//! tests/fixtures/pytorch_grid/generate.json comes from tools/pytorch/make_generate_grid.py:
+//! transformers 5.23.0's `model.generate(input_ids, max_new_tokens=N, do_sample=False)` with
+//! the default DynamicCache (llama, mistral, qwen2, qwen3, random weights, CPU), three calls in
+//! one torch.profiler(profile_memory=True) session, the third measured (measure_generate.py).
+//! Per phase -- data, prefill, decode_1 .. decode_{N-1} -- the peak of requested bytes over
+//! blocks >= 512 B. Here the same loop runs on meta and every phase must agree to the byte.
+mod grid_common;
+
+use serde_json::Value;
+use vramscope::engine::{runtime, DType, Device};
+use vramscope::model::hf::generation_5_23::{generate, Step};
+use vramscope::model::Model;
+use vramscope::record::{EventKind, MemEvent, Phase};
+use vramscope::train::{Batcher, CausalLmBatch, DataKind};
+
+/// Points where vramscope does not match transformers, each with the reason (printed on every
+/// run; the test fails once one of them matches).
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+/// The point's model: measure_hf.py's config (generate's points leave the training options
+/// out) with the config's eos token.
+fn config_of(point: &Value) -> vramscope::model::ModelConfig {
+    let mut p = point["point"].clone();
+    for (k, v) in [("use_cache", Value::Bool(true)), ("logits_to_keep", 0.into()), ("checkpoint", "none".into()), ("attention_mask", "none".into())] {
+        p[k] = v;
+    }
+    let mut cfg = grid_common::hf::config_of(&p);
+    let hf = cfg.hf.as_mut().unwrap();
+    hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
+    cfg
+}
+
+/// The measured step's phases as (name, peak): the counted level (blocks >= 512 B) from the
+/// live set before it, split where each step started.
+fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
+    let p = &point["point"];
+    let cfg = config_of(point);
+    let n = grid_common::hf::num(p, "max_new_tokens");
+    let (batch, seq) = (grid_common::hf::num(p, "batch"), grid_common::hf::num(p, "seq"));
+    let dtype = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    runtime::reset();
+    let model = Model::new_in(&cfg, Device::Meta, 42, dtype).unwrap();
+    assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
+    let mut bound = CausalLmBatch::default();
+    let mut before = Vec::new();
+    let mut marks: Vec<(String, usize)> = Vec::new();
+    let recorded = || runtime::with(|rt| rt.log.events().map_or(0, |e| e.len()));
+    const STEPS: usize = 3;
+    for i in 0..STEPS {
+        let last = i + 1 == STEPS;
+        if last {
+            runtime::with(|rt| {
+                before = rt.log.live_as_events();
+                rt.log.start_recording();
+            });
+            marks.push(("data".into(), 0));
+        }
+        data.next_causal_lm_batch(&mut bound, false, false);
+        let ids = bound.input_ids.clone().unwrap();
+        let out = generate(&model, &ids, n, &mut |step| {
+            runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
+            if last {
+                let name = match step {
+                    Step::Prefill => "prefill".to_string(),
+                    Step::Decode(k) => format!("decode_{k}"),
+                };
+                marks.push((name, recorded()));
+            }
+        });
+        drop(ids);
+        runtime::set_phase(Phase::Setup);
+        assert_eq!(out.sequences.shape(), &[batch, seq + n]);
+        assert_eq!(out.kv_cache_bytes as u64, point["info"]["kv_cache_bytes"].as_u64().unwrap(), "KV cache bytes");
+        if last {
+            marks.push(("other".into(), recorded()));
+        }
+        drop(out);
+    }
+    let events = runtime::with(|rt| rt.log.stop_recording());
+    peaks(&before, &events, &marks)
+}
+
+fn peaks(before: &[MemEvent], events: &[MemEvent], marks: &[(String, usize)]) -> Vec<(String, u64)> {
+    let counted = |e: &MemEvent| e.bytes >= grid_common::MIN_BLOCK;
+    let mut level: u64 = before.iter().filter(|e| counted(e)).map(|e| e.bytes as u64).sum();
+    let mut out = Vec::new();
+    for (i, (name, start)) in marks.iter().enumerate() {
+        let end = marks.get(i + 1).map_or(events.len(), |m| m.1);
+        let mut peak = level;
+        for e in events[*start..end].iter().filter(|e| counted(e)) {
+            match e.kind {
+                EventKind::Alloc => level += e.bytes as u64,
+                EventKind::Free => level -= e.bytes as u64,
+                EventKind::Oom => {}
+            }
+            peak = peak.max(level);
+        }
+        out.push((name.clone(), peak));
+    }
+    out
+}
+
+#[test]
+fn generate_grid_matches_transformers() {
+    let doc = grid_common::fixture("pytorch_grid/generate.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    assert!(points.len() >= 20, "{} grid points", points.len());
+    let (mut phases, mut exact) = (0, 0);
+    let (mut failing, mut stale): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for point in points {
+        let name = point["name"].as_str().unwrap();
+        if point["point"]["attn"] == "sdpa" {
+            let ran = point["info"]["sdpa_backends"].as_array().unwrap();
+            assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{name}: {ran:?}");
+        }
+        let ours = run_vramscope(point);
+        let mut rows = Vec::new();
+        for (phase, want) in point["phases"].as_object().unwrap() {
+            phases += 1;
+            let torch = want["peak"].as_u64().unwrap();
+            let got = ours.iter().find(|(n, _)| n == phase).map(|&(_, b)| b);
+            if got == Some(torch) {
+                exact += 1;
+            } else {
+                rows.push(format!("{name:<64} {phase:<10} torch {torch:>10} vramscope {}", got.map_or("-".into(), |g| format!("{g:>10} ({:+})", g as i64 - torch as i64))));
+            }
+        }
+        match (KNOWN_FAILING.iter().find(|(n, _)| *n == name), rows.is_empty()) {
+            (Some((_, why)), false) => println!("known failing: {name}: {why}\n  {}", rows.join("\n  ")),
+            (Some(_), true) => stale.push(name.to_string()),
+            (None, false) => failing.extend(rows),
+            (None, true) => {}
+        }
+    }
+    println!("generate grid: {exact} of {phases} phases exact over {} points", points.len());
+    assert!(failing.is_empty(), "phases that differ from transformers:\n{}", failing.join("\n"));
+    assert!(stale.is_empty(), "KNOWN_FAILING points that match now (remove them): {stale:?}");
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""make_generate_grid.py -- the fixture grid of `--profile-type generate` (issue #28): what
+transformers' greedy `generate()` allocates with the default DynamicCache, per phase (data,
+prefill, decode_1 .. decode_{N-1}), measured by measure_generate.py (mode-free, one
+torch.profiler session per point, requested bytes of blocks >= 512 B, absolute), written to
+tests/fixtures/pytorch_grid/generate.json.
+
+The grid: each model_type (llama, mistral, qwen2, qwen3) x weights fp32|bf16 x attn sdpa|eager
+(sdpa on half of them), on shapes that vary per point: batch 1-4, prompt 8-300 tokens,
+max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not multiples of 512 B.
+
+    python3 make_generate_grid.py            # the whole grid (JOBS worker processes, default 1)
+    python3 make_generate_grid.py --quick    # the first point of each model type only
+Needs the pinned torch 2.15.0 + transformers 5.23.0.
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch
+
+import make_hf_grid as G
+import measure_generate as MG
+import measure_hf as H
+
+OUT = os.path.join(HERE, "../../tests/fixtures/pytorch_grid")
+
+# (hidden, intermediate, layers, heads, kv_heads, head_dim or None, vocab, S, B, N)
+SHAPES = [
+    (128, 384, 2, 4, 2, None, 1000, 64, 2, 4),
+    (96, 256, 1, 6, 3, None, 777, 8, 1, 16),
+    (64, 192, 3, 4, 4, None, 2048, 300, 1, 3),
+    (128, 320, 2, 8, 2, None, 1000, 16, 4, 8),
+    (160, 448, 2, 5, 1, None, 512, 40, 3, 1),
+    (64, 128, 2, 4, 2, 32, 777, 120, 2, 6),
+]
+
+
+def point(mt, i, **opts):
+    h, f, L, nh, kv, hd, V, S, B, N = SHAPES[i % len(SHAPES)]
+    if hd and mt != "qwen3":
+        hd = None
+    p = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             head_dim=hd, vocab_size=V, max_position_embeddings=4096, tied=False, seq=S, batch=B, max_new_tokens=N,
+             attn="sdpa", dtype="fp32")
+    p.update(opts)
+    return p
+
+
+def name_of(p):
+    return (f"{p['model_type']} d{p['hidden_size']} F{p['intermediate_size']} L{p['num_layers']} h{p['num_heads']} "
+            f"kv{p['num_kv_heads']}{' hd' + str(p['head_dim']) if p['head_dim'] else ''} V{p['vocab_size']} "
+            f"S{p['seq']} B{p['batch']} N{p['max_new_tokens']} {p['attn']} {p['dtype']}{' tied' if p['tied'] else ''} generate")
+
+
+def grid(quick=False):
+    todo = []
+    for t, mt in enumerate(H.MODEL_TYPES):
+        for k, (attn, dtype) in enumerate((("sdpa", "fp32"), ("sdpa", "bf16"), ("eager", "fp32"), ("eager", "bf16"),
+                                           ("sdpa", "fp32"), ("eager", "bf16"))):
+            if quick and k > 0:
+                continue
+            todo.append(point(mt, t + k, attn=attn, dtype=dtype))
+    if not quick:
+        todo.append(point("llama", 0, tied=True))
+    return todo
+
+
+def run_one(p):
+    torch.set_num_threads(int(os.environ.get("THREADS", "1")))
+    try:
+        per, _, info = MG.measure(p)
+    except Exception as e:
+        return dict(name=name_of(p), error=f"{type(e).__name__}: {e}")
+    phases = {ph: dict(peak=s["peak"], peak_all_blocks=s["peak_all"], live_at_peak=s["live_at_peak"], peak_op=s["peak_op"],
+                       peak_node=s["peak_node"], start=s["start"], end=s.get("end", s["start"]),
+                       peak_with_cpu_scratch=s["peak_with_cpu_scratch"], cpu_scratch_left_out=s["cpu_scratch"])
+              for ph, s in per.items()}
+    excess = {ph: v["peak_with_cpu_scratch"] - v["peak"] for ph, v in phases.items() if v["peak_with_cpu_scratch"] != v["peak"]}
+    return dict(name=name_of(p), point=p, profile_type="generate", info=info, phases=phases, cpu_scratch_peak_excess=excess)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=OUT)
+    a = ap.parse_args()
+    import transformers
+    results, t0 = G.measure_all(grid(a.quick), run_one, maxtasksperchild=1)
+    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --quick" if a.quick else ""), torch=torch.__version__,
+               transformers=transformers.__version__,
+               counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
+                       "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
+                       "max_new_tokens=N, do_sample=False) (measure_generate.py)",
+               points=results)
+    G.write_fixture(os.path.join(a.out, "generate.json"), doc, t0)
+
+
+if __name__ == "__main__":
+    main()
