@@ -54,7 +54,7 @@ def test_help_shows_the_keywords_with_types_defaults_and_help():
     assert sig.parameters["profile_type"].default == "training"
     assert sig.parameters["warmup_steps"].default == 1 and sig.parameters["warmup_steps"].annotation is int
     assert sig.parameters["flops"].default is False and sig.parameters["flops"].annotation is bool
-    assert "Literal['forward', 'forward-loss', 'inference', 'training']" in vramscope.profile.__doc__
+    assert "Literal['forward', 'forward-loss', 'inference', 'training', 'generate']" in vramscope.profile.__doc__
     a = inspect.signature(vramscope.analyze)
     assert list(a.parameters)[0] == "path" and a.parameters["path"].default is inspect.Parameter.empty
     assert a.parameters["top"].default == 10

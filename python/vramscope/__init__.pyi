@@ -1230,6 +1230,7 @@ def estimate(
     max_grad_norm: Optional[float] = None,
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
+    profile_type: Literal['forward', 'forward-loss', 'inference', 'training', 'generate'] = 'training',
     no_simulate: bool = False,
 ) -> JobResult:
     """``vramscope estimate``: Closed-form memory of a configuration with its derivation, beside a
@@ -1371,6 +1372,11 @@ def estimate(
         Batch size B (default: the preset's). [--batch-size]
     context_length : Optional[int], default None
         Sequence length (default: the preset's). [--context-length; also seq_len=]
+    profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
+        What the step runs: the closed form derives a training step only training (the default) is
+        what the derivation covers; forward, forward-loss and inference are refused with the command
+        that answers them (`profile --profile-type`). One of: forward, forward-loss, inference,
+        training, generate. [--profile-type]
     no_simulate : bool, default False
         Print the closed form only (no simulated meta run beside it). [--no-simulate]
 

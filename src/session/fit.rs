@@ -195,7 +195,7 @@ impl FitPlan {
         if matches!(self.kind, ProfileType::Inference | ProfileType::Forward) {
             // The answer is easily read as serving capacity, which it is not.
             out!(s,
-                "note: each probe is ONE forward pass ({}) of the whole prompt at once, the prefill: not generate()'s decode steps, and not how many sequences a serving engine holds (its KV cache); for vLLM's KV cache size and maximum concurrency run `vramscope serve`",
+                "note: each probe is ONE forward pass ({}) of the whole prompt at once, the prefill: not generate()'s decode steps (`vramscope profile --profile-type generate --max-new-tokens N`), and not how many sequences a serving engine holds (its KV cache: `vramscope serve`)",
                 if self.kind == ProfileType::Inference { "under no_grad" } else { "with autograd" }
             );
         }
