@@ -249,8 +249,8 @@ def measure(p, kind, wrap=None):
     return per, log, info
 
 
-def main(argv=None):
-    a = argparse.ArgumentParser(description="Per-phase peak memory of a transformers causal LM, mode-free (CPU profiler).")
+def add_shape_args(a):
+    """The model's shape and the batch, flags shared with measure_generate.py."""
     a.add_argument("--model-type", choices=MODEL_TYPES, default="llama")
     a.add_argument("--hidden-size", type=int, default=128)
     a.add_argument("--intermediate-size", type=int, default=384)
@@ -263,6 +263,11 @@ def main(argv=None):
     a.add_argument("--tied", action="store_true")
     a.add_argument("--seq", type=int, default=64)
     a.add_argument("--batch", type=int, default=2)
+
+
+def main(argv=None):
+    a = argparse.ArgumentParser(description="Per-phase peak memory of a transformers causal LM, mode-free (CPU profiler).")
+    add_shape_args(a)
     a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
     a.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     a.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")

@@ -200,12 +200,6 @@ fn frames(hf: &HfConfig) -> &'static HfFrames {
     }
 }
 
-/// `nn.Linear(x)` without a bias (lm_head).
-fn nn_linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
-    let _f = py_frame(&py::NN_LINEAR);
-    linear(name, x, w)
-}
-
 /// `nn.Linear` with an optional bias: `F.linear(x, w, b)` (addmm on the flattened rows).
 fn linear_b(name: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
     let _f = py_frame(&py::NN_LINEAR);
@@ -735,11 +729,11 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             // ColwiseParallel's input: Replicate already, or gathered from Shard(1) under
             // sequence parallelism (a local of the module call, dying when it returns).
             let input = if t.sequence { tp::seq_gather(&hidden, t) } else { tp::colwise_input(&hidden) };
-            let local = nn_linear("lm_head", &input, &m.lm_head);
+            let local = linear_b("lm_head", &input, &m.lm_head, None);
             drop(input);
             tp::gather_logits(local, t)
         }
-        None => nn_linear("lm_head", &hidden, &m.lm_head),
+        None => linear_b("lm_head", &hidden, &m.lm_head, None),
     };
     logits_ready(&logits);
     let loss = labels.map(|labels| {
