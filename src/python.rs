@@ -3,7 +3,7 @@
 //! turns them into words), are resolved by `options/` and run by `session/` — the command
 //! line's own library calls, so defaults, checks and messages are the same. Results come back
 //! as objects or JSON; files are written only where the caller asks. A flag's error is a
-//! ValueError, anything else a RuntimeError.
+//! ValueError, anything else a RuntimeError (a Rust panic included); Ctrl-C interrupts a run.
 use crate::error::UsageError;
 use crate::options::{self, parse_words_detailed};
 use crate::session::{self, ProfileOptions, Run};
@@ -16,6 +16,43 @@ fn py_err(e: anyhow::Error) -> PyErr {
         PyValueError::new_err(format!("{e:#}"))
     } else {
         PyRuntimeError::new_err(format!("{e:#}"))
+    }
+}
+
+thread_local! {
+    /// The KeyboardInterrupt (or other error) a signal handler raised mid-run.
+    static PENDING: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether Python's signal handlers asked the run to stop (Ctrl-C raises KeyboardInterrupt in
+/// them); the error is kept for [`guarded`] to raise.
+fn signalled() -> bool {
+    match Python::attach(|py| py.check_signals()) {
+        Ok(()) => false,
+        Err(e) => {
+            PENDING.with(|p| *p.borrow_mut() = Some(e));
+            true
+        }
+    }
+}
+
+/// Run a job for Python: Ctrl-C interrupts it (KeyboardInterrupt), and a Rust panic becomes a
+/// RuntimeError with its message instead of pyo3's PanicException (a BaseException that
+/// `except Exception` does not catch).
+fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    session::quiet_oom_panics();
+    crate::engine::runtime::set_interrupt_check(Some(signalled));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    crate::engine::runtime::set_interrupt_check(None);
+    match r {
+        Ok(r) => r,
+        Err(payload) if payload.is::<crate::engine::runtime::Interrupted>() => {
+            Err(PENDING.with(|p| p.borrow_mut().take()).unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted")))
+        }
+        Err(payload) => {
+            let msg = payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "a panic without a message".into());
+            Err(PyRuntimeError::new_err(format!("internal error in vramscope (please report it): {msg}")))
+        }
     }
 }
 
@@ -81,20 +118,22 @@ impl Profile {
     /// What the command line prints for run `i`.
     fn text(&self, i: usize) -> PyResult<String> {
         let run = self.runs.get(i).ok_or_else(|| self.out_of_range(i))?;
-        Ok(session::text::profile::run(&self.options, run, self.depth))
+        guarded(|| Ok(session::text::profile::run(&self.options, run, self.depth)))
     }
     fn save_snapshot(&mut self, i: usize, path: PathBuf) -> PyResult<()> {
-        self.run_mut(i)?.save_snapshot(&path).map_err(py_err)
+        let run = self.run_mut(i)?;
+        guarded(|| run.save_snapshot(&path).map_err(py_err))
     }
     fn save_report(&mut self, i: usize, path: PathBuf) -> PyResult<()> {
         let cap = self.options.capacity_line();
         let name = path.file_stem().map_or_else(|| "snapshot".into(), |s| s.to_string_lossy().into_owned());
-        self.run_mut(i)?.save_report(&path, &name, cap).map_err(py_err)
+        let run = self.run_mut(i)?;
+        guarded(|| run.save_report(&path, &name, cap).map_err(py_err))
     }
     /// The offline HTML report of run `i`, as text.
     fn report_html(&self, i: usize, name: String) -> PyResult<String> {
         let run = self.runs.get(i).ok_or_else(|| self.out_of_range(i))?;
-        let page = run.report_page(&name, self.options.capacity_line()).map_err(py_err)?;
+        let page = guarded(|| run.report_page(&name, self.options.capacity_line()).map_err(py_err))?;
         String::from_utf8(page).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 }
@@ -109,6 +148,10 @@ fn begin(threads: Option<usize>) -> PyResult<()> {
 /// `profile` with these flags: the runs kept in memory, nothing printed or written.
 #[pyfunction]
 fn profile(words: Vec<String>) -> PyResult<Profile> {
+    guarded(|| profile_impl(words))
+}
+
+fn profile_impl(words: Vec<String>) -> PyResult<Profile> {
     let a: options::profile::ProfileArgs = parse("profile", &words)?;
     if a.compare {
         return Err(PyValueError::new_err("invalid compare: use vramscope.compare(...)"));
@@ -131,6 +174,10 @@ fn profile(words: Vec<String>) -> PyResult<Profile> {
 #[pyfunction]
 #[pyo3(signature = (words, out_dir=None))]
 fn compare(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
+    guarded(|| compare_impl(words, out_dir))
+}
+
+fn compare_impl(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
     let a: options::profile::ProfileArgs = parse("profile", &words)?;
     let (mut vs, note) = options::compare::variants_of(&a).map_err(py_err)?;
     for v in &mut vs {
@@ -153,6 +200,10 @@ fn compare(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
 #[pyfunction]
 #[pyo3(signature = (words, out_dir=None))]
 fn sweep(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
+    guarded(|| sweep_impl(words, out_dir))
+}
+
+fn sweep_impl(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
     let mut words = words;
     if let Some(d) = &out_dir {
         words.extend(["--out-dir".to_string(), d.display().to_string()]);
@@ -178,6 +229,10 @@ fn sweep(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
 /// `fit` with these flags: fit's JSON object, as text (`--find world-size` included).
 #[pyfunction]
 fn fit(words: Vec<String>) -> PyResult<String> {
+    guarded(|| fit_impl(words))
+}
+
+fn fit_impl(words: Vec<String>) -> PyResult<String> {
     let a: options::fit::FitArgs = parse("fit", &words)?;
     let v = if a.find == session::fit::Find::WorldSize {
         let plan = options::fit::world_plan(&a, |_| {}).map_err(py_err)?;
@@ -196,6 +251,10 @@ fn fit(words: Vec<String>) -> PyResult<String> {
 /// `estimate` with these flags: its JSON object (the closed form and the simulated run).
 #[pyfunction]
 fn estimate(words: Vec<String>) -> PyResult<String> {
+    guarded(|| estimate_impl(words))
+}
+
+fn estimate_impl(words: Vec<String>) -> PyResult<String> {
     let a: options::estimate::EstimateArgs = parse("estimate", &words)?;
     let plan = options::estimate::plan(&a, |_| {}).map_err(py_err)?;
     begin(None)?;
@@ -206,6 +265,10 @@ fn estimate(words: Vec<String>) -> PyResult<String> {
 /// `analyze FILE` with these flags: the report's JSON, within the budgets.
 #[pyfunction]
 fn analyze(words: Vec<String>) -> PyResult<String> {
+    guarded(|| analyze_impl(words))
+}
+
+fn analyze_impl(words: Vec<String>) -> PyResult<String> {
     let a: options::snapshot::AnalyzeArgs = parse("analyze", &words)?;
     let budget = a.budget.budget();
     let r = session::snapshot::analyze(&a.file, a.device, a.detail, a.top, &budget).map_err(py_err)?;

@@ -201,3 +201,35 @@ def test_the_example_notebook_runs():
     r = subprocess.run([sys.executable, script], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "peak allocated" in r.stdout
+
+
+def test_negative_numbers_and_huge_sizes_are_value_errors_naming_the_keyword():
+    with pytest.raises(ValueError, match="batch_size") as e:
+        vramscope.profile(model="2.7B", device="meta", batch_size=-1)
+    assert "-0" not in str(e.value)
+    with pytest.raises(ValueError, match="world_size"):
+        vramscope.profile(model="2.7B", device="meta", parallel="fsdp", world_size=2**40, rank=0)
+
+
+def test_ctrl_c_interrupts_a_long_run_with_keyboard_interrupt():
+    # A long sweep in a child interpreter, SIGINT after it has started: KeyboardInterrupt
+    # arrives within seconds, raised inside the run (the GIL is held throughout).
+    code = (
+        "import vramscope, sys\n"
+        "print('started', flush=True)\n"
+        "try:\n"
+        "    vramscope.profile(model='2.7B', device='meta', context_length=256, measure_steps=400)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True); sys.exit(7)\n"
+    )
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(1.5)
+    t = time.time()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 7, (out, err)
+    assert "interrupted" in out and time.time() - t < 30

@@ -278,7 +278,8 @@ def words(name: str, given: Mapping[str, Any]) -> List[str]:
                 raise TypeError(f"{name}() keyword argument '{key}' takes True or False, not {value!r}")
             out.append(flag)
         else:
-            out += [flag, _word(value)]
+            # One word, so that a value starting with '-' (batch_size=-1) is a value to clap.
+            out.append(f"{flag}={_word(value)}")
     return out
 
 

@@ -97,6 +97,34 @@ impl Runtime {
 #[derive(Debug, Clone)]
 pub struct OomPanic(pub crate::record::allocator::OutOfMemory);
 
+/// The payload of the panic a run unwinds with when its caller asked it to stop (Ctrl-C in
+/// Python, see [`set_interrupt_check`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Interrupted;
+
+thread_local! {
+    static INTERRUPT: std::cell::Cell<(Option<fn() -> bool>, u32)> = const { std::cell::Cell::new((None, 0)) };
+}
+
+/// Have allocations on this thread ask `check` every 256 allocations whether to stop (None:
+/// never); a true answer unwinds the run with [`Interrupted`]. The Python package checks for
+/// Ctrl-C this way: the GIL is held for the whole run, so only the run can look.
+pub fn set_interrupt_check(check: Option<fn() -> bool>) {
+    INTERRUPT.with(|c| c.set((check, 0)));
+}
+
+fn poll_interrupt() {
+    let stop = INTERRUPT.with(|c| {
+        let (check, n) = c.get();
+        let Some(check) = check else { return false };
+        c.set((Some(check), n.wrapping_add(1)));
+        n % 256 == 0 && check()
+    });
+    if stop {
+        std::panic::panic_any(Interrupted);
+    }
+}
+
 #[track_caller]
 pub(crate) fn alloc_storage(bytes: usize, op: &'static str) -> u64 {
     let id = new_storage_id();
@@ -117,6 +145,7 @@ pub(crate) fn new_storage_id() -> u64 {
 /// unwinding can free storages.
 #[track_caller]
 pub(crate) fn realloc_storage(id: u64, bytes: usize, op: &'static str) {
+    poll_interrupt();
     let loc = std::panic::Location::caller();
     let r = with(|rt| {
         let (scope, phase, cat) = (rt.scope().clone(), rt.phase, rt.category());

@@ -10,7 +10,9 @@
 //! output's name is swapped for the new file. A target that is a device or a FIFO, or a
 //! link under /dev or /proc (`--json /dev/stdout`, even when stdout is a file), is written
 //! straight into instead (appending): renaming over it would replace the device node or the
-//! link. Every error names the target file.
+//! link; only where the user named it, though: one planted at a name vramscope chose inside an
+//! output folder (`out/summary.json`) is replaced like any file. Every error names the target
+//! file.
 use super::cleanup;
 use anyhow::{bail, Context, Result};
 use std::fs::{File, OpenOptions};
@@ -22,7 +24,10 @@ use std::path::{Path, PathBuf};
 /// open (`OutputSet::begin`), the file is staged and appears with the rest of the set when
 /// it commits.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if written_into(path) {
+    // Only a path the user named is written into: a FIFO or device planted at a name vramscope
+    // chose inside an output folder (out/summary.json) is replaced, not opened (a FIFO would
+    // block the run).
+    if written_into(path) && !super::output_set::chosen_name(path) {
         return write_into(path, bytes);
     }
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {

@@ -11,6 +11,9 @@
 //! untouched previous outputs, or, inside the commit, a part-renamed set; the next set opened
 //! in that folder on the same host removes it.)
 //!
+//! From staging to commit the set holds an exclusive `flock` on each output folder: a second
+//! process writing into the same folder waits (saying so), and two runs' files never mix.
+//!
 //! Each set has a run id: the JSON outputs carry it as `run_id`, HTML reports and SVG plots
 //! as a comment, so files from one run can be told apart from an older run's. The CSV does
 //! not (a first line or column would break its readers), nor do the snapshot pickles, whose
@@ -29,6 +32,9 @@ pub(crate) struct Staged {
     roots: Vec<(PathBuf, PathBuf)>,
     /// (staged copy, target), in the order written
     files: Vec<(PathBuf, PathBuf)>,
+    /// Each root's exclusive `flock`, held until the set is committed or dropped: another
+    /// process's set into the same folder waits, so two sets never mix.
+    locks: Vec<std::fs::File>,
 }
 
 /// The handle a command holds while its outputs are staged; dropped without `commit`, the
@@ -45,6 +51,9 @@ impl OutputSet {
     /// an open set (run-all and sweep running profiles) it joins that set, which commits.
     pub fn begin(root: &Path) -> std::result::Result<OutputSet, String> {
         check_dir(root)?;
+        let joins = cleanup::lock().set.is_some();
+        // Waited for before the registry is locked, so Ctrl-C still works while waiting.
+        let lock = if joins { None } else { Some(lock_dir(root, true).map_err(|e| format!("cannot lock {}: {e}", root.display()))?.expect("a blocking lock")) };
         let mut reg = cleanup::lock();
         if let Some(set) = &reg.set {
             let id = set.id.clone();
@@ -52,7 +61,7 @@ impl OutputSet {
             return Ok(OutputSet { owner: false, done: false, id });
         }
         let id = format!("{:016x}", rand::random::<u64>());
-        reg.set = Some(Staged { id: id.clone(), roots: Vec::new(), files: Vec::new() });
+        reg.set = Some(Staged { id: id.clone(), roots: Vec::new(), files: Vec::new(), locks: lock.into_iter().collect() });
         if let Err(e) = staging_for(&mut reg, root, root) {
             reg.set = None;
             return Err(format!("cannot write into {}: {e}", root.display()));
@@ -106,6 +115,40 @@ fn remove_staging(reg: &mut Registry, set: &Staged) {
     for (_, st) in &set.roots {
         let _ = std::fs::remove_dir_all(st);
         reg.forget_dir(st);
+    }
+}
+
+/// An exclusive `flock` on folder `dir` (created if missing): Ok(None) when another process
+/// holds it and `wait` is false. Waiting says so on stderr. A folder, not a file in it, is
+/// locked, so nothing is left behind.
+fn lock_dir(dir: &Path, wait: bool) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir)?;
+    let f = std::fs::File::open(dir)?;
+    let flock = |op| {
+        // SAFETY: flock on an open descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    loop {
+        match flock(libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => return Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.raw_os_error() != Some(libc::EWOULDBLOCK) => return Err(e),
+            Err(_) if !wait => return Ok(None),
+            Err(_) => break,
+        }
+    }
+    eprintln!("vramscope: another run is writing into {}: waiting for it to finish", dir.display());
+    loop {
+        match flock(libc::LOCK_EX) {
+            Ok(()) => return Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -168,10 +211,35 @@ pub(crate) fn stage(target: &Path) -> Result<Option<PathBuf>> {
     if let Some((s, _)) = set.files.iter().find(|(_, t)| t == target) {
         return Ok(Some(s.clone()));
     }
+    // A target outside every root (`--output elsewhere/x.pickle`) locks its folder too; a
+    // wait for another process's set happens with the registry unlocked.
+    if set.roots.iter().all(|(r, _)| under(target, r).is_none()) {
+        let dir = parent_dir(target);
+        let lock = match lock_dir(dir, false).with_context(|| format!("locking {}", dir.display()))? {
+            Some(l) => l,
+            None => {
+                drop(reg);
+                let l = lock_dir(dir, true).with_context(|| format!("locking {}", dir.display()))?.expect("a blocking lock");
+                reg = cleanup::lock();
+                l
+            }
+        };
+        match reg.set.as_mut() {
+            Some(set) => set.locks.push(lock),
+            None => return Ok(None),
+        }
+    }
     let (root, staging) = staging_for(&mut reg, target, parent_dir(target)).with_context(|| format!("writing {}", target.display()))?;
     let staged = staging.join(under(target, &root).expect("target lies under its root"));
     reg.set.as_mut().expect("a set is open").files.push((staged.clone(), target.to_path_buf()));
     Ok(Some(staged))
+}
+
+/// Whether `target` lies in a folder of the open set (a name vramscope chose inside the
+/// user's output folder), not at a path the user gave as a file.
+pub(crate) fn chosen_name(target: &Path) -> bool {
+    let reg = cleanup::lock();
+    reg.set.as_ref().is_some_and(|s| s.roots.iter().any(|(r, _)| target != r.as_path() && under(target, r).is_some_and(|rel| !rel.as_os_str().is_empty())))
 }
 
 /// Where to read an output this process wrote: its staged copy while the set is open.

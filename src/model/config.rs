@@ -304,8 +304,12 @@ impl ModelConfig {
         // The largest tensor of each kind, in elements (fused projections are 3d and 2F wide).
         // Saturating: usize-sized factors can pass even u128 (and saturate far above the bound).
         let m = |xs: &[u128]| xs.iter().fold(1u128, |a, &x| a.saturating_mul(x));
-        let tensors: [(&'static str, &str, u128); 9] = [
+        // An hf config's head_dim is its own field: heads × head_dim need not be d.
+        let qkv = h.saturating_add(2u128.saturating_mul(self.num_kv_heads as u128)).saturating_mul(dk);
+        let tensors: [(&'static str, &str, u128); 11] = [
             ("--hidden-dim", "a (3d, d) attention weight", m(&[3, d, d])),
+            ("--num-heads", "the (heads·head_dim + 2·kv_heads·head_dim, d) q/k/v weights", m(&[qkv, d])),
+            (bs, "a (B, S, heads·head_dim + 2·kv_heads·head_dim) q/k/v output", m(&[b, s, qkv])),
             ("--intermediate-dim", "a (2F, d) feed-forward weight", m(&[2, d, f])),
             ("--vocab-size", "the (V, d) embedding", m(&[v, d])),
             ("--max-seq-len", "the (2, max_seq_len, d_k/2) RoPE table", m(&[ms, dk])),
@@ -327,6 +331,7 @@ impl ModelConfig {
             "--intermediate-dim" => " (intermediate_size in a config.json)",
             "--vocab-size" => " (vocab_size in a config.json)",
             "--max-seq-len" => " (max_position_embeddings in a config.json)",
+            "--num-heads" => " (num_attention_heads, num_key_value_heads and head_dim in a config.json)",
             _ => "",
         };
         let lower = if flag == bs { format!("--batch-size or {seq_flag}") } else { format!("{flag}{key}") };

@@ -75,7 +75,8 @@ pub struct Resolved {
 /// `config.json`, its folder (a downloaded model's directory); else the file's stem without a
 /// `_config`/`-config` suffix. Characters unsafe in a file name become `_`.
 pub(crate) fn config_model_name(path: &std::path::Path, name_or_path: Option<&str>) -> String {
-    let from_hub = name_or_path.and_then(|n| n.trim_end_matches(['/', '\\']).rsplit(['/', '\\']).next()).filter(|n| !n.is_empty());
+    // "." or ".." (a config saved from the working folder) names nothing: hidden files otherwise.
+    let from_hub = name_or_path.and_then(|n| n.trim_end_matches(['/', '\\']).rsplit(['/', '\\']).next()).map(|n| n.trim_start_matches('.')).filter(|n| !n.is_empty());
     let stem = path.file_stem().map_or_else(|| "config".to_string(), |s| s.to_string_lossy().into_owned());
     let folder = || {
         let abs = std::path::absolute(path).ok()?;
@@ -86,20 +87,25 @@ pub(crate) fn config_model_name(path: &std::path::Path, name_or_path: Option<&st
         None if stem == "config" => folder().unwrap_or(stem),
         None => stem.strip_suffix("_config").or_else(|| stem.strip_suffix("-config")).unwrap_or(&stem).to_string(),
     };
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect()
+    // Output names add a tag of up to ~150 bytes to this; 100 keeps them under NAME_MAX (255).
+    let name: String = name.trim_start_matches('.').chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).take(MAX_MODEL_NAME).collect();
+    if name.is_empty() {
+        "config".into()
+    } else {
+        name
+    }
 }
+
+/// The longest model name put in output file names.
+const MAX_MODEL_NAME: usize = 100;
 
 /// The preset a `--config PATH` stands for: its model, named after the file, with run
 /// defaults batch 4 and context min(512, max_position_embeddings). PATH is a config.json or
 /// a model folder holding one (a downloaded model: tokenizer and weights files beside it).
 fn from_config_file(path: &std::path::Path, flavour: Option<Flavour>) -> anyhow::Result<presets::Preset> {
     let flag = "--config";
-    let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
-    if path.is_dir() && !file.is_file() {
-        return Err(usage(flag, format!("{} is a folder without a config.json", path.display())));
-    }
+    let (file, text) = crate::model::hf::config_file::read(path).map_err(|e| usage(flag, e))?;
     let path = file.as_path();
-    let text = std::fs::read_to_string(path).map_err(|e| usage(flag, format!("cannot read {}: {e}", path.display())))?;
     let hf = crate::model::hf::parse(&text).map_err(|e| usage(flag, format!("{}: {e}", path.display())))?;
     let mut model = hf.config;
     if let Some(f) = flavour {
@@ -236,5 +242,22 @@ impl ModelFlags {
             }
         }
         Ok((preset, note))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::config_model_name;
+    use std::path::Path;
+
+    #[test]
+    fn model_names_are_safe_file_names() {
+        let p = Path::new("/models/x/config.json");
+        assert_eq!(config_model_name(p, Some("meta-llama/Llama-3.1-8B")), "Llama-3.1-8B");
+        // "." names nothing (it would hide the outputs): the folder does.
+        assert_eq!(config_model_name(p, Some(".")), "x");
+        assert_eq!(config_model_name(Path::new("/m/.hidden.json"), None), "hidden");
+        assert_eq!(config_model_name(p, Some(&"a".repeat(300))).len(), 100);
+        assert_eq!(config_model_name(Path::new("/m/a b.json"), Some("org/a b")), "a_b");
     }
 }

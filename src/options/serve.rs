@@ -63,8 +63,7 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             (pr.name.to_string(), pr.model, dt)
         }
         (None, Some(path)) => {
-            let file = if path.is_dir() { path.join("config.json") } else { path.clone() };
-            let text = std::fs::read_to_string(&file).map_err(|e| usage("--config", format!("cannot read {}: {e}", file.display())))?;
+            let (file, text) = crate::model::hf::config_file::read(path).map_err(|e| usage("--config", e))?;
             let hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
             let dt = hf.config.hf().and_then(|h| h.torch_dtype);
             let name = hf.name_or_path.as_deref().and_then(|n| n.trim_end_matches('/').rsplit('/').next()).unwrap_or("config.json").to_string();

@@ -85,6 +85,11 @@ pub struct ParallelConfig {
 /// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
 pub const FIRST_BUCKET_BYTES: usize = 1024 * 1024;
 
+/// The most ranks `--world-size`, `--tp` and `--gpus-per-node` take: 2^24, a hundred times
+/// today's largest clusters, and small enough that a rank's all-gather of one padded row per
+/// rank stays countable.
+pub const MAX_RANKS: usize = 1 << 24;
+
 impl ParallelConfig {
     pub fn new(layout: Layout, world_size: usize) -> ParallelConfig {
         ParallelConfig {
@@ -135,6 +140,12 @@ impl ParallelConfig {
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.world_size == 0 {
             return Err(("--world-size", "must be at least 1".into()));
+        }
+        // Checked first, so that no later message or loop sees an absurd size.
+        for (flag, n) in [("--world-size", self.world_size), ("--tp", self.tp), ("--gpus-per-node", self.gpus_per_node)] {
+            if n > MAX_RANKS {
+                return Err((flag, format!("{n} is above the limit of {MAX_RANKS} ranks (2^24)")));
+            }
         }
         if self.rank >= self.world_size {
             return Err(("--rank", format!("{} is not a rank of --world-size {}", self.rank, self.world_size)));

@@ -77,19 +77,41 @@ fn allocate(params: &[Param], buckets: &[Vec<usize>]) -> Vec<Tensor> {
 
 /// `ZeroRedundancyOptimizer._partition_parameters`: parameters by size, largest first (ties
 /// in registration order), each to the rank holding the fewest elements so far (the lowest
-/// such rank). Returns each rank's parameter indices in that order. `numels` are the
-/// parameters' element counts in registration order.
-pub fn zero_partitions(numels: &[usize], world: usize) -> Vec<Vec<usize>> {
+/// such rank). Returns (parameter index, rank) in that order. `numels` are the parameters'
+/// element counts in registration order.
+///
+/// O(P log P) whatever the world size: ranks given nothing yet all hold 0 elements, so the
+/// lowest of them stands for all (a heap holds only the ranks given something).
+pub fn zero_assignment(numels: &[usize], world: usize) -> Vec<(usize, usize)> {
+    use std::cmp::Reverse;
     let mut by_size: Vec<usize> = (0..numels.len()).collect();
-    by_size.sort_by_key(|&i| std::cmp::Reverse(numels[i]));
-    let mut sizes = vec![0usize; world];
-    let mut parts = vec![Vec::new(); world];
-    for i in by_size {
-        let r = (0..world).min_by_key(|&r| (sizes[r], r)).expect("a rank");
-        sizes[r] += numels[i];
-        parts[r].push(i);
-    }
-    parts
+    by_size.sort_by_key(|&i| Reverse(numels[i]));
+    let mut given: std::collections::BinaryHeap<Reverse<(usize, usize)>> = Default::default();
+    let mut fresh = 0usize;
+    by_size
+        .into_iter()
+        .map(|i| {
+            // A given rank wins over the lowest fresh one only at an equal load of 0 (it has
+            // the lower index) or when every rank has been given something.
+            let (load, r) = match given.peek() {
+                Some(&Reverse((l, r))) if l == 0 || fresh >= world.max(1) => {
+                    given.pop();
+                    (l, r)
+                }
+                _ => {
+                    fresh += 1;
+                    (0, fresh - 1)
+                }
+            };
+            given.push(Reverse((load.saturating_add(numels[i]), r)));
+            (i, r)
+        })
+        .collect()
+}
+
+/// The parameter indices ZeRO-1 gives rank `rank`, in the order it steps them.
+pub fn zero_partition(numels: &[usize], world: usize, rank: usize) -> Vec<usize> {
+    zero_assignment(numels, world).into_iter().filter(|&(_, r)| r == rank).map(|(i, _)| i).collect()
 }
 
 impl Ddp {
@@ -101,7 +123,7 @@ impl Ddp {
         let stepped = match cfg.layout {
             Layout::Zero1 => {
                 let numels: Vec<usize> = params.iter().map(|p| p.tensor.numel()).collect();
-                zero_partitions(&numels, cfg.world_size).swap_remove(cfg.rank)
+                zero_partition(&numels, cfg.world_size, cfg.rank)
             }
             _ => all,
         };

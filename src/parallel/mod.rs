@@ -80,9 +80,20 @@ pub fn distinct_ranks(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> Vec<usize>
         return vec![0];
     }
     let group = cfg.shard_size();
+    // A rank's local rows change only where some parameter's chunking does (at ⌊rows / chunk⌋
+    // and one past it), so the ranks at those breakpoints stand for every rank: the work is
+    // O(parameters), never O(ranks).
+    let mut starts: Vec<usize> = vec![0];
+    for s in shapes {
+        let rows = s.first().copied().unwrap_or(1);
+        let chunk = shard::padded_rows(rows, group).max(1);
+        starts.extend([rows / chunk, rows / chunk + 1].into_iter().filter(|&r| r < group));
+    }
+    starts.sort_unstable();
+    starts.dedup();
     let mut seen: Vec<Vec<usize>> = Vec::new();
     let mut ranks = Vec::new();
-    for r in 0..group {
+    for r in starts {
         let sig: Vec<usize> = shapes.iter().map(|s| shard::local_rows(s.first().copied().unwrap_or(1), group, r)).collect();
         if !seen.contains(&sig) {
             seen.push(sig);
@@ -100,6 +111,13 @@ pub fn heaviest_rank(shapes: &[Vec<usize>], cfg: &ParallelConfig) -> usize {
         return 0;
     }
     let numels: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
-    let loads: Vec<usize> = ddp::zero_partitions(&numels, cfg.world_size).iter().map(|p| p.iter().map(|&i| numels[i]).sum()).collect();
-    (0..cfg.world_size).max_by_key(|&r| (loads[r], std::cmp::Reverse(r))).unwrap_or(0)
+    // Ranks given nothing hold 0 and come after every rank given something.
+    let mut loads: Vec<usize> = Vec::new();
+    for (i, r) in ddp::zero_assignment(&numels, cfg.world_size) {
+        if loads.len() <= r {
+            loads.resize(r + 1, 0);
+        }
+        loads[r] = loads[r].saturating_add(numels[i]);
+    }
+    (0..loads.len()).max_by_key(|&r| (loads[r], std::cmp::Reverse(r))).unwrap_or(0)
 }

@@ -85,6 +85,9 @@ const REQUIRED: [&str; 5] = ["hidden_size", "intermediate_size", "num_hidden_lay
 pub fn parse(text: &str) -> Result<HfModel, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
     let obj = v.as_object().ok_or("expected a JSON object at the top level")?;
+    if field(obj, "hidden_size").is_none() && field(obj, "text_config").is_some() {
+        return Err("a multimodal config (its language model's fields are under 'text_config'): multimodal models are not modelled".into());
+    }
     let model_type = string(obj, "model_type")?;
     // A config without model_type is read as LlamaConfig (the field every saved config has;
     // hand-written ones often omit it).

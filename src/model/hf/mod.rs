@@ -5,6 +5,7 @@
 //! [`ModelConfig`](super::ModelConfig); [`config_json`] reads the file; the op sequence of
 //! the pinned release lives in one file ([`transformers_5_23`]), so a later release is a new
 //! file beside it.
+pub mod config_file;
 pub mod config_json;
 pub mod generation_5_23;
 pub mod transformers_5_23;
