@@ -376,3 +376,25 @@ fn fine_tunes_compare_and_sweep() {
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
     assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
 }
+
+/// A cpu training step of an hf model computes transformers' loss, whose shifted labels end in
+/// ignore_index (-100) (it panicked on them), and allocates what the meta run does.
+#[test]
+fn cpu_training_of_an_hf_model_runs_and_allocates_as_meta() {
+    let dir = tmp("cpu-train");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 256, "torch_dtype": "float32"}"#).unwrap();
+    let peak = |device: &str, lora: &[&str]| {
+        let out = dir.join(format!("{device}{}", lora.len()));
+        let mut args = vec!["profile", "--config", cfg.to_str().unwrap(), "--device", device, "--profile-type", "training", "--context-length", "32", "--batch-size", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(lora);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{device} {lora:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        v["runs"][0]["peak_allocated_bytes"].as_u64().unwrap()
+    };
+    for lora in [&[][..], &["--lora-r", "8", "--lora-dropout", "0.1"]] {
+        assert_eq!(peak("cpu", lora), peak("meta", lora), "{lora:?}");
+    }
+}
