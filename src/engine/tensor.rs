@@ -215,6 +215,12 @@ impl Tensor {
     pub fn is_dense(&self) -> bool {
         self.is_contiguous() && self.0.layout.offset == 0 && self.numel() == self.0.storage.numel
     }
+    /// Its elements fill a gap-free block of its storage in some dim order (c10's
+    /// `is_non_overlapping_and_dense`).
+    #[track_caller]
+    pub fn is_non_overlapping_and_dense(&self) -> bool {
+        self.0.layout.is_non_overlapping_and_dense()
+    }
     /// Nobody else holds this handle or its storage (a view's base counts as a holder).
     #[track_caller]
     pub fn is_unique(&self) -> bool {
