@@ -63,6 +63,12 @@ pub struct HfFlags {
     /// all: every bias of the model trains; lora_only: the adapted projections' biases train.
     #[arg(help_heading = super::heading::LORA, long, value_name = "BIAS", requires = "lora_r")]
     pub lora_bias: Option<String>,
+    /// LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections
+    ///
+    /// A trainable fp32 magnitude per output feature; every forward rebuilds the adapter's
+    /// dense update and the weight's row norms (a 4-bit weight is dequantized for it).
+    #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
+    pub use_dora: bool,
     /// hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r)
     ///
     /// Every decoder linear is stored in 4 bits by bitsandbytes (lm_head, embedding and norms
@@ -240,7 +246,7 @@ impl HfFlags {
         if bias != crate::model::lora::LoraBias::None && self.load_in_4bit {
             return Err(usage("--lora-bias", "trainable biases of a 4-bit model (bitsandbytes' MatMul4Bit bias gradient) are not modelled yet; use none"));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias })
+        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias, use_dora: self.use_dora })
     }
 }
 
