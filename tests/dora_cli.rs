@@ -86,3 +86,36 @@ fn dora_trains_the_magnitude_vectors_beside_the_adapters() {
     let peak = |s: &Value| s["runs"][0]["peak"]["peak_allocated"].as_u64().unwrap();
     assert!(peak(&dora) > peak(&lora));
 }
+
+#[test]
+fn compare_and_sweep_carry_use_dora() {
+    let out = tmp("compare");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--lora-r", "16", "--use-dora", "--compare", "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap();
+    for label in ["full fine-tune, no checkpointing", "DoRA, non-reentrant checkpointing", "4-bit DoRA, reentrant checkpointing"] {
+        assert!(md.contains(label), "{label}: {md}");
+    }
+    assert!(!md.contains("QLoRA"), "{md}");
+    // A sweep's switch: every point is DoRA (more trainable parameters than the same LoRA).
+    let state = |dora: bool| {
+        let out = tmp(if dora { "sweep-dora" } else { "sweep-lora" });
+        let mut args = vec!["sweep", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--lora-r", "8,16", "--out-dir", out.to_str().unwrap()];
+        if dora {
+            args.push("--use-dora");
+        }
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+        s["points"].as_array().unwrap().iter().map(|p| p["at_peak_requested_by_category"]["optimizer_state"].as_u64().unwrap()).collect::<Vec<_>>()
+    };
+    // The magnitudes' AdamW state (at the peak of each point, as the sweep records it).
+    let (lora, dora) = (state(false), state(true));
+    assert_eq!(lora.len(), 2);
+    for (l, d) in lora.into_iter().zip(dora) {
+        assert!(d > l, "{d} <= {l}");
+    }
+}
