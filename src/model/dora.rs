@@ -119,3 +119,37 @@ fn layer_forward(cfg: &LoraConfig, adapter: &Adapter, magnitude: &Tensor, x: &Te
     drop(base_result);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{DType, Device};
+
+    fn t(v: &[f64], shape: &[usize]) -> Tensor {
+        Tensor::from_f64(v, shape, DType::F32, Device::Cpu)
+    }
+
+    /// With lora_B zero the DoRA term is `(magnitude / ‖W‖ - 1) · base`: nothing at peft's init
+    /// (magnitude = the row norms), the base output again for a doubled magnitude. Checks the
+    /// eye, the dense update and the row norms on cpu, the base reused and recomputed.
+    #[test]
+    fn the_dora_term_scales_the_base_output_by_magnitude_over_the_row_norm() {
+        let w = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+        let adapter = Adapter { a: t(&[0.5, -1.0, 2.0], &[1, 3]), b: t(&[0.0, 0.0], &[2, 1]), magnitude: None };
+        let x = t(&[1.0, 0.0, -1.0, 2.0, 1.0, 0.0], &[2, 3]);
+        let result = x.matmul(&w.t());
+        let base = result.to_vec_f64();
+        let norms = [14f64.sqrt(), 77f64.sqrt()];
+        let cfg = LoraConfig { r: 1, alpha: 2.0, dropout: 0.0, targets: vec![], dropout_kernel: Default::default(), bias: Default::default(), use_dora: true };
+        for (scale, want) in [(1.0, 1.0), (2.0, 2.0)] {
+            let m = t(&[scale * norms[0], scale * norms[1]], &[2]);
+            let out = variant_forward(&cfg, &adapter, &m, &x, &result, false, BaseWeight::Dense(&w), None).to_vec_f64();
+            // The dropout path's recomputed `F.linear(x, weight)` (here on the undropped x).
+            let term = layer_forward(&cfg, &adapter, &m, &x, BaseWeight::Dense(&w), None, None).to_vec_f64();
+            for ((o, b), d) in out.iter().zip(&base).zip(&term) {
+                assert!((o - want * b).abs() < 1e-5, "{out:?} vs {want} × {base:?}");
+                assert!((b + d - want * b).abs() < 1e-5, "{term:?}");
+            }
+        }
+    }
+}

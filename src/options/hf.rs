@@ -343,6 +343,15 @@ mod tests {
         assert_eq!((c.checkpoint, c.hf.unwrap().reentrant), (Checkpoint::None, false));
         let mut t = model("walkthrough");
         assert!(HfFlags::default().apply(&mut t).is_ok());
+        // peft's use_dora: the magnitudes count (one per output feature of each adapted
+        // projection) and the file tag tells the run apart.
+        let (mut lora, mut dora) = (model("Qwen3-8B"), model("Qwen3-8B"));
+        HfFlags { lora_r: Some(8), ..HfFlags::default() }.apply(&mut lora).unwrap();
+        HfFlags { lora_r: Some(8), use_dora: true, ..HfFlags::default() }.apply(&mut dora).unwrap();
+        assert!(dora.hf().unwrap().lora.as_ref().unwrap().use_dora);
+        // q_proj (32 heads × 128) and v_proj (8 × 128) in 36 layers.
+        assert_eq!(dora.param_counts().trainable - lora.param_counts().trainable, 36 * (4096 + 1024));
+        assert_eq!(crate::session::names::hf_tag(&dora), "_dora");
         let e = HfFlags { attention_mask: Some("ones".into()), ..HfFlags::default() }.apply(&mut t).unwrap_err();
         assert!(e.to_string().contains("--attention-mask"), "{e}");
     }
