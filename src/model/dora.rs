@@ -39,7 +39,8 @@ impl BaseWeight<'_> {
 
 /// `DoraLinearVariant.forward`: `result + DoraLinearLayer(dropout(x) or x, base_result)`, with
 /// `x` already cast to the adapters' dtype. Returns the sum (not yet cast back).
-pub fn variant_forward(cfg: &LoraConfig, adapter: &Adapter, magnitude: &Tensor, x: &Tensor, result: &Tensor, training: bool, base: BaseWeight, bias: Option<&Tensor>) -> Tensor {
+pub fn variant_forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, result: &Tensor, training: bool, base: BaseWeight, bias: Option<&Tensor>) -> Tensor {
+    let magnitude = adapter.magnitude.as_ref().expect("a DoRA adapter has its magnitude vector");
     let _s = runtime::scope("lora_magnitude_vector");
     // `isinstance(dropout, nn.Identity) or not module.training`: the base result is reused;
     // otherwise x is rebound to the dropout's output (a local of the variant) and the base
@@ -143,7 +144,8 @@ mod tests {
         let cfg = LoraConfig { r: 1, alpha: 2.0, dropout: 0.0, targets: vec![], dropout_kernel: Default::default(), bias: Default::default(), use_dora: true };
         for (scale, want) in [(1.0, 1.0), (2.0, 2.0)] {
             let m = t(&[scale * norms[0], scale * norms[1]], &[2]);
-            let out = variant_forward(&cfg, &adapter, &m, &x, &result, false, BaseWeight::Dense(&w), None).to_vec_f64();
+            let adapter = Adapter { magnitude: Some(m.clone()), ..adapter.clone() };
+            let out = variant_forward(&cfg, &adapter, &x, &result, false, BaseWeight::Dense(&w), None).to_vec_f64();
             // The dropout path's recomputed `F.linear(x, weight)` (here on the undropped x).
             let term = layer_forward(&cfg, &adapter, &m, &x, BaseWeight::Dense(&w), None, None).to_vec_f64();
             for ((o, b), d) in out.iter().zip(&base).zip(&term) {

@@ -103,9 +103,9 @@ pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, 
     let result_dtype = result.dtype();
     // `_cast_input_dtype`: a copy only when the types differ; the local lives until return.
     let x = if x.dtype() == adapter.a.dtype() { x.clone() } else { x.to_dtype(adapter.a.dtype()) };
-    if let Some(magnitude) = &adapter.magnitude {
+    if adapter.magnitude.is_some() {
         // `result = variant.forward(...)`, then (both wrappers) `result.to(result dtype)`.
-        let sum = crate::model::dora::variant_forward(cfg, adapter, magnitude, &x, &result, training, weight, bias);
+        let sum = crate::model::dora::variant_forward(cfg, adapter, &x, &result, training, weight, bias);
         drop(result);
         let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };
         drop(x);
