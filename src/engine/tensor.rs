@@ -164,6 +164,18 @@ impl Tensor {
         assert_eq!(values.len(), numel(shape));
         Tensor::build(device, DType::I64, shape, "tensor", &[], || Buffer::I64(values.to_vec()))
     }
+    /// `torch.eye(n, dtype=dtype)`.
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType, device: Device) -> Tensor {
+        let len = n.checked_mul(n).expect("eye: n * n overflows");
+        with_real!(dtype, R, {
+            Tensor::compute::<R>(device, dtype, &[n, n], "eye", &[], || {
+                let mut v = vec![R::lit(0.0); len];
+                (0..n).for_each(|i| v[i * n + i] = R::lit(1.0));
+                v
+            })
+        })
+    }
     #[track_caller]
     pub fn arange(n: usize, device: Device) -> Tensor {
         Tensor::build(device, DType::I64, &[n], "arange", &[], || Buffer::I64((0..n as i64).collect()))

@@ -388,7 +388,7 @@ impl ModelConfig {
     }
 
     /// Elements of peft's LoRA adapters (`lora_A` r × in and `lora_B` out × r per adapted
-    /// projection and layer); 0 without LoRA.
+    /// projection and layer, plus DoRA's out-sized magnitude); 0 without LoRA.
     pub fn lora_param_count(&self) -> u64 {
         let Some(lc) = self.hf().and_then(|h| h.lora.as_ref()) else { return 0 };
         let hd = self.head_dim() as u128;
@@ -400,7 +400,8 @@ impl ModelConfig {
             .iter()
             .zip(shapes)
             .filter(|(t, _)| lc.targets(t))
-            .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)))
+            // DoRA adds a magnitude per output feature.
+            .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)).saturating_add(if lc.use_dora { o } else { 0 }))
             .fold(0u128, u128::saturating_add);
         u64::try_from(per_layer.saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
     }

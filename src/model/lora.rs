@@ -10,6 +10,7 @@
 //! * scaling` (bf16 + fp32 promotes: the sum is fp32); `result.to(torch_result_dtype)`.
 use crate::engine::ops::dropout::DropoutKernel;
 use crate::engine::{runtime, DType, Tensor};
+pub use crate::model::dora::BaseWeight;
 use serde::{Deserialize, Serialize};
 
 /// The projections of a decoder layer LoRA can adapt, in module order.
@@ -32,6 +33,9 @@ pub struct LoraConfig {
     /// `bias`: which of the base model's biases train besides the adapters.
     #[serde(default)]
     pub bias: LoraBias,
+    /// `use_dora`: DoRA's magnitude vectors and per-forward weight norm (`crate::model::dora`).
+    #[serde(default)]
+    pub use_dora: bool,
 }
 
 /// `LoraConfig(bias=...)`.
@@ -81,13 +85,16 @@ impl LoraConfig {
 pub struct Adapter {
     pub a: Tensor,
     pub b: Tensor,
+    /// DoRA's `lora_magnitude_vector` (out features), with `use_dora`.
+    pub magnitude: Option<Tensor>,
 }
 
-/// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`.
-/// `bnb`: peft's bitsandbytes `Linear4bit` instead, which clones the base result ("defensively",
-/// for 4-bit), casts the adapter's output to the result's type before adding it, and adds in
-/// that type.
-pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, bnb: bool, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+/// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`, whose
+/// weight (for DoRA) is `weight` and bias `bias`. A `Packed` weight: peft's bitsandbytes
+/// `Linear4bit` instead, which clones the base result ("defensively", for 4-bit), casts the
+/// adapter's output to the result's type before adding it, and adds in that type.
+pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, weight: BaseWeight, bias: Option<&Tensor>, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    let bnb = matches!(weight, BaseWeight::Packed(_));
     let mut result = base(x);
     let _s = runtime::scope("lora");
     if bnb {
@@ -96,6 +103,14 @@ pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, 
     let result_dtype = result.dtype();
     // `_cast_input_dtype`: a copy only when the types differ; the local lives until return.
     let x = if x.dtype() == adapter.a.dtype() { x.clone() } else { x.to_dtype(adapter.a.dtype()) };
+    if adapter.magnitude.is_some() {
+        // `result = variant.forward(...)`, then (both wrappers) `result.to(result dtype)`.
+        let sum = crate::model::dora::variant_forward(cfg, adapter, &x, &result, training, weight, bias);
+        drop(result);
+        let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };
+        drop(x);
+        return out;
+    }
     let delta = {
         let h = if training && cfg.dropout > 0.0 { x.dropout(cfg.dropout, cfg.dropout_kernel) } else { x.clone() };
         let a = crate::model::linear("lora_A", &h, &adapter.a);

@@ -34,7 +34,7 @@ fn baseline(a: &ProfileArgs) -> ProfileArgs {
 }
 
 /// `--compare` of an hf fine-tune given as LoRA or QLoRA: full fine-tuning, LoRA on the
-/// loaded weights and QLoRA (the given 4-bit flags, else nf4 with double quantization and
+/// loaded weights (DoRA, labelled so, with --use-dora) and QLoRA (the given 4-bit flags, else nf4 with double quantization and
 /// bf16 compute, as the recipes run it), each without and with gradient checkpointing (the
 /// given mode, else non-reentrant; QLoRA's prepare_model_for_kbit_training default is
 /// reentrant). Every other flag as given.
@@ -47,7 +47,7 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
     let full = {
         let mut f = base.clone();
         let hf = &mut f.model.hf;
-        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules) = (None, None, None, None);
+        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules, hf.use_dora) = (None, None, None, None, false);
         hf.load_in_4bit = false;
         (hf.bnb_4bit_quant_type, hf.bnb_4bit_use_double_quant, hf.bnb_4bit_compute_dtype, hf.bnb_4bit_quant_storage, hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
         f
@@ -74,12 +74,14 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
     };
     let on = h.gradient_checkpointing.clone().filter(|m| !m.eq_ignore_ascii_case("none")).unwrap_or_else(|| "non-reentrant".into());
     let mut out = Vec::new();
-    for (name, v) in [("full fine-tune", full), ("LoRA", lora), ("QLoRA", qlora)] {
+    // With --use-dora the adapters of both are DoRA's (peft's Linear and Linear4bit alike).
+    let (l, q) = if h.use_dora { ("DoRA", "4-bit DoRA") } else { ("LoRA", "QLoRA") };
+    for (name, v) in [("full fine-tune", full), (l, lora), (q, qlora)] {
         let mut off = v.clone();
         off.model.hf.gradient_checkpointing = Some("none".into());
         out.push(Flagged { name: format!("{name}, no checkpointing"), args: off });
         let mut ck = v;
-        let mode = if name == "QLoRA" && h.gradient_checkpointing.is_none() { "reentrant".to_string() } else { on.clone() };
+        let mode = if name == q && h.gradient_checkpointing.is_none() { "reentrant".to_string() } else { on.clone() };
         ck.model.hf.gradient_checkpointing = Some(mode.clone());
         out.push(Flagged { name: format!("{name}, {mode} checkpointing"), args: ck });
     }

@@ -63,6 +63,12 @@ pub struct HfFlags {
     /// all: every bias of the model trains; lora_only: the adapted projections' biases train.
     #[arg(help_heading = super::heading::LORA, long, value_name = "BIAS", requires = "lora_r")]
     pub lora_bias: Option<String>,
+    /// LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections
+    ///
+    /// A trainable fp32 magnitude per output feature; every forward rebuilds the adapter's
+    /// dense update and the weight's row norms (a 4-bit weight is dequantized for it).
+    #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
+    pub use_dora: bool,
     /// hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r)
     ///
     /// Every decoder linear is stored in 4 bits by bitsandbytes (lm_head, embedding and norms
@@ -240,7 +246,7 @@ impl HfFlags {
         if bias != crate::model::lora::LoraBias::None && self.load_in_4bit {
             return Err(usage("--lora-bias", "trainable biases of a 4-bit model (bitsandbytes' MatMul4Bit bias gradient) are not modelled yet; use none"));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias })
+        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias, use_dora: self.use_dora })
     }
 }
 
@@ -337,6 +343,15 @@ mod tests {
         assert_eq!((c.checkpoint, c.hf.unwrap().reentrant), (Checkpoint::None, false));
         let mut t = model("walkthrough");
         assert!(HfFlags::default().apply(&mut t).is_ok());
+        // peft's use_dora: the magnitudes count (one per output feature of each adapted
+        // projection) and the file tag tells the run apart.
+        let (mut lora, mut dora) = (model("Qwen3-8B"), model("Qwen3-8B"));
+        HfFlags { lora_r: Some(8), ..HfFlags::default() }.apply(&mut lora).unwrap();
+        HfFlags { lora_r: Some(8), use_dora: true, ..HfFlags::default() }.apply(&mut dora).unwrap();
+        assert!(dora.hf().unwrap().lora.as_ref().unwrap().use_dora);
+        // q_proj (32 heads × 128) and v_proj (8 × 128) in 36 layers.
+        assert_eq!(dora.param_counts().trainable - lora.param_counts().trainable, 36 * (4096 + 1024));
+        assert_eq!(crate::session::names::hf_tag(&dora), "_dora");
         let e = HfFlags { attention_mask: Some("ones".into()), ..HfFlags::default() }.apply(&mut t).unwrap_err();
         assert!(e.to_string().contains("--attention-mask"), "{e}");
     }

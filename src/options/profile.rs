@@ -208,7 +208,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        return Err(usage(what, "LoRA (peft) and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)"));
+        let dora = if cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| l.use_dora) { " (DoRA, --use-dora, included)" } else { "" };
+        return Err(usage(what, format!("LoRA (peft){dora} and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)")));
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
@@ -271,6 +272,9 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     let refuse = |flag: &str, why: &str| Err(usage(flag, format!("{why} with --profile-type generate (not modelled yet)")));
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
+    }
+    if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
+        return refuse("--use-dora", "DoRA adapters");
     }
     if hf.lora.is_some() {
         return refuse("--lora-r", "LoRA adapters");

@@ -104,6 +104,9 @@ pub struct SweepArgs {
     /// LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list)
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long)]
     pub target_modules: Option<String>,
+    /// Every point's LoRA is DoRA (LoraConfig's use_dora; needs --lora-r)
+    #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
+    pub use_dora: bool,
     /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
     #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
@@ -312,7 +315,7 @@ fn label(axes: &[Axis], idx: &[usize]) -> String {
 fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::Path) -> Result<ProfileArgs> {
     let mut words: Vec<String> = vec!["--device".into(), a.device.clone(), "--out-dir".into(), out_dir.display().to_string()];
     // Switches every point shares (not axes).
-    for (on, flag) in [(a.load_in_4bit, "--load-in-4bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
+    for (on, flag) in [(a.use_dora, "--use-dora"), (a.load_in_4bit, "--load-in-4bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
         if on {
             words.push(flag.into());
         }

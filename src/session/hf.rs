@@ -34,11 +34,21 @@ pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<Str
     let keep = if hf.logits_to_keep == 0 { "0 (all)".to_string() } else { hf.logits_to_keep.to_string() };
     let mask = if hf.attention_mask { "ones" } else { "none" };
     Some(format!(
-        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}",
+        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}{}",
         loaded(hf, precision),
         hf.use_cache,
-        checkpointing(c, hf)
+        checkpointing(c, hf),
+        adapters(hf)
     ))
+}
+
+/// peft's adapters when DoRA is on (its magnitude vectors and per-forward weight norms are
+/// what the run adds to LoRA).
+fn adapters(hf: &HfConfig) -> String {
+    match &hf.lora {
+        Some(l) if l.use_dora => format!("; peft 0.21.2 DoRA (use_dora) r {}, lora_alpha {}", l.r, l.alpha),
+        _ => String::new(),
+    }
 }
 
 /// What `from_pretrained` loaded the weights in, and why: `dtype="auto"` (transformers 5's
@@ -79,7 +89,7 @@ pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) 
     let hf = c.hf()?;
     let kernels: serde_json::Map<String, Value> =
         contexts.iter().filter_map(|&s| sdpa_on_cuda(c, precision, s).map(|b| (s.to_string(), json!(b.name())))).collect();
-    Some(json!({
+    let mut v = json!({
         "transformers_version": TRANSFORMERS_VERSION,
         "model_type": hf.model_type,
         "attn_implementation": hf.attn_implementation,
@@ -93,6 +103,12 @@ pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) 
         "weights_dtype": precision.param_dtype().name(),
         "config_torch_dtype": hf.torch_dtype.map(|d| d.name()),
         "dtype": hf.dtype.map_or("auto", |d| d.name()),
-    }))
+    });
+    if let Some(l) = &hf.lora {
+        // peft's LoraConfig(use_dora=...) of a LoRA run (the adapters themselves are under
+        // the model's `hf.lora`).
+        v["use_dora"] = json!(l.use_dora);
+    }
+    Some(v)
 }
 

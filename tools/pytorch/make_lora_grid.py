@@ -13,6 +13,8 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
     JOBS=2 python3 make_lora_grid.py            # tests/fixtures/hf_grid/lora.json
     JOBS=2 python3 make_lora_grid.py --qlora    # tests/fixtures/hf_grid/qlora.json: bitsandbytes 4-bit
                                                 # (from_pretrained of a saved random model), CPU kernels
+    JOBS=1 python3 make_lora_grid.py --dora     # tests/fixtures/hf_grid/dora.json: LoraConfig(use_dora=True)
+                                                # over bf16 and 4-bit weights
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
 """
 import os
@@ -48,6 +50,8 @@ def name_of(p, kind):
     if p.get("load_in_4bit"):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{'' if p['prepare'] else ' unprepared'}"
     tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+    if p.get("use_dora"):
+        tag += " dora"
     if p["lora_dropout"]:
         tag += f" dropout={p['lora_dropout']}"
     if p.get("lora_bias", "none") != "none":
@@ -109,6 +113,29 @@ def qgrid():
     return todo
 
 
+def dgrid():
+    """DoRA (LoraConfig(use_dora=True)): per model type, on bf16 weights all-linear without
+    dropout (the base result reused) as training, forward and inference, q_proj,v_proj with
+    dropout 0.05 (base_layer(x) recomputed in fp32) and reentrant checkpointing; on nf4 weights
+    (double quant on and off) all-linear under reentrant checkpointing and q_proj,v_proj with
+    dropout under non-reentrant; ranks and options rotate over the model types."""
+    todo = []
+    for t, mt in enumerate(H.MODEL_TYPES):
+        kinds = ("training", "forward", "inference")
+        todo += [(lora(mt, t * 2, RANKS[t], "all-linear", use_dora=True), kind) for kind in kinds]
+        todo.append((lora(mt, t * 2 + 1, RANKS[(t + 1) % 4], "q_proj,v_proj", lora_dropout=0.05, use_dora=True,
+                          checkpoint="non-reentrant" if t % 2 == 0 else "none"), "training"))
+        todo.append((lora(mt, t + 3, RANKS[(t + 2) % 4], "all-linear", lora_dropout=0.05 if t % 2 else 0.0, use_dora=True,
+                          checkpoint="reentrant"), "training"))
+        p = qlora(mt, t * 2 + 2, RANKS[(t + 3) % 4], "all-linear", "nf4", t % 2 == 0, use_dora=True, checkpoint="reentrant")
+        todo += [(p, kind) for kind in (kinds if t % 2 == 0 else ("training",))]
+        todo.append((qlora(mt, t + 5, RANKS[t], "q_proj,v_proj", "nf4", t % 2 == 1, lora_dropout=0.05, use_dora=True,
+                           checkpoint="non-reentrant"), "training"))
+    for p, _ in todo:
+        p["use_dora"] = True
+    return todo
+
+
 def run_one(job):
     r = G.run_one(job)
     r["name"] = name_of(*job)
@@ -119,17 +146,17 @@ def main():
     import bitsandbytes
     import peft
     import transformers
-    quant = "--qlora" in sys.argv
-    todo = qgrid() if quant else grid()
+    quant, dora = "--qlora" in sys.argv, "--dora" in sys.argv
+    todo = dgrid() if dora else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_lora_grid.py" + (" --qlora" if quant else ""), torch=torch.__version__,
+    doc = dict(generator="tools/pytorch/make_lora_grid.py" + (" --dora" if dora else " --qlora" if quant else ""), torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "
                        "the parameters that require grad; dropout is CPU's kernel (an x-typed noise tensor)",
                points=results)
-    G.write_fixture(os.path.join(OUT, "qlora.json" if quant else "lora.json"), doc, t0)
+    G.write_fixture(os.path.join(OUT, "dora.json" if dora else "qlora.json" if quant else "lora.json"), doc, t0)
 
 
 if __name__ == "__main__":

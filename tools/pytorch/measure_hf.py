@@ -25,7 +25,7 @@ The step is the Trainer's (transformers.Trainer.training_step + the inner loop):
              optimizer.step() over the parameters that require grad
 
 LoRA (peft, when the point has lora_r): get_peft_model(model, LoraConfig(r, lora_alpha,
-lora_dropout, target_modules)) right after loading, with peft's default
+lora_dropout, target_modules, bias, use_dora)) right after loading, with peft's default
 autocast_adapter_dtype=True (fp32 adapters on bf16 weights), then gradient checkpointing (the
 Trainer enables it after wrapping; transformers' gradient_checkpointing_enable also calls
 enable_input_require_grads).
@@ -171,6 +171,7 @@ def run(p, kind, wrap=None):
                 import peft
                 targets = p["target_modules"]
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0), bias=p.get("lora_bias", "none"),
+                                     use_dora=p.get("use_dora", False),
                                      target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")

@@ -156,7 +156,8 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
 }
 
 /// `get_peft_model`: for each layer and adapted projection in module order, `lora_A` (r × in,
-/// kaiming-uniform) and `lora_B` (out × r, zeros) in the adapters' dtype, trainable. peft
+/// kaiming-uniform), `lora_B` (out × r, zeros) and, with DoRA, `lora_magnitude_vector` (out)
+/// in the adapters' dtype, trainable. peft
 /// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
 fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, outs: [usize; 7], ins: [usize; 7]) {
     let dtype = lora::adapter_dtype(b.dtype);
@@ -173,7 +174,13 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, ou
                     // the values of cpu runs see the difference).
                     let a = b.param_as(p("lora_A"), &[lc.r, ins[t]], Init::Normal { std: bound / 3f64.sqrt() }, dtype, false);
                     let bw = b.param_as(p("lora_B"), &[outs[t], lc.r], Init::Normal { std: 0.0 }, dtype, false);
-                    Adapter { a, b: bw }
+                    // DoRA: the magnitude is the base weight's row norm at init (B is zero),
+                    // about 0.02·√in for these std-0.02 weights.
+                    let magnitude = lc.use_dora.then(|| {
+                        let name = format!("base_model.model.model.layers.{i}.{module}.{name}.lora_magnitude_vector.default.weight");
+                        b.param_as(name, &[outs[t]], Init::Const { value: 0.02 * (ins[t] as f64).sqrt() }, dtype, false)
+                    });
+                    Adapter { a, b: bw, magnitude }
                 })
             })
             .collect();
@@ -395,7 +402,8 @@ impl Block {
         match (self.hf().lora.as_ref(), extra.lora.get(t).and_then(Option::as_ref)) {
             (Some(lc), Some(adapter)) => {
                 let _s = scope(name);
-                lora::forward(lc, adapter, x, self.training, packed.is_some(), |x| base("base_layer", x))
+                let weight = packed.map_or(lora::BaseWeight::Dense(w), lora::BaseWeight::Packed);
+                lora::forward(lc, adapter, x, self.training, weight, bias, |x| base("base_layer", x))
             }
             _ => base(name, x),
         }
