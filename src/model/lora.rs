@@ -83,14 +83,26 @@ pub struct Adapter {
     pub b: Tensor,
 }
 
+/// The layer peft wraps, which picks its LoRA layer's forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseLayer {
+    /// `nn.Linear` (peft's `lora.Linear`).
+    Linear,
+    /// bitsandbytes' `Linear4bit` (peft's `lora.bnb.Linear4bit`).
+    Linear4bit,
+    /// bitsandbytes' `Linear8bitLt` (peft's `lora.bnb.Linear8bitLt`).
+    Linear8bitLt,
+}
+
 /// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`.
-/// `bnb`: peft's bitsandbytes `Linear4bit` instead, which clones the base result ("defensively",
-/// for 4-bit), casts the adapter's output to the result's type before adding it, and adds in
-/// that type.
-pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, bnb: bool, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+/// peft's bitsandbytes layers instead cast the adapter's output to the result's type before
+/// adding it, and add in that type; `Linear4bit` also clones the base result first
+/// ("defensively", for 4-bit), `Linear8bitLt` does not.
+pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, layer: BaseLayer, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
     let mut result = base(x);
     let _s = runtime::scope("lora");
-    if bnb {
+    let bnb = layer != BaseLayer::Linear;
+    if layer == BaseLayer::Linear4bit {
         result = result.clone_contiguous();
     }
     let result_dtype = result.dtype();

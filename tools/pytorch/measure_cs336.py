@@ -166,6 +166,9 @@ REDUCED_FLOAT = (torch.bfloat16, torch.float16)
 SCATTER_OPS = ("aten::scatter_add_", "aten::scatter_add", "aten::scatter_", "aten::scatter")  # src and value forms
 BNB_OPTIMIZER_OPS = ("bitsandbytes::optimizer_update_8bit_blockwise", "bitsandbytes::optimizer_update_32bit")
 # TensorIterator binary ops whose CPU path casts a mixed-dtype input to the common dtype first.
+# bitsandbytes' LLM.int8() kernels whose CPU (default) implementations compute through working
+# tensors that die inside the op (rule 8 of tools/pytorch/README.md).
+BNB_INT8_OPS = ("bitsandbytes::int8_vectorwise_quant", "bitsandbytes::int8_linear_matmul", "bitsandbytes::int8_mm_dequant")
 TI_BINARY_OPS = ("aten::add", "aten::sub", "aten::mul", "aten::div", "aten::add_", "aten::sub_", "aten::mul_", "aten::div_")
 CPU_FLASH_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
 
@@ -223,6 +226,15 @@ def cpu_kernel_scratch(anc, size):
         # kOptimizer*_blockwise kernels update everything in place in registers. Every block the
         # CPU path allocates inside the op dies there.
         return (f"cpu {upd.name}: fp32 working copies of the state, parameter and gradient", upd.end_time_ns, "freed inside")
+    i8 = next((a for a in reversed(anc) if a.name in BNB_INT8_OPS), None)
+    if i8 is not None:
+        # bitsandbytes' default int8 kernels (backends/default/ops.py) on CPU: int8_vectorwise_quant
+        # takes |A| twice and quantizes through fp32 products, int8_linear_matmul multiplies fp32
+        # copies of both operands, int8_mm_dequant scales the int32 product in fp32. CUDA's
+        # kernels (backends/cuda/ops.py) write their outputs directly; what they allocate inside
+        # (the threshold's |A| and mask, the fp16 dequant buffer) vramscope models, unmeasured.
+        # Only blocks that die inside the op match (the outputs are counted).
+        return (f"cpu {i8.name}: the default implementation's working tensors", i8.end_time_ns, "freed inside")
     if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some
