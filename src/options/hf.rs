@@ -316,6 +316,32 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn load_in_8bit_sets_llm_int8_prepares_and_tags_the_files() {
+        use crate::model::bnb::Quant;
+        let mut c = model("Llama-3.2-1B");
+        let f = HfFlags { load_in_8bit: true, lora_r: Some(8), ..HfFlags::default() };
+        f.apply(&mut c).unwrap();
+        let q = c.hf().unwrap().bnb.clone().unwrap();
+        assert!(matches!(&q.quant, Quant::Int8(i) if i.threshold == 6.0), "{q:?}");
+        // prepare_model_for_kbit_training's reentrant checkpointing, as for 4-bit.
+        assert!(q.prepare && c.checkpoint == Checkpoint::Every(1) && c.hf().unwrap().reentrant);
+        assert_eq!((q.flag(), q.bits()), ("--load-in-8bit", "8-bit"));
+        assert_eq!(crate::session::names::hf_tag(&c), "_8bit");
+        let mut c = model("Llama-3.2-1B");
+        HfFlags { load_in_8bit: true, llm_int8_threshold: Some(0.0), prepare_model_for_kbit_training: Some("false".into()), ..HfFlags::default() }.apply(&mut c).unwrap();
+        assert_eq!((c.checkpoint, crate::session::names::hf_tag(&c).as_str()), (Checkpoint::None, "_8bit-threshold-0"));
+        for (f, flag) in [
+            (HfFlags { load_in_8bit: true, load_in_4bit: true, ..HfFlags::default() }, "--load-in-4bit"),
+            (HfFlags { load_in_8bit: true, llm_int8_threshold: Some(-1.0), ..HfFlags::default() }, "--llm-int8-threshold"),
+            (HfFlags { prepare_model_for_kbit_training: Some("true".into()), ..HfFlags::default() }, "--load-in-8bit"),
+            (HfFlags { load_in_8bit: true, lora_r: Some(8), lora_bias: Some("all".into()), ..HfFlags::default() }, "--lora-bias"),
+        ] {
+            let e = f.apply(&mut model("Llama-3.2-1B")).unwrap_err();
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+    }
+
     use super::*;
     use crate::session::hf::describe;
     use crate::model::presets;
@@ -371,6 +397,8 @@ mod tests {
         assert_eq!((c.checkpoint, c.hf.unwrap().reentrant), (Checkpoint::None, false));
         let mut t = model("walkthrough");
         assert!(HfFlags::default().apply(&mut t).is_ok());
+        let e = HfFlags { load_in_8bit: true, ..HfFlags::default() }.apply(&mut t).unwrap_err();
+        assert!(e.to_string().contains("--load-in-8bit"), "{e}");
         let e = HfFlags { attention_mask: Some("ones".into()), ..HfFlags::default() }.apply(&mut t).unwrap_err();
         assert!(e.to_string().contains("--attention-mask"), "{e}");
     }
