@@ -163,3 +163,46 @@ fn scaled_mm(ca: &Tensor, w: &Int8Weight, sca: &Tensor, bias: Option<&Tensor>, d
     drop(product);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{runtime, Device};
+
+    /// Peak bytes above the start of one forward (no grad) of `(m, k)` fp32 inputs through an
+    /// `n × k` layer.
+    fn forward_peak(m: usize, k: usize, n: usize, threshold: f64, kernel: Int8Kernel) -> usize {
+        runtime::reset();
+        let w = Int8Weight { weight: Tensor::zeros(&[n, k], DType::I8, Device::Meta), scb: Tensor::zeros(&[n], DType::F32, Device::Meta) };
+        let x = Tensor::zeros(&[1, m, k], DType::F32, Device::Meta);
+        let base = runtime::stats().allocated;
+        let _g = runtime::no_grad();
+        let out = x.matmul_8bit(&w, None, threshold, kernel);
+        assert_eq!((out.shape(), out.dtype()), (&[1, m, n][..], DType::F32));
+        runtime::stats().peak_allocated - base
+    }
+
+    #[test]
+    fn the_cuda_kernels_add_their_scratch_to_the_outputs() {
+        let (m, k, n) = (64, 128, 96);
+        // Kernel outputs only: the fp16 copy of A (2MK) dies after quantization, so the peak is
+        // CA + SCA + int32 product + fp32 output at the dequantization.
+        let outputs = m * k + 4 * m + 4 * m * n + 4 * m * n;
+        assert_eq!(forward_peak(m, k, n, 0.0, Int8Kernel::CpuOutputsOnly), (2 * m * k + 4 * m + m * k).max(outputs));
+        assert_eq!(forward_peak(m, k, n, 6.0, Int8Kernel::CpuOutputsOnly), (2 * m * k + 4 * m + m * k).max(outputs));
+        // CUDA: int8_mm_dequant's fp16 buffer (2MN) beside the int32 product and the output.
+        assert_eq!(forward_peak(m, k, n, 0.0, Int8Kernel::Cuda), outputs + 2 * m * n);
+        // With a threshold: |A| (fp16) and the mask while quantizing, over A16 + SCA + CA.
+        let quant = 2 * m * k + 4 * m + m * k + 2 * m * k + m * k;
+        assert_eq!(forward_peak(m, k, n, 6.0, Int8Kernel::Cuda), quant.max(outputs + 2 * m * n));
+        // An inner dimension not a multiple of 4: cuBLASLt's fp32 fallback.
+        let k = 126;
+        let fallback = m * k + 4 * m + 4 * m * n + 4 * m * k + 4 * n * k + 4 * m * n + 4 * m * n;
+        assert_eq!(forward_peak(m, k, n, 0.0, Int8Kernel::Cuda), fallback);
+    }
+
+    #[test]
+    fn one_outlier_column_costs_its_slices() {
+        assert_eq!(outlier_column_bytes(512, 4096, DType::BF16), 512 * 2 + 4096 * 7 + 8);
+    }
+}
