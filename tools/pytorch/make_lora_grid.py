@@ -125,7 +125,7 @@ def int8grid():
     """LLM.int8(): all-linear and q,v, threshold 6.0 (transformers' default) and 0.0, the
     reentrant checkpointing prepare_model_for_kbit_training turns on, non-reentrant and none,
     dropout 0 and 0.05, r 8-64, as training, forward and inference; then 8-bit inference
-    without LoRA. Every point asserts that no outlier column was held back (vramscope's rule)."""
+    without LoRA, and training without prepare_model_for_kbit_training. Every point asserts that no outlier column was held back (vramscope's rule)."""
     todo = []
     for t, mt in enumerate(H.MODEL_TYPES):
         thr = (6.0, 0.0)[t % 2]
@@ -136,6 +136,9 @@ def int8grid():
         todo.append((int8(mt, t + 5, RANKS[(t + 3) % 4], "q_proj,v_proj", 6.0 - thr, lora_dropout=0.05, checkpoint="reentrant"), "training"))
     for t, mt in enumerate(("llama", "qwen2")):
         todo.append((int8(mt, t + 1, None, None, (6.0, 0.0)[t]), "inference"))
+        # Without prepare_model_for_kbit_training: bf16 inputs (cast to fp16 for the quantization),
+        # bf16 outputs and a bf16 dequantized weight in backward.
+        todo.append((int8(mt, t + 2, 16, "all-linear", (0.0, 6.0)[t], prepare=False, checkpoint="non-reentrant"), "training"))
     for p, _ in todo:
         if p.get("lora_r") and p["lora_dropout"] is None:
             p["lora_dropout"] = 0.0

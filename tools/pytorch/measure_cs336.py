@@ -219,6 +219,21 @@ def cpu_kernel_scratch(anc, size):
             if any(m[2] != common and size == _numel(m[0]) * el for m in ins):
                 return (f"cpu {bop.name[6:]} of mixed dtypes: TensorIterator's input cast to {str(common).replace('torch.', '')}",
                         bop.end_time_ns, "freed inside")
+    if (len(anc) >= 3 and anc[-3].name in TI_BINARY_OPS and anc[-3].name.endswith("_")
+            and [a.name for a in anc[-2:]] == ["aten::empty_like", "aten::empty"]):
+        # The same compute_types, for an in-place op whose output (self) is not of the common
+        # dtype: on CPU `cast_common_dtype_to_outputs` swaps self for an `empty_like` temporary
+        # of the common dtype, copied back into self when the op ends; CUDA's kernels cast
+        # while storing. In the grids: bitsandbytes' backward `CB.to(bf16).mul_(fp32 scales)`.
+        bop = anc[-3]
+        ins = [m for m in (_meta(i) for i in getattr(bop.extra_fields, "inputs", [])) if m]
+        dts = {m[2] for m in ins if m[2].is_floating_point}
+        if ins and len(dts) > 1:
+            common = torch.promote_types(*dts) if len(dts) == 2 else torch.float32
+            el = torch.empty((), dtype=common).element_size()
+            if ins[0][2] != common and size == _numel(ins[0][0]) * el:
+                return (f"cpu {bop.name[6:]} of mixed dtypes: TensorIterator's output in {str(common).replace('torch.', '')}",
+                        bop.end_time_ns, "freed inside")
     upd = next((a for a in reversed(anc) if a.name in BNB_OPTIMIZER_OPS), None)
     if upd is not None:
         # bitsandbytes' optimizer update on CPU (backends/cpu/ops.py) dequantizes the state to fp32
