@@ -181,6 +181,17 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-storage", "bfloat16"], &["--bnb-4bit-quant-storage"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "4-bit"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "4-bit"]);
+    // bitsandbytes 8-bit (LLM.int8()): the same refusals, naming its flag.
+    refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-8bit"], &["--load-in-8bit", "hf flavour"]);
+    refused(&["--load-in-8bit"], &["--load-in-8bit", "tinyllama"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit"], &["--load-in-8bit", "--lora-r"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--load-in-4bit", "--lora-r", "8"], &["--load-in-8bit", "--load-in-4bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--llm-int8-threshold=-1"], &["--llm-int8-threshold"]);
+    refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "all", "--load-in-8bit"], &["--lora-bias", "8-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "8-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "8-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--profile-type", "generate", "--max-new-tokens", "4"], &["--load-in-8bit", "generate"]);
+    refused(&["--model", "Llama-3.2-1B", "--prepare-model-for-kbit-training", "false"], &["--prepare-model-for-kbit-training", "--load-in-8bit"]);
     refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);
     refused(&["--config", folder("Qwen3-8B").to_str().unwrap(), "--flavour", "cs336"], &["--flavour", "q/k RMSNorm"]);
@@ -314,6 +325,37 @@ fn qlora_loads_4bit_prepares_the_model_and_says_so() {
     assert_eq!(params, l * linear + unquantized + adapters, "{cats:?}");
 }
 
+/// LoRA over LLM.int8(): int8 linears with an fp32 scale per row, prepare_model_for_kbit_training
+/// (fp32 embedding, norms and head; reentrant checkpointing); 8-bit inference without adapters.
+#[test]
+fn int8_loads_8bit_prepares_the_model_and_says_so() {
+    let out = tmp("int8");
+    let mut args = vec!["profile", "--device", "meta", "--model", "Llama-3.1-8B", "--context-length", "256", "--batch-size", "1", "--out-dir", out.to_str().unwrap()];
+    args.extend(["--load-in-8bit", "--lora-r", "16", "--target-modules", "all-linear"]);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("weights 8-bit LLM.int8() (bitsandbytes 0.50.2: loaded as bfloat16, int8 with an fp32 scale per row; llm_int8_threshold 6"), "{text}");
+    assert!(text.contains("trainable params: 41,943,040 || all params: 8,072,204,288 || trainable%: 0.5196"), "{text}");
+    assert!(text.contains("gradient checkpointing reentrant"), "prepare_model_for_kbit_training's default: {text}");
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((s["parameters"]["trainable"].as_u64(), s["parameters"]["total"].as_u64()), (Some(41_943_040), Some(8_072_204_288)));
+    assert_eq!(s["model"]["hf"]["bnb"]["quant"]["int8"]["threshold"].as_f64(), Some(6.0));
+    assert!(s["runs"][0]["snapshot"].as_str().unwrap().contains("_8bit"), "{s}");
+    // The parameters at rest: a byte per weight and an fp32 scale per row of each linear, fp32
+    // embedding, head and norms, fp32 adapters.
+    let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
+    let params = cats.iter().find(|c| c[0] == "parameter").and_then(|c| c[1].as_u64()).unwrap();
+    let (d, f, kv, l) = (4096u64, 14336u64, 1024u64, 32u64);
+    let linear: u64 = [(d, d), (kv, d), (kv, d), (d, d), (f, d), (f, d), (d, f)].iter().map(|&(n, k)| n * k + 4 * n).sum();
+    let unquantized = (2 * 128_256 * d + (2 * l + 1) * d) * 4;
+    assert_eq!(params, l * linear + unquantized + 41_943_040 * 4, "{cats:?}");
+    // Inference needs no adapters; training without them is refused (nothing to train).
+    let o = vramscope(&["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--load-in-8bit", "--profile-type", "inference", "--out-dir", tmp("int8-inf").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("trainable params: 0 ||"), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
 /// bitsandbytes' optimizers: 8-bit state in the allocator's peaks, paged state in its own line
 /// (CUDA unified memory) and summary field; refused on cpu, where their numerics are not run.
 #[test]
@@ -375,6 +417,25 @@ fn fine_tunes_compare_and_sweep() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
     assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+    // 8-bit: compare adds LoRA over the 8-bit model; sweep takes thresholds as an axis.
+    let out = tmp("compare-int8");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--compare", "--lora-r", "8", "--load-in-8bit", "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c: Value = serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let names: Vec<String> = c["runs"].as_array().unwrap().iter().map(|v| v["variant"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert!(names.contains(&"8-bit LoRA, reentrant checkpointing".to_string()) && names.contains(&"QLoRA, no checkpointing".to_string()), "{names:?}");
+    let out = tmp("sweep-int8");
+    let o = vramscope(&[
+        "sweep", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--load-in-8bit", "--llm-int8-threshold", "0,6",
+        "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(s["points"].as_array().map(Vec::len), Some(2), "{s}");
 }
 
 /// A cpu training step of an hf model computes transformers' loss, whose shifted labels end in

@@ -602,6 +602,8 @@ pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) 
         Buffer::I64(d) => put(d, l, vals),
         Buffer::Bool(d) => put(d, l, vals),
         Buffer::U8(d) => put(d, l, vals),
+        Buffer::I8(d) => put(d, l, vals),
+        Buffer::I32(d) => put(d, l, vals),
     }
 }
 
@@ -648,5 +650,7 @@ fn scatter_row_major(vals: Buffer, l: &Layout) -> Buffer {
         Buffer::I64(v) => Buffer::I64(put(v, l)),
         Buffer::Bool(v) => Buffer::Bool(put(v, l)),
         Buffer::U8(v) => Buffer::U8(put(v, l)),
+        Buffer::I8(v) => Buffer::I8(put(v, l)),
+        Buffer::I32(v) => Buffer::I32(put(v, l)),
     }
 }

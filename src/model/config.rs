@@ -428,7 +428,16 @@ impl ModelConfig {
         let lora = self.lora_param_count();
         let total = base.saturating_add(lora);
         let embedding = (self.vocab_size as u64).saturating_mul(self.d_model as u64);
-        let trainable = if lora > 0 { lora.saturating_add(self.lora_bias_count()) } else { total };
+        // A bitsandbytes model without adapters trains nothing: its quantized weights are
+        // frozen and prepare_model_for_kbit_training freezes the rest.
+        let quantized = self.hf.as_ref().is_some_and(|h| h.bnb.is_some());
+        let trainable = if lora > 0 {
+            lora.saturating_add(self.lora_bias_count())
+        } else if quantized {
+            0
+        } else {
+            total
+        };
         ParamCounts { total, trainable, embedding, non_embedding: total.saturating_sub(embedding) }
     }
 

@@ -89,15 +89,28 @@ pub struct Adapter {
     pub magnitude: Option<Tensor>,
 }
 
+/// The layer peft wraps, which picks its LoRA layer's forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseLayer {
+    /// `nn.Linear` (peft's `lora.Linear`).
+    Linear,
+    /// bitsandbytes' `Linear4bit` (peft's `lora.bnb.Linear4bit`).
+    Linear4bit,
+    /// bitsandbytes' `Linear8bitLt` (peft's `lora.bnb.Linear8bitLt`).
+    Linear8bitLt,
+}
+
 /// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`, whose
-/// weight (for DoRA) is `weight` and bias `bias`. A `Packed` weight: peft's bitsandbytes
-/// `Linear4bit` instead, which clones the base result ("defensively", for 4-bit), casts the
-/// adapter's output to the result's type before adding it, and adds in that type.
-pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, weight: BaseWeight, bias: Option<&Tensor>, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
-    let bnb = matches!(weight, BaseWeight::Packed(_));
+/// weight (for DoRA) is `weight` and bias `bias`. peft's bitsandbytes layers instead cast the
+/// adapter's output to the result's type before adding it, and add in that type;
+/// `Linear4bit` also clones the base result first ("defensively", for 4-bit), `Linear8bitLt`
+/// does not.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, layer: BaseLayer, weight: Option<BaseWeight>, bias: Option<&Tensor>, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
     let mut result = base(x);
     let _s = runtime::scope("lora");
-    if bnb {
+    let bnb = layer != BaseLayer::Linear;
+    if layer == BaseLayer::Linear4bit {
         result = result.clone_contiguous();
     }
     let result_dtype = result.dtype();
@@ -105,6 +118,7 @@ pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, 
     let x = if x.dtype() == adapter.a.dtype() { x.clone() } else { x.to_dtype(adapter.a.dtype()) };
     if adapter.magnitude.is_some() {
         // `result = variant.forward(...)`, then (both wrappers) `result.to(result dtype)`.
+        let weight = weight.expect("DoRA's base weight (DoRA over 8-bit weights is refused by the options)");
         let sum = crate::model::dora::variant_forward(cfg, adapter, &x, &result, training, weight, bias);
         drop(result);
         let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };

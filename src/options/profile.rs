@@ -189,12 +189,15 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
     if let Some(q) = cfg.hf.as_mut().and_then(|h| h.bnb.as_mut()) {
-        q.kernel = crate::model::bnb::kernel_for(gpu.as_ref());
+        if let crate::model::bnb::Quant::FourBit(f) = &mut q.quant {
+            f.kernel = crate::model::bnb::kernel_for(gpu.as_ref());
+        }
+        let (flag, bits) = (q.flag(), q.bits());
         if device == Device::Cpu {
-            return Err(usage("--load-in-4bit", "4-bit numerics are not computed on cpu: profile the 4-bit model with --device meta"));
+            return Err(usage(flag, format!("{bits} numerics are not computed on cpu: profile the {bits} model with --device meta")));
         }
         if a.profile_type.contains(&ProfileType::Training) && cfg.hf().is_some_and(|h| h.lora.is_none()) {
-            return Err(usage("--load-in-4bit", "a 4-bit model has no trainable parameters (the optimizer would get an empty parameter list): add --lora-r for QLoRA, or --profile-type inference"));
+            return Err(usage(flag, format!("a {bits} model has no trainable parameters (the optimizer would get an empty parameter list): add --lora-r for (Q)LoRA, or --profile-type inference")));
         }
     }
     for &c in &contexts {
@@ -209,7 +212,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
         let dora = if cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| l.use_dora) { " (DoRA, --use-dora, included)" } else { "" };
-        return Err(usage(what, format!("LoRA (peft){dora} and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)")));
+        return Err(usage(what, format!("LoRA (peft){dora}, 4-bit and 8-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)")));
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
@@ -279,8 +282,8 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if hf.lora.is_some() {
         return refuse("--lora-r", "LoRA adapters");
     }
-    if hf.bnb.is_some() {
-        return refuse("--load-in-4bit", "4-bit weights");
+    if let Some(q) = &hf.bnb {
+        return refuse(q.flag(), &format!("{} weights", q.bits()));
     }
     if !hf.use_cache {
         return refuse("--use-cache", "use_cache false (generate() without a cache)");

@@ -110,6 +110,12 @@ pub struct SweepArgs {
     /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
     #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
+    /// Every point loads the model in 8 bits (BitsAndBytesConfig's load_in_8bit, LLM.int8())
+    #[arg(help_heading = super::heading::LORA, long, conflicts_with = "load_in_4bit")]
+    pub load_in_8bit: bool,
+    /// llm_int8_threshold value(s)
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_8bit")]
+    pub llm_int8_threshold: Option<String>,
     /// Every point's 4-bit model uses double quantization
     #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_use_double_quant: bool,
@@ -211,6 +217,7 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--target-modules", a.target_modules.as_ref(), ';'),
         ("--bnb-4bit-quant-type", a.bnb_4bit_quant_type.as_ref(), ','),
         ("--bnb-4bit-compute-dtype", a.bnb_4bit_compute_dtype.as_ref(), ','),
+        ("--llm-int8-threshold", a.llm_int8_threshold.as_ref(), ','),
         ("--parallel", a.parallel.as_ref(), ','),
         ("--world-size", a.world_size.as_ref(), ','),
         ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
@@ -315,7 +322,7 @@ fn label(axes: &[Axis], idx: &[usize]) -> String {
 fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::Path) -> Result<ProfileArgs> {
     let mut words: Vec<String> = vec!["--device".into(), a.device.clone(), "--out-dir".into(), out_dir.display().to_string()];
     // Switches every point shares (not axes).
-    for (on, flag) in [(a.use_dora, "--use-dora"), (a.load_in_4bit, "--load-in-4bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
+    for (on, flag) in [(a.use_dora, "--use-dora"), (a.load_in_4bit, "--load-in-4bit"), (a.load_in_8bit, "--load-in-8bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
         if on {
             words.push(flag.into());
         }

@@ -56,19 +56,33 @@ fn adapters(hf: &HfConfig) -> String {
 pub fn loaded(hf: &HfConfig, precision: Precision) -> String {
     if let Some(q) = &hf.bnb {
         use crate::engine::ops::quant::Gemm4bitKernel;
-        let kernel = match q.kernel {
+        let unquantized = format!("lm_head, embedding and norms {}{}", q.unquantized_dtype(), if q.prepare { " (prepare_model_for_kbit_training)" } else { "" });
+        let f = match &q.quant {
+            crate::model::bnb::Quant::FourBit(f) => f,
+            crate::model::bnb::Quant::Int8(i) => {
+                use crate::engine::ops::int8::Int8Kernel;
+                let kernel = match i.kernel {
+                    Int8Kernel::Cuda => "CUDA kernels",
+                    Int8Kernel::CpuOutputsOnly => "kernel outputs only, as the CPU grid counts them",
+                };
+                let outliers = if i.threshold > 0.0 { ", no outlier column counted" } else { "" };
+                return format!(
+                    "weights 8-bit LLM.int8() (bitsandbytes 0.50.2: loaded as {}, int8 with an fp32 scale per row; llm_int8_threshold {}{outliers}; {kernel}); {unquantized}",
+                    q.load_dtype, i.threshold
+                );
+            }
+        };
+        let kernel = match f.kernel {
             Gemm4bitKernel::Cuda { sms, major, minor } => format!("gemm_4bit as bitsandbytes picks it on a CUDA sm{major}{minor} GPU with {sms} SMs"),
             Gemm4bitKernel::RocmCdna => "gemm_4bit as bitsandbytes picks it on an AMD CDNA GPU".to_string(),
             Gemm4bitKernel::Cpu => "gemm_4bit's CPU implementation".to_string(),
         };
         return format!(
-            "weights 4-bit {}{} (bitsandbytes 0.50.2: loaded as {}, computed in {}; {kernel}); lm_head, embedding and norms {}{}",
-            q.quant_type,
-            if q.double_quant { " with double quantization" } else { "" },
+            "weights 4-bit {}{} (bitsandbytes 0.50.2: loaded as {}, computed in {}; {kernel}); {unquantized}",
+            f.quant_type,
+            if f.double_quant { " with double quantization" } else { "" },
             q.load_dtype,
-            q.compute_dtype,
-            q.unquantized_dtype(),
-            if q.prepare { " (prepare_model_for_kbit_training)" } else { "" }
+            f.compute_dtype,
         );
     }
     let weights = precision.param_dtype();

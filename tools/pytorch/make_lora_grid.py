@@ -15,6 +15,8 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
                                                 # (from_pretrained of a saved random model), CPU kernels
     JOBS=1 python3 make_lora_grid.py --dora     # tests/fixtures/hf_grid/dora.json: LoraConfig(use_dora=True)
                                                 # over bf16 and 4-bit weights
+    JOBS=1 python3 make_lora_grid.py --int8     # tests/fixtures/hf_grid/int8.json: LLM.int8() (load_in_8bit),
+                                                # CUDA's MatMul8bitLt run on CPU
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
 """
 import os
@@ -44,11 +46,21 @@ def qlora(mt, i, r, targets, quant_type, double_quant, **opts):
     return p
 
 
+def int8(mt, i, r, targets, threshold, **opts):
+    p = lora(mt, i, r, targets, **opts) if r else G.point(mt, i, dtype=opts.pop("dtype", "bf16"), **opts)
+    p.update(load_in_8bit=True, llm_int8_threshold=threshold, prepare=opts.get("prepare", True))
+    return p
+
+
 def name_of(p, kind):
     base = G.name_of(p, kind)
     tag = ""
     if p.get("load_in_4bit"):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{'' if p['prepare'] else ' unprepared'}"
+    if p.get("load_in_8bit"):
+        tag += f" 8bit threshold={p['llm_int8_threshold']}{'' if p['prepare'] else ' unprepared'}"
+    if not p.get("lora_r"):
+        return base[: -len(kind) - 1] + tag + " " + kind
     tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
     if p.get("use_dora"):
         tag += " dora"
@@ -136,6 +148,30 @@ def dgrid():
     return todo
 
 
+def int8grid():
+    """LLM.int8(): all-linear and q,v, threshold 6.0 (transformers' default) and 0.0, the
+    reentrant checkpointing prepare_model_for_kbit_training turns on, non-reentrant and none,
+    dropout 0 and 0.05, r 8-64, as training, forward and inference; then 8-bit inference
+    without LoRA, and training without prepare_model_for_kbit_training. Every point asserts that no outlier column was held back (vramscope's rule)."""
+    todo = []
+    for t, mt in enumerate(H.MODEL_TYPES):
+        thr = (6.0, 0.0)[t % 2]
+        p = int8(mt, t * 2, RANKS[t % 4], "all-linear", thr, checkpoint="reentrant")
+        todo += [(p, kind) for kind in ("training", "forward", "inference")]
+        todo.append((int8(mt, t * 2 + 1, RANKS[(t + 1) % 4], "q_proj,v_proj", 6.0 - thr, checkpoint="none"), "training"))
+        todo.append((int8(mt, t + 3, RANKS[(t + 2) % 4], "all-linear", thr, lora_dropout=0.05, checkpoint="non-reentrant"), "training"))
+        todo.append((int8(mt, t + 5, RANKS[(t + 3) % 4], "q_proj,v_proj", 6.0 - thr, lora_dropout=0.05, checkpoint="reentrant"), "training"))
+    for t, mt in enumerate(("llama", "qwen2")):
+        todo.append((int8(mt, t + 1, None, None, (6.0, 0.0)[t]), "inference"))
+        # Without prepare_model_for_kbit_training: bf16 inputs (cast to fp16 for the quantization),
+        # bf16 outputs and a bf16 dequantized weight in backward.
+        todo.append((int8(mt, t + 2, 16, "all-linear", (0.0, 6.0)[t], prepare=False, checkpoint="non-reentrant"), "training"))
+    for p, _ in todo:
+        if p.get("lora_r") and p["lora_dropout"] is None:
+            p["lora_dropout"] = 0.0
+    return todo
+
+
 def run_one(job):
     r = G.run_one(job)
     r["name"] = name_of(*job)
@@ -146,17 +182,18 @@ def main():
     import bitsandbytes
     import peft
     import transformers
-    quant, dora = "--qlora" in sys.argv, "--dora" in sys.argv
-    todo = dgrid() if dora else qgrid() if quant else grid()
+    quant, dora, eight = "--qlora" in sys.argv, "--dora" in sys.argv, "--int8" in sys.argv
+    todo = dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_lora_grid.py" + (" --dora" if dora else " --qlora" if quant else ""), torch=torch.__version__,
+    flag = " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "
                        "the parameters that require grad; dropout is CPU's kernel (an x-typed noise tensor)",
                points=results)
-    G.write_fixture(os.path.join(OUT, "dora.json" if dora else "qlora.json" if quant else "lora.json"), doc, t0)
+    G.write_fixture(os.path.join(OUT, "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json"), doc, t0)
 
 
 if __name__ == "__main__":

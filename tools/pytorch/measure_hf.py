@@ -79,10 +79,12 @@ def hf_config(p):
 
 def load_4bit(p, dtype):
     """A QLoRA model as a user gets it: a random model saved to disk, reloaded by from_pretrained
-    with BitsAndBytesConfig(load_in_4bit=True, ...), then peft's prepare_model_for_kbit_training
-    (fp32 casts of every non-4-bit parameter; gradient checkpointing when the point has it, with
+    with BitsAndBytesConfig(load_in_4bit=True, ...) (or, `load_in_8bit`, load_in_8bit=True and
+    llm_int8_threshold), then peft's prepare_model_for_kbit_training (fp32 casts of every
+    non-quantized parameter; gradient checkpointing when the point has it, with
     enable_input_require_grads). bitsandbytes' CPU-only repacking for AVX512-BF16 inference
-    (`_convert_weight_packed_for_cpu`, never run on CUDA) is turned off on every Linear4bit."""
+    (`_convert_weight_packed_for_cpu`, never run on CUDA) is turned off on every Linear4bit; the
+    8-bit layers run CUDA's autograd function on CPU too (`use_cuda_int8_matmul`)."""
     import tempfile
     import bitsandbytes as bnb
     import peft
@@ -92,10 +94,14 @@ def load_4bit(p, dtype):
         d = tempfile.mkdtemp(prefix="qlora-")
         src.save_pretrained(d)
         del src
-    compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", p.get("dtype", "fp32"))]
-    qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
-                              bnb_4bit_use_double_quant=p.get("double_quant", False),
-                              bnb_4bit_compute_dtype=compute)
+    if p.get("load_in_8bit"):
+        qc = T.BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=p.get("llm_int8_threshold", 6.0))
+        use_cuda_int8_matmul()
+    else:
+        compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", p.get("dtype", "fp32"))]
+        qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
+                                  bnb_4bit_use_double_quant=p.get("double_quant", False),
+                                  bnb_4bit_compute_dtype=compute)
     model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"))
     for m in model.modules():
         if isinstance(m, bnb.nn.Linear4bit):
@@ -105,7 +111,7 @@ def load_4bit(p, dtype):
     # clone gives each its own storage, as on a GPU (prepare's fp32 casts do the same).
     with torch.no_grad():
         for prm in model.parameters():
-            if type(prm).__name__ != "Params4bit":
+            if type(prm).__name__ not in ("Params4bit", "Int8Params"):
                 prm.data = prm.data.clone()
     import gc
     gc.collect()
@@ -116,6 +122,32 @@ def load_4bit(p, dtype):
     elif ck != "none":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
     return model
+
+
+# The most outlier columns any 8-bit matmul of the run held back (`state.idx`); vramscope's rule
+# on meta is none, so a point that has some is refused.
+INT8_OUTLIER_COLUMNS = [0]
+
+
+def use_cuda_int8_matmul():
+    """bitsandbytes' `matmul` (what Linear8bitLt calls) runs `MatMul8bitFp` (dequantize the weight,
+    F.linear) when training on CPU or XPU and `MatMul8bitLt` (LLM.int8(): int8 input, int32
+    product, outlier columns) everywhere else; CUDA, what vramscope models, always takes
+    MatMul8bitLt. Patched so the CPU run takes it too, and counts the outlier columns."""
+    import bitsandbytes as bnb
+    from bitsandbytes.autograd import _functions as F8
+
+    def matmul(A, B, out=None, state=None, threshold=0.0, bias=None):
+        state = state or F8.MatmulLtState()
+        if threshold > 0.0:
+            state.threshold = threshold
+        r = F8.MatMul8bitLt.apply(A, B, out, bias, state)
+        if state.idx is not None:
+            INT8_OUTLIER_COLUMNS[0] = max(INT8_OUTLIER_COLUMNS[0], state.idx.numel())
+        return r
+
+    bnb.matmul = matmul
+    F8.matmul = matmul
 
 
 def make_optimizer(name, params):
@@ -163,7 +195,7 @@ def run(p, kind, wrap=None):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
-            if p.get("load_in_4bit"):
+            if p.get("load_in_4bit") or p.get("load_in_8bit"):
                 model = load_4bit(p, dtype)
             else:
                 model = T.AutoModelForCausalLM.from_config(hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
@@ -175,7 +207,7 @@ def run(p, kind, wrap=None):
                                      target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")
-            if ck != "none" and not p.get("load_in_4bit"):
+            if ck != "none" and not (p.get("load_in_4bit") or p.get("load_in_8bit")):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
             model.train() if kind == "training" else model.eval()
             if wrap is not None:
@@ -247,6 +279,9 @@ def measure(p, kind, wrap=None):
                 trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 gradient_checkpointing=bool(getattr(model, "is_gradient_checkpointing", False)),
                 attn_implementation=model.config._attn_implementation)
+    if p.get("load_in_8bit"):
+        info["int8_outlier_columns"] = INT8_OUTLIER_COLUMNS[0]
+        assert INT8_OUTLIER_COLUMNS[0] == 0, f"{INT8_OUTLIER_COLUMNS[0]} outlier columns: vramscope models none"
     return per, log, info
 
 

@@ -19,7 +19,7 @@ use crate::engine::storage::GradRedistribute;
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
 use crate::model::tp::{self, TensorParallel};
-use crate::engine::ops::quant::Packed4bit;
+use crate::model::bnb::{Quant, Quantized};
 use crate::model::lora::{self, Adapter};
 use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weights};
 use crate::record::Category;
@@ -37,8 +37,9 @@ pub struct HfLayer {
     pub qk_norm: Option<[Tensor; 2]>,
     /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
     pub lora: Vec<Option<Adapter>>,
-    /// bitsandbytes' 4-bit storage, by projection in `lora::TARGETS` order (empty: not quantized).
-    pub quant: Vec<Packed4bit>,
+    /// bitsandbytes' 4-bit or 8-bit storage, by projection in `lora::TARGETS` order (empty: not
+    /// quantized).
+    pub quant: Vec<Quantized>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -59,7 +60,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: hf.lora.is_some() || hf.bnb.is_some() };
     // Double quantization: bitsandbytes' process-wide "dynamic" map (`name2qmap`, 256 fp32 on
     // the device), made by the first quantization; each quant_state also holds its own copy.
-    let dynamic_map = hf.bnb.as_ref().filter(|q| q.double_quant).map(|_| {
+    let dynamic_map = hf.bnb.as_ref().and_then(|q| q.four_bit()).filter(|q| q.double_quant).map(|_| {
         let _c = runtime::category(Category::Buffer);
         crate::model::init::make(&[256], DType::F32, device, Init::Ones, b.rng)
     });
@@ -75,7 +76,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         // two norms; each Linear's weight before its bias.
         // A Linear4bit under bitsandbytes: its packed weight is the module's weight; its
         // bias ends in the compute dtype (the first forward converts `bias.data`).
-        let mut quant: Vec<Packed4bit> = Vec::new();
+        let mut quant: Vec<Quantized> = Vec::new();
         let mut lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
@@ -84,10 +85,23 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
                 let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, b.dtype, frozen));
                 return (w, bias);
             };
-            let packed = crate::model::bnb::packed(b, p(&format!("{name}.weight")), rows, cols, q);
-            let w = packed.weight.clone();
-            quant.push(packed);
-            let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, q.compute_dtype, b.frozen));
+            let weight = p(&format!("{name}.weight"));
+            let (stored, w, bias_dtype) = match &q.quant {
+                Quant::FourBit(f) => {
+                    let packed = crate::model::bnb::packed(b, weight, rows, cols, f, q.load_dtype);
+                    let w = packed.weight.clone();
+                    (Quantized::FourBit(packed), w, f.compute_dtype)
+                }
+                // Linear8bitLt's first forward casts the bias to the input's type: the
+                // unquantized type, which it already has.
+                Quant::Int8(_) => {
+                    let int8 = crate::model::bnb::int8(b, weight, rows, cols);
+                    let w = int8.weight.clone();
+                    (Quantized::Int8(int8), w, b.dtype)
+                }
+            };
+            quant.push(stored);
+            let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, bias_dtype, b.frozen));
             (w, bias)
         };
         let (wq, bq) = lin(&mut b, "self_attn.q_proj", q, d, hf.qkv_bias);
@@ -392,18 +406,32 @@ impl Block {
         let name = lora::TARGETS[t];
         let extra = self.layer.hf.as_ref().expect("hf layer");
         let packed = extra.quant.get(t);
-        let base = |name: &str, x: &Tensor| match (&self.hf().bnb, packed) {
-            (Some(q), Some(p)) => {
+        let base = |name: &str, x: &Tensor| match (self.hf().bnb.as_ref().map(|q| &q.quant), packed) {
+            (Some(Quant::FourBit(q)), Some(Quantized::FourBit(p))) => {
                 let _s = scope(name);
                 crate::model::bnb::linear4bit(q, p, x, bias)
+            }
+            (Some(Quant::Int8(q)), Some(Quantized::Int8(p))) => {
+                let _s = scope(name);
+                crate::model::bnb::linear8bit(q, p, x, bias)
             }
             _ => linear_b(name, x, w, bias),
         };
         match (self.hf().lora.as_ref(), extra.lora.get(t).and_then(Option::as_ref)) {
             (Some(lc), Some(adapter)) => {
                 let _s = scope(name);
-                let weight = packed.map_or(lora::BaseWeight::Dense(w), lora::BaseWeight::Packed);
-                lora::forward(lc, adapter, x, self.training, weight, bias, |x| base("base_layer", x))
+                let layer = match packed {
+                    None => lora::BaseLayer::Linear,
+                    Some(Quantized::FourBit(_)) => lora::BaseLayer::Linear4bit,
+                    Some(Quantized::Int8(_)) => lora::BaseLayer::Linear8bitLt,
+                };
+                // DoRA's weight: dense or 4-bit (DoRA over 8-bit weights is refused by the options).
+                let weight = match packed {
+                    None => Some(lora::BaseWeight::Dense(w)),
+                    Some(Quantized::FourBit(p)) => Some(lora::BaseWeight::Packed(p)),
+                    Some(Quantized::Int8(_)) => None,
+                };
+                lora::forward(lc, adapter, x, self.training, layer, weight, bias, |x| base("base_layer", x))
             }
             _ => base(name, x),
         }
