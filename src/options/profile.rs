@@ -206,9 +206,10 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let parallel = a.parallel.resolve()?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
-    if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
-        let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        return Err(usage(what, "LoRA (peft) and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)"));
+    if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
+        if let Some((flag, why)) = super::parallel::adapters_refusal(pc, h.lora.is_some(), h.bnb.is_some()) {
+            return Err(usage(flag, why));
+        }
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
