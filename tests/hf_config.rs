@@ -180,7 +180,16 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-type", "int4"], &["--bnb-4bit-quant-type"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-storage", "bfloat16"], &["--bnb-4bit-quant-storage"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "4-bit"]);
-    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "4-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--load-in-4bit", "bnb_4bit_quant_storage", "--parallel ddp"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero2", "--world-size", "2"], &["--load-in-4bit", "bnb_4bit_quant_storage"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1"]);
+    // LoRA under data parallelism: ddp, zero2 and fsdp are modelled; the rest is refused.
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1", "ddp, zero2 and fsdp"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "hsdp"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "tp", "--world-size", "2"], &["--parallel", "tensor parallelism"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "tensor parallelism"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "MixedPrecisionPolicy"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "CPUOffloadPolicy"]);
     refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);
     refused(&["--config", folder("Qwen3-8B").to_str().unwrap(), "--flavour", "cs336"], &["--flavour", "q/k RMSNorm"]);
@@ -375,4 +384,21 @@ fn fine_tunes_compare_and_sweep() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
     assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+}
+
+/// DDP's Reducer buckets only the parameters that require grad: a LoRA rank holds one device's
+/// memory plus bucket space for its fp32 adapters, not for the frozen weights.
+#[test]
+fn lora_and_qlora_run_under_ddp_with_buckets_of_the_adapters() {
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit"][..]] {
+        let base = [&["--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training"][..], extra].concat();
+        let one = profile(&tmp("lora-one"), &base);
+        let ddp = profile(&tmp("lora-ddp"), &[&base[..], &["--parallel", "ddp", "--world-size", "2"][..]].concat());
+        assert_eq!(ddp["parallel"]["layout"], "ddp");
+        let peak = |s: &Value| s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap();
+        let adapters = 4 * ddp["parameters"]["trainable"].as_u64().unwrap();
+        assert!(peak(&ddp) > peak(&one) && peak(&ddp) - peak(&one) <= adapters, "{extra:?}: ddp {} vs one device {} (adapters {adapters} B)", peak(&ddp), peak(&one));
+    }
+    let fsdp = profile(&tmp("lora-fsdp"), &["--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"]);
+    assert_eq!(fsdp["parallel"]["layout"], "fsdp");
 }

@@ -179,7 +179,7 @@ pub fn adapters_refusal(c: &ParallelConfig, lora: bool, four_bit: bool) -> Optio
     }
     let what = if four_bit { "4-bit (QLoRA) models" } else { "LoRA (peft) models" };
     if c.tp > 1 || c.layout == Layout::Tp {
-        return Some(("--tp", format!("{what} under tensor parallelism are not modelled (peft's adapters on DTensor-sharded linears): use --parallel ddp{}", if four_bit { "" } else { ", zero2 or fsdp" })));
+        return Some((if c.layout == Layout::Tp { "--parallel" } else { "--tp" }, format!("{what} under tensor parallelism are not modelled (peft's adapters on DTensor-sharded linears): use --parallel ddp{}", if four_bit { "" } else { ", zero2 or fsdp" })));
     }
     if four_bit && c.shards_params() {
         return Some(("--load-in-4bit", format!("QLoRA under FSDP2 (--parallel {}) needs BitsAndBytesConfig(bnb_4bit_quant_storage=<the compute dtype>) so that fully_shard can shard the packed 4-bit weights, which is not modelled: use --parallel ddp", c.layout.name())));
