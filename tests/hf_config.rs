@@ -403,4 +403,9 @@ fn lora_and_qlora_run_under_ddp_with_buckets_of_the_adapters() {
     let o = vramscope(&["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(), "--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && text.contains("parallel: fsdp over 2 ranks") && text.contains("trainable parameters' gradients are reduce-scattered"), "{text}");
+    // --compare --world-size puts the layouts a LoRA model runs under side by side (not zero1).
+    let out = tmp("lora-compare");
+    let o = vramscope(&["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(), "--model", "Llama-3.2-1B", "--num-layers", "2", "--lora-r", "8", "--compare", "--world-size", "2"]);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap_or_default();
+    assert!(o.status.success() && ["| ddp ×2", "| zero2 ×2", "| fsdp ×2"].iter().all(|v| md.contains(v)) && !md.contains("zero1"), "{}\n{md}", String::from_utf8_lossy(&o.stderr));
 }
