@@ -180,7 +180,16 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-type", "int4"], &["--bnb-4bit-quant-type"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-storage", "bfloat16"], &["--bnb-4bit-quant-storage"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "4-bit"]);
-    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "4-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--load-in-4bit", "bnb_4bit_quant_storage", "--parallel ddp"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero2", "--world-size", "2"], &["--load-in-4bit", "bnb_4bit_quant_storage"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1"]);
+    // LoRA under data parallelism: ddp, zero2 and fsdp are modelled; the rest is refused.
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1", "ddp, zero2 and fsdp"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "hsdp"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "tp", "--world-size", "2"], &["--parallel", "tensor parallelism"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "tensor parallelism"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "MixedPrecisionPolicy"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "CPUOffloadPolicy"]);
     // bitsandbytes 8-bit (LLM.int8()): the same refusals, naming its flag.
     refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-8bit"], &["--load-in-8bit", "hf flavour"]);
     refused(&["--load-in-8bit"], &["--load-in-8bit", "tinyllama"]);
@@ -458,4 +467,28 @@ fn cpu_training_of_an_hf_model_runs_and_allocates_as_meta() {
     for lora in [&[][..], &["--lora-r", "8", "--lora-dropout", "0.1"]] {
         assert_eq!(peak("cpu", lora), peak("meta", lora), "{lora:?}");
     }
+}
+
+/// DDP's Reducer buckets only the parameters that require grad: a LoRA rank holds one device's
+/// memory plus bucket space for its fp32 adapters, not for the frozen weights.
+#[test]
+fn lora_and_qlora_run_under_ddp_with_buckets_of_the_adapters() {
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit"][..]] {
+        let base = [&["--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training"][..], extra].concat();
+        let one = profile(&tmp("lora-one"), &base);
+        let ddp = profile(&tmp("lora-ddp"), &[&base[..], &["--parallel", "ddp", "--world-size", "2"][..]].concat());
+        assert_eq!(ddp["parallel"]["layout"], "ddp");
+        let peak = |s: &Value| s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap();
+        let adapters = 4 * ddp["parameters"]["trainable"].as_u64().unwrap();
+        assert!(peak(&ddp) > peak(&one) && peak(&ddp) - peak(&one) <= adapters, "{extra:?}: ddp {} vs one device {} (adapters {adapters} B)", peak(&ddp), peak(&one));
+    }
+    let out = tmp("lora-fsdp");
+    let o = vramscope(&["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(), "--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("parallel: fsdp over 2 ranks") && text.contains("trainable parameters' gradients are reduce-scattered"), "{text}");
+    // --compare --world-size puts the layouts a LoRA model runs under side by side (not zero1).
+    let out = tmp("lora-compare");
+    let o = vramscope(&["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(), "--model", "Llama-3.2-1B", "--num-layers", "2", "--lora-r", "8", "--compare", "--world-size", "2"]);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap_or_default();
+    assert!(o.status.success() && ["| ddp ×2", "| zero2 ×2", "| fsdp ×2"].iter().all(|v| md.contains(v)) && !md.contains("zero1"), "{}\n{md}", String::from_utf8_lossy(&o.stderr));
 }

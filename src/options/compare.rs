@@ -98,7 +98,8 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
 }
 
 /// `--compare --world-size N`: one device, then each layout (--parallel's comma list, or
-/// ddp, zero1, zero2 and fsdp) at N ranks, every other flag as given.
+/// ddp, zero1, zero2 and fsdp, less those a LoRA or 4-bit model is refused under) at N ranks,
+/// every other flag as given.
 fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
     let mut one = a.clone();
     one.compare = false;
@@ -106,7 +107,8 @@ fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
     one.parallel = Default::default();
     let names: Vec<String> = match &a.parallel.parallel {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-        None => ["ddp", "zero1", "zero2", "fsdp"].map(String::from).to_vec(),
+        // A LoRA or 4-bit model: the layouts it runs under.
+        None => super::parallel::default_layouts(a.model.hf.lora_r.is_some(), a.model.hf.load_in_4bit).iter().map(|l| l.name().to_string()).collect(),
     };
     let mut out = vec![Flagged { name: "one device".into(), args: one }];
     for n in names {

@@ -209,10 +209,17 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let parallel = a.parallel.resolve()?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
-    if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
+    if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        let dora = if cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| l.use_dora) { " (DoRA, --use-dora, included)" } else { "" };
-        return Err(usage(what, format!("LoRA (peft){dora}, 4-bit and 8-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)")));
+        if h.bnb.as_ref().is_some_and(|q| q.flag() == "--load-in-8bit") {
+            return Err(usage("--load-in-8bit", format!("8-bit models under {what} are not modelled yet: profile one GPU (drop the parallel flags)")));
+        }
+        if h.lora.as_ref().is_some_and(|l| l.use_dora) {
+            return Err(usage("--use-dora", format!("DoRA under {what} is not modelled yet: profile one GPU (drop the parallel flags)")));
+        }
+        if let Some((flag, why)) = super::parallel::adapters_refusal(pc, h.lora.is_some(), h.bnb.is_some()) {
+            return Err(usage(flag, why));
+        }
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;

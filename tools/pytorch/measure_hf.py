@@ -188,7 +188,8 @@ class LossPhase:
 
 def run(p, kind, wrap=None):
     """Profile one point; returns (profiler, model description). `wrap(model)` parallelises the
-    model in place before the optimizer is built (measure_tp.py)."""
+    model before the optimizer is built, in place (measure_tp.py, fully_shard) or by returning
+    the wrapper the step calls instead (DistributedDataParallel, measure_dist.py --lora)."""
     import transformers as T
     B, S = p["batch"], p["seq"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
@@ -210,11 +211,12 @@ def run(p, kind, wrap=None):
             if ck != "none" and not (p.get("load_in_4bit") or p.get("load_in_8bit")):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
             model.train() if kind == "training" else model.eval()
+            loss_phase = LossPhase(model)
+            inner = model
             if wrap is not None:
-                wrap(model)
+                model = wrap(model) or model
             trainable = [q for q in model.parameters() if q.requires_grad]
             opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
-            loss_phase = LossPhase(model)
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
         for step in range(M.NSTEPS):
@@ -253,7 +255,7 @@ def run(p, kind, wrap=None):
                     with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
                         with M.phase("forward"):
                             model(input_ids=input_ids, attention_mask=mask, **extra)
-    return prof, model
+    return prof, inner
 
 
 def sdpa_backends(prof):
@@ -272,9 +274,10 @@ def sdpa_backends(prof):
     return sorted(seen)
 
 
-def measure(p, kind, wrap=None):
+def measure(p, kind, wrap=None, other_threads=False):
+    """`other_threads`: a gloo process group frees some blocks on its own threads (M.analyse)."""
     prof, model = run(p, kind, wrap)
-    per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind))
+    per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind), other_threads)
     info = dict(sdpa_backends=sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
                 trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 gradient_checkpointing=bool(getattr(model, "is_gradient_checkpointing", False)),
