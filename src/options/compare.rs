@@ -47,7 +47,7 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
     let full = {
         let mut f = base.clone();
         let hf = &mut f.model.hf;
-        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules) = (None, None, None, None);
+        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules, hf.modules_to_save) = (None, None, None, None, None);
         hf.load_in_4bit = false;
         (hf.bnb_4bit_quant_type, hf.bnb_4bit_use_double_quant, hf.bnb_4bit_compute_dtype, hf.bnb_4bit_quant_storage, hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
         f

@@ -104,6 +104,9 @@ pub struct SweepArgs {
     /// LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list)
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long)]
     pub target_modules: Option<String>,
+    /// LoRA modules_to_save value(s), separated by ';' (a value is a comma list of embed_tokens and lm_head)
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::modules_to_save(), long)]
+    pub modules_to_save: Option<String>,
     /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
     #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
@@ -206,6 +209,7 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--lora-alpha", a.lora_alpha.as_ref(), ','),
         ("--lora-dropout", a.lora_dropout.as_ref(), ','),
         ("--target-modules", a.target_modules.as_ref(), ';'),
+        ("--modules-to-save", a.modules_to_save.as_ref(), ';'),
         ("--bnb-4bit-quant-type", a.bnb_4bit_quant_type.as_ref(), ','),
         ("--bnb-4bit-compute-dtype", a.bnb_4bit_compute_dtype.as_ref(), ','),
         ("--parallel", a.parallel.as_ref(), ','),

@@ -42,6 +42,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),
+            modules_to_save: p["modules_to_save"].as_str().map_or(Vec::new(), |m| m.split(',').map(str::to_string).collect()),
         });
     }
     if p["load_in_4bit"].as_bool() == Some(true) {
