@@ -177,6 +177,7 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head,norm"], &["--modules-to-save", "'norm'", "embed_tokens and lm_head"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", ","], &["--modules-to-save", "names no module"]);
     refused(&["--model", "Llama-3.2-1B", "--modules-to-save", "lm_head"], &["--lora-r"]);
+    refused(&["--model", "Llama-3.2-1B", "--optimizer", "adafactor", "--parallel", "fsdp", "--world-size", "2"], &["--optimizer", "adafactor", "--parallel fsdp"]);
     // bitsandbytes 4-bit: what PyTorch cannot run, and what is not modelled.
     refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-4bit"], &["--load-in-4bit", "hf flavour"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit"], &["--load-in-4bit", "--lora-r"]);
@@ -405,6 +406,15 @@ fn fine_tunes_compare_and_sweep() {
     let o = vramscope(&[
         "sweep", "--model", "Llama-3.1-8B", "--num-layers", "2", "--context-length", "128", "--batch-size", "1", "--lora-r", "8,32", "--target-modules", "all-linear;q_proj,v_proj",
         "--load-in-4bit", "--bnb-4bit-use-double-quant", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+    // modules_to_save and adafactor are axes too (';' between modules_to_save values).
+    let out = tmp("sweep-mts");
+    let o = vramscope(&[
+        "sweep", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--modules-to-save", "lm_head;embed_tokens,lm_head",
+        "--optimizer", "adamw_torch_fused,adafactor", "--out-dir", out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
