@@ -16,6 +16,9 @@ pub struct ParamSizes {
     /// Adafactor's fp32 second-moment elements: rows + columns per matrix (factored), the
     /// whole vector per 1-D parameter; the model's total.
     pub factored: u64,
+    /// Per parameter of [`Self::neighbours`]' order: rows + columns of a matrix, 0 for a vector
+    /// (Adafactor's row and column factors coexist with its full-size temporaries).
+    factors: Vec<u64>,
 }
 
 impl ParamSizes {
@@ -72,7 +75,16 @@ impl ParamSizes {
         }
         let layers = cfg.num_layers as u64;
         let factored = factored.saturating_add(block_factored.saturating_mul(layers));
-        ParamSizes { first: m(v, d), block, layers, tail, factored }
+        let rc = |&(r, c): &(u64, Option<u64>)| c.map_or(0, |c| r.saturating_add(c));
+        let mut factors = vec![v.saturating_add(d)];
+        for _ in 0..layers.min(2) {
+            factors.extend(dims.iter().map(rc));
+        }
+        factors.push(0);
+        if !cfg.tied_embeddings {
+            factors.push(v.saturating_add(d));
+        }
+        ParamSizes { first: m(v, d), block, layers, tail, factored, factors }
     }
 
     /// Number of parameter tensors.
@@ -98,14 +110,31 @@ impl ParamSizes {
         s.extend(&self.tail);
         s
     }
+    /// Adafactor's fp32 temporaries at their peak, in elements, a parameter at a time (see
+    /// train/optim/adafactor.rs): `grad²` and `grad² + eps` while the previous parameter's
+    /// `update` is bound, then `grad² + eps`, the row and column factors and the new `update`;
+    /// over half-precision weights the fp32 copies of the gradient and the parameter besides,
+    /// and at a parameter's start its gradient's copy while the previous parameter's copy and
+    /// update are still bound.
+    pub fn adafactor_worst(&self, half: bool) -> u64 {
+        let s = self.neighbours();
+        let copies: u64 = if half { 2 } else { 0 };
+        s.iter()
+            .zip(&self.factors)
+            .enumerate()
+            .map(|(i, (&n, &f))| {
+                let prev = if i > 0 { s[i - 1] } else { 0 };
+                let main = n.saturating_mul(2 + copies).saturating_add(prev.max(f));
+                let start = if half { n.saturating_add(prev.saturating_mul(2)) } else { 0 };
+                main.max(start)
+            })
+            .max()
+            .unwrap_or(0)
+    }
     /// max over parameters of 2 × it + the one before (the for-loop AdamW's temporaries).
     pub fn forloop_worst(&self) -> u64 {
-        self.neighbour_worst(2)
-    }
-    /// max over parameters of k × it + the one before.
-    pub fn neighbour_worst(&self, k: u64) -> u64 {
         let s = self.neighbours();
-        s.iter().enumerate().map(|(i, &x)| x.saturating_mul(k).saturating_add(if i > 0 { s[i - 1] } else { 0 })).max().unwrap_or(0)
+        s.iter().enumerate().map(|(i, &x)| x.saturating_mul(2).saturating_add(if i > 0 { s[i - 1] } else { 0 })).max().unwrap_or(0)
     }
     /// Every parameter's element count, in order (small models: tests).
     pub fn list(&self) -> Vec<u64> {
@@ -163,8 +192,12 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             // A parameter at a time, in fp32: (grad.float() and p.float() for half weights),
             // grad**2 and the sum with eps, while the previous parameter's update is still
             // bound (factored: row and column factors besides).
-            let (k, what) = if pe == 2 { (4, "grad.float(), p.float(), grad², grad² + eps") } else { (2, "grad², grad² + eps") };
-            (4 * sizes.neighbour_worst(k), format!("4 × max over parameters of ({k} × it + the one before) ({what}; the previous parameter's update)"))
+            let half = pe == 2;
+            let what = if half { "its fp32 gradient and parameter copies, " } else { "" };
+            (
+                4 * sizes.adafactor_worst(half),
+                format!("4 × max over parameters of ({what}grad², grad² + eps with the previous parameter's update, or grad² + eps with the row and column factors and the new update)"),
+            )
         }
     };
     if optim.max_grad_norm.is_some() {
