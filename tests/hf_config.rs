@@ -174,6 +174,10 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "some"], &["--lora-bias", "lora_only"]);
     refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "all", "--load-in-4bit"], &["--lora-bias", "4-bit"]);
     refused(&["--model", "2.7B", "--num-layers", "1", "--lora-r", "8"], &["--lora-r", "hf flavour"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head,norm"], &["--modules-to-save", "'norm'", "embed_tokens and lm_head"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", ","], &["--modules-to-save", "names no module"]);
+    refused(&["--model", "Llama-3.2-1B", "--modules-to-save", "lm_head"], &["--lora-r"]);
+    refused(&["--model", "Llama-3.2-1B", "--optimizer", "adafactor", "--parallel", "fsdp", "--world-size", "2"], &["--optimizer", "adafactor", "--parallel fsdp"]);
     // bitsandbytes 4-bit: what PyTorch cannot run, and what is not modelled.
     refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-4bit"], &["--load-in-4bit", "hf flavour"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit"], &["--load-in-4bit", "--lora-r"]);
@@ -308,6 +312,37 @@ fn lora_flags_train_only_the_adapters_and_count_them_as_peft_does() {
     assert_eq!(state, Some(2 * 4 * 41_943_040 + 4 * 32 * 7 * 2));
 }
 
+/// `--modules-to-save`: peft's trainable copies of the head and the embedding, counted as
+/// print_trainable_parameters() counts them (Llama-3.2-1B ties them: each copy is a parameter
+/// of its own, the shared original frozen), trained with gradients and optimizer state.
+#[test]
+fn modules_to_save_train_full_copies_and_count_them_as_peft_does() {
+    let vd: u64 = 128_256 * 2048;
+    // (modules, peft 0.21.2's line for a bf16 Llama-3.2-1B, r 8 on q_proj,v_proj)
+    for (save, line) in [
+        ("lm_head", "trainable params: 263,520,256 || all params: 1,499,334,656 || trainable%: 17.5758"),
+        ("embed_tokens,lm_head", "trainable params: 526,188,544 || all params: 1,762,002,944 || trainable%: 29.8631"),
+    ] {
+        let out = tmp(&format!("mts-{}", save.replace(',', "-")));
+        let args = [
+            "profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "16", "--context-length", "64", "--batch-size", "1", "--out-dir", out.to_str().unwrap(),
+            "--lora-r", "8", "--lora-alpha", "16", "--modules-to-save", save,
+        ];
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(line), "{text}");
+        let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let copies = save.split(',').count() as u64;
+        assert_eq!(s["parameters"]["trainable"].as_u64(), Some(851_968 + copies * vd));
+        // Fused AdamW: two moments per trainable element in its dtype (bf16 copies, fp32
+        // adapters) and a 4 B step per trainable tensor (16 layers × q, v × A, B, the copies).
+        let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
+        let state = cats.iter().find(|c| c[0] == "optimizer_state").and_then(|c| c[1].as_u64());
+        assert_eq!(state, Some(2 * 4 * 851_968 + 2 * 2 * copies * vd + 4 * (16 * 2 * 2 + copies)));
+    }
+}
+
 /// QLoRA as a recipe runs it: 4-bit nf4 weights with double quantization, bf16 compute,
 /// prepare_model_for_kbit_training (fp32 embedding, norms and head; reentrant checkpointing).
 #[test]
@@ -422,6 +457,15 @@ fn fine_tunes_compare_and_sweep() {
     let o = vramscope(&[
         "sweep", "--model", "Llama-3.1-8B", "--num-layers", "2", "--context-length", "128", "--batch-size", "1", "--lora-r", "8,32", "--target-modules", "all-linear;q_proj,v_proj",
         "--load-in-4bit", "--bnb-4bit-use-double-quant", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+    // modules_to_save and adafactor are axes too (';' between modules_to_save values).
+    let out = tmp("sweep-mts");
+    let o = vramscope(&[
+        "sweep", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--modules-to-save", "lm_head;embed_tokens,lm_head",
+        "--optimizer", "adamw_torch_fused,adafactor", "--out-dir", out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();

@@ -419,6 +419,13 @@ impl ModelConfig {
         per_layer.saturating_mul(self.num_layers as u64)
     }
 
+    /// Elements of peft's `modules_to_save` copies (V·d each: the embedding, the head; a tied
+    /// head's copy is a parameter of its own).
+    pub fn modules_to_save_count(&self) -> u64 {
+        let n = self.hf().and_then(|h| h.lora.as_ref()).map_or(0, |l| l.modules_to_save.len() as u64);
+        n.saturating_mul((self.vocab_size as u64).saturating_mul(self.d_model as u64))
+    }
+
     /// The counts users check first, as transformers and peft give them: every parameter
     /// (`num_parameters()`, a tied head once, adapters included), those that train
     /// (`print_trainable_parameters()`), the input embedding's, and the rest
@@ -426,13 +433,14 @@ impl ModelConfig {
     pub fn param_counts(&self) -> ParamCounts {
         let base = self.param_count();
         let lora = self.lora_param_count();
-        let total = base.saturating_add(lora);
+        let saved = self.modules_to_save_count();
+        let total = base.saturating_add(lora).saturating_add(saved);
         let embedding = (self.vocab_size as u64).saturating_mul(self.d_model as u64);
         // A bitsandbytes model without adapters trains nothing: its quantized weights are
         // frozen and prepare_model_for_kbit_training freezes the rest.
         let quantized = self.hf.as_ref().is_some_and(|h| h.bnb.is_some());
         let trainable = if lora > 0 {
-            lora.saturating_add(self.lora_bias_count())
+            lora.saturating_add(self.lora_bias_count()).saturating_add(saved)
         } else if quantized {
             0
         } else {

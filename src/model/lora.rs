@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 /// The projections of a decoder layer LoRA can adapt, in module order.
 pub const TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
 
+/// The modules `modules_to_save` can name here, in module order: peft wraps each in a
+/// `ModulesToSaveWrapper` (the original frozen, a trainable deep copy that runs in forward).
+pub const MODULES_TO_SAVE: [&str; 2] = ["embed_tokens", "lm_head"];
+
 /// `LoraConfig`'s fields that change memory.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoraConfig {
@@ -36,6 +40,10 @@ pub struct LoraConfig {
     /// `use_dora`: DoRA's magnitude vectors and per-forward weight norm (`crate::model::dora`).
     #[serde(default)]
     pub use_dora: bool,
+    /// `modules_to_save`: which of [`MODULES_TO_SAVE`] train fully, as a copy in the
+    /// original's dtype.
+    #[serde(default)]
+    pub modules_to_save: Vec<String>,
 }
 
 /// `LoraConfig(bias=...)`.
@@ -69,6 +77,10 @@ impl LoraConfig {
     /// Whether projection `name` is adapted.
     pub fn targets(&self, name: &str) -> bool {
         self.targets.iter().any(|t| t == name)
+    }
+    /// Whether `modules_to_save` names `module` (one of [`MODULES_TO_SAVE`]).
+    pub fn saves(&self, module: &str) -> bool {
+        self.modules_to_save.iter().any(|m| m == module)
     }
     /// Whether projection `name`'s bias trains.
     pub fn trains_bias(&self, name: &str) -> bool {

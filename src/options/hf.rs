@@ -69,6 +69,14 @@ pub struct HfFlags {
     /// dense update and the weight's row norms (a 4-bit weight is dequantized for it).
     #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
     pub use_dora: bool,
+    /// LoraConfig's modules_to_save: a comma list of embed_tokens and lm_head
+    ///
+    /// peft's ModulesToSaveWrapper: the original module kept frozen and a trainable deep copy
+    /// in its dtype (after prepare_model_for_kbit_training's fp32 cast under 4-bit), with its
+    /// gradient and optimizer state. On a model with tied embeddings the copy unties them
+    /// (peft warns): the other end keeps the frozen original.
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::modules_to_save(), long, value_name = "MODULES", requires = "lora_r")]
+    pub modules_to_save: Option<String>,
     /// hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r)
     ///
     /// Every decoder linear is stored in 4 bits by bitsandbytes (lm_head, embedding and norms
@@ -236,7 +244,7 @@ impl HfFlags {
 
     /// peft's `LoraConfig` from the flags, checked as peft checks it (and what is not modelled).
     fn lora(&self, r: usize) -> anyhow::Result<crate::model::lora::LoraConfig> {
-        use crate::model::lora::{LoraConfig, TARGETS};
+        use crate::model::lora::{LoraConfig, MODULES_TO_SAVE, TARGETS};
         if r == 0 {
             return Err(usage("--lora-r", "0: peft requires a positive rank (`r` should be a positive integer)"));
         }
@@ -283,7 +291,25 @@ impl HfFlags {
         if self.use_dora && self.load_in_8bit {
             return Err(usage("--use-dora", "DoRA over 8-bit weights (peft dequantizes the int8 weight each forward) is not modelled yet: use it on bf16 or 4-bit weights"));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias, use_dora: self.use_dora })
+        let mut modules_to_save: Vec<String> = Vec::new();
+        if let Some(list) = self.modules_to_save.as_deref() {
+            for m in list.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                // peft matches module keys by suffix: model.embed_tokens is the embedding too.
+                let m = m.strip_prefix("model.").filter(|m| *m == "embed_tokens").unwrap_or(m);
+                if !MODULES_TO_SAVE.contains(&m) {
+                    return Err(usage("--modules-to-save", format!("'{m}': only {} are modelled (the decoder's projections train through LoRA: --target-modules)", MODULES_TO_SAVE.join(" and "))));
+                }
+                if !modules_to_save.iter().any(|x| x == m) {
+                    modules_to_save.push(m.to_string());
+                }
+            }
+            if modules_to_save.is_empty() {
+                return Err(usage("--modules-to-save", "names no module"));
+            }
+            // Module order (the order peft wraps them in).
+            modules_to_save.sort_by_key(|m| MODULES_TO_SAVE.iter().position(|x| x == m));
+        }
+        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
     }
 }
 

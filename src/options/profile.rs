@@ -221,6 +221,11 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
             return Err(usage(flag, why));
         }
     }
+    if let Some(pc) = parallel.as_ref().filter(|c| optim.kind == crate::train::optim::OptimizerKind::Adafactor && !matches!(c.layout, crate::parallel::Layout::Ddp | crate::parallel::Layout::Zero1)) {
+        // Adafactor builds its state from the gradient's (global) shape with plain
+        // torch.zeros(...).to(grad): over FSDP2's or TP's DTensor gradients, not modelled.
+        return Err(usage("--optimizer", format!("adafactor under --parallel {}: transformers' Adafactor over DTensor (sharded) parameters is not modelled; use --parallel ddp or zero1, or one GPU", pc.layout.name())));
+    }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
         tp_optimizer(pc, &a.optim, &mut optim)?;

@@ -107,6 +107,9 @@ pub struct SweepArgs {
     /// Every point's LoRA is DoRA (LoraConfig's use_dora; needs --lora-r)
     #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
     pub use_dora: bool,
+    /// LoRA modules_to_save value(s), separated by ';' (a value is a comma list of embed_tokens and lm_head)
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::modules_to_save(), long)]
+    pub modules_to_save: Option<String>,
     /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
     #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
@@ -215,6 +218,7 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--lora-alpha", a.lora_alpha.as_ref(), ','),
         ("--lora-dropout", a.lora_dropout.as_ref(), ','),
         ("--target-modules", a.target_modules.as_ref(), ';'),
+        ("--modules-to-save", a.modules_to_save.as_ref(), ';'),
         ("--bnb-4bit-quant-type", a.bnb_4bit_quant_type.as_ref(), ','),
         ("--bnb-4bit-compute-dtype", a.bnb_4bit_compute_dtype.as_ref(), ','),
         ("--llm-int8-threshold", a.llm_int8_threshold.as_ref(), ','),

@@ -44,6 +44,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),
             use_dora: p["use_dora"].as_bool().unwrap_or(false),
+            modules_to_save: p["modules_to_save"].as_str().map_or(Vec::new(), |m| m.split(',').map(str::to_string).collect()),
         });
     }
     if p["load_in_4bit"].as_bool() == Some(true) {

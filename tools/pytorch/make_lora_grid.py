@@ -17,6 +17,8 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
                                                 # over bf16 and 4-bit weights
     JOBS=1 python3 make_lora_grid.py --int8     # tests/fixtures/hf_grid/int8.json: LLM.int8() (load_in_8bit),
                                                 # CUDA's MatMul8bitLt run on CPU
+    python3 make_lora_grid.py [--qlora] --only adafactor   # re-measure the points whose name contains
+                                                # it, keep the fixture's others
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
 """
 import os
@@ -68,6 +70,8 @@ def name_of(p, kind):
         tag += f" dropout={p['lora_dropout']}"
     if p.get("lora_bias", "none") != "none":
         tag += f" bias={p['lora_bias']}"
+    if p.get("modules_to_save"):
+        tag += f" save={p['modules_to_save']}"
     return base[: -len(kind) - 1] + tag + " " + kind
 
 
@@ -89,6 +93,26 @@ def grid():
         todo.append((lora(mt, t + 6, 16, "all-linear", optimizer="adamw_torch_foreach"), "training"))
         todo.append((lora(mt, t, 8, "all-linear"), "forward-loss"))
         todo.append((lora(mt, t + 2, 32, "all-linear", optimizer="adamw_bnb_8bit"), "training"))
+    # The Trainer's adafactor over fp32 adapters (factored state, no fp32 copies); with qwen2's
+    # bf16 q/k/v biases trained (bias="all"), 1-D state and fp32 copies of bf16 parameters.
+    todo.append((lora("llama", 2, 16, "all-linear", optimizer="adafactor"), "training"))
+    todo.append((lora("qwen3", 3, 8, "q_proj,v_proj", optimizer="adafactor", checkpoint="non-reentrant"), "training"))
+    todo.append((lora("mistral", 1, 32, "all-linear", optimizer="adafactor", dtype="fp32"), "training"))
+    p = lora("qwen2", 4, 16, "q_proj,v_proj", optimizer="adafactor")
+    p["lora_bias"] = "all"
+    todo.append((p, "training"))
+    # modules_to_save: peft's ModulesToSaveWrapper, a trainable copy of the embedding and/or the
+    # head in the weights' dtype (the frozen original kept); on tied models the copy unties.
+    for p, kinds in (
+        (lora("llama", 0, 16, "q_proj,v_proj", modules_to_save="lm_head"), ("training", "forward")),
+        (lora("qwen2", 1, 8, "all-linear", modules_to_save="embed_tokens"), ("training", "forward")),
+        (lora("mistral", 2, 32, "all-linear", modules_to_save="embed_tokens,lm_head", checkpoint="non-reentrant"), ("training",)),
+        (lora("qwen3", 3, 16, "q_proj,v_proj", modules_to_save="lm_head", dtype="fp32"), ("training",)),
+        (lora("llama", 4, 8, "all-linear", modules_to_save="embed_tokens,lm_head", tied=True), ("training",)),
+        (lora("qwen2", 5, 16, "q_proj,v_proj", modules_to_save="lm_head", tied=True), ("training",)),
+        (lora("qwen3", 6, 8, "all-linear", modules_to_save="lm_head", optimizer="adafactor"), ("training",)),
+    ):
+        todo += [(p, kind) for kind in kinds]
     # peft's bias option on qwen2's q/k/v biases (the other three have none by default).
     for i, (bias, targets) in enumerate((("all", "q_proj,v_proj"), ("lora_only", "q_proj,v_proj"), ("all", "all-linear"), ("lora_only", "all-linear"))):
         p = lora("qwen2", i + 1, 16, targets)
@@ -122,6 +146,16 @@ def qgrid():
         # moved to the device by the first 8-bit parameter; on CPU the host copies count too, so
         # every point has one.
         todo.append((qlora(mt, t, 32, "all-linear", "nf4", True, checkpoint="reentrant", optimizer="adamw_bnb_8bit"), "training"))
+    todo.append((qlora("llama", 0, 16, "all-linear", "nf4", True, checkpoint="reentrant", optimizer="adafactor"), "training"))
+    todo.append((qlora("qwen2", 2, 32, "q_proj,v_proj", "fp4", False, checkpoint="non-reentrant", optimizer="adafactor"), "training"))
+    # modules_to_save: the copies are of the fp32 (prepared) or load-dtype (unprepared) originals.
+    for p, kinds in (
+        (qlora("llama", 0, 16, "all-linear", "nf4", True, checkpoint="reentrant", modules_to_save="lm_head"), ("training", "forward")),
+        (qlora("qwen2", 1, 8, "q_proj,v_proj", "fp4", False, checkpoint="non-reentrant", modules_to_save="embed_tokens,lm_head"), ("training",)),
+        (qlora("mistral", 2, 32, "all-linear", "nf4", True, prepare=False, checkpoint="non-reentrant", modules_to_save="lm_head"), ("training",)),
+        (qlora("qwen3", 3, 16, "all-linear", "nf4", True, checkpoint="non-reentrant", modules_to_save="embed_tokens", tied=True), ("training",)),
+    ):
+        todo += [(p, kind) for kind in kinds]
     return todo
 
 
@@ -186,6 +220,10 @@ def main():
     todo = dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
+    path = os.path.join(OUT, "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
+    if "--only" in sys.argv:
+        doc, t0 = G.measure_only(path, todo, run_one, name_of, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
+        return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
     flag = " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
@@ -193,7 +231,7 @@ def main():
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "
                        "the parameters that require grad; dropout is CPU's kernel (an x-typed noise tensor)",
                points=results)
-    G.write_fixture(os.path.join(OUT, "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json"), doc, t0)
+    G.write_fixture(path, doc, t0)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import measure_cs336 as M
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor")
 CHECKPOINTS = ("none", "reentrant", "non-reentrant")
 
 
@@ -158,6 +158,9 @@ def make_optimizer(name, params):
                                optim_bits=32 if name.endswith("32bit") else 8, is_paged=name.startswith("paged"))
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3)
+    if name == "adafactor":  # the Trainer's: get_optimizer_cls_and_kwargs' _get_adafactor
+        from transformers.optimization import Adafactor
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, weight_decay=0.0)
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     if name == "adamw_torch_fused":
         return torch.optim.AdamW(params, fused=True, **kw)
@@ -203,9 +206,11 @@ def run(p, kind, wrap=None):
             if p.get("lora_r"):
                 import peft
                 targets = p["target_modules"]
+                save = p.get("modules_to_save")
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0), bias=p.get("lora_bias", "none"),
                                      use_dora=p.get("use_dora", False),
-                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
+                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM",
+                                     modules_to_save=save.split(",") if save else None)
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")
             if ck != "none" and not (p.get("load_in_4bit") or p.get("load_in_8bit")):

@@ -166,7 +166,39 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let (inv_freq, original) = rope_buffer;
     let mut buffers = vec![original];
     buffers.extend(dynamic_map);
+    let (mut embedding, mut lm_head) = (embedding, lm_head);
+    if let Some(lc) = &hf.lora {
+        for module in &lc.modules_to_save {
+            let (slot, after) = match module.as_str() {
+                "embed_tokens" => (&mut embedding, Some("model.embed_tokens.weight")),
+                // lm_head is the model's last module: its copy comes last.
+                _ => (&mut lm_head, None),
+            };
+            *slot = module_to_save(&mut b, slot, module, after);
+        }
+    }
     b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers })
+}
+
+/// peft's `ModulesToSaveWrapper` around `module` (after the adapters, in module order):
+/// `copy.deepcopy(original_module)`, a new tensor of the original's shape and dtype (fp32
+/// after prepare_model_for_kbit_training's cast), trainable, and the one forward runs; the
+/// original stays registered, frozen. Listed right after the parameter named `after` (None:
+/// last), as `parameters()` walks the wrapper (`original_module`, then
+/// `modules_to_save.default`). A tied head's
+/// original is the embedding: the copy unties it (peft warns), the other end keeps the
+/// frozen original.
+fn module_to_save(b: &mut Builder, original: &Tensor, module: &str, after: Option<&str>) -> Tensor {
+    let prefix = if module == "embed_tokens" { "model." } else { "" };
+    let name = format!("base_model.model.{prefix}{module}.modules_to_save.default.weight");
+    let copy = {
+        let _s = runtime::scope(name.trim_end_matches(".weight"));
+        original.detach().clone_contiguous()
+    }
+    .requires_grad_(true);
+    let at = after.and_then(|a| b.params.iter().position(|p| p.name == a)).map_or(b.params.len(), |i| i + 1);
+    b.params.insert(at, crate::model::Param { name, tensor: copy.clone() });
+    copy
 }
 
 /// `get_peft_model`: for each layer and adapted projection in module order, `lora_A` (r × in,
