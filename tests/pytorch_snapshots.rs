@@ -23,10 +23,11 @@ fn corpus_dir() -> PathBuf {
 type Pin = (&'static str, u64, u64, u64, u64, &'static [(&'static str, u64)]);
 const MIB: u64 = 1 << 20;
 const PINS: &[Pin] = &[
-    // Freed at free_completed: A (4 MiB - 100), B freed at its back-to-back pair, C (2 MiB -
-    // 512) while A's free is only requested.
-    ("multi_stream_frees", 0, 4 * MIB - 100 + 3 * MIB, 20 * MIB, 20 * MIB, &[]),
-    ("pending_frees_at_end", 0, 2 * MIB - 8, 4 * MIB, 4 * MIB, &[]),
+    // A (4 MiB - 100) is freed at its free_completed, so it is live beside C (2 MiB - 512)
+    // and D (5 MiB); freeing at free_requested would give 7 MiB - 100.
+    ("multi_stream_frees", 0, 4 * MIB - 100 + 2 * MIB - 512 + 5 * MIB, 20 * MIB, 20 * MIB, &[]),
+    // p (1 MiB - 8) is only requested free when r comes: p + q + r.
+    ("pending_frees_at_end", 0, 3 * MIB - 8, 4 * MIB, 4 * MIB, &[]),
     ("only_free_completed", 0, 3 * MIB + 700 * 1024, 4 * MIB, 4 * MIB, &[]),
     ("adjacent_pairs", 0, 3 * MIB, 4 * MIB, 4 * MIB, &[]),
     ("no_address", 0, 3452924, 4 * MIB, 4 * MIB, &[]),

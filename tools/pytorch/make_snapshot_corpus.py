@@ -8,7 +8,8 @@ small, for the test that requires `analyze`'s numbers to equal memory_viz's own
 - real ones from `torch.cuda.memory._profile_to_snapshot` on CPU (what the profiler's memory
   timeline becomes; its blocks carry no `address`, its parameters are in no trace entry).
 
-usage: /work/pyenv/bin/python tools/pytorch/make_snapshot_corpus.py [OUT_DIR]
+usage: /work/pyenv/bin/python tools/pytorch/make_snapshot_corpus.py [--hand-built-only] [OUT_DIR]
+(--hand-built-only keeps the profiled files: their addresses, hence reserved spans, differ per run)
 """
 
 import os
@@ -79,10 +80,11 @@ def cases():
     out = []
     seg = lambda blocks, **kw: segment(BASE, blocks, **kw)
 
-    # record_stream / NCCL: free_requested long before free_completed; the block stays active
-    # until free_completed (memory_viz), so the peak holds A, B and C together.
+    # record_stream / NCCL: free_requested long before free_completed; A stays active until
+    # its free_completed (memory_viz), so the peak holds A, C and D together.
     out.append(("multi_stream_frees", snapshot(
-        [seg([block(2 * MiB, "active_allocated", 2 * MiB - 512, frames("c", 5)), block(18 * MiB, "inactive")])],
+        [seg([block(2 * MiB, "active_allocated", 2 * MiB - 512, frames("c", 6)), block(10 * MiB, "inactive"),
+              block(5 * MiB, "active_allocated", 5 * MiB, frames("d", 7)), block(3 * MiB, "inactive")])],
         [[
             ev("segment_alloc", BASE, 20 * MiB, name="seg", line=1),
             ev("alloc", BASE + 4 * MiB, 4 * MiB - 100, name="a", line=2),
@@ -91,7 +93,8 @@ def cases():
             ev("free_requested", BASE + 8 * MiB, 3 * MiB, name="b_free", line=5),
             ev("free_completed", BASE + 8 * MiB, 3 * MiB, name="b_free", line=5),
             ev("alloc", BASE, 2 * MiB - 512, name="c", line=6),
-            ev("free_completed", BASE + 4 * MiB, 4 * MiB - 100, stream=1, name="a_free", line=7),
+            ev("alloc", BASE + 12 * MiB, 5 * MiB, name="d", line=7),
+            ev("free_completed", BASE + 4 * MiB, 4 * MiB - 100, stream=1, name="a_free", line=8),
         ]],
     )))
 
@@ -99,12 +102,14 @@ def cases():
     out.append(("pending_frees_at_end", snapshot(
         [seg([block(1 * MiB, "active_pending_free", MiB - 8, frames("p", 2)),
               block(1 * MiB, "active_allocated", MiB, frames("q", 3)),
-              block(2 * MiB, "inactive")])],
+              block(1 * MiB, "active_allocated", MiB, frames("r", 5)),
+              block(1 * MiB, "inactive")])],
         [[
             ev("segment_alloc", BASE, 4 * MiB, line=1),
             ev("alloc", BASE, MiB - 8, name="p", line=2),
             ev("alloc", BASE + MiB, MiB, name="q", line=3),
             ev("free_requested", BASE, MiB - 8, stream=2, name="p_free", line=4),
+            ev("alloc", BASE + 2 * MiB, MiB, name="r", line=5),
         ]],
     )))
 
@@ -265,10 +270,12 @@ def profiled():
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    dst = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "tests", "fixtures", "pytorch_snapshots")
+    args = [a for a in sys.argv[1:] if a != "--hand-built-only"]
+    dst = args[0] if args else os.path.join(here, "..", "..", "tests", "fixtures", "pytorch_snapshots")
     os.makedirs(dst, exist_ok=True)
     legacy_list = ("legacy_segment_list", [segment(BASE, [block(MiB, "active_allocated", MiB - 1), block(MiB, "inactive")])])
-    for name, snap in cases() + [legacy_list] + profiled():
+    real = [] if "--hand-built-only" in sys.argv else profiled()
+    for name, snap in cases() + [legacy_list] + real:
         with open(os.path.join(dst, name + ".pickle"), "wb") as f:
             pickle.dump(snap, f)  # as torch.cuda.memory._dump_snapshot does
         print(name, os.path.getsize(os.path.join(dst, name + ".pickle")), "bytes")
