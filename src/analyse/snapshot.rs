@@ -235,9 +235,13 @@ fn address(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<u64>, 
 const KNOWN_ACTIONS: [&str; 10] =
     ["alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "snapshot", "oom"];
 
-/// The device memory_viz shows first: among the devices with a trace or segments, the
-/// first with the longest trace; without traces, the first device with segments.
-fn default_device(traces: &[Value], segment_devices: &[i64]) -> usize {
+/// The device memory_viz shows first: among the devices of `device_traces` with a trace or
+/// segments, the first with the longest trace (none: 0, where the viewer shows nothing);
+/// without `device_traces` (`traces` None), the first device with segments.
+fn default_device(traces: Option<&[Value]>, segment_devices: &[i64]) -> usize {
+    let Some(traces) = traces else {
+        return segment_devices.iter().filter_map(|&d| usize::try_from(d).ok()).min().unwrap_or(0);
+    };
     let mut best: Option<(usize, usize)> = None;
     for (d, t) in traces.iter().enumerate() {
         let len = t.as_list().map_or(0, <[Value]>::len);
@@ -245,9 +249,7 @@ fn default_device(traces: &[Value], segment_devices: &[i64]) -> usize {
             best = Some((d, len));
         }
     }
-    best.map(|b| b.0)
-        .or_else(|| segment_devices.iter().filter_map(|&d| usize::try_from(d).ok()).min())
-        .unwrap_or(0)
+    best.map_or(0, |b| b.0)
 }
 
 fn time(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<i64>, String> {
@@ -299,10 +301,10 @@ impl Categories {
 fn parts(snap: &Value, device: Option<usize>) -> Result<(&[Value], &[Value], &[Value], usize), String> {
     // A bare list is the legacy segments-only form.
     let (segments, traces) = match snap {
-        Value::List(_) => (snap.as_list().unwrap_or(&[]), &[][..]),
+        Value::List(_) => (snap.as_list().unwrap_or(&[]), None),
         _ => (
             snap.get("segments").and_then(Value::as_list).ok_or("no 'segments' list: not a memory snapshot")?,
-            snap.get("device_traces").and_then(Value::as_list).unwrap_or(&[]),
+            snap.get("device_traces").and_then(Value::as_list),
         ),
     };
     let device = match device {
@@ -312,6 +314,7 @@ fn parts(snap: &Value, device: Option<usize>) -> Result<(&[Value], &[Value], &[V
             default_device(traces, &devs)
         }
     };
+    let traces = traces.unwrap_or(&[]);
     Ok((segments, traces, traces.get(device).and_then(Value::as_list).unwrap_or(&[]), device))
 }
 

@@ -169,8 +169,9 @@ fn segments_without_device_count_nowhere() {
     assert_eq!(analyse(&s, Some(0), 100.0, 10).unwrap().reserved_bytes_end, 0);
 }
 
-/// The default device: the first with the longest trace among those with a trace or
-/// segments; without traces, the first device with segments.
+/// The default device: the first with the longest trace among the devices of
+/// `device_traces` with a trace or segments; without `device_traces`, the first device with
+/// segments.
 #[test]
 fn default_device_is_memory_vizs() {
     let t = |n: usize| (0..n).map(|i| ev("alloc", Some(i as i64 * 8), 1)).collect::<Vec<_>>();
@@ -179,6 +180,9 @@ fn default_device_is_memory_vizs() {
     let segs = vec![seg(Some(3), Some(0), vec![blk(8, "active_allocated", Some(8), true)]), seg(Some(2), Some(64), vec![blk(8, "inactive", None, false)])];
     let no_traces = Value::dict(vec![("segments", Value::list(segs))]);
     assert_eq!(analyse(&no_traces, None, 100.0, 10).unwrap().device, 2);
+    // With traces, only their devices are listed (the viewer lists none here: 0).
+    let beyond = snap(vec![seg(Some(1), Some(0), vec![blk(8, "active_allocated", Some(8), true)])], vec![vec![]]);
+    assert_eq!(analyse(&beyond, None, 100.0, 10).unwrap().device, 0);
 }
 
 /// Actions memory_viz does not know change nothing and are counted, by name.
