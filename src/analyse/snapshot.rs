@@ -296,9 +296,16 @@ impl Categories {
     }
 }
 
-/// The snapshot's segments, the trace of `device` (None: memory_viz's default) and that
-/// device.
-fn parts(snap: &Value, device: Option<usize>) -> Result<(&[Value], &[Value], &[Value], usize), String> {
+/// The parts of a snapshot a replay reads.
+struct Parts<'a> {
+    segments: &'a [Value],
+    /// The trace of `device`.
+    trace: &'a [Value],
+    device: usize,
+}
+
+/// The snapshot's segments and the trace of `device` (None: memory_viz's default).
+fn parts(snap: &Value, device: Option<usize>) -> Result<Parts<'_>, String> {
     // A bare list is the legacy segments-only form.
     let (segments, traces) = match snap {
         Value::List(_) => (snap.as_list().unwrap_or(&[]), None),
@@ -314,15 +321,15 @@ fn parts(snap: &Value, device: Option<usize>) -> Result<(&[Value], &[Value], &[V
             default_device(traces, &devs)
         }
     };
-    let traces = traces.unwrap_or(&[]);
-    Ok((segments, traces, traces.get(device).and_then(Value::as_list).unwrap_or(&[]), device))
+    let trace = traces.and_then(|t| t.get(device)).and_then(Value::as_list).unwrap_or(&[]);
+    Ok(Parts { segments, trace, device })
 }
 
 /// The trace actions of `device` (None: memory_viz's default) that memory_viz does not
 /// know, with their counts in first-seen order: both it and the replay ignore them, and
 /// `analyze` and `view` say so.
 pub fn unknown_actions(snap: &Value, device: Option<usize>) -> Result<Vec<(String, usize)>, String> {
-    let (_, _, trace, _) = parts(snap, device)?;
+    let trace = parts(snap, device)?.trace;
     let mut out: Vec<(String, usize)> = Vec::new();
     for e in trace {
         if let Some(name) = e.get("action").and_then(Value::as_str).filter(|a| !KNOWN_ACTIONS.contains(a)) {
@@ -337,12 +344,12 @@ pub fn unknown_actions(snap: &Value, device: Option<usize>) -> Result<Vec<(Strin
 
 /// The device memory_viz shows first (0 for what is no snapshot).
 pub fn default_device_of(snap: &Value) -> usize {
-    parts(snap, None).map_or(0, |p| p.3)
+    parts(snap, None).map_or(0, |p| p.device)
 }
 
 /// Replay device `device` (None: the one memory_viz shows first) into allocations.
 pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
-    let (segments, _, trace, device) = parts(snap, device)?;
+    let Parts { segments, trace, device } = parts(snap, device)?;
     let mut seen = trace.len();
     let over = |n: usize| -> Result<(), String> {
         if n > budget.trace_entries {
