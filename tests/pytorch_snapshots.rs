@@ -128,7 +128,12 @@ fn view_opens_every_file() {
 fn viewer() -> Option<PathBuf> {
     let rel = Path::new("tools/memviz/viewer/process_alloc_data.js");
     let found = match std::env::var_os("VRAMSCOPE_SHARED") {
-        Some(d) => Some(Path::new(&d).join(rel)).filter(|p| p.exists()),
+        // Named but wrong is a mistake, not a skip (as tests/memviz.rs has it).
+        Some(d) => {
+            let p = Path::new(&d).join(rel);
+            assert!(p.exists(), "VRAMSCOPE_SHARED={} has no {}", Path::new(&d).display(), rel.display());
+            Some(p)
+        }
         None => Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().skip(1).map(|a| a.join("shared").join(rel)).find(|p| p.exists()),
     };
     let node = Command::new("node").arg("--version").output().ok().filter(|o| o.status.success());
