@@ -174,6 +174,26 @@ impl HfFlags {
 }
 
 impl HfFlags {
+    /// A 4-bit model for `generate()`: prepare_model_for_kbit_training is a training recipe's
+    /// call (fp32 casts, checkpointing), not an inference script's, so unless
+    /// --prepare-model-for-kbit-training is given the model is as from_pretrained loads it
+    /// (and checkpointing stays as --gradient-checkpointing says; it is inactive in eval mode).
+    pub fn unprepared_for_generate(&self, c: &mut ModelConfig) {
+        if self.prepare_model_for_kbit_training.is_some() {
+            return;
+        }
+        let Some(q) = c.hf.as_mut().and_then(|h| h.bnb.as_mut()).filter(|q| q.prepare) else { return };
+        q.prepare = false;
+        if self.gradient_checkpointing.is_none() {
+            c.checkpoint = Checkpoint::None;
+            if let Some(h) = c.hf.as_mut() {
+                h.reentrant = false;
+            }
+        }
+    }
+}
+
+impl HfFlags {
     /// `BitsAndBytesConfig(load_in_4bit=True, ...)` from the flags. The load dtype is set with
     /// the precision (`--dtype`), the kernel with the GPU.
     fn bnb(&self) -> anyhow::Result<crate::model::bnb::Bnb4bit> {

@@ -126,6 +126,13 @@ impl ProfileArgs {
 pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     let mut cfg = r.config;
+    if a.profile_type.contains(&ProfileType::Generate) && a.model.hf.load_in_4bit && a.model.hf.prepare_model_for_kbit_training.is_none() {
+        // generate's default is the unprepared model, the other profile types' the prepared one.
+        if a.profile_type.iter().any(|&k| k != ProfileType::Generate) {
+            return Err(usage("--prepare-model-for-kbit-training", "generate() runs the 4-bit model unprepared by default, the other profile types prepared: give true or false to profile them together"));
+        }
+        a.model.hf.unprepared_for_generate(&mut cfg);
+    }
     a.memory.apply(&mut cfg)?;
     let device = super::parse_device(&a.device)?;
     let contexts = match &a.context_length {
@@ -254,8 +261,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
 }
 
 /// `--profile-type generate` and `--max-new-tokens` go together, on an hf model run as
-/// transformers' greedy generate() is modelled: one device, no adapters or 4-bit weights, the
-/// config's cache on, no autocast, no attention_mask or logits_to_keep of the user's.
+/// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters and
+/// bitsandbytes 4-bit weights included), the config's cache on, no autocast, no
+/// attention_mask or logits_to_keep of the user's.
 fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<usize>> {
     let generate = a.profile_type.contains(&ProfileType::Generate);
     let n = match (generate, a.max_new_tokens) {
@@ -271,12 +279,6 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     let refuse = |flag: &str, why: &str| Err(usage(flag, format!("{why} with --profile-type generate (not modelled yet)")));
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
-    }
-    if hf.lora.is_some() {
-        return refuse("--lora-r", "LoRA adapters");
-    }
-    if hf.bnb.is_some() {
-        return refuse("--load-in-4bit", "4-bit weights");
     }
     if !hf.use_cache {
         return refuse("--use-cache", "use_cache false (generate() without a cache)");
