@@ -83,10 +83,12 @@ pub struct HfFlags {
     /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
     #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
     pub bnb_4bit_quant_storage: Option<String>,
-    /// peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false
+    /// peft's prepare_model_for_kbit_training on the 4-bit model: true (the default; false with
+    /// --profile-type generate) or false
     ///
     /// QLoRA recipes call it: unquantized parameters cast to fp32, gradient checkpointing with
-    /// its reentrant default.
+    /// its reentrant default. An inference script does not, so generate() runs the model as
+    /// from_pretrained loads it unless this is given.
     #[arg(help_heading = super::heading::LORA, long, value_name = "BOOL", requires = "load_in_4bit")]
     pub prepare_model_for_kbit_training: Option<String>,
 }
