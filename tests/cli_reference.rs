@@ -25,6 +25,7 @@ fn tables() -> Vec<(&'static str, Vec<String>)> {
         ("sdpa-backend", vramscope::model::hf::SdpaBackend::ALL.iter().map(|b| b.name().to_string()).collect()),
         ("data", vramscope::train::DataKind::ALL.iter().map(|d| d.name().to_string()).collect()),
         ("target-modules", vramscope::model::lora::TARGETS.iter().map(|t| t.to_string()).collect()),
+        ("modules-to-save", vramscope::model::lora::MODULES_TO_SAVE.iter().map(|t| t.to_string()).collect()),
         ("size", vramscope::session::study::SIZES.iter().map(|s| s.to_string()).collect()),
     ]
 }

@@ -56,6 +56,26 @@ fn closed_form_equals_the_simulation_where_it_is_exact() {
     }
 }
 
+/// Adafactor's state in closed form (fp32 row and column per matrix, each vector whole, a 0-d
+/// fp32 RMS per parameter; fused projections and untied heads included) equals what the
+/// simulated run's optimizer keeps, over fp32 and pure bf16 weights.
+#[test]
+fn adafactor_state_closed_form_equals_the_simulation() {
+    let configs: [&[&str]; 5] = [
+        &["--batch-size", "2", "--context-length", "64"],
+        &["--batch-size", "3", "--context-length", "48", "--model", "small", "--flavour", "cs336"],
+        &["--batch-size", "2", "--context-length", "32", "--flavour", "tinyllama", "--hidden-dim", "96", "--num-heads", "6", "--num-kv-heads", "2", "--vocab-size", "77"],
+        &["--batch-size", "2", "--context-length", "32", "--flavour", "tinyllama", "--hidden-dim", "96", "--num-heads", "6", "--num-kv-heads", "6", "--vocab-size", "77", "--precision", "pure-bf16", "--attention", "flash"],
+        &["--batch-size", "3", "--context-length", "20", "--model", "small", "--flavour", "cs336", "--precision", "pure-bf16"],
+    ];
+    for args in configs {
+        let mut a = args.to_vec();
+        a.extend(["--optimizer", "adafactor"]);
+        let v = check_exact(&a);
+        assert!(v["estimate"]["optimizer_formula"].as_str().unwrap().contains("Adafactor"), "{a:?}: {}", v["estimate"]["optimizer_formula"]);
+    }
+}
+
 #[test]
 fn mixed_precision_closed_form_equals_the_simulation() {
     // Autocast (bf16, fp16) and pure bf16, both flavours, naive and flash attention, two

@@ -34,6 +34,9 @@ fn generate_and_max_new_tokens_go_together_on_hf_models() {
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--logits-to-keep", "1"][..], "--logits-to-keep"),
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--precision", "bf16"][..], "--precision"),
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate,training", "--max-new-tokens", "4", "--lora-r", "8", "--load-in-4bit"][..], "--prepare-model-for-kbit-training"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--load-in-8bit"][..], "--load-in-8bit"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
     ] {
         let (o, out) = run("refused", extra);
         let err = String::from_utf8_lossy(&o.stderr);

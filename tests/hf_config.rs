@@ -174,13 +174,37 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "some"], &["--lora-bias", "lora_only"]);
     refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "all", "--load-in-4bit"], &["--lora-bias", "4-bit"]);
     refused(&["--model", "2.7B", "--num-layers", "1", "--lora-r", "8"], &["--lora-r", "hf flavour"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head,norm"], &["--modules-to-save", "'norm'", "embed_tokens and lm_head"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", ","], &["--modules-to-save", "names no module"]);
+    refused(&["--model", "Llama-3.2-1B", "--modules-to-save", "lm_head"], &["--lora-r"]);
+    refused(&["--model", "Llama-3.2-1B", "--optimizer", "adafactor", "--parallel", "fsdp", "--world-size", "2"], &["--optimizer", "adafactor", "--parallel fsdp"]);
     // bitsandbytes 4-bit: what PyTorch cannot run, and what is not modelled.
     refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-4bit"], &["--load-in-4bit", "hf flavour"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit"], &["--load-in-4bit", "--lora-r"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-type", "int4"], &["--bnb-4bit-quant-type"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-storage", "bfloat16"], &["--bnb-4bit-quant-storage"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "4-bit"]);
-    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "4-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--load-in-4bit", "bnb_4bit_quant_storage", "--parallel ddp"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero2", "--world-size", "2"], &["--load-in-4bit", "bnb_4bit_quant_storage"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1"]);
+    // LoRA under data parallelism: ddp, zero2 and fsdp are modelled; the rest is refused.
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1", "ddp, zero2 and fsdp"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "hsdp"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "tp", "--world-size", "2"], &["--parallel", "tensor parallelism"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "tensor parallelism"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "MixedPrecisionPolicy"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "CPUOffloadPolicy"]);
+    // bitsandbytes 8-bit (LLM.int8()): the same refusals, naming its flag.
+    refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-8bit"], &["--load-in-8bit", "hf flavour"]);
+    refused(&["--load-in-8bit"], &["--load-in-8bit", "tinyllama"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit"], &["--load-in-8bit", "--lora-r"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--load-in-4bit", "--lora-r", "8"], &["--load-in-8bit", "--load-in-4bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--llm-int8-threshold=-1"], &["--llm-int8-threshold"]);
+    refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "all", "--load-in-8bit"], &["--lora-bias", "8-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "8-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "8-bit"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--profile-type", "generate", "--max-new-tokens", "4"], &["--load-in-8bit", "generate"]);
+    refused(&["--model", "Llama-3.2-1B", "--prepare-model-for-kbit-training", "false"], &["--prepare-model-for-kbit-training", "--load-in-8bit"]);
     refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);
     refused(&["--config", folder("Qwen3-8B").to_str().unwrap(), "--flavour", "cs336"], &["--flavour", "q/k RMSNorm"]);
@@ -288,6 +312,37 @@ fn lora_flags_train_only_the_adapters_and_count_them_as_peft_does() {
     assert_eq!(state, Some(2 * 4 * 41_943_040 + 4 * 32 * 7 * 2));
 }
 
+/// `--modules-to-save`: peft's trainable copies of the head and the embedding, counted as
+/// print_trainable_parameters() counts them (Llama-3.2-1B ties them: each copy is a parameter
+/// of its own, the shared original frozen), trained with gradients and optimizer state.
+#[test]
+fn modules_to_save_train_full_copies_and_count_them_as_peft_does() {
+    let vd: u64 = 128_256 * 2048;
+    // (modules, peft 0.21.2's line for a bf16 Llama-3.2-1B, r 8 on q_proj,v_proj)
+    for (save, line) in [
+        ("lm_head", "trainable params: 263,520,256 || all params: 1,499,334,656 || trainable%: 17.5758"),
+        ("embed_tokens,lm_head", "trainable params: 526,188,544 || all params: 1,762,002,944 || trainable%: 29.8631"),
+    ] {
+        let out = tmp(&format!("mts-{}", save.replace(',', "-")));
+        let args = [
+            "profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "16", "--context-length", "64", "--batch-size", "1", "--out-dir", out.to_str().unwrap(),
+            "--lora-r", "8", "--lora-alpha", "16", "--modules-to-save", save,
+        ];
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(line), "{text}");
+        let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let copies = save.split(',').count() as u64;
+        assert_eq!(s["parameters"]["trainable"].as_u64(), Some(851_968 + copies * vd));
+        // Fused AdamW: two moments per trainable element in its dtype (bf16 copies, fp32
+        // adapters) and a 4 B step per trainable tensor (16 layers × q, v × A, B, the copies).
+        let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
+        let state = cats.iter().find(|c| c[0] == "optimizer_state").and_then(|c| c[1].as_u64());
+        assert_eq!(state, Some(2 * 4 * 851_968 + 2 * 2 * copies * vd + 4 * (16 * 2 * 2 + copies)));
+    }
+}
+
 /// QLoRA as a recipe runs it: 4-bit nf4 weights with double quantization, bf16 compute,
 /// prepare_model_for_kbit_training (fp32 embedding, norms and head; reentrant checkpointing).
 #[test]
@@ -312,6 +367,37 @@ fn qlora_loads_4bit_prepares_the_model_and_says_so() {
     let unquantized = (2 * 128_256 * d + (2 * l + 1) * d) * 4;
     let adapters = 41_943_040 * 4;
     assert_eq!(params, l * linear + unquantized + adapters, "{cats:?}");
+}
+
+/// LoRA over LLM.int8(): int8 linears with an fp32 scale per row, prepare_model_for_kbit_training
+/// (fp32 embedding, norms and head; reentrant checkpointing); 8-bit inference without adapters.
+#[test]
+fn int8_loads_8bit_prepares_the_model_and_says_so() {
+    let out = tmp("int8");
+    let mut args = vec!["profile", "--device", "meta", "--model", "Llama-3.1-8B", "--context-length", "256", "--batch-size", "1", "--out-dir", out.to_str().unwrap()];
+    args.extend(["--load-in-8bit", "--lora-r", "16", "--target-modules", "all-linear"]);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("weights 8-bit LLM.int8() (bitsandbytes 0.50.2: loaded as bfloat16, int8 with an fp32 scale per row; llm_int8_threshold 6"), "{text}");
+    assert!(text.contains("trainable params: 41,943,040 || all params: 8,072,204,288 || trainable%: 0.5196"), "{text}");
+    assert!(text.contains("gradient checkpointing reentrant"), "prepare_model_for_kbit_training's default: {text}");
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((s["parameters"]["trainable"].as_u64(), s["parameters"]["total"].as_u64()), (Some(41_943_040), Some(8_072_204_288)));
+    assert_eq!(s["model"]["hf"]["bnb"]["quant"]["int8"]["threshold"].as_f64(), Some(6.0));
+    assert!(s["runs"][0]["snapshot"].as_str().unwrap().contains("_8bit"), "{s}");
+    // The parameters at rest: a byte per weight and an fp32 scale per row of each linear, fp32
+    // embedding, head and norms, fp32 adapters.
+    let cats = s["runs"][0]["peak"]["by_category_requested"].as_array().unwrap();
+    let params = cats.iter().find(|c| c[0] == "parameter").and_then(|c| c[1].as_u64()).unwrap();
+    let (d, f, kv, l) = (4096u64, 14336u64, 1024u64, 32u64);
+    let linear: u64 = [(d, d), (kv, d), (kv, d), (d, d), (f, d), (f, d), (d, f)].iter().map(|&(n, k)| n * k + 4 * n).sum();
+    let unquantized = (2 * 128_256 * d + (2 * l + 1) * d) * 4;
+    assert_eq!(params, l * linear + unquantized + 41_943_040 * 4, "{cats:?}");
+    // Inference needs no adapters; training without them is refused (nothing to train).
+    let o = vramscope(&["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--load-in-8bit", "--profile-type", "inference", "--out-dir", tmp("int8-inf").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("trainable params: 0 ||"), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 /// bitsandbytes' optimizers: 8-bit state in the allocator's peaks, paged state in its own line
@@ -375,4 +461,78 @@ fn fine_tunes_compare_and_sweep() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
     assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+    // modules_to_save and adafactor are axes too (';' between modules_to_save values).
+    let out = tmp("sweep-mts");
+    let o = vramscope(&[
+        "sweep", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--modules-to-save", "lm_head;embed_tokens,lm_head",
+        "--optimizer", "adamw_torch_fused,adafactor", "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(s["points"].as_array().map(Vec::len), Some(4), "{s}");
+    // 8-bit: compare adds LoRA over the 8-bit model; sweep takes thresholds as an axis.
+    let out = tmp("compare-int8");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--compare", "--lora-r", "8", "--load-in-8bit", "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c: Value = serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let names: Vec<String> = c["runs"].as_array().unwrap().iter().map(|v| v["variant"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert!(names.contains(&"8-bit LoRA, reentrant checkpointing".to_string()) && names.contains(&"QLoRA, no checkpointing".to_string()), "{names:?}");
+    let out = tmp("sweep-int8");
+    let o = vramscope(&[
+        "sweep", "--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--load-in-8bit", "--llm-int8-threshold", "0,6",
+        "--out-dir", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(s["points"].as_array().map(Vec::len), Some(2), "{s}");
+}
+
+/// A cpu training step of an hf model computes transformers' loss, whose shifted labels end in
+/// ignore_index (-100) (it panicked on them), and allocates what the meta run does.
+#[test]
+fn cpu_training_of_an_hf_model_runs_and_allocates_as_meta() {
+    let dir = tmp("cpu-train");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 256, "torch_dtype": "float32"}"#).unwrap();
+    let peak = |device: &str, lora: &[&str]| {
+        let out = dir.join(format!("{device}{}", lora.len()));
+        let mut args = vec!["profile", "--config", cfg.to_str().unwrap(), "--device", device, "--profile-type", "training", "--context-length", "32", "--batch-size", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(lora);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{device} {lora:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        v["runs"][0]["peak_allocated_bytes"].as_u64().unwrap()
+    };
+    for lora in [&[][..], &["--lora-r", "8", "--lora-dropout", "0.1"]] {
+        assert_eq!(peak("cpu", lora), peak("meta", lora), "{lora:?}");
+    }
+}
+
+/// DDP's Reducer buckets only the parameters that require grad: a LoRA rank holds one device's
+/// memory plus bucket space for its fp32 adapters, not for the frozen weights.
+#[test]
+fn lora_and_qlora_run_under_ddp_with_buckets_of_the_adapters() {
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit"][..]] {
+        let base = [&["--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training"][..], extra].concat();
+        let one = profile(&tmp("lora-one"), &base);
+        let ddp = profile(&tmp("lora-ddp"), &[&base[..], &["--parallel", "ddp", "--world-size", "2"][..]].concat());
+        assert_eq!(ddp["parallel"]["layout"], "ddp");
+        let peak = |s: &Value| s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap();
+        let adapters = 4 * ddp["parameters"]["trainable"].as_u64().unwrap();
+        assert!(peak(&ddp) > peak(&one) && peak(&ddp) - peak(&one) <= adapters, "{extra:?}: ddp {} vs one device {} (adapters {adapters} B)", peak(&ddp), peak(&one));
+    }
+    let out = tmp("lora-fsdp");
+    let o = vramscope(&["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(), "--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "training", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("parallel: fsdp over 2 ranks") && text.contains("trainable parameters' gradients are reduce-scattered"), "{text}");
+    // --compare --world-size puts the layouts a LoRA model runs under side by side (not zero1).
+    let out = tmp("lora-compare");
+    let o = vramscope(&["profile", "--device", "meta", "--context-length", "128", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(), "--model", "Llama-3.2-1B", "--num-layers", "2", "--lora-r", "8", "--compare", "--world-size", "2"]);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap_or_default();
+    assert!(o.status.success() && ["| ddp ×2", "| zero2 ×2", "| fsdp ×2"].iter().all(|v| md.contains(v)) && !md.contains("zero1"), "{}\n{md}", String::from_utf8_lossy(&o.stderr));
 }

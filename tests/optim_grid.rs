@@ -201,3 +201,40 @@ fn small_device_tensors_of_fused_adamw_and_clip() {
     drop((opt, params));
     runtime::reset();
 }
+
+/// Adafactor's state as a CUDA run keeps it: fp32 whatever the parameters' dtype, factored
+/// (row and column) for ≥ 2-D parameters, whole for 1-D, plus each parameter's 0-d fp32 `RMS`
+/// (4 B requested, a 512 B block on CUDA; below the CPU fixture's filter), replaced each step.
+/// The first step's allocations for a bf16 matrix: its gradient's fp32 copy, then row and
+/// column, then the parameter's fp32 copy, the norm and the RMS.
+#[test]
+fn adafactor_state_is_fp32_factored_with_a_device_rms() {
+    runtime::reset();
+    let shapes = vec![(vec![300, 70], DType::BF16), (vec![64], DType::BF16), (vec![5, 7, 9], DType::F32)];
+    let params = params_on(&shapes, Device::Meta);
+    let mut cfg = OptimConfig::reference(vramscope::model::Flavour::Hf);
+    cfg.kind = OptimizerKind::Adafactor;
+    cfg.max_grad_norm = None;
+    let mut opt = Optimizer::new(cfg, params.len());
+    runtime::with(|rt| rt.log.start_recording());
+    opt.step(&params);
+    let events = runtime::with(|rt| rt.log.stop_recording());
+    let allocs: Vec<(&str, usize)> = events.iter().filter(|e| e.kind == EventKind::Alloc).map(|e| (e.op, e.bytes)).collect();
+    assert_eq!(
+        &allocs[..6],
+        &[("_to_copy", 300 * 70 * 4), ("zeros", 300 * 4), ("zeros", 70 * 4), ("_to_copy", 300 * 70 * 4), ("linalg_vector_norm", 4), ("div", 4)],
+        "{allocs:?}"
+    );
+    // row + column + RMS; the whole 1-D second moment + RMS; (5·7 + 5·9) + RMS.
+    let want = (300 + 70) * 4 + 4 + 64 * 4 + 4 + (35 + 45) * 4 + 4;
+    assert_eq!(opt.state_bytes(), want as u64);
+    // Later steps replace the RMS (same bytes) and keep the moments.
+    opt.step(&params);
+    assert_eq!(opt.state_bytes(), want as u64);
+    // Nothing but the state outlives a step.
+    let live: usize = runtime::with(|rt| rt.log.live_as_events()).iter().map(|e| e.bytes).sum();
+    let params_and_grads: usize = shapes.iter().map(|(s, d)| 2 * s.iter().product::<usize>() * d.size()).sum();
+    assert_eq!(live, params_and_grads + want);
+    drop((opt, params));
+    runtime::reset();
+}

@@ -152,3 +152,36 @@ fn estimate_optimizer_terms_match_meta_runs() {
         }
     }
 }
+
+/// Adafactor over pure bf16 weights: the closed form's temporaries (fp32 copies of each
+/// gradient and parameter besides the fp32 update temporaries) equal the rise of a meta
+/// optimizer step over the model's parameters with bf16 gradients, and its state (fp32
+/// whatever the weights) equals what the step keeps.
+#[test]
+fn adafactor_terms_over_bf16_weights_match_meta_steps() {
+    let plain = |c: &ModelConfig| c.hf.as_ref().is_none_or(|h| !h.qkv_bias && !h.o_bias && !h.mlp_bias && h.model_type == vramscope::model::hf::Arch::Llama);
+    for cfg in configs().into_iter().filter(plain) {
+        let mut optim = OptimConfig::reference(cfg.flavour);
+        (optim.kind, optim.max_grad_norm) = (OptimizerKind::Adafactor, None);
+        let e = estimate_with(&cfg, Precision::PureBf16, 2, 16, &optim);
+        runtime::reset();
+        let model = Model::new_in(&cfg, Device::Meta, 0, DType::BF16).unwrap();
+        for p in model.parameters() {
+            p.tensor.set_grad(Some(Tensor::zeros(p.tensor.shape(), DType::BF16, Device::Meta)));
+        }
+        let mut opt = Optimizer::new(optim.clone(), model.parameters().len());
+        opt.step(model.parameters());
+        runtime::with(|rt| rt.log.start_recording());
+        opt.step(model.parameters());
+        let events = runtime::with(|rt| rt.log.stop_recording());
+        assert_eq!(opt.state_bytes(), e.optimizer_bytes, "{:?}: state", cfg.flavour);
+        let (mut level, mut peak) = (0i64, 0i64);
+        for ev in &events {
+            level += if ev.kind == vramscope::record::EventKind::Alloc { ev.bytes as i64 } else { -(ev.bytes as i64) };
+            peak = peak.max(level);
+        }
+        assert_eq!(peak as u64, e.optimizer_temp_bytes, "{:?}: temporaries ({})", cfg.flavour, e.optimizer_temp_formula);
+        drop((opt, model));
+        runtime::reset();
+    }
+}

@@ -212,8 +212,9 @@ fn to_value(s: &Snap) -> Value {
 }
 
 /// The active-memory curve of a trace as this test understands PyTorch's viewer: an alloc
-/// adds its size, a free takes back the live alloc at its address; an alloc over a live
-/// address leaves the older one live for good. Returns the curve's highest point (0 before
+/// adds its size, a free (`free_completed` or `free`; `free_requested` frees nothing) takes
+/// back the live alloc at its address; an alloc over a live address leaves the older one
+/// live for good. Returns the curve's highest point (0 before
 /// the trace) and whether every free met an alloc.
 fn prefix_peak(trace: &[Entry]) -> (u128, bool) {
     let (mut live, mut leaked, mut cur, mut peak, mut matched) = (HashMap::new(), 0u128, 0u128, 0u128, true);
@@ -228,7 +229,7 @@ fn prefix_peak(trace: &[Entry]) -> (u128, bool) {
                 }
                 cur += size;
             }
-            "free_requested" | "free" => match live.remove(&addr) {
+            "free_completed" | "free" => match live.remove(&addr) {
                 Some(s) => cur -= s,
                 None => matched = false,
             },

@@ -13,6 +13,12 @@ pub struct ParamSizes {
     pub block: Vec<u64>,
     pub layers: u64,
     pub tail: Vec<u64>,
+    /// Adafactor's fp32 second-moment elements: rows + columns per matrix (factored), the
+    /// whole vector per 1-D parameter; the model's total.
+    pub factored: u64,
+    /// Per parameter of [`Self::neighbours`]' order: rows + columns of a matrix, 0 for a vector
+    /// (Adafactor's row and column factors coexist with its full-size temporaries).
+    factors: Vec<u64>,
 }
 
 impl ParamSizes {
@@ -21,48 +27,64 @@ impl ParamSizes {
         let hd = cfg.head_dim() as u64;
         let (q, kv) = ((cfg.num_heads as u64).saturating_mul(hd), (cfg.num_kv_heads as u64).saturating_mul(hd));
         let m = |a: u64, b: u64| a.saturating_mul(b);
-        let mut block = Vec::new();
+        // One decoder block's parameters as (rows, Some(cols)) for matrices, (n, None) for vectors.
+        let mut dims: Vec<(u64, Option<u64>)> = Vec::new();
         match (&cfg.hf, cfg.flavour) {
             (Some(h), Flavour::Hf) => {
                 // transformers' registration: q, k, v, o (each weight then bias), Qwen3's
                 // q_norm/k_norm, gate, up, down, then the two norms.
                 for (rows, cols, bias) in [(q, d, h.qkv_bias), (kv, d, h.qkv_bias), (kv, d, h.qkv_bias), (d, q, h.o_bias)] {
-                    block.push(m(rows, cols));
+                    dims.push((rows, Some(cols)));
                     if bias {
-                        block.push(rows);
+                        dims.push((rows, None));
                     }
                 }
                 if h.model_type == Arch::Qwen3 {
-                    block.extend([hd, hd]);
+                    dims.extend([(hd, None), (hd, None)]);
                 }
                 for (rows, cols) in [(f, d), (f, d), (d, f)] {
-                    block.push(m(rows, cols));
+                    dims.push((rows, Some(cols)));
                     if h.mlp_bias {
-                        block.push(rows);
+                        dims.push((rows, None));
                     }
                 }
-                block.extend([d, d]);
+                dims.extend([(d, None), (d, None)]);
             }
             _ => {
-                block.push(d);
+                dims.push((d, None));
                 if cfg.fused_qkv {
-                    block.push(m(q.saturating_add(kv.saturating_mul(2)), d));
+                    dims.push((q.saturating_add(kv.saturating_mul(2)), Some(d)));
                 } else {
-                    block.extend([m(q, d), m(kv, d), m(kv, d)]);
+                    dims.extend([(q, Some(d)), (kv, Some(d)), (kv, Some(d))]);
                 }
-                block.extend([m(d, q), d]);
+                dims.extend([(d, Some(q)), (d, None)]);
                 if cfg.fused_gate_up {
-                    block.extend([m(f.saturating_mul(2), d), m(d, f)]);
+                    dims.extend([(f.saturating_mul(2), Some(d)), (d, Some(f))]);
                 } else {
-                    block.extend([m(f, d), m(f, d), m(d, f)]);
+                    dims.extend([(f, Some(d)), (f, Some(d)), (d, Some(f))]);
                 }
             }
         }
+        let block: Vec<u64> = dims.iter().map(|&(r, c)| c.map_or(r, |c| m(r, c))).collect();
+        let block_factored = dims.iter().fold(0u64, |a, &(r, c)| a.saturating_add(r.saturating_add(c.unwrap_or(0))));
         let mut tail = vec![d];
+        let mut factored = v.saturating_add(d).saturating_add(d);
         if !cfg.tied_embeddings {
             tail.push(m(v, d));
+            factored = factored.saturating_add(v.saturating_add(d));
         }
-        ParamSizes { first: m(v, d), block, layers: cfg.num_layers as u64, tail }
+        let layers = cfg.num_layers as u64;
+        let factored = factored.saturating_add(block_factored.saturating_mul(layers));
+        let rc = |&(r, c): &(u64, Option<u64>)| c.map_or(0, |c| r.saturating_add(c));
+        let mut factors = vec![v.saturating_add(d)];
+        for _ in 0..layers.min(2) {
+            factors.extend(dims.iter().map(rc));
+        }
+        factors.push(0);
+        if !cfg.tied_embeddings {
+            factors.push(v.saturating_add(d));
+        }
+        ParamSizes { first: m(v, d), block, layers, tail, factored, factors }
     }
 
     /// Number of parameter tensors.
@@ -87,6 +109,27 @@ impl ParamSizes {
         }
         s.extend(&self.tail);
         s
+    }
+    /// Adafactor's fp32 temporaries at their peak, in elements, a parameter at a time (see
+    /// train/optim/adafactor.rs): `grad²` and `grad² + eps` while the previous parameter's
+    /// `update` is bound, then `grad² + eps`, the row and column factors and the new `update`;
+    /// over half-precision weights the fp32 copies of the gradient and the parameter besides,
+    /// and at a parameter's start its gradient's copy while the previous parameter's copy and
+    /// update are still bound.
+    pub fn adafactor_worst(&self, half: bool) -> u64 {
+        let s = self.neighbours();
+        let copies: u64 = if half { 2 } else { 0 };
+        s.iter()
+            .zip(&self.factors)
+            .enumerate()
+            .map(|(i, (&n, &f))| {
+                let prev = if i > 0 { s[i - 1] } else { 0 };
+                let main = n.saturating_mul(2 + copies).saturating_add(prev.max(f));
+                let start = if half { n.saturating_add(prev.saturating_mul(2)) } else { 0 };
+                main.max(start)
+            })
+            .max()
+            .unwrap_or(0)
     }
     /// max over parameters of 2 × it + the one before (the for-loop AdamW's temporaries).
     pub fn forloop_worst(&self) -> u64 {
@@ -124,6 +167,10 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
         OptimizerKind::Sgd => (0, "0 B (SGD without momentum keeps no state)".to_string()),
         // Refused by options/estimate.rs: the closed form derives torch's optimizers only.
         OptimizerKind::AdamwBnb8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw32bit => (0, "not derived in closed form".to_string()),
+        OptimizerKind::Adafactor => (
+            4 * sizes.factored + 4 * n,
+            format!("4 × {} + {n} × 4 (Adafactor's fp32 exp_avg_sq_row + exp_avg_sq_col per matrix, exp_avg_sq per vector; a 0-d fp32 RMS per parameter, a 512 B block each)", sizes.factored),
+        ),
     };
     let (mut temp, mut temp_f) = match optim.kind {
         OptimizerKind::AdamwCs336 => {
@@ -141,6 +188,17 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
         OptimizerKind::Sgd if optim.weight_decay != 0.0 => (p * pe, format!("P × {pe} (_foreach_add(grads, params, alpha=weight_decay))")),
         OptimizerKind::Sgd => (0, "0 B (SGD updates in place)".to_string()),
         OptimizerKind::AdamwBnb8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw32bit => (0, "0 B (bitsandbytes updates in place)".to_string()),
+        OptimizerKind::Adafactor => {
+            // A parameter at a time, in fp32: (grad.float() and p.float() for half weights),
+            // grad**2 and the sum with eps, while the previous parameter's update is still
+            // bound (factored: row and column factors besides).
+            let half = pe == 2;
+            let what = if half { "its fp32 gradient and parameter copies, " } else { "" };
+            (
+                4 * sizes.adafactor_worst(half),
+                format!("4 × max over parameters of ({what}grad², grad² + eps with the previous parameter's update, or grad² + eps with the row and column factors and the new update)"),
+            )
+        }
     };
     if optim.max_grad_norm.is_some() {
         // clip_grad_norm_: per gradient a 0-d norm, _foreach_norm's fp32 scratch, the stacked

@@ -3,6 +3,28 @@
 //! fragmentation and out-of-memory events. Sizes follow memory_viz's Active Memory
 //! Timeline: the requested bytes of each allocation.
 //!
+//! The replay is memory_viz's (`annotate_snapshot` in MemoryViz.js, then
+//! `process_alloc_data` in process_alloc_data.js), rule for rule:
+//! - a block is freed by `free_completed` (or the legacy `free`), never by `free_requested`:
+//!   a `free_requested` directly followed by the `free_completed` of the same address is one
+//!   free at the request, any other `free_requested` changes nothing (the block stays active
+//!   until its `free_completed`, or to the end when none comes);
+//! - a free whose address has no live alloc in the trace is a block live from the start;
+//! - allocs and frees are matched by address, an absent (or None) address being one shared
+//!   key, as JavaScript's `undefined`; an alloc at an address still live replaces it (the
+//!   earlier one is never freed);
+//! - `active_allocated` blocks of the final segments that no live alloc covers are live from
+//!   the start; a block's address is its segment's `address` plus the sizes of the blocks
+//!   before it (its own `address` field is not read), its size `requested_size`, or, when
+//!   the block has no `frames` and `requested_size` is absent or 0, `history[0].real_size`
+//!   or `size` (the legacy format);
+//! - segments count for the device their `device` names (none: no device);
+//! - `segment_*`, `oom` and `snapshot` entries, and actions memory_viz does not know
+//!   (`free_deferred`, `realloc`, …), leave active memory alone; the unknown ones are
+//!   counted and reported ([`Replay::unknown_actions`]);
+//! - the device shown by default is the first with the longest trace among those with a
+//!   trace or segments (a snapshot without `device_traces`: the first device with segments).
+//!
 //! A snapshot is untrusted input: every entry is read once into a compact [`Entry`]
 //! (fields of a dict shared by many entries are looked up once), frames are interned by
 //! address ([`FrameTable`]), each stage is linear or n log n in the entries, and numbers
@@ -67,14 +89,22 @@ pub struct SnapshotReport {
     pub allocated_bytes_end: u64,
     pub peak_reserved_bytes: u64,
     pub ooms: Vec<OomInfo>,
+    /// Trace actions memory_viz does not know, with their counts (both ignore them).
+    pub unknown_actions: Vec<(String, usize)>,
 }
 
 /// What a trace entry does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Alloc,
-    /// `free_requested` or `free`.
+    /// `free_completed`, `free`, or a `free_requested` directly followed by the
+    /// `free_completed` of its address.
     Free,
+    /// A `free_requested` whose `free_completed` comes later (or never): the block stays
+    /// active.
+    FreeRequested,
+    /// A `free_completed` merged into the `free_requested` before it.
+    FreeMerged,
     Oom,
     /// `segment_alloc` or `segment_map`: reserved memory grows by the size.
     SegmentGrow,
@@ -87,7 +117,9 @@ pub enum Action {
 #[derive(Clone, Copy, Debug)]
 pub struct Entry {
     pub action: Action,
-    pub addr: u64,
+    /// The address (None: absent or not an int, one key for all such entries as in
+    /// memory_viz).
+    pub addr: Option<u64>,
     pub size: u64,
     pub time_us: Option<i64>,
     pub device_free: u64,
@@ -141,6 +173,8 @@ pub struct Replay {
     pub categories: Vec<Rc<str>>,
     /// The allocator's rounding divisions from `allocator_settings` (none: all 0).
     pub divisions: [usize; 16],
+    /// Actions memory_viz does not know and ignores, with their counts, in first-seen order.
+    pub unknown_actions: Vec<(String, usize)>,
 }
 
 /// Reads fields of dicts in one pass; a dict that several places share is read once.
@@ -187,12 +221,35 @@ fn bytes(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<u64, String> {
     }
 }
 
-fn address(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<u64, String> {
+/// An address; absent or not an int is None (memory_viz's `undefined`).
+fn address(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<u64>, String> {
     match v {
         Some(Value::Int(i)) if *i < 0 => Err(format!("{}: {i} is negative", path())),
-        Some(Value::Int(i)) => Ok(*i as u64),
-        _ => Ok(0),
+        Some(Value::Int(i)) => Ok(Some(*i as u64)),
+        _ => Ok(None),
     }
+}
+
+/// The actions memory_viz knows (`annotate_snapshot`, `process_alloc_data`, the segment
+/// view's replay).
+const KNOWN_ACTIONS: [&str; 10] =
+    ["alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "snapshot", "oom"];
+
+/// The device memory_viz shows first: among the devices of `device_traces` with a trace or
+/// segments, the first with the longest trace (none: 0, where the viewer shows nothing);
+/// without `device_traces` (`traces` None), the first device with segments.
+fn default_device(traces: Option<&[Value]>, segment_devices: &[i64]) -> usize {
+    let Some(traces) = traces else {
+        return segment_devices.iter().filter_map(|&d| usize::try_from(d).ok()).min().unwrap_or(0);
+    };
+    let mut best: Option<(usize, usize)> = None;
+    for (d, t) in traces.iter().enumerate() {
+        let len = t.as_list().map_or(0, <[Value]>::len);
+        if (len > 0 || segment_devices.contains(&(d as i64))) && best.is_none_or(|(_, l)| len > l) {
+            best = Some((d, len));
+        }
+    }
+    best.map_or(0, |b| b.0)
 }
 
 fn time(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<i64>, String> {
@@ -239,21 +296,60 @@ impl Categories {
     }
 }
 
-/// Replay device `device` (None: the one with the longest trace) into allocations.
-pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
+/// The parts of a snapshot a replay reads.
+struct Parts<'a> {
+    segments: &'a [Value],
+    /// The trace of `device`.
+    trace: &'a [Value],
+    device: usize,
+}
+
+/// The snapshot's segments and the trace of `device` (None: memory_viz's default).
+fn parts(snap: &Value, device: Option<usize>) -> Result<Parts<'_>, String> {
     // A bare list is the legacy segments-only form.
     let (segments, traces) = match snap {
-        Value::List(_) => (snap.as_list().unwrap_or(&[]), &[][..]),
+        Value::List(_) => (snap.as_list().unwrap_or(&[]), None),
         _ => (
             snap.get("segments").and_then(Value::as_list).ok_or("no 'segments' list: not a memory snapshot")?,
-            snap.get("device_traces").and_then(Value::as_list).unwrap_or(&[]),
+            snap.get("device_traces").and_then(Value::as_list),
         ),
     };
     let device = match device {
         Some(d) => d,
-        None => (0..traces.len()).max_by_key(|&d| traces[d].as_list().map_or(0, <[Value]>::len)).unwrap_or(0),
+        None => {
+            let devs: Vec<i64> = segments.iter().filter_map(|s| s.get("device").and_then(Value::as_int)).collect();
+            default_device(traces, &devs)
+        }
     };
-    let trace: &[Value] = traces.get(device).and_then(Value::as_list).unwrap_or(&[]);
+    let trace = traces.and_then(|t| t.get(device)).and_then(Value::as_list).unwrap_or(&[]);
+    Ok(Parts { segments, trace, device })
+}
+
+/// The trace actions of `device` (None: memory_viz's default) that memory_viz does not
+/// know, with their counts in first-seen order: both it and the replay ignore them, and
+/// `analyze` and `view` say so.
+pub fn unknown_actions(snap: &Value, device: Option<usize>) -> Result<Vec<(String, usize)>, String> {
+    let trace = parts(snap, device)?.trace;
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for e in trace {
+        if let Some(name) = e.get("action").and_then(Value::as_str).filter(|a| !KNOWN_ACTIONS.contains(a)) {
+            match out.iter_mut().find(|(n, _)| n == name) {
+                Some((_, c)) => *c += 1,
+                None => out.push((name.to_string(), 1)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The device memory_viz shows first (0 for what is no snapshot).
+pub fn default_device_of(snap: &Value) -> usize {
+    parts(snap, None).map_or(0, |p| p.device)
+}
+
+/// Replay device `device` (None: the one memory_viz shows first) into allocations.
+pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
+    let Parts { segments, trace, device } = parts(snap, device)?;
     let mut seen = trace.len();
     let over = |n: usize| -> Result<(), String> {
         if n > budget.trace_entries {
@@ -281,13 +377,24 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
     let mut frames = FrameTable::new(budget.frames);
 
     let mut pick = Picker::new(["action", "addr", "size", "time_us", "device_free", "frames", "category"]);
-    let mut entries = Vec::with_capacity(trace.len());
+    let mut entries: Vec<Entry> = Vec::with_capacity(trace.len());
     for (i, e) in trace.iter().enumerate() {
         let [action, addr, size, time_us, device_free, fr, cat] = pick.pick(e);
         let at = |f: &'static str| move || format!("device_traces[{device}][{i}].{f}");
-        let action = match action.and_then(Value::as_str).ok_or_else(|| format!("trace entry {i} has no action"))? {
+        let addr = address(addr, &at("addr"))?;
+        let name = action.and_then(Value::as_str).ok_or_else(|| format!("trace entry {i} has no action"))?;
+        let action = match name {
             "alloc" => Action::Alloc,
-            "free_requested" | "free" => Action::Free,
+            "free" => Action::Free,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => match entries.last_mut() {
+                // memory_viz elides the pair into one free at the request.
+                Some(prev) if prev.action == Action::FreeRequested && prev.addr == addr => {
+                    prev.action = Action::Free;
+                    Action::FreeMerged
+                }
+                _ => Action::Free,
+            },
             "oom" => Action::Oom,
             "segment_alloc" | "segment_map" => Action::SegmentGrow,
             "segment_free" | "segment_unmap" => Action::SegmentShrink,
@@ -295,7 +402,7 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
         };
         entries.push(Entry {
             action,
-            addr: address(addr, &at("addr"))?,
+            addr,
             size: bytes(size, &at("size"))?,
             time_us: time(time_us, &at("time_us"))?,
             device_free: bytes(device_free, &at("device_free"))?,
@@ -306,10 +413,10 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
 
     // Allocations, including those made before the trace began.
     let mut allocs: Vec<Allocation> = Vec::new();
-    let mut live: HashMap<u64, usize> = HashMap::new();
+    let mut live: HashMap<Option<u64>, usize> = HashMap::new();
     let mut ooms_at = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        let a = Allocation { addr: e.addr, size: e.size, alloc_at: None, free_at: None, category: e.category, frames: e.frames, time_us: None };
+        let a = Allocation { addr: e.addr.unwrap_or(0), size: e.size, alloc_at: None, free_at: None, category: e.category, frames: e.frames, time_us: None };
         match e.action {
             Action::Alloc => {
                 live.insert(e.addr, allocs.len());
@@ -323,12 +430,12 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
             _ => {}
         }
     }
-    let mut seg = Picker::new(["device", "total_size", "blocks"]);
-    let mut blk = Picker::new(["state", "address", "size", "requested_size", "frames", "category"]);
+    let mut seg = Picker::new(["device", "total_size", "blocks", "address"]);
+    let mut blk = Picker::new(["state", "size", "requested_size", "frames", "category", "history"]);
     let (mut reserved_end, mut allocated_end, mut my_segments) = (0i128, 0i128, 0);
     for (si, s) in segments.iter().enumerate() {
-        let [dev, total, blocks] = seg.pick(s);
-        if dev.and_then(Value::as_int).unwrap_or(0) as usize != device {
+        let [dev, total, blocks, seg_addr] = seg.pick(s);
+        if dev.and_then(Value::as_int).and_then(|d| usize::try_from(d).ok()) != Some(device) {
             continue;
         }
         my_segments += 1;
@@ -337,17 +444,36 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
         let blocks = blocks.and_then(Value::as_list).unwrap_or(&[]);
         seen = seen.saturating_add(blocks.len());
         over(seen)?;
+        // memory_viz's block address: the segment's, plus the sizes of the blocks before
+        // (None inside: absent, shared with address-less allocs; None outside: NaN, no key).
+        let mut run: Option<Option<u64>> = Some(address(seg_addr, &|| format!("segments[{si}].address"))?);
         for (bi, b) in blocks.iter().enumerate() {
-            let [state, addr, size, requested, fr, cat] = blk.pick(b);
+            let [state, size, requested, fr, cat, history] = blk.pick(b);
             let state = state.and_then(Value::as_str).unwrap_or("");
+            let at = |f: &'static str| move || format!("segments[{si}].blocks[{bi}].{f}");
+            let key = run;
+            run = match (run, size) {
+                (Some(Some(a)), Some(Value::Int(n))) if *n >= 0 => (*n as u64).checked_add(a).map(Some),
+                _ => None,
+            };
             if state == "active_allocated" || state == "active_pending_free" {
-                let at = |f: &'static str| move || format!("segments[{si}].blocks[{bi}].{f}");
                 allocated_end += bytes(size, &at("size"))? as i128;
-                let addr = address(addr, &at("address"))?;
-                if state == "active_allocated" && !live.contains_key(&addr) && addr != 0 {
+                if state == "active_allocated" && !key.is_some_and(|k| live.contains_key(&k)) {
+                    let first = history.and_then(Value::as_list).and_then(<[Value]>::first);
+                    let (size, fr) = match (fr, requested) {
+                        // The legacy format's fallbacks, when the block has no frames.
+                        (None, Some(Value::Int(0)) | None) => match first {
+                            Some(h) => (h.get("real_size").or(size), h.get("frames")),
+                            None => (size, None),
+                        },
+                        (None, r) => (r, first.and_then(|h| h.get("frames"))),
+                        // memory_viz would add `undefined` (NaN) for an absent
+                        // requested_size; the block's size is the nearest meaning.
+                        (Some(f), r) => (r.or(size), Some(f)),
+                    };
                     allocs.push(Allocation {
-                        addr,
-                        size: bytes(requested, &at("requested_size"))?,
+                        addr: key.flatten().unwrap_or(0),
+                        size: bytes(size, &at("requested_size"))?,
                         alloc_at: None,
                         free_at: None,
                         category: category(cat.map(Some), block_cats, bi),
@@ -372,6 +498,7 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
             Value::Dict(_) => divisions(snap.get("allocator_settings"))?,
             _ => [0; 16],
         },
+        unknown_actions: unknown_actions(snap, Some(device))?,
     })
 }
 
@@ -556,6 +683,7 @@ pub fn analyse_replay(r: &Replay, detail: f64, top: usize) -> Result<SnapshotRep
         allocated_bytes_end: *allocated_end,
         peak_reserved_bytes: peak_reserved,
         ooms,
+        unknown_actions: r.unknown_actions.clone(),
     })
 }
 
@@ -615,3 +743,7 @@ mod tests {
         assert_eq!(analyse(&plain, None, 100.0, 10).unwrap().live_at_peak_by_category, vec![("<uncategorised>".to_string(), 1000)]);
     }
 }
+
+#[cfg(test)]
+#[path = "snapshot_memviz_tests.rs"]
+mod memviz_tests;

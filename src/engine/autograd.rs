@@ -127,14 +127,17 @@ fn edge_task(e: &Edge) -> Task {
     }
 }
 
-/// InputBuffer::accumulate: in place into the gradient that arrived first when we hold
-/// the only reference to it and its storage (a view's base is another holder) and it is
-/// dense; otherwise out of place.
+/// `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp): with grad mode off (the
+/// engine runs without create_graph), `old.add_(g)` when `can_accumulate_inplace(old)`: a
+/// plain tensor, non-overlapping and dense (any dim order or offset), and the last reference
+/// to both it and its storage (another holder, a view's base, or the caller of
+/// `torch.autograd.backward` holding a root gradient, forces the copy); otherwise `old + g`.
+/// The engine has already cast and shaped `g` to the input's metadata.
 fn accumulate_into(slot: &mut Option<Tensor>, g: Tensor) {
     match slot.take() {
         None => *slot = Some(g),
         Some(old) => {
-            if old.is_unique() && old.is_dense() && old.dtype() == g.dtype() && old.shape() == g.shape() {
+            if old.is_unique() && old.is_non_overlapping_and_dense() && old.dtype() == g.dtype() && old.shape() == g.shape() {
                 old.add_(&g);
                 drop(g);
                 *slot = Some(old);

@@ -223,7 +223,8 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
 /// detached into a leaf that requires grad, `f` runs again with grad enabled, and
 /// `torch.autograd.backward(outputs, grads)` runs on that graph alone: the parameters'
 /// gradients accumulate there, the recomputed activations die as it proceeds, and the
-/// leaf's `.grad` is the node's input gradient. The function (with what it captured) stays
+/// leaf's `.grad` is the node's input gradient. The incoming gradient stays held (by
+/// `args`) throughout, so nothing accumulates into it in place. The function (with what it captured) stays
 /// on the node until the graph is freed.
 pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
     if !runtime::is_grad_enabled() {
@@ -250,8 +251,13 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
             let _ac = autocast.map(crate::engine::autocast::enable);
             f(leaf.clone())
         };
-        y.backward_with(g);
+        // `torch.autograd.backward(outputs, args)`: the incoming gradient stays referenced by
+        // `args` until CheckpointFunction.backward returns, so the inner InputBuffer never
+        // accumulates into it in place (it is not the last reference: an out-of-place add).
+        y.backward_with(g.clone());
         drop(y);
-        vec![leaf.grad()]
+        let grad = leaf.grad();
+        drop(g);
+        vec![grad]
     }), Some(ctx))
 }

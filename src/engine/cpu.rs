@@ -186,6 +186,8 @@ pub fn read<R: CReal>(t: &Tensor) -> Vec<R> {
         Buffer::I64(v) => gather(v, l),
         Buffer::Bool(v) => gather(v, l),
         Buffer::U8(v) => gather(v, l),
+        Buffer::I8(v) => gather(v, l),
+        Buffer::I32(v) => gather(v, l),
     }
 }
 
@@ -266,6 +268,8 @@ pub fn slice_to_buffer<R: CReal>(v: &[R], dtype: DType) -> Buffer {
         DType::I64 => Buffer::I64(v.iter().map(|x| Elem::to_f64(*x) as i64).collect()),
         DType::Bool => Buffer::Bool(v.iter().map(|x| !x.is_zero()).collect()),
         DType::U8 => Buffer::U8(v.iter().map(|x| Elem::to_f64(*x) as u8).collect()),
+        DType::I8 => Buffer::I8(v.iter().map(|x| Elem::to_f64(*x) as i8).collect()),
+        DType::I32 => Buffer::I32(v.iter().map(|x| Elem::to_f64(*x) as i32).collect()),
     }
 }
 

@@ -17,6 +17,10 @@ pub enum DType {
     Bool,
     /// Bytes: bitsandbytes' packed 4-bit weights and 8-bit block scales.
     U8,
+    /// bitsandbytes' LLM.int8() weights and quantized activations.
+    I8,
+    /// The int8 matmul's product (cuBLASLt's int32 accumulator).
+    I32,
 }
 
 impl DType {
@@ -25,7 +29,8 @@ impl DType {
             DType::F32 => 4,
             DType::F64 | DType::I64 => 8,
             DType::BF16 | DType::F16 => 2,
-            DType::Bool | DType::U8 => 1,
+            DType::Bool | DType::U8 | DType::I8 => 1,
+            DType::I32 => 4,
         }
     }
     /// `torch.finfo(dtype).min` (the additive mask's "-inf"); integer types have none.
@@ -35,7 +40,7 @@ impl DType {
             DType::F64 => f64::MIN,
             DType::BF16 => half::bf16::MIN.to_f64(),
             DType::F16 => half::f16::MIN.to_f64(),
-            DType::I64 | DType::Bool | DType::U8 => panic!("finfo of a non-float type"),
+            DType::I64 | DType::I32 | DType::Bool | DType::U8 | DType::I8 => panic!("finfo of a non-float type"),
         }
     }
     pub fn is_float(self) -> bool {
@@ -50,6 +55,8 @@ impl DType {
             DType::I64 => "int64",
             DType::Bool => "bool",
             DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::I32 => "int32",
         }
     }
     /// PyTorch's type promotion for two float operands (int/bool promote to the float).
@@ -77,6 +84,8 @@ impl DType {
             "i64" | "int64" => DType::I64,
             "bool" => DType::Bool,
             "u8" | "uint8" => DType::U8,
+            "i8" | "int8" => DType::I8,
+            "i32" | "int32" => DType::I32,
             _ => return None,
         })
     }
@@ -122,6 +131,8 @@ elem_prim!(f32);
 elem_prim!(f64);
 elem_prim!(i64);
 elem_prim!(u8);
+elem_prim!(i8);
+elem_prim!(i32);
 
 impl Elem for bool {
     fn to_f32(self) -> f32 {

@@ -72,6 +72,21 @@ impl Layout {
         }
         true
     }
+    /// c10's `is_non_overlapping_and_dense`: the elements fill a block of the storage with
+    /// no gaps or overlaps in some dim order (a permuted contiguous tensor, at any offset).
+    pub fn is_non_overlapping_and_dense(&self) -> bool {
+        // Dims of size < 2 are ignored (sorted last); the rest, by stride, must step densely.
+        let mut dims: Vec<usize> = (0..self.shape.len()).filter(|&i| self.shape[i] >= 2).collect();
+        dims.sort_by_key(|&i| self.strides[i]);
+        let mut want = 1;
+        for i in dims {
+            if self.strides[i] != want {
+                return false;
+            }
+            want *= self.shape[i];
+        }
+        true
+    }
     pub fn transpose(&self, a: usize, b: usize) -> Layout {
         let mut l = self.clone();
         l.shape.swap(a, b);
@@ -225,6 +240,18 @@ impl Iterator for OffsetIter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// InputBuffer's in-place test: permuted and offset blocks count, gaps, overlaps and
+    /// broadcasts do not.
+    #[test]
+    fn non_overlapping_and_dense_as_c10_defines_it() {
+        let l = Layout::contiguous(&[2, 3, 4]);
+        assert!(l.is_non_overlapping_and_dense());
+        assert!(l.transpose(0, 2).is_non_overlapping_and_dense());
+        assert!(Layout { offset: 24, ..l.clone() }.is_non_overlapping_and_dense());
+        assert!(!Layout { shape: vec![2, 3, 2], ..l.clone() }.is_non_overlapping_and_dense());
+        assert!(!Layout { shape: vec![2, 3], strides: vec![0, 1], offset: 0 }.is_non_overlapping_and_dense());
+        assert!(Layout { shape: vec![1, 3], strides: vec![7, 1], offset: 0 }.is_non_overlapping_and_dense());
+    }
     #[test]
     fn view_of_transposed_needs_copy_but_split_does_not() {
         let l = Layout::contiguous(&[2, 3, 4]);

@@ -49,6 +49,8 @@ pub enum Buffer {
     I64(Vec<i64>),
     Bool(Vec<bool>),
     U8(Vec<u8>),
+    I8(Vec<i8>),
+    I32(Vec<i32>),
 }
 
 impl Buffer {
@@ -61,6 +63,8 @@ impl Buffer {
             Buffer::I64(_) => DType::I64,
             Buffer::Bool(_) => DType::Bool,
             Buffer::U8(_) => DType::U8,
+            Buffer::I8(_) => DType::I8,
+            Buffer::I32(_) => DType::I32,
         }
     }
     pub fn len(&self) -> usize {
@@ -72,6 +76,8 @@ impl Buffer {
             Buffer::I64(v) => v.len(),
             Buffer::Bool(v) => v.len(),
             Buffer::U8(v) => v.len(),
+            Buffer::I8(v) => v.len(),
+            Buffer::I32(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -86,6 +92,8 @@ impl Buffer {
             DType::I64 => Buffer::I64(vec![0; n]),
             DType::Bool => Buffer::Bool(vec![false; n]),
             DType::U8 => Buffer::U8(vec![0; n]),
+            DType::I8 => Buffer::I8(vec![0; n]),
+            DType::I32 => Buffer::I32(vec![0; n]),
         }
     }
 }

@@ -164,6 +164,18 @@ impl Tensor {
         assert_eq!(values.len(), numel(shape));
         Tensor::build(device, DType::I64, shape, "tensor", &[], || Buffer::I64(values.to_vec()))
     }
+    /// `torch.eye(n, dtype=dtype)`.
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType, device: Device) -> Tensor {
+        let len = n.checked_mul(n).expect("eye: n * n overflows");
+        with_real!(dtype, R, {
+            Tensor::compute::<R>(device, dtype, &[n, n], "eye", &[], || {
+                let mut v = vec![R::lit(0.0); len];
+                (0..n).for_each(|i| v[i * n + i] = R::lit(1.0));
+                v
+            })
+        })
+    }
     #[track_caller]
     pub fn arange(n: usize, device: Device) -> Tensor {
         Tensor::build(device, DType::I64, &[n], "arange", &[], || Buffer::I64((0..n as i64).collect()))
@@ -214,6 +226,12 @@ impl Tensor {
     #[track_caller]
     pub fn is_dense(&self) -> bool {
         self.is_contiguous() && self.0.layout.offset == 0 && self.numel() == self.0.storage.numel
+    }
+    /// Its elements fill a gap-free block of its storage in some dim order (c10's
+    /// `is_non_overlapping_and_dense`).
+    #[track_caller]
+    pub fn is_non_overlapping_and_dense(&self) -> bool {
+        self.0.layout.is_non_overlapping_and_dense()
     }
     /// Nobody else holds this handle or its storage (a view's base counts as a holder).
     #[track_caller]
@@ -584,6 +602,8 @@ pub(crate) fn write_strided<R: CReal>(buf: &mut Buffer, l: &Layout, vals: &[R]) 
         Buffer::I64(d) => put(d, l, vals),
         Buffer::Bool(d) => put(d, l, vals),
         Buffer::U8(d) => put(d, l, vals),
+        Buffer::I8(d) => put(d, l, vals),
+        Buffer::I32(d) => put(d, l, vals),
     }
 }
 
@@ -630,5 +650,7 @@ fn scatter_row_major(vals: Buffer, l: &Layout) -> Buffer {
         Buffer::I64(v) => Buffer::I64(put(v, l)),
         Buffer::Bool(v) => Buffer::Bool(put(v, l)),
         Buffer::U8(v) => Buffer::U8(put(v, l)),
+        Buffer::I8(v) => Buffer::I8(put(v, l)),
+        Buffer::I32(v) => Buffer::I32(put(v, l)),
     }
 }

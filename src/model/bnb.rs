@@ -1,8 +1,11 @@
-//! Models loaded in 4 bits by bitsandbytes, as transformers 5.23 loads them with
-//! `BitsAndBytesConfig(load_in_4bit=True, ...)` and peft 0.21.2 prepares them
-//! (`prepare_model_for_kbit_training`): every decoder linear becomes a `Linear4bit`
-//! (lm_head, the embedding and the norms stay unquantized), and its forward is
-//! `bnb.matmul_4bit(x.to(compute_dtype), W).to(x.dtype)`.
+//! Models loaded by bitsandbytes, as transformers 5.23 loads them with
+//! `BitsAndBytesConfig(load_in_4bit=True, ...)` or `BitsAndBytesConfig(load_in_8bit=True, ...)`
+//! and peft 0.21.2 prepares them (`prepare_model_for_kbit_training`): every decoder linear
+//! becomes a `Linear4bit` or a `Linear8bitLt` (lm_head, the embedding and the norms stay
+//! unquantized: transformers' `get_keys_to_not_convert` keeps the output embedding). A
+//! `Linear4bit`'s forward is `bnb.matmul_4bit(x.to(compute_dtype), W).to(x.dtype)`, a
+//! `Linear8bitLt`'s `bnb.matmul(x, W, bias, state)` (LLM.int8(), in x's type).
+use crate::engine::ops::int8::{Int8Kernel, Int8Weight};
 use crate::engine::ops::quant::{Gemm4bitKernel, Packed4bit, NESTED_BLOCKSIZE};
 use crate::engine::{runtime, DType, Tensor};
 use crate::model::init::{self, Init};
@@ -20,7 +23,26 @@ pub fn kernel_for(gpu: Option<&crate::record::gpu::Gpu>) -> Gemm4bitKernel {
     })
 }
 
-/// `BitsAndBytesConfig`'s 4-bit fields, and how the model was prepared.
+/// `BitsAndBytesConfig`: the quantization, and how the model was loaded and prepared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bnb {
+    pub quant: Quant,
+    /// The type `from_pretrained` loaded the weights in (4-bit: `quant_state.dtype`, the type a
+    /// backward dequantizes to; both: the type flash attention casts fp32 queries to).
+    pub load_dtype: DType,
+    /// `prepare_model_for_kbit_training`: the unquantized parameters cast to fp32.
+    pub prepare: bool,
+}
+
+/// `load_in_4bit` or `load_in_8bit`, with their fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Quant {
+    FourBit(Bnb4bit),
+    Int8(Int8),
+}
+
+/// `BitsAndBytesConfig`'s 4-bit fields.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bnb4bit {
     /// `bnb_4bit_quant_type`: nf4 or fp4 (the same bytes; recorded).
@@ -29,16 +51,48 @@ pub struct Bnb4bit {
     pub double_quant: bool,
     /// `bnb_4bit_compute_dtype` (bitsandbytes' default float32).
     pub compute_dtype: DType,
-    /// The type `from_pretrained` loaded the weights in (`quant_state.dtype`, the type a
-    /// backward dequantizes to, and the type flash attention casts fp32 queries to).
-    pub load_dtype: DType,
-    /// `prepare_model_for_kbit_training`: the unquantized parameters cast to fp32.
-    pub prepare: bool,
     /// Where `gemm_4bit` runs.
     pub kernel: Gemm4bitKernel,
 }
 
-impl Bnb4bit {
+/// `BitsAndBytesConfig`'s 8-bit fields (`has_fp16_weights` is False: the weights are frozen
+/// int8, as transformers loads them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Int8 {
+    /// `llm_int8_threshold` (6.0 by default): inputs columns with |a| ≥ threshold would run in
+    /// 16 bits; vramscope assumes none has (see `engine::ops::int8`).
+    pub threshold: f64,
+    /// Where the int8 kernels run.
+    pub kernel: Int8Kernel,
+}
+
+impl Bnb {
+    pub fn four_bit(&self) -> Option<&Bnb4bit> {
+        match &self.quant {
+            Quant::FourBit(q) => Some(q),
+            Quant::Int8(_) => None,
+        }
+    }
+    pub fn int8(&self) -> Option<&Int8> {
+        match &self.quant {
+            Quant::Int8(q) => Some(q),
+            Quant::FourBit(_) => None,
+        }
+    }
+    /// The flag that turned it on (what refusals name).
+    pub fn flag(&self) -> &'static str {
+        match self.quant {
+            Quant::FourBit(_) => "--load-in-4bit",
+            Quant::Int8(_) => "--load-in-8bit",
+        }
+    }
+    /// "4-bit" or "8-bit".
+    pub fn bits(&self) -> &'static str {
+        match self.quant {
+            Quant::FourBit(_) => "4-bit",
+            Quant::Int8(_) => "8-bit",
+        }
+    }
     /// The type of the parameters that stay unquantized (embedding, norms, lm_head, biases).
     pub fn unquantized_dtype(&self) -> DType {
         if self.prepare {
@@ -52,7 +106,7 @@ impl Bnb4bit {
 /// The storage of one `Linear4bit` of `rows` × `cols` (`Params4bit` and its `quant_state`),
 /// registered as the module's weight (frozen, uint8) plus the state's tensors: the block
 /// scales, the 16-entry code and, nested, the second-level scales and the offset.
-pub(crate) fn packed(b: &mut crate::model::Builder, name: String, rows: usize, cols: usize, q: &Bnb4bit) -> Packed4bit {
+pub(crate) fn packed(b: &mut crate::model::Builder, name: String, rows: usize, cols: usize, q: &Bnb4bit, load_dtype: DType) -> Packed4bit {
     let weight = b.param_as(name.clone(), &[(rows * cols).div_ceil(2), 1], Init::Normal { std: 0.0 }, DType::U8, b.frozen);
     let blocks = Packed4bit::blocks(rows, cols);
     let state = |shape: &[usize], dtype: DType, rng: &mut init::Rng| {
@@ -70,7 +124,26 @@ pub(crate) fn packed(b: &mut crate::model::Builder, name: String, rows: usize, c
         let offset = state(&[], DType::F32, b.rng);
         crate::engine::ops::quant::Nested { scales, code: map, offset }
     });
-    Packed4bit { weight, absmax, nested, code, shape: (rows, cols), dtype: q.load_dtype }
+    Packed4bit { weight, absmax, nested, code, shape: (rows, cols), dtype: load_dtype }
+}
+
+/// The storage of one `Linear8bitLt` of `rows` × `cols` as a load leaves it: the module's
+/// weight (`Int8Params`, frozen int8 `CB`) and its `SCB` (fp32 per row, an attribute of the
+/// parameter, later of `state`; saved in the state dict, not a parameter).
+pub(crate) fn int8(b: &mut crate::model::Builder, name: String, rows: usize, cols: usize) -> Int8Weight {
+    let weight = b.param_as(name.clone(), &[rows, cols], Init::Normal { std: 0.0 }, DType::I8, b.frozen);
+    let scb = {
+        let _s = runtime::scope(name.trim_end_matches(".weight"));
+        init::make(&[rows], DType::F32, b.device, Init::Ones, b.rng)
+    };
+    Int8Weight { weight, scb }
+}
+
+/// One quantized linear's storage.
+#[derive(Clone)]
+pub enum Quantized {
+    FourBit(Packed4bit),
+    Int8(Int8Weight),
 }
 
 /// bitsandbytes' `Linear4bit.forward`: the input cast to the compute dtype, `matmul_4bit`
@@ -86,4 +159,10 @@ pub fn linear4bit(q: &Bnb4bit, w: &Packed4bit, x: &Tensor, bias: Option<&Tensor>
     };
     drop(xc);
     out
+}
+
+/// bitsandbytes' `Linear8bitLt.forward`: `bnb.matmul(x, W, bias=bias, state=state)` in x's
+/// type (the first forward casts `bias.data` to x's type: the unquantized type it already has).
+pub fn linear8bit(q: &Int8, w: &Int8Weight, x: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    x.matmul_8bit(w, bias, q.threshold, q.kernel)
 }

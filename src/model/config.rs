@@ -388,7 +388,7 @@ impl ModelConfig {
     }
 
     /// Elements of peft's LoRA adapters (`lora_A` r × in and `lora_B` out × r per adapted
-    /// projection and layer); 0 without LoRA.
+    /// projection and layer, plus DoRA's out-sized magnitude); 0 without LoRA.
     pub fn lora_param_count(&self) -> u64 {
         let Some(lc) = self.hf().and_then(|h| h.lora.as_ref()) else { return 0 };
         let hd = self.head_dim() as u128;
@@ -400,7 +400,8 @@ impl ModelConfig {
             .iter()
             .zip(shapes)
             .filter(|(t, _)| lc.targets(t))
-            .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)))
+            // DoRA adds a magnitude per output feature.
+            .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)).saturating_add(if lc.use_dora { o } else { 0 }))
             .fold(0u128, u128::saturating_add);
         u64::try_from(per_layer.saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
     }
@@ -418,6 +419,13 @@ impl ModelConfig {
         per_layer.saturating_mul(self.num_layers as u64)
     }
 
+    /// Elements of peft's `modules_to_save` copies (V·d each: the embedding, the head; a tied
+    /// head's copy is a parameter of its own).
+    pub fn modules_to_save_count(&self) -> u64 {
+        let n = self.hf().and_then(|h| h.lora.as_ref()).map_or(0, |l| l.modules_to_save.len() as u64);
+        n.saturating_mul((self.vocab_size as u64).saturating_mul(self.d_model as u64))
+    }
+
     /// The counts users check first, as transformers and peft give them: every parameter
     /// (`num_parameters()`, a tied head once, adapters included), those that train
     /// (`print_trainable_parameters()`), the input embedding's, and the rest
@@ -425,9 +433,19 @@ impl ModelConfig {
     pub fn param_counts(&self) -> ParamCounts {
         let base = self.param_count();
         let lora = self.lora_param_count();
-        let total = base.saturating_add(lora);
+        let saved = self.modules_to_save_count();
+        let total = base.saturating_add(lora).saturating_add(saved);
         let embedding = (self.vocab_size as u64).saturating_mul(self.d_model as u64);
-        let trainable = if lora > 0 { lora.saturating_add(self.lora_bias_count()) } else { total };
+        // A bitsandbytes model without adapters trains nothing: its quantized weights are
+        // frozen and prepare_model_for_kbit_training freezes the rest.
+        let quantized = self.hf.as_ref().is_some_and(|h| h.bnb.is_some());
+        let trainable = if lora > 0 {
+            lora.saturating_add(self.lora_bias_count()).saturating_add(saved)
+        } else if quantized {
+            0
+        } else {
+            total
+        };
         ParamCounts { total, trainable, embedding, non_embedding: total.saturating_sub(embedding) }
     }
 

@@ -17,6 +17,8 @@ impl Rng {
 #[derive(Clone, Copy, Debug)]
 pub enum Init {
     Ones,
+    /// Every element `value` (a stand-in of the right magnitude where only cpu runs see values).
+    Const { value: f64 },
     Normal { std: f64 },
     /// Normal truncated to ±`clip`·std (`nn.init.trunc_normal_`).
     TruncNormal { std: f64, clip: f64 },
@@ -27,6 +29,7 @@ pub fn make(shape: &[usize], dtype: DType, device: Device, init: Init, rng: &mut
     // Same op name on every device: cpu and meta must record identical events.
     Tensor::compute::<f64>(device, dtype, shape, "empty", &[], || match init {
         Init::Ones => vec![1.0; n],
+        Init::Const { value } => vec![value; n],
         Init::Normal { std } => {
             let d = Normal::new(0.0, std).expect("valid std");
             (0..n).map(|_| d.sample(&mut rng.0)).collect()

@@ -10,10 +10,15 @@
 //! * scaling` (bf16 + fp32 promotes: the sum is fp32); `result.to(torch_result_dtype)`.
 use crate::engine::ops::dropout::DropoutKernel;
 use crate::engine::{runtime, DType, Tensor};
+pub use crate::model::dora::BaseWeight;
 use serde::{Deserialize, Serialize};
 
 /// The projections of a decoder layer LoRA can adapt, in module order.
 pub const TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// The modules `modules_to_save` can name here, in module order: peft wraps each in a
+/// `ModulesToSaveWrapper` (the original frozen, a trainable deep copy that runs in forward).
+pub const MODULES_TO_SAVE: [&str; 2] = ["embed_tokens", "lm_head"];
 
 /// `LoraConfig`'s fields that change memory.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,6 +37,13 @@ pub struct LoraConfig {
     /// `bias`: which of the base model's biases train besides the adapters.
     #[serde(default)]
     pub bias: LoraBias,
+    /// `use_dora`: DoRA's magnitude vectors and per-forward weight norm (`crate::model::dora`).
+    #[serde(default)]
+    pub use_dora: bool,
+    /// `modules_to_save`: which of [`MODULES_TO_SAVE`] train fully, as a copy in the
+    /// original's dtype.
+    #[serde(default)]
+    pub modules_to_save: Vec<String>,
 }
 
 /// `LoraConfig(bias=...)`.
@@ -66,6 +78,10 @@ impl LoraConfig {
     pub fn targets(&self, name: &str) -> bool {
         self.targets.iter().any(|t| t == name)
     }
+    /// Whether `modules_to_save` names `module` (one of [`MODULES_TO_SAVE`]).
+    pub fn saves(&self, module: &str) -> bool {
+        self.modules_to_save.iter().any(|m| m == module)
+    }
     /// Whether projection `name`'s bias trains.
     pub fn trains_bias(&self, name: &str) -> bool {
         match self.bias {
@@ -81,21 +97,46 @@ impl LoraConfig {
 pub struct Adapter {
     pub a: Tensor,
     pub b: Tensor,
+    /// DoRA's `lora_magnitude_vector` (out features), with `use_dora`.
+    pub magnitude: Option<Tensor>,
 }
 
-/// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`.
-/// `bnb`: peft's bitsandbytes `Linear4bit` instead, which clones the base result ("defensively",
-/// for 4-bit), casts the adapter's output to the result's type before adding it, and adds in
-/// that type.
-pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, bnb: bool, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+/// The layer peft wraps, which picks its LoRA layer's forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseLayer {
+    /// `nn.Linear` (peft's `lora.Linear`).
+    Linear,
+    /// bitsandbytes' `Linear4bit` (peft's `lora.bnb.Linear4bit`).
+    Linear4bit,
+    /// bitsandbytes' `Linear8bitLt` (peft's `lora.bnb.Linear8bitLt`).
+    Linear8bitLt,
+}
+
+/// peft's `Linear.forward` around a base projection: `base` computes `base_layer(x)`, whose
+/// weight (for DoRA) is `weight` and bias `bias`. peft's bitsandbytes layers instead cast the
+/// adapter's output to the result's type before adding it, and add in that type;
+/// `Linear4bit` also clones the base result first ("defensively", for 4-bit), `Linear8bitLt`
+/// does not.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, layer: BaseLayer, weight: Option<BaseWeight>, bias: Option<&Tensor>, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
     let mut result = base(x);
     let _s = runtime::scope("lora");
-    if bnb {
+    let bnb = layer != BaseLayer::Linear;
+    if layer == BaseLayer::Linear4bit {
         result = result.clone_contiguous();
     }
     let result_dtype = result.dtype();
     // `_cast_input_dtype`: a copy only when the types differ; the local lives until return.
     let x = if x.dtype() == adapter.a.dtype() { x.clone() } else { x.to_dtype(adapter.a.dtype()) };
+    if adapter.magnitude.is_some() {
+        // `result = variant.forward(...)`, then (both wrappers) `result.to(result dtype)`.
+        let weight = weight.expect("DoRA's base weight (DoRA over 8-bit weights is refused by the options)");
+        let sum = crate::model::dora::variant_forward(cfg, adapter, &x, &result, training, weight, bias);
+        drop(result);
+        let out = if sum.dtype() == result_dtype { sum } else { sum.to_dtype(result_dtype) };
+        drop(x);
+        return out;
+    }
     let delta = {
         let h = if training && cfg.dropout > 0.0 { x.dropout(cfg.dropout, cfg.dropout_kernel) } else { x.clone() };
         let a = crate::model::linear("lora_A", &h, &adapter.a);

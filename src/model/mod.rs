@@ -5,6 +5,7 @@ pub mod hf;
 pub mod cs336;
 pub mod init;
 pub mod lora;
+pub mod dora;
 pub mod bnb;
 pub mod presets;
 pub mod py;
@@ -46,7 +47,7 @@ pub struct Layer {
 }
 
 impl Layer {
-    /// Every trainable tensor of the block (its parameters, in no particular order).
+    /// Every parameter of the block (peft's adapters included), in no particular order.
     pub fn weights(&self) -> Vec<&Tensor> {
         let mut w = vec![&self.attn_norm];
         w.extend(self.qkv.weights());
@@ -58,6 +59,8 @@ impl Layer {
             w.extend(h.o_bias.iter());
             w.extend(h.mlp_bias.iter().flatten());
             w.extend(h.qk_norm.iter().flatten());
+            // peft's adapters belong to the layer's modules (FSDP2 shards them with it).
+            w.extend(h.lora.iter().flatten().flat_map(|a| [&a.a, &a.b]));
         }
         w
     }

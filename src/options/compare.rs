@@ -33,11 +33,12 @@ fn baseline(a: &ProfileArgs) -> ProfileArgs {
     b
 }
 
-/// `--compare` of an hf fine-tune given as LoRA or QLoRA: full fine-tuning, LoRA on the
-/// loaded weights and QLoRA (the given 4-bit flags, else nf4 with double quantization and
-/// bf16 compute, as the recipes run it), each without and with gradient checkpointing (the
-/// given mode, else non-reentrant; QLoRA's prepare_model_for_kbit_training default is
-/// reentrant). Every other flag as given.
+/// `--compare` of an hf fine-tune given as LoRA, QLoRA or 8-bit: full fine-tuning, LoRA on the
+/// loaded weights (DoRA, labelled so, with --use-dora) and QLoRA (the given 4-bit flags, else
+/// nf4 with double quantization and bf16 compute, as the recipes run it), and, given
+/// --load-in-8bit, LoRA over the 8-bit model (its flags as given), each without and with
+/// gradient checkpointing (the given mode, else non-reentrant; prepare_model_for_kbit_training's
+/// default is reentrant). Every other flag as given.
 fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
     let mut base = a.clone();
     base.compare = false;
@@ -47,15 +48,15 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
     let full = {
         let mut f = base.clone();
         let hf = &mut f.model.hf;
-        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules) = (None, None, None, None);
-        hf.load_in_4bit = false;
+        (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules, hf.use_dora, hf.modules_to_save) = (None, None, None, None, false, None);
+        (hf.load_in_4bit, hf.load_in_8bit, hf.llm_int8_threshold) = (false, false, None);
         (hf.bnb_4bit_quant_type, hf.bnb_4bit_use_double_quant, hf.bnb_4bit_compute_dtype, hf.bnb_4bit_quant_storage, hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
         f
     };
     let lora = {
         let mut l = base.clone();
         l.model.hf.lora_r = Some(h.lora_r.unwrap_or(16));
-        l.model.hf.load_in_4bit = false;
+        (l.model.hf.load_in_4bit, l.model.hf.load_in_8bit, l.model.hf.llm_int8_threshold) = (false, false, None);
         (l.model.hf.bnb_4bit_quant_type, l.model.hf.bnb_4bit_use_double_quant, l.model.hf.bnb_4bit_compute_dtype, l.model.hf.bnb_4bit_quant_storage, l.model.hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
         l
     };
@@ -72,14 +73,24 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
         q.model.hf.lora_r = Some(h.lora_r.unwrap_or(16));
         q
     };
+    // LoRA over LLM.int8() weights, when the run asked for it (as given).
+    let int8 = h.load_in_8bit.then(|| {
+        let mut e = lora.clone();
+        e.model.hf = h.clone();
+        e.model.hf.lora_r = Some(h.lora_r.unwrap_or(16));
+        e
+    });
     let on = h.gradient_checkpointing.clone().filter(|m| !m.eq_ignore_ascii_case("none")).unwrap_or_else(|| "non-reentrant".into());
     let mut out = Vec::new();
-    for (name, v) in [("full fine-tune", full), ("LoRA", lora), ("QLoRA", qlora)] {
+    // With --use-dora the adapters of both are DoRA's (peft's Linear and Linear4bit alike).
+    let (l, q) = if h.use_dora { ("DoRA", "4-bit DoRA") } else { ("LoRA", "QLoRA") };
+    let variants = [("full fine-tune", Some(full)), (l, Some(lora)), (q, Some(qlora)), ("8-bit LoRA", int8)];
+    for (name, v) in variants.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))) {
         let mut off = v.clone();
         off.model.hf.gradient_checkpointing = Some("none".into());
         out.push(Flagged { name: format!("{name}, no checkpointing"), args: off });
         let mut ck = v;
-        let mode = if name == "QLoRA" && h.gradient_checkpointing.is_none() { "reentrant".to_string() } else { on.clone() };
+        let mode = if (name == q || name == "8-bit LoRA") && h.gradient_checkpointing.is_none() { "reentrant".to_string() } else { on.clone() };
         ck.model.hf.gradient_checkpointing = Some(mode.clone());
         out.push(Flagged { name: format!("{name}, {mode} checkpointing"), args: ck });
     }
@@ -87,7 +98,8 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
 }
 
 /// `--compare --world-size N`: one device, then each layout (--parallel's comma list, or
-/// ddp, zero1, zero2 and fsdp) at N ranks, every other flag as given.
+/// ddp, zero1, zero2 and fsdp, less those a LoRA or 4-bit model is refused under) at N ranks,
+/// every other flag as given.
 fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
     let mut one = a.clone();
     one.compare = false;
@@ -95,7 +107,8 @@ fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
     one.parallel = Default::default();
     let names: Vec<String> = match &a.parallel.parallel {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-        None => ["ddp", "zero1", "zero2", "fsdp"].map(String::from).to_vec(),
+        // A LoRA or 4-bit model: the layouts it runs under.
+        None => super::parallel::default_layouts(a.model.hf.lora_r.is_some(), a.model.hf.load_in_4bit).iter().map(|l| l.name().to_string()).collect(),
     };
     let mut out = vec![Flagged { name: "one device".into(), args: one }];
     for n in names {
@@ -118,7 +131,7 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Flagged>> {
     }
     let resolved = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     let hf = resolved.config.flavour == crate::model::Flavour::Hf;
-    if hf && (a.model.hf.lora_r.is_some() || a.model.hf.load_in_4bit) {
+    if hf && (a.model.hf.lora_r.is_some() || a.model.hf.load_in_4bit || a.model.hf.load_in_8bit) {
         return Ok(fine_tune_variants(a));
     }
     let base = baseline(a);

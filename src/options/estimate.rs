@@ -69,8 +69,9 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
     if let Some(h) = cfg.hf().filter(|h| h.lora.is_some() || h.bnb.is_some()) {
-        let flag = if h.bnb.is_some() { "--load-in-4bit" } else { "--lora-r" };
-        return Err(usage(flag, "the closed form derives full fine-tuning of unquantized weights; LoRA and 4-bit models (frozen weights, fp32 adapters, peft's and bitsandbytes' casts) run op for op in profile and fit (--device meta)"));
+        let dora = h.lora.as_ref().is_some_and(|l| l.use_dora);
+        let flag = if dora { "--use-dora" } else { h.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
+        return Err(usage(flag, "the closed form derives full fine-tuning of unquantized weights; LoRA, 4-bit and 8-bit models (frozen weights, fp32 adapters, peft's and bitsandbytes' casts) run op for op in profile and fit (--device meta)"));
     }
     if matches!(precision, crate::train::Precision::PureFp16 | crate::train::Precision::PureBf16Autocast) {
         return Err(usage(

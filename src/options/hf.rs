@@ -63,6 +63,20 @@ pub struct HfFlags {
     /// all: every bias of the model trains; lora_only: the adapted projections' biases train.
     #[arg(help_heading = super::heading::LORA, long, value_name = "BIAS", requires = "lora_r")]
     pub lora_bias: Option<String>,
+    /// LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections
+    ///
+    /// A trainable fp32 magnitude per output feature; every forward rebuilds the adapter's
+    /// dense update and the weight's row norms (a 4-bit weight is dequantized for it).
+    #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
+    pub use_dora: bool,
+    /// LoraConfig's modules_to_save: a comma list of embed_tokens and lm_head
+    ///
+    /// peft's ModulesToSaveWrapper: the original module kept frozen and a trainable deep copy
+    /// in its dtype (after prepare_model_for_kbit_training's fp32 cast under 4-bit), with its
+    /// gradient and optimizer state. On a model with tied embeddings the copy unties them
+    /// (peft warns): the other end keeps the frozen original.
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::modules_to_save(), long, value_name = "MODULES", requires = "lora_r")]
+    pub modules_to_save: Option<String>,
     /// hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r)
     ///
     /// Every decoder linear is stored in 4 bits by bitsandbytes (lm_head, embedding and norms
@@ -83,14 +97,26 @@ pub struct HfFlags {
     /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
     #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
     pub bnb_4bit_quant_storage: Option<String>,
-    /// peft's prepare_model_for_kbit_training on the 4-bit model: true (the default; false with
-    /// --profile-type generate) or false
+    /// peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default;
+    /// false with --profile-type generate) or false
     ///
     /// QLoRA recipes call it: unquantized parameters cast to fp32, gradient checkpointing with
     /// its reentrant default. An inference script does not, so generate() runs the model as
     /// from_pretrained loads it unless this is given.
-    #[arg(help_heading = super::heading::LORA, long, value_name = "BOOL", requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "BOOL")]
     pub prepare_model_for_kbit_training: Option<String>,
+    /// hf flavour, BitsAndBytesConfig's load_in_8bit: LLM.int8() (LoRA with --lora-r)
+    ///
+    /// Every decoder linear is a bitsandbytes Linear8bitLt: int8 weights with an fp32 scale per
+    /// row (lm_head, embedding and norms unquantized); inputs quantized to int8 per row.
+    #[arg(help_heading = super::heading::LORA, long)]
+    pub load_in_8bit: bool,
+    /// BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off)
+    ///
+    /// With a threshold, input columns holding |x| >= it would be multiplied in 16 bits;
+    /// vramscope counts no such column (a normalized input rarely has one).
+    #[arg(help_heading = super::heading::LORA, long, value_name = "T", requires = "load_in_8bit")]
+    pub llm_int8_threshold: Option<f64>,
 }
 
 impl HfFlags {
@@ -110,6 +136,8 @@ impl HfFlags {
         add(self.attention_mask.is_some(), "--attention-mask");
         add(self.lora_r.is_some(), "--lora-r");
         add(self.load_in_4bit, "--load-in-4bit");
+        add(self.load_in_8bit, "--load-in-8bit");
+        add(self.prepare_model_for_kbit_training.is_some(), "--prepare-model-for-kbit-training");
         v
     }
 
@@ -154,7 +182,14 @@ impl HfFlags {
         if let Some(r) = self.lora_r {
             hf.lora = Some(self.lora(r)?);
         }
-        if self.load_in_4bit {
+        if self.load_in_4bit && self.load_in_8bit {
+            // transformers: "load_in_4bit and load_in_8bit are both True, but only one can be used at the same time"
+            return Err(usage("--load-in-8bit", "and --load-in-4bit both given: bitsandbytes loads a model in one of them (transformers raises); pick one"));
+        }
+        if self.prepare_model_for_kbit_training.is_some() && !(self.load_in_4bit || self.load_in_8bit) {
+            return Err(usage("--prepare-model-for-kbit-training", "prepares a quantized model: give --load-in-4bit or --load-in-8bit"));
+        }
+        if self.load_in_4bit || self.load_in_8bit {
             let q = self.bnb()?;
             // prepare_model_for_kbit_training(use_gradient_checkpointing=True) enables
             // checkpointing with `{}` kwargs: torch's default, reentrant.
@@ -196,10 +231,24 @@ impl HfFlags {
 }
 
 impl HfFlags {
-    /// `BitsAndBytesConfig(load_in_4bit=True, ...)` from the flags. The load dtype is set with
-    /// the precision (`--dtype`), the kernel with the GPU.
-    fn bnb(&self) -> anyhow::Result<crate::model::bnb::Bnb4bit> {
+    /// `BitsAndBytesConfig(load_in_4bit=True, ...)` or `(load_in_8bit=True, ...)` from the
+    /// flags. The load dtype is set with the precision (`--dtype`), the 4-bit kernel with the GPU.
+    fn bnb(&self) -> anyhow::Result<crate::model::bnb::Bnb> {
         use crate::engine::DType;
+        use crate::model::bnb::{Bnb, Quant};
+        let prepare = match self.prepare_model_for_kbit_training.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("true" | "1" | "yes" | "on") => true,
+            Some("false" | "0" | "no" | "off") => false,
+            Some(o) => return Err(usage("--prepare-model-for-kbit-training", format!("'{o}' (expected true or false)"))),
+        };
+        if self.load_in_8bit {
+            let threshold = self.llm_int8_threshold.unwrap_or(6.0);
+            if !threshold.is_finite() || threshold < 0.0 {
+                return Err(usage("--llm-int8-threshold", format!("{threshold} (expected a number >= 0; bitsandbytes raises on a negative threshold)")));
+            }
+            let int8 = crate::model::bnb::Int8 { threshold, kernel: crate::engine::ops::int8::Int8Kernel::Cuda };
+            return Ok(Bnb { quant: Quant::Int8(int8), load_dtype: DType::BF16, prepare });
+        }
         let quant_type = match self.bnb_4bit_quant_type.as_deref().unwrap_or("fp4") {
             t @ ("nf4" | "fp4") => t.to_string(),
             t => return Err(usage("--bnb-4bit-quant-type", format!("'{t}' (expected nf4 or fp4)"))),
@@ -211,17 +260,13 @@ impl HfFlags {
         if let Some(st) = self.bnb_4bit_quant_storage.as_deref().filter(|s| !matches!(*s, "uint8" | "torch.uint8")) {
             return Err(usage("--bnb-4bit-quant-storage", format!("'{st}': only uint8 (the default) is modelled (other storage types are for FSDP's flat parameters)")));
         }
-        let prepare = match self.prepare_model_for_kbit_training.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("true" | "1" | "yes" | "on") => true,
-            Some("false" | "0" | "no" | "off") => false,
-            Some(o) => return Err(usage("--prepare-model-for-kbit-training", format!("'{o}' (expected true or false)"))),
-        };
-        Ok(crate::model::bnb::Bnb4bit { quant_type, double_quant: self.bnb_4bit_use_double_quant, compute_dtype, load_dtype: DType::BF16, prepare, kernel: crate::model::bnb::DEFAULT_KERNEL })
+        let four = crate::model::bnb::Bnb4bit { quant_type, double_quant: self.bnb_4bit_use_double_quant, compute_dtype, kernel: crate::model::bnb::DEFAULT_KERNEL };
+        Ok(Bnb { quant: Quant::FourBit(four), load_dtype: DType::BF16, prepare })
     }
 
     /// peft's `LoraConfig` from the flags, checked as peft checks it (and what is not modelled).
     fn lora(&self, r: usize) -> anyhow::Result<crate::model::lora::LoraConfig> {
-        use crate::model::lora::{LoraConfig, TARGETS};
+        use crate::model::lora::{LoraConfig, MODULES_TO_SAVE, TARGETS};
         if r == 0 {
             return Err(usage("--lora-r", "0: peft requires a positive rank (`r` should be a positive integer)"));
         }
@@ -262,7 +307,31 @@ impl HfFlags {
         if bias != crate::model::lora::LoraBias::None && self.load_in_4bit {
             return Err(usage("--lora-bias", "trainable biases of a 4-bit model (bitsandbytes' MatMul4Bit bias gradient) are not modelled yet; use none"));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias })
+        if bias != crate::model::lora::LoraBias::None && self.load_in_8bit {
+            return Err(usage("--lora-bias", "trainable biases of an 8-bit model (bitsandbytes' MatMul8bitLt bias gradient) are not modelled yet; use none"));
+        }
+        if self.use_dora && self.load_in_8bit {
+            return Err(usage("--use-dora", "DoRA over 8-bit weights (peft dequantizes the int8 weight each forward) is not modelled yet: use it on bf16 or 4-bit weights"));
+        }
+        let mut modules_to_save: Vec<String> = Vec::new();
+        if let Some(list) = self.modules_to_save.as_deref() {
+            for m in list.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                // peft matches module keys by suffix: model.embed_tokens is the embedding too.
+                let m = m.strip_prefix("model.").filter(|m| *m == "embed_tokens").unwrap_or(m);
+                if !MODULES_TO_SAVE.contains(&m) {
+                    return Err(usage("--modules-to-save", format!("'{m}': only {} are modelled (the decoder's projections train through LoRA: --target-modules)", MODULES_TO_SAVE.join(" and "))));
+                }
+                if !modules_to_save.iter().any(|x| x == m) {
+                    modules_to_save.push(m.to_string());
+                }
+            }
+            if modules_to_save.is_empty() {
+                return Err(usage("--modules-to-save", "names no module"));
+            }
+            // Module order (the order peft wraps them in).
+            modules_to_save.sort_by_key(|m| MODULES_TO_SAVE.iter().position(|x| x == m));
+        }
+        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
     }
 }
 
@@ -304,6 +373,32 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn load_in_8bit_sets_llm_int8_prepares_and_tags_the_files() {
+        use crate::model::bnb::Quant;
+        let mut c = model("Llama-3.2-1B");
+        let f = HfFlags { load_in_8bit: true, lora_r: Some(8), ..HfFlags::default() };
+        f.apply(&mut c).unwrap();
+        let q = c.hf().unwrap().bnb.clone().unwrap();
+        assert!(matches!(&q.quant, Quant::Int8(i) if i.threshold == 6.0), "{q:?}");
+        // prepare_model_for_kbit_training's reentrant checkpointing, as for 4-bit.
+        assert!(q.prepare && c.checkpoint == Checkpoint::Every(1) && c.hf().unwrap().reentrant);
+        assert_eq!((q.flag(), q.bits()), ("--load-in-8bit", "8-bit"));
+        assert_eq!(crate::session::names::hf_tag(&c), "_8bit");
+        let mut c = model("Llama-3.2-1B");
+        HfFlags { load_in_8bit: true, llm_int8_threshold: Some(0.0), prepare_model_for_kbit_training: Some("false".into()), ..HfFlags::default() }.apply(&mut c).unwrap();
+        assert_eq!((c.checkpoint, crate::session::names::hf_tag(&c).as_str()), (Checkpoint::None, "_8bit-threshold-0"));
+        for (f, flag) in [
+            (HfFlags { load_in_8bit: true, load_in_4bit: true, ..HfFlags::default() }, "--load-in-4bit"),
+            (HfFlags { load_in_8bit: true, llm_int8_threshold: Some(-1.0), ..HfFlags::default() }, "--llm-int8-threshold"),
+            (HfFlags { prepare_model_for_kbit_training: Some("true".into()), ..HfFlags::default() }, "--load-in-8bit"),
+            (HfFlags { load_in_8bit: true, lora_r: Some(8), lora_bias: Some("all".into()), ..HfFlags::default() }, "--lora-bias"),
+        ] {
+            let e = f.apply(&mut model("Llama-3.2-1B")).unwrap_err();
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+    }
+
     use super::*;
     use crate::session::hf::describe;
     use crate::model::presets;
@@ -359,6 +454,17 @@ mod tests {
         assert_eq!((c.checkpoint, c.hf.unwrap().reentrant), (Checkpoint::None, false));
         let mut t = model("walkthrough");
         assert!(HfFlags::default().apply(&mut t).is_ok());
+        // peft's use_dora: the magnitudes count (one per output feature of each adapted
+        // projection) and the file tag tells the run apart.
+        let (mut lora, mut dora) = (model("Qwen3-8B"), model("Qwen3-8B"));
+        HfFlags { lora_r: Some(8), ..HfFlags::default() }.apply(&mut lora).unwrap();
+        HfFlags { lora_r: Some(8), use_dora: true, ..HfFlags::default() }.apply(&mut dora).unwrap();
+        assert!(dora.hf().unwrap().lora.as_ref().unwrap().use_dora);
+        // q_proj (32 heads × 128) and v_proj (8 × 128) in 36 layers.
+        assert_eq!(dora.param_counts().trainable - lora.param_counts().trainable, 36 * (4096 + 1024));
+        assert_eq!(crate::session::names::hf_tag(&dora), "_dora");
+        let e = HfFlags { load_in_8bit: true, ..HfFlags::default() }.apply(&mut t).unwrap_err();
+        assert!(e.to_string().contains("--load-in-8bit"), "{e}");
         let e = HfFlags { attention_mask: Some("ones".into()), ..HfFlags::default() }.apply(&mut t).unwrap_err();
         assert!(e.to_string().contains("--attention-mask"), "{e}");
     }

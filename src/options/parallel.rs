@@ -169,3 +169,35 @@ impl ParallelFlags {
         Ok(Some(c))
     }
 }
+
+/// Why a LoRA (`lora`) or 4-bit (`four_bit`) model cannot run under `c` (the flag to blame and
+/// the message), or None where the layout is modelled for it: DDP (LoRA and QLoRA) and FSDP2
+/// per block or ZeRO-2 (LoRA), as tools/pytorch/measure_dist.py --lora measures them.
+pub fn adapters_refusal(c: &ParallelConfig, lora: bool, four_bit: bool) -> Option<(&'static str, String)> {
+    if !lora && !four_bit {
+        return None;
+    }
+    let what = if four_bit { "4-bit (QLoRA) models" } else { "LoRA (peft) models" };
+    if c.tp > 1 || c.layout == Layout::Tp {
+        return Some((if c.layout == Layout::Tp { "--parallel" } else { "--tp" }, format!("{what} under tensor parallelism are not modelled (peft's adapters on DTensor-sharded linears): use --parallel ddp{}", if four_bit { "" } else { ", zero2 or fsdp" })));
+    }
+    if four_bit && c.shards_params() {
+        return Some(("--load-in-4bit", format!("QLoRA under FSDP2 (--parallel {}) needs BitsAndBytesConfig(bnb_4bit_quant_storage=<the compute dtype>) so that fully_shard can shard the packed 4-bit weights, which is not modelled: use --parallel ddp", c.layout.name())));
+    }
+    match c.layout {
+        Layout::Ddp => None,
+        Layout::Fsdp | Layout::Zero2 if c.param_dtype.is_some() || c.reduce_dtype.is_some() => {
+            let flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
+            Some((flag, "FSDP2's MixedPrecisionPolicy over a LoRA model (fp32 adapters beside bf16 weights) is not modelled: drop it".into()))
+        }
+        Layout::Fsdp | Layout::Zero2 if c.offload_params => Some(("--offload", "FSDP2's CPUOffloadPolicy over a LoRA model is not modelled: drop it".into())),
+        Layout::Fsdp | Layout::Zero2 => None,
+        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp{} are)", other.name(), if four_bit { "" } else { ", zero2 and fsdp" }))),
+    }
+}
+
+/// The layouts compare and fit put side by side when none is named: ddp, zero1, zero2 and
+/// fsdp, less those a LoRA or 4-bit model cannot run under.
+pub fn default_layouts(lora: bool, four_bit: bool) -> Vec<Layout> {
+    [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp].into_iter().filter(|&l| adapters_refusal(&ParallelConfig::new(l, 2), lora, four_bit).is_none()).collect()
+}

@@ -110,7 +110,11 @@ impl PrecisionFlags {
                     // The 4-bit weights dequantize to the load type; what stays unquantized is
                     // fp32 after prepare_model_for_kbit_training, else the load type.
                     if flags.autocast().is_some() {
-                        return Err(usage("--precision", "autocast (the Trainer's bf16=True/fp16=True) over a 4-bit model is not modelled: bitsandbytes computes in --bnb-4bit-compute-dtype"));
+                        let why = match q.quant {
+                            crate::model::bnb::Quant::FourBit(_) => "over a 4-bit model is not modelled: bitsandbytes computes in --bnb-4bit-compute-dtype",
+                            crate::model::bnb::Quant::Int8(_) => "over an 8-bit model is not modelled: bitsandbytes quantizes its inputs to int8 from float16",
+                        };
+                        return Err(usage("--precision", format!("autocast (the Trainer's bf16=True/fp16=True) {why}")));
                     }
                     q.load_dtype = weights;
                     weights = q.unquantized_dtype();

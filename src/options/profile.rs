@@ -196,12 +196,15 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
     if let Some(q) = cfg.hf.as_mut().and_then(|h| h.bnb.as_mut()) {
-        q.kernel = crate::model::bnb::kernel_for(gpu.as_ref());
+        if let crate::model::bnb::Quant::FourBit(f) = &mut q.quant {
+            f.kernel = crate::model::bnb::kernel_for(gpu.as_ref());
+        }
+        let (flag, bits) = (q.flag(), q.bits());
         if device == Device::Cpu {
-            return Err(usage("--load-in-4bit", "4-bit numerics are not computed on cpu: profile the 4-bit model with --device meta"));
+            return Err(usage(flag, format!("{bits} numerics are not computed on cpu: profile the {bits} model with --device meta")));
         }
         if a.profile_type.contains(&ProfileType::Training) && cfg.hf().is_some_and(|h| h.lora.is_none()) {
-            return Err(usage("--load-in-4bit", "a 4-bit model has no trainable parameters (the optimizer would get an empty parameter list): add --lora-r for QLoRA, or --profile-type inference"));
+            return Err(usage(flag, format!("a {bits} model has no trainable parameters (the optimizer would get an empty parameter list): add --lora-r for (Q)LoRA, or --profile-type inference")));
         }
     }
     for &c in &contexts {
@@ -213,9 +216,22 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let parallel = a.parallel.resolve()?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
-    if let (Some(pc), true) = (&parallel, cfg.hf().is_some_and(|h| h.lora.is_some() || h.bnb.is_some())) {
+    if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        return Err(usage(what, "LoRA (peft) and 4-bit models under data or tensor parallelism are not modelled yet: profile one GPU (drop the parallel flags)"));
+        if h.bnb.as_ref().is_some_and(|q| q.flag() == "--load-in-8bit") {
+            return Err(usage("--load-in-8bit", format!("8-bit models under {what} are not modelled yet: profile one GPU (drop the parallel flags)")));
+        }
+        if h.lora.as_ref().is_some_and(|l| l.use_dora) {
+            return Err(usage("--use-dora", format!("DoRA under {what} is not modelled yet: profile one GPU (drop the parallel flags)")));
+        }
+        if let Some((flag, why)) = super::parallel::adapters_refusal(pc, h.lora.is_some(), h.bnb.is_some()) {
+            return Err(usage(flag, why));
+        }
+    }
+    if let Some(pc) = parallel.as_ref().filter(|c| optim.kind == crate::train::optim::OptimizerKind::Adafactor && !matches!(c.layout, crate::parallel::Layout::Ddp | crate::parallel::Layout::Zero1)) {
+        // Adafactor builds its state from the gradient's (global) shape with plain
+        // torch.zeros(...).to(grad): over FSDP2's or TP's DTensor gradients, not modelled.
+        return Err(usage("--optimizer", format!("adafactor under --parallel {}: transformers' Adafactor over DTensor (sharded) parameters is not modelled; use --parallel ddp or zero1, or one GPU", pc.layout.name())));
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
@@ -279,6 +295,15 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     let refuse = |flag: &str, why: &str| Err(usage(flag, format!("{why} with --profile-type generate (not modelled yet)")));
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
+    }
+    if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
+        return refuse("--use-dora", "DoRA adapters");
+    }
+    if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) {
+        return refuse("--modules-to-save", "peft's modules_to_save copies");
+    }
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
+        return refuse(q.flag(), &format!("{} weights", q.bits()));
     }
     if !hf.use_cache {
         return refuse("--use-cache", "use_cache false (generate() without a cache)");

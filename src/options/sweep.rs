@@ -104,9 +104,21 @@ pub struct SweepArgs {
     /// LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list)
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long)]
     pub target_modules: Option<String>,
+    /// Every point's LoRA is DoRA (LoraConfig's use_dora; needs --lora-r)
+    #[arg(help_heading = super::heading::LORA, long, requires = "lora_r")]
+    pub use_dora: bool,
+    /// LoRA modules_to_save value(s), separated by ';' (a value is a comma list of embed_tokens and lm_head)
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::modules_to_save(), long)]
+    pub modules_to_save: Option<String>,
     /// Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit)
     #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
+    /// Every point loads the model in 8 bits (BitsAndBytesConfig's load_in_8bit, LLM.int8())
+    #[arg(help_heading = super::heading::LORA, long, conflicts_with = "load_in_4bit")]
+    pub load_in_8bit: bool,
+    /// llm_int8_threshold value(s)
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_8bit")]
+    pub llm_int8_threshold: Option<String>,
     /// Every point's 4-bit model uses double quantization
     #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_use_double_quant: bool,
@@ -206,8 +218,10 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--lora-alpha", a.lora_alpha.as_ref(), ','),
         ("--lora-dropout", a.lora_dropout.as_ref(), ','),
         ("--target-modules", a.target_modules.as_ref(), ';'),
+        ("--modules-to-save", a.modules_to_save.as_ref(), ';'),
         ("--bnb-4bit-quant-type", a.bnb_4bit_quant_type.as_ref(), ','),
         ("--bnb-4bit-compute-dtype", a.bnb_4bit_compute_dtype.as_ref(), ','),
+        ("--llm-int8-threshold", a.llm_int8_threshold.as_ref(), ','),
         ("--parallel", a.parallel.as_ref(), ','),
         ("--world-size", a.world_size.as_ref(), ','),
         ("--gpus-per-node", a.gpus_per_node.as_ref(), ','),
@@ -312,7 +326,7 @@ fn label(axes: &[Axis], idx: &[usize]) -> String {
 fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::Path) -> Result<ProfileArgs> {
     let mut words: Vec<String> = vec!["--device".into(), a.device.clone(), "--out-dir".into(), out_dir.display().to_string()];
     // Switches every point shares (not axes).
-    for (on, flag) in [(a.load_in_4bit, "--load-in-4bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
+    for (on, flag) in [(a.use_dora, "--use-dora"), (a.load_in_4bit, "--load-in-4bit"), (a.load_in_8bit, "--load-in-8bit"), (a.bnb_4bit_use_double_quant, "--bnb-4bit-use-double-quant")] {
         if on {
             words.push(flag.into());
         }

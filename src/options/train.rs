@@ -284,12 +284,13 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
         None
     };
     let precision = a.precision.resolve_for(&mut cfg)?;
-    if cfg.hf().is_some_and(|h| h.bnb.is_some()) {
+    if let Some(q) = cfg.hf().and_then(|h| h.bnb.as_ref()) {
+        let (flag, bits) = (q.flag(), q.bits());
         if device == Device::Cpu {
-            return Err(usage("--load-in-4bit", "4-bit numerics are not computed on cpu: use --device meta, or profile"));
+            return Err(usage(flag, format!("{bits} numerics are not computed on cpu: use --device meta, or profile")));
         }
         if cfg.hf().is_some_and(|h| h.lora.is_none()) {
-            return Err(usage("--load-in-4bit", "a 4-bit model has no trainable parameters: add --lora-r for QLoRA"));
+            return Err(usage(flag, format!("a {bits} model has no trainable parameters: add --lora-r for (Q)LoRA")));
         }
     }
     super::hf::check_kernel(&cfg, precision, seq)?;

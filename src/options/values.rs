@@ -132,6 +132,11 @@ pub fn target_modules() -> Listed {
     Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))))
 }
 
+/// `--modules-to-save`: [`crate::model::lora::MODULES_TO_SAVE`] (a comma list).
+pub fn modules_to_save() -> Listed {
+    Listed::new([value("embed_tokens", "the input embedding"), value("lm_head", "the output head")])
+}
+
 /// `study SIZE`: [`crate::session::study::SIZES`].
 pub fn study_sizes() -> Listed {
     Listed::new(crate::session::study::SIZES.iter().map(|s| {

@@ -9,6 +9,11 @@
 //! - Nothing else: with `gradient_as_bucket_view=False` each gradient is copied into its
 //!   bucket view, the bucket is divided and all-reduced in place, and copied back.
 //!
+//! The Reducer knows only the parameters that require grad (`_build_params_for_reducer`), so
+//! a LoRA or QLoRA model's buckets hold its adapters alone and its frozen (or 4-bit) weights
+//! get no bucket space. The construction's `_sync_module_states` broadcast of every parameter
+//! and buffer (flattened in 250 MiB buckets) is a setup transient, before the first step.
+//!
 //! ZeRO-1 keeps the same buckets and gradients; the optimizer steps only this rank's
 //! partition (`_partition_parameters`: parameters by size, largest first, each to the rank
 //! holding the fewest elements so far), then each parameter is broadcast in place.
@@ -115,9 +120,10 @@ pub fn zero_partition(numels: &[usize], world: usize, rank: usize) -> Vec<usize>
 }
 
 impl Ddp {
-    /// `DistributedDataParallel(model)`: the first iteration's single bucket is allocated now.
+    /// `DistributedDataParallel(model)`: the first iteration's single bucket of the parameters
+    /// that require grad is allocated now.
     pub fn wrap(model: &Model, cfg: &ParallelConfig) -> Rc<Ddp> {
-        let params = model.parameters().to_vec();
+        let params: Vec<Param> = model.parameters().iter().filter(|p| p.tensor.requires_grad()).cloned().collect();
         let all: Vec<usize> = (0..params.len()).collect();
         let buckets = allocate(&params, &assign(&params, &all, &[usize::MAX]));
         let stepped = match cfg.layout {

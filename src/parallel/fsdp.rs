@@ -14,6 +14,11 @@
 //!   reduce-scatter input (freed when the next unit's reduce-scatter starts,
 //!   `reduce_scatter_states`), the unsharded gradients die, and the reduce-scatter output
 //!   becomes the sharded gradients (views of it).
+//!
+//! Frozen and trainable parameters may share a unit (LoRA: bf16 base weights, fp32 adapters):
+//! each keeps its own dtype, a unit whose shards differ in dtype all-gathers them as bytes
+//! (`_get_all_gather_input_metadatas`: uint8), frozen parameters get no gradient and so no
+//! reduce-scatter space, and the reduce dtype is the trainable parameters' (`_init_mp_dtypes`).
 use super::config::ParallelConfig;
 use super::nodes::on_backward;
 use super::shard::{local_rows, padded_rows};
@@ -35,6 +40,8 @@ struct FsdpParam {
     sharded: Tensor,
     /// Elements of the padded shard (⌈rows / world⌉ × the other dims).
     padded_numel: usize,
+    /// The parameter's original dtype (its shard's, its gradient's).
+    dtype: DType,
 }
 
 impl FsdpParam {
@@ -42,6 +49,11 @@ impl FsdpParam {
     /// parameter's own elements when its rows do not divide.
     fn resize_unsharded(&self, world: usize, dtype: DType) {
         self.unsharded.storage().resize_back_bytes("split_with_sizes_copy", self.padded_numel * world * dtype.size());
+    }
+
+    /// Bytes of the padded shard in `dtype`.
+    fn padded_bytes(&self, dtype: DType) -> usize {
+        self.padded_numel * dtype.size()
     }
 }
 
@@ -77,8 +89,6 @@ struct Comm {
 }
 
 pub struct Fsdp {
-    /// The parameters' own dtype (shards, optimizer, sharded gradients).
-    orig: DType,
     /// CPUOffloadPolicy: shards and sharded gradients in host memory.
     offload: bool,
     world: usize,
@@ -108,8 +118,9 @@ const REDUCE_SCATTER_STREAM: StreamId = StreamId(3);
 impl Fsdp {
     /// `fully_shard(block)` for every block, then `fully_shard(model)`: each parameter's
     /// padded shard is allocated (in registration order) and its full storage never exists.
-    /// `orig_dtype` is the parameters' own dtype (the model itself is built in the compute
-    /// dtype, `param_dtype` when mixed precision asks for one).
+    /// `orig_dtype` is the parameters' own dtype under mixed precision (the model itself is
+    /// built in `param_dtype` then); without a policy each parameter keeps the dtype it was
+    /// built in (a LoRA model's fp32 adapters beside bf16 weights).
     pub fn shard(model: &Model, cfg: &ParallelConfig, orig_dtype: DType) -> Rc<Fsdp> {
         let (world, rank) = (cfg.shard_size(), cfg.shard_rank());
         let n = model.layers.len();
@@ -136,22 +147,27 @@ impl Fsdp {
             let rest: usize = shape.iter().skip(1).product();
             let padded_numel = padded_rows(rows, world) * rest;
             let local = local_rows(rows, world, rank);
+            let dtype = if cfg.param_dtype.is_some() { orig_dtype } else { p.tensor.dtype() };
             let padded = {
                 let _s = runtime::scope(&p.name);
                 let _c = runtime::category(Category::Parameter);
                 let _h = cfg.offload_params.then(runtime::on_host);
-                Tensor::zeros_op(&[padded_numel], orig_dtype, p.tensor.device(), "fully_shard")
+                Tensor::zeros_op(&[padded_numel], dtype, p.tensor.device(), "fully_shard")
             };
             let mut local_shape = shape.clone();
             if let Some(r) = local_shape.first_mut() {
                 *r = local;
             }
-            let local_view = padded.narrow(0, 0, local * rest).view(&local_shape).requires_grad_(true);
-            sharded.push(Param { name: p.name.clone(), tensor: local_view.clone() });
-            units[u].params.push(FsdpParam { unsharded: p.tensor.clone(), sharded: local_view, padded_numel });
+            // The sharded parameter keeps the module parameter's requires_grad (frozen weights
+            // stay frozen, and the optimizer is given the trainable ones).
+            let trainable = p.tensor.requires_grad();
+            let local_view = padded.narrow(0, 0, local * rest).view(&local_shape).requires_grad_(trainable);
+            if trainable {
+                sharded.push(Param { name: p.name.clone(), tensor: local_view.clone() });
+            }
+            units[u].params.push(FsdpParam { unsharded: p.tensor.clone(), sharded: local_view, padded_numel, dtype });
         }
         let f = Rc::new(Fsdp {
-            orig: orig_dtype,
             offload: cfg.offload_params,
             world,
             param_dtype: cfg.param_dtype.filter(|&d| d != orig_dtype),
@@ -170,12 +186,19 @@ impl Fsdp {
         self.me.borrow().upgrade().expect("the layout outlives its hooks")
     }
 
-    fn orig_dtype(&self) -> DType {
-        self.orig
+    /// The dtype `p` is all-gathered and computed in.
+    fn compute_dtype(&self, p: &FsdpParam) -> DType {
+        self.param_dtype.unwrap_or(p.dtype)
     }
 
-    fn compute_dtype(&self) -> DType {
-        self.param_dtype.unwrap_or(self.orig_dtype())
+    /// The flat all-gather buffer's dtype and elements per rank: the shards' common compute
+    /// dtype, or bytes when they differ (`_get_all_gather_input_metadatas`).
+    fn all_gather_layout(&self, params: &[FsdpParam]) -> Option<(DType, usize)> {
+        let first = self.compute_dtype(params.first()?);
+        if params.iter().all(|p| self.compute_dtype(p) == first) {
+            return Some((first, params.iter().map(|p| p.padded_numel).sum()));
+        }
+        Some((DType::U8, params.iter().map(|p| p.padded_bytes(self.compute_dtype(p))).sum()))
     }
 
     /// `FSDPParamGroup.unshard`: issue the all-gather (copy-in, flat output).
@@ -189,9 +212,8 @@ impl Fsdp {
             unit.gathered = Some(Gathered(None));
             return;
         }
-        let total: usize = unit.params.iter().map(|p| p.padded_numel).sum();
         let device = unit.params.first().map(|p| p.sharded.device());
-        let Some(device) = device else {
+        let (Some(device), Some((dtype, total))) = (device, self.all_gather_layout(&unit.params)) else {
             unit.gathered = Some(Gathered(None));
             return;
         };
@@ -206,7 +228,7 @@ impl Fsdp {
         } else {
             self.param_dtype.map(|d| Tensor::zeros_op(&[total], d, device, "all_gather_copy_in")).into_iter().collect()
         };
-        let output = Tensor::zeros_op(&[total * self.world], self.compute_dtype(), device, "all_gather_into_tensor");
+        let output = Tensor::zeros_op(&[total * self.world], dtype, device, "all_gather_into_tensor");
         drop(inputs);
         unit.gathered = Some(Gathered(Some(output)));
     }
@@ -234,12 +256,12 @@ impl Fsdp {
                     self.device_copy(p)
                 });
                 input = copy;
-                p.resize_unsharded(self.world, self.compute_dtype());
+                p.resize_unsharded(self.world, self.compute_dtype(p));
             }
             drop(input);
         } else {
             for p in &unit.params {
-                p.resize_unsharded(self.world, self.compute_dtype());
+                p.resize_unsharded(self.world, self.compute_dtype(p));
             }
         }
         unit.unsharded = true;
@@ -255,7 +277,7 @@ impl Fsdp {
     /// copy dies once cast), or the on-device shard cast.
     fn device_copy(&self, p: &FsdpParam) -> Tensor {
         let device = p.sharded.device();
-        let h2d = self.offload.then(|| Tensor::zeros_op(&[p.padded_numel], self.orig, device, "_to_copy"));
+        let h2d = self.offload.then(|| Tensor::zeros_op(&[p.padded_numel], p.dtype, device, "_to_copy"));
         match self.param_dtype {
             Some(d) => {
                 let cast = Tensor::zeros_op(&[p.padded_numel], d, device, "_to_copy");
@@ -352,8 +374,10 @@ impl Fsdp {
         let params = &units[u].params;
         let device = grads[0].1.device();
         // The reduce dtype: the policy's, else the gradients' accumulation dtype (the
-        // parameters' original one; lower-precision gradients are upcast by the copy-in).
-        let reduce_dtype = self.reduce_dtype.unwrap_or(self.orig_dtype());
+        // trainable parameters' original one, uniform within a unit; lower-precision
+        // gradients are upcast by the copy-in).
+        let grad_dtype = params[grads[0].0].dtype;
+        let reduce_dtype = self.reduce_dtype.unwrap_or(grad_dtype);
         let total: usize = grads.iter().map(|(k, _)| params[*k].padded_numel).sum();
         let _s = runtime::scope("FSDP::post_backward_reduce");
         let input = {
@@ -372,9 +396,9 @@ impl Fsdp {
         };
         // Sharded gradients are views of one flat buffer, cast first when the reduce dtype is
         // not the parameters' own.
-        let flat = if reduce_dtype != self.orig_dtype() {
+        let flat = if reduce_dtype != grad_dtype {
             let _c = runtime::category(Category::Gradient);
-            let cast = Tensor::zeros_op(&[total], self.orig_dtype(), device, "_to_copy");
+            let cast = Tensor::zeros_op(&[total], grad_dtype, device, "_to_copy");
             drop(output);
             cast
         } else {
@@ -392,7 +416,7 @@ impl Fsdp {
             let grad = if self.offload {
                 let _h = runtime::on_host();
                 let _c = runtime::category(Category::Gradient);
-                Tensor::zeros_op(p.sharded.shape(), self.orig, view.device(), "_to_copy")
+                Tensor::zeros_op(p.sharded.shape(), p.dtype, view.device(), "_to_copy")
             } else {
                 view.clone()
             };
@@ -531,7 +555,7 @@ impl Fsdp {
                     (_, Some(a), Some(b)) => format!("blocks {a}-{b}"),
                     _ => format!("unit {u}"),
                 };
-                let bytes = unit.params.iter().map(|p| (p.padded_numel * self.world * self.compute_dtype().size()) as u64).sum();
+                let bytes = unit.params.iter().map(|p| (p.padded_bytes(self.compute_dtype(p)) * self.world) as u64).sum();
                 (name, bytes)
             })
             .collect()

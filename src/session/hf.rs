@@ -34,11 +34,21 @@ pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<Str
     let keep = if hf.logits_to_keep == 0 { "0 (all)".to_string() } else { hf.logits_to_keep.to_string() };
     let mask = if hf.attention_mask { "ones" } else { "none" };
     Some(format!(
-        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}",
+        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}{}",
         loaded(hf, precision),
         hf.use_cache,
-        checkpointing(c, hf)
+        checkpointing(c, hf),
+        adapters(hf)
     ))
+}
+
+/// peft's adapters when DoRA is on (its magnitude vectors and per-forward weight norms are
+/// what the run adds to LoRA).
+fn adapters(hf: &HfConfig) -> String {
+    match &hf.lora {
+        Some(l) if l.use_dora => format!("; peft 0.21.2 DoRA (use_dora) r {}, lora_alpha {}", l.r, l.alpha),
+        _ => String::new(),
+    }
 }
 
 /// What `from_pretrained` loaded the weights in, and why: `dtype="auto"` (transformers 5's
@@ -46,19 +56,33 @@ pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<Str
 pub fn loaded(hf: &HfConfig, precision: Precision) -> String {
     if let Some(q) = &hf.bnb {
         use crate::engine::ops::quant::Gemm4bitKernel;
-        let kernel = match q.kernel {
+        let unquantized = format!("lm_head, embedding and norms {}{}", q.unquantized_dtype(), if q.prepare { " (prepare_model_for_kbit_training)" } else { "" });
+        let f = match &q.quant {
+            crate::model::bnb::Quant::FourBit(f) => f,
+            crate::model::bnb::Quant::Int8(i) => {
+                use crate::engine::ops::int8::Int8Kernel;
+                let kernel = match i.kernel {
+                    Int8Kernel::Cuda => "CUDA kernels",
+                    Int8Kernel::CpuOutputsOnly => "kernel outputs only, as the CPU grid counts them",
+                };
+                let outliers = if i.threshold > 0.0 { ", no outlier column counted" } else { "" };
+                return format!(
+                    "weights 8-bit LLM.int8() (bitsandbytes 0.50.2: loaded as {}, int8 with an fp32 scale per row; llm_int8_threshold {}{outliers}; {kernel}); {unquantized}",
+                    q.load_dtype, i.threshold
+                );
+            }
+        };
+        let kernel = match f.kernel {
             Gemm4bitKernel::Cuda { sms, major, minor } => format!("gemm_4bit as bitsandbytes picks it on a CUDA sm{major}{minor} GPU with {sms} SMs"),
             Gemm4bitKernel::RocmCdna => "gemm_4bit as bitsandbytes picks it on an AMD CDNA GPU".to_string(),
             Gemm4bitKernel::Cpu => "gemm_4bit's CPU implementation".to_string(),
         };
         return format!(
-            "weights 4-bit {}{} (bitsandbytes 0.50.2: loaded as {}, computed in {}; {kernel}); lm_head, embedding and norms {}{}",
-            q.quant_type,
-            if q.double_quant { " with double quantization" } else { "" },
+            "weights 4-bit {}{} (bitsandbytes 0.50.2: loaded as {}, computed in {}; {kernel}); {unquantized}",
+            f.quant_type,
+            if f.double_quant { " with double quantization" } else { "" },
             q.load_dtype,
-            q.compute_dtype,
-            q.unquantized_dtype(),
-            if q.prepare { " (prepare_model_for_kbit_training)" } else { "" }
+            f.compute_dtype,
         );
     }
     let weights = precision.param_dtype();
@@ -79,7 +103,7 @@ pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) 
     let hf = c.hf()?;
     let kernels: serde_json::Map<String, Value> =
         contexts.iter().filter_map(|&s| sdpa_on_cuda(c, precision, s).map(|b| (s.to_string(), json!(b.name())))).collect();
-    Some(json!({
+    let mut v = json!({
         "transformers_version": TRANSFORMERS_VERSION,
         "model_type": hf.model_type,
         "attn_implementation": hf.attn_implementation,
@@ -93,6 +117,12 @@ pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) 
         "weights_dtype": precision.param_dtype().name(),
         "config_torch_dtype": hf.torch_dtype.map(|d| d.name()),
         "dtype": hf.dtype.map_or("auto", |d| d.name()),
-    }))
+    });
+    if let Some(l) = &hf.lora {
+        // peft's LoraConfig(use_dora=...) of a LoRA run (the adapters themselves are under
+        // the model's `hf.lora`).
+        v["use_dora"] = json!(l.use_dora);
+    }
+    Some(v)
 }
 

@@ -35,7 +35,9 @@ pub fn file_tag(c: &ModelConfig, grad_accum_steps: usize) -> String {
 
 /// The part of an output file name that tells an hf run's non-default transformers options
 /// apart (so an eager run does not overwrite the sdpa run's snapshot): `_eager`, `_fa2`,
-/// `_sdpa-math`, `_no-cache`, `_keep-N`, `_mask-ones`, `-reentrant` after the checkpoint tag.
+/// `_sdpa-math`, `_no-cache`, `_keep-N`, `_mask-ones`, `_dora` (peft's use_dora), `-reentrant`
+/// after the checkpoint tag, and bitsandbytes' weights: `_4bit`, `_8bit` (`_8bit-threshold-T`
+/// for a threshold other than transformers' 6.0).
 pub fn hf_tag(c: &ModelConfig) -> String {
     let Some(hf) = c.hf() else { return String::new() };
     let mut tag = String::new();
@@ -53,6 +55,15 @@ pub fn hf_tag(c: &ModelConfig) -> String {
     }
     if hf.attention_mask {
         tag.push_str("_mask-ones");
+    }
+    if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
+        tag.push_str("_dora");
+    }
+    match hf.bnb.as_ref().map(|q| &q.quant) {
+        None => {}
+        Some(crate::model::bnb::Quant::FourBit(_)) => tag.push_str("_4bit"),
+        Some(crate::model::bnb::Quant::Int8(i)) if i.threshold == 6.0 => tag.push_str("_8bit"),
+        Some(crate::model::bnb::Quant::Int8(i)) => tag.push_str(&format!("_8bit-threshold-{}", i.threshold)),
     }
     tag
 }

@@ -1,7 +1,7 @@
 //! Snapshot pickles read back (ours or PyTorch's): `analyze`'s report of one, and `view`'s
 //! offline HTML page of one or two, each within the input budgets.
 use crate::analyse::budget::Budget;
-use crate::analyse::snapshot::{analyse_within, Alloc, SnapshotReport};
+use crate::analyse::snapshot::{analyse_within, unknown_actions, Alloc, SnapshotReport};
 use crate::error::UsageError;
 use crate::export::html::{self, Capacity, Capped, Source};
 use crate::export::mib;
@@ -27,7 +27,20 @@ pub fn analyze(path: &Path, device: Option<usize>, detail: f64, top: usize, budg
         return Err(UsageError(format!("invalid --detail: {detail} (expected a percentage in (0, 100])")).into());
     }
     let snap = load(path, budget)?;
-    analyse_within(&snap, device, detail, top, budget).map_err(|e| UsageError(format!("{}: {e}", path.display())).into())
+    let r = analyse_within(&snap, device, detail, top, budget).map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    warn_unknown(path, r.device, &r.unknown_actions);
+    Ok(r)
+}
+
+/// Names, on stderr, the trace actions memory_viz does not know (both it and the replay
+/// ignore them), so that none is skipped silently.
+fn warn_unknown(path: &Path, device: usize, unknown: &[(String, usize)]) {
+    for (a, n) in unknown {
+        eprintln!(
+            "warning: {}: device {device}: {n} trace entries with action '{a}', which memory_viz does not know: ignored, as memory_viz ignores them",
+            path.display()
+        );
+    }
 }
 
 /// The report as pretty JSON, its frames formatted as they are written, within the output
@@ -114,6 +127,11 @@ pub fn view_page(files: &[&Path], device: Option<usize>, capacity: Option<Capaci
                 return Err(crate::error::usage("--device", format!("{d}: {} has traces for devices 0..{}", f.display(), n - 1)));
             }
         }
+    }
+    for (f, s) in files.iter().zip(&snaps) {
+        let unknown = unknown_actions(s, device).map_err(|e| UsageError(format!("{}: {e}", f.display())))?;
+        let d = device.unwrap_or_else(|| crate::analyse::snapshot::default_device_of(s));
+        warn_unknown(f, d, &unknown);
     }
     let sources: Vec<Source> = files
         .iter()

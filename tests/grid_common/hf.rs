@@ -4,7 +4,8 @@
 use serde_json::Value;
 use vramscope::engine::ops::dropout::DropoutKernel;
 use vramscope::engine::ops::quant::Gemm4bitKernel;
-use vramscope::model::bnb::Bnb4bit;
+use vramscope::engine::ops::int8::Int8Kernel;
+use vramscope::model::bnb::{Bnb, Bnb4bit, Int8, Quant};
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
@@ -42,19 +43,30 @@ pub fn config_of(p: &Value) -> ModelConfig {
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),
+            use_dora: p["use_dora"].as_bool().unwrap_or(false),
+            modules_to_save: p["modules_to_save"].as_str().map_or(Vec::new(), |m| m.split(',').map(str::to_string).collect()),
         });
     }
     if p["load_in_4bit"].as_bool() == Some(true) {
         let dt = |k: &str| if p[k] == "bf16" { DType::BF16 } else { DType::F32 };
-        hf.bnb = Some(Bnb4bit {
+        let four = Bnb4bit {
             quant_type: p["quant_type"].as_str().unwrap().to_string(),
             double_quant: p["double_quant"].as_bool().unwrap(),
             compute_dtype: dt("compute_dtype"),
-            load_dtype: dt("dtype"),
-            prepare: p["prepare"].as_bool().unwrap(),
             // measured on CPU: bitsandbytes' default gemm_4bit (dequantize, then F.linear)
             kernel: Gemm4bitKernel::Cpu,
-        });
+        };
+        hf.bnb = Some(Bnb { quant: Quant::FourBit(four), load_dtype: dt("dtype"), prepare: p["prepare"].as_bool().unwrap() });
+    }
+    if p["load_in_8bit"].as_bool() == Some(true) {
+        let int8 = Int8 {
+            threshold: p["llm_int8_threshold"].as_f64().unwrap(),
+            // measured on CPU with CUDA's MatMul8bitLt, the default kernels' working tensors left
+            // out (tools/pytorch/README.md, rule 8): their outputs only
+            kernel: Int8Kernel::CpuOutputsOnly,
+        };
+        let load = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+        hf.bnb = Some(Bnb { quant: Quant::Int8(int8), load_dtype: load, prepare: p["prepare"].as_bool().unwrap() });
     }
     ModelConfig {
         flavour: Flavour::Hf,
@@ -97,9 +109,10 @@ pub fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     assert_eq!(model.dtype, if precision == Precision::PureBf16 { DType::BF16 } else { DType::F32 });
     assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
-    if cfg.hf.as_ref().is_none_or(|h| h.bnb.is_none()) {
+    if cfg.hf.as_ref().is_none_or(|h| h.bnb.as_ref().is_none_or(|q| q.int8().is_some())) {
         // (a 4-bit weight is a uint8 tensor of half as many elements; the closed form counts
-        // the logical parameters, as peft's print_trainable_parameters does)
+        // the logical parameters, as peft's print_trainable_parameters does; an int8 weight
+        // holds one element per parameter)
         assert_eq!(cfg.param_counts().total, model.num_parameters(), "the closed-form count");
     }
     if let Some(t) = point["info"]["trainable_parameters"].as_u64() {

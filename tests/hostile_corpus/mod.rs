@@ -123,6 +123,7 @@ pub fn divisions(div: i64) -> Vec<u8> {
         let (addr, size) = ((1i64 << 58) + (i << 52), (1i64 << (i + 14).min(52)) + 1);
         trace.push(entry("alloc", addr, size, vec![]));
         trace.push(entry("free_requested", addr, size, vec![]));
+        trace.push(entry("free_completed", addr, size, vec![]));
     }
     snapshot(vec![], trace, vec![("allocator_settings", Value::dict(vec![("roundup_power2_divisions", divs)]))])
 }

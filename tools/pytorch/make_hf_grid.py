@@ -9,10 +9,12 @@ weights fp32|bf16 x gradient checkpointing off|non-reentrant, on shapes that var
 (GQA ratios 1-5, head_dim 16-64 incl. qwen3's explicit head_dim, vocabularies whose logits rows
 are not multiples of 512 B, S 16-128, B 1-4), each measured as inference, forward and training;
 then single-option points: tied heads, use_cache off, logits_to_keep, reentrant checkpointing, an
-all-ones attention_mask, forward-loss, and the optimizers (foreach, for-loop, SGD).
+all-ones attention_mask, forward-loss, and the optimizers (foreach, for-loop, SGD, adafactor).
 
     python3 make_hf_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_hf_grid.py --quick    # the first point of each model type only (a smoke run)
+    python3 make_hf_grid.py --only adafactor   # re-measure the points whose name contains it ('|':
+                                               # any of several), keep the fixture's others
 Needs `pip install torch transformers` (pinned in the file: the transformers release measured).
 """
 import argparse
@@ -98,6 +100,10 @@ def grid(quick=False):
     todo += [(point(mt, i), "forward-loss") for i, mt in enumerate(H.MODEL_TYPES)]
     optims = [point("llama", 0, optimizer=o) for o in ("adamw_torch_foreach", "adamw_torch_forloop", "sgd")]
     optims += [point("qwen2", 3, optimizer="adamw_torch_foreach", dtype="bf16"), point("mistral", 6, optimizer="sgd", max_grad_norm=0.0)]
+    # The Trainer's adafactor: fp32 state either way, fp32 copies of bf16 weights and gradients.
+    optims += [point("llama", 0, optimizer="adafactor"), point("qwen2", 3, optimizer="adafactor", dtype="bf16"),
+               point("qwen3", 5, optimizer="adafactor", dtype="bf16", checkpoint="non-reentrant"),
+               point("mistral", 6, optimizer="adafactor", dtype="bf16", tied=True, max_grad_norm=0.0)]
     todo += [(p, "training") for p in optims]
     return todo
 
@@ -134,6 +140,26 @@ def measure_all(todo, run, maxtasksperchild=16):
     return results, t0
 
 
+def measure_only(path, todo, run, name, only, maxtasksperchild=16):
+    """Measure the points of `todo` whose name (`name(job)`) contains `only` (alternatives
+    separated by '|') and merge them into
+    the fixture at `path`: its other measurements are kept, every point in `todo`'s order. A
+    point of `todo` that is neither measured nor in the fixture is an error (run the whole grid)."""
+    with open(path) as f:
+        doc = json.load(f)
+    have = {r["name"]: r for r in doc["points"]}
+    names = [name(*job) for job in todo]
+    picked = lambda n: any(o in n for o in only.split("|"))
+    pick = [job for job, n in zip(todo, names) if picked(n)]
+    missing = [n for n in names if not picked(n) and n not in have]
+    if missing:
+        sys.exit(f"{len(missing)} points are neither measured nor in {path}, e.g. {missing[0]}: run the whole grid")
+    results, t0 = measure_all(pick, run, maxtasksperchild)
+    new = {r["name"]: r for r in results}
+    doc["points"] = [new.get(n) or have[n] for n in names]
+    return doc, t0
+
+
 def write_fixture(path, doc, t0):
     """`doc` as JSON at `path`, atomically."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -148,8 +174,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     import transformers
+    if a.only:
+        doc, t0 = measure_only(os.path.join(a.out, "hf.json"), grid(), run_one, name_of, a.only)
+        return write_fixture(os.path.join(a.out, "hf.json"), doc, t0)
     results, t0 = measure_all(grid(a.quick), run_one)
     doc = dict(generator="tools/pytorch/make_hf_grid.py" + (" --quick" if a.quick else ""), torch=torch.__version__,
                transformers=transformers.__version__,

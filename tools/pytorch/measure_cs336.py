@@ -166,6 +166,9 @@ REDUCED_FLOAT = (torch.bfloat16, torch.float16)
 SCATTER_OPS = ("aten::scatter_add_", "aten::scatter_add", "aten::scatter_", "aten::scatter")  # src and value forms
 BNB_OPTIMIZER_OPS = ("bitsandbytes::optimizer_update_8bit_blockwise", "bitsandbytes::optimizer_update_32bit")
 # TensorIterator binary ops whose CPU path casts a mixed-dtype input to the common dtype first.
+# bitsandbytes' LLM.int8() kernels whose CPU (default) implementations compute through working
+# tensors that die inside the op (rule 8 of tools/pytorch/README.md).
+BNB_INT8_OPS = ("bitsandbytes::int8_vectorwise_quant", "bitsandbytes::int8_linear_matmul", "bitsandbytes::int8_mm_dequant")
 TI_BINARY_OPS = ("aten::add", "aten::sub", "aten::mul", "aten::div", "aten::add_", "aten::sub_", "aten::mul_", "aten::div_")
 CPU_FLASH_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
 
@@ -216,6 +219,21 @@ def cpu_kernel_scratch(anc, size):
             if any(m[2] != common and size == _numel(m[0]) * el for m in ins):
                 return (f"cpu {bop.name[6:]} of mixed dtypes: TensorIterator's input cast to {str(common).replace('torch.', '')}",
                         bop.end_time_ns, "freed inside")
+    if (len(anc) >= 3 and anc[-3].name in TI_BINARY_OPS and anc[-3].name.endswith("_")
+            and [a.name for a in anc[-2:]] == ["aten::empty_like", "aten::empty"]):
+        # The same compute_types, for an in-place op whose output (self) is not of the common
+        # dtype: on CPU `cast_common_dtype_to_outputs` swaps self for an `empty_like` temporary
+        # of the common dtype, copied back into self when the op ends; CUDA's kernels cast
+        # while storing. In the grids: bitsandbytes' backward `CB.to(bf16).mul_(fp32 scales)`.
+        bop = anc[-3]
+        ins = [m for m in (_meta(i) for i in getattr(bop.extra_fields, "inputs", [])) if m]
+        dts = {m[2] for m in ins if m[2].is_floating_point}
+        if ins and len(dts) > 1:
+            common = torch.promote_types(*dts) if len(dts) == 2 else torch.float32
+            el = torch.empty((), dtype=common).element_size()
+            if ins[0][2] != common and size == _numel(ins[0][0]) * el:
+                return (f"cpu {bop.name[6:]} of mixed dtypes: TensorIterator's output in {str(common).replace('torch.', '')}",
+                        bop.end_time_ns, "freed inside")
     upd = next((a for a in reversed(anc) if a.name in BNB_OPTIMIZER_OPS), None)
     if upd is not None:
         # bitsandbytes' optimizer update on CPU (backends/cpu/ops.py) dequantizes the state to fp32
@@ -223,6 +241,15 @@ def cpu_kernel_scratch(anc, size):
         # kOptimizer*_blockwise kernels update everything in place in registers. Every block the
         # CPU path allocates inside the op dies there.
         return (f"cpu {upd.name}: fp32 working copies of the state, parameter and gradient", upd.end_time_ns, "freed inside")
+    i8 = next((a for a in reversed(anc) if a.name in BNB_INT8_OPS), None)
+    if i8 is not None:
+        # bitsandbytes' default int8 kernels (backends/default/ops.py) on CPU: int8_vectorwise_quant
+        # takes |A| twice and quantizes through fp32 products, int8_linear_matmul multiplies fp32
+        # copies of both operands, int8_mm_dequant scales the int32 product in fp32. CUDA's
+        # kernels (backends/cuda/ops.py) write their outputs directly; what they allocate inside
+        # (the threshold's |A| and mask, the fp16 dequant buffer) vramscope models, unmeasured.
+        # Only blocks that die inside the op match (the outputs are counted).
+        return (f"cpu {i8.name}: the default implementation's working tensors", i8.end_time_ns, "freed inside")
     if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some

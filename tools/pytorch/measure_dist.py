@@ -16,7 +16,20 @@ Each point runs in its own process(es), with measure_cs336.py's method: one prof
 mode-free, requested bytes of blocks >= 512 B, absolute levels, the third iteration measured
 (make_grid.py's CPU-only kernel scratch rules apply).
 
+LoRA and QLoRA (`--lora`, tests/fixtures/dist_grid/lora.json): transformers' llama and qwen3
+with peft adapters (measure_hf.py's point, setup and Trainer step: get_peft_model on bf16 weights
+with fp32 adapters, or prepare_model_for_kbit_training + get_peft_model on a bitsandbytes 4-bit
+model) under
+
+- ddp: DistributedDataParallel(model) with its defaults (find_unused_parameters=False,
+  broadcast_buffers=True, gradient_as_bucket_view=False) over real gloo processes, the Trainer's
+  fused AdamW and clip_grad_norm_(1.0) over the parameters that require grad;
+- fsdp: fully_shard on every decoder layer, then on the PeftModel, under the fake process group
+  (frozen bf16 weights and fp32 adapters in the same groups), foreach AdamW, no clipping;
+  zero2: the same with reshard_after_forward=False on the layers.
+
     python3 measure_dist.py              # the grid -> tests/fixtures/dist_grid/dist.json
+    python3 measure_dist.py --lora       # the LoRA grid -> tests/fixtures/dist_grid/lora.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -27,6 +40,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/dist.json")
+LORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora.json")
 
 
 def setup_for(pt):
@@ -67,8 +81,37 @@ def setup_for(pt):
     return setup
 
 
+def lora_wrapper(pt):
+    """The point's layout applied to the peft model (measure_hf.run's `wrap`)."""
+    def wrap(model):
+        if pt["layout"] == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            return DDP(model)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (pt["world_size"],))
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer, mesh=mesh, reshard_after_forward=pt["layout"] != "zero2")
+        fully_shard(model, mesh=mesh)
+        return None
+    return wrap
+
+
 def measure_here(pt):
     import torch
+    if "hf" in pt:
+        import measure_hf as H
+        torch.set_num_threads(1)
+        if pt["hf"].get("load_in_4bit"):
+            # load_4bit saves a random model and reloads it; under torch.distributed transformers
+            # writes on rank 0 only, and every rank here reads its own copy (as every node has
+            # the checkpoint), so each rank writes its own.
+            import transformers as T
+            T.PreTrainedModel.should_save_on_this_rank = lambda self, is_main_process: is_main_process
+        per, _, _ = H.measure(pt["hf"], "training", lora_wrapper(pt), other_threads=pt["layout"] == "ddp")
+        return {p: dict(peak=s["peak"], peak_all_blocks=s["peak_all"], live_at_peak=s["live_at_peak"], peak_op=s["peak_op"], start=s["start"],
+                        end=s.get("end", s["start"]), cpu_scratch_left_out=s["cpu_scratch"], missed_frees=s.get("missed_frees", []))
+                for p, s in per.items()}
     import measure_cs336 as M
     torch.set_num_threads(1)
     per, _ = M.measure(setup_for(pt), "training", other_threads=pt["layout"] in ("ddp", "zero1"))
@@ -82,8 +125,9 @@ def gloo_worker(rank, pt, store, out):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=pt["world_size"])
     phases = measure_here(pt)
     if rank == pt["rank"]:
-        with open(out, "w") as f:
+        with open(out + ".tmp", "w") as f:
             json.dump(phases, f)
+        os.replace(out + ".tmp", out)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -133,15 +177,66 @@ def grid():
     return pts
 
 
+def lora_grid():
+    """LoRA and QLoRA points (ddp, fsdp, zero2): llama and qwen3, r 8-32, all-linear and q_proj,v_proj,
+    checkpointing off and on, ranks 0 and the last, world 2 and 4."""
+    import make_hf_grid as G
+    import make_lora_grid as L
+    # (layout, model_type, shape, r, targets, checkpoint, world, rank, 4-bit (quant_type, double_quant) or None)
+    rows = [
+        ("ddp", "llama", 0, 8, "all-linear", "none", 2, 0, None),
+        ("ddp", "llama", 3, 16, "q_proj,v_proj", "non-reentrant", 2, 1, None),
+        ("ddp", "qwen3", 6, 32, "all-linear", "non-reentrant", 2, 0, None),
+        ("ddp", "qwen3", 1, 8, "q_proj,v_proj", "none", 2, 1, None),
+        ("ddp", "llama", 2, 16, "all-linear", "none", 4, 3, None),
+        ("ddp", "llama", 0, 16, "all-linear", "reentrant", 2, 0, ("nf4", True)),
+        ("ddp", "qwen3", 6, 8, "q_proj,v_proj", "non-reentrant", 2, 1, ("nf4", False)),
+        ("ddp", "llama", 1, 32, "q_proj,v_proj", "none", 2, 1, ("fp4", False)),
+        ("fsdp", "llama", 0, 8, "all-linear", "none", 2, 0, None),
+        ("fsdp", "llama", 3, 16, "q_proj,v_proj", "non-reentrant", 2, 1, None),
+        ("fsdp", "qwen3", 6, 32, "all-linear", "non-reentrant", 4, 3, None),
+        ("fsdp", "qwen3", 1, 8, "q_proj,v_proj", "none", 2, 1, None),
+        ("fsdp", "llama", 2, 32, "all-linear", "none", 4, 0, None),
+        ("fsdp", "qwen3", 4, 16, "all-linear", "non-reentrant", 2, 0, None),
+        ("zero2", "llama", 0, 16, "all-linear", "none", 2, 0, None),
+        ("zero2", "qwen3", 6, 8, "q_proj,v_proj", "non-reentrant", 4, 3, None),
+    ]
+    pts = []
+    for layout, mt, i, r, targets, ck, world, rank, quant in rows:
+        opt = dict(checkpoint=ck)
+        if layout != "ddp":
+            # foreach AdamW over DTensors; clip_grad_norm_ under FSDP2 is not modelled
+            opt.update(optimizer="adamw_torch_foreach", max_grad_norm=0.0)
+        p = L.qlora(mt, i, r, targets, *quant, **opt) if quant else L.lora(mt, i, r, targets, **opt)
+        name = f"{L.name_of(p, 'training')} {layout} x{world} rank{rank}"
+        pts.append(dict(name=name, hf=p, layout=layout, world_size=world, rank=rank))
+    return pts
+
+
 def header():
     import torch
     return dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
                 counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration, rank `rank` of `world_size`")
 
 
+def lora_header():
+    import bitsandbytes
+    import peft
+    import torch
+    import transformers
+    return dict(generator="tools/pytorch/measure_dist.py --lora", torch=torch.__version__, transformers=transformers.__version__,
+                peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
+                counted="requested bytes of blocks >= 512 B, absolute levels, the third training iteration (measure_hf.py's step), "
+                        "rank `rank` of `world_size`")
+
+
 def main():
     import measure_cs336 as M
-    M.grid_main(__doc__, __file__, one, grid, OUT, header)
+    if "--lora" in sys.argv:
+        sys.argv.remove("--lora")
+        M.grid_main(__doc__, __file__, one, lora_grid, LORA_OUT, lora_header)
+    else:
+        M.grid_main(__doc__, __file__, one, grid, OUT, header)
 
 
 if __name__ == "__main__":

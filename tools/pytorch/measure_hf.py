@@ -25,7 +25,7 @@ The step is the Trainer's (transformers.Trainer.training_step + the inner loop):
              optimizer.step() over the parameters that require grad
 
 LoRA (peft, when the point has lora_r): get_peft_model(model, LoraConfig(r, lora_alpha,
-lora_dropout, target_modules)) right after loading, with peft's default
+lora_dropout, target_modules, bias, use_dora)) right after loading, with peft's default
 autocast_adapter_dtype=True (fp32 adapters on bf16 weights), then gradient checkpointing (the
 Trainer enables it after wrapping; transformers' gradient_checkpointing_enable also calls
 enable_input_require_grads).
@@ -58,7 +58,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import measure_cs336 as M
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor")
 CHECKPOINTS = ("none", "reentrant", "non-reentrant")
 
 
@@ -79,10 +79,12 @@ def hf_config(p):
 
 def load_4bit(p, dtype):
     """A QLoRA model as a user gets it: a random model saved to disk, reloaded by from_pretrained
-    with BitsAndBytesConfig(load_in_4bit=True, ...), then peft's prepare_model_for_kbit_training
-    (fp32 casts of every non-4-bit parameter; gradient checkpointing when the point has it, with
+    with BitsAndBytesConfig(load_in_4bit=True, ...) (or, `load_in_8bit`, load_in_8bit=True and
+    llm_int8_threshold), then peft's prepare_model_for_kbit_training (fp32 casts of every
+    non-quantized parameter; gradient checkpointing when the point has it, with
     enable_input_require_grads). bitsandbytes' CPU-only repacking for AVX512-BF16 inference
-    (`_convert_weight_packed_for_cpu`, never run on CUDA) is turned off on every Linear4bit."""
+    (`_convert_weight_packed_for_cpu`, never run on CUDA) is turned off on every Linear4bit; the
+    8-bit layers run CUDA's autograd function on CPU too (`use_cuda_int8_matmul`)."""
     import tempfile
     import bitsandbytes as bnb
     import peft
@@ -92,10 +94,14 @@ def load_4bit(p, dtype):
         d = tempfile.mkdtemp(prefix="qlora-")
         src.save_pretrained(d)
         del src
-    compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", p.get("dtype", "fp32"))]
-    qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
-                              bnb_4bit_use_double_quant=p.get("double_quant", False),
-                              bnb_4bit_compute_dtype=compute)
+    if p.get("load_in_8bit"):
+        qc = T.BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=p.get("llm_int8_threshold", 6.0))
+        use_cuda_int8_matmul()
+    else:
+        compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", p.get("dtype", "fp32"))]
+        qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
+                                  bnb_4bit_use_double_quant=p.get("double_quant", False),
+                                  bnb_4bit_compute_dtype=compute)
     model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"))
     for m in model.modules():
         if isinstance(m, bnb.nn.Linear4bit):
@@ -105,7 +111,7 @@ def load_4bit(p, dtype):
     # clone gives each its own storage, as on a GPU (prepare's fp32 casts do the same).
     with torch.no_grad():
         for prm in model.parameters():
-            if type(prm).__name__ != "Params4bit":
+            if type(prm).__name__ not in ("Params4bit", "Int8Params"):
                 prm.data = prm.data.clone()
     import gc
     gc.collect()
@@ -118,6 +124,32 @@ def load_4bit(p, dtype):
     return model
 
 
+# The most outlier columns any 8-bit matmul of the run held back (`state.idx`); vramscope's rule
+# on meta is none, so a point that has some is refused.
+INT8_OUTLIER_COLUMNS = [0]
+
+
+def use_cuda_int8_matmul():
+    """bitsandbytes' `matmul` (what Linear8bitLt calls) runs `MatMul8bitFp` (dequantize the weight,
+    F.linear) when training on CPU or XPU and `MatMul8bitLt` (LLM.int8(): int8 input, int32
+    product, outlier columns) everywhere else; CUDA, what vramscope models, always takes
+    MatMul8bitLt. Patched so the CPU run takes it too, and counts the outlier columns."""
+    import bitsandbytes as bnb
+    from bitsandbytes.autograd import _functions as F8
+
+    def matmul(A, B, out=None, state=None, threshold=0.0, bias=None):
+        state = state or F8.MatmulLtState()
+        if threshold > 0.0:
+            state.threshold = threshold
+        r = F8.MatMul8bitLt.apply(A, B, out, bias, state)
+        if state.idx is not None:
+            INT8_OUTLIER_COLUMNS[0] = max(INT8_OUTLIER_COLUMNS[0], state.idx.numel())
+        return r
+
+    bnb.matmul = matmul
+    F8.matmul = matmul
+
+
 def make_optimizer(name, params):
     if name in ("adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit"):
         # The Trainer's bitsandbytes optims (paging falls back to ordinary buffers on CPU).
@@ -126,6 +158,9 @@ def make_optimizer(name, params):
                                optim_bits=32 if name.endswith("32bit") else 8, is_paged=name.startswith("paged"))
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3)
+    if name == "adafactor":  # the Trainer's: get_optimizer_cls_and_kwargs' _get_adafactor
+        from transformers.optimization import Adafactor
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, weight_decay=0.0)
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     if name == "adamw_torch_fused":
         return torch.optim.AdamW(params, fused=True, **kw)
@@ -156,32 +191,37 @@ class LossPhase:
 
 def run(p, kind, wrap=None):
     """Profile one point; returns (profiler, model description). `wrap(model)` parallelises the
-    model in place before the optimizer is built (measure_tp.py)."""
+    model before the optimizer is built, in place (measure_tp.py, fully_shard) or by returning
+    the wrapper the step calls instead (DistributedDataParallel, measure_dist.py --lora)."""
     import transformers as T
     B, S = p["batch"], p["seq"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
-            if p.get("load_in_4bit"):
+            if p.get("load_in_4bit") or p.get("load_in_8bit"):
                 model = load_4bit(p, dtype)
             else:
                 model = T.AutoModelForCausalLM.from_config(hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
             if p.get("lora_r"):
                 import peft
                 targets = p["target_modules"]
+                save = p.get("modules_to_save")
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0), bias=p.get("lora_bias", "none"),
-                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
+                                     use_dora=p.get("use_dora", False),
+                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM",
+                                     modules_to_save=save.split(",") if save else None)
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")
-            if ck != "none" and not p.get("load_in_4bit"):
+            if ck != "none" and not (p.get("load_in_4bit") or p.get("load_in_8bit")):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
             model.train() if kind == "training" else model.eval()
+            loss_phase = LossPhase(model)
+            inner = model
             if wrap is not None:
-                wrap(model)
+                model = wrap(model) or model
             trainable = [q for q in model.parameters() if q.requires_grad]
             opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
-            loss_phase = LossPhase(model)
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
         for step in range(M.NSTEPS):
@@ -220,7 +260,7 @@ def run(p, kind, wrap=None):
                     with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
                         with M.phase("forward"):
                             model(input_ids=input_ids, attention_mask=mask, **extra)
-    return prof, model
+    return prof, inner
 
 
 def sdpa_backends(prof):
@@ -239,13 +279,17 @@ def sdpa_backends(prof):
     return sorted(seen)
 
 
-def measure(p, kind, wrap=None):
+def measure(p, kind, wrap=None, other_threads=False):
+    """`other_threads`: a gloo process group frees some blocks on its own threads (M.analyse)."""
     prof, model = run(p, kind, wrap)
-    per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind))
+    per, log = M.analyse(M.alloc_rows(prof), M.phases_of(kind), other_threads)
     info = dict(sdpa_backends=sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
                 trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 gradient_checkpointing=bool(getattr(model, "is_gradient_checkpointing", False)),
                 attn_implementation=model.config._attn_implementation)
+    if p.get("load_in_8bit"):
+        info["int8_outlier_columns"] = INT8_OUTLIER_COLUMNS[0]
+        assert INT8_OUTLIER_COLUMNS[0] == 0, f"{INT8_OUTLIER_COLUMNS[0]} outlier columns: vramscope models none"
     return per, log, info
 
 

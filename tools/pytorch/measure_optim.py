@@ -21,13 +21,19 @@ Implementations (CPU's `torch.optim.AdamW()` defaults to the for-loop, so each i
   adamw_torch          AdamW(foreach=True)   (CUDA's default)
   adamw_torch_forloop  AdamW(foreach=False)
   sgd                  SGD(foreach=True), --momentum, --weight-decay
+  adafactor            transformers.optimization.Adafactor(lr, scale_parameter=False,
+                       relative_step=False, weight_decay), as the Trainer's `adafactor` builds it
+                       (eps (1e-30, 1e-3), clip_threshold 1.0, decay_rate -0.8, beta1 None)
 
 CUDA-only difference: `_foreach_norm`'s CUDA kernel zeroes an fp32 scratch of
 len(grads) x ceil(max numel / 65536) partial sums; the CPU slow path (one linalg_vector_norm
 per tensor) has none. The fixture records what the CPU run does; tests/optim_grid.rs leaves
 vramscope's scratch (op `_foreach_norm`) out of its levels and checks its size on its own.
 
-Grid: python3 measure_optim.py --grid ../../tests/fixtures/optim_grid.json   (150 points)
+Adafactor's `state["RMS"]` and its `_rms` temporaries are 0-d fp32 tensors: 4 B on CPU, below
+the filter, 512 B blocks on CUDA (vramscope's unit tests pin them).
+
+Grid: python3 measure_optim.py --grid ../../tests/fixtures/optim_grid.json   (210 points)
 Run:  python3 measure_optim.py --shapes '1000x64,64,64x64,172x64,64x172' --dtype bf16 \
           --optimizer adamw_torch --max-grad-norm 1.0
 """
@@ -42,12 +48,15 @@ from torch.profiler import record_function
 
 import measure_cs336 as M
 
-OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_forloop", "sgd")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_forloop", "sgd", "adafactor")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 NSTEPS = 3
 
 
 def make_optimizer(name, params, lr, weight_decay, momentum):
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False, weight_decay=weight_decay)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=True)
     kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
@@ -141,6 +150,8 @@ IMPLS = [
     ("adamw_torch_forloop", "adamw_torch_forloop", 0.01, 0.0),
     ("sgd", "sgd", 0.0, 0.0),
     ("sgd_momentum_wd", "sgd", 0.01, 0.9),
+    ("adafactor", "adafactor", 0.0, 0.0),
+    ("adafactor_wd", "adafactor", 0.01, 0.0),
 ]
 
 

@@ -636,6 +636,35 @@ impl Tensor {
         }
         self.inplace("sqrt_", 1, None, S);
     }
+    /// `self /= other` (other broadcast to self, e.g. a 0-d tensor).
+    #[track_caller]
+    pub fn div_(&self, other: &Tensor) {
+        self.inplace("div_", 1, Some(other), Div);
+    }
+    #[track_caller]
+    pub fn rsqrt_(&self) {
+        #[derive(Clone, Copy)]
+        struct S;
+        impl BinFn for S {
+            fn call<R: Real>(self, a: R, _: R) -> R {
+                R::one() / a.sqrt()
+            }
+        }
+        self.inplace("rsqrt_", 1, None, S);
+    }
+    /// `self.clamp_(min=m)`
+    #[track_caller]
+    pub fn clamp_min_(&self, m: f64) {
+        #[derive(Clone, Copy)]
+        struct C(f64);
+        impl BinFn for C {
+            fn call<R: Real>(self, a: R, _: R) -> R {
+                let m = R::lit(self.0);
+                if a < m { m } else { a }
+            }
+        }
+        self.inplace("clamp_", 1, None, C(m));
+    }
     #[track_caller]
     pub fn div_scalar_(&self, s: f64) {
         self.mul_scalar_(1.0 / s);

@@ -165,13 +165,19 @@ impl Tensor {
         assert_eq!(target.shape(), &self.shape()[..1], "nll_loss target shape");
         let (nrows, c) = (self.shape()[0], self.shape()[1]);
         let dtype = self.dtype();
+        // Targets outside [0, C) are ignore_index (-100: transformers' shifted labels end in
+        // it): they add nothing, and the mean is over the rest (`total_weight` counts them).
+        let valid = move |k: i64| usize::try_from(k).ok().filter(|&k| k < c);
         let out = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", &[self, target], || {
             let t = cpu::read_i64(target);
             let lp = cpu::read::<f64>(self);
-            let s: f64 = t.iter().enumerate().map(|(i, &k)| -lp[i * c + k as usize]).sum();
-            vec![s / nrows as f64]
+            let s: f64 = t.iter().enumerate().filter_map(|(i, &k)| valid(k).map(|k| -lp[i * c + k])).sum();
+            let n = t.iter().filter(|&&k| valid(k).is_some()).count();
+            vec![s / n as f64]
         });
-        let total_weight = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", &[], || vec![nrows as f64]);
+        let total_weight = Tensor::compute::<f64>(self.device(), dtype, &[], "nll_loss", &[], || {
+            vec![cpu::read_i64(target).iter().filter(|&&k| valid(k).is_some()).count() as f64]
+        });
         if needs_grad(&[self]) {
             let tgt = save(target);
             let tw = save(&total_weight);
@@ -185,7 +191,9 @@ impl Tensor {
                         let t = cpu::read_i64(&tgt);
                         let mut v = vec![R::zero(); nrows * c];
                         for (i, &k) in t.iter().enumerate() {
-                            v[i * c + k as usize] = -scale;
+                            if let Some(k) = valid(k) {
+                                v[i * c + k] = -scale;
+                            }
                         }
                         v
                     })

@@ -85,6 +85,12 @@ impl Packed4bit {
         Tensor::build(self.weight.device(), dtype, &[n, k], "dequantize_4bit", &[&self.weight, scales], || Buffer::zeros(dtype, n * k))
     }
 
+    /// `bnb.functional.dequantize_4bit(weight, quant_state)` (what peft's
+    /// `dequantize_module_weight` runs for DoRA): the weight as N × K in its load dtype.
+    pub fn dequantize_4bit(&self) -> Tensor {
+        self.dequantize_for_backward()
+    }
+
     /// `F.dequantize_4bit(B, state)` as backward calls it: nested scales are
     /// `dequantize_blockwise(...)` then `+= offset` in place, a local of the function.
     fn dequantize_for_backward(&self) -> Tensor {

@@ -114,6 +114,24 @@ impl Tensor {
             })
         })
     }
+    /// `torch.linalg.norm(self, dim=d)` (L2 along one dim, dropped) in self's dtype. No
+    /// autograd: DoRA's weight norm is taken of a frozen weight plus a detached update.
+    #[track_caller]
+    pub fn vector_norm_dim(&self, dim: isize) -> Tensor {
+        assert!(!needs_grad(&[self]), "vector_norm_dim has no backward");
+        let d = dim_index(dim, self.rank());
+        let shape = reduced_shape(self.shape(), d, false);
+        let n = self.shape()[d];
+        let dtype = self.dtype();
+        with_real!(dtype, R, {
+            Tensor::compute::<R>(self.device(), dtype, &shape, "linalg_vector_norm", &[self], || {
+                let v = rows_along::<R>(self, d);
+                v.chunks(n.max(1))
+                    .map(|r| R::lit(r.iter().map(|&x| { let x = crate::engine::dtype::Elem::to_f64(x); x * x }).sum::<f64>().sqrt()))
+                    .collect()
+            })
+        })
+    }
     /// `mean(dim, keepdim)`: backward allocates `expand(grad) / n`.
     #[track_caller]
     pub fn mean_dim(&self, dim: isize, keepdim: bool) -> Tensor {

@@ -187,9 +187,10 @@ pub struct HfConfig {
     /// peft's LoRA over the model (`get_peft_model(model, LoraConfig(...))`), if any.
     #[serde(default)]
     pub lora: Option<crate::model::lora::LoraConfig>,
-    /// Loaded in 4 bits by bitsandbytes (`BitsAndBytesConfig(load_in_4bit=True)`), if so.
+    /// Loaded in 4 or 8 bits by bitsandbytes (`BitsAndBytesConfig(load_in_4bit=True)` or
+    /// `load_in_8bit=True`), if so.
     #[serde(default)]
-    pub bnb: Option<crate::model::bnb::Bnb4bit>,
+    pub bnb: Option<crate::model::bnb::Bnb>,
     /// The config's `eos_token_id` (none, one or a list): `generate()` stops rows on them and,
     /// without a pad token, pads with the first.
     #[serde(default)]

@@ -19,7 +19,7 @@ use crate::engine::storage::GradRedistribute;
 use crate::engine::{DType, Device, Tensor};
 use crate::model::init::Init;
 use crate::model::tp::{self, TensorParallel};
-use crate::engine::ops::quant::Packed4bit;
+use crate::model::bnb::{Quant, Quantized};
 use crate::model::lora::{self, Adapter};
 use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weights};
 use crate::record::Category;
@@ -37,8 +37,9 @@ pub struct HfLayer {
     pub qk_norm: Option<[Tensor; 2]>,
     /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
     pub lora: Vec<Option<Adapter>>,
-    /// bitsandbytes' 4-bit storage, by projection in `lora::TARGETS` order (empty: not quantized).
-    pub quant: Vec<Packed4bit>,
+    /// bitsandbytes' 4-bit or 8-bit storage, by projection in `lora::TARGETS` order (empty: not
+    /// quantized).
+    pub quant: Vec<Quantized>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -59,7 +60,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let mut b = Builder { device, dtype, rng, params: Vec::new(), frozen: hf.lora.is_some() || hf.bnb.is_some() };
     // Double quantization: bitsandbytes' process-wide "dynamic" map (`name2qmap`, 256 fp32 on
     // the device), made by the first quantization; each quant_state also holds its own copy.
-    let dynamic_map = hf.bnb.as_ref().filter(|q| q.double_quant).map(|_| {
+    let dynamic_map = hf.bnb.as_ref().and_then(|q| q.four_bit()).filter(|q| q.double_quant).map(|_| {
         let _c = runtime::category(Category::Buffer);
         crate::model::init::make(&[256], DType::F32, device, Init::Ones, b.rng)
     });
@@ -75,7 +76,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         // two norms; each Linear's weight before its bias.
         // A Linear4bit under bitsandbytes: its packed weight is the module's weight; its
         // bias ends in the compute dtype (the first forward converts `bias.data`).
-        let mut quant: Vec<Packed4bit> = Vec::new();
+        let mut quant: Vec<Quantized> = Vec::new();
         let mut lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
@@ -84,10 +85,23 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
                 let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, b.dtype, frozen));
                 return (w, bias);
             };
-            let packed = crate::model::bnb::packed(b, p(&format!("{name}.weight")), rows, cols, q);
-            let w = packed.weight.clone();
-            quant.push(packed);
-            let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, q.compute_dtype, b.frozen));
+            let weight = p(&format!("{name}.weight"));
+            let (stored, w, bias_dtype) = match &q.quant {
+                Quant::FourBit(f) => {
+                    let packed = crate::model::bnb::packed(b, weight, rows, cols, f, q.load_dtype);
+                    let w = packed.weight.clone();
+                    (Quantized::FourBit(packed), w, f.compute_dtype)
+                }
+                // Linear8bitLt's first forward casts the bias to the input's type: the
+                // unquantized type, which it already has.
+                Quant::Int8(_) => {
+                    let int8 = crate::model::bnb::int8(b, weight, rows, cols);
+                    let w = int8.weight.clone();
+                    (Quantized::Int8(int8), w, b.dtype)
+                }
+            };
+            quant.push(stored);
+            let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, bias_dtype, b.frozen));
             (w, bias)
         };
         let (wq, bq) = lin(&mut b, "self_attn.q_proj", q, d, hf.qkv_bias);
@@ -152,11 +166,44 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let (inv_freq, original) = rope_buffer;
     let mut buffers = vec![original];
     buffers.extend(dynamic_map);
+    let (mut embedding, mut lm_head) = (embedding, lm_head);
+    if let Some(lc) = &hf.lora {
+        for module in &lc.modules_to_save {
+            let (slot, after) = match module.as_str() {
+                "embed_tokens" => (&mut embedding, Some("model.embed_tokens.weight")),
+                // lm_head is the model's last module: its copy comes last.
+                _ => (&mut lm_head, None),
+            };
+            *slot = module_to_save(&mut b, slot, module, after);
+        }
+    }
     b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers })
 }
 
+/// peft's `ModulesToSaveWrapper` around `module` (after the adapters, in module order):
+/// `copy.deepcopy(original_module)`, a new tensor of the original's shape and dtype (fp32
+/// after prepare_model_for_kbit_training's cast), trainable, and the one forward runs; the
+/// original stays registered, frozen. Listed right after the parameter named `after` (None:
+/// last), as `parameters()` walks the wrapper (`original_module`, then
+/// `modules_to_save.default`). A tied head's
+/// original is the embedding: the copy unties it (peft warns), the other end keeps the
+/// frozen original.
+fn module_to_save(b: &mut Builder, original: &Tensor, module: &str, after: Option<&str>) -> Tensor {
+    let prefix = if module == "embed_tokens" { "model." } else { "" };
+    let name = format!("base_model.model.{prefix}{module}.modules_to_save.default.weight");
+    let copy = {
+        let _s = runtime::scope(name.trim_end_matches(".weight"));
+        original.detach().clone_contiguous()
+    }
+    .requires_grad_(true);
+    let at = after.and_then(|a| b.params.iter().position(|p| p.name == a)).map_or(b.params.len(), |i| i + 1);
+    b.params.insert(at, crate::model::Param { name, tensor: copy.clone() });
+    copy
+}
+
 /// `get_peft_model`: for each layer and adapted projection in module order, `lora_A` (r × in,
-/// kaiming-uniform) and `lora_B` (out × r, zeros) in the adapters' dtype, trainable. peft
+/// kaiming-uniform), `lora_B` (out × r, zeros) and, with DoRA, `lora_magnitude_vector` (out)
+/// in the adapters' dtype, trainable. peft
 /// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
 fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, outs: [usize; 7], ins: [usize; 7]) {
     let dtype = lora::adapter_dtype(b.dtype);
@@ -173,7 +220,13 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, ou
                     // the values of cpu runs see the difference).
                     let a = b.param_as(p("lora_A"), &[lc.r, ins[t]], Init::Normal { std: bound / 3f64.sqrt() }, dtype, false);
                     let bw = b.param_as(p("lora_B"), &[outs[t], lc.r], Init::Normal { std: 0.0 }, dtype, false);
-                    Adapter { a, b: bw }
+                    // DoRA: the magnitude is the base weight's row norm at init (B is zero),
+                    // about 0.02·√in for these std-0.02 weights.
+                    let magnitude = lc.use_dora.then(|| {
+                        let name = format!("base_model.model.model.layers.{i}.{module}.{name}.lora_magnitude_vector.default.weight");
+                        b.param_as(name, &[outs[t]], Init::Const { value: 0.02 * (ins[t] as f64).sqrt() }, dtype, false)
+                    });
+                    Adapter { a, b: bw, magnitude }
                 })
             })
             .collect();
@@ -385,17 +438,32 @@ impl Block {
         let name = lora::TARGETS[t];
         let extra = self.layer.hf.as_ref().expect("hf layer");
         let packed = extra.quant.get(t);
-        let base = |name: &str, x: &Tensor| match (&self.hf().bnb, packed) {
-            (Some(q), Some(p)) => {
+        let base = |name: &str, x: &Tensor| match (self.hf().bnb.as_ref().map(|q| &q.quant), packed) {
+            (Some(Quant::FourBit(q)), Some(Quantized::FourBit(p))) => {
                 let _s = scope(name);
                 crate::model::bnb::linear4bit(q, p, x, bias)
+            }
+            (Some(Quant::Int8(q)), Some(Quantized::Int8(p))) => {
+                let _s = scope(name);
+                crate::model::bnb::linear8bit(q, p, x, bias)
             }
             _ => linear_b(name, x, w, bias),
         };
         match (self.hf().lora.as_ref(), extra.lora.get(t).and_then(Option::as_ref)) {
             (Some(lc), Some(adapter)) => {
                 let _s = scope(name);
-                lora::forward(lc, adapter, x, self.training, packed.is_some(), |x| base("base_layer", x))
+                let layer = match packed {
+                    None => lora::BaseLayer::Linear,
+                    Some(Quantized::FourBit(_)) => lora::BaseLayer::Linear4bit,
+                    Some(Quantized::Int8(_)) => lora::BaseLayer::Linear8bitLt,
+                };
+                // DoRA's weight: dense or 4-bit (DoRA over 8-bit weights is refused by the options).
+                let weight = match packed {
+                    None => Some(lora::BaseWeight::Dense(w)),
+                    Some(Quantized::FourBit(p)) => Some(lora::BaseWeight::Packed(p)),
+                    Some(Quantized::Int8(_)) => None,
+                };
+                lora::forward(lc, adapter, x, self.training, layer, weight, bias, |x| base("base_layer", x))
             }
             _ => base(name, x),
         }

@@ -28,7 +28,13 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
         out!(s, "{line}");
     }
     if let Some(c) = &p.parallel {
-        out!(s, "{}", super::parallel_line(c));
+        let counts = p.model.param_counts();
+        // LoRA / QLoRA: the layout synchronises the adapters' gradients alone.
+        let frozen = (counts.trainable != counts.total).then(|| {
+            let how = if c.shards_params() { "reduce-scattered" } else { "in DDP's buckets" };
+            format!("; only the {} trainable parameters' gradients are {how} (frozen weights have none)", counts.trainable)
+        });
+        out!(s, "{}{}", super::parallel_line(c), frozen.unwrap_or_default());
     }
     if let Some(u) = r.unified_peak {
         out!(s, "paged optimizer state: {:.3} GiB ({u} B) in CUDA unified memory (bitsandbytes' cudaMallocManaged buffers): outside PyTorch's allocator, so not in the peaks below; nvidia-smi counts it while it is resident on the GPU", g(u));

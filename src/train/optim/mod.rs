@@ -4,7 +4,8 @@
 //! One file per implementation: [`adamw_cs336`] (the course AdamW), [`adamw_foreach`]
 //! (`torch.optim.AdamW()` on CUDA), [`adamw_fused`] (`fused=True`, the Trainer's
 //! `adamw_torch_fused`), [`adamw_forloop`] (`foreach=False`), [`sgd`] and [`clip`]
-//! (`torch.nn.utils.clip_grad_norm_`).
+//! (`torch.nn.utils.clip_grad_norm_`), [`adafactor`] (the Trainer's `adafactor`).
+mod adafactor;
 mod adamw_bnb;
 mod adamw_cs336;
 mod adamw_foreach;
@@ -46,11 +47,14 @@ pub enum OptimizerKind {
     /// bitsandbytes' paged 32-bit AdamW: fp32 moments, large ones in CUDA unified memory.
     #[serde(rename = "paged_adamw_32bit")]
     PagedAdamw32bit,
+    /// transformers' `Adafactor(scale_parameter=False, relative_step=False)`: factored fp32
+    /// second moments, fp32 copies of bf16/fp16 parameters and gradients, a parameter at a time.
+    Adafactor,
 }
 
 impl OptimizerKind {
     /// Every implementation, in `--optimizer`'s order.
-    pub const ALL: [OptimizerKind; 8] = [
+    pub const ALL: [OptimizerKind; 9] = [
         OptimizerKind::AdamwTorchFused,
         OptimizerKind::AdamwTorch,
         OptimizerKind::AdamwTorchForloop,
@@ -59,6 +63,7 @@ impl OptimizerKind {
         OptimizerKind::AdamwBnb8bit,
         OptimizerKind::PagedAdamw8bit,
         OptimizerKind::PagedAdamw32bit,
+        OptimizerKind::Adafactor,
     ];
 
     /// The Trainer's `optim` name (adamw_cs336 for the course AdamW).
@@ -72,6 +77,7 @@ impl OptimizerKind {
             OptimizerKind::AdamwBnb8bit => "adamw_bnb_8bit",
             OptimizerKind::PagedAdamw8bit => "paged_adamw_8bit",
             OptimizerKind::PagedAdamw32bit => "paged_adamw_32bit",
+            OptimizerKind::Adafactor => "adafactor",
         }
     }
 
@@ -92,6 +98,7 @@ impl OptimizerKind {
             "adamw_bnb_8bit" | "adamw_8bit" => OptimizerKind::AdamwBnb8bit,
             "paged_adamw_8bit" => OptimizerKind::PagedAdamw8bit,
             "paged_adamw_32bit" => OptimizerKind::PagedAdamw32bit,
+            "adafactor" => OptimizerKind::Adafactor,
             _ => return None,
         })
     }
@@ -107,6 +114,7 @@ impl OptimizerKind {
             OptimizerKind::AdamwBnb8bit => "bitsandbytes AdamW, 8-bit blockwise state",
             OptimizerKind::PagedAdamw8bit => "bitsandbytes AdamW, 8-bit state, paged to CUDA unified memory",
             OptimizerKind::PagedAdamw32bit => "bitsandbytes AdamW, fp32 state, paged to CUDA unified memory",
+            OptimizerKind::Adafactor => "transformers Adafactor(scale_parameter=False, relative_step=False), a parameter at a time",
         }
     }
 }
@@ -168,7 +176,11 @@ impl OptimConfig {
             Some(m) if m.is_infinite() => "clip_grad_norm_ with max_norm inf (the Trainer's norm for its log; nothing clipped)".to_string(),
             Some(m) => format!("clip_grad_norm_ max_norm {m}"),
         };
-        let extra = if self.kind == OptimizerKind::Sgd { format!("momentum {}", self.momentum) } else { format!("betas ({}, {}), eps {:e}", self.beta1, self.beta2, self.eps) };
+        let extra = match self.kind {
+            OptimizerKind::Sgd => format!("momentum {}", self.momentum),
+            OptimizerKind::Adafactor => "eps (1e-30, 1e-3), clip_threshold 1, decay_rate -0.8, no beta1".to_string(),
+            _ => format!("betas ({}, {}), eps {:e}", self.beta1, self.beta2, self.eps),
+        };
         format!("{} ({}): lr {}, weight decay {}, {extra}; {clip}", self.kind, self.kind.describe(), self.lr, self.weight_decay)
     }
 }
@@ -252,6 +264,7 @@ impl Optimizer {
             OptimizerKind::AdamwBnb8bit => adamw_bnb::step(&mut self.state, &mut self.shared, &live, true, false),
             OptimizerKind::PagedAdamw8bit => adamw_bnb::step(&mut self.state, &mut self.shared, &live, true, true),
             OptimizerKind::PagedAdamw32bit => adamw_bnb::step(&mut self.state, &mut self.shared, &live, false, true),
+            OptimizerKind::Adafactor => adafactor::step(&self.config, &mut self.state, self.steps, &live),
         }
         drop(grad_norm);
     }

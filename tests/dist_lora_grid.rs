@@ -1,0 +1,68 @@
+//! One rank of a data-parallel LoRA or QLoRA job against PyTorch, transformers, peft and
+//! bitsandbytes themselves: tests/fixtures/dist_grid/lora.json (`tools/pytorch/measure_dist.py
+//! --lora`: DistributedDataParallel over gloo processes, FSDP2 `fully_shard` per decoder layer
+//! and the PeftModel, and ZeRO-2 (the same without resharding after forward), under the fake
+//! process group; measure_hf.py's model and Trainer step),
+//! per phase, requested bytes of blocks >= 512 B, the third iteration.
+mod grid_common;
+
+use grid_common::hf::{config_of, num};
+use serde_json::Value;
+use vramscope::engine::{runtime, DType, Device};
+use vramscope::model::{Flavour, Model};
+use vramscope::parallel::{apply, Layout, ParallelConfig};
+use vramscope::record::MemEvent;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
+
+/// Points where vramscope does not match, each with the reason.
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+fn run(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    let p = &point["hf"];
+    let cfg = config_of(p);
+    let layout = match point["layout"].as_str().unwrap() {
+        "ddp" => Layout::Ddp,
+        "fsdp" => Layout::Fsdp,
+        "zero2" => Layout::Zero2,
+        other => panic!("layout {other}"),
+    };
+    let mut pc = ParallelConfig::new(layout, num(point, "world_size"));
+    pc.rank = num(point, "rank");
+    pc.validate().unwrap();
+    // The parameters' type: the load dtype, or fp32 for a 4-bit model's unquantized ones after
+    // prepare_model_for_kbit_training (the adapters are fp32 either way).
+    let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 }, |q| q.unquantized_dtype());
+    let precision = if weights == DType::BF16 { Precision::PureBf16 } else { Precision::Fp32 };
+    runtime::reset();
+    let model = {
+        let _d = pc.shards_params().then(runtime::defer_allocation);
+        Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap()
+    };
+    let layout = apply(&model, &pc, precision.param_dtype()).expect("a data-parallel layout");
+    let mut oc = OptimConfig::reference(Flavour::Hf);
+    oc.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
+    oc.lr = 1e-3;
+    let norm = p["max_grad_norm"].as_f64().unwrap();
+    oc.max_grad_norm = (norm > 0.0).then_some(norm);
+    let opt = Optimizer::new(oc, model.parameters().len());
+    let mut runner = StepRunner::new(&model, opt).with_precision(precision).with_parallel(layout);
+    let (batch, seq) = (num(p, "batch"), num(p, "seq"));
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
+    let mut bound = CausalLmBatch::default();
+    let recorded = grid_common::record_last(3, |_| {
+        data.next_causal_lm_batch(&mut bound, true, false);
+        runner.step_masked(bound.input_ids.as_ref().unwrap(), bound.labels.as_ref().unwrap(), None);
+    });
+    runner.finish();
+    recorded
+}
+
+#[test]
+fn lora_ranks_match_peft() {
+    let doc = grid_common::fixture("dist_grid/lora.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let points = doc["points"].as_array().unwrap();
+    grid_common::check("dist_grid/lora.json", points, 16, KNOWN_FAILING, run);
+}
