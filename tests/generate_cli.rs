@@ -32,7 +32,11 @@ fn generate_and_max_new_tokens_go_together_on_hf_models() {
         (&["--model", "tiny", "--profile-type", "generate", "--max-new-tokens", "4"][..], "--profile-type"),
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--use-cache", "false"][..], "--use-cache"),
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--logits-to-keep", "1"][..], "--logits-to-keep"),
-        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8"][..], "--lora-r"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--precision", "bf16"][..], "--precision"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate,training", "--max-new-tokens", "4", "--lora-r", "8", "--load-in-4bit"][..], "--prepare-model-for-kbit-training"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--load-in-8bit"][..], "--load-in-8bit"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
     ] {
         let (o, out) = run("refused", extra);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -83,4 +87,25 @@ fn a_generate_run_reports_its_steps_the_peak_step_and_the_kv_cache() {
     assert!(text.contains("the peak is in decode step 2") && text.contains("KV cache at the end 0.56 MiB (589824 B)"), "{text}");
     assert!(text.contains("peak allocated by step (MiB): prefill"), "{text}");
     assert!(text.contains("generate() passes logits_to_keep=1"), "{text}");
+}
+
+/// generate() over a 4-bit model with LoRA adapters: unprepared by default (an inference
+/// script's model: bf16 hidden states, so a bf16 KV cache), fp32 once
+/// --prepare-model-for-kbit-training true casts the unquantized parameters.
+#[test]
+fn a_qlora_generate_run_is_unprepared_unless_asked() {
+    let base = ["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "3", "--load-in-4bit", "--bnb-4bit-quant-type", "nf4", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "8"];
+    let kv = |name: &str, extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let (o, out) = run(name, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let _ = std::fs::remove_dir_all(&out);
+        s["runs"][0]["generate"]["kv_cache_bytes"].as_u64().unwrap()
+    };
+    // 16 layers x keys and values x 8 kv heads x (16 + 3 - 1) positions x 64.
+    let cells = 16 * 2 * 8 * 18 * 64;
+    assert_eq!(kv("qlora", &[]), cells * 2);
+    assert_eq!(kv("qlora-prepared", &["--prepare-model-for-kbit-training", "true"]), cells * 4);
 }

@@ -6,6 +6,12 @@
 //! one torch.profiler(profile_memory=True) session, the third measured (measure_generate.py).
 //! Per phase -- data, prefill, decode_1 .. decode_{N-1} -- the peak of requested bytes over
 //! blocks >= 512 B. Here the same loop runs on meta and every phase must agree to the byte.
+//!
+//! tests/fixtures/pytorch_grid/generate_qlora.json (`make_generate_grid.py --qlora`): the same
+//! over bitsandbytes 4-bit weights (nf4/fp4, double quantization on/off, compute bf16/fp32)
+//! without and with peft's unmerged LoRA adapters, and bf16 weights with adapters, in eval
+//! mode; bitsandbytes' CPU gemm_4bit (dequantize + F.linear, also for the decode steps' one
+//! row per sequence, where CUDA runs the fused kernel).
 mod grid_common;
 
 use serde_json::Value;
@@ -39,10 +45,17 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
     let cfg = config_of(point);
     let n = grid_common::hf::num(p, "max_new_tokens");
     let (batch, seq) = (grid_common::hf::num(p, "batch"), grid_common::hf::num(p, "seq"));
-    let dtype = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    // A 4-bit model's unquantized parameters: the load type, or fp32 once prepared.
+    let loaded = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    let dtype = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(loaded, |q| q.unquantized_dtype());
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, dtype).unwrap();
     assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
+    // (peft freezes the base model; a 4-bit model without adapters keeps requires_grad on
+    // its unquantized parameters, which under generate's no_grad changes nothing)
+    if let Some(t) = point["info"]["trainable_parameters"].as_u64().filter(|_| !p["lora_r"].is_null()) {
+        assert_eq!(model.num_trainable_parameters(), t, "trainable parameter count");
+    }
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
     let mut bound = CausalLmBatch::default();
     let mut before = Vec::new();
@@ -105,10 +118,30 @@ fn peaks(before: &[MemEvent], events: &[MemEvent], marks: &[(String, usize)]) ->
 
 #[test]
 fn generate_grid_matches_transformers() {
-    let doc = grid_common::fixture("pytorch_grid/generate.json");
+    check_grid("pytorch_grid/generate.json", 20, KNOWN_FAILING);
+}
+
+/// Points of generate_qlora.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_QLORA: &[(&str, &str)] = &[];
+
+#[test]
+fn generate_qlora_grid_matches_transformers_peft_bitsandbytes() {
+    let doc = check_grid("pytorch_grid/generate_qlora.json", 16, KNOWN_FAILING_QLORA);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let points = doc["points"].as_array().unwrap();
+    let has = |f: &dyn Fn(&Value) -> bool| points.iter().any(|p| f(&p["point"]));
+    assert!(has(&|p| p["load_in_4bit"] == true && p["lora_r"].is_null()), "a 4-bit point without adapters");
+    assert!(has(&|p| p["load_in_4bit"] == true && p["target_modules"] == "q_proj,v_proj"), "a 4-bit point with q,v adapters");
+    assert!(has(&|p| p["load_in_4bit"] == true && p["target_modules"] == "all-linear"), "a 4-bit point with all-linear adapters");
+    assert!(has(&|p| p["load_in_4bit"].is_null() && !p["lora_r"].is_null()), "a bf16 point with adapters");
+    assert!(has(&|p| p["prepare"] == true), "a prepared 4-bit point");
+}
+
+fn check_grid(fixture: &str, min_points: usize, known_failing: &[(&str, &str)]) -> Value {
+    let doc = grid_common::fixture(fixture);
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
     let points = doc["points"].as_array().unwrap();
-    assert!(points.len() >= 20, "{} grid points", points.len());
+    assert!(points.len() >= min_points, "{} grid points", points.len());
     let (mut phases, mut exact) = (0, 0);
     let (mut failing, mut stale): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
     for point in points {
@@ -129,14 +162,15 @@ fn generate_grid_matches_transformers() {
                 rows.push(format!("{name:<64} {phase:<10} torch {torch:>10} vramscope {}", got.map_or("-".into(), |g| format!("{g:>10} ({:+})", g as i64 - torch as i64))));
             }
         }
-        match (KNOWN_FAILING.iter().find(|(n, _)| *n == name), rows.is_empty()) {
+        match (known_failing.iter().find(|(n, _)| *n == name), rows.is_empty()) {
             (Some((_, why)), false) => println!("known failing: {name}: {why}\n  {}", rows.join("\n  ")),
             (Some(_), true) => stale.push(name.to_string()),
             (None, false) => failing.extend(rows),
             (None, true) => {}
         }
     }
-    println!("generate grid: {exact} of {phases} phases exact over {} points", points.len());
+    println!("{fixture}: {exact} of {phases} phases exact over {} points", points.len());
     assert!(failing.is_empty(), "phases that differ from transformers:\n{}", failing.join("\n"));
     assert!(stale.is_empty(), "KNOWN_FAILING points that match now (remove them): {stale:?}");
+    doc
 }

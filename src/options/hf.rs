@@ -97,10 +97,12 @@ pub struct HfFlags {
     /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
     #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
     pub bnb_4bit_quant_storage: Option<String>,
-    /// peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default) or false
+    /// peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default;
+    /// false with --profile-type generate) or false
     ///
     /// QLoRA recipes call it: unquantized parameters cast to fp32, gradient checkpointing with
-    /// its reentrant default.
+    /// its reentrant default. An inference script does not, so generate() runs the model as
+    /// from_pretrained loads it unless this is given.
     #[arg(help_heading = super::heading::LORA, long, value_name = "BOOL")]
     pub prepare_model_for_kbit_training: Option<String>,
     /// hf flavour, BitsAndBytesConfig's load_in_8bit: LLM.int8() (LoRA with --lora-r)
@@ -205,6 +207,26 @@ impl HfFlags {
             };
         }
         Ok(())
+    }
+}
+
+impl HfFlags {
+    /// A 4-bit model for `generate()`: prepare_model_for_kbit_training is a training recipe's
+    /// call (fp32 casts, checkpointing), not an inference script's, so unless
+    /// --prepare-model-for-kbit-training is given the model is as from_pretrained loads it
+    /// (and checkpointing stays as --gradient-checkpointing says; it is inactive in eval mode).
+    pub fn unprepared_for_generate(&self, c: &mut ModelConfig) {
+        if self.prepare_model_for_kbit_training.is_some() {
+            return;
+        }
+        let Some(q) = c.hf.as_mut().and_then(|h| h.bnb.as_mut()).filter(|q| q.prepare) else { return };
+        q.prepare = false;
+        if self.gradient_checkpointing.is_none() {
+            c.checkpoint = Checkpoint::None;
+            if let Some(h) = c.hf.as_mut() {
+                h.reentrant = false;
+            }
+        }
     }
 }
 

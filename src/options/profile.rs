@@ -126,6 +126,13 @@ impl ProfileArgs {
 pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     let mut cfg = r.config;
+    if a.profile_type.contains(&ProfileType::Generate) && a.model.hf.load_in_4bit && a.model.hf.prepare_model_for_kbit_training.is_none() {
+        // generate's default is the unprepared model, the other profile types' the prepared one.
+        if a.profile_type.iter().any(|&k| k != ProfileType::Generate) {
+            return Err(usage("--prepare-model-for-kbit-training", "generate() runs the 4-bit model unprepared by default, the other profile types prepared: give true or false to profile them together"));
+        }
+        a.model.hf.unprepared_for_generate(&mut cfg);
+    }
     a.memory.apply(&mut cfg)?;
     let device = super::parse_device(&a.device)?;
     let contexts = match &a.context_length {
@@ -270,8 +277,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
 }
 
 /// `--profile-type generate` and `--max-new-tokens` go together, on an hf model run as
-/// transformers' greedy generate() is modelled: one device, no adapters or 4-bit weights, the
-/// config's cache on, no autocast, no attention_mask or logits_to_keep of the user's.
+/// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters and
+/// bitsandbytes 4-bit weights included), the config's cache on, no autocast, no
+/// attention_mask or logits_to_keep of the user's.
 fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<usize>> {
     let generate = a.profile_type.contains(&ProfileType::Generate);
     let n = match (generate, a.max_new_tokens) {
@@ -291,10 +299,10 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
         return refuse("--use-dora", "DoRA adapters");
     }
-    if hf.lora.is_some() {
-        return refuse("--lora-r", "LoRA adapters");
+    if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) {
+        return refuse("--modules-to-save", "peft's modules_to_save copies");
     }
-    if let Some(q) = &hf.bnb {
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
         return refuse(q.flag(), &format!("{} weights", q.bits()));
     }
     if !hf.use_cache {

@@ -260,6 +260,8 @@ fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmB
     bound.resize_with(1, CausalLmBatch::default);
     batcher.next_causal_lm_batch(&mut bound[0], false, false);
     let ids = bound[0].input_ids.clone().expect("drawn above");
+    // The script's model.eval(): no LoRA dropout, no checkpointing.
+    model.training.set(false);
     let out = generate(model, &ids, max_new_tokens, &mut |step| {
         runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
         let at = runtime::with(|rt| rt.log.events().map_or(0, |e| e.len()));

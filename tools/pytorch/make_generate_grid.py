@@ -11,6 +11,15 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
 
     python3 make_generate_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_generate_grid.py --quick    # the first point of each model type only
+    python3 make_generate_grid.py --qlora    # generate_qlora.json: 4-bit weights and LoRA adapters
+
+The --qlora grid (issue #28's leftovers): each model_type x {4-bit without adapters, 4-bit + LoRA
+q,v, 4-bit + LoRA all-linear (twice: nf4/fp4, double quantization on/off, compute bf16/fp32),
+bf16 weights + LoRA}, r 8-32, batch 1-3, prompts 5-96 tokens, max_new_tokens 1-8; then one point
+with prepare_model_for_kbit_training (what a user who reuses the training script's setup runs).
+The 4-bit models are saved and reloaded by from_pretrained (measure_hf.load_4bit), adapters are
+get_peft_model's (unmerged), the model in eval mode, bitsandbytes' CPU gemm_4bit (dequantize +
+F.linear at every M).
 Needs the pinned torch 2.15.0 + transformers 5.23.0.
 """
 import argparse
@@ -49,10 +58,69 @@ def point(mt, i, **opts):
     return p
 
 
+# (hidden, intermediate, layers, heads, kv_heads, head_dim or None, vocab, S, B, N)
+QSHAPES = [
+    (128, 384, 2, 4, 2, None, 1000, 24, 2, 4),
+    (128, 256, 1, 4, 4, None, 777, 96, 1, 6),
+    (192, 512, 2, 6, 2, None, 1000, 5, 3, 8),
+    (128, 320, 2, 8, 2, None, 512, 40, 1, 1),
+    (128, 192, 2, 4, 2, 64, 777, 17, 3, 3),
+]
+# (load_in_4bit, quant_type, double_quant, compute_dtype, lora_r, target_modules)
+QVARIANTS = [
+    (True, "nf4", True, "bf16", None, None),
+    (True, "fp4", False, "bf16", 8, "q_proj,v_proj"),
+    (True, "nf4", False, "bf16", 16, "all-linear"),
+    (True, "fp4", True, "fp32", 32, "all-linear"),
+    (False, None, None, None, 16, "all-linear"),
+]
+
+
+def qpoint(mt, i, v):
+    bits, qt, dq, compute, r, targets = QVARIANTS[v]
+    h, f, L, nh, kv, hd, V, S, B, N = QSHAPES[i % len(QSHAPES)]
+    if hd and mt != "qwen3":
+        hd = None
+    p = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             head_dim=hd, vocab_size=V, max_position_embeddings=4096, tied=False, seq=S, batch=B, max_new_tokens=N,
+             attn="sdpa" if (i + v) % 3 else "eager", dtype="bf16")
+    if r:
+        p.update(lora_r=r, lora_alpha=2 * r if r < 32 else r, lora_dropout=0.0, target_modules=targets)
+    if bits:
+        p.update(load_in_4bit=True, quant_type=qt, double_quant=dq, compute_dtype=compute, prepare=False, checkpoint="none")
+    return p
+
+
+def qgrid(quick=False):
+    todo = []
+    for t, mt in enumerate(H.MODEL_TYPES):
+        for v in range(len(QVARIANTS)):
+            if quick and v > 0:
+                continue
+            p = qpoint(mt, t + v, v)
+            if v == 4 and t % 2:
+                p.update(lora_r=8, lora_alpha=16, target_modules="q_proj,v_proj")
+            todo.append(p)
+    if not quick:
+        p = qpoint("llama", 1, 2)
+        p["prepare"] = True
+        todo.append(p)
+    return todo
+
+
 def name_of(p):
     return (f"{p['model_type']} d{p['hidden_size']} F{p['intermediate_size']} L{p['num_layers']} h{p['num_heads']} "
             f"kv{p['num_kv_heads']}{' hd' + str(p['head_dim']) if p['head_dim'] else ''} V{p['vocab_size']} "
-            f"S{p['seq']} B{p['batch']} N{p['max_new_tokens']} {p['attn']} {p['dtype']}{' tied' if p['tied'] else ''} generate")
+            f"S{p['seq']} B{p['batch']} N{p['max_new_tokens']} {p['attn']} {p['dtype']}{' tied' if p['tied'] else ''}{extras(p)} generate")
+
+
+def extras(p):
+    tag = ""
+    if p.get("load_in_4bit"):
+        tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{' prepared' if p['prepare'] else ''}"
+    if p.get("lora_r"):
+        tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+    return tag
 
 
 def grid(quick=False):
@@ -85,17 +153,23 @@ def run_one(p):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--qlora", action="store_true")
     ap.add_argument("--out", default=OUT)
     a = ap.parse_args()
     import transformers
-    results, t0 = G.measure_all(grid(a.quick), run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --quick" if a.quick else ""), torch=torch.__version__,
-               transformers=transformers.__version__,
+    results, t0 = G.measure_all((qgrid if a.qlora else grid)(a.quick), run_one, maxtasksperchild=1)
+    versions = dict(torch=torch.__version__, transformers=transformers.__version__)
+    if a.qlora:
+        import bitsandbytes
+        import peft
+        versions.update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
+    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --quick" if a.quick else ""),
+               **versions,
                counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                        "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                        "max_new_tokens=N, do_sample=False) (measure_generate.py)",
                points=results)
-    G.write_fixture(os.path.join(a.out, "generate.json"), doc, t0)
+    G.write_fixture(os.path.join(a.out, "generate_qlora.json" if a.qlora else "generate.json"), doc, t0)
 
 
 if __name__ == "__main__":

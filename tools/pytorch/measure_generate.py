@@ -21,6 +21,16 @@ A step is what a user's script does:
              growing by torch.cat per layer, the fp32 copy of the last logits, argmax, the
              input_ids cat and the stopping criteria
   then `del out` (outside every phase).
+4-bit weights and LoRA (issue #28's leftovers), as a user's inference script after QLoRA or LoRA
+training runs them: `load_in_4bit` loads the saved random model with
+from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, quant_type,
+double_quant, compute_dtype)) (measure_hf.load_4bit: bitsandbytes' CPU-only AVX512-BF16 repacking
+off); peft's prepare_model_for_kbit_training only when the point's `prepare` is true (a training
+step; an inference script does not call it); `lora_r` wraps the model with
+get_peft_model(LoraConfig(r, lora_alpha, target_modules)) -- adapters unmerged, fp32 over bf16
+weights (autocast_adapter_dtype) -- and PeftModelForCausalLM.generate runs; then model.eval()
+(no dropout, no autograd under generate's no_grad).
+
 The boundaries are record_function marks opened by a wrapper around the model's
 prepare_inputs_for_generation (called once before each forward). The config's eos_token_id
 (2) stays, as a user's model has one: generate then adds EosTokenCriteria and pads finished
@@ -82,10 +92,11 @@ class StepPhases:
 
 def kv_cache_bytes(p, model):
     """The DynamicCache's bytes once generate returns: keys and values of S + N - 1 positions
-    (the last token is never fed back) per layer."""
+    (the last token is never fed back) per layer, in the hidden states' type (the embedding's:
+    a 4-bit linear casts its output back to its input's type)."""
     cfg = model.config
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    el = torch.empty((), dtype=model.dtype).element_size()
+    el = model.get_input_embeddings().weight.element_size()
     return 2 * cfg.num_hidden_layers * p["batch"] * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
 
 
@@ -97,9 +108,20 @@ def run(p):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
-            model = T.AutoModelForCausalLM.from_config(H.hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
-            model.eval()
+            if p.get("load_in_4bit"):
+                model = H.load_4bit(p, dtype)
+            else:
+                model = T.AutoModelForCausalLM.from_config(H.hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
+            # Wrapped before peft: PeftModelForCausalLM keeps the base model's
+            # prepare_inputs_for_generation and calls it from its own.
             phases = StepPhases(model)
+            if p.get("lora_r"):
+                import peft
+                targets = p["target_modules"]
+                lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0),
+                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
+                model = peft.get_peft_model(model, lc)
+            model.eval()
             gen = torch.Generator().manual_seed(42)
         for step in range(M.NSTEPS):
             with record_function(f"{M.STEP_MARK}{step}"):
@@ -119,6 +141,7 @@ def measure(p):
     prof, model = run(p)
     per, log = M.analyse(M.alloc_rows(prof), phases_of(p["max_new_tokens"]))
     info = dict(sdpa_backends=H.sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
+                trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 attn_implementation=model.config._attn_implementation, kv_cache_bytes=kv_cache_bytes(p, model),
                 eos_token_id=model.generation_config.eos_token_id, pad_token_id=model.generation_config.pad_token_id)
     return per, log, info
@@ -130,6 +153,14 @@ def main(argv=None):
     a.add_argument("--max-new-tokens", type=int, default=4)
     a.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     a.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    a.add_argument("--lora-r", type=int, help="peft LoRA adapters of this rank (unmerged)")
+    a.add_argument("--lora-alpha", type=float, default=16)
+    a.add_argument("--target-modules", default="q_proj,v_proj", help="all-linear or a comma list")
+    a.add_argument("--load-in-4bit", action="store_true", help="bitsandbytes 4-bit weights (from_pretrained of the saved model)")
+    a.add_argument("--quant-type", choices=("nf4", "fp4"), default="nf4")
+    a.add_argument("--double-quant", action="store_true")
+    a.add_argument("--compute-dtype", choices=("fp32", "bf16"), default="bf16")
+    a.add_argument("--prepare", action="store_true", help="peft's prepare_model_for_kbit_training (a training script's call)")
     a.add_argument("--threads", type=int, default=1)
     a.add_argument("--json", help="write the per-phase result (JSON) here")
     a.add_argument("--events", help="write the measured step's allocation/free log (CSV) here")
@@ -140,6 +171,11 @@ def main(argv=None):
              num_layers=x.num_layers, num_heads=x.num_heads, num_kv_heads=x.num_kv_heads, head_dim=x.head_dim,
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
              batch=x.batch, max_new_tokens=x.max_new_tokens, attn=x.attn, dtype=x.dtype)
+    if x.lora_r:
+        p.update(lora_r=x.lora_r, lora_alpha=x.lora_alpha, lora_dropout=0.0, target_modules=x.target_modules)
+    if x.load_in_4bit:
+        p.update(load_in_4bit=True, quant_type=x.quant_type, double_quant=x.double_quant, compute_dtype=x.compute_dtype,
+                 prepare=x.prepare, checkpoint="none")
     per, log, info = measure(p)
     if x.events:
         M.write_events(x.events, log)
