@@ -384,7 +384,7 @@ fn int8_loads_8bit_prepares_the_model_and_says_so() {
     assert!(text.contains("gradient checkpointing reentrant"), "prepare_model_for_kbit_training's default: {text}");
     let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!((s["parameters"]["trainable"].as_u64(), s["parameters"]["total"].as_u64()), (Some(41_943_040), Some(8_072_204_288)));
-    assert_eq!(s["model"]["hf"]["bnb"]["quant"]["int8"]["threshold"].as_f64(), Some(6.0));
+    assert_eq!(s["model"]["hf"]["bnb"]["threshold"].as_f64(), Some(6.0));
     assert!(s["runs"][0]["snapshot"].as_str().unwrap().contains("_8bit"), "{s}");
     // The parameters at rest: a byte per weight and an fp32 scale per row of each linear, fp32
     // embedding, head and norms, fp32 adapters.

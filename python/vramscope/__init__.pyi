@@ -123,12 +123,16 @@ def profile(
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
+    use_dora: bool = False,
+    modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
+    load_in_8bit: bool = False,
+    llm_int8_threshold: Optional[float] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
@@ -138,7 +142,7 @@ def profile(
     fusion: Optional[str] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
-    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[float] = None,
     parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[int] = None,
@@ -258,6 +262,16 @@ def profile(
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
+    use_dora : bool, default False
+        LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections A trainable
+        fp32 magnitude per output feature; every forward rebuilds the adapter's dense update and the
+        weight's row norms (a 4-bit weight is dequantized for it). [--use-dora]
+    modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
+        LoraConfig's modules_to_save: a comma list of embed_tokens and lm_head peft's
+        ModulesToSaveWrapper: the original module kept frozen and a trainable deep copy in its dtype
+        (after prepare_model_for_kbit_training's fp32 cast under 4-bit), with its gradient and
+        optimizer state. On a model with tied embeddings the copy unties them (peft warns): the
+        other end keeps the frozen original. One of: embed_tokens, lm_head. [--modules-to-save]
     load_in_4bit : bool, default False
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
@@ -275,9 +289,19 @@ def profile(
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
-        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default. [--prepare-model-for-kbit-training]
+        peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
+        with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
+        fp32, gradient checkpointing with its reentrant default. An inference script does not, so
+        generate() runs the model as from_pretrained loads it unless this is given.
+        [--prepare-model-for-kbit-training]
+    load_in_8bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_8bit: LLM.int8() (LoRA with --lora-r) Every decoder
+        linear is a bitsandbytes Linear8bitLt: int8 weights with an fp32 scale per row (lm_head,
+        embedding and norms unquantized); inputs quantized to int8 per row. [--load-in-8bit]
+    llm_int8_threshold : Optional[float], default None
+        BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
+        threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
+        no such column (a normalized input rarely has one). [--llm-int8-threshold]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -305,13 +329,13 @@ def profile(
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
         One gate/up projection whose output is chunked into two views. [--fused-gate-up]
-    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
         flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
         adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
         is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
         adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
-        paged_adamw_32bit. [--optimizer]
+        paged_adamw_32bit, adafactor. [--optimizer]
     max_grad_norm : Optional[float], default None
         clip_grad_norm_(params, X) before each optimizer step; 0 = off
         torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
@@ -430,12 +454,16 @@ def compare(
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
+    use_dora: bool = False,
+    modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
+    load_in_8bit: bool = False,
+    llm_int8_threshold: Optional[float] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
@@ -445,7 +473,7 @@ def compare(
     fusion: Optional[str] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
-    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[float] = None,
     parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[int] = None,
@@ -566,6 +594,16 @@ def compare(
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
+    use_dora : bool, default False
+        LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections A trainable
+        fp32 magnitude per output feature; every forward rebuilds the adapter's dense update and the
+        weight's row norms (a 4-bit weight is dequantized for it). [--use-dora]
+    modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
+        LoraConfig's modules_to_save: a comma list of embed_tokens and lm_head peft's
+        ModulesToSaveWrapper: the original module kept frozen and a trainable deep copy in its dtype
+        (after prepare_model_for_kbit_training's fp32 cast under 4-bit), with its gradient and
+        optimizer state. On a model with tied embeddings the copy unties them (peft warns): the
+        other end keeps the frozen original. One of: embed_tokens, lm_head. [--modules-to-save]
     load_in_4bit : bool, default False
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
@@ -583,9 +621,19 @@ def compare(
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
-        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default. [--prepare-model-for-kbit-training]
+        peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
+        with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
+        fp32, gradient checkpointing with its reentrant default. An inference script does not, so
+        generate() runs the model as from_pretrained loads it unless this is given.
+        [--prepare-model-for-kbit-training]
+    load_in_8bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_8bit: LLM.int8() (LoRA with --lora-r) Every decoder
+        linear is a bitsandbytes Linear8bitLt: int8 weights with an fp32 scale per row (lm_head,
+        embedding and norms unquantized); inputs quantized to int8 per row. [--load-in-8bit]
+    llm_int8_threshold : Optional[float], default None
+        BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
+        threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
+        no such column (a normalized input rarely has one). [--llm-int8-threshold]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -613,13 +661,13 @@ def compare(
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
         One gate/up projection whose output is chunked into two views. [--fused-gate-up]
-    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
         flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
         adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
         is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
         adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
-        paged_adamw_32bit. [--optimizer]
+        paged_adamw_32bit, adafactor. [--optimizer]
     max_grad_norm : Optional[float], default None
         clip_grad_norm_(params, X) before each optimizer step; 0 = off
         torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
@@ -737,7 +785,7 @@ def sweep(
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     checkpoint: Optional[Union[str, int, float, Sequence[Any]]] = None,
     fusion: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[Union[str, int, float, Sequence[Any]]] = None,
     dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
@@ -746,7 +794,11 @@ def sweep(
     lora_alpha: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_dropout: Optional[Union[str, int, float, Sequence[Any]]] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
+    use_dora: bool = False,
+    modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
+    load_in_8bit: bool = False,
+    llm_int8_threshold: Optional[Union[str, int, float, Sequence[Any]]] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_quant_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
     bnb_4bit_compute_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
@@ -827,10 +879,10 @@ def sweep(
         none, blocks and/or every-N. [--checkpoint]
     fusion : Optional[Union[str, int, float, Sequence[Any]]], default None
         none and/or all. [--fusion]
-    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation(s) of the training step (as `profile --optimizer`). One of:
         adamw_torch_fused, adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit,
-        paged_adamw_8bit, paged_adamw_32bit. [--optimizer]
+        paged_adamw_8bit, paged_adamw_32bit, adafactor. [--optimizer]
     max_grad_norm : Optional[Union[str, int, float, Sequence[Any]]], default None
         clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off).
         [--max-grad-norm]
@@ -852,8 +904,18 @@ def sweep(
         LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list). One
         of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
         [--target-modules]
+    use_dora : bool, default False
+        Every point's LoRA is DoRA (LoraConfig's use_dora; needs --lora-r). [--use-dora]
+    modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
+        LoRA modules_to_save value(s), separated by ';' (a value is a comma list of embed_tokens and
+        lm_head). One of: embed_tokens, lm_head. [--modules-to-save]
     load_in_4bit : bool, default False
         Every point loads the model in 4 bits (BitsAndBytesConfig's load_in_4bit). [--load-in-4bit]
+    load_in_8bit : bool, default False
+        Every point loads the model in 8 bits (BitsAndBytesConfig's load_in_8bit, LLM.int8()).
+        [--load-in-8bit]
+    llm_int8_threshold : Optional[Union[str, int, float, Sequence[Any]]], default None
+        llm_int8_threshold value(s). [--llm-int8-threshold]
     bnb_4bit_use_double_quant : bool, default False
         Every point's 4-bit model uses double quantization. [--bnb-4bit-use-double-quant]
     bnb_4bit_quant_type : Optional[Union[str, int, float, Sequence[Any]]], default None
@@ -935,12 +997,16 @@ def fit(
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
+    use_dora: bool = False,
+    modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
+    load_in_8bit: bool = False,
+    llm_int8_threshold: Optional[float] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
@@ -950,7 +1016,7 @@ def fit(
     fusion: Optional[str] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
-    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[float] = None,
     parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[int] = None,
@@ -1063,6 +1129,16 @@ def fit(
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
+    use_dora : bool, default False
+        LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections A trainable
+        fp32 magnitude per output feature; every forward rebuilds the adapter's dense update and the
+        weight's row norms (a 4-bit weight is dequantized for it). [--use-dora]
+    modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
+        LoraConfig's modules_to_save: a comma list of embed_tokens and lm_head peft's
+        ModulesToSaveWrapper: the original module kept frozen and a trainable deep copy in its dtype
+        (after prepare_model_for_kbit_training's fp32 cast under 4-bit), with its gradient and
+        optimizer state. On a model with tied embeddings the copy unties them (peft warns): the
+        other end keeps the frozen original. One of: embed_tokens, lm_head. [--modules-to-save]
     load_in_4bit : bool, default False
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
@@ -1080,9 +1156,19 @@ def fit(
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
-        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default. [--prepare-model-for-kbit-training]
+        peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
+        with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
+        fp32, gradient checkpointing with its reentrant default. An inference script does not, so
+        generate() runs the model as from_pretrained loads it unless this is given.
+        [--prepare-model-for-kbit-training]
+    load_in_8bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_8bit: LLM.int8() (LoRA with --lora-r) Every decoder
+        linear is a bitsandbytes Linear8bitLt: int8 weights with an fp32 scale per row (lm_head,
+        embedding and norms unquantized); inputs quantized to int8 per row. [--load-in-8bit]
+    llm_int8_threshold : Optional[float], default None
+        BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
+        threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
+        no such column (a normalized input rarely has one). [--llm-int8-threshold]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -1110,13 +1196,13 @@ def fit(
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
         One gate/up projection whose output is chunked into two views. [--fused-gate-up]
-    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
         flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
         adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
         is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
         adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
-        paged_adamw_32bit. [--optimizer]
+        paged_adamw_32bit, adafactor. [--optimizer]
     max_grad_norm : Optional[float], default None
         clip_grad_norm_(params, X) before each optimizer step; 0 = off
         torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with
@@ -1215,18 +1301,22 @@ def estimate(
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
     lora_bias: Optional[str] = None,
+    use_dora: bool = False,
+    modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
     bnb_4bit_quant_type: Optional[str] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[str] = None,
     bnb_4bit_quant_storage: Optional[str] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
+    load_in_8bit: bool = False,
+    llm_int8_threshold: Optional[float] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[str] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
-    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']] = None,
+    optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[float] = None,
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
@@ -1320,6 +1410,16 @@ def estimate(
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
+    use_dora : bool, default False
+        LoraConfig's use_dora: DoRA (weight-decomposed LoRA) on the adapted projections A trainable
+        fp32 magnitude per output feature; every forward rebuilds the adapter's dense update and the
+        weight's row norms (a 4-bit weight is dequantized for it). [--use-dora]
+    modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
+        LoraConfig's modules_to_save: a comma list of embed_tokens and lm_head peft's
+        ModulesToSaveWrapper: the original module kept frozen and a trainable deep copy in its dtype
+        (after prepare_model_for_kbit_training's fp32 cast under 4-bit), with its gradient and
+        optimizer state. On a model with tied embeddings the copy unties them (peft warns): the
+        other end keeps the frozen original. One of: embed_tokens, lm_head. [--modules-to-save]
     load_in_4bit : bool, default False
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
@@ -1337,9 +1437,19 @@ def estimate(
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
         [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
-        peft's prepare_model_for_kbit_training on the 4-bit model: true (the default) or false QLoRA
-        recipes call it: unquantized parameters cast to fp32, gradient checkpointing with its
-        reentrant default. [--prepare-model-for-kbit-training]
+        peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
+        with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
+        fp32, gradient checkpointing with its reentrant default. An inference script does not, so
+        generate() runs the model as from_pretrained loads it unless this is given.
+        [--prepare-model-for-kbit-training]
+    load_in_8bit : bool, default False
+        hf flavour, BitsAndBytesConfig's load_in_8bit: LLM.int8() (LoRA with --lora-r) Every decoder
+        linear is a bitsandbytes Linear8bitLt: int8 weights with an fp32 scale per row (lm_head,
+        embedding and norms unquantized); inputs quantized to int8 per row. [--load-in-8bit]
+    llm_int8_threshold : Optional[float], default None
+        BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
+        threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
+        no such column (a normalized input rarely has one). [--llm-int8-threshold]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -1356,13 +1466,13 @@ def estimate(
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
-    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit']], default None
+    optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
         flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf
         adamw_torch_fused (the Trainer's default). adamw_torch_foreach is adamw_torch and adamw_8bit
         is adamw_bnb_8bit; bitsandbytes' optimizers need --device meta. One of: adamw_torch_fused,
         adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit, paged_adamw_8bit,
-        paged_adamw_32bit. [--optimizer]
+        paged_adamw_32bit, adafactor. [--optimizer]
     max_grad_norm : Optional[float], default None
         clip_grad_norm_(params, X) before each optimizer step; 0 = off
         torch.nn.utils.clip_grad_norm_; the hf flavour's Trainer still computes the norm, with

@@ -26,6 +26,9 @@ pub fn kernel_for(gpu: Option<&crate::record::gpu::Gpu>) -> Gemm4bitKernel {
 /// `BitsAndBytesConfig`: the quantization, and how the model was loaded and prepared.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bnb {
+    /// Flattened, so that summary.json keeps the 4-bit fields (`quant_type`, …) beside
+    /// `quantization: "4bit"` where they were before 8-bit existed.
+    #[serde(flatten)]
     pub quant: Quant,
     /// The type `from_pretrained` loaded the weights in (4-bit: `quant_state.dtype`, the type a
     /// backward dequantizes to; both: the type flash attention casts fp32 queries to).
@@ -36,9 +39,11 @@ pub struct Bnb {
 
 /// `load_in_4bit` or `load_in_8bit`, with their fields.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(tag = "quantization")]
 pub enum Quant {
+    #[serde(rename = "4bit")]
     FourBit(Bnb4bit),
+    #[serde(rename = "8bit")]
     Int8(Int8),
 }
 
