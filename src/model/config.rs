@@ -304,8 +304,9 @@ impl ModelConfig {
         // The largest tensor of each kind, in elements (fused projections are 3d and 2F wide).
         // Saturating: usize-sized factors can pass even u128 (and saturate far above the bound).
         let m = |xs: &[u128]| xs.iter().fold(1u128, |a, &x| a.saturating_mul(x));
-        // An hf config's head_dim is its own field: heads × head_dim need not be d.
-        let qkv = h.saturating_add(2u128.saturating_mul(self.num_kv_heads as u128)).saturating_mul(dk);
+        // An hf config's head_dim is its own field: heads × head_dim need not be d. (When it is,
+        // the (3d, d) weight above stands for these and blames --hidden-dim.)
+        let qkv = if h.saturating_mul(dk) == d { 0 } else { h.saturating_add(2u128.saturating_mul(self.num_kv_heads as u128)).saturating_mul(dk) };
         let tensors: [(&'static str, &str, u128); 11] = [
             ("--hidden-dim", "a (3d, d) attention weight", m(&[3, d, d])),
             ("--num-heads", "the (heads·head_dim + 2·kv_heads·head_dim, d) q/k/v weights", m(&[qkv, d])),
