@@ -203,22 +203,20 @@ fn check_viewer(case: &str, tools: &Tools, dir: &Path, snapshot: &Path, expect: 
     }
 
     let viewer = dir.join("viewer");
-    let mut cmd = Command::new("bash");
-    cmd.arg(&tools.harness).arg(snapshot).arg(&viewer);
-    if let Some(summary) = &expect.summary {
-        cmd.arg(summary);
-    }
-    cmd.env("CHROME", &tools.chrome);
-    let (mut ok, mut text) = run(cmd, Duration::from_secs(900));
+    let harness = || {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&tools.harness).arg(snapshot).arg(&viewer);
+        if let Some(summary) = &expect.summary {
+            cmd.arg(summary);
+        }
+        cmd.env("CHROME", &tools.chrome);
+        cmd
+    };
+    let (mut ok, mut text) = run(harness(), Duration::from_secs(900));
     if !ok && text.trim().is_empty() {
         // The headless browser can die silently when the machine is saturated (seen once in CI
         // with every test binary's threads running): one more try, with a fresh process.
-        let mut again = Command::new("bash");
-        again.arg(&tools.harness).arg(snapshot).arg(&viewer).env("CHROME", &tools.chrome);
-        if let Some(summary) = &expect.summary {
-            again.arg(summary);
-        }
-        (ok, text) = run(again, Duration::from_secs(900));
+        (ok, text) = run(harness(), Duration::from_secs(900));
     }
     assert!(ok, "the memory_viz harness failed on {}:\n{text}", snapshot.display());
     let res: Value = serde_json::from_slice(&std::fs::read(viewer.join("results.json")).unwrap()).unwrap();
