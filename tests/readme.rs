@@ -512,7 +512,8 @@ fn run_script(script: &str) -> Result<String, String> {
 }
 
 /// Which check-scripts run here: `tools/fine_tune_table.py` takes about ten minutes on two
-/// cores, so it runs only with `VRAMSCOPE_DOCS_SLOW=1`; its block is listed as skipped.
+/// cores in a debug build, so it runs only with `VRAMSCOPE_DOCS_SLOW=1`; its block is listed
+/// as skipped. `.ci/run` sets it for a second, release-build run of this test.
 fn slow(script: &str) -> bool {
     script.contains("fine_tune_table.py") && std::env::var_os("VRAMSCOPE_DOCS_SLOW").is_none()
 }

@@ -9,6 +9,7 @@ use crate::engine::ops::int8::{Int8Kernel, Int8Weight};
 use crate::engine::ops::quant::{Gemm4bitKernel, Packed4bit, NESTED_BLOCKSIZE};
 use crate::engine::{runtime, DType, Tensor};
 use crate::model::init::{self, Init};
+use crate::model::py::lib_frames as py;
 use serde::{Deserialize, Serialize};
 
 /// The GPU `gemm_4bit`'s choice is made for when none is named: an H100 (sm90, 132 SMs).
@@ -154,12 +155,16 @@ pub enum Quantized {
 /// bitsandbytes' `Linear4bit.forward`: the input cast to the compute dtype, `matmul_4bit`
 /// (with the bias, in the compute dtype), and the output cast back to the input's type.
 pub fn linear4bit(q: &Bnb4bit, w: &Packed4bit, x: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let _f = runtime::py_frame(&py::BNB_LINEAR_4BIT);
     let inp = x.dtype();
     let xc = if inp == q.compute_dtype { x.clone() } else { x.to_dtype(q.compute_dtype) };
     // `x = x.to(compute_dtype)` rebinds the local: the cast input lives until forward returns,
     // past the output's cast back.
     let out = {
-        let product = xc.matmul_4bit(w, bias, q.kernel);
+        let product = {
+            let _f = runtime::py_frame(&py::BNB_MATMUL_4BIT);
+            xc.matmul_4bit(w, bias, q.kernel)
+        };
         if product.dtype() == inp { product } else { product.to_dtype(inp) }
     };
     drop(xc);
@@ -169,5 +174,7 @@ pub fn linear4bit(q: &Bnb4bit, w: &Packed4bit, x: &Tensor, bias: Option<&Tensor>
 /// bitsandbytes' `Linear8bitLt.forward`: `bnb.matmul(x, W, bias=bias, state=state)` in x's
 /// type (the first forward casts `bias.data` to x's type: the unquantized type it already has).
 pub fn linear8bit(q: &Int8, w: &Int8Weight, x: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let _f = runtime::py_frame(&py::BNB_LINEAR_8BIT);
+    let _m = runtime::py_frame(&py::BNB_MATMUL_8BIT);
     x.matmul_8bit(w, bias, q.threshold, q.kernel)
 }

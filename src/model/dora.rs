@@ -55,6 +55,7 @@ pub fn variant_forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, result: 
 
 /// `DoraLinearLayer.forward`.
 fn layer_forward(cfg: &LoraConfig, adapter: &Adapter, magnitude: &Tensor, x: &Tensor, base: BaseWeight, bias: Option<&Tensor>, base_result: Option<Tensor>) -> Tensor {
+    let _f = runtime::py_frame(&crate::model::py::lib_frames::PEFT_DORA_LINEAR);
     let scaling = cfg.scaling();
     // get_lora_weight: through the modules (FSDP-safe), not `B @ A`.
     let lora_weight = {

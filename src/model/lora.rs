@@ -119,6 +119,12 @@ pub enum BaseLayer {
 /// does not.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, layer: BaseLayer, weight: Option<BaseWeight>, bias: Option<&Tensor>, base: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    use crate::model::py::lib_frames as py;
+    let _f = runtime::py_frame(match layer {
+        BaseLayer::Linear => &py::PEFT_LORA_LINEAR,
+        BaseLayer::Linear4bit => &py::PEFT_LORA_LINEAR_4BIT,
+        BaseLayer::Linear8bitLt => &py::PEFT_LORA_LINEAR_8BIT,
+    });
     let mut result = base(x);
     let _s = runtime::scope("lora");
     let bnb = layer != BaseLayer::Linear;

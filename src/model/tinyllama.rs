@@ -3,7 +3,10 @@ use super::init::Init;
 use super::{Weights, linear, Attention, Builder, Layer, Model, ModelConfig, Projection, RopeCache};
 use crate::engine::checkpoint::checkpoint;
 use std::rc::Rc;
-use crate::engine::runtime::{self, scope};
+use crate::engine::runtime::{self, py_frame, scope};
+use crate::model::py::hf_frames::{NN_EMBEDDING, NN_LINEAR};
+use crate::model::py::lib_frames::TORCH_CROSS_ENTROPY;
+use crate::model::py::tinyllama as py;
 use crate::engine::{DType, Device, Tensor};
 use crate::record::Category;
 
@@ -53,8 +56,15 @@ pub(crate) fn build(cfg: &ModelConfig, device: Device, dtype: DType, rng: &mut s
     b.finish(cfg, Weights { embedding, layers, final_norm, lm_head, rope_buffer: None, buffers: Vec::new() })
 }
 
+/// `nn.Linear.forward` (frames name torch's module as PyTorch's snapshot would).
+fn nn_linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
+    let _f = py_frame(&NN_LINEAR);
+    linear(name, x, w)
+}
+
 /// RMSNorm in the input dtype: x / sqrt(mean(x²) + eps) * w.
 fn rms_norm(name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
+    let _f = py_frame(&py::RMSNORM);
     let _s = scope(name);
     let denom = {
         let ms = x.pow_scalar(2.0).mean_dim(-1, true);
@@ -70,6 +80,7 @@ fn rope_tables(cfg: &ModelConfig, cache: &RopeCache, layer: usize, seq: usize, d
     if let Some((.., c, s)) = cache.borrow().iter().find(|(l, n, dt, ..)| *l == layer && *n == seq && *dt == dtype) {
         return (c.clone(), s.clone());
     }
+    let _f = py_frame(&py::ROTARY_TABLES);
     let half = cfg.head_dim() / 2;
     let hd = cfg.head_dim() as f64;
     let theta = cfg.rope_theta;
@@ -99,6 +110,7 @@ struct Block {
 impl Block {
     /// x = x + attention(norm(x)); x = x + feed_forward(norm(x)).
     fn forward(&self, x: Tensor) -> Tensor {
+        let _f = py_frame(&py::BLOCK);
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
         // Rebinding is assignment (the old value dies, as in Python), never shadowing.
         let mut x = x;
@@ -109,6 +121,7 @@ impl Block {
 
     /// Rotary embedding on (B, S, H, d_k) via a reshape to pairs and a stack.
     fn rope(&self, x: &Tensor) -> Tensor {
+        let _f = py_frame(&py::ROTARY_APPLY);
         let _s = scope("rope");
         let (b, s, h, d) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
         let (cos, sin) = rope_tables(&self.cfg, &self.rope, self.index, s, x.dtype(), x.device());
@@ -123,6 +136,7 @@ impl Block {
 
     fn attention(&self, x: &Tensor) -> Tensor {
         let l = &self.layer;
+        let _f = py_frame(&py::ATTENTION);
         let _s = scope("attention");
         let cfg = &self.cfg;
         let (b, s) = (x.dim(0), x.dim(1));
@@ -133,7 +147,7 @@ impl Block {
         // the product lives until the function returns even after q, k, v are rebound
         // (visible when nothing saves it, i.e. under activation checkpointing).
         let heads = [h, kvh, kvh];
-        let (_qkv_local, qkv) = l.qkv.apply_bound(x, linear, |i, t| t.view(&[b, s, heads[i], hd]));
+        let (_qkv_local, qkv) = l.qkv.apply_bound(x, nn_linear, |i, t| t.view(&[b, s, heads[i], hd]));
         let [q, k, v]: [Tensor; 3] = qkv.try_into().unwrap_or_else(|_| unreachable!("three projections"));
         let (mut q, mut k, mut v) = (q, k, v);
         q = self.rope(&q).transpose(1, 2);
@@ -147,7 +161,7 @@ impl Block {
             // F.scaled_dot_product_attention(q, k, v, is_causal=True): the mask is not read.
             let mut out = Tensor::flash_attention(&q, &k, &v, true, (hd as f64).powf(-0.5));
             out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
-            return linear("o_proj", &out, &l.o);
+            return nn_linear("o_proj", &out, &l.o);
         }
         let mut scores = q.matmul(&k.transpose(-2, -1)).mul_scalar((hd as f64).powf(-0.5));
         scores = scores.add(self.mask.as_ref().expect("naive attention has a mask"));
@@ -155,15 +169,16 @@ impl Block {
         let mut out = probs.matmul(&v);
         out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
         // `scores`, `probs`, `q`, `k`, `v` are Python locals: alive until the function returns.
-        linear("o_proj", &out, &l.o)
+        nn_linear("o_proj", &out, &l.o)
     }
 }
 
 /// `down(silu(gate(x)) * up(x))`; fused (version 2):
 /// `gate, up = gate_up_proj(x).chunk(2, -1); down(silu(gate) * up)`.
 fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
+    let _f = py_frame(&py::SWIGLU);
     let _s = scope("feed_forward");
-    let gu = l.gate_up.apply(x, linear, |i, t| if i == 0 { t.silu() } else { t });
+    let gu = l.gate_up.apply(x, nn_linear, |i, t| if i == 0 { t.silu() } else { t });
     let [g, u]: [Tensor; 2] = gu.try_into().unwrap_or_else(|_| unreachable!("two projections"));
     let h = g.mul(&u);
     // silu(…) is a temporary of the expression, and so is up(x) unfused: they die once the
@@ -178,11 +193,12 @@ fn feed_forward(l: &Layer, x: &Tensor) -> Tensor {
         }
     };
     // The product is an argument temporary: it dies after down_proj returns.
-    linear("down_proj", &h, &l.down)
+    nn_linear("down_proj", &h, &l.down)
 }
 
 /// `TinyLlama.forward(tokens, labels)`: logits, and the loss when labels are given.
 pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor)) -> (Tensor, Option<Tensor>) {
+    let _f = py_frame(&py::FORWARD);
     let cfg = &m.config;
     let s = ids.dim(1);
     // Additive causal mask, rebuilt every call as in V1; flash attention is told
@@ -192,6 +208,7 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_r
         Tensor::full(&[s, s], f64::NEG_INFINITY, DType::F32, ids.device()).triu(1).view(&[1, 1, s, s])
     });
     let mut x = {
+        let _f = py_frame(&NN_EMBEDDING);
         let _s = scope("token_embedding");
         m.embedding.embedding(ids)
     };
@@ -217,10 +234,11 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_r
         x = if cfg.checkpoint.covers(i) { checkpoint(x.clone(), run) } else { run(x.clone()) };
     }
     let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);
-    let logits = linear("output_proj", &x, &m.lm_head);
+    let logits = nn_linear("output_proj", &x, &m.lm_head);
     logits_ready(&logits);
     let loss = labels.map(|labels| {
         let _s = scope("loss");
+        let _f = py_frame(&TORCH_CROSS_ENTROPY);
         cross_entropy(&logits, labels)
     });
     // `mask` and `x` are locals of this function: they die only now.

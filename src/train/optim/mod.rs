@@ -16,6 +16,7 @@ mod sgd;
 
 use crate::engine::runtime;
 use crate::engine::{DType, Tensor};
+use crate::model::py::lib_frames as py;
 use crate::model::{Flavour, Param};
 use crate::record::Category;
 use serde::Serialize;
@@ -252,9 +253,24 @@ impl Optimizer {
     pub fn step(&mut self, params: &[Param]) {
         let _g = runtime::no_grad();
         let _s = runtime::scope("optimizer");
-        let grad_norm = self.config.max_grad_norm.and_then(|m| clip::clip_grad_norm_(params, m));
+        let grad_norm = self.config.max_grad_norm.and_then(|m| {
+            let _f = runtime::py_frame(&py::CLIP_GRAD_NORM);
+            clip::clip_grad_norm_(params, m)
+        });
         self.steps += 1;
         let live = live(params);
+        // The Python function each optimizer's step mirrors, and the one inside it.
+        let (outer, inner) = match self.config.kind {
+            OptimizerKind::AdamwCs336 => (None, None),
+            OptimizerKind::AdamwTorch => (Some(&py::TORCH_ADAM_STEP), Some(&py::TORCH_MULTI_TENSOR_ADAM)),
+            OptimizerKind::AdamwTorchFused => (Some(&py::TORCH_ADAM_STEP), Some(&py::TORCH_FUSED_ADAM)),
+            OptimizerKind::AdamwTorchForloop => (Some(&py::TORCH_ADAM_STEP), Some(&py::TORCH_SINGLE_TENSOR_ADAM)),
+            OptimizerKind::Sgd => (Some(&py::TORCH_SGD_STEP), None),
+            OptimizerKind::AdamwBnb8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw32bit => (Some(&py::BNB_OPTIMIZER_STEP), Some(&py::BNB_OPTIMIZER_UPDATE)),
+            OptimizerKind::Adafactor => (Some(&py::ADAFACTOR_STEP), None),
+        };
+        let _outer = outer.map(runtime::py_frame);
+        let _inner = inner.map(runtime::py_frame);
         match self.config.kind {
             OptimizerKind::AdamwCs336 => adamw_cs336::step(&self.config, &mut self.state, self.steps, &live),
             OptimizerKind::AdamwTorch => adamw_foreach::step(&self.config, &mut self.state, self.steps, &live),
