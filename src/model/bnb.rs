@@ -152,6 +152,12 @@ pub enum Quantized {
     Int8(Int8Weight),
 }
 
+/// `bnb_4bit_quant_type` values: (name, what it is).
+pub const QUANT_TYPES: [(&str, &str); 2] = [("fp4", "4-bit float (bitsandbytes' default)"), ("nf4", "4-bit NormalFloat (QLoRA's)")];
+
+/// `bnb_4bit_quant_storage` values modelled (others are for FSDP's flat parameters).
+pub const QUANT_STORAGES: [&str; 1] = ["uint8"];
+
 /// bitsandbytes' `Linear4bit.forward`: the input cast to the compute dtype, `matmul_4bit`
 /// (with the bias, in the compute dtype), and the output cast back to the input's type.
 pub fn linear4bit(q: &Bnb4bit, w: &Packed4bit, x: &Tensor, bias: Option<&Tensor>) -> Tensor {

@@ -114,6 +114,9 @@ pub enum Checkpoint {
 }
 
 impl Checkpoint {
+    /// The spellings help lists: (name, what it checkpoints).
+    pub const CHOICES: [(&'static str, &'static str); 3] =
+        [("none", "no checkpointing"), ("blocks", "every decoder block"), ("every-N", "blocks 0, N, 2N, … (N ≥ 1)")];
     /// `none`, `blocks` (every block) or `every-N`.
     pub fn parse(s: &str) -> Option<Checkpoint> {
         match s.to_ascii_lowercase().as_str() {

@@ -9,6 +9,13 @@ use crate::train::Precision;
 use clap::Args;
 use crate::session::hf::sdpa_on_cuda;
 
+/// `--gradient-checkpointing` modes: (name, what gradient_checkpointing_enable() gets).
+pub const GRADIENT_CHECKPOINTING: [(&str, &str); 3] =
+    [("none", "no checkpointing"), ("non-reentrant", "use_reentrant=False, gradient_checkpointing_enable()'s default (= --checkpoint blocks)"), ("reentrant", "use_reentrant=True")];
+
+/// `--attention-mask` values: (name, what the batch carries).
+pub const ATTENTION_MASKS: [(&str, &str); 2] = [("none", "no attention_mask (the default)"), ("ones", "an unpadded tokenizer batch's all-ones mask")];
+
 #[derive(Args, Debug, Clone, Default)]
 pub struct HfFlags {
     /// hf flavour: transformers' attn_implementation (default sdpa, as transformers')
@@ -24,7 +31,7 @@ pub struct HfFlags {
     ///
     /// true for every shipped preset: a forward fills a DynamicCache with each layer's keys
     /// and values.
-    #[arg(help_heading = super::heading::MODEL, long, value_name = "BOOL")]
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "BOOL", value_parser = super::values::listed(&[("true", "fill a DynamicCache"), ("false", "no cache")]))]
     pub use_cache: Option<String>,
     /// hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
     ///
@@ -34,12 +41,12 @@ pub struct HfFlags {
     /// hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant
     ///
     /// non-reentrant is use_reentrant=False, the same as --checkpoint blocks.
-    #[arg(help_heading = super::heading::MEMORY, long, value_name = "MODE")]
+    #[arg(help_heading = super::heading::MEMORY, long, value_name = "MODE", value_parser = super::values::listed(&GRADIENT_CHECKPOINTING))]
     pub gradient_checkpointing: Option<String>,
     /// hf flavour: the attention_mask passed with the batch: none (the default) or ones
     ///
     /// ones is what an unpadded tokenizer batch carries.
-    #[arg(help_heading = super::heading::MODEL, long, value_name = "MASK")]
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "MASK", value_parser = super::values::listed(&ATTENTION_MASKS))]
     pub attention_mask: Option<String>,
     /// hf flavour, peft LoraConfig's r: turns LoRA on
     ///
@@ -84,7 +91,7 @@ pub struct HfFlags {
     #[arg(help_heading = super::heading::LORA, long)]
     pub load_in_4bit: bool,
     /// BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4
-    #[arg(help_heading = super::heading::LORA, long, value_name = "TYPE", requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "TYPE", requires = "load_in_4bit", value_parser = super::values::bnb_quant_types())]
     pub bnb_4bit_quant_type: Option<String>,
     /// BitsAndBytesConfig's bnb_4bit_use_double_quant
     ///
@@ -92,10 +99,10 @@ pub struct HfFlags {
     #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_use_double_quant: bool,
     /// BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16
-    #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit", value_parser = super::values::torch_dtypes(false))]
     pub bnb_4bit_compute_dtype: Option<String>,
     /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
-    #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit", value_parser = super::values::bnb_quant_storages())]
     pub bnb_4bit_quant_storage: Option<String>,
     /// peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default;
     /// false with --profile-type generate) or false
@@ -174,7 +181,7 @@ impl HfFlags {
                 "none" | "off" | "false" => (Checkpoint::None, false),
                 "non-reentrant" | "on" | "true" => (Checkpoint::Every(1), false),
                 "reentrant" => (Checkpoint::Every(1), true),
-                _ => return Err(usage("--gradient-checkpointing", format!("'{s}' (expected none, non-reentrant or reentrant)"))),
+                _ => return Err(usage("--gradient-checkpointing", format!("'{s}' (expected {})", GRADIENT_CHECKPOINTING.map(|(n, _)| n).join(", ")))),
             };
             c.checkpoint = ckpt;
             hf.reentrant = reentrant;
@@ -203,7 +210,7 @@ impl HfFlags {
             hf.attention_mask = match s.to_ascii_lowercase().as_str() {
                 "none" => false,
                 "ones" => true,
-                _ => return Err(usage("--attention-mask", format!("'{s}' (expected none or ones)"))),
+                _ => return Err(usage("--attention-mask", format!("'{s}' (expected {})", ATTENTION_MASKS.map(|(n, _)| n).join(" or ")))),
             };
         }
         Ok(())
@@ -250,14 +257,14 @@ impl HfFlags {
             return Ok(Bnb { quant: Quant::Int8(int8), load_dtype: DType::BF16, prepare });
         }
         let quant_type = match self.bnb_4bit_quant_type.as_deref().unwrap_or("fp4") {
-            t @ ("nf4" | "fp4") => t.to_string(),
-            t => return Err(usage("--bnb-4bit-quant-type", format!("'{t}' (expected nf4 or fp4)"))),
+            t if crate::model::bnb::QUANT_TYPES.iter().any(|(n, _)| *n == t) => t.to_string(),
+            t => return Err(usage("--bnb-4bit-quant-type", format!("'{t}' (expected {})", crate::model::bnb::QUANT_TYPES.map(|(n, _)| n).join(" or ")))),
         };
         let compute_dtype = match self.bnb_4bit_compute_dtype.as_deref() {
             None => DType::F32,
-            Some(d) => crate::model::hf::config_json::parse_dtype(d).ok_or_else(|| usage("--bnb-4bit-compute-dtype", format!("'{d}' (expected float32, bfloat16 or float16)")))?,
+            Some(d) => crate::model::hf::config_json::parse_dtype(d).ok_or_else(|| usage("--bnb-4bit-compute-dtype", format!("'{d}' (expected {})", crate::model::hf::config_json::TORCH_DTYPES.map(|(n, _)| n).join(", "))))?,
         };
-        if let Some(st) = self.bnb_4bit_quant_storage.as_deref().filter(|s| !matches!(*s, "uint8" | "torch.uint8")) {
+        if let Some(st) = self.bnb_4bit_quant_storage.as_deref().filter(|s| !crate::model::bnb::QUANT_STORAGES.contains(&s.trim_start_matches("torch."))) {
             return Err(usage("--bnb-4bit-quant-storage", format!("'{st}': only uint8 (the default) is modelled (other storage types are for FSDP's flat parameters)")));
         }
         let four = crate::model::bnb::Bnb4bit { quant_type, double_quant: self.bnb_4bit_use_double_quant, compute_dtype, kernel: crate::model::bnb::DEFAULT_KERNEL };

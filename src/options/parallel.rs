@@ -25,10 +25,10 @@ pub struct ParallelFlags {
     #[arg(help_heading = super::heading::PARALLEL, long)]
     pub no_reshard_after_forward: bool,
     /// fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32
-    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "DTYPE")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "DTYPE", value_parser = super::values::fsdp_dtypes())]
     pub fsdp_param_dtype: Option<String>,
     /// fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32
-    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "DTYPE")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "DTYPE", value_parser = super::values::fsdp_dtypes())]
     pub fsdp_reduce_dtype: Option<String>,
     /// zero2/fsdp/hsdp units: block (the default), every-N or root
     ///
@@ -40,7 +40,7 @@ pub struct ParallelFlags {
     ///
     /// Sharded parameters, gradients and the optimizer step on the host; host memory is
     /// reported separately.
-    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "WHAT")]
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "WHAT", value_parser = super::values::offloads())]
     pub offload: Option<String>,
     /// Tensor-parallel ranks (hf flavour)
     ///
@@ -57,10 +57,16 @@ pub struct ParallelFlags {
     pub sequence_parallel: bool,
 }
 
+/// MixedPrecisionPolicy's dtypes, as the flags name them (help lists these).
+pub const FSDP_DTYPES: [(&str, DType); 3] = [("bf16", DType::BF16), ("fp16", DType::F16), ("fp32", DType::F32)];
+
+/// `--offload` values: (name, what moves to the host).
+pub const OFFLOADS: [(&str, &str); 1] = [("params", "FSDP2's CPUOffloadPolicy: sharded parameters, their gradients and the optimizer step on the host")];
+
 fn float_dtype(flag: &str, s: &str) -> anyhow::Result<DType> {
     match DType::parse(&s.to_ascii_lowercase()) {
-        Some(d @ (DType::BF16 | DType::F16 | DType::F32)) => Ok(d),
-        _ => Err(usage(flag, format!("'{s}' (expected bf16, fp16 or fp32)"))),
+        Some(d) if FSDP_DTYPES.iter().any(|(_, t)| *t == d) => Ok(d),
+        _ => Err(usage(flag, format!("'{s}' (expected {})", FSDP_DTYPES.map(|(n, _)| n).join(", ")))),
     }
 }
 
@@ -144,14 +150,14 @@ impl ParallelFlags {
         c.sequence_parallel = self.sequence_parallel;
         match self.offload.as_deref() {
             None => {}
-            Some("params") => c.offload_params = true,
+            Some(o) if o == OFFLOADS[0].0 => c.offload_params = true,
             Some("optimizer") => {
                 return Err(usage(
                     "--offload",
                     "optimizer: FSDP2 has no optimizer-only offload (CPUOffloadPolicy moves the sharded parameters, their gradients and the step together: --offload params); DeepSpeed's ZeRO-Offload is not modelled",
                 ))
             }
-            Some(o) => return Err(usage("--offload", format!("'{o}' (expected params)"))),
+            Some(o) => return Err(usage("--offload", format!("'{o}' (expected {})", OFFLOADS.map(|(n, _)| n).join(", ")))),
         }
         if let Some(u) = &self.fsdp_unit {
             c.blocks_per_unit = match u.to_ascii_lowercase().as_str() {

@@ -22,7 +22,7 @@ pub struct PrecisionFlags {
     /// auto (the default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset; float32 when it names none),
     /// float32, bfloat16 or float16. With --use-mixed-precision: CS336's autocast type, bf16
     /// or fp16
-    #[arg(help_heading = super::heading::PRECISION, long)]
+    #[arg(help_heading = super::heading::PRECISION, long, value_parser = super::values::torch_dtypes(true))]
     pub dtype: Option<String>,
     /// The workshop's spelling: fp16 autocast with a GradScaler
     #[arg(help_heading = super::heading::PRECISION, long)]

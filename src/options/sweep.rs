@@ -72,10 +72,10 @@ pub struct SweepArgs {
     #[arg(help_heading = super::heading::PRECISION, value_parser = super::values::precisions(), long)]
     pub precision: Option<String>,
     /// none, blocks and/or every-N
-    #[arg(help_heading = super::heading::MEMORY, long)]
+    #[arg(help_heading = super::heading::MEMORY, long, value_parser = super::values::checkpoints())]
     pub checkpoint: Option<String>,
     /// none and/or all
-    #[arg(help_heading = super::heading::MEMORY, long)]
+    #[arg(help_heading = super::heading::MEMORY, long, value_parser = super::values::fusions())]
     pub fusion: Option<String>,
     /// Optimizer implementation(s) of the training step (as `profile --optimizer`)
     #[arg(help_heading = super::heading::RUN, value_parser = super::values::optimizers(), long)]
@@ -84,7 +84,7 @@ pub struct SweepArgs {
     #[arg(help_heading = super::heading::RUN, long)]
     pub max_grad_norm: Option<String>,
     /// hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16)
-    #[arg(help_heading = super::heading::PRECISION, long)]
+    #[arg(help_heading = super::heading::PRECISION, long, value_parser = super::values::torch_dtypes(true))]
     pub dtype: Option<String>,
     /// hf flavour: attn_implementation(s)
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::attn_implementations(), long)]
@@ -123,10 +123,10 @@ pub struct SweepArgs {
     #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
     pub bnb_4bit_use_double_quant: bool,
     /// bnb_4bit_quant_type(s) (nf4, fp4)
-    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit", value_parser = super::values::bnb_quant_types())]
     pub bnb_4bit_quant_type: Option<String>,
     /// bnb_4bit_compute_dtype(s)
-    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit")]
+    #[arg(help_heading = super::heading::LORA, long, requires = "load_in_4bit", value_parser = super::values::torch_dtypes(false))]
     pub bnb_4bit_compute_dtype: Option<String>,
     /// Parallel layout(s) (as `profile --parallel`); needs --world-size
     #[arg(help_heading = super::heading::PARALLEL, value_parser = super::values::layouts(), long)]

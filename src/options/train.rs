@@ -110,7 +110,7 @@ pub struct TrainArgs {
     /// self_cuda_memory_usage or cuda_memory_usage (MiB allocated by the op itself / with the ops it called; the
     /// cpu_ spellings too); the CUDA time keys (cuda_time_total, …) fall back to self_cpu_time_total as the
     /// workshop's script does
-    #[arg(help_heading = super::heading::OUTPUT, long, requires = "profile_operators")]
+    #[arg(help_heading = super::heading::OUTPUT, long, requires = "profile_operators", value_parser = super::values::sort_keys())]
     pub sort_by: Option<String>,
     /// tiny_llama_v1.py's deterministic mode (seeded, deterministic algorithms)
     ///
@@ -146,6 +146,26 @@ impl TrainArgs {
     }
 }
 
+/// `--sort-by` keys (torch's `key_averages().table(sort_by=…)` names): (name, what it orders by).
+pub const SORT_KEYS: [(&str, &str); 16] = [
+    ("self_cpu_time_total", "the default on cpu"),
+    ("cpu_time_total", "with the ops it called"),
+    ("cpu_time", "average per call"),
+    ("count", "calls"),
+    ("flops", "the default on meta"),
+    ("self_cuda_memory_usage", "MiB the op itself allocated"),
+    ("cuda_memory_usage", "MiB allocated with the ops it called"),
+    ("self_cpu_memory_usage", "= self_cuda_memory_usage"),
+    ("cpu_memory_usage", "= cuda_memory_usage"),
+    ("self_device_memory_usage", "= self_cuda_memory_usage"),
+    ("device_memory_usage", "= cuda_memory_usage"),
+    ("cuda_time", "no CUDA times here: self_cpu_time_total"),
+    ("cuda_time_total", "no CUDA times here: self_cpu_time_total"),
+    ("self_cuda_time_total", "no CUDA times here: self_cpu_time_total"),
+    ("device_time_total", "no CUDA times here: self_cpu_time_total"),
+    ("self_device_time_total", "no CUDA times here: self_cpu_time_total"),
+];
+
 /// --sort-by for the operator table (torch's key names). CUDA keys have no times here and fall
 /// back to self cpu time, as the workshop's script does; meta has no times at all.
 fn operator_sort(s: Option<&str>, device: Device) -> Result<(SortKey, Option<String>)> {
@@ -168,7 +188,7 @@ fn operator_sort(s: Option<&str>, device: Device) -> Result<(SortKey, Option<Str
         Some(k) => {
             return Err(usage(
                 "--sort-by",
-                format!("'{k}' (expected self_cpu_time_total, cpu_time_total, cpu_time, count, flops, self_cuda_memory_usage, cuda_memory_usage, or a CUDA time key that falls back to self_cpu_time_total)"),
+                format!("'{k}' (expected {})", SORT_KEYS.map(|(n, _)| n).join(", ")),
             ))
         }
     })
@@ -315,3 +335,17 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     })
 }
 
+
+#[cfg(test)]
+mod sort_key_tests {
+    /// Every key help lists sorts (on cpu and on meta); others are refused naming --sort-by.
+    #[test]
+    fn every_listed_sort_key_is_accepted() {
+        for (k, _) in super::SORT_KEYS {
+            for d in [crate::engine::Device::Cpu, crate::engine::Device::Meta] {
+                super::operator_sort(Some(k), d).unwrap_or_else(|e| panic!("--sort-by {k}: {e}"));
+            }
+        }
+        assert!(super::operator_sort(Some("nonsense"), crate::engine::Device::Cpu).unwrap_err().to_string().contains("--sort-by"));
+    }
+}

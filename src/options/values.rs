@@ -144,3 +144,106 @@ pub fn study_sizes() -> Listed {
         value(*s, help)
     }))
 }
+
+/// `--dtype` (from_pretrained's, with `auto`) and `--bnb-4bit-compute-dtype` (without):
+/// [`crate::model::hf::config_json::TORCH_DTYPES`].
+pub fn torch_dtypes(auto: bool) -> Listed {
+    let auto = auto.then(|| value("auto", "the config's torch_dtype (float32 when it names none)"));
+    // --dtype is also CS336's autocast type with --use-mixed-precision, spelled bf16/fp16.
+    let short = auto.is_some().then(|| [value("bf16", "= bfloat16 (CS336's spelling)"), value("fp16", "= float16 (CS336's spelling)")]);
+    Listed::new(auto.into_iter().chain(crate::model::hf::config_json::TORCH_DTYPES.iter().map(|(n, _)| value(*n, ""))).chain(short.into_iter().flatten()))
+}
+
+/// `--bnb-4bit-quant-type`: [`crate::model::bnb::QUANT_TYPES`].
+pub fn bnb_quant_types() -> Listed {
+    Listed::new(crate::model::bnb::QUANT_TYPES.iter().map(|(n, h)| value(*n, *h)))
+}
+
+/// `--bnb-4bit-quant-storage`: [`crate::model::bnb::QUANT_STORAGES`].
+pub fn bnb_quant_storages() -> Listed {
+    Listed::new(crate::model::bnb::QUANT_STORAGES.iter().map(|n| value(*n, "")))
+}
+
+/// `--fsdp-param-dtype` / `--fsdp-reduce-dtype`: [`super::parallel::FSDP_DTYPES`].
+pub fn fsdp_dtypes() -> Listed {
+    Listed::new(super::parallel::FSDP_DTYPES.iter().map(|(n, _)| value(*n, "")))
+}
+
+/// `--offload`: [`super::parallel::OFFLOADS`].
+pub fn offloads() -> Listed {
+    Listed::new(super::parallel::OFFLOADS.iter().map(|(n, h)| value(*n, *h)))
+}
+
+/// `--checkpoint`: [`crate::model::Checkpoint::CHOICES`].
+pub fn checkpoints() -> Listed {
+    Listed::new(crate::model::Checkpoint::CHOICES.iter().map(|(n, h)| value(*n, *h)))
+}
+
+/// `--fusion`: [`super::memory::FUSIONS`].
+pub fn fusions() -> Listed {
+    Listed::new(super::memory::FUSIONS.iter().map(|(n, h)| value(*n, *h)))
+}
+
+/// `--sort-by`: [`super::train::SORT_KEYS`].
+pub fn sort_keys() -> Listed {
+    Listed::new(super::train::SORT_KEYS.iter().map(|(n, h)| value(*n, *h)))
+}
+
+/// A small fixed set defined beside its flag's parser: (name, help) pairs.
+pub fn listed(values: &[(&str, &str)]) -> Listed {
+    Listed::new(values.iter().map(|(n, h)| value(*n, *h)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Listed;
+    use crate::options::{hf::HfFlags, memory::MemoryFlags, parallel::ParallelFlags};
+
+    fn names(l: Listed) -> Vec<String> {
+        let n = l.names();
+        assert!(!n.is_empty());
+        n
+    }
+
+    /// Every value help lists is one its flag's parser takes (`every-N` as every-2).
+    #[test]
+    fn every_listed_value_is_accepted() {
+        for d in names(super::torch_dtypes(true)) {
+            assert!(d == "auto" || crate::model::hf::config_json::parse_dtype(&d).is_some(), "--dtype {d}");
+        }
+        for c in names(super::checkpoints()) {
+            assert!(crate::model::Checkpoint::parse(&c.replace('N', "2")).is_some(), "--checkpoint {c}");
+        }
+        let mut cfg = crate::model::presets::find("small", Some(crate::model::Flavour::Cs336)).unwrap().model.clone();
+        for f in names(super::fusions()) {
+            MemoryFlags { fusion: Some(f.clone()), ..MemoryFlags::default() }.apply(&mut cfg).unwrap_or_else(|e| panic!("--fusion {f}: {e}"));
+        }
+        let mut hf = crate::model::presets::find("Llama-3.1-8B", None).unwrap().model.clone();
+        for (flag, set) in [("gradient", names(super::listed(&super::super::hf::GRADIENT_CHECKPOINTING))), ("mask", names(super::listed(&super::super::hf::ATTENTION_MASKS)))] {
+            for v in set {
+                let f = if flag == "gradient" { HfFlags { gradient_checkpointing: Some(v.clone()), ..HfFlags::default() } } else { HfFlags { attention_mask: Some(v.clone()), ..HfFlags::default() } };
+                f.apply(&mut hf).unwrap_or_else(|e| panic!("{flag} {v}: {e}"));
+            }
+        }
+        for t in names(super::bnb_quant_types()) {
+            let f = HfFlags { load_in_4bit: true, bnb_4bit_quant_type: Some(t.clone()), lora_r: Some(8), ..HfFlags::default() };
+            f.apply(&mut hf.clone()).unwrap_or_else(|e| panic!("--bnb-4bit-quant-type {t}: {e}"));
+        }
+        for d in names(super::torch_dtypes(false)) {
+            let f = HfFlags { load_in_4bit: true, bnb_4bit_compute_dtype: Some(d.clone()), lora_r: Some(8), ..HfFlags::default() };
+            f.apply(&mut hf.clone()).unwrap_or_else(|e| panic!("--bnb-4bit-compute-dtype {d}: {e}"));
+        }
+        for s in names(super::bnb_quant_storages()) {
+            let f = HfFlags { load_in_4bit: true, bnb_4bit_quant_storage: Some(s.clone()), lora_r: Some(8), ..HfFlags::default() };
+            f.apply(&mut hf.clone()).unwrap_or_else(|e| panic!("--bnb-4bit-quant-storage {s}: {e}"));
+        }
+        for d in names(super::fsdp_dtypes()) {
+            let p = ParallelFlags { parallel: Some("fsdp".into()), world_size: Some(2), fsdp_param_dtype: Some(d.clone()), ..ParallelFlags::default() };
+            p.resolve().unwrap_or_else(|e| panic!("--fsdp-param-dtype {d}: {e}"));
+        }
+        for o in names(super::offloads()) {
+            let p = ParallelFlags { parallel: Some("fsdp".into()), world_size: Some(2), offload: Some(o.clone()), ..ParallelFlags::default() };
+            p.resolve().unwrap_or_else(|e| panic!("--offload {o}: {e}"));
+        }
+    }
+}

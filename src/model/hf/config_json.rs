@@ -202,14 +202,21 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
 
 /// A dtype as transformers writes it in a config (`torch.bfloat16` → "bfloat16") or a user
 /// names it for `from_pretrained(dtype=...)`.
+/// The torch dtypes a config or a flag names, by torch's names (help lists these).
+pub const TORCH_DTYPES: [(&str, crate::engine::DType); 3] =
+    [("float32", crate::engine::DType::F32), ("bfloat16", crate::engine::DType::BF16), ("float16", crate::engine::DType::F16)];
+
+/// A torch dtype by name: [`TORCH_DTYPES`], `torch.`-prefixed or not, or an alias torch also
+/// has (`float`, `half`) or a short one (`fp32`, `bf16`, `fp16`).
 pub fn parse_dtype(s: &str) -> Option<crate::engine::DType> {
     use crate::engine::DType;
-    match s.trim().trim_start_matches("torch.").to_ascii_lowercase().as_str() {
-        "float32" | "float" | "fp32" => Some(DType::F32),
-        "bfloat16" | "bf16" => Some(DType::BF16),
-        "float16" | "half" | "fp16" => Some(DType::F16),
+    let s = s.trim().trim_start_matches("torch.").to_ascii_lowercase();
+    TORCH_DTYPES.iter().find(|(n, _)| *n == s).map(|(_, d)| *d).or(match s.as_str() {
+        "float" | "fp32" => Some(DType::F32),
+        "bf16" => Some(DType::BF16),
+        "half" | "fp16" => Some(DType::F16),
         _ => None,
-    }
+    })
 }
 
 /// A config's `quantization_config`: the checkpoint is stored quantized and `from_pretrained`

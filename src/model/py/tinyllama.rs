@@ -1,7 +1,7 @@
-//! The Tiny LLaMA workshop's model, as its PyTorch copy `shared/bench/pytorch_tinyllama.py`
-//! writes it (the workshop's own `tiny_llama_v1.py` is not in the seeds; the bench copy is the
-//! same model, function for function). Lines are the `def` lines of that file; a test checks
-//! each one against it where `shared/` is present.
+//! The Tiny LLaMA workshop's model as `shared/bench/pytorch_tinyllama.py` writes it, the
+//! PyTorch model the tinyllama flavour mirrors (written from the workshop's description: the
+//! workshop's own `tiny_llama_v1.py` is not in the seeds). Lines are the `def` lines of that
+//! file; a test checks each one against it where `shared/` is present.
 use crate::record::PyFn;
 
 const MODEL: &str = "pytorch_tinyllama.py";
