@@ -379,6 +379,26 @@ fn qlora_training_step_of_llama_3_1_8b() {
     );
 }
 
+#[test]
+fn dora_training_step_of_llama_3_1_8b() {
+    // bf16 weights, DoRA adapters: per forward the weight norm and magnitude tensors.
+    check(
+        "meta_llama8b_dora",
+        &["--model", "Llama-3.1-8B", "--device", "meta", "--num-layers", "2", "--context-length", "256", "--lora-r", "8", "--use-dora", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.05"],
+        false,
+    );
+}
+
+#[test]
+fn int8_training_step_of_llama_3_1_8b() {
+    // LLM.int8 weights (int8 + fp32 SCB), MatMul8bitLt's row quantization, an 8-bit optimizer.
+    check(
+        "meta_llama8b_int8",
+        &["--model", "Llama-3.1-8B", "--device", "meta", "--num-layers", "2", "--context-length", "256", "--load-in-8bit", "--lora-r", "8", "--target-modules", "all-linear", "--optimizer", "adamw_8bit"],
+        false,
+    );
+}
+
 /// The peak of a cs336 forward with autograd is the logits (`self.lm_head(x)`): hovering it
 /// names the Python functions the op mirrors, in the staff package's files, as
 /// `file:line:function` like PyTorch's own frames.
