@@ -112,7 +112,7 @@ fn chrome_trace_has_the_fields_its_consumers_require() {
     assert!(digits.chars().all(|c| c.is_ascii_digit()), "{name}");
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
     assert_eq!(t["schemaVersion"], 1);
-    assert_eq!(t["deviceProperties"][0]["totalGlobalMem"].as_u64(), Some(81_559 * 1024 * 1024));
+    assert_eq!(t["deviceProperties"][0]["totalGlobalMem"].as_u64(), Some(85_028_896_768));
     let ev = t["traceEvents"].as_array().unwrap();
     let mut steps = 0;
     let mut spans: Vec<(f64, f64)> = Vec::new();

@@ -18,7 +18,7 @@ pub struct ServeArgs {
     /// (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it.
     #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
-    /// The NVIDIA GPU (its nvidia-smi total stands for torch.cuda.mem_get_info's total)
+    /// The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it)
     #[arg(help_heading = super::heading::RUN, value_parser = super::values::gpus(), long, default_value = "H100-80GB")]
     pub gpu: String,
     /// Fraction of the GPU's total memory vLLM may use, in (0, 1] (vLLM 0.33.0's default 0.92)

@@ -82,7 +82,7 @@ pub fn presets() -> Listed {
 pub fn gpus() -> Listed {
     Listed::new(crate::record::gpu::GPUS.iter().map(|g| {
         let mib = g.memory_bytes >> 20;
-        value(g.name, format!("{mib} MiB, {} bf16 TFLOP/s, {} TB/s", g.peak_bf16_tflops, g.hbm_tb_per_s))
+        value(g.name, format!("{mib} MiB as CUDA reports it (nvidia-smi {} MiB), {} bf16 TFLOP/s, {} TB/s", g.smi_mib, g.peak_bf16_tflops, g.hbm_tb_per_s))
     }))
 }
 

@@ -35,7 +35,7 @@ impl Serve {
             c.max_num_seqs,
             c.block_size
         );
-        s += &format!("  total GPU memory           {}  nvidia-smi's total ({} MiB), standing for torch.cuda.mem_get_info's\n", g(c.total_memory), c.total_memory >> 20);
+        s += &format!("  total GPU memory           {}  torch.cuda.mem_get_info's total ({} MiB; nvidia-smi shows {} MiB)\n", g(c.total_memory), c.total_memory >> 20, self.gpu.smi_mib);
         s += &format!("  requested memory           {}  ceil({} x total)\n", g(p.requested_memory), c.gpu_memory_utilization);
         s += "    (not checked here: vLLM stops unless the free memory at start-up, the total less the CUDA context and the\n     cuBLAS/NCCL buffers it makes first, is at least the requested memory; v1/worker/utils.py:761)\n";
         s += &format!("  - weights                  {}  parameters (vocabulary padded to 64) x {} bytes\n", g(p.weights), c.weight_bytes);

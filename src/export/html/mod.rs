@@ -213,9 +213,10 @@ impl<'t> Tables<'t> {
             ids.push(id);
         }
         let (module, op) = match (frames.first(), phase >= 0) {
-            // Ours: the first frame is (module path, op).
-            (Some(&f), true) => {
-                let fr = ft.frame_at(f);
+            // Ours: the Python frames the op mirrors come first (files ending in .py), then
+            // (module path, op).
+            (Some(&first), true) => {
+                let fr = frames.iter().map(|&f| ft.frame_at(f)).find(|fr| !ft.text(fr.file).ends_with(".py")).unwrap_or(ft.frame_at(first));
                 (ft.text(fr.file).to_string(), ft.text(fr.name).to_string())
             }
             // PyTorch's: the innermost frame of user code (not torch, not C++) names the
