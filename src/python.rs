@@ -256,6 +256,12 @@ fn estimate(words: Vec<String>) -> PyResult<String> {
 
 fn estimate_impl(words: Vec<String>) -> PyResult<String> {
     let a: options::estimate::EstimateArgs = parse("estimate", &words)?;
+    if a.profile_type == session::profile::ProfileType::Generate {
+        let plan = options::estimate_generate::plan(&a, |_| {}).map_err(py_err)?;
+        begin(None)?;
+        let r = plan.run().map_err(py_err)?;
+        return Ok(json_text(&plan.json(&r)));
+    }
     let plan = options::estimate::plan(&a, |_| {}).map_err(py_err)?;
     begin(None)?;
     let r = plan.run().map_err(py_err)?;

@@ -52,8 +52,10 @@ fn fit_sweep_and_compare_refuse_generate_naming_the_flag() {
     let out = tmp("others");
     let o = out.to_str().unwrap();
     for (args, flag) in [
-        (vec!["sweep", "--model", "Llama-3.2-1B", "--device", "meta", "--profile-type", "generate", "--context-length", "16,32", "--out-dir", o], "--profile-type"),
-        (vec!["fit", "--model", "Llama-3.2-1B", "--gpu", "h100", "--profile-type", "generate"], "--profile-type"),
+        // generate's length is required by sweep's points and by fit (unless it searches it)
+        (vec!["sweep", "--model", "Llama-3.2-1B", "--device", "meta", "--profile-type", "generate", "--context-length", "16,32", "--out-dir", o], "--max-new-tokens"),
+        (vec!["sweep", "--model", "Llama-3.2-1B", "--device", "meta", "--profile-type", "generate,inference", "--max-new-tokens", "2", "--out-dir", o], "--profile-type"),
+        (vec!["fit", "--model", "Llama-3.2-1B", "--gpu", "h100", "--profile-type", "generate"], "--max-new-tokens"),
         (vec!["profile", "--model", "Llama-3.2-1B", "--device", "meta", "--compare", "--profile-type", "generate", "--max-new-tokens", "2", "--out-dir", o], "--compare"),
     ] {
         let r = vramscope(&args);
@@ -62,6 +64,26 @@ fn fit_sweep_and_compare_refuse_generate_naming_the_flag() {
         assert!(err.contains(flag) && err.contains("generate"), "{args:?} should name {flag}: {err}");
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
+}
+
+#[test]
+fn sweep_runs_generate_over_new_tokens_and_prompts() {
+    let out = tmp("sweep");
+    let args = ["sweep", "--model", "Llama-3.2-1B", "--num-layers", "2", "--device", "meta", "--profile-type", "generate", "--max-new-tokens", "2,5", "--context-length", "8,16", "--batch-size", "2", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
+    let r = vramscope(&args);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let s: Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4);
+    for p in points {
+        let (ctx, n) = (p["context_length"].as_u64().unwrap(), p["values"]["max-new-tokens"].as_str().unwrap().parse::<u64>().unwrap());
+        let g = &p["generate"];
+        assert_eq!(g["max_new_tokens"], n, "{p}");
+        assert_eq!(g["steps"].as_array().unwrap().len() as u64, n, "{p}");
+        // Llama-3.2-1B's 8 kv heads of 64 in bf16, 2 layers here: keys and values × B 2 × (S + N − 1).
+        assert_eq!(g["kv_cache_bytes"], 2 * 2 * 8 * 64 * 2 * 2 * (ctx + n - 1), "{p}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

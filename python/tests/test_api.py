@@ -171,6 +171,25 @@ def test_fit_and_estimate_match_the_cli(tmp_path):
     assert e["estimate"] and e["simulated"]
 
 
+def test_fit_and_estimate_for_generate_match_the_cli(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    flags = dict(memory_limit="3MiB", profile_type="generate", find="max-new-tokens", batch_size=4, context_length=24, reserve="0", warmup_steps=0)
+    f = vramscope.fit(config=str(path), **flags)
+    words = ["--memory-limit", "3MiB", "--profile-type", "generate", "--find", "max-new-tokens", "--batch-size", "4", "--context-length", "24", "--reserve", "0", "--warmup-steps", "0"]
+    assert f.data == json.loads(cli(tmp_path, "fit", "--config", str(path), *words, "--json"))
+    assert f["find"] == "max-new-tokens" and f["first_not_fitting"] == f["answer"] + 1
+    # 2 layers x keys and values x B 4 x 2 kv heads x (24 + answer - 1) positions x 16 x fp32.
+    assert f["generate_at_answer"]["kv_cache_bytes"] == 2 * 2 * 4 * 2 * (24 + f["answer"] - 1) * 16 * 4
+    b = vramscope.fit(config=str(path), memory_limit="3MiB", profile_type="generate", find="batch", context_length=24, max_new_tokens=4, reserve="0", warmup_steps=0)
+    assert b["answer"] >= 1 and b["fixed"] == {"context_length": 24, "max_new_tokens": 4}
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        vramscope.fit(config=str(path), memory_limit="3MiB", profile_type="generate", find="batch", context_length=24)
+    e = vramscope.estimate(config=str(path), profile_type="generate", max_new_tokens=8, batch_size=2, context_length=16)
+    assert e.data == json.loads(cli(tmp_path, "estimate", "--config", str(path), "--profile-type", "generate", "--max-new-tokens", "8", "--batch-size", "2", "--context-length", "16", "--json"))
+    assert e["estimate"]["kv_cache_bytes"] == e["simulated"]["kv_cache_bytes"] == 2 * 2 * 2 * 2 * (16 + 8 - 1) * 16 * 4
+
+
 def test_analyze_matches_the_cli(tmp_path):
     path = vramscope.profile(model="walkthrough", device="meta").save_snapshot(tmp_path / "s.pickle")
     a = vramscope.analyze(path, top=3)

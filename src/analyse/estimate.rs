@@ -15,6 +15,7 @@ use crate::train::optim::OptimConfig;
 use crate::train::Precision;
 use serde::Serialize;
 
+pub mod generate;
 pub mod hf;
 
 /// The size class a term belongs to, for the symbolic per-block sum.

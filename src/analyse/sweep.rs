@@ -64,6 +64,9 @@ pub struct PointResult {
     /// Highest allocated bytes within each phase (forward, loss, backward, optimizer, …).
     pub phase_peaks: BTreeMap<String, usize>,
     pub snapshot: Option<PathBuf>,
+    /// A generate point's steps, the step of its peak and the KV cache at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generate: Option<crate::session::profile::GenerateReport>,
 }
 
 /// A fit of peak memory along one numeric axis, the other axes fixed.

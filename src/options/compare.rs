@@ -212,7 +212,7 @@ pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Option<String>)> {
         return Err(usage("--compare", "does not combine with --flops (profile one variant with --flops instead)"));
     }
     if a.profile_type.contains(&ProfileType::Generate) {
-        return Err(usage("--compare", "does not compare generate runs yet (profile them without --compare)"));
+        return Err(usage("--compare", "compares training memory options (precision under autocast, checkpointing, fusion, accumulation, layouts), which generate() does not take: sweep generate's batch, prompt or length instead (`vramscope sweep --profile-type generate --max-new-tokens 8,64 --context-length 512,2048`)"));
     }
     let flagged = variants(a)?;
     let mut vs = flagged.into_iter().map(|f| Ok(Variant { name: f.name, options: profile::options(&f.args)? })).collect::<Result<Vec<_>>>()?;

@@ -22,12 +22,17 @@ pub struct EstimateArgs {
     /// Sequence length (default: the preset's)
     #[arg(help_heading = super::heading::RUN, long, alias = "seq-len")]
     pub context_length: Option<usize>,
-    /// What the step runs: the closed form derives a training step only
+    /// What the step runs: a training step, or generate's KV cache
     ///
-    /// training (the default) is what the derivation covers; forward, forward-loss and
-    /// inference are refused with the command that answers them (`profile --profile-type`).
+    /// training (the default) is what the derivation covers; generate (hf models, with
+    /// --max-new-tokens): the DynamicCache of greedy generate() in closed form; forward,
+    /// forward-loss and inference are refused with the command that answers them
+    /// (`profile --profile-type`).
     #[arg(help_heading = super::heading::RUN, long, value_enum, default_value = "training")]
     pub profile_type: crate::session::profile::ProfileType,
+    /// GenerationConfig's max_new_tokens, with --profile-type generate
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub max_new_tokens: Option<usize>,
     /// Print the closed form only (no simulated meta run beside it)
     #[arg(help_heading = super::heading::RUN, long)]
     pub no_simulate: bool,
@@ -41,6 +46,9 @@ pub struct EstimateArgs {
 
 /// The estimate `a` asks for, checked; `note` hears the model's note as soon as it is known.
 pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
+    if a.max_new_tokens.is_some() && a.profile_type != crate::session::profile::ProfileType::Generate {
+        return Err(usage("--max-new-tokens", "sets generate()'s length: it needs --profile-type generate"));
+    }
     if a.profile_type != crate::session::profile::ProfileType::Training {
         let t = a.profile_type.name();
         return Err(usage(

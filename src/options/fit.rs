@@ -1,6 +1,7 @@
 //! `fit`'s flags, resolved into the session's search plans: the largest batch or longest
-//! context (`--find batch|context`), or the fewest ranks per layout (`--find world-size`),
-//! each probe a meta profile planned by profile's own code.
+//! context (`--find batch|context`), the most new tokens of a generate run (`--find
+//! max-new-tokens`), or the fewest ranks per layout (`--find world-size`), each probe a meta
+//! profile planned by profile's own code.
 use super::model::ModelFlags;
 use super::profile::{self, ProfileArgs};
 use super::usage;
@@ -32,9 +33,15 @@ pub struct FitArgs {
     /// What the step runs
     ///
     /// forward: `model(x)` with autograd, no loss; forward-loss: plus the loss, no backward;
-    /// inference: no_grad; training: one full step after warm-up.
+    /// inference: no_grad (one forward of the whole prompt, the prefill); training: one full
+    /// step after warm-up; generate (hf models): greedy `model.generate(input_ids,
+    /// max_new_tokens=N, do_sample=False)`, its prefill and every decode step.
     #[arg(help_heading = super::heading::RUN, long, value_enum, default_value = "training")]
     pub profile_type: ProfileType,
+    /// GenerationConfig's max_new_tokens held fixed with --profile-type generate (what
+    /// --find max-new-tokens searches for)
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub max_new_tokens: Option<usize>,
     /// Batch size held fixed when finding the context (default: the preset's)
     #[arg(help_heading = super::heading::RUN, long)]
     pub batch_size: Option<usize>,
@@ -74,9 +81,9 @@ pub struct FitArgs {
 }
 
 
-fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
+fn args_for(a: &FitArgs, batch: usize, ctx: usize, max_new_tokens: Option<usize>) -> ProfileArgs {
     ProfileArgs {
-        max_new_tokens: None,
+        max_new_tokens,
         model: a.model.clone(),
         precision: a.precision.clone(),
         memory: a.memory.clone(),
@@ -128,13 +135,21 @@ fn budget(a: &FitArgs, base: &ProfileOptions) -> Result<Budget> {
 }
 
 
-/// Checks shared by both searches: a capacity to search against, and `--json`'s file.
+/// Checks shared by the searches: a capacity to search against, and generate's length where
+/// it is held fixed (and only there).
 fn common(a: &FitArgs) -> Result<()> {
     if a.gpu.is_none() && a.memory_limit.is_none() {
         return Err(usage("--gpu", "fit needs a device capacity: give --gpu NAME or --memory-limit SIZE"));
     }
-    if a.profile_type == ProfileType::Generate {
-        return Err(usage("--profile-type", "fit does not search generate runs yet: profile them with `vramscope profile --profile-type generate --max-new-tokens N`"));
+    let generate = a.profile_type == ProfileType::Generate;
+    match (a.find, generate, a.max_new_tokens) {
+        (Find::MaxNewTokens, false, _) => return Err(usage("--find", "max-new-tokens searches generate() runs: give --profile-type generate")),
+        (Find::MaxNewTokens, true, Some(_)) => return Err(usage("--max-new-tokens", "is what --find max-new-tokens searches for: leave it out")),
+        (Find::WorldSize, true, _) => return Err(usage("--find", "world-size searches data-parallel layouts; generate() is modelled on one device (use --find batch, context or max-new-tokens)")),
+        (_, false, Some(_)) => return Err(usage("--max-new-tokens", "sets generate()'s length: it needs --profile-type generate")),
+        (Find::Batch | Find::Context, true, None) => return Err(usage("--max-new-tokens", "is required with --profile-type generate (how many tokens generate() decodes), unless --find max-new-tokens searches for it")),
+        (_, true, Some(0)) => return Err(usage("--max-new-tokens", "must be at least 1")),
+        _ => {}
     }
     Ok(())
 }
@@ -170,27 +185,57 @@ pub fn plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<FitPlan> {
         Find::Context if a.context_length.is_some() => return Err(usage("--context-length", "is what --find context searches for: leave it out")),
         _ => {}
     }
-    // The model's maximum follows the run's length (as both seeds do) unless --max-seq-len or a
-    // config.json's max_position_embeddings fixes it: then the search stops there.
-    let model_max = (a.find == Find::Context && !a.model.max_follows_run(&r.config)).then_some(r.config.max_seq_len);
-    if let (Some(m), Some(limit)) = (a.max, model_max) {
-        if m > limit {
-            return Err(usage("--max", format!("{m} exceeds the model's maximum sequence length {limit}: raise --max-seq-len too")));
+    let (cap, model_max) = if a.profile_type == ProfileType::Generate {
+        generate_cap(a, &r.config, ctx)?
+    } else {
+        // The model's maximum follows the run's length (as both seeds do) unless --max-seq-len
+        // or a config.json's max_position_embeddings fixes it: then the search stops there.
+        let model_max = (a.find == Find::Context && !a.model.max_follows_run(&r.config)).then_some(r.config.max_seq_len);
+        if let (Some(m), Some(limit)) = (a.max, model_max) {
+            if m > limit {
+                return Err(usage("--max", format!("{m} exceeds the model's maximum sequence length {limit}: raise --max-seq-len too")));
+            }
         }
-    }
-    let cap = a.max.or(model_max).unwrap_or(1 << 20);
+        (a.max.or(model_max).unwrap_or(1 << 20), model_max)
+    };
     let start = if a.find == Find::Context && r.config.flavour == Flavour::Tinyllama { 2 } else { 1 };
-    let (b, c) = if a.find == Find::Context { (batch, start) } else { (start, ctx) };
-    let base = profile::options(&args_for(a, b, c))?;
+    let new_tokens = if a.find == Find::MaxNewTokens { None } else { a.max_new_tokens };
+    let (b, c, n) = match a.find {
+        Find::Context => (batch, start, new_tokens),
+        Find::MaxNewTokens => (batch, ctx, Some(start)),
+        Find::Batch | Find::WorldSize => (start, ctx, new_tokens),
+    };
+    let base = profile::options(&args_for(a, b, c, n))?;
     let budget = budget(a, &base)?;
-    Ok(FitPlan { find: a.find, kind: a.profile_type, base, batch, ctx, start, cap, model_max, budget, reserve_default: a.reserve.is_none(), memory_fraction: a.memory_fraction })
+    Ok(FitPlan { find: a.find, kind: a.profile_type, base, batch, ctx, new_tokens, start, cap, model_max, budget, reserve_default: a.reserve.is_none(), memory_fraction: a.memory_fraction })
+}
+
+/// A generate search's largest value and the model's positions when they set it: the prompt
+/// and the new tokens together stay within max_position_embeddings (profile refuses more),
+/// so a context search ends at positions − max_new_tokens and a new-token search at
+/// positions − the prompt.
+fn generate_cap(a: &FitArgs, cfg: &crate::model::ModelConfig, ctx: usize) -> Result<(usize, Option<usize>)> {
+    let positions = cfg.max_seq_len;
+    let (fixed, flag) = match a.find {
+        Find::Context => (a.max_new_tokens.unwrap_or(0), "--max-new-tokens"),
+        Find::MaxNewTokens => (ctx, "--context-length"),
+        Find::Batch | Find::WorldSize => return Ok((a.max.unwrap_or(1 << 20), None)),
+    };
+    let Some(limit) = positions.checked_sub(fixed).filter(|&l| l >= 1) else {
+        return Err(usage(flag, format!("{fixed} leaves no room in the model's {positions} positions (max_position_embeddings): raise --max-seq-len")));
+    };
+    match a.max {
+        Some(m) if m > limit => Err(usage("--max", format!("{m}: the prompt and the new tokens would pass the model's {positions} positions (max_position_embeddings); at most {limit} here"))),
+        Some(m) => Ok((m, None)),
+        None => Ok((limit, Some(positions))),
+    }
 }
 
 /// The probe of `plan` at `n` (a batch size or a context length): a meta profile against the
 /// budget's limit, its trace not kept.
 pub fn probe(a: &FitArgs, plan: &FitPlan, n: usize) -> Result<ProfileOptions> {
-    let (b, c) = plan.point(n);
-    let args = ProfileArgs { memory_limit: Some(plan.budget.limit.clone()), memory_fraction: plan.budget.fraction, ..args_for(a, b, c) };
+    let (b, c, new_tokens) = plan.point(n);
+    let args = ProfileArgs { memory_limit: Some(plan.budget.limit.clone()), memory_fraction: plan.budget.fraction, ..args_for(a, b, c, new_tokens) };
     let mut p = profile::options(&args)?;
     p.keep_trace = false;
     Ok(p)
@@ -215,7 +260,7 @@ pub fn world_plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<WorldPlan> {
         // A LoRA or 4-bit model: the layouts it runs under.
         None => super::parallel::default_layouts(a.model.hf.lora_r.is_some(), a.model.hf.load_in_4bit),
     };
-    let base_args = ProfileArgs { parallel: with_world(a, layouts[0], 1), ..args_for(a, batch, ctx) };
+    let base_args = ProfileArgs { parallel: with_world(a, layouts[0], 1), ..args_for(a, batch, ctx, None) };
     let base = profile::options(&base_args)?;
     let budget = budget(a, &base)?;
     Ok(WorldPlan { layouts, kind: a.profile_type, base, batch, ctx, cap, budget })
@@ -235,7 +280,7 @@ fn with_world(a: &FitArgs, layout: Layout, n: usize) -> super::parallel::Paralle
 /// The probe of `layout` at `n` ranks (rank 0; the session picks the heaviest rank), or None
 /// when hsdp's node does not divide `n`.
 pub fn world_probe(a: &FitArgs, plan: &WorldPlan, layout: Layout, n: usize) -> Result<Option<ProfileOptions>> {
-    let args = ProfileArgs { parallel: with_world(a, layout, n), memory_limit: Some(plan.budget.limit.clone()), memory_fraction: plan.budget.fraction, ..args_for(a, plan.batch, plan.ctx) };
+    let args = ProfileArgs { parallel: with_world(a, layout, n), memory_limit: Some(plan.budget.limit.clone()), memory_fraction: plan.budget.fraction, ..args_for(a, plan.batch, plan.ctx, None) };
     if layout == Layout::Hsdp && !n.is_multiple_of(args.parallel.gpus_per_node.unwrap_or(1)) {
         // A node's worth of ranks at a time.
         return Ok(None);

@@ -62,9 +62,12 @@ pub struct SweepArgs {
     /// the other axes' lists
     #[arg(help_heading = super::heading::RUN, long, value_name = "B:S[,B:S…]", conflicts_with_all = ["batch_size", "context_length"])]
     pub points: Option<String>,
-    /// forward, inference and/or training (default: training)
+    /// forward, inference, training and/or generate (default: training)
     #[arg(help_heading = super::heading::RUN, long)]
     pub profile_type: Option<String>,
+    /// generate()'s max_new_tokens (with --profile-type generate), comma-separated
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub max_new_tokens: Option<String>,
     /// Micro-batches per optimizer step (gradient accumulation)
     #[arg(help_heading = super::heading::MEMORY, long)]
     pub grad_accum_steps: Option<String>,
@@ -205,6 +208,7 @@ fn axes(a: &SweepArgs) -> Vec<(&'static str, Option<&String>, char)> {
         ("--batch-size", a.batch_size.as_ref(), ','),
         ("--context-length", a.context_length.as_ref(), ','),
         ("--profile-type", a.profile_type.as_ref(), ','),
+        ("--max-new-tokens", a.max_new_tokens.as_ref(), ','),
         ("--grad-accum-steps", a.grad_accum_steps.as_ref(), ','),
         ("--precision", a.precision.as_ref(), ','),
         ("--checkpoint", a.checkpoint.as_ref(), ','),
@@ -342,8 +346,11 @@ fn point_args(axes: &[Axis], idx: &[usize], a: &SweepArgs, out_dir: &std::path::
 /// too large for host memory moves to meta with a note. With `snapshots`, each point keeps
 /// its trace (the caller writes its files under `<out-dir>/points/<point_dir>`).
 pub fn plan(a: &SweepArgs) -> Result<(Vec<Axis>, Vec<Point>)> {
-    if a.profile_type.as_deref().is_some_and(|t| t.split(',').any(|k| k.trim() == "generate")) {
-        return Err(usage("--profile-type", "sweep does not run generate yet: profile it with `vramscope profile --profile-type generate --max-new-tokens N`"));
+    // generate's length is a flag of generate points only: a grid mixing generate with
+    // another profile type would give --max-new-tokens to a point that refuses it.
+    let generate = a.profile_type.as_deref().map(|t| t.split(',').map(str::trim).collect::<Vec<_>>());
+    if let Some(kinds) = generate.filter(|k| k.contains(&"generate") && k.len() > 1) {
+        return Err(usage("--profile-type", format!("{}: sweep generate on its own (its --max-new-tokens applies to generate points only)", kinds.join(","))));
     }
     let axes = grid(a)?;
     let pairs = point_lists(a)?.map(|(_, _, p)| p);

@@ -1,6 +1,7 @@
 //! Searches over meta profiles where the allocator model's out-of-memory means "does not
-//! fit": the largest batch size or longest context that fits a device (exponential then
-//! binary search), and the fewest ranks of a GPU kind whose heaviest rank fits, per layout.
+//! fit": the largest batch size, longest context or (generate) most new tokens that fits a
+//! device (exponential then binary search), and the fewest ranks of a GPU kind whose
+//! heaviest rank fits, per layout.
 use super::profile::{profile_one, ProfileOptions, ProfileType};
 use super::text::size;
 use crate::engine::{runtime, Device};
@@ -22,7 +23,13 @@ pub enum Find {
     /// The fewest ranks (GPUs of --gpu's kind) that fit --batch-size per rank at
     /// --context-length, for --parallel's layout or for each of ddp, zero1, zero2 and fsdp
     #[value(name = "world-size")]
+    #[serde(rename = "world-size")]
     WorldSize,
+    /// The most --max-new-tokens generate() decodes after a --context-length prompt at
+    /// --batch-size (--profile-type generate)
+    #[value(name = "max-new-tokens")]
+    #[serde(rename = "max-new-tokens")]
+    MaxNewTokens,
 }
 
 /// One meta run of the search.
@@ -33,6 +40,17 @@ pub struct Probe {
     pub peak_allocated_bytes: usize,
     pub peak_reserved_bytes: usize,
     pub oom: Option<String>,
+    /// A generate probe: where its peak happened and the cache it ended with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generate: Option<GenerateAt>,
+}
+
+/// A generate probe's peak step and op, and the DynamicCache's bytes once the last step ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct GenerateAt {
+    pub peak_step: Option<String>,
+    pub peak_op: String,
+    pub kv_cache_bytes: usize,
 }
 
 /// What every probe runs against: the device (or its memory-fraction share) less the reserve.
@@ -73,10 +91,14 @@ pub struct FitPlan {
     pub base: ProfileOptions,
     pub batch: usize,
     pub ctx: usize,
+    /// generate's max_new_tokens held fixed (None: not a generate search, or
+    /// `--find max-new-tokens`).
+    pub new_tokens: Option<usize>,
     /// The first value tried, and the largest.
     pub start: usize,
     pub cap: usize,
-    /// The model's maximum sequence length when it bounds a context search.
+    /// The model's maximum sequence length when it bounds a context search (generate: the
+    /// prompt and the new tokens together).
     pub model_max: Option<usize>,
     pub budget: Budget,
     /// Whether the reserve is the default one (no --reserve).
@@ -92,11 +114,12 @@ pub struct Fit {
 }
 
 impl FitPlan {
-    /// The (batch, context) of a probe at `n`.
-    pub fn point(&self, n: usize) -> (usize, usize) {
+    /// The (batch, context, generate's new tokens) of a probe at `n`.
+    pub fn point(&self, n: usize) -> (usize, usize, Option<usize>) {
         match self.find {
-            Find::Batch | Find::WorldSize => (n, self.ctx),
-            Find::Context => (self.batch, n),
+            Find::Batch | Find::WorldSize => (n, self.ctx, self.new_tokens),
+            Find::Context => (self.batch, n, self.new_tokens),
+            Find::MaxNewTokens => (self.batch, self.ctx, Some(n)),
         }
     }
 
@@ -115,7 +138,8 @@ impl FitPlan {
             let room = self.budget.capacity.saturating_sub(self.budget.reserve);
             let fits = run.oom.is_none() && run.stats.reserved_bytes.peak.saturating_add(paged) <= room;
             let oom = run.oom.or_else(|| (!fits).then(|| format!("peak reserved {} B + paged optimizer state {paged} B in unified memory exceed {room} B", run.stats.reserved_bytes.peak)));
-            let p = Probe { value: n, fits, peak_allocated_bytes: run.stats.allocated_bytes.peak, peak_reserved_bytes: run.stats.reserved_bytes.peak, oom };
+            let generate = run.generate.as_ref().map(|g| GenerateAt { peak_step: g.peak_step.clone(), peak_op: g.peak_op.clone(), kv_cache_bytes: g.kv_cache_bytes });
+            let p = Probe { value: n, fits, peak_allocated_bytes: run.stats.allocated_bytes.peak, peak_reserved_bytes: run.stats.reserved_bytes.peak, oom, generate };
             probes.push(p.clone());
             Ok(p)
         };
@@ -137,10 +161,14 @@ impl FitPlan {
     pub fn json(&self, fit: &Fit) -> Value {
         let (margin, margin_allocated) = self.margins(fit);
         let device = self.base.device_label();
-        let fixed = match self.find {
+        let mut fixed = match self.find {
             Find::Batch | Find::WorldSize => json!({"context_length": self.ctx}),
             Find::Context => json!({"batch_size": self.batch}),
+            Find::MaxNewTokens => json!({"batch_size": self.batch, "context_length": self.ctx}),
         };
+        if let Some(n) = self.new_tokens {
+            fixed["max_new_tokens"] = n.into();
+        }
         json!({
             "find": self.find,
             "model": self.base.model_name,
@@ -165,7 +193,24 @@ impl FitPlan {
             "search_limit": self.cap,
             "units": "bytes; GiB are 1024³ bytes",
             "probes": fit.probes,
+            "generate_at_answer": fit.answer.as_ref().and_then(|p| p.generate.as_ref()),
+            "note": self.note(),
         })
+    }
+
+    /// What a probe runs, where the answer is easily misread: an inference probe is one
+    /// prefill, not generation or serving.
+    fn note(&self) -> Option<String> {
+        match self.kind {
+            ProfileType::Inference | ProfileType::Forward => Some(format!(
+                "each probe is ONE forward pass ({}) of the whole prompt at once, the prefill: not generate()'s decode steps (`vramscope fit --profile-type generate --max-new-tokens N`, or `--find max-new-tokens`), and not how many sequences a serving engine holds (its KV cache: `vramscope serve`)",
+                if self.kind == ProfileType::Inference { "under no_grad" } else { "with autograd" }
+            )),
+            ProfileType::Generate => Some(
+                "each probe is transformers' greedy generate() with its DynamicCache (prefill and every decode step, the worst case: no row stops early at eos), one sequence per row; a serving engine's capacity is `vramscope serve`'s".into(),
+            ),
+            _ => None,
+        }
     }
 
     /// What the command line prints.
@@ -175,12 +220,18 @@ impl FitPlan {
         let device = self.base.device_label();
         let what = match self.find {
             Find::Batch | Find::WorldSize => "batch size",
+            Find::Context if self.kind == ProfileType::Generate => "prompt length",
             Find::Context => "context length",
+            Find::MaxNewTokens => "max_new_tokens",
         };
-        let fixed_txt = match self.find {
+        let mut fixed_txt = match self.find {
             Find::Batch | Find::WorldSize => format!("context length {}", self.ctx),
             Find::Context => format!("batch size {}", self.batch),
+            Find::MaxNewTokens => format!("batch size {}, prompt length {}", self.batch, self.ctx),
         };
+        if let Some(n) = self.new_tokens {
+            fixed_txt += &format!(", max_new_tokens {n}");
+        }
         out!(s,
             "vramscope fit | {} ({}) {:?}, {fixed_txt}, on meta against {device} ({}{}) | GiB/MiB are 1024-based",
             self.base.model_name,
@@ -192,12 +243,9 @@ impl FitPlan {
         if self.kind == ProfileType::Training {
             out!(s, "optimizer: {}", self.base.optim.summary());
         }
-        if matches!(self.kind, ProfileType::Inference | ProfileType::Forward) {
+        if let Some(note) = self.note() {
             // The answer is easily read as serving capacity, which it is not.
-            out!(s,
-                "note: each probe is ONE forward pass ({}) of the whole prompt at once, the prefill: not generate()'s decode steps (`vramscope profile --profile-type generate --max-new-tokens N`), and not how many sequences a serving engine holds (its KV cache: `vramscope serve`)",
-                if self.kind == ProfileType::Inference { "under no_grad" } else { "with autograd" }
-            );
+            out!(s, "note: {note}");
         }
         let tried: Vec<String> = fit.probes.iter().map(|p| format!("{}{}", p.value, if p.fits { "" } else { "✗" })).collect();
         let parts: Vec<String> = self.budget.reserve_parts.iter().map(|p| format!("{} = {}", p.what, size(p.bytes as i64))).collect();
@@ -215,6 +263,16 @@ impl FitPlan {
                 let (m, ma) = (margin.unwrap(), margin_allocated.unwrap());
                 out!(s, "largest {what} that fits: {}", p.value);
                 out!(s, "at {}: peak allocated {} (max_memory_allocated), peak reserved {} (max_memory_reserved)", p.value, size(p.peak_allocated_bytes as i64), size(p.peak_reserved_bytes as i64));
+                if let Some(g) = &p.generate {
+                    out!(s,
+                        "at {}: the peak is in the {} ({}); the DynamicCache holds {} ({} B) once the last step ran",
+                        p.value,
+                        g.peak_step.as_deref().unwrap_or("setup"),
+                        g.peak_op,
+                        size(g.kv_cache_bytes as i64),
+                        g.kv_cache_bytes
+                    );
+                }
                 out!(s,
                     "margin left at {}: {} capacity − {} reserve − {} peak reserved = {} ({:.1} % of capacity); over peak allocated: {}",
                     p.value,
@@ -227,6 +285,11 @@ impl FitPlan {
                 );
                 match &fit.first_fail {
                     Some(f) => out!(s, "{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
+                    None if self.model_max.is_some() && self.kind == ProfileType::Generate => out!(s,
+                        "(the search stopped at {}: the prompt and the new tokens reach the model's {} positions (max_position_embeddings): raise --max-seq-len to look further)",
+                        self.cap,
+                        self.model_max.unwrap_or(0)
+                    ),
                     None if self.model_max == Some(self.cap) => {
                         out!(s, "(the search stopped at the model's maximum sequence length {}: raise --max-seq-len to look further)", self.cap)
                     }

@@ -6,6 +6,7 @@
 //! printing are the caller's steps (the command line in `cli/`, the Python package).
 pub mod compare;
 pub mod estimate;
+pub mod estimate_generate;
 pub mod fit;
 pub mod hf;
 pub mod host_memory;

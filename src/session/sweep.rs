@@ -82,6 +82,7 @@ fn result(axes: &[Axis], pt: &Point, run: &Run) -> PointResult {
         activations_by_op: run.report.activations_by_op.iter().cloned().collect(),
         phase_peaks: run.report.phase_peaks.iter().map(|(p, b)| (p.to_string(), *b)).collect(),
         snapshot: run.snapshot.clone(),
+        generate: run.generate.clone(),
     }
 }
 

@@ -1,0 +1,59 @@
+//! `estimate --profile-type generate`'s flags, resolved into the session's [`GeneratePlan`]:
+//! an hf model run as `profile --profile-type generate` models it (greedy, DynamicCache, one
+//! device, no autocast, no adapters or quantized weights).
+use super::estimate::EstimateArgs;
+use super::{usage, UsageError};
+use crate::session::estimate_generate::GeneratePlan;
+use anyhow::Result;
+
+pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
+    let n = match a.max_new_tokens {
+        None => return Err(usage("--max-new-tokens", "is required with --profile-type generate (how many tokens generate() decodes)")),
+        Some(0) => return Err(usage("--max-new-tokens", "must be at least 1")),
+        Some(n) => n,
+    };
+    let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    if let Some(n) = &r.note {
+        note(n);
+    }
+    let mut cfg = r.config;
+    let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
+    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    if seq == 0 {
+        return Err(usage("--context-length", "must be at least 1"));
+    }
+    a.model.follow_seq_len(&mut cfg, seq);
+    cfg.check_seq_len(seq, "--context-length").map_err(UsageError::from)?;
+    let precision = a.precision.resolve_for(&mut cfg)?;
+    let Some(hf) = cfg.hf() else {
+        return Err(usage("--profile-type", format!("generate runs Hugging Face transformers' generate(): it needs an hf model (an hf preset such as Llama-3.2-1B, or --config config.json), not the {} flavour", cfg.flavour)));
+    };
+    if let Some(h) = hf.lora.as_ref().map(|_| "--lora-r").or(hf.bnb.as_ref().map(|q| q.flag())) {
+        return Err(usage(h, "the closed form derives unquantized weights without adapters; `vramscope profile --profile-type generate` runs LoRA and 4-bit models op for op"));
+    }
+    if !hf.use_cache {
+        return Err(usage("--use-cache", "false: generate() without a cache is not modelled"));
+    }
+    if hf.attention_mask {
+        return Err(usage("--attention-mask", "an attention_mask passed to generate() is not modelled"));
+    }
+    if hf.logits_to_keep > 0 {
+        return Err(usage("--logits-to-keep", "generate() sets logits_to_keep=1 itself: leave the flag out with --profile-type generate"));
+    }
+    if precision.autocast().is_some() {
+        return Err(usage("--precision", format!("{precision}: generate() runs the weights' dtype (no autocast around it is modelled); give fp32 or pure-bf16")));
+    }
+    if seq + n > cfg.max_seq_len {
+        return Err(usage("--max-new-tokens", format!("{n} new tokens after a {seq}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
+    }
+    crate::analyse::estimate::generate::check(&cfg, seq, n).map_err(UsageError::from)?;
+    // The closed form's products hold in 64 bits where the tensors' sizes do.
+    cfg.check_sizes(batch, seq + n, "--context-length").map_err(UsageError::from)?;
+    if !a.no_simulate {
+        crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
+    }
+    Ok(GeneratePlan { model: cfg, dtype: precision.param_dtype(), batch, seq, max_new_tokens: n, simulate: !a.no_simulate })
+}

@@ -1,0 +1,161 @@
+//! `estimate --profile-type generate`: the DynamicCache's closed form
+//! (src/analyse/estimate/generate.rs, written from transformers 5.23's cache_utils.py) against
+//! a simulated meta `generate()` (src/model/hf/generation_5_23.rs, itself byte-exact against
+//! transformers in tests/generate_grid.rs), exact to the byte: the cache at the end and its
+//! high-water mark (the last decode step's cat), over llama, mistral, qwen2 and qwen3, fp32 and
+//! bf16 weights, eager and sdpa attention, grouped-query heads, head_dim, batch, prompt, new
+//! tokens and sliding windows the run stays within; the refusals of the CLI.
+use std::process::Command;
+use vramscope::analyse::estimate::generate::{check, estimate};
+use vramscope::engine::DType;
+use vramscope::model::hf::{Arch, AttnImplementation, HfConfig};
+use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::session::estimate_generate::simulate;
+
+struct Point {
+    arch: Arch,
+    attn: AttnImplementation,
+    dtype: DType,
+    kv: usize,
+    head_dim: Option<usize>,
+    window: Option<usize>,
+    b: usize,
+    s: usize,
+    n: usize,
+}
+
+fn config(p: &Point) -> ModelConfig {
+    let (d, h) = (128, 4);
+    // Qwen3Config's default head_dim is 128, the others' d / h.
+    let hd = p.head_dim.unwrap_or(if p.arch == Arch::Qwen3 { 128 } else { d / h });
+    let mut hf = HfConfig::new(p.arch, hd);
+    hf.attn_implementation = p.attn;
+    hf.sliding_window = p.window;
+    hf.eos_token_id = vec![2];
+    ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: 300,
+        d_model: d,
+        num_layers: 2,
+        num_heads: h,
+        num_kv_heads: p.kv,
+        d_ff: 352,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+        norm_fp32_upcast: true,
+        tied_embeddings: false,
+        max_seq_len: 4096,
+        attention: Attention::Naive,
+        checkpoint: Checkpoint::None,
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    }
+}
+
+fn pt(arch: Arch, attn: AttnImplementation, dtype: DType, kv: usize, (b, s, n): (usize, usize, usize)) -> Point {
+    Point { arch, attn, dtype, kv, head_dim: None, window: None, b, s, n }
+}
+
+#[test]
+fn the_cache_closed_form_equals_a_simulated_generate() {
+    use AttnImplementation::{Eager, Sdpa};
+    use Arch::{Llama, Mistral, Qwen2, Qwen3};
+    use DType::{BF16, F32};
+    let mut points = vec![
+        pt(Llama, Sdpa, F32, 2, (2, 40, 4)),
+        pt(Llama, Sdpa, BF16, 2, (2, 40, 4)),
+        pt(Llama, Eager, F32, 4, (1, 8, 16)),
+        pt(Llama, Sdpa, BF16, 1, (4, 16, 8)),
+        pt(Llama, Sdpa, F32, 2, (3, 300, 3)),
+        pt(Llama, Eager, BF16, 2, (3, 40, 1)),
+        pt(Mistral, Sdpa, F32, 2, (2, 64, 4)),
+        pt(Mistral, Eager, BF16, 4, (1, 120, 6)),
+        pt(Qwen2, Sdpa, F32, 2, (2, 120, 6)),
+        pt(Qwen2, Sdpa, BF16, 2, (4, 16, 8)),
+        pt(Qwen2, Eager, F32, 1, (1, 8, 2)),
+        pt(Qwen3, Sdpa, F32, 2, (1, 8, 16)),
+        pt(Qwen3, Sdpa, BF16, 2, (2, 64, 4)),
+        pt(Qwen3, Eager, BF16, 4, (3, 40, 1)),
+        pt(Qwen3, Sdpa, F32, 2, (4, 24, 12)),
+        pt(Llama, Sdpa, F32, 4, (1, 1, 5)),
+    ];
+    // head_dim set apart from hidden / heads (qwen3's default aside).
+    points.push(Point { head_dim: Some(48), ..pt(Qwen3, Sdpa, BF16, 2, (2, 20, 5)) });
+    points.push(Point { head_dim: Some(16), ..pt(Llama, Eager, F32, 2, (2, 30, 3)) });
+    // Sliding windows the prompt and the new tokens stay within (S + N ≤ W): the full cache.
+    points.push(Point { window: Some(48), ..pt(Mistral, Sdpa, F32, 2, (2, 40, 8)) });
+    points.push(Point { window: Some(64), ..pt(Mistral, Eager, BF16, 2, (1, 32, 10)) });
+    points.push(Point { window: Some(16), ..pt(Qwen2, Sdpa, BF16, 2, (3, 12, 4)) });
+    points.push(Point { window: Some(100), ..pt(Mistral, Sdpa, BF16, 4, (2, 90, 1)) });
+    assert!(points.len() >= 20);
+    for p in &points {
+        let cfg = config(p);
+        let name = format!("{} {} {:?} kv {} d_h {:?} window {:?} B {} S {} N {}", p.arch.name(), p.attn.name(), p.dtype, p.kv, p.head_dim, p.window, p.b, p.s, p.n);
+        check(&cfg, p.s, p.n).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+        let e = estimate(&cfg, p.dtype.size() as u64, p.b, p.s, p.n);
+        let sim = simulate(&cfg, p.dtype, p.b, p.s, p.n).unwrap();
+        assert_eq!(e.kv_cache_bytes, sim.kv_cache_bytes, "{name}: the cache at the end");
+        assert_eq!(e.kv_cache_peak_bytes, sim.kv_cache_peak_bytes, "{name}: the cache's high-water mark");
+        // After the prefill: a one-token run ends there.
+        let once = simulate(&cfg, p.dtype, p.b, p.s, 1).unwrap();
+        assert_eq!(e.kv_cache_prefill_bytes, once.kv_cache_bytes, "{name}: the cache after the prefill");
+        assert!(sim.peak_bytes >= sim.parameter_bytes + e.kv_cache_bytes, "{name}: the peak holds the weights and the cache");
+    }
+}
+
+#[test]
+fn a_window_the_run_passes_is_refused() {
+    let p = Point { window: Some(48), ..pt(Arch::Mistral, AttnImplementation::Sdpa, DType::F32, 2, (2, 40, 9)) };
+    let e = check(&config(&p), p.s, p.n).unwrap_err();
+    assert!(e.to_string().contains("--max-new-tokens") && e.to_string().contains("DynamicSlidingWindowLayer"), "{e}");
+}
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().unwrap()
+}
+
+#[test]
+fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mistral.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "mistral", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 4096, "sliding_window": 32, "eos_token_id": 2}"#,
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let json = dir.path().join("e.json");
+    let o = vramscope(&["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "4", "--context-length", "24", "--batch-size", "2", "--precision", "fp32", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // 2 layers × keys and values × 2 kv heads × 32 × fp32 per position; B 2 × (24 + 4 − 1).
+    let end = 2 * 2 * 2 * 32 * 4 * 2 * 27;
+    assert!(text.contains("DynamicCache at the end") && text.contains(&format!("({end} B) | ")), "{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["estimate"]["kv_cache_bytes"], end);
+    assert_eq!(v["simulated"]["kv_cache_bytes"], end);
+    for (extra, flag) in [
+        (&["--max-new-tokens", "9", "--context-length", "24"][..], "--max-new-tokens"),
+        (&["--context-length", "24"][..], "--max-new-tokens"),
+        (&["--max-new-tokens", "0", "--context-length", "8"][..], "--max-new-tokens"),
+        (&["--max-new-tokens", "2", "--context-length", "8", "--precision", "bf16"][..], "--precision"),
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8"][..], "--lora-r"),
+        (&["--max-new-tokens", "2", "--context-length", "8", "--use-cache", "false"][..], "--use-cache"),
+    ] {
+        let mut args = vec!["estimate", "--config", c, "--profile-type", "generate"];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+    }
+    let o = vramscope(&["estimate", "--config", c, "--max-new-tokens", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--max-new-tokens"));
+    let o = vramscope(&["estimate", "--model", "tiny", "--profile-type", "generate", "--max-new-tokens", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--profile-type"));
+}
