@@ -300,14 +300,10 @@ impl Tensor {
         let lse_dtype = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
         let lse_rows = if kernel == FusedKernel::Efficient { round_up(sq, 32) } else { sq };
         let span = cost::begin();
-        // CUDA: `empty_like` of q as the kernel sees it (q's own dim order); the CPU kernel
-        // always allocates (B, S, h, d) and returns it transposed.
-        let (out_st, out_l) = if kernel == FusedKernel::CpuFlash {
-            let l = Layout::contiguous(&[b, sq, h, d]).transpose(1, 2);
-            (Storage::alloc(device, dtype, l.numel(), fwd_op), l)
-        } else {
-            alloc_like(&q, dtype, fwd_op)
-        };
+        // `empty_like` of q as the kernel sees it (q's own dim order), on CUDA and on CPU
+        // (torch 2.15's CPU kernel too: a q contiguous in (B, h, S, d), as Phi-3's rotary cat
+        // makes it, gives an output that `transpose(1, 2).contiguous()` must copy).
+        let (out_st, out_l) = alloc_like(&q, dtype, fwd_op);
         let lse_st = Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op);
         if device == Device::Cpu {
             with_real!(dtype, R, {
