@@ -715,11 +715,16 @@ impl Block {
         let backend = hf.sdpa_kernel(self.cfg.num_heads, self.cfg.num_kv_heads, half, seq);
         // sdpa_attention_forward: is_causal only with more than one query and no mask.
         let causal = self.mask.is_none() && q.dim(2) > 1;
-        let out = match backend {
-            SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, causal, scaling),
-            SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
-            SdpaBackend::Efficient => Tensor::efficient_attention(q, &k, &v, causal, scaling),
-            SdpaBackend::Math => math_attention(q, &k, &v, self.mask.as_ref(), causal, scaling),
+        let out = match (backend, &self.mask) {
+            (SdpaBackend::CpuFlash | SdpaBackend::Efficient, Some(mask)) => {
+                let cpu = backend == SdpaBackend::CpuFlash;
+                let bias = sdpa_float_mask(mask, crate::engine::autocast::active().unwrap_or(q.dtype()), cpu);
+                Tensor::masked_fused_attention(cpu, q, &k, &v, &bias, scaling)
+            }
+            (SdpaBackend::Flash | SdpaBackend::Auto, _) => Tensor::flash_attention(q, &k, &v, causal, scaling),
+            (SdpaBackend::CpuFlash, None) => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
+            (SdpaBackend::Efficient, None) => Tensor::efficient_attention(q, &k, &v, causal, scaling),
+            (SdpaBackend::Math, _) => math_attention(q, &k, &v, self.mask.as_ref(), causal, scaling),
         };
         // reshape(B, -1, S, d) (a view) then transpose(1, 2).contiguous().
         out.transpose(1, 2).contiguous()
@@ -892,6 +897,26 @@ fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: usize) -> Tensor 
     };
     drop((padded, shift, logits));
     loss
+}
+
+/// What `scaled_dot_product_attention` hands a fused kernel for transformers' boolean mask:
+/// `convert_boolean_attn_mask`, `where(mask, 0, -inf)` in the query's dtype at the mask's full
+/// (B, 1, S, S_kv) size; on CUDA the memory-efficient kernel's `preprocess_mask` then pads the
+/// last dim to a multiple of 16 (`pad_bias`, a copy, unless its strides are aligned) and
+/// expands it (a view). The kernel's node saves the result for backward.
+fn sdpa_float_mask(mask: &Tensor, dtype: DType, cpu: bool) -> Tensor {
+    let device = mask.device();
+    let converted = Tensor::zeros(&[], dtype, device).where_scalar(mask, f64::NEG_INFINITY);
+    let kv = converted.dim(-1);
+    if cpu || kv % 16 == 0 {
+        return converted;
+    }
+    let mut shape = converted.shape().to_vec();
+    *shape.last_mut().expect("a 4-D mask") = kv.div_ceil(16) * 16;
+    let padded = Tensor::zeros(&shape, dtype, device);
+    padded.narrow(-1, 0, kv).copy_(&converted);
+    drop(converted);
+    padded.narrow(-1, 0, kv)
 }
 
 /// `_scaled_dot_product_attention_math` as CUDA runs it: half inputs upcast to fp32 (the
