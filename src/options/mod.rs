@@ -9,6 +9,7 @@ pub mod bench;
 pub mod budget;
 pub mod compare;
 pub mod estimate;
+pub mod families;
 pub mod fit;
 pub mod hf;
 pub mod keywords;
