@@ -67,6 +67,7 @@ fn profile(out: &Path, extra: &[&str]) -> Value {
 #[test]
 fn presets_profile_and_train_on_meta() {
     for (name, file) in [("Phi-3-mini", "transformers/models/phi3/modeling_phi3.py"), ("OLMo-2-7B", "transformers/models/olmo2/modeling_olmo2.py")] {
+        // (OLMo-2-7B is saved in float32: fp32 weights unless --dtype says otherwise.)
         // Inference at the preset's depth; training (checkpointed, SGD) at two layers, above
         // Phi-3-mini's 2047-token window so sdpa gets its mask.
         let s = profile(&tmp(&format!("{name}-inf")), &["--model", name, "--context-length", "512", "--profile-type", "inference"]);
@@ -137,4 +138,16 @@ fn config_json_of_each_family_reads_and_an_unknown_type_lists_them() {
     let m = hf::parse(olmo).unwrap().config;
     let h = m.hf.as_ref().unwrap();
     assert_eq!((h.qkv_bias, h.o_bias, m.norm_eps, m.max_seq_len), (true, true, 1e-5, 2048));
+}
+
+#[test]
+fn fit_finds_a_batch_for_each_family() {
+    for m in ["Phi-3-mini", "OLMo-2-7B"] {
+        let o = vramscope(&["fit", "--model", m, "--num-layers", "2", "--find", "batch", "--context-length", "1024", "--memory-limit", "24GiB", "--profile-type", "training", "--gradient-checkpointing", "non-reentrant", "--json"]);
+        assert!(o.status.success(), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let answer = v["answer"].as_u64().unwrap_or(0);
+        assert!(answer >= 1 && v["first_not_fitting"].as_u64() == Some(answer + 1), "{m}: {v}");
+        assert_eq!(v["config"]["hf"]["model_type"], if m == "Phi-3-mini" { "phi3" } else { "olmo2" });
+    }
 }
