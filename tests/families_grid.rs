@@ -3,9 +3,9 @@
 //! tests/fixtures/hf_grid/<family>.json come from tools/pytorch/make_family_grid.py:
 //! transformers 5.23.0's own modeling code built from a config with random weights on CPU and
 //! run as the Trainer runs it (measure_hf.py), mode-free under
-//! torch.profiler(profile_memory=True); per phase, the peak of requested bytes over blocks
-//! >= 512 B. Here the same loop runs on meta (tests/grid_common/hf.rs, as tests/hf_grid.rs)
-//! and a phase passes when the two peaks agree to 16 B per live tensor.
+//! torch.profiler(profile_memory=True); per phase, the peak of requested bytes over blocks of
+//! 512 B or more. Here the same loop runs on meta (tests/grid_common/hf.rs, as
+//! tests/hf_grid.rs) and a phase passes when the two peaks agree to 16 B per live tensor.
 mod grid_common;
 
 fn family(name: &str, min_points: usize) {

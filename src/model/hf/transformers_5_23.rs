@@ -908,7 +908,7 @@ fn sdpa_float_mask(mask: &Tensor, dtype: DType, cpu: bool) -> Tensor {
     let device = mask.device();
     let converted = Tensor::zeros(&[], dtype, device).where_scalar(mask, f64::NEG_INFINITY);
     let kv = converted.dim(-1);
-    if cpu || kv % 16 == 0 {
+    if cpu || kv.is_multiple_of(16) {
         return converted;
     }
     let mut shape = converted.shape().to_vec();
