@@ -134,6 +134,7 @@ fn config_json_of_each_family_reads_and_an_unknown_type_lists_them() {
     assert_eq!((h.sliding_window, m.norm_eps, m.num_kv_heads, m.max_seq_len), (None, 1e-5, 4, 4096));
     assert!(hf::parse(&format!(r#"{{{base}, "partial_rotary_factor": 0.5}}"#)).unwrap_err().contains("partial_rotary_factor"));
     assert!(hf::parse(&format!(r#"{{{base}, "resid_pdrop": 0.1}}"#)).unwrap_err().contains("resid_pdrop"));
+    assert!(hf::parse(&format!(r#"{{{base}, "rope_scaling": {{"rope_type": "linear", "factor": 2.0}}}}"#)).unwrap_err().contains("rope_type 'linear'"));
     let olmo = r#"{"model_type": "olmo2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100, "attention_bias": true}"#;
     let m = hf::parse(olmo).unwrap().config;
     let h = m.hf.as_ref().unwrap();

@@ -174,7 +174,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
             let b = boolean(obj, "attention_bias", false)?;
             (hf.qkv_bias, hf.o_bias) = (b, b);
         }
-        Arch::Phi3 => phi3_dropout_and_rotary(obj)?,
+        Arch::Phi3 => phi3_dropout_and_rotary(obj, hf.rope_type.as_deref())?,
         Arch::Mistral => {}
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;
@@ -211,7 +211,12 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
 /// Phi3Config's fields that change the op sequence and are not modelled: residual dropout in
 /// training (`resid_pdrop`, an `nn.Dropout` after attention and the MLP) and a partial rotary
 /// factor (`apply_rotary_pos_emb` then rotates only the first dims).
-fn phi3_dropout_and_rotary(obj: &serde_json::Map<String, Value>) -> Result<(), String> {
+fn phi3_dropout_and_rotary(obj: &serde_json::Map<String, Value>, rope_type: Option<&str>) -> Result<(), String> {
+    // Phi3Config.validate_rope allows "default" and "longrope" ("su" and "yarn" become
+    // longrope), which recomputes inv_freq inside the forward (not modelled).
+    if let Some(t) = rope_type.filter(|t| *t != "default") {
+        return Err(format!("field 'rope_scaling' has rope_type '{t}': Phi3Config accepts default or longrope, and longrope (which yarn/su become) is not modelled"));
+    }
     let p = float(obj, "resid_pdrop", 0.0)?;
     if p != 0.0 {
         return Err(format!("field 'resid_pdrop' is {p}: dropout's masks in training are not modelled (only 0.0 is supported)"));
