@@ -149,7 +149,8 @@ fn run(points: &[Point]) {
 #[test]
 fn hf_closed_form_equals_the_simulation() {
     let mut points = Vec::new();
-    for arch in Arch::ALL {
+    // (issue 30's families have no closed form: estimate refuses them)
+    for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
         for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
             for precision in [Precision::Fp32, Precision::PureBf16] {
                 for ckpt in [None, Some(false), Some(true)] {
@@ -210,7 +211,8 @@ fn hf_kernels_and_shapes() {
 #[test]
 fn hf_autocast_closed_form_equals_the_simulation() {
     let mut points = Vec::new();
-    for arch in Arch::ALL {
+    // (issue 30's families have no closed form: estimate refuses them)
+    for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
         for precision in [Precision::Bf16, Precision::Fp16] {
             for (attn, kv) in [(AttnImplementation::Eager, 2), (AttnImplementation::Eager, 4), (AttnImplementation::Sdpa, 2), (AttnImplementation::FlashAttention2, 2)] {
                 for ckpt in [None, Some(false)] {

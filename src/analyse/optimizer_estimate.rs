@@ -30,6 +30,10 @@ impl ParamSizes {
         // One decoder block's parameters as (rows, Some(cols)) for matrices, (n, None) for vectors.
         let mut dims: Vec<(u64, Option<u64>)> = Vec::new();
         match (&cfg.hf, cfg.flavour) {
+            // Phi-3's registration: o_proj, the fused qkv_proj, gate_up_proj, down_proj, norms.
+            (Some(h), Flavour::Hf) if h.model_type == Arch::Phi3 => {
+                dims.extend([(d, Some(q)), (q.saturating_add(kv.saturating_mul(2)), Some(d)), (f.saturating_mul(2), Some(d)), (d, Some(f)), (d, None), (d, None)]);
+            }
             (Some(h), Flavour::Hf) => {
                 // transformers' registration: q, k, v, o (each weight then bias), Qwen3's
                 // q_norm/k_norm, gate, up, down, then the two norms.
@@ -39,8 +43,11 @@ impl ParamSizes {
                         dims.push((rows, None));
                     }
                 }
-                if h.model_type == Arch::Qwen3 {
-                    dims.extend([(hd, None), (hd, None)]);
+                match h.model_type {
+                    Arch::Qwen3 => dims.extend([(hd, None), (hd, None)]),
+                    // OLMo-2's norms span the whole projections.
+                    Arch::Olmo2 => dims.extend([(q, None), (kv, None)]),
+                    _ => {}
                 }
                 for (rows, cols) in [(f, d), (f, d), (d, f)] {
                     dims.push((rows, Some(cols)));

@@ -381,8 +381,11 @@ impl ModelConfig {
             if h.mlp_bias {
                 mlp = mlp.saturating_add(2 * f + d);
             }
-            if h.model_type == crate::model::hf::Arch::Qwen3 {
-                norms += 2 * hd;
+            match h.model_type {
+                crate::model::hf::Arch::Qwen3 => norms += 2 * hd,
+                // OLMo-2's q_norm and k_norm span the whole projections.
+                crate::model::hf::Arch::Olmo2 => norms = norms.saturating_add(q).saturating_add(kv),
+                _ => {}
             }
         }
         let per_layer = attn.saturating_add(mlp).saturating_add(norms);

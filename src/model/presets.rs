@@ -143,7 +143,23 @@ pub fn all() -> Vec<Preset> {
         hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 7_248_023_552),
         hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 151643, 7_615_616_512),
         hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 151645, 8_190_735_360),
+        // microsoft/Phi-3-mini-4k-instruct: a 2047-token sliding window, pad token 32000.
+        with_hf(hf("Phi-3-mini", Arch::Phi3, [32_064, 3072, 8192, 32, 32, 32], 10_000.0, 1e-5, 4096, false, None, 32000, 3_821_079_552), |h| {
+            h.sliding_window = Some(2047);
+            h.pad_token_id = Some(32000);
+        }),
+        // allenai/OLMo-2-1124-7B: saved in float32, pad token 100277.
+        with_hf(hf("OLMo-2-7B", Arch::Olmo2, [100_352, 4096, 11008, 32, 32, 32], 500_000.0, 1e-6, 4096, false, None, 100257, 7_298_617_344), |h| {
+            h.torch_dtype = Some(crate::engine::DType::F32);
+            h.pad_token_id = Some(100277);
+        }),
     ]
+}
+
+/// A preset with `edit` applied to its hf options (the facts its config.json adds).
+fn with_hf(mut p: Preset, edit: impl FnOnce(&mut HfConfig)) -> Preset {
+    edit(p.model.hf.as_mut().expect("an hf preset"));
+    p
 }
 
 /// Look up `name` ("2.7B", "cs336-small", "tinyllama-small", "walkthrough", …). A bare name

@@ -213,7 +213,7 @@ impl HfFlags {
                 _ => return Err(usage("--attention-mask", format!("'{s}' (expected {})", ATTENTION_MASKS.map(|(n, _)| n).join(" or ")))),
             };
         }
-        Ok(())
+        super::families::check_flags(hf, self.lora_r.is_some(), self.load_in_4bit, self.load_in_8bit)
     }
 }
 

@@ -10,6 +10,7 @@ pub mod budget;
 pub mod compare;
 pub mod estimate;
 pub mod estimate_generate;
+pub mod families;
 pub mod fit;
 pub mod hf;
 pub mod keywords;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """measure_hf.py -- what eager PyTorch allocates when Hugging Face transformers' own modeling code
-runs a causal LM (llama, mistral, qwen2, qwen3), per phase, mode-free: the ground truth of the
+runs a causal LM (llama, mistral, qwen2, qwen3; phi3 and olmo2 for make_family_grid.py), per phase, mode-free: the ground truth of the
 `hf` flavour (issue #16), measured with measure_cs336.py's method.
 
 Method (measure_cs336.py's): the whole run -- model construction from a config with random
@@ -58,6 +58,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import measure_cs336 as M
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# The dense families of make_family_grid.py (their own grids).
+FAMILY_TYPES = ("phi3", "olmo2")
 OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor")
 CHECKPOINTS = ("none", "reentrant", "non-reentrant")
 
@@ -65,15 +67,20 @@ CHECKPOINTS = ("none", "reentrant", "non-reentrant")
 def hf_config(p):
     """A transformers config object of `p["model_type"]` with the point's shape."""
     import transformers as T
-    cls = {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config, "qwen3": T.Qwen3Config}[p["model_type"]]
+    cls = {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config, "qwen3": T.Qwen3Config,
+           "phi3": T.Phi3Config, "olmo2": T.Olmo2Config}[p["model_type"]]
     kw = dict(hidden_size=p["hidden_size"], intermediate_size=p["intermediate_size"], num_hidden_layers=p["num_layers"],
               num_attention_heads=p["num_heads"], num_key_value_heads=p["num_kv_heads"], vocab_size=p["vocab_size"],
               max_position_embeddings=p.get("max_position_embeddings", 4096), tie_word_embeddings=p.get("tied", False),
               use_cache=p.get("use_cache", True), rms_norm_eps=1e-6)
     if p.get("head_dim"):
         kw["head_dim"] = p["head_dim"]
-    if p["model_type"] == "mistral":
+    if p["model_type"] in ("mistral", "phi3"):
         kw["sliding_window"] = p.get("sliding_window")
+    if p["model_type"] == "phi3":
+        # Phi3Config's pad_token_id (32000) is outside a small vocabulary: the embedding's
+        # padding_idx is a row inside it instead (Phi-3-mini's 32000 is one of its 32064 rows).
+        kw["pad_token_id"] = p.get("pad_token_id", 0)
     return cls(**kw)
 
 
@@ -295,7 +302,7 @@ def measure(p, kind, wrap=None, other_threads=False):
 
 def add_shape_args(a):
     """The model's shape and the batch, flags shared with measure_generate.py."""
-    a.add_argument("--model-type", choices=MODEL_TYPES, default="llama")
+    a.add_argument("--model-type", choices=MODEL_TYPES + FAMILY_TYPES, default="llama")
     a.add_argument("--hidden-size", type=int, default=128)
     a.add_argument("--intermediate-size", type=int, default=384)
     a.add_argument("--num-layers", type=int, default=2)

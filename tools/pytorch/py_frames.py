@@ -18,7 +18,7 @@ import sys
 import torch
 import transformers
 
-FAMILIES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+FAMILIES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3", "olmo2": "Olmo2"}
 # Rust field -> attribute of the modeling module ("{P}" is the class prefix).
 PER_FAMILY = [
     ("rms_norm", "{P}RMSNorm.forward"),

@@ -47,6 +47,15 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 /// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
+    if hf.model_type.is_family() {
+        return Err(ConfigError::new(
+            "--model",
+            format!(
+                "model_type {}: the closed form covers llama, mistral, qwen2 and qwen3 (Phi-3's fused projections and OLMo-2's norms are not derived); `profile` simulates it",
+                hf.model_type.name()
+            ),
+        ));
+    }
     if hf.logits_to_keep > 0 && hf.logits_to_keep < s {
         return Err(ConfigError::new(
             "--logits-to-keep",
@@ -70,7 +79,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
         Kernel::Fused(SdpaBackend::Flash | SdpaBackend::Efficient) if hf.sdpa_masked(s) => Err(ConfigError::new(
             flag,
             format!(
-                "the sliding window ({}) is shorter than the context ({s}), so sdpa gets a mask; the hf model does not model the flash/memory-efficient kernels' mask (PyTorch keeps it as attn_bias): use --sdpa-backend math or --attn-implementation eager",
+                "the sliding window ({}) is shorter than the context ({s}), so sdpa gets a mask; the closed form does not derive the flash/memory-efficient kernels' mask (PyTorch keeps it as attn_bias; `profile` simulates it): use --sdpa-backend math or --attn-implementation eager",
                 hf.sliding_window.unwrap_or(0)
             ),
         )),
@@ -242,6 +251,12 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
             let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
             t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+            if hf.sdpa_masked(c.s as usize) {
+                // convert_boolean_attn_mask: where(mask, 0, -inf) at (B, 1, S, S) in the
+                // query's dtype, saved by the kernel's node (only the CPU kernel gets here:
+                // [`check`] refuses CUDA's fused kernels with a mask).
+                t.push(c.small("sdpa's float mask (convert_boolean_attn_mask; the kernel keeps it)", "where", "B·S²", c.b * c.s * c.s, low));
+            }
         }
         Kernel::Math => {
             // fp32 and pure bf16 only ([`check`]): bf16 inputs are upcast to fp32 copies; GQA

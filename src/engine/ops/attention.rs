@@ -252,7 +252,7 @@ impl Tensor {
     /// visible to query i when j ≤ i).
     #[track_caller]
     pub fn flash_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
-        Tensor::fused_attention(FusedKernel::Flash, q, k, v, causal, scale)
+        Tensor::fused_attention(FusedKernel::Flash, q, k, v, None, causal, scale)
     }
 
     /// As [`Tensor::flash_attention`] through the memory-efficient kernel (no GQA; the
@@ -260,17 +260,27 @@ impl Tensor {
     /// types, an fp32 dQ accumulator).
     #[track_caller]
     pub fn efficient_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
-        Tensor::fused_attention(FusedKernel::Efficient, q, k, v, causal, scale)
+        Tensor::fused_attention(FusedKernel::Efficient, q, k, v, None, causal, scale)
     }
 
     /// As [`Tensor::flash_attention`] through the CPU kernel ([`FusedKernel::CpuFlash`]).
     #[track_caller]
     pub fn cpu_flash_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
-        Tensor::fused_attention(FusedKernel::CpuFlash, q, k, v, causal, scale)
+        Tensor::fused_attention(FusedKernel::CpuFlash, q, k, v, None, causal, scale)
+    }
+
+    /// The CPU kernel or the memory-efficient one with an additive float mask (`attn_mask`
+    /// after `convert_boolean_attn_mask`, and on CUDA `preprocess_mask`), which the kernel's
+    /// autograd node saves for backward. The mask's memory is modelled; its values are not
+    /// applied (a CPU run computes unmasked values).
+    #[track_caller]
+    pub fn masked_fused_attention(cpu: bool, q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, scale: f64) -> Tensor {
+        let kernel = if cpu { FusedKernel::CpuFlash } else { FusedKernel::Efficient };
+        Tensor::fused_attention(kernel, q, k, v, Some(bias), false, scale)
     }
 
     #[track_caller]
-    fn fused_attention(kernel: FusedKernel, q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+    fn fused_attention(kernel: FusedKernel, q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>, causal: bool, scale: f64) -> Tensor {
         let (fwd_op, bwd_op, node) = match kernel {
             FusedKernel::Flash => (FORWARD, BACKWARD, "ScaledDotProductFlashAttentionBackward0"),
             FusedKernel::CpuFlash => (CPU_FORWARD, CPU_BACKWARD, "ScaledDotProductFlashAttentionForCpuBackward0"),
@@ -280,7 +290,7 @@ impl Tensor {
         if crate::engine::autocast::active().is_some() {
             let (lq, lk, lv) = (crate::engine::autocast::lower(q), crate::engine::autocast::lower(k), crate::engine::autocast::lower(v));
             if lq.dtype() != q.dtype() || lk.dtype() != k.dtype() || lv.dtype() != v.dtype() {
-                return Tensor::fused_attention(kernel, &lq, &lk, &lv, causal, scale);
+                return Tensor::fused_attention(kernel, &lq, &lk, &lv, bias, causal, scale);
             }
         }
         assert!(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, "flash_attention expects (B, h, S, d) tensors");
@@ -300,14 +310,10 @@ impl Tensor {
         let lse_dtype = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
         let lse_rows = if kernel == FusedKernel::Efficient { round_up(sq, 32) } else { sq };
         let span = cost::begin();
-        // CUDA: `empty_like` of q as the kernel sees it (q's own dim order); the CPU kernel
-        // always allocates (B, S, h, d) and returns it transposed.
-        let (out_st, out_l) = if kernel == FusedKernel::CpuFlash {
-            let l = Layout::contiguous(&[b, sq, h, d]).transpose(1, 2);
-            (Storage::alloc(device, dtype, l.numel(), fwd_op), l)
-        } else {
-            alloc_like(&q, dtype, fwd_op)
-        };
+        // `empty_like` of q as the kernel sees it (q's own dim order), on CUDA and on CPU
+        // (torch 2.15's CPU kernel too: a q contiguous in (B, h, S, d), as Phi-3's rotary cat
+        // makes it, gives an output that `transpose(1, 2).contiguous()` must copy).
+        let (out_st, out_l) = alloc_like(&q, dtype, fwd_op);
         let lse_st = Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op);
         if device == Device::Cpu {
             with_real!(dtype, R, {
@@ -343,8 +349,11 @@ impl Tensor {
             return out;
         }
         let saved = (save(&q), save(&k), save(&v), save(&out), save(&lse));
+        // The node's saved `attn_bias`/`attn_mask`, released with the others when it has run.
+        let saved_bias = bias.map(save);
         drop(lse);
         attach(out, node, &[&q, &k, &v], Box::new(move |g| {
+            let _bias = saved_bias.map(|b| b.into_tensor());
             let (q, k, v, o, lse) = saved;
             let (q, k, v, o, lse) = (q.into_tensor(), k.into_tensor(), v.into_tensor(), o.into_tensor(), lse.into_tensor());
             // `_flash_attention_backward` makes dO and O contiguous as (B, S, h, d) ("CUDA

@@ -438,15 +438,19 @@ impl Tensor {
         if needs_grad(&refs) {
             let sizes: Vec<usize> = ts.iter().map(|t| t.shape()[d]).collect();
             let reqs: Vec<bool> = ts.iter().map(|t| t.requires_grad()).collect();
+            let dtypes: Vec<DType> = ts.iter().map(|t| t.dtype()).collect();
             return attach(out, "CatBackward0", &refs, Box::new(move |g| {
                 let mut start = 0;
                 sizes
                     .iter()
                     .zip(&reqs)
-                    .map(|(&n, &r)| {
+                    .zip(&dtypes)
+                    .map(|((&n, &r), &dt)| {
                         let s = start;
                         start += n;
-                        r.then(|| g.narrow(d as isize, s, n))
+                        // The engine's validate_outputs casts a gradient to its input's dtype
+                        // (an input promoted by the cat gets its own type back).
+                        r.then(|| g.narrow(d as isize, s, n).to_dtype(dt))
                     })
                     .collect()
             }));

@@ -1,5 +1,6 @@
 //! Models from a Hugging Face `config.json`: the fields transformers' config classes
-//! (`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`) read, with their defaults,
+//! (`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `Phi3Config`, `Olmo2Config`)
+//! read, with their defaults,
 //! into a [`ModelConfig`] of the hf flavour.
 use super::{Arch, HfConfig};
 use crate::model::config::{Attention, Flavour, ModelConfig};
@@ -102,18 +103,20 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     // Qwen2/3Config 32); None → num_attention_heads (__post_init__).
     let kv_default = match arch {
         _ if obj.get("num_key_value_heads").is_some_and(Value::is_null) => h,
-        Arch::Llama => h,
+        Arch::Llama | Arch::Phi3 | Arch::Olmo2 => h,
         Arch::Mistral => 8,
         Arch::Qwen2 | Arch::Qwen3 => 32,
     };
     let kv = uint(obj, "num_key_value_heads", Some(kv_default))?;
     let max = uint(obj, "max_position_embeddings", Some(match arch {
-        Arch::Llama => 2048,
+        Arch::Llama | Arch::Olmo2 => 2048,
+        Arch::Phi3 => 4096,
         Arch::Mistral => 4096 * 32,
         Arch::Qwen2 | Arch::Qwen3 => 32768,
     }))?;
     let (rope_theta, rope_type) = rope(obj)?;
-    let eps = float(obj, "rms_norm_eps", 1e-6)?;
+    // Phi3Config and Olmo2Config default to 1e-5, the others to 1e-6.
+    let eps = float(obj, "rms_norm_eps", if matches!(arch, Arch::Phi3 | Arch::Olmo2) { 1e-5 } else { 1e-6 })?;
     let tied = boolean(obj, "tie_word_embeddings", false)?;
     let torch_dtype = match string(obj, "dtype")? {
         Some(d) => Some(d),
@@ -167,6 +170,11 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
             (hf.qkv_bias, hf.o_bias) = (b, b);
         }
         Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (true, false),
+        Arch::Olmo2 => {
+            let b = boolean(obj, "attention_bias", false)?;
+            (hf.qkv_bias, hf.o_bias) = (b, b);
+        }
+        Arch::Phi3 => phi3_dropout_and_rotary(obj, hf.rope_type.as_deref())?,
         Arch::Mistral => {}
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;
@@ -198,6 +206,30 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         tp: None,
     };
     Ok(HfModel { config, torch_dtype, model_type, name_or_path })
+}
+
+/// Phi3Config's fields that change the op sequence and are not modelled: residual dropout in
+/// training (`resid_pdrop`, an `nn.Dropout` after attention and the MLP) and a partial rotary
+/// factor (`apply_rotary_pos_emb` then rotates only the first dims).
+fn phi3_dropout_and_rotary(obj: &serde_json::Map<String, Value>, rope_type: Option<&str>) -> Result<(), String> {
+    // Phi3Config.validate_rope allows "default" and "longrope" ("su" and "yarn" become
+    // longrope), which recomputes inv_freq inside the forward (not modelled).
+    if let Some(t) = rope_type.filter(|t| *t != "default") {
+        return Err(format!("field 'rope_scaling' has rope_type '{t}': Phi3Config accepts default or longrope, and longrope (which yarn/su become) is not modelled"));
+    }
+    let p = float(obj, "resid_pdrop", 0.0)?;
+    if p != 0.0 {
+        return Err(format!("field 'resid_pdrop' is {p}: dropout's masks in training are not modelled (only 0.0 is supported)"));
+    }
+    let params = ["rope_scaling", "rope_parameters"].iter().find_map(|k| field(obj, k).and_then(Value::as_object));
+    let partial = match params.and_then(|m| m.get("partial_rotary_factor")).or_else(|| field(obj, "partial_rotary_factor")) {
+        None => 1.0,
+        Some(v) => v.as_f64().ok_or_else(|| format!("field 'partial_rotary_factor' must be a number, found {v}"))?,
+    };
+    if partial != 1.0 {
+        return Err(format!("field 'partial_rotary_factor' is {partial}: a partial rotary embedding is not modelled (only 1.0 is supported)"));
+    }
+    Ok(())
 }
 
 /// A dtype as transformers writes it in a config (`torch.bfloat16` → "bfloat16") or a user
@@ -249,6 +281,8 @@ fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), S
         Arch::Mistral => &["num_key_value_heads", "attention_dropout"],
         Arch::Qwen2 => &["head_dim", "attention_dropout", "use_sliding_window", "max_window_layers"],
         Arch::Qwen3 => &["head_dim", "attention_bias", "attention_dropout", "use_sliding_window", "max_window_layers"],
+        Arch::Phi3 => &["resid_pdrop", "embd_pdrop", "attention_dropout", "original_max_position_embeddings"],
+        Arch::Olmo2 => &["attention_bias", "attention_dropout"],
     };
     match ALL.iter().chain(own).find(|k| obj.get(**k).is_some_and(Value::is_null)) {
         Some(k) => Err(format!("field '{k}' is null: transformers 5.23 needs a value for {} (leave the field out for the default)", arch.name())),
@@ -323,8 +357,10 @@ fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usiz
         Some(_) => opt_uint(obj, "sliding_window"),
     };
     match arch {
-        Arch::Llama => Ok(None),
+        Arch::Llama | Arch::Olmo2 => Ok(None),
         Arch::Mistral => window(),
+        // Phi3Config's sliding_window defaults to None (Phi-3-mini's config.json sets 2047).
+        Arch::Phi3 => opt_uint(obj, "sliding_window"),
         Arch::Qwen2 | Arch::Qwen3 => {
             if !boolean(obj, "use_sliding_window", false)? {
                 return Ok(None);

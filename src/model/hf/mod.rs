@@ -1,5 +1,5 @@
 //! The `hf` flavour: causal LMs as Hugging Face transformers' own modeling code runs them
-//! (`model_type` llama, mistral, qwen2, qwen3), with transformers' run options.
+//! (`model_type` llama, mistral, qwen2, qwen3, phi3, olmo2), with transformers' run options.
 //!
 //! [`HfConfig`] holds what a `config.json` and transformers' options add to a
 //! [`ModelConfig`](super::ModelConfig); [`config_json`] reads the file; the op sequence of
@@ -29,10 +29,15 @@ pub enum Arch {
     Qwen2,
     /// RMSNorm on each head of q and k before RoPE; explicit head_dim (128 by default).
     Qwen3,
+    /// Phi-3: one fused `qkv_proj` and one fused `gate_up_proj` (src/model/hf/phi3.rs).
+    Phi3,
+    /// OLMo-2: norms after attention and the MLP (none before), RMSNorm over the whole q and k
+    /// projections (src/model/hf/olmo2.rs).
+    Olmo2,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3];
+    pub const ALL: [Arch; 6] = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Olmo2];
     pub fn parse(s: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.name() == s)
     }
@@ -42,7 +47,15 @@ impl Arch {
             Arch::Mistral => "mistral",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
+            Arch::Olmo2 => "olmo2",
         }
+    }
+    /// Whether the model is one of issue 30's dense families, which run profile, training,
+    /// checkpointing and the optimizers but not yet LoRA, bitsandbytes, parallelism,
+    /// generate or the estimate's closed form (the options refuse those, naming the flag).
+    pub fn is_family(self) -> bool {
+        matches!(self, Arch::Phi3 | Arch::Olmo2)
     }
     /// The supported `model_type`s, for error messages.
     pub fn list() -> String {
@@ -241,8 +254,17 @@ impl HfConfig {
             lora: None,
             bnb: None,
             // The config classes' defaults: llama and mistral 2, qwen2/qwen3 none.
-            eos_token_id: if matches!(model_type, Arch::Llama | Arch::Mistral) { vec![2] } else { Vec::new() },
-            pad_token_id: None,
+            eos_token_id: match model_type {
+                Arch::Llama | Arch::Mistral => vec![2],
+                Arch::Phi3 => vec![32000],
+                Arch::Olmo2 => vec![50279],
+                Arch::Qwen2 | Arch::Qwen3 => Vec::new(),
+            },
+            pad_token_id: match model_type {
+                Arch::Phi3 => Some(32000),
+                Arch::Olmo2 => Some(1),
+                _ => None,
+            },
         }
     }
 }

@@ -25,6 +25,13 @@ use crate::model::{linear, Builder, Layer, Model, ModelConfig, Projection, Weigh
 use crate::record::Category;
 use std::rc::Rc;
 
+// The families whose files differ from Llama's in more than a flag: their own op sequences,
+// children of this module (they use its private pieces).
+#[path = "phi3.rs"]
+mod phi3;
+#[path = "olmo2.rs"]
+mod olmo2;
+
 /// The weights only the hf flavour has, per decoder layer.
 #[derive(Clone, Default)]
 pub struct HfLayer {
@@ -72,6 +79,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = |n: &str| format!("model.layers.{i}.{n}");
+        if hf.model_type == Arch::Phi3 {
+            layers.push(phi3::layer(&mut b, &p, [q, kv, d, f], std));
+            continue;
+        }
         // Registration order: self_attn (q, k, v, o, then q_norm, k_norm), mlp, then the
         // two norms; each Linear's weight before its bias.
         // A Linear4bit under bitsandbytes: its packed weight is the module's weight; its
@@ -108,14 +119,24 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (wk, bk) = lin(&mut b, "self_attn.k_proj", kv, d, hf.qkv_bias);
         let (wv, bv) = lin(&mut b, "self_attn.v_proj", kv, d, hf.qkv_bias);
         let (wo, bo) = lin(&mut b, "self_attn.o_proj", d, q, hf.o_bias);
-        let qk_norm = (hf.model_type == Arch::Qwen3)
-            .then(|| [b.param(p("self_attn.q_norm.weight"), &[hd], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[hd], Init::Ones)]);
+        // Qwen3's norms are per head; OLMo-2's span the whole q and k projections.
+        let qk_norm = match hf.model_type {
+            Arch::Qwen3 => Some([hd, hd]),
+            Arch::Olmo2 => Some([q, kv]),
+            _ => None,
+        }
+        .map(|[nq, nk]| [b.param(p("self_attn.q_norm.weight"), &[nq], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[nk], Init::Ones)]);
         let (wg, bg) = lin(&mut b, "mlp.gate_proj", f, d, hf.mlp_bias);
         let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
         let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
         drop(lin);
-        let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
-        let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
+        // OLMo-2 has no pre-norms: its two norms follow attention and the MLP.
+        let (attn_name, ffn_name) = match hf.model_type {
+            Arch::Olmo2 => ("post_attention_layernorm", "post_feedforward_layernorm"),
+            _ => ("input_layernorm", "post_attention_layernorm"),
+        };
+        let attn_norm = b.param(p(&format!("{attn_name}.weight")), &[d], Init::Ones);
+        let ffn_norm = b.param(p(&format!("{ffn_name}.weight")), &[d], Init::Ones);
         if sequence_parallel {
             attn_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
             ffn_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
@@ -250,6 +271,8 @@ fn frames(hf: &HfConfig) -> &'static HfFrames {
         Arch::Mistral => &py::MISTRAL,
         Arch::Qwen2 => &py::QWEN2,
         Arch::Qwen3 => &py::QWEN3,
+        Arch::Phi3 => &py::PHI3,
+        Arch::Olmo2 => &py::OLMO2,
     }
 }
 
@@ -279,7 +302,12 @@ fn rms_norm(fr: &'static HfFrames, name: &str, x: &Tensor, w: &Tensor, eps: f64)
         hs.mul(&r)
     };
     drop(hs);
-    let out = w.mul(&normed.to_dtype(input_dtype));
+    // Olmo2RMSNorm multiplies first and casts the product: `(weight * x).to(input_dtype)`.
+    let out = if std::ptr::eq(fr, &py::OLMO2) {
+        w.mul(&normed).to_dtype(input_dtype)
+    } else {
+        w.mul(&normed.to_dtype(input_dtype))
+    };
     drop((normed, variance));
     out
 }
@@ -369,6 +397,8 @@ fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
     let emb = Tensor::cat(&[freqs.clone(), freqs.clone()], -1);
     let cos = emb.cos().mul_scalar(1.0);
     let sin = emb.sin().mul_scalar(1.0);
+    // Olmo2RotaryEmbedding returns them in fp32 (no cast to the activations' dtype).
+    let dtype = if m.config.hf.as_ref().is_some_and(|h| h.model_type == Arch::Olmo2) { DType::F32 } else { dtype };
     let out = {
         let _c = runtime::category(Category::Activation);
         (cos.to_dtype(dtype), sin.to_dtype(dtype))
@@ -508,6 +538,9 @@ impl Block {
 
     /// `LlamaDecoderLayer.forward`.
     fn forward(&self, x: Tensor) -> Tensor {
+        if self.hf().model_type == Arch::Olmo2 {
+            return self.olmo2_layer(x);
+        }
         let fr = frames(self.hf());
         let _f = py_frame(&fr.decoder_layer);
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
@@ -529,6 +562,9 @@ impl Block {
     fn mlp(&self, x: &Tensor) -> Tensor {
         let _s = scope("mlp");
         let _f = py_frame(&frames(self.hf()).mlp);
+        if self.hf().model_type == Arch::Phi3 {
+            return self.phi3_mlp(x);
+        }
         let x = &self.gathered(x);
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");
@@ -556,25 +592,53 @@ impl Block {
         let (hd, eps) = (hf.head_dim, self.cfg.norm_eps);
         let ws = l.qkv.weights();
         let bias = |i: usize| extra.qkv_bias.as_ref().map(|bs| &bs[i]);
-        // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)`.
+        let olmo2 = hf.model_type == Arch::Olmo2;
+        // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)` (OLMo-2: the norm
+        // on the whole projection, before the view).
         let project = |i: usize| {
-            let p = self.proj(i, &self.colwise(x), ws[i], bias(i)).view(&[b, s, usize::MAX, hd]);
+            let p = self.proj(i, &self.colwise(x), ws[i], bias(i));
             let p = match &extra.qk_norm {
-                Some(n) if i < 2 => rms_norm(fr, if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
+                Some(n) if i < 2 && olmo2 => rms_norm(fr, if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
+                _ => p,
+            };
+            let p = p.view(&[b, s, usize::MAX, hd]);
+            let p = match &extra.qk_norm {
+                Some(n) if i < 2 && !olmo2 => rms_norm(fr, if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
                 _ => p,
             };
             p.transpose(1, 2)
         };
-        let q = project(0);
-        let k = project(1);
-        let v = project(2);
+        // Phi-3: one qkv_proj product, sliced; `qkv` is a local until forward returns.
+        let (qkv, q, k, v) = match hf.model_type {
+            Arch::Phi3 => {
+                let (qkv, [q, k, v]) = self.phi3_qkv(x, b, s);
+                (Some(qkv), q, k, v)
+            }
+            _ => {
+                let q = project(0);
+                let k = project(1);
+                (None, q, k, project(2))
+            }
+        };
         // apply_rotary_pos_emb: cos/sin unsqueezed to (1, 1, S, d); the projections die with
         // the rebinding `query_states, key_states = apply_rotary_pos_emb(...)`.
         let (cos, sin) = (self.cos.unsqueeze(1), self.sin.unsqueeze(1));
         let (q, mut k, mut v) = {
             let _s = scope("rotary");
-            let qe = apply_rope(fr, &q, &cos, &sin);
-            let ke = apply_rope(fr, &k, &cos, &sin);
+            let (qe, ke) = match hf.model_type {
+                Arch::Phi3 => (phi3::apply_rope(fr, &q, &cos, &sin), phi3::apply_rope(fr, &k, &cos, &sin)),
+                _ => (apply_rope(fr, &q, &cos, &sin), apply_rope(fr, &k, &cos, &sin)),
+            };
+            // OLMo-2: fp32 cos/sin promote the products; `q_embed.to(q_type)` (then k's) as
+            // the function returns.
+            let (qe, ke) = if olmo2 {
+                let _f = py_frame(&fr.apply_rotary_pos_emb);
+                let qc = qe.to_dtype(q.dtype());
+                let kc = ke.to_dtype(k.dtype());
+                (qc, kc)
+            } else {
+                (qe, ke)
+            };
             drop((q, k));
             (qe, ke, v)
         };
@@ -606,7 +670,7 @@ impl Block {
         // `key_states` and `value_states` are locals until forward returns.
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
         let o = self.rowwise(self.proj(3, &out, &l.o, extra.o_bias.as_ref()));
-        drop((out, q, k, v));
+        drop((out, q, k, v, qkv));
         (o, weights)
     }
 
@@ -651,11 +715,16 @@ impl Block {
         let backend = hf.sdpa_kernel(self.cfg.num_heads, self.cfg.num_kv_heads, half, seq);
         // sdpa_attention_forward: is_causal only with more than one query and no mask.
         let causal = self.mask.is_none() && q.dim(2) > 1;
-        let out = match backend {
-            SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, causal, scaling),
-            SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
-            SdpaBackend::Efficient => Tensor::efficient_attention(q, &k, &v, causal, scaling),
-            SdpaBackend::Math => math_attention(q, &k, &v, self.mask.as_ref(), causal, scaling),
+        let out = match (backend, &self.mask) {
+            (SdpaBackend::CpuFlash | SdpaBackend::Efficient, Some(mask)) => {
+                let cpu = backend == SdpaBackend::CpuFlash;
+                let bias = sdpa_float_mask(mask, crate::engine::autocast::active().unwrap_or(q.dtype()), cpu);
+                Tensor::masked_fused_attention(cpu, q, &k, &v, &bias, scaling)
+            }
+            (SdpaBackend::Flash | SdpaBackend::Auto, _) => Tensor::flash_attention(q, &k, &v, causal, scaling),
+            (SdpaBackend::CpuFlash, None) => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
+            (SdpaBackend::Efficient, None) => Tensor::efficient_attention(q, &k, &v, causal, scaling),
+            (SdpaBackend::Math, _) => math_attention(q, &k, &v, self.mask.as_ref(), causal, scaling),
         };
         // reshape(B, -1, S, d) (a view) then transpose(1, 2).contiguous().
         out.transpose(1, 2).contiguous()
@@ -828,6 +897,26 @@ fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: usize) -> Tensor 
     };
     drop((padded, shift, logits));
     loss
+}
+
+/// What `scaled_dot_product_attention` hands a fused kernel for transformers' boolean mask:
+/// `convert_boolean_attn_mask`, `where(mask, 0, -inf)` in the query's dtype at the mask's full
+/// (B, 1, S, S_kv) size; on CUDA the memory-efficient kernel's `preprocess_mask` then pads the
+/// last dim to a multiple of 16 (`pad_bias`, a copy, unless its strides are aligned) and
+/// expands it (a view). The kernel's node saves the result for backward.
+fn sdpa_float_mask(mask: &Tensor, dtype: DType, cpu: bool) -> Tensor {
+    let device = mask.device();
+    let converted = Tensor::zeros(&[], dtype, device).where_scalar(mask, f64::NEG_INFINITY);
+    let kv = converted.dim(-1);
+    if cpu || kv.is_multiple_of(16) {
+        return converted;
+    }
+    let mut shape = converted.shape().to_vec();
+    *shape.last_mut().expect("a 4-D mask") = kv.div_ceil(16) * 16;
+    let padded = Tensor::zeros(&shape, dtype, device);
+    padded.narrow(-1, 0, kv).copy_(&converted);
+    drop(converted);
+    padded.narrow(-1, 0, kv)
 }
 
 /// `_scaled_dot_product_attention_math` as CUDA runs it: half inputs upcast to fp32 (the

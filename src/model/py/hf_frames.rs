@@ -73,6 +73,34 @@ pub static QWEN3: HfFrames = HfFrames {
     for_causal_lm: PyFn { file: "transformers/models/qwen3/modeling_qwen3.py", line: 440, name: "Qwen3ForCausalLM.forward" },
 };
 
+pub static PHI3: HfFrames = HfFrames {
+    rms_norm: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 265, name: "Phi3RMSNorm.forward" },
+    rotary: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 106, name: "Phi3RotaryEmbedding.forward" },
+    rotate_half: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 115, name: "rotate_half" },
+    apply_rotary_pos_emb: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 159, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 122, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 134, name: "eager_attention_forward" },
+    attention: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 207, name: "Phi3Attention.forward" },
+    mlp: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 57, name: "Phi3MLP.forward" },
+    decoder_layer: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 288, name: "Phi3DecoderLayer.forward" },
+    model: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 360, name: "Phi3Model.forward" },
+    for_causal_lm: PyFn { file: "transformers/models/phi3/modeling_phi3.py", line: 431, name: "Phi3ForCausalLM.forward" },
+};
+
+pub static OLMO2: HfFrames = HfFrames {
+    rms_norm: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 59, name: "Olmo2RMSNorm.forward" },
+    rotary: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 108, name: "Olmo2RotaryEmbedding.forward" },
+    rotate_half: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 180, name: "rotate_half" },
+    apply_rotary_pos_emb: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 154, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 116, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 128, name: "eager_attention_forward" },
+    attention: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 216, name: "Olmo2Attention.forward" },
+    mlp: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 272, name: "Olmo2MLP.forward" },
+    decoder_layer: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 287, name: "Olmo2DecoderLayer.forward" },
+    model: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 358, name: "Olmo2Model.forward" },
+    for_causal_lm: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 429, name: "Olmo2ForCausalLM.forward" },
+};
+
 pub static SDPA_ATTENTION_FORWARD: PyFn = PyFn { file: "transformers/integrations/sdpa_attention.py", line: 95, name: "sdpa_attention_forward" };
 pub static FLASH_ATTENTION_FORWARD: PyFn = PyFn { file: "transformers/integrations/flash_attention.py", line: 27, name: "flash_attention_forward" };
 pub static CREATE_CAUSAL_MASK: PyFn = PyFn { file: "transformers/masking_utils.py", line: 903, name: "create_causal_mask" };

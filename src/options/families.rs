@@ -1,0 +1,41 @@
+//! Issue 30's dense families (`model_type` phi3, olmo2): profile, training, gradient
+//! checkpointing, the optimizers and fit run them (measured: tests/families_grid.rs). What is not
+//! modelled for them yet is refused here, naming the flag, before anything runs.
+use super::usage;
+use crate::model::hf::HfConfig;
+use anyhow::Result;
+
+/// The transformers/peft/bitsandbytes flags that need per-family module names or layouts:
+/// peft's LoRA targets are Phi-3's `qkv_proj`/`gate_up_proj` (not q/k/v or gate/up), and a
+/// bitsandbytes model quantizes those fused linears.
+pub fn check_flags(hf: &HfConfig, lora: bool, four_bit: bool, eight_bit: bool) -> Result<()> {
+    if !hf.model_type.is_family() {
+        return Ok(());
+    }
+    let name = hf.model_type.name();
+    for (on, flag, what) in [
+        (lora, "--lora-r", "peft's LoRA adapters"),
+        (four_bit, "--load-in-4bit", "bitsandbytes 4-bit weights"),
+        (eight_bit, "--load-in-8bit", "bitsandbytes 8-bit weights"),
+    ] {
+        if on {
+            return Err(usage(flag, format!("{what} on model_type {name} are not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
+        }
+    }
+    Ok(())
+}
+
+/// Run options not modelled for the families: data or tensor parallelism (FSDP2/DTensor plans
+/// of the fused projections) and generate().
+pub fn check_run(hf: Option<&HfConfig>, parallel: Option<&crate::parallel::ParallelConfig>, generate: bool) -> Result<()> {
+    let Some(hf) = hf.filter(|h| h.model_type.is_family()) else { return Ok(()) };
+    let name = hf.model_type.name();
+    if let Some(pc) = parallel {
+        let flag = if pc.tp > 1 { "--tp" } else { "--parallel" };
+        return Err(usage(flag, format!("model_type {name} under data or tensor parallelism is not modelled yet: profile one GPU (drop the parallel flags)")));
+    }
+    if generate {
+        return Err(usage("--profile-type", format!("generate on model_type {name} is not modelled yet (Phi-3's and OLMo-2's caches and masks in generate()); profile inference, forward or training")));
+    }
+    Ok(())
+}

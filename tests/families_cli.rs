@@ -1,0 +1,154 @@
+//! Issue 30's dense families through the CLI: the Phi-3-mini and OLMo-2-7B presets are their
+//! published config.json files (tests/fixtures/hf_models) with transformers' own parameter
+//! counts (tests/fixtures/hf_grid/family_presets.json, tools/pytorch/family_presets.py: the
+//! models built on meta), profile and training run them on meta, and what is not modelled for
+//! them exits 2 naming the flag, with nothing written. Byte counts are tests/families_grid.rs's.
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use vramscope::engine::{DType, Device};
+use vramscope::model::{hf, presets, Model};
+
+fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-families-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn presets_are_their_config_json_and_count_what_transformers_builds() {
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/hf_grid/family_presets.json")).unwrap()).unwrap();
+    assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
+    let rows = doc["presets"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let (name, folder) = (row["preset"].as_str().unwrap(), row["folder"].as_str().unwrap());
+        let p = presets::find(name, None).unwrap();
+        let text = std::fs::read_to_string(root().join("tests/fixtures/hf_models").join(folder).join("config.json")).unwrap();
+        let m = hf::parse(&text).unwrap();
+        assert_eq!(m.config, p.model, "{name}: the preset and its config.json differ");
+        let want = row["parameters"].as_u64().unwrap();
+        assert_eq!(p.expected_params, want, "{name}: the preset's count");
+        assert_eq!(p.model.param_count(), want, "{name}: the closed-form count");
+        // The model vramscope builds: transformers' count and layer 0's parameter names and
+        // shapes, in registration order (one layer suffices: they repeat).
+        let mut one = p.model.clone();
+        one.num_layers = 1;
+        let built = Model::new_in(&one, Device::Meta, 0, DType::BF16).unwrap();
+        assert_eq!(built.num_parameters(), one.param_count(), "{name}: one layer");
+        let names: Vec<(String, Vec<usize>)> =
+            built.parameters().iter().filter(|p| p.name.contains(".layers.0.")).map(|p| (p.name.clone(), p.tensor.shape().to_vec())).collect();
+        let theirs: Vec<(String, Vec<usize>)> = row["layer0"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[0].as_str().unwrap().to_string(), e[1].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect()))
+            .collect();
+        assert_eq!(names, theirs, "{name}: layer 0's parameters");
+    }
+}
+
+fn profile(out: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["profile", "--device", "meta", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn presets_profile_and_train_on_meta() {
+    for (name, file) in [("Phi-3-mini", "transformers/models/phi3/modeling_phi3.py"), ("OLMo-2-7B", "transformers/models/olmo2/modeling_olmo2.py")] {
+        // (OLMo-2-7B is saved in float32: fp32 weights unless --dtype says otherwise.)
+        // Inference at the preset's depth; training (checkpointed, SGD) at two layers, above
+        // Phi-3-mini's 2047-token window so sdpa gets its mask.
+        let s = profile(&tmp(&format!("{name}-inf")), &["--model", name, "--context-length", "512", "--profile-type", "inference"]);
+        assert_eq!(s["model"]["flavour"], "hf");
+        assert!(s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap() > 0, "{name}");
+        let out = tmp(&format!("{name}-train"));
+        let s = profile(&out, &["--model", name, "--num-layers", "2", "--context-length", "2304", "--profile-type", "training", "--gradient-checkpointing", "non-reentrant", "--optimizer", "sgd", "--attn-implementation", "eager"]);
+        assert_eq!(s["transformers"]["gradient_checkpointing"], "non-reentrant", "{name}: {}", s["transformers"]);
+        // Snapshot frames name the family's modeling file.
+        let snap = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "pickle")).unwrap();
+        let o = vramscope(&["analyze", "--json", "--top", "100000", snap.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains(file), "{name}: no frame in {file}");
+    }
+}
+
+/// Exit code 2, the flag named, nothing written.
+fn refused(cmd: &str, extra: &[&str], needles: &[&str]) {
+    let out = tmp("refused");
+    let mut args = vec![cmd, "--out-dir", out.to_str().unwrap()];
+    if cmd == "estimate" {
+        args.truncate(1);
+    } else {
+        args.extend(["--device", "meta", "--context-length", "128"]);
+    }
+    args.extend_from_slice(extra);
+    let o = vramscope(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{extra:?} should say {n}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+}
+
+#[test]
+fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
+    for m in ["Phi-3-mini", "OLMo-2-7B"] {
+        refused("profile", &["--model", m, "--lora-r", "8"], &["--lora-r", "not modelled"]);
+        refused("profile", &["--model", m, "--load-in-4bit", "--profile-type", "inference"], &["--load-in-4bit"]);
+        refused("profile", &["--model", m, "--load-in-8bit", "--profile-type", "inference"], &["--load-in-8bit"]);
+        refused("profile", &["--model", m, "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "not modelled"]);
+        refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["not modelled"]);
+        refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate"]);
+        refused("estimate", &["--model", m, "--context-length", "128"], &["--model", "closed form"]);
+    }
+}
+
+#[test]
+fn config_json_of_each_family_reads_and_an_unknown_type_lists_them() {
+    let dir = tmp("gemma");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
+    let o = vramscope(&["profile", "--device", "meta", "--config", dir.to_str().unwrap(), "--out-dir", dir.join("out").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("model_type 'gemma2'") && err.contains("llama, mistral, qwen2, qwen3, phi3, olmo2"), "{err}");
+    // Phi3Config's defaults: no window, eps 1e-5, kv heads = heads; a partial rotary factor or
+    // residual dropout is refused.
+    let base = r#""model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100"#;
+    let m = hf::parse(&format!("{{{base}}}")).unwrap().config;
+    let h = m.hf.as_ref().unwrap();
+    assert_eq!((h.sliding_window, m.norm_eps, m.num_kv_heads, m.max_seq_len), (None, 1e-5, 4, 4096));
+    assert!(hf::parse(&format!(r#"{{{base}, "partial_rotary_factor": 0.5}}"#)).unwrap_err().contains("partial_rotary_factor"));
+    assert!(hf::parse(&format!(r#"{{{base}, "resid_pdrop": 0.1}}"#)).unwrap_err().contains("resid_pdrop"));
+    assert!(hf::parse(&format!(r#"{{{base}, "rope_scaling": {{"rope_type": "linear", "factor": 2.0}}}}"#)).unwrap_err().contains("rope_type 'linear'"));
+    let olmo = r#"{"model_type": "olmo2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100, "attention_bias": true}"#;
+    let m = hf::parse(olmo).unwrap().config;
+    let h = m.hf.as_ref().unwrap();
+    assert_eq!((h.qkv_bias, h.o_bias, m.norm_eps, m.max_seq_len), (true, true, 1e-5, 2048));
+}
+
+#[test]
+fn fit_finds_a_batch_for_each_family() {
+    for m in ["Phi-3-mini", "OLMo-2-7B"] {
+        let o = vramscope(&["fit", "--model", m, "--num-layers", "2", "--find", "batch", "--context-length", "1024", "--memory-limit", "24GiB", "--profile-type", "training", "--gradient-checkpointing", "non-reentrant", "--json"]);
+        assert!(o.status.success(), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let answer = v["answer"].as_u64().unwrap_or(0);
+        assert!(answer >= 1 && v["first_not_fitting"].as_u64() == Some(answer + 1), "{m}: {v}");
+        assert_eq!(v["config"]["hf"]["model_type"], if m == "Phi-3-mini" { "phi3" } else { "olmo2" });
+    }
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""make_family_grid.py -- the fixture grids of the dense families beyond llama (issue 30): Phi-3
+(fused qkv_proj and gate_up_proj) and OLMo-2 (post-norms, q/k norms over the whole projection),
+measured by measure_hf.py exactly as make_hf_grid.py measures llama (mode-free, one
+torch.profiler session per measurement, requested bytes of blocks >= 512 B, absolute), one file
+per family: tests/fixtures/hf_grid/<family>.json.
+
+Per family: eight points, attn eager|sdpa x weights fp32|bf16 x gradient checkpointing
+off|non-reentrant, on shapes that vary per point (GQA ratios 1-4, vocabularies whose logits rows
+are not multiples of 512 B, S 16-96, B 1-3), each as inference, forward and training; then
+single-option points: a sliding window shorter than S (phi3, eager and sdpa), a tied head,
+use_cache off, reentrant checkpointing, forward-loss, SGD and foreach AdamW.
+
+    python3 make_family_grid.py --family phi3            # JOBS worker processes, default 1
+    python3 make_family_grid.py --family olmo2 --only sgd  # re-measure some, keep the others
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch
+
+import measure_hf as H
+import make_hf_grid as G
+
+TYPES3 = G.TYPES3
+
+# (hidden, intermediate, layers, heads, kv_heads, vocab, S, B)
+SHAPES = [
+    (128, 384, 2, 4, 2, 1000, 64, 2),
+    (96, 256, 1, 6, 3, 777, 48, 3),
+    (64, 192, 3, 4, 4, 2048, 32, 1),
+    (128, 320, 2, 8, 2, 1000, 16, 3),
+    (160, 448, 2, 5, 5, 512, 40, 2),
+    (128, 384, 1, 2, 1, 1000, 96, 1),
+    (64, 128, 2, 4, 1, 777, 24, 2),
+    (192, 512, 2, 6, 2, 1024, 32, 2),
+]
+
+
+def point(mt, i, **opts):
+    h, f, L, nh, kv, V, S, B = SHAPES[i % len(SHAPES)]
+    p = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             head_dim=None, vocab_size=V, max_position_embeddings=4096, tied=False, seq=S, batch=B, attn="sdpa",
+             dtype="fp32", use_cache=True, logits_to_keep=0, checkpoint="none", optimizer="adamw_torch_fused",
+             max_grad_norm=1.0, attention_mask="none")
+    p.update(opts)
+    return p
+
+
+def name_of(p, kind):
+    s = G.name_of(p, kind)[: -len(kind) - 1]
+    if p.get("sliding_window"):
+        s += f" sliding_window={p['sliding_window']}"
+    return f"{s} {kind}"
+
+
+def grid(family):
+    todo = []
+    k = 0
+    for attn in ("eager", "sdpa"):
+        for dtype in ("fp32", "bf16"):
+            for ck in ("none", "non-reentrant"):
+                todo += [(point(family, k, attn=attn, dtype=dtype, checkpoint=ck), kind) for kind in TYPES3]
+                k += 1
+    singles = [point(family, 1, tied=True), point(family, 3, use_cache=False),
+               point(family, 6, checkpoint="reentrant", attn="eager")]
+    if family == "phi3":
+        # Phi-3-mini's config has sliding_window 2047: a window shorter than S masks.
+        singles += [point(family, 0, sliding_window=24, attn="eager"), point(family, 5, sliding_window=40, dtype="bf16")]
+    todo += [(p, kind) for p in singles for kind in TYPES3]
+    todo += [(point(family, 2), "forward-loss")]
+    todo += [(point(family, 0, optimizer="sgd"), "training"), (point(family, 4, optimizer="adamw_torch_foreach", dtype="bf16"), "training")]
+    return todo
+
+
+def run_one(job):
+    r = G.run_one(job)
+    r["name"] = name_of(*job)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", choices=H.FAMILY_TYPES, required=True)
+    ap.add_argument("--out", default=G.OUT)
+    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
+    a = ap.parse_args()
+    import transformers
+    path = os.path.join(a.out, f"{a.family}.json")
+    if a.only:
+        doc, t0 = G.measure_only(path, grid(a.family), run_one, name_of, a.only)
+        return G.write_fixture(path, doc, t0)
+    results, t0 = G.measure_all(grid(a.family), run_one)
+    doc = dict(generator=f"tools/pytorch/make_family_grid.py --family {a.family}", torch=torch.__version__,
+               transformers=transformers.__version__,
+               counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, batch, optimizer state "
+                       "included); checkpoint's CPU RNG-state stashes and CPU-only kernel scratch left out, as "
+                       "make_grid.py; the step is the Trainer's (measure_hf.py)",
+               points=results)
+    G.write_fixture(path, doc, t0)
+
+
+if __name__ == "__main__":
+    main()
