@@ -143,6 +143,7 @@ fn common(a: &FitArgs) -> Result<()> {
 /// flags', else the preset's.
 fn shape(a: &FitArgs, note: impl FnOnce(&str)) -> Result<(super::model::Resolved, usize, usize)> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    super::moe::refuse(&r.config, "fit")?;
     if let Some(n) = &r.note {
         note(n);
     }

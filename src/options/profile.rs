@@ -215,6 +215,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage("--optimizer", format!("{}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; profile with --device meta", optim.kind)));
     }
     let parallel = a.parallel.resolve()?;
+    let parallel_flag = parallel.as_ref().map(|pc| if pc.tp > 1 { "--tp" } else { "--parallel" });
+    super::moe::check_profile(&cfg, device, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };

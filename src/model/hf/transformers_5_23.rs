@@ -40,6 +40,9 @@ pub struct HfLayer {
     /// bitsandbytes' 4-bit or 8-bit storage, by projection in `lora::TARGETS` order (empty: not
     /// quantized).
     pub quant: Vec<Quantized>,
+    /// A sparse MoE block's router (experts, hidden); its experts' 3-D weights are the layer's
+    /// `gate_up` (fused) and `down`.
+    pub router: Option<Tensor>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -110,6 +113,23 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (wo, bo) = lin(&mut b, "self_attn.o_proj", d, q, hf.o_bias);
         let qk_norm = (hf.model_type == Arch::Qwen3)
             .then(|| [b.param(p("self_attn.q_norm.weight"), &[hd], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[hd], Init::Ones)]);
+        if let Some(m) = &hf.moe {
+            drop(lin);
+            let (router, gate_up, down) = moe_weights(&mut b, m, &p, d);
+            let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
+            let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
+            let extra = HfLayer { qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]), o_bias: bo, qk_norm, router: Some(router), ..HfLayer::default() };
+            layers.push(Layer {
+                attn_norm,
+                qkv: Projection::Separate(vec![("q_proj", wq), ("k_proj", wk), ("v_proj", wv)]),
+                o: wo,
+                ffn_norm,
+                gate_up: Projection::Fused("gate_up_proj", gate_up, vec![m.intermediate, m.intermediate]),
+                down,
+                hf: Some(Rc::new(extra)),
+            });
+            continue;
+        }
         let (wg, bg) = lin(&mut b, "mlp.gate_proj", f, d, hf.mlp_bias);
         let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
         let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
@@ -127,6 +147,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             qk_norm,
             lora: Vec::new(),
             quant,
+            router: None,
         };
         layers.push(Layer {
             attn_norm,
@@ -178,6 +199,20 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         }
     }
     b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers })
+}
+
+/// A sparse MoE block's parameters in registration order (Mixtral: `mlp.gate` then
+/// `mlp.experts`; Qwen3-MoE: `mlp.experts` then `mlp.gate`): the router (experts, hidden), the
+/// experts' `gate_up_proj` (experts, 2·I, hidden) and `down_proj` (experts, hidden, I).
+fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> String, d: usize) -> (Tensor, Tensor, Tensor) {
+    let std = Init::Normal { std: 0.02 };
+    let (e, i) = (m.experts, m.intermediate);
+    let router_first = m.family == super::moe::MoeFamily::Mixtral;
+    let router = router_first.then(|| b.param(p("mlp.gate.weight"), &[e, d], std));
+    let gate_up = b.param(p("mlp.experts.gate_up_proj"), &[e, 2 * i, d], std);
+    let down = b.param(p("mlp.experts.down_proj"), &[e, d, i], std);
+    let router = router.unwrap_or_else(|| b.param(p("mlp.gate.weight"), &[e, d], std));
+    (router, gate_up, down)
 }
 
 /// peft's `ModulesToSaveWrapper` around `module` (after the adapters, in module order):
@@ -528,6 +563,11 @@ impl Block {
     /// `LlamaMLP.forward`: down(act(gate(x)) * up(x)), every intermediate an expression temporary.
     fn mlp(&self, x: &Tensor) -> Tensor {
         let _s = scope("mlp");
+        if let (Some(m), Some(router)) = (&self.hf().moe, &self.layer.hf.as_ref().expect("hf layer").router) {
+            let gate_up = self.layer.gate_up.weights()[0];
+            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down };
+            return super::moe_5_23::sparse_moe_block(m, &w, x);
+        }
         let _f = py_frame(&frames(self.hf()).mlp);
         let x = &self.gathered(x);
         let l = &self.layer;
