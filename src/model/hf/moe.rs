@@ -1,12 +1,10 @@
-//! Mixture-of-experts configs (transformers 5.23's `MixtralConfig`, `Qwen3MoeConfig` and the
-//! other MoE families): recognised so they are never run as dense models, and counted.
-//!
-//! vramscope does not run MoE models yet: a config of an MoE `model_type` is refused with its
-//! parameter counts (total, and active per token) as transformers builds them, and a config
-//! of a dense `model_type` (llama, mistral, qwen2, qwen3) that carries expert keys — a Mixtral
-//! config relabelled `mistral` — is refused naming the keys, instead of silently dropping the
-//! experts. The measured ground truth for the op sequence is tests/fixtures/moe_grid
-//! (tools/pytorch/measure_moe.py).
+//! Mixture-of-experts configs: transformers 5.23's `MixtralConfig` and `Qwen3MoeConfig` read
+//! into an [`MoeConfig`] (the op sequence is `moe_5_23.rs`), the run options
+//! (`experts_implementation`, the routing), and the guards that keep an MoE config from ever
+//! running as a dense model: an MoE `model_type` vramscope does not run (DeepSeek, gpt-oss …)
+//! is refused, and so is a dense `model_type` (llama, mistral, qwen2, qwen3) whose config
+//! carries expert keys (a Mixtral config relabelled `mistral`), naming the keys.
+//! The measured ground truth is tests/fixtures/moe_grid (tools/pytorch/measure_moe.py).
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -26,7 +24,7 @@ pub const EXPERT_KEYS: [&str; 11] = [
     "moe_layer_freq",
 ];
 
-/// The MoE `model_type`s of transformers 5.23 people ask about; none is modelled.
+/// The MoE `model_type`s of transformers 5.23 people ask about (mixtral and qwen3_moe run).
 pub const MOE_MODEL_TYPES: [&str; 9] = ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "olmoe", "jamba", "dbrx"];
 
 /// The expert keys `obj` sets to something other than null, 0, false or an empty list (a
@@ -54,7 +52,7 @@ pub fn refuse_dense_with_experts(obj: &Map<String, Value>, model_type: &str) -> 
     Err(format!(
         "model_type '{model_type}' is a dense model, but the config sets the mixture-of-experts field{} {listed}: \
          transformers would build the dense {model_type} and ignore the experts; vramscope refuses rather than \
-         answer for the wrong model (mixture-of-experts models are not modelled yet)",
+         answer for the wrong model (write the MoE model_type: mixtral or qwen3_moe)",
         if keys.len() > 1 { "s" } else { "" }
     ))
 }
@@ -352,6 +350,17 @@ mod tests {
         assert!(refuse_dense_with_experts(&obj(r#"{"num_experts": 0}"#), "llama").is_ok());
         let e = refuse_dense_with_experts(&o, "mistral").unwrap_err();
         assert!(e.contains("'num_local_experts', 'num_experts_per_tok'") && e.contains("mistral"), "{e}");
+    }
+
+    #[test]
+    fn routing_splits_tokens_as_named() {
+        assert_eq!(Routing::Balanced.counts(10, 2, 6).unwrap(), [4, 4, 3, 3, 3, 3]);
+        assert_eq!(Routing::Worst.counts(10, 2, 6).unwrap(), [10, 10, 0, 0, 0, 0]);
+        assert_eq!(Routing::Counts(vec![10, 5, 5]).counts(10, 2, 3).unwrap(), [10, 5, 5]);
+        assert!(Routing::Counts(vec![11, 4, 5]).counts(10, 2, 3).unwrap_err().contains("11 tokens"));
+        assert!(Routing::Counts(vec![10, 5]).counts(10, 2, 3).unwrap_err().contains("2 counts for 3 experts"));
+        assert!(Routing::Counts(vec![10, 5, 4]).counts(10, 2, 3).unwrap_err().contains("add up to 19"));
+        assert_eq!(ExpertsImplementation::parse("batched-mm"), Some(ExpertsImplementation::BatchedMm));
     }
 
     #[test]

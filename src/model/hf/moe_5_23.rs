@@ -68,9 +68,11 @@ fn tokens_per_expert(m: &MoeConfig, tokens: usize) -> Vec<usize> {
 
 /// `grouped_mm_experts_forward`: sort the (token, expert) pairs by expert, gather the
 /// hidden states, two grouped matmuls over every expert's rows, weight, unpermute, sum the
-/// top-k rows of each token.
+/// top-k rows of each token. Python's locals (`selected_hidden_states_g`, the last
+/// `proj_out`, `histc_input` …) live until the function returns; a rebound name frees its
+/// previous tensor once the new one exists.
 fn grouped_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
-    let (t, k) = (x.dim(0), m.top_k);
+    let (t, k, d) = (x.dim(0), m.top_k, x.dim(1));
     let pairs = t * k;
     let sample_weights = weights.reshape(&[pairs]);
     let expert_ids = index.reshape(&[pairs]);
@@ -84,69 +86,62 @@ fn grouped_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Ten
     let histc_input = expert_ids_g.to_dtype(DType::F32);
     let tokens_per_expert = histc_input.histc(m.experts);
     let offsets = tokens_per_expert.cumsum_i32();
-    let up = {
-        let input = selected.to_dtype(w.gate_up.dtype());
-        input.grouped_mm(&w.gate_up.transpose(-2, -1), &offsets)
-    };
-    drop(selected);
+    let up = selected.to_dtype(w.gate_up.dtype()).grouped_mm(&w.gate_up.transpose(-2, -1), &offsets);
     let act = apply_gate(&up);
     drop(up);
-    let down = {
-        let input = act.to_dtype(w.down.dtype());
-        input.grouped_mm(&w.down.transpose(-2, -1), &offsets)
-    };
+    let down = act.to_dtype(w.down.dtype()).grouped_mm(&w.down.transpose(-2, -1), &offsets);
     drop(act);
     let weighted = down.mul(&sample_weights_g.unsqueeze(-1));
-    drop(down);
     // inv_perm = empty_like(perm); inv_perm[perm] = arange(S)
     let inv_perm = perm.empty_like();
-    {
-        let ar = Tensor::arange(pairs, x.device());
-        inv_perm.index_put_int_(&perm, &ar);
-    }
-    let weighted = weighted.index_along(0, &inv_perm);
-    let d = x.dim(1);
-    let out = weighted.view(&[t, k, d]).sum_dim(1, false);
+    inv_perm.index_put_int_(&perm, &Tensor::arange(pairs, x.device()));
+    let unpermuted = weighted.index_along(0, &inv_perm);
     drop(weighted);
-    let out = out.to_dtype(x.dtype());
-    drop((sample_weights, expert_ids, expert_ids_g, perm, sample_weights_g, histc_input, tokens_per_expert, offsets, inv_perm));
+    let out = unpermuted.view(&[t, k, d]).sum_dim(1, false).to_dtype(x.dtype());
+    drop((sample_weights, expert_ids, expert_ids_g, perm, selected, sample_weights_g, histc_input, tokens_per_expert, offsets, down, inv_perm, unpermuted));
     out
 }
 
 /// `batched_mm_experts_forward`: every token repeated k times, each (token, expert) pair's
 /// weights gathered (S, 2·I, hidden) and (S, hidden, I), bmm of each, weighted, summed.
+/// `selected_weights` holds the gate_up gather until the down gather replaces it.
 fn batched_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
     let (t, k, d) = (x.dim(0), m.top_k, x.dim(1));
     let pairs = t * k;
     let selected = x.repeat_interleave(k, 0);
     let sample_weights = weights.reshape(&[pairs]);
     let expert_ids = index.reshape(&[pairs]);
-    let up = {
-        let sw = w.gate_up.index_along(0, &expert_ids);
-        sw.bmm(&selected.unsqueeze(-1)).squeeze(-1)
-    };
-    drop(selected);
+    let up_weights = w.gate_up.index_along(0, &expert_ids);
+    let up = up_weights.bmm(&selected.unsqueeze(-1)).squeeze(-1);
     let act = apply_gate(&up);
     drop(up);
-    let down = {
-        let sw = w.down.index_along(0, &expert_ids);
-        sw.bmm(&act.unsqueeze(-1)).squeeze(-1)
-    };
+    let down_weights = w.down.index_along(0, &expert_ids);
+    drop(up_weights);
+    let down = down_weights.bmm(&act.unsqueeze(-1)).squeeze(-1);
     drop(act);
     let weighted = down.mul(&sample_weights.unsqueeze(-1));
-    drop(down);
-    let out = weighted.view(&[t, k, d]).sum_dim(1, false);
-    drop(weighted);
-    let out = out.to_dtype(x.dtype());
-    drop((sample_weights, expert_ids));
+    let out = weighted.view(&[t, k, d]).sum_dim(1, false).to_dtype(x.dtype());
+    drop((selected, sample_weights, expert_ids, down_weights, down, weighted));
     out
+}
+
+/// What one pass of the eager loop binds: Python frees each when the next pass rebinds it
+/// (or the function returns).
+#[derive(Default)]
+struct LoopLocals {
+    top_k_pos: Option<Tensor>,
+    token_idx: Option<Tensor>,
+    current_state: Option<Tensor>,
+    gate: Option<Tensor>,
+    up: Option<Tensor>,
+    current_hidden_states: Option<Tensor>,
 }
 
 /// The modeling file's eager `*Experts.forward`: zeros for the output, the one-hot expert
 /// mask (T, k, E + 1) under no_grad, then for each expert that was hit: `torch.where` of its
 /// mask row, the gather of its tokens, its two linears, the weighting and `index_add_`.
 fn eager_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
-    let (t, k, e) = (x.dim(0), m.top_k, m.experts);
+    let (t, e) = (x.dim(0), m.experts);
     let counts = tokens_per_expert(m, t);
     let mut out = Tensor::zeros(x.shape(), x.dtype(), x.device());
     let (mask, hit) = {
@@ -158,27 +153,33 @@ fn eager_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, 
         let hit = any.nonzero_known(counts.iter().filter(|&&n| n > 0).count());
         (mask, hit)
     };
+    let mut l = LoopLocals::default();
     for (expert, &n) in counts.iter().enumerate().filter(|(_, &n)| n > 0) {
         let _s = scope(&format!("experts.{expert}"));
-        // torch.where(expert_mask[expert_idx]): nonzero (n, 2), unbound into two views.
+        // top_k_pos, token_idx = torch.where(expert_mask[expert_idx]): nonzero (n, 2), unbound.
         let rows = mask.select(0, expert).nonzero_known(n);
-        let (top_k_pos, token_idx) = (rows.select(1, 0), rows.select(1, 1));
+        l.top_k_pos = Some(rows.select(1, 0));
+        l.token_idx = Some(rows.select(1, 1));
         drop(rows);
-        let current = x.index_along(0, &token_idx);
-        let gate_up = linear("gate_up_proj", &current, &w.gate_up.select(0, expert));
-        drop(current);
-        let act = apply_gate(&gate_up);
+        let token_idx = l.token_idx.clone().expect("set above");
+        l.current_state = Some(x.index_along(0, &token_idx));
+        let gate_up = linear("gate_up_proj", l.current_state.as_ref().expect("set above"), &w.gate_up.select(0, expert));
+        let i = gate_up.dim(-1) / 2;
+        let mut parts = gate_up.split_with_sizes(&[i, i], -1).into_iter();
         drop(gate_up);
-        let h = linear("down_proj", &act, &w.down.select(0, expert));
-        drop(act);
-        let scale = weights.index_2d(&token_idx, &top_k_pos).unsqueeze(-1);
-        let h = h.mul(&scale);
+        (l.gate, l.up) = (parts.next(), parts.next());
+        let act = l.gate.as_ref().expect("chunk").silu().mul(l.up.as_ref().expect("chunk"));
+        l.current_hidden_states = Some(act);
+        let h = linear("down_proj", l.current_hidden_states.as_ref().expect("set above"), &w.down.select(0, expert));
+        l.current_hidden_states = Some(h);
+        let scale = weights.index_2d(&token_idx, l.top_k_pos.as_ref().expect("set above")).unsqueeze(-1);
+        let weighted = l.current_hidden_states.as_ref().expect("set above").mul(&scale);
         drop(scale);
-        let h = h.to_dtype(out.dtype());
-        out = out.index_add_0(&token_idx, &h);
-        drop((h, top_k_pos, token_idx));
+        l.current_hidden_states = Some(weighted);
+        let src = l.current_hidden_states.as_ref().expect("set above").to_dtype(out.dtype());
+        out = out.index_add_0(&token_idx, &src);
+        drop((src, token_idx));
     }
-    drop((mask, hit));
-    let _ = k;
+    drop((mask, hit, l));
     out
 }
