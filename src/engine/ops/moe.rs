@@ -134,22 +134,26 @@ impl Tensor {
     }
 
     /// `self.index_add_(0, index, source)` on `self` (no new memory); returns the handle that
-    /// carries the result's autograd history. IndexAddBackward0 saves the index: the
-    /// gradient passes to `self` as is and to the source as `grad.index_select(0, index)`.
+    /// carries the result's autograd history. IndexAddBackward0 saves the index and the source
+    /// (its formula's `expand_as(source)`; measured: the source outlives the loop pass that
+    /// made it): the gradient passes to `self` as is and to the source as
+    /// `grad.index_select(0, index)`.
     #[track_caller]
     pub fn index_add_0(&self, index: &Tensor, source: &Tensor) -> Tensor {
         let out = Tensor::from_parts(self.storage().clone(), self.layout().clone());
         if needs_grad(&[self, source]) {
             let ix = save(index);
+            let src = save(source);
             let (need_self, need_src) = (self.requires_grad(), source.requires_grad());
             let src_dtype = source.dtype();
             return attach(out, "IndexAddBackward0", &[self, source], Box::new(move |g| {
-                let ix = ix.unpack();
+                let (ix, src) = (ix.unpack(), src.unpack());
                 let gs = need_src.then(|| {
                     let mut shape = g.shape().to_vec();
                     shape[0] = ix.dim(0);
                     Tensor::build(g.device(), src_dtype, &shape, "index_select", &[&g, &ix], || meta_only("index_add_ backward"))
                 });
+                drop(src);
                 vec![need_self.then(|| g.clone()), gs]
             }));
         }
