@@ -228,3 +228,42 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "2"], "--parallel");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_published_configs_read_as_their_presets() {
+    let doc = fixture("meta_params.json");
+    for name in ["Mixtral-8x7B", "Qwen3-30B-A3B"] {
+        let m = &doc["models"][name];
+        let read = vramscope::model::hf::parse(&m["config"].to_string()).unwrap().config;
+        let preset = vramscope::model::presets::find(name, None).unwrap().model;
+        assert_eq!(read.param_count(), m["total"].as_u64().unwrap(), "{name}");
+        assert_eq!(preset.param_count(), m["total"].as_u64().unwrap(), "{name}");
+        let (r, p) = (read.hf.as_ref().unwrap(), preset.hf.as_ref().unwrap());
+        assert_eq!((&r.moe, r.sliding_window, r.head_dim, read.d_ff, read.num_kv_heads), (&p.moe, p.sliding_window, p.head_dim, preset.d_ff, preset.num_kv_heads), "{name}");
+    }
+}
+
+#[test]
+fn fit_and_estimate_of_an_moe_model() {
+    let dir = std::env::temp_dir().join(format!("vramscope-moe-fit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2}"#).unwrap();
+    let fit = |extra: &[&str]| {
+        let mut args = vec!["fit", "--find", "batch", "--config", cfg.to_str().unwrap(), "--context-length", "32", "--memory-limit", "64MiB", "--reserve", "0", "--json"];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    // fit assumes the worst routing unless told.
+    let worst = fit(&[]);
+    assert_eq!(worst["config"]["hf"]["moe"]["routing"], "worst", "{worst}");
+    assert!(worst["answer"].as_u64().unwrap() >= 1);
+    let balanced = fit(&["--routing", "balanced"]);
+    assert_eq!(balanced["config"]["hf"]["moe"]["routing"], "balanced");
+    let o = vramscope(&["estimate", "--preset", "Mixtral-8x7B", "--context-length", "128"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--preset"), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

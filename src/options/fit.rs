@@ -77,7 +77,7 @@ pub struct FitArgs {
 fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     ProfileArgs {
         max_new_tokens: None,
-        model: a.model.clone(),
+        model: model_flags(a),
         precision: a.precision.clone(),
         memory: a.memory.clone(),
         optim: a.optim.clone(),
@@ -102,6 +102,16 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
         flops_depth: 3,
         compare: false,
     }
+}
+
+/// The model flags of each probe: a mixture-of-experts model is fitted for the worst routing
+/// (every token to the same top-k experts) unless --routing says otherwise.
+fn model_flags(a: &FitArgs) -> super::model::ModelFlags {
+    let mut m = a.model.clone();
+    if m.hf.routing.is_none() && a.model.resolve("walkthrough", super::model::Names::Cs336).is_ok_and(|r| r.config.hf().is_some_and(|h| h.moe.is_some())) {
+        m.hf.routing = Some("worst".into());
+    }
+    m
 }
 
 fn budget(a: &FitArgs, base: &ProfileOptions) -> Result<Budget> {
@@ -143,7 +153,6 @@ fn common(a: &FitArgs) -> Result<()> {
 /// flags', else the preset's.
 fn shape(a: &FitArgs, note: impl FnOnce(&str)) -> Result<(super::model::Resolved, usize, usize)> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    super::moe::refuse(&r.config, "fit")?;
     if let Some(n) = &r.note {
         note(n);
     }

@@ -73,10 +73,11 @@ pub fn check_profile(c: &ModelConfig, device: Device, parallel: Option<&str>, ge
     Ok(())
 }
 
-/// The refusal of a command that has no MoE path yet (`flag` names the model's flag).
-pub fn refuse(c: &ModelConfig, command: &str) -> anyhow::Result<()> {
+/// The refusal of a command that has no MoE path yet, naming the flag that chose the model.
+pub fn refuse(c: &ModelConfig, model: &super::model::ModelFlags, command: &str) -> anyhow::Result<()> {
+    let flag = if model.config.is_some() { "--config" } else { "--preset" };
     match c.hf().and_then(|h| h.moe.as_ref()) {
-        Some(m) => Err(usage("--config", format!("{command} of a mixture-of-experts model ({}) is not modelled yet: use profile", m.family.model_type()))),
+        Some(m) => Err(usage(flag, format!("{command} of a mixture-of-experts model ({}) is not modelled yet: use profile", m.family.model_type()))),
         None => Ok(()),
     }
 }

@@ -189,6 +189,9 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         Arch::Mistral => {}
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;
+    if let Some(m) = &hf.moe {
+        hf.sliding_window = super::moe::sliding_window(obj, m.family, hf.sliding_window)?;
+    }
     hf.use_cache = boolean(obj, "use_cache", true)?;
     if let Some(v) = obj.get("eos_token_id") {
         hf.eos_token_id = token_ids(v, "eos_token_id")?;

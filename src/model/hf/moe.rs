@@ -330,6 +330,17 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
     })())
 }
 
+/// An MoE config's attention window, given what its dense family's reading found (`dense`):
+/// MixtralConfig's default is none (MistralConfig's 4096); Qwen3-MoE's window is refused.
+pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option<usize>) -> Result<Option<usize>, String> {
+    match family {
+        MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok(None),
+        MoeFamily::Mixtral => Ok(dense),
+        MoeFamily::Qwen3Moe if dense.is_some() => Err("field 'use_sliding_window' is true: Qwen3-MoE's sliding window is not modelled".into()),
+        MoeFamily::Qwen3Moe => Ok(None),
+    }
+}
+
 /// The refusal of an MoE `model_type` vramscope does not run (all but mixtral and qwen3_moe).
 pub fn refuse_moe_type(model_type: &str, supported: &str) -> String {
     format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe")

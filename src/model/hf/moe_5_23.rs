@@ -6,7 +6,8 @@
 //! Which tokens go where is `--routing`'s split ([`Routing::counts`]); PyTorch's run in
 //! tools/pytorch/measure_moe.py is forced to the same split.
 use super::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
-use crate::engine::runtime::{self, scope};
+use crate::engine::runtime::{self, py_frame, scope};
+use crate::model::py::moe_frames;
 use crate::engine::{DType, Tensor};
 use crate::model::linear;
 
@@ -23,9 +24,20 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor
     let (b, s, d) = (x.dim(0), x.dim(1), x.dim(2));
     let flat = x.view(&[b * s, d]);
     // `_, top_k_weights, top_k_index = self.gate(...)`: the logits stay bound until forward returns.
-    let (_logits, weights, index) = router(m, w.router, &flat);
+    let (_, router_frame, experts_frame) = moe_frames::of(m.family);
+    let (_logits, weights, index) = {
+        let _f = py_frame(router_frame);
+        router(m, w.router, &flat)
+    };
     let out = {
         let _s = scope("experts");
+        // The experts_implementation dispatches to integrations/moe.py's function, or to the
+        // modeling file's own forward for eager.
+        let _f = py_frame(match m.implementation {
+            ExpertsImplementation::GroupedMm => &moe_frames::GROUPED_MM_EXPERTS_FORWARD,
+            ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
+            ExpertsImplementation::Eager => experts_frame,
+        });
         match m.implementation {
             ExpertsImplementation::GroupedMm => grouped_mm_experts(m, w, &flat, &index, &weights),
             ExpertsImplementation::BatchedMm => batched_mm_experts(m, w, &flat, &index, &weights),

@@ -280,6 +280,9 @@ pub struct Output {
 
 /// The modeling file of `hf`'s family, for frames.
 fn frames(hf: &HfConfig) -> &'static HfFrames {
+    if let Some(m) = &hf.moe {
+        return crate::model::py::moe_frames::of(m.family).0;
+    }
     match hf.model_type {
         Arch::Llama => &py::LLAMA,
         Arch::Mistral => &py::MISTRAL,
@@ -563,12 +566,12 @@ impl Block {
     /// `LlamaMLP.forward`: down(act(gate(x)) * up(x)), every intermediate an expression temporary.
     fn mlp(&self, x: &Tensor) -> Tensor {
         let _s = scope("mlp");
+        let _f = py_frame(&frames(self.hf()).mlp);
         if let (Some(m), Some(router)) = (&self.hf().moe, &self.layer.hf.as_ref().expect("hf layer").router) {
             let gate_up = self.layer.gate_up.weights()[0];
             let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down };
             return super::moe_5_23::sparse_moe_block(m, &w, x);
         }
-        let _f = py_frame(&frames(self.hf()).mlp);
         let x = &self.gathered(x);
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");

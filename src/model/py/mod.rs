@@ -5,3 +5,4 @@
 //! implementation's code the way PyTorch's own snapshot would: file, line, function.
 pub mod cs336;
 pub mod hf_frames;
+pub mod moe_frames;
