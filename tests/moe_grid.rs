@@ -48,7 +48,11 @@ fn point_config(p: &Value) -> Map<String, Value> {
         "num_experts_per_tok": p["top_k"],
     });
     let o = c.as_object_mut().unwrap();
-    if qwen {
+    if p["model_type"] == "qwen2_moe" {
+        o.insert("moe_intermediate_size".into(), p["intermediate_size"].clone());
+        o.insert("num_experts".into(), p["num_experts"].clone());
+        o.insert("shared_expert_intermediate_size".into(), p["shared_intermediate_size"].clone());
+    } else if qwen {
         o.insert("moe_intermediate_size".into(), p["intermediate_size"].clone());
         o.insert("num_experts".into(), p["num_experts"].clone());
         o.insert("head_dim".into(), if p["head_dim"].is_null() { json!(128) } else { p["head_dim"].clone() });
@@ -64,7 +68,7 @@ fn the_grid_covers_the_issue_and_its_models_count_as_transformers_built_them() {
     let doc = fixture("moe.json");
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
     let points = doc["points"].as_array().unwrap();
-    for family in ["mixtral", "qwen3_moe"] {
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe"] {
         let ps: Vec<&Value> = points.iter().filter(|q| q["point"]["model_type"] == family).collect();
         assert!(ps.len() >= 12, "{family}: {} points", ps.len());
         let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
@@ -148,19 +152,21 @@ fn an_moe_model_type_not_modelled_is_refused() {
 /// The point's model: measure_hf.py's config of the dense family the MoE one extends (Mixtral's
 /// attention is Mistral's, Qwen3-MoE's Qwen3's), with the point's experts.
 fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
-    let qwen = p["model_type"] == "qwen3_moe";
+    let (qwen, qwen2) = (p["model_type"] == "qwen3_moe", p["model_type"] == "qwen2_moe");
     let mut dense = p.clone();
-    dense["model_type"] = json!(if qwen { "qwen3" } else { "mistral" });
+    dense["model_type"] = json!(if qwen { "qwen3" } else if qwen2 { "qwen2" } else { "mistral" });
     let mut cfg = grid_common::hf::config_of(&dense);
     let hf = cfg.hf.as_mut().unwrap();
     hf.moe = Some(MoeConfig {
-        family: if qwen { MoeFamily::Qwen3Moe } else { MoeFamily::Mixtral },
+        family: if qwen { MoeFamily::Qwen3Moe } else if qwen2 { MoeFamily::Qwen2Moe } else { MoeFamily::Mixtral },
         experts: grid_common::hf::num(p, "num_experts"),
         top_k: grid_common::hf::num(p, "top_k"),
         intermediate: grid_common::hf::num(p, "intermediate_size"),
-        norm_topk_prob: true,
+        // measure_moe.py: Qwen3-MoE with norm_topk_prob true, Qwen2-MoE with its default false.
+        norm_topk_prob: !qwen2,
         implementation: ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap(),
         routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
+        shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
     });
     cfg
 }
@@ -172,7 +178,7 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 fn moe_grid_matches_transformers() {
     let doc = fixture("moe.json");
     let points = doc["points"].as_array().unwrap();
-    grid_common::check("moe", points, 36, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
+    grid_common::check("moe", points, 54, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
 }
 
 /// summary.json of `profile` on meta with `extra`.
@@ -241,6 +247,26 @@ fn the_published_configs_read_as_their_presets() {
         let (r, p) = (read.hf.as_ref().unwrap(), preset.hf.as_ref().unwrap());
         assert_eq!((&r.moe, r.sliding_window, r.head_dim, read.d_ff, read.num_kv_heads), (&p.moe, p.sliding_window, p.head_dim, preset.d_ff, preset.num_kv_heads), "{name}");
     }
+}
+
+#[test]
+fn every_config_vramscope_runs_builds_transformers_parameter_count() {
+    let doc = fixture("meta_params.json");
+    let mut n = 0;
+    for (name, m) in doc["models"].as_object().unwrap() {
+        let Ok(read) = vramscope::model::hf::parse(&m["config"].to_string()) else {
+            assert!(name.contains("dense-layers"), "{name} is refused");
+            continue;
+        };
+        let total = m["total"].as_u64().unwrap();
+        assert_eq!(read.config.param_count(), total, "{name}: closed form");
+        vramscope::engine::runtime::reset();
+        let built = vramscope::model::Model::new(&read.config, vramscope::engine::Device::Meta, 0).unwrap();
+        assert_eq!(built.num_parameters(), total, "{name}: built");
+        assert_eq!(vramscope::session::hf::active_parameters(&read.config), m["active"].as_u64().unwrap(), "{name}: active");
+        n += 1;
+    }
+    assert!(n >= 5, "{n}");
 }
 
 #[test]

@@ -371,6 +371,10 @@ impl ModelConfig {
         // is one expert's width).
         if let Some(m) = self.hf.as_ref().and_then(|h| h.moe.as_ref()) {
             mlp = mlp.saturating_mul(m.experts as u128).saturating_add(d.saturating_mul(m.experts as u128));
+            // Qwen2-MoE's shared expert and its (1, d) gate.
+            if m.shared_intermediate > 0 {
+                mlp = mlp.saturating_add(d.saturating_mul(m.shared_intermediate as u128).saturating_mul(3)).saturating_add(d);
+            }
         }
         let mut norms = 2 * d;
         if let Some(h) = &self.hf {

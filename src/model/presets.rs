@@ -127,6 +127,7 @@ fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset
         norm_topk_prob: true,
         implementation: ExpertsImplementation::default(),
         routing: Routing::default(),
+        shared_intermediate: 0,
     });
     p
 }

@@ -4,7 +4,7 @@ Mixtral and Qwen3-MoE allocate, per phase, measured by measure_moe.py (mode-free
 torch.profiler session per measurement, requested bytes of blocks >= 512 B, absolute; routing
 forced to balanced or worst as vramscope's `--routing`), written to tests/fixtures/moe_grid/moe.json.
 
-The grid: per family six shapes, each measured as inference, forward and training, covering every
+The grid: per family six shapes (Qwen2-MoE's with shared experts of varying width), each measured as inference, forward and training, covering every
 experts implementation that runs on CPU (eager, batched_mm, grouped_mm: all three do), top-k 1-4,
 4-16 experts, balanced and worst routing, eager and sdpa attention, fp32 and bf16 weights.
 
@@ -40,21 +40,32 @@ POINTS = [
     ("qwen3_moe", 128, 64, 2, 4, 2, 64, 1000, 12, 2, 6, 3, "grouped_mm", "worst", "eager", "bf16"),
     ("qwen3_moe", 64, 96, 1, 2, 1, 32, 640, 32, 1, 10, 2, "eager", "worst", "sdpa", "fp32"),
     ("qwen3_moe", 96, 48, 1, 6, 3, 16, 900, 16, 3, 12, 4, "batched_mm", "balanced", "eager", "bf16"),
+    # Qwen2-MoE: the shared expert's width last (its norm_topk_prob default, false).
+    ("qwen2_moe", 64, 48, 1, 4, 2, None, 1000, 16, 2, 8, 2, "grouped_mm", "balanced", "sdpa", "fp32", 96),
+    ("qwen2_moe", 96, 64, 2, 6, 2, None, 777, 24, 1, 16, 4, "eager", "balanced", "eager", "bf16", 128),
+    ("qwen2_moe", 64, 80, 1, 4, 4, None, 512, 20, 2, 4, 1, "batched_mm", "worst", "sdpa", "fp32", 64),
+    ("qwen2_moe", 128, 64, 2, 4, 2, None, 1000, 12, 2, 6, 3, "grouped_mm", "worst", "eager", "bf16", 160),
+    ("qwen2_moe", 64, 96, 1, 2, 1, None, 640, 32, 1, 10, 2, "eager", "worst", "sdpa", "fp32", 48),
+    ("qwen2_moe", 96, 48, 1, 6, 3, None, 900, 16, 3, 12, 4, "batched_mm", "balanced", "eager", "bf16", 192),
 ]
 
 
 def point(row):
-    mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype = row
-    return dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
-                head_dim=hd, vocab_size=V, max_position_embeddings=4096, tied=False, seq=S, batch=B, attn=attn,
-                dtype=dtype, use_cache=True, logits_to_keep=0, checkpoint="none", optimizer="adamw_torch_fused",
-                max_grad_norm=1.0, attention_mask="none", num_experts=E, top_k=k, experts=impl, routing=routing)
+    mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype = row[:16]
+    p = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             head_dim=hd, vocab_size=V, max_position_embeddings=4096, tied=False, seq=S, batch=B, attn=attn,
+             dtype=dtype, use_cache=True, logits_to_keep=0, checkpoint="none", optimizer="adamw_torch_fused",
+             max_grad_norm=1.0, attention_mask="none", num_experts=E, top_k=k, experts=impl, routing=routing)
+    if len(row) > 16:
+        p["shared_intermediate_size"] = row[16]
+    return p
 
 
 def name_of(p, kind):
     return (f"{p['model_type']} d{p['hidden_size']} F{p['intermediate_size']} L{p['num_layers']} h{p['num_heads']} "
             f"kv{p['num_kv_heads']}{' hd' + str(p['head_dim']) if p['head_dim'] else ''} V{p['vocab_size']} "
-            f"S{p['seq']} B{p['batch']} E{p['num_experts']} k{p['top_k']} {p['experts']} {p['routing']} "
+            f"S{p['seq']} B{p['batch']} E{p['num_experts']} k{p['top_k']}"
+            f"{' shared' + str(p['shared_intermediate_size']) if p.get('shared_intermediate_size') else ''} {p['experts']} {p['routing']} "
             f"{p['attn']} {p['dtype']} {kind}")
 
 

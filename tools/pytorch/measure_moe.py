@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """measure_moe.py -- what eager PyTorch allocates when transformers' mixture-of-experts causal LMs
-(Mixtral, Qwen3-MoE) run, per phase, mode-free on CPU: the ground truth of vramscope's MoE
+(Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert) run, per phase, mode-free on CPU: the ground truth of vramscope's MoE
 (issue #30), measured with measure_hf.py's machinery (one torch.profiler session, requested bytes
 of blocks >= 512 B, absolute levels; the step is the Trainer's).
 
@@ -34,7 +34,7 @@ import torch
 import measure_cs336 as M
 import measure_hf as H
 
-MODEL_TYPES = ("mixtral", "qwen3_moe")
+MODEL_TYPES = ("mixtral", "qwen3_moe", "qwen2_moe")
 EXPERTS = ("eager", "batched_mm", "grouped_mm")
 ROUTINGS = ("balanced", "worst")
 
@@ -57,6 +57,12 @@ def moe_config(p):
               output_router_logits=False)
     if p["model_type"] == "mixtral":
         cfg = T.MixtralConfig(num_local_experts=p["num_experts"], **kw)
+    elif p["model_type"] == "qwen2_moe":
+        # Qwen2-MoE: a shared expert (a dense MLP of shared_expert_intermediate_size) beside the
+        # routed ones, scaled by sigmoid(shared_expert_gate(x)).
+        cfg = T.Qwen2MoeConfig(num_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
+                               shared_expert_intermediate_size=p["shared_intermediate_size"],
+                               norm_topk_prob=p.get("norm_topk_prob", False), **kw)
     else:
         kw["intermediate_size"] = p.get("dense_intermediate_size", p["intermediate_size"])
         cfg = T.Qwen3MoeConfig(num_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
@@ -68,8 +74,9 @@ def moe_config(p):
 def install_routing(p):
     """Wrap the family's router so its top-k indices are the point's routing (see the docstring)."""
     import transformers as T
-    router = (T.models.mixtral.modeling_mixtral.MixtralTopKRouter if p["model_type"] == "mixtral"
-              else T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter)
+    router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
+              "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
+              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter}[p["model_type"]]
     forced = forced_indices(p["batch"] * p["seq"], p["top_k"], p["num_experts"], p["routing"])
     original = getattr(router, "_vramscope_original", router.forward)
     router._vramscope_original = original
@@ -102,6 +109,7 @@ def main(argv=None):
             act.choices = MODEL_TYPES
     a.add_argument("--num-experts", type=int, default=4)
     a.add_argument("--top-k", type=int, default=2)
+    a.add_argument("--shared-intermediate-size", type=int, default=64, help="qwen2_moe's shared expert width")
     a.add_argument("--experts", choices=EXPERTS, default="grouped_mm")
     a.add_argument("--routing", choices=ROUTINGS, default="balanced")
     a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
@@ -117,7 +125,7 @@ def main(argv=None):
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
              batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=True, logits_to_keep=0, checkpoint="none",
              optimizer="adamw_torch_fused", max_grad_norm=1.0, attention_mask="none", num_experts=x.num_experts,
-             top_k=x.top_k, experts=x.experts, routing=x.routing)
+             top_k=x.top_k, experts=x.experts, routing=x.routing, shared_intermediate_size=x.shared_intermediate_size)
     per, log, info = measure(p, x.profile_type)
     if x.events:
         M.write_events(x.events, log)

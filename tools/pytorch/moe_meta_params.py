@@ -2,7 +2,7 @@
 """moe_meta_params.py -- parameter counts of transformers 5.23's mixture-of-experts models as its
 own classes build them on the meta device (total, and active per token: the router's top-k
 experts of each sparse layer instead of all of them), for the published configs vramscope names
-(Mixtral-8x7B, Qwen3-30B-A3B) and small ones; written to tests/fixtures/moe_grid/meta_params.json.
+(Mixtral-8x7B, Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B) and small ones; written to tests/fixtures/moe_grid/meta_params.json.
 
     python3 moe_meta_params.py
 """
@@ -27,6 +27,16 @@ CONFIGS = {
                           vocab_size=151936, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
                           decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=40960,
                           rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    # Qwen/Qwen1.5-MoE-A2.7B config.json (Qwen2-MoE: 60 experts and a shared expert)
+    "Qwen1.5-MoE-A2.7B": dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+                              shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16,
+                              num_key_value_heads=16, vocab_size=151936, num_experts=60, num_experts_per_tok=4,
+                              norm_topk_prob=False, decoder_sparse_step=1, max_position_embeddings=8192,
+                              rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    "qwen2_moe-small-no-qkv-bias": dict(model_type="qwen2_moe", hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                        shared_expert_intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, vocab_size=500, num_experts=6, num_experts_per_tok=2,
+                                        qkv_bias=False, tie_word_embeddings=True),
     "mixtral-small-tied": dict(model_type="mixtral", hidden_size=96, intermediate_size=160, num_hidden_layers=3,
                                num_attention_heads=6, num_key_value_heads=2, vocab_size=777, num_local_experts=6,
                                num_experts_per_tok=3, tie_word_embeddings=True),

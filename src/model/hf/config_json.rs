@@ -171,6 +171,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     let mut hf = HfConfig::new(arch, head_dim);
     // An MoE model's MLP width is one expert's (Qwen3-MoE's moe_intermediate_size).
     let f = moe.as_ref().map_or(f, |m| m.moe.intermediate);
+    let moe_qkv_bias = moe.as_ref().and_then(|m| m.qkv_bias);
     hf.moe = moe.map(|m| m.moe);
     hf.rope_type = rope_type;
     hf.torch_dtype = weight_dtype;
@@ -185,7 +186,8 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
             let b = boolean(obj, "attention_bias", false)?;
             (hf.qkv_bias, hf.o_bias) = (b, b);
         }
-        Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (true, false),
+        // Qwen2-MoE reads `qkv_bias` (true by default).
+        Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (moe_qkv_bias.unwrap_or(true), false),
         Arch::Mistral => {}
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;

@@ -1,4 +1,5 @@
-//! Mixture-of-experts configs: transformers 5.23's `MixtralConfig` and `Qwen3MoeConfig` read
+//! Mixture-of-experts configs: transformers 5.23's `MixtralConfig`, `Qwen3MoeConfig` and
+//! `Qwen2MoeConfig` read
 //! into an [`MoeConfig`] (the op sequence is `moe_5_23.rs`), the run options
 //! (`experts_implementation`, the routing), and the guards that keep an MoE config from ever
 //! running as a dense model: an MoE `model_type` vramscope does not run (DeepSeek, gpt-oss …)
@@ -24,7 +25,8 @@ pub const EXPERT_KEYS: [&str; 11] = [
     "moe_layer_freq",
 ];
 
-/// The MoE `model_type`s of transformers 5.23 people ask about (mixtral and qwen3_moe run).
+/// The MoE `model_type`s of transformers 5.23 people ask about (mixtral, qwen3_moe and
+/// qwen2_moe run).
 pub const MOE_MODEL_TYPES: [&str; 9] = ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "olmoe", "jamba", "dbrx"];
 
 /// The expert keys `obj` sets to something other than null, 0, false or an empty list (a
@@ -52,7 +54,7 @@ pub fn refuse_dense_with_experts(obj: &Map<String, Value>, model_type: &str) -> 
     Err(format!(
         "model_type '{model_type}' is a dense model, but the config sets the mixture-of-experts field{} {listed}: \
          transformers would build the dense {model_type} and ignore the experts; vramscope refuses rather than \
-         answer for the wrong model (write the MoE model_type: mixtral or qwen3_moe)",
+         answer for the wrong model (write the MoE model_type: mixtral, qwen3_moe or qwen2_moe)",
         if keys.len() > 1 { "s" } else { "" }
     ))
 }
@@ -65,6 +67,8 @@ pub fn refuse_dense_with_experts(obj: &Map<String, Value>, model_type: &str) -> 
 pub enum MoeFamily {
     Mixtral,
     Qwen3Moe,
+    /// Qwen2-MoE: Qwen3-MoE's router, plus a shared expert on every token.
+    Qwen2Moe,
 }
 
 impl MoeFamily {
@@ -72,6 +76,7 @@ impl MoeFamily {
         match self {
             MoeFamily::Mixtral => "mixtral",
             MoeFamily::Qwen3Moe => "qwen3_moe",
+            MoeFamily::Qwen2Moe => "qwen2_moe",
         }
     }
 }
@@ -162,6 +167,10 @@ pub struct MoeConfig {
     pub norm_topk_prob: bool,
     pub implementation: ExpertsImplementation,
     pub routing: Routing,
+    /// Qwen2-MoE's shared expert: a dense MLP of this width on every token, scaled by
+    /// `sigmoid(shared_expert_gate(x))` (0: none).
+    #[serde(default)]
+    pub shared_intermediate: usize,
 }
 
 /// The shape of a Mixtral or Qwen3-MoE config, as its config class reads it.
@@ -174,6 +183,10 @@ pub struct MoeShape {
     pub expert_intermediate: usize,
     /// A dense layer's MLP width (Qwen3-MoE's `intermediate_size`, in `mlp_only_layers`).
     pub dense_intermediate: usize,
+    /// Qwen2-MoE's shared expert width (0: none).
+    pub shared_intermediate: usize,
+    /// Qwen2-MoE's `qkv_bias` (true by default).
+    pub qkv_bias: bool,
     pub layers: usize,
     pub heads: usize,
     pub kv_heads: usize,
@@ -208,24 +221,29 @@ impl MoeShape {
     /// Read `obj` as `MixtralConfig` or `Qwen3MoeConfig` (their defaults where a field is
     /// absent); None for the other MoE types.
     pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeShape, String>> {
-        let mixtral = match model_type {
-            "mixtral" => true,
-            "qwen3_moe" => false,
+        let (mixtral, qwen2) = match model_type {
+            "mixtral" => (true, false),
+            "qwen3_moe" => (false, false),
+            "qwen2_moe" => (false, true),
             _ => return None,
         };
         Some((|| {
             let u = |k: &str, d: u64| get(obj, k, d).and_then(|n| size(n, k));
             let hidden = u("hidden_size", if mixtral { 4096 } else { 2048 })?;
-            let heads = u("num_attention_heads", 32)?;
+            let heads = u("num_attention_heads", if qwen2 { 16 } else { 32 })?;
             let layers = u("num_hidden_layers", if mixtral { 32 } else { 24 })?;
             // Neither config class has a head_dim default: the attention takes hidden / heads.
             let head_dim = match obj.get("head_dim") {
                 Some(v) if !v.is_null() => u("head_dim", 0)?,
                 _ => hidden / heads,
             };
-            let dense_intermediate = u("intermediate_size", if mixtral { 14336 } else { 6144 })?;
-            let (expert_intermediate, experts) =
-                if mixtral { (dense_intermediate, u("num_local_experts", 8)?) } else { (u("moe_intermediate_size", 768)?, u("num_experts", 128)?) };
+            let dense_intermediate = u("intermediate_size", if mixtral { 14336 } else if qwen2 { 5632 } else { 6144 })?;
+            let (expert_intermediate, experts) = match (mixtral, qwen2) {
+                (true, _) => (dense_intermediate, u("num_local_experts", 8)?),
+                (_, true) => (u("moe_intermediate_size", 1408)?, u("num_experts", 60)?),
+                _ => (u("moe_intermediate_size", 768)?, u("num_experts", 128)?),
+            };
+            let shared_intermediate = if qwen2 { u("shared_expert_intermediate_size", 5632)? } else { 0 };
             let step = if mixtral { 1 } else { u("decoder_sparse_step", 1)? };
             let only: Vec<u64> = match obj.get("mlp_only_layers") {
                 Some(Value::Array(a)) if !mixtral => a.iter().map(|x| x.as_u64().ok_or_else(|| format!("field 'mlp_only_layers' must hold layer indices, found {x}"))).collect::<Result<_, _>>()?,
@@ -233,17 +251,19 @@ impl MoeShape {
             };
             let sparse = (0..layers).map(|i| !only.contains(&(i as u64)) && (i + 1) % step == 0).collect();
             Ok(MoeShape {
-                model_type: if mixtral { "mixtral" } else { "qwen3_moe" },
+                model_type: if mixtral { "mixtral" } else if qwen2 { "qwen2_moe" } else { "qwen3_moe" },
                 hidden,
                 expert_intermediate,
+                shared_intermediate,
                 dense_intermediate,
                 layers,
                 heads,
-                kv_heads: u("num_key_value_heads", if mixtral { 8 } else { 4 })?,
+                kv_heads: u("num_key_value_heads", if mixtral { 8 } else if qwen2 { 16 } else { 4 })?,
                 head_dim,
                 vocab: u("vocab_size", if mixtral { 32000 } else { 151936 })?,
                 experts,
-                top_k: u("num_experts_per_tok", if mixtral { 2 } else { 8 })?,
+                top_k: u("num_experts_per_tok", if mixtral { 2 } else if qwen2 { 4 } else { 8 })?,
+                qkv_bias: qwen2 && obj.get("qkv_bias").and_then(Value::as_bool).unwrap_or(true),
                 tied: obj.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
                 sparse,
             })
@@ -259,13 +279,18 @@ impl MoeShape {
         let over = || format!("the {} parameter count overflows", self.model_type);
         let m = |a: usize, b: usize| (a as u64).checked_mul(b as u64).ok_or_else(over);
         let (d, hd) = (self.hidden, self.head_dim);
-        let attn = m(d, (self.heads + self.heads + 2 * self.kv_heads) * hd)? + if self.model_type == "qwen3_moe" { 2 * hd as u64 } else { 0 };
+        let mut attn = m(d, (self.heads + self.heads + 2 * self.kv_heads) * hd)? + if self.model_type == "qwen3_moe" { 2 * hd as u64 } else { 0 };
+        if self.qkv_bias {
+            attn += ((self.heads + 2 * self.kv_heads) * hd) as u64;
+        }
+        // The shared expert's three matrices and its (1, hidden) gate, in every sparse layer.
+        let shared = if self.shared_intermediate > 0 { m(3 * self.shared_intermediate, d)? + d as u64 } else { 0 };
         let expert = m(3 * self.expert_intermediate, d)?;
         let (mut total, mut active) = (0u64, 0u64);
         for &sparse in &self.sparse {
             let (all, used) = if sparse {
                 let router = m(self.experts, d)?;
-                (m(self.experts, 1)?.checked_mul(expert).ok_or_else(over)? + router, expert.checked_mul(self.top_k as u64).ok_or_else(over)? + router)
+                (m(self.experts, 1)?.checked_mul(expert).ok_or_else(over)? + router + shared, expert.checked_mul(self.top_k as u64).ok_or_else(over)? + router + shared)
             } else {
                 let mlp = m(3 * self.dense_intermediate, d)?;
                 (mlp, mlp)
@@ -289,6 +314,8 @@ pub struct MoeRead {
     pub kv_default: Option<usize>,
     /// Qwen3-MoE: hidden / heads when no head_dim is given (Qwen3's default is 128).
     pub head_dim_default: Option<usize>,
+    /// Qwen2-MoE's `qkv_bias` (Qwen2's biases are always on).
+    pub qkv_bias: Option<bool>,
 }
 
 /// Read the experts of an MoE config (`model_type` mixtral or qwen3_moe); None for the
@@ -307,9 +334,10 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
         if obj.get("router_jitter_noise").and_then(Value::as_f64).is_some_and(|j| j != 0.0) {
             return Err("field 'router_jitter_noise' is not 0: the jitter's random tensor in training is not modelled".into());
         }
-        let mixtral = shape.model_type == "mixtral";
+        let (mixtral, qwen2) = (shape.model_type == "mixtral", shape.model_type == "qwen2_moe");
         let moe = MoeConfig {
-            family: if mixtral { MoeFamily::Mixtral } else { MoeFamily::Qwen3Moe },
+            family: if mixtral { MoeFamily::Mixtral } else if qwen2 { MoeFamily::Qwen2Moe } else { MoeFamily::Qwen3Moe },
+            shared_intermediate: shape.shared_intermediate,
             experts: shape.experts,
             top_k: shape.top_k,
             intermediate: shape.expert_intermediate,
@@ -322,10 +350,11 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
         }
         let has = |k: &str| obj.get(k).is_some_and(|v| !v.is_null());
         Ok(MoeRead {
-            arch: if mixtral { super::Arch::Mistral } else { super::Arch::Qwen3 },
+            arch: if mixtral { super::Arch::Mistral } else if qwen2 { super::Arch::Qwen2 } else { super::Arch::Qwen3 },
             moe,
-            kv_default: (!mixtral).then_some(4),
-            head_dim_default: (!mixtral && !has("head_dim")).then(|| shape.hidden / shape.heads),
+            kv_default: (!mixtral).then_some(if qwen2 { 16 } else { 4 }),
+            head_dim_default: (!mixtral && !qwen2 && !has("head_dim")).then(|| shape.hidden / shape.heads),
+            qkv_bias: qwen2.then_some(shape.qkv_bias),
         })
     })())
 }
@@ -336,14 +365,14 @@ pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option
     match family {
         MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok(None),
         MoeFamily::Mixtral => Ok(dense),
-        MoeFamily::Qwen3Moe if dense.is_some() => Err("field 'use_sliding_window' is true: Qwen3-MoE's sliding window is not modelled".into()),
-        MoeFamily::Qwen3Moe => Ok(None),
+        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe if dense.is_some() => Err("field 'use_sliding_window' is true: the sliding window of an MoE Qwen is not modelled".into()),
+        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe => Ok(None),
     }
 }
 
 /// The refusal of an MoE `model_type` vramscope does not run (all but mixtral and qwen3_moe).
 pub fn refuse_moe_type(model_type: &str, supported: &str) -> String {
-    format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe")
+    format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe, qwen2_moe")
 }
 
 #[cfg(test)]

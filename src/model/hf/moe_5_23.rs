@@ -17,14 +17,23 @@ pub struct MoeWeights<'a> {
     pub router: &'a Tensor,
     pub gate_up: &'a Tensor,
     pub down: &'a Tensor,
+    /// Qwen2-MoE's shared expert (gate_proj, up_proj, down_proj, shared_expert_gate).
+    pub shared: Option<&'a [Tensor; 4]>,
 }
 
 /// `SparseMoeBlock.forward(hidden_states)` on (B, S, hidden).
 pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor {
     let (b, s, d) = (x.dim(0), x.dim(1), x.dim(2));
     let flat = x.view(&[b * s, d]);
-    // `_, top_k_weights, top_k_index = self.gate(...)`: the logits stay bound until forward returns.
     let (_, router_frame, experts_frame) = moe_frames::of(m.family);
+    // Qwen2-MoE: `shared_expert_output = self.shared_expert(hidden_states)` first.
+    let shared_out = w.shared.map(|sw| {
+        let _s = scope("shared_expert");
+        let _f = py_frame(&moe_frames::QWEN2_MOE_MLP);
+        let prod = linear("gate_proj", &flat, &sw[0]).silu().mul(&linear("up_proj", &flat, &sw[1]));
+        linear("down_proj", &prod, &sw[2])
+    });
+    // `_, top_k_weights, top_k_index = self.gate(...)`: the logits stay bound until forward returns.
     let (_logits, weights, index) = {
         let _f = py_frame(router_frame);
         router(m, w.router, &flat)
@@ -44,7 +53,18 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor
             ExpertsImplementation::Eager => eager_experts(m, w, &flat, &index, &weights),
         }
     };
-    drop((flat, weights, index));
+    let (out, scaled) = match (w.shared, shared_out) {
+        (Some(sw), Some(shared_out)) => {
+            // shared_expert_output = sigmoid(shared_expert_gate(x)) * shared_expert_output;
+            // expert_output = expert_output + shared_expert_output (a rebound name frees its
+            // previous tensor; the scaled output lives until forward returns).
+            let scaled = linear("shared_expert_gate", &flat, &sw[3]).sigmoid().mul(&shared_out);
+            drop(shared_out);
+            (out.add(&scaled), Some(scaled))
+        }
+        _ => (out, None),
+    };
+    drop((flat, weights, index, scaled));
     out.reshape(&[b, s, d])
 }
 
@@ -61,7 +81,7 @@ fn router(m: &MoeConfig, weight: &Tensor, x: &Tensor) -> (Tensor, Tensor, Tensor
         let sum = values.sum_dim(-1, true);
         values = values.div(&sum);
     }
-    if m.family == MoeFamily::Qwen3Moe {
+    if m.family != MoeFamily::Mixtral {
         values = values.to_dtype(logits.dtype());
     }
     (logits, values, index)

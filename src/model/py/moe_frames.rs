@@ -1,5 +1,5 @@
 //! The Python functions of transformers 5.23.0's mixture-of-experts models (`modeling_mixtral.py`,
-//! `modeling_qwen3_moe.py`, `integrations/moe.py`), as frames for snapshots: the `def` line of
+//! `modeling_qwen3_moe.py`, `modeling_qwen2_moe.py`, `integrations/moe.py`), as frames for snapshots: the `def` line of
 //! each (`inspect.getsourcelines` in the pinned release).
 use super::hf_frames::HfFrames;
 use crate::record::PyFn;
@@ -44,5 +44,23 @@ pub fn of(family: crate::model::hf::moe::MoeFamily) -> (&'static HfFrames, &'sta
     match family {
         crate::model::hf::moe::MoeFamily::Mixtral => (&MIXTRAL, &MIXTRAL_ROUTER, &MIXTRAL_EXPERTS),
         crate::model::hf::moe::MoeFamily::Qwen3Moe => (&QWEN3_MOE, &QWEN3_MOE_ROUTER, &QWEN3_MOE_EXPERTS),
+        crate::model::hf::moe::MoeFamily::Qwen2Moe => (&QWEN2_MOE, &QWEN2_MOE_ROUTER, &QWEN2_MOE_EXPERTS),
     }
 }
+
+pub static QWEN2_MOE: HfFrames = HfFrames {
+    rms_norm: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 64, name: "Qwen2MoeRMSNorm.forward" },
+    rotary: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 111, name: "Qwen2MoeRotaryEmbedding.forward" },
+    rotate_half: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 138, name: "rotate_half" },
+    apply_rotary_pos_emb: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 145, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 171, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 183, name: "eager_attention_forward" },
+    attention: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 229, name: "Qwen2MoeAttention.forward" },
+    mlp: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 339, name: "Qwen2MoeSparseMoeBlock.forward" },
+    decoder_layer: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 367, name: "Qwen2MoeDecoderLayer.forward" },
+    model: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 447, name: "Qwen2MoeModel.forward" },
+    for_causal_lm: PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 603, name: "Qwen2MoeForCausalLM.forward" },
+};
+pub static QWEN2_MOE_ROUTER: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 319, name: "Qwen2MoeTopKRouter.forward" };
+pub static QWEN2_MOE_EXPERTS: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 283, name: "Qwen2MoeExperts.forward" };
+pub static QWEN2_MOE_MLP: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 133, name: "Qwen2MoeMLP.forward" };
