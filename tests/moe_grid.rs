@@ -178,7 +178,7 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 fn moe_grid_matches_transformers() {
     let doc = fixture("moe.json");
     let points = doc["points"].as_array().unwrap();
-    grid_common::check("moe", points, 54, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
+    grid_common::check("moe", points, 57, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
 }
 
 /// summary.json of `profile` on meta with `extra`.

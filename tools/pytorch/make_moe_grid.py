@@ -6,7 +6,8 @@ forced to balanced or worst as vramscope's `--routing`), written to tests/fixtur
 
 The grid: per family six shapes (Qwen2-MoE's with shared experts of varying width), each measured as inference, forward and training, covering every
 experts implementation that runs on CPU (eager, batched_mm, grouped_mm: all three do), top-k 1-4,
-4-16 experts, balanced and worst routing, eager and sdpa attention, fp32 and bf16 weights.
+4-16 experts, balanced and worst routing, eager and sdpa attention, fp32 and bf16 weights; then
+three training points under gradient checkpointing (non-reentrant and reentrant).
 
     python3 make_moe_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_moe_grid.py --only grouped_mm   # re-measure the points whose name contains it
@@ -61,16 +62,27 @@ def point(row):
     return p
 
 
+# Gradient checkpointing (the Trainer's gradient_checkpointing_enable), training only: row of
+# POINTS, use_reentrant.
+CHECKPOINTED = [(0, False), (13, True), (16, False)]
+
+
 def name_of(p, kind):
+    ck = "" if p["checkpoint"] == "none" else f" checkpoint={p['checkpoint']}"
     return (f"{p['model_type']} d{p['hidden_size']} F{p['intermediate_size']} L{p['num_layers']} h{p['num_heads']} "
             f"kv{p['num_kv_heads']}{' hd' + str(p['head_dim']) if p['head_dim'] else ''} V{p['vocab_size']} "
             f"S{p['seq']} B{p['batch']} E{p['num_experts']} k{p['top_k']}"
             f"{' shared' + str(p['shared_intermediate_size']) if p.get('shared_intermediate_size') else ''} {p['experts']} {p['routing']} "
-            f"{p['attn']} {p['dtype']} {kind}")
+            f"{p['attn']} {p['dtype']}{ck} {kind}")
 
 
 def grid():
-    return [(point(r), kind) for r in POINTS for kind in TYPES3]
+    todo = [(point(r), kind) for r in POINTS for kind in TYPES3]
+    for i, reentrant in CHECKPOINTED:
+        p = point(POINTS[i])
+        p["checkpoint"] = "reentrant" if reentrant else "non-reentrant"
+        todo.append((p, "training"))
+    return todo
 
 
 def run_one(job):
