@@ -116,7 +116,6 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let qk_norm = (hf.model_type == Arch::Qwen3)
             .then(|| [b.param(p("self_attn.q_norm.weight"), &[hd], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[hd], Init::Ones)]);
         if let Some(m) = &hf.moe {
-            drop(lin);
             let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
             let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
             let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
