@@ -230,6 +230,7 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Llama-3.2-1B", "--routing", "worst"], "--routing");
     bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8"], "--lora-r");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
+    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16"], "--precision");
     bad(&["--preset", "Qwen3-30B-A3B", "--profile-type", "generate"], "--profile-type");
     bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "2"], "--parallel");
     let _ = std::fs::remove_dir_all(&dir);

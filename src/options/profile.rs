@@ -216,7 +216,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let parallel = a.parallel.resolve()?;
     let parallel_flag = parallel.as_ref().map(|pc| if pc.tp > 1 { "--tp" } else { "--parallel" });
-    super::moe::check_profile(&cfg, device, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
+    super::moe::check_profile(&cfg, device, precision, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
