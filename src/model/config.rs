@@ -370,6 +370,15 @@ impl ModelConfig {
         // q and o are (h·d_k, d) and (d, h·d_k); k and v (h_kv·d_k, d).
         let mut attn = d.saturating_mul(q).saturating_mul(2).saturating_add(d.saturating_mul(kv).saturating_mul(2));
         let mut mlp = d.saturating_mul(f).saturating_mul(3);
+        // A sparse MoE block: the router (experts × d) and every expert's three matrices (d_ff
+        // is one expert's width).
+        if let Some(m) = self.hf.as_ref().and_then(|h| h.moe.as_ref()) {
+            mlp = mlp.saturating_mul(m.experts as u128).saturating_add(d.saturating_mul(m.experts as u128));
+            // Qwen2-MoE's shared expert and its (1, d) gate.
+            if m.shared_intermediate > 0 {
+                mlp = mlp.saturating_add(d.saturating_mul(m.shared_intermediate as u128).saturating_mul(3)).saturating_add(d);
+            }
+        }
         let mut norms = 2 * d;
         if let Some(h) = &self.hf {
             if h.qkv_bias {

@@ -59,6 +59,8 @@ impl Layer {
             w.extend(h.o_bias.iter());
             w.extend(h.mlp_bias.iter().flatten());
             w.extend(h.qk_norm.iter().flatten());
+            w.extend(h.router.iter());
+            w.extend(h.shared_expert.iter().flatten());
             // peft's adapters belong to the layer's modules (FSDP2 shards them with it).
             w.extend(h.lora.iter().flatten().flat_map(|a| [&a.a, &a.b]));
         }

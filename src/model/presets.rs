@@ -1,5 +1,6 @@
 //! The model sizes users run: the tables of reference-models.md and the workshop defaults.
 use super::config::{Attention, Checkpoint, Flavour, ModelConfig};
+use super::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily, Routing};
 use super::hf::{Arch, HfConfig};
 
 /// A named configuration with the run defaults its source uses.
@@ -114,6 +115,23 @@ fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f6
     }
 }
 
+/// An MoE preset: `experts` experts of the preset's d_ff, `top_k` per token, the top-k
+/// renormalised (Mixtral always; Qwen3-30B-A3B's config says norm_topk_prob true).
+fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset {
+    let hf = p.model.hf.as_mut().expect("an hf preset");
+    hf.moe = Some(MoeConfig {
+        family,
+        experts,
+        top_k,
+        intermediate: p.model.d_ff,
+        norm_topk_prob: true,
+        implementation: ExpertsImplementation::default(),
+        routing: Routing::default(),
+        shared_intermediate: 0,
+    });
+    p
+}
+
 /// Other names of a preset: Mistral-7B is v0.3 (vocab 32768, no sliding window).
 pub const ALIASES: [(&str, &str); 1] = [("Mistral-7B-v0.3", "Mistral-7B")];
 
@@ -153,6 +171,10 @@ pub fn all() -> Vec<Preset> {
             h.torch_dtype = Some(crate::engine::DType::F32);
             h.pad_token_id = Some(100277);
         }),
+        // Mixture of experts (d_ff is one expert's width); 12,879,925,248 and 3,353,032,704
+        // parameters active per token.
+        moe(hf("Mixtral-8x7B", Arch::Mistral, [32_000, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 46_702_792_704), MoeFamily::Mixtral, 8, 2),
+        moe(hf("Qwen3-30B-A3B", Arch::Qwen3, [151_936, 2048, 768, 48, 32, 4], 1_000_000.0, 1e-6, 40_960, false, None, 151645, 30_532_122_624), MoeFamily::Qwen3Moe, 128, 8),
     ]
 }
 

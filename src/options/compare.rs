@@ -130,6 +130,7 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Flagged>> {
         return Err(usage("--parallel", "with --compare, give --world-size N to put layouts side by side"));
     }
     let resolved = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    super::moe::refuse(&resolved.config, &a.model, "compare")?;
     let hf = resolved.config.flavour == crate::model::Flavour::Hf;
     if hf && (a.model.hf.lora_r.is_some() || a.model.hf.load_in_4bit || a.model.hf.load_in_8bit) {
         return Ok(fine_tune_variants(a));

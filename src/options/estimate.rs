@@ -57,6 +57,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
+    super::moe::refuse(&r.config, &a.model, "estimate")?;
     if let Some(n) = &r.note {
         note(n);
     }

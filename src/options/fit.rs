@@ -84,7 +84,7 @@ pub struct FitArgs {
 fn args_for(a: &FitArgs, batch: usize, ctx: usize, max_new_tokens: Option<usize>) -> ProfileArgs {
     ProfileArgs {
         max_new_tokens,
-        model: a.model.clone(),
+        model: model_flags(a),
         precision: a.precision.clone(),
         memory: a.memory.clone(),
         optim: a.optim.clone(),
@@ -109,6 +109,16 @@ fn args_for(a: &FitArgs, batch: usize, ctx: usize, max_new_tokens: Option<usize>
         flops_depth: 3,
         compare: false,
     }
+}
+
+/// The model flags of each probe: a mixture-of-experts model is fitted for the worst routing
+/// (every token to the same top-k experts) unless --routing says otherwise.
+fn model_flags(a: &FitArgs) -> super::model::ModelFlags {
+    let mut m = a.model.clone();
+    if m.hf.routing.is_none() && a.model.resolve("walkthrough", super::model::Names::Cs336).is_ok_and(|r| r.config.hf().is_some_and(|h| h.moe.is_some())) {
+        m.hf.routing = Some("worst".into());
+    }
+    m
 }
 
 fn budget(a: &FitArgs, base: &ProfileOptions) -> Result<Budget> {

@@ -124,6 +124,21 @@ pub struct HfFlags {
     /// vramscope counts no such column (a normalized input rarely has one).
     #[arg(help_heading = super::heading::LORA, long, value_name = "T", requires = "load_in_8bit")]
     pub llm_int8_threshold: Option<f64>,
+    /// hf flavour, mixture of experts: transformers' experts_implementation: grouped_mm (the
+    /// default), batched_mm or eager
+    ///
+    /// grouped_mm sorts the tokens by expert and runs two grouped matmuls; batched_mm gathers
+    /// each token's expert weights and runs a bmm; eager loops over the experts that were hit.
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "IMPL")]
+    pub experts_implementation: Option<String>,
+    /// hf flavour, mixture of experts: how many tokens each expert gets: balanced (the
+    /// default), worst, or a file of per-expert counts
+    ///
+    /// balanced splits the tokens evenly; worst sends every token to the same top-k experts; a
+    /// file holds one count per expert (whitespace or commas) adding up to tokens × top-k,
+    /// where tokens is batch × context.
+    #[arg(help_heading = super::heading::MODEL, long, value_name = "ROUTING")]
+    pub routing: Option<String>,
 }
 
 impl HfFlags {
@@ -145,6 +160,8 @@ impl HfFlags {
         add(self.load_in_4bit, "--load-in-4bit");
         add(self.load_in_8bit, "--load-in-8bit");
         add(self.prepare_model_for_kbit_training.is_some(), "--prepare-model-for-kbit-training");
+        add(self.experts_implementation.is_some(), "--experts-implementation");
+        add(self.routing.is_some(), "--routing");
         v
     }
 
@@ -213,7 +230,8 @@ impl HfFlags {
                 _ => return Err(usage("--attention-mask", format!("'{s}' (expected {})", ATTENTION_MASKS.map(|(n, _)| n).join(" or ")))),
             };
         }
-        super::families::check_flags(hf, self.lora_r.is_some(), self.load_in_4bit, self.load_in_8bit)
+        super::families::check_flags(hf, self.lora_r.is_some(), self.load_in_4bit, self.load_in_8bit)?;
+        super::moe::apply(self.experts_implementation.as_deref(), self.routing.as_deref(), hf)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod hf;
 pub mod keywords;
 pub mod memory;
 pub mod model;
+pub mod moe;
 pub mod optim;
 pub mod parallel;
 pub mod precision;

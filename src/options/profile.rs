@@ -216,6 +216,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     let parallel = a.parallel.resolve()?;
     super::families::check_run(cfg.hf(), parallel.as_ref(), a.profile_type.contains(&ProfileType::Generate))?;
+    let parallel_flag = parallel.as_ref().map(|pc| if pc.tp > 1 { "--tp" } else { "--parallel" });
+    super::moe::check_profile(&cfg, device, precision, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };

@@ -77,6 +77,9 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) {
         return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
     }
+    if let Some(m) = &h.moe {
+        return Err(usage(flag, format!("vLLM's plan for a mixture-of-experts model ({}) is not modelled yet", m.family.model_type())));
+    }
     if h.sliding_window.is_some() {
         return Err(usage(flag, "a sliding window makes vLLM use sliding-window KV cache specs, which are not modelled"));
     }

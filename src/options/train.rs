@@ -203,6 +203,7 @@ const DEFAULT_PROFILE_STEPS: usize = 5;
 /// the model's note as soon as it is known.
 pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     let r = a.model.resolve("walkthrough", super::model::Names::Workshop)?;
+    super::moe::refuse(&r.config, &a.model, "train")?;
     if let Some(n) = &r.note {
         note(n);
     }

@@ -34,12 +34,39 @@ pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<Str
     let keep = if hf.logits_to_keep == 0 { "0 (all)".to_string() } else { hf.logits_to_keep.to_string() };
     let mask = if hf.attention_mask { "ones" } else { "none" };
     Some(format!(
-        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}{}",
+        "transformers {TRANSFORMERS_VERSION}: {}; attn_implementation {attn}, use_cache {}{cache}, gradient checkpointing {}, logits_to_keep {keep}, attention_mask {mask}{}{}",
         loaded(hf, precision),
         hf.use_cache,
         checkpointing(c, hf),
-        adapters(hf)
+        adapters(hf),
+        experts(c, hf)
     ))
+}
+
+/// A mixture-of-experts model's experts, implementation and the routing the run assumed.
+fn experts(c: &ModelConfig, hf: &HfConfig) -> String {
+    hf.moe.as_ref().map_or(String::new(), |m| {
+        format!(
+            "; {}: {} experts, top-{}, {} parameters active per token, experts_implementation {}, routing {} (--routing)",
+            m.family.model_type(),
+            m.experts,
+            m.top_k,
+            active_parameters(c),
+            m.implementation.name(),
+            m.routing.name()
+        )
+    })
+}
+
+/// Parameters one token meets: all but the experts it is not routed to.
+pub fn active_parameters(c: &ModelConfig) -> u64 {
+    let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return c.param_count() };
+    let idle = (m.experts.saturating_sub(m.top_k) as u64)
+        .saturating_mul(3)
+        .saturating_mul(m.intermediate as u64)
+        .saturating_mul(c.d_model as u64)
+        .saturating_mul(c.num_layers as u64);
+    c.param_count().saturating_sub(idle)
 }
 
 /// peft's adapters when DoRA is on (its magnitude vectors and per-forward weight norms are
@@ -118,6 +145,16 @@ pub fn settings_json(c: &ModelConfig, precision: Precision, contexts: &[usize]) 
         "config_torch_dtype": hf.torch_dtype.map(|d| d.name()),
         "dtype": hf.dtype.map_or("auto", |d| d.name()),
     });
+    if let Some(m) = &hf.moe {
+        v["moe"] = json!({
+            "model_type": m.family.model_type(),
+            "num_experts": m.experts,
+            "num_experts_per_tok": m.top_k,
+            "experts_implementation": m.implementation.name(),
+            "routing": m.routing,
+            "active_parameters_per_token": active_parameters(c),
+        });
+    }
     if let Some(l) = &hf.lora {
         // peft's LoraConfig(use_dora=...) of a LoRA run (the adapters themselves are under
         // the model's `hf.lora`).

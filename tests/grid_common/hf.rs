@@ -93,8 +93,12 @@ pub fn config_of(p: &Value) -> ModelConfig {
 /// measure_hf.py's loop on meta: three steps (data, then the profile type's calls), the
 /// last one's events with the live set before it.
 pub fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    run_config(point, config_of(&point["point"]))
+}
+
+/// [`run_vramscope`] with the point's model config given (tests/moe_grid.rs adds the experts).
+pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let p = &point["point"];
-    let cfg = config_of(p);
     if p["attn"] == "sdpa" {
         let ran = point["info"]["sdpa_backends"].as_array().unwrap();
         assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{ran:?}");

@@ -5,6 +5,7 @@ pub mod dropout;
 pub mod elementwise;
 pub mod int;
 pub mod linalg;
+pub mod moe;
 pub mod int8;
 pub mod quant;
 pub mod nn;

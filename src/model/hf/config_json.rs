@@ -90,12 +90,26 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         return Err("a multimodal config (its language model's fields are under 'text_config'): multimodal models are not modelled".into());
     }
     let model_type = string(obj, "model_type")?;
+    let mut moe: Option<super::moe::MoeRead> = None;
     // A config without model_type is read as LlamaConfig (the field every saved config has;
     // hand-written ones often omit it).
     let arch = match model_type.as_deref() {
         None => Arch::Llama,
-        Some(t) => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}", Arch::list()))?,
+        Some(t) => match super::moe::read(obj, t) {
+            Some(m) => {
+                let m = m?;
+                let arch = m.arch;
+                moe = Some(m);
+                arch
+            }
+            None if super::moe::MOE_MODEL_TYPES.contains(&t) => return Err(super::moe::refuse_moe_type(t, &Arch::list())),
+            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe", Arch::list()))?,
+        },
     };
+    // Expert keys under a dense model_type (a Mixtral config relabelled mistral): never run as dense.
+    if moe.is_none() {
+        super::moe::refuse_dense_with_experts(obj, arch.name())?;
+    }
     check_nulls(obj, arch)?;
     let [d, f, l, h, vocab] = REQUIRED.map(|name| uint(obj, name, None));
     let (d, f, l, h, vocab) = (d?, f?, l?, h?, vocab?);
@@ -103,6 +117,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     // Qwen2/3Config 32); None → num_attention_heads (__post_init__).
     let kv_default = match arch {
         _ if obj.get("num_key_value_heads").is_some_and(Value::is_null) => h,
+        _ if moe.as_ref().is_some_and(|m| m.kv_default.is_some()) => moe.as_ref().and_then(|m| m.kv_default).unwrap_or(h),
         Arch::Llama | Arch::Phi3 | Arch::Olmo2 => h,
         Arch::Mistral => 8,
         Arch::Qwen2 | Arch::Qwen3 => 32,
@@ -142,6 +157,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     // head_dim: Qwen3Config's default is 128; the others take hidden_size // heads.
     let head_dim = match field(obj, "head_dim") {
         Some(_) => uint(obj, "head_dim", None)?,
+        None if moe.as_ref().is_some_and(|m| m.head_dim_default.is_some()) => moe.as_ref().and_then(|m| m.head_dim_default).unwrap_or(d / h),
         None if arch == Arch::Qwen3 => 128,
         None if d < h => return Err(format!("num_attention_heads {h} exceeds hidden_size {d} (and no head_dim is given)")),
         None => d / h,
@@ -156,6 +172,10 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         return Err(format!("field 'rms_norm_eps' must be non-negative, found {eps}"));
     }
     let mut hf = HfConfig::new(arch, head_dim);
+    // An MoE model's MLP width is one expert's (Qwen3-MoE's moe_intermediate_size).
+    let f = moe.as_ref().map_or(f, |m| m.moe.intermediate);
+    let moe_qkv_bias = moe.as_ref().and_then(|m| m.qkv_bias);
+    hf.moe = moe.map(|m| m.moe);
     hf.rope_type = rope_type;
     hf.torch_dtype = weight_dtype;
     // Bias flags only the config class of that model_type reads.
@@ -169,7 +189,8 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
             let b = boolean(obj, "attention_bias", false)?;
             (hf.qkv_bias, hf.o_bias) = (b, b);
         }
-        Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (true, false),
+        // Qwen2-MoE reads `qkv_bias` (true by default).
+        Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (moe_qkv_bias.unwrap_or(true), false),
         Arch::Olmo2 => {
             let b = boolean(obj, "attention_bias", false)?;
             (hf.qkv_bias, hf.o_bias) = (b, b);
@@ -178,6 +199,9 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         Arch::Mistral => {}
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;
+    if let Some(m) = &hf.moe {
+        hf.sliding_window = super::moe::sliding_window(obj, m.family, hf.sliding_window)?;
+    }
     hf.use_cache = boolean(obj, "use_cache", true)?;
     if let Some(v) = obj.get("eos_token_id") {
         hf.eos_token_id = token_ids(v, "eos_token_id")?;

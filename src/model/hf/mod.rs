@@ -8,6 +8,8 @@
 pub mod config_file;
 pub mod config_json;
 pub mod generation_5_23;
+pub mod moe;
+pub mod moe_5_23;
 pub mod transformers_5_23;
 
 pub use config_json::{parse, HfModel};
@@ -204,6 +206,9 @@ pub struct HfConfig {
     /// `load_in_8bit=True`), if so.
     #[serde(default)]
     pub bnb: Option<crate::model::bnb::Bnb>,
+    /// A mixture-of-experts model's experts (Mixtral, Qwen3-MoE), if any.
+    #[serde(default)]
+    pub moe: Option<moe::MoeConfig>,
     /// The config's `eos_token_id` (none, one or a list): `generate()` stops rows on them and,
     /// without a pad token, pads with the first.
     #[serde(default)]
@@ -253,6 +258,7 @@ impl HfConfig {
             dtype: None,
             lora: None,
             bnb: None,
+            moe: None,
             // The config classes' defaults: llama and mistral 2, qwen2/qwen3 none.
             eos_token_id: match model_type {
                 Arch::Llama | Arch::Mistral => vec![2],

@@ -47,6 +47,11 @@ pub struct HfLayer {
     /// bitsandbytes' 4-bit or 8-bit storage, by projection in `lora::TARGETS` order (empty: not
     /// quantized).
     pub quant: Vec<Quantized>,
+    /// A sparse MoE block's router (experts, hidden); its experts' 3-D weights are the layer's
+    /// `gate_up` (fused) and `down`.
+    pub router: Option<Tensor>,
+    /// Qwen2-MoE's shared expert: gate_proj, up_proj, down_proj and `shared_expert_gate` (1, hidden).
+    pub shared_expert: Option<[Tensor; 4]>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -126,6 +131,22 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             _ => None,
         }
         .map(|[nq, nk]| [b.param(p("self_attn.q_norm.weight"), &[nq], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[nk], Init::Ones)]);
+        if let Some(m) = &hf.moe {
+            let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
+            let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
+            let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
+            let extra = HfLayer { qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]), o_bias: bo, qk_norm, router: Some(router), shared_expert, ..HfLayer::default() };
+            layers.push(Layer {
+                attn_norm,
+                qkv: Projection::Separate(vec![("q_proj", wq), ("k_proj", wk), ("v_proj", wv)]),
+                o: wo,
+                ffn_norm,
+                gate_up: Projection::Fused("gate_up_proj", gate_up, vec![m.intermediate, m.intermediate]),
+                down,
+                hf: Some(Rc::new(extra)),
+            });
+            continue;
+        }
         let (wg, bg) = lin(&mut b, "mlp.gate_proj", f, d, hf.mlp_bias);
         let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
         let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
@@ -148,6 +169,8 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             qk_norm,
             lora: Vec::new(),
             quant,
+            router: None,
+            shared_expert: None,
         };
         layers.push(Layer {
             attn_norm,
@@ -199,6 +222,31 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         }
     }
     b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers })
+}
+
+/// A sparse MoE block's parameters in registration order (Mixtral, Qwen2-MoE: `mlp.gate`
+/// then `mlp.experts`; Qwen3-MoE: `mlp.experts` then `mlp.gate`; Qwen2-MoE then its
+/// `shared_expert` and `shared_expert_gate`): the router (experts, hidden), the experts'
+/// `gate_up_proj` (experts, 2·I, hidden) and `down_proj` (experts, hidden, I).
+type MoeParams = (Tensor, Tensor, Tensor, Option<[Tensor; 4]>);
+fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> String, d: usize) -> MoeParams {
+    let std = Init::Normal { std: 0.02 };
+    let (e, i) = (m.experts, m.intermediate);
+    let router_first = m.family != super::moe::MoeFamily::Qwen3Moe;
+    let router = router_first.then(|| b.param(p("mlp.gate.weight"), &[e, d], std));
+    let gate_up = b.param(p("mlp.experts.gate_up_proj"), &[e, 2 * i, d], std);
+    let down = b.param(p("mlp.experts.down_proj"), &[e, d, i], std);
+    let router = router.unwrap_or_else(|| b.param(p("mlp.gate.weight"), &[e, d], std));
+    let shared = (m.shared_intermediate > 0).then(|| {
+        let s = m.shared_intermediate;
+        [
+            b.param(p("mlp.shared_expert.gate_proj.weight"), &[s, d], std),
+            b.param(p("mlp.shared_expert.up_proj.weight"), &[s, d], std),
+            b.param(p("mlp.shared_expert.down_proj.weight"), &[d, s], std),
+            b.param(p("mlp.shared_expert_gate.weight"), &[1, d], std),
+        ]
+    });
+    (router, gate_up, down, shared)
 }
 
 /// peft's `ModulesToSaveWrapper` around `module` (after the adapters, in module order):
@@ -266,6 +314,9 @@ pub struct Output {
 
 /// The modeling file of `hf`'s family, for frames.
 fn frames(hf: &HfConfig) -> &'static HfFrames {
+    if let Some(m) = &hf.moe {
+        return crate::model::py::moe_frames::of(m.family).0;
+    }
     match hf.model_type {
         Arch::Llama => &py::LLAMA,
         Arch::Mistral => &py::MISTRAL,
@@ -565,6 +616,12 @@ impl Block {
         if self.hf().model_type == Arch::Phi3 {
             return self.phi3_mlp(x);
         }
+        if let (Some(m), Some(router)) = (&self.hf().moe, &self.layer.hf.as_ref().expect("hf layer").router) {
+            let gate_up = self.layer.gate_up.weights()[0];
+            let shared = self.layer.hf.as_ref().expect("hf layer").shared_expert.as_ref();
+            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared };
+            return super::moe_5_23::sparse_moe_block(m, &w, x);
+        }
         let x = &self.gathered(x);
         let l = &self.layer;
         let extra = l.hf.as_ref().expect("hf layer");
@@ -786,7 +843,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     // in each layer (GradientCheckpointingLayer); the DynamicCache object itself is built.
     let checkpointing = cfg.checkpoint != crate::model::Checkpoint::None && m.training.get();
     let tp_group = cfg.tp_group();
-    let (hidden, cache, mask, position_ids);
+    let (hidden, cache, mask, position_ids, sliding_mask);
     {
         let _s = scope("model");
         let _f = py_frame(&fr.model);
@@ -822,6 +879,13 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         }
         // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa).
         mask = causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref());
+        // Qwen2MoeModel builds `causal_mask_mapping["sliding_attention"]` whether a layer uses it
+        // or not, with `sliding_window` 0 when use_sliding_window is off: a window shorter than
+        // any sequence, so the mask is always made, and held until the model returns.
+        sliding_mask = hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
+            let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
+            causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
+        });
         drop(padding);
         let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
         cache = match &gen {
@@ -854,7 +918,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         drop((h, cos, sin, embeds));
     }
     // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
-    drop((mask, position_ids));
+    drop((mask, sliding_mask, position_ids));
     // slice_logits_to_keep: hidden_states[:, -k:, :] (a view); generate sets it to 1.
     let keep = if gen.is_some() { 1 } else { hf.logits_to_keep };
     let hidden = if keep > 0 && keep < s { hidden.narrow(1, s - keep, keep) } else { hidden };

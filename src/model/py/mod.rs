@@ -7,3 +7,4 @@ pub mod cs336;
 pub mod hf_frames;
 pub mod lib_frames;
 pub mod tinyllama;
+pub mod moe_frames;

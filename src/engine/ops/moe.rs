@@ -1,0 +1,182 @@
+//! The ops of transformers' mixture-of-experts blocks (integrations/moe.py and the models'
+//! eager experts loop): the router's top-k, the sort and histogram that group tokens by
+//! expert, grouped matmuls, and the in-place `index_add_`/`index_put_` that scatter back.
+//!
+//! Which token goes to which expert is data: on meta the routing is given by the caller
+//! (`--routing`), and the ops whose output size depends on it (`nonzero`) take that size.
+//! The runs that use these ops are meta-only (the options refuse an MoE model on cpu), so
+//! only the shapes, dtypes, lifetimes and what autograd saves are modelled.
+use crate::engine::autograd::{attach, needs_grad, save};
+use crate::engine::dtype::DType;
+use crate::engine::storage::{Buffer, Device};
+use crate::engine::tensor::Tensor;
+
+/// The values of these ops are data-dependent routing; only meta runs reach them.
+fn meta_only(op: &str) -> Buffer {
+    panic!("{op}: mixture-of-experts ops run on meta only (the options refuse --device cpu for them)")
+}
+
+impl Tensor {
+    /// `torch.topk(self, k, dim=-1)`: values (self's dtype) and int64 indices, (…, k).
+    /// TopkBackward0 saves the indices; its backward (`value_selecting_reduction_backward`)
+    /// scatters the gradient into zeros of the input's shape.
+    #[track_caller]
+    pub fn topk_last(&self, k: usize) -> (Tensor, Tensor) {
+        let mut shape = self.shape().to_vec();
+        *shape.last_mut().expect("topk of a 0-d tensor") = k;
+        let values = Tensor::build(self.device(), self.dtype(), &shape, "topk", &[self], || meta_only("topk"));
+        let indices = Tensor::build(self.device(), DType::I64, &shape, "topk", &[self], || meta_only("topk"));
+        if needs_grad(&[self]) {
+            let ix = save(&indices);
+            let (in_shape, dt, dev) = (self.shape().to_vec(), self.dtype(), self.device());
+            let values = attach(values, "TopkBackward0", &[self], Box::new(move |g| {
+                let ix = ix.unpack();
+                let gi = Tensor::build(dev, dt, &in_shape, "empty", &[&g, &ix], || meta_only("topk backward"));
+                vec![Some(gi)]
+            }));
+            return (values, indices);
+        }
+        (values, indices)
+    }
+
+    /// `torch.sort(self)` of a 1-D int64 tensor: sorted values and int64 indices. CPU's kernel
+    /// also resizes a transient index buffer of the same size while it runs (measured).
+    #[track_caller]
+    pub fn sort_1d(&self) -> (Tensor, Tensor) {
+        let shape = self.shape().to_vec();
+        let values = Tensor::build(self.device(), self.dtype(), &shape, "sort", &[self], || meta_only("sort"));
+        let indices = Tensor::build(self.device(), DType::I64, &shape, "sort", &[self], || meta_only("sort"));
+        drop(Tensor::build(self.device(), DType::I64, &shape, "resize_", &[self], || meta_only("sort")));
+        (values, indices)
+    }
+
+    /// `self // n` for an int64 tensor (a new int64 tensor).
+    #[track_caller]
+    pub fn floor_div_int(&self, n: i64) -> Tensor {
+        Tensor::build(self.device(), DType::I64, self.shape(), "floor_divide", &[self], || {
+            Buffer::I64(crate::engine::cpu::read_i64(self).into_iter().map(|x| x.div_euclid(n)).collect())
+        })
+    }
+
+    /// `torch.histc(self, bins, min, max)` of a float tensor: (bins,) of its dtype.
+    #[track_caller]
+    pub fn histc(&self, bins: usize) -> Tensor {
+        Tensor::build(self.device(), self.dtype(), &[bins], "histc", &[self], || meta_only("histc"))
+    }
+
+    /// `torch.cumsum(self, dim=0, dtype=torch.int32)` of a 1-D tensor.
+    #[track_caller]
+    pub fn cumsum_i32(&self) -> Tensor {
+        Tensor::build(self.device(), DType::I32, self.shape(), "cumsum", &[self], || meta_only("cumsum"))
+    }
+
+    /// `torch.empty_like(self)`.
+    #[track_caller]
+    pub fn empty_like(&self) -> Tensor {
+        Tensor::build(self.device(), self.dtype(), self.shape(), "empty_strided", &[self], || meta_only("empty_like"))
+    }
+
+    /// `self[index] = values` in place (int64, no autograd): nothing new.
+    #[track_caller]
+    pub fn index_put_int_(&self, _index: &Tensor, _values: &Tensor) {
+        assert_eq!(self.device(), Device::Meta, "index_put_: mixture-of-experts ops run on meta only");
+    }
+
+    /// `F.one_hot(self, num_classes)`: int64 (…, classes).
+    #[track_caller]
+    pub fn one_hot(&self, classes: usize) -> Tensor {
+        let mut shape = self.shape().to_vec();
+        shape.push(classes);
+        Tensor::build(self.device(), DType::I64, &shape, "one_hot", &[self], || meta_only("one_hot"))
+    }
+
+    /// `torch.nonzero(self)` where the caller knows how many elements are set (`count`, from
+    /// the routing): int64 (count, rank).
+    #[track_caller]
+    pub fn nonzero_known(&self, count: usize) -> Tensor {
+        Tensor::build(self.device(), DType::I64, &[count, self.rank()], "nonzero", &[self], || meta_only("nonzero"))
+    }
+
+    /// `torch._grouped_mm(self, weight, offs)`: self (S, K) sorted by group, weight (G, K, N)
+    /// (any strides: transformers passes a transposed view), offs (G,) int32 → (S, N) in
+    /// self's dtype. GroupedMmBackward0 saves self and weight; its backward allocates the
+    /// input's gradient (S, K) and the weight's (G, K, N) laid out as the weight is, so the
+    /// transpose view's gradient lands in the parameter's own layout.
+    #[track_caller]
+    pub fn grouped_mm(&self, weight: &Tensor, offs: &Tensor) -> Tensor {
+        let (s, k) = (self.dim(0), self.dim(1));
+        assert_eq!(weight.dim(1), k, "grouped_mm: inner sizes");
+        let n = weight.dim(2);
+        let out = Tensor::build(self.device(), self.dtype(), &[s, n], "empty_strided", &[self, weight, offs], || meta_only("grouped_mm"));
+        if needs_grad(&[self, weight]) {
+            let (x, w) = (save(self), save(weight));
+            let (need_x, need_w) = (self.requires_grad(), weight.requires_grad());
+            return attach(out, "GroupedMmBackward0", &[self, weight], Box::new(move |g| {
+                let (x, w) = (x.unpack(), w.unpack());
+                let gx = need_x.then(|| Tensor::build(g.device(), x.dtype(), x.shape(), "empty_strided", &[&g, &w], || meta_only("grouped_mm backward")));
+                let gw = need_w.then(|| {
+                    let l = w.layout();
+                    // The gradient has the weight view's strides, made dense.
+                    let mut order: Vec<usize> = (0..3).collect();
+                    order.sort_by(|&a, &b| l.strides[b].cmp(&l.strides[a]));
+                    let dense: Vec<usize> = order.iter().map(|&d| w.dim(d as isize)).collect();
+                    let t = Tensor::build(g.device(), w.dtype(), &dense, "empty_strided", &[&g, &x], || meta_only("grouped_mm backward"));
+                    let mut inverse = vec![0; 3];
+                    for (i, &d) in order.iter().enumerate() {
+                        inverse[d] = i;
+                    }
+                    t.permute(&inverse)
+                });
+                vec![gx, gw]
+            }));
+        }
+        out
+    }
+
+    /// `self.index_add_(0, index, source)` on `self` (no new memory); returns the handle that
+    /// carries the result's autograd history. IndexAddBackward0 saves the index and the source
+    /// (its formula's `expand_as(source)`; measured: the source outlives the loop pass that
+    /// made it): the gradient passes to `self` as is and to the source as
+    /// `grad.index_select(0, index)`.
+    #[track_caller]
+    pub fn index_add_0(&self, index: &Tensor, source: &Tensor) -> Tensor {
+        let out = Tensor::from_parts(self.storage().clone(), self.layout().clone());
+        if needs_grad(&[self, source]) {
+            let ix = save(index);
+            let src = save(source);
+            let (need_self, need_src) = (self.requires_grad(), source.requires_grad());
+            let src_dtype = source.dtype();
+            return attach(out, "IndexAddBackward0", &[self, source], Box::new(move |g| {
+                let (ix, src) = (ix.unpack(), src.unpack());
+                let gs = need_src.then(|| {
+                    let mut shape = g.shape().to_vec();
+                    shape[0] = ix.dim(0);
+                    Tensor::build(g.device(), src_dtype, &shape, "index_select", &[&g, &ix], || meta_only("index_add_ backward"))
+                });
+                drop(src);
+                vec![need_self.then(|| g.clone()), gs]
+            }));
+        }
+        out
+    }
+}
+
+impl Tensor {
+    /// `self[rows, cols]` of a 2-D tensor with two int64 index tensors of one length n: (n,).
+    /// IndexBackward0 saves both indices; its backward accumulates into zeros of self's shape.
+    #[track_caller]
+    pub fn index_2d(&self, rows: &Tensor, cols: &Tensor) -> Tensor {
+        let n = rows.dim(0);
+        let out = Tensor::build(self.device(), self.dtype(), &[n], "index", &[self, rows, cols], || meta_only("index"));
+        if needs_grad(&[self]) {
+            let (r, c) = (save(rows), save(cols));
+            let (in_shape, dt) = (self.shape().to_vec(), self.dtype());
+            return attach(out, "IndexBackward0", &[self], Box::new(move |g| {
+                let (r, c) = (r.unpack(), c.unpack());
+                let gi = Tensor::build(g.device(), dt, &in_shape, "empty", &[&g, &r, &c], || meta_only("index backward"));
+                vec![Some(gi)]
+            }));
+        }
+        out
+    }
+}

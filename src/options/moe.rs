@@ -1,0 +1,88 @@
+//! The mixture-of-experts options (`--experts-implementation`, `--routing`) and what an MoE
+//! model is refused with: what vramscope does not model for one yet is an exit 2 naming the
+//! flag, never a dense answer.
+use super::usage;
+use crate::engine::Device;
+use crate::model::hf::moe::{ExpertsImplementation, Routing};
+use crate::model::hf::HfConfig;
+use crate::model::ModelConfig;
+
+/// Set the experts implementation and the routing on an MoE model; either flag on a dense
+/// model, LoRA or bitsandbytes on an MoE one, is refused.
+pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfConfig) -> anyhow::Result<()> {
+    let Some(m) = hf.moe.as_mut() else {
+        if let Some(flag) = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing")].iter().find(|f| f.0).map(|f| f.1) {
+            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE); this {} model is dense", hf.model_type.name())));
+        }
+        return Ok(());
+    };
+    if let Some(s) = implementation {
+        m.implementation = ExpertsImplementation::parse(s).ok_or_else(|| usage("--experts-implementation", format!("'{s}' (expected grouped_mm, batched_mm or eager)")))?;
+    }
+    if let Some(s) = routing {
+        m.routing = parse_routing(s)?;
+    }
+    let family = m.family.model_type();
+    if hf.lora.is_some() {
+        return Err(usage("--lora-r", format!("LoRA on a mixture-of-experts model ({family}) is not modelled yet")));
+    }
+    if let Some(q) = &hf.bnb {
+        return Err(usage(q.flag(), format!("bitsandbytes on a mixture-of-experts model ({family}) is not modelled yet")));
+    }
+    Ok(())
+}
+
+/// `--routing`: balanced, worst, or a file of per-expert token counts.
+pub fn parse_routing(s: &str) -> anyhow::Result<Routing> {
+    match s {
+        "balanced" => return Ok(Routing::Balanced),
+        "worst" => return Ok(Routing::Worst),
+        _ => {}
+    }
+    let text = std::fs::read_to_string(s).map_err(|e| usage("--routing", format!("'{s}' is neither balanced, worst nor a readable file of per-expert counts: {e}")))?;
+    let counts = text
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse::<usize>().map_err(|_| usage("--routing", format!("{s}: '{w}' is not a token count"))))
+        .collect::<anyhow::Result<Vec<usize>>>()?;
+    if counts.is_empty() {
+        return Err(usage("--routing", format!("{s} holds no counts")));
+    }
+    Ok(Routing::Counts(counts))
+}
+
+/// What a profile of an MoE model refuses: its values on cpu (the routing is an assumption,
+/// not data), autocast, parallel layouts and generate(), none of them modelled yet; and a
+/// routing file that does not fit the batch.
+pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, parallel: Option<&str>, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
+    let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
+    let family = m.family.model_type();
+    if precision.autocast().is_some() {
+        // Not measured on CPU; bmm's autocast casts of the gathered expert weights, the grouped
+        // matmul's non-autocast inputs: none of it is checked yet.
+        return Err(usage("--precision", format!("autocast (mixed precision) of a mixture-of-experts model ({family}) is not modelled yet: load the weights in their dtype (no autocast flag)")));
+    }
+    if device == Device::Cpu {
+        return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
+    }
+    if let Some(flag) = parallel {
+        return Err(usage(flag, format!("parallel layouts of a mixture-of-experts model ({family}) are not modelled yet (expert parallelism included): profile one GPU")));
+    }
+    if generate {
+        return Err(usage("--profile-type", format!("generate on a mixture-of-experts model ({family}) is not modelled yet")));
+    }
+    for &ctx in contexts {
+        let tokens = batch.checked_mul(ctx).ok_or_else(|| usage("--batch-size", "batch × context overflows"))?;
+        m.routing.counts(tokens, m.top_k, m.experts).map_err(|e| usage("--routing", e.trim_start_matches("--routing: ").to_string()))?;
+    }
+    Ok(())
+}
+
+/// The refusal of a command that has no MoE path yet, naming the flag that chose the model.
+pub fn refuse(c: &ModelConfig, model: &super::model::ModelFlags, command: &str) -> anyhow::Result<()> {
+    let flag = if model.config.is_some() { "--config" } else { "--preset" };
+    match c.hf().and_then(|h| h.moe.as_ref()) {
+        Some(m) => Err(usage(flag, format!("{command} of a mixture-of-experts model ({}) is not modelled yet: use profile", m.family.model_type()))),
+        None => Ok(()),
+    }
+}

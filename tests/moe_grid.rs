@@ -1,0 +1,296 @@
+//! Mixture-of-experts models against transformers 5.23 (issue 30).
+//!
+//! vramscope does not run MoE models yet. What is checked here: the measured ground truth
+//! (tests/fixtures/moe_grid/moe.json, tools/pytorch/make_moe_grid.py) covers what the issue
+//! asks of it; parameter counts (total and active per token) equal transformers' own builds
+//! (its meta build of the published Mixtral-8x7B and Qwen3-30B-A3B configs,
+//! tests/fixtures/moe_grid/meta_params.json, and the measured models of the grid); and a config
+//! is never run as a dense model: an MoE `model_type` and a dense one carrying expert keys both
+//! exit 2, naming what they refuse, with nothing written.
+mod grid_common;
+
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::process::Command;
+use vramscope::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeCounts, MoeFamily, MoeShape, Routing};
+
+fn fixture(rel: &str) -> Value {
+    let path = format!("{}/tests/fixtures/moe_grid/{rel}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))).unwrap()
+}
+
+fn counts(config: &Map<String, Value>, model_type: &str) -> MoeCounts {
+    MoeShape::read(config, model_type).expect("an MoE type vramscope reads").expect("a valid config").counts().unwrap()
+}
+
+#[test]
+fn parameter_counts_equal_transformers_meta_build() {
+    let doc = fixture("meta_params.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let models = doc["models"].as_object().unwrap();
+    for name in ["Mixtral-8x7B", "Qwen3-30B-A3B"] {
+        assert!(models.contains_key(name), "{name} is in the fixture");
+    }
+    for (name, m) in models {
+        let cfg = m["config"].as_object().unwrap();
+        let got = counts(cfg, cfg["model_type"].as_str().unwrap());
+        let want = MoeCounts { total: m["total"].as_u64().unwrap(), active: m["active"].as_u64().unwrap() };
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+/// measure_moe.py's config of a grid point, as config.json fields.
+fn point_config(p: &Value) -> Map<String, Value> {
+    let qwen = p["model_type"] == "qwen3_moe";
+    let mut c = json!({
+        "hidden_size": p["hidden_size"], "num_hidden_layers": p["num_layers"], "num_attention_heads": p["num_heads"],
+        "num_key_value_heads": p["num_kv_heads"], "vocab_size": p["vocab_size"], "tie_word_embeddings": p["tied"],
+        "num_experts_per_tok": p["top_k"],
+    });
+    let o = c.as_object_mut().unwrap();
+    if p["model_type"] == "qwen2_moe" {
+        o.insert("moe_intermediate_size".into(), p["intermediate_size"].clone());
+        o.insert("num_experts".into(), p["num_experts"].clone());
+        o.insert("shared_expert_intermediate_size".into(), p["shared_intermediate_size"].clone());
+    } else if qwen {
+        o.insert("moe_intermediate_size".into(), p["intermediate_size"].clone());
+        o.insert("num_experts".into(), p["num_experts"].clone());
+        o.insert("head_dim".into(), if p["head_dim"].is_null() { json!(128) } else { p["head_dim"].clone() });
+    } else {
+        o.insert("intermediate_size".into(), p["intermediate_size"].clone());
+        o.insert("num_local_experts".into(), p["num_experts"].clone());
+    }
+    o.clone()
+}
+
+#[test]
+fn the_grid_covers_the_issue_and_its_models_count_as_transformers_built_them() {
+    let doc = fixture("moe.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        let ps: Vec<&Value> = points.iter().filter(|q| q["point"]["model_type"] == family).collect();
+        assert!(ps.len() >= 12, "{family}: {} points", ps.len());
+        let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(set("experts"), BTreeSet::from(["\"batched_mm\"".into(), "\"eager\"".into(), "\"grouped_mm\"".into()]), "{family}");
+        assert_eq!(set("routing"), BTreeSet::from(["\"balanced\"".into(), "\"worst\"".into()]), "{family}");
+        assert_eq!(set("attn"), BTreeSet::from(["\"eager\"".into(), "\"sdpa\"".into()]), "{family}");
+        assert_eq!(set("dtype"), BTreeSet::from(["\"bf16\"".into(), "\"fp32\"".into()]), "{family}");
+        assert_eq!(set("top_k"), (1..=4).map(|k| k.to_string()).collect(), "{family}");
+        let experts: Vec<u64> = ps.iter().map(|q| q["point"]["num_experts"].as_u64().unwrap()).collect();
+        assert!(experts.iter().all(|e| (4..=16).contains(e)) && experts.contains(&4) && experts.contains(&16), "{family}: {experts:?}");
+        let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+        assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]), "{family}");
+    }
+    for q in points {
+        let (p, name) = (&q["point"], q["name"].as_str().unwrap());
+        let c = counts(&point_config(p), p["model_type"].as_str().unwrap());
+        assert_eq!(c.total, q["info"]["parameters"].as_u64().unwrap(), "{name}: parameters");
+        // The forced routing reached every layer: tokens per expert as the routing says.
+        let (t, k, e) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
+        let per: Vec<u64> = q["info"]["tokens_per_expert"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(per.iter().sum::<u64>(), t * k, "{name}");
+        match p["routing"].as_str().unwrap() {
+            "worst" => assert!(per.iter().enumerate().all(|(i, &n)| n == if (i as u64) < k { t } else { 0 }), "{name}: {per:?}"),
+            _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{name}: {per:?}"),
+        }
+        for phase in q["phases"].as_object().unwrap().values() {
+            assert!(phase["peak"].as_u64().unwrap() > 0, "{name}");
+        }
+    }
+}
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+/// `profile --config <file>` exits 2 with every needle in its message and writes nothing.
+fn refused(config: &Value, needles: &[&str]) {
+    let dir = std::env::temp_dir().join(format!("vramscope-moe-{}-{}", std::process::id(), needles[0].replace(['\'', ' '], "")));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let out = dir.join("out");
+    let o = vramscope(&["profile", "--config", file.to_str().unwrap(), "--device", "meta", "--context-length", "64", "--out-dir", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "should say {n}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists(), "wrote {}", out.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn mixtral_8x7b() -> Value {
+    let doc = fixture("meta_params.json");
+    doc["models"]["Mixtral-8x7B"]["config"].clone()
+}
+
+#[test]
+fn a_mixtral_config_labelled_mistral_is_refused_naming_the_expert_keys() {
+    let mut c = mixtral_8x7b();
+    c["model_type"] = json!("mistral");
+    refused(&c, &["'num_local_experts', 'num_experts_per_tok'", "mistral", "--config"]);
+    // Any dense type, any expert key (Qwen3-MoE's under qwen3).
+    let qwen = json!({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "vocab_size": 100, "num_experts": 8, "moe_intermediate_size": 32});
+    refused(&qwen, &["'num_experts', 'moe_intermediate_size'", "qwen3"]);
+}
+
+#[test]
+fn an_moe_model_type_not_modelled_is_refused() {
+    refused(&json!({"model_type": "deepseek_v3", "hidden_size": 7168}), &["'deepseek_v3' is a mixture-of-experts model, which vramscope does not model yet", "mixtral, qwen3_moe"]);
+    refused(&json!({"model_type": "gpt_oss", "hidden_size": 2880}), &["'gpt_oss'"]);
+    // A Qwen3-MoE config with dense layers among the sparse ones.
+    let mut c = fixture("meta_params.json")["models"]["qwen3_moe-small-dense-layers"]["config"].clone();
+    c["vocab_size"] = json!(1000);
+    refused(&c, &["mlp_only_layers"]);
+}
+
+/// The point's model: measure_hf.py's config of the dense family the MoE one extends (Mixtral's
+/// attention is Mistral's, Qwen3-MoE's Qwen3's), with the point's experts.
+fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
+    let (qwen, qwen2) = (p["model_type"] == "qwen3_moe", p["model_type"] == "qwen2_moe");
+    let mut dense = p.clone();
+    dense["model_type"] = json!(if qwen { "qwen3" } else if qwen2 { "qwen2" } else { "mistral" });
+    let mut cfg = grid_common::hf::config_of(&dense);
+    let hf = cfg.hf.as_mut().unwrap();
+    hf.moe = Some(MoeConfig {
+        family: if qwen { MoeFamily::Qwen3Moe } else if qwen2 { MoeFamily::Qwen2Moe } else { MoeFamily::Mixtral },
+        experts: grid_common::hf::num(p, "num_experts"),
+        top_k: grid_common::hf::num(p, "top_k"),
+        intermediate: grid_common::hf::num(p, "intermediate_size"),
+        // measure_moe.py: Qwen3-MoE with norm_topk_prob true, Qwen2-MoE with its default false.
+        norm_topk_prob: !qwen2,
+        implementation: ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap(),
+        routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
+        shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
+    });
+    cfg
+}
+
+/// Points where vramscope does not match transformers, each with the reason.
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+#[test]
+fn moe_grid_matches_transformers() {
+    let doc = fixture("moe.json");
+    let points = doc["points"].as_array().unwrap();
+    grid_common::check("moe", points, 57, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
+}
+
+/// summary.json of `profile` on meta with `extra`.
+fn profile(name: &str, extra: &[&str]) -> Value {
+    let out = std::env::temp_dir().join(format!("vramscope-moe-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args = vec!["profile", "--device", "meta", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let s = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    s
+}
+
+#[test]
+fn qwen3_30b_a3b_trains_at_4096_with_worst_routing_and_says_so() {
+    let s = profile("qwen3", &["--preset", "Qwen3-30B-A3B", "--profile-type", "training", "--context-length", "4096", "--batch-size", "1", "--routing", "worst"]);
+    let moe = &s["transformers"]["moe"];
+    assert_eq!(moe["routing"], "worst", "{moe}");
+    assert_eq!(moe["experts_implementation"], "grouped_mm");
+    assert_eq!(moe["active_parameters_per_token"].as_u64(), Some(3_353_032_704));
+    assert_eq!(s["model"]["hf"]["moe"]["experts"].as_u64(), Some(128));
+    let peak = &s["runs"][0]["peak"];
+    assert!(!peak["peak_op"].as_str().unwrap().is_empty(), "{peak}");
+    assert!(peak["peak_allocated"].as_u64().unwrap() > 30_532_122_624 * 2, "weights, grads and state of 30.5B bf16 parameters at least");
+}
+
+#[test]
+fn routing_and_experts_flags_are_checked() {
+    let dir = std::env::temp_dir().join(format!("vramscope-moe-counts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let counts = dir.join("counts.txt");
+    // Mixtral-8x7B, batch 1 × 64 tokens, top-2: 128 pairs over 8 experts.
+    std::fs::write(&counts, "64 32 16 8 4 2 1 1\n").unwrap();
+    let s = profile("counts", &["--preset", "Mixtral-8x7B", "--profile-type", "inference", "--context-length", "64", "--batch-size", "1", "--routing", counts.to_str().unwrap(), "--experts-implementation", "eager"]);
+    assert_eq!(s["transformers"]["moe"]["experts_implementation"], "eager");
+    std::fs::write(&counts, "64 32 16 8 4 2 1\n").unwrap();
+    let bad = |extra: &[&str], needle: &str| {
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--out-dir", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?} should say {needle}: {err}");
+    };
+    bad(&["--preset", "Mixtral-8x7B", "--routing", counts.to_str().unwrap()], "--routing");
+    bad(&["--preset", "Mixtral-8x7B", "--experts-implementation", "sonic"], "--experts-implementation");
+    bad(&["--preset", "Llama-3.2-1B", "--routing", "worst"], "--routing");
+    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8"], "--lora-r");
+    bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
+    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16"], "--precision");
+    bad(&["--preset", "Qwen3-30B-A3B", "--profile-type", "generate"], "--profile-type");
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "2"], "--parallel");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_published_configs_read_as_their_presets() {
+    let doc = fixture("meta_params.json");
+    for name in ["Mixtral-8x7B", "Qwen3-30B-A3B"] {
+        let m = &doc["models"][name];
+        let read = vramscope::model::hf::parse(&m["config"].to_string()).unwrap().config;
+        let preset = vramscope::model::presets::find(name, None).unwrap().model;
+        assert_eq!(read.param_count(), m["total"].as_u64().unwrap(), "{name}");
+        assert_eq!(preset.param_count(), m["total"].as_u64().unwrap(), "{name}");
+        let (r, p) = (read.hf.as_ref().unwrap(), preset.hf.as_ref().unwrap());
+        assert_eq!((&r.moe, r.sliding_window, r.head_dim, read.d_ff, read.num_kv_heads), (&p.moe, p.sliding_window, p.head_dim, preset.d_ff, preset.num_kv_heads), "{name}");
+    }
+}
+
+#[test]
+fn every_config_vramscope_runs_builds_transformers_parameter_count() {
+    let doc = fixture("meta_params.json");
+    let mut n = 0;
+    for (name, m) in doc["models"].as_object().unwrap() {
+        let Ok(read) = vramscope::model::hf::parse(&m["config"].to_string()) else {
+            assert!(name.contains("dense-layers"), "{name} is refused");
+            continue;
+        };
+        let total = m["total"].as_u64().unwrap();
+        assert_eq!(read.config.param_count(), total, "{name}: closed form");
+        vramscope::engine::runtime::reset();
+        let built = vramscope::model::Model::new(&read.config, vramscope::engine::Device::Meta, 0).unwrap();
+        assert_eq!(built.num_parameters(), total, "{name}: built");
+        assert_eq!(vramscope::session::hf::active_parameters(&read.config), m["active"].as_u64().unwrap(), "{name}: active");
+        n += 1;
+    }
+    assert!(n >= 5, "{n}");
+}
+
+#[test]
+fn fit_and_estimate_of_an_moe_model() {
+    let dir = std::env::temp_dir().join(format!("vramscope-moe-fit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2}"#).unwrap();
+    let fit = |extra: &[&str]| {
+        let mut args = vec!["fit", "--find", "batch", "--config", cfg.to_str().unwrap(), "--context-length", "32", "--memory-limit", "64MiB", "--reserve", "0", "--json"];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    // fit assumes the worst routing unless told.
+    let worst = fit(&[]);
+    assert_eq!(worst["config"]["hf"]["moe"]["routing"], "worst", "{worst}");
+    assert!(worst["answer"].as_u64().unwrap() >= 1);
+    let balanced = fit(&["--routing", "balanced"]);
+    assert_eq!(balanced["config"]["hf"]["moe"]["routing"], "balanced");
+    let o = vramscope(&["estimate", "--preset", "Mixtral-8x7B", "--context-length", "128"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--preset"), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
