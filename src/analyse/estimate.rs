@@ -105,6 +105,9 @@ pub struct Estimate {
     pub block_symbolic: String,
     /// The same in 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
     pub block_fp32_units: String,
+    /// Block 0's, where it keeps less than the others (peft: its input needs no gradient);
+    /// the other `layers − 1` keep `block`.
+    pub first_block: Option<Vec<Term>>,
     /// Kept for backward outside the blocks (embedding output, final norm).
     pub outside: Vec<Term>,
     /// The forward's output.
@@ -124,7 +127,14 @@ impl Estimate {
     }
     /// Everything autograd holds when the forward returns.
     pub fn activation_bytes(&self) -> u64 {
-        self.layers as u64 * self.block_bytes() + self.outside.iter().map(Term::bytes).sum::<u64>()
+        self.blocks_bytes() + self.outside.iter().map(Term::bytes).sum::<u64>()
+    }
+    /// The L blocks together (block 0 its own where it differs).
+    pub fn blocks_bytes(&self) -> u64 {
+        match &self.first_block {
+            Some(first) if self.layers > 0 => (self.layers as u64 - 1) * self.block_bytes() + first.iter().map(Term::bytes).sum::<u64>(),
+            _ => self.layers as u64 * self.block_bytes(),
+        }
     }
     /// What the loss keeps for backward.
     pub fn loss_saved_bytes(&self) -> u64 {
@@ -472,9 +482,27 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     };
     // Parameters, and so gradients and optimizer state, are fp32 except in pure bf16.
     let pe: u64 = if mode == Mode::Pure { 2 } else { 4 };
-    let param_bytes = params * pe;
-    let (optimizer_bytes, optimizer_formula, optimizer_temp_bytes, optimizer_temp_formula) =
-        super::optimizer_estimate::optimizer_terms(cfg, pe, optim);
+    let mut param_bytes = params * pe;
+    let mut grad_bytes = param_bytes;
+    let mut params = params;
+    let mut param_formula = param_formula;
+    let (optimizer_bytes, optimizer_formula, optimizer_temp_bytes, optimizer_temp_formula) = match cfg.hf().and_then(|h| h.lora.as_ref()) {
+        // peft: the base weights are frozen; the adapters are fp32 whatever the weights' type
+        // (autocast_adapter_dtype), and with `bias` the chosen biases train in theirs.
+        Some(lc) => {
+            let (adapters, biases) = (cfg.lora_param_count(), cfg.lora_bias_count());
+            let trainable = lora_trainable(cfg, lc, pe);
+            params += adapters;
+            param_bytes += adapters * 4;
+            grad_bytes = trainable.bytes;
+            param_formula += " + L·Σ over adapted projections r·(in + out) (LoRA A and B, fp32)";
+            if biases > 0 {
+                param_formula += &format!("; trainable: the adapters and {biases} bias elements");
+            }
+            super::optimizer_estimate::trainable_terms(&trainable, optim)
+        }
+        None => super::optimizer_estimate::optimizer_terms(cfg, pe, optim),
+    };
     // Every weight a matmul-class op reads is cast once per region and kept until backward;
     // the embedding lookup is not an autocast op, norm weights meet only muls.
     let cast_elements = l * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
@@ -485,6 +513,10 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
         Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
     };
+    let first_block = hf_terms.as_ref().and_then(|t| t.first_block.clone()).map(|mut b| {
+        b.retain(|t| t.elements > 0);
+        b
+    });
     let mut block = match (&hf_terms, cfg.flavour) {
         (Some(t), _) => t.block.clone(),
         (None, Flavour::Cs336) => cs336_block(&c, cfg.attention),
@@ -572,7 +604,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         param_formula,
         param_elem: pe,
         param_bytes,
-        grad_bytes: param_bytes,
+        grad_bytes,
         optimizer_bytes,
         optimizer_formula,
         optimizer_temp_bytes,
@@ -583,10 +615,36 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         block,
         block_symbolic,
         block_fp32_units,
+        first_block,
         outside,
         logits,
         loss,
         residual_elem: c.resid(),
         residual_bytes: c.b * c.s * d * c.resid(),
     }
+}
+
+/// A peft model's trainable parameters ([`ModelConfig::lora_param_count`]'s adapters in fp32,
+/// [`ModelConfig::lora_bias_count`]'s biases in the weights' `pe` bytes): bytes, tensors, the
+/// largest.
+fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u64) -> super::optimizer_estimate::Trainable {
+    let h = cfg.hf().expect("LoRA is an hf model's");
+    let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
+    let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let r = lc.r as u64;
+    // (in, out, has a bias) per projection, in lora::TARGETS order.
+    let shapes = [(d, q, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, f, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
+    let (mut count, mut largest) = (0u64, 0u64);
+    for (name, (i, o, bias)) in crate::model::lora::TARGETS.iter().zip(shapes) {
+        if lc.targets(name) {
+            count += 2;
+            largest = largest.max(r * i).max(r * o);
+        }
+        if bias && lc.trains_bias(name) {
+            count += 1;
+            largest = largest.max(o);
+        }
+    }
+    let l = cfg.num_layers as u64;
+    super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe, count: count * l, largest }
 }

@@ -172,7 +172,7 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             format!("4 × {} + {n} × 4 (Adafactor's fp32 exp_avg_sq_row + exp_avg_sq_col per matrix, exp_avg_sq per vector; a 0-d fp32 RMS per parameter, a 512 B block each)", sizes.factored),
         ),
     };
-    let (mut temp, mut temp_f) = match optim.kind {
+    let (temp, temp_f) = match optim.kind {
         OptimizerKind::AdamwCs336 => {
             // One parameter at a time: m_new, v_new, α·m, √v + eps and the update coexist.
             let largest = sizes.largest();
@@ -200,10 +200,16 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             )
         }
     };
+    let (temp, temp_f) = clip(optim, n, sizes.largest(), temp, temp_f);
+    (state, state_f, temp, temp_f)
+}
+
+/// `clip_grad_norm_` over `n` gradients whose largest has `largest` elements, beside the
+/// optimizer's own temporaries `temp`: per gradient a 0-d norm, _foreach_norm's fp32
+/// scratch, the stacked norms; the 0-d total stays bound through the step.
+fn clip(optim: &OptimConfig, n: u64, largest: u64, mut temp: u64, mut temp_f: String) -> (u64, String) {
     if optim.max_grad_norm.is_some() {
-        // clip_grad_norm_: per gradient a 0-d norm, _foreach_norm's fp32 scratch, the stacked
-        // norms; the 0-d total stays bound through the step.
-        let scratch = 4 * n * sizes.largest().div_ceil(FOREACH_CHUNK as u64);
+        let scratch = 4 * n * largest.div_ceil(FOREACH_CHUNK as u64);
         let clip_peak = 4 * n + scratch.max(4 * n + 4);
         if clip_peak > temp + 4 {
             temp_f = format!("clip_grad_norm_: {n} × 4 (0-d norms) + max(_foreach_norm scratch {scratch}, stacked norms {n} × 4 + total 4)");
@@ -213,5 +219,42 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             temp_f += " + 4 (clip_grad_norm_'s total norm, bound through the step)";
         }
     }
+    (temp, temp_f)
+}
+
+/// The trainable parameters of a peft model: `bytes` in all (fp32 adapters, biases in the
+/// weights' type), `count` tensors, the largest of `largest` elements.
+pub struct Trainable {
+    pub bytes: u64,
+    pub count: u64,
+    pub largest: u64,
+}
+
+/// Whether [`trainable_terms`] derives `kind` (the optimizers whose memory does not depend
+/// on the parameters' order).
+pub fn derives_trainable(kind: OptimizerKind) -> bool {
+    matches!(kind, OptimizerKind::AdamwTorch | OptimizerKind::AdamwTorchFused | OptimizerKind::Sgd)
+}
+
+/// [`optimizer_terms`] over only the parameters that train (a peft model's adapters and
+/// biases: frozen weights get no state), for the optimizers of [`derives_trainable`].
+pub fn trainable_terms(t: &Trainable, optim: &OptimConfig) -> (u64, String, u64, String) {
+    let (p, n) = (t.bytes, t.count);
+    let (state, state_f) = match optim.kind {
+        OptimizerKind::AdamwTorch => (2 * p, format!("2 × {p} B (torch AdamW exp_avg and exp_avg_sq of the trainable parameters, in their types)")),
+        OptimizerKind::AdamwTorchFused => {
+            (2 * p + 4 * n, format!("2 × {p} B + {n} × 4 (exp_avg and exp_avg_sq of the trainable parameters; fused AdamW's 0-d fp32 `step` per parameter)"))
+        }
+        OptimizerKind::Sgd if optim.momentum != 0.0 => (p, format!("{p} B (SGD momentum buffers of the trainable parameters)")),
+        OptimizerKind::Sgd => (0, "0 B (SGD without momentum keeps no state)".to_string()),
+        other => unreachable!("{other}: refused by options/estimate.rs for peft models"),
+    };
+    let (temp, temp_f) = match optim.kind {
+        OptimizerKind::AdamwTorch => (p, format!("{p} B (torch._foreach_sqrt over every exp_avg_sq at once)")),
+        OptimizerKind::Sgd if optim.weight_decay != 0.0 => (p, format!("{p} B (_foreach_add(grads, params, alpha=weight_decay))")),
+        OptimizerKind::Sgd => (0, "0 B (SGD updates in place)".to_string()),
+        _ => (0, "0 B (_fused_adamw_ updates in place)".to_string()),
+    };
+    let (temp, temp_f) = clip(optim, n, t.largest, temp, temp_f);
     (state, state_f, temp, temp_f)
 }

@@ -12,6 +12,7 @@
 //! copy to merge heads.
 use super::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use crate::model::lora::LoraConfig;
 use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
@@ -47,6 +48,7 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 /// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
+    check_adapters(hf, precision)?;
     if hf.logits_to_keep > 0 && hf.logits_to_keep < s {
         return Err(ConfigError::new(
             "--logits-to-keep",
@@ -86,9 +88,34 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     }
 }
 
+/// What the closed form derives of peft and bitsandbytes: LoRA over unquantized weights in
+/// fp32 or pure bf16; the rest is refused, naming its flag.
+fn check_adapters(hf: &HfConfig, precision: Precision) -> Result<(), ConfigError> {
+    let op_for_op = "runs op for op in profile and fit (--device meta)";
+    if let Some(q) = &hf.bnb {
+        return Err(ConfigError::new(q.flag(), format!("the closed form derives LoRA over unquantized weights; a {} model (bitsandbytes' storage and kernels) {op_for_op}", q.bits())));
+    }
+    let Some(lc) = &hf.lora else { return Ok(()) };
+    if lc.use_dora {
+        return Err(ConfigError::new("--use-dora", format!("DoRA (the per-forward weight norm) is not derived in closed form; it {op_for_op}")));
+    }
+    if !lc.modules_to_save.is_empty() {
+        return Err(ConfigError::new("--modules-to-save", format!("peft's trainable module copies are not derived in closed form; the run {op_for_op}")));
+    }
+    if matches!(precision, Precision::Bf16 | Precision::Fp16) {
+        return Err(ConfigError::new(
+            "--precision",
+            format!("LoRA under autocast ({precision}: fp32 adapters cast per call, frozen weights cast uncached) is not derived in closed form; use fp32 or --pure-bf16, or profile --device meta"),
+        ));
+    }
+    Ok(())
+}
+
 /// The terms of the hf derivation.
 pub(super) struct Terms {
     pub block: Vec<Term>,
+    /// Layer 0's where it keeps less than the others (peft: its input needs no gradient).
+    pub first_block: Option<Vec<Term>>,
     pub outside: Vec<Term>,
     pub logits: Term,
     pub loss: Vec<Term>,
@@ -118,27 +145,45 @@ fn types(c: &Ctx) -> Types {
     }
 }
 
+/// Which of a norm's tensors autograd needs: its input's gradient (`input`), its weight's
+/// (`weight`: frozen under peft), and whether its output is kept or bound (`output`).
+#[derive(Clone, Copy)]
+struct NormGrad {
+    input: bool,
+    weight: bool,
+    output: bool,
+}
+
+const FULL: NormGrad = NormGrad { input: true, weight: true, output: true };
+
 /// transformers' `LlamaRMSNorm`: `x.to(fp32)`, `x·rsqrt(mean(x²) + eps)`, `weight·x.to(input dtype)`.
 /// `x` is the norm's input (`elem` its type: the residual, or a projection for q/k_norm);
 /// `rows` the elements of `r`; `readers` the linears reading the output (none for q/k_norm).
-fn rms_norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64), readers: &[&str]) {
+/// pow, rsqrt and x·r keep x and r only for x's gradient; weight·x keeps x·r only for the
+/// weight's.
+#[allow(clippy::too_many_arguments)]
+fn rms_norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64), readers: &[&str], g: NormGrad) {
     let (rows_formula, rows_n) = rows;
-    if elem == 4 {
-        // `.to(float32)` returns x itself: pow and x·r keep the input, counted where it is made.
-        if readers.is_empty() {
-            t.push(c.term(format!("{name} input (the projection's output; pow, x·r keep it)"), "mm", unit, 4));
+    if g.input {
+        if elem == 4 {
+            // `.to(float32)` returns x itself: pow and x·r keep the input, counted where it is made.
+            if readers.is_empty() {
+                t.push(c.term(format!("{name} input (the projection's output; pow, x·r keep it)"), "mm", unit, 4));
+            }
+        } else {
+            t.push(c.term(format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", unit, 4));
         }
-    } else {
-        t.push(c.term(format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", unit, 4));
+        t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", rows_formula, rows_n, 4));
     }
-    t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", rows_formula, rows_n, 4));
-    if elem == 4 {
-        t.push(c.term(format!("{name} x·r (weight·x keeps it)"), "mul", unit, 4));
-    } else {
-        // x·r dies with `.to(input dtype)`; weight·x keeps the low copy.
-        t.push(c.term(format!("{name} x·r back in {} (weight·x keeps it)", c.low_name), "_to_copy", unit, 2));
+    if g.weight {
+        if elem == 4 {
+            t.push(c.term(format!("{name} x·r (weight·x keeps it)"), "mul", unit, 4));
+        } else {
+            // x·r dies with `.to(input dtype)`; weight·x keeps the low copy.
+            t.push(c.term(format!("{name} x·r back in {} (weight·x keeps it)", c.low_name), "_to_copy", unit, 2));
+        }
     }
-    if readers.is_empty() {
+    if readers.is_empty() || !g.output {
         return; // q/k_norm: RoPE's muls keep cos/sin, not their input.
     }
     let short = readers.join("/");
@@ -164,8 +209,24 @@ fn heads_unit(c: &Ctx, heads: u64) -> Unit {
     }
 }
 
-/// One decoder layer's attention: the tensors its kernel keeps and the DynamicCache's.
-fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) {
+/// Which of the attention's inputs need a gradient (all in full fine-tuning; under peft, a
+/// projection's output needs one when its input does or it trains), and whether o_proj keeps
+/// its input (its weight's gradient, or the LoRA adapter's `lora_A`).
+#[derive(Clone, Copy)]
+struct AttnGrad {
+    q: bool,
+    k: bool,
+    v: bool,
+    o_input: bool,
+}
+
+/// One decoder layer's attention: the tensors its kernel keeps and the DynamicCache's. A
+/// matmul keeps each operand for the other's gradient; softmax keeps its output for its
+/// input's; a fused kernel keeps q, k, v, its output and logsumexp when any input needs one.
+fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool, g: AttnGrad) {
+    // The scores QKᵀ need a gradient when Q or K does; the output when V does too.
+    let scores = g.q || g.k;
+    let any = scores || g.v;
     let ty = types(c);
     let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
     let n_rep = c.h / c.kvh;
@@ -187,9 +248,11 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
         Kernel::Eager => {
             // matmul folds q and kᵀ to 3-D: q is (B, S, h, d_h) underneath, so bmm keeps a
             // copy; under autocast a bf16 copy of each fp32 operand instead.
-            t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
+            if g.k {
+                t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
+            }
             k_own = repeated || ac || !cache;
-            if k_own {
+            if k_own && g.q {
                 let what = match (repeated, ac) {
                     (true, true) => format!("{kname}, cast to {} (the scores bmm keeps it)", c.low_name),
                     (true, false) => format!("{kname} (the scores bmm keeps it)"),
@@ -200,18 +263,24 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             }
             // softmax(dtype=float32) keeps its fp32 output; `.to(q.dtype)` makes the bf16
             // copy weights·V keeps in pure bf16, and under autocast (fp32 Q) the matmul's cast.
-            t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            // In fp32 weights·V keeps the softmax output itself for V's gradient.
+            if scores || (g.v && c.mode == Mode::Fp32) {
+                t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            }
             match c.mode {
                 Mode::Fp32 => {}
+                _ if !g.v => {}
                 Mode::Pure => t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2)),
                 Mode::Autocast => t.push(c.term(format!("attention weights cast to {} (weights·V keeps it)", c.low_name), "_to_copy", Unit::S, 2)),
             }
             v_own = repeated || !cache;
-            if v_own {
+            if v_own && scores {
                 let what = if repeated { "V repeated to h heads (repeat_kv; weights·V keeps it)" } else { "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)" };
                 t.push(c.term(what, "clone", ku, ty.v));
             }
-            t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.lo));
+            if g.o_input {
+                t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.lo));
+            }
         }
         Kernel::Fused(backend) => {
             let name = match (hf.attn_implementation, backend) {
@@ -222,38 +291,50 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             };
             let low = if ac { 2 } else { ty.qk };
             // The kernel keeps q, k, v as given; under autocast SDPA's own casts of fp32 Q, K.
-            t.push(c.term(if ac { format!("rope(Q) cast to {} (the kernel keeps it)", c.low_name) } else { "rope(Q) (the kernel keeps it)".into() }, if ac { "_to_copy" } else { "add" }, qu, low));
             k_own = repeated || ac || !cache;
-            if k_own {
-                let what = match (repeated, ac) {
-                    (true, true) => format!("{kname}, cast to {} (the kernel keeps it)", c.low_name),
-                    (true, false) => format!("{kname} (the kernel keeps it)"),
-                    (false, true) => format!("rope(K) cast to {} (the kernel keeps it)", c.low_name),
-                    (false, false) => "rope(K) (the kernel keeps it)".into(),
-                };
-                t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
-            }
             v_own = repeated || !cache;
-            if v_own {
-                let what = if repeated { "V repeated to h heads (repeat_kv; the kernel keeps it)" } else { "v_proj output (the kernel keeps it)" };
-                t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
+            if any {
+                t.push(c.term(if ac { format!("rope(Q) cast to {} (the kernel keeps it)", c.low_name) } else { "rope(Q) (the kernel keeps it)".into() }, if ac { "_to_copy" } else { "add" }, qu, low));
+                if k_own {
+                    let what = match (repeated, ac) {
+                        (true, true) => format!("{kname}, cast to {} (the kernel keeps it)", c.low_name),
+                        (true, false) => format!("{kname} (the kernel keeps it)"),
+                        (false, true) => format!("rope(K) cast to {} (the kernel keeps it)", c.low_name),
+                        (false, false) => "rope(K) (the kernel keeps it)".into(),
+                    };
+                    t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
+                }
+                if v_own {
+                    let what = if repeated { "V repeated to h heads (repeat_kv; the kernel keeps it)" } else { "v_proj output (the kernel keeps it)" };
+                    t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
+                }
             }
             // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view.
-            t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
-            let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
-            t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+            if any || g.o_input {
+                t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
+            }
+            if any {
+                let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
+                t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+            }
         }
         Kernel::Math => {
             // fp32 and pure bf16 only ([`check`]): bf16 inputs are upcast to fp32 copies; GQA
             // is repeated inside (repeat_interleave); q and kᵀ are each scaled (new tensors the
             // scores bmm keeps); softmax keeps its output; weights·V keeps V in fp32.
-            t.push(c.term("Q·√scale in fp32 (the scores bmm keeps it, folded contiguous)", "mul", qu, 4));
-            t.push(c.term("Kᵀ·√scale in fp32, h heads (the scores bmm keeps it)", "mul", qu, 4));
-            t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
+            if g.k {
+                t.push(c.term("Q·√scale in fp32 (the scores bmm keeps it, folded contiguous)", "mul", qu, 4));
+            }
+            if g.q {
+                t.push(c.term("Kᵀ·√scale in fp32, h heads (the scores bmm keeps it)", "mul", qu, 4));
+            }
+            if any {
+                t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
+            }
             let v_fp32_same = c.mode == Mode::Fp32 && !(n_rep > 1 && !repeated);
             v_own = !(v_fp32_same && cache && !repeated);
             k_own = true;
-            if v_own {
+            if v_own && scores {
                 let what = match (n_rep > 1, repeated, c.mode == Mode::Pure) {
                     (true, false, _) => "V repeat_interleave'd to h heads in fp32 (weights·V keeps it)",
                     (true, true, true) => "V repeated (repeat_kv), upcast to fp32 (weights·V keeps it)",
@@ -264,7 +345,9 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                 let unit = if n_rep > 1 { qu } else { kvu };
                 t.push(c.term(what, "clone", unit, 4));
             }
-            t.push(c.term("heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.model));
+            if g.o_input {
+                t.push(c.term("heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.model));
+            }
         }
     }
     if cache {
@@ -276,30 +359,100 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
     }
 }
 
-/// One decoder layer without checkpointing, in forward order.
-fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) -> Vec<Term> {
+/// peft's LoRA `Linear.forward` on projection `name` (its input `unit`-sized, needing a
+/// gradient when `x_grad`), past the frozen base matmul (which keeps only its weight):
+/// `x.to(fp32)` (a copy over bf16 weights), dropout (a bool mask kept for x's gradient when
+/// p > 0), `lora_A` keeping its input, `lora_B` keeping A's (B, S, r) output, then the scaled
+/// sum (`mul` by a number and `add` keep nothing). Under fp32 weights with no dropout
+/// `lora_A` keeps the projection's input itself, counted where it is made.
+fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, x_grad: bool) {
+    let dropout = lc.dropout > 0.0;
+    if dropout {
+        if x_grad {
+            t.push(c.term(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", unit, 1));
+        }
+        t.push(c.term(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", unit, 4));
+    } else if c.mode == Mode::Pure {
+        t.push(c.term(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", unit, 4));
+    }
+    t.push(c.small(&format!("{name} lora_A output (lora_B keeps it)"), "mm", "B·S·r", c.b * c.s * lc.r as u64, 4));
+}
+
+/// One decoder layer without checkpointing, in forward order; `x_grad`: whether its input
+/// needs a gradient (always in full fine-tuning; under peft, not layer 0's: the embedding is
+/// frozen).
+fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool, x_grad: bool) -> Vec<Term> {
     let ty = types(c);
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &["q_proj", "k_proj", "v_proj"]);
+    let lora = hf.lora.as_ref();
+    // A projection's output needs a gradient when its input does or it trains (its weight in
+    // full fine-tuning; under peft its adapter or its bias).
+    let has_bias = |p: &str| match p {
+        "q_proj" | "k_proj" | "v_proj" => hf.qkv_bias,
+        "o_proj" => hf.o_bias,
+        _ => hf.mlp_bias,
+    };
+    let trains = |p: &str| lora.is_none_or(|l| l.targets(p) || (has_bias(p) && l.trains_bias(p)));
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // Under peft with fp32 weights and no dropout, lora_A keeps the projection's input itself.
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let frozen_norm = |input: bool, readers: &[&str]| match lora {
+        None => FULL,
+        Some(_) => NormGrad { input, weight: false, output: readers.iter().any(|r| a_keeps_input(r)) },
+    };
+    let xg = lora.is_none() || x_grad;
+    let qkv = ["q_proj", "k_proj", "v_proj"];
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &qkv, frozen_norm(xg, &qkv));
+    let (q, k, v) = (xg || trains("q_proj"), xg || trains("k_proj"), xg || trains("v_proj"));
+    if let Some(lc) = lora {
+        for p in qkv.into_iter().filter(|p| adapted(p)) {
+            adapter(c, &mut t, lc, p, Unit::A, xg);
+        }
+    }
     if hf.model_type == Arch::Qwen3 {
         // q_norm / k_norm on the (B, S, h, d_h) views of the projections, before RoPE.
         let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
-        rms_norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S·h", c.b * c.s * c.h), &[]);
-        rms_norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S·h_kv", c.b * c.s * c.kvh), &[]);
+        let g = |input| if lora.is_some() { NormGrad { input, weight: false, output: false } } else { FULL };
+        rms_norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S·h", c.b * c.s * c.h), &[], g(q));
+        rms_norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S·h_kv", c.b * c.s * c.kvh), &[], g(k));
     }
     // RoPE multiplies by cos/sin, which need no gradient: the products keep cos/sin (counted
     // once, outside), not the projections. Biases need nothing kept.
-    attention(c, &mut t, cfg, hf, kernel, cache);
-    if c.mode != Mode::Pure {
+    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") });
+    let o = q || k || v || trains("o_proj");
+    if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
+        adapter(c, &mut t, lc, "o_proj", heads_unit(c, c.h), q || k || v);
+    }
+    let h = xg || o;
+    if c.mode != Mode::Pure && h {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &["gate_proj", "up_proj"]);
-    t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
-    t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
-    t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
-    t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
-    if c.mode != Mode::Pure {
+    let gate_up = ["gate_proj", "up_proj"];
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &gate_up, frozen_norm(h, &gate_up));
+    if let Some(lc) = lora {
+        for p in gate_up.into_iter().filter(|p| adapted(p)) {
+            adapter(c, &mut t, lc, p, Unit::A, h);
+        }
+    }
+    let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
+    // silu keeps its input and the product each factor for the other's gradient.
+    if gate {
+        t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
+    }
+    if up {
+        t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
+    }
+    if gate {
+        t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
+    }
+    if a_keeps_input("down_proj") {
+        t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
+    }
+    if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
+        adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
+    }
+    if c.mode != Mode::Pure && (h || gate || up || trains("down_proj")) {
         // In pure bf16 the bf16 residual is read only by the norms' upcasts and the adds.
         t.push(c.term("layer output = h + mlp (the next norm keeps it)", "add", Unit::A, 4));
     }
@@ -318,10 +471,14 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         // embedding output); everything else is recomputed in backward.
         vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)]
     } else {
-        layer(c, cfg, hf, kernel, cache)
+        layer(c, cfg, hf, kernel, cache, true)
     };
+    // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
+    // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
+    let lora = hf.lora.is_some();
+    let first_block = (lora && !checkpointing).then(|| layer(c, cfg, hf, kernel, cache, false));
     let mut outside = Vec::new();
-    if !checkpointing && c.mode != Mode::Pure {
+    if !checkpointing && c.mode != Mode::Pure && !lora {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
@@ -352,7 +509,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
         }
     }
-    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"]);
+    // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its
+    // weight, but `hidden_states` stays bound until the forward returns.
+    let g = if lora { NormGrad { input: true, weight: false, output: true } } else { FULL };
+    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
     if c.mode == Mode::Autocast {
         // lm_head saves its low-precision cast; the fp32 output itself stays bound
         // (`hidden_states`, `outputs.last_hidden_state`) until LlamaForCausalLM.forward returns.
@@ -394,7 +554,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
     let bias_cast = if biases > 0 { " + biases" } else { "" };
     let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F{bias_cast}) + {head_w}) = 2 × {cast_elements}");
-    Terms { block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+    Terms { block, first_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
 }
 
 fn t_small(t: &mut Vec<Term>, what: &str, op: &'static str, formula: &str, elements: u64, elem: u64) {

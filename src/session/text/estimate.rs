@@ -84,7 +84,17 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     if e.block_fp32_units != e.block_symbolic {
         out!(s, "  {:<58} {:<34}", "  in 4-byte symbols", e.block_fp32_units);
     }
-    out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.layers as u64 * e.block_bytes(), gib(e.layers as u64 * e.block_bytes()));
+    match &e.first_block {
+        Some(first) => {
+            let sym = crate::analyse::estimate::symbolic(first);
+            out!(s, "   block 0 ({sym}: its input, the frozen embedding's output, needs no gradient, so what only that gradient needs is not kept):");
+            terms(&mut s, first);
+            let b0: u64 = first.iter().map(|t| t.bytes()).sum();
+            out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= block 0", sym, b0, mib(b0));
+            out!(s, "  block 0 + (L − 1) = {} more blocks: {} B = {:.3} GiB", e.layers.saturating_sub(1), e.blocks_bytes(), gib(e.blocks_bytes()));
+        }
+        None => out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.blocks_bytes(), gib(e.blocks_bytes())),
+    }
     out!(s, "   outside the blocks:");
     terms(&mut s, &e.outside);
     out!(s, "   all activations when the forward returns: {} B = {:.3} GiB", e.activation_bytes(), gib(e.activation_bytes()));

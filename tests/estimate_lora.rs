@@ -1,0 +1,223 @@
+//! `vramscope estimate` for peft's LoRA over unquantized weights: the closed form
+//! (src/analyse/estimate/hf.rs, the adapters' terms and what frozen weights no longer keep)
+//! against a simulated meta run of peft 0.21.2's `lora.Linear` over transformers 5.23
+//! (src/model/lora.rs, byte-exact against peft in tests/lora_grid.rs), over model types,
+//! targets, rank, dropout, `bias`, attention kernels, fp32 and pure bf16, checkpointing and
+//! optimizers.
+//!
+//! Exact (0 bytes), as tests/estimate_hf.rs: parameters (frozen base, fp32 adapters),
+//! gradients and optimizer state (the trainable parameters only), every activation when the
+//! forward returns (layer 0 on its own: its input, the frozen embedding's output, needs no
+//! gradient), the logits and the live set. The training peak is bounded from below as there.
+use vramscope::analyse::estimate::{estimate_with, hf, Estimate, Term};
+use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
+use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::session::estimate::simulate;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::Precision;
+
+#[derive(Clone)]
+struct Point {
+    arch: Arch,
+    attn: AttnImplementation,
+    backend: SdpaBackend,
+    precision: Precision,
+    /// None, non-reentrant (false) or reentrant (true).
+    ckpt: Option<bool>,
+    cache: bool,
+    targets: Vec<&'static str>,
+    r: usize,
+    dropout: f64,
+    bias: LoraBias,
+    optim: OptimizerKind,
+    b: usize,
+    s: usize,
+}
+
+fn base(arch: Arch) -> Point {
+    Point {
+        arch,
+        attn: AttnImplementation::Eager,
+        backend: SdpaBackend::Auto,
+        precision: Precision::Fp32,
+        ckpt: None,
+        cache: false,
+        targets: TARGETS.to_vec(),
+        r: 8,
+        dropout: 0.0,
+        bias: LoraBias::None,
+        optim: OptimizerKind::AdamwTorchFused,
+        b: 2,
+        s: 40,
+    }
+}
+
+fn config(p: &Point) -> ModelConfig {
+    let (d, h) = (128, 4);
+    let mut hf = HfConfig::new(p.arch, d / h);
+    hf.attn_implementation = p.attn;
+    hf.sdpa_backend = p.backend;
+    hf.use_cache = p.cache;
+    hf.reentrant = p.ckpt == Some(true);
+    hf.lora = Some(LoraConfig {
+        r: p.r,
+        alpha: 16.0,
+        dropout: p.dropout,
+        targets: p.targets.iter().map(|t| t.to_string()).collect(),
+        dropout_kernel: Default::default(),
+        bias: p.bias,
+        use_dora: false,
+        modules_to_save: vec![],
+    });
+    ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: 300,
+        d_model: d,
+        num_layers: 3,
+        num_heads: h,
+        num_kv_heads: 2,
+        d_ff: 352,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+        norm_fp32_upcast: true,
+        tied_embeddings: false,
+        max_seq_len: 4096,
+        attention: Attention::Naive,
+        checkpoint: if p.ckpt.is_some() { Checkpoint::Every(1) } else { Checkpoint::None },
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    }
+}
+
+fn sum(ts: &[Term]) -> u64 {
+    ts.iter().map(Term::bytes).sum()
+}
+
+/// Compares one point; returns the simulated training peak over the closed form's bound.
+fn check(p: &Point) -> f64 {
+    let cfg = config(p);
+    let name = format!(
+        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} {} B {} S {}",
+        p.arch.name(),
+        p.attn.name(),
+        p.backend,
+        p.precision,
+        p.ckpt,
+        p.cache,
+        p.targets,
+        p.r,
+        p.dropout,
+        p.bias,
+        p.optim,
+        p.b,
+        p.s
+    );
+    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+    let mut optim = OptimConfig::reference(Flavour::Hf);
+    optim.kind = p.optim;
+    let e: Estimate = estimate_with(&cfg, p.precision, p.b, p.s, &optim);
+    let sim = simulate(&cfg, p.precision, p.b, p.s, &optim).unwrap();
+    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
+    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
+    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
+    let first = e.first_block.as_deref().map_or(0, sum);
+    assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, block 0 {first}, outside {})", e.block_bytes(), sum(&e.outside));
+    let batch = 2 * (p.b * p.s * 8) as u64;
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4;
+    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
+    let bound = e.training_bytes();
+    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
+    sim.training_peak_allocated as f64 / bound as f64
+}
+
+fn run(points: &[Point]) {
+    let mut worst: f64 = 0.0;
+    let mut failed = Vec::new();
+    for p in points {
+        match std::panic::catch_unwind(|| check(p)) {
+            Ok(w) => worst = worst.max(w),
+            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_default()),
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
+    // Frozen weights leave little beside the activations, so backward's transients (the
+    // loss gradient, each op's input gradients while its saved tensors live) weigh more than
+    // in full fine-tuning: at most 1.39× on the first grid, 1.50× on the dropout, bias and
+    // optimizer one.
+    assert!(worst < 1.6, "simulated training peak up to {worst:.3}× the closed form's bound");
+    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+}
+
+const ATTN: [&str; 4] = ["q_proj", "k_proj", "v_proj", "o_proj"];
+
+/// Every model type × targets (all-linear, the attention, peft's q/v default, the MLP alone)
+/// × fp32/pure bf16 × checkpointing, eager attention.
+#[test]
+fn lora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for targets in [TARGETS.to_vec(), ATTN.to_vec(), vec!["q_proj", "v_proj"], vec!["down_proj"], vec!["k_proj", "up_proj"]] {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                for ckpt in [None, Some(false), Some(true)] {
+                    points.push(Point { targets: targets.clone(), precision, ckpt, ..base(arch) });
+                }
+            }
+        }
+    }
+    run(&points);
+}
+
+/// The SDPA kernels (flash, memory-efficient, CPU flash, math), flash_attention_2 and the
+/// DynamicCache, over all-linear and partial targets, where layer 0's attention inputs need
+/// a gradient or not.
+#[test]
+fn lora_kernels_and_cache() {
+    let mut points = Vec::new();
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        for targets in [TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["v_proj"], vec!["gate_proj"]] {
+            for (attn, backend, precision) in [
+                (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::Fp32),
+                (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::PureBf16),
+                (AttnImplementation::Sdpa, SdpaBackend::CpuFlash, Precision::Fp32),
+                (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::PureBf16),
+                (AttnImplementation::FlashAttention2, SdpaBackend::Auto, Precision::PureBf16),
+            ] {
+                for cache in [false, true] {
+                    points.push(Point { attn, backend, precision, cache, targets: targets.clone(), s: 33, ..base(arch) });
+                }
+            }
+            points.push(Point { attn: AttnImplementation::Eager, cache: true, targets: targets.clone(), ..base(arch) });
+        }
+    }
+    run(&points);
+}
+
+/// lora_dropout (the bool mask, the fp32 dropout output lora_A keeps), rank, `bias`
+/// (qwen2's q/k/v biases train: layer 0's K and V need a gradient without an adapter), the
+/// optimizers estimate derives for peft models, and other (B, S).
+#[test]
+fn lora_dropout_rank_bias_and_optimizers() {
+    let mut points = Vec::new();
+    for arch in [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for (targets, dropout) in [(TARGETS.to_vec(), 0.1), (vec!["q_proj", "v_proj"], 0.05), (vec!["o_proj", "down_proj"], 0.1)] {
+                for ckpt in [None, Some(false)] {
+                    points.push(Point { targets: targets.clone(), dropout, precision, ckpt, r: 4, ..base(arch) });
+                }
+            }
+            for bias in [LoraBias::All, LoraBias::LoraOnly] {
+                points.push(Point { targets: vec!["q_proj"], bias, precision, ..base(arch) });
+                points.push(Point { targets: vec!["q_proj", "v_proj", "down_proj"], bias, precision, ckpt: Some(true), ..base(arch) });
+            }
+            for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd] {
+                points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(arch) });
+            }
+        }
+    }
+    run(&points);
+}
