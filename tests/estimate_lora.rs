@@ -221,3 +221,50 @@ fn lora_dropout_rank_bias_and_optimizers() {
     }
     run(&points);
 }
+
+/// Through the CLI: `--lora-r` reaches the closed form, whose JSON blocks (block 0 its own)
+/// equal the simulated activations; what it does not derive exits 2 naming the flag.
+#[test]
+fn lora_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let model = ["estimate", "--model", "Llama-3.2-1B", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];
+    let run = |extra: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(model).args(["--json", json.to_str().unwrap()]).args(extra).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "4", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.1", "--pure-bf16"][..], &["--lora-r", "8", "--gradient-checkpointing", "reentrant"][..]] {
+        let (code, text, err) = run(extra);
+        assert_eq!(code, Some(0), "{extra:?}: {err}");
+        assert!(text.contains("LoRA A and B"), "{extra:?}: {text}");
+        // Checkpointed layers keep only their input.
+        assert_eq!(text.contains("lora_A output (lora_B keeps it)"), !extra.contains(&"reentrant"), "{extra:?}: {text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+    }
+    std::fs::remove_file(&json).unwrap();
+    for (extra, flag) in [
+        (&["--lora-r", "8", "--load-in-4bit"][..], "--load-in-4bit"),
+        (&["--lora-r", "8", "--load-in-8bit"][..], "--load-in-8bit"),
+        (&["--lora-r", "8", "--use-dora"][..], "--use-dora"),
+        (&["--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
+        (&["--lora-r", "8", "--dtype", "float32", "--precision", "bf16"][..], "--precision"),
+        (&["--lora-r", "8", "--optimizer", "adafactor"][..], "--optimizer"),
+        (&["--lora-r", "8", "--optimizer", "adamw_torch_forloop"][..], "--optimizer"),
+    ] {
+        let (code, _, err) = run(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!json.exists(), "{extra:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

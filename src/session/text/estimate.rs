@@ -29,6 +29,8 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     let precision = match e.precision {
         Precision::Fp32 => "fp32".to_string(),
         Precision::Bf16 | Precision::Fp16 => format!("{} autocast around forward and loss (fp32 parameters, gradients, optimizer state)", e.precision),
+        // peft keeps its adapters (and so their gradients and state) in fp32 over bf16 weights.
+        Precision::PureBf16 if cfg.hf().is_some_and(|h| h.lora.is_some()) => "pure bf16 (frozen weights and activations bf16; LoRA adapters, their gradients and optimizer state fp32)".to_string(),
         Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
         Precision::PureFp16 | Precision::PureBf16Autocast => format!("{} (not derived in closed form)", e.precision),
     };
