@@ -2,8 +2,8 @@
 //! (src/analyse/estimate/hf.rs, the adapters' terms and what frozen weights no longer keep)
 //! against a simulated meta run of peft 0.21.2's `lora.Linear` over transformers 5.23
 //! (src/model/lora.rs, byte-exact against peft in tests/lora_grid.rs), over model types,
-//! targets, rank, dropout, `bias`, attention kernels, fp32 and pure bf16, checkpointing and
-//! optimizers.
+//! targets, rank, dropout, `bias`, attention kernels, fp32, autocast and pure bf16,
+//! checkpointing and optimizers.
 //!
 //! Exact (0 bytes), as tests/estimate_hf.rs: parameters (frozen base, fp32 adapters),
 //! gradients and optimizer state (the trainable parameters only), every activation when the
@@ -257,7 +257,6 @@ fn lora_estimate_cli() {
         (&["--lora-r", "8", "--load-in-8bit"][..], "--load-in-8bit"),
         (&["--lora-r", "8", "--use-dora"][..], "--use-dora"),
         (&["--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
-        (&["--lora-r", "8", "--dtype", "float32", "--precision", "bf16"][..], "--precision"),
         (&["--lora-r", "8", "--optimizer", "adafactor"][..], "--optimizer"),
         (&["--lora-r", "8", "--optimizer", "adamw_torch_forloop"][..], "--optimizer"),
     ] {
@@ -268,3 +267,27 @@ fn lora_estimate_cli() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Autocast (bf16, fp16) over fp32 weights: lora_A keeps its own low-precision cast of its
+/// input (of the fp32 copy of o_proj's and down_proj's low-precision inputs), A's output is
+/// low-precision, and the autocast cache holds only the adapters' (and trained biases')
+/// casts: the frozen weights' die after each matmul.
+#[test]
+fn lora_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for precision in [Precision::Bf16, Precision::Fp16] {
+            for (targets, dropout) in [(TARGETS.to_vec(), 0.0), (vec!["q_proj", "v_proj"], 0.0), (TARGETS.to_vec(), 0.1), (vec!["o_proj", "down_proj"], 0.05)] {
+                for ckpt in [None, Some(false)] {
+                    points.push(Point { targets: targets.clone(), dropout, precision, ckpt, ..base(arch) });
+                }
+            }
+            for (attn, cache) in [(AttnImplementation::Sdpa, false), (AttnImplementation::FlashAttention2, true)] {
+                points.push(Point { attn, cache, precision, ..base(arch) });
+            }
+            points.push(Point { bias: LoraBias::All, targets: vec!["q_proj"], precision, ..base(arch) });
+        }
+    }
+    run(&points);
+}
+

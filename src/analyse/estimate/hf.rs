@@ -48,7 +48,7 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 /// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
-    check_adapters(hf, precision)?;
+    check_adapters(hf)?;
     if hf.logits_to_keep > 0 && hf.logits_to_keep < s {
         return Err(ConfigError::new(
             "--logits-to-keep",
@@ -90,7 +90,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
 
 /// What the closed form derives of peft and bitsandbytes: LoRA over unquantized weights in
 /// fp32 or pure bf16; the rest is refused, naming its flag.
-fn check_adapters(hf: &HfConfig, precision: Precision) -> Result<(), ConfigError> {
+fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
     let op_for_op = "runs op for op in profile and fit (--device meta)";
     if let Some(q) = &hf.bnb {
         return Err(ConfigError::new(q.flag(), format!("the closed form derives LoRA over unquantized weights; a {} model (bitsandbytes' storage and kernels) {op_for_op}", q.bits())));
@@ -101,12 +101,6 @@ fn check_adapters(hf: &HfConfig, precision: Precision) -> Result<(), ConfigError
     }
     if !lc.modules_to_save.is_empty() {
         return Err(ConfigError::new("--modules-to-save", format!("peft's trainable module copies are not derived in closed form; the run {op_for_op}")));
-    }
-    if matches!(precision, Precision::Bf16 | Precision::Fp16) {
-        return Err(ConfigError::new(
-            "--precision",
-            format!("LoRA under autocast ({precision}: fp32 adapters cast per call, frozen weights cast uncached) is not derived in closed form; use fp32 or --pure-bf16, or profile --device meta"),
-        ));
     }
     Ok(())
 }
@@ -364,18 +358,37 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
 /// `x.to(fp32)` (a copy over bf16 weights), dropout (a bool mask kept for x's gradient when
 /// p > 0), `lora_A` keeping its input, `lora_B` keeping A's (B, S, r) output, then the scaled
 /// sum (`mul` by a number and `add` keep nothing). Under fp32 weights with no dropout
-/// `lora_A` keeps the projection's input itself, counted where it is made.
+/// `lora_A` keeps the projection's input itself, counted where it is made. Under autocast
+/// `lora_A` is an autocast op: it keeps its own low-precision cast of what it reads (the fp32
+/// input, its dropout, or the fp32 copy of a low-precision input, which dies with forward),
+/// and A's output is low-precision; the adapters' casts are cached (leaves that need a
+/// gradient), the frozen weights' are not (each dies after its matmul).
 fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, x_grad: bool) {
     let dropout = lc.dropout > 0.0;
-    if dropout {
-        if x_grad {
-            t.push(c.term(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", unit, 1));
-        }
-        t.push(c.term(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", unit, 4));
-    } else if c.mode == Mode::Pure {
-        t.push(c.term(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", unit, 4));
+    if dropout && x_grad {
+        t.push(c.term(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", unit, 1));
     }
-    t.push(c.small(&format!("{name} lora_A output (lora_B keeps it)"), "mm", "B·S·r", c.b * c.s * lc.r as u64, 4));
+    match c.mode {
+        Mode::Autocast => {
+            let what = if dropout { "lora_dropout output" } else { "input" };
+            t.push(c.term(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", unit, 2));
+        }
+        _ if dropout => t.push(c.term(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", unit, 4)),
+        Mode::Pure => t.push(c.term(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", unit, 4)),
+        Mode::Fp32 => {}
+    }
+    // fp32 (the adapters' type, bf16 weights or not), low-precision under autocast.
+    let a_elem = if c.mode == Mode::Autocast { 2 } else { 4 };
+    t.push(c.small(&format!("{name} lora_A output (lora_B keeps it)"), "mm", "B·S·r", c.b * c.s * lc.r as u64, a_elem));
+}
+
+/// Under autocast a frozen weight's low-precision cast is not cached (only leaves that need
+/// a gradient are), but the matmul keeps it for its input's gradient: one per projection
+/// whose input needs one. `name` has `rows` × `cols` (`formula`).
+fn frozen_cast(c: &Ctx, t: &mut Vec<Term>, name: &str, formula: &str, elements: u64) {
+    if c.mode == Mode::Autocast {
+        t.push(c.small(&format!("{name} weight cast to {} (uncached: frozen; the matmul keeps it for its input's gradient)", c.low_name), "_to_copy", formula, elements, 2));
+    }
 }
 
 /// One decoder layer without checkpointing, in forward order; `x_grad`: whether its input
@@ -405,6 +418,12 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let qkv = ["q_proj", "k_proj", "v_proj"];
     rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &qkv, frozen_norm(xg, &qkv));
     let (q, k, v) = (xg || trains("q_proj"), xg || trains("k_proj"), xg || trains("v_proj"));
+    let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
+    if lora.is_some() && xg {
+        frozen_cast(c, &mut t, "q_proj", "h·d_h·d", qw);
+        frozen_cast(c, &mut t, "k_proj", "h_kv·d_h·d", kvw);
+        frozen_cast(c, &mut t, "v_proj", "h_kv·d_h·d", kvw);
+    }
     if let Some(lc) = lora {
         for p in qkv.into_iter().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, xg);
@@ -421,6 +440,9 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     // once, outside), not the projections. Biases need nothing kept.
     attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") });
     let o = q || k || v || trains("o_proj");
+    if lora.is_some() && (q || k || v) {
+        frozen_cast(c, &mut t, "o_proj", "d·h·d_h", qw);
+    }
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         adapter(c, &mut t, lc, "o_proj", heads_unit(c, c.h), q || k || v);
     }
@@ -430,6 +452,10 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     let gate_up = ["gate_proj", "up_proj"];
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &gate_up, frozen_norm(h, &gate_up));
+    if lora.is_some() && h {
+        frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
+        frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
+    }
     if let Some(lc) = lora {
         for p in gate_up.into_iter().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, h);
@@ -448,6 +474,9 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     if a_keeps_input("down_proj") {
         t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
+    }
+    if lora.is_some() && (gate || up) {
+        frozen_cast(c, &mut t, "down_proj", "d·F", c.d * c.f);
     }
     if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
         adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
@@ -511,8 +540,12 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     }
     // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its
     // weight, but `hidden_states` stays bound until the forward returns.
-    let g = if lora { NormGrad { input: true, weight: false, output: true } } else { FULL };
+    // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
+    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast } } else { FULL };
     rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
+    if lora {
+        frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
+    }
     if c.mode == Mode::Autocast {
         // lm_head saves its low-precision cast; the fp32 output itself stays bound
         // (`hidden_states`, `outputs.last_hidden_state`) until LlamaForCausalLM.forward returns.
@@ -554,6 +587,14 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
     let bias_cast = if biases > 0 { " + biases" } else { "" };
     let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F{bias_cast}) + {head_w}) = 2 × {cast_elements}");
+    // Autocast caches only casts of leaves that need a gradient: under peft the adapters and
+    // the biases that train; each frozen weight's cast dies after its matmul.
+    let (cast_elements, cast_formula) = if lora {
+        let n = cfg.lora_param_count() + cfg.lora_bias_count();
+        (n, format!("2 B × (the LoRA adapters' A and B{}) = 2 × {n}", if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" }))
+    } else {
+        (cast_elements, cast_formula)
+    };
     Terms { block, first_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
 }
 
