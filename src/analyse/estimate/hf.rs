@@ -92,10 +92,18 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
 /// fp32 or pure bf16; the rest is refused, naming its flag.
 fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
     let op_for_op = "runs op for op in profile and fit (--device meta)";
-    if let Some(q) = &hf.bnb {
-        return Err(ConfigError::new(q.flag(), format!("the closed form derives LoRA over unquantized weights; a {} model (bitsandbytes' storage and kernels) {op_for_op}", q.bits())));
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some()) {
+        return Err(ConfigError::new(q.flag(), format!("the closed form derives LoRA over unquantized and 4-bit weights; an {} model (LLM.int8()'s MatMul8bitLt state) {op_for_op}", q.bits())));
     }
-    let Some(lc) = &hf.lora else { return Ok(()) };
+    let Some(lc) = &hf.lora else {
+        return match &hf.bnb {
+            Some(q) => Err(ConfigError::new(q.flag(), format!("a {} model without adapters trains nothing: add --lora-r for QLoRA", q.bits()))),
+            None => Ok(()),
+        };
+    };
+    if hf.bnb.is_some() && lc.bias != crate::model::lora::LoraBias::None {
+        return Err(ConfigError::new("--lora-bias", format!("biases that train over a 4-bit model (bitsandbytes casts them to the compute dtype) are not derived in closed form; the run {op_for_op}")));
+    }
     if lc.use_dora {
         return Err(ConfigError::new("--use-dora", format!("DoRA (the per-forward weight norm) is not derived in closed form; it {op_for_op}")));
     }
