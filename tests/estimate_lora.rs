@@ -1,9 +1,11 @@
-//! `vramscope estimate` for peft's LoRA over unquantized weights: the closed form
+//! `vramscope estimate` for peft's LoRA over unquantized, 4-bit (QLoRA) and 8-bit weights: the closed form
 //! (src/analyse/estimate/hf.rs, the adapters' terms and what frozen weights no longer keep)
 //! against a simulated meta run of peft 0.21.2's `lora.Linear` over transformers 5.23
 //! (src/model/lora.rs, byte-exact against peft in tests/lora_grid.rs), over model types,
 //! targets, rank, dropout, `bias`, attention kernels, fp32, autocast and pure bf16,
-//! checkpointing and optimizers.
+//! checkpointing and optimizers; bitsandbytes' storage and what `MatMul4Bit` and
+//! `MatMul8bitLt` keep (src/model/bnb.rs, src/engine/ops/quant.rs and int8.rs, byte-exact
+//! in tests/qlora_grid.rs and int8_grid.rs).
 //!
 //! Exact (0 bytes), as tests/estimate_hf.rs: parameters (frozen base, fp32 adapters),
 //! gradients and optimizer state (the trainable parameters only), every activation when the
@@ -12,7 +14,8 @@
 use vramscope::analyse::estimate::{estimate_with, hf, Estimate, Term};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::engine::DType;
-use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
+use vramscope::engine::ops::int8::Int8Kernel;
+use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Int8, Quant};
 use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
 use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
 use vramscope::session::estimate::simulate;
@@ -35,6 +38,8 @@ struct Point {
     optim: OptimizerKind,
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training).
     four_bit: Option<(bool, DType, bool)>,
+    /// LLM.int8(): prepare_model_for_kbit_training.
+    int8: Option<bool>,
     b: usize,
     s: usize,
 }
@@ -53,6 +58,7 @@ fn base(arch: Arch) -> Point {
         bias: LoraBias::None,
         optim: OptimizerKind::AdamwTorchFused,
         four_bit: None,
+        int8: None,
         b: 2,
         s: 40,
     }
@@ -80,6 +86,9 @@ fn config(p: &Point) -> ModelConfig {
         // unquantized to fp32), as the GPU's default kernel runs it.
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: DType::BF16, prepare });
+    }
+    if let Some(prepare) = p.int8 {
+        hf.bnb = Some(Bnb { quant: Quant::Int8(Int8 { threshold: 6.0, kernel: Int8Kernel::Cuda }), load_dtype: DType::BF16, prepare });
     }
     ModelConfig {
         flavour: Flavour::Hf,
@@ -111,7 +120,7 @@ fn sum(ts: &[Term]) -> u64 {
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
     let name = format!(
-        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} {} 4-bit {:?} B {} S {}",
+        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} {} 4-bit {:?} 8-bit {:?} B {} S {}",
         p.arch.name(),
         p.attn.name(),
         p.backend,
@@ -124,6 +133,7 @@ fn check(p: &Point) -> f64 {
         p.bias,
         p.optim,
         p.four_bit,
+        p.int8,
         p.b,
         p.s
     );
@@ -252,7 +262,7 @@ fn lora_estimate_cli() {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(model).args(["--json", json.to_str().unwrap()]).args(extra).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
-    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit", "--bnb-4bit-use-double-quant"][..], &["--lora-r", "4", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.1", "--pure-bf16"][..], &["--lora-r", "8", "--gradient-checkpointing", "reentrant"][..]] {
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit", "--bnb-4bit-use-double-quant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "non-reentrant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "none"][..], &["--lora-r", "4", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.1", "--pure-bf16"][..], &["--lora-r", "8", "--gradient-checkpointing", "reentrant"][..]] {
         let (code, text, err) = run(extra);
         assert_eq!(code, Some(0), "{extra:?}: {err}");
         assert!(text.contains("LoRA A and B"), "{extra:?}: {text}");
@@ -274,7 +284,6 @@ fn lora_estimate_cli() {
     for (extra, flag) in [
         (&["--load-in-4bit"][..], "--load-in-4bit"),
         (&["--lora-r", "8", "--load-in-4bit", "--lora-bias", "all"][..], "--lora-bias"),
-        (&["--lora-r", "8", "--load-in-8bit"][..], "--load-in-8bit"),
         (&["--lora-r", "8", "--use-dora"][..], "--use-dora"),
         (&["--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
         (&["--lora-r", "8", "--optimizer", "adafactor"][..], "--optimizer"),
@@ -333,5 +342,26 @@ fn qlora_closed_form_equals_the_simulation() {
     // Backward dequantizes each packed weight again (and casts it to the gradient's type):
     // transients the size of an unquantized weight, which the bound leaves out, large beside
     // these small models' activations: at most 1.72× here.
+    run_within(&points, 1.8);
+}
+
+/// LLM.int8() (`Linear8bitLt`, int8 weights and an fp32 SCB per row), with and without
+/// prepare_model_for_kbit_training, checkpointing none/non-reentrant/reentrant, all-linear
+/// and partial targets, dropout: `MatMul8bitLt` keeps its input for the input's gradient, so
+/// a frozen 8-bit projection keeps what a full fine-tune's would; the int8-quantized inputs
+/// are transients.
+#[test]
+fn int8_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for prepare in [true, false] {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { int8: Some(prepare), precision, ckpt, ..base(arch) });
+            }
+            points.push(Point { int8: Some(prepare), precision, targets: vec!["q_proj", "v_proj"], dropout: 0.1, attn: AttnImplementation::Sdpa, ..base(arch) });
+            points.push(Point { int8: Some(prepare), precision, targets: vec!["down_proj"], ..base(arch) });
+        }
+    }
     run_within(&points, 1.8);
 }

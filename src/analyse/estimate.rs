@@ -494,8 +494,8 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             let trainable = lora_trainable(cfg, lc, pe);
             params += adapters;
             param_bytes += adapters * 4;
-            if let Some(q) = cfg.hf().and_then(|h| h.bnb.as_ref()).and_then(|q| q.four_bit()) {
-                let (bytes, formula) = four_bit_storage(cfg, q, pe);
+            if let Some(q) = cfg.hf().and_then(|h| h.bnb.as_ref()) {
+                let (bytes, formula) = quantized_storage(cfg, q, pe);
                 param_bytes = bytes + adapters * 4;
                 param_formula = formula;
             }
@@ -654,24 +654,32 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
     super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe, count: count * l, largest }
 }
 
-/// A 4-bit model's parameters in bytes (bitsandbytes' `Linear4bit` storage beside the
+/// A 4-bit or 8-bit model's parameters in bytes (bitsandbytes' storage beside the
 /// unquantized parameters of `pe` bytes: fp32 after prepare_model_for_kbit_training, else
-/// the load type), with the formula: per quantized projection of n = rows·cols weights, n/2
-/// packed bytes and its quant_state: an absmax per 64-weight block (fp32, or uint8 with
-/// double quantization plus an fp32 scale per 256 blocks, its own 256-entry fp32 map and an
-/// fp32 offset) and the 16-entry fp32 code. Biases are in the compute dtype.
-fn four_bit_storage(cfg: &ModelConfig, q: &crate::model::bnb::Bnb4bit, pe: u64) -> (u64, String) {
+/// the load type), with the formula. 4-bit (`Linear4bit`), per quantized projection of
+/// n = rows·cols weights: n/2 packed bytes and its quant_state: an absmax per 64-weight block
+/// (fp32, or uint8 with double quantization plus an fp32 scale per 256 blocks, its own
+/// 256-entry fp32 map and an fp32 offset) and the 16-entry fp32 code; biases in the compute
+/// dtype. 8-bit (`Linear8bitLt`): n int8 weights and an fp32 SCB per row; biases in `pe`.
+fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -> (u64, String) {
     use crate::engine::ops::quant::{BLOCKSIZE, NESTED_BLOCKSIZE};
     let h = cfg.hf().expect("4-bit is an hf model's");
     let (d, f, v, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.vocab_size as u64, cfg.head_dim() as u64);
     let (qd, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
     let (bs, nbs) = (BLOCKSIZE as u64, NESTED_BLOCKSIZE as u64);
-    let storage = |n: u64| {
-        let blocks = n.div_ceil(bs);
-        let state = if q.double_quant { blocks + blocks.div_ceil(nbs) * 4 + 256 * 4 + 4 } else { blocks * 4 };
-        n.div_ceil(2) + state + 16 * 4
+    let four_bit = bnb.four_bit();
+    let storage = |(rows, cols): (u64, u64)| {
+        let n = rows * cols;
+        match four_bit {
+            Some(q) => {
+                let blocks = n.div_ceil(bs);
+                let state = if q.double_quant { blocks + blocks.div_ceil(nbs) * 4 + 256 * 4 + 4 } else { blocks * 4 };
+                n.div_ceil(2) + state + 16 * 4
+            }
+            None => n + rows * 4,
+        }
     };
-    let per_layer: u64 = [qd * d, kv * d, kv * d, d * qd, f * d, f * d, d * f].into_iter().map(storage).sum();
+    let per_layer: u64 = [(qd, d), (kv, d), (kv, d), (d, qd), (f, d), (f, d), (d, f)].into_iter().map(storage).sum();
     let mut biases = 0;
     if h.qkv_bias {
         biases += qd + 2 * kv;
@@ -685,14 +693,18 @@ fn four_bit_storage(cfg: &ModelConfig, q: &crate::model::bnb::Bnb4bit, pe: u64) 
     let norms = 2 * d + if h.model_type == crate::model::hf::Arch::Qwen3 { 2 * hd } else { 0 };
     let l = cfg.num_layers as u64;
     let unquantized = v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d;
-    let bias_bytes = l * biases * q.compute_dtype.size() as u64;
+    let bias_bytes = l * biases * four_bit.map_or(pe, |q| q.compute_dtype.size() as u64);
     let bytes = l * per_layer + unquantized * pe + bias_bytes;
-    let dq = if q.double_quant { "⌈n/64⌉ (uint8 absmax) + ⌈n/16384⌉·4 + 1028 (double quant)" } else { "⌈n/64⌉·4 (fp32 absmax)" };
+    let quantized = match four_bit {
+        Some(q) if q.double_quant => "⌈n/2⌉ packed + ⌈n/64⌉ (uint8 absmax) + ⌈n/16384⌉·4 + 1028 (double quant) + 64 code",
+        Some(_) => "⌈n/2⌉ packed + ⌈n/64⌉·4 (fp32 absmax) + 64 code",
+        None => "n int8 + rows·4 (SCB)",
+    };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
     let formula = format!(
-        "L·Σ over the 7 projections of n weights (⌈n/2⌉ packed + {dq} + 64 code) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{} + the LoRA adapters (fp32)",
+        "L·Σ over the 7 projections of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{} + the LoRA adapters (fp32)",
         if norms > 2 * d { " + 2d_h" } else { "" },
-        if biases > 0 { " + biases in the compute dtype" } else { "" }
+        if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
     );
     (bytes, formula)
 }

@@ -92,9 +92,6 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
 /// fp32 or pure bf16; the rest is refused, naming its flag.
 fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
     let op_for_op = "runs op for op in profile and fit (--device meta)";
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some()) {
-        return Err(ConfigError::new(q.flag(), format!("the closed form derives LoRA over unquantized and 4-bit weights; an {} model (LLM.int8()'s MatMul8bitLt state) {op_for_op}", q.bits())));
-    }
     let Some(lc) = &hf.lora else {
         return match &hf.bnb {
             Some(q) => Err(ConfigError::new(q.flag(), format!("a {} model without adapters trains nothing: add --lora-r for QLoRA", q.bits()))),
@@ -418,9 +415,12 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
     // Under peft with fp32 weights and no dropout, lora_A keeps the projection's input itself.
     let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    // LLM.int8()'s MatMul8bitLt keeps its input (a view of it) for the input's gradient:
+    // the frozen base matmul then keeps what a full fine-tune's would.
+    let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let frozen_norm = |input: bool, readers: &[&str]| match lora {
         None => FULL,
-        Some(_) => NormGrad { input, weight: false, output: readers.iter().any(|r| a_keeps_input(r)) },
+        Some(_) => NormGrad { input, weight: false, output: (int8 && input) || readers.iter().any(|r| a_keeps_input(r)) },
     };
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
@@ -446,7 +446,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     // RoPE multiplies by cos/sin, which need no gradient: the products keep cos/sin (counted
     // once, outside), not the projections. Biases need nothing kept.
-    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") });
+    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") || (int8 && (q || k || v)) });
     let o = q || k || v || trains("o_proj");
     if lora.is_some() && (q || k || v) {
         frozen_cast(c, &mut t, "o_proj", "d·h·d_h", qw);
@@ -480,7 +480,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     if gate {
         t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
     }
-    if a_keeps_input("down_proj") {
+    if a_keeps_input("down_proj") || (int8 && (gate || up)) {
         t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
     }
     if lora.is_some() && (gate || up) {
@@ -506,7 +506,18 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let block = if checkpointing {
         // Non-reentrant and reentrant alike keep only each layer's input (layer 0's is the
         // embedding output); everything else is recomputed in backward.
-        vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)]
+        let mut b = vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)];
+        if !hf.reentrant && hf.bnb.as_ref().is_some_and(|q| q.int8().is_some()) {
+            // MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the
+            // non-reentrant checkpoint's saved-tensor hooks never see it, so each 8-bit
+            // projection's input outlives the forward (q/k/v share theirs, gate/up theirs).
+            let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
+            b.push(c.term(format!("input_layernorm output, q/k/v_proj's input {why}"), "mul", Unit::A, ty.model));
+            b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), ty.model));
+            b.push(c.term(format!("post_attention_layernorm output, gate/up_proj's input {why}"), "mul", Unit::A, ty.model));
+            b.push(c.term(format!("silu·up, down_proj's input {why}"), "mul", Unit::F, ty.model));
+        }
+        b
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
