@@ -242,7 +242,7 @@ fn lora_dropout_rank_bias_and_optimizers() {
                 points.push(Point { targets: vec!["q_proj"], bias, precision, ..base(arch) });
                 points.push(Point { targets: vec!["q_proj", "v_proj", "down_proj"], bias, precision, ckpt: Some(true), ..base(arch) });
             }
-            for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd] {
+            for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
                 points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(arch) });
             }
         }
@@ -286,8 +286,7 @@ fn lora_estimate_cli() {
         (&["--lora-r", "8", "--load-in-4bit", "--lora-bias", "all"][..], "--lora-bias"),
         (&["--lora-r", "8", "--use-dora"][..], "--use-dora"),
         (&["--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
-        (&["--lora-r", "8", "--optimizer", "adafactor"][..], "--optimizer"),
-        (&["--lora-r", "8", "--optimizer", "adamw_torch_forloop"][..], "--optimizer"),
+        (&["--lora-r", "8", "--optimizer", "adamw_8bit"][..], "--optimizer"),
     ] {
         let (code, _, err) = run(extra);
         assert_eq!(code, Some(2), "{extra:?}: {err}");

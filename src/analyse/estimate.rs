@@ -504,7 +504,8 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             if biases > 0 {
                 param_formula += &format!("; trainable: the adapters and {biases} bias elements");
             }
-            super::optimizer_estimate::trainable_terms(&trainable, optim)
+            let order = (biases == 0).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
+            super::optimizer_estimate::trainable_terms(&trainable, order.as_ref(), optim)
         }
         None => super::optimizer_estimate::optimizer_terms(cfg, pe, optim),
     };
@@ -707,4 +708,14 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
         if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
     );
     (bytes, formula)
+}
+
+/// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for
+/// lora_B of each adapted projection, in lora::TARGETS order.
+fn lora_matrices(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig) -> Vec<(u64, u64)> {
+    let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
+    let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let r = lc.r as u64;
+    let shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)];
+    crate::model::lora::TARGETS.iter().zip(shapes).filter(|(t, _)| lc.targets(t)).flat_map(|(_, (i, o))| [(r, i), (o, r)]).collect()
 }

@@ -87,6 +87,28 @@ impl ParamSizes {
         ParamSizes { first: m(v, d), block, layers, tail, factored, factors }
     }
 
+    /// The trainable parameters of a peft model with frozen biases, in `parameters()` order:
+    /// each layer's adapter matrices `mats` (lora_A, lora_B per adapted projection), `layers`
+    /// times. Held as the first matrix, the rest of a layer and the next layer's first
+    /// matrix repeated `layers − 1` times, and the last layer's rest.
+    pub fn adapters(mats: &[(u64, u64)], layers: u64) -> ParamSizes {
+        let (first, rest) = mats.split_first().expect("an adapted projection");
+        let size = |&(r, c): &(u64, u64)| r.saturating_mul(c);
+        let rc = |&(r, c): &(u64, u64)| r.saturating_add(c);
+        let mut block: Vec<u64> = rest.iter().map(size).collect();
+        block.push(size(first));
+        let tail: Vec<u64> = rest.iter().map(size).collect();
+        let per_layer = mats.iter().fold(0u64, |a, m| a.saturating_add(rc(m)));
+        let repeats = layers.saturating_sub(1);
+        let mut factors = vec![rc(first)];
+        for _ in 0..repeats.min(2) {
+            factors.extend(rest.iter().map(rc));
+            factors.push(rc(first));
+        }
+        factors.extend(rest.iter().map(rc));
+        ParamSizes { first: size(first), block, layers: repeats, tail, factored: per_layer.saturating_mul(layers), factors }
+    }
+
     /// Number of parameter tensors.
     pub fn count(&self) -> u64 {
         (self.block.len() as u64).saturating_mul(self.layers).saturating_add(1 + self.tail.len() as u64)
@@ -151,6 +173,13 @@ impl ParamSizes {
 /// of `pe` bytes each.
 pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64, String, u64, String) {
     let sizes = ParamSizes::of(cfg);
+    let (state, state_f, temp, temp_f) = optimizer_sizes(&sizes, pe, optim);
+    let (temp, temp_f) = clip(optim, sizes.count(), sizes.largest(), temp, temp_f);
+    (state, state_f, temp, temp_f)
+}
+
+/// [`optimizer_terms`] of the parameters `sizes` of `pe` bytes each, before clipping.
+fn optimizer_sizes(sizes: &ParamSizes, pe: u64, optim: &OptimConfig) -> (u64, String, u64, String) {
     let p = sizes.total();
     let n = sizes.count();
     let pt = if pe == 2 { "bf16" } else { "fp32" };
@@ -200,7 +229,6 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             )
         }
     };
-    let (temp, temp_f) = clip(optim, n, sizes.largest(), temp, temp_f);
     (state, state_f, temp, temp_f)
 }
 
@@ -230,16 +258,27 @@ pub struct Trainable {
     pub largest: u64,
 }
 
-/// Whether [`trainable_terms`] derives `kind` (the optimizers whose memory does not depend
-/// on the parameters' order).
-pub fn derives_trainable(kind: OptimizerKind) -> bool {
-    matches!(kind, OptimizerKind::AdamwTorch | OptimizerKind::AdamwTorchFused | OptimizerKind::Sgd)
+/// Whether [`trainable_terms`] derives `kind`: torch's AdamW (foreach, fused) and SGD, and
+/// where the parameters' order is known (`ordered`: the adapters alone, no trained biases)
+/// the for-loop AdamW and Adafactor too.
+pub fn derives_trainable(kind: OptimizerKind, ordered: bool) -> bool {
+    match kind {
+        OptimizerKind::AdamwTorch | OptimizerKind::AdamwTorchFused | OptimizerKind::Sgd => true,
+        OptimizerKind::AdamwTorchForloop | OptimizerKind::Adafactor => ordered,
+        _ => false,
+    }
 }
 
 /// [`optimizer_terms`] over only the parameters that train (a peft model's adapters and
 /// biases: frozen weights get no state), for the optimizers of [`derives_trainable`].
-pub fn trainable_terms(t: &Trainable, optim: &OptimConfig) -> (u64, String, u64, String) {
+pub fn trainable_terms(t: &Trainable, order: Option<&ParamSizes>, optim: &OptimConfig) -> (u64, String, u64, String) {
     let (p, n) = (t.bytes, t.count);
+    // The for-loop AdamW and Adafactor over the fp32 adapters, in their order.
+    if let (Some(sizes), OptimizerKind::AdamwTorchForloop | OptimizerKind::Adafactor) = (order, optim.kind) {
+        let (state, state_f, temp, temp_f) = optimizer_sizes(sizes, 4, optim);
+        let (temp, temp_f) = clip(optim, n, t.largest, temp, temp_f);
+        return (state, state_f, temp, temp_f);
+    }
     let (state, state_f) = match optim.kind {
         OptimizerKind::AdamwTorch => (2 * p, format!("2 × {p} B (torch AdamW exp_avg and exp_avg_sq of the trainable parameters, in their types)")),
         OptimizerKind::AdamwTorchFused => {

@@ -77,9 +77,12 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;
-    let peft = cfg.hf().is_some_and(|h| h.lora.is_some());
-    if peft && !crate::analyse::optimizer_estimate::derives_trainable(optim.kind) {
-        return Err(usage("--optimizer", format!("{}: over a LoRA model's trainable parameters the closed form derives adamw_torch, adamw_torch_fused and sgd; the rest runs op for op in profile and fit (--device meta)", optim.kind)));
+    if cfg.hf().is_some_and(|h| h.lora.is_some()) {
+        let ordered = cfg.lora_bias_count() == 0;
+        if !crate::analyse::optimizer_estimate::derives_trainable(optim.kind, ordered) {
+            let which = if ordered { "adamw_torch, adamw_torch_fused, adamw_torch_forloop, adafactor and sgd" } else { "adamw_torch, adamw_torch_fused and sgd (with --lora-bias trained biases interleave with the adapters)" };
+            return Err(usage("--optimizer", format!("{}: over a LoRA model's trainable parameters the closed form derives {which}; the rest runs op for op in profile and fit (--device meta)", optim.kind)));
+        }
     }
     if optim.kind.is_bitsandbytes() {
         return Err(usage("--optimizer", format!("{}: the closed form derives torch's optimizers; bitsandbytes' state runs op for op in profile and fit (--device meta)", optim.kind)));
