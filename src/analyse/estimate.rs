@@ -500,7 +500,8 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
                 param_formula = formula;
             }
             grad_bytes = trainable.bytes;
-            param_formula += " + L·Σ over adapted projections r·(in + out) (LoRA A and B, fp32)";
+            let bnb = cfg.hf().is_some_and(|h| h.bnb.is_some());
+            param_formula += if bnb { " + L·Σ over adapted projections r·(in + out)·4 (LoRA A and B, fp32)" } else { " + L·Σ over adapted projections r·(in + out) (LoRA A and B, fp32)" };
             if biases > 0 {
                 param_formula += &format!("; trainable: the adapters and {biases} bias elements");
             }
@@ -703,7 +704,7 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
     };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
     let formula = format!(
-        "L·Σ over the 7 projections of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{} + the LoRA adapters (fp32)",
+        "L·Σ over the 7 projections of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{}",
         if norms > 2 * d { " + 2d_h" } else { "" },
         if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
     );

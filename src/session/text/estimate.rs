@@ -66,8 +66,18 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     let pe = e.param_elem;
     let pt = if pe == 2 { "bf16" } else { "fp32" };
     out!(s, "\n(sizes below are tensor bytes, i.e. requested; `profile` reports allocated bytes, which add the caching allocator's block rounding: 512 B, and whole 2 MiB for a tensor over 1 MiB that gets a segment of its own)");
-    out!(s, "\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
-    out!(s, "2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    match cfg.hf().map(|h| (h.lora.is_some(), h.bnb.is_some())) {
+        // bitsandbytes' storage is written in bytes.
+        Some((_, true)) => out!(s, "\n1. parameters in bytes: {} = {} B = {:.3} GiB requested", e.param_formula, e.param_bytes, gib(e.param_bytes)),
+        Some((true, false)) => out!(s, "\n1. parameters: P = {} = {} (the base's {pt}, the adapters fp32) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes)),
+        _ => out!(s, "\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes)),
+    }
+    if cfg.hf().is_some_and(|h| h.lora.is_some()) {
+        // peft: only the adapters (fp32) and the biases `bias` names have gradients.
+        out!(s, "2. gradients: the trainable parameters' only (LoRA adapters in fp32, trained biases), frozen weights none = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    } else {
+        out!(s, "2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    }
     out!(s, "3. optimizer state ({}): {} = {} B = {:.3} GiB", e.optimizer.summary(), e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
     out!(s, "   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
     if e.autocast_cache_bytes > 0 {
