@@ -106,6 +106,9 @@ pub struct Estimate {
     pub block_symbolic: String,
     /// The same in 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
     pub block_fp32_units: String,
+    /// Block 0's, where it keeps less than the others (peft: its input needs no gradient);
+    /// the other `layers − 1` keep `block`.
+    pub first_block: Option<Vec<Term>>,
     /// Kept for backward outside the blocks (embedding output, final norm).
     pub outside: Vec<Term>,
     /// The forward's output.
@@ -125,7 +128,14 @@ impl Estimate {
     }
     /// Everything autograd holds when the forward returns.
     pub fn activation_bytes(&self) -> u64 {
-        self.layers as u64 * self.block_bytes() + self.outside.iter().map(Term::bytes).sum::<u64>()
+        self.blocks_bytes() + self.outside.iter().map(Term::bytes).sum::<u64>()
+    }
+    /// The L blocks together (block 0 its own where it differs).
+    pub fn blocks_bytes(&self) -> u64 {
+        match &self.first_block {
+            Some(first) if self.layers > 0 => (self.layers as u64 - 1) * self.block_bytes() + first.iter().map(Term::bytes).sum::<u64>(),
+            _ => self.layers as u64 * self.block_bytes(),
+        }
     }
     /// What the loss keeps for backward.
     pub fn loss_saved_bytes(&self) -> u64 {
@@ -473,9 +483,34 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     };
     // Parameters, and so gradients and optimizer state, are fp32 except in pure bf16.
     let pe: u64 = if mode == Mode::Pure { 2 } else { 4 };
-    let param_bytes = params * pe;
-    let (optimizer_bytes, optimizer_formula, optimizer_temp_bytes, optimizer_temp_formula) =
-        super::optimizer_estimate::optimizer_terms(cfg, pe, optim);
+    let mut param_bytes = params * pe;
+    let mut grad_bytes = param_bytes;
+    let mut params = params;
+    let mut param_formula = param_formula;
+    let (optimizer_bytes, optimizer_formula, optimizer_temp_bytes, optimizer_temp_formula) = match cfg.hf().and_then(|h| h.lora.as_ref()) {
+        // peft: the base weights are frozen; the adapters are fp32 whatever the weights' type
+        // (autocast_adapter_dtype), and with `bias` the chosen biases train in theirs.
+        Some(lc) => {
+            let (adapters, biases) = (cfg.lora_param_count(), cfg.lora_bias_count());
+            let trainable = lora_trainable(cfg, lc, pe);
+            params += adapters;
+            param_bytes += adapters * 4;
+            if let Some(q) = cfg.hf().and_then(|h| h.bnb.as_ref()) {
+                let (bytes, formula) = quantized_storage(cfg, q, pe);
+                param_bytes = bytes + adapters * 4;
+                param_formula = formula;
+            }
+            grad_bytes = trainable.bytes;
+            let bnb = cfg.hf().is_some_and(|h| h.bnb.is_some());
+            param_formula += if bnb { " + L·Σ over adapted projections r·(in + out)·4 (LoRA A and B, fp32)" } else { " + L·Σ over adapted projections r·(in + out) (LoRA A and B, fp32)" };
+            if biases > 0 {
+                param_formula += &format!("; trainable: the adapters and {biases} bias elements");
+            }
+            let order = (biases == 0).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
+            super::optimizer_estimate::trainable_terms(&trainable, order.as_ref(), optim)
+        }
+        None => super::optimizer_estimate::optimizer_terms(cfg, pe, optim),
+    };
     // Every weight a matmul-class op reads is cast once per region and kept until backward;
     // the embedding lookup is not an autocast op, norm weights meet only muls.
     let cast_elements = l * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
@@ -486,6 +521,10 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
         Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
     };
+    let first_block = hf_terms.as_ref().and_then(|t| t.first_block.clone()).map(|mut b| {
+        b.retain(|t| t.elements > 0);
+        b
+    });
     let mut block = match (&hf_terms, cfg.flavour) {
         (Some(t), _) => t.block.clone(),
         (None, Flavour::Cs336) => cs336_block(&c, cfg.attention),
@@ -573,7 +612,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         param_formula,
         param_elem: pe,
         param_bytes,
-        grad_bytes: param_bytes,
+        grad_bytes,
         optimizer_bytes,
         optimizer_formula,
         optimizer_temp_bytes,
@@ -584,10 +623,101 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         block,
         block_symbolic,
         block_fp32_units,
+        first_block,
         outside,
         logits,
         loss,
         residual_elem: c.resid(),
         residual_bytes: c.b * c.s * d * c.resid(),
     }
+}
+
+/// A peft model's trainable parameters ([`ModelConfig::lora_param_count`]'s adapters in fp32,
+/// [`ModelConfig::lora_bias_count`]'s biases in the weights' `pe` bytes): bytes, tensors, the
+/// largest.
+fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u64) -> super::optimizer_estimate::Trainable {
+    let h = cfg.hf().expect("LoRA is an hf model's");
+    let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
+    let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let r = lc.r as u64;
+    // (in, out, has a bias) per projection, in lora::TARGETS order.
+    let shapes = [(d, q, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, f, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
+    let (mut count, mut largest) = (0u64, 0u64);
+    for (name, (i, o, bias)) in crate::model::lora::TARGETS.iter().zip(shapes) {
+        if lc.targets(name) {
+            count += 2;
+            largest = largest.max(r * i).max(r * o);
+        }
+        if bias && lc.trains_bias(name) {
+            count += 1;
+            largest = largest.max(o);
+        }
+    }
+    let l = cfg.num_layers as u64;
+    super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe, count: count * l, largest }
+}
+
+/// A 4-bit or 8-bit model's parameters in bytes (bitsandbytes' storage beside the
+/// unquantized parameters of `pe` bytes: fp32 after prepare_model_for_kbit_training, else
+/// the load type), with the formula. 4-bit (`Linear4bit`), per quantized projection of
+/// n = rows·cols weights: n/2 packed bytes and its quant_state: an absmax per 64-weight block
+/// (fp32, or uint8 with double quantization plus an fp32 scale per 256 blocks, its own
+/// 256-entry fp32 map and an fp32 offset) and the 16-entry fp32 code; biases in the compute
+/// dtype. 8-bit (`Linear8bitLt`): n int8 weights and an fp32 SCB per row; biases in `pe`.
+fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -> (u64, String) {
+    use crate::engine::ops::quant::{BLOCKSIZE, NESTED_BLOCKSIZE};
+    let h = cfg.hf().expect("4-bit is an hf model's");
+    let (d, f, v, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.vocab_size as u64, cfg.head_dim() as u64);
+    let (qd, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let (bs, nbs) = (BLOCKSIZE as u64, NESTED_BLOCKSIZE as u64);
+    let four_bit = bnb.four_bit();
+    let storage = |(rows, cols): (u64, u64)| {
+        let n = rows * cols;
+        match four_bit {
+            Some(q) => {
+                let blocks = n.div_ceil(bs);
+                let state = if q.double_quant { blocks + blocks.div_ceil(nbs) * 4 + 256 * 4 + 4 } else { blocks * 4 };
+                n.div_ceil(2) + state + 16 * 4
+            }
+            None => n + rows * 4,
+        }
+    };
+    let per_layer: u64 = [(qd, d), (kv, d), (kv, d), (d, qd), (f, d), (f, d), (d, f)].into_iter().map(storage).sum();
+    let mut biases = 0;
+    if h.qkv_bias {
+        biases += qd + 2 * kv;
+    }
+    if h.o_bias {
+        biases += d;
+    }
+    if h.mlp_bias {
+        biases += 2 * f + d;
+    }
+    let norms = 2 * d + if h.model_type == crate::model::hf::Arch::Qwen3 { 2 * hd } else { 0 };
+    let l = cfg.num_layers as u64;
+    let unquantized = v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d;
+    let bias_bytes = l * biases * four_bit.map_or(pe, |q| q.compute_dtype.size() as u64);
+    let bytes = l * per_layer + unquantized * pe + bias_bytes;
+    let quantized = match four_bit {
+        Some(q) if q.double_quant => "⌈n/2⌉ packed + ⌈n/64⌉ (uint8 absmax) + ⌈n/16384⌉·4 + 1028 (double quant) + 64 code",
+        Some(_) => "⌈n/2⌉ packed + ⌈n/64⌉·4 (fp32 absmax) + 64 code",
+        None => "n int8 + rows·4 (SCB)",
+    };
+    let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    let formula = format!(
+        "L·Σ over the 7 projections of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{}",
+        if norms > 2 * d { " + 2d_h" } else { "" },
+        if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
+    );
+    (bytes, formula)
+}
+
+/// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for
+/// lora_B of each adapted projection, in lora::TARGETS order.
+fn lora_matrices(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig) -> Vec<(u64, u64)> {
+    let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
+    let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let r = lc.r as u64;
+    let shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)];
+    crate::model::lora::TARGETS.iter().zip(shapes).filter(|(t, _)| lc.targets(t)).flat_map(|(_, (i, o))| [(r, i), (o, r)]).collect()
 }

@@ -94,6 +94,28 @@ impl ParamSizes {
         ParamSizes { first: m(v, d), block, layers, tail, factored, factors }
     }
 
+    /// The trainable parameters of a peft model with frozen biases, in `parameters()` order:
+    /// each layer's adapter matrices `mats` (lora_A, lora_B per adapted projection), `layers`
+    /// times. Held as the first matrix, the rest of a layer and the next layer's first
+    /// matrix repeated `layers − 1` times, and the last layer's rest.
+    pub fn adapters(mats: &[(u64, u64)], layers: u64) -> ParamSizes {
+        let (first, rest) = mats.split_first().expect("an adapted projection");
+        let size = |&(r, c): &(u64, u64)| r.saturating_mul(c);
+        let rc = |&(r, c): &(u64, u64)| r.saturating_add(c);
+        let mut block: Vec<u64> = rest.iter().map(size).collect();
+        block.push(size(first));
+        let tail: Vec<u64> = rest.iter().map(size).collect();
+        let per_layer = mats.iter().fold(0u64, |a, m| a.saturating_add(rc(m)));
+        let repeats = layers.saturating_sub(1);
+        let mut factors = vec![rc(first)];
+        for _ in 0..repeats.min(2) {
+            factors.extend(rest.iter().map(rc));
+            factors.push(rc(first));
+        }
+        factors.extend(rest.iter().map(rc));
+        ParamSizes { first: size(first), block, layers: repeats, tail, factored: per_layer.saturating_mul(layers), factors }
+    }
+
     /// Number of parameter tensors.
     pub fn count(&self) -> u64 {
         (self.block.len() as u64).saturating_mul(self.layers).saturating_add(1 + self.tail.len() as u64)
@@ -158,6 +180,13 @@ impl ParamSizes {
 /// of `pe` bytes each.
 pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64, String, u64, String) {
     let sizes = ParamSizes::of(cfg);
+    let (state, state_f, temp, temp_f) = optimizer_sizes(&sizes, pe, optim);
+    let (temp, temp_f) = clip(optim, sizes.count(), sizes.largest(), temp, temp_f);
+    (state, state_f, temp, temp_f)
+}
+
+/// [`optimizer_terms`] of the parameters `sizes` of `pe` bytes each, before clipping.
+fn optimizer_sizes(sizes: &ParamSizes, pe: u64, optim: &OptimConfig) -> (u64, String, u64, String) {
     let p = sizes.total();
     let n = sizes.count();
     let pt = if pe == 2 { "bf16" } else { "fp32" };
@@ -179,7 +208,7 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             format!("4 × {} + {n} × 4 (Adafactor's fp32 exp_avg_sq_row + exp_avg_sq_col per matrix, exp_avg_sq per vector; a 0-d fp32 RMS per parameter, a 512 B block each)", sizes.factored),
         ),
     };
-    let (mut temp, mut temp_f) = match optim.kind {
+    let (temp, temp_f) = match optim.kind {
         OptimizerKind::AdamwCs336 => {
             // One parameter at a time: m_new, v_new, α·m, √v + eps and the update coexist.
             let largest = sizes.largest();
@@ -207,10 +236,15 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             )
         }
     };
+    (state, state_f, temp, temp_f)
+}
+
+/// `clip_grad_norm_` over `n` gradients whose largest has `largest` elements, beside the
+/// optimizer's own temporaries `temp`: per gradient a 0-d norm, _foreach_norm's fp32
+/// scratch, the stacked norms; the 0-d total stays bound through the step.
+fn clip(optim: &OptimConfig, n: u64, largest: u64, mut temp: u64, mut temp_f: String) -> (u64, String) {
     if optim.max_grad_norm.is_some() {
-        // clip_grad_norm_: per gradient a 0-d norm, _foreach_norm's fp32 scratch, the stacked
-        // norms; the 0-d total stays bound through the step.
-        let scratch = 4 * n * sizes.largest().div_ceil(FOREACH_CHUNK as u64);
+        let scratch = 4 * n * largest.div_ceil(FOREACH_CHUNK as u64);
         let clip_peak = 4 * n + scratch.max(4 * n + 4);
         if clip_peak > temp + 4 {
             temp_f = format!("clip_grad_norm_: {n} × 4 (0-d norms) + max(_foreach_norm scratch {scratch}, stacked norms {n} × 4 + total 4)");
@@ -220,5 +254,53 @@ pub fn optimizer_terms(cfg: &ModelConfig, pe: u64, optim: &OptimConfig) -> (u64,
             temp_f += " + 4 (clip_grad_norm_'s total norm, bound through the step)";
         }
     }
+    (temp, temp_f)
+}
+
+/// The trainable parameters of a peft model: `bytes` in all (fp32 adapters, biases in the
+/// weights' type), `count` tensors, the largest of `largest` elements.
+pub struct Trainable {
+    pub bytes: u64,
+    pub count: u64,
+    pub largest: u64,
+}
+
+/// Whether [`trainable_terms`] derives `kind`: torch's AdamW (foreach, fused) and SGD, and
+/// where the parameters' order is known (`ordered`: the adapters alone, no trained biases)
+/// the for-loop AdamW and Adafactor too.
+pub fn derives_trainable(kind: OptimizerKind, ordered: bool) -> bool {
+    match kind {
+        OptimizerKind::AdamwTorch | OptimizerKind::AdamwTorchFused | OptimizerKind::Sgd => true,
+        OptimizerKind::AdamwTorchForloop | OptimizerKind::Adafactor => ordered,
+        _ => false,
+    }
+}
+
+/// [`optimizer_terms`] over only the parameters that train (a peft model's adapters and
+/// biases: frozen weights get no state), for the optimizers of [`derives_trainable`].
+pub fn trainable_terms(t: &Trainable, order: Option<&ParamSizes>, optim: &OptimConfig) -> (u64, String, u64, String) {
+    let (p, n) = (t.bytes, t.count);
+    // The for-loop AdamW and Adafactor over the fp32 adapters, in their order.
+    if let (Some(sizes), OptimizerKind::AdamwTorchForloop | OptimizerKind::Adafactor) = (order, optim.kind) {
+        let (state, state_f, temp, temp_f) = optimizer_sizes(sizes, 4, optim);
+        let (temp, temp_f) = clip(optim, n, t.largest, temp, temp_f);
+        return (state, state_f, temp, temp_f);
+    }
+    let (state, state_f) = match optim.kind {
+        OptimizerKind::AdamwTorch => (2 * p, format!("2 × {p} B (torch AdamW exp_avg and exp_avg_sq of the trainable parameters, in their types)")),
+        OptimizerKind::AdamwTorchFused => {
+            (2 * p + 4 * n, format!("2 × {p} B + {n} × 4 (exp_avg and exp_avg_sq of the trainable parameters; fused AdamW's 0-d fp32 `step` per parameter)"))
+        }
+        OptimizerKind::Sgd if optim.momentum != 0.0 => (p, format!("{p} B (SGD momentum buffers of the trainable parameters)")),
+        OptimizerKind::Sgd => (0, "0 B (SGD without momentum keeps no state)".to_string()),
+        other => unreachable!("{other}: refused by options/estimate.rs for peft models"),
+    };
+    let (temp, temp_f) = match optim.kind {
+        OptimizerKind::AdamwTorch => (p, format!("{p} B (torch._foreach_sqrt over every exp_avg_sq at once)")),
+        OptimizerKind::Sgd if optim.weight_decay != 0.0 => (p, format!("{p} B (_foreach_add(grads, params, alpha=weight_decay))")),
+        OptimizerKind::Sgd => (0, "0 B (SGD updates in place)".to_string()),
+        _ => (0, "0 B (_fused_adamw_ updates in place)".to_string()),
+    };
+    let (temp, temp_f) = clip(optim, n, t.largest, temp, temp_f);
     (state, state_f, temp, temp_f)
 }

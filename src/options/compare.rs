@@ -108,7 +108,7 @@ fn layout_variants(a: &ProfileArgs, world: usize) -> Result<Vec<Flagged>> {
     let names: Vec<String> = match &a.parallel.parallel {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
         // A LoRA or 4-bit model: the layouts it runs under.
-        None => super::parallel::default_layouts(a.model.hf.lora_r.is_some(), a.model.hf.load_in_4bit).iter().map(|l| l.name().to_string()).collect(),
+        None => super::parallel::default_layouts(super::parallel::Adapted::of_flags(&a.model.hf))?.iter().map(|l| l.name().to_string()).collect(),
     };
     let mut out = vec![Flagged { name: "one device".into(), args: one }];
     for n in names {

@@ -77,11 +77,6 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
-    if let Some(h) = cfg.hf().filter(|h| h.lora.is_some() || h.bnb.is_some()) {
-        let dora = h.lora.as_ref().is_some_and(|l| l.use_dora);
-        let flag = if dora { "--use-dora" } else { h.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
-        return Err(usage(flag, "the closed form derives full fine-tuning of unquantized weights; LoRA, 4-bit and 8-bit models (frozen weights, fp32 adapters, peft's and bitsandbytes' casts) run op for op in profile and fit (--device meta)"));
-    }
     if matches!(precision, crate::train::Precision::PureFp16 | crate::train::Precision::PureBf16Autocast) {
         return Err(usage(
             "--dtype",
@@ -91,6 +86,13 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;
+    if cfg.hf().is_some_and(|h| h.lora.is_some()) {
+        let ordered = cfg.lora_bias_count() == 0;
+        if !crate::analyse::optimizer_estimate::derives_trainable(optim.kind, ordered) {
+            let which = if ordered { "adamw_torch, adamw_torch_fused, adamw_torch_forloop, adafactor and sgd" } else { "adamw_torch, adamw_torch_fused and sgd (with --lora-bias trained biases interleave with the adapters)" };
+            return Err(usage("--optimizer", format!("{}: over a LoRA model's trainable parameters the closed form derives {which}; the rest runs op for op in profile and fit (--device meta)", optim.kind)));
+        }
+    }
     if optim.kind.is_bitsandbytes() {
         return Err(usage("--optimizer", format!("{}: the closed form derives torch's optimizers; bitsandbytes' state runs op for op in profile and fit (--device meta)", optim.kind)));
     }

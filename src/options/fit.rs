@@ -268,7 +268,7 @@ pub fn world_plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<WorldPlan> {
     let layouts: Vec<Layout> = match &a.parallel.parallel {
         Some(name) => vec![Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected ddp, zero1, zero2, fsdp or hsdp)")))?],
         // A LoRA or 4-bit model: the layouts it runs under.
-        None => super::parallel::default_layouts(a.model.hf.lora_r.is_some(), a.model.hf.load_in_4bit),
+        None => super::parallel::default_layouts(super::parallel::Adapted::of_flags(&a.model.hf))?,
     };
     let base_args = ProfileArgs { parallel: with_world(a, layouts[0], 1), ..args_for(a, batch, ctx, None) };
     let base = profile::options(&base_args)?;

@@ -176,10 +176,46 @@ impl ParallelFlags {
     }
 }
 
-/// Why a LoRA (`lora`) or 4-bit (`four_bit`) model cannot run under `c` (the flag to blame and
-/// the message), or None where the layout is modelled for it: DDP (LoRA and QLoRA) and FSDP2
-/// per block or ZeRO-2 (LoRA), as tools/pytorch/measure_dist.py --lora measures them.
-pub fn adapters_refusal(c: &ParallelConfig, lora: bool, four_bit: bool) -> Option<(&'static str, String)> {
+/// What peft and bitsandbytes make of a model, as far as the parallel layouts care.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Adapted {
+    pub lora: bool,
+    /// peft's `use_dora`.
+    pub dora: bool,
+    pub four_bit: bool,
+    pub eight_bit: bool,
+}
+
+impl Adapted {
+    /// The resolved model's.
+    pub fn of(h: &crate::model::hf::HfConfig) -> Adapted {
+        let q = h.bnb.as_ref();
+        Adapted {
+            lora: h.lora.is_some(),
+            dora: h.lora.as_ref().is_some_and(|l| l.use_dora),
+            four_bit: q.is_some_and(|q| q.four_bit().is_some()),
+            eight_bit: q.is_some_and(|q| q.int8().is_some()),
+        }
+    }
+    /// The flags', before the model resolves (fit's and compare's layout lists).
+    pub fn of_flags(f: &super::hf::HfFlags) -> Adapted {
+        Adapted { lora: f.lora_r.is_some(), dora: f.use_dora, four_bit: f.load_in_4bit, eight_bit: f.load_in_8bit }
+    }
+}
+
+/// Why a LoRA, DoRA, 4-bit or 8-bit model cannot run under `c` (the flag to blame and the
+/// message), or None where the layout is modelled for it: DDP (LoRA and QLoRA) and FSDP2 per
+/// block or ZeRO-2 (LoRA), as tools/pytorch/measure_dist.py --lora measures them; 8-bit and
+/// DoRA under no layout yet. profile, fit and compare all ask here.
+pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str, String)> {
+    let Adapted { lora, dora, four_bit, eight_bit } = m;
+    let what = if c.tp > 1 { "--tp" } else { "--parallel" };
+    if eight_bit {
+        return Some(("--load-in-8bit", format!("8-bit models under {what} are not modelled yet: profile one GPU (drop the parallel flags)")));
+    }
+    if dora {
+        return Some(("--use-dora", format!("DoRA under {what} is not modelled yet: profile one GPU (drop the parallel flags)")));
+    }
     if !lora && !four_bit {
         return None;
     }
@@ -203,7 +239,13 @@ pub fn adapters_refusal(c: &ParallelConfig, lora: bool, four_bit: bool) -> Optio
 }
 
 /// The layouts compare and fit put side by side when none is named: ddp, zero1, zero2 and
-/// fsdp, less those a LoRA or 4-bit model cannot run under.
-pub fn default_layouts(lora: bool, four_bit: bool) -> Vec<Layout> {
-    [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp].into_iter().filter(|&l| adapters_refusal(&ParallelConfig::new(l, 2), lora, four_bit).is_none()).collect()
+/// fsdp, less those a LoRA or 4-bit model cannot run under; a model no layout takes (8-bit,
+/// DoRA) is refused with [`adapters_refusal`]'s flag and reason.
+pub fn default_layouts(m: Adapted) -> anyhow::Result<Vec<Layout>> {
+    let all = [Layout::Ddp, Layout::Zero1, Layout::Zero2, Layout::Fsdp];
+    let ok: Vec<Layout> = all.into_iter().filter(|&l| adapters_refusal(&ParallelConfig::new(l, 2), m).is_none()).collect();
+    match adapters_refusal(&ParallelConfig::new(Layout::Ddp, 2), m) {
+        Some((flag, why)) if ok.is_empty() => Err(usage(flag, why)),
+        _ => Ok(ok),
+    }
 }

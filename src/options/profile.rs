@@ -220,14 +220,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     super::moe::check_profile(&cfg, device, precision, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
-        let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        if h.bnb.as_ref().is_some_and(|q| q.flag() == "--load-in-8bit") {
-            return Err(usage("--load-in-8bit", format!("8-bit models under {what} are not modelled yet: profile one GPU (drop the parallel flags)")));
-        }
-        if h.lora.as_ref().is_some_and(|l| l.use_dora) {
-            return Err(usage("--use-dora", format!("DoRA under {what} is not modelled yet: profile one GPU (drop the parallel flags)")));
-        }
-        if let Some((flag, why)) = super::parallel::adapters_refusal(pc, h.lora.is_some(), h.bnb.is_some()) {
+        if let Some((flag, why)) = super::parallel::adapters_refusal(pc, super::parallel::Adapted::of(h)) {
             return Err(usage(flag, why));
         }
     }

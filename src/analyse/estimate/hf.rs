@@ -12,6 +12,7 @@
 //! copy to merge heads.
 use super::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use crate::model::lora::LoraConfig;
 use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
@@ -56,6 +57,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
             ),
         ));
     }
+    check_adapters(hf)?;
     if hf.logits_to_keep > 0 && hf.logits_to_keep < s {
         return Err(ConfigError::new(
             "--logits-to-keep",
@@ -95,9 +97,33 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     }
 }
 
+/// What the closed form derives of peft and bitsandbytes: LoRA over unquantized weights in
+/// fp32 or pure bf16; the rest is refused, naming its flag.
+fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
+    let op_for_op = "runs op for op in profile and fit (--device meta)";
+    let Some(lc) = &hf.lora else {
+        return match &hf.bnb {
+            Some(q) => Err(ConfigError::new(q.flag(), format!("a {} model without adapters trains nothing: add --lora-r for QLoRA", q.bits()))),
+            None => Ok(()),
+        };
+    };
+    if hf.bnb.is_some() && lc.bias != crate::model::lora::LoraBias::None {
+        return Err(ConfigError::new("--lora-bias", format!("biases that train over a 4-bit model (bitsandbytes casts them to the compute dtype) are not derived in closed form; the run {op_for_op}")));
+    }
+    if lc.use_dora {
+        return Err(ConfigError::new("--use-dora", format!("DoRA (the per-forward weight norm) is not derived in closed form; it {op_for_op}")));
+    }
+    if !lc.modules_to_save.is_empty() {
+        return Err(ConfigError::new("--modules-to-save", format!("peft's trainable module copies are not derived in closed form; the run {op_for_op}")));
+    }
+    Ok(())
+}
+
 /// The terms of the hf derivation.
 pub(super) struct Terms {
     pub block: Vec<Term>,
+    /// Layer 0's where it keeps less than the others (peft: its input needs no gradient).
+    pub first_block: Option<Vec<Term>>,
     pub outside: Vec<Term>,
     pub logits: Term,
     pub loss: Vec<Term>,
@@ -127,27 +153,45 @@ fn types(c: &Ctx) -> Types {
     }
 }
 
+/// Which of a norm's tensors autograd needs: its input's gradient (`input`), its weight's
+/// (`weight`: frozen under peft), and whether its output is kept or bound (`output`).
+#[derive(Clone, Copy)]
+struct NormGrad {
+    input: bool,
+    weight: bool,
+    output: bool,
+}
+
+const FULL: NormGrad = NormGrad { input: true, weight: true, output: true };
+
 /// transformers' `LlamaRMSNorm`: `x.to(fp32)`, `x·rsqrt(mean(x²) + eps)`, `weight·x.to(input dtype)`.
 /// `x` is the norm's input (`elem` its type: the residual, or a projection for q/k_norm);
 /// `rows` the elements of `r`; `readers` the linears reading the output (none for q/k_norm).
-fn rms_norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64), readers: &[&str]) {
+/// pow, rsqrt and x·r keep x and r only for x's gradient; weight·x keeps x·r only for the
+/// weight's.
+#[allow(clippy::too_many_arguments)]
+fn rms_norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64), readers: &[&str], g: NormGrad) {
     let (rows_formula, rows_n) = rows;
-    if elem == 4 {
-        // `.to(float32)` returns x itself: pow and x·r keep the input, counted where it is made.
-        if readers.is_empty() {
-            t.push(c.term(format!("{name} input (the projection's output; pow, x·r keep it)"), "mm", unit, 4));
+    if g.input {
+        if elem == 4 {
+            // `.to(float32)` returns x itself: pow and x·r keep the input, counted where it is made.
+            if readers.is_empty() {
+                t.push(c.term(format!("{name} input (the projection's output; pow, x·r keep it)"), "mm", unit, 4));
+            }
+        } else {
+            t.push(c.term(format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", unit, 4));
         }
-    } else {
-        t.push(c.term(format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", unit, 4));
+        t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", rows_formula, rows_n, 4));
     }
-    t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", rows_formula, rows_n, 4));
-    if elem == 4 {
-        t.push(c.term(format!("{name} x·r (weight·x keeps it)"), "mul", unit, 4));
-    } else {
-        // x·r dies with `.to(input dtype)`; weight·x keeps the low copy.
-        t.push(c.term(format!("{name} x·r back in {} (weight·x keeps it)", c.low_name), "_to_copy", unit, 2));
+    if g.weight {
+        if elem == 4 {
+            t.push(c.term(format!("{name} x·r (weight·x keeps it)"), "mul", unit, 4));
+        } else {
+            // x·r dies with `.to(input dtype)`; weight·x keeps the low copy.
+            t.push(c.term(format!("{name} x·r back in {} (weight·x keeps it)", c.low_name), "_to_copy", unit, 2));
+        }
     }
-    if readers.is_empty() {
+    if readers.is_empty() || !g.output {
         return; // q/k_norm: RoPE's muls keep cos/sin, not their input.
     }
     let short = readers.join("/");
@@ -173,8 +217,24 @@ fn heads_unit(c: &Ctx, heads: u64) -> Unit {
     }
 }
 
-/// One decoder layer's attention: the tensors its kernel keeps and the DynamicCache's.
-fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) {
+/// Which of the attention's inputs need a gradient (all in full fine-tuning; under peft, a
+/// projection's output needs one when its input does or it trains), and whether o_proj keeps
+/// its input (its weight's gradient, or the LoRA adapter's `lora_A`).
+#[derive(Clone, Copy)]
+struct AttnGrad {
+    q: bool,
+    k: bool,
+    v: bool,
+    o_input: bool,
+}
+
+/// One decoder layer's attention: the tensors its kernel keeps and the DynamicCache's. A
+/// matmul keeps each operand for the other's gradient; softmax keeps its output for its
+/// input's; a fused kernel keeps q, k, v, its output and logsumexp when any input needs one.
+fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool, g: AttnGrad) {
+    // The scores QKᵀ need a gradient when Q or K does; the output when V does too.
+    let scores = g.q || g.k;
+    let any = scores || g.v;
     let ty = types(c);
     let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
     let n_rep = c.h / c.kvh;
@@ -196,9 +256,11 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
         Kernel::Eager => {
             // matmul folds q and kᵀ to 3-D: q is (B, S, h, d_h) underneath, so bmm keeps a
             // copy; under autocast a bf16 copy of each fp32 operand instead.
-            t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
+            if g.k {
+                t.push(c.term(if ac { format!("rope(Q) cast to {} (the scores bmm keeps it)", c.low_name) } else { "rope(Q) folded for the scores bmm (a copy unless B or S is 1; bmm keeps it)".into() }, "clone", qu, if ac { 2 } else { ty.qk }));
+            }
             k_own = repeated || ac || !cache;
-            if k_own {
+            if k_own && g.q {
                 let what = match (repeated, ac) {
                     (true, true) => format!("{kname}, cast to {} (the scores bmm keeps it)", c.low_name),
                     (true, false) => format!("{kname} (the scores bmm keeps it)"),
@@ -209,18 +271,24 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             }
             // softmax(dtype=float32) keeps its fp32 output; `.to(q.dtype)` makes the bf16
             // copy weights·V keeps in pure bf16, and under autocast (fp32 Q) the matmul's cast.
-            t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            // In fp32 weights·V keeps the softmax output itself for V's gradient.
+            if scores || (g.v && c.mode == Mode::Fp32) {
+                t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            }
             match c.mode {
                 Mode::Fp32 => {}
+                _ if !g.v => {}
                 Mode::Pure => t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2)),
                 Mode::Autocast => t.push(c.term(format!("attention weights cast to {} (weights·V keeps it)", c.low_name), "_to_copy", Unit::S, 2)),
             }
             v_own = repeated || !cache;
-            if v_own {
+            if v_own && scores {
                 let what = if repeated { "V repeated to h heads (repeat_kv; weights·V keeps it)" } else { "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)" };
                 t.push(c.term(what, "clone", ku, ty.v));
             }
-            t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.lo));
+            if g.o_input {
+                t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.lo));
+            }
         }
         Kernel::Fused(backend) => {
             let name = match (hf.attn_implementation, backend) {
@@ -231,44 +299,56 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             };
             let low = if ac { 2 } else { ty.qk };
             // The kernel keeps q, k, v as given; under autocast SDPA's own casts of fp32 Q, K.
-            t.push(c.term(if ac { format!("rope(Q) cast to {} (the kernel keeps it)", c.low_name) } else { "rope(Q) (the kernel keeps it)".into() }, if ac { "_to_copy" } else { "add" }, qu, low));
             k_own = repeated || ac || !cache;
-            if k_own {
-                let what = match (repeated, ac) {
-                    (true, true) => format!("{kname}, cast to {} (the kernel keeps it)", c.low_name),
-                    (true, false) => format!("{kname} (the kernel keeps it)"),
-                    (false, true) => format!("rope(K) cast to {} (the kernel keeps it)", c.low_name),
-                    (false, false) => "rope(K) (the kernel keeps it)".into(),
-                };
-                t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
-            }
             v_own = repeated || !cache;
-            if v_own {
-                let what = if repeated { "V repeated to h heads (repeat_kv; the kernel keeps it)" } else { "v_proj output (the kernel keeps it)" };
-                t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
+            if any {
+                t.push(c.term(if ac { format!("rope(Q) cast to {} (the kernel keeps it)", c.low_name) } else { "rope(Q) (the kernel keeps it)".into() }, if ac { "_to_copy" } else { "add" }, qu, low));
+                if k_own {
+                    let what = match (repeated, ac) {
+                        (true, true) => format!("{kname}, cast to {} (the kernel keeps it)", c.low_name),
+                        (true, false) => format!("{kname} (the kernel keeps it)"),
+                        (false, true) => format!("rope(K) cast to {} (the kernel keeps it)", c.low_name),
+                        (false, false) => "rope(K) (the kernel keeps it)".into(),
+                    };
+                    t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
+                }
+                if v_own {
+                    let what = if repeated { "V repeated to h heads (repeat_kv; the kernel keeps it)" } else { "v_proj output (the kernel keeps it)" };
+                    t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
+                }
             }
             // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view.
-            t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
-            let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
-            t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
-            if hf.sdpa_masked(c.s as usize) {
-                // convert_boolean_attn_mask: where(mask, 0, -inf) at (B, 1, S, S) in the
-                // query's dtype, saved by the kernel's node (only the CPU kernel gets here:
-                // [`check`] refuses CUDA's fused kernels with a mask).
-                t.push(c.small("sdpa's float mask (convert_boolean_attn_mask; the kernel keeps it)", "where", "B·S²", c.b * c.s * c.s, low));
+            if any || g.o_input {
+                t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
+            }
+            if any {
+                let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
+                t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+                if hf.sdpa_masked(c.s as usize) {
+                    // convert_boolean_attn_mask: where(mask, 0, -inf) at (B, 1, S, S) in the
+                    // query's dtype, saved by the kernel's node (only the CPU kernel gets here:
+                    // [`check`] refuses CUDA's fused kernels with a mask).
+                    t.push(c.small("sdpa's float mask (convert_boolean_attn_mask; the kernel keeps it)", "where", "B·S²", c.b * c.s * c.s, low));
+                }
             }
         }
         Kernel::Math => {
             // fp32 and pure bf16 only ([`check`]): bf16 inputs are upcast to fp32 copies; GQA
             // is repeated inside (repeat_interleave); q and kᵀ are each scaled (new tensors the
             // scores bmm keeps); softmax keeps its output; weights·V keeps V in fp32.
-            t.push(c.term("Q·√scale in fp32 (the scores bmm keeps it, folded contiguous)", "mul", qu, 4));
-            t.push(c.term("Kᵀ·√scale in fp32, h heads (the scores bmm keeps it)", "mul", qu, 4));
-            t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
+            if g.k {
+                t.push(c.term("Q·√scale in fp32 (the scores bmm keeps it, folded contiguous)", "mul", qu, 4));
+            }
+            if g.q {
+                t.push(c.term("Kᵀ·√scale in fp32, h heads (the scores bmm keeps it)", "mul", qu, 4));
+            }
+            if any {
+                t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
+            }
             let v_fp32_same = c.mode == Mode::Fp32 && !(n_rep > 1 && !repeated);
             v_own = !(v_fp32_same && cache && !repeated);
             k_own = true;
-            if v_own {
+            if v_own && scores {
                 let what = match (n_rep > 1, repeated, c.mode == Mode::Pure) {
                     (true, false, _) => "V repeat_interleave'd to h heads in fp32 (weights·V keeps it)",
                     (true, true, true) => "V repeated (repeat_kv), upcast to fp32 (weights·V keeps it)",
@@ -279,7 +359,9 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                 let unit = if n_rep > 1 { qu } else { kvu };
                 t.push(c.term(what, "clone", unit, 4));
             }
-            t.push(c.term("heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.model));
+            if g.o_input {
+                t.push(c.term("heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", qu, ty.model));
+            }
         }
     }
     if cache {
@@ -291,30 +373,138 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
     }
 }
 
-/// One decoder layer without checkpointing, in forward order.
-fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) -> Vec<Term> {
+/// peft's LoRA `Linear.forward` on projection `name` (its input `unit`-sized, needing a
+/// gradient when `x_grad`), past the frozen base matmul (which keeps only its weight):
+/// `x.to(fp32)` (a copy over bf16 weights), dropout (a bool mask kept for x's gradient when
+/// p > 0), `lora_A` keeping its input, `lora_B` keeping A's (B, S, r) output, then the scaled
+/// sum (`mul` by a number and `add` keep nothing). Under fp32 weights with no dropout
+/// `lora_A` keeps the projection's input itself, counted where it is made. Under autocast
+/// `lora_A` is an autocast op: it keeps its own low-precision cast of what it reads (the fp32
+/// input, its dropout, or the fp32 copy of a low-precision input, which dies with forward),
+/// and A's output is low-precision; the adapters' casts are cached (leaves that need a
+/// gradient), the frozen weights' are not (each dies after its matmul).
+fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, x_grad: bool) {
+    let dropout = lc.dropout > 0.0;
+    if dropout && x_grad {
+        t.push(c.term(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", unit, 1));
+    }
+    match c.mode {
+        Mode::Autocast => {
+            let what = if dropout { "lora_dropout output" } else { "input" };
+            t.push(c.term(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", unit, 2));
+        }
+        _ if dropout => t.push(c.term(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", unit, 4)),
+        Mode::Pure => t.push(c.term(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", unit, 4)),
+        Mode::Fp32 => {}
+    }
+    // fp32 (the adapters' type, bf16 weights or not), low-precision under autocast.
+    let a_elem = if c.mode == Mode::Autocast { 2 } else { 4 };
+    t.push(c.small(&format!("{name} lora_A output (lora_B keeps it)"), "mm", "B·S·r", c.b * c.s * lc.r as u64, a_elem));
+}
+
+/// Under autocast a frozen weight's low-precision cast is not cached (only leaves that need
+/// a gradient are), but the matmul keeps it for its input's gradient: one per projection
+/// whose input needs one. `name` has `rows` × `cols` (`formula`).
+fn frozen_cast(c: &Ctx, t: &mut Vec<Term>, name: &str, formula: &str, elements: u64) {
+    if c.mode == Mode::Autocast {
+        t.push(c.small(&format!("{name} weight cast to {} (uncached: frozen; the matmul keeps it for its input's gradient)", c.low_name), "_to_copy", formula, elements, 2));
+    }
+}
+
+/// One decoder layer without checkpointing, in forward order; `x_grad`: whether its input
+/// needs a gradient (always in full fine-tuning; under peft, not layer 0's: the embedding is
+/// frozen).
+fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool, x_grad: bool) -> Vec<Term> {
     let ty = types(c);
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &["q_proj", "k_proj", "v_proj"]);
+    let lora = hf.lora.as_ref();
+    // A projection's output needs a gradient when its input does or it trains (its weight in
+    // full fine-tuning; under peft its adapter or its bias).
+    let has_bias = |p: &str| match p {
+        "q_proj" | "k_proj" | "v_proj" => hf.qkv_bias,
+        "o_proj" => hf.o_bias,
+        _ => hf.mlp_bias,
+    };
+    let trains = |p: &str| lora.is_none_or(|l| l.targets(p) || (has_bias(p) && l.trains_bias(p)));
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // Under peft with fp32 weights and no dropout, lora_A keeps the projection's input itself.
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    // LLM.int8()'s MatMul8bitLt keeps its input (a view of it) for the input's gradient:
+    // the frozen base matmul then keeps what a full fine-tune's would.
+    let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
+    let frozen_norm = |input: bool, readers: &[&str]| match lora {
+        None => FULL,
+        Some(_) => NormGrad { input, weight: false, output: (int8 && input) || readers.iter().any(|r| a_keeps_input(r)) },
+    };
+    let xg = lora.is_none() || x_grad;
+    let qkv = ["q_proj", "k_proj", "v_proj"];
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &qkv, frozen_norm(xg, &qkv));
+    let (q, k, v) = (xg || trains("q_proj"), xg || trains("k_proj"), xg || trains("v_proj"));
+    let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
+    if lora.is_some() && xg {
+        frozen_cast(c, &mut t, "q_proj", "h·d_h·d", qw);
+        frozen_cast(c, &mut t, "k_proj", "h_kv·d_h·d", kvw);
+        frozen_cast(c, &mut t, "v_proj", "h_kv·d_h·d", kvw);
+    }
+    if let Some(lc) = lora {
+        for p in qkv.into_iter().filter(|p| adapted(p)) {
+            adapter(c, &mut t, lc, p, Unit::A, xg);
+        }
+    }
     if hf.model_type == Arch::Qwen3 {
         // q_norm / k_norm on the (B, S, h, d_h) views of the projections, before RoPE.
         let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
-        rms_norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S·h", c.b * c.s * c.h), &[]);
-        rms_norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S·h_kv", c.b * c.s * c.kvh), &[]);
+        let g = |input| if lora.is_some() { NormGrad { input, weight: false, output: false } } else { FULL };
+        rms_norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S·h", c.b * c.s * c.h), &[], g(q));
+        rms_norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S·h_kv", c.b * c.s * c.kvh), &[], g(k));
     }
     // RoPE multiplies by cos/sin, which need no gradient: the products keep cos/sin (counted
     // once, outside), not the projections. Biases need nothing kept.
-    attention(c, &mut t, cfg, hf, kernel, cache);
-    if c.mode != Mode::Pure {
+    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") || (int8 && (q || k || v)) });
+    let o = q || k || v || trains("o_proj");
+    if lora.is_some() && (q || k || v) {
+        frozen_cast(c, &mut t, "o_proj", "d·h·d_h", qw);
+    }
+    if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
+        adapter(c, &mut t, lc, "o_proj", heads_unit(c, c.h), q || k || v);
+    }
+    let h = xg || o;
+    if c.mode != Mode::Pure && h {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &["gate_proj", "up_proj"]);
-    t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
-    t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
-    t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
-    t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
-    if c.mode != Mode::Pure {
+    let gate_up = ["gate_proj", "up_proj"];
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &gate_up, frozen_norm(h, &gate_up));
+    if lora.is_some() && h {
+        frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
+        frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
+    }
+    if let Some(lc) = lora {
+        for p in gate_up.into_iter().filter(|p| adapted(p)) {
+            adapter(c, &mut t, lc, p, Unit::A, h);
+        }
+    }
+    let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
+    // silu keeps its input and the product each factor for the other's gradient.
+    if gate {
+        t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
+    }
+    if up {
+        t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
+    }
+    if gate {
+        t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
+    }
+    if a_keeps_input("down_proj") || (int8 && (gate || up)) {
+        t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
+    }
+    if lora.is_some() && (gate || up) {
+        frozen_cast(c, &mut t, "down_proj", "d·F", c.d * c.f);
+    }
+    if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
+        adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
+    }
+    if c.mode != Mode::Pure && (h || gate || up || trains("down_proj")) {
         // In pure bf16 the bf16 residual is read only by the norms' upcasts and the adds.
         t.push(c.term("layer output = h + mlp (the next norm keeps it)", "add", Unit::A, 4));
     }
@@ -331,12 +521,27 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let block = if checkpointing {
         // Non-reentrant and reentrant alike keep only each layer's input (layer 0's is the
         // embedding output); everything else is recomputed in backward.
-        vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)]
+        let mut b = vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)];
+        if !hf.reentrant && hf.bnb.as_ref().is_some_and(|q| q.int8().is_some()) {
+            // MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the
+            // non-reentrant checkpoint's saved-tensor hooks never see it, so each 8-bit
+            // projection's input outlives the forward (q/k/v share theirs, gate/up theirs).
+            let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
+            b.push(c.term(format!("input_layernorm output, q/k/v_proj's input {why}"), "mul", Unit::A, ty.model));
+            b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), ty.model));
+            b.push(c.term(format!("post_attention_layernorm output, gate/up_proj's input {why}"), "mul", Unit::A, ty.model));
+            b.push(c.term(format!("silu·up, down_proj's input {why}"), "mul", Unit::F, ty.model));
+        }
+        b
     } else {
-        layer(c, cfg, hf, kernel, cache)
+        layer(c, cfg, hf, kernel, cache, true)
     };
+    // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
+    // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
+    let lora = hf.lora.is_some();
+    let first_block = (lora && !checkpointing).then(|| layer(c, cfg, hf, kernel, cache, false));
     let mut outside = Vec::new();
-    if !checkpointing && c.mode != Mode::Pure {
+    if !checkpointing && c.mode != Mode::Pure && !lora {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
@@ -367,7 +572,14 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
         }
     }
-    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"]);
+    // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its
+    // weight, but `hidden_states` stays bound until the forward returns.
+    // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
+    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast } } else { FULL };
+    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
+    if lora {
+        frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
+    }
     if c.mode == Mode::Autocast {
         // lm_head saves its low-precision cast; the fp32 output itself stays bound
         // (`hidden_states`, `outputs.last_hidden_state`) until LlamaForCausalLM.forward returns.
@@ -409,7 +621,15 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
     let bias_cast = if biases > 0 { " + biases" } else { "" };
     let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F{bias_cast}) + {head_w}) = 2 × {cast_elements}");
-    Terms { block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+    // Autocast caches only casts of leaves that need a gradient: under peft the adapters and
+    // the biases that train; each frozen weight's cast dies after its matmul.
+    let (cast_elements, cast_formula) = if lora {
+        let n = cfg.lora_param_count() + cfg.lora_bias_count();
+        (n, format!("2 B × (the LoRA adapters' A and B{}) = 2 × {n}", if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" }))
+    } else {
+        (cast_elements, cast_formula)
+    };
+    Terms { block, first_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
 }
 
 fn t_small(t: &mut Vec<Term>, what: &str, op: &'static str, formula: &str, elements: u64, elem: u64) {

@@ -29,6 +29,8 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     let precision = match e.precision {
         Precision::Fp32 => "fp32".to_string(),
         Precision::Bf16 | Precision::Fp16 => format!("{} autocast around forward and loss (fp32 parameters, gradients, optimizer state)", e.precision),
+        // peft keeps its adapters (and so their gradients and state) in fp32 over bf16 weights.
+        Precision::PureBf16 if cfg.hf().is_some_and(|h| h.lora.is_some()) => "pure bf16 (frozen weights and activations bf16; LoRA adapters, their gradients and optimizer state fp32)".to_string(),
         Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
         Precision::PureFp16 | Precision::PureBf16Autocast => format!("{} (not derived in closed form)", e.precision),
     };
@@ -64,8 +66,18 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     let pe = e.param_elem;
     let pt = if pe == 2 { "bf16" } else { "fp32" };
     out!(s, "\n(sizes below are tensor bytes, i.e. requested; `profile` reports allocated bytes, which add the caching allocator's block rounding: 512 B, and whole 2 MiB for a tensor over 1 MiB that gets a segment of its own)");
-    out!(s, "\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes));
-    out!(s, "2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    match cfg.hf().map(|h| (h.lora.is_some(), h.bnb.is_some())) {
+        // bitsandbytes' storage is written in bytes.
+        Some((_, true)) => out!(s, "\n1. parameters in bytes: {} = {} B = {:.3} GiB requested", e.param_formula, e.param_bytes, gib(e.param_bytes)),
+        Some((true, false)) => out!(s, "\n1. parameters: P = {} = {} (the base's {pt}, the adapters fp32) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes)),
+        _ => out!(s, "\n1. parameters: P = {} = {} ; × {pe} B ({pt}) = {} B = {:.3} GiB requested", e.param_formula, e.params, e.param_bytes, gib(e.param_bytes)),
+    }
+    if cfg.hf().is_some_and(|h| h.lora.is_some()) {
+        // peft: only the adapters (fp32) and the biases `bias` names have gradients.
+        out!(s, "2. gradients: the trainable parameters' only (LoRA adapters in fp32, trained biases), frozen weights none = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    } else {
+        out!(s, "2. gradients: P × {pe} B = {} B = {:.3} GiB (training only; freed by zero_grad(set_to_none))", e.grad_bytes, gib(e.grad_bytes));
+    }
     out!(s, "3. optimizer state ({}): {} = {} B = {:.3} GiB", e.optimizer.summary(), e.optimizer_formula, e.optimizer_bytes, gib(e.optimizer_bytes));
     out!(s, "   parameters + gradients + optimizer state = {:.3} GiB", gib(e.param_bytes + e.grad_bytes + e.optimizer_bytes));
     if e.autocast_cache_bytes > 0 {
@@ -84,7 +96,17 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     if e.block_fp32_units != e.block_symbolic {
         out!(s, "  {:<58} {:<34}", "  in 4-byte symbols", e.block_fp32_units);
     }
-    out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.layers as u64 * e.block_bytes(), gib(e.layers as u64 * e.block_bytes()));
+    match &e.first_block {
+        Some(first) => {
+            let sym = crate::analyse::estimate::symbolic(first);
+            out!(s, "   block 0 ({sym}: its input, the frozen embedding's output, needs no gradient, so what only that gradient needs is not kept):");
+            terms(&mut s, first);
+            let b0: u64 = first.iter().map(|t| t.bytes()).sum();
+            out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= block 0", sym, b0, mib(b0));
+            out!(s, "  block 0 + (L − 1) = {} more blocks: {} B = {:.3} GiB", e.layers.saturating_sub(1), e.blocks_bytes(), gib(e.blocks_bytes()));
+        }
+        None => out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.blocks_bytes(), gib(e.blocks_bytes())),
+    }
     out!(s, "   outside the blocks:");
     terms(&mut s, &e.outside);
     out!(s, "   all activations when the forward returns: {} B = {:.3} GiB", e.activation_bytes(), gib(e.activation_bytes()));

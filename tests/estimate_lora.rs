@@ -1,0 +1,366 @@
+//! `vramscope estimate` for peft's LoRA over unquantized, 4-bit (QLoRA) and 8-bit weights: the closed form
+//! (src/analyse/estimate/hf.rs, the adapters' terms and what frozen weights no longer keep)
+//! against a simulated meta run of peft 0.21.2's `lora.Linear` over transformers 5.23
+//! (src/model/lora.rs, byte-exact against peft in tests/lora_grid.rs), over model types,
+//! targets, rank, dropout, `bias`, attention kernels, fp32, autocast and pure bf16,
+//! checkpointing and optimizers; bitsandbytes' storage and what `MatMul4Bit` and
+//! `MatMul8bitLt` keep (src/model/bnb.rs, src/engine/ops/quant.rs and int8.rs, byte-exact
+//! in tests/qlora_grid.rs and int8_grid.rs).
+//!
+//! Exact (0 bytes), as tests/estimate_hf.rs: parameters (frozen base, fp32 adapters),
+//! gradients and optimizer state (the trainable parameters only), every activation when the
+//! forward returns (layer 0 on its own: its input, the frozen embedding's output, needs no
+//! gradient), the logits and the live set. The training peak is bounded from below as there.
+use vramscope::analyse::estimate::{estimate_with, hf, Estimate, Term};
+use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
+use vramscope::engine::DType;
+use vramscope::engine::ops::int8::Int8Kernel;
+use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Int8, Quant};
+use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
+use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::session::estimate::simulate;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::Precision;
+
+#[derive(Clone)]
+struct Point {
+    arch: Arch,
+    attn: AttnImplementation,
+    backend: SdpaBackend,
+    precision: Precision,
+    /// None, non-reentrant (false) or reentrant (true).
+    ckpt: Option<bool>,
+    cache: bool,
+    targets: Vec<&'static str>,
+    r: usize,
+    dropout: f64,
+    bias: LoraBias,
+    optim: OptimizerKind,
+    /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training).
+    four_bit: Option<(bool, DType, bool)>,
+    /// LLM.int8(): prepare_model_for_kbit_training.
+    int8: Option<bool>,
+    b: usize,
+    s: usize,
+}
+
+fn base(arch: Arch) -> Point {
+    Point {
+        arch,
+        attn: AttnImplementation::Eager,
+        backend: SdpaBackend::Auto,
+        precision: Precision::Fp32,
+        ckpt: None,
+        cache: false,
+        targets: TARGETS.to_vec(),
+        r: 8,
+        dropout: 0.0,
+        bias: LoraBias::None,
+        optim: OptimizerKind::AdamwTorchFused,
+        four_bit: None,
+        int8: None,
+        b: 2,
+        s: 40,
+    }
+}
+
+fn config(p: &Point) -> ModelConfig {
+    let (d, h) = (128, 4);
+    let mut hf = HfConfig::new(p.arch, d / h);
+    hf.attn_implementation = p.attn;
+    hf.sdpa_backend = p.backend;
+    hf.use_cache = p.cache;
+    hf.reentrant = p.ckpt == Some(true);
+    hf.lora = Some(LoraConfig {
+        r: p.r,
+        alpha: 16.0,
+        dropout: p.dropout,
+        targets: p.targets.iter().map(|t| t.to_string()).collect(),
+        dropout_kernel: Default::default(),
+        bias: p.bias,
+        use_dora: false,
+        modules_to_save: vec![],
+    });
+    if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
+        // Loaded in bf16 (pure bf16 unless prepare_model_for_kbit_training casts what stays
+        // unquantized to fp32), as the GPU's default kernel runs it.
+        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
+        hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: DType::BF16, prepare });
+    }
+    if let Some(prepare) = p.int8 {
+        hf.bnb = Some(Bnb { quant: Quant::Int8(Int8 { threshold: 6.0, kernel: Int8Kernel::Cuda }), load_dtype: DType::BF16, prepare });
+    }
+    ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: 300,
+        d_model: d,
+        num_layers: 3,
+        num_heads: h,
+        num_kv_heads: 2,
+        d_ff: 352,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+        norm_fp32_upcast: true,
+        tied_embeddings: false,
+        max_seq_len: 4096,
+        attention: Attention::Naive,
+        checkpoint: if p.ckpt.is_some() { Checkpoint::Every(1) } else { Checkpoint::None },
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    }
+}
+
+fn sum(ts: &[Term]) -> u64 {
+    ts.iter().map(Term::bytes).sum()
+}
+
+/// Compares one point; returns the simulated training peak over the closed form's bound.
+fn check(p: &Point) -> f64 {
+    let cfg = config(p);
+    let name = format!(
+        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} {} 4-bit {:?} 8-bit {:?} B {} S {}",
+        p.arch.name(),
+        p.attn.name(),
+        p.backend,
+        p.precision,
+        p.ckpt,
+        p.cache,
+        p.targets,
+        p.r,
+        p.dropout,
+        p.bias,
+        p.optim,
+        p.four_bit,
+        p.int8,
+        p.b,
+        p.s
+    );
+    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+    let mut optim = OptimConfig::reference(Flavour::Hf);
+    optim.kind = p.optim;
+    let e: Estimate = estimate_with(&cfg, p.precision, p.b, p.s, &optim);
+    let sim = simulate(&cfg, p.precision, p.b, p.s, &optim).unwrap();
+    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
+    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
+    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
+    let first = e.first_block.as_deref().map_or(0, sum);
+    assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, block 0 {first}, outside {})", e.block_bytes(), sum(&e.outside));
+    let batch = 2 * (p.b * p.s * 8) as u64;
+    // Double quantization: bitsandbytes' process-wide 256-entry fp32 dynamic map besides.
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
+    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
+    let bound = e.training_bytes();
+    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
+    sim.training_peak_allocated as f64 / bound as f64
+}
+
+/// Checks every point; the simulated peak must lie within `ratio`× the bound.
+fn run_within(points: &[Point], ratio: f64) {
+    let mut worst: f64 = 0.0;
+    let mut failed = Vec::new();
+    for p in points {
+        match std::panic::catch_unwind(|| check(p)) {
+            Ok(w) => worst = worst.max(w),
+            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_default()),
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
+    // Frozen weights leave little beside the activations, so backward's transients (the
+    // loss gradient, each op's input gradients while its saved tensors live) weigh more than
+    // in full fine-tuning: at most 1.39× on the first grid, 1.50× on the dropout, bias and
+    // optimizer one.
+    assert!(worst < ratio, "simulated training peak up to {worst:.3}× the closed form's bound");
+    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+}
+
+fn run(points: &[Point]) {
+    run_within(points, 1.6);
+}
+
+const ATTN: [&str; 4] = ["q_proj", "k_proj", "v_proj", "o_proj"];
+
+/// Every model type × targets (all-linear, the attention, peft's q/v default, the MLP alone)
+/// × fp32/pure bf16 × checkpointing, eager attention.
+#[test]
+fn lora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for targets in [TARGETS.to_vec(), ATTN.to_vec(), vec!["q_proj", "v_proj"], vec!["down_proj"], vec!["k_proj", "up_proj"]] {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                for ckpt in [None, Some(false), Some(true)] {
+                    points.push(Point { targets: targets.clone(), precision, ckpt, ..base(arch) });
+                }
+            }
+        }
+    }
+    run(&points);
+}
+
+/// The SDPA kernels (flash, memory-efficient, CPU flash, math), flash_attention_2 and the
+/// DynamicCache, over all-linear and partial targets, where layer 0's attention inputs need
+/// a gradient or not.
+#[test]
+fn lora_kernels_and_cache() {
+    let mut points = Vec::new();
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        for targets in [TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["v_proj"], vec!["gate_proj"]] {
+            for (attn, backend, precision) in [
+                (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::Fp32),
+                (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::PureBf16),
+                (AttnImplementation::Sdpa, SdpaBackend::CpuFlash, Precision::Fp32),
+                (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::PureBf16),
+                (AttnImplementation::FlashAttention2, SdpaBackend::Auto, Precision::PureBf16),
+            ] {
+                for cache in [false, true] {
+                    points.push(Point { attn, backend, precision, cache, targets: targets.clone(), s: 33, ..base(arch) });
+                }
+            }
+            points.push(Point { attn: AttnImplementation::Eager, cache: true, targets: targets.clone(), ..base(arch) });
+        }
+    }
+    run(&points);
+}
+
+/// lora_dropout (the bool mask, the fp32 dropout output lora_A keeps), rank, `bias`
+/// (qwen2's q/k/v biases train: layer 0's K and V need a gradient without an adapter), the
+/// optimizers estimate derives for peft models, and other (B, S).
+#[test]
+fn lora_dropout_rank_bias_and_optimizers() {
+    let mut points = Vec::new();
+    for arch in [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for (targets, dropout) in [(TARGETS.to_vec(), 0.1), (vec!["q_proj", "v_proj"], 0.05), (vec!["o_proj", "down_proj"], 0.1)] {
+                for ckpt in [None, Some(false)] {
+                    points.push(Point { targets: targets.clone(), dropout, precision, ckpt, r: 4, ..base(arch) });
+                }
+            }
+            for bias in [LoraBias::All, LoraBias::LoraOnly] {
+                points.push(Point { targets: vec!["q_proj"], bias, precision, ..base(arch) });
+                points.push(Point { targets: vec!["q_proj", "v_proj", "down_proj"], bias, precision, ckpt: Some(true), ..base(arch) });
+            }
+            for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
+                points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(arch) });
+            }
+        }
+    }
+    run(&points);
+}
+
+/// Through the CLI: `--lora-r` reaches the closed form, whose JSON blocks (block 0 its own)
+/// equal the simulated activations; what it does not derive exits 2 naming the flag.
+#[test]
+fn lora_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let model = ["estimate", "--model", "Llama-3.2-1B", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];
+    let run = |extra: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(model).args(["--json", json.to_str().unwrap()]).args(extra).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit", "--bnb-4bit-use-double-quant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "non-reentrant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "none"][..], &["--lora-r", "4", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.1", "--pure-bf16"][..], &["--lora-r", "8", "--gradient-checkpointing", "reentrant"][..]] {
+        let (code, text, err) = run(extra);
+        assert_eq!(code, Some(0), "{extra:?}: {err}");
+        assert!(text.contains("LoRA A and B"), "{extra:?}: {text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        // Checkpointed layers (QLoRA's default: reentrant) keep only their input.
+        assert_eq!(text.contains("lora_A output (lora_B keeps it)"), e["first_block"].is_array(), "{extra:?}: {text}");
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
+    }
+    std::fs::remove_file(&json).unwrap();
+    for (extra, flag) in [
+        (&["--load-in-4bit"][..], "--load-in-4bit"),
+        (&["--lora-r", "8", "--load-in-4bit", "--lora-bias", "all"][..], "--lora-bias"),
+        (&["--lora-r", "8", "--use-dora"][..], "--use-dora"),
+        (&["--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
+        (&["--lora-r", "8", "--optimizer", "adamw_8bit"][..], "--optimizer"),
+    ] {
+        let (code, _, err) = run(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!json.exists(), "{extra:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Autocast (bf16, fp16) over fp32 weights: lora_A keeps its own low-precision cast of its
+/// input (of the fp32 copy of o_proj's and down_proj's low-precision inputs), A's output is
+/// low-precision, and the autocast cache holds only the adapters' (and trained biases')
+/// casts: the frozen weights' die after each matmul.
+#[test]
+fn lora_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for precision in [Precision::Bf16, Precision::Fp16] {
+            for (targets, dropout) in [(TARGETS.to_vec(), 0.0), (vec!["q_proj", "v_proj"], 0.0), (TARGETS.to_vec(), 0.1), (vec!["o_proj", "down_proj"], 0.05)] {
+                for ckpt in [None, Some(false)] {
+                    points.push(Point { targets: targets.clone(), dropout, precision, ckpt, ..base(arch) });
+                }
+            }
+            for (attn, cache) in [(AttnImplementation::Sdpa, false), (AttnImplementation::FlashAttention2, true)] {
+                points.push(Point { attn, cache, precision, ..base(arch) });
+            }
+            points.push(Point { bias: LoraBias::All, targets: vec!["q_proj"], precision, ..base(arch) });
+        }
+    }
+    run(&points);
+}
+
+
+/// QLoRA: bitsandbytes' 4-bit storage (packed weights, absmax, double quantization's state)
+/// as parameters, nf4 ± double quant, compute dtype fp32/bf16, with and without
+/// prepare_model_for_kbit_training (fp32 or bf16 unquantized parameters), checkpointing
+/// none/non-reentrant/reentrant: `MatMul4Bit` keeps nothing (its backward dequantizes the
+/// packed weight again), so the adapters' terms are LoRA's over the model's type; the
+/// dequantized weights and cast inputs are transients of the forward.
+#[test]
+fn qlora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for (dq, compute, prepare) in [(false, DType::F32, true), (true, DType::BF16, true), (true, DType::F32, false), (false, DType::BF16, false)] {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { four_bit: Some((dq, compute, prepare)), precision, ckpt, ..base(arch) });
+            }
+            points.push(Point { four_bit: Some((dq, compute, prepare)), precision, targets: vec!["q_proj", "v_proj"], dropout: 0.1, attn: AttnImplementation::Sdpa, ..base(arch) });
+        }
+    }
+    // Backward dequantizes each packed weight again (and casts it to the gradient's type):
+    // transients the size of an unquantized weight, which the bound leaves out, large beside
+    // these small models' activations: at most 1.72× here.
+    run_within(&points, 1.8);
+}
+
+/// LLM.int8() (`Linear8bitLt`, int8 weights and an fp32 SCB per row), with and without
+/// prepare_model_for_kbit_training, checkpointing none/non-reentrant/reentrant, all-linear
+/// and partial targets, dropout: `MatMul8bitLt` keeps its input for the input's gradient, so
+/// a frozen 8-bit projection keeps what a full fine-tune's would; the int8-quantized inputs
+/// are transients.
+#[test]
+fn int8_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        for prepare in [true, false] {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { int8: Some(prepare), precision, ckpt, ..base(arch) });
+            }
+            points.push(Point { int8: Some(prepare), precision, targets: vec!["q_proj", "v_proj"], dropout: 0.1, attn: AttnImplementation::Sdpa, ..base(arch) });
+            points.push(Point { int8: Some(prepare), precision, targets: vec!["down_proj"], ..base(arch) });
+        }
+    }
+    run_within(&points, 1.8);
+}
