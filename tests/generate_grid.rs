@@ -17,6 +17,7 @@ mod grid_common;
 use serde_json::Value;
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::generation_5_23::{generate, Step};
+use vramscope::model::hf::generation_config::{CacheImplementation, GenerateConfig};
 use vramscope::model::Model;
 use vramscope::record::{EventKind, MemEvent, Phase};
 use vramscope::train::{Batcher, CausalLmBatch, DataKind};
@@ -36,6 +37,26 @@ fn config_of(point: &Value) -> vramscope::model::ModelConfig {
     let hf = cfg.hf.as_mut().unwrap();
     hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
     cfg
+}
+
+/// The point's generate() options (measure_generate.gen_kwargs): greedy with a DynamicCache
+/// unless it names a static cache, sampling (GenerationConfig's temperature 1.0 and top_k 50
+/// unless named) or min_new_tokens.
+fn generate_config_of(p: &Value, n: usize) -> GenerateConfig {
+    let mut gc = GenerateConfig::greedy(n);
+    if p["cache"] == "static" {
+        gc.cache = CacheImplementation::Static;
+    }
+    gc.do_sample = p["do_sample"] == true;
+    if let Some(t) = p["temperature"].as_f64() {
+        gc.temperature = t;
+    }
+    if let Some(k) = p["top_k"].as_u64() {
+        gc.top_k = k as usize;
+    }
+    assert!(p["top_p"].is_null(), "top_p is not modelled");
+    gc.min_new_tokens = p["min_new_tokens"].as_u64().unwrap_or(0) as usize;
+    gc
 }
 
 /// The measured step's phases as (name, peak): the counted level (blocks >= 512 B) from the
@@ -73,7 +94,7 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
         }
         data.next_causal_lm_batch(&mut bound, false, false);
         let ids = bound.input_ids.clone().unwrap();
-        let out = generate(&model, &ids, n, &mut |step| {
+        let out = generate(&model, &ids, &generate_config_of(p, n), &mut |step| {
             runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
             if last {
                 let name = match step {
@@ -119,6 +140,25 @@ fn peaks(before: &[MemEvent], events: &[MemEvent], marks: &[(String, usize)]) ->
 #[test]
 fn generate_grid_matches_transformers() {
     check_grid("pytorch_grid/generate.json", 20, KNOWN_FAILING);
+}
+
+/// Points of generate_options.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_OPTIONS: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_options.json (`make_generate_grid.py --options`):
+/// generate() with `cache_implementation="static"` (disable_compile=True), with `do_sample`
+/// (GenerationConfig's top_k 50, or the point's temperature/top_k) and with `min_new_tokens`.
+#[test]
+fn generate_options_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_options.json", 24, KNOWN_FAILING_OPTIONS);
+    let points = doc["points"].as_array().unwrap();
+    let count = |f: &dyn Fn(&Value) -> bool| points.iter().filter(|p| f(&p["point"])).count();
+    assert!(count(&|p| p["cache"] == "static") >= 8, "static cache points");
+    assert!(count(&|p| p["do_sample"] == true) >= 8, "sampling points");
+    assert!(count(&|p| p["min_new_tokens"].as_u64().is_some_and(|n| n > 0)) >= 4, "min_new_tokens points");
+    for mt in ["llama", "mistral", "qwen2", "qwen3"] {
+        assert!(count(&|p| p["model_type"] == mt && (p["cache"] == "static" || p["do_sample"] == true)) >= 2, "{mt}");
+    }
 }
 
 /// Points of generate_qlora.json where vramscope does not match, each with the reason.

@@ -77,6 +77,7 @@ pub struct FitArgs {
 fn args_for(a: &FitArgs, batch: usize, ctx: usize) -> ProfileArgs {
     ProfileArgs {
         max_new_tokens: None,
+        generate: Default::default(),
         model: a.model.clone(),
         precision: a.precision.clone(),
         memory: a.memory.clone(),

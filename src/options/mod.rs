@@ -10,6 +10,7 @@ pub mod budget;
 pub mod compare;
 pub mod estimate;
 pub mod fit;
+pub mod generate;
 pub mod hf;
 pub mod keywords;
 pub mod memory;

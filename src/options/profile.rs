@@ -26,6 +26,8 @@ pub struct ProfileArgs {
     pub optim: super::optim::OptimFlags,
     #[command(flatten)]
     pub parallel: super::parallel::ParallelFlags,
+    #[command(flatten)]
+    pub generate: super::generate::GenerateFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(help_heading = super::heading::RUN, long)]
     pub context_length: Option<String>,
@@ -215,7 +217,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage("--optimizer", format!("{}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; profile with --device meta", optim.kind)));
     }
     let parallel = a.parallel.resolve()?;
-    let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
+    let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
+    let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         let what = if pc.tp > 1 { "--tp" } else { "--parallel" };
         if h.bnb.as_ref().is_some_and(|q| q.flag() == "--load-in-8bit") {
@@ -273,6 +276,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         grad_accum_steps: a.grad_accum_steps,
         flops: a.flops,
         max_new_tokens,
+        generation,
     })
 }
 
@@ -280,8 +284,11 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
 /// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters and
 /// bitsandbytes 4-bit weights included), the config's cache on, no autocast, no
 /// attention_mask or logits_to_keep of the user's.
-fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<usize>> {
+fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<crate::model::hf::generation_config::GenerateConfig>> {
     let generate = a.profile_type.contains(&ProfileType::Generate);
+    if let Some(flag) = a.generate.first_given().filter(|_| !generate) {
+        return Err(usage(flag, "is an option of generate(): it needs --profile-type generate"));
+    }
     let n = match (generate, a.max_new_tokens) {
         (false, None) => return Ok(None),
         (false, Some(_)) => return Err(usage("--max-new-tokens", "sets generate()'s length: it needs --profile-type generate")),
@@ -322,7 +329,7 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }
     }
-    Ok(Some(n))
+    a.generate.resolve(n, hf.sliding_window).map(Some)
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach

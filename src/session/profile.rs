@@ -2,6 +2,7 @@
 //! allocator's model, from [`ProfileOptions`] to a [`Run`] (peaks, breakdowns, allocator
 //! statistics, the OOM if any). Its snapshot and report are written only when the caller
 //! asks (`Run::save_snapshot`, `save_report`, `save_files`).
+use crate::model::hf::generation_config::GenerateConfig;
 use crate::analyse::flops::{self, Achieved, FlopReport, Roofline};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};
@@ -100,6 +101,8 @@ pub struct ProfileOptions {
     pub flops: bool,
     /// `generate(max_new_tokens=N)` of `--profile-type generate` (None: no generate run asked).
     pub max_new_tokens: Option<usize>,
+    /// The rest of generate()'s options (cache, sampling, min_new_tokens) when it runs.
+    pub generation: Option<crate::model::hf::generation_config::GenerateConfig>,
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -211,7 +214,7 @@ struct Bound {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision, gen: (usize, &mut GenerateTrace)) {
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision, gen: (&GenerateConfig, &mut GenerateTrace)) {
     let n = if kind == ProfileType::Training { accum } else { 1 };
     if kind == ProfileType::Generate {
         return generate_step(model, batcher, &mut batch.causal, gen.0, gen.1);
@@ -254,7 +257,7 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
 /// tools/pytorch/measure_generate.py's step: `input_ids = randint(...)` (the previous batch
 /// dying once the new one exists), `out = model.generate(input_ids, max_new_tokens=N,
 /// do_sample=False)`, `del out`; each generate step its phase (prefill, decode).
-fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, max_new_tokens: usize, trace: &mut GenerateTrace) {
+fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, gc: &GenerateConfig, trace: &mut GenerateTrace) {
     use crate::model::hf::generation_5_23::{generate, Step};
     bound.truncate(1);
     bound.resize_with(1, CausalLmBatch::default);
@@ -262,7 +265,7 @@ fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmB
     let ids = bound[0].input_ids.clone().expect("drawn above");
     // The script's model.eval(): no LoRA dropout, no checkpointing.
     model.training.set(false);
-    let out = generate(model, &ids, max_new_tokens, &mut |step| {
+    let out = generate(model, &ids, gc, &mut |step| {
         runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
         let at = runtime::with(|rt| rt.log.events().map_or(0, |e| e.len()));
         trace.marks.push((step, at));
@@ -378,10 +381,10 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let accum = if kind == ProfileType::Training { p.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, p.seed);
         let mut batch = Bound::default();
-        let new_tokens = p.max_new_tokens.unwrap_or(0);
+        let gen_cfg = p.generation.clone().unwrap_or_else(|| GenerateConfig::greedy(p.max_new_tokens.unwrap_or(0)));
         for i in 0..p.warmup_steps {
             stage = format!("warm-up step {} of {}", i + 1, p.warmup_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (new_tokens, &mut GenerateTrace::default()));
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (&gen_cfg, &mut GenerateTrace::default()));
             bar.inc(1);
         }
         bar.set_message("recording");
@@ -397,7 +400,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let t0 = Instant::now();
         for i in 0..p.measure_steps {
             stage = format!("measured step {} of {}", i + 1, p.measure_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (new_tokens, &mut gen_trace));
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (&gen_cfg, &mut gen_trace));
             bar.inc(1);
         }
         let step_s = t0.elapsed().as_secs_f64() / p.measure_steps as f64;

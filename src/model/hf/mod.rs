@@ -8,6 +8,7 @@
 pub mod config_file;
 pub mod config_json;
 pub mod generation_5_23;
+pub mod generation_config;
 pub mod transformers_5_23;
 
 pub use config_json::{parse, HfModel};
