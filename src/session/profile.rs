@@ -145,6 +145,8 @@ pub struct Run {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenerateReport {
     pub max_new_tokens: usize,
+    /// generate()'s options (cache_implementation, sampling, min_new_tokens).
+    pub config: GenerateConfig,
     /// (step, peak allocated bytes in it), in order: "prefill", "decode 1", ...
     pub steps: Vec<(String, usize)>,
     /// The step the run's peak happened in (None: before the first step, or an OOM first).
@@ -164,7 +166,7 @@ struct GenerateTrace {
 impl GenerateTrace {
     /// Per-step peaks of `events` (allocator blocks, from `before`'s level), the step of the
     /// run's peak event.
-    fn report(&self, max_new_tokens: usize, before: &[MemEvent], events: &[MemEvent], report: &PeakReport) -> GenerateReport {
+    fn report(&self, config: &GenerateConfig, before: &[MemEvent], events: &[MemEvent], report: &PeakReport) -> GenerateReport {
         use crate::record::EventKind;
         let mut level: usize = before.iter().map(|e| e.block).sum();
         let mut steps: Vec<(String, usize)> = Vec::new();
@@ -200,7 +202,7 @@ impl GenerateTrace {
                 EventKind::Oom => level,
             }
         }
-        GenerateReport { max_new_tokens, steps, peak_step, peak_op: report.peak_op.clone(), kv_cache_bytes: self.kv_cache_bytes }
+        GenerateReport { max_new_tokens: config.max_new_tokens, config: config.clone(), steps, peak_step, peak_op: report.peak_op.clone(), kv_cache_bytes: self.kv_cache_bytes }
     }
 }
 
@@ -356,6 +358,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let mut step_seconds: Option<f64> = None;
     let mut units: Vec<(String, u64)> = Vec::new();
     let mut gen_trace = GenerateTrace::default();
+    let gen_cfg = p.generation.clone().unwrap_or_else(|| GenerateConfig::greedy(p.max_new_tokens.unwrap_or(0)));
     let bar = super::progress::steps(p.device, p.warmup_steps + p.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model_cfg = p.parallel.as_ref().map_or_else(|| p.model.clone(), |pc| pc.model_config(&p.model));
@@ -381,7 +384,6 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let accum = if kind == ProfileType::Training { p.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, p.seed);
         let mut batch = Bound::default();
-        let gen_cfg = p.generation.clone().unwrap_or_else(|| GenerateConfig::greedy(p.max_new_tokens.unwrap_or(0)));
         for i in 0..p.warmup_steps {
             stage = format!("warm-up step {} of {}", i + 1, p.warmup_steps);
             one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (&gen_cfg, &mut GenerateTrace::default()));
@@ -448,7 +450,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         None => m,
     });
     let report = analyse::peak(&before, &events, 20);
-    let generate = (kind == ProfileType::Generate).then(|| gen_trace.report(p.max_new_tokens.unwrap_or(0), &before, &events, &report));
+    let generate = (kind == ProfileType::Generate).then(|| gen_trace.report(&gen_cfg, &before, &events, &report));
     let stats = alloc.stats;
     let n_actions = actions.len();
     let trace = p.keep_trace.then_some(Recorded { allocator: alloc, before, events, actions, built: std::cell::OnceCell::new() });
