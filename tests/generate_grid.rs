@@ -41,7 +41,7 @@ fn config_of(point: &Value) -> vramscope::model::ModelConfig {
 
 /// The point's generate() options (measure_generate.gen_kwargs): greedy with a DynamicCache
 /// unless it names a static cache, sampling (GenerationConfig's temperature 1.0 and top_k 50
-/// unless named) or min_new_tokens.
+/// unless named), min_new_tokens or num_return_sequences.
 fn generate_config_of(p: &Value, n: usize) -> GenerateConfig {
     let mut gc = GenerateConfig::greedy(n);
     if p["cache"] == "static" {
@@ -56,6 +56,7 @@ fn generate_config_of(p: &Value, n: usize) -> GenerateConfig {
     }
     assert!(p["top_p"].is_null(), "top_p is not modelled");
     gc.min_new_tokens = p["min_new_tokens"].as_u64().unwrap_or(0) as usize;
+    gc.num_return_sequences = p["num_return_sequences"].as_u64().unwrap_or(1) as usize;
     gc
 }
 
@@ -106,7 +107,8 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
         });
         drop(ids);
         runtime::set_phase(Phase::Setup);
-        assert_eq!(out.sequences.shape(), &[batch, seq + n]);
+        let rows = batch * p["num_return_sequences"].as_u64().unwrap_or(1) as usize;
+        assert_eq!(out.sequences.shape(), &[rows, seq + n]);
         assert_eq!(out.kv_cache_bytes as u64, point["info"]["kv_cache_bytes"].as_u64().unwrap(), "KV cache bytes");
         if last {
             marks.push(("other".into(), recorded()));
@@ -156,6 +158,7 @@ fn generate_options_grid_matches_transformers() {
     assert!(count(&|p| p["cache"] == "static") >= 8, "static cache points");
     assert!(count(&|p| p["do_sample"] == true) >= 8, "sampling points");
     assert!(count(&|p| p["min_new_tokens"].as_u64().is_some_and(|n| n > 0)) >= 4, "min_new_tokens points");
+    assert!(count(&|p| p["num_return_sequences"].as_u64().is_some_and(|n| n > 1)) >= 4, "num_return_sequences points");
     for mt in ["llama", "mistral", "qwen2", "qwen3"] {
         assert!(count(&|p| p["model_type"] == mt && (p["cache"] == "static" || p["do_sample"] == true)) >= 2, "{mt}");
     }

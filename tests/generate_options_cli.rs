@@ -30,7 +30,7 @@ fn generate_options_that_are_refused_name_their_flag() {
         (&["--num-beams", "2"], "--num-beams"),
         (&["--num-beams", "0"], "--num-beams"),
         (&["--num-return-sequences", "2"], "--num-return-sequences"),
-        (&["--do-sample", "--num-return-sequences", "3"], "--num-return-sequences"),
+        (&["--do-sample", "--num-return-sequences", "0"], "--num-return-sequences"),
         (&["--do-sample", "--top-p", "0.9"], "--top-p"),
         (&["--do-sample", "--top-p", "1.5"], "--top-p"),
         (&["--temperature", "0.7"], "--temperature"),

@@ -35,7 +35,8 @@ pub struct GenerateFlags {
     /// Beam search's beams (default 1); beam search is not modelled yet
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_beams: Option<usize>,
-    /// Sequences returned per prompt (default 1); more is not modelled yet
+    /// Sequences returned per prompt when sampling (default 1): the batch is repeated this
+    /// many times before the prefill
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_return_sequences: Option<usize>,
 }
@@ -93,7 +94,7 @@ impl GenerateFlags {
             if !self.do_sample {
                 return Err(usage("--num-return-sequences", format!("Greedy methods without beam search do not support `num_return_sequences` different than 1 (got {n}).")));
             }
-            return Err(usage("--num-return-sequences", "more than one sampled sequence per prompt is not modelled yet"));
+            gc.num_return_sequences = n;
         }
         if let Some(t) = self.temperature {
             if !self.do_sample {

@@ -138,6 +138,11 @@ OPTIONS = [
     ("mistral", 1, "eager", "fp32", dict(min_new_tokens=16, cache="static")),
     ("qwen2", 1, "sdpa", "fp32", dict(min_new_tokens=4)),
     ("llama", 2, "eager", "bf16", dict(min_new_tokens=1, do_sample=True, temperature=0.9, cache="static")),
+    # num_return_sequences (sampling): the batch repeated before the prefill
+    ("llama", 3, "sdpa", "fp32", dict(do_sample=True, num_return_sequences=2)),
+    ("mistral", 0, "eager", "bf16", dict(do_sample=True, num_return_sequences=3, cache="static")),
+    ("qwen2", 1, "sdpa", "bf16", dict(do_sample=True, num_return_sequences=4, top_k=5)),
+    ("qwen3", 5, "eager", "fp32", dict(do_sample=True, num_return_sequences=2, min_new_tokens=2, batch=3)),
 ]
 
 
@@ -146,6 +151,10 @@ def ogrid(quick=False):
     for mt, i, attn, dtype, opts in OPTIONS[:4] if quick else OPTIONS:
         todo.append(point(mt, i, attn=attn, dtype=dtype, **opts))
     return todo
+
+
+def name_job(p):
+    return name_of(p)
 
 
 def name_of(p):
@@ -166,6 +175,8 @@ def extras(p):
         tag += " sample" + "".join(f" {k}={p[k]}" for k in ("temperature", "top_k", "top_p") if p.get(k) is not None)
     if p.get("min_new_tokens"):
         tag += f" min_new_tokens={p['min_new_tokens']}"
+    if p.get("num_return_sequences", 1) > 1:
+        tag += f" num_return_sequences={p['num_return_sequences']}"
     return tag
 
 
@@ -180,6 +191,10 @@ def grid(quick=False):
     if not quick:
         todo.append(point("llama", 0, tied=True))
     return todo
+
+
+def run_job(job):
+    return run_one(*job)
 
 
 def run_one(p):
@@ -202,8 +217,13 @@ def main():
     ap.add_argument("--qlora", action="store_true")
     ap.add_argument("--options", action="store_true", help="generate_options.json: static cache, sampling, min_new_tokens")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--only", help="with --options: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     import transformers
+    if a.only:
+        path = os.path.join(a.out, "generate_options.json")
+        doc, t0 = G.measure_only(path, [(p,) for p in ogrid()], run_job, name_job, a.only, maxtasksperchild=1)
+        return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = dict(torch=torch.__version__, transformers=transformers.__version__)
     if a.qlora:

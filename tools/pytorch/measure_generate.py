@@ -118,14 +118,15 @@ def kv_cache_bytes(p, model):
     cfg = model.config
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     el = model.get_input_embeddings().weight.element_size()
-    return 2 * cfg.num_hidden_layers * p["batch"] * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
+    rows = p["batch"] * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
+    return 2 * cfg.num_hidden_layers * rows * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
 
 
 def run(p):
     import transformers as T
     B, S, N = p["batch"], p["seq"], p["max_new_tokens"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
-    lengths = []
+    lengths, shapes = [], []
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
@@ -152,7 +153,10 @@ def run(p):
                 out = model.generate(input_ids, **gen_kwargs(p))
                 phases.close()
                 lengths.append(out.shape[1])
+                shapes.append(tuple(out.shape))
                 del out
+    rows = B * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
+    assert shapes == [(rows, S + N)] * M.NSTEPS, f"generate stopped early: shapes {shapes}, want {(rows, S + N)}"
     assert lengths == [S + N] * M.NSTEPS, f"generate stopped early: lengths {lengths}, want {S + N}"
     assert phases.calls == N, f"{phases.calls} forwards, want {N}"
     return prof, model
@@ -180,6 +184,7 @@ def main(argv=None):
     a.add_argument("--top-k", type=int)
     a.add_argument("--top-p", type=float)
     a.add_argument("--min-new-tokens", type=int)
+    a.add_argument("--num-return-sequences", type=int)
     a.add_argument("--lora-r", type=int, help="peft LoRA adapters of this rank (unmerged)")
     a.add_argument("--lora-alpha", type=float, default=16)
     a.add_argument("--target-modules", default="q_proj,v_proj", help="all-linear or a comma list")
@@ -202,7 +207,7 @@ def main(argv=None):
         p["cache"] = x.cache
     if x.do_sample:
         p["do_sample"] = True
-    for k in ("temperature", "top_k", "top_p", "min_new_tokens"):
+    for k in ("temperature", "top_k", "top_p", "min_new_tokens", "num_return_sequences"):
         if getattr(x, k) is not None:
             p[k] = getattr(x, k)
     if x.lora_r:

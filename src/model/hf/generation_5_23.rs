@@ -58,7 +58,8 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     // generate() is decorated with torch.no_grad().
     let _g = runtime::no_grad();
     let device = input_ids.device();
-    let (b, s) = (input_ids.dim(0), input_ids.dim(1));
+    let (b0, s) = (input_ids.dim(0), input_ids.dim(1));
+    let b = b0;
     on_step(Step::Prefill);
     // _prepare_special_tokens: eos as a device tensor; the pad token defaults to eos[0].
     let eos_ids = hf.eos_token_id.clone();
@@ -108,6 +109,19 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     drop(attention_mask);
     // The prompt's ids are checked for negative values.
     drop(input_ids.lt_int(0).any());
+    // _expand_inputs_for_generation(expand_size=num_return_sequences): input_ids and the
+    // position ids repeat_interleave'd over the batch; the prompt's position ids die when it
+    // returns (its local), generate's model_kwargs keeps the expanded ones.
+    let n = gc.num_return_sequences;
+    let (input_ids, position_ids) = if n > 1 {
+        let ids = input_ids.repeat_interleave(n, 0);
+        let pos = position_ids.repeat_interleave(n, 0);
+        drop(position_ids);
+        (ids, pos)
+    } else {
+        (input_ids.clone(), position_ids)
+    };
+    let b = b0.checked_mul(n).expect("batch x num_return_sequences overflows");
     // _sample: unfinished_sequences = ones(B).
     let mut unfinished = Tensor::ones(&[b], DType::I64, device);
     let cache: KvCache = Rc::new(RefCell::new(Vec::new()));

@@ -36,12 +36,20 @@ pub struct GenerateConfig {
     pub temperature: f64,
     /// `top_k` (0: no TopKLogitsWarper; GenerationConfig's default is 50).
     pub top_k: usize,
+    /// `num_return_sequences` (sampling only): the prompts are repeated this many times over
+    /// the batch before the prefill.
+    #[serde(default = "one")]
+    pub num_return_sequences: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl GenerateConfig {
     /// `generate(max_new_tokens=n, do_sample=False)` with GenerationConfig's other defaults.
     pub fn greedy(max_new_tokens: usize) -> GenerateConfig {
-        GenerateConfig { max_new_tokens, min_new_tokens: 0, cache: CacheImplementation::Dynamic, do_sample: false, temperature: 1.0, top_k: 50 }
+        GenerateConfig { max_new_tokens, min_new_tokens: 0, cache: CacheImplementation::Dynamic, do_sample: false, temperature: 1.0, top_k: 50, num_return_sequences: 1 }
     }
 
     /// A short description for the report ("greedy, DynamicCache" …).
@@ -53,6 +61,9 @@ impl GenerateConfig {
             }
             if self.top_k > 0 {
                 w.push(format!("top_k {}", self.top_k));
+            }
+            if self.num_return_sequences > 1 {
+                w.push(format!("num_return_sequences {}", self.num_return_sequences));
             }
             if w.is_empty() { "sampling".to_string() } else { format!("sampling ({})", w.join(", ")) }
         } else {
