@@ -725,7 +725,7 @@ impl Block {
                 // (at::pad to a multiple of 8, then sliced back) for the memory-efficient
                 // kernel (CUDA only; unmeasured).
                 let l = additive.dim(3);
-                let padded = (l % 8 != 0).then(|| Tensor::zeros(&[b, 1, 1, l + (8 - l % 8)], additive.dtype(), additive.device()));
+                let padded = (!l.is_multiple_of(8)).then(|| Tensor::zeros(&[b, 1, 1, l + (8 - l % 8)], additive.dtype(), additive.device()));
                 let out = Tensor::efficient_attention(&q, &k, &v, false, scaling);
                 drop(padded);
                 out
