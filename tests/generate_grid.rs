@@ -149,7 +149,8 @@ const KNOWN_FAILING_OPTIONS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_options.json (`make_generate_grid.py --options`):
 /// generate() with `cache_implementation="static"` (disable_compile=True), with `do_sample`
-/// (GenerationConfig's top_k 50, or the point's temperature/top_k) and with `min_new_tokens`.
+/// (GenerationConfig's top_k 50, or the point's temperature/top_k), `min_new_tokens` and
+/// `num_return_sequences`, two of them over peft adapters (one on 4-bit weights).
 #[test]
 fn generate_options_grid_matches_transformers() {
     let doc = check_grid("pytorch_grid/generate_options.json", 24, KNOWN_FAILING_OPTIONS);
@@ -159,6 +160,8 @@ fn generate_options_grid_matches_transformers() {
     assert!(count(&|p| p["do_sample"] == true) >= 8, "sampling points");
     assert!(count(&|p| p["min_new_tokens"].as_u64().is_some_and(|n| n > 0)) >= 4, "min_new_tokens points");
     assert!(count(&|p| p["num_return_sequences"].as_u64().is_some_and(|n| n > 1)) >= 4, "num_return_sequences points");
+    assert!(count(&|p| p["cache"] == "static" && p["load_in_4bit"] == true && !p["lora_r"].is_null()) >= 1, "a static 4-bit + LoRA point");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
     for mt in ["llama", "mistral", "qwen2", "qwen3"] {
         assert!(count(&|p| p["model_type"] == mt && (p["cache"] == "static" || p["do_sample"] == true)) >= 2, "{mt}");
     }

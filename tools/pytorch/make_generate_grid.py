@@ -143,6 +143,12 @@ OPTIONS = [
     ("mistral", 0, "eager", "bf16", dict(do_sample=True, num_return_sequences=3, cache="static")),
     ("qwen2", 1, "sdpa", "bf16", dict(do_sample=True, num_return_sequences=4, top_k=5)),
     ("qwen3", 5, "eager", "fp32", dict(do_sample=True, num_return_sequences=2, min_new_tokens=2, batch=3)),
+    # over 4-bit weights with LoRA adapters, and bf16 weights with adapters
+    ("llama", 0, "sdpa", "bf16", dict(cache="static", load_in_4bit=True, quant_type="nf4", double_quant=True,
+                                      compute_dtype="bf16", prepare=False, checkpoint="none", lora_r=8, lora_alpha=16,
+                                      lora_dropout=0.0, target_modules="q_proj,v_proj")),
+    ("qwen2", 3, "eager", "bf16", dict(cache="static", do_sample=True, lora_r=16, lora_alpha=32, lora_dropout=0.0,
+                                       target_modules="all-linear")),
 ]
 
 
@@ -211,6 +217,17 @@ def run_one(p):
     return dict(name=name_of(p), point=p, profile_type="generate", info=info, phases=phases, cpu_scratch_peak_excess=excess)
 
 
+def releases(adapters):
+    """The releases a fixture was measured with (peft and bitsandbytes where points use them)."""
+    import transformers
+    versions = dict(torch=torch.__version__, transformers=transformers.__version__)
+    if adapters:
+        import bitsandbytes
+        import peft
+        versions.update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
+    return versions
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -223,13 +240,10 @@ def main():
     if a.only:
         path = os.path.join(a.out, "generate_options.json")
         doc, t0 = G.measure_only(path, [(p,) for p in ogrid()], run_job, name_job, a.only, maxtasksperchild=1)
+        doc.update(releases(True))
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else grid)(a.quick), run_one, maxtasksperchild=1)
-    versions = dict(torch=torch.__version__, transformers=transformers.__version__)
-    if a.qlora:
-        import bitsandbytes
-        import peft
-        versions.update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
+    versions = releases(a.qlora or a.options)
     doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --options" if a.options else "") + (" --quick" if a.quick else ""),
                **versions,
                counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
