@@ -1,5 +1,7 @@
-//! transformers 5.23.0's `generate()` for greedy decoding (`do_sample=False, num_beams=1`) with
-//! the default `DynamicCache`, op for op: `GenerationMixin.generate` and `_sample` in
+//! transformers 5.23.0's `generate()` with `num_beams=1` (greedy, or sampling with the
+//! temperature/top-k warpers and `num_return_sequences`), `min_new_tokens`, and the
+//! `DynamicCache` or a `StaticCache` ([`GenerateConfig`]), op for op: `GenerationMixin.generate`
+//! and `_sample` in
 //! `generation/utils.py` (`_prepare_attention_mask_for_generation`,
 //! `_prepare_position_ids_for_generation`, `_prefill`, `prepare_inputs_for_generation`,
 //! `_update_model_kwargs_for_generation`), the stopping criteria of
@@ -13,8 +15,12 @@
 //! (for the position ids) and dropped before the prefill; `next_token_logits` is an fp32 copy
 //! of the last position's logits that lives until the next step's copy exists; the step's
 //! `model_inputs` (one-column clones of input_ids and position_ids) live until the next
-//! step's. Every step runs to `max_new_tokens`: a row meeting eos is padded, and the loop
-//! would end early only when every row has met it (not predicted: the worst case is modelled).
+//! step's; with sampling, the processed scores and the probabilities are rebound the same way.
+//! A StaticCache (max_length - 1 positions) is allocated by each layer's first update in the
+//! prefill and written in place; its 4-D mask is one of the step's model_inputs (built by
+//! prepare_inputs_for_generation). Every step runs to `max_new_tokens`: a row meeting eos is
+//! padded, and the loop would end early only when every row has met it (not predicted: the
+//! worst case is modelled).
 use super::generation_config::{CacheImplementation, GenerateConfig};
 use super::transformers_5_23::{forward_generate, static_generation_mask, GenerationInputs, KvCache};
 use crate::engine::runtime::{self, scope};
