@@ -17,6 +17,7 @@ mod grid_common;
 use serde_json::Value;
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::generation_5_23::{generate, Step};
+use vramscope::model::hf::generation_config::{CacheImplementation, GenerateConfig};
 use vramscope::model::Model;
 use vramscope::record::{EventKind, MemEvent, Phase};
 use vramscope::train::{Batcher, CausalLmBatch, DataKind};
@@ -36,6 +37,27 @@ fn config_of(point: &Value) -> vramscope::model::ModelConfig {
     let hf = cfg.hf.as_mut().unwrap();
     hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
     cfg
+}
+
+/// The point's generate() options (measure_generate.gen_kwargs): greedy with a DynamicCache
+/// unless it names a static cache, sampling (GenerationConfig's temperature 1.0 and top_k 50
+/// unless named), min_new_tokens or num_return_sequences.
+fn generate_config_of(p: &Value, n: usize) -> GenerateConfig {
+    let mut gc = GenerateConfig::greedy(n);
+    if p["cache"] == "static" {
+        gc.cache = CacheImplementation::Static;
+    }
+    gc.do_sample = p["do_sample"] == true;
+    if let Some(t) = p["temperature"].as_f64() {
+        gc.temperature = t;
+    }
+    if let Some(k) = p["top_k"].as_u64() {
+        gc.top_k = k as usize;
+    }
+    assert!(p["top_p"].is_null(), "top_p is not modelled");
+    gc.min_new_tokens = p["min_new_tokens"].as_u64().unwrap_or(0) as usize;
+    gc.num_return_sequences = p["num_return_sequences"].as_u64().unwrap_or(1) as usize;
+    gc
 }
 
 /// The measured step's phases as (name, peak): the counted level (blocks >= 512 B) from the
@@ -73,7 +95,7 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
         }
         data.next_causal_lm_batch(&mut bound, false, false);
         let ids = bound.input_ids.clone().unwrap();
-        let out = generate(&model, &ids, n, &mut |step| {
+        let out = generate(&model, &ids, &generate_config_of(p, n), &mut |step| {
             runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
             if last {
                 let name = match step {
@@ -85,7 +107,8 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
         });
         drop(ids);
         runtime::set_phase(Phase::Setup);
-        assert_eq!(out.sequences.shape(), &[batch, seq + n]);
+        let rows = batch * p["num_return_sequences"].as_u64().unwrap_or(1) as usize;
+        assert_eq!(out.sequences.shape(), &[rows, seq + n]);
         assert_eq!(out.kv_cache_bytes as u64, point["info"]["kv_cache_bytes"].as_u64().unwrap(), "KV cache bytes");
         if last {
             marks.push(("other".into(), recorded()));
@@ -119,6 +142,29 @@ fn peaks(before: &[MemEvent], events: &[MemEvent], marks: &[(String, usize)]) ->
 #[test]
 fn generate_grid_matches_transformers() {
     check_grid("pytorch_grid/generate.json", 20, KNOWN_FAILING);
+}
+
+/// Points of generate_options.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_OPTIONS: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_options.json (`make_generate_grid.py --options`):
+/// generate() with `cache_implementation="static"` (disable_compile=True), with `do_sample`
+/// (GenerationConfig's top_k 50, or the point's temperature/top_k), `min_new_tokens` and
+/// `num_return_sequences`, two of them over peft adapters (one on 4-bit weights).
+#[test]
+fn generate_options_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_options.json", 24, KNOWN_FAILING_OPTIONS);
+    let points = doc["points"].as_array().unwrap();
+    let count = |f: &dyn Fn(&Value) -> bool| points.iter().filter(|p| f(&p["point"])).count();
+    assert!(count(&|p| p["cache"] == "static") >= 8, "static cache points");
+    assert!(count(&|p| p["do_sample"] == true) >= 8, "sampling points");
+    assert!(count(&|p| p["min_new_tokens"].as_u64().is_some_and(|n| n > 0)) >= 4, "min_new_tokens points");
+    assert!(count(&|p| p["num_return_sequences"].as_u64().is_some_and(|n| n > 1)) >= 4, "num_return_sequences points");
+    assert!(count(&|p| p["cache"] == "static" && p["load_in_4bit"] == true && !p["lora_r"].is_null()) >= 1, "a static 4-bit + LoRA point");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    for mt in ["llama", "mistral", "qwen2", "qwen3"] {
+        assert!(count(&|p| p["model_type"] == mt && (p["cache"] == "static" || p["do_sample"] == true)) >= 2, "{mt}");
+    }
 }
 
 /// Points of generate_qlora.json where vramscope does not match, each with the reason.

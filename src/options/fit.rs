@@ -84,6 +84,7 @@ pub struct FitArgs {
 fn args_for(a: &FitArgs, batch: usize, ctx: usize, max_new_tokens: Option<usize>) -> ProfileArgs {
     ProfileArgs {
         max_new_tokens,
+        generate: Default::default(),
         model: model_flags(a),
         precision: a.precision.clone(),
         memory: a.memory.clone(),

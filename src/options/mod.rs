@@ -12,6 +12,7 @@ pub mod estimate;
 pub mod estimate_generate;
 pub mod families;
 pub mod fit;
+pub mod generate;
 pub mod hf;
 pub mod keywords;
 pub mod memory;

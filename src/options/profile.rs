@@ -26,6 +26,8 @@ pub struct ProfileArgs {
     pub optim: super::optim::OptimFlags,
     #[command(flatten)]
     pub parallel: super::parallel::ParallelFlags,
+    #[command(flatten)]
+    pub generate: super::generate::GenerateFlags,
     /// Sequence length(s), comma separated (default: the preset's)
     #[arg(help_heading = super::heading::RUN, long)]
     pub context_length: Option<String>,
@@ -218,7 +220,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     super::families::check_run(cfg.hf(), parallel.as_ref(), a.profile_type.contains(&ProfileType::Generate))?;
     let parallel_flag = parallel.as_ref().map(|pc| if pc.tp > 1 { "--tp" } else { "--parallel" });
     super::moe::check_profile(&cfg, device, precision, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
-    let max_new_tokens = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
+    let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
+    let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
         if let Some((flag, why)) = super::parallel::adapters_refusal(pc, super::parallel::Adapted::of(h)) {
             return Err(usage(flag, why));
@@ -269,6 +272,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         grad_accum_steps: a.grad_accum_steps,
         flops: a.flops,
         max_new_tokens,
+        generation,
     })
 }
 
@@ -276,8 +280,11 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
 /// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters and
 /// bitsandbytes 4-bit weights included), the config's cache on, no autocast, no
 /// attention_mask or logits_to_keep of the user's.
-fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<usize>> {
+fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<crate::model::hf::generation_config::GenerateConfig>> {
     let generate = a.profile_type.contains(&ProfileType::Generate);
+    if let Some(flag) = a.generate.first_given().filter(|_| !generate) {
+        return Err(usage(flag, "is an option of generate(): it needs --profile-type generate"));
+    }
     let n = match (generate, a.max_new_tokens) {
         (false, None) => return Ok(None),
         (false, Some(_)) => return Err(usage("--max-new-tokens", "sets generate()'s length: it needs --profile-type generate")),
@@ -317,8 +324,15 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
         if c + n > cfg.max_seq_len {
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }
+        // The closed form refuses the same (analyse::estimate::generate::check).
+        if let Some(w) = hf.sliding_window.filter(|&w| c + n > w) {
+            return Err(usage(
+                "--max-new-tokens",
+                format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), not modelled yet", c + n, w - 1),
+            ));
+        }
     }
-    Ok(Some(n))
+    a.generate.resolve(n, hf.sliding_window).map(Some)
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach

@@ -44,7 +44,7 @@ pub fn simulate(cfg: &ModelConfig, dtype: DType, b: usize, s: usize, n: usize) -
             rt.log.start_recording();
         });
         let mut marks: Vec<(Step, usize)> = Vec::new();
-        let out = generate(&model, &ids, n, &mut |step| marks.push((step, runtime::with(|rt| rt.log.events().map_or(0, <[_]>::len)))));
+        let out = generate(&model, &ids, &crate::model::hf::generation_config::GenerateConfig::greedy(n), &mut |step| marks.push((step, runtime::with(|rt| rt.log.events().map_or(0, <[_]>::len)))));
         let kv_cache_bytes = out.kv_cache_bytes as u64;
         drop(out);
         let (events, peak) = runtime::with(|rt| (rt.log.stop_recording(), rt.log.stats.peak_allocated));

@@ -2,6 +2,7 @@
 //! allocator's model, from [`ProfileOptions`] to a [`Run`] (peaks, breakdowns, allocator
 //! statistics, the OOM if any). Its snapshot and report are written only when the caller
 //! asks (`Run::save_snapshot`, `save_report`, `save_files`).
+use crate::model::hf::generation_config::GenerateConfig;
 use crate::analyse::flops::{self, Achieved, FlopReport, Roofline};
 use crate::analyse::{self, PeakReport};
 use crate::engine::runtime::{self, OomPanic};
@@ -100,6 +101,8 @@ pub struct ProfileOptions {
     pub flops: bool,
     /// `generate(max_new_tokens=N)` of `--profile-type generate` (None: no generate run asked).
     pub max_new_tokens: Option<usize>,
+    /// The rest of generate()'s options (cache, sampling, min_new_tokens) when it runs.
+    pub generation: Option<crate::model::hf::generation_config::GenerateConfig>,
 }
 
 /// What one profiled (context length, profile type) produced.
@@ -142,6 +145,8 @@ pub struct Run {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenerateReport {
     pub max_new_tokens: usize,
+    /// generate()'s options (cache_implementation, sampling, min_new_tokens).
+    pub config: GenerateConfig,
     /// (step, peak allocated bytes in it), in order: "prefill", "decode 1", ...
     pub steps: Vec<(String, usize)>,
     /// The step the run's peak happened in (None: before the first step, or an OOM first).
@@ -161,7 +166,7 @@ struct GenerateTrace {
 impl GenerateTrace {
     /// Per-step peaks of `events` (allocator blocks, from `before`'s level), the step of the
     /// run's peak event.
-    fn report(&self, max_new_tokens: usize, before: &[MemEvent], events: &[MemEvent], report: &PeakReport) -> GenerateReport {
+    fn report(&self, config: &GenerateConfig, before: &[MemEvent], events: &[MemEvent], report: &PeakReport) -> GenerateReport {
         use crate::record::EventKind;
         let mut level: usize = before.iter().map(|e| e.block).sum();
         let mut steps: Vec<(String, usize)> = Vec::new();
@@ -197,7 +202,7 @@ impl GenerateTrace {
                 EventKind::Oom => level,
             }
         }
-        GenerateReport { max_new_tokens, steps, peak_step, peak_op: report.peak_op.clone(), kv_cache_bytes: self.kv_cache_bytes }
+        GenerateReport { max_new_tokens: config.max_new_tokens, config: config.clone(), steps, peak_step, peak_op: report.peak_op.clone(), kv_cache_bytes: self.kv_cache_bytes }
     }
 }
 
@@ -211,7 +216,7 @@ struct Bound {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision, gen: (usize, &mut GenerateTrace)) {
+fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: &mut Batcher, batch: &mut Bound, accum: usize, precision: Precision, gen: (&GenerateConfig, &mut GenerateTrace)) {
     let n = if kind == ProfileType::Training { accum } else { 1 };
     if kind == ProfileType::Generate {
         return generate_step(model, batcher, &mut batch.causal, gen.0, gen.1);
@@ -254,7 +259,7 @@ fn one_step(kind: ProfileType, model: &Model, runner: &mut StepRunner, batcher: 
 /// tools/pytorch/measure_generate.py's step: `input_ids = randint(...)` (the previous batch
 /// dying once the new one exists), `out = model.generate(input_ids, max_new_tokens=N,
 /// do_sample=False)`, `del out`; each generate step its phase (prefill, decode).
-fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, max_new_tokens: usize, trace: &mut GenerateTrace) {
+fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmBatch>, gc: &GenerateConfig, trace: &mut GenerateTrace) {
     use crate::model::hf::generation_5_23::{generate, Step};
     bound.truncate(1);
     bound.resize_with(1, CausalLmBatch::default);
@@ -262,7 +267,7 @@ fn generate_step(model: &Model, batcher: &mut Batcher, bound: &mut Vec<CausalLmB
     let ids = bound[0].input_ids.clone().expect("drawn above");
     // The script's model.eval(): no LoRA dropout, no checkpointing.
     model.training.set(false);
-    let out = generate(model, &ids, max_new_tokens, &mut |step| {
+    let out = generate(model, &ids, gc, &mut |step| {
         runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
         let at = runtime::with(|rt| rt.log.events().map_or(0, |e| e.len()));
         trace.marks.push((step, at));
@@ -353,6 +358,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
     let mut step_seconds: Option<f64> = None;
     let mut units: Vec<(String, u64)> = Vec::new();
     let mut gen_trace = GenerateTrace::default();
+    let gen_cfg = p.generation.clone().unwrap_or_else(|| GenerateConfig::greedy(p.max_new_tokens.unwrap_or(0)));
     let bar = super::progress::steps(p.device, p.warmup_steps + p.measure_steps, &format!("{} context {ctx} {kind:?}", p.model_name));
     let res = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let model_cfg = p.parallel.as_ref().map_or_else(|| p.model.clone(), |pc| pc.model_config(&p.model));
@@ -378,10 +384,9 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let accum = if kind == ProfileType::Training { p.grad_accum_steps } else { 1 };
         let mut batcher = Batcher::new(DataKind::Random, p.model.vocab_size, p.batch / accum, ctx, p.device, p.seed);
         let mut batch = Bound::default();
-        let new_tokens = p.max_new_tokens.unwrap_or(0);
         for i in 0..p.warmup_steps {
             stage = format!("warm-up step {} of {}", i + 1, p.warmup_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (new_tokens, &mut GenerateTrace::default()));
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (&gen_cfg, &mut GenerateTrace::default()));
             bar.inc(1);
         }
         bar.set_message("recording");
@@ -397,7 +402,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         let t0 = Instant::now();
         for i in 0..p.measure_steps {
             stage = format!("measured step {} of {}", i + 1, p.measure_steps);
-            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (new_tokens, &mut gen_trace));
+            one_step(kind, &model, &mut runner, &mut batcher, &mut batch, accum, p.precision, (&gen_cfg, &mut gen_trace));
             bar.inc(1);
         }
         let step_s = t0.elapsed().as_secs_f64() / p.measure_steps as f64;
@@ -445,7 +450,7 @@ pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<
         None => m,
     });
     let report = analyse::peak(&before, &events, 20);
-    let generate = (kind == ProfileType::Generate).then(|| gen_trace.report(p.max_new_tokens.unwrap_or(0), &before, &events, &report));
+    let generate = (kind == ProfileType::Generate).then(|| gen_trace.report(&gen_cfg, &before, &events, &report));
     let stats = alloc.stats;
     let n_actions = actions.len();
     let trace = p.keep_trace.then_some(Recorded { allocator: alloc, before, events, actions, built: std::cell::OnceCell::new() });

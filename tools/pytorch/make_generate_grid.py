@@ -12,6 +12,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_generate_grid.py --quick    # the first point of each model type only
     python3 make_generate_grid.py --qlora    # generate_qlora.json: 4-bit weights and LoRA adapters
+    python3 make_generate_grid.py --options  # generate_options.json: static cache, sampling, min_new_tokens
 
 The --qlora grid (issue #28's leftovers): each model_type x {4-bit without adapters, 4-bit + LoRA
 q,v, 4-bit + LoRA all-linear (twice: nf4/fp4, double quantization on/off, compute bf16/fp32),
@@ -108,6 +109,60 @@ def qgrid(quick=False):
     return todo
 
 
+# generate()'s options (issue #28 item 1): (model_type, shape index, attn, dtype, options).
+OPTIONS = [
+    # StaticCache (disable_compile=True), greedy
+    ("llama", 0, "sdpa", "fp32", dict(cache="static")),
+    ("mistral", 1, "sdpa", "bf16", dict(cache="static")),
+    ("qwen2", 2, "eager", "fp32", dict(cache="static")),
+    ("qwen3", 3, "eager", "bf16", dict(cache="static")),
+    ("llama", 5, "eager", "fp32", dict(cache="static", max_new_tokens=32)),
+    ("mistral", 3, "sdpa", "fp32", dict(cache="static")),
+    ("qwen2", 4, "sdpa", "bf16", dict(cache="static")),
+    ("qwen3", 5, "sdpa", "fp32", dict(cache="static")),
+    ("llama", 2, "sdpa", "bf16", dict(cache="static", batch=4, seq=100)),
+    ("mistral", 0, "eager", "bf16", dict(cache="static", seq=8, max_new_tokens=64)),
+    # sampling: GenerationConfig's defaults (top_k 50), temperature, top_k
+    ("llama", 1, "sdpa", "fp32", dict(do_sample=True)),
+    ("mistral", 2, "eager", "bf16", dict(do_sample=True, temperature=0.7)),
+    ("qwen2", 3, "sdpa", "fp32", dict(do_sample=True, top_k=20, temperature=1.3)),
+    ("qwen3", 0, "eager", "fp32", dict(do_sample=True, top_k=0)),
+    ("llama", 4, "sdpa", "bf16", dict(do_sample=True, cache="static")),
+    ("qwen2", 5, "eager", "bf16", dict(do_sample=True, cache="static", temperature=0.5, top_k=7)),
+    ("mistral", 4, "sdpa", "fp32", dict(do_sample=True, top_k=600)),
+    ("qwen3", 1, "sdpa", "bf16", dict(do_sample=True, batch=4)),
+    # min_new_tokens (llama/mistral configs have eos 2; qwen's have none: no processor)
+    ("llama", 3, "eager", "fp32", dict(min_new_tokens=3)),
+    ("mistral", 5, "sdpa", "bf16", dict(min_new_tokens=6)),
+    ("llama", 0, "sdpa", "bf16", dict(min_new_tokens=2, do_sample=True)),
+    ("mistral", 1, "eager", "fp32", dict(min_new_tokens=16, cache="static")),
+    ("qwen2", 1, "sdpa", "fp32", dict(min_new_tokens=4)),
+    ("llama", 2, "eager", "bf16", dict(min_new_tokens=1, do_sample=True, temperature=0.9, cache="static")),
+    # num_return_sequences (sampling): the batch repeated before the prefill
+    ("llama", 3, "sdpa", "fp32", dict(do_sample=True, num_return_sequences=2)),
+    ("mistral", 0, "eager", "bf16", dict(do_sample=True, num_return_sequences=3, cache="static")),
+    ("qwen2", 1, "sdpa", "bf16", dict(do_sample=True, num_return_sequences=4, top_k=5)),
+    ("qwen3", 5, "eager", "fp32", dict(do_sample=True, num_return_sequences=2, min_new_tokens=2, batch=3)),
+    # over 4-bit weights with LoRA adapters, and bf16 weights with adapters
+    ("llama", 0, "sdpa", "bf16", dict(cache="static", load_in_4bit=True, quant_type="nf4", double_quant=True,
+                                      compute_dtype="bf16", prepare=False, checkpoint="none", lora_r=8, lora_alpha=16,
+                                      lora_dropout=0.0, target_modules="q_proj,v_proj")),
+    ("qwen2", 3, "eager", "bf16", dict(cache="static", do_sample=True, lora_r=16, lora_alpha=32, lora_dropout=0.0,
+                                       target_modules="all-linear")),
+]
+
+
+def ogrid(quick=False):
+    todo = []
+    for mt, i, attn, dtype, opts in OPTIONS[:4] if quick else OPTIONS:
+        todo.append(point(mt, i, attn=attn, dtype=dtype, **opts))
+    return todo
+
+
+def name_job(p):
+    return name_of(p)
+
+
 def name_of(p):
     return (f"{p['model_type']} d{p['hidden_size']} F{p['intermediate_size']} L{p['num_layers']} h{p['num_heads']} "
             f"kv{p['num_kv_heads']}{' hd' + str(p['head_dim']) if p['head_dim'] else ''} V{p['vocab_size']} "
@@ -120,6 +175,14 @@ def extras(p):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{' prepared' if p['prepare'] else ''}"
     if p.get("lora_r"):
         tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+    if p.get("cache", "dynamic") != "dynamic":
+        tag += f" cache={p['cache']}"
+    if p.get("do_sample"):
+        tag += " sample" + "".join(f" {k}={p[k]}" for k in ("temperature", "top_k", "top_p") if p.get(k) is not None)
+    if p.get("min_new_tokens"):
+        tag += f" min_new_tokens={p['min_new_tokens']}"
+    if p.get("num_return_sequences", 1) > 1:
+        tag += f" num_return_sequences={p['num_return_sequences']}"
     return tag
 
 
@@ -136,6 +199,10 @@ def grid(quick=False):
     return todo
 
 
+def run_job(job):
+    return run_one(*job)
+
+
 def run_one(p):
     torch.set_num_threads(int(os.environ.get("THREADS", "1")))
     try:
@@ -150,26 +217,40 @@ def run_one(p):
     return dict(name=name_of(p), point=p, profile_type="generate", info=info, phases=phases, cpu_scratch_peak_excess=excess)
 
 
+def releases(adapters):
+    """The releases a fixture was measured with (peft and bitsandbytes where points use them)."""
+    import transformers
+    versions = dict(torch=torch.__version__, transformers=transformers.__version__)
+    if adapters:
+        import bitsandbytes
+        import peft
+        versions.update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
+    return versions
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--qlora", action="store_true")
+    ap.add_argument("--options", action="store_true", help="generate_options.json: static cache, sampling, min_new_tokens")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--only", help="with --options: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     import transformers
-    results, t0 = G.measure_all((qgrid if a.qlora else grid)(a.quick), run_one, maxtasksperchild=1)
-    versions = dict(torch=torch.__version__, transformers=transformers.__version__)
-    if a.qlora:
-        import bitsandbytes
-        import peft
-        versions.update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
-    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --quick" if a.quick else ""),
+    if a.only:
+        path = os.path.join(a.out, "generate_options.json")
+        doc, t0 = G.measure_only(path, [(p,) for p in ogrid()], run_job, name_job, a.only, maxtasksperchild=1)
+        doc.update(releases(True))
+        return G.write_fixture(path, doc, t0)
+    results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else grid)(a.quick), run_one, maxtasksperchild=1)
+    versions = releases(a.qlora or a.options)
+    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --options" if a.options else "") + (" --quick" if a.quick else ""),
                **versions,
                counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                        "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
-                       "max_new_tokens=N, do_sample=False) (measure_generate.py)",
+                       "max_new_tokens=N, do_sample=False) (measure_generate.py), or with the point's options (measure_generate.gen_kwargs)",
                points=results)
-    G.write_fixture(os.path.join(a.out, "generate_qlora.json" if a.qlora else "generate.json"), doc, t0)
+    G.write_fixture(os.path.join(a.out, "generate_qlora.json" if a.qlora else "generate_options.json" if a.options else "generate.json"), doc, t0)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@ session with no TorchDispatchMode; allocations read from the profiler's event tr
 address, levels absolute; requested bytes of blocks >= 512 B; CPU RNG stashes and CPU-only
 kernel scratch left out as there.
 
+Options of generate() a point may name (gen_kwargs): cache "static" (cache_implementation,
+with disable_compile=True), do_sample (with temperature/top_k/top_p when named, else
+GenerationConfig's defaults: top_k 50 only), min_new_tokens. Sampling draws from the global
+generator, seeded once in setup: the measured call's tokens, and so its bytes, are the same on
+every run.
+
 A step is what a user's script does:
   data       input_ids = torch.randint(0, V, (B, S)) (no attention_mask: generate builds it)
   prefill    out = model.generate(input_ids, max_new_tokens=N, do_sample=False): everything from
@@ -90,21 +96,37 @@ class StepPhases:
         self.rf = None
 
 
+def gen_kwargs(p):
+    """generate()'s keyword arguments for the point: greedy by default; `cache` static
+    (StaticCache, disable_compile=True: on CUDA a static cache would otherwise auto-compile the
+    decode forward; on CPU nothing compiles either way), `do_sample` with GenerationConfig's
+    defaults unless the point names temperature/top_k/top_p, `min_new_tokens`."""
+    kw = dict(max_new_tokens=p["max_new_tokens"], do_sample=bool(p.get("do_sample", False)))
+    if p.get("cache", "dynamic") != "dynamic":
+        kw.update(cache_implementation=p["cache"], disable_compile=True)
+    for k in ("temperature", "top_k", "top_p", "min_new_tokens", "num_beams", "num_return_sequences"):
+        if p.get(k) is not None:
+            kw[k] = p[k]
+    return kw
+
+
 def kv_cache_bytes(p, model):
-    """The DynamicCache's bytes once generate returns: keys and values of S + N - 1 positions
-    (the last token is never fed back) per layer, in the hidden states' type (the embedding's:
-    a 4-bit linear casts its output back to its input's type)."""
+    """The cache's bytes once generate returns: keys and values of S + N - 1 positions (the
+    last token is never fed back; a StaticCache's max_cache_len is max_length - 1, the same)
+    per layer, in the hidden states' type (the embedding's: a 4-bit linear casts its output
+    back to its input's type)."""
     cfg = model.config
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     el = model.get_input_embeddings().weight.element_size()
-    return 2 * cfg.num_hidden_layers * p["batch"] * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
+    rows = p["batch"] * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
+    return 2 * cfg.num_hidden_layers * rows * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
 
 
 def run(p):
     import transformers as T
     B, S, N = p["batch"], p["seq"], p["max_new_tokens"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
-    lengths = []
+    lengths, shapes = [], []
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
@@ -128,10 +150,13 @@ def run(p):
                 with M.phase("data"):
                     input_ids = torch.randint(0, p["vocab_size"], (B, S), generator=gen)
                 phases.start()
-                out = model.generate(input_ids, max_new_tokens=N, do_sample=False)
+                out = model.generate(input_ids, **gen_kwargs(p))
                 phases.close()
                 lengths.append(out.shape[1])
+                shapes.append(tuple(out.shape))
                 del out
+    rows = B * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
+    assert shapes == [(rows, S + N)] * M.NSTEPS, f"generate stopped early: shapes {shapes}, want {(rows, S + N)}"
     assert lengths == [S + N] * M.NSTEPS, f"generate stopped early: lengths {lengths}, want {S + N}"
     assert phases.calls == N, f"{phases.calls} forwards, want {N}"
     return prof, model
@@ -153,6 +178,13 @@ def main(argv=None):
     a.add_argument("--max-new-tokens", type=int, default=4)
     a.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     a.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    a.add_argument("--cache", choices=("dynamic", "static"), default="dynamic", help="generate's cache_implementation")
+    a.add_argument("--do-sample", action="store_true")
+    a.add_argument("--temperature", type=float)
+    a.add_argument("--top-k", type=int)
+    a.add_argument("--top-p", type=float)
+    a.add_argument("--min-new-tokens", type=int)
+    a.add_argument("--num-return-sequences", type=int)
     a.add_argument("--lora-r", type=int, help="peft LoRA adapters of this rank (unmerged)")
     a.add_argument("--lora-alpha", type=float, default=16)
     a.add_argument("--target-modules", default="q_proj,v_proj", help="all-linear or a comma list")
@@ -171,6 +203,13 @@ def main(argv=None):
              num_layers=x.num_layers, num_heads=x.num_heads, num_kv_heads=x.num_kv_heads, head_dim=x.head_dim,
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
              batch=x.batch, max_new_tokens=x.max_new_tokens, attn=x.attn, dtype=x.dtype)
+    if x.cache != "dynamic":
+        p["cache"] = x.cache
+    if x.do_sample:
+        p["do_sample"] = True
+    for k in ("temperature", "top_k", "top_p", "min_new_tokens", "num_return_sequences"):
+        if getattr(x, k) is not None:
+            p[k] = getattr(x, k)
     if x.lora_r:
         p.update(lora_r=x.lora_r, lora_alpha=x.lora_alpha, lora_dropout=0.0, target_modules=x.target_modules)
     if x.load_in_4bit:

@@ -10,3 +10,4 @@ pub mod int8;
 pub mod quant;
 pub mod nn;
 pub mod reduce;
+pub mod sampling;

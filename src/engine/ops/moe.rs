@@ -17,28 +17,6 @@ fn meta_only(op: &str) -> Buffer {
 }
 
 impl Tensor {
-    /// `torch.topk(self, k, dim=-1)`: values (self's dtype) and int64 indices, (…, k).
-    /// TopkBackward0 saves the indices; its backward (`value_selecting_reduction_backward`)
-    /// scatters the gradient into zeros of the input's shape.
-    #[track_caller]
-    pub fn topk_last(&self, k: usize) -> (Tensor, Tensor) {
-        let mut shape = self.shape().to_vec();
-        *shape.last_mut().expect("topk of a 0-d tensor") = k;
-        let values = Tensor::build(self.device(), self.dtype(), &shape, "topk", &[self], || meta_only("topk"));
-        let indices = Tensor::build(self.device(), DType::I64, &shape, "topk", &[self], || meta_only("topk"));
-        if needs_grad(&[self]) {
-            let ix = save(&indices);
-            let (in_shape, dt, dev) = (self.shape().to_vec(), self.dtype(), self.device());
-            let values = attach(values, "TopkBackward0", &[self], Box::new(move |g| {
-                let ix = ix.unpack();
-                let gi = Tensor::build(dev, dt, &in_shape, "empty", &[&g, &ix], || meta_only("topk backward"));
-                vec![Some(gi)]
-            }));
-            return (values, indices);
-        }
-        (values, indices)
-    }
-
     /// `torch.sort(self)` of a 1-D int64 tensor: sorted values and int64 indices. CPU's kernel
     /// also resizes a transient index buffer of the same size while it runs (measured).
     #[track_caller]

@@ -1,5 +1,7 @@
-//! transformers 5.23.0's `generate()` for greedy decoding (`do_sample=False, num_beams=1`) with
-//! the default `DynamicCache`, op for op: `GenerationMixin.generate` and `_sample` in
+//! transformers 5.23.0's `generate()` with `num_beams=1` (greedy, or sampling with the
+//! temperature/top-k warpers and `num_return_sequences`), `min_new_tokens`, and the
+//! `DynamicCache` or a `StaticCache` ([`GenerateConfig`]), op for op: `GenerationMixin.generate`
+//! and `_sample` in
 //! `generation/utils.py` (`_prepare_attention_mask_for_generation`,
 //! `_prepare_position_ids_for_generation`, `_prefill`, `prepare_inputs_for_generation`,
 //! `_update_model_kwargs_for_generation`), the stopping criteria of
@@ -13,9 +15,14 @@
 //! (for the position ids) and dropped before the prefill; `next_token_logits` is an fp32 copy
 //! of the last position's logits that lives until the next step's copy exists; the step's
 //! `model_inputs` (one-column clones of input_ids and position_ids) live until the next
-//! step's. Every step runs to `max_new_tokens`: a row meeting eos is padded, and the loop
-//! would end early only when every row has met it (not predicted: the worst case is modelled).
-use super::transformers_5_23::{forward_generate, GenerationInputs, KvCache};
+//! step's; with sampling, the processed scores and the probabilities are rebound the same way.
+//! A StaticCache (max_length - 1 positions) is allocated by each layer's first update in the
+//! prefill and written in place; its 4-D mask is one of the step's model_inputs (built by
+//! prepare_inputs_for_generation). Every step runs to `max_new_tokens`: a row meeting eos is
+//! padded, and the loop would end early only when every row has met it (not predicted: the
+//! worst case is modelled).
+use super::generation_config::{CacheImplementation, GenerateConfig};
+use super::transformers_5_23::{forward_generate, static_generation_mask, GenerationInputs, KvCache};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Tensor};
 use crate::model::Model;
@@ -47,16 +54,18 @@ pub struct Generated {
     pub kv_cache_bytes: usize,
 }
 
-/// `model.generate(input_ids, max_new_tokens=n, do_sample=False)` (no attention_mask passed),
-/// calling `on_step` where each step starts (first: Prefill, before generate's setup).
-pub fn generate(m: &Model, input_ids: &Tensor, max_new_tokens: usize, on_step: &mut dyn FnMut(Step)) -> Generated {
+/// `model.generate(input_ids, **gc)` (no attention_mask passed), calling `on_step` where each
+/// step starts (first: Prefill, before generate's setup).
+pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mut dyn FnMut(Step)) -> Generated {
+    let max_new_tokens = gc.max_new_tokens;
     assert!(max_new_tokens >= 1, "max_new_tokens must be at least 1");
     let hf = m.config.hf.as_ref().expect("hf options");
     let _s = scope("generate");
     // generate() is decorated with torch.no_grad().
     let _g = runtime::no_grad();
     let device = input_ids.device();
-    let (b, s) = (input_ids.dim(0), input_ids.dim(1));
+    let (b0, s) = (input_ids.dim(0), input_ids.dim(1));
+    let b = b0;
     on_step(Step::Prefill);
     // _prepare_special_tokens: eos as a device tensor; the pad token defaults to eos[0].
     let eos_ids = hf.eos_token_id.clone();
@@ -106,6 +115,19 @@ pub fn generate(m: &Model, input_ids: &Tensor, max_new_tokens: usize, on_step: &
     drop(attention_mask);
     // The prompt's ids are checked for negative values.
     drop(input_ids.lt_int(0).any());
+    // _expand_inputs_for_generation(expand_size=num_return_sequences): input_ids and the
+    // position ids repeat_interleave'd over the batch; the prompt's position ids die when it
+    // returns (its local), generate's model_kwargs keeps the expanded ones.
+    let n = gc.num_return_sequences;
+    let (input_ids, position_ids) = if n > 1 {
+        let ids = input_ids.repeat_interleave(n, 0);
+        let pos = position_ids.repeat_interleave(n, 0);
+        drop(position_ids);
+        (ids, pos)
+    } else {
+        (input_ids.clone(), position_ids)
+    };
+    let b = b0.checked_mul(n).expect("batch x num_return_sequences overflows");
     // _sample: unfinished_sequences = ones(B).
     let mut unfinished = Tensor::ones(&[b], DType::I64, device);
     let cache: KvCache = Rc::new(RefCell::new(Vec::new()));
@@ -113,24 +135,34 @@ pub fn generate(m: &Model, input_ids: &Tensor, max_new_tokens: usize, on_step: &
     let mut step_pos = position_ids.clone();
     let mut ids = input_ids.clone();
     let max_length = s + max_new_tokens;
-    let mut model_inputs: Option<(Tensor, Tensor)> = None;
+    // A StaticCache is max_length - 1 positions long (the last token is never fed back).
+    let static_len = (gc.cache == CacheImplementation::Static).then_some(max_length - 1);
+    let dtype = m.embedding.dtype();
+    // prepare_inputs_for_generation with a compileable cache: the 4-D mask
+    // (create_masks_for_generate), one of the step's model_inputs.
+    let step_mask = |q: usize, past: usize| static_len.and_then(|l| static_generation_mask(m, b, q, past, l, dtype, device));
+    let mut model_inputs: Option<(Tensor, Tensor, Option<Tensor>)> = None;
     let mut next_logits: Option<Tensor> = None;
+    let mut next_scores: Option<Tensor> = None;
+    let mut probs: Option<Tensor> = None;
     let mut next_tokens: Option<Tensor> = None;
     for step in 0..max_new_tokens {
         let len = ids.dim(1);
         let logits = if step == 0 {
-            // _prefill: prepare_inputs_for_generation clones input_ids; the clone dies when
-            // _prefill returns.
+            // _prefill: prepare_inputs_for_generation clones input_ids; the clone (and a
+            // static cache's mask) die when _prefill returns.
             let x = ids.clone_contiguous();
-            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache })
+            let mask = step_mask(s, 0);
+            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, static_len, past: 0, mask: mask.as_ref() })
         } else {
             on_step(Step::Decode(step));
             // input_ids[:, -1:].clone(), position_ids[..., -1:].clone(): the previous step's
             // model_inputs die at the rebinding.
             let x = ids.narrow(1, len - 1, 1).clone_contiguous();
             let p = step_pos.narrow(1, len - 1, 1).clone_contiguous();
-            let (x, p) = model_inputs.insert((x, p));
-            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache })
+            let mask = step_mask(1, len - 1);
+            let (x, p, mask) = model_inputs.insert((x, p, mask));
+            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, static_len, past: len - 1, mask: mask.as_ref() })
         };
         // _update_model_kwargs_for_generation: arange(1) + position_ids[..., -1:] + 1, cat.
         {
@@ -148,7 +180,18 @@ pub fn generate(m: &Model, input_ids: &Tensor, max_new_tokens: usize, on_step: &
             let last = logits.select(1, logits.dim(1) - 1);
             next_logits = Some(if last.dtype() == DType::F32 { last.clone_contiguous() } else { last.to_dtype(DType::F32) });
         }
-        next_tokens = Some(next_logits.as_ref().expect("set above").argmax_last());
+        // logits_processor(input_ids, next_token_logits): each processor's output replaces
+        // the scores (the previous ones dying at the rebinding); none by default, and the
+        // scores are then the logits themselves.
+        next_scores = Some(process(gc, &ids, s, next_logits.as_ref().expect("set above"), &eos_ids));
+        let scores = next_scores.as_ref().expect("set above");
+        next_tokens = Some(if gc.do_sample {
+            // probs = softmax(next_token_scores, -1); multinomial(probs, 1).squeeze(1).
+            let p = probs.insert(scores.softmax(-1));
+            p.multinomial_one().squeeze(1)
+        } else {
+            scores.argmax_last()
+        });
         if let Some(pad) = &pad {
             // has_eos_stopping_criteria: next_tokens * unfinished + pad * (1 - unfinished).
             let t = next_tokens.as_ref().expect("set above");
@@ -187,6 +230,65 @@ pub fn generate(m: &Model, input_ids: &Tensor, max_new_tokens: usize, on_step: &
         drop(logits);
     }
     let kv_cache_bytes = cache.borrow().iter().map(|t| t.nbytes()).sum();
-    drop((model_inputs, next_logits, next_tokens, step_pos, position_ids, unfinished, cache, pad, eos));
+    drop((model_inputs, next_logits, next_scores, probs, next_tokens, step_pos, position_ids, unfinished, cache, pad, eos));
     Generated { sequences: ids, kv_cache_bytes }
+}
+
+/// `LogitsProcessorList` as `_get_logits_processor` builds it for `gc` (in its order), on the
+/// fp32 last-position logits of a `len`-token `ids` whose prompt was `prompt` tokens: with an
+/// eos token and min_new_tokens, MinLengthLogitsProcessor (min_length = prompt +
+/// min_new_tokens) and MinNewTokensLengthLogitsProcessor; when sampling, the warpers
+/// TemperatureLogitsWarper (temperature != 1) and TopKLogitsWarper (top_k != 0).
+fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eos: &[i64]) -> Tensor {
+    let device = logits.device();
+    let vocab = logits.dim(-1);
+    let mut scores = logits.clone();
+    if gc.min_new_tokens > 0 && !eos.is_empty() {
+        let early = ids.dim(1) - prompt < gc.min_new_tokens;
+        // MinLength: arange(V), isin(eos), scores.clone(), where(eos_mask, -inf, scores).
+        let next = {
+            let v = Tensor::arange(vocab, device);
+            let eos_mask = v.isin_ids(eos);
+            let mut out = scores.clone_contiguous();
+            if early {
+                out = scores.where_scalar_true(&eos_mask, f64::NEG_INFINITY);
+            }
+            drop((v, eos_mask));
+            out
+        };
+        scores = next;
+        // MinNewTokens: scores.clone(), arange(V), isin(eos), where(...).
+        let next = {
+            let mut out = scores.clone_contiguous();
+            let v = Tensor::arange(vocab, device);
+            let eos_mask = v.isin_ids(eos);
+            if early {
+                out = scores.where_scalar_true(&eos_mask, f64::NEG_INFINITY);
+            }
+            drop((v, eos_mask));
+            out
+        };
+        scores = next;
+    }
+    if gc.do_sample {
+        if gc.temperature != 1.0 {
+            scores = scores.div_scalar(gc.temperature);
+        }
+        if gc.top_k != 0 {
+            // scores < topk(scores, k)[0][..., -1, None]: the indices die with the tuple, the
+            // values once the comparison is made; then masked_fill(…, -inf).
+            let k = gc.top_k.min(vocab);
+            let remove = {
+                let (values, indices) = scores.topk_last(k);
+                drop(indices);
+                let threshold = values.narrow(-1, k - 1, 1);
+                drop(values);
+                scores.lt(&threshold)
+            };
+            let next = scores.masked_fill_scalar(&remove, f64::NEG_INFINITY);
+            drop(remove);
+            scores = next;
+        }
+    }
+    scores
 }

@@ -373,13 +373,19 @@ fn arange_plus(n: usize, device: Device) -> Tensor {
 /// one query or as many as keys) or flash_attention_2 is used; else eager's (B, 1, S, past + S)
 /// additive mask in the model's dtype (or, for sdpa, the boolean one).
 fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, device: Device, padding: Option<&Tensor>) -> Option<Tensor> {
+    causal_mask_sized(hf, b, s, past, past + s, dtype, device, padding, true)
+}
+
+/// `create_causal_mask` over `kv` key positions (a StaticCache's length, or past + s), with
+/// sdpa's `allow_is_causal_skip`.
+#[allow(clippy::too_many_arguments)]
+fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
-    let kv = past + s;
     let window = hf.sliding_window.filter(|&w| w < kv);
     match hf.attn_implementation {
         AttnImplementation::FlashAttention2 => return None,
-        AttnImplementation::Sdpa if window.is_none() => return None, // _ignore_causal_mask_sdpa
+        AttnImplementation::Sdpa if window.is_none() && allow_skip => return None, // _ignore_causal_mask_sdpa
         _ => {}
     }
     // sdpa_mask: batch/head aranges (tiny), q and kv aranges, the mask function broadcast
@@ -502,6 +508,8 @@ struct Block {
     cache: Option<KvCache>,
     /// This layer's index (its keys and values are the cache's entries 2i and 2i + 1).
     layer_idx: usize,
+    /// A StaticCache: (max_cache_len, positions already written) instead of a DynamicCache.
+    static_cache: Option<(usize, usize)>,
     /// Tensor parallelism: the projections' DTensor input and output redistributions.
     tp: Option<TensorParallel>,
     /// `model.training` (dropout runs only in training mode).
@@ -706,7 +714,22 @@ impl Block {
             let _c = runtime::category(Category::Activation);
             let mut c = cache.borrow_mut();
             let i = 2 * self.layer_idx;
-            if c.len() > i {
+            if let Some((max_len, past)) = self.static_cache {
+                // StaticLayer: lazy_initialization (zeros of max_cache_len positions, keys then
+                // values) at the first update; then cache_position = arange(S) +
+                // cumulative_length (the arange dying with the expression) and index_copy_
+                // of k and v in place; the full tensors are returned.
+                if c.len() <= i {
+                    let shape = |t: &Tensor| [t.dim(0), t.dim(1), max_len, t.dim(3)];
+                    let kc = Tensor::zeros(&shape(&k), k.dtype(), k.device());
+                    let vc = Tensor::zeros(&shape(&v), v.dtype(), v.device());
+                    c.extend([kc, vc]);
+                }
+                let cache_position = arange_plus(s, k.device());
+                c[i].narrow(2, past, s).copy_(&k);
+                c[i + 1].narrow(2, past, s).copy_(&v);
+                drop(cache_position);
+            } else if c.len() > i {
                 c[i] = Tensor::cat(&[c[i].clone(), k.clone()], -2);
                 c[i + 1] = Tensor::cat(&[c[i + 1].clone(), v.clone()], -2);
             } else {
@@ -762,6 +785,9 @@ impl Block {
         let fr = frames(hf);
         let scaling = (hf.head_dim as f64).powf(-0.5);
         let n_rep = self.n_rep();
+        if self.static_cache.is_some() {
+            return self.sdpa_static(q, k, v);
+        }
         // The keys' length decides whether a window masks (a decode step has one query).
         let seq = k.dim(2);
         let gqa = hf.sdpa_gqa(self.cfg.num_heads, self.cfg.num_kv_heads, seq);
@@ -785,6 +811,56 @@ impl Block {
         };
         // reshape(B, -1, S, d) (a view) then transpose(1, 2).contiguous().
         out.transpose(1, 2).contiguous()
+    }
+
+    /// `sdpa_attention_forward` over a StaticCache's full-length keys. The prefill has no mask
+    /// (the empty cache lets `is_causal` stand in): enable_gqa as usual, and the keys and
+    /// values sliced to the S queries (`key[:, :, :q_length]`, views). A decode step has the
+    /// (B, 1, 1, L) boolean mask: no enable_gqa, and its single query is packed
+    /// (`pack_gqa`: (B, h, 1, d) → (B, h_kv, n_rep, d), a view) instead of repeat_kv; SDPA
+    /// turns the boolean mask into an additive one of the query's type
+    /// (`convert_boolean_attn_mask`: where(mask, 0, -inf)) before choosing a kernel.
+    fn sdpa_static(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+        let hf = self.hf();
+        let fr = frames(hf);
+        let scaling = (hf.head_dim as f64).powf(-0.5);
+        let n_rep = self.n_rep();
+        let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
+        let half = matches!(q.dtype(), DType::BF16 | DType::F16);
+        let Some(mask) = &self.mask else {
+            let (k, v) = (k.narrow(2, 0, sq), v.narrow(2, 0, sq));
+            let gqa = n_rep > 1 && d <= 256;
+            let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(fr, &k, n_rep), repeat_kv(fr, &v, n_rep)) } else { (k, v) };
+            let backend = hf.sdpa_backend.resolve(half, false, gqa, d);
+            let out = match backend {
+                SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, true, scaling),
+                SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, &k, &v, true, scaling),
+                SdpaBackend::Efficient => Tensor::efficient_attention(q, &k, &v, true, scaling),
+                SdpaBackend::Math => math_attention(q, &k, &v, None, true, scaling),
+            };
+            return out.transpose(1, 2).contiguous();
+        };
+        assert_eq!(sq, 1, "a static cache's sdpa mask comes with one query per row");
+        let (q, k, v) = if n_rep > 1 { (q.reshape(&[b, h / n_rep, n_rep, d]), k.clone(), v.clone()) } else { (q.clone(), k.clone(), v.clone()) };
+        let additive = Tensor::zeros(&[], q.dtype(), q.device()).where_scalar(mask, f64::NEG_INFINITY);
+        let backend = hf.sdpa_backend.resolve(half, true, false, d);
+        let out = match backend {
+            SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(&q, &k, &v, false, scaling),
+            SdpaBackend::Efficient | SdpaBackend::Flash | SdpaBackend::Auto => {
+                // preprocess_mask: a bias whose rows are not 8-element aligned is padded
+                // (at::pad to a multiple of 8, then sliced back) for the memory-efficient
+                // kernel (CUDA only; unmeasured).
+                let l = additive.dim(3);
+                let padded = (!l.is_multiple_of(8)).then(|| Tensor::zeros(&[b, 1, 1, l + (8 - l % 8)], additive.dtype(), additive.device()));
+                let out = Tensor::efficient_attention(&q, &k, &v, false, scaling);
+                drop(padded);
+                out
+            }
+            SdpaBackend::Math => math_attention(&q, &k, &v, Some(&additive), false, scaling),
+        };
+        drop(additive);
+        // reshape(B, -1, q_length, d) then transpose(1, 2).contiguous().
+        out.reshape(&[b, h, sq, d]).transpose(1, 2).contiguous()
     }
 
     /// `flash_attention_forward` → `flash_attn_func` on (B, S, h, d) views: the flash-attn
@@ -818,6 +894,30 @@ pub type KvCache = Rc<std::cell::RefCell<Vec<Tensor>>>;
 pub struct GenerationInputs<'a> {
     pub position_ids: &'a Tensor,
     pub cache: &'a KvCache,
+    /// A StaticCache of this many positions (None: a DynamicCache).
+    pub static_len: Option<usize>,
+    /// Positions the cache holds before this forward.
+    pub past: usize,
+    /// The 4-D mask prepare_inputs_for_generation built for a static cache (None: the
+    /// forward makes its own, or none is needed).
+    pub mask: Option<&'a Tensor>,
+}
+
+/// `create_masks_for_generate` as `prepare_inputs_for_generation` calls it for a compileable
+/// (static) cache, `s` queries after `past` written positions of `max_len`, then
+/// `.contiguous()`: sdpa may skip the mask only in the prefill (`q_offset == 0`; a decode
+/// step's single query on a compileable cache keeps it, `allow_is_causal_skip` off), and the
+/// mask spans the whole static length.
+pub fn static_generation_mask(m: &Model, b: usize, s: usize, past: usize, max_len: usize, dtype: DType, device: Device) -> Option<Tensor> {
+    let hf = m.config.hf.as_ref().expect("hf options");
+    let _s = scope("mask");
+    let skip = past == 0;
+    let mask = causal_mask_sized(hf, b, s, past, max_len, dtype, device, None, skip)?;
+    // An sdpa mask is the expanded (B, 1, S, L) view: contiguous() copies it; eager's
+    // torch.where result is contiguous already.
+    let c = mask.contiguous();
+    drop(mask);
+    Some(c)
 }
 
 /// `LlamaForCausalLM.forward(input_ids, attention_mask, labels, use_cache, logits_to_keep)`,
@@ -871,14 +971,20 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             (None, None) => arange_plus(s, device).view(&[1, s]),
         };
         let past = gen.as_ref().and_then(|g| g.cache.borrow().first().map(|k| k.dim(2))).unwrap_or(0);
+        let static_cache = gen.as_ref().and_then(|g| g.static_len.map(|l| (l, g.past)));
         // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
         if !use_cache && padding.is_none() {
             packed_sequence_check(&position_ids, b);
         }
-        // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa).
-        mask = causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref());
+        // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa). A
+        // static cache's 4-D mask was built by prepare_inputs_for_generation and is returned
+        // as is (_preprocess_mask_arguments' early exit).
+        mask = match &gen {
+            Some(g) if g.static_len.is_some() => g.mask.cloned(),
+            _ => causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref()),
+        };
         // Qwen2MoeModel builds `causal_mask_mapping["sliding_attention"]` whether a layer uses it
         // or not, with `sliding_window` 0 when use_sliding_window is off: a window shorter than
         // any sequence, so the mask is always made, and held until the model returns.
@@ -899,7 +1005,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, tp: tp_group, training: m.training.get() };
+            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {

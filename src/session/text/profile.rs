@@ -89,7 +89,8 @@ pub fn run(p: &ProfileOptions, r: &Run, depth: usize) -> String {
     out!(s, "peak allocated by phase (GiB): {}", phases.join(" | "));
     if let Some(gr) = &r.generate {
         out!(s,
-            "generate (greedy, DynamicCache, max_new_tokens {}): the peak is in {} ({}); KV cache at the end {:.2} MiB ({} B)",
+            "generate ({}, max_new_tokens {}): the peak is in {} ({}); KV cache at the end {:.2} MiB ({} B)",
+            gr.config.describe(),
             gr.max_new_tokens,
             gr.peak_step.as_deref().unwrap_or("-"),
             gr.peak_op,

@@ -1,0 +1,134 @@
+//! GenerationConfig's options of `--profile-type generate` (transformers 5.23), named as
+//! `generate()` takes them: what is modelled, and refusals (exit 2, naming the flag) for what
+//! transformers refuses or vramscope does not model yet.
+use super::usage;
+use crate::model::hf::generation_config::{CacheImplementation, GenerateConfig};
+use clap::Args;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct GenerateFlags {
+    /// generate's cache_implementation: dynamic (DynamicCache, the default) or static
+    ///
+    /// static: StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the
+    /// prefill and written in place; needs --disable-compile (on CUDA transformers otherwise
+    /// compiles the decode forward, which is not modelled). offloaded is not modelled.
+    #[arg(help_heading = super::heading::RUN, long, value_name = "CACHE")]
+    pub cache_implementation: Option<String>,
+    /// GenerationConfig's disable_compile: no automatic torch.compile of the decode forward
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub disable_compile: bool,
+    /// GenerationConfig's do_sample: multinomial sampling after the warpers (default top_k 50)
+    #[arg(help_heading = super::heading::RUN, long)]
+    pub do_sample: bool,
+    /// Sampling temperature (default 1.0: no TemperatureLogitsWarper)
+    #[arg(help_heading = super::heading::RUN, long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off)
+    #[arg(help_heading = super::heading::RUN, long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet
+    #[arg(help_heading = super::heading::RUN, long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors)
+    #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
+    pub min_new_tokens: Option<usize>,
+    /// Beam search's beams (default 1); beam search is not modelled yet
+    #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
+    pub num_beams: Option<usize>,
+    /// Sequences returned per prompt when sampling (default 1): the batch is repeated this
+    /// many times before the prefill
+    #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
+    pub num_return_sequences: Option<usize>,
+}
+
+impl GenerateFlags {
+    /// The first of these flags given (for the refusal when generate is not run).
+    pub fn first_given(&self) -> Option<&'static str> {
+        [
+            (self.cache_implementation.is_some(), "--cache-implementation"),
+            (self.disable_compile, "--disable-compile"),
+            (self.do_sample, "--do-sample"),
+            (self.temperature.is_some(), "--temperature"),
+            (self.top_k.is_some(), "--top-k"),
+            (self.top_p.is_some(), "--top-p"),
+            (self.min_new_tokens.is_some(), "--min-new-tokens"),
+            (self.num_beams.is_some(), "--num-beams"),
+            (self.num_return_sequences.is_some(), "--num-return-sequences"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    /// The GenerateConfig for `max_new_tokens` (already checked ≥ 1) on a model whose
+    /// config has a sliding window or not.
+    pub fn resolve(&self, max_new_tokens: usize, sliding_window: Option<usize>) -> anyhow::Result<GenerateConfig> {
+        let mut gc = GenerateConfig::greedy(max_new_tokens);
+        gc.cache = match self.cache_implementation.as_deref() {
+            None | Some("dynamic") => CacheImplementation::Dynamic,
+            Some("static") => CacheImplementation::Static,
+            Some("offloaded" | "offloaded_static") => {
+                return Err(usage("--cache-implementation", "offloaded caches (layers moved to the CPU between uses) are not modelled yet: use dynamic or static"));
+            }
+            Some("sliding_window" | "hybrid" | "hybrid_chunked" | "quantized") => {
+                return Err(usage("--cache-implementation", format!("{} is not modelled: use dynamic or static", self.cache_implementation.as_deref().unwrap_or_default())));
+            }
+            Some(other) => {
+                return Err(usage("--cache-implementation", format!("Invalid `cache_implementation` ({other}): transformers accepts dynamic, static, offloaded, offloaded_static, quantized (vramscope models dynamic and static)")));
+            }
+        };
+        if gc.cache == CacheImplementation::Static {
+            if !self.disable_compile {
+                return Err(usage("--cache-implementation", "a static cache on CUDA makes generate() torch.compile the decode forward (CompileConfig mode reduce-overhead, CUDA graphs), which is not modelled: add --disable-compile (GenerationConfig's disable_compile=True) to profile the eager decode"));
+            }
+            if sliding_window.is_some() {
+                return Err(usage("--cache-implementation", "static with a sliding window (StaticSlidingWindowLayer) is not modelled yet: use dynamic, or a config without sliding_window"));
+            }
+        }
+        if let Some(n) = self.num_beams.filter(|&n| n != 1) {
+            return Err(usage("--num-beams", if n == 0 { "must be at least 1".to_string() } else { format!("beam search ({n} beams) is not modelled yet: profile greedy or sampling (num_beams 1)") }));
+        }
+        if let Some(n) = self.num_return_sequences.filter(|&n| n != 1) {
+            if n == 0 {
+                return Err(usage("--num-return-sequences", "must be at least 1"));
+            }
+            if !self.do_sample {
+                return Err(usage("--num-return-sequences", format!("Greedy methods without beam search do not support `num_return_sequences` different than 1 (got {n}).")));
+            }
+            gc.num_return_sequences = n;
+        }
+        if let Some(t) = self.temperature {
+            if !self.do_sample {
+                return Err(usage("--temperature", "is a sampling parameter: it needs --do-sample (transformers ignores it in greedy decoding)"));
+            }
+            if !(t > 0.0 && t.is_finite()) {
+                return Err(usage("--temperature", format!("`temperature` (={t}) has to be a strictly positive float, otherwise your next token scores will be invalid")));
+            }
+            gc.temperature = t;
+        }
+        if let Some(k) = self.top_k {
+            if !self.do_sample {
+                return Err(usage("--top-k", "is a sampling parameter: it needs --do-sample (transformers ignores it in greedy decoding)"));
+            }
+            gc.top_k = k;
+        }
+        if let Some(p) = self.top_p {
+            if !self.do_sample {
+                return Err(usage("--top-p", "is a sampling parameter: it needs --do-sample (transformers ignores it in greedy decoding)"));
+            }
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(usage("--top-p", format!("`top_p` has to be a float > 0 and <= 1, but is {p}")));
+            }
+            if p < 1.0 {
+                return Err(usage("--top-p", "TopPLogitsWarper (top_p below 1.0: a sort of the vocabulary) is not modelled yet"));
+            }
+        }
+        gc.do_sample = self.do_sample;
+        if let Some(n) = self.min_new_tokens {
+            if n > max_new_tokens {
+                return Err(usage("--min-new-tokens", format!("{n} is more than --max-new-tokens {max_new_tokens} (transformers warns: unfeasible length constraints)")));
+            }
+            gc.min_new_tokens = n;
+        }
+        Ok(gc)
+    }
+}
