@@ -7,6 +7,9 @@
 //! file whose 20k entries share one 20k-frame list costs 20k frames here, not 400M. Text
 //! is formatted only for what is printed.
 //!
+//! Lists are also interned by their frames, since PyTorch's own snapshots give every trace
+//! entry a list of its own (memory_snapshot.cpp shares only the frame dicts).
+//!
 //! Addresses are compared only while the snapshot they come from is alive (one table is
 //! filled from one borrowed snapshot), so an address cannot be reused meanwhile.
 use crate::pickle::Value;
@@ -30,6 +33,9 @@ pub struct FrameTable {
     /// Frame lists as frame ids; list 0 is the empty list (no frames, or not a list).
     lists: Vec<Vec<u32>>,
     list_by_ptr: HashMap<usize, u32>,
+    /// Lists by their frames: PyTorch writes a list of its own for every trace entry (only
+    /// the frame dicts are shared), so equal tracebacks meet here.
+    list_by_content: HashMap<Vec<u32>, u32>,
     /// Distinct frames plus lengths of distinct lists so far, and the most allowed.
     used: usize,
     budget: usize,
@@ -49,6 +55,7 @@ impl FrameTable {
             frame_by_ptr: HashMap::new(),
             lists: vec![Vec::new()],
             list_by_ptr: HashMap::new(),
+            list_by_content: HashMap::new(),
             used: 0,
             budget,
         }
@@ -133,11 +140,20 @@ impl FrameTable {
         if let Some(&i) = self.list_by_ptr.get(&ptr) {
             return Ok(i);
         }
-        self.spend(l.len())?;
         let ids = l.iter().map(|f| self.frame(f)).collect::<Result<Vec<u32>, String>>()?;
-        self.lists.push(ids);
-        let i = self.lists.len() as u32 - 1;
-        self.list_by_ptr.insert(ptr, i);
+        let i = match self.list_by_content.get(&ids) {
+            Some(&i) => i,
+            None => {
+                self.spend(l.len())?;
+                self.lists.push(ids.clone());
+                self.list_by_content.insert(ids, self.lists.len() as u32 - 1);
+                self.lists.len() as u32 - 1
+            }
+        };
+        // A list no one else holds is not met again by address.
+        if Rc::strong_count(l) > 1 {
+            self.list_by_ptr.insert(ptr, i);
+        }
         Ok(i)
     }
 
