@@ -28,17 +28,17 @@ pub fn cpu_name() -> String {
 }
 
 /// A child run: exit code, wall seconds, peak RSS in bytes, its stdout and stderr.
-struct Child {
-    code: i32,
-    wall: f64,
-    max_rss: u64,
-    stdout: String,
-    stderr: String,
+pub(super) struct Child {
+    pub code: i32,
+    pub wall: f64,
+    pub max_rss: u64,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// Run `exe args` with its output into files of `dir`, and reap it with `wait4` for its own
 /// resource usage.
-fn run_child(exe: &Path, args: &[&str], dir: &Path) -> Result<Child> {
+pub(super) fn run_child(exe: &Path, args: &[&str], dir: &Path) -> Result<Child> {
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     let t0 = Instant::now();
     let child = Command::new(exe)
@@ -69,10 +69,10 @@ fn run_child(exe: &Path, args: &[&str], dir: &Path) -> Result<Child> {
 }
 
 /// Write the snapshot, then time `analyze` of it with the default budgets.
-pub fn bench(events: u64, w: &mut dyn Write) -> Result<()> {
+pub fn bench(events: u64, keep: Option<&Path>, w: &mut dyn Write) -> Result<()> {
     let exe = std::env::current_exe().context("finding the vramscope executable")?;
     let tmp = crate::export::cleanup::PrivateDir::new_in(&std::env::temp_dir(), "vramscope-bench-analyze-").context("creating a temp folder")?;
-    let file = tmp.path().join("torch_snapshot.pickle");
+    let file = keep.map_or_else(|| tmp.path().join("torch_snapshot.pickle"), Path::to_path_buf);
     let t0 = Instant::now();
     let f = std::fs::File::create(&file).with_context(|| format!("creating {}", file.display()))?;
     let made = torch_snapshot::write(std::io::BufWriter::with_capacity(1 << 20, f), events).with_context(|| format!("writing {}", file.display()))?;

@@ -7,6 +7,7 @@
 //! torch`); without it the PyTorch columns are left out and the output says why and how to
 //! install it. A front end of its own: it plans through `options/` and runs `session/`.
 pub mod analyze;
+pub mod profile_rss;
 pub mod timing;
 pub mod torch_snapshot;
 
@@ -272,7 +273,10 @@ pub fn run(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
         return bench_record(a, w);
     }
     if a.which == Which::Analyze {
-        return analyze::bench(a.events, w);
+        return analyze::bench(a.events, a.snapshot.as_deref(), w);
+    }
+    if a.which == Which::ProfileSteps {
+        return profile_rss::bench(w);
     }
     if a.which == Which::Ops {
         bench_ops(w);
