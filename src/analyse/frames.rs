@@ -244,6 +244,31 @@ impl serde::Serialize for Frames {
 #[cfg(test)]
 mod tests {
     use super::fold_layer_index as fold;
+    use super::FrameTable;
+    use crate::pickle::Value;
+
+    /// PyTorch gives every trace entry a frames list of its own over shared frame dicts:
+    /// equal lists are one list here, so the budget counts distinct tracebacks, not entries
+    /// (a 10-frame traceback on 200k entries used to exceed the 2 M default).
+    #[test]
+    fn lists_of_their_own_with_equal_frames_are_one_list() {
+        let frame = |n: i64| Value::dict(vec![("filename", Value::str("m.py")), ("line", Value::Int(n)), ("name", Value::str("f"))]);
+        let shared: Vec<Value> = (0..10).map(frame).collect();
+        let mut t = FrameTable::new(30);
+        let first = t.list_id(Some(&Value::list(shared.clone()))).unwrap();
+        for _ in 0..1000 {
+            assert_eq!(t.list_id(Some(&Value::list(shared.clone()))).unwrap(), first);
+        }
+        // Another order is another traceback, and it is counted.
+        let mut rev = shared.clone();
+        rev.reverse();
+        let other = t.list_id(Some(&Value::list(rev.clone()))).unwrap();
+        assert_ne!(other, first);
+        assert_eq!(t.list(other).len(), 10);
+        // 10 frames + 2 lists of 10 = 30: the next distinct list is over the budget.
+        let err = t.list_id(Some(&Value::list(shared[..9].to_vec()))).unwrap_err();
+        assert!(err.contains("--max-frames"), "{err}");
+    }
 
     #[test]
     fn layer_indices_fold_and_other_numbers_stay() {
