@@ -150,10 +150,8 @@ impl FrameTable {
                 self.lists.len() as u32 - 1
             }
         };
-        // A list no one else holds is not met again by address.
-        if Rc::strong_count(l) > 1 {
-            self.list_by_ptr.insert(ptr, i);
-        }
+        // Kept even for a list only one dict holds: that dict may be shared by many entries.
+        self.list_by_ptr.insert(ptr, i);
         Ok(i)
     }
 
