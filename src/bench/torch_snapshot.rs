@@ -71,7 +71,7 @@ impl<W: Write> Pickler<W> {
         match u8::try_from(i) {
             Ok(b) => self.op(&[b'h', b]),
             Err(_) => {
-                self.op(&[b'j']);
+                self.op(b"j");
                 self.op(&i.to_le_bytes());
             }
         }
@@ -83,7 +83,7 @@ impl<W: Write> Pickler<W> {
         if b.len() < 256 {
             self.op(&[0x8c, b.len() as u8]);
         } else {
-            self.op(&[b'X']);
+            self.op(b"X");
             self.op(&(b.len() as u32).to_le_bytes());
         }
         self.op(b);
@@ -94,10 +94,10 @@ impl<W: Write> Pickler<W> {
         if let Ok(b) = u8::try_from(i) {
             self.op(&[b'K', b]);
         } else if let Ok(h) = u16::try_from(i) {
-            self.op(&[b'M']);
+            self.op(b"M");
             self.op(&h.to_le_bytes());
         } else if let Ok(w) = i32::try_from(i) {
-            self.op(&[b'J']);
+            self.op(b"J");
             self.op(&w.to_le_bytes());
         } else {
             let b = i.to_le_bytes();
@@ -274,8 +274,11 @@ impl Loop {
     }
 }
 
-/// Frames (filename, line, name) and the tracebacks made of them, innermost first.
-fn tracebacks() -> (Vec<(usize, u32, String)>, Vec<&'static str>, Vec<Vec<usize>>) {
+/// A frame: (index of its filename, line, name).
+type FrameSpec = (usize, u32, String);
+
+/// Frames, their filenames, and the tracebacks made of them (frame indices, innermost first).
+fn tracebacks() -> (Vec<FrameSpec>, Vec<&'static str>, Vec<Vec<usize>>) {
     let files = vec![
         "/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py",
         "/usr/lib/python3.12/site-packages/torch/nn/modules/module.py",
@@ -287,7 +290,7 @@ fn tracebacks() -> (Vec<(usize, u32, String)>, Vec<&'static str>, Vec<Vec<usize>
         "train.py",
     ];
     let mut rng = Rng(0xf4a3e5);
-    let frames: Vec<(usize, u32, String)> =
+    let frames: Vec<FrameSpec> =
         (0..400).map(|i| (i % files.len(), 20 + rng.below(1500) as u32, format!("fn_{}", rng.below(120)))).collect();
     let stacks = (0..96)
         .map(|_| {
