@@ -7,6 +7,9 @@
 //! file whose 20k entries share one 20k-frame list costs 20k frames here, not 400M. Text
 //! is formatted only for what is printed.
 //!
+//! Lists are also interned by their frames, since PyTorch's own snapshots give every trace
+//! entry a list of its own (memory_snapshot.cpp shares only the frame dicts).
+//!
 //! Addresses are compared only while the snapshot they come from is alive (one table is
 //! filled from one borrowed snapshot), so an address cannot be reused meanwhile.
 use crate::pickle::Value;
@@ -30,6 +33,9 @@ pub struct FrameTable {
     /// Frame lists as frame ids; list 0 is the empty list (no frames, or not a list).
     lists: Vec<Vec<u32>>,
     list_by_ptr: HashMap<usize, u32>,
+    /// Lists by their frames: PyTorch writes a list of its own for every trace entry (only
+    /// the frame dicts are shared), so equal tracebacks meet here.
+    list_by_content: HashMap<Vec<u32>, u32>,
     /// Distinct frames plus lengths of distinct lists so far, and the most allowed.
     used: usize,
     budget: usize,
@@ -49,6 +55,7 @@ impl FrameTable {
             frame_by_ptr: HashMap::new(),
             lists: vec![Vec::new()],
             list_by_ptr: HashMap::new(),
+            list_by_content: HashMap::new(),
             used: 0,
             budget,
         }
@@ -133,10 +140,17 @@ impl FrameTable {
         if let Some(&i) = self.list_by_ptr.get(&ptr) {
             return Ok(i);
         }
-        self.spend(l.len())?;
         let ids = l.iter().map(|f| self.frame(f)).collect::<Result<Vec<u32>, String>>()?;
-        self.lists.push(ids);
-        let i = self.lists.len() as u32 - 1;
+        let i = match self.list_by_content.get(&ids) {
+            Some(&i) => i,
+            None => {
+                self.spend(l.len())?;
+                self.lists.push(ids.clone());
+                self.list_by_content.insert(ids, self.lists.len() as u32 - 1);
+                self.lists.len() as u32 - 1
+            }
+        };
+        // Kept even for a list only one dict holds: that dict may be shared by many entries.
         self.list_by_ptr.insert(ptr, i);
         Ok(i)
     }
@@ -228,6 +242,31 @@ impl serde::Serialize for Frames {
 #[cfg(test)]
 mod tests {
     use super::fold_layer_index as fold;
+    use super::FrameTable;
+    use crate::pickle::Value;
+
+    /// PyTorch gives every trace entry a frames list of its own over shared frame dicts:
+    /// equal lists are one list here, so the budget counts distinct tracebacks, not entries
+    /// (a 10-frame traceback on 200k entries used to exceed the 2 M default).
+    #[test]
+    fn lists_of_their_own_with_equal_frames_are_one_list() {
+        let frame = |n: i64| Value::dict(vec![("filename", Value::str("m.py")), ("line", Value::Int(n)), ("name", Value::str("f"))]);
+        let shared: Vec<Value> = (0..10).map(frame).collect();
+        let mut t = FrameTable::new(30);
+        let first = t.list_id(Some(&Value::list(shared.clone()))).unwrap();
+        for _ in 0..1000 {
+            assert_eq!(t.list_id(Some(&Value::list(shared.clone()))).unwrap(), first);
+        }
+        // Another order is another traceback, and it is counted.
+        let mut rev = shared.clone();
+        rev.reverse();
+        let other = t.list_id(Some(&Value::list(rev.clone()))).unwrap();
+        assert_ne!(other, first);
+        assert_eq!(t.list(other).len(), 10);
+        // 10 frames + 2 lists of 10 = 30: the next distinct list is over the budget.
+        let err = t.list_id(Some(&Value::list(shared[..9].to_vec()))).unwrap_err();
+        assert!(err.contains("--max-frames"), "{err}");
+    }
 
     #[test]
     fn layer_indices_fold_and_other_numbers_stay() {

@@ -2,10 +2,14 @@
 //! ratios: our matmuls (f32, and bf16 widened to f32 around gemm) against PyTorch's on the
 //! same shapes, our fp32 training step against `shared/bench/pytorch_tinyllama.py`, the
 //! elementwise kernels and naive vs flash attention (`ops`), the cost of recording (`record`)
-//! and `analyze` of a million-event snapshot (`analyze`). PyTorch is optional (`pip install
+//! and `analyze` of a PyTorch-format snapshot of 10 M trace entries, its time and peak RSS
+//! against issue 29's targets (`analyze`). PyTorch is optional (`pip install
 //! torch`); without it the PyTorch columns are left out and the output says why and how to
 //! install it. A front end of its own: it plans through `options/` and runs `session/`.
+pub mod analyze;
+pub mod profile_rss;
 pub mod timing;
+pub mod torch_snapshot;
 
 use crate::options::bench::{BenchArgs, Which};
 use timing::{attention_time, median_time, our_matmul, step_time};
@@ -27,7 +31,6 @@ use crate::record::Phase;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
 /// Can `python` import torch? Err says why not and how to get it.
 fn torch_available(python: &str) -> Result<(), String> {
@@ -263,44 +266,6 @@ fn bench_record(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-fn bench_analyze(w: &mut dyn Write) -> Result<()> {
-    use crate::options::profile::ProfileArgs;
-    use clap::Parser;
-    #[derive(Parser)]
-    struct P {
-        #[command(flatten)]
-        a: ProfileArgs,
-    }
-    let tmp = crate::export::cleanup::PrivateDir::new_in(&std::env::temp_dir(), "vramscope-bench-analyze-").context("creating a temp folder")?;
-    let dir = tmp.path().to_path_buf();
-    let dir_s = dir.to_string_lossy().into_owned();
-    let words = ["profile", "--model", "2.7B", "--context-length", "128", "--device", "meta", "--measure-steps", "40", "--max-entries", "2000000", "--out-dir", &dir_s];
-    let t0 = Instant::now();
-    let p = crate::options::profile::options(&P::parse_from(words).a)?;
-    crate::session::quiet_oom_panics();
-    let file = dir.join("2.7B_ctx128_training_snapshot.pickle");
-    crate::session::profile_one(&p, 128, crate::session::ProfileType::Training)?.save_snapshot(&file)?;
-    let made = t0.elapsed().as_secs_f64();
-    let bytes = std::fs::metadata(&file)?.len();
-    let t1 = Instant::now();
-    // Our own file, larger than the default budgets admit.
-    let budget = crate::analyse::budget::Budget::unlimited();
-    let snap = crate::pickle::read_file(&file, &budget.pickle_limits()).map_err(anyhow::Error::msg)?;
-    let read = t1.elapsed().as_secs_f64();
-    let r = crate::analyse::snapshot::analyse_within(&snap, None, 100.0, 10, &budget).map_err(anyhow::Error::msg)?;
-    let total = t1.elapsed().as_secs_f64();
-    say!(w,
-        "\nanalyze: {} trace events, {:.1} MB pickle: read {:.2} s, read + replay + report {:.2} s (profiling it took {:.2} s)",
-        r.events,
-        bytes as f64 / 1e6,
-        read,
-        total,
-        made
-    );
-    drop(tmp);
-    Ok(())
-}
-
 /// Run the benchmarks `a` asks for, their lines written to `w` as they are measured.
 pub fn run(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
     crate::session::set_threads(Some(a.threads))?;
@@ -308,7 +273,10 @@ pub fn run(a: &BenchArgs, w: &mut dyn Write) -> Result<()> {
         return bench_record(a, w);
     }
     if a.which == Which::Analyze {
-        return bench_analyze(w);
+        return analyze::bench(a.events, a.snapshot.as_deref(), w);
+    }
+    if a.which == Which::ProfileSteps {
+        return profile_rss::bench(w);
     }
     if a.which == Which::Ops {
         bench_ops(w);

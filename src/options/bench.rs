@@ -9,8 +9,10 @@ pub enum Which {
     Ops,
     /// Cost of recording (events + caching-allocator model) on a cpu training step
     Record,
-    /// `analyze` of a snapshot with about a million trace events (40 meta 2.7B steps)
+    /// `analyze` of a PyTorch-format snapshot of --events trace entries: wall time and peak RSS against the targets (10 s, 2 GB)
     Analyze,
+    /// Peak RSS of `profile --device meta --model 2.7B` at 100 and 400 measured steps (target: 400 under 2 GB)
+    ProfileSteps,
     Train,
     All,
 }
@@ -26,6 +28,12 @@ pub struct BenchArgs {
     /// Training steps per side (the first 3 are warm-up)
     #[arg(help_heading = super::heading::RUN, long, default_value_t = 13)]
     pub steps: usize,
+    /// Trace entries of the snapshot `bench analyze` writes and reads
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    pub events: u64,
+    /// Where `bench analyze` writes its snapshot, kept afterwards (default: a temp file, removed)
+    #[arg(help_heading = super::heading::RUN, long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
     /// Skip PyTorch even if it is installed
     #[arg(help_heading = super::heading::RUN, long)]
     pub no_torch: bool,
