@@ -32,7 +32,9 @@ pub struct FrameTable {
     frame_by_ptr: HashMap<usize, u32>,
     /// Frame lists as frame ids; list 0 is the empty list (no frames, or not a list).
     lists: Vec<Vec<u32>>,
-    list_by_ptr: HashMap<usize, u32>,
+    /// Lists seen, by address; each entry holds its list so the address cannot be reused by
+    /// another list while the table lives (a later list at a freed address is another list).
+    list_by_ptr: HashMap<usize, (u32, Rc<Vec<Value>>)>,
     /// Lists by their frames: PyTorch writes a list of its own for every trace entry (only
     /// the frame dicts are shared), so equal tracebacks meet here.
     list_by_content: HashMap<Vec<u32>, u32>,
@@ -137,7 +139,7 @@ impl FrameTable {
             return Ok(NO_FRAMES);
         }
         let ptr = Rc::as_ptr(l) as usize;
-        if let Some(&i) = self.list_by_ptr.get(&ptr) {
+        if let Some(&(i, _)) = self.list_by_ptr.get(&ptr) {
             return Ok(i);
         }
         let ids = l.iter().map(|f| self.frame(f)).collect::<Result<Vec<u32>, String>>()?;
@@ -151,7 +153,7 @@ impl FrameTable {
             }
         };
         // Kept even for a list only one dict holds: that dict may be shared by many entries.
-        self.list_by_ptr.insert(ptr, i);
+        self.list_by_ptr.insert(ptr, (i, l.clone()));
         Ok(i)
     }
 

@@ -92,7 +92,8 @@ mod tests {
     #[test]
     fn names_and_sizes() {
         assert_eq!(find("h100").unwrap().name, "H100-80GB");
-        assert_eq!(find("RTX4090").unwrap().memory_bytes, 24_564 << 20);
+        assert_eq!(find("RTX4090").unwrap().memory_bytes, 25_386_352_640);
+        assert_eq!(find("RTX4090").unwrap().smi_mib, 24_564);
         assert!(find("a100").unwrap_err().contains("ambiguous"));
         assert!(find("v100").is_err());
         assert_eq!(parse_size("24GiB").unwrap(), 24 << 30);
