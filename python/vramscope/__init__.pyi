@@ -98,7 +98,7 @@ class AnalyzeResult(JobResult):
 # BEGIN generated from the clap flags by `python -c 'from vramscope import _keywords; _keywords.write_stub()'`: do not edit
 
 def profile(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -114,10 +114,10 @@ def profile(
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
     sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
-    use_cache: Optional[str] = None,
+    use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
-    gradient_checkpointing: Optional[str] = None,
-    attention_mask: Optional[str] = None,
+    gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
+    attention_mask: Optional[Literal['none', 'ones']] = None,
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
@@ -126,20 +126,22 @@ def profile(
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
-    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
-    bnb_4bit_compute_dtype: Optional[str] = None,
-    bnb_4bit_quant_storage: Optional[str] = None,
+    bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
+    experts_implementation: Optional[str] = None,
+    routing: Optional[str] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
-    dtype: Optional[str] = None,
+    dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
-    checkpoint: Optional[str] = None,
-    fusion: Optional[str] = None,
+    checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
+    fusion: Optional[Literal['none', 'all']] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
     optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
@@ -149,12 +151,21 @@ def profile(
     rank: Optional[int] = None,
     gpus_per_node: Optional[int] = None,
     no_reshard_after_forward: bool = False,
-    fsdp_param_dtype: Optional[str] = None,
-    fsdp_reduce_dtype: Optional[str] = None,
+    fsdp_param_dtype: Optional[Literal['bf16', 'fp16', 'fp32']] = None,
+    fsdp_reduce_dtype: Optional[Literal['bf16', 'fp16', 'fp32']] = None,
     fsdp_unit: Optional[str] = None,
-    offload: Optional[str] = None,
+    offload: Optional[Literal['params']] = None,
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
+    cache_implementation: Optional[str] = None,
+    disable_compile: bool = False,
+    do_sample: bool = False,
+    temperature: Optional[float] = None,
+    top_k: Optional[int] = None,
+    top_p: Optional[float] = None,
+    min_new_tokens: Optional[int] = None,
+    num_beams: Optional[int] = None,
+    num_return_sequences: Optional[int] = None,
     context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
     batch_size: Optional[int] = None,
     warmup_steps: int = 1,
@@ -186,15 +197,15 @@ def profile(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
-        model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
+        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -234,19 +245,21 @@ def profile(
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
         is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
         flash, efficient, math, cpu_flash. [--sdpa-backend]
-    use_cache : Optional[str], default None
+    use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
+        forward fills a DynamicCache with each layer's keys and values. One of: true, false.
+        [--use-cache]
     logits_to_keep : Optional[int], default None
         hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
-    gradient_checkpointing : Optional[str], default None
+    gradient_checkpointing : Optional[Literal['none', 'non-reentrant', 'reentrant']], default None
         hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
-        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
-    attention_mask : Optional[str], default None
+        is use_reentrant=False, the same as --checkpoint blocks. One of: none, non-reentrant,
+        reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[Literal['none', 'ones']], default None
         hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
-        what an unpadded tokenizer batch carries. [--attention-mask]
+        what an unpadded tokenizer batch carries. One of: none, ones. [--attention-mask]
     lora_r : Optional[int], default None
         hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
         weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
@@ -276,18 +289,18 @@ def profile(
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
-    bnb_4bit_quant_type : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
-        [--bnb-4bit-quant-type]
+    bnb_4bit_quant_type : Optional[Literal['fp4', 'nf4']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4. One of: fp4,
+        nf4. [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
         BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
-    bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
-        [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[str], default None
+    bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
+        of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        [--bnb-4bit-quant-storage]
+        One of: uint8. [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -302,29 +315,40 @@ def profile(
         BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
         threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
         no such column (a normalized input rarely has one). [--llm-int8-threshold]
+    experts_implementation : Optional[str], default None
+        hf flavour, mixture of experts: transformers' experts_implementation: grouped_mm (the
+        default), batched_mm or eager grouped_mm sorts the tokens by expert and runs two grouped
+        matmuls; batched_mm gathers each token's expert weights and runs a bmm; eager loops over the
+        experts that were hit. [--experts-implementation]
+    routing : Optional[str], default None
+        hf flavour, mixture of experts: how many tokens each expert gets: balanced (the default),
+        worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
+        token to the same top-k experts; a file holds one count per expert (whitespace or commas)
+        adding up to tokens × top-k, where tokens is batch × context. [--routing]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
         fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
-    dtype : Optional[str], default None
+    dtype : Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']], default None
         hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
         default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
         float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
-        CS336's autocast type, bf16 or fp16. [--dtype]
+        CS336's autocast type, bf16 or fp16. One of: auto, float32, bfloat16, float16, bf16, fp16.
+        [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
-    checkpoint : Optional[str], default None
+    checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
         Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
-        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N).
-        [--checkpoint]
-    fusion : Optional[str], default None
+        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N). One
+        of: none, blocks, every-N. [--checkpoint]
+    fusion : Optional[Literal['none', 'all']], default None
         Projection fusions of the workshop's version 2: none or all all is --fused-qkv and
-        --fused-gate-up; its flash attention is --attention flash. [--fusion]
+        --fused-gate-up; its flash attention is --attention flash. One of: none, all. [--fusion]
     fused_qkv : bool, default False
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
@@ -353,17 +377,19 @@ def profile(
     no_reshard_after_forward : bool, default False
         fsdp/hsdp: keep each block's unsharded parameters from forward to backward
         fully_shard(reshard_after_forward=False), ZeRO-2-like. [--no-reshard-after-forward]
-    fsdp_param_dtype : Optional[str], default None
-        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
-    fsdp_reduce_dtype : Optional[str], default None
-        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
+    fsdp_param_dtype : Optional[Literal['bf16', 'fp16', 'fp32']], default None
+        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. One of: bf16, fp16,
+        fp32. [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[Literal['bf16', 'fp16', 'fp32']], default None
+        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. One of: bf16, fp16,
+        fp32. [--fsdp-reduce-dtype]
     fsdp_unit : Optional[str], default None
         zero2/fsdp/hsdp units: block (the default), every-N or root block: fully_shard on each
         decoder block, then the root; every-N: on each group of N consecutive blocks; root:
         fully_shard(model) alone, every parameter gathered at once. [--fsdp-unit]
-    offload : Optional[str], default None
+    offload : Optional[Literal['params']], default None
         params: FSDP2's CPUOffloadPolicy Sharded parameters, gradients and the optimizer step on the
-        host; host memory is reported separately. [--offload]
+        host; host memory is reported separately. One of: params. [--offload]
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
@@ -373,6 +399,31 @@ def profile(
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
         passes position_ids. [--sequence-parallel]
+    cache_implementation : Optional[str], default None
+        generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
+        StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
+        written in place; needs --disable-compile (on CUDA transformers otherwise compiles the
+        decode forward, which is not modelled). offloaded is not modelled. [--cache-implementation]
+    disable_compile : bool, default False
+        GenerationConfig's disable_compile: no automatic torch.compile of the decode forward.
+        [--disable-compile]
+    do_sample : bool, default False
+        GenerationConfig's do_sample: multinomial sampling after the warpers (default top_k 50).
+        [--do-sample]
+    temperature : Optional[float], default None
+        Sampling temperature (default 1.0: no TemperatureLogitsWarper). [--temperature]
+    top_k : Optional[int], default None
+        Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off). [--top-k]
+    top_p : Optional[float], default None
+        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet. [--top-p]
+    min_new_tokens : Optional[int], default None
+        Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors).
+        [--min-new-tokens]
+    num_beams : Optional[int], default None
+        Beam search's beams (default 1); beam search is not modelled yet. [--num-beams]
+    num_return_sequences : Optional[int], default None
+        Sequences returned per prompt when sampling (default 1): the batch is repeated this many
+        times before the prefill. [--num-return-sequences]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s), comma separated (default: the preset's). [--context-length]
     batch_size : Optional[int], default None
@@ -429,7 +480,7 @@ def profile(
     """
 
 def compare(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -445,10 +496,10 @@ def compare(
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
     sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
-    use_cache: Optional[str] = None,
+    use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
-    gradient_checkpointing: Optional[str] = None,
-    attention_mask: Optional[str] = None,
+    gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
+    attention_mask: Optional[Literal['none', 'ones']] = None,
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
@@ -457,20 +508,22 @@ def compare(
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
-    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
-    bnb_4bit_compute_dtype: Optional[str] = None,
-    bnb_4bit_quant_storage: Optional[str] = None,
+    bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
+    experts_implementation: Optional[str] = None,
+    routing: Optional[str] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
-    dtype: Optional[str] = None,
+    dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
-    checkpoint: Optional[str] = None,
-    fusion: Optional[str] = None,
+    checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
+    fusion: Optional[Literal['none', 'all']] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
     optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
@@ -480,12 +533,21 @@ def compare(
     rank: Optional[int] = None,
     gpus_per_node: Optional[int] = None,
     no_reshard_after_forward: bool = False,
-    fsdp_param_dtype: Optional[str] = None,
-    fsdp_reduce_dtype: Optional[str] = None,
+    fsdp_param_dtype: Optional[Literal['bf16', 'fp16', 'fp32']] = None,
+    fsdp_reduce_dtype: Optional[Literal['bf16', 'fp16', 'fp32']] = None,
     fsdp_unit: Optional[str] = None,
-    offload: Optional[str] = None,
+    offload: Optional[Literal['params']] = None,
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
+    cache_implementation: Optional[str] = None,
+    disable_compile: bool = False,
+    do_sample: bool = False,
+    temperature: Optional[float] = None,
+    top_k: Optional[int] = None,
+    top_p: Optional[float] = None,
+    min_new_tokens: Optional[int] = None,
+    num_beams: Optional[int] = None,
+    num_return_sequences: Optional[int] = None,
     context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
     batch_size: Optional[int] = None,
     warmup_steps: int = 1,
@@ -518,15 +580,15 @@ def compare(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
-        model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
+        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -566,19 +628,21 @@ def compare(
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
         is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
         flash, efficient, math, cpu_flash. [--sdpa-backend]
-    use_cache : Optional[str], default None
+    use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
+        forward fills a DynamicCache with each layer's keys and values. One of: true, false.
+        [--use-cache]
     logits_to_keep : Optional[int], default None
         hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
-    gradient_checkpointing : Optional[str], default None
+    gradient_checkpointing : Optional[Literal['none', 'non-reentrant', 'reentrant']], default None
         hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
-        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
-    attention_mask : Optional[str], default None
+        is use_reentrant=False, the same as --checkpoint blocks. One of: none, non-reentrant,
+        reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[Literal['none', 'ones']], default None
         hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
-        what an unpadded tokenizer batch carries. [--attention-mask]
+        what an unpadded tokenizer batch carries. One of: none, ones. [--attention-mask]
     lora_r : Optional[int], default None
         hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
         weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
@@ -608,18 +672,18 @@ def compare(
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
-    bnb_4bit_quant_type : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
-        [--bnb-4bit-quant-type]
+    bnb_4bit_quant_type : Optional[Literal['fp4', 'nf4']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4. One of: fp4,
+        nf4. [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
         BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
-    bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
-        [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[str], default None
+    bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
+        of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        [--bnb-4bit-quant-storage]
+        One of: uint8. [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -634,29 +698,40 @@ def compare(
         BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
         threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
         no such column (a normalized input rarely has one). [--llm-int8-threshold]
+    experts_implementation : Optional[str], default None
+        hf flavour, mixture of experts: transformers' experts_implementation: grouped_mm (the
+        default), batched_mm or eager grouped_mm sorts the tokens by expert and runs two grouped
+        matmuls; batched_mm gathers each token's expert weights and runs a bmm; eager loops over the
+        experts that were hit. [--experts-implementation]
+    routing : Optional[str], default None
+        hf flavour, mixture of experts: how many tokens each expert gets: balanced (the default),
+        worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
+        token to the same top-k experts; a file holds one count per expert (whitespace or commas)
+        adding up to tokens × top-k, where tokens is batch × context. [--routing]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
         fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
-    dtype : Optional[str], default None
+    dtype : Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']], default None
         hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
         default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
         float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
-        CS336's autocast type, bf16 or fp16. [--dtype]
+        CS336's autocast type, bf16 or fp16. One of: auto, float32, bfloat16, float16, bf16, fp16.
+        [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
-    checkpoint : Optional[str], default None
+    checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
         Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
-        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N).
-        [--checkpoint]
-    fusion : Optional[str], default None
+        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N). One
+        of: none, blocks, every-N. [--checkpoint]
+    fusion : Optional[Literal['none', 'all']], default None
         Projection fusions of the workshop's version 2: none or all all is --fused-qkv and
-        --fused-gate-up; its flash attention is --attention flash. [--fusion]
+        --fused-gate-up; its flash attention is --attention flash. One of: none, all. [--fusion]
     fused_qkv : bool, default False
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
@@ -685,17 +760,19 @@ def compare(
     no_reshard_after_forward : bool, default False
         fsdp/hsdp: keep each block's unsharded parameters from forward to backward
         fully_shard(reshard_after_forward=False), ZeRO-2-like. [--no-reshard-after-forward]
-    fsdp_param_dtype : Optional[str], default None
-        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
-    fsdp_reduce_dtype : Optional[str], default None
-        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
+    fsdp_param_dtype : Optional[Literal['bf16', 'fp16', 'fp32']], default None
+        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. One of: bf16, fp16,
+        fp32. [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[Literal['bf16', 'fp16', 'fp32']], default None
+        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. One of: bf16, fp16,
+        fp32. [--fsdp-reduce-dtype]
     fsdp_unit : Optional[str], default None
         zero2/fsdp/hsdp units: block (the default), every-N or root block: fully_shard on each
         decoder block, then the root; every-N: on each group of N consecutive blocks; root:
         fully_shard(model) alone, every parameter gathered at once. [--fsdp-unit]
-    offload : Optional[str], default None
+    offload : Optional[Literal['params']], default None
         params: FSDP2's CPUOffloadPolicy Sharded parameters, gradients and the optimizer step on the
-        host; host memory is reported separately. [--offload]
+        host; host memory is reported separately. One of: params. [--offload]
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
@@ -705,6 +782,31 @@ def compare(
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
         passes position_ids. [--sequence-parallel]
+    cache_implementation : Optional[str], default None
+        generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
+        StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
+        written in place; needs --disable-compile (on CUDA transformers otherwise compiles the
+        decode forward, which is not modelled). offloaded is not modelled. [--cache-implementation]
+    disable_compile : bool, default False
+        GenerationConfig's disable_compile: no automatic torch.compile of the decode forward.
+        [--disable-compile]
+    do_sample : bool, default False
+        GenerationConfig's do_sample: multinomial sampling after the warpers (default top_k 50).
+        [--do-sample]
+    temperature : Optional[float], default None
+        Sampling temperature (default 1.0: no TemperatureLogitsWarper). [--temperature]
+    top_k : Optional[int], default None
+        Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off). [--top-k]
+    top_p : Optional[float], default None
+        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet. [--top-p]
+    min_new_tokens : Optional[int], default None
+        Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors).
+        [--min-new-tokens]
+    num_beams : Optional[int], default None
+        Beam search's beams (default 1); beam search is not modelled yet. [--num-beams]
+    num_return_sequences : Optional[int], default None
+        Sequences returned per prompt when sampling (default 1): the batch is repeated this many
+        times before the prefill. [--num-return-sequences]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s), comma separated (default: the preset's). [--context-length]
     batch_size : Optional[int], default None
@@ -764,7 +866,7 @@ def compare(
     """
 
 def sweep(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -781,13 +883,14 @@ def sweep(
     context_length: Optional[Union[str, int, float, Sequence[Any]]] = None,
     points: Optional[Union[str, int, float, Sequence[Any]]] = None,
     profile_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    max_new_tokens: Optional[Union[str, int, float, Sequence[Any]]] = None,
     grad_accum_steps: Optional[Union[str, int, float, Sequence[Any]]] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
-    checkpoint: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    fusion: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
+    fusion: Optional[Literal['none', 'all']] = None,
     optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
     gradient_checkpointing: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_r: Optional[Union[str, int, float, Sequence[Any]]] = None,
@@ -800,8 +903,8 @@ def sweep(
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[Union[str, int, float, Sequence[Any]]] = None,
     bnb_4bit_use_double_quant: bool = False,
-    bnb_4bit_quant_type: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    bnb_4bit_compute_dtype: Optional[Union[str, int, float, Sequence[Any]]] = None,
+    bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
+    bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
     parallel: Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']] = None,
     world_size: Optional[Union[str, int, float, Sequence[Any]]] = None,
     gpus_per_node: Optional[Union[str, int, float, Sequence[Any]]] = None,
@@ -833,11 +936,12 @@ def sweep(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
         Model preset(s) (as `profile --model`), comma separated. One of: cs336-small, cs336-medium,
         cs336-large, xl, 2.7B, walkthrough, script, tiny, tinyllama-small, tinyllama-medium,
         tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B, Mistral-7B,
-        Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
+        Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B, Qwen3-30B-A3B, Mistral-7B-v0.3.
+        [--preset; also model_size=, preset=]
     config : Any, default None
         Hugging Face config.json file(s), comma separated. Also a dict (a config.json's content) or
         a transformers ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
@@ -870,15 +974,18 @@ def sweep(
         `4:512,16:128`: context 512 at batch 4 beside context 128 at batch 16; crossed with the
         other axes' lists. [--points]
     profile_type : Optional[Union[str, int, float, Sequence[Any]]], default None
-        forward, inference and/or training (default: training). [--profile-type]
+        forward, inference, training and/or generate (default: training). [--profile-type]
+    max_new_tokens : Optional[Union[str, int, float, Sequence[Any]]], default None
+        generate()'s max_new_tokens (with --profile-type generate), comma-separated.
+        [--max-new-tokens]
     grad_accum_steps : Optional[Union[str, int, float, Sequence[Any]]], default None
         Micro-batches per optimizer step (gradient accumulation). [--grad-accum-steps]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Precision(s) (as `profile --precision`). One of: fp32, bf16, fp16, pure-bf16. [--precision]
-    checkpoint : Optional[Union[str, int, float, Sequence[Any]]], default None
-        none, blocks and/or every-N. [--checkpoint]
-    fusion : Optional[Union[str, int, float, Sequence[Any]]], default None
-        none and/or all. [--fusion]
+    checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
+        none, blocks and/or every-N. One of: none, blocks, every-N. [--checkpoint]
+    fusion : Optional[Literal['none', 'all']], default None
+        none and/or all. One of: none, all. [--fusion]
     optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation(s) of the training step (as `profile --optimizer`). One of:
         adamw_torch_fused, adamw_torch, adamw_torch_forloop, sgd, adamw_cs336, adamw_bnb_8bit,
@@ -886,8 +993,9 @@ def sweep(
     max_grad_norm : Optional[Union[str, int, float, Sequence[Any]]], default None
         clip_grad_norm_ max norm(s) before the step (as `profile --max-grad-norm`; 0 = off).
         [--max-grad-norm]
-    dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
-        hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16). [--dtype]
+    dtype : Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']], default None
+        hf flavour: from_pretrained's dtype(s) (auto, float32, bfloat16, float16). One of: auto,
+        float32, bfloat16, float16, bf16, fp16. [--dtype]
     attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
         hf flavour: attn_implementation(s). One of: eager, sdpa, flash_attention_2.
         [--attn-implementation]
@@ -918,10 +1026,10 @@ def sweep(
         llm_int8_threshold value(s). [--llm-int8-threshold]
     bnb_4bit_use_double_quant : bool, default False
         Every point's 4-bit model uses double quantization. [--bnb-4bit-use-double-quant]
-    bnb_4bit_quant_type : Optional[Union[str, int, float, Sequence[Any]]], default None
-        bnb_4bit_quant_type(s) (nf4, fp4). [--bnb-4bit-quant-type]
-    bnb_4bit_compute_dtype : Optional[Union[str, int, float, Sequence[Any]]], default None
-        bnb_4bit_compute_dtype(s). [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_type : Optional[Literal['fp4', 'nf4']], default None
+        bnb_4bit_quant_type(s) (nf4, fp4). One of: fp4, nf4. [--bnb-4bit-quant-type]
+    bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
+        bnb_4bit_compute_dtype(s). One of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
     parallel : Optional[Literal['ddp', 'zero1', 'zero2', 'fsdp', 'hsdp', 'tp']], default None
         Parallel layout(s) (as `profile --parallel`); needs --world-size. One of: ddp, zero1, zero2,
         fsdp, hsdp, tp. [--parallel]
@@ -972,7 +1080,7 @@ def sweep(
     """
 
 def fit(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -988,10 +1096,10 @@ def fit(
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
     sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
-    use_cache: Optional[str] = None,
+    use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
-    gradient_checkpointing: Optional[str] = None,
-    attention_mask: Optional[str] = None,
+    gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
+    attention_mask: Optional[Literal['none', 'ones']] = None,
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
@@ -1000,20 +1108,22 @@ def fit(
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
-    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
-    bnb_4bit_compute_dtype: Optional[str] = None,
-    bnb_4bit_quant_storage: Optional[str] = None,
+    bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
+    experts_implementation: Optional[str] = None,
+    routing: Optional[str] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
-    dtype: Optional[str] = None,
+    dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
-    checkpoint: Optional[str] = None,
-    fusion: Optional[str] = None,
+    checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
+    fusion: Optional[Literal['none', 'all']] = None,
     fused_qkv: bool = False,
     fused_gate_up: bool = False,
     optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
@@ -1023,14 +1133,15 @@ def fit(
     rank: Optional[int] = None,
     gpus_per_node: Optional[int] = None,
     no_reshard_after_forward: bool = False,
-    fsdp_param_dtype: Optional[str] = None,
-    fsdp_reduce_dtype: Optional[str] = None,
+    fsdp_param_dtype: Optional[Literal['bf16', 'fp16', 'fp32']] = None,
+    fsdp_reduce_dtype: Optional[Literal['bf16', 'fp16', 'fp32']] = None,
     fsdp_unit: Optional[str] = None,
-    offload: Optional[str] = None,
+    offload: Optional[Literal['params']] = None,
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
-    find: Literal['batch', 'context', 'world-size'] = 'batch',
+    find: Literal['batch', 'context', 'world-size', 'max-new-tokens'] = 'batch',
     profile_type: Literal['forward', 'forward-loss', 'inference', 'training', 'generate'] = 'training',
+    max_new_tokens: Optional[int] = None,
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
     gpu: Optional[Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB']] = None,
@@ -1053,15 +1164,15 @@ def fit(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
-        model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
+        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -1101,19 +1212,21 @@ def fit(
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
         is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
         flash, efficient, math, cpu_flash. [--sdpa-backend]
-    use_cache : Optional[str], default None
+    use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
+        forward fills a DynamicCache with each layer's keys and values. One of: true, false.
+        [--use-cache]
     logits_to_keep : Optional[int], default None
         hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
-    gradient_checkpointing : Optional[str], default None
+    gradient_checkpointing : Optional[Literal['none', 'non-reentrant', 'reentrant']], default None
         hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
-        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
-    attention_mask : Optional[str], default None
+        is use_reentrant=False, the same as --checkpoint blocks. One of: none, non-reentrant,
+        reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[Literal['none', 'ones']], default None
         hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
-        what an unpadded tokenizer batch carries. [--attention-mask]
+        what an unpadded tokenizer batch carries. One of: none, ones. [--attention-mask]
     lora_r : Optional[int], default None
         hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
         weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
@@ -1143,18 +1256,18 @@ def fit(
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
-    bnb_4bit_quant_type : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
-        [--bnb-4bit-quant-type]
+    bnb_4bit_quant_type : Optional[Literal['fp4', 'nf4']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4. One of: fp4,
+        nf4. [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
         BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
-    bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
-        [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[str], default None
+    bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
+        of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        [--bnb-4bit-quant-storage]
+        One of: uint8. [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -1169,29 +1282,40 @@ def fit(
         BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
         threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
         no such column (a normalized input rarely has one). [--llm-int8-threshold]
+    experts_implementation : Optional[str], default None
+        hf flavour, mixture of experts: transformers' experts_implementation: grouped_mm (the
+        default), batched_mm or eager grouped_mm sorts the tokens by expert and runs two grouped
+        matmuls; batched_mm gathers each token's expert weights and runs a bmm; eager loops over the
+        experts that were hit. [--experts-implementation]
+    routing : Optional[str], default None
+        hf flavour, mixture of experts: how many tokens each expert gets: balanced (the default),
+        worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
+        token to the same top-k experts; a file holds one count per expert (whitespace or commas)
+        adding up to tokens × top-k, where tokens is batch × context. [--routing]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
         fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
-    dtype : Optional[str], default None
+    dtype : Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']], default None
         hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
         default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
         float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
-        CS336's autocast type, bf16 or fp16. [--dtype]
+        CS336's autocast type, bf16 or fp16. One of: auto, float32, bfloat16, float16, bf16, fp16.
+        [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
-    checkpoint : Optional[str], default None
+    checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
         Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
-        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N).
-        [--checkpoint]
-    fusion : Optional[str], default None
+        use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N). One
+        of: none, blocks, every-N. [--checkpoint]
+    fusion : Optional[Literal['none', 'all']], default None
         Projection fusions of the workshop's version 2: none or all all is --fused-qkv and
-        --fused-gate-up; its flash attention is --attention flash. [--fusion]
+        --fused-gate-up; its flash attention is --attention flash. One of: none, all. [--fusion]
     fused_qkv : bool, default False
         One QKV projection whose output is split into Q, K, V views. [--fused-qkv]
     fused_gate_up : bool, default False
@@ -1220,17 +1344,19 @@ def fit(
     no_reshard_after_forward : bool, default False
         fsdp/hsdp: keep each block's unsharded parameters from forward to backward
         fully_shard(reshard_after_forward=False), ZeRO-2-like. [--no-reshard-after-forward]
-    fsdp_param_dtype : Optional[str], default None
-        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. [--fsdp-param-dtype]
-    fsdp_reduce_dtype : Optional[str], default None
-        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. [--fsdp-reduce-dtype]
+    fsdp_param_dtype : Optional[Literal['bf16', 'fp16', 'fp32']], default None
+        fsdp/hsdp: MixedPrecisionPolicy(param_dtype=...): bf16, fp16 or fp32. One of: bf16, fp16,
+        fp32. [--fsdp-param-dtype]
+    fsdp_reduce_dtype : Optional[Literal['bf16', 'fp16', 'fp32']], default None
+        fsdp/hsdp: MixedPrecisionPolicy(reduce_dtype=...): bf16, fp16 or fp32. One of: bf16, fp16,
+        fp32. [--fsdp-reduce-dtype]
     fsdp_unit : Optional[str], default None
         zero2/fsdp/hsdp units: block (the default), every-N or root block: fully_shard on each
         decoder block, then the root; every-N: on each group of N consecutive blocks; root:
         fully_shard(model) alone, every parameter gathered at once. [--fsdp-unit]
-    offload : Optional[str], default None
+    offload : Optional[Literal['params']], default None
         params: FSDP2's CPUOffloadPolicy Sharded parameters, gradients and the optimizer step on the
-        host; host memory is reported separately. [--offload]
+        host; host memory is reported separately. One of: params. [--offload]
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
@@ -1240,12 +1366,17 @@ def fit(
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
         passes position_ids. [--sequence-parallel]
-    find : Literal['batch', 'context', 'world-size'], default 'batch'
-        What to search for. One of: batch, context, world-size. [--find]
+    find : Literal['batch', 'context', 'world-size', 'max-new-tokens'], default 'batch'
+        What to search for. One of: batch, context, world-size, max-new-tokens. [--find]
     profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
         What the step runs forward: `model(x)` with autograd, no loss; forward-loss: plus the loss,
-        no backward; inference: no_grad; training: one full step after warm-up. One of: forward,
+        no backward; inference: no_grad (one forward of the whole prompt, the prefill); training:
+        one full step after warm-up; generate (hf models): greedy `model.generate(input_ids,
+        max_new_tokens=N, do_sample=False)`, its prefill and every decode step. One of: forward,
         forward-loss, inference, training, generate. [--profile-type]
+    max_new_tokens : Optional[int], default None
+        GenerationConfig's max_new_tokens held fixed with --profile-type generate (what --find
+        max-new-tokens searches for). [--max-new-tokens]
     batch_size : Optional[int], default None
         Batch size held fixed when finding the context (default: the preset's). [--batch-size]
     context_length : Optional[int], default None
@@ -1276,7 +1407,7 @@ def fit(
     """
 
 def estimate(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -1292,10 +1423,10 @@ def estimate(
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
     sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
-    use_cache: Optional[str] = None,
+    use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
-    gradient_checkpointing: Optional[str] = None,
-    attention_mask: Optional[str] = None,
+    gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
+    attention_mask: Optional[Literal['none', 'ones']] = None,
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
@@ -1304,16 +1435,18 @@ def estimate(
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
-    bnb_4bit_quant_type: Optional[str] = None,
+    bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
-    bnb_4bit_compute_dtype: Optional[str] = None,
-    bnb_4bit_quant_storage: Optional[str] = None,
+    bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
+    experts_implementation: Optional[str] = None,
+    routing: Optional[str] = None,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
-    dtype: Optional[str] = None,
+    dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
     optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
@@ -1321,6 +1454,7 @@ def estimate(
     batch_size: Optional[int] = None,
     context_length: Optional[int] = None,
     profile_type: Literal['forward', 'forward-loss', 'inference', 'training', 'generate'] = 'training',
+    max_new_tokens: Optional[int] = None,
     no_simulate: bool = False,
 ) -> JobResult:
     """``vramscope estimate``: Closed-form memory of a configuration with its derivation, beside a
@@ -1334,15 +1468,15 @@ def estimate(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Mistral-7B-v0.3. [--preset; also
-        model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
+        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -1382,19 +1516,21 @@ def estimate(
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
         is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
         flash, efficient, math, cpu_flash. [--sdpa-backend]
-    use_cache : Optional[str], default None
+    use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
-        forward fills a DynamicCache with each layer's keys and values. [--use-cache]
+        forward fills a DynamicCache with each layer's keys and values. One of: true, false.
+        [--use-cache]
     logits_to_keep : Optional[int], default None
         hf flavour: logits_to_keep: the LM head runs on the last N positions only (0: all)
         transformers' loss needs every position, so N < the context is for inference.
         [--logits-to-keep]
-    gradient_checkpointing : Optional[str], default None
+    gradient_checkpointing : Optional[Literal['none', 'non-reentrant', 'reentrant']], default None
         hf flavour: gradient_checkpointing_enable(): none, non-reentrant or reentrant non-reentrant
-        is use_reentrant=False, the same as --checkpoint blocks. [--gradient-checkpointing]
-    attention_mask : Optional[str], default None
+        is use_reentrant=False, the same as --checkpoint blocks. One of: none, non-reentrant,
+        reentrant. [--gradient-checkpointing]
+    attention_mask : Optional[Literal['none', 'ones']], default None
         hf flavour: the attention_mask passed with the batch: none (the default) or ones ones is
-        what an unpadded tokenizer batch carries. [--attention-mask]
+        what an unpadded tokenizer batch carries. One of: none, ones. [--attention-mask]
     lora_r : Optional[int], default None
         hf flavour, peft LoraConfig's r: turns LoRA on get_peft_model over the loaded model: base
         weights frozen, fp32 adapters lora_A/lora_B trained. [--lora-r]
@@ -1424,18 +1560,18 @@ def estimate(
         hf flavour, BitsAndBytesConfig's load_in_4bit (QLoRA with --lora-r) Every decoder linear is
         stored in 4 bits by bitsandbytes (lm_head, embedding and norms unquantized).
         [--load-in-4bit]
-    bnb_4bit_quant_type : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4.
-        [--bnb-4bit-quant-type]
+    bnb_4bit_quant_type : Optional[Literal['fp4', 'nf4']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_type: fp4 (bitsandbytes' default) or nf4. One of: fp4,
+        nf4. [--bnb-4bit-quant-type]
     bnb_4bit_use_double_quant : bool, default False
         BitsAndBytesConfig's bnb_4bit_use_double_quant 8-bit block scales, one fp32 scale per 256
         blocks. [--bnb-4bit-use-double-quant]
-    bnb_4bit_compute_dtype : Optional[str], default None
-        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16.
-        [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[str], default None
+    bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
+        BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
+        of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
+    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
         BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        [--bnb-4bit-quant-storage]
+        One of: uint8. [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -1450,17 +1586,28 @@ def estimate(
         BitsAndBytesConfig's llm_int8_threshold (default 6.0; 0 turns the outlier split off) With a
         threshold, input columns holding |x| >= it would be multiplied in 16 bits; vramscope counts
         no such column (a normalized input rarely has one). [--llm-int8-threshold]
+    experts_implementation : Optional[str], default None
+        hf flavour, mixture of experts: transformers' experts_implementation: grouped_mm (the
+        default), batched_mm or eager grouped_mm sorts the tokens by expert and runs two grouped
+        matmuls; batched_mm gathers each token's expert weights and runs a bmm; eager loops over the
+        experts that were hit. [--experts-implementation]
+    routing : Optional[str], default None
+        hf flavour, mixture of experts: how many tokens each expert gets: balanced (the default),
+        worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
+        token to the same top-k experts; a file holds one count per expert (whitespace or commas)
+        adding up to tokens × top-k, where tokens is batch × context. [--routing]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
         fp32 — or pure-bf16 (= --pure-bf16). One of: fp32, bf16, fp16, pure-bf16. [--precision]
     use_mixed_precision : bool, default False
         CS336 spelling of autocast: with --dtype bf16 (default) or fp16. [--use-mixed-precision]
-    dtype : Optional[str], default None
+    dtype : Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']], default None
         hf flavour: from_pretrained's dtype; with --use-mixed-precision: the autocast type auto (the
         default, as in transformers 5: the config's torch_dtype, bfloat16 for every hf preset;
         float32 when it names none), float32, bfloat16 or float16. With --use-mixed-precision:
-        CS336's autocast type, bf16 or fp16. [--dtype]
+        CS336's autocast type, bf16 or fp16. One of: auto, float32, bfloat16, float16, bf16, fp16.
+        [--dtype]
     use_amp : bool, default False
         The workshop's spelling: fp16 autocast with a GradScaler. [--use-amp]
     pure_bf16 : bool, default False
@@ -1483,10 +1630,13 @@ def estimate(
     context_length : Optional[int], default None
         Sequence length (default: the preset's). [--context-length; also seq_len=]
     profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
-        What the step runs: the closed form derives a training step only training (the default) is
-        what the derivation covers; forward, forward-loss and inference are refused with the command
-        that answers them (`profile --profile-type`). One of: forward, forward-loss, inference,
-        training, generate. [--profile-type]
+        What the step runs: a training step, or generate's KV cache training (the default) is what
+        the derivation covers; generate (hf models, with --max-new-tokens): the DynamicCache of
+        greedy generate() in closed form; forward, forward-loss and inference are refused with the
+        command that answers them (`profile --profile-type`). One of: forward, forward-loss,
+        inference, training, generate. [--profile-type]
+    max_new_tokens : Optional[int], default None
+        GenerationConfig's max_new_tokens, with --profile-type generate. [--max-new-tokens]
     no_simulate : bool, default False
         Print the closed form only (no simulated meta run beside it). [--no-simulate]
 
