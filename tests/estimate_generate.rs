@@ -159,3 +159,18 @@ fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--profile-type"));
 }
+
+/// generate() of MoE, Phi-3 and OLMo-2 models is not modelled: estimate refuses it as profile
+/// does, naming the flag, rather than answering with a dense model's cache.
+#[test]
+fn estimate_generate_refuses_the_models_generate_does_not_run() {
+    for (preset, flag) in [("Qwen3-30B-A3B", "--preset"), ("Mixtral-8x7B", "--preset"), ("Phi-3-mini", "--profile-type"), ("OLMo-2-7B", "--profile-type")] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["estimate", "--preset", preset, "--profile-type", "generate", "--max-new-tokens", "4", "--context-length", "64", "--batch-size", "1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{preset}: {err}");
+        assert!(err.contains(flag), "{preset}: {err}");
+    }
+}
