@@ -62,16 +62,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         note(n);
     }
     let mut cfg = r.config;
-    let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
-    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
-    if batch == 0 {
-        return Err(usage("--batch-size", "must be at least 1"));
-    }
-    if seq == 0 {
-        return Err(usage("--context-length", "must be at least 1"));
-    }
-    a.model.follow_seq_len(&mut cfg, seq);
-    cfg.check_seq_len(seq, "--context-length").map_err(UsageError::from)?;
+    let (batch, seq) = batch_and_context(a, &r.preset, &mut cfg)?;
     super::hf::check_with_labels(&cfg, seq)?;
     if cfg.flavour == Flavour::Tinyllama && seq < 2 {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
@@ -101,4 +92,20 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     }
     Ok(EstimatePlan { model: cfg, precision, batch, seq, optim, simulate: !a.no_simulate })
+}
+
+/// B and S of an estimate (the flags, else the preset's, S capped at the model's maximum),
+/// each at least 1, with the model's sequence length following S as `profile`'s does.
+pub(super) fn batch_and_context(a: &EstimateArgs, preset: &crate::model::presets::Preset, cfg: &mut crate::model::ModelConfig) -> Result<(usize, usize)> {
+    let seq = a.context_length.unwrap_or(preset.seq_len.min(cfg.max_seq_len));
+    let batch = a.batch_size.unwrap_or(preset.batch_size);
+    if batch == 0 {
+        return Err(usage("--batch-size", "must be at least 1"));
+    }
+    if seq == 0 {
+        return Err(usage("--context-length", "must be at least 1"));
+    }
+    a.model.follow_seq_len(cfg, seq);
+    cfg.check_seq_len(seq, "--context-length").map_err(UsageError::from)?;
+    Ok((batch, seq))
 }

@@ -20,16 +20,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         note(n);
     }
     let mut cfg = r.config;
-    let seq = a.context_length.unwrap_or(r.preset.seq_len.min(cfg.max_seq_len));
-    let batch = a.batch_size.unwrap_or(r.preset.batch_size);
-    if batch == 0 {
-        return Err(usage("--batch-size", "must be at least 1"));
-    }
-    if seq == 0 {
-        return Err(usage("--context-length", "must be at least 1"));
-    }
-    a.model.follow_seq_len(&mut cfg, seq);
-    cfg.check_seq_len(seq, "--context-length").map_err(UsageError::from)?;
+    let (batch, seq) = super::estimate::batch_and_context(a, &r.preset, &mut cfg)?;
     let precision = a.precision.resolve_for(&mut cfg)?;
     let Some(hf) = cfg.hf() else {
         return Err(usage("--profile-type", format!("generate runs Hugging Face transformers' generate(): it needs an hf model (an hf preset such as Llama-3.2-1B, or --config config.json), not the {} flavour", cfg.flavour)));
