@@ -7,7 +7,8 @@ tests/fixtures/moe_grid/gpt_oss.json.
 
 The grid: fourteen shapes, each measured as inference, forward and training, covering every
 experts implementation that runs on CPU (eager, batched_mm, grouped_mm), top-k 1-4, 4-16 experts,
-balanced and worst routing, fp32 and bf16 weights, layer_types alternating sliding and full
+balanced and worst routing, fp32 and bf16 weights, three training points under gradient
+checkpointing (non-reentrant and reentrant), layer_types alternating sliding and full
 attention (the config's default) with S above the window (one point below it). Attention is
 eager only: GptOssPreTrainedModel sets `_supports_sdpa = False`, so from_config(...,
 attn_implementation="sdpa") raises, and the default resolves to eager. The router's auxiliary loss
@@ -64,8 +65,18 @@ def name_of(p, kind):
     return f"{head} w{p['sliding_window']} {p['attn']} {p['dtype']}{tail}"
 
 
+# Gradient checkpointing (the Trainer's gradient_checkpointing_enable), training only: row of
+# POINTS, use_reentrant.
+CHECKPOINTED = [(0, False), (1, True), (3, False)]
+
+
 def grid():
-    return [(point(r), kind) for r in POINTS for kind in MG.TYPES3]
+    todo = [(point(r), kind) for r in POINTS for kind in MG.TYPES3]
+    for i, reentrant in CHECKPOINTED:
+        p = point(POINTS[i])
+        p["checkpoint"] = "reentrant" if reentrant else "non-reentrant"
+        todo.append((p, "training"))
+    return todo
 
 
 def run_one(job):
