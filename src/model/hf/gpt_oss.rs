@@ -216,7 +216,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         rope_theta = 150_000.0; // GptOssConfig.default_theta
     }
     let eps = float(obj, "rms_norm_eps", 1e-5)?;
-    if !(eps >= 0.0) {
+    if eps.is_nan() || eps < 0.0 {
         return Err(format!("field 'rms_norm_eps' must be non-negative, found {eps}"));
     }
     let torch_dtype = match field(obj, "dtype").or_else(|| field(obj, "torch_dtype")) {

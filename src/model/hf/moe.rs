@@ -2,7 +2,7 @@
 //! `Qwen2MoeConfig` read
 //! into an [`MoeConfig`] (the op sequence is `moe_5_23.rs`), the run options
 //! (`experts_implementation`, the routing), and the guards that keep an MoE config from ever
-//! running as a dense model: an MoE `model_type` vramscope does not run (DeepSeek, gpt-oss …)
+//! running as a dense model: an MoE `model_type` vramscope does not run (DeepSeek, OLMoE …)
 //! is refused, and so is a dense `model_type` (llama, mistral, qwen2, qwen3) whose config
 //! carries expert keys (a Mixtral config relabelled `mistral`), naming the keys.
 //! The measured ground truth is tests/fixtures/moe_grid (tools/pytorch/measure_moe.py).
