@@ -3,8 +3,7 @@
 //! The measured ground truth is tests/fixtures/moe_grid/gpt_oss.json
 //! (tools/pytorch/make_gptoss_grid.py: GptOssForCausalLM on CPU, eager attention — the model
 //! does not dispatch sdpa — with the router forced to balanced or worst routing); every phase
-//! of every point whose experts implementation vramscope models (eager, grouped_mm) matches
-//! byte for byte, and the batched_mm points are refused with exit 2 naming the flag. Parameter
+//! of every point matches, each experts implementation (eager, batched_mm, grouped_mm). Parameter
 //! counts (total and active per token) equal transformers' meta build of gpt-oss-20b, -120b
 //! and small configs (tests/fixtures/moe_grid/gpt_oss_meta_params.json).
 mod grid_common;
@@ -86,8 +85,8 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 #[test]
 fn gpt_oss_grid_matches_transformers() {
     let doc = fixture("gpt_oss.json");
-    let points: Vec<Value> = doc["points"].as_array().unwrap().iter().filter(|q| q["point"]["experts"] != "batched_mm").cloned().collect();
-    grid_common::check("gpt_oss", &points, 36, KNOWN_FAILING, |point| grid_common::hf::run_config(point, config_of(&point["point"])));
+    let points: Vec<Value> = doc["points"].as_array().unwrap().to_vec();
+    grid_common::check("gpt_oss", &points, 45, KNOWN_FAILING, |point| grid_common::hf::run_config(point, config_of(&point["point"])));
 }
 
 #[test]
@@ -148,7 +147,7 @@ fn what_is_not_modelled_is_refused_naming_the_flag() {
         assert!(!out.exists(), "wrote {}", out.display());
     };
     let cfg = small.to_str().unwrap();
-    run(&["--config", cfg, "--experts-implementation", "batched_mm"], &["--experts-implementation", "batched_mm"]);
+    run(&["--config", cfg, "--experts-implementation", "sonic"], &["--experts-implementation"]);
     run(&["--config", cfg, "--attn-implementation", "sdpa"], &["--attn-implementation", "sdpa"]);
     run(&["--config", cfg, "--attn-implementation", "flash_attention_2", "--dtype", "bfloat16"], &["--attn-implementation"]);
     run(&["--config", cfg, "--lora-r", "8"], &["--lora-r"]);

@@ -129,7 +129,6 @@ pub struct HfFlags {
     ///
     /// grouped_mm sorts the tokens by expert and runs two grouped matmuls; batched_mm gathers
     /// each token's expert weights and runs a bmm; eager loops over the experts that were hit.
-    /// gpt_oss: grouped_mm or eager (batched_mm is refused).
     #[arg(help_heading = super::heading::MODEL, long, value_name = "IMPL")]
     pub experts_implementation: Option<String>,
     /// hf flavour, mixture of experts: how many tokens each expert gets: balanced (the

@@ -24,11 +24,6 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfCon
     }
     let family = m.family.model_type();
     if m.family == crate::model::hf::moe::MoeFamily::GptOss {
-        // batched_mm adds gpt-oss's expert biases in place on a squeezed bmm output (a view:
-        // CopySlices in the backward), which is not modelled.
-        if m.implementation == ExpertsImplementation::BatchedMm {
-            return Err(usage("--experts-implementation", "batched_mm on gpt_oss is not modelled yet (its in-place bias add on a view); use grouped_mm (the default) or eager"));
-        }
         // GptOssPreTrainedModel: `_supports_sdpa = False` (transformers raises), and its flash
         // attention needs the sink-aware hub kernels.
         if hf.attn_implementation != crate::model::hf::AttnImplementation::Eager {

@@ -51,3 +51,38 @@ impl Tensor {
         out
     }
 }
+
+impl Tensor {
+    /// `view.add_(other)` in place on `view`, a view of `base` (`torch.bmm(...).squeeze(1)` in
+    /// `_batched_linear`), under autograd: nothing new in the forward. The view's history is
+    /// rewritten as PyTorch does for an in-place op on a view of a CPU/CUDA tensor: the view's
+    /// node becomes AsStridedBackward0 (its backward: zeros of the base's size, the gradient
+    /// copied in) over the base's CopySlices (its backward: `result = empty_strided(base)` with
+    /// the gradient copied in, then a contiguous clone of the view's slice that AddBackward0
+    /// passes on unchanged: the clone is `other`'s gradient, `result` the base's).
+    #[track_caller]
+    pub fn add_on_view_(&self, base: &Tensor, other: &Tensor) -> Tensor {
+        assert_eq!(self.shape(), other.shape(), "add_on_view_: shapes");
+        assert!(self.same_storage(base), "add_on_view_: a view of the base");
+        assert_eq!(self.device(), crate::engine::storage::Device::Meta, "add_on_view_: mixture-of-experts ops run on meta only");
+        let view = Tensor::from_parts(self.storage().clone(), self.layout().clone());
+        if !needs_grad(&[base, other]) {
+            return view;
+        }
+        let (base_shape, view_shape, dt) = (base.shape().to_vec(), self.shape().to_vec(), base.dtype());
+        let need_other = other.requires_grad();
+        let copy_slices = {
+            let (base_shape, view_shape) = (base_shape.clone(), view_shape.clone());
+            let b = Tensor::from_parts(base.storage().clone(), base.layout().clone());
+            attach(b, "CopySlices", &[base, other], Box::new(move |g| {
+                let result = Tensor::build(g.device(), dt, &base_shape, "empty_strided", &[&g], || meta_only("CopySlices"));
+                let clone = Tensor::build(g.device(), dt, &view_shape, "clone", &[&g], || meta_only("CopySlices"));
+                vec![Some(result), need_other.then_some(clone)]
+            }))
+        };
+        attach(view, "AsStridedBackward0", &[&copy_slices], Box::new(move |g| {
+            let storage = Tensor::build(g.device(), dt, &base_shape, "zeros", &[&g], || meta_only("as_strided backward"));
+            vec![Some(storage)]
+        }))
+    }
+}

@@ -5,10 +5,10 @@
 //! attention with the sinks (`cat([weights, sinks])`, minus the row max, softmax, the sink
 //! column dropped by a slice), the decoder layer (`hidden_states, _ = self.mlp(...)` frees
 //! the attention weights when the MLP returns), `GptOssMLP` (router, experts) and the experts
-//! implementations that dispatch for it on CPU: the modeling file's eager loop and
-//! `grouped_mm_experts_forward` (bias gathers, `out.add_(bias)` in place, the clamped SwiGLU).
-//! `batched_mm_experts_forward` adds its bias in place on a squeezed view (CopySlices in the
-//! backward), which is not modelled: the options refuse it for gpt_oss.
+//! implementations, all three of which run on CPU: the modeling file's eager loop,
+//! `grouped_mm_experts_forward` (bias gathers, `out.add_(bias)` in place, the clamped SwiGLU)
+//! and `batched_mm_experts_forward` (its bias added in place on a squeezed bmm output: a view,
+//! so the backward runs AsStridedBackward0 and CopySlices).
 use super::{frames, repeat_kv, Block};
 use crate::engine::runtime::{self, py_frame, scope};
 use crate::engine::{DType, Tensor};
@@ -216,7 +216,7 @@ impl Block {
             match m.implementation {
                 ExpertsImplementation::GroupedMm => ex.grouped_mm(&flat, &index, &scores),
                 ExpertsImplementation::Eager => ex.eager(&flat, &index, &scores),
-                ExpertsImplementation::BatchedMm => unreachable!("the options refuse batched_mm for gpt_oss"),
+                ExpertsImplementation::BatchedMm => ex.batched_mm(&flat, &index, &scores),
             }
         };
         drop(flat);
@@ -324,6 +324,38 @@ impl Experts<'_> {
         }
         drop((mask, hit, l));
         next
+    }
+
+    /// `_batched_linear(x, w, bias, is_transposed=True)`: `bmm(x.unsqueeze(1), w).squeeze(1)`,
+    /// then `out.add_(bias)` in place on that view.
+    fn batched_linear(x: &Tensor, w: &Tensor, bias: &Tensor) -> Tensor {
+        let base = x.unsqueeze(1).bmm(w);
+        let out = base.squeeze(1);
+        out.add_on_view_(&base, bias)
+    }
+
+    /// `batched_mm_experts_forward` with `is_transposed` and `has_bias`: every token repeated
+    /// k times, each pair's weights and biases gathered (the up ones die when the down
+    /// gathers rebind them), two batched linears, the gate, the weighting and the sum.
+    fn batched_mm(&self, x: &Tensor, index: &Tensor, scores: &Tensor) -> Tensor {
+        let (t, k, d) = (x.dim(0), self.m.top_k, x.dim(1));
+        let pairs = t * k;
+        let selected = x.repeat_interleave(k, 0);
+        let sample_weights = scores.reshape(&[pairs]);
+        let expert_ids = index.reshape(&[pairs]);
+        let mut weights = self.gate_up.index_along(0, &expert_ids);
+        let mut biases = self.w.gate_up_bias.index_along(0, &expert_ids);
+        let up = Self::batched_linear(&selected, &weights, &biases);
+        let act = self.apply_gate(&up);
+        drop(up);
+        weights = self.down.index_along(0, &expert_ids);
+        biases = self.w.down_bias.index_along(0, &expert_ids);
+        let down = Self::batched_linear(&act, &weights, &biases);
+        drop(act);
+        let weighted = down.mul(&sample_weights.unsqueeze(-1));
+        let out = weighted.view(&[t, k, d]).sum_dim(1, false).to_dtype(x.dtype());
+        drop((selected, sample_weights, expert_ids, weights, biases, down, weighted));
+        out
     }
 
     /// `grouped_mm_experts_forward` with `is_transposed` and `has_bias`: the sort by expert,
