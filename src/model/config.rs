@@ -378,6 +378,13 @@ impl ModelConfig {
             if m.shared_intermediate > 0 {
                 mlp = mlp.saturating_add(d.saturating_mul(m.shared_intermediate as u128).saturating_mul(3)).saturating_add(d);
             }
+            // gpt-oss: the router's bias (experts), the experts' biases (2·I + d each) and the
+            // attention's sinks (one per head).
+            if m.family == crate::model::hf::moe::MoeFamily::GptOss {
+                let e = m.experts as u128;
+                mlp = mlp.saturating_add(e).saturating_add(e.saturating_mul(f.saturating_mul(2).saturating_add(d)));
+                attn = attn.saturating_add(self.num_heads as u128);
+            }
         }
         let mut norms = 2 * d;
         if let Some(h) = &self.hf {

@@ -6,6 +6,7 @@ pub mod elementwise;
 pub mod int;
 pub mod linalg;
 pub mod moe;
+pub mod moe_bias;
 pub mod int8;
 pub mod quant;
 pub mod nn;

@@ -90,6 +90,10 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         return Err("a multimodal config (its language model's fields are under 'text_config'): multimodal models are not modelled".into());
     }
     let model_type = string(obj, "model_type")?;
+    // gpt-oss: its own reader (src/model/hf/gpt_oss.rs).
+    if model_type.as_deref() == Some("gpt_oss") {
+        return super::gpt_oss::parse(obj);
+    }
     let mut moe: Option<super::moe::MoeRead> = None;
     // A config without model_type is read as LlamaConfig (the field every saved config has;
     // hand-written ones often omit it).
@@ -103,7 +107,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
                 arch
             }
             None if super::moe::MOE_MODEL_TYPES.contains(&t) => return Err(super::moe::refuse_moe_type(t, &Arch::list())),
-            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe", Arch::list()))?,
+            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe, qwen2_moe, gpt_oss", Arch::list()))?,
         },
     };
     // Expert keys under a dense model_type (a Mixtral config relabelled mistral): never run as dense.
@@ -318,7 +322,7 @@ fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), S
 /// older name) replaces `rope_parameters`; its `rope_theta` wins over the top-level one, else
 /// `default_theta` 10000; `rope_type` (or the older `type`) defaults to "default". Returns
 /// the theta and the rope type when it is not the default.
-fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), String> {
+pub(super) fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), String> {
     type Named<'a> = Option<(&'static str, &'a serde_json::Map<String, Value>)>;
     let dict = |name: &'static str| -> Result<Named<'_>, String> {
         match field(obj, name) {

@@ -9,6 +9,7 @@ pub mod config_file;
 pub mod config_json;
 pub mod generation_5_23;
 pub mod generation_config;
+pub mod gpt_oss;
 pub mod moe;
 pub mod moe_5_23;
 pub mod transformers_5_23;

@@ -31,6 +31,13 @@ use std::rc::Rc;
 mod phi3;
 #[path = "olmo2.rs"]
 mod olmo2;
+#[path = "gpt_oss_5_23.rs"]
+mod gpt_oss_5_23;
+
+/// Whether `hf` is gpt-oss (its own attention, layer and experts: gpt_oss_5_23.rs).
+fn is_gpt_oss(hf: &HfConfig) -> bool {
+    hf.moe.as_ref().is_some_and(|m| m.family == super::moe::MoeFamily::GptOss)
+}
 
 /// The weights only the hf flavour has, per decoder layer.
 #[derive(Clone, Default)]
@@ -52,6 +59,8 @@ pub struct HfLayer {
     pub router: Option<Tensor>,
     /// Qwen2-MoE's shared expert: gate_proj, up_proj, down_proj and `shared_expert_gate` (1, hidden).
     pub shared_expert: Option<[Tensor; 4]>,
+    /// gpt-oss's sinks, router bias and expert biases.
+    pub gpt_oss: Option<super::gpt_oss::GptOssWeights>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -86,6 +95,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let p = |n: &str| format!("model.layers.{i}.{n}");
         if hf.model_type == Arch::Phi3 {
             layers.push(phi3::layer(&mut b, &p, [q, kv, d, f], std));
+            continue;
+        }
+        if let Some(m) = hf.moe.as_ref().filter(|_| is_gpt_oss(hf)) {
+            layers.push(gpt_oss_5_23::layer(&mut b, &p, m, hf.qkv_bias, [q, kv, d, cfg.num_heads]));
             continue;
         }
         // Registration order: self_attn (q, k, v, o, then q_norm, k_norm), mlp, then the
@@ -171,6 +184,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             quant,
             router: None,
             shared_expert: None,
+            gpt_oss: None,
         };
         layers.push(Layer {
             attn_norm,
@@ -353,8 +367,8 @@ fn rms_norm(fr: &'static HfFrames, name: &str, x: &Tensor, w: &Tensor, eps: f64)
         hs.mul(&r)
     };
     drop(hs);
-    // Olmo2RMSNorm multiplies first and casts the product: `(weight * x).to(input_dtype)`.
-    let out = if std::ptr::eq(fr, &py::OLMO2) {
+    // Olmo2RMSNorm and GptOssRMSNorm multiply first and cast the product: `(weight * x).to(input_dtype)`.
+    let out = if std::ptr::eq(fr, &py::OLMO2) || std::ptr::eq(fr, &crate::model::py::moe_frames::GPT_OSS) {
         w.mul(&normed).to_dtype(input_dtype)
     } else {
         w.mul(&normed.to_dtype(input_dtype))
@@ -382,7 +396,8 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, dev
 fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
-    let window = hf.sliding_window.filter(|&w| w < kv);
+    // gpt-oss's sliding mask applies its window overlay whatever the length.
+    let window = hf.sliding_window.filter(|&w| w < kv || is_gpt_oss(hf));
     match hf.attn_implementation {
         AttnImplementation::FlashAttention2 => return None,
         AttnImplementation::Sdpa if window.is_none() && allow_skip => return None, // _ignore_causal_mask_sdpa
@@ -600,6 +615,9 @@ impl Block {
         if self.hf().model_type == Arch::Olmo2 {
             return self.olmo2_layer(x);
         }
+        if is_gpt_oss(self.hf()) {
+            return self.gpt_oss_layer(x);
+        }
         let fr = frames(self.hf());
         let _f = py_frame(&fr.decoder_layer);
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
@@ -691,6 +709,7 @@ impl Block {
         let (q, mut k, mut v) = {
             let _s = scope("rotary");
             let (qe, ke) = match hf.model_type {
+                _ if is_gpt_oss(hf) => (gpt_oss_5_23::apply_rope(fr, &q, &cos, &sin), gpt_oss_5_23::apply_rope(fr, &k, &cos, &sin)),
                 Arch::Phi3 => (phi3::apply_rope(fr, &q, &cos, &sin), phi3::apply_rope(fr, &k, &cos, &sin)),
                 _ => (apply_rope(fr, &q, &cos, &sin), apply_rope(fr, &k, &cos, &sin)),
             };
@@ -742,6 +761,7 @@ impl Block {
             (k, v) = (kc, vc);
         }
         let (out, weights) = match hf.attn_implementation {
+            AttnImplementation::Eager if is_gpt_oss(hf) => self.gpt_oss_eager(&q, &k, &v),
             AttnImplementation::Eager => self.eager(&q, &k, &v),
             AttnImplementation::Sdpa => (self.sdpa(&q, &k, &v), None),
             AttnImplementation::FlashAttention2 => (self.flash_attention_2(&q, &k, &v), None),
@@ -975,7 +995,8 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
-        if !use_cache && padding.is_none() {
+        // (GptOssModel passes no position_ids to the mask functions: no packed-sequence check.)
+        if !use_cache && padding.is_none() && !is_gpt_oss(hf) {
             packed_sequence_check(&position_ids, b);
         }
         // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa). A
@@ -988,12 +1009,21 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         // Qwen2MoeModel builds `causal_mask_mapping["sliding_attention"]` whether a layer uses it
         // or not, with `sliding_window` 0 when use_sliding_window is off: a window shorter than
         // any sequence, so the mask is always made, and held until the model returns.
-        sliding_mask = hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
-            let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
-            causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
-        });
+        // GptOssModel: `causal_mask_mapping["sliding_attention"]`, the window's mask, after the
+        // full one; each layer takes its layer type's.
+        let gpt_oss = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref());
+        sliding_mask = match gpt_oss {
+            Some(g) => {
+                let windowed = HfConfig { sliding_window: Some(g.window), ..hf.clone() };
+                causal_mask(&windowed, b, s, past, embeds.dtype(), device, padding.as_ref())
+            }
+            None => hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
+                let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
+                causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
+            }),
+        };
         drop(padding);
-        let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
+        let (cos, sin) = if gpt_oss.is_some() { gpt_oss_5_23::rotary(m, &position_ids, embeds.dtype()) } else { rotary(m, &position_ids, embeds.dtype()) };
         cache = match &gen {
             Some(g) => Some(g.cache.clone()),
             None => (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new()))),
@@ -1005,7 +1035,8 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
+            let layer_mask = if gpt_oss.is_some_and(|g| g.is_sliding(i)) { sliding_mask.clone() } else { mask.clone() };
+            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: layer_mask, cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
