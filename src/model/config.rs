@@ -392,6 +392,9 @@ impl ModelConfig {
             }
             match h.model_type {
                 crate::model::hf::Arch::Qwen3 => norms += 2 * hd,
+                // Gemma's four norms per layer; Gemma 3's per-head q_norm and k_norm too.
+                crate::model::hf::Arch::Gemma2 => norms = 4 * d,
+                crate::model::hf::Arch::Gemma3Text => norms = (4 * d).saturating_add(2 * hd),
                 // OLMo-2's q_norm and k_norm span the whole projections.
                 crate::model::hf::Arch::Olmo2 => norms = norms.saturating_add(q).saturating_add(kv),
                 _ => {}
