@@ -101,6 +101,7 @@ pub(super) fn scale_embedding(m: &Model, embeds: Tensor) -> Tensor {
 /// The masks Gemma's model forward builds, both held until it returns: `create_causal_mask`
 /// (None for sdpa: `_ignore_causal_mask_sdpa`) then `create_sliding_window_causal_mask`. Each
 /// first runs `find_packed_sequence_indices` when there is neither a cache nor a mask.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn masks(hf: &HfConfig, g: &GemmaConfig, position_ids: &Tensor, check_packed: bool, b: usize, s: usize, dtype: DType, device: Device) -> (Option<Tensor>, Option<Tensor>) {
     if check_packed {
         packed_sequence_check(position_ids, b);
