@@ -1,4 +1,5 @@
-//! The dense families of issue 30 (Phi-3, OLMo-2) against Hugging Face transformers itself.
+//! The dense families of issue 30 (Phi-3, OLMo-2, Gemma 2, Gemma 3 text) against Hugging Face
+//! transformers itself.
 //!
 //! tests/fixtures/hf_grid/<family>.json come from tools/pytorch/make_family_grid.py:
 //! transformers 5.23.0's own modeling code built from a config with random weights on CPU and
@@ -24,4 +25,14 @@ fn phi3_grid_matches_transformers() {
 #[test]
 fn olmo2_grid_matches_transformers() {
     family("olmo2", 36);
+}
+
+#[test]
+fn gemma2_grid_matches_transformers() {
+    family("gemma2", 42);
+}
+
+#[test]
+fn gemma3_text_grid_matches_transformers() {
+    family("gemma3_text", 45);
 }

@@ -172,6 +172,20 @@ pub fn all() -> Vec<Preset> {
             h.torch_dtype = Some(crate::engine::DType::F32);
             h.pad_token_id = Some(100277);
         }),
+        // google/gemma-2-9b: saved in float32; 256-wide heads, a 4096 window on every other
+        // layer, soft-capping 50 (scores) and 30 (logits).
+        with_hf(hf("Gemma-2-9B", Arch::Gemma2, [256_000, 3584, 14336, 42, 16, 8], 10_000.0, 1e-6, 8192, true, None, 1, 9_241_705_984), |h| {
+            h.head_dim = 256;
+            h.torch_dtype = Some(crate::engine::DType::F32);
+            h.gemma = Some(super::hf::gemma::published(Arch::Gemma2, 42, 4096, 256.0, 10_000.0));
+        }),
+        // google/gemma-3-27b-it's text model (its text_config): 128-wide heads, a 1024 window
+        // on five layers of six, RoPE bases 1e6 (linear ×8) and 1e4.
+        with_hf(hf("Gemma-3-27B", Arch::Gemma3Text, [262_208, 5376, 21504, 62, 32, 16], 1_000_000.0, 1e-6, 131_072, true, Some("linear"), 1, 27_009_346_304), |h| {
+            h.head_dim = 128;
+            h.eos_token_id = vec![1, 106];
+            h.gemma = Some(super::hf::gemma::published(Arch::Gemma3Text, 62, 1024, 168.0, 10_000.0));
+        }),
         // Mixture of experts (d_ff is one expert's width); 12,879,925,248 and 3,353,032,704
         // parameters active per token.
         moe(hf("Mixtral-8x7B", Arch::Mistral, [32_000, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 46_702_792_704), MoeFamily::Mixtral, 8, 2),
