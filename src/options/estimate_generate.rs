@@ -49,5 +49,5 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     if !a.no_simulate {
         crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     }
-    Ok(GeneratePlan { model: cfg, dtype: precision.param_dtype(), batch, seq, max_new_tokens: n, simulate: !a.no_simulate })
+    Ok(GeneratePlan { model: cfg, dtype: precision.param_dtype(), batch, seq, max_new_tokens: n, generation: crate::model::hf::generation_config::GenerateConfig::greedy(n), simulate: !a.no_simulate })
 }

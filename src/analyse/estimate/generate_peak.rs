@@ -1,0 +1,264 @@
+//! The peak of transformers 5.23's greedy `generate()` with a DynamicCache in closed form,
+//! from the op sequence of src/model/hf/generation_5_23.rs over transformers_5_23.rs's
+//! forward (no_grad): the live set at each moment that can hold the peak, the largest
+//! (the first reached on a tie) taken.
+//!
+//! Covered: bf16 weights, sdpa attention on its flash kernel (no mask: the cache never passes
+//! a sliding window, `check` refuses that), greedy, one sequence per prompt, no
+//! min_new_tokens. Other runs are stated by [`covers`], and the caller shows the simulated
+//! peak, labelled, for them.
+//!
+//! Notation: B rows, S prompt tokens, N new tokens, X = B × S (the prefill's tokens), D
+//! hidden, F intermediate, H heads, K kv heads, d head_dim, L layers, V vocab, e = 2 (bf16),
+//! ids and positions int64 (8 bytes). The decode step that can hold the peak is the last
+//! one (N − 1): its cache, ids and positions are the largest, every other term the same.
+use crate::engine::DType;
+use crate::model::hf::generation_config::{CacheImplementation, GenerateConfig};
+use crate::model::hf::{Arch, AttnImplementation, SdpaBackend};
+use crate::model::ModelConfig;
+use serde::Serialize;
+
+/// Where the peak is and what it holds.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct GeneratePeak {
+    /// Bytes requested at the peak: the weights, the prompt's ids and every live tensor.
+    pub bytes: u64,
+    /// "prefill" or "decode step k".
+    pub step: String,
+    /// The module scope and the op of the allocation that reaches it.
+    pub scope: String,
+    pub op: String,
+    /// The moments compared, with their live bytes (the printout's derivation).
+    pub candidates: Vec<(String, u64)>,
+}
+
+/// Why the closed form does not cover this run (None: it does).
+pub fn covers(cfg: &ModelConfig, dtype: DType, gc: &GenerateConfig) -> Option<String> {
+    let hf = cfg.hf()?;
+    if dtype != DType::BF16 {
+        return Some(format!("{} weights (the closed form derives bf16; fp32's sdpa runs the math or memory-efficient kernel)", dtype.name()));
+    }
+    if hf.attn_implementation != AttnImplementation::Sdpa {
+        return Some(format!("attn_implementation {} (the closed form derives sdpa)", hf.attn_implementation.name()));
+    }
+    if hf.sdpa_kernel(cfg.num_heads, cfg.num_kv_heads, true, 1) != SdpaBackend::Flash {
+        return Some("an sdpa kernel other than flash (head_dim above 256 or not a multiple of 8, or a forced backend)".into());
+    }
+    if !matches!(hf.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) || hf.moe.is_some() || hf.lora.is_some() || hf.bnb.is_some() {
+        return Some("a model other than a dense llama, mistral, qwen2 or qwen3 without adapters".into());
+    }
+    if hf.mlp_bias || hf.o_bias {
+        return Some("mlp or o_proj biases".into());
+    }
+    if gc.cache != CacheImplementation::Dynamic || gc.do_sample || gc.num_return_sequences != 1 || gc.min_new_tokens != 0 {
+        return Some(format!("{} (the closed form derives greedy with a DynamicCache)", gc.describe()));
+    }
+    None
+}
+
+/// The sizes the terms read, in u64.
+struct Dims {
+    b: u64,
+    s: u64,
+    n: u64,
+    d: u64,
+    f: u64,
+    h: u64,
+    k: u64,
+    hd: u64,
+    l: u64,
+    v: u64,
+    e: u64,
+    eos: u64,
+    pad_tensor: bool,
+    qk_norm: bool,
+}
+
+fn mul(xs: &[u64]) -> u64 {
+    xs.iter().try_fold(1u64, |a, &x| a.checked_mul(x)).expect("sizes checked before the estimate")
+}
+
+fn sum(xs: &[u64]) -> u64 {
+    xs.iter().try_fold(0u64, |a, &x| a.checked_add(x)).expect("sizes checked before the estimate")
+}
+
+impl Dims {
+    // ---- held for the whole call ----
+
+    /// LlamaRotaryEmbedding's `inv_freq` and `original_inv_freq` buffers (d/2 fp32 each).
+    fn rope_buffers(&self) -> u64 {
+        mul(&[2, self.hd / 2, 4])
+    }
+    /// The caller's prompt, `input_ids` (B, S) int64 (generate's `input_ids` is the same tensor).
+    fn prompt(&self) -> u64 {
+        mul(&[self.b, self.s, 8])
+    }
+    /// `_prepare_special_tokens`: eos_token_tensor; a pad_token_id of the config's own is a
+    /// tensor too (else the pad is eos[0], a view).
+    fn special_tokens(&self) -> u64 {
+        sum(&[mul(&[self.eos, 8]), if self.pad_tensor { 8 } else { 0 }])
+    }
+    /// `_prepare_position_ids_for_generation`: the masked_fill result, kept by generate's
+    /// model_kwargs until it returns.
+    fn position_ids(&self) -> u64 {
+        mul(&[self.b, self.s, 8])
+    }
+    /// `_sample`'s `unfinished_sequences` (B,) int64, rebound to a same-sized product each step.
+    fn unfinished(&self) -> u64 {
+        mul(&[self.b, 8])
+    }
+    fn fixed(&self, weights: u64) -> u64 {
+        sum(&[weights, self.rope_buffers(), self.prompt(), self.special_tokens(), self.position_ids(), self.unfinished()])
+    }
+
+    // ---- the forward's own tensors, for `x` query tokens after `past` cached positions ----
+
+    /// One layer's keys (or values): (B, K, positions, d).
+    fn cache_half(&self, positions: u64) -> u64 {
+        mul(&[self.b, self.k, positions, self.hd, self.e])
+    }
+    /// `embed_tokens` (held as `inputs_embeds` until the model returns), and the layer input
+    /// the loop's `hidden_states` holds (the same tensor when L = 1).
+    fn embeds_and_input(&self, x: u64) -> u64 {
+        mul(&[if self.l >= 2 { 2 } else { 1 }, x, self.d, self.e])
+    }
+    /// `rotary_emb`: cos and sin (B, q, d) in the weights' dtype.
+    fn cos_sin(&self, x: u64) -> u64 {
+        mul(&[2, x, self.hd, self.e])
+    }
+    /// One (x, D) activation: a residual, a norm's output, a projection's.
+    fn act(&self, x: u64) -> u64 {
+        mul(&[x, self.d, self.e])
+    }
+    /// LlamaRMSNorm's fp32 upcast `hidden_states.to(float32)` beside `hs * rsqrt(...)`, and
+    /// the variance and its rsqrt (x, 1) fp32: the norm's high point, at the product.
+    fn rms_norm_transient(&self, x: u64, width: u64) -> u64 {
+        sum(&[mul(&[2, x, width, 4]), mul(&[2, x, 4])])
+    }
+    /// LlamaMLP: act_fn(gate_proj(x)), up_proj(x) and their product, (x, F) each.
+    fn mlp_transient(&self, x: u64) -> u64 {
+        mul(&[3, x, self.f, self.e])
+    }
+    /// apply_rotary_pos_emb on the queries, at `rotate_half(q) * sin`: the q, k, v projections
+    /// and `q * cos`, `rotate_half(q)` and the product (x, H·d) each.
+    fn rope_q_transient(&self, x: u64) -> u64 {
+        sum(&[mul(&[4, x, self.h, self.hd, self.e]), mul(&[2, x, self.k, self.hd, self.e])])
+    }
+    /// Qwen3's q_norm on the query projection (x, H, d): the projection beside the norm's
+    /// fp32 transients.
+    fn q_norm_transient(&self, x: u64) -> u64 {
+        sum(&[mul(&[x, self.h, self.hd, self.e]), self.rms_norm_transient(mul(&[x, self.h]), self.hd)])
+    }
+    /// The last position's logits (B, 1, V) from lm_head (logits_to_keep=1).
+    fn logits(&self) -> u64 {
+        mul(&[self.b, self.v, self.e])
+    }
+    /// `outputs.logits[:, -1].to(copy=True, dtype=float32)`.
+    fn next_token_logits(&self) -> u64 {
+        mul(&[self.b, self.v, 4])
+    }
+    /// `_prefill`'s `input_ids.clone()` (model_inputs), dead when `_prefill` returns.
+    fn prefill_ids_clone(&self) -> u64 {
+        mul(&[self.b, self.s, 8])
+    }
+
+    // ---- the decode loop's tensors at step k ----
+
+    /// `input_ids` (B, S + k) and `_sample`'s `position_ids` (B, S + k), grown by a cat a step.
+    fn ids_and_positions(&self, k: u64) -> u64 {
+        mul(&[2, self.b, self.s + k, 8])
+    }
+    /// The step's model_inputs (input_ids[:, -1:] and position_ids[..., -1:] clones), the
+    /// previous step's fp32 logits and its next_tokens.
+    fn decode_carried(&self) -> u64 {
+        sum(&[mul(&[2, self.b, 8]), self.next_token_logits(), mul(&[self.b, 8])])
+    }
+}
+
+/// The peak of `model.generate(input_ids, max_new_tokens=n)` at (B, S, N) on a covered run
+/// (see [`covers`]); `weights` are the parameters' bytes.
+pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, n: usize) -> GeneratePeak {
+    let hf = cfg.hf().expect("checked: an hf model");
+    let z = Dims {
+        b: b as u64,
+        s: s as u64,
+        n: n as u64,
+        d: cfg.d_model as u64,
+        f: cfg.d_ff as u64,
+        h: cfg.num_heads as u64,
+        k: cfg.num_kv_heads as u64,
+        hd: hf.head_dim as u64,
+        l: cfg.num_layers as u64,
+        v: cfg.vocab_size as u64,
+        e: 2,
+        eos: hf.eos_token_id.len() as u64,
+        pad_tensor: hf.pad_token_id.is_some(),
+        qk_norm: hf.model_type == Arch::Qwen3,
+    };
+    let x = mul(&[z.b, z.s]);
+    let all_layers = |positions: u64| mul(&[2, z.l, z.cache_half(positions)]);
+    let fixed = z.fixed(weights);
+    // The prefill forward: generate's tensors, the ids' clone, embeddings, cos/sin.
+    let prefill_base = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), z.cos_sin(x)]);
+    let cache_before_last = mul(&[2, z.l - 1, z.cache_half(z.s)]);
+    let mut c: Vec<(&str, &str, &str, u64)> = vec![
+        // The last layer's attention: its input norm's output and the rotary products.
+        ("prefill", "self_attn.rotary", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.rope_q_transient(x)])),
+        // The last layer's post_attention_layernorm over the residual, the cache complete.
+        ("prefill", "post_attention_layernorm", "mul", sum(&[prefill_base, all_layers(z.s), z.act(x), z.rms_norm_transient(x, z.d)])),
+        // The last layer's MLP: the residual, the norm's output, gate/up/product.
+        ("prefill", "mlp", "mul", sum(&[prefill_base, all_layers(z.s), mul(&[2, z.act(x)]), z.mlp_transient(x)])),
+        // lm_head on the final norm's output (the last position, a view of the whole).
+        ("prefill", "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), all_layers(z.s), z.act(x), z.logits()])),
+        // The stopping criteria's `unfinished_sequences & ~criteria` (mul) after the first
+        // token: the fp32 logits, next_tokens, input_ids and position_ids grown by a column,
+        // `~is_done` (B,) bool beside the old and the new unfinished_sequences.
+        ("prefill", "generate", "mul", sum(&[fixed, all_layers(z.s), z.logits(), z.ids_and_positions(1), z.next_token_logits(), mul(&[z.b, 8]), z.b, z.unfinished()])),
+    ];
+    if z.qk_norm {
+        c.insert(0, ("prefill", "self_attn.q_norm", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.q_norm_transient(x)])));
+    }
+    if z.n >= 2 {
+        // The last decode step, k = N − 1: past = S + N − 2 positions, one query per row.
+        let k = z.n - 1;
+        let past = z.s + z.n - 2;
+        let end = all_layers(past + 1);
+        let dec_fixed = sum(&[fixed, z.ids_and_positions(k), z.decode_carried()]);
+        let dec_base = sum(&[dec_fixed, z.embeds_and_input(z.b), z.cos_sin(z.b)]);
+        // The cache before the last layer's update: the others grown, the last one not.
+        let before_last = sum(&[mul(&[2, z.l - 1, z.cache_half(past + 1)]), mul(&[2, z.cache_half(past)])]);
+        c.extend([
+            ("decode", "self_attn.rotary", "mul", sum(&[dec_base, before_last, z.act(z.b), z.rope_q_transient(z.b)])),
+            // DynamicLayer.update's values cat in the last layer: the old values beside the
+            // grown ones, with the rotated q and k and the v projection.
+            ("decode", "self_attn.past_key_values", "cat", sum(&[dec_base, end, z.cache_half(past), z.act(z.b), mul(&[z.b, z.h + z.k, z.hd, z.e]), mul(&[z.b, z.k, z.hd, z.e])])),
+            ("decode", "post_attention_layernorm", "mul", sum(&[dec_base, end, z.act(z.b), z.rms_norm_transient(z.b, z.d)])),
+            ("decode", "mlp", "mul", sum(&[dec_base, end, mul(&[2, z.act(z.b)]), z.mlp_transient(z.b)])),
+            ("decode", "lm_head", "mm", sum(&[dec_fixed, end, z.act(z.b), z.logits()])),
+            // The new fp32 logits beside the previous step's, position_ids grown.
+            ("decode", "generate", if cfg_is_f32(&z) { "clone" } else { "_to_copy" }, sum(&[dec_fixed, mul(&[z.b, 8]), end, z.logits(), z.next_token_logits()])),
+        ]);
+        if z.qk_norm {
+            let at = c.iter().position(|t| t.0 == "decode").expect("pushed above");
+            c.insert(at, ("decode", "self_attn.q_norm", "mul", sum(&[dec_base, before_last, z.act(z.b), z.q_norm_transient(z.b)])));
+        }
+    }
+    // The first moment that reaches the largest.
+    let top = c.iter().map(|t| t.3).max().expect("candidates");
+    let (step, scope, op, bytes) = *c.iter().find(|t| t.3 == top).expect("the max is one of them");
+    let step = if step == "prefill" { "prefill".to_string() } else { format!("decode step {}", z.n - 1) };
+    let layer = format!("generate.model.layers.{}.", z.l - 1);
+    let scope = match scope {
+        "generate" => "generate".to_string(),
+        "lm_head" => "generate.lm_head".to_string(),
+        "mlp" => format!("{layer}mlp"),
+        other => format!("{layer}{other}"),
+    };
+    let candidates = c.iter().map(|t| (format!("{} {} {}", t.0, t.1, t.2), t.3)).collect();
+    GeneratePeak { bytes, step, scope, op: op.to_string(), candidates }
+}
+
+/// Covered runs are bf16: the fp32 copy of the logits is a `_to_copy`.
+fn cfg_is_f32(z: &Dims) -> bool {
+    z.e == 4
+}
