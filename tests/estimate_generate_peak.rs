@@ -2,7 +2,8 @@
 //! (src/analyse/estimate/generate_peak.rs) against a simulated meta `generate()`
 //! (src/model/hf/generation_5_23.rs, byte-exact against transformers in
 //! tests/generate_grid.rs): the peak's bytes, its step, module and op, to the byte, over a
-//! grid of llama, mistral, qwen2 and qwen3 shapes (hidden, intermediate, heads, kv heads,
+//! grid of greedy and sampling (temperature, top-k, num_return_sequences) runs of llama,
+//! mistral, qwen2 and qwen3 shapes (hidden, intermediate, heads, kv heads,
 //! head_dim, layers, vocabulary, eos and pad tokens) × batch 1–8 × prompt 1–4096 × new tokens
 //! 1–256, chosen so that each moment the closed form compares is the peak somewhere.
 use vramscope::analyse::estimate::generate_peak::{covers, peak};
@@ -30,6 +31,26 @@ fn config(arch: Arch, shape: usize, eos: &[i64], pad: Option<i64>) -> ModelConfi
     ModelConfig { flavour: Flavour::Hf, vocab_size: v, d_model: d, num_layers: l, num_heads: h, num_kv_heads: kv, d_ff: f, rope_theta: 10_000.0, norm_eps: 1e-6, norm_fp32_upcast: true, tied_embeddings: false, max_seq_len: 8192, attention: Attention::Naive, checkpoint: Checkpoint::None, fused_qkv: false, fused_gate_up: false, hf: Some(hf), tp: None }
 }
 
+/// Greedy, and sampling with and without the temperature and top-k warpers, with
+/// num_return_sequences.
+const GENERATIONS: usize = 6;
+
+fn generation(i: usize, n: usize) -> GenerateConfig {
+    let mut gc = GenerateConfig::greedy(n);
+    if i == 0 {
+        return gc;
+    }
+    gc.do_sample = true;
+    (gc.temperature, gc.top_k, gc.num_return_sequences) = match i {
+        1 => (1.0, 50, 1),   // GenerationConfig's defaults
+        2 => (0.7, 0, 1),    // temperature alone
+        3 => (1.0, 0, 1),    // no warper
+        4 => (0.7, 50, 3),   // both, three sequences a prompt
+        _ => (1.0, 280, 2),  // a top-k near the vocabulary
+    };
+    gc
+}
+
 #[test]
 fn the_peak_closed_form_equals_a_simulated_generate() {
     let archs = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3];
@@ -38,27 +59,27 @@ fn the_peak_closed_form_equals_a_simulated_generate() {
     let news = [1, 2, 3, 17, 64, 256];
     let tokens: [(&[i64], Option<i64>); 3] = [(&[2], None), (&[2, 7], None), (&[2], Some(0))];
     // A fixed walk over the product (a linear congruential stream), plus the corners.
-    let mut points = vec![(0, 0, 0, 0, 0, 0, 0), (3, 5, 4, 6, 5, 0, 0), (1, 1, 0, 0, 1, 1, 2)];
+    let mut points = vec![(0, 0, 0, 0, 0, 0, 0), (3, 5, 4, 6, 5, 0, 0), (1, 1, 0, 0, 1, 1, 2), (1, 1, 2, 3, 3, 0, 3), (2, 3, 1, 2, 2, 0, 5)];
     let mut x: u64 = 0x9E37_79B9;
     while points.len() < 160 {
         let mut r = |m: usize| {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             ((x >> 33) % m as u64) as usize
         };
-        points.push((r(4), r(SHAPES.len()), r(5), r(7), r(6), r(3), 0));
+        points.push((r(4), r(SHAPES.len()), r(5), r(7), r(6), r(3), r(GENERATIONS)));
     }
     let mut seen = std::collections::BTreeMap::<String, usize>::new();
-    for &(a, shape, bi, si, ni, ti, _) in &points {
+    for &(a, shape, bi, si, ni, ti, gi) in &points {
         let (arch, b, s, n) = (archs[a], batches[bi], prompts[si], news[ni.min(5)]);
         // Keep the big runs cheap: 4096-token prompts with at most 17 new tokens.
         let n = if s >= 1024 { n.min(17) } else { n };
         let (eos, pad) = tokens[ti];
         let cfg = config(arch, shape, eos, pad);
-        let gc = GenerateConfig::greedy(n);
+        let gc = generation(gi, n);
         assert_eq!(covers(&cfg, DType::BF16, &gc), None);
-        let name = format!("{} shape {shape} eos {eos:?} pad {pad:?} B {b} S {s} N {n}", arch.name());
+        let name = format!("{} shape {shape} eos {eos:?} pad {pad:?} B {b} S {s} N {n} {}", arch.name(), gc.describe());
         let sim = simulate(&cfg, DType::BF16, b, s, &gc).unwrap();
-        let p = peak(&cfg, sim.parameter_bytes, b, s, n);
+        let p = peak(&cfg, sim.parameter_bytes, b, s, &gc);
         assert_eq!((p.bytes, &p.step, &p.scope, &p.op), (sim.peak_bytes, &sim.peak_step, &sim.peak_scope, &sim.peak_op), "{name}: {:#?}", p.candidates);
         *seen.entry(format!("{} {} {}", if p.step == "prefill" { "prefill" } else { "decode" }, p.scope.rsplit('.').next().unwrap_or(""), p.op)).or_default() += 1;
     }
@@ -72,6 +93,6 @@ fn what_the_closed_form_does_not_cover_is_named() {
     let cfg = config(Arch::Llama, 0, &[2], None);
     assert!(covers(&cfg, DType::F32, &GenerateConfig::greedy(4)).unwrap().contains("fp32"));
     let mut gc = GenerateConfig::greedy(4);
-    gc.do_sample = true;
-    assert!(covers(&cfg, DType::BF16, &gc).unwrap().contains("sampling"));
+    gc.min_new_tokens = 2;
+    assert!(covers(&cfg, DType::BF16, &gc).unwrap().contains("min_new_tokens"));
 }

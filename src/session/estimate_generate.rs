@@ -139,10 +139,10 @@ fn parameter_bytes(cfg: &ModelConfig, dtype: DType) -> Result<u64> {
 
 impl GeneratePlan {
     pub fn run(&self) -> Result<GenerateResult> {
-        let estimate = crate::analyse::estimate::generate::estimate(&self.model, self.dtype.size() as u64, self.batch, self.seq, self.max_new_tokens);
+        let estimate = crate::analyse::estimate::generate::estimate(&self.model, self.dtype.size() as u64, self.batch * self.generation.num_return_sequences, self.seq, self.max_new_tokens);
         let peak = match generate_peak::covers(&self.model, self.dtype, &self.generation) {
             Some(why) => Err(why),
-            None => Ok(generate_peak::peak(&self.model, parameter_bytes(&self.model, self.dtype)?, self.batch, self.seq, self.max_new_tokens)),
+            None => Ok(generate_peak::peak(&self.model, parameter_bytes(&self.model, self.dtype)?, self.batch, self.seq, &self.generation)),
         };
         let simulated = if self.simulate { Some(simulate(&self.model, self.dtype, self.batch, self.seq, &self.generation)?) } else { None };
         Ok(GenerateResult { estimate, peak, simulated })
@@ -156,6 +156,7 @@ impl GeneratePlan {
             "batch_size": self.batch,
             "context_length": self.seq,
             "max_new_tokens": self.max_new_tokens,
+            "generation": self.generation,
             "weights_dtype": self.dtype.name(),
             "estimate": r.estimate,
             "peak": r.peak.as_ref().ok(),
@@ -175,7 +176,8 @@ impl GeneratePlan {
         let mut s = String::new();
         let e = &r.estimate;
         out!(s,
-            "vramscope estimate | generate (transformers 5.23 greedy, DynamicCache), weights {}, batch {}, prompt {}, max_new_tokens {} | bytes requested; GiB/MiB are 1024-based",
+            "vramscope estimate | generate (transformers 5.23, {}), weights {}, batch {}, prompt {}, max_new_tokens {} | bytes requested; GiB/MiB are 1024-based",
+            self.generation.describe(),
             self.dtype.name(),
             self.batch,
             self.seq,

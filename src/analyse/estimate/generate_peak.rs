@@ -4,11 +4,11 @@
 //! (the first reached on a tie) taken.
 //!
 //! Covered: bf16 weights, sdpa attention on its flash kernel (no mask: the cache never passes
-//! a sliding window, `check` refuses that), greedy, one sequence per prompt, no
-//! min_new_tokens. Other runs are stated by [`covers`], and the caller shows the simulated
-//! peak, labelled, for them.
+//! a sliding window, `check` refuses that), greedy or sampling (temperature, top-k,
+//! num_return_sequences), no min_new_tokens. Other runs are stated by [`covers`], and the
+//! caller shows the simulated peak, labelled, for them.
 //!
-//! Notation: B rows, S prompt tokens, N new tokens, X = B × S (the prefill's tokens), D
+//! Notation: B0 prompts, B = B0 × num_return_sequences rows, S prompt tokens, N new tokens, X = B × S (the prefill's tokens), D
 //! hidden, F intermediate, H heads, K kv heads, d head_dim, L layers, V vocab, e = 2 (bf16),
 //! ids and positions int64 (8 bytes). The decode step that can hold the peak is the last
 //! one (N − 1): its cache, ids and positions are the largest, every other term the same.
@@ -50,14 +50,15 @@ pub fn covers(cfg: &ModelConfig, dtype: DType, gc: &GenerateConfig) -> Option<St
     if hf.mlp_bias || hf.o_bias {
         return Some("mlp or o_proj biases".into());
     }
-    if gc.cache != CacheImplementation::Dynamic || gc.do_sample || gc.num_return_sequences != 1 || gc.min_new_tokens != 0 {
-        return Some(format!("{} (the closed form derives greedy with a DynamicCache)", gc.describe()));
+    if gc.cache != CacheImplementation::Dynamic || gc.min_new_tokens != 0 {
+        return Some(format!("{} (the closed form derives greedy and sampling with a DynamicCache, without min_new_tokens)", gc.describe()));
     }
     None
 }
 
 /// The sizes the terms read, in u64.
 struct Dims {
+    b0: u64,
     b: u64,
     s: u64,
     n: u64,
@@ -72,6 +73,10 @@ struct Dims {
     eos: u64,
     pad_tensor: bool,
     qk_norm: bool,
+    /// do_sample, and its warpers: temperature != 1, top_k (clamped to V; 0: none).
+    sample: bool,
+    temperature: bool,
+    top_k: u64,
 }
 
 fn mul(xs: &[u64]) -> u64 {
@@ -89,17 +94,18 @@ impl Dims {
     fn rope_buffers(&self) -> u64 {
         mul(&[2, self.hd / 2, 4])
     }
-    /// The caller's prompt, `input_ids` (B, S) int64 (generate's `input_ids` is the same tensor).
+    /// The caller's prompt, `input_ids` (B0, S) int64 (generate's `input_ids` is the same
+    /// tensor), and with num_return_sequences its repeat_interleave (B, S), generate's own.
     fn prompt(&self) -> u64 {
-        mul(&[self.b, self.s, 8])
+        sum(&[mul(&[self.b0, self.s, 8]), if self.b != self.b0 { mul(&[self.b, self.s, 8]) } else { 0 }])
     }
     /// `_prepare_special_tokens`: eos_token_tensor; a pad_token_id of the config's own is a
     /// tensor too (else the pad is eos[0], a view).
     fn special_tokens(&self) -> u64 {
         sum(&[mul(&[self.eos, 8]), if self.pad_tensor { 8 } else { 0 }])
     }
-    /// `_prepare_position_ids_for_generation`: the masked_fill result, kept by generate's
-    /// model_kwargs until it returns.
+    /// `_prepare_position_ids_for_generation`: the masked_fill result (repeat_interleave'd to
+    /// B rows with num_return_sequences), kept by generate's model_kwargs until it returns.
     fn position_ids(&self) -> u64 {
         mul(&[self.b, self.s, 8])
     }
@@ -168,19 +174,57 @@ impl Dims {
     fn ids_and_positions(&self, k: u64) -> u64 {
         mul(&[2, self.b, self.s + k, 8])
     }
-    /// The step's model_inputs (input_ids[:, -1:] and position_ids[..., -1:] clones), the
-    /// previous step's fp32 logits and its next_tokens.
+    /// The step's model_inputs (input_ids[:, -1:] and position_ids[..., -1:] clones) and
+    /// what the previous step left bound: [`Dims::previous_scores`].
     fn decode_carried(&self) -> u64 {
-        sum(&[mul(&[2, self.b, 8]), self.next_token_logits(), mul(&[self.b, 8])])
+        sum(&[mul(&[2, self.b, 8]), self.previous_scores()])
+    }
+    /// Whether a logits processor makes the scores a tensor of their own.
+    fn processed(&self) -> bool {
+        self.sample && (self.temperature || self.top_k > 0)
+    }
+    /// `next_token_logits`, `next_token_scores` (a tensor of its own once a warper ran),
+    /// `probs` (sampling) and `next_tokens` (B,) of the previous step: bound until rebound.
+    fn previous_scores(&self) -> u64 {
+        let copies = 1 + u64::from(self.processed()) + u64::from(self.sample);
+        sum(&[mul(&[copies, self.next_token_logits()]), mul(&[self.b, 8])])
+    }
+    /// The moments after the logits' fp32 copy, over `common` (what the step holds besides
+    /// the scores), `old` the previous step's [`Dims::previous_scores`] (0 in the prefill).
+    /// `_to_copy`: the new copy beside the old scores. With top-k (TopKLogitsWarper:
+    /// `scores < topk(scores, k)[0][..., -1, None]`, `masked_fill`): the topk values and
+    /// indices, then the (B, V) bool mask beside the filled scores, over the new copy and the
+    /// temperature's quotient (the old logits dead by then: the old scores keep theirs). The
+    /// sampling's `multinomial`: probs, its exponential draws and the (B, 1) result, beside
+    /// the scores and the old next_tokens.
+    fn after_logits(&self, common: u64, old: u64) -> Vec<(&'static str, u64)> {
+        let bv4 = self.next_token_logits();
+        let old_tokens = if old > 0 { mul(&[self.b, 8]) } else { 0 };
+        let old_after_copy = if self.processed() && old > 0 { old - bv4 } else { old };
+        let quotient = if self.temperature && self.sample { bv4 } else { 0 };
+        let mut c = vec![("_to_copy", sum(&[common, old, bv4]))];
+        if !self.sample {
+            return c;
+        }
+        if self.top_k > 0 {
+            c.push(("topk", sum(&[common, old_after_copy, bv4, quotient, mul(&[self.b, self.top_k, 12])])));
+            c.push(("masked_fill", sum(&[common, old_after_copy, bv4, quotient, mul(&[self.b, self.v]), bv4])));
+        }
+        let scores = if self.processed() { bv4 } else { 0 };
+        c.push(("multinomial", sum(&[common, old_tokens, bv4, scores, mul(&[2, bv4]), mul(&[self.b, 8])])));
+        c
     }
 }
 
 /// The peak of `model.generate(input_ids, max_new_tokens=n)` at (B, S, N) on a covered run
 /// (see [`covers`]); `weights` are the parameters' bytes.
-pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, n: usize) -> GeneratePeak {
+pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateConfig) -> GeneratePeak {
+    let n = gc.max_new_tokens;
+    let rows = b.checked_mul(gc.num_return_sequences).expect("sizes checked before the estimate");
     let hf = cfg.hf().expect("checked: an hf model");
     let z = Dims {
-        b: b as u64,
+        b0: b as u64,
+        b: rows as u64,
         s: s as u64,
         n: n as u64,
         d: cfg.d_model as u64,
@@ -194,6 +238,9 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, n: usize) -> Ge
         eos: hf.eos_token_id.len() as u64,
         pad_tensor: hf.pad_token_id.is_some(),
         qk_norm: hf.model_type == Arch::Qwen3,
+        sample: gc.do_sample,
+        temperature: gc.temperature != 1.0,
+        top_k: gc.top_k.min(cfg.vocab_size) as u64,
     };
     let x = mul(&[z.b, z.s]);
     let all_layers = |positions: u64| mul(&[2, z.l, z.cache_half(positions)]);
@@ -211,10 +258,16 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, n: usize) -> Ge
         // lm_head on the final norm's output (the last position, a view of the whole).
         ("prefill", "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), all_layers(z.s), z.act(x), z.logits()])),
         // The stopping criteria's `unfinished_sequences & ~criteria` (mul) after the first
-        // token: the fp32 logits, next_tokens, input_ids and position_ids grown by a column,
-        // `~is_done` (B,) bool beside the old and the new unfinished_sequences.
-        ("prefill", "generate", "mul", sum(&[fixed, all_layers(z.s), z.logits(), z.ids_and_positions(1), z.next_token_logits(), mul(&[z.b, 8]), z.b, z.unfinished()])),
+        // token: the fp32 logits (and scores, probs), next_tokens, input_ids and position_ids
+        // grown by a column, `~is_done` (B,) bool beside the old and the new
+        // unfinished_sequences.
+        ("prefill", "generate", "mul", sum(&[fixed, all_layers(z.s), z.logits(), z.ids_and_positions(1), z.previous_scores(), z.b, z.unfinished()])),
     ];
+    // The first token's scores: position_ids grown by a column (input_ids is the prompt).
+    let prefill_common = sum(&[fixed, all_layers(z.s), z.logits(), mul(&[z.b, z.s + 1, 8])]);
+    let at = c.len() - 1;
+    let first: Vec<_> = z.after_logits(prefill_common, 0).into_iter().map(|(op, bytes)| ("prefill", "generate", op, bytes)).collect();
+    c.splice(at..at, first);
     if z.qk_norm {
         c.insert(0, ("prefill", "self_attn.q_norm", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.q_norm_transient(x)])));
     }
@@ -235,9 +288,12 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, n: usize) -> Ge
             ("decode", "post_attention_layernorm", "mul", sum(&[dec_base, end, z.act(z.b), z.rms_norm_transient(z.b, z.d)])),
             ("decode", "mlp", "mul", sum(&[dec_base, end, mul(&[2, z.act(z.b)]), z.mlp_transient(z.b)])),
             ("decode", "lm_head", "mm", sum(&[dec_fixed, end, z.act(z.b), z.logits()])),
-            // The new fp32 logits beside the previous step's, position_ids grown.
-            ("decode", "generate", if cfg_is_f32(&z) { "clone" } else { "_to_copy" }, sum(&[dec_fixed, mul(&[z.b, 8]), end, z.logits(), z.next_token_logits()])),
         ]);
+        // The scores of the last token: the step's tensors with position_ids grown by a column.
+        let common = sum(&[fixed, z.ids_and_positions(k), mul(&[2, z.b, 8]), mul(&[z.b, 8]), end, z.logits()]);
+        for (op, bytes) in z.after_logits(common, z.previous_scores()) {
+            c.push(("decode", "generate", op, bytes));
+        }
         if z.qk_norm {
             let at = c.iter().position(|t| t.0 == "decode").expect("pushed above");
             c.insert(at, ("decode", "self_attn.q_norm", "mul", sum(&[dec_base, before_last, z.act(z.b), z.q_norm_transient(z.b)])));
@@ -256,9 +312,4 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, n: usize) -> Ge
     };
     let candidates = c.iter().map(|t| (format!("{} {} {}", t.0, t.1, t.2), t.3)).collect();
     GeneratePeak { bytes, step, scope, op: op.to_string(), candidates }
-}
-
-/// Covered runs are bf16: the fp32 copy of the logits is a `_to_copy`.
-fn cfg_is_f32(z: &Dims) -> bool {
-    z.e == 4
 }
