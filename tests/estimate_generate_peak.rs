@@ -96,3 +96,63 @@ fn what_the_closed_form_does_not_cover_is_named() {
     gc.min_new_tokens = 2;
     assert!(covers(&cfg, DType::BF16, &gc).unwrap().contains("min_new_tokens"));
 }
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().unwrap()
+}
+
+/// The CLI prints the closed-form peak beside the simulated one (equal), takes generate()'s
+/// sampling options, labels the simulated peak where the closed form does not cover the run,
+/// and refuses what neither models, naming the flag.
+#[test]
+fn the_cli_prints_the_closed_form_peak_and_refuses_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("llama.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "llama", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 3000, "max_position_embeddings": 4096, "eos_token_id": 2, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let json = dir.path().join("e.json");
+    let base = ["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "6", "--context-length", "40", "--batch-size", "2", "--precision", "pure-bf16"];
+    for extra in [&[][..], &["--do-sample", "--temperature", "0.7", "--num-return-sequences", "3"][..], &["--do-sample", "--top-k", "0"][..]] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--json", json.to_str().unwrap()]);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("generate peak (closed form, exact against the simulated meta generate()"), "{text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(v["peak"]["bytes"], v["simulated"]["peak_bytes"], "{extra:?}");
+        assert_eq!(v["peak"]["step"], v["simulated"]["peak_step"], "{extra:?}");
+    }
+    // fp32 weights: the simulated peak, labelled with why.
+    let mut args = base.to_vec();
+    *args.last_mut().unwrap() = "fp32";
+    let o = vramscope(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("generate peak (simulated; the closed form does not cover float32 weights"), "{text}");
+    for (extra, flag) in [
+        (&["--num-beams", "2"][..], "--num-beams"),
+        (&["--do-sample", "--top-p", "0.9"][..], "--top-p"),
+        (&["--cache-implementation", "static", "--disable-compile"][..], "--cache-implementation"),
+        (&["--cache-implementation", "offloaded"][..], "--cache-implementation"),
+        (&["--num-return-sequences", "2"][..], "--num-return-sequences"),
+        (&["--temperature", "0.5"][..], "--temperature"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+    }
+    // generate()'s options need --profile-type generate.
+    let o = vramscope(&["estimate", "--config", c, "--do-sample"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--do-sample"));
+}
