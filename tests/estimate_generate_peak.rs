@@ -32,13 +32,22 @@ fn config(arch: Arch, shape: usize, eos: &[i64], pad: Option<i64>) -> ModelConfi
 }
 
 /// Greedy, and sampling with and without the temperature and top-k warpers, with
-/// num_return_sequences.
-const GENERATIONS: usize = 6;
+/// num_return_sequences; min_new_tokens over all the steps, or part of them.
+const GENERATIONS: usize = 9;
 
 fn generation(i: usize, n: usize) -> GenerateConfig {
     let mut gc = GenerateConfig::greedy(n);
-    if i == 0 {
-        return gc;
+    match i {
+        0 => return gc,
+        6 => {
+            gc.min_new_tokens = n;
+            return gc;
+        }
+        7 => {
+            gc.min_new_tokens = n.div_ceil(2);
+            return gc;
+        }
+        _ => {}
     }
     gc.do_sample = true;
     (gc.temperature, gc.top_k, gc.num_return_sequences) = match i {
@@ -46,7 +55,11 @@ fn generation(i: usize, n: usize) -> GenerateConfig {
         2 => (0.7, 0, 1),    // temperature alone
         3 => (1.0, 0, 1),    // no warper
         4 => (0.7, 50, 3),   // both, three sequences a prompt
-        _ => (1.0, 280, 2),  // a top-k near the vocabulary
+        5 => (1.0, 280, 2),  // a top-k near the vocabulary
+        _ => {
+            gc.min_new_tokens = n.div_ceil(3);
+            (0.7, 50, 1)
+        }
     };
     gc
 }
@@ -59,9 +72,9 @@ fn the_peak_closed_form_equals_a_simulated_generate() {
     let news = [1, 2, 3, 17, 64, 256];
     let tokens: [(&[i64], Option<i64>); 3] = [(&[2], None), (&[2, 7], None), (&[2], Some(0))];
     // A fixed walk over the product (a linear congruential stream), plus the corners.
-    let mut points = vec![(0, 0, 0, 0, 0, 0, 0), (3, 5, 4, 6, 5, 0, 0), (1, 1, 0, 0, 1, 1, 2), (1, 1, 2, 3, 3, 0, 3), (2, 3, 1, 2, 2, 0, 5)];
+    let mut points = vec![(0, 0, 0, 0, 0, 0, 0), (3, 5, 4, 6, 5, 0, 0), (1, 1, 0, 0, 1, 1, 2), (1, 1, 2, 3, 3, 0, 3), (2, 3, 1, 2, 2, 0, 5), (0, 1, 1, 3, 4, 0, 7), (0, 1, 2, 2, 5, 0, 6), (2, 1, 0, 1, 3, 0, 8)];
     let mut x: u64 = 0x9E37_79B9;
-    while points.len() < 160 {
+    while points.len() < 200 {
         let mut r = |m: usize| {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             ((x >> 33) % m as u64) as usize
@@ -93,8 +106,8 @@ fn what_the_closed_form_does_not_cover_is_named() {
     let cfg = config(Arch::Llama, 0, &[2], None);
     assert!(covers(&cfg, DType::F32, &GenerateConfig::greedy(4)).unwrap().contains("fp32"));
     let mut gc = GenerateConfig::greedy(4);
-    gc.min_new_tokens = 2;
-    assert!(covers(&cfg, DType::BF16, &gc).unwrap().contains("min_new_tokens"));
+    gc.cache = vramscope::model::hf::generation_config::CacheImplementation::Static;
+    assert!(covers(&cfg, DType::BF16, &gc).unwrap().contains("StaticCache"));
 }
 
 fn vramscope(args: &[&str]) -> std::process::Output {
@@ -117,7 +130,7 @@ fn the_cli_prints_the_closed_form_peak_and_refuses_naming_the_flag() {
     let c = cfg.to_str().unwrap();
     let json = dir.path().join("e.json");
     let base = ["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "6", "--context-length", "40", "--batch-size", "2", "--precision", "pure-bf16"];
-    for extra in [&[][..], &["--do-sample", "--temperature", "0.7", "--num-return-sequences", "3"][..], &["--do-sample", "--top-k", "0"][..]] {
+    for extra in [&[][..], &["--do-sample", "--temperature", "0.7", "--num-return-sequences", "3"][..], &["--do-sample", "--top-k", "0"][..], &["--min-new-tokens", "3"][..]] {
         let mut args = base.to_vec();
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--json", json.to_str().unwrap()]);

@@ -5,7 +5,7 @@
 //!
 //! Covered: bf16 weights, sdpa attention on its flash kernel (no mask: the cache never passes
 //! a sliding window, `check` refuses that), greedy or sampling (temperature, top-k,
-//! num_return_sequences), no min_new_tokens. Other runs are stated by [`covers`], and the
+//! num_return_sequences), min_new_tokens. Other runs are stated by [`covers`], and the
 //! caller shows the simulated peak, labelled, for them.
 //!
 //! Notation: B0 prompts, B = B0 × num_return_sequences rows, S prompt tokens, N new tokens, X = B × S (the prefill's tokens), D
@@ -50,8 +50,8 @@ pub fn covers(cfg: &ModelConfig, dtype: DType, gc: &GenerateConfig) -> Option<St
     if hf.mlp_bias || hf.o_bias {
         return Some("mlp or o_proj biases".into());
     }
-    if gc.cache != CacheImplementation::Dynamic || gc.min_new_tokens != 0 {
-        return Some(format!("{} (the closed form derives greedy and sampling with a DynamicCache, without min_new_tokens)", gc.describe()));
+    if gc.cache != CacheImplementation::Dynamic {
+        return Some(format!("{} (the closed form derives greedy and sampling with a DynamicCache)", gc.describe()));
     }
     None
 }
@@ -77,6 +77,8 @@ struct Dims {
     sample: bool,
     temperature: bool,
     top_k: u64,
+    /// min_new_tokens where the config has an eos token (0: no processor).
+    min_new: u64,
 }
 
 fn mul(xs: &[u64]) -> u64 {
@@ -181,7 +183,7 @@ impl Dims {
     }
     /// Whether a logits processor makes the scores a tensor of their own.
     fn processed(&self) -> bool {
-        self.sample && (self.temperature || self.top_k > 0)
+        self.min_new > 0 || self.sample && (self.temperature || self.top_k > 0)
     }
     /// `next_token_logits`, `next_token_scores` (a tensor of its own once a warper ran),
     /// `probs` (sampling) and `next_tokens` (B,) of the previous step: bound until rebound.
@@ -196,13 +198,29 @@ impl Dims {
     /// indices, then the (B, V) bool mask beside the filled scores, over the new copy and the
     /// temperature's quotient (the old logits dead by then: the old scores keep theirs). The
     /// sampling's `multinomial`: probs, its exponential draws and the (B, 1) result, beside
-    /// the scores and the old next_tokens.
-    fn after_logits(&self, common: u64, old: u64) -> Vec<(&'static str, u64)> {
+    /// the scores and the old next_tokens. With min_new_tokens, first MinLengthLogitsProcessor
+    /// and MinNewTokensLengthLogitsProcessor: each `arange(V)`, `isin(…, eos)` (V bool) and
+    /// `scores.clone()`, and while the step is `early` (fewer new tokens than the minimum)
+    /// `torch.where(eos_mask, -inf, scores)` with its 0-d fp32 scalar; the second beside the
+    /// first's output.
+    fn after_logits(&self, common: u64, old: u64, early: bool) -> Vec<(&'static str, u64)> {
         let bv4 = self.next_token_logits();
         let old_tokens = if old > 0 { mul(&[self.b, 8]) } else { 0 };
         let old_after_copy = if self.processed() && old > 0 { old - bv4 } else { old };
-        let quotient = if self.temperature && self.sample { bv4 } else { 0 };
+        // The scores the warpers start from when a processor made them a tensor of their own.
+        let quotient = if self.temperature && self.sample || self.min_new > 0 { bv4 } else { 0 };
         let mut c = vec![("_to_copy", sum(&[common, old, bv4]))];
+        if self.min_new > 0 {
+            let vocab = sum(&[mul(&[self.v, 8]), self.v]);
+            let base = sum(&[common, old_after_copy, bv4, vocab]);
+            if early {
+                c.push(("where", sum(&[base, bv4, 4, bv4])));
+                c.push(("where", sum(&[base, bv4, bv4, 4, bv4])));
+            } else {
+                c.push(("isin", sum(&[base, bv4])));
+                c.push(("isin", sum(&[base, bv4, bv4])));
+            }
+        }
         if !self.sample {
             return c;
         }
@@ -241,6 +259,7 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         sample: gc.do_sample,
         temperature: gc.temperature != 1.0,
         top_k: gc.top_k.min(cfg.vocab_size) as u64,
+        min_new: if hf.eos_token_id.is_empty() { 0 } else { gc.min_new_tokens as u64 },
     };
     let x = mul(&[z.b, z.s]);
     let all_layers = |positions: u64| mul(&[2, z.l, z.cache_half(positions)]);
@@ -248,28 +267,37 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
     // The prefill forward: generate's tensors, the ids' clone, embeddings, cos/sin.
     let prefill_base = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), z.cos_sin(x)]);
     let cache_before_last = mul(&[2, z.l - 1, z.cache_half(z.s)]);
-    let mut c: Vec<(&str, &str, &str, u64)> = vec![
+    let mut c: Vec<(u64, &str, &str, u64)> = vec![
         // The last layer's attention: its input norm's output and the rotary products.
-        ("prefill", "self_attn.rotary", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.rope_q_transient(x)])),
+        (0, "self_attn.rotary", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.rope_q_transient(x)])),
         // The last layer's post_attention_layernorm over the residual, the cache complete.
-        ("prefill", "post_attention_layernorm", "mul", sum(&[prefill_base, all_layers(z.s), z.act(x), z.rms_norm_transient(x, z.d)])),
+        (0, "post_attention_layernorm", "mul", sum(&[prefill_base, all_layers(z.s), z.act(x), z.rms_norm_transient(x, z.d)])),
         // The last layer's MLP: the residual, the norm's output, gate/up/product.
-        ("prefill", "mlp", "mul", sum(&[prefill_base, all_layers(z.s), mul(&[2, z.act(x)]), z.mlp_transient(x)])),
+        (0, "mlp", "mul", sum(&[prefill_base, all_layers(z.s), mul(&[2, z.act(x)]), z.mlp_transient(x)])),
         // lm_head on the final norm's output (the last position, a view of the whole).
-        ("prefill", "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), all_layers(z.s), z.act(x), z.logits()])),
+        (0, "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), all_layers(z.s), z.act(x), z.logits()])),
         // The stopping criteria's `unfinished_sequences & ~criteria` (mul) after the first
         // token: the fp32 logits (and scores, probs), next_tokens, input_ids and position_ids
         // grown by a column, `~is_done` (B,) bool beside the old and the new
         // unfinished_sequences.
-        ("prefill", "generate", "mul", sum(&[fixed, all_layers(z.s), z.logits(), z.ids_and_positions(1), z.previous_scores(), z.b, z.unfinished()])),
+        (0, "generate", "mul", sum(&[fixed, all_layers(z.s), z.logits(), z.ids_and_positions(1), z.previous_scores(), z.b, z.unfinished()])),
     ];
     // The first token's scores: position_ids grown by a column (input_ids is the prompt).
     let prefill_common = sum(&[fixed, all_layers(z.s), z.logits(), mul(&[z.b, z.s + 1, 8])]);
     let at = c.len() - 1;
-    let first: Vec<_> = z.after_logits(prefill_common, 0).into_iter().map(|(op, bytes)| ("prefill", "generate", op, bytes)).collect();
+    let first: Vec<_> = z.after_logits(prefill_common, 0, z.min_new > 0).into_iter().map(|(op, bytes)| (0, "generate", op, bytes)).collect();
     c.splice(at..at, first);
     if z.qk_norm {
-        c.insert(0, ("prefill", "self_attn.q_norm", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.q_norm_transient(x)])));
+        c.insert(0, (0, "self_attn.q_norm", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.q_norm_transient(x)])));
+    }
+    // The last step that still masks eos (k = min_new_tokens − 1), when it is not the last:
+    // its processors' `where` copies may outweigh the one position more of the last step.
+    if z.min_new >= 2 && z.min_new < z.n {
+        let k = z.min_new - 1;
+        let common = sum(&[fixed, z.ids_and_positions(k), mul(&[2, z.b, 8]), mul(&[z.b, 8]), all_layers(z.s + k), z.logits()]);
+        for (op, bytes) in z.after_logits(common, z.previous_scores(), true) {
+            c.push((k, "generate", op, bytes));
+        }
     }
     if z.n >= 2 {
         // The last decode step, k = N − 1: past = S + N − 2 positions, one query per row.
@@ -281,28 +309,29 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         // The cache before the last layer's update: the others grown, the last one not.
         let before_last = sum(&[mul(&[2, z.l - 1, z.cache_half(past + 1)]), mul(&[2, z.cache_half(past)])]);
         c.extend([
-            ("decode", "self_attn.rotary", "mul", sum(&[dec_base, before_last, z.act(z.b), z.rope_q_transient(z.b)])),
+            (k, "self_attn.rotary", "mul", sum(&[dec_base, before_last, z.act(z.b), z.rope_q_transient(z.b)])),
             // DynamicLayer.update's values cat in the last layer: the old values beside the
             // grown ones, with the rotated q and k and the v projection.
-            ("decode", "self_attn.past_key_values", "cat", sum(&[dec_base, end, z.cache_half(past), z.act(z.b), mul(&[z.b, z.h + z.k, z.hd, z.e]), mul(&[z.b, z.k, z.hd, z.e])])),
-            ("decode", "post_attention_layernorm", "mul", sum(&[dec_base, end, z.act(z.b), z.rms_norm_transient(z.b, z.d)])),
-            ("decode", "mlp", "mul", sum(&[dec_base, end, mul(&[2, z.act(z.b)]), z.mlp_transient(z.b)])),
-            ("decode", "lm_head", "mm", sum(&[dec_fixed, end, z.act(z.b), z.logits()])),
+            (k, "self_attn.past_key_values", "cat", sum(&[dec_base, end, z.cache_half(past), z.act(z.b), mul(&[z.b, z.h + z.k, z.hd, z.e]), mul(&[z.b, z.k, z.hd, z.e])])),
+            (k, "post_attention_layernorm", "mul", sum(&[dec_base, end, z.act(z.b), z.rms_norm_transient(z.b, z.d)])),
+            (k, "mlp", "mul", sum(&[dec_base, end, mul(&[2, z.act(z.b)]), z.mlp_transient(z.b)])),
+            (k, "lm_head", "mm", sum(&[dec_fixed, end, z.act(z.b), z.logits()])),
         ]);
         // The scores of the last token: the step's tensors with position_ids grown by a column.
         let common = sum(&[fixed, z.ids_and_positions(k), mul(&[2, z.b, 8]), mul(&[z.b, 8]), end, z.logits()]);
-        for (op, bytes) in z.after_logits(common, z.previous_scores()) {
-            c.push(("decode", "generate", op, bytes));
+        for (op, bytes) in z.after_logits(common, z.previous_scores(), z.min_new >= z.n) {
+            c.push((k, "generate", op, bytes));
         }
         if z.qk_norm {
-            let at = c.iter().position(|t| t.0 == "decode").expect("pushed above");
-            c.insert(at, ("decode", "self_attn.q_norm", "mul", sum(&[dec_base, before_last, z.act(z.b), z.q_norm_transient(z.b)])));
+            let at = c.iter().position(|t| t.0 == k).expect("pushed above");
+            c.insert(at, (k, "self_attn.q_norm", "mul", sum(&[dec_base, before_last, z.act(z.b), z.q_norm_transient(z.b)])));
         }
     }
     // The first moment that reaches the largest.
     let top = c.iter().map(|t| t.3).max().expect("candidates");
     let (step, scope, op, bytes) = *c.iter().find(|t| t.3 == top).expect("the max is one of them");
-    let step = if step == "prefill" { "prefill".to_string() } else { format!("decode step {}", z.n - 1) };
+    let label = |step: u64| if step == 0 { "prefill".to_string() } else { format!("decode step {step}") };
+    let step = label(step);
     let layer = format!("generate.model.layers.{}.", z.l - 1);
     let scope = match scope {
         "generate" => "generate".to_string(),
@@ -310,6 +339,6 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         "mlp" => format!("{layer}mlp"),
         other => format!("{layer}{other}"),
     };
-    let candidates = c.iter().map(|t| (format!("{} {} {}", t.0, t.1, t.2), t.3)).collect();
+    let candidates = c.iter().map(|t| (format!("{} {} {}", label(t.0), t.1, t.2), t.3)).collect();
     GeneratePeak { bytes, step, scope, op: op.to_string(), candidates }
 }
