@@ -4,7 +4,8 @@
 //! (the first reached on a tie) taken.
 //!
 //! Covered: bf16 weights, sdpa attention on its flash kernel (no mask: the cache never passes
-//! a sliding window, `check` refuses that), greedy or sampling (temperature, top-k,
+//! a sliding window, `check` refuses that) or eager attention (its mask and softmax, and the
+//! attention weights the decoder layer holds through its MLP), greedy or sampling (temperature, top-k,
 //! num_return_sequences), min_new_tokens. Other runs are stated by [`covers`], and the
 //! caller shows the simulated peak, labelled, for them.
 //!
@@ -38,10 +39,10 @@ pub fn covers(cfg: &ModelConfig, dtype: DType, gc: &GenerateConfig) -> Option<St
     if dtype != DType::BF16 {
         return Some(format!("{} weights (the closed form derives bf16; fp32's sdpa runs the math or memory-efficient kernel)", dtype.name()));
     }
-    if hf.attn_implementation != AttnImplementation::Sdpa {
-        return Some(format!("attn_implementation {} (the closed form derives sdpa)", hf.attn_implementation.name()));
+    if hf.attn_implementation == AttnImplementation::FlashAttention2 {
+        return Some("attn_implementation flash_attention_2 (the closed form derives sdpa and eager)".into());
     }
-    if hf.sdpa_kernel(cfg.num_heads, cfg.num_kv_heads, true, 1) != SdpaBackend::Flash {
+    if hf.attn_implementation == AttnImplementation::Sdpa && hf.sdpa_kernel(cfg.num_heads, cfg.num_kv_heads, true, 1) != SdpaBackend::Flash {
         return Some("an sdpa kernel other than flash (head_dim above 256 or not a multiple of 8, or a forced backend)".into());
     }
     if !matches!(hf.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) || hf.moe.is_some() || hf.lora.is_some() || hf.bnb.is_some() {
@@ -79,6 +80,8 @@ struct Dims {
     top_k: u64,
     /// min_new_tokens where the config has an eos token (0: no processor).
     min_new: u64,
+    /// attn_implementation eager (else sdpa's flash kernel).
+    eager: bool,
 }
 
 fn mul(xs: &[u64]) -> u64 {
@@ -168,6 +171,29 @@ impl Dims {
     /// `_prefill`'s `input_ids.clone()` (model_inputs), dead when `_prefill` returns.
     fn prefill_ids_clone(&self) -> u64 {
         mul(&[self.b, self.s, 8])
+    }
+
+    // ---- eager attention, `q` queries per row over `kv` keys ----
+
+    /// create_causal_mask's eager mask, `torch.where(mask, 0, finfo.min)`: (B, 1, q, kv),
+    /// held until the model returns (sdpa: none, is_causal).
+    fn mask(&self, q: u64, kv: u64) -> u64 {
+        if self.eager { mul(&[self.b, q, kv, self.e]) } else { 0 }
+    }
+    /// repeat_kv's copies of the keys and values (B, H, kv, d) with grouped-query heads:
+    /// `expand(...).reshape(...)` copies unless one kv head makes it a view.
+    fn repeated_kv(&self, kv: u64) -> u64 {
+        if self.eager && self.k > 1 && self.k < self.h { mul(&[2, self.b, self.h, kv, self.hd, self.e]) } else { 0 }
+    }
+    /// eager_attention_forward's weights (B, H, q, kv) in the weights' dtype, returned and
+    /// held by the decoder layer until it returns (through its MLP).
+    fn attn_weights(&self, q: u64, kv: u64) -> u64 {
+        if self.eager { mul(&[self.b, self.h, q, kv, self.e]) } else { 0 }
+    }
+    /// The softmax's high point: the masked scores beside their fp32 copy
+    /// (`softmax(dim=-1, dtype=float32)`'s `_to_copy`) and the fp32 softmax.
+    fn softmax_transient(&self, q: u64, kv: u64) -> u64 {
+        mul(&[self.b, self.h, q, kv, self.e + 8])
     }
 
     // ---- the decode loop's tensors at step k ----
@@ -260,20 +286,22 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         temperature: gc.temperature != 1.0,
         top_k: gc.top_k.min(cfg.vocab_size) as u64,
         min_new: if hf.eos_token_id.is_empty() { 0 } else { gc.min_new_tokens as u64 },
+        eager: hf.attn_implementation == AttnImplementation::Eager,
     };
     let x = mul(&[z.b, z.s]);
     let all_layers = |positions: u64| mul(&[2, z.l, z.cache_half(positions)]);
     let fixed = z.fixed(weights);
     // The prefill forward: generate's tensors, the ids' clone, embeddings, cos/sin.
-    let prefill_base = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), z.cos_sin(x)]);
+    let prefill_base = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), z.cos_sin(x), z.mask(z.s, z.s)]);
+    let prefill_weights = z.attn_weights(z.s, z.s);
     let cache_before_last = mul(&[2, z.l - 1, z.cache_half(z.s)]);
     let mut c: Vec<(u64, &str, &str, u64)> = vec![
         // The last layer's attention: its input norm's output and the rotary products.
         (0, "self_attn.rotary", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.rope_q_transient(x)])),
         // The last layer's post_attention_layernorm over the residual, the cache complete.
-        (0, "post_attention_layernorm", "mul", sum(&[prefill_base, all_layers(z.s), z.act(x), z.rms_norm_transient(x, z.d)])),
+        (0, "post_attention_layernorm", "mul", sum(&[prefill_base, all_layers(z.s), prefill_weights, z.act(x), z.rms_norm_transient(x, z.d)])),
         // The last layer's MLP: the residual, the norm's output, gate/up/product.
-        (0, "mlp", "mul", sum(&[prefill_base, all_layers(z.s), mul(&[2, z.act(x)]), z.mlp_transient(x)])),
+        (0, "mlp", "mul", sum(&[prefill_base, all_layers(z.s), prefill_weights, mul(&[2, z.act(x)]), z.mlp_transient(x)])),
         // lm_head on the final norm's output (the last position, a view of the whole).
         (0, "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), all_layers(z.s), z.act(x), z.logits()])),
         // The stopping criteria's `unfinished_sequences & ~criteria` (mul) after the first
@@ -287,6 +315,17 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
     let at = c.len() - 1;
     let first: Vec<_> = z.after_logits(prefill_common, 0, z.min_new > 0).into_iter().map(|(op, bytes)| (0, "generate", op, bytes)).collect();
     c.splice(at..at, first);
+    if z.eager {
+        // eager_attention_forward's softmax in the last layer: the input norm's output, the
+        // rotated queries, repeat_kv's copies and the scores.
+        let at = c.iter().position(|t| t.1 == "post_attention_layernorm").expect("pushed above");
+        let held = sum(&[prefill_base, all_layers(z.s), z.act(x), mul(&[x, z.h, z.hd, z.e]), z.repeated_kv(z.s)]);
+        c.insert(at, (0, "self_attn.attention", "softmax", sum(&[held, z.softmax_transient(z.s, z.s)])));
+        // `attn_weights @ value_states` (B, H, S, d), then its `transpose(1, 2).contiguous()`
+        // copy (none for one query: the transpose is contiguous already).
+        let outputs = if z.s > 1 { ("clone", 2) } else { ("bmm", 1) };
+        c.insert(at + 1, (0, "self_attn.attention", outputs.0, sum(&[held, prefill_weights, mul(&[outputs.1, x, z.h, z.hd, z.e])])));
+    }
     if z.qk_norm {
         c.insert(0, (0, "self_attn.q_norm", "mul", sum(&[prefill_base, cache_before_last, z.act(x), z.q_norm_transient(x)])));
     }
@@ -305,7 +344,8 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         let past = z.s + z.n - 2;
         let end = all_layers(past + 1);
         let dec_fixed = sum(&[fixed, z.ids_and_positions(k), z.decode_carried()]);
-        let dec_base = sum(&[dec_fixed, z.embeds_and_input(z.b), z.cos_sin(z.b)]);
+        let dec_base = sum(&[dec_fixed, z.embeds_and_input(z.b), z.cos_sin(z.b), z.mask(1, past + 1)]);
+        let dec_weights = z.attn_weights(1, past + 1);
         // The cache before the last layer's update: the others grown, the last one not.
         let before_last = sum(&[mul(&[2, z.l - 1, z.cache_half(past + 1)]), mul(&[2, z.cache_half(past)])]);
         c.extend([
@@ -313,14 +353,20 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
             // DynamicLayer.update's values cat in the last layer: the old values beside the
             // grown ones, with the rotated q and k and the v projection.
             (k, "self_attn.past_key_values", "cat", sum(&[dec_base, end, z.cache_half(past), z.act(z.b), mul(&[z.b, z.h + z.k, z.hd, z.e]), mul(&[z.b, z.k, z.hd, z.e])])),
-            (k, "post_attention_layernorm", "mul", sum(&[dec_base, end, z.act(z.b), z.rms_norm_transient(z.b, z.d)])),
-            (k, "mlp", "mul", sum(&[dec_base, end, mul(&[2, z.act(z.b)]), z.mlp_transient(z.b)])),
+            (k, "post_attention_layernorm", "mul", sum(&[dec_base, end, dec_weights, z.act(z.b), z.rms_norm_transient(z.b, z.d)])),
+            (k, "mlp", "mul", sum(&[dec_base, end, dec_weights, mul(&[2, z.act(z.b)]), z.mlp_transient(z.b)])),
             (k, "lm_head", "mm", sum(&[dec_fixed, end, z.act(z.b), z.logits()])),
         ]);
         // The scores of the last token: the step's tensors with position_ids grown by a column.
         let common = sum(&[fixed, z.ids_and_positions(k), mul(&[2, z.b, 8]), mul(&[z.b, 8]), end, z.logits()]);
         for (op, bytes) in z.after_logits(common, z.previous_scores(), z.min_new >= z.n) {
             c.push((k, "generate", op, bytes));
+        }
+        if z.eager {
+            let at = c.iter().position(|t| t.0 == k && t.1 == "post_attention_layernorm").expect("pushed above");
+            let held = sum(&[dec_base, end, z.act(z.b), mul(&[z.b, z.h, z.hd, z.e]), z.repeated_kv(past + 1)]);
+            c.insert(at, (k, "self_attn.attention", "softmax", sum(&[held, z.softmax_transient(1, past + 1)])));
+            c.insert(at + 1, (k, "self_attn.attention", "bmm", sum(&[held, dec_weights, mul(&[z.b, z.h, z.hd, z.e])])));
         }
         if z.qk_norm {
             let at = c.iter().position(|t| t.0 == k).expect("pushed above");
