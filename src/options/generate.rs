@@ -32,11 +32,12 @@ pub struct GenerateFlags {
     /// Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors)
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub min_new_tokens: Option<usize>,
-    /// Beam search's beams (default 1); beam search is not modelled yet
+    /// Beam search's beams (default 1): `_beam_search` with the cache reordered every step
+    /// (length_penalty 1.0, early_stopping False; with --do-sample not modelled yet)
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_beams: Option<usize>,
-    /// Sequences returned per prompt when sampling (default 1): the batch is repeated this
-    /// many times before the prefill
+    /// Sequences returned per prompt (default 1): with sampling the batch is repeated this
+    /// many times before the prefill; with beam search the best beams (at most --num-beams)
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_return_sequences: Option<usize>,
 }
@@ -85,13 +86,22 @@ impl GenerateFlags {
             }
         }
         if let Some(n) = self.num_beams.filter(|&n| n != 1) {
-            return Err(usage("--num-beams", if n == 0 { "must be at least 1".to_string() } else { format!("beam search ({n} beams) is not modelled yet: profile greedy or sampling (num_beams 1)") }));
+            if n == 0 {
+                return Err(usage("--num-beams", "must be at least 1"));
+            }
+            if self.do_sample {
+                return Err(usage("--num-beams", format!("beam search with --do-sample (beam-search multinomial sampling, {n} beams) is not modelled yet: profile beam search without --do-sample, or sampling with num_beams 1")));
+            }
+            gc.num_beams = n;
         }
         if let Some(n) = self.num_return_sequences.filter(|&n| n != 1) {
             if n == 0 {
                 return Err(usage("--num-return-sequences", "must be at least 1"));
             }
-            if !self.do_sample {
+            if gc.num_beams > 1 && n > gc.num_beams {
+                return Err(usage("--num-return-sequences", format!("`num_return_sequences` ({n}) has to be smaller or equal to `num_beams` ({}).", gc.num_beams)));
+            }
+            if !self.do_sample && gc.num_beams == 1 {
                 return Err(usage("--num-return-sequences", format!("Greedy methods without beam search do not support `num_return_sequences` different than 1 (got {n}).")));
             }
             gc.num_return_sequences = n;
