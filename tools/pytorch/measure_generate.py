@@ -12,7 +12,8 @@ kernel scratch left out as there.
 
 Options of generate() a point may name (gen_kwargs): cache "static" (cache_implementation,
 with disable_compile=True), do_sample (with temperature/top_k/top_p when named, else
-GenerationConfig's defaults: top_k 50 only), min_new_tokens. Sampling draws from the global
+GenerationConfig's defaults: top_k 50 only), min_new_tokens, num_return_sequences, num_beams
+(beam search: generate returns B x num_return_sequences rows). Sampling draws from the global
 generator, seeded once in setup: the measured call's tokens, and so its bytes, are the same on
 every run.
 
