@@ -173,7 +173,8 @@ const KNOWN_FAILING_BEAMS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_beams.json (`make_generate_grid.py --beams`):
 /// generate() with `num_beams` 2-4 (`_beam_search`), `num_return_sequences` 1..beams, the
-/// DynamicCache and a StaticCache, min_new_tokens.
+/// DynamicCache and a StaticCache, min_new_tokens, and beam sampling (`do_sample`: the
+/// warpers, multinomial without replacement).
 #[test]
 fn generate_beams_grid_matches_transformers() {
     let doc = check_grid("pytorch_grid/generate_beams.json", 20, KNOWN_FAILING_BEAMS);
@@ -186,6 +187,8 @@ fn generate_beams_grid_matches_transformers() {
     assert!(count(&|p| p["num_return_sequences"].as_u64().is_some_and(|n| n > 1)) >= 6, "num_return_sequences points");
     assert!(count(&|p| p["num_return_sequences"] == p["num_beams"]) >= 2, "all beams returned");
     assert!(count(&|p| p["max_new_tokens"].as_u64().is_some_and(|n| n >= 64)) >= 1, "64 new tokens");
+    assert!(count(&|p| p["do_sample"] == true) >= 6, "beam sampling points");
+    assert!(count(&|p| p["do_sample"] == true && p["cache"] == "static") >= 1, "beam sampling over a static cache");
     for mt in ["llama", "mistral", "qwen2", "qwen3"] {
         for dtype in ["fp32", "bf16"] {
             assert!(count(&|p| p["model_type"] == mt && p["dtype"] == dtype) >= 1, "{mt} {dtype}");

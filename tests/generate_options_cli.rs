@@ -27,7 +27,6 @@ fn generate_options_that_are_refused_name_their_flag() {
         (&["--cache-implementation", "static"], "--disable-compile"),
         (&["--cache-implementation", "offloaded", "--disable-compile"], "--cache-implementation"),
         (&["--cache-implementation", "paged"], "--cache-implementation"),
-        (&["--num-beams", "2", "--do-sample"], "--num-beams"),
         (&["--num-beams", "0"], "--num-beams"),
         (&["--num-beams", "2", "--num-return-sequences", "3"], "--num-return-sequences"),
         (&["--num-return-sequences", "2"], "--num-return-sequences"),
@@ -106,4 +105,7 @@ fn beam_search_holds_a_cache_per_beam_reordered_every_step() {
         assert!(b > &(g + 3 * 128_256 * 4), "beams {beams:?} vs greedy {greedy:?}");
     }
     assert!(text.contains("beam search (3 beams, num_return_sequences 2), DynamicCache, max_new_tokens 5"), "{text}");
+    let (_, sampled_kv, text) = steps("beam-sampling", &["--num-beams", "2", "--do-sample", "--top-k", "1"]);
+    assert_eq!(sampled_kv, 2 * greedy_kv);
+    assert!(text.contains("beam sampling (2 beams, top_k 1), DynamicCache, max_new_tokens 5"), "{text}");
 }

@@ -36,7 +36,8 @@ pub struct GenerateFlags {
     /// Beam search's beams (default 1): `_beam_search`, the cache reordered every step
     ///
     /// GenerationConfig's length_penalty 1.0 and early_stopping False; every step runs to
-    /// --max-new-tokens. With --do-sample (beam sampling) not modelled yet.
+    /// --max-new-tokens. With --do-sample: beam sampling (the warpers on the log-probabilities,
+    /// multinomial draws of 2 x beams candidates).
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_beams: Option<usize>,
     /// Sequences returned per prompt (default 1); with beam search at most --num-beams
@@ -93,9 +94,6 @@ impl GenerateFlags {
         if let Some(n) = self.num_beams.filter(|&n| n != 1) {
             if n == 0 {
                 return Err(usage("--num-beams", "must be at least 1"));
-            }
-            if self.do_sample {
-                return Err(usage("--num-beams", format!("beam search with --do-sample (beam-search multinomial sampling, {n} beams) is not modelled yet: profile beam search without --do-sample, or sampling with num_beams 1")));
             }
             gc.num_beams = n;
         }

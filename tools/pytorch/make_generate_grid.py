@@ -181,6 +181,15 @@ BEAMS = [
     # min_new_tokens: the processors on the log-probabilities
     ("llama", 3, "sdpa", "bf16", dict(num_beams=2, min_new_tokens=4)),
     ("mistral", 2, "eager", "fp32", dict(num_beams=3, min_new_tokens=2)),
+    # beam sampling (do_sample with num_beams > 1): the warpers on the log-probabilities
+    # (TopK keeps at least n_eos + 1 tokens), multinomial without replacement of 2 x beams
+    # candidates over the (B, beams x V) softmax
+    ("llama", 0, "sdpa", "fp32", dict(num_beams=2, do_sample=True)),
+    ("mistral", 1, "eager", "bf16", dict(num_beams=3, do_sample=True, temperature=0.7)),
+    ("qwen2", 3, "sdpa", "fp32", dict(num_beams=4, do_sample=True, top_k=1, num_return_sequences=2)),
+    ("qwen3", 5, "sdpa", "bf16", dict(num_beams=2, do_sample=True, top_k=0, cache="static")),
+    ("llama", 2, "eager", "bf16", dict(num_beams=3, do_sample=True, top_k=20, temperature=1.3, num_return_sequences=3)),
+    ("qwen2", 1, "sdpa", "fp32", dict(num_beams=4, do_sample=True, batch=2)),
 ]
 
 
@@ -277,8 +286,8 @@ def main():
     a = ap.parse_args()
     import transformers
     if a.only:
-        path = os.path.join(a.out, "generate_options.json")
-        doc, t0 = G.measure_only(path, [(p,) for p in ogrid()], run_job, name_job, a.only, maxtasksperchild=1)
+        path = os.path.join(a.out, "generate_beams.json" if a.beams else "generate_options.json")
+        doc, t0 = G.measure_only(path, [(p,) for p in (bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(True))
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)

@@ -161,3 +161,34 @@ impl Tensor {
         built(self, DType::Bool, &self.shape().to_vec(), "_to_copy", &[self], || self.to_vec_f64().into_iter().map(|x| (x != 0.0) as u8 as f64).collect())
     }
 }
+
+impl Tensor {
+    /// `torch.multinomial(probs, n, replacement=False)` over the last dim of (rows, V), n > 1:
+    /// ATen's device-generic no-replacement path draws `q = empty_like(probs).exponential_()`,
+    /// divides probs by it into q, then `topk_out(vals, result, q, n)` with `vals` an empty
+    /// (rows, n) of probs' type; vals then q die on return.
+    #[track_caller]
+    pub fn multinomial_without_replacement(&self, n: usize) -> Tensor {
+        assert_eq!(self.rank(), 2, "multinomial over (rows, V)");
+        let (rows, v) = (self.dim(0), self.dim(1));
+        assert!(n >= 1 && n <= v, "multinomial: {n} samples of {v}");
+        let q = built(self, self.dtype(), self.shape(), "exponential_", &[self], || {
+            self.to_vec_f64().into_iter().map(|p| p / -super::sampling::uniform().ln()).collect()
+        });
+        let vals = Tensor::build(self.device(), self.dtype(), &[rows, n], "empty", &[], || Buffer::zeros(self.dtype(), rows * n));
+        let result = built(self, DType::I64, &[rows, n], "topk", &[&q], || {
+            rows_of(&q).into_iter().flat_map(|r| {
+                let mut ix: Vec<(usize, f64)> = r.into_iter().enumerate().collect();
+                ix.sort_by(|a, b| b.1.total_cmp(&a.1));
+                ix.into_iter().take(n).map(|(i, _)| i as f64).collect::<Vec<_>>()
+            }).collect()
+        });
+        drop(vals);
+        drop(q);
+        result
+    }
+}
+
+fn rows_of(t: &Tensor) -> Vec<Vec<f64>> {
+    rows(t)
+}

@@ -1,5 +1,5 @@
-//! transformers 5.23.0's `_beam_search` (generation/utils.py; `num_beams` > 1, greedy: no
-//! sampling), op for op, after generate's setup has repeated the prompts `num_beams` times:
+//! transformers 5.23.0's `_beam_search` (generation/utils.py; `num_beams` > 1, beam search
+//! or, with do_sample, beam sampling), op for op, after generate's setup has repeated the prompts `num_beams` times:
 //! the static-shaped running/finished tensors (`running_sequences` and `sequences`
 //! (B, beams, max_length) int64, `running_beam_indices` and `beam_indices` (B, beams,
 //! max_new_tokens) int32, the (B, beams) scores and flags), per step the fp32 copy of the
@@ -33,7 +33,6 @@ use std::rc::Rc;
 /// where generate's locals die).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, gc: &GenerateConfig, batch: usize, eos_ids: &[i64], pad_id: Option<i64>, eos: Option<Tensor>, pad: Option<Tensor>, on_step: &mut dyn FnMut(Step)) -> Generated {
-    assert!(!gc.do_sample, "beam sampling is not modelled");
     let device = input_ids.device();
     let beams = gc.num_beams;
     let n_new = gc.max_new_tokens;
@@ -128,7 +127,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
             log_probs = Some(summed.reshape(&[batch, beams * vocab]));
         }
         // c. _get_top_k_continuations: the old candidates die when the new ones are bound.
-        let continuations = top_k_continuations(log_probs.as_ref().expect("set above"), &running_sequences, &running_beam_indices, cur_len, s, keep, beams, vocab);
+        let continuations = top_k_continuations(log_probs.as_ref().expect("set above"), &running_sequences, &running_beam_indices, cur_len, s, keep, beams, vocab, gc.do_sample);
         topk = Some(continuations);
         let (topk_log_probs, topk_sequences, topk_beam_indices) = topk.as_ref().expect("set above");
         // d. stopping_criteria on the candidates' first cur_len + 1 tokens (a view), unflattened.
@@ -258,17 +257,26 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
     Generated { sequences: out_sequences, kv_cache_bytes }
 }
 
-/// `_get_top_k_continuations` (greedy): topk over the (B, beams × V) sums, the candidates'
+/// `_get_top_k_continuations`: topk (or, sampling, multinomial draws) over the (B, beams × V) sums, the candidates'
 /// beams (`// V`) gathered from the running sequences and beam indices, their tokens
 /// (`% V`) written at cur_len, the batch-offset beam indices written at cur_len - prompt.
 /// Returns (topk_log_probs, topk_running_sequences, topk_running_beam_indices); the
 /// locals die on return in their order (topk_indices, the beams, the ids, the offset, the
 /// offset indices).
 #[allow(clippy::too_many_arguments)]
-fn top_k_continuations(log_probs: &Tensor, running_sequences: &Tensor, running_beam_indices: &Tensor, cur_len: usize, prompt: usize, keep: usize, beams: usize, vocab: usize) -> (Tensor, Tensor, Tensor) {
+fn top_k_continuations(log_probs: &Tensor, running_sequences: &Tensor, running_beam_indices: &Tensor, cur_len: usize, prompt: usize, keep: usize, beams: usize, vocab: usize, do_sample: bool) -> (Tensor, Tensor, Tensor) {
     let device = log_probs.device();
     let batch = log_probs.dim(0);
-    let (values, indices) = log_probs.topk_last(keep);
+    // Greedy: topk of the sums; sampling: multinomial (no replacement) over their softmax
+    // (dying once it returns), the sums gathered at the draws.
+    let (values, indices) = if do_sample {
+        let probs = log_probs.softmax(-1);
+        let drawn = probs.multinomial_without_replacement(keep);
+        drop(probs);
+        (log_probs.gather_any(1, &drawn), drawn)
+    } else {
+        log_probs.topk_last(keep)
+    };
     let beam_of = indices.floor_div_int(vocab as i64);
     let topk_beam_indices = running_beam_indices.take_along_dim(&beam_of, 1);
     let topk_sequences = running_sequences.take_along_dim(&beam_of, 1);

@@ -283,7 +283,10 @@ pub(super) fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: 
         if gc.top_k != 0 {
             // scores < topk(scores, k)[0][..., -1, None]: the indices die with the tuple, the
             // values once the comparison is made; then masked_fill(…, -inf).
-            let k = gc.top_k.min(vocab);
+            // top_k = max(top_k, min_tokens_to_keep): beam methods keep n_eos + 1 tokens
+            // (2 without an eos), then at most the vocabulary.
+            let min_keep = if gc.num_beams > 1 { (eos.len() + 1).max(2) } else { 1 };
+            let k = gc.top_k.max(min_keep).min(vocab);
             let remove = {
                 let (values, indices) = scores.topk_last(k);
                 drop(indices);

@@ -69,7 +69,13 @@ impl GenerateConfig {
             if self.num_return_sequences > 1 {
                 w.push(format!("num_return_sequences {}", self.num_return_sequences));
             }
-            if w.is_empty() { "sampling".to_string() } else { format!("sampling ({})", w.join(", ")) }
+            let kind = if self.num_beams > 1 {
+                w.insert(0, format!("{} beams", self.num_beams));
+                "beam sampling"
+            } else {
+                "sampling"
+            };
+            if w.is_empty() { kind.to_string() } else { format!("{kind} ({})", w.join(", ")) }
         } else if self.num_beams > 1 {
             let mut t = format!("beam search ({} beams", self.num_beams);
             if self.num_return_sequences > 1 {
