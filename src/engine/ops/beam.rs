@@ -139,7 +139,7 @@ impl Tensor {
     /// `self + n` of an int32 or int64 tensor (its own type).
     #[track_caller]
     pub fn add_int_same(&self, n: i64) -> Tensor {
-        built(self, self.dtype(), &self.shape().to_vec(), "add", &[self], || self.to_vec_f64().into_iter().map(|x| x + n as f64).collect())
+        built(self, self.dtype(), self.shape(), "add", &[self], || self.to_vec_f64().into_iter().map(|x| x + n as f64).collect())
     }
 
     /// `self.sum(dim=-1)` of a bool/int tensor: int64.
@@ -158,7 +158,7 @@ impl Tensor {
     /// `self.to(torch.bool)` of an int tensor.
     #[track_caller]
     pub fn to_bool(&self) -> Tensor {
-        built(self, DType::Bool, &self.shape().to_vec(), "_to_copy", &[self], || self.to_vec_f64().into_iter().map(|x| (x != 0.0) as u8 as f64).collect())
+        built(self, DType::Bool, self.shape(), "_to_copy", &[self], || self.to_vec_f64().into_iter().map(|x| (x != 0.0) as u8 as f64).collect())
     }
 }
 
@@ -170,14 +170,14 @@ impl Tensor {
     #[track_caller]
     pub fn multinomial_without_replacement(&self, n: usize) -> Tensor {
         assert_eq!(self.rank(), 2, "multinomial over (rows, V)");
-        let (rows, v) = (self.dim(0), self.dim(1));
+        let (r, v) = (self.dim(0), self.dim(1));
         assert!(n >= 1 && n <= v, "multinomial: {n} samples of {v}");
         let q = built(self, self.dtype(), self.shape(), "exponential_", &[self], || {
             self.to_vec_f64().into_iter().map(|p| p / -super::sampling::uniform().ln()).collect()
         });
-        let vals = Tensor::build(self.device(), self.dtype(), &[rows, n], "empty", &[], || Buffer::zeros(self.dtype(), rows * n));
-        let result = built(self, DType::I64, &[rows, n], "topk", &[&q], || {
-            rows_of(&q).into_iter().flat_map(|r| {
+        let vals = Tensor::build(self.device(), self.dtype(), &[r, n], "empty", &[], || Buffer::zeros(self.dtype(), r * n));
+        let result = built(self, DType::I64, &[r, n], "topk", &[&q], || {
+            rows(&q).into_iter().flat_map(|r| {
                 let mut ix: Vec<(usize, f64)> = r.into_iter().enumerate().collect();
                 ix.sort_by(|a, b| b.1.total_cmp(&a.1));
                 ix.into_iter().take(n).map(|(i, _)| i as f64).collect::<Vec<_>>()
@@ -187,8 +187,4 @@ impl Tensor {
         drop(q);
         result
     }
-}
-
-fn rows_of(t: &Tensor) -> Vec<Vec<f64>> {
-    rows(t)
 }
