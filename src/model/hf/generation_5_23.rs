@@ -113,12 +113,12 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     // An all-ones mask is dropped (no padding): (attention_mask == 1).all().
     drop(attention_mask.eq_int(1).all());
     drop(attention_mask);
-    // The prompt's ids are checked for negative values.
-    drop(input_ids.lt_int(0).any());
-    // _expand_inputs_for_generation(expand_size=num_return_sequences): input_ids and the
-    // position ids repeat_interleave'd over the batch; the prompt's position ids die when it
-    // returns (its local), generate's model_kwargs keeps the expanded ones.
-    let n = gc.num_return_sequences;
+    // _expand_inputs_for_generation(expand_size=max(num_beams, num_return_sequences)):
+    // input_ids and the position ids repeat_interleave'd over the batch; the prompt's
+    // position ids die when it returns (its local), generate's model_kwargs keeps the
+    // expanded ones.
+    let n = gc.num_return_sequences.max(gc.num_beams);
+    let prompt_ids = input_ids;
     let (input_ids, position_ids) = if n > 1 {
         let ids = input_ids.repeat_interleave(n, 0);
         let pos = position_ids.repeat_interleave(n, 0);
@@ -128,6 +128,12 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
         (input_ids.clone(), position_ids)
     };
     let b = b0.checked_mul(n).expect("batch x num_return_sequences overflows");
+    // _get_logits_processor checks the prompt's ids (inputs_tensor, not expanded) for
+    // negative values.
+    drop(prompt_ids.lt_int(0).any());
+    if gc.num_beams > 1 {
+        return super::beam_search_5_23::beam_search(m, &input_ids, position_ids, gc, b0, &eos_ids, pad_id, eos, pad, on_step);
+    }
     // _sample: unfinished_sequences = ones(B).
     let mut unfinished = Tensor::ones(&[b], DType::I64, device);
     let cache: KvCache = Rc::new(RefCell::new(Vec::new()));
@@ -239,7 +245,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
 /// eos token and min_new_tokens, MinLengthLogitsProcessor (min_length = prompt +
 /// min_new_tokens) and MinNewTokensLengthLogitsProcessor; when sampling, the warpers
 /// TemperatureLogitsWarper (temperature != 1) and TopKLogitsWarper (top_k != 0).
-fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eos: &[i64]) -> Tensor {
+pub(super) fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eos: &[i64]) -> Tensor {
     let device = logits.device();
     let vocab = logits.dim(-1);
     let mut scores = logits.clone();
@@ -277,7 +283,10 @@ fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eo
         if gc.top_k != 0 {
             // scores < topk(scores, k)[0][..., -1, None]: the indices die with the tuple, the
             // values once the comparison is made; then masked_fill(…, -inf).
-            let k = gc.top_k.min(vocab);
+            // top_k = max(top_k, min_tokens_to_keep): beam methods keep n_eos + 1 tokens
+            // (2 without an eos), then at most the vocabulary.
+            let min_keep = if gc.num_beams > 1 { (eos.len() + 1).max(2) } else { 1 };
+            let k = gc.top_k.max(min_keep).min(vocab);
             let remove = {
                 let (values, indices) = scores.topk_last(k);
                 drop(indices);

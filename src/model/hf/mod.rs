@@ -8,6 +8,7 @@
 //! file beside it.
 pub mod config_file;
 pub mod config_json;
+pub mod beam_search_5_23;
 pub mod generation_5_23;
 pub mod gemma;
 pub mod generation_config;
