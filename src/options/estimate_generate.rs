@@ -50,6 +50,11 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     if generation.cache != crate::model::hf::generation_config::CacheImplementation::Dynamic {
         return Err(usage("--cache-implementation", "static: estimate's closed form derives the DynamicCache; `vramscope profile --profile-type generate --cache-implementation static --disable-compile` runs the StaticCache op for op"));
     }
+    // Beam search keeps beams × rows, reorders the cache every step and holds its own
+    // running/finished tensors: profile models it op for op; the closed form does not.
+    if generation.num_beams > 1 {
+        return Err(usage("--num-beams", format!("{}: estimate's closed form derives greedy search and sampling; `vramscope profile --profile-type generate --num-beams {}` runs beam search op for op", generation.num_beams, generation.num_beams)));
+    }
     let rows = batch.checked_mul(generation.num_return_sequences).ok_or_else(|| usage("--num-return-sequences", "times --batch-size overflows"))?;
     // The closed form's products hold in 64 bits where the tensors' sizes do.
     cfg.check_sizes(rows, seq + n, "--context-length").map_err(UsageError::from)?;
