@@ -381,8 +381,10 @@ pub fn auto_fit_max_model_len(c: &ServeConfig, p: &ServePlan) -> Result<u64, Str
 }
 
 /// `format_gib`: `f"{round(b / GiB, 2)}"`, as Python prints the float (`80.0`, `55.9`).
+/// Python's round is correctly rounded with ties to even on the exact binary value (5.625 GiB
+/// prints 5.62), which is what Rust's `{:.2}` does; the result then prints as its shortest repr.
 pub fn format_gib(b: i128) -> String {
-    let r = (b as f64 / GIB * 100.0).round() / 100.0;
+    let r: f64 = format!("{:.2}", b as f64 / GIB).parse().expect("a formatted float parses");
     let s = format!("{r}");
     if s.contains('.') {
         s
@@ -440,6 +442,9 @@ mod tests {
     fn python_formats() {
         assert_eq!(format_gib(80 << 30), "80.0");
         assert_eq!(format_gib((559 << 30) / 10), "55.9");
+        // Python: round(5.625, 2) == 5.62 (ties to even on the exact value).
+        assert_eq!(format_gib(6_039_797_760), "5.62");
+        assert_eq!(format_gib(-(1 << 29)), "-0.5");
         assert_eq!(commas(457_760), "457,760");
         assert_eq!(commas(131_072), "131,072");
         assert_eq!(commas(999), "999");
