@@ -74,12 +74,12 @@ pub fn outcome(a: &ServeArgs) -> anyhow::Result<Outcome> {
 /// defaults stay those of the length it started from, as vLLM sets them before it knows the fit
 /// (`config/model.py:2639-2653`, `engine/arg_utils.py:3151-3231`).
 fn find_max_model_len(a: &ServeArgs) -> anyhow::Result<Outcome> {
-    let (mut serve, err) = plan_at(a)?;
+    // vLLM's error at the starting length is what auto-fit answers, so it is dropped here.
+    let (mut serve, _) = plan_at(a)?;
     let upper = serve.config.max_model_len as u64;
     if let Some(e) = weights_error(&serve) {
         return Ok(Outcome { serve, error: Some(e), auto_fit: None, find: Some((ServeFind::MaxModelLen, None)), find_note: None });
     }
-    let _ = err;
     match vllm::auto_fit_max_model_len(&serve.config, &serve.plan) {
         Err(e) => Ok(Outcome { serve, error: Some(e), auto_fit: None, find: Some((ServeFind::MaxModelLen, None)), find_note: None }),
         Ok(best) => {
