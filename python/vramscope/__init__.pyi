@@ -1711,4 +1711,91 @@ def analyze(
     AnalyzeResult
     """
 
+def serve(
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
+    *,
+    config: Any = None,
+    gpu: Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'] = 'H100-80GB',
+    gpu_memory_utilization: float = 0.92,
+    max_model_len: Optional[int] = None,
+    max_num_seqs: Optional[int] = None,
+    max_num_batched_tokens: Optional[int] = None,
+    block_size: int = 16,
+    kv_cache_dtype: Literal['auto', 'fp8', 'fp8_e4m3'] = 'auto',
+    enforce_eager: bool = False,
+    tensor_parallel_size: int = 1,
+    find: Optional[Literal['max-model-len', 'max-num-seqs']] = None,
+) -> Dict[str, Any]:
+    """``vramscope serve``: vLLM 0.33.0's start-up memory plan: available KV cache memory, cache size
+    in tokens and maximum concurrency, in vLLM's log words.
+
+    vLLM 0.33.0's start-up memory plan (``enforce_eager=True`` required), or with
+    ``find='max-model-len'|'max-num-seqs'`` the inverse question's answer: a dict with ``plan``
+    (every term in bytes), ``log`` (vLLM's log lines), ``fits`` and vLLM's ``error`` when it would
+    not start.
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
+        Model preset: one of the Hugging Face ones (Llama-*, Mistral-7B, Qwen*; the others are not
+        vLLM models). [--preset; also preset=]
+    config : Any, default None
+        A Hugging Face config.json (or a model folder holding one) instead of a preset model_type
+        llama, mistral, qwen2 or qwen3 (a sliding window on every layer or on none); its torch_dtype
+        (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it. Also a dict (a
+        config.json's content) or a transformers ``PretrainedConfig`` (anything with ``to_dict()``).
+        [--config]
+    gpu : Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'], default 'H100-80GB'
+        The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it). One of: H100-80GB,
+        H200-141GB, A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB, RTXA6000-48GB.
+        [--gpu]
+    gpu_memory_utilization : float, default 0.92
+        Fraction of the GPU's total memory vLLM may use, in (0, 1] (vLLM 0.33.0's default 0.92).
+        [--gpu-memory-utilization]
+    max_model_len : Optional[int], default None
+        Longest request (prompt and output) in tokens (default: the model's
+        max_position_embeddings). [--max-model-len]
+    max_num_seqs : Optional[int], default None
+        Most requests in one batch (default: vllm serve's for the GPU: 1024 on H100/H200, else 256).
+        [--max-num-seqs]
+    max_num_batched_tokens : Optional[int], default None
+        Most tokens in one batch, the profile run's dummy batch (default: vllm serve's: 8192 on
+        H100, 16384 from 160 GiB, else 2048). [--max-num-batched-tokens]
+    block_size : int, default 16
+        Tokens per KV cache block (a multiple of 16, FlashAttention's kernel block sizes).
+        [--block-size]
+    kv_cache_dtype : Literal['auto', 'fp8', 'fp8_e4m3'], default 'auto'
+        KV cache element type: auto (the weights' dtype), or 1-byte fp8 (fp8_e4m3) on H100/H200
+        vLLM's FlashAttention backend stores an fp8 cache only with FlashAttention 3 on SM 9.0
+        (`flash_attn_supports_kv_cache_dtype`, `v1/attention/backends/fa_utils.py:282`); other GPUs
+        and fp8_e5m2 select other attention backends, which are not modelled. One of: auto, fp8,
+        fp8_e4m3. [--kv-cache-dtype]
+    enforce_eager : bool, default False
+        No CUDA graphs (required: the graphs' memory is measured by capturing them on the GPU) vLLM
+        0.33.0 subtracts the memory of its CUDA graphs, which it measures by capturing them at
+        start-up; without a GPU that term cannot be known, so the plan is made for --enforce-eager,
+        where it is 0. [--enforce-eager]
+    tensor_parallel_size : int, default 1
+        GPUs the model is sharded over (tensor parallelism); the plan is one rank's Weights, KV
+        heads and the profile run's MLP are split as vLLM's parallel layers split them (KV heads
+        replicated when the ranks outnumber them); every rank gets the same number of blocks. The
+        heads, KV heads, intermediate size and padded vocabulary must divide.
+        [--tensor-parallel-size]
+    find : Optional[Literal['max-model-len', 'max-num-seqs']], default None
+        Answer an inverse question instead of planning at the given lengths max-model-len: the
+        longest --max-model-len for which one request fits, by vLLM's own search (what `vllm serve
+        --max-model-len -1` auto-fits to). max-num-seqs: the largest --max-num-seqs for which that
+        many requests of --max-model-len tokens hold their KV cache at once (vLLM itself does not
+        cap max_num_seqs by the cache: it queues what does not fit). One of: max-model-len,
+        max-num-seqs. [--find]
+
+    Returns
+    -------
+    Dict[str, Any]
+    """
+
 # END generated
