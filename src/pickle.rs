@@ -466,6 +466,10 @@ pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Value, FileE
     r.io_checked(res, &io)
 }
 
+/// Most bytes of a pipe or device read (whole, before parsing): unlike a regular file, such an
+/// input cannot be read twice nor through a window.
+const WHOLE_READ: u64 = 256 << 20;
+
 /// The input of `path` within `limits.max_input_bytes`: a regular file is read through a
 /// window as it is parsed; anything else (a pipe, a device) is read whole first, refused as
 /// soon as it passes the budget. A first byte that is no opcode is refused at offset 0
@@ -493,6 +497,12 @@ fn open_input(path: &std::path::Path, limits: &Limits) -> Result<(Input<'static>
             return Err(FileError::Pickle(PickleError {
                 offset: limits.max_input_bytes as usize,
                 message: format!("input larger than {} bytes (budget --max-input-bytes)", limits.max_input_bytes),
+            }));
+        }
+        if !regular && size > WHOLE_READ {
+            return Err(FileError::Pickle(PickleError {
+                offset: WHOLE_READ as usize,
+                message: format!("input from a pipe or device larger than {WHOLE_READ} bytes, which are read whole (copy it to a regular file, which is read through a window within --max-input-bytes)"),
             }));
         }
         data.extend_from_slice(&chunk[..n]);

@@ -568,11 +568,18 @@ pub fn read_file_condensed(path: &std::path::Path, limits: &Limits, max_records:
         return Err(Refused::Bail);
     }
     let (first, what) = super::open_input(path, limits).map_err(Refused::File)?;
-    let fetched = match fetched_keys(first, limits.max_memo) {
-        Ok(k) => k,
-        Err(e) => return Err(Refused::File(super::FileError::Pickle(e))),
-    };
+    let fetched = fetched_keys(first, limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?;
     let (input, _) = super::open_input(path, limits).map_err(Refused::File)?;
+    condense_input(input, fetched, limits, max_records, max_frames, &what)
+}
+
+/// [`read_file_condensed`] of a pickle in memory (what the fuzz targets drive).
+pub fn read_condensed(data: &[u8], limits: &Limits, max_records: usize, max_frames: usize) -> Result<Condensed, Refused> {
+    let fetched = fetched_keys(Input::slice(data), limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?;
+    condense_input(Input::slice(data), fetched, limits, max_records, max_frames, "cannot read the pickle")
+}
+
+fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records: usize, max_frames: usize, what: &str) -> Result<Condensed, Refused> {
     let mut r = Reader::new(input, limits);
     r.cond = Some(Box::new(State {
         fetched,
@@ -596,7 +603,7 @@ pub fn read_file_condensed(path: &std::path::Path, limits: &Limits, max_records:
         }
         r.condensed(root)
     });
-    match r.io_checked(res, &what) {
+    match r.io_checked(res, what) {
         Ok(c) => Ok(c),
         Err(super::FileError::Pickle(e)) if e.message == BAIL => Err(Refused::Bail),
         Err(e) => Err(Refused::File(e)),
