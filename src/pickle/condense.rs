@@ -218,20 +218,39 @@ pub(super) struct State {
     /// Every key stored (MEMOIZE numbers slots by `len(memo)`).
     stored: Keys,
     len: u64,
-    /// What fetched keys hold.
-    values: HashMap<u64, Item>,
+    /// What fetched keys hold: keys below [`DENSE_KEYS`] through `dense` (slot + 1, 0: none)
+    /// into `slots`, the rest in `far_values`. A lookup per memo fetch is on the hot path.
+    dense: Vec<u32>,
+    slots: Vec<Item>,
+    far_values: HashMap<u64, Item>,
     /// Nodes held from more than one place (fetched from the memo, or DUP'ed).
     shared: Vec<bool>,
     /// Nodes condensed while something else still holds them: they must not change.
     frozen: Vec<bool>,
     pub(super) free: Vec<usize>,
-    frame_of: HashMap<usize, u32>,
-    list_of: HashMap<usize, u32>,
+    /// Frame id of a shared frame dict, and list id of a shared frame list, by node (NONE: none).
+    frame_of: Vec<u32>,
+    list_of: Vec<u32>,
     frames: FrameTable,
     actions: Names,
     categories: Names,
     records: usize,
     max_records: usize,
+}
+
+/// Memo keys below this (64 MiB of slot numbers at most) are looked up by index.
+const DENSE_KEYS: u64 = 1 << 24;
+const NONE: u32 = u32::MAX;
+
+fn id_at(v: &[u32], i: usize) -> Option<u32> {
+    v.get(i).copied().filter(|&x| x != NONE)
+}
+
+fn set_id(v: &mut Vec<u32>, i: usize, id: u32) {
+    if v.len() <= i {
+        v.resize(i + 1, NONE);
+    }
+    v[i] = id;
 }
 
 fn flag(v: &[bool], i: usize) -> bool {
@@ -258,20 +277,48 @@ impl State {
     }
 
     pub(super) fn get(&self, key: u64) -> Option<&Item> {
-        self.values.get(&key)
+        if key < DENSE_KEYS {
+            return match self.dense.get(key as usize) {
+                Some(&s) if s > 0 => self.slots.get(s as usize - 1),
+                _ => None,
+            };
+        }
+        self.far_values.get(&key)
+    }
+
+    fn values(&self) -> usize {
+        self.slots.len() + self.far_values.len()
+    }
+
+    fn store(&mut self, key: u64, it: Item) {
+        if key < DENSE_KEYS {
+            let k = key as usize;
+            if self.dense.len() <= k {
+                self.dense.resize(k + 1, 0);
+            }
+            match self.dense[k] {
+                0 => {
+                    self.slots.push(it);
+                    self.dense[k] = self.slots.len() as u32;
+                }
+                s => self.slots[s as usize - 1] = it,
+            }
+        } else {
+            self.far_values.insert(key, it);
+        }
     }
 
     /// PUT/MEMOIZE: only a fetched key keeps its value (and counts against `--max-memo`).
     pub(super) fn put(&mut self, key: u64, it: Item, max_memo: usize) -> Result<(), String> {
         let new = !self.stored.contains(key);
         if self.fetched.contains(key) {
-            if !self.values.contains_key(&key) && self.values.len() >= max_memo {
+            if self.get(key).is_none() && self.values() >= max_memo {
                 return Err(format!("more than {max_memo} memo entries (budget --max-memo)"));
             }
             if let Item::Node(i) = it {
                 self.share(i);
             }
-            self.values.insert(key, it);
+            self.store(key, it);
         } else if new && self.stored.far.len() >= max_memo {
             return Err(format!("more than {max_memo} memo entries (budget --max-memo)"));
         }
@@ -433,7 +480,7 @@ impl Reader<'_> {
         let c = self.cond.as_mut().expect("streaming mode");
         let shared = flag(&c.shared, j);
         if shared {
-            if let Some(&id) = c.list_of.get(&j) {
+            if let Some(id) = id_at(&c.list_of, j) {
                 return Ok(id);
             }
         }
@@ -457,7 +504,7 @@ impl Reader<'_> {
         let c = self.cond.as_mut().expect("streaming mode");
         let id = c.frames.list_of(ids)?;
         if shared {
-            c.list_of.insert(j, id);
+            set_id(&mut c.list_of, j, id);
             set(&mut c.frozen, j, true);
         } else {
             self.items = self.items.saturating_sub(items.len());
@@ -474,7 +521,7 @@ impl Reader<'_> {
         let Item::Node(d) = *f else { return c.frames.frame_of(None, None, 0) };
         let shared = flag(&c.shared, d);
         if shared {
-            if let Some(&id) = c.frame_of.get(&d) {
+            if let Some(id) = id_at(&c.frame_of, d) {
                 return Ok(id);
             }
         }
@@ -496,7 +543,7 @@ impl Reader<'_> {
         let (name, file) = (text(name), text(file));
         let id = c.frames.frame_of(name.as_deref(), file.as_deref(), line)?;
         if shared {
-            c.frame_of.insert(d, id);
+            set_id(&mut c.frame_of, d, id);
             set(&mut c.frozen, d, true);
         } else if own {
             if let (_, Node::Dict(p)) = &self.nodes[d] {
@@ -585,12 +632,14 @@ fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records:
         fetched,
         stored: Keys::default(),
         len: 0,
-        values: HashMap::new(),
+        dense: Vec::new(),
+        slots: Vec::new(),
+        far_values: HashMap::new(),
         shared: Vec::new(),
         frozen: Vec::new(),
         free: Vec::new(),
-        frame_of: HashMap::new(),
-        list_of: HashMap::new(),
+        frame_of: Vec::new(),
+        list_of: Vec::new(),
         frames: FrameTable::new(max_frames),
         actions: Names::default(),
         categories: Names::default(),
