@@ -359,11 +359,8 @@ impl Reader<'_> {
         for (k, v) in pairs {
             match (k, v) {
                 (Item::Node(_), _) => return false,
-                (Item::Str(k), Item::Node(j)) if &**k == "frames" => {
-                    if !self.frames_ok(*j) {
-                        return false;
-                    }
-                }
+                (Item::Str(k), Item::Node(j)) if &**k == "frames" && !self.frames_ok(*j) => return false,
+                (Item::Str(k), Item::Node(_)) if &**k == "frames" => {}
                 (_, Item::Node(_)) => return false,
                 (Item::Str(k), v) if &**k == "action" => action = matches!(v, Item::Str(_)),
                 _ => {}
