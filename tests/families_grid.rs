@@ -36,3 +36,14 @@ fn gemma2_grid_matches_transformers() {
 fn gemma3_text_grid_matches_transformers() {
     family("gemma3_text", 45);
 }
+
+/// Mistral's sliding window below, at and above S (make_family_grid.py --family sliding_window):
+/// at S, sdpa builds the mask (transformers skips it only while the keys are fewer than the window).
+#[test]
+fn mistral_sliding_window_edges_match_transformers() {
+    let doc = grid_common::fixture("hf_grid/sliding_window.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    assert!(points.iter().all(|p| p["point"]["model_type"] == "mistral" && p["point"]["sliding_window"].is_u64()));
+    grid_common::check("sliding_window", points, 36, &[], grid_common::hf::run_vramscope);
+}

@@ -390,7 +390,7 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
     if matches!(k, SdpaBackend::Flash | SdpaBackend::Efficient | SdpaBackend::CpuFlash) && hf.sdpa_masked(seq) {
         return Err(usage(
             "--sdpa-backend",
-            format!("the sliding window ({}) is shorter than the context {seq}, so SDPA gets a mask, and the {k} kernel's mask handling is not modelled; use --sdpa-backend math or --attn-implementation eager", hf.sliding_window.unwrap_or(0)),
+            format!("the sliding window ({}) is not longer than the context {seq}, so SDPA gets a mask, and the {k} kernel's mask handling is not modelled; use --sdpa-backend math or --attn-implementation eager", hf.sliding_window.unwrap_or(0)),
         ));
     }
     Ok(())

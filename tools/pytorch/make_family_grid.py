@@ -113,7 +113,23 @@ def gemma_grid(family):
     return todo
 
 
+def window_grid():
+    """Mistral's sliding window at its edges: below S (the overlay masks), at S (sdpa must build the
+    mask: `_ignore_causal_mask_sdpa` skips only while kv_length < window) and above S (sdpa skips
+    it; eager builds it, the overlay changing no value), eager and sdpa, fp32 and bf16."""
+    todo = []
+    for k, (rel, attn, dtype) in enumerate([(r, a, d) for r in ("below", "at", "above") for a in ("eager", "sdpa")
+                                             for d in ("fp32", "bf16")]):
+        p = point("mistral", k)
+        S = p["seq"]
+        p.update(attn=attn, dtype=dtype, sliding_window={"below": S // 2, "at": S, "above": S + 1}[rel])
+        todo += [(p, kind) for kind in TYPES3]
+    return todo
+
+
 def grid(family):
+    if family == "sliding_window":
+        return window_grid()
     if family.startswith("gemma"):
         return gemma_grid(family)
     todo = []
@@ -142,7 +158,8 @@ def run_one(job):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--family", choices=H.FAMILY_TYPES, required=True)
+    ap.add_argument("--family", choices=list(H.FAMILY_TYPES) + ["sliding_window"], required=True,
+                    help="a model family, or sliding_window: Mistral's window below, at and above S")
     ap.add_argument("--out", default=G.OUT)
     ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()

@@ -240,10 +240,11 @@ pub struct HfConfig {
 }
 
 impl HfConfig {
-    /// Whether SDPA is given an explicit mask: only when a sliding window is shorter than the
-    /// sequence (`_ignore_causal_mask_sdpa` drops a causal mask and an all-ones padding mask).
+    /// Whether SDPA is given an explicit mask: only when a sliding window is no longer than the
+    /// sequence (`_ignore_causal_mask_sdpa` drops a causal mask and an all-ones padding mask,
+    /// and a window's mask only while kv_length < window).
     pub fn sdpa_masked(&self, seq: usize) -> bool {
-        self.sliding_window.is_some_and(|w| w < seq)
+        self.sliding_window.is_some_and(|w| w <= seq)
     }
 
     /// `use_gqa_in_sdpa`: fewer key/value heads, no mask, head_dim ≤ 256 (else transformers

@@ -415,8 +415,10 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, dev
 fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
-    // gpt-oss's sliding mask applies its window overlay whatever the length.
-    let window = hf.sliding_window.filter(|&w| w < kv || is_gpt_oss(hf));
+    // A window as long as the keys still makes sdpa build the mask: `_ignore_causal_mask_sdpa`
+    // skips it only while kv_length < local_attention_size (measured at S = window,
+    // hf_grid/sliding_window.json). gpt-oss's sliding mask applies its overlay whatever the length.
+    let window = hf.sliding_window.filter(|&w| w <= kv || is_gpt_oss(hf));
     match hf.attn_implementation {
         AttnImplementation::FlashAttention2 => return None,
         AttnImplementation::Sdpa if window.is_none() && allow_skip => return None, // _ignore_causal_mask_sdpa
