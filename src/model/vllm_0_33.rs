@@ -6,8 +6,8 @@
 //!
 //! - requested memory = ceil(total_memory × gpu_memory_utilization)
 //!   (`v1/worker/utils.py:724`; total from `torch.accelerator.get_memory_info`,
-//!   `utils/mem_utils.py:143`). vramscope has no GPU: it takes the total nvidia-smi reports
-//!   (`record::gpu`), which is what `cudaMemGetInfo` returns as total.
+//!   `utils/mem_utils.py:143`). vramscope has no GPU: it takes `torch.cuda.mem_get_info`'s
+//!   total as published reports give it per GPU (`record::gpu`, each with its source).
 //!   vLLM first stops unless the free memory at its init snapshot is at least the requested
 //!   memory (`v1/worker/utils.py:761`); that free memory is the total less the CUDA context,
 //!   NCCL and cuBLAS handles, measured at run time: not checked here, and said so in the output.
