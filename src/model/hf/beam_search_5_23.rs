@@ -97,16 +97,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
             forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, static_len, past: cur_len - 1, mask: mask.as_ref() })
         };
         // _update_model_kwargs_for_generation: the position ids grow by one column.
-        {
-            let ar = Tensor::arange(1, device).view(&[1, 1]);
-            let t = ar.add_i64(&step_pos.narrow(1, cur_len - 1, 1));
-            drop(ar);
-            let next = t.add_int(1);
-            drop(t);
-            let grown = Tensor::cat(&[step_pos.clone(), next.clone()], -1);
-            drop(next);
-            step_pos = grown;
-        }
+        step_pos = super::generation_5_23::grow_position_ids(&step_pos, cur_len, device);
         // logits = outputs.logits[:, -1, :].to(copy=True, dtype=float32); log_softmax; the
         // processors; `del model_outputs`.
         let vocab = logits.dim(-1);

@@ -24,7 +24,7 @@
 use super::generation_config::{CacheImplementation, GenerateConfig};
 use super::transformers_5_23::{forward_generate, static_generation_mask, GenerationInputs, KvCache};
 use crate::engine::runtime::{self, scope};
-use crate::engine::{DType, Tensor};
+use crate::engine::{DType, Device, Tensor};
 use crate::model::Model;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -170,17 +170,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             let (x, p, mask) = model_inputs.insert((x, p, mask));
             forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, static_len, past: len - 1, mask: mask.as_ref() })
         };
-        // _update_model_kwargs_for_generation: arange(1) + position_ids[..., -1:] + 1, cat.
-        {
-            let ar = Tensor::arange(1, device).view(&[1, 1]);
-            let t = ar.add_i64(&step_pos.narrow(1, len - 1, 1));
-            drop(ar);
-            let next = t.add_int(1);
-            drop(t);
-            let grown = Tensor::cat(&[step_pos.clone(), next.clone()], -1);
-            drop(next);
-            step_pos = grown;
-        }
+        step_pos = grow_position_ids(&step_pos, len, device);
         // outputs.logits[:, -1].to(copy=True, dtype=float32); no logits processors by default.
         {
             let last = logits.select(1, logits.dim(1) - 1);
@@ -300,4 +290,15 @@ pub(super) fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: 
         }
     }
     scores
+}
+
+/// `_update_model_kwargs_for_generation`: `arange(1) + position_ids[..., -1:] + 1`, then cat'ed
+/// onto the `len` position ids (the old tensor dies when the caller rebinds).
+pub(super) fn grow_position_ids(step_pos: &Tensor, len: usize, device: Device) -> Tensor {
+    let ar = Tensor::arange(1, device).view(&[1, 1]);
+    let t = ar.add_i64(&step_pos.narrow(1, len - 1, 1));
+    drop(ar);
+    let next = t.add_int(1);
+    drop(t);
+    Tensor::cat(&[step_pos.clone(), next], -1)
 }
