@@ -193,7 +193,7 @@ impl Block {
         q = rope(&self.rope, &q, &token_positions);
         k = rope(&self.rope, &k, &token_positions);
         let (seq, causal_mask, mut attn_output) = if cfg.attention == Attention::Flash {
-            (None, None, Tensor::flash_attention(&q, &k, &v, true, 1.0 / (dk as f64).sqrt()))
+            (None, None, Tensor::sdpa_causal(&q, &k, &v, 1.0 / (dk as f64).sqrt()))
         } else {
             // seq = torch.arange(sequence_length); qi, kj = rearranged views; causal_mask = qi >= kj
             let (seq, mask) = {

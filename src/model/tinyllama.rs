@@ -159,7 +159,7 @@ impl Block {
         }
         if cfg.attention == Attention::Flash {
             // F.scaled_dot_product_attention(q, k, v, is_causal=True): the mask is not read.
-            let mut out = Tensor::flash_attention(&q, &k, &v, true, (hd as f64).powf(-0.5));
+            let mut out = Tensor::sdpa_causal(&q, &k, &v, (hd as f64).powf(-0.5));
             out = out.transpose(1, 2).contiguous().view(&[b, s, h * hd]);
             return nn_linear("o_proj", &out, &l.o);
         }

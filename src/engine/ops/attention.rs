@@ -255,6 +255,22 @@ impl Tensor {
         Tensor::fused_attention(FusedKernel::Flash, q, k, v, None, causal, scale)
     }
 
+    /// `F.scaled_dot_product_attention(q, k, v, is_causal=True)` with no mask, through the
+    /// kernel PyTorch picks on CUDA: flash for half types (also under autocast, which casts
+    /// the inputs), memory-efficient for fp32 (flash has no fp32 kernel). Measured on an H200
+    /// (tests/gpu_grid.rs: the profiler names `_efficient_attention_forward` for fp32). On
+    /// sm90 with cuDNN ≥ 9.x PyTorch prefers cuDNN attention for half types, which is not
+    /// modelled: flash stands in for it.
+    #[track_caller]
+    pub fn sdpa_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Tensor {
+        let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
+        if half || k.dim(1) != q.dim(1) {
+            Tensor::flash_attention(q, k, v, true, scale)
+        } else {
+            Tensor::efficient_attention(q, k, v, true, scale)
+        }
+    }
+
     /// As [`Tensor::flash_attention`] through the memory-efficient kernel (no GQA; the
     /// logsumexp rows are padded to 32; the backward keeps the per-row D and, for half
     /// types, an fp32 dQ accumulator).
@@ -313,7 +329,15 @@ impl Tensor {
         // `empty_like` of q as the kernel sees it (q's own dim order), on CUDA and on CPU
         // (torch 2.15's CPU kernel too: a q contiguous in (B, h, S, d), as Phi-3's rotary cat
         // makes it, gives an output that `transpose(1, 2).contiguous()` must copy).
-        let (out_st, out_l) = alloc_like(&q, dtype, fwd_op);
+        // The memory-efficient kernel writes its output as (B, S, h, d) (`at::empty({B, M,
+        // num_heads, Kv})` in `_efficient_attention_forward`) whatever q's layout, and returns
+        // it transposed: a later `transpose(1, 2)` is contiguous, with no copy (measured on an
+        // H200: tests/gpu_grid.rs, cs336's flash points in fp32).
+        let (out_st, out_l) = if kernel == FusedKernel::Efficient && device != Device::Cpu {
+            (Storage::alloc(device, dtype, b * sq * h * d, fwd_op), Layout::contiguous(&[b, sq, h, d]).transpose(1, 2))
+        } else {
+            alloc_like(&q, dtype, fwd_op)
+        };
         let lse_st = Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op);
         if device == Device::Cpu {
             with_real!(dtype, R, {
