@@ -600,6 +600,74 @@ def micro():
     return rows
 
 
+def micro2():
+    """Traces for the CUDA-only rules the grid's misses name: cuDNN attention (forward and
+    backward, with and without GQA and a mask), the reduce kernel's staging buffer (a sum over
+    the token dims, as RMSNorm's weight gradient takes it) and embedding_dense_backward."""
+    rows = []
+
+    def run(name, fn, **meta):
+        try:
+            rows.append(dict(name=name, trace=trace_of(fn), **meta))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(name=name, error=f"{type(e).__name__}: {e}", **meta))
+
+    if CUDA:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        for (B, H, Hk, S, D, mask) in ((2, 32, 8, 1024, 64, False), (1, 32, 8, 4096, 128, False), (8, 12, 12, 1024, 64, False),
+                                       (2, 16, 16, 512, 128, False), (1, 8, 8, 1000, 64, False), (4, 32, 32, 256, 128, False),
+                                       (2, 32, 8, 1024, 64, True), (2, 16, 16, 512, 128, True)):
+            def cudnn(B=B, H=H, Hk=Hk, S=S, D=D, mask=mask):
+                q = torch.randn(B, H, S, D, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+                k = torch.randn(B, Hk, S, D, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+                v = torch.randn(B, Hk, S, D, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+                m = torch.ones(S, S, device=DEV, dtype=torch.bool).tril().expand(B, 1, S, S) if mask else None
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=not mask,
+                                                                         enable_gqa=Hk != H)
+                o.sum().backward()
+                del q, k, v, o, m
+            run(f"cudnn B{B} H{H} Hkv{Hk} S{S} D{D}{' mask' if mask else ''}", cudnn, shape=[B, H, Hk, S, D], mask=mask,
+                op="q, k, v bf16 (requires_grad), cudnn sdpa (enable_gqa when Hkv < H), o.sum().backward()")
+            # which kernel auto picks for the same call
+            try:
+                from torch.profiler import ProfilerActivity, profile
+                q = torch.randn(B, H, S, D, device=DEV, dtype=torch.bfloat16)
+                k = torch.randn(B, Hk, S, D, device=DEV, dtype=torch.bfloat16)
+                m = torch.ones(S, S, device=DEV, dtype=torch.bool).tril().expand(B, 1, S, S) if mask else None
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=m, is_causal=not mask, enable_gqa=Hk != H)
+                rows.append(dict(name=f"auto B{B} H{H} Hkv{Hk} S{S} D{D}{' mask' if mask else ''}",
+                                 picked=sorted({e.name for e in prof.events() if "attention" in e.name})))
+                del q, k, m
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(name="auto", error=str(e)))
+    for (S, D, dt) in ((4096, 4096, torch.bfloat16), (2048, 4096, torch.bfloat16), (1024, 2048, torch.bfloat16), (8192, 768, torch.float32),
+                       (2048, 3072, torch.float32), (512, 4096, torch.bfloat16), (16384, 2048, torch.bfloat16), (100, 256, torch.float32)):
+        def reduce(S=S, D=D, dt=dt):
+            x = torch.randn(1, S, D, device=DEV, dtype=dt)
+            y = x.sum((0, 1))
+            del x, y
+        run(f"sum over tokens S{S} D{D} {str(dt)[6:]}", reduce, shape=[1, S, D], dtype=str(dt)[6:], op="x (1, S, D), x.sum((0, 1))")
+
+        def reduce_f32(S=S, D=D, dt=dt):
+            x = torch.randn(1, S, D, device=DEV, dtype=dt)
+            y = x.sum((0, 1), dtype=torch.float32)
+            del x, y
+        run(f"fp32 sum over tokens S{S} D{D} {str(dt)[6:]}", reduce_f32, shape=[1, S, D], dtype=str(dt)[6:], op="x.sum((0, 1), dtype=float32)")
+    for (V, D, n, dt) in ((128256, 4096, 4096, torch.bfloat16), (128256, 2048, 2048, torch.bfloat16), (10000, 768, 8192, torch.float32),
+                          (32000, 4096, 1000, torch.float32), (151936, 1024, 16384, torch.bfloat16), (1000, 256, 1024, torch.float32)):
+        def emb(V=V, D=D, n=n, dt=dt):
+            w = torch.nn.Parameter(torch.randn(V, D, device=DEV, dtype=dt))
+            idx = torch.randint(0, V, (n,), device=DEV)
+            out = torch.nn.functional.embedding(idx, w)
+            out.backward(torch.ones_like(out))
+            del w, idx, out
+        run(f"embedding backward V{V} D{D} n{n} {str(dt)[6:]}", emb, vocab=V, dim=D, tokens=n, dtype=str(dt)[6:],
+            op="w (V, D) param, idx (n,) uniform, F.embedding, backward of ones")
+    return rows
+
+
 # ----------------------------------------------------------------------------- driver
 GPU_NAME = torch.cuda.get_device_name(0) if CUDA else "cpu"
 OUT_DIR = "."
@@ -625,7 +693,7 @@ def run_points(pts, out_path, budget_s):
 def main(argv=None):
     global OUT_DIR
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("card", "course", "hf", "expandable", "micro"))
+    ap.add_argument("--part", choices=("card", "course", "hf", "expandable", "micro", "micro2"))
     ap.add_argument("--all", action="store_true", help="card first, then the other parts as parallel processes")
     ap.add_argument("--out", default="gpu_out")
     ap.add_argument("--dry", action="store_true", help="toy shapes (for a CPU check of the script)")
@@ -652,6 +720,10 @@ def main(argv=None):
     if a.part == "card":
         with open(os.path.join(a.out, "card.json"), "w") as f:
             json.dump(dict(card(), gpu=GPU_NAME), f, indent=1)
+        return 0
+    if a.part == "micro2":
+        with open(os.path.join(a.out, "micro2.json"), "w") as f:
+            json.dump(dict(gpu=GPU_NAME, versions=versions(), rows=micro2()), f)
         return 0
     if a.part == "micro":
         with open(os.path.join(a.out, "micro.json"), "w") as f:
