@@ -95,6 +95,10 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     if model_type.as_deref() == Some("gpt_oss") {
         return super::gpt_oss::parse(obj);
     }
+    // DeepSeek-V3: read and counted (src/model/hf/deepseek_v3.rs), refused until its forward is modelled.
+    if model_type.as_deref() == Some("deepseek_v3") {
+        return Err(super::deepseek_v3::refusal(obj, &Arch::list()));
+    }
     let mut moe: Option<super::moe::MoeRead> = None;
     // A config without model_type is read as LlamaConfig (the field every saved config has;
     // hand-written ones often omit it).
