@@ -57,3 +57,62 @@ fn a_deepseek_v3_config_is_refused_naming_what_is_not_modelled() {
     assert!(!out.exists(), "wrote {}", out.display());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The measured ground truth of the forward (tools/pytorch/make_deepseek_grid.py) covers what
+/// issue 30 asks of a family, and its models count as vramscope counts them.
+#[test]
+fn the_measured_grid_covers_the_issue_and_counts_as_vramscope_counts() {
+    use std::collections::BTreeSet;
+    let doc = fixture("moe_grid/deepseek_v3.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().collect();
+    assert!(ps.len() >= 36, "{} points", ps.len());
+    assert!(ps.iter().all(|q| q.get("error").is_none()), "a point failed to measure");
+    let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+    let strs = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(set("experts"), strs(&["\"batched_mm\"", "\"eager\"", "\"grouped_mm\""]));
+    assert_eq!(set("routing"), strs(&["\"balanced\"", "\"worst\""]));
+    assert_eq!(set("attn"), strs(&["\"eager\"", "\"sdpa\""]));
+    assert_eq!(set("dtype"), strs(&["\"bf16\"", "\"fp32\""]));
+    assert_eq!(set("rope_interleave"), strs(&["false", "true"]));
+    assert_eq!(set("top_k"), (1..=4).map(|k| k.to_string()).collect());
+    assert_eq!(set("n_shared_experts"), strs(&["0", "1", "2"]));
+    assert!(set("q_lora_rank").contains("null") && set("q_lora_rank").len() > 2, "q_lora_rank set and null");
+    assert!(ps.iter().any(|q| q["point"]["first_k_dense_replace"] == 0), "every layer sparse");
+    assert!(ps.iter().any(|q| q["point"]["first_k_dense_replace"].as_u64() >= q["point"]["num_layers"].as_u64()), "every layer dense");
+    assert!(ps.iter().any(|q| q["point"]["yarn_factor"].as_f64() > Some(0.0)), "a YaRN point");
+    let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+    assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]));
+    assert_eq!(set("checkpoint"), strs(&["\"non-reentrant\"", "\"none\"", "\"reentrant\""]));
+    let experts: Vec<u64> = ps.iter().map(|q| q["point"]["num_experts"].as_u64().unwrap()).collect();
+    assert!(experts.iter().all(|e| (4..=16).contains(e)) && experts.contains(&4) && experts.contains(&16), "{experts:?}");
+    for q in ps {
+        let (p, name) = (&q["point"], q["name"].as_str().unwrap());
+        // measure_moe.py's DeepseekV3Config, as config.json fields.
+        let config = serde_json::json!({
+            "hidden_size": p["hidden_size"], "intermediate_size": p["dense_intermediate_size"],
+            "moe_intermediate_size": p["intermediate_size"], "num_hidden_layers": p["num_layers"],
+            "num_attention_heads": p["num_heads"], "vocab_size": p["vocab_size"], "tie_word_embeddings": p["tied"],
+            "n_routed_experts": p["num_experts"], "num_experts_per_tok": p["top_k"], "n_group": p["n_group"],
+            "topk_group": p["topk_group"], "first_k_dense_replace": p["first_k_dense_replace"],
+            "n_shared_experts": p["n_shared_experts"], "q_lora_rank": p["q_lora_rank"], "kv_lora_rank": p["kv_lora_rank"],
+            "qk_nope_head_dim": p["qk_nope_head_dim"], "qk_rope_head_dim": p["qk_rope_head_dim"], "v_head_dim": p["v_head_dim"],
+        });
+        let c = DeepseekV3Shape::read(config.as_object().unwrap()).unwrap().counts().unwrap();
+        assert_eq!(c.total, q["info"]["parameters"].as_u64().unwrap(), "{name}: parameters");
+        assert_eq!(q["info"]["attn_implementation"], p["attn"], "{name}");
+        // sdpa on CPU: the flash kernel when v's head size equals q's and k's, else the math fallback.
+        if p["attn"] == "sdpa" {
+            let same = p["v_head_dim"].as_u64().unwrap() == p["qk_nope_head_dim"].as_u64().unwrap() + p["qk_rope_head_dim"].as_u64().unwrap();
+            let kernel = if same { "aten::_scaled_dot_product_flash_attention_for_cpu" } else { "aten::_scaled_dot_product_attention_math" };
+            assert!(q["info"]["sdpa_backends"].as_array().unwrap().iter().any(|b| b == kernel), "{name}: {}", q["info"]["sdpa_backends"]);
+        }
+        let (t, k, e) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
+        let per: Vec<u64> = q["info"]["tokens_per_expert"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(per.iter().sum::<u64>(), t * k, "{name}");
+        match p["routing"].as_str().unwrap() {
+            "worst" => assert!(per.iter().enumerate().all(|(i, &n)| n == if (i as u64) < k { t } else { 0 }), "{name}: {per:?}"),
+            _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{name}: {per:?}"),
+        }
+    }
+}
