@@ -1,12 +1,13 @@
 //! DeepSeek-V3 (`model_type` deepseek_v3) against transformers 5.23 (issue 30).
 //!
-//! What is exact so far: the config reading and the parameter counts (total and active per
-//! token) equal transformers' meta build of DeepSeek-V3 (671B; its config.json as the Hub gives
-//! it is tests/fixtures/hf_models/DeepSeek-V3) and of small configs
+//! The measured ground truth is tests/fixtures/moe_grid/deepseek_v3.json
+//! (tools/pytorch/make_deepseek_grid.py: DeepseekV3ForCausalLM on CPU, the router forced to
+//! balanced or worst routing); every phase of every point matches except the zero-width shared
+//! experts (n_shared_experts 0), which the reader refuses. Parameter counts (total and active
+//! per token) equal transformers' meta build of DeepSeek-V3 (671B; its config.json as the Hub
+//! gives it is tests/fixtures/hf_models/DeepSeek-V3) and of small configs
 //! (tests/fixtures/moe_grid/deepseek_v3_meta_params.json, tools/pytorch/moe_meta_params.py
-//! --deepseek). The forward (multi-head latent attention, the sigmoid group-limited router) is
-//! not modelled: a deepseek_v3 config exits 2, naming the model type and its counts, and writes
-//! nothing.
+//! --deepseek).
 use serde_json::Value;
 use std::process::Command;
 use vramscope::model::hf::deepseek_v3::DeepseekV3Shape;
@@ -30,7 +31,21 @@ fn parameter_counts_equal_transformers_meta_build() {
     for (name, m) in models {
         let want = MoeCounts { total: m["total"].as_u64().unwrap(), active: m["active"].as_u64().unwrap() };
         assert_eq!(DeepseekV3Shape::read(m["config"].as_object().unwrap()).unwrap().counts().unwrap(), want, "{name}");
+        let read = vramscope::model::hf::deepseek_v3::parse(m["config"].as_object().unwrap()).unwrap().config;
+        assert_eq!(read.param_count(), want.total, "{name}: closed form");
+        assert_eq!(vramscope::session::hf::active_parameters(&read), want.active, "{name}: active");
+        if want.total < 1_000_000 {
+            vramscope::engine::runtime::reset();
+            let built = vramscope::model::Model::new(&read, vramscope::engine::Device::Meta, 0).unwrap();
+            assert_eq!(built.num_parameters(), want.total, "{name}: built");
+        }
+        if let Ok(p) = vramscope::model::presets::find(name, None) {
+            assert_eq!((p.model.param_count(), p.expected_params), (want.total, want.total), "{name}: preset");
+            let (r, q) = (read.hf.as_ref().unwrap(), p.model.hf.as_ref().unwrap());
+            assert_eq!((&r.moe, r.head_dim, read.num_layers, read.d_model), (&q.moe, q.head_dim, p.model.num_layers, p.model.d_model), "{name}");
+        }
     }
+    assert!(vramscope::model::presets::find("DeepSeek-V3", None).is_ok());
     // The published model: 671B in all, 37.6B active per token (the MTP layer is not built).
     assert_eq!(models["DeepSeek-V3"]["total"], 671_026_404_352u64);
     assert_eq!(models["DeepSeek-V3"]["active"], 37_552_282_624u64);
@@ -40,21 +55,35 @@ fn parameter_counts_equal_transformers_meta_build() {
 }
 
 #[test]
-fn a_deepseek_v3_config_is_refused_naming_what_is_not_modelled() {
+fn the_hub_checkpoint_is_refused_for_its_fp8_weights_and_the_bf16_load_runs() {
     let dir = std::env::temp_dir().join(format!("vramscope-deepseek-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("out");
-    let config = root().join("tests/fixtures/hf_models/DeepSeek-V3/config.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .args(["profile", "--config", config.to_str().unwrap(), "--device", "meta", "--context-length", "32", "--out-dir", out.to_str().unwrap()])
-        .output()
-        .expect("run vramscope");
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope");
+    let hub = root().join("tests/fixtures/hf_models/DeepSeek-V3/config.json");
+    let o = run(&["profile", "--config", hub.to_str().unwrap(), "--device", "meta", "--context-length", "32", "--out-dir", out.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    for needle in ["deepseek_v3", "multi-head latent attention", "671026404352", "37552282624", "mixtral"] {
+    for needle in ["'quantization_config'", "fp8", "bf16"] {
         assert!(err.contains(needle), "should say {needle}: {err}");
     }
     assert!(!out.exists(), "wrote {}", out.display());
+    // A small config runs; what is not modelled is refused naming the flag.
+    let small = dir.join("config.json");
+    std::fs::write(&small, fixture("moe_grid/deepseek_v3_meta_params.json")["models"]["deepseek_v3-small"]["config"].to_string()).unwrap();
+    let cfg = small.to_str().unwrap();
+    let base = ["profile", "--config", cfg, "--device", "meta", "--context-length", "32", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
+    let o = run(&[&base[..], &["--profile-type", "training", "--routing", "worst", "--attn-implementation", "eager"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&out);
+    for (extra, flag) in [(&["--attn-implementation", "flash_attention_2"][..], "--attn-implementation"), (&["--attn-implementation", "sdpa"][..], "--attn-implementation"), (&["--lora-r", "8", "--attn-implementation", "eager"][..], "--lora-r")] {
+        let o = run(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?}: {err}");
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -115,4 +144,58 @@ fn the_measured_grid_covers_the_issue_and_counts_as_vramscope_counts() {
             _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{name}: {per:?}"),
         }
     }
+}
+
+/// measure_moe.py's DeepseekV3Config of a grid point, as config.json fields.
+fn point_config(p: &Value) -> Value {
+    let mut c = serde_json::json!({
+        "model_type": "deepseek_v3", "hidden_size": p["hidden_size"], "intermediate_size": p["dense_intermediate_size"],
+        "moe_intermediate_size": p["intermediate_size"], "num_hidden_layers": p["num_layers"],
+        "num_attention_heads": p["num_heads"], "num_key_value_heads": p["num_heads"], "vocab_size": p["vocab_size"],
+        "tie_word_embeddings": p["tied"], "n_routed_experts": p["num_experts"], "num_experts_per_tok": p["top_k"],
+        "n_group": p["n_group"], "topk_group": p["topk_group"], "first_k_dense_replace": p["first_k_dense_replace"],
+        "n_shared_experts": p["n_shared_experts"], "q_lora_rank": p["q_lora_rank"], "kv_lora_rank": p["kv_lora_rank"],
+        "qk_nope_head_dim": p["qk_nope_head_dim"], "qk_rope_head_dim": p["qk_rope_head_dim"], "v_head_dim": p["v_head_dim"],
+        "rope_interleave": p["rope_interleave"], "max_position_embeddings": p["max_position_embeddings"],
+        "rms_norm_eps": 1e-6, "use_cache": p["use_cache"], "routed_scaling_factor": 2.5,
+    });
+    if p["yarn_factor"].as_f64() > Some(0.0) {
+        c["rope_parameters"] = serde_json::json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": p["yarn_factor"],
+            "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 1024});
+    }
+    c
+}
+
+/// The point's model, read by vramscope's deepseek_v3 reader, with the point's options.
+fn config_of(p: &Value) -> vramscope::model::ModelConfig {
+    let mut cfg = vramscope::model::hf::deepseek_v3::parse(point_config(p).as_object().unwrap()).unwrap().config;
+    if p["checkpoint"] != "none" {
+        cfg.checkpoint = vramscope::model::Checkpoint::Every(1);
+    }
+    let hf = cfg.hf.as_mut().unwrap();
+    hf.reentrant = p["checkpoint"] == "reentrant";
+    hf.attn_implementation = vramscope::model::hf::AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
+    hf.sdpa_backend = vramscope::model::hf::SdpaBackend::CpuFlash;
+    let m = hf.moe.as_mut().unwrap();
+    m.implementation = vramscope::model::hf::moe::ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap();
+    m.routing = if p["routing"] == "worst" { vramscope::model::hf::moe::Routing::Worst } else { vramscope::model::hf::moe::Routing::Balanced };
+    cfg
+}
+
+#[path = "grid_common/mod.rs"]
+mod grid_common;
+
+#[test]
+fn deepseek_v3_grid_matches_transformers() {
+    let doc = fixture("moe_grid/deepseek_v3.json");
+    let only = std::env::var("DS_ONLY").ok();
+    let points: Vec<Value> = doc["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["point"]["n_shared_experts"] != 0)
+        .filter(|q| only.as_ref().is_none_or(|o| q["name"].as_str().unwrap().contains(o.as_str())))
+        .cloned()
+        .collect();
+    grid_common::check("deepseek_v3", &points, 1, &[], |point| grid_common::hf::run_config(point, config_of(&point["point"])));
 }

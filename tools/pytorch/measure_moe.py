@@ -72,7 +72,7 @@ def moe_config(p):
         rope = dict(rope_type="default", rope_theta=10000.0)
         if p.get("yarn_factor"):
             rope = dict(rope_type="yarn", rope_theta=10000.0, factor=p["yarn_factor"], mscale=1.0, mscale_all_dim=1.0,
-                        beta_fast=32, beta_slow=1, original_max_position_embeddings=p.get("max_position_embeddings", 4096) // 4)
+                        beta_fast=32, beta_slow=1, original_max_position_embeddings=p.get("original_max_position_embeddings", p.get("max_position_embeddings", 4096) // 4))
         cfg = T.DeepseekV3Config(n_routed_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
                                  n_group=p["n_group"], topk_group=p["topk_group"],
                                  first_k_dense_replace=p["first_k_dense_replace"], n_shared_experts=p["n_shared_experts"],

@@ -8,11 +8,71 @@
 //! for v), the first `first_k_dense_replace` layers dense, then a sigmoid router with
 //! `e_score_correction_bias` and group-limited top-k, and `n_shared_experts` as one shared MLP.
 //!
-//! The forward pass is not modelled yet: a deepseek_v3 config is read, counted and refused
-//! ([`refusal`]), with its parameter counts in the message. The measured ground truth of the
-//! forward is tests/fixtures/moe_grid/deepseek_v3.json (tools/pytorch/make_deepseek_grid.py).
-use super::moe::MoeCounts;
+//! The op sequence is `deepseek_v3_5_23.rs`; the measured ground truth of the forward is
+//! tests/fixtures/moe_grid/deepseek_v3.json (tools/pytorch/make_deepseek_grid.py). The Hub's
+//! checkpoint stores fp8 block-quantized weights (`quantization_config`), which are refused:
+//! vramscope models the bf16 load.
+use super::moe::{ExpertsImplementation, MoeConfig, MoeCounts, MoeFamily, Routing};
+use super::{Arch, HfConfig};
+use crate::model::config::{Attention, Flavour, ModelConfig};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// What DeepSeek-V3 adds to an [`MoeConfig`] (whose `intermediate` is one routed expert's
+/// width and `shared_intermediate` the shared MLP's, `moe_intermediate_size × n_shared_experts`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeepseekParts {
+    /// Layers below this index have a dense `DeepseekV3MLP` of `dense_intermediate`.
+    pub first_k_dense: usize,
+    pub dense_intermediate: usize,
+    pub n_group: usize,
+    pub topk_group: usize,
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+    pub rope_interleave: bool,
+    /// Biases on q_a_proj, kv_a_proj_with_mqa and o_proj.
+    pub attention_bias: bool,
+    /// The softmax scale, `qk_head_dim ** -0.5` times YaRN's mscale² (a value: no allocation).
+    pub scaling: f64,
+    /// `routed_scaling_factor` (the router's top-k weights are multiplied by it).
+    pub routed_scaling_factor: f64,
+}
+
+impl DeepseekParts {
+    pub fn qk_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        layer >= self.first_k_dense
+    }
+    /// The shape these parts and `c` describe, for the parameter counts.
+    pub fn shape(&self, c: &ModelConfig, m: &MoeConfig) -> DeepseekV3Shape {
+        DeepseekV3Shape {
+            hidden: c.d_model,
+            intermediate: self.dense_intermediate,
+            moe_intermediate: m.intermediate,
+            layers: c.num_layers,
+            heads: c.num_heads,
+            vocab: c.vocab_size,
+            experts: m.experts,
+            top_k: m.top_k,
+            shared_experts: m.shared_intermediate.checked_div(m.intermediate).unwrap_or(0),
+            first_k_dense: self.first_k_dense,
+            n_group: self.n_group,
+            topk_group: self.topk_group,
+            q_lora_rank: self.q_lora_rank,
+            kv_lora_rank: self.kv_lora_rank,
+            qk_nope_head_dim: self.qk_nope_head_dim,
+            qk_rope_head_dim: self.qk_rope_head_dim,
+            v_head_dim: self.v_head_dim,
+            attention_bias: self.attention_bias,
+            tied: c.tied_embeddings,
+        }
+    }
+}
 
 fn field<'a>(obj: &'a Map<String, Value>, k: &str) -> Option<&'a Value> {
     obj.get(k).filter(|v| !v.is_null())
@@ -169,18 +229,133 @@ impl DeepseekV3Shape {
     }
 }
 
-/// What vramscope says of a deepseek_v3 config: it is read and counted (an error in it names
-/// the field), and refused, since the forward of multi-head latent attention and DeepSeek's
-/// router is not modelled yet.
-pub fn refusal(obj: &Map<String, Value>, supported: &str) -> String {
-    let counted = DeepseekV3Shape::read(obj).and_then(|s| s.counts());
-    let facts = match counted {
-        Ok(c) => format!(" (this config builds {} parameters, {} active per token)", c.total, c.active),
-        Err(e) => format!(" (and this config does not read: {e})"),
+fn float(obj: &Map<String, Value>, k: &str, default: f64) -> Result<f64, String> {
+    match field(obj, k) {
+        None => Ok(default),
+        Some(v) => v.as_f64().ok_or_else(|| format!("field '{k}' must be a number, found {v}")),
+    }
+}
+
+/// `yarn_apply_mscale`: a rope type other than default with `mscale_all_dim` multiplies the
+/// scale by `(0.1 · mscale_all_dim · ln(factor) + 1)²` (factor > 1).
+fn softmax_scale(obj: &Map<String, Value>, qk_head_dim: usize) -> f64 {
+    let base = (qk_head_dim as f64).powf(-0.5);
+    let params = ["rope_scaling", "rope_parameters"].iter().find_map(|k| field(obj, k).and_then(Value::as_object).filter(|m| !m.is_empty()));
+    let Some(p) = params else { return base };
+    let ty = p.get("rope_type").or_else(|| p.get("type")).and_then(Value::as_str).unwrap_or("default");
+    let all = p.get("mscale_all_dim").and_then(Value::as_f64).unwrap_or(0.0);
+    let factor = p.get("factor").and_then(Value::as_f64).unwrap_or(1.0);
+    if ty == "default" || all == 0.0 || factor <= 1.0 {
+        return base;
+    }
+    let m = 0.1 * all * factor.ln() + 1.0;
+    base * m * m
+}
+
+/// Read a deepseek_v3 config.json into a model of the hf flavour, or refuse what is not
+/// modelled, naming the field.
+pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
+    if let Some(q) = field(obj, "quantization_config") {
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("(no quant_method)");
+        return Err(format!(
+            "field 'quantization_config' names quant_method '{method}': DeepSeek-V3's fp8 block-quantized weights (and any other quantized load) are not modelled; \
+             vramscope models the bf16 load: delete the field to ask about it"
+        ));
+    }
+    if boolean(obj, "output_router_logits", false)? {
+        return Err("field 'output_router_logits' is true: the router's auxiliary loss is not modelled (the config's default is false)".into());
+    }
+    let dropout = float(obj, "attention_dropout", 0.0)?;
+    if dropout != 0.0 {
+        return Err(format!("field 'attention_dropout' is {dropout}: dropout's masks in training are not modelled (only 0.0 is supported)"));
+    }
+    if let Some(act) = field(obj, "hidden_act").and_then(Value::as_str).filter(|a| *a != "silu") {
+        return Err(format!("field 'hidden_act' is '{act}': only silu is modelled"));
+    }
+    let shape = DeepseekV3Shape::read(obj)?;
+    let heads = shape.heads;
+    match field(obj, "num_key_value_heads") {
+        None => {}
+        Some(v) if v.as_u64() == Some(heads as u64) => {}
+        Some(v) => return Err(format!("field 'num_key_value_heads' is {v}: multi-head latent attention expands the latent to every head (num_attention_heads {heads}); another value is not modelled")),
+    }
+    if shape.shared_experts == 0 {
+        return Err("field 'n_shared_experts' is 0: zero-width shared experts are not modelled".into());
+    }
+    let (rope_theta, rope_type) = super::config_json::rope(obj)?;
+    let eps = float(obj, "rms_norm_eps", 1e-6)?;
+    if eps.is_nan() || eps < 0.0 {
+        return Err(format!("field 'rms_norm_eps' must be non-negative, found {eps}"));
+    }
+    let torch_dtype = match field(obj, "dtype").or_else(|| field(obj, "torch_dtype")) {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v) => return Err(format!("field 'torch_dtype' must be a string, found {v}")),
     };
-    format!(
-        "model_type 'deepseek_v3' is not modelled yet: the forward of its multi-head latent attention and sigmoid group-limited router is not reproduced{facts}; supported: {supported}, mixtral, qwen3_moe, qwen2_moe, gpt_oss"
-    )
+    let weight_dtype = match torch_dtype.as_deref() {
+        None => None,
+        Some(d) => Some(super::config_json::parse_dtype(d).ok_or_else(|| format!("field 'torch_dtype' is '{d}' (expected float32, bfloat16 or float16)"))?),
+    };
+    // The rotary tables are qk_rope_head_dim wide (`config.head_dim`, set in __post_init__).
+    let mut hf = HfConfig::new(Arch::Llama, shape.qk_rope_head_dim);
+    hf.rope_type = rope_type;
+    hf.torch_dtype = weight_dtype;
+    hf.use_cache = boolean(obj, "use_cache", true)?;
+    hf.eos_token_id = match obj.get("eos_token_id") {
+        None => vec![1],
+        Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.iter().map(|x| x.as_i64().ok_or_else(|| format!("field 'eos_token_id' must hold integers, found {x}"))).collect::<Result<_, _>>()?,
+        Some(x) => vec![x.as_i64().ok_or_else(|| format!("field 'eos_token_id' must be an integer or a list of integers, found {x}"))?],
+    };
+    hf.pad_token_id = field(obj, "pad_token_id").and_then(Value::as_i64);
+    hf.moe = Some(MoeConfig {
+        family: MoeFamily::DeepseekV3,
+        experts: shape.experts,
+        top_k: shape.top_k,
+        intermediate: shape.moe_intermediate,
+        norm_topk_prob: boolean(obj, "norm_topk_prob", true)?,
+        implementation: ExpertsImplementation::default(),
+        routing: Routing::default(),
+        shared_intermediate: shape.moe_intermediate * shape.shared_experts,
+        gpt_oss: None,
+        deepseek: Some(DeepseekParts {
+            first_k_dense: shape.first_k_dense,
+            dense_intermediate: shape.intermediate,
+            n_group: shape.n_group,
+            topk_group: shape.topk_group,
+            q_lora_rank: shape.q_lora_rank,
+            kv_lora_rank: shape.kv_lora_rank,
+            qk_nope_head_dim: shape.qk_nope_head_dim,
+            qk_rope_head_dim: shape.qk_rope_head_dim,
+            v_head_dim: shape.v_head_dim,
+            rope_interleave: boolean(obj, "rope_interleave", true)?,
+            attention_bias: shape.attention_bias,
+            scaling: softmax_scale(obj, shape.qk_nope_head_dim + shape.qk_rope_head_dim),
+            routed_scaling_factor: float(obj, "routed_scaling_factor", 2.5)?,
+        }),
+    });
+    let config = ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: shape.vocab,
+        d_model: shape.hidden,
+        num_layers: shape.layers,
+        num_heads: heads,
+        num_kv_heads: heads,
+        d_ff: shape.moe_intermediate,
+        rope_theta,
+        norm_eps: eps,
+        norm_fp32_upcast: true,
+        tied_embeddings: shape.tied,
+        max_seq_len: uint(obj, "max_position_embeddings", 4096)?,
+        attention: Attention::Naive,
+        checkpoint: Default::default(),
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    };
+    let name_or_path = field(obj, "_name_or_path").and_then(Value::as_str).map(str::to_string).filter(|n| !n.trim().is_empty());
+    Ok(super::HfModel { config, torch_dtype, model_type: Some("deepseek_v3".into()), name_or_path })
 }
 
 #[cfg(test)]
@@ -199,7 +374,9 @@ mod tests {
         assert_eq!(DeepseekV3Shape::read(&obj(r#"{"q_lora_rank": null}"#)).unwrap().q_lora_rank, None);
         assert!(DeepseekV3Shape::read(&obj(r#"{"n_routed_experts": 10}"#)).unwrap_err().contains("n_group"));
         assert!(DeepseekV3Shape::read(&obj(r#"{"topk_group": 9}"#)).unwrap_err().contains("topk_group"));
-        let e = refusal(&obj("{}"), "llama");
-        assert!(e.contains("deepseek_v3") && e.contains("671026404352") && e.contains("llama"), "{e}");
+        assert!(parse(&obj(r#"{"quantization_config": {"quant_method": "fp8"}}"#)).unwrap_err().contains("fp8"));
+        assert!(parse(&obj(r#"{"n_shared_experts": 0}"#)).unwrap_err().contains("n_shared_experts"));
+        let m = parse(&obj(r#"{"q_lora_rank": null, "num_hidden_layers": 4}"#)).unwrap().config;
+        assert_eq!((m.param_count(), m.hf.as_ref().unwrap().head_dim), (DeepseekV3Shape::read(&obj(r#"{"q_lora_rank": null, "num_hidden_layers": 4}"#)).unwrap().counts().unwrap().total, 64));
     }
 }
