@@ -12,7 +12,7 @@ use crate::model::ModelConfig;
 pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfConfig) -> anyhow::Result<()> {
     let Some(m) = hf.moe.as_mut() else {
         if let Some(flag) = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing")].iter().find(|f| f.0).map(|f| f.1) {
-            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss); this {} model is dense", hf.model_type.name())));
+            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3); this {} model is dense", hf.model_type.name())));
         }
         return Ok(());
     };

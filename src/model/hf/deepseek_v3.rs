@@ -167,13 +167,13 @@ impl DeepseekV3Shape {
         if shape.top_k > shape.experts {
             return Err(format!("num_experts_per_tok {} exceeds the {} experts (n_routed_experts)", shape.top_k, shape.experts));
         }
-        if shape.experts % shape.n_group != 0 {
+        if !shape.experts.is_multiple_of(shape.n_group) {
             return Err(format!("n_routed_experts {} is not a multiple of n_group {} (the router views the scores as groups)", shape.experts, shape.n_group));
         }
         if shape.topk_group > shape.n_group {
             return Err(format!("topk_group {} exceeds n_group {}", shape.topk_group, shape.n_group));
         }
-        if shape.qk_rope_head_dim % 2 != 0 {
+        if !shape.qk_rope_head_dim.is_multiple_of(2) {
             return Err(format!("qk_rope_head_dim {} must be even for rotary embeddings", shape.qk_rope_head_dim));
         }
         Ok(shape)

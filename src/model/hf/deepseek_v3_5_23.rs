@@ -196,8 +196,8 @@ impl Block {
                     c[i] = Tensor::cat(&[c[i].clone(), kv_nope.clone()], -2);
                     c[i + 1] = Tensor::cat(&[c[i + 1].clone(), k_rot.clone()], -2);
                 } else {
-                    let kc = Tensor::cat(&[kv_nope.clone()], -2);
-                    let vc = Tensor::cat(&[k_rot.clone()], -2);
+                    let kc = Tensor::cat(std::slice::from_ref(&kv_nope), -2);
+                    let vc = Tensor::cat(std::slice::from_ref(&k_rot), -2);
                     c.extend([kc, vc]);
                 }
                 let out = (c[i].clone(), c[i + 1].clone());
