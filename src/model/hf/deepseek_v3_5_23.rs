@@ -88,7 +88,8 @@ pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, 
     };
     let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
     let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
-    // Layer::weights lists every parameter: the latent attention's under `qkv`.
+    // Layer::weights lists every parameter: the latent attention's and the shared MLP's under
+    // `qkv` (the router and o_proj's bias are HfLayer's, listed there).
     let mut listed: Vec<(&'static str, Tensor)> = Vec::new();
     if let Some((w, wb, n, qb)) = &q_lora {
         listed.extend([("q_a_proj", w.clone()), ("q_a_layernorm", n.clone()), ("q_b_proj", qb.clone())]);
@@ -100,7 +101,6 @@ pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, 
     if let Some(s) = &shared {
         listed.extend([("shared_experts.gate_proj", s[0].clone()), ("shared_experts.up_proj", s[1].clone()), ("shared_experts.down_proj", s[2].clone())]);
     }
-    listed.extend(router.iter().map(|t| ("gate", t.clone())));
     let extra = super::HfLayer {
         o_bias,
         router,
