@@ -170,6 +170,9 @@ impl DeepseekV3Shape {
         if !shape.experts.is_multiple_of(shape.n_group) {
             return Err(format!("n_routed_experts {} is not a multiple of n_group {} (the router views the scores as groups)", shape.experts, shape.n_group));
         }
+        if shape.experts / shape.n_group < 2 {
+            return Err(format!("n_routed_experts {} over n_group {} leaves fewer than 2 experts per group: the router's per-group top-2 fails", shape.experts, shape.n_group));
+        }
         if shape.topk_group > shape.n_group {
             return Err(format!("topk_group {} exceeds n_group {}", shape.topk_group, shape.n_group));
         }
@@ -374,6 +377,7 @@ mod tests {
         assert_eq!(DeepseekV3Shape::read(&obj(r#"{"q_lora_rank": null}"#)).unwrap().q_lora_rank, None);
         assert!(DeepseekV3Shape::read(&obj(r#"{"n_routed_experts": 10}"#)).unwrap_err().contains("n_group"));
         assert!(DeepseekV3Shape::read(&obj(r#"{"topk_group": 9}"#)).unwrap_err().contains("topk_group"));
+        assert!(DeepseekV3Shape::read(&obj(r#"{"n_routed_experts": 8, "n_group": 8, "topk_group": 2}"#)).unwrap_err().contains("top-2"));
         assert!(parse(&obj(r#"{"quantization_config": {"quant_method": "fp8"}}"#)).unwrap_err().contains("fp8"));
         assert!(parse(&obj(r#"{"n_shared_experts": 0}"#)).unwrap_err().contains("n_shared_experts"));
         let m = parse(&obj(r#"{"q_lora_rank": null, "num_hidden_layers": 4}"#)).unwrap().config;
