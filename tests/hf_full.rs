@@ -134,3 +134,22 @@ fn moe_rows_match_faketensor_memtracker() {
     }
     assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
 }
+
+/// DeepSeek-V3 (671B) at S 4096 (fake cuda, eager attention, grouped_mm, balanced routing):
+/// tests/fixtures/hf_grid/fake_full_deepseek.json from `fake_hf.py --deepseek-grid`.
+#[test]
+fn deepseek_v3_rows_match_faketensor_memtracker() {
+    let doc: Value = serde_json::from_str(include_str!("fixtures/hf_grid/fake_full_deepseek.json")).unwrap();
+    assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
+    let mut bad = Vec::new();
+    for row in doc["rows"].as_array().unwrap() {
+        let want = row["peak_total"].as_u64().unwrap();
+        let cfg = moe_preset(row["preset"].as_str().unwrap(), row["use_cache"].as_bool().unwrap());
+        let got = run_config(row, cfg);
+        println!("{} S{} {}: MemTracker {want} B, vramscope {got} B", row["preset"], row["seq"], row["kind"]);
+        if got != want {
+            bad.push(format!("{} S{} {}: {got} vs {want} ({:+})", row["preset"], row["seq"], row["kind"], got as i64 - want as i64));
+        }
+    }
+    assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
+}

@@ -141,7 +141,9 @@ fn a_mixtral_config_labelled_mistral_is_refused_naming_the_expert_keys() {
 
 #[test]
 fn an_moe_model_type_not_modelled_is_refused() {
-    refused(&json!({"model_type": "deepseek_v3", "hidden_size": 7168}), &["'deepseek_v3' is a mixture-of-experts model, which vramscope does not model yet", "mixtral, qwen3_moe"]);
+    refused(&json!({"model_type": "deepseek_v2", "hidden_size": 5120}), &["'deepseek_v2' is a mixture-of-experts model, which vramscope does not model yet", "mixtral, qwen3_moe"]);
+    // DeepSeek-V3 runs (tests/deepseek_grid.rs), but not its fp8 checkpoint.
+    refused(&json!({"model_type": "deepseek_v3", "hidden_size": 7168, "quantization_config": {"quant_method": "fp8"}}), &["'quantization_config'", "fp8", "bf16"]);
     // gpt-oss runs (tests/gptoss_grid.rs), but not its MXFP4 checkpoints.
     refused(&json!({"model_type": "gpt_oss", "hidden_size": 2880, "quantization_config": {"quant_method": "mxfp4"}}), &["'quantization_config'", "mxfp4"]);
     // A Qwen3-MoE config with dense layers among the sparse ones.
@@ -169,6 +171,7 @@ fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
         routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
         shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
         gpt_oss: None,
+        deepseek: None,
     });
     cfg
 }

@@ -376,6 +376,10 @@ impl ModelConfig {
     /// Exact for every validated config ([`Self::check_sizes`]); saturates at u64::MAX for one
     /// that is not yet validated, never wraps.
     pub fn param_count(&self) -> u64 {
+        // DeepSeek-V3: latent attention and dense first layers (deepseek_v3.rs counts them).
+        if let Some((m, ds)) = self.hf.as_ref().and_then(|h| h.moe.as_ref()).and_then(|m| m.deepseek.as_ref().map(|d| (m, d))) {
+            return ds.shape(self, m).counts().map_or(u64::MAX, |c| c.total);
+        }
         let (d, f, v, l) = (self.d_model as u128, self.d_ff as u128, self.vocab_size as u128, self.num_layers as u128);
         let hd = if self.hf.is_some() { self.head_dim() } else { self.d_model / self.num_heads.max(1) } as u128;
         let (q, kv) = ((self.num_heads as u128).saturating_mul(hd), (self.num_kv_heads as u128).saturating_mul(hd));

@@ -129,6 +129,7 @@ fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset
         routing: Routing::default(),
         shared_intermediate: 0,
         gpt_oss: None,
+        deepseek: None,
     });
     p
 }
@@ -193,7 +194,26 @@ pub fn all() -> Vec<Preset> {
         // 4,187,440,704 and 5,711,982,912 parameters active per token.
         gpt_oss("gpt-oss-20b", 24, 32, 20_914_757_184),
         gpt_oss("gpt-oss-120b", 36, 128, 116_829_156_672),
+        deepseek_v3(),
     ]
+}
+
+/// deepseek-ai/DeepSeek-V3: its config.json (tests/fixtures/hf_models/DeepSeek-V3), less the fp8
+/// `quantization_config` (the bf16 load vramscope models); 37,552,282,624 parameters active
+/// per token.
+fn deepseek_v3() -> Preset {
+    let config = serde_json::json!({
+        "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129_280,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+        "first_k_dense_replace": 3, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
+        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "max_position_embeddings": 163_840, "rms_norm_eps": 1e-6, "rope_theta": 10_000, "tie_word_embeddings": false,
+        "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16", "hidden_act": "silu",
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"}
+    });
+    let model = super::hf::deepseek_v3::parse(config.as_object().expect("a JSON object")).expect("DeepSeek-V3's config reads").config;
+    Preset { name: "DeepSeek-V3", model, batch_size: 1, seq_len: 2048, num_steps: 10, expected_params: 671_026_404_352 }
 }
 
 /// openai/gpt-oss-20b and -120b: their config.json, less the MXFP4 `quantization_config` (the

@@ -12,7 +12,7 @@ use crate::model::ModelConfig;
 pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfConfig) -> anyhow::Result<()> {
     let Some(m) = hf.moe.as_mut() else {
         if let Some(flag) = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing")].iter().find(|f| f.0).map(|f| f.1) {
-            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss); this {} model is dense", hf.model_type.name())));
+            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3); this {} model is dense", hf.model_type.name())));
         }
         return Ok(());
     };
@@ -28,6 +28,28 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfCon
         // attention needs the sink-aware hub kernels.
         if hf.attn_implementation != crate::model::hf::AttnImplementation::Eager {
             return Err(usage("--attn-implementation", format!("{} on gpt_oss is not modelled: transformers 5.23 runs gpt-oss's attention sinks eagerly (sdpa is refused by the model, flash attention needs hub kernels); use eager", hf.attn_implementation.name())));
+        }
+    }
+    if let Some(ds) = &m.deepseek {
+        use crate::model::hf::{AttnImplementation, SdpaBackend};
+        match hf.attn_implementation {
+            // flash_attention_2 pads v to q's head size and crops the output: not modelled.
+            AttnImplementation::FlashAttention2 => {
+                return Err(usage("--attn-implementation", "flash_attention_2 on deepseek_v3 is not modelled (transformers pads v to the q/k head size for it); use sdpa or eager".to_string()))
+            }
+            // With v's head size unlike q's, CUDA's SDPA picks among kernels vramscope does not
+            // model for unequal sizes; the CPU kernel choice (the math fallback) is measured.
+            AttnImplementation::Sdpa if ds.v_head_dim != ds.qk_head_dim() && !matches!(hf.sdpa_backend, SdpaBackend::CpuFlash | SdpaBackend::Math) => {
+                return Err(usage(
+                    "--attn-implementation",
+                    format!(
+                        "sdpa on deepseek_v3 with v_head_dim {} unlike the q/k head size {} is modelled only for --sdpa-backend cpu_flash (PyTorch's CPU falls back to math) or math; CUDA's kernel choice for unequal sizes is not: use eager, or name one of those backends",
+                        ds.v_head_dim,
+                        ds.qk_head_dim()
+                    ),
+                ))
+            }
+            _ => {}
         }
     }
     if hf.lora.is_some() {

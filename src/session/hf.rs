@@ -61,6 +61,9 @@ fn experts(c: &ModelConfig, hf: &HfConfig) -> String {
 /// Parameters one token meets: all but the experts it is not routed to.
 pub fn active_parameters(c: &ModelConfig) -> u64 {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return c.param_count() };
+    if let Some(ds) = &m.deepseek {
+        return ds.shape(c, m).counts().map_or(u64::MAX, |n| n.active);
+    }
     let idle = (m.experts.saturating_sub(m.top_k) as u64).saturating_mul(m.expert_params(c.d_model)).saturating_mul(c.num_layers as u64);
     c.param_count().saturating_sub(idle)
 }

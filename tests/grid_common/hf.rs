@@ -116,7 +116,10 @@ pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEve
     let p = &point["point"];
     if p["attn"] == "sdpa" {
         let ran = point["info"]["sdpa_backends"].as_array().unwrap();
-        assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{ran:?}");
+        // DeepSeek-V3 with v's head size unlike q's: PyTorch's CPU falls back to the math kernel.
+        let unequal_v = p["v_head_dim"].as_u64().is_some_and(|v| Some(v) != p["qk_nope_head_dim"].as_u64().zip(p["qk_rope_head_dim"].as_u64()).map(|(n, r)| n + r));
+        let kernel = if unequal_v { "aten::_scaled_dot_product_attention_math" } else { "aten::_scaled_dot_product_flash_attention_for_cpu" };
+        assert!(ran.iter().any(|b| b == kernel), "{ran:?}");
     }
     let (batch, seq) = (num(p, "batch"), num(p, "seq"));
     let kind = point["profile_type"].as_str().unwrap();

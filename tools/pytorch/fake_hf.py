@@ -20,6 +20,8 @@ rows compare across machines; sdpa is settled on real hardware (issue #19).
         [--dtype bf16] [--use-cache true|false] [--device cuda|cpu] [--json out.json]
     python3 fake_hf.py --grid        # the rows committed to tests/fixtures/hf_grid/fake_full.json
     python3 fake_hf.py --moe-grid    # Mixtral-8x7B and Qwen3-30B-A3B rows: tests/fixtures/hf_grid/fake_full_moe.json
+    python3 fake_hf.py --deepseek-grid   # DeepSeek-V3 rows (ground truth only, vramscope refuses the
+                                         # model): tests/fixtures/hf_grid/fake_full_deepseek.json
 
 MoE rows (issue #30's full-size check): the experts run as `grouped_mm` (transformers' default
 where it dispatches), whose shapes do not depend on the routing, so FakeTensorMode runs it; the
@@ -65,13 +67,24 @@ MOE_PRESETS = {
                           head_dim=128, dense_intermediate_size=6144),
 }
 MOE_GRID = [dict(preset=p, seq=4096, kind=k, use_cache=(k == "inference")) for p in MOE_PRESETS for k in ("inference", "forward")]
+# DeepSeek-V3 (671B): its Hub config.json's dimensions (YaRN factor 40, interleaved rope), kept apart
+# from MOE_GRID since vramscope does not run the model yet (tests/deepseek_grid.rs).
+DEEPSEEK_PRESETS = {
+    "DeepSeek-V3": dict(model_type="deepseek_v3", hidden_size=7168, intermediate_size=2048, dense_intermediate_size=18432,
+                        num_layers=61, num_heads=128, num_kv_heads=128, vocab_size=129280, num_experts=256, top_k=8,
+                        n_group=8, topk_group=4, first_k_dense_replace=3, n_shared_experts=1, q_lora_rank=1536,
+                        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                        rope_interleave=True, yarn_factor=40.0, max_position_embeddings=163840,
+                        original_max_position_embeddings=4096),
+}
+DEEPSEEK_GRID = [dict(preset="DeepSeek-V3", seq=4096, kind=k, use_cache=(k == "inference")) for k in ("inference", "forward")]
 
 
 def moe_config(r):
     """A point's MoE config (balanced routing, grouped_mm) and the routing installed on its router."""
     import measure_moe as MM
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)  # see the top: an H100
-    p = dict(MOE_PRESETS[r["preset"]], batch=r.get("batch", 1), seq=r["seq"], routing="balanced", experts="grouped_mm",
+    p = dict({**MOE_PRESETS, **DEEPSEEK_PRESETS}[r["preset"]], batch=r.get("batch", 1), seq=r["seq"], routing="balanced", experts="grouped_mm",
              use_cache=r["use_cache"])
     cfg = MM.moe_config(p)
     if p["model_type"] == "mixtral":
@@ -101,7 +114,7 @@ def measure(r, device="cuda"):
     t0 = time.time()
     with FakeTensorMode(allow_non_fake_inputs=True):
         with torch.device(device):
-            cfg = moe_config(r) if r["preset"] in MOE_PRESETS else config(r["preset"], r["use_cache"])
+            cfg = moe_config(r) if r["preset"] in MOE_PRESETS or r["preset"] in DEEPSEEK_PRESETS else config(r["preset"], r["use_cache"])
             model = T.AutoModelForCausalLM.from_config(cfg,
                                                        attn_implementation=r.get("attn", "eager"), dtype=dtype)
         model.train() if kind == "training" else model.eval()
@@ -127,7 +140,7 @@ def measure(r, device="cuda"):
 
 def main():
     a = argparse.ArgumentParser()
-    a.add_argument("--preset", choices=sorted(PRESETS) + sorted(MOE_PRESETS), default="Llama-3.1-8B")
+    a.add_argument("--preset", choices=sorted(PRESETS) + sorted(MOE_PRESETS) + sorted(DEEPSEEK_PRESETS), default="Llama-3.1-8B")
     a.add_argument("--seq", type=int, default=2048)
     a.add_argument("--batch", type=int, default=1)
     a.add_argument("--kind", choices=("inference", "forward", "training"), default="inference")
@@ -136,19 +149,21 @@ def main():
     a.add_argument("--use-cache", choices=("true", "false"), default="true")
     a.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     a.add_argument("--moe-grid", action="store_true", help="measure the MoE rows into tests/fixtures/hf_grid/fake_full_moe.json")
+    a.add_argument("--deepseek-grid", action="store_true", help="measure the DeepSeek-V3 rows into tests/fixtures/hf_grid/fake_full_deepseek.json")
     a.add_argument("--grid", action="store_true", help="measure the committed rows into tests/fixtures/hf_grid/fake_full.json")
     a.add_argument("--json")
     x = a.parse_args()
     import transformers
-    if x.grid or x.moe_grid:
+    if x.grid or x.moe_grid or x.deepseek_grid:
         rows = []
-        for r in (MOE_GRID if x.moe_grid else GRID):
+        for r in (MOE_GRID if x.moe_grid else DEEPSEEK_GRID if x.deepseek_grid else GRID):
             res = measure(dict(r, attn="eager", dtype="bf16", batch=1), r.get("device", "cuda"))
             print(res, flush=True)
             rows.append(res)
-        name = "fake_full_moe.json" if x.moe_grid else "fake_full.json"
+        name = "fake_full_moe.json" if x.moe_grid else "fake_full_deepseek.json" if x.deepseek_grid else "fake_full.json"
+        flag = "--moe-grid" if x.moe_grid else "--deepseek-grid" if x.deepseek_grid else "--grid"
         out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fixtures/hf_grid", name)
-        doc = dict(generator="tools/pytorch/fake_hf.py " + ("--moe-grid" if x.moe_grid else "--grid"), torch=torch.__version__, transformers=transformers.__version__,
+        doc = dict(generator="tools/pytorch/fake_hf.py " + flag, torch=torch.__version__, transformers=transformers.__version__,
                    counted="MemTracker peak under FakeTensorMode, by category: on fake cuda storage bytes rounded up "
                            "to 512 B; on fake cpu (the training row) unrounded",
                    rows=rows)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """measure_moe.py -- what eager PyTorch allocates when transformers' mixture-of-experts causal LMs
-(Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert, gpt-oss) run, per phase, mode-free on CPU: the ground truth of vramscope's MoE
+(Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert, gpt-oss, DeepSeek-V3) run, per phase, mode-free on CPU: the ground truth of vramscope's MoE
 (issue #30), measured with measure_hf.py's machinery (one torch.profiler session, requested bytes
 of blocks >= 512 B, absolute levels; the step is the Trainer's).
 
@@ -8,7 +8,7 @@ Routing. How many tokens each expert gets depends on the router's values, which 
 make arbitrary. The script forces it so PyTorch routes as vramscope's `--routing` says:
   balanced  token t goes to experts (t*k + j) mod E, j < k: every expert gets T*k/E (±1)
   worst     every token goes to experts 0 … k-1
-The router (`MixtralTopKRouter` / `Qwen3MoeTopKRouter` / `GptOssTopKRouter`) runs unchanged -- linear, softmax in
+The router (`MixtralTopKRouter` / `Qwen3MoeTopKRouter` / `GptOssTopKRouter` / `DeepseekV3TopkRouter`) runs unchanged -- linear, softmax in
 fp32, topk, renormalisation -- and a wrapper then overwrites the top-k indices it returns in place
 (`router_indices.data.copy_(forced)`: `.data`, as topk saved the indices for its
 backward). `forced` is built before the profiler session starts, so the
@@ -34,7 +34,7 @@ import torch
 import measure_cs336 as M
 import measure_hf as H
 
-MODEL_TYPES = ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss")
+MODEL_TYPES = ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3")
 EXPERTS = ("eager", "batched_mm", "grouped_mm")
 ROUTINGS = ("balanced", "worst")
 
@@ -63,6 +63,24 @@ def moe_config(p):
         # with the clamped SwiGLU. Only eager attention dispatches (_supports_sdpa = False).
         cfg = T.GptOssConfig(num_local_experts=p["num_experts"], head_dim=p.get("head_dim") or 64,
                              sliding_window=p["sliding_window"], **kw)
+    elif p["model_type"] == "deepseek_v3":
+        # DeepSeek-V3: multi-head latent attention (q_lora_rank None: q_proj), the first
+        # first_k_dense_replace layers dense (dense_intermediate_size), then the sigmoid router with
+        # group-limited top-k and n_shared_experts as one shared MLP. intermediate_size is one
+        # routed expert's (moe_intermediate_size). rope_interleave and the rope type as the point says.
+        kw["intermediate_size"] = p["dense_intermediate_size"]
+        rope = dict(rope_type="default", rope_theta=10000.0)
+        if p.get("yarn_factor"):
+            rope = dict(rope_type="yarn", rope_theta=10000.0, factor=p["yarn_factor"], mscale=1.0, mscale_all_dim=1.0,
+                        beta_fast=32, beta_slow=1, original_max_position_embeddings=p.get("original_max_position_embeddings", p.get("max_position_embeddings", 4096) // 4))
+        cfg = T.DeepseekV3Config(n_routed_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
+                                 n_group=p["n_group"], topk_group=p["topk_group"],
+                                 first_k_dense_replace=p["first_k_dense_replace"], n_shared_experts=p["n_shared_experts"],
+                                 q_lora_rank=p["q_lora_rank"], kv_lora_rank=p["kv_lora_rank"],
+                                 qk_nope_head_dim=p["qk_nope_head_dim"], qk_rope_head_dim=p["qk_rope_head_dim"],
+                                 v_head_dim=p["v_head_dim"], rope_interleave=p.get("rope_interleave", True),
+                                 norm_topk_prob=p.get("norm_topk_prob", True), routed_scaling_factor=2.5,
+                                 rope_parameters=rope, **kw)
     elif p["model_type"] == "qwen2_moe":
         # Qwen2-MoE: a shared expert (a dense MLP of shared_expert_intermediate_size) beside the
         # routed ones, scaled by sigmoid(shared_expert_gate(x)).
@@ -83,7 +101,8 @@ def install_routing(p):
     router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
               "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
               "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter,
-              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter}[p["model_type"]]
+              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter,
+              "deepseek_v3": T.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3TopkRouter}[p["model_type"]]
     forced = forced_indices(p["batch"] * p["seq"], p["top_k"], p["num_experts"], p["routing"])
     original = getattr(router, "_vramscope_original", router.forward)
     router._vramscope_original = original

@@ -6,6 +6,7 @@ experts of each sparse layer instead of all of them), for the published configs 
 
     python3 moe_meta_params.py
     python3 moe_meta_params.py --gpt-oss   # gpt-oss-20b, gpt-oss-120b and small gpt_oss configs
+    python3 moe_meta_params.py --deepseek  # DeepSeek-V3 (671B) and small deepseek_v3 configs
 """
 import json
 import os
@@ -18,6 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "../../tests/fixtures/moe_grid/meta_params.json")
 # gpt-oss's own file (tests/gptoss_grid.rs reads it).
 OUT_GPT_OSS = os.path.join(HERE, "../../tests/fixtures/moe_grid/gpt_oss_meta_params.json")
+# DeepSeek-V3's (tests/deepseek_grid.rs reads it).
+OUT_DEEPSEEK = os.path.join(HERE, "../../tests/fixtures/moe_grid/deepseek_v3_meta_params.json")
 
 CONFIGS = {
     # mistralai/Mixtral-8x7B-v0.1 config.json
@@ -75,6 +78,32 @@ GPT_OSS_CONFIGS = {
 }
 
 
+def _deepseek_v3():
+    """deepseek-ai/DeepSeek-V3's config.json as the Hub gives it (tests/fixtures/hf_models), less its
+    fp8 quantization_config (vramscope models the bf16 load) and the remote-code auto_map."""
+    with open(os.path.join(HERE, "../../tests/fixtures/hf_models/DeepSeek-V3/config.json")) as f:
+        c = json.load(f)
+    del c["quantization_config"], c["auto_map"]
+    return c
+
+
+_DS_SMALL = dict(model_type="deepseek_v3", hidden_size=64, intermediate_size=160, moe_intermediate_size=32,
+                 num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, vocab_size=500,
+                 n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1,
+                 n_shared_experts=1, kv_lora_rank=32, q_lora_rank=48, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                 v_head_dim=12, max_position_embeddings=4096, rope_scaling=None)
+DEEPSEEK_CONFIGS = {
+    "DeepSeek-V3": _deepseek_v3(),
+    "deepseek_v3-small": _DS_SMALL,
+    "deepseek_v3-small-no-q-lora-bias-tied": dict(_DS_SMALL, q_lora_rank=None, attention_bias=True,
+                                                   tie_word_embeddings=True, n_shared_experts=2),
+    "deepseek_v3-small-all-sparse": dict(_DS_SMALL, first_k_dense_replace=0, num_hidden_layers=2, n_routed_experts=12,
+                                         num_experts_per_tok=3, n_group=4, topk_group=2, v_head_dim=24),
+    "deepseek_v3-small-all-dense": dict(_DS_SMALL, first_k_dense_replace=3, num_attention_heads=2,
+                                        num_key_value_heads=2),
+}
+
+
 def counts(cfg):
     with torch.device("meta"):
         model = T.AutoModelForCausalLM.from_config(cfg)
@@ -104,6 +133,8 @@ def write(path, configs):
 def main():
     if "--gpt-oss" in sys.argv:
         return write(OUT_GPT_OSS, GPT_OSS_CONFIGS)
+    if "--deepseek" in sys.argv:
+        return write(OUT_DEEPSEEK, DEEPSEEK_CONFIGS)
     out = {}
     for name, kw in CONFIGS.items():
         kw = dict(kw)

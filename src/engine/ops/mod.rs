@@ -8,6 +8,7 @@ pub mod int;
 pub mod linalg;
 pub mod moe;
 pub mod moe_bias;
+pub mod deepseek;
 pub mod int8;
 pub mod quant;
 pub mod nn;

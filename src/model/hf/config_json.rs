@@ -95,6 +95,10 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     if model_type.as_deref() == Some("gpt_oss") {
         return super::gpt_oss::parse(obj);
     }
+    // DeepSeek-V3: its own reader (src/model/hf/deepseek_v3.rs).
+    if model_type.as_deref() == Some("deepseek_v3") {
+        return super::deepseek_v3::parse(obj);
+    }
     let mut moe: Option<super::moe::MoeRead> = None;
     // A config without model_type is read as LlamaConfig (the field every saved config has;
     // hand-written ones often omit it).
@@ -108,7 +112,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
                 arch
             }
             None if super::moe::MOE_MODEL_TYPES.contains(&t) => return Err(super::moe::refuse_moe_type(t, &Arch::list())),
-            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe, qwen2_moe, gpt_oss", Arch::list()))?,
+            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3", Arch::list()))?,
         },
     };
     // Expert keys under a dense model_type (a Mixtral config relabelled mistral): never run as dense.

@@ -254,6 +254,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         implementation: ExpertsImplementation::default(),
         routing: Routing::default(),
         shared_intermediate: 0,
+        deepseek: None,
         gpt_oss: Some(GptOssParts {
             window,
             sliding,

@@ -9,6 +9,7 @@
 pub mod config_file;
 pub mod config_json;
 pub mod beam_search_5_23;
+pub mod deepseek_v3;
 pub mod generation_5_23;
 pub mod gemma;
 pub mod generation_config;

@@ -72,6 +72,9 @@ pub enum MoeFamily {
     /// gpt-oss: a biased router softmaxed over its top-k logits, biased experts with a
     /// clamped SwiGLU, and its own attention (src/model/hf/gpt_oss.rs).
     GptOss,
+    /// DeepSeek-V3: a sigmoid router with a score-correction bias and group-limited top-k, a
+    /// shared MLP, dense first layers and multi-head latent attention (src/model/hf/deepseek_v3.rs).
+    DeepseekV3,
 }
 
 impl MoeFamily {
@@ -81,6 +84,7 @@ impl MoeFamily {
             MoeFamily::Qwen3Moe => "qwen3_moe",
             MoeFamily::Qwen2Moe => "qwen2_moe",
             MoeFamily::GptOss => "gpt_oss",
+            MoeFamily::DeepseekV3 => "deepseek_v3",
         }
     }
 }
@@ -178,6 +182,9 @@ pub struct MoeConfig {
     /// gpt-oss's attention layout and SwiGLU (None for the other families).
     #[serde(default)]
     pub gpt_oss: Option<super::gpt_oss::GptOssParts>,
+    /// DeepSeek-V3's attention, router and layer layout (None for the other families).
+    #[serde(default)]
+    pub deepseek: Option<super::deepseek_v3::DeepseekParts>,
 }
 
 impl MoeConfig {
@@ -361,6 +368,7 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
             implementation: ExpertsImplementation::default(),
             routing: Routing::default(),
             gpt_oss: None,
+            deepseek: None,
         };
         if moe.top_k > moe.experts {
             return Err(format!("num_experts_per_tok {} exceeds the {} experts", moe.top_k, moe.experts));
@@ -383,13 +391,13 @@ pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option
         MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok(None),
         MoeFamily::Mixtral => Ok(dense),
         MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe if dense.is_some() => Err("field 'use_sliding_window' is true: the sliding window of an MoE Qwen is not modelled".into()),
-        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss => Ok(None),
+        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss | MoeFamily::DeepseekV3 => Ok(None),
     }
 }
 
 /// The refusal of an MoE `model_type` vramscope does not run (all but mixtral and qwen3_moe).
 pub fn refuse_moe_type(model_type: &str, supported: &str) -> String {
-    format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe, qwen2_moe, gpt_oss")
+    format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3")
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub struct MoeWeights<'a> {
 pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor {
     let (b, s, d) = (x.dim(0), x.dim(1), x.dim(2));
     let flat = x.view(&[b * s, d]);
-    let (_, router_frame, experts_frame) = moe_frames::of(m.family);
+    let (_, router_frame, _) = moe_frames::of(m.family);
     // Qwen2-MoE: `shared_expert_output = self.shared_expert(hidden_states)` first.
     let shared_out = w.shared.map(|sw| {
         let _s = scope("shared_expert");
@@ -38,21 +38,7 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor
         let _f = py_frame(router_frame);
         router(m, w.router, &flat)
     };
-    let out = {
-        let _s = scope("experts");
-        // The experts_implementation dispatches to integrations/moe.py's function, or to the
-        // modeling file's own forward for eager.
-        let _f = py_frame(match m.implementation {
-            ExpertsImplementation::GroupedMm => &moe_frames::GROUPED_MM_EXPERTS_FORWARD,
-            ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
-            ExpertsImplementation::Eager => experts_frame,
-        });
-        match m.implementation {
-            ExpertsImplementation::GroupedMm => grouped_mm_experts(m, w, &flat, &index, &weights),
-            ExpertsImplementation::BatchedMm => batched_mm_experts(m, w, &flat, &index, &weights),
-            ExpertsImplementation::Eager => eager_experts(m, w, &flat, &index, &weights),
-        }
-    };
+    let out = experts(m, w, &flat, &index, &weights);
     let (out, scaled) = match (w.shared, shared_out) {
         (Some(sw), Some(shared_out)) => {
             // shared_expert_output = sigmoid(shared_expert_gate(x)) * shared_expert_output;
@@ -66,6 +52,24 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor
     };
     drop((flat, weights, index, scaled));
     out.reshape(&[b, s, d])
+}
+
+/// `self.experts(hidden_states, top_k_index, top_k_weights)` on (T, hidden): the
+/// experts_implementation dispatches to integrations/moe.py's function, or to the modeling
+/// file's own forward for eager.
+pub fn experts(m: &MoeConfig, w: &MoeWeights<'_>, flat: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
+    let _s = scope("experts");
+    let (_, _, experts_frame) = moe_frames::of(m.family);
+    let _f = py_frame(match m.implementation {
+        ExpertsImplementation::GroupedMm => &moe_frames::GROUPED_MM_EXPERTS_FORWARD,
+        ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
+        ExpertsImplementation::Eager => experts_frame,
+    });
+    match m.implementation {
+        ExpertsImplementation::GroupedMm => grouped_mm_experts(m, w, flat, index, weights),
+        ExpertsImplementation::BatchedMm => batched_mm_experts(m, w, flat, index, weights),
+        ExpertsImplementation::Eager => eager_experts(m, w, flat, index, weights),
+    }
 }
 
 /// `*TopKRouter.forward`: logits (T, E) in the model's dtype, softmax in fp32, top-k, the

@@ -33,6 +33,13 @@ mod phi3;
 mod olmo2;
 #[path = "gpt_oss_5_23.rs"]
 mod gpt_oss_5_23;
+#[path = "deepseek_v3_5_23.rs"]
+mod deepseek_v3_5_23;
+
+/// Whether `hf` is DeepSeek-V3 (latent attention and its own sparse block: deepseek_v3_5_23.rs).
+fn is_deepseek(hf: &HfConfig) -> bool {
+    hf.moe.as_ref().is_some_and(|m| m.deepseek.is_some())
+}
 
 /// Whether `hf` is gpt-oss (its own attention, layer and experts: gpt_oss_5_23.rs).
 fn is_gpt_oss(hf: &HfConfig) -> bool {
@@ -63,6 +70,8 @@ pub struct HfLayer {
     pub shared_expert: Option<[Tensor; 4]>,
     /// gpt-oss's sinks, router bias and expert biases.
     pub gpt_oss: Option<super::gpt_oss::GptOssWeights>,
+    /// DeepSeek-V3's latent attention, shared MLP and router bias.
+    pub deepseek: Option<deepseek_v3_5_23::DeepseekWeights>,
     /// Gemma's `post_attention_layernorm` and `post_feedforward_layernorm` (its
     /// `input_layernorm` and `pre_feedforward_layernorm` are the layer's two norms).
     pub post_norms: Option<[Tensor; 2]>,
@@ -100,6 +109,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let p = |n: &str| format!("model.layers.{i}.{n}");
         if hf.model_type == Arch::Phi3 {
             layers.push(phi3::layer(&mut b, &p, [q, kv, d, f], std));
+            continue;
+        }
+        if let Some((m, ds)) = hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) {
+            layers.push(deepseek_v3_5_23::layer(&mut b, &p, m, ds, i, d, cfg.num_heads));
             continue;
         }
         if let Some(m) = hf.moe.as_ref().filter(|_| is_gpt_oss(hf)) {
@@ -196,6 +209,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             router: None,
             shared_expert: None,
             gpt_oss: None,
+            deepseek: None,
             post_norms,
         };
         layers.push(Layer {
@@ -671,6 +685,9 @@ impl Block {
         if self.hf().model_type == Arch::Phi3 {
             return self.phi3_mlp(x);
         }
+        if is_deepseek(self.hf()) && self.layer.hf.as_ref().is_some_and(|h| h.router.is_some()) {
+            return self.deepseek_moe(x);
+        }
         if let (Some(m), Some(router)) = (&self.hf().moe, &self.layer.hf.as_ref().expect("hf layer").router) {
             let gate_up = self.layer.gate_up.weights()[0];
             let shared = self.layer.hf.as_ref().expect("hf layer").shared_expert.as_ref();
@@ -697,6 +714,9 @@ impl Block {
     /// `LlamaAttention.forward` (Qwen3: q_norm / k_norm on the per-head view first): the
     /// output and eager's attention weights (None for the fused kernels).
     fn attention(&self, x: &Tensor) -> (Tensor, Option<Tensor>) {
+        if is_deepseek(self.hf()) {
+            return self.mla_attention(x);
+        }
         let _s = scope("self_attn");
         let hf = self.hf();
         let fr = frames(hf);

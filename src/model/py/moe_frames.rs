@@ -46,6 +46,7 @@ pub fn of(family: crate::model::hf::moe::MoeFamily) -> (&'static HfFrames, &'sta
         crate::model::hf::moe::MoeFamily::Qwen3Moe => (&QWEN3_MOE, &QWEN3_MOE_ROUTER, &QWEN3_MOE_EXPERTS),
         crate::model::hf::moe::MoeFamily::Qwen2Moe => (&QWEN2_MOE, &QWEN2_MOE_ROUTER, &QWEN2_MOE_EXPERTS),
         crate::model::hf::moe::MoeFamily::GptOss => (&GPT_OSS, &GPT_OSS_ROUTER, &GPT_OSS_EXPERTS),
+        crate::model::hf::moe::MoeFamily::DeepseekV3 => (&DEEPSEEK_V3, &DEEPSEEK_V3_ROUTER, &DEEPSEEK_V3_EXPERTS),
     }
 }
 
@@ -84,3 +85,25 @@ pub static GPT_OSS: HfFrames = HfFrames {
 pub static GPT_OSS_ROUTER: PyFn = PyFn { file: GO, line: 125, name: "GptOssTopKRouter.forward" };
 pub static GPT_OSS_EXPERTS: PyFn = PyFn { file: GO, line: 89, name: "GptOssExperts.forward" };
 pub static GPT_OSS_APPLY_GATE: PyFn = PyFn { file: GO, line: 81, name: "GptOssExperts._apply_gate" };
+
+const DS: &str = "transformers/models/deepseek_v3/modeling_deepseek_v3.py";
+/// DeepSeek-V3 (`mlp` is the dense `DeepseekV3MLP`; the sparse layers' block is
+/// [`DEEPSEEK_V3_MOE`]).
+pub static DEEPSEEK_V3: HfFrames = HfFrames {
+    rms_norm: PyFn { file: DS, line: 46, name: "DeepseekV3RMSNorm.forward" },
+    rotary: PyFn { file: DS, line: 93, name: "DeepseekV3RotaryEmbedding.forward" },
+    rotate_half: PyFn { file: DS, line: 277, name: "rotate_half" },
+    apply_rotary_pos_emb: PyFn { file: DS, line: 284, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: DS, line: 225, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: DS, line: 237, name: "eager_attention_forward" },
+    attention: PyFn { file: DS, line: 426, name: "DeepseekV3Attention.forward" },
+    mlp: PyFn { file: DS, line: 115, name: "DeepseekV3MLP.forward" },
+    decoder_layer: PyFn { file: DS, line: 500, name: "DeepseekV3DecoderLayer.forward" },
+    model: PyFn { file: DS, line: 581, name: "DeepseekV3Model.forward" },
+    for_causal_lm: PyFn { file: DS, line: 656, name: "DeepseekV3ForCausalLM.forward" },
+};
+pub static DEEPSEEK_V3_ROUTER: PyFn = PyFn { file: DS, line: 133, name: "DeepseekV3TopkRouter.forward" };
+pub static DEEPSEEK_V3_EXPERTS: PyFn = PyFn { file: DS, line: 174, name: "DeepseekV3Experts.forward" };
+pub static DEEPSEEK_V3_MOE: PyFn = PyFn { file: DS, line: 215, name: "DeepseekV3MoE.forward" };
+pub static DEEPSEEK_V3_EXPAND_KV: PyFn = PyFn { file: DS, line: 407, name: "DeepseekV3Attention.expand_kv" };
+pub static DEEPSEEK_V3_ROPE_INTERLEAVE: PyFn = PyFn { file: DS, line: 310, name: "apply_rotary_pos_emb_interleave" };
