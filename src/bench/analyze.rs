@@ -38,6 +38,12 @@ pub(super) struct Child {
 
 /// Run `exe args` with its output into files of `dir`, and reap it with `wait4` for its own
 /// resource usage.
+#[cfg(target_arch = "wasm32")]
+pub(super) fn run_child(exe: &Path, _args: &[&str], _dir: &Path) -> Result<Child> {
+    anyhow::bail!("running {}: the page runs no processes", exe.display())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
 pub(super) fn run_child(exe: &Path, args: &[&str], dir: &Path) -> Result<Child> {
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     let t0 = Instant::now();

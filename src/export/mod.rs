@@ -1,5 +1,10 @@
 //! Writers. Every file is written whole or not at all (`atomic`), and a command's files
 //! together as one set (`output_set`); an interrupted run leaves no temp files (`cleanup`).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod atomic;
+/// The browser build has no file system: writes are errors there (src/web returns bytes).
+#[cfg(target_arch = "wasm32")]
+#[path = "atomic_none.rs"]
 pub mod atomic;
 pub mod chrome_trace;
 pub mod cleanup;
