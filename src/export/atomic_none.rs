@@ -1,4 +1,4 @@
-//! File writes in the browser build (wasm32): the page has no file system, and its jobs return
+//! File writes in the browser build (wasm): the page has no file system, and its jobs return
 //! their outputs as bytes (src/web), so a write that is reached anyway is an error saying so.
 use anyhow::{bail, Result};
 use std::path::Path;

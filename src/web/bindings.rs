@@ -43,3 +43,25 @@ pub fn help(subcommand: &str) -> String {
         None => cmd.render_long_help().to_string(),
     }
 }
+
+#[cfg(target_family = "wasm")]
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues)]
+    fn get_random_values(buf: &mut [u8]);
+}
+
+/// getrandom's OS source in the browser (its custom backend): crypto.getRandomValues, at most
+/// 65536 bytes a call.
+///
+/// # Safety
+/// getrandom passes a writable buffer of `len` bytes.
+#[cfg(target_family = "wasm")]
+#[no_mangle]
+unsafe extern "Rust" fn __getrandom_v03_custom(dest: *mut u8, len: usize) -> Result<(), getrandom::Error> {
+    let buf = unsafe { std::slice::from_raw_parts_mut(dest, len) };
+    for chunk in buf.chunks_mut(65536) {
+        get_random_values(chunk);
+    }
+    Ok(())
+}

@@ -53,8 +53,13 @@ const ON_THE_PAGE: &str = "profile (and profile --compare), sweep, fit and estim
 pub fn run(words: &[String], pasted: &[(String, String)]) -> Outcome {
     let cli = match Cli::try_parse_from(std::iter::once("vramscope".to_string()).chain(words.iter().cloned())) {
         Ok(c) => c,
-        // `--help`, `--version` (exit 0) and clap's refusals (exit 2), in clap's words.
-        Err(e) => return Outcome { exit_code: e.exit_code(), text: e.render().to_string(), ..Outcome::default() },
+        // `--help` and `--version` (exit 0, stdout) and clap's refusals (exit 2, stderr), in
+        // clap's words.
+        Err(e) => {
+            let msg = e.render().to_string();
+            let (text, error) = if e.use_stderr() { (String::new(), Some(msg.trim_end().to_string())) } else { (msg, None) };
+            return Outcome { exit_code: e.exit_code(), text, error, ..Outcome::default() };
+        }
     };
     let _files = pasted::Scope::set(pasted);
     session::quiet_oom_panics();
@@ -105,7 +110,7 @@ fn meta_only(device: &str, threads: Option<usize>) -> Result<()> {
 /// The command line's thread pool where there are threads; the browser's wasm has none, and
 /// rayon runs its work on the calling thread there.
 fn begin() -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(target_family = "wasm"))]
     session::set_threads(None)?;
     Ok(())
 }

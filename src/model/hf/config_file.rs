@@ -2,7 +2,7 @@
 //! one. Only regular files are read, at most [`MAX_CONFIG_BYTES`]: a FIFO or a device named as
 //! the config is refused before it is opened for reading (a FIFO would block, /dev/zero would
 //! never end), and an oversized file before it is read whole.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -25,12 +25,12 @@ pub fn read(path: &Path) -> Result<(PathBuf, String), String> {
 }
 
 /// The page has no file system: only what was pasted or dropped on it.
-#[cfg(target_arch = "wasm32")]
+#[cfg(target_family = "wasm")]
 fn read_file(path: &Path) -> Result<(PathBuf, String), String> {
     Err(format!("cannot read {}: the page reads only the config.json pasted or dropped on it", path.display()))
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 fn read_file(path: &Path) -> Result<(PathBuf, String), String> {
     let file = match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => {
@@ -73,7 +73,7 @@ fn read_file(path: &Path) -> Result<(PathBuf, String), String> {
     Ok((file, text))
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 fn kind_of(m: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = m.file_type();
