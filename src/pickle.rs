@@ -17,6 +17,10 @@
 //! errors. It runs as an explicit stack machine over an arena of containers, bounded by
 //! [`Limits`], and returns an error with a byte offset — never a panic — on any input.
 use std::collections::{HashMap, HashSet};
+use input::Input;
+
+mod input;
+pub mod condense;
 use std::fmt;
 use std::rc::Rc;
 
@@ -456,9 +460,26 @@ pub struct PickleError {
 /// such as /dev/zero has no size to check up front). A first byte that is no opcode is
 /// refused at offset 0 before anything more is read.
 pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Value, FileError> {
+    let (input, io) = open_input(path, limits)?;
+    let mut r = Reader::new(input, limits);
+    let res = r.read_all();
+    r.io_checked(res, &io)
+}
+
+/// Most bytes of a pipe or device read (whole, before parsing): unlike a regular file, such an
+/// input cannot be read twice nor through a window.
+const WHOLE_READ: u64 = 256 << 20;
+
+/// The input of `path` within `limits.max_input_bytes`: a regular file is read through a
+/// window as it is parsed; anything else (a pipe, a device) is read whole first, refused as
+/// soon as it passes the budget. A first byte that is no opcode is refused at offset 0
+/// before anything more is read. Also gives the message prefix for I/O errors.
+fn open_input(path: &std::path::Path, limits: &Limits) -> Result<(Input<'static>, String), FileError> {
     use std::io::Read;
-    let io = |e: std::io::Error| FileError::Io(format!("cannot read {}: {e}", path.display()));
+    let what = format!("cannot read {}", path.display());
+    let io = |e: std::io::Error| FileError::Io(format!("{what}: {e}"));
     let mut f = std::fs::File::open(path).map_err(io)?;
+    let regular = f.metadata().map_err(io)?.file_type().is_file();
     let mut data = Vec::new();
     let mut chunk = vec![0u8; 1 << 16];
     loop {
@@ -471,15 +492,29 @@ pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Value, FileE
         if data.is_empty() && !is_opcode(chunk[0]) {
             return Err(FileError::Pickle(PickleError { offset: 0, message: format!("unknown opcode {} (not a pickle)", opname(chunk[0])) }));
         }
-        if (data.len() + n) as u64 > limits.max_input_bytes {
+        let size = if regular { f.metadata().map_err(io)?.len().max((data.len() + n) as u64) } else { (data.len() + n) as u64 };
+        if size > limits.max_input_bytes {
             return Err(FileError::Pickle(PickleError {
                 offset: limits.max_input_bytes as usize,
                 message: format!("input larger than {} bytes (budget --max-input-bytes)", limits.max_input_bytes),
             }));
         }
+        if !regular && size > WHOLE_READ {
+            return Err(FileError::Pickle(PickleError {
+                offset: WHOLE_READ as usize,
+                message: format!("input from a pipe or device larger than {WHOLE_READ} bytes, which are read whole (copy it to a regular file, which is read through a window within --max-input-bytes)"),
+            }));
+        }
         data.extend_from_slice(&chunk[..n]);
+        if regular {
+            let len = usize::try_from(size).map_err(|_| FileError::Io(format!("{what}: larger than memory can address")))?;
+            return Ok((Input::file(f, data, len), what));
+        }
     }
-    read(&data, limits).map_err(FileError::Pickle)
+    let len = data.len();
+    let mut input = Input::file(f, data, len);
+    input.close();
+    Ok((input, what))
 }
 
 /// Why [`read_file`] failed: the file could not be read, or its content is no plain-data pickle.
@@ -500,13 +535,7 @@ fn is_opcode(op: u8) -> bool {
 /// Parse a pickle of plain data (protocols 0–5). Containers that the pickle shares through
 /// its memo come back as the same `Rc`. Trailing NUL padding after STOP is allowed.
 pub fn read(data: &[u8], limits: &Limits) -> Result<Value, PickleError> {
-    let mut r =
-        Reader { data, pos: 0, op_at: 0, limits, stack: Vec::new(), marks: Vec::new(), memo: Memo::default(), nodes: Vec::new(), items: 0 };
-    let root = r.run()?;
-    if let Some(i) = data.get(r.pos..).unwrap_or_default().iter().position(|&b| b != 0) {
-        return Err(PickleError { offset: r.pos + i, message: "data after STOP (only NUL padding may follow)".into() });
-    }
-    r.convert(root)
+    Reader::new(Input::slice(data), limits).read_all()
 }
 
 /// A value on the unpickler's stack: a scalar, or a container in the arena.
@@ -533,6 +562,10 @@ enum Node {
     Seq(Seq, Vec<Item>),
     Dict(Vec<(Item, Item)>),
     Bytes(Vec<u8>),
+    /// A list of trace entries condensed as they arrived ([`condense`]), in chunks.
+    Records(Vec<Vec<condense::TraceRecord>>),
+    /// A slot given back after its container was condensed (reused by the next one).
+    Free,
 }
 
 /// The unpickler's memo. Picklers number their slots 0, 1, 2, …, so those live in a vector;
@@ -566,8 +599,10 @@ impl Memo {
 }
 
 struct Reader<'a> {
-    data: &'a [u8],
+    input: Input<'a>,
     pos: usize,
+    /// The opcode being executed.
+    op: u8,
     /// Offset of the opcode being executed (errors point at it).
     op_at: usize,
     limits: &'a Limits,
@@ -578,6 +613,8 @@ struct Reader<'a> {
     /// Containers, with the offset of the opcode that made each.
     nodes: Vec<(usize, Node)>,
     items: usize,
+    /// Set when trace entries are condensed into records as they arrive ([`condense`]).
+    cond: Option<Box<condense::State>>,
 }
 
 type Res<T> = Result<T, PickleError>;
@@ -595,18 +632,39 @@ impl<'a> Reader<'a> {
         Err(PickleError { offset: self.op_at, message: message.into() })
     }
 
-    fn take(&mut self, n: usize) -> Res<&'a [u8]> {
-        let data: &'a [u8] = self.data;
-        match data.get(self.pos..).and_then(|rest| rest.get(..n)) {
-            Some(s) => {
-                self.pos += n;
-                Ok(s)
-            }
-            None => self.err(format!(
+    fn new(input: Input<'a>, limits: &'a Limits) -> Reader<'a> {
+        Reader { input, pos: 0, op: 0, op_at: 0, limits, stack: Vec::new(), marks: Vec::new(), memo: Memo::default(), nodes: Vec::new(), items: 0, cond: None }
+    }
+
+    /// Run to STOP, check that only NUL padding follows, and build the value.
+    fn read_all(&mut self) -> Res<Value> {
+        let root = self.run()?;
+        if let Some(i) = self.input.first_nonzero(self.pos) {
+            return Err(PickleError { offset: i, message: "data after STOP (only NUL padding may follow)".into() });
+        }
+        let nodes = std::mem::take(&mut self.nodes);
+        convert(nodes, root, self.limits)
+    }
+
+    /// A result, unless reading the input failed on the way (then an I/O error).
+    fn io_checked<T>(&mut self, res: Res<T>, what: &str) -> Result<T, FileError> {
+        match self.input.io_error.take() {
+            Some(e) => Err(FileError::Io(format!("{what}: {e}"))),
+            None => res.map_err(FileError::Pickle),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Res<&[u8]> {
+        if self.input.ensure(self.pos, n) {
+            let at = self.pos;
+            self.pos += n;
+            Ok(self.input.at(at, n))
+        } else {
+            self.err(format!(
                 "truncated: argument of opcode {} needs {n} bytes, {} left",
-                opname(data.get(self.op_at).copied().unwrap_or(0)),
-                data.len().saturating_sub(self.pos)
-            )),
+                opname(self.op),
+                self.input.len.saturating_sub(self.pos)
+            ))
         }
     }
 
@@ -633,7 +691,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length argument, checked against what is left before anything is allocated.
-    fn len(&mut self, n: impl TryInto<usize>) -> Res<&'a [u8]> {
+    fn len(&mut self, n: impl TryInto<usize>) -> Res<&[u8]> {
         match n.try_into() {
             Ok(n) => self.take(n),
             Err(_) => self.err("declared length does not fit in memory"),
@@ -641,18 +699,16 @@ impl<'a> Reader<'a> {
     }
 
     /// A newline-terminated argument of protocol 0 (without the newline).
-    fn line_bytes(&mut self) -> Res<&'a [u8]> {
-        let data: &'a [u8] = self.data;
-        let rest = data.get(self.pos..).unwrap_or_default();
-        let Some(n) = rest.iter().position(|&b| b == b'\n') else {
+    fn line_bytes(&mut self) -> Res<Vec<u8>> {
+        let Some((nl, bytes)) = self.input.line(self.pos) else {
             return self.err("truncated: text argument has no terminating newline");
         };
-        self.pos += n + 1;
-        Ok(rest.get(..n).unwrap_or_default())
+        self.pos = nl + 1;
+        Ok(bytes)
     }
 
-    fn line(&mut self) -> Res<&'a str> {
-        match std::str::from_utf8(self.line_bytes()?) {
+    fn line(&mut self) -> Res<String> {
+        match String::from_utf8(self.line_bytes()?) {
             Ok(s) => Ok(s),
             Err(_) => self.err("text argument is not ASCII"),
         }
@@ -669,7 +725,8 @@ impl<'a> Reader<'a> {
     }
 
     fn text_key(&mut self) -> Res<u64> {
-        let s = self.line()?.trim();
+        let s = self.line()?;
+        let s = s.trim();
         match s.parse() {
             Ok(i) => Ok(i),
             Err(_) => self.err(format!("bad memo key {s:?}")),
@@ -678,8 +735,12 @@ impl<'a> Reader<'a> {
 
     /// A length-prefixed UTF-8 string argument.
     fn string(&mut self, n: impl TryInto<usize>) -> Res<Item> {
-        let b = self.len(n)?;
-        self.utf8(b)
+        let s = std::str::from_utf8(self.len(n)?).map(Rc::<str>::from).map_err(|e| e.valid_up_to());
+        self.count(1)?;
+        match s {
+            Ok(s) => Ok(Item::Str(s)),
+            Err(at) => self.err(format!("string is not valid UTF-8 (at its byte {at})")),
+        }
     }
 
     /// A length-prefixed `bytes`/`bytearray` argument (kept in the arena: not shared by value).
@@ -706,15 +767,21 @@ impl<'a> Reader<'a> {
         let mut le = [fill; 8];
         le[..low.len()].copy_from_slice(low);
         let v = i64::from_le_bytes(le);
-        if high.iter().any(|&x| x != fill) || (!high.is_empty() && (v < 0) != neg) {
-            return self.err(format!("integer of {} bytes does not fit in 64 bits (signed)", b.len()));
+        let (bad, n) = (high.iter().any(|&x| x != fill) || (!high.is_empty() && (v < 0) != neg), b.len());
+        if bad {
+            return self.err(format!("integer of {n} bytes does not fit in 64 bits (signed)"));
         }
         Ok(Item::Int(v))
     }
 
     fn node(&mut self, n: Node) -> Res<Item> {
-        if self.nodes.len() >= self.limits.max_containers {
+        let free = self.cond.as_ref().map_or(0, |c| c.free.len());
+        if self.nodes.len() - free >= self.limits.max_containers {
             return self.err(format!("more than {} containers (budget --max-containers)", self.limits.max_containers));
+        }
+        if let Some(i) = self.cond.as_mut().and_then(|c| c.reuse()) {
+            self.nodes[i] = (self.op_at, n);
+            return Ok(Item::Node(i));
         }
         self.nodes.push((self.op_at, n));
         Ok(Item::Node(self.nodes.len() - 1))
@@ -771,7 +838,14 @@ impl<'a> Reader<'a> {
 
     /// The container on top of the stack, which must be of the wanted kind.
     fn target(&mut self, want: &str, ok: impl Fn(&Node) -> bool) -> Res<usize> {
-        match self.top()? {
+        let top = self.top()?;
+        if let (Item::Node(i), Some(c)) = (&top, &self.cond) {
+            if c.is_frozen(*i) {
+                // Changed after it was condensed: only the tree reader can follow that.
+                return self.err(condense::BAIL);
+            }
+        }
+        match top {
             Item::Node(i) if ok(&self.nodes[i].1) => Ok(i),
             _ => self.err(format!("target is not a {want}")),
         }
@@ -811,9 +885,10 @@ impl<'a> Reader<'a> {
     fn run(&mut self) -> Res<Item> {
         loop {
             self.op_at = self.pos;
-            let Some(&op) = self.data.get(self.pos) else {
+            let Some(op) = self.input.byte(self.pos) else {
                 return self.err("unexpected end of data: truncated pickle or missing STOP");
             };
+            self.op = op;
             self.pos += 1;
             let item = match op {
                 STOP if !self.marks.is_empty() => return self.err(format!("STOP with {} unclosed MARKs", self.marks.len())),
@@ -828,7 +903,7 @@ impl<'a> Reader<'a> {
                 FRAME => {
                     // Frames only group opcodes; the frame must lie within the data.
                     let n = self.u64()?;
-                    let left = self.data.len() - self.pos;
+                    let left = self.input.len - self.pos;
                     if n > left as u64 {
                         return self.err(format!("truncated: frame of {n} bytes, {left} left"));
                     }
@@ -850,7 +925,13 @@ impl<'a> Reader<'a> {
                     self.pop_mark()?;
                     continue;
                 }
-                DUP => self.top()?,
+                DUP => {
+                    let it = self.top()?;
+                    if let (Item::Node(i), Some(c)) = (&it, self.cond.as_mut()) {
+                        c.share(*i);
+                    }
+                    it
+                }
 
                 NONE => Item::None,
                 NEWTRUE => Item::Bool(true),
@@ -859,14 +940,14 @@ impl<'a> Reader<'a> {
                 BININT2 => Item::Int(u16::from_le_bytes(self.array()?).into()),
                 BININT => Item::Int(self.i32()?.into()),
                 // Protocol 0 writes booleans as INT 00 / 01.
-                INT => match self.line()? {
+                INT => match self.line()?.as_str() {
                     "00" => Item::Bool(false),
                     "01" => Item::Bool(true),
                     s => Item::Int(self.text_int(s)?),
                 },
                 LONG => {
                     let s = self.line()?;
-                    Item::Int(self.text_int(s)?)
+                    Item::Int(self.text_int(&s)?)
                 }
                 LONG1 => {
                     let n = self.u8()?;
@@ -878,7 +959,8 @@ impl<'a> Reader<'a> {
                 }
                 BINFLOAT => Item::Float(f64::from_be_bytes(self.array()?)),
                 FLOAT => {
-                    let s = self.line()?.trim();
+                    let s = self.line()?;
+                    let s = s.trim();
                     match s.parse() {
                         Ok(v) => Item::Float(v),
                         Err(_) => return self.err(format!("bad float {s:?}")),
@@ -902,7 +984,8 @@ impl<'a> Reader<'a> {
                     self.string(n)?
                 }
                 STRING => {
-                    let inner = match self.line_bytes()? {
+                    let line = self.line_bytes()?;
+                    let inner = match line.as_slice() {
                         [q @ (b'\'' | b'"'), inner @ .., e] if q == e => inner,
                         _ => return self.err("STRING argument is not quoted"),
                     };
@@ -911,7 +994,7 @@ impl<'a> Reader<'a> {
                         None => return self.err("bad escape in STRING argument"),
                     }
                 }
-                UNICODE => match raw_unicode_unescape(self.line_bytes()?) {
+                UNICODE => match raw_unicode_unescape(&self.line_bytes()?) {
                     Some(s) => {
                         self.count(1)?;
                         Item::Str(Rc::from(s))
@@ -965,6 +1048,13 @@ impl<'a> Reader<'a> {
                 }
                 APPEND | APPENDS | ADDITEMS => {
                     let items = if op == APPEND { vec![self.pop()?] } else { self.pop_mark()? };
+                    let items = match op != ADDITEMS && self.cond.is_some() {
+                        true => match self.condense(items)? {
+                            Some(items) => items,
+                            None => continue,
+                        },
+                        false => items,
+                    };
                     let (kind, name) = if op == ADDITEMS { (Seq::Set, "set") } else { (Seq::List, "list") };
                     self.extend_seq(kind, name, items)?;
                     continue;
@@ -985,9 +1075,15 @@ impl<'a> Reader<'a> {
                         PUT => self.text_key()?,
                         BINPUT => self.u8()?.into(),
                         LONG_BINPUT => self.u32()?.into(),
-                        _ => self.memo.len,
+                        _ => self.cond.as_ref().map_or(self.memo.len, |c| c.memo_len()),
                     };
                     let it = self.top()?;
+                    if let Some(c) = self.cond.as_mut() {
+                        if let Err(m) = c.put(key, it, self.limits.max_memo) {
+                            return self.err(m);
+                        }
+                        continue;
+                    }
                     if self.memo.get(key).is_none() && self.memo.len >= self.limits.max_memo as u64 {
                         return self.err(format!("more than {} memo entries (budget --max-memo)", self.limits.max_memo));
                     }
@@ -1000,7 +1096,11 @@ impl<'a> Reader<'a> {
                         BINGET => self.u8()?.into(),
                         _ => self.u32()?.into(),
                     };
-                    match self.memo.get(key) {
+                    let got = match &self.cond {
+                        Some(c) => c.get(key),
+                        None => self.memo.get(key),
+                    };
+                    match got {
                         Some(it) => it.clone(),
                         None => return self.err(format!("memo key {key} was never stored")),
                     }
@@ -1019,87 +1119,90 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Turn the arena into `Value`s, each container once (so sharing becomes `Rc` sharing),
-    /// depth-first with an explicit stack. Rejects cycles and nesting beyond `max_depth`.
-    fn convert(mut self, root: Item) -> Res<Value> {
-        const NEW: u8 = 0;
-        const OPEN: u8 = 1;
-        let n = self.nodes.len();
-        let mut state = vec![NEW; n];
-        let mut done: Vec<Option<Value>> = vec![None; n];
-        let mut bytes = 0usize;
-        let max_depth = self.limits.max_depth;
-        let fail = |offset: usize, message: String| Err(PickleError { offset, message });
+}
 
-        let children = |node: &Node, k: usize| -> Option<Option<usize>> {
-            let it = match node {
-                Node::Seq(_, v) => v.get(k)?,
-                Node::Dict(d) => {
-                    let (a, b) = d.get(k / 2)?;
-                    if k.is_multiple_of(2) {
-                        a
-                    } else {
-                        b
-                    }
-                }
-                Node::Bytes(_) => return None,
-            };
-            Some(match it {
-                Item::Node(j) => Some(*j),
-                _ => None,
-            })
-        };
+/// Turn the arena into `Value`s, each container once (so sharing becomes `Rc` sharing),
+/// depth-first with an explicit stack. Rejects cycles and nesting beyond `max_depth`.
+fn convert(mut nodes: Vec<(usize, Node)>, root: Item, limits: &Limits) -> Res<Value> {
+    const NEW: u8 = 0;
+    const OPEN: u8 = 1;
+    let n = nodes.len();
+    let mut state = vec![NEW; n];
+    let mut done: Vec<Option<Value>> = vec![None; n];
+    let mut bytes = 0usize;
+    let max_depth = limits.max_depth;
+    let fail = |offset: usize, message: String| Err(PickleError { offset, message });
 
-        let mut path: Vec<(usize, usize)> = Vec::new();
-        if let Item::Node(r) = root {
-            if !matches!(self.nodes[r].1, Node::Bytes(_)) {
-                if max_depth == 0 {
-                    return fail(self.nodes[r].0, format!("nesting deeper than {max_depth} (budget --max-depth, Limits::max_depth)"));
+    let children = |node: &Node, k: usize| -> Option<Option<usize>> {
+        let it = match node {
+            Node::Seq(_, v) => v.get(k)?,
+            Node::Dict(d) => {
+                let (a, b) = d.get(k / 2)?;
+                if k.is_multiple_of(2) {
+                    a
+                } else {
+                    b
                 }
-                state[r] = OPEN;
-                path.push((r, 0));
             }
-        }
-        'outer: while let Some(&(i, k0)) = path.last() {
-            let mut k = k0;
-            while let Some(child) = children(&self.nodes[i].1, k) {
-                k += 1;
-                let Some(j) = child else { continue };
-                let (at, node) = &self.nodes[j];
-                if matches!(node, Node::Bytes(_)) || done[j].is_some() {
-                    continue;
-                }
-                if state[j] == OPEN {
-                    return fail(*at, RECURSIVE.into());
-                }
-                if path.len() >= max_depth {
-                    return fail(*at, format!("nesting deeper than {max_depth} (budget --max-depth, Limits::max_depth)"));
-                }
-                if let Some(top) = path.last_mut() {
-                    top.1 = k;
-                }
-                state[j] = OPEN;
-                path.push((j, 0));
-                continue 'outer;
-            }
-            // Every child is converted: build this one.
-            path.pop();
-            let (at, node) = std::mem::replace(&mut self.nodes[i], (0, Node::Seq(Seq::List, Vec::new())));
-            let mut value = |it| finish(it, at, &done, &self.nodes, &mut bytes, self.limits.max_bytes);
-            let v = match node {
-                Node::Seq(Seq::Tuple, items) => Value::Tuple(Rc::new(build(items, &mut value)?)),
-                Node::Seq(_, items) => Value::List(Rc::new(build(items, &mut value)?)),
-                Node::Dict(d) => Value::Dict(Rc::new(build(d, |(a, b)| Ok((value(a)?, value(b)?)))?)),
-                Node::Bytes(b) => Value::Bytes(b), // never on the path
-            };
-            done[i] = Some(v);
-        }
-        let at = match root {
-            Item::Node(r) => self.nodes[r].0,
-            _ => 0,
+            Node::Bytes(_) | Node::Records(_) | Node::Free => return None,
         };
-        finish(root, at, &done, &self.nodes, &mut bytes, self.limits.max_bytes)
+        Some(match it {
+            Item::Node(j) => Some(*j),
+            _ => None,
+        })
+    };
+
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    if let Item::Node(r) = root {
+        if !matches!(nodes[r].1, Node::Bytes(_)) {
+            if max_depth == 0 {
+                return fail(nodes[r].0, format!("nesting deeper than {max_depth} (budget --max-depth, Limits::max_depth)"));
+            }
+            state[r] = OPEN;
+            path.push((r, 0));
+        }
     }
+    'outer: while let Some(&(i, k0)) = path.last() {
+        let mut k = k0;
+        while let Some(child) = children(&nodes[i].1, k) {
+            k += 1;
+            let Some(j) = child else { continue };
+            let (at, node) = &nodes[j];
+            if matches!(node, Node::Bytes(_)) || done[j].is_some() {
+                continue;
+            }
+            if state[j] == OPEN {
+                return fail(*at, RECURSIVE.into());
+            }
+            if path.len() >= max_depth {
+                return fail(*at, format!("nesting deeper than {max_depth} (budget --max-depth, Limits::max_depth)"));
+            }
+            if let Some(top) = path.last_mut() {
+                top.1 = k;
+            }
+            state[j] = OPEN;
+            path.push((j, 0));
+            continue 'outer;
+        }
+        // Every child is converted: build this one.
+        path.pop();
+        let (at, node) = std::mem::replace(&mut nodes[i], (0, Node::Seq(Seq::List, Vec::new())));
+        let mut value = |it| finish(it, at, &done, &nodes, &mut bytes, limits.max_bytes);
+        let v = match node {
+            Node::Seq(Seq::Tuple, items) => Value::Tuple(Rc::new(build(items, &mut value)?)),
+            Node::Seq(_, items) => Value::List(Rc::new(build(items, &mut value)?)),
+            Node::Dict(d) => Value::Dict(Rc::new(build(d, |(a, b)| Ok((value(a)?, value(b)?)))?)),
+            Node::Bytes(b) => Value::Bytes(b), // never on the path
+            // Records only stand where the condensing reader takes them out.
+            Node::Records(_) | Node::Free => return fail(at, condense::BAIL.into()),
+        };
+        done[i] = Some(v);
+    }
+    let at = match root {
+        Item::Node(r) => nodes[r].0,
+        _ => 0,
+    };
+    finish(root, at, &done, &nodes, &mut bytes, limits.max_bytes)
 }
 
 /// `src` converted element by element, the source given back in chunks as the result grows,

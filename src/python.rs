@@ -281,6 +281,17 @@ fn analyze_impl(words: Vec<String>) -> PyResult<String> {
     session::snapshot::report_json(&r, &a.file, &budget).map_err(py_err)
 }
 
+/// `serve` with these flags: vLLM 0.33.0's start-up plan (or `--find`'s answer) as JSON text;
+/// when vLLM would not start, `fits` is false and `error` holds its message.
+#[pyfunction]
+fn serve(words: Vec<String>) -> PyResult<String> {
+    guarded(|| {
+        let a: options::serve::ServeArgs = parse("serve", &words)?;
+        let o = session::serve::outcome(&a).map_err(py_err)?;
+        Ok(json_text(&o.json()))
+    })
+}
+
 #[pymodule]
 fn _vramscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -292,6 +303,7 @@ fn _vramscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit, m)?)?;
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_class::<Profile>()?;
     Ok(())
 }

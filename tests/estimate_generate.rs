@@ -8,6 +8,7 @@
 use std::process::Command;
 use vramscope::analyse::estimate::generate::{check, estimate};
 use vramscope::engine::DType;
+use vramscope::model::hf::generation_config::GenerateConfig;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig};
 use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
 use vramscope::session::estimate_generate::simulate;
@@ -95,11 +96,11 @@ fn the_cache_closed_form_equals_a_simulated_generate() {
         let name = format!("{} {} {:?} kv {} d_h {:?} window {:?} B {} S {} N {}", p.arch.name(), p.attn.name(), p.dtype, p.kv, p.head_dim, p.window, p.b, p.s, p.n);
         check(&cfg, p.s, p.n).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
         let e = estimate(&cfg, p.dtype.size() as u64, p.b, p.s, p.n);
-        let sim = simulate(&cfg, p.dtype, p.b, p.s, p.n).unwrap();
+        let sim = simulate(&cfg, p.dtype, p.b, p.s, &GenerateConfig::greedy(p.n)).unwrap();
         assert_eq!(e.kv_cache_bytes, sim.kv_cache_bytes, "{name}: the cache at the end");
         assert_eq!(e.kv_cache_peak_bytes, sim.kv_cache_peak_bytes, "{name}: the cache's high-water mark");
         // After the prefill: a one-token run ends there.
-        let once = simulate(&cfg, p.dtype, p.b, p.s, 1).unwrap();
+        let once = simulate(&cfg, p.dtype, p.b, p.s, &GenerateConfig::greedy(1)).unwrap();
         assert_eq!(e.kv_cache_prefill_bytes, once.kv_cache_bytes, "{name}: the cache after the prefill");
         assert!(sim.peak_bytes >= sim.parameter_bytes + e.kv_cache_bytes, "{name}: the peak holds the weights and the cache");
     }

@@ -1,4 +1,5 @@
-//! Issue 30's dense families through the CLI: the Phi-3-mini and OLMo-2-7B presets are their
+//! Issue 30's dense families through the CLI: the Phi-3-mini, OLMo-2-7B, Gemma-2-9B and
+//! Gemma-3-27B (text) presets are their
 //! published config.json files (tests/fixtures/hf_models) with transformers' own parameter
 //! counts (tests/fixtures/hf_grid/family_presets.json, tools/pytorch/family_presets.py: the
 //! models built on meta), profile and training run them on meta, and what is not modelled for
@@ -28,7 +29,7 @@ fn presets_are_their_config_json_and_count_what_transformers_builds() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/hf_grid/family_presets.json")).unwrap()).unwrap();
     assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
     let rows = doc["presets"].as_array().unwrap();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 4);
     for row in rows {
         let (name, folder) = (row["preset"].as_str().unwrap(), row["folder"].as_str().unwrap());
         let p = presets::find(name, None).unwrap();
@@ -66,7 +67,12 @@ fn profile(out: &Path, extra: &[&str]) -> Value {
 
 #[test]
 fn presets_profile_and_train_on_meta() {
-    for (name, file) in [("Phi-3-mini", "transformers/models/phi3/modeling_phi3.py"), ("OLMo-2-7B", "transformers/models/olmo2/modeling_olmo2.py")] {
+    for (name, file) in [
+        ("Phi-3-mini", "transformers/models/phi3/modeling_phi3.py"),
+        ("OLMo-2-7B", "transformers/models/olmo2/modeling_olmo2.py"),
+        ("Gemma-2-9B", "transformers/models/gemma2/modeling_gemma2.py"),
+        ("Gemma-3-27B", "transformers/models/gemma3/modeling_gemma3.py"),
+    ] {
         // (OLMo-2-7B is saved in float32: fp32 weights unless --dtype says otherwise.)
         // Inference at the preset's depth; training (checkpointed, SGD) at two layers, above
         // Phi-3-mini's 2047-token window so sdpa gets its mask.
@@ -106,7 +112,7 @@ fn refused(cmd: &str, extra: &[&str], needles: &[&str]) {
 
 #[test]
 fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
-    for m in ["Phi-3-mini", "OLMo-2-7B"] {
+    for m in ["Phi-3-mini", "OLMo-2-7B", "Gemma-2-9B", "Gemma-3-27B"] {
         refused("profile", &["--model", m, "--lora-r", "8"], &["--lora-r", "not modelled"]);
         refused("profile", &["--model", m, "--load-in-4bit", "--profile-type", "inference"], &["--load-in-4bit"]);
         refused("profile", &["--model", m, "--load-in-8bit", "--profile-type", "inference"], &["--load-in-8bit"]);
@@ -115,17 +121,24 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate"]);
         refused("estimate", &["--model", m, "--context-length", "128"], &["--model", "closed form"]);
     }
+    // transformers 5.23 refuses sdpa for gemma2 itself; flash_attention_2 and a padding mask
+    // over Gemma's two masks are not measured.
+    refused("profile", &["--model", "Gemma-2-9B", "--attn-implementation", "sdpa"], &["--attn-implementation", "_supports_sdpa"]);
+    for m in ["Gemma-2-9B", "Gemma-3-27B"] {
+        refused("profile", &["--model", m, "--attn-implementation", "flash_attention_2", "--dtype", "bfloat16"], &["--attn-implementation", "not modelled"]);
+        refused("profile", &["--model", m, "--attention-mask", "ones"], &["--attention-mask", "not modelled"]);
+    }
 }
 
 #[test]
 fn config_json_of_each_family_reads_and_an_unknown_type_lists_them() {
     let dir = tmp("gemma");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("config.json"), r#"{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "falcon", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
     let o = vramscope(&["profile", "--device", "meta", "--config", dir.to_str().unwrap(), "--out-dir", dir.join("out").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("model_type 'gemma2'") && err.contains("llama, mistral, qwen2, qwen3, phi3, olmo2"), "{err}");
+    assert!(err.contains("model_type 'falcon'") && err.contains("llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2, gemma3_text"), "{err}");
     // Phi3Config's defaults: no window, eps 1e-5, kv heads = heads; a partial rotary factor or
     // residual dropout is refused.
     let base = r#""model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100"#;
@@ -139,16 +152,49 @@ fn config_json_of_each_family_reads_and_an_unknown_type_lists_them() {
     let m = hf::parse(olmo).unwrap().config;
     let h = m.hf.as_ref().unwrap();
     assert_eq!((h.qkv_bias, h.o_bias, m.norm_eps, m.max_seq_len), (true, true, 1e-5, 2048));
+    // Gemma2Config's and Gemma3TextConfig's defaults: head_dim 256, 4 kv heads, a tied head, a
+    // 4096 window on alternating layers (Gemma 3: five of six), soft-capping on Gemma 2 only,
+    // eager for gemma2 (no sdpa) and sdpa for gemma3_text.
+    let g = r#""hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4, "vocab_size": 100"#;
+    let m = hf::parse(&format!(r#"{{"model_type": "gemma2", {g}}}"#)).unwrap().config;
+    let h = m.hf.as_ref().unwrap();
+    let gm = h.gemma.as_ref().unwrap();
+    assert_eq!((h.head_dim, m.num_kv_heads, m.tied_embeddings, m.max_seq_len, gm.sliding_window), (256, 4, true, 8192, 4096));
+    assert_eq!(gm.sliding, vec![true, false, true, false, true, false]);
+    assert_eq!((gm.attn_logit_softcapping, gm.final_logit_softcapping, gm.query_pre_attn_scalar), (Some(50.0), Some(30.0), 256.0));
+    assert_eq!(h.attn_implementation, hf::AttnImplementation::Eager);
+    let m = hf::parse(&format!(r#"{{"model_type": "gemma3_text", {g}, "rope_local_base_freq": 5000.0}}"#)).unwrap().config;
+    let h = m.hf.as_ref().unwrap();
+    let gm = h.gemma.as_ref().unwrap();
+    assert_eq!(gm.sliding, vec![true, true, true, true, true, false]);
+    assert_eq!((gm.attn_logit_softcapping, gm.final_logit_softcapping, gm.rope_local_base_freq, m.rope_theta), (None, None, 5000.0, 1_000_000.0));
+    assert_eq!(h.attn_implementation, hf::AttnImplementation::Sdpa);
+    for (extra, needle) in [
+        (r#""hidden_activation": "gelu""#, "hidden_activation"),
+        (r#""use_bidirectional_attention": true"#, "use_bidirectional_attention"),
+        (r#""sliding_window": null"#, "sliding_window"),
+        (r#""layer_types": ["full_attention"]"#, "layer_types"),
+    ] {
+        let err = hf::parse(&format!(r#"{{"model_type": "gemma3_text", {g}, {extra}}}"#)).unwrap_err();
+        assert!(err.contains(needle), "{extra}: {err}");
+    }
 }
 
 #[test]
 fn fit_finds_a_batch_for_each_family() {
-    for m in ["Phi-3-mini", "OLMo-2-7B"] {
-        let o = vramscope(&["fit", "--model", m, "--num-layers", "2", "--find", "batch", "--context-length", "1024", "--memory-limit", "24GiB", "--profile-type", "training", "--gradient-checkpointing", "non-reentrant", "--json"]);
+    // (Gemma's 256k-row tables, with their fp32 AdamW states, take a larger card.)
+    for (m, limit) in [("Phi-3-mini", "24GiB"), ("OLMo-2-7B", "24GiB"), ("Gemma-2-9B", "80GiB"), ("Gemma-3-27B", "80GiB")] {
+        let o = vramscope(&["fit", "--model", m, "--num-layers", "2", "--find", "batch", "--context-length", "1024", "--memory-limit", limit, "--profile-type", "training", "--gradient-checkpointing", "non-reentrant", "--json"]);
         assert!(o.status.success(), "{m}: {}", String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         let answer = v["answer"].as_u64().unwrap_or(0);
         assert!(answer >= 1 && v["first_not_fitting"].as_u64() == Some(answer + 1), "{m}: {v}");
-        assert_eq!(v["config"]["hf"]["model_type"], if m == "Phi-3-mini" { "phi3" } else { "olmo2" });
+        let want = match m {
+            "Phi-3-mini" => "phi3",
+            "OLMo-2-7B" => "olmo2",
+            "Gemma-2-9B" => "gemma2",
+            _ => "gemma3_text",
+        };
+        assert_eq!(v["config"]["hf"]["model_type"], want);
     }
 }

@@ -27,8 +27,8 @@ fn generate_options_that_are_refused_name_their_flag() {
         (&["--cache-implementation", "static"], "--disable-compile"),
         (&["--cache-implementation", "offloaded", "--disable-compile"], "--cache-implementation"),
         (&["--cache-implementation", "paged"], "--cache-implementation"),
-        (&["--num-beams", "2"], "--num-beams"),
         (&["--num-beams", "0"], "--num-beams"),
+        (&["--num-beams", "2", "--num-return-sequences", "3"], "--num-return-sequences"),
         (&["--num-return-sequences", "2"], "--num-return-sequences"),
         (&["--do-sample", "--num-return-sequences", "0"], "--num-return-sequences"),
         (&["--do-sample", "--top-p", "0.9"], "--top-p"),
@@ -90,4 +90,22 @@ fn sampling_adds_the_warpers_and_multinomial_over_the_fp32_logits() {
         assert!(s >= &(g + 2 * 128_256 * 4), "sampled {sampled:?} vs greedy {greedy:?}");
     }
     assert!(text.contains("sampling (temperature 0.7, top_k 50), DynamicCache, min_new_tokens 2, max_new_tokens 5"), "{text}");
+}
+
+#[test]
+fn beam_search_holds_a_cache_per_beam_reordered_every_step() {
+    let (greedy, greedy_kv, _) = steps("greedy-beams", &[]);
+    let (beams, beams_kv, text) = steps("beams", &["--num-beams", "3", "--num-return-sequences", "2"]);
+    // One prompt, three beams: the cache has three rows (reorder_cache index_selects each
+    // layer's keys and values every step; the last reorder's tensors are what remains).
+    assert_eq!(beams_kv, 3 * greedy_kv);
+    // Each decode step reorders the whole cache (old and new tensors of a layer live together)
+    // and keeps (1, 3 x V) fp32 scores beside the logits copy.
+    for (g, b) in greedy[1..].iter().zip(&beams[1..]) {
+        assert!(b > &(g + 3 * 128_256 * 4), "beams {beams:?} vs greedy {greedy:?}");
+    }
+    assert!(text.contains("beam search (3 beams, num_return_sequences 2), DynamicCache, max_new_tokens 5"), "{text}");
+    let (_, sampled_kv, text) = steps("beam-sampling", &["--num-beams", "2", "--do-sample", "--top-k", "1"]);
+    assert_eq!(sampled_kv, 2 * greedy_kv);
+    assert!(text.contains("beam sampling (2 beams, top_k 1), DynamicCache, max_new_tokens 5"), "{text}");
 }

@@ -103,10 +103,10 @@ fn config_takes_a_model_folder_with_extra_files_and_gives_the_preset_model() {
 
 #[test]
 fn an_unsupported_model_type_exits_2_with_the_supported_list() {
-    let dir = tmp("gemma");
+    let dir = tmp("falcon");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("config.json"), r#"{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
-    refused(&["--config", dir.to_str().unwrap()], &["--config", "model_type 'gemma2'", "llama, mistral, qwen2, qwen3"]);
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "falcon", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100}"#).unwrap();
+    refused(&["--config", dir.to_str().unwrap()], &["--config", "model_type 'falcon'", "llama, mistral, qwen2, qwen3"]);
 }
 
 #[test]

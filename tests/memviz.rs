@@ -399,6 +399,17 @@ fn int8_training_step_of_llama_3_1_8b() {
     );
 }
 
+#[test]
+fn moe_training_step_of_qwen3_30b_a3b() {
+    // Qwen3-MoE with 128 experts stored as 3-D parameters, worst-case routing (every token to
+    // the same 8 experts), grouped_mm: router logits, the gather/sort and the grouped matmuls.
+    check(
+        "meta_qwen3moe_training",
+        &["--preset", "Qwen3-30B-A3B", "--device", "meta", "--num-layers", "2", "--context-length", "256", "--routing", "worst"],
+        false,
+    );
+}
+
 /// The peak of a cs336 forward with autograd is the logits (`self.lm_head(x)`): hovering it
 /// names the Python functions the op mirrors, in the staff package's files, as
 /// `file:line:function` like PyTorch's own frames.

@@ -142,7 +142,8 @@ fn a_mixtral_config_labelled_mistral_is_refused_naming_the_expert_keys() {
 #[test]
 fn an_moe_model_type_not_modelled_is_refused() {
     refused(&json!({"model_type": "deepseek_v3", "hidden_size": 7168}), &["'deepseek_v3' is a mixture-of-experts model, which vramscope does not model yet", "mixtral, qwen3_moe"]);
-    refused(&json!({"model_type": "gpt_oss", "hidden_size": 2880}), &["'gpt_oss'"]);
+    // gpt-oss runs (tests/gptoss_grid.rs), but not its MXFP4 checkpoints.
+    refused(&json!({"model_type": "gpt_oss", "hidden_size": 2880, "quantization_config": {"quant_method": "mxfp4"}}), &["'quantization_config'", "mxfp4"]);
     // A Qwen3-MoE config with dense layers among the sparse ones.
     let mut c = fixture("meta_params.json")["models"]["qwen3_moe-small-dense-layers"]["config"].clone();
     c["vocab_size"] = json!(1000);
@@ -167,6 +168,7 @@ fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
         implementation: ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap(),
         routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
         shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
+        gpt_oss: None,
     });
     cfg
 }

@@ -3,7 +3,7 @@
 //! frame lists, random categories and allocator settings never panic; analysis and report
 //! agree on whether a snapshot is usable; a usable one gives a peak that no prefix of the
 //! trace, recomputed here independently, exceeds — exactly the highest one when nothing
-//! predates the trace.
+//! predates the trace. `analyze`'s streaming reader gives the same report or error.
 mod props_common;
 
 use props_common::*;
@@ -287,13 +287,36 @@ fn check(mode: Ints, s: &Snap, v: &Value) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// `analyze`'s streaming reader on the same bytes gives the tree's report, or the same
+/// refusal (it may hand a shape back to the tree reader, which `analyze` then uses).
+fn streaming_agrees(bytes: &[u8], tree: &Value) -> Result<(), TestCaseError> {
+    use vramscope::analyse::budget::Budget;
+    use vramscope::analyse::snapshot::{analyse_replay, analyse_within, replay_condensed};
+    use vramscope::pickle::condense::{read_condensed, Refused};
+    let b = Budget::default();
+    let streamed = match read_condensed(bytes, &b.pickle_limits(), b.trace_entries, b.frames) {
+        Ok(c) => replay_condensed(c, None, &b).and_then(|rp| analyse_replay(&rp, 100.0, 20)),
+        Err(Refused::Bail) => return Ok(()),
+        Err(Refused::File(e)) => return Err(TestCaseError::fail(format!("the streaming reader refuses what the tree reads: {e}"))),
+    };
+    let json = |r: &vramscope::analyse::snapshot::SnapshotReport| serde_json::to_string(r).unwrap();
+    match (analyse_within(tree, None, 100.0, 20, &b), streamed) {
+        (Ok(a), Ok(s)) => prop_assert_eq!(json(&a), json(&s)),
+        (Err(a), Err(s)) => prop_assert_eq!(a, s),
+        (a, s) => return Err(TestCaseError::fail(format!("tree {:?}, streaming {:?}", a.err(), s.err()))),
+    }
+    Ok(())
+}
+
 fn run(mode: Ints, cases: u32, max_entries: usize) {
     runner(cases)
         .run(&snap(mode, max_entries), |s| {
             let v = to_value(&s);
             // Through the pickle, as a file would come: the shared frame lists stay shared.
-            let read = read_pickle(&write(&v)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let bytes = write(&v);
+            let read = read_pickle(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert!(read == v);
+            streaming_agrees(&bytes, &read)?;
             check(mode, &s, &read)
         })
         .unwrap();

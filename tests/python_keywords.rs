@@ -58,6 +58,6 @@ fn shapes_types_defaults_and_choices_follow_the_flags() {
 fn the_table_is_json() {
     let v: serde_json::Value = serde_json::from_str(&vramscope::options::keywords::json()).unwrap();
     let names: Vec<&str> = v.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["profile", "compare", "sweep", "fit", "estimate", "analyze"]);
+    assert_eq!(names, ["profile", "compare", "sweep", "fit", "estimate", "analyze", "serve"]);
     assert_eq!(v[0]["keywords"].as_array().unwrap().iter().find(|k| k["name"] == "batch_size").unwrap()["type"], "int");
 }

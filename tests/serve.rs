@@ -185,7 +185,16 @@ fn bad_flags_exit_2_naming_the_flag() {
             "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 2048, "torch_dtype": "float32"}"#,
     )
     .unwrap();
-    let (s, f) = (sliding.to_str().unwrap(), fp32.to_str().unwrap());
+    // Qwen2 with use_sliding_window on the layers from max_window_layers 2 of 4: vLLM asserts.
+    let qmix = std::env::temp_dir().join(format!("vramscope-serve-qmix-{}.json", std::process::id()));
+    std::fs::write(
+        &qmix,
+        r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048, "use_sliding_window": true,
+            "sliding_window": 512, "max_window_layers": 2, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let (s, f, q) = (sliding.to_str().unwrap(), fp32.to_str().unwrap(), qmix.to_str().unwrap());
     let cases: &[(&[&str], &str)] = &[
         (&["--preset", "Llama-3.1-8B"], "--enforce-eager"),
         (&["--gpu-memory-utilization", "0"], "--gpu-memory-utilization"),
@@ -203,6 +212,10 @@ fn bad_flags_exit_2_naming_the_flag() {
         (&["--kv-cache-dtype", "fp8", "--gpu", "A100-80GB"], "--kv-cache-dtype"),
         (&["--gpu", "V100"], "--gpu"),
         (&["--gpu", "MI300X-192GB"], "--gpu"),
+        (&["--tensor-parallel-size", "0"], "--tensor-parallel-size"),
+        (&["--tensor-parallel-size", "3"], "--tensor-parallel-size"),
+        (&["--tensor-parallel-size", "12"], "--tensor-parallel-size"),
+        (&["--find", "max-num-seqs", "--max-num-seqs", "4"], "--max-num-seqs"),
     ];
     for (args, flag) in cases {
         let mut a: Vec<&str> = vec!["--preset", "Llama-3.1-8B", "--enforce-eager"];
@@ -219,8 +232,8 @@ fn bad_flags_exit_2_naming_the_flag() {
         (&["--preset", "small"], "--preset"),
         (&[], "--preset"),
         (&["--preset", "Llama-3.1-8B", "--config", f], "--config"),
-        (&["--config", s], "--config"),
         (&["--config", f], "--config"),
+        (&["--config", q], "--config"),
     ];
     for (args, flag) in own {
         let mut a = args.to_vec();
@@ -233,6 +246,17 @@ fn bad_flags_exit_2_naming_the_flag() {
     // vLLM's own words for a max_model_len above max_position_embeddings.
     let o = serve(&["--preset", "Llama-3.1-8B", "--enforce-eager", "--max-model-len", "131073"]);
     assert!(text(&o).1.contains("User-specified max_model_len (131073) is greater than the derived max_model_len (max_position_embeddings=131072"));
+    let o = serve(&["--config", q, "--enforce-eager"]);
+    assert!(text(&o).1.contains("Sliding window for some but all layers is not supported"), "{}", text(&o).1);
+    let o = serve(&["--preset", "Llama-3.1-8B", "--enforce-eager", "--tensor-parallel-size", "3"]);
+    assert!(text(&o).1.contains("Total number of attention heads (32) must be divisible by tensor parallel size (3)."));
+    // A Mistral sliding window on every layer is planned: SlidingWindowSpec's blocks per request.
+    let o = serve(&["--config", s, "--enforce-eager", "--max-model-len", "32768"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // cdiv(min(4096 - 1 + 2 x 8192, 32768), 16) + 1 = 1281 blocks per request.
+    assert!(out.contains("KV blocks per request") && out.contains(" 1,281  every layer's SlidingWindowSpec: cdiv(min(4096 - 1 + 2 x 8192 in-flight tokens, 32768), 16) + 1"), "{out}");
     let _ = std::fs::remove_file(&sliding);
     let _ = std::fs::remove_file(&fp32);
+    let _ = std::fs::remove_file(&qmix);
 }

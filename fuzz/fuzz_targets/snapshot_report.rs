@@ -1,10 +1,13 @@
 //! What `vramscope analyze` and `view` do with an untrusted snapshot file: read it, analyse
 //! it, and render the HTML report. Never a panic; analysis and report agree on whether the
 //! snapshot is usable; a usable one gives a self-consistent analysis and a complete page.
+//! `analyze`'s streaming reader (`pickle::condense`, replayed from its records) gives the
+//! same report as the tree whenever both read the snapshot.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use vramscope::analyse::budget::Budget;
-use vramscope::analyse::snapshot::{analyse_within, SnapshotReport};
+use vramscope::analyse::snapshot::{analyse_replay, analyse_within, replay_condensed, SnapshotReport};
+use vramscope::pickle::condense::read_condensed;
 use vramscope::export::html::{report_within, Source};
 use vramscope::pickle::{read, Value};
 
@@ -24,9 +27,26 @@ fn report_bounded(snap: &Value) -> Result<String, String> {
     String::from_utf8(page).map_err(|e| format!("page is not UTF-8: {e}"))
 }
 
+/// `analyze`'s path: None when the streaming reader hands the bytes back to the tree reader
+/// or refuses them.
+fn streamed(data: &[u8]) -> Option<Result<SnapshotReport, String>> {
+    let b = budget();
+    let c = read_condensed(data, &b.pickle_limits(), b.trace_entries, b.frames).ok()?;
+    Some(replay_condensed(c, None, &b).and_then(|rp| analyse_replay(&rp, 100.0, 10)))
+}
+
 fuzz_target!(|data: &[u8]| {
+    let streamed = streamed(data);
     let Some(snap) = read_bounded(data) else { return };
     let analysed = analyse_bounded(&snap);
+    match (&analysed, &streamed) {
+        (Ok(a), Some(Ok(s))) => {
+            let (a, s) = (serde_json::to_string(a).unwrap(), serde_json::to_string(s).unwrap());
+            assert!(a == s, "the streaming reader's report differs:\n{a}\n{s}");
+        }
+        (Ok(_), Some(Err(e))) => panic!("the streaming reader's replay refuses what the tree's accepts: {e}"),
+        _ => {}
+    }
     let page = report_bounded(&snap);
     // The page alone has an output budget: a report refused for its size is not a disagreement.
     let page_over_budget = page.as_ref().is_err_and(|e| e.contains("--max-output-bytes"));

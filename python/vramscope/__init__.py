@@ -27,7 +27,7 @@ from ._results import AnalyzeResult, JobResult, ProfileResult, Report, Run
 __version__: str = _vramscope.__version__
 
 __all__ = [
-    "profile", "compare", "sweep", "fit", "estimate", "analyze",
+    "profile", "compare", "sweep", "fit", "estimate", "analyze", "serve",
     "ProfileResult", "Run", "JobResult", "AnalyzeResult", "Report", "__version__",
 ]
 
@@ -123,6 +123,10 @@ def analyze(path: _t.Any, **flags: _t.Any) -> AnalyzeResult:
         return AnalyzeResult(_json.loads(_vramscope.analyze(words)))
 
 
-for _fn in (profile, compare, sweep, fit, estimate, analyze):
+def serve(model: _t.Optional[str] = None, *, config: _t.Any = None, **flags: _t.Any) -> _t.Dict[str, _t.Any]:
+    return _json.loads(_call("serve", _vramscope.serve, model, config, flags))
+
+
+for _fn in (profile, compare, sweep, fit, estimate, analyze, serve):
     _keywords.install(_fn, _fn.__name__)
 del _fn

@@ -98,7 +98,7 @@ class AnalyzeResult(JobResult):
 # BEGIN generated from the clap flags by `python -c 'from vramscope import _keywords; _keywords.write_stub()'`: do not edit
 
 def profile(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -197,15 +197,16 @@ def profile(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
-        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
+        [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -415,15 +416,20 @@ def profile(
     top_k : Optional[int], default None
         Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off). [--top-k]
     top_p : Optional[float], default None
-        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet. [--top-p]
+        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet (CUDA's sort
+        scratch is unmeasured). [--top-p]
     min_new_tokens : Optional[int], default None
         Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors).
         [--min-new-tokens]
     num_beams : Optional[int], default None
-        Beam search's beams (default 1); beam search is not modelled yet. [--num-beams]
+        Beam search's beams (default 1): `_beam_search`, the cache reordered every step
+        GenerationConfig's length_penalty 1.0 and early_stopping False; every step runs to
+        --max-new-tokens. With --do-sample: beam sampling (the warpers on the log-probabilities,
+        multinomial draws of 2 x beams candidates). [--num-beams]
     num_return_sequences : Optional[int], default None
-        Sequences returned per prompt when sampling (default 1): the batch is repeated this many
-        times before the prefill. [--num-return-sequences]
+        Sequences returned per prompt (default 1); with beam search at most --num-beams With
+        sampling the batch is repeated this many times before the prefill; with beam search generate
+        returns the best num_return_sequences beams of each prompt. [--num-return-sequences]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s), comma separated (default: the preset's). [--context-length]
     batch_size : Optional[int], default None
@@ -480,7 +486,7 @@ def profile(
     """
 
 def compare(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -580,15 +586,16 @@ def compare(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
-        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
+        [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -798,15 +805,20 @@ def compare(
     top_k : Optional[int], default None
         Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off). [--top-k]
     top_p : Optional[float], default None
-        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet. [--top-p]
+        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet (CUDA's sort
+        scratch is unmeasured). [--top-p]
     min_new_tokens : Optional[int], default None
         Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors).
         [--min-new-tokens]
     num_beams : Optional[int], default None
-        Beam search's beams (default 1); beam search is not modelled yet. [--num-beams]
+        Beam search's beams (default 1): `_beam_search`, the cache reordered every step
+        GenerationConfig's length_penalty 1.0 and early_stopping False; every step runs to
+        --max-new-tokens. With --do-sample: beam sampling (the warpers on the log-probabilities,
+        multinomial draws of 2 x beams candidates). [--num-beams]
     num_return_sequences : Optional[int], default None
-        Sequences returned per prompt when sampling (default 1): the batch is repeated this many
-        times before the prefill. [--num-return-sequences]
+        Sequences returned per prompt (default 1); with beam search at most --num-beams With
+        sampling the batch is repeated this many times before the prefill; with beam search generate
+        returns the best num_return_sequences beams of each prompt. [--num-return-sequences]
     context_length : Optional[Union[str, int, float, Sequence[Any]]], default None
         Sequence length(s), comma separated (default: the preset's). [--context-length]
     batch_size : Optional[int], default None
@@ -866,7 +878,7 @@ def compare(
     """
 
 def sweep(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -936,12 +948,13 @@ def sweep(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
         Model preset(s) (as `profile --model`), comma separated. One of: cs336-small, cs336-medium,
         cs336-large, xl, 2.7B, walkthrough, script, tiny, tinyllama-small, tinyllama-medium,
         tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B, Mistral-7B,
-        Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B, Qwen3-30B-A3B, Mistral-7B-v0.3.
-        [--preset; also model_size=, preset=]
+        Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B,
+        Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3. [--preset; also model_size=,
+        preset=]
     config : Any, default None
         Hugging Face config.json file(s), comma separated. Also a dict (a config.json's content) or
         a transformers ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
@@ -1080,7 +1093,7 @@ def sweep(
     """
 
 def fit(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -1164,15 +1177,16 @@ def fit(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
-        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
+        [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -1407,7 +1421,7 @@ def fit(
     """
 
 def estimate(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -1455,6 +1469,15 @@ def estimate(
     context_length: Optional[int] = None,
     profile_type: Literal['forward', 'forward-loss', 'inference', 'training', 'generate'] = 'training',
     max_new_tokens: Optional[int] = None,
+    cache_implementation: Optional[str] = None,
+    disable_compile: bool = False,
+    do_sample: bool = False,
+    temperature: Optional[float] = None,
+    top_k: Optional[int] = None,
+    top_p: Optional[float] = None,
+    min_new_tokens: Optional[int] = None,
+    num_beams: Optional[int] = None,
+    num_return_sequences: Optional[int] = None,
     no_simulate: bool = False,
 ) -> JobResult:
     """``vramscope estimate``: Closed-form memory of a configuration with its derivation, beside a
@@ -1468,15 +1491,16 @@ def estimate(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
         / tinyllama-NAME or --flavour choose explicitly. Names are case-insensitive. One of:
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
-        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Mixtral-8x7B,
-        Qwen3-30B-A3B, Mistral-7B-v0.3. [--preset; also model_size=, preset=]
+        Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
+        [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -1631,12 +1655,42 @@ def estimate(
         Sequence length (default: the preset's). [--context-length; also seq_len=]
     profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
         What the step runs: a training step, or generate's KV cache training (the default) is what
-        the derivation covers; generate (hf models, with --max-new-tokens): the DynamicCache of
-        greedy generate() in closed form; forward, forward-loss and inference are refused with the
+        the derivation covers; generate (hf models, with --max-new-tokens): the DynamicCache and the
+        peak of generate() in closed form; forward, forward-loss and inference are refused with the
         command that answers them (`profile --profile-type`). One of: forward, forward-loss,
         inference, training, generate. [--profile-type]
     max_new_tokens : Optional[int], default None
         GenerationConfig's max_new_tokens, with --profile-type generate. [--max-new-tokens]
+    cache_implementation : Optional[str], default None
+        generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
+        StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
+        written in place; needs --disable-compile (on CUDA transformers otherwise compiles the
+        decode forward, which is not modelled). offloaded is not modelled. [--cache-implementation]
+    disable_compile : bool, default False
+        GenerationConfig's disable_compile: no automatic torch.compile of the decode forward.
+        [--disable-compile]
+    do_sample : bool, default False
+        GenerationConfig's do_sample: multinomial sampling after the warpers (default top_k 50).
+        [--do-sample]
+    temperature : Optional[float], default None
+        Sampling temperature (default 1.0: no TemperatureLogitsWarper). [--temperature]
+    top_k : Optional[int], default None
+        Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off). [--top-k]
+    top_p : Optional[float], default None
+        Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet (CUDA's sort
+        scratch is unmeasured). [--top-p]
+    min_new_tokens : Optional[int], default None
+        Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors).
+        [--min-new-tokens]
+    num_beams : Optional[int], default None
+        Beam search's beams (default 1): `_beam_search`, the cache reordered every step
+        GenerationConfig's length_penalty 1.0 and early_stopping False; every step runs to
+        --max-new-tokens. With --do-sample: beam sampling (the warpers on the log-probabilities,
+        multinomial draws of 2 x beams candidates). [--num-beams]
+    num_return_sequences : Optional[int], default None
+        Sequences returned per prompt (default 1); with beam search at most --num-beams With
+        sampling the batch is repeated this many times before the prefill; with beam search generate
+        returns the best num_return_sequences beams of each prompt. [--num-return-sequences]
     no_simulate : bool, default False
         Print the closed form only (no simulated meta run beside it). [--no-simulate]
 
@@ -1651,7 +1705,7 @@ def analyze(
     device: Optional[int] = None,
     detail: float = 100.0,
     top: int = 10,
-    max_input_bytes: int = 134217728,
+    max_input_bytes: int = 2147483648,
     max_items: int = 24000000,
     max_containers: int = 3000000,
     max_memo: int = 2000000,
@@ -1659,7 +1713,7 @@ def analyze(
     max_depth: int = 256,
     max_bytes_objects: int = 33554432,
     max_frames: int = 2000000,
-    max_trace_entries: int = 2000000,
+    max_trace_entries: int = 10500000,
     max_output_bytes: int = 134217728,
 ) -> AnalyzeResult:
     """``vramscope analyze``: Analyse a memory snapshot pickle (ours or PyTorch's): peak, live set,
@@ -1684,8 +1738,9 @@ def analyze(
         Keep the largest PERCENT of allocations, like memory_viz's Detail slider. [--detail]
     top : int, default 10
         How many of the largest allocations and live groups to list. [--top]
-    max_input_bytes : int, default 134217728
-        Largest snapshot file to read, in bytes (128 MiB). [--max-input-bytes]
+    max_input_bytes : int, default 2147483648
+        Largest snapshot file to read, in bytes (2 GiB; a pipe or device: at most 256 MiB, read
+        whole). [--max-input-bytes]
     max_items : int, default 24000000
         Most values the pickle may store: container elements (a dict entry counts 2) plus strings
         and bytes objects, a count. [--max-items]
@@ -1701,7 +1756,7 @@ def analyze(
         Most payload bytes of bytes objects in the pickle, in bytes (32 MiB). [--max-bytes-objects]
     max_frames : int, default 2000000
         Most distinct frames plus entries of distinct frame lists, a count. [--max-frames]
-    max_trace_entries : int, default 2000000
+    max_trace_entries : int, default 10500000
         Most trace entries of the device plus blocks of its segments, a count. [--max-trace-entries]
     max_output_bytes : int, default 134217728
         Largest HTML page or JSON report to write, in bytes (128 MiB). [--max-output-bytes]
@@ -1709,6 +1764,93 @@ def analyze(
     Returns
     -------
     AnalyzeResult
+    """
+
+def serve(
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    *,
+    config: Any = None,
+    gpu: Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'] = 'H100-80GB',
+    gpu_memory_utilization: float = 0.92,
+    max_model_len: Optional[int] = None,
+    max_num_seqs: Optional[int] = None,
+    max_num_batched_tokens: Optional[int] = None,
+    block_size: int = 16,
+    kv_cache_dtype: Literal['auto', 'fp8', 'fp8_e4m3'] = 'auto',
+    enforce_eager: bool = False,
+    tensor_parallel_size: int = 1,
+    find: Optional[Literal['max-model-len', 'max-num-seqs']] = None,
+) -> Dict[str, Any]:
+    """``vramscope serve``: vLLM 0.33.0's start-up memory plan: available KV cache memory, cache size
+    in tokens and maximum concurrency, in vLLM's log words.
+
+    vLLM 0.33.0's start-up memory plan (``enforce_eager=True`` required), or with
+    ``find='max-model-len'|'max-num-seqs'`` the inverse question's answer: a dict with ``plan``
+    (every term in bytes), ``log`` (vLLM's log lines), ``fits`` and vLLM's ``error`` when it would
+    not start.
+
+    Keywords are the command's flags in Python spelling (``context_length=512`` is
+    ``--context-length 512``, ``flops=True`` is ``--flops``, a list is a comma list); defaults and
+    checks are the command line's. An unknown keyword raises TypeError, a bad value ValueError.
+
+    Parameters
+    ----------
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+        Model preset: one of the Hugging Face ones (Llama-*, Mistral-7B, Qwen*; the others are not
+        vLLM models). [--preset; also preset=]
+    config : Any, default None
+        A Hugging Face config.json (or a model folder holding one) instead of a preset model_type
+        llama, mistral, qwen2 or qwen3 (a sliding window on every layer or on none); its torch_dtype
+        (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it. Also a dict (a
+        config.json's content) or a transformers ``PretrainedConfig`` (anything with ``to_dict()``).
+        [--config]
+    gpu : Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'], default 'H100-80GB'
+        The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it). One of: H100-80GB,
+        H200-141GB, A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB, RTXA6000-48GB.
+        [--gpu]
+    gpu_memory_utilization : float, default 0.92
+        Fraction of the GPU's total memory vLLM may use, in (0, 1] (vLLM 0.33.0's default 0.92).
+        [--gpu-memory-utilization]
+    max_model_len : Optional[int], default None
+        Longest request (prompt and output) in tokens (default: the model's
+        max_position_embeddings). [--max-model-len]
+    max_num_seqs : Optional[int], default None
+        Most requests in one batch (default: vllm serve's for the GPU: 1024 on H100/H200, else 256).
+        [--max-num-seqs]
+    max_num_batched_tokens : Optional[int], default None
+        Most tokens in one batch, the profile run's dummy batch (default: vllm serve's: 8192 on
+        H100, 16384 from 160 GiB, else 2048). [--max-num-batched-tokens]
+    block_size : int, default 16
+        Tokens per KV cache block (a multiple of 16, FlashAttention's kernel block sizes).
+        [--block-size]
+    kv_cache_dtype : Literal['auto', 'fp8', 'fp8_e4m3'], default 'auto'
+        KV cache element type: auto (the weights' dtype), or 1-byte fp8 (fp8_e4m3) on H100/H200
+        vLLM's FlashAttention backend stores an fp8 cache only with FlashAttention 3 on SM 9.0
+        (`flash_attn_supports_kv_cache_dtype`, `v1/attention/backends/fa_utils.py:282`); other GPUs
+        and fp8_e5m2 select other attention backends, which are not modelled. One of: auto, fp8,
+        fp8_e4m3. [--kv-cache-dtype]
+    enforce_eager : bool, default False
+        No CUDA graphs (required: the graphs' memory is measured by capturing them on the GPU) vLLM
+        0.33.0 subtracts the memory of its CUDA graphs, which it measures by capturing them at
+        start-up; without a GPU that term cannot be known, so the plan is made for --enforce-eager,
+        where it is 0. [--enforce-eager]
+    tensor_parallel_size : int, default 1
+        GPUs the model is sharded over (tensor parallelism); the plan is one rank's Weights, KV
+        heads and the profile run's MLP are split as vLLM's parallel layers split them (KV heads
+        replicated when the ranks outnumber them); every rank gets the same number of blocks. The
+        heads, KV heads, intermediate size and padded vocabulary must divide.
+        [--tensor-parallel-size]
+    find : Optional[Literal['max-model-len', 'max-num-seqs']], default None
+        Answer an inverse question instead of planning at the given lengths max-model-len: the
+        longest --max-model-len for which one request fits, by vLLM's own search (what `vllm serve
+        --max-model-len -1` auto-fits to). max-num-seqs: the largest --max-num-seqs for which that
+        many requests of --max-model-len tokens hold their KV cache at once (vLLM itself does not
+        cap max_num_seqs by the cache: it queues what does not fit). One of: max-model-len,
+        max-num-seqs. [--find]
+
+    Returns
+    -------
+    Dict[str, Any]
     """
 
 # END generated

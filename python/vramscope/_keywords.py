@@ -54,6 +54,13 @@ INTRO: Dict[str, Tuple[str, str]] = {
         "peak per allocation site.",
         "AnalyzeResult",
     ),
+    "serve": (
+        "vLLM 0.33.0's start-up memory plan (``enforce_eager=True`` required), or with "
+        "``find='max-model-len'|'max-num-seqs'`` the inverse question's answer: a dict with "
+        "``plan`` (every term in bytes), ``log`` (vLLM's log lines), ``fits`` and vLLM's "
+        "``error`` when it would not start.",
+        "Dict[str, Any]",
+    ),
 }
 
 # Python's own meaning of a keyword where it differs from the command line's: (default, help).
@@ -170,7 +177,7 @@ def signature(name: str) -> inspect.Signature:
     params = [p.replace(annotation=eval(p.annotation, dict(_NAMESPACE))) for p in parameters(name)]
     from . import _results
 
-    return inspect.Signature(params, return_annotation=getattr(_results, INTRO[name][1]))
+    return inspect.Signature(params, return_annotation=getattr(_results, INTRO[name][1], INTRO[name][1]))
 
 
 def _wrap(text: str, indent: str) -> str:

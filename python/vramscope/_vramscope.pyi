@@ -28,6 +28,9 @@ def estimate(words: List[str]) -> str:
 def analyze(words: List[str]) -> str:
     """`analyze FILE` with these flags: the report's JSON."""
 
+def serve(words: List[str]) -> str:
+    """`vramscope serve` with these flags: the plan (or --find's answer) as JSON text."""
+
 class Profile:
     def summary_json(self) -> str: ...
     def notes(self) -> List[str]: ...

@@ -10,14 +10,18 @@
 //! `bench analyze` and tests/html.rs measure (40 meta 2.7B steps at context 128:
 //! 1,051,564 entries, 87.7 MB) per entry 83 B, ~18.5 items as counted here (10.2 Python
 //! container elements), 1.05 containers, 0.01 memo entries and 13 B of HTML, and `analyze`
-//! of it peaks at 0.69 GB RSS. The defaults admit ~1.2 M such entries, more than
-//! `profile --max-entries` keeps by default (1 M) and what CS336's `max_entries=1000000`
-//! keeps (PyTorch's own default is unbounded: `sys.maxsize`), while a hostile file that fills any one budget stays
-//! under 1 GB RSS: a counted item costs at most ~32 B once built (24 B while read), a
-//! container ~120 B, a memo entry ~24 B (~80 B when keys come out of order), a stack
-//! value 24 B, a trace entry ~0.25 KB through the replay and the page, the input its own
-//! size (and once more as strings); tests/hostile.rs measures each. Larger snapshots need
-//! the flags raised, and the memory that then costs.
+//! of it peaks at 0.69 GB RSS through the tree reader. `analyze` reads with the streaming
+//! reader (`pickle::condense`): trace entries become 48 B records as they are read and the
+//! items, containers and memo budgets count only what it still holds, so the defaults admit
+//! 10 M entries (`bench analyze`'s target) there; the tree reader (`view`, and the shapes the
+//! streaming reader hands back) stops at ~1.2 M such entries, at its items budget. PyTorch's
+//! own default is unbounded (`sys.maxsize`). A hostile file that fills any one tree budget
+//! stays under 1 GB RSS: a counted item costs at most ~32 B once built (24 B while read), a
+//! container ~120 B, a memo entry ~24 B (~80 B when keys come out of order), a stack value
+//! 24 B; a trace entry costs ~0.15–0.25 KB through the replay and the page, bounded by
+//! --max-trace-entries alone (~2 GB at its default, the 10 M-entry target's own cost); the
+//! input is read through a window (a pipe or device whole, at most 256 MiB); tests/hostile.rs
+//! measures each. Larger snapshots need the flags raised, and the memory that then costs.
 use crate::pickle::Limits;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,8 +53,10 @@ pub struct Budget {
 impl Default for Budget {
     fn default() -> Budget {
         Budget {
-            // ~1.5 M entries of 83 B.
-            input_bytes: 128 << 20,
+            // A 10 M-entry PyTorch snapshot is 1.39 GB. `analyze` reads a regular file through
+            // a 1 MiB window, so the size costs time, not memory; a pipe or device is read
+            // whole, at most WHOLE_READ (pickle.rs) of it.
+            input_bytes: 2 << 30,
             // ~1.3 M entries of 18.5; a file of nothing but items: ≤ ~0.8 GB.
             items: 24_000_000,
             // ~2.8 M entries of 1.05 (0.9 M of 3.2); nothing but containers: ≤ ~0.4 GB.
@@ -64,9 +70,11 @@ impl Default for Budget {
             bytes_objects: 32 << 20,
             // ~1.4 M entries of 1.4 distinct frames (plus list entries); ≤ ~0.1 GB.
             frames: 2_000_000,
-            // Replay and page cost ~0.25 KB per entry, whether the pickle stores it once
-            // or refers to one entry dict many times: ≤ ~0.5 GB.
-            trace_entries: 2_000_000,
+            // 10 M entries (issue 29's target) plus the blocks of their segments. The
+            // streaming reader holds 48 B per entry, the replay ~0.15 KB (`analyze`) to
+            // ~0.25 KB (`view`), whether the pickle stores each entry or refers to one entry
+            // dict many times: ≤ ~2 GB for `analyze`, as the 10 M-entry target allows.
+            trace_entries: 10_500_000,
             // 1 M entries of 13–31 B; the rest is room for frame strings.
             output_bytes: 128 << 20,
         }

@@ -16,6 +16,7 @@ use crate::train::Precision;
 use serde::Serialize;
 
 pub mod generate;
+pub mod generate_peak;
 pub mod hf;
 
 /// The size class a term belongs to, for the symbolic per-block sum.

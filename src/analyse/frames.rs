@@ -157,6 +157,29 @@ impl FrameTable {
         Ok(i)
     }
 
+    /// A frame from its text (`None`: not a string, printed "?"), for a reader that has no
+    /// `Value`s: a new frame each call, as [`FrameTable::list_id`] makes one per frame dict.
+    pub fn frame_of(&mut self, name: Option<&str>, file: Option<&str>, line: i64) -> Result<u32, String> {
+        let name = self.text_id(name.unwrap_or("?"));
+        let file = self.text_id(file.unwrap_or("?"));
+        self.add_frame(Frame { name, file, line })
+    }
+
+    /// The id of the list of frames `ids`, interned by content as [`FrameTable::list_id`]
+    /// interns a list it has not met.
+    pub fn list_of(&mut self, ids: Vec<u32>) -> Result<u32, String> {
+        if ids.is_empty() {
+            return Ok(NO_FRAMES);
+        }
+        if let Some(&i) = self.list_by_content.get(&ids) {
+            return Ok(i);
+        }
+        self.spend(ids.len())?;
+        self.lists.push(ids.clone());
+        self.list_by_content.insert(ids, self.lists.len() as u32 - 1);
+        Ok(self.lists.len() as u32 - 1)
+    }
+
     pub fn list(&self, id: u32) -> &[u32] {
         self.lists.get(id as usize).map_or(&[], Vec::as_slice)
     }

@@ -44,7 +44,7 @@ impl ParamSizes {
                     }
                 }
                 match h.model_type {
-                    Arch::Qwen3 => dims.extend([(hd, None), (hd, None)]),
+                    Arch::Qwen3 | Arch::Gemma3Text => dims.extend([(hd, None), (hd, None)]),
                     // OLMo-2's norms span the whole projections.
                     Arch::Olmo2 => dims.extend([(q, None), (kv, None)]),
                     _ => {}
@@ -56,6 +56,10 @@ impl ParamSizes {
                     }
                 }
                 dims.extend([(d, None), (d, None)]);
+                // Gemma: pre- and post-feedforward norms besides the two above.
+                if h.model_type.is_gemma() {
+                    dims.extend([(d, None), (d, None)]);
+                }
             }
             _ => {
                 dims.push((d, None));

@@ -32,6 +32,7 @@
 //! HTML page's numbers hold exactly), is refused with the field named.
 use super::budget::Budget;
 use super::frames::{FrameTable, Frames, NO_FRAMES};
+use crate::pickle::condense::{Condensed, TraceRecord};
 use crate::pickle::Value;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -213,20 +214,29 @@ impl<'a, const N: usize> Picker<'a, N> {
 /// A byte count or size: missing or not an int reads as 0 (as before); negative or
 /// beyond [`EXACT`] is refused.
 fn bytes(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<u64, String> {
+    int_bytes(v.and_then(Value::as_int), path)
+}
+
+/// [`bytes`] of a value already known to be an int (Some) or not (None).
+fn int_bytes(v: Option<i64>, path: &dyn Fn() -> String) -> Result<u64, String> {
     match v {
-        Some(Value::Int(i)) if *i < 0 => Err(format!("{}: {i} is negative", path())),
-        Some(Value::Int(i)) if *i as u64 > EXACT => Err(format!("{}: {i} is beyond 2^53 (8 PiB), more than any device holds or the report can show exactly", path())),
-        Some(Value::Int(i)) => Ok(*i as u64),
-        _ => Ok(0),
+        Some(i) if i < 0 => Err(format!("{}: {i} is negative", path())),
+        Some(i) if i as u64 > EXACT => Err(format!("{}: {i} is beyond 2^53 (8 PiB), more than any device holds or the report can show exactly", path())),
+        Some(i) => Ok(i as u64),
+        None => Ok(0),
     }
 }
 
 /// An address; absent or not an int is None (memory_viz's `undefined`).
 fn address(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<u64>, String> {
+    int_address(v.and_then(Value::as_int), path)
+}
+
+fn int_address(v: Option<i64>, path: &dyn Fn() -> String) -> Result<Option<u64>, String> {
     match v {
-        Some(Value::Int(i)) if *i < 0 => Err(format!("{}: {i} is negative", path())),
-        Some(Value::Int(i)) => Ok(Some(*i as u64)),
-        _ => Ok(None),
+        Some(i) if i < 0 => Err(format!("{}: {i} is negative", path())),
+        Some(i) => Ok(Some(i as u64)),
+        None => Ok(None),
     }
 }
 
@@ -238,13 +248,12 @@ const KNOWN_ACTIONS: [&str; 10] =
 /// The device memory_viz shows first: among the devices of `device_traces` with a trace or
 /// segments, the first with the longest trace (none: 0, where the viewer shows nothing);
 /// without `device_traces` (`traces` None), the first device with segments.
-fn default_device(traces: Option<&[Value]>, segment_devices: &[i64]) -> usize {
+fn default_device(traces: Option<&[usize]>, segment_devices: &[i64]) -> usize {
     let Some(traces) = traces else {
         return segment_devices.iter().filter_map(|&d| usize::try_from(d).ok()).min().unwrap_or(0);
     };
     let mut best: Option<(usize, usize)> = None;
-    for (d, t) in traces.iter().enumerate() {
-        let len = t.as_list().map_or(0, <[Value]>::len);
+    for (d, &len) in traces.iter().enumerate() {
         if (len > 0 || segment_devices.contains(&(d as i64))) && best.is_none_or(|(_, l)| len > l) {
             best = Some((d, len));
         }
@@ -252,11 +261,10 @@ fn default_device(traces: Option<&[Value]>, segment_devices: &[i64]) -> usize {
     best.map_or(0, |b| b.0)
 }
 
-fn time(v: Option<&Value>, path: &dyn Fn() -> String) -> Result<Option<i64>, String> {
+fn time(v: Option<i64>, path: &dyn Fn() -> String) -> Result<Option<i64>, String> {
     match v {
-        Some(Value::Int(t)) if t.unsigned_abs() > EXACT => Err(format!("{}: {t} is beyond ±2^53 µs, more than the report can show exactly", path())),
-        Some(Value::Int(t)) => Ok(Some(*t)),
-        _ => Ok(None),
+        Some(t) if t.unsigned_abs() > EXACT => Err(format!("{}: {t} is beyond ±2^53 µs, more than the report can show exactly", path())),
+        t => Ok(t),
     }
 }
 
@@ -306,6 +314,11 @@ struct Parts<'a> {
 
 /// The snapshot's segments and the trace of `device` (None: memory_viz's default).
 fn parts(snap: &Value, device: Option<usize>) -> Result<Parts<'_>, String> {
+    parts_counted(snap, device, &|_, t| t.as_list().map_or(0, <[Value]>::len))
+}
+
+/// [`parts`], with the length of each trace (its index, its value) from `len`.
+fn parts_counted<'a>(snap: &'a Value, device: Option<usize>, len: &dyn Fn(usize, &Value) -> usize) -> Result<Parts<'a>, String> {
     // A bare list is the legacy segments-only form.
     let (segments, traces) = match snap {
         Value::List(_) => (snap.as_list().unwrap_or(&[]), None),
@@ -318,7 +331,8 @@ fn parts(snap: &Value, device: Option<usize>) -> Result<Parts<'_>, String> {
         Some(d) => d,
         None => {
             let devs: Vec<i64> = segments.iter().filter_map(|s| s.get("device").and_then(Value::as_int)).collect();
-            default_device(traces, &devs)
+            let lens: Option<Vec<usize>> = traces.map(|t| t.iter().enumerate().map(|(d, v)| len(d, v)).collect());
+            default_device(lens.as_deref(), &devs)
         }
     };
     let trace = traces.and_then(|t| t.get(device)).and_then(Value::as_list).unwrap_or(&[]);
@@ -349,8 +363,98 @@ pub fn default_device_of(snap: &Value) -> usize {
 
 /// Replay device `device` (None: the one memory_viz shows first) into allocations.
 pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
-    let Parts { segments, trace, device } = parts(snap, device)?;
-    let mut seen = trace.len();
+    replay_from(snap, device, budget, None)
+}
+
+/// [`replay`] of a snapshot the streaming reader condensed: the same replay, its trace
+/// entries taken from the records (each chunk let go once read).
+pub fn replay_condensed(c: Condensed, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
+    let Condensed { rest, traces, frames, actions, categories } = c;
+    replay_from(&rest, device, budget, Some(Records { traces, frames, actions, categories }))
+}
+
+/// The trace entries of a condensed snapshot.
+struct Records {
+    traces: Vec<Option<Vec<Vec<TraceRecord>>>>,
+    frames: FrameTable,
+    actions: Vec<Rc<str>>,
+    categories: Vec<Rc<str>>,
+}
+
+/// The fields of a trace entry the replay reads: numbers as an int (Some) or anything else.
+struct Fields<'a> {
+    action: Option<&'a str>,
+    addr: Option<i64>,
+    size: Option<i64>,
+    time_us: Option<i64>,
+    device_free: Option<i64>,
+}
+
+/// Append trace entry `i` of `device` to `entries` (checking its fields in the order the
+/// replay always has), counting actions memory_viz does not know in `unknown`.
+fn add_entry(
+    entries: &mut Vec<Entry>,
+    unknown: &mut Vec<(String, usize)>,
+    device: usize,
+    i: usize,
+    f: Fields<'_>,
+    frames: &mut dyn FnMut() -> Result<u32, String>,
+    category: &mut dyn FnMut() -> Option<u32>,
+) -> Result<(), String> {
+    let at = |f: &'static str| move || format!("device_traces[{device}][{i}].{f}");
+    let addr = int_address(f.addr, &at("addr"))?;
+    let name = f.action.ok_or_else(|| format!("trace entry {i} has no action"))?;
+    let action = match name {
+        "alloc" => Action::Alloc,
+        "free" => Action::Free,
+        "free_requested" => Action::FreeRequested,
+        "free_completed" => match entries.last_mut() {
+            // memory_viz elides the pair into one free at the request.
+            Some(prev) if prev.action == Action::FreeRequested && prev.addr == addr => {
+                prev.action = Action::Free;
+                Action::FreeMerged
+            }
+            _ => Action::Free,
+        },
+        "oom" => Action::Oom,
+        "segment_alloc" | "segment_map" => Action::SegmentGrow,
+        "segment_free" | "segment_unmap" => Action::SegmentShrink,
+        _ => Action::Other,
+    };
+    if !KNOWN_ACTIONS.contains(&name) {
+        match unknown.iter_mut().find(|(n, _)| n == name) {
+            Some((_, c)) => *c += 1,
+            None => unknown.push((name.to_string(), 1)),
+        }
+    }
+    entries.push(Entry {
+        action,
+        addr,
+        size: int_bytes(f.size, &at("size"))?,
+        time_us: time(f.time_us, &at("time_us"))?,
+        device_free: int_bytes(f.device_free, &at("device_free"))?,
+        frames: frames().map_err(|m| format!("device_traces[{device}][{i}].frames: {m}"))?,
+        category: category(),
+    });
+    Ok(())
+}
+
+fn replay_from(snap: &Value, device: Option<usize>, budget: &Budget, records: Option<Records>) -> Result<Replay, String> {
+    let Parts { segments, trace, device } = match &records {
+        None => parts(snap, device)?,
+        Some(r) => parts_counted(snap, device, &|d, v| match r.traces.get(d) {
+            Some(Some(chunks)) => chunks.iter().map(Vec::len).sum(),
+            _ => v.as_list().map_or(0, <[Value]>::len),
+        })?,
+    };
+    let (mut records, mut frames) = match records {
+        Some(r) => (Some((r.traces.into_iter().nth(device).flatten(), r.actions, r.categories)), r.frames),
+        None => (None, FrameTable::new(budget.frames)),
+    };
+    let mut seen = match &records {
+        Some((Some(chunks), ..)) => chunks.iter().map(Vec::len).sum(),
+        _ => trace.len(),
+    };
     let over = |n: usize| -> Result<(), String> {
         if n > budget.trace_entries {
             return Err(format!(
@@ -374,41 +478,41 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
         Some(c) => cats.id(c),
         None => cats.id(table.get(i)),
     };
-    let mut frames = FrameTable::new(budget.frames);
-
+    let mut entries: Vec<Entry> = Vec::with_capacity(seen);
+    let mut unknown: Vec<(String, usize)> = Vec::new();
+    if let Some((chunks, actions, names)) = records.take() {
+        let mut i = 0;
+        for chunk in chunks.into_iter().flatten() {
+            for r in chunk {
+                use crate::pickle::condense::{ADDR, CATEGORY_NOT_STR, DEVICE_FREE, NO_ACTION, NO_CATEGORY_KEY, SIZE, TIME};
+                let f = Fields {
+                    action: (r.action != NO_ACTION).then(|| &*actions[r.action as usize]),
+                    addr: r.int(ADDR, r.addr),
+                    size: r.int(SIZE, r.size),
+                    time_us: r.int(TIME, r.time_us),
+                    device_free: r.int(DEVICE_FREE, r.device_free),
+                };
+                let own = match r.category {
+                    NO_CATEGORY_KEY => None,
+                    CATEGORY_NOT_STR => Some(None),
+                    c => Some(Some(Value::Str(names[c as usize].clone()))),
+                };
+                add_entry(&mut entries, &mut unknown, device, i, f, &mut || Ok(r.frames), &mut || category(own.as_ref().map(Option::as_ref), trace_cats, i))?;
+                i += 1;
+            }
+        }
+    }
     let mut pick = Picker::new(["action", "addr", "size", "time_us", "device_free", "frames", "category"]);
-    let mut entries: Vec<Entry> = Vec::with_capacity(trace.len());
     for (i, e) in trace.iter().enumerate() {
         let [action, addr, size, time_us, device_free, fr, cat] = pick.pick(e);
-        let at = |f: &'static str| move || format!("device_traces[{device}][{i}].{f}");
-        let addr = address(addr, &at("addr"))?;
-        let name = action.and_then(Value::as_str).ok_or_else(|| format!("trace entry {i} has no action"))?;
-        let action = match name {
-            "alloc" => Action::Alloc,
-            "free" => Action::Free,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" => match entries.last_mut() {
-                // memory_viz elides the pair into one free at the request.
-                Some(prev) if prev.action == Action::FreeRequested && prev.addr == addr => {
-                    prev.action = Action::Free;
-                    Action::FreeMerged
-                }
-                _ => Action::Free,
-            },
-            "oom" => Action::Oom,
-            "segment_alloc" | "segment_map" => Action::SegmentGrow,
-            "segment_free" | "segment_unmap" => Action::SegmentShrink,
-            _ => Action::Other,
+        let f = Fields {
+            action: action.and_then(Value::as_str),
+            addr: addr.and_then(Value::as_int),
+            size: size.and_then(Value::as_int),
+            time_us: time_us.and_then(Value::as_int),
+            device_free: device_free.and_then(Value::as_int),
         };
-        entries.push(Entry {
-            action,
-            addr,
-            size: bytes(size, &at("size"))?,
-            time_us: time(time_us, &at("time_us"))?,
-            device_free: bytes(device_free, &at("device_free"))?,
-            frames: frames.list_id(fr).map_err(|m| format!("device_traces[{device}][{i}].frames: {m}"))?,
-            category: category(cat.map(Some), trace_cats, i),
-        });
+        add_entry(&mut entries, &mut unknown, device, i, f, &mut || frames.list_id(fr), &mut || category(cat.map(Some), trace_cats, i))?;
     }
 
     // Allocations, including those made before the trace began.
@@ -498,7 +602,7 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
             Value::Dict(_) => divisions(snap.get("allocator_settings"))?,
             _ => [0; 16],
         },
-        unknown_actions: unknown_actions(snap, Some(device))?,
+        unknown_actions: unknown,
     })
 }
 

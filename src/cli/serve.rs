@@ -1,22 +1,19 @@
-//! `vramscope serve`: vLLM 0.33.0's start-up memory plan, printed in vLLM's words; when one
-//! request of --max-model-len does not fit, vLLM's error and exit code 3.
+//! `vramscope serve`: vLLM 0.33.0's start-up memory plan, printed in vLLM's words; when vLLM
+//! would not start (one request of --max-model-len does not fit, the weights do not fit, or
+//! `--find` finds nothing), its error and exit code 3.
 use crate::error::DoesNotFit;
-use crate::options::serve::{resolve, ServeArgs};
+use crate::options::serve::ServeArgs;
 use anyhow::Result;
 
 pub fn run(a: ServeArgs) -> Result<()> {
-    let (name, gpu, config) = resolve(&a)?;
-    let (serve, err) = crate::session::serve::run(name, gpu, config);
-    if serve.plan.weights > serve.config.total_memory {
-        return Err(DoesNotFit(format!(
-            "the weights ({} GiB) are more than the GPU's memory ({} GiB): vLLM runs out of CUDA memory loading them, before any plan",
-            crate::model::vllm_0_33::format_gib(serve.plan.weights as i128),
-            crate::model::vllm_0_33::format_gib(serve.config.total_memory as i128)
-        ))
-        .into());
+    let o = crate::session::serve::outcome(&a)?;
+    let weights_too_big = o.serve.plan.weights > o.serve.config.total_memory;
+    if !weights_too_big {
+        print!("{}", o.text());
     }
-    print!("{}", serve.text(err.is_none()));
-    match err {
+    match o.error {
+        Some(e) if weights_too_big => Err(DoesNotFit(e).into()),
+        Some(e) if e.starts_with("not even one") => Err(DoesNotFit(e).into()),
         Some(e) => Err(DoesNotFit(format!("ValueError: {e}")).into()),
         None => Ok(()),
     }

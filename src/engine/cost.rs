@@ -16,6 +16,11 @@ fn elementwise_factor(op: &str) -> u64 {
         "silu_backward" => 8,
         "sigmoid" => 4,
         "sigmoid_backward" => 3,
+        // x³, scale, add, scale, tanh, add, scale, multiply
+        "gelu" => 8,
+        "gelu_backward" => 14,
+        "tanh" => 1,
+        "tanh_backward" => 3,
         _ => 1,
     }
 }

@@ -242,6 +242,18 @@ impl ModelConfig {
         if self.flavour == Flavour::Hf && self.hf.is_none() {
             return Err(ConfigError::new("--flavour", "the hf flavour needs a config.json (--config) or an hf preset"));
         }
+        // Gemma's layer types, window and soft-caps come with its model_type (the config reader
+        // and the presets set them); a config without them cannot be run as Gemma.
+        if let Some(h) = self.hf.as_ref().filter(|h| h.model_type.is_gemma()) {
+            match &h.gemma {
+                None => return Err(ConfigError::new("--config", "a gemma2/gemma3_text model needs its Gemma fields (layer types, sliding_window, query_pre_attn_scalar)")),
+                // (--num-layers may keep the first layers: `layers[: num_hidden_layers]`.)
+                Some(g) if g.sliding.len() < self.num_layers => {
+                    return Err(ConfigError::new("--num-layers", format!("{} layers, but layer_types names only {}", self.num_layers, g.sliding.len())));
+                }
+                Some(_) => {}
+            }
+        }
         if self.hf.as_ref().is_some_and(|h| h.head_dim == 0) {
             return Err(ConfigError::new("--config", "head_dim must be at least 1"));
         }
@@ -378,6 +390,13 @@ impl ModelConfig {
             if m.shared_intermediate > 0 {
                 mlp = mlp.saturating_add(d.saturating_mul(m.shared_intermediate as u128).saturating_mul(3)).saturating_add(d);
             }
+            // gpt-oss: the router's bias (experts), the experts' biases (2·I + d each) and the
+            // attention's sinks (one per head).
+            if m.family == crate::model::hf::moe::MoeFamily::GptOss {
+                let e = m.experts as u128;
+                mlp = mlp.saturating_add(e).saturating_add(e.saturating_mul(f.saturating_mul(2).saturating_add(d)));
+                attn = attn.saturating_add(self.num_heads as u128);
+            }
         }
         let mut norms = 2 * d;
         if let Some(h) = &self.hf {
@@ -392,6 +411,9 @@ impl ModelConfig {
             }
             match h.model_type {
                 crate::model::hf::Arch::Qwen3 => norms += 2 * hd,
+                // Gemma's four norms per layer; Gemma 3's per-head q_norm and k_norm too.
+                crate::model::hf::Arch::Gemma2 => norms = 4 * d,
+                crate::model::hf::Arch::Gemma3Text => norms = (4 * d).saturating_add(2 * hd),
                 // OLMo-2's q_norm and k_norm span the whole projections.
                 crate::model::hf::Arch::Olmo2 => norms = norms.saturating_add(q).saturating_add(kv),
                 _ => {}

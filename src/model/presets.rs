@@ -128,6 +128,7 @@ fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset
         implementation: ExpertsImplementation::default(),
         routing: Routing::default(),
         shared_intermediate: 0,
+        gpt_oss: None,
     });
     p
 }
@@ -171,11 +172,46 @@ pub fn all() -> Vec<Preset> {
             h.torch_dtype = Some(crate::engine::DType::F32);
             h.pad_token_id = Some(100277);
         }),
+        // google/gemma-2-9b: saved in float32; 256-wide heads, a 4096 window on every other
+        // layer, soft-capping 50 (scores) and 30 (logits).
+        with_hf(hf("Gemma-2-9B", Arch::Gemma2, [256_000, 3584, 14336, 42, 16, 8], 10_000.0, 1e-6, 8192, true, None, 1, 9_241_705_984), |h| {
+            h.head_dim = 256;
+            h.torch_dtype = Some(crate::engine::DType::F32);
+            h.gemma = Some(super::hf::gemma::published(Arch::Gemma2, 42, 4096, 256.0, 10_000.0));
+        }),
+        // google/gemma-3-27b-it's text model (its text_config): 128-wide heads, a 1024 window
+        // on five layers of six, RoPE bases 1e6 (linear ×8) and 1e4.
+        with_hf(hf("Gemma-3-27B", Arch::Gemma3Text, [262_208, 5376, 21504, 62, 32, 16], 1_000_000.0, 1e-6, 131_072, true, Some("linear"), 1, 27_009_346_304), |h| {
+            h.head_dim = 128;
+            h.eos_token_id = vec![1, 106];
+            h.gemma = Some(super::hf::gemma::published(Arch::Gemma3Text, 62, 1024, 168.0, 10_000.0));
+        }),
         // Mixture of experts (d_ff is one expert's width); 12,879,925,248 and 3,353,032,704
         // parameters active per token.
         moe(hf("Mixtral-8x7B", Arch::Mistral, [32_000, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 46_702_792_704), MoeFamily::Mixtral, 8, 2),
         moe(hf("Qwen3-30B-A3B", Arch::Qwen3, [151_936, 2048, 768, 48, 32, 4], 1_000_000.0, 1e-6, 40_960, false, None, 151645, 30_532_122_624), MoeFamily::Qwen3Moe, 128, 8),
+        // 4,187,440,704 and 5,711,982,912 parameters active per token.
+        gpt_oss("gpt-oss-20b", 24, 32, 20_914_757_184),
+        gpt_oss("gpt-oss-120b", 36, 128, 116_829_156_672),
     ]
+}
+
+/// openai/gpt-oss-20b and -120b: their config.json, less the MXFP4 `quantization_config` (the
+/// bf16 load vramscope models), read by the gpt_oss config reader; they differ in depth and
+/// experts.
+fn gpt_oss(name: &'static str, layers: usize, experts: usize, params: u64) -> Preset {
+    let types: Vec<&str> = (0..layers).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    let config = serde_json::json!({
+        "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": layers, "num_local_experts": experts,
+        "num_experts_per_tok": 4, "vocab_size": 201_088, "sliding_window": 128, "layer_types": types,
+        "max_position_embeddings": 131_072, "rms_norm_eps": 1e-5, "rope_theta": 150_000, "attention_bias": true,
+        "swiglu_limit": 7.0, "tie_word_embeddings": false, "eos_token_id": 200_002, "pad_token_id": 199_999,
+        "torch_dtype": "bfloat16",
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096}
+    });
+    let model = super::hf::gpt_oss::parse(config.as_object().expect("a JSON object")).expect("gpt-oss's config reads").config;
+    Preset { name, model, batch_size: 1, seq_len: 2048, num_steps: 10, expected_params: params }
 }
 
 /// A preset with `edit` applied to its hf options (the facts its config.json adds).

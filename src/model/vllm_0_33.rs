@@ -1,12 +1,13 @@
-//! vLLM 0.33.0's start-up memory plan (V1 engine, one GPU, `--enforce-eager`): what
+//! vLLM 0.33.0's start-up memory plan (V1 engine, `--enforce-eager`, one GPU or
+//! `--tensor-parallel-size` GPUs of one node): what
 //! `Worker.determine_available_memory` leaves for the KV cache and how
 //! `kv_cache_planning.get_kv_cache_configs` cuts it into blocks. Every term names the file and
 //! line of the vllm-0.33.0 wheel (`vllm/…`) it comes from.
 //!
 //! - requested memory = ceil(total_memory × gpu_memory_utilization)
 //!   (`v1/worker/utils.py:724`; total from `torch.accelerator.get_memory_info`,
-//!   `utils/mem_utils.py:143`). vramscope has no GPU: it takes the total nvidia-smi reports
-//!   (`record::gpu`), which is what `cudaMemGetInfo` returns as total.
+//!   `utils/mem_utils.py:143`). vramscope has no GPU: it takes `torch.cuda.mem_get_info`'s
+//!   total as published reports give it per GPU (`record::gpu`, each with its source).
 //!   vLLM first stops unless the free memory at its init snapshot is at least the requested
 //!   memory (`v1/worker/utils.py:761`); that free memory is the total less the CUDA context,
 //!   NCCL and cuBLAS handles, measured at run time: not checked here, and said so in the output.
@@ -34,18 +35,25 @@
 //!     cannot be known without a GPU, so the plan is only made with `--enforce-eager`
 //!     (cudagraph_mode NONE and no torch.compile, `config/vllm.py:1766-1768`: the term is 0,
 //!     `gpu_worker.py:709`, and the profile run executes the modeling code eagerly).
-//! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`;
-//!   a sliding window makes other specs, refused), dtype the model's for `auto` and uint8 for
-//!   fp8 (`utils/torch_utils.py:420`), page = block_size × num_kv_heads ×
+//! - Tensor parallelism (each rank plans alone, `v1/worker/gpu_worker.py`, and the engine takes
+//!   the smallest block count, `kv_cache_planning.py:1587-1601`; the ranks here are identical,
+//!   so it is every rank's): see [`weight_bytes_per_rank`] and [`kv_heads_per_rank`]; the
+//!   divisibility vLLM asserts is [`check_tensor_parallel`].
+//! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`),
+//!   or a `SlidingWindowSpec` when the layer has a window (`attention.py:624-672`; see
+//!   [`KvSpec`]), dtype the model's for `auto` and uint8 for
+//!   fp8 (`utils/torch_utils.py:420`), page = block_size × num_kv_heads (per rank) ×
 //!   (head_size + head_size_v) × dtype bytes (`v1/kv_cache_interface.py:594`, `:590`); one group,
 //!   bytes per block = the sum of the layers' pages (`v1/core/kv_cache_planning.py:574-605`: no padding for FlashAttention's
 //!   multiple-of-16 blocks, `v1/kv_cache_interface.py:224-234`);
 //!   num_blocks = available // bytes_per_block (`kv_cache_planning.py:1572`).
 //! - The fit check plans against available − one block (the null block,
-//!   `kv_cache_planning.py:1536-1541`): it needs cdiv(max_model_len, block_size) blocks
-//!   (`kv_cache_interface.py:648`), else vLLM's ValueError (`kv_cache_planning.py:77`) with the
-//!   longest length that fits (binary search, `kv_cache_planning.py:97`).
-//! - Maximum concurrency = num_blocks / cdiv(max_model_len, block_size)
+//!   `kv_cache_planning.py:1536-1541`): one request needs [`blocks_per_request`] blocks
+//!   (`_max_memory_usage_bytes_from_groups`, `kv_cache_planning.py:1253-1285`), else vLLM's
+//!   ValueError (`kv_cache_planning.py:77`) with the longest length that fits (binary search,
+//!   `_estimate_max_model_len_from_groups`, `kv_cache_planning.py:1288-1334`; the same search
+//!   is vLLM's auto-fit for `--max-model-len -1`, `kv_cache_planning.py:1337-1410`).
+//! - Maximum concurrency = num_blocks / blocks_per_request
 //!   (`v1/core/kv_cache_utils.py:1061-1093`); GPU KV cache size = int(concurrency × max_model_len)
 //!   tokens (`kv_cache_utils.py:1128`), logged with `:,` and `%.2fx`
 //!   (`kv_cache_utils.py:1147-1154`). GiB figures print as `round(b / 2**30, 2)`
@@ -81,6 +89,22 @@ pub fn default_batch_limits(total_bytes: u64, gpu_name: &str) -> (usize, usize) 
     }
 }
 
+/// The KV cache spec of every layer (one group: all layers alike,
+/// `kv_cache_planning.py:1134-1138`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSpec {
+    /// `FullAttentionSpec`: a request holds cdiv(max_model_len, block_size) blocks
+    /// (`v1/kv_cache_interface.py:643-648`).
+    Full,
+    /// `SlidingWindowSpec` (`v1/kv_cache_interface.py:901-952`): a request holds at most
+    /// cdiv(min(window − 1 + max_in_flight_tokens, max_model_len), block_size) + 1 blocks.
+    /// Every layer slides: Mistral's `sliding_window` with no `layer_types` sets
+    /// `CacheConfig.sliding_window` (`engine/arg_utils.py:2288-2294`), which every attention
+    /// layer takes (`model_executor/layers/attention/attention.py:266-273`); so does Qwen2/3's
+    /// `use_sliding_window` with `max_window_layers` 0.
+    SlidingWindow { window: usize },
+}
+
 /// What the plan takes.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -95,6 +119,29 @@ pub struct ServeConfig {
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
     pub block_size: usize,
+    /// `--tensor-parallel-size`: the plan is one rank's (all ranks plan the same).
+    pub tensor_parallel_size: usize,
+}
+
+/// `VllmConfig.max_concurrent_batches` (`config/vllm.py:588-598`): async scheduling is on by
+/// default with one pipeline stage (`config/vllm.py:1685-1719`; both executors support it,
+/// `v1/executor/uniproc_executor.py:157`, `multiproc_executor.py:666`), so 2.
+pub const MAX_CONCURRENT_BATCHES: usize = 2;
+
+impl ServeConfig {
+    /// The spec every layer gets.
+    pub fn kv_spec(&self) -> KvSpec {
+        // A window of 0 is none (`config/model.py:815-821`).
+        match self.model.hf().and_then(|h| h.sliding_window) {
+            Some(window) if window > 0 => KvSpec::SlidingWindow { window },
+            _ => KvSpec::Full,
+        }
+    }
+
+    /// `VllmConfig.max_in_flight_tokens` (`config/vllm.py:601-609`).
+    pub fn max_in_flight_tokens(&self) -> u64 {
+        (MAX_CONCURRENT_BATCHES as u64).saturating_mul(self.max_num_batched_tokens as u64)
+    }
 }
 
 /// The plan's terms, in bytes.
@@ -107,6 +154,10 @@ pub struct ServePlan {
     pub cudagraph_memory: u64,
     /// May be negative (then nothing is left for the cache).
     pub available_kv_cache_memory: i128,
+    /// KV heads on each rank (`kv_heads_per_rank`).
+    pub num_kv_heads_per_rank: usize,
+    /// "FullAttentionSpec" or "SlidingWindowSpec(sliding_window=W)".
+    pub kv_cache_spec: String,
     pub page_bytes_per_layer: u64,
     pub bytes_per_block: u64,
     pub num_blocks: u64,
@@ -119,12 +170,85 @@ fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
-/// Weights as vLLM loads them: the parameters with the vocabulary padded to a multiple of 64
-/// (embedding, and an untied LM head), times the element size.
-pub fn weight_bytes(m: &ModelConfig, elem: usize) -> u64 {
-    let padded = m.vocab_size.div_ceil(VOCAB_PADDING) * VOCAB_PADDING;
-    let extra_rows = (padded - m.vocab_size) as u64 * if m.tied_embeddings { 1 } else { 2 };
-    (m.param_count() + extra_rows * m.d_model as u64) * elem as u64
+/// `pad_vocab_size` (`model_executor/layers/vocab_parallel_embedding.py:95-97`).
+pub fn padded_vocab(m: &ModelConfig) -> usize {
+    m.vocab_size.div_ceil(VOCAB_PADDING) * VOCAB_PADDING
+}
+
+/// KV heads on one rank: `max(1, total_num_kv_heads // tp_size)`, replicated when the ranks
+/// outnumber them (`model_executor/models/llama.py:147-156`, `qwen2.py:141-149`,
+/// `qwen3.py:91-99`; `config/model.py:1683`).
+pub fn kv_heads_per_rank(m: &ModelConfig, tp: usize) -> usize {
+    (m.num_kv_heads / tp.max(1)).max(1)
+}
+
+/// What vLLM asserts before it shards the model over `tp` ranks, as its own message.
+pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
+    if tp == 0 {
+        return Err("must be at least 1".into());
+    }
+    // ModelConfig.verify_with_parallel_config (config/model.py:1557-1563).
+    if !m.num_heads.is_multiple_of(tp) {
+        return Err(format!("Total number of attention heads ({}) must be divisible by tensor parallel size ({tp}).", m.num_heads));
+    }
+    // LlamaAttention (model_executor/models/llama.py:148-155), QKVParallelLinear (layers/linear.py:1066-1071).
+    let kv = m.num_kv_heads;
+    if kv >= tp && !kv.is_multiple_of(tp) {
+        return Err(format!("the {kv} KV heads are not divisible by tensor parallel size ({tp}) (vLLM asserts total_num_kv_heads % tp_size == 0, model_executor/models/llama.py:151)"));
+    }
+    if kv < tp && !tp.is_multiple_of(kv) {
+        return Err(format!("tensor parallel size ({tp}) is not a multiple of the {kv} KV heads it replicates (vLLM asserts tp_size % total_num_kv_heads == 0, model_executor/models/llama.py:155)"));
+    }
+    // MergedColumnParallelLinear's divide (layers/linear.py:497-503, distributed/utils.py:130).
+    if !m.d_ff.is_multiple_of(tp) {
+        return Err(format!("intermediate_size {} is not divisible by {tp} (gate_up_proj's divide, layers/linear.py:502)", m.d_ff));
+    }
+    // VocabParallelEmbedding's divide (layers/vocab_parallel_embedding.py:304).
+    let v = padded_vocab(m);
+    if !v.is_multiple_of(tp) {
+        return Err(format!("the padded vocabulary {v} is not divisible by {tp} (VocabParallelEmbedding, layers/vocab_parallel_embedding.py:304)"));
+    }
+    Ok(())
+}
+
+/// Elements of one rank's weights as vLLM shards them (`tp` passed
+/// [`check_tensor_parallel`]); at tp 1, the parameters with the vocabulary padded to 64:
+/// - embed_tokens and an untied lm_head: padded vocabulary / tp rows
+///   (`vocab_parallel_embedding.py:286-306`); a tied head is the embedding (`llama.py:509-510`);
+/// - qkv_proj (QKVParallelLinear, `layers/linear.py:1065-1077`): (heads/tp + 2 × kv heads per
+///   rank) × head_dim outputs, and as many bias elements (qwen2's);
+/// - o_proj and down_proj (RowParallelLinear, `linear.py:1708-1709`): inputs / tp, a bias whole
+///   on every rank (`linear.py:1756-1758`);
+/// - gate_up_proj (MergedColumnParallelLinear, `linear.py:497-503`): 2 × intermediate / tp
+///   outputs; the RMSNorms (and Qwen3's q/k norms over head_dim) whole on every rank.
+pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
+    let tp = tp.max(1) as u64;
+    let (d, f, hd) = (m.d_model as u64, m.d_ff as u64, m.head_dim() as u64);
+    let h = m.num_heads as u64 / tp;
+    let kvr = kv_heads_per_rank(m, tp as usize) as u64;
+    let hf = m.hf();
+    let qkv_out = (h + 2 * kvr) * hd;
+    let mut layer = d * qkv_out + h * hd * d + d * 2 * f / tp + f / tp * d + 2 * d;
+    if hf.is_some_and(|h| h.qkv_bias) {
+        layer += qkv_out;
+    }
+    if hf.is_some_and(|h| h.o_bias) {
+        layer += d;
+    }
+    if hf.is_some_and(|h| h.mlp_bias) {
+        layer += 2 * f / tp + d;
+    }
+    if hf.is_some_and(|h| h.model_type == crate::model::hf::Arch::Qwen3) {
+        layer += 2 * hd;
+    }
+    let rows = padded_vocab(m) as u64 / tp;
+    let vocab = rows * d * if m.tied_embeddings { 1 } else { 2 };
+    m.num_layers as u64 * layer + vocab + d
+}
+
+/// Bytes of one rank's weights.
+pub fn weight_bytes_per_rank(m: &ModelConfig, elem: usize, tp: usize) -> u64 {
+    weight_elements_per_rank(m, tp).saturating_mul(elem as u64)
 }
 
 /// The activation peak of `profile_run`, an estimate read off vLLM's code, not yet measured
@@ -133,53 +257,107 @@ pub fn weight_bytes(m: &ModelConfig, elem: usize) -> u64 {
 /// - the forward's MLP of one layer over T = max_num_batched_tokens tokens
 ///   (`model_executor/models/llama.py:317-324` `LlamaDecoderLayer.forward`, `:119-121` `LlamaMLP.forward`): the
 ///   residual and the normed hidden states (T × hidden each), gate_up_proj's output
-///   (T × 2·intermediate) and SiluAndMul's (T × intermediate), in the weights' dtype;
+///   (T × 2·intermediate/tp) and SiluAndMul's (T × intermediate/tp), in the weights' dtype;
 /// - the sampler (`_dummy_sampler_run`, `v1/worker/gpu_model_runner.py:5866`) over
 ///   R = min(max_num_seqs, T) rows (`gpu_model_runner.py:5545`) of V (the padded vocabulary), while the forward's hidden
 ///   states (T × hidden) are still held (`gpu_model_runner.py:6132-6143`): the last hidden
 ///   states and their `rand_like` (R × hidden each), compute_logits' R × V in the weights'
 ///   dtype, their float32 copy (`v1/sample/sampler.py:158`), softmax's float32 probabilities
 ///   and the exponential noise `q` (`v1/sample/ops/topk_topp_sampler.py:309`, `:594`); top-k/top-p
-///   (triton) and `probs.div_(q)` (`:599`) work in place.
+///   (triton) and `probs.div_(q)` (`:599`) work in place. With tensor parallelism the logits
+///   are gathered whole (`model_executor/layers/logits_processor.py`), so this term is not divided.
 pub fn activation_peak_estimate(c: &ServeConfig) -> u64 {
     let m = &c.model;
     let t = c.max_num_batched_tokens as u64;
     let b = c.weight_bytes as u64;
-    let (d, f) = (m.d_model as u64, m.d_ff as u64);
+    let (d, f) = (m.d_model as u64, (m.d_ff / c.tensor_parallel_size.max(1)) as u64);
     let forward = t * b * (2 * d + 3 * f);
     let r = c.max_num_seqs.min(c.max_num_batched_tokens) as u64;
-    let v = (m.vocab_size.div_ceil(VOCAB_PADDING) * VOCAB_PADDING) as u64;
+    let v = padded_vocab(m) as u64;
     let sampler = t * d * b + 2 * r * d * b + r * v * (b + 4 + 4 + 4);
     forward.max(sampler)
 }
 
-/// KV cache bytes of one layer's page: block_size × kv heads × (head_size + head_size_v) × bytes.
+/// KV cache bytes of one layer's page on one rank: block_size × kv heads per rank ×
+/// (head_size + head_size_v) × bytes (`v1/kv_cache_interface.py:590-601`). A sliding window
+/// layer's block size is `--block-size` too: FlashAttention's `MultipleOf(16)` kernel blocks
+/// (`v1/attention/backends/flash_attn.py:367`) let `_largest_kernel_block_within`
+/// (`model_executor/layers/attention/attention.py:101-130`, `:655-661`) keep it.
 pub fn page_bytes(c: &ServeConfig) -> u64 {
     let m = &c.model;
-    (c.block_size * m.num_kv_heads * 2 * m.head_dim() * c.kv_bytes) as u64
+    (c.block_size as u64) * kv_heads_per_rank(m, c.tensor_parallel_size) as u64 * 2 * m.head_dim() as u64 * c.kv_bytes as u64
+}
+
+/// Blocks one request of `len` tokens holds at most, per layer and so per group
+/// (`_max_memory_usage_bytes_from_groups`, `kv_cache_planning.py:1253-1285`, and
+/// `get_max_concurrency_for_kv_cache_config`, `v1/core/kv_cache_utils.py:1061-1093`):
+/// full attention cdiv(len, block_size) (`kv_cache_interface.py:643-648`); a sliding window W
+/// cdiv(min(W − 1 + max_in_flight_tokens, len), block_size) + 1
+/// (`SlidingWindowSpec.max_admission_blocks_per_request`, `kv_cache_interface.py:919-944`).
+pub fn blocks_per_request(c: &ServeConfig, len: u64) -> u64 {
+    let bs = c.block_size as u64;
+    match c.kv_spec() {
+        KvSpec::Full => cdiv(len, bs),
+        KvSpec::SlidingWindow { window } => {
+            let tokens = (window as u64 - 1).saturating_add(c.max_in_flight_tokens()).min(len);
+            cdiv(tokens, bs) + 1
+        }
+    }
+}
+
+/// The longest length in [1, upper] whose request fits `check` bytes (0 when one token does
+/// not): `_estimate_max_model_len_from_groups` (`kv_cache_planning.py:1288-1334`).
+pub fn estimate_max_model_len(c: &ServeConfig, bytes_per_block: u64, check: i128, upper: u64) -> u64 {
+    let fits = |len: u64| (blocks_per_request(c, len) as i128) * bytes_per_block as i128 <= check;
+    if upper == 0 || !fits(1) {
+        return 0;
+    }
+    let (mut lo, mut hi, mut best) = (1u64, upper, 1u64);
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            best = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    best
 }
 
 /// The whole plan.
 pub fn plan(c: &ServeConfig) -> ServePlan {
     let requested_memory = (c.total_memory as f64 * c.gpu_memory_utilization).ceil() as u64;
-    let weights = weight_bytes(&c.model, c.weight_bytes);
+    let weights = weight_bytes_per_rank(&c.model, c.weight_bytes, c.tensor_parallel_size);
     let activation_peak = activation_peak_estimate(c);
     let non_torch_increase = NON_TORCH_INCREASE_BYTES;
     let cudagraph_memory = 0;
     let available = requested_memory as i128 - (weights + non_torch_increase + activation_peak) as i128 - cudagraph_memory as i128;
+    ServePlan { requested_memory, weights, activation_peak, non_torch_increase, cudagraph_memory, ..plan_kv_cache(c, available) }
+}
+
+/// The KV cache's part of the plan for a given available memory per rank (what
+/// `get_kv_cache_configs` is handed, `kv_cache_planning.py:1461`); the memory terms above it
+/// are left 0.
+pub fn plan_kv_cache(c: &ServeConfig, available: i128) -> ServePlan {
     let page = page_bytes(c);
     let bytes_per_block = page * c.model.num_layers as u64;
     let num_blocks = if available > 0 { available as u64 / bytes_per_block } else { 0 };
-    let blocks_per_request = cdiv(c.max_model_len as u64, c.block_size as u64);
+    let blocks_per_request = blocks_per_request(c, c.max_model_len as u64);
     let max_concurrency = num_blocks as f64 / blocks_per_request as f64;
     let kv_cache_tokens = (max_concurrency * c.max_model_len as f64) as u64;
     ServePlan {
-        requested_memory,
-        weights,
-        activation_peak,
-        non_torch_increase,
-        cudagraph_memory,
+        requested_memory: 0,
+        weights: 0,
+        activation_peak: 0,
+        non_torch_increase: 0,
+        cudagraph_memory: 0,
         available_kv_cache_memory: available,
+        num_kv_heads_per_rank: kv_heads_per_rank(&c.model, c.tensor_parallel_size),
+        kv_cache_spec: match c.kv_spec() {
+            KvSpec::Full => "FullAttentionSpec".into(),
+            KvSpec::SlidingWindow { window } => format!("SlidingWindowSpec(sliding_window={window})"),
+        },
         page_bytes_per_layer: page,
         bytes_per_block,
         num_blocks,
@@ -189,9 +367,24 @@ pub fn plan(c: &ServeConfig) -> ServePlan {
     }
 }
 
+/// vLLM's auto-fit (`--max-model-len -1`, `_auto_fit_max_model_len`,
+/// `kv_cache_planning.py:1337-1410`): the longest max_model_len up to the derived one whose
+/// request fits the available memory less the null block; Err with vLLM's message when not
+/// even one token fits.
+pub fn auto_fit_max_model_len(c: &ServeConfig, p: &ServePlan) -> Result<u64, String> {
+    let check = p.available_kv_cache_memory - p.bytes_per_block as i128;
+    let best = estimate_max_model_len(c, p.bytes_per_block, check, c.max_model_len as u64);
+    if best == 0 {
+        return Err("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`.".into());
+    }
+    Ok(best)
+}
+
 /// `format_gib`: `f"{round(b / GiB, 2)}"`, as Python prints the float (`80.0`, `55.9`).
+/// Python's round is correctly rounded with ties to even on the exact binary value (5.625 GiB
+/// prints 5.62), which is what Rust's `{:.2}` does; the result then prints as its shortest repr.
 pub fn format_gib(b: i128) -> String {
-    let r = (b as f64 / GIB * 100.0).round() / 100.0;
+    let r: f64 = format!("{:.2}", b as f64 / GIB).parse().expect("a formatted float parses");
     let s = format!("{r}");
     if s.contains('.') {
         s
@@ -226,24 +419,11 @@ pub fn does_not_fit(c: &ServeConfig, p: &ServePlan) -> Option<String> {
                 .to_string(),
         );
     }
-    let needed = |len: u64| cdiv(len, c.block_size as u64) as i128 * p.bytes_per_block as i128;
-    let need = needed(c.max_model_len as u64);
+    let need = blocks_per_request(c, c.max_model_len as u64) as i128 * p.bytes_per_block as i128;
     if need <= check {
         return None;
     }
-    // estimate_max_model_len: the longest length in [1, max_model_len] whose need fits.
-    let (mut lo, mut hi, mut best) = (1u64, c.max_model_len as u64, 0u64);
-    if needed(1) <= check {
-        while lo <= hi {
-            let mid = (lo + hi) / 2;
-            if needed(mid) <= check {
-                best = mid;
-                lo = mid + 1;
-            } else {
-                hi = mid - 1;
-            }
-        }
-    }
+    let best = estimate_max_model_len(c, p.bytes_per_block, check, c.max_model_len as u64);
     let est = if best > 0 { format!("Based on the available memory, the estimated maximum model length is {best}. ") } else { String::new() };
     Some(format!(
         "To serve at least one request with the model's max seq len ({}), ({} GiB KV cache is needed, which is larger than the available KV cache memory ({} GiB). {est}\
@@ -262,6 +442,9 @@ mod tests {
     fn python_formats() {
         assert_eq!(format_gib(80 << 30), "80.0");
         assert_eq!(format_gib((559 << 30) / 10), "55.9");
+        // Python: round(5.625, 2) == 5.62 (ties to even on the exact value).
+        assert_eq!(format_gib(6_039_797_760), "5.62");
+        assert_eq!(format_gib(-(1 << 29)), "-0.5");
         assert_eq!(commas(457_760), "457,760");
         assert_eq!(commas(131_072), "131,072");
         assert_eq!(commas(999), "999");

@@ -5,7 +5,7 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct BudgetArgs {
-    /// Largest snapshot file to read, in bytes (128 MiB)
+    /// Largest snapshot file to read, in bytes (2 GiB; a pipe or device: at most 256 MiB, read whole)
     #[arg(help_heading = super::heading::BUDGETS, long, value_name = "BYTES", default_value_t = Budget::default().input_bytes)]
     pub max_input_bytes: u64,
     /// Most values the pickle may store: container elements (a dict entry counts 2) plus strings and bytes objects, a count

@@ -25,7 +25,7 @@ pub struct EstimateArgs {
     /// What the step runs: a training step, or generate's KV cache
     ///
     /// training (the default) is what the derivation covers; generate (hf models, with
-    /// --max-new-tokens): the DynamicCache of greedy generate() in closed form; forward,
+    /// --max-new-tokens): the DynamicCache and the peak of generate() in closed form; forward,
     /// forward-loss and inference are refused with the command that answers them
     /// (`profile --profile-type`).
     #[arg(help_heading = super::heading::RUN, long, value_enum, default_value = "training")]
@@ -33,6 +33,8 @@ pub struct EstimateArgs {
     /// GenerationConfig's max_new_tokens, with --profile-type generate
     #[arg(help_heading = super::heading::RUN, long)]
     pub max_new_tokens: Option<usize>,
+    #[command(flatten)]
+    pub generate: super::generate::GenerateFlags,
     /// Print the closed form only (no simulated meta run beside it)
     #[arg(help_heading = super::heading::RUN, long)]
     pub no_simulate: bool,
@@ -48,6 +50,9 @@ pub struct EstimateArgs {
 pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     if a.max_new_tokens.is_some() && a.profile_type != crate::session::profile::ProfileType::Generate {
         return Err(usage("--max-new-tokens", "sets generate()'s length: it needs --profile-type generate"));
+    }
+    if let Some(flag) = a.generate.first_given().filter(|_| a.profile_type != crate::session::profile::ProfileType::Generate) {
+        return Err(usage(flag, "is an option of generate(): it needs --profile-type generate"));
     }
     if a.profile_type != crate::session::profile::ProfileType::Training {
         let t = a.profile_type.name();

@@ -1,6 +1,7 @@
 //! `estimate --profile-type generate`'s flags, resolved into the session's [`GeneratePlan`]:
-//! an hf model run as `profile --profile-type generate` models it (greedy, DynamicCache, one
-//! device, no autocast, no adapters or quantized weights).
+//! an hf model run as `profile --profile-type generate` models it (greedy or sampling with
+//! GenerationConfig's options, DynamicCache, one device, no autocast, no adapters or
+//! quantized weights).
 use super::estimate::EstimateArgs;
 use super::{usage, UsageError};
 use crate::session::estimate_generate::GeneratePlan;
@@ -44,10 +45,21 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         return Err(usage("--max-new-tokens", format!("{n} new tokens after a {seq}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
     }
     crate::analyse::estimate::generate::check(&cfg, seq, n).map_err(UsageError::from)?;
+    let generation = a.generate.resolve(n, hf.sliding_window)?;
+    // The cache's closed form is the DynamicCache's (cache_utils.py's DynamicLayer).
+    if generation.cache != crate::model::hf::generation_config::CacheImplementation::Dynamic {
+        return Err(usage("--cache-implementation", "static: estimate's closed form derives the DynamicCache; `vramscope profile --profile-type generate --cache-implementation static --disable-compile` runs the StaticCache op for op"));
+    }
+    // Beam search keeps beams × rows, reorders the cache every step and holds its own
+    // running/finished tensors: profile models it op for op; the closed form does not.
+    if generation.num_beams > 1 {
+        return Err(usage("--num-beams", format!("{}: estimate's closed form derives greedy search and sampling; `vramscope profile --profile-type generate --num-beams {}` runs beam search op for op", generation.num_beams, generation.num_beams)));
+    }
+    let rows = batch.checked_mul(generation.num_return_sequences).ok_or_else(|| usage("--num-return-sequences", "times --batch-size overflows"))?;
     // The closed form's products hold in 64 bits where the tensors' sizes do.
-    cfg.check_sizes(batch, seq + n, "--context-length").map_err(UsageError::from)?;
+    cfg.check_sizes(rows, seq + n, "--context-length").map_err(UsageError::from)?;
     if !a.no_simulate {
         crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     }
-    Ok(GeneratePlan { model: cfg, dtype: precision.param_dtype(), batch, seq, max_new_tokens: n, simulate: !a.no_simulate })
+    Ok(GeneratePlan { model: cfg, dtype: precision.param_dtype(), batch, seq, max_new_tokens: n, generation, simulate: !a.no_simulate })
 }

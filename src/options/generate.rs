@@ -26,17 +26,24 @@ pub struct GenerateFlags {
     /// Top-k filtering when sampling (default 50; 0 turns TopKLogitsWarper off)
     #[arg(help_heading = super::heading::RUN, long, value_name = "K")]
     pub top_k: Option<usize>,
-    /// Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet
+    /// Nucleus filtering when sampling (default 1.0: none); below 1.0 not modelled yet (CUDA's
+    /// sort scratch is unmeasured)
     #[arg(help_heading = super::heading::RUN, long, value_name = "P")]
     pub top_p: Option<f64>,
     /// Tokens generated before eos may end a row (MinLength/MinNewTokensLength processors)
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub min_new_tokens: Option<usize>,
-    /// Beam search's beams (default 1); beam search is not modelled yet
+    /// Beam search's beams (default 1): `_beam_search`, the cache reordered every step
+    ///
+    /// GenerationConfig's length_penalty 1.0 and early_stopping False; every step runs to
+    /// --max-new-tokens. With --do-sample: beam sampling (the warpers on the log-probabilities,
+    /// multinomial draws of 2 x beams candidates).
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_beams: Option<usize>,
-    /// Sequences returned per prompt when sampling (default 1): the batch is repeated this
-    /// many times before the prefill
+    /// Sequences returned per prompt (default 1); with beam search at most --num-beams
+    ///
+    /// With sampling the batch is repeated this many times before the prefill; with beam
+    /// search generate returns the best num_return_sequences beams of each prompt.
     #[arg(help_heading = super::heading::RUN, long, value_name = "N")]
     pub num_return_sequences: Option<usize>,
 }
@@ -85,13 +92,19 @@ impl GenerateFlags {
             }
         }
         if let Some(n) = self.num_beams.filter(|&n| n != 1) {
-            return Err(usage("--num-beams", if n == 0 { "must be at least 1".to_string() } else { format!("beam search ({n} beams) is not modelled yet: profile greedy or sampling (num_beams 1)") }));
+            if n == 0 {
+                return Err(usage("--num-beams", "must be at least 1"));
+            }
+            gc.num_beams = n;
         }
         if let Some(n) = self.num_return_sequences.filter(|&n| n != 1) {
             if n == 0 {
                 return Err(usage("--num-return-sequences", "must be at least 1"));
             }
-            if !self.do_sample {
+            if gc.num_beams > 1 && n > gc.num_beams {
+                return Err(usage("--num-return-sequences", format!("`num_return_sequences` ({n}) has to be smaller or equal to `num_beams` ({}).", gc.num_beams)));
+            }
+            if !self.do_sample && gc.num_beams == 1 {
                 return Err(usage("--num-return-sequences", format!("Greedy methods without beam search do not support `num_return_sequences` different than 1 (got {n}).")));
             }
             gc.num_return_sequences = n;
@@ -119,7 +132,7 @@ impl GenerateFlags {
                 return Err(usage("--top-p", format!("`top_p` has to be a float > 0 and <= 1, but is {p}")));
             }
             if p < 1.0 {
-                return Err(usage("--top-p", "TopPLogitsWarper (top_p below 1.0: a sort of the vocabulary) is not modelled yet"));
+                return Err(usage("--top-p", "TopPLogitsWarper (top_p below 1.0: a torch.sort of the vocabulary) is not modelled yet: CUDA's sort of a vocabulary row (cub's segmented radix sort and its temporary storage above 4096 entries) differs from the CPU's, and no GPU has measured it"));
             }
         }
         gc.do_sample = self.do_sample;

@@ -379,7 +379,7 @@ pub fn check_with_labels(c: &ModelConfig, seq: usize) -> anyhow::Result<()> {
 
 /// Refuses the SDPA kernels the hf model cannot run at this context: the memory-efficient
 /// kernel with grouped-query attention (PyTorch has no such kernel: "No available kernel"),
-/// and the fused kernels given a mask (a sliding window shorter than the context; their
+/// and the fused kernels given a mask (a sliding window no longer than the context; their
 /// `attn_bias` handling is not modelled).
 pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow::Result<()> {
     let Some(k) = sdpa_on_cuda(c, precision, seq) else { return Ok(()) };
@@ -390,7 +390,7 @@ pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow
     if matches!(k, SdpaBackend::Flash | SdpaBackend::Efficient | SdpaBackend::CpuFlash) && hf.sdpa_masked(seq) {
         return Err(usage(
             "--sdpa-backend",
-            format!("the sliding window ({}) is shorter than the context {seq}, so SDPA gets a mask, and the {k} kernel's mask handling is not modelled; use --sdpa-backend math or --attn-implementation eager", hf.sliding_window.unwrap_or(0)),
+            format!("the sliding window ({}) is not longer than the context {seq}, so SDPA gets a mask, and the {k} kernel's mask handling is not modelled; use --sdpa-backend math or --attn-implementation eager", hf.sliding_window.unwrap_or(0)),
         ));
     }
     Ok(())
@@ -442,10 +442,12 @@ mod tests {
         let mut mha = llama.clone();
         mha.num_kv_heads = mha.num_heads;
         assert_eq!(sdpa_on_cuda(&mha, Precision::Fp32, 2048), Some(SdpaBackend::Efficient));
-        // A window shorter than the context needs a mask: no flash, no enable_gqa
+        // A window no longer than the context needs a mask (transformers skips it only while
+        // the keys are fewer than the window): no flash, no enable_gqa
         let mut mistral = model("Mistral-7B");
         mistral.hf.as_mut().unwrap().sliding_window = Some(64);
-        assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 64), Some(SdpaBackend::Flash));
+        assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 63), Some(SdpaBackend::Flash));
+        assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 64), Some(SdpaBackend::Efficient));
         // (with a mask transformers repeats k and v itself, so the memory-efficient kernel runs).
         assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 128), Some(SdpaBackend::Efficient));
         let mut eager = llama.clone();

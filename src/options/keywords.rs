@@ -195,6 +195,7 @@ pub fn functions() -> Vec<Function> {
         f("fit", "fit", keywords_of::<FitArgs>("fit", JSON_EXCLUDED), JSON_EXCLUDED),
         f("estimate", "estimate", keywords_of::<EstimateArgs>("estimate", JSON_EXCLUDED), JSON_EXCLUDED),
         f("analyze", "analyze", keywords_of::<AnalyzeArgs>("analyze", JSON_EXCLUDED), JSON_EXCLUDED),
+        f("serve", "serve", keywords_of::<super::serve::ServeArgs>("serve", &[]), &[]),
     ]
 }
 
@@ -207,6 +208,7 @@ pub fn all_flags(command: &'static str) -> Vec<String> {
         "fit" => keywords_of::<FitArgs>(command, &[]),
         "estimate" => keywords_of::<EstimateArgs>(command, &[]),
         "analyze" => keywords_of::<AnalyzeArgs>(command, &[]),
+        "serve" => keywords_of::<super::serve::ServeArgs>(command, &[]),
         _ => Vec::new(),
     };
     ks.into_iter().map(|k| k.name).collect()

@@ -12,7 +12,7 @@ use crate::model::ModelConfig;
 pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfConfig) -> anyhow::Result<()> {
     let Some(m) = hf.moe.as_mut() else {
         if let Some(flag) = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing")].iter().find(|f| f.0).map(|f| f.1) {
-            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE); this {} model is dense", hf.model_type.name())));
+            return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss); this {} model is dense", hf.model_type.name())));
         }
         return Ok(());
     };
@@ -23,6 +23,13 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfCon
         m.routing = parse_routing(s)?;
     }
     let family = m.family.model_type();
+    if m.family == crate::model::hf::moe::MoeFamily::GptOss {
+        // GptOssPreTrainedModel: `_supports_sdpa = False` (transformers raises), and its flash
+        // attention needs the sink-aware hub kernels.
+        if hf.attn_implementation != crate::model::hf::AttnImplementation::Eager {
+            return Err(usage("--attn-implementation", format!("{} on gpt_oss is not modelled: transformers 5.23 runs gpt-oss's attention sinks eagerly (sdpa is refused by the model, flash attention needs hub kernels); use eager", hf.attn_implementation.name())));
+        }
+    }
     if hf.lora.is_some() {
         return Err(usage("--lora-r", format!("LoRA on a mixture-of-experts model ({family}) is not modelled yet")));
     }

@@ -14,7 +14,7 @@ pub struct ServeArgs {
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
-    /// model_type llama, mistral, qwen2 or qwen3 without a sliding window; its torch_dtype
+    /// model_type llama, mistral, qwen2 or qwen3 (a sliding window on every layer or on none); its torch_dtype
     /// (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it.
     #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
@@ -50,6 +50,56 @@ pub struct ServeArgs {
     /// --enforce-eager, where it is 0.
     #[arg(help_heading = super::heading::RUN, long)]
     pub enforce_eager: bool,
+    /// GPUs the model is sharded over (tensor parallelism); the plan is one rank's
+    ///
+    /// Weights, KV heads and the profile run's MLP are split as vLLM's parallel layers split
+    /// them (KV heads replicated when the ranks outnumber them); every rank gets the same
+    /// number of blocks. The heads, KV heads, intermediate size and padded vocabulary must divide.
+    #[arg(help_heading = super::heading::RUN, long, default_value_t = 1)]
+    pub tensor_parallel_size: usize,
+    /// Answer an inverse question instead of planning at the given lengths
+    ///
+    /// max-model-len: the longest --max-model-len for which one request fits, by vLLM's own
+    /// search (what `vllm serve --max-model-len -1` auto-fits to). max-num-seqs: the largest
+    /// --max-num-seqs for which that many requests of --max-model-len tokens hold their KV
+    /// cache at once (vLLM itself does not cap max_num_seqs by the cache: it queues what
+    /// does not fit).
+    #[arg(help_heading = super::heading::RUN, long, value_enum)]
+    pub find: Option<ServeFind>,
+}
+
+/// `serve --find`'s questions.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServeFind {
+    MaxModelLen,
+    MaxNumSeqs,
+}
+
+/// vLLM's AssertionError for a Qwen2/Qwen3 config.json whose `layer_types` (as transformers
+/// derives them from `use_sliding_window` and `max_window_layers`) mix sliding and full
+/// layers (`model_executor/models/qwen2.py:351-360`, Qwen3Model is a Qwen2Model), or None.
+fn qwen_sliding_mix(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let o = v.as_object()?;
+    if !matches!(o.get("model_type")?.as_str()?, "qwen2" | "qwen3") {
+        return None;
+    }
+    let layers = o.get("num_hidden_layers")?.as_u64()?;
+    let mwl = o.get("max_window_layers").and_then(|x| x.as_u64()).unwrap_or(28);
+    let sliding_on = o.get("use_sliding_window").and_then(|x| x.as_bool()).unwrap_or(false) && !o.get("sliding_window").is_some_and(|w| w.is_null());
+    // Qwen2Config.__post_init__: layer_types as given, else sliding from max_window_layers on.
+    let kinds: Vec<bool> = match o.get("layer_types").and_then(|x| x.as_array()) {
+        Some(t) => t.iter().map(|k| k.as_str() == Some("sliding_attention")).collect(),
+        None => (0..layers).map(|i| sliding_on && i >= mwl).collect(),
+    };
+    let mixed = kinds.iter().any(|&k| k) && kinds.iter().any(|&k| !k);
+    (mixed && mwl != layers).then(|| {
+        format!(
+            "vLLM 0.33.0 refuses this model (AssertionError, model_executor/models/qwen2.py:352): Sliding window for some but all layers is not supported. \
+             This model uses sliding window but `max_window_layers` = {mwl} is less than `num_hidden_layers` = {layers}. Please open an issue to discuss this feature."
+        )
+    })
 }
 
 /// The plan's inputs, checked: every bad flag is a usage error naming it.
@@ -64,6 +114,9 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
         }
         (None, Some(path)) => {
             let (file, text) = crate::model::hf::config_file::read(path).map_err(|e| usage("--config", e))?;
+            if let Some(why) = qwen_sliding_mix(&text) {
+                return Err(usage("--config", why));
+            }
             let hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
             let dt = hf.config.hf().and_then(|h| h.torch_dtype);
             let name = hf.name_or_path.as_deref().and_then(|n| n.trim_end_matches('/').rsplit('/').next()).unwrap_or("config.json").to_string();
@@ -80,9 +133,6 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     if let Some(m) = &h.moe {
         return Err(usage(flag, format!("vLLM's plan for a mixture-of-experts model ({}) is not modelled yet", m.family.model_type())));
     }
-    if h.sliding_window.is_some() {
-        return Err(usage(flag, "a sliding window makes vLLM use sliding-window KV cache specs, which are not modelled"));
-    }
     let weight_bytes = match torch_dtype {
         Some(d @ (crate::engine::DType::BF16 | crate::engine::DType::F16)) => d.size(),
         _ => return Err(usage(flag, "only 16-bit weights are modelled (torch_dtype bfloat16 or float16)")),
@@ -94,6 +144,7 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
              the plan is made for --enforce-eager, where that term is 0",
         ));
     }
+    vllm::check_tensor_parallel(&model, a.tensor_parallel_size).map_err(|e| usage("--tensor-parallel-size", e))?;
     let gpu = crate::record::gpu::find(&a.gpu).map_err(|e| usage("--gpu", e))?;
     if !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { .. })) {
         return Err(usage(
@@ -154,6 +205,6 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     Ok((
         name,
         gpu,
-        ServeConfig { model, weight_bytes, kv_bytes, total_memory: total, gpu_memory_utilization: u, max_model_len, max_num_seqs, max_num_batched_tokens, block_size: a.block_size },
+        ServeConfig { model, weight_bytes, kv_bytes, total_memory: total, gpu_memory_utilization: u, max_model_len, max_num_seqs, max_num_batched_tokens, block_size: a.block_size, tensor_parallel_size: a.tensor_parallel_size },
     ))
 }

@@ -3,8 +3,10 @@
 //! measured where the closed form speaks: the peak of requested bytes, the step it is in, and
 //! the DynamicCache at the end.
 use crate::analyse::estimate::generate::GenerateEstimate;
+use crate::analyse::estimate::generate_peak::{self, GeneratePeak};
 use crate::engine::{runtime, DType, Device};
 use crate::model::hf::generation_5_23::{generate, Step};
+use crate::model::hf::generation_config::GenerateConfig;
 use crate::model::{Model, ModelConfig};
 use crate::train::{Batcher, CausalLmBatch, DataKind};
 use anyhow::Result;
@@ -27,9 +29,9 @@ pub struct SimulatedGenerate {
     pub kv_cache_peak_bytes: u64,
 }
 
-/// `model.generate(input_ids, max_new_tokens=n, do_sample=False)` on meta, weights in `dtype`,
-/// from a live set of the weights and the (B, S) prompt. The caller checks the sizes first.
-pub fn simulate(cfg: &ModelConfig, dtype: DType, b: usize, s: usize, n: usize) -> Result<SimulatedGenerate> {
+/// `model.generate(input_ids, **gc)` on meta, weights in `dtype`, from a live set of the
+/// weights and the (B, S) prompt. The caller checks the sizes first.
+pub fn simulate(cfg: &ModelConfig, dtype: DType, b: usize, s: usize, gc: &GenerateConfig) -> Result<SimulatedGenerate> {
     runtime::reset();
     let res = (|| -> Result<SimulatedGenerate> {
         let model = Model::new_in(cfg, Device::Meta, 0, dtype)?;
@@ -44,7 +46,7 @@ pub fn simulate(cfg: &ModelConfig, dtype: DType, b: usize, s: usize, n: usize) -
             rt.log.start_recording();
         });
         let mut marks: Vec<(Step, usize)> = Vec::new();
-        let out = generate(&model, &ids, &crate::model::hf::generation_config::GenerateConfig::greedy(n), &mut |step| marks.push((step, runtime::with(|rt| rt.log.events().map_or(0, <[_]>::len)))));
+        let out = generate(&model, &ids, gc, &mut |step| marks.push((step, runtime::with(|rt| rt.log.events().map_or(0, <[_]>::len)))));
         let kv_cache_bytes = out.kv_cache_bytes as u64;
         drop(out);
         let (events, peak) = runtime::with(|rt| (rt.log.stop_recording(), rt.log.stats.peak_allocated));
@@ -115,19 +117,35 @@ pub struct GeneratePlan {
     pub batch: usize,
     pub seq: usize,
     pub max_new_tokens: usize,
+    /// The GenerationConfig (its max_new_tokens is `max_new_tokens`).
+    pub generation: GenerateConfig,
     pub simulate: bool,
 }
 
 pub struct GenerateResult {
     pub estimate: GenerateEstimate,
+    /// The peak in closed form, where it covers the run (else why not).
+    pub peak: Result<GeneratePeak, String>,
     pub simulated: Option<SimulatedGenerate>,
+}
+
+/// The parameters' bytes of `cfg` in `dtype` (what the meta model holds), without building it.
+fn parameter_bytes(cfg: &ModelConfig, dtype: DType) -> Result<u64> {
+    runtime::reset();
+    let bytes = Model::new_in(cfg, Device::Meta, 0, dtype).map(|m| m.parameters().iter().map(|p| p.tensor.nbytes() as u64).sum());
+    runtime::reset();
+    Ok(bytes?)
 }
 
 impl GeneratePlan {
     pub fn run(&self) -> Result<GenerateResult> {
-        let estimate = crate::analyse::estimate::generate::estimate(&self.model, self.dtype.size() as u64, self.batch, self.seq, self.max_new_tokens);
-        let simulated = if self.simulate { Some(simulate(&self.model, self.dtype, self.batch, self.seq, self.max_new_tokens)?) } else { None };
-        Ok(GenerateResult { estimate, simulated })
+        let estimate = crate::analyse::estimate::generate::estimate(&self.model, self.dtype.size() as u64, self.batch * self.generation.num_return_sequences, self.seq, self.max_new_tokens);
+        let peak = match generate_peak::covers(&self.model, self.dtype, &self.generation) {
+            Some(why) => Err(why),
+            None => Ok(generate_peak::peak(&self.model, parameter_bytes(&self.model, self.dtype)?, self.batch, self.seq, &self.generation)),
+        };
+        let simulated = if self.simulate { Some(simulate(&self.model, self.dtype, self.batch, self.seq, &self.generation)?) } else { None };
+        Ok(GenerateResult { estimate, peak, simulated })
     }
 
     /// `estimate --profile-type generate --json`'s object.
@@ -138,11 +156,17 @@ impl GeneratePlan {
             "batch_size": self.batch,
             "context_length": self.seq,
             "max_new_tokens": self.max_new_tokens,
+            "generation": self.generation,
             "weights_dtype": self.dtype.name(),
             "estimate": r.estimate,
+            "peak": r.peak.as_ref().ok(),
+            "peak_not_covered": r.peak.as_ref().err(),
             "simulated": r.simulated,
             "units": "bytes (requested: the tensors' own, no allocator rounding)",
-            "note": "the closed form covers the DynamicCache; the generate peak is the simulated meta run's (no closed form yet)",
+            "note": match &r.peak {
+                Ok(_) => "the closed form gives the DynamicCache and the generate peak, exact against the simulated meta generate() (itself byte-exact against transformers: tests/generate_grid.rs)".to_string(),
+                Err(why) => format!("the closed form gives the DynamicCache; the generate peak is the simulated meta run's: the peak's closed form does not cover {why}"),
+            },
         })
     }
 
@@ -152,7 +176,8 @@ impl GeneratePlan {
         let mut s = String::new();
         let e = &r.estimate;
         out!(s,
-            "vramscope estimate | generate (transformers 5.23 greedy, DynamicCache), weights {}, batch {}, prompt {}, max_new_tokens {} | bytes requested; GiB/MiB are 1024-based",
+            "vramscope estimate | generate (transformers 5.23, {}), weights {}, batch {}, prompt {}, max_new_tokens {} | bytes requested; GiB/MiB are 1024-based",
+            self.generation.describe(),
             self.dtype.name(),
             self.batch,
             self.seq,
@@ -168,9 +193,25 @@ impl GeneratePlan {
             });
             out!(s, "| {what} | {formula} | {} ({bytes} B) | {} |", size(*bytes as i64), simulated.map_or("-".into(), |b| format!("{} ({b} B)", size(b as i64))));
         }
-        match sim {
-            Some(m) => out!(s,
-                "\ngenerate peak (simulated; no closed form yet): {} ({} B) in the {} at {} ({}), weights {} included",
+        match (&r.peak, sim) {
+            (Ok(p), _) => {
+                out!(s, "\n| peak candidate (step, module, op) | closed form |\n|---|---:|");
+                for (what, bytes) in &p.candidates {
+                    out!(s, "| {what} | {} ({bytes} B) |", size(*bytes as i64));
+                }
+                out!(
+                    s,
+                    "\ngenerate peak (closed form, exact against the simulated meta generate(), itself byte-exact against transformers): {} ({} B) in the {} at {} ({}), weights included{}",
+                    size(p.bytes as i64),
+                    p.bytes,
+                    p.step,
+                    p.scope,
+                    p.op,
+                    sim.map_or(String::new(), |m| format!("; simulated: {} B in the {} at {} ({})", m.peak_bytes, m.peak_step, m.peak_scope, m.peak_op))
+                );
+            }
+            (Err(why), Some(m)) => out!(s,
+                "\ngenerate peak (simulated; the closed form does not cover {why}): {} ({} B) in the {} at {} ({}), weights {} included",
                 size(m.peak_bytes as i64),
                 m.peak_bytes,
                 m.peak_step,
@@ -178,7 +219,7 @@ impl GeneratePlan {
                 m.peak_op,
                 size(m.parameter_bytes as i64)
             ),
-            None => out!(s, "\n(--no-simulate: the generate peak comes from the simulated run only; `vramscope profile --profile-type generate` gives it with the allocator's blocks)"),
+            (Err(why), None) => out!(s, "\n(--no-simulate: the peak's closed form does not cover {why}; the simulated run gives it, and `vramscope profile --profile-type generate` with the allocator's blocks)"),
         }
         s
     }

@@ -61,11 +61,7 @@ fn experts(c: &ModelConfig, hf: &HfConfig) -> String {
 /// Parameters one token meets: all but the experts it is not routed to.
 pub fn active_parameters(c: &ModelConfig) -> u64 {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return c.param_count() };
-    let idle = (m.experts.saturating_sub(m.top_k) as u64)
-        .saturating_mul(3)
-        .saturating_mul(m.intermediate as u64)
-        .saturating_mul(c.d_model as u64)
-        .saturating_mul(c.num_layers as u64);
+    let idle = (m.experts.saturating_sub(m.top_k) as u64).saturating_mul(m.expert_params(c.d_model)).saturating_mul(c.num_layers as u64);
     c.param_count().saturating_sub(idle)
 }
 

@@ -1,10 +1,11 @@
 //! Snapshot pickles read back (ours or PyTorch's): `analyze`'s report of one, and `view`'s
 //! offline HTML page of one or two, each within the input budgets.
 use crate::analyse::budget::Budget;
-use crate::analyse::snapshot::{analyse_within, unknown_actions, Alloc, SnapshotReport};
+use crate::analyse::snapshot::{analyse_replay, analyse_within, replay_condensed, unknown_actions, Alloc, SnapshotReport};
 use crate::error::UsageError;
 use crate::export::html::{self, Capacity, Capped, Source};
 use crate::export::mib;
+use crate::pickle::condense::{read_file_condensed, Refused};
 use crate::pickle::{self, read_file, FileError};
 use anyhow::Result;
 use std::io::Write;
@@ -13,10 +14,14 @@ use std::path::Path;
 /// Read a snapshot pickle within `budget`: content that is no snapshot, or over a budget,
 /// is a usage error (exit 2); a file that cannot be read is a plain error.
 pub fn load(path: &Path, budget: &Budget) -> Result<pickle::Value> {
-    read_file(path, &budget.pickle_limits()).map_err(|e| match e {
+    read_file(path, &budget.pickle_limits()).map_err(|e| file_error(path, e))
+}
+
+fn file_error(path: &Path, e: FileError) -> anyhow::Error {
+    match e {
         FileError::Io(m) => anyhow::anyhow!(m),
         FileError::Pickle(e) => UsageError(format!("{}: not a readable snapshot pickle: {e}", path.display())).into(),
-    })
+    }
 }
 
 /// `analyze`: replay the snapshot's trace (`device`: the one with the most events when
@@ -26,8 +31,13 @@ pub fn analyze(path: &Path, device: Option<usize>, detail: f64, top: usize, budg
     if !(detail > 0.0 && detail <= 100.0) {
         return Err(UsageError(format!("invalid --detail: {detail} (expected a percentage in (0, 100])")).into());
     }
-    let snap = load(path, budget)?;
-    let r = analyse_within(&snap, device, detail, top, budget).map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    let r = match read_file_condensed(path, &budget.pickle_limits(), budget.trace_entries, budget.frames) {
+        Ok(c) => replay_condensed(c, device, budget).and_then(|rp| analyse_replay(&rp, detail, top)),
+        // A shape the streaming reader does not take: the tree reader's answer.
+        Err(Refused::Bail) => analyse_within(&load(path, budget)?, device, detail, top, budget),
+        Err(Refused::File(e)) => return Err(file_error(path, e)),
+    };
+    let r = r.map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
     warn_unknown(path, r.device, &r.unknown_actions);
     Ok(r)
 }

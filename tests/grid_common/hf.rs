@@ -7,6 +7,7 @@ use vramscope::engine::ops::quant::Gemm4bitKernel;
 use vramscope::engine::ops::int8::Int8Kernel;
 use vramscope::model::bnb::{Bnb, Bnb4bit, Int8, Quant};
 use vramscope::engine::{runtime, DType, Device};
+use vramscope::model::hf::gemma::GemmaConfig;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
 use vramscope::model::{Attention, Checkpoint, Flavour, Model, ModelConfig};
@@ -22,6 +23,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
     let arch = Arch::parse(p["model_type"].as_str().unwrap()).expect("model type");
     let (d, h) = (num(p, "hidden_size"), num(p, "num_heads"));
     // measure_hf.py passes head_dim only when the point sets it; Qwen3Config's default is 128.
+    // Gemma's points always name one (measure_hf.py passes hidden / heads).
     let head_dim = p["head_dim"].as_u64().map(|x| x as usize).unwrap_or(if arch == Arch::Qwen3 { 128 } else { d / h });
     let mut hf = HfConfig::new(arch, head_dim);
     hf.attn_implementation = AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
@@ -33,6 +35,19 @@ pub fn config_of(p: &Value) -> ModelConfig {
     hf.reentrant = p["checkpoint"] == "reentrant";
     hf.attention_mask = p["attention_mask"] == "ones";
     hf.sliding_window = p["sliding_window"].as_u64().map(|x| x as usize);
+    if arch.is_gemma() {
+        // The window is per layer type (HfConfig::gemma); measure_hf.py sets every Gemma field.
+        hf.sliding_window = None;
+        let gemma2 = arch == Arch::Gemma2;
+        hf.gemma = Some(GemmaConfig {
+            sliding: p["layer_types"].as_array().unwrap().iter().map(|t| t == "sliding_attention").collect(),
+            sliding_window: num(p, "sliding_window"),
+            query_pre_attn_scalar: p["query_pre_attn_scalar"].as_f64().unwrap(),
+            attn_logit_softcapping: if gemma2 { p["attn_logit_softcapping"].as_f64() } else { None },
+            final_logit_softcapping: p["final_logit_softcapping"].as_f64(),
+            rope_local_base_freq: 10_000.0,
+        });
+    }
     if let Some(r) = p["lora_r"].as_u64() {
         let targets = p["target_modules"].as_str().unwrap();
         hf.lora = Some(LoraConfig {

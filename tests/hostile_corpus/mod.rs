@@ -326,9 +326,10 @@ pub fn big() -> Vec<(&'static str, fn() -> Vec<u8>)> {
         ("memo_bomb_1_9m.pickle", || memo_bomb(1_900_000)),
         ("many_containers_4m.pickle", || many_containers(4_000_000)),
         ("many_containers_2_9m.pickle", || many_containers(2_900_000)),
-        ("shared_entries_3m.pickle", || shared_entries(3_000_000)),
+        // Beyond the default --max-trace-entries (10.5 M), refused before the replay.
+        ("shared_entries_11m.pickle", || shared_entries(11_000_000)),
         ("shared_entries_1_9m.pickle", || shared_entries(1_900_000)),
-        ("shared_blocks_2k.pickle", || shared_blocks(2000, 2000)),
+        ("shared_blocks_3300.pickle", || shared_blocks(3300, 3300)),
         ("wide_shared_entry_20k.pickle", || wide_shared_entry(20_000, 20_000)),
         ("garbage_big.pickle", || garbage(8 << 20)),
     ]

@@ -19,6 +19,13 @@ rows compare across machines; sdpa is settled on real hardware (issue #19).
     python3 fake_hf.py --preset Llama-3.1-8B --seq 2048 --kind inference [--attn eager]
         [--dtype bf16] [--use-cache true|false] [--device cuda|cpu] [--json out.json]
     python3 fake_hf.py --grid        # the rows committed to tests/fixtures/hf_grid/fake_full.json
+    python3 fake_hf.py --moe-grid    # Mixtral-8x7B and Qwen3-30B-A3B rows: tests/fixtures/hf_grid/fake_full_moe.json
+
+MoE rows (issue #30's full-size check): the experts run as `grouped_mm` (transformers' default
+where it dispatches), whose shapes do not depend on the routing, so FakeTensorMode runs it; the
+router's top-k indices are forced to the balanced routing as measure_moe.py does. transformers asks
+`torch.cuda.get_device_capability` whether grouped_mm may run on CUDA, which needs a GPU: the
+script answers (9, 0), an H100.
 """
 import argparse
 import json
@@ -49,6 +56,30 @@ GRID = [
 ]
 
 
+# MoE presets: measure_moe.py's point dicts with the published configs' dimensions.
+MOE_PRESETS = {
+    "Mixtral-8x7B": dict(model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
+                         num_kv_heads=8, vocab_size=32000, num_experts=8, top_k=2, max_position_embeddings=32768),
+    "Qwen3-30B-A3B": dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=768, num_layers=48, num_heads=32,
+                          num_kv_heads=4, vocab_size=151936, num_experts=128, top_k=8, max_position_embeddings=40960,
+                          head_dim=128, dense_intermediate_size=6144),
+}
+MOE_GRID = [dict(preset=p, seq=4096, kind=k, use_cache=(k == "inference")) for p in MOE_PRESETS for k in ("inference", "forward")]
+
+
+def moe_config(r):
+    """A point's MoE config (balanced routing, grouped_mm) and the routing installed on its router."""
+    import measure_moe as MM
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)  # see the top: an H100
+    p = dict(MOE_PRESETS[r["preset"]], batch=r.get("batch", 1), seq=r["seq"], routing="balanced", experts="grouped_mm",
+             use_cache=r["use_cache"])
+    cfg = MM.moe_config(p)
+    if p["model_type"] == "mixtral":
+        cfg.sliding_window = None
+    MM.install_routing(p)
+    return cfg
+
+
 def config(name, use_cache):
     import transformers as T
     h, f, L, nh, kv, V, maxpos, theta, tied, mt, hd = PRESETS[name]
@@ -70,7 +101,8 @@ def measure(r, device="cuda"):
     t0 = time.time()
     with FakeTensorMode(allow_non_fake_inputs=True):
         with torch.device(device):
-            model = T.AutoModelForCausalLM.from_config(config(r["preset"], r["use_cache"]),
+            cfg = moe_config(r) if r["preset"] in MOE_PRESETS else config(r["preset"], r["use_cache"])
+            model = T.AutoModelForCausalLM.from_config(cfg,
                                                        attn_implementation=r.get("attn", "eager"), dtype=dtype)
         model.train() if kind == "training" else model.eval()
         x = torch.randint(0, model.config.vocab_size, (B, S), device=device)
@@ -95,7 +127,7 @@ def measure(r, device="cuda"):
 
 def main():
     a = argparse.ArgumentParser()
-    a.add_argument("--preset", choices=sorted(PRESETS), default="Llama-3.1-8B")
+    a.add_argument("--preset", choices=sorted(PRESETS) + sorted(MOE_PRESETS), default="Llama-3.1-8B")
     a.add_argument("--seq", type=int, default=2048)
     a.add_argument("--batch", type=int, default=1)
     a.add_argument("--kind", choices=("inference", "forward", "training"), default="inference")
@@ -103,18 +135,20 @@ def main():
     a.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     a.add_argument("--use-cache", choices=("true", "false"), default="true")
     a.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    a.add_argument("--moe-grid", action="store_true", help="measure the MoE rows into tests/fixtures/hf_grid/fake_full_moe.json")
     a.add_argument("--grid", action="store_true", help="measure the committed rows into tests/fixtures/hf_grid/fake_full.json")
     a.add_argument("--json")
     x = a.parse_args()
     import transformers
-    if x.grid:
+    if x.grid or x.moe_grid:
         rows = []
-        for r in GRID:
+        for r in (MOE_GRID if x.moe_grid else GRID):
             res = measure(dict(r, attn="eager", dtype="bf16", batch=1), r.get("device", "cuda"))
             print(res, flush=True)
             rows.append(res)
-        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fixtures/hf_grid/fake_full.json")
-        doc = dict(generator="tools/pytorch/fake_hf.py --grid", torch=torch.__version__, transformers=transformers.__version__,
+        name = "fake_full_moe.json" if x.moe_grid else "fake_full.json"
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fixtures/hf_grid", name)
+        doc = dict(generator="tools/pytorch/fake_hf.py " + ("--moe-grid" if x.moe_grid else "--grid"), torch=torch.__version__, transformers=transformers.__version__,
                    counted="MemTracker peak under FakeTensorMode, by category: on fake cuda storage bytes rounded up "
                            "to 512 B; on fake cpu (the training row) unrounded",
                    rows=rows)

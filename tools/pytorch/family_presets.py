@@ -16,7 +16,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # preset name -> fixture folder
-PRESETS = {"Phi-3-mini": "Phi-3-mini-4k-instruct", "OLMo-2-7B": "OLMo-2-1124-7B"}
+PRESETS = {"Phi-3-mini": "Phi-3-mini-4k-instruct", "OLMo-2-7B": "OLMo-2-1124-7B", "Gemma-2-9B": "gemma-2-9b",
+           # google/gemma-3-27b-it's text_config as a gemma3_text config.json (Gemma3ForCausalLM)
+           "Gemma-3-27B": "gemma-3-27b-text"}
 
 
 def main():

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make_family_grid.py -- the fixture grids of the dense families beyond llama (issue 30): Phi-3
-(fused qkv_proj and gate_up_proj) and OLMo-2 (post-norms, q/k norms over the whole projection),
+(fused qkv_proj and gate_up_proj), OLMo-2 (post-norms, q/k norms over the whole projection), Gemma 2
+and Gemma 3 text (scaled embedding, 1 + w norms, sliding and full layers, soft-capping),
 measured by measure_hf.py exactly as make_hf_grid.py measures llama (mode-free, one
 torch.profiler session per measurement, requested bytes of blocks >= 512 B, absolute), one file
 per family: tests/fixtures/hf_grid/<family>.json.
@@ -13,6 +14,9 @@ use_cache off, reentrant checkpointing, forward-loss, SGD and foreach AdamW.
 
     python3 make_family_grid.py --family phi3            # JOBS worker processes, default 1
     python3 make_family_grid.py --family olmo2 --only sgd  # re-measure some, keep the others
+
+Gemma 2 and Gemma 3 text (gemma_grid): their own points, tied heads, sliding windows below, at and
+above S over alternating sliding/full layers, query_pre_attn_scalar 24, Gemma 2's soft-capping.
 """
 import argparse
 import os
@@ -54,10 +58,80 @@ def name_of(p, kind):
     s = G.name_of(p, kind)[: -len(kind) - 1]
     if p.get("sliding_window"):
         s += f" sliding_window={p['sliding_window']}"
+    if "layer_types" in p:
+        s += " layers=" + "".join("s" if t == "sliding_attention" else "f" for t in p["layer_types"])
+    for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        if k in p:
+            s += f" {k}={p[k]}"
     return f"{s} {kind}"
 
 
+def gemma_point(mt, i, window, **opts):
+    """A Gemma point: the family's tied head, `window` as a fraction or offset of S (below S, at S, above
+    S), alternating layer types (gemma3_text's default pattern of 6 would leave small models all
+    sliding), a query_pre_attn_scalar that is not head_dim, and Gemma 2's soft-capping."""
+    p = point(mt, i, tied=True)
+    L, S = p["num_layers"], p["seq"]
+    p["sliding_window"] = {"below": S // 2, "at": S, "above": S + 8}[window]
+    p["layer_types"] = ["sliding_attention" if (j + 1) % 2 else "full_attention" for j in range(L)]
+    p["query_pre_attn_scalar"] = 24
+    if mt == "gemma2":
+        p["attn"] = "eager"
+        p["attn_logit_softcapping"] = 50.0
+        p["final_logit_softcapping"] = 30.0
+    p.update(opts)
+    return p
+
+
+def gemma_grid(family):
+    """Gemma 2 has no sdpa in transformers 5.23 (`_supports_sdpa = False`: from_config refuses it),
+    so its grid is eager over dtype x checkpointing x window below/above S; Gemma 3 runs eager and
+    sdpa (a window below S gives its sliding layers a mask, hence repeat_kv instead of enable_gqa)."""
+    todo = []
+    k = 0
+    attns = ("eager",) if family == "gemma2" else ("eager", "sdpa")
+    windows = ("below", "above") if family == "gemma2" else ("below",)
+    for attn in attns:
+        for dtype in ("fp32", "bf16"):
+            for ck in ("none", "non-reentrant"):
+                for w in windows:
+                    todo += [(gemma_point(family, k, w, attn=attn, dtype=dtype, checkpoint=ck), kind) for kind in TYPES3]
+                    k += 1
+    a = "eager" if family == "gemma2" else "sdpa"
+    singles = [gemma_point(family, 1, "at", attn=a), gemma_point(family, 3, "below", attn=a, tied=False),
+               gemma_point(family, 2, "below", attn=a, use_cache=False),
+               gemma_point(family, 6, "below", attn="eager", checkpoint="reentrant", dtype="bf16")]
+    if family == "gemma2":
+        singles += [gemma_point(family, 5, "below", attn_logit_softcapping=None, final_logit_softcapping=None)]
+    else:
+        singles += [gemma_point(family, 5, "above", attn="sdpa"), gemma_point(family, 0, "below", attn="sdpa", final_logit_softcapping=30.0,
+                                                                              layer_types=["full_attention", "sliding_attention"])]
+    todo += [(p, kind) for p in singles for kind in TYPES3]
+    todo += [(gemma_point(family, 2, "below", attn=a), "forward-loss")]
+    todo += [(gemma_point(family, 0, "below", attn=a, optimizer="sgd"), "training"),
+             (gemma_point(family, 4, "below", attn=a, optimizer="adamw_torch_foreach", dtype="bf16"), "training")]
+    return todo
+
+
+def window_grid():
+    """Mistral's sliding window at its edges: below S (the overlay masks), at S (sdpa must build the
+    mask: `_ignore_causal_mask_sdpa` skips only while kv_length < window) and above S (sdpa skips
+    it; eager builds it, the overlay changing no value), eager and sdpa, fp32 and bf16."""
+    todo = []
+    for k, (rel, attn, dtype) in enumerate([(r, a, d) for r in ("below", "at", "above") for a in ("eager", "sdpa")
+                                             for d in ("fp32", "bf16")]):
+        p = point("mistral", k)
+        S = p["seq"]
+        p.update(attn=attn, dtype=dtype, sliding_window={"below": S // 2, "at": S, "above": S + 1}[rel])
+        todo += [(p, kind) for kind in TYPES3]
+    return todo
+
+
 def grid(family):
+    if family == "sliding_window":
+        return window_grid()
+    if family.startswith("gemma"):
+        return gemma_grid(family)
     todo = []
     k = 0
     for attn in ("eager", "sdpa"):
@@ -84,7 +158,8 @@ def run_one(job):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--family", choices=H.FAMILY_TYPES, required=True)
+    ap.add_argument("--family", choices=list(H.FAMILY_TYPES) + ["sliding_window"], required=True,
+                    help="a model family, or sliding_window: Mistral's window below, at and above S")
     ap.add_argument("--out", default=G.OUT)
     ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()

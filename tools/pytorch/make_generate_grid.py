@@ -13,6 +13,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --quick    # the first point of each model type only
     python3 make_generate_grid.py --qlora    # generate_qlora.json: 4-bit weights and LoRA adapters
     python3 make_generate_grid.py --options  # generate_options.json: static cache, sampling, min_new_tokens
+    python3 make_generate_grid.py --beams    # generate_beams.json: beam search, num_beams 2-4
 
 The --qlora grid (issue #28's leftovers): each model_type x {4-bit without adapters, 4-bit + LoRA
 q,v, 4-bit + LoRA all-linear (twice: nf4/fp4, double quantization on/off, compute bf16/fp32),
@@ -152,6 +153,50 @@ OPTIONS = [
 ]
 
 
+# beam search (issue #28 item 1): (model_type, shape index, attn, dtype, options); num_beams
+# 2-4, num_return_sequences 1..beams (a copy of the best beams when they are not all of them
+# and the batch has several prompts), DynamicCache and StaticCache, min_new_tokens.
+BEAMS = [
+    ("llama", 0, "sdpa", "fp32", dict(num_beams=2)),
+    ("mistral", 1, "sdpa", "bf16", dict(num_beams=3)),
+    ("qwen2", 2, "eager", "fp32", dict(num_beams=4)),
+    ("qwen3", 3, "eager", "bf16", dict(num_beams=2)),
+    ("llama", 4, "sdpa", "bf16", dict(num_beams=3)),
+    ("mistral", 5, "eager", "fp32", dict(num_beams=4)),
+    ("qwen2", 0, "sdpa", "bf16", dict(num_beams=2, num_return_sequences=2)),
+    ("qwen3", 1, "sdpa", "fp32", dict(num_beams=4, num_return_sequences=2, batch=3)),
+    ("llama", 2, "eager", "bf16", dict(num_beams=3, num_return_sequences=3, batch=2, seq=40)),
+    ("mistral", 3, "sdpa", "fp32", dict(num_beams=4, num_return_sequences=3)),
+    ("llama", 5, "sdpa", "fp32", dict(num_beams=2, batch=1, seq=8, max_new_tokens=64)),
+    ("qwen2", 4, "eager", "fp32", dict(num_beams=4, num_return_sequences=4)),
+    ("qwen3", 0, "sdpa", "fp32", dict(num_beams=4, batch=4, max_new_tokens=12)),
+    ("qwen2", 5, "sdpa", "fp32", dict(num_beams=2, max_new_tokens=32, num_return_sequences=2)),
+    ("mistral", 4, "sdpa", "bf16", dict(num_beams=2, batch=4, seq=24, max_new_tokens=10)),
+    ("llama", 0, "eager", "fp32", dict(num_beams=4, batch=3, seq=30, max_new_tokens=20, num_return_sequences=2)),
+    # StaticCache: reorder_cache index_selects the whole max_cache_len buffers
+    ("llama", 1, "sdpa", "fp32", dict(num_beams=2, cache="static")),
+    ("mistral", 0, "eager", "bf16", dict(num_beams=3, cache="static", num_return_sequences=2)),
+    ("qwen2", 3, "sdpa", "bf16", dict(num_beams=4, cache="static")),
+    ("qwen3", 5, "eager", "fp32", dict(num_beams=3, cache="static", num_return_sequences=2)),
+    # min_new_tokens: the processors on the log-probabilities
+    ("llama", 3, "sdpa", "bf16", dict(num_beams=2, min_new_tokens=4)),
+    ("mistral", 2, "eager", "fp32", dict(num_beams=3, min_new_tokens=2)),
+    # beam sampling (do_sample with num_beams > 1): the warpers on the log-probabilities
+    # (TopK keeps at least n_eos + 1 tokens), multinomial without replacement of 2 x beams
+    # candidates over the (B, beams x V) softmax
+    ("llama", 0, "sdpa", "fp32", dict(num_beams=2, do_sample=True)),
+    ("mistral", 1, "eager", "bf16", dict(num_beams=3, do_sample=True, temperature=0.7)),
+    ("qwen2", 3, "sdpa", "fp32", dict(num_beams=4, do_sample=True, top_k=1, num_return_sequences=2)),
+    ("qwen3", 5, "sdpa", "bf16", dict(num_beams=2, do_sample=True, top_k=0, cache="static")),
+    ("llama", 2, "eager", "bf16", dict(num_beams=3, do_sample=True, top_k=20, temperature=1.3, num_return_sequences=3)),
+    ("qwen2", 1, "sdpa", "fp32", dict(num_beams=4, do_sample=True, batch=2)),
+]
+
+
+def bgrid(quick=False):
+    return [point(mt, i, attn=attn, dtype=dtype, **opts) for mt, i, attn, dtype, opts in (BEAMS[:4] if quick else BEAMS)]
+
+
 def ogrid(quick=False):
     todo = []
     for mt, i, attn, dtype, opts in OPTIONS[:4] if quick else OPTIONS:
@@ -181,6 +226,8 @@ def extras(p):
         tag += " sample" + "".join(f" {k}={p[k]}" for k in ("temperature", "top_k", "top_p") if p.get(k) is not None)
     if p.get("min_new_tokens"):
         tag += f" min_new_tokens={p['min_new_tokens']}"
+    if p.get("num_beams", 1) > 1:
+        tag += f" num_beams={p['num_beams']}"
     if p.get("num_return_sequences", 1) > 1:
         tag += f" num_return_sequences={p['num_return_sequences']}"
     return tag
@@ -233,24 +280,26 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--qlora", action="store_true")
     ap.add_argument("--options", action="store_true", help="generate_options.json: static cache, sampling, min_new_tokens")
+    ap.add_argument("--beams", action="store_true", help="generate_beams.json: beam search (num_beams 2-4)")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     import transformers
     if a.only:
-        path = os.path.join(a.out, "generate_options.json")
-        doc, t0 = G.measure_only(path, [(p,) for p in ogrid()], run_job, name_job, a.only, maxtasksperchild=1)
+        path = os.path.join(a.out, "generate_beams.json" if a.beams else "generate_options.json")
+        doc, t0 = G.measure_only(path, [(p,) for p in (bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(True))
         return G.write_fixture(path, doc, t0)
-    results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else grid)(a.quick), run_one, maxtasksperchild=1)
+    results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)
-    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --options" if a.options else "") + (" --quick" if a.quick else ""),
+    doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --options" if a.options else "") + (" --beams" if a.beams else "") + (" --quick" if a.quick else ""),
                **versions,
                counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                        "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                        "max_new_tokens=N, do_sample=False) (measure_generate.py), or with the point's options (measure_generate.gen_kwargs)",
                points=results)
-    G.write_fixture(os.path.join(a.out, "generate_qlora.json" if a.qlora else "generate_options.json" if a.options else "generate.json"), doc, t0)
+    name = "generate_qlora.json" if a.qlora else "generate_options.json" if a.options else "generate_beams.json" if a.beams else "generate.json"
+    G.write_fixture(os.path.join(a.out, name), doc, t0)
 
 
 if __name__ == "__main__":

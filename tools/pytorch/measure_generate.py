@@ -12,7 +12,8 @@ kernel scratch left out as there.
 
 Options of generate() a point may name (gen_kwargs): cache "static" (cache_implementation,
 with disable_compile=True), do_sample (with temperature/top_k/top_p when named, else
-GenerationConfig's defaults: top_k 50 only), min_new_tokens. Sampling draws from the global
+GenerationConfig's defaults: top_k 50 only), min_new_tokens, num_return_sequences, num_beams
+(beam search: generate returns B x num_return_sequences rows). Sampling draws from the global
 generator, seeded once in setup: the measured call's tokens, and so its bytes, are the same on
 every run.
 
@@ -155,7 +156,8 @@ def run(p):
                 lengths.append(out.shape[1])
                 shapes.append(tuple(out.shape))
                 del out
-    rows = B * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
+    # generate returns num_return_sequences rows per prompt (beam search: the best of its beams)
+    rows = B * (p.get("num_return_sequences") or 1)
     assert shapes == [(rows, S + N)] * M.NSTEPS, f"generate stopped early: shapes {shapes}, want {(rows, S + N)}"
     assert lengths == [S + N] * M.NSTEPS, f"generate stopped early: lengths {lengths}, want {S + N}"
     assert phases.calls == N, f"{phases.calls} forwards, want {N}"
@@ -185,6 +187,7 @@ def main(argv=None):
     a.add_argument("--top-p", type=float)
     a.add_argument("--min-new-tokens", type=int)
     a.add_argument("--num-return-sequences", type=int)
+    a.add_argument("--num-beams", type=int, help="beam search (_beam_search) with this many beams")
     a.add_argument("--lora-r", type=int, help="peft LoRA adapters of this rank (unmerged)")
     a.add_argument("--lora-alpha", type=float, default=16)
     a.add_argument("--target-modules", default="q_proj,v_proj", help="all-linear or a comma list")
@@ -207,7 +210,7 @@ def main(argv=None):
         p["cache"] = x.cache
     if x.do_sample:
         p["do_sample"] = True
-    for k in ("temperature", "top_k", "top_p", "min_new_tokens", "num_return_sequences"):
+    for k in ("temperature", "top_k", "top_p", "min_new_tokens", "num_return_sequences", "num_beams"):
         if getattr(x, k) is not None:
             p[k] = getattr(x, k)
     if x.lora_r:

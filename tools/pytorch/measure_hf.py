@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """measure_hf.py -- what eager PyTorch allocates when Hugging Face transformers' own modeling code
-runs a causal LM (llama, mistral, qwen2, qwen3; phi3 and olmo2 for make_family_grid.py), per phase, mode-free: the ground truth of the
+runs a causal LM (llama, mistral, qwen2, qwen3; phi3, olmo2, gemma2 and gemma3_text for make_family_grid.py), per phase, mode-free: the ground truth of the
 `hf` flavour (issue #16), measured with measure_cs336.py's method.
 
 Method (measure_cs336.py's): the whole run -- model construction from a config with random
@@ -59,7 +59,7 @@ import measure_cs336 as M
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # The dense families of make_family_grid.py (their own grids).
-FAMILY_TYPES = ("phi3", "olmo2")
+FAMILY_TYPES = ("phi3", "olmo2", "gemma2", "gemma3_text")
 OPTIMIZERS = ("adamw_torch_fused", "adamw_torch_foreach", "adamw_torch_forloop", "sgd", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor")
 CHECKPOINTS = ("none", "reentrant", "non-reentrant")
 
@@ -68,7 +68,8 @@ def hf_config(p):
     """A transformers config object of `p["model_type"]` with the point's shape."""
     import transformers as T
     cls = {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config, "qwen3": T.Qwen3Config,
-           "phi3": T.Phi3Config, "olmo2": T.Olmo2Config}[p["model_type"]]
+           "phi3": T.Phi3Config, "olmo2": T.Olmo2Config, "gemma2": T.Gemma2Config,
+           "gemma3_text": T.Gemma3TextConfig}[p["model_type"]]
     kw = dict(hidden_size=p["hidden_size"], intermediate_size=p["intermediate_size"], num_hidden_layers=p["num_layers"],
               num_attention_heads=p["num_heads"], num_key_value_heads=p["num_kv_heads"], vocab_size=p["vocab_size"],
               max_position_embeddings=p.get("max_position_embeddings", 4096), tie_word_embeddings=p.get("tied", False),
@@ -81,6 +82,13 @@ def hf_config(p):
         # Phi3Config's pad_token_id (32000) is outside a small vocabulary: the embedding's
         # padding_idx is a row inside it instead (Phi-3-mini's 32000 is one of its 32064 rows).
         kw["pad_token_id"] = p.get("pad_token_id", 0)
+    if p["model_type"] in ("gemma2", "gemma3_text"):
+        # Gemma's head_dim defaults to 256 whatever the width: the point names its own.
+        kw["head_dim"] = p.get("head_dim") or p["hidden_size"] // p["num_heads"]
+        for k in ("sliding_window", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                  "layer_types"):
+            if k in p:
+                kw[k] = p[k]
     return cls(**kw)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """measure_moe.py -- what eager PyTorch allocates when transformers' mixture-of-experts causal LMs
-(Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert) run, per phase, mode-free on CPU: the ground truth of vramscope's MoE
+(Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert, gpt-oss) run, per phase, mode-free on CPU: the ground truth of vramscope's MoE
 (issue #30), measured with measure_hf.py's machinery (one torch.profiler session, requested bytes
 of blocks >= 512 B, absolute levels; the step is the Trainer's).
 
@@ -8,7 +8,7 @@ Routing. How many tokens each expert gets depends on the router's values, which 
 make arbitrary. The script forces it so PyTorch routes as vramscope's `--routing` says:
   balanced  token t goes to experts (t*k + j) mod E, j < k: every expert gets T*k/E (±1)
   worst     every token goes to experts 0 … k-1
-The router (`MixtralTopKRouter` / `Qwen3MoeTopKRouter`) runs unchanged -- linear, softmax in
+The router (`MixtralTopKRouter` / `Qwen3MoeTopKRouter` / `GptOssTopKRouter`) runs unchanged -- linear, softmax in
 fp32, topk, renormalisation -- and a wrapper then overwrites the top-k indices it returns in place
 (`router_indices.data.copy_(forced)`: `.data`, as topk saved the indices for its
 backward). `forced` is built before the profiler session starts, so the
@@ -34,7 +34,7 @@ import torch
 import measure_cs336 as M
 import measure_hf as H
 
-MODEL_TYPES = ("mixtral", "qwen3_moe", "qwen2_moe")
+MODEL_TYPES = ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss")
 EXPERTS = ("eager", "batched_mm", "grouped_mm")
 ROUTINGS = ("balanced", "worst")
 
@@ -57,6 +57,12 @@ def moe_config(p):
               output_router_logits=False)
     if p["model_type"] == "mixtral":
         cfg = T.MixtralConfig(num_local_experts=p["num_experts"], **kw)
+    elif p["model_type"] == "gpt_oss":
+        # gpt-oss: q/k/v/o biases and attention sinks, layer_types alternating sliding and
+        # full (the config's default), YaRN rope (its default rope_parameters), biased experts
+        # with the clamped SwiGLU. Only eager attention dispatches (_supports_sdpa = False).
+        cfg = T.GptOssConfig(num_local_experts=p["num_experts"], head_dim=p.get("head_dim") or 64,
+                             sliding_window=p["sliding_window"], **kw)
     elif p["model_type"] == "qwen2_moe":
         # Qwen2-MoE: a shared expert (a dense MLP of shared_expert_intermediate_size) beside the
         # routed ones, scaled by sigmoid(shared_expert_gate(x)).
@@ -76,7 +82,8 @@ def install_routing(p):
     import transformers as T
     router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
               "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
-              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter}[p["model_type"]]
+              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter,
+              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter}[p["model_type"]]
     forced = forced_indices(p["batch"] * p["seq"], p["top_k"], p["num_experts"], p["routing"])
     original = getattr(router, "_vramscope_original", router.forward)
     router._vramscope_original = original
@@ -110,6 +117,7 @@ def main(argv=None):
     a.add_argument("--num-experts", type=int, default=4)
     a.add_argument("--top-k", type=int, default=2)
     a.add_argument("--shared-intermediate-size", type=int, default=64, help="qwen2_moe's shared expert width")
+    a.add_argument("--sliding-window", type=int, default=8, help="gpt_oss's window (its sliding layers)")
     a.add_argument("--experts", choices=EXPERTS, default="grouped_mm")
     a.add_argument("--routing", choices=ROUTINGS, default="balanced")
     a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
@@ -125,7 +133,8 @@ def main(argv=None):
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
              batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=True, logits_to_keep=0, checkpoint="none",
              optimizer="adamw_torch_fused", max_grad_norm=1.0, attention_mask="none", num_experts=x.num_experts,
-             top_k=x.top_k, experts=x.experts, routing=x.routing, shared_intermediate_size=x.shared_intermediate_size)
+             top_k=x.top_k, experts=x.experts, routing=x.routing, shared_intermediate_size=x.shared_intermediate_size,
+             sliding_window=x.sliding_window)
     per, log, info = measure(p, x.profile_type)
     if x.events:
         M.write_events(x.events, log)

@@ -5,15 +5,19 @@ experts of each sparse layer instead of all of them), for the published configs 
 (Mixtral-8x7B, Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B) and small ones; written to tests/fixtures/moe_grid/meta_params.json.
 
     python3 moe_meta_params.py
+    python3 moe_meta_params.py --gpt-oss   # gpt-oss-20b, gpt-oss-120b and small gpt_oss configs
 """
 import json
 import os
+import sys
 
 import torch
 import transformers as T
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "../../tests/fixtures/moe_grid/meta_params.json")
+# gpt-oss's own file (tests/gptoss_grid.rs reads it).
+OUT_GPT_OSS = os.path.join(HERE, "../../tests/fixtures/moe_grid/gpt_oss_meta_params.json")
 
 CONFIGS = {
     # mistralai/Mixtral-8x7B-v0.1 config.json
@@ -47,6 +51,29 @@ CONFIGS = {
                                          tie_word_embeddings=False),
 }
 
+# openai/gpt-oss-20b and -120b config.json, less their quantization_config (MXFP4: vramscope
+# models the bf16 load), and small ones.
+_GPT_OSS = dict(model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, head_dim=64, num_attention_heads=64,
+                num_key_value_heads=8, vocab_size=201088, num_experts_per_tok=4, experts_per_token=4, sliding_window=128,
+                max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000, attention_bias=True,
+                swiglu_limit=7.0, tie_word_embeddings=False, eos_token_id=200002, pad_token_id=199999,
+                rope_scaling=dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                  original_max_position_embeddings=4096))
+GPT_OSS_CONFIGS = {
+    "gpt-oss-20b": dict(_GPT_OSS, num_hidden_layers=24, num_local_experts=32,
+                        layer_types=["sliding_attention", "full_attention"] * 12),
+    "gpt-oss-120b": dict(_GPT_OSS, num_hidden_layers=36, num_local_experts=128,
+                         layer_types=["sliding_attention", "full_attention"] * 18),
+    "gpt_oss-small-no-bias-tied": dict(model_type="gpt_oss", hidden_size=64, intermediate_size=48, head_dim=16,
+                                       num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                       vocab_size=500, num_local_experts=6, num_experts_per_tok=2, sliding_window=8,
+                                       attention_bias=False, tie_word_embeddings=True),
+    "gpt_oss-small-full-layers": dict(model_type="gpt_oss", hidden_size=96, intermediate_size=80, head_dim=24,
+                                      num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=3,
+                                      vocab_size=700, num_local_experts=10, num_experts_per_tok=3, sliding_window=16,
+                                      layer_types=["full_attention", "full_attention"]),
+}
+
 
 def counts(cfg):
     with torch.device("meta"):
@@ -61,7 +88,22 @@ def counts(cfg):
     return dict(total=total, active=total - routed + active_routed)
 
 
+def write(path, configs):
+    out = {}
+    for name, kw in configs.items():
+        kw = dict(kw)
+        cfg = T.AutoConfig.for_model(kw.pop("model_type"), **kw)
+        out[name] = dict(config=configs[name], **counts(cfg))
+        print(name, out[name]["total"], out[name]["active"])
+    doc = dict(generator="tools/pytorch/moe_meta_params.py", torch=torch.__version__, transformers=T.__version__, models=out)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
 def main():
+    if "--gpt-oss" in sys.argv:
+        return write(OUT_GPT_OSS, GPT_OSS_CONFIGS)
     out = {}
     for name, kw in CONFIGS.items():
         kw = dict(kw)

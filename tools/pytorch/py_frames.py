@@ -18,7 +18,11 @@ import sys
 import torch
 import transformers
 
-FAMILIES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3", "olmo2": "Olmo2"}
+FAMILIES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3", "olmo2": "Olmo2",
+            "gemma2": "Gemma2", "gemma3_text": "Gemma3"}
+# model_types whose modeling file is another's, and attributes that do not follow "{P}".
+MODULE_OF = {"gemma3_text": "gemma3"}
+OVERRIDES = {"gemma3_text": {"model": "Gemma3TextModel.forward"}}
 # Rust field -> attribute of the modeling module ("{P}" is the class prefix).
 PER_FAMILY = [
     ("rms_norm", "{P}RMSNorm.forward"),
@@ -37,6 +41,7 @@ SHARED = [
     ("SDPA_ATTENTION_FORWARD", "transformers.integrations.sdpa_attention", "sdpa_attention_forward"),
     ("FLASH_ATTENTION_FORWARD", "transformers.integrations.flash_attention", "flash_attention_forward"),
     ("CREATE_CAUSAL_MASK", "transformers.masking_utils", "create_causal_mask"),
+    ("CREATE_SLIDING_WINDOW_CAUSAL_MASK", "transformers.masking_utils", "create_sliding_window_causal_mask"),
     ("FOR_CAUSAL_LM_LOSS", "transformers.loss.loss_utils", "ForCausalLMLoss"),
     ("FIXED_CROSS_ENTROPY", "transformers.loss.loss_utils", "fixed_cross_entropy"),
     ("NN_LINEAR", "torch.nn.modules.linear", "Linear.forward"),
@@ -112,9 +117,11 @@ def hf_frames():
     out.append("}")
     out.append("")
     for fam, prefix in FAMILIES.items():
-        mod = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
+        m = MODULE_OF.get(fam, fam)
+        mod = importlib.import_module(f"transformers.models.{m}.modeling_{m}")
         out.append(f"pub static {fam.upper()}: HfFrames = HfFrames {{")
         for field, attr in PER_FAMILY:
+            attr = OVERRIDES.get(fam, {}).get(field, attr)
             out.append(f"    {field}: {rs(frame(mod, attr.replace('{P}', prefix)))},")
         out.append("};")
         out.append("")

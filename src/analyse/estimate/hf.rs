@@ -81,7 +81,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
         Kernel::Fused(SdpaBackend::Flash | SdpaBackend::Efficient) if hf.sdpa_masked(s) => Err(ConfigError::new(
             flag,
             format!(
-                "the sliding window ({}) is shorter than the context ({s}), so sdpa gets a mask; the closed form does not derive the flash/memory-efficient kernels' mask (PyTorch keeps it as attn_bias; `profile` simulates it): use --sdpa-backend math or --attn-implementation eager",
+                "the sliding window ({}) is not longer than the context ({s}), so sdpa gets a mask; the closed form does not derive the flash/memory-efficient kernels' mask (PyTorch keeps it as attn_bias; `profile` simulates it): use --sdpa-backend math or --attn-implementation eager",
                 hf.sliding_window.unwrap_or(0)
             ),
         )),

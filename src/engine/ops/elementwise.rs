@@ -80,6 +80,12 @@ unfn!(Rsqrt, |x| R::one() / x.sqrt());
 unfn!(Recip, |x| R::one() / x);
 unfn!(Sigmoid, |x| R::one() / (R::one() + (-x).fexp()));
 unfn!(Silu, |x| x / (R::one() + (-x).fexp()));
+unfn!(Tanh, |x| x.tanh());
+// gelu(x, approximate="tanh"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+unfn!(GeluTanh, |x| {
+    let inner = R::lit(0.797_884_560_802_865_4) * (x + R::lit(0.044_715) * x * x * x);
+    R::lit(0.5) * x * (R::one() + inner.tanh())
+});
 unfn!(Cos, |x| x.cos());
 unfn!(Sin, |x| x.sin());
 unfn!(PowS(p), |x| {
@@ -111,6 +117,14 @@ binfn!(SigmoidBackward, |g, r| g * r * (R::one() - r));
 binfn!(SiluBackward, |g, x| {
     let s = R::one() / (R::one() + (-x).fexp());
     g * s * (R::one() + x * (R::one() - s))
+});
+binfn!(TanhBackward, |g, y| g * (R::one() - y * y));
+binfn!(GeluTanhBackward, |g, x| {
+    let k = R::lit(0.797_884_560_802_865_4);
+    let c = R::lit(0.044_715);
+    let t = (k * (x + c * x * x * x)).tanh();
+    let d = R::lit(0.5) * (R::one() + t) + R::lit(0.5) * x * (R::one() - t * t) * k * (R::one() + R::lit(3.0) * c * x * x);
+    g * d
 });
 binfn!(Ge, |a, b| if a >= b { R::one() } else { R::zero() });
 
@@ -399,6 +413,33 @@ impl Tensor {
             return attach(out, "SiluBackward0", &[self], Box::new(move |g| {
                 let dt = g.dtype();
                 vec![Some(binary_raw(&g, &x.unpack(), SiluBackward, dt, "silu_backward"))]
+            }));
+        }
+        out
+    }
+    /// `torch.tanh`: saves its output (`tanh_backward(grad, result)`).
+    #[track_caller]
+    pub fn tanh(&self) -> Tensor {
+        let out = unary_raw(self, Tanh, float_dtype(self), "tanh");
+        if needs_grad(&[self]) {
+            let r = save(&out);
+            return attach(out, "TanhBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                vec![Some(binary_raw(&g, &r.unpack(), TanhBackward, dt, "tanh_backward"))]
+            }));
+        }
+        out
+    }
+    /// `F.gelu(x, approximate="tanh")` (transformers' `gelu_pytorch_tanh`): saves its input
+    /// (`gelu_backward(grad, self, approximate)`).
+    #[track_caller]
+    pub fn gelu_tanh(&self) -> Tensor {
+        let out = unary_raw(self, GeluTanh, float_dtype(self), "gelu");
+        if needs_grad(&[self]) {
+            let x = save(self);
+            return attach(out, "GeluBackward0", &[self], Box::new(move |g| {
+                let dt = g.dtype();
+                vec![Some(binary_raw(&g, &x.unpack(), GeluTanhBackward, dt, "gelu_backward"))]
             }));
         }
         out

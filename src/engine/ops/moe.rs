@@ -87,10 +87,14 @@ impl Tensor {
         let n = weight.dim(2);
         let out = Tensor::build(self.device(), self.dtype(), &[s, n], "empty_strided", &[self, weight, offs], || meta_only("grouped_mm"));
         if needs_grad(&[self, weight]) {
-            let (x, w) = (save(self), save(weight));
+            // GroupedMmBackward0 saves self, mat2 and offs (Functions.h): the int32 offsets
+            // (E × 4 B, one 512 B block on CUDA) live until backward. The CPU grid does not see
+            // them (blocks under 512 B); the full-size MemTracker rows do (tests/hf_full.rs).
+            let (x, w, offs_saved) = (save(self), save(weight), save(offs));
             let (need_x, need_w) = (self.requires_grad(), weight.requires_grad());
             return attach(out, "GroupedMmBackward0", &[self, weight], Box::new(move |g| {
                 let (x, w) = (x.unpack(), w.unpack());
+                let _offs = offs_saved.unpack();
                 let gx = need_x.then(|| Tensor::build(g.device(), x.dtype(), x.shape(), "empty_strided", &[&g, &w], || meta_only("grouped_mm backward")));
                 let gw = need_w.then(|| {
                     let l = w.layout();

@@ -14,7 +14,7 @@ thread_local! {
     static DRAW: Cell<u64> = const { Cell::new(0x2545_F491_4F6C_DD1D) };
 }
 
-fn uniform() -> f64 {
+pub(super) fn uniform() -> f64 {
     DRAW.with(|s| {
         let mut x = s.get();
         x ^= x << 13;

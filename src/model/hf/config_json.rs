@@ -1,5 +1,6 @@
 //! Models from a Hugging Face `config.json`: the fields transformers' config classes
-//! (`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `Phi3Config`, `Olmo2Config`)
+//! (`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `Phi3Config`, `Olmo2Config`,
+//! `Gemma2Config`, `Gemma3TextConfig`: their own fields in [`super::gemma`])
 //! read, with their defaults,
 //! into a [`ModelConfig`] of the hf flavour.
 use super::{Arch, HfConfig};
@@ -90,6 +91,10 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         return Err("a multimodal config (its language model's fields are under 'text_config'): multimodal models are not modelled".into());
     }
     let model_type = string(obj, "model_type")?;
+    // gpt-oss: its own reader (src/model/hf/gpt_oss.rs).
+    if model_type.as_deref() == Some("gpt_oss") {
+        return super::gpt_oss::parse(obj);
+    }
     let mut moe: Option<super::moe::MoeRead> = None;
     // A config without model_type is read as LlamaConfig (the field every saved config has;
     // hand-written ones often omit it).
@@ -103,7 +108,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
                 arch
             }
             None if super::moe::MOE_MODEL_TYPES.contains(&t) => return Err(super::moe::refuse_moe_type(t, &Arch::list())),
-            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe", Arch::list()))?,
+            None => Arch::parse(t).ok_or_else(|| format!("model_type '{t}' is not supported; supported: {}, mixtral, qwen3_moe, qwen2_moe, gpt_oss", Arch::list()))?,
         },
     };
     // Expert keys under a dense model_type (a Mixtral config relabelled mistral): never run as dense.
@@ -119,6 +124,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         _ if obj.get("num_key_value_heads").is_some_and(Value::is_null) => h,
         _ if moe.as_ref().is_some_and(|m| m.kv_default.is_some()) => moe.as_ref().and_then(|m| m.kv_default).unwrap_or(h),
         Arch::Llama | Arch::Phi3 | Arch::Olmo2 => h,
+        Arch::Gemma2 | Arch::Gemma3Text => super::gemma::kv_heads_default(),
         Arch::Mistral => 8,
         Arch::Qwen2 | Arch::Qwen3 => 32,
     };
@@ -128,11 +134,18 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         Arch::Phi3 => 4096,
         Arch::Mistral => 4096 * 32,
         Arch::Qwen2 | Arch::Qwen3 => 32768,
+        Arch::Gemma2 | Arch::Gemma3Text => super::gemma::max_positions_default(arch),
     }))?;
-    let (rope_theta, rope_type) = rope(obj)?;
+    // Gemma 3 has a RoPE base per layer type (super::gemma reads both).
+    let gemma = arch.is_gemma().then(|| super::gemma::read(obj, arch, l, || rope(obj))).transpose()?;
+    let (rope_theta, rope_type) = match &gemma {
+        Some(g) => (g.rope_theta, g.rope_type.clone()),
+        None => rope(obj)?,
+    };
     // Phi3Config and Olmo2Config default to 1e-5, the others to 1e-6.
     let eps = float(obj, "rms_norm_eps", if matches!(arch, Arch::Phi3 | Arch::Olmo2) { 1e-5 } else { 1e-6 })?;
-    let tied = boolean(obj, "tie_word_embeddings", false)?;
+    // Gemma's config classes tie the head by default.
+    let tied = boolean(obj, "tie_word_embeddings", arch.is_gemma())?;
     let torch_dtype = match string(obj, "dtype")? {
         Some(d) => Some(d),
         None => string(obj, "torch_dtype")?,
@@ -143,22 +156,24 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     };
     quantization(obj)?;
     let name_or_path = string(obj, "_name_or_path")?.filter(|n| !n.trim().is_empty());
-    if let Some(act) = string(obj, "hidden_act")?.filter(|a| a != "silu") {
+    // Gemma's MLP reads `hidden_activation` (super::gemma checks it); its configs' `hidden_act` is unused.
+    if let Some(act) = string(obj, "hidden_act")?.filter(|a| a != "silu" && !arch.is_gemma()) {
         return Err(format!("field 'hidden_act' is '{act}': the hf flavour models silu (every supported model's default)"));
     }
     let dropout = float(obj, "attention_dropout", 0.0)?;
     if dropout != 0.0 {
         return Err(format!("field 'attention_dropout' is {dropout}: dropout's masks in training are not modelled (only 0.0 is supported)"));
     }
-    // LlamaConfig.validate_architecture checks divisibility even with an explicit head_dim.
-    if arch == Arch::Llama && d % h != 0 {
-        return Err(format!("num_attention_heads {h} does not divide hidden_size {d} (LlamaConfig requires it)"));
+    // LlamaConfig.validate_architecture (and Gemma's) checks divisibility even with an explicit head_dim.
+    if matches!(arch, Arch::Llama | Arch::Gemma2 | Arch::Gemma3Text) && d % h != 0 {
+        return Err(format!("num_attention_heads {h} does not divide hidden_size {d} ({}Config requires it)", if arch == Arch::Llama { "Llama" } else { "Gemma" }));
     }
     // head_dim: Qwen3Config's default is 128; the others take hidden_size // heads.
     let head_dim = match field(obj, "head_dim") {
         Some(_) => uint(obj, "head_dim", None)?,
         None if moe.as_ref().is_some_and(|m| m.head_dim_default.is_some()) => moe.as_ref().and_then(|m| m.head_dim_default).unwrap_or(d / h),
         None if arch == Arch::Qwen3 => 128,
+        None if arch.is_gemma() => super::gemma::head_dim_default(),
         None if d < h => return Err(format!("num_attention_heads {h} exceeds hidden_size {d} (and no head_dim is given)")),
         None => d / h,
     };
@@ -191,7 +206,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         }
         // Qwen2-MoE reads `qkv_bias` (true by default).
         Arch::Qwen2 => (hf.qkv_bias, hf.o_bias) = (moe_qkv_bias.unwrap_or(true), false),
-        Arch::Olmo2 => {
+        Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text => {
             let b = boolean(obj, "attention_bias", false)?;
             (hf.qkv_bias, hf.o_bias) = (b, b);
         }
@@ -202,6 +217,7 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     if let Some(m) = &hf.moe {
         hf.sliding_window = super::moe::sliding_window(obj, m.family, hf.sliding_window)?;
     }
+    hf.gemma = gemma.map(|g| g.gemma);
     hf.use_cache = boolean(obj, "use_cache", true)?;
     if let Some(v) = obj.get("eos_token_id") {
         hf.eos_token_id = token_ids(v, "eos_token_id")?;
@@ -307,6 +323,7 @@ fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), S
         Arch::Qwen3 => &["head_dim", "attention_bias", "attention_dropout", "use_sliding_window", "max_window_layers"],
         Arch::Phi3 => &["resid_pdrop", "embd_pdrop", "attention_dropout", "original_max_position_embeddings"],
         Arch::Olmo2 => &["attention_bias", "attention_dropout"],
+        Arch::Gemma2 | Arch::Gemma3Text => &super::gemma::NON_NULL,
     };
     match ALL.iter().chain(own).find(|k| obj.get(**k).is_some_and(Value::is_null)) {
         Some(k) => Err(format!("field '{k}' is null: transformers 5.23 needs a value for {} (leave the field out for the default)", arch.name())),
@@ -318,7 +335,7 @@ fn check_nulls(obj: &serde_json::Map<String, Value>, arch: Arch) -> Result<(), S
 /// older name) replaces `rope_parameters`; its `rope_theta` wins over the top-level one, else
 /// `default_theta` 10000; `rope_type` (or the older `type`) defaults to "default". Returns
 /// the theta and the rope type when it is not the default.
-fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), String> {
+pub(super) fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<String>), String> {
     type Named<'a> = Option<(&'static str, &'a serde_json::Map<String, Value>)>;
     let dict = |name: &'static str| -> Result<Named<'_>, String> {
         match field(obj, name) {
@@ -381,7 +398,8 @@ fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usiz
         Some(_) => opt_uint(obj, "sliding_window"),
     };
     match arch {
-        Arch::Llama | Arch::Olmo2 => Ok(None),
+        // Gemma's window is per layer type (HfConfig::gemma).
+        Arch::Llama | Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text => Ok(None),
         Arch::Mistral => window(),
         // Phi3Config's sliding_window defaults to None (Phi-3-mini's config.json sets 2047).
         Arch::Phi3 => opt_uint(obj, "sliding_window"),

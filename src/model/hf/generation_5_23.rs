@@ -24,7 +24,7 @@
 use super::generation_config::{CacheImplementation, GenerateConfig};
 use super::transformers_5_23::{forward_generate, static_generation_mask, GenerationInputs, KvCache};
 use crate::engine::runtime::{self, scope};
-use crate::engine::{DType, Tensor};
+use crate::engine::{DType, Device, Tensor};
 use crate::model::Model;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -113,12 +113,12 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     // An all-ones mask is dropped (no padding): (attention_mask == 1).all().
     drop(attention_mask.eq_int(1).all());
     drop(attention_mask);
-    // The prompt's ids are checked for negative values.
-    drop(input_ids.lt_int(0).any());
-    // _expand_inputs_for_generation(expand_size=num_return_sequences): input_ids and the
-    // position ids repeat_interleave'd over the batch; the prompt's position ids die when it
-    // returns (its local), generate's model_kwargs keeps the expanded ones.
-    let n = gc.num_return_sequences;
+    // _expand_inputs_for_generation(expand_size=max(num_beams, num_return_sequences)):
+    // input_ids and the position ids repeat_interleave'd over the batch; the prompt's
+    // position ids die when it returns (its local), generate's model_kwargs keeps the
+    // expanded ones.
+    let n = gc.num_return_sequences.max(gc.num_beams);
+    let prompt_ids = input_ids;
     let (input_ids, position_ids) = if n > 1 {
         let ids = input_ids.repeat_interleave(n, 0);
         let pos = position_ids.repeat_interleave(n, 0);
@@ -128,6 +128,12 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
         (input_ids.clone(), position_ids)
     };
     let b = b0.checked_mul(n).expect("batch x num_return_sequences overflows");
+    // _get_logits_processor checks the prompt's ids (inputs_tensor, not expanded) for
+    // negative values.
+    drop(prompt_ids.lt_int(0).any());
+    if gc.num_beams > 1 {
+        return super::beam_search_5_23::beam_search(m, &input_ids, position_ids, gc, b0, &eos_ids, pad_id, eos, pad, on_step);
+    }
     // _sample: unfinished_sequences = ones(B).
     let mut unfinished = Tensor::ones(&[b], DType::I64, device);
     let cache: KvCache = Rc::new(RefCell::new(Vec::new()));
@@ -164,17 +170,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             let (x, p, mask) = model_inputs.insert((x, p, mask));
             forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, static_len, past: len - 1, mask: mask.as_ref() })
         };
-        // _update_model_kwargs_for_generation: arange(1) + position_ids[..., -1:] + 1, cat.
-        {
-            let ar = Tensor::arange(1, device).view(&[1, 1]);
-            let t = ar.add_i64(&step_pos.narrow(1, len - 1, 1));
-            drop(ar);
-            let next = t.add_int(1);
-            drop(t);
-            let grown = Tensor::cat(&[step_pos.clone(), next.clone()], -1);
-            drop(next);
-            step_pos = grown;
-        }
+        step_pos = grow_position_ids(&step_pos, len, device);
         // outputs.logits[:, -1].to(copy=True, dtype=float32); no logits processors by default.
         {
             let last = logits.select(1, logits.dim(1) - 1);
@@ -239,7 +235,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
 /// eos token and min_new_tokens, MinLengthLogitsProcessor (min_length = prompt +
 /// min_new_tokens) and MinNewTokensLengthLogitsProcessor; when sampling, the warpers
 /// TemperatureLogitsWarper (temperature != 1) and TopKLogitsWarper (top_k != 0).
-fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eos: &[i64]) -> Tensor {
+pub(super) fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eos: &[i64]) -> Tensor {
     let device = logits.device();
     let vocab = logits.dim(-1);
     let mut scores = logits.clone();
@@ -277,7 +273,10 @@ fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eo
         if gc.top_k != 0 {
             // scores < topk(scores, k)[0][..., -1, None]: the indices die with the tuple, the
             // values once the comparison is made; then masked_fill(…, -inf).
-            let k = gc.top_k.min(vocab);
+            // top_k = max(top_k, min_tokens_to_keep): beam methods keep n_eos + 1 tokens
+            // (2 without an eos), then at most the vocabulary.
+            let min_keep = if gc.num_beams > 1 { (eos.len() + 1).max(2) } else { 1 };
+            let k = gc.top_k.max(min_keep).min(vocab);
             let remove = {
                 let (values, indices) = scores.topk_last(k);
                 drop(indices);
@@ -291,4 +290,15 @@ fn process(gc: &GenerateConfig, ids: &Tensor, prompt: usize, logits: &Tensor, eo
         }
     }
     scores
+}
+
+/// `_update_model_kwargs_for_generation`: `arange(1) + position_ids[..., -1:] + 1`, then cat'ed
+/// onto the `len` position ids (the old tensor dies when the caller rebinds).
+pub(super) fn grow_position_ids(step_pos: &Tensor, len: usize, device: Device) -> Tensor {
+    let ar = Tensor::arange(1, device).view(&[1, 1]);
+    let t = ar.add_i64(&step_pos.narrow(1, len - 1, 1));
+    drop(ar);
+    let next = t.add_int(1);
+    drop(t);
+    Tensor::cat(&[step_pos.clone(), next], -1)
 }

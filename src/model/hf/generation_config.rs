@@ -40,6 +40,10 @@ pub struct GenerateConfig {
     /// the batch before the prefill.
     #[serde(default = "one")]
     pub num_return_sequences: usize,
+    /// `num_beams` (1: greedy or sampling; more: `_beam_search` with these many beams per
+    /// prompt, GenerationConfig's length_penalty 1.0 and early_stopping False).
+    #[serde(default = "one")]
+    pub num_beams: usize,
 }
 
 fn one() -> usize {
@@ -49,7 +53,7 @@ fn one() -> usize {
 impl GenerateConfig {
     /// `generate(max_new_tokens=n, do_sample=False)` with GenerationConfig's other defaults.
     pub fn greedy(max_new_tokens: usize) -> GenerateConfig {
-        GenerateConfig { max_new_tokens, min_new_tokens: 0, cache: CacheImplementation::Dynamic, do_sample: false, temperature: 1.0, top_k: 50, num_return_sequences: 1 }
+        GenerateConfig { max_new_tokens, min_new_tokens: 0, cache: CacheImplementation::Dynamic, do_sample: false, temperature: 1.0, top_k: 50, num_return_sequences: 1, num_beams: 1 }
     }
 
     /// A short description for the report ("greedy, DynamicCache" …).
@@ -65,7 +69,19 @@ impl GenerateConfig {
             if self.num_return_sequences > 1 {
                 w.push(format!("num_return_sequences {}", self.num_return_sequences));
             }
-            if w.is_empty() { "sampling".to_string() } else { format!("sampling ({})", w.join(", ")) }
+            let kind = if self.num_beams > 1 {
+                w.insert(0, format!("{} beams", self.num_beams));
+                "beam sampling"
+            } else {
+                "sampling"
+            };
+            if w.is_empty() { kind.to_string() } else { format!("{kind} ({})", w.join(", ")) }
+        } else if self.num_beams > 1 {
+            let mut t = format!("beam search ({} beams", self.num_beams);
+            if self.num_return_sequences > 1 {
+                t.push_str(&format!(", num_return_sequences {}", self.num_return_sequences));
+            }
+            t + ")"
         } else {
             "greedy".to_string()
         };

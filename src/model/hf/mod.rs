@@ -1,5 +1,6 @@
 //! The `hf` flavour: causal LMs as Hugging Face transformers' own modeling code runs them
-//! (`model_type` llama, mistral, qwen2, qwen3, phi3, olmo2), with transformers' run options.
+//! (`model_type` llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2, gemma3_text), with
+//! transformers' run options.
 //!
 //! [`HfConfig`] holds what a `config.json` and transformers' options add to a
 //! [`ModelConfig`](super::ModelConfig); [`config_json`] reads the file; the op sequence of
@@ -7,8 +8,11 @@
 //! file beside it.
 pub mod config_file;
 pub mod config_json;
+pub mod beam_search_5_23;
 pub mod generation_5_23;
+pub mod gemma;
 pub mod generation_config;
+pub mod gpt_oss;
 pub mod moe;
 pub mod moe_5_23;
 pub mod transformers_5_23;
@@ -37,10 +41,17 @@ pub enum Arch {
     /// OLMo-2: norms after attention and the MLP (none before), RMSNorm over the whole q and k
     /// projections (src/model/hf/olmo2.rs).
     Olmo2,
+    /// Gemma 2: scaled embedding, `1 + w` norms around attention and the MLP, gelu-tanh,
+    /// alternating sliding/full layers, soft-capped scores and logits (src/model/hf/gemma.rs).
+    Gemma2,
+    /// Gemma 3's text model (`Gemma3ForCausalLM`): Gemma 2's layer with per-head q/k norms, a
+    /// RoPE base per layer type and no score soft-capping (src/model/hf/gemma.rs).
+    #[serde(rename = "gemma3_text")]
+    Gemma3Text,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 6] = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Olmo2];
+    pub const ALL: [Arch; 8] = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Olmo2, Arch::Gemma2, Arch::Gemma3Text];
     pub fn parse(s: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.name() == s)
     }
@@ -52,13 +63,19 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Phi3 => "phi3",
             Arch::Olmo2 => "olmo2",
+            Arch::Gemma2 => "gemma2",
+            Arch::Gemma3Text => "gemma3_text",
         }
     }
     /// Whether the model is one of issue 30's dense families, which run profile, training,
     /// checkpointing and the optimizers but not yet LoRA, bitsandbytes, parallelism,
     /// generate or the estimate's closed form (the options refuse those, naming the flag).
     pub fn is_family(self) -> bool {
-        matches!(self, Arch::Phi3 | Arch::Olmo2)
+        matches!(self, Arch::Phi3 | Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text)
+    }
+    /// Gemma 2 or Gemma 3 text.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3Text)
     }
     /// The supported `model_type`s, for error messages.
     pub fn list() -> String {
@@ -210,6 +227,9 @@ pub struct HfConfig {
     /// A mixture-of-experts model's experts (Mixtral, Qwen3-MoE), if any.
     #[serde(default)]
     pub moe: Option<moe::MoeConfig>,
+    /// Gemma 2/3's layer types, window, score scale and soft-caps (None for other families).
+    #[serde(default)]
+    pub gemma: Option<gemma::GemmaConfig>,
     /// The config's `eos_token_id` (none, one or a list): `generate()` stops rows on them and,
     /// without a pad token, pads with the first.
     #[serde(default)]
@@ -220,10 +240,11 @@ pub struct HfConfig {
 }
 
 impl HfConfig {
-    /// Whether SDPA is given an explicit mask: only when a sliding window is shorter than the
-    /// sequence (`_ignore_causal_mask_sdpa` drops a causal mask and an all-ones padding mask).
+    /// Whether SDPA is given an explicit mask: only when a sliding window is no longer than the
+    /// sequence (`_ignore_causal_mask_sdpa` drops a causal mask and an all-ones padding mask,
+    /// and a window's mask only while kv_length < window).
     pub fn sdpa_masked(&self, seq: usize) -> bool {
-        self.sliding_window.is_some_and(|w| w < seq)
+        self.sliding_window.is_some_and(|w| w <= seq)
     }
 
     /// `use_gqa_in_sdpa`: fewer key/value heads, no mask, head_dim ≤ 256 (else transformers
@@ -249,7 +270,8 @@ impl HfConfig {
             mlp_bias: false,
             sliding_window: None,
             rope_type: None,
-            attn_implementation: AttnImplementation::Sdpa,
+            // Gemma2PreTrainedModel has `_supports_sdpa = False`: transformers picks eager.
+            attn_implementation: if model_type == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa },
             sdpa_backend: SdpaBackend::Auto,
             use_cache: true,
             logits_to_keep: 0,
@@ -260,16 +282,19 @@ impl HfConfig {
             lora: None,
             bnb: None,
             moe: None,
+            gemma: None,
             // The config classes' defaults: llama and mistral 2, qwen2/qwen3 none.
             eos_token_id: match model_type {
                 Arch::Llama | Arch::Mistral => vec![2],
                 Arch::Phi3 => vec![32000],
                 Arch::Olmo2 => vec![50279],
+                Arch::Gemma2 | Arch::Gemma3Text => vec![1],
                 Arch::Qwen2 | Arch::Qwen3 => Vec::new(),
             },
             pad_token_id: match model_type {
                 Arch::Phi3 => Some(32000),
                 Arch::Olmo2 => Some(1),
+                Arch::Gemma2 | Arch::Gemma3Text => Some(0),
                 _ => None,
             },
         }

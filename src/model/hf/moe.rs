@@ -2,7 +2,7 @@
 //! `Qwen2MoeConfig` read
 //! into an [`MoeConfig`] (the op sequence is `moe_5_23.rs`), the run options
 //! (`experts_implementation`, the routing), and the guards that keep an MoE config from ever
-//! running as a dense model: an MoE `model_type` vramscope does not run (DeepSeek, gpt-oss …)
+//! running as a dense model: an MoE `model_type` vramscope does not run (DeepSeek, OLMoE …)
 //! is refused, and so is a dense `model_type` (llama, mistral, qwen2, qwen3) whose config
 //! carries expert keys (a Mixtral config relabelled `mistral`), naming the keys.
 //! The measured ground truth is tests/fixtures/moe_grid (tools/pytorch/measure_moe.py).
@@ -25,8 +25,8 @@ pub const EXPERT_KEYS: [&str; 11] = [
     "moe_layer_freq",
 ];
 
-/// The MoE `model_type`s of transformers 5.23 people ask about (mixtral, qwen3_moe and
-/// qwen2_moe run).
+/// The MoE `model_type`s of transformers 5.23 people ask about (mixtral, qwen3_moe,
+/// qwen2_moe and gpt_oss run; gpt_oss has its own reader).
 pub const MOE_MODEL_TYPES: [&str; 9] = ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "olmoe", "jamba", "dbrx"];
 
 /// The expert keys `obj` sets to something other than null, 0, false or an empty list (a
@@ -54,7 +54,7 @@ pub fn refuse_dense_with_experts(obj: &Map<String, Value>, model_type: &str) -> 
     Err(format!(
         "model_type '{model_type}' is a dense model, but the config sets the mixture-of-experts field{} {listed}: \
          transformers would build the dense {model_type} and ignore the experts; vramscope refuses rather than \
-         answer for the wrong model (write the MoE model_type: mixtral, qwen3_moe or qwen2_moe)",
+         answer for the wrong model (write the MoE model_type: mixtral, qwen3_moe, qwen2_moe or gpt_oss)",
         if keys.len() > 1 { "s" } else { "" }
     ))
 }
@@ -69,6 +69,9 @@ pub enum MoeFamily {
     Qwen3Moe,
     /// Qwen2-MoE: Qwen3-MoE's router, plus a shared expert on every token.
     Qwen2Moe,
+    /// gpt-oss: a biased router softmaxed over its top-k logits, biased experts with a
+    /// clamped SwiGLU, and its own attention (src/model/hf/gpt_oss.rs).
+    GptOss,
 }
 
 impl MoeFamily {
@@ -77,6 +80,7 @@ impl MoeFamily {
             MoeFamily::Mixtral => "mixtral",
             MoeFamily::Qwen3Moe => "qwen3_moe",
             MoeFamily::Qwen2Moe => "qwen2_moe",
+            MoeFamily::GptOss => "gpt_oss",
         }
     }
 }
@@ -171,6 +175,18 @@ pub struct MoeConfig {
     /// `sigmoid(shared_expert_gate(x))` (0: none).
     #[serde(default)]
     pub shared_intermediate: usize,
+    /// gpt-oss's attention layout and SwiGLU (None for the other families).
+    #[serde(default)]
+    pub gpt_oss: Option<super::gpt_oss::GptOssParts>,
+}
+
+impl MoeConfig {
+    /// One expert's parameters: its three matrices, and gpt-oss's biases (2·I + hidden).
+    pub fn expert_params(&self, hidden: usize) -> u64 {
+        let i = self.intermediate as u64;
+        let mats = (3 * i).saturating_mul(hidden as u64);
+        if self.family == MoeFamily::GptOss { mats.saturating_add(2 * i + hidden as u64) } else { mats }
+    }
 }
 
 /// The shape of a Mixtral or Qwen3-MoE config, as its config class reads it.
@@ -344,6 +360,7 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
             norm_topk_prob: mixtral || obj.get("norm_topk_prob").and_then(Value::as_bool).unwrap_or(false),
             implementation: ExpertsImplementation::default(),
             routing: Routing::default(),
+            gpt_oss: None,
         };
         if moe.top_k > moe.experts {
             return Err(format!("num_experts_per_tok {} exceeds the {} experts", moe.top_k, moe.experts));
@@ -366,13 +383,13 @@ pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option
         MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok(None),
         MoeFamily::Mixtral => Ok(dense),
         MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe if dense.is_some() => Err("field 'use_sliding_window' is true: the sliding window of an MoE Qwen is not modelled".into()),
-        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe => Ok(None),
+        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss => Ok(None),
     }
 }
 
 /// The refusal of an MoE `model_type` vramscope does not run (all but mixtral and qwen3_moe).
 pub fn refuse_moe_type(model_type: &str, supported: &str) -> String {
-    format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe, qwen2_moe")
+    format!("model_type '{model_type}' is a mixture-of-experts model, which vramscope does not model yet; supported: {supported}, mixtral, qwen3_moe, qwen2_moe, gpt_oss")
 }
 
 #[cfg(test)]

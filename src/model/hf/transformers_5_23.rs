@@ -31,6 +31,15 @@ use std::rc::Rc;
 mod phi3;
 #[path = "olmo2.rs"]
 mod olmo2;
+#[path = "gpt_oss_5_23.rs"]
+mod gpt_oss_5_23;
+
+/// Whether `hf` is gpt-oss (its own attention, layer and experts: gpt_oss_5_23.rs).
+fn is_gpt_oss(hf: &HfConfig) -> bool {
+    hf.moe.as_ref().is_some_and(|m| m.family == super::moe::MoeFamily::GptOss)
+}
+#[path = "gemma_5_23.rs"]
+mod gemma;
 
 /// The weights only the hf flavour has, per decoder layer.
 #[derive(Clone, Default)]
@@ -52,6 +61,11 @@ pub struct HfLayer {
     pub router: Option<Tensor>,
     /// Qwen2-MoE's shared expert: gate_proj, up_proj, down_proj and `shared_expert_gate` (1, hidden).
     pub shared_expert: Option<[Tensor; 4]>,
+    /// gpt-oss's sinks, router bias and expert biases.
+    pub gpt_oss: Option<super::gpt_oss::GptOssWeights>,
+    /// Gemma's `post_attention_layernorm` and `post_feedforward_layernorm` (its
+    /// `input_layernorm` and `pre_feedforward_layernorm` are the layer's two norms).
+    pub post_norms: Option<[Tensor; 2]>,
 }
 
 pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut crate::model::init::Rng) -> Model {
@@ -86,6 +100,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let p = |n: &str| format!("model.layers.{i}.{n}");
         if hf.model_type == Arch::Phi3 {
             layers.push(phi3::layer(&mut b, &p, [q, kv, d, f], std));
+            continue;
+        }
+        if let Some(m) = hf.moe.as_ref().filter(|_| is_gpt_oss(hf)) {
+            layers.push(gpt_oss_5_23::layer(&mut b, &p, m, hf.qkv_bias, [q, kv, d, cfg.num_heads]));
             continue;
         }
         // Registration order: self_attn (q, k, v, o, then q_norm, k_norm), mlp, then the
@@ -124,13 +142,15 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (wk, bk) = lin(&mut b, "self_attn.k_proj", kv, d, hf.qkv_bias);
         let (wv, bv) = lin(&mut b, "self_attn.v_proj", kv, d, hf.qkv_bias);
         let (wo, bo) = lin(&mut b, "self_attn.o_proj", d, q, hf.o_bias);
-        // Qwen3's norms are per head; OLMo-2's span the whole q and k projections.
+        // Qwen3's and Gemma 3's norms are per head; OLMo-2's span the whole q and k projections.
+        // Gemma's norms scale by `1 + w`: zero-initialised.
+        let norm_init = if hf.model_type.is_gemma() { zero } else { Init::Ones };
         let qk_norm = match hf.model_type {
-            Arch::Qwen3 => Some([hd, hd]),
+            Arch::Qwen3 | Arch::Gemma3Text => Some([hd, hd]),
             Arch::Olmo2 => Some([q, kv]),
             _ => None,
         }
-        .map(|[nq, nk]| [b.param(p("self_attn.q_norm.weight"), &[nq], Init::Ones), b.param(p("self_attn.k_norm.weight"), &[nk], Init::Ones)]);
+        .map(|[nq, nk]| [b.param(p("self_attn.q_norm.weight"), &[nq], norm_init), b.param(p("self_attn.k_norm.weight"), &[nk], norm_init)]);
         if let Some(m) = &hf.moe {
             let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
             let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
@@ -151,13 +171,17 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
         let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
         drop(lin);
-        // OLMo-2 has no pre-norms: its two norms follow attention and the MLP.
+        // OLMo-2 has no pre-norms: its two norms follow attention and the MLP. Gemma has four.
         let (attn_name, ffn_name) = match hf.model_type {
             Arch::Olmo2 => ("post_attention_layernorm", "post_feedforward_layernorm"),
             _ => ("input_layernorm", "post_attention_layernorm"),
         };
-        let attn_norm = b.param(p(&format!("{attn_name}.weight")), &[d], Init::Ones);
-        let ffn_norm = b.param(p(&format!("{ffn_name}.weight")), &[d], Init::Ones);
+        let (attn_norm, ffn_norm, post_norms) = if hf.gemma.is_some() {
+            let (a, f, post) = gemma::layer_norms(&mut b, &p, d);
+            (a, f, Some(post))
+        } else {
+            (b.param(p(&format!("{attn_name}.weight")), &[d], Init::Ones), b.param(p(&format!("{ffn_name}.weight")), &[d], Init::Ones), None)
+        };
         if sequence_parallel {
             attn_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
             ffn_norm.storage().set_grad_redistribute(GradRedistribute::Partial);
@@ -171,6 +195,8 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             quant,
             router: None,
             shared_expert: None,
+            gpt_oss: None,
+            post_norms,
         };
         layers.push(Layer {
             attn_norm,
@@ -182,7 +208,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             hf: Some(Rc::new(extra)),
         });
     }
-    let final_norm = b.param("model.norm.weight".into(), &[d], Init::Ones);
+    let final_norm = b.param("model.norm.weight".into(), &[d], if hf.model_type.is_gemma() { zero } else { Init::Ones });
     if let Some(lc) = &hf.lora {
         add_adapters(&mut b, &mut layers, lc, [q, kv, kv, d, f, f, d], [d, d, d, q, d, d, f]);
     }
@@ -198,17 +224,19 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     } else {
         b.param("lm_head.weight".into(), &[v, d], std)
     };
-    // LlamaRotaryEmbedding's inv_freq and original_inv_freq buffers (head_dim/2 fp32 each).
-    let rope_buffer = {
-        let _c = runtime::category(Category::Buffer);
-        let half = hd / 2;
-        let theta = cfg.rope_theta;
-        let inv = || (0..half).map(|j| 1.0 / theta.powf((2 * j) as f64 / hd as f64)).collect::<Vec<_>>();
-        let inv_freq = Tensor::from_f64_with(&[half], DType::F32, device, inv);
-        (inv_freq, Tensor::from_f64_with(&[half], DType::F32, device, inv))
+    // LlamaRotaryEmbedding's inv_freq and original_inv_freq buffers (head_dim/2 fp32 each);
+    // Gemma's embed_scale and Gemma 3's pair per layer type (gemma::buffers).
+    let (inv_freq, mut buffers) = match &hf.gemma {
+        Some(g) => gemma::buffers(g, hf.model_type == Arch::Gemma3Text, cfg.rope_theta, d, hd, device),
+        None => {
+            let _c = runtime::category(Category::Buffer);
+            let half = hd / 2;
+            let theta = cfg.rope_theta;
+            let inv = || (0..half).map(|j| 1.0 / theta.powf((2 * j) as f64 / hd as f64)).collect::<Vec<_>>();
+            let inv_freq = Tensor::from_f64_with(&[half], DType::F32, device, inv);
+            (inv_freq, vec![Tensor::from_f64_with(&[half], DType::F32, device, inv)])
+        }
     };
-    let (inv_freq, original) = rope_buffer;
-    let mut buffers = vec![original];
     buffers.extend(dynamic_map);
     let (mut embedding, mut lm_head) = (embedding, lm_head);
     if let Some(lc) = &hf.lora {
@@ -324,6 +352,8 @@ fn frames(hf: &HfConfig) -> &'static HfFrames {
         Arch::Qwen3 => &py::QWEN3,
         Arch::Phi3 => &py::PHI3,
         Arch::Olmo2 => &py::OLMO2,
+        Arch::Gemma2 => &py::GEMMA2,
+        Arch::Gemma3Text => &py::GEMMA3_TEXT,
     }
 }
 
@@ -345,6 +375,9 @@ fn linear_b(name: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor
 fn rms_norm(fr: &'static HfFrames, name: &str, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
     let _s = scope(name);
     let _f = py_frame(&fr.rms_norm);
+    if gemma::is_gemma_frames(fr) {
+        return gemma::gemma_rms_norm(fr, x, w, eps);
+    }
     let input_dtype = x.dtype();
     let hs = x.to_dtype(DType::F32);
     let variance = hs.pow_scalar(2.0).mean_dim(-1, true);
@@ -353,8 +386,8 @@ fn rms_norm(fr: &'static HfFrames, name: &str, x: &Tensor, w: &Tensor, eps: f64)
         hs.mul(&r)
     };
     drop(hs);
-    // Olmo2RMSNorm multiplies first and casts the product: `(weight * x).to(input_dtype)`.
-    let out = if std::ptr::eq(fr, &py::OLMO2) {
+    // Olmo2RMSNorm and GptOssRMSNorm multiply first and cast the product: `(weight * x).to(input_dtype)`.
+    let out = if std::ptr::eq(fr, &py::OLMO2) || std::ptr::eq(fr, &crate::model::py::moe_frames::GPT_OSS) {
         w.mul(&normed).to_dtype(input_dtype)
     } else {
         w.mul(&normed.to_dtype(input_dtype))
@@ -382,7 +415,10 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, dev
 fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
-    let window = hf.sliding_window.filter(|&w| w < kv);
+    // A window as long as the keys still makes sdpa build the mask: `_ignore_causal_mask_sdpa`
+    // skips it only while kv_length < local_attention_size (measured at S = window,
+    // hf_grid/sliding_window.json). gpt-oss's sliding mask applies its overlay whatever the length.
+    let window = hf.sliding_window.filter(|&w| w <= kv || is_gpt_oss(hf));
     match hf.attn_implementation {
         AttnImplementation::FlashAttention2 => return None,
         AttnImplementation::Sdpa if window.is_none() && allow_skip => return None, // _ignore_causal_mask_sdpa
@@ -440,11 +476,18 @@ fn packed_sequence_check(position_ids: &Tensor, b: usize) {
 
 /// `LlamaRotaryEmbedding.forward` (no_grad): cos and sin (1, S, head_dim) in the model's dtype.
 fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
+    let hf = m.config.hf.as_ref().expect("hf options");
+    // Olmo2RotaryEmbedding returns them in fp32 (no cast to the activations' dtype).
+    let dtype = if hf.model_type == Arch::Olmo2 { DType::F32 } else { dtype };
+    rotary_with(frames(hf), m.rope_buffer.as_ref().expect("inv_freq buffer"), position_ids, dtype)
+}
+
+/// The rotary embedding's forward over one `inv_freq` (Gemma 3 has one per layer type).
+fn rotary_with(fr: &'static HfFrames, inv_freq: &Tensor, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
     let _s = scope("rotary_emb");
-    let _f = py_frame(&frames(m.config.hf.as_ref().expect("hf options")).rotary);
+    let _f = py_frame(&fr.rotary);
     let _g = runtime::no_grad();
     let (pb, s) = (position_ids.dim(0), position_ids.dim(1));
-    let inv_freq = m.rope_buffer.as_ref().expect("inv_freq buffer");
     let half = inv_freq.dim(0);
     // position_ids[..., None].float() * inv_freq (the float ids die after the product).
     let freqs = {
@@ -454,8 +497,6 @@ fn rotary(m: &Model, position_ids: &Tensor, dtype: DType) -> (Tensor, Tensor) {
     let emb = Tensor::cat(&[freqs.clone(), freqs.clone()], -1);
     let cos = emb.cos().mul_scalar(1.0);
     let sin = emb.sin().mul_scalar(1.0);
-    // Olmo2RotaryEmbedding returns them in fp32 (no cast to the activations' dtype).
-    let dtype = if m.config.hf.as_ref().is_some_and(|h| h.model_type == Arch::Olmo2) { DType::F32 } else { dtype };
     let out = {
         let _c = runtime::category(Category::Activation);
         (cos.to_dtype(dtype), sin.to_dtype(dtype))
@@ -600,6 +641,12 @@ impl Block {
         if self.hf().model_type == Arch::Olmo2 {
             return self.olmo2_layer(x);
         }
+        if is_gpt_oss(self.hf()) {
+            return self.gpt_oss_layer(x);
+        }
+        if self.hf().model_type.is_gemma() {
+            return self.gemma_layer(x);
+        }
         let fr = frames(self.hf());
         let _f = py_frame(&fr.decoder_layer);
         let (l, eps) = (&self.layer, self.cfg.norm_eps);
@@ -636,7 +683,11 @@ impl Block {
         let bias = |i: usize| extra.mlp_bias.as_ref().map(|b| &b[i]);
         let ws = l.gate_up.weights();
         let prod = {
-            let g = self.proj(4, &self.colwise(x), ws[0], bias(0)).silu();
+            let g = {
+                let p = self.proj(4, &self.colwise(x), ws[0], bias(0));
+                // Gemma's MLP: gelu_pytorch_tanh.
+                if self.hf().model_type.is_gemma() { p.gelu_tanh() } else { p.silu() }
+            };
             let u = self.proj(5, &self.colwise(x), ws[1], bias(1));
             g.mul(&u)
         };
@@ -679,6 +730,10 @@ impl Block {
                 let (qkv, [q, k, v]) = self.phi3_qkv(x, b, s);
                 (Some(qkv), q, k, v)
             }
+            Arch::Gemma3Text => {
+                let [q, k, v] = self.gemma3_qkv(x, b, s);
+                (None, q, k, v)
+            }
             _ => {
                 let q = project(0);
                 let k = project(1);
@@ -691,6 +746,7 @@ impl Block {
         let (q, mut k, mut v) = {
             let _s = scope("rotary");
             let (qe, ke) = match hf.model_type {
+                _ if is_gpt_oss(hf) => (gpt_oss_5_23::apply_rope(fr, &q, &cos, &sin), gpt_oss_5_23::apply_rope(fr, &k, &cos, &sin)),
                 Arch::Phi3 => (phi3::apply_rope(fr, &q, &cos, &sin), phi3::apply_rope(fr, &k, &cos, &sin)),
                 _ => (apply_rope(fr, &q, &cos, &sin), apply_rope(fr, &k, &cos, &sin)),
             };
@@ -742,7 +798,11 @@ impl Block {
             (k, v) = (kc, vc);
         }
         let (out, weights) = match hf.attn_implementation {
-            AttnImplementation::Eager => self.eager(&q, &k, &v),
+            AttnImplementation::Eager if is_gpt_oss(hf) => self.gpt_oss_eager(&q, &k, &v),
+            AttnImplementation::Eager => match &hf.gemma {
+                Some(g) => self.gemma_eager(&q, &k, &v, g),
+                None => self.eager(&q, &k, &v),
+            },
             AttnImplementation::Sdpa => (self.sdpa(&q, &k, &v), None),
             AttnImplementation::FlashAttention2 => (self.flash_attention_2(&q, &k, &v), None),
         };
@@ -783,7 +843,8 @@ impl Block {
         let _f = py_frame(&py::SDPA_ATTENTION_FORWARD);
         let hf = self.hf();
         let fr = frames(hf);
-        let scaling = (hf.head_dim as f64).powf(-0.5);
+        // Gemma scales by query_pre_attn_scalar instead of head_dim.
+        let scaling = hf.gemma.as_ref().map_or(hf.head_dim as f64, |g| g.query_pre_attn_scalar).powf(-0.5);
         let n_rep = self.n_rep();
         if self.static_cache.is_some() {
             return self.sdpa_static(q, k, v);
@@ -950,10 +1011,12 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         let mut embeds = {
             let _s = scope("embed_tokens");
             let _f = py_frame(&py::NN_EMBEDDING);
-            match tp_group {
+            let e = match tp_group {
                 Some(t) => tp::vocab_parallel_embedding(&m.embedding, ids, t, cfg.vocab_size),
                 None => m.embedding.embedding(ids),
-            }
+            };
+            // Gemma's scaled word embedding.
+            if hf.gemma.is_some() { gemma::scale_embedding(m, e) } else { e }
         };
         // gradient_checkpointing_enable() also calls enable_input_require_grads(): a hook
         // that sets `requires_grad_(True)` on the embedding's output. With a frozen embedding
@@ -975,37 +1038,77 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
-        if !use_cache && padding.is_none() {
+        // Gemma builds a full and a sliding mask (each with its own packed-sequence check).
+        let gemma_masks = hf.gemma.as_ref().map(|g| gemma::masks(hf, g, &position_ids, !use_cache && padding.is_none(), b, s, embeds.dtype(), device));
+        // (GptOssModel passes no position_ids to the mask functions: no packed-sequence check.)
+        if gemma_masks.is_none() && !use_cache && padding.is_none() && !is_gpt_oss(hf) {
             packed_sequence_check(&position_ids, b);
         }
+        let (gemma_full, gemma_sliding) = match gemma_masks {
+            Some((full, sliding)) => (Some(full), sliding),
+            None => (None, None),
+        };
         // An all-ones padding mask lets sdpa skip the mask (_ignore_causal_mask_sdpa). A
         // static cache's 4-D mask was built by prepare_inputs_for_generation and is returned
         // as is (_preprocess_mask_arguments' early exit).
-        mask = match &gen {
-            Some(g) if g.static_len.is_some() => g.mask.cloned(),
+        mask = match (&gen, gemma_full) {
+            (_, Some(full)) => full,
+            (Some(g), None) if g.static_len.is_some() => g.mask.cloned(),
             _ => causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref()),
         };
         // Qwen2MoeModel builds `causal_mask_mapping["sliding_attention"]` whether a layer uses it
         // or not, with `sliding_window` 0 when use_sliding_window is off: a window shorter than
         // any sequence, so the mask is always made, and held until the model returns.
-        sliding_mask = hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
-            let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
-            causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
-        });
+        // GptOssModel: `causal_mask_mapping["sliding_attention"]`, the window's mask, after the
+        // full one; each layer takes its layer type's.
+        let gpt_oss = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref());
+        sliding_mask = match gpt_oss {
+            Some(g) => {
+                let windowed = HfConfig { sliding_window: Some(g.window), ..hf.clone() };
+                causal_mask(&windowed, b, s, past, embeds.dtype(), device, padding.as_ref())
+            }
+            None => gemma_sliding.or_else(|| {
+                hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
+                    let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
+                    causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
+                })
+            }),
+        };
         drop(padding);
-        let (cos, sin) = rotary(m, &position_ids, embeds.dtype());
+        // cos/sin per layer type (index: the layer is a Gemma sliding layer); one pair elsewhere.
+        let ropes = match &hf.gemma {
+            Some(g) => gemma::rotaries(m, g, hf.model_type == Arch::Gemma3Text, &position_ids, embeds.dtype()),
+            None if gpt_oss.is_some() => [Some(gpt_oss_5_23::rotary(m, &position_ids, embeds.dtype())), None],
+            None => [Some(rotary(m, &position_ids, embeds.dtype())), None],
+        };
         cache = match &gen {
             Some(g) => Some(g.cache.clone()),
             None => (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new()))),
         };
         let shared = Rc::new(tp::local_config(cfg));
+        // A Gemma layer given a mask: its config's window makes sdpa see the mask (no
+        // enable_gqa, no is_causal), as `use_gqa_in_sdpa` decides on `attention_mask is None`.
+        let masked_layer = hf.gemma.as_ref().map(|_| {
+            let mut c = tp::local_config(cfg);
+            if let Some(h) = c.hf.as_mut() {
+                h.sliding_window = Some(0);
+            }
+            Rc::new(c)
+        });
         // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
         // output alive until LlamaModel.forward returns.
         let mut h = embeds.clone();
         let hooks = m.hooks.borrow().clone();
         for (i, l) in m.layers.iter().enumerate() {
             let _s = scope(&format!("layers.{i}"));
-            let block = Block { cfg: shared.clone(), layer: l.clone(), mask: mask.clone(), cos: cos.clone(), sin: sin.clone(), _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
+            let sliding_layer = hf.gemma.as_ref().is_some_and(|g| g.sliding[i]);
+            let (cos, sin) = ropes[sliding_layer as usize].clone().expect("cos/sin for the layer's type");
+            let layer_mask = if sliding_layer || gpt_oss.is_some_and(|g| g.is_sliding(i)) { sliding_mask.clone() } else { mask.clone() };
+            let layer_cfg = match &masked_layer {
+                Some(c) if layer_mask.is_some() => c.clone(),
+                _ => shared.clone(),
+            };
+            let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
@@ -1021,7 +1124,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         let h_in = if cfg.sequence_parallel() { tp::from_local(&h) } else { h.clone() };
         hidden = rms_norm(fr, "norm", &h_in, &m.final_norm, cfg.norm_eps);
         drop(h_in);
-        drop((h, cos, sin, embeds));
+        drop((h, ropes, embeds));
     }
     // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
     drop((mask, sliding_mask, position_ids));
@@ -1043,6 +1146,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         None => linear_b("lm_head", &hidden, &m.lm_head, None),
     };
     logits_ready(&logits);
+    let logits = gemma::final_softcap(hf, logits);
     let loss = labels.map(|labels| {
         let _s = scope("loss");
         for_causal_lm_loss(&logits, labels, cfg.vocab_size)

@@ -101,9 +101,38 @@ pub static OLMO2: HfFrames = HfFrames {
     for_causal_lm: PyFn { file: "transformers/models/olmo2/modeling_olmo2.py", line: 429, name: "Olmo2ForCausalLM.forward" },
 };
 
+pub static GEMMA2: HfFrames = HfFrames {
+    rms_norm: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 57, name: "Gemma2RMSNorm.forward" },
+    rotary: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 122, name: "Gemma2RotaryEmbedding.forward" },
+    rotate_half: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 131, name: "rotate_half" },
+    apply_rotary_pos_emb: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 139, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 164, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 176, name: "eager_attention_forward" },
+    attention: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 240, name: "Gemma2Attention.forward" },
+    mlp: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 79, name: "Gemma2MLP.forward" },
+    decoder_layer: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 296, name: "Gemma2DecoderLayer.forward" },
+    model: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 395, name: "Gemma2Model.forward" },
+    for_causal_lm: PyFn { file: "transformers/models/gemma2/modeling_gemma2.py", line: 475, name: "Gemma2ForCausalLM.forward" },
+};
+
+pub static GEMMA3_TEXT: HfFrames = HfFrames {
+    rms_norm: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 144, name: "Gemma3RMSNorm.forward" },
+    rotary: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 205, name: "Gemma3RotaryEmbedding.forward" },
+    rotate_half: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 217, name: "rotate_half" },
+    apply_rotary_pos_emb: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 225, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 250, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 262, name: "eager_attention_forward" },
+    attention: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 330, name: "Gemma3Attention.forward" },
+    mlp: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 130, name: "Gemma3MLP.forward" },
+    decoder_layer: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 388, name: "Gemma3DecoderLayer.forward" },
+    model: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 500, name: "Gemma3TextModel.forward" },
+    for_causal_lm: PyFn { file: "transformers/models/gemma3/modeling_gemma3.py", line: 589, name: "Gemma3ForCausalLM.forward" },
+};
+
 pub static SDPA_ATTENTION_FORWARD: PyFn = PyFn { file: "transformers/integrations/sdpa_attention.py", line: 95, name: "sdpa_attention_forward" };
 pub static FLASH_ATTENTION_FORWARD: PyFn = PyFn { file: "transformers/integrations/flash_attention.py", line: 27, name: "flash_attention_forward" };
 pub static CREATE_CAUSAL_MASK: PyFn = PyFn { file: "transformers/masking_utils.py", line: 903, name: "create_causal_mask" };
+pub static CREATE_SLIDING_WINDOW_CAUSAL_MASK: PyFn = PyFn { file: "transformers/masking_utils.py", line: 1128, name: "create_sliding_window_causal_mask" };
 pub static FOR_CAUSAL_LM_LOSS: PyFn = PyFn { file: "transformers/loss/loss_utils.py", line: 51, name: "ForCausalLMLoss" };
 pub static FIXED_CROSS_ENTROPY: PyFn = PyFn { file: "transformers/loss/loss_utils.py", line: 34, name: "fixed_cross_entropy" };
 pub static NN_LINEAR: PyFn = PyFn { file: "torch/nn/modules/linear.py", line: 130, name: "Linear.forward" };

@@ -45,6 +45,7 @@ pub fn of(family: crate::model::hf::moe::MoeFamily) -> (&'static HfFrames, &'sta
         crate::model::hf::moe::MoeFamily::Mixtral => (&MIXTRAL, &MIXTRAL_ROUTER, &MIXTRAL_EXPERTS),
         crate::model::hf::moe::MoeFamily::Qwen3Moe => (&QWEN3_MOE, &QWEN3_MOE_ROUTER, &QWEN3_MOE_EXPERTS),
         crate::model::hf::moe::MoeFamily::Qwen2Moe => (&QWEN2_MOE, &QWEN2_MOE_ROUTER, &QWEN2_MOE_EXPERTS),
+        crate::model::hf::moe::MoeFamily::GptOss => (&GPT_OSS, &GPT_OSS_ROUTER, &GPT_OSS_EXPERTS),
     }
 }
 
@@ -64,3 +65,22 @@ pub static QWEN2_MOE: HfFrames = HfFrames {
 pub static QWEN2_MOE_ROUTER: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 319, name: "Qwen2MoeTopKRouter.forward" };
 pub static QWEN2_MOE_EXPERTS: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 283, name: "Qwen2MoeExperts.forward" };
 pub static QWEN2_MOE_MLP: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 133, name: "Qwen2MoeMLP.forward" };
+
+const GO: &str = "transformers/models/gpt_oss/modeling_gpt_oss.py";
+/// gpt-oss (`rotate_half` is its `_apply_rotary_emb`, the chunk-and-cat rotation of one tensor).
+pub static GPT_OSS: HfFrames = HfFrames {
+    rms_norm: PyFn { file: GO, line: 56, name: "GptOssRMSNorm.forward" },
+    rotary: PyFn { file: GO, line: 184, name: "GptOssRotaryEmbedding.forward" },
+    rotate_half: PyFn { file: GO, line: 207, name: "_apply_rotary_emb" },
+    apply_rotary_pos_emb: PyFn { file: GO, line: 218, name: "apply_rotary_pos_emb" },
+    repeat_kv: PyFn { file: GO, line: 195, name: "repeat_kv" },
+    eager_attention_forward: PyFn { file: GO, line: 227, name: "eager_attention_forward" },
+    attention: PyFn { file: GO, line: 287, name: "GptOssAttention.forward" },
+    mlp: PyFn { file: GO, line: 139, name: "GptOssMLP.forward" },
+    decoder_layer: PyFn { file: GO, line: 339, name: "GptOssDecoderLayer.forward" },
+    model: PyFn { file: GO, line: 431, name: "GptOssModel.forward" },
+    for_causal_lm: PyFn { file: GO, line: 582, name: "GptOssForCausalLM.forward" },
+};
+pub static GPT_OSS_ROUTER: PyFn = PyFn { file: GO, line: 125, name: "GptOssTopKRouter.forward" };
+pub static GPT_OSS_EXPERTS: PyFn = PyFn { file: GO, line: 89, name: "GptOssExperts.forward" };
+pub static GPT_OSS_APPLY_GATE: PyFn = PyFn { file: GO, line: 81, name: "GptOssExperts._apply_gate" };

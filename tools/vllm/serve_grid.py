@@ -1,0 +1,233 @@
+"""The vLLM 0.33.0 serve-plan terms that need no GPU, computed by vLLM's own code on CPU, over a
+grid of models x tensor-parallel size x block size x kv-cache dtype x max_model_len x available
+memory; written to tests/fixtures/vllm_serve_grid.json for tests/serve_grid.rs.
+
+vLLM is not installed into the project's environment: unpack the wheel and put it (and the pure
+Python packages its imports need) on PYTHONPATH, e.g.
+
+    pip download --no-deps vllm==0.33.0 -d /tmp/vllm && (cd /tmp/vllm && unzip -q vllm-*.whl)
+    PYTHONPATH=/tmp/vllm:/tmp/vllmdeps python tools/vllm/serve_grid.py
+
+(/tmp/vllmdeps: `pip install --no-deps --target /tmp/vllmdeps` of what the imports ask for:
+cbor2 pyzmq aiohttp requests openai-harmony openai pillow pybase64 cachetools msgspec cloudpickle
+uvloop py-cpuinfo prometheus_client xgrammar apache-tvm-ffi and their small dependencies.)
+
+Per point, from vLLM's functions:
+- weights: the numel of vLLM's parallel layers (VocabParallelEmbedding, ParallelLMHead,
+  QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear) built on the meta device
+  with the tensor-parallel world size patched to N, summed as llama.py/qwen2.py/qwen3.py
+  compose them (RMSNorms: hidden elements; Qwen3's q/k norms: head_dim each);
+- KV heads per rank: QKVParallelLinear.num_kv_heads;
+- the KV cache: FullAttentionSpec / SlidingWindowSpec per layer (as Attention.get_kv_cache_spec
+  makes them), grouped by get_kv_cache_groups and planned by get_kv_cache_configs with the given
+  available memory on every rank: page and block bytes, num_blocks, vLLM's capacity
+  (get_kv_cache_capacity: tokens and concurrency), the ValueError when max_model_len does not
+  fit (its text), and auto-fit's max_model_len (original_max_model_len = -1).
+"""
+import json
+import math
+import os
+import sys
+import types
+from unittest import mock
+
+import torch
+
+# vLLM's module imports reach its web server, telemetry and grammar packages, which the planning
+# code never calls: stand-ins for those (the names in _fakemods.txt) let it import on CPU.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _fakemods  # noqa: E402,F401
+
+import vllm
+from vllm.model_executor.layers import linear as vlinear
+from vllm.model_executor.layers import vocab_parallel_embedding as vvocab
+from vllm.v1.core import kv_cache_planning as planning
+from vllm.v1.core import kv_cache_utils as kvu
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+assert vllm.__version__.startswith("0.33.0"), vllm.__version__
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GIB = 1 << 30
+
+
+def load(name):
+    with open(os.path.join(ROOT, "tests/fixtures/hf_models", name, "config.json")) as f:
+        return json.load(f)
+
+
+def model_shape(cfg):
+    mt = cfg["model_type"]
+    h = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or (128 if mt == "qwen3" else cfg["hidden_size"] // h)
+    sliding = None
+    if mt == "mistral":
+        sliding = cfg.get("sliding_window", 4096)
+    elif mt in ("qwen2", "qwen3") and cfg.get("use_sliding_window") and cfg.get("max_window_layers", 28) == 0:
+        sliding = cfg.get("sliding_window", 4096)
+    return dict(
+        model_type=mt, d=cfg["hidden_size"], f=cfg["intermediate_size"], layers=cfg["num_hidden_layers"],
+        heads=h, kv=cfg.get("num_key_value_heads", h), hd=hd, vocab=cfg["vocab_size"],
+        tied=cfg.get("tie_word_embeddings", False), qkv_bias=(mt == "qwen2") or bool(cfg.get("attention_bias")),
+        o_bias=mt in ("llama", "qwen3") and bool(cfg.get("attention_bias")), mlp_bias=bool(cfg.get("mlp_bias")),
+        sliding=sliding or None,
+    )
+
+
+def numel(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def weights_per_rank(m, tp):
+    """vLLM's own parallel layers at world size tp (rank 0; every rank's shard is the same size)."""
+    patches = [
+        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
+        # What the parameters ask the TP group (model_executor/parameter.py:63).
+        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+    ]
+    for p in patches:
+        p.start()
+    try:
+        with torch.device("meta"):
+            dt = torch.bfloat16
+            qkv = vlinear.QKVParallelLinear(m["d"], m["hd"], m["heads"], m["kv"], bias=m["qkv_bias"], params_dtype=dt)
+            o = vlinear.RowParallelLinear(m["heads"] * m["hd"], m["d"], bias=m["o_bias"], params_dtype=dt)
+            gate_up = vlinear.MergedColumnParallelLinear(m["d"], [m["f"]] * 2, bias=m["mlp_bias"], params_dtype=dt)
+            down = vlinear.RowParallelLinear(m["f"], m["d"], bias=m["mlp_bias"], params_dtype=dt)
+            emb = vvocab.VocabParallelEmbedding(m["vocab"], m["d"], params_dtype=dt)
+            head = 0 if m["tied"] else numel(vvocab.ParallelLMHead(m["vocab"], m["d"], params_dtype=dt))
+        norms = 2 * m["d"] + (2 * m["hd"] if m["model_type"] == "qwen3" else 0)
+        layer = numel(qkv) + numel(o) + numel(gate_up) + numel(down) + norms
+        return m["layers"] * layer + numel(emb) + head + m["d"], qkv.num_kv_heads
+    finally:
+        for p in patches:
+            p.stop()
+
+
+class Cfg(types.SimpleNamespace):
+    pass
+
+
+def vllm_config(max_model_len, tp, block, batched, original=None):
+    cache = Cfg(num_gpu_blocks_override=None, block_size=block, prefix_cache_retention_interval=None,
+                get_resolved_kv_cache_layout=lambda: KVCacheLayout.LBNHC, kv_cache_size_tokens=None,
+                kv_cache_max_concurrency=None)
+    c = Cfg(
+        model_config=Cfg(max_model_len=max_model_len, original_max_model_len=original or max_model_len),
+        parallel_config=Cfg(decode_context_parallel_size=1, tensor_parallel_size=tp, pipeline_parallel_size=1),
+        scheduler_config=Cfg(disable_hybrid_kv_cache_manager=False, max_num_batched_tokens=batched, async_scheduling=True),
+        cache_config=cache,
+        attention_config=Cfg(hisparse_config=None),
+        device_config=Cfg(device_type="cuda"),
+        speculative_config=None,
+        # VllmConfig.max_in_flight_tokens: max_concurrent_batches (2 with async scheduling, one
+        # pipeline stage; config/vllm.py:588-609) x max_num_batched_tokens.
+        max_in_flight_tokens=2 * batched,
+    )
+    return c
+
+
+def specs_for(m, kv_heads, block, dtype):
+    if m["sliding"]:
+        spec = SlidingWindowSpec(block_size=block, num_kv_heads=kv_heads, head_size=m["hd"], dtype=dtype, sliding_window=m["sliding"])
+    else:
+        spec = FullAttentionSpec(block_size=block, num_kv_heads=kv_heads, head_size=m["hd"], dtype=dtype)
+    return {f"model.layers.{i}.self_attn.attn": spec for i in range(m["layers"])}
+
+
+def plan(m, kv_heads, tp, block, dtype, max_model_len, batched, available):
+    specs = specs_for(m, kv_heads, block, dtype)
+    out = {}
+    with mock.patch("vllm.platforms.current_platform.get_kv_cache_config_builder_cls",
+                    return_value="vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder", create=True):
+        cfg = vllm_config(max_model_len, tp, block, batched)
+        groups = planning.get_kv_cache_groups(cfg, dict(specs))
+        out["num_groups"] = len(groups)
+        out["page_bytes_per_layer"] = next(iter(specs.values())).page_size_bytes
+        out["bytes_per_block"] = planning._pool_bytes_per_block(cfg, groups)
+        out["max_memory_usage_bytes"] = planning.max_memory_usage_bytes(cfg, specs.values())
+        try:
+            kcs = planning.get_kv_cache_configs(cfg, [dict(specs)] * tp, [available] * tp, groups)
+            out["num_blocks"] = kcs[0].num_blocks
+            tokens, conc = kvu.get_kv_cache_capacity(cfg, kcs[0])
+            out["kv_cache_tokens"] = tokens
+            out["max_concurrency"] = conc
+            out["error"] = None
+        except ValueError as e:
+            out["error"] = str(e)
+        # Auto-fit (`--max-model-len -1`): the derived length is max_model_len here.
+        cfg = vllm_config(max_model_len, tp, block, batched, original=-1)
+        try:
+            planning.get_kv_cache_configs(cfg, [dict(specs)] * tp, [available] * tp, groups)
+            out["auto_fit_max_model_len"] = cfg.model_config.max_model_len
+        except ValueError as e:
+            out["auto_fit_max_model_len"] = None
+            out["auto_fit_error"] = str(e)
+    return out
+
+
+MODELS = {
+    "Llama-3.1-8B": load("Llama-3.1-8B"),
+    "Llama-3.2-1B": load("Llama-3.2-1B"),
+    "Mistral-7B-v0.3": load("Mistral-7B-v0.3"),
+    "Qwen2.5-7B": load("Qwen2.5-7B"),
+    "Qwen3-8B": load("Qwen3-8B"),
+    # Mistral-7B-v0.1's shape: every layer slides over 4096 tokens.
+    "Mistral-7B-v0.1-sliding": dict(load("Mistral-7B-v0.3"), vocab_size=32000, sliding_window=4096, max_position_embeddings=32768),
+    # Qwen2.5-7B with use_sliding_window and max_window_layers 0: every layer slides.
+    "Qwen2.5-7B-sliding": dict(load("Qwen2.5-7B"), use_sliding_window=True, sliding_window=4096, max_window_layers=0),
+}
+for c in MODELS.values():
+    c.setdefault("sliding_window", None)
+MODELS["Mistral-7B-v0.3"]["sliding_window"] = None
+
+
+def grid():
+    pts = []
+    tps = {"Llama-3.1-8B": [1, 2, 4, 8], "Llama-3.2-1B": [1, 2, 8, 16], "Mistral-7B-v0.3": [1, 4], "Qwen2.5-7B": [1, 2, 4],
+           "Qwen3-8B": [1, 2, 8], "Mistral-7B-v0.1-sliding": [1, 2], "Qwen2.5-7B-sliding": [1, 4]}
+    i = 0
+    for name, ts in tps.items():
+        for tp in ts:
+            for block in (16, 32):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    # Vary the length and the memory so some points do not fit.
+                    lens = [4096, 32768, MODELS[name].get("max_position_embeddings")]
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
+                    batched = [8192, 2048][i % 2]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[i % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main():
+    out = []
+    for p in grid():
+        cfg = MODELS[p["model"]]
+        m = model_shape(cfg)
+        w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
+        row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
+        out.append(row)
+        print(p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], row.get("num_blocks"), row.get("error", "")[:40] if row.get("error") else "", file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py",
+        "configs": {k: v for k, v in MODELS.items()},
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_grid.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
