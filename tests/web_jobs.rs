@@ -136,3 +136,31 @@ fn flag_errors_are_the_command_lines_and_the_page_refuses_what_it_does_not_run()
     assert_eq!(got.exit_code, 2);
     assert!(got.error.unwrap().contains("'train' needs the command line"));
 }
+
+#[test]
+fn the_framed_answer_holds_the_outcome_and_its_files_in_order() {
+    // What web/vramscope.js reads back from the WebAssembly build's vs_run.
+    let req = serde_json::json!({"words": words("profile --preset small --device meta --profile-type training")}).to_string();
+    let out = web::run_request(req.as_bytes());
+    assert_eq!(out.exit_code, 0, "{:?}", out.error);
+    let b = web::frame(&out);
+    let head = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let j: Value = serde_json::from_slice(&b[8..8 + head]).unwrap();
+    assert_eq!(j, out.json());
+    let mut at = 8 + head;
+    for (f, (name, bytes)) in j["files"].as_array().unwrap().iter().zip(&out.files) {
+        assert_eq!(f["name"], name.as_str());
+        let n = f["bytes"].as_u64().unwrap() as usize;
+        assert_eq!(&b[at..at + n], bytes.as_slice());
+        at += n;
+    }
+    assert_eq!(at, b.len());
+    // Pasted files travel as [name, text] pairs; a request that is not one is exit code 1.
+    let req = serde_json::json!({"words": words("profile --config config.json --device meta"), "files": [["config.json", "{\"model_type\": 1}"]]}).to_string();
+    let out = web::run_request(req.as_bytes());
+    assert_eq!(out.exit_code, 2);
+    assert!(out.error.unwrap().starts_with("error: invalid --config: "));
+    let out = web::run_request(b"{\"words\": 3}");
+    assert_eq!(out.exit_code, 1);
+    assert!(out.error.unwrap().starts_with("internal error: "));
+}

@@ -17,7 +17,7 @@ fn notice(msg: &str) {
 /// The built page and Chromium, or None after a notice.
 fn setup() -> Option<(PathBuf, String)> {
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("web/dist");
-    if !dist.join("vramscope_bg.wasm").exists() {
+    if !dist.join("vramscope.wasm").exists() {
         notice("web/dist/ is not built (tools/build_web.sh needs the wasm toolchain)");
         return None;
     }

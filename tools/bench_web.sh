@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dist=web/dist
-[ -f "$dist/vramscope_bg.wasm" ] || { echo "web/dist/ is not built: run tools/build_web.sh" >&2; exit 1; }
+[ -f "$dist/vramscope.wasm" ] || { echo "web/dist/ is not built: run tools/build_web.sh" >&2; exit 1; }
 bin=${VRAMSCOPE:-${CARGO_TARGET_DIR:-target}/release/vramscope}
 [ -x "$bin" ] || cargo build --release
 tmp="$(mktemp -d)"
@@ -18,7 +18,7 @@ server=$!
 sleep 1
 cpu="$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "CPU: $cpu ($(nproc) cores); $(chromium --version 2>/dev/null | head -1)"
-wasm=$(stat -c %s "$dist/vramscope_bg.wasm"); js=$(cat "$dist"/*.js | wc -c); rest=$(cat "$dist"/*.html "$dist"/*.css | wc -c)
+wasm=$(stat -c %s "$dist/vramscope.wasm"); js=$(cat "$dist"/*.js | wc -c); rest=$(cat "$dist"/*.html "$dist"/*.css | wc -c)
 gz=$(cat "$dist"/* | gzip -9 | wc -c)
 echo "load size: wasm $wasm bytes, js $js bytes, html+css $rest bytes; all gzipped $gz bytes"
 enc() { python3 -c 'import sys,urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }

@@ -1,6 +1,8 @@
 // The page: builds the command line's words from the form, runs them in the WebAssembly
 // build of vramscope (src/web), and shows the answer. The URL's hash holds the question.
-import init, { run, help } from './vramscope.js';
+import { load } from './vramscope.js';
+
+let vs = null;
 
 const $ = (id) => document.getElementById(id);
 const PRESETS = ['2.7B', 'small', 'medium', 'large', 'xl', 'Llama-3.2-1B', 'Llama-3.2-3B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Qwen2.5-7B', 'Mistral-7B-v0.3'];
@@ -114,35 +116,32 @@ function showAnswer(q, out, ms, answer) {
   if (report) $('report').src = report;
 }
 
-function go() {
+async function go() {
   const q = question();
   const w = words(q);
   $('line').textContent = 'vramscope ' + w.join(' ');
   history.replaceState(null, '', toHash(q));
   $('share').href = location.href;
   document.body.dataset.state = 'running';
-  const names = q.source === 'config' ? ['config.json'] : [];
-  const texts = q.source === 'config' ? [q.config] : [];
+  const files = q.source === 'config' ? { 'config.json': q.config } : {};
   const t0 = performance.now();
-  const answer = run(w, names, texts);
+  const answer = await vs.run(w, files);
   const ms = performance.now() - t0;
-  const out = JSON.parse(answer.json());
-  showAnswer(q, out, ms, answer);
-  answer.free();
+  showAnswer(q, answer.out, ms, answer);
   document.body.dataset.ms = ms.toFixed(1);
   document.body.dataset.state = 'done';
 }
 
-function syncForm() {
+async function syncForm() {
   $('config-box').hidden = $('model-source').value !== 'config';
   $('preset-label').hidden = $('model-source').value === 'config';
   const sub = $('command').value === 'compare' ? 'profile' : $('command').value;
-  $('help').textContent = help(sub);
+  $('help').textContent = await vs.help(sub);
 }
 
 async function main() {
   const t0 = performance.now();
-  await init();
+  vs = await load();
   document.body.dataset.loadMs = (performance.now() - t0).toFixed(1);
   $('presets').replaceChildren(...PRESETS.map((p) => Object.assign(document.createElement('option'), { value: p })));
   const box = $('config-box');
@@ -156,13 +155,13 @@ async function main() {
   });
   $('model-source').addEventListener('change', syncForm);
   $('command').addEventListener('change', syncForm);
-  $('run').addEventListener('click', go);
+  $('run').addEventListener('click', () => go());
   $('run').disabled = false;
   $('run').textContent = 'Run';
   const asked = fromHash();
-  syncForm();
+  await syncForm();
   document.body.dataset.state = 'ready';
-  if (asked) go();
+  if (asked) await go();
 }
 
 main().catch((e) => {

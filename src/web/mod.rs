@@ -3,10 +3,10 @@
 //! on the meta device, with what the command line prints and writes returned instead: the text,
 //! the JSON answer (profile's summary.json, fit's and estimate's `--json`, compare.json,
 //! sweep.json) and the files as bytes (snapshot pickles, HTML reports, sweep's CSV and plots).
-//! Plain Rust, so native tests hold it to the command line; `bindings` exports it to
-//! JavaScript when built with the `wasm` feature.
-#[cfg(feature = "wasm")]
-pub mod bindings;
+//! Plain Rust, so native tests hold it to the command line; `abi` exports it to JavaScript
+//! when built with the `wasm` feature for wasm.
+#[cfg(all(feature = "wasm", target_family = "wasm"))]
+pub mod abi;
 pub mod pasted;
 
 use crate::cli::{Cli, Command};
@@ -42,6 +42,52 @@ impl Outcome {
             "answer": self.answer,
             "files": self.files.iter().map(|(n, b)| json!({"name": n, "bytes": b.len()})).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// What the page asks: the command line's words (without `vramscope`) and the pasted files as
+/// `[name, text]` pairs, by the name the flags give them.
+#[derive(serde::Deserialize)]
+pub struct Request {
+    pub words: Vec<String>,
+    #[serde(default)]
+    pub files: Vec<(String, String)>,
+}
+
+/// Runs a request's JSON; a request that is not one (the page's bug) is exit code 1.
+pub fn run_request(json: &[u8]) -> Outcome {
+    match serde_json::from_slice::<Request>(json) {
+        Ok(r) => run(&r.words, &r.files),
+        Err(e) => Outcome { exit_code: 1, error: Some(format!("internal error: the page's request is not one: {e}")), ..Outcome::default() },
+    }
+}
+
+/// What the page reads back: 8 bytes of little-endian length of [`Outcome::json`]'s text, that
+/// text, then the files' bytes one after another in the order (and of the sizes) it lists.
+pub fn frame(out: &Outcome) -> Vec<u8> {
+    let head = out.json().to_string().into_bytes();
+    let mut b = Vec::with_capacity(8 + head.len() + out.files.iter().map(|(_, f)| f.len()).sum::<usize>());
+    b.extend_from_slice(&(head.len() as u64).to_le_bytes());
+    b.extend_from_slice(&head);
+    for (_, f) in &out.files {
+        b.extend_from_slice(f);
+    }
+    b
+}
+
+/// A panic's outcome: a bug, reported as the command line's panic would be, exit code 1.
+pub fn internal_error(payload: &(dyn std::any::Any + Send)) -> Outcome {
+    let msg = payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into());
+    Outcome { exit_code: 1, error: Some(format!("internal error: {msg}")), ..Outcome::default() }
+}
+
+/// The `--help` text of a subcommand (or of vramscope with ""), for the page's flag list.
+pub fn help(subcommand: &str) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    match cmd.find_subcommand_mut(subcommand) {
+        Some(s) => s.render_long_help().to_string(),
+        None => cmd.render_long_help().to_string(),
     }
 }
 
