@@ -124,9 +124,13 @@ async function go() {
   $('share').href = location.href;
   document.body.dataset.state = 'running';
   const files = q.source === 'config' ? { 'config.json': q.config } : {};
+  // The console lines time the run where performance.now() does not (tools/bench_web.sh reads
+  // them from headless Chromium, whose virtual time stands still during a call).
+  console.log('vramscope: run start');
   const t0 = performance.now();
   const answer = await vs.run(w, files);
   const ms = performance.now() - t0;
+  console.log('vramscope: run done');
   showAnswer(q, answer.out, ms, answer);
   document.body.dataset.ms = ms.toFixed(1);
   document.body.dataset.state = 'done';
