@@ -58,7 +58,7 @@ pub struct Request {
 pub fn run_request(json: &[u8]) -> Outcome {
     match serde_json::from_slice::<Request>(json) {
         Ok(r) => run(&r.words, &r.files),
-        Err(e) => Outcome { exit_code: 1, error: Some(format!("internal error: the page's request is not one: {e}")), ..Outcome::default() },
+        Err(e) => Outcome { exit_code: ExitCode::Failure.code(), error: Some(format!("internal error: the page's request is not one: {e}")), ..Outcome::default() },
     }
 }
 
@@ -78,7 +78,7 @@ pub fn frame(out: &Outcome) -> Vec<u8> {
 /// A panic's outcome: a bug, reported as the command line's panic would be, exit code 1.
 pub fn internal_error(payload: &(dyn std::any::Any + Send)) -> Outcome {
     let msg = payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into());
-    Outcome { exit_code: 1, error: Some(format!("internal error: {msg}")), ..Outcome::default() }
+    Outcome { exit_code: ExitCode::Failure.code(), error: Some(format!("internal error: {msg}")), ..Outcome::default() }
 }
 
 /// The `--help` text of a subcommand (or of vramscope with ""), for the page's flag list.
