@@ -1,0 +1,673 @@
+#!/usr/bin/env python3
+"""measure_gpu.py -- issue #31: what a real CUDA run allocates and reserves, pinned as fixtures
+(tests/fixtures/gpu/) that tests/gpu_grid.rs compares with vramscope's prediction point by point.
+
+Each point is one run as vramscope runs it: a fresh caching allocator (empty_cache, the cuBLAS
+workspaces cleared, peak and accumulated stats reset), the model built on the device, then
+warm-up + measured steps (vramscope's defaults, --warmup-steps 1 --measure-steps 1: two steps)
+of the profile type, with the step loops of the CPU grid scripts (measure_cs336.py's step_loop,
+measure_hf.py's Trainer step, measure_generate.py's generate). The whole run's peaks are
+read from torch.cuda's stats at phase boundaries (max_memory_allocated, max_memory_reserved,
+memory_stats()'s requested/active peaks), with per-phase peaks beside them. After the run
+everything is dropped: what stays allocated is the cuBLAS workspaces (one per handle and
+stream: the forward's thread and autograd's), recorded as `leftover_allocated`.
+
+Each point carries the `vramscope profile` flags that predict it (`args`), so the fixture is
+self-describing. Points run in three processes at once (`--part`), one of them with
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; the card's own figures (mem_get_info, the
+CUDA context, the cuBLAS workspaces) are read first, alone on the GPU (`--part card`).
+`--part micro` records the allocation traces of single ops CUDA runs differently from CPU:
+top-p's sort, SDPA's backends, clip_grad_norm_'s _foreach_norm.
+
+Run on a GPU machine:  python3 measure_gpu.py --all --out DIR   (about 3 minutes on an H200)
+On CPU (`--dry`) the same code runs tiny shapes with zero stats, to check the script itself.
+"""
+import argparse
+import contextlib
+import functools
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+for _p in [os.environ.get("VRAMSCOPE_SHARED_BENCH", "")] + [os.path.join(HERE, up, "shared/bench") for up in ("../..", "../../..")]:
+    if _p and os.path.exists(os.path.join(_p, "pytorch_tinyllama.py")):
+        os.environ["VRAMSCOPE_SHARED_BENCH"] = _p
+        sys.path.insert(0, _p)
+        break
+import torch
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+CUDA = DEV == "cuda"
+NSTEPS = 2  # vramscope's --warmup-steps 1 --measure-steps 1
+MIB = 1 << 20
+REPO = os.path.normpath(os.path.join(HERE, "../.."))
+
+
+# ----------------------------------------------------------------------------- allocator stats
+def reset_allocator():
+    gc.collect()
+    if CUDA:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_accumulated_memory_stats()
+
+
+def stat(key):
+    return torch.cuda.memory_stats().get(key, 0) if CUDA else 0
+
+
+class Recorder:
+    """Phases as consecutive segments: `mark(name)` closes the open segment (reading its peaks,
+    then resetting them) and opens the next. The run's peaks are the segments' maxima."""
+
+    def __init__(self):
+        self.segments = []
+        self.open = None
+
+    def _read(self):
+        if CUDA:
+            torch.cuda.synchronize()
+            s = torch.cuda.memory_stats()
+            return dict(peak_allocated=s.get("allocated_bytes.all.peak", 0), peak_reserved=s.get("reserved_bytes.all.peak", 0),
+                        peak_requested=s.get("requested_bytes.all.peak", 0), peak_active=s.get("active_bytes.all.peak", 0),
+                        end_allocated=s.get("allocated_bytes.all.current", 0), end_reserved=s.get("reserved_bytes.all.current", 0))
+        return dict(peak_allocated=0, peak_reserved=0, peak_requested=0, peak_active=0, end_allocated=0, end_reserved=0)
+
+    def mark(self, name, step=None):
+        if self.open is not None:
+            self.open.update(self._read())
+            self.segments.append(self.open)
+        if CUDA:
+            torch.cuda.reset_peak_memory_stats()
+        self.open = dict(phase=name, step=step)
+
+    def close(self):
+        self.mark(None)
+        self.open = None
+
+    def peaks(self):
+        keys = ("peak_allocated", "peak_reserved", "peak_requested", "peak_active")
+        out = {k: max((s[k] for s in self.segments), default=0) for k in keys}
+        at = max(self.segments, key=lambda s: s["peak_allocated"]) if self.segments else {}
+        out["peak_phase"], out["peak_step"] = at.get("phase"), at.get("step")
+        return out
+
+
+STAT_KEYS = ("allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
+             "inactive_split_bytes.all.current", "inactive_split_bytes.all.peak", "segment.all.current", "segment.all.peak",
+             "allocation.all.peak", "num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+             "segment.large_pool.peak", "segment.small_pool.peak", "reserved_bytes.large_pool.peak", "reserved_bytes.small_pool.peak")
+
+
+def measure_point(p, body):
+    """Runs `body(p, R)` on a fresh allocator; returns the fixture row."""
+    reset_allocator()
+    before = torch.cuda.memory_allocated() if CUDA else 0
+    R = Recorder()
+    t0 = time.time()
+    snap = p.get("snapshot") and CUDA
+    if snap:
+        torch.cuda.memory._record_memory_history(max_entries=200000, stacks="python")
+    row = dict(id=p["id"], group=p["group"], args=p["args"], alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    try:
+        info = body(p, R) or {}
+        R.close()
+        stats = torch.cuda.memory_stats() if CUDA else {}
+        row.update(ok=True, info=info, measured=R.peaks(), stats={k: stats.get(k, 0) for k in STAT_KEYS})
+    except Exception as e:  # a point that fails says why; the others still run
+        R.open = None
+        row.update(ok=False, error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2000:])
+    if snap:
+        path = os.path.join(OUT_DIR, f"snapshot_{p['id']}.pickle")
+        torch.cuda.memory._dump_snapshot(path)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        row["snapshot"] = os.path.basename(path)
+    gc.collect()
+    if CUDA:
+        torch.cuda.synchronize()
+    row["baseline_allocated"] = before
+    row["leftover_allocated"] = torch.cuda.memory_allocated() if CUDA else 0
+    row["phases"] = R.segments
+    row["seconds"] = round(time.time() - t0, 2)
+    reset_allocator()
+    return row
+
+
+# ----------------------------------------------------------------------------- cs336 / tinyllama
+def device_batcher(vocab, batch, seq, seed):
+    """measure_cs336.batcher on the device (a device generator: randint allocates as on CPU)."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+
+    def get_batch():
+        seq_ids = torch.randint(0, vocab, (batch, seq + 1), generator=gen, device=DEV)
+        return seq_ids[:, :-1].contiguous(), seq_ids[:, 1:].contiguous()
+
+    return get_batch
+
+
+def course_loop(model, opt, loss_fn, get_batch, kind, autocast, R):
+    """measure_cs336.step_loop with phases read from the allocator, and CS336's
+    `with torch.autocast(...)` around forward and loss when `autocast` names a dtype."""
+    ac = (lambda: torch.autocast(DEV, dtype=autocast)) if autocast else contextlib.nullcontext
+    logits = loss = None
+    for step in range(NSTEPS):
+        R.mark("data", step)
+        x, y = get_batch()
+        if kind in ("training", "forward-loss"):
+            if kind == "training":
+                R.mark("zero_grad", step)
+                opt.zero_grad(set_to_none=True)
+            with ac():
+                R.mark("forward", step)
+                if loss_fn is None:
+                    logits, loss = model(x, y)
+                else:
+                    logits = model(x)
+                    R.mark("loss", step)
+                    loss = loss_fn(logits, y)
+            if kind == "training":
+                R.mark("backward", step)
+                loss.backward()
+                R.mark("optimizer", step)
+                opt.step()
+            else:
+                R.mark("release", step)
+                del logits, loss
+                logits = loss = None
+        else:
+            with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
+                with ac():
+                    R.mark("forward", step)
+                    model(x)
+        R.mark("between", step)
+
+
+def course_body(p, R):
+    import measure_cs336 as M
+    import make_grid as G
+    M.batcher = device_batcher
+    pt = dict(flavour=p["flavour"], config=p["config"], seq=p["seq"], batch=p["batch"], checkpoint=p.get("checkpoint"),
+              fusion=p.get("fusion", False), attention=p.get("attention", "naive"), pure_bf16=p.get("pure_bf16", False))
+    setup = (G.cs336_setup if p["flavour"] == "cs336" else G.tinyllama_setup)(pt)
+    R.mark("setup")
+    with torch.device(DEV):
+        model, opt, loss_fn, get_batch = setup()
+        course_loop(model, opt, loss_fn, get_batch, p["profile_type"], torch.bfloat16 if p.get("autocast") else None, R)
+    return dict(parameters=sum(t.numel() for t in model.parameters()))
+
+
+# ----------------------------------------------------------------------------- transformers
+def hf_model(p):
+    import transformers as T
+    cfg = T.AutoConfig.from_pretrained(os.path.join(REPO, "tests/fixtures/hf_models", p["config"]))
+    if p.get("num_layers"):
+        cfg.num_hidden_layers = p["num_layers"]
+    for k, v in p.get("shape", {}).items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def load_4bit_on_device(p, cfg, dtype):
+    """QLoRA as a user loads it: a checkpoint on disk, from_pretrained with BitsAndBytesConfig
+    onto the GPU (device_map), then prepare_model_for_kbit_training."""
+    import peft
+    import transformers as T
+    src = T.AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    d = tempfile.mkdtemp(prefix="qlora-")
+    src.save_pretrained(d)
+    del src
+    gc.collect()
+    compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", "bf16")]
+    qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
+                              bnb_4bit_use_double_quant=p.get("double_quant", False), bnb_4bit_compute_dtype=compute)
+    model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"),
+                                                   device_map={"": DEV if not CUDA else 0})
+    ck = p.get("checkpoint", "none")
+    return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=ck != "none",
+                                                gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
+
+
+def with_lora(p, model):
+    import peft
+    t = p["target_modules"]
+    lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0),
+                         target_modules=t if t == "all-linear" else t.split(","), task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, lc)
+
+
+def hf_body(p, R):
+    import measure_hf as H
+    import transformers as T
+    kind, B, S = p["profile_type"], p["batch"], p["seq"]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "bf16")]
+    cfg = hf_model(p)
+    R.mark("setup")
+    torch.manual_seed(42)
+    if p.get("load_in_4bit"):
+        model = load_4bit_on_device(p, cfg, dtype)
+    else:
+        with torch.device(DEV):
+            model = T.AutoModelForCausalLM.from_config(cfg, attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
+    if p.get("lora_r"):
+        model = with_lora(p, model)
+    ck = p.get("checkpoint", "none")
+    if ck != "none" and not p.get("load_in_4bit"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ck == "reentrant"})
+    model.train() if kind == "training" else model.eval()
+    trainable = [q for q in model.parameters() if q.requires_grad]
+    opt = H.make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
+    gen = torch.Generator(device=DEV).manual_seed(42)
+    ac = (lambda: torch.autocast(DEV, dtype=torch.bfloat16)) if p.get("autocast") else contextlib.nullcontext
+    if kind == "generate":
+        return generate_loop(p, model, gen, R)
+    for step in range(NSTEPS):
+        R.mark("data", step)
+        input_ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen, device=DEV)
+        labels = input_ids.clone() if kind in ("training", "forward-loss") else None
+        if kind == "training":
+            R.mark("zero_grad", step)
+            model.zero_grad(set_to_none=True)
+            R.mark("forward", step)
+            with ac():
+                out = model(input_ids=input_ids, labels=labels, use_cache=cfg.use_cache, logits_to_keep=0)
+                loss = out.loss
+                del out
+            R.mark("backward", step)
+            loss.backward()
+            loss = loss.detach()
+            R.mark("optimizer", step)
+            if p.get("max_grad_norm", 1.0) > 0:
+                torch.nn.utils.clip_grad_norm_(trainable, p.get("max_grad_norm", 1.0))
+            opt.step()
+            del loss
+        else:
+            with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
+                with ac():
+                    R.mark("forward", step)
+                    model(input_ids=input_ids, use_cache=cfg.use_cache, logits_to_keep=0)
+        R.mark("between", step)
+    return dict(parameters=sum(t.numel() for t in model.parameters()), trainable=sum(t.numel() for t in trainable),
+                attn_implementation=model.config._attn_implementation)
+
+
+def generate_loop(p, model, gen, R):
+    import measure_generate as MG
+    B, S, N = p["batch"], p["seq"], p["max_new_tokens"]
+    calls = [0]
+    inner = model.prepare_inputs_for_generation
+
+    @functools.wraps(inner)
+    def wrapper(*a, **kw):
+        calls[0] += 1
+        R.mark("prefill" if calls[0] == 1 else "decode", step_now[0])
+        return inner(*a, **kw)
+
+    model.prepare_inputs_for_generation = wrapper
+    step_now = [0]
+    shapes = []
+    for step in range(NSTEPS):
+        step_now[0] = step
+        calls[0] = 0
+        R.mark("data", step)
+        input_ids = torch.randint(0, model.config.vocab_size, (B, S), generator=gen, device=DEV)
+        out = model.generate(input_ids, **MG.gen_kwargs(p))
+        shapes.append(list(out.shape))
+        del out
+        R.mark("between", step)
+    return dict(shapes=shapes, forwards=calls[0], kv_cache_bytes=MG.kv_cache_bytes(p, model))
+
+
+# ----------------------------------------------------------------------------- the grid
+def cs336_cfg(size, seq):
+    d, f, layers, heads = {"small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16)}[size]
+    return dict(vocab_size=10000, d_model=d, num_layers=layers, num_heads=heads, num_kv_heads=heads, d_ff=f, max_seq_len=seq)
+
+
+def grid_course():
+    pts = []
+    for size in ("small", "medium"):
+        for S in (128, 1024):
+            for B in (2, 8):
+                for kind in ("inference", "forward", "training"):
+                    for bf16 in (False, True):
+                        pid = f"cs336-{size}-S{S}-B{B}-{kind}-{'bf16' if bf16 else 'fp32'}"
+                        args = (f"--preset cs336-{size} --context-length {S} --batch-size {B} --max-seq-len {S} "
+                                f"--profile-type {kind}" + (" --precision bf16" if bf16 else ""))
+                        pts.append(dict(id=pid, group="cs336", flavour="cs336", config=cs336_cfg(size, S), seq=S, batch=B,
+                                        profile_type=kind, autocast=bf16, args=args,
+                                        snapshot=pid == "cs336-small-S128-B2-training-fp32"))
+    # cs336 with flash attention and checkpointing (the memory options CS336 asks about)
+    for extra, kw in (("flash", dict(attention="flash")), ("ckpt", dict(checkpoint="blocks"))):
+        flag = "--attention flash" if extra == "flash" else "--checkpoint blocks"
+        for bf16 in (False, True):
+            pid = f"cs336-small-S1024-B8-training-{'bf16' if bf16 else 'fp32'}-{extra}"
+            pts.append(dict(id=pid, group="cs336", flavour="cs336", config=cs336_cfg("small", 1024), seq=1024, batch=8,
+                            profile_type="training", autocast=bf16, **kw,
+                            args=f"--preset cs336-small --context-length 1024 --batch-size 8 --max-seq-len 1024 --profile-type training {flag}"
+                                 + (" --precision bf16" if bf16 else "")))
+    walk = dict(vocab_size=1000, d_model=256, num_layers=4, num_heads=8, num_kv_heads=4, d_ff=512, max_seq_len=128)
+    for kind in ("training", "inference"):
+        pts.append(dict(id=f"tinyllama-walkthrough-{kind}", group="tinyllama", flavour="tinyllama", config=walk, seq=128, batch=8,
+                        profile_type=kind, args=f"--preset walkthrough --profile-type {kind}"))
+    return pts
+
+
+def grid_hf():
+    pts = []
+    L1 = dict(config="Llama-3.2-1B", preset="Llama-3.2-1B")
+    L8 = dict(config="Llama-3.1-8B", preset="Llama-3.1-8B", num_layers=2)
+
+    def add(model, S, B, kind, tag="", **kw):
+        pid = f"hf-{model['config']}{'-L2' if model.get('num_layers') else ''}-S{S}-B{B}-{kind}{tag}"
+        args = f"--preset {model['preset']} --context-length {S} --batch-size {B} --profile-type {kind}"
+        if model.get("num_layers"):
+            args += f" --num-layers {model['num_layers']}"
+        if kw.get("attn", "sdpa") != "sdpa":
+            args += f" --attn-implementation {kw['attn']}"
+        if kw.get("dtype") == "fp32":
+            args += " --dtype fp32"
+        if kw.get("autocast"):
+            args += " --precision bf16"
+        if kw.get("checkpoint"):
+            args += f" --gradient-checkpointing {kw['checkpoint']}"
+        if kw.get("lora_r"):
+            args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
+        if kw.get("load_in_4bit"):
+            args += " --load-in-4bit --bnb-4bit-quant-type nf4 --bnb-4bit-compute-dtype bf16"
+        if kind == "generate":
+            args += f" --max-new-tokens {kw['max_new_tokens']}"
+            if kw.get("cache", "dynamic") != "dynamic":
+                args += f" --cache-implementation {kw['cache']} --disable-compile"
+        pts.append(dict(id=pid, group="hf", profile_type=kind, seq=S, batch=B, args=args, **{k: v for k, v in model.items() if k != "preset"}, **kw))
+
+    for model in (L1, L8):
+        for S, B in ((1024, 2), (4096, 1)):
+            add(model, S, B, "training")                                    # bf16 weights, fused AdamW, sdpa (flash)
+            add(model, S, B, "inference")
+        add(model, 1024, 2, "training", "-eager", attn="eager")
+        add(model, 1024, 2, "training", "-autocast", dtype="fp32", autocast=True)   # autocast over fp32 masters (sdpa: efficient)
+        add(model, 1024, 2, "training", "-fp32", dtype="fp32")                       # fp32 throughout (sdpa: efficient)
+        add(model, 1024, 2, "training", "-ckpt", checkpoint="non-reentrant")
+        add(model, 2048, 2, "training", "-lora", lora_r=16, lora_alpha=32, target_modules="q_proj,k_proj,v_proj,o_proj",
+            checkpoint="non-reentrant")
+        add(model, 2048, 2, "training", "-lora-nockpt", lora_r=16, lora_alpha=32, target_modules="q_proj,v_proj")
+        add(model, 2048, 2, "training", "-qlora", lora_r=16, lora_alpha=32, target_modules="q_proj,k_proj,v_proj,o_proj",
+            checkpoint="non-reentrant", load_in_4bit=True)
+        add(model, 512, 2, "generate", "-dynamic", max_new_tokens=16)
+        add(model, 512, 2, "generate", "-static", max_new_tokens=16, cache="static")
+    pts[0]["snapshot"] = True
+    return pts
+
+
+def grid_expandable():
+    """A subset under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
+    keep = {"cs336-small-S128-B2-training-fp32", "cs336-small-S1024-B8-training-fp32", "cs336-medium-S1024-B2-training-bf16",
+            "cs336-medium-S128-B2-inference-fp32", "hf-Llama-3.2-1B-S1024-B2-training", "hf-Llama-3.2-1B-S512-B2-generate-dynamic",
+            "hf-Llama-3.1-8B-L2-S1024-B2-training-autocast"}
+    pts = [dict(p) for p in grid_course() + grid_hf() if p["id"] in keep]
+    for p in pts:
+        p["id"] += "-expandable"
+        p["args"] += " --allocator-conf expandable_segments:True"
+        p["snapshot"] = p["id"] == "cs336-small-S128-B2-training-fp32-expandable"
+    return pts
+
+
+def shrink(pts):
+    """--dry on CPU: the same points at toy shapes."""
+    out = []
+    for p in pts:
+        p = dict(p)
+        p["seq"], p["batch"] = min(p["seq"], 16), min(p["batch"], 2)
+        if "flavour" in p:
+            p["config"] = dict(p["config"], d_model=64, num_layers=2, num_heads=4, num_kv_heads=4 if p["flavour"] == "cs336" else 2,
+                               d_ff=128, vocab_size=500, max_seq_len=p["seq"])
+        else:
+            p["shape"] = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=500,
+                              head_dim=16)
+            p["num_layers"] = 2
+            p.pop("load_in_4bit", None)
+            if p.get("max_new_tokens"):
+                p["max_new_tokens"] = 3
+        out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------- card and micro
+def versions():
+    v = dict(torch=torch.__version__, cuda=torch.version.cuda, python=sys.version.split()[0])
+    for m in ("transformers", "peft", "bitsandbytes", "accelerate"):
+        try:
+            v[m] = __import__(m).__version__
+        except Exception as e:  # noqa: BLE001 -- recorded, not fatal
+            v[m] = f"missing ({type(e).__name__})"
+    return v
+
+
+def card():
+    r = dict(versions=versions(), env={k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG",
+                                                                     "CUDA_MODULE_LOADING", "TORCH_CUBLASLT_UNIFIED_WORKSPACE")})
+    try:
+        r["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,memory.used,driver_version",
+                                          "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception as e:  # noqa: BLE001
+        r["nvidia_smi"] = f"failed: {e}"
+    if not CUDA:
+        return r
+    torch.cuda.init()
+    free, total = torch.cuda.mem_get_info()
+    pr = torch.cuda.get_device_properties(0)
+    r.update(name=torch.cuda.get_device_name(0), total_memory=pr.total_memory, mem_get_info_total=total,
+             sm_count=pr.multi_processor_count, capability=list(torch.cuda.get_device_capability(0)))
+
+    def used():
+        torch.cuda.synchronize()
+        f, t = torch.cuda.mem_get_info()
+        return dict(used=t - f, reserved=torch.cuda.memory_reserved(), allocated=torch.cuda.memory_allocated())
+
+    r["after_init"] = dict(used=total - free, reserved=0, allocated=0)
+    x = torch.ones(16, device="cuda")
+    r["after_first_alloc"] = used()
+    a = torch.randn(1024, 1024, device="cuda")
+    b = a @ a
+    r["after_first_matmul"] = used()
+    w = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+    (w @ a).sum().backward()
+    r["after_first_backward"] = used()
+    q = torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.bfloat16)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    r["after_first_sdpa"] = used()
+    del x, a, b, w, q
+    gc.collect()
+    r["after_del"] = used()
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    r["after_clear"] = used()
+    return r
+
+
+def trace_of(fn):
+    """The allocator's trace (action, size) while fn runs, from the memory history."""
+    reset_allocator()
+    if not CUDA:
+        fn()
+        return []
+    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    fn()
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    tr = snap["device_traces"][0] if snap["device_traces"] else []
+    out = [[e["action"], e["size"]] for e in tr if e["action"] in ("alloc", "free_completed", "segment_alloc", "segment_free")]
+    reset_allocator()
+    return out
+
+
+def micro():
+    rows = []
+
+    def run(name, fn, **meta):
+        try:
+            peak0 = 0
+            tr = trace_of(fn)
+            reset_allocator()
+            fn()
+            if CUDA:
+                torch.cuda.synchronize()
+                peak0 = torch.cuda.max_memory_allocated()
+            rows.append(dict(name=name, trace=tr, peak_allocated=peak0, **meta))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(name=name, error=f"{type(e).__name__}: {e}", **meta))
+
+    from transformers.generation.logits_process import TopPLogitsWarper, TopKLogitsWarper
+    for B, V in ((1, 128256), (4, 128256), (2, 32000), (8, 151936), (3, 1000)):
+        def topp(B=B, V=V):
+            ids = torch.zeros(B, 1, dtype=torch.long, device=DEV)
+            s = torch.randn(B, V, device=DEV)
+            out = TopPLogitsWarper(0.9)(ids, s)
+            del out, s
+        run(f"top_p B{B} V{V}", topp, batch=B, vocab=V, op="TopPLogitsWarper(0.9) on fp32 (B, V) scores, scores made inside")
+
+        def sort(B=B, V=V):
+            s = torch.randn(B, V, device=DEV)
+            v, i = torch.sort(s, descending=False)
+            del v, i, s
+        run(f"sort B{B} V{V}", sort, batch=B, vocab=V, op="torch.sort fp32 (B, V), scores made inside")
+
+        def topk(B=B, V=V):
+            ids = torch.zeros(B, 1, dtype=torch.long, device=DEV)
+            s = torch.randn(B, V, device=DEV)
+            out = TopKLogitsWarper(50)(ids, s)
+            del out, s
+        run(f"top_k B{B} V{V}", topk, batch=B, vocab=V, op="TopKLogitsWarper(50), scores made inside")
+    if CUDA:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backs = dict(flash=SDPBackend.FLASH_ATTENTION, efficient=SDPBackend.EFFICIENT_ATTENTION, math=SDPBackend.MATH)
+        for (B, H, S, D, dt) in ((2, 32, 1024, 64, torch.bfloat16), (1, 32, 4096, 128, torch.bfloat16), (2, 8, 1000, 64, torch.bfloat16),
+                                 (2, 32, 1024, 64, torch.float32)):
+            for name, be in backs.items():
+                if dt == torch.float32 and name == "flash":
+                    continue
+
+                def sdpa(B=B, H=H, S=S, D=D, dt=dt, be=be):
+                    q = torch.randn(B, H, S, D, device=DEV, dtype=dt, requires_grad=True)
+                    k = torch.randn(B, H, S, D, device=DEV, dtype=dt, requires_grad=True)
+                    v = torch.randn(B, H, S, D, device=DEV, dtype=dt, requires_grad=True)
+                    with sdpa_kernel(be):
+                        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    o.sum().backward()
+                    del q, k, v, o
+                run(f"sdpa {name} B{B} H{H} S{S} D{D} {str(dt)[6:]}", sdpa, backend=name, shape=[B, H, S, D], dtype=str(dt)[6:],
+                    op="q, k, v (requires_grad), sdpa(is_causal=True), o.sum().backward()")
+            # which backend PyTorch picks by itself: the profiler's kernel names
+            try:
+                from torch.profiler import ProfilerActivity, profile
+                q = torch.randn(B, H, S, D, device=DEV, dtype=dt, requires_grad=True)
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+                names = sorted({e.name for e in prof.events() if "attention" in e.name})
+                rows.append(dict(name=f"sdpa auto B{B} H{H} S{S} D{D} {str(dt)[6:]}", picked=names))
+                del q
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(name="sdpa auto", error=str(e)))
+    for dt in (torch.float32, torch.bfloat16):
+        def clip(dt=dt):
+            ps = [torch.nn.Parameter(torch.randn(n, device=DEV, dtype=dt)) for n in (2048 * 2048, 8192 * 2048, 2048, 512 * 2048, 3)]
+            for q in ps:
+                q.grad = torch.randn_like(q)
+            torch.nn.utils.clip_grad_norm_(ps, 1.0)
+            del ps
+        run(f"clip_grad_norm_ {str(dt)[6:]}", clip, dtype=str(dt)[6:], op="5 params with grads, clip_grad_norm_(1.0)")
+
+        def fused_adamw(dt=dt):
+            ps = [torch.nn.Parameter(torch.randn(n, device=DEV, dtype=dt)) for n in (2048 * 2048, 8192 * 2048, 2048, 3)]
+            for q in ps:
+                q.grad = torch.randn_like(q)
+            o = torch.optim.AdamW(ps, fused=True)
+            o.step()
+            o.step()
+            del o, ps
+        run(f"adamw fused {str(dt)[6:]}", fused_adamw, dtype=str(dt)[6:], op="4 params, AdamW(fused=True), two steps")
+    return rows
+
+
+# ----------------------------------------------------------------------------- driver
+GPU_NAME = torch.cuda.get_device_name(0) if CUDA else "cpu"
+OUT_DIR = "."
+
+
+def run_points(pts, out_path, budget_s):
+    t0 = time.time()
+    with open(out_path, "a") as f:
+        for p in pts:
+            if time.time() - t0 > budget_s:
+                f.write(json.dumps(dict(id=p["id"], ok=False, error="skipped: the part's time budget ran out")) + "\n")
+                continue
+            body = course_body if "flavour" in p else hf_body
+            row = measure_point(p, body)
+            row["gpu"] = GPU_NAME
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(f"{p['id']}: {'ok' if row.get('ok') else row.get('error')} "
+                  f"{row.get('measured', {}).get('peak_allocated', 0) / MIB:.1f} MiB alloc "
+                  f"{row.get('measured', {}).get('peak_reserved', 0) / MIB:.1f} MiB res {row['seconds']} s", flush=True)
+
+
+def main(argv=None):
+    global OUT_DIR
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=("card", "course", "hf", "expandable", "micro"))
+    ap.add_argument("--all", action="store_true", help="card first, then the other parts as parallel processes")
+    ap.add_argument("--out", default="gpu_out")
+    ap.add_argument("--dry", action="store_true", help="toy shapes (for a CPU check of the script)")
+    ap.add_argument("--budget", type=float, default=420.0, help="seconds a part may take before it skips its remaining points")
+    ap.add_argument("--only", help="points whose id holds this text")
+    ap.add_argument("--ids", help="a comma list of point ids: only these, each with a snapshot")
+    a = ap.parse_args(argv)
+    OUT_DIR = a.out
+    os.makedirs(a.out, exist_ok=True)
+    if a.all:
+        me = [sys.executable, os.path.abspath(__file__), "--out", a.out, "--budget", str(a.budget)] + (["--dry"] if a.dry else [])
+        subprocess.run(me + ["--part", "card"], check=False)
+        procs = []
+        for part in ("course", "hf", "expandable", "micro"):
+            env = dict(os.environ)
+            if part == "expandable":
+                env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+            procs.append(subprocess.Popen(me + ["--part", part] + (["--only", a.only] if a.only else []) + (["--ids", a.ids] if a.ids else []), env=env))
+        return max(p.wait() for p in procs)
+    if a.part == "card" and a.ids:
+        return 0
+    if a.part == "micro" and a.ids:
+        return 0
+    if a.part == "card":
+        with open(os.path.join(a.out, "card.json"), "w") as f:
+            json.dump(dict(card(), gpu=GPU_NAME), f, indent=1)
+        return 0
+    if a.part == "micro":
+        with open(os.path.join(a.out, "micro.json"), "w") as f:
+            json.dump(dict(gpu=GPU_NAME, versions=versions(), rows=micro()), f)
+        return 0
+    pts = {"course": grid_course, "hf": grid_hf, "expandable": grid_expandable}[a.part]()
+    if a.only:
+        pts = [p for p in pts if a.only in p["id"]]
+    if a.ids:
+        want = a.ids.split(",")
+        pts = [dict(p, snapshot=True) for p in pts if p["id"] in want]
+    if a.dry:
+        pts = shrink(pts)
+    run_points(pts, os.path.join(a.out, f"{a.part}.jsonl"), a.budget)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
