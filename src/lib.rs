@@ -15,6 +15,7 @@ macro_rules! out {
 pub mod analyse;
 pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod engine;
 pub mod error;
 pub mod export;
@@ -28,3 +29,6 @@ mod python;
 pub mod record;
 pub mod session;
 pub mod train;
+/// The jobs the static page runs (web/), from the command line's words; exported to
+/// JavaScript with the `wasm` feature.
+pub mod web;

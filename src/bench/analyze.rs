@@ -6,6 +6,7 @@ use super::torch_snapshot;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
+#[cfg(not(target_family = "wasm"))]
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -38,6 +39,12 @@ pub(super) struct Child {
 
 /// Run `exe args` with its output into files of `dir`, and reap it with `wait4` for its own
 /// resource usage.
+#[cfg(target_family = "wasm")]
+pub(super) fn run_child(exe: &Path, _args: &[&str], _dir: &Path) -> Result<Child> {
+    anyhow::bail!("running {}: the page runs no processes", exe.display())
+}
+
+#[cfg(not(target_family = "wasm"))]
 pub(super) fn run_child(exe: &Path, args: &[&str], dir: &Path) -> Result<Child> {
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     let t0 = Instant::now();

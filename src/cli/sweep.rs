@@ -23,15 +23,14 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(n) = planned.iter().find_map(|p| p.options.note.clone()) {
         eprintln!("note: {n}");
     }
-    let bar = indicatif::ProgressBar::new(planned.len() as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points, {elapsed} [{msg}]").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    let bar = crate::session::progress::points(planned.len());
     // The message names the point running now.
     let labels: Vec<String> = planned.iter().map(|p| p.label.clone()).collect();
-    bar.set_message(labels.first().cloned().unwrap_or_default());
+    bar.set_message(labels.first().map_or("", |l| l.as_str()));
     let res = sweep(axes, &planned, |p, r| {
         p.save(r)?;
         bar.inc(1);
-        bar.set_message(labels.get(bar.position() as usize).cloned().unwrap_or_default());
+        bar.set_message(labels.get(bar.position() as usize).map_or("", |l| l.as_str()));
         Ok(())
     })?;
     bar.finish_and_clear();

@@ -1,7 +1,7 @@
 //! A short calibration of this machine's cpu peaks, for MFU and bandwidth utilisation:
 //! the best of a few f32 matmuls (2048², all worker threads) and of a few large copies.
 use super::{runtime, DType, Device, Tensor};
-use std::time::Instant;
+use crate::clock::Instant;
 
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct CpuPeaks {

@@ -64,14 +64,14 @@ pub(crate) fn classify(op: &'static str, inputs: &[&Tensor], out_numel: usize, o
 /// inside the op's span in the chrome trace.
 pub(crate) struct Span {
     start_us: Option<f64>,
-    t0: Option<std::time::Instant>,
+    t0: Option<crate::clock::Instant>,
     /// The op's frame in the compute log (its memory is charged there while it runs).
     depth: usize,
 }
 
 pub(crate) fn begin() -> Span {
     let (start_us, depth) = runtime::with(|rt| rt.compute.as_mut().map(|c| (Some(c.now_us()), c.open_op())).unwrap_or((None, 0)));
-    let t0 = (start_us.is_some() || runtime::op_timing_enabled()).then(std::time::Instant::now);
+    let t0 = (start_us.is_some() || runtime::op_timing_enabled()).then(crate::clock::Instant::now);
     Span { start_us, t0, depth }
 }
 

@@ -259,7 +259,7 @@ pub fn kernel_peak_gflops() -> f64 {
     let b = vec![0.5f32; kc * NR];
     let mut c = vec![0f32; MR * NR];
     let iters = 200_000;
-    let t = std::time::Instant::now();
+    let t = crate::clock::Instant::now();
     for i in 0..iters {
         #[cfg(target_arch = "x86_64")]
         unsafe {

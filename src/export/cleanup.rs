@@ -84,6 +84,14 @@ impl Drop for PrivateDir {
 
 /// mkdir of `<parent>/<prefix><16 random hex digits>`, mode 0700; a name that exists (a
 /// planted file or link included) is never reused, another is drawn.
+#[cfg(target_family = "wasm")]
+pub(crate) fn create_unique_dir(parent: &Path, _prefix: &str) -> std::io::Result<PathBuf> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, format!("{}: the page writes no files", parent.display())))
+}
+
+/// mkdir of `<parent>/<prefix><16 random hex digits>`, mode 0700; a name that exists (a
+/// planted file or link included) is never reused, another is drawn.
+#[cfg(not(target_family = "wasm"))]
 pub(crate) fn create_unique_dir(parent: &Path, prefix: &str) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let mut last = None;
@@ -98,8 +106,10 @@ pub(crate) fn create_unique_dir(parent: &Path, prefix: &str) -> std::io::Result<
     Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
 }
 
+#[cfg(not(target_family = "wasm"))]
 static WRITE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
+#[cfg(not(target_family = "wasm"))]
 extern "C" fn on_signal(sig: libc::c_int) {
     let fd = WRITE_FD.load(std::sync::atomic::Ordering::Relaxed);
     let b = sig as u8;
@@ -112,6 +122,13 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// Install the SIGINT/SIGTERM handler once per process (a signal the process was started
 /// with ignored, as `nohup` does, stays ignored).
 pub fn install() {
+    // The browser has no signals, nor files to remove.
+    #[cfg(not(target_family = "wasm"))]
+    install_handler();
+}
+
+#[cfg(not(target_family = "wasm"))]
+fn install_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let mut fds = [0 as libc::c_int; 2];

@@ -1,5 +1,10 @@
 //! Writers. Every file is written whole or not at all (`atomic`), and a command's files
 //! together as one set (`output_set`); an interrupted run leaves no temp files (`cleanup`).
+#[cfg(not(target_family = "wasm"))]
+pub mod atomic;
+/// The browser build has no file system: writes are errors there (src/web returns bytes).
+#[cfg(target_family = "wasm")]
+#[path = "atomic_none.rs"]
 pub mod atomic;
 pub mod chrome_trace;
 pub mod cleanup;

@@ -121,6 +121,12 @@ fn remove_staging(reg: &mut Registry, set: &Staged) {
 /// An exclusive `flock` on folder `dir` (created if missing): Ok(None) when another process
 /// holds it and `wait` is false. Waiting says so on stderr. A folder, not a file in it, is
 /// locked, so nothing is left behind.
+#[cfg(target_family = "wasm")]
+fn lock_dir(dir: &Path, _wait: bool) -> std::io::Result<Option<std::fs::File>> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, format!("{}: the page writes no files", dir.display())))
+}
+
+#[cfg(not(target_family = "wasm"))]
 fn lock_dir(dir: &Path, wait: bool) -> std::io::Result<Option<std::fs::File>> {
     use std::os::fd::AsRawFd;
     std::fs::create_dir_all(dir)?;
@@ -169,6 +175,7 @@ fn staging_for(reg: &mut Registry, path: &Path, new_root: &Path) -> std::io::Res
 }
 
 /// This host's name as it goes into staging folder names ([A-Za-z0-9.] only).
+#[cfg(not(target_family = "wasm"))]
 fn host() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into buf.
@@ -180,6 +187,16 @@ fn host() -> String {
 /// Remove the staging folders a killed run (kill -9, a crash) left in `dir`: those named for
 /// this host, owned by this user, whose process no longer exists. Another host's (a shared
 /// disk) or a live process's are left alone.
+#[cfg(target_family = "wasm")]
+fn host() -> String {
+    "browser".into()
+}
+
+/// The browser leaves no staging folders.
+#[cfg(target_family = "wasm")]
+fn remove_stale_staging(_dir: &Path) {}
+
+#[cfg(not(target_family = "wasm"))]
 fn remove_stale_staging(dir: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else { return };

@@ -4,7 +4,7 @@
 use super::Phase;
 use serde::Serialize;
 use std::rc::Rc;
-use std::time::Instant;
+use crate::clock::Instant;
 
 /// How an op's FLOPs are counted. Only `Matmul` FLOPs are what PyTorch's
 /// `FlopCounterMode` and the DeepSpeed profiler call FLOPs; the others are labelled apart.
@@ -108,7 +108,7 @@ pub struct ComputeLog {
 
 impl Default for ComputeLog {
     fn default() -> Self {
-        let base_unix_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let base_unix_us = crate::clock::SystemTime::now().duration_since(crate::clock::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         ComputeLog { epoch: Instant::now(), ops: Vec::new(), modules: Vec::new(), steps: Vec::new(), memory: None, base_unix_us, outside_ops: (0, 0), open_modules: Vec::new(), open_ops: Vec::new() }
     }
 }

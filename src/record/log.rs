@@ -124,7 +124,7 @@ pub struct Recording {
 }
 
 fn now_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    crate::clock::SystemTime::now().duration_since(crate::clock::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 impl MemoryLog {

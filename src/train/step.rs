@@ -9,7 +9,7 @@ use crate::record::Phase;
 use serde::Serialize;
 use crate::parallel::RankLayout;
 use std::rc::Rc;
-use std::time::Instant;
+use crate::clock::Instant;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PhaseStat {

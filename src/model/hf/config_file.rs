@@ -2,6 +2,7 @@
 //! one. Only regular files are read, at most [`MAX_CONFIG_BYTES`]: a FIFO or a device named as
 //! the config is refused before it is opened for reading (a FIFO would block, /dev/zero would
 //! never end), and an oversized file before it is read whole.
+#[cfg(not(target_family = "wasm"))]
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,24 @@ pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// The file `path` names (a folder's config.json) and its text; errors say what was found
 /// instead of a readable regular file.
 pub fn read(path: &Path) -> Result<(PathBuf, String), String> {
+    // The page's pasted or dropped config.json (src/web), held to the same size limit.
+    if let Some(text) = crate::web::pasted::text(path) {
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(format!("{} holds {} bytes: more than the {MAX_CONFIG_BYTES} a config.json is read up to", path.display(), text.len()));
+        }
+        return Ok((path.to_path_buf(), text));
+    }
+    read_file(path)
+}
+
+/// The page has no file system: only what was pasted or dropped on it.
+#[cfg(target_family = "wasm")]
+fn read_file(path: &Path) -> Result<(PathBuf, String), String> {
+    Err(format!("cannot read {}: the page reads only the config.json pasted or dropped on it", path.display()))
+}
+
+#[cfg(not(target_family = "wasm"))]
+fn read_file(path: &Path) -> Result<(PathBuf, String), String> {
     let file = match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => {
             let f = path.join("config.json");
@@ -54,6 +73,7 @@ pub fn read(path: &Path) -> Result<(PathBuf, String), String> {
     Ok((file, text))
 }
 
+#[cfg(not(target_family = "wasm"))]
 fn kind_of(m: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = m.file_type();
