@@ -98,7 +98,7 @@ class AnalyzeResult(JobResult):
 # BEGIN generated from the clap flags by `python -c 'from vramscope import _keywords; _keywords.write_stub()'`: do not edit
 
 def profile(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -197,7 +197,7 @@ def profile(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
@@ -205,8 +205,8 @@ def profile(
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
         Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
-        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
-        [--preset; also model_size=, preset=]
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3,
+        Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -486,7 +486,7 @@ def profile(
     """
 
 def compare(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -586,7 +586,7 @@ def compare(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
@@ -594,8 +594,8 @@ def compare(
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
         Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
-        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
-        [--preset; also model_size=, preset=]
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3,
+        Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -878,7 +878,7 @@ def compare(
     """
 
 def sweep(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -948,13 +948,13 @@ def sweep(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
         Model preset(s) (as `profile --model`), comma separated. One of: cs336-small, cs336-medium,
         cs336-large, xl, 2.7B, walkthrough, script, tiny, tinyllama-small, tinyllama-medium,
         tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B, Mistral-7B,
         Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B,
-        Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3. [--preset; also model_size=,
-        preset=]
+        Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3, Mistral-7B-v0.3. [--preset; also
+        model_size=, preset=]
     config : Any, default None
         Hugging Face config.json file(s), comma separated. Also a dict (a config.json's content) or
         a transformers ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
@@ -1093,7 +1093,7 @@ def sweep(
     """
 
 def fit(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -1177,7 +1177,7 @@ def fit(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
@@ -1185,8 +1185,8 @@ def fit(
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
         Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
-        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
-        [--preset; also model_size=, preset=]
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3,
+        Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -1412,8 +1412,9 @@ def fit(
         --max-seq-len or a config.json fixes one; else 1048576. [--max]
     reserve : Optional[str], default None
         Device memory kept free for what the allocator model does not hold The CUDA context and the
-        cuBLAS workspaces (default: 512 MiB context + 32 MiB per cuBLAS handle on H100/H200, 8.125
-        MiB elsewhere; two handles for training; see the README). 0 for none. [--reserve]
+        cuBLAS workspaces (default: the CUDA context, 757 MiB measured on H100/H200 and 512 MiB
+        elsewhere, + 32 MiB per cuBLAS handle on H100/H200, 8.125 MiB elsewhere; two handles for
+        training; see the README). 0 for none. [--reserve]
 
     Returns
     -------
@@ -1421,7 +1422,7 @@ def fit(
     """
 
 def estimate(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     flavour: Optional[Literal['cs336', 'tinyllama', 'hf']] = None,
@@ -1491,7 +1492,7 @@ def estimate(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
         Model preset (the names below; a cs336-/tinyllama-/hf- prefix is accepted on any) small,
         medium and large exist in both cs336 and tinyllama: a bare name takes the command's seed's
         (profile, sweep, fit, estimate, run-all: CS336's; train, study: the workshop's); cs336-NAME
@@ -1499,8 +1500,8 @@ def estimate(
         cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny,
         tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B,
         Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B,
-        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, Mistral-7B-v0.3.
-        [--preset; also model_size=, preset=]
+        Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3,
+        Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
         config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
@@ -1767,7 +1768,7 @@ def analyze(
     """
 
 def serve(
-    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']] = None,
+    model: Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']] = None,
     *,
     config: Any = None,
     gpu: Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'] = 'H100-80GB',
@@ -1795,7 +1796,7 @@ def serve(
 
     Parameters
     ----------
-    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'Mistral-7B-v0.3']], default None
+    model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
         Model preset: one of the Hugging Face ones (Llama-*, Mistral-7B, Qwen*; the others are not
         vLLM models). [--preset; also preset=]
     config : Any, default None
