@@ -112,6 +112,7 @@ struct Keys {
 const BITMAP_STEP: u64 = 1 << 20;
 
 impl Keys {
+    #[inline]
     fn contains(&self, k: u64) -> bool {
         match self.bits.get((k / 64) as usize) {
             Some(w) if k / 64 < self.bits.len() as u64 => w >> (k % 64) & 1 == 1,
@@ -120,7 +121,19 @@ impl Keys {
     }
 
     /// Insert; true when new. Keys that extend the bitmap by a bounded step go there.
+    #[inline]
     fn insert(&mut self, k: u64) -> bool {
+        // Within the bitmap (every fetch of a CPython pickle's memo, once it has grown).
+        if let Some(word) = usize::try_from(k / 64).ok().and_then(|w| self.bits.get_mut(w)) {
+            let bit = 1u64 << (k % 64);
+            let new = *word & bit == 0;
+            *word |= bit;
+            return new;
+        }
+        self.insert_beyond(k)
+    }
+
+    fn insert_beyond(&mut self, k: u64) -> bool {
         let w = k / 64;
         if w >= self.bits.len() as u64 && w < self.bits.len() as u64 + BITMAP_STEP / 64 && !self.far.contains(&k) {
             self.bits.resize(w as usize + 1, 0);

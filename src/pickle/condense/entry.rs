@@ -28,11 +28,30 @@ pub struct Pending {
     pub lists: usize,
 }
 
-/// A scalar value, or a string.
-enum Val {
+/// A scalar value, or a string (held by the memo, or new).
+enum Val<'c> {
     Int(i64),
-    Str(Rc<str>),
+    Str(&'c Rc<str>),
+    New(Rc<str>),
     Other,
+}
+
+impl Val<'_> {
+    fn text(&self) -> Option<&str> {
+        match self {
+            Val::Str(s) => Some(s),
+            Val::New(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn into_rc(self) -> Option<Rc<str>> {
+        match self {
+            Val::Str(s) => Some(s.clone()),
+            Val::New(s) => Some(s),
+            _ => None,
+        }
+    }
 }
 
 /// Reads one entry from `b` (the bytes after its EMPTY_DICT); None: not the shape taken.
@@ -62,7 +81,15 @@ impl Cursor<'_> {
 
     /// FRAME opcodes (they only group opcodes) and memo stores after a value, as the
     /// general loop takes them. A store to a key the pickle fetches is left to it.
+    #[inline]
     fn skip_stores(&mut self, c: &State) -> Option<()> {
+        if !matches!(self.byte(self.p)?, FRAME | MEMOIZE | BINPUT | LONG_BINPUT) {
+            return Some(());
+        }
+        self.stores_from_here(c)
+    }
+
+    fn stores_from_here(&mut self, c: &State) -> Option<()> {
         loop {
             let key = match self.byte(self.p)? {
                 FRAME => {
@@ -110,11 +137,12 @@ impl Cursor<'_> {
     }
 
     /// A key or a scalar value (one pushed item), as the general loop would push it.
-    fn value(&mut self, c: &State) -> Option<Val> {
+    #[inline]
+    fn value<'c>(&mut self, c: &'c State) -> Option<Val<'c>> {
         if let Some(k) = self.get_key()? {
             return match c.get(k)? {
                 Item::Int(x) => Some(Val::Int(*x)),
-                Item::Str(s) => Some(Val::Str(s.clone())),
+                Item::Str(s) => Some(Val::Str(s)),
                 Item::None | Item::Bool(_) | Item::Float(_) => Some(Val::Other),
                 Item::Node(_) => None,
             };
@@ -144,7 +172,7 @@ impl Cursor<'_> {
                 let s = std::str::from_utf8(self.b.get(self.p..self.p.checked_add(n)?)?).ok()?;
                 self.p += n;
                 self.fresh += 1;
-                Val::Str(Rc::from(s))
+                Val::New(Rc::from(s))
             }
             _ => return None,
         })
@@ -243,12 +271,13 @@ fn read_entry(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], depth: usi
             k.p += 1;
             return Some(r);
         }
-        let Val::Str(key) = k.value(c)? else { return None };
+        let key = k.value(c)?;
+        let Some(key) = key.text() else { return None };
         k.skip_stores(c)?;
         d += 1;
         r.peak_stack = r.peak_stack.max(d);
         r.pairs += 1;
-        if &*key == "frames" && k.byte(k.p)? == EMPTY_LIST {
+        if key == "frames" && k.byte(k.p)? == EMPTY_LIST {
             if frames_seen {
                 return None;
             }
@@ -276,13 +305,13 @@ fn read_entry(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], depth: usi
             None => *ints &= !bit,
         };
         let rec = &mut r.rec;
-        match &*key {
-            "action" => r.action = Some(if let Val::Str(a) = v { Some(a) } else { None }),
+        match key {
+            "action" => r.action = Some(v.into_rc()),
             "addr" => put(ADDR, &mut rec.addr, &mut rec.ints),
             "size" => put(SIZE, &mut rec.size, &mut rec.ints),
             "time_us" => put(TIME, &mut rec.time_us, &mut rec.ints),
             "device_free" => put(DEVICE_FREE, &mut rec.device_free, &mut rec.ints),
-            "category" => r.category = Some(if let Val::Str(s) = v { Some(s) } else { None }),
+            "category" => r.category = Some(v.into_rc()),
             // A scalar `frames` is no frames; a second one after a list is left alone.
             "frames" if frames_seen => return None,
             "frames" => {
