@@ -307,7 +307,13 @@ pub(super) struct State {
     /// Whether entries may take the fast path (off only to test it against the general loop).
     fast: bool,
     fast_entries: usize,
+    /// Frame id + 1 (0: not known) of the frame dict a memo key holds, for keys below
+    /// [`FRAME_KEYS`]: what the fast path found for the key, kept until the key is stored again.
+    frame_at_key: Vec<std::cell::Cell<u32>>,
 }
+
+/// Memo keys whose frame the fast path remembers (4 MiB of ids at most).
+const FRAME_KEYS: u64 = 1 << 20;
 
 /// Memo keys below this (64 MiB of slot numbers at most) are looked up by index.
 const DENSE_KEYS: u64 = 1 << 24;
@@ -362,6 +368,14 @@ impl State {
     }
 
     fn store(&mut self, key: u64, it: Item) {
+        if key < FRAME_KEYS {
+            // The key holds something else now: forget the frame it stood for.
+            let k = key as usize;
+            if self.frame_at_key.len() <= k {
+                self.frame_at_key.resize_with(k + 1, Default::default);
+            }
+            self.frame_at_key[k].set(0);
+        }
         if key < DENSE_KEYS {
             let k = key as usize;
             if self.dense.len() <= k {
@@ -743,6 +757,7 @@ fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records:
         phantom: 0,
         fast,
         fast_entries: 0,
+        frame_at_key: Vec::new(),
     }));
     let res = r.run().and_then(|root| {
         if let Some(i) = r.input.first_nonzero(r.pos) {

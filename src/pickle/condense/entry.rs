@@ -331,12 +331,21 @@ fn frames(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], d: usize, r: &
     let mut n = 0;
     let frame = |k: &mut Cursor<'_>| -> Option<u32> {
         let key = k.get_key()??;
+        let known = usize::try_from(key).ok().and_then(|i| c.frame_at_key.get(i));
+        if let Some(id) = known.and_then(|id| id.get().checked_sub(1)) {
+            return Some(id);
+        }
         let Item::Node(f) = c.get(key)? else { return None };
-        // A shared frame dict given an id is frozen: its content is what was checked.
+        // A shared frame dict given an id is frozen: its content is what was checked. It
+        // is never let go, so the key holds it until the key is stored again.
         if !flag(&c.shared, *f) || !matches!(nodes.get(*f), Some((_, Node::Dict(_)))) {
             return None;
         }
-        id_at(&c.frame_of, *f)
+        let id = id_at(&c.frame_of, *f)?;
+        if let Some(cell) = known {
+            cell.set(id.checked_add(1)?);
+        }
+        Some(id)
     };
     k.skip_stores(c)?;
     loop {
