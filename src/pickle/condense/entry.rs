@@ -272,7 +272,7 @@ fn read_entry(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], depth: usi
             return Some(r);
         }
         let key = k.value(c)?;
-        let Some(key) = key.text() else { return None };
+        let key = key.text()?;
         k.skip_stores(c)?;
         d += 1;
         r.peak_stack = r.peak_stack.max(d);
