@@ -564,6 +564,8 @@ enum Node {
     Bytes(Vec<u8>),
     /// A list of trace entries condensed as they arrived ([`condense`]), in chunks.
     Records(Vec<Vec<condense::TraceRecord>>),
+    /// A trace-entry dict read straight into its record, until a list of records takes it.
+    Entry(Box<condense::Pending>),
     /// A slot given back after its container was condensed (reused by the next one).
     Free,
 }
@@ -775,8 +777,8 @@ impl<'a> Reader<'a> {
     }
 
     fn node(&mut self, n: Node) -> Res<Item> {
-        let free = self.cond.as_ref().map_or(0, |c| c.free.len());
-        if self.nodes.len() - free >= self.limits.max_containers {
+        let (free, held) = self.cond.as_ref().map_or((0, 0), |c| (c.free.len(), c.phantom()));
+        if self.nodes.len() - free + held >= self.limits.max_containers {
             return self.err(format!("more than {} containers (budget --max-containers)", self.limits.max_containers));
         }
         if let Some(i) = self.cond.as_mut().and_then(|c| c.reuse()) {
@@ -840,7 +842,7 @@ impl<'a> Reader<'a> {
     fn target(&mut self, want: &str, ok: impl Fn(&Node) -> bool) -> Res<usize> {
         let top = self.top()?;
         if let (Item::Node(i), Some(c)) = (&top, &self.cond) {
-            if c.is_frozen(*i) {
+            if c.is_frozen(*i) || matches!(self.nodes[*i].1, Node::Entry(_)) {
                 // Changed after it was condensed: only the tree reader can follow that.
                 return self.err(condense::BAIL);
             }
@@ -855,7 +857,11 @@ impl<'a> Reader<'a> {
         self.count(items.len())?;
         let i = self.target(name, |n| matches!(n, Node::Seq(k, _) if *k == kind))?;
         if let Node::Seq(_, v) = &mut self.nodes[i].1 {
-            v.extend(items);
+            if v.is_empty() {
+                *v = items;
+            } else {
+                v.extend(items);
+            }
         }
         Ok(())
     }
@@ -867,6 +873,7 @@ impl<'a> Reader<'a> {
         self.count(items.len())?;
         let i = self.target("dict", |n| matches!(n, Node::Dict(_)))?;
         if let Node::Dict(d) = &mut self.nodes[i].1 {
+            d.reserve(items.len() / 2);
             let mut it = items.into_iter();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {
                 d.push((k, v));
@@ -1021,6 +1028,7 @@ impl<'a> Reader<'a> {
                 EMPTY_LIST => self.new_seq(Seq::List, Vec::new())?,
                 EMPTY_TUPLE => self.new_seq(Seq::Tuple, Vec::new())?,
                 EMPTY_SET => self.new_seq(Seq::Set, Vec::new())?,
+                EMPTY_DICT if self.cond.is_some() && self.fast_entry()? => continue,
                 EMPTY_DICT => self.node(Node::Dict(Vec::new()))?,
                 LIST | TUPLE | FROZENSET => {
                     let items = self.pop_mark()?;
@@ -1144,7 +1152,7 @@ fn convert(mut nodes: Vec<(usize, Node)>, root: Item, limits: &Limits) -> Res<Va
                     b
                 }
             }
-            Node::Bytes(_) | Node::Records(_) | Node::Free => return None,
+            Node::Bytes(_) | Node::Records(_) | Node::Entry(_) | Node::Free => return None,
         };
         Some(match it {
             Item::Node(j) => Some(*j),
@@ -1194,7 +1202,7 @@ fn convert(mut nodes: Vec<(usize, Node)>, root: Item, limits: &Limits) -> Res<Va
             Node::Dict(d) => Value::Dict(Rc::new(build(d, |(a, b)| Ok((value(a)?, value(b)?)))?)),
             Node::Bytes(b) => Value::Bytes(b), // never on the path
             // Records only stand where the condensing reader takes them out.
-            Node::Records(_) | Node::Free => return fail(at, condense::BAIL.into()),
+            Node::Records(_) | Node::Entry(_) | Node::Free => return fail(at, condense::BAIL.into()),
         };
         done[i] = Some(v);
     }

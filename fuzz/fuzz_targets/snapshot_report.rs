@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use vramscope::analyse::budget::Budget;
 use vramscope::analyse::snapshot::{analyse_replay, analyse_within, replay_condensed, SnapshotReport};
-use vramscope::pickle::condense::read_condensed;
+use vramscope::pickle::condense::{read_condensed, read_condensed_general, Refused};
 use vramscope::export::html::{report_within, Source};
 use vramscope::pickle::{read, Value};
 
@@ -35,7 +35,22 @@ fn streamed(data: &[u8]) -> Option<Result<SnapshotReport, String>> {
     Some(replay_condensed(c, None, &b).and_then(|rp| analyse_replay(&rp, 100.0, 10)))
 }
 
+/// The streaming reader's fast path for trace entries against its general loop: the same
+/// report or the same error, unless the fast path hands the bytes back to the tree reader.
+fn fast_path_agrees(data: &[u8]) {
+    let b = budget();
+    let outcome = |r: Result<vramscope::pickle::condense::Condensed, Refused>| match r {
+        Ok(c) => Some(replay_condensed(c, None, &b).and_then(|rp| analyse_replay(&rp, 100.0, 10)).map(|r| serde_json::to_string(&r).unwrap())),
+        Err(Refused::Bail) => None,
+        Err(Refused::File(e)) => Some(Err(e.to_string())),
+    };
+    let Some(fast) = outcome(read_condensed(data, &b.pickle_limits(), b.trace_entries, b.frames)) else { return };
+    let general = outcome(read_condensed_general(data, &b.pickle_limits(), b.trace_entries, b.frames));
+    assert!(general.as_ref() == Some(&fast), "the fast path gives {fast:?}, the general loop {general:?}");
+}
+
 fuzz_target!(|data: &[u8]| {
+    fast_path_agrees(data);
     let streamed = streamed(data);
     let Some(snap) = read_bounded(data) else { return };
     let analysed = analyse_bounded(&snap);

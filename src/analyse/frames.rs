@@ -180,6 +180,15 @@ impl FrameTable {
         Ok(self.lists.len() as u32 - 1)
     }
 
+    /// The id of an interned list of frames `ids`, if it is one already ([`FrameTable::list_of`]
+    /// without adding one: nothing is spent).
+    pub fn find_list(&self, ids: &[u32]) -> Option<u32> {
+        if ids.is_empty() {
+            return Some(NO_FRAMES);
+        }
+        self.list_by_content.get(ids).copied()
+    }
+
     pub fn list(&self, id: u32) -> &[u32] {
         self.lists.get(id as usize).map_or(&[], Vec::as_slice)
     }

@@ -369,7 +369,7 @@ pub fn replay(snap: &Value, device: Option<usize>, budget: &Budget) -> Result<Re
 /// [`replay`] of a snapshot the streaming reader condensed: the same replay, its trace
 /// entries taken from the records (each chunk let go once read).
 pub fn replay_condensed(c: Condensed, device: Option<usize>, budget: &Budget) -> Result<Replay, String> {
-    let Condensed { rest, traces, frames, actions, categories } = c;
+    let Condensed { rest, traces, frames, actions, categories, .. } = c;
     replay_from(&rest, device, budget, Some(Records { traces, frames, actions, categories }))
 }
 
@@ -747,10 +747,19 @@ pub fn analyse_replay(r: &Replay, detail: f64, top: usize) -> Result<SnapshotRep
     let by_frame = by_text.into_iter().collect();
     let by_cat = by_cat.into_iter().map(|(c, b)| (r.category(c).unwrap_or("<uncategorised>").to_string(), b)).collect();
     // Sort indices, not the allocations: only the kept ones are turned into report rows.
+    // Largest first, earlier first among equals, then trace order (what a stable sort by the
+    // first two keys gives): only the rows shown are selected and sorted.
+    let keep = ((allocs.len() as f64 * detail / 100.0).ceil() as usize).min(allocs.len()).min(top);
+    let by_size = |&a: &usize, &b: &usize| allocs[b].size.cmp(&allocs[a].size).then(allocs[a].alloc_at.cmp(&allocs[b].alloc_at)).then(a.cmp(&b));
     let mut order: Vec<usize> = (0..allocs.len()).collect();
-    order.sort_by(|&a, &b| allocs[b].size.cmp(&allocs[a].size).then(allocs[a].alloc_at.cmp(&allocs[b].alloc_at)));
-    let keep = ((allocs.len() as f64 * detail / 100.0).ceil() as usize).min(allocs.len());
-    let largest: Vec<Alloc> = order.iter().take(keep.min(top)).map(|&i| r.report_alloc(&allocs[i])).collect();
+    if keep < order.len() {
+        if keep > 0 {
+            order.select_nth_unstable_by(keep - 1, by_size);
+        }
+        order.truncate(keep);
+    }
+    order.sort_unstable_by(by_size);
+    let largest: Vec<Alloc> = order.iter().map(|&i| r.report_alloc(&allocs[i])).collect();
     let (_, peak_reserved) = r.reserved_start_and_peak()?;
     // The allocation before each OOM: traced allocations are in trace order, so a binary
     // search finds it.

@@ -19,6 +19,9 @@ use crate::analyse::frames::{FrameTable, NO_FRAMES};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+mod entry;
+pub(super) use entry::Pending;
+
 /// The error message that sends the caller back to the tree reader.
 pub const BAIL: &str = "snapshot shape the condensing reader does not take (read again as a tree)";
 
@@ -66,6 +69,8 @@ pub struct Condensed {
     pub frames: FrameTable,
     pub actions: Vec<Rc<str>>,
     pub categories: Vec<Rc<str>>,
+    /// Trace entries the fast path read ([`entry`]); the others went through the general loop.
+    pub fast_entries: usize,
 }
 
 /// Strings interned by text.
@@ -107,6 +112,7 @@ struct Keys {
 const BITMAP_STEP: u64 = 1 << 20;
 
 impl Keys {
+    #[inline]
     fn contains(&self, k: u64) -> bool {
         match self.bits.get((k / 64) as usize) {
             Some(w) if k / 64 < self.bits.len() as u64 => w >> (k % 64) & 1 == 1,
@@ -115,7 +121,19 @@ impl Keys {
     }
 
     /// Insert; true when new. Keys that extend the bitmap by a bounded step go there.
+    #[inline]
     fn insert(&mut self, k: u64) -> bool {
+        // Within the bitmap (every fetch of a CPython pickle's memo, once it has grown).
+        if let Some(word) = usize::try_from(k / 64).ok().and_then(|w| self.bits.get_mut(w)) {
+            let bit = 1u64 << (k % 64);
+            let new = *word & bit == 0;
+            *word |= bit;
+            return new;
+        }
+        self.insert_beyond(k)
+    }
+
+    fn insert_beyond(&mut self, k: u64) -> bool {
         let w = k / 64;
         if w >= self.bits.len() as u64 && w < self.bits.len() as u64 + BITMAP_STEP / 64 && !self.far.contains(&k) {
             self.bits.resize(w as usize + 1, 0);
@@ -152,6 +170,16 @@ fn fetched_keys(mut input: Input<'_>, max_memo: usize) -> Res<Keys> {
         Some(u64::from_le_bytes(b))
     };
     loop {
+        // The common opcodes straight from the bytes in memory; the rest, and any opcode
+        // whose argument may lie past them, one by one below.
+        let (p, stop) = match scan_window(input.rest(pos), &mut keys, &mut n, max_memo) {
+            Ok(done) => done,
+            Err(p) => return Err(PickleError { offset: pos + p, message: format!("more than {max_memo} memo entries fetched (budget --max-memo)") }),
+        };
+        pos += p;
+        if stop {
+            return Ok(keys);
+        }
         let at = pos;
         let Some(op) = input.byte(pos) else { return Ok(keys) };
         pos += 1;
@@ -212,6 +240,43 @@ fn fetched_keys(mut input: Input<'_>, max_memo: usize) -> Res<Keys> {
     }
 }
 
+/// [`fetched_keys`] over `b`, for the binary opcodes whose whole argument lies in `b`: how
+/// far it got and whether it met STOP, or (Err) the offset of the fetch that counted more
+/// than `max_memo` keys in `n`. The slow loop takes over where this stops.
+fn scan_window(b: &[u8], keys: &mut Keys, n: &mut usize, max_memo: usize) -> Result<(usize, bool), usize> {
+    use super::{
+        ADDITEMS, APPEND, APPENDS, BINFLOAT, BINGET, BININT, BININT1, BININT2, BINPUT, DICT, DUP, EMPTY_DICT, EMPTY_LIST, EMPTY_SET, EMPTY_TUPLE, FRAME, FROZENSET, LIST,
+        LONG1, LONG_BINGET, LONG_BINPUT, MARK, MEMOIZE, NEWFALSE, NEWTRUE, NONE as NONE_OP, POP, POP_MARK, PROTO, SETITEM, SETITEMS, SHORT_BINBYTES, SHORT_BINSTRING,
+        SHORT_BINUNICODE, STOP, TUPLE, TUPLE1, TUPLE2, TUPLE3,
+    };
+    let mut p = 0;
+    while p + 9 <= b.len() {
+        let op = b[p];
+        p += match op {
+            STOP => return Ok((p, true)),
+            MARK | POP | POP_MARK | DUP | NONE_OP | NEWTRUE | NEWFALSE | APPEND | APPENDS | DICT | EMPTY_DICT | LIST | EMPTY_LIST | SETITEM | SETITEMS
+            | TUPLE | EMPTY_TUPLE | TUPLE1 | TUPLE2 | TUPLE3 | EMPTY_SET | ADDITEMS | FROZENSET | MEMOIZE => 1,
+            PROTO | BININT1 | BINPUT => 2,
+            BININT2 => 3,
+            BININT | LONG_BINPUT => 5,
+            FRAME | BINFLOAT => 9,
+            BINGET | LONG_BINGET => {
+                let (k, w) = if op == BINGET { (u64::from(b[p + 1]), 2) } else { (u64::from(u32::from_le_bytes([b[p + 1], b[p + 2], b[p + 3], b[p + 4]])), 5) };
+                if keys.insert(k) {
+                    *n += 1;
+                    if *n > max_memo {
+                        return Err(p);
+                    }
+                }
+                w
+            }
+            SHORT_BINUNICODE | SHORT_BINSTRING | SHORT_BINBYTES | LONG1 if p + 2 + usize::from(b[p + 1]) <= b.len() => 2 + usize::from(b[p + 1]),
+            _ => return Ok((p, false)),
+        };
+    }
+    Ok((p, false))
+}
+
 /// The streaming mode's state, kept by the [`Reader`].
 pub(super) struct State {
     fetched: Keys,
@@ -236,7 +301,19 @@ pub(super) struct State {
     categories: Names,
     records: usize,
     max_records: usize,
+    /// Frames lists the fast path read as part of a [`Node::Entry`] not yet condensed: the
+    /// general loop would hold each as a container until then.
+    phantom: usize,
+    /// Whether entries may take the fast path (off only to test it against the general loop).
+    fast: bool,
+    fast_entries: usize,
+    /// Frame id + 1 (0: not known) of the frame dict a memo key holds, for keys below
+    /// [`FRAME_KEYS`]: what the fast path found for the key, kept until the key is stored again.
+    frame_at_key: Vec<std::cell::Cell<u32>>,
 }
+
+/// Memo keys whose frame the fast path remembers (4 MiB of ids at most).
+const FRAME_KEYS: u64 = 1 << 20;
 
 /// Memo keys below this (64 MiB of slot numbers at most) are looked up by index.
 const DENSE_KEYS: u64 = 1 << 24;
@@ -291,6 +368,14 @@ impl State {
     }
 
     fn store(&mut self, key: u64, it: Item) {
+        if key < FRAME_KEYS {
+            // The key holds something else now: forget the frame it stood for.
+            let k = key as usize;
+            if self.frame_at_key.len() <= k {
+                self.frame_at_key.resize_with(k + 1, Default::default);
+            }
+            self.frame_at_key[k].set(0);
+        }
         if key < DENSE_KEYS {
             let k = key as usize;
             if self.dense.len() <= k {
@@ -333,6 +418,10 @@ impl State {
         set(&mut self.shared, i, true);
     }
 
+    pub(super) fn phantom(&self) -> usize {
+        self.phantom
+    }
+
     pub(super) fn is_frozen(&self, i: usize) -> bool {
         flag(&self.frozen, i)
     }
@@ -351,10 +440,14 @@ impl Reader<'_> {
     fn entry_ok(&self, it: &Item, first: bool) -> bool {
         let Some(c) = &self.cond else { return false };
         let Item::Node(i) = it else { return false };
-        let Some((_, Node::Dict(pairs))) = self.nodes.get(*i) else { return false };
         if flag(&c.shared, *i) || flag(&c.frozen, *i) {
             return false;
         }
+        let pairs = match self.nodes.get(*i) {
+            Some((_, Node::Dict(pairs))) => pairs,
+            Some((_, Node::Entry(e))) => return !first || e.rec.action != NO_ACTION,
+            _ => return false,
+        };
         let mut action = false;
         for (k, v) in pairs {
             match (k, v) {
@@ -436,7 +529,18 @@ impl Reader<'_> {
     fn record(&mut self, it: &Item) -> Result<TraceRecord, String> {
         let Item::Node(i) = *it else { unreachable!("entry_ok takes dicts only") };
         let (_, node) = std::mem::replace(&mut self.nodes[i], (0, Node::Free));
-        let Node::Dict(pairs) = node else { unreachable!("entry_ok takes dicts only") };
+        let pairs = match node {
+            Node::Dict(pairs) => pairs,
+            Node::Entry(e) => {
+                // What the dict and its frames list counted goes, as below.
+                self.items = self.items.saturating_sub(e.items);
+                let c = self.cond.as_mut().expect("streaming mode");
+                c.phantom -= e.lists;
+                c.free.push(i);
+                return Ok(e.rec);
+            }
+            _ => unreachable!("entry_ok takes dicts and entries only"),
+        };
         let mut r = TraceRecord { addr: 0, size: 0, time_us: 0, device_free: 0, frames: NO_FRAMES, action: NO_ACTION, category: NO_CATEGORY_KEY, ints: 0 };
         let mut frames: Option<&Item> = None;
         let c = self.cond.as_mut().expect("streaming mode");
@@ -592,7 +696,7 @@ impl Reader<'_> {
         let nodes = std::mem::take(&mut self.nodes);
         let rest = convert(nodes, root, self.limits)?;
         let c = self.cond.take().expect("streaming mode");
-        Ok(Condensed { rest, traces, frames: c.frames, actions: c.actions.names, categories: c.categories.names })
+        Ok(Condensed { rest, traces, frames: c.frames, actions: c.actions.names, categories: c.categories.names, fast_entries: c.fast_entries })
     }
 }
 
@@ -614,16 +718,24 @@ pub fn read_file_condensed(path: &std::path::Path, limits: &Limits, max_records:
     let (first, what) = super::open_input(path, limits).map_err(Refused::File)?;
     let fetched = fetched_keys(first, limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?;
     let (input, _) = super::open_input(path, limits).map_err(Refused::File)?;
-    condense_input(input, fetched, limits, max_records, max_frames, &what)
+    condense_input(input, fetched, limits, max_records, max_frames, &what, true)
 }
 
 /// [`read_file_condensed`] of a pickle in memory (what the fuzz targets drive).
 pub fn read_condensed(data: &[u8], limits: &Limits, max_records: usize, max_frames: usize) -> Result<Condensed, Refused> {
     let fetched = fetched_keys(Input::slice(data), limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?;
-    condense_input(Input::slice(data), fetched, limits, max_records, max_frames, "cannot read the pickle")
+    condense_input(Input::slice(data), fetched, limits, max_records, max_frames, "cannot read the pickle", true)
 }
 
-fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records: usize, max_frames: usize, what: &str) -> Result<Condensed, Refused> {
+/// [`read_condensed`] with every entry read by the general opcode loop: what the tests hold
+/// the fast path to.
+#[doc(hidden)]
+pub fn read_condensed_general(data: &[u8], limits: &Limits, max_records: usize, max_frames: usize) -> Result<Condensed, Refused> {
+    let fetched = fetched_keys(Input::slice(data), limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?;
+    condense_input(Input::slice(data), fetched, limits, max_records, max_frames, "cannot read the pickle", false)
+}
+
+fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records: usize, max_frames: usize, what: &str, fast: bool) -> Result<Condensed, Refused> {
     let mut r = Reader::new(input, limits);
     r.cond = Some(Box::new(State {
         fetched,
@@ -642,6 +754,10 @@ fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records:
         categories: Names::default(),
         records: 0,
         max_records,
+        phantom: 0,
+        fast,
+        fast_entries: 0,
+        frame_at_key: Vec::new(),
     }));
     let res = r.run().and_then(|root| {
         if let Some(i) = r.input.first_nonzero(r.pos) {

@@ -96,6 +96,11 @@ impl<'a> Input<'a> {
         &self.buf[pos - self.base..pos - self.base + n]
     }
 
+    /// The bytes from `pos` to the end of what is in memory now (empty when `pos` is not).
+    pub fn rest(&self, pos: usize) -> &[u8] {
+        pos.checked_sub(self.base).and_then(|i| self.buf.get(i..)).unwrap_or(&[])
+    }
+
     pub fn byte(&mut self, pos: usize) -> Option<u8> {
         self.ensure(pos, 1).then(|| self.buf[pos - self.base])
     }
