@@ -16,6 +16,8 @@
 //! the model with `from_config` on the device, and with tied embeddings that allocates an
 //! lm_head weight that `post_init`'s tie_weights frees at once (501 MiB for Llama-3.2-1B);
 //! `from_pretrained`, whose setup vramscope models, never allocates it.
+mod memviz_viewer;
+use memviz_viewer::viewer;
 use serde_json::Value;
 use vramscope::options::{self, parse_words};
 use vramscope::record::{gpu, reserve};
@@ -175,32 +177,6 @@ fn every_point_is_within_the_bounds() {
     }
     assert!(unexpected.is_empty(), "points outside the bounds:\n{}", unexpected.join("\n"));
     assert!(fixed.is_empty(), "take these off KNOWN_MISSES:\n{}", fixed.join("\n"));
-}
-
-/// The viewer folder and node, or None after a printed notice (tests/pytorch_snapshots.rs).
-fn viewer() -> Option<std::path::PathBuf> {
-    use std::path::Path;
-    let rel = Path::new("tools/memviz/viewer/process_alloc_data.js");
-    let found = match std::env::var_os("VRAMSCOPE_SHARED") {
-        Some(d) => {
-            let p = Path::new(&d).join(rel);
-            assert!(p.exists(), "VRAMSCOPE_SHARED={} has no {}", Path::new(&d).display(), rel.display());
-            Some(p)
-        }
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().skip(1).map(|a| a.join("shared").join(rel)).find(|p| p.exists()),
-    };
-    let node = std::process::Command::new("node").arg("--version").output().ok().filter(|o| o.status.success());
-    match (found, node) {
-        (Some(p), Some(_)) => Some(p.parent().unwrap().to_path_buf()),
-        (None, _) => {
-            eprintln!("NOTICE: no shared/tools/memviz/viewer beside the repository (set VRAMSCOPE_SHARED): skipping the memory_viz half");
-            None
-        }
-        (_, None) => {
-            eprintln!("NOTICE: node is not installed: skipping the memory_viz half");
-            None
-        }
-    }
 }
 
 /// The GPU-made `_dump_snapshot` pickles (a real caching allocator, its own segments and

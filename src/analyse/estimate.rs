@@ -181,6 +181,9 @@ enum Mode {
 }
 
 /// Builds the term list with the run's symbols bound.
+/// The memory-efficient kernel's aten op, as the terms name it.
+const EFFICIENT: &str = "_scaled_dot_product_efficient_attention";
+
 struct Ctx {
     b: u64,
     s: u64,
@@ -226,6 +229,11 @@ impl Ctx {
     }
     fn mask(&self, what: &str, op: &'static str, elem: u64) -> Term {
         Term { what: what.into(), op, formula: format!("S²·{elem}"), unit: Unit::M, elements: self.s * self.s, elem }
+    }
+    /// Whether `F.scaled_dot_product_attention` runs the memory-efficient kernel: fp32 inputs
+    /// (CUDA's flash kernel takes half types only; `Tensor::sdpa_causal`).
+    fn efficient_sdpa(&self) -> bool {
+        self.mode == Mode::Fp32
     }
     /// Bytes of the residual stream and of what follows type promotion from it.
     fn resid(&self) -> u64 {
@@ -354,13 +362,22 @@ fn cs336_block(c: &Ctx, attention: Attention) -> Vec<Term> {
             }
         }
         Attention::Flash => {
-            // The flash primitive keeps q, k, v as given.
+            // The fused primitive keeps q, k, v as given.
             qk(&mut t, "");
-            t.push(c.term("flash attention output", "_scaled_dot_product_flash_attention", Unit::A, lo));
-            t.push(c.small("flash logsumexp (fp32)", "_scaled_dot_product_flash_attention", "B·h·S", bhs, 4));
+            if c.efficient_sdpa() {
+                // fp32: the memory-efficient kernel, whose (B, S, h, d) output makes merging the
+                // heads a view.
+                t.push(c.term("memory-efficient attention output (output_proj keeps it)", EFFICIENT, Unit::A, lo));
+                t.push(c.small("logsumexp (fp32; rows padded to 32)", EFFICIENT, "B·h·⌈S/32⌉·32", c.b * c.h * c.s.div_ceil(32) * 32, 4));
+            } else {
+                t.push(c.term("flash attention output", "_scaled_dot_product_flash_attention", Unit::A, lo));
+                t.push(c.small("flash logsumexp (fp32)", "_scaled_dot_product_flash_attention", "B·h·S", bhs, 4));
+            }
         }
     }
-    t.push(c.term("heads merged (reshape copy; output_proj keeps it)", "clone", Unit::A, lo));
+    if attention == Attention::Naive || !c.efficient_sdpa() {
+        t.push(c.term("heads merged (reshape copy; output_proj keeps it)", "clone", Unit::A, lo));
+    }
     // In pure bf16 the bf16 residual is read only by the norm's upcast and the adds, which
     // keep nothing: the norm's fp32 copy is counted instead.
     if !pure {
@@ -407,6 +424,11 @@ fn tinyllama_block(c: &Ctx, attention: Attention) -> Vec<Term> {
                 t.push(c.term(format!("softmax output cast to {} for probs·V", c.low_name), "_to_copy", Unit::S, 2));
             }
             t.push(c.term("heads merged (contiguous copy; o_proj keeps it)", "clone", Unit::A, lo));
+        }
+        Attention::Flash if c.efficient_sdpa() => {
+            // fp32: the memory-efficient kernel; its output is (B, S, h, d_k) too.
+            t.push(c.term("memory-efficient attention output (o_proj keeps it)", EFFICIENT, Unit::A, lo));
+            t.push(c.small("logsumexp (fp32; rows padded to 32)", EFFICIENT, "B·h·⌈S/32⌉·32", c.b * c.h * c.s.div_ceil(32) * 32, 4));
         }
         Attention::Flash => {
             // empty_like(q) takes q's (B, S, h, d_k) order: merging heads needs no copy.

@@ -333,7 +333,7 @@ impl Tensor {
         // num_heads, Kv})` in `_efficient_attention_forward`) whatever q's layout, and returns
         // it transposed: a later `transpose(1, 2)` is contiguous, with no copy (measured on an
         // H200: tests/gpu_grid.rs, cs336's flash points in fp32).
-        let (out_st, out_l) = if kernel == FusedKernel::Efficient && device != Device::Cpu {
+        let (out_st, out_l) = if kernel == FusedKernel::Efficient {
             (Storage::alloc(device, dtype, b * sq * h * d, fwd_op), Layout::contiguous(&[b, sq, h, d]).transpose(1, 2))
         } else {
             alloc_like(&q, dtype, fwd_op)
