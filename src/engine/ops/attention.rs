@@ -232,6 +232,21 @@ fn last_dim_unit(t: &Tensor) -> Tensor {
     if t.layout().strides[3] == 1 || t.shape()[3] == 1 { t.clone() } else { t.contiguous() }
 }
 
+thread_local! {
+    static CPU_KERNEL_CHOICE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with [`Tensor::sdpa_causal`] choosing as PyTorch's CPU dispatch does: one flash
+/// kernel whatever the dtype, its output in q's layout. For the grids measured on CPU
+/// (tests/pytorch_grid.rs), where fp32 would otherwise take CUDA's memory-efficient kernel,
+/// whose (B, S, h, d) output spares the CPU run's heads-merge copy.
+pub fn with_cpu_kernel_choice<R>(f: impl FnOnce() -> R) -> R {
+    let prev = CPU_KERNEL_CHOICE.replace(true);
+    let r = f();
+    CPU_KERNEL_CHOICE.set(prev);
+    r
+}
+
 /// Which fused CUDA kernel an attention call stands for: its workspace differs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FusedKernel {
@@ -264,7 +279,7 @@ impl Tensor {
     #[track_caller]
     pub fn sdpa_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Tensor {
         let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
-        if half || k.dim(1) != q.dim(1) {
+        if half || k.dim(1) != q.dim(1) || CPU_KERNEL_CHOICE.get() {
             Tensor::flash_attention(q, k, v, true, scale)
         } else {
             Tensor::efficient_attention(q, k, v, true, scale)
