@@ -129,3 +129,73 @@ fn mutated_snapshots_read_the_same_both_ways() {
     // Most mutations leave the fast path a file to read (else this proves little).
     assert!(bailed * 2 < cases, "{bailed} of {cases} handed back");
 }
+
+/// A large file's first pass runs on two threads, cut at a FRAME near the middle
+/// (`read_file_condensed_split`; from 64 MiB on in use, here from any size): the same report
+/// or the same error at the same byte as the one-thread read of the same bytes, on whole
+/// snapshots, at the memo budget's edge, and under mutations on both sides of the cut
+/// (frame headers included).
+#[test]
+fn split_first_pass_reads_as_one_thread() {
+    use vramscope::pickle::condense::read_file_condensed_split;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.pickle");
+    let file_outcome = |bytes: &[u8], b: &Budget| -> String {
+        std::fs::write(&path, bytes).unwrap();
+        match read_file_condensed_split(&path, &b.pickle_limits(), b.trace_entries, b.frames, 0) {
+            Ok(c) => match replay_condensed(c, None, b).and_then(|rp| analyse_replay(&rp, 100.0, 50)) {
+                Ok(r) => serde_json::to_string(&r).unwrap(),
+                Err(e) => format!("replay error: {e}"),
+            },
+            Err(Refused::Bail) => "bail".into(),
+            Err(Refused::File(e)) => format!("error: {e}"),
+        }
+    };
+    for events in [1u64, 1000, 5000, 20_000] {
+        let bytes = snapshot(events);
+        let b = Budget::default();
+        assert_eq!(file_outcome(&bytes, &b), outcome(&bytes, &b, true), "{events} events");
+        let c = read_file_condensed_split(&path, &b.pickle_limits(), b.trace_entries, b.frames, 0).ok().unwrap();
+        // One event fits one frame: no frame to cut at.
+        assert_eq!(c.split_first_pass, events > 1, "{events} events: split first pass");
+    }
+    let bytes = snapshot(5000);
+    // The memo budget around the least the file reads with.
+    let ok = |m: usize| !outcome(&bytes, &Budget { memo: m, ..Budget::default() }, true).starts_with("error");
+    let (mut lo, mut hi) = (0usize, 1usize << 24);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    for m in [hi - 1, hi, hi + 1] {
+        let b = Budget { memo: m, ..Budget::default() };
+        assert_eq!(file_outcome(&bytes, &b), outcome(&bytes, &b, true), "memo = {m}");
+    }
+    // Frame headers, for mutations aimed at them.
+    let mut frames = Vec::new();
+    let mut at = 2usize;
+    while at + 9 <= bytes.len() && bytes[at] == 0x95 {
+        frames.push(at);
+        at += 9 + u64::from_le_bytes(bytes[at + 1..at + 9].try_into().unwrap()) as usize;
+    }
+    assert!(frames.len() > 4, "{} frames", frames.len());
+    let ops = [b'.', b'(', b'h', b'j', b'q', 0x94, 0x95, b'}', b']', b'K', b'M'];
+    let mut rng = Rng(31);
+    for i in 0..300 {
+        let mut m = bytes.clone();
+        let at = match i % 3 {
+            0 => frames[rng.below(frames.len())] + rng.below(10),
+            _ => 2 + rng.below(m.len() - 18),
+        };
+        match i % 2 {
+            0 => m[at] = rng.below(256) as u8,
+            _ => m[at] = ops[rng.below(ops.len())],
+        }
+        let b = Budget::default();
+        assert_eq!(file_outcome(&m, &b), outcome(&m, &b, true), "mutation {i} at byte {at}");
+    }
+}

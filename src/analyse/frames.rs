@@ -37,7 +37,7 @@ pub struct FrameTable {
     list_by_ptr: HashMap<usize, (u32, Rc<Vec<Value>>)>,
     /// Lists by their frames: PyTorch writes a list of its own for every trace entry (only
     /// the frame dicts are shared), so equal tracebacks meet here.
-    list_by_content: HashMap<Vec<u32>, u32>,
+    list_by_content: super::fast_hash::HashMap<Vec<u32>, u32>,
     /// Distinct frames plus lengths of distinct lists so far, and the most allowed.
     used: usize,
     budget: usize,
@@ -57,7 +57,7 @@ impl FrameTable {
             frame_by_ptr: HashMap::new(),
             lists: vec![Vec::new()],
             list_by_ptr: HashMap::new(),
-            list_by_content: HashMap::new(),
+            list_by_content: super::fast_hash::map(),
             used: 0,
             budget,
         }

@@ -2,6 +2,7 @@
 //! peaks, breakdowns by category and module, the largest allocations.
 pub mod budget;
 pub mod estimate;
+pub mod fast_hash;
 pub mod fit;
 pub mod flops;
 pub mod frames;

@@ -517,7 +517,7 @@ fn replay_from(snap: &Value, device: Option<usize>, budget: &Budget, records: Op
 
     // Allocations, including those made before the trace began.
     let mut allocs: Vec<Allocation> = Vec::new();
-    let mut live: HashMap<Option<u64>, usize> = HashMap::new();
+    let mut live: super::fast_hash::HashMap<Option<u64>, usize> = super::fast_hash::map();
     let mut ooms_at = Vec::new();
     for (i, e) in entries.iter().enumerate() {
         let a = Allocation { addr: e.addr.unwrap_or(0), size: e.size, alloc_at: None, free_at: None, category: e.category, frames: e.frames, time_us: None };

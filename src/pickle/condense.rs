@@ -71,6 +71,8 @@ pub struct Condensed {
     pub categories: Vec<Rc<str>>,
     /// Trace entries the fast path read ([`entry`]); the others went through the general loop.
     pub fast_entries: usize,
+    /// Whether the first pass ran on two threads ([`read_file_condensed_split`]).
+    pub split_first_pass: bool,
 }
 
 /// Strings interned by text.
@@ -112,11 +114,43 @@ struct Keys {
 const BITMAP_STEP: u64 = 1 << 20;
 
 impl Keys {
+    /// A key inserted beyond the bitmap stays in `far` even when the bitmap grows over it
+    /// later, so both are asked.
     #[inline]
     fn contains(&self, k: u64) -> bool {
-        match self.bits.get((k / 64) as usize) {
+        let in_bits = match self.bits.get((k / 64) as usize) {
             Some(w) if k / 64 < self.bits.len() as u64 => w >> (k % 64) & 1 == 1,
-            _ => self.far.contains(&k),
+            _ => false,
+        };
+        in_bits || (!self.far.is_empty() && self.far.contains(&k))
+    }
+
+    /// How many keys (a key in both the bitmap and `far` counts once).
+    fn count(&self) -> usize {
+        let bits: usize = self.bits.iter().map(|w| w.count_ones() as usize).sum();
+        let far_only = self.far.iter().filter(|&&k| !((k / 64) < self.bits.len() as u64 && self.bits[(k / 64) as usize] >> (k % 64) & 1 == 1)).count();
+        bits + far_only
+    }
+
+    /// Add every key of `other`.
+    fn union(&mut self, other: Keys) {
+        for (w, &word) in other.bits.iter().enumerate() {
+            if word == 0 {
+                continue;
+            }
+            match self.bits.get_mut(w) {
+                Some(mine) => *mine |= word,
+                None => {
+                    for b in 0..64 {
+                        if word >> b & 1 == 1 {
+                            self.insert(w as u64 * 64 + b);
+                        }
+                    }
+                }
+            }
+        }
+        for k in other.far {
+            self.insert(k);
         }
     }
 
@@ -152,10 +186,22 @@ impl Keys {
 /// The first pass: the memo keys the pickle fetches (GET, BINGET, LONG_BINGET), at most
 /// `max_memo` of them. It parses arguments only; whatever it cannot parse the second pass
 /// reports (a fetch of a key that pass never reached cannot run before that error).
-fn fetched_keys(mut input: Input<'_>, max_memo: usize) -> Res<Keys> {
+fn fetched_keys(input: Input<'_>, max_memo: usize) -> Res<Keys> {
+    scan_keys(input, 0, max_memo).map(|s| s.keys)
+}
+
+/// What [`scan_keys`] found: the keys, and whether it ran to the end of its input (no STOP
+/// and nothing it could not parse before; no read error).
+struct Scan {
+    keys: Keys,
+    ran_out: bool,
+}
+
+/// [`fetched_keys`] from offset `start` (an opcode boundary) to the end of `input`.
+fn scan_keys(mut input: Input<'_>, start: usize, max_memo: usize) -> Res<Scan> {
     let mut keys = Keys::default();
     let mut n = 0usize;
-    let mut pos = 0usize;
+    let mut pos = start;
     let skip = |input: &mut Input<'_>, pos: &mut usize, k: usize| -> Option<()> {
         *pos = pos.checked_add(k)?;
         (*pos <= input.len).then_some(())
@@ -178,13 +224,16 @@ fn fetched_keys(mut input: Input<'_>, max_memo: usize) -> Res<Keys> {
         };
         pos += p;
         if stop {
-            return Ok(keys);
+            return Ok(Scan { keys, ran_out: false });
         }
         let at = pos;
-        let Some(op) = input.byte(pos) else { return Ok(keys) };
+        let Some(op) = input.byte(pos) else {
+            let ran_out = pos == input.len && input.io_error.is_none();
+            return Ok(Scan { keys, ran_out });
+        };
         pos += 1;
         let key = match op {
-            super::STOP => return Ok(keys),
+            super::STOP => return Ok(Scan { keys, ran_out: false }),
             super::PROTO | super::BININT1 | super::BINPUT => skip(&mut input, &mut pos, 1),
             super::BININT2 => skip(&mut input, &mut pos, 2),
             super::BININT | super::LONG_BINPUT => skip(&mut input, &mut pos, 4),
@@ -235,7 +284,7 @@ fn fetched_keys(mut input: Input<'_>, max_memo: usize) -> Res<Keys> {
         }
         if key.is_none() {
             // The second pass stops here, with its own message.
-            return Ok(keys);
+            return Ok(Scan { keys, ran_out: false });
         }
     }
 }
@@ -696,7 +745,7 @@ impl Reader<'_> {
         let nodes = std::mem::take(&mut self.nodes);
         let rest = convert(nodes, root, self.limits)?;
         let c = self.cond.take().expect("streaming mode");
-        Ok(Condensed { rest, traces, frames: c.frames, actions: c.actions.names, categories: c.categories.names, fast_entries: c.fast_entries })
+        Ok(Condensed { rest, traces, frames: c.frames, actions: c.actions.names, categories: c.categories.names, fast_entries: c.fast_entries, split_first_pass: false })
     }
 }
 
@@ -711,14 +760,92 @@ pub enum Refused {
 /// Read the snapshot pickle in `path` in streaming mode, within `limits`, at most
 /// `max_records` trace entries and `max_frames` frames.
 pub fn read_file_condensed(path: &std::path::Path, limits: &Limits, max_records: usize, max_frames: usize) -> Result<Condensed, Refused> {
+    read_file_condensed_split(path, limits, max_records, max_frames, SPLIT_FROM)
+}
+
+/// [`read_file_condensed`] whose first pass splits files from `split_from` bytes on (what the
+/// tests hold to the one-thread scan on small files).
+#[doc(hidden)]
+pub fn read_file_condensed_split(path: &std::path::Path, limits: &Limits, max_records: usize, max_frames: usize, split_from: usize) -> Result<Condensed, Refused> {
     // Two passes need a file that can be opened twice.
     if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return Err(Refused::Bail);
     }
     let (first, what) = super::open_input(path, limits).map_err(Refused::File)?;
-    let fetched = fetched_keys(first, limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?;
+    let split = split_scan(path, first.len, limits.max_memo, split_from);
+    let split_first_pass = split.is_some();
+    let fetched = match split {
+        Some(keys) => keys,
+        None => fetched_keys(first, limits.max_memo).map_err(|e| Refused::File(super::FileError::Pickle(e)))?,
+    };
     let (input, _) = super::open_input(path, limits).map_err(Refused::File)?;
-    condense_input(input, fetched, limits, max_records, max_frames, &what, true)
+    condense_input(input, fetched, limits, max_records, max_frames, &what, true).map(|c| Condensed { split_first_pass, ..c })
+}
+
+/// Files from this size on have their first pass split in two halves scanned at once.
+const SPLIT_FROM: usize = 64 << 20;
+
+/// The first pass of a large protocol-4/5 file on two threads: the file is cut at the start
+/// of a FRAME near its middle (frames begin at opcode boundaries: the pickler ends a frame
+/// only between opcodes) and each half is scanned alone; the key sets are joined. None where
+/// that cannot stand for the one-thread scan, which then runs instead: no frames to cut at,
+/// the first half not running cleanly up to the cut (a STOP, an opcode across it, anything
+/// it cannot parse), a read error, or a budget overrun (whose offset only the one-thread
+/// scan reports).
+#[cfg(not(target_family = "wasm"))]
+fn split_scan(path: &std::path::Path, len: usize, max_memo: usize, split_from: usize) -> Option<Keys> {
+    if len < split_from || len < 64 {
+        return None;
+    }
+    let cut = frame_near_middle(path, len)?;
+    let open = |start: usize, end: usize| std::fs::File::open(path).and_then(|f| Input::file_range(f, start, end)).ok();
+    let (head, tail) = (open(0, cut)?, open(cut, len)?);
+    let (first, second) = std::thread::scope(|s| {
+        let other = std::thread::Builder::new().name("pickle-scan".into()).spawn_scoped(s, move || scan_keys(tail, cut, max_memo)).ok()?;
+        let first = scan_keys(head, 0, max_memo);
+        Some((first, other.join().ok()?))
+    })?;
+    let (Ok(first), Ok(second)) = (first, second) else { return None };
+    if !first.ran_out {
+        return None;
+    }
+    let mut keys = first.keys;
+    keys.union(second.keys);
+    (keys.count() <= max_memo).then_some(keys)
+}
+
+#[cfg(target_family = "wasm")]
+fn split_scan(_path: &std::path::Path, _len: usize, _max_memo: usize, _split_from: usize) -> Option<Keys> {
+    None
+}
+
+/// The offset of the first FRAME opcode at or after the middle of a protocol 4/5 pickle of
+/// `len` bytes, found by hopping from frame header to frame header (one 9-byte read per
+/// frame); None unless every hop lands on a FRAME.
+#[cfg(not(target_family = "wasm"))]
+fn frame_near_middle(path: &std::path::Path, len: usize) -> Option<usize> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; 9];
+    f.read_exact_at(&mut head[..2], 0).ok()?;
+    if head[0] != super::PROTO || !matches!(head[1], 4 | 5) {
+        return None;
+    }
+    let mut at = 2usize;
+    loop {
+        f.read_exact_at(&mut head, at as u64).ok()?;
+        if head[0] != super::FRAME {
+            return None;
+        }
+        if at >= len / 2 {
+            return Some(at);
+        }
+        let size = usize::try_from(u64::from_le_bytes(head[1..9].try_into().ok()?)).ok()?;
+        at = at.checked_add(9)?.checked_add(size)?;
+        if at.checked_add(9)? > len {
+            return None;
+        }
+    }
 }
 
 /// [`read_file_condensed`] of a pickle in memory (what the fuzz targets drive).

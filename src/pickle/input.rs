@@ -28,6 +28,13 @@ impl<'a> Input<'a> {
         Input { buf: Cow::Owned(head), base: 0, file: Some(file), len, io_error: None }
     }
 
+    /// The bytes `start..len` of a regular file (the reader sees nothing past `len`).
+    pub fn file_range(mut file: std::fs::File, start: usize, len: usize) -> std::io::Result<Input<'static>> {
+        use std::io::{Seek, SeekFrom};
+        file.seek(SeekFrom::Start(start as u64))?;
+        Ok(Input { buf: Cow::Owned(Vec::new()), base: start, file: Some(file), len, io_error: None })
+    }
+
     /// Whether `n` bytes from `pos` are (now) in memory. Bytes before `pos` are let go.
     pub fn ensure(&mut self, pos: usize, n: usize) -> bool {
         let Some(end) = pos.checked_add(n) else { return false };
@@ -62,7 +69,8 @@ impl<'a> Input<'a> {
         }
         let old = buf.len();
         let want = end.saturating_sub(self.base + old).max(1);
-        let room = want.max(CHUNK);
+        // Never past `len` ([`Input::ensure`] asks for nothing beyond it).
+        let room = want.max(CHUNK).min(self.len.saturating_sub(self.base + old).max(want));
         buf.resize(old + room, 0);
         let mut got = 0;
         while got < want {
