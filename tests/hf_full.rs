@@ -153,3 +153,42 @@ fn deepseek_v3_rows_match_faketensor_memtracker() {
     }
     assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
 }
+
+/// A dense family preset as fake_hf.py --family-grid builds it: its committed config.json,
+/// eager attention.
+fn family_preset(name: &str, use_cache: bool) -> vramscope::model::ModelConfig {
+    let mut cfg = vramscope::model::presets::find(name, Some(Flavour::Hf)).unwrap().model;
+    let h = cfg.hf.as_mut().unwrap();
+    h.attn_implementation = AttnImplementation::Eager;
+    h.use_cache = use_cache;
+    cfg
+}
+
+/// Rows whose difference from MemTracker is known: (preset, kind, vramscope − MemTracker).
+/// Gemma's forward with grad and no cache keeps one 512 B block more than MemTracker counts
+/// (a sub-512 B tensor: the CPU grids, which count blocks from 512 B on, cannot see it; not
+/// found yet). The test fails if such a row changes, or starts to agree.
+const FAMILY_KNOWN: [(&str, &str, i64); 2] = [("Gemma-3-27B", "forward", 512), ("Gemma-2-9B", "forward", 512)];
+
+/// Gemma-3-27B (text), Gemma-2-9B, Phi-3-mini and OLMo-2-7B at S 4096 (fake cuda, eager):
+/// tests/fixtures/hf_grid/fake_full_families.json from `fake_hf.py --family-grid`. The
+/// inference rows (use_cache) hold a 512 B block per sliding cache layer: the
+/// `DynamicSlidingWindowLayer`'s window tensor moved to the device.
+#[test]
+fn family_rows_match_faketensor_memtracker() {
+    let doc: Value = serde_json::from_str(include_str!("fixtures/hf_grid/fake_full_families.json")).unwrap();
+    assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
+    let mut bad = Vec::new();
+    for row in doc["rows"].as_array().unwrap() {
+        let want = row["peak_total"].as_u64().unwrap();
+        let (preset, kind) = (row["preset"].as_str().unwrap(), row["kind"].as_str().unwrap());
+        let cfg = family_preset(preset, row["use_cache"].as_bool().unwrap());
+        let got = run_config(row, cfg);
+        println!("{preset} S{} {kind}: MemTracker {want} B, vramscope {got} B", row["seq"]);
+        let known = FAMILY_KNOWN.iter().find(|(p, k, _)| *p == preset && *k == kind).map_or(0, |k| k.2);
+        if got as i64 - want as i64 != known {
+            bad.push(format!("{} S{} {}: {got} vs {want} ({:+})", row["preset"], row["seq"], row["kind"], got as i64 - want as i64));
+        }
+    }
+    assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
+}

@@ -20,6 +20,8 @@ rows compare across machines; sdpa is settled on real hardware (issue #19).
         [--dtype bf16] [--use-cache true|false] [--device cuda|cpu] [--json out.json]
     python3 fake_hf.py --grid        # the rows committed to tests/fixtures/hf_grid/fake_full.json
     python3 fake_hf.py --moe-grid    # Mixtral-8x7B and Qwen3-30B-A3B rows: tests/fixtures/hf_grid/fake_full_moe.json
+    python3 fake_hf.py --family-grid # Gemma-3-27B, Gemma-2-9B, Phi-3-mini, OLMo-2-7B rows (their committed
+                                     # config.json files): tests/fixtures/hf_grid/fake_full_families.json
     python3 fake_hf.py --deepseek-grid   # DeepSeek-V3 rows (ground truth only, vramscope refuses the
                                          # model): tests/fixtures/hf_grid/fake_full_deepseek.json
 
@@ -78,6 +80,11 @@ DEEPSEEK_PRESETS = {
                         original_max_position_embeddings=4096),
 }
 DEEPSEEK_GRID = [dict(preset="DeepSeek-V3", seq=4096, kind=k, use_cache=(k == "inference")) for k in ("inference", "forward")]
+# Issue 30's dense families: the committed config.json of each preset (family_presets.py's folders),
+# read by AutoConfig as from_pretrained would.
+FAMILY_PRESETS = {"Gemma-3-27B": "gemma-3-27b-text", "Gemma-2-9B": "gemma-2-9b", "Phi-3-mini": "Phi-3-mini-4k-instruct",
+                  "OLMo-2-7B": "OLMo-2-1124-7B"}
+FAMILY_GRID = [dict(preset=p, seq=4096, kind=k, use_cache=(k == "inference")) for p in FAMILY_PRESETS for k in ("inference", "forward")]
 
 
 def moe_config(r):
@@ -93,8 +100,18 @@ def moe_config(r):
     return cfg
 
 
+def family_config(name, use_cache):
+    from transformers import AutoConfig
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fixtures/hf_models")
+    cfg = AutoConfig.from_pretrained(os.path.join(root, FAMILY_PRESETS[name]))
+    cfg.use_cache = use_cache
+    return cfg
+
+
 def config(name, use_cache):
     import transformers as T
+    if name in FAMILY_PRESETS:
+        return family_config(name, use_cache)
     h, f, L, nh, kv, V, maxpos, theta, tied, mt, hd = PRESETS[name]
     cls = {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config, "qwen3": T.Qwen3Config}[mt]
     kw = dict(hidden_size=h, intermediate_size=f, num_hidden_layers=L, num_attention_heads=nh, num_key_value_heads=kv,
@@ -140,7 +157,7 @@ def measure(r, device="cuda"):
 
 def main():
     a = argparse.ArgumentParser()
-    a.add_argument("--preset", choices=sorted(PRESETS) + sorted(MOE_PRESETS) + sorted(DEEPSEEK_PRESETS), default="Llama-3.1-8B")
+    a.add_argument("--preset", choices=sorted(PRESETS) + sorted(MOE_PRESETS) + sorted(DEEPSEEK_PRESETS) + sorted(FAMILY_PRESETS), default="Llama-3.1-8B")
     a.add_argument("--seq", type=int, default=2048)
     a.add_argument("--batch", type=int, default=1)
     a.add_argument("--kind", choices=("inference", "forward", "training"), default="inference")
@@ -150,18 +167,20 @@ def main():
     a.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     a.add_argument("--moe-grid", action="store_true", help="measure the MoE rows into tests/fixtures/hf_grid/fake_full_moe.json")
     a.add_argument("--deepseek-grid", action="store_true", help="measure the DeepSeek-V3 rows into tests/fixtures/hf_grid/fake_full_deepseek.json")
+    a.add_argument("--family-grid", action="store_true", help="measure the Gemma/Phi-3/OLMo-2 rows into tests/fixtures/hf_grid/fake_full_families.json")
     a.add_argument("--grid", action="store_true", help="measure the committed rows into tests/fixtures/hf_grid/fake_full.json")
     a.add_argument("--json")
     x = a.parse_args()
     import transformers
-    if x.grid or x.moe_grid or x.deepseek_grid:
+    if x.grid or x.moe_grid or x.deepseek_grid or x.family_grid:
         rows = []
-        for r in (MOE_GRID if x.moe_grid else DEEPSEEK_GRID if x.deepseek_grid else GRID):
+        for r in (MOE_GRID if x.moe_grid else DEEPSEEK_GRID if x.deepseek_grid else FAMILY_GRID if x.family_grid else GRID):
             res = measure(dict(r, attn="eager", dtype="bf16", batch=1), r.get("device", "cuda"))
             print(res, flush=True)
             rows.append(res)
-        name = "fake_full_moe.json" if x.moe_grid else "fake_full_deepseek.json" if x.deepseek_grid else "fake_full.json"
-        flag = "--moe-grid" if x.moe_grid else "--deepseek-grid" if x.deepseek_grid else "--grid"
+        name = ("fake_full_moe.json" if x.moe_grid else "fake_full_deepseek.json" if x.deepseek_grid
+                else "fake_full_families.json" if x.family_grid else "fake_full.json")
+        flag = "--moe-grid" if x.moe_grid else "--deepseek-grid" if x.deepseek_grid else "--family-grid" if x.family_grid else "--grid"
         out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fixtures/hf_grid", name)
         doc = dict(generator="tools/pytorch/fake_hf.py " + flag, torch=torch.__version__, transformers=transformers.__version__,
                    counted="MemTracker peak under FakeTensorMode, by category: on fake cuda storage bytes rounded up "

@@ -561,6 +561,12 @@ struct Block {
     _position_ids: Tensor,
     /// The run's DynamicCache (None under checkpointing or with use_cache off).
     cache: Option<KvCache>,
+    /// Where a plain forward's sliding cache layers keep their window tensor (None: generate,
+    /// or no cache).
+    windows: Option<KvCache>,
+    /// The cache's layer is a `DynamicSlidingWindowLayer` (transformers' `layer_types`, or a
+    /// `sliding_window` on every layer).
+    sliding_cache: bool,
     /// This layer's index (its keys and values are the cache's entries 2i and 2i + 1).
     layer_idx: usize,
     /// A StaticCache: (max_cache_len, positions already written) instead of a DynamicCache.
@@ -809,6 +815,14 @@ impl Block {
                 c[i] = Tensor::cat(&[c[i].clone(), k.clone()], -2);
                 c[i + 1] = Tensor::cat(&[c[i + 1].clone(), v.clone()], -2);
             } else {
+                if let (true, Some(w)) = (self.sliding_cache, &self.windows) {
+                    // DynamicSlidingWindowLayer.lazy_initialization:
+                    // `self._sliding_window_tensor.to(self.device)`, a 0-d int64 made on the
+                    // CPU when the cache was (an 8 B block there, which the CPU grids leave
+                    // out; one 512 B block per sliding layer on CUDA), kept by the cache.
+                    let window = self.hf().sliding_window.or_else(|| self.hf().gemma.as_ref().map(|g| g.sliding_window)).unwrap_or(0) as i64;
+                    w.borrow_mut().push(Tensor::from_i64_with(&[], k.device(), || vec![window]));
+                }
                 let kc = Tensor::cat(&[k.clone()], -2);
                 let vc = Tensor::cat(&[v.clone()], -2);
                 c.extend([kc, vc]);
@@ -1024,7 +1038,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     // in each layer (GradientCheckpointingLayer); the DynamicCache object itself is built.
     let checkpointing = cfg.checkpoint != crate::model::Checkpoint::None && m.training.get();
     let tp_group = cfg.tp_group();
-    let (hidden, cache, mask, position_ids, sliding_mask);
+    let (hidden, cache, windows, mask, position_ids, sliding_mask);
     {
         let _s = scope("model");
         let _f = py_frame(&fr.model);
@@ -1105,6 +1119,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             Some(g) => Some(g.cache.clone()),
             None => (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new()))),
         };
+        windows = (gen.is_none() && cache.is_some()).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
         let shared = Rc::new(tp::local_config(cfg));
         // A Gemma layer given a mask: its config's window makes sdpa see the mask (no
         // enable_gqa, no is_causal), as `use_gqa_in_sdpa` decides on `attention_mask is None`.
@@ -1128,7 +1143,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
                 Some(c) if layer_mask.is_some() => c.clone(),
                 _ => shared.clone(),
             };
-            let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
+            let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), windows: windows.clone(), sliding_cache: sliding_cache_layer(hf, i), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
@@ -1173,8 +1188,25 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     });
     drop(hidden);
     // generate's cache outlives the forward; a plain forward's dies with its output.
-    let cache = if gen.is_some() { Vec::new() } else { cache.map(|c| c.borrow_mut().drain(..).collect()).unwrap_or_default() };
+    let cache = if gen.is_some() {
+        Vec::new()
+    } else {
+        let mut kv: Vec<Tensor> = cache.map(|c| c.borrow_mut().drain(..).collect()).unwrap_or_default();
+        kv.extend(windows.map(|w| w.borrow_mut().drain(..).collect::<Vec<_>>()).unwrap_or_default());
+        kv
+    };
     Output { logits, loss, cache }
+}
+
+/// Whether layer `i`'s DynamicCache layer is a `DynamicSlidingWindowLayer`
+/// (`get_layer_types_and_kwargs`: "sliding_attention" in `layer_types`, else a
+/// `sliding_window` on the config, which vramscope's readers give every layer or none).
+fn sliding_cache_layer(hf: &HfConfig, i: usize) -> bool {
+    match (&hf.gemma, hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref())) {
+        (Some(g), _) => g.sliding[i],
+        (None, Some(g)) => g.is_sliding(i),
+        (None, None) => hf.sliding_window.is_some(),
+    }
 }
 
 /// `ForCausalLMLoss`: logits.float(), labels padded with -100 and shifted (contiguous),
