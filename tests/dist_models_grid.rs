@@ -1,7 +1,8 @@
 //! One rank of a data-parallel job over issue 30's models against PyTorch and transformers
-//! themselves: tests/fixtures/dist_grid/families.json (Phi-3, OLMo-2, Gemma 2, Gemma 3 text) and
-//! moe.json (Mixtral, Qwen3-MoE, Qwen2-MoE with forced routing), from
-//! `tools/pytorch/measure_dist.py --families / --moe`: DistributedDataParallel and ZeRO-1 over
+//! themselves: tests/fixtures/dist_grid/families.json (Phi-3, OLMo-2, Gemma 2, Gemma 3 text),
+//! moe.json (Mixtral, Qwen3-MoE, Qwen2-MoE) and gpt_oss_deepseek.json (gpt-oss, DeepSeek-V3),
+//! the MoE ones with forced routing, from `tools/pytorch/measure_dist.py --families / --moe /
+//! --gpt-oss-deepseek`: DistributedDataParallel and ZeRO-1 over
 //! gloo processes, FSDP2 `fully_shard` per decoder layer then the model (and ZeRO-2, the same
 //! without resharding after forward) under the fake process group; measure_hf.py's loop of the
 //! point's profile type; per phase, requested bytes of blocks >= 512 B, the third iteration.
@@ -38,25 +39,34 @@ fn family_ranks_match_transformers() {
     check("families.json", 12, &["phi3", "olmo2", "gemma2", "gemma3_text"], grid_common::hf::config_of);
 }
 
-#[test]
-fn moe_ranks_match_transformers() {
-    let doc = grid_common::fixture("dist_grid/moe.json");
-    for q in doc["points"].as_array().unwrap() {
+/// An MoE fixture: every experts implementation and both routings, which reached each run.
+fn check_moe(file: &str, families: &[&str], cfg: fn(&Value) -> vramscope::model::ModelConfig) {
+    let doc = grid_common::fixture(&format!("dist_grid/{file}"));
+    let all = doc["points"].as_array().unwrap();
+    for q in all {
         // The forced routing reached the run: tokens per expert as the routing says.
         let p = &q["hf"];
-        let (t, k) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap());
+        let (t, k, e) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
         let per: Vec<u64> = q["info"]["tokens_per_expert"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
         assert_eq!(per.iter().sum::<u64>(), t * k, "{}", q["name"]);
+        match p["routing"].as_str().unwrap() {
+            "worst" => assert!(per.iter().enumerate().all(|(i, &n)| n == if (i as u64) < k { t } else { 0 }), "{}: {per:?}", q["name"]),
+            _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{}: {per:?}", q["name"]),
+        }
     }
-    let all = doc["points"].as_array().unwrap();
-    covers(all, |p| p["hf"]["experts"].as_str().unwrap().to_string(), &["eager", "batched_mm", "grouped_mm"], "moe.json");
-    covers(all, |p| p["hf"]["routing"].as_str().unwrap().to_string(), &["balanced", "worst"], "moe.json");
-    check("moe.json", 12, &["mixtral", "qwen3_moe", "qwen2_moe"], grid_common::moe::config_of);
+    covers(all, |p| p["hf"]["experts"].as_str().unwrap().to_string(), &["eager", "batched_mm", "grouped_mm"], file);
+    covers(all, |p| p["hf"]["routing"].as_str().unwrap().to_string(), &["balanced", "worst"], file);
+    check(file, 12, families, cfg);
+}
+
+#[test]
+fn moe_ranks_match_transformers() {
+    check_moe("moe.json", &["mixtral", "qwen3_moe", "qwen2_moe"], grid_common::moe::config_of);
 }
 
 #[test]
 fn gpt_oss_and_deepseek_ranks_match_transformers() {
-    check("gpt_oss_deepseek.json", 12, &["gpt_oss", "deepseek_v3"], grid_common::moe::read_config_of);
+    check_moe("gpt_oss_deepseek.json", &["gpt_oss", "deepseek_v3"], grid_common::moe::read_config_of);
 }
 
 fn vramscope(args: &[&str]) -> std::process::Output {
@@ -73,7 +83,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 /// profiled, one FSDP unit per decoder layer plus the root, and a rank holds less than DDP's.
 #[test]
 fn published_models_profile_per_rank() {
-    for (preset, extra) in [("Gemma-3-27B", vec![]), ("Qwen3-30B-A3B", vec!["--routing", "balanced"])] {
+    for (preset, extra) in [("Gemma-3-27B", vec![]), ("Qwen3-30B-A3B", vec!["--routing", "balanced"]), ("gpt-oss-20b", vec!["--routing", "worst"])] {
         let mut peaks = Vec::new();
         for layout in ["ddp", "fsdp"] {
             let out = tmp(&format!("{preset}-{layout}"));
@@ -106,8 +116,9 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "tp", "--world-size", "2", "--tp", "2"], &["--parallel", "fused qkv_proj"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
-        (&["--preset", "gpt-oss-20b", "--parallel", "ddp", "--world-size", "2"], &["--parallel", "gpt_oss", "not measured"]),
-        (&["--preset", "DeepSeek-V3", "--parallel", "fsdp", "--world-size", "8"], &["--parallel", "deepseek_v3", "not measured"]),
+        (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "gpt_oss", "not measured"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "8", "--fsdp-reduce-dtype", "fp32"], &["--fsdp-reduce-dtype", "deepseek_v3", "not measured"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "tp", "--world-size", "2", "--tp", "2"], &["--parallel", "no --ep"]),
     ];
     for (extra, needles) in cases {
         let out = tmp("refused");

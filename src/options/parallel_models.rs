@@ -1,8 +1,8 @@
 //! Which parallel layouts issue 30's models run under: DDP, ZeRO-1, ZeRO-2 and FSDP2 per decoder
-//! layer for the dense families (phi3, olmo2, gemma2, gemma3_text) and the softmax-router MoE
-//! models (mixtral, qwen3_moe, qwen2_moe), as tools/pytorch/measure_dist.py --families / --moe
-//! measures them (tests/dist_models_grid.rs). The rest is refused, naming the flag and why.
-use crate::model::hf::moe::MoeFamily;
+//! layer for the dense families (phi3, olmo2, gemma2, gemma3_text) and the MoE models (mixtral,
+//! qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3), as tools/pytorch/measure_dist.py --families /
+//! --moe / --gpt-oss-deepseek measures them (tests/dist_models_grid.rs). The rest is refused,
+//! naming the flag and why.
 use crate::model::hf::HfConfig;
 use crate::parallel::{Layout, ParallelConfig};
 
@@ -13,10 +13,6 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     let name = moe.map_or(hf.model_type.name(), |m| m.family.model_type());
     if !hf.model_type.is_family() && moe.is_none() {
         return None;
-    }
-    if let Some(m) = moe.filter(|m| matches!(m.family, MoeFamily::GptOss | MoeFamily::DeepseekV3)) {
-        let flag = if c.tp > 1 { "--tp" } else { "--parallel" };
-        return Some((flag, format!("parallel layouts of {} are not measured yet (ddp, zero1, zero2 and fsdp are, for mixtral, qwen3_moe and qwen2_moe): profile one GPU", m.family.model_type())));
     }
     if c.tp > 1 || c.layout == Layout::Tp {
         let flag = if c.layout == Layout::Tp { "--parallel" } else { "--tp" };
