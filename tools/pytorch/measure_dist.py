@@ -16,10 +16,11 @@ Each point runs in its own process(es), with measure_cs336.py's method: one prof
 mode-free, requested bytes of blocks >= 512 B, absolute levels, the third iteration measured
 (make_grid.py's CPU-only kernel scratch rules apply).
 
-Issue 30's models (`--families`, `--moe`): transformers' Phi-3, OLMo-2, Gemma 2 and Gemma 3 text
-(make_family_grid.py's points) and Mixtral, Qwen3-MoE and Qwen2-MoE (make_moe_grid.py's points, the
-router's top-k indices forced to the point's routing as measure_moe.py does), run by measure_hf.py's
-loop as inference, forward or training, under
+Issue 30's models (`--families`, `--moe`, `--gpt-oss-deepseek`): transformers' Phi-3, OLMo-2,
+Gemma 2 and Gemma 3 text (make_family_grid.py's points), Mixtral, Qwen3-MoE and Qwen2-MoE
+(make_moe_grid.py's points), gpt-oss and DeepSeek-V3 (make_gptoss_grid.py's and
+make_deepseek_grid.py's), the routers' top-k indices forced to the point's routing as
+measure_moe.py does, run by measure_hf.py's loop as inference, forward or training, under
 
 - ddp: DistributedDataParallel(model) with its defaults over gloo, the Trainer's fused AdamW and
   clip_grad_norm_(1.0);
