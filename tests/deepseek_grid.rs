@@ -146,42 +146,6 @@ fn the_measured_grid_covers_the_issue_and_counts_as_vramscope_counts() {
     }
 }
 
-/// measure_moe.py's DeepseekV3Config of a grid point, as config.json fields.
-fn point_config(p: &Value) -> Value {
-    let mut c = serde_json::json!({
-        "model_type": "deepseek_v3", "hidden_size": p["hidden_size"], "intermediate_size": p["dense_intermediate_size"],
-        "moe_intermediate_size": p["intermediate_size"], "num_hidden_layers": p["num_layers"],
-        "num_attention_heads": p["num_heads"], "num_key_value_heads": p["num_heads"], "vocab_size": p["vocab_size"],
-        "tie_word_embeddings": p["tied"], "n_routed_experts": p["num_experts"], "num_experts_per_tok": p["top_k"],
-        "n_group": p["n_group"], "topk_group": p["topk_group"], "first_k_dense_replace": p["first_k_dense_replace"],
-        "n_shared_experts": p["n_shared_experts"], "q_lora_rank": p["q_lora_rank"], "kv_lora_rank": p["kv_lora_rank"],
-        "qk_nope_head_dim": p["qk_nope_head_dim"], "qk_rope_head_dim": p["qk_rope_head_dim"], "v_head_dim": p["v_head_dim"],
-        "rope_interleave": p["rope_interleave"], "max_position_embeddings": p["max_position_embeddings"],
-        "rms_norm_eps": 1e-6, "use_cache": p["use_cache"], "routed_scaling_factor": 2.5,
-    });
-    if p["yarn_factor"].as_f64() > Some(0.0) {
-        c["rope_parameters"] = serde_json::json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": p["yarn_factor"],
-            "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 1024});
-    }
-    c
-}
-
-/// The point's model, read by vramscope's deepseek_v3 reader, with the point's options.
-fn config_of(p: &Value) -> vramscope::model::ModelConfig {
-    let mut cfg = vramscope::model::hf::deepseek_v3::parse(point_config(p).as_object().unwrap()).unwrap().config;
-    if p["checkpoint"] != "none" {
-        cfg.checkpoint = vramscope::model::Checkpoint::Every(1);
-    }
-    let hf = cfg.hf.as_mut().unwrap();
-    hf.reentrant = p["checkpoint"] == "reentrant";
-    hf.attn_implementation = vramscope::model::hf::AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
-    hf.sdpa_backend = vramscope::model::hf::SdpaBackend::CpuFlash;
-    let m = hf.moe.as_mut().unwrap();
-    m.implementation = vramscope::model::hf::moe::ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap();
-    m.routing = if p["routing"] == "worst" { vramscope::model::hf::moe::Routing::Worst } else { vramscope::model::hf::moe::Routing::Balanced };
-    cfg
-}
-
 #[path = "grid_common/mod.rs"]
 mod grid_common;
 
@@ -197,5 +161,5 @@ fn deepseek_v3_grid_matches_transformers() {
         .filter(|q| only.as_ref().is_none_or(|o| q["name"].as_str().unwrap().contains(o.as_str())))
         .cloned()
         .collect();
-    grid_common::check("deepseek_v3", &points, 1, &[], |point| grid_common::hf::run_config(point, config_of(&point["point"])));
+    grid_common::check("deepseek_v3", &points, 1, &[], |point| grid_common::hf::run_config(point, grid_common::moe::read_config_of(&point["point"])));
 }

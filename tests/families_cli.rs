@@ -116,8 +116,10 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("profile", &["--model", m, "--lora-r", "8"], &["--lora-r", "not modelled"]);
         refused("profile", &["--model", m, "--load-in-4bit", "--profile-type", "inference"], &["--load-in-4bit"]);
         refused("profile", &["--model", m, "--load-in-8bit", "--profile-type", "inference"], &["--load-in-8bit"]);
-        refused("profile", &["--model", m, "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "not modelled"]);
-        refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["not modelled"]);
+        // ddp, zero1, zero2 and fsdp run (tests/dist_models_grid.rs); the rest is refused.
+        refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]);
+        refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["--parallel", "not modelled", "base_model_tp_plan"]);
+        refused("profile", &["--model", m, "--parallel", "fsdp", "--tp", "2", "--world-size", "4"], &["--tp", "not modelled"]);
         refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate"]);
         refused("estimate", &["--model", m, "--context-length", "128"], &["--model", "closed form"]);
     }

@@ -8,41 +8,15 @@
 //! and small configs (tests/fixtures/moe_grid/gpt_oss_meta_params.json).
 mod grid_common;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::process::Command;
 use vramscope::model::hf::gpt_oss::GptOssShape;
-use vramscope::model::hf::moe::{ExpertsImplementation, MoeCounts, Routing};
+use vramscope::model::hf::moe::MoeCounts;
 
 fn fixture(rel: &str) -> Value {
     let path = format!("{}/tests/fixtures/moe_grid/{rel}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))).unwrap()
-}
-
-/// measure_moe.py's GptOssConfig of a grid point, as config.json fields.
-fn point_config(p: &Value) -> Map<String, Value> {
-    let c = json!({
-        "model_type": "gpt_oss", "hidden_size": p["hidden_size"], "intermediate_size": p["intermediate_size"],
-        "num_hidden_layers": p["num_layers"], "num_attention_heads": p["num_heads"], "num_key_value_heads": p["num_kv_heads"],
-        "head_dim": p["head_dim"], "vocab_size": p["vocab_size"], "tie_word_embeddings": p["tied"],
-        "num_local_experts": p["num_experts"], "num_experts_per_tok": p["top_k"], "sliding_window": p["sliding_window"],
-        "max_position_embeddings": p["max_position_embeddings"], "rms_norm_eps": 1e-6, "use_cache": p["use_cache"],
-    });
-    c.as_object().unwrap().clone()
-}
-
-/// The point's model, read by vramscope's gpt_oss reader, with the point's options.
-fn config_of(p: &Value) -> vramscope::model::ModelConfig {
-    let mut cfg = vramscope::model::hf::parse(&Value::Object(point_config(p)).to_string()).unwrap().config;
-    if p["checkpoint"] != "none" {
-        cfg.checkpoint = vramscope::model::Checkpoint::Every(1);
-    }
-    let hf = cfg.hf.as_mut().unwrap();
-    hf.reentrant = p["checkpoint"] == "reentrant";
-    let m = hf.moe.as_mut().unwrap();
-    m.implementation = ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap();
-    m.routing = if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced };
-    cfg
 }
 
 #[test]
@@ -66,7 +40,7 @@ fn the_grid_covers_the_issue_and_its_models_count_as_transformers_built_them() {
     assert!(ps.iter().any(|q| q["point"]["seq"].as_u64() < q["point"]["sliding_window"].as_u64()));
     for q in ps {
         let (p, name) = (&q["point"], q["name"].as_str().unwrap());
-        let c = GptOssShape::read(&point_config(p)).unwrap().counts().unwrap();
+        let c = GptOssShape::read(&grid_common::moe::gpt_oss_point_config(p)).unwrap().counts().unwrap();
         assert_eq!(c.total, q["info"]["parameters"].as_u64().unwrap(), "{name}: parameters");
         assert_eq!(q["info"]["attn_implementation"], "eager", "{name}");
         let (t, k, e) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
@@ -86,7 +60,7 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 fn gpt_oss_grid_matches_transformers() {
     let doc = fixture("gpt_oss.json");
     let points: Vec<Value> = doc["points"].as_array().unwrap().to_vec();
-    grid_common::check("gpt_oss", &points, 45, KNOWN_FAILING, |point| grid_common::hf::run_config(point, config_of(&point["point"])));
+    grid_common::check("gpt_oss", &points, 45, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::read_config_of(&point["point"])));
 }
 
 #[test]

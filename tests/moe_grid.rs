@@ -12,7 +12,7 @@ mod grid_common;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 use std::process::Command;
-use vramscope::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeCounts, MoeFamily, MoeShape, Routing};
+use vramscope::model::hf::moe::{MoeCounts, MoeShape};
 
 fn fixture(rel: &str) -> Value {
     let path = format!("{}/tests/fixtures/moe_grid/{rel}", env!("CARGO_MANIFEST_DIR"));
@@ -152,30 +152,6 @@ fn an_moe_model_type_not_modelled_is_refused() {
     refused(&c, &["mlp_only_layers"]);
 }
 
-/// The point's model: measure_hf.py's config of the dense family the MoE one extends (Mixtral's
-/// attention is Mistral's, Qwen3-MoE's Qwen3's), with the point's experts.
-fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
-    let (qwen, qwen2) = (p["model_type"] == "qwen3_moe", p["model_type"] == "qwen2_moe");
-    let mut dense = p.clone();
-    dense["model_type"] = json!(if qwen { "qwen3" } else if qwen2 { "qwen2" } else { "mistral" });
-    let mut cfg = grid_common::hf::config_of(&dense);
-    let hf = cfg.hf.as_mut().unwrap();
-    hf.moe = Some(MoeConfig {
-        family: if qwen { MoeFamily::Qwen3Moe } else if qwen2 { MoeFamily::Qwen2Moe } else { MoeFamily::Mixtral },
-        experts: grid_common::hf::num(p, "num_experts"),
-        top_k: grid_common::hf::num(p, "top_k"),
-        intermediate: grid_common::hf::num(p, "intermediate_size"),
-        // measure_moe.py: Qwen3-MoE with norm_topk_prob true, Qwen2-MoE with its default false.
-        norm_topk_prob: !qwen2,
-        implementation: ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap(),
-        routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
-        shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
-        gpt_oss: None,
-        deepseek: None,
-    });
-    cfg
-}
-
 /// Points where vramscope does not match transformers, each with the reason.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
@@ -183,7 +159,7 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 fn moe_grid_matches_transformers() {
     let doc = fixture("moe.json");
     let points = doc["points"].as_array().unwrap();
-    grid_common::check("moe", points, 57, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
+    grid_common::check("moe", points, 57, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
 
 /// summary.json of `profile` on meta with `extra`.
@@ -237,7 +213,9 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16"], "--precision");
     bad(&["--preset", "Qwen3-30B-A3B", "--profile-type", "generate"], "--profile-type");
-    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "2"], "--parallel");
+    // Data-parallel layouts run (tests/dist_models_grid.rs); tensor and expert parallelism do not.
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], "--tp");
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--tp", "2"], "no --ep");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

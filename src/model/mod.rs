@@ -61,6 +61,20 @@ impl Layer {
             w.extend(h.qk_norm.iter().flatten());
             w.extend(h.router.iter());
             w.extend(h.shared_expert.iter().flatten());
+            // Gemma's post-norms, gpt-oss's sinks and biases, DeepSeek-V3's latent attention and
+            // shared MLP: parameters of the decoder layer (FSDP2's block unit holds them).
+            w.extend(h.post_norms.iter().flatten());
+            w.extend(h.gpt_oss.iter().flat_map(|g| [&g.sinks, &g.router_bias, &g.gate_up_bias, &g.down_bias]));
+            if let Some(ds) = &h.deepseek {
+                if let Some((a, a_bias, a_norm, b)) = &ds.q_lora {
+                    w.extend([a, a_norm, b]);
+                    w.extend(a_bias.iter());
+                }
+                w.extend(ds.q_proj.iter());
+                w.extend([&ds.kv_a, &ds.kv_a_norm, &ds.kv_b]);
+                w.extend(ds.kv_a_bias.iter());
+                w.extend(ds.shared.iter().flatten());
+            }
             // peft's adapters belong to the layer's modules (FSDP2 shards them with it).
             w.extend(h.lora.iter().flatten().flat_map(|a| [&a.a, &a.b]));
         }

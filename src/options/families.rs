@@ -51,15 +51,11 @@ fn check_gemma(hf: &HfConfig) -> Result<()> {
     Ok(())
 }
 
-/// Run options not modelled for the families: data or tensor parallelism (FSDP2/DTensor plans
-/// of the fused projections) and generate().
-pub fn check_run(hf: Option<&HfConfig>, parallel: Option<&crate::parallel::ParallelConfig>, generate: bool) -> Result<()> {
+/// Run options not modelled for the families: generate(). Their parallel layouts are
+/// checked by [`super::parallel_models::refusal`].
+pub fn check_run(hf: Option<&HfConfig>, generate: bool) -> Result<()> {
     let Some(hf) = hf.filter(|h| h.model_type.is_family()) else { return Ok(()) };
     let name = hf.model_type.name();
-    if let Some(pc) = parallel {
-        let flag = if pc.tp > 1 { "--tp" } else { "--parallel" };
-        return Err(usage(flag, format!("model_type {name} under data or tensor parallelism is not modelled yet: profile one GPU (drop the parallel flags)")));
-    }
     if generate {
         return Err(usage("--profile-type", format!("generate on model_type {name} is not modelled yet (these families' caches and masks in generate()); profile inference, forward or training")));
     }

@@ -20,6 +20,7 @@ pub mod model;
 pub mod moe;
 pub mod optim;
 pub mod parallel;
+pub mod parallel_models;
 pub mod precision;
 pub mod profile;
 pub mod run_all;

@@ -81,9 +81,10 @@ pub fn parse_routing(s: &str) -> anyhow::Result<Routing> {
 }
 
 /// What a profile of an MoE model refuses: its values on cpu (the routing is an assumption,
-/// not data), autocast, parallel layouts and generate(), none of them modelled yet; and a
-/// routing file that does not fit the batch.
-pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, parallel: Option<&str>, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
+/// not data), autocast and generate(), none of them modelled yet; and a routing file that
+/// does not fit the batch. Its parallel layouts are checked by
+/// [`super::parallel_models::refusal`].
+pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
     let family = m.family.model_type();
     if precision.autocast().is_some() {
@@ -93,9 +94,6 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
     }
     if device == Device::Cpu {
         return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
-    }
-    if let Some(flag) = parallel {
-        return Err(usage(flag, format!("parallel layouts of a mixture-of-experts model ({family}) are not modelled yet (expert parallelism included): profile one GPU")));
     }
     if generate {
         return Err(usage("--profile-type", format!("generate on a mixture-of-experts model ({family}) is not modelled yet")));

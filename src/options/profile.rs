@@ -217,9 +217,11 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage("--optimizer", format!("{}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; profile with --device meta", optim.kind)));
     }
     let parallel = a.parallel.resolve()?;
-    super::families::check_run(cfg.hf(), parallel.as_ref(), a.profile_type.contains(&ProfileType::Generate))?;
-    let parallel_flag = parallel.as_ref().map(|pc| if pc.tp > 1 { "--tp" } else { "--parallel" });
-    super::moe::check_profile(&cfg, device, precision, parallel_flag, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
+    if let Some((flag, why)) = parallel.as_ref().zip(cfg.hf()).and_then(|(pc, h)| super::parallel_models::refusal(pc, h)) {
+        return Err(usage(flag, why));
+    }
+    super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
+    super::moe::check_profile(&cfg, device, precision, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {

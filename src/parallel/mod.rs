@@ -45,8 +45,10 @@ pub trait RankLayout {
 /// [`crate::engine::runtime::defer_allocation`] for the sharded layouts (only shards are ever
 /// allocated), normally for the replicated ones.
 pub fn apply(model: &Model, cfg: &ParallelConfig, orig_dtype: crate::engine::DType) -> Option<Rc<dyn RankLayout>> {
-    // Buffers are not sharded: `to_empty` gives them their full storage.
-    for b in model.rope_buffer.iter().chain(&model.buffers) {
+    // Buffers are not sharded: `to_empty` gives them their full storage (DeepSeek-V3's
+    // per-layer `e_score_correction_bias` too).
+    let layer_buffers: Vec<crate::engine::Tensor> = model.layers.iter().filter_map(|l| l.hf.as_ref()?.deepseek.as_ref()?.e_score_bias.clone()).collect();
+    for b in model.rope_buffer.iter().chain(&model.buffers).chain(&layer_buffers) {
         let _c = crate::engine::runtime::category(crate::record::Category::Buffer);
         b.storage().resize_back("to_empty");
     }

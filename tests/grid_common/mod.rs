@@ -1,7 +1,9 @@
 //! What the PyTorch grid tests share: the per-phase peak convention of the fixtures
 //! (tools/pytorch/measure_cs336.py), the event trace, and the comparison table.
 #![allow(dead_code)]
+pub mod dist;
 pub mod hf;
+pub mod moe;
 
 use serde_json::Value;
 use vramscope::record::{EventKind, MemEvent, Phase};

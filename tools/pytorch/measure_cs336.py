@@ -250,6 +250,13 @@ def cpu_kernel_scratch(anc, size):
         # (the threshold's |A| and mask, the fp16 dequant buffer) vramscope models, unmeasured.
         # Only blocks that die inside the op match (the outputs are counted).
         return (f"cpu {i8.name}: the default implementation's working tensors", i8.end_time_ns, "freed inside")
+    cc = next((i for i, a in enumerate(anc) if a.name == "aten::_chunk_cat"), None)
+    if cc is not None and cc + 1 < len(anc) and anc[cc + 1].name == "aten::new_zeros":
+        # FSDP2's reduce-scatter copy-in, `torch._chunk_cat(grads, 0, world, out=...)`: the CPU
+        # composite (`_chunk_cat_out` -> `_pad_chunk`) copies each gradient whose dim 0 does not
+        # divide by the world into a zero-padded tensor before `cat`; CUDA's `_chunk_cat_out_cuda`
+        # copies contiguous gradients into the padded output directly (chunk_cat_cuda_kernel).
+        return ("cpu _chunk_cat of unevenly sharded gradients: _pad_chunk's zero-padded copies", anc[cc].end_time_ns, "freed inside")
     if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some
@@ -447,7 +454,9 @@ def run_grid(script, pts, out, header):
         if r.returncode != 0 or not line:
             print(f"FAILED {p['name']}:\n{r.stderr[-3000:]}", file=sys.stderr)
             continue
-        p = dict(p, phases=json.loads(line[0][len("PHASES "):]))
+        r = json.loads(line[0][len("PHASES "):])
+        # A point that also reports info (measure_dist.py --families / --moe) gives both.
+        p = dict(p, **r) if set(r) >= {"phases", "info"} else dict(p, phases=r)
         print(f"[{i + 1}/{len(pts)}] {p['name']}: " + ", ".join(f"{k} {v['peak']}" for k, v in p["phases"].items()), flush=True)
         done.append(p)
         with open(out + ".tmp", "w") as f:

@@ -16,6 +16,21 @@ Each point runs in its own process(es), with measure_cs336.py's method: one prof
 mode-free, requested bytes of blocks >= 512 B, absolute levels, the third iteration measured
 (make_grid.py's CPU-only kernel scratch rules apply).
 
+Issue 30's models (`--families`, `--moe`, `--gpt-oss-deepseek`): transformers' Phi-3, OLMo-2,
+Gemma 2 and Gemma 3 text (make_family_grid.py's points), Mixtral, Qwen3-MoE and Qwen2-MoE
+(make_moe_grid.py's points), gpt-oss and DeepSeek-V3 (make_gptoss_grid.py's and
+make_deepseek_grid.py's), the routers' top-k indices forced to the point's routing as
+measure_moe.py does, run by measure_hf.py's loop as inference, forward or training, under
+
+- ddp: DistributedDataParallel(model) with its defaults over gloo, the Trainer's fused AdamW and
+  clip_grad_norm_(1.0);
+- zero1: the same DDP with ZeroRedundancyOptimizer(optimizer_class=AdamW, foreach=True) in place
+  of the Trainer's optimizer, no clipping;
+- fsdp: fully_shard on every decoder layer (`model.model.layers`), then on the CausalLM, under the
+  fake process group (3-D expert parameters are sharded on dim 0 like any other; Gemma's tied
+  embedding is one parameter of the root), foreach AdamW, no clipping; zero2: the same with
+  reshard_after_forward=False on the layers.
+
 LoRA and QLoRA (`--lora`, tests/fixtures/dist_grid/lora.json): transformers' llama and qwen3
 with peft adapters (measure_hf.py's point, setup and Trainer step: get_peft_model on bf16 weights
 with fp32 adapters, or prepare_model_for_kbit_training + get_peft_model on a bitsandbytes 4-bit
@@ -30,6 +45,9 @@ model) under
 
     python3 measure_dist.py              # the grid -> tests/fixtures/dist_grid/dist.json
     python3 measure_dist.py --lora       # the LoRA grid -> tests/fixtures/dist_grid/lora.json
+    python3 measure_dist.py --families   # phi3/olmo2/gemma2/gemma3_text -> tests/fixtures/dist_grid/families.json
+    python3 measure_dist.py --moe        # mixtral/qwen3_moe/qwen2_moe -> tests/fixtures/dist_grid/moe.json
+    python3 measure_dist.py --gpt-oss-deepseek  # gpt_oss/deepseek_v3 -> tests/fixtures/dist_grid/gpt_oss_deepseek.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -41,6 +59,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/dist.json")
 LORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora.json")
+FAMILIES_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/families.json")
+MOE_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/moe.json")
+GPTOSS_DEEPSEEK_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/gpt_oss_deepseek.json")
 
 
 def setup_for(pt):
@@ -82,23 +103,63 @@ def setup_for(pt):
 
 
 def lora_wrapper(pt):
-    """The point's layout applied to the peft model (measure_hf.run's `wrap`)."""
+    """The point's layout applied to the peft model, or to the plain CausalLM (measure_hf.run's `wrap`)."""
     def wrap(model):
-        if pt["layout"] == "ddp":
+        if pt["layout"] in ("ddp", "zero1"):
             from torch.nn.parallel import DistributedDataParallel as DDP
             return DDP(model)
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         mesh = init_device_mesh("cpu", (pt["world_size"],))
-        for layer in model.base_model.model.model.layers:
+        inner = model.base_model.model if pt["hf"].get("lora_r") else model
+        for layer in inner.model.layers:
             fully_shard(layer, mesh=mesh, reshard_after_forward=pt["layout"] != "zero2")
         fully_shard(model, mesh=mesh)
         return None
     return wrap
 
 
+def zero1_optimizer(H):
+    """measure_hf.py's optimizer replaced by ZeroRedundancyOptimizer over foreach AdamW (the
+    Trainer's hyperparameters)."""
+    import torch
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    def make(name, params):
+        assert name == "adamw_torch_foreach", name
+        return ZeroRedundancyOptimizer(list(params), optimizer_class=torch.optim.AdamW, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                       weight_decay=0.0, foreach=True)
+    H.make_optimizer = make
+
+
+def measure_model(pt):
+    """A --families or --moe point: its phases and measure_hf.py's info."""
+    import torch
+    import measure_hf as H
+    torch.set_num_threads(1)
+    p, kind = pt["hf"], pt["profile_type"]
+    if "num_experts" in p:
+        import measure_moe as MOE
+        forced = MOE.install_routing(p)
+        H.hf_config = MOE.moe_config
+    if pt["layout"] == "zero1":
+        zero1_optimizer(H)
+    per, _, info = H.measure(p, kind, lora_wrapper(pt), other_threads=pt["layout"] in ("ddp", "zero1"))
+    if "num_experts" in p:
+        info.update(experts_implementation=p["experts"], routing=p["routing"],
+                    tokens_per_expert=torch.bincount(forced.reshape(-1), minlength=p["num_experts"]).tolist())
+    phases = {ph: dict(peak=s["peak"], peak_all_blocks=s["peak_all"], live_at_peak=s["live_at_peak"], peak_op=s["peak_op"],
+                       start=s["start"], end=s.get("end", s["start"]), peak_with_cpu_scratch=s["peak_with_cpu_scratch"],
+                       cpu_scratch_left_out=s["cpu_scratch"], missed_frees=s.get("missed_frees", []))
+              for ph, s in per.items()}
+    excess = {ph: v["peak_with_cpu_scratch"] - v["peak"] for ph, v in phases.items() if v["peak_with_cpu_scratch"] != v["peak"]}
+    return dict(phases=phases, info=info, cpu_scratch_peak_excess=excess)
+
+
 def measure_here(pt):
     import torch
+    if "profile_type" in pt:
+        return measure_model(pt)
     if "hf" in pt:
         import measure_hf as H
         torch.set_num_threads(1)
@@ -213,6 +274,120 @@ def lora_grid():
     return pts
 
 
+def dist_point(p, kind, layout, world, rank, name):
+    """A --families / --moe point: the measure_hf.py point with the layout's optimizer (the
+    Trainer's fused AdamW and clipping under DDP; foreach AdamW, no clipping, elsewhere)."""
+    if kind == "training" and layout != "ddp":
+        p = dict(p, optimizer="adamw_torch_foreach", max_grad_norm=0.0)
+    return dict(name=f"{name} {layout} x{world} rank{rank}", hf=p, profile_type=kind, layout=layout, world_size=world, rank=rank)
+
+
+def families_grid():
+    """Phi-3, OLMo-2, Gemma 2 (eager: transformers refuses sdpa) and Gemma 3 text: each layout on two
+    or more families, world 2-4, ranks 0 and the last (uneven shards: vocabularies 777 and 1000 over
+    3 or 4 ranks), inference, forward and training, checkpointing off and non-reentrant."""
+    import make_family_grid as F
+    # (layout, family, shape, profile type, checkpoint, world, rank, dtype)
+    rows = [
+        ("ddp", "phi3", 0, "training", "none", 2, 0, "fp32"),
+        ("ddp", "olmo2", 1, "training", "non-reentrant", 2, 1, "bf16"),
+        ("ddp", "gemma2", 2, "training", "none", 4, 3, "fp32"),
+        ("ddp", "gemma3_text", 3, "training", "non-reentrant", 2, 0, "bf16"),
+        ("ddp", "phi3", 4, "forward", "none", 2, 1, "fp32"),
+        ("ddp", "gemma3_text", 5, "inference", "none", 2, 0, "bf16"),
+        ("fsdp", "phi3", 1, "training", "none", 3, 2, "fp32"),
+        ("fsdp", "olmo2", 2, "training", "non-reentrant", 4, 3, "bf16"),
+        ("fsdp", "gemma2", 0, "training", "none", 3, 2, "fp32"),
+        ("fsdp", "gemma3_text", 6, "training", "non-reentrant", 4, 0, "bf16"),
+        ("fsdp", "olmo2", 3, "inference", "none", 2, 0, "fp32"),
+        ("fsdp", "gemma2", 4, "forward", "none", 2, 1, "bf16"),
+        ("fsdp", "phi3", 7, "forward", "non-reentrant", 4, 3, "fp32"),
+        ("zero2", "phi3", 5, "training", "none", 2, 0, "bf16"),
+        ("zero2", "gemma3_text", 1, "training", "non-reentrant", 4, 3, "fp32"),
+        ("zero1", "olmo2", 0, "training", "none", 2, 1, "fp32"),
+        ("zero1", "gemma2", 6, "training", "non-reentrant", 4, 3, "bf16"),
+    ]
+    pts = []
+    for layout, fam, i, kind, ck, world, rank, dtype in rows:
+        if fam.startswith("gemma"):
+            p = F.gemma_point(fam, i, "below", checkpoint=ck, dtype=dtype)
+        else:
+            p = F.point(fam, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+        pts.append(dist_point(p, kind, layout, world, rank, F.name_of(p, kind)))
+    return pts
+
+
+def moe_grid():
+    """Mixtral, Qwen3-MoE and Qwen2-MoE (make_moe_grid.py's rows: every experts implementation,
+    balanced and worst routing, eager and sdpa, fp32 and bf16) under each layout, world 2-4, ranks
+    0 and the last (experts not dividing among the ranks: 5 over 3, 6 over 4, 8 over 3), inference,
+    forward and training, checkpointing off, non-reentrant and reentrant."""
+    import make_moe_grid as G
+    # (layout, row of G.POINTS, profile type, checkpoint, world, rank)
+    rows = [
+        ("ddp", 0, "training", "none", 2, 0),
+        ("ddp", 7, "training", "none", 2, 1),
+        ("ddp", 14, "training", "non-reentrant", 4, 3),
+        ("ddp", 10, "training", "reentrant", 2, 0),
+        ("ddp", 2, "forward", "none", 2, 0),
+        ("ddp", 12, "inference", "none", 2, 1),
+        ("fsdp", 1, "training", "none", 2, 1),
+        ("fsdp", 6, "training", "none", 3, 2),
+        ("fsdp", 15, "training", "non-reentrant", 4, 3),
+        ("fsdp", 5, "inference", "none", 2, 0),
+        ("fsdp", 8, "forward", "none", 4, 3),
+        ("zero2", 9, "training", "none", 2, 0),
+        ("zero2", 4, "training", "non-reentrant", 3, 2),
+        ("zero1", 13, "training", "none", 2, 1),
+        ("zero1", 3, "training", "none", 4, 3),
+    ]
+    pts = []
+    for layout, i, kind, ck, world, rank in rows:
+        p = dict(G.point(G.POINTS[i]), checkpoint=ck)
+        pts.append(dist_point(p, kind, layout, world, rank, G.name_of(p, kind)))
+    return pts
+
+
+def gpt_oss_deepseek_grid():
+    """gpt-oss (make_gptoss_grid.py's rows: eager attention with sinks, biased experts) and
+    DeepSeek-V3 (make_deepseek_grid.py's rows with shared experts: latent attention, the sigmoid
+    router, dense first layers) under each layout, world 2-4, experts not dividing the ranks."""
+    import make_deepseek_grid as DS
+    import make_gptoss_grid as GO
+    # (module, row, layout, profile type, checkpoint, world, rank)
+    rows = [
+        (GO, 0, "ddp", "training", "none", 2, 0),
+        (GO, 1, "ddp", "training", "non-reentrant", 2, 1),
+        (GO, 2, "fsdp", "training", "none", 3, 2),
+        (GO, 8, "fsdp", "training", "non-reentrant", 2, 1),
+        (GO, 6, "zero2", "training", "none", 4, 3),
+        (GO, 5, "zero1", "training", "none", 2, 1),
+        (GO, 4, "fsdp", "forward", "none", 2, 0),
+        (DS, 0, "ddp", "training", "none", 2, 0),
+        (DS, 1, "ddp", "training", "non-reentrant", 2, 1),
+        (DS, 2, "fsdp", "training", "none", 3, 2),
+        (DS, 6, "fsdp", "training", "non-reentrant", 4, 3),
+        (DS, 7, "zero2", "training", "none", 2, 0),
+        (DS, 9, "zero1", "training", "none", 2, 1),
+        (DS, 5, "fsdp", "inference", "none", 2, 1),
+    ]
+    pts = []
+    for mod, i, layout, kind, ck, world, rank in rows:
+        p = dict(mod.point(mod.POINTS[i]), checkpoint=ck)
+        pts.append(dist_point(p, kind, layout, world, rank, mod.name_of(p, kind)))
+    return pts
+
+
+def models_header(generator):
+    def header():
+        import torch
+        import transformers
+        return dict(generator=generator, torch=torch.__version__, transformers=transformers.__version__,
+                    counted="requested bytes of blocks >= 512 B, absolute levels, the third iteration of measure_hf.py's loop "
+                            "(the point's profile type), rank `rank` of `world_size`; CPU-only kernel scratch left out as make_grid.py")
+    return header
+
+
 def header():
     import torch
     return dict(generator="tools/pytorch/measure_dist.py", torch=torch.__version__,
@@ -232,7 +407,14 @@ def lora_header():
 
 def main():
     import measure_cs336 as M
-    if "--lora" in sys.argv:
+    grids = {"--families": (families_grid, FAMILIES_OUT), "--moe": (moe_grid, MOE_OUT),
+             "--gpt-oss-deepseek": (gpt_oss_deepseek_grid, GPTOSS_DEEPSEEK_OUT)}
+    flag = next((f for f in grids if f in sys.argv), None)
+    if flag:
+        sys.argv.remove(flag)
+        points, out = grids[flag]
+        M.grid_main(__doc__, __file__, one, points, out, models_header(f"tools/pytorch/measure_dist.py {flag}"))
+    elif "--lora" in sys.argv:
         sys.argv.remove("--lora")
         M.grid_main(__doc__, __file__, one, lora_grid, LORA_OUT, lora_header)
     else:

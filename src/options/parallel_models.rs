@@ -1,0 +1,46 @@
+//! Which parallel layouts issue 30's models run under: DDP, ZeRO-1, ZeRO-2 and FSDP2 per decoder
+//! layer for the dense families (phi3, olmo2, gemma2, gemma3_text) and the MoE models (mixtral,
+//! qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3), as tools/pytorch/measure_dist.py --families /
+//! --moe / --gpt-oss-deepseek measures them (tests/dist_models_grid.rs). The rest is refused,
+//! naming the flag and why.
+use crate::model::hf::HfConfig;
+use crate::parallel::{Layout, ParallelConfig};
+
+/// Why `c` is not modelled for `hf` (the flag to blame and the message), or None. Llama,
+/// Mistral, Qwen2 and Qwen3 are never refused here.
+pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, String)> {
+    let moe = hf.moe.as_ref();
+    let name = moe.map_or(hf.model_type.name(), |m| m.family.model_type());
+    if !hf.model_type.is_family() && moe.is_none() {
+        return None;
+    }
+    if c.tp > 1 || c.layout == Layout::Tp {
+        let flag = if c.layout == Layout::Tp { "--parallel" } else { "--tp" };
+        let why = if moe.is_some() {
+            // torch 2.15 has no expert-parallel API: fully_shard's shard_placement_fn can put a
+            // parameter on another mesh, and transformers' own DistributedConfig(ep_size) applies
+            // its base_model_ep_plan; neither is modelled, so there is no --ep.
+            format!("tensor and expert parallelism of {name} are not modelled: transformers' MoE tp plan (its experts' and router's DTensor layouts) is not, and torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep; use --parallel ddp, zero1, zero2 or fsdp")
+        } else {
+            format!("tensor parallelism of {name} is not modelled (transformers' base_model_tp_plan for it{}); use --parallel ddp, zero1, zero2 or fsdp", if name == "phi3" { ", whose fused qkv_proj and gate_up_proj shard unlike separate projections" } else { "" })
+        };
+        return Some((flag, why));
+    }
+    let unmeasured = |flag: &'static str, what: &str| Some((flag, format!("{what} over {name} is not measured yet (ddp, zero1, zero2 and fsdp per decoder layer are): drop it")));
+    if c.layout == Layout::Hsdp {
+        return unmeasured("--parallel", "hsdp (FSDP2 on a 2-D mesh)");
+    }
+    if c.param_dtype.is_some() {
+        return unmeasured("--fsdp-param-dtype", "FSDP2's MixedPrecisionPolicy");
+    }
+    if c.reduce_dtype.is_some() {
+        return unmeasured("--fsdp-reduce-dtype", "FSDP2's MixedPrecisionPolicy");
+    }
+    if c.offload_params {
+        return unmeasured("--offload", "FSDP2's CPUOffloadPolicy");
+    }
+    if c.blocks_per_unit != Some(1) {
+        return unmeasured("--fsdp-unit", "fully_shard on units other than each decoder layer");
+    }
+    None
+}

@@ -1,0 +1,135 @@
+//! One rank of a data-parallel job over issue 30's models against PyTorch and transformers
+//! themselves: tests/fixtures/dist_grid/families.json (Phi-3, OLMo-2, Gemma 2, Gemma 3 text),
+//! moe.json (Mixtral, Qwen3-MoE, Qwen2-MoE) and gpt_oss_deepseek.json (gpt-oss, DeepSeek-V3),
+//! the MoE ones with forced routing, from `tools/pytorch/measure_dist.py --families / --moe /
+//! --gpt-oss-deepseek`: DistributedDataParallel and ZeRO-1 over
+//! gloo processes, FSDP2 `fully_shard` per decoder layer then the model (and ZeRO-2, the same
+//! without resharding after forward) under the fake process group; measure_hf.py's loop of the
+//! point's profile type; per phase, requested bytes of blocks >= 512 B, the third iteration.
+mod grid_common;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Points where vramscope does not match, each with the reason.
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+/// Each of `values` appears among the points' `key` (the grid covers what it claims).
+fn covers(points: &[Value], key: impl Fn(&Value) -> String, values: &[&str], file: &str) {
+    let seen: BTreeSet<String> = points.iter().map(key).collect();
+    for v in values {
+        assert!(seen.contains(*v), "{file}: no point with {v} ({seen:?})");
+    }
+}
+
+fn check(file: &str, min: usize, families: &[&str], cfg: fn(&Value) -> vramscope::model::ModelConfig) {
+    let doc = grid_common::fixture(&format!("dist_grid/{file}"));
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    covers(points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), families, file);
+    covers(points, |p| p["layout"].as_str().unwrap().to_string(), &["ddp", "zero1", "zero2", "fsdp"], file);
+    covers(points, |p| p["profile_type"].as_str().unwrap().to_string(), &["inference", "forward", "training"], file);
+    covers(points, |p| p["world_size"].to_string(), &["2", "3", "4"], file);
+    covers(points, |p| p["hf"]["checkpoint"].as_str().unwrap().to_string(), &["none", "non-reentrant"], file);
+    grid_common::check(&format!("dist_grid/{file}"), points, min, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, cfg(&point["hf"])));
+}
+
+#[test]
+fn family_ranks_match_transformers() {
+    check("families.json", 12, &["phi3", "olmo2", "gemma2", "gemma3_text"], grid_common::hf::config_of);
+}
+
+/// An MoE fixture: every experts implementation and both routings, which reached each run.
+fn check_moe(file: &str, families: &[&str], cfg: fn(&Value) -> vramscope::model::ModelConfig) {
+    let doc = grid_common::fixture(&format!("dist_grid/{file}"));
+    let all = doc["points"].as_array().unwrap();
+    for q in all {
+        // The forced routing reached the run: tokens per expert as the routing says.
+        let p = &q["hf"];
+        let (t, k, e) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
+        let per: Vec<u64> = q["info"]["tokens_per_expert"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(per.iter().sum::<u64>(), t * k, "{}", q["name"]);
+        match p["routing"].as_str().unwrap() {
+            "worst" => assert!(per.iter().enumerate().all(|(i, &n)| n == if (i as u64) < k { t } else { 0 }), "{}: {per:?}", q["name"]),
+            _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{}: {per:?}", q["name"]),
+        }
+    }
+    covers(all, |p| p["hf"]["experts"].as_str().unwrap().to_string(), &["eager", "batched_mm", "grouped_mm"], file);
+    covers(all, |p| p["hf"]["routing"].as_str().unwrap().to_string(), &["balanced", "worst"], file);
+    check(file, 12, families, cfg);
+}
+
+#[test]
+fn moe_ranks_match_transformers() {
+    check_moe("moe.json", &["mixtral", "qwen3_moe", "qwen2_moe"], grid_common::moe::config_of);
+}
+
+#[test]
+fn gpt_oss_and_deepseek_ranks_match_transformers() {
+    check_moe("gpt_oss_deepseek.json", &["gpt_oss", "deepseek_v3"], grid_common::moe::read_config_of);
+}
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-dist-models-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `profile --parallel fsdp` of a published family and MoE config: each distinct rank is
+/// profiled, one FSDP unit per decoder layer plus the root, and a rank holds less than DDP's.
+#[test]
+fn published_models_profile_per_rank() {
+    for (preset, extra) in [("Gemma-3-27B", vec![]), ("Qwen3-30B-A3B", vec!["--routing", "balanced"]), ("gpt-oss-20b", vec!["--routing", "worst"])] {
+        let mut peaks = Vec::new();
+        for layout in ["ddp", "fsdp"] {
+            let out = tmp(&format!("{preset}-{layout}"));
+            let mut args = vec!["profile", "--preset", preset, "--device", "meta", "--profile-type", "training", "--context-length", "256", "--batch-size", "1", "--warmup-steps", "1"];
+            args.extend(["--parallel", layout, "--world-size", "8", "--out-dir", out.to_str().unwrap()]);
+            args.extend(&extra);
+            let o = vramscope(&args);
+            assert!(o.status.success(), "{preset} {layout}: {}", String::from_utf8_lossy(&o.stderr));
+            let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+            assert_eq!(s["parallel"]["layout"], layout);
+            let r0 = &s["runs"][0];
+            if layout == "fsdp" {
+                let layers = vramscope::model::presets::find(preset, None).unwrap().model.num_layers;
+                assert_eq!(r0["fsdp_units"].as_array().unwrap().len(), layers + 1, "{preset}: the root and one unit per decoder layer");
+            }
+            peaks.push(r0["peak_allocated_bytes"].as_u64().unwrap());
+            let _ = std::fs::remove_dir_all(&out);
+        }
+        assert!(peaks[1] < peaks[0], "{preset}: an FSDP rank holds less than a DDP one: {peaks:?}");
+    }
+}
+
+/// What the grid does not cover exits 2 naming the flag, with nothing written.
+#[test]
+fn layouts_not_measured_for_these_models_are_refused() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]),
+        (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "not measured"]),
+        (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "not measured"]),
+        (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "not measured"]),
+        (&["--preset", "Phi-3-mini", "--parallel", "tp", "--world-size", "2", "--tp", "2"], &["--parallel", "fused qkv_proj"]),
+        (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
+        (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "gpt_oss", "not measured"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "8", "--fsdp-reduce-dtype", "fp32"], &["--fsdp-reduce-dtype", "deepseek_v3", "not measured"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "tp", "--world-size", "2", "--tp", "2"], &["--parallel", "no --ep"]),
+    ];
+    for (extra, needles) in cases {
+        let out = tmp("refused");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "{extra:?} should say {n}: {err}");
+        }
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
+}

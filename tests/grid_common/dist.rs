@@ -1,0 +1,74 @@
+//! One rank of a data-parallel job over an hf-flavour grid point (tools/pytorch/measure_dist.py
+//! --families / --moe): measure_hf.py's loop of the point's profile type, on meta, with the
+//! point's layout applied after the model is built (fully_shard or the DDP wrapper), as the
+//! script applies it before the optimizer exists.
+use super::hf::num;
+use serde_json::Value;
+use vramscope::engine::{runtime, Device};
+use vramscope::model::{Flavour, Model, ModelConfig};
+use vramscope::parallel::{apply, Layout, ParallelConfig};
+use vramscope::record::{MemEvent, Phase};
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
+
+/// The point's layout, world and rank.
+pub fn parallel_of(point: &Value) -> ParallelConfig {
+    let layout = Layout::parse(point["layout"].as_str().unwrap()).expect("a layout vramscope names");
+    let mut pc = ParallelConfig::new(layout, num(point, "world_size"));
+    pc.rank = num(point, "rank");
+    pc.validate().unwrap();
+    pc
+}
+
+/// Every parameter registered under `model.layers.{i}.` is one of layer i's weights (FSDP2's
+/// unit of that decoder layer shards it), and no other parameter is.
+pub fn assert_layers_own_their_parameters(model: &Model) {
+    for p in model.parameters() {
+        let block = p.name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+        let owner = model.layers.iter().position(|l| l.weights().iter().any(|w| w.same_storage(&p.tensor)));
+        assert_eq!(owner, block, "{}: the layer that owns it", p.name);
+    }
+}
+
+pub fn run_rank(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    let p = &point["hf"];
+    let kind = point["profile_type"].as_str().unwrap();
+    let pc = parallel_of(point);
+    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    runtime::reset();
+    let model = {
+        let _d = pc.shards_params().then(runtime::defer_allocation);
+        Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap()
+    };
+    assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
+    assert_layers_own_their_parameters(&model);
+    let layout = apply(&model, &pc, precision.param_dtype()).expect("a data-parallel layout");
+    let mut oc = OptimConfig::reference(Flavour::Hf);
+    oc.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
+    oc.lr = 1e-3;
+    let norm = p["max_grad_norm"].as_f64().unwrap();
+    oc.max_grad_norm = (norm > 0.0).then_some(norm);
+    let opt = Optimizer::new(oc, model.parameters().len());
+    let mut runner = StepRunner::new(&model, opt).with_precision(precision).with_parallel(layout);
+    let (batch, seq) = (num(p, "batch"), num(p, "seq"));
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
+    let mut bound = CausalLmBatch::default();
+    let recorded = super::record_last(3, |_| {
+        data.next_causal_lm_batch(&mut bound, kind == "training", false);
+        let x = bound.input_ids.as_ref().unwrap();
+        match kind {
+            "training" => {
+                runner.step_masked(x, bound.labels.as_ref().unwrap(), None);
+            }
+            "inference" | "forward" => {
+                let _g = (kind == "inference").then(runtime::no_grad);
+                runtime::set_phase(Phase::Forward);
+                drop(model.forward_masked(x, None));
+                runtime::set_phase(Phase::Setup);
+            }
+            other => panic!("profile type {other}"),
+        }
+    });
+    runner.finish();
+    recorded
+}
