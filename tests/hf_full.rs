@@ -120,16 +120,23 @@ fn llama31_8b_rows_match_faketensor_memtracker() {
 /// tests/fixtures/hf_grid/fake_full_moe.json from `fake_hf.py --moe-grid`.
 #[test]
 fn moe_rows_match_faketensor_memtracker() {
-    let doc: Value = serde_json::from_str(include_str!("fixtures/hf_grid/fake_full_moe.json")).unwrap();
+    check_rows(include_str!("fixtures/hf_grid/fake_full_moe.json"), moe_preset, &[]);
+}
+
+/// Each row of a fake_hf.py grid run with its preset's config: vramscope − MemTracker is 0,
+/// or the difference `known` lists for its (preset, kind).
+fn check_rows(json: &str, preset: fn(&str, bool) -> vramscope::model::ModelConfig, known: &[(&str, &str, i64)]) {
+    let doc: Value = serde_json::from_str(json).unwrap();
     assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
     let mut bad = Vec::new();
     for row in doc["rows"].as_array().unwrap() {
         let want = row["peak_total"].as_u64().unwrap();
-        let cfg = moe_preset(row["preset"].as_str().unwrap(), row["use_cache"].as_bool().unwrap());
-        let got = run_config(row, cfg);
-        println!("{} S{} {}: MemTracker {want} B, vramscope {got} B", row["preset"], row["seq"], row["kind"]);
-        if got != want {
-            bad.push(format!("{} S{} {}: {got} vs {want} ({:+})", row["preset"], row["seq"], row["kind"], got as i64 - want as i64));
+        let (name, kind) = (row["preset"].as_str().unwrap(), row["kind"].as_str().unwrap());
+        let got = run_config(row, preset(name, row["use_cache"].as_bool().unwrap()));
+        println!("{name} S{} {kind}: MemTracker {want} B, vramscope {got} B", row["seq"]);
+        let expected = known.iter().find(|(p, k, _)| *p == name && *k == kind).map_or(0, |k| k.2);
+        if got as i64 - want as i64 != expected {
+            bad.push(format!("{name} S{} {kind}: {got} vs {want} ({:+}, expected {expected:+})", row["seq"], got as i64 - want as i64));
         }
     }
     assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
@@ -139,19 +146,7 @@ fn moe_rows_match_faketensor_memtracker() {
 /// tests/fixtures/hf_grid/fake_full_deepseek.json from `fake_hf.py --deepseek-grid`.
 #[test]
 fn deepseek_v3_rows_match_faketensor_memtracker() {
-    let doc: Value = serde_json::from_str(include_str!("fixtures/hf_grid/fake_full_deepseek.json")).unwrap();
-    assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
-    let mut bad = Vec::new();
-    for row in doc["rows"].as_array().unwrap() {
-        let want = row["peak_total"].as_u64().unwrap();
-        let cfg = moe_preset(row["preset"].as_str().unwrap(), row["use_cache"].as_bool().unwrap());
-        let got = run_config(row, cfg);
-        println!("{} S{} {}: MemTracker {want} B, vramscope {got} B", row["preset"], row["seq"], row["kind"]);
-        if got != want {
-            bad.push(format!("{} S{} {}: {got} vs {want} ({:+})", row["preset"], row["seq"], row["kind"], got as i64 - want as i64));
-        }
-    }
-    assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
+    check_rows(include_str!("fixtures/hf_grid/fake_full_deepseek.json"), moe_preset, &[]);
 }
 
 /// A dense family preset as fake_hf.py --family-grid builds it: its committed config.json,
@@ -176,19 +171,5 @@ const FAMILY_KNOWN: [(&str, &str, i64); 2] = [("Gemma-3-27B", "forward", 512), (
 /// `DynamicSlidingWindowLayer`'s window tensor moved to the device.
 #[test]
 fn family_rows_match_faketensor_memtracker() {
-    let doc: Value = serde_json::from_str(include_str!("fixtures/hf_grid/fake_full_families.json")).unwrap();
-    assert_eq!(doc["transformers"], hf::TRANSFORMERS_VERSION);
-    let mut bad = Vec::new();
-    for row in doc["rows"].as_array().unwrap() {
-        let want = row["peak_total"].as_u64().unwrap();
-        let (preset, kind) = (row["preset"].as_str().unwrap(), row["kind"].as_str().unwrap());
-        let cfg = family_preset(preset, row["use_cache"].as_bool().unwrap());
-        let got = run_config(row, cfg);
-        println!("{preset} S{} {kind}: MemTracker {want} B, vramscope {got} B", row["seq"]);
-        let known = FAMILY_KNOWN.iter().find(|(p, k, _)| *p == preset && *k == kind).map_or(0, |k| k.2);
-        if got as i64 - want as i64 != known {
-            bad.push(format!("{} S{} {}: {got} vs {want} ({:+})", row["preset"], row["seq"], row["kind"], got as i64 - want as i64));
-        }
-    }
-    assert!(bad.is_empty(), "differ from MemTracker: {bad:#?}");
+    check_rows(include_str!("fixtures/hf_grid/fake_full_families.json"), family_preset, &FAMILY_KNOWN);
 }

@@ -53,6 +53,21 @@ fn snapshots_read_the_same_both_ways() {
     }
 }
 
+/// The least budget below 2^24 for which `ok` holds (`ok` monotone), by bisection.
+fn least_ok(ok: impl Fn(usize) -> bool, name: &str) -> usize {
+    let (mut lo, mut hi) = (0usize, 1usize << 24);
+    assert!(ok(hi), "{name}: not read at {hi}");
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
 /// Each budget the fast path checks ahead, at the least value the general loop reads the
 /// file with, one below, and one above: the same answer (one below, the same error at the
 /// same byte).
@@ -75,16 +90,7 @@ fn budget_edges_are_the_general_loops() {
         };
         let ok = |v: usize| !outcome(&bytes, &with(v), false).starts_with("error");
         // The least budget the general loop reads the file with.
-        let (mut lo, mut hi) = (0usize, 1usize << 24);
-        assert!(ok(hi), "{name}: not read at {hi}");
-        while lo + 1 < hi {
-            let mid = lo + (hi - lo) / 2;
-            if ok(mid) {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-        }
+        let hi = least_ok(ok, name);
         for v in [hi.saturating_sub(2), hi - 1, hi, hi + 1] {
             assert!(!agree(&bytes, &with(v), &format!("{name} = {v}")), "{name} = {v}: handed back to the tree reader");
         }
@@ -161,16 +167,7 @@ fn split_first_pass_reads_as_one_thread() {
     }
     let bytes = snapshot(5000);
     // The memo budget around the least the file reads with.
-    let ok = |m: usize| !outcome(&bytes, &Budget { memo: m, ..Budget::default() }, true).starts_with("error");
-    let (mut lo, mut hi) = (0usize, 1usize << 24);
-    while lo + 1 < hi {
-        let mid = lo + (hi - lo) / 2;
-        if ok(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
+    let hi = least_ok(|m| !outcome(&bytes, &Budget { memo: m, ..Budget::default() }, true).starts_with("error"), "memo");
     for m in [hi - 1, hi, hi + 1] {
         let b = Budget { memo: m, ..Budget::default() };
         assert_eq!(file_outcome(&bytes, &b), outcome(&bytes, &b, true), "memo = {m}");
