@@ -238,6 +238,10 @@ pub struct HfConfig {
     /// The config's `pad_token_id`, if any.
     #[serde(default)]
     pub pad_token_id: Option<i64>,
+    /// Phi-3's `original_max_position_embeddings` (4096 by default; None for other families):
+    /// its generate() drops the cache once the ids pass it (options::families::check_generate).
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
 }
 
 impl HfConfig {
@@ -298,6 +302,7 @@ impl HfConfig {
                 Arch::Gemma2 | Arch::Gemma3Text => Some(0),
                 _ => None,
             },
+            original_max_position_embeddings: (model_type == Arch::Phi3).then_some(4096),
         }
     }
 }
