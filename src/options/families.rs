@@ -1,6 +1,7 @@
 //! Issue 30's dense families (`model_type` phi3, olmo2, gemma2, gemma3_text): profile, training, gradient
-//! checkpointing, the optimizers and fit run them (measured: tests/families_grid.rs). What is not
-//! modelled for them yet is refused here, naming the flag, before anything runs.
+//! checkpointing, the optimizers and fit run them (measured: tests/families_grid.rs), and generate()
+//! for phi3 and olmo2 (tests/generate_grid.rs). What is not modelled for them yet is refused here,
+//! naming the flag, before anything runs.
 use super::usage;
 use crate::model::hf::HfConfig;
 use anyhow::Result;

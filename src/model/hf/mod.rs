@@ -69,8 +69,9 @@ impl Arch {
         }
     }
     /// Whether the model is one of issue 30's dense families, which run profile, training,
-    /// checkpointing and the optimizers but not yet LoRA, bitsandbytes, parallelism,
-    /// generate or the estimate's closed form (the options refuse those, naming the flag).
+    /// checkpointing, the optimizers and (Phi-3, OLMo-2) generate, but not yet LoRA,
+    /// bitsandbytes, parallelism, Gemma's generate or the estimate's closed form (the options
+    /// refuse those, naming the flag).
     pub fn is_family(self) -> bool {
         matches!(self, Arch::Phi3 | Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text)
     }
