@@ -120,8 +120,12 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]);
         refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["--parallel", "not modelled", "base_model_tp_plan"]);
         refused("profile", &["--model", m, "--parallel", "fsdp", "--tp", "2", "--world-size", "4"], &["--tp", "not modelled"]);
-        refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate"]);
         refused("estimate", &["--model", m, "--context-length", "128"], &["--model", "closed form"]);
+        refused("estimate", &["--model", m, "--context-length", "128", "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "closed form"]);
+    }
+    // generate() runs for Phi-3 and OLMo-2 (tests/generate_grid.rs), not yet for Gemma.
+    for m in ["Gemma-2-9B", "Gemma-3-27B"] {
+        refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate", "DynamicSlidingWindowLayer"]);
     }
     // transformers 5.23 refuses sdpa for gemma2 itself; flash_attention_2 and a padding mask
     // over Gemma's two masks are not measured.
@@ -199,4 +203,28 @@ fn fit_finds_a_batch_for_each_family() {
         };
         assert_eq!(v["config"]["hf"]["model_type"], want);
     }
+}
+
+/// generate() of the Phi-3 and OLMo-2 presets on meta (measured: tests/generate_grid.rs's
+/// generate_families.json): the summary gives the step of the peak and the cache at the end.
+/// Phi-3 past its original_max_position_embeddings (where transformers drops the cache and
+/// re-runs the sequence) is refused, naming the flag.
+#[test]
+fn phi3_and_olmo2_presets_generate_on_meta() {
+    for name in ["Phi-3-mini", "OLMo-2-7B"] {
+        let s = profile(&tmp(&format!("{name}-gen")), &["--model", name, "--num-layers", "2", "--context-length", "64", "--profile-type", "generate", "--max-new-tokens", "3", "--num-beams", "2"]);
+        let g = &s["runs"][0]["generate"];
+        assert_eq!(g["steps"].as_array().unwrap().len(), 3, "{name}: {g}");
+        assert!(g["kv_cache_bytes"].as_u64().unwrap() > 0, "{name}: {g}");
+    }
+    let dir = tmp("phi3-original");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 1000, "pad_token_id": 0, "max_position_embeddings": 4096, "original_max_position_embeddings": 100}"#).unwrap();
+    let c = cfg.to_str().unwrap();
+    // context 128 (refused's): 128 + 4 - 1 positions pass 100.
+    refused("profile", &["--config", c, "--profile-type", "generate", "--max-new-tokens", "4"], &["--max-new-tokens", "original_max_position_embeddings (100)"]);
+    let s = profile(&tmp("phi3-original-ok"), &["--config", c, "--context-length", "96", "--profile-type", "generate", "--max-new-tokens", "5"]);
+    assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 5);
+    let _ = std::fs::remove_dir_all(&dir);
 }

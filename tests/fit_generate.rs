@@ -58,6 +58,44 @@ fn each_answer_fits_and_one_more_does_not() {
     ];
     for c in cases {
         let model = format!("--config {} --precision {}", config(dir.path(), c.model_type), c.precision);
+        check_case(&model, &c);
+    }
+}
+
+/// Issue 30's models through the same searches: Phi-3 and OLMo-2, and Mixtral and Qwen3-MoE
+/// (the routing fit assumes unless told: worst), each a small config.json of the same
+/// attention shape (2 layers, 2 key/value heads of 64).
+#[test]
+fn the_families_and_moe_answers_fit_and_one_more_does_not() {
+    vramscope::session::quiet_oom_panics();
+    let dir = tempfile::tempdir().unwrap();
+    let shape = r#""hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": false"#;
+    let configs = [
+        ("phi3", r#""pad_token_id": 0, "eos_token_id": 2"#),
+        ("olmo2", r#""pad_token_id": 1, "eos_token_id": 2"#),
+        ("mixtral", r#""num_local_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 2"#),
+        ("qwen3_moe", r#""num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "head_dim": 64"#),
+    ];
+    let cases = [
+        Case { model_type: "phi3", precision: "fp32", find: "max-new-tokens", at: (3, 24, 10) },
+        Case { model_type: "olmo2", precision: "pure-bf16", find: "batch", at: (5, 20, 4) },
+        Case { model_type: "mixtral", precision: "pure-bf16", find: "max-new-tokens", at: (4, 16, 9) },
+        Case { model_type: "qwen3_moe", precision: "fp32", find: "batch", at: (3, 12, 5) },
+    ];
+    for c in cases {
+        let extra = configs.iter().find(|(t, _)| *t == c.model_type).unwrap().1;
+        let path = dir.path().join(format!("{}.json", c.model_type));
+        std::fs::write(&path, format!(r#"{{"model_type": "{}", {shape}, {extra}}}"#, c.model_type)).unwrap();
+        check_case(&format!("--config {} --precision {}", path.display(), c.precision), &c);
+    }
+}
+
+/// One case: the limit is the peak reserved of a profile at `c.at`; the search's answer is at
+/// least the calibrated value, profile fits at the answer and not at one more, and the cache
+/// at the answer is the DynamicCache's bytes.
+fn check_case(model: &str, c: &Case) {
+    {
+        let model = model.to_string();
         let (b, s, n) = c.at;
         let (_, limit, _) = profile(&model, None, b, s, n);
         let fixed = match c.find {

@@ -27,15 +27,51 @@ use vramscope::train::{Batcher, CausalLmBatch, DataKind};
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// The point's model: measure_hf.py's config (generate's points leave the training options
-/// out) with the config's eos token.
+/// out; an MoE point is measure_moe.py's, [`moe_config_of`]) with the config's eos and pad
+/// tokens.
 fn config_of(point: &Value) -> vramscope::model::ModelConfig {
     let mut p = point["point"].clone();
     for (k, v) in [("use_cache", Value::Bool(true)), ("logits_to_keep", 0.into()), ("checkpoint", "none".into()), ("attention_mask", "none".into())] {
         p[k] = v;
     }
-    let mut cfg = grid_common::hf::config_of(&p);
+    let mut cfg = if p["experts"].is_string() { moe_config_of(&p) } else { grid_common::hf::config_of(&p) };
     let hf = cfg.hf.as_mut().unwrap();
     hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
+    hf.pad_token_id = point["info"]["pad_token_id"].as_i64();
+    cfg
+}
+
+/// measure_moe.py's config of an MoE point: the dense family its attention is (Mixtral's
+/// Mistral's, Qwen3-MoE's Qwen3's, Qwen2-MoE's Qwen2's) with the point's experts and routing.
+fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
+    use vramscope::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily, Routing};
+    let family = match p["model_type"].as_str().unwrap() {
+        "mixtral" => MoeFamily::Mixtral,
+        "qwen3_moe" => MoeFamily::Qwen3Moe,
+        "qwen2_moe" => MoeFamily::Qwen2Moe,
+        other => panic!("{other}: no generate grid"),
+    };
+    let mut dense = p.clone();
+    dense["model_type"] = match family {
+        MoeFamily::Qwen3Moe => "qwen3",
+        MoeFamily::Qwen2Moe => "qwen2",
+        _ => "mistral",
+    }
+    .into();
+    let mut cfg = grid_common::hf::config_of(&dense);
+    cfg.hf.as_mut().unwrap().moe = Some(MoeConfig {
+        family,
+        experts: grid_common::hf::num(p, "num_experts"),
+        top_k: grid_common::hf::num(p, "top_k"),
+        intermediate: grid_common::hf::num(p, "intermediate_size"),
+        // measure_moe.py: norm_topk_prob true for Qwen3-MoE, Qwen2-MoE's default false.
+        norm_topk_prob: family != MoeFamily::Qwen2Moe,
+        implementation: ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap(),
+        routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
+        shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
+        gpt_oss: None,
+        deepseek: None,
+    });
     cfg
 }
 
@@ -248,4 +284,76 @@ fn check_grid(fixture: &str, min_points: usize, known_failing: &[(&str, &str)]) 
     assert!(failing.is_empty(), "phases that differ from transformers:\n{}", failing.join("\n"));
     assert!(stale.is_empty(), "KNOWN_FAILING points that match now (remove them): {stale:?}");
     doc
+}
+
+/// Points of generate_families.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_FAMILIES: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_families.json (`make_generate_grid.py --families`,
+/// issue 30): Phi-3 (fused qkv and gate_up) and OLMo-2 (q/k norms, post-norms) through
+/// generate(): greedy, sampling (num_return_sequences too), beams 2-3, DynamicCache and
+/// StaticCache, sdpa and eager, fp32 and bf16.
+#[test]
+fn generate_families_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_families.json", 24, KNOWN_FAILING_FAMILIES);
+    coverage(&doc, &["phi3", "olmo2"]);
+}
+
+/// Points of generate_moe.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_MOE: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_moe.json (`make_generate_grid.py --moe`, issue 30):
+/// Mixtral, Qwen3-MoE and Qwen2-MoE (its shared expert) through generate(), the router's
+/// top-k forced to balanced or worst routing for each forward's token count (the prompt's
+/// rows x S, then one per row), over the three experts implementations.
+#[test]
+fn generate_moe_grid_matches_transformers() {
+    let families = ["mixtral", "qwen3_moe", "qwen2_moe"];
+    let doc = check_grid("pytorch_grid/generate_moe.json", 36, KNOWN_FAILING_MOE);
+    coverage(&doc, &families);
+    for point in doc["points"].as_array().unwrap() {
+        let (p, name) = (&point["point"], point["name"].as_str().unwrap());
+        // The forced routing of each forward: tokens × top-k pairs, split as the routing says.
+        let (k, e) = (p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
+        for (tokens, per) in point["info"]["tokens_per_expert"].as_object().unwrap() {
+            let t: u64 = tokens.parse().unwrap();
+            let per: Vec<u64> = per.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+            assert_eq!(per.iter().sum::<u64>(), t * k, "{name}");
+            match p["routing"].as_str().unwrap() {
+                "worst" => assert!(per.iter().enumerate().all(|(i, &n)| n == if (i as u64) < k { t } else { 0 }), "{name}: {per:?}"),
+                _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{name}: {per:?}"),
+            }
+        }
+    }
+    let points = doc["points"].as_array().unwrap();
+    for family in families {
+        let set = |k: &str| points.iter().filter(|q| q["point"]["model_type"] == family).map(|q| q["point"][k].to_string()).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(set("experts").len(), 3, "{family}: experts implementations");
+        assert_eq!(set("routing").len(), 2, "{family}: routings");
+    }
+}
+
+/// What a families/MoE generate grid covers per model type: 12 points or more, greedy,
+/// sampling, beams 2 and 3, the static cache, sdpa and eager, fp32 and bf16, batch 1-3,
+/// prompts 8-64, new tokens 1-8.
+fn coverage(doc: &Value, types: &[&str]) {
+    let points = doc["points"].as_array().unwrap();
+    for mt in types {
+        let ps: Vec<&Value> = points.iter().map(|q| &q["point"]).filter(|p| p["model_type"] == *mt).collect();
+        let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+        assert!(ps.len() >= 12, "{mt}: {} points", ps.len());
+        assert!(count(&|p| p["do_sample"].is_null() && p["num_beams"].is_null()) >= 4, "{mt}: greedy");
+        assert!(count(&|p| p["do_sample"] == true) >= 2, "{mt}: sampling");
+        for beams in [2, 3] {
+            assert!(count(&|p| p["num_beams"] == beams) >= 1, "{mt}: {beams} beams");
+        }
+        assert!(count(&|p| p["cache"] == "static") >= 3, "{mt}: static cache");
+        for (k, v) in [("attn", "sdpa"), ("attn", "eager"), ("dtype", "fp32"), ("dtype", "bf16")] {
+            assert!(count(&|p| p[k] == v) >= 3, "{mt}: {k} {v}");
+        }
+        for b in 1..=3 {
+            assert!(count(&|p| p["batch"] == b) >= 1, "{mt}: batch {b}");
+        }
+        assert!(ps.iter().all(|p| (8..=64).contains(&p["seq"].as_u64().unwrap()) && (1..=8).contains(&p["max_new_tokens"].as_u64().unwrap())), "{mt}: shapes");
+    }
 }

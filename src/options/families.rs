@@ -1,6 +1,7 @@
 //! Issue 30's dense families (`model_type` phi3, olmo2, gemma2, gemma3_text): profile, training, gradient
-//! checkpointing, the optimizers and fit run them (measured: tests/families_grid.rs). What is not
-//! modelled for them yet is refused here, naming the flag, before anything runs.
+//! checkpointing, the optimizers and fit run them (measured: tests/families_grid.rs), and generate()
+//! for phi3 and olmo2 (tests/generate_grid.rs). What is not modelled for them yet is refused here,
+//! naming the flag, before anything runs.
 use super::usage;
 use crate::model::hf::HfConfig;
 use anyhow::Result;
@@ -51,13 +52,41 @@ fn check_gemma(hf: &HfConfig) -> Result<()> {
     Ok(())
 }
 
-/// Run options not modelled for the families: generate(). Their parallel layouts are
-/// checked by [`super::parallel_models::refusal`].
+/// Run options not modelled for the families: generate() of Gemma (its sliding layers' caches
+/// and masks in the decode steps are not measured). generate() of Phi-3 and OLMo-2 is modelled
+/// (tests/generate_grid.rs, generate_families.json), within Phi-3's original positions
+/// ([`check_generate`]). Their parallel layouts are checked by
+/// [`super::parallel_models::refusal`].
 pub fn check_run(hf: Option<&HfConfig>, generate: bool) -> Result<()> {
     let Some(hf) = hf.filter(|h| h.model_type.is_family()) else { return Ok(()) };
     let name = hf.model_type.name();
-    if generate {
-        return Err(usage("--profile-type", format!("generate on model_type {name} is not modelled yet (these families' caches and masks in generate()); profile inference, forward or training")));
+    if generate && hf.model_type.is_gemma() {
+        return Err(usage("--profile-type", format!("generate on model_type {name} is not modelled yet (its sliding layers' DynamicSlidingWindowLayer caches and masks in the decode steps, and the soft-capped kept logits, are not measured); profile inference, forward or training")));
+    }
+    Ok(())
+}
+
+/// The `estimate --profile-type generate` closed form covers llama, mistral, qwen2 and qwen3:
+/// a family's generate() is profiled op for op instead.
+pub fn check_estimate_generate(hf: Option<&HfConfig>) -> Result<()> {
+    match hf.filter(|h| h.model_type.is_family()) {
+        Some(h) => Err(usage("--profile-type", format!("generate's closed form on model_type {} is not derived (it covers llama, mistral, qwen2 and qwen3); `vramscope profile --profile-type generate` runs it op for op", h.model_type.name()))),
+        None => check_run(hf, true),
+    }
+}
+
+/// Phi-3's `prepare_inputs_for_generation` drops the cache (and re-runs the whole sequence)
+/// once the ids reach `original_max_position_embeddings` + 1 with a cache no longer than that:
+/// not modelled, so a prompt and new tokens that get there are refused. The last forward's ids
+/// are prompt + new tokens - 1 long.
+pub fn check_generate(hf: &HfConfig, prompt: usize, max_new_tokens: usize) -> Result<()> {
+    let Some(orig) = hf.original_max_position_embeddings.filter(|_| hf.model_type == crate::model::hf::Arch::Phi3) else { return Ok(()) };
+    let longest = prompt.saturating_add(max_new_tokens) - 1;
+    if longest > orig {
+        return Err(usage(
+            "--max-new-tokens",
+            format!("a {prompt}-token prompt and {max_new_tokens} new tokens reach {longest} positions, past Phi-3's original_max_position_embeddings ({orig}): transformers 5.23's Phi3ForCausalLM.prepare_inputs_for_generation then drops the cache and re-runs the whole sequence, which is not modelled"),
+        ));
     }
     Ok(())
 }

@@ -196,8 +196,11 @@ pub fn plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<FitPlan> {
         Find::Context if a.context_length.is_some() => return Err(usage("--context-length", "is what --find context searches for: leave it out")),
         _ => {}
     }
+    let mut model_max_why = "";
     let (cap, model_max) = if a.profile_type == ProfileType::Generate {
-        generate_cap(a, &r.config, ctx)?
+        let (cap, max, why) = generate_cap(a, &r.config, ctx)?;
+        model_max_why = why;
+        (cap, max)
     } else {
         // The model's maximum follows the run's length (as both seeds do) unless --max-seq-len
         // or a config.json's max_position_embeddings fixes it: then the search stops there.
@@ -218,27 +221,37 @@ pub fn plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<FitPlan> {
     };
     let base = profile::options(&args_for(a, b, c, n))?;
     let budget = budget(a, &base)?;
-    Ok(FitPlan { find: a.find, kind: a.profile_type, base, batch, ctx, new_tokens, start, cap, model_max, budget, reserve_default: a.reserve.is_none(), memory_fraction: a.memory_fraction })
+    Ok(FitPlan { find: a.find, kind: a.profile_type, base, batch, ctx, new_tokens, start, cap, model_max, model_max_why, budget, reserve_default: a.reserve.is_none(), memory_fraction: a.memory_fraction })
 }
 
-/// A generate search's largest value and the model's positions when they set it: the prompt
-/// and the new tokens together stay within max_position_embeddings (profile refuses more),
-/// so a context search ends at positions − max_new_tokens and a new-token search at
-/// positions − the prompt.
-fn generate_cap(a: &FitArgs, cfg: &crate::model::ModelConfig, ctx: usize) -> Result<(usize, Option<usize>)> {
-    let positions = cfg.max_seq_len;
+/// A generate search's largest value, the model's positions when they set it, and what sets
+/// them: the prompt and the new tokens together stay within max_position_embeddings, a
+/// sliding window and Phi-3's original positions + 1 (profile refuses more), so a context
+/// search ends at positions − max_new_tokens and a new-token search at positions − the prompt.
+fn generate_cap(a: &FitArgs, cfg: &crate::model::ModelConfig, ctx: usize) -> Result<(usize, Option<usize>, &'static str)> {
+    // Profile also refuses a prompt and new tokens past a sliding window (the
+    // DynamicSlidingWindowLayer is not modelled) or, for Phi-3, ids past its
+    // original_max_position_embeddings + 1 (the cache is dropped): the search stops there too.
+    let hf = cfg.hf();
+    let window = hf.and_then(|h| h.sliding_window);
+    let phi3 = hf.filter(|h| h.model_type == crate::model::hf::Arch::Phi3).and_then(|h| h.original_max_position_embeddings).and_then(|o| o.checked_add(1));
+    let (positions, what) = [(Some(cfg.max_seq_len), "max_position_embeddings: raise --max-seq-len to look further"), (window, "its sliding window, past which the DynamicSlidingWindowLayer is not modelled"), (phi3, "Phi-3's original_max_position_embeddings + 1, past which generate() drops the cache")]
+        .into_iter()
+        .filter_map(|(p, w)| p.map(|p| (p, w)))
+        .min_by_key(|&(p, _)| p)
+        .expect("max_position_embeddings is always there");
     let (fixed, flag) = match a.find {
         Find::Context => (a.max_new_tokens.unwrap_or(0), "--max-new-tokens"),
         Find::MaxNewTokens => (ctx, "--context-length"),
-        Find::Batch | Find::WorldSize => return Ok((a.max.unwrap_or(1 << 20), None)),
+        Find::Batch | Find::WorldSize => return Ok((a.max.unwrap_or(1 << 20), None, what)),
     };
     let Some(limit) = positions.checked_sub(fixed).filter(|&l| l >= 1) else {
-        return Err(usage(flag, format!("{fixed} leaves no room in the model's {positions} positions (max_position_embeddings): raise --max-seq-len")));
+        return Err(usage(flag, format!("{fixed} leaves no room in the model's {positions} positions ({what})")));
     };
     match a.max {
-        Some(m) if m > limit => Err(usage("--max", format!("{m}: the prompt and the new tokens would pass the model's {positions} positions (max_position_embeddings); at most {limit} here"))),
-        Some(m) => Ok((m, None)),
-        None => Ok((limit, Some(positions))),
+        Some(m) if m > limit => Err(usage("--max", format!("{m}: the prompt and the new tokens would pass the model's {positions} positions ({what}); at most {limit} here"))),
+        Some(m) => Ok((m, None, what)),
+        None => Ok((limit, Some(positions), what)),
     }
 }
 

@@ -323,6 +323,7 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
         return refuse("--precision", format!("{precision} (autocast around generate())").as_str());
     }
     for &c in contexts {
+        super::families::check_generate(hf, c, n)?;
         if c + n > cfg.max_seq_len {
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }

@@ -100,6 +100,9 @@ pub struct FitPlan {
     /// The model's maximum sequence length when it bounds a context search (generate: the
     /// prompt and the new tokens together).
     pub model_max: Option<usize>,
+    /// For generate, what sets `model_max` and the flag that looks further (max_position_embeddings,
+    /// a sliding window, Phi-3's original positions).
+    pub model_max_why: &'static str,
     pub budget: Budget,
     /// Whether the reserve is the default one (no --reserve).
     pub reserve_default: bool,
@@ -286,9 +289,10 @@ impl FitPlan {
                 match &fit.first_fail {
                     Some(f) => out!(s, "{what} {} does not fit: {}", f.value, f.oom.as_deref().unwrap_or("")),
                     None if self.model_max.is_some() && self.kind == ProfileType::Generate => out!(s,
-                        "(the search stopped at {}: the prompt and the new tokens reach the model's {} positions (max_position_embeddings): raise --max-seq-len to look further)",
+                        "(the search stopped at {}: the prompt and the new tokens reach the model's {} positions ({}))",
                         self.cap,
-                        self.model_max.unwrap_or(0)
+                        self.model_max.unwrap_or(0),
+                        self.model_max_why
                     ),
                     None if self.model_max == Some(self.cap) => {
                         out!(s, "(the search stopped at the model's maximum sequence length {}: raise --max-seq-len to look further)", self.cap)

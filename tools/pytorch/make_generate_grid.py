@@ -14,6 +14,15 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --qlora    # generate_qlora.json: 4-bit weights and LoRA adapters
     python3 make_generate_grid.py --options  # generate_options.json: static cache, sampling, min_new_tokens
     python3 make_generate_grid.py --beams    # generate_beams.json: beam search, num_beams 2-4
+    python3 make_generate_grid.py --families # generate_families.json: phi3 and olmo2 (issue #30)
+    python3 make_generate_grid.py --moe      # generate_moe.json: mixtral, qwen3_moe, qwen2_moe (issue #30)
+
+The --families and --moe grids (issue #30): per model type 12 points over greedy, sampling
+(num_return_sequences too), beams 2-3, the DynamicCache and a StaticCache, batch 1-3, prompts
+8-64 tokens, max_new_tokens 1-8, sdpa and eager, fp32 and bf16. The MoE points force the
+routing as measure_moe.py does, for each forward's token count (rows x S in the prefill, one
+per row in a decode step: measure_generate.install_generate_routing), over the three experts
+implementations, balanced and worst.
 
 The --qlora grid (issue #28's leftovers): each model_type x {4-bit without adapters, 4-bit + LoRA
 q,v, 4-bit + LoRA all-linear (twice: nf4/fp4, double quantization on/off, compute bf16/fp32),
@@ -193,6 +202,80 @@ BEAMS = [
 ]
 
 
+# (hidden, intermediate, layers, heads, kv_heads, head_dim or None, vocab, S, B, N)
+FSHAPES = [
+    (128, 384, 2, 4, 2, None, 1000, 24, 2, 4),
+    (96, 256, 1, 6, 3, None, 777, 8, 1, 8),
+    (64, 192, 2, 4, 4, None, 640, 64, 1, 3),
+    (128, 320, 2, 8, 2, None, 1000, 16, 3, 5),
+    (160, 448, 1, 5, 1, None, 512, 40, 2, 1),
+    (64, 128, 2, 4, 2, None, 777, 33, 2, 6),
+]
+# (shape index, attn, dtype, options) for each family.
+FAMILY_RUNS = [
+    (0, "sdpa", "fp32", {}),
+    (1, "eager", "bf16", {}),
+    (2, "sdpa", "bf16", {}),
+    (3, "eager", "fp32", {}),
+    (4, "sdpa", "fp32", dict(cache="static")),
+    (5, "eager", "bf16", dict(cache="static")),
+    (0, "eager", "fp32", dict(do_sample=True)),
+    (1, "sdpa", "bf16", dict(do_sample=True, top_k=20, temperature=0.7, num_return_sequences=2)),
+    (2, "sdpa", "fp32", dict(num_beams=2)),
+    (3, "eager", "bf16", dict(num_beams=3, num_return_sequences=2)),
+    (5, "sdpa", "fp32", dict(num_beams=2, cache="static")),
+    (4, "eager", "bf16", dict(min_new_tokens=1, do_sample=True, cache="static")),
+]
+
+
+def fpoint(mt, i, attn, dtype, opts):
+    h, f, L, nh, kv, hd, V, S, B, N = FSHAPES[i]
+    p = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             head_dim=hd, vocab_size=V, max_position_embeddings=4096, tied=False, seq=S, batch=B, max_new_tokens=N,
+             attn=attn, dtype=dtype)
+    p.update(opts)
+    return p
+
+
+def fgrid(quick=False):
+    runs = FAMILY_RUNS[:2] if quick else FAMILY_RUNS
+    return [fpoint(mt, i, attn, dtype, opts) for mt in ("phi3", "olmo2") for i, attn, dtype, opts in runs]
+
+
+# The MoE points: (shape index, experts, top_k, experts_implementation, routing, shared width)
+# beside FAMILY_RUNS' attention, dtype and options (per-expert intermediate = the shape's / 2).
+MOE_RUNS = [
+    (4, 2, "grouped_mm", "balanced"),
+    (8, 1, "eager", "worst"),
+    (6, 3, "batched_mm", "balanced"),
+    (16, 4, "grouped_mm", "worst"),
+    (5, 2, "eager", "balanced"),
+    (12, 2, "batched_mm", "worst"),
+    (8, 2, "grouped_mm", "worst"),
+    (4, 1, "eager", "balanced"),
+    (6, 2, "batched_mm", "worst"),
+    (10, 3, "grouped_mm", "balanced"),
+    (4, 2, "eager", "worst"),
+    (8, 4, "grouped_mm", "balanced"),
+]
+
+
+def mpoint(mt, r):
+    i, attn, dtype, opts = FAMILY_RUNS[r]
+    p = fpoint(mt, i, attn, dtype, opts)
+    E, k, impl, routing = MOE_RUNS[r]
+    p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl, routing=routing)
+    if mt == "qwen3_moe":
+        p["head_dim"] = 32
+    if mt == "qwen2_moe":
+        p["shared_intermediate_size"] = (48, 96, 64, 128)[r % 4]
+    return p
+
+
+def mgrid(quick=False):
+    return [mpoint(mt, r) for mt in ("mixtral", "qwen3_moe", "qwen2_moe") for r in range(2 if quick else len(MOE_RUNS))]
+
+
 def bgrid(quick=False):
     return [point(mt, i, attn=attn, dtype=dtype, **opts) for mt, i, attn, dtype, opts in (BEAMS[:4] if quick else BEAMS)]
 
@@ -230,6 +313,10 @@ def extras(p):
         tag += f" num_beams={p['num_beams']}"
     if p.get("num_return_sequences", 1) > 1:
         tag += f" num_return_sequences={p['num_return_sequences']}"
+    if p.get("experts"):
+        tag += f" E{p['num_experts']} k{p['top_k']} {p['experts']} {p['routing']}"
+        if p.get("shared_intermediate_size"):
+            tag += f" shared{p['shared_intermediate_size']}"
     return tag
 
 
@@ -281,6 +368,8 @@ def main():
     ap.add_argument("--qlora", action="store_true")
     ap.add_argument("--options", action="store_true", help="generate_options.json: static cache, sampling, min_new_tokens")
     ap.add_argument("--beams", action="store_true", help="generate_beams.json: beam search (num_beams 2-4)")
+    ap.add_argument("--families", action="store_true", help="generate_families.json: phi3 and olmo2")
+    ap.add_argument("--moe", action="store_true", help="generate_moe.json: mixtral, qwen3_moe, qwen2_moe with forced routing")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
@@ -290,6 +379,16 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(True))
         return G.write_fixture(path, doc, t0)
+    if a.families or a.moe:
+        which = "--families" if a.families else "--moe"
+        results, t0 = G.measure_all((fgrid if a.families else mgrid)(a.quick), run_one, maxtasksperchild=1)
+        doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
+                   counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
+                           "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
+                           "**measure_generate.gen_kwargs(point))" + ("; the router's top-k indices forced to the point's "
+                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe else ""),
+                   points=results)
+        return G.write_fixture(os.path.join(a.out, "generate_families.json" if a.families else "generate_moe.json"), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)
     doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --options" if a.options else "") + (" --beams" if a.beams else "") + (" --quick" if a.quick else ""),

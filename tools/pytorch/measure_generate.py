@@ -60,6 +60,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import measure_cs336 as M
 import measure_hf as H
+import measure_moe as MOE
 
 
 def phases_of(n):
@@ -123,18 +124,61 @@ def kv_cache_bytes(p, model):
     return 2 * cfg.num_hidden_layers * rows * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
 
 
+def rows_of(p):
+    """The rows generate() runs: the batch expanded by max(num_beams, num_return_sequences)."""
+    return p["batch"] * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
+
+
+def install_generate_routing(p):
+    """measure_moe.py's forced routing for generate(): the router's top-k indices are overwritten
+    with the point's routing for the forward's token count -- rows x S in the prefill, one per
+    row in each decode step -- the forced tensors all built before the profiler starts."""
+    import transformers as T
+    router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
+              "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
+              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter}[p["model_type"]]
+    rows = rows_of(p)
+    forced = {t: MOE.forced_indices(t, p["top_k"], p["num_experts"], p["routing"]) for t in (rows * p["seq"], rows)}
+    original = getattr(router, "_vramscope_original", router.forward)
+    router._vramscope_original = original
+
+    def forward(self, hidden_states):
+        logits, scores, indices = original(self, hidden_states)
+        indices.data.copy_(forced[indices.shape[0]])
+        return logits, scores, indices
+
+    router.forward = forward
+    return {t: torch.bincount(f.reshape(-1), minlength=p["num_experts"]).tolist() for t, f in forced.items()}
+
+
+def config_of(p):
+    """The point's transformers config: measure_moe.py's for the MoE families, measure_hf.py's else."""
+    return MOE.moe_config(p) if p["model_type"] in MOE.MODEL_TYPES else H.hf_config(p)
+
+
+def prompt_low(model, V):
+    """The lowest token id of the random prompt: above the pad token when it is a small id inside
+    the vocabulary (OLMo-2's 1, the grid's Phi-3 0), so that generate() cannot infer a padding
+    mask from the prompt (as a user's unpadded prompt; vramscope models no padding)."""
+    pad = model.generation_config.pad_token_id
+    low = pad + 1 if isinstance(pad, int) and 0 <= pad < V else 0
+    assert low < V // 2, f"pad token {pad} leaves too few ids"
+    return low
+
+
 def run(p):
     import transformers as T
     B, S, N = p["batch"], p["seq"], p["max_new_tokens"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "fp32")]
     lengths, shapes = [], []
+    routed = install_generate_routing(p) if p["model_type"] in MOE.MODEL_TYPES else None
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
             if p.get("load_in_4bit"):
                 model = H.load_4bit(p, dtype)
             else:
-                model = T.AutoModelForCausalLM.from_config(H.hf_config(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
+                model = T.AutoModelForCausalLM.from_config(config_of(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
             # Wrapped before peft: PeftModelForCausalLM keeps the base model's
             # prepare_inputs_for_generation and calls it from its own.
             phases = StepPhases(model)
@@ -146,10 +190,11 @@ def run(p):
                 model = peft.get_peft_model(model, lc)
             model.eval()
             gen = torch.Generator().manual_seed(42)
+            low = prompt_low(model, p["vocab_size"])
         for step in range(M.NSTEPS):
             with record_function(f"{M.STEP_MARK}{step}"):
                 with M.phase("data"):
-                    input_ids = torch.randint(0, p["vocab_size"], (B, S), generator=gen)
+                    input_ids = torch.randint(low, p["vocab_size"], (B, S), generator=gen)
                 phases.start()
                 out = model.generate(input_ids, **gen_kwargs(p))
                 phases.close()
@@ -161,16 +206,19 @@ def run(p):
     assert shapes == [(rows, S + N)] * M.NSTEPS, f"generate stopped early: shapes {shapes}, want {(rows, S + N)}"
     assert lengths == [S + N] * M.NSTEPS, f"generate stopped early: lengths {lengths}, want {S + N}"
     assert phases.calls == N, f"{phases.calls} forwards, want {N}"
-    return prof, model
+    return prof, model, routed
 
 
 def measure(p):
-    prof, model = run(p)
+    prof, model, routed = run(p)
     per, log = M.analyse(M.alloc_rows(prof), phases_of(p["max_new_tokens"]))
     info = dict(sdpa_backends=H.sdpa_backends(prof), parameters=sum(t.numel() for t in model.parameters()),
                 trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 attn_implementation=model.config._attn_implementation, kv_cache_bytes=kv_cache_bytes(p, model),
                 eos_token_id=model.generation_config.eos_token_id, pad_token_id=model.generation_config.pad_token_id)
+    if routed is not None:
+        info.update(experts_implementation=p["experts"], routing=p["routing"],
+                    tokens_per_expert={str(t): c for t, c in routed.items()})
     return per, log, info
 
 

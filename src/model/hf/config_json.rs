@@ -214,7 +214,10 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
             let b = boolean(obj, "attention_bias", false)?;
             (hf.qkv_bias, hf.o_bias) = (b, b);
         }
-        Arch::Phi3 => phi3_dropout_and_rotary(obj, hf.rope_type.as_deref())?,
+        Arch::Phi3 => {
+            phi3_dropout_and_rotary(obj, hf.rope_type.as_deref())?;
+            hf.original_max_position_embeddings = Some(uint(obj, "original_max_position_embeddings", Some(4096))?);
+        }
         Arch::Mistral => {}
     }
     hf.sliding_window = sliding_window(obj, arch, l)?;

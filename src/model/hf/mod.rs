@@ -69,8 +69,8 @@ impl Arch {
         }
     }
     /// Whether the model is one of issue 30's dense families, which run profile, training,
-    /// checkpointing, the optimizers and the data-parallel layouts but not yet LoRA,
-    /// bitsandbytes, tensor parallelism, generate or the estimate's closed form (the options
+    /// checkpointing, the optimizers, the data-parallel layouts and (Phi-3, OLMo-2) generate, but
+    /// not yet LoRA, bitsandbytes, tensor parallelism, Gemma's generate or the estimate's closed form (the options
     /// refuse those, naming the flag).
     pub fn is_family(self) -> bool {
         matches!(self, Arch::Phi3 | Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text)
@@ -239,6 +239,10 @@ pub struct HfConfig {
     /// The config's `pad_token_id`, if any.
     #[serde(default)]
     pub pad_token_id: Option<i64>,
+    /// Phi-3's `original_max_position_embeddings` (4096 by default; None for other families):
+    /// its generate() drops the cache once the ids pass it (options::families::check_generate).
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
 }
 
 impl HfConfig {
@@ -299,6 +303,7 @@ impl HfConfig {
                 Arch::Gemma2 | Arch::Gemma3Text => Some(0),
                 _ => None,
             },
+            original_max_position_embeddings: (model_type == Arch::Phi3).then_some(4096),
         }
     }
 }

@@ -1101,6 +1101,10 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
                 let windowed = HfConfig { sliding_window: Some(g.window), ..hf.clone() };
                 causal_mask(&windowed, b, s, past, embeds.dtype(), device, padding.as_ref())
             }
+            // A static cache's generate() passes create_masks_for_generate's dict (one mask per
+            // layer type: Qwen2-MoE's are all full_attention without use_sliding_window), so
+            // the model builds no masks of its own.
+            None if static_cache.is_some() => gemma_sliding,
             None => gemma_sliding.or_else(|| {
                 hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
                     let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
