@@ -188,8 +188,8 @@ fn moe_grid_matches_transformers() {
 
 /// LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE against peft 0.21.2 and bitsandbytes
 /// 0.50.2 (`make_lora_grid.py --moe`, routing forced as in moe.json): the attention projections
-/// (mixtral's peft default q_proj,v_proj, named lists, all-linear: the experts and the router are
-/// no nn.Linear), every experts implementation, balanced and worst routing, checkpointing off,
+/// (named lists: the experts and the router are no nn.Linear, and all-linear reaches them through
+/// peft's target_parameters conversion, refused), every experts implementation, balanced and worst routing, checkpointing off,
 /// non-reentrant and reentrant, 4-bit (nf4, fp4) and 8-bit loads that quantize only the
 /// attention's linears, as training, forward and inference.
 #[test]
@@ -259,8 +259,12 @@ fn routing_and_experts_flags_are_checked() {
     // The experts (3-D parameters) and the router (no nn.Linear) are no LoRA targets here.
     bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "experts"], "target_parameters");
     bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "gate"], "not an nn.Linear");
-    // peft has no default target_modules for qwen3_moe.
+    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "all-linear"], "target_parameters");
+    // No default target_modules works on these under transformers 5 (mixtral's is converted away).
     bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8"], "--target-modules");
+    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8"], "NoMatchingPeftModuleError");
+    // DoRA on an MoE model is not measured.
+    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--use-dora"], "--use-dora");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16"], "--precision");
     bad(&["--preset", "Qwen3-30B-A3B", "--profile-type", "generate"], "--profile-type");

@@ -39,9 +39,11 @@ pub fn slot_name(arch: crate::model::hf::Arch, moe: bool, slot: usize) -> Option
 
 /// peft 0.21.2's default `target_modules` for a `model_type`
 /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`); None where the mapping has no entry
-/// (peft raises "Please specify `target_modules` in `peft_config`").
+/// (peft raises "Please specify `target_modules` in `peft_config`") and for mixtral, whose entry
+/// never applies under transformers 5: `convert_peft_config_for_transformers` first turns a
+/// missing `target_modules` into an empty set (measured: NoMatchingPeftModuleError).
 pub fn default_targets(model_type: &str) -> Option<[&'static str; 2]> {
-    matches!(model_type, "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "gemma2" | "gemma3_text").then_some(["q_proj", "v_proj"])
+    matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3_text").then_some(["q_proj", "v_proj"])
 }
 
 /// The modules `modules_to_save` can name here, in module order: peft wraps each in a

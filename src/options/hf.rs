@@ -62,7 +62,10 @@ pub struct HfFlags {
     pub lora_dropout: Option<f64>,
     /// LoraConfig's target_modules: all-linear, or a comma list of modules
     ///
-    /// peft's default for these models is q_proj,v_proj.
+    /// peft's default is q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and
+    /// gemma3_text; phi3, olmo2 and the mixture-of-experts types need them named (Phi-3's are
+    /// qkv_proj, o_proj, gate_up_proj, down_proj; an MoE model's adaptable linears are its
+    /// attention's).
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
     /// LoraConfig's bias: none (peft's default), all or lora_only

@@ -20,15 +20,31 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
     }
     let linears: Vec<&str> = layer_linears(hf.model_type, hf.moe.is_some()).iter().map(|(_, n)| *n).collect();
     let qwen2_moe = hf.moe.as_ref().is_some_and(|m| m.family == MoeFamily::Qwen2Moe);
+    let choices = if hf.moe.is_some() { format!("some of {}", linears.join(", ")) } else { format!("all-linear or some of {}", linears.join(", ")) };
     match given.map(str::trim) {
         None => match default_targets(mt) {
             Some(t) => Ok(t.iter().map(|t| t.to_string()).collect()),
+            None if mt == "mixtral" => Err(usage(
+                "--target-modules",
+                format!("peft 0.21.2's default for mixtral (q_proj,v_proj) does not apply under transformers 5: convert_peft_config_for_transformers turns a missing target_modules into an empty set and get_peft_model raises NoMatchingPeftModuleError; name some of {}", linears.join(", ")),
+            )),
             None => Err(usage(
                 "--target-modules",
-                format!("peft 0.21.2 has no default target_modules for model_type {mt} (LoraConfig raises \"Please specify `target_modules`\"): name them, all-linear or some of {}", linears.join(", ")),
+                format!("peft 0.21.2 has no default target_modules for model_type {mt} (LoraConfig raises \"Please specify `target_modules`\"): name {choices}"),
             )),
         },
         Some("all-linear") if qwen2_moe => Err(usage("--target-modules", "all-linear on qwen2_moe adapts its shared expert's linears (shared_expert.gate_proj/up_proj/down_proj, shared_expert_gate), which are not modelled yet: name attention projections (q_proj, k_proj, v_proj, o_proj)")),
+        // With transformers 5, peft 0.21.2 converts a Mixtral/Qwen3-MoE LoraConfig for the fused
+        // experts (convert_peft_config_for_transformers): all-linear becomes the attention's
+        // linears plus target_parameters on the experts' and the router's weights (measured:
+        // the trainable count includes a LoRA per expert).
+        Some("all-linear") if hf.moe.is_some() => Err(usage(
+            "--target-modules",
+            format!(
+                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj and the router's weight, which vramscope does not model yet: name the attention's projections ({})",
+                linears.join(",")
+            ),
+        )),
         Some("all-linear") => Ok(linears.iter().map(|t| t.to_string()).collect()),
         Some(list) => {
             let mut v: Vec<String> = Vec::new();
@@ -59,12 +75,14 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
         if m.family == MoeFamily::Qwen2Moe && matches!(t, "gate_proj" | "up_proj" | "down_proj" | "shared_expert" | "shared_expert_gate") {
             return format!("matches qwen2_moe's shared expert (its nn.Linear modules), whose adapters are not modelled yet; the attention's are: {expected}");
         }
+        // peft 0.21.2 converts these names of the transformers-4 layout (mixtral's w1/w2/w3 and
+        // gate, qwen3_moe's gate/gate_proj/up_proj/down_proj) into target_parameters.
         if t == "gate" {
-            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 cannot wrap it (\"Target module ... is not supported\"); adaptable: {expected}");
+            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper), which vramscope does not model yet; adaptable: {expected}");
         }
         if matches!(t, "experts" | "gate_up_proj" | "down_proj" | "gate_proj" | "up_proj" | "w1" | "w2" | "w3") {
             return format!(
-                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft adapts them only through target_parameters (its ParamWrapper), which vramscope does not model yet; adaptable: {expected}"
+                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft 0.21.2 adapts them only through target_parameters (its ParamWrapper, one LoRA per expert), which vramscope does not model yet; adaptable: {expected}"
             );
         }
     }

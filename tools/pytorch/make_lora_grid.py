@@ -272,22 +272,31 @@ def moe_lora(row, r, targets, **opts):
 
 def mgrid():
     """LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE (make_moe_grid.py's rows: every experts
-    implementation, balanced and worst routing): the attention projections (peft's default for
-    mixtral is q_proj,v_proj; the Qwen MoE types have none), all-linear (the experts are 3-D
-    parameters and the router a plain parameter: neither is an nn.Linear), checkpointing off,
+    implementation, balanced and worst routing): the attention projections (no default works on
+    these types with transformers 5), all four of them (the experts are 3-D parameters and the
+    router a plain parameter: neither is an nn.Linear; peft's all-linear reaches them through
+    target_parameters, which vramscope refuses), checkpointing off,
     non-reentrant and reentrant; 4-bit and 8-bit loads quantize only the nn.Linear modules."""
     todo = []
     for base, mt in ((0, "mixtral"), (6, "qwen3_moe")):
-        default = None if mt == "mixtral" else "q_proj,v_proj"
+        # No default: peft's mapping names q_proj,v_proj for mixtral, but with transformers 5
+        # convert_peft_config_for_transformers first turns target_modules=None into an empty set
+        # (Mixtral's and Qwen3-MoE's configs are converted for the fused experts), and
+        # get_peft_model raises NoMatchingPeftModuleError.
+        default = "q_proj,v_proj"
         p = moe_lora(base + 2, 8, default)  # batched_mm, worst, bf16
         todo += [(p, kind) for kind in ("training", "forward", "inference")]
-        todo.append((moe_lora(base + 0, 16, "all-linear", checkpoint="non-reentrant"), "training"))  # grouped_mm
+        # Every attention linear, not all-linear: with transformers 5, peft 0.21.2 resolves
+        # all-linear on these types to the attention's linears plus target_parameters on the
+        # experts' 3-D weights and the router's (ParamWrapper), which vramscope does not model.
+        att = "q_proj,k_proj,v_proj,o_proj"
+        todo.append((moe_lora(base + 0, 16, att, checkpoint="non-reentrant"), "training"))  # grouped_mm
         todo.append((moe_lora(base + 4, 4, "k_proj,o_proj", checkpoint="reentrant"), "training"))  # eager
         todo.append((moe_lora(base + 3, 8, default, lora_dropout=0.05), "training"))  # grouped_mm worst bf16
-        p = bnb_of(moe_lora(base + 0, 16, "all-linear", checkpoint="reentrant", dtype="bf16"), 4)
+        p = bnb_of(moe_lora(base + 0, 16, att, checkpoint="reentrant", dtype="bf16"), 4)
         todo += [(p, kind) for kind in ("training", "inference")]
         todo.append((bnb_of(moe_lora(base + 1, 8, default, checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))
-        todo.append((bnb_of(moe_lora(base + 5, 4, "all-linear", checkpoint="reentrant", dtype="bf16"), 8), "training"))
+        todo.append((bnb_of(moe_lora(base + 5, 4, att, checkpoint="reentrant", dtype="bf16"), 8), "training"))
     # Qwen2-MoE: LoRA on the attention (its shared expert's linears are not adapted here).
     todo.append((moe_lora(12, 8, "q_proj,v_proj"), "training"))
     todo.append((moe_lora(13, 16, "q_proj,k_proj,v_proj,o_proj", checkpoint="non-reentrant"), "training"))
