@@ -258,6 +258,10 @@ def fgrid():
         # threshold of 6 holds an outlier column back there, which vramscope does not model.
         todo.append((bnb_of(family_lora(mt, t + 6, 4, "all-linear", checkpoint="reentrant"), 8, threshold=0.0 if mt == "olmo2" else 6.0), "training"))
         todo.append((bnb_of(family_lora(mt, t + 7, 16, default, checkpoint="none"), 8, threshold=0.0), "training"))
+    # The other optimizers over the adapters: the Trainer's adafactor, foreach AdamW, bitsandbytes' 8-bit AdamW.
+    todo.append((family_lora("phi3", 2, 16, "all-linear", optimizer="adafactor"), "training"))
+    todo.append((family_lora("gemma3_text", 1, 8, None, optimizer="adamw_torch_foreach", checkpoint="non-reentrant"), "training"))
+    todo.append((bnb_of(family_lora("olmo2", 3, 32, "all-linear", checkpoint="reentrant", optimizer="adamw_bnb_8bit"), 4), "training"))
     return todo
 
 
@@ -297,6 +301,8 @@ def mgrid():
         todo += [(p, kind) for kind in ("training", "inference")]
         todo.append((bnb_of(moe_lora(base + 1, 8, default, checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))
         todo.append((bnb_of(moe_lora(base + 5, 4, att, checkpoint="reentrant", dtype="bf16"), 8), "training"))
+    todo.append((bnb_of(moe_lora(9, 32, "q_proj,k_proj,v_proj,o_proj", checkpoint="reentrant", dtype="bf16", optimizer="adamw_bnb_8bit"), 4), "training"))
+    todo.append((moe_lora(1, 16, "q_proj,v_proj", optimizer="adafactor"), "training"))
     # Qwen2-MoE: LoRA on the attention (its shared expert's linears are not adapted here).
     todo.append((moe_lora(12, 8, "q_proj,v_proj"), "training"))
     todo.append((moe_lora(13, 16, "q_proj,k_proj,v_proj,o_proj", checkpoint="non-reentrant"), "training"))
@@ -306,7 +312,10 @@ def mgrid():
 
 def moe_name_of(p, kind):
     import make_moe_grid as MG
-    return name_of(p, kind, MG.name_of(p, kind))
+    base = MG.name_of(p, kind)
+    if p["optimizer"] != "adamw_torch_fused":  # (make_moe_grid.py's names leave the optimizer out)
+        base = base[: -len(kind) - 1] + f" optimizer={p['optimizer']} {kind}"
+    return name_of(p, kind, base)
 
 
 def run_one(job):
