@@ -150,7 +150,6 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         if hf.model_type == Arch::Phi3 {
             let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| lin(b, slot, name, rows, cols, false).0;
             let mut layer = phi3::layer(&mut b, &p, [q, kv, d, f], &mut lin);
-            drop(lin);
             Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
             layers.push(layer);
             continue;
@@ -172,7 +171,6 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
             let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
             let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
-            drop(lin);
             // bitsandbytes quantizes the attention's nn.Linear modules only (the router and the
             // 3-D experts stay in the load dtype: replace_with_bnb_linear converts nn.Linear).
             let extra = HfLayer { qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]), o_bias: bo, qk_norm, router: Some(router), shared_expert, quant, ..HfLayer::default() };
