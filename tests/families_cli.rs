@@ -110,12 +110,39 @@ fn refused(cmd: &str, extra: &[&str], needles: &[&str]) {
     assert!(!out.exists(), "{extra:?} wrote {}", out.display());
 }
 
+/// LoRA, QLoRA and 8-bit LoRA on each family's preset (one layer), with peft's targets for the
+/// model: the adapters are those of the layer's linears (Phi-3's fused ones), the trainable count
+/// r·(in + out) per adapted linear.
+#[test]
+fn lora_and_qlora_run_on_the_family_presets() {
+    for (m, targets, per_layer) in [
+        // Phi-3-mini: qkv_proj 3072 → 9216, gate_up_proj 3072 → 16384.
+        ("Phi-3-mini", "qkv_proj,gate_up_proj", 8 * (3072 + 9216) + 8 * (3072 + 16384)),
+        // Gemma-2-9B: peft's default q_proj (3584 → 4096) and v_proj (3584 → 2048).
+        ("Gemma-2-9B", "", 8 * (3584 + 4096) + 8 * (3584 + 2048)),
+    ] {
+        for quant in [&[][..], &["--load-in-4bit", "--bnb-4bit-quant-type", "nf4"][..], &["--load-in-8bit"][..]] {
+            let out = tmp("lora");
+            let mut args = vec!["--model", m, "--num-layers", "1", "--context-length", "32", "--profile-type", "training", "--lora-r", "8"];
+            if !targets.is_empty() {
+                args.extend(["--target-modules", targets]);
+            }
+            args.extend_from_slice(quant);
+            let s = profile(&out, &args);
+            assert_eq!(s["parameters"]["trainable"].as_u64(), Some(per_layer), "{m} {quant:?}: {}", s["parameters"]);
+            let _ = std::fs::remove_dir_all(&out);
+        }
+    }
+}
+
 #[test]
 fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
     for m in ["Phi-3-mini", "OLMo-2-7B", "Gemma-2-9B", "Gemma-3-27B"] {
-        refused("profile", &["--model", m, "--lora-r", "8"], &["--lora-r", "not modelled"]);
-        refused("profile", &["--model", m, "--load-in-4bit", "--profile-type", "inference"], &["--load-in-4bit"]);
-        refused("profile", &["--model", m, "--load-in-8bit", "--profile-type", "inference"], &["--load-in-8bit"]);
+        // LoRA and bitsandbytes run (tests/lora_grid.rs); the peft options their grid did not
+        // measure are refused.
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--use-dora"], &["--use-dora", "not modelled"]);
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--modules-to-save", "lm_head"], &["--modules-to-save", "not modelled"]);
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--lora-bias", "all"], &["--lora-bias", "not modelled"]);
         // ddp, zero1, zero2 and fsdp run (tests/dist_models_grid.rs); the rest is refused.
         refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]);
         refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["--parallel", "not modelled", "base_model_tp_plan"]);
@@ -127,6 +154,12 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
     for m in ["Gemma-2-9B", "Gemma-3-27B"] {
         refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate", "DynamicSlidingWindowLayer"]);
     }
+    // peft 0.21.2 has no default target_modules for phi3 and olmo2; Phi-3's projections are fused.
+    for m in ["Phi-3-mini", "OLMo-2-7B"] {
+        refused("profile", &["--model", m, "--lora-r", "8"], &["--target-modules", "no default target_modules"]);
+    }
+    refused("profile", &["--model", "Phi-3-mini", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--target-modules", "fused qkv_proj"]);
+    refused("profile", &["--model", "Phi-3-mini", "--lora-r", "8", "--target-modules", "gate_proj"], &["--target-modules", "fused gate_up_proj"]);
     // transformers 5.23 refuses sdpa for gemma2 itself; flash_attention_2 and a padding mask
     // over Gemma's two masks are not measured.
     refused("profile", &["--model", "Gemma-2-9B", "--attn-implementation", "sdpa"], &["--attn-implementation", "_supports_sdpa"]);

@@ -162,6 +162,29 @@ fn moe_grid_matches_transformers() {
     grid_common::check("moe", points, 57, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
 
+/// LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE against peft 0.21.2 and bitsandbytes
+/// 0.50.2 (`make_lora_grid.py --moe`, routing forced as in moe.json): the attention projections
+/// (named lists: the experts and the router are no nn.Linear, and all-linear reaches them through
+/// peft's target_parameters conversion, refused), every experts implementation, balanced and worst routing, checkpointing off,
+/// non-reentrant and reentrant, 4-bit (nf4, fp4) and 8-bit loads that quantize only the
+/// attention's linears, as training, forward and inference.
+#[test]
+fn moe_lora_grid_matches_peft() {
+    let doc = fixture("lora.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let points = doc["points"].as_array().unwrap();
+    for family in ["mixtral", "qwen3_moe"] {
+        let ps: Vec<&Value> = points.iter().filter(|q| q["point"]["model_type"] == family).collect();
+        let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(set("experts").len(), 3, "{family}: every experts implementation");
+        assert_eq!(set("routing").len(), 2, "{family}: balanced and worst");
+        assert!(ps.iter().any(|q| q["point"]["load_in_4bit"] == true) && ps.iter().any(|q| q["point"]["load_in_8bit"] == true), "{family}");
+        assert!(ps.len() >= 10, "{family}: {}", ps.len());
+    }
+    grid_common::check("moe_lora", points, 25, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
+}
+
 /// summary.json of `profile` on meta with `extra`.
 fn profile(name: &str, extra: &[&str]) -> Value {
     let out = std::env::temp_dir().join(format!("vramscope-moe-{}-{name}", std::process::id()));
@@ -209,7 +232,15 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Mixtral-8x7B", "--routing", counts.to_str().unwrap()], "--routing");
     bad(&["--preset", "Mixtral-8x7B", "--experts-implementation", "sonic"], "--experts-implementation");
     bad(&["--preset", "Llama-3.2-1B", "--routing", "worst"], "--routing");
-    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8"], "--lora-r");
+    // The experts (3-D parameters) and the router (no nn.Linear) are no LoRA targets here.
+    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "experts"], "target_parameters");
+    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "gate"], "not an nn.Linear");
+    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "all-linear"], "target_parameters");
+    // No default target_modules works on these under transformers 5 (mixtral's is converted away).
+    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8"], "--target-modules");
+    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8"], "NoMatchingPeftModuleError");
+    // DoRA on an MoE model is not measured.
+    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--use-dora"], "--use-dora");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16"], "--precision");
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with

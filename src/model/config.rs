@@ -436,11 +436,15 @@ impl ModelConfig {
         let hd = self.head_dim() as u128;
         let (d, f) = (self.d_model as u128, self.d_ff as u128);
         let (q, kv) = ((self.num_heads as u128).saturating_mul(hd), (self.num_kv_heads as u128).saturating_mul(hd));
-        // (in, out) per projection, in lora::TARGETS order.
-        let shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)];
-        let per_layer: u128 = crate::model::lora::TARGETS
+        let h = self.hf().expect("LoRA is hf");
+        // (in, out) per slot of lora::layer_linears: Phi-3's fused qkv_proj and gate_up_proj in
+        // q's and gate's.
+        let phi3 = h.model_type == crate::model::hf::Arch::Phi3;
+        let (qkv_out, gate_out) = if phi3 { (q.saturating_add(kv.saturating_mul(2)), f.saturating_mul(2)) } else { (q, f) };
+        let shapes = [(d, qkv_out), (d, kv), (d, kv), (q, d), (d, gate_out), (d, f), (f, d)];
+        let per_layer: u128 = crate::model::lora::layer_linears(h.model_type, h.moe.is_some())
             .iter()
-            .zip(shapes)
+            .map(|&(slot, name)| (name, shapes[slot]))
             .filter(|(t, _)| lc.targets(t))
             // DoRA adds a magnitude per output feature.
             .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)).saturating_add(if lc.use_dora { o } else { 0 }))

@@ -16,6 +16,36 @@ use serde::{Deserialize, Serialize};
 /// The projections of a decoder layer LoRA can adapt, in module order.
 pub const TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
 
+/// A decoder layer's linears peft can adapt, as (slot, module name) in registration order (the
+/// order `get_peft_model` adds their adapters in). A slot is the projection's index in
+/// [`TARGETS`] (Phi-3's fused `qkv_proj` takes q's slot, `gate_up_proj` gate's); a mixture-of-
+/// experts layer's linears are its attention's: the experts are 3-D `nn.Parameter`s of one
+/// module and the router a plain parameter, neither an `nn.Linear`.
+pub fn layer_linears(arch: crate::model::hf::Arch, moe: bool) -> &'static [(usize, &'static str)] {
+    const LLAMA: [(usize, &str); 7] = [(0, "q_proj"), (1, "k_proj"), (2, "v_proj"), (3, "o_proj"), (4, "gate_proj"), (5, "up_proj"), (6, "down_proj")];
+    // Phi3Attention declares o_proj before qkv_proj.
+    const PHI3: [(usize, &str); 4] = [(3, "o_proj"), (0, "qkv_proj"), (4, "gate_up_proj"), (6, "down_proj")];
+    match (arch, moe) {
+        (_, true) => &LLAMA[..4],
+        (crate::model::hf::Arch::Phi3, _) => &PHI3,
+        _ => &LLAMA,
+    }
+}
+
+/// The module in `slot` of [`layer_linears`] (None: the layer has no linear there).
+pub fn slot_name(arch: crate::model::hf::Arch, moe: bool, slot: usize) -> Option<&'static str> {
+    layer_linears(arch, moe).iter().find(|(s, _)| *s == slot).map(|(_, n)| *n)
+}
+
+/// peft 0.21.2's default `target_modules` for a `model_type`
+/// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`); None where the mapping has no entry
+/// (peft raises "Please specify `target_modules` in `peft_config`") and for mixtral, whose entry
+/// never applies under transformers 5: `convert_peft_config_for_transformers` first turns a
+/// missing `target_modules` into an empty set (measured: NoMatchingPeftModuleError).
+pub fn default_targets(model_type: &str) -> Option<[&'static str; 2]> {
+    matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3_text").then_some(["q_proj", "v_proj"])
+}
+
 /// The modules `modules_to_save` can name here, in module order: peft wraps each in a
 /// `ModulesToSaveWrapper` (the original frozen, a trainable deep copy that runs in forward).
 pub const MODULES_TO_SAVE: [&str; 2] = ["embed_tokens", "lm_head"];
@@ -60,6 +90,13 @@ pub enum LoraBias {
 }
 
 impl LoraBias {
+    pub fn name(self) -> &'static str {
+        match self {
+            LoraBias::None => "none",
+            LoraBias::All => "all",
+            LoraBias::LoraOnly => "lora_only",
+        }
+    }
     pub fn parse(s: &str) -> Option<LoraBias> {
         match s {
             "none" => Some(LoraBias::None),

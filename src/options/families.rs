@@ -6,25 +6,15 @@ use super::usage;
 use crate::model::hf::HfConfig;
 use anyhow::Result;
 
-/// The transformers/peft/bitsandbytes flags that need per-family module names or layouts:
-/// peft's LoRA targets are Phi-3's `qkv_proj`/`gate_up_proj` (not q/k/v or gate/up), and a
-/// bitsandbytes model quantizes those fused linears.
-pub fn check_flags(hf: &HfConfig, lora: bool, four_bit: bool, eight_bit: bool) -> Result<()> {
+/// The family's attention options (Gemma's), and what LoRA or bitsandbytes on it leaves
+/// unmodelled (`lora_targets::check_new_models`; peft's targets are resolved per model by
+/// `lora_targets::resolve`: Phi-3's fused `qkv_proj`/`gate_up_proj`).
+pub fn check_flags(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Result<()> {
     if !hf.model_type.is_family() {
         return Ok(());
     }
-    let name = hf.model_type.name();
     check_gemma(hf)?;
-    for (on, flag, what) in [
-        (lora, "--lora-r", "peft's LoRA adapters"),
-        (four_bit, "--load-in-4bit", "bitsandbytes 4-bit weights"),
-        (eight_bit, "--load-in-8bit", "bitsandbytes 8-bit weights"),
-    ] {
-        if on {
-            return Err(usage(flag, format!("{what} on model_type {name} are not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
-        }
-    }
-    Ok(())
+    super::lora_targets::check_new_models(hf, four_bit, eight_bit)
 }
 
 /// Gemma's attention options: transformers 5.23 itself refuses sdpa for gemma2

@@ -62,7 +62,10 @@ pub struct HfFlags {
     pub lora_dropout: Option<f64>,
     /// LoraConfig's target_modules: all-linear, or a comma list of modules
     ///
-    /// peft's default for these models is q_proj,v_proj.
+    /// peft's default is q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and
+    /// gemma3_text; phi3, olmo2 and the mixture-of-experts types need them named (Phi-3's are
+    /// qkv_proj, o_proj, gate_up_proj, down_proj; an MoE model's adaptable linears are its
+    /// attention's).
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
     /// LoraConfig's bias: none (peft's default), all or lora_only
@@ -204,7 +207,7 @@ impl HfFlags {
             hf.reentrant = reentrant;
         }
         if let Some(r) = self.lora_r {
-            hf.lora = Some(self.lora(r)?);
+            hf.lora = Some(self.lora(r, hf)?);
         }
         if self.load_in_4bit && self.load_in_8bit {
             // transformers: "load_in_4bit and load_in_8bit are both True, but only one can be used at the same time"
@@ -230,7 +233,7 @@ impl HfFlags {
                 _ => return Err(usage("--attention-mask", format!("'{s}' (expected {})", ATTENTION_MASKS.map(|(n, _)| n).join(" or ")))),
             };
         }
-        super::families::check_flags(hf, self.lora_r.is_some(), self.load_in_4bit, self.load_in_8bit)?;
+        super::families::check_flags(hf, self.load_in_4bit, self.load_in_8bit)?;
         super::moe::apply(self.experts_implementation.as_deref(), self.routing.as_deref(), hf)
     }
 }
@@ -290,8 +293,8 @@ impl HfFlags {
     }
 
     /// peft's `LoraConfig` from the flags, checked as peft checks it (and what is not modelled).
-    fn lora(&self, r: usize) -> anyhow::Result<crate::model::lora::LoraConfig> {
-        use crate::model::lora::{LoraConfig, MODULES_TO_SAVE, TARGETS};
+    fn lora(&self, r: usize, hf: &crate::model::hf::HfConfig) -> anyhow::Result<crate::model::lora::LoraConfig> {
+        use crate::model::lora::{LoraConfig, MODULES_TO_SAVE};
         if r == 0 {
             return Err(usage("--lora-r", "0: peft requires a positive rank (`r` should be a positive integer)"));
         }
@@ -303,28 +306,7 @@ impl HfFlags {
         if !(0.0..1.0).contains(&dropout) {
             return Err(usage("--lora-dropout", format!("{dropout} (expected a probability in [0, 1))")));
         }
-        let targets: Vec<String> = match self.target_modules.as_deref().map(str::trim) {
-            None => vec!["q_proj".into(), "v_proj".into()],
-            Some("all-linear") => TARGETS.iter().map(|t| t.to_string()).collect(),
-            Some(list) => {
-                let mut v: Vec<String> = Vec::new();
-                for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                    if t == "lm_head" || t == "embed_tokens" {
-                        return Err(usage("--target-modules", format!("'{t}': LoRA on the {t} is not modelled (the decoder's linears are: {})", TARGETS.join(", "))));
-                    }
-                    if !TARGETS.contains(&t) {
-                        return Err(usage("--target-modules", format!("'{t}' is no module of this model (expected all-linear or some of {})", TARGETS.join(", "))));
-                    }
-                    if !v.iter().any(|x| x == t) {
-                        v.push(t.to_string());
-                    }
-                }
-                if v.is_empty() {
-                    return Err(usage("--target-modules", "names no module"));
-                }
-                v
-            }
-        };
+        let targets = super::lora_targets::resolve(self.target_modules.as_deref(), hf)?;
         let bias = match self.lora_bias.as_deref() {
             None => crate::model::lora::LoraBias::None,
             Some(b) => crate::model::lora::LoraBias::parse(b).ok_or_else(|| usage("--lora-bias", format!("'{b}' (expected none, all or lora_only)")))?,

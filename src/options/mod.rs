@@ -15,6 +15,7 @@ pub mod fit;
 pub mod generate;
 pub mod hf;
 pub mod keywords;
+pub mod lora_targets;
 pub mod memory;
 pub mod model;
 pub mod moe;

@@ -127,9 +127,11 @@ pub fn data_kinds() -> Listed {
     Listed::new(crate::train::DataKind::ALL.iter().map(|d| value(d.name(), "")))
 }
 
-/// `--target-modules`: all-linear, or some of [`crate::model::lora::TARGETS`].
+/// `--target-modules`: all-linear, or some of [`crate::model::lora::TARGETS`] and Phi-3's fused
+/// linears.
 pub fn target_modules() -> Listed {
-    Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))))
+    let fused = [value("qkv_proj", "Phi-3's fused q, k, v projection"), value("gate_up_proj", "Phi-3's fused gate and up projection")];
+    Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))).chain(fused))
 }
 
 /// `--modules-to-save`: [`crate::model::lora::MODULES_TO_SAVE`] (a comma list).

@@ -9,7 +9,7 @@ use vramscope::model::bnb::{Bnb, Bnb4bit, Int8, Quant};
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::gemma::GemmaConfig;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
-use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
+use vramscope::model::lora::{default_targets, layer_linears, LoraBias, LoraConfig};
 use vramscope::model::{Attention, Checkpoint, Flavour, Model, ModelConfig};
 use vramscope::record::{MemEvent, Phase};
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
@@ -49,12 +49,18 @@ pub fn config_of(p: &Value) -> ModelConfig {
         });
     }
     if let Some(r) = p["lora_r"].as_u64() {
-        let targets = p["target_modules"].as_str().unwrap();
+        // No target_modules: peft's default for the model_type (measure_hf.py passes None).
+        let targets: Vec<String> = match p["target_modules"].as_str() {
+            None => default_targets(arch.name()).expect("peft has a default for the model type").iter().map(|t| t.to_string()).collect(),
+            // Every linear of the layer (an MoE layer adapts those of them it has: its attention's).
+            Some("all-linear") => layer_linears(arch, false).iter().map(|(_, t)| t.to_string()).collect(),
+            Some(list) => list.split(',').map(str::to_string).collect(),
+        };
         hf.lora = Some(LoraConfig {
             r: r as usize,
             alpha: p["lora_alpha"].as_f64().unwrap(),
             dropout: p["lora_dropout"].as_f64().unwrap_or(0.0),
-            targets: if targets == "all-linear" { TARGETS.iter().map(|t| t.to_string()).collect() } else { targets.split(',').map(str::to_string).collect() },
+            targets,
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),

@@ -54,8 +54,8 @@ def int8(mt, i, r, targets, threshold, **opts):
     return p
 
 
-def name_of(p, kind):
-    base = G.name_of(p, kind)
+def name_of(p, kind, base=None):
+    base = base or G.name_of(p, kind)
     tag = ""
     if p.get("load_in_4bit"):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{'' if p['prepare'] else ' unprepared'}"
@@ -63,7 +63,7 @@ def name_of(p, kind):
         tag += f" 8bit threshold={p['llm_int8_threshold']}{'' if p['prepare'] else ' unprepared'}"
     if not p.get("lora_r"):
         return base[: -len(kind) - 1] + tag + " " + kind
-    tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+    tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules'] or 'default'}"
     if p.get("use_dora"):
         tag += " dora"
     if p["lora_dropout"]:
@@ -206,10 +206,138 @@ def int8grid():
     return todo
 
 
+def family_lora(mt, i, r, targets, window="below", **opts):
+    """A LoRA point of make_family_grid.py's shapes (Gemma's with its own fields); `targets` None is
+    peft's default for the model_type."""
+    import make_family_grid as FG
+    p = FG.gemma_point(mt, i, window) if mt.startswith("gemma") else FG.point(mt, i)
+    p["dtype"] = "bf16"
+    p.update({k: v for k, v in opts.items() if k not in ("lora_dropout",)})
+    p.update(lora_r=r, lora_alpha=2 * r, lora_dropout=opts.get("lora_dropout", 0.0), target_modules=targets)
+    return p
+
+
+def bnb_of(p, bits, quant_type="nf4", double_quant=True, compute_dtype="bf16", threshold=6.0, prepare=True):
+    if bits == 4:
+        p.update(load_in_4bit=True, quant_type=quant_type, double_quant=double_quant, compute_dtype=compute_dtype, prepare=prepare)
+    else:
+        p.update(load_in_8bit=True, llm_int8_threshold=threshold, prepare=prepare)
+    return p
+
+
+# Per family: the default targets (peft's mapping: Gemma's q_proj,v_proj; phi3 and olmo2 have none,
+# so the common choice is named), a custom list, and all-linear (Phi-3: qkv_proj, o_proj,
+# gate_up_proj, down_proj).
+FAMILY_TARGETS = {
+    "phi3": ("qkv_proj", "gate_up_proj,down_proj"),
+    "olmo2": ("q_proj,v_proj", "k_proj,o_proj,up_proj"),
+    "gemma2": (None, "o_proj,gate_proj,down_proj"),
+    "gemma3_text": (None, "k_proj,up_proj"),
+}
+
+
+def fgrid():
+    """LoRA, QLoRA and LLM.int8() + LoRA on the dense families of issue 30 (make_family_grid.py's
+    shapes): bf16 weights with the default targets as training, forward and inference; all-linear
+    under non-reentrant checkpointing; custom targets with dropout; fp32 weights under reentrant
+    checkpointing; nf4 (double quant, bf16 compute, prepare's reentrant checkpointing) as training,
+    forward and inference; fp4 under non-reentrant checkpointing; 8-bit all-linear and 8-bit with
+    the default targets and no checkpointing."""
+    todo = []
+    for t, mt in enumerate(("phi3", "olmo2", "gemma2", "gemma3_text")):
+        default, custom = FAMILY_TARGETS[mt]
+        p = family_lora(mt, t, 8, default)
+        todo += [(p, kind) for kind in ("training", "forward", "inference")]
+        todo.append((family_lora(mt, t + 1, 16, "all-linear", checkpoint="non-reentrant"), "training"))
+        todo.append((family_lora(mt, t + 2, 4, custom, lora_dropout=0.05), "training"))
+        todo.append((family_lora(mt, t + 3, 8, "all-linear", dtype="fp32", checkpoint="reentrant", attn="eager"), "training"))
+        p = bnb_of(family_lora(mt, t + 4, 16, "all-linear", checkpoint="reentrant"), 4)
+        todo += [(p, kind) for kind in ("training", "forward", "inference")]
+        todo.append((bnb_of(family_lora(mt, t + 5, 8, default, checkpoint="non-reentrant"), 4, "fp4", False), "training"))
+        # OLMo-2's projections see the un-normalized residual stream (its norms come after): a
+        # threshold of 6 holds an outlier column back there, which vramscope does not model.
+        todo.append((bnb_of(family_lora(mt, t + 6, 4, "all-linear", checkpoint="reentrant"), 8, threshold=0.0 if mt == "olmo2" else 6.0), "training"))
+        todo.append((bnb_of(family_lora(mt, t + 7, 16, default, checkpoint="none"), 8, threshold=0.0), "training"))
+    # The other optimizers over the adapters: the Trainer's adafactor, foreach AdamW, bitsandbytes' 8-bit AdamW.
+    todo.append((family_lora("phi3", 2, 16, "all-linear", optimizer="adafactor"), "training"))
+    todo.append((family_lora("gemma3_text", 1, 8, None, optimizer="adamw_torch_foreach", checkpoint="non-reentrant"), "training"))
+    todo.append((bnb_of(family_lora("olmo2", 3, 32, "all-linear", checkpoint="reentrant", optimizer="adamw_bnb_8bit"), 4), "training"))
+    return todo
+
+
+def moe_lora(row, r, targets, **opts):
+    """A LoRA point on make_moe_grid.py's row `row` (routing forced as measure_moe.py forces it)."""
+    import make_moe_grid as MG
+    p = MG.point(MG.POINTS[row])
+    p.update({k: v for k, v in opts.items() if k != "lora_dropout"})
+    p.update(lora_r=r, lora_alpha=2 * r, lora_dropout=opts.get("lora_dropout", 0.0), target_modules=targets)
+    return p
+
+
+def mgrid():
+    """LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE (make_moe_grid.py's rows: every experts
+    implementation, balanced and worst routing): the attention projections (no default works on
+    these types with transformers 5), all four of them (the experts are 3-D parameters and the
+    router a plain parameter: neither is an nn.Linear; peft's all-linear reaches them through
+    target_parameters, which vramscope refuses), checkpointing off,
+    non-reentrant and reentrant; 4-bit and 8-bit loads quantize only the nn.Linear modules."""
+    todo = []
+    for base, mt in ((0, "mixtral"), (6, "qwen3_moe")):
+        # No default: peft's mapping names q_proj,v_proj for mixtral, but with transformers 5
+        # convert_peft_config_for_transformers first turns target_modules=None into an empty set
+        # (Mixtral's and Qwen3-MoE's configs are converted for the fused experts), and
+        # get_peft_model raises NoMatchingPeftModuleError.
+        default = "q_proj,v_proj"
+        p = moe_lora(base + 2, 8, default)  # batched_mm, worst, bf16
+        todo += [(p, kind) for kind in ("training", "forward", "inference")]
+        # Every attention linear, not all-linear: with transformers 5, peft 0.21.2 resolves
+        # all-linear on these types to the attention's linears plus target_parameters on the
+        # experts' 3-D weights and the router's (ParamWrapper), which vramscope does not model.
+        att = "q_proj,k_proj,v_proj,o_proj"
+        todo.append((moe_lora(base + 0, 16, att, checkpoint="non-reentrant"), "training"))  # grouped_mm
+        todo.append((moe_lora(base + 4, 4, "k_proj,o_proj", checkpoint="reentrant"), "training"))  # eager
+        todo.append((moe_lora(base + 3, 8, default, lora_dropout=0.05), "training"))  # grouped_mm worst bf16
+        p = bnb_of(moe_lora(base + 0, 16, att, checkpoint="reentrant", dtype="bf16"), 4)
+        todo += [(p, kind) for kind in ("training", "inference")]
+        todo.append((bnb_of(moe_lora(base + 1, 8, default, checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))
+        todo.append((bnb_of(moe_lora(base + 5, 4, att, checkpoint="reentrant", dtype="bf16"), 8), "training"))
+    todo.append((bnb_of(moe_lora(9, 32, "q_proj,k_proj,v_proj,o_proj", checkpoint="reentrant", dtype="bf16", optimizer="adamw_bnb_8bit"), 4), "training"))
+    todo.append((moe_lora(1, 16, "q_proj,v_proj", optimizer="adafactor"), "training"))
+    # Qwen2-MoE: LoRA on the attention (its shared expert's linears are not adapted here).
+    todo.append((moe_lora(12, 8, "q_proj,v_proj"), "training"))
+    todo.append((moe_lora(13, 16, "q_proj,k_proj,v_proj,o_proj", checkpoint="non-reentrant"), "training"))
+    todo.append((moe_lora(14, 4, "v_proj,o_proj"), "inference"))
+    return todo
+
+
+def moe_name_of(p, kind):
+    import make_moe_grid as MG
+    base = MG.name_of(p, kind)
+    if p["optimizer"] != "adamw_torch_fused":  # (make_moe_grid.py's names leave the optimizer out)
+        base = base[: -len(kind) - 1] + f" optimizer={p['optimizer']} {kind}"
+    return name_of(p, kind, base)
+
+
 def run_one(job):
+    p, kind = job
+    if "experts" in p:
+        import make_moe_grid as MG
+        r = MG.run_one(job)
+        r["name"] = moe_name_of(p, kind)
+        return r
     r = G.run_one(job)
-    r["name"] = name_of(*job)
+    r["name"] = names(p, kind)
     return r
+
+
+def names(p, kind):
+    """A point's name: make_moe_grid.py's or make_family_grid.py's description for their models."""
+    if "experts" in p:
+        return moe_name_of(p, kind)
+    if p["model_type"] in H.FAMILY_TYPES:
+        import make_family_grid as FG
+        return name_of(p, kind, FG.name_of(p, kind))
+    return name_of(p, kind)
 
 
 def main():
@@ -217,15 +345,18 @@ def main():
     import peft
     import transformers
     quant, dora, eight = "--qlora" in sys.argv, "--dora" in sys.argv, "--int8" in sys.argv
-    todo = dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    fam, moe = "--families" in sys.argv, "--moe" in sys.argv
+    todo = fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
-    path = os.path.join(OUT, "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
+    path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
+    if moe:
+        path = os.path.join(HERE, "../../tests/fixtures/moe_grid/lora.json")
     if "--only" in sys.argv:
-        doc, t0 = G.measure_only(path, todo, run_one, name_of, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
+        doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

@@ -117,7 +117,9 @@ def load_4bit(p, dtype):
         qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
                                   bnb_4bit_use_double_quant=p.get("double_quant", False),
                                   bnb_4bit_compute_dtype=compute)
-    model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"))
+    # An MoE point's experts implementation (measure_moe.py) is a load option: the saved config does not keep it.
+    extra = dict(experts_implementation=p["experts"]) if p.get("experts") else {}
+    model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"), **extra)
     for m in model.modules():
         if isinstance(m, bnb.nn.Linear4bit):
             m.support_avx512bf16_for_cpu = False
@@ -224,7 +226,9 @@ def run(p, kind, wrap=None):
                 save = p.get("modules_to_save")
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0), bias=p.get("lora_bias", "none"),
                                      use_dora=p.get("use_dora", False),
-                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM",
+                                     # None: peft's default for the model_type (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
+                                     target_modules=None if targets is None else targets if targets == "all-linear" else targets.split(","),
+                                     task_type="CAUSAL_LM",
                                      modules_to_save=save.split(",") if save else None)
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")

@@ -77,7 +77,8 @@ impl Tensor {
 
     /// `torch._grouped_mm(self, weight, offs)`: self (S, K) sorted by group, weight (G, K, N)
     /// (any strides: transformers passes a transposed view), offs (G,) int32 → (S, N) in
-    /// self's dtype. GroupedMmBackward0 saves self and weight; its backward allocates the
+    /// self's dtype. GroupedMmBackward0 saves self for the weight's gradient and the weight for
+    /// self's (each only when that gradient is needed); its backward allocates the
     /// input's gradient (S, K) and the weight's (G, K, N) laid out as the weight is, so the
     /// transpose view's gradient lands in the parameter's own layout.
     #[track_caller]
@@ -90,19 +91,22 @@ impl Tensor {
             // GroupedMmBackward0 saves self, mat2 and offs (Functions.h): the int32 offsets
             // (E × 4 B, one 512 B block on CUDA) live until backward. The CPU grid does not see
             // them (blocks under 512 B); the full-size MemTracker rows do (tests/hf_full.rs).
-            let (x, w, offs_saved) = (save(self), save(weight), save(offs));
+            // Each operand is saved only for the other's gradient (measured: `_saved_self` is
+            // None when mat2 is frozen, as under LoRA; `_saved_mat2` when self needs none).
             let (need_x, need_w) = (self.requires_grad(), weight.requires_grad());
+            let (x_shape, x_dtype) = (self.shape().to_vec(), self.dtype());
+            let (w_strides, w_shape, w_dtype) = (weight.layout().strides.clone(), weight.shape().to_vec(), weight.dtype());
+            let (x, w, offs_saved) = (need_w.then(|| save(self)), need_x.then(|| save(weight)), save(offs));
             return attach(out, "GroupedMmBackward0", &[self, weight], Box::new(move |g| {
-                let (x, w) = (x.unpack(), w.unpack());
+                let (x, w) = (x.map(|x| x.unpack()), w.map(|w| w.unpack()));
                 let _offs = offs_saved.unpack();
-                let gx = need_x.then(|| Tensor::build(g.device(), x.dtype(), x.shape(), "empty_strided", &[&g, &w], || meta_only("grouped_mm backward")));
-                let gw = need_w.then(|| {
-                    let l = w.layout();
+                let gx = w.as_ref().map(|w| Tensor::build(g.device(), x_dtype, &x_shape, "empty_strided", &[&g, w], || meta_only("grouped_mm backward")));
+                let gw = x.as_ref().map(|x| {
                     // The gradient has the weight view's strides, made dense.
                     let mut order: Vec<usize> = (0..3).collect();
-                    order.sort_by(|&a, &b| l.strides[b].cmp(&l.strides[a]));
-                    let dense: Vec<usize> = order.iter().map(|&d| w.dim(d as isize)).collect();
-                    let t = Tensor::build(g.device(), w.dtype(), &dense, "empty_strided", &[&g, &x], || meta_only("grouped_mm backward"));
+                    order.sort_by(|&a, &b| w_strides[b].cmp(&w_strides[a]));
+                    let dense: Vec<usize> = order.iter().map(|&d| w_shape[d]).collect();
+                    let t = Tensor::build(g.device(), w_dtype, &dense, "empty_strided", &[&g, x], || meta_only("grouped_mm backward"));
                     let mut inverse = vec![0; 3];
                     for (i, &d) in order.iter().enumerate() {
                         inverse[d] = i;

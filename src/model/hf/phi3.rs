@@ -2,7 +2,7 @@
 //! one fused `qkv_proj` and one fused `gate_up_proj`, and an `apply_rotary_pos_emb` that
 //! concatenates the rotated part with the (empty) pass-through part. `resid_pdrop` dropout is
 //! identity at 0.0, the only value the config reader accepts.
-use super::{apply_rope as rope_llama, linear_b, Block};
+use super::{apply_rope as rope_llama, Block};
 use crate::engine::runtime::py_frame;
 use crate::engine::Tensor;
 use crate::model::init::Init;
@@ -13,13 +13,15 @@ use std::rc::Rc;
 /// One decoder layer's weights in registration order: `self_attn.o_proj` (declared before
 /// `qkv_proj` in `Phi3Attention.__init__`), `self_attn.qkv_proj` (q + 2·kv rows), then
 /// `mlp.gate_up_proj` (2·F rows), `mlp.down_proj`, `input_layernorm`,
-/// `post_attention_layernorm`. `dims` is [q, kv, d, F].
-pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, dims: [usize; 4], std: Init) -> Layer {
+/// `post_attention_layernorm`. `dims` is [q, kv, d, F]; `lin(b, slot, name, rows, cols)` makes
+/// each linear's weight (a bitsandbytes one under 4-bit or 8-bit loads, kept by slot of
+/// `lora::layer_linears`).
+pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, dims: [usize; 4], lin: &mut dyn FnMut(&mut Builder, usize, &str, usize, usize) -> Tensor) -> Layer {
     let [q, kv, d, f] = dims;
-    let o = b.param(p("self_attn.o_proj.weight"), &[d, q], std);
-    let qkv = b.param(p("self_attn.qkv_proj.weight"), &[q + 2 * kv, d], std);
-    let gate_up = b.param(p("mlp.gate_up_proj.weight"), &[2 * f, d], std);
-    let down = b.param(p("mlp.down_proj.weight"), &[d, f], std);
+    let o = lin(b, 3, "self_attn.o_proj", d, q);
+    let qkv = lin(b, 0, "self_attn.qkv_proj", q + 2 * kv, d);
+    let gate_up = lin(b, 4, "mlp.gate_up_proj", 2 * f, d);
+    let down = lin(b, 6, "mlp.down_proj", d, f);
     let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
     let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
     Layer {
@@ -51,7 +53,8 @@ impl Block {
     pub(super) fn phi3_qkv(&self, x: &Tensor, b: usize, s: usize) -> (Tensor, [Tensor; 3]) {
         let hd = self.hf().head_dim;
         let (q, kv) = (self.cfg.num_heads * hd, self.cfg.num_kv_heads * hd);
-        let qkv = linear_b("qkv_proj", x, self.layer.qkv.weights()[0], None);
+        // slot 0 of lora::layer_linears: peft's LoRA and bitsandbytes wrap the fused linear whole.
+        let qkv = self.proj(0, x, self.layer.qkv.weights()[0], None);
         let part = |start: usize, len: usize| qkv.narrow(-1, start, len).view(&[b, s, usize::MAX, hd]).transpose(1, 2);
         let parts = [part(0, q), part(q, kv), part(q + kv, kv)];
         (qkv, parts)
@@ -63,7 +66,7 @@ impl Block {
     pub(super) fn phi3_mlp(&self, x: &Tensor) -> Tensor {
         let l = &self.layer;
         let f = self.cfg.d_ff;
-        let product = linear_b("gate_up_proj", x, l.gate_up.weights()[0], None);
+        let product = self.proj(4, x, l.gate_up.weights()[0], None);
         let mut parts = product.split_with_sizes(&[f, f], -1).into_iter();
         drop(product);
         let (gate, up) = (parts.next().expect("gate"), parts.next().expect("up"));

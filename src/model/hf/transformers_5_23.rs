@@ -60,9 +60,9 @@ pub struct HfLayer {
     pub qk_norm: Option<[Tensor; 2]>,
     /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
     pub lora: Vec<Option<Adapter>>,
-    /// bitsandbytes' 4-bit or 8-bit storage, by projection in `lora::TARGETS` order (empty: not
-    /// quantized).
-    pub quant: Vec<Quantized>,
+    /// bitsandbytes' 4-bit or 8-bit storage, by slot of `lora::layer_linears` (empty: not
+    /// quantized; None: no linear in the slot).
+    pub quant: Vec<Option<Quantized>>,
     /// A sparse MoE block's router (experts, hidden); its experts' 3-D weights are the layer's
     /// `gate_up` (fused) and `down`.
     pub router: Option<Tensor>,
@@ -107,10 +107,6 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = |n: &str| format!("model.layers.{i}.{n}");
-        if hf.model_type == Arch::Phi3 {
-            layers.push(phi3::layer(&mut b, &p, [q, kv, d, f], std));
-            continue;
-        }
         if let Some((m, ds)) = hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) {
             layers.push(deepseek_v3_5_23::layer(&mut b, &p, m, ds, i, d, cfg.num_heads));
             continue;
@@ -123,8 +119,8 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         // two norms; each Linear's weight before its bias.
         // A Linear4bit under bitsandbytes: its packed weight is the module's weight; its
         // bias ends in the compute dtype (the first forward converts `bias.data`).
-        let mut quant: Vec<Quantized> = Vec::new();
-        let mut lin = |b: &mut Builder, name: &str, rows: usize, cols: usize, bias: bool| {
+        let mut quant: Vec<Option<Quantized>> = if hf.bnb.is_some() { vec![None; lora::TARGETS.len()] } else { Vec::new() };
+        let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize, bias: bool| {
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
                 // peft's `bias="all"|"lora_only"`: these biases stay trainable.
@@ -147,14 +143,21 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
                     (Quantized::Int8(int8), w, b.dtype)
                 }
             };
-            quant.push(stored);
+            quant[slot] = Some(stored);
             let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, bias_dtype, b.frozen));
             (w, bias)
         };
-        let (wq, bq) = lin(&mut b, "self_attn.q_proj", q, d, hf.qkv_bias);
-        let (wk, bk) = lin(&mut b, "self_attn.k_proj", kv, d, hf.qkv_bias);
-        let (wv, bv) = lin(&mut b, "self_attn.v_proj", kv, d, hf.qkv_bias);
-        let (wo, bo) = lin(&mut b, "self_attn.o_proj", d, q, hf.o_bias);
+        if hf.model_type == Arch::Phi3 {
+            let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| lin(b, slot, name, rows, cols, false).0;
+            let mut layer = phi3::layer(&mut b, &p, [q, kv, d, f], &mut lin);
+            Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
+            layers.push(layer);
+            continue;
+        }
+        let (wq, bq) = lin(&mut b, 0, "self_attn.q_proj", q, d, hf.qkv_bias);
+        let (wk, bk) = lin(&mut b, 1, "self_attn.k_proj", kv, d, hf.qkv_bias);
+        let (wv, bv) = lin(&mut b, 2, "self_attn.v_proj", kv, d, hf.qkv_bias);
+        let (wo, bo) = lin(&mut b, 3, "self_attn.o_proj", d, q, hf.o_bias);
         // Qwen3's and Gemma 3's norms are per head; OLMo-2's span the whole q and k projections.
         // Gemma's norms scale by `1 + w`: zero-initialised.
         let norm_init = if hf.model_type.is_gemma() { zero } else { Init::Ones };
@@ -168,7 +171,9 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
             let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
             let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
-            let extra = HfLayer { qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]), o_bias: bo, qk_norm, router: Some(router), shared_expert, ..HfLayer::default() };
+            // bitsandbytes quantizes the attention's nn.Linear modules only (the router and the
+            // 3-D experts stay in the load dtype: replace_with_bnb_linear converts nn.Linear).
+            let extra = HfLayer { qkv_bias: bq.map(|bq| [bq, bk.expect("k bias"), bv.expect("v bias")]), o_bias: bo, qk_norm, router: Some(router), shared_expert, quant, ..HfLayer::default() };
             layers.push(Layer {
                 attn_norm,
                 qkv: Projection::Separate(vec![("q_proj", wq), ("k_proj", wk), ("v_proj", wv)]),
@@ -180,9 +185,9 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             });
             continue;
         }
-        let (wg, bg) = lin(&mut b, "mlp.gate_proj", f, d, hf.mlp_bias);
-        let (wu, bu) = lin(&mut b, "mlp.up_proj", f, d, hf.mlp_bias);
-        let (wd, bd) = lin(&mut b, "mlp.down_proj", d, f, hf.mlp_bias);
+        let (wg, bg) = lin(&mut b, 4, "mlp.gate_proj", f, d, hf.mlp_bias);
+        let (wu, bu) = lin(&mut b, 5, "mlp.up_proj", f, d, hf.mlp_bias);
+        let (wd, bd) = lin(&mut b, 6, "mlp.down_proj", d, f, hf.mlp_bias);
         drop(lin);
         // OLMo-2 has no pre-norms: its two norms follow attention and the MLP. Gemma has four.
         let (attn_name, ffn_name) = match hf.model_type {
@@ -224,7 +229,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     }
     let final_norm = b.param("model.norm.weight".into(), &[d], if hf.model_type.is_gemma() { zero } else { Init::Ones });
     if let Some(lc) = &hf.lora {
-        add_adapters(&mut b, &mut layers, lc, [q, kv, kv, d, f, f, d], [d, d, d, q, d, d, f]);
+        // (Phi-3's fused qkv_proj and gate_up_proj in q's and gate's slots.)
+        let (qkv_out, gate_out) = if hf.model_type == Arch::Phi3 { (q + 2 * kv, 2 * f) } else { (q, f) };
+        let linears = lora::layer_linears(hf.model_type, hf.moe.is_some());
+        add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d], [d, d, d, q, d, d, f]);
     }
     if sequence_parallel {
         // SequenceParallel norms: Replicate weights whose gradients, summed over this rank's
@@ -316,14 +324,12 @@ fn module_to_save(b: &mut Builder, original: &Tensor, module: &str, after: Optio
 /// kaiming-uniform), `lora_B` (out × r, zeros) and, with DoRA, `lora_magnitude_vector` (out)
 /// in the adapters' dtype, trainable. peft
 /// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
-fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, outs: [usize; 7], ins: [usize; 7]) {
+fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, linears: &[(usize, &str)], outs: [usize; 7], ins: [usize; 7]) {
     let dtype = lora::adapter_dtype(b.dtype);
     for (i, layer) in layers.iter_mut().enumerate() {
-        let adapters = lora::TARGETS
-            .iter()
-            .enumerate()
-            .map(|(t, name)| {
-                lc.targets(name).then(|| {
+        let mut adapters: Vec<Option<Adapter>> = vec![None; lora::TARGETS.len()];
+        for &(t, name) in linears {
+            adapters[t] = lc.targets(name).then(|| {
                     let module = if t < 4 { "self_attn" } else { "mlp" };
                     let p = |w: &str| format!("base_model.model.model.layers.{i}.{module}.{name}.{w}.default.weight");
                     let bound = (1.0 / ins[t] as f64).sqrt();
@@ -338,9 +344,8 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, ou
                         b.param_as(name, &[outs[t]], Init::Const { value: 0.02 * (ins[t] as f64).sqrt() }, dtype, false)
                     });
                     Adapter { a, b: bw, magnitude }
-                })
-            })
-            .collect();
+                });
+        }
         let extra = Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("adapters are added while the model is built");
         extra.lora = adapters;
     }
@@ -585,9 +590,9 @@ impl Block {
     /// Projection `t` (of `lora::TARGETS`) named `name`: `base` on `x`, wrapped in peft's LoRA
     /// `Linear` when adapted (the nn.Linear is then its `base_layer`).
     fn proj(&self, t: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
-        let name = lora::TARGETS[t];
+        let name = lora::slot_name(self.hf().model_type, self.hf().moe.is_some(), t).unwrap_or(lora::TARGETS[t]);
         let extra = self.layer.hf.as_ref().expect("hf layer");
-        let packed = extra.quant.get(t);
+        let packed = extra.quant.get(t).and_then(Option::as_ref);
         let base = |name: &str, x: &Tensor| match (self.hf().bnb.as_ref().map(|q| &q.quant), packed) {
             (Some(Quant::FourBit(q)), Some(Quantized::FourBit(p))) => {
                 let _s = scope(name);

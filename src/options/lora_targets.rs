@@ -1,0 +1,127 @@
+//! `--target-modules` per model, as peft 0.21.2 resolves `LoraConfig(target_modules=...)`: its
+//! default per `model_type`, `all-linear`, or a list of module names matched by suffix; and
+//! what LoRA or bitsandbytes on issue 30's models is not measured yet (refused, naming the flag).
+use super::usage;
+use crate::model::hf::moe::MoeFamily;
+use crate::model::hf::{Arch, HfConfig};
+use crate::model::lora::{default_targets, layer_linears};
+use anyhow::Result;
+
+/// The `model_type` peft keys its default targets by.
+fn model_type(hf: &HfConfig) -> &'static str {
+    hf.moe.as_ref().map_or(hf.model_type.name(), |m| m.family.model_type())
+}
+
+/// The modules `--target-modules` adapts on `hf` (in the order given, each once).
+pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
+    let mt = model_type(hf);
+    if let Some(f) = hf.moe.as_ref().map(|m| m.family).filter(|f| matches!(f, MoeFamily::GptOss | MoeFamily::DeepseekV3)) {
+        return Err(usage("--lora-r", format!("LoRA on a mixture-of-experts model ({}) is not modelled yet (mixtral, qwen3_moe and qwen2_moe are)", f.model_type())));
+    }
+    let linears: Vec<&str> = layer_linears(hf.model_type, hf.moe.is_some()).iter().map(|(_, n)| *n).collect();
+    let qwen2_moe = hf.moe.as_ref().is_some_and(|m| m.family == MoeFamily::Qwen2Moe);
+    let choices = if hf.moe.is_some() { format!("some of {}", linears.join(", ")) } else { format!("all-linear or some of {}", linears.join(", ")) };
+    match given.map(str::trim) {
+        None => match default_targets(mt) {
+            Some(t) => Ok(t.iter().map(|t| t.to_string()).collect()),
+            None if mt == "mixtral" => Err(usage(
+                "--target-modules",
+                format!("peft 0.21.2's default for mixtral (q_proj,v_proj) does not apply under transformers 5: convert_peft_config_for_transformers turns a missing target_modules into an empty set and get_peft_model raises NoMatchingPeftModuleError; name some of {}", linears.join(", ")),
+            )),
+            None => Err(usage(
+                "--target-modules",
+                format!("peft 0.21.2 has no default target_modules for model_type {mt} (LoraConfig raises \"Please specify `target_modules`\"): name {choices}"),
+            )),
+        },
+        Some("all-linear") if qwen2_moe => Err(usage("--target-modules", "all-linear on qwen2_moe adapts its shared expert's linears (shared_expert.gate_proj/up_proj/down_proj, shared_expert_gate), which are not modelled yet: name attention projections (q_proj, k_proj, v_proj, o_proj)")),
+        // With transformers 5, peft 0.21.2 converts a Mixtral/Qwen3-MoE LoraConfig for the fused
+        // experts (convert_peft_config_for_transformers): all-linear becomes the attention's
+        // linears plus target_parameters on the experts' and the router's weights (measured:
+        // the trainable count includes a LoRA per expert).
+        Some("all-linear") if hf.moe.is_some() => Err(usage(
+            "--target-modules",
+            format!(
+                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj and the router's weight, which vramscope does not model yet: name the attention's projections ({})",
+                linears.join(",")
+            ),
+        )),
+        Some("all-linear") => Ok(linears.iter().map(|t| t.to_string()).collect()),
+        Some(list) => {
+            let mut v: Vec<String> = Vec::new();
+            for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                if !linears.contains(&t) {
+                    return Err(usage("--target-modules", format!("'{t}': {}", not_a_target(t, hf, &linears))));
+                }
+                if !v.iter().any(|x| x == t) {
+                    v.push(t.to_string());
+                }
+            }
+            if v.is_empty() {
+                return Err(usage("--target-modules", "names no module"));
+            }
+            Ok(v)
+        }
+    }
+}
+
+/// Why `t` is not an adaptable linear of `hf`.
+fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
+    let expected = linears.join(", ");
+    if t == "lm_head" || t == "embed_tokens" {
+        return format!("LoRA on the {t} is not modelled (the decoder's linears are: {expected})");
+    }
+    if let Some(m) = &hf.moe {
+        let family = m.family.model_type();
+        if m.family == MoeFamily::Qwen2Moe && matches!(t, "gate_proj" | "up_proj" | "down_proj" | "shared_expert" | "shared_expert_gate") {
+            return format!("matches qwen2_moe's shared expert (its nn.Linear modules), whose adapters are not modelled yet; the attention's are: {expected}");
+        }
+        // peft 0.21.2 converts these names of the transformers-4 layout (mixtral's w1/w2/w3 and
+        // gate, qwen3_moe's gate/gate_proj/up_proj/down_proj) into target_parameters.
+        if t == "gate" {
+            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper), which vramscope does not model yet; adaptable: {expected}");
+        }
+        if matches!(t, "experts" | "gate_up_proj" | "down_proj" | "gate_proj" | "up_proj" | "w1" | "w2" | "w3") {
+            return format!(
+                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft 0.21.2 adapts them only through target_parameters (its ParamWrapper, one LoRA per expert), which vramscope does not model yet; adaptable: {expected}"
+            );
+        }
+    }
+    if hf.model_type == Arch::Phi3 {
+        if matches!(t, "q_proj" | "k_proj" | "v_proj") {
+            return format!("Phi-3 projects q, k and v with one fused qkv_proj (adaptable: {expected})");
+        }
+        if matches!(t, "gate_proj" | "up_proj") {
+            return format!("Phi-3's MLP has one fused gate_up_proj (adaptable: {expected})");
+        }
+    }
+    format!("is no module of this model (expected all-linear or some of {expected})")
+}
+
+/// What LoRA and bitsandbytes on issue 30's models (the dense families and the MoE models) leave
+/// refused: the options their grids did not measure.
+pub fn check_new_models(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Result<()> {
+    if !hf.model_type.is_family() && hf.moe.is_none() {
+        return Ok(());
+    }
+    let mt = model_type(hf);
+    if let Some(l) = &hf.lora {
+        if l.use_dora {
+            return Err(usage("--use-dora", format!("DoRA on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
+        }
+        if !l.modules_to_save.is_empty() {
+            return Err(usage("--modules-to-save", format!("on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
+        }
+        if l.bias != crate::model::lora::LoraBias::None {
+            return Err(usage("--lora-bias", format!("{} on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are); use none", l.bias.name())));
+        }
+    }
+    if let Some(m) = hf.moe.as_ref().filter(|_| four_bit || eight_bit) {
+        let flag = if four_bit { "--load-in-4bit" } else { "--load-in-8bit" };
+        match m.family {
+            MoeFamily::Mixtral | MoeFamily::Qwen3Moe => {}
+            MoeFamily::Qwen2Moe => return Err(usage(flag, "bitsandbytes on qwen2_moe quantizes its shared expert's nn.Linear modules, which is not modelled yet (mixtral and qwen3_moe are)")),
+            f => return Err(usage(flag, format!("bitsandbytes on a mixture-of-experts model ({}) is not modelled yet (mixtral and qwen3_moe are)", f.model_type()))),
+        }
+    }
+    Ok(())
+}
