@@ -261,3 +261,18 @@ fn phi3_and_olmo2_presets_generate_on_meta() {
     assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each of LoRA, bitsandbytes, the data-parallel layouts and generate() is measured alone on
+/// these models (lora_families.json / moe_grid/lora.json, dist_models_grid.rs, generate_*.json):
+/// their combinations are refused, naming the adapter flag.
+#[test]
+fn unmeasured_combinations_are_refused() {
+    for (preset, lora) in [("Phi-3-mini", "qkv_proj"), ("OLMo-2-7B", "q_proj,v_proj"), ("Qwen3-30B-A3B", "q_proj,v_proj")] {
+        let with_lora = ["--preset", preset, "--num-layers", "2", "--lora-r", "8", "--target-modules", lora];
+        refused("profile", &[&with_lora[..], &["--parallel", "ddp", "--world-size", "2"]].concat(), &["--lora-r", "parallel layout", "not measured"]);
+        refused("profile", &[&with_lora[..], &["--profile-type", "generate", "--max-new-tokens", "2"]].concat(), &["--lora-r", "generate", "not measured"]);
+        let four_bit = ["--preset", preset, "--num-layers", "2", "--load-in-4bit", "--profile-type", "inference"];
+        refused("profile", &[&four_bit[..], &["--parallel", "fsdp", "--world-size", "2"]].concat(), &["--load-in-4bit", "parallel layout"]);
+    }
+    refused("profile", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--load-in-4bit", "--profile-type", "generate", "--max-new-tokens", "2"], &["--load-in-4bit", "generate"]);
+}

@@ -27,51 +27,17 @@ use vramscope::train::{Batcher, CausalLmBatch, DataKind};
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// The point's model: measure_hf.py's config (generate's points leave the training options
-/// out; an MoE point is measure_moe.py's, [`moe_config_of`]) with the config's eos and pad
+/// out; an MoE point is measure_moe.py's, `grid_common::moe::config_of`) with the config's eos and pad
 /// tokens.
 fn config_of(point: &Value) -> vramscope::model::ModelConfig {
     let mut p = point["point"].clone();
     for (k, v) in [("use_cache", Value::Bool(true)), ("logits_to_keep", 0.into()), ("checkpoint", "none".into()), ("attention_mask", "none".into())] {
         p[k] = v;
     }
-    let mut cfg = if p["experts"].is_string() { moe_config_of(&p) } else { grid_common::hf::config_of(&p) };
+    let mut cfg = if p["experts"].is_string() { grid_common::moe::config_of(&p) } else { grid_common::hf::config_of(&p) };
     let hf = cfg.hf.as_mut().unwrap();
     hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
     hf.pad_token_id = point["info"]["pad_token_id"].as_i64();
-    cfg
-}
-
-/// measure_moe.py's config of an MoE point: the dense family its attention is (Mixtral's
-/// Mistral's, Qwen3-MoE's Qwen3's, Qwen2-MoE's Qwen2's) with the point's experts and routing.
-fn moe_config_of(p: &Value) -> vramscope::model::ModelConfig {
-    use vramscope::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily, Routing};
-    let family = match p["model_type"].as_str().unwrap() {
-        "mixtral" => MoeFamily::Mixtral,
-        "qwen3_moe" => MoeFamily::Qwen3Moe,
-        "qwen2_moe" => MoeFamily::Qwen2Moe,
-        other => panic!("{other}: no generate grid"),
-    };
-    let mut dense = p.clone();
-    dense["model_type"] = match family {
-        MoeFamily::Qwen3Moe => "qwen3",
-        MoeFamily::Qwen2Moe => "qwen2",
-        _ => "mistral",
-    }
-    .into();
-    let mut cfg = grid_common::hf::config_of(&dense);
-    cfg.hf.as_mut().unwrap().moe = Some(MoeConfig {
-        family,
-        experts: grid_common::hf::num(p, "num_experts"),
-        top_k: grid_common::hf::num(p, "top_k"),
-        intermediate: grid_common::hf::num(p, "intermediate_size"),
-        // measure_moe.py: norm_topk_prob true for Qwen3-MoE, Qwen2-MoE's default false.
-        norm_topk_prob: family != MoeFamily::Qwen2Moe,
-        implementation: ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap(),
-        routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
-        shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
-        gpt_oss: None,
-        deepseek: None,
-    });
     cfg
 }
 

@@ -182,7 +182,7 @@ fn moe_lora_grid_matches_peft() {
         assert!(ps.iter().any(|q| q["point"]["load_in_4bit"] == true) && ps.iter().any(|q| q["point"]["load_in_8bit"] == true), "{family}");
         assert!(ps.len() >= 10, "{family}: {}", ps.len());
     }
-    grid_common::check("moe_lora", points, 25, KNOWN_FAILING, |point| grid_common::hf::run_config(point, moe_config_of(&point["point"])));
+    grid_common::check("moe_lora", points, 25, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
 
 /// summary.json of `profile` on meta with `extra`.

@@ -53,6 +53,9 @@ pub fn check_run(hf: Option<&HfConfig>, generate: bool) -> Result<()> {
     if generate && hf.model_type.is_gemma() {
         return Err(usage("--profile-type", format!("generate on model_type {name} is not modelled yet (its sliding layers' DynamicSlidingWindowLayer caches and masks in the decode steps, and the soft-capped kept logits, are not measured); profile inference, forward or training")));
     }
+    if generate {
+        generate_adapters(hf, name)?;
+    }
     Ok(())
 }
 
@@ -77,6 +80,19 @@ pub fn check_generate(hf: &HfConfig, prompt: usize, max_new_tokens: usize) -> Re
             "--max-new-tokens",
             format!("a {prompt}-token prompt and {max_new_tokens} new tokens reach {longest} positions, past Phi-3's original_max_position_embeddings ({orig}): transformers 5.23's Phi3ForCausalLM.prepare_inputs_for_generation then drops the cache and re-runs the whole sequence, which is not modelled"),
         ));
+    }
+    Ok(())
+}
+
+/// generate() of issue 30's models is measured with the weights in their dtype and no adapters
+/// (generate_families.json, generate_moe.json): LoRA or bitsandbytes weights with it are
+/// refused, naming the flag.
+pub fn generate_adapters(hf: &HfConfig, name: &str) -> Result<()> {
+    if hf.lora.is_some() {
+        return Err(usage("--lora-r", format!("generate with peft's LoRA adapters on {name} is not measured yet (each runs alone); drop one")));
+    }
+    if let Some(q) = &hf.bnb {
+        return Err(usage(q.flag(), format!("generate with bitsandbytes weights on {name} is not measured yet (each runs alone); drop one")));
     }
     Ok(())
 }

@@ -100,6 +100,9 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
         if matches!(m.family, MoeFamily::GptOss | MoeFamily::DeepseekV3) {
             return Err(usage("--profile-type", format!("generate on {family} is not modelled yet (its cache in generate(): gpt-oss's sliding-window layers, DeepSeek-V3's latent attention); mixtral, qwen3_moe and qwen2_moe run it")));
         }
+        if let Some(hf) = c.hf() {
+            super::families::generate_adapters(hf, family)?;
+        }
         // A file's counts are for one token count; generate's forwards have rows x prompt
         // tokens, then one per row.
         if matches!(m.routing, crate::model::hf::moe::Routing::Counts(_)) {

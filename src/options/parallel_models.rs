@@ -27,6 +27,13 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         return Some((flag, why));
     }
     let unmeasured = |flag: &'static str, what: &str| Some((flag, format!("{what} over {name} is not measured yet (ddp, zero1, zero2 and fsdp per decoder layer are): drop it")));
+    // The measured points (dist_models_grid.rs) load the weights in their dtype with no adapters.
+    if hf.lora.is_some() {
+        return Some(("--lora-r", format!("peft's LoRA adapters on {name} under a parallel layout are not measured yet (each runs alone: LoRA on one GPU, or the layout without adapters); profile one GPU")));
+    }
+    if let Some(q) = &hf.bnb {
+        return Some((q.flag(), format!("bitsandbytes weights of {name} under a parallel layout are not measured yet; profile one GPU")));
+    }
     if c.layout == Layout::Hsdp {
         return unmeasured("--parallel", "hsdp (FSDP2 on a 2-D mesh)");
     }
