@@ -42,6 +42,14 @@ LORA = [
     ("QLoRA nf4 + double quant", "reentrant", QLORA + ADAPTER),
     ("QLoRA nf4 + double quant, paged_adamw_8bit", "reentrant", QLORA + ADAPTER + ["--optimizer", "paged_adamw_8bit"]),
 ]
+# LoRA on a mixture of experts: peft 0.21.2 adapts the attention's linears only (the default and
+# all-linear become target_parameters on the 3-D experts, which vramscope refuses); bitsandbytes
+# quantizes those linears, the experts stay bf16. Worst-case routing, as fit's default.
+MOE_ADAPTER = ["--lora-r", "16", "--lora-alpha", "32", "--target-modules", "q_proj,k_proj,v_proj,o_proj"] + MOE_FLAGS
+MOE_LORA = [
+    ("LoRA, bf16 weights", "non-reentrant", MOE_ADAPTER + ["--gradient-checkpointing", "non-reentrant"]),
+    ("QLoRA nf4 + double quant", "reentrant", QLORA + MOE_ADAPTER),
+]
 BIG = [("Llama-3.1-70B", [(["--gpu", "RTXA6000-48GB"], "48 GB"), (["--gpu", "H100-80GB"], "80 GB")], LORA[2:])]
 CKPT = [("off", []), ("on", ["--gradient-checkpointing", "non-reentrant"])]
 ATTN = [("sdpa", ["--attn-implementation", "sdpa"]), ("eager", ["--attn-implementation", "eager"])]
@@ -103,7 +111,7 @@ def header(model, gpus, first_col, note=""):
 def main():
     a = argparse.ArgumentParser()
     a.add_argument("--bin", default="target/release/vramscope")
-    a.add_argument("--only", choices=("full", "lora"))
+    a.add_argument("--only", choices=("full", "lora", "moe-lora"))
     x = a.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if x.only in (None, "full"):
@@ -122,6 +130,11 @@ def main():
                 header(model, gpus, "fine-tune (r 16, all-linear)")
                 for label, ckpt, flags in rows:
                     row(x.bin, model, label, ckpt, "sdpa", flags, gpus, tmp)
+        if x.only in (None, "moe-lora"):
+            for model in MOE_MODELS:
+                header(model, GPUS, "fine-tune (r 16, q/k/v/o_proj)", "worst-case routing; ")
+                for label, ckpt, flags in MOE_LORA:
+                    row(x.bin, model, label, ckpt, "sdpa", flags, GPUS, tmp)
 
 
 if __name__ == "__main__":
