@@ -121,7 +121,7 @@ def profile(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -269,10 +269,13 @@ def profile(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
-        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
-        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
-        up_proj, down_proj. [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
+        q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
+        mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
+        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
+        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
+        [--target-modules]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -509,7 +512,7 @@ def compare(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -658,10 +661,13 @@ def compare(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
-        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
-        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
-        up_proj, down_proj. [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
+        q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
+        mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
+        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
+        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
+        [--target-modules]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -908,7 +914,7 @@ def sweep(
     lora_r: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_alpha: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_dropout: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
@@ -1021,10 +1027,10 @@ def sweep(
         LoRA alpha(s). [--lora-alpha]
     lora_dropout : Optional[Union[str, int, float, Sequence[Any]]], default None
         LoRA dropout(s). [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
         LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list). One
-        of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
-        [--target-modules]
+        of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj,
+        gate_up_proj. [--target-modules]
     use_dora : bool, default False
         Every point's LoRA is DoRA (LoraConfig's use_dora; needs --lora-r). [--use-dora]
     modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
@@ -1116,7 +1122,7 @@ def fit(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -1249,10 +1255,13 @@ def fit(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
-        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
-        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
-        up_proj, down_proj. [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
+        q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
+        mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
+        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
+        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
+        [--target-modules]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -1445,7 +1454,7 @@ def estimate(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -1564,10 +1573,13 @@ def estimate(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']], default None
-        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default for these
-        models is q_proj,v_proj. One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
-        up_proj, down_proj. [--target-modules]
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+        LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
+        q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
+        mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
+        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
+        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
+        [--target-modules]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
