@@ -370,6 +370,11 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
         let shared = |own: bool| if own { "" } else { "; the attention keeps the same tensor" };
         t.push(c.term(format!("DynamicCache keys (cat copy of rope(K){})", shared(k_own)), "cat", kvu, ty.qk));
         t.push(c.term(format!("DynamicCache values (cat copy of V{})", shared(v_own)), "cat", kvu, ty.v));
+        if hf.sliding_window.is_some() {
+            // DynamicSlidingWindowLayer.lazy_initialization moves its 0-d int64 window tensor
+            // to the device at the layer's first update; the cache keeps it.
+            t.push(Term { what: "DynamicSlidingWindowLayer's window tensor (0-d int64 on the device)".into(), op: "_to_copy", formula: "1·8".into(), unit: Unit::Small, elements: 1, elem: 8 });
+        }
     }
 }
 
