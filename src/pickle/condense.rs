@@ -83,12 +83,20 @@ struct Names {
     last: Option<(Rc<str>, u32)>,
 }
 
+/// Names looked for one by one before the map (a trace has a handful of actions, each
+/// one string object fetched from the memo).
+const FEW_NAMES: usize = 16;
+
 impl Names {
     fn id(&mut self, s: &Rc<str>) -> u32 {
         if let Some((l, i)) = &self.last {
             if Rc::ptr_eq(l, s) || **l == **s {
                 return *i;
             }
+        }
+        if let Some(i) = self.names.iter().take(FEW_NAMES).position(|n| Rc::ptr_eq(n, s)) {
+            self.last = Some((s.clone(), i as u32));
+            return i as u32;
         }
         let i = match self.ids.get(s) {
             Some(&i) => i,
@@ -359,6 +367,8 @@ pub(super) struct State {
     /// Frame id + 1 (0: not known) of the frame dict a memo key holds, for keys below
     /// [`FRAME_KEYS`]: what the fast path found for the key, kept until the key is stored again.
     frame_at_key: Vec<std::cell::Cell<u32>>,
+    /// The entry keys the fast path met, by string object.
+    key_tags: entry::KeyTags,
 }
 
 /// Memo keys whose frame the fast path remembers (4 MiB of ids at most).
@@ -885,6 +895,7 @@ fn condense_input(input: Input<'_>, fetched: Keys, limits: &Limits, max_records:
         fast,
         fast_entries: 0,
         frame_at_key: Vec::new(),
+        key_tags: entry::KeyTags::default(),
     }));
     let res = r.run().and_then(|root| {
         if let Some(i) = r.input.first_nonzero(r.pos) {

@@ -37,10 +37,12 @@ enum Val<'c> {
 }
 
 impl Val<'_> {
-    fn text(&self) -> Option<&str> {
+    /// The key this value spells (None: not a string).
+    #[inline(always)]
+    fn key(&self, c: &State) -> Option<Key> {
         match self {
-            Val::Str(s) => Some(s),
-            Val::New(s) => Some(s),
+            Val::Str(s) => Some(c.key_tags.key(s)),
+            Val::New(s) => Some(Key::of(s)),
             _ => None,
         }
     }
@@ -51,6 +53,58 @@ impl Val<'_> {
             Val::New(s) => Some(s),
             _ => None,
         }
+    }
+}
+
+/// A trace entry's key, as the fast path reads it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Action,
+    Addr,
+    Size,
+    TimeUs,
+    DeviceFree,
+    Category,
+    Frames,
+    Other,
+}
+
+impl Key {
+    fn of(s: &str) -> Key {
+        match s {
+            "action" => Key::Action,
+            "addr" => Key::Addr,
+            "size" => Key::Size,
+            "time_us" => Key::TimeUs,
+            "device_free" => Key::DeviceFree,
+            "category" => Key::Category,
+            "frames" => Key::Frames,
+            _ => Key::Other,
+        }
+    }
+}
+
+/// How many key strings [`KeyTags`] remembers (an entry has eight keys).
+const TAGGED: usize = 16;
+
+/// The [`Key`] of the string objects the memo gave as keys, found by pointer: a pickle
+/// fetches each key's one string object from the memo, entry after entry. Each string is
+/// held, so that its address names it alone.
+#[derive(Default)]
+pub(super) struct KeyTags(std::cell::RefCell<Vec<(Rc<str>, Key)>>);
+
+impl KeyTags {
+    #[inline(always)]
+    fn key(&self, s: &Rc<str>) -> Key {
+        let mut v = self.0.borrow_mut();
+        if let Some(&(_, k)) = v.iter().find(|(t, _)| Rc::ptr_eq(t, s)) {
+            return k;
+        }
+        let k = Key::of(s);
+        if v.len() < TAGGED {
+            v.push((s.clone(), k));
+        }
+        k
     }
 }
 
@@ -89,6 +143,7 @@ impl Cursor<'_> {
         self.stores_from_here(c)
     }
 
+    #[inline(always)]
     fn stores_from_here(&mut self, c: &State) -> Option<()> {
         loop {
             let key = match self.byte(self.p)? {
@@ -122,6 +177,7 @@ impl Cursor<'_> {
     }
 
     /// A memo fetch's argument, if the opcode at `p` is one.
+    #[inline(always)]
     fn get_key(&mut self) -> Option<Option<u64>> {
         Some(match self.byte(self.p)? {
             BINGET => {
@@ -137,7 +193,7 @@ impl Cursor<'_> {
     }
 
     /// A key or a scalar value (one pushed item), as the general loop would push it.
-    #[inline]
+    #[inline(always)]
     fn value<'c>(&mut self, c: &'c State) -> Option<Val<'c>> {
         if let Some(k) = self.get_key()? {
             return match c.get(k)? {
@@ -271,13 +327,12 @@ fn read_entry(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], depth: usi
             k.p += 1;
             return Some(r);
         }
-        let key = k.value(c)?;
-        let key = key.text()?;
+        let key = k.value(c)?.key(c)?;
         k.skip_stores(c)?;
         d += 1;
         r.peak_stack = r.peak_stack.max(d);
         r.pairs += 1;
-        if key == "frames" && k.byte(k.p)? == EMPTY_LIST {
+        if key == Key::Frames && k.byte(k.p)? == EMPTY_LIST {
             if frames_seen {
                 return None;
             }
@@ -306,19 +361,19 @@ fn read_entry(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], depth: usi
         };
         let rec = &mut r.rec;
         match key {
-            "action" => r.action = Some(v.into_rc()),
-            "addr" => put(ADDR, &mut rec.addr, &mut rec.ints),
-            "size" => put(SIZE, &mut rec.size, &mut rec.ints),
-            "time_us" => put(TIME, &mut rec.time_us, &mut rec.ints),
-            "device_free" => put(DEVICE_FREE, &mut rec.device_free, &mut rec.ints),
-            "category" => r.category = Some(v.into_rc()),
+            Key::Action => r.action = Some(v.into_rc()),
+            Key::Addr => put(ADDR, &mut rec.addr, &mut rec.ints),
+            Key::Size => put(SIZE, &mut rec.size, &mut rec.ints),
+            Key::TimeUs => put(TIME, &mut rec.time_us, &mut rec.ints),
+            Key::DeviceFree => put(DEVICE_FREE, &mut rec.device_free, &mut rec.ints),
+            Key::Category => r.category = Some(v.into_rc()),
             // A scalar `frames` is no frames; a second one after a list is left alone.
-            "frames" if frames_seen => return None,
-            "frames" => {
+            Key::Frames if frames_seen => return None,
+            Key::Frames => {
                 frames_seen = true;
                 rec.frames = NO_FRAMES;
             }
-            _ => {}
+            Key::Other => {}
         }
     }
 }
@@ -329,24 +384,7 @@ fn read_entry(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], depth: usi
 fn frames(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], d: usize, r: &mut Read) -> Option<u32> {
     let mut ids = [0u32; 64];
     let mut n = 0;
-    let frame = |k: &mut Cursor<'_>| -> Option<u32> {
-        let key = k.get_key()??;
-        let known = usize::try_from(key).ok().and_then(|i| c.frame_at_key.get(i));
-        if let Some(id) = known.and_then(|id| id.get().checked_sub(1)) {
-            return Some(id);
-        }
-        let Item::Node(f) = c.get(key)? else { return None };
-        // A shared frame dict given an id is frozen: its content is what was checked. It
-        // is never let go, so the key holds it until the key is stored again.
-        if !flag(&c.shared, *f) || !matches!(nodes.get(*f), Some((_, Node::Dict(_)))) {
-            return None;
-        }
-        let id = id_at(&c.frame_of, *f)?;
-        if let Some(cell) = known {
-            cell.set(id.checked_add(1)?);
-        }
-        Some(id)
-    };
+    let frame = |k: &mut Cursor<'_>| frame_id(k, c, nodes);
     k.skip_stores(c)?;
     loop {
         while k.byte(k.p)? == FRAME {
@@ -393,4 +431,25 @@ fn frames(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)], d: usize, r: &
             _ => return c.frames.find_list(&ids[..n]),
         }
     }
+}
+
+/// One frame of a `frames` list: a memo fetch of a frame dict already interned; its id.
+#[inline(always)]
+fn frame_id(k: &mut Cursor<'_>, c: &State, nodes: &[(usize, Node)]) -> Option<u32> {
+    let key = k.get_key()??;
+    let known = usize::try_from(key).ok().and_then(|i| c.frame_at_key.get(i));
+    if let Some(id) = known.and_then(|id| id.get().checked_sub(1)) {
+        return Some(id);
+    }
+    let Item::Node(f) = c.get(key)? else { return None };
+    // A shared frame dict given an id is frozen: its content is what was checked. It
+    // is never let go, so the key holds it until the key is stored again.
+    if !flag(&c.shared, *f) || !matches!(nodes.get(*f), Some((_, Node::Dict(_)))) {
+        return None;
+    }
+    let id = id_at(&c.frame_of, *f)?;
+    if let Some(cell) = known {
+        cell.set(id.checked_add(1)?);
+    }
+    Some(id)
 }
