@@ -131,7 +131,8 @@ fn what_is_not_modelled_is_refused_naming_the_flag() {
     std::fs::write(&small, c.to_string()).unwrap();
     run(&["--config", cfg], &["'quantization_config'", "mxfp4", "bf16"]);
     c["quantization_config"] = Value::Null;
-    c["output_router_logits"] = json!(true);
+    // output_router_logits runs (tests/aux_loss_grid.rs); a value that is no bool is refused.
+    c["output_router_logits"] = json!("yes");
     std::fs::write(&small, c.to_string()).unwrap();
     run(&["--config", cfg, "--profile-type", "training"], &["'output_router_logits'"]);
     let _ = std::fs::remove_dir_all(&dir);

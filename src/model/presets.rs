@@ -129,6 +129,8 @@ fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset
         routing: Routing::default(),
         shared_intermediate: 0,
         gpt_oss: None,
+        output_router_logits: false,
+        router_aux_loss_coef: crate::model::hf::moe::ROUTER_AUX_LOSS_COEF,
         deepseek: None,
     });
     p

@@ -142,6 +142,15 @@ pub struct HfFlags {
     /// where tokens is batch × context.
     #[arg(help_heading = super::heading::MODEL, long, value_name = "ROUTING")]
     pub routing: Option<String>,
+    /// hf flavour, mixture of experts: transformers' output_router_logits: keep every router's
+    /// logits and add the router's auxiliary loss
+    ///
+    /// Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss: load_balancing_loss_func runs on the kept
+    /// logits in every profile type (transformers computes it without labels too), and training
+    /// adds router_aux_loss_coef (the config's, 0.001 by default) times it to the loss.
+    /// DeepSeek-V3 has no such loss.
+    #[arg(help_heading = super::heading::MODEL, long)]
+    pub output_router_logits: bool,
 }
 
 impl HfFlags {
@@ -165,6 +174,7 @@ impl HfFlags {
         add(self.prepare_model_for_kbit_training.is_some(), "--prepare-model-for-kbit-training");
         add(self.experts_implementation.is_some(), "--experts-implementation");
         add(self.routing.is_some(), "--routing");
+        add(self.output_router_logits, "--output-router-logits");
         v
     }
 
@@ -234,7 +244,7 @@ impl HfFlags {
             };
         }
         super::families::check_flags(hf, self.load_in_4bit, self.load_in_8bit)?;
-        super::moe::apply(self.experts_implementation.as_deref(), self.routing.as_deref(), hf)
+        super::moe::apply(self.experts_implementation.as_deref(), self.routing.as_deref(), self.output_router_logits, hf)
     }
 }
 

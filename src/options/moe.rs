@@ -9,9 +9,10 @@ use crate::model::ModelConfig;
 
 /// Set the experts implementation and the routing on an MoE model; either flag on a dense
 /// model, LoRA or bitsandbytes on an MoE one, is refused.
-pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfConfig) -> anyhow::Result<()> {
+pub fn apply(implementation: Option<&str>, routing: Option<&str>, output_router_logits: bool, hf: &mut HfConfig) -> anyhow::Result<()> {
     let Some(m) = hf.moe.as_mut() else {
-        if let Some(flag) = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing")].iter().find(|f| f.0).map(|f| f.1) {
+        let given = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing"), (output_router_logits, "--output-router-logits")];
+        if let Some(flag) = given.iter().find(|f| f.0).map(|f| f.1) {
             return Err(usage(flag, format!("applies to mixture-of-experts models (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3); this {} model is dense", hf.model_type.name())));
         }
         return Ok(());
@@ -21,6 +22,16 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, hf: &mut HfCon
     }
     if let Some(s) = routing {
         m.routing = parse_routing(s)?;
+    }
+    if output_router_logits {
+        if m.family == crate::model::hf::moe::MoeFamily::DeepseekV3 {
+            return Err(usage(
+                "--output-router-logits",
+                "deepseek_v3 has no router auxiliary loss in transformers 5.23 (DeepseekV3ForCausalLM never calls load_balancing_loss_func); the flag would only keep the routers' fp32 logits in the output, which is not modelled",
+            ));
+        }
+        // The coefficient stays the config's (or its class default).
+        m.output_router_logits = true;
     }
     if m.family == crate::model::hf::moe::MoeFamily::GptOss {
         // GptOssPreTrainedModel: `_supports_sdpa = False` (transformers raises), and its flash
@@ -102,6 +113,10 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
         }
         if let Some(hf) = c.hf() {
             super::families::generate_adapters(hf, family)?;
+        }
+        // Each of generate()'s forwards would run the aux loss on its own logits: not measured.
+        if m.output_router_logits {
+            return Err(usage("--output-router-logits", format!("(or the config's output_router_logits) with generate on {family} is not modelled: generate() would run the router's auxiliary loss in every forward; leave it off for generate")));
         }
         // A file's counts are for one token count; generate's forwards have rows x prompt
         // tokens, then one per row.

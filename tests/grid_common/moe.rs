@@ -22,6 +22,9 @@ pub fn config_of(p: &Value) -> ModelConfig {
         routing: if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced },
         shared_intermediate: p["shared_intermediate_size"].as_u64().unwrap_or(0) as usize,
         gpt_oss: None,
+        // make_aux_loss_grid.py's points: output_router_logits with their coefficient.
+        output_router_logits: p["output_router_logits"] == true,
+        router_aux_loss_coef: p["router_aux_loss_coef"].as_f64().unwrap_or(vramscope::model::hf::moe::ROUTER_AUX_LOSS_COEF),
         deepseek: None,
     });
     cfg
@@ -35,6 +38,7 @@ pub fn gpt_oss_point_config(p: &Value) -> Map<String, Value> {
         "head_dim": p["head_dim"], "vocab_size": p["vocab_size"], "tie_word_embeddings": p["tied"],
         "num_local_experts": p["num_experts"], "num_experts_per_tok": p["top_k"], "sliding_window": p["sliding_window"],
         "max_position_embeddings": p["max_position_embeddings"], "rms_norm_eps": 1e-6, "use_cache": p["use_cache"],
+        "output_router_logits": p["output_router_logits"], "router_aux_loss_coef": p["router_aux_loss_coef"],
     });
     c.as_object().unwrap().clone()
 }
@@ -72,6 +76,7 @@ pub fn read_config_of(p: &Value) -> ModelConfig {
     }
     let hf = cfg.hf.as_mut().unwrap();
     hf.reentrant = p["checkpoint"] == "reentrant";
+    hf.attention_mask = p["attention_mask"] == "ones";
     hf.attn_implementation = vramscope::model::hf::AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
     hf.sdpa_backend = vramscope::model::hf::SdpaBackend::CpuFlash;
     let m = hf.moe.as_mut().unwrap();

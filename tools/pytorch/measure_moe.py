@@ -17,8 +17,14 @@ copy allocates nothing the profiler sees and the op sequence is the model's own.
 Experts implementations (`experts_implementation`, transformers' name): eager (the loop over the
 experts that were hit, index_add_), batched_mm (a bmm over the selected weights per token-expert
 pair), grouped_mm (torch.nn.functional.grouped_mm over tokens sorted by expert; it has a CPU
-kernel in torch 2.15, so a CPU run dispatches it). The router auxiliary loss
-(`output_router_logits`) is off, the configs' default.
+kernel in torch 2.15, so a CPU run dispatches it).
+
+The router's auxiliary loss: off (`output_router_logits` false, the configs' default) unless the
+point sets output_router_logits (and router_aux_loss_coef), make_aux_loss_grid.py's points. The
+OutputRecorder hooks then keep index 0 of each router's output -- the logits of the router's own
+linear, which the wrapper above leaves untouched (it overwrites only the indices) -- and
+load_balancing_loss_func runs its own softmax and top-k on them: tensors of the same shapes
+whichever experts win, so the aux loss allocates the same bytes under any routing.
 
 Run:  python3 measure_moe.py --model-type mixtral --num-experts 4 --top-k 2 --experts grouped_mm \
           --routing balanced --profile-type training [--attn eager] [--dtype bf16] [--json out.json]
@@ -54,7 +60,9 @@ def moe_config(p):
               num_attention_heads=p["num_heads"], num_key_value_heads=p["num_kv_heads"], vocab_size=p["vocab_size"],
               max_position_embeddings=p.get("max_position_embeddings", 4096), tie_word_embeddings=p.get("tied", False),
               use_cache=p.get("use_cache", True), rms_norm_eps=1e-6, num_experts_per_tok=p["top_k"],
-              output_router_logits=False)
+              output_router_logits=p.get("output_router_logits", False))
+    if "router_aux_loss_coef" in p:
+        kw["router_aux_loss_coef"] = p["router_aux_loss_coef"]
     if p["model_type"] == "mixtral":
         cfg = T.MixtralConfig(num_local_experts=p["num_experts"], **kw)
     elif p["model_type"] == "gpt_oss":

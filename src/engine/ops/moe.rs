@@ -60,6 +60,14 @@ impl Tensor {
         assert_eq!(self.device(), Device::Meta, "index_put_: mixture-of-experts ops run on meta only");
     }
 
+    /// `self.scatter_add_(0, index, src)` of 1-D tensors without autograd (the aux loss's
+    /// masked expert counts): nothing new.
+    #[track_caller]
+    pub fn scatter_add_1d_(&self, index: &Tensor, src: &Tensor) {
+        assert_eq!(index.numel(), src.numel(), "scatter_add_: index and src sizes");
+        assert_eq!(self.device(), Device::Meta, "scatter_add_: mixture-of-experts ops run on meta only");
+    }
+
     /// `F.one_hot(self, num_classes)`: int64 (…, classes).
     #[track_caller]
     pub fn one_hot(&self, classes: usize) -> Tensor {

@@ -266,7 +266,9 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         ));
     }
     if boolean(obj, "output_router_logits", false)? {
-        return Err("field 'output_router_logits' is true: the router's auxiliary loss is not modelled (the config's default is false)".into());
+        return Err("field 'output_router_logits' is true: DeepSeek-V3 has no router auxiliary loss in transformers 5.23 (DeepseekV3ForCausalLM never calls load_balancing_loss_func); \
+             the flag only keeps every router's fp32 logits in the output, which is not modelled (the config's default is false)"
+            .into());
     }
     let dropout = float(obj, "attention_dropout", 0.0)?;
     if dropout != 0.0 {
@@ -321,6 +323,8 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         routing: Routing::default(),
         shared_intermediate: shape.moe_intermediate * shape.shared_experts,
         gpt_oss: None,
+        output_router_logits: false,
+        router_aux_loss_coef: super::moe::ROUTER_AUX_LOSS_COEF,
         deepseek: Some(DeepseekParts {
             first_k_dense: shape.first_k_dense,
             dense_intermediate: shape.intermediate,

@@ -183,9 +183,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
              vramscope models the bf16 load (what transformers dequantizes MXFP4 to without the triton kernels): delete the field to ask about it"
         ));
     }
-    if boolean(obj, "output_router_logits", false)? {
-        return Err("field 'output_router_logits' is true: the router's auxiliary loss is not modelled (the config's default is false)".into());
-    }
+    let (output_router_logits, router_aux_loss_coef) = super::moe::aux_loss_fields(obj)?;
     let dropout = float(obj, "attention_dropout", 0.0)?;
     if dropout != 0.0 {
         return Err(format!("field 'attention_dropout' is {dropout}: dropout's masks in training are not modelled (only 0.0 is supported)"));
@@ -254,6 +252,8 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         implementation: ExpertsImplementation::default(),
         routing: Routing::default(),
         shared_intermediate: 0,
+        output_router_logits,
+        router_aux_loss_coef,
         deepseek: None,
         gpt_oss: Some(GptOssParts {
             window,
@@ -302,7 +302,11 @@ mod tests {
         assert_eq!(m.config.rope_theta, 150_000.0);
         let e = parse(&obj(r#"{"quantization_config": {"quant_method": "mxfp4"}}"#)).unwrap_err();
         assert!(e.contains("'quantization_config'") && e.contains("mxfp4"), "{e}");
-        assert!(parse(&obj(r#"{"output_router_logits": true}"#)).unwrap_err().contains("output_router_logits"));
+        let aux = |text: &str| parse(&obj(text)).map(|m| m.config.hf.unwrap().moe.unwrap().aux_loss());
+        assert_eq!(aux(r#"{"output_router_logits": true}"#), Ok(Some(0.001)));
+        assert_eq!(aux(r#"{"output_router_logits": true, "router_aux_loss_coef": 0.02}"#), Ok(Some(0.02)));
+        assert_eq!(aux(r#"{"router_aux_loss_coef": 0.02}"#), Ok(None));
+        assert!(aux(r#"{"output_router_logits": "yes"}"#).unwrap_err().contains("output_router_logits"));
         assert!(parse(&obj(r#"{"num_hidden_layers": 2, "layer_types": ["full_attention"]}"#)).unwrap_err().contains("layer_types"));
     }
 }

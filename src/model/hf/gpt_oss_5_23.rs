@@ -205,6 +205,9 @@ impl Block {
             drop(values);
             (logits, scores, index)
         };
+        if let Some(r) = &self.router_logits {
+            r.record(&logits);
+        }
         let ex = Experts { m, g, w, gate_up: self.layer.gate_up.weights()[0], down: &self.layer.down };
         let out = {
             let _s = scope("experts");

@@ -16,6 +16,7 @@ pub mod generation_config;
 pub mod gpt_oss;
 pub mod moe;
 pub mod moe_5_23;
+pub mod router_aux_loss;
 pub mod transformers_5_23;
 
 pub use config_json::{parse, HfModel};

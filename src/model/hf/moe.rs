@@ -185,6 +185,27 @@ pub struct MoeConfig {
     /// DeepSeek-V3's attention, router and layer layout (None for the other families).
     #[serde(default)]
     pub deepseek: Option<super::deepseek_v3::DeepseekParts>,
+    /// `output_router_logits` (off by default): the routers' logits are kept in the output and
+    /// `load_balancing_loss_func` runs on them (src/model/hf/router_aux_loss.rs).
+    #[serde(default)]
+    pub output_router_logits: bool,
+    /// `router_aux_loss_coef`: the aux loss's weight in the training loss (no bytes depend on it).
+    #[serde(default = "default_aux_loss_coef")]
+    pub router_aux_loss_coef: f64,
+}
+
+/// `router_aux_loss_coef`'s default in MixtralConfig, Qwen3MoeConfig, Qwen2MoeConfig and GptOssConfig.
+pub const ROUTER_AUX_LOSS_COEF: f64 = 0.001;
+
+fn default_aux_loss_coef() -> f64 {
+    ROUTER_AUX_LOSS_COEF
+}
+
+impl MoeConfig {
+    /// The aux loss's coefficient when `output_router_logits` is on.
+    pub fn aux_loss(&self) -> Option<f64> {
+        self.output_router_logits.then_some(self.router_aux_loss_coef)
+    }
 }
 
 impl MoeConfig {
@@ -343,7 +364,7 @@ pub struct MoeRead {
 
 /// Read the experts of an MoE config (`model_type` mixtral or qwen3_moe); None for the
 /// others. What transformers would run but vramscope does not model is refused, naming the
-/// field: dense layers among the sparse ones, the router's auxiliary loss, router jitter.
+/// field: dense layers among the sparse ones, router jitter.
 pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead, String>> {
     let shape = MoeShape::read(obj, model_type)?;
     Some((|| {
@@ -351,9 +372,7 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
         if shape.sparse.iter().any(|s| !s) {
             return Err("fields 'decoder_sparse_step'/'mlp_only_layers' make some layers dense: a mix of dense and sparse layers is not modelled".into());
         }
-        if obj.get("output_router_logits").and_then(Value::as_bool) == Some(true) {
-            return Err("field 'output_router_logits' is true: the router's auxiliary loss is not modelled (the configs' default is false)".into());
-        }
+        let (output_router_logits, router_aux_loss_coef) = aux_loss_fields(obj)?;
         if obj.get("router_jitter_noise").and_then(Value::as_f64).is_some_and(|j| j != 0.0) {
             return Err("field 'router_jitter_noise' is not 0: the jitter's random tensor in training is not modelled".into());
         }
@@ -369,6 +388,8 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
             routing: Routing::default(),
             gpt_oss: None,
             deepseek: None,
+            output_router_logits,
+            router_aux_loss_coef,
         };
         if moe.top_k > moe.experts {
             return Err(format!("num_experts_per_tok {} exceeds the {} experts", moe.top_k, moe.experts));
@@ -382,6 +403,21 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
             qkv_bias: qwen2.then_some(shape.qkv_bias),
         })
     })())
+}
+
+/// `output_router_logits` (false by default) and `router_aux_loss_coef` (0.001 by default in
+/// Mixtral's, Qwen3-MoE's, Qwen2-MoE's and gpt-oss's configs).
+pub fn aux_loss_fields(obj: &Map<String, Value>) -> Result<(bool, f64), String> {
+    let on = match obj.get("output_router_logits") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(format!("field 'output_router_logits' must be true or false, found {v}")),
+    };
+    let coef = match obj.get("router_aux_loss_coef") {
+        None | Some(Value::Null) => ROUTER_AUX_LOSS_COEF,
+        Some(v) => v.as_f64().filter(|c| c.is_finite()).ok_or_else(|| format!("field 'router_aux_loss_coef' must be a number, found {v}"))?,
+    };
+    Ok((on, coef))
 }
 
 /// An MoE config's attention window, given what its dense family's reading found (`dense`):

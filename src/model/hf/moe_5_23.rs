@@ -6,6 +6,7 @@
 //! Which tokens go where is `--routing`'s split ([`Routing::counts`]); PyTorch's run in
 //! tools/pytorch/measure_moe.py is forced to the same split.
 use super::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
+use super::router_aux_loss::RouterLogits;
 use crate::engine::runtime::{self, py_frame, scope};
 use crate::model::py::moe_frames;
 use crate::engine::{DType, Tensor};
@@ -21,8 +22,9 @@ pub struct MoeWeights<'a> {
     pub shared: Option<&'a [Tensor; 4]>,
 }
 
-/// `SparseMoeBlock.forward(hidden_states)` on (B, S, hidden).
-pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor {
+/// `SparseMoeBlock.forward(hidden_states)` on (B, S, hidden); `record` is the
+/// `output_router_logits` collector, handed the router's logits as it returns.
+pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, record: Option<&RouterLogits>) -> Tensor {
     let (b, s, d) = (x.dim(0), x.dim(1), x.dim(2));
     let flat = x.view(&[b * s, d]);
     let (_, router_frame, _) = moe_frames::of(m.family);
@@ -38,6 +40,9 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor) -> Tensor
         let _f = py_frame(router_frame);
         router(m, w.router, &flat)
     };
+    if let Some(r) = record {
+        r.record(&_logits);
+    }
     let out = experts(m, w, &flat, &index, &weights);
     let (out, scaled) = match (w.shared, shared_out) {
         (Some(sw), Some(shared_out)) => {

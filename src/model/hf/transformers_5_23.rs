@@ -11,6 +11,7 @@
 //! (`create_causal_mask`, `sdpa_mask`, `eager_mask`, `find_packed_sequence_indices`),
 //! `cache_utils.py` (`DynamicLayer.update`), `loss/loss_utils.py`, `modeling_layers.py`
 //! (`GradientCheckpointingLayer`).
+use super::router_aux_loss::{self, RouterLogits};
 use super::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use crate::engine::checkpoint::{checkpoint, checkpoint_reentrant};
 use crate::engine::runtime::{self, py_frame, scope};
@@ -357,6 +358,10 @@ pub struct Output {
     pub logits: Tensor,
     pub loss: Option<Tensor>,
     pub cache: Vec<Tensor>,
+    /// `output_router_logits`: every router's logits and the auxiliary loss (labels or not);
+    /// they die with the output.
+    pub router_logits: Vec<Tensor>,
+    pub aux_loss: Option<Tensor>,
 }
 
 /// The modeling file of `hf`'s family, for frames.
@@ -580,6 +585,8 @@ struct Block {
     tp: Option<TensorParallel>,
     /// `model.training` (dropout runs only in training mode).
     training: bool,
+    /// `output_router_logits`' collector of the routers' logits (None when off).
+    router_logits: Option<Rc<RouterLogits>>,
 }
 
 impl Block {
@@ -703,7 +710,7 @@ impl Block {
             let gate_up = self.layer.gate_up.weights()[0];
             let shared = self.layer.hf.as_ref().expect("hf layer").shared_expert.as_ref();
             let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared };
-            return super::moe_5_23::sparse_moe_block(m, &w, x);
+            return super::moe_5_23::sparse_moe_block(m, &w, x, self.router_logits.as_deref());
         }
         let x = &self.gathered(x);
         let l = &self.layer;
@@ -1044,6 +1051,9 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     let checkpointing = cfg.checkpoint != crate::model::Checkpoint::None && m.training.get();
     let tp_group = cfg.tp_group();
     let (hidden, cache, windows, mask, position_ids, sliding_mask);
+    // output_router_logits: capture_outputs' collector, on while the model's forward runs.
+    let aux_coef = hf.moe.as_ref().and_then(|m| m.aux_loss());
+    let recorder = aux_coef.map(|_| Rc::new(RouterLogits::open()));
     {
         let _s = scope("model");
         let _f = py_frame(&fr.model);
@@ -1152,7 +1162,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
                 Some(c) if layer_mask.is_some() => c.clone(),
                 _ => shared.clone(),
             };
-            let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), windows: windows.clone(), sliding_cache: sliding_cache_layer(hf, i), layer_idx: i, static_cache, tp: tp_group, training: m.training.get() };
+            let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), windows: windows.clone(), sliding_cache: sliding_cache_layer(hf, i), layer_idx: i, static_cache, tp: tp_group, training: m.training.get(), router_logits: recorder.clone() };
             let hooks = hooks.clone();
             let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
             h = if checkpointing && cfg.checkpoint.covers(i) {
@@ -1172,6 +1182,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     }
     // LlamaModel.forward returns: its mask and position ids die (unless saved or captured).
     drop((mask, sliding_mask, position_ids));
+    let router_logits = recorder.map(|r| r.close()).unwrap_or_default();
     // slice_logits_to_keep: hidden_states[:, -k:, :] (a view); generate sets it to 1.
     let keep = if gen.is_some() { 1 } else { hf.logits_to_keep };
     let hidden = if keep > 0 && keep < s { hidden.narrow(1, s - keep, keep) } else { hidden };
@@ -1191,9 +1202,16 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     };
     logits_ready(&logits);
     let logits = gemma::final_softcap(hf, logits);
-    let loss = labels.map(|labels| {
+    let mut loss = labels.map(|labels| {
         let _s = scope("loss");
         for_causal_lm_loss(&logits, labels, cfg.vocab_size)
+    });
+    // `if output_router_logits:` the aux loss, labels or not; added to the loss with them.
+    let aux_loss = aux_coef.map(|coef| {
+        let moe = hf.moe.as_ref().expect("an MoE model");
+        let aux = router_aux_loss::load_balancing_loss(moe.family, &router_logits, moe.experts, moe.top_k, attention_mask);
+        loss = loss.take().map(|l| router_aux_loss::add_to_loss(l, &aux, coef));
+        aux
     });
     drop(hidden);
     // generate's cache outlives the forward; a plain forward's dies with its output.
@@ -1204,7 +1222,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         kv.extend(windows.map(|w| w.borrow_mut().drain(..).collect::<Vec<_>>()).unwrap_or_default());
         kv
     };
-    Output { logits, loss, cache }
+    Output { logits, loss, cache, router_logits, aux_loss }
 }
 
 /// Whether layer `i`'s DynamicCache layer is a `DynamicSlidingWindowLayer`

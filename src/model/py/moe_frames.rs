@@ -39,6 +39,23 @@ pub static QWEN3_MOE_EXPERTS: PyFn = PyFn { file: "transformers/models/qwen3_moe
 pub static GROUPED_MM_EXPERTS_FORWARD: PyFn = PyFn { file: "transformers/integrations/moe.py", line: 424, name: "grouped_mm_experts_forward" };
 pub static BATCHED_MM_EXPERTS_FORWARD: PyFn = PyFn { file: "transformers/integrations/moe.py", line: 112, name: "batched_mm_experts_forward" };
 
+/// `load_balancing_loss_func` of an MoE family's modeling file (the same function in each;
+/// DeepSeek-V3's has none).
+pub fn load_balancing_loss_func(family: crate::model::hf::moe::MoeFamily) -> &'static PyFn {
+    use crate::model::hf::moe::MoeFamily;
+    static MIXTRAL_LB: PyFn = PyFn { file: "transformers/models/mixtral/modeling_mixtral.py", line: 474, name: "load_balancing_loss_func" };
+    static QWEN3_MOE_LB: PyFn = PyFn { file: "transformers/models/qwen3_moe/modeling_qwen3_moe.py", line: 503, name: "load_balancing_loss_func" };
+    static QWEN2_MOE_LB: PyFn = PyFn { file: "transformers/models/qwen2_moe/modeling_qwen2_moe.py", line: 511, name: "load_balancing_loss_func" };
+    static GPT_OSS_LB: PyFn = PyFn { file: "transformers/models/gpt_oss/modeling_gpt_oss.py", line: 491, name: "load_balancing_loss_func" };
+    match family {
+        MoeFamily::Mixtral => &MIXTRAL_LB,
+        MoeFamily::Qwen3Moe => &QWEN3_MOE_LB,
+        MoeFamily::Qwen2Moe => &QWEN2_MOE_LB,
+        MoeFamily::GptOss => &GPT_OSS_LB,
+        MoeFamily::DeepseekV3 => unreachable!("DeepSeek-V3 has no auxiliary loss"),
+    }
+}
+
 /// The modeling file, router and experts frames of an MoE family.
 pub fn of(family: crate::model::hf::moe::MoeFamily) -> (&'static HfFrames, &'static PyFn, &'static PyFn) {
     match family {
