@@ -195,20 +195,37 @@ fn gemma_is_refused_naming_profile() {
     }
 }
 
+/// Through the CLI: a Phi-3 and an OLMo-2 config.json estimate with the JSON's activations
+/// equal to the simulated ones; Gemma and the MoE presets exit 2 naming the flag and `profile`.
 #[test]
-#[ignore]
-fn zz_debug() {
-    let arch = if std::env::var("ARCH").as_deref() == Ok("olmo2") { Arch::Olmo2 } else { Arch::Phi3 };
-    let attn = if std::env::var("ATTN").as_deref() == Ok("eager") { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
-    let backend = match std::env::var("BACKEND").as_deref() { Ok("cpu") => SdpaBackend::CpuFlash, Ok("flash") => SdpaBackend::Flash, Ok("math") => SdpaBackend::Math, _ => SdpaBackend::Auto };
-    let precision = match std::env::var("PREC").as_deref() { Ok("pure") => Precision::PureBf16, Ok("bf16") => Precision::Bf16, _ => Precision::Fp32 };
-    let kv = std::env::var("KV").map(|k| k.parse().unwrap()).unwrap_or(2);
-    let cache = std::env::var("NOCACHE").is_err();
-    let p = Point { attn, backend, precision, kv_heads: kv, cache, ..base(arch) };
-    let e = estimate(&config(&p), p.precision, p.b, p.s);
-    for t in e.block.iter().chain(e.outside.iter()) {
-        eprintln!("EST {:>10} {} [{}]", t.bytes(), t.what, t.op);
+fn families_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).output().unwrap();
+    let dims = r#""hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 300, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "hidden_act": "silu", "use_cache": true"#;
+    for (model_type, needles) in [("phi3", &["transformers 5.23.0 phi3", "heads merged"][..]), ("olmo2", &["transformers 5.23.0 olmo2", "post_feedforward_layernorm x·r", "q_norm, k_norm over the whole projections"][..])] {
+        let cfg = dir.join(format!("{model_type}.json"));
+        std::fs::write(&cfg, format!(r#"{{"model_type": "{model_type}", {dims}}}"#)).unwrap();
+        for extra in [&["--pure-bf16"][..], &["--precision", "bf16"][..], &["--attn-implementation", "eager"][..]] {
+            let o = run(&[&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "48", "--json", json.to_str().unwrap()][..], extra].concat());
+            assert!(o.status.success(), "{model_type} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+            let text = String::from_utf8_lossy(&o.stdout);
+            for needle in needles {
+                assert!(text.contains(needle), "{model_type} {extra:?}: missing {needle:?} in\n{text}");
+            }
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+            let e = &v["estimate"];
+            let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+            assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{model_type} {extra:?}");
+        }
     }
-    std::env::set_var("VRAMSCOPE_ESTIMATE_DEBUG", "1");
-    let _ = check(&p);
+    for (preset, flag, what) in [("Gemma-2-9B", "--model", "gemma2"), ("Gemma-3-27B", "--model", "gemma3_text"), ("Mixtral-8x7B", "--preset", "mixtral"), ("Qwen3-30B-A3B", "--preset", "qwen3_moe")] {
+        let o = run(&["--preset", preset, "--batch-size", "1", "--context-length", "64", "--no-simulate"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{preset}: {err}");
+        assert!(err.contains(flag) && err.contains(what) && err.contains("profile"), "{preset}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
