@@ -8,11 +8,11 @@
 //! gradients, optimizer state, the autocast cache, logits, activations and the live set when
 //! the forward returns) must equal the simulation byte for byte; the training peak is the
 //! same lower bound as tests/estimate_hf.rs states.
-use vramscope::analyse::estimate::{estimate, hf, Term};
+use vramscope::analyse::estimate::{estimate, estimate_with, hf, Term};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
 use vramscope::session::estimate::simulate;
-use vramscope::train::optim::OptimConfig;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::Precision;
 
 #[derive(Clone, Copy, Debug)]
@@ -183,15 +183,57 @@ fn olmo2_closed_form_equals_the_simulation() {
     run(&grid(Arch::Olmo2));
 }
 
-/// Gemma's and the MoE models' closed forms are not derived: refused naming the model type,
-/// pointing at `profile`.
+/// The optimizers the closed form derives, over Phi-3's fused matrices (Adafactor factors
+/// (q + 2kv, d) and (2F, d)) and OLMo-2's whole-projection q/k norm vectors: the state equals
+/// the simulation's, and the training peak lies above the bound.
 #[test]
-fn gemma_is_refused_naming_profile() {
+fn families_optimizers() {
+    for arch in [Arch::Phi3, Arch::Olmo2] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for kind in [OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::Adafactor] {
+                let p = Point { precision, b: 1, s: 32, ..base(arch) };
+                let cfg = config(&p);
+                let mut optim = OptimConfig::reference(Flavour::Hf);
+                optim.kind = kind;
+                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
+                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
+                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{p:?} {kind:?}: optimizer state");
+                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{p:?} {kind:?}: gradients");
+                assert!(e.training_bytes() <= sim.training_peak_allocated, "{p:?} {kind:?}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+            }
+        }
+    }
+}
+
+/// Gemma's closed form and LoRA's on the families are not derived: refused naming the flag,
+/// pointing at `profile` (the MoE models are refused by `options::moe::refuse`, checked
+/// through the CLI below).
+#[test]
+fn not_derived_is_refused_naming_profile() {
     for arch in [Arch::Gemma2, Arch::Gemma3Text] {
         let p = base(arch);
         let e = hf::check(&config(&p), p.precision, p.s).expect_err("gemma");
         assert_eq!(e.flag, "--model", "{e}");
         assert!(e.to_string().contains(arch.name()) && e.to_string().contains("`profile` simulates"), "{e}");
+    }
+    // LoRA on Phi-3 and OLMo-2 (fused projections' adapters, post-norms' frozen weights) is
+    // not derived either.
+    for arch in [Arch::Phi3, Arch::Olmo2] {
+        let p = base(arch);
+        let mut cfg = config(&p);
+        cfg.hf.as_mut().unwrap().lora = Some(vramscope::model::lora::LoraConfig {
+            r: 8,
+            alpha: 16.0,
+            dropout: 0.0,
+            targets: vec!["o_proj".into()],
+            dropout_kernel: Default::default(),
+            bias: vramscope::model::lora::LoraBias::None,
+            use_dora: false,
+            modules_to_save: vec![],
+        });
+        let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
+        assert_eq!(e.flag, "--lora-r", "{e}");
+        assert!(e.to_string().contains("`profile` simulates"), "{e}");
     }
 }
 
