@@ -16,6 +16,7 @@ use crate::model::lora::LoraConfig;
 use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
+mod gemma;
 mod olmo2;
 
 /// The attention kernel the derivation follows.
@@ -50,14 +51,14 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 /// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
-    if matches!(hf.model_type, Arch::Gemma2 | Arch::Gemma3Text) {
+    if hf.model_type == Arch::Gemma3Text {
         return Err(ConfigError::new(
             "--model",
-            format!(
-                "model_type {}: the closed form covers llama, mistral, qwen2, qwen3, phi3 and olmo2 (Gemma's scaled embedding, sandwich norms, soft-capping and per-layer-type RoPE are not derived); `profile` simulates it",
-                hf.model_type.name()
-            ),
+            "model_type gemma3_text: the closed form covers llama, mistral, qwen2, qwen3, phi3, olmo2 and gemma2 (Gemma 3's per-layer-type RoPE, q/k norms and sdpa are not derived); `profile` simulates it",
         ));
+    }
+    if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
+        return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
     if hf.model_type.is_family() && (hf.lora.is_some() || hf.bnb.is_some()) {
         let flag = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
@@ -571,6 +572,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         b
     } else if hf.model_type == Arch::Olmo2 {
         olmo2::layer(c, cfg, hf, kernel, cache)
+    } else if hf.model_type == Arch::Gemma2 {
+        gemma::layer(c, cfg, hf, kernel, cache)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -580,6 +583,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let first_block = (lora && !checkpointing).then(|| layer(c, cfg, hf, kernel, cache, false));
     let mut outside = Vec::new();
     let olmo2 = hf.model_type == Arch::Olmo2;
+    let gemma2 = hf.model_type == Arch::Gemma2;
     // (OLMo-2's layers count their own input: layer 0's q/k/v_proj keep the embedding output.)
     if !checkpointing && c.mode != Mode::Pure && !lora && !olmo2 {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
@@ -595,14 +599,20 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         // The layers' kwargs live in each checkpoint's closure until its backward.
         t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
         match kernel {
-            Kernel::Eager => outside.push(Term {
-                what: "eager additive mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)".into(),
-                op: "where",
-                formula: format!("B·S²·{}", ty.model),
-                unit: Unit::Small,
-                elements: c.b * c.s * c.s,
-                elem: ty.model,
-            }),
+            Kernel::Eager => {
+                // Gemma 2 builds two, the full and the sliding-window one; its closures hold both.
+                let masks: &[&str] = if gemma2 { &["full", "sliding-window"] } else { &["additive"] };
+                for m in masks {
+                    outside.push(Term {
+                        what: format!("eager {m} mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)"),
+                        op: "where",
+                        formula: format!("B·S²·{}", ty.model),
+                        unit: Unit::Small,
+                        elements: c.b * c.s * c.s,
+                        elem: ty.model,
+                    });
+                }
+            }
             _ if hf.sdpa_masked(s) => {
                 let rows = if hf.attention_mask { c.b } else { 1 };
                 let formula = if hf.attention_mask { "B·S²·1" } else { "S²·1" };
@@ -618,7 +628,21 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // weight, but `hidden_states` stays bound until the forward returns.
     // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
     let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
-    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
+    if gemma2 {
+        gemma::norm(c, &mut outside, "norm", ty.model, &["lm_head"]);
+    } else {
+        rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
+    }
+    if let Some(g) = hf.gemma.as_ref().filter(|_| cache) {
+        // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
+        let n = g.sliding.iter().filter(|s| **s).count() as u64;
+        outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{n}·8"), unit: Unit::Small, elements: n, elem: 8 });
+    }
+    if gemma2 && c.mode == Mode::Pure {
+        // Gemma2TextScaledWordEmbedding: `embed_scale.to(bf16)`, a 0-d copy the product keeps
+        // (in fp32 the cast returns the buffer itself).
+        outside.push(Term { what: "embed_scale cast to bf16 (0-d; the embedding's product keeps it)".into(), op: "_to_copy", formula: "1·2".into(), unit: Unit::Small, elements: 1, elem: 2 });
+    }
     if lora {
         frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
     }
@@ -634,6 +658,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let mut loss = vec![vocab("log_softmax of logits.float(), all S rows (labels padded, shifted; cross_entropy keeps it)", "_log_softmax", "B·S", bsv, 4)];
     if ty.lo != 4 {
         loss.push(vocab("logits.float() (an fp32 copy, dies when the loss function returns)", "_to_copy", "B·S", bsv, 4));
+    }
+    if hf.gemma.as_ref().is_some_and(|g| g.final_logit_softcapping.is_some()) {
+        // final_logit_softcapping after lm_head (logits / c, tanh, · c; the logits above are
+        // the capped ones): tanh keeps its output until the loss's backward.
+        loss.push(vocab("tanh(logits / final_logit_softcapping) (tanh keeps its output)", "tanh", "B·S", bsv, ty.lo));
     }
     let (d, f, v, l) = (c.d, c.f, c.v, cfg.num_layers as u64);
     let (q, kv) = (c.h * c.dk, c.kvh * c.dk);
@@ -657,10 +686,12 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         _ => ("", 0),
     };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
-    let param_formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + 2d{qk_norm}) + d");
+    // Gemma 2: four norms per layer.
+    let (norms, norms_n) = if gemma2 { ("4d", 4 * d) } else { ("2d", 2 * d) };
+    let param_formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + {norms}{qk_norm}) + d");
     debug_assert_eq!(
         cfg.param_count(),
-        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + 2 * d + qk_norm_n) + d
+        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + norms_n + qk_norm_n) + d
     );
     // F.linear casts weight and bias under autocast; norm weights meet only muls.
     let cast_elements = l * (2 * d * q + 2 * d * kv + 3 * d * f + biases) + v * d;
