@@ -149,7 +149,7 @@ fn run(points: &[Point]) {
 #[test]
 fn hf_closed_form_equals_the_simulation() {
     let mut points = Vec::new();
-    // (issue 30's families have no closed form: estimate refuses them)
+    // (issue 30's families: Phi-3 and OLMo-2 in tests/estimate_families.rs; Gemma is refused)
     for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
         for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
             for precision in [Precision::Fp32, Precision::PureBf16] {
@@ -211,7 +211,7 @@ fn hf_kernels_and_shapes() {
 #[test]
 fn hf_autocast_closed_form_equals_the_simulation() {
     let mut points = Vec::new();
-    // (issue 30's families have no closed form: estimate refuses them)
+    // (issue 30's families: Phi-3 and OLMo-2 in tests/estimate_families.rs; Gemma is refused)
     for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
         for precision in [Precision::Bf16, Precision::Fp16] {
             for (attn, kv) in [(AttnImplementation::Eager, 2), (AttnImplementation::Eager, 4), (AttnImplementation::Sdpa, 2), (AttnImplementation::FlashAttention2, 2)] {

@@ -16,6 +16,9 @@ use crate::model::lora::LoraConfig;
 use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
+mod gemma;
+mod olmo2;
+
 /// The attention kernel the derivation follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -48,13 +51,20 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 /// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
-    if hf.model_type.is_family() {
+    if hf.model_type == Arch::Gemma3Text {
         return Err(ConfigError::new(
             "--model",
-            format!(
-                "model_type {}: the closed form covers llama, mistral, qwen2 and qwen3 (Phi-3's fused projections and OLMo-2's norms are not derived); `profile` simulates it",
-                hf.model_type.name()
-            ),
+            "model_type gemma3_text: the closed form covers llama, mistral, qwen2, qwen3, phi3, olmo2 and gemma2 (Gemma 3's per-layer-type RoPE, q/k norms and sdpa are not derived); `profile` simulates it",
+        ));
+    }
+    if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
+        return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
+    }
+    if hf.model_type.is_family() && (hf.lora.is_some() || hf.bnb.is_some()) {
+        let flag = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
+        return Err(ConfigError::new(
+            flag,
+            format!("model_type {}: the closed form derives peft and bitsandbytes over llama, mistral, qwen2 and qwen3 only; `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -145,10 +155,12 @@ struct Types {
     v: u64,
 }
 
-fn types(c: &Ctx) -> Types {
+fn types(c: &Ctx, hf: &HfConfig) -> Types {
     match c.mode {
         Mode::Fp32 => Types { model: 4, lo: 4, qk: 4, v: 4 },
         Mode::Pure => Types { model: 2, lo: 2, qk: 2, v: 2 },
+        // OLMo-2's apply_rotary_pos_emb casts the fp32 products back to q's (bf16) type.
+        Mode::Autocast if hf.model_type == Arch::Olmo2 => Types { model: 4, lo: 2, qk: 2, v: 2 },
         Mode::Autocast => Types { model: 4, lo: 2, qk: 4, v: 2 },
     }
 }
@@ -160,9 +172,11 @@ struct NormGrad {
     input: bool,
     weight: bool,
     output: bool,
+    /// OLMo-2's norm: `(weight * x).to(input dtype)` keeps the fp32 x·r whatever the input.
+    product_fp32: bool,
 }
 
-const FULL: NormGrad = NormGrad { input: true, weight: true, output: true };
+const FULL: NormGrad = NormGrad { input: true, weight: true, output: true, product_fp32: false };
 
 /// transformers' `LlamaRMSNorm`: `x.to(fp32)`, `x·rsqrt(mean(x²) + eps)`, `weight·x.to(input dtype)`.
 /// `x` is the norm's input (`elem` its type: the residual, or a projection for q/k_norm);
@@ -184,7 +198,7 @@ fn rms_norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows:
         t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", rows_formula, rows_n, 4));
     }
     if g.weight {
-        if elem == 4 {
+        if elem == 4 || g.product_fp32 {
             t.push(c.term(format!("{name} x·r (weight·x keeps it)"), "mul", unit, 4));
         } else {
             // x·r dies with `.to(input dtype)`; weight·x keeps the low copy.
@@ -235,10 +249,13 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
     // The scores QKᵀ need a gradient when Q or K does; the output when V does too.
     let scores = g.q || g.k;
     let any = scores || g.v;
-    let ty = types(c);
+    let ty = types(c, hf);
     let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
     let n_rep = c.h / c.kvh;
-    let ac = c.mode == Mode::Autocast;
+    // Under autocast Q and K are fp32 (the fp32 cos promotes them) and get low copies; OLMo-2
+    // casts them back itself.
+    let ac = c.mode == Mode::Autocast && ty.qk == 4;
+    let phi3 = hf.model_type == Arch::Phi3;
     // transformers repeats k and v itself (repeat_kv, a copy) for eager, and for sdpa when
     // it cannot pass enable_gqa; flash_attention_2 and the fused kernels with enable_gqa read
     // the h_kv heads directly (math repeats them inside, below).
@@ -312,7 +329,12 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                     };
                     t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
                 }
-                if v_own {
+                if v_own && !repeated && phi3 {
+                    // Phi-3's V is a view of the fused qkv_proj product: the kernel keeps it all.
+                    t.push(c.term("qkv_proj output, its q rows (the kernel keeps V, a view of the whole product)", "mm", qu, ty.v));
+                    t.push(c.term("qkv_proj output, its k rows", "mm", kvu, ty.v));
+                    t.push(c.term("qkv_proj output, its v rows (V)", "mm", kvu, ty.v));
+                } else if v_own {
                     let what = if repeated { "V repeated to h heads (repeat_kv; the kernel keeps it)" } else { "v_proj output (the kernel keeps it)" };
                     t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
                 }
@@ -320,6 +342,12 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view.
             if any || g.o_input {
                 t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
+            }
+            if phi3 && g.o_input && backend != SdpaBackend::Efficient {
+                // Phi-3's rope(Q) is a cat's output, contiguous as (B, h, S, d_h), and so is
+                // the flash kernels' empty_like(q): merging heads (transpose().contiguous())
+                // copies. The memory-efficient kernel writes (B, S, h, d_h) whatever q is.
+                t.push(c.term("heads merged (a copy: the output is (B, h, S, d_h) like Phi-3's rope cat; o_proj keeps it)", "clone", qu, low));
             }
             if any {
                 let (rows, formula) = if backend == SdpaBackend::Efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
@@ -420,7 +448,7 @@ fn frozen_cast(c: &Ctx, t: &mut Vec<Term>, name: &str, formula: &str, elements: 
 /// needs a gradient (always in full fine-tuning; under peft, not layer 0's: the embedding is
 /// frozen).
 fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool, x_grad: bool) -> Vec<Term> {
-    let ty = types(c);
+    let ty = types(c, hf);
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
     let lora = hf.lora.as_ref();
@@ -440,11 +468,14 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let frozen_norm = |input: bool, readers: &[&str]| match lora {
         None => FULL,
-        Some(_) => NormGrad { input, weight: false, output: (int8 && input) || readers.iter().any(|r| a_keeps_input(r)) },
+        Some(_) => NormGrad { input, weight: false, output: (int8 && input) || readers.iter().any(|r| a_keeps_input(r)), product_fp32: false },
     };
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, &qkv, frozen_norm(xg, &qkv));
+    // Phi-3's fused linears read each norm's output once (one autocast copy each).
+    let phi3 = hf.model_type == Arch::Phi3;
+    let qkv_readers: &[&str] = if phi3 { &["qkv_proj"] } else { &qkv };
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, qkv_readers, frozen_norm(xg, &qkv));
     let (q, k, v) = (xg || trains("q_proj"), xg || trains("k_proj"), xg || trains("v_proj"));
     let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
     if lora.is_some() && xg {
@@ -460,7 +491,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     if hf.model_type == Arch::Qwen3 {
         // q_norm / k_norm on the (B, S, h, d_h) views of the projections, before RoPE.
         let (qu, kvu) = (heads_unit(c, c.h), heads_unit(c, c.kvh));
-        let g = |input| if lora.is_some() { NormGrad { input, weight: false, output: false } } else { FULL };
+        let g = |input| if lora.is_some() { NormGrad { input, weight: false, output: false, product_fp32: false } } else { FULL };
         rms_norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S·h", c.b * c.s * c.h), &[], g(q));
         rms_norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S·h_kv", c.b * c.s * c.kvh), &[], g(k));
     }
@@ -479,7 +510,8 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
     let gate_up = ["gate_proj", "up_proj"];
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, &gate_up, frozen_norm(h, &gate_up));
+    let gate_up_readers: &[&str] = if phi3 { &["gate_up_proj"] } else { &gate_up };
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, &gate_up));
     if lora.is_some() && h {
         frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
         frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
@@ -517,7 +549,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
 }
 
 pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precision) -> Terms {
-    let ty = types(c);
+    let ty = types(c, hf);
     let s = c.s as usize;
     let kernel = kernel(cfg, hf, precision, s);
     let checkpointing = cfg.checkpoint != Checkpoint::None;
@@ -538,6 +570,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             b.push(c.term(format!("silu·up, down_proj's input {why}"), "mul", Unit::F, ty.model));
         }
         b
+    } else if hf.model_type == Arch::Olmo2 {
+        olmo2::layer(c, cfg, hf, kernel, cache)
+    } else if hf.model_type == Arch::Gemma2 {
+        gemma::layer(c, cfg, hf, kernel, cache)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -546,26 +582,37 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let lora = hf.lora.is_some();
     let first_block = (lora && !checkpointing).then(|| layer(c, cfg, hf, kernel, cache, false));
     let mut outside = Vec::new();
-    if !checkpointing && c.mode != Mode::Pure && !lora {
+    let olmo2 = hf.model_type == Arch::Olmo2;
+    let gemma2 = hf.model_type == Arch::Gemma2;
+    // (OLMo-2's layers count their own input: layer 0's q/k/v_proj keep the embedding output.)
+    if !checkpointing && c.mode != Mode::Pure && !lora && !olmo2 {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
     // forward and shared by every layer's RoPE muls (or captured by checkpointed layers).
     for which in ["cos", "sin"] {
-        t_small(&mut outside, &format!("RoPE {which} (1, S, d_h), shared by every layer's RoPE (its muls or the checkpoints' closures keep it)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h", c.s * c.dk, ty.model);
+        // (Olmo2RotaryEmbedding returns them in fp32 whatever the model's dtype.)
+        let elem = if olmo2 { 4 } else { ty.model };
+        t_small(&mut outside, &format!("RoPE {which} (1, S, d_h), shared by every layer's RoPE (its muls or the checkpoints' closures keep it)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h", c.s * c.dk, elem);
     }
     if checkpointing {
         // The layers' kwargs live in each checkpoint's closure until its backward.
         t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
         match kernel {
-            Kernel::Eager => outside.push(Term {
-                what: "eager additive mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)".into(),
-                op: "where",
-                formula: format!("B·S²·{}", ty.model),
-                unit: Unit::Small,
-                elements: c.b * c.s * c.s,
-                elem: ty.model,
-            }),
+            Kernel::Eager => {
+                // Gemma 2 builds two, the full and the sliding-window one; its closures hold both.
+                let masks: &[&str] = if gemma2 { &["full", "sliding-window"] } else { &["additive"] };
+                for m in masks {
+                    outside.push(Term {
+                        what: format!("eager {m} mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)"),
+                        op: "where",
+                        formula: format!("B·S²·{}", ty.model),
+                        unit: Unit::Small,
+                        elements: c.b * c.s * c.s,
+                        elem: ty.model,
+                    });
+                }
+            }
             _ if hf.sdpa_masked(s) => {
                 let rows = if hf.attention_mask { c.b } else { 1 };
                 let formula = if hf.attention_mask { "B·S²·1" } else { "S²·1" };
@@ -573,15 +620,29 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             }
             _ => {}
         }
-        if c.mode != Mode::Pure {
-            outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
-        }
+    }
+    if (checkpointing || olmo2) && c.mode != Mode::Pure {
+        outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
     }
     // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its
     // weight, but `hidden_states` stays bound until the forward returns.
     // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
-    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast } } else { FULL };
-    rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
+    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
+    if gemma2 {
+        gemma::norm(c, &mut outside, "norm", ty.model, &["lm_head"]);
+    } else {
+        rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
+    }
+    if let Some(g) = hf.gemma.as_ref().filter(|_| cache) {
+        // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
+        let n = g.sliding.iter().filter(|s| **s).count() as u64;
+        outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{n}·8"), unit: Unit::Small, elements: n, elem: 8 });
+    }
+    if gemma2 && c.mode == Mode::Pure {
+        // Gemma2TextScaledWordEmbedding: `embed_scale.to(bf16)`, a 0-d copy the product keeps
+        // (in fp32 the cast returns the buffer itself).
+        outside.push(Term { what: "embed_scale cast to bf16 (0-d; the embedding's product keeps it)".into(), op: "_to_copy", formula: "1·2".into(), unit: Unit::Small, elements: 1, elem: 2 });
+    }
     if lora {
         frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
     }
@@ -597,6 +658,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let mut loss = vec![vocab("log_softmax of logits.float(), all S rows (labels padded, shifted; cross_entropy keeps it)", "_log_softmax", "B·S", bsv, 4)];
     if ty.lo != 4 {
         loss.push(vocab("logits.float() (an fp32 copy, dies when the loss function returns)", "_to_copy", "B·S", bsv, 4));
+    }
+    if hf.gemma.as_ref().is_some_and(|g| g.final_logit_softcapping.is_some()) {
+        // final_logit_softcapping after lm_head (logits / c, tanh, · c; the logits above are
+        // the capped ones): tanh keeps its output until the loss's backward.
+        loss.push(vocab("tanh(logits / final_logit_softcapping) (tanh keeps its output)", "tanh", "B·S", bsv, ty.lo));
     }
     let (d, f, v, l) = (c.d, c.f, c.v, cfg.num_layers as u64);
     let (q, kv) = (c.h * c.dk, c.kvh * c.dk);
@@ -614,12 +680,18 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         biases += 2 * f + d;
         bias_names.push_str(" + 2F + d (mlp biases)");
     }
-    let qk_norm = if hf.model_type == Arch::Qwen3 { " + 2d_h (q_norm, k_norm)" } else { "" };
+    let (qk_norm, qk_norm_n) = match hf.model_type {
+        Arch::Qwen3 => (" + 2d_h (q_norm, k_norm)", 2 * c.dk),
+        Arch::Olmo2 => (" + h·d_h + h_kv·d_h (q_norm, k_norm over the whole projections)", q + kv),
+        _ => ("", 0),
+    };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
-    let param_formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + 2d{qk_norm}) + d");
+    // Gemma 2: four norms per layer.
+    let (norms, norms_n) = if gemma2 { ("4d", 4 * d) } else { ("2d", 2 * d) };
+    let param_formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + {norms}{qk_norm}) + d");
     debug_assert_eq!(
         cfg.param_count(),
-        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + 2 * d + if qk_norm.is_empty() { 0 } else { 2 * c.dk }) + d
+        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + norms_n + qk_norm_n) + d
     );
     // F.linear casts weight and bias under autocast; norm weights meet only muls.
     let cast_elements = l * (2 * d * q + 2 * d * kv + 3 * d * f + biases) + v * d;
