@@ -335,7 +335,9 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
             ));
         }
     }
-    a.generate.resolve(n, hf.sliding_window).map(Some)
+    // Gemma's sliding layers' window (HfConfig::gemma) makes a StaticCache's layers
+    // StaticSlidingWindowLayers too.
+    a.generate.resolve(n, hf.sliding_window.or(hf.gemma.as_ref().map(|g| g.sliding_window))).map(Some)
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach
