@@ -324,6 +324,39 @@ def ggrid(quick=False):
     return [gpoint(mt, r) for mt in ("gemma2", "gemma3_text") for r in range(2 if quick else len(GEMMA_RUNS))]
 
 
+# gpt-oss points (eager only: _supports_sdpa = False): (FAMILY_RUNS row, window, experts,
+# top_k, experts_implementation, routing); the config's alternating layer_types (sliding first).
+OSS_RUNS = [
+    (0, "below", 4, 2, "grouped_mm", "balanced"),
+    (1, "cross", 8, 1, "eager", "worst"),
+    (2, "above", 6, 3, "batched_mm", "balanced"),
+    (3, "cross", 16, 4, "grouped_mm", "worst"),
+    (5, "below", 5, 2, "eager", "balanced"),
+    (6, "cross", 12, 2, "batched_mm", "worst"),
+    (7, "below", 8, 2, "grouped_mm", "worst"),
+    (8, "cross", 4, 1, "eager", "balanced"),
+    (9, "below", 6, 2, "batched_mm", "worst"),
+    (0, "cross", 10, 3, "grouped_mm", "balanced"),
+    (3, "at", 4, 2, "eager", "worst"),
+    (1, "below", 8, 4, "grouped_mm", "balanced"),
+]
+
+
+def opoint(r):
+    row, window, E, k, impl, routing = OSS_RUNS[r]
+    i, _, dtype, opts = FAMILY_RUNS[row]
+    p = fpoint("gpt_oss", i, "eager", dtype, opts)
+    S, N = p["seq"], p["max_new_tokens"]
+    p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl, routing=routing,
+             head_dim=16, num_layers=max(p["num_layers"], 2),
+             sliding_window={"below": S // 2, "cross": S + max(N // 2, 1), "at": S, "above": S + N + 4}[window])
+    return p
+
+
+def oggrid(quick=False):
+    return [opoint(r) for r in range(2 if quick else len(OSS_RUNS))]
+
+
 def mgrid(quick=False):
     return [mpoint(mt, r) for mt in ("mixtral", "qwen3_moe", "qwen2_moe") for r in range(2 if quick else len(MOE_RUNS))]
 
@@ -429,6 +462,7 @@ def main():
     ap.add_argument("--beams", action="store_true", help="generate_beams.json: beam search (num_beams 2-4)")
     ap.add_argument("--families", action="store_true", help="generate_families.json: phi3 and olmo2")
     ap.add_argument("--moe", action="store_true", help="generate_moe.json: mixtral, qwen3_moe, qwen2_moe with forced routing")
+    ap.add_argument("--gpt-oss", action="store_true", help="generate_gpt_oss.json: gpt_oss (sliding and full layers, forced routing)")
     ap.add_argument("--gemma", action="store_true", help="generate_gemma.json: gemma2, gemma3_text (sliding and full layers)")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
@@ -439,16 +473,17 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma:
-        which = "--families" if a.families else "--moe" if a.moe else "--gemma"
-        results, t0 = G.measure_all((fgrid if a.families else mgrid if a.moe else ggrid)(a.quick), run_one, maxtasksperchild=1)
+    if a.families or a.moe or a.gemma or a.gpt_oss:
+        which = "--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss"
+        results, t0 = G.measure_all((fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid)(a.quick), run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                            "**measure_generate.gen_kwargs(point))" + ("; the router's top-k indices forced to the point's "
-                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe else ""),
+                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss else ""),
                    points=results)
-        name = "generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json"
+        name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
+                else "generate_gpt_oss.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)

@@ -144,7 +144,8 @@ def install_generate_routing(p):
     import transformers as T
     router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
               "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
-              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter}[p["model_type"]]
+              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter,
+              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter}[p["model_type"]]
     rows = rows_of(p)
     forced = {t: MOE.forced_indices(t, p["top_k"], p["num_experts"], p["routing"]) for t in (rows * p["seq"], rows)}
     original = getattr(router, "_vramscope_original", router.forward)

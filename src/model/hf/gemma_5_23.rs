@@ -118,7 +118,7 @@ pub(super) fn masks(hf: &HfConfig, g: &GemmaConfig, position_ids: &Tensor, check
 
 /// `DynamicSlidingWindowLayer.get_mask_sizes(s)` after `past` positions: (kv_length,
 /// kv_offset). Once the window is reached the layer holds its last `window - 1` positions.
-fn sliding_mask_sizes(window: usize, past: usize, s: usize) -> (usize, usize) {
+pub(super) fn sliding_mask_sizes(window: usize, past: usize, s: usize) -> (usize, usize) {
     let offset = (past + 1).saturating_sub(window);
     let kv = if past >= window { window - 1 + s } else { past + s };
     (kv, offset)

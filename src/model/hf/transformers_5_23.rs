@@ -432,6 +432,13 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, dev
 /// sdpa's `allow_is_causal_skip`.
 #[allow(clippy::too_many_arguments)]
 fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
+    causal_mask_window(hf, b, s, past, (kv, 0), dtype, device, padding, allow_skip)
+}
+
+/// `create_causal_mask` over `kv.0` key positions from `kv.1` on (a sliding cache layer's
+/// `get_mask_sizes`).
+#[allow(clippy::too_many_arguments)]
+fn causal_mask_window(hf: &HfConfig, b: usize, s: usize, past: usize, (kv, kv_offset): (usize, usize), dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
     // A window as long as the keys still makes sdpa build the mask: `_ignore_causal_mask_sdpa`
@@ -448,7 +455,7 @@ fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, 
     let batch_arange = Tensor::arange(b, device);
     let head_arange = Tensor::arange(1, device);
     let q_arange = Tensor::arange(s, device).add_int(past as i64);
-    let kv_arange = arange_plus(kv, device);
+    let kv_arange = Tensor::arange(kv, device).add_int(kv_offset as i64);
     let qi = q_arange.view(&[1, 1, s, 1]);
     let kj = kv_arange.view(&[1, 1, 1, kv]);
     let mut mask = qi.ge(&kj); // causal: kv_idx <= q_idx
@@ -1144,8 +1151,10 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         let gpt_oss = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref());
         sliding_mask = match gpt_oss {
             Some(g) => {
+                // Over the DynamicSlidingWindowLayer's keys (its get_mask_sizes).
                 let windowed = HfConfig { sliding_window: Some(g.window), ..hf.clone() };
-                causal_mask(&windowed, b, s, past, embeds.dtype(), device, padding.as_ref())
+                let sizes = if use_cache { gemma::sliding_mask_sizes(g.window, past, s) } else { (s, 0) };
+                causal_mask_window(&windowed, b, s, past, sizes, embeds.dtype(), device, padding.as_ref(), true)
             }
             // A static cache's generate() passes create_masks_for_generate's dict (one mask per
             // layer type: Qwen2-MoE's are all full_attention without use_sliding_window), so
