@@ -150,9 +150,10 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("estimate", &["--model", m, "--context-length", "128"], &["--model", "closed form"]);
         refused("estimate", &["--model", m, "--context-length", "128", "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "closed form"]);
     }
-    // generate() runs for Phi-3 and OLMo-2 (tests/generate_grid.rs), not yet for Gemma.
+    // generate() runs for Gemma with the DynamicCache (tests/generate_grid.rs,
+    // generate_gemma.json); a StaticCache's StaticSlidingWindowLayers are not modelled.
     for m in ["Gemma-2-9B", "Gemma-3-27B"] {
-        refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "generate", "DynamicSlidingWindowLayer"]);
+        refused("profile", &["--model", m, "--profile-type", "generate", "--max-new-tokens", "4", "--cache-implementation", "static", "--disable-compile"], &["--cache-implementation", "StaticSlidingWindowLayer"]);
     }
     // peft 0.21.2 has no default target_modules for phi3 and olmo2; Phi-3's projections are fused.
     for m in ["Phi-3-mini", "OLMo-2-7B"] {
@@ -236,6 +237,35 @@ fn fit_finds_a_batch_for_each_family() {
         };
         assert_eq!(v["config"]["hf"]["model_type"], want);
     }
+}
+
+/// generate() of the Gemma presets on meta (measured: generate_gemma.json): greedy and beams
+/// run, the cache at the end is the DynamicCache's, a sliding layer keeping its window's last
+/// positions; `fit --find batch` searches a generate run.
+#[test]
+fn gemma_presets_generate_on_meta_and_fit_a_batch() {
+    for name in ["Gemma-2-9B", "Gemma-3-27B"] {
+        for beams in ["1", "2"] {
+            let s = profile(&tmp(&format!("{name}-gen{beams}")), &["--model", name, "--num-layers", "2", "--context-length", "64", "--profile-type", "generate", "--max-new-tokens", "3", "--num-beams", beams]);
+            let g = &s["runs"][0]["generate"];
+            assert_eq!(g["steps"].as_array().unwrap().len(), 3, "{name}: {g}");
+            assert!(g["kv_cache_bytes"].as_u64().unwrap() > 0, "{name}: {g}");
+        }
+    }
+    // A window of 8 below the 64-token prompt: the sliding layer (layer 0) keeps 7 positions,
+    // the full one all 64 + 3 - 1.
+    let dir = tmp("gemma3-window");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 4096, "torch_dtype": "float32"}"#).unwrap();
+    let s = profile(&dir.join("out"), &["--config", cfg.to_str().unwrap(), "--context-length", "64", "--profile-type", "generate", "--max-new-tokens", "3", "--precision", "fp32"]);
+    let kv = s["runs"][0]["generate"]["kv_cache_bytes"].as_u64().unwrap();
+    assert_eq!(kv, 2 * 2 * 16 * 4 * (7 + 66), "{}", s["runs"][0]["generate"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = vramscope(&["fit", "--model", "Gemma-2-9B", "--num-layers", "2", "--profile-type", "generate", "--find", "batch", "--context-length", "64", "--max-new-tokens", "4", "--memory-limit", "24GiB", "--warmup-steps", "0"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("largest batch size that fits") && text.contains("the DynamicCache holds"), "{text}");
 }
 
 /// generate() of the Phi-3 and OLMo-2 presets on meta (measured: tests/generate_grid.rs's

@@ -42,17 +42,15 @@ fn check_gemma(hf: &HfConfig) -> Result<()> {
     Ok(())
 }
 
-/// Run options not modelled for the families: generate() of Gemma (its sliding layers' caches
-/// and masks in the decode steps are not measured). generate() of Phi-3 and OLMo-2 is modelled
+/// Run options not modelled for the families. generate() of Phi-3 and OLMo-2 is modelled
 /// (tests/generate_grid.rs, generate_families.json), within Phi-3's original positions
-/// ([`check_generate`]). Their parallel layouts are checked by
+/// ([`check_generate`]); Gemma 2 and Gemma 3's with the DynamicCache (generate_gemma.json: its
+/// DynamicSlidingWindowLayers and per-step sliding masks), a StaticCache being refused by
+/// `GenerateArgs::resolve` (StaticSlidingWindowLayer). Their parallel layouts are checked by
 /// [`super::parallel_models::refusal`].
 pub fn check_run(hf: Option<&HfConfig>, generate: bool) -> Result<()> {
     let Some(hf) = hf.filter(|h| h.model_type.is_family()) else { return Ok(()) };
     let name = hf.model_type.name();
-    if generate && hf.model_type.is_gemma() {
-        return Err(usage("--profile-type", format!("generate on model_type {name} is not modelled yet (its sliding layers' DynamicSlidingWindowLayer caches and masks in the decode steps, and the soft-capped kept logits, are not measured); profile inference, forward or training")));
-    }
     if generate {
         generate_adapters(hf, name)?;
     }

@@ -335,7 +335,10 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
             ));
         }
     }
-    a.generate.resolve(n, hf.sliding_window).map(Some)
+    // Gemma's and gpt-oss's sliding layers' window (HfConfig::gemma, MoeConfig::gpt_oss) makes
+    // a StaticCache's layers StaticSlidingWindowLayers too.
+    let window = hf.sliding_window.or(hf.gemma.as_ref().map(|g| g.sliding_window)).or(hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref()).map(|g| g.window));
+    a.generate.resolve(n, window).map(Some)
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach

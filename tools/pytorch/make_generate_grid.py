@@ -16,6 +16,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --beams    # generate_beams.json: beam search, num_beams 2-4
     python3 make_generate_grid.py --families # generate_families.json: phi3 and olmo2 (issue #30)
     python3 make_generate_grid.py --moe      # generate_moe.json: mixtral, qwen3_moe, qwen2_moe (issue #30)
+    python3 make_generate_grid.py --gemma    # generate_gemma.json: gemma2, gemma3_text (issue #30)
 
 The --families and --moe grids (issue #30): per model type 12 points over greedy, sampling
 (num_return_sequences too), beams 2-3, the DynamicCache and a StaticCache, batch 1-3, prompts
@@ -23,6 +24,13 @@ The --families and --moe grids (issue #30): per model type 12 points over greedy
 routing as measure_moe.py does, for each forward's token count (rows x S in the prefill, one
 per row in a decode step: measure_generate.install_generate_routing), over the three experts
 implementations, balanced and worst.
+
+The --gemma grid (issue 30): Gemma 2 and Gemma 3 text with alternating sliding and full layers
+(make_family_grid.gemma_point's config: tied head, query_pre_attn_scalar 24, Gemma 2's
+soft-capping), the default DynamicCache (a DynamicSlidingWindowLayer per sliding layer) and a
+StaticCache (StaticSlidingWindowLayer), the window below the prompt, inside the decode steps
+(crossed while generating), at the prompt and above everything, greedy, sampling, beams 2-3,
+batch 1-3, fp32/bf16, eager (Gemma 2 has no sdpa) and sdpa (Gemma 3).
 
 The --qlora grid (issue #28's leftovers): each model_type x {4-bit without adapters, 4-bit + LoRA
 q,v, 4-bit + LoRA all-linear (twice: nf4/fp4, double quantization on/off, compute bf16/fp32),
@@ -272,6 +280,83 @@ def mpoint(mt, r):
     return p
 
 
+# Gemma points: (shape index, attn, dtype, window, options). window: "below" (S // 2), "cross"
+# (S + N // 2, crossed by the decode steps), "at" (S), "above" (S + N + 4).
+GEMMA_RUNS = [
+    (0, "eager", "fp32", "below", {}),
+    (1, "sdpa", "bf16", "cross", {}),
+    (2, "eager", "bf16", "above", {}),
+    (3, "sdpa", "fp32", "cross", {}),
+    (5, "eager", "fp32", "at", {}),
+    (0, "sdpa", "bf16", "below", dict(max_new_tokens=12)),
+    (4, "eager", "fp32", "below", dict(cache="static")),
+    (5, "sdpa", "bf16", "cross", dict(cache="static")),
+    (3, "eager", "bf16", "cross", dict(cache="static")),
+    (0, "eager", "fp32", "cross", dict(do_sample=True)),
+    (1, "sdpa", "bf16", "below", dict(do_sample=True, top_k=20, temperature=0.7, num_return_sequences=2)),
+    (2, "sdpa", "fp32", "cross", dict(num_beams=2)),
+    (3, "eager", "bf16", "below", dict(num_beams=3, num_return_sequences=2)),
+    (5, "sdpa", "fp32", "below", dict(num_beams=2, cache="static")),
+    (4, "eager", "bf16", "cross", dict(min_new_tokens=1, do_sample=True, cache="static")),
+    (5, "sdpa", "bf16", "cross", {}),
+    (1, "eager", "fp32", "above", dict(do_sample=True, batch=3)),
+    (0, "sdpa", "fp32", "below", dict(num_beams=2)),
+]
+
+
+def gpoint(mt, r):
+    import make_family_grid as FG
+    i, attn, dtype, window, opts = GEMMA_RUNS[r]
+    p = fpoint(mt, i, attn, dtype, opts)
+    S, N = p["seq"], p["max_new_tokens"]
+    L = max(p["num_layers"], 2)
+    p.update(num_layers=L, tied=True, head_dim=None,
+             sliding_window={"below": S // 2, "cross": S + max(N // 2, 1), "at": S, "above": S + N + 4}[window],
+             layer_types=["sliding_attention" if (j + 1) % 2 else "full_attention" for j in range(L)],
+             query_pre_attn_scalar=24)
+    if mt == "gemma2":
+        # Gemma 2 has no sdpa in transformers 5.23 (_supports_sdpa = False).
+        p.update(attn="eager", attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+    return p
+
+
+def ggrid(quick=False):
+    return [gpoint(mt, r) for mt in ("gemma2", "gemma3_text") for r in range(2 if quick else len(GEMMA_RUNS))]
+
+
+# gpt-oss points (eager only: _supports_sdpa = False): (FAMILY_RUNS row, window, experts,
+# top_k, experts_implementation, routing); the config's alternating layer_types (sliding first).
+OSS_RUNS = [
+    (0, "below", 4, 2, "grouped_mm", "balanced"),
+    (1, "cross", 8, 1, "eager", "worst"),
+    (2, "above", 6, 3, "batched_mm", "balanced"),
+    (3, "cross", 16, 4, "grouped_mm", "worst"),
+    (5, "below", 5, 2, "eager", "balanced"),
+    (6, "cross", 12, 2, "batched_mm", "worst"),
+    (7, "below", 8, 2, "grouped_mm", "worst"),
+    (8, "cross", 4, 1, "eager", "balanced"),
+    (9, "below", 6, 2, "batched_mm", "worst"),
+    (0, "cross", 10, 3, "grouped_mm", "balanced"),
+    (3, "at", 4, 2, "eager", "worst"),
+    (1, "below", 8, 4, "grouped_mm", "balanced"),
+]
+
+
+def opoint(r):
+    row, window, E, k, impl, routing = OSS_RUNS[r]
+    i, _, dtype, opts = FAMILY_RUNS[row]
+    p = fpoint("gpt_oss", i, "eager", dtype, opts)
+    S, N = p["seq"], p["max_new_tokens"]
+    p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl, routing=routing,
+             head_dim=16, num_layers=max(p["num_layers"], 2),
+             sliding_window={"below": S // 2, "cross": S + max(N // 2, 1), "at": S, "above": S + N + 4}[window])
+    return p
+
+
+def oggrid(quick=False):
+    return [opoint(r) for r in range(2 if quick else len(OSS_RUNS))]
+
+
 def mgrid(quick=False):
     return [mpoint(mt, r) for mt in ("mixtral", "qwen3_moe", "qwen2_moe") for r in range(2 if quick else len(MOE_RUNS))]
 
@@ -313,6 +398,13 @@ def extras(p):
         tag += f" num_beams={p['num_beams']}"
     if p.get("num_return_sequences", 1) > 1:
         tag += f" num_return_sequences={p['num_return_sequences']}"
+    if p.get("sliding_window"):
+        tag += f" sliding_window={p['sliding_window']}"
+    if "layer_types" in p:
+        tag += " layers=" + "".join("s" if t == "sliding_attention" else "f" for t in p["layer_types"])
+    for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        if k in p:
+            tag += f" {k}={p[k]}"
     if p.get("experts"):
         tag += f" E{p['num_experts']} k{p['top_k']} {p['experts']} {p['routing']}"
         if p.get("shared_intermediate_size"):
@@ -370,25 +462,29 @@ def main():
     ap.add_argument("--beams", action="store_true", help="generate_beams.json: beam search (num_beams 2-4)")
     ap.add_argument("--families", action="store_true", help="generate_families.json: phi3 and olmo2")
     ap.add_argument("--moe", action="store_true", help="generate_moe.json: mixtral, qwen3_moe, qwen2_moe with forced routing")
+    ap.add_argument("--gpt-oss", action="store_true", help="generate_gpt_oss.json: gpt_oss (sliding and full layers, forced routing)")
+    ap.add_argument("--gemma", action="store_true", help="generate_gemma.json: gemma2, gemma3_text (sliding and full layers)")
     ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="with --options: re-measure the points whose name contains this; keep the fixture's others")
+    ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     import transformers
     if a.only:
-        path = os.path.join(a.out, "generate_beams.json" if a.beams else "generate_options.json")
-        doc, t0 = G.measure_only(path, [(p,) for p in (bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
-        doc.update(releases(True))
+        path = os.path.join(a.out, "generate_gemma.json" if a.gemma else "generate_beams.json" if a.beams else "generate_options.json")
+        doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
+        doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe:
-        which = "--families" if a.families else "--moe"
-        results, t0 = G.measure_all((fgrid if a.families else mgrid)(a.quick), run_one, maxtasksperchild=1)
+    if a.families or a.moe or a.gemma or a.gpt_oss:
+        which = "--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss"
+        results, t0 = G.measure_all((fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid)(a.quick), run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                            "**measure_generate.gen_kwargs(point))" + ("; the router's top-k indices forced to the point's "
-                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe else ""),
+                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss else ""),
                    points=results)
-        return G.write_fixture(os.path.join(a.out, "generate_families.json" if a.families else "generate_moe.json"), doc, t0)
+        name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
+                else "generate_gpt_oss.json")
+        return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)
     doc = dict(generator="tools/pytorch/make_generate_grid.py" + (" --qlora" if a.qlora else "") + (" --options" if a.options else "") + (" --beams" if a.beams else "") + (" --quick" if a.quick else ""),

@@ -115,13 +115,21 @@ def gen_kwargs(p):
 def kv_cache_bytes(p, model):
     """The cache's bytes once generate returns: keys and values of S + N - 1 positions (the
     last token is never fed back; a StaticCache's max_cache_len is max_length - 1, the same)
-    per layer, in the hidden states' type (the embedding's: a 4-bit linear casts its output
+    per layer (a sliding layer's window), in the hidden states' type (the embedding's: a 4-bit linear casts its output
     back to its input's type)."""
     cfg = model.config
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     el = model.get_input_embeddings().weight.element_size()
     rows = p["batch"] * max(p.get("num_beams") or 1, p.get("num_return_sequences") or 1)
-    return 2 * cfg.num_hidden_layers * rows * cfg.num_key_value_heads * (p["seq"] + p["max_new_tokens"] - 1) * hd * el
+    full = p["seq"] + p["max_new_tokens"] - 1
+    # A sliding layer (layer_types) keeps its window's positions: a DynamicSlidingWindowLayer the
+    # last sliding_window - 1 (a view of the last cat), a StaticSlidingWindowLayer
+    # min(sliding_window, max_cache_len).
+    window = getattr(cfg, "sliding_window", None)
+    static = p.get("cache", "dynamic") == "static"
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    positions = sum(min(full, window if static else window - 1) if t == "sliding_attention" else full for t in types)
+    return 2 * rows * cfg.num_key_value_heads * positions * hd * el
 
 
 def rows_of(p):
@@ -136,7 +144,8 @@ def install_generate_routing(p):
     import transformers as T
     router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
               "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
-              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter}[p["model_type"]]
+              "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter,
+              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter}[p["model_type"]]
     rows = rows_of(p)
     forced = {t: MOE.forced_indices(t, p["top_k"], p["num_experts"], p["routing"]) for t in (rows * p["seq"], rows)}
     original = getattr(router, "_vramscope_original", router.forward)

@@ -65,6 +65,8 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
     let mut running_beam_indices = Tensor::full(&[batch, beams, n_new], -1.0, DType::I32, device);
     let mut beam_indices = running_beam_indices.clone_contiguous();
     let cache: KvCache = Rc::new(RefCell::new(Vec::new()));
+    // The DynamicCache's sliding layers' 0-d window tensors, kept as long as the cache.
+    let windows: KvCache = Rc::new(RefCell::new(Vec::new()));
     // _beam_search's model_kwargs: the position ids it grows (generate's own dict keeps
     // the prompt's).
     let mut step_pos = position_ids.clone();
@@ -83,7 +85,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
             // _prefill: the clone of input_ids (and a static cache's mask) die when it returns.
             let x = input_ids.clone_contiguous();
             let mask = step_mask(s, 0);
-            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, static_len, past: 0, mask: mask.as_ref() })
+            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.as_ref() })
         } else {
             // flat_running_sequences = running_sequences[:, :, :cur_len] flattened: a view
             // (the beam and batch dims stay mergeable); the previous one (a view of the
@@ -94,7 +96,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
             let p = step_pos.narrow(1, cur_len - 1, 1).clone_contiguous();
             let mask = step_mask(1, cur_len - 1);
             let (x, p, mask) = model_inputs.insert((x, p, mask));
-            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, static_len, past: cur_len - 1, mask: mask.as_ref() })
+            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, windows: &windows, static_len, past: cur_len - 1, mask: mask.as_ref() })
         };
         // _update_model_kwargs_for_generation: the position ids grow by one column.
         step_pos = super::generation_5_23::grow_position_ids(&step_pos, cur_len, device);
@@ -244,7 +246,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
     }
     let kv_cache_bytes = cache.borrow().iter().map(|t| t.nbytes()).sum();
     drop((out_scores, out_indices, running_sequences, running_beam_scores, is_sent_finished, early_unsatisfied, hits, running_beam_indices));
-    drop((flat_running, model_inputs, logits_f32, log_probs, topk, beam_idx, top_mask, step_pos, position_ids, cache, pad, eos));
+    drop((flat_running, model_inputs, logits_f32, log_probs, topk, beam_idx, top_mask, step_pos, position_ids, cache, windows, pad, eos));
     Generated { sequences: out_sequences, kv_cache_bytes }
 }
 

@@ -99,42 +99,54 @@ pub(super) fn scale_embedding(m: &Model, embeds: Tensor) -> Tensor {
 }
 
 /// The masks Gemma's model forward builds, both held until it returns: `create_causal_mask`
-/// (None for sdpa: `_ignore_causal_mask_sdpa`) then `create_sliding_window_causal_mask`. Each
-/// first runs `find_packed_sequence_indices` when there is neither a cache nor a mask.
+/// (None for sdpa: `_ignore_causal_mask_sdpa`) then `create_sliding_window_causal_mask`, for
+/// `s` queries after `past` cached positions (generate's decode steps). Each first runs
+/// `find_packed_sequence_indices` when there is neither a cache nor a mask.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn masks(hf: &HfConfig, g: &GemmaConfig, position_ids: &Tensor, check_packed: bool, b: usize, s: usize, dtype: DType, device: Device) -> (Option<Tensor>, Option<Tensor>) {
+pub(super) fn masks(hf: &HfConfig, g: &GemmaConfig, position_ids: &Tensor, check_packed: bool, b: usize, s: usize, past: usize, dtype: DType, device: Device) -> (Option<Tensor>, Option<Tensor>) {
     if check_packed {
         packed_sequence_check(position_ids, b);
     }
     let full_cfg = HfConfig { sliding_window: None, ..hf.clone() };
-    let full = causal_mask_sized(&full_cfg, b, s, 0, s, dtype, device, None, true);
+    let full = causal_mask_sized(&full_cfg, b, s, past, past + s, dtype, device, None, true);
     if check_packed {
         packed_sequence_check(position_ids, b);
     }
-    let sliding = sliding_mask(hf, g.sliding_window, b, s, dtype, device);
+    let sliding = sliding_mask(hf, g.sliding_window, b, s, past, dtype, device);
     (full, sliding)
 }
 
-/// `create_sliding_window_causal_mask` for `s` queries over `s` keys: sdpa skips it while the
-/// keys are fewer than the window (`_ignore_causal_mask_sdpa`'s `kv_length >=
-/// local_attention_size`); else `sliding_window_causal_mask_function` through `and_masks`:
-/// `ones(()) & (kv > q - w)`, then `& (kv <= q)`, each (1, 1, S, S) bool, expanded to B; eager
-/// turns it into `where(mask, 0, finfo.min)`.
-fn sliding_mask(hf: &HfConfig, window: usize, b: usize, s: usize, dtype: DType, device: Device) -> Option<Tensor> {
+/// `DynamicSlidingWindowLayer.get_mask_sizes(s)` after `past` positions: (kv_length,
+/// kv_offset). Once the window is reached the layer holds its last `window - 1` positions.
+pub(super) fn sliding_mask_sizes(window: usize, past: usize, s: usize) -> (usize, usize) {
+    let offset = (past + 1).saturating_sub(window);
+    let kv = if past >= window { window - 1 + s } else { past + s };
+    (kv, offset)
+}
+
+/// `create_sliding_window_causal_mask` for `s` queries after `past` positions, over the
+/// sliding cache layer's keys ([`sliding_mask_sizes`]): sdpa skips it while the keys are
+/// fewer than the window (`_ignore_causal_mask_sdpa`'s `kv_length >= local_attention_size`);
+/// else `sliding_window_causal_mask_function` through `and_masks`: `ones(()) & (kv > q - w)`,
+/// then `& (kv <= q)`, each (1, 1, S, kv) bool, expanded to B; eager turns it into
+/// `where(mask, 0, finfo.min)`.
+#[allow(clippy::too_many_arguments)]
+fn sliding_mask(hf: &HfConfig, window: usize, b: usize, s: usize, past: usize, dtype: DType, device: Device) -> Option<Tensor> {
     use crate::model::hf::AttnImplementation as A;
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_SLIDING_WINDOW_CAUSAL_MASK);
+    let (kv, kv_offset) = sliding_mask_sizes(window, past, s);
     match hf.attn_implementation {
         A::FlashAttention2 => return None,
-        A::Sdpa if s < window => return None,
+        A::Sdpa if kv < window => return None,
         _ => {}
     }
     let batch_arange = Tensor::arange(b, device);
     let head_arange = Tensor::arange(1, device);
-    let q_arange = Tensor::arange(s, device).add_int(0);
-    let kv_arange = Tensor::arange(s, device).add_int(0);
+    let q_arange = Tensor::arange(s, device).add_int(past as i64);
+    let kv_arange = Tensor::arange(kv, device).add_int(kv_offset as i64);
     let qi = q_arange.view(&[1, 1, s, 1]);
-    let kj = kv_arange.view(&[1, 1, 1, s]);
+    let kj = kv_arange.view(&[1, 1, 1, kv]);
     let mask = {
         let one = Tensor::ones(&[], DType::Bool, device);
         let inside = {
@@ -151,7 +163,7 @@ fn sliding_mask(hf: &HfConfig, window: usize, b: usize, s: usize, dtype: DType, 
         both
     };
     drop((batch_arange, head_arange, qi, kj, q_arange, kv_arange));
-    let mask = mask.expand(&[b, 1, s, s]);
+    let mask = mask.expand(&[b, 1, s, kv]);
     match hf.attn_implementation {
         A::Eager => {
             let zero = Tensor::zeros(&[], dtype, device);

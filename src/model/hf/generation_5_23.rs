@@ -137,6 +137,8 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     // _sample: unfinished_sequences = ones(B).
     let mut unfinished = Tensor::ones(&[b], DType::I64, device);
     let cache: KvCache = Rc::new(RefCell::new(Vec::new()));
+    // The DynamicCache's sliding layers' 0-d window tensors, kept as long as the cache.
+    let windows: KvCache = Rc::new(RefCell::new(Vec::new()));
     // _sample's model_kwargs: the position ids it grows (generate's own dict keeps the prompt's).
     let mut step_pos = position_ids.clone();
     let mut ids = input_ids.clone();
@@ -159,7 +161,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             // static cache's mask) die when _prefill returns.
             let x = ids.clone_contiguous();
             let mask = step_mask(s, 0);
-            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, static_len, past: 0, mask: mask.as_ref() })
+            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.as_ref() })
         } else {
             on_step(Step::Decode(step));
             // input_ids[:, -1:].clone(), position_ids[..., -1:].clone(): the previous step's
@@ -168,7 +170,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             let p = step_pos.narrow(1, len - 1, 1).clone_contiguous();
             let mask = step_mask(1, len - 1);
             let (x, p, mask) = model_inputs.insert((x, p, mask));
-            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, static_len, past: len - 1, mask: mask.as_ref() })
+            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, windows: &windows, static_len, past: len - 1, mask: mask.as_ref() })
         };
         step_pos = grow_position_ids(&step_pos, len, device);
         // outputs.logits[:, -1].to(copy=True, dtype=float32); no logits processors by default.
@@ -226,7 +228,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
         drop(logits);
     }
     let kv_cache_bytes = cache.borrow().iter().map(|t| t.nbytes()).sum();
-    drop((model_inputs, next_logits, next_scores, probs, next_tokens, step_pos, position_ids, unfinished, cache, pad, eos));
+    drop((model_inputs, next_logits, next_scores, probs, next_tokens, step_pos, position_ids, unfinished, cache, windows, pad, eos));
     Generated { sequences: ids, kv_cache_bytes }
 }
 

@@ -437,6 +437,13 @@ fn causal_mask(hf: &HfConfig, b: usize, s: usize, past: usize, dtype: DType, dev
 /// sdpa's `allow_is_causal_skip`.
 #[allow(clippy::too_many_arguments)]
 fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
+    causal_mask_window(hf, b, s, past, (kv, 0), dtype, device, padding, allow_skip)
+}
+
+/// `create_causal_mask` over `kv.0` key positions from `kv.1` on (a sliding cache layer's
+/// `get_mask_sizes`).
+#[allow(clippy::too_many_arguments)]
+fn causal_mask_window(hf: &HfConfig, b: usize, s: usize, past: usize, (kv, kv_offset): (usize, usize), dtype: DType, device: Device, padding: Option<&Tensor>, allow_skip: bool) -> Option<Tensor> {
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_CAUSAL_MASK);
     // A window as long as the keys still makes sdpa build the mask: `_ignore_causal_mask_sdpa`
@@ -453,7 +460,7 @@ fn causal_mask_sized(hf: &HfConfig, b: usize, s: usize, past: usize, kv: usize, 
     let batch_arange = Tensor::arange(b, device);
     let head_arange = Tensor::arange(1, device);
     let q_arange = Tensor::arange(s, device).add_int(past as i64);
-    let kv_arange = arange_plus(kv, device);
+    let kv_arange = Tensor::arange(kv, device).add_int(kv_offset as i64);
     let qi = q_arange.view(&[1, 1, s, 1]);
     let kj = kv_arange.view(&[1, 1, 1, kv]);
     let mut mask = qi.ge(&kj); // causal: kv_idx <= q_idx
@@ -571,8 +578,7 @@ struct Block {
     _position_ids: Tensor,
     /// The run's DynamicCache (None under checkpointing or with use_cache off).
     cache: Option<KvCache>,
-    /// Where a plain forward's sliding cache layers keep their window tensor (None: generate,
-    /// or no cache).
+    /// Where the sliding cache layers keep their window tensor (None: no cache).
     windows: Option<KvCache>,
     /// The cache's layer is a `DynamicSlidingWindowLayer` (transformers' `layer_types`, or a
     /// `sliding_window` on every layer).
@@ -808,6 +814,9 @@ impl Block {
             let _c = runtime::category(Category::Activation);
             let mut c = cache.borrow_mut();
             let i = 2 * self.layer_idx;
+            // What update returns when it is not the cache's own tensors (a sliding layer's
+            // full states).
+            let mut full = None;
             if let Some((max_len, past)) = self.static_cache {
                 // StaticLayer: lazy_initialization (zeros of max_cache_len positions, keys then
                 // values) at the first update; then cache_position = arange(S) +
@@ -823,6 +832,15 @@ impl Block {
                 c[i].narrow(2, past, s).copy_(&k);
                 c[i + 1].narrow(2, past, s).copy_(&v);
                 drop(cache_position);
+            } else if let (true, Some(w), true) = (self.sliding_cache, cache_window(self.hf()), c.len() > i) {
+                // DynamicSlidingWindowLayer.update: full = cat([keys, k]), then the values';
+                // keys = full[:, :, -w + 1:] (a view: the previous full states die only now),
+                // then the values'; the full states go to the attention.
+                let fk = Tensor::cat(&[c[i].clone(), k.clone()], -2);
+                let fv = Tensor::cat(&[c[i + 1].clone(), v.clone()], -2);
+                c[i] = window_view(&fk, w);
+                c[i + 1] = window_view(&fv, w);
+                full = Some((fk, fv));
             } else if c.len() > i {
                 c[i] = Tensor::cat(&[c[i].clone(), k.clone()], -2);
                 c[i + 1] = Tensor::cat(&[c[i + 1].clone(), v.clone()], -2);
@@ -832,14 +850,22 @@ impl Block {
                     // `self._sliding_window_tensor.to(self.device)`, a 0-d int64 made on the
                     // CPU when the cache was (an 8 B block there, which the CPU grids leave
                     // out; one 512 B block per sliding layer on CUDA), kept by the cache.
-                    let window = self.hf().sliding_window.or_else(|| self.hf().gemma.as_ref().map(|g| g.sliding_window)).unwrap_or(0) as i64;
+                    let window = cache_window(self.hf()).unwrap_or(0) as i64;
                     w.borrow_mut().push(Tensor::from_i64_with(&[], k.device(), || vec![window]));
                 }
                 let kc = Tensor::cat(&[k.clone()], -2);
                 let vc = Tensor::cat(&[v.clone()], -2);
-                c.extend([kc, vc]);
+                match (self.sliding_cache, cache_window(self.hf())) {
+                    // The first update of a sliding layer: the cache keeps the window's view,
+                    // the attention gets the full states.
+                    (true, Some(w)) => {
+                        c.extend([window_view(&kc, w), window_view(&vc, w)]);
+                        full = Some((kc, vc));
+                    }
+                    _ => c.extend([kc, vc]),
+                }
             }
-            let (kc, vc) = (c[i].clone(), c[i + 1].clone());
+            let (kc, vc) = full.unwrap_or_else(|| (c[i].clone(), c[i + 1].clone()));
             drop(c);
             (k, v) = (kc, vc);
         }
@@ -895,6 +921,11 @@ impl Block {
         if self.static_cache.is_some() {
             return self.sdpa_static(q, k, v);
         }
+        // One query per row with a mask (a sliding layer's decode step once its keys reach the
+        // window): pack_gqa instead of repeat_kv.
+        if let (Some(mask), 1, true) = (&self.mask, q.dim(2), n_rep > 1) {
+            return self.sdpa_one_query(q, k, v, mask);
+        }
         // The keys' length decides whether a window masks (a decode step has one query).
         let seq = k.dim(2);
         let gqa = hf.sdpa_gqa(self.cfg.num_heads, self.cfg.num_kv_heads, seq);
@@ -932,7 +963,7 @@ impl Block {
         let fr = frames(hf);
         let scaling = (hf.head_dim as f64).powf(-0.5);
         let n_rep = self.n_rep();
-        let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
+        let (sq, d) = (q.dim(2), q.dim(3));
         let half = matches!(q.dtype(), DType::BF16 | DType::F16);
         let Some(mask) = &self.mask else {
             let (k, v) = (k.narrow(2, 0, sq), v.narrow(2, 0, sq));
@@ -948,6 +979,19 @@ impl Block {
             return out.transpose(1, 2).contiguous();
         };
         assert_eq!(sq, 1, "a static cache's sdpa mask comes with one query per row");
+        self.sdpa_one_query(q, k, v, mask)
+    }
+
+    /// `sdpa_attention_forward` for one query per row and a (B, 1, 1, L) boolean mask: no
+    /// enable_gqa; the query packed (`pack_gqa`: (B, h, 1, d) → (B, h_kv, n_rep, d), a view)
+    /// instead of repeat_kv; SDPA turns the mask into an additive one of the query's type
+    /// (`convert_boolean_attn_mask`: where(mask, 0, -inf)) before choosing a kernel.
+    fn sdpa_one_query(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+        let hf = self.hf();
+        let scaling = hf.gemma.as_ref().map_or(hf.head_dim as f64, |g| g.query_pre_attn_scalar).powf(-0.5);
+        let n_rep = self.n_rep();
+        let (b, h, sq, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
+        let half = matches!(q.dtype(), DType::BF16 | DType::F16);
         let (q, k, v) = if n_rep > 1 { (q.reshape(&[b, h / n_rep, n_rep, d]), k.clone(), v.clone()) } else { (q.clone(), k.clone(), v.clone()) };
         let additive = Tensor::zeros(&[], q.dtype(), q.device()).where_scalar(mask, f64::NEG_INFINITY);
         let backend = hf.sdpa_backend.resolve(half, true, false, d);
@@ -1001,6 +1045,8 @@ pub type KvCache = Rc<std::cell::RefCell<Vec<Tensor>>>;
 pub struct GenerationInputs<'a> {
     pub position_ids: &'a Tensor,
     pub cache: &'a KvCache,
+    /// The DynamicCache's sliding layers' `_sliding_window_tensor`s (kept with the cache).
+    pub windows: &'a KvCache,
     /// A StaticCache of this many positions (None: a DynamicCache).
     pub static_len: Option<usize>,
     /// Positions the cache holds before this forward.
@@ -1082,13 +1128,15 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             (None, Some(p)) => p,
             (None, None) => arange_plus(s, device).view(&[1, s]),
         };
-        let past = gen.as_ref().and_then(|g| g.cache.borrow().first().map(|k| k.dim(2))).unwrap_or(0);
+        // The positions seen before (a sliding layer's cumulative_length: its keys keep only
+        // the window's).
+        let past = gen.as_ref().map_or(0, |g| g.past);
         let static_cache = gen.as_ref().and_then(|g| g.static_len.map(|l| (l, g.past)));
         // _preprocess_mask_arguments: a 2-D attention_mask becomes bool; with no cache and no
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
         // Gemma builds a full and a sliding mask (each with its own packed-sequence check).
-        let gemma_masks = hf.gemma.as_ref().map(|g| gemma::masks(hf, g, &position_ids, !use_cache && padding.is_none(), b, s, embeds.dtype(), device));
+        let gemma_masks = hf.gemma.as_ref().map(|g| gemma::masks(hf, g, &position_ids, !use_cache && padding.is_none(), b, s, past, embeds.dtype(), device));
         // (GptOssModel passes no position_ids to the mask functions: no packed-sequence check.)
         if gemma_masks.is_none() && !use_cache && padding.is_none() && !is_gpt_oss(hf) {
             packed_sequence_check(&position_ids, b);
@@ -1113,8 +1161,10 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         let gpt_oss = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref());
         sliding_mask = match gpt_oss {
             Some(g) => {
+                // Over the DynamicSlidingWindowLayer's keys (its get_mask_sizes).
                 let windowed = HfConfig { sliding_window: Some(g.window), ..hf.clone() };
-                causal_mask(&windowed, b, s, past, embeds.dtype(), device, padding.as_ref())
+                let sizes = if use_cache { gemma::sliding_mask_sizes(g.window, past, s) } else { (s, 0) };
+                causal_mask_window(&windowed, b, s, past, sizes, embeds.dtype(), device, padding.as_ref(), true)
             }
             // A static cache's generate() passes create_masks_for_generate's dict (one mask per
             // layer type: Qwen2-MoE's are all full_attention without use_sliding_window), so
@@ -1138,7 +1188,10 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             Some(g) => Some(g.cache.clone()),
             None => (use_cache && !checkpointing).then(|| Rc::new(std::cell::RefCell::new(Vec::new()))),
         };
-        windows = (gen.is_none() && cache.is_some()).then(|| Rc::new(std::cell::RefCell::new(Vec::new())));
+        windows = match &gen {
+            Some(g) => Some(g.windows.clone()),
+            None => cache.is_some().then(|| Rc::new(std::cell::RefCell::new(Vec::new()))),
+        };
         let shared = Rc::new(tp::local_config(cfg));
         // A Gemma layer given a mask: its config's window makes sdpa see the mask (no
         // enable_gqa, no is_causal), as `use_gqa_in_sdpa` decides on `attention_mask is None`.
@@ -1223,6 +1276,24 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         kv
     };
     Output { logits, loss, cache, router_logits, aux_loss }
+}
+
+/// The window of a `DynamicSlidingWindowLayer` (Gemma's, gpt-oss's, or the config's
+/// `sliding_window`).
+fn cache_window(hf: &HfConfig) -> Option<usize> {
+    match (&hf.gemma, hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref())) {
+        (Some(g), _) => Some(g.sliding_window),
+        (None, Some(g)) => Some(g.window),
+        (None, None) => hf.sliding_window,
+    }
+}
+
+/// `states[:, :, -w + 1:, :]`: the last `w - 1` positions (all of them when fewer, or when
+/// `w` is 1: Python's `-0:`), a view.
+fn window_view(states: &Tensor, w: usize) -> Tensor {
+    let len = states.dim(2);
+    let keep = if w <= 1 { len } else { len.min(w - 1) };
+    states.narrow(2, len - keep, keep)
 }
 
 /// Whether layer `i`'s DynamicCache layer is a `DynamicSlidingWindowLayer`
