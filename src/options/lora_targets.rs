@@ -64,6 +64,52 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
     }
 }
 
+/// `--target-parameters`: the sparse MoE block's parameters peft's ParamWrapper adapts, each
+/// name matched as peft matches it (the full `module.parameter` key or a suffix of it at a dot),
+/// in `lora_params::TARGET_PARAMETERS` order; empty without the flag. Refuses what peft refuses
+/// (ParamWrapper raises on lora_dropout and DoRA) and what is not measured (named).
+pub fn resolve_parameters(given: Option<&str>, hf: &HfConfig, flags: &super::hf::HfFlags) -> Result<Vec<String>> {
+    use crate::model::lora_params::TARGET_PARAMETERS;
+    let Some(list) = given.map(str::trim) else { return Ok(Vec::new()) };
+    let Some(m) = &hf.moe else {
+        return Err(usage("--target-parameters", format!("model_type {} has no 3-D expert or router parameters (use --target-modules)", hf.model_type.name())));
+    };
+    if matches!(m.family, MoeFamily::GptOss | MoeFamily::DeepseekV3) {
+        return Err(usage("--target-parameters", format!("on {} is not modelled yet (mixtral, qwen3_moe and qwen2_moe are)", m.family.model_type())));
+    }
+    if m.deepseek.is_some() {
+        return Err(usage("--target-parameters", "on a DeepSeek-style block is not modelled yet"));
+    }
+    if flags.lora_dropout.is_some_and(|p| p != 0.0) {
+        return Err(usage("--lora-dropout", "peft 0.21.2's ParamWrapper (--target-parameters) raises \"does not work with lora_dropout != 0\": use 0"));
+    }
+    if flags.use_dora {
+        return Err(usage("--use-dora", "peft 0.21.2's ParamWrapper (--target-parameters) raises \"does not work with use_dora=True\""));
+    }
+    if flags.load_in_4bit || flags.load_in_8bit {
+        let flag = if flags.load_in_4bit { "--load-in-4bit" } else { "--load-in-8bit" };
+        return Err(usage(flag, "with --target-parameters (peft's ParamWrapper on the unquantized experts of a bitsandbytes model) is not measured yet: LoRA on the attention (--target-modules) is"));
+    }
+    let mut picked = [false; 3];
+    for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        // A bare `weight` would match every nn.Linear's weight too (peft would wrap those).
+        let hits: Vec<usize> = if t == "weight" { Vec::new() } else { (0..3).filter(|&i| TARGET_PARAMETERS[i] == t || TARGET_PARAMETERS[i].ends_with(&format!(".{t}"))).collect() };
+        match hits.as_slice() {
+            [i] => picked[*i] = true,
+            _ => {
+                return Err(usage(
+                    "--target-parameters",
+                    format!("'{t}': names none of the sparse block's parameters peft can wrap ({}; a suffix at a dot matches, as in peft)", TARGET_PARAMETERS.join(", ")),
+                ))
+            }
+        }
+    }
+    if !picked.iter().any(|&p| p) {
+        return Err(usage("--target-parameters", "names no parameter"));
+    }
+    Ok((0..3).filter(|&i| picked[i]).map(|i| TARGET_PARAMETERS[i].to_string()).collect())
+}
+
 /// Why `t` is not an adaptable linear of `hf`.
 fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
     let expected = linears.join(", ");
