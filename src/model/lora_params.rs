@@ -27,6 +27,20 @@ use std::cell::OnceCell;
 /// (by suffix of `module.parameter`): the router's, then the experts'.
 pub const TARGET_PARAMETERS: [&str; 3] = ["mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"];
 
+/// The one of [`TARGET_PARAMETERS`] a `target_parameters` entry names, as peft matches it (the
+/// key itself or a suffix at a dot); None for no match and for a bare `weight`, which would
+/// reach every nn.Linear's weight too.
+pub fn resolve_name(t: &str) -> Option<&'static str> {
+    if t == "weight" {
+        return None;
+    }
+    let hits: Vec<&'static str> = TARGET_PARAMETERS.iter().copied().filter(|k| *k == t || k.ends_with(&format!(".{t}"))).collect();
+    match hits.as_slice() {
+        [k] => Some(k),
+        _ => None,
+    }
+}
+
 /// One layer's ParamWrapper adapters (None: that parameter is not targeted).
 #[derive(Clone, Default)]
 pub struct ParamAdapters {

@@ -92,11 +92,9 @@ pub fn resolve_parameters(given: Option<&str>, hf: &HfConfig, flags: &super::hf:
     }
     let mut picked = [false; 3];
     for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        // A bare `weight` would match every nn.Linear's weight too (peft would wrap those).
-        let hits: Vec<usize> = if t == "weight" { Vec::new() } else { (0..3).filter(|&i| TARGET_PARAMETERS[i] == t || TARGET_PARAMETERS[i].ends_with(&format!(".{t}"))).collect() };
-        match hits.as_slice() {
-            [i] => picked[*i] = true,
-            _ => {
+        match crate::model::lora_params::resolve_name(t).and_then(|k| TARGET_PARAMETERS.iter().position(|x| *x == k)) {
+            Some(i) => picked[i] = true,
+            None => {
                 return Err(usage(
                     "--target-parameters",
                     format!("'{t}': names none of the sparse block's parameters peft can wrap ({}; a suffix at a dot matches, as in peft)", TARGET_PARAMETERS.join(", ")),

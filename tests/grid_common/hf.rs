@@ -64,7 +64,9 @@ pub fn config_of(p: &Value) -> ModelConfig {
             alpha: p["lora_alpha"].as_f64().unwrap(),
             dropout: p["lora_dropout"].as_f64().unwrap_or(0.0),
             targets,
-            target_parameters: p["target_parameters"].as_str().map_or(Vec::new(), |t| t.split(',').map(str::to_string).collect()),
+            target_parameters: p["target_parameters"].as_str().map_or(Vec::new(), |t| {
+                t.split(',').map(|n| vramscope::model::lora_params::resolve_name(n).expect("a ParamWrapper target").to_string()).collect()
+            }),
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),
