@@ -41,7 +41,7 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
         Some("all-linear") if hf.moe.is_some() => Err(usage(
             "--target-modules",
             format!(
-                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj and the router's weight, which vramscope does not model yet: name the attention's projections ({})",
+                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj (rank doubled on gate_up_proj) and the router's weight; that conversion is not modelled yet: name the attention's projections ({}) with --target-modules and the experts' and router's parameters with --target-parameters",
                 linears.join(",")
             ),
         )),
@@ -122,11 +122,11 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
         // peft 0.21.2 converts these names of the transformers-4 layout (mixtral's w1/w2/w3 and
         // gate, qwen3_moe's gate/gate_proj/up_proj/down_proj) into target_parameters.
         if t == "gate" {
-            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper), which vramscope does not model yet; adaptable: {expected}");
+            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper): use --target-parameters mlp.gate.weight; adaptable modules: {expected}");
         }
         if matches!(t, "experts" | "gate_up_proj" | "down_proj" | "gate_proj" | "up_proj" | "w1" | "w2" | "w3") {
             return format!(
-                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft 0.21.2 adapts them only through target_parameters (its ParamWrapper, one LoRA per expert), which vramscope does not model yet; adaptable: {expected}"
+                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft 0.21.2 adapts them only through target_parameters (its ParamWrapper, one LoRA per expert): use --target-parameters mlp.experts.gate_up_proj,mlp.experts.down_proj; adaptable modules: {expected}"
             );
         }
     }
