@@ -76,6 +76,7 @@ fn config(p: &Point) -> ModelConfig {
         alpha: 16.0,
         dropout: p.dropout,
         targets: p.targets.iter().map(|t| t.to_string()).collect(),
+        target_parameters: vec![],
         dropout_kernel: Default::default(),
         bias: p.bias,
         use_dora: false,

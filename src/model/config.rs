@@ -449,7 +449,24 @@ impl ModelConfig {
             // DoRA adds a magnitude per output feature.
             .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)).saturating_add(if lc.use_dora { o } else { 0 }))
             .fold(0u128, u128::saturating_add);
-        u64::try_from(per_layer.saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
+        // peft's ParamWrapper (target_parameters): r·E × in and out × r·E per 3-D expert
+        // weight, r × hidden and E × r for the router.
+        let params: u128 = h.moe.as_ref().map_or(0, |m| {
+            let (e, i, r) = (m.experts as u128, m.intermediate as u128, lc.r as u128);
+            let re = r.saturating_mul(e);
+            let mut n = 0u128;
+            if lc.targets_parameter("mlp.gate.weight") {
+                n = n.saturating_add(r.saturating_mul(d.saturating_add(e)));
+            }
+            if lc.targets_parameter("mlp.experts.gate_up_proj") {
+                n = n.saturating_add(re.saturating_mul(d.saturating_add(i.saturating_mul(2))));
+            }
+            if lc.targets_parameter("mlp.experts.down_proj") {
+                n = n.saturating_add(re.saturating_mul(i.saturating_add(d)));
+            }
+            n
+        });
+        u64::try_from(per_layer.saturating_add(params).saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
     }
 
     /// Elements of the base biases peft's `bias` option leaves trainable.

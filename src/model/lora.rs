@@ -61,6 +61,10 @@ pub struct LoraConfig {
     pub dropout: f64,
     /// Which of [`TARGETS`] are adapted (`all-linear`: every one; never lm_head).
     pub targets: Vec<String>,
+    /// `target_parameters`: which of `lora_params::TARGET_PARAMETERS` peft's ParamWrapper
+    /// adapts (MoE experts and router).
+    #[serde(default)]
+    pub target_parameters: Vec<String>,
     /// The dropout kernel (CUDA's unless a CPU measurement is reproduced).
     #[serde(default)]
     pub dropout_kernel: DropoutKernel,
@@ -114,6 +118,10 @@ impl LoraConfig {
     /// Whether projection `name` is adapted.
     pub fn targets(&self, name: &str) -> bool {
         self.targets.iter().any(|t| t == name)
+    }
+    /// Whether `target_parameters` names `param` (one of `lora_params::TARGET_PARAMETERS`).
+    pub fn targets_parameter(&self, param: &str) -> bool {
+        self.target_parameters.iter().any(|t| t == param)
     }
     /// Whether `modules_to_save` names `module` (one of [`MODULES_TO_SAVE`]).
     pub fn saves(&self, module: &str) -> bool {

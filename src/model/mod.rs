@@ -5,6 +5,7 @@ pub mod hf;
 pub mod cs336;
 pub mod init;
 pub mod lora;
+pub mod lora_params;
 pub mod dora;
 pub mod bnb;
 pub mod presets;

@@ -49,6 +49,7 @@ fn fine_tune_variants(a: &ProfileArgs) -> Vec<Flagged> {
         let mut f = base.clone();
         let hf = &mut f.model.hf;
         (hf.lora_r, hf.lora_alpha, hf.lora_dropout, hf.target_modules, hf.use_dora, hf.modules_to_save) = (None, None, None, None, false, None);
+        hf.target_parameters = None;
         (hf.load_in_4bit, hf.load_in_8bit, hf.llm_int8_threshold) = (false, false, None);
         (hf.bnb_4bit_quant_type, hf.bnb_4bit_use_double_quant, hf.bnb_4bit_compute_dtype, hf.bnb_4bit_quant_storage, hf.prepare_model_for_kbit_training) = (None, false, None, None, None);
         f

@@ -68,6 +68,13 @@ pub struct HfFlags {
     /// attention's).
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
+    /// LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters
+    ///
+    /// peft's ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj,
+    /// mlp.experts.down_proj and the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe;
+    /// matched by suffix as peft matches them). Without --target-modules no module is adapted.
+    #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_parameters(), long, value_name = "PARAMETERS", requires = "lora_r")]
+    pub target_parameters: Option<String>,
     /// LoraConfig's bias: none (peft's default), all or lora_only
     ///
     /// all: every bias of the model trains; lora_only: the adapted projections' biases train.
@@ -316,7 +323,14 @@ impl HfFlags {
         if !(0.0..1.0).contains(&dropout) {
             return Err(usage("--lora-dropout", format!("{dropout} (expected a probability in [0, 1))")));
         }
-        let targets = super::lora_targets::resolve(self.target_modules.as_deref(), hf)?;
+        let target_parameters = super::lora_targets::resolve_parameters(self.target_parameters.as_deref(), hf, self)?;
+        let targets = if self.target_modules.is_none() && !target_parameters.is_empty() {
+            // target_modules=None with target_parameters: peft adapts no module (mixtral and
+            // qwen3_moe: convert_peft_config_for_transformers empties it; qwen2_moe: no default).
+            Vec::new()
+        } else {
+            super::lora_targets::resolve(self.target_modules.as_deref(), hf)?
+        };
         let bias = match self.lora_bias.as_deref() {
             None => crate::model::lora::LoraBias::None,
             Some(b) => crate::model::lora::LoraBias::parse(b).ok_or_else(|| usage("--lora-bias", format!("'{b}' (expected none, all or lora_only)")))?,
@@ -348,7 +362,7 @@ impl HfFlags {
             // Module order (the order peft wraps them in).
             modules_to_save.sort_by_key(|m| MODULES_TO_SAVE.iter().position(|x| x == m));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
+        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
     }
 }
 

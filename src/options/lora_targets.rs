@@ -41,7 +41,7 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
         Some("all-linear") if hf.moe.is_some() => Err(usage(
             "--target-modules",
             format!(
-                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj and the router's weight, which vramscope does not model yet: name the attention's projections ({})",
+                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj (rank doubled on gate_up_proj) and the router's weight; that conversion is not modelled yet: name the attention's projections ({}) with --target-modules and the experts' and router's parameters with --target-parameters",
                 linears.join(",")
             ),
         )),
@@ -64,6 +64,50 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
     }
 }
 
+/// `--target-parameters`: the sparse MoE block's parameters peft's ParamWrapper adapts, each
+/// name matched as peft matches it (the full `module.parameter` key or a suffix of it at a dot),
+/// in `lora_params::TARGET_PARAMETERS` order; empty without the flag. Refuses what peft refuses
+/// (ParamWrapper raises on lora_dropout and DoRA) and what is not measured (named).
+pub fn resolve_parameters(given: Option<&str>, hf: &HfConfig, flags: &super::hf::HfFlags) -> Result<Vec<String>> {
+    use crate::model::lora_params::TARGET_PARAMETERS;
+    let Some(list) = given.map(str::trim) else { return Ok(Vec::new()) };
+    let Some(m) = &hf.moe else {
+        return Err(usage("--target-parameters", format!("model_type {} has no 3-D expert or router parameters (use --target-modules)", hf.model_type.name())));
+    };
+    if matches!(m.family, MoeFamily::GptOss | MoeFamily::DeepseekV3) {
+        return Err(usage("--target-parameters", format!("on {} is not modelled yet (mixtral, qwen3_moe and qwen2_moe are)", m.family.model_type())));
+    }
+    if m.deepseek.is_some() {
+        return Err(usage("--target-parameters", "on a DeepSeek-style block is not modelled yet"));
+    }
+    if flags.lora_dropout.is_some_and(|p| p != 0.0) {
+        return Err(usage("--lora-dropout", "peft 0.21.2's ParamWrapper (--target-parameters) raises \"does not work with lora_dropout != 0\": use 0"));
+    }
+    if flags.use_dora {
+        return Err(usage("--use-dora", "peft 0.21.2's ParamWrapper (--target-parameters) raises \"does not work with use_dora=True\""));
+    }
+    if flags.load_in_4bit || flags.load_in_8bit {
+        let flag = if flags.load_in_4bit { "--load-in-4bit" } else { "--load-in-8bit" };
+        return Err(usage(flag, "with --target-parameters (peft's ParamWrapper on the unquantized experts of a bitsandbytes model) is not measured yet: LoRA on the attention (--target-modules) is"));
+    }
+    let mut picked = [false; 3];
+    for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match crate::model::lora_params::resolve_name(t).and_then(|k| TARGET_PARAMETERS.iter().position(|x| *x == k)) {
+            Some(i) => picked[i] = true,
+            None => {
+                return Err(usage(
+                    "--target-parameters",
+                    format!("'{t}': names none of the sparse block's parameters peft can wrap ({}; a suffix at a dot matches, as in peft)", TARGET_PARAMETERS.join(", ")),
+                ))
+            }
+        }
+    }
+    if !picked.iter().any(|&p| p) {
+        return Err(usage("--target-parameters", "names no parameter"));
+    }
+    Ok((0..3).filter(|&i| picked[i]).map(|i| TARGET_PARAMETERS[i].to_string()).collect())
+}
+
 /// Why `t` is not an adaptable linear of `hf`.
 fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
     let expected = linears.join(", ");
@@ -78,11 +122,11 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
         // peft 0.21.2 converts these names of the transformers-4 layout (mixtral's w1/w2/w3 and
         // gate, qwen3_moe's gate/gate_proj/up_proj/down_proj) into target_parameters.
         if t == "gate" {
-            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper), which vramscope does not model yet; adaptable: {expected}");
+            return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper): use --target-parameters mlp.gate.weight; adaptable modules: {expected}");
         }
         if matches!(t, "experts" | "gate_up_proj" | "down_proj" | "gate_proj" | "up_proj" | "w1" | "w2" | "w3") {
             return format!(
-                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft 0.21.2 adapts them only through target_parameters (its ParamWrapper, one LoRA per expert), which vramscope does not model yet; adaptable: {expected}"
+                "{family}'s experts are 3-D nn.Parameters of one module (mlp.experts.gate_up_proj, mlp.experts.down_proj), not nn.Linear modules: peft 0.21.2 adapts them only through target_parameters (its ParamWrapper, one LoRA per expert): use --target-parameters mlp.experts.gate_up_proj,mlp.experts.down_proj; adaptable modules: {expected}"
             );
         }
     }

@@ -62,6 +62,15 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, output_router_
             _ => {}
         }
     }
+    // The aux-loss grid (aux_loss.json) loads the weights in their dtype with no adapters.
+    if hf.moe.as_ref().is_some_and(|m| m.output_router_logits) {
+        if hf.lora.is_some() {
+            return Err(usage("--output-router-logits", "(or the config's output_router_logits) with peft's LoRA is not measured yet (each runs alone): drop one"));
+        }
+        if let Some(q) = &hf.bnb {
+            return Err(usage("--output-router-logits", format!("(or the config's output_router_logits) with {} is not measured yet (each runs alone): drop one", q.flag())));
+        }
+    }
     // LoRA's targets were resolved per family (lora_targets::resolve refuses gpt_oss and
     // deepseek_v3); what the MoE LoRA/QLoRA grid did not measure is refused here.
     let (four, eight) = hf.bnb.as_ref().map_or((false, false), |q| (q.four_bit().is_some(), q.int8().is_some()));

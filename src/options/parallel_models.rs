@@ -34,6 +34,9 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     if let Some(q) = &hf.bnb {
         return Some((q.flag(), format!("bitsandbytes weights of {name} under a parallel layout are not measured yet; profile one GPU")));
     }
+    if moe.is_some_and(|m| m.output_router_logits) {
+        return Some(("--output-router-logits", format!("the router's auxiliary loss of {name} under a parallel layout is not measured yet (aux_loss.json runs one GPU); profile one GPU")));
+    }
     if c.layout == Layout::Hsdp {
         return unmeasured("--parallel", "hsdp (FSDP2 on a 2-D mesh)");
     }

@@ -134,6 +134,15 @@ pub fn target_modules() -> Listed {
     Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))).chain(fused))
 }
 
+/// `--target-parameters`: [`crate::model::lora_params::TARGET_PARAMETERS`] (a comma list).
+pub fn target_parameters() -> Listed {
+    Listed::new([
+        value("mlp.gate.weight", "the router's weight (experts × hidden)"),
+        value("mlp.experts.gate_up_proj", "the experts' fused gate and up projections (3-D)"),
+        value("mlp.experts.down_proj", "the experts' down projections (3-D)"),
+    ])
+}
+
 /// `--modules-to-save`: [`crate::model::lora::MODULES_TO_SAVE`] (a comma list).
 pub fn modules_to_save() -> Listed {
     Listed::new([value("embed_tokens", "the input embedding"), value("lm_head", "the output head")])

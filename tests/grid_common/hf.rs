@@ -51,6 +51,9 @@ pub fn config_of(p: &Value) -> ModelConfig {
     if let Some(r) = p["lora_r"].as_u64() {
         // No target_modules: peft's default for the model_type (measure_hf.py passes None).
         let targets: Vec<String> = match p["target_modules"].as_str() {
+            // target_modules=[] (or None beside target_parameters): no module adapted.
+            Some("") => Vec::new(),
+            None if p["target_parameters"].is_string() => Vec::new(),
             None => default_targets(arch.name()).expect("peft has a default for the model type").iter().map(|t| t.to_string()).collect(),
             // Every linear of the layer (an MoE layer adapts those of them it has: its attention's).
             Some("all-linear") => layer_linears(arch, false).iter().map(|(_, t)| t.to_string()).collect(),
@@ -61,6 +64,9 @@ pub fn config_of(p: &Value) -> ModelConfig {
             alpha: p["lora_alpha"].as_f64().unwrap(),
             dropout: p["lora_dropout"].as_f64().unwrap_or(0.0),
             targets,
+            target_parameters: p["target_parameters"].as_str().map_or(Vec::new(), |t| {
+                t.split(',').map(|n| vramscope::model::lora_params::resolve_name(n).expect("a ParamWrapper target").to_string()).collect()
+            }),
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),

@@ -63,7 +63,10 @@ def name_of(p, kind, base=None):
         tag += f" 8bit threshold={p['llm_int8_threshold']}{'' if p['prepare'] else ' unprepared'}"
     if not p.get("lora_r"):
         return base[: -len(kind) - 1] + tag + " " + kind
-    tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules'] or 'default'}"
+    if p.get("target_parameters"):
+        tag += f" lora r{p['lora_r']} a{p['lora_alpha']} modules=[{p['target_modules'] or ''}] params={p['target_parameters']}"
+    else:
+        tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules'] or 'default'}"
     if p.get("use_dora"):
         tag += " dora"
     if p["lora_dropout"]:
@@ -310,6 +313,40 @@ def mgrid():
     return todo
 
 
+def moe_param(row, r, params, targets="", **opts):
+    """moe_lora with target_parameters (peft's ParamWrapper); targets "" is target_modules=[]."""
+    p = moe_lora(row, r, targets, **opts)
+    p["target_parameters"] = params
+    return p
+
+
+def pgrid():
+    """LoRA through target_parameters (peft's ParamWrapper) on the experts' 3-D gate_up_proj and
+    down_proj and on the router's weight of Mixtral, Qwen3-MoE (12 points each: every experts
+    implementation, both routings, fp32 and bf16, r 4-16, experts only / router only / one of the
+    experts' parameters / experts, router and attention, checkpointing off, non-reentrant and
+    reentrant, training, forward and inference) and Qwen2-MoE (3). ParamWrapper raises on
+    lora_dropout != 0, so every point has none."""
+    ex, rt = "mlp.experts.gate_up_proj,mlp.experts.down_proj", "mlp.gate.weight"
+    todo = []
+    for base in (0, 6):
+        p = moe_param(base + 0, 8, ex)  # grouped_mm balanced fp32
+        todo += [(p, kind) for kind in ("training", "forward", "inference")]
+        p = moe_param(base + 2, 4, ex)  # batched_mm worst bf16
+        todo += [(p, kind) for kind in ("training", "inference")]
+        todo.append((moe_param(base + 4, 16, ex + "," + rt, "q_proj,v_proj"), "training"))  # eager worst bf16
+        todo.append((moe_param(base + 3, 8, rt), "training"))  # grouped_mm worst bf16, 2 layers
+        todo.append((moe_param(base + 1, 4, ex, checkpoint="non-reentrant"), "training"))  # eager balanced fp32
+        todo.append((moe_param(base + 5, 8, "mlp.experts.down_proj", checkpoint="reentrant"), "training"))  # batched_mm balanced
+        todo.append((moe_param(base + 3, 8, "gate_up_proj", "q_proj,k_proj,v_proj,o_proj", checkpoint="non-reentrant"), "training"))
+        todo.append((moe_param(base + 0, 8, ex + "," + rt), "forward"))
+        todo.append((moe_param(base + 4, 16, ex), "inference"))
+    todo.append((moe_param(12, 8, ex), "training"))
+    todo.append((moe_param(13, 4, ex + "," + rt, checkpoint="non-reentrant"), "training"))
+    todo.append((moe_param(14, 16, rt), "inference"))
+    return todo
+
+
 def moe_name_of(p, kind):
     import make_moe_grid as MG
     base = MG.name_of(p, kind)
@@ -346,17 +383,19 @@ def main():
     import transformers
     quant, dora, eight = "--qlora" in sys.argv, "--dora" in sys.argv, "--int8" in sys.argv
     fam, moe = "--families" in sys.argv, "--moe" in sys.argv
-    todo = fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    tp = "--target-parameters" in sys.argv
+    moe = moe or tp
+    todo = pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
     if moe:
-        path = os.path.join(HERE, "../../tests/fixtures/moe_grid/lora.json")
+        path = os.path.join(HERE, "../../tests/fixtures/moe_grid/lora_params.json" if tp else "../../tests/fixtures/moe_grid/lora.json")
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

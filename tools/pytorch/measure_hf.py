@@ -227,8 +227,10 @@ def run(p, kind, wrap=None):
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0), bias=p.get("lora_bias", "none"),
                                      use_dora=p.get("use_dora", False),
                                      # None: peft's default for the model_type (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
-                                     target_modules=None if targets is None else targets if targets == "all-linear" else targets.split(","),
+                                     target_modules=None if targets is None else targets if targets == "all-linear" else targets.split(",") if targets else [],
                                      task_type="CAUSAL_LM",
+                                     # target_parameters: peft's ParamWrapper on nn.Parameters (MoE experts, router)
+                                     target_parameters=p["target_parameters"].split(",") if p.get("target_parameters") else None,
                                      modules_to_save=save.split(",") if save else None)
                 model = peft.get_peft_model(model, lc)
             ck = p.get("checkpoint", "none")

@@ -127,6 +127,34 @@ impl Tensor {
         out
     }
 
+    /// `torch.baddbmm(self, batch1, batch2, alpha=alpha)` (beta 1): self (G, M, N) plus alpha ·
+    /// batch1 (G, M, K) @ batch2 (G, K, N), a new (G, M, N) tensor in self's dtype (peft's
+    /// `_LoraFactorsProxy` folding an expert stack's LoRA into its weight). BaddbmmBackward0
+    /// saves both batches (each for the other's gradient) and computes, per batch that needs
+    /// one, `grad.bmm(batch2ᵀ)` / `batch1ᵀ.bmm(grad)`, times alpha unless alpha is 1
+    /// (`maybe_multiply`: the product is a temporary); `self`'s gradient is grad itself.
+    #[track_caller]
+    pub fn baddbmm(&self, batch1: &Tensor, batch2: &Tensor, alpha: f64) -> Tensor {
+        assert!(self.rank() == 3 && batch1.rank() == 3 && batch2.rank() == 3, "baddbmm expects 3-D tensors");
+        assert_eq!((batch1.dim(0), batch1.dim(1), batch2.dim(2)), (self.dim(0), self.dim(1), self.dim(2)), "baddbmm: shapes");
+        assert_eq!(batch1.dim(2), batch2.dim(1), "baddbmm: inner sizes");
+        let out = Tensor::build(self.device(), self.dtype(), self.shape(), "baddbmm", &[self, batch1, batch2], || meta_only("baddbmm"));
+        if needs_grad(&[self, batch1, batch2]) {
+            let (n1, n2) = (batch1.requires_grad(), batch2.requires_grad());
+            let (b1, b2) = (n2.then(|| save(batch1)), n1.then(|| save(batch2)));
+            return attach(out, "BaddbmmBackward0", &[self, batch1, batch2], Box::new(move |g| {
+                let (b2, b1) = (b2.map(|s| s.unpack()), b1.map(|s| s.unpack()));
+                let scale = |t: Tensor| if alpha == 1.0 { t } else { t.mul_scalar(alpha) };
+                // batch2's gradient first, as BmmBackward0.
+                let g2 = b1.as_ref().map(|b1| scale(b1.transpose(1, 2).bmm(&g)));
+                let g1 = b2.as_ref().map(|b2| scale(g.bmm(&b2.transpose(1, 2))));
+                let need_self = g1.is_some() || g2.is_some();
+                vec![need_self.then(|| g.clone()), g1, g2]
+            }));
+        }
+        out
+    }
+
     /// `self.index_add_(0, index, source)` on `self` (no new memory); returns the handle that
     /// carries the result's autograd history. IndexAddBackward0 saves the index and the source
     /// (its formula's `expand_as(source)`; measured: the source outlives the loop pass that

@@ -11,6 +11,7 @@ use crate::engine::runtime::{self, py_frame, scope};
 use crate::model::py::moe_frames;
 use crate::engine::{DType, Tensor};
 use crate::model::linear;
+use crate::model::lora_params::{experts_wrapped, router_wrapped, Folded, ParamAdapters};
 
 /// A sparse block's weights: the router (experts, hidden) and the experts' 3-D
 /// `gate_up_proj` (experts, 2·I, hidden) and `down_proj` (experts, hidden, I).
@@ -20,6 +21,9 @@ pub struct MoeWeights<'a> {
     pub down: &'a Tensor,
     /// Qwen2-MoE's shared expert (gate_proj, up_proj, down_proj, shared_expert_gate).
     pub shared: Option<&'a [Tensor; 4]>,
+    /// peft's ParamWrapper adapters on the router and the experts (`--target-parameters`)
+    /// and their scaling.
+    pub lora: Option<(&'a ParamAdapters, f64)>,
 }
 
 /// `SparseMoeBlock.forward(hidden_states)` on (B, S, hidden); `record` is the
@@ -38,7 +42,8 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, record: O
     // `_, top_k_weights, top_k_index = self.gate(...)`: the logits stay bound until forward returns.
     let (_logits, weights, index) = {
         let _f = py_frame(router_frame);
-        router(m, w.router, &flat)
+        let (adapter, scaling) = w.lora.map_or((None, 1.0), |(p, s)| (p.router.as_ref(), s));
+        router_wrapped(adapter, scaling, w.router, |weight| router(m, weight, &flat))
     };
     if let Some(r) = record {
         r.record(&_logits);
@@ -70,11 +75,12 @@ pub fn experts(m: &MoeConfig, w: &MoeWeights<'_>, flat: &Tensor, index: &Tensor,
         ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
         ExpertsImplementation::Eager => experts_frame,
     });
-    match m.implementation {
-        ExpertsImplementation::GroupedMm => grouped_mm_experts(m, w, flat, index, weights),
-        ExpertsImplementation::BatchedMm => batched_mm_experts(m, w, flat, index, weights),
-        ExpertsImplementation::Eager => eager_experts(m, w, flat, index, weights),
-    }
+    let (adapters, scaling) = w.lora.map_or((None, 1.0), |(p, s)| (Some(p), s));
+    experts_wrapped(adapters, scaling, w.gate_up, w.down, |gu, dn| match m.implementation {
+        ExpertsImplementation::GroupedMm => grouped_mm_experts(m, gu, dn, flat, index, weights),
+        ExpertsImplementation::BatchedMm => batched_mm_experts(m, gu, dn, flat, index, weights),
+        ExpertsImplementation::Eager => eager_experts(m, gu, dn, flat, index, weights),
+    })
 }
 
 /// `*TopKRouter.forward`: logits (T, E) in the model's dtype, softmax in fp32, top-k, the
@@ -112,7 +118,7 @@ fn tokens_per_expert(m: &MoeConfig, tokens: usize) -> Vec<usize> {
 /// top-k rows of each token. Python's locals (`selected_hidden_states_g`, the last
 /// `proj_out`, `histc_input` …) live until the function returns; a rebound name frees its
 /// previous tensor once the new one exists.
-fn grouped_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
+fn grouped_mm_experts(m: &MoeConfig, gu: &Folded<'_>, dn: &Folded<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
     let (t, k, d) = (x.dim(0), m.top_k, x.dim(1));
     let pairs = t * k;
     let sample_weights = weights.reshape(&[pairs]);
@@ -127,10 +133,13 @@ fn grouped_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Ten
     let histc_input = expert_ids_g.to_dtype(DType::F32);
     let tokens_per_expert = histc_input.histc(m.experts);
     let offsets = tokens_per_expert.cumsum_i32();
-    let up = selected.to_dtype(w.gate_up.dtype()).grouped_mm(&w.gate_up.transpose(-2, -1), &offsets);
+    // `selected_weights = self.gate_up_proj` (a wrapped parameter folds here), then the matmul.
+    let gate_up = gu.get();
+    let up = selected.to_dtype(gate_up.dtype()).grouped_mm(&gate_up.transpose(-2, -1), &offsets);
     let act = apply_gate(&up);
     drop(up);
-    let down = act.to_dtype(w.down.dtype()).grouped_mm(&w.down.transpose(-2, -1), &offsets);
+    let down_w = dn.get();
+    let down = act.to_dtype(down_w.dtype()).grouped_mm(&down_w.transpose(-2, -1), &offsets);
     drop(act);
     let weighted = down.mul(&sample_weights_g.unsqueeze(-1));
     // inv_perm = empty_like(perm); inv_perm[perm] = arange(S)
@@ -146,17 +155,17 @@ fn grouped_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Ten
 /// `batched_mm_experts_forward`: every token repeated k times, each (token, expert) pair's
 /// weights gathered (S, 2·I, hidden) and (S, hidden, I), bmm of each, weighted, summed.
 /// `selected_weights` holds the gate_up gather until the down gather replaces it.
-fn batched_mm_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
+fn batched_mm_experts(m: &MoeConfig, gu: &Folded<'_>, dn: &Folded<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
     let (t, k, d) = (x.dim(0), m.top_k, x.dim(1));
     let pairs = t * k;
     let selected = x.repeat_interleave(k, 0);
     let sample_weights = weights.reshape(&[pairs]);
     let expert_ids = index.reshape(&[pairs]);
-    let up_weights = w.gate_up.index_along(0, &expert_ids);
+    let up_weights = gu.get().index_along(0, &expert_ids);
     let up = up_weights.bmm(&selected.unsqueeze(-1)).squeeze(-1);
     let act = apply_gate(&up);
     drop(up);
-    let down_weights = w.down.index_along(0, &expert_ids);
+    let down_weights = dn.get().index_along(0, &expert_ids);
     drop(up_weights);
     let down = down_weights.bmm(&act.unsqueeze(-1)).squeeze(-1);
     drop(act);
@@ -181,7 +190,7 @@ struct LoopLocals {
 /// The modeling file's eager `*Experts.forward`: zeros for the output, the one-hot expert
 /// mask (T, k, E + 1) under no_grad, then for each expert that was hit: `torch.where` of its
 /// mask row, the gather of its tokens, its two linears, the weighting and `index_add_`.
-fn eager_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
+fn eager_experts(m: &MoeConfig, gu: &Folded<'_>, dn: &Folded<'_>, x: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
     let (t, e) = (x.dim(0), m.experts);
     let counts = tokens_per_expert(m, t);
     let mut out = Tensor::zeros(x.shape(), x.dtype(), x.device());
@@ -204,14 +213,14 @@ fn eager_experts(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, index: &Tensor, 
         drop(rows);
         let token_idx = l.token_idx.clone().expect("set above");
         l.current_state = Some(x.index_along(0, &token_idx));
-        let gate_up = linear("gate_up_proj", l.current_state.as_ref().expect("set above"), &w.gate_up.select(0, expert));
+        let gate_up = linear("gate_up_proj", l.current_state.as_ref().expect("set above"), &gu.get().select(0, expert));
         let i = gate_up.dim(-1) / 2;
         let mut parts = gate_up.split_with_sizes(&[i, i], -1).into_iter();
         drop(gate_up);
         (l.gate, l.up) = (parts.next(), parts.next());
         let act = l.gate.as_ref().expect("chunk").silu().mul(l.up.as_ref().expect("chunk"));
         l.current_hidden_states = Some(act);
-        let h = linear("down_proj", l.current_hidden_states.as_ref().expect("set above"), &w.down.select(0, expert));
+        let h = linear("down_proj", l.current_hidden_states.as_ref().expect("set above"), &dn.get().select(0, expert));
         l.current_hidden_states = Some(h);
         let scale = weights.index_2d(&token_idx, l.top_k_pos.as_ref().expect("set above")).unsqueeze(-1);
         let weighted = l.current_hidden_states.as_ref().expect("set above").mul(&scale);

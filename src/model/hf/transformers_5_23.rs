@@ -67,6 +67,8 @@ pub struct HfLayer {
     /// A sparse MoE block's router (experts, hidden); its experts' 3-D weights are the layer's
     /// `gate_up` (fused) and `down`.
     pub router: Option<Tensor>,
+    /// peft's ParamWrapper adapters on the router and the experts (`target_parameters`).
+    pub param_lora: Option<crate::model::lora_params::ParamAdapters>,
     /// Qwen2-MoE's shared expert: gate_proj, up_proj, down_proj and `shared_expert_gate` (1, hidden).
     pub shared_expert: Option<[Tensor; 4]>,
     /// gpt-oss's sinks, router bias and expert biases.
@@ -213,6 +215,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             lora: Vec::new(),
             quant,
             router: None,
+            param_lora: None,
             shared_expert: None,
             gpt_oss: None,
             deepseek: None,
@@ -234,6 +237,9 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         let (qkv_out, gate_out) = if hf.model_type == Arch::Phi3 { (q + 2 * kv, 2 * f) } else { (q, f) };
         let linears = lora::layer_linears(hf.model_type, hf.moe.is_some());
         add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d], [d, d, d, q, d, d, f]);
+        if let Some(m) = hf.moe.as_ref().filter(|_| !lc.target_parameters.is_empty()) {
+            add_param_adapters(&mut b, &mut layers, lc, m, d);
+        }
     }
     if sequence_parallel {
         // SequenceParallel norms: Replicate weights whose gradients, summed over this rank's
@@ -349,6 +355,38 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, li
         }
         let extra = Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("adapters are added while the model is built");
         extra.lora = adapters;
+    }
+}
+
+/// peft's `_inject_parameters` after the module adapters: per layer, in module order (Mixtral,
+/// Qwen2-MoE: the router then the experts; Qwen3-MoE: the experts then the router), a LoRA pair
+/// per targeted parameter (crate::model::lora_params), in the adapters' dtype, trainable.
+fn add_param_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, m: &super::moe::MoeConfig, d: usize) {
+    use crate::model::lora_params::ParamAdapters;
+    let dtype = lora::adapter_dtype(b.dtype);
+    let (e, i, r) = (m.experts, m.intermediate, lc.r);
+    let router_first = m.family != super::moe::MoeFamily::Qwen3Moe;
+    for (n, layer) in layers.iter_mut().enumerate() {
+        let pair = |b: &mut Builder, module: &str, rank: usize, ins: usize, outs: usize| {
+            let p = |w: &str| format!("base_model.model.model.layers.{n}.mlp.{module}.{w}.default.weight");
+            let bound = (1.0 / ins as f64).sqrt();
+            let a = b.param_as(p("lora_A"), &[rank, ins], Init::Normal { std: bound / 3f64.sqrt() }, dtype, false);
+            let bw = b.param_as(p("lora_B"), &[outs, rank], Init::Normal { std: 0.0 }, dtype, false);
+            Adapter { a, b: bw, magnitude: None }
+        };
+        let router = |b: &mut Builder| lc.targets_parameter("mlp.gate.weight").then(|| pair(b, "gate", r, d, e));
+        let mut pa = ParamAdapters::default();
+        if router_first {
+            pa.router = router(b);
+        }
+        // gate_up_proj (E, 2·I, hidden): in hidden, out 2·I; down_proj (E, hidden, I): in I, out hidden.
+        pa.gate_up = lc.targets_parameter("mlp.experts.gate_up_proj").then(|| pair(b, "experts", r * e, d, 2 * i));
+        pa.down = lc.targets_parameter("mlp.experts.down_proj").then(|| pair(b, "experts", r * e, i, d));
+        if !router_first {
+            pa.router = router(b);
+        }
+        let extra = Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("adapters are added while the model is built");
+        extra.param_lora = Some(pa);
     }
 }
 
@@ -715,7 +753,8 @@ impl Block {
         if let (Some(m), Some(router)) = (&self.hf().moe, &self.layer.hf.as_ref().expect("hf layer").router) {
             let gate_up = self.layer.gate_up.weights()[0];
             let shared = self.layer.hf.as_ref().expect("hf layer").shared_expert.as_ref();
-            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared };
+            let lora = self.layer.hf.as_ref().expect("hf layer").param_lora.as_ref().zip(self.hf().lora.as_ref().map(|l| l.scaling()));
+            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora };
             return super::moe_5_23::sparse_moe_block(m, &w, x, self.router_logits.as_deref());
         }
         let x = &self.gathered(x);
