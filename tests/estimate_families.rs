@@ -8,9 +8,11 @@
 //! gradients, optimizer state, the autocast cache, logits, activations and the live set when
 //! the forward returns) must equal the simulation byte for byte; the training peak is the
 //! same lower bound as tests/estimate_hf.rs states.
-use vramscope::analyse::estimate::{estimate, estimate_with, hf, Term};
+mod estimate_common;
+use estimate_common::sum;
+use vramscope::analyse::estimate::{estimate, estimate_with, hf};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
-use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::model::{Flavour, ModelConfig};
 use vramscope::session::estimate::simulate;
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::Precision;
@@ -61,31 +63,9 @@ fn config(p: &Point) -> ModelConfig {
         hf.sliding_window = None;
         hf.gemma = Some(vramscope::model::hf::gemma::published(p.arch, 2, p.window.unwrap_or(16), 32.0, 10_000.0));
     }
-    ModelConfig {
-        flavour: Flavour::Hf,
-        vocab_size: 300,
-        d_model: d,
-        num_layers: 2,
-        num_heads: h,
-        num_kv_heads: p.kv_heads,
-        d_ff: 352,
-        rope_theta: 10_000.0,
-        norm_eps: 1e-6,
-        norm_fp32_upcast: true,
-        tied_embeddings: p.tied,
-        max_seq_len: 4096,
-        attention: Attention::Naive,
-        checkpoint: if p.ckpt.is_some() { Checkpoint::Every(1) } else { Checkpoint::None },
-        fused_qkv: false,
-        fused_gate_up: false,
-        hf: Some(hf),
-        tp: None,
-    }
+    estimate_common::hf_model(hf, 2, p.kv_heads, p.tied, p.ckpt)
 }
 
-fn sum(ts: &[Term]) -> u64 {
-    ts.iter().map(Term::bytes).sum()
-}
 
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {
@@ -266,6 +246,7 @@ fn not_derived_is_refused_naming_profile() {
             bias: vramscope::model::lora::LoraBias::None,
             use_dora: false,
             modules_to_save: vec![],
+            target_parameters: vec![],
         });
         let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
         assert_eq!(e.flag, "--lora-r", "{e}");

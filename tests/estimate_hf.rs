@@ -14,10 +14,12 @@
 //! per-group temporaries) and the caching allocator's rounding; the test states how far
 //! above the bound the simulated peak may lie on this grid: 5 % (3 % seen; on these small
 //! models the peak sits in the optimizer or early in backward, near the bound's moments).
-use vramscope::analyse::estimate::{estimate, hf, Estimate, Term};
+mod estimate_common;
+use estimate_common::sum;
+use vramscope::analyse::estimate::{estimate, hf, Estimate};
 use vramscope::session::estimate::simulate;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
-use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::model::{Flavour, ModelConfig};
 use vramscope::train::optim::OptimConfig;
 use vramscope::train::Precision;
 
@@ -66,31 +68,9 @@ fn config(p: &Point) -> ModelConfig {
     hf.reentrant = p.ckpt == Some(true);
     hf.sliding_window = p.window;
     hf.attention_mask = p.mask;
-    ModelConfig {
-        flavour: Flavour::Hf,
-        vocab_size: 300,
-        d_model: d,
-        num_layers: 2,
-        num_heads: h,
-        num_kv_heads: p.kv_heads,
-        d_ff: 352,
-        rope_theta: 10_000.0,
-        norm_eps: 1e-6,
-        norm_fp32_upcast: true,
-        tied_embeddings: p.tied,
-        max_seq_len: 4096,
-        attention: Attention::Naive,
-        checkpoint: if p.ckpt.is_some() { Checkpoint::Every(1) } else { Checkpoint::None },
-        fused_qkv: false,
-        fused_gate_up: false,
-        hf: Some(hf),
-        tp: None,
-    }
+    estimate_common::hf_model(hf, 2, p.kv_heads, p.tied, p.ckpt)
 }
 
-fn sum(ts: &[Term]) -> u64 {
-    ts.iter().map(Term::bytes).sum()
-}
 
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {

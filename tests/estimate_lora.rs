@@ -11,13 +11,15 @@
 //! gradients and optimizer state (the trainable parameters only), every activation when the
 //! forward returns (layer 0 on its own: its input, the frozen embedding's output, needs no
 //! gradient), the logits and the live set. The training peak is bounded from below as there.
-use vramscope::analyse::estimate::{estimate_with, hf, Estimate, Term};
+mod estimate_common;
+use estimate_common::sum;
+use vramscope::analyse::estimate::{estimate_with, hf, Estimate};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::engine::DType;
 use vramscope::engine::ops::int8::Int8Kernel;
 use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Int8, Quant};
 use vramscope::model::lora::{LoraBias, LoraConfig, TARGETS};
-use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+use vramscope::model::{Flavour, ModelConfig};
 use vramscope::session::estimate::simulate;
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::Precision;
@@ -91,31 +93,9 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(prepare) = p.int8 {
         hf.bnb = Some(Bnb { quant: Quant::Int8(Int8 { threshold: 6.0, kernel: Int8Kernel::Cuda }), load_dtype: DType::BF16, prepare });
     }
-    ModelConfig {
-        flavour: Flavour::Hf,
-        vocab_size: 300,
-        d_model: d,
-        num_layers: 3,
-        num_heads: h,
-        num_kv_heads: 2,
-        d_ff: 352,
-        rope_theta: 10_000.0,
-        norm_eps: 1e-6,
-        norm_fp32_upcast: true,
-        tied_embeddings: false,
-        max_seq_len: 4096,
-        attention: Attention::Naive,
-        checkpoint: if p.ckpt.is_some() { Checkpoint::Every(1) } else { Checkpoint::None },
-        fused_qkv: false,
-        fused_gate_up: false,
-        hf: Some(hf),
-        tp: None,
-    }
+    estimate_common::hf_model(hf, 3, 2, false, p.ckpt)
 }
 
-fn sum(ts: &[Term]) -> u64 {
-    ts.iter().map(Term::bytes).sum()
-}
 
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {

@@ -122,6 +122,7 @@ def profile(
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -135,6 +136,7 @@ def profile(
     llm_int8_threshold: Optional[float] = None,
     experts_implementation: Optional[str] = None,
     routing: Optional[str] = None,
+    output_router_logits: bool = False,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
@@ -276,6 +278,12 @@ def profile(
         down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
         q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
         [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
+        ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
+        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
+        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -329,6 +337,12 @@ def profile(
         worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
         token to the same top-k experts; a file holds one count per expert (whitespace or commas)
         adding up to tokens × top-k, where tokens is batch × context. [--routing]
+    output_router_logits : bool, default False
+        hf flavour, mixture of experts: transformers' output_router_logits: keep every router's
+        logits and add the router's auxiliary loss Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss:
+        load_balancing_loss_func runs on the kept logits in every profile type (transformers
+        computes it without labels too), and training adds router_aux_loss_coef (the config's, 0.001
+        by default) times it to the loss. DeepSeek-V3 has no such loss. [--output-router-logits]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -513,6 +527,7 @@ def compare(
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -526,6 +541,7 @@ def compare(
     llm_int8_threshold: Optional[float] = None,
     experts_implementation: Optional[str] = None,
     routing: Optional[str] = None,
+    output_router_logits: bool = False,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
@@ -668,6 +684,12 @@ def compare(
         down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
         q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
         [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
+        ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
+        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
+        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -721,6 +743,12 @@ def compare(
         worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
         token to the same top-k experts; a file holds one count per expert (whitespace or commas)
         adding up to tokens × top-k, where tokens is batch × context. [--routing]
+    output_router_logits : bool, default False
+        hf flavour, mixture of experts: transformers' output_router_logits: keep every router's
+        logits and add the router's auxiliary loss Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss:
+        load_balancing_loss_func runs on the kept logits in every profile type (transformers
+        computes it without labels too), and training adds router_aux_loss_coef (the config's, 0.001
+        by default) times it to the loss. DeepSeek-V3 has no such loss. [--output-router-logits]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -1123,6 +1151,7 @@ def fit(
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -1136,6 +1165,7 @@ def fit(
     llm_int8_threshold: Optional[float] = None,
     experts_implementation: Optional[str] = None,
     routing: Optional[str] = None,
+    output_router_logits: bool = False,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
@@ -1262,6 +1292,12 @@ def fit(
         down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
         q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
         [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
+        ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
+        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
+        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -1315,6 +1351,12 @@ def fit(
         worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
         token to the same top-k experts; a file holds one count per expert (whitespace or commas)
         adding up to tokens × top-k, where tokens is batch × context. [--routing]
+    output_router_logits : bool, default False
+        hf flavour, mixture of experts: transformers' output_router_logits: keep every router's
+        logits and add the router's auxiliary loss Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss:
+        load_balancing_loss_func runs on the kept logits in every profile type (transformers
+        computes it without labels too), and training adds router_aux_loss_coef (the config's, 0.001
+        by default) times it to the loss. DeepSeek-V3 has no such loss. [--output-router-logits]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay
@@ -1455,6 +1497,7 @@ def estimate(
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
     target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -1468,6 +1511,7 @@ def estimate(
     llm_int8_threshold: Optional[float] = None,
     experts_implementation: Optional[str] = None,
     routing: Optional[str] = None,
+    output_router_logits: bool = False,
     precision: Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']] = None,
     use_mixed_precision: bool = False,
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
@@ -1580,6 +1624,12 @@ def estimate(
         down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
         q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
         [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
+        ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
+        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
+        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -1633,6 +1683,12 @@ def estimate(
         worst, or a file of per-expert counts balanced splits the tokens evenly; worst sends every
         token to the same top-k experts; a file holds one count per expert (whitespace or commas)
         adding up to tokens × top-k, where tokens is batch × context. [--routing]
+    output_router_logits : bool, default False
+        hf flavour, mixture of experts: transformers' output_router_logits: keep every router's
+        logits and add the router's auxiliary loss Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss:
+        load_balancing_loss_func runs on the kept logits in every profile type (transformers
+        computes it without labels too), and training adds router_aux_loss_coef (the config's, 0.001
+        by default) times it to the loss. DeepSeek-V3 has no such loss. [--output-router-logits]
     precision : Optional[Literal['fp32', 'bf16', 'fp16', 'pure-bf16']], default None
         Training precision (default fp32) bf16: autocast to bf16 around forward and loss; fp16:
         autocast to fp16 with a dynamic loss scaler — parameters, gradients and optimizer state stay

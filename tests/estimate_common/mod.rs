@@ -1,0 +1,32 @@
+//! The small hf model the closed-form tests hold `estimate` to the simulation on.
+use vramscope::analyse::estimate::Term;
+use vramscope::model::hf::HfConfig;
+use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
+
+/// d 128, 4 heads, d_ff 352, vocab 300: large enough that every tensor is a block of its own.
+pub fn hf_model(hf: HfConfig, num_layers: usize, num_kv_heads: usize, tied: bool, ckpt: Option<bool>) -> ModelConfig {
+    ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: 300,
+        d_model: 128,
+        num_layers,
+        num_heads: 4,
+        num_kv_heads,
+        d_ff: 352,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+        norm_fp32_upcast: true,
+        tied_embeddings: tied,
+        max_seq_len: 4096,
+        attention: Attention::Naive,
+        checkpoint: if ckpt.is_some() { Checkpoint::Every(1) } else { Checkpoint::None },
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    }
+}
+
+pub fn sum(ts: &[Term]) -> u64 {
+    ts.iter().map(Term::bytes).sum()
+}
