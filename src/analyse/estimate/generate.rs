@@ -8,7 +8,10 @@
 //! `DynamicLayer.update` grows a layer by `torch.cat([keys, new], dim=-2)`: while the cat runs
 //! the old keys and the new ones both live, so the cache's own high-water mark is the end
 //! size plus one layer's keys (or values) at S + N − 2 positions, reached in the last decode
-//! step's last layer.
+//! step's last layer. A config with a sliding window gives every layer a
+//! `DynamicSlidingWindowLayer` instead: its update cats the keys, then the values, and lets
+//! the old ones go only after both (so the last layer's old keys and values both stand beside
+//! the new), and each layer holds a 0-d int64 window tensor from its first update on.
 use crate::model::{ConfigError, ModelConfig};
 use serde::Serialize;
 
@@ -23,7 +26,8 @@ pub struct GenerateEstimate {
     /// When generate returns: B × (S + N − 1) positions.
     pub kv_cache_bytes: u64,
     /// The cache's high-water mark: the end size plus the last layer's old values beside the
-    /// new ones in the last step's cat (N ≥ 2; the prefill's first cat copies, N = 1).
+    /// new ones in the last step's cat (N ≥ 2; the prefill's first cat copies, N = 1); with a
+    /// sliding window, its old keys and values, and the layers' 8-byte window tensors.
     pub kv_cache_peak_bytes: u64,
     /// The formulas, for the printout.
     pub formulas: Vec<(String, String, u64)>,
@@ -57,14 +61,23 @@ pub fn estimate(cfg: &ModelConfig, elem: u64, b: usize, s: usize, n: usize) -> G
     let per_token = mul(&[2, layers, kv, hd, elem]);
     let prefill = mul(&[per_token, b64, s as u64]);
     let end = mul(&[per_token, b64, end_positions]);
-    // One layer's keys or values at S + N − 2 positions, beside the grown ones (N ≥ 2).
-    let old_layer = if n >= 2 { mul(&[b64, kv, end_positions - 1, hd, elem]) } else { 0 };
-    let peak = end.checked_add(old_layer).expect("sizes checked before the estimate");
+    // One layer's keys or values at S + N − 2 positions, beside the grown ones (N ≥ 2): both
+    // of them in a DynamicSlidingWindowLayer, whose layers also hold their window tensors.
+    let sliding = hf.sliding_window.is_some();
+    let old_states = if sliding { 2 } else { 1 };
+    let old_layer = if n >= 2 { mul(&[old_states, b64, kv, end_positions - 1, hd, elem]) } else { 0 };
+    let windows = if sliding { mul(&[layers, 8]) } else { 0 };
+    let peak = end.checked_add(old_layer).and_then(|p| p.checked_add(windows)).expect("sizes checked before the estimate");
+    let high_water = if sliding {
+        "end + 2 × B × kv_heads × (S + N − 2) × head_dim × bytes (N ≥ 2) + layers × 8 (DynamicSlidingWindowLayer: old keys and values, window tensors)"
+    } else {
+        "end + B × kv_heads × (S + N − 2) × head_dim × bytes (N ≥ 2)"
+    };
     let formulas = vec![
         ("KV bytes per position".to_string(), "2 × layers × kv_heads × head_dim × bytes".to_string(), per_token),
         ("DynamicCache after the prefill".to_string(), "per position × B × S".to_string(), prefill),
         ("DynamicCache at the end".to_string(), "per position × B × (S + N − 1)".to_string(), end),
-        ("DynamicCache high-water (last cat)".to_string(), "end + B × kv_heads × (S + N − 2) × head_dim × bytes (N ≥ 2)".to_string(), peak),
+        ("DynamicCache high-water (last cat)".to_string(), high_water.to_string(), peak),
     ];
     GenerateEstimate { kv_bytes_per_token: per_token, kv_cache_prefill_bytes: prefill, kv_cache_bytes: end, kv_cache_peak_bytes: peak, formulas }
 }
