@@ -616,15 +616,15 @@ impl Reader<'_> {
                 }
                 None => *ints &= !bit,
             };
-            match &**k {
-                "action" => r.action = if let Item::Str(a) = v { c.actions.id(a) } else { NO_ACTION },
-                "addr" => put(ADDR, &mut r.addr, &mut r.ints),
-                "size" => put(SIZE, &mut r.size, &mut r.ints),
-                "time_us" => put(TIME, &mut r.time_us, &mut r.ints),
-                "device_free" => put(DEVICE_FREE, &mut r.device_free, &mut r.ints),
-                "category" => r.category = if let Item::Str(s) = v { c.categories.id(s) } else { CATEGORY_NOT_STR },
-                "frames" => frames = Some(v),
-                _ => {}
+            match entry::Key::of(k) {
+                entry::Key::Action => r.action = if let Item::Str(a) = v { c.actions.id(a) } else { NO_ACTION },
+                entry::Key::Addr => put(ADDR, &mut r.addr, &mut r.ints),
+                entry::Key::Size => put(SIZE, &mut r.size, &mut r.ints),
+                entry::Key::TimeUs => put(TIME, &mut r.time_us, &mut r.ints),
+                entry::Key::DeviceFree => put(DEVICE_FREE, &mut r.device_free, &mut r.ints),
+                entry::Key::Category => r.category = if let Item::Str(s) = v { c.categories.id(s) } else { CATEGORY_NOT_STR },
+                entry::Key::Frames => frames = Some(v),
+                entry::Key::Other => {}
             }
         }
         if let Some(Item::Node(j)) = frames {

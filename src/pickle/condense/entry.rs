@@ -56,9 +56,9 @@ impl Val<'_> {
     }
 }
 
-/// A trace entry's key, as the fast path reads it.
+/// A trace entry's key, as both the fast path and [`super::Reader`]'s `record` read it.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Key {
+pub(super) enum Key {
     Action,
     Addr,
     Size,
@@ -70,7 +70,7 @@ enum Key {
 }
 
 impl Key {
-    fn of(s: &str) -> Key {
+    pub(super) fn of(s: &str) -> Key {
         match s {
             "action" => Key::Action,
             "addr" => Key::Addr,
