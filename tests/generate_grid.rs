@@ -124,6 +124,10 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
         drop(out);
     }
     let events = runtime::with(|rt| rt.log.stop_recording());
+    // PYTORCH_GRID_TRACE=<point name>: the counted events, to set beside measure_generate.py --events.
+    if std::env::var("PYTORCH_GRID_TRACE").is_ok_and(|t| t == point["name"].as_str().unwrap_or_default()) {
+        grid_common::trace(&before, &events);
+    }
     peaks(&before, &events, &marks)
 }
 
@@ -379,10 +383,7 @@ fn generate_gemma_grid_matches_transformers() {
 
 /// Points of generate_gpt_oss.json's DynamicCache points where vramscope does not match, each
 /// with the reason.
-const KNOWN_FAILING_GPT_OSS: &[(&str, &str)] = &[(
-    "gpt_oss d64 F48 L2 h4 kv4 hd16 V640 S64 B1 N3 eager fp32 num_beams=2 sliding_window=65 E4 k1 eager balanced generate",
-    "prefill +4096 B over transformers (its decode steps match): the only point with the eager experts loop, balanced routing and 2 beams (128 prompt tokens, 32 per expert); not yet traced",
-)];
+const KNOWN_FAILING_GPT_OSS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_gpt_oss.json (`make_generate_grid.py --gpt-oss`, issue
 /// 30): gpt-oss (eager: it has no sdpa) through generate() with its alternating sliding and

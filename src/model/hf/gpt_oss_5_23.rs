@@ -148,7 +148,7 @@ impl Block {
 
     /// `eager_attention_forward` with `s_aux` (the sinks): weights = q·kᵀ·scale + mask (bound to
     /// `attn_weights` until the dropout line rebinds it), `cat([weights, sinks])` (B, h, S,
-    /// kv + 1), minus its row max (max saves its indices; `combined_logits` is a local until the
+    /// kv + 1), minus its row max (its indices die with the namedtuple; `combined_logits` is a local until the
     /// function returns), softmax in the same dtype, `probs[..., :-1]` (a view; dropout p=0
     /// and `.to` of the same dtype return it), its matmul with the values.
     pub(super) fn gpt_oss_eager(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> (Tensor, Option<Tensor>) {
@@ -167,9 +167,12 @@ impl Block {
         let sinks = weights(self).sinks.reshape(&[1, h, 1, 1]).expand(&[b, h, s, 1]);
         let cat = Tensor::cat(&[w.clone(), sinks], -1);
         let combined = {
+            // `.max(...).values`: the namedtuple dies before the subtraction runs, so the
+            // indices go then (under grad, max's node keeps them for backward).
             let (max, indices) = cat.max_dim(-1, true);
+            drop(indices);
             let c = cat.sub(&max);
-            drop((max, indices));
+            drop(max);
             c
         };
         drop(cat);
