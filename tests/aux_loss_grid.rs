@@ -9,10 +9,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 /// Points where vramscope does not match transformers, each with the reason.
-const KNOWN_FAILING: &[(&str, &str)] = &[(
-    "gpt_oss d64 F48 L2 h4 kv2 hd16 V1000 S16 B4 E4 k2 grouped_mm balanced w8 eager fp32 checkpoint=non-reentrant aux0.02 training",
-    "backward 31744 B (0.8 %) above PyTorch: gpt-oss's non-reentrant recomputation with the aux loss's gradient waiting in the routers' nodes; not yet traced",
-)];
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 fn points() -> Vec<Value> {
     let doc = grid_common::fixture("moe_grid/aux_loss.json");

@@ -168,7 +168,7 @@ pub fn check(file: &str, points: &[Value], min_points: usize, known_failing: &[(
     if n_known > 0 {
         // Straight to stderr, past the test harness's capture: known failures are never silent.
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "note: {file}: {n_known} of {} PyTorch grid points are KNOWN_FAILING in tests/pytorch_grid.rs (`cargo test --test pytorch_grid -- --nocapture` prints their table)", points.len());
+        let _ = writeln!(std::io::stderr(), "note: {file}: {n_known} of {} PyTorch grid points are KNOWN_FAILING (its test's KNOWN_FAILING list; `-- --nocapture` prints their table)", points.len());
     }
 }
 

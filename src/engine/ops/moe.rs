@@ -189,9 +189,10 @@ impl Tensor {
     #[track_caller]
     pub fn index_2d(&self, rows: &Tensor, cols: &Tensor) -> Tensor {
         let n = rows.dim(0);
+        // The indices are saved before the kernel runs (see `index_along`).
+        let saved = needs_grad(&[self]).then(|| (save(rows), save(cols)));
         let out = Tensor::build(self.device(), self.dtype(), &[n], "index", &[self, rows, cols], || meta_only("index"));
-        if needs_grad(&[self]) {
-            let (r, c) = (save(rows), save(cols));
+        if let Some((r, c)) = saved {
             let (in_shape, dt) = (self.shape().to_vec(), self.dtype());
             return attach(out, "IndexBackward0", &[self], Box::new(move |g| {
                 let (r, c) = (r.unpack(), c.unpack());

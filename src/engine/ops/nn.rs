@@ -288,6 +288,10 @@ impl Tensor {
         shape.extend_from_slice(index.shape());
         shape.extend_from_slice(&in_shape[d + 1..]);
         let dtype = self.dtype();
+        // IndexBackward0 saves the index before the kernel runs (the autograd wrapper saves
+        // inputs first): a checkpoint's recomputation that ends on it stops before the
+        // gathered rows are allocated.
+        let ix_saved = needs_grad(&[self]).then(|| save(index));
         let out = with_real!(dtype, R, {
             Tensor::compute::<R>(self.device(), dtype, &shape, "index", &[self, index], || {
                 let x = cpu::read::<R>(self);
@@ -303,8 +307,7 @@ impl Tensor {
                 out
             })
         });
-        if needs_grad(&[self]) {
-            let ix = save(index);
+        if let Some(ix) = ix_saved {
             return attach(out, "IndexBackward0", &[self], Box::new(move |g| {
                 let ix = ix.unpack();
                 let dt = g.dtype();
