@@ -93,8 +93,13 @@ fn check(p: &Point) -> f64 {
     // inv_freq and original_inv_freq (d_h/2 fp32 each). The logits are lm_head's: Gemma 2's
     // soft-capping runs after (its tanh output is a loss-moment term).
     let batch = 2 * (p.b * p.s * 8) as u64;
-    // Gemma 2 adds its 0-d fp32 embed_scale.
-    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + if p.arch.is_gemma() { 4 } else { 0 };
+    // Gemma 2 adds its 0-d embed_scale, in the load dtype.
+    let embed_scale = match (p.arch.is_gemma(), p.precision) {
+        (false, _) => 0,
+        (true, Precision::PureBf16) => 2,
+        (true, _) => 4,
+    };
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + embed_scale;
     assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
     let bound = e.training_bytes();
     assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);

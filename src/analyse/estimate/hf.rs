@@ -638,11 +638,6 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         let n = g.sliding.iter().filter(|s| **s).count() as u64;
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{n}·8"), unit: Unit::Small, elements: n, elem: 8 });
     }
-    if gemma2 && c.mode == Mode::Pure {
-        // Gemma2TextScaledWordEmbedding: `embed_scale.to(bf16)`, a 0-d copy the product keeps
-        // (in fp32 the cast returns the buffer itself).
-        outside.push(Term { what: "embed_scale cast to bf16 (0-d; the embedding's product keeps it)".into(), op: "_to_copy", formula: "1·2".into(), unit: Unit::Small, elements: 1, elem: 2 });
-    }
     if lora {
         frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
     }

@@ -1,7 +1,7 @@
 //! `Gemma2ForCausalLM` and `Gemma3ForCausalLM` (transformers 5.23.0,
 //! `models/gemma2/modeling_gemma2.py`, `models/gemma3/modeling_gemma3.py`): Llama's attention
 //! and MLP with
-//! - the embedding times `embed_scale` (a 0-d fp32 buffer, √hidden) cast to the weights' type;
+//! - the embedding times `embed_scale` (a 0-d buffer of √hidden in the load dtype) cast to the weights' type;
 //! - `GemmaRMSNorm`: the whole norm in fp32, `output * (1 + weight.float())`, cast back last;
 //! - four norms per layer (input, post-attention, pre- and post-feedforward);
 //! - gelu_pytorch_tanh in the MLP;
@@ -66,14 +66,18 @@ pub(super) fn layer_norms(b: &mut Builder, p: &dyn Fn(&str) -> String, d: usize)
     (input, pre_ffn, [post_attn, post_ffn])
 }
 
-/// The rotary buffers and `embed_scale`: `model.embed_tokens.embed_scale` (0-d fp32) and, per
+/// The rotary buffers and `embed_scale`: `model.embed_tokens.embed_scale` (0-d, in `load`) and, per
 /// layer type present (full first, as `sorted(set(layer_types))`), `inv_freq` and
 /// `original_inv_freq` (Gemma 2: one pair). Returns the first type's inv_freq and the other
 /// buffers as [`Model::buffers`] keeps them: [first original, embed_scale, (second inv_freq,
 /// second original)].
-pub(super) fn buffers(g: &GemmaConfig, gemma3: bool, full_theta: f64, d: usize, hd: usize, device: Device) -> (Tensor, Vec<Tensor>) {
+pub(super) fn buffers(g: &GemmaConfig, gemma3: bool, full_theta: f64, d: usize, hd: usize, load: DType, device: Device) -> (Tensor, Vec<Tensor>) {
     let _c = runtime::category(Category::Buffer);
-    let embed_scale = Tensor::from_f64_with(&[], DType::F32, device, || vec![(d as f64).sqrt()]);
+    // `torch.tensor(embed_scale)` takes the default dtype, which from_config/from_pretrained
+    // set to the load dtype while the model is built (measured: bf16 in a bf16 load), so the
+    // forward's `.to(weight.dtype)` copies only once the weights have been cast away from it
+    // (prepare_model_for_kbit_training casts parameters, not buffers).
+    let embed_scale = Tensor::from_f64_with(&[], load, device, || vec![(d as f64).sqrt()]);
     let half = hd / 2;
     let pair = |theta: f64| {
         let inv = || (0..half).map(|j| 1.0 / theta.powf((2 * j) as f64 / hd as f64)).collect::<Vec<_>>();

@@ -256,7 +256,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     // LlamaRotaryEmbedding's inv_freq and original_inv_freq buffers (head_dim/2 fp32 each);
     // Gemma's embed_scale and Gemma 3's pair per layer type (gemma::buffers).
     let (inv_freq, mut buffers) = match &hf.gemma {
-        Some(g) => gemma::buffers(g, hf.model_type == Arch::Gemma3Text, cfg.rope_theta, d, hd, device),
+        Some(g) => gemma::buffers(g, hf.model_type == Arch::Gemma3Text, cfg.rope_theta, d, hd, hf.bnb.as_ref().map_or(dtype, |q| q.load_dtype), device),
         None => {
             let _c = runtime::category(Category::Buffer);
             let half = hd / 2;
