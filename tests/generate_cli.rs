@@ -131,3 +131,30 @@ fn a_qlora_generate_run_is_unprepared_unless_asked() {
     assert_eq!(kv("qlora", &[]), cells * 2);
     assert_eq!(kv("qlora-prepared", &["--prepare-model-for-kbit-training", "true"]), cells * 4);
 }
+
+/// Past the sliding window (prompt 16, window 8) generate runs on Mistral and Phi-3, whose
+/// DynamicSlidingWindowLayers generate_sliding.json measures, and exits 2 on Qwen2's window,
+/// which it does not, naming `--max-new-tokens`.
+#[test]
+fn generate_past_the_sliding_window_runs_where_measured() {
+    let dir = tmp("sliding-configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let shape = r#""hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "sliding_window": 8"#;
+    for (mt, extra, ok) in [("mistral", "", true), ("phi3", r#", "pad_token_id": 0"#, true), ("qwen2", r#", "use_sliding_window": true, "max_window_layers": 0"#, false)] {
+        let cfg = dir.join(format!("{mt}.json"));
+        std::fs::write(&cfg, format!(r#"{{"model_type": "{mt}", {shape}{extra}}}"#)).unwrap();
+        let (o, out) = run(&format!("sliding-{mt}"), &["--config", cfg.to_str().unwrap(), "--profile-type", "generate", "--max-new-tokens", "4", "--attn-implementation", "eager"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        if ok {
+            assert!(o.status.success(), "{mt}: {err}");
+            assert!(String::from_utf8_lossy(&o.stdout).contains("KV cache at the end"), "{mt}");
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{mt}: {err}");
+            assert!(err.contains("--max-new-tokens") && err.contains("DynamicSlidingWindowLayer"), "{mt}: {err}");
+            assert!(!out.exists(), "{mt} wrote {}", out.display());
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,6 +17,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --families # generate_families.json: phi3 and olmo2 (issue #30)
     python3 make_generate_grid.py --moe      # generate_moe.json: mixtral, qwen3_moe, qwen2_moe (issue #30)
     python3 make_generate_grid.py --gemma    # generate_gemma.json: gemma2, gemma3_text (issue #30)
+    python3 make_generate_grid.py --sliding  # generate_sliding.json: mistral past its sliding window
 
 The --families and --moe grids (issue #30): per model type 12 points over greedy, sampling
 (num_return_sequences too), beams 2-3, the DynamicCache and a StaticCache, batch 1-3, prompts
@@ -31,6 +32,10 @@ soft-capping), the default DynamicCache (a DynamicSlidingWindowLayer per sliding
 StaticCache (StaticSlidingWindowLayer), the window below the prompt, inside the decode steps
 (crossed while generating), at the prompt and above everything, greedy, sampling, beams 2-3,
 batch 1-3, fp32/bf16, eager (Gemma 2 has no sdpa) and sdpa (Gemma 3).
+
+The --sliding grid: Mistral (and four Phi-3 points) whose sliding window the prompt and new tokens pass (below the
+prompt, crossed while decoding, at the prompt), the DynamicCache's DynamicSlidingWindowLayers,
+greedy, sampling (num_return_sequences too), beams 2-3, batch 1-3, sdpa and eager, fp32 and bf16.
 
 The --qlora grid (issue #28's leftovers): each model_type x {4-bit without adapters, 4-bit + LoRA
 q,v, 4-bit + LoRA all-linear (twice: nf4/fp4, double quantization on/off, compute bf16/fp32),
@@ -357,6 +362,42 @@ def oggrid(quick=False):
     return [opoint(r) for r in range(2 if quick else len(OSS_RUNS))]
 
 
+# Mistral with a sliding window shorter than what generate() reaches (DynamicCache: a
+# DynamicSlidingWindowLayer per layer): (SHAPES row, attn, dtype, window, options).
+SLIDING_RUNS = [
+    (0, "sdpa", "fp32", "below", {}),
+    (1, "eager", "fp32", "cross", {}),
+    (3, "sdpa", "bf16", "cross", {}),
+    (5, "eager", "bf16", "below", {}),
+    (0, "eager", "fp32", "cross", dict(do_sample=True)),
+    (3, "sdpa", "fp32", "below", dict(num_beams=2, batch=1)),
+    (1, "sdpa", "bf16", "cross", dict(num_beams=3)),
+    (5, "sdpa", "fp32", "cross", dict(do_sample=True, num_return_sequences=2, batch=1)),
+    (4, "eager", "fp32", "below", dict(batch=3)),
+    (2, "sdpa", "bf16", "below", {}),
+    (0, "sdpa", "bf16", "at", dict(batch=3)),
+    (3, "eager", "bf16", "below", dict(num_beams=2, batch=2)),
+    # Phi-3 (its config's sliding_window, every layer): the same cache layers.
+    (0, "sdpa", "fp32", "below", dict(model_type="phi3")),
+    (1, "eager", "bf16", "cross", dict(model_type="phi3", do_sample=True)),
+    (3, "sdpa", "bf16", "cross", dict(model_type="phi3", num_beams=2, batch=1)),
+    (5, "eager", "fp32", "below", dict(model_type="phi3", batch=3)),
+]
+
+
+def spoint(r):
+    i, attn, dtype, window, opts = SLIDING_RUNS[r]
+    opts = dict(opts)
+    p = point(opts.pop("model_type", "mistral"), i, attn=attn, dtype=dtype, **opts)
+    S, N = p["seq"], p["max_new_tokens"]
+    p["sliding_window"] = {"below": S // 2, "cross": S + max(N // 2, 1), "at": S}[window]
+    return p
+
+
+def sgrid(quick=False):
+    return [spoint(r) for r in range(2 if quick else len(SLIDING_RUNS))]
+
+
 def mgrid(quick=False):
     return [mpoint(mt, r) for mt in ("mixtral", "qwen3_moe", "qwen2_moe") for r in range(2 if quick else len(MOE_RUNS))]
 
@@ -464,6 +505,7 @@ def main():
     ap.add_argument("--moe", action="store_true", help="generate_moe.json: mixtral, qwen3_moe, qwen2_moe with forced routing")
     ap.add_argument("--gpt-oss", action="store_true", help="generate_gpt_oss.json: gpt_oss (sliding and full layers, forced routing)")
     ap.add_argument("--gemma", action="store_true", help="generate_gemma.json: gemma2, gemma3_text (sliding and full layers)")
+    ap.add_argument("--sliding", action="store_true", help="generate_sliding.json: mistral with a window shorter than the sequence")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
@@ -473,9 +515,10 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma or a.gpt_oss:
-        which = "--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss"
-        results, t0 = G.measure_all((fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid)(a.quick), run_one, maxtasksperchild=1)
+    if a.families or a.moe or a.gemma or a.gpt_oss or a.sliding:
+        which = "--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--sliding" if a.sliding else "--gpt-oss"
+        grid_of = fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else sgrid if a.sliding else oggrid
+        results, t0 = G.measure_all(grid_of(a.quick), run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
@@ -483,7 +526,7 @@ def main():
                            "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss else ""),
                    points=results)
         name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
-                else "generate_gpt_oss.json")
+                else "generate_sliding.json" if a.sliding else "generate_gpt_oss.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)

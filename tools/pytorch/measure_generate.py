@@ -127,7 +127,9 @@ def kv_cache_bytes(p, model):
     # min(sliding_window, max_cache_len).
     window = getattr(cfg, "sliding_window", None)
     static = p.get("cache", "dynamic") == "static"
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    # Without layer_types, every layer is sliding when the config has a window
+    # (cache_utils.get_layer_types_and_kwargs): Mistral's DynamicCache.
+    types = getattr(cfg, "layer_types", None) or ["sliding_attention" if window else "full_attention"] * cfg.num_hidden_layers
     positions = sum(min(full, window if static else window - 1) if t == "sliding_attention" else full for t in types)
     return 2 * rows * cfg.num_key_value_heads * positions * hd * el
 

@@ -44,7 +44,7 @@ pub fn check(cfg: &ModelConfig, s: usize, n: usize) -> Result<(), ConfigError> {
     if let Some(w) = hf.sliding_window.filter(|&w| s + n > w) {
         return Err(ConfigError::new(
             "--max-new-tokens",
-            format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23 then keeps a DynamicSlidingWindowLayer (the last {} positions), not modelled yet", s + n, w - 1),
+            format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23 then keeps a DynamicSlidingWindowLayer (the last {} positions), which the closed form does not derive; `vramscope profile --profile-type generate` runs it op for op on mistral and phi3", s + n, w - 1),
         ));
     }
     Ok(())

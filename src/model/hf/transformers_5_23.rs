@@ -1190,6 +1190,12 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         mask = match (&gen, gemma_full) {
             (_, Some(full)) => full,
             (Some(g), None) if g.static_len.is_some() => g.mask.cloned(),
+            // A window on every layer (Mistral, Qwen2): generate's DynamicCache holds a
+            // DynamicSlidingWindowLayer per layer, so the mask spans its keys (get_mask_sizes).
+            (Some(_), None) if hf.sliding_window.is_some() && !is_gpt_oss(hf) => {
+                let w = hf.sliding_window.unwrap_or_default();
+                causal_mask_window(hf, b, s, past, gemma::sliding_mask_sizes(w, past, s), embeds.dtype(), device, padding.as_ref(), true)
+            }
             _ => causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref()),
         };
         // Qwen2MoeModel builds `causal_mask_mapping["sliding_attention"]` whether a layer uses it
