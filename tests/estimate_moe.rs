@@ -273,7 +273,6 @@ fn moe_estimate_cli() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let cfg = dir.join("qwen3_moe.json");
-    let p = base("qwen3_moe");
     std::fs::write(&cfg, r#"{"model_type": "qwen3_moe", "hidden_size": 128, "moe_intermediate_size": 96, "intermediate_size": 384, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 4096,
         "rms_norm_eps": 1e-6, "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true}"#)
@@ -293,7 +292,6 @@ fn moe_estimate_cli() {
         let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
         assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{implementation} {routing}");
     }
-    let _ = p;
     // The presets at full size, closed form only.
     for (preset, needles) in [("Mixtral-8x7B", &["mixtral", "E 8 experts of width I 14336, top-k 2"][..]), ("Qwen3-30B-A3B", &["qwen3_moe", "E 128 experts of width I 768, top-k 8"][..])] {
         let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--no-simulate"]);

@@ -127,7 +127,7 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig) {
     }
     router(t, m, &z);
     match m.implementation {
-        ExpertsImplementation::GroupedMm => grouped_mm(t, m, &z),
+        ExpertsImplementation::GroupedMm => grouped_mm(t, &z),
         ExpertsImplementation::BatchedMm => batched_mm(t, m, &z),
         ExpertsImplementation::Eager => eager(t, m, &z),
     }
@@ -163,8 +163,7 @@ fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str
 }
 
 /// `grouped_mm_experts_forward`.
-fn grouped_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
-    let _ = m;
+fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
     t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
     t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
     t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
@@ -194,10 +193,17 @@ fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
 /// The modeling file's loop over the experts that were hit: per expert e with n_e rows (the
 /// routing's split; the n_e add up to B·S·k), what its ops keep.
 fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
-    let counts = m.routing.counts(z.t as usize, m.top_k, m.experts).expect("the options checked the routing");
-    let rows: u64 = counts.iter().map(|&n| n as u64).sum();
-    let hit = counts.iter().filter(|&&n| n > 0).count();
-    let per = |what: &str| format!("{what}, over the {hit} experts hit (Σ n_e = B·S·k)");
+    // Any split the options accept adds up to the B·S·k routed rows (Routing::counts checks
+    // it); the split itself only says how many experts the loop visits.
+    let rows = z.p;
+    let hit = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
+        Ok(counts) => {
+            debug_assert_eq!(counts.iter().map(|&n| n as u64).sum::<u64>(), rows);
+            format!("the {} experts hit", counts.iter().filter(|&&n| n > 0).count())
+        }
+        Err(_) => "the experts hit".to_string(),
+    };
+    let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
     t.push(term(per("hidden_states[token_idx] (gate_up's linear keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
     gate_up(t, z, "mm", rows, "down_proj's linear");
