@@ -152,12 +152,7 @@ fn run(points: &[Point], limit: f64) {
     let mut failed = Vec::new();
     for p in points {
         match std::panic::catch_unwind(|| check(p)) {
-            Ok(r) => {
-                if std::env::var_os("MOE_RATIOS").is_some() {
-                    eprintln!("{r:.3} {:?} {:?} {:?} ckpt {:?} b {} s {} d {} i {} e {} k {}", p.implementation, p.precision, p.routing, p.ckpt, p.b, p.s, p.d, p.i, p.experts, p.top_k);
-                }
-                worst = worst.max(r)
-            }
+            Ok(r) => worst = worst.max(r),
             Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{p:?}: panicked"))),
         }
     }
