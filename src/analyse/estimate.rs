@@ -35,6 +35,15 @@ pub enum Unit {
     Q,
     /// kv = B·S·h_kv·d_h elements (hf, grouped-query attention): per-head keys and values.
     Kv,
+    /// ka = B·S·k·d elements (mixture of experts): the routed rows, every token once per
+    /// expert it goes to, d wide.
+    Ka,
+    /// ki = B·S·k·I elements (mixture of experts): the routed rows one expert wide (I).
+    Ki,
+    /// kw = B·S·k·I·d elements (batched_mm): one expert's I×d matrix gathered per routed row.
+    Kw,
+    /// fs = B·S·I_s elements (Qwen2-MoE): the shared expert's hidden tensors.
+    Fs,
     /// Per-row statistics and indices (B·S or B·h·S elements): small.
     Small,
 }
@@ -48,6 +57,10 @@ impl Unit {
             Unit::M => "m",
             Unit::Q => "q",
             Unit::Kv => "kv",
+            Unit::Ka => "ka",
+            Unit::Ki => "ki",
+            Unit::Kw => "kw",
+            Unit::Fs => "fs",
             Unit::Small => "small",
         }
     }
@@ -219,7 +232,7 @@ impl Ctx {
             Unit::M => (self.s * self.s, "S²"),
             Unit::Q => (self.b * self.s * self.h * self.dk, "B·S·h·d_h"),
             Unit::Kv => (self.b * self.s * self.kvh * self.dk, "B·S·h_kv·d_h"),
-            Unit::Small => unreachable!("small terms give their own size"),
+            Unit::Small | Unit::Ka | Unit::Ki | Unit::Kw | Unit::Fs => unreachable!("small and expert terms give their own size (hf/moe.rs)"),
         };
         let formula = if elem == 4 { format!("{formula}·4") } else { format!("{formula}·{elem} = {}", sized(unit, elem)) };
         Term { what: what.into(), op, formula, unit, elements, elem }
@@ -276,7 +289,7 @@ impl Ctx {
 /// The sum of a term list in symbols: `10a + 5f + 2s + m + small`, with 2-byte tensors as
 /// `½a` (`4a + 9·½a + …`).
 pub fn symbolic(terms: &[Term]) -> String {
-    let order = [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::S, Unit::M];
+    let order = [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::Fs, Unit::Ka, Unit::Ki, Unit::Kw, Unit::S, Unit::M];
     let mut parts: Vec<String> = Vec::new();
     for u in order {
         let mut elems: Vec<u64> = terms.iter().filter(|t| t.unit == u).map(|t| if u == Unit::M { 4 } else { t.elem }).collect();
@@ -301,7 +314,7 @@ pub fn symbolic(terms: &[Term]) -> String {
 /// The same sum collapsed to 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
 pub fn symbolic_fp32_units(terms: &[Term]) -> String {
     let mut parts: Vec<String> = Vec::new();
-    for u in [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::S] {
+    for u in [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::Fs, Unit::Ka, Unit::Ki, Unit::Kw, Unit::S] {
         let quarters: u64 = terms.iter().filter(|t| t.unit == u).map(|t| t.elem).sum();
         if quarters > 0 {
             let n = quarters as f64 / 4.0;
@@ -454,7 +467,8 @@ fn vocab(what: &str, op: &'static str, rows: &str, elements: u64, elem: u64) -> 
 /// Refuses shapes whose byte counts could not be represented ([`ModelConfig::check_sizes`]):
 /// within it every sum [`estimate`] forms fits a u64, so nothing it prints can wrap.
 pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), crate::model::ConfigError> {
-    cfg.check_sizes(b, s, "--context-length")
+    cfg.check_sizes(b, s, "--context-length")?;
+    hf::moe::check_range(cfg, b, s)
 }
 
 /// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`, with
@@ -622,6 +636,11 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         }
         if used(Unit::Kv) {
             symbols.push(("kv".into(), "B·S·h_kv·d_h·4".into(), c.b * c.s * c.kvh * c.dk * 4));
+        }
+        if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()) {
+            // The experts' own symbols replace the dense MLP's f.
+            symbols.retain(|(name, _, _)| name != "f");
+            symbols.extend(hf::moe::symbols(&c, m, used));
         }
     }
     Estimate {

@@ -29,6 +29,9 @@ impl ParamSizes {
         let m = |a: u64, b: u64| a.saturating_mul(b);
         // One decoder block's parameters as (rows, Some(cols)) for matrices, (n, None) for vectors.
         let mut dims: Vec<(u64, Option<u64>)> = Vec::new();
+        // A 3-D parameter's leading size by its index in `dims` (the MoE experts' (E, rows,
+        // cols)): its elements are lead·rows·cols, Adafactor's factors lead·(rows + cols).
+        let mut lead: Vec<(usize, u64)> = Vec::new();
         match (&cfg.hf, cfg.flavour) {
             // Phi-3's registration: o_proj, the fused qkv_proj, gate_up_proj, down_proj, norms.
             (Some(h), Flavour::Hf) if h.model_type == Arch::Phi3 => {
@@ -49,10 +52,17 @@ impl ParamSizes {
                     Arch::Olmo2 => dims.extend([(q, None), (kv, None)]),
                     _ => {}
                 }
-                for (rows, cols) in [(f, d), (f, d), (d, f)] {
-                    dims.push((rows, Some(cols)));
-                    if h.mlp_bias {
-                        dims.push((rows, None));
+                match &h.moe {
+                    Some(m) => {
+                        lead = moe_dims(m, d, &mut dims);
+                    }
+                    None => {
+                        for (rows, cols) in [(f, d), (f, d), (d, f)] {
+                            dims.push((rows, Some(cols)));
+                            if h.mlp_bias {
+                                dims.push((rows, None));
+                            }
+                        }
                     }
                 }
                 dims.extend([(d, None), (d, None)]);
@@ -76,8 +86,9 @@ impl ParamSizes {
                 }
             }
         }
-        let block: Vec<u64> = dims.iter().map(|&(r, c)| c.map_or(r, |c| m(r, c))).collect();
-        let block_factored = dims.iter().fold(0u64, |a, &(r, c)| a.saturating_add(r.saturating_add(c.unwrap_or(0))));
+        let lead_of = |i: usize| lead.iter().find(|(j, _)| *j == i).map_or(1, |&(_, e)| e);
+        let block: Vec<u64> = dims.iter().enumerate().map(|(i, &(r, c))| m(lead_of(i), c.map_or(r, |c| m(r, c)))).collect();
+        let block_factored = dims.iter().enumerate().fold(0u64, |a, (i, &(r, c))| a.saturating_add(m(lead_of(i), r.saturating_add(c.unwrap_or(0)))));
         let mut tail = vec![d];
         let mut factored = v.saturating_add(d).saturating_add(d);
         if !cfg.tied_embeddings {
@@ -86,10 +97,10 @@ impl ParamSizes {
         }
         let layers = cfg.num_layers as u64;
         let factored = factored.saturating_add(block_factored.saturating_mul(layers));
-        let rc = |&(r, c): &(u64, Option<u64>)| c.map_or(0, |c| r.saturating_add(c));
+        let rc = |(i, &(r, c)): (usize, &(u64, Option<u64>))| c.map_or(0, |c| m(lead_of(i), r.saturating_add(c)));
         let mut factors = vec![v.saturating_add(d)];
         for _ in 0..layers.min(2) {
-            factors.extend(dims.iter().map(rc));
+            factors.extend(dims.iter().enumerate().map(rc));
         }
         factors.push(0);
         if !cfg.tied_embeddings {
@@ -178,6 +189,28 @@ impl ParamSizes {
         out.extend(&self.tail);
         out
     }
+}
+
+/// A sparse MoE block's parameters in transformers' registration order, pushed on `dims`:
+/// the router (E, d) (Qwen3-MoE registers it after the experts), the experts' 3-D
+/// `gate_up_proj` (E, 2I, d) and `down_proj` (E, d, I), and Qwen2-MoE's shared expert (its
+/// three linears and the (1, d) `shared_expert_gate`). Returns the 3-D ones' indices with E.
+fn moe_dims(m: &crate::model::hf::moe::MoeConfig, d: u64, dims: &mut Vec<(u64, Option<u64>)>) -> Vec<(usize, u64)> {
+    use crate::model::hf::moe::MoeFamily;
+    let (e, i, s) = (m.experts as u64, m.intermediate as u64, m.shared_intermediate as u64);
+    let router_first = m.family != MoeFamily::Qwen3Moe;
+    if router_first {
+        dims.push((e, Some(d)));
+    }
+    let at = dims.len();
+    dims.extend([(i.saturating_mul(2), Some(d)), (d, Some(i))]);
+    if !router_first {
+        dims.push((e, Some(d)));
+    }
+    if s > 0 {
+        dims.extend([(s, Some(d)), (s, Some(d)), (d, Some(s)), (1, Some(d))]);
+    }
+    vec![(at, e), (at + 1, e)]
 }
 
 /// (state bytes, its formula, temporaries at the step's peak, their formula) for parameters

@@ -62,7 +62,11 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    super::moe::refuse(&r.config, &a.model, "estimate")?;
+    // The closed form derives mixtral's, qwen3_moe's and qwen2_moe's sparse blocks
+    // (analyse/estimate/hf/moe.rs); the other MoE families are refused.
+    if !crate::analyse::estimate::hf::moe::derives(&r.config) {
+        super::moe::refuse(&r.config, &a.model, "estimate")?;
+    }
     if let Some(n) = &r.note {
         note(n);
     }
@@ -79,6 +83,8 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
             format!("the closed form derives fp32, autocast over fp32 weights and pure bf16; this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
         ));
     }
+    // An MoE model: autocast is refused as profile refuses it, and a routing file must fit B·S tokens.
+    super::moe::check_profile(&cfg, crate::engine::Device::Meta, precision, false, batch, &[seq])?;
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;

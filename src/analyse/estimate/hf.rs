@@ -17,6 +17,7 @@ use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
 mod gemma;
+pub mod moe;
 mod olmo2;
 
 /// The attention kernel the derivation follows.
@@ -51,6 +52,9 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 /// Refuses the hf runs this closed form cannot state honestly, naming the flag to change.
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
+    if let Some(m) = &hf.moe {
+        moe::check(hf, m, precision)?;
+    }
     if hf.model_type == Arch::Gemma3Text {
         return Err(ConfigError::new(
             "--model",
@@ -510,8 +514,20 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
     let gate_up = ["gate_proj", "up_proj"];
-    let gate_up_readers: &[&str] = if phi3 { &["gate_up_proj"] } else { &gate_up };
+    let gate_up_readers: &[&str] = match &hf.moe {
+        Some(m) => moe::norm_readers(m),
+        None if phi3 => &["gate_up_proj"],
+        None => &gate_up,
+    };
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, &gate_up));
+    if let Some(m) = &hf.moe {
+        // The sparse block in place of the MLP (check refuses LoRA on it).
+        moe::block(c, &mut t, hf, m);
+        if c.mode != Mode::Pure {
+            t.push(c.term("layer output = h + moe block (the next norm keeps it)", "add", Unit::A, 4));
+        }
+        return t;
+    }
     if lora.is_some() && h {
         frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
         frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
@@ -683,11 +699,16 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
     // Gemma 2: four norms per layer.
     let (norms, norms_n) = if gemma2 { ("4d", 4 * d) } else { ("2d", 2 * d) };
-    let param_formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + {norms}{qk_norm}) + d");
-    debug_assert_eq!(
-        cfg.param_count(),
-        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + norms_n + qk_norm_n) + d
-    );
+    let param_formula = match &hf.moe {
+        Some(m) => moe::param_formula(cfg, hf, m, &bias_names, qk_norm, biases + qk_norm_n),
+        None => {
+            debug_assert_eq!(
+                cfg.param_count(),
+                v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + biases + 3 * d * f + norms_n + qk_norm_n) + d
+            );
+            format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + {norms}{qk_norm}) + d")
+        }
+    };
     // F.linear casts weight and bias under autocast; norm weights meet only muls.
     let cast_elements = l * (2 * d * q + 2 * d * kv + 3 * d * f + biases) + v * d;
     let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };

@@ -51,11 +51,23 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         out!(s,
             "transformers {} {} (d_h {}): {}; attention {} (as on a CUDA GPU), use_cache {}{cache}, gradient checkpointing {ckpt}, a Trainer step (model.train(); the logits die before backward)",
             crate::model::hf::TRANSFORMERS_VERSION,
-            hf.model_type.name(),
+            hf.moe.as_ref().map_or(hf.model_type.name(), |m| m.family.model_type()),
             hf.head_dim,
             crate::session::hf::loaded(hf, e.precision),
             crate::analyse::estimate::hf::kernel_name(hf, kernel),
             hf.use_cache
+        );
+    }
+    if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()) {
+        let shared = if m.shared_intermediate > 0 { format!(", a shared expert of width I_s {}", m.shared_intermediate) } else { String::new() };
+        let renorm = if m.family == crate::model::hf::moe::MoeFamily::Mixtral || m.norm_topk_prob { "renormalised" } else { "not renormalised (norm_topk_prob false)" };
+        out!(s,
+            "mixture of experts: E {} experts of width I {}, top-k {} ({renorm}){shared}; experts_implementation {}, routing {} (it decides how many rows each expert gets, not how many rows there are: the terms below hold for any split)",
+            m.experts,
+            m.intermediate,
+            m.top_k,
+            m.implementation.name(),
+            m.routing.name()
         );
     }
     out!(s, "(bytes are exact integers; MiB/GiB are 1024-based)\n");

@@ -1,0 +1,249 @@
+//! The sparse mixture-of-experts block in closed form: transformers 5.23's
+//! `MixtralSparseMoeBlock`, `Qwen3MoeSparseMoeBlock` and `Qwen2MoeSparseMoeBlock` (the op
+//! sequence is src/model/hf/moe_5_23.rs) in place of the dense MLP, everything else of the
+//! layer being Mistral's, Qwen3's or Qwen2's. With T = B·S tokens each routed to k of E
+//! experts of width I, what autograd keeps:
+//! - the router: softmax (fp32) keeps its (T, E) output; topk its int64 indices; the
+//!   renormalisation (Mixtral, Qwen `norm_topk_prob`) divides the top-k values by their sum
+//!   and keeps both;
+//! - the experts, one tensor per routed row (T·k of them; `--routing` decides which expert
+//!   gets how many, never how many there are, so the sums below hold for any split):
+//!   `grouped_mm` keeps the rows gathered in expert order, its output's two halves (silu and
+//!   the product), the product, the down output (the weighting keeps it), the sorted routing
+//!   weights, the permutation, the token ids, its inverse and the int32 offsets; `batched_mm`
+//!   the repeated rows and, per row, its expert's gathered gate_up (2I×d) and down (d×I)
+//!   matrices; `eager` the same per expert that was hit as a plain linear keeps, with its
+//!   `torch.where` rows, its routing weights and `index_add_`'s source;
+//! - Qwen2-MoE's shared expert: a dense MLP of width I_s and `sigmoid(shared_expert_gate)`.
+//!
+//! Mixtral keeps its routing weights in fp32 (the softmax's type) whatever the model's; the
+//! Qwens cast them back to the model's. Autocast, LoRA, bitsandbytes and the router's
+//! auxiliary loss are refused ([`check`]): `profile` simulates what it runs of them.
+use super::{types, Arch};
+use crate::analyse::estimate::{sized, Ctx, Term, Unit};
+use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
+use crate::model::hf::HfConfig;
+use crate::model::config::MAX_BYTES;
+use crate::model::{ConfigError, ModelConfig};
+use crate::train::Precision;
+
+/// Whether the closed form derives `cfg`'s mixture of experts (a dense model: nothing to derive).
+pub fn derives(cfg: &ModelConfig) -> bool {
+    cfg.hf().and_then(|h| h.moe.as_ref()).is_none_or(|m| matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe))
+}
+
+/// Refuses what the closed form does not derive of an MoE model, naming the flag.
+pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
+    let family = m.family.model_type();
+    if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
+        return Err(ConfigError::new("--model", format!("model_type {family}: the closed form derives the sparse blocks of mixtral, qwen3_moe and qwen2_moe; `profile` simulates it")));
+    }
+    if m.output_router_logits {
+        return Err(ConfigError::new(
+            "--output-router-logits",
+            format!("(or the config's output_router_logits) on {family}: the router's auxiliary loss (every layer's logits concatenated, load_balancing_loss_func) is not derived in closed form; `profile` simulates it"),
+        ));
+    }
+    if let Some(lc) = &hf.lora {
+        let flag = if lc.target_parameters.is_empty() { "--lora-r" } else { "--target-parameters" };
+        return Err(ConfigError::new(flag, format!("peft's LoRA on {family} is not derived in closed form; `profile` simulates it")));
+    }
+    if let Some(q) = &hf.bnb {
+        return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));
+    }
+    if precision.autocast().is_some() {
+        return Err(ConfigError::new("--precision", format!("autocast of a mixture-of-experts model ({family}) is not modelled: load the weights in their dtype (fp32, or --pure-bf16)")));
+    }
+    Ok(())
+}
+
+/// Refuses a run whose expert tensors could not be counted: the largest (batched_mm's gathered
+/// (B·S·k, 2I, d) weights), 16 bytes an element, over every layer with room to spare, stays
+/// below [`MAX_BYTES`] as [`ModelConfig::check_sizes`] keeps the dense ones.
+pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), ConfigError> {
+    let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
+    let n = [b, s, m.top_k, 2, m.intermediate.max(m.shared_intermediate).max(m.experts), cfg.d_model, 16, 64, cfg.num_layers + 4]
+        .iter()
+        .try_fold(1u64, |a, &x| a.checked_mul(x as u64))
+        .filter(|&n| n <= MAX_BYTES);
+    match n {
+        Some(_) => Ok(()),
+        None => Err(ConfigError::new(
+            "--context-length",
+            format!("the expert tensors of {} × {} tokens routed to {} experts of width {} would have more bytes than the 2^62 vramscope can count; lower --batch-size or --context-length", b, s, m.top_k, m.intermediate),
+        )),
+    }
+}
+
+/// The block's sizes: T tokens, P = T·k routed rows, and the element sizes.
+struct Sizes {
+    t: u64,
+    p: u64,
+    d: u64,
+    i: u64,
+    e: u64,
+    /// The model's bytes per element (4, or 2 in pure bf16).
+    me: u64,
+    /// The routing weights' (4 for Mixtral, the model's for the Qwens).
+    rw: u64,
+}
+
+fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
+    let formula = match unit {
+        Unit::Small => format!("{formula}·{elem}"),
+        _ if elem == 4 => format!("{formula}·4"),
+        _ => format!("{formula}·{elem} = {}", sized(unit, elem)),
+    };
+    Term { what: what.into(), op, formula, unit, elements, elem }
+}
+
+/// The linears that read post_attention_layernorm's output (each keeps it; the experts gather
+/// rows of it by index and keep the index only).
+pub(super) fn norm_readers(m: &MoeConfig) -> &'static [&'static str] {
+    if m.shared_intermediate > 0 {
+        &["shared_expert.gate_proj", "shared_expert.up_proj", "gate (the router)", "shared_expert_gate"]
+    } else {
+        &["gate (the router)"]
+    }
+}
+
+/// What the sparse block keeps for backward, in forward order (its input, the norm's output,
+/// is counted with the norm).
+pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig) {
+    let me = types(c, hf).model;
+    let k = m.top_k as u64;
+    let tokens = c.b * c.s;
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { me } };
+    let is = m.shared_intermediate as u64;
+    if is > 0 {
+        // Qwen2MoeMLP on every token: silu keeps its input, the product each factor; the
+        // gated product keeps down_proj's output and the sigmoid's.
+        let fs = |what: &str, op| term(format!("shared_expert {what}"), op, Unit::Fs, "B·S·I_s", z.t * is, me);
+        t.push(fs("gate_proj output (silu keeps its input)", "mm"));
+        t.push(fs("silu(gate)", "silu"));
+        t.push(fs("up_proj output", "mm"));
+        t.push(fs("silu·up (down_proj keeps it)", "mul"));
+        t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, me));
+    }
+    router(t, m, &z);
+    match m.implementation {
+        ExpertsImplementation::GroupedMm => grouped_mm(t, &z),
+        ExpertsImplementation::BatchedMm => batched_mm(t, m, &z),
+        ExpertsImplementation::Eager => eager(t, m, &z),
+    }
+    if is > 0 {
+        t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, me));
+    }
+}
+
+/// Whether the router divides its top-k by their sum.
+fn renormalises(m: &MoeConfig) -> bool {
+    m.family == MoeFamily::Mixtral || m.norm_topk_prob
+}
+
+/// `*TopKRouter`: logits (not kept), softmax in fp32 (keeps its output), topk (keeps its
+/// int64 indices), the renormalisation (keeps the values and their sum).
+fn router(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
+    t.push(term("router softmax(logits.float()) (T, E) (softmax keeps its output)", "_softmax", Unit::Small, "B·S·E", z.t * z.e, 4));
+    if renormalises(m) {
+        t.push(term("router top-k probabilities, fp32 (the renormalising division keeps them)", "topk", Unit::Small, "B·S·k", z.p, 4));
+        t.push(term("their sum over k, fp32 (the division keeps it)", "sum", Unit::Small, "B·S", z.t, 4));
+    }
+    t.push(term("router top-k expert indices, int64 (topk keeps them)", "topk", Unit::Small, "B·S·k", z.p, 8));
+}
+
+/// The gate_up output, written as its two halves: silu keeps the gate half, the product the
+/// up half (both views of the one (rows, 2I) tensor); then silu's output and the product.
+fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str) {
+    let ki = |what: String, op| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, z.me);
+    t.push(ki("gate_up output, its gate half (silu keeps it)".into(), op));
+    t.push(ki("gate_up output, its up half (the product keeps it)".into(), op));
+    t.push(ki("silu(gate)".into(), "silu"));
+    t.push(ki(format!("silu·up ({down} keeps it)"), "mul"));
+}
+
+/// `grouped_mm_experts_forward`.
+fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
+    t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
+    t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
+    t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
+    gate_up(t, z, "_grouped_mm", z.p, "the down grouped matmul");
+    t.push(term("down grouped matmul output (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
+}
+
+/// `batched_mm_experts_forward`.
+fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
+    // The weighting keeps the routing weights as the experts get them: the renormalised fp32
+    // values (Mixtral; a Qwen in fp32), the Qwens' cast to the model's type, or the top-k
+    // values themselves.
+    let op = if z.rw != 4 { "_to_copy" } else if renormalises(m) { "div" } else { "topk" };
+    t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
+    t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);
+    t.push(kw("gate_up_proj[expert_ids] (B·S·k, 2I, d), its gate rows (the up bmm keeps it)"));
+    t.push(kw("gate_up_proj[expert_ids], its up rows"));
+    gate_up(t, z, "bmm", z.p, "the down bmm");
+    t.push(kw("down_proj[expert_ids] (B·S·k, d, I) (the down bmm keeps it)"));
+    t.push(term("down bmm output (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+}
+
+/// The modeling file's loop over the experts that were hit: per expert e with n_e rows (the
+/// routing's split; the n_e add up to B·S·k), what its ops keep.
+fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
+    // Any split the options accept adds up to the B·S·k routed rows (Routing::counts checks
+    // it); the split itself only says how many experts the loop visits.
+    let rows = z.p;
+    let hit = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
+        Ok(counts) => {
+            debug_assert_eq!(counts.iter().map(|&n| n as u64).sum::<u64>(), rows);
+            format!("the {} experts hit", counts.iter().filter(|&&n| n > 0).count())
+        }
+        Err(_) => "the experts hit".to_string(),
+    };
+    let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
+    t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
+    t.push(term(per("hidden_states[token_idx] (gate_up's linear keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    gate_up(t, z, "mm", rows, "down_proj's linear");
+    t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    t.push(term(per("top_k_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
+    // Mixtral's fp32 weights promote the product to fp32: `.to(final_hidden_states.dtype)`
+    // makes the copy index_add_ keeps (its source) in the model's type.
+    let op = if z.rw != z.me { "_to_copy" } else { "mul" };
+    t.push(term(per("weighted output in the model's type (index_add_ keeps its source)"), op, Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+}
+
+/// The parameter count's formula of an MoE model (`bias_names`/`qk_norm` as the dense
+/// formula writes them, `extra` their elements per layer).
+pub(super) fn param_formula(cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, bias_names: &str, qk_norm: &str, extra: u64) -> String {
+    let (d, v, l) = (cfg.d_model as u64, cfg.vocab_size as u64, cfg.num_layers as u64);
+    let (q, kv) = ((cfg.num_heads * cfg.head_dim()) as u64, (cfg.num_kv_heads * cfg.head_dim()) as u64);
+    let (e, i, is) = (m.experts as u64, m.intermediate as u64, m.shared_intermediate as u64);
+    let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    let shared = if is > 0 { " + 3d·I_s + d (shared_expert and shared_expert_gate)" } else { "" };
+    debug_assert!(hf.model_type == Arch::Mistral || hf.model_type == Arch::Qwen3 || hf.model_type == Arch::Qwen2);
+    debug_assert_eq!(
+        cfg.param_count(),
+        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + extra + e * d + 3 * e * i * d + if is > 0 { 3 * d * is + d } else { 0 } + 2 * d) + d
+    );
+    format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + E·d (router) + 3E·I·d (experts' gate_up_proj and down_proj){shared} + 2d{qk_norm}) + d")
+}
+
+/// The MoE symbols the block uses, with their byte values (4-byte elements).
+pub(in crate::analyse::estimate) fn symbols(c: &Ctx, m: &MoeConfig, used: impl Fn(Unit) -> bool) -> Vec<(String, String, u64)> {
+    let (p, i) = (c.b * c.s * m.top_k as u64, m.intermediate as u64);
+    let mut out = Vec::new();
+    for (u, name, formula, elements) in [
+        (Unit::Fs, "fs", "B·S·I_s·4", c.b * c.s * m.shared_intermediate as u64),
+        (Unit::Ka, "ka", "B·S·k·d·4", p * c.d),
+        (Unit::Ki, "ki", "B·S·k·I·4", p * i),
+        (Unit::Kw, "kw", "B·S·k·I·d·4", p * i * c.d),
+    ] {
+        if used(u) {
+            out.push((name.to_string(), formula.to_string(), elements * 4));
+        }
+    }
+    out
+}

@@ -1,0 +1,331 @@
+//! `vramscope estimate` on mixture-of-experts models (issue 30): the closed form of the sparse
+//! block (src/analyse/estimate/hf/moe.rs) against the simulated meta run of transformers
+//! 5.23's op sequence (itself byte-exact against transformers in tests/moe_grid.rs), over
+//! mixtral, qwen3_moe (norm_topk_prob on and off) and qwen2_moe (its shared expert): the three
+//! experts implementations, balanced, worst and a file's routing, hidden and expert sizes,
+//! 4–16 experts, top-k 1–4, B and S, fp32 and pure bf16, checkpointing, use_cache, eager and
+//! sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
+//! state, the autocast cache, logits, activations and the live set when the forward returns)
+//! must equal the simulation byte for byte; the training peak is the lower bound
+//! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
+use serde_json::json;
+use vramscope::analyse::estimate::{estimate, estimate_with, hf, Term};
+use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
+use vramscope::model::hf::{AttnImplementation, SdpaBackend};
+use vramscope::model::{Checkpoint, Flavour, ModelConfig};
+use vramscope::session::estimate::simulate;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::Precision;
+
+#[derive(Clone, Debug)]
+struct Point {
+    model_type: &'static str,
+    d: usize,
+    /// One expert's width.
+    i: usize,
+    experts: usize,
+    top_k: usize,
+    /// Qwen2-MoE's shared expert width.
+    shared: usize,
+    norm_topk_prob: bool,
+    implementation: ExpertsImplementation,
+    routing: Routing,
+    attn: AttnImplementation,
+    backend: SdpaBackend,
+    precision: Precision,
+    /// None, non-reentrant (false) or reentrant (true).
+    ckpt: Option<bool>,
+    cache: bool,
+    kv_heads: usize,
+    tied: bool,
+    b: usize,
+    s: usize,
+}
+
+fn base(model_type: &'static str) -> Point {
+    Point {
+        model_type,
+        d: 128,
+        i: 96,
+        experts: 6,
+        top_k: 2,
+        shared: if model_type == "qwen2_moe" { 160 } else { 0 },
+        norm_topk_prob: model_type == "qwen3_moe",
+        implementation: ExpertsImplementation::GroupedMm,
+        routing: Routing::Balanced,
+        attn: AttnImplementation::Eager,
+        backend: SdpaBackend::Auto,
+        precision: Precision::Fp32,
+        ckpt: None,
+        cache: true,
+        kv_heads: 2,
+        tied: false,
+        b: 2,
+        s: 40,
+    }
+}
+
+/// The point's config.json, read by vramscope's reader, with the run's options set.
+fn config(p: &Point) -> ModelConfig {
+    let mut c = json!({
+        "model_type": p.model_type, "hidden_size": p.d, "intermediate_size": p.i, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": p.kv_heads, "head_dim": p.d / 4, "vocab_size": 300,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
+        "num_experts_per_tok": p.top_k,
+    });
+    let o = c.as_object_mut().unwrap();
+    if p.model_type == "mixtral" {
+        o.insert("num_local_experts".into(), json!(p.experts));
+    } else {
+        o.insert("num_experts".into(), json!(p.experts));
+        o.insert("moe_intermediate_size".into(), json!(p.i));
+        o.insert("norm_topk_prob".into(), json!(p.norm_topk_prob));
+    }
+    if p.model_type == "qwen2_moe" {
+        o.insert("shared_expert_intermediate_size".into(), json!(p.shared));
+    }
+    let mut cfg = vramscope::model::hf::parse(&c.to_string()).unwrap().config;
+    if p.ckpt.is_some() {
+        cfg.checkpoint = Checkpoint::Every(1);
+    }
+    let hf = cfg.hf.as_mut().unwrap();
+    hf.reentrant = p.ckpt == Some(true);
+    hf.attn_implementation = p.attn;
+    hf.sdpa_backend = p.backend;
+    let m = hf.moe.as_mut().unwrap();
+    m.implementation = p.implementation;
+    m.routing = p.routing.clone();
+    cfg
+}
+
+fn sum(ts: &[Term]) -> u64 {
+    ts.iter().map(Term::bytes).sum()
+}
+
+/// A skewed file of counts: expert 0 gets every token, the other top-k − 1 picks spread evenly.
+fn skewed(tokens: usize, top_k: usize, experts: usize) -> Routing {
+    let rest = tokens * (top_k - 1);
+    let others = experts - 1;
+    Routing::Counts((0..experts).map(|e| if e == 0 { tokens } else { rest / others + usize::from(e - 1 < rest % others) }).collect())
+}
+
+/// Compares one point; returns the simulated training peak over the closed form's bound.
+fn check(p: &Point) -> f64 {
+    let cfg = config(p);
+    let name = format!("{p:?}");
+    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+    vramscope::analyse::estimate::check_range(&cfg, p.b, p.s).unwrap();
+    let e = estimate(&cfg, p.precision, p.b, p.s);
+    let sim = simulate(&cfg, p.precision, p.b, p.s, &OptimConfig::reference(Flavour::Hf)).unwrap();
+    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
+    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
+    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
+    let act = e.activation_bytes() as i64 - sim.activation_bytes as i64;
+    assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, outside {}; off by {act})", e.block_bytes(), sum(&e.outside));
+    // The live set also holds the batch (input_ids, labels: (B, S) int64 each) and RoPE's
+    // inv_freq and original_inv_freq (d_h/2 fp32 each).
+    let batch = 2 * (p.b * p.s * 8) as u64;
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4;
+    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
+    let bound = e.training_bytes();
+    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
+    // Checkpointed, backward recomputes each layer: its whole block (batched_mm's gathered
+    // expert weights, 3kw, most of all) lies above the bound, which counts layer inputs only.
+    let recomputed = if p.ckpt.is_some() {
+        let mut full = cfg.clone();
+        full.checkpoint = Checkpoint::None;
+        full.hf.as_mut().unwrap().use_cache = false;
+        estimate(&full, p.precision, p.b, p.s).block_bytes()
+    } else {
+        0
+    };
+    sim.training_peak_allocated as f64 / (bound + recomputed) as f64
+}
+
+/// Runs every point, reporting each that fails; `limit`: the largest simulated training peak
+/// over the bound (with a checkpointed layer's recomputed block) the grid may show
+/// (backward's transients lie above it).
+fn run(points: &[Point], limit: f64) {
+    let mut worst: f64 = 0.0;
+    let mut failed = Vec::new();
+    for p in points {
+        match std::panic::catch_unwind(|| check(p)) {
+            Ok(r) => worst = worst.max(r),
+            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{p:?}: panicked"))),
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
+    assert!(worst < limit, "simulated training peak up to {worst:.3}× the closed form's bound");
+    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+}
+
+/// One family's grid: the three experts implementations × fp32/pure bf16 × balanced/worst
+/// routing over four shapes (hidden, expert width, experts, top-k), then checkpointing
+/// (none, non-reentrant, reentrant) × use_cache, sdpa's kernels, a routing file, B and S,
+/// MHA and a tied head.
+fn grid(model_type: &'static str) -> Vec<Point> {
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for implementation in ExpertsImplementation::ALL {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for routing in [Routing::Balanced, Routing::Worst] {
+                let (d, i, experts, top_k) = shapes[n % shapes.len()];
+                n += 1;
+                points.push(Point { implementation, precision, routing, d, i, experts, top_k, ..base(model_type) });
+            }
+        }
+    }
+    for ckpt in [None, Some(false), Some(true)] {
+        for cache in [true, false] {
+            for (b, s) in [(1, 24), (3, 40)] {
+                let implementation = ExpertsImplementation::ALL[(b + usize::from(cache)) % 3];
+                points.push(Point { ckpt, cache, b, s, implementation, routing: Routing::Worst, ..base(model_type) });
+            }
+        }
+    }
+    // sdpa: fp32 runs the memory-efficient kernel with MHA (math with GQA), pure bf16 flash;
+    // the CPU kernel as measured on CPU.
+    for (precision, backend, kv_heads) in [
+        (Precision::Fp32, SdpaBackend::Auto, 4),
+        (Precision::Fp32, SdpaBackend::Auto, 2),
+        (Precision::PureBf16, SdpaBackend::Auto, 2),
+        (Precision::Fp32, SdpaBackend::CpuFlash, 2),
+    ] {
+        points.push(Point { attn: AttnImplementation::Sdpa, precision, backend, kv_heads, implementation: ExpertsImplementation::Eager, ..base(model_type) });
+    }
+    for implementation in ExpertsImplementation::ALL {
+        let p = base(model_type);
+        points.push(Point { routing: skewed(p.b * p.s, 3, 8), top_k: 3, experts: 8, implementation, ..p });
+    }
+    points.push(Point { kv_heads: 4, tied: true, top_k: 4, experts: 4, ..base(model_type) });
+    points.push(Point { precision: Precision::PureBf16, ckpt: Some(false), implementation: ExpertsImplementation::BatchedMm, ..base(model_type) });
+    points
+}
+
+#[test]
+fn mixtral_closed_form_equals_the_simulation() {
+    run(&grid("mixtral"), 1.30);
+}
+
+#[test]
+fn qwen3_moe_closed_form_equals_the_simulation() {
+    let mut points = grid("qwen3_moe");
+    // norm_topk_prob false: the top-k probabilities go to the experts as they are.
+    for implementation in ExpertsImplementation::ALL {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            points.push(Point { norm_topk_prob: false, implementation, precision, ..base("qwen3_moe") });
+        }
+    }
+    run(&points, 1.30);
+}
+
+#[test]
+fn qwen2_moe_closed_form_equals_the_simulation() {
+    let mut points = grid("qwen2_moe");
+    // norm_topk_prob on (its default is off), and a wide shared expert.
+    for implementation in ExpertsImplementation::ALL {
+        points.push(Point { norm_topk_prob: true, shared: 320, implementation, ..base("qwen2_moe") });
+    }
+    run(&points, 1.30);
+}
+
+/// The optimizers the closed form derives, over the 3-D experts (Adafactor factors
+/// (E, 2I) and (E, d) of gate_up_proj) and each family's registration order (Qwen3-MoE's
+/// router after its experts, Qwen2-MoE's shared expert): state and gradients equal the
+/// simulation's, and the training peak lies above the bound.
+#[test]
+fn moe_optimizers() {
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for kind in [OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchFused, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::Adafactor] {
+                let p = Point { precision, b: 1, s: 32, ..base(model_type) };
+                let cfg = config(&p);
+                let mut optim = OptimConfig::reference(Flavour::Hf);
+                optim.kind = kind;
+                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
+                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
+                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{model_type} {precision:?} {kind:?}: optimizer state");
+                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{model_type} {precision:?} {kind:?}: gradients");
+                assert!(e.training_bytes() <= sim.training_peak_allocated, "{model_type} {precision:?} {kind:?}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+            }
+        }
+    }
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).output().unwrap()
+}
+
+/// Through the CLI: an MoE config.json estimates with the JSON's activations equal to the
+/// simulated ones under each experts implementation and routing; the presets state their
+/// closed form.
+#[test]
+fn moe_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let cfg = dir.join("qwen3_moe.json");
+    std::fs::write(&cfg, r#"{"model_type": "qwen3_moe", "hidden_size": 128, "moe_intermediate_size": 96, "intermediate_size": 384, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6, "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true}"#)
+    .unwrap();
+    let counts = dir.join("counts.txt");
+    // 2 × 24 tokens × top-2 = 96 routed rows, one expert taking every token.
+    std::fs::write(&counts, "48 8 8 8 8 8 4 4").unwrap();
+    for (implementation, routing) in [("grouped_mm", "balanced"), ("batched_mm", "worst"), ("eager", counts.to_str().unwrap())] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--experts-implementation", implementation, "--routing", routing, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "{implementation} {routing}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        for needle in ["transformers 5.23.0 qwen3_moe", &format!("experts_implementation {implementation}"), "router top-k expert indices", "E·d (router) + 3E·I·d"] {
+            assert!(text.contains(needle), "{implementation}: missing {needle:?} in\n{text}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{implementation} {routing}");
+    }
+    // The presets at full size, closed form only.
+    for (preset, needles) in [("Mixtral-8x7B", &["mixtral", "E 8 experts of width I 14336, top-k 2"][..]), ("Qwen3-30B-A3B", &["qwen3_moe", "E 128 experts of width I 768, top-k 8"][..])] {
+        let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--no-simulate"]);
+        assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        for needle in needles {
+            assert!(text.contains(needle), "{preset}: missing {needle:?} in\n{text}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the closed form does not derive exits 2, naming the flag and pointing at `profile`
+/// (or, for autocast, at the weights' own dtype, as `profile` refuses it too).
+#[test]
+fn not_derived_is_refused_naming_the_flag() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-refusals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("counts.txt");
+    std::fs::write(&bad, "10 10 10 10 10 10 10 10").unwrap();
+    let json = dir.join("never.json");
+    let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (vec!["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate"], "--preset", "gpt_oss"),
+        (vec!["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--batch-size", "1", "--context-length", "64", "--no-simulate"], "--preset", "deepseek_v3"),
+        ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj,v_proj"]].concat(), "--lora-r", "profile"),
+        ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        ([&mix[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
+        ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
+    ];
+    for (args, flag, what) in cases {
+        let o = cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains(what), "{args:?}: {err}");
+        assert!(!json.exists(), "{args:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
