@@ -40,7 +40,9 @@ pub struct DeepseekWeights {
 /// `o_proj` [+bias]), the MLP (dense: gate, up, down; sparse: `experts.gate_up_proj`
 /// (experts, 2·I, hidden), `experts.down_proj` (experts, hidden, I), `gate.weight` and its
 /// `e_score_correction_bias` buffer, the shared MLP), then the two norms.
-pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, ds: &DeepseekParts, i: usize, d: usize, heads: usize, lin: &mut super::LinearMaker<'_>) -> Layer {
+/// `dims` is [layer index, hidden, heads].
+pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, ds: &DeepseekParts, dims: [usize; 3], lin: &mut super::LinearMaker<'_>) -> Layer {
+    let [i, d, heads] = dims;
     let std = Init::Normal { std: 0.02 };
     let zero = Init::Normal { std: 0.0 };
     let ab = ds.attention_bias;

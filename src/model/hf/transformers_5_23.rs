@@ -59,9 +59,9 @@ pub struct HfLayer {
     pub mlp_bias: Option<[Tensor; 3]>,
     /// Qwen3's per-head RMSNorm weights (head_dim) on q and k.
     pub qk_norm: Option<[Tensor; 2]>,
-    /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
+    /// peft's LoRA adapters, by slot of `lora::SLOTS` (None: not adapted).
     pub lora: Vec<Option<Adapter>>,
-    /// bitsandbytes' 4-bit or 8-bit storage, by slot of `lora::layer_linears` (empty: not
+    /// bitsandbytes' 4-bit or 8-bit storage, by slot of `lora::SLOTS` (empty: not
     /// quantized; None: no linear in the slot).
     pub quant: Vec<Option<Quantized>>,
     /// A sparse MoE block's router (experts, hidden); its experts' 3-D weights are the layer's
@@ -143,7 +143,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             (w, bias)
         };
         if let Some((m, ds)) = hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) {
-            let mut layer = deepseek_v3_5_23::layer(&mut b, &p, m, ds, i, d, cfg.num_heads, &mut lin);
+            let mut layer = deepseek_v3_5_23::layer(&mut b, &p, m, ds, [i, d, cfg.num_heads], &mut lin);
             Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
             layers.push(layer);
             continue;
