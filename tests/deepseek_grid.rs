@@ -77,7 +77,7 @@ fn the_hub_checkpoint_is_refused_for_its_fp8_weights_and_the_bf16_load_runs() {
     let o = run(&[&base[..], &["--profile-type", "training", "--routing", "worst", "--attn-implementation", "eager"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = std::fs::remove_dir_all(&out);
-    for (extra, flag) in [(&["--attn-implementation", "flash_attention_2"][..], "--attn-implementation"), (&["--attn-implementation", "sdpa"][..], "--attn-implementation"), (&["--lora-r", "8", "--attn-implementation", "eager"][..], "--lora-r")] {
+    for (extra, flag) in [(&["--attn-implementation", "flash_attention_2"][..], "--attn-implementation"), (&["--attn-implementation", "sdpa"][..], "--attn-implementation"), (&["--lora-r", "8", "--attn-implementation", "eager"][..], "--target-modules")] {
         let o = run(&[&base[..], extra].concat());
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");

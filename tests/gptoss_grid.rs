@@ -124,7 +124,8 @@ fn what_is_not_modelled_is_refused_naming_the_flag() {
     run(&["--config", cfg, "--experts-implementation", "sonic"], &["--experts-implementation"]);
     run(&["--config", cfg, "--attn-implementation", "sdpa"], &["--attn-implementation", "sdpa"]);
     run(&["--config", cfg, "--attn-implementation", "flash_attention_2", "--dtype", "bfloat16"], &["--attn-implementation"]);
-    run(&["--config", cfg, "--lora-r", "8"], &["--lora-r"]);
+    // peft has no default target_modules for gpt_oss (tests/moe_lora_gptoss_deepseek_grid.rs).
+    run(&["--config", cfg, "--lora-r", "8"], &["--target-modules", "no default"]);
     run(&["--config", cfg, "--device", "cpu"], &["--device"]);
     // generate() runs with the DynamicCache (generate_gpt_oss.json); a StaticCache's
     // StaticSlidingWindowLayers are not modelled.

@@ -441,8 +441,11 @@ impl ModelConfig {
         // q's and gate's.
         let phi3 = h.model_type == crate::model::hf::Arch::Phi3;
         let (qkv_out, gate_out) = if phi3 { (q.saturating_add(kv.saturating_mul(2)), f.saturating_mul(2)) } else { (q, f) };
-        let shapes = [(d, qkv_out), (d, kv), (d, kv), (q, d), (d, gate_out), (d, f), (f, d)];
-        let per_layer: u128 = crate::model::lora::layer_linears(h.model_type, h.moe.is_some())
+        let mut shapes = [(d, qkv_out), (d, kv), (d, kv), (q, d), (d, gate_out), (d, f), (f, d), (0, 0), (0, 0), (0, 0), (0, 0)];
+        if let Some(ds) = h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+            shapes = ds.mla_linear_shapes(self.d_model, self.num_heads).map(|(i, o)| (i as u128, o as u128));
+        }
+        let per_layer: u128 = crate::model::lora::linears_of(h)
             .iter()
             .map(|&(slot, name)| (name, shapes[slot]))
             .filter(|(t, _)| lc.targets(t))

@@ -32,9 +32,39 @@ pub fn layer_linears(arch: crate::model::hf::Arch, moe: bool) -> &'static [(usiz
     }
 }
 
-/// The module in `slot` of [`layer_linears`] (None: the layer has no linear there).
-pub fn slot_name(arch: crate::model::hf::Arch, moe: bool, slot: usize) -> Option<&'static str> {
-    layer_linears(arch, moe).iter().find(|(s, _)| *s == slot).map(|(_, n)| *n)
+/// A decoder layer's nn.Linear slots: [`TARGETS`]' seven, then DeepSeek-V3's `kv_b_proj` (7) and
+/// its shared experts' `gate_proj`, `up_proj`, `down_proj` (8-10), which bitsandbytes quantizes
+/// but no LoRA name reaches.
+pub const SLOTS: usize = 11;
+
+/// The module in slot `t` of [`SLOTS`] when the layer's [`linears_of`] does not name it.
+pub fn slot_module(t: usize) -> &'static str {
+    const EXTRA: [&str; 4] = ["kv_b_proj", "gate_proj", "up_proj", "down_proj"];
+    TARGETS.get(t).copied().unwrap_or_else(|| EXTRA[t - TARGETS.len()])
+}
+
+/// DeepSeek-V3's multi-head latent attention linears LoRA can adapt, as (slot, name) in
+/// registration order: `q_a_proj` and `q_b_proj` (or `q_proj` without `q_lora_rank`),
+/// `kv_a_proj_with_mqa`, `kv_b_proj`, `o_proj`. Its MLP linears (the dense layers' and the
+/// shared experts' gate/up/down_proj) are none of them: with transformers 5, peft 0.21.2 converts
+/// those names into target_parameters on the routed experts (`_MOE_TARGET_MODULE_MAPPING`'s
+/// qwen2_moe entry, which deepseek_v3 shares), so no name reaches them.
+pub const MLA_Q_LORA: [(usize, &str); 5] = [(0, "q_a_proj"), (1, "q_b_proj"), (2, "kv_a_proj_with_mqa"), (7, "kv_b_proj"), (3, "o_proj")];
+/// [`MLA_Q_LORA`] without `q_lora_rank`: one `q_proj`.
+pub const MLA_Q_PROJ: [(usize, &str); 4] = [(0, "q_proj"), (2, "kv_a_proj_with_mqa"), (7, "kv_b_proj"), (3, "o_proj")];
+
+/// [`layer_linears`] of `hf`'s decoder layers (DeepSeek-V3: its latent attention's).
+pub fn linears_of(hf: &crate::model::hf::HfConfig) -> &'static [(usize, &'static str)] {
+    match hf.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+        Some(ds) if ds.q_lora_rank.is_some() => &MLA_Q_LORA,
+        Some(_) => &MLA_Q_PROJ,
+        None => layer_linears(hf.model_type, hf.moe.is_some()),
+    }
+}
+
+/// The module in `slot` of [`linears_of`] (None: the layer has no linear there).
+pub fn slot_name(hf: &crate::model::hf::HfConfig, slot: usize) -> Option<&'static str> {
+    linears_of(hf).iter().find(|(s, _)| *s == slot).map(|(_, n)| *n)
 }
 
 /// peft 0.21.2's default `target_modules` for a `model_type`

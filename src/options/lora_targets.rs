@@ -4,7 +4,7 @@
 use super::usage;
 use crate::model::hf::moe::MoeFamily;
 use crate::model::hf::{Arch, HfConfig};
-use crate::model::lora::{default_targets, layer_linears};
+use crate::model::lora::{default_targets, linears_of};
 use anyhow::Result;
 
 /// The `model_type` peft keys its default targets by.
@@ -15,12 +15,13 @@ fn model_type(hf: &HfConfig) -> &'static str {
 /// The modules `--target-modules` adapts on `hf` (in the order given, each once).
 pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
     let mt = model_type(hf);
-    if let Some(f) = hf.moe.as_ref().map(|m| m.family).filter(|f| matches!(f, MoeFamily::GptOss | MoeFamily::DeepseekV3)) {
-        return Err(usage("--lora-r", format!("LoRA on a mixture-of-experts model ({}) is not modelled yet (mixtral, qwen3_moe and qwen2_moe are)", f.model_type())));
-    }
-    let linears: Vec<&str> = layer_linears(hf.model_type, hf.moe.is_some()).iter().map(|(_, n)| *n).collect();
-    let qwen2_moe = hf.moe.as_ref().is_some_and(|m| m.family == MoeFamily::Qwen2Moe);
-    let choices = if hf.moe.is_some() { format!("some of {}", linears.join(", ")) } else { format!("all-linear or some of {}", linears.join(", ")) };
+    let linears: Vec<&str> = linears_of(hf).iter().map(|(_, n)| *n).collect();
+    let family = hf.moe.as_ref().map(|m| m.family);
+    let qwen2_moe = family == Some(MoeFamily::Qwen2Moe);
+    // gpt_oss has no transformers-5 conversion in peft 0.21.2: all-linear is its attention's
+    // nn.Linear modules (the router and the experts are none).
+    let all_linear_ok = hf.moe.is_none() || family == Some(MoeFamily::GptOss);
+    let choices = if all_linear_ok { format!("all-linear or some of {}", linears.join(", ")) } else { format!("some of {}", linears.join(", ")) };
     match given.map(str::trim) {
         None => match default_targets(mt) {
             Some(t) => Ok(t.iter().map(|t| t.to_string()).collect()),
@@ -28,11 +29,25 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
                 "--target-modules",
                 format!("peft 0.21.2's default for mixtral (q_proj,v_proj) does not apply under transformers 5: convert_peft_config_for_transformers turns a missing target_modules into an empty set and get_peft_model raises NoMatchingPeftModuleError; name some of {}", linears.join(", ")),
             )),
+            // deepseek_v3's config is converted as qwen2_moe's: the missing target_modules is
+            // emptied first (measured: NoMatchingPeftModuleError).
+            None if mt == "deepseek_v3" => Err(usage(
+                "--target-modules",
+                format!("peft 0.21.2 has no default target_modules for deepseek_v3 (under transformers 5 get_peft_model raises NoMatchingPeftModuleError): name {choices}"),
+            )),
             None => Err(usage(
                 "--target-modules",
                 format!("peft 0.21.2 has no default target_modules for model_type {mt} (LoraConfig raises \"Please specify `target_modules`\"): name {choices}"),
             )),
         },
+        Some("all-linear") if family == Some(MoeFamily::DeepseekV3) => Err(usage(
+            "--target-modules",
+            format!(
+                "all-linear on deepseek_v3: peft 0.21.2 (converting the config for transformers 5's fused experts, deepseek_v3 as qwen2_moe) adapts the latent attention's linears and turns gate_proj/up_proj/down_proj and gate into target_parameters on the routed experts (rank doubled on gate_up_proj) and the router, which is not modelled yet: name some of {}",
+                linears.join(",")
+            ),
+        )),
+        Some("all-linear") if all_linear_ok => Ok(linears.iter().map(|t| t.to_string()).collect()),
         Some("all-linear") if qwen2_moe => Err(usage("--target-modules", "all-linear on qwen2_moe adapts its shared expert's linears (shared_expert.gate_proj/up_proj/down_proj, shared_expert_gate), which are not modelled yet: name attention projections (q_proj, k_proj, v_proj, o_proj)")),
         // With transformers 5, peft 0.21.2 converts a Mixtral/Qwen3-MoE LoraConfig for the fused
         // experts (convert_peft_config_for_transformers): all-linear becomes the attention's
@@ -45,7 +60,7 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
                 linears.join(",")
             ),
         )),
-        Some("all-linear") => Ok(linears.iter().map(|t| t.to_string()).collect()),
+        Some("all-linear") => unreachable!("all-linear on a dense model is all_linear_ok"),
         Some(list) => {
             let mut v: Vec<String> = Vec::new();
             for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
@@ -75,7 +90,10 @@ pub fn resolve_parameters(given: Option<&str>, hf: &HfConfig, flags: &super::hf:
         return Err(usage("--target-parameters", format!("model_type {} has no 3-D expert or router parameters (use --target-modules)", hf.model_type.name())));
     };
     if matches!(m.family, MoeFamily::GptOss | MoeFamily::DeepseekV3) {
-        return Err(usage("--target-parameters", format!("on {} is not modelled yet (mixtral, qwen3_moe and qwen2_moe are)", m.family.model_type())));
+        return Err(usage(
+            "--target-parameters",
+            format!("on {} is not modelled yet (mixtral, qwen3_moe and qwen2_moe are; LoRA on its attention, --target-modules, is)", m.family.model_type()),
+        ));
     }
     if m.deepseek.is_some() {
         return Err(usage("--target-parameters", "on a DeepSeek-style block is not modelled yet"));
@@ -121,6 +139,12 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
         }
         // peft 0.21.2 converts these names of the transformers-4 layout (mixtral's w1/w2/w3 and
         // gate, qwen3_moe's gate/gate_proj/up_proj/down_proj) into target_parameters.
+        if m.family == MoeFamily::DeepseekV3 && matches!(t, "gate_proj" | "up_proj" | "down_proj" | "gate" | "shared_experts" | "mlp") {
+            return format!("deepseek_v3's MLP linears (the dense layers' and the shared experts' gate_proj/up_proj/down_proj) take no LoRA from a name under transformers 5: peft 0.21.2 converts gate_proj/up_proj/down_proj and gate into target_parameters on the routed experts' 3-D gate_up_proj/down_proj and the router (deepseek_v3 converts as qwen2_moe), which is not modelled yet; adaptable modules: {expected}");
+        }
+        if m.family == MoeFamily::GptOss && matches!(t, "router" | "gate") {
+            return format!("gpt_oss's router (mlp.router, a GptOssTopKRouter) holds plain nn.Parameters, not an nn.Linear: peft 0.21.2 adapts it only through target_parameters, which is not modelled on gpt_oss yet; adaptable modules: {expected}");
+        }
         if t == "gate" {
             return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper): use --target-parameters mlp.gate.weight; adaptable modules: {expected}");
         }
@@ -162,9 +186,17 @@ pub fn check_new_models(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Resul
     if let Some(m) = hf.moe.as_ref().filter(|_| four_bit || eight_bit) {
         let flag = if four_bit { "--load-in-4bit" } else { "--load-in-8bit" };
         match m.family {
-            MoeFamily::Mixtral | MoeFamily::Qwen3Moe => {}
-            MoeFamily::Qwen2Moe => return Err(usage(flag, "bitsandbytes on qwen2_moe quantizes its shared expert's nn.Linear modules, which is not modelled yet (mixtral and qwen3_moe are)")),
-            f => return Err(usage(flag, format!("bitsandbytes on a mixture-of-experts model ({}) is not modelled yet (mixtral and qwen3_moe are)", f.model_type()))),
+            // Their nn.Linear modules are the attention's (DeepSeek-V3: also its dense MLPs' and
+            // shared experts'): those are what bitsandbytes quantizes.
+            MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::GptOss => {}
+            MoeFamily::DeepseekV3 if four_bit => {}
+            MoeFamily::Qwen2Moe => return Err(usage(flag, "bitsandbytes on qwen2_moe quantizes its shared expert's nn.Linear modules, which is not modelled yet (mixtral, qwen3_moe and gpt_oss are)")),
+            MoeFamily::DeepseekV3 => {
+                return Err(usage(
+                    flag,
+                    "LLM.int8() on deepseek_v3 is not modelled: it cannot be measured on CPU (bitsandbytes 0.50.2's CPU int8_vectorwise_quant fails on kv_b_proj's 4-D input), so there is no ground truth",
+                ))
+            }
         }
     }
     Ok(())

@@ -71,8 +71,8 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, output_router_
             return Err(usage("--output-router-logits", format!("(or the config's output_router_logits) with {} is not measured yet (each runs alone): drop one", q.flag())));
         }
     }
-    // LoRA's targets were resolved per family (lora_targets::resolve refuses gpt_oss and
-    // deepseek_v3); what the MoE LoRA/QLoRA grid did not measure is refused here.
+    // LoRA's targets were resolved per family (lora_targets::resolve); what the MoE LoRA/QLoRA
+    // grids did not measure is refused here.
     let (four, eight) = hf.bnb.as_ref().map_or((false, false), |q| (q.four_bit().is_some(), q.int8().is_some()));
     super::lora_targets::check_new_models(hf, four, eight)
 }

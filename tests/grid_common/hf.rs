@@ -9,7 +9,7 @@ use vramscope::model::bnb::{Bnb, Bnb4bit, Int8, Quant};
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::gemma::GemmaConfig;
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
-use vramscope::model::lora::{default_targets, layer_linears, LoraBias, LoraConfig};
+use vramscope::model::lora::{default_targets, linears_of, LoraBias, LoraConfig};
 use vramscope::model::{Attention, Checkpoint, Flavour, Model, ModelConfig};
 use vramscope::record::{MemEvent, Phase};
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
@@ -48,15 +48,41 @@ pub fn config_of(p: &Value) -> ModelConfig {
             rope_local_base_freq: 10_000.0,
         });
     }
+    apply_peft(p, &mut hf);
+    ModelConfig {
+        flavour: Flavour::Hf,
+        vocab_size: num(p, "vocab_size"),
+        d_model: d,
+        num_layers: num(p, "num_layers"),
+        num_heads: h,
+        num_kv_heads: num(p, "num_kv_heads"),
+        d_ff: num(p, "intermediate_size"),
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+        norm_fp32_upcast: true,
+        tied_embeddings: p["tied"].as_bool().unwrap(),
+        max_seq_len: num(p, "max_position_embeddings"),
+        attention: Attention::Naive,
+        checkpoint: if p["checkpoint"] == "none" { Checkpoint::None } else { Checkpoint::Every(1) },
+        fused_qkv: false,
+        fused_gate_up: false,
+        hf: Some(hf),
+        tp: None,
+    }
+}
+
+/// The point's peft and bitsandbytes options (measure_hf.py's LoraConfig and
+/// BitsAndBytesConfig) on `hf`, whose model_type and MoE parts are already set.
+pub fn apply_peft(p: &Value, hf: &mut HfConfig) {
     if let Some(r) = p["lora_r"].as_u64() {
         // No target_modules: peft's default for the model_type (measure_hf.py passes None).
         let targets: Vec<String> = match p["target_modules"].as_str() {
             // target_modules=[] (or None beside target_parameters): no module adapted.
             Some("") => Vec::new(),
             None if p["target_parameters"].is_string() => Vec::new(),
-            None => default_targets(arch.name()).expect("peft has a default for the model type").iter().map(|t| t.to_string()).collect(),
-            // Every linear of the layer (an MoE layer adapts those of them it has: its attention's).
-            Some("all-linear") => layer_linears(arch, false).iter().map(|(_, t)| t.to_string()).collect(),
+            None => default_targets(hf.model_type.name()).expect("peft has a default for the model type").iter().map(|t| t.to_string()).collect(),
+            // Every linear of the layer (gpt_oss adapts those of them it has: its attention's).
+            Some("all-linear") => linears_of(hf).iter().map(|(_, t)| t.to_string()).collect(),
             Some(list) => list.split(',').map(str::to_string).collect(),
         };
         hf.lora = Some(LoraConfig {
@@ -94,26 +120,6 @@ pub fn config_of(p: &Value) -> ModelConfig {
         };
         let load = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
         hf.bnb = Some(Bnb { quant: Quant::Int8(int8), load_dtype: load, prepare: p["prepare"].as_bool().unwrap() });
-    }
-    ModelConfig {
-        flavour: Flavour::Hf,
-        vocab_size: num(p, "vocab_size"),
-        d_model: d,
-        num_layers: num(p, "num_layers"),
-        num_heads: h,
-        num_kv_heads: num(p, "num_kv_heads"),
-        d_ff: num(p, "intermediate_size"),
-        rope_theta: 10_000.0,
-        norm_eps: 1e-6,
-        norm_fp32_upcast: true,
-        tied_embeddings: p["tied"].as_bool().unwrap(),
-        max_seq_len: num(p, "max_position_embeddings"),
-        attention: Attention::Naive,
-        checkpoint: if p["checkpoint"] == "none" { Checkpoint::None } else { Checkpoint::Every(1) },
-        fused_qkv: false,
-        fused_gate_up: false,
-        hf: Some(hf),
-        tp: None,
     }
 }
 

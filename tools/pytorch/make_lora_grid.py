@@ -347,9 +347,92 @@ def pgrid():
     return todo
 
 
+def gptoss_lora(row, r, targets, params=None, **opts):
+    """A LoRA point on make_gptoss_grid.py's row `row` (routing forced as measure_moe.py forces it)."""
+    import make_gptoss_grid as GG
+    p = GG.point(GG.POINTS[row])
+    p.update({k: v for k, v in opts.items() if k != "lora_dropout"})
+    p.update(lora_r=r, lora_alpha=2 * r, lora_dropout=opts.get("lora_dropout", 0.0), target_modules=targets)
+    if params:
+        p["target_parameters"] = params
+    return p
+
+
+def deepseek_lora(row, r, targets, params=None, **opts):
+    """A LoRA point on make_deepseek_grid.py's row `row`."""
+    import make_deepseek_grid as DG
+    p = DG.point(DG.POINTS[row])
+    p.update({k: v for k, v in opts.items() if k != "lora_dropout"})
+    p.update(lora_r=r, lora_alpha=2 * r, lora_dropout=opts.get("lora_dropout", 0.0), target_modules=targets)
+    if params:
+        p["target_parameters"] = params
+    return p
+
+
+def ogrid():
+    """LoRA, QLoRA and LLM.int8() + LoRA on gpt-oss (make_gptoss_grid.py's rows: eager, grouped_mm and
+    batched_mm experts, balanced and worst routing, eager attention -- gpt_oss dispatches no sdpa):
+    the attention's biased q/k/v/o_proj (peft has no default for gpt_oss; all-linear is those four:
+    the router and the experts are no nn.Linear and gpt_oss has no transformers-5 conversion),
+    r 4-16, fp32 and bf16, checkpointing off, non-reentrant and reentrant, training, forward and
+    inference; 4-bit and 8-bit loads."""
+    att = "q_proj,k_proj,v_proj,o_proj"
+    todo = []
+    p = gptoss_lora(0, 8, "q_proj,v_proj")  # grouped_mm balanced fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = gptoss_lora(2, 16, "all-linear")  # grouped_mm worst bf16, 3 layers
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((gptoss_lora(1, 4, att, checkpoint="non-reentrant"), "training"))  # eager balanced bf16
+    todo.append((gptoss_lora(3, 8, "k_proj,o_proj", checkpoint="reentrant"), "training"))  # eager worst fp32
+    todo.append((gptoss_lora(8, 16, att), "training"))  # batched_mm balanced fp32
+    todo.append((gptoss_lora(9, 4, "q_proj,v_proj", lora_dropout=0.05), "training"))  # batched_mm worst bf16
+    todo.append((gptoss_lora(7, 8, "all-linear"), "forward"))  # eager worst bf16
+    p = bnb_of(gptoss_lora(4, 16, att, checkpoint="reentrant", dtype="bf16"), 4)  # grouped_mm balanced
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((bnb_of(gptoss_lora(5, 8, "q_proj,v_proj", checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))
+    todo.append((bnb_of(gptoss_lora(10, 4, att, checkpoint="reentrant", dtype="bf16"), 8), "training"))
+    todo.append((bnb_of(gptoss_lora(9, 8, att, checkpoint="none", dtype="bf16"), 8, threshold=0.0), "training"))
+    return todo
+
+
+def dsgrid():
+    """LoRA, QLoRA and LLM.int8() + LoRA on DeepSeek-V3 (make_deepseek_grid.py's rows: every experts
+    implementation, balanced and worst routing, eager and sdpa, q_lora_rank set (q_a_proj, q_b_proj)
+    and None (q_proj)): the MLA projections (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa,
+    kv_b_proj, o_proj); peft has no default for deepseek_v3, r 4-16, fp32 and bf16, checkpointing
+    off, non-reentrant and reentrant, training, forward and inference; 4-bit loads."""
+    todo = []
+    p = deepseek_lora(0, 8, "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj")  # grouped_mm balanced sdpa fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = deepseek_lora(1, 16, "q_proj,kv_b_proj")  # eager balanced eager bf16, q_proj
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((deepseek_lora(2, 4, "q_b_proj,o_proj", checkpoint="non-reentrant"), "training"))  # batched_mm worst sdpa bf16
+    # (rows with n_shared_experts 0 are left out: vramscope's reader refuses zero-width shared experts)
+    todo.append((deepseek_lora(13, 8, "kv_a_proj_with_mqa,kv_b_proj", checkpoint="reentrant", routing="worst", attn="eager"), "training"))  # grouped_mm worst eager fp32
+    todo.append((deepseek_lora(1, 16, "q_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj", dtype="fp32", routing="worst", attn="sdpa"), "training"))  # eager worst sdpa fp32
+    todo.append((deepseek_lora(7, 4, "q_proj,o_proj", lora_dropout=0.05), "training"))  # grouped_mm worst sdpa bf16
+    todo.append((deepseek_lora(6, 8, "q_a_proj,kv_b_proj"), "forward"))  # grouped_mm balanced eager bf16
+    p = bnb_of(deepseek_lora(13, 16, "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj", checkpoint="reentrant", dtype="bf16"), 4)
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((bnb_of(deepseek_lora(12, 8, "q_proj,kv_b_proj", checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))
+    # No 8-bit point: bitsandbytes' CPU int8_vectorwise_quant fails on kv_b_proj's 4-D input
+    # (B, 1, S, kv_lora_rank) (its row statistics do not broadcast), so LLM.int8() on
+    # deepseek_v3 cannot be measured here; vramscope refuses it.
+    todo.append((deepseek_lora(9, 4, "q_b_proj,kv_a_proj_with_mqa", checkpoint="reentrant"), "training"))  # batched_mm worst sdpa fp32
+    todo.append((deepseek_lora(11, 16, "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj", checkpoint="non-reentrant", dtype="bf16"), "training"))  # eager worst eager
+    return todo
+
+
 def moe_name_of(p, kind):
     import make_moe_grid as MG
-    base = MG.name_of(p, kind)
+    if p["model_type"] == "gpt_oss":
+        import make_gptoss_grid as GG
+        base = GG.name_of(p, kind)
+    elif p["model_type"] == "deepseek_v3":
+        import make_deepseek_grid as DG
+        base = DG.name_of(p, kind)
+    else:
+        base = MG.name_of(p, kind)
     if p["optimizer"] != "adamw_torch_fused":  # (make_moe_grid.py's names leave the optimizer out)
         base = base[: -len(kind) - 1] + f" optimizer={p['optimizer']} {kind}"
     return name_of(p, kind, base)
@@ -384,18 +467,20 @@ def main():
     quant, dora, eight = "--qlora" in sys.argv, "--dora" in sys.argv, "--int8" in sys.argv
     fam, moe = "--families" in sys.argv, "--moe" in sys.argv
     tp = "--target-parameters" in sys.argv
-    moe = moe or tp
-    todo = pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    gptoss, deepseek = "--gpt-oss" in sys.argv, "--deepseek" in sys.argv
+    moe = moe or tp or gptoss or deepseek
+    todo = ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
     if moe:
-        path = os.path.join(HERE, "../../tests/fixtures/moe_grid/lora_params.json" if tp else "../../tests/fixtures/moe_grid/lora.json")
+        fixture = "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
+        path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

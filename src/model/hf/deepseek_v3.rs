@@ -45,6 +45,19 @@ impl DeepseekParts {
     pub fn qk_head_dim(&self) -> usize {
         self.qk_nope_head_dim + self.qk_rope_head_dim
     }
+    /// (in, out) features of the latent attention's linears by slot of `lora::SLOTS` (0: q_a_proj,
+    /// or q_proj; 1: q_b_proj; 2: kv_a_proj_with_mqa; 3: o_proj; 7: kv_b_proj; the others (0, 0)),
+    /// for `hidden` and `heads`.
+    pub fn mla_linear_shapes(&self, hidden: usize, heads: usize) -> [(usize, usize); crate::model::lora::SLOTS] {
+        let q_out = heads * self.qk_head_dim();
+        let mut s = [(0, 0); crate::model::lora::SLOTS];
+        s[0] = self.q_lora_rank.map_or((hidden, q_out), |r| (hidden, r));
+        s[1] = self.q_lora_rank.map_or((0, 0), |r| (r, q_out));
+        s[2] = (hidden, self.kv_lora_rank + self.qk_rope_head_dim);
+        s[3] = (heads * self.v_head_dim, hidden);
+        s[7] = (self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim));
+        s
+    }
     pub fn is_sparse(&self, layer: usize) -> bool {
         layer >= self.first_k_dense
     }

@@ -40,28 +40,28 @@ pub struct DeepseekWeights {
 /// `o_proj` [+bias]), the MLP (dense: gate, up, down; sparse: `experts.gate_up_proj`
 /// (experts, 2·I, hidden), `experts.down_proj` (experts, hidden, I), `gate.weight` and its
 /// `e_score_correction_bias` buffer, the shared MLP), then the two norms.
-pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, ds: &DeepseekParts, i: usize, d: usize, heads: usize) -> Layer {
+/// `dims` is [layer index, hidden, heads].
+pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, ds: &DeepseekParts, dims: [usize; 3], lin: &mut super::LinearMaker<'_>) -> Layer {
+    let [i, d, heads] = dims;
     let std = Init::Normal { std: 0.02 };
     let zero = Init::Normal { std: 0.0 };
-    let bias = |b: &mut Builder, name: &str, n: usize| ds.attention_bias.then(|| b.param(p(&format!("self_attn.{name}.bias")), &[n], zero));
+    let ab = ds.attention_bias;
     let qk = ds.qk_head_dim();
+    // Each nn.Linear in its slot of lora::SLOTS (plain, or bitsandbytes' under a quantized load).
     let (q_lora, q_proj) = match ds.q_lora_rank {
         Some(r) => {
-            let w = b.param(p("self_attn.q_a_proj.weight"), &[r, d], std);
-            let wb = bias(b, "q_a_proj", r);
+            let (w, wb) = lin(b, 0, "self_attn.q_a_proj", r, d, ab);
             let norm = b.param(p("self_attn.q_a_layernorm.weight"), &[r], Init::Ones);
-            let qb = b.param(p("self_attn.q_b_proj.weight"), &[heads * qk, r], std);
+            let qb = lin(b, 1, "self_attn.q_b_proj", heads * qk, r, false).0;
             (Some((w, wb, norm, qb)), None)
         }
-        None => (None, Some(b.param(p("self_attn.q_proj.weight"), &[heads * qk, d], std))),
+        None => (None, Some(lin(b, 0, "self_attn.q_proj", heads * qk, d, false).0)),
     };
     let kv_a_rows = ds.kv_lora_rank + ds.qk_rope_head_dim;
-    let kv_a = b.param(p("self_attn.kv_a_proj_with_mqa.weight"), &[kv_a_rows, d], std);
-    let kv_a_bias = bias(b, "kv_a_proj_with_mqa", kv_a_rows);
+    let (kv_a, kv_a_bias) = lin(b, 2, "self_attn.kv_a_proj_with_mqa", kv_a_rows, d, ab);
     let kv_a_norm = b.param(p("self_attn.kv_a_layernorm.weight"), &[ds.kv_lora_rank], Init::Ones);
-    let kv_b = b.param(p("self_attn.kv_b_proj.weight"), &[heads * (ds.qk_nope_head_dim + ds.v_head_dim), ds.kv_lora_rank], std);
-    let o = b.param(p("self_attn.o_proj.weight"), &[d, heads * ds.v_head_dim], std);
-    let o_bias = bias(b, "o_proj", d);
+    let kv_b = lin(b, 7, "self_attn.kv_b_proj", heads * (ds.qk_nope_head_dim + ds.v_head_dim), ds.kv_lora_rank, false).0;
+    let (o, o_bias) = lin(b, 3, "self_attn.o_proj", d, heads * ds.v_head_dim, ab);
     let (gate_up, down, router, shared, e_score_bias) = if ds.is_sparse(i) {
         let (e, inter) = (m.experts, m.intermediate);
         let gate_up = b.param(p("mlp.experts.gate_up_proj"), &[e, 2 * inter, d], std);
@@ -74,16 +74,16 @@ pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, 
         };
         let s = m.shared_intermediate;
         let shared = [
-            b.param(p("mlp.shared_experts.gate_proj.weight"), &[s, d], std),
-            b.param(p("mlp.shared_experts.up_proj.weight"), &[s, d], std),
-            b.param(p("mlp.shared_experts.down_proj.weight"), &[d, s], std),
+            lin(b, 8, "mlp.shared_experts.gate_proj", s, d, false).0,
+            lin(b, 9, "mlp.shared_experts.up_proj", s, d, false).0,
+            lin(b, 10, "mlp.shared_experts.down_proj", d, s, false).0,
         ];
         (Projection::Fused("gate_up_proj", gate_up, vec![inter, inter]), down, Some(router), Some(shared), Some(e_score_bias))
     } else {
         let f = ds.dense_intermediate;
-        let g = b.param(p("mlp.gate_proj.weight"), &[f, d], std);
-        let u = b.param(p("mlp.up_proj.weight"), &[f, d], std);
-        let dn = b.param(p("mlp.down_proj.weight"), &[d, f], std);
+        let g = lin(b, 4, "mlp.gate_proj", f, d, false).0;
+        let u = lin(b, 5, "mlp.up_proj", f, d, false).0;
+        let dn = lin(b, 6, "mlp.down_proj", d, f, false).0;
         (Projection::Separate(vec![("gate_proj", g), ("up_proj", u)]), dn, None, None, None)
     };
     let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
@@ -150,22 +150,23 @@ impl Block {
         let w = weights(self);
         let (b, s) = (x.dim(0), x.dim(1));
         let (nope, rope, rkv) = (ds.qk_nope_head_dim, ds.qk_rope_head_dim, ds.kv_lora_rank);
-        // q_b_proj(q_a_layernorm(q_a_proj(x))): each argument dies when its call returns.
+        // q_b_proj(q_a_layernorm(q_a_proj(x))): each argument dies when its call returns. Each
+        // projection is `proj`'s slot of lora::MLA_Q_LORA / MLA_Q_PROJ (peft's LoRA when adapted).
         let q_states = match &w.q_lora {
             Some((qa, qa_bias, norm, qb)) => {
-                let a = super::linear_b("q_a_proj", x, qa, qa_bias.as_ref());
+                let a = self.proj(0, x, qa, qa_bias.as_ref());
                 let n = rms_norm(fr, "q_a_layernorm", &a, norm, 1e-6);
                 drop(a);
-                super::linear_b("q_b_proj", &n, qb, None)
+                self.proj(1, &n, qb, None)
             }
-            None => super::linear_b("q_proj", x, w.q_proj.as_ref().expect("q_proj"), None),
+            None => self.proj(0, x, w.q_proj.as_ref().expect("q_proj"), None),
         };
         let q_states = q_states.view(&[b, s, usize::MAX, ds.qk_head_dim()]).transpose(1, 2);
         let q_parts = q_states.split_with_sizes(&[nope, rope], -1);
         let (q_pass, q_rot) = (q_parts[0].clone(), q_parts[1].clone());
         drop(q_parts);
         // compressed_kv is a local until forward returns; its split views keep it alive anyway.
-        let compressed_kv = super::linear_b("kv_a_proj_with_mqa", x, &w.kv_a, w.kv_a_bias.as_ref());
+        let compressed_kv = self.proj(2, x, &w.kv_a, w.kv_a_bias.as_ref());
         let c_parts = compressed_kv.split_with_sizes(&[rkv, rope], -1);
         let kv_nope = rms_norm(fr, "kv_a_layernorm", &c_parts[0], &w.kv_a_norm, 1e-6).unsqueeze(1);
         let k_rot = c_parts[1].unsqueeze(1);
@@ -215,7 +216,7 @@ impl Block {
             super::AttnImplementation::FlashAttention2 => unreachable!("the options refuse flash_attention_2 for deepseek_v3"),
         };
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
-        let o = super::linear_b("o_proj", &out, &self.layer.o, self.layer.hf.as_ref().and_then(|h| h.o_bias.as_ref()));
+        let o = self.proj(3, &out, &self.layer.o, self.layer.hf.as_ref().and_then(|h| h.o_bias.as_ref()));
         drop((out, query_states, key_states, value_states, kv_nope, k_rot, compressed_kv, q_states, q_pass, q_rot));
         (o, attn_weights)
     }
@@ -229,7 +230,7 @@ impl Block {
         let w = weights(self);
         let (b, s) = (kv_nope.dim(0), kv_nope.dim(2));
         let (nope, rope, v) = (ds.qk_nope_head_dim, ds.qk_rope_head_dim, ds.v_head_dim);
-        let kv = linear("kv_b_proj", kv_nope, &w.kv_b).view(&[b, s, usize::MAX, nope + v]).transpose(1, 2);
+        let kv = self.proj(7, kv_nope, &w.kv_b, None).view(&[b, s, usize::MAX, nope + v]).transpose(1, 2);
         let h = kv.dim(1);
         let parts = kv.split_with_sizes(&[nope, v], -1);
         let (k_nope, value_states) = (parts[0].clone(), parts[1].clone());
@@ -285,8 +286,9 @@ impl Block {
             let _s = scope("shared_experts");
             let _f = py_frame(&frames(self.hf()).mlp);
             let sw = w.shared.as_ref().expect("shared experts");
-            let prod = linear("gate_proj", x, &sw[0]).silu().mul(&linear("up_proj", x, &sw[1]));
-            linear("down_proj", &prod, &sw[2])
+            // Slots 8-10: bitsandbytes' layers under a quantized load.
+            let prod = self.proj(8, x, &sw[0], None).silu().mul(&self.proj(9, x, &sw[1], None));
+            self.proj(10, &prod, &sw[2], None)
         };
         let out = experts.add(&shared);
         drop((experts, shared, logits, topk_weights, topk_indices));

@@ -23,20 +23,18 @@ use std::rc::Rc;
 /// One decoder layer's weights in registration order: q/k/v/o (weight, then bias when
 /// `attention_bias`), `self_attn.sinks` (heads), `mlp.router` (weight (experts, hidden), bias),
 /// `mlp.experts` (`gate_up_proj` (experts, hidden, 2·I), its bias, `down_proj` (experts, I,
-/// hidden), its bias), then the two norms. `dims` is [q, kv, hidden, heads].
-pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, bias: bool, dims: [usize; 4]) -> Layer {
+/// hidden), its bias), then the two norms. `dims` is [q, kv, hidden, heads]. `lin` makes the
+/// attention's nn.Linear modules (slot, name, rows, cols, bias): plain, or bitsandbytes' (the
+/// only modules it quantizes here: the router and the experts are no nn.Linear).
+pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, bias: bool, dims: [usize; 4], lin: &mut super::LinearMaker<'_>) -> Layer {
     let [q, kv, d, heads] = dims;
     let (e, i) = (m.experts, m.intermediate);
     let std = Init::Normal { std: 0.02 };
     let zero = Init::Normal { std: 0.0 };
-    let lin = |b: &mut Builder, name: &str, rows: usize, cols: usize| {
-        let w = b.param(p(&format!("self_attn.{name}.weight")), &[rows, cols], std);
-        (w, bias.then(|| b.param(p(&format!("self_attn.{name}.bias")), &[rows], zero)))
-    };
-    let (wq, bq) = lin(b, "q_proj", q, d);
-    let (wk, bk) = lin(b, "k_proj", kv, d);
-    let (wv, bv) = lin(b, "v_proj", kv, d);
-    let (wo, bo) = lin(b, "o_proj", d, q);
+    let (wq, bq) = lin(b, 0, "self_attn.q_proj", q, d, bias);
+    let (wk, bk) = lin(b, 1, "self_attn.k_proj", kv, d, bias);
+    let (wv, bv) = lin(b, 2, "self_attn.v_proj", kv, d, bias);
+    let (wo, bo) = lin(b, 3, "self_attn.o_proj", d, q, bias);
     let sinks = b.param(p("self_attn.sinks"), &[heads], std);
     let router = b.param(p("mlp.router.weight"), &[e, d], std);
     let router_bias = b.param(p("mlp.router.bias"), &[e], std);

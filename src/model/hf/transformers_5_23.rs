@@ -59,9 +59,9 @@ pub struct HfLayer {
     pub mlp_bias: Option<[Tensor; 3]>,
     /// Qwen3's per-head RMSNorm weights (head_dim) on q and k.
     pub qk_norm: Option<[Tensor; 2]>,
-    /// peft's LoRA adapters, by projection in `lora::TARGETS` order (None: not adapted).
+    /// peft's LoRA adapters, by slot of `lora::SLOTS` (None: not adapted).
     pub lora: Vec<Option<Adapter>>,
-    /// bitsandbytes' 4-bit or 8-bit storage, by slot of `lora::layer_linears` (empty: not
+    /// bitsandbytes' 4-bit or 8-bit storage, by slot of `lora::SLOTS` (empty: not
     /// quantized; None: no linear in the slot).
     pub quant: Vec<Option<Quantized>>,
     /// A sparse MoE block's router (experts, hidden); its experts' 3-D weights are the layer's
@@ -110,19 +110,11 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = |n: &str| format!("model.layers.{i}.{n}");
-        if let Some((m, ds)) = hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) {
-            layers.push(deepseek_v3_5_23::layer(&mut b, &p, m, ds, i, d, cfg.num_heads));
-            continue;
-        }
-        if let Some(m) = hf.moe.as_ref().filter(|_| is_gpt_oss(hf)) {
-            layers.push(gpt_oss_5_23::layer(&mut b, &p, m, hf.qkv_bias, [q, kv, d, cfg.num_heads]));
-            continue;
-        }
         // Registration order: self_attn (q, k, v, o, then q_norm, k_norm), mlp, then the
         // two norms; each Linear's weight before its bias.
         // A Linear4bit under bitsandbytes: its packed weight is the module's weight; its
         // bias ends in the compute dtype (the first forward converts `bias.data`).
-        let mut quant: Vec<Option<Quantized>> = if hf.bnb.is_some() { vec![None; lora::TARGETS.len()] } else { Vec::new() };
+        let mut quant: Vec<Option<Quantized>> = if hf.bnb.is_some() { vec![None; lora::SLOTS] } else { Vec::new() };
         let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize, bias: bool| {
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
@@ -150,6 +142,18 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             let bias = bias.then(|| b.param_as(p(&format!("{name}.bias")), &[rows], zero, bias_dtype, b.frozen));
             (w, bias)
         };
+        if let Some((m, ds)) = hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) {
+            let mut layer = deepseek_v3_5_23::layer(&mut b, &p, m, ds, [i, d, cfg.num_heads], &mut lin);
+            Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
+            layers.push(layer);
+            continue;
+        }
+        if let Some(m) = hf.moe.as_ref().filter(|_| is_gpt_oss(hf)) {
+            let mut layer = gpt_oss_5_23::layer(&mut b, &p, m, hf.qkv_bias, [q, kv, d, cfg.num_heads], &mut lin);
+            Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
+            layers.push(layer);
+            continue;
+        }
         if hf.model_type == Arch::Phi3 {
             let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| lin(b, slot, name, rows, cols, false).0;
             let mut layer = phi3::layer(&mut b, &p, [q, kv, d, f], &mut lin);
@@ -235,8 +239,14 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     if let Some(lc) = &hf.lora {
         // (Phi-3's fused qkv_proj and gate_up_proj in q's and gate's slots.)
         let (qkv_out, gate_out) = if hf.model_type == Arch::Phi3 { (q + 2 * kv, 2 * f) } else { (q, f) };
-        let linears = lora::layer_linears(hf.model_type, hf.moe.is_some());
-        add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d], [d, d, d, q, d, d, f]);
+        let linears = lora::linears_of(hf);
+        match hf.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+            Some(ds) => {
+                let shapes = ds.mla_linear_shapes(d, cfg.num_heads);
+                add_adapters(&mut b, &mut layers, lc, linears, shapes.map(|s| s.1), shapes.map(|s| s.0), true);
+            }
+            None => add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d, 0, 0, 0, 0], [d, d, d, q, d, d, f, 0, 0, 0, 0], false),
+        }
         if let Some(m) = hf.moe.as_ref().filter(|_| !lc.target_parameters.is_empty()) {
             add_param_adapters(&mut b, &mut layers, lc, m, d);
         }
@@ -280,6 +290,10 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     }
     b.finish(full, Weights { embedding, layers, final_norm, lm_head, rope_buffer: Some(inv_freq), buffers })
 }
+
+/// A builder of one nn.Linear (slot of `lora::linears_of`, module path, rows, cols, bias):
+/// its weight and bias, plain or bitsandbytes'.
+type LinearMaker<'a> = dyn FnMut(&mut Builder, usize, &str, usize, usize, bool) -> (Tensor, Option<Tensor>) + 'a;
 
 /// A sparse MoE block's parameters in registration order (Mixtral, Qwen2-MoE: `mlp.gate`
 /// then `mlp.experts`; Qwen3-MoE: `mlp.experts` then `mlp.gate`; Qwen2-MoE then its
@@ -331,13 +345,14 @@ fn module_to_save(b: &mut Builder, original: &Tensor, module: &str, after: Optio
 /// kaiming-uniform), `lora_B` (out × r, zeros) and, with DoRA, `lora_magnitude_vector` (out)
 /// in the adapters' dtype, trainable. peft
 /// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
-fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, linears: &[(usize, &str)], outs: [usize; 7], ins: [usize; 7]) {
+/// `all_attention`: every slot is a `self_attn` linear (DeepSeek-V3's latent attention).
+fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, linears: &[(usize, &str)], outs: [usize; lora::SLOTS], ins: [usize; lora::SLOTS], all_attention: bool) {
     let dtype = lora::adapter_dtype(b.dtype);
     for (i, layer) in layers.iter_mut().enumerate() {
-        let mut adapters: Vec<Option<Adapter>> = vec![None; lora::TARGETS.len()];
+        let mut adapters: Vec<Option<Adapter>> = vec![None; lora::SLOTS];
         for &(t, name) in linears {
             adapters[t] = lc.targets(name).then(|| {
-                    let module = if t < 4 { "self_attn" } else { "mlp" };
+                    let module = if t < 4 || all_attention { "self_attn" } else { "mlp" };
                     let p = |w: &str| format!("base_model.model.model.layers.{i}.{module}.{name}.{w}.default.weight");
                     let bound = (1.0 / ins[t] as f64).sqrt();
                     // kaiming_uniform_(a=√5): U(±1/√in); a normal of the same variance (only
@@ -641,7 +656,7 @@ impl Block {
     /// Projection `t` (of `lora::TARGETS`) named `name`: `base` on `x`, wrapped in peft's LoRA
     /// `Linear` when adapted (the nn.Linear is then its `base_layer`).
     fn proj(&self, t: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
-        let name = lora::slot_name(self.hf().model_type, self.hf().moe.is_some(), t).unwrap_or(lora::TARGETS[t]);
+        let name = lora::slot_name(self.hf(), t).unwrap_or_else(|| lora::slot_module(t));
         let extra = self.layer.hf.as_ref().expect("hf layer");
         let packed = extra.quant.get(t).and_then(Option::as_ref);
         let base = |name: &str, x: &Tensor| match (self.hf().bnb.as_ref().map(|q| &q.quant), packed) {
