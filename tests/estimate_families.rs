@@ -221,15 +221,11 @@ fn families_optimizers() {
     }
 }
 
-/// Gemma 3's closed form, Gemma 2's sdpa and LoRA on the families are not derived: refused naming the flag,
-/// pointing at `profile` (the MoE models are refused by `options::moe::refuse`, checked
-/// through the CLI below).
+/// Gemma 2's sdpa and LoRA on the families are not derived: refused naming the flag, pointing
+/// at `profile` (the MoE models are refused by `options::moe::refuse`, checked through the CLI
+/// below; Gemma 3's refusals are in tests/estimate_gemma3.rs).
 #[test]
 fn not_derived_is_refused_naming_profile() {
-    let p = base(Arch::Gemma3Text);
-    let e = hf::check(&config(&p), p.precision, p.s).expect_err("gemma3_text");
-    assert_eq!(e.flag, "--model", "{e}");
-    assert!(e.to_string().contains("gemma3_text") && e.to_string().contains("`profile` simulates"), "{e}");
     let p = Point { attn: AttnImplementation::Sdpa, ..base(Arch::Gemma2) };
     assert_eq!(hf::check(&config(&p), p.precision, p.s).expect_err("gemma2 sdpa").flag, "--attn-implementation");
     // LoRA on Phi-3 and OLMo-2 (fused projections' adapters, post-norms' frozen weights) is
@@ -255,7 +251,7 @@ fn not_derived_is_refused_naming_profile() {
 }
 
 /// Through the CLI: a Phi-3 and an OLMo-2 config.json estimate with the JSON's activations
-/// equal to the simulated ones; Gemma 3 and the MoE presets exit 2 naming the flag and
+/// equal to the simulated ones; the MoE presets exit 2 naming the flag and
 /// `profile`; Gemma-2-9B's preset states its closed form.
 #[test]
 fn families_estimate_cli() {
@@ -281,7 +277,7 @@ fn families_estimate_cli() {
             assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{model_type} {extra:?}");
         }
     }
-    for (preset, flag, what) in [("Gemma-3-27B", "--model", "gemma3_text"), ("Mixtral-8x7B", "--preset", "mixtral"), ("Qwen3-30B-A3B", "--preset", "qwen3_moe")] {
+    for (preset, flag, what) in [("Mixtral-8x7B", "--preset", "mixtral"), ("Qwen3-30B-A3B", "--preset", "qwen3_moe")] {
         let o = run(&["--preset", preset, "--batch-size", "1", "--context-length", "64", "--no-simulate"]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{preset}: {err}");

@@ -110,6 +110,9 @@ pub struct Estimate {
     /// Block 0's, where it keeps less than the others (peft: its input needs no gradient);
     /// the other `layers − 1` keep `block`.
     pub first_block: Option<Vec<Term>>,
+    /// Gemma 3 under sdpa once the window masks its sliding layers: what those layers keep
+    /// (their kernel sees the mask), `block` being the full layers'.
+    pub sliding_block: Option<SlidingBlock>,
     /// Kept for backward outside the blocks (embedding output, final norm).
     pub outside: Vec<Term>,
     /// The forward's output.
@@ -123,6 +126,15 @@ pub struct Estimate {
     pub residual_bytes: u64,
 }
 
+/// The sliding layers' block where it differs from the full layers'.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlidingBlock {
+    /// The sliding layers' indices (block 0 is `first_block` where there is one).
+    pub layers: Vec<usize>,
+    pub block: Vec<Term>,
+    pub symbolic: String,
+}
+
 impl Estimate {
     pub fn block_bytes(&self) -> u64 {
         self.block.iter().map(Term::bytes).sum()
@@ -133,10 +145,15 @@ impl Estimate {
     }
     /// The L blocks together (block 0 its own where it differs).
     pub fn blocks_bytes(&self) -> u64 {
-        match &self.first_block {
-            Some(first) if self.layers > 0 => (self.layers as u64 - 1) * self.block_bytes() + first.iter().map(Term::bytes).sum::<u64>(),
-            _ => self.layers as u64 * self.block_bytes(),
-        }
+        let (block, first) = (self.block_bytes(), self.first_block.as_ref().map(|b| b.iter().map(Term::bytes).sum::<u64>()));
+        let sliding = self.sliding_block.as_ref().map(|s| (s, s.block.iter().map(Term::bytes).sum::<u64>()));
+        (0..self.layers)
+            .map(|i| match (i, first, &sliding) {
+                (0, Some(f), _) => f,
+                (_, _, Some((s, bytes))) if s.layers.contains(&i) => *bytes,
+                _ => block,
+            })
+            .sum()
     }
     /// What the loss keeps for backward.
     pub fn loss_saved_bytes(&self) -> u64 {
@@ -548,6 +565,11 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         b.retain(|t| t.elements > 0);
         b
     });
+    let sliding_block = hf_terms.as_ref().and_then(|t| t.sliding_block.clone()).map(|(layers, mut block)| {
+        block.retain(|t| t.elements > 0);
+        let symbolic = symbolic(&block);
+        SlidingBlock { layers, block, symbolic }
+    });
     let mut block = match (&hf_terms, cfg.flavour) {
         (Some(t), _) => t.block.clone(),
         (None, Flavour::Cs336) => cs336_block(&c, cfg.attention),
@@ -647,6 +669,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         block_symbolic,
         block_fp32_units,
         first_block,
+        sliding_block,
         outside,
         logits,
         loss,

@@ -6,7 +6,8 @@
 //! MLP (it keeps its input, as silu does).
 use super::{attention, rms_norm, types, AttnGrad, Kernel, NormGrad, FULL};
 use crate::analyse::estimate::{Ctx, Mode, Term, Unit};
-use crate::model::hf::HfConfig;
+use crate::model::hf::gemma::GemmaConfig;
+use crate::model::hf::{Arch, AttnImplementation, HfConfig};
 use crate::model::ModelConfig;
 
 /// `Gemma2RMSNorm` with every gradient: input (or its fp32 copy), r, the fp32 x·r and
@@ -16,11 +17,15 @@ pub(super) fn norm(c: &Ctx, t: &mut Vec<Term>, name: &str, elem: u64, readers: &
     t.push(c.small(&format!("{name} 1 + weight.float() (the product keeps it)"), "add", "d", c.d, 4));
 }
 
-/// One layer without checkpointing, in forward order.
+/// One layer without checkpointing, in forward order (Gemma 3's with its q/k norms; `hf` the
+/// layer's, [`super::gemma3::layer_hf`]).
 pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) -> Vec<Term> {
     let ty = types(c, hf);
     let mut t = Vec::new();
     norm(c, &mut t, "input_layernorm", ty.model, &["q_proj", "k_proj", "v_proj"]);
+    if hf.model_type == Arch::Gemma3Text {
+        super::gemma3::qk_norms(c, &mut t, ty.lo);
+    }
     attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q: true, k: true, v: true, o_input: true });
     if hf.gemma.as_ref().is_some_and(|g| g.attn_logit_softcapping.is_some()) {
         // The scores (the matmul's type) over the soft cap: tanh keeps its output.
@@ -42,4 +47,25 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
         t.push(c.term("layer output = h + post_feedforward_layernorm(mlp) (the next norm keeps it)", "add", Unit::A, 4));
     }
     t
+}
+
+/// What Gemma's model forward holds outside checkpointed layers: each layer type's mask its checkpoints' closures capture (eager: the full and the sliding
+/// additive masks, (B, 1, S, S) in the model's dtype; sdpa: the sliding layers' boolean mask,
+/// (1, 1, S, S) expanded, once the window masks).
+pub(super) fn checkpoint_masks(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, g: &GemmaConfig, model_elem: u64) {
+    for sliding in g.types() {
+        let which = if sliding { "sliding-window" } else { "full" };
+        if hf.attn_implementation == AttnImplementation::Eager {
+            t.push(Term {
+                what: format!("eager {which} mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)"),
+                op: "where",
+                formula: format!("B·S²·{model_elem}"),
+                unit: Unit::Small,
+                elements: c.b * c.s * c.s,
+                elem: model_elem,
+            });
+        } else if super::gemma3::masked(hf, g, sliding, c.s as usize) {
+            t.push(Term { what: "sdpa's boolean sliding-window mask (1, 1, S, S) expanded (the sliding checkpoints' closures hold it)".into(), op: "logical_and", formula: "S²·1".into(), unit: Unit::Small, elements: c.s * c.s, elem: 1 });
+        }
+    }
 }
