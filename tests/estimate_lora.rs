@@ -345,3 +345,38 @@ fn int8_closed_form_equals_the_simulation() {
     }
     run_within(&points, 1.8);
 }
+
+/// Phi-3, whose fused qkv_proj and gate_up_proj peft adapts whole (one lora_A reading the
+/// norm's output, one frozen weight cast under autocast, Phi-3's module order for the
+/// optimizers): targets × fp32/pure bf16/autocast bf16 × checkpointing, the SDPA kernels and
+/// the cache, dropout, rank and the optimizers.
+#[test]
+fn phi3_lora_closed_form_equals_the_simulation() {
+    let all = vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"];
+    let mut points = Vec::new();
+    for targets in [all.clone(), vec!["qkv_proj"], vec!["o_proj", "down_proj"], vec!["gate_up_proj"]] {
+        for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), precision, ckpt, ..base(Arch::Phi3) });
+            }
+        }
+        for (attn, backend, precision) in [
+            (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::Fp32),
+            (AttnImplementation::Sdpa, SdpaBackend::CpuFlash, Precision::Fp32),
+            (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::PureBf16),
+            (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::Bf16),
+        ] {
+            for cache in [false, true] {
+                points.push(Point { attn, backend, precision, cache, targets: targets.clone(), s: 33, ..base(Arch::Phi3) });
+            }
+        }
+        points.push(Point { targets: targets.clone(), dropout: 0.1, r: 4, ..base(Arch::Phi3) });
+        points.push(Point { targets: targets.clone(), dropout: 0.05, precision: Precision::Bf16, ..base(Arch::Phi3) });
+    }
+    for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            points.push(Point { optim, precision, targets: all.clone(), r: 16, b: 1, s: 64, ..base(Arch::Phi3) });
+        }
+    }
+    run(&points);
+}

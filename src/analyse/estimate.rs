@@ -682,14 +682,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
 /// [`ModelConfig::lora_bias_count`]'s biases in the weights' `pe` bytes): bytes, tensors, the
 /// largest.
 fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u64) -> super::optimizer_estimate::Trainable {
-    let h = cfg.hf().expect("LoRA is an hf model's");
-    let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
-    let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
     let r = lc.r as u64;
-    // (in, out, has a bias) per projection, in lora::TARGETS order.
-    let shapes = [(d, q, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, f, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
     let (mut count, mut largest) = (0u64, 0u64);
-    for (name, (i, o, bias)) in crate::model::lora::TARGETS.iter().zip(shapes) {
+    for (name, (i, o, bias)) in lora_shapes(cfg) {
         if lc.targets(name) {
             count += 2;
             largest = largest.max(r * i).max(r * o);
@@ -758,12 +753,21 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
     (bytes, formula)
 }
 
-/// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for
-/// lora_B of each adapted projection, in lora::TARGETS order.
-fn lora_matrices(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig) -> Vec<(u64, u64)> {
+/// One layer's linears in module order (`lora::layer_linears`: Phi-3's fused qkv_proj and
+/// gate_up_proj, after o_proj), each (name, (in, out, has a bias)).
+fn lora_shapes(cfg: &ModelConfig) -> Vec<(&'static str, (u64, u64, bool))> {
+    let h = cfg.hf().expect("LoRA is an hf model's");
     let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
     let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let (qkv_out, gate_out) = if h.model_type == crate::model::hf::Arch::Phi3 { (q + 2 * kv, 2 * f) } else { (q, f) };
+    // Per slot of lora::TARGETS.
+    let shapes = [(d, qkv_out, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, gate_out, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
+    crate::model::lora::layer_linears(h.model_type, h.moe.is_some()).iter().map(|&(slot, name)| (name, shapes[slot])).collect()
+}
+
+/// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for
+/// lora_B of each adapted projection, in module order.
+fn lora_matrices(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig) -> Vec<(u64, u64)> {
     let r = lc.r as u64;
-    let shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)];
-    crate::model::lora::TARGETS.iter().zip(shapes).filter(|(t, _)| lc.targets(t)).flat_map(|(_, (i, o))| [(r, i), (o, r)]).collect()
+    lora_shapes(cfg).into_iter().filter(|(t, _)| lc.targets(t)).flat_map(|(_, (i, o, _))| [(r, i), (o, r)]).collect()
 }

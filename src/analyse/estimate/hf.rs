@@ -55,11 +55,13 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    if hf.model_type.is_family() && (hf.lora.is_some() || hf.bnb.is_some()) {
+    // Phi-3's LoRA (its fused linears adapted whole) is derived; bitsandbytes and the other
+    // families' adapters (their post-norms, q/k norms and Gemma's norms frozen) are not.
+    if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type != Arch::Phi3)) {
         let flag = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
         return Err(ConfigError::new(
             flag,
-            format!("model_type {}: the closed form derives peft and bitsandbytes over llama, mistral, qwen2 and qwen3 only; `profile` simulates it", hf.model_type.name()),
+            format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3 and phi3, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -359,11 +361,14 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                     t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
                 }
             }
-            // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view.
-            if any || g.o_input {
+            // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view (Phi-3's
+            // copies, below: o_proj then keeps the copy, the kernel its output only when it
+            // has a node).
+            let merge_copies = phi3 && backend != SdpaBackend::Efficient;
+            if any || (g.o_input && !merge_copies) {
                 t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
             }
-            if phi3 && g.o_input && backend != SdpaBackend::Efficient {
+            if merge_copies && g.o_input {
                 // Phi-3's rope(Q) is a cat's output, contiguous as (B, h, S, d_h), and so is
                 // the flash kernels' empty_like(q): merging heads (transpose().contiguous())
                 // copies. The memory-efficient kernel writes (B, S, h, d_h) whatever q is.
@@ -485,10 +490,19 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         "o_proj" => hf.o_bias,
         _ => hf.mlp_bias,
     };
-    let trains = |p: &str| lora.is_none_or(|l| l.targets(p) || (has_bias(p) && l.trains_bias(p)));
-    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // Phi-3's fused linears (peft wraps them whole): q/k/v are qkv_proj, gate/up gate_up_proj.
+    let phi3 = hf.model_type == Arch::Phi3;
+    let module = |p: &str| -> String {
+        match p {
+            "q_proj" | "k_proj" | "v_proj" if phi3 => "qkv_proj".into(),
+            "gate_proj" | "up_proj" if phi3 => "gate_up_proj".into(),
+            _ => p.into(),
+        }
+    };
+    let trains = |p: &str| lora.is_none_or(|l| l.targets(&module(p)) || (has_bias(p) && l.trains_bias(p)));
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(&module(p)));
     // Under peft with fp32 weights and no dropout, lora_A keeps the projection's input itself.
-    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(&module(p)) && l.dropout == 0.0 && c.mode == Mode::Fp32);
     // LLM.int8()'s MatMul8bitLt keeps its input (a view of it) for the input's gradient:
     // the frozen base matmul then keeps what a full fine-tune's would.
     let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
@@ -499,18 +513,19 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
     // Phi-3's fused linears read each norm's output once (one autocast copy each).
-    let phi3 = hf.model_type == Arch::Phi3;
     let qkv_readers: &[&str] = if phi3 { &["qkv_proj"] } else { &qkv };
     rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, qkv_readers, frozen_norm(xg, &qkv));
     let (q, k, v) = (xg || trains("q_proj"), xg || trains("k_proj"), xg || trains("v_proj"));
     let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
-    if lora.is_some() && xg {
+    if lora.is_some() && xg && phi3 {
+        frozen_cast(c, &mut t, "qkv_proj", "(h + 2h_kv)·d_h·d", qw + 2 * kvw);
+    } else if lora.is_some() && xg {
         frozen_cast(c, &mut t, "q_proj", "h·d_h·d", qw);
         frozen_cast(c, &mut t, "k_proj", "h_kv·d_h·d", kvw);
         frozen_cast(c, &mut t, "v_proj", "h_kv·d_h·d", kvw);
     }
     if let Some(lc) = lora {
-        for p in qkv.into_iter().filter(|p| adapted(p)) {
+        for p in qkv_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, xg);
         }
     }
@@ -538,12 +553,14 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let gate_up = ["gate_proj", "up_proj"];
     let gate_up_readers: &[&str] = if phi3 { &["gate_up_proj"] } else { &gate_up };
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, &gate_up));
-    if lora.is_some() && h {
+    if lora.is_some() && h && phi3 {
+        frozen_cast(c, &mut t, "gate_up_proj", "2F·d", 2 * c.f * c.d);
+    } else if lora.is_some() && h {
         frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
         frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
     }
     if let Some(lc) = lora {
-        for p in gate_up.into_iter().filter(|p| adapted(p)) {
+        for p in gate_up_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, h);
         }
     }
