@@ -292,3 +292,44 @@ fn families_estimate_cli() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Through the CLI: Phi-3 with LoRA states its closed form, block 0 its own, equal to the
+/// simulated activations; bitsandbytes on Phi-3 and LoRA on OLMo-2 and Gemma exit 2 naming
+/// the flag, writing nothing.
+#[test]
+fn families_lora_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).args(["--json", json.to_str().unwrap()]).output().unwrap();
+    let small = ["--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];
+    for extra in [&["--target-modules", "all-linear"][..], &["--target-modules", "qkv_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..], &["--target-modules", "o_proj", "--lora-dropout", "0.1", "--gradient-checkpointing", "non-reentrant"][..]] {
+        let o = run(&[&["--model", "Phi-3-mini", "--lora-r", "8"][..], &small, extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    for (model, extra, flag) in [
+        ("Phi-3-mini", &["--lora-r", "8", "--target-modules", "all-linear", "--load-in-4bit"][..], "--load-in-4bit"),
+        ("OLMo-2-7B", &["--lora-r", "8", "--target-modules", "all-linear"][..], "--lora-r"),
+        ("Gemma-2-9B", &["--lora-r", "8"][..], "--lora-r"),
+        ("Gemma-3-27B", &["--lora-r", "8"][..], "--lora-r"),
+    ] {
+        let o = run(&[&["--model", model][..], &small, extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{model} {extra:?}: {err}");
+        assert!(err.contains(flag) && err.contains("`profile` simulates"), "{model} {extra:?}: {err}");
+        assert!(!json.exists(), "{model} {extra:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

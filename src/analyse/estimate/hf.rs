@@ -58,7 +58,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     // Phi-3's LoRA (its fused linears adapted whole) is derived; bitsandbytes and the other
     // families' adapters (their post-norms, q/k norms and Gemma's norms frozen) are not.
     if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type != Arch::Phi3)) {
-        let flag = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
+        let flag = hf.bnb.as_ref().map_or("--lora-r", |q| q.flag());
         return Err(ConfigError::new(
             flag,
             format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3 and phi3, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
