@@ -49,9 +49,10 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     t
 }
 
-/// What Gemma's model forward holds outside checkpointed layers: each layer type's mask its checkpoints' closures capture (eager: the full and the sliding
-/// additive masks, (B, 1, S, S) in the model's dtype; sdpa: the sliding layers' boolean mask,
-/// (1, 1, S, S) expanded, once the window masks).
+/// What Gemma's model forward holds outside checkpointed layers: the mask of each layer type
+/// present, which its checkpoints' closures capture (eager: the full and the sliding additive
+/// masks, (B, 1, S, S) in the model's dtype; sdpa: the sliding layers' boolean mask, (1, 1, S,
+/// S) expanded, once the window masks; a type no layer has is dropped when the model returns).
 pub(super) fn checkpoint_masks(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, g: &GemmaConfig, model_elem: u64) {
     for sliding in g.types() {
         let which = if sliding { "sliding-window" } else { "full" };
