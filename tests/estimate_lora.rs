@@ -93,6 +93,12 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(prepare) = p.int8 {
         hf.bnb = Some(Bnb { quant: Quant::Int8(Int8 { threshold: 6.0, kernel: Int8Kernel::Cuda }), load_dtype: DType::BF16, prepare });
     }
+    if p.arch.is_gemma() {
+        // Sliding, full, sliding layers; a 16-position window, shorter than S here.
+        let mut g = vramscope::model::hf::gemma::published(p.arch, 3, 16, 24.0, 10_000.0);
+        g.sliding = vec![true, false, true];
+        hf.gemma = Some(g);
+    }
     estimate_common::hf_model(hf, 3, 2, false, p.ckpt)
 }
 
@@ -132,7 +138,10 @@ fn check(p: &Point) -> f64 {
     assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, block 0 {first}, outside {})", e.block_bytes(), sum(&e.outside));
     let batch = 2 * (p.b * p.s * 8) as u64;
     // Double quantization: bitsandbytes' process-wide 256-entry fp32 dynamic map besides.
-    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
+    // Gemma: an inv_freq pair per layer type present and the 0-d fp32 embed_scale.
+    let pairs = cfg.hf().and_then(|h| h.gemma.as_ref()).filter(|_| p.arch == Arch::Gemma3Text).map_or(1, |g| g.types().len() as u64);
+    let gemma = if p.arch.is_gemma() { 4 } else { 0 };
+    let buffers = pairs * 2 * (cfg.head_dim() as u64 / 2) * 4 + gemma + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
     assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
     let bound = e.training_bytes();
     assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
@@ -379,4 +388,34 @@ fn phi3_lora_closed_form_equals_the_simulation() {
         }
     }
     run(&points);
+}
+
+/// Gemma 2 (eager) and Gemma 3 (eager and sdpa: the sliding layers' kernel sees the window's
+/// mask, layer 0 is one), with their GemmaRMSNorms frozen (`1 + weight` kept for the input's
+/// gradient, x·r not): targets × fp32/pure bf16/autocast bf16 × checkpointing, the cache,
+/// dropout, rank and the optimizers.
+#[test]
+fn gemma_lora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in [Arch::Gemma2, Arch::Gemma3Text] {
+        let attns: &[AttnImplementation] = if arch == Arch::Gemma2 { &[AttnImplementation::Eager] } else { &[AttnImplementation::Eager, AttnImplementation::Sdpa] };
+        for &attn in attns {
+            for targets in [TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["o_proj", "down_proj"], vec!["k_proj", "up_proj"]] {
+                for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+                    for ckpt in [None, Some(false), Some(true)] {
+                        points.push(Point { attn, targets: targets.clone(), precision, ckpt, ..base(arch) });
+                    }
+                }
+                points.push(Point { attn, targets: targets.clone(), cache: true, ..base(arch) });
+                points.push(Point { attn, targets: targets.clone(), dropout: 0.1, r: 4, ..base(arch) });
+                points.push(Point { attn, targets: targets.clone(), dropout: 0.05, precision: Precision::Bf16, s: 12, ..base(arch) });
+            }
+        }
+        for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(arch) });
+            }
+        }
+    }
+    run_within(&points, 1.8);
 }

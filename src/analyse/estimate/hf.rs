@@ -55,13 +55,13 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    // Phi-3's LoRA (its fused linears adapted whole) is derived; bitsandbytes and the other
-    // families' adapters (their post-norms, q/k norms and Gemma's norms frozen) are not.
-    if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type != Arch::Phi3)) {
+    // LoRA on Phi-3 (its fused linears adapted whole) and Gemma (frozen GemmaRMSNorms) is
+    // derived; OLMo-2's adapters and bitsandbytes on the families are not.
+    if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type == Arch::Olmo2)) {
         let flag = hf.bnb.as_ref().map_or("--lora-r", |q| q.flag());
         return Err(ConfigError::new(
             flag,
-            format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3 and phi3, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
+            format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3_text, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -80,7 +80,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
         }
     }
     if hf.model_type == Arch::Gemma3Text {
-        return gemma3::check(cfg, hf, precision, s);
+        return gemma3::check(cfg, &gemma::trimmed(hf, cfg.num_layers), precision, s);
     }
     check_kernel(cfg, hf, precision, s, false)
 }
@@ -592,6 +592,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
 }
 
 pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precision) -> Terms {
+    let hf = &gemma::trimmed(hf, cfg.num_layers);
     let ty = types(c, hf);
     let s = c.s as usize;
     let kernel = kernel(cfg, hf, precision, s);
@@ -618,9 +619,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     } else if let Some(g) = hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
         // The full layers' (or every layer's, where no mask sets the sliding ones apart).
         let lh = gemma3::layer_hf(hf, gemma3::masked(hf, g, !g.sliding.contains(&false), s));
-        gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache)
+        gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true)
     } else if hf.model_type == Arch::Gemma2 {
-        gemma::layer(c, cfg, hf, kernel, cache)
+        gemma::layer(c, cfg, hf, kernel, cache, true)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -628,12 +629,19 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let sliding_block = hf.gemma.as_ref().filter(|g| !checkpointing && hf.model_type == Arch::Gemma3Text && g.sliding.contains(&false) && gemma3::masked(hf, g, true, s)).map(|g| {
         let lh = gemma3::layer_hf(hf, true);
         let layers = g.sliding.iter().enumerate().filter(|(_, s)| **s).map(|(i, _)| i).collect();
-        (layers, gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache))
+        (layers, gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true))
     });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
     let lora = hf.lora.is_some();
-    let first_block = (lora && !checkpointing).then(|| layer(c, cfg, hf, kernel, cache, false));
+    let first_block = (lora && !checkpointing).then(|| match hf.gemma.as_ref() {
+        // Gemma: layer 0's type decides its kernel (Gemma 3's sliding layers may see a mask).
+        Some(g) => {
+            let lh = if hf.model_type == Arch::Gemma3Text { gemma3::layer_hf(hf, gemma3::masked(hf, g, g.sliding[0], s)) } else { hf.clone() };
+            gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, false)
+        }
+        None => layer(c, cfg, hf, kernel, cache, false),
+    });
     let mut outside = Vec::new();
     let olmo2 = hf.model_type == Arch::Olmo2;
     let gemma = hf.model_type.is_gemma();
@@ -686,7 +694,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
     let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
     if gemma {
-        gemma::norm(c, &mut outside, "norm", ty.model, &["lm_head"]);
+        gemma::norm_with(c, &mut outside, "norm", ty.model, &["lm_head"], g);
     } else {
         rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
     }
@@ -695,9 +703,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         let n = g.sliding.iter().filter(|s| **s).count() as u64;
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{n}·8"), unit: Unit::Small, elements: n, elem: 8 });
     }
-    if gemma && c.mode == Mode::Pure {
+    if gemma && c.mode == Mode::Pure && !lora {
         // Gemma2TextScaledWordEmbedding (Gemma 3's too): `embed_scale.to(bf16)`, a 0-d copy the product keeps
-        // (in fp32 the cast returns the buffer itself).
+        // (in fp32 the cast returns the buffer itself); under peft the frozen embedding's output
+        // needs no gradient, so the product keeps nothing.
         outside.push(Term { what: "embed_scale cast to bf16 (0-d; the embedding's product keeps it)".into(), op: "_to_copy", formula: "1·2".into(), unit: Unit::Small, elements: 1, elem: 2 });
     }
     if lora {
@@ -782,6 +791,7 @@ pub fn kernel_name(hf: &HfConfig, k: Kernel) -> String {
 
 /// The kernels of a run for the printed header: Gemma 3's per layer type where they differ.
 pub fn kernels_name(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) -> String {
+    let hf = &gemma::trimmed(hf, cfg.num_layers);
     match hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
         Some(g) => {
             let ks = gemma3::kernels(cfg, hf, g, precision, s);

@@ -8,7 +8,7 @@
 //! PyTorch's pick is the memory-efficient kernel, which keeps the additive mask
 //! `convert_boolean_attn_mask` makes, its keys padded to 16), so the layer types keep
 //! different tensors.
-use super::{rms_norm, Kernel, NormGrad, FULL};
+use super::{rms_norm, Kernel, NormGrad};
 use crate::analyse::estimate::{Ctx, Term};
 use crate::model::hf::gemma::GemmaConfig;
 use crate::model::hf::{AttnImplementation, HfConfig};
@@ -49,14 +49,16 @@ pub(super) fn check(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: u
     Ok(())
 }
 
-/// `q_norm` and `k_norm` with every gradient: the projection's output (or its fp32 copy), r,
-/// the fp32 x·r and `1 + weight.float()` (d_h), kept by pow, x·r and the product; RoPE's muls
-/// keep cos/sin, not the normed output.
-pub(super) fn qk_norms(c: &Ctx, t: &mut Vec<Term>, elem: u64) {
-    let heads = [("q_norm", c.h, "B·S·h"), ("k_norm", c.kvh, "B·S·h_kv")];
-    for (name, n, rows) in heads {
+/// `q_norm` and `k_norm`, each where Q or K needs a gradient (`grads`): the projection's
+/// output (or its fp32 copy), r and `1 + weight.float()` (d_h), kept by pow, x·r and the
+/// product, and the fp32 x·r where the weight trains (not under peft); RoPE's muls keep
+/// cos/sin, not the normed output.
+pub(super) fn qk_norms(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, elem: u64, grads: (bool, bool)) {
+    let heads = [("q_norm", c.h, "B·S·h", grads.0), ("k_norm", c.kvh, "B·S·h_kv", grads.1)];
+    for (name, n, rows, input) in heads.into_iter().filter(|h| h.3) {
         let unit = super::heads_unit(c, n);
-        rms_norm(c, t, name, unit, elem, (rows, c.b * c.s * n), &[], NormGrad { product_fp32: true, ..FULL });
+        let g = NormGrad { input, weight: hf.lora.is_none(), output: false, product_fp32: true };
+        rms_norm(c, t, name, unit, elem, (rows, c.b * c.s * n), &[], g);
         t.push(c.small(&format!("{name} 1 + weight.float() (the product keeps it)"), "add", "d_h", c.dk, 4));
     }
 }
