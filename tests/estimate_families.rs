@@ -230,24 +230,22 @@ fn not_derived_is_refused_naming_profile() {
     assert_eq!(hf::check(&config(&p), p.precision, p.s).expect_err("gemma2 sdpa").flag, "--attn-implementation");
     // LoRA on OLMo-2 (its post-norms' and whole-projection q/k norms' frozen weights) is not
     // derived either (Phi-3's and Gemma's are: tests/estimate_lora.rs).
-    for arch in [Arch::Olmo2] {
-        let p = base(arch);
-        let mut cfg = config(&p);
-        cfg.hf.as_mut().unwrap().lora = Some(vramscope::model::lora::LoraConfig {
-            r: 8,
-            alpha: 16.0,
-            dropout: 0.0,
-            targets: vec!["o_proj".into()],
-            dropout_kernel: Default::default(),
-            bias: vramscope::model::lora::LoraBias::None,
-            use_dora: false,
-            modules_to_save: vec![],
-            target_parameters: vec![],
-        });
-        let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
-        assert_eq!(e.flag, "--lora-r", "{e}");
-        assert!(e.to_string().contains("`profile` simulates"), "{e}");
-    }
+    let p = base(Arch::Olmo2);
+    let mut cfg = config(&p);
+    cfg.hf.as_mut().unwrap().lora = Some(vramscope::model::lora::LoraConfig {
+        r: 8,
+        alpha: 16.0,
+        dropout: 0.0,
+        targets: vec!["o_proj".into()],
+        dropout_kernel: Default::default(),
+        bias: vramscope::model::lora::LoraBias::None,
+        use_dora: false,
+        modules_to_save: vec![],
+        target_parameters: vec![],
+    });
+    let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
+    assert_eq!(e.flag, "--lora-r", "{e}");
+    assert!(e.to_string().contains("`profile` simulates"), "{e}");
 }
 
 /// Through the CLI: a Phi-3 and an OLMo-2 config.json estimate with the JSON's activations

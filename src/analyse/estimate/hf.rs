@@ -403,7 +403,7 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             if any {
                 t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
             }
-            let v_fp32_same = c.mode == Mode::Fp32 && !(n_rep > 1 && !repeated);
+            let v_fp32_same = c.mode == Mode::Fp32 && (n_rep <= 1 || repeated);
             v_own = !(v_fp32_same && cache && !repeated);
             k_own = true;
             if v_own && scores {
