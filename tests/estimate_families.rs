@@ -94,12 +94,7 @@ fn check(p: &Point) -> f64 {
     // soft-capping runs after (its tanh output is a loss-moment term).
     let batch = 2 * (p.b * p.s * 8) as u64;
     // Gemma 2 adds its 0-d embed_scale, in the load dtype.
-    let embed_scale = match (p.arch.is_gemma(), p.precision) {
-        (false, _) => 0,
-        (true, Precision::PureBf16) => 2,
-        (true, _) => 4,
-    };
-    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + embed_scale;
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + estimate_common::embed_scale_bytes(p.arch.is_gemma(), p.precision);
     assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
     let bound = e.training_bytes();
     assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
@@ -226,41 +221,35 @@ fn families_optimizers() {
     }
 }
 
-/// Gemma 3's closed form, Gemma 2's sdpa and LoRA on the families are not derived: refused naming the flag,
-/// pointing at `profile` (gpt_oss and deepseek_v3 are refused by `options::moe::refuse`,
-/// checked through the CLI below and in tests/estimate_moe.rs).
+/// Gemma 2's sdpa and LoRA on OLMo-2 are not derived: refused naming the flag, pointing at
+/// `profile` (gpt_oss and deepseek_v3 are refused by `options::moe::refuse`, checked through
+/// the CLI below and in tests/estimate_moe.rs; Gemma 3's refusals are in tests/estimate_gemma3.rs).
 #[test]
 fn not_derived_is_refused_naming_profile() {
-    let p = base(Arch::Gemma3Text);
-    let e = hf::check(&config(&p), p.precision, p.s).expect_err("gemma3_text");
-    assert_eq!(e.flag, "--model", "{e}");
-    assert!(e.to_string().contains("gemma3_text") && e.to_string().contains("`profile` simulates"), "{e}");
     let p = Point { attn: AttnImplementation::Sdpa, ..base(Arch::Gemma2) };
     assert_eq!(hf::check(&config(&p), p.precision, p.s).expect_err("gemma2 sdpa").flag, "--attn-implementation");
-    // LoRA on Phi-3 and OLMo-2 (fused projections' adapters, post-norms' frozen weights) is
-    // not derived either.
-    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2] {
-        let p = base(arch);
-        let mut cfg = config(&p);
-        cfg.hf.as_mut().unwrap().lora = Some(vramscope::model::lora::LoraConfig {
-            r: 8,
-            alpha: 16.0,
-            dropout: 0.0,
-            targets: vec!["o_proj".into()],
-            dropout_kernel: Default::default(),
-            bias: vramscope::model::lora::LoraBias::None,
-            use_dora: false,
-            modules_to_save: vec![],
-            target_parameters: vec![],
-        });
-        let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
-        assert_eq!(e.flag, "--lora-r", "{e}");
-        assert!(e.to_string().contains("`profile` simulates"), "{e}");
-    }
+    // LoRA on OLMo-2 (its post-norms' and whole-projection q/k norms' frozen weights) is not
+    // derived either (Phi-3's and Gemma's are: tests/estimate_lora.rs).
+    let p = base(Arch::Olmo2);
+    let mut cfg = config(&p);
+    cfg.hf.as_mut().unwrap().lora = Some(vramscope::model::lora::LoraConfig {
+        r: 8,
+        alpha: 16.0,
+        dropout: 0.0,
+        targets: vec!["o_proj".into()],
+        dropout_kernel: Default::default(),
+        bias: vramscope::model::lora::LoraBias::None,
+        use_dora: false,
+        modules_to_save: vec![],
+        target_parameters: vec![],
+    });
+    let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
+    assert_eq!(e.flag, "--lora-r", "{e}");
+    assert!(e.to_string().contains("`profile` simulates"), "{e}");
 }
 
 /// Through the CLI: a Phi-3 and an OLMo-2 config.json estimate with the JSON's activations
-/// equal to the simulated ones; Gemma 3 and gpt-oss exit 2 naming the flag and
+/// equal to the simulated ones; gpt-oss exits 2 naming the flag and
 /// `profile`; Gemma-2-9B's preset states its closed form.
 #[test]
 fn families_estimate_cli() {
@@ -287,7 +276,7 @@ fn families_estimate_cli() {
         }
     }
     // (mixtral, qwen3_moe and qwen2_moe have a closed form: tests/estimate_moe.rs; gpt_oss not.)
-    for (preset, flag, what) in [("Gemma-3-27B", "--model", "gemma3_text"), ("gpt-oss-20b", "--preset", "gpt_oss")] {
+    for (preset, flag, what) in [("gpt-oss-20b", "--preset", "gpt_oss")] {
         let o = run(&["--preset", preset, "--batch-size", "1", "--context-length", "64", "--no-simulate"]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{preset}: {err}");
@@ -299,6 +288,46 @@ fn families_estimate_cli() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for needle in ["gemma2", "tanh(logits / final_logit_softcapping)", "tanh(scores / attn_logit_softcapping)", "pre_feedforward_layernorm", "L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F + 4d)"] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Through the CLI: Phi-3 and Gemma 3 with LoRA state their closed form, block 0 its own,
+/// equal to the simulated activations; bitsandbytes on the families and LoRA on OLMo-2 exit 2
+/// naming the flag, writing nothing.
+#[test]
+fn families_lora_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).args(["--json", json.to_str().unwrap()]).output().unwrap();
+    let small = ["--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];
+    for (model, extra) in [("Phi-3-mini", &["--target-modules", "all-linear"][..]), ("Phi-3-mini", &["--target-modules", "qkv_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..]), ("Phi-3-mini", &["--target-modules", "o_proj", "--lora-dropout", "0.1", "--gradient-checkpointing", "non-reentrant"][..]), ("Gemma-3-27B", &["--target-modules", "all-linear"][..]), ("Gemma-2-9B", &["--target-modules", "q_proj,o_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..])] {
+        let o = run(&[&["--model", model, "--lora-r", "8"][..], &small, extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    for (model, extra, flag) in [
+        ("Phi-3-mini", &["--lora-r", "8", "--target-modules", "all-linear", "--load-in-4bit"][..], "--load-in-4bit"),
+        ("OLMo-2-7B", &["--lora-r", "8", "--target-modules", "all-linear"][..], "--lora-r"),
+        ("Gemma-3-27B", &["--lora-r", "8", "--load-in-4bit"][..], "--load-in-4bit"),
+    ] {
+        let o = run(&[&["--model", model][..], &small, extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{model} {extra:?}: {err}");
+        assert!(err.contains(flag) && err.contains("`profile` simulates"), "{model} {extra:?}: {err}");
+        assert!(!json.exists(), "{model} {extra:?} wrote {}", json.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -93,6 +93,12 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(prepare) = p.int8 {
         hf.bnb = Some(Bnb { quant: Quant::Int8(Int8 { threshold: 6.0, kernel: Int8Kernel::Cuda }), load_dtype: DType::BF16, prepare });
     }
+    if p.arch.is_gemma() {
+        // Sliding, full, sliding layers; a 16-position window, shorter than S here.
+        let mut g = vramscope::model::hf::gemma::published(p.arch, 3, 16, 24.0, 10_000.0);
+        g.sliding = vec![true, false, true];
+        hf.gemma = Some(g);
+    }
     estimate_common::hf_model(hf, 3, 2, false, p.ckpt)
 }
 
@@ -132,7 +138,10 @@ fn check(p: &Point) -> f64 {
     assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, block 0 {first}, outside {})", e.block_bytes(), sum(&e.outside));
     let batch = 2 * (p.b * p.s * 8) as u64;
     // Double quantization: bitsandbytes' process-wide 256-entry fp32 dynamic map besides.
-    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
+    // Gemma: an inv_freq pair per layer type present and the 0-d embed_scale.
+    let pairs = cfg.hf().and_then(|h| h.gemma.as_ref()).filter(|_| p.arch == Arch::Gemma3Text).map_or(1, |g| g.types().len() as u64);
+    let gemma = estimate_common::embed_scale_bytes(p.arch.is_gemma(), p.precision);
+    let buffers = pairs * 2 * (cfg.head_dim() as u64 / 2) * 4 + gemma + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
     assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
     let bound = e.training_bytes();
     assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
@@ -341,6 +350,71 @@ fn int8_closed_form_equals_the_simulation() {
             }
             points.push(Point { int8: Some(prepare), precision, targets: vec!["q_proj", "v_proj"], dropout: 0.1, attn: AttnImplementation::Sdpa, ..base(arch) });
             points.push(Point { int8: Some(prepare), precision, targets: vec!["down_proj"], ..base(arch) });
+        }
+    }
+    run_within(&points, 1.8);
+}
+
+/// Phi-3, whose fused qkv_proj and gate_up_proj peft adapts whole (one lora_A reading the
+/// norm's output, one frozen weight cast under autocast, Phi-3's module order for the
+/// optimizers): targets × fp32/pure bf16/autocast bf16 × checkpointing, the SDPA kernels and
+/// the cache, dropout, rank and the optimizers.
+#[test]
+fn phi3_lora_closed_form_equals_the_simulation() {
+    let all = vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"];
+    let mut points = Vec::new();
+    for targets in [all.clone(), vec!["qkv_proj"], vec!["o_proj", "down_proj"], vec!["gate_up_proj"]] {
+        for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), precision, ckpt, ..base(Arch::Phi3) });
+            }
+        }
+        for (attn, backend, precision) in [
+            (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::Fp32),
+            (AttnImplementation::Sdpa, SdpaBackend::CpuFlash, Precision::Fp32),
+            (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::PureBf16),
+            (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::Bf16),
+        ] {
+            for cache in [false, true] {
+                points.push(Point { attn, backend, precision, cache, targets: targets.clone(), s: 33, ..base(Arch::Phi3) });
+            }
+        }
+        points.push(Point { targets: targets.clone(), dropout: 0.1, r: 4, ..base(Arch::Phi3) });
+        points.push(Point { targets: targets.clone(), dropout: 0.05, precision: Precision::Bf16, ..base(Arch::Phi3) });
+    }
+    for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            points.push(Point { optim, precision, targets: all.clone(), r: 16, b: 1, s: 64, ..base(Arch::Phi3) });
+        }
+    }
+    run(&points);
+}
+
+/// Gemma 2 (eager) and Gemma 3 (eager and sdpa: the sliding layers' kernel sees the window's
+/// mask, layer 0 is one), with their GemmaRMSNorms frozen (`1 + weight` kept for the input's
+/// gradient, x·r not): targets × fp32/pure bf16/autocast bf16 × checkpointing, the cache,
+/// dropout, rank and the optimizers.
+#[test]
+fn gemma_lora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in [Arch::Gemma2, Arch::Gemma3Text] {
+        let attns: &[AttnImplementation] = if arch == Arch::Gemma2 { &[AttnImplementation::Eager] } else { &[AttnImplementation::Eager, AttnImplementation::Sdpa] };
+        for &attn in attns {
+            for targets in [TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["o_proj", "down_proj"], vec!["k_proj", "up_proj"]] {
+                for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+                    for ckpt in [None, Some(false), Some(true)] {
+                        points.push(Point { attn, targets: targets.clone(), precision, ckpt, ..base(arch) });
+                    }
+                }
+                points.push(Point { attn, targets: targets.clone(), cache: true, ..base(arch) });
+                points.push(Point { attn, targets: targets.clone(), dropout: 0.1, r: 4, ..base(arch) });
+                points.push(Point { attn, targets: targets.clone(), dropout: 0.05, precision: Precision::Bf16, s: 12, ..base(arch) });
+            }
+        }
+        for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(arch) });
+            }
         }
     }
     run_within(&points, 1.8);

@@ -147,9 +147,10 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]);
         refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["--parallel", "not modelled", "base_model_tp_plan"]);
         refused("profile", &["--model", m, "--parallel", "fsdp", "--tp", "2", "--world-size", "4"], &["--tp", "not modelled"]);
-        // estimate's closed form covers phi3, olmo2 and gemma2 (tests/estimate_families.rs).
+        // estimate's closed form covers the four (tests/estimate_families.rs,
+        // estimate_gemma3.rs), not PyTorch's flash kernel given Gemma 3's sliding mask.
         if m == "Gemma-3-27B" {
-            refused("estimate", &["--model", m, "--context-length", "128"], &["--model", "closed form"]);
+            refused("estimate", &["--model", m, "--context-length", "2048", "--pure-bf16", "--sdpa-backend", "flash", "--no-simulate"], &["--sdpa-backend", "flash kernel does not take"]);
         }
         refused("estimate", &["--model", m, "--context-length", "128", "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "closed form"]);
     }

@@ -123,6 +123,9 @@ pub struct Estimate {
     /// Block 0's, where it keeps less than the others (peft: its input needs no gradient);
     /// the other `layers − 1` keep `block`.
     pub first_block: Option<Vec<Term>>,
+    /// Gemma 3 under sdpa once the window masks its sliding layers: what those layers keep
+    /// (their kernel sees the mask), `block` being the full layers'.
+    pub sliding_block: Option<SlidingBlock>,
     /// Kept for backward outside the blocks (embedding output, final norm).
     pub outside: Vec<Term>,
     /// The forward's output.
@@ -136,6 +139,15 @@ pub struct Estimate {
     pub residual_bytes: u64,
 }
 
+/// The sliding layers' block where it differs from the full layers'.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlidingBlock {
+    /// The sliding layers' indices (block 0 is `first_block` where there is one).
+    pub layers: Vec<usize>,
+    pub block: Vec<Term>,
+    pub symbolic: String,
+}
+
 impl Estimate {
     pub fn block_bytes(&self) -> u64 {
         self.block.iter().map(Term::bytes).sum()
@@ -146,10 +158,15 @@ impl Estimate {
     }
     /// The L blocks together (block 0 its own where it differs).
     pub fn blocks_bytes(&self) -> u64 {
-        match &self.first_block {
-            Some(first) if self.layers > 0 => (self.layers as u64 - 1) * self.block_bytes() + first.iter().map(Term::bytes).sum::<u64>(),
-            _ => self.layers as u64 * self.block_bytes(),
-        }
+        let (block, first) = (self.block_bytes(), self.first_block.as_ref().map(|b| b.iter().map(Term::bytes).sum::<u64>()));
+        let sliding = self.sliding_block.as_ref().map(|s| (s, s.block.iter().map(Term::bytes).sum::<u64>()));
+        (0..self.layers)
+            .map(|i| match (i, first, &sliding) {
+                (0, Some(f), _) => f,
+                (_, _, Some((s, bytes))) if s.layers.contains(&i) => *bytes,
+                _ => block,
+            })
+            .sum()
     }
     /// What the loss keeps for backward.
     pub fn loss_saved_bytes(&self) -> u64 {
@@ -562,6 +579,11 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         b.retain(|t| t.elements > 0);
         b
     });
+    let sliding_block = hf_terms.as_ref().and_then(|t| t.sliding_block.clone()).map(|(layers, mut block)| {
+        block.retain(|t| t.elements > 0);
+        let symbolic = symbolic(&block);
+        SlidingBlock { layers, block, symbolic }
+    });
     let mut block = match (&hf_terms, cfg.flavour) {
         (Some(t), _) => t.block.clone(),
         (None, Flavour::Cs336) => cs336_block(&c, cfg.attention),
@@ -666,6 +688,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         block_symbolic,
         block_fp32_units,
         first_block,
+        sliding_block,
         outside,
         logits,
         loss,
@@ -678,14 +701,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
 /// [`ModelConfig::lora_bias_count`]'s biases in the weights' `pe` bytes): bytes, tensors, the
 /// largest.
 fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u64) -> super::optimizer_estimate::Trainable {
-    let h = cfg.hf().expect("LoRA is an hf model's");
-    let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
-    let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
     let r = lc.r as u64;
-    // (in, out, has a bias) per projection, in lora::TARGETS order.
-    let shapes = [(d, q, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, f, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
     let (mut count, mut largest) = (0u64, 0u64);
-    for (name, (i, o, bias)) in crate::model::lora::TARGETS.iter().zip(shapes) {
+    for (name, (i, o, bias)) in lora_shapes(cfg) {
         if lc.targets(name) {
             count += 2;
             largest = largest.max(r * i).max(r * o);
@@ -754,12 +772,21 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
     (bytes, formula)
 }
 
-/// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for
-/// lora_B of each adapted projection, in lora::TARGETS order.
-fn lora_matrices(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig) -> Vec<(u64, u64)> {
+/// One layer's linears in module order (`lora::layer_linears`: Phi-3's fused qkv_proj and
+/// gate_up_proj, after o_proj), each (name, (in, out, has a bias)).
+fn lora_shapes(cfg: &ModelConfig) -> Vec<(&'static str, (u64, u64, bool))> {
+    let h = cfg.hf().expect("LoRA is an hf model's");
     let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
     let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
+    let (qkv_out, gate_out) = if h.model_type == crate::model::hf::Arch::Phi3 { (q + 2 * kv, 2 * f) } else { (q, f) };
+    // Per slot of lora::TARGETS.
+    let shapes = [(d, qkv_out, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, gate_out, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
+    crate::model::lora::layer_linears(h.model_type, h.moe.is_some()).iter().map(|&(slot, name)| (name, shapes[slot])).collect()
+}
+
+/// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for
+/// lora_B of each adapted projection, in module order.
+fn lora_matrices(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig) -> Vec<(u64, u64)> {
     let r = lc.r as u64;
-    let shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)];
-    crate::model::lora::TARGETS.iter().zip(shapes).filter(|(t, _)| lc.targets(t)).flat_map(|(_, (i, o))| [(r, i), (o, r)]).collect()
+    lora_shapes(cfg).into_iter().filter(|(t, _)| lc.targets(t)).flat_map(|(_, (i, o, _))| [(r, i), (o, r)]).collect()
 }

@@ -41,7 +41,9 @@ pub fn simulate(cfg: &ModelConfig, precision: Precision, batch: usize, seq: usiz
     // the pick), the one the closed form derives.
     let mut pinned = cfg.clone();
     if let (Some(kernel), Some(h)) = (cfg.hf().map(|h| crate::analyse::estimate::hf::kernel(cfg, h, precision, seq)), pinned.hf.as_mut()) {
-        if h.attn_implementation == crate::model::hf::AttnImplementation::Sdpa {
+        // (Gemma's layers choose theirs by layer type, whether the window's mask reaches them,
+        // as PyTorch does on CUDA: left to the model.)
+        if h.attn_implementation == crate::model::hf::AttnImplementation::Sdpa && h.gemma.is_none() {
             h.sdpa_backend = match kernel {
                 crate::analyse::estimate::hf::Kernel::Fused(b) => b,
                 _ => crate::model::hf::SdpaBackend::Math,

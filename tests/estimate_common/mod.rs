@@ -30,3 +30,14 @@ pub fn hf_model(hf: HfConfig, num_layers: usize, num_kv_heads: usize, tied: bool
 pub fn sum(ts: &[Term]) -> u64 {
     ts.iter().map(Term::bytes).sum()
 }
+
+/// Gemma's 0-d `embed_scale` buffer: built in the load dtype (the parameters'), so 2 B in a
+/// half-precision load, 4 B in fp32; none on other models.
+#[allow(dead_code)] // (not every test crate that includes this module reads it)
+pub fn embed_scale_bytes(gemma: bool, precision: vramscope::train::Precision) -> u64 {
+    if gemma {
+        precision.param_dtype().size() as u64
+    } else {
+        0
+    }
+}

@@ -18,6 +18,7 @@ use crate::train::Precision;
 
 mod gemma;
 pub mod moe;
+mod gemma3;
 mod olmo2;
 
 /// The attention kernel the derivation follows.
@@ -55,20 +56,16 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if let Some(m) = &hf.moe {
         moe::check(hf, m, precision)?;
     }
-    if hf.model_type == Arch::Gemma3Text {
-        return Err(ConfigError::new(
-            "--model",
-            "model_type gemma3_text: the closed form covers llama, mistral, qwen2, qwen3, phi3, olmo2 and gemma2 (Gemma 3's per-layer-type RoPE, q/k norms and sdpa are not derived); `profile` simulates it",
-        ));
-    }
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    if hf.model_type.is_family() && (hf.lora.is_some() || hf.bnb.is_some()) {
-        let flag = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--lora-r", |q| q.flag()) };
+    // LoRA on Phi-3 (its fused linears adapted whole) and Gemma (frozen GemmaRMSNorms) is
+    // derived; OLMo-2's adapters and bitsandbytes on the families are not.
+    if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type == Arch::Olmo2)) {
+        let flag = hf.bnb.as_ref().map_or("--lora-r", |q| q.flag());
         return Err(ConfigError::new(
             flag,
-            format!("model_type {}: the closed form derives peft and bitsandbytes over llama, mistral, qwen2 and qwen3 only; `profile` simulates it", hf.model_type.name()),
+            format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3_text, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -86,12 +83,27 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
             return Err(ConfigError::new("--checkpoint", format!("every-{n}: the hf estimate derives gradient checkpointing on every layer or none")));
         }
     }
+    if hf.model_type == Arch::Gemma3Text {
+        return gemma3::check(cfg, &gemma::trimmed(hf, cfg.num_layers), precision, s);
+    }
+    check_kernel(cfg, hf, precision, s, false)
+}
+
+/// The attention kernels the closed form derives for `hf` (a layer's: Gemma 3's masked
+/// sliding layers carry a window); `masked_efficient`: the memory-efficient kernel with the
+/// window's mask is derived (Gemma 3's sliding layers, whose pick it is).
+fn check_kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize, masked_efficient: bool) -> Result<(), ConfigError> {
     let autocast = matches!(precision, Precision::Bf16 | Precision::Fp16);
     let flag = if hf.attn_implementation == AttnImplementation::Sdpa { "--sdpa-backend" } else { "--attn-implementation" };
     match kernel(cfg, hf, precision, s) {
         Kernel::Fused(SdpaBackend::Flash) if precision == Precision::Fp32 => {
             Err(ConfigError::new(flag, "the flash kernel (sdpa flash, flash_attention_2) runs only fp16/bf16 queries; this run is fp32 (give --precision bf16 or --pure-bf16)"))
         }
+        Kernel::Fused(SdpaBackend::Flash) if hf.sdpa_masked(s) && masked_efficient => Err(ConfigError::new(
+            flag,
+            "the sliding layers' sdpa gets the window's mask, which PyTorch's flash kernel does not take: use the memory-efficient or math backend (or auto), or --attn-implementation eager",
+        )),
+        Kernel::Fused(SdpaBackend::Efficient) if hf.sdpa_masked(s) && masked_efficient => Ok(()),
         Kernel::Fused(SdpaBackend::Flash | SdpaBackend::Efficient) if hf.sdpa_masked(s) => Err(ConfigError::new(
             flag,
             format!(
@@ -138,6 +150,8 @@ pub(super) struct Terms {
     pub block: Vec<Term>,
     /// Layer 0's where it keeps less than the others (peft: its input needs no gradient).
     pub first_block: Option<Vec<Term>>,
+    /// Gemma 3's sliding layers' (their indices) where their kernel sees the window's mask.
+    pub sliding_block: Option<(Vec<usize>, Vec<Term>)>,
     pub outside: Vec<Term>,
     pub logits: Term,
     pub loss: Vec<Term>,
@@ -263,12 +277,18 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
     // transformers repeats k and v itself (repeat_kv, a copy) for eager, and for sdpa when
     // it cannot pass enable_gqa; flash_attention_2 and the fused kernels with enable_gqa read
     // the h_kv heads directly (math repeats them inside, below).
-    let repeated = n_rep > 1
+    let repeat = n_rep > 1
         && match kernel {
             Kernel::Eager => true,
             _ if hf.attn_implementation == AttnImplementation::FlashAttention2 => false,
             _ => !hf.sdpa_gqa(cfg.num_heads, cfg.num_kv_heads, c.s as usize),
         };
+    // Repeating one key/value head is a view (the expand's size-1 head dim lets reshape
+    // merge): a fused kernel keeps the unrepeated tensor, or under autocast its cast of the
+    // view, h heads wide (`_to_copy` of an overlapping view is contiguous). Eager's and
+    // math's matmuls copy it when they fold it to 3-D: the same bytes as a repeat.
+    let view_repeat = repeat && c.kvh == 1 && matches!(kernel, Kernel::Fused(_));
+    let repeated = repeat && !view_repeat;
     let (ku, kname) = if repeated { (qu, "K repeated to h heads (repeat_kv)") } else { (kvu, "") };
     // Whether the kernel keeps the K/V it was given (the cache's copy with the cache on)
     // rather than a tensor of its own (a repeat, a cast, a fold or scale copy).
@@ -328,10 +348,12 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                     let what = match (repeated, ac) {
                         (true, true) => format!("{kname}, cast to {} (the kernel keeps it)", c.low_name),
                         (true, false) => format!("{kname} (the kernel keeps it)"),
+                        (false, true) if view_repeat => format!("rope(K) repeated to h heads (repeat_kv's view of one head), cast to {} (the kernel keeps it)", c.low_name),
                         (false, true) => format!("rope(K) cast to {} (the kernel keeps it)", c.low_name),
                         (false, false) => "rope(K) (the kernel keeps it)".into(),
                     };
-                    t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, ku, low));
+                    let unit = if view_repeat && ac { qu } else { ku };
+                    t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, unit, low));
                 }
                 if v_own && !repeated && phi3 {
                     // Phi-3's V is a view of the fused qkv_proj product: the kernel keeps it all.
@@ -343,11 +365,14 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                     t.push(c.term(what, if repeated { "clone" } else { "mm" }, ku, ty.v));
                 }
             }
-            // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view.
-            if any || g.o_input {
+            // empty_like(q): (B, S, h, d_h) underneath, so merging heads is a view (Phi-3's
+            // copies, below: o_proj then keeps the copy, the kernel its output only when it
+            // has a node).
+            let merge_copies = phi3 && backend != SdpaBackend::Efficient;
+            if any || (g.o_input && !merge_copies) {
                 t.push(c.term("attention output (o_proj keeps it too)", name, qu, low));
             }
-            if phi3 && g.o_input && backend != SdpaBackend::Efficient {
+            if merge_copies && g.o_input {
                 // Phi-3's rope(Q) is a cat's output, contiguous as (B, h, S, d_h), and so is
                 // the flash kernels' empty_like(q): merging heads (transpose().contiguous())
                 // copies. The memory-efficient kernel writes (B, S, h, d_h) whatever q is.
@@ -358,9 +383,14 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                 t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
                 if hf.sdpa_masked(c.s as usize) {
                     // convert_boolean_attn_mask: where(mask, 0, -inf) at (B, 1, S, S) in the
-                    // query's dtype, saved by the kernel's node (only the CPU kernel gets here:
-                    // [`check`] refuses CUDA's fused kernels with a mask).
-                    t.push(c.small("sdpa's float mask (convert_boolean_attn_mask; the kernel keeps it)", "where", "B·S²", c.b * c.s * c.s, low));
+                    // query's dtype, saved by the kernel's node; CUDA's memory-efficient kernel
+                    // first pads the keys to a multiple of 16 (preprocess_mask's pad_bias, a
+                    // copy; [`check`] lets it through for Gemma 3 only).
+                    if backend == SdpaBackend::Efficient {
+                        t.push(c.small("sdpa's float mask, keys padded to 16 (convert_boolean_attn_mask, pad_bias; the kernel keeps it)", "where", "B·S·⌈S/16⌉·16", c.b * c.s * c.s.div_ceil(16) * 16, low));
+                    } else {
+                        t.push(c.small("sdpa's float mask (convert_boolean_attn_mask; the kernel keeps it)", "where", "B·S²", c.b * c.s * c.s, low));
+                    }
                 }
             }
         }
@@ -377,7 +407,7 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             if any {
                 t.push(c.term("softmax(scores + causal mask) (fp32; softmax keeps it)", "_softmax", Unit::S, 4));
             }
-            let v_fp32_same = c.mode == Mode::Fp32 && !(n_rep > 1 && !repeated);
+            let v_fp32_same = c.mode == Mode::Fp32 && (n_rep <= 1 || repeated);
             v_own = !(v_fp32_same && cache && !repeated);
             k_own = true;
             if v_own && scores {
@@ -402,7 +432,8 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
         let shared = |own: bool| if own { "" } else { "; the attention keeps the same tensor" };
         t.push(c.term(format!("DynamicCache keys (cat copy of rope(K){})", shared(k_own)), "cat", kvu, ty.qk));
         t.push(c.term(format!("DynamicCache values (cat copy of V{})", shared(v_own)), "cat", kvu, ty.v));
-        if hf.sliding_window.is_some() {
+        if hf.sliding_window.is_some() && hf.gemma.is_none() {
+            // (Gemma's are counted outside, one per sliding layer.)
             // DynamicSlidingWindowLayer.lazy_initialization moves its 0-d int64 window tensor
             // to the device at the layer's first update; the cache keeps it.
             t.push(Term { what: "DynamicSlidingWindowLayer's window tensor (0-d int64 on the device)".into(), op: "_to_copy", formula: "1·8".into(), unit: Unit::Small, elements: 1, elem: 8 });
@@ -463,10 +494,19 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         "o_proj" => hf.o_bias,
         _ => hf.mlp_bias,
     };
-    let trains = |p: &str| lora.is_none_or(|l| l.targets(p) || (has_bias(p) && l.trains_bias(p)));
-    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // Phi-3's fused linears (peft wraps them whole): q/k/v are qkv_proj, gate/up gate_up_proj.
+    let phi3 = hf.model_type == Arch::Phi3;
+    let module = |p: &str| -> String {
+        match p {
+            "q_proj" | "k_proj" | "v_proj" if phi3 => "qkv_proj".into(),
+            "gate_proj" | "up_proj" if phi3 => "gate_up_proj".into(),
+            _ => p.into(),
+        }
+    };
+    let trains = |p: &str| lora.is_none_or(|l| l.targets(&module(p)) || (has_bias(p) && l.trains_bias(p)));
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(&module(p)));
     // Under peft with fp32 weights and no dropout, lora_A keeps the projection's input itself.
-    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(&module(p)) && l.dropout == 0.0 && c.mode == Mode::Fp32);
     // LLM.int8()'s MatMul8bitLt keeps its input (a view of it) for the input's gradient:
     // the frozen base matmul then keeps what a full fine-tune's would.
     let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
@@ -477,18 +517,19 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
     // Phi-3's fused linears read each norm's output once (one autocast copy each).
-    let phi3 = hf.model_type == Arch::Phi3;
     let qkv_readers: &[&str] = if phi3 { &["qkv_proj"] } else { &qkv };
     rms_norm(c, &mut t, "input_layernorm", Unit::A, ty.model, rows, qkv_readers, frozen_norm(xg, &qkv));
     let (q, k, v) = (xg || trains("q_proj"), xg || trains("k_proj"), xg || trains("v_proj"));
     let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
-    if lora.is_some() && xg {
+    if lora.is_some() && xg && phi3 {
+        frozen_cast(c, &mut t, "qkv_proj", "(h + 2h_kv)·d_h·d", qw + 2 * kvw);
+    } else if lora.is_some() && xg {
         frozen_cast(c, &mut t, "q_proj", "h·d_h·d", qw);
         frozen_cast(c, &mut t, "k_proj", "h_kv·d_h·d", kvw);
         frozen_cast(c, &mut t, "v_proj", "h_kv·d_h·d", kvw);
     }
     if let Some(lc) = lora {
-        for p in qkv.into_iter().filter(|p| adapted(p)) {
+        for p in qkv_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, xg);
         }
     }
@@ -528,12 +569,14 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         }
         return t;
     }
-    if lora.is_some() && h {
+    if lora.is_some() && h && phi3 {
+        frozen_cast(c, &mut t, "gate_up_proj", "2F·d", 2 * c.f * c.d);
+    } else if lora.is_some() && h {
         frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
         frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
     }
     if let Some(lc) = lora {
-        for p in gate_up.into_iter().filter(|p| adapted(p)) {
+        for p in gate_up_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, h);
         }
     }
@@ -565,6 +608,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
 }
 
 pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precision) -> Terms {
+    let hf = &gemma::trimmed(hf, cfg.num_layers);
     let ty = types(c, hf);
     let s = c.s as usize;
     let kernel = kernel(cfg, hf, precision, s);
@@ -588,46 +632,67 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         b
     } else if hf.model_type == Arch::Olmo2 {
         olmo2::layer(c, cfg, hf, kernel, cache)
+    } else if let Some(g) = hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
+        // The full layers' (or every layer's, where no mask sets the sliding ones apart).
+        let lh = gemma3::layer_hf(hf, gemma3::masked(hf, g, !g.sliding.contains(&false), s));
+        gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true)
     } else if hf.model_type == Arch::Gemma2 {
-        gemma::layer(c, cfg, hf, kernel, cache)
+        gemma::layer(c, cfg, hf, kernel, cache, true)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
+    // Gemma 3's sliding layers where the window's mask reaches their kernel.
+    let sliding_block = hf.gemma.as_ref().filter(|g| !checkpointing && hf.model_type == Arch::Gemma3Text && g.sliding.contains(&false) && gemma3::masked(hf, g, true, s)).map(|g| {
+        let lh = gemma3::layer_hf(hf, true);
+        let layers = g.sliding.iter().enumerate().filter(|(_, s)| **s).map(|(i, _)| i).collect();
+        (layers, gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true))
+    });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
     let lora = hf.lora.is_some();
-    let first_block = (lora && !checkpointing).then(|| layer(c, cfg, hf, kernel, cache, false));
+    let first_block = (lora && !checkpointing).then(|| match hf.gemma.as_ref() {
+        // Gemma: layer 0's type decides its kernel (Gemma 3's sliding layers may see a mask).
+        Some(g) => {
+            let lh = if hf.model_type == Arch::Gemma3Text { gemma3::layer_hf(hf, gemma3::masked(hf, g, g.sliding[0], s)) } else { hf.clone() };
+            gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, false)
+        }
+        None => layer(c, cfg, hf, kernel, cache, false),
+    });
     let mut outside = Vec::new();
     let olmo2 = hf.model_type == Arch::Olmo2;
-    let gemma2 = hf.model_type == Arch::Gemma2;
+    let gemma = hf.model_type.is_gemma();
     // (OLMo-2's layers count their own input: layer 0's q/k/v_proj keep the embedding output.)
     if !checkpointing && c.mode != Mode::Pure && !lora && !olmo2 {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
     // forward and shared by every layer's RoPE muls (or captured by checkpointed layers).
-    for which in ["cos", "sin"] {
-        // (Olmo2RotaryEmbedding returns them in fp32 whatever the model's dtype.)
-        let elem = if olmo2 { 4 } else { ty.model };
-        t_small(&mut outside, &format!("RoPE {which} (1, S, d_h), shared by every layer's RoPE (its muls or the checkpoints' closures keep it)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h", c.s * c.dk, elem);
+    // Gemma 3: a pair per layer type present, each shared by that type's layers.
+    let pairs: Vec<&str> = match hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
+        Some(g) => g.types().into_iter().map(|sliding| if sliding { " of the sliding layers (rope_local_base_freq)" } else { " of the full layers" }).collect(),
+        None => vec![""],
+    };
+    for pair in pairs {
+        for which in ["cos", "sin"] {
+            // (Olmo2RotaryEmbedding returns them in fp32 whatever the model's dtype.)
+            let elem = if olmo2 { 4 } else { ty.model };
+            t_small(&mut outside, &format!("RoPE {which}{pair} (1, S, d_h), shared by every layer's RoPE (its muls or the checkpoints' closures keep it)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h", c.s * c.dk, elem);
+        }
     }
     if checkpointing {
         // The layers' kwargs live in each checkpoint's closure until its backward.
         t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
         match kernel {
+            _ if hf.gemma.is_some() => gemma::checkpoint_masks(c, &mut outside, hf, hf.gemma.as_ref().expect("Gemma's fields"), ty.model),
             Kernel::Eager => {
-                // Gemma 2 builds two, the full and the sliding-window one; its closures hold both.
-                let masks: &[&str] = if gemma2 { &["full", "sliding-window"] } else { &["additive"] };
-                for m in masks {
-                    outside.push(Term {
-                        what: format!("eager {m} mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)"),
+                outside.push(Term {
+                        what: "eager additive mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)".into(),
                         op: "where",
                         formula: format!("B·S²·{}", ty.model),
                         unit: Unit::Small,
                         elements: c.b * c.s * c.s,
                         elem: ty.model,
                     });
-                }
             }
             _ if hf.sdpa_masked(s) => {
                 let rows = if hf.attention_mask { c.b } else { 1 };
@@ -644,8 +709,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // weight, but `hidden_states` stays bound until the forward returns.
     // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
     let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
-    if gemma2 {
-        gemma::norm(c, &mut outside, "norm", ty.model, &["lm_head"]);
+    if gemma {
+        gemma::norm_with(c, &mut outside, "norm", ty.model, &["lm_head"], g);
     } else {
         rms_norm(c, &mut outside, "norm", Unit::A, ty.model, ("B·S", c.b * c.s), &["lm_head"], g);
     }
@@ -692,13 +757,13 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         bias_names.push_str(" + 2F + d (mlp biases)");
     }
     let (qk_norm, qk_norm_n) = match hf.model_type {
-        Arch::Qwen3 => (" + 2d_h (q_norm, k_norm)", 2 * c.dk),
+        Arch::Qwen3 | Arch::Gemma3Text => (" + 2d_h (q_norm, k_norm)", 2 * c.dk),
         Arch::Olmo2 => (" + h·d_h + h_kv·d_h (q_norm, k_norm over the whole projections)", q + kv),
         _ => ("", 0),
     };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
-    // Gemma 2: four norms per layer.
-    let (norms, norms_n) = if gemma2 { ("4d", 4 * d) } else { ("2d", 2 * d) };
+    // Gemma: four norms per layer.
+    let (norms, norms_n) = if gemma { ("4d", 4 * d) } else { ("2d", 2 * d) };
     let param_formula = match &hf.moe {
         Some(m) => moe::param_formula(cfg, hf, m, &bias_names, qk_norm, biases + qk_norm_n),
         None => {
@@ -722,7 +787,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     } else {
         (cast_elements, cast_formula)
     };
-    Terms { block, first_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+    Terms { block, first_block, sliding_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
 }
 
 fn t_small(t: &mut Vec<Term>, what: &str, op: &'static str, formula: &str, elements: u64, elem: u64) {
@@ -736,5 +801,21 @@ pub fn kernel_name(hf: &HfConfig, k: Kernel) -> String {
         Kernel::Math => "sdpa, math backend".into(),
         Kernel::Fused(_) if hf.attn_implementation == AttnImplementation::FlashAttention2 => "flash_attention_2".into(),
         Kernel::Fused(b) => format!("sdpa, {b} kernel"),
+    }
+}
+
+/// The kernels of a run for the printed header: Gemma 3's per layer type where they differ.
+pub fn kernels_name(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) -> String {
+    let hf = &gemma::trimmed(hf, cfg.num_layers);
+    match hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
+        Some(g) => {
+            let ks = gemma3::kernels(cfg, hf, g, precision, s);
+            if ks.windows(2).all(|w| w[0].1 == w[1].1) {
+                return kernel_name(hf, ks[0].1);
+            }
+            let each = ks.iter().map(|(sliding, k)| format!("{} layers {}", if *sliding { "sliding" } else { "full" }, kernel_name(hf, *k)));
+            each.collect::<Vec<_>>().join(", ") + " (the window's mask)"
+        }
+        None => kernel_name(hf, kernel(cfg, hf, precision, s)),
     }
 }

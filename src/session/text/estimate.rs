@@ -41,7 +41,6 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         e.flavour, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.d_ff, cfg.vocab_size, e.batch, e.seq, precision
     );
     if let Some(hf) = cfg.hf() {
-        let kernel = crate::analyse::estimate::hf::kernel(cfg, hf, e.precision, e.seq);
         let ckpt = match (cfg.checkpoint, hf.reentrant) {
             (crate::model::Checkpoint::None, _) => "off",
             (_, true) => "every layer, reentrant",
@@ -54,7 +53,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
             hf.moe.as_ref().map_or(hf.model_type.name(), |m| m.family.model_type()),
             hf.head_dim,
             crate::session::hf::loaded(hf, e.precision),
-            crate::analyse::estimate::hf::kernel_name(hf, kernel),
+            crate::analyse::estimate::hf::kernels_name(cfg, hf, e.precision, e.seq),
             hf.use_cache
         );
     }
@@ -117,7 +116,15 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
             out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= block 0", sym, b0, mib(b0));
             out!(s, "  block 0 + (L − 1) = {} more blocks: {} B = {:.3} GiB", e.layers.saturating_sub(1), e.blocks_bytes(), gib(e.blocks_bytes()));
         }
-        None => out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.blocks_bytes(), gib(e.blocks_bytes())),
+        None if e.sliding_block.is_none() => out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.blocks_bytes(), gib(e.blocks_bytes())),
+        None => {}
+    }
+    if let Some(sb) = &e.sliding_block {
+        out!(s, "   the {} sliding layers' block ({}: their kernel sees the window's mask; the block above is the full layers'):", sb.layers.len(), sb.symbolic);
+        terms(&mut s, &sb.block);
+        let bytes: u64 = sb.block.iter().map(|t| t.bytes()).sum();
+        out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= one sliding block", sb.symbolic, bytes, mib(bytes));
+        out!(s, "  {} full + {} sliding blocks: {} B = {:.3} GiB", e.layers - sb.layers.len(), sb.layers.len(), e.blocks_bytes(), gib(e.blocks_bytes()));
     }
     out!(s, "   outside the blocks:");
     terms(&mut s, &e.outside);
