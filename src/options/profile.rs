@@ -327,8 +327,10 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
         if c + n > cfg.max_seq_len {
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }
-        // The closed form refuses the same (analyse::estimate::generate::check).
-        if let Some(w) = hf.sliding_window.filter(|&w| c + n > w) {
+        // The closed form refuses the same (analyse::estimate::generate::check). A StaticCache
+        // keeps a StaticSlidingWindowLayer instead, measured where static_sliding_measured says.
+        let static_cache = a.generate.cache_implementation.as_deref() == Some("static");
+        if let Some(w) = hf.sliding_window.filter(|&w| c + n > w && !(static_cache && super::generate::static_sliding_measured(hf))) {
             return Err(usage(
                 "--max-new-tokens",
                 format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), not modelled yet", c + n, w - 1),
@@ -338,7 +340,7 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     // Gemma's and gpt-oss's sliding layers' window (HfConfig::gemma, MoeConfig::gpt_oss) makes
     // a StaticCache's layers StaticSlidingWindowLayers too.
     let window = hf.sliding_window.or(hf.gemma.as_ref().map(|g| g.sliding_window)).or(hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref()).map(|g| g.window));
-    a.generate.resolve(n, window).map(Some)
+    a.generate.resolve(n, window, super::generate::static_sliding_measured(hf)).map(Some)
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach
