@@ -36,7 +36,7 @@ fn config_of(point: &Value) -> vramscope::model::ModelConfig {
     }
     let mut cfg = match (p["model_type"].as_str(), p["experts"].is_string()) {
         // gpt-oss: its config.json read as a user's (measure_moe.py's GptOssConfig).
-        (Some("gpt_oss"), _) => grid_common::moe::read_config_of(&p),
+        (Some("gpt_oss" | "deepseek_v3"), _) => grid_common::moe::read_config_of(&p),
         (_, true) => grid_common::moe::config_of(&p),
         _ => grid_common::hf::config_of(&p),
     };
@@ -232,8 +232,11 @@ fn check_doc(doc: Value, fixture: &str, min_points: usize, known_failing: &[(&st
     for point in points {
         let name = point["name"].as_str().unwrap();
         if point["point"]["attn"] == "sdpa" {
-            let ran = point["info"]["sdpa_backends"].as_array().unwrap();
-            assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{name}: {ran:?}");
+            let (p, ran) = (&point["point"], point["info"]["sdpa_backends"].as_array().unwrap());
+            // DeepSeek-V3 with v's head size unlike q's: PyTorch's CPU falls back to the math kernel.
+            let unequal_v = p["v_head_dim"].as_u64().is_some_and(|v| Some(v) != p["qk_nope_head_dim"].as_u64().zip(p["qk_rope_head_dim"].as_u64()).map(|(n, r)| n + r));
+            let kernel = if unequal_v { "aten::_scaled_dot_product_attention_math" } else { "aten::_scaled_dot_product_flash_attention_for_cpu" };
+            assert!(ran.iter().any(|b| b == kernel), "{name}: {ran:?}");
         }
         let ours = run_vramscope(point);
         let mut rows = Vec::new();
@@ -379,10 +382,7 @@ fn generate_gemma_grid_matches_transformers() {
 
 /// Points of generate_gpt_oss.json's DynamicCache points where vramscope does not match, each
 /// with the reason.
-const KNOWN_FAILING_GPT_OSS: &[(&str, &str)] = &[(
-    "gpt_oss d64 F48 L2 h4 kv4 hd16 V640 S64 B1 N3 eager fp32 num_beams=2 sliding_window=65 E4 k1 eager balanced generate",
-    "prefill +4096 B over transformers (its decode steps match): the only point with the eager experts loop, balanced routing and 2 beams (128 prompt tokens, 32 per expert); not yet traced",
-)];
+const KNOWN_FAILING_GPT_OSS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_gpt_oss.json (`make_generate_grid.py --gpt-oss`, issue
 /// 30): gpt-oss (eager: it has no sdpa) through generate() with its alternating sliding and
@@ -408,16 +408,7 @@ fn generate_gpt_oss_grid_matches_transformers() {
 }
 
 /// Points of generate_static_sliding.json where vramscope does not match, each with the reason.
-const KNOWN_FAILING_STATIC_SLIDING: &[(&str, &str)] = &[
-    (
-        "gpt_oss d64 F32 L2 h4 kv2 hd16 V777 S33 B2 N6 eager fp32 cache=static sliding_window=33 E5 k2 eager balanced generate",
-        "prefill +2112 B over transformers (its decode steps match): eager experts loop with balanced routing, as generate_gpt_oss.json's known prefill point; not yet traced",
-    ),
-    (
-        "gpt_oss d128 F80 L2 h8 kv2 hd16 V1000 S16 B3 N5 eager bf16 cache=static num_beams=3 num_return_sequences=2 sliding_window=8 E4 k2 eager worst generate",
-        "each decode step +576 B over transformers (one step's keys or values of the 9 beam rows, bf16), the prefill matches; Gemma's and Mistral's beam points over a rolling window match; not yet traced",
-    ),
-];
+const KNOWN_FAILING_STATIC_SLIDING: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_static_sliding.json (`make_generate_grid.py
 /// --static-sliding`, issue 30): `cache_implementation="static"` (disable_compile) on models
@@ -462,4 +453,35 @@ fn generate_static_sliding_grid_matches_transformers() {
             assert!(count(&|p| p["attn"] == "sdpa") >= 3 && count(&|p| p["attn"] == "eager") >= 3, "{mt}: sdpa and eager");
         }
     }
+}
+
+/// Points of generate_deepseek.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_DEEPSEEK: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_deepseek.json (`make_generate_grid.py --deepseek`, issue
+/// 30): DeepSeek-V3 through generate() with the DynamicCache, which keeps multi-head latent
+/// attention's compressed latent and k_rot per layer (kv_b_proj expands them at every step);
+/// make_deepseek_grid.py's MLA and MoE shapes (q_lora_rank set and null, dense first layers,
+/// shared experts, group-limited top-k, the three experts implementations), the router's top-k
+/// forced as generate_moe.json's; greedy, sampling, beams 2-3; sdpa and eager; fp32 and bf16.
+#[test]
+fn generate_deepseek_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_deepseek.json", 12, KNOWN_FAILING_DEEPSEEK);
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    assert!(ps.iter().all(|p| p["model_type"] == "deepseek_v3" && p["cache"].is_null()), "deepseek_v3, DynamicCache");
+    assert!(count(&|p| p["do_sample"].is_null() && p["num_beams"].is_null()) >= 4, "greedy");
+    assert!(count(&|p| p["do_sample"] == true) >= 2, "sampling");
+    for beams in [2, 3] {
+        assert!(count(&|p| p["num_beams"] == beams) >= 1, "{beams} beams");
+    }
+    for (k, v) in [("attn", "sdpa"), ("attn", "eager"), ("dtype", "fp32"), ("dtype", "bf16"), ("routing", "balanced"), ("routing", "worst")] {
+        assert!(count(&|p| p[k] == v) >= 3, "{k} {v}");
+    }
+    for b in 1..=3 {
+        assert!(count(&|p| p["batch"] == b) >= 1, "batch {b}");
+    }
+    assert!(count(&|p| p["q_lora_rank"].is_null()) >= 1 && count(&|p| !p["q_lora_rank"].is_null()) >= 1, "q_proj and q_lora");
+    let impls: std::collections::BTreeSet<String> = ps.iter().map(|p| p["experts"].to_string()).collect();
+    assert_eq!(impls.len(), 3, "experts implementations");
 }

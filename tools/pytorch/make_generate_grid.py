@@ -425,6 +425,8 @@ def dpoint(r):
     # (The router's top_k wins over a sampling top_k, as in mpoint: measure_generate passes the
     # point's top_k to a sampling generate() too.)
     p.update({k: v for k, v in opts.items() if k not in ("cache", "top_k")})
+    # vramscope's reader refuses zero-width shared experts (n_shared_experts 0): one instead.
+    p["n_shared_experts"] = max(p["n_shared_experts"], 1)
     return p
 
 

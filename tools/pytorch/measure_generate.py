@@ -132,6 +132,10 @@ def kv_cache_bytes(p, model):
     types = (getattr(cfg, "layer_types", None)
              or ["sliding_attention" if window is not None else "full_attention"] * cfg.num_hidden_layers)
     positions = sum(min(full, window if static else window - 1) if t == "sliding_attention" else full for t in types)
+    if getattr(cfg, "kv_lora_rank", None):
+        # DeepSeek-V3's latent attention caches the compressed latent (B, 1, S, kv_lora_rank)
+        # and the roped k_rot (B, 1, S, qk_rope_head_dim) per layer, not per-head keys and values.
+        return rows * positions * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * el
     return 2 * rows * cfg.num_key_value_heads * positions * hd * el
 
 

@@ -167,9 +167,12 @@ impl Block {
         let sinks = weights(self).sinks.reshape(&[1, h, 1, 1]).expand(&[b, h, s, 1]);
         let cat = Tensor::cat(&[w.clone(), sinks], -1);
         let combined = {
+            // `.max(dim=-1, keepdim=True).values`: the namedtuple, and with it the indices
+            // (unless MaxBackward0 saved them), dies before the subtraction.
             let (max, indices) = cat.max_dim(-1, true);
+            drop(indices);
             let c = cat.sub(&max);
-            drop((max, indices));
+            drop(max);
             c
         };
         drop(cat);
