@@ -335,8 +335,7 @@ fn coverage(doc: &Value, types: &[&str]) {
     }
 }
 
-/// Points of generate_gemma.json's DynamicCache points where vramscope does not match, each
-/// with the reason.
+/// Points of generate_gemma.json where vramscope does not match, each with the reason.
 const KNOWN_FAILING_GEMMA: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_gemma.json (`make_generate_grid.py --gemma`, issue 30):
@@ -344,18 +343,14 @@ const KNOWN_FAILING_GEMMA: &[(&str, &str)] = &[];
 /// alternating sliding and full layers: the DynamicCache's DynamicSlidingWindowLayer keeps the
 /// window's last positions, the sliding mask spans them, the full mask the whole past; the
 /// window below the prompt, crossed by the decode steps, at the prompt and above everything;
-/// greedy, sampling, beams; fp32 and bf16; Gemma 2's soft-capping. The StaticCache points are
-/// measured but not matched: a StaticCache on Gemma builds StaticSlidingWindowLayer caches
-/// (window-long buffers rolled in place once full) and create_masks_for_generate's masks per
-/// layer type, not modelled, and `--cache-implementation static` is refused on Gemma.
+/// greedy, sampling, beams; fp32 and bf16; Gemma 2's soft-capping. Its StaticCache points
+/// (StaticSlidingWindowLayer) match too; generate_static_sliding.json covers those in full.
 #[test]
 fn generate_gemma_grid_matches_transformers() {
     let doc = grid_common::fixture("pytorch_grid/generate_gemma.json");
     let points = doc["points"].as_array().unwrap();
-    let dynamic: Vec<Value> = points.iter().filter(|p| p["point"]["cache"] != "static").cloned().collect();
-    let mut sub = doc.clone();
-    sub["points"] = Value::Array(dynamic);
-    let doc = check_doc(sub, "pytorch_grid/generate_gemma.json (DynamicCache points)", 24, KNOWN_FAILING_GEMMA);
+    assert!(points.iter().filter(|p| p["point"]["cache"] != "static").count() >= 24, "DynamicCache points");
+    let doc = check_doc(doc.clone(), "pytorch_grid/generate_gemma.json", 36, KNOWN_FAILING_GEMMA);
     let points = doc["points"].as_array().unwrap();
     for mt in ["gemma2", "gemma3_text"] {
         let ps: Vec<&Value> = points.iter().map(|q| &q["point"]).filter(|p| p["model_type"] == mt).collect();
@@ -380,22 +375,18 @@ fn generate_gemma_grid_matches_transformers() {
     assert!(points.iter().any(|q| q["point"]["model_type"] == "gemma3_text" && q["point"]["attn"] == "sdpa"), "gemma3_text sdpa");
 }
 
-/// Points of generate_gpt_oss.json's DynamicCache points where vramscope does not match, each
-/// with the reason.
+/// Points of generate_gpt_oss.json where vramscope does not match, each with the reason.
 const KNOWN_FAILING_GPT_OSS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_gpt_oss.json (`make_generate_grid.py --gpt-oss`, issue
 /// 30): gpt-oss (eager: it has no sdpa) through generate() with its alternating sliding and
 /// full layers (DynamicSlidingWindowLayer, the sliding mask over the window's keys), the
 /// router's top-k forced as generate_moe.json's, the window below the prompt, crossed while
-/// decoding, at the prompt and above everything; greedy, sampling, beams. Its StaticCache point
-/// is measured, not matched (static is refused on gpt-oss as on Gemma).
+/// decoding, at the prompt and above everything; greedy, sampling, beams; and one StaticCache
+/// point (generate_static_sliding.json has twelve).
 #[test]
 fn generate_gpt_oss_grid_matches_transformers() {
-    let doc = grid_common::fixture("pytorch_grid/generate_gpt_oss.json");
-    let mut sub = doc.clone();
-    sub["points"] = Value::Array(doc["points"].as_array().unwrap().iter().filter(|p| p["point"]["cache"] != "static").cloned().collect());
-    let doc = check_doc(sub, "pytorch_grid/generate_gpt_oss.json (DynamicCache points)", 11, KNOWN_FAILING_GPT_OSS);
+    let doc = check_grid("pytorch_grid/generate_gpt_oss.json", 12, KNOWN_FAILING_GPT_OSS);
     let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
     let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
     let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());

@@ -17,6 +17,16 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --families # generate_families.json: phi3 and olmo2 (issue #30)
     python3 make_generate_grid.py --moe      # generate_moe.json: mixtral, qwen3_moe, qwen2_moe (issue #30)
     python3 make_generate_grid.py --gemma    # generate_gemma.json: gemma2, gemma3_text (issue #30)
+    python3 make_generate_grid.py --gpt-oss  # generate_gpt_oss.json: gpt_oss (issue #30)
+    python3 make_generate_grid.py --static-sliding  # generate_static_sliding.json: StaticCache with a window
+    python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
+
+The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
+gpt_oss, mistral and qwen2 (use_sliding_window, every layer sliding), 13 points each (STATIC_RUNS):
+the window below the prompt, crossed while decoding, at the prompt and above everything; run
+under PYTHONHASHSEED=0 (the script re-executes itself) so that create_masks_for_generate's
+set(layer_types) builds the full mask first. The --deepseek grid: DeepSeek-V3 through generate()
+with the DynamicCache, make_deepseek_grid.py's rows with FAMILY_RUNS' prompts and options.
 
 The --families and --moe grids (issue #30): per model type 12 points over greedy, sampling
 (num_return_sequences too), beams 2-3, the DynamicCache and a StaticCache, batch 1-3, prompts
