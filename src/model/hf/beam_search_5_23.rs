@@ -22,7 +22,7 @@
 //! defaults) change scores, not memory.
 use super::generation_5_23::{process, Generated, Step};
 use super::generation_config::{CacheImplementation, GenerateConfig};
-use super::transformers_5_23::{forward_generate, static_generation_masks, GenerationInputs, KvCache};
+use super::transformers_5_23::{forward_generate, static_generation_masks, GenerationInputs, KvCache, StaticMasks};
 use crate::engine::{DType, Tensor};
 use crate::model::Model;
 use std::cell::RefCell;
@@ -74,7 +74,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
     let dtype = m.embedding.dtype();
     let step_mask = |q: usize, past: usize| static_len.map_or((None, None), |l| static_generation_masks(m, rows, q, past, l, dtype, device));
     let mut flat_running = input_ids.clone();
-    let mut model_inputs: Option<(Tensor, Tensor, (Option<Tensor>, Option<Tensor>))> = None;
+    let mut model_inputs: Option<(Tensor, Tensor, StaticMasks)> = None;
     let mut logits_f32: Option<Tensor> = None;
     let mut log_probs: Option<Tensor> = None;
     let mut topk: Option<(Tensor, Tensor, Tensor)> = None;

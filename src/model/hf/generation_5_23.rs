@@ -17,12 +17,13 @@
 //! `model_inputs` (one-column clones of input_ids and position_ids) live until the next
 //! step's; with sampling, the processed scores and the probabilities are rebound the same way.
 //! A StaticCache (max_length - 1 positions) is allocated by each layer's first update in the
-//! prefill and written in place; its 4-D mask is one of the step's model_inputs (built by
-//! prepare_inputs_for_generation). Every step runs to `max_new_tokens`: a row meeting eos is
+//! prefill and written in place (a sliding layer's StaticSlidingWindowLayer: at most its window,
+//! rolled once full); its 4-D masks (one per layer type) are among the step's model_inputs
+//! (built by prepare_inputs_for_generation). Every step runs to `max_new_tokens`: a row meeting eos is
 //! padded, and the loop would end early only when every row has met it (not predicted: the
 //! worst case is modelled).
 use super::generation_config::{CacheImplementation, GenerateConfig};
-use super::transformers_5_23::{forward_generate, static_generation_masks, GenerationInputs, KvCache};
+use super::transformers_5_23::{forward_generate, static_generation_masks, GenerationInputs, KvCache, StaticMasks};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::model::Model;
@@ -149,7 +150,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     // prepare_inputs_for_generation with a compileable cache: the 4-D mask
     // (create_masks_for_generate), one of the step's model_inputs.
     let step_mask = |q: usize, past: usize| static_len.map_or((None, None), |l| static_generation_masks(m, b, q, past, l, dtype, device));
-    let mut model_inputs: Option<(Tensor, Tensor, (Option<Tensor>, Option<Tensor>))> = None;
+    let mut model_inputs: Option<(Tensor, Tensor, StaticMasks)> = None;
     let mut next_logits: Option<Tensor> = None;
     let mut next_scores: Option<Tensor> = None;
     let mut probs: Option<Tensor> = None;

@@ -1163,6 +1163,9 @@ pub fn static_generation_mask(m: &Model, b: usize, s: usize, past: usize, max_le
     Some(c)
 }
 
+/// A StaticCache's masks for one forward: (the full layers', the sliding layers').
+pub type StaticMasks = (Option<Tensor>, Option<Tensor>);
+
 /// The masks `create_masks_for_generate` builds for a StaticCache whose layers (some or all)
 /// slide, `s` queries after `past` written positions of `max_len`: (the full layers' mask, the
 /// sliding layers' mask). With `layer_types` (Gemma, gpt-oss, Qwen2) one mask per type in the
@@ -1171,8 +1174,7 @@ pub fn static_generation_mask(m: &Model, b: usize, s: usize, past: usize, max_le
 /// in a new dict, the first dict dying after; Mistral (no layer_types): the sliding mask
 /// alone, returned first. The sliding mask spans the StaticSlidingWindowLayer's
 /// `get_mask_sizes`; sdpa may skip either only in the prefill.
-#[allow(clippy::too_many_arguments)]
-pub fn static_generation_masks(m: &Model, b: usize, s: usize, past: usize, max_len: usize, dtype: DType, device: Device) -> (Option<Tensor>, Option<Tensor>) {
+pub fn static_generation_masks(m: &Model, b: usize, s: usize, past: usize, max_len: usize, dtype: DType, device: Device) -> StaticMasks {
     let hf = m.config.hf.as_ref().expect("hf options");
     let Some(window) = cache_window(hf) else {
         return (static_generation_mask(m, b, s, past, max_len, dtype, device), None);
