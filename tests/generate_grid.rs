@@ -36,7 +36,7 @@ fn config_of(point: &Value) -> vramscope::model::ModelConfig {
     }
     let mut cfg = match (p["model_type"].as_str(), p["experts"].is_string()) {
         // gpt-oss: its config.json read as a user's (measure_moe.py's GptOssConfig).
-        (Some("gpt_oss"), _) => grid_common::moe::read_config_of(&p),
+        (Some("gpt_oss" | "deepseek_v3"), _) => grid_common::moe::read_config_of(&p),
         (_, true) => grid_common::moe::config_of(&p),
         _ => grid_common::hf::config_of(&p),
     };
@@ -236,8 +236,11 @@ fn check_doc(doc: Value, fixture: &str, min_points: usize, known_failing: &[(&st
     for point in points {
         let name = point["name"].as_str().unwrap();
         if point["point"]["attn"] == "sdpa" {
-            let ran = point["info"]["sdpa_backends"].as_array().unwrap();
-            assert!(ran.iter().any(|b| b == "aten::_scaled_dot_product_flash_attention_for_cpu"), "{name}: {ran:?}");
+            let (p, ran) = (&point["point"], point["info"]["sdpa_backends"].as_array().unwrap());
+            // DeepSeek-V3 with v's head size unlike q's: PyTorch's CPU falls back to the math kernel.
+            let unequal_v = p["v_head_dim"].as_u64().is_some_and(|v| Some(v) != p["qk_nope_head_dim"].as_u64().zip(p["qk_rope_head_dim"].as_u64()).map(|(n, r)| n + r));
+            let kernel = if unequal_v { "aten::_scaled_dot_product_attention_math" } else { "aten::_scaled_dot_product_flash_attention_for_cpu" };
+            assert!(ran.iter().any(|b| b == kernel), "{name}: {ran:?}");
         }
         let ours = run_vramscope(point);
         let mut rows = Vec::new();
@@ -336,8 +339,7 @@ fn coverage(doc: &Value, types: &[&str]) {
     }
 }
 
-/// Points of generate_gemma.json's DynamicCache points where vramscope does not match, each
-/// with the reason.
+/// Points of generate_gemma.json where vramscope does not match, each with the reason.
 const KNOWN_FAILING_GEMMA: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_gemma.json (`make_generate_grid.py --gemma`, issue 30):
@@ -345,18 +347,14 @@ const KNOWN_FAILING_GEMMA: &[(&str, &str)] = &[];
 /// alternating sliding and full layers: the DynamicCache's DynamicSlidingWindowLayer keeps the
 /// window's last positions, the sliding mask spans them, the full mask the whole past; the
 /// window below the prompt, crossed by the decode steps, at the prompt and above everything;
-/// greedy, sampling, beams; fp32 and bf16; Gemma 2's soft-capping. The StaticCache points are
-/// measured but not matched: a StaticCache on Gemma builds StaticSlidingWindowLayer caches
-/// (window-long buffers rolled in place once full) and create_masks_for_generate's masks per
-/// layer type, not modelled, and `--cache-implementation static` is refused on Gemma.
+/// greedy, sampling, beams; fp32 and bf16; Gemma 2's soft-capping. Its StaticCache points
+/// (StaticSlidingWindowLayer) match too; generate_static_sliding.json covers those in full.
 #[test]
 fn generate_gemma_grid_matches_transformers() {
     let doc = grid_common::fixture("pytorch_grid/generate_gemma.json");
     let points = doc["points"].as_array().unwrap();
-    let dynamic: Vec<Value> = points.iter().filter(|p| p["point"]["cache"] != "static").cloned().collect();
-    let mut sub = doc.clone();
-    sub["points"] = Value::Array(dynamic);
-    let doc = check_doc(sub, "pytorch_grid/generate_gemma.json (DynamicCache points)", 24, KNOWN_FAILING_GEMMA);
+    assert!(points.iter().filter(|p| p["point"]["cache"] != "static").count() >= 24, "DynamicCache points");
+    let doc = check_doc(doc.clone(), "pytorch_grid/generate_gemma.json", 36, KNOWN_FAILING_GEMMA);
     let points = doc["points"].as_array().unwrap();
     for mt in ["gemma2", "gemma3_text"] {
         let ps: Vec<&Value> = points.iter().map(|q| &q["point"]).filter(|p| p["model_type"] == mt).collect();
@@ -381,22 +379,18 @@ fn generate_gemma_grid_matches_transformers() {
     assert!(points.iter().any(|q| q["point"]["model_type"] == "gemma3_text" && q["point"]["attn"] == "sdpa"), "gemma3_text sdpa");
 }
 
-/// Points of generate_gpt_oss.json's DynamicCache points where vramscope does not match, each
-/// with the reason.
+/// Points of generate_gpt_oss.json where vramscope does not match, each with the reason.
 const KNOWN_FAILING_GPT_OSS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_gpt_oss.json (`make_generate_grid.py --gpt-oss`, issue
 /// 30): gpt-oss (eager: it has no sdpa) through generate() with its alternating sliding and
 /// full layers (DynamicSlidingWindowLayer, the sliding mask over the window's keys), the
 /// router's top-k forced as generate_moe.json's, the window below the prompt, crossed while
-/// decoding, at the prompt and above everything; greedy, sampling, beams. Its StaticCache point
-/// is measured, not matched (static is refused on gpt-oss as on Gemma).
+/// decoding, at the prompt and above everything; greedy, sampling, beams; and one StaticCache
+/// point (generate_static_sliding.json has twelve).
 #[test]
 fn generate_gpt_oss_grid_matches_transformers() {
-    let doc = grid_common::fixture("pytorch_grid/generate_gpt_oss.json");
-    let mut sub = doc.clone();
-    sub["points"] = Value::Array(doc["points"].as_array().unwrap().iter().filter(|p| p["point"]["cache"] != "static").cloned().collect());
-    let doc = check_doc(sub, "pytorch_grid/generate_gpt_oss.json (DynamicCache points)", 11, KNOWN_FAILING_GPT_OSS);
+    let doc = check_grid("pytorch_grid/generate_gpt_oss.json", 12, KNOWN_FAILING_GPT_OSS);
     let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
     let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
     let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());
@@ -406,6 +400,85 @@ fn generate_gpt_oss_grid_matches_transformers() {
     for dtype in ["fp32", "bf16"] {
         assert!(count(&|p| p["dtype"] == dtype) >= 3, "{dtype}");
     }
+}
+
+/// Points of generate_static_sliding.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_STATIC_SLIDING: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_static_sliding.json (`make_generate_grid.py
+/// --static-sliding`, issue 30): `cache_implementation="static"` (disable_compile) on models
+/// with a sliding window: Gemma 2 and Gemma 3 text and gpt-oss (sliding and full layers:
+/// StaticSlidingWindowLayer beside StaticLayer, create_masks_for_generate's mask per layer
+/// type), Mistral and Qwen2 (use_sliding_window, every layer sliding): the window below the
+/// prompt (the prefill overflows it), crossed while decoding (the roll once full), at the
+/// prompt and above everything; greedy, sampling, beams; fp32 and bf16; eager and sdpa.
+#[test]
+fn generate_static_sliding_grid_matches_transformers() {
+    let types = ["gemma2", "gemma3_text", "gpt_oss", "mistral", "qwen2"];
+    let doc = check_grid("pytorch_grid/generate_static_sliding.json", 60, KNOWN_FAILING_STATIC_SLIDING);
+    let points = doc["points"].as_array().unwrap();
+    for point in points {
+        // The order create_masks_for_generate built the masks in (set(layer_types) under the
+        // grid's PYTHONHASHSEED=0): the one vramscope models.
+        if let Some(order) = point["info"]["mask_order"].as_array().filter(|o| o.len() > 1) {
+            assert_eq!(order[0], "full_attention", "{}", point["name"]);
+        }
+    }
+    for mt in types {
+        let ps: Vec<&Value> = points.iter().map(|q| &q["point"]).filter(|p| p["model_type"] == mt).collect();
+        let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+        assert!(ps.len() >= 12, "{mt}: {} points", ps.len());
+        assert!(ps.iter().all(|p| p["cache"] == "static"), "{mt}: static cache");
+        let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());
+        assert!(count(&|p| w(p) < s(p)) >= 3, "{mt}: a prompt longer than the window");
+        assert!(count(&|p| s(p) < w(p) && w(p) < s(p) + n(p)) >= 3, "{mt}: the window crossed while decoding");
+        assert!(count(&|p| w(p) > s(p) + n(p)) >= 1, "{mt}: a window above everything");
+        assert!(count(&|p| p["do_sample"].is_null() && p["num_beams"].is_null()) >= 4, "{mt}: greedy");
+        assert!(count(&|p| p["do_sample"] == true) >= 2, "{mt}: sampling");
+        for beams in [2, 3] {
+            assert!(count(&|p| p["num_beams"] == beams) >= 1, "{mt}: {beams} beams");
+        }
+        for b in 1..=3 {
+            assert!(count(&|p| p["batch"] == b) >= 1, "{mt}: batch {b}");
+        }
+        for dtype in ["fp32", "bf16"] {
+            assert!(count(&|p| p["dtype"] == dtype) >= 3, "{mt}: {dtype}");
+        }
+        if !matches!(mt, "gemma2" | "gpt_oss") {
+            assert!(count(&|p| p["attn"] == "sdpa") >= 3 && count(&|p| p["attn"] == "eager") >= 3, "{mt}: sdpa and eager");
+        }
+    }
+}
+
+/// Points of generate_deepseek.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_DEEPSEEK: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_deepseek.json (`make_generate_grid.py --deepseek`, issue
+/// 30): DeepSeek-V3 through generate() with the DynamicCache, which keeps multi-head latent
+/// attention's compressed latent and k_rot per layer (kv_b_proj expands them at every step);
+/// make_deepseek_grid.py's MLA and MoE shapes (q_lora_rank set and null, dense first layers,
+/// shared experts, group-limited top-k, the three experts implementations), the router's top-k
+/// forced as generate_moe.json's; greedy, sampling, beams 2-3; sdpa and eager; fp32 and bf16.
+#[test]
+fn generate_deepseek_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_deepseek.json", 12, KNOWN_FAILING_DEEPSEEK);
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    assert!(ps.iter().all(|p| p["model_type"] == "deepseek_v3" && p["cache"].is_null()), "deepseek_v3, DynamicCache");
+    assert!(count(&|p| p["do_sample"].is_null() && p["num_beams"].is_null()) >= 4, "greedy");
+    assert!(count(&|p| p["do_sample"] == true) >= 2, "sampling");
+    for beams in [2, 3] {
+        assert!(count(&|p| p["num_beams"] == beams) >= 1, "{beams} beams");
+    }
+    for (k, v) in [("attn", "sdpa"), ("attn", "eager"), ("dtype", "fp32"), ("dtype", "bf16"), ("routing", "balanced"), ("routing", "worst")] {
+        assert!(count(&|p| p[k] == v) >= 3, "{k} {v}");
+    }
+    for b in 1..=3 {
+        assert!(count(&|p| p["batch"] == b) >= 1, "batch {b}");
+    }
+    assert!(count(&|p| p["q_lora_rank"].is_null()) >= 1 && count(&|p| !p["q_lora_rank"].is_null()) >= 1, "q_proj and q_lora");
+    let impls: std::collections::BTreeSet<String> = ps.iter().map(|p| p["experts"].to_string()).collect();
+    assert_eq!(impls.len(), 3, "experts implementations");
 }
 
 /// Points of generate_sliding.json where vramscope does not match, each with the reason.

@@ -127,9 +127,8 @@ fn what_is_not_modelled_is_refused_naming_the_flag() {
     // peft has no default target_modules for gpt_oss (tests/moe_lora_gptoss_deepseek_grid.rs).
     run(&["--config", cfg, "--lora-r", "8"], &["--target-modules", "no default"]);
     run(&["--config", cfg, "--device", "cpu"], &["--device"]);
-    // generate() runs with the DynamicCache (generate_gpt_oss.json); a StaticCache's
-    // StaticSlidingWindowLayers are not modelled.
-    run(&["--preset", "gpt-oss-20b", "--profile-type", "generate", "--max-new-tokens", "4", "--cache-implementation", "static", "--disable-compile"], &["--cache-implementation", "StaticSlidingWindowLayer"]);
+    // generate() runs with the DynamicCache (generate_gpt_oss.json) and a StaticCache
+    // (generate_static_sliding.json, tests/generate_grid.rs).
     c["quantization_config"] = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]});
     std::fs::write(&small, c.to_string()).unwrap();
     run(&["--config", cfg], &["'quantization_config'", "mxfp4", "bf16"]);

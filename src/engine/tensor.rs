@@ -548,6 +548,18 @@ impl Tensor {
         }
         out
     }
+    /// `self.roll(-1, dims=dim)`: a fresh contiguous tensor, each slice along `dim` moved one
+    /// place down and the first one last.
+    #[track_caller]
+    pub fn roll_left(&self, dim: isize) -> Tensor {
+        let out = copy_of(self, self.dtype(), "roll", false);
+        let n = self.dim(dim);
+        if self.device() == Device::Cpu && n > 1 {
+            out.narrow(dim, 0, n - 1).copy_(&self.narrow(dim, 1, n - 1));
+            out.narrow(dim, n - 1, 1).copy_(&self.narrow(dim, 0, 1));
+        }
+        out
+    }
     /// `.to(dtype)`: returns `self` when the dtype already matches.
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Tensor {

@@ -84,7 +84,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     // An MoE model: autocast is refused as profile refuses it, and a routing file must fit B·S tokens.
-    super::moe::check_profile(&cfg, crate::engine::Device::Meta, precision, false, batch, &[seq])?;
+    super::moe::check_profile(&cfg, crate::engine::Device::Meta, precision, false, false, batch, &[seq])?;
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;

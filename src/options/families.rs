@@ -45,8 +45,8 @@ fn check_gemma(hf: &HfConfig) -> Result<()> {
 /// Run options not modelled for the families. generate() of Phi-3 and OLMo-2 is modelled
 /// (tests/generate_grid.rs, generate_families.json), within Phi-3's original positions
 /// ([`check_generate`]); Gemma 2 and Gemma 3's with the DynamicCache (generate_gemma.json: its
-/// DynamicSlidingWindowLayers and per-step sliding masks), a StaticCache being refused by
-/// `GenerateArgs::resolve` (StaticSlidingWindowLayer). Their parallel layouts are checked by
+/// DynamicSlidingWindowLayers and per-step sliding masks) and a StaticCache
+/// (generate_static_sliding.json: StaticSlidingWindowLayers). Their parallel layouts are checked by
 /// [`super::parallel_models::refusal`].
 pub fn check_run(hf: Option<&HfConfig>, generate: bool) -> Result<()> {
     let Some(hf) = hf.filter(|h| h.model_type.is_family()) else { return Ok(()) };

@@ -10,8 +10,9 @@ pub struct GenerateFlags {
     /// generate's cache_implementation: dynamic (DynamicCache, the default) or static
     ///
     /// static: StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the
-    /// prefill and written in place; needs --disable-compile (on CUDA transformers otherwise
-    /// compiles the decode forward, which is not modelled). offloaded is not modelled.
+    /// prefill and written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral or Qwen2:
+    /// at most its window, rolled once full); needs --disable-compile (on CUDA transformers
+    /// otherwise compiles the decode forward, which is not modelled). offloaded is not modelled.
     #[arg(help_heading = super::heading::RUN, long, value_name = "CACHE")]
     pub cache_implementation: Option<String>,
     /// GenerationConfig's disable_compile: no automatic torch.compile of the decode forward
@@ -67,8 +68,10 @@ impl GenerateFlags {
     }
 
     /// The GenerateConfig for `max_new_tokens` (already checked ≥ 1) on a model whose
-    /// config has a sliding window or not.
-    pub fn resolve(&self, max_new_tokens: usize, sliding_window: Option<usize>) -> anyhow::Result<GenerateConfig> {
+    /// config has a sliding window or not; `static_sliding_measured`: a StaticCache over that
+    /// window (StaticSlidingWindowLayer) is measured for the model's family
+    /// ([`static_sliding_measured`]).
+    pub fn resolve(&self, max_new_tokens: usize, sliding_window: Option<usize>, static_sliding_measured: bool) -> anyhow::Result<GenerateConfig> {
         let mut gc = GenerateConfig::greedy(max_new_tokens);
         gc.cache = match self.cache_implementation.as_deref() {
             None | Some("dynamic") => CacheImplementation::Dynamic,
@@ -87,8 +90,8 @@ impl GenerateFlags {
             if !self.disable_compile {
                 return Err(usage("--cache-implementation", "a static cache on CUDA makes generate() torch.compile the decode forward (CompileConfig mode reduce-overhead, CUDA graphs), which is not modelled: add --disable-compile (GenerationConfig's disable_compile=True) to profile the eager decode"));
             }
-            if sliding_window.is_some() {
-                return Err(usage("--cache-implementation", "static with a sliding window (StaticSlidingWindowLayer) is not modelled yet: use dynamic, or a config without sliding_window"));
+            if sliding_window.is_some() && !static_sliding_measured {
+                return Err(usage("--cache-implementation", "static with a sliding window (StaticSlidingWindowLayer) is modelled on gemma2, gemma3_text, gpt_oss, and mistral/qwen2 whose every layer slides (tests/fixtures/pytorch_grid/generate_static_sliding.json), not on this model yet: use dynamic, or a config without sliding_window"));
             }
         }
         if let Some(n) = self.num_beams.filter(|&n| n != 1) {
@@ -143,5 +146,16 @@ impl GenerateFlags {
             gc.min_new_tokens = n;
         }
         Ok(gc)
+    }
+}
+
+/// Whether generate_static_sliding.json measures a StaticCache over this model's sliding
+/// window: Gemma 2, Gemma 3 text and gpt-oss (sliding and full layers), dense Mistral and
+/// Qwen2 (every layer sliding).
+pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
+    use crate::model::hf::Arch;
+    match &hf.moe {
+        Some(m) => m.gpt_oss.is_some(),
+        None => matches!(hf.model_type, Arch::Mistral | Arch::Qwen2 | Arch::Gemma2 | Arch::Gemma3Text),
     }
 }

@@ -97,11 +97,12 @@ pub fn parse_routing(s: &str) -> anyhow::Result<Routing> {
 }
 
 /// What a profile of an MoE model refuses: its values on cpu (the routing is an assumption,
-/// not data), autocast and generate() of DeepSeek-V3, neither modelled yet;
+/// not data), autocast and a StaticCache in DeepSeek-V3's generate(), neither modelled yet;
 /// and a routing file that does not fit the batch (or any generate run: `--routing` applies to
 /// each forward's token count). Its parallel layouts are checked by
 /// [`super::parallel_models::refusal`].
-pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
+#[allow(clippy::too_many_arguments)]
+pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, static_cache: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
     let family = m.family.model_type();
     if precision.autocast().is_some() {
@@ -115,10 +116,10 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
     if generate {
         use crate::model::hf::moe::MoeFamily;
         // Measured: tests/generate_grid.rs (generate_moe.json, generate_gpt_oss.json: gpt-oss's
-        // sliding layers' DynamicSlidingWindowLayer). DeepSeek-V3's cache holds MLA's expanded
-        // keys: not measured in generate().
-        if matches!(m.family, MoeFamily::DeepseekV3) {
-            return Err(usage("--profile-type", format!("generate on {family} is not modelled yet (its cache in generate(): DeepSeek-V3's latent attention); mixtral, qwen3_moe, qwen2_moe and gpt_oss run it")));
+        // sliding layers' DynamicSlidingWindowLayer; generate_deepseek.json: DeepSeek-V3's
+        // DynamicCache of MLA latents). A StaticCache over DeepSeek-V3's latents is not measured.
+        if matches!(m.family, MoeFamily::DeepseekV3) && static_cache {
+            return Err(usage("--cache-implementation", format!("static on {family} is not modelled yet (a StaticCache over DeepSeek-V3's latent attention is not measured): use dynamic")));
         }
         if let Some(hf) = c.hf() {
             super::families::generate_adapters(hf, family)?;

@@ -221,7 +221,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage(flag, why));
     }
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
-    super::moe::check_profile(&cfg, device, precision, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
+    let static_cache = a.generate.cache_implementation.as_deref() == Some("static");
+    super::moe::check_profile(&cfg, device, precision, a.profile_type.contains(&ProfileType::Generate), static_cache, batch, &contexts)?;
     let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {
@@ -328,8 +329,11 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }
         // Past the window the DynamicCache keeps a DynamicSlidingWindowLayer per layer (the last
-        // window − 1 positions): measured on Mistral and Phi-3 (generate_sliding.json).
-        if let Some(w) = hf.sliding_window.filter(|&w| c + n > w && !matches!(hf.model_type, crate::model::hf::Arch::Mistral | crate::model::hf::Arch::Phi3)) {
+        // window − 1 positions): measured on Mistral and Phi-3 (generate_sliding.json); a
+        // StaticCache keeps a StaticSlidingWindowLayer, measured where static_sliding_measured says.
+        let static_cache = a.generate.cache_implementation.as_deref() == Some("static");
+        let dynamic_measured = matches!(hf.model_type, crate::model::hf::Arch::Mistral | crate::model::hf::Arch::Phi3);
+        if let Some(w) = hf.sliding_window.filter(|&w| c + n > w && !(if static_cache { super::generate::static_sliding_measured(hf) } else { dynamic_measured })) {
             return Err(usage(
                 "--max-new-tokens",
                 format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), measured on mistral and phi3, not yet on {}", c + n, w - 1, hf.model_type.name()),
@@ -339,7 +343,7 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     // Gemma's and gpt-oss's sliding layers' window (HfConfig::gemma, MoeConfig::gpt_oss) makes
     // a StaticCache's layers StaticSlidingWindowLayers too.
     let window = hf.sliding_window.or(hf.gemma.as_ref().map(|g| g.sliding_window)).or(hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref()).map(|g| g.window));
-    a.generate.resolve(n, window).map(Some)
+    a.generate.resolve(n, window, super::generate::static_sliding_measured(hf)).map(Some)
 }
 
 /// What PyTorch's optimizer and clipping accept under tensor parallelism: AdamW's foreach

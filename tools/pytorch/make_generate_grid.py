@@ -18,6 +18,16 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --moe      # generate_moe.json: mixtral, qwen3_moe, qwen2_moe (issue #30)
     python3 make_generate_grid.py --gemma    # generate_gemma.json: gemma2, gemma3_text (issue #30)
     python3 make_generate_grid.py --sliding  # generate_sliding.json: mistral past its sliding window
+    python3 make_generate_grid.py --gpt-oss  # generate_gpt_oss.json: gpt_oss (issue #30)
+    python3 make_generate_grid.py --static-sliding  # generate_static_sliding.json: StaticCache with a window
+    python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
+
+The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
+gpt_oss, mistral and qwen2 (use_sliding_window, every layer sliding), 13 points each (STATIC_RUNS):
+the window below the prompt, crossed while decoding, at the prompt and above everything; run
+under PYTHONHASHSEED=0 (the script re-executes itself) so that create_masks_for_generate's
+set(layer_types) builds the full mask first. The --deepseek grid: DeepSeek-V3 through generate()
+with the DynamicCache, make_deepseek_grid.py's rows with FAMILY_RUNS' prompts and options.
 
 The --families and --moe grids (issue #30): per model type 12 points over greedy, sampling
 (num_return_sequences too), beams 2-3, the DynamicCache and a StaticCache, batch 1-3, prompts
@@ -385,7 +395,7 @@ SLIDING_RUNS = [
 ]
 
 
-def spoint(r):
+def wpoint(r):
     i, attn, dtype, window, opts = SLIDING_RUNS[r]
     opts = dict(opts)
     p = point(opts.pop("model_type", "mistral"), i, attn=attn, dtype=dtype, **opts)
@@ -394,8 +404,85 @@ def spoint(r):
     return p
 
 
+def wgrid(quick=False):
+    return [wpoint(r) for r in range(2 if quick else len(SLIDING_RUNS))]
+
+
+# StaticCache (disable_compile=True) on models with a sliding window: StaticSlidingWindowLayer
+# (min(window, max_cache_len) positions, index_copy_ until full, then roll/cat and copy_ back)
+# beside StaticLayer on the full layers, and create_masks_for_generate's mask per layer type.
+# (shape index, attn, dtype, window, options); every point cache="static". gpt-oss runs eager
+# (no sdpa); Gemma 2 too.
+STATIC_RUNS = [
+    (0, "eager", "fp32", "below", {}),
+    (1, "sdpa", "bf16", "cross", {}),
+    (2, "eager", "bf16", "above", {}),
+    (3, "sdpa", "fp32", "cross", {}),
+    (5, "eager", "fp32", "at", {}),
+    (0, "sdpa", "bf16", "below", dict(max_new_tokens=12)),
+    (4, "eager", "fp32", "below", {}),
+    (0, "eager", "fp32", "cross", dict(do_sample=True)),
+    (1, "sdpa", "bf16", "below", dict(do_sample=True, top_k=20, temperature=0.7, num_return_sequences=2)),
+    (2, "sdpa", "fp32", "cross", dict(num_beams=2)),
+    (3, "eager", "bf16", "below", dict(num_beams=3, num_return_sequences=2)),
+    (5, "sdpa", "bf16", "cross", dict(min_new_tokens=1, do_sample=True)),
+    (1, "eager", "fp32", "above", dict(do_sample=True, batch=3)),
+]
+STATIC_TYPES = ("gemma2", "gemma3_text", "gpt_oss", "mistral", "qwen2")
+# gpt-oss's experts for each STATIC_RUNS row: (experts, top_k, experts_implementation, routing).
+STATIC_OSS = [(4, 2, "grouped_mm", "balanced"), (8, 1, "eager", "worst"), (6, 3, "batched_mm", "balanced"),
+              (16, 4, "grouped_mm", "worst"), (5, 2, "eager", "balanced"), (12, 2, "batched_mm", "worst"),
+              (8, 2, "grouped_mm", "worst"), (4, 1, "eager", "balanced"), (6, 2, "batched_mm", "worst"),
+              (10, 3, "grouped_mm", "balanced"), (4, 2, "eager", "worst"), (8, 4, "grouped_mm", "balanced"),
+              (6, 2, "eager", "balanced")]
+
+
+def spoint(mt, r):
+    i, attn, dtype, window, opts = STATIC_RUNS[r]
+    p = fpoint(mt, i, attn, dtype, dict(opts, cache="static"))
+    S, N = p["seq"], p["max_new_tokens"]
+    w = {"below": S // 2, "cross": S + max(N // 2, 1), "at": S, "above": S + N + 4}[window]
+    L = max(p["num_layers"], 2)
+    if mt in ("gemma2", "gemma3_text"):
+        p.update(num_layers=L, tied=True, head_dim=None, sliding_window=w, query_pre_attn_scalar=24,
+                 layer_types=["sliding_attention" if (j + 1) % 2 else "full_attention" for j in range(L)])
+        if mt == "gemma2":
+            p.update(attn="eager", attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+    elif mt == "gpt_oss":
+        E, k, impl, routing = STATIC_OSS[r]
+        p.update(attn="eager", intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
+                 routing=routing, head_dim=16, num_layers=L, sliding_window=w)
+    else:
+        p["sliding_window"] = w
+    return p
+
+
 def sgrid(quick=False):
-    return [spoint(r) for r in range(2 if quick else len(SLIDING_RUNS))]
+    return [spoint(mt, r) for mt in STATIC_TYPES for r in range(2 if quick else len(STATIC_RUNS))]
+
+
+def dpoint(r):
+    """DeepSeek-V3 (multi-head latent attention; the DynamicCache keeps the latent and k_rot) through
+    generate(): make_deepseek_grid.py's row r (its MoE and MLA shapes, experts implementation and
+    routing) with FAMILY_RUNS[r]'s prompt, batch, new tokens, attention, dtype and options (the
+    DynamicCache only)."""
+    import make_deepseek_grid as DG
+    p = DG.point(DG.POINTS[r])
+    for k in ("use_cache", "logits_to_keep", "checkpoint", "optimizer", "max_grad_norm", "attention_mask"):
+        p.pop(k)
+    i, attn, dtype, opts = FAMILY_RUNS[r]
+    _, _, _, _, _, _, _, S, B, N = FSHAPES[i]
+    p.update(seq=S, batch=B, max_new_tokens=N, attn=attn, dtype=dtype)
+    # (The router's top_k wins over a sampling top_k, as in mpoint: measure_generate passes the
+    # point's top_k to a sampling generate() too.)
+    p.update({k: v for k, v in opts.items() if k not in ("cache", "top_k")})
+    # vramscope's reader refuses zero-width shared experts (n_shared_experts 0): one instead.
+    p["n_shared_experts"] = max(p["n_shared_experts"], 1)
+    return p
+
+
+def dgrid(quick=False):
+    return [dpoint(r) for r in range(2 if quick else len(FAMILY_RUNS))]
 
 
 def mgrid(quick=False):
@@ -446,6 +533,11 @@ def extras(p):
     for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
         if k in p:
             tag += f" {k}={p[k]}"
+    if "kv_lora_rank" in p:
+        tag += (f" Fd{p['dense_intermediate_size']} dense{p['first_k_dense_replace']} shared{p['n_shared_experts']}"
+                f" g{p['n_group']}/{p['topk_group']} q{p['q_lora_rank']} kv{p['kv_lora_rank']} nope{p['qk_nope_head_dim']}"
+                f" rope{p['qk_rope_head_dim']} v{p['v_head_dim']}{' interleave' if p['rope_interleave'] else ''}"
+                f"{' yarn' + str(p['yarn_factor']) if p['yarn_factor'] else ''}")
     if p.get("experts"):
         tag += f" E{p['num_experts']} k{p['top_k']} {p['experts']} {p['routing']}"
         if p.get("shared_intermediate_size"):
@@ -506,19 +598,27 @@ def main():
     ap.add_argument("--gpt-oss", action="store_true", help="generate_gpt_oss.json: gpt_oss (sliding and full layers, forced routing)")
     ap.add_argument("--gemma", action="store_true", help="generate_gemma.json: gemma2, gemma3_text (sliding and full layers)")
     ap.add_argument("--sliding", action="store_true", help="generate_sliding.json: mistral with a window shorter than the sequence")
+    ap.add_argument("--deepseek", action="store_true", help="generate_deepseek.json: deepseek_v3 (MLA, forced routing)")
+    ap.add_argument("--static-sliding", action="store_true", help="generate_static_sliding.json: StaticCache with a sliding window")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
+    if a.static_sliding and os.environ.get("PYTHONHASHSEED") != "0":
+        # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
+        # order its masks are built in (recorded per point as info.mask_order).
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
     import transformers
     if a.only:
         path = os.path.join(a.out, "generate_gemma.json" if a.gemma else "generate_beams.json" if a.beams else "generate_options.json")
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma or a.gpt_oss or a.sliding:
-        which = "--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--sliding" if a.sliding else "--gpt-oss"
-        grid_of = fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else sgrid if a.sliding else oggrid
-        results, t0 = G.measure_all(grid_of(a.quick), run_one, maxtasksperchild=1)
+    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.deepseek or a.sliding:
+        which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
+                 else "--static-sliding" if a.static_sliding else "--sliding" if a.sliding else "--deepseek")
+        todo = (fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid if a.gpt_oss else sgrid
+                if a.static_sliding else wgrid if a.sliding else dgrid)(a.quick)
+        results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
@@ -526,7 +626,8 @@ def main():
                            "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss else ""),
                    points=results)
         name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
-                else "generate_sliding.json" if a.sliding else "generate_gpt_oss.json")
+                else "generate_gpt_oss.json" if a.gpt_oss else "generate_static_sliding.json" if a.static_sliding
+                else "generate_sliding.json" if a.sliding else "generate_deepseek.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)

@@ -127,10 +127,15 @@ def kv_cache_bytes(p, model):
     # min(sliding_window, max_cache_len).
     window = getattr(cfg, "sliding_window", None)
     static = p.get("cache", "dynamic") == "static"
-    # Without layer_types, every layer is sliding when the config has a window
-    # (cache_utils.get_layer_types_and_kwargs): Mistral's DynamicCache.
-    types = getattr(cfg, "layer_types", None) or ["sliding_attention" if window else "full_attention"] * cfg.num_hidden_layers
+    # Without layer_types (Mistral) a config's sliding_window makes every layer slide
+    # (cache_utils.get_layer_types_and_kwargs).
+    types = (getattr(cfg, "layer_types", None)
+             or ["sliding_attention" if window is not None else "full_attention"] * cfg.num_hidden_layers)
     positions = sum(min(full, window if static else window - 1) if t == "sliding_attention" else full for t in types)
+    if getattr(cfg, "kv_lora_rank", None):
+        # DeepSeek-V3's latent attention caches the compressed latent (B, 1, S, kv_lora_rank)
+        # and the roped k_rot (B, 1, S, qk_rope_head_dim) per layer, not per-head keys and values.
+        return rows * positions * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * el
     return 2 * rows * cfg.num_key_value_heads * positions * hd * el
 
 
@@ -147,7 +152,8 @@ def install_generate_routing(p):
     router = {"mixtral": T.models.mixtral.modeling_mixtral.MixtralTopKRouter,
               "qwen3_moe": T.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter,
               "qwen2_moe": T.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeTopKRouter,
-              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter}[p["model_type"]]
+              "gpt_oss": T.models.gpt_oss.modeling_gpt_oss.GptOssTopKRouter,
+              "deepseek_v3": T.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3TopkRouter}[p["model_type"]]
     rows = rows_of(p)
     forced = {t: MOE.forced_indices(t, p["top_k"], p["num_experts"], p["routing"]) for t in (rows * p["seq"], rows)}
     original = getattr(router, "_vramscope_original", router.forward)
@@ -227,6 +233,10 @@ def measure(p):
                 trainable_parameters=sum(t.numel() for t in model.parameters() if t.requires_grad),
                 attn_implementation=model.config._attn_implementation, kv_cache_bytes=kv_cache_bytes(p, model),
                 eos_token_id=model.generation_config.eos_token_id, pad_token_id=model.generation_config.pad_token_id)
+    if p.get("cache") == "static" and getattr(model.config, "layer_types", None):
+        # create_masks_for_generate builds one mask per layer type in the order of
+        # set(layer_types), which follows the process's string hashes (PYTHONHASHSEED).
+        info["mask_order"] = list(set(model.config.layer_types))
     if routed is not None:
         info.update(experts_implementation=p["experts"], routing=p["routing"],
                     tokens_per_expert={str(t): c for t, c in routed.items()})

@@ -22,7 +22,7 @@
 //! defaults) change scores, not memory.
 use super::generation_5_23::{process, Generated, Step};
 use super::generation_config::{CacheImplementation, GenerateConfig};
-use super::transformers_5_23::{forward_generate, static_generation_mask, GenerationInputs, KvCache};
+use super::transformers_5_23::{forward_generate, static_generation_masks, GenerationInputs, KvCache, StaticMasks};
 use crate::engine::{DType, Tensor};
 use crate::model::Model;
 use std::cell::RefCell;
@@ -72,9 +72,9 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
     let mut step_pos = position_ids.clone();
     let static_len = (gc.cache == CacheImplementation::Static).then_some(max_length - 1);
     let dtype = m.embedding.dtype();
-    let step_mask = |q: usize, past: usize| static_len.and_then(|l| static_generation_mask(m, rows, q, past, l, dtype, device));
+    let step_mask = |q: usize, past: usize| static_len.map_or((None, None), |l| static_generation_masks(m, rows, q, past, l, dtype, device));
     let mut flat_running = input_ids.clone();
-    let mut model_inputs: Option<(Tensor, Tensor, Option<Tensor>)> = None;
+    let mut model_inputs: Option<(Tensor, Tensor, StaticMasks)> = None;
     let mut logits_f32: Option<Tensor> = None;
     let mut log_probs: Option<Tensor> = None;
     let mut topk: Option<(Tensor, Tensor, Tensor)> = None;
@@ -85,7 +85,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
             // _prefill: the clone of input_ids (and a static cache's mask) die when it returns.
             let x = input_ids.clone_contiguous();
             let mask = step_mask(s, 0);
-            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.as_ref() })
+            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.0.as_ref(), sliding_mask: mask.1.as_ref() })
         } else {
             // flat_running_sequences = running_sequences[:, :, :cur_len] flattened: a view
             // (the beam and batch dims stay mergeable); the previous one (a view of the
@@ -96,7 +96,7 @@ pub(super) fn beam_search(m: &Model, input_ids: &Tensor, position_ids: Tensor, g
             let p = step_pos.narrow(1, cur_len - 1, 1).clone_contiguous();
             let mask = step_mask(1, cur_len - 1);
             let (x, p, mask) = model_inputs.insert((x, p, mask));
-            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, windows: &windows, static_len, past: cur_len - 1, mask: mask.as_ref() })
+            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, windows: &windows, static_len, past: cur_len - 1, mask: mask.0.as_ref(), sliding_mask: mask.1.as_ref() })
         };
         // _update_model_kwargs_for_generation: the position ids grow by one column.
         step_pos = super::generation_5_23::grow_position_ids(&step_pos, cur_len, device);

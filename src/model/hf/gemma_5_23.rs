@@ -136,13 +136,19 @@ pub(super) fn sliding_mask_sizes(window: usize, past: usize, s: usize) -> (usize
 /// `where(mask, 0, finfo.min)`.
 #[allow(clippy::too_many_arguments)]
 fn sliding_mask(hf: &HfConfig, window: usize, b: usize, s: usize, past: usize, dtype: DType, device: Device) -> Option<Tensor> {
+    sliding_mask_sized(hf, window, b, s, past, sliding_mask_sizes(window, past, s), true, dtype, device)
+}
+
+/// [`sliding_mask`] over `kv.0` keys from `kv.1` on (a cache layer's `get_mask_sizes`), with
+/// sdpa's `allow_is_causal_skip` (off for a compileable cache's one-query steps).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sliding_mask_sized(hf: &HfConfig, window: usize, b: usize, s: usize, past: usize, (kv, kv_offset): (usize, usize), allow_skip: bool, dtype: DType, device: Device) -> Option<Tensor> {
     use crate::model::hf::AttnImplementation as A;
     let _s = scope("mask");
     let _f = py_frame(&py::CREATE_SLIDING_WINDOW_CAUSAL_MASK);
-    let (kv, kv_offset) = sliding_mask_sizes(window, past, s);
     match hf.attn_implementation {
         A::FlashAttention2 => return None,
-        A::Sdpa if kv < window => return None,
+        A::Sdpa if allow_skip && kv < window => return None,
         _ => {}
     }
     let batch_arange = Tensor::arange(b, device);

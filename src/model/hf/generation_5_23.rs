@@ -17,12 +17,13 @@
 //! `model_inputs` (one-column clones of input_ids and position_ids) live until the next
 //! step's; with sampling, the processed scores and the probabilities are rebound the same way.
 //! A StaticCache (max_length - 1 positions) is allocated by each layer's first update in the
-//! prefill and written in place; its 4-D mask is one of the step's model_inputs (built by
-//! prepare_inputs_for_generation). Every step runs to `max_new_tokens`: a row meeting eos is
+//! prefill and written in place (a sliding layer's StaticSlidingWindowLayer: at most its window,
+//! rolled once full); its 4-D masks (one per layer type) are among the step's model_inputs
+//! (built by prepare_inputs_for_generation). Every step runs to `max_new_tokens`: a row meeting eos is
 //! padded, and the loop would end early only when every row has met it (not predicted: the
 //! worst case is modelled).
 use super::generation_config::{CacheImplementation, GenerateConfig};
-use super::transformers_5_23::{forward_generate, static_generation_mask, GenerationInputs, KvCache};
+use super::transformers_5_23::{forward_generate, static_generation_masks, GenerationInputs, KvCache, StaticMasks};
 use crate::engine::runtime::{self, scope};
 use crate::engine::{DType, Device, Tensor};
 use crate::model::Model;
@@ -148,8 +149,8 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     let dtype = m.embedding.dtype();
     // prepare_inputs_for_generation with a compileable cache: the 4-D mask
     // (create_masks_for_generate), one of the step's model_inputs.
-    let step_mask = |q: usize, past: usize| static_len.and_then(|l| static_generation_mask(m, b, q, past, l, dtype, device));
-    let mut model_inputs: Option<(Tensor, Tensor, Option<Tensor>)> = None;
+    let step_mask = |q: usize, past: usize| static_len.map_or((None, None), |l| static_generation_masks(m, b, q, past, l, dtype, device));
+    let mut model_inputs: Option<(Tensor, Tensor, StaticMasks)> = None;
     let mut next_logits: Option<Tensor> = None;
     let mut next_scores: Option<Tensor> = None;
     let mut probs: Option<Tensor> = None;
@@ -161,7 +162,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             // static cache's mask) die when _prefill returns.
             let x = ids.clone_contiguous();
             let mask = step_mask(s, 0);
-            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.as_ref() })
+            forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.0.as_ref(), sliding_mask: mask.1.as_ref() })
         } else {
             on_step(Step::Decode(step));
             // input_ids[:, -1:].clone(), position_ids[..., -1:].clone(): the previous step's
@@ -170,7 +171,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             let p = step_pos.narrow(1, len - 1, 1).clone_contiguous();
             let mask = step_mask(1, len - 1);
             let (x, p, mask) = model_inputs.insert((x, p, mask));
-            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, windows: &windows, static_len, past: len - 1, mask: mask.as_ref() })
+            forward_generate(m, x, GenerationInputs { position_ids: p, cache: &cache, windows: &windows, static_len, past: len - 1, mask: mask.0.as_ref(), sliding_mask: mask.1.as_ref() })
         };
         step_pos = grow_position_ids(&step_pos, len, device);
         // outputs.logits[:, -1].to(copy=True, dtype=float32); no logits processors by default.

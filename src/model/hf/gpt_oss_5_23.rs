@@ -165,8 +165,8 @@ impl Block {
         let sinks = weights(self).sinks.reshape(&[1, h, 1, 1]).expand(&[b, h, s, 1]);
         let cat = Tensor::cat(&[w.clone(), sinks], -1);
         let combined = {
-            // `.max(...).values`: the namedtuple dies before the subtraction runs, so the
-            // indices go then (under grad, max's node keeps them for backward).
+            // `.max(dim=-1, keepdim=True).values`: the namedtuple, and with it the indices
+            // (unless MaxBackward0 saved them), dies before the subtraction.
             let (max, indices) = cat.max_dim(-1, true);
             drop(indices);
             let c = cat.sub(&max);

@@ -872,20 +872,54 @@ impl Block {
             // full states).
             let mut full = None;
             if let Some((max_len, past)) = self.static_cache {
+                // A sliding layer's StaticSlidingWindowLayer holds min(window, max_cache_len).
+                let len = match (self.sliding_cache, cache_window(self.hf())) {
+                    (true, Some(w)) => w.min(max_len),
+                    _ => max_len,
+                };
                 // StaticLayer: lazy_initialization (zeros of max_cache_len positions, keys then
-                // values) at the first update; then cache_position = arange(S) +
-                // cumulative_length (the arange dying with the expression) and index_copy_
-                // of k and v in place; the full tensors are returned.
+                // values) at the first update, then `cumulative_length.to(device)` (the 0-d
+                // int64 made on the CPU with the cache: a copy on CUDA, one 512 B block per
+                // layer kept with the cache; the same tensor on the CPU, 8 B the grids leave out).
                 if c.len() <= i {
-                    let shape = |t: &Tensor| [t.dim(0), t.dim(1), max_len, t.dim(3)];
+                    let shape = |t: &Tensor| [t.dim(0), t.dim(1), len, t.dim(3)];
                     let kc = Tensor::zeros(&shape(&k), k.dtype(), k.device());
                     let vc = Tensor::zeros(&shape(&v), v.dtype(), v.device());
                     c.extend([kc, vc]);
+                    if let Some(w) = &self.windows {
+                        w.borrow_mut().push(Tensor::from_i64_with(&[], k.device(), || vec![0]));
+                    }
                 }
-                let cache_position = arange_plus(s, k.device());
-                c[i].narrow(2, past, s).copy_(&k);
-                c[i + 1].narrow(2, past, s).copy_(&v);
-                drop(cache_position);
+                if self.sliding_cache && past >= len {
+                    // StaticSlidingWindowLayer full, one new position: keys.roll(-1, dims=-2),
+                    // values.roll, `index = torch.tensor([-1])`, the new states written at the
+                    // index, then copy_ back into the cache's own tensors (returned); the rolled
+                    // copies and the index die when update returns.
+                    assert_eq!(s, 1, "a full StaticSlidingWindowLayer takes one position at a time in generate()");
+                    let nk = c[i].roll_left(2);
+                    let nv = c[i + 1].roll_left(2);
+                    let index = Tensor::from_i64_with(&[1], k.device(), || vec![-1]);
+                    nk.narrow(2, len - 1, 1).copy_(&k);
+                    nv.narrow(2, len - 1, 1).copy_(&v);
+                    c[i].copy_(&nk);
+                    c[i + 1].copy_(&nv);
+                    drop((nk, nv, index));
+                } else if self.sliding_cache && past + s > len {
+                    // Becoming full on this update (the prefill of a prompt longer than the
+                    // window: the cache is empty, so no cat): the last `len` positions copied
+                    // in; the full states go to the attention.
+                    assert_eq!(past, 0, "a StaticSlidingWindowLayer overflows only from empty in generate()");
+                    c[i].copy_(&k.narrow(2, s - len, len));
+                    c[i + 1].copy_(&v.narrow(2, s - len, len));
+                    full = Some((k.clone(), v.clone()));
+                } else {
+                    // cache_position = arange(S) + cumulative_length (the arange dying with the
+                    // expression), index_copy_ of k and v in place; the cache's tensors returned.
+                    let cache_position = arange_plus(s, k.device());
+                    c[i].narrow(2, past, s).copy_(&k);
+                    c[i + 1].narrow(2, past, s).copy_(&v);
+                    drop(cache_position);
+                }
             } else if let (true, Some(w), true) = (self.sliding_cache, cache_window(self.hf()), c.len() > i) {
                 // DynamicSlidingWindowLayer.update: full = cat([keys, k]), then the values';
                 // keys = full[:, :, -w + 1:] (a view: the previous full states die only now),
@@ -1032,8 +1066,22 @@ impl Block {
             };
             return out.transpose(1, 2).contiguous();
         };
-        assert_eq!(sq, 1, "a static cache's sdpa mask comes with one query per row");
-        self.sdpa_one_query(q, k, v, mask)
+        if sq == 1 {
+            return self.sdpa_one_query(q, k, v, mask);
+        }
+        // A masked prefill (a StaticSlidingWindowLayer's window mask): no enable_gqa, so
+        // repeat_kv; SDPA converts the boolean mask for the fused kernels.
+        let scaling = hf.gemma.as_ref().map_or(hf.head_dim as f64, |g| g.query_pre_attn_scalar).powf(-0.5);
+        let (k, v) = if n_rep > 1 { (repeat_kv(fr, k, n_rep), repeat_kv(fr, v, n_rep)) } else { (k.clone(), v.clone()) };
+        let out = match hf.sdpa_backend.resolve(half, true, false, d) {
+            backend @ (SdpaBackend::CpuFlash | SdpaBackend::Efficient) => {
+                let bias = sdpa_float_mask(mask, q.dtype(), backend == SdpaBackend::CpuFlash);
+                Tensor::masked_fused_attention(backend == SdpaBackend::CpuFlash, q, &k, &v, &bias, scaling)
+            }
+            SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, false, scaling),
+            SdpaBackend::Math => math_attention(q, &k, &v, Some(mask), false, scaling),
+        };
+        out.transpose(1, 2).contiguous()
     }
 
     /// `sdpa_attention_forward` for one query per row and a (B, 1, 1, L) boolean mask: no
@@ -1108,6 +1156,9 @@ pub struct GenerationInputs<'a> {
     /// The 4-D mask prepare_inputs_for_generation built for a static cache (None: the
     /// forward makes its own, or none is needed).
     pub mask: Option<&'a Tensor>,
+    /// A static cache's mask for the sliding layers of a model that mixes sliding and full
+    /// layers ([`static_generation_masks`]).
+    pub sliding_mask: Option<&'a Tensor>,
 }
 
 /// `create_masks_for_generate` as `prepare_inputs_for_generation` calls it for a compileable
@@ -1125,6 +1176,44 @@ pub fn static_generation_mask(m: &Model, b: usize, s: usize, past: usize, max_le
     let c = mask.contiguous();
     drop(mask);
     Some(c)
+}
+
+/// A StaticCache's masks for one forward: (the full layers', the sliding layers').
+pub type StaticMasks = (Option<Tensor>, Option<Tensor>);
+
+/// The masks `create_masks_for_generate` builds for a StaticCache whose layers (some or all)
+/// slide, `s` queries after `past` written positions of `max_len`: (the full layers' mask, the
+/// sliding layers' mask). With `layer_types` (Gemma, gpt-oss, Qwen2) one mask per type in the
+/// order of `set(layer_types)` (full first: the order under PYTHONHASHSEED=0, which the grid
+/// measures; another hash seed may build the sliding one first), each then `.contiguous()`
+/// in a new dict, the first dict dying after; Mistral (no layer_types): the sliding mask
+/// alone, returned first. The sliding mask spans the StaticSlidingWindowLayer's
+/// `get_mask_sizes`; sdpa may skip either only in the prefill.
+pub fn static_generation_masks(m: &Model, b: usize, s: usize, past: usize, max_len: usize, dtype: DType, device: Device) -> StaticMasks {
+    let hf = m.config.hf.as_ref().expect("hf options");
+    let Some(window) = cache_window(hf) else {
+        return (static_generation_mask(m, b, s, past, max_len, dtype, device), None);
+    };
+    let _s = scope("mask");
+    let len = window.min(max_len);
+    let offset = (past + 1).saturating_sub(len);
+    let kv = if past >= len { len + s - 1 } else if past + s > len { past + s } else { len };
+    let skip = s > 1;
+    let sliding = |hf: &HfConfig| gemma::sliding_mask_sized(hf, window, b, s, past, (kv, offset), skip, dtype, device);
+    let mixed = hf.gemma.is_some() || hf.moe.as_ref().is_some_and(|m| m.gpt_oss.is_some());
+    if !mixed {
+        let mask = sliding(hf);
+        let c = mask.as_ref().map(|t| t.contiguous());
+        drop(mask);
+        return (c, None);
+    }
+    let full_cfg = HfConfig { sliding_window: None, ..hf.clone() };
+    let full = causal_mask_sized(&full_cfg, b, s, past, max_len, dtype, device, None, past == 0);
+    let slid = sliding(hf);
+    let fc = full.as_ref().map(|t| t.contiguous());
+    let sc = slid.as_ref().map(|t| t.contiguous());
+    drop((full, slid));
+    (fc, sc)
 }
 
 /// `LlamaForCausalLM.forward(input_ids, attention_mask, labels, use_cache, logits_to_keep)`,
@@ -1190,7 +1279,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         // mask, the packed-sequence check runs on the position ids.
         let padding = attention_mask.map(|a| a.to_dtype(DType::Bool));
         // Gemma builds a full and a sliding mask (each with its own packed-sequence check).
-        let gemma_masks = hf.gemma.as_ref().map(|g| gemma::masks(hf, g, &position_ids, !use_cache && padding.is_none(), b, s, past, embeds.dtype(), device));
+        let gemma_masks = hf.gemma.as_ref().filter(|_| static_cache.is_none()).map(|g| gemma::masks(hf, g, &position_ids, !use_cache && padding.is_none(), b, s, past, embeds.dtype(), device));
         // (GptOssModel passes no position_ids to the mask functions: no packed-sequence check.)
         if gemma_masks.is_none() && !use_cache && padding.is_none() && !is_gpt_oss(hf) {
             packed_sequence_check(&position_ids, b);
@@ -1203,9 +1292,9 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         // static cache's 4-D mask was built by prepare_inputs_for_generation and is returned
         // as is (_preprocess_mask_arguments' early exit).
         mask = match (&gen, gemma_full) {
+            (Some(g), _) if g.static_len.is_some() => g.mask.cloned(),
             (_, Some(full)) => full,
-            (Some(g), None) if g.static_len.is_some() => g.mask.cloned(),
-            // A window on every layer (Mistral, Qwen2): generate's DynamicCache holds a
+            // A window on every layer (Mistral, Phi-3): generate's DynamicCache holds a
             // DynamicSlidingWindowLayer per layer, so the mask spans its keys (get_mask_sizes).
             (Some(_), None) if hf.sliding_window.is_some() && !is_gpt_oss(hf) => {
                 let w = hf.sliding_window.unwrap_or_default();
@@ -1219,8 +1308,10 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         // GptOssModel: `causal_mask_mapping["sliding_attention"]`, the window's mask, after the
         // full one; each layer takes its layer type's.
         let gpt_oss = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref());
-        sliding_mask = match gpt_oss {
-            Some(g) => {
+        sliding_mask = match (gpt_oss, &gen) {
+            // create_masks_for_generate's mask for the sliding layers.
+            (_, Some(g)) if g.static_len.is_some() => g.sliding_mask.cloned(),
+            (Some(g), _) => {
                 // Over the DynamicSlidingWindowLayer's keys (its get_mask_sizes).
                 let windowed = HfConfig { sliding_window: Some(g.window), ..hf.clone() };
                 let sizes = if use_cache { gemma::sliding_mask_sizes(g.window, past, s) } else { (s, 0) };
@@ -1229,8 +1320,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             // A static cache's generate() passes create_masks_for_generate's dict (one mask per
             // layer type: Qwen2-MoE's are all full_attention without use_sliding_window), so
             // the model builds no masks of its own.
-            None if static_cache.is_some() => gemma_sliding,
-            None => gemma_sliding.or_else(|| {
+            (None, _) => gemma_sliding.or_else(|| {
                 hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
                     let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
                     causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
