@@ -309,3 +309,20 @@ fn unmeasured_combinations_are_refused() {
     }
     refused("profile", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--load-in-4bit", "--profile-type", "generate", "--max-new-tokens", "2"], &["--load-in-4bit", "generate"]);
 }
+
+/// Gemma 3 under sdpa: the header names each layer type's CUDA kernel once the window masks
+/// the sliding layers (the full layers get none), and one kernel below the window.
+#[test]
+fn gemma3_header_names_each_layer_types_kernel() {
+    let header = |s: &str| {
+        let out = tmp(&format!("gemma3-header-{s}"));
+        let o = vramscope(&["profile", "--preset", "Gemma-3-27B", "--device", "meta", "--num-layers", "2", "--profile-type", "inference", "--context-length", s, "--out-dir", out.to_str().unwrap()]);
+        let _ = std::fs::remove_dir_all(&out);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let long = header("2048");
+    assert!(long.contains("the flash kernel on the full layers, the efficient kernel on the sliding layers"), "{long}");
+    let short = header("256");
+    assert!(short.contains("sdpa (on CUDA PyTorch picks the flash kernel)"), "{short}");
+}

@@ -25,8 +25,17 @@ fn checkpointing(c: &ModelConfig, hf: &HfConfig) -> &'static str {
 /// One line with the transformers settings of an hf run at one context length.
 pub fn describe(c: &ModelConfig, precision: Precision, seq: usize) -> Option<String> {
     let hf = c.hf()?;
+    // Gemma 3's sliding layers see the window's mask (the full layers none), so their kernel
+    // can differ from the full layers'.
+    let sliding = hf.gemma.as_ref().filter(|g| g.sliding.iter().any(|s| *s)).map(|g| {
+        let windowed = HfConfig { sliding_window: Some(g.sliding_window), ..hf.clone() };
+        windowed.sdpa_kernel(c.num_heads, c.num_kv_heads, precision != Precision::Fp32, seq)
+    });
     let attn = match sdpa_on_cuda(c, precision, seq) {
-        Some(b) if hf.sdpa_backend == SdpaBackend::Auto => format!("sdpa (on CUDA PyTorch picks the {b} kernel)"),
+        Some(b) if hf.sdpa_backend == SdpaBackend::Auto => match sliding.filter(|&sb| sb != b) {
+            Some(sb) => format!("sdpa (on CUDA PyTorch picks the {b} kernel on the full layers, the {sb} kernel on the sliding layers, whose window masks them)"),
+            None => format!("sdpa (on CUDA PyTorch picks the {b} kernel)"),
+        },
         Some(b) => format!("sdpa (--sdpa-backend {b})"),
         None => hf.attn_implementation.name().to_string(),
     };
