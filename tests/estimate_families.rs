@@ -270,9 +270,7 @@ fn families_estimate_cli() {
                 assert!(text.contains(needle), "{model_type} {extra:?}: missing {needle:?} in\n{text}");
             }
             let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-            let e = &v["estimate"];
-            let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
-            assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{model_type} {extra:?}");
+            estimate_common::assert_json_activations(&v, &format!("{model_type} {extra:?}"));
         }
     }
     // (mixtral, qwen3_moe and qwen2_moe have a closed form: tests/estimate_moe.rs; gpt_oss not.)

@@ -274,9 +274,7 @@ fn hf_estimate_cli_on_a_config_json() {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
         assert!(!text.contains("naive attention"), "{text}");
-        let e = &v["estimate"];
-        let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
-        assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

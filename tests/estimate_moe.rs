@@ -8,8 +8,11 @@
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
+mod estimate_common;
+
+use estimate_common::sum;
 use serde_json::json;
-use vramscope::analyse::estimate::{estimate, estimate_with, hf, Term};
+use vramscope::analyse::estimate::{estimate, estimate_with, hf};
 use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
 use vramscope::model::hf::{AttnImplementation, SdpaBackend};
 use vramscope::model::{Checkpoint, Flavour, ModelConfig};
@@ -96,10 +99,6 @@ fn config(p: &Point) -> ModelConfig {
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
     cfg
-}
-
-fn sum(ts: &[Term]) -> u64 {
-    ts.iter().map(Term::bytes).sum()
 }
 
 /// A skewed file of counts: expert 0 gets every token, the other top-k − 1 picks spread evenly.
@@ -283,9 +282,7 @@ fn moe_estimate_cli() {
             assert!(text.contains(needle), "{implementation}: missing {needle:?} in\n{text}");
         }
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-        let e = &v["estimate"];
-        let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
-        assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{implementation} {routing}");
+        estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
     // The presets at full size, closed form only.
     for (preset, needles) in [("Mixtral-8x7B", &["mixtral", "E 8 experts of width I 14336, top-k 2"][..]), ("Qwen3-30B-A3B", &["qwen3_moe", "E 128 experts of width I 768, top-k 8"][..])] {

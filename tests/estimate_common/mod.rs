@@ -4,6 +4,7 @@ use vramscope::model::hf::HfConfig;
 use vramscope::model::{Attention, Checkpoint, Flavour, ModelConfig};
 
 /// d 128, 4 heads, d_ff 352, vocab 300: large enough that every tensor is a block of its own.
+#[allow(dead_code)] // (estimate_moe builds its own MoE configs)
 pub fn hf_model(hf: HfConfig, num_layers: usize, num_kv_heads: usize, tied: bool, ckpt: Option<bool>) -> ModelConfig {
     ModelConfig {
         flavour: Flavour::Hf,
@@ -40,4 +41,13 @@ pub fn embed_scale_bytes(gemma: bool, precision: vramscope::train::Precision) ->
     } else {
         0
     }
+}
+
+/// An `estimate --json` document's activations (layers × block + outside, summed from its
+/// terms) against the meta simulation it carries.
+#[allow(dead_code)] // (not every test crate that includes this module reads it)
+pub fn assert_json_activations(v: &serde_json::Value, what: &str) {
+    let e = &v["estimate"];
+    let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{what}");
 }
