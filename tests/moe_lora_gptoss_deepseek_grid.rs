@@ -9,12 +9,7 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// Points where vramscope does not match, each with the reason.
-const KNOWN_FAILING: &[(&str, &str)] = &[(
-    "deepseek_v3 d64 Fd96 F40 L3 dense2 h4 V512 S20 B2 E4 k3 g2/2 shared2 q32 kv24 nope8 rope8 v20 batched_mm worst sdpa bf16 checkpoint=non-reentrant lora r4 a8 q_b_proj,o_proj training",
-    "backward 15,360 B (0.6%) below PyTorch under non-reentrant checkpointing with adapters: the same point without checkpointing matches, so does the same checkpointed point \
-     without LoRA (checked in deepseek_v3.json's harness), and adapting q_a_proj alone misses by the same bytes. The gap is one (top_k·tokens, hidden) bf16 tensor \
-     (120 × 64 × 2 B), the size of batched_mm's gathered hidden states in the sparse layer's recompute. Not diagnosed yet",
-)];
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 fn fixture(name: &str) -> Vec<Value> {
     let path = format!("{}/tests/fixtures/moe_grid/{name}", env!("CARGO_MANIFEST_DIR"));

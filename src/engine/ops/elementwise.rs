@@ -214,9 +214,14 @@ impl Tensor {
                 // it returns (which matters when an unpack hands over the only reference,
                 // as a checkpoint's does).
                 let (ob, oa) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));
-                let ga = ob.as_ref().map(|ob| reduce_grad(g.mul(ob), &a));
-                let gb = oa.as_ref().map(|oa| reduce_grad(g.mul(oa), &b));
-                vec![ga, gb]
+                let ga = ob.as_ref().map(|ob| g.mul(ob));
+                let gb = oa.as_ref().map(|oa| g.mul(oa));
+                // apply's unpacked locals die as it returns (a checkpoint's recomputed tensor
+                // with them); the engine's validate_outputs then sums each gradient to its
+                // input's shape and casts it to its dtype, in input order, while the saved
+                // variables themselves live on until release_variables.
+                drop((ob, oa));
+                vec![ga.map(|x| reduce_grad(x, &a)), gb.map(|x| reduce_grad(x, &b))]
             }));
         }
         out
