@@ -105,21 +105,10 @@ fn run(points: &[Point]) {
     run_within(points, 1.30);
 }
 
-/// `run` with the largest simulated peak over the bound this grid may show.
+/// `run` with the largest simulated peak over the bound this grid may show (as in
+/// tests/estimate_hf.rs, backward's transients lie above the bound).
 fn run_within(points: &[Point], limit: f64) {
-    let mut worst: f64 = 0.0;
-    // Every failing point is reported, not only the first.
-    let mut failed = Vec::new();
-    for p in points {
-        match std::panic::catch_unwind(|| check(p)) {
-            Ok(r) => worst = worst.max(r),
-            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{p:?}: panicked"))),
-        }
-    }
-    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
-    // As in tests/estimate_hf.rs: backward's transients lie above the bound.
-    assert!(worst < limit, "simulated training peak up to {worst:.3}× the closed form's bound");
-    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+    estimate_common::run_points(points, limit, check);
 }
 
 /// Phi-3 and OLMo-2 × eager/sdpa × fp32/pure bf16/autocast bf16 × checkpointing × use_cache,

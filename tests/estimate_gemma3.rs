@@ -104,17 +104,7 @@ fn check(p: &Point) -> f64 {
 /// Checks every point, reporting each failure; the simulated peak must lie within `limit`×
 /// the bound (backward's transients lie above it).
 fn run(points: &[Point], limit: f64) {
-    let mut worst: f64 = 0.0;
-    let mut failed = Vec::new();
-    for p in points {
-        match std::panic::catch_unwind(|| check(p)) {
-            Ok(r) => worst = worst.max(r),
-            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{p:?}: panicked"))),
-        }
-    }
-    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
-    assert!(worst < limit, "simulated training peak up to {worst:.3}× the closed form's bound");
-    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+    estimate_common::run_points(points, limit, check);
 }
 
 /// Eager and sdpa × fp32/pure bf16/autocast bf16 × checkpointing × use_cache × (B, S) with S

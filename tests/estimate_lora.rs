@@ -24,7 +24,7 @@ use vramscope::session::estimate::simulate;
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::Precision;
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Point {
     arch: Arch,
     attn: AttnImplementation,
@@ -149,22 +149,11 @@ fn check(p: &Point) -> f64 {
 }
 
 /// Checks every point; the simulated peak must lie within `ratio`× the bound.
+// Frozen weights leave little beside the activations, so backward's transients (the loss
+// gradient, each op's input gradients while its saved tensors live) weigh more than in full
+// fine-tuning: at most 1.39× on the first grid, 1.50× on the dropout, bias and optimizer one.
 fn run_within(points: &[Point], ratio: f64) {
-    let mut worst: f64 = 0.0;
-    let mut failed = Vec::new();
-    for p in points {
-        match std::panic::catch_unwind(|| check(p)) {
-            Ok(w) => worst = worst.max(w),
-            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_default()),
-        }
-    }
-    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
-    // Frozen weights leave little beside the activations, so backward's transients (the
-    // loss gradient, each op's input gradients while its saved tensors live) weigh more than
-    // in full fine-tuning: at most 1.39× on the first grid, 1.50× on the dropout, bias and
-    // optimizer one.
-    assert!(worst < ratio, "simulated training peak up to {worst:.3}× the closed form's bound");
-    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+    estimate_common::run_points(points, ratio, check);
 }
 
 fn run(points: &[Point]) {

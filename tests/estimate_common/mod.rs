@@ -51,3 +51,21 @@ pub fn assert_json_activations(v: &serde_json::Value, what: &str) {
     let terms = |k: &str| e[k].as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
     assert_eq!(e["layers"].as_u64().unwrap() * terms("block") + terms("outside"), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{what}");
 }
+
+/// Runs `check` on every point, collecting each failing point's message rather than stopping at
+/// the first; `check` returns the simulated training peak over the closed form's bound, which
+/// must stay below `limit` (backward's transients lie above the bound).
+#[allow(dead_code)] // (estimate_hf runs its grid without catching)
+pub fn run_points<P: std::fmt::Debug + std::panic::RefUnwindSafe>(points: &[P], limit: f64, check: impl Fn(&P) -> f64 + std::panic::RefUnwindSafe) {
+    let mut worst: f64 = 0.0;
+    let mut failed = Vec::new();
+    for p in points {
+        match std::panic::catch_unwind(|| check(p)) {
+            Ok(r) => worst = worst.max(r),
+            Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{p:?}: panicked"))),
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} points differ:\n{}", failed.len(), points.len(), failed.join("\n"));
+    assert!(worst < limit, "simulated training peak up to {worst:.3}× the closed form's bound");
+    println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
+}
