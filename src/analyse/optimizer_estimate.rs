@@ -53,6 +53,7 @@ impl ParamSizes {
                     _ => {}
                 }
                 match &h.moe {
+                    Some(m) if m.gpt_oss.is_some() => lead = gpt_oss_dims(m, d, cfg.num_heads as u64, &mut dims),
                     Some(m) => {
                         lead = moe_dims(m, d, &mut dims);
                     }
@@ -211,6 +212,18 @@ fn moe_dims(m: &crate::model::hf::moe::MoeConfig, d: u64, dims: &mut Vec<(u64, O
         dims.extend([(s, Some(d)), (s, Some(d)), (d, Some(s)), (1, Some(d))]);
     }
     vec![(at, e), (at + 1, e)]
+}
+
+/// gpt-oss's layer after its attention, in registration order: the sinks (heads), the router's
+/// weight (E, d) and bias (E), the experts' `gate_up_proj` (E, d, 2I), its bias (E, 2I),
+/// `down_proj` (E, I, d) and its bias (E, d) (2-D: Adafactor factors them). Returns the 3-D
+/// ones' indices with E.
+fn gpt_oss_dims(m: &crate::model::hf::moe::MoeConfig, d: u64, heads: u64, dims: &mut Vec<(u64, Option<u64>)>) -> Vec<(usize, u64)> {
+    let (e, i) = (m.experts as u64, m.intermediate as u64);
+    dims.extend([(heads, None), (e, Some(d)), (e, None)]);
+    let at = dims.len();
+    dims.extend([(d, Some(i.saturating_mul(2))), (e, Some(i.saturating_mul(2))), (i, Some(d)), (e, Some(d))]);
+    vec![(at, e), (at + 2, e)]
 }
 
 /// (state bytes, its formula, temporaries at the step's peak, their formula) for parameters

@@ -62,7 +62,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    // The closed form derives mixtral's, qwen3_moe's and qwen2_moe's sparse blocks
+    // The closed form derives mixtral's, qwen3_moe's, qwen2_moe's and gpt_oss's sparse blocks
     // (analyse/estimate/hf/moe.rs); the other MoE families are refused.
     if !crate::analyse::estimate::hf::moe::derives(&r.config) {
         super::moe::refuse(&r.config, &a.model, "estimate")?;

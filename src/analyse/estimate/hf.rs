@@ -17,6 +17,7 @@ use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
 mod gemma;
+mod gpt_oss;
 pub mod moe;
 mod gemma3;
 mod olmo2;
@@ -55,6 +56,9 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     let Some(hf) = cfg.hf() else { return Ok(()) };
     if let Some(m) = &hf.moe {
         moe::check(hf, m, precision)?;
+        if m.gpt_oss.is_some() {
+            gpt_oss::check(hf)?;
+        }
     }
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
@@ -608,6 +612,9 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
 }
 
 pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precision) -> Terms {
+    if let Some((m, g)) = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref().map(|g| (m, g))) {
+        return gpt_oss::terms(c, cfg, hf, m, g);
+    }
     let hf = &gemma::trimmed(hf, cfg.num_layers);
     let ty = types(c, hf);
     let s = c.s as usize;

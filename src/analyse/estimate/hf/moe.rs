@@ -29,14 +29,14 @@ use crate::train::Precision;
 
 /// Whether the closed form derives `cfg`'s mixture of experts (a dense model: nothing to derive).
 pub fn derives(cfg: &ModelConfig) -> bool {
-    cfg.hf().and_then(|h| h.moe.as_ref()).is_none_or(|m| matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe))
+    cfg.hf().and_then(|h| h.moe.as_ref()).is_none_or(|m| matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss))
 }
 
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
 pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
     let family = m.family.model_type();
-    if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
-        return Err(ConfigError::new("--model", format!("model_type {family}: the closed form derives the sparse blocks of mixtral, qwen3_moe and qwen2_moe; `profile` simulates it")));
+    if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss) {
+        return Err(ConfigError::new("--model", format!("model_type {family}: the closed form derives the sparse blocks of mixtral, qwen3_moe, qwen2_moe and gpt_oss; `profile` simulates it")));
     }
     if m.output_router_logits {
         return Err(ConfigError::new(
@@ -88,7 +88,7 @@ struct Sizes {
     rw: u64,
 }
 
-fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
+pub(super) fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
     let formula = match unit {
         Unit::Small => format!("{formula}·{elem}"),
         _ if elem == 4 => format!("{formula}·4"),

@@ -1,0 +1,245 @@
+//! gpt-oss in closed form: transformers 5.23's `GptOssForCausalLM` (the op sequence is
+//! src/model/hf/gpt_oss_5_23.rs), in fp32 or pure bf16, eager attention (the only one it
+//! dispatches). With T = B·S tokens each routed to k of E experts of width I (P = T·k rows),
+//! what autograd keeps per layer:
+//! - `GptOssRMSNorm` multiplies first and casts last (`(weight * x).to(input dtype)`): the fp32
+//!   x·r is kept for the weight's gradient, as OLMo-2's;
+//! - q/k/v/o with biases (a bias keeps nothing); `_apply_rotary_emb` (chunk, two products per
+//!   half, `cat`) keeps cos/sin only, and its `cat` makes rope(Q) and rope(K) contiguous
+//!   (B, h, S, d_h), so the scores' matmul folds them without a copy;
+//! - the sinks: `cat([scores, sinks])` (B, h, S, S + 1), minus its row max (`max` keeps its
+//!   int64 indices), softmax (keeps its (B, h, S, S + 1) output, in the model's type), and the
+//!   sink column dropped by a slice, a view the weights·V matmul keeps;
+//! - the router: a biased linear (keeps the norm's output), topk (its int64 indices), softmax
+//!   over the k values (its output, the routing weights);
+//! - the experts' clamped SwiGLU with biases, under each `--experts-implementation`: the gate_up
+//!   output (both clamps keep a strided view of it: all 2I columns), the clamped gate, its
+//!   sigmoid, glu, up + 1 and their product (the down projection's input), the down output
+//!   (the weighting keeps it); `grouped_mm` the sort's permutation, the token ids, the sorted
+//!   expert ids (the bias gathers keep them), the gathered rows, the sorted weights, the offsets
+//!   and the inverse permutation; `batched_mm` the repeated rows and each row's gathered
+//!   (d, 2I) and (I, d) matrices; `eager` per expert hit its `torch.where` rows, gathered rows,
+//!   weights and `index_add_`'s source.
+//!
+//! Sliding and full layers keep the same: both masks are (B, 1, S, S) whatever the window, and
+//! a `DynamicSlidingWindowLayer` keeps a view of its whole first `cat`; it adds a 0-d int64
+//! window tensor per sliding layer. Checkpointed layers' closures capture the mask of their
+//! type. LoRA, bitsandbytes and the router's auxiliary loss are refused ([`check`]).
+use super::{moe, rms_norm, t_small, types, Terms, FULL};
+use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
+use crate::model::hf::gpt_oss::GptOssParts;
+use crate::model::hf::moe::{ExpertsImplementation, MoeConfig};
+use crate::model::hf::{AttnImplementation, HfConfig};
+use crate::model::{Checkpoint, ConfigError, ModelConfig};
+
+/// Refuses what the closed form does not derive of gpt-oss (beyond [`moe::check`]'s), naming the flag.
+pub(super) fn check(hf: &HfConfig) -> Result<(), ConfigError> {
+    if hf.attn_implementation != AttnImplementation::Eager {
+        return Err(ConfigError::new("--attn-implementation", format!("{} on gpt_oss: transformers 5.23 runs gpt-oss's attention sinks eagerly only; use eager", hf.attn_implementation.name())));
+    }
+    Ok(())
+}
+
+/// The block's sizes: T tokens, P = T·k routed rows, I, E, the model's bytes per element.
+struct Sizes {
+    t: u64,
+    p: u64,
+    d: u64,
+    i: u64,
+    e: u64,
+    me: u64,
+}
+
+fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
+    moe::term(what, op, unit, formula, elements, elem)
+}
+
+/// One decoder layer without checkpointing, in forward order (sliding or full: the same).
+fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool) -> Vec<Term> {
+    let me = types(c, hf).model;
+    let mut t = Vec::new();
+    let rows = ("B·S", c.b * c.s);
+    let norm = super::NormGrad { product_fp32: true, ..FULL };
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &["q_proj", "k_proj", "v_proj"], norm);
+    attention(c, &mut t, me, cache);
+    if c.mode != Mode::Pure {
+        t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
+    }
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm);
+    let k = m.top_k as u64;
+    let z = Sizes { t: c.b * c.s, p: c.b * c.s * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me };
+    t.push(term("router top-k expert indices, int64 (topk keeps them)", "topk", Unit::Small, "B·S·k", z.p, 8));
+    t.push(term("routing weights: softmax over the top-k logits (softmax keeps its output)", "_softmax", Unit::Small, "B·S·k", z.p, me));
+    match m.implementation {
+        ExpertsImplementation::GroupedMm => grouped_mm(&mut t, &z),
+        ExpertsImplementation::BatchedMm => batched_mm(&mut t, &z),
+        ExpertsImplementation::Eager => eager(&mut t, m, &z),
+    }
+    if c.mode != Mode::Pure {
+        t.push(c.term("layer output = h + experts (the next norm keeps it)", "add", Unit::A, 4));
+    }
+    t
+}
+
+/// `GptOssAttention` with `eager_attention_forward`'s sinks; `cache`: the DynamicCache's
+/// copies are what the kernel reads (and keeps, with one key/value head per query head).
+fn attention(c: &Ctx, t: &mut Vec<Term>, me: u64, cache: bool) {
+    let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
+    let repeated = c.h > c.kvh;
+    t.push(c.term("rope(Q), cat's contiguous output (the scores matmul keeps it)", "cat", qu, me));
+    match (repeated, cache) {
+        (true, _) => t.push(c.term("K repeated to h heads (repeat_kv; the scores matmul keeps it)", "clone", qu, me)),
+        (false, false) => t.push(c.term("rope(K), cat's contiguous output (the scores matmul keeps it)", "cat", kvu, me)),
+        (false, true) => {}
+    }
+    t.push(c.small("max of cat([scores + mask, sinks]) over the keys: its indices, int64 (max keeps them)", "max", "B·h·S", c.b * c.h * c.s, 8));
+    t.push(c.term("softmax(cat − max) (B, h, S, S + 1), its S key columns (softmax keeps its output; weights·V keeps the sliced view)", "_softmax", Unit::S, me));
+    t.push(c.small("its sink column", "_softmax", "B·h·S", c.b * c.h * c.s, me));
+    match (repeated, cache) {
+        (true, _) => t.push(c.term("V repeated to h heads (repeat_kv; weights·V keeps it)", "clone", qu, me)),
+        // v_proj's output is (B, S, h_kv, d_h) underneath: folding it copies (a view when B or S is 1: the same bytes).
+        (false, false) => t.push(c.term("V folded for weights·V (a copy unless B or S is 1; bmm keeps it)", "clone", kvu, me)),
+        (false, true) => {}
+    }
+    t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, me));
+    if cache {
+        let shared = if repeated { "" } else { "; the attention keeps the same tensor" };
+        t.push(c.term(format!("DynamicCache keys (cat copy of rope(K){shared})"), "cat", kvu, me));
+        t.push(c.term(format!("DynamicCache values (cat copy of V{shared})"), "cat", kvu, me));
+    }
+}
+
+/// `GptOssExperts._apply_gate` on the (rows, 2I) gate_up output: what it and the down
+/// projection keep (`op` made the gate_up output).
+fn gate(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str) {
+    let ki = |what: String, op| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, z.me);
+    t.push(ki("gate_up output + bias, its gate columns [..., ::2] (its clamp keeps the view)".into(), op));
+    t.push(ki("gate_up output + bias, its up columns [..., 1::2] (its clamp keeps the view)".into(), op));
+    t.push(ki("gate.clamp(max=limit) (gate · sigmoid keeps it)".into(), "clamp"));
+    t.push(ki("sigmoid(gate · alpha) (sigmoid keeps its output)".into(), "sigmoid"));
+    t.push(ki("glu = gate · sigmoid ((up + 1) · glu keeps it)".into(), "mul"));
+    t.push(ki("up.clamp(−limit, limit) + 1 (the product keeps it)".into(), "add"));
+    t.push(ki(format!("(up + 1) · glu ({down} keeps it)"), "mul"));
+}
+
+/// `grouped_mm_experts_forward` with `has_bias` and `is_transposed`.
+fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
+    t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    t.push(term("sorted expert ids, int64 (the gathers of gate_up_proj_bias and down_proj_bias keep them)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
+    t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.me));
+    t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
+    gate(t, z, "_grouped_mm", z.p, "the down grouped matmul");
+    t.push(term("down grouped matmul output + bias (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
+}
+
+/// `batched_mm_experts_forward` with `has_bias` and `is_transposed` (the weighting keeps the
+/// routing weights as a view of the softmax's output, the gathers the top-k indices' view).
+fn batched_mm(t: &mut Vec<Term>, z: &Sizes) {
+    t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);
+    t.push(kw("gate_up_proj[expert_ids] (B·S·k, d, 2I), its gate columns (the up bmm keeps it)"));
+    t.push(kw("gate_up_proj[expert_ids], its up columns"));
+    gate(t, z, "bmm", z.p, "the down bmm");
+    t.push(kw("down_proj[expert_ids] (B·S·k, I, d) (the down bmm keeps it)"));
+    t.push(term("down bmm output + bias (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+}
+
+/// `GptOssExperts.forward`: per expert e hit with n_e rows (the n_e add up to B·S·k).
+fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
+    let rows = z.p;
+    let hit = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
+        Ok(counts) => format!("the {} experts hit", counts.iter().filter(|&&n| n > 0).count()),
+        Err(_) => "the experts hit".to_string(),
+    };
+    let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
+    t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
+    t.push(term(per("hidden_states[token_idx] (the gate_up matmul keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    gate(t, z, "add", rows, "the down matmul");
+    t.push(term(per("down matmul output + bias (the weighting keeps it)"), "add", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    t.push(term(per("routing_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.me));
+    t.push(term(per("weighted output (index_add_ keeps its source)"), "mul", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+}
+
+/// gpt-oss's terms (in place of [`super::terms`]'s Llama layer).
+pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g: &GptOssParts) -> Terms {
+    let me = types(c, hf).model;
+    let checkpointing = cfg.checkpoint != Checkpoint::None;
+    let cache = hf.use_cache && !checkpointing;
+    let l = cfg.num_layers;
+    let sliding = g.sliding.iter().take(l).filter(|s| **s).count() as u64;
+    let block = if checkpointing {
+        vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, me)]
+    } else {
+        layer(c, hf, m, cache)
+    };
+    let mut outside = Vec::new();
+    if !checkpointing && c.mode != Mode::Pure {
+        outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
+    }
+    // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type.
+    for which in ["cos", "sin"] {
+        t_small(&mut outside, &format!("RoPE {which} (1, S, d_h/2), shared by every layer's rotary products (or the checkpoints' closures)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h/2", c.s * c.dk / 2, me);
+    }
+    if checkpointing {
+        t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
+        // Each layer's closure holds its type's mask: the full one and the window's, (B, 1, S, S) each.
+        for (is, name) in [(false, "full"), (true, "sliding-window")] {
+            if g.sliding.iter().take(l).any(|s| *s == is) {
+                outside.push(Term {
+                    what: format!("eager {name} mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)"),
+                    op: "where",
+                    formula: format!("B·S²·{me}"),
+                    unit: Unit::Small,
+                    elements: c.b * c.s * c.s,
+                    elem: me,
+                });
+            }
+        }
+        if c.mode != Mode::Pure {
+            outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
+        }
+    }
+    rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { product_fp32: true, ..FULL });
+    if cache && sliding > 0 {
+        // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
+        outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{sliding}·8"), unit: Unit::Small, elements: sliding, elem: 8 });
+    }
+    let bsv = c.b * c.s * c.v;
+    let logits = vocab("logits", "mm", "B·S", bsv, me);
+    let mut loss = vec![vocab("log_softmax of logits.float(), all S rows (labels padded, shifted; cross_entropy keeps it)", "_log_softmax", "B·S", bsv, 4)];
+    if me != 4 {
+        loss.push(vocab("logits.float() (an fp32 copy, dies when the loss function returns)", "_to_copy", "B·S", bsv, 4));
+    }
+    let (param_formula, cast_elements) = params(cfg, hf, m);
+    Terms {
+        block,
+        first_block: None,
+        sliding_block: None,
+        outside,
+        logits,
+        loss,
+        param_formula,
+        cast_elements,
+        cast_formula: "autocast of gpt_oss is refused".into(),
+    }
+}
+
+/// The parameter count's formula, and the elements linear-class ops read (unused: autocast is
+/// refused).
+fn params(cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig) -> (String, u64) {
+    let (d, v, l) = (cfg.d_model as u64, cfg.vocab_size as u64, cfg.num_layers as u64);
+    let (h, hd) = (cfg.num_heads as u64, cfg.head_dim() as u64);
+    let (q, kv) = (h * hd, cfg.num_kv_heads as u64 * hd);
+    let (e, i) = (m.experts as u64, m.intermediate as u64);
+    let (bias, bias_n) = if hf.qkv_bias { (" + h·d_h + 2h_kv·d_h + d (q/k/v/o biases)", q + 2 * kv + d) } else { ("", 0) };
+    let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    debug_assert_eq!(
+        cfg.param_count(),
+        v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + bias_n + h + e * d + e + e * (3 * i * d + 2 * i + d) + 2 * d) + d
+    );
+    let formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias} + h (sinks) + E·d + E (router) + E·(3I·d + 2I + d) (experts' gate_up_proj, down_proj and their biases) + 2d) + d");
+    (formula, l * (2 * d * q + 2 * d * kv + e * d) + v * d)
+}

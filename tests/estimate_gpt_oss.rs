@@ -1,0 +1,206 @@
+//! `vramscope estimate` on gpt-oss (issue 30): the closed form of src/analyse/estimate/hf/gpt_oss.rs
+//! (attention sinks, alternating sliding and full layers, the biased router, the clamped SwiGLU
+//! experts with biases) against the simulated meta run of transformers 5.23's op sequence
+//! (itself byte-exact against transformers in tests/gptoss_grid.rs): the three experts
+//! implementations, balanced, worst and a file's routing, hidden and expert sizes, 4–16
+//! experts, top-k 1–4, a window below and above the context, B and S, fp32 and pure bf16,
+//! checkpointing (none, non-reentrant, reentrant), use_cache, GQA and MHA, a tied head, and
+//! layer types (all sliding, all full). Everything the estimate states exactly (parameters,
+//! gradients, optimizer state, logits, activations and the live set when the forward returns)
+//! must equal the simulation byte for byte; the training peak is the lower bound
+//! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
+mod estimate_common;
+
+use estimate_common::sum;
+use serde_json::json;
+use vramscope::analyse::estimate::{estimate, estimate_with, hf};
+use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
+use vramscope::model::{Checkpoint, Flavour, ModelConfig};
+use vramscope::session::estimate::simulate;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::Precision;
+
+#[derive(Clone, Debug)]
+struct Point {
+    d: usize,
+    /// One expert's width.
+    i: usize,
+    experts: usize,
+    top_k: usize,
+    window: usize,
+    implementation: ExpertsImplementation,
+    routing: Routing,
+    precision: Precision,
+    /// None, non-reentrant (false) or reentrant (true).
+    ckpt: Option<bool>,
+    cache: bool,
+    kv_heads: usize,
+    tied: bool,
+    layers: usize,
+    /// `layer_types` (None: the default, sliding on even layers).
+    layer_types: Option<&'static str>,
+    b: usize,
+    s: usize,
+}
+
+fn base() -> Point {
+    Point {
+        d: 128,
+        i: 96,
+        experts: 6,
+        top_k: 2,
+        window: 16,
+        implementation: ExpertsImplementation::GroupedMm,
+        routing: Routing::Balanced,
+        precision: Precision::Fp32,
+        ckpt: None,
+        cache: true,
+        kv_heads: 2,
+        tied: false,
+        layers: 3,
+        layer_types: None,
+        b: 2,
+        s: 40,
+    }
+}
+
+/// The point's config.json, read by vramscope's reader, with the run's options set.
+fn config(p: &Point) -> ModelConfig {
+    let mut c = json!({
+        "model_type": "gpt_oss", "hidden_size": p.d, "intermediate_size": p.i, "num_hidden_layers": p.layers,
+        "num_attention_heads": 4, "num_key_value_heads": p.kv_heads, "head_dim": p.d / 4, "vocab_size": 300,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
+        "num_local_experts": p.experts, "num_experts_per_tok": p.top_k, "sliding_window": p.window,
+    });
+    if let Some(t) = p.layer_types {
+        let kind = if t == "sliding" { "sliding_attention" } else { "full_attention" };
+        c["layer_types"] = json!(vec![kind; p.layers]);
+    }
+    let mut cfg = vramscope::model::hf::parse(&c.to_string()).unwrap().config;
+    if p.ckpt.is_some() {
+        cfg.checkpoint = Checkpoint::Every(1);
+    }
+    let hf = cfg.hf.as_mut().unwrap();
+    hf.reentrant = p.ckpt == Some(true);
+    let m = hf.moe.as_mut().unwrap();
+    m.implementation = p.implementation;
+    m.routing = p.routing.clone();
+    cfg
+}
+
+/// A skewed file of counts: expert 0 gets every token, the other top-k − 1 picks spread evenly.
+fn skewed(tokens: usize, top_k: usize, experts: usize) -> Routing {
+    let rest = tokens * (top_k - 1);
+    let others = experts - 1;
+    Routing::Counts((0..experts).map(|e| if e == 0 { tokens } else { rest / others + usize::from(e - 1 < rest % others) }).collect())
+}
+
+/// Compares one point; returns the simulated training peak over the closed form's bound.
+fn check(p: &Point) -> f64 {
+    let cfg = config(p);
+    let name = format!("{p:?}");
+    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+    vramscope::analyse::estimate::check_range(&cfg, p.b, p.s).unwrap();
+    let e = estimate(&cfg, p.precision, p.b, p.s);
+    let sim = simulate(&cfg, p.precision, p.b, p.s, &OptimConfig::reference(Flavour::Hf)).unwrap();
+    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
+    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
+    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
+    let act = e.activation_bytes() as i64 - sim.activation_bytes as i64;
+    assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, outside {}; off by {act})", e.block_bytes(), sum(&e.outside));
+    // The live set also holds the batch (input_ids, labels: (B, S) int64 each) and RoPE's
+    // inv_freq and original_inv_freq (d_h/2 fp32 each).
+    let batch = 2 * (p.b * p.s * 8) as u64;
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4;
+    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
+    let bound = e.training_bytes();
+    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
+    // Checkpointed, backward recomputes each layer: its whole block lies above the bound,
+    // which counts layer inputs only.
+    let recomputed = if p.ckpt.is_some() {
+        let mut full = cfg.clone();
+        full.checkpoint = Checkpoint::None;
+        full.hf.as_mut().unwrap().use_cache = false;
+        estimate(&full, p.precision, p.b, p.s).block_bytes()
+    } else {
+        0
+    };
+    sim.training_peak_allocated as f64 / (bound + recomputed) as f64
+}
+
+fn run(points: &[Point], limit: f64) {
+    estimate_common::run_points(points, limit, check);
+}
+
+/// The grid: the three experts implementations × fp32/pure bf16 × balanced/worst routing over
+/// four shapes (hidden, expert width, experts, top-k) with the window below or above the
+/// context; then checkpointing × use_cache × B and S; a routing file under each
+/// implementation; MHA with a tied head; layer types all sliding and all full.
+fn grid() -> Vec<Point> {
+    let shapes = [(128, 96, 4, 1, 16), (64, 48, 8, 2, 64), (128, 64, 6, 3, 8), (64, 96, 16, 4, 128)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for implementation in ExpertsImplementation::ALL {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for routing in [Routing::Balanced, Routing::Worst] {
+                let (d, i, experts, top_k, window) = shapes[n % shapes.len()];
+                n += 1;
+                points.push(Point { implementation, precision, routing, d, i, experts, top_k, window, ..base() });
+            }
+        }
+    }
+    for ckpt in [None, Some(false), Some(true)] {
+        for cache in [true, false] {
+            for (b, s) in [(1, 24), (3, 40)] {
+                let implementation = ExpertsImplementation::ALL[(b + usize::from(cache)) % 3];
+                let precision = if b == 1 { Precision::PureBf16 } else { Precision::Fp32 };
+                points.push(Point { ckpt, cache, b, s, implementation, precision, routing: Routing::Worst, ..base() });
+            }
+        }
+    }
+    for implementation in ExpertsImplementation::ALL {
+        let p = base();
+        points.push(Point { routing: skewed(p.b * p.s, 3, 8), top_k: 3, experts: 8, implementation, ..p });
+    }
+    for implementation in ExpertsImplementation::ALL {
+        points.push(Point { kv_heads: 4, tied: true, top_k: 4, experts: 4, implementation, ..base() });
+    }
+    for (layer_types, ckpt, cache) in [("sliding", None, true), ("full", None, true), ("sliding", Some(false), false), ("full", Some(true), false)] {
+        points.push(Point { layer_types: Some(layer_types), ckpt, cache, layers: 2, ..base() });
+    }
+    points.push(Point { precision: Precision::PureBf16, ckpt: Some(false), implementation: ExpertsImplementation::BatchedMm, ..base() });
+    points.push(Point { layers: 1, cache: true, implementation: ExpertsImplementation::Eager, ..base() });
+    points
+}
+
+#[test]
+fn gpt_oss_closed_form_equals_the_simulation() {
+    let points = grid();
+    assert!(points.len() >= 24);
+    run(&points, 1.35);
+}
+
+/// The optimizers the closed form derives, over gpt-oss's registration order (the sinks, the
+/// router's weight and bias, the 3-D experts and their 2-D biases, which Adafactor factors):
+/// state and gradients equal the simulation's, and the training peak lies above the bound.
+#[test]
+fn gpt_oss_optimizers() {
+    for precision in [Precision::Fp32, Precision::PureBf16] {
+        for kind in [OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchFused, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::Adafactor] {
+            for implementation in [ExpertsImplementation::GroupedMm, ExpertsImplementation::Eager] {
+                let p = Point { precision, b: 1, s: 32, implementation, ..base() };
+                let cfg = config(&p);
+                let mut optim = OptimConfig::reference(Flavour::Hf);
+                optim.kind = kind;
+                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
+                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
+                let what = format!("{precision:?} {kind:?} {implementation:?}");
+                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{what}: optimizer state");
+                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{what}: gradients");
+                assert!(e.training_bytes() <= sim.training_peak_allocated, "{what}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+            }
+        }
+    }
+}
