@@ -211,8 +211,8 @@ fn families_optimizers() {
 }
 
 /// Gemma 2's sdpa and LoRA on OLMo-2 are not derived: refused naming the flag, pointing at
-/// `profile` (gpt_oss and deepseek_v3 are refused by `options::moe::refuse`, checked through
-/// the CLI below and in tests/estimate_moe.rs; Gemma 3's refusals are in tests/estimate_gemma3.rs).
+/// `profile` (the MoE families' refusals are in tests/estimate_moe.rs and
+/// tests/estimate_gpt_oss.rs; Gemma 3's in tests/estimate_gemma3.rs).
 #[test]
 fn not_derived_is_refused_naming_profile() {
     let p = Point { attn: AttnImplementation::Sdpa, ..base(Arch::Gemma2) };
@@ -238,8 +238,7 @@ fn not_derived_is_refused_naming_profile() {
 }
 
 /// Through the CLI: a Phi-3 and an OLMo-2 config.json estimate with the JSON's activations
-/// equal to the simulated ones; gpt-oss exits 2 naming the flag and
-/// `profile`; Gemma-2-9B's preset states its closed form.
+/// equal to the simulated ones; Gemma-2-9B's preset states its closed form.
 #[test]
 fn families_estimate_cli() {
     let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-{}", std::process::id()));
@@ -262,13 +261,7 @@ fn families_estimate_cli() {
             estimate_common::assert_json_activations(&v, &format!("{model_type} {extra:?}"));
         }
     }
-    // (mixtral, qwen3_moe and qwen2_moe have a closed form: tests/estimate_moe.rs; gpt_oss not.)
-    for (preset, flag, what) in [("gpt-oss-20b", "--preset", "gpt_oss")] {
-        let o = run(&["--preset", preset, "--batch-size", "1", "--context-length", "64", "--no-simulate"]);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{preset}: {err}");
-        assert!(err.contains(flag) && err.contains(what) && err.contains("profile"), "{preset}: {err}");
-    }
+    // (The MoE families' closed forms: tests/estimate_moe.rs, tests/estimate_gpt_oss.rs.)
     // Gemma-2-9B's closed form at full size (eager, its soft caps and four norms per layer).
     let o = run(&["--preset", "Gemma-2-9B", "--batch-size", "1", "--context-length", "512", "--no-simulate"]);
     let text = String::from_utf8_lossy(&o.stdout);

@@ -204,3 +204,76 @@ fn gpt_oss_optimizers() {
         }
     }
 }
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).output().unwrap()
+}
+
+/// Through the CLI: a gpt_oss config.json estimates with the JSON's activations equal to the
+/// simulated ones under each experts implementation and routing; gpt-oss-20b and -120b state
+/// their closed form at S 4096, equal to their simulated meta run.
+#[test]
+fn gpt_oss_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let cfg = dir.join("gpt_oss.json");
+    std::fs::write(&cfg, r#"{"model_type": "gpt_oss", "hidden_size": 128, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 16}"#)
+    .unwrap();
+    let counts = dir.join("counts.txt");
+    // 2 × 24 tokens × top-2 = 96 routed rows, one expert taking every token.
+    std::fs::write(&counts, "48 8 8 8 8 8 4 4").unwrap();
+    for (implementation, routing) in [("grouped_mm", "balanced"), ("batched_mm", "worst"), ("eager", counts.to_str().unwrap())] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--experts-implementation", implementation, "--routing", routing, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "{implementation} {routing}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        for needle in ["transformers 5.23.0 gpt_oss", &format!("experts_implementation {implementation}"), "softmax over the top-k logits", "its sink column", "h (sinks)", "DynamicSlidingWindowLayer window tensors"] {
+            assert!(text.contains(needle), "{implementation}: missing {needle:?} in\n{text}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
+    }
+    for (preset, needle) in [("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4"), ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4")] {
+        let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(needle) && text.contains("gpt_oss"), "{preset}: missing {needle:?} in\n{text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, preset);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the closed form does not derive of gpt-oss exits 2, naming the flag and pointing at
+/// `profile` (or, for autocast, at the weights' own dtype, as `profile` refuses it too),
+/// writing nothing.
+#[test]
+fn gpt_oss_not_derived_is_refused_naming_the_flag() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-refusals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("counts.txt");
+    // gpt-oss-20b's 32 experts, 320 rows for 64 tokens × top-4 = 256.
+    std::fs::write(&bad, vec!["10"; 32].join(" ")).unwrap();
+    let json = dir.join("never.json");
+    let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
+        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj,v_proj"]].concat(), "--lora-r", "profile"),
+        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        ([&g[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
+        ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
+        ([&g[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
+        (vec!["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--batch-size", "1", "--context-length", "64", "--no-simulate"], "--preset", "deepseek_v3"),
+    ];
+    for (args, flag, what) in cases {
+        let o = cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains(what), "{args:?}: {err}");
+        assert!(!json.exists(), "{args:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -59,7 +59,12 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     }
     if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()) {
         let shared = if m.shared_intermediate > 0 { format!(", a shared expert of width I_s {}", m.shared_intermediate) } else { String::new() };
-        let renorm = if m.family == crate::model::hf::moe::MoeFamily::Mixtral || m.norm_topk_prob { "renormalised" } else { "not renormalised (norm_topk_prob false)" };
+        let renorm = match m.family {
+            crate::model::hf::moe::MoeFamily::GptOss => "a biased router, softmax over the top-k logits",
+            crate::model::hf::moe::MoeFamily::Mixtral => "renormalised",
+            _ if m.norm_topk_prob => "renormalised",
+            _ => "not renormalised (norm_topk_prob false)",
+        };
         out!(s,
             "mixture of experts: E {} experts of width I {}, top-k {} ({renorm}){shared}; experts_implementation {}, routing {} (it decides how many rows each expert gets, not how many rows there are: the terms below hold for any split)",
             m.experts,
