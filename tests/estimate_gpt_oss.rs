@@ -41,6 +41,8 @@ struct Point {
     layer_types: Option<&'static str>,
     b: usize,
     s: usize,
+    /// peft's LoRA on the attention: (r, dropout, target modules).
+    lora: Option<(usize, f64, &'static [&'static str])>,
 }
 
 fn base() -> Point {
@@ -61,6 +63,7 @@ fn base() -> Point {
         layer_types: None,
         b: 2,
         s: 40,
+        lora: None,
     }
 }
 
@@ -82,6 +85,17 @@ fn config(p: &Point) -> ModelConfig {
     }
     let hf = cfg.hf.as_mut().unwrap();
     hf.reentrant = p.ckpt == Some(true);
+    hf.lora = p.lora.map(|(r, dropout, targets)| vramscope::model::lora::LoraConfig {
+        r,
+        alpha: 16.0,
+        dropout,
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        target_parameters: vec![],
+        dropout_kernel: Default::default(),
+        bias: vramscope::model::lora::LoraBias::None,
+        use_dora: false,
+        modules_to_save: vec![],
+    });
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -175,6 +189,39 @@ fn grid() -> Vec<Point> {
     points
 }
 
+/// peft's LoRA on the attention (the router and experts frozen): target sets (each of q, k, v
+/// alone, all four), dropout, fp32 and pure bf16, each experts implementation, with and
+/// without the cache, checkpointing, GQA and MHA.
+fn lora_grid() -> Vec<Point> {
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let sets: [&'static [&'static str]; 5] = [&["q_proj", "v_proj"], &["q_proj"], &["k_proj"], &["v_proj"], ALL];
+    let mut points = Vec::new();
+    for (n, targets) in sets.into_iter().enumerate() {
+        for implementation in ExpertsImplementation::ALL {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                let cache = (n + usize::from(precision == Precision::PureBf16)) % 2 == 0;
+                points.push(Point { lora: Some((8, 0.0, targets)), implementation, precision, cache, routing: Routing::Worst, ..base() });
+            }
+        }
+    }
+    for (ckpt, dropout, kv_heads, implementation) in [
+        (Some(false), 0.0, 2, ExpertsImplementation::GroupedMm),
+        (Some(true), 0.1, 4, ExpertsImplementation::Eager),
+        (None, 0.1, 2, ExpertsImplementation::BatchedMm),
+        (None, 0.0, 4, ExpertsImplementation::GroupedMm),
+        (Some(false), 0.0, 4, ExpertsImplementation::BatchedMm),
+    ] {
+        points.push(Point { lora: Some((4, dropout, ALL)), ckpt, cache: ckpt.is_none(), kv_heads, implementation, ..base() });
+        points.push(Point { lora: Some((16, dropout, &["o_proj"])), ckpt, kv_heads, implementation, precision: Precision::PureBf16, ..base() });
+    }
+    points
+}
+
+#[test]
+fn gpt_oss_lora_closed_form_equals_the_simulation() {
+    run(&lora_grid(), 1.35);
+}
+
 #[test]
 fn gpt_oss_closed_form_equals_the_simulation() {
     let points = grid();
@@ -235,6 +282,18 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
+    // LoRA on the attention: block 0 its own, the adapters in the parameters.
+    let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "lora: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["block 0 (", "q_proj lora_A output", "LoRA A and B"] {
+        assert!(text.contains(needle), "lora: missing {needle:?} in\n{text}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let e = &v["estimate"];
+    let terms = |b: &serde_json::Value| b.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
+    assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora");
     for (preset, needle) in [("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4"), ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4")] {
         let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()]);
         assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
@@ -260,8 +319,7 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj,v_proj"]].concat(), "--lora-r", "profile"),
-        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
         ([&g[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),

@@ -24,7 +24,13 @@
 //! Sliding and full layers keep the same: both masks are (B, 1, S, S) whatever the window, and
 //! a `DynamicSlidingWindowLayer` keeps a view of its whole first `cat`; it adds a 0-d int64
 //! window tensor per sliding layer. Checkpointed layers' closures capture the mask of their
-//! type. LoRA, bitsandbytes and the router's auxiliary loss are refused ([`check`]).
+//! type.
+//!
+//! peft's LoRA on the attention (`--target-modules`; the router and the experts, plain
+//! parameters, frozen): a tensor is kept only where a gradient flows, as in the dense layers
+//! (super::layer): layer 0's input needs none, the norms' x·r and the experts' inputs that
+//! only their weights' gradients need are not kept. bitsandbytes, `--target-parameters` and the
+//! router's auxiliary loss are refused ([`moe::check`]).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -48,26 +54,70 @@ struct Sizes {
     i: u64,
     e: u64,
     me: u64,
+    /// The experts' and router's weights train (not under peft): what only their gradients
+    /// need (the gathered rows, the down projection's input, the sorted expert ids the bias
+    /// gathers keep) is kept.
+    weights: bool,
 }
 
 fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
     moe::term(what, op, unit, formula, elements, elem)
 }
 
-/// One decoder layer without checkpointing, in forward order (sliding or full: the same).
-fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool) -> Vec<Term> {
+/// What needs a gradient in a layer: everything in full fine-tuning; under peft (LoRA on the
+/// attention, the router and experts frozen) what an adapter or the layer's input (not layer
+/// 0's, the frozen embedding's output) makes need one.
+#[derive(Clone, Copy)]
+struct Grad {
+    /// The weights train (no peft).
+    weights: bool,
+    q: bool,
+    k: bool,
+    v: bool,
+    /// o_proj's input is kept (its weight's gradient, or lora_A's input).
+    o_input: bool,
+    /// The attention's output, and so the rest of the layer.
+    h: bool,
+}
+
+/// One decoder layer without checkpointing, in forward order (sliding or full: the same);
+/// `x_grad`: whether its input needs a gradient (under peft, not layer 0's).
+fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Vec<Term> {
     let me = types(c, hf).model;
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
-    let norm = super::NormGrad { product_fp32: true, ..FULL };
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &["q_proj", "k_proj", "v_proj"], norm);
-    attention(c, &mut t, me, cache);
+    let lora = hf.lora.as_ref();
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // With fp32 weights and no dropout lora_A keeps the projection's input itself.
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let x = lora.is_none() || x_grad;
+    let (q, k, v) = (x || adapted("q_proj"), x || adapted("k_proj"), x || adapted("v_proj"));
+    let o = q || k || v || adapted("o_proj");
+    let g = Grad { weights: lora.is_none(), q, k, v, o_input: a_keeps_input("o_proj"), h: x || o };
+    // GptOssRMSNorm's weight is frozen under peft: x·r is not kept (weight · x keeps it for the
+    // weight's gradient only).
+    let norm = |input: bool, output: bool| super::NormGrad { input, weight: g.weights, output, product_fp32: true };
+    let qkv = ["q_proj", "k_proj", "v_proj"];
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &qkv, norm(x, qkv.iter().any(|p| a_keeps_input(p))));
+    if let Some(lc) = lora {
+        for p in qkv.into_iter().filter(|p| adapted(p)) {
+            super::adapter(c, &mut t, lc, p, Unit::A, x);
+        }
+    }
+    attention(c, &mut t, me, cache, g);
+    if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
+        super::adapter(c, &mut t, lc, "o_proj", super::heads_unit(c, c.h), q || k || v);
+    }
+    if !g.h {
+        return t;
+    }
     if c.mode != Mode::Pure {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm);
-    let k = m.top_k as u64;
-    let z = Sizes { t: c.b * c.s, p: c.b * c.s * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me };
+    // The router keeps the norm's output for its weight's gradient; the experts gather its rows.
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm(true, g.weights));
+    let top_k = m.top_k as u64;
+    let z = Sizes { t: c.b * c.s, p: c.b * c.s * top_k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, weights: g.weights };
     t.push(term("router top-k expert indices, int64 (topk keeps them)", "topk", Unit::Small, "B·S·k", z.p, 8));
     t.push(term("routing weights: softmax over the top-k logits (softmax keeps its output)", "_softmax", Unit::Small, "B·S·k", z.p, me));
     match m.implementation {
@@ -82,26 +132,39 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool) -> Vec<Term> {
 }
 
 /// `GptOssAttention` with `eager_attention_forward`'s sinks; `cache`: the DynamicCache's
-/// copies are what the kernel reads (and keeps, with one key/value head per query head).
-fn attention(c: &Ctx, t: &mut Vec<Term>, me: u64, cache: bool) {
+/// copies are what the kernel reads (and keeps, with one key/value head per query head). A
+/// matmul keeps each operand for the other's gradient; softmax and max keep theirs when the
+/// scores need one (Q or K does).
+fn attention(c: &Ctx, t: &mut Vec<Term>, me: u64, cache: bool, g: Grad) {
     let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
     let repeated = c.h > c.kvh;
-    t.push(c.term("rope(Q), cat's contiguous output (the scores matmul keeps it)", "cat", qu, me));
+    let scores = g.q || g.k;
+    if g.k {
+        t.push(c.term("rope(Q), cat's contiguous output (the scores matmul keeps it)", "cat", qu, me));
+    }
     match (repeated, cache) {
+        _ if !g.q => {}
         (true, _) => t.push(c.term("K repeated to h heads (repeat_kv; the scores matmul keeps it)", "clone", qu, me)),
         (false, false) => t.push(c.term("rope(K), cat's contiguous output (the scores matmul keeps it)", "cat", kvu, me)),
         (false, true) => {}
     }
-    t.push(c.small("max of cat([scores + mask, sinks]) over the keys: its indices, int64 (max keeps them)", "max", "B·h·S", c.b * c.h * c.s, 8));
-    t.push(c.term("softmax(cat − max) (B, h, S, S + 1), its S key columns (softmax keeps its output; weights·V keeps the sliced view)", "_softmax", Unit::S, me));
-    t.push(c.small("its sink column", "_softmax", "B·h·S", c.b * c.h * c.s, me));
+    if scores {
+        t.push(c.small("max of cat([scores + mask, sinks]) over the keys: its indices, int64 (max keeps them)", "max", "B·h·S", c.b * c.h * c.s, 8));
+    }
+    if scores || g.v {
+        t.push(c.term("softmax(cat − max) (B, h, S, S + 1), its S key columns (softmax keeps its output; weights·V keeps the sliced view)", "_softmax", Unit::S, me));
+        t.push(c.small("its sink column", "_softmax", "B·h·S", c.b * c.h * c.s, me));
+    }
     match (repeated, cache) {
+        _ if !scores => {}
         (true, _) => t.push(c.term("V repeated to h heads (repeat_kv; weights·V keeps it)", "clone", qu, me)),
         // v_proj's output is (B, S, h_kv, d_h) underneath: folding it copies (a view when B or S is 1: the same bytes).
         (false, false) => t.push(c.term("V folded for weights·V (a copy unless B or S is 1; bmm keeps it)", "clone", kvu, me)),
         (false, true) => {}
     }
-    t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, me));
+    if g.o_input {
+        t.push(c.term("heads merged (transpose().contiguous(); o_proj keeps it)", "clone", qu, me));
+    }
     if cache {
         let shared = if repeated { "" } else { "; the attention keeps the same tensor" };
         t.push(c.term(format!("DynamicCache keys (cat copy of rope(K){shared})"), "cat", kvu, me));
@@ -119,15 +182,21 @@ fn gate(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str) {
     t.push(ki("sigmoid(gate · alpha) (sigmoid keeps its output)".into(), "sigmoid"));
     t.push(ki("glu = gate · sigmoid ((up + 1) · glu keeps it)".into(), "mul"));
     t.push(ki("up.clamp(−limit, limit) + 1 (the product keeps it)".into(), "add"));
-    t.push(ki(format!("(up + 1) · glu ({down} keeps it)"), "mul"));
+    if z.weights {
+        t.push(ki(format!("(up + 1) · glu ({down} keeps it for its weight's gradient)"), "mul"));
+    }
 }
 
 /// `grouped_mm_experts_forward` with `has_bias` and `is_transposed`.
 fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
     t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
-    t.push(term("sorted expert ids, int64 (the gathers of gate_up_proj_bias and down_proj_bias keep them)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    if z.weights {
+        t.push(term("sorted expert ids, int64 (the gathers of gate_up_proj_bias and down_proj_bias keep them)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    }
     t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
-    t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    if z.weights {
+        t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    }
     t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.me));
     t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
     gate(t, z, "_grouped_mm", z.p, "the down grouped matmul");
@@ -138,7 +207,9 @@ fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
 /// `batched_mm_experts_forward` with `has_bias` and `is_transposed` (the weighting keeps the
 /// routing weights as a view of the softmax's output, the gathers the top-k indices' view).
 fn batched_mm(t: &mut Vec<Term>, z: &Sizes) {
-    t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    if z.weights {
+        t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    }
     let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);
     t.push(kw("gate_up_proj[expert_ids] (B·S·k, d, 2I), its gate columns (the up bmm keeps it)"));
     t.push(kw("gate_up_proj[expert_ids], its up columns"));
@@ -156,7 +227,9 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     };
     let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
-    t.push(term(per("hidden_states[token_idx] (the gate_up matmul keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    if z.weights {
+        t.push(term(per("hidden_states[token_idx] (the gate_up matmul keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    }
     gate(t, z, "add", rows, "the down matmul");
     t.push(term(per("down matmul output + bias (the weighting keeps it)"), "add", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
     t.push(term(per("routing_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.me));
@@ -173,10 +246,13 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     let block = if checkpointing {
         vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, me)]
     } else {
-        layer(c, hf, m, cache)
+        layer(c, hf, m, cache, true)
     };
+    // Under peft layer 0's input (the frozen embedding's output) needs no gradient.
+    let lora = hf.lora.is_some();
+    let first_block = (lora && !checkpointing).then(|| layer(c, hf, m, cache, false));
     let mut outside = Vec::new();
-    if !checkpointing && c.mode != Mode::Pure {
+    if !checkpointing && c.mode != Mode::Pure && !lora {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type.
@@ -202,7 +278,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
             outside.push(c.term("last layer's output (the final norm keeps it)", "add", Unit::A, 4));
         }
     }
-    rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { product_fp32: true, ..FULL });
+    // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its weight,
+    // but `hidden_states` stays bound until the forward returns.
+    rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { weight: !lora, product_fp32: true, ..FULL });
     if cache && sliding > 0 {
         // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{sliding}·8"), unit: Unit::Small, elements: sliding, elem: 8 });
@@ -213,10 +291,13 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     if me != 4 {
         loss.push(vocab("logits.float() (an fp32 copy, dies when the loss function returns)", "_to_copy", "B·S", bsv, 4));
     }
-    let (param_formula, cast_elements) = params(cfg, hf, m);
+    let (param_formula, mut cast_elements) = params(cfg, hf, m);
+    if lora {
+        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count();
+    }
     Terms {
         block,
-        first_block: None,
+        first_block,
         sliding_block: None,
         outside,
         logits,

@@ -44,7 +44,8 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
             format!("(or the config's output_router_logits) on {family}: the router's auxiliary loss (every layer's logits concatenated, load_balancing_loss_func) is not derived in closed form; `profile` simulates it"),
         ));
     }
-    if let Some(lc) = &hf.lora {
+    // gpt-oss: LoRA on its attention is derived (hf/gpt_oss.rs); on its experts it is not.
+    if let Some(lc) = hf.lora.as_ref().filter(|l| m.family != MoeFamily::GptOss || !l.target_parameters.is_empty()) {
         let flag = if lc.target_parameters.is_empty() { "--lora-r" } else { "--target-parameters" };
         return Err(ConfigError::new(flag, format!("peft's LoRA on {family} is not derived in closed form; `profile` simulates it")));
     }
