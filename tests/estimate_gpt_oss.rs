@@ -294,6 +294,15 @@ fn gpt_oss_estimate_cli() {
     let terms = |b: &serde_json::Value| b.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
     let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
     assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora");
+    // fit searches meta runs of gpt-oss (worst routing unless told).
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["fit", "--find", "batch", "--config", cfg.to_str().unwrap(), "--context-length", "32", "--memory-limit", "64MiB", "--reserve", "0", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "fit: {}", String::from_utf8_lossy(&o.stderr));
+    let fit: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(fit["config"]["hf"]["moe"]["routing"], "worst", "{fit}");
+    assert!(fit["answer"].as_u64().unwrap() >= 1, "{fit}");
     for (preset, needle) in [("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4"), ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4")] {
         let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()]);
         assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
