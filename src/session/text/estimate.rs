@@ -120,11 +120,12 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         None => {}
     }
     if let Some(sb) = &e.sliding_block {
-        out!(s, "   the {} sliding layers' block ({}: their kernel sees the window's mask; the block above is the full layers'):", sb.layers.len(), sb.symbolic);
+        let (these, others, why) = sb.kind.names();
+        out!(s, "   the {} {these} layers' block ({}: {why}; the block above is the {others} layers'):", sb.layers.len(), sb.symbolic);
         terms(&mut s, &sb.block);
         let bytes: u64 = sb.block.iter().map(|t| t.bytes()).sum();
-        out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= one sliding block", sb.symbolic, bytes, mib(bytes));
-        out!(s, "  {} full + {} sliding blocks: {} B = {:.3} GiB", e.layers - sb.layers.len(), sb.layers.len(), e.blocks_bytes(), gib(e.blocks_bytes()));
+        out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", format!("= one {these} block"), sb.symbolic, bytes, mib(bytes));
+        out!(s, "  {} {others} + {} {these} blocks: {} B = {:.3} GiB", e.layers - sb.layers.len(), sb.layers.len(), e.blocks_bytes(), gib(e.blocks_bytes()));
     }
     out!(s, "   outside the blocks:");
     terms(&mut s, &e.outside);
