@@ -48,6 +48,9 @@ struct Point {
     implementation: ExpertsImplementation,
     routing: Routing,
     attn: AttnImplementation,
+    /// sdpa's backend: math by default (v's head size unlike q's runs the math composite
+    /// whatever it is; the options let cpu_flash and math through there).
+    backend: SdpaBackend,
     precision: Precision,
     /// None, non-reentrant (false) or reentrant (true).
     ckpt: Option<bool>,
@@ -81,6 +84,7 @@ fn base() -> Point {
         implementation: ExpertsImplementation::GroupedMm,
         routing: Routing::Balanced,
         attn: AttnImplementation::Eager,
+        backend: SdpaBackend::Math,
         precision: Precision::Fp32,
         ckpt: None,
         cache: true,
@@ -108,9 +112,7 @@ fn config(p: &Point) -> ModelConfig {
     let hf = cfg.hf.as_mut().unwrap();
     hf.reentrant = p.ckpt == Some(true);
     hf.attn_implementation = p.attn;
-    // sdpa with v's head size unlike q's: the options let cpu_flash and math through (both
-    // run the math composite); the closed form derives that composite.
-    hf.sdpa_backend = SdpaBackend::Math;
+    hf.sdpa_backend = p.backend;
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -224,6 +226,14 @@ fn grid() -> Vec<Point> {
         let p = base();
         points.push(Point { routing: skewed(p.b * p.s, 3, 8), top_k: 3, implementation, ..p });
         points.push(Point { norm_topk_prob: false, bias: true, implementation, precision: Precision::PureBf16, ..base() });
+    }
+    // v's head size equal to q's (d_n + d_r): sdpa's fused kernels (fp32 auto: the
+    // memory-efficient one; pure bf16 auto: flash; the CPU kernel), and the math backend.
+    for (precision, backend) in [(Precision::Fp32, SdpaBackend::Auto), (Precision::PureBf16, SdpaBackend::Auto), (Precision::Fp32, SdpaBackend::CpuFlash), (Precision::PureBf16, SdpaBackend::CpuFlash), (Precision::Fp32, SdpaBackend::Math), (Precision::PureBf16, SdpaBackend::Math)] {
+        for (b, s, n) in [(2, 24, 0), (1, 40, 1), (3, 17, 3)] {
+            let p = shaped(n);
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision, b, s, v: p.nope + p.rope, ..p });
+        }
     }
     points.push(Point { first_k_dense: 3, ..base() });
     points.push(Point { first_k_dense: 5, precision: Precision::PureBf16, attn: AttnImplementation::Sdpa, ..base() });

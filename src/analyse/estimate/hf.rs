@@ -56,9 +56,6 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     let Some(hf) = cfg.hf() else { return Ok(()) };
     if let Some(m) = &hf.moe {
         moe::check(hf, m, precision)?;
-        if let Some(ds) = &m.deepseek {
-            deepseek::check(hf, ds)?;
-        }
     }
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
@@ -644,7 +641,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     } else if hf.model_type == Arch::Gemma2 {
         gemma::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some((m, ds)) = deepseek_parts(hf) {
-        deepseek::layer(c, hf, m, ds, true, cache)
+        deepseek::layer(c, hf, m, ds, true, cache, kernel)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -658,7 +655,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let sliding_block = sliding_block.or_else(|| {
         let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
-        Some((layers, deepseek::layer(c, hf, m, ds, false, cache), super::OtherLayers::Dense))
+        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel), super::OtherLayers::Dense))
     });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.

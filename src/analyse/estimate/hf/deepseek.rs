@@ -22,26 +22,12 @@
 //!   the group-limited choice keeps nothing past the router), and the experts as moe.rs states
 //!   them with fp32 routing weights.
 use super::moe::{self, Sizes};
-use super::{rms_norm, types, FULL};
+use super::{rms_norm, types, Kernel, FULL};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::deepseek_v3::DeepseekParts;
 use crate::model::hf::moe::MoeConfig;
-use crate::model::hf::{AttnImplementation, HfConfig};
-use crate::model::{ConfigError, ModelConfig};
-
-/// Refuses what the closed form does not derive of DeepSeek-V3, naming the flag.
-pub(super) fn check(hf: &HfConfig, ds: &DeepseekParts) -> Result<(), ConfigError> {
-    if hf.attn_implementation == AttnImplementation::Sdpa && ds.v_head_dim == ds.qk_head_dim() {
-        return Err(ConfigError::new(
-            "--attn-implementation",
-            format!(
-                "sdpa on deepseek_v3 with v_head_dim equal to the q/k head size ({}) runs a fused kernel the closed form does not derive (it derives sdpa's math composite for unequal sizes, and eager); `profile` simulates it",
-                ds.v_head_dim
-            ),
-        ));
-    }
-    Ok(())
-}
+use crate::model::hf::{AttnImplementation, HfConfig, SdpaBackend};
+use crate::model::ModelConfig;
 
 /// The latent attention's sizes in elements.
 struct Dims {
@@ -145,8 +131,9 @@ fn kept_v(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, elem: u64, fp32_copy: 
     }
 }
 
-/// `DeepseekV3Attention.forward` past input_layernorm.
-fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cache: bool) {
+/// `DeepseekV3Attention.forward` past input_layernorm (`kernel`: sdpa's pick where v's head
+/// size equals q's; otherwise `F.scaled_dot_product_attention` runs the math composite).
+fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cache: bool, kernel: Kernel) {
     let me = types(c, hf).model;
     if ds.q_lora_rank.is_some() {
         latent_norm(c, ds, t, "q_a_layernorm", "qr", ("q_a_proj output (q_a_layernorm's pow, x·r keep it)", "qr"), "q_a_layernorm output (q_b_proj keeps it)", me);
@@ -171,7 +158,30 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
             kept_v(c, ds, t, me, false);
             t.push(term(c, ds, "heads merged (transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
         }
-        // check: sdpa with v's head size unlike q's, the math composite.
+        // A fused kernel keeps q, k, v (a view of kv_b_proj's output: all of it), its output
+        // and logsumexp; the memory-efficient kernel writes (B, S, h, d) underneath, so merging
+        // heads is a view; flash's output is `empty_like(q)`, q being the cat's contiguous
+        // (B, h, S, d): merging copies.
+        _ if ds.v_head_dim == ds.qk_head_dim() && matches!(kernel, Kernel::Fused(_)) => {
+            let efficient = kernel == Kernel::Fused(SdpaBackend::Efficient);
+            let name = match kernel {
+                Kernel::Fused(SdpaBackend::Efficient) => "_scaled_dot_product_efficient_attention",
+                Kernel::Fused(SdpaBackend::CpuFlash) => "_scaled_dot_product_flash_attention_for_cpu",
+                _ => "_scaled_dot_product_flash_attention",
+            };
+            t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the kernel keeps it)", "cat", "qk", me));
+            t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the kernel keeps it)", "empty", "qk", me));
+            t.push(term(c, ds, "kv_b_proj output, whole (the kernel keeps V, a view of its V columns)", "mm", "kvb", me));
+            if efficient {
+                t.push(term(c, ds, "attention output, (B, S, h, d_v) underneath (the kernel keeps it; merging heads is a view o_proj keeps)", name, "vh", me));
+            } else {
+                t.push(term(c, ds, "attention output, (B, h, S, d_v) like q (the kernel keeps it)", name, "vh", me));
+                t.push(term(c, ds, "heads merged (transpose().contiguous(), a copy; o_proj keeps it)", "clone", "vh", me));
+            }
+            let (rows, formula) = if efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
+            t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+        }
+        // sdpa's math composite (v's head size unlike q's, whatever the backend, or the math backend).
         _ => {
             t.push(term(c, ds, "Q·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
             t.push(term(c, ds, "Kᵀ·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
@@ -184,13 +194,13 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
 
 /// One decoder layer without checkpointing, in forward order: `sparse` for a layer at or past
 /// `first_k_dense_replace`.
-pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, cache: bool) -> Vec<Term> {
+pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, cache: bool, kernel: Kernel) -> Vec<Term> {
     let me = types(c, hf).model;
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
     let q_reader = if ds.q_lora_rank.is_some() { "q_a_proj" } else { "q_proj" };
     rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &[q_reader, "kv_a_proj_with_mqa"], FULL);
-    attention(c, hf, ds, &mut t, cache);
+    attention(c, hf, ds, &mut t, cache, kernel);
     if c.mode != Mode::Pure {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
