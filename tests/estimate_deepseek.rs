@@ -270,3 +270,109 @@ fn deepseek_v3_optimizers() {
         }
     }
 }
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).output().unwrap()
+}
+
+/// An `estimate --json` document's activations (the sparse block over the sparse layers, the
+/// dense block over the first_k_dense_replace ones, and outside) against the meta simulation
+/// it carries.
+fn assert_json_activations(v: &serde_json::Value, what: &str) {
+    let e = &v["estimate"];
+    let bytes = |ts: &serde_json::Value| ts.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let layers = e["layers"].as_u64().unwrap();
+    let (dense, dense_layers) = match e["sliding_block"].as_object() {
+        Some(b) => {
+            assert_eq!(b["kind"], "dense", "{what}");
+            (bytes(&b["block"]), b["layers"].as_array().unwrap().len() as u64)
+        }
+        None => (0, 0),
+    };
+    let total = (layers - dense_layers) * bytes(&e["block"]) + dense_layers * dense + bytes(&e["outside"]);
+    assert_eq!(total, v["simulated"]["activation_bytes"].as_u64().unwrap(), "{what}");
+}
+
+/// Through the CLI: a deepseek_v3 config.json estimates with the JSON's activations equal to
+/// the simulated ones under each experts implementation, routing and attention; the preset
+/// states its closed form at S 4096.
+#[test]
+fn deepseek_v3_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-deepseek-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let cfg = dir.join("deepseek_v3.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 32, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 300, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 32, "kv_lora_rank": 24, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16, "max_position_embeddings": 4096}"#,
+    )
+    .unwrap();
+    let counts = dir.join("counts.txt");
+    // 2 × 24 tokens × top-2 = 96 routed rows, one expert taking every token.
+    std::fs::write(&counts, "48 8 8 8 8 8 4 4").unwrap();
+    let runs: [(&str, &str, &[&str]); 4] = [
+        ("grouped_mm", "balanced", &["--attn-implementation", "eager"]),
+        ("batched_mm", "worst", &["--attn-implementation", "sdpa", "--sdpa-backend", "math"]),
+        ("eager", counts.to_str().unwrap(), &["--attn-implementation", "sdpa", "--sdpa-backend", "cpu_flash", "--dtype", "bfloat16"]),
+        ("grouped_mm", "worst", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"]),
+    ];
+    for (implementation, routing, extra) in runs {
+        let args = [&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--experts-implementation", implementation, "--routing", routing, "--json", json.to_str().unwrap()][..], extra].concat();
+        let o = cli(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        // (Checkpointed, every layer keeps its input only.)
+        let router = if extra.contains(&"--gradient-checkpointing") { "gradient checkpointing every layer" } else { "router sigmoid(logits)" };
+        for needle in ["transformers 5.23.0 deepseek_v3", &format!("experts_implementation {implementation}"), router, "L_dense·3d·F_d"] {
+            assert!(text.contains(needle), "{args:?}: missing {needle:?} in\n{text}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("{args:?}"));
+    }
+    // The preset at full size, closed form only (transformers' default sdpa needs a backend
+    // named for v's head size 128 unlike q's 192).
+    let o = cli(&["--preset", "DeepSeek-V3", "--context-length", "4096", "--attn-implementation", "eager", "--no-simulate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["deepseek_v3", "671026404352", "the 3 dense layers' block", "kv_a_layernorm", "58 sparse + 3 dense blocks"] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the closed form does not derive exits 2, naming the flag and pointing at `profile`,
+/// with nothing written.
+#[test]
+fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-deepseek-refusals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("counts.txt");
+    std::fs::write(&bad, "10 10 10 10 10 10 10 10").unwrap();
+    let json = dir.join("never.json");
+    let ds = ["--preset", "DeepSeek-V3", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
+    let ds = |attn: &'static str| [&ds[..], &["--attn-implementation", attn]].concat();
+    let eager = ds("eager");
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj,kv_a_proj_with_mqa"]].concat(), "--lora-r", "profile"),
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        ([&eager[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
+        ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),
+        (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),
+        // transformers' default sdpa, v's head size (128) unlike q's (192), no backend named.
+        (ds("sdpa"), "--attn-implementation", "deepseek_v3"),
+        ([&eager[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
+        (vec!["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()], "--preset", "gpt_oss"),
+    ];
+    for (args, flag, what) in cases {
+        let o = cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains(what), "{args:?}: {err}");
+        assert!(!json.exists(), "{args:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

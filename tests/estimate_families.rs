@@ -211,8 +211,9 @@ fn families_optimizers() {
 }
 
 /// Gemma 2's sdpa and LoRA on OLMo-2 are not derived: refused naming the flag, pointing at
-/// `profile` (gpt_oss and deepseek_v3 are refused by `options::moe::refuse`, checked through
-/// the CLI below and in tests/estimate_moe.rs; Gemma 3's refusals are in tests/estimate_gemma3.rs).
+/// `profile` (gpt_oss is refused by `options::moe::refuse`, checked through the CLI below and
+/// in tests/estimate_moe.rs; DeepSeek-V3's refusals are in tests/estimate_deepseek.rs, Gemma 3's
+/// in tests/estimate_gemma3.rs).
 #[test]
 fn not_derived_is_refused_naming_profile() {
     let p = Point { attn: AttnImplementation::Sdpa, ..base(Arch::Gemma2) };
