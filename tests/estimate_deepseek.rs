@@ -337,7 +337,7 @@ fn deepseek_v3_estimate_cli() {
     let o = cli(&["--preset", "DeepSeek-V3", "--context-length", "4096", "--attn-implementation", "eager", "--no-simulate"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
-    for needle in ["deepseek_v3", "671026404352", "the 3 dense layers' block", "kv_a_layernorm", "58 sparse + 3 dense blocks"] {
+    for needle in ["deepseek_v3", "671026404352", "the 3 dense layers' block", "kv_a_layernorm", "58 sparse + 3 dense blocks", "d_n 128 + d_r 64", "r_q 1536, r_kv 512"] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -68,6 +68,22 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
             m.implementation.name(),
             m.routing.name()
         );
+        if let Some(ds) = &m.deepseek {
+            let q = ds.q_lora_rank.map_or("q_proj (no q_lora_rank)".to_string(), |r| format!("r_q {r}"));
+            let sdpa = if cfg.hf().is_some_and(|h| h.attn_implementation == crate::model::hf::AttnImplementation::Sdpa) && ds.v_head_dim != ds.qk_head_dim() { "; sdpa runs its math composite (v's head size unlike q's)" } else { "" };
+            out!(s,
+                "multi-head latent attention: q/k heads d_n {} + d_r {} (d_h above is RoPE's d_r), v heads d_v {}, {q}, r_kv {}, {} rope; the first {} layers dense (F_d {}); router groups {} (top {}){sdpa}",
+                ds.qk_nope_head_dim,
+                ds.qk_rope_head_dim,
+                ds.v_head_dim,
+                ds.kv_lora_rank,
+                if ds.rope_interleave { "interleaved" } else { "half-split" },
+                ds.first_k_dense.min(cfg.num_layers),
+                ds.dense_intermediate,
+                ds.n_group,
+                ds.topk_group
+            );
+        }
     }
     out!(s, "(bytes are exact integers; MiB/GiB are 1024-based)\n");
     out!(s, "symbols (4-byte elements; a 2-byte bf16/fp16 tensor of the same shape is written ½a = B·S·d·2, ½f, ½s):");
