@@ -187,7 +187,7 @@ const SHAPES: [(usize, usize, Option<usize>, usize, usize, usize, usize, usize, 
 
 fn shaped(n: usize) -> Point {
     let (d, heads, q_lora_rank, kv_lora_rank, nope, rope, v, experts, top_k, n_group, topk_group, shared, first_k_dense) = SHAPES[n % SHAPES.len()];
-    Point { d, heads, q_lora_rank, kv_lora_rank, nope, rope, v, experts, top_k, n_group, topk_group, shared, first_k_dense, interleave: n % 2 == 0, ..base() }
+    Point { d, heads, q_lora_rank, kv_lora_rank, nope, rope, v, experts, top_k, n_group, topk_group, shared, first_k_dense, interleave: n.is_multiple_of(2), ..base() }
 }
 
 /// The experts implementations × fp32/pure bf16 × balanced/worst over the shapes, under eager

@@ -700,9 +700,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()) {
             // The experts' own symbols replace the dense MLP's f.
             symbols.retain(|(name, _, _)| name != "f");
-            symbols.extend(hf::moe::symbols(&c, m, &used));
+            symbols.extend(hf::moe::symbols(&c, m, used));
             if let Some(ds) = &m.deepseek {
-                symbols.extend(hf::deepseek::symbols(&c, ds, &used));
+                symbols.extend(hf::deepseek::symbols(&c, ds, used));
             }
         }
     }

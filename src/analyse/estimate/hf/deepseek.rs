@@ -252,12 +252,16 @@ pub(super) fn param_formula(cfg: &ModelConfig, ds: &DeepseekParts) -> String {
     )
 }
 
+/// A layer's parameters as [`layer_dims`] gives them: (rows, cols or None) each, and the 3-D
+/// ones' indices with their leading size E.
+pub(in crate::analyse) type LayerDims = (Vec<(u64, Option<u64>)>, Vec<(usize, u64)>);
+
 /// One decoder layer's parameters in `parameters()` order as (rows, cols) for matrices,
 /// (n, None) for vectors, with the 3-D experts' indices and E: the attention (q_a_proj
 /// [+bias], q_a_layernorm, q_b_proj, or q_proj; kv_a_proj_with_mqa [+bias], kv_a_layernorm,
 /// kv_b_proj, o_proj [+bias]), the dense MLP or the experts, the router and the shared
 /// experts, then the two norms.
-pub(in crate::analyse) fn layer_dims(cfg: &ModelConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool) -> (Vec<(u64, Option<u64>)>, Vec<(usize, u64)>) {
+pub(in crate::analyse) fn layer_dims(cfg: &ModelConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool) -> LayerDims {
     let (d, h) = (cfg.d_model as u64, cfg.num_heads as u64);
     let qk = ds.qk_head_dim() as u64;
     let (rkv, rope, nope, v) = (ds.kv_lora_rank as u64, ds.qk_rope_head_dim as u64, ds.qk_nope_head_dim as u64, ds.v_head_dim as u64);
