@@ -367,6 +367,13 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
         ([&eager[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
         (vec!["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()], "--preset", "gpt_oss"),
     ];
+    // Latent-attention tensors too large to count (v_head_dim 2^40 over 128 heads at S 2^20).
+    let huge = dir.join("huge.json");
+    std::fs::write(&huge, r#"{"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 128, "vocab_size": 300, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "q_lora_rank": 32, "kv_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 1099511627776, "max_position_embeddings": 1048576}"#)
+    .unwrap();
+    let cases = [cases, vec![(vec!["--config", huge.to_str().unwrap(), "--attn-implementation", "eager", "--context-length", "1048576", "--no-simulate", "--json", json.to_str().unwrap()], "--context-length", "2^62")]].concat();
     for (args, flag, what) in cases {
         let o = cli(&args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -523,7 +523,8 @@ fn vocab(what: &str, op: &'static str, rows: &str, elements: u64, elem: u64) -> 
 /// within it every sum [`estimate`] forms fits a u64, so nothing it prints can wrap.
 pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), crate::model::ConfigError> {
     cfg.check_sizes(b, s, "--context-length")?;
-    hf::moe::check_range(cfg, b, s)
+    hf::moe::check_range(cfg, b, s)?;
+    hf::deepseek::check_range(cfg, b, s)
 }
 
 /// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`, with

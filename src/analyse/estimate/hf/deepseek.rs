@@ -27,7 +27,37 @@ use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::deepseek_v3::DeepseekParts;
 use crate::model::hf::moe::MoeConfig;
 use crate::model::hf::{AttnImplementation, HfConfig, SdpaBackend};
-use crate::model::ModelConfig;
+use crate::model::config::MAX_BYTES;
+use crate::model::{ConfigError, ModelConfig};
+
+/// Refuses a run whose latent-attention or dense-layer tensors could not be counted: the
+/// largest (B·S·h·(d_n + max(d_r, d_v)), B·S·F_d, B·S·(r + d_r), or a weight), 16 bytes an
+/// element, over every layer with room to spare, stays below [`MAX_BYTES`] as
+/// [`ModelConfig::check_sizes`] keeps the dense ones.
+pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), ConfigError> {
+    let Some(ds) = cfg.hf().and_then(|h| h.moe.as_ref()).and_then(|m| m.deepseek.as_ref()) else { return Ok(()) };
+    let m = |xs: &[usize]| xs.iter().try_fold(1u64, |a, &x| a.checked_mul(x as u64));
+    let heads = ds.qk_nope_head_dim.checked_add(ds.qk_rope_head_dim.max(ds.v_head_dim));
+    let rank = ds.q_lora_rank.unwrap_or(0).max(ds.kv_lora_rank).checked_add(ds.qk_rope_head_dim);
+    let width = [heads.and_then(|w| w.checked_mul(cfg.num_heads)), Some(ds.dense_intermediate), rank, Some(cfg.d_model)].into_iter().try_fold(0usize, |a, w| w.map(|w| a.max(w)));
+    let fits = width
+        .and_then(|w| {
+            // (B·S or a weight's other side: d, r_q, r_kv, F_d) × the widest side.
+            let other = [b.checked_mul(s)?, cfg.d_model, ds.kv_lora_rank, ds.q_lora_rank.unwrap_or(0), ds.dense_intermediate].into_iter().max()?;
+            m(&[other, w, 16, cfg.num_layers.checked_add(4)?])
+        })
+        .is_some_and(|n| n <= MAX_BYTES);
+    if fits {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "--context-length",
+        format!(
+            "DeepSeek-V3's latent-attention tensors of {b} × {s} tokens over {} heads of {} + {} (v {}) would have more bytes than the 2^62 vramscope can count; lower --batch-size or --context-length",
+            cfg.num_heads, ds.qk_nope_head_dim, ds.qk_rope_head_dim, ds.v_head_dim
+        ),
+    ))
+}
 
 /// The latent attention's sizes in elements.
 struct Dims {
