@@ -211,8 +211,8 @@ fn families_optimizers() {
 }
 
 /// Gemma 2's sdpa and LoRA on OLMo-2 are not derived: refused naming the flag, pointing at
-/// `profile` (the MoE families' refusals are in tests/estimate_moe.rs and
-/// tests/estimate_gpt_oss.rs; Gemma 3's in tests/estimate_gemma3.rs).
+/// `profile` (the MoE families' refusals are in tests/estimate_moe.rs, tests/estimate_gpt_oss.rs
+/// and tests/estimate_deepseek.rs; Gemma 3's in tests/estimate_gemma3.rs).
 #[test]
 fn not_derived_is_refused_naming_profile() {
     let p = Point { attn: AttnImplementation::Sdpa, ..base(Arch::Gemma2) };

@@ -333,7 +333,6 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         ([&g[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
-        (vec!["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--batch-size", "1", "--context-length", "64", "--no-simulate"], "--preset", "deepseek_v3"),
     ];
     for (args, flag, what) in cases {
         let o = cli(&args);

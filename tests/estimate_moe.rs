@@ -297,7 +297,6 @@ fn not_derived_is_refused_naming_the_flag() {
     let json = dir.join("never.json");
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        (vec!["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--batch-size", "1", "--context-length", "64", "--no-simulate"], "--preset", "deepseek_v3"),
         ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj,v_proj"]].concat(), "--lora-r", "profile"),
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),

@@ -44,6 +44,9 @@ pub enum Unit {
     Kw,
     /// fs = B·S·I_s elements (Qwen2-MoE): the shared expert's hidden tensors.
     Fs,
+    /// A family's own size, named by its symbol (DeepSeek-V3's latent attention: hf/deepseek.rs
+    /// lists them with their values).
+    Named(&'static str),
     /// Per-row statistics and indices (B·S or B·h·S elements): small.
     Small,
 }
@@ -61,6 +64,7 @@ impl Unit {
             Unit::Ki => "ki",
             Unit::Kw => "kw",
             Unit::Fs => "fs",
+            Unit::Named(s) => s,
             Unit::Small => "small",
         }
     }
@@ -139,13 +143,35 @@ pub struct Estimate {
     pub residual_bytes: u64,
 }
 
-/// The sliding layers' block where it differs from the full layers'.
+/// The sliding layers' block where it differs from the full layers' (or DeepSeek-V3's dense
+/// layers' beside its sparse ones).
 #[derive(Clone, Debug, Serialize)]
 pub struct SlidingBlock {
     /// The sliding layers' indices (block 0 is `first_block` where there is one).
     pub layers: Vec<usize>,
     pub block: Vec<Term>,
     pub symbolic: String,
+    pub kind: OtherLayers,
+}
+
+/// Which layers keep [`SlidingBlock`]'s block instead of `block`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtherLayers {
+    /// Gemma 3's sliding layers whose kernel sees the window's mask (`block`: the full layers').
+    Sliding,
+    /// DeepSeek-V3's first `first_k_dense_replace` layers, a dense MLP (`block`: the sparse ones').
+    Dense,
+}
+
+impl OtherLayers {
+    /// (these layers, the others, why they differ).
+    pub fn names(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            OtherLayers::Sliding => ("sliding", "full", "their kernel sees the window's mask"),
+            OtherLayers::Dense => ("dense", "sparse", "first_k_dense_replace: a dense MLP in place of the experts"),
+        }
+    }
 }
 
 impl Estimate {
@@ -249,7 +275,7 @@ impl Ctx {
             Unit::M => (self.s * self.s, "S²"),
             Unit::Q => (self.b * self.s * self.h * self.dk, "B·S·h·d_h"),
             Unit::Kv => (self.b * self.s * self.kvh * self.dk, "B·S·h_kv·d_h"),
-            Unit::Small | Unit::Ka | Unit::Ki | Unit::Kw | Unit::Fs => unreachable!("small and expert terms give their own size (hf/moe.rs)"),
+            Unit::Small | Unit::Ka | Unit::Ki | Unit::Kw | Unit::Fs | Unit::Named(_) => unreachable!("small and expert terms give their own size (hf/moe.rs)"),
         };
         let formula = if elem == 4 { format!("{formula}·4") } else { format!("{formula}·{elem} = {}", sized(unit, elem)) };
         Term { what: what.into(), op, formula, unit, elements, elem }
@@ -303,10 +329,22 @@ impl Ctx {
     }
 }
 
+/// `fixed`, with the named units the terms use inserted before `s` in their first use's order.
+fn units_in_order(terms: &[Term], fixed: &[Unit]) -> Vec<Unit> {
+    let mut named: Vec<Unit> = Vec::new();
+    for t in terms {
+        if matches!(t.unit, Unit::Named(_)) && !named.contains(&t.unit) {
+            named.push(t.unit);
+        }
+    }
+    let at = fixed.iter().position(|u| *u == Unit::S).unwrap_or(fixed.len());
+    fixed[..at].iter().copied().chain(named).chain(fixed[at..].iter().copied()).collect()
+}
+
 /// The sum of a term list in symbols: `10a + 5f + 2s + m + small`, with 2-byte tensors as
 /// `½a` (`4a + 9·½a + …`).
 pub fn symbolic(terms: &[Term]) -> String {
-    let order = [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::Fs, Unit::Ka, Unit::Ki, Unit::Kw, Unit::S, Unit::M];
+    let order = units_in_order(terms, &[Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::Fs, Unit::Ka, Unit::Ki, Unit::Kw, Unit::S, Unit::M]);
     let mut parts: Vec<String> = Vec::new();
     for u in order {
         let mut elems: Vec<u64> = terms.iter().filter(|t| t.unit == u).map(|t| if u == Unit::M { 4 } else { t.elem }).collect();
@@ -331,7 +369,7 @@ pub fn symbolic(terms: &[Term]) -> String {
 /// The same sum collapsed to 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
 pub fn symbolic_fp32_units(terms: &[Term]) -> String {
     let mut parts: Vec<String> = Vec::new();
-    for u in [Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::Fs, Unit::Ka, Unit::Ki, Unit::Kw, Unit::S] {
+    for u in units_in_order(terms, &[Unit::A, Unit::Q, Unit::Kv, Unit::F, Unit::Fs, Unit::Ka, Unit::Ki, Unit::Kw, Unit::S]) {
         let quarters: u64 = terms.iter().filter(|t| t.unit == u).map(|t| t.elem).sum();
         if quarters > 0 {
             let n = quarters as f64 / 4.0;
@@ -485,7 +523,8 @@ fn vocab(what: &str, op: &'static str, rows: &str, elements: u64, elem: u64) -> 
 /// within it every sum [`estimate`] forms fits a u64, so nothing it prints can wrap.
 pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), crate::model::ConfigError> {
     cfg.check_sizes(b, s, "--context-length")?;
-    hf::moe::check_range(cfg, b, s)
+    hf::moe::check_range(cfg, b, s)?;
+    hf::deepseek::check_range(cfg, b, s)
 }
 
 /// The closed-form estimate of `cfg` at batch `b`, sequence length `s`, in `precision`, with
@@ -579,10 +618,10 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         b.retain(|t| t.elements > 0);
         b
     });
-    let sliding_block = hf_terms.as_ref().and_then(|t| t.sliding_block.clone()).map(|(layers, mut block)| {
+    let sliding_block = hf_terms.as_ref().and_then(|t| t.sliding_block.clone()).map(|(layers, mut block, kind)| {
         block.retain(|t| t.elements > 0);
         let symbolic = symbolic(&block);
-        SlidingBlock { layers, block, symbolic }
+        SlidingBlock { layers, block, symbolic, kind }
     });
     let mut block = match (&hf_terms, cfg.flavour) {
         (Some(t), _) => t.block.clone(),
@@ -652,7 +691,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     if cfg.flavour == Flavour::Hf {
         // No S² bool mask is kept; per-head sizes get their own symbols where they are not a.
         symbols.pop();
-        let used = |u: Unit| block.iter().chain(&outside).any(|t| t.unit == u);
+        let used = |u: Unit| block.iter().chain(&outside).chain(sliding_block.iter().flat_map(|b| &b.block)).any(|t| t.unit == u);
         if used(Unit::Q) {
             symbols.push(("q".into(), "B·S·h·d_h·4".into(), c.b * c.s * c.h * c.dk * 4));
         }
@@ -663,6 +702,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             // The experts' own symbols replace the dense MLP's f.
             symbols.retain(|(name, _, _)| name != "f");
             symbols.extend(hf::moe::symbols(&c, m, used));
+            if let Some(ds) = &m.deepseek {
+                symbols.extend(hf::deepseek::symbols(&c, ds, used));
+            }
         }
     }
     Estimate {

@@ -10,6 +10,9 @@ use crate::train::optim::{OptimConfig, OptimizerKind};
 /// tail (final norm, untied head): a model of 10^8 layers is not listed out.
 pub struct ParamSizes {
     pub first: u64,
+    /// A block repeated `pre_layers` times before `block` (DeepSeek-V3's dense layers).
+    pub pre_block: Vec<u64>,
+    pub pre_layers: u64,
     pub block: Vec<u64>,
     pub layers: u64,
     pub tail: Vec<u64>,
@@ -23,6 +26,9 @@ pub struct ParamSizes {
 
 impl ParamSizes {
     pub fn of(cfg: &ModelConfig) -> ParamSizes {
+        if let Some((m, ds)) = cfg.hf().and_then(|h| h.moe.as_ref()).and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) {
+            return Self::deepseek(cfg, m, ds);
+        }
         let (d, f, v) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.vocab_size as u64);
         let hd = cfg.head_dim() as u64;
         let (q, kv) = ((cfg.num_heads as u64).saturating_mul(hd), (cfg.num_kv_heads as u64).saturating_mul(hd));
@@ -107,7 +113,52 @@ impl ParamSizes {
         if !cfg.tied_embeddings {
             factors.push(v.saturating_add(d));
         }
-        ParamSizes { first: m(v, d), block, layers, tail, factored, factors }
+        ParamSizes { first: m(v, d), pre_block: Vec::new(), pre_layers: 0, block, layers, tail, factored, factors }
+    }
+
+    /// DeepSeek-V3: the embedding, `first_k_dense_replace` dense layers, the sparse ones (their
+    /// 3-D experts factored per expert by Adafactor), the final norm and the head.
+    fn deepseek(cfg: &ModelConfig, m: &crate::model::hf::moe::MoeConfig, ds: &crate::model::hf::deepseek_v3::DeepseekParts) -> ParamSizes {
+        let (d, v) = (cfg.d_model as u64, cfg.vocab_size as u64);
+        let layers = cfg.num_layers as u64;
+        let dense = (ds.first_k_dense as u64).min(layers);
+        let sat = |a: u64, b: u64| a.saturating_mul(b);
+        // (elements, Adafactor's factored elements, rows + cols of a matrix or 0) per parameter.
+        let sizes = |sparse: bool| -> Vec<(u64, u64, u64)> {
+            let (dims, lead) = crate::analyse::estimate::hf::deepseek::layer_dims(cfg, m, ds, sparse);
+            let lead_of = |i: usize| lead.iter().find(|(j, _)| *j == i).map_or(1, |&(_, e)| e);
+            dims.iter().enumerate().map(|(i, &(r, c))| (sat(lead_of(i), c.map_or(r, |c| sat(r, c))), sat(lead_of(i), r.saturating_add(c.unwrap_or(0))), c.map_or(0, |c| sat(lead_of(i), r.saturating_add(c))))).collect()
+        };
+        let (pre, main) = (sizes(false), sizes(true));
+        let factored_of = |b: &[(u64, u64, u64)]| b.iter().fold(0u64, |a, x| a.saturating_add(x.1));
+        let mut factored = v.saturating_add(d).saturating_add(d);
+        let mut tail = vec![d];
+        if !cfg.tied_embeddings {
+            tail.push(sat(v, d));
+            factored = factored.saturating_add(v.saturating_add(d));
+        }
+        factored = factored.saturating_add(sat(factored_of(&pre), dense)).saturating_add(sat(factored_of(&main), layers - dense));
+        let mut factors = vec![v.saturating_add(d)];
+        for _ in 0..dense.min(2) {
+            factors.extend(pre.iter().map(|x| x.2));
+        }
+        for _ in 0..(layers - dense).min(2) {
+            factors.extend(main.iter().map(|x| x.2));
+        }
+        factors.push(0);
+        if !cfg.tied_embeddings {
+            factors.push(v.saturating_add(d));
+        }
+        ParamSizes {
+            first: sat(v, d),
+            pre_block: pre.iter().map(|x| x.0).collect(),
+            pre_layers: dense,
+            block: main.iter().map(|x| x.0).collect(),
+            layers: layers - dense,
+            tail,
+            factored,
+            factors,
+        }
     }
 
     /// The trainable parameters of a peft model with frozen biases, in `parameters()` order:
@@ -129,26 +180,32 @@ impl ParamSizes {
             factors.push(rc(first));
         }
         factors.extend(rest.iter().map(rc));
-        ParamSizes { first: size(first), block, layers: repeats, tail, factored: per_layer.saturating_mul(layers), factors }
+        ParamSizes { first: size(first), pre_block: Vec::new(), pre_layers: 0, block, layers: repeats, tail, factored: per_layer.saturating_mul(layers), factors }
     }
 
     /// Number of parameter tensors.
     pub fn count(&self) -> u64 {
-        (self.block.len() as u64).saturating_mul(self.layers).saturating_add(1 + self.tail.len() as u64)
+        let pre = (self.pre_block.len() as u64).saturating_mul(self.pre_layers);
+        (self.block.len() as u64).saturating_mul(self.layers).saturating_add(pre).saturating_add(1 + self.tail.len() as u64)
     }
     /// Elements in all.
     pub fn total(&self) -> u64 {
-        let b = self.block.iter().fold(0u64, |a, &x| a.saturating_add(x));
-        self.first.saturating_add(b.saturating_mul(self.layers)).saturating_add(self.tail.iter().sum())
+        let sum = |b: &[u64]| b.iter().fold(0u64, |a, &x| a.saturating_add(x));
+        let pre = sum(&self.pre_block).saturating_mul(self.pre_layers);
+        self.first.saturating_add(sum(&self.block).saturating_mul(self.layers)).saturating_add(pre).saturating_add(self.tail.iter().sum())
     }
     /// The largest parameter.
     pub fn largest(&self) -> u64 {
         let b = if self.layers > 0 { self.block.iter().copied().max().unwrap_or(0) } else { 0 };
-        self.first.max(b).max(self.tail.iter().copied().max().unwrap_or(0))
+        let pre = if self.pre_layers > 0 { self.pre_block.iter().copied().max().unwrap_or(0) } else { 0 };
+        self.first.max(b).max(pre).max(self.tail.iter().copied().max().unwrap_or(0))
     }
-    /// The order with at most two blocks: every pair of neighbours the full order has.
+    /// The order with at most two of each block: every pair of neighbours the full order has.
     fn neighbours(&self) -> Vec<u64> {
         let mut s = vec![self.first];
+        for _ in 0..self.pre_layers.min(2) {
+            s.extend(&self.pre_block);
+        }
         for _ in 0..self.layers.min(2) {
             s.extend(&self.block);
         }
@@ -184,6 +241,9 @@ impl ParamSizes {
     /// Every parameter's element count, in order (small models: tests).
     pub fn list(&self) -> Vec<u64> {
         let mut out = vec![self.first];
+        for _ in 0..self.pre_layers {
+            out.extend(&self.pre_block);
+        }
         for _ in 0..self.layers {
             out.extend(&self.block);
         }

@@ -62,11 +62,8 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    // The closed form derives mixtral's, qwen3_moe's, qwen2_moe's and gpt_oss's sparse blocks
-    // (analyse/estimate/hf/moe.rs); the other MoE families are refused.
-    if !crate::analyse::estimate::hf::moe::derives(&r.config) {
-        super::moe::refuse(&r.config, &a.model, "estimate")?;
-    }
+    // The closed form derives every MoE family's sparse blocks (analyse/estimate/hf/moe.rs,
+    // gpt_oss.rs, deepseek.rs); what it does not derive of them is refused in its check.
     if let Some(n) = &r.note {
         note(n);
     }

@@ -16,6 +16,7 @@ use crate::model::lora::LoraConfig;
 use crate::model::{Checkpoint, ConfigError, ModelConfig};
 use crate::train::Precision;
 
+pub(crate) mod deepseek;
 mod gemma;
 mod gpt_oss;
 pub mod moe;
@@ -154,8 +155,9 @@ pub(super) struct Terms {
     pub block: Vec<Term>,
     /// Layer 0's where it keeps less than the others (peft: its input needs no gradient).
     pub first_block: Option<Vec<Term>>,
-    /// Gemma 3's sliding layers' (their indices) where their kernel sees the window's mask.
-    pub sliding_block: Option<(Vec<usize>, Vec<Term>)>,
+    /// Gemma 3's sliding layers' (their indices) where their kernel sees the window's mask;
+    /// DeepSeek-V3's dense layers'.
+    pub sliding_block: Option<(Vec<usize>, Vec<Term>, super::OtherLayers)>,
     pub outside: Vec<Term>,
     pub logits: Term,
     pub loss: Vec<Term>,
@@ -645,6 +647,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true)
     } else if hf.model_type == Arch::Gemma2 {
         gemma::layer(c, cfg, hf, kernel, cache, true)
+    } else if let Some((m, ds)) = deepseek_parts(hf) {
+        deepseek::layer(c, hf, m, ds, true, cache, kernel)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -652,7 +656,13 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let sliding_block = hf.gemma.as_ref().filter(|g| !checkpointing && hf.model_type == Arch::Gemma3Text && g.sliding.contains(&false) && gemma3::masked(hf, g, true, s)).map(|g| {
         let lh = gemma3::layer_hf(hf, true);
         let layers = g.sliding.iter().enumerate().filter(|(_, s)| **s).map(|(i, _)| i).collect();
-        (layers, gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true))
+        (layers, gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true), super::OtherLayers::Sliding)
+    });
+    // DeepSeek-V3's first_k_dense_replace layers (checkpointed, every layer keeps its input only).
+    let sliding_block = sliding_block.or_else(|| {
+        let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
+        let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
+        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel), super::OtherLayers::Dense))
     });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
@@ -772,6 +782,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // Gemma: four norms per layer.
     let (norms, norms_n) = if gemma { ("4d", 4 * d) } else { ("2d", 2 * d) };
     let param_formula = match &hf.moe {
+        Some(m) if m.deepseek.is_some() => deepseek::param_formula(cfg, m.deepseek.as_ref().expect("checked")),
         Some(m) => moe::param_formula(cfg, hf, m, &bias_names, qk_norm, biases + qk_norm_n),
         None => {
             debug_assert_eq!(
@@ -795,6 +806,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         (cast_elements, cast_formula)
     };
     Terms { block, first_block, sliding_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+}
+
+/// DeepSeek-V3's MoE options and its own parts.
+fn deepseek_parts(hf: &HfConfig) -> Option<(&crate::model::hf::moe::MoeConfig, &crate::model::hf::deepseek_v3::DeepseekParts)> {
+    hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds)))
 }
 
 fn t_small(t: &mut Vec<Term>, what: &str, op: &'static str, formula: &str, elements: u64, elem: u64) {

@@ -73,6 +73,22 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
             m.implementation.name(),
             m.routing.name()
         );
+        if let Some(ds) = &m.deepseek {
+            let q = ds.q_lora_rank.map_or("q_proj (no q_lora_rank)".to_string(), |r| format!("r_q {r}"));
+            let sdpa = if cfg.hf().is_some_and(|h| h.attn_implementation == crate::model::hf::AttnImplementation::Sdpa) && ds.v_head_dim != ds.qk_head_dim() { "; sdpa runs its math composite (v's head size unlike q's)" } else { "" };
+            out!(s,
+                "multi-head latent attention: q/k heads d_n {} + d_r {} (d_h above is RoPE's d_r), v heads d_v {}, {q}, r_kv {}, {} rope; the first {} layers dense (F_d {}); router groups {} (top {}){sdpa}",
+                ds.qk_nope_head_dim,
+                ds.qk_rope_head_dim,
+                ds.v_head_dim,
+                ds.kv_lora_rank,
+                if ds.rope_interleave { "interleaved" } else { "half-split" },
+                ds.first_k_dense.min(cfg.num_layers),
+                ds.dense_intermediate,
+                ds.n_group,
+                ds.topk_group
+            );
+        }
     }
     out!(s, "(bytes are exact integers; MiB/GiB are 1024-based)\n");
     out!(s, "symbols (4-byte elements; a 2-byte bf16/fp16 tensor of the same shape is written ½a = B·S·d·2, ½f, ½s):");
@@ -125,11 +141,12 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         None => {}
     }
     if let Some(sb) = &e.sliding_block {
-        out!(s, "   the {} sliding layers' block ({}: their kernel sees the window's mask; the block above is the full layers'):", sb.layers.len(), sb.symbolic);
+        let (these, others, why) = sb.kind.names();
+        out!(s, "   the {} {these} layers' block ({}: {why}; the block above is the {others} layers'):", sb.layers.len(), sb.symbolic);
         terms(&mut s, &sb.block);
         let bytes: u64 = sb.block.iter().map(|t| t.bytes()).sum();
-        out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= one sliding block", sb.symbolic, bytes, mib(bytes));
-        out!(s, "  {} full + {} sliding blocks: {} B = {:.3} GiB", e.layers - sb.layers.len(), sb.layers.len(), e.blocks_bytes(), gib(e.blocks_bytes()));
+        out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", format!("= one {these} block"), sb.symbolic, bytes, mib(bytes));
+        out!(s, "  {} {others} + {} {these} blocks: {} B = {:.3} GiB", e.layers - sb.layers.len(), sb.layers.len(), e.blocks_bytes(), gib(e.blocks_bytes()));
     }
     out!(s, "   outside the blocks:");
     terms(&mut s, &e.outside);

@@ -27,17 +27,9 @@ use crate::model::config::MAX_BYTES;
 use crate::model::{ConfigError, ModelConfig};
 use crate::train::Precision;
 
-/// Whether the closed form derives `cfg`'s mixture of experts (a dense model: nothing to derive).
-pub fn derives(cfg: &ModelConfig) -> bool {
-    cfg.hf().and_then(|h| h.moe.as_ref()).is_none_or(|m| matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss))
-}
-
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
 pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
     let family = m.family.model_type();
-    if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss) {
-        return Err(ConfigError::new("--model", format!("model_type {family}: the closed form derives the sparse blocks of mixtral, qwen3_moe, qwen2_moe and gpt_oss; `profile` simulates it")));
-    }
     if m.output_router_logits {
         return Err(ConfigError::new(
             "--output-router-logits",
@@ -77,16 +69,16 @@ pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), ConfigEr
 }
 
 /// The block's sizes: T tokens, P = T·k routed rows, and the element sizes.
-struct Sizes {
-    t: u64,
-    p: u64,
-    d: u64,
-    i: u64,
-    e: u64,
+pub(super) struct Sizes {
+    pub t: u64,
+    pub p: u64,
+    pub d: u64,
+    pub i: u64,
+    pub e: u64,
     /// The model's bytes per element (4, or 2 in pure bf16).
-    me: u64,
-    /// The routing weights' (4 for Mixtral, the model's for the Qwens).
-    rw: u64,
+    pub me: u64,
+    /// The routing weights' (4 for Mixtral and DeepSeek-V3, the model's for the Qwens).
+    pub rw: u64,
 }
 
 pub(super) fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
@@ -127,13 +119,18 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig) {
         t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, me));
     }
     router(t, m, &z);
-    match m.implementation {
-        ExpertsImplementation::GroupedMm => grouped_mm(t, &z),
-        ExpertsImplementation::BatchedMm => batched_mm(t, m, &z),
-        ExpertsImplementation::Eager => eager(t, m, &z),
-    }
+    experts(t, m, &z);
     if is > 0 {
         t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, me));
+    }
+}
+
+/// What `--experts-implementation`'s forward keeps (shared with DeepSeek-V3's sparse block).
+pub(super) fn experts(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
+    match m.implementation {
+        ExpertsImplementation::GroupedMm => grouped_mm(t, z),
+        ExpertsImplementation::BatchedMm => batched_mm(t, m, z),
+        ExpertsImplementation::Eager => eager(t, m, z),
     }
 }
 
@@ -180,7 +177,8 @@ fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     // The weighting keeps the routing weights as the experts get them: the renormalised fp32
     // values (Mixtral; a Qwen in fp32), the Qwens' cast to the model's type, or the top-k
     // values themselves.
-    let op = if z.rw != 4 { "_to_copy" } else if renormalises(m) { "div" } else { "topk" };
+    // (DeepSeek-V3's are scaled by routed_scaling_factor last.)
+    let op = if z.rw != 4 { "_to_copy" } else if m.deepseek.is_some() { "mul" } else if renormalises(m) { "div" } else { "topk" };
     t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
     t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
     let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);

@@ -1,0 +1,328 @@
+//! DeepSeek-V3 in closed form: transformers 5.23's `DeepseekV3DecoderLayer` as
+//! src/model/hf/deepseek_v3_5_23.rs runs it (itself exact against PyTorch in
+//! tests/deepseek_grid.rs), in fp32 or pure bf16 (autocast of an MoE model is refused). With
+//! T = B·S tokens, h heads of d_n + d_r (q, k) and d_v (v), latent ranks r_q and r_kv, what
+//! autograd keeps of a layer:
+//! - multi-head latent attention: q_a_layernorm's input (q_a_proj's output, or its fp32 copy),
+//!   r and x·r, and its output (q_b_proj keeps it; q_proj's output nothing: RoPE's muls keep
+//!   cos/sin, the cat nothing); kv_a_layernorm's the same over the first r_kv columns of
+//!   kv_a_proj_with_mqa's output (in fp32 `.to(fp32)` returns that view, so pow and x·r keep
+//!   the whole (T, r_kv + d_r) product), its output (kv_b_proj keeps it, or the DynamicCache's
+//!   cat copy in its place, with the cache's copy of the roped k_pe); then the kernel: eager's
+//!   scores matmul keeps the query cat and the key built by `new_empty` and two `copy_`
+//!   (contiguous (B, h, S, d_n + d_r): folding them is a view), softmax its fp32 output
+//!   (with its bf16 copy in pure bf16), weights·V a contiguous copy of V (a strided view of
+//!   kv_b_proj's output: a view when B or S is 1, which keeps that whole output); sdpa (v's
+//!   head size unlike q's: the math composite) its scaled fp32 Q and Kᵀ, softmax's output and
+//!   V in fp32; o_proj keeps the merged heads;
+//! - the first `first_k_dense_replace` layers' dense MLP (F_d wide), the others' sparse block:
+//!   the shared experts (a dense MLP of width n_shared·I), the sigmoid router (its fp32
+//!   linear keeps the input's and the weight's fp32 copies in pure bf16, sigmoid its output,
+//!   the gather of the chosen scores its int64 indices, norm_topk_prob's division its operands;
+//!   the group-limited choice keeps nothing past the router), and the experts as moe.rs states
+//!   them with fp32 routing weights.
+use super::moe::{self, Sizes};
+use super::{rms_norm, types, Kernel, FULL};
+use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
+use crate::model::hf::deepseek_v3::DeepseekParts;
+use crate::model::hf::moe::MoeConfig;
+use crate::model::hf::{AttnImplementation, HfConfig, SdpaBackend};
+use crate::model::config::MAX_BYTES;
+use crate::model::{ConfigError, ModelConfig};
+
+/// Refuses a run whose latent-attention or dense-layer tensors could not be counted: the
+/// largest (B·S·h·(d_n + max(d_r, d_v)), B·S·F_d, B·S·(r + d_r), or a weight), 16 bytes an
+/// element, over every layer with room to spare, stays below [`MAX_BYTES`] as
+/// [`ModelConfig::check_sizes`] keeps the dense ones.
+pub fn check_range(cfg: &ModelConfig, b: usize, s: usize) -> Result<(), ConfigError> {
+    let Some(ds) = cfg.hf().and_then(|h| h.moe.as_ref()).and_then(|m| m.deepseek.as_ref()) else { return Ok(()) };
+    let m = |xs: &[usize]| xs.iter().try_fold(1u64, |a, &x| a.checked_mul(x as u64));
+    let heads = ds.qk_nope_head_dim.checked_add(ds.qk_rope_head_dim.max(ds.v_head_dim));
+    let rank = ds.q_lora_rank.unwrap_or(0).max(ds.kv_lora_rank).checked_add(ds.qk_rope_head_dim);
+    let width = [heads.and_then(|w| w.checked_mul(cfg.num_heads)), Some(ds.dense_intermediate), rank, Some(cfg.d_model)].into_iter().try_fold(0usize, |a, w| w.map(|w| a.max(w)));
+    let fits = width
+        .and_then(|w| {
+            // (B·S or a weight's other side: d, r_q, r_kv, F_d) × the widest side.
+            let other = [b.checked_mul(s)?, cfg.d_model, ds.kv_lora_rank, ds.q_lora_rank.unwrap_or(0), ds.dense_intermediate].into_iter().max()?;
+            m(&[other, w, 16, cfg.num_layers.checked_add(4)?])
+        })
+        .is_some_and(|n| n <= MAX_BYTES);
+    if fits {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "--context-length",
+        format!(
+            "DeepSeek-V3's latent-attention tensors of {b} × {s} tokens over {} heads of {} + {} (v {}) would have more bytes than the 2^62 vramscope can count; lower --batch-size or --context-length",
+            cfg.num_heads, ds.qk_nope_head_dim, ds.qk_rope_head_dim, ds.v_head_dim
+        ),
+    ))
+}
+
+/// The latent attention's sizes in elements.
+struct Dims {
+    bs: u64,
+    h: u64,
+    rq: Option<u64>,
+    rkv: u64,
+    nope: u64,
+    rope: u64,
+    v: u64,
+}
+
+fn dims(c: &Ctx, ds: &DeepseekParts) -> Dims {
+    Dims {
+        bs: c.b * c.s,
+        h: c.h,
+        rq: ds.q_lora_rank.map(|r| r as u64),
+        rkv: ds.kv_lora_rank as u64,
+        nope: ds.qk_nope_head_dim as u64,
+        rope: ds.qk_rope_head_dim as u64,
+        v: ds.v_head_dim as u64,
+    }
+}
+
+/// DeepSeek-V3's own symbols: (name, formula, elements).
+fn named(c: &Ctx, ds: &DeepseekParts, cfg_dense: u64) -> Vec<(&'static str, &'static str, u64)> {
+    let z = dims(c, ds);
+    let mut out = Vec::new();
+    if let Some(r) = z.rq {
+        out.push(("qr", "B·S·r_q", z.bs * r));
+    }
+    out.extend([
+        ("ckv", "B·S·(r_kv + d_r)", z.bs * (z.rkv + z.rope)),
+        ("kvr", "B·S·r_kv", z.bs * z.rkv),
+        ("kr", "B·S·d_r", z.bs * z.rope),
+        ("qk", "B·S·h·(d_n + d_r)", z.bs * z.h * (z.nope + z.rope)),
+        ("kvb", "B·S·h·(d_n + d_v)", z.bs * z.h * (z.nope + z.v)),
+        ("vh", "B·S·h·d_v", z.bs * z.h * z.v),
+        ("fd", "B·S·F_d", z.bs * cfg_dense),
+    ]);
+    out
+}
+
+/// A term of one of [`named`]'s sizes.
+fn term(c: &Ctx, ds: &DeepseekParts, what: impl Into<String>, op: &'static str, sym: &'static str, elem: u64) -> Term {
+    let (_, formula, elements) = named(c, ds, ds.dense_intermediate as u64).into_iter().find(|(n, _, _)| *n == sym).expect("a DeepSeek-V3 symbol");
+    let unit = Unit::Named(sym);
+    let formula = if elem == 4 { format!("{formula}·4") } else { format!("{formula}·{elem} = {}", sized(unit, elem)) };
+    Term { what: what.into(), op, formula, unit, elements, elem }
+}
+
+/// The symbols a run's terms use, with their byte values (4-byte elements).
+pub(in crate::analyse::estimate) fn symbols(c: &Ctx, ds: &DeepseekParts, used: impl Fn(Unit) -> bool) -> Vec<(String, String, u64)> {
+    let names: [(&str, &str); 8] = [
+        ("qr", "B·S·r_q·4"),
+        ("ckv", "B·S·(r_kv + d_r)·4"),
+        ("kvr", "B·S·r_kv·4"),
+        ("kr", "B·S·d_r·4"),
+        ("qk", "B·S·h·(d_n + d_r)·4"),
+        ("kvb", "B·S·h·(d_n + d_v)·4"),
+        ("vh", "B·S·h·d_v·4"),
+        ("fd", "B·S·F_d·4"),
+    ];
+    let values = named(c, ds, ds.dense_intermediate as u64);
+    names
+        .iter()
+        .filter(|(n, _)| used(Unit::Named(n)))
+        .filter_map(|(n, f)| values.iter().find(|v| v.0 == *n).map(|v| (n.to_string(), f.to_string(), v.2 * 4)))
+        .collect()
+}
+
+/// A latent `DeepseekV3RMSNorm` (q_a_layernorm, kv_a_layernorm) on `width` columns: its input
+/// (in fp32 `.to(fp32)` returns it, `input` naming what pow and x·r then keep; in pure bf16
+/// an fp32 copy), r, x·r (fp32, or its bf16 copy), and its output, which the next linear keeps.
+#[allow(clippy::too_many_arguments)]
+fn latent_norm(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, name: &str, sym: &'static str, input: (&str, &'static str), output: &str, me: u64) {
+    let bs = c.b * c.s;
+    if c.mode == Mode::Pure {
+        t.push(term(c, ds, format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", sym, 4));
+    } else {
+        t.push(term(c, ds, input.0, "mm", input.1, 4));
+    }
+    t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", "B·S", bs, 4));
+    if me == 4 {
+        t.push(term(c, ds, format!("{name} x·r (weight·x keeps it)"), "mul", sym, 4));
+    } else {
+        t.push(term(c, ds, format!("{name} x·r back in bf16 (weight·x keeps it)"), "_to_copy", sym, 2));
+    }
+    t.push(term(c, ds, output, "mul", sym, me));
+}
+
+/// V as weights·V keeps it (`elem` its type there): a contiguous copy of the strided view of
+/// kv_b_proj's output, or, when B or S is 1 (the fold is a view), that whole output.
+fn kept_v(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, elem: u64, fp32_copy: bool) {
+    if fp32_copy {
+        t.push(term(c, ds, "V upcast to fp32 (a copy in (B, S, h, d_v) order; weights·V keeps it)", "_to_copy", "vh", 4));
+    } else if c.b == 1 || c.s == 1 {
+        t.push(term(c, ds, "kv_b_proj output, whole (weights·V keeps a view of its V columns: with B or S 1 the fold is a view)", "mm", "kvb", elem));
+    } else {
+        t.push(term(c, ds, "V folded for weights·V (a copy of kv_b_proj's strided V columns; bmm keeps it)", "clone", "vh", elem));
+    }
+}
+
+/// `DeepseekV3Attention.forward` past input_layernorm (`kernel`: sdpa's pick where v's head
+/// size equals q's; otherwise `F.scaled_dot_product_attention` runs the math composite).
+fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cache: bool, kernel: Kernel) {
+    let me = types(c, hf).model;
+    if ds.q_lora_rank.is_some() {
+        latent_norm(c, ds, t, "q_a_layernorm", "qr", ("q_a_proj output (q_a_layernorm's pow, x·r keep it)", "qr"), "q_a_layernorm output (q_b_proj keeps it)", me);
+    }
+    let kv_out = if cache {
+        "kv_a_layernorm output's DynamicCache cat copy (the cache holds it, kv_b_proj keeps it; the norm's own output dies)"
+    } else {
+        "kv_a_layernorm output (kv_b_proj keeps it)"
+    };
+    latent_norm(c, ds, t, "kv_a_layernorm", "kvr", ("kv_a_proj_with_mqa output, whole (kv_a_layernorm's pow, x·r keep a view of its first r_kv columns)", "ckv"), kv_out, me);
+    if cache {
+        t.push(term(c, ds, "DynamicCache k_pe (cat copy of the roped (B, 1, S, d_r))", "cat", "kr", me));
+    }
+    match hf.attn_implementation {
+        AttnImplementation::Eager => {
+            t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the scores matmul keeps it)", "cat", "qk", me));
+            t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the scores matmul keeps it)", "empty", "qk", me));
+            t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            if c.mode == Mode::Pure {
+                t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2));
+            }
+            kept_v(c, ds, t, me, false);
+            t.push(term(c, ds, "heads merged (transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+        }
+        // A fused kernel keeps q, k, v (a view of kv_b_proj's output: all of it), its output
+        // and logsumexp; the memory-efficient kernel writes (B, S, h, d) underneath, so merging
+        // heads is a view; flash's output is `empty_like(q)`, q being the cat's contiguous
+        // (B, h, S, d): merging copies.
+        _ if ds.v_head_dim == ds.qk_head_dim() && matches!(kernel, Kernel::Fused(_)) => {
+            let efficient = kernel == Kernel::Fused(SdpaBackend::Efficient);
+            let name = match kernel {
+                Kernel::Fused(SdpaBackend::Efficient) => "_scaled_dot_product_efficient_attention",
+                Kernel::Fused(SdpaBackend::CpuFlash) => "_scaled_dot_product_flash_attention_for_cpu",
+                _ => "_scaled_dot_product_flash_attention",
+            };
+            t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the kernel keeps it)", "cat", "qk", me));
+            t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the kernel keeps it)", "empty", "qk", me));
+            t.push(term(c, ds, "kv_b_proj output, whole (the kernel keeps V, a view of its V columns)", "mm", "kvb", me));
+            if efficient {
+                t.push(term(c, ds, "attention output, (B, S, h, d_v) underneath (the kernel keeps it; merging heads is a view o_proj keeps)", name, "vh", me));
+            } else {
+                t.push(term(c, ds, "attention output, (B, h, S, d_v) like q (the kernel keeps it)", name, "vh", me));
+                t.push(term(c, ds, "heads merged (transpose().contiguous(), a copy; o_proj keeps it)", "clone", "vh", me));
+            }
+            let (rows, formula) = if efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
+            t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+        }
+        // sdpa's math composite (v's head size unlike q's, whatever the backend, or the math backend).
+        _ => {
+            t.push(term(c, ds, "Q·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
+            t.push(term(c, ds, "Kᵀ·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
+            t.push(c.term("_safe_softmax(scores + causal mask) (fp32; softmax keeps it)", "_safe_softmax", Unit::S, 4));
+            kept_v(c, ds, t, 4, c.mode == Mode::Pure);
+            t.push(term(c, ds, "heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+        }
+    }
+}
+
+/// One decoder layer without checkpointing, in forward order: `sparse` for a layer at or past
+/// `first_k_dense_replace`.
+pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, cache: bool, kernel: Kernel) -> Vec<Term> {
+    let me = types(c, hf).model;
+    let mut t = Vec::new();
+    let rows = ("B·S", c.b * c.s);
+    let q_reader = if ds.q_lora_rank.is_some() { "q_a_proj" } else { "q_proj" };
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &[q_reader, "kv_a_proj_with_mqa"], FULL);
+    attention(c, hf, ds, &mut t, cache, kernel);
+    if c.mode != Mode::Pure {
+        t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
+    }
+    let readers: &[&str] = if sparse { &["shared_experts.gate_proj", "shared_experts.up_proj", "gate (the router)"] } else { &["gate_proj", "up_proj"] };
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, FULL);
+    if sparse {
+        sparse_block(c, &mut t, m, me);
+    } else {
+        // DeepseekV3MLP of intermediate_size: silu keeps its input, the product each factor.
+        let fd = |what: &str, op| term(c, ds, what.to_string(), op, "fd", me);
+        t.extend([fd("gate_proj output (silu keeps its input)", "mm"), fd("silu(gate)", "silu"), fd("up_proj output", "mm"), fd("silu·up (down_proj keeps it)", "mul")]);
+    }
+    if c.mode != Mode::Pure {
+        t.push(c.term("layer output = h + mlp (the next norm keeps it)", "add", Unit::A, 4));
+    }
+    t
+}
+
+/// `DeepseekV3MoE.forward`: the shared experts, the router, the experts.
+fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64) {
+    let tokens = c.b * c.s;
+    let k = m.top_k as u64;
+    let small = |what: &str, op, formula: &str, elements, elem| Term { what: what.into(), op, formula: format!("{formula}·{elem}"), unit: Unit::Small, elements, elem };
+    let is = m.shared_intermediate as u64;
+    let fs = |what: &str, op| Term { what: format!("shared_experts {what}"), op, formula: if me == 4 { "B·S·I_s·4".into() } else { format!("B·S·I_s·{me} = {}", sized(Unit::Fs, me)) }, unit: Unit::Fs, elements: tokens * is, elem: me };
+    t.extend([fs("gate_proj output (silu keeps its input)", "mm"), fs("silu(gate)", "silu"), fs("up_proj output", "mm"), fs("silu·up (down_proj keeps it)", "mul")]);
+    if me != 4 {
+        // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps.
+        t.push(c.term("router input .float() (the router's linear keeps it)", "_to_copy", Unit::A, 4));
+        t.push(small("router weight .float() (E, d) (the router's linear keeps it)", "_to_copy", "E·d", m.experts as u64 * c.d, 4));
+    }
+    t.push(small("router sigmoid(logits) (T, E) fp32 (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, 4));
+    t.push(small("router top-k expert indices, int64 (the gather of the chosen scores keeps them)", "topk", "B·S·k", tokens * k, 8));
+    if m.norm_topk_prob {
+        t.push(small("the gathered top-k scores, fp32 (the renormalising division keeps them)", "gather", "B·S·k", tokens * k, 4));
+        t.push(small("their sum + 1e-20, fp32 (the division keeps it)", "add", "B·S", tokens, 4));
+    }
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: 4 };
+    moe::experts(t, m, &z);
+}
+
+/// The parameter count's formula (the count itself is `DeepseekV3Shape::counts`).
+pub(super) fn param_formula(cfg: &ModelConfig, ds: &DeepseekParts) -> String {
+    let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    let q = if ds.q_lora_rank.is_some() { "d·r_q + r_q + r_q·h·(d_n + d_r)" } else { "d·h·(d_n + d_r)" };
+    let bias = if ds.attention_bias { " + r_q + r_kv + d_r + d (biases)" } else { "" };
+    format!(
+        "V·d (embedding){head} + L·({q} + d·(r_kv + d_r) + r_kv + r_kv·h·(d_n + d_v) + h·d_v·d{bias} + 2d) + L_dense·3d·F_d + L_sparse·(E·d (router) + 3E·I·d (experts) + 3d·I_s (shared experts)) + d"
+    )
+}
+
+/// A layer's parameters as [`layer_dims`] gives them: (rows, cols or None) each, and the 3-D
+/// ones' indices with their leading size E.
+pub(in crate::analyse) type LayerDims = (Vec<(u64, Option<u64>)>, Vec<(usize, u64)>);
+
+/// One decoder layer's parameters in `parameters()` order as (rows, cols) for matrices,
+/// (n, None) for vectors, with the 3-D experts' indices and E: the attention (q_a_proj
+/// [+bias], q_a_layernorm, q_b_proj, or q_proj; kv_a_proj_with_mqa [+bias], kv_a_layernorm,
+/// kv_b_proj, o_proj [+bias]), the dense MLP or the experts, the router and the shared
+/// experts, then the two norms.
+pub(in crate::analyse) fn layer_dims(cfg: &ModelConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool) -> LayerDims {
+    let (d, h) = (cfg.d_model as u64, cfg.num_heads as u64);
+    let qk = ds.qk_head_dim() as u64;
+    let (rkv, rope, nope, v) = (ds.kv_lora_rank as u64, ds.qk_rope_head_dim as u64, ds.qk_nope_head_dim as u64, ds.v_head_dim as u64);
+    let mut dims = Vec::new();
+    let linear = |dims: &mut Vec<(u64, Option<u64>)>, rows: u64, cols: u64, bias: bool| {
+        dims.push((rows, Some(cols)));
+        if bias {
+            dims.push((rows, None));
+        }
+    };
+    match ds.q_lora_rank.map(|r| r as u64) {
+        Some(r) => {
+            linear(&mut dims, r, d, ds.attention_bias);
+            dims.push((r, None));
+            linear(&mut dims, h * qk, r, false);
+        }
+        None => linear(&mut dims, h * qk, d, false),
+    }
+    linear(&mut dims, rkv + rope, d, ds.attention_bias);
+    dims.push((rkv, None));
+    linear(&mut dims, h * (nope + v), rkv, false);
+    linear(&mut dims, d, h * v, ds.attention_bias);
+    let mut lead = Vec::new();
+    if sparse {
+        let (e, i, s) = (m.experts as u64, m.intermediate as u64, m.shared_intermediate as u64);
+        lead = vec![(dims.len(), e), (dims.len() + 1, e)];
+        dims.extend([(2 * i, Some(d)), (d, Some(i)), (e, Some(d)), (s, Some(d)), (s, Some(d)), (d, Some(s))]);
+    } else {
+        let f = ds.dense_intermediate as u64;
+        dims.extend([(f, Some(d)), (f, Some(d)), (d, Some(f))]);
+    }
+    dims.extend([(d, None), (d, None)]);
+    (dims, lead)
+}

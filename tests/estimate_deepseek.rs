@@ -1,0 +1,384 @@
+//! `vramscope estimate` on DeepSeek-V3 (issue 30): the closed form of multi-head latent
+//! attention, the dense first layers and the sparse block (src/analyse/estimate/hf/deepseek.rs)
+//! against the simulated meta run of transformers 5.23's op sequence (itself byte-exact against
+//! transformers in tests/deepseek_grid.rs): q_lora_rank set and None, kv_lora_rank, the rope,
+//! nope and v head sizes, interleaved rope or not, 4–16 experts, top-k 1–4, n_group/topk_group,
+//! one or two shared experts, first_k_dense_replace (none, some, every layer), norm_topk_prob,
+//! attention biases, the three experts implementations, balanced, worst and a file's routing,
+//! eager and sdpa (the math composite v's head size unlike q's takes), fp32 and pure bf16,
+//! checkpointing, use_cache, B and S (1 included: V's fold is then a view), a tied head.
+//! Everything the estimate states exactly (parameters, gradients, optimizer state, logits,
+//! activations and the live set when the forward returns) must equal the simulation byte for
+//! byte; the training peak is the lower bound tests/estimate_hf.rs states. What is not derived
+//! is refused, naming the flag and `profile`.
+mod estimate_common;
+
+use estimate_common::sum;
+use serde_json::json;
+use vramscope::analyse::estimate::{estimate, estimate_with, hf};
+use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
+use vramscope::model::hf::{AttnImplementation, SdpaBackend};
+use vramscope::model::{Checkpoint, Flavour, ModelConfig};
+use vramscope::session::estimate::simulate;
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::Precision;
+
+#[derive(Clone, Debug)]
+struct Point {
+    d: usize,
+    heads: usize,
+    q_lora_rank: Option<usize>,
+    kv_lora_rank: usize,
+    nope: usize,
+    rope: usize,
+    v: usize,
+    interleave: bool,
+    /// One routed expert's width.
+    i: usize,
+    dense_i: usize,
+    experts: usize,
+    top_k: usize,
+    n_group: usize,
+    topk_group: usize,
+    shared: usize,
+    first_k_dense: usize,
+    layers: usize,
+    norm_topk_prob: bool,
+    bias: bool,
+    implementation: ExpertsImplementation,
+    routing: Routing,
+    attn: AttnImplementation,
+    /// sdpa's backend: math by default (v's head size unlike q's runs the math composite
+    /// whatever it is; the options let cpu_flash and math through there).
+    backend: SdpaBackend,
+    precision: Precision,
+    /// None, non-reentrant (false) or reentrant (true).
+    ckpt: Option<bool>,
+    cache: bool,
+    tied: bool,
+    b: usize,
+    s: usize,
+}
+
+fn base() -> Point {
+    Point {
+        d: 64,
+        heads: 4,
+        q_lora_rank: Some(48),
+        kv_lora_rank: 32,
+        nope: 16,
+        rope: 8,
+        v: 16,
+        interleave: true,
+        i: 32,
+        dense_i: 96,
+        experts: 8,
+        top_k: 2,
+        n_group: 2,
+        topk_group: 1,
+        shared: 1,
+        first_k_dense: 1,
+        layers: 3,
+        norm_topk_prob: true,
+        bias: false,
+        implementation: ExpertsImplementation::GroupedMm,
+        routing: Routing::Balanced,
+        attn: AttnImplementation::Eager,
+        backend: SdpaBackend::Math,
+        precision: Precision::Fp32,
+        ckpt: None,
+        cache: true,
+        tied: false,
+        b: 2,
+        s: 24,
+    }
+}
+
+/// The point's config.json, read by vramscope's reader, with the run's options set.
+fn config(p: &Point) -> ModelConfig {
+    let c = json!({
+        "model_type": "deepseek_v3", "hidden_size": p.d, "intermediate_size": p.dense_i, "moe_intermediate_size": p.i,
+        "num_hidden_layers": p.layers, "num_attention_heads": p.heads, "num_key_value_heads": p.heads, "vocab_size": 300,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
+        "n_routed_experts": p.experts, "num_experts_per_tok": p.top_k, "n_group": p.n_group, "topk_group": p.topk_group,
+        "n_shared_experts": p.shared, "first_k_dense_replace": p.first_k_dense, "q_lora_rank": p.q_lora_rank,
+        "kv_lora_rank": p.kv_lora_rank, "qk_nope_head_dim": p.nope, "qk_rope_head_dim": p.rope, "v_head_dim": p.v,
+        "rope_interleave": p.interleave, "norm_topk_prob": p.norm_topk_prob, "attention_bias": p.bias,
+    });
+    let mut cfg = vramscope::model::hf::parse(&c.to_string()).unwrap().config;
+    if p.ckpt.is_some() {
+        cfg.checkpoint = Checkpoint::Every(1);
+    }
+    let hf = cfg.hf.as_mut().unwrap();
+    hf.reentrant = p.ckpt == Some(true);
+    hf.attn_implementation = p.attn;
+    hf.sdpa_backend = p.backend;
+    let m = hf.moe.as_mut().unwrap();
+    m.implementation = p.implementation;
+    m.routing = p.routing.clone();
+    cfg
+}
+
+/// A skewed file of counts: expert 0 gets every token, the other top-k − 1 picks spread evenly.
+fn skewed(tokens: usize, top_k: usize, experts: usize) -> Routing {
+    let rest = tokens * (top_k - 1);
+    let others = experts - 1;
+    Routing::Counts((0..experts).map(|e| if e == 0 { tokens } else { rest / others + usize::from(e - 1 < rest % others) }).collect())
+}
+
+/// Compares one point; returns the simulated training peak over the closed form's bound.
+fn check(p: &Point) -> f64 {
+    let cfg = config(p);
+    let name = format!("{p:?}");
+    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+    vramscope::analyse::estimate::check_range(&cfg, p.b, p.s).unwrap();
+    let e = estimate(&cfg, p.precision, p.b, p.s);
+    let sim = simulate(&cfg, p.precision, p.b, p.s, &OptimConfig::reference(Flavour::Hf)).unwrap();
+    assert_eq!(e.params, cfg.param_count(), "{name}: parameter count");
+    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
+    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
+    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
+    let act = e.activation_bytes() as i64 - sim.activation_bytes as i64;
+    let dense = e.sliding_block.as_ref().map_or(0, |b| sum(&b.block));
+    assert_eq!(
+        e.activation_bytes(),
+        sim.activation_bytes,
+        "{name}: activations when the forward returns (sparse block {} bytes, dense block {dense}, outside {}; off by {act})",
+        e.block_bytes(),
+        sum(&e.outside)
+    );
+    // The live set also holds the batch (input_ids, labels: (B, S) int64 each), RoPE's
+    // inv_freq and original_inv_freq (d_r/2 fp32 each) and each sparse layer's
+    // e_score_correction_bias buffer (E, in the load dtype).
+    let batch = 2 * (p.b * p.s * 8) as u64;
+    let buffers = 2 * (p.rope as u64 / 2) * 4 + (p.layers.saturating_sub(p.first_k_dense) * p.experts) as u64 * e.param_elem;
+    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
+    let bound = e.training_bytes();
+    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
+    // Checkpointed, backward recomputes each layer: its whole block lies above the bound.
+    let recomputed = if p.ckpt.is_some() {
+        let mut full = cfg.clone();
+        full.checkpoint = Checkpoint::None;
+        full.hf.as_mut().unwrap().use_cache = false;
+        estimate(&full, p.precision, p.b, p.s).block_bytes()
+    } else {
+        0
+    };
+    sim.training_peak_allocated as f64 / (bound + recomputed) as f64
+}
+
+fn run(points: &[Point], limit: f64) {
+    estimate_common::run_points(points, limit, check);
+}
+
+/// The shapes: (d, heads, q_lora_rank, kv_lora_rank, nope, rope, v, experts, top_k, n_group,
+/// topk_group, shared experts, first_k_dense).
+#[allow(clippy::type_complexity)]
+const SHAPES: [(usize, usize, Option<usize>, usize, usize, usize, usize, usize, usize, usize, usize, usize, usize); 6] = [
+    (64, 4, Some(48), 32, 16, 8, 16, 8, 2, 2, 1, 1, 1),
+    (96, 2, None, 24, 24, 16, 32, 4, 1, 1, 1, 2, 0),
+    (64, 4, Some(32), 48, 16, 8, 20, 16, 4, 4, 2, 1, 2),
+    (128, 8, None, 64, 8, 8, 8, 6, 3, 3, 2, 2, 1),
+    (64, 2, Some(16), 16, 32, 16, 16, 12, 2, 3, 3, 1, 3),
+    (96, 4, Some(64), 32, 16, 24, 32, 16, 4, 8, 4, 2, 1),
+];
+
+fn shaped(n: usize) -> Point {
+    let (d, heads, q_lora_rank, kv_lora_rank, nope, rope, v, experts, top_k, n_group, topk_group, shared, first_k_dense) = SHAPES[n % SHAPES.len()];
+    Point { d, heads, q_lora_rank, kv_lora_rank, nope, rope, v, experts, top_k, n_group, topk_group, shared, first_k_dense, interleave: n.is_multiple_of(2), ..base() }
+}
+
+/// The experts implementations × fp32/pure bf16 × balanced/worst over the shapes, under eager
+/// and sdpa; then checkpointing (none, non-reentrant, reentrant) × use_cache, B and S (1
+/// included), a routing file, norm_topk_prob off, biases, every layer dense, a tied head.
+fn grid() -> Vec<Point> {
+    let mut points = Vec::new();
+    let mut n = 0;
+    for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+        for implementation in ExpertsImplementation::ALL {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                for routing in [Routing::Balanced, Routing::Worst] {
+                    points.push(Point { implementation, precision, routing, attn, ..shaped(n) });
+                    n += 1;
+                }
+            }
+        }
+    }
+    for ckpt in [None, Some(false), Some(true)] {
+        for cache in [true, false] {
+            for (b, s) in [(1, 16), (3, 20)] {
+                let implementation = ExpertsImplementation::ALL[(b + usize::from(cache)) % 3];
+                let attn = if b == 1 { AttnImplementation::Sdpa } else { AttnImplementation::Eager };
+                points.push(Point { ckpt, cache, b, s, implementation, attn, routing: Routing::Worst, ..shaped(b + usize::from(cache)) });
+            }
+        }
+    }
+    for (b, s) in [(1, 1), (4, 1), (1, 33)] {
+        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                points.push(Point { b, s, attn, precision, ..base() });
+            }
+        }
+    }
+    for implementation in ExpertsImplementation::ALL {
+        let p = base();
+        points.push(Point { routing: skewed(p.b * p.s, 3, 8), top_k: 3, implementation, ..p });
+        points.push(Point { norm_topk_prob: false, bias: true, implementation, precision: Precision::PureBf16, ..base() });
+    }
+    // v's head size equal to q's (d_n + d_r): sdpa's fused kernels (fp32 auto: the
+    // memory-efficient one; pure bf16 auto: flash; the CPU kernel), and the math backend.
+    for (precision, backend) in [(Precision::Fp32, SdpaBackend::Auto), (Precision::PureBf16, SdpaBackend::Auto), (Precision::Fp32, SdpaBackend::CpuFlash), (Precision::PureBf16, SdpaBackend::CpuFlash), (Precision::Fp32, SdpaBackend::Math), (Precision::PureBf16, SdpaBackend::Math)] {
+        for (b, s, n) in [(2, 24, 0), (1, 40, 1), (3, 17, 3)] {
+            let p = shaped(n);
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision, b, s, v: p.nope + p.rope, ..p });
+        }
+    }
+    points.push(Point { first_k_dense: 3, ..base() });
+    points.push(Point { first_k_dense: 5, precision: Precision::PureBf16, attn: AttnImplementation::Sdpa, ..base() });
+    points.push(Point { tied: true, first_k_dense: 0, layers: 2, ..base() });
+    points.push(Point { precision: Precision::PureBf16, ckpt: Some(false), implementation: ExpertsImplementation::BatchedMm, ..base() });
+    points
+}
+
+#[test]
+fn deepseek_v3_closed_form_equals_the_simulation() {
+    run(&grid(), 1.40);
+}
+
+/// The optimizers the closed form derives, over DeepSeek-V3's registration order (the dense
+/// layers' MLP, then the sparse layers' 3-D experts, router and shared experts; Adafactor
+/// factors the experts (E, 2I) and (E, d)): state and gradients equal the simulation's, and
+/// the training peak lies above the bound.
+#[test]
+fn deepseek_v3_optimizers() {
+    for (first_k_dense, q_lora_rank) in [(1, Some(48)), (0, None), (3, Some(16))] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            for kind in [OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchFused, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::Adafactor] {
+                let p = Point { precision, b: 1, s: 16, first_k_dense, q_lora_rank, bias: first_k_dense == 0, ..base() };
+                let cfg = config(&p);
+                let mut optim = OptimConfig::reference(Flavour::Hf);
+                optim.kind = kind;
+                let what = format!("first_k_dense {first_k_dense} {precision:?} {kind:?}");
+                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
+                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
+                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{what}: optimizer state");
+                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{what}: gradients");
+                assert!(e.training_bytes() <= sim.training_peak_allocated, "{what}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+            }
+        }
+    }
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).output().unwrap()
+}
+
+/// An `estimate --json` document's activations (the sparse block over the sparse layers, the
+/// dense block over the first_k_dense_replace ones, and outside) against the meta simulation
+/// it carries.
+fn assert_json_activations(v: &serde_json::Value, what: &str) {
+    let e = &v["estimate"];
+    let bytes = |ts: &serde_json::Value| ts.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let layers = e["layers"].as_u64().unwrap();
+    let (dense, dense_layers) = match e["sliding_block"].as_object() {
+        Some(b) => {
+            assert_eq!(b["kind"], "dense", "{what}");
+            (bytes(&b["block"]), b["layers"].as_array().unwrap().len() as u64)
+        }
+        None => (0, 0),
+    };
+    let total = (layers - dense_layers) * bytes(&e["block"]) + dense_layers * dense + bytes(&e["outside"]);
+    assert_eq!(total, v["simulated"]["activation_bytes"].as_u64().unwrap(), "{what}");
+}
+
+/// Through the CLI: a deepseek_v3 config.json estimates with the JSON's activations equal to
+/// the simulated ones under each experts implementation, routing and attention; the preset
+/// states its closed form at S 4096.
+#[test]
+fn deepseek_v3_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-deepseek-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let cfg = dir.join("deepseek_v3.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 32, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 300, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 32, "kv_lora_rank": 24, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16, "max_position_embeddings": 4096}"#,
+    )
+    .unwrap();
+    let counts = dir.join("counts.txt");
+    // 2 × 24 tokens × top-2 = 96 routed rows, one expert taking every token.
+    std::fs::write(&counts, "48 8 8 8 8 8 4 4").unwrap();
+    let runs: [(&str, &str, &[&str]); 4] = [
+        ("grouped_mm", "balanced", &["--attn-implementation", "eager"]),
+        ("batched_mm", "worst", &["--attn-implementation", "sdpa", "--sdpa-backend", "math"]),
+        ("eager", counts.to_str().unwrap(), &["--attn-implementation", "sdpa", "--sdpa-backend", "cpu_flash", "--dtype", "bfloat16"]),
+        ("grouped_mm", "worst", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"]),
+    ];
+    for (implementation, routing, extra) in runs {
+        let args = [&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--experts-implementation", implementation, "--routing", routing, "--json", json.to_str().unwrap()][..], extra].concat();
+        let o = cli(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        // (Checkpointed, every layer keeps its input only.)
+        let router = if extra.contains(&"--gradient-checkpointing") { "gradient checkpointing every layer" } else { "router sigmoid(logits)" };
+        for needle in ["transformers 5.23.0 deepseek_v3", &format!("experts_implementation {implementation}"), router, "L_dense·3d·F_d"] {
+            assert!(text.contains(needle), "{args:?}: missing {needle:?} in\n{text}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("{args:?}"));
+    }
+    // The preset at full size, closed form only (transformers' default sdpa needs a backend
+    // named for v's head size 128 unlike q's 192).
+    let o = cli(&["--preset", "DeepSeek-V3", "--context-length", "4096", "--attn-implementation", "eager", "--no-simulate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["deepseek_v3", "671026404352", "the 3 dense layers' block", "kv_a_layernorm", "58 sparse + 3 dense blocks", "d_n 128 + d_r 64", "r_q 1536, r_kv 512"] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the closed form does not derive exits 2, naming the flag and pointing at `profile`,
+/// with nothing written.
+#[test]
+fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-deepseek-refusals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("counts.txt");
+    std::fs::write(&bad, "10 10 10 10 10 10 10 10").unwrap();
+    let json = dir.join("never.json");
+    let ds = ["--preset", "DeepSeek-V3", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
+    let ds = |attn: &'static str| [&ds[..], &["--attn-implementation", attn]].concat();
+    let eager = ds("eager");
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj,kv_a_proj_with_mqa"]].concat(), "--lora-r", "profile"),
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        ([&eager[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
+        ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),
+        (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),
+        // transformers' default sdpa, v's head size (128) unlike q's (192), no backend named.
+        (ds("sdpa"), "--attn-implementation", "deepseek_v3"),
+        ([&eager[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
+    ];
+    // Latent-attention tensors too large to count (v_head_dim 2^40 over 128 heads at S 2^20).
+    let huge = dir.join("huge.json");
+    std::fs::write(&huge, r#"{"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 128, "vocab_size": 300, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "q_lora_rank": 32, "kv_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 1099511627776, "max_position_embeddings": 1048576}"#)
+    .unwrap();
+    let cases = [cases, vec![(vec!["--config", huge.to_str().unwrap(), "--attn-implementation", "eager", "--context-length", "1048576", "--no-simulate", "--json", json.to_str().unwrap()], "--context-length", "2^62")]].concat();
+    for (args, flag, what) in cases {
+        let o = cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains(what), "{args:?}: {err}");
+        assert!(!json.exists(), "{args:?} wrote {}", json.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
