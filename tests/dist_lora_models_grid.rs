@@ -64,6 +64,7 @@ fn covers(points: &[Value], models: &[&str]) {
     assert!(values(&ps, |q| q["world_size"].to_string()).len() >= 3, "{models:?}: worlds");
     assert!(ps.iter().any(|q| q["rank"] == 0) && ps.iter().any(|q| q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap() && q["rank"] != 0), "{models:?}: rank 0 and a last rank");
     assert!(ps.iter().any(|q| q["world_size"] == 8), "{models:?}: 8 ranks");
+    assert!(ps.iter().any(|q| q["hf"]["lora_dropout"].as_f64() > Some(0.0)), "{models:?}: lora_dropout");
 }
 
 fn points() -> Vec<Value> {
@@ -102,4 +103,71 @@ fn moe_lora_ranks_match_peft() {
     assert_eq!(values(&ps, |q| q["hf"]["experts"].to_string()).len(), 3, "every experts implementation");
     assert_eq!(values(&ps, |q| q["hf"]["routing"].to_string()).len(), 2, "balanced and worst");
     grid_common::check("dist_grid/lora_models.json (moe)", &ps, 12, KNOWN_FAILING, run);
+}
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-dist-lora-models-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `profile --compare --world-size` and `fit --find world-size` of a LoRA run of these models
+/// put the layouts it runs under side by side (ddp, zero2, fsdp; a 4-bit model: ddp), each
+/// profiled per rank.
+#[test]
+fn compare_and_fit_offer_the_layouts_of_a_lora_run() {
+    let out = tmp("compare");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(),
+        "--model", "Phi-3-mini", "--num-layers", "2", "--lora-r", "8", "--target-modules", "qkv_proj,gate_up_proj", "--compare", "--world-size", "4",
+    ]);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap_or_default();
+    assert!(o.status.success() && ["| one device", "| ddp ×4", "| zero2 ×4", "| fsdp ×4"].iter().all(|v| md.contains(v)) && !md.contains("zero1"), "{}\n{md}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&out);
+    let fit = |extra: &[&str]| {
+        let mut args = vec!["fit", "--find", "world-size", "--memory-limit", "24GiB", "--model", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj"];
+        args.extend(extra);
+        let o = vramscope(&args);
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{extra:?}: {}\n{text}", String::from_utf8_lossy(&o.stderr));
+        let rows: Vec<String> = text.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| layout")).map(|l| l.split('|').nth(1).unwrap().trim().to_string()).collect();
+        rows
+    };
+    assert_eq!(fit(&[]), ["ddp", "zero2", "fsdp"]);
+    assert_eq!(fit(&["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16"]), ["ddp"]);
+}
+
+/// What lora_models.json does not measure under a layout exits 2 naming the flag, nothing written.
+#[test]
+fn adapters_not_measured_under_a_layout_are_refused() {
+    let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj"];
+    let phi3 = ["--preset", "Phi-3-mini", "--num-layers", "1", "--lora-r", "8", "--target-modules", "qkv_proj"];
+    let cases: &[(&[&str], &[&str], &[&str])] = &[
+        (&mixtral, &["--target-parameters", "mlp.experts.gate_up_proj", "--parallel", "ddp"], &["--target-parameters", "not measured"]),
+        (&phi3, &["--modules-to-save", "lm_head", "--parallel", "fsdp"], &["--modules-to-save"]),
+        (&phi3, &["--lora-bias", "all", "--parallel", "zero2"], &["--lora-bias"]),
+        (&phi3, &["--load-in-4bit", "--prepare-model-for-kbit-training", "false", "--parallel", "ddp"], &["--prepare-model-for-kbit-training"]),
+        (&phi3, &["--load-in-4bit", "--parallel", "fsdp"], &["--load-in-4bit", "bnb_4bit_quant_storage"]),
+        (&mixtral, &["--load-in-8bit", "--parallel", "ddp"], &["--load-in-8bit"]),
+        (&phi3, &["--use-dora", "--parallel", "ddp"], &["--use-dora"]),
+        (&phi3, &["--parallel", "zero1"], &["--parallel", "zero1"]),
+        (&["--preset", "OLMo-2-7B", "--num-layers", "1", "--load-in-4bit", "--profile-type", "inference"], &["--parallel", "ddp"], &["--load-in-4bit", "QLoRA"]),
+    ];
+    for (model, extra, needles) in cases {
+        let out = tmp("refused");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--world-size", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(model);
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "{extra:?} should say {n}: {err}");
+        }
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
 }
