@@ -295,14 +295,15 @@ fn phi3_and_olmo2_presets_generate_on_meta() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Each of LoRA, bitsandbytes, the data-parallel layouts and generate() is measured alone on
-/// these models (lora_families.json / moe_grid/lora.json, dist_models_grid.rs, generate_*.json):
-/// their combinations are refused, naming the adapter flag.
+/// LoRA and bitsandbytes are measured with generate() alone on these models (lora_families.json /
+/// moe_grid/lora.json, generate_*.json), and under the data-parallel layouts as
+/// dist_lora_models_grid.rs measures them (LoRA under ddp, zero2 and fsdp; 4-bit QLoRA under
+/// ddp): the other combinations are refused, naming the flag.
 #[test]
 fn unmeasured_combinations_are_refused() {
     for (preset, lora) in [("Phi-3-mini", "qkv_proj"), ("OLMo-2-7B", "q_proj,v_proj"), ("Qwen3-30B-A3B", "q_proj,v_proj")] {
         let with_lora = ["--preset", preset, "--num-layers", "2", "--lora-r", "8", "--target-modules", lora];
-        refused("profile", &[&with_lora[..], &["--parallel", "ddp", "--world-size", "2"]].concat(), &["--lora-r", "parallel layout", "not measured"]);
+        refused("profile", &[&with_lora[..], &["--parallel", "zero1", "--world-size", "2"]].concat(), &["--parallel", "zero1", "not modelled"]);
         refused("profile", &[&with_lora[..], &["--profile-type", "generate", "--max-new-tokens", "2"]].concat(), &["--lora-r", "generate", "not measured"]);
         let four_bit = ["--preset", preset, "--num-layers", "2", "--load-in-4bit", "--profile-type", "inference"];
         refused("profile", &[&four_bit[..], &["--parallel", "fsdp", "--world-size", "2"]].concat(), &["--load-in-4bit", "parallel layout"]);

@@ -1,10 +1,10 @@
 //! One rank of a data-parallel job over an hf-flavour grid point (tools/pytorch/measure_dist.py
-//! --families / --moe): measure_hf.py's loop of the point's profile type, on meta, with the
+//! --families / --moe / --lora-models): measure_hf.py's loop of the point's profile type, on meta, with the
 //! point's layout applied after the model is built (fully_shard or the DDP wrapper), as the
 //! script applies it before the optimizer exists.
 use super::hf::num;
 use serde_json::Value;
-use vramscope::engine::{runtime, Device};
+use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::{Flavour, Model, ModelConfig};
 use vramscope::parallel::{apply, Layout, ParallelConfig};
 use vramscope::record::{MemEvent, Phase};
@@ -20,11 +20,12 @@ pub fn parallel_of(point: &Value) -> ParallelConfig {
     pc
 }
 
-/// Every parameter registered under `model.layers.{i}.` is one of layer i's weights (FSDP2's
+/// Every parameter registered under `[base_model.model.]model.layers.{i}.` is one of layer i's weights (FSDP2's
 /// unit of that decoder layer shards it), and no other parameter is.
 pub fn assert_layers_own_their_parameters(model: &Model) {
     for p in model.parameters() {
-        let block = p.name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+        // (peft's PeftModel names them base_model.model.model.layers.{i}.)
+        let block = p.name.split_once("model.layers.").and_then(|(_, r)| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
         let owner = model.layers.iter().position(|l| l.weights().iter().any(|w| w.same_storage(&p.tensor)));
         assert_eq!(owner, block, "{}: the layer that owns it", p.name);
     }
@@ -34,7 +35,11 @@ pub fn run_rank(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent
     let p = &point["hf"];
     let kind = point["profile_type"].as_str().unwrap();
     let pc = parallel_of(point);
-    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    // The parameters' type: the load dtype, or fp32 for a 4-bit model's unquantized ones after
+    // prepare_model_for_kbit_training (peft's adapters are fp32 either way).
+    let load = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(load, |q| q.unquantized_dtype());
+    let precision = if weights == DType::BF16 { Precision::PureBf16 } else { Precision::Fp32 };
     runtime::reset();
     let model = {
         let _d = pc.shards_params().then(runtime::defer_allocation);

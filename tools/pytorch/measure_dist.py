@@ -43,11 +43,19 @@ model) under
   (frozen bf16 weights and fp32 adapters in the same groups), foreach AdamW, no clipping;
   zero2: the same with reshard_after_forward=False on the layers.
 
+LoRA and QLoRA of issue 30's models (`--lora-models`, tests/fixtures/dist_grid/lora_models.json):
+make_lora_grid.py's family, MoE, gpt-oss and DeepSeek-V3 LoRA points (peft's adapters on the
+attention projections of the MoE models, Phi-3's fused qkv_proj and gate_up_proj among the
+dense targets; the routers' top-k forced as measure_moe.py forces them) under ddp (LoRA and
+bitsandbytes 4-bit QLoRA), fsdp and zero2 (LoRA), wrapped as `--lora` wraps them, run by
+measure_hf.py's loop of the point's profile type.
+
     python3 measure_dist.py              # the grid -> tests/fixtures/dist_grid/dist.json
     python3 measure_dist.py --lora       # the LoRA grid -> tests/fixtures/dist_grid/lora.json
     python3 measure_dist.py --families   # phi3/olmo2/gemma2/gemma3_text -> tests/fixtures/dist_grid/families.json
     python3 measure_dist.py --moe        # mixtral/qwen3_moe/qwen2_moe -> tests/fixtures/dist_grid/moe.json
     python3 measure_dist.py --gpt-oss-deepseek  # gpt_oss/deepseek_v3 -> tests/fixtures/dist_grid/gpt_oss_deepseek.json
+    python3 measure_dist.py --lora-models  # LoRA/QLoRA of issue 30's models -> tests/fixtures/dist_grid/lora_models.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -62,6 +70,7 @@ LORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora.json")
 FAMILIES_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/families.json")
 MOE_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/moe.json")
 GPTOSS_DEEPSEEK_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/gpt_oss_deepseek.json")
+LORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_models.json")
 
 
 def setup_for(pt):
@@ -132,12 +141,22 @@ def zero1_optimizer(H):
     H.make_optimizer = make
 
 
+def save_on_every_rank():
+    """load_4bit saves a random model and reloads it; under torch.distributed transformers writes
+    on rank 0 only, and every rank here reads its own copy (as every node has the checkpoint), so
+    each rank writes its own."""
+    import transformers as T
+    T.PreTrainedModel.should_save_on_this_rank = lambda self, is_main_process: is_main_process
+
+
 def measure_model(pt):
-    """A --families or --moe point: its phases and measure_hf.py's info."""
+    """A --families, --moe or --lora-models point: its phases and measure_hf.py's info."""
     import torch
     import measure_hf as H
     torch.set_num_threads(1)
     p, kind = pt["hf"], pt["profile_type"]
+    if p.get("load_in_4bit"):
+        save_on_every_rank()
     if "num_experts" in p:
         import measure_moe as MOE
         forced = MOE.install_routing(p)
@@ -164,11 +183,7 @@ def measure_here(pt):
         import measure_hf as H
         torch.set_num_threads(1)
         if pt["hf"].get("load_in_4bit"):
-            # load_4bit saves a random model and reloads it; under torch.distributed transformers
-            # writes on rank 0 only, and every rank here reads its own copy (as every node has
-            # the checkpoint), so each rank writes its own.
-            import transformers as T
-            T.PreTrainedModel.should_save_on_this_rank = lambda self, is_main_process: is_main_process
+            save_on_every_rank()
         per, _, _ = H.measure(pt["hf"], "training", lora_wrapper(pt), other_threads=pt["layout"] == "ddp")
         return {p: dict(peak=s["peak"], peak_all_blocks=s["peak_all"], live_at_peak=s["live_at_peak"], peak_op=s["peak_op"], start=s["start"],
                         end=s.get("end", s["start"]), cpu_scratch_left_out=s["cpu_scratch"], missed_frees=s.get("missed_frees", []))
@@ -378,6 +393,67 @@ def gpt_oss_deepseek_grid():
     return pts
 
 
+def lora_models_grid():
+    """LoRA under ddp, fsdp and zero2 and QLoRA (bitsandbytes 4-bit, nf4 and fp4) under ddp of
+    Phi-3 (fused qkv_proj, gate_up_proj), OLMo-2, Gemma 2 and Gemma 3 text (make_lora_grid.py's
+    family_lora shapes), then Mixtral, Qwen3-MoE, gpt-oss and DeepSeek-V3 on their attention
+    projections (make_lora_grid.py's moe_lora / gptoss_lora / deepseek_lora rows, routing
+    forced): r 4-16, peft's default, custom and all-linear targets, world 2-8, ranks 0 and the
+    last, fp32 and bf16, checkpointing off, non-reentrant and (ddp) reentrant, lora_dropout 0 and
+    0.05, training, with a forward and two inference points."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    fam = lambda mt, i, r, t, ck, dtype: L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
+    q4 = lambda p, *a: L.bnb_of(p, 4, *a)
+    # (layout, point, profile type, world, rank)
+    rows = [
+        ("ddp", fam("phi3", 0, 8, "qkv_proj", "none", "bf16"), "training", 2, 0),
+        ("ddp", fam("olmo2", 1, 16, "all-linear", "non-reentrant", "bf16"), "training", 2, 1),
+        ("ddp", fam("gemma2", 2, 4, None, "none", "fp32"), "training", 4, 3),
+        ("ddp", fam("gemma3_text", 3, 8, "all-linear", "non-reentrant", "bf16"), "training", 2, 0),
+        ("ddp", q4(fam("phi3", 4, 16, "all-linear", "reentrant", "bf16")), "training", 2, 1),
+        ("ddp", q4(fam("gemma2", 5, 8, None, "non-reentrant", "bf16"), "fp4", False), "training", 2, 0),
+        ("ddp", q4(fam("olmo2", 6, 4, "q_proj,v_proj", "none", "bf16")), "training", 4, 3),
+        ("ddp", q4(fam("gemma3_text", 7, 16, "k_proj,up_proj", "reentrant", "bf16")), "training", 2, 1),
+        ("fsdp", fam("phi3", 1, 16, "gate_up_proj,down_proj", "non-reentrant", "bf16"), "training", 4, 3),
+        ("fsdp", fam("olmo2", 2, 8, "all-linear", "none", "fp32"), "training", 8, 7),
+        ("fsdp", fam("gemma2", 3, 16, "all-linear", "non-reentrant", "bf16"), "training", 3, 2),
+        ("fsdp", fam("gemma3_text", 0, 4, None, "none", "bf16"), "training", 8, 0),
+        ("fsdp", fam("gemma2", 1, 8, None, "none", "bf16"), "forward", 2, 1),
+        ("zero2", fam("phi3", 2, 8, "all-linear", "none", "fp32"), "training", 2, 0),
+        ("zero2", fam("olmo2", 3, 4, "k_proj,o_proj,up_proj", "non-reentrant", "bf16"), "training", 4, 3),
+        ("zero2", fam("gemma2", 0, 8, None, "none", "bf16"), "training", 2, 1),
+        ("zero2", fam("gemma3_text", 1, 16, "all-linear", "non-reentrant", "fp32"), "training", 3, 2),
+        ("ddp", fam("olmo2", 0, 8, "q_proj,v_proj", "none", "bf16"), "inference", 2, 1),
+        # The MoE models: the attention's projections (make_lora_grid.py's mgrid/ogrid/dsgrid say why).
+        ("ddp", L.moe_lora(2, 8, "q_proj,v_proj"), "training", 2, 0),  # mixtral batched_mm worst bf16
+        ("ddp", L.moe_lora(6, 16, att, checkpoint="non-reentrant"), "training", 4, 3),  # qwen3_moe grouped_mm balanced fp32
+        ("ddp", L.gptoss_lora(0, 8, "q_proj,v_proj"), "training", 2, 1),  # grouped_mm balanced fp32
+        ("ddp", L.deepseek_lora(0, 8, mla), "training", 2, 0),  # grouped_mm balanced sdpa fp32
+        ("ddp", q4(L.moe_lora(0, 16, att, checkpoint="reentrant", dtype="bf16")), "training", 2, 1),
+        ("ddp", q4(L.moe_lora(7, 8, "q_proj,v_proj", checkpoint="non-reentrant", dtype="bf16"), "fp4", False), "training", 2, 0),
+        ("ddp", q4(L.gptoss_lora(4, 16, att, checkpoint="reentrant", dtype="bf16")), "training", 2, 0),
+        ("ddp", q4(L.deepseek_lora(13, 16, mla, checkpoint="reentrant", dtype="bf16")), "training", 2, 1),
+        ("fsdp", L.moe_lora(1, 16, att, checkpoint="non-reentrant"), "training", 3, 2),  # mixtral eager balanced fp32
+        ("fsdp", L.moe_lora(8, 4, "k_proj,o_proj"), "training", 4, 3),  # qwen3_moe batched_mm worst fp32
+        ("fsdp", L.gptoss_lora(2, 16, "all-linear"), "training", 3, 2),  # grouped_mm worst bf16
+        ("fsdp", L.deepseek_lora(1, 16, "q_proj,kv_b_proj", checkpoint="non-reentrant"), "training", 4, 3),  # eager balanced bf16
+        ("fsdp", L.moe_lora(3, 8, "q_proj,v_proj"), "inference", 8, 7),  # mixtral grouped_mm worst bf16
+        ("zero2", L.moe_lora(4, 4, "k_proj,o_proj"), "training", 2, 0),  # mixtral eager worst bf16
+        ("zero2", L.moe_lora(9, 8, att, checkpoint="non-reentrant"), "training", 2, 1),  # qwen3_moe grouped_mm worst bf16
+        ("zero2", L.gptoss_lora(8, 16, att), "training", 4, 3),  # batched_mm balanced fp32
+        ("zero2", L.deepseek_lora(2, 4, "q_b_proj,o_proj", checkpoint="non-reentrant"), "training", 8, 7),  # batched_mm worst bf16
+        # lora_dropout (the CPU noise tensor of _dropout_impl, as the one-GPU grids measure it)
+        ("fsdp", L.family_lora("phi3", 5, 8, "all-linear", lora_dropout=0.05, dtype="bf16"), "training", 2, 1),
+        ("ddp", L.gptoss_lora(9, 4, "q_proj,v_proj", lora_dropout=0.05), "training", 2, 0),  # batched_mm worst bf16
+    ]
+    pts = []
+    for layout, p, kind, world, rank in rows:
+        pts.append(dist_point(p, kind, layout, world, rank, L.names(p, kind)))
+    return pts
+
+
 def models_header(generator):
     def header():
         import torch
@@ -405,15 +481,23 @@ def lora_header():
                         "rank `rank` of `world_size`")
 
 
+def lora_models_header():
+    return dict(lora_header(), generator="tools/pytorch/measure_dist.py --lora-models",
+                counted="requested bytes of blocks >= 512 B, absolute levels, the third iteration of measure_hf.py's loop "
+                        "(the point's profile type), rank `rank` of `world_size`; CPU-only kernel scratch left out as make_grid.py")
+
+
 def main():
     import measure_cs336 as M
     grids = {"--families": (families_grid, FAMILIES_OUT), "--moe": (moe_grid, MOE_OUT),
-             "--gpt-oss-deepseek": (gpt_oss_deepseek_grid, GPTOSS_DEEPSEEK_OUT)}
+             "--gpt-oss-deepseek": (gpt_oss_deepseek_grid, GPTOSS_DEEPSEEK_OUT),
+             "--lora-models": (lora_models_grid, LORA_MODELS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        M.grid_main(__doc__, __file__, one, points, out, models_header(f"tools/pytorch/measure_dist.py {flag}"))
+        head = lora_models_header if flag == "--lora-models" else models_header(f"tools/pytorch/measure_dist.py {flag}")
+        M.grid_main(__doc__, __file__, one, points, out, head)
     elif "--lora" in sys.argv:
         sys.argv.remove("--lora")
         M.grid_main(__doc__, __file__, one, lora_grid, LORA_OUT, lora_header)

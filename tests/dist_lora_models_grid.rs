@@ -1,0 +1,173 @@
+//! One rank of a data-parallel LoRA or QLoRA job over issue 30's models against PyTorch,
+//! transformers, peft and bitsandbytes themselves: tests/fixtures/dist_grid/lora_models.json
+//! (`tools/pytorch/measure_dist.py --lora-models`): peft's adapters on Phi-3 (its fused qkv_proj
+//! and gate_up_proj), OLMo-2, Gemma 2 and Gemma 3 text, and on the attention of Mixtral,
+//! Qwen3-MoE, gpt-oss and DeepSeek-V3 (routing forced), under DistributedDataParallel over gloo
+//! processes (LoRA, and bitsandbytes 4-bit QLoRA), FSDP2 `fully_shard` per decoder layer then
+//! the PeftModel and ZeRO-2 (LoRA) under the fake process group; measure_hf.py's loop of the
+//! point's profile type; per phase, requested bytes of blocks >= 512 B, the third iteration.
+mod grid_common;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use vramscope::model::ModelConfig;
+
+/// Points where vramscope does not match, each with the reason.
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+const DENSE: [&str; 4] = ["phi3", "olmo2", "gemma2", "gemma3_text"];
+const MOE: [&str; 4] = ["mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3"];
+
+/// The point's model with its adapters and bitsandbytes load, as the one-GPU grids read it.
+fn config_of(p: &Value) -> ModelConfig {
+    match p["model_type"].as_str().unwrap() {
+        "mixtral" | "qwen3_moe" => grid_common::moe::config_of(p),
+        "gpt_oss" | "deepseek_v3" => {
+            let mut cfg = grid_common::moe::read_config_of(p);
+            grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
+            cfg
+        }
+        _ => grid_common::hf::config_of(p),
+    }
+}
+
+fn run(point: &Value) -> (Vec<vramscope::record::MemEvent>, Vec<vramscope::record::MemEvent>) {
+    let cfg = config_of(&point["hf"]);
+    let trainable = {
+        vramscope::engine::runtime::reset();
+        vramscope::model::Model::new_in(&cfg, vramscope::engine::Device::Meta, 42, vramscope::engine::DType::F32).unwrap().num_trainable_parameters()
+    };
+    assert_eq!(Some(trainable), point["info"]["trainable_parameters"].as_u64(), "{}: peft's trainable parameters", point["name"]);
+    grid_common::dist::run_rank(point, cfg)
+}
+
+fn values(points: &[Value], key: impl Fn(&Value) -> String) -> BTreeSet<String> {
+    points.iter().map(key).collect()
+}
+
+/// What the grid claims to cover, for the points of `models`.
+fn covers(points: &[Value], models: &[&str]) {
+    let ps: Vec<Value> = points.iter().filter(|q| models.contains(&q["hf"]["model_type"].as_str().unwrap())).cloned().collect();
+    assert!(ps.len() >= 12, "{models:?}: {} points", ps.len());
+    for m in models {
+        assert!(ps.iter().filter(|q| q["hf"]["model_type"] == *m).count() >= 2, "{m}: at least two points");
+    }
+    let four = |q: &Value| q["hf"]["load_in_4bit"] == true;
+    let lora: Vec<Value> = ps.iter().filter(|q| !four(q)).cloned().collect();
+    let qlora: Vec<Value> = ps.iter().filter(|q| four(q)).cloned().collect();
+    assert_eq!(values(&lora, |q| q["layout"].to_string()), BTreeSet::from(["\"ddp\"".to_string(), "\"fsdp\"".into(), "\"zero2\"".into()]), "{models:?}: LoRA under ddp, fsdp, zero2");
+    assert!(!qlora.is_empty() && qlora.iter().all(|q| q["layout"] == "ddp"), "{models:?}: QLoRA under ddp");
+    assert_eq!(values(&ps, |q| q["hf"]["lora_r"].to_string()), BTreeSet::from(["4".to_string(), "8".into(), "16".into()]), "{models:?}: r");
+    assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "{models:?}: fp32 and bf16");
+    assert_eq!(values(&ps, |q| q["hf"]["checkpoint"].to_string()).len(), 3, "{models:?}: checkpointing off, non-reentrant, reentrant");
+    assert!(values(&ps, |q| q["hf"]["target_modules"].to_string()).len() >= 5, "{models:?}: target sets");
+    assert!(values(&ps, |q| q["world_size"].to_string()).len() >= 3, "{models:?}: worlds");
+    assert!(ps.iter().any(|q| q["rank"] == 0) && ps.iter().any(|q| q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap() && q["rank"] != 0), "{models:?}: rank 0 and a last rank");
+    assert!(ps.iter().any(|q| q["world_size"] == 8), "{models:?}: 8 ranks");
+    assert!(ps.iter().any(|q| q["hf"]["lora_dropout"].as_f64() > Some(0.0)), "{models:?}: lora_dropout");
+}
+
+fn points() -> Vec<Value> {
+    let doc = grid_common::fixture("dist_grid/lora_models.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    doc["points"].as_array().unwrap().to_vec()
+}
+
+#[test]
+fn family_lora_ranks_match_peft() {
+    let all = points();
+    covers(&all, &DENSE);
+    let ps: Vec<Value> = all.into_iter().filter(|q| DENSE.contains(&q["hf"]["model_type"].as_str().unwrap())).collect();
+    assert!(ps.iter().any(|q| q["hf"]["model_type"] == "phi3" && q["hf"]["target_modules"].as_str().is_some_and(|t| t.contains("qkv_proj"))), "phi3's fused qkv_proj");
+    assert!(ps.iter().any(|q| q["hf"]["model_type"] == "phi3" && q["hf"]["target_modules"].as_str().is_some_and(|t| t.contains("gate_up_proj"))), "phi3's fused gate_up_proj");
+    grid_common::check("dist_grid/lora_models.json (dense)", &ps, 12, KNOWN_FAILING, run);
+}
+
+#[test]
+fn moe_lora_ranks_match_peft() {
+    let all = points();
+    covers(&all, &MOE);
+    let ps: Vec<Value> = all.into_iter().filter(|q| MOE.contains(&q["hf"]["model_type"].as_str().unwrap())).collect();
+    for q in &ps {
+        // The forced routing reached the run: tokens per expert as the routing says.
+        let p = &q["hf"];
+        let (t, k, e) = (p["batch"].as_u64().unwrap() * p["seq"].as_u64().unwrap(), p["top_k"].as_u64().unwrap(), p["num_experts"].as_u64().unwrap());
+        let per: Vec<u64> = q["info"]["tokens_per_expert"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(per.iter().sum::<u64>(), t * k, "{}", q["name"]);
+        match p["routing"].as_str().unwrap() {
+            "worst" => assert!(per.iter().enumerate().all(|(i, &n)| n == if (i as u64) < k { t } else { 0 }), "{}: {per:?}", q["name"]),
+            _ => assert!(per.iter().all(|&n| n == t * k / e || n == t * k / e + 1), "{}: {per:?}", q["name"]),
+        }
+    }
+    assert_eq!(values(&ps, |q| q["hf"]["experts"].to_string()).len(), 3, "every experts implementation");
+    assert_eq!(values(&ps, |q| q["hf"]["routing"].to_string()).len(), 2, "balanced and worst");
+    grid_common::check("dist_grid/lora_models.json (moe)", &ps, 12, KNOWN_FAILING, run);
+}
+
+fn vramscope(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-dist-lora-models-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `profile --compare --world-size` and `fit --find world-size` of a LoRA run of these models
+/// put the layouts it runs under side by side (ddp, zero2, fsdp; a 4-bit model: ddp), each
+/// profiled per rank.
+#[test]
+fn compare_and_fit_offer_the_layouts_of_a_lora_run() {
+    let out = tmp("compare");
+    let o = vramscope(&[
+        "profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap(),
+        "--model", "Phi-3-mini", "--num-layers", "2", "--lora-r", "8", "--target-modules", "qkv_proj,gate_up_proj", "--compare", "--world-size", "4",
+    ]);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap_or_default();
+    assert!(o.status.success() && ["| one device", "| ddp ×4", "| zero2 ×4", "| fsdp ×4"].iter().all(|v| md.contains(v)) && !md.contains("zero1"), "{}\n{md}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&out);
+    let fit = |extra: &[&str]| {
+        let mut args = vec!["fit", "--find", "world-size", "--memory-limit", "24GiB", "--model", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj"];
+        args.extend(extra);
+        let o = vramscope(&args);
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{extra:?}: {}\n{text}", String::from_utf8_lossy(&o.stderr));
+        let rows: Vec<String> = text.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| layout")).map(|l| l.split('|').nth(1).unwrap().trim().to_string()).collect();
+        rows
+    };
+    assert_eq!(fit(&[]), ["ddp", "zero2", "fsdp"]);
+    assert_eq!(fit(&["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16"]), ["ddp"]);
+}
+
+/// What lora_models.json does not measure under a layout exits 2 naming the flag, nothing written.
+#[test]
+fn adapters_not_measured_under_a_layout_are_refused() {
+    let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj"];
+    let phi3 = ["--preset", "Phi-3-mini", "--num-layers", "1", "--lora-r", "8", "--target-modules", "qkv_proj"];
+    let cases: &[(&[&str], &[&str], &[&str])] = &[
+        (&mixtral, &["--target-parameters", "mlp.experts.gate_up_proj", "--parallel", "ddp"], &["--target-parameters", "not measured"]),
+        (&phi3, &["--modules-to-save", "lm_head", "--parallel", "fsdp"], &["--modules-to-save"]),
+        (&phi3, &["--lora-bias", "all", "--parallel", "zero2"], &["--lora-bias"]),
+        (&phi3, &["--load-in-4bit", "--prepare-model-for-kbit-training", "false", "--parallel", "ddp"], &["--prepare-model-for-kbit-training"]),
+        (&phi3, &["--load-in-4bit", "--parallel", "fsdp"], &["--load-in-4bit", "bnb_4bit_quant_storage"]),
+        (&mixtral, &["--load-in-8bit", "--parallel", "ddp"], &["--load-in-8bit"]),
+        (&phi3, &["--use-dora", "--parallel", "ddp"], &["--use-dora"]),
+        (&phi3, &["--parallel", "zero1"], &["--parallel", "zero1"]),
+        (&["--preset", "OLMo-2-7B", "--num-layers", "1", "--load-in-4bit", "--profile-type", "inference"], &["--parallel", "ddp"], &["--load-in-4bit", "QLoRA"]),
+    ];
+    for (model, extra, needles) in cases {
+        let out = tmp("refused");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--world-size", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(model);
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "{extra:?} should say {n}: {err}");
+        }
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
+}
