@@ -162,6 +162,30 @@ fn moe_grid_matches_transformers() {
     grid_common::check("moe", points, 57, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
 
+/// Autocast (the Trainer's `bf16=True`: torch.autocast around forward and loss) over fp32 and
+/// bf16 weights (`make_moe_autocast_grid.py`, CPU autocast, whose op lists agree with CUDA's on
+/// every op these models run: tools/pytorch/README.md): every experts implementation, balanced
+/// and worst routing, eager and sdpa, top-k 1-4, 4-16 experts, checkpointing off, non-reentrant
+/// and reentrant, as inference, forward and training.
+#[test]
+fn moe_autocast_grid_matches_transformers() {
+    let doc = fixture("autocast.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        let ps: Vec<&Value> = points.iter().filter(|q| q["point"]["model_type"] == family).collect();
+        assert!(ps.len() >= 12, "{family}: {} points", ps.len());
+        let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(set("autocast"), BTreeSet::from(["\"bf16\"".into()]), "{family}");
+        for (k, n) in [("experts", 3), ("routing", 2), ("attn", 2), ("dtype", 2), ("top_k", 4), ("checkpoint", 3)] {
+            assert_eq!(set(k).len(), n, "{family}: {k} {:?}", set(k));
+        }
+        let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+        assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]), "{family}");
+    }
+    grid_common::check("moe_autocast", points, 45, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
+}
+
 /// LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE against peft 0.21.2 and bitsandbytes
 /// 0.50.2 (`make_lora_grid.py --moe`, routing forced as in moe.json): the attention projections
 /// (named lists: the experts and the router are no nn.Linear, and all-linear reaches them through
@@ -242,7 +266,12 @@ fn routing_and_experts_flags_are_checked() {
     // DoRA on an MoE model is not measured.
     bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--use-dora"], "--use-dora");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
-    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16"], "--precision");
+    // bf16 autocast runs for Mixtral, Qwen3-MoE and Qwen2-MoE (autocast.json); not fp16, nor
+    // with the aux loss or LoRA.
+    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "fp16"], "--precision");
+    bad(&["--preset", "gpt-oss-20b", "--dtype", "float32", "--precision", "bf16"], "--precision");
+    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"], "--output-router-logits");
+    bad(&["--preset", "Qwen3-30B-A3B", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], "--precision");
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with
     // balanced or worst routing only: a file's counts are one forward's.
     bad(&["--preset", "Mixtral-8x7B", "--profile-type", "generate", "--max-new-tokens", "2", "--routing", counts.to_str().unwrap()], "one forward's token count");

@@ -82,12 +82,18 @@ pub fn reduce_dtype(input: DType) -> DType {
 }
 
 /// `lower` for a two-input op: `Some` only when a cast happened (the op then reruns on the
-/// cast inputs, where this returns `None`).
+/// cast inputs, where this returns `None`). The second operand is cast first: WrapFunction_
+/// casts its arguments in a pack expansion, which GCC-built PyTorch evaluates right to left,
+/// so the first operand's ToCopyBackward0 has the higher sequence number and its gradient is
+/// cast back first in backward (measured: tests/moe_grid.rs, autocast.json).
 #[track_caller]
 pub fn lower_pair(a: &Tensor, b: &Tensor) -> Option<(Tensor, Tensor)> {
     let low = active()?;
     let needs = |t: &Tensor| eligible(t.dtype()) && t.dtype() != low;
-    (needs(a) || needs(b)).then(|| (lower(a), lower(b)))
+    (needs(a) || needs(b)).then(|| {
+        let b = lower(b);
+        (lower(a), b)
+    })
 }
 
 /// The input of an fp32-list op (exp, log, pow, rsqrt, reciprocal, softmax, log_softmax,

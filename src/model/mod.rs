@@ -303,8 +303,10 @@ impl Model {
 /// back contiguous and is stolen into `.grad`.
 pub(crate) fn linear(name: &str, x: &Tensor, w: &Tensor) -> Tensor {
     let _s = runtime::scope(name);
-    // F.linear is an autocast op: the weight itself is cast (and cached), not its transpose.
-    let (x, w) = (autocast::lower(x), autocast::lower(w));
+    // F.linear is an autocast op: the weight itself is cast (and cached), not its transpose;
+    // the weight before the input (autocast::lower_pair: right to left).
+    let w = autocast::lower(w);
+    let x = autocast::lower(x);
     x.matmul(&w.t())
 }
 

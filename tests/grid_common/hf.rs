@@ -144,10 +144,16 @@ pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEve
     // The parameters' type: the load dtype, or fp32 for a 4-bit model's unquantized ones after
     // prepare_model_for_kbit_training.
     let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 }, |q| q.unquantized_dtype());
-    let precision = if weights == DType::BF16 { Precision::PureBf16 } else { Precision::Fp32 };
+    // measure_hf.py's `autocast` (the Trainer's bf16=True): torch.autocast around forward and
+    // loss, over weights of the load dtype.
+    let autocast = match p["autocast"].as_str() {
+        None => Precision::Fp32,
+        Some(a) => Precision::parse(a).filter(|p| p.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")),
+    };
+    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
-    assert_eq!(model.dtype, if precision == Precision::PureBf16 { DType::BF16 } else { DType::F32 });
+    assert_eq!(model.dtype, weights);
     assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
     if cfg.hf.as_ref().is_none_or(|h| h.bnb.as_ref().is_none_or(|q| q.int8().is_some())) {
         // (a 4-bit weight is a uint8 tensor of half as many elements; the closed form counts
@@ -191,7 +197,9 @@ pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEve
             "inference" | "forward" => {
                 let _g = (kind == "inference").then(runtime::no_grad);
                 runtime::set_phase(Phase::Forward);
+                let region = precision.autocast().map(vramscope::engine::autocast::enable);
                 drop(model.forward_masked(x, m));
+                drop(region);
                 runtime::set_phase(Phase::Setup);
             }
             "forward-loss" => {

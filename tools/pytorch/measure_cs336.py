@@ -205,6 +205,15 @@ def cpu_kernel_scratch(anc, size):
         ins = [_meta(i) for i in getattr(sm.extra_fields, "inputs", [])]
         if ins and ins[0] and ins[0][2] == torch.float16 and size == _numel(ins[0][0]) * 4:
             return ("cpu softmax(dtype=float32) of a float16 input: the fp32 input copy CUDA's half_to_float skips", sm.end_time_ns)
+    red = next((a for a in reversed(anc[-5:]) if a.name == "aten::sum"), None)
+    if red is not None:
+        # ReduceOps.cpp on CPU: sum(dtype=float32) of a bf16/fp16 input (CUDA autocast's
+        # fp32_set_opt_dtype policy, make_moe_autocast_grid.py) converts the whole input to fp32
+        # first, a copy that dies inside the op; CUDA's reduce kernel casts while loading.
+        ins = [_meta(i) for i in getattr(red.extra_fields, "inputs", [])]
+        if ins and ins[0] and ins[0][2] in REDUCED_FLOAT and size == _numel(ins[0][0]) * 4:
+            return ("cpu sum(dtype=float32) of a reduced-float input: the fp32 input copy CUDA's reduce kernel skips",
+                    red.end_time_ns, "freed inside")
     if len(names) == 4 and names[0] in TI_BINARY_OPS and names[1:] == ["aten::to", "aten::_to_copy", "aten::empty_strided"]:
         # TensorIteratorBase::compute_types: `if (common_device == kCPU)` an input whose dtype is
         # not the common one is replaced by `op.tensor().to(common_dtype_)`, a temporary that dies

@@ -249,6 +249,7 @@ def run(p, kind, wrap=None):
             opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
+        autocast = autocast_region(p)
         for step in range(M.NSTEPS):
             with record_function(f"{M.STEP_MARK}{step}"):
                 with M.phase("data"):
@@ -265,9 +266,10 @@ def run(p, kind, wrap=None):
                             model.zero_grad(set_to_none=True)
                     with M.phase("forward"):
                         loss_phase.armed = True
-                        out = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra)
-                        loss = out.loss
-                        del out
+                        with autocast():
+                            out = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra)
+                            loss = out.loss
+                            del out
                         loss_phase.close()
                     if kind == "training":
                         with M.phase("backward"):
@@ -283,9 +285,74 @@ def run(p, kind, wrap=None):
                     del loss
                 else:
                     with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
-                        with M.phase("forward"):
+                        with M.phase("forward"), autocast():
                             model(input_ids=input_ids, attention_mask=mask, **extra)
     return prof, inner
+
+
+def autocast_region(p):
+    """The Trainer's `bf16=True` (`autocast`): `torch.autocast` around the model's call and
+    `loss = out.loss; del out` (compute_loss), backward outside it, with CUDA's policies for the
+    ops CPU autocast leaves alone (`cuda_autocast_policies`)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.get("autocast") or "")
+    if dtype is None:
+        return contextlib.nullcontext
+    cuda_autocast_policies()
+    return lambda: torch.autocast("cpu", dtype=dtype)
+
+
+_CUDA_POLICIES = []
+
+
+def cuda_autocast_policies():
+    """CPU autocast's op lists are not CUDA's (aten/src/ATen/autocast_mode.cpp: AutocastCPU vs
+    AT_FORALL_* in autocast_mode.h). Of the ops these models run on low-precision inputs, CUDA has
+    `sum` on its fp32_set_opt_dtype list (a bf16 input sums into an fp32 output) and CPU has it on
+    none: Qwen's bf16 routing weights times the bf16 expert outputs reach
+    `weighted_out.view(...).sum(dim=1)` in integrations/moe.py. This registers CUDA's policies on
+    the AutocastCPU key for those ops, so the CPU run dispatches what a CUDA run does: inside the
+    region the kernel sets dtype=float32 when the first input is floating and not fp64 and no
+    dtype was given (fp32_set_opt_dtype), or casts every such input to fp32 (fp32), then runs
+    the op with autocast excluded -- what WrapFunction_ does. Idempotent per process."""
+    if _CUDA_POLICIES:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    _CUDA_POLICIES.append(lib)
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+    def eligible(t):
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+
+    def set_opt_dtype(op, at):
+        # `at`: dtype's position in the schema (softmax.int, log_softmax.int), None: keyword-only.
+        def kernel(x, *args, **kw):
+            args = list(args)
+            given = args[at - 1] if at is not None and len(args) >= at else kw.get("dtype")
+            with torch._C._ExcludeDispatchKeyGuard(keys):
+                if given is None and eligible(x):
+                    if at is not None and len(args) >= at:
+                        args[at - 1] = torch.float32
+                    else:
+                        kw["dtype"] = torch.float32
+                return op(x, *args, **kw)
+        return kernel
+
+    def fp32(op):
+        def kernel(*args, **kw):
+            with torch._C._ExcludeDispatchKeyGuard(keys):
+                cast = [a.float() if eligible(a) and a.dtype != torch.float32 else a for a in args]
+                return op(*cast, **kw)
+        return kernel
+
+    A = torch.ops.aten
+    # fp32_set_opt_dtype (AT_FORALL_FP32_SET_OPT_DTYPE) that CPU autocast lacks.
+    for name, op, at in (("sum", A.sum.default, None), ("sum.dim_IntList", A.sum.dim_IntList, None), ("softmax.int", A.softmax.int, 2),
+                         ("log_softmax.int", A.log_softmax.int, 2), ("cumsum", A.cumsum.default, None)):
+        lib.impl(name, set_opt_dtype(op, at), "AutocastCPU")
+    # fp32 (AT_FORALL_FP32) that CPU autocast lacks, of those an RMSNorm, RoPE or a router runs.
+    for name, op in (("exp", A.exp.default), ("pow.Tensor_Scalar", A.pow.Tensor_Scalar), ("rsqrt", A.rsqrt.default),
+                     ("reciprocal", A.reciprocal.default), ("softplus", A.softplus.default)):
+        lib.impl(name, fp32(op), "AutocastCPU")
 
 
 def sdpa_backends(prof):

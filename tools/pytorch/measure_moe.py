@@ -150,6 +150,9 @@ def main(argv=None):
     a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
     a.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     a.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    a.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                   help="the Trainer's bf16=True: torch.autocast('cpu', bfloat16) around forward and loss")
+    a.add_argument("--checkpoint", choices=H.CHECKPOINTS, default="none")
     a.add_argument("--threads", type=int, default=1)
     a.add_argument("--json")
     a.add_argument("--events")
@@ -158,10 +161,12 @@ def main(argv=None):
     p = dict(model_type=x.model_type, hidden_size=x.hidden_size, intermediate_size=x.intermediate_size,
              num_layers=x.num_layers, num_heads=x.num_heads, num_kv_heads=x.num_kv_heads, head_dim=x.head_dim,
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
-             batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=True, logits_to_keep=0, checkpoint="none",
+             batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=True, logits_to_keep=0, checkpoint=x.checkpoint,
              optimizer="adamw_torch_fused", max_grad_norm=1.0, attention_mask="none", num_experts=x.num_experts,
              top_k=x.top_k, experts=x.experts, routing=x.routing, shared_intermediate_size=x.shared_intermediate_size,
              sliding_window=x.sliding_window)
+    if x.autocast != "none":
+        p["autocast"] = x.autocast
     per, log, info = measure(p, x.profile_type)
     if x.events:
         M.write_events(x.events, log)

@@ -279,6 +279,10 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
     // Under autocast Q and K are fp32 (the fp32 cos promotes them) and get low copies; OLMo-2
     // casts them back itself.
     let ac = c.mode == Mode::Autocast && ty.qk == 4;
+    // DynamicLayer.lazy_initialization makes the cache's empty tensors in the keys' dtype, so
+    // under autocast the values' cat promotes the bf16 V to fp32: the attention then reads
+    // fp32 values and casts them (a copy of its own).
+    let promoted = cache && ac && ty.v != ty.qk;
     let phi3 = hf.model_type == Arch::Phi3;
     // transformers repeats k and v itself (repeat_kv, a copy) for eager, and for sdpa when
     // it cannot pass enable_gqa; flash_attention_2 and the fused kernels with enable_gqa read
@@ -328,8 +332,11 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                 Mode::Pure => t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2)),
                 Mode::Autocast => t.push(c.term(format!("attention weights cast to {} (weights·V keeps it)", c.low_name), "_to_copy", Unit::S, 2)),
             }
-            v_own = repeated || !cache;
-            if v_own && scores {
+            v_own = repeated || !cache || promoted;
+            if v_own && scores && promoted {
+                let what = if repeated { format!("the cache's fp32 V repeated to h heads (repeat_kv), cast to {} (weights·V keeps it)", c.low_name) } else { format!("the cache's fp32 V cast to {} (weights·V keeps it)", c.low_name) };
+                t.push(c.term(what, "_to_copy", ku, 2));
+            } else if v_own && scores {
                 let what = if repeated { "V repeated to h heads (repeat_kv; weights·V keeps it)" } else { "V folded for weights·V (a copy unless B or S is 1; bmm keeps it)" };
                 t.push(c.term(what, "clone", ku, ty.v));
             }
@@ -347,7 +354,7 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
             let low = if ac { 2 } else { ty.qk };
             // The kernel keeps q, k, v as given; under autocast SDPA's own casts of fp32 Q, K.
             k_own = repeated || ac || !cache;
-            v_own = repeated || !cache;
+            v_own = repeated || !cache || promoted;
             if any {
                 t.push(c.term(if ac { format!("rope(Q) cast to {} (the kernel keeps it)", c.low_name) } else { "rope(Q) (the kernel keeps it)".into() }, if ac { "_to_copy" } else { "add" }, qu, low));
                 if k_own {
@@ -361,7 +368,14 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
                     let unit = if view_repeat && ac { qu } else { ku };
                     t.push(c.term(what, if repeated { "clone" } else if ac { "_to_copy" } else { "add" }, unit, low));
                 }
-                if v_own && !repeated && phi3 {
+                if v_own && promoted {
+                    let what = match (repeated, view_repeat) {
+                        (true, _) => format!("the cache's fp32 V repeated to h heads (repeat_kv), cast to {} (the kernel keeps it)", c.low_name),
+                        (false, true) => format!("the cache's fp32 V repeated to h heads (repeat_kv's view of one head), cast to {} (the kernel keeps it)", c.low_name),
+                        (false, false) => format!("the cache's fp32 V cast to {} (the kernel keeps it)", c.low_name),
+                    };
+                    t.push(c.term(what, "_to_copy", if view_repeat { qu } else { ku }, 2));
+                } else if v_own && !repeated && phi3 {
                     // Phi-3's V is a view of the fused qkv_proj product: the kernel keeps it all.
                     t.push(c.term("qkv_proj output, its q rows (the kernel keeps V, a view of the whole product)", "mm", qu, ty.v));
                     t.push(c.term("qkv_proj output, its k rows", "mm", kvu, ty.v));
@@ -437,7 +451,8 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
         // then reads. The cache holds them until the output is dropped.
         let shared = |own: bool| if own { "" } else { "; the attention keeps the same tensor" };
         t.push(c.term(format!("DynamicCache keys (cat copy of rope(K){})", shared(k_own)), "cat", kvu, ty.qk));
-        t.push(c.term(format!("DynamicCache values (cat copy of V{})", shared(v_own)), "cat", kvu, ty.v));
+        let values = if promoted { format!("DynamicCache values (cat of V promoted to the keys' fp32{})", shared(v_own)) } else { format!("DynamicCache values (cat copy of V{})", shared(v_own)) };
+        t.push(c.term(values, "cat", kvu, if promoted { ty.qk } else { ty.v }));
         if hf.sliding_window.is_some() && hf.gemma.is_none() {
             // (Gemma's are counted outside, one per sliding layer.)
             // DynamicSlidingWindowLayer.lazy_initialization moves its 0-d int64 window tensor

@@ -319,7 +319,10 @@ impl Tensor {
         };
         // scaled_dot_product_attention is on autocast's lower-precision list.
         if crate::engine::autocast::active().is_some() {
-            let (lq, lk, lv) = (crate::engine::autocast::lower(q), crate::engine::autocast::lower(k), crate::engine::autocast::lower(v));
+            // Right to left, value first (autocast::lower_pair).
+            let lv = crate::engine::autocast::lower(v);
+            let lk = crate::engine::autocast::lower(k);
+            let lq = crate::engine::autocast::lower(q);
             if lq.dtype() != q.dtype() || lk.dtype() != k.dtype() || lv.dtype() != v.dtype() {
                 return Tensor::fused_attention(kernel, &lq, &lk, &lv, bias, causal, scale);
             }

@@ -441,7 +441,10 @@ fn linear_b(name: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor
         None => linear(name, x, w),
         Some(b) => {
             let _s = scope(name);
-            let (x, w, b) = (crate::engine::autocast::lower(x), crate::engine::autocast::lower(w), crate::engine::autocast::lower(b));
+            // F.linear(input, weight, bias): cast right to left (autocast::lower_pair).
+            let b = crate::engine::autocast::lower(b);
+            let w = crate::engine::autocast::lower(w);
+            let x = crate::engine::autocast::lower(x);
             x.linear_bias(&w, &b)
         }
     }
@@ -942,7 +945,15 @@ impl Block {
                     w.borrow_mut().push(Tensor::from_i64_with(&[], k.device(), || vec![window]));
                 }
                 let kc = Tensor::cat(&[k.clone()], -2);
-                let vc = Tensor::cat(&[v.clone()], -2);
+                // lazy_initialization makes both empty tensors in the keys' dtype, so the
+                // values' cat promotes them: under autocast RoPE's fp32 cos/sin make the keys
+                // fp32 and v_proj's output is bf16, and the cache keeps fp32 values.
+                let vc = if v.dtype() == k.dtype() {
+                    Tensor::cat(&[v.clone()], -2)
+                } else {
+                    let empty = Tensor::zeros(&[v.dim(0), v.dim(1), 0, v.dim(3)], k.dtype(), v.device());
+                    Tensor::cat(&[empty, v.clone()], -2)
+                };
                 match (self.sliding_cache, cache_window(self.hf())) {
                     // The first update of a sliding layer: the cache keeps the window's view,
                     // the attention gets the full states.
@@ -1500,7 +1511,10 @@ fn sdpa_float_mask(mask: &Tensor, dtype: DType, cpu: bool) -> Tensor {
 fn math_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, scale: f64) -> Tensor {
     // SDPA is an autocast lower-precision op: its inputs are cast, then the composite runs
     // without autocast.
-    let (q, k, v) = (&crate::engine::autocast::lower(q), &crate::engine::autocast::lower(k), &crate::engine::autocast::lower(v));
+    // Cast right to left, value first (autocast::lower_pair).
+    let v = &crate::engine::autocast::lower(v);
+    let k = &crate::engine::autocast::lower(k);
+    let q = &crate::engine::autocast::lower(q);
     let _no_autocast = crate::engine::autocast::suspend();
     let origin = q.dtype();
     let up = |t: &Tensor| if matches!(t.dtype(), DType::BF16 | DType::F16) { t.to_dtype(DType::F32) } else { t.clone() };
