@@ -95,6 +95,10 @@ pub struct LoraConfig {
     /// adapts (MoE experts and router).
     #[serde(default)]
     pub target_parameters: Vec<String>,
+    /// peft's conversion for transformers 5's fused experts (`lora_params::convert`) named both
+    /// halves of `gate_up_proj`: its rank_pattern and alpha_pattern double r and alpha there.
+    #[serde(default)]
+    pub gate_up_doubled: bool,
     /// The dropout kernel (CUDA's unless a CPU measurement is reproduced).
     #[serde(default)]
     pub dropout_kernel: DropoutKernel,
@@ -152,6 +156,19 @@ impl LoraConfig {
     /// Whether `target_parameters` names `param` (one of `lora_params::TARGET_PARAMETERS`).
     pub fn targets_parameter(&self, param: &str) -> bool {
         self.target_parameters.iter().any(|t| t == param)
+    }
+    /// Whether `target_parameters` names the router's weight (`mlp.gate.weight`, gpt-oss's
+    /// `mlp.router.weight`).
+    pub fn targets_router(&self) -> bool {
+        self.target_parameters.iter().any(|t| crate::model::lora_params::is_router(t))
+    }
+    /// The rank of the experts' `gate_up_proj` adapter (the scaling stays alpha / r: both double).
+    pub fn gate_up_rank(&self) -> usize {
+        if self.gate_up_doubled {
+            self.r.saturating_mul(2)
+        } else {
+            self.r
+        }
     }
     /// Whether `modules_to_save` names `module` (one of [`MODULES_TO_SAVE`]).
     pub fn saves(&self, module: &str) -> bool {

@@ -323,14 +323,7 @@ impl HfFlags {
         if !(0.0..1.0).contains(&dropout) {
             return Err(usage("--lora-dropout", format!("{dropout} (expected a probability in [0, 1))")));
         }
-        let target_parameters = super::lora_targets::resolve_parameters(self.target_parameters.as_deref(), hf, self)?;
-        let targets = if self.target_modules.is_none() && !target_parameters.is_empty() {
-            // target_modules=None with target_parameters: peft adapts no module (mixtral and
-            // qwen3_moe: convert_peft_config_for_transformers empties it; qwen2_moe: no default).
-            Vec::new()
-        } else {
-            super::lora_targets::resolve(self.target_modules.as_deref(), hf)?
-        };
+        let super::lora_targets::Targets { modules: targets, parameters: target_parameters, gate_up_doubled } = super::lora_targets::resolve_targets(self, hf)?;
         let bias = match self.lora_bias.as_deref() {
             None => crate::model::lora::LoraBias::None,
             Some(b) => crate::model::lora::LoraBias::parse(b).ok_or_else(|| usage("--lora-bias", format!("'{b}' (expected none, all or lora_only)")))?,
@@ -362,7 +355,7 @@ impl HfFlags {
             // Module order (the order peft wraps them in).
             modules_to_save.sort_by_key(|m| MODULES_TO_SAVE.iter().position(|x| x == m));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
+        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, gate_up_doubled, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
     }
 }
 

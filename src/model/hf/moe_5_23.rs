@@ -76,7 +76,7 @@ pub fn experts(m: &MoeConfig, w: &MoeWeights<'_>, flat: &Tensor, index: &Tensor,
         ExpertsImplementation::Eager => experts_frame,
     });
     let (adapters, scaling) = w.lora.map_or((None, 1.0), |(p, s)| (Some(p), s));
-    experts_wrapped(adapters, scaling, w.gate_up, w.down, |gu, dn| match m.implementation {
+    experts_wrapped(adapters, scaling, false, w.gate_up, w.down, |gu, dn| match m.implementation {
         ExpertsImplementation::GroupedMm => grouped_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::BatchedMm => batched_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::Eager => eager_experts(m, gu, dn, flat, index, weights),

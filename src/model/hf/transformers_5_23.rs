@@ -373,15 +373,22 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, li
     }
 }
 
-/// peft's `_inject_parameters` after the module adapters: per layer, in module order (Mixtral,
-/// Qwen2-MoE: the router then the experts; Qwen3-MoE: the experts then the router), a LoRA pair
-/// per targeted parameter (crate::model::lora_params), in the adapters' dtype, trainable.
+/// peft's `_inject_parameters` after the module adapters: per sparse layer, in module order
+/// (Mixtral, Qwen2-MoE, gpt-oss: the router then the experts; Qwen3-MoE, DeepSeek-V3: the experts
+/// then the router; DeepSeek-V3's dense layers have neither), a LoRA pair per targeted parameter
+/// (crate::model::lora_params), in the adapters' dtype, trainable; gate_up_proj's at twice the
+/// rank when peft's conversion doubled it.
 fn add_param_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, m: &super::moe::MoeConfig, d: usize) {
+    use super::moe::MoeFamily;
     use crate::model::lora_params::ParamAdapters;
     let dtype = lora::adapter_dtype(b.dtype);
     let (e, i, r) = (m.experts, m.intermediate, lc.r);
-    let router_first = m.family != super::moe::MoeFamily::Qwen3Moe;
+    let router_first = !matches!(m.family, MoeFamily::Qwen3Moe | MoeFamily::DeepseekV3);
+    let router_module = if m.family == MoeFamily::GptOss { "router" } else { "gate" };
     for (n, layer) in layers.iter_mut().enumerate() {
+        if layer.hf.as_ref().is_none_or(|h| h.router.is_none()) {
+            continue;
+        }
         let pair = |b: &mut Builder, module: &str, rank: usize, ins: usize, outs: usize| {
             let p = |w: &str| format!("base_model.model.model.layers.{n}.mlp.{module}.{w}.default.weight");
             let bound = (1.0 / ins as f64).sqrt();
@@ -389,13 +396,13 @@ fn add_param_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConf
             let bw = b.param_as(p("lora_B"), &[outs, rank], Init::Normal { std: 0.0 }, dtype, false);
             Adapter { a, b: bw, magnitude: None }
         };
-        let router = |b: &mut Builder| lc.targets_parameter("mlp.gate.weight").then(|| pair(b, "gate", r, d, e));
+        let router = |b: &mut Builder| lc.targets_router().then(|| pair(b, router_module, r, d, e));
         let mut pa = ParamAdapters::default();
         if router_first {
             pa.router = router(b);
         }
-        // gate_up_proj (E, 2·I, hidden): in hidden, out 2·I; down_proj (E, hidden, I): in I, out hidden.
-        pa.gate_up = lc.targets_parameter("mlp.experts.gate_up_proj").then(|| pair(b, "experts", r * e, d, 2 * i));
+        // gate_up_proj: in hidden, out 2·I; down_proj: in I, out hidden (either storage order).
+        pa.gate_up = lc.targets_parameter("mlp.experts.gate_up_proj").then(|| pair(b, "experts", lc.gate_up_rank() * e, d, 2 * i));
         pa.down = lc.targets_parameter("mlp.experts.down_proj").then(|| pair(b, "experts", r * e, i, d));
         if !router_first {
             pa.router = router(b);
