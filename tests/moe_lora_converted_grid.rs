@@ -16,8 +16,13 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 fn run(point: &Value) -> (Vec<vramscope::record::MemEvent>, Vec<vramscope::record::MemEvent>) {
     let p = &point["point"];
-    let mut cfg = if p["model_type"] == "deepseek_v3" { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
-    grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
+    let cfg = if p["model_type"] == "deepseek_v3" {
+        let mut cfg = grid_common::moe::read_config_of(p);
+        grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
+        cfg
+    } else {
+        grid_common::moe::config_of(p)
+    };
     grid_common::hf::run_config(point, cfg)
 }
 
