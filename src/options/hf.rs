@@ -65,13 +65,16 @@ pub struct HfFlags {
     /// peft's default is q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and
     /// gemma3_text; phi3, olmo2 and the mixture-of-experts types need them named (Phi-3's are
     /// qkv_proj, o_proj, gate_up_proj, down_proj; an MoE model's adaptable linears are its
-    /// attention's).
+    /// attention's). On mixtral, qwen3_moe and deepseek_v3 peft converts the transformers-4
+    /// names of the experts and the router (mixtral: w1, w3, w2, gate; the others: gate_proj,
+    /// up_proj, down_proj, gate), all-linear included, into --target-parameters, with r and
+    /// lora_alpha doubled on gate_up_proj (both of its halves must be named).
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
     /// LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters
     ///
     /// peft's ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj,
-    /// mlp.experts.down_proj and the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe;
+    /// mlp.experts.down_proj and the router's mlp.gate.weight (gpt_oss: mlp.router.weight;
     /// matched by suffix as peft matches them). Without --target-modules no module is adapted.
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_parameters(), long, value_name = "PARAMETERS", requires = "lora_r")]
     pub target_parameters: Option<String>,
