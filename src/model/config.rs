@@ -445,6 +445,13 @@ impl ModelConfig {
         if let Some(ds) = h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
             shapes = ds.mla_linear_shapes(self.d_model, self.num_heads).map(|(i, o)| (i as u128, o as u128));
         }
+        // Qwen2-MoE's shared expert (s wide) and shared_expert_gate (d → 1): lora::QWEN2_MOE_SHARED.
+        if let Some(s) = h.moe.as_ref().filter(|m| m.deepseek.is_none()).map(|m| m.shared_intermediate as u128).filter(|&s| s > 0) {
+            shapes[4] = (d, s);
+            shapes[5] = (d, s);
+            shapes[6] = (s, d);
+            shapes[7] = (d, 1);
+        }
         let per_layer: u128 = crate::model::lora::linears_of(h)
             .iter()
             .map(|&(slot, name)| (name, shapes[slot]))

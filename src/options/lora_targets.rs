@@ -80,9 +80,8 @@ fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<(Vec<String>, bool)> {
     let mt = model_type(hf);
     let linears: Vec<&str> = linears_of(hf).iter().map(|(_, n)| *n).collect();
     let family = hf.moe.as_ref().map(|m| m.family);
-    let qwen2_moe = family == Some(MoeFamily::Qwen2Moe);
     let converts = matches!(family, Some(MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::DeepseekV3));
-    let choices = if qwen2_moe { format!("some of {}", linears.join(", ")) } else { format!("all-linear or some of {}", linears.join(", ")) };
+    let choices = format!("all-linear or some of {}", linears.join(", "));
     match given.map(str::trim) {
         None => match default_targets(mt) {
             Some(t) => Ok((t.iter().map(|t| t.to_string()).collect(), false)),
@@ -101,7 +100,6 @@ fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<(Vec<String>, bool)> {
                 format!("peft 0.21.2 has no default target_modules for model_type {mt} (LoraConfig raises \"Please specify `target_modules`\"): name {choices}"),
             )),
         },
-        Some("all-linear") if qwen2_moe => Err(usage("--target-modules", "all-linear on qwen2_moe adapts its shared expert's linears (shared_expert.gate_proj/up_proj/down_proj, shared_expert_gate), which are not modelled yet: name attention projections (q_proj, k_proj, v_proj, o_proj)")),
         // peft's `_resolve_string_target_modules`: the nn.Linear leaf names (no lm_head), plus,
         // where the experts are fused (converts), the transformers-4 expert and router names,
         // which the conversion turns into target_parameters (measured: the trainable count).
@@ -178,8 +176,8 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
     }
     if let Some(m) = &hf.moe {
         let family = m.family.model_type();
-        if m.family == MoeFamily::Qwen2Moe && matches!(t, "gate_proj" | "up_proj" | "down_proj" | "shared_expert" | "shared_expert_gate") {
-            return format!("matches qwen2_moe's shared expert (its nn.Linear modules), whose adapters are not modelled yet; the attention's are: {expected}");
+        if t == "shared_expert" {
+            return format!("is the shared expert's MLP module, not an nn.Linear (peft raises on it): name its linears; adaptable modules: {expected}");
         }
         // (peft 0.21.2 converts the transformers-4 names -- mixtral's w1/w2/w3 and gate,
         // qwen2_moe's gate/gate_proj/up_proj/down_proj for qwen3_moe and deepseek_v3 -- into

@@ -511,6 +511,27 @@ def cgrid():
     return todo
 
 
+def sgrid():
+    """LoRA on Qwen2-MoE's shared expert (make_moe_grid.py's rows 12-16: every experts
+    implementation, both routings, fp32 and bf16): its nn.Linear modules shared_expert.gate_proj,
+    up_proj, down_proj and shared_expert_gate (out 1), named or through all-linear (qwen2_moe has
+    no transformers-5 conversion in peft 0.21.2: the names reach these modules), r 4-16,
+    checkpointing off, non-reentrant and reentrant, dropout, training, forward and inference."""
+    todo = []
+    p = moe_lora(12, 8, "all-linear")  # grouped_mm balanced sdpa fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = moe_lora(14, 4, "gate_proj,up_proj,down_proj")  # batched_mm worst sdpa fp32
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((moe_lora(13, 16, "all-linear", checkpoint="non-reentrant"), "training"))  # eager balanced eager bf16
+    todo.append((moe_lora(15, 8, "q_proj,shared_expert_gate", checkpoint="reentrant"), "training"))  # grouped_mm worst eager bf16
+    todo.append((moe_lora(16, 4, "down_proj,v_proj", lora_dropout=0.05), "training"))  # eager worst sdpa fp32
+    todo.append((moe_lora(15, 16, "all-linear"), "forward"))
+    todo.append((moe_lora(14, 8, "all-linear", checkpoint="reentrant"), "training"))
+    todo.append((moe_lora(16, 8, "gate_proj,up_proj", dtype="bf16"), "training"))
+    todo.append((moe_lora(13, 4, "shared_expert_gate"), "inference"))
+    return todo
+
+
 def moe_name_of(p, kind):
     import make_moe_grid as MG
     if p["model_type"] == "gpt_oss":
@@ -557,19 +578,20 @@ def main():
     tp = "--target-parameters" in sys.argv
     gptoss, deepseek = "--gpt-oss" in sys.argv, "--deepseek" in sys.argv
     gptoss_p, deepseek_p, conv = "--gpt-oss-params" in sys.argv, "--deepseek-params" in sys.argv, "--converted" in sys.argv
-    moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv
-    todo = gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    shared = "--qwen2-moe-shared" in sys.argv
+    moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared
+    todo = sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
     if moe:
-        fixture = "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
+        fixture = "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

@@ -245,7 +245,11 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
                 let shapes = ds.mla_linear_shapes(d, cfg.num_heads);
                 add_adapters(&mut b, &mut layers, lc, linears, shapes.map(|s| s.1), shapes.map(|s| s.0), true);
             }
-            None => add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d, 0, 0, 0, 0], [d, d, d, q, d, d, f, 0, 0, 0, 0], false),
+            // Qwen2-MoE's shared expert (s wide) and its shared_expert_gate (d → 1) in slots 4-7.
+            None => match hf.moe.as_ref().map(|m| m.shared_intermediate).filter(|&s| s > 0) {
+                Some(s) => add_adapters(&mut b, &mut layers, lc, linears, [q, kv, kv, d, s, s, d, 1, 0, 0, 0], [d, d, d, q, d, d, s, d, 0, 0, 0], false),
+                None => add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d, 0, 0, 0, 0], [d, d, d, q, d, d, f, 0, 0, 0, 0], false),
+            },
         }
         if let Some(m) = hf.moe.as_ref().filter(|_| !lc.target_parameters.is_empty()) {
             add_param_adapters(&mut b, &mut layers, lc, m, d);
@@ -776,7 +780,9 @@ impl Block {
             let gate_up = self.layer.gate_up.weights()[0];
             let shared = self.layer.hf.as_ref().expect("hf layer").shared_expert.as_ref();
             let lora = self.layer.hf.as_ref().expect("hf layer").param_lora.as_ref().zip(self.hf().lora.as_ref().map(|l| l.scaling()));
-            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora };
+            // The shared expert's nn.Linear modules, with peft's LoRA where adapted (slots 4-7).
+            let shared_proj = |t: usize, x: &Tensor, w: &Tensor| self.proj(t, x, w, None);
+            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora, shared_proj: Some(&shared_proj) };
             return super::moe_5_23::sparse_moe_block(m, &w, x, self.router_logits.as_deref());
         }
         let x = &self.gathered(x);

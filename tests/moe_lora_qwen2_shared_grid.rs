@@ -1,0 +1,31 @@
+//! LoRA on Qwen2-MoE's shared expert (its nn.Linear modules shared_expert.gate_proj, up_proj,
+//! down_proj and shared_expert_gate; qwen2_moe has no transformers-5 conversion in peft 0.21.2,
+//! so these names and all-linear reach them) against
+//! tests/fixtures/moe_grid/lora_qwen2_moe_shared.json (`make_lora_grid.py --qwen2-moe-shared`,
+//! routing forced as in moe.json), every phase byte for byte, parameter and trainable counts
+//! equal to peft's; and bitsandbytes on qwen2_moe stays refused.
+mod grid_common;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Points where vramscope does not match, each with the reason.
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+#[test]
+fn qwen2_moe_shared_expert_lora_grid_matches_peft() {
+    let path = format!("{}/tests/fixtures/moe_grid/lora_qwen2_moe_shared.json", env!("CARGO_MANIFEST_DIR"));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    assert_eq!(doc["peft"], "0.21.2");
+    let ps = doc["points"].as_array().unwrap();
+    let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(set("experts").len(), 3, "every experts implementation");
+    assert_eq!(set("routing").len(), 2, "balanced and worst");
+    assert_eq!(set("dtype").len(), 2, "fp32 and bf16");
+    assert_eq!(set("checkpoint").len(), 3, "checkpointing off, non-reentrant, reentrant");
+    assert_eq!(set("lora_r"), BTreeSet::from(["4".to_string(), "8".into(), "16".into()]));
+    assert_eq!(ps.iter().map(|q| q["profile_type"].to_string()).collect::<BTreeSet<_>>().len(), 3, "training, forward, inference");
+    assert!(ps.iter().any(|q| q["point"]["target_modules"] == "all-linear") && ps.iter().any(|q| q["point"]["target_modules"] == "shared_expert_gate"));
+    grid_common::check("moe_lora_qwen2_moe_shared", ps, 12, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
+}
