@@ -29,3 +29,25 @@ fn qwen2_moe_shared_expert_lora_grid_matches_peft() {
     assert!(ps.iter().any(|q| q["point"]["target_modules"] == "all-linear") && ps.iter().any(|q| q["point"]["target_modules"] == "shared_expert_gate"));
     grid_common::check("moe_lora_qwen2_moe_shared", ps, 12, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
+
+/// bitsandbytes 4-bit on Qwen2-MoE: the attention's and the shared expert's nn.Linear modules
+/// quantized (shared_expert_gate's (1, hidden) weight too), against
+/// tests/fixtures/moe_grid/qlora_qwen2_moe.json (`make_lora_grid.py --qwen2-moe-4bit`).
+#[test]
+fn qwen2_moe_4bit_grid_matches_bitsandbytes() {
+    let path = format!("{}/tests/fixtures/moe_grid/qlora_qwen2_moe.json", env!("CARGO_MANIFEST_DIR"));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    assert_eq!(doc["bitsandbytes"], "0.50.2");
+    let ps = doc["points"].as_array().unwrap();
+    let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+    assert!(ps.iter().all(|q| q["point"]["load_in_4bit"] == true));
+    assert_eq!(set("experts").len(), 3, "every experts implementation");
+    assert_eq!(set("routing").len(), 2, "balanced and worst");
+    assert_eq!(set("quant_type").len(), 2, "nf4 and fp4");
+    assert_eq!(set("double_quant").len(), 2);
+    assert_eq!(set("compute_dtype").len(), 2);
+    assert_eq!(set("checkpoint").len(), 2, "prepare's reentrant and non-reentrant checkpointing");
+    assert_eq!(ps.iter().map(|q| q["profile_type"].to_string()).collect::<BTreeSet<_>>().len(), 3, "training, forward, inference");
+    grid_common::check("qlora_qwen2_moe", ps, 12, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
+}

@@ -532,6 +532,28 @@ def sgrid():
     return todo
 
 
+def q2grid():
+    """bitsandbytes 4-bit on Qwen2-MoE (make_moe_grid.py's rows 12-16): it quantizes every
+    nn.Linear but lm_head -- the attention's and the shared expert's gate_proj, up_proj,
+    down_proj and shared_expert_gate (a (1, hidden) weight) -- while the router and the 3-D
+    experts stay in the load dtype (fp32 after prepare_model_for_kbit_training); LoRA on the
+    attention, the shared expert and all-linear, nf4/fp4, double quant on/off, compute bf16/fp32,
+    r 4-16, reentrant and non-reentrant checkpointing (prepare's), training, forward, inference."""
+    todo = []
+    p = bnb_of(moe_lora(12, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16"), 4)  # grouped_mm balanced
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = bnb_of(moe_lora(13, 16, "all-linear", checkpoint="reentrant", dtype="bf16"), 4)  # eager balanced
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((bnb_of(moe_lora(14, 4, "gate_proj,up_proj,down_proj", checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))  # batched_mm worst
+    todo.append((bnb_of(moe_lora(15, 8, "all-linear", checkpoint="non-reentrant", dtype="bf16"), 4), "training"))  # grouped_mm worst
+    todo.append((bnb_of(moe_lora(16, 4, "shared_expert_gate,o_proj", checkpoint="reentrant", dtype="bf16"), 4, "nf4", False), "training"))  # eager worst
+    todo.append((bnb_of(moe_lora(12, 16, "all-linear", checkpoint="reentrant", dtype="bf16"), 4, compute_dtype="fp32"), "training"))
+    todo.append((bnb_of(moe_lora(14, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16"), 4), "inference"))
+    todo.append((bnb_of(moe_lora(15, 4, "all-linear", checkpoint="reentrant", dtype="bf16"), 4, "fp4", True), "forward"))
+    todo.append((bnb_of(moe_lora(16, 8, "all-linear", checkpoint="non-reentrant", dtype="fp32"), 4), "training"))
+    return todo
+
+
 def moe_name_of(p, kind):
     import make_moe_grid as MG
     if p["model_type"] == "gpt_oss":
@@ -578,20 +600,20 @@ def main():
     tp = "--target-parameters" in sys.argv
     gptoss, deepseek = "--gpt-oss" in sys.argv, "--deepseek" in sys.argv
     gptoss_p, deepseek_p, conv = "--gpt-oss-params" in sys.argv, "--deepseek-params" in sys.argv, "--converted" in sys.argv
-    shared = "--qwen2-moe-shared" in sys.argv
-    moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared
-    todo = sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    shared, q2 = "--qwen2-moe-shared" in sys.argv, "--qwen2-moe-4bit" in sys.argv
+    moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared or q2
+    todo = q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
     if moe:
-        fixture = "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
+        fixture = "qlora_qwen2_moe.json" if q2 else "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

@@ -175,7 +175,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         }
         .map(|[nq, nk]| [b.param(p("self_attn.q_norm.weight"), &[nq], norm_init), b.param(p("self_attn.k_norm.weight"), &[nk], norm_init)]);
         if let Some(m) = &hf.moe {
-            let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
+            let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d, &mut lin);
             let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
             let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
             // bitsandbytes quantizes the attention's nn.Linear modules only (the router and the
@@ -304,7 +304,8 @@ type LinearMaker<'a> = dyn FnMut(&mut Builder, usize, &str, usize, usize, bool) 
 /// `shared_expert` and `shared_expert_gate`): the router (experts, hidden), the experts'
 /// `gate_up_proj` (experts, 2·I, hidden) and `down_proj` (experts, hidden, I).
 type MoeParams = (Tensor, Tensor, Tensor, Option<[Tensor; 4]>);
-fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> String, d: usize) -> MoeParams {
+/// Qwen2-MoE's shared expert is nn.Linear modules (slots 4-7 of `lin`: bitsandbytes quantizes them).
+fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> String, d: usize, lin: &mut LinearMaker<'_>) -> MoeParams {
     let std = Init::Normal { std: 0.02 };
     let (e, i) = (m.experts, m.intermediate);
     let router_first = m.family != super::moe::MoeFamily::Qwen3Moe;
@@ -315,10 +316,10 @@ fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> S
     let shared = (m.shared_intermediate > 0).then(|| {
         let s = m.shared_intermediate;
         [
-            b.param(p("mlp.shared_expert.gate_proj.weight"), &[s, d], std),
-            b.param(p("mlp.shared_expert.up_proj.weight"), &[s, d], std),
-            b.param(p("mlp.shared_expert.down_proj.weight"), &[d, s], std),
-            b.param(p("mlp.shared_expert_gate.weight"), &[1, d], std),
+            lin(b, 4, "mlp.shared_expert.gate_proj", s, d, false).0,
+            lin(b, 5, "mlp.shared_expert.up_proj", s, d, false).0,
+            lin(b, 6, "mlp.shared_expert.down_proj", d, s, false).0,
+            lin(b, 7, "mlp.shared_expert_gate", 1, d, false).0,
         ]
     });
     (router, gate_up, down, shared)
