@@ -26,8 +26,11 @@ pub struct MoeWeights<'a> {
     pub lora: Option<(&'a ParamAdapters, f64)>,
     /// The shared expert's linears by slot (4-6: gate/up/down_proj, 7: shared_expert_gate),
     /// with peft's LoRA where adapted; None: plain.
-    pub shared_proj: Option<&'a dyn Fn(usize, &Tensor, &Tensor) -> Tensor>,
+    pub shared_proj: Option<SharedProj<'a>>,
 }
+
+/// A linear by its slot of `lora::SLOTS`: (slot, input, weight) → output.
+pub type SharedProj<'a> = &'a dyn Fn(usize, &Tensor, &Tensor) -> Tensor;
 
 /// `SparseMoeBlock.forward(hidden_states)` on (B, S, hidden); `record` is the
 /// `output_router_logits` collector, handed the router's logits as it returns.
