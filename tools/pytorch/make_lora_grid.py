@@ -17,6 +17,10 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
                                                 # over bf16 and 4-bit weights
     JOBS=1 python3 make_lora_grid.py --int8     # tests/fixtures/hf_grid/int8.json: LLM.int8() (load_in_8bit),
                                                 # CUDA's MatMul8bitLt run on CPU
+    JOBS=1 python3 make_lora_grid.py --gpt-oss-params | --deepseek-params | --converted |
+                    --qwen2-moe-shared | --qwen2-moe-4bit   # tests/fixtures/moe_grid/: peft's target_parameters on
+                                                # gpt-oss / DeepSeek-V3, its MoE conversion (all-linear, v4 names),
+                                                # Qwen2-MoE's shared expert (LoRA, 4-bit)
     python3 make_lora_grid.py [--qlora] --only adafactor   # re-measure the points whose name contains
                                                 # it, keep the fixture's others
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
