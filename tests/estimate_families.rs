@@ -231,6 +231,7 @@ fn not_derived_is_refused_naming_profile() {
         use_dora: false,
         modules_to_save: vec![],
         target_parameters: vec![],
+        gate_up_doubled: false,
     });
     let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
     assert_eq!(e.flag, "--lora-r", "{e}");

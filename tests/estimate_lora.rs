@@ -79,6 +79,7 @@ fn config(p: &Point) -> ModelConfig {
         dropout: p.dropout,
         targets: p.targets.iter().map(|t| t.to_string()).collect(),
         target_parameters: vec![],
+        gate_up_doubled: false,
         dropout_kernel: Default::default(),
         bias: p.bias,
         use_dora: false,

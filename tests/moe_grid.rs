@@ -256,10 +256,12 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Mixtral-8x7B", "--routing", counts.to_str().unwrap()], "--routing");
     bad(&["--preset", "Mixtral-8x7B", "--experts-implementation", "sonic"], "--experts-implementation");
     bad(&["--preset", "Llama-3.2-1B", "--routing", "worst"], "--routing");
-    // The experts (3-D parameters) and the router (no nn.Linear) are no LoRA targets here.
+    // The experts (3-D parameters) and the router (no nn.Linear) are no LoRA modules: peft
+    // reaches them through target_parameters, converting the transformers-4 names (w1/w3,
+    // gate_proj/up_proj: both halves of gate_up_proj; tests/moe_lora_converted_grid.rs).
     bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "experts"], "target_parameters");
-    bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "gate"], "not an nn.Linear");
-    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "all-linear"], "target_parameters");
+    bad(&["--preset", "gpt-oss-20b", "--lora-r", "8", "--target-modules", "router"], "not an nn.Linear");
+    bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "up_proj"], "without also targeting gate_proj");
     // No default target_modules works on these under transformers 5 (mixtral's is converted away).
     bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8"], "--target-modules");
     bad(&["--preset", "Mixtral-8x7B", "--lora-r", "8"], "NoMatchingPeftModuleError");

@@ -445,6 +445,13 @@ impl ModelConfig {
         if let Some(ds) = h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
             shapes = ds.mla_linear_shapes(self.d_model, self.num_heads).map(|(i, o)| (i as u128, o as u128));
         }
+        // Qwen2-MoE's shared expert (s wide) and shared_expert_gate (d → 1): lora::QWEN2_MOE_SHARED.
+        if let Some(s) = h.moe.as_ref().filter(|m| m.deepseek.is_none()).map(|m| m.shared_intermediate as u128).filter(|&s| s > 0) {
+            shapes[4] = (d, s);
+            shapes[5] = (d, s);
+            shapes[6] = (s, d);
+            shapes[7] = (d, 1);
+        }
         let per_layer: u128 = crate::model::lora::linears_of(h)
             .iter()
             .map(|&(slot, name)| (name, shapes[slot]))
@@ -453,23 +460,26 @@ impl ModelConfig {
             .map(|(_, (i, o))| (lc.r as u128).saturating_mul(i.saturating_add(o)).saturating_add(if lc.use_dora { o } else { 0 }))
             .fold(0u128, u128::saturating_add);
         // peft's ParamWrapper (target_parameters): r·E × in and out × r·E per 3-D expert
-        // weight, r × hidden and E × r for the router.
-        let params: u128 = h.moe.as_ref().map_or(0, |m| {
+        // weight (gate_up_proj at twice the rank when peft's conversion doubled it), r × hidden
+        // and E × r for the router; in the sparse layers only (DeepSeek-V3's first ones are dense).
+        let (params, sparse_layers): (u128, u128) = h.moe.as_ref().map_or((0, 0), |m| {
             let (e, i, r) = (m.experts as u128, m.intermediate as u128, lc.r as u128);
-            let re = r.saturating_mul(e);
             let mut n = 0u128;
-            if lc.targets_parameter("mlp.gate.weight") {
+            if lc.targets_router() {
                 n = n.saturating_add(r.saturating_mul(d.saturating_add(e)));
             }
             if lc.targets_parameter("mlp.experts.gate_up_proj") {
+                let re = (lc.gate_up_rank() as u128).saturating_mul(e);
                 n = n.saturating_add(re.saturating_mul(d.saturating_add(i.saturating_mul(2))));
             }
             if lc.targets_parameter("mlp.experts.down_proj") {
-                n = n.saturating_add(re.saturating_mul(i.saturating_add(d)));
+                n = n.saturating_add(r.saturating_mul(e).saturating_mul(i.saturating_add(d)));
             }
-            n
+            let sparse = (0..self.num_layers).filter(|&l| m.deepseek.as_ref().is_none_or(|ds| ds.is_sparse(l))).count();
+            (n, sparse as u128)
         });
-        u64::try_from(per_layer.saturating_add(params).saturating_mul(self.num_layers as u128)).unwrap_or(u64::MAX)
+        let total = per_layer.saturating_mul(self.num_layers as u128).saturating_add(params.saturating_mul(sparse_layers));
+        u64::try_from(total).unwrap_or(u64::MAX)
     }
 
     /// Elements of the base biases peft's `bias` option leaves trainable.

@@ -53,11 +53,19 @@ pub const MLA_Q_LORA: [(usize, &str); 5] = [(0, "q_a_proj"), (1, "q_b_proj"), (2
 /// [`MLA_Q_LORA`] without `q_lora_rank`: one `q_proj`.
 pub const MLA_Q_PROJ: [(usize, &str); 4] = [(0, "q_proj"), (2, "kv_a_proj_with_mqa"), (7, "kv_b_proj"), (3, "o_proj")];
 
-/// [`layer_linears`] of `hf`'s decoder layers (DeepSeek-V3: its latent attention's).
+/// Qwen2-MoE's linears: the attention's, then its shared expert's `shared_expert.gate_proj`,
+/// `up_proj`, `down_proj` (slots 4-6) and `shared_expert_gate` (slot 7, out 1): qwen2_moe has no
+/// transformers-5 conversion in peft 0.21.2, so these names (and all-linear) reach them.
+pub const QWEN2_MOE_SHARED: [(usize, &str); 8] =
+    [(0, "q_proj"), (1, "k_proj"), (2, "v_proj"), (3, "o_proj"), (4, "gate_proj"), (5, "up_proj"), (6, "down_proj"), (7, "shared_expert_gate")];
+
+/// [`layer_linears`] of `hf`'s decoder layers (DeepSeek-V3: its latent attention's; Qwen2-MoE:
+/// with its shared expert's).
 pub fn linears_of(hf: &crate::model::hf::HfConfig) -> &'static [(usize, &'static str)] {
     match hf.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
         Some(ds) if ds.q_lora_rank.is_some() => &MLA_Q_LORA,
         Some(_) => &MLA_Q_PROJ,
+        None if hf.moe.as_ref().is_some_and(|m| m.family == crate::model::hf::moe::MoeFamily::Qwen2Moe && m.shared_intermediate > 0) => &QWEN2_MOE_SHARED,
         None => layer_linears(hf.model_type, hf.moe.is_some()),
     }
 }
@@ -95,6 +103,10 @@ pub struct LoraConfig {
     /// adapts (MoE experts and router).
     #[serde(default)]
     pub target_parameters: Vec<String>,
+    /// peft's conversion for transformers 5's fused experts (`lora_params::convert`) named both
+    /// halves of `gate_up_proj`: its rank_pattern and alpha_pattern double r and alpha there.
+    #[serde(default)]
+    pub gate_up_doubled: bool,
     /// The dropout kernel (CUDA's unless a CPU measurement is reproduced).
     #[serde(default)]
     pub dropout_kernel: DropoutKernel,
@@ -152,6 +164,19 @@ impl LoraConfig {
     /// Whether `target_parameters` names `param` (one of `lora_params::TARGET_PARAMETERS`).
     pub fn targets_parameter(&self, param: &str) -> bool {
         self.target_parameters.iter().any(|t| t == param)
+    }
+    /// Whether `target_parameters` names the router's weight (`mlp.gate.weight`, gpt-oss's
+    /// `mlp.router.weight`).
+    pub fn targets_router(&self) -> bool {
+        self.target_parameters.iter().any(|t| crate::model::lora_params::is_router(t))
+    }
+    /// The rank of the experts' `gate_up_proj` adapter (the scaling stays alpha / r: both double).
+    pub fn gate_up_rank(&self) -> usize {
+        if self.gate_up_doubled {
+            self.r.saturating_mul(2)
+        } else {
+            self.r
+        }
     }
     /// Whether `modules_to_save` names `module` (one of [`MODULES_TO_SAVE`]).
     pub fn saves(&self, module: &str) -> bool {

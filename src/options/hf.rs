@@ -65,13 +65,16 @@ pub struct HfFlags {
     /// peft's default is q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and
     /// gemma3_text; phi3, olmo2 and the mixture-of-experts types need them named (Phi-3's are
     /// qkv_proj, o_proj, gate_up_proj, down_proj; an MoE model's adaptable linears are its
-    /// attention's).
+    /// attention's). On mixtral, qwen3_moe and deepseek_v3 peft converts the transformers-4
+    /// names of the experts and the router (mixtral: w1, w3, w2, gate; the others: gate_proj,
+    /// up_proj, down_proj, gate), all-linear included, into --target-parameters, with r and
+    /// lora_alpha doubled on gate_up_proj (both of its halves must be named).
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_modules(), long, value_name = "MODULES", requires = "lora_r")]
     pub target_modules: Option<String>,
     /// LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters
     ///
     /// peft's ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj,
-    /// mlp.experts.down_proj and the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe;
+    /// mlp.experts.down_proj and the router's mlp.gate.weight (gpt_oss: mlp.router.weight;
     /// matched by suffix as peft matches them). Without --target-modules no module is adapted.
     #[arg(help_heading = super::heading::LORA, value_parser = super::values::target_parameters(), long, value_name = "PARAMETERS", requires = "lora_r")]
     pub target_parameters: Option<String>,
@@ -323,14 +326,7 @@ impl HfFlags {
         if !(0.0..1.0).contains(&dropout) {
             return Err(usage("--lora-dropout", format!("{dropout} (expected a probability in [0, 1))")));
         }
-        let target_parameters = super::lora_targets::resolve_parameters(self.target_parameters.as_deref(), hf, self)?;
-        let targets = if self.target_modules.is_none() && !target_parameters.is_empty() {
-            // target_modules=None with target_parameters: peft adapts no module (mixtral and
-            // qwen3_moe: convert_peft_config_for_transformers empties it; qwen2_moe: no default).
-            Vec::new()
-        } else {
-            super::lora_targets::resolve(self.target_modules.as_deref(), hf)?
-        };
+        let super::lora_targets::Targets { modules: targets, parameters: target_parameters, gate_up_doubled } = super::lora_targets::resolve_targets(self, hf)?;
         let bias = match self.lora_bias.as_deref() {
             None => crate::model::lora::LoraBias::None,
             Some(b) => crate::model::lora::LoraBias::parse(b).ok_or_else(|| usage("--lora-bias", format!("'{b}' (expected none, all or lora_only)")))?,
@@ -362,7 +358,7 @@ impl HfFlags {
             // Module order (the order peft wraps them in).
             modules_to_save.sort_by_key(|m| MODULES_TO_SAVE.iter().position(|x| x == m));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
+        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, gate_up_doubled, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
     }
 }
 

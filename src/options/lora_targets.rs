@@ -12,22 +12,82 @@ fn model_type(hf: &HfConfig) -> &'static str {
     hf.moe.as_ref().map_or(hf.model_type.name(), |m| m.family.model_type())
 }
 
-/// The modules `--target-modules` adapts on `hf` (in the order given, each once).
-pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
+/// What `--target-modules` and `--target-parameters` adapt, after peft's conversion for
+/// transformers 5's fused experts.
+pub struct Targets {
+    /// The nn.Linear modules (in the order given, each once).
+    pub modules: Vec<String>,
+    /// The ParamWrapper parameters, in `lora_params::target_parameters` order.
+    pub parameters: Vec<String>,
+    /// peft's rank_pattern/alpha_pattern doubled r and alpha on the experts' gate_up_proj.
+    pub gate_up_doubled: bool,
+}
+
+/// `--target-modules` and `--target-parameters` as peft 0.21.2 resolves them on `hf`: the
+/// module names, the parameters, and (mixtral, qwen3_moe, deepseek_v3) the conversion of the
+/// transformers-4 expert and router names (`all-linear` included) into target_parameters.
+/// Refuses what peft refuses on a ParamWrapper (lora_dropout, DoRA) and what is not measured.
+pub fn resolve_targets(flags: &super::hf::HfFlags, hf: &HfConfig) -> Result<Targets> {
+    let mut parameters = resolve_parameters(flags.target_parameters.as_deref(), hf)?;
+    let (modules, gate_up_doubled) = if flags.target_modules.is_none() && !parameters.is_empty() {
+        // target_modules=None with target_parameters: peft adapts no module (mixtral, qwen3_moe
+        // and deepseek_v3: convert_peft_config_for_transformers empties it; the others: no
+        // default, and `_prepare_adapter_config` accepts target_parameters alone).
+        (Vec::new(), false)
+    } else {
+        let (names, all_linear) = resolve(flags.target_modules.as_deref(), hf)?;
+        match hf.moe.as_ref().and_then(|m| crate::model::lora_params::convert(m.family, &names)) {
+            None => (names, false),
+            Some(Err(why)) => return Err(usage("--target-modules", why)),
+            Some(Ok(c)) => {
+                if !all_linear {
+                    check_modules(&c.modules, hf)?;
+                }
+                for p in c.parameters {
+                    if !parameters.iter().any(|x| x == p) {
+                        parameters.push(p.to_string());
+                    }
+                }
+                let family = hf.moe.as_ref().expect("converted").family;
+                parameters.sort_by_key(|p| crate::model::lora_params::target_parameters(family).iter().position(|x| x == p));
+                (c.modules, c.gate_up_doubled)
+            }
+        }
+    };
+    if modules.is_empty() && parameters.is_empty() {
+        return Err(usage("--target-modules", "names no module"));
+    }
+    if !parameters.is_empty() {
+        let given = flags.target_parameters.is_some();
+        let via = if given { "--target-parameters" } else { "--target-modules (converted by peft into target_parameters on the experts and the router)" };
+        if flags.lora_dropout.is_some_and(|p| p != 0.0) {
+            return Err(usage("--lora-dropout", format!("peft 0.21.2's ParamWrapper ({via}) raises \"does not work with lora_dropout != 0\": use 0")));
+        }
+        if flags.use_dora {
+            return Err(usage("--use-dora", format!("peft 0.21.2's ParamWrapper ({via}) raises \"does not work with use_dora=True\"")));
+        }
+        if flags.load_in_4bit || flags.load_in_8bit {
+            let flag = if flags.load_in_4bit { "--load-in-4bit" } else { "--load-in-8bit" };
+            return Err(usage(flag, format!("with target_parameters ({via}: peft's ParamWrapper on the unquantized experts of a bitsandbytes model) is not measured yet: LoRA on the attention (--target-modules naming its projections) is")));
+        }
+    }
+    Ok(Targets { modules, parameters, gate_up_doubled })
+}
+
+/// The modules `--target-modules` names on `hf` before peft's MoE conversion (in the order
+/// given, each once; the names conversion maps are kept for it), and whether it was `all-linear`.
+fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<(Vec<String>, bool)> {
     let mt = model_type(hf);
     let linears: Vec<&str> = linears_of(hf).iter().map(|(_, n)| *n).collect();
     let family = hf.moe.as_ref().map(|m| m.family);
-    let qwen2_moe = family == Some(MoeFamily::Qwen2Moe);
-    // gpt_oss has no transformers-5 conversion in peft 0.21.2: all-linear is its attention's
-    // nn.Linear modules (the router and the experts are none).
-    let all_linear_ok = hf.moe.is_none() || family == Some(MoeFamily::GptOss);
-    let choices = if all_linear_ok { format!("all-linear or some of {}", linears.join(", ")) } else { format!("some of {}", linears.join(", ")) };
+    let converts = matches!(family, Some(MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::DeepseekV3));
+    let choices = format!("all-linear or some of {}", linears.join(", "));
     match given.map(str::trim) {
         None => match default_targets(mt) {
-            Some(t) => Ok(t.iter().map(|t| t.to_string()).collect()),
+            Some(t) => Ok((t.iter().map(|t| t.to_string()).collect(), false)),
             None if mt == "mixtral" => Err(usage(
                 "--target-modules",
-                format!("peft 0.21.2's default for mixtral (q_proj,v_proj) does not apply under transformers 5: convert_peft_config_for_transformers turns a missing target_modules into an empty set and get_peft_model raises NoMatchingPeftModuleError; name some of {}", linears.join(", ")),
+                format!("peft 0.21.2's default for mixtral (q_proj,v_proj) does not apply under transformers 5: convert_peft_config_for_transformers turns a missing target_modules into an empty set and get_peft_model raises NoMatchingPeftModuleError; name {choices}"),
             )),
             // deepseek_v3's config is converted as qwen2_moe's: the missing target_modules is
             // emptied first (measured: NoMatchingPeftModuleError).
@@ -40,33 +100,19 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
                 format!("peft 0.21.2 has no default target_modules for model_type {mt} (LoraConfig raises \"Please specify `target_modules`\"): name {choices}"),
             )),
         },
-        Some("all-linear") if family == Some(MoeFamily::DeepseekV3) => Err(usage(
-            "--target-modules",
-            format!(
-                "all-linear on deepseek_v3: peft 0.21.2 (converting the config for transformers 5's fused experts, deepseek_v3 as qwen2_moe) adapts the latent attention's linears and turns gate_proj/up_proj/down_proj and gate into target_parameters on the routed experts (rank doubled on gate_up_proj) and the router, which is not modelled yet: name some of {}",
-                linears.join(",")
-            ),
-        )),
-        Some("all-linear") if all_linear_ok => Ok(linears.iter().map(|t| t.to_string()).collect()),
-        Some("all-linear") if qwen2_moe => Err(usage("--target-modules", "all-linear on qwen2_moe adapts its shared expert's linears (shared_expert.gate_proj/up_proj/down_proj, shared_expert_gate), which are not modelled yet: name attention projections (q_proj, k_proj, v_proj, o_proj)")),
-        // With transformers 5, peft 0.21.2 converts a Mixtral/Qwen3-MoE LoraConfig for the fused
-        // experts (convert_peft_config_for_transformers): all-linear becomes the attention's
-        // linears plus target_parameters on the experts' and the router's weights (measured:
-        // the trainable count includes a LoRA per expert).
-        Some("all-linear") if hf.moe.is_some() => Err(usage(
-            "--target-modules",
-            format!(
-                "all-linear on {mt}: peft 0.21.2 (converting the config for transformers 5's fused experts) adapts the attention's linears and, through target_parameters (its ParamWrapper), the experts' 3-D gate_up_proj/down_proj (rank doubled on gate_up_proj) and the router's weight; that conversion is not modelled yet: name the attention's projections ({}) with --target-modules and the experts' and router's parameters with --target-parameters",
-                linears.join(",")
-            ),
-        )),
-        Some("all-linear") => unreachable!("all-linear on a dense model is all_linear_ok"),
+        // peft's `_resolve_string_target_modules`: the nn.Linear leaf names (no lm_head), plus,
+        // where the experts are fused (converts), the transformers-4 expert and router names,
+        // which the conversion turns into target_parameters (measured: the trainable count).
+        Some("all-linear") => {
+            let mut v: Vec<String> = linears.iter().map(|t| t.to_string()).collect();
+            if let Some(f) = family {
+                v.extend(crate::model::lora_params::converted_names(f).iter().map(|t| t.to_string()));
+            }
+            Ok((v, true))
+        }
         Some(list) => {
             let mut v: Vec<String> = Vec::new();
             for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                if !linears.contains(&t) {
-                    return Err(usage("--target-modules", format!("'{t}': {}", not_a_target(t, hf, &linears))));
-                }
                 if !v.iter().any(|x| x == t) {
                     v.push(t.to_string());
                 }
@@ -74,48 +120,44 @@ pub fn resolve(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
             if v.is_empty() {
                 return Err(usage("--target-modules", "names no module"));
             }
-            Ok(v)
+            if !converts {
+                check_modules(&v, hf)?;
+            }
+            Ok((v, false))
         }
+    }
+}
+
+/// Every name of `modules` is an adaptable linear of `hf`.
+fn check_modules(modules: &[String], hf: &HfConfig) -> Result<()> {
+    let linears: Vec<&str> = linears_of(hf).iter().map(|(_, n)| *n).collect();
+    match modules.iter().find(|t| !linears.contains(&t.as_str())) {
+        Some(t) => Err(usage("--target-modules", format!("'{t}': {}", not_a_target(t, hf, &linears)))),
+        None => Ok(()),
     }
 }
 
 /// `--target-parameters`: the sparse MoE block's parameters peft's ParamWrapper adapts, each
 /// name matched as peft matches it (the full `module.parameter` key or a suffix of it at a dot),
-/// in `lora_params::TARGET_PARAMETERS` order; empty without the flag. Refuses what peft refuses
-/// (ParamWrapper raises on lora_dropout and DoRA) and what is not measured (named).
-pub fn resolve_parameters(given: Option<&str>, hf: &HfConfig, flags: &super::hf::HfFlags) -> Result<Vec<String>> {
-    use crate::model::lora_params::TARGET_PARAMETERS;
+/// in `lora_params::target_parameters` order; empty without the flag.
+fn resolve_parameters(given: Option<&str>, hf: &HfConfig) -> Result<Vec<String>> {
     let Some(list) = given.map(str::trim) else { return Ok(Vec::new()) };
     let Some(m) = &hf.moe else {
         return Err(usage("--target-parameters", format!("model_type {} has no 3-D expert or router parameters (use --target-modules)", hf.model_type.name())));
     };
-    if matches!(m.family, MoeFamily::GptOss | MoeFamily::DeepseekV3) {
-        return Err(usage(
-            "--target-parameters",
-            format!("on {} is not modelled yet (mixtral, qwen3_moe and qwen2_moe are; LoRA on its attention, --target-modules, is)", m.family.model_type()),
-        ));
-    }
-    if m.deepseek.is_some() {
-        return Err(usage("--target-parameters", "on a DeepSeek-style block is not modelled yet"));
-    }
-    if flags.lora_dropout.is_some_and(|p| p != 0.0) {
-        return Err(usage("--lora-dropout", "peft 0.21.2's ParamWrapper (--target-parameters) raises \"does not work with lora_dropout != 0\": use 0"));
-    }
-    if flags.use_dora {
-        return Err(usage("--use-dora", "peft 0.21.2's ParamWrapper (--target-parameters) raises \"does not work with use_dora=True\""));
-    }
-    if flags.load_in_4bit || flags.load_in_8bit {
-        let flag = if flags.load_in_4bit { "--load-in-4bit" } else { "--load-in-8bit" };
-        return Err(usage(flag, "with --target-parameters (peft's ParamWrapper on the unquantized experts of a bitsandbytes model) is not measured yet: LoRA on the attention (--target-modules) is"));
-    }
+    let keys = crate::model::lora_params::target_parameters(m.family);
     let mut picked = [false; 3];
     for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        match crate::model::lora_params::resolve_name(t).and_then(|k| TARGET_PARAMETERS.iter().position(|x| *x == k)) {
+        match crate::model::lora_params::resolve_name(t, m.family).and_then(|k| keys.iter().position(|x| *x == k)) {
             Some(i) => picked[i] = true,
+            // gpt-oss's expert biases are 2-D parameters peft would wrap too.
+            None if m.family == MoeFamily::GptOss && t.ends_with("bias") => {
+                return Err(usage("--target-parameters", format!("'{t}': a ParamWrapper on gpt-oss's biases is not modelled yet (peft wraps the experts' 2-D biases and raises on the router's 1-D one; the weights are: {})", keys.join(", "))))
+            }
             None => {
                 return Err(usage(
                     "--target-parameters",
-                    format!("'{t}': names none of the sparse block's parameters peft can wrap ({}; a suffix at a dot matches, as in peft)", TARGET_PARAMETERS.join(", ")),
+                    format!("'{t}': names none of the sparse block's parameters peft can wrap ({}; a suffix at a dot matches, as in peft)", keys.join(", ")),
                 ))
             }
         }
@@ -123,7 +165,7 @@ pub fn resolve_parameters(given: Option<&str>, hf: &HfConfig, flags: &super::hf:
     if !picked.iter().any(|&p| p) {
         return Err(usage("--target-parameters", "names no parameter"));
     }
-    Ok((0..3).filter(|&i| picked[i]).map(|i| TARGET_PARAMETERS[i].to_string()).collect())
+    Ok((0..3).filter(|&i| picked[i]).map(|i| keys[i].to_string()).collect())
 }
 
 /// Why `t` is not an adaptable linear of `hf`.
@@ -134,16 +176,17 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
     }
     if let Some(m) = &hf.moe {
         let family = m.family.model_type();
-        if m.family == MoeFamily::Qwen2Moe && matches!(t, "gate_proj" | "up_proj" | "down_proj" | "shared_expert" | "shared_expert_gate") {
-            return format!("matches qwen2_moe's shared expert (its nn.Linear modules), whose adapters are not modelled yet; the attention's are: {expected}");
+        if t == "shared_expert" {
+            return format!("is the shared expert's MLP module, not an nn.Linear (peft raises on it): name its linears; adaptable modules: {expected}");
         }
-        // peft 0.21.2 converts these names of the transformers-4 layout (mixtral's w1/w2/w3 and
-        // gate, qwen3_moe's gate/gate_proj/up_proj/down_proj) into target_parameters.
-        if m.family == MoeFamily::DeepseekV3 && matches!(t, "gate_proj" | "up_proj" | "down_proj" | "gate" | "shared_experts" | "mlp") {
-            return format!("deepseek_v3's MLP linears (the dense layers' and the shared experts' gate_proj/up_proj/down_proj) take no LoRA from a name under transformers 5: peft 0.21.2 converts gate_proj/up_proj/down_proj and gate into target_parameters on the routed experts' 3-D gate_up_proj/down_proj and the router (deepseek_v3 converts as qwen2_moe), which is not modelled yet; adaptable modules: {expected}");
+        // (peft 0.21.2 converts the transformers-4 names -- mixtral's w1/w2/w3 and gate,
+        // qwen2_moe's gate/gate_proj/up_proj/down_proj for qwen3_moe and deepseek_v3 -- into
+        // target_parameters before this check.)
+        if m.family == MoeFamily::DeepseekV3 && matches!(t, "shared_experts" | "mlp") {
+            return format!("deepseek_v3's MLP linears (the dense layers' and the shared experts' gate_proj/up_proj/down_proj) take no LoRA from a name under transformers 5: peft 0.21.2 converts gate_proj/up_proj/down_proj and gate into target_parameters on the routed experts' 3-D gate_up_proj/down_proj and the router (deepseek_v3 converts as qwen2_moe); adaptable modules: {expected}");
         }
         if m.family == MoeFamily::GptOss && matches!(t, "router" | "gate") {
-            return format!("gpt_oss's router (mlp.router, a GptOssTopKRouter) holds plain nn.Parameters, not an nn.Linear: peft 0.21.2 adapts it only through target_parameters, which is not modelled on gpt_oss yet; adaptable modules: {expected}");
+            return format!("gpt_oss's router (mlp.router, a GptOssTopKRouter) holds plain nn.Parameters, not an nn.Linear: peft 0.21.2 adapts it only through target_parameters: use --target-parameters mlp.router.weight; adaptable modules: {expected}");
         }
         if t == "gate" {
             return format!("{family}'s router (mlp.gate) holds a plain nn.Parameter, not an nn.Linear: peft 0.21.2 adapts it only as target_parameters (gate.weight, its ParamWrapper): use --target-parameters mlp.gate.weight; adaptable modules: {expected}");
@@ -190,7 +233,9 @@ pub fn check_new_models(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Resul
             // shared experts'): those are what bitsandbytes quantizes.
             MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::GptOss => {}
             MoeFamily::DeepseekV3 if four_bit => {}
-            MoeFamily::Qwen2Moe => return Err(usage(flag, "bitsandbytes on qwen2_moe quantizes its shared expert's nn.Linear modules, which is not modelled yet (mixtral, qwen3_moe and gpt_oss are)")),
+            // Qwen2-MoE: also its shared expert's (gate/up/down_proj, shared_expert_gate).
+            MoeFamily::Qwen2Moe if four_bit => {}
+            MoeFamily::Qwen2Moe => return Err(usage(flag, "LLM.int8() on qwen2_moe is not measured yet (its 4-bit load is)")),
             MoeFamily::DeepseekV3 => {
                 return Err(usage(
                     flag,

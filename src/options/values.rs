@@ -131,13 +131,16 @@ pub fn data_kinds() -> Listed {
 /// linears.
 pub fn target_modules() -> Listed {
     let fused = [value("qkv_proj", "Phi-3's fused q, k, v projection"), value("gate_up_proj", "Phi-3's fused gate and up projection")];
-    Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))).chain(fused))
+    // Mixtral's transformers-4 expert and router names, which peft converts into target_parameters.
+    let mixtral = [value("w1", "Mixtral's experts' gate half (with w3)"), value("w3", "Mixtral's experts' up half (with w1)"), value("w2", "Mixtral's experts' down projection"), value("gate", "an MoE router")];
+    Listed::new(std::iter::once(value("all-linear", "every linear of the decoder")).chain(crate::model::lora::TARGETS.iter().map(|t| value(*t, ""))).chain(fused).chain(mixtral))
 }
 
 /// `--target-parameters`: [`crate::model::lora_params::TARGET_PARAMETERS`] (a comma list).
 pub fn target_parameters() -> Listed {
     Listed::new([
         value("mlp.gate.weight", "the router's weight (experts × hidden)"),
+        value("mlp.router.weight", "gpt-oss's router weight (experts × hidden)"),
         value("mlp.experts.gate_up_proj", "the experts' fused gate and up projections (3-D)"),
         value("mlp.experts.down_proj", "the experts' down projections (3-D)"),
     ])

@@ -76,23 +76,47 @@ pub fn config_of(p: &Value) -> ModelConfig {
 pub fn apply_peft(p: &Value, hf: &mut HfConfig) {
     if let Some(r) = p["lora_r"].as_u64() {
         // No target_modules: peft's default for the model_type (measure_hf.py passes None).
-        let targets: Vec<String> = match p["target_modules"].as_str() {
+        let family = hf.moe.as_ref().map(|m| m.family);
+        let names: Vec<String> = match p["target_modules"].as_str() {
             // target_modules=[] (or None beside target_parameters): no module adapted.
             Some("") => Vec::new(),
             None if p["target_parameters"].is_string() => Vec::new(),
             None => default_targets(hf.model_type.name()).expect("peft has a default for the model type").iter().map(|t| t.to_string()).collect(),
-            // Every linear of the layer (gpt_oss adapts those of them it has: its attention's).
-            Some("all-linear") => linears_of(hf).iter().map(|(_, t)| t.to_string()).collect(),
+            // Every linear of the layer (gpt_oss adapts those of them it has: its attention's),
+            // plus the transformers-4 expert and router names peft converts.
+            Some("all-linear") => {
+                let mut v: Vec<String> = linears_of(hf).iter().map(|(_, t)| t.to_string()).collect();
+                v.extend(family.map_or(Vec::new(), vramscope::model::lora_params::converted_names).iter().map(|t| t.to_string()));
+                v
+            }
             Some(list) => list.split(',').map(str::to_string).collect(),
         };
+        // peft's convert_peft_config_for_transformers (mixtral, qwen3_moe, deepseek_v3).
+        let (targets, mut target_parameters, gate_up_doubled) = match family.and_then(|f| vramscope::model::lora_params::convert(f, &names)) {
+            Some(c) => {
+                let c = c.expect("a conversion peft makes");
+                (c.modules, c.parameters.iter().map(|t| t.to_string()).collect::<Vec<_>>(), c.gate_up_doubled)
+            }
+            None => (names, Vec::new(), false),
+        };
+        if let Some(list) = p["target_parameters"].as_str() {
+            let f = family.expect("target_parameters on an MoE model");
+            for n in list.split(',') {
+                let k = vramscope::model::lora_params::resolve_name(n, f).expect("a ParamWrapper target").to_string();
+                if !target_parameters.contains(&k) {
+                    target_parameters.push(k);
+                }
+            }
+            let order = vramscope::model::lora_params::target_parameters(f);
+            target_parameters.sort_by_key(|k| order.iter().position(|x| x == k));
+        }
         hf.lora = Some(LoraConfig {
             r: r as usize,
             alpha: p["lora_alpha"].as_f64().unwrap(),
             dropout: p["lora_dropout"].as_f64().unwrap_or(0.0),
             targets,
-            target_parameters: p["target_parameters"].as_str().map_or(Vec::new(), |t| {
-                t.split(',').map(|n| vramscope::model::lora_params::resolve_name(n).expect("a ParamWrapper target").to_string()).collect()
-            }),
+            target_parameters,
+            gate_up_doubled,
             // measured on CPU: `_dropout_impl`'s noise tensor, not CUDA's bool mask
             dropout_kernel: DropoutKernel::Cpu,
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),

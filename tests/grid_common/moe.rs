@@ -9,6 +9,8 @@ pub fn config_of(p: &Value) -> ModelConfig {
     let (qwen, qwen2) = (p["model_type"] == "qwen3_moe", p["model_type"] == "qwen2_moe");
     let mut dense = p.clone();
     dense["model_type"] = json!(if qwen { "qwen3" } else if qwen2 { "qwen2" } else { "mistral" });
+    // peft's options once the experts are set (its conversion and target_parameters are per family).
+    dense["lora_r"] = Value::Null;
     let mut cfg = super::hf::config_of(&dense);
     let hf = cfg.hf.as_mut().unwrap();
     hf.moe = Some(MoeConfig {
@@ -27,6 +29,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
         router_aux_loss_coef: p["router_aux_loss_coef"].as_f64().unwrap_or(vramscope::model::hf::moe::ROUTER_AUX_LOSS_COEF),
         deepseek: None,
     });
+    super::hf::apply_peft(p, hf);
     cfg
 }
 

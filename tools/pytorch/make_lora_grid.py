@@ -17,6 +17,10 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
                                                 # over bf16 and 4-bit weights
     JOBS=1 python3 make_lora_grid.py --int8     # tests/fixtures/hf_grid/int8.json: LLM.int8() (load_in_8bit),
                                                 # CUDA's MatMul8bitLt run on CPU
+    JOBS=1 python3 make_lora_grid.py --gpt-oss-params | --deepseek-params | --converted |
+                    --qwen2-moe-shared | --qwen2-moe-4bit   # tests/fixtures/moe_grid/: peft's target_parameters on
+                                                # gpt-oss / DeepSeek-V3, its MoE conversion (all-linear, v4 names),
+                                                # Qwen2-MoE's shared expert (LoRA, 4-bit)
     python3 make_lora_grid.py [--qlora] --only adafactor   # re-measure the points whose name contains
                                                 # it, keep the fixture's others
 Needs `pip install torch==2.15.0 transformers==5.23.0 peft==0.21.2`.
@@ -423,6 +427,137 @@ def dsgrid():
     return todo
 
 
+def gptoss_pgrid():
+    """peft's target_parameters (ParamWrapper) on gpt-oss (make_gptoss_grid.py's rows): its experts'
+    3-D gate_up_proj (E, hidden, 2*I) and down_proj (E, I, hidden) -- GptOssExperts is
+    `is_transposed`, so peft keeps (in, out) as stored and folds `baddbmm(W, A^T, B^T)` -- and its
+    router's weight (`mlp.router.weight`, a 2-D plain parameter beside its bias); every experts
+    implementation, both routings, fp32 and bf16, r 4-16, top-k 1-4, 4-16 experts, checkpointing
+    off, non-reentrant and reentrant, training, forward and inference. No dropout (ParamWrapper
+    raises on it)."""
+    ex, rt = "mlp.experts.gate_up_proj,mlp.experts.down_proj", "mlp.router.weight"
+    todo = []
+    p = gptoss_lora(0, 8, "", ex)  # grouped_mm balanced fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = gptoss_lora(9, 4, "", ex)  # batched_mm worst bf16, top-4
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((gptoss_lora(7, 16, "q_proj,v_proj", ex + "," + rt), "training"))  # eager worst bf16
+    todo.append((gptoss_lora(2, 8, "", rt), "training"))  # grouped_mm worst bf16, 3 layers
+    todo.append((gptoss_lora(1, 4, "", ex, checkpoint="non-reentrant"), "training"))  # eager balanced bf16, top-1
+    todo.append((gptoss_lora(8, 8, "", "down_proj", checkpoint="reentrant"), "training"))  # batched_mm balanced fp32
+    todo.append((gptoss_lora(6, 8, "q_proj,k_proj,v_proj,o_proj", "gate_up_proj", checkpoint="non-reentrant"), "training"))  # grouped_mm worst fp32
+    todo.append((gptoss_lora(4, 8, "", ex + "," + rt), "forward"))  # grouped_mm balanced bf16
+    todo.append((gptoss_lora(3, 16, "", ex), "inference"))  # eager worst fp32, 16 experts, top-4
+    todo.append((gptoss_lora(11, 4, "", ex + "," + rt, checkpoint="reentrant"), "training"))  # eager balanced fp32
+    return todo
+
+
+def deepseek_pgrid():
+    """peft's target_parameters on DeepSeek-V3 (make_deepseek_grid.py's rows with shared experts):
+    the routed experts' gate_up_proj (E, 2*I, hidden) and down_proj (E, hidden, I) and the router's
+    `mlp.gate.weight` (read as `self.weight.type(torch.float32)`), the dense layers untouched; every
+    experts implementation, both routings, eager and sdpa, fp32 and bf16, r 4-16, checkpointing off,
+    non-reentrant and reentrant, training, forward and inference."""
+    ex, rt = "mlp.experts.gate_up_proj,mlp.experts.down_proj", "mlp.gate.weight"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    todo = []
+    p = deepseek_lora(0, 8, "", ex)  # grouped_mm balanced sdpa fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = deepseek_lora(2, 4, "", ex)  # batched_mm worst sdpa bf16, 3 layers
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((deepseek_lora(11, 16, "q_a_proj,kv_b_proj", ex + "," + rt), "training"))  # eager worst eager fp32
+    todo.append((deepseek_lora(7, 8, "", rt), "training"))  # grouped_mm worst sdpa bf16
+    todo.append((deepseek_lora(1, 4, "", ex, checkpoint="non-reentrant"), "training"))  # eager balanced eager bf16
+    todo.append((deepseek_lora(9, 8, "", "down_proj", checkpoint="reentrant"), "training"))  # batched_mm worst sdpa fp32
+    todo.append((deepseek_lora(6, 8, mla, "gate_up_proj", checkpoint="non-reentrant"), "training"))  # grouped_mm balanced eager bf16
+    todo.append((deepseek_lora(13, 8, "", ex + "," + rt), "forward"))  # grouped_mm balanced sdpa fp32
+    todo.append((deepseek_lora(8, 16, "", ex), "inference"))  # eager balanced sdpa fp32
+    todo.append((deepseek_lora(5, 4, "", ex + "," + rt, checkpoint="reentrant"), "training"))  # batched_mm balanced eager bf16
+    return todo
+
+
+def cgrid():
+    """peft's conversion of a LoraConfig for transformers 5's fused experts
+    (`convert_peft_config_for_transformers`) on Mixtral, Qwen3-MoE and DeepSeek-V3: all-linear
+    (the attention's nn.Linear modules, plus target_parameters on the experts' gate_up_proj --
+    rank and alpha doubled by rank_pattern/alpha_pattern, w1+w3 or gate_proj+up_proj fused --
+    down_proj and the router's gate.weight) and the transformers-4 names (mixtral's w1/w2/w3/gate,
+    qwen2_moe's gate_proj/up_proj/down_proj/gate, which qwen3_moe and deepseek_v3 share) mapped to
+    those parameters; every experts implementation, both routings, fp32 and bf16, r 4-16,
+    checkpointing off, non-reentrant and reentrant, training, forward and inference."""
+    todo = []
+    names = {"mixtral": ("w1,w3", "q_proj,w2,gate", "q_proj,v_proj,w1,w2,w3", "gate"),
+             "qwen3_moe": ("gate_proj,up_proj", "q_proj,down_proj,gate", "q_proj,v_proj,gate_proj,up_proj,down_proj", "gate")}
+    for base, mt in ((0, "mixtral"), (6, "qwen3_moe")):
+        gu, dg, mix, gate = names[mt]
+        p = moe_lora(base + 0, 8, "all-linear")  # grouped_mm balanced fp32
+        todo += [(p, kind) for kind in ("training", "forward", "inference")]
+        p = moe_lora(base + 2, 4, "all-linear")  # batched_mm worst
+        todo += [(p, kind) for kind in ("training", "inference")]
+        todo.append((moe_lora(base + 4, 16, "all-linear", checkpoint="reentrant"), "training"))  # eager worst
+        todo.append((moe_lora(base + 1, 8, "all-linear", checkpoint="non-reentrant"), "training"))  # eager balanced
+        todo.append((moe_lora(base + 3, 8, gu), "training"))  # grouped_mm worst bf16
+        todo.append((moe_lora(base + 5, 4, dg, checkpoint="non-reentrant"), "training"))  # batched_mm balanced
+        todo.append((moe_lora(base + 3, 16, mix), "forward"))
+        todo.append((moe_lora(base + 5, 8, "all-linear", checkpoint="reentrant"), "training"))
+        todo.append((moe_lora(base + 1, 4, gate), "inference"))
+    p = deepseek_lora(0, 8, "all-linear")  # grouped_mm balanced sdpa fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = deepseek_lora(2, 4, "all-linear")  # batched_mm worst sdpa bf16
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((deepseek_lora(11, 16, "all-linear", checkpoint="reentrant"), "training"))  # eager worst eager fp32
+    todo.append((deepseek_lora(1, 8, "all-linear", checkpoint="non-reentrant"), "training"))  # eager balanced eager bf16, q_proj
+    todo.append((deepseek_lora(7, 8, "gate_proj,up_proj"), "training"))  # grouped_mm worst sdpa bf16
+    todo.append((deepseek_lora(9, 4, "o_proj,down_proj,gate", checkpoint="non-reentrant"), "training"))  # batched_mm worst sdpa fp32 (q_lora_rank set: no q_proj)
+    todo.append((deepseek_lora(6, 16, "kv_b_proj,gate_proj,up_proj,down_proj"), "forward"))  # grouped_mm balanced eager bf16
+    todo.append((deepseek_lora(5, 8, "all-linear", checkpoint="reentrant"), "training"))  # batched_mm balanced eager bf16
+    todo.append((deepseek_lora(8, 4, "gate"), "inference"))  # eager balanced sdpa fp32
+    return todo
+
+
+def sgrid():
+    """LoRA on Qwen2-MoE's shared expert (make_moe_grid.py's rows 12-16: every experts
+    implementation, both routings, fp32 and bf16): its nn.Linear modules shared_expert.gate_proj,
+    up_proj, down_proj and shared_expert_gate (out 1), named or through all-linear (qwen2_moe has
+    no transformers-5 conversion in peft 0.21.2: the names reach these modules), r 4-16,
+    checkpointing off, non-reentrant and reentrant, dropout, training, forward and inference."""
+    todo = []
+    p = moe_lora(12, 8, "all-linear")  # grouped_mm balanced sdpa fp32
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = moe_lora(14, 4, "gate_proj,up_proj,down_proj")  # batched_mm worst sdpa fp32
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((moe_lora(13, 16, "all-linear", checkpoint="non-reentrant"), "training"))  # eager balanced eager bf16
+    todo.append((moe_lora(15, 8, "q_proj,shared_expert_gate", checkpoint="reentrant"), "training"))  # grouped_mm worst eager bf16
+    todo.append((moe_lora(16, 4, "down_proj,v_proj", lora_dropout=0.05), "training"))  # eager worst sdpa fp32
+    todo.append((moe_lora(15, 16, "all-linear"), "forward"))
+    todo.append((moe_lora(14, 8, "all-linear", checkpoint="reentrant"), "training"))
+    todo.append((moe_lora(16, 8, "gate_proj,up_proj", dtype="bf16"), "training"))
+    todo.append((moe_lora(13, 4, "shared_expert_gate"), "inference"))
+    return todo
+
+
+def q2grid():
+    """bitsandbytes 4-bit on Qwen2-MoE (make_moe_grid.py's rows 12-16): it quantizes every
+    nn.Linear but lm_head -- the attention's and the shared expert's gate_proj, up_proj,
+    down_proj and shared_expert_gate (a (1, hidden) weight) -- while the router and the 3-D
+    experts stay in the load dtype (fp32 after prepare_model_for_kbit_training); LoRA on the
+    attention, the shared expert and all-linear, nf4/fp4, double quant on/off, compute bf16/fp32,
+    r 4-16, reentrant and non-reentrant checkpointing (prepare's), training, forward, inference."""
+    todo = []
+    p = bnb_of(moe_lora(12, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16"), 4)  # grouped_mm balanced
+    todo += [(p, kind) for kind in ("training", "forward", "inference")]
+    p = bnb_of(moe_lora(13, 16, "all-linear", checkpoint="reentrant", dtype="bf16"), 4)  # eager balanced
+    todo += [(p, kind) for kind in ("training", "inference")]
+    todo.append((bnb_of(moe_lora(14, 4, "gate_proj,up_proj,down_proj", checkpoint="non-reentrant", dtype="bf16"), 4, "fp4", False), "training"))  # batched_mm worst
+    todo.append((bnb_of(moe_lora(15, 8, "all-linear", checkpoint="non-reentrant", dtype="bf16"), 4), "training"))  # grouped_mm worst
+    todo.append((bnb_of(moe_lora(16, 4, "shared_expert_gate,o_proj", checkpoint="reentrant", dtype="bf16"), 4, "nf4", False), "training"))  # eager worst
+    todo.append((bnb_of(moe_lora(12, 16, "all-linear", checkpoint="reentrant", dtype="bf16"), 4, compute_dtype="fp32"), "training"))
+    todo.append((bnb_of(moe_lora(14, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16"), 4), "inference"))
+    todo.append((bnb_of(moe_lora(15, 4, "all-linear", checkpoint="reentrant", dtype="bf16"), 4, "fp4", True), "forward"))
+    todo.append((bnb_of(moe_lora(16, 8, "all-linear", checkpoint="non-reentrant", dtype="fp32"), 4), "training"))
+    return todo
+
+
 def moe_name_of(p, kind):
     import make_moe_grid as MG
     if p["model_type"] == "gpt_oss":
@@ -468,19 +603,21 @@ def main():
     fam, moe = "--families" in sys.argv, "--moe" in sys.argv
     tp = "--target-parameters" in sys.argv
     gptoss, deepseek = "--gpt-oss" in sys.argv, "--deepseek" in sys.argv
-    moe = moe or tp or gptoss or deepseek
-    todo = ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    gptoss_p, deepseek_p, conv = "--gpt-oss-params" in sys.argv, "--deepseek-params" in sys.argv, "--converted" in sys.argv
+    shared, q2 = "--qwen2-moe-shared" in sys.argv, "--qwen2-moe-4bit" in sys.argv
+    moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared or q2
+    todo = q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
     if moe:
-        fixture = "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
+        fixture = "qlora_qwen2_moe.json" if q2 else "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

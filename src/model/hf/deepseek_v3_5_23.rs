@@ -272,14 +272,17 @@ impl Block {
         let w = weights(self);
         let (b, s, d) = (x.dim(0), x.dim(1), x.dim(2));
         let router = self.layer.hf.as_ref().and_then(|h| h.router.as_ref()).expect("router weight");
+        // peft's ParamWrapper adapters (`--target-parameters`) and their scaling.
+        let lora = self.layer.hf.as_ref().and_then(|h| h.param_lora.as_ref()).zip(self.hf().lora.as_ref().map(|l| l.scaling()));
         let (logits, topk_weights, topk_indices) = {
             let _s = scope("gate");
             let _f = py_frame(&moe_frames::DEEPSEEK_V3_ROUTER);
-            router_forward(m, ds, router, w.e_score_bias.as_ref().expect("e_score_correction_bias"), x)
+            let (adapter, scaling) = lora.map_or((None, 1.0), |(p, s)| (p.router.as_ref(), s));
+            crate::model::lora_params::router_wrapped(adapter, scaling, router, |weight| router_forward(m, ds, weight, w.e_score_bias.as_ref().expect("e_score_correction_bias"), x))
         };
         let flat = x.view(&[b * s, d]);
         let gate_up = self.layer.gate_up.weights()[0];
-        let mw = crate::model::hf::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared: None, lora: None };
+        let mw = crate::model::hf::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared: None, lora, shared_proj: None };
         let experts = crate::model::hf::moe_5_23::experts(m, &mw, &flat, &topk_indices, &topk_weights).view(&[b, s, d]);
         drop(flat);
         let shared = {

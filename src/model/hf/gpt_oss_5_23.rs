@@ -15,6 +15,7 @@ use crate::engine::{DType, Tensor};
 use crate::model::hf::gpt_oss::{GptOssParts, GptOssWeights};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig};
 use crate::model::init::Init;
+use crate::model::lora_params::{experts_wrapped, router_wrapped, Folded};
 use crate::model::py::{hf_frames::HfFrames, moe_frames};
 use crate::model::{Builder, Layer, Model, Projection};
 use crate::record::Category;
@@ -195,21 +196,25 @@ impl Block {
         let (b, s, d) = (x.dim(0), x.dim(1), x.dim(2));
         let flat = x.reshape(&[b * s, d]);
         let router = self.layer.hf.as_ref().and_then(|h| h.router.as_ref()).expect("router weight");
+        // peft's ParamWrapper adapters (`--target-parameters`) and their scaling.
+        let lora = self.layer.hf.as_ref().and_then(|h| h.param_lora.as_ref()).zip(self.hf().lora.as_ref().map(|l| l.scaling()));
         let (logits, scores, index) = {
             let _s = scope("router");
             let _f = py_frame(&moe_frames::GPT_OSS_ROUTER);
+            let (adapter, scaling) = lora.map_or((None, 1.0), |(p, s)| (p.router.as_ref(), s));
             // F.linear(x, weight, bias); topk of the logits; softmax over the top-k values in
             // their own dtype (the values die when the router returns).
-            let logits = flat.linear_bias(router, &w.router_bias);
-            let (values, index) = logits.topk_last(m.top_k);
-            let scores = values.softmax(-1);
-            drop(values);
-            (logits, scores, index)
+            router_wrapped(adapter, scaling, router, |weight| {
+                let logits = flat.linear_bias(weight, &w.router_bias);
+                let (values, index) = logits.topk_last(m.top_k);
+                let scores = values.softmax(-1);
+                drop(values);
+                (logits, scores, index)
+            })
         };
         if let Some(r) = &self.router_logits {
             r.record(&logits);
         }
-        let ex = Experts { m, g, w, gate_up: self.layer.gate_up.weights()[0], down: &self.layer.down };
         let out = {
             let _s = scope("experts");
             let _f = py_frame(match m.implementation {
@@ -217,11 +222,16 @@ impl Block {
                 ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
                 ExpertsImplementation::Eager => &moe_frames::GPT_OSS_EXPERTS,
             });
-            match m.implementation {
-                ExpertsImplementation::GroupedMm => ex.grouped_mm(&flat, &index, &scores),
-                ExpertsImplementation::Eager => ex.eager(&flat, &index, &scores),
-                ExpertsImplementation::BatchedMm => ex.batched_mm(&flat, &index, &scores),
-            }
+            let (adapters, scaling) = lora.map_or((None, 1.0), |(p, s)| (Some(p), s));
+            // GptOssExperts is `is_transposed`: (E, in, out).
+            experts_wrapped(adapters, scaling, true, self.layer.gate_up.weights()[0], &self.layer.down, |gate_up, down| {
+                let ex = Experts { m, g, w, gate_up, down };
+                match m.implementation {
+                    ExpertsImplementation::GroupedMm => ex.grouped_mm(&flat, &index, &scores),
+                    ExpertsImplementation::Eager => ex.eager(&flat, &index, &scores),
+                    ExpertsImplementation::BatchedMm => ex.batched_mm(&flat, &index, &scores),
+                }
+            })
         };
         drop(flat);
         let out = out.reshape(&[b, s, d]);
@@ -235,9 +245,10 @@ struct Experts<'a> {
     m: &'a MoeConfig,
     g: &'a GptOssParts,
     w: &'a GptOssWeights,
-    /// (experts, hidden, 2·I) and (experts, I, hidden).
-    gate_up: &'a Tensor,
-    down: &'a Tensor,
+    /// (experts, hidden, 2·I) and (experts, I, hidden), as the module reads them (a wrapped
+    /// parameter folds its LoRA at the first read).
+    gate_up: &'a Folded<'a>,
+    down: &'a Folded<'a>,
 }
 
 /// What one pass of the eager loop binds; Python frees each when the next pass rebinds it.
@@ -307,13 +318,13 @@ impl Experts<'_> {
             let token_idx = l.token_idx.clone().expect("set above");
             l.current_state = Some(x.index_along(0, &token_idx));
             let gate_up = {
-                let mm = l.current_state.as_ref().expect("set above").matmul(&self.gate_up.select(0, expert));
+                let mm = l.current_state.as_ref().expect("set above").matmul(&self.gate_up.get().select(0, expert));
                 mm.add(&self.w.gate_up_bias.select(0, expert))
             };
             l.gate_up = Some(gate_up);
             l.gated_output = Some(self.apply_gate(l.gate_up.as_ref().expect("set above")));
             let out = {
-                let mm = l.gated_output.as_ref().expect("set above").matmul(&self.down.select(0, expert));
+                let mm = l.gated_output.as_ref().expect("set above").matmul(&self.down.get().select(0, expert));
                 mm.add(&self.w.down_bias.select(0, expert))
             };
             l.out = Some(out);
@@ -347,12 +358,12 @@ impl Experts<'_> {
         let selected = x.repeat_interleave(k, 0);
         let sample_weights = scores.reshape(&[pairs]);
         let expert_ids = index.reshape(&[pairs]);
-        let mut weights = self.gate_up.index_along(0, &expert_ids);
+        let mut weights = self.gate_up.get().index_along(0, &expert_ids);
         let mut biases = self.w.gate_up_bias.index_along(0, &expert_ids);
         let up = Self::batched_linear(&selected, &weights, &biases);
         let act = self.apply_gate(&up);
         drop(up);
-        weights = self.down.index_along(0, &expert_ids);
+        weights = self.down.get().index_along(0, &expert_ids);
         biases = self.w.down_bias.index_along(0, &expert_ids);
         let down = Self::batched_linear(&act, &weights, &biases);
         drop(act);
@@ -381,12 +392,15 @@ impl Experts<'_> {
         let histc_input = expert_ids_g.to_dtype(DType::F32);
         let tokens_per_expert = histc_input.histc(self.m.experts);
         let offsets = tokens_per_expert.cumsum_i32();
+        // `selected_weights = self.gate_up_proj` (a wrapped parameter folds here), then the bias gather.
+        let gate_up = self.gate_up.get();
         let mut biases = self.w.gate_up_bias.index_along(0, &expert_ids_g);
-        let up = selected.to_dtype(self.gate_up.dtype()).grouped_mm(self.gate_up, &offsets).add_same_(&biases);
+        let up = selected.to_dtype(gate_up.dtype()).grouped_mm(gate_up, &offsets).add_same_(&biases);
         let act = self.apply_gate(&up);
         drop(up);
+        let down_w = self.down.get();
         biases = self.w.down_bias.index_along(0, &expert_ids_g);
-        let down = act.to_dtype(self.down.dtype()).grouped_mm(self.down, &offsets).add_same_(&biases);
+        let down = act.to_dtype(down_w.dtype()).grouped_mm(down_w, &offsets).add_same_(&biases);
         drop(act);
         let weighted = down.mul(&sample_weights_g.unsqueeze(-1));
         let inv_perm = perm.empty_like();

@@ -24,7 +24,13 @@ pub struct MoeWeights<'a> {
     /// peft's ParamWrapper adapters on the router and the experts (`--target-parameters`)
     /// and their scaling.
     pub lora: Option<(&'a ParamAdapters, f64)>,
+    /// The shared expert's linears by slot (4-6: gate/up/down_proj, 7: shared_expert_gate),
+    /// with peft's LoRA where adapted; None: plain.
+    pub shared_proj: Option<SharedProj<'a>>,
 }
+
+/// A linear by its slot of `lora::SLOTS`: (slot, input, weight) → output.
+pub type SharedProj<'a> = &'a dyn Fn(usize, &Tensor, &Tensor) -> Tensor;
 
 /// `SparseMoeBlock.forward(hidden_states)` on (B, S, hidden); `record` is the
 /// `output_router_logits` collector, handed the router's logits as it returns.
@@ -33,11 +39,22 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, record: O
     let flat = x.view(&[b * s, d]);
     let (_, router_frame, _) = moe_frames::of(m.family);
     // Qwen2-MoE: `shared_expert_output = self.shared_expert(hidden_states)` first.
+    let lin = |slot: usize, name: &str, x: &Tensor, wt: &Tensor| match w.shared_proj {
+        Some(f) => f(slot, x, wt),
+        None => linear(name, x, wt),
+    };
     let shared_out = w.shared.map(|sw| {
         let _s = scope("shared_expert");
         let _f = py_frame(&moe_frames::QWEN2_MOE_MLP);
-        let prod = linear("gate_proj", &flat, &sw[0]).silu().mul(&linear("up_proj", &flat, &sw[1]));
-        linear("down_proj", &prod, &sw[2])
+        // `act_fn(gate_proj(x)) * up_proj(x)`: gate_proj's output is freed once act_fn returns
+        // (kept only if SiluBackward saves it), before up_proj runs.
+        let act = {
+            let gate = lin(4, "gate_proj", &flat, &sw[0]);
+            gate.silu()
+        };
+        let prod = act.mul(&lin(5, "up_proj", &flat, &sw[1]));
+        drop(act);
+        lin(6, "down_proj", &prod, &sw[2])
     });
     // `_, top_k_weights, top_k_index = self.gate(...)`: the logits stay bound until forward returns.
     let (_logits, weights, index) = {
@@ -54,7 +71,7 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, record: O
             // shared_expert_output = sigmoid(shared_expert_gate(x)) * shared_expert_output;
             // expert_output = expert_output + shared_expert_output (a rebound name frees its
             // previous tensor; the scaled output lives until forward returns).
-            let scaled = linear("shared_expert_gate", &flat, &sw[3]).sigmoid().mul(&shared_out);
+            let scaled = lin(7, "shared_expert_gate", &flat, &sw[3]).sigmoid().mul(&shared_out);
             drop(shared_out);
             (out.add(&scaled), Some(scaled))
         }
@@ -76,7 +93,7 @@ pub fn experts(m: &MoeConfig, w: &MoeWeights<'_>, flat: &Tensor, index: &Tensor,
         ExpertsImplementation::Eager => experts_frame,
     });
     let (adapters, scaling) = w.lora.map_or((None, 1.0), |(p, s)| (Some(p), s));
-    experts_wrapped(adapters, scaling, w.gate_up, w.down, |gu, dn| match m.implementation {
+    experts_wrapped(adapters, scaling, false, w.gate_up, w.down, |gu, dn| match m.implementation {
         ExpertsImplementation::GroupedMm => grouped_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::BatchedMm => batched_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::Eager => eager_experts(m, gu, dn, flat, index, weights),

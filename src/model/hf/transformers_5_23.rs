@@ -175,7 +175,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         }
         .map(|[nq, nk]| [b.param(p("self_attn.q_norm.weight"), &[nq], norm_init), b.param(p("self_attn.k_norm.weight"), &[nk], norm_init)]);
         if let Some(m) = &hf.moe {
-            let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d);
+            let (router, gate_up, down, shared_expert) = moe_weights(&mut b, m, &p, d, &mut lin);
             let attn_norm = b.param(p("input_layernorm.weight"), &[d], Init::Ones);
             let ffn_norm = b.param(p("post_attention_layernorm.weight"), &[d], Init::Ones);
             // bitsandbytes quantizes the attention's nn.Linear modules only (the router and the
@@ -245,7 +245,11 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
                 let shapes = ds.mla_linear_shapes(d, cfg.num_heads);
                 add_adapters(&mut b, &mut layers, lc, linears, shapes.map(|s| s.1), shapes.map(|s| s.0), true);
             }
-            None => add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d, 0, 0, 0, 0], [d, d, d, q, d, d, f, 0, 0, 0, 0], false),
+            // Qwen2-MoE's shared expert (s wide) and its shared_expert_gate (d → 1) in slots 4-7.
+            None => match hf.moe.as_ref().map(|m| m.shared_intermediate).filter(|&s| s > 0) {
+                Some(s) => add_adapters(&mut b, &mut layers, lc, linears, [q, kv, kv, d, s, s, d, 1, 0, 0, 0], [d, d, d, q, d, d, s, d, 0, 0, 0], false),
+                None => add_adapters(&mut b, &mut layers, lc, linears, [qkv_out, kv, kv, d, gate_out, f, d, 0, 0, 0, 0], [d, d, d, q, d, d, f, 0, 0, 0, 0], false),
+            },
         }
         if let Some(m) = hf.moe.as_ref().filter(|_| !lc.target_parameters.is_empty()) {
             add_param_adapters(&mut b, &mut layers, lc, m, d);
@@ -300,7 +304,8 @@ type LinearMaker<'a> = dyn FnMut(&mut Builder, usize, &str, usize, usize, bool) 
 /// `shared_expert` and `shared_expert_gate`): the router (experts, hidden), the experts'
 /// `gate_up_proj` (experts, 2·I, hidden) and `down_proj` (experts, hidden, I).
 type MoeParams = (Tensor, Tensor, Tensor, Option<[Tensor; 4]>);
-fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> String, d: usize) -> MoeParams {
+/// Qwen2-MoE's shared expert is nn.Linear modules (slots 4-7 of `lin`: bitsandbytes quantizes them).
+fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> String, d: usize, lin: &mut LinearMaker<'_>) -> MoeParams {
     let std = Init::Normal { std: 0.02 };
     let (e, i) = (m.experts, m.intermediate);
     let router_first = m.family != super::moe::MoeFamily::Qwen3Moe;
@@ -311,10 +316,10 @@ fn moe_weights(b: &mut Builder, m: &super::moe::MoeConfig, p: &dyn Fn(&str) -> S
     let shared = (m.shared_intermediate > 0).then(|| {
         let s = m.shared_intermediate;
         [
-            b.param(p("mlp.shared_expert.gate_proj.weight"), &[s, d], std),
-            b.param(p("mlp.shared_expert.up_proj.weight"), &[s, d], std),
-            b.param(p("mlp.shared_expert.down_proj.weight"), &[d, s], std),
-            b.param(p("mlp.shared_expert_gate.weight"), &[1, d], std),
+            lin(b, 4, "mlp.shared_expert.gate_proj", s, d, false).0,
+            lin(b, 5, "mlp.shared_expert.up_proj", s, d, false).0,
+            lin(b, 6, "mlp.shared_expert.down_proj", d, s, false).0,
+            lin(b, 7, "mlp.shared_expert_gate", 1, d, false).0,
         ]
     });
     (router, gate_up, down, shared)
@@ -373,15 +378,22 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, li
     }
 }
 
-/// peft's `_inject_parameters` after the module adapters: per layer, in module order (Mixtral,
-/// Qwen2-MoE: the router then the experts; Qwen3-MoE: the experts then the router), a LoRA pair
-/// per targeted parameter (crate::model::lora_params), in the adapters' dtype, trainable.
+/// peft's `_inject_parameters` after the module adapters: per sparse layer, in module order
+/// (Mixtral, Qwen2-MoE, gpt-oss: the router then the experts; Qwen3-MoE, DeepSeek-V3: the experts
+/// then the router; DeepSeek-V3's dense layers have neither), a LoRA pair per targeted parameter
+/// (crate::model::lora_params), in the adapters' dtype, trainable; gate_up_proj's at twice the
+/// rank when peft's conversion doubled it.
 fn add_param_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, m: &super::moe::MoeConfig, d: usize) {
+    use super::moe::MoeFamily;
     use crate::model::lora_params::ParamAdapters;
     let dtype = lora::adapter_dtype(b.dtype);
     let (e, i, r) = (m.experts, m.intermediate, lc.r);
-    let router_first = m.family != super::moe::MoeFamily::Qwen3Moe;
+    let router_first = !matches!(m.family, MoeFamily::Qwen3Moe | MoeFamily::DeepseekV3);
+    let router_module = if m.family == MoeFamily::GptOss { "router" } else { "gate" };
     for (n, layer) in layers.iter_mut().enumerate() {
+        if layer.hf.as_ref().is_none_or(|h| h.router.is_none()) {
+            continue;
+        }
         let pair = |b: &mut Builder, module: &str, rank: usize, ins: usize, outs: usize| {
             let p = |w: &str| format!("base_model.model.model.layers.{n}.mlp.{module}.{w}.default.weight");
             let bound = (1.0 / ins as f64).sqrt();
@@ -389,13 +401,13 @@ fn add_param_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConf
             let bw = b.param_as(p("lora_B"), &[outs, rank], Init::Normal { std: 0.0 }, dtype, false);
             Adapter { a, b: bw, magnitude: None }
         };
-        let router = |b: &mut Builder| lc.targets_parameter("mlp.gate.weight").then(|| pair(b, "gate", r, d, e));
+        let router = |b: &mut Builder| lc.targets_router().then(|| pair(b, router_module, r, d, e));
         let mut pa = ParamAdapters::default();
         if router_first {
             pa.router = router(b);
         }
-        // gate_up_proj (E, 2·I, hidden): in hidden, out 2·I; down_proj (E, hidden, I): in I, out hidden.
-        pa.gate_up = lc.targets_parameter("mlp.experts.gate_up_proj").then(|| pair(b, "experts", r * e, d, 2 * i));
+        // gate_up_proj: in hidden, out 2·I; down_proj: in I, out hidden (either storage order).
+        pa.gate_up = lc.targets_parameter("mlp.experts.gate_up_proj").then(|| pair(b, "experts", lc.gate_up_rank() * e, d, 2 * i));
         pa.down = lc.targets_parameter("mlp.experts.down_proj").then(|| pair(b, "experts", r * e, i, d));
         if !router_first {
             pa.router = router(b);
@@ -772,7 +784,9 @@ impl Block {
             let gate_up = self.layer.gate_up.weights()[0];
             let shared = self.layer.hf.as_ref().expect("hf layer").shared_expert.as_ref();
             let lora = self.layer.hf.as_ref().expect("hf layer").param_lora.as_ref().zip(self.hf().lora.as_ref().map(|l| l.scaling()));
-            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora };
+            // The shared expert's nn.Linear modules, with peft's LoRA where adapted (slots 4-7).
+            let shared_proj = |t: usize, x: &Tensor, w: &Tensor| self.proj(t, x, w, None);
+            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora, shared_proj: Some(&shared_proj) };
             return super::moe_5_23::sparse_moe_block(m, &w, x, self.router_logits.as_deref());
         }
         let x = &self.gathered(x);
