@@ -95,6 +95,7 @@ fn config(p: &Point) -> ModelConfig {
         bias: vramscope::model::lora::LoraBias::None,
         use_dora: false,
         modules_to_save: vec![],
+        gate_up_doubled: false,
     });
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;

@@ -42,8 +42,8 @@ LORA = [
     ("QLoRA nf4 + double quant", "reentrant", QLORA + ADAPTER),
     ("QLoRA nf4 + double quant, paged_adamw_8bit", "reentrant", QLORA + ADAPTER + ["--optimizer", "paged_adamw_8bit"]),
 ]
-# LoRA on a mixture of experts: peft 0.21.2 adapts the attention's linears only (the default and
-# all-linear become target_parameters on the 3-D experts, which vramscope refuses); bitsandbytes
+# LoRA on a mixture of experts, on the attention's linears (all-linear would become
+# target_parameters on the 3-D experts too, which bitsandbytes loads refuse); bitsandbytes
 # quantizes those linears, the experts stay bf16. Worst-case routing, as fit's default.
 MOE_ADAPTER = ["--lora-r", "16", "--lora-alpha", "32", "--target-modules", "q_proj,k_proj,v_proj,o_proj"] + MOE_FLAGS
 MOE_LORA = [

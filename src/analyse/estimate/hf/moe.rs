@@ -38,8 +38,13 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     }
     // gpt-oss: LoRA on its attention is derived (hf/gpt_oss.rs); on its experts it is not.
     if let Some(lc) = hf.lora.as_ref().filter(|l| m.family != MoeFamily::GptOss || !l.target_parameters.is_empty()) {
-        let flag = if lc.target_parameters.is_empty() { "--lora-r" } else { "--target-parameters" };
-        return Err(ConfigError::new(flag, format!("peft's LoRA on {family} is not derived in closed form; `profile` simulates it")));
+        let (flag, what) = if lc.target_parameters.is_empty() {
+            ("--lora-r", String::new())
+        } else {
+            // Named with --target-parameters, or converted by peft from --target-modules.
+            ("--target-parameters", format!(" (target_parameters {}, named or converted by peft from --target-modules)", lc.target_parameters.join(",")))
+        };
+        return Err(ConfigError::new(flag, format!("peft's LoRA on {family}{what} is not derived in closed form; `profile` simulates it")));
     }
     if let Some(q) = &hf.bnb {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));
