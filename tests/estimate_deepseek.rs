@@ -13,9 +13,8 @@
 //! is refused, naming the flag and `profile`.
 mod estimate_common;
 
-use estimate_common::sum;
 use serde_json::json;
-use vramscope::analyse::estimate::{estimate, estimate_with, hf};
+use vramscope::analyse::estimate::estimate_with;
 use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
 use vramscope::model::hf::{AttnImplementation, SdpaBackend};
 use vramscope::model::{Checkpoint, Flavour, ModelConfig};
@@ -119,54 +118,15 @@ fn config(p: &Point) -> ModelConfig {
     cfg
 }
 
-/// A skewed file of counts: expert 0 gets every token, the other top-k − 1 picks spread evenly.
-fn skewed(tokens: usize, top_k: usize, experts: usize) -> Routing {
-    let rest = tokens * (top_k - 1);
-    let others = experts - 1;
-    Routing::Counts((0..experts).map(|e| if e == 0 { tokens } else { rest / others + usize::from(e - 1 < rest % others) }).collect())
-}
-
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
-    let name = format!("{p:?}");
-    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
-    vramscope::analyse::estimate::check_range(&cfg, p.b, p.s).unwrap();
-    let e = estimate(&cfg, p.precision, p.b, p.s);
-    let sim = simulate(&cfg, p.precision, p.b, p.s, &OptimConfig::reference(Flavour::Hf)).unwrap();
-    assert_eq!(e.params, cfg.param_count(), "{name}: parameter count");
-    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
-    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
-    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
-    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
-    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
-    let act = e.activation_bytes() as i64 - sim.activation_bytes as i64;
-    let dense = e.sliding_block.as_ref().map_or(0, |b| sum(&b.block));
-    assert_eq!(
-        e.activation_bytes(),
-        sim.activation_bytes,
-        "{name}: activations when the forward returns (sparse block {} bytes, dense block {dense}, outside {}; off by {act})",
-        e.block_bytes(),
-        sum(&e.outside)
-    );
-    // The live set also holds the batch (input_ids, labels: (B, S) int64 each), RoPE's
-    // inv_freq and original_inv_freq (d_r/2 fp32 each) and each sparse layer's
+    // RoPE's inv_freq and original_inv_freq (d_r/2 fp32 each) and each sparse layer's
     // e_score_correction_bias buffer (E, in the load dtype).
-    let batch = 2 * (p.b * p.s * 8) as u64;
-    let buffers = 2 * (p.rope as u64 / 2) * 4 + (p.layers.saturating_sub(p.first_k_dense) * p.experts) as u64 * e.param_elem;
-    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
-    let bound = e.training_bytes();
-    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
-    // Checkpointed, backward recomputes each layer: its whole block lies above the bound.
-    let recomputed = if p.ckpt.is_some() {
-        let mut full = cfg.clone();
-        full.checkpoint = Checkpoint::None;
-        full.hf.as_mut().unwrap().use_cache = false;
-        estimate(&full, p.precision, p.b, p.s).block_bytes()
-    } else {
-        0
-    };
-    sim.training_peak_allocated as f64 / (bound + recomputed) as f64
+    let sparse = (p.layers.saturating_sub(p.first_k_dense) * p.experts) as u64;
+    let params = vramscope::analyse::estimate::estimate(&cfg, p.precision, p.b, p.s).params;
+    assert_eq!(params, cfg.param_count(), "{p:?}: parameter count");
+    estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |e| 2 * (p.rope as u64 / 2) * 4 + sparse * e.param_elem)
 }
 
 fn run(points: &[Point], limit: f64) {
@@ -224,7 +184,7 @@ fn grid() -> Vec<Point> {
     }
     for implementation in ExpertsImplementation::ALL {
         let p = base();
-        points.push(Point { routing: skewed(p.b * p.s, 3, 8), top_k: 3, implementation, ..p });
+        points.push(Point { routing: estimate_common::skewed(p.b * p.s, 3, 8), top_k: 3, implementation, ..p });
         points.push(Point { norm_topk_prob: false, bias: true, implementation, precision: Precision::PureBf16, ..base() });
     }
     // v's head size equal to q's (d_n + d_r): sdpa's fused kernels (fp32 auto: the

@@ -10,9 +10,8 @@
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
 mod estimate_common;
 
-use estimate_common::sum;
 use serde_json::json;
-use vramscope::analyse::estimate::{estimate, estimate_with, hf};
+use vramscope::analyse::estimate::estimate_with;
 use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
 use vramscope::model::hf::{AttnImplementation, SdpaBackend};
 use vramscope::model::{Checkpoint, Flavour, ModelConfig};
@@ -101,46 +100,12 @@ fn config(p: &Point) -> ModelConfig {
     cfg
 }
 
-/// A skewed file of counts: expert 0 gets every token, the other top-k − 1 picks spread evenly.
-fn skewed(tokens: usize, top_k: usize, experts: usize) -> Routing {
-    let rest = tokens * (top_k - 1);
-    let others = experts - 1;
-    Routing::Counts((0..experts).map(|e| if e == 0 { tokens } else { rest / others + usize::from(e - 1 < rest % others) }).collect())
-}
-
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
-    let name = format!("{p:?}");
-    hf::check(&cfg, p.precision, p.s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
-    vramscope::analyse::estimate::check_range(&cfg, p.b, p.s).unwrap();
-    let e = estimate(&cfg, p.precision, p.b, p.s);
-    let sim = simulate(&cfg, p.precision, p.b, p.s, &OptimConfig::reference(Flavour::Hf)).unwrap();
-    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
-    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
-    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
-    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
-    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
-    let act = e.activation_bytes() as i64 - sim.activation_bytes as i64;
-    assert_eq!(e.activation_bytes(), sim.activation_bytes, "{name}: activations when the forward returns (block {} bytes, outside {}; off by {act})", e.block_bytes(), sum(&e.outside));
-    // The live set also holds the batch (input_ids, labels: (B, S) int64 each) and RoPE's
-    // inv_freq and original_inv_freq (d_h/2 fp32 each).
-    let batch = 2 * (p.b * p.s * 8) as u64;
+    // RoPE's inv_freq and original_inv_freq (d_h/2 fp32 each).
     let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4;
-    assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
-    let bound = e.training_bytes();
-    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
-    // Checkpointed, backward recomputes each layer: its whole block (batched_mm's gathered
-    // expert weights, 3kw, most of all) lies above the bound, which counts layer inputs only.
-    let recomputed = if p.ckpt.is_some() {
-        let mut full = cfg.clone();
-        full.checkpoint = Checkpoint::None;
-        full.hf.as_mut().unwrap().use_cache = false;
-        estimate(&full, p.precision, p.b, p.s).block_bytes()
-    } else {
-        0
-    };
-    sim.training_peak_allocated as f64 / (bound + recomputed) as f64
+    estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |_| buffers)
 }
 
 /// Runs every point, reporting each that fails; `limit`: the largest simulated training peak
@@ -187,7 +152,7 @@ fn grid(model_type: &'static str) -> Vec<Point> {
     }
     for implementation in ExpertsImplementation::ALL {
         let p = base(model_type);
-        points.push(Point { routing: skewed(p.b * p.s, 3, 8), top_k: 3, experts: 8, implementation, ..p });
+        points.push(Point { routing: estimate_common::skewed(p.b * p.s, 3, 8), top_k: 3, experts: 8, implementation, ..p });
     }
     points.push(Point { kv_heads: 4, tied: true, top_k: 4, experts: 4, ..base(model_type) });
     points.push(Point { precision: Precision::PureBf16, ckpt: Some(false), implementation: ExpertsImplementation::BatchedMm, ..base(model_type) });

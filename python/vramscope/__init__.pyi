@@ -121,8 +121,8 @@ def profile(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
-    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -271,19 +271,22 @@ def profile(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']], default None
         LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
         q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
         mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
-        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
-        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
-        [--target-modules]
-    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        down_proj; an MoE model's adaptable linears are its attention's). On mixtral, qwen3_moe and
+        deepseek_v3 peft converts the transformers-4 names of the experts and the router (mixtral:
+        w1, w3, w2, gate; the others: gate_proj, up_proj, down_proj, gate), all-linear included,
+        into --target-parameters, with r and lora_alpha doubled on gate_up_proj (both of its halves
+        must be named). One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+        down_proj, qkv_proj, gate_up_proj, w1, w3, w2, gate. [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
         LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
         ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
-        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
-        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
-        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
+        the router's mlp.gate.weight (gpt_oss: mlp.router.weight; matched by suffix as peft matches
+        them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.router.weight, mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -528,8 +531,8 @@ def compare(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
-    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -679,19 +682,22 @@ def compare(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']], default None
         LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
         q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
         mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
-        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
-        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
-        [--target-modules]
-    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        down_proj; an MoE model's adaptable linears are its attention's). On mixtral, qwen3_moe and
+        deepseek_v3 peft converts the transformers-4 names of the experts and the router (mixtral:
+        w1, w3, w2, gate; the others: gate_proj, up_proj, down_proj, gate), all-linear included,
+        into --target-parameters, with r and lora_alpha doubled on gate_up_proj (both of its halves
+        must be named). One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+        down_proj, qkv_proj, gate_up_proj, w1, w3, w2, gate. [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
         LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
         ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
-        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
-        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
-        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
+        the router's mlp.gate.weight (gpt_oss: mlp.router.weight; matched by suffix as peft matches
+        them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.router.weight, mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -946,7 +952,7 @@ def sweep(
     lora_r: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_alpha: Optional[Union[str, int, float, Sequence[Any]]] = None,
     lora_dropout: Optional[Union[str, int, float, Sequence[Any]]] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
     load_in_4bit: bool = False,
@@ -1059,10 +1065,10 @@ def sweep(
         LoRA alpha(s). [--lora-alpha]
     lora_dropout : Optional[Union[str, int, float, Sequence[Any]]], default None
         LoRA dropout(s). [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']], default None
         LoRA target_modules value(s), separated by ';' (a value is all-linear or a comma list). One
         of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj,
-        gate_up_proj. [--target-modules]
+        gate_up_proj, w1, w3, w2, gate. [--target-modules]
     use_dora : bool, default False
         Every point's LoRA is DoRA (LoraConfig's use_dora; needs --lora-r). [--use-dora]
     modules_to_save : Optional[Literal['embed_tokens', 'lm_head']], default None
@@ -1154,8 +1160,8 @@ def fit(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
-    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -1289,19 +1295,22 @@ def fit(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']], default None
         LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
         q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
         mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
-        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
-        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
-        [--target-modules]
-    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        down_proj; an MoE model's adaptable linears are its attention's). On mixtral, qwen3_moe and
+        deepseek_v3 peft converts the transformers-4 names of the experts and the router (mixtral:
+        w1, w3, w2, gate; the others: gate_proj, up_proj, down_proj, gate), all-linear included,
+        into --target-parameters, with r and lora_alpha doubled on gate_up_proj (both of its halves
+        must be named). One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+        down_proj, qkv_proj, gate_up_proj, w1, w3, w2, gate. [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
         LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
         ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
-        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
-        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
-        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
+        the router's mlp.gate.weight (gpt_oss: mlp.router.weight; matched by suffix as peft matches
+        them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.router.weight, mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]
@@ -1500,8 +1509,8 @@ def estimate(
     lora_r: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_dropout: Optional[float] = None,
-    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']] = None,
-    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
+    target_modules: Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']] = None,
+    target_parameters: Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']] = None,
     lora_bias: Optional[str] = None,
     use_dora: bool = False,
     modules_to_save: Optional[Literal['embed_tokens', 'lm_head']] = None,
@@ -1621,19 +1630,22 @@ def estimate(
     lora_dropout : Optional[float], default None
         LoraConfig's lora_dropout on the adapters' input in training (peft's default 0.0).
         [--lora-dropout]
-    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj']], default None
+    target_modules : Optional[Literal['all-linear', 'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'w1', 'w3', 'w2', 'gate']], default None
         LoraConfig's target_modules: all-linear, or a comma list of modules peft's default is
         q_proj,v_proj for llama, mistral, qwen2, qwen3, gemma2 and gemma3_text; phi3, olmo2 and the
         mixture-of-experts types need them named (Phi-3's are qkv_proj, o_proj, gate_up_proj,
-        down_proj; an MoE model's adaptable linears are its attention's). One of: all-linear,
-        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj.
-        [--target-modules]
-    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
+        down_proj; an MoE model's adaptable linears are its attention's). On mixtral, qwen3_moe and
+        deepseek_v3 peft converts the transformers-4 names of the experts and the router (mixtral:
+        w1, w3, w2, gate; the others: gate_proj, up_proj, down_proj, gate), all-linear included,
+        into --target-parameters, with r and lora_alpha doubled on gate_up_proj (both of its halves
+        must be named). One of: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+        down_proj, qkv_proj, gate_up_proj, w1, w3, w2, gate. [--target-modules]
+    target_parameters : Optional[Literal['mlp.gate.weight', 'mlp.router.weight', 'mlp.experts.gate_up_proj', 'mlp.experts.down_proj']], default None
         LoraConfig's target_parameters: a comma list of a sparse MoE block's parameters peft's
         ParamWrapper (one LoRA per expert) on mlp.experts.gate_up_proj, mlp.experts.down_proj and
-        the router's mlp.gate.weight (mixtral, qwen3_moe, qwen2_moe; matched by suffix as peft
-        matches them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
-        mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
+        the router's mlp.gate.weight (gpt_oss: mlp.router.weight; matched by suffix as peft matches
+        them). Without --target-modules no module is adapted. One of: mlp.gate.weight,
+        mlp.router.weight, mlp.experts.gate_up_proj, mlp.experts.down_proj. [--target-parameters]
     lora_bias : Optional[str], default None
         LoraConfig's bias: none (peft's default), all or lora_only all: every bias of the model
         trains; lora_only: the adapted projections' biases train. [--lora-bias]

@@ -69,3 +69,54 @@ pub fn run_points<P: std::fmt::Debug + std::panic::RefUnwindSafe>(points: &[P], 
     assert!(worst < limit, "simulated training peak up to {worst:.3}× the closed form's bound");
     println!("{} points; simulated training peak at most {worst:.3}× the bound", points.len());
 }
+
+/// A skewed file of counts for an MoE grid: expert 0 gets every token, the other top-k − 1
+/// picks spread evenly.
+#[allow(dead_code)] // (only the MoE estimate tests route)
+pub fn skewed(tokens: usize, top_k: usize, experts: usize) -> vramscope::model::hf::moe::Routing {
+    let rest = tokens * (top_k - 1);
+    let others = experts - 1;
+    vramscope::model::hf::moe::Routing::Counts((0..experts).map(|e| if e == 0 { tokens } else { rest / others + usize::from(e - 1 < rest % others) }).collect())
+}
+
+/// Holds an MoE point's closed form to the meta simulation: parameters, gradients, optimizer
+/// state, autocast cache, logits, activations and the live set when the forward returns exact,
+/// the training peak above the bound. `buffers`: the live set's buffers beyond the batch
+/// (input_ids and labels, (B, S) int64 each). Returns the simulated training peak over the
+/// bound plus, when checkpointed, the layer backward recomputes (its whole block lies above
+/// the bound, which counts layer inputs only).
+#[allow(dead_code)] // (only the MoE estimate tests compare through it)
+pub fn compare_moe(cfg: &ModelConfig, precision: vramscope::train::Precision, b: usize, s: usize, name: &str, buffers: impl Fn(&vramscope::analyse::estimate::Estimate) -> u64) -> f64 {
+    use vramscope::analyse::estimate::{check_range, estimate, hf};
+    hf::check(cfg, precision, s).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+    check_range(cfg, b, s).unwrap();
+    let e = estimate(cfg, precision, b, s);
+    let sim = vramscope::session::estimate::simulate(cfg, precision, b, s, &vramscope::train::optim::OptimConfig::reference(Flavour::Hf)).unwrap();
+    assert_eq!(e.param_bytes, sim.parameter_bytes, "{name}: parameters");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{name}: gradients");
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{name}: optimizer state");
+    assert_eq!(e.autocast_cache_bytes, sim.autocast_cache_bytes, "{name}: autocast cache");
+    assert_eq!(e.logits.bytes(), sim.logits_bytes, "{name}: logits");
+    let act = e.activation_bytes() as i64 - sim.activation_bytes as i64;
+    let other = e.sliding_block.as_ref().map_or(0, |o| sum(&o.block));
+    assert_eq!(
+        e.activation_bytes(),
+        sim.activation_bytes,
+        "{name}: activations when the forward returns (block {} bytes, other layers' block {other}, outside {}; off by {act})",
+        e.block_bytes(),
+        sum(&e.outside)
+    );
+    let batch = 2 * (b * s * 8) as u64;
+    assert_eq!(e.forward_bytes() + batch + buffers(&e), sim.forward_live_bytes, "{name}: live when the forward returns");
+    let bound = e.training_bytes();
+    assert!(bound <= sim.training_peak_allocated, "{name}: bound {bound} above the simulated peak {}", sim.training_peak_allocated);
+    let recomputed = if cfg.checkpoint != Checkpoint::None {
+        let mut full = cfg.clone();
+        full.checkpoint = Checkpoint::None;
+        full.hf.as_mut().unwrap().use_cache = false;
+        estimate(&full, precision, b, s).block_bytes()
+    } else {
+        0
+    };
+    sim.training_peak_allocated as f64 / (bound + recomputed) as f64
+}
