@@ -49,18 +49,10 @@ fn converted_targets_grid_matches_peft() {
     grid_common::check("moe_lora_converted", points, 36, KNOWN_FAILING, run);
 }
 
-fn vramscope(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().unwrap()
-}
-
 #[test]
 fn converted_targets_run_and_refuse_what_peft_refuses() {
     let dir = std::env::temp_dir().join(format!("vramscope-conv-{}", std::process::id()));
-    let run = |extra: &[&str]| {
-        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", dir.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        vramscope(&args)
-    };
+    let run = |extra: &[&str]| grid_common::moe::meta_profile(&dir, extra);
     for extra in [
         &["--preset", "Mixtral-8x7B", "--profile-type", "training", "--lora-r", "8", "--target-modules", "all-linear"][..],
         &["--preset", "Qwen3-30B-A3B", "--profile-type", "training", "--lora-r", "8", "--target-modules", "q_proj,gate_proj,up_proj"][..],

@@ -61,18 +61,10 @@ fn deepseek_v3_lora_grid_matches_peft() {
     grid_common::check("moe_lora_deepseek_v3", &points, 15, KNOWN_FAILING, run);
 }
 
-fn vramscope(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().unwrap()
-}
-
 #[test]
 fn lora_runs_on_their_attention_and_refuses_what_peft_or_the_grid_does_not_cover() {
     let dir = std::env::temp_dir().join(format!("vramscope-lgo-{}", std::process::id()));
-    let run = |extra: &[&str]| {
-        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", dir.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        vramscope(&args)
-    };
+    let run = |extra: &[&str]| grid_common::moe::meta_profile(&dir, extra);
     for extra in [
         &["--preset", "gpt-oss-20b", "--profile-type", "training", "--lora-r", "8", "--target-modules", "all-linear"][..],
         &["--preset", "gpt-oss-20b", "--profile-type", "training", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--load-in-4bit"][..],

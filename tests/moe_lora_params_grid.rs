@@ -34,18 +34,10 @@ fn target_parameters_grid_matches_peft() {
     grid_common::check("moe_lora_params", points, 27, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
 
-fn vramscope(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().unwrap()
-}
-
 #[test]
 fn target_parameters_runs_and_refuses_what_peft_or_the_grid_does_not_cover() {
     let dir = std::env::temp_dir().join(format!("vramscope-tp-{}", std::process::id()));
-    let run = |extra: &[&str]| {
-        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", dir.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        vramscope(&args)
-    };
+    let run = |extra: &[&str]| grid_common::moe::meta_profile(&dir, extra);
     let o = run(&["--preset", "Qwen3-30B-A3B", "--profile-type", "training", "--lora-r", "8", "--target-parameters", "gate_up_proj,mlp.experts.down_proj,mlp.gate.weight", "--target-modules", "q_proj,v_proj"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = std::fs::remove_dir_all(&dir);

@@ -87,3 +87,12 @@ pub fn read_config_of(p: &Value) -> ModelConfig {
     m.routing = if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced };
     cfg
 }
+
+/// `vramscope profile` on meta at B 1, S 64, no warm-up step, writing into `dir`, plus `extra`
+/// (the MoE LoRA tests' CLI checks: a preset's adapters run or are refused).
+#[allow(dead_code)] // (not every grid that includes grid_common runs the CLI)
+pub fn meta_profile(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--out-dir", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&args).output().unwrap()
+}
