@@ -10,7 +10,7 @@
 //! same lower bound as tests/estimate_hf.rs states.
 mod estimate_common;
 use estimate_common::sum;
-use vramscope::analyse::estimate::{estimate, estimate_with, hf};
+use vramscope::analyse::estimate::{estimate, hf};
 use vramscope::model::hf::{Arch, AttnImplementation, HfConfig, SdpaBackend};
 use vramscope::model::{Flavour, ModelConfig};
 use vramscope::session::estimate::simulate;
@@ -198,13 +198,7 @@ fn families_optimizers() {
             for kind in [OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::Adafactor] {
                 let p = Point { precision, b: 1, s: 32, ..base(arch) };
                 let cfg = config(&p);
-                let mut optim = OptimConfig::reference(Flavour::Hf);
-                optim.kind = kind;
-                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
-                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
-                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{p:?} {kind:?}: optimizer state");
-                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{p:?} {kind:?}: gradients");
-                assert!(e.training_bytes() <= sim.training_peak_allocated, "{p:?} {kind:?}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+                estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("{p:?} {kind:?}"));
             }
         }
     }

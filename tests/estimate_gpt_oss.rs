@@ -12,11 +12,9 @@
 mod estimate_common;
 
 use serde_json::json;
-use vramscope::analyse::estimate::estimate_with;
 use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
-use vramscope::model::{Checkpoint, Flavour, ModelConfig};
-use vramscope::session::estimate::simulate;
-use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::model::{Checkpoint, ModelConfig};
+use vramscope::train::optim::OptimizerKind;
 use vramscope::train::Precision;
 
 #[derive(Clone, Debug)]
@@ -205,14 +203,7 @@ fn gpt_oss_optimizers() {
             for implementation in [ExpertsImplementation::GroupedMm, ExpertsImplementation::Eager] {
                 let p = Point { precision, b: 1, s: 32, implementation, ..base() };
                 let cfg = config(&p);
-                let mut optim = OptimConfig::reference(Flavour::Hf);
-                optim.kind = kind;
-                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
-                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
-                let what = format!("{precision:?} {kind:?} {implementation:?}");
-                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{what}: optimizer state");
-                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{what}: gradients");
-                assert!(e.training_bytes() <= sim.training_peak_allocated, "{what}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+                estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("{precision:?} {kind:?} {implementation:?}"));
             }
         }
     }

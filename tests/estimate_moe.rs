@@ -11,12 +11,10 @@
 mod estimate_common;
 
 use serde_json::json;
-use vramscope::analyse::estimate::estimate_with;
 use vramscope::model::hf::moe::{ExpertsImplementation, Routing};
 use vramscope::model::hf::{AttnImplementation, SdpaBackend};
-use vramscope::model::{Checkpoint, Flavour, ModelConfig};
-use vramscope::session::estimate::simulate;
-use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::model::{Checkpoint, ModelConfig};
+use vramscope::train::optim::OptimizerKind;
 use vramscope::train::Precision;
 
 #[derive(Clone, Debug)]
@@ -197,13 +195,7 @@ fn moe_optimizers() {
             for kind in [OptimizerKind::AdamwTorch, OptimizerKind::AdamwTorchFused, OptimizerKind::AdamwTorchForloop, OptimizerKind::Sgd, OptimizerKind::Adafactor] {
                 let p = Point { precision, b: 1, s: 32, ..base(model_type) };
                 let cfg = config(&p);
-                let mut optim = OptimConfig::reference(Flavour::Hf);
-                optim.kind = kind;
-                let e = estimate_with(&cfg, precision, p.b, p.s, &optim);
-                let sim = simulate(&cfg, precision, p.b, p.s, &optim).unwrap();
-                assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{model_type} {precision:?} {kind:?}: optimizer state");
-                assert_eq!(e.grad_bytes, sim.gradient_bytes, "{model_type} {precision:?} {kind:?}: gradients");
-                assert!(e.training_bytes() <= sim.training_peak_allocated, "{model_type} {precision:?} {kind:?}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+                estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("{model_type} {precision:?} {kind:?}"));
             }
         }
     }

@@ -120,3 +120,16 @@ pub fn compare_moe(cfg: &ModelConfig, precision: vramscope::train::Precision, b:
     };
     sim.training_peak_allocated as f64 / (bound + recomputed) as f64
 }
+
+/// Holds the closed form's optimizer state and gradients under `kind` to the meta simulation,
+/// and the training peak above the bound; `what` names the case in a failure.
+#[allow(dead_code)] // (not every test crate that includes this module compares optimizers)
+pub fn compare_optimizer(cfg: &ModelConfig, precision: vramscope::train::Precision, b: usize, s: usize, kind: vramscope::train::optim::OptimizerKind, what: &str) {
+    let mut optim = vramscope::train::optim::OptimConfig::reference(Flavour::Hf);
+    optim.kind = kind;
+    let e = vramscope::analyse::estimate::estimate_with(cfg, precision, b, s, &optim);
+    let sim = vramscope::session::estimate::simulate(cfg, precision, b, s, &optim).unwrap();
+    assert_eq!(e.optimizer_bytes, sim.optimizer_bytes, "{what}: optimizer state");
+    assert_eq!(e.grad_bytes, sim.gradient_bytes, "{what}: gradients");
+    assert!(e.training_bytes() <= sim.training_peak_allocated, "{what}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
+}
