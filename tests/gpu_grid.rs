@@ -61,7 +61,7 @@ const KNOWN_MISSES: &[(&str, &str, &str)] = &[
 
 fn rows() -> Vec<Value> {
     let mut out = Vec::new();
-    for f in ["course.jsonl", "hf.jsonl", "expandable.jsonl"] {
+    for f in ["course.jsonl", "hf.jsonl", "expandable.jsonl", "moe.jsonl", "families.jsonl"] {
         let text = std::fs::read_to_string(format!("{DIR}/{f}")).unwrap_or_else(|e| panic!("{f}: {e}"));
         out.extend(text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()));
     }
@@ -84,21 +84,27 @@ struct Predicted {
 }
 
 fn predict(args: &str, gpu: &str) -> Predicted {
+    try_predict(args, gpu).unwrap_or_else(|e| panic!("{args}: {e}"))
+}
+
+/// The prediction, or the refusal of a run vramscope does not model (the fixture's
+/// `modelled: false` points).
+fn try_predict(args: &str, gpu: &str) -> anyhow::Result<Predicted> {
     let words: Vec<String> = format!("{args} --device meta --gpu {gpu}").split_whitespace().map(String::from).collect();
-    let a: options::profile::ProfileArgs = parse_words("profile", &words).unwrap_or_else(|e| panic!("{args}: {e}"));
-    let mut p = options::profile::options(&a).unwrap_or_else(|e| panic!("{args}: {e}"));
+    let a: options::profile::ProfileArgs = parse_words("profile", &words).map_err(anyhow::Error::msg)?;
+    let mut p = options::profile::options(&a)?;
     p.keep_trace = false;
-    let ranks = p.ranks(false).unwrap();
-    let runs = session::profile::profile_all(&mut p, &a.profile_type, &ranks, |_, _| Ok(())).unwrap_or_else(|e| panic!("{args}: {e}"));
+    let ranks = p.ranks(false)?;
+    let runs = session::profile::profile_all(&mut p, &a.profile_type, &ranks, |_, _| Ok(()))?;
     let s = session::summary::profile(&p, &a.profile_type, &ranks, &runs, None);
     let r = &s["runs"][0];
-    Predicted { allocated: r["peak_allocated_bytes"].as_u64().unwrap(), reserved: r["peak_reserved_bytes"].as_u64().unwrap() }
+    Ok(Predicted { allocated: r["peak_allocated_bytes"].as_u64().unwrap(), reserved: r["peak_reserved_bytes"].as_u64().unwrap() })
 }
 
 /// The measured allocated peak compared: hf points leave the setup out (module comment).
 fn measured_allocated(row: &Value) -> u64 {
     let base = row["baseline_allocated"].as_u64().unwrap();
-    let peak = if row["group"] == "hf" {
+    let peak = if ["hf", "moe", "families"].contains(&row["group"].as_str().unwrap()) {
         row["phases"].as_array().unwrap().iter().filter(|s| s["phase"] != "setup").map(|s| s["peak_allocated"].as_u64().unwrap()).max().unwrap()
     } else {
         row["measured"]["peak_allocated"].as_u64().unwrap()
@@ -157,6 +163,12 @@ fn every_point_is_within_the_bounds() {
         let id = row["id"].as_str().unwrap();
         assert!(row["ok"].as_bool().unwrap(), "{id}: {}", row["error"]);
         let ws = row["leftover_allocated"].as_u64().unwrap();
+        if row["modelled"] == false {
+            // Measured for when it lands; vramscope refuses it today.
+            let args = row["args"].as_str().unwrap();
+            assert!(try_predict(args, g.name).is_err(), "{id} is predicted now: compare it (set modelled in measure_gpu.py and the fixture)");
+            continue;
+        }
         let p = predict(row["args"].as_str().unwrap(), g.name);
         let (ma, mr) = (measured_allocated(row), row["measured"]["peak_reserved"].as_u64().unwrap());
         let (pa, pr) = (p.allocated + ws, p.reserved + ws);
