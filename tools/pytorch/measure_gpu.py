@@ -515,8 +515,9 @@ def grid_families():
         def add(kind, tag="", **kw):
             args = (f"--config tests/fixtures/hf_models/{name} --num-layers 2 --context-length {S} --batch-size 2 --profile-type {kind} "
                     f"--attn-implementation {attn}")
-            if kw.get("dtype") == "fp32":
-                args += " --dtype fp32"
+            # hf_body loads bf16 unless the point says fp32; Gemma-2's and OLMo-2's configs name
+            # float32, which `--dtype auto` would load.
+            args += " --dtype fp32" if kw.get("dtype") == "fp32" else " --dtype bf16"
             if kw.get("autocast"):
                 args += " --precision bf16"
             if kw.get("checkpoint"):
