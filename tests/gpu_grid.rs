@@ -57,6 +57,47 @@ const KNOWN_MISSES: &[(&str, &str, &str)] = &[
         "the same CUDA-only transients, and bitsandbytes' CUDA load path (from_pretrained quantizes on the \
          device; vramscope's setup follows the CPU measurement's load): +1.3 GiB reserved",
     ),
+    (
+        "moe-Mixtral-8x7B-L2-S1024-B2-training-grouped_mm-balanced",
+        "reserved",
+        "the driver's address order: on the H200 most new segments land below the earlier ones (of the MoE and family snapshots' segments of 32 MiB and more, 131 of 162 consecutive pairs descend), while vramscope places each above the last; the caching allocator breaks size ties by address, so a freed block of the same size is reused in the other order and a split block cannot take the next request: one more segment (placed top-down, vramscope's prediction is within 0.2 %): one 1792 MiB segment less in the real run",
+    ),
+    (
+        "moe-Mixtral-8x7B-L2-S1024-B2-training-grouped_mm-worst",
+        "reserved",
+        "the same address order as the balanced point (the routing changes no block size here)",
+    ),
+    (
+        "moe-DeepSeek-V3-L2-E32-S1024-B2-inference-grouped_mm-balanced",
+        "reserved",
+        "the same address order: the real run's second 512 MiB cast lands in the upper half of a freed 1 GiB block, \
+         so the next softmax needs one more 1 GiB segment",
+    ),
+    (
+        "moe-DeepSeek-V3-L2-E32-S1024-B2-training-grouped_mm-balanced",
+        "allocated",
+        "CUDA's softmax backward (SoftMax.cu `softmax_backward_cuda_out`: `Tensor tmp = grad * output;`) allocates a \
+         temporary of the output's size after its own output and frees it on return; eager attention's fp32 softmax over \
+         (B, 128 heads, S, S) makes it 1 GiB at the peak (the GPU snapshot's third 1 GiB block in the attention backward). \
+         The CPU kernel has none, and vramscope models the CPU's: not modelled (+3.0 %)",
+    ),
+    (
+        "moe-DeepSeek-V3-L2-E32-S1024-B2-training-grouped_mm-worst",
+        "allocated",
+        "CUDA's softmax backward temporary, as the balanced point",
+    ),
+    (
+        "moe-DeepSeek-V3-L2-E32-S1024-B2-training-grouped_mm-balanced-ckpt",
+        "allocated",
+        "CUDA's softmax backward temporary, as the balanced point (the recomputed layer's attention backward is the peak)",
+    ),
+    (
+        "fam-gemma-3-27b-text-L2-S768-B2-training-ckpt",
+        "reserved",
+        "the measurement's setup: from_config on the device allocates an untied lm_head weight (2688.7 MiB for Gemma-3's \
+         262,144 × 5,376 bf16 embedding) that post_init's tie_weights frees at once, and its cached segment then takes the \
+         220.5 MiB MLP blocks; from_pretrained, which vramscope models, never allocates it",
+    ),
 ];
 
 fn rows() -> Vec<Value> {
@@ -112,6 +153,19 @@ fn measured_allocated(row: &Value) -> u64 {
     peak - base
 }
 
+/// The cuBLASLt workspaces a run leaves besides cuBLAS's, which `reserve` does not count (not
+/// modelled): a linear with a bias runs addmm through cuBLASLt's gemm_and_bias, whose 1 MiB
+/// workspace is kept per thread that ran one — the forward's, and autograd's when checkpointing
+/// recomputes the forward there (the backward's matmuls have no bias epilogue). Measured for
+/// Qwen2-MoE (q/k/v biases) and gpt-oss (attention and router biases), 1 MiB and 2 MiB.
+fn cublaslt_workspaces(row: &Value) -> usize {
+    let args = row["args"].as_str().unwrap();
+    if !["Qwen1.5-MoE", "gpt-oss"].iter().any(|m| args.contains(m)) {
+        return 0;
+    }
+    if args.contains("--gradient-checkpointing") { 2 << 20 } else { 1 << 20 }
+}
+
 #[test]
 fn the_cublas_workspaces_are_what_reserve_keeps() {
     let card = card();
@@ -124,7 +178,7 @@ fn the_cublas_workspaces_are_what_reserve_keeps() {
         // (every later hf point starts with it: `baseline_allocated`).
         let left = row["leftover_allocated"].as_u64().unwrap() as usize;
         assert!(left % (1 << 20) <= 512, "{}: {left} B left", row["id"]);
-        assert_eq!(left - left % (1 << 20), ws, "{}: the workspaces left allocated", row["id"]);
+        assert_eq!(left - left % (1 << 20), ws + cublaslt_workspaces(&row), "{}: the workspaces left allocated", row["id"]);
     }
     // The card: after two matmuls (the main thread's and autograd's) exactly two workspaces.
     let ws = card["after_del"]["allocated"].as_u64().unwrap();
@@ -203,7 +257,7 @@ fn gpu_snapshots_read_as_the_allocator_counted() {
     for row in rows() {
         rows_by_id.insert(row["id"].as_str().unwrap().to_string(), row);
     }
-    for f in ["rerun/course.jsonl", "rerun/hf.jsonl"] {
+    for f in ["rerun/course.jsonl", "rerun/hf.jsonl", "rerun/moe.jsonl", "rerun/families.jsonl"] {
         for l in std::fs::read_to_string(format!("{DIR}/{f}")).unwrap().lines() {
             let row: Value = serde_json::from_str(l).unwrap();
             rows_by_id.insert(row["id"].as_str().unwrap().to_string(), row);
