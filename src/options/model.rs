@@ -15,7 +15,8 @@ pub struct ModelFlags {
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
-    /// Only config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers
+    /// Only config.json is read: model_type llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2,
+    /// gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss or deepseek_v3, run as transformers
     /// 5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
     /// torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
     /// overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama
