@@ -30,6 +30,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
     // On CPU every sdpa point ran _scaled_dot_product_flash_attention_for_cpu (recorded per
     // point, checked below): the CPU kernel's tensors.
     hf.sdpa_backend = SdpaBackend::CpuFlash;
+    hf.cpu_run = true;
     hf.use_cache = p["use_cache"].as_bool().unwrap();
     hf.logits_to_keep = num(p, "logits_to_keep");
     hf.reentrant = p["checkpoint"] == "reentrant";

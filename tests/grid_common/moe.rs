@@ -82,6 +82,7 @@ pub fn read_config_of(p: &Value) -> ModelConfig {
     hf.attention_mask = p["attention_mask"] == "ones";
     hf.attn_implementation = vramscope::model::hf::AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
     hf.sdpa_backend = vramscope::model::hf::SdpaBackend::CpuFlash;
+    hf.cpu_run = true;
     let m = hf.moe.as_mut().unwrap();
     m.implementation = ExpertsImplementation::parse(p["experts"].as_str().unwrap()).unwrap();
     m.routing = if p["routing"] == "worst" { Routing::Worst } else { Routing::Balanced };

@@ -260,8 +260,13 @@ def hf_body(p, R):
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("dtype", "bf16")]
     cfg = hf_model(p)
     if p.get("routing"):
-        import measure_moe as MOE
-        MOE.install_routing(p)  # `forced` stays on the host: its copy_ into the indices allocates nothing on the device
+        # `forced` stays on the host: its copy_ into the indices allocates nothing on the device.
+        if kind == "generate":
+            import measure_generate as MG
+            MG.install_generate_routing(p)  # the prefill's token count, then one per row each step
+        else:
+            import measure_moe as MOE
+            MOE.install_routing(p)
     R.mark("setup")
     torch.manual_seed(42)
     if p.get("load_in_4bit"):
@@ -483,6 +488,8 @@ def grid_moe():
             args += f" --gradient-checkpointing {kw['checkpoint']}"
         if kw.get("lora_r"):
             args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
+        if kind == "generate":
+            args += f" --max-new-tokens {kw['max_new_tokens']}"
         modelled = not (kw.get("autocast") and mt in ("gpt_oss", "deepseek_v3")) and not (mt == "deepseek_v3" and attn == "sdpa")
         pts.append(dict(id=pid, group="moe", profile_type=kind, seq=S, batch=B, args=args, config_dir=f"{GPU_CONFIGS}/{name}",
                         model_type=mt, num_experts=E, top_k=k, experts=experts, routing=routing, attn=attn, modelled=modelled, **kw))
@@ -499,6 +506,9 @@ def grid_moe():
     add("DeepSeek-V3-L2-E32", 1024, 2, "training", tag="-sdpa", attn="sdpa")
     add("DeepSeek-V3-L2-E32", 1024, 2, "inference", tag="-sdpa", attn="sdpa")
     add("Mixtral-8x7B-L2", 1024, 2, "training", tag="-lora", lora_r=16, lora_alpha=32, target_modules="q_proj,v_proj")
+    for name, routing in (("Mixtral-8x7B-L2", "balanced"), ("Qwen3-30B-A3B-L2", "worst"), ("gpt-oss-20b-L2", "balanced"),
+                          ("DeepSeek-V3-L2-E32", "balanced")):
+        add(name, 512, 2, "generate", routing=routing, tag="-N16", max_new_tokens=16)
     add("Qwen3-30B-A3B-L2", 512, 1, "training", tag="-snapshot")
     pts[-1]["snapshot"] = True
     return pts
@@ -528,6 +538,27 @@ def grid_families():
         add("inference")
         add("training", "-autocast", dtype="fp32", autocast=True)
         add("training", "-ckpt", checkpoint="non-reentrant")
+    # generate(): the sliding layers' caches crossed by the prompt or the decode steps (Gemma-2's
+    # window 4096, Gemma-3's 1024), static caches, sampling and beams.
+    gen = [("gemma-2-9b", "eager", 4090, 1, 16, {}), ("gemma-3-27b-text", "sdpa", 1000, 2, 48, {}),
+           ("gemma-3-27b-text", "sdpa", 1000, 2, 48, dict(cache="static")), ("gemma-3-27b-text", "sdpa", 1000, 2, 48, dict(do_sample=True)),
+           ("Phi-3-mini-4k-instruct", "sdpa", 512, 2, 16, {}), ("Phi-3-mini-4k-instruct", "sdpa", 512, 2, 16, dict(num_beams=2)),
+           ("OLMo-2-1124-7B", "sdpa", 512, 2, 16, {}), ("OLMo-2-1124-7B", "sdpa", 512, 2, 16, dict(cache="static"))]
+    for name, attn, S, B, N, kw in gen:
+        args = (f"--config tests/fixtures/hf_models/{name} --num-layers 2 --context-length {S} --batch-size {B} --profile-type generate "
+                f"--attn-implementation {attn} --dtype bf16 --max-new-tokens {N}")
+        tag = ""
+        if kw.get("cache"):
+            args += " --cache-implementation static --disable-compile"
+            tag += "-static"
+        if kw.get("do_sample"):
+            args += " --do-sample"
+            tag += "-sample"
+        if kw.get("num_beams"):
+            args += f" --num-beams {kw['num_beams']}"
+            tag += f"-beams{kw['num_beams']}"
+        pts.append(dict(id=f"fam-{name}-L2-S{S}-B{B}-generate-N{N}{tag}", group="families", profile_type="generate", seq=S, batch=B,
+                        args=args, config=name, num_layers=2, attn=attn, modelled=True, max_new_tokens=N, **kw))
     return pts
 
 

@@ -155,6 +155,10 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     let mut next_scores: Option<Tensor> = None;
     let mut probs: Option<Tensor> = None;
     let mut next_tokens: Option<Tensor> = None;
+    // _sample's decode loop runs under `_optimize_model_for_decode`: grouped_mm experts as
+    // batched_mm off the CPU (the guard is set after the prefill, below).
+    let switch = !hf.cpu_run && hf.moe.as_ref().is_some_and(|m| m.implementation == crate::model::hf::moe::ExpertsImplementation::GroupedMm);
+    let mut decode_guard = None;
     for step in 0..max_new_tokens {
         let len = ids.dim(1);
         let logits = if step == 0 {
@@ -165,6 +169,9 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
             forward_generate(m, &x, GenerationInputs { position_ids: &step_pos, cache: &cache, windows: &windows, static_len, past: 0, mask: mask.0.as_ref(), sliding_mask: mask.1.as_ref() })
         } else {
             on_step(Step::Decode(step));
+            if switch && decode_guard.is_none() {
+                decode_guard = Some(crate::model::hf::moe::decode_as_batched_mm());
+            }
             // input_ids[:, -1:].clone(), position_ids[..., -1:].clone(): the previous step's
             // model_inputs die at the rebinding.
             let x = ids.narrow(1, len - 1, 1).clone_contiguous();
@@ -228,6 +235,7 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
         // del outputs
         drop(logits);
     }
+    drop(decode_guard);
     let kv_cache_bytes = cache.borrow().iter().map(|t| t.nbytes()).sum();
     drop((model_inputs, next_logits, next_scores, probs, next_tokens, step_pos, position_ids, unfinished, cache, windows, pad, eos));
     Generated { sequences: ids, kv_cache_bytes }

@@ -217,7 +217,7 @@ impl Block {
         }
         let out = {
             let _s = scope("experts");
-            let _f = py_frame(match m.implementation {
+            let _f = py_frame(match m.implementation_now() {
                 ExpertsImplementation::GroupedMm => &moe_frames::GROUPED_MM_EXPERTS_FORWARD,
                 ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
                 ExpertsImplementation::Eager => &moe_frames::GPT_OSS_EXPERTS,
@@ -226,7 +226,7 @@ impl Block {
             // GptOssExperts is `is_transposed`: (E, in, out).
             experts_wrapped(adapters, scaling, true, self.layer.gate_up.weights()[0], &self.layer.down, |gate_up, down| {
                 let ex = Experts { m, g, w, gate_up, down };
-                match m.implementation {
+                match m.implementation_now() {
                     ExpertsImplementation::GroupedMm => ex.grouped_mm(&flat, &index, &scores),
                     ExpertsImplementation::Eager => ex.eager(&flat, &index, &scores),
                     ExpertsImplementation::BatchedMm => ex.batched_mm(&flat, &index, &scores),

@@ -205,6 +205,11 @@ pub struct HfConfig {
     pub rope_type: Option<String>,
     pub attn_implementation: AttnImplementation,
     pub sdpa_backend: SdpaBackend,
+    /// transformers runs on the CPU (the CPU grids' measurements), so its device-dependent
+    /// Python branches take the CPU side: generate()'s `_optimize_model_for_decode` keeps
+    /// grouped_mm experts for the decode forwards. False for every prediction (a GPU run).
+    #[serde(default)]
+    pub cpu_run: bool,
     /// `use_cache` (the config's default is true: a forward builds a `DynamicCache`).
     pub use_cache: bool,
     /// `logits_to_keep` (0: all positions).
@@ -280,6 +285,7 @@ impl HfConfig {
             // Gemma2PreTrainedModel has `_supports_sdpa = False`: transformers picks eager.
             attn_implementation: if model_type == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa },
             sdpa_backend: SdpaBackend::Auto,
+            cpu_run: false,
             use_cache: true,
             logits_to_keep: 0,
             reentrant: false,

@@ -201,6 +201,33 @@ fn default_aux_loss_coef() -> f64 {
     ROUTER_AUX_LOSS_COEF
 }
 
+thread_local! {
+    static DECODE_BATCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// generate()'s `_optimize_model_for_decode` (transformers 5.23 generation/utils.py, around
+/// `_sample`'s decode loop): on a device other than the CPU, every grouped_mm experts
+/// implementation runs as batched_mm for the decode forwards ("much more performant than
+/// 'grouped_mm' on smaller inputs"), which gathers each token's expert weights. Measured on an
+/// H200 (tests/gpu_grid.rs: the MoE generate points). The prefill and beam search keep the
+/// configured implementation. While the guard lives, [`MoeConfig::implementation_now`] says so.
+pub fn decode_as_batched_mm() -> crate::engine::runtime::Guard {
+    let was = DECODE_BATCHED.with(|c| c.replace(true));
+    crate::engine::runtime::Guard::new(move || DECODE_BATCHED.with(|c| c.set(was)))
+}
+
+impl MoeConfig {
+    /// The experts implementation this forward runs: batched_mm for grouped_mm inside
+    /// [`decode_as_batched_mm`].
+    pub fn implementation_now(&self) -> ExpertsImplementation {
+        if self.implementation == ExpertsImplementation::GroupedMm && DECODE_BATCHED.with(|c| c.get()) {
+            ExpertsImplementation::BatchedMm
+        } else {
+            self.implementation
+        }
+    }
+}
+
 impl MoeConfig {
     /// The aux loss's coefficient when `output_router_logits` is on.
     pub fn aux_loss(&self) -> Option<f64> {

@@ -87,13 +87,13 @@ pub fn sparse_moe_block(m: &MoeConfig, w: &MoeWeights<'_>, x: &Tensor, record: O
 pub fn experts(m: &MoeConfig, w: &MoeWeights<'_>, flat: &Tensor, index: &Tensor, weights: &Tensor) -> Tensor {
     let _s = scope("experts");
     let (_, _, experts_frame) = moe_frames::of(m.family);
-    let _f = py_frame(match m.implementation {
+    let _f = py_frame(match m.implementation_now() {
         ExpertsImplementation::GroupedMm => &moe_frames::GROUPED_MM_EXPERTS_FORWARD,
         ExpertsImplementation::BatchedMm => &moe_frames::BATCHED_MM_EXPERTS_FORWARD,
         ExpertsImplementation::Eager => experts_frame,
     });
     let (adapters, scaling) = w.lora.map_or((None, 1.0), |(p, s)| (Some(p), s));
-    experts_wrapped(adapters, scaling, false, w.gate_up, w.down, |gu, dn| match m.implementation {
+    experts_wrapped(adapters, scaling, false, w.gate_up, w.down, |gu, dn| match m.implementation_now() {
         ExpertsImplementation::GroupedMm => grouped_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::BatchedMm => batched_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::Eager => eager_experts(m, gu, dn, flat, index, weights),
