@@ -74,24 +74,6 @@ const KNOWN_MISSES: &[(&str, &str, &str)] = &[
          so the next softmax needs one more 1 GiB segment",
     ),
     (
-        "moe-DeepSeek-V3-L2-E32-S1024-B2-training-grouped_mm-balanced",
-        "allocated",
-        "CUDA's softmax backward (SoftMax.cu `softmax_backward_cuda_out`: `Tensor tmp = grad * output;`) allocates a \
-         temporary of the output's size after its own output and frees it on return; eager attention's fp32 softmax over \
-         (B, 128 heads, S, S) makes it 1 GiB at the peak (the GPU snapshot's third 1 GiB block in the attention backward). \
-         The CPU kernel has none, and vramscope models the CPU's: not modelled (+3.0 %)",
-    ),
-    (
-        "moe-DeepSeek-V3-L2-E32-S1024-B2-training-grouped_mm-worst",
-        "allocated",
-        "CUDA's softmax backward temporary, as the balanced point",
-    ),
-    (
-        "moe-DeepSeek-V3-L2-E32-S1024-B2-training-grouped_mm-balanced-ckpt",
-        "allocated",
-        "CUDA's softmax backward temporary, as the balanced point (the recomputed layer's attention backward is the peak)",
-    ),
-    (
         "fam-gemma-3-27b-text-L2-S768-B2-training-ckpt",
         "reserved",
         "the measurement's setup: from_config on the device allocates an untied lm_head weight (2688.7 MiB for Gemma-3's \

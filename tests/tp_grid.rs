@@ -29,6 +29,7 @@ fn config_of(p: &Value) -> ModelConfig {
     let mut hf = HfConfig::new(Arch::Llama, d / h);
     hf.attn_implementation = AttnImplementation::parse(p["attn"].as_str().unwrap()).unwrap();
     hf.sdpa_backend = SdpaBackend::CpuFlash;
+    hf.cpu_run = true;
     hf.use_cache = false;
     ModelConfig {
         flavour: Flavour::Hf,

@@ -74,6 +74,8 @@ pub struct Frame {
     /// The autocast type of the forward: PyTorch recomputes under the same autocast
     /// state (a fresh region, so the weights are cast again).
     autocast: Option<crate::engine::DType>,
+    /// The forward's [`runtime::cuda_kernels`] state, which the recomputation runs under too.
+    cuda_kernels: bool,
     slots: RefCell<Vec<Slot>>,
     recomputed: Cell<bool>,
     counter: Cell<usize>,
@@ -95,6 +97,7 @@ impl Frame {
         let _py = runtime::enter_py(self.py.clone());
         let _g = runtime::set_grad_enabled(true);
         let _ac = self.autocast.map(crate::engine::autocast::enable);
+        let _k = runtime::cuda_kernels(self.cuda_kernels);
         let _h = push(Hook::Recompute(self.clone()));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.recompute)()));
         if let Err(payload) = r {
@@ -209,6 +212,7 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
         scope: runtime::current_scope(),
         py: runtime::current_py(),
         autocast: crate::engine::autocast::active(),
+        cuda_kernels: runtime::on_cuda_kernels(),
         slots: RefCell::new(Vec::new()),
         recomputed: Cell::new(false),
         counter: Cell::new(0),
@@ -238,6 +242,7 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
     let scope = runtime::current_scope();
     let py = runtime::current_py();
     let autocast = crate::engine::autocast::active();
+    let cuda_kernels = runtime::on_cuda_kernels();
     let saved = x.detach();
     // `ctx.run_function` (and the tensors it captured) lives as long as the graph does.
     let f = Rc::new(f);
@@ -249,6 +254,7 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
         let y = {
             let _g = runtime::set_grad_enabled(true);
             let _ac = autocast.map(crate::engine::autocast::enable);
+            let _k = runtime::cuda_kernels(cuda_kernels);
             f(leaf.clone())
         };
         // `torch.autograd.backward(outputs, args)`: the incoming gradient stays referenced by

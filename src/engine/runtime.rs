@@ -32,6 +32,9 @@ pub struct Runtime {
     /// Storages created now live in host memory (offloaded state, an optimizer step on the
     /// CPU): counted in `host`, not on the device.
     on_host: bool,
+    /// Ops created inside follow CUDA's kernels where they allocate differently from the CPU's
+    /// ([`cuda_kernels`]).
+    cuda_kernels: bool,
     /// Host memory held by such storages: (now, peak).
     host: (usize, usize),
     /// Storages created now live in CUDA unified memory (`cudaMallocManaged`: bitsandbytes'
@@ -60,6 +63,7 @@ impl Default for Runtime {
             autocast: Default::default(),
             deferring: false,
             on_host: false,
+            cuda_kernels: false,
             host: (0, 0),
             unified: false,
             unified_mem: (0, 0),
@@ -205,6 +209,20 @@ pub(crate) fn outside_free(kind: Outside, bytes: usize) {
 pub fn on_host() -> Guard {
     let prev = with(|rt| std::mem::replace(&mut rt.on_host, true));
     Guard::new(move || with(|rt| rt.on_host = prev))
+}
+
+/// Ops created inside run CUDA's kernels where those allocate what the CPU's do not (the
+/// softmax backward's `grad * output` temporary): set around the hf flavour's forwards unless
+/// the run is a CPU grid's (`HfConfig::cpu_run`). An op reads it when it is created, so its
+/// backward follows the forward's device.
+pub fn cuda_kernels(on: bool) -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.cuda_kernels, on));
+    Guard::new(move || with(|rt| rt.cuda_kernels = prev))
+}
+
+/// Whether [`cuda_kernels`] is in force.
+pub fn on_cuda_kernels() -> bool {
+    with(|rt| rt.cuda_kernels)
 }
 
 /// Storages created inside live in CUDA unified memory (paged optimizer state): resident on

@@ -36,6 +36,14 @@ fn last_dim(t: &Tensor, dim: isize, op: &str) -> usize {
 }
 
 /// Row-wise kernel over the last dim of two same-shaped tensors (backward of softmax-like ops).
+/// CUDA's softmax backward (SoftMax.cu `softmax_backward_cuda_out`, torch 2.11) computes
+/// `Tensor tmp = grad * output;` after its output exists and frees it on return: a temporary
+/// of the gradient's shape and type the CPU kernel does not make (measured on an H200: 1 GiB
+/// in DeepSeek-V3's eager attention backward, tests/gpu_grid.rs).
+fn cuda_softmax_backward_scratch(g: &Tensor) {
+    drop(Tensor::zeros_op(g.shape(), g.dtype(), g.device(), "mul"));
+}
+
 fn rows2<R: CReal>(a: &Tensor, b: &Tensor, n: usize, f: impl Fn(&[R], &[R], &mut [R]) + Sync + Send) -> Vec<R> {
     use rayon::prelude::*;
     cpu::with_slice::<R, _>(a, |sa| {
@@ -63,6 +71,7 @@ impl Tensor {
         });
         if needs_grad(&[self]) {
             let y = save(&out);
+            let cuda = crate::engine::runtime::on_cuda_kernels();
             return attach(out, "SoftmaxBackward0", &[self], Box::new(move |g| {
                 let y = y.unpack();
                 let dt = g.dtype();
@@ -76,6 +85,9 @@ impl Tensor {
                         })
                     })
                 });
+                if cuda {
+                    cuda_softmax_backward_scratch(&g);
+                }
                 vec![Some(gi)]
             }));
         }
@@ -102,6 +114,7 @@ impl Tensor {
         });
         if needs_grad(&[self]) {
             let y = save(&out);
+            let cuda = crate::engine::runtime::on_cuda_kernels();
             return attach(out, "SoftmaxBackward0", &[self], Box::new(move |g| {
                 let y = y.unpack();
                 let gi = with_real!(in_dt, R, {
@@ -114,6 +127,9 @@ impl Tensor {
                         })
                     })
                 });
+                if cuda {
+                    cuda_softmax_backward_scratch(&g);
+                }
                 vec![Some(gi)]
             }));
         }

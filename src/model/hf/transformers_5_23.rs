@@ -1256,6 +1256,8 @@ pub fn forward_generate(m: &Model, ids: &Tensor, gen: GenerationInputs<'_>) -> T
 fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask: Option<&Tensor>, logits_ready: &mut dyn FnMut(&Tensor), gen: Option<GenerationInputs<'_>>) -> Output {
     let cfg = &m.config;
     let hf = cfg.hf.as_ref().expect("hf options");
+    // A GPU run's kernels, unless this is a CPU grid's run.
+    let _k = runtime::cuda_kernels(!hf.cpu_run);
     let fr = frames(hf);
     let _f = py_frame(&fr.for_causal_lm);
     let (b, s) = (ids.dim(0), ids.dim(1));
