@@ -489,7 +489,7 @@ def grid_moe():
         if kw.get("lora_r"):
             args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
         if kind == "generate":
-            args += f" --max-new-tokens {kw['max_new_tokens']}"
+            args += f" --max-new-tokens {kw['max_new_tokens']}" + (" --do-sample" if kw.get("do_sample") else "")
         modelled = not (kw.get("autocast") and mt in ("gpt_oss", "deepseek_v3")) and not (mt == "deepseek_v3" and attn == "sdpa")
         pts.append(dict(id=pid, group="moe", profile_type=kind, seq=S, batch=B, args=args, config_dir=f"{GPU_CONFIGS}/{name}",
                         model_type=mt, num_experts=E, top_k=k, experts=experts, routing=routing, attn=attn, modelled=modelled, **kw))
@@ -509,6 +509,10 @@ def grid_moe():
     for name, routing in (("Mixtral-8x7B-L2", "balanced"), ("Qwen3-30B-A3B-L2", "worst"), ("gpt-oss-20b-L2", "balanced"),
                           ("DeepSeek-V3-L2-E32", "balanced")):
         add(name, 512, 2, "generate", routing=routing, tag="-N16", max_new_tokens=16)
+    # Larger batches, where the decode's batched_mm copies (top-k expert weights per row) dominate.
+    add("Mixtral-8x7B-L2", 128, 16, "generate", tag="-N4", max_new_tokens=4)
+    add("Qwen3-30B-A3B-L2", 128, 16, "generate", tag="-N4-sample", max_new_tokens=4, do_sample=True)
+    add("gpt-oss-20b-L2", 256, 8, "generate", routing="worst", tag="-N4", max_new_tokens=4)
     add("Qwen3-30B-A3B-L2", 512, 1, "training", tag="-snapshot")
     pts[-1]["snapshot"] = True
     return pts
