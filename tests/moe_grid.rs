@@ -300,10 +300,15 @@ fn routing_and_experts_flags_are_checked() {
     // DoRA on an MoE model is not measured.
     bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--use-dora"], "--use-dora");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
-    // bf16 autocast runs for Mixtral, Qwen3-MoE and Qwen2-MoE (autocast.json); not fp16, nor
-    // with the aux loss or LoRA.
+    // bf16 autocast runs for every MoE family (autocast.json, autocast_gpt_oss_deepseek.json);
+    // not fp16, nor with the aux loss or LoRA, nor DeepSeek-V3's sdpa math fallback.
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "fp16"], "--precision");
-    bad(&["--preset", "gpt-oss-20b", "--dtype", "float32", "--precision", "bf16"], "--precision");
+    bad(&["--preset", "gpt-oss-20b", "--dtype", "float32", "--precision", "fp16"], "--precision");
+    let s = profile("gpt-oss-autocast", &["--preset", "gpt-oss-20b", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--precision", "bf16"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("gpt_oss"), Some("pure-bf16-autocast")));
+    let s = profile("deepseek-autocast", &["--preset", "DeepSeek-V3", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--attn-implementation", "eager"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("deepseek_v3"), Some("bf16")));
+    bad(&["--preset", "DeepSeek-V3", "--num-layers", "2", "--precision", "bf16", "--attn-implementation", "sdpa", "--sdpa-backend", "math"], "--attn-implementation");
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"], "--output-router-logits");
     bad(&["--preset", "Qwen3-30B-A3B", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], "--precision");
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with
