@@ -186,6 +186,38 @@ fn moe_autocast_grid_matches_transformers() {
     grid_common::check("moe_autocast", points, 45, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::config_of(&point["point"])));
 }
 
+/// Autocast of gpt-oss and DeepSeek-V3 (`make_gptoss_deepseek_autocast_grid.py`, CUDA's autocast
+/// policies on CPU): fp32 and bf16 weights, every experts implementation, balanced and worst
+/// routing, top-k 1-4, 4-16 experts, checkpointing off, non-reentrant and reentrant, as
+/// inference, forward and training; gpt-oss's sliding window shorter and longer than S,
+/// DeepSeek-V3's q_lora_rank null and set, first_k_dense_replace 0 and 1, eager and sdpa.
+#[test]
+fn gpt_oss_deepseek_autocast_grid_matches_transformers() {
+    let doc = fixture("autocast_gpt_oss_deepseek.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    for family in ["gpt_oss", "deepseek_v3"] {
+        let ps: Vec<&Value> = points.iter().filter(|q| q["point"]["model_type"] == family).collect();
+        assert!(ps.len() >= 12, "{family}: {} points", ps.len());
+        let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(set("autocast"), BTreeSet::from(["\"bf16\"".into()]), "{family}");
+        for (k, n) in [("experts", 3), ("routing", 2), ("dtype", 2), ("top_k", 4), ("checkpoint", 3)] {
+            assert_eq!(set(k).len(), n, "{family}: {k} {:?}", set(k));
+        }
+        let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+        assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]), "{family}");
+        let (a, b) = match family {
+            "gpt_oss" => ("sliding_window", "seq"),
+            _ => ("q_lora_rank", "first_k_dense_replace"),
+        };
+        assert_eq!((set(a).len() > 1, set(b).len() > 1), (true, true), "{family}: {a} {:?}, {b} {:?}", set(a), set(b));
+    }
+    // gpt-oss's window both shorter and longer than S.
+    let windows = points.iter().filter(|q| q["point"]["model_type"] == "gpt_oss").map(|q| q["point"]["sliding_window"].as_u64() < q["point"]["seq"].as_u64());
+    assert_eq!(windows.collect::<BTreeSet<_>>().len(), 2);
+    grid_common::check("moe_autocast_gpt_oss_deepseek", points, 30, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::read_config_of(&point["point"])));
+}
+
 /// LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE against peft 0.21.2 and bitsandbytes
 /// 0.50.2 (`make_lora_grid.py --moe`, routing forced as in moe.json): the attention projections
 /// (named lists: the experts and the router are no nn.Linear, and all-linear reaches them through
@@ -268,10 +300,15 @@ fn routing_and_experts_flags_are_checked() {
     // DoRA on an MoE model is not measured.
     bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--use-dora"], "--use-dora");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
-    // bf16 autocast runs for Mixtral, Qwen3-MoE and Qwen2-MoE (autocast.json); not fp16, nor
-    // with the aux loss or LoRA.
+    // bf16 autocast runs for every MoE family (autocast.json, autocast_gpt_oss_deepseek.json);
+    // not fp16, nor with the aux loss or LoRA, nor DeepSeek-V3's sdpa math fallback.
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "fp16"], "--precision");
-    bad(&["--preset", "gpt-oss-20b", "--dtype", "float32", "--precision", "bf16"], "--precision");
+    bad(&["--preset", "gpt-oss-20b", "--dtype", "float32", "--precision", "fp16"], "--precision");
+    let s = profile("gpt-oss-autocast", &["--preset", "gpt-oss-20b", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--precision", "bf16"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("gpt_oss"), Some("pure-bf16-autocast")));
+    let s = profile("deepseek-autocast", &["--preset", "DeepSeek-V3", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--attn-implementation", "eager"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("deepseek_v3"), Some("bf16")));
+    bad(&["--preset", "DeepSeek-V3", "--num-layers", "2", "--precision", "bf16", "--attn-implementation", "sdpa", "--sdpa-backend", "math"], "--attn-implementation");
     bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"], "--output-router-logits");
     bad(&["--preset", "Qwen3-30B-A3B", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], "--precision");
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with

@@ -490,7 +490,7 @@ def grid_moe():
             args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
         if kind == "generate":
             args += f" --max-new-tokens {kw['max_new_tokens']}" + (" --do-sample" if kw.get("do_sample") else "")
-        modelled = not (kw.get("autocast") and mt in ("gpt_oss", "deepseek_v3")) and not (mt == "deepseek_v3" and attn == "sdpa")
+        modelled = not (mt == "deepseek_v3" and attn == "sdpa")
         pts.append(dict(id=pid, group="moe", profile_type=kind, seq=S, batch=B, args=args, config_dir=f"{GPU_CONFIGS}/{name}",
                         model_type=mt, num_experts=E, top_k=k, experts=experts, routing=routing, attn=attn, modelled=modelled, **kw))
 

@@ -344,11 +344,23 @@ def cuda_autocast_policies():
                 return op(*cast, **kw)
         return kernel
 
+    def passthrough(op):
+        def kernel(*args, **kw):
+            with torch._C._ExcludeDispatchKeyGuard(keys):
+                return op(*args, **kw)
+        return kernel
+
     A = torch.ops.aten
     # fp32_set_opt_dtype (AT_FORALL_FP32_SET_OPT_DTYPE) that CPU autocast lacks.
     for name, op, at in (("sum", A.sum.default, None), ("sum.dim_IntList", A.sum.dim_IntList, None), ("softmax.int", A.softmax.int, 2),
                          ("log_softmax.int", A.log_softmax.int, 2), ("cumsum", A.cumsum.default, None)):
         lib.impl(name, set_opt_dtype(op, at), "AutocastCPU")
+    # CPU autocast's promote list has cat, stack and index_copy, CUDA's has none of them: on CUDA
+    # they run as they are (cat of a bf16 and an fp32 tensor writes the fp32 output directly),
+    # on CPU every narrower input is first copied to the widest type (DeepSeek-V3's
+    # cat((q_pass, q_rot)) over fp32 weights: a bf16 projection and an fp32 roped half).
+    for name, op in (("cat", A.cat.default), ("stack", A.stack.default), ("index_copy", A.index_copy.default)):
+        lib.impl(name, passthrough(op), "AutocastCPU")
     # fp32 (AT_FORALL_FP32) that CPU autocast lacks, of those an RMSNorm, RoPE or a router runs.
     for name, op in (("exp", A.exp.default), ("pow.Tensor_Scalar", A.pow.Tensor_Scalar), ("rsqrt", A.rsqrt.default),
                      ("reciprocal", A.reciprocal.default), ("softplus", A.softplus.default)):

@@ -229,6 +229,20 @@ impl Tensor {
     #[track_caller]
     pub fn div(&self, o: &Tensor) -> Tensor {
         let out = binary_raw(self, o, Div, DType::promote(float_dtype(self), float_dtype(o)), "div");
+        self.div_backward(o, out)
+    }
+
+    /// `self /= other` under autograd, modelled out of place (the same bytes under autograd)
+    /// but in self's type: an in-place quotient keeps it (DeepSeek-V3's router under autocast
+    /// over bf16 weights divides its bf16 weights by an fp32 sum).
+    #[track_caller]
+    pub fn div_keeping_dtype(&self, o: &Tensor) -> Tensor {
+        let out = binary_raw(self, o, Div, float_dtype(self), "div_");
+        self.div_backward(o, out)
+    }
+
+    #[track_caller]
+    fn div_backward(&self, o: &Tensor, out: Tensor) -> Tensor {
         if needs_grad(&[self, o]) {
             let (ra, rb) = (self.requires_grad(), o.requires_grad());
             let so = save(o);

@@ -226,6 +226,15 @@ impl Tensor {
     /// grad summed to the bias's shape afterwards.
     #[track_caller]
     pub fn linear_bias(&self, w: &Tensor, b: &Tensor) -> Tensor {
+        // F.linear is on autocast's lower-precision list: all three arguments are cast, right
+        // to left (autocast::lower_pair), then the op reruns on the cast ones.
+        if let Some(low) = autocast::active() {
+            if [self, w, b].iter().any(|t| t.dtype().is_float() && t.dtype() != DType::F64 && t.dtype() != low) {
+                let b = autocast::lower(b);
+                let w = autocast::lower(w);
+                return autocast::lower(self).linear_bias(&w, &b);
+            }
+        }
         let (in_f, out_f) = (self.dim(-1), w.dim(0));
         let mut out_shape = self.shape().to_vec();
         *out_shape.last_mut().expect("linear input has a last dim") = out_f;

@@ -45,8 +45,9 @@ impl Tensor {
         assert_eq!(self.device(), crate::engine::storage::Device::Meta, "add_same_: mixture-of-experts ops run on meta only");
         let out = Tensor::from_parts(self.storage().clone(), self.layout().clone());
         if needs_grad(&[self, other]) {
-            let (a, b) = (self.requires_grad(), other.requires_grad());
-            return attach(out, "AddBackward0", &[self, other], Box::new(move |g| vec![a.then(|| g.clone()), b.then(|| g.clone())]));
+            let (a, b, other_dt) = (self.requires_grad(), other.requires_grad(), other.dtype());
+            // validate_outputs casts `other`'s gradient to its type where the two differ.
+            return attach(out, "AddBackward0", &[self, other], Box::new(move |g| vec![a.then(|| g.clone()), b.then(|| g.to_dtype(other_dt))]));
         }
         out
     }
@@ -70,14 +71,18 @@ impl Tensor {
             return view;
         }
         let (base_shape, view_shape, dt) = (base.shape().to_vec(), self.shape().to_vec(), base.dtype());
-        let need_other = other.requires_grad();
+        let (need_other, other_dt) = (other.requires_grad(), other.dtype());
         let copy_slices = {
             let (base_shape, view_shape) = (base_shape.clone(), view_shape.clone());
             let b = Tensor::from_parts(base.storage().clone(), base.layout().clone());
             attach(b, "CopySlices", &[base, other], Box::new(move |g| {
                 let result = Tensor::build(g.device(), dt, &base_shape, "empty_strided", &[&g], || meta_only("CopySlices"));
                 let clone = Tensor::build(g.device(), dt, &view_shape, "clone", &[&g], || meta_only("CopySlices"));
-                vec![Some(result), need_other.then_some(clone)]
+                // validate_outputs casts `other`'s gradient to its type (an fp32 bias added
+                // to the bf16 bmm output under autocast).
+                let grads = vec![Some(result), need_other.then(|| clone.to_dtype(other_dt))];
+                drop(clone);
+                grads
             }))
         };
         attach(view, "AsStridedBackward0", &[&copy_slices], Box::new(move |g| {

@@ -101,6 +101,9 @@ impl Tensor {
     /// Same types: [`Tensor::softmax`].
     #[track_caller]
     pub fn softmax_as(&self, dim: isize, dtype: DType) -> Tensor {
+        // A dtype given: autocast's fp32_set_opt_dtype policy leaves the call as it is (a bf16
+        // softmax asked for bf16 stays bf16 under autocast).
+        let _plain = crate::engine::autocast::suspend();
         let in_dt = self.dtype();
         if dtype == in_dt {
             return self.softmax(dim);

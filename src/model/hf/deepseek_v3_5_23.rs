@@ -349,7 +349,8 @@ fn math_sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: 
 /// the weight, copies unless fp32), sigmoid, the bias-corrected scores, the top-2 sum per
 /// group, the top groups scattered into a mask, the masked scores' top-k, the gather of the
 /// sigmoid scores, the renormalisation (`/=` in place in PyTorch: out of place here, the same
-/// bytes under autograd) and the routed scaling.
+/// bytes under autograd, in the weights' type: under autocast the sum is fp32) and the routed
+/// scaling.
 fn router_forward(m: &MoeConfig, ds: &DeepseekParts, weight: &Tensor, bias: &Tensor, x: &Tensor) -> (Tensor, Tensor, Tensor) {
     let d = x.dim(-1);
     let flat = x.view(&[usize::MAX, d]);
@@ -392,7 +393,7 @@ fn router_forward(m: &MoeConfig, ds: &DeepseekParts, weight: &Tensor, bias: &Ten
     let mut denominator = None;
     if m.norm_topk_prob {
         let den = topk_weights.sum_dim(-1, true).add_scalar(1e-20);
-        topk_weights = topk_weights.div(&den);
+        topk_weights = topk_weights.div_keeping_dtype(&den);
         denominator = Some(den);
     }
     topk_weights = topk_weights.mul_scalar(ds.routed_scaling_factor);

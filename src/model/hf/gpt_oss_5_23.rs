@@ -175,13 +175,18 @@ impl Block {
             c
         };
         drop(cat);
-        let probs = combined.softmax(-1);
-        let scores = probs.slice(-1, 0, kv, 1);
+        // `softmax(..., dtype=combined_logits.dtype)`: autocast leaves it in that type.
+        let probs = combined.softmax_as(-1, combined.dtype());
+        let sliced = probs.slice(-1, 0, kv, 1);
         drop(probs);
+        // `.to(value_states.dtype)`: the slice itself, unless autocast made the values bf16
+        // while the weights are fp32 (the mask's type): then a copy, the slice (and `probs`)
+        // still bound until the function returns.
+        let scores = sliced.to_dtype(vs.dtype());
         drop(w);
         let out = scores.matmul(&vs);
         let out = out.transpose(1, 2).contiguous();
-        drop((ks, vs, combined));
+        drop((ks, vs, combined, sliced));
         (out, Some(scores))
     }
 
@@ -207,7 +212,7 @@ impl Block {
             router_wrapped(adapter, scaling, router, |weight| {
                 let logits = flat.linear_bias(weight, &w.router_bias);
                 let (values, index) = logits.topk_last(m.top_k);
-                let scores = values.softmax(-1);
+                let scores = values.softmax_as(-1, values.dtype());
                 drop(values);
                 (logits, scores, index)
             })
