@@ -221,8 +221,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage(flag, why));
     }
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
-    let static_cache = a.generate.cache_implementation.as_deref() == Some("static");
-    super::moe::check_profile(&cfg, device, precision, a.profile_type.contains(&ProfileType::Generate), static_cache, batch, &contexts)?;
+    super::moe::check_profile(&cfg, device, precision, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);
     if let (Some(pc), Some(h)) = (&parallel, cfg.hf()) {

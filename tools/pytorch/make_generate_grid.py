@@ -20,6 +20,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --sliding  # generate_sliding.json: mistral past its sliding window
     python3 make_generate_grid.py --gpt-oss  # generate_gpt_oss.json: gpt_oss (issue #30)
     python3 make_generate_grid.py --static-sliding  # generate_static_sliding.json: StaticCache with a window
+    python3 make_generate_grid.py --static-families  # generate_static_families.json: StaticCache on phi3, qwen3, mixtral, deepseek_v3
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
@@ -452,6 +453,11 @@ def spoint(mt, r):
         E, k, impl, routing = STATIC_OSS[r]
         p.update(attn="eager", intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
                  routing=routing, head_dim=16, num_layers=L, sliding_window=w)
+    elif mt == "mixtral":
+        # Mixtral's sliding_window (every layer, no layer_types), routing forced as --moe.
+        E, k, impl, routing = STATIC_OSS[r]
+        p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
+                 routing=routing, sliding_window=w)
     else:
         p["sliding_window"] = w
     return p
@@ -459,6 +465,35 @@ def spoint(mt, r):
 
 def sgrid(quick=False):
     return [spoint(mt, r) for mt in STATIC_TYPES for r in range(2 if quick else len(STATIC_RUNS))]
+
+
+# The --static-families grid: a StaticCache on the models the --static-sliding grid left out.
+# Phi-3 (its config's sliding_window on every layer), Qwen3 (use_sliding_window, max_window_layers
+# 0: every layer sliding) and Mixtral (sliding_window set, routing forced) on these STATIC_RUNS
+# rows; DeepSeek-V3 (no window: a StaticLayer per layer holding the MLA latent and k_rot) on
+# DS_STATIC_ROWS (make_deepseek_grid.py's rows with FAMILY_RUNS' options, as --deepseek).
+STATIC_FAMILY_TYPES = ("phi3", "qwen3", "mixtral")
+STATIC_FAMILY_ROWS = (0, 1, 2, 5, 7, 9, 10, 12)
+DS_STATIC_ROWS = (0, 1, 6, 8, 9, 11)
+
+
+def dspoint(r, square=False):
+    """DeepSeek-V3 with a StaticCache: dpoint(r); `square`: v_head_dim = qk_nope + qk_rope (q, k
+    and v of one head size, so CPU's sdpa runs its flash kernel with the static mask)."""
+    p = dpoint(r)
+    p["cache"] = "static"
+    if square:
+        p["v_head_dim"] = p["qk_nope_head_dim"] + p["qk_rope_head_dim"]
+    return p
+
+
+def sfgrid(quick=False):
+    rows = STATIC_FAMILY_ROWS[:2] if quick else STATIC_FAMILY_ROWS
+    todo = [spoint(mt, r) for mt in STATIC_FAMILY_TYPES for r in rows]
+    todo += [dspoint(r) for r in (DS_STATIC_ROWS[:2] if quick else DS_STATIC_ROWS)]
+    if not quick:
+        todo += [dspoint(2, square=True)]
+    return todo
 
 
 def dpoint(r):
@@ -600,10 +635,11 @@ def main():
     ap.add_argument("--sliding", action="store_true", help="generate_sliding.json: mistral with a window shorter than the sequence")
     ap.add_argument("--deepseek", action="store_true", help="generate_deepseek.json: deepseek_v3 (MLA, forced routing)")
     ap.add_argument("--static-sliding", action="store_true", help="generate_static_sliding.json: StaticCache with a sliding window")
+    ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral (windowed) and deepseek_v3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if a.static_sliding and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
@@ -613,20 +649,22 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.deepseek or a.sliding:
+    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.deepseek or a.sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
-                 else "--static-sliding" if a.static_sliding else "--sliding" if a.sliding else "--deepseek")
+                 else "--static-sliding" if a.static_sliding else "--static-families" if a.static_families
+                 else "--sliding" if a.sliding else "--deepseek")
         todo = (fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid if a.gpt_oss else sgrid
-                if a.static_sliding else wgrid if a.sliding else dgrid)(a.quick)
+                if a.static_sliding else sfgrid if a.static_families else wgrid if a.sliding else dgrid)(a.quick)
         results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                            "**measure_generate.gen_kwargs(point))" + ("; the router's top-k indices forced to the point's "
-                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss else ""),
+                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss or a.static_families else ""),
                    points=results)
         name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
                 else "generate_gpt_oss.json" if a.gpt_oss else "generate_static_sliding.json" if a.static_sliding
+                else "generate_static_families.json" if a.static_families
                 else "generate_sliding.json" if a.sliding else "generate_deepseek.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)

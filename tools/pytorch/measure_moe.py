@@ -64,7 +64,8 @@ def moe_config(p):
     if "router_aux_loss_coef" in p:
         kw["router_aux_loss_coef"] = p["router_aux_loss_coef"]
     if p["model_type"] == "mixtral":
-        cfg = T.MixtralConfig(num_local_experts=p["num_experts"], **kw)
+        # MixtralConfig's sliding_window (default None) when the point names one: every layer slides.
+        cfg = T.MixtralConfig(num_local_experts=p["num_experts"], sliding_window=p.get("sliding_window"), **kw)
     elif p["model_type"] == "gpt_oss":
         # gpt-oss: q/k/v/o biases and attention sinks, layer_types alternating sliding and
         # full (the config's default), YaRN rope (its default rope_parameters), biased experts
