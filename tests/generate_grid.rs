@@ -485,7 +485,7 @@ fn generate_deepseek_grid_matches_transformers() {
 const KNOWN_FAILING_SLIDING: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_sliding.json (`make_generate_grid.py --sliding`):
-/// Mistral (12 points) and Phi-3 (4) whose sliding window the prompt and new tokens pass, with the default DynamicCache:
+/// Mistral (12 points), Phi-3 (4) and Mixtral (4, routing forced) whose sliding window the prompt and new tokens pass, with the default DynamicCache:
 /// every layer a DynamicSlidingWindowLayer (the window's last positions kept, the old states
 /// freed after both cats), the sliding mask over them; the window below the prompt, crossed
 /// while decoding and at the prompt; greedy, sampling, beams; sdpa and eager; fp32 and bf16.
@@ -497,6 +497,7 @@ fn generate_sliding_grid_matches_transformers() {
     let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());
     assert!(ps.iter().all(|p| w(p) < s(p) + n(p)), "every point passes its window");
     assert!(count(&|p| p["model_type"] == "mistral") >= 12 && count(&|p| p["model_type"] == "phi3") >= 4, "mistral and phi3");
+    assert!(count(&|p| p["model_type"] == "mixtral") >= 4, "mixtral");
     assert!(count(&|p| w(p) < s(p)) >= 4, "a prompt longer than the window");
     assert!(count(&|p| s(p) < w(p)) >= 3, "the window crossed while decoding");
     assert!(count(&|p| p["do_sample"] == true) >= 2, "sampling");

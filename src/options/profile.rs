@@ -328,14 +328,15 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }
         // Past the window the DynamicCache keeps a DynamicSlidingWindowLayer per layer (the last
-        // window − 1 positions): measured on Mistral and Phi-3 (generate_sliding.json); a
-        // StaticCache keeps a StaticSlidingWindowLayer, measured where static_sliding_measured says.
+        // window − 1 positions): measured on Mistral, Mixtral (Arch::Mistral with experts) and
+        // Phi-3 (generate_sliding.json); a StaticCache keeps a StaticSlidingWindowLayer, measured
+        // where static_sliding_measured says.
         let static_cache = a.generate.cache_implementation.as_deref() == Some("static");
         let dynamic_measured = matches!(hf.model_type, crate::model::hf::Arch::Mistral | crate::model::hf::Arch::Phi3);
         if let Some(w) = hf.sliding_window.filter(|&w| c + n > w && !(if static_cache { super::generate::static_sliding_measured(hf) } else { dynamic_measured })) {
             return Err(usage(
                 "--max-new-tokens",
-                format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), measured on mistral and phi3, not yet on {}", c + n, w - 1, hf.model_type.name()),
+                format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), measured on mistral, mixtral and phi3, not yet on {}", c + n, w - 1, hf.model_type.name()),
             ));
         }
     }

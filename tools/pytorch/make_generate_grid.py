@@ -44,7 +44,7 @@ StaticCache (StaticSlidingWindowLayer), the window below the prompt, inside the 
 (crossed while generating), at the prompt and above everything, greedy, sampling, beams 2-3,
 batch 1-3, fp32/bf16, eager (Gemma 2 has no sdpa) and sdpa (Gemma 3).
 
-The --sliding grid: Mistral (and four Phi-3 points) whose sliding window the prompt and new tokens pass (below the
+The --sliding grid: Mistral (and four Phi-3 and four Mixtral points) whose sliding window the prompt and new tokens pass (below the
 prompt, crossed while decoding, at the prompt), the DynamicCache's DynamicSlidingWindowLayers,
 greedy, sampling (num_return_sequences too), beams 2-3, batch 1-3, sdpa and eager, fp32 and bf16.
 
@@ -393,7 +393,15 @@ SLIDING_RUNS = [
     (1, "eager", "bf16", "cross", dict(model_type="phi3", do_sample=True)),
     (3, "sdpa", "bf16", "cross", dict(model_type="phi3", num_beams=2, batch=1)),
     (5, "eager", "fp32", "below", dict(model_type="phi3", batch=3)),
+    # Mixtral (sliding_window set: every layer, as Mistral), routing forced as --moe (SLIDING_MOE).
+    (0, "sdpa", "fp32", "below", dict(model_type="mixtral")),
+    (1, "eager", "bf16", "cross", dict(model_type="mixtral", do_sample=True)),
+    (3, "sdpa", "bf16", "cross", dict(model_type="mixtral", num_beams=2, batch=1)),
+    (5, "eager", "fp32", "below", dict(model_type="mixtral", batch=3)),
 ]
+# Mixtral's experts on its SLIDING_RUNS rows, in order: (experts, top_k, experts_implementation, routing).
+SLIDING_MOE = [(4, 2, "grouped_mm", "balanced"), (8, 2, "eager", "worst"), (6, 3, "batched_mm", "balanced"),
+               (5, 2, "eager", "worst")]
 
 
 def wpoint(r):
@@ -402,6 +410,9 @@ def wpoint(r):
     p = point(opts.pop("model_type", "mistral"), i, attn=attn, dtype=dtype, **opts)
     S, N = p["seq"], p["max_new_tokens"]
     p["sliding_window"] = {"below": S // 2, "cross": S + max(N // 2, 1), "at": S}[window]
+    if p["model_type"] == "mixtral":
+        E, k, impl, routing = SLIDING_MOE[sum(1 for q in SLIDING_RUNS[:r] if q[4].get("model_type") == "mixtral")]
+        p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl, routing=routing)
     return p
 
 

@@ -285,7 +285,9 @@ impl Block {
                     let bias = super::sdpa_float_mask(mask, q.dtype(), backend == super::SdpaBackend::CpuFlash);
                     Tensor::masked_fused_attention(backend == super::SdpaBackend::CpuFlash, q, k, v, &bias, ds.scaling)
                 }
-                super::SdpaBackend::Flash | super::SdpaBackend::Auto => unreachable!("flash attention takes no mask"),
+                // Only a forced --sdpa-backend flash gets here (auto never picks it with a mask):
+                // as the dense static path, the kernel's own bytes.
+                super::SdpaBackend::Flash | super::SdpaBackend::Auto => Tensor::flash_attention(q, k, v, false, ds.scaling),
                 super::SdpaBackend::Math => super::math_attention(q, k, v, Some(mask), false, ds.scaling),
             }
         } else if v.dim(-1) == q.dim(-1) {
