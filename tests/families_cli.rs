@@ -351,6 +351,16 @@ fn static_cache_runs_on_windowed_families_and_deepseek() {
         assert_eq!(g["steps"].as_array().unwrap().len(), 4, "{ty}: {g}");
         assert_eq!(g["kv_cache_bytes"].as_u64(), Some(2 * 4 * 16 * 16 * 4), "{ty}: {g}");
     }
+    // Qwen2 with max_window_layers 1 of 2: layer 0 full (67 positions), layer 1 sliding (16);
+    // the mix is measured with a StaticCache only, anything else refused naming the flag.
+    let cfg = dir.join("qwen2-mixed.json");
+    std::fs::write(&cfg, r#"{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 1}"#).unwrap();
+    let c = cfg.to_str().unwrap();
+    let s = profile(&tmp("qwen2-mixed-static"), &[&["--config", c][..], &static_args[..]].concat());
+    assert_eq!(s["runs"][0]["generate"]["kv_cache_bytes"].as_u64(), Some(2 * 4 * (67 + 16) * 16 * 4));
+    refused("profile", &["--config", c, "--profile-type", "generate", "--max-new-tokens", "4", "--attn-implementation", "eager"], &["--cache-implementation", "1 of 2 layers"]);
+    refused("profile", &["--config", c, "--profile-type", "inference", "--attn-implementation", "eager"], &["--profile-type", "mix of sliding and full layers"]);
+    refused("estimate", &["--config", c], &["--config", "mix of sliding and full layers"]);
     // DeepSeek-V3 (4 layers: its first 3 are dense): the latent (512) and k_rot (64) of 67
     // positions per layer in bf16.
     let s = profile(&tmp("deepseek-static"), &[&["--preset", "DeepSeek-V3", "--num-layers", "4"][..], &static_args[..]].concat());

@@ -162,3 +162,23 @@ pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
         None => matches!(hf.model_type, Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma2 | Arch::Gemma3Text),
     }
 }
+
+/// Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide some layers and not others
+/// (HfConfig::sliding_layers): measured for generate with a StaticCache only
+/// (generate_static_mixed.json: create_masks_for_generate hands each layer type its mask). Every
+/// other run builds its masks in Qwen2Model.forward, which is not measured for the mix: refused,
+/// naming the flag that chose the run (`what`: "profile --profile-type ...", "estimate", "train").
+pub fn check_mixed_layers(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, flag: &str, what: &str) -> anyhow::Result<()> {
+    let Some(layers) = hf.and_then(|h| h.sliding_layers.as_ref()) else { return Ok(()) };
+    if static_generate {
+        return Ok(());
+    }
+    let n = layers.iter().filter(|&&s| s).count();
+    Err(usage(
+        flag,
+        format!(
+            "{what}: use_sliding_window gives {n} of {} layers a sliding window (max_window_layers / layer_types), a mix of sliding and full layers modelled only for --profile-type generate --cache-implementation static --disable-compile (generate_static_mixed.json)",
+            layers.len()
+        ),
+    ))
+}

@@ -21,6 +21,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --gpt-oss  # generate_gpt_oss.json: gpt_oss (issue #30)
     python3 make_generate_grid.py --static-sliding  # generate_static_sliding.json: StaticCache with a window
     python3 make_generate_grid.py --static-families  # generate_static_families.json: StaticCache on phi3, qwen3, mixtral, deepseek_v3
+    python3 make_generate_grid.py --static-mixed  # generate_static_mixed.json: StaticCache on qwen2/qwen3 with full and sliding layers
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
@@ -498,6 +499,20 @@ def dspoint(r, square=False):
     return p
 
 
+def mixed_point(mt, j, r):
+    """Qwen2/Qwen3 whose max_window_layers keeps the first layers full (StaticLayer) and slides the
+    rest (StaticSlidingWindowLayer): STATIC_RUNS row r, 2 or 3 layers, max_window_layers 1 or 2."""
+    p = spoint(mt, r)
+    L = max(p["num_layers"], 2) + j % 2
+    p.update(num_layers=L, max_window_layers=min(1 + (j % 3 == 2), L - 1))
+    return p
+
+
+def smgrid(quick=False):
+    rows = STATIC_FAMILY_ROWS[:2] if quick else STATIC_FAMILY_ROWS
+    return [mixed_point(mt, j, r) for mt in ("qwen2", "qwen3") for j, r in enumerate(rows)]
+
+
 def sfgrid(quick=False):
     rows = STATIC_FAMILY_ROWS[:2] if quick else STATIC_FAMILY_ROWS
     todo = [spoint(mt, r) for mt in STATIC_FAMILY_TYPES for r in rows]
@@ -574,6 +589,8 @@ def extras(p):
         tag += f" num_return_sequences={p['num_return_sequences']}"
     if p.get("sliding_window"):
         tag += f" sliding_window={p['sliding_window']}"
+    if p.get("max_window_layers"):
+        tag += f" max_window_layers={p['max_window_layers']}"
     if "layer_types" in p:
         tag += " layers=" + "".join("s" if t == "sliding_attention" else "f" for t in p["layer_types"])
     for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
@@ -646,11 +663,12 @@ def main():
     ap.add_argument("--sliding", action="store_true", help="generate_sliding.json: mistral with a window shorter than the sequence")
     ap.add_argument("--deepseek", action="store_true", help="generate_deepseek.json: deepseek_v3 (MLA, forced routing)")
     ap.add_argument("--static-sliding", action="store_true", help="generate_static_sliding.json: StaticCache with a sliding window")
+    ap.add_argument("--static-mixed", action="store_true", help="generate_static_mixed.json: StaticCache on qwen2/qwen3 with sliding and full layers (max_window_layers)")
     ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral (windowed) and deepseek_v3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if (a.static_sliding or a.static_families) and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families or a.static_mixed) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
@@ -660,12 +678,13 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.deepseek or a.sliding:
+    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
                  else "--static-sliding" if a.static_sliding else "--static-families" if a.static_families
+                 else "--static-mixed" if a.static_mixed
                  else "--sliding" if a.sliding else "--deepseek")
         todo = (fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid if a.gpt_oss else sgrid
-                if a.static_sliding else sfgrid if a.static_families else wgrid if a.sliding else dgrid)(a.quick)
+                if a.static_sliding else sfgrid if a.static_families else smgrid if a.static_mixed else wgrid if a.sliding else dgrid)(a.quick)
         results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
@@ -676,6 +695,7 @@ def main():
         name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
                 else "generate_gpt_oss.json" if a.gpt_oss else "generate_static_sliding.json" if a.static_sliding
                 else "generate_static_families.json" if a.static_families
+                else "generate_static_mixed.json" if a.static_mixed
                 else "generate_sliding.json" if a.sliding else "generate_deepseek.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
