@@ -343,6 +343,7 @@ fn static_cache_runs_on_windowed_families_and_deepseek() {
         ("phi3", r#", "pad_token_id": 0"#),
         ("qwen3", r#", "head_dim": 16, "use_sliding_window": true, "max_window_layers": 0"#),
         ("mixtral", r#", "num_local_experts": 4, "num_experts_per_tok": 2"#),
+        ("qwen3_moe", r#", "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "use_sliding_window": true"#),
     ] {
         let cfg = dir.join(format!("{ty}.json"));
         std::fs::write(&cfg, format!(r#"{{"model_type": "{ty}", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096, "sliding_window": 16{extra}}}"#)).unwrap();
@@ -361,6 +362,9 @@ fn static_cache_runs_on_windowed_families_and_deepseek() {
     refused("profile", &["--config", c, "--profile-type", "generate", "--max-new-tokens", "4", "--attn-implementation", "eager"], &["--cache-implementation", "1 of 2 layers"]);
     refused("profile", &["--config", c, "--profile-type", "inference", "--attn-implementation", "eager"], &["--profile-type", "mix of sliding and full layers"]);
     refused("estimate", &["--config", c], &["--config", "mix of sliding and full layers"]);
+    // Qwen3-MoE's window: the same (its other runs build the sliding mask in the model).
+    let moe = dir.join("qwen3_moe.json");
+    refused("profile", &["--config", moe.to_str().unwrap(), "--profile-type", "inference", "--attn-implementation", "eager"], &["--profile-type", "Qwen3-MoE's sliding window"]);
     // DeepSeek-V3 (4 layers: its first 3 are dense): the latent (512) and k_rot (64) of 67
     // positions per layer in bf16.
     let s = profile(&tmp("deepseek-static"), &[&["--preset", "DeepSeek-V3", "--num-layers", "4"][..], &static_args[..]].concat());

@@ -519,7 +519,8 @@ const KNOWN_FAILING_STATIC_FAMILIES: &[(&str, &str)] = &[];
 /// tests/fixtures/pytorch_grid/generate_static_families.json (`make_generate_grid.py
 /// --static-families`, issue 30): `cache_implementation="static"` (disable_compile) on the models
 /// generate_static_sliding.json left out. Phi-3 (its config's sliding_window), Qwen3
-/// (use_sliding_window, max_window_layers 0) and Mixtral (sliding_window set, routing forced):
+/// (use_sliding_window, max_window_layers 0), Mixtral (sliding_window set) and Qwen3-MoE
+/// (use_sliding_window), the MoE routing forced:
 /// every layer a StaticSlidingWindowLayer, the window below the prompt, crossed while decoding
 /// and above everything; DeepSeek-V3: a StaticLayer per layer holding the MLA latent
 /// (kv_lora_rank) and k_rot (qk_rope_head_dim), expanded over max_cache_len positions at every
@@ -527,10 +528,10 @@ const KNOWN_FAILING_STATIC_FAMILIES: &[(&str, &str)] = &[];
 /// Greedy, sampling, beams 2-3; batch 1-3; fp32 and bf16; eager and sdpa.
 #[test]
 fn generate_static_families_grid_matches_transformers() {
-    let doc = check_grid("pytorch_grid/generate_static_families.json", 28, KNOWN_FAILING_STATIC_FAMILIES);
+    let doc = check_grid("pytorch_grid/generate_static_families.json", 36, KNOWN_FAILING_STATIC_FAMILIES);
     let points: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
     assert!(points.iter().all(|p| p["cache"] == "static"), "static cache");
-    for mt in ["phi3", "qwen3", "mixtral", "deepseek_v3"] {
+    for mt in ["phi3", "qwen3", "mixtral", "qwen3_moe", "deepseek_v3"] {
         let ps: Vec<&&Value> = points.iter().filter(|p| p["model_type"] == mt).collect();
         let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
         assert!(ps.len() >= 6, "{mt}: {} points", ps.len());

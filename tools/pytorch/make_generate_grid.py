@@ -20,7 +20,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --sliding  # generate_sliding.json: mistral past its sliding window
     python3 make_generate_grid.py --gpt-oss  # generate_gpt_oss.json: gpt_oss (issue #30)
     python3 make_generate_grid.py --static-sliding  # generate_static_sliding.json: StaticCache with a window
-    python3 make_generate_grid.py --static-families  # generate_static_families.json: StaticCache on phi3, qwen3, mixtral, deepseek_v3
+    python3 make_generate_grid.py --static-families  # generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe, deepseek_v3
     python3 make_generate_grid.py --static-mixed  # generate_static_mixed.json: StaticCache on qwen2/qwen3 with full and sliding layers
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
 
@@ -465,11 +465,14 @@ def spoint(mt, r):
         E, k, impl, routing = STATIC_OSS[r]
         p.update(attn="eager", intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
                  routing=routing, head_dim=16, num_layers=L, sliding_window=w)
-    elif mt == "mixtral":
-        # Mixtral's sliding_window (every layer, no layer_types), routing forced as --moe.
+    elif mt in ("mixtral", "qwen3_moe"):
+        # Mixtral's sliding_window, Qwen3-MoE's with use_sliding_window (every layer, no
+        # layer_types), routing forced as --moe.
         E, k, impl, routing = STATIC_OSS[r]
         p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
                  routing=routing, sliding_window=w)
+        if mt == "qwen3_moe":
+            p["head_dim"] = 32
     else:
         p["sliding_window"] = w
     return p
@@ -481,10 +484,10 @@ def sgrid(quick=False):
 
 # The --static-families grid: a StaticCache on the models the --static-sliding grid left out.
 # Phi-3 (its config's sliding_window on every layer), Qwen3 (use_sliding_window, max_window_layers
-# 0: every layer sliding) and Mixtral (sliding_window set, routing forced) on these STATIC_RUNS
+# 0: every layer sliding), Mixtral and Qwen3-MoE (their window, routing forced) on these STATIC_RUNS
 # rows; DeepSeek-V3 (no window: a StaticLayer per layer holding the MLA latent and k_rot) on
 # DS_STATIC_ROWS (make_deepseek_grid.py's rows with FAMILY_RUNS' options, as --deepseek).
-STATIC_FAMILY_TYPES = ("phi3", "qwen3", "mixtral")
+STATIC_FAMILY_TYPES = ("phi3", "qwen3", "mixtral", "qwen3_moe")
 STATIC_FAMILY_ROWS = (0, 1, 2, 5, 7, 9, 10, 12)
 DS_STATIC_ROWS = (0, 1, 6, 8, 9, 11)
 
@@ -664,7 +667,7 @@ def main():
     ap.add_argument("--deepseek", action="store_true", help="generate_deepseek.json: deepseek_v3 (MLA, forced routing)")
     ap.add_argument("--static-sliding", action="store_true", help="generate_static_sliding.json: StaticCache with a sliding window")
     ap.add_argument("--static-mixed", action="store_true", help="generate_static_mixed.json: StaticCache on qwen2/qwen3 with sliding and full layers (max_window_layers)")
-    ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral (windowed) and deepseek_v3")
+    ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe (windowed) and deepseek_v3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()

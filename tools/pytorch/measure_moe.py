@@ -98,6 +98,9 @@ def moe_config(p):
                                norm_topk_prob=p.get("norm_topk_prob", False), **kw)
     else:
         kw["intermediate_size"] = p.get("dense_intermediate_size", p["intermediate_size"])
+        if p.get("sliding_window"):
+            # Qwen3MoeConfig's window (use_sliding_window) covers every layer (no layer_types).
+            kw.update(use_sliding_window=True, sliding_window=p["sliding_window"])
         cfg = T.Qwen3MoeConfig(num_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
                                norm_topk_prob=p.get("norm_topk_prob", True), head_dim=p.get("head_dim") or 128, **kw)
     cfg._experts_implementation = p["experts"]

@@ -201,7 +201,7 @@ pub struct HfConfig {
     pub sliding_window: Option<usize>,
     /// Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide only some layers: which
     /// (None: `sliding_window` covers every layer). Modelled for generate with a StaticCache
-    /// only (options::generate::check_mixed_layers refuses the rest).
+    /// only (options::generate::check_static_only_window refuses the rest).
     #[serde(default)]
     pub sliding_layers: Option<Vec<bool>>,
     /// `rope_parameters.rope_type` when not "default" (llama3, linear, yarn …: they change
