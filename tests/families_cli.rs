@@ -156,8 +156,7 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
     }
     // generate() runs for Gemma with the DynamicCache (tests/generate_grid.rs,
     // generate_gemma.json) and a StaticCache (generate_static_sliding.json); Phi-3's window
-    // under a StaticCache (StaticSlidingWindowLayer) is not measured.
-    refused("profile", &["--model", "Phi-3-mini", "--profile-type", "generate", "--max-new-tokens", "4", "--cache-implementation", "static", "--disable-compile"], &["--cache-implementation", "StaticSlidingWindowLayer"]);
+    // under a StaticCache too (generate_static_families.json: static_cache_runs_on_windowed_families_and_deepseek).
     // peft 0.21.2 has no default target_modules for phi3 and olmo2; Phi-3's projections are fused.
     for m in ["Phi-3-mini", "OLMo-2-7B"] {
         refused("profile", &["--model", m, "--lora-r", "8"], &["--target-modules", "no default target_modules"]);
@@ -326,4 +325,51 @@ fn gemma3_header_names_each_layer_types_kernel() {
     assert!(long.contains("the flash kernel on the full layers, the efficient kernel on the sliding layers"), "{long}");
     let short = header("256");
     assert!(short.contains("sdpa (on CUDA PyTorch picks the flash kernel)"), "{short}");
+}
+
+/// A StaticCache (`--cache-implementation static --disable-compile`) on the models
+/// generate_static_families.json measures (tests/generate_grid.rs): Phi-3, Qwen3 and Mixtral
+/// whose every layer slides hold a StaticSlidingWindowLayer of min(window, max_length - 1)
+/// positions per layer, DeepSeek-V3 a StaticLayer of its latent and k_rot.
+#[test]
+fn static_cache_runs_on_windowed_families_and_deepseek() {
+    let dir = tmp("static-windowed");
+    std::fs::create_dir_all(&dir).unwrap();
+    // (eager: sdpa's CUDA kernel under a window's mask is refused, as for the DynamicCache)
+    let static_args = ["--profile-type", "generate", "--max-new-tokens", "4", "--cache-implementation", "static", "--disable-compile", "--context-length", "64", "--attn-implementation", "eager"];
+    // One fp32 layer of 4 heads of 16 (kv heads = heads), window 16 below the prompt: keys and
+    // values of 16 positions each (a DynamicCache would keep 15), 2 × 4 × 16 × 16 × 4 B.
+    for (ty, extra) in [
+        ("phi3", r#", "pad_token_id": 0"#),
+        ("qwen3", r#", "head_dim": 16, "use_sliding_window": true, "max_window_layers": 0"#),
+        ("mixtral", r#", "num_local_experts": 4, "num_experts_per_tok": 2"#),
+        ("qwen3_moe", r#", "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "use_sliding_window": true"#),
+    ] {
+        let cfg = dir.join(format!("{ty}.json"));
+        std::fs::write(&cfg, format!(r#"{{"model_type": "{ty}", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096, "sliding_window": 16{extra}}}"#)).unwrap();
+        let s = profile(&tmp(&format!("{ty}-static")), &[&["--config", cfg.to_str().unwrap()][..], &static_args[..]].concat());
+        let g = &s["runs"][0]["generate"];
+        assert_eq!(g["steps"].as_array().unwrap().len(), 4, "{ty}: {g}");
+        assert_eq!(g["kv_cache_bytes"].as_u64(), Some(2 * 4 * 16 * 16 * 4), "{ty}: {g}");
+    }
+    // Qwen2 with max_window_layers 1 of 2: layer 0 full (67 positions), layer 1 sliding (16);
+    // the mix is measured with a StaticCache only, anything else refused naming the flag.
+    let cfg = dir.join("qwen2-mixed.json");
+    std::fs::write(&cfg, r#"{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 1}"#).unwrap();
+    let c = cfg.to_str().unwrap();
+    let s = profile(&tmp("qwen2-mixed-static"), &[&["--config", c][..], &static_args[..]].concat());
+    assert_eq!(s["runs"][0]["generate"]["kv_cache_bytes"].as_u64(), Some(2 * 4 * (67 + 16) * 16 * 4));
+    refused("profile", &["--config", c, "--profile-type", "generate", "--max-new-tokens", "4", "--attn-implementation", "eager"], &["--cache-implementation", "1 of 2 layers"]);
+    refused("profile", &["--config", c, "--profile-type", "inference", "--attn-implementation", "eager"], &["--profile-type", "mix of sliding and full layers"]);
+    refused("estimate", &["--config", c], &["--config", "mix of sliding and full layers"]);
+    // Qwen3-MoE's window: the same (its other runs build the sliding mask in the model).
+    let moe = dir.join("qwen3_moe.json");
+    refused("profile", &["--config", moe.to_str().unwrap(), "--profile-type", "inference", "--attn-implementation", "eager"], &["--profile-type", "Qwen3-MoE's sliding window"]);
+    // DeepSeek-V3 (4 layers: its first 3 are dense): the latent (512) and k_rot (64) of 67
+    // positions per layer in bf16.
+    let s = profile(&tmp("deepseek-static"), &[&["--preset", "DeepSeek-V3", "--num-layers", "4"][..], &static_args[..]].concat());
+    let g = &s["runs"][0]["generate"];
+    assert_eq!(g["steps"].as_array().unwrap().len(), 4, "{g}");
+    assert_eq!(g["kv_cache_bytes"].as_u64(), Some(4 * 67 * (512 + 64) * 2), "{g}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -485,7 +485,7 @@ fn generate_deepseek_grid_matches_transformers() {
 const KNOWN_FAILING_SLIDING: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_sliding.json (`make_generate_grid.py --sliding`):
-/// Mistral (12 points) and Phi-3 (4) whose sliding window the prompt and new tokens pass, with the default DynamicCache:
+/// Mistral (12 points), Phi-3 (4) and Mixtral (4, routing forced) whose sliding window the prompt and new tokens pass, with the default DynamicCache:
 /// every layer a DynamicSlidingWindowLayer (the window's last positions kept, the old states
 /// freed after both cats), the sliding mask over them; the window below the prompt, crossed
 /// while decoding and at the prompt; greedy, sampling, beams; sdpa and eager; fp32 and bf16.
@@ -497,6 +497,7 @@ fn generate_sliding_grid_matches_transformers() {
     let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());
     assert!(ps.iter().all(|p| w(p) < s(p) + n(p)), "every point passes its window");
     assert!(count(&|p| p["model_type"] == "mistral") >= 12 && count(&|p| p["model_type"] == "phi3") >= 4, "mistral and phi3");
+    assert!(count(&|p| p["model_type"] == "mixtral") >= 4, "mixtral");
     assert!(count(&|p| w(p) < s(p)) >= 4, "a prompt longer than the window");
     assert!(count(&|p| s(p) < w(p)) >= 3, "the window crossed while decoding");
     assert!(count(&|p| p["do_sample"] == true) >= 2, "sampling");
@@ -509,5 +510,85 @@ fn generate_sliding_grid_matches_transformers() {
     }
     for b in 1..=3 {
         assert!(count(&|p| p["batch"] == b) >= 1, "batch {b}");
+    }
+}
+
+/// Points of generate_static_families.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_STATIC_FAMILIES: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_static_families.json (`make_generate_grid.py
+/// --static-families`, issue 30): `cache_implementation="static"` (disable_compile) on the models
+/// generate_static_sliding.json left out. Phi-3 (its config's sliding_window), Qwen3
+/// (use_sliding_window, max_window_layers 0), Mixtral (sliding_window set) and Qwen3-MoE
+/// (use_sliding_window), the MoE routing forced:
+/// every layer a StaticSlidingWindowLayer, the window below the prompt, crossed while decoding
+/// and above everything; DeepSeek-V3: a StaticLayer per layer holding the MLA latent
+/// (kv_lora_rank) and k_rot (qk_rope_head_dim), expanded over max_cache_len positions at every
+/// step, one point with q, k and v of one head size (CPU's flash kernel under the static mask).
+/// Greedy, sampling, beams 2-3; batch 1-3; fp32 and bf16; eager and sdpa.
+#[test]
+fn generate_static_families_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_static_families.json", 36, KNOWN_FAILING_STATIC_FAMILIES);
+    let points: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    assert!(points.iter().all(|p| p["cache"] == "static"), "static cache");
+    for mt in ["phi3", "qwen3", "mixtral", "qwen3_moe", "deepseek_v3"] {
+        let ps: Vec<&&Value> = points.iter().filter(|p| p["model_type"] == mt).collect();
+        let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+        assert!(ps.len() >= 6, "{mt}: {} points", ps.len());
+        assert!(count(&|p| p["do_sample"].is_null() && p["num_beams"].is_null()) >= 2, "{mt}: greedy");
+        assert!(count(&|p| p["do_sample"] == true) >= 2, "{mt}: sampling");
+        for beams in [2, 3] {
+            assert!(count(&|p| p["num_beams"] == beams) >= 1, "{mt}: {beams} beams");
+        }
+        for b in 1..=3 {
+            assert!(count(&|p| p["batch"] == b) >= 1, "{mt}: batch {b}");
+        }
+        for (k, v) in [("dtype", "fp32"), ("dtype", "bf16"), ("attn", "sdpa"), ("attn", "eager")] {
+            assert!(count(&|p| p[k] == v) >= 2, "{mt}: {k} {v}");
+        }
+        if mt == "deepseek_v3" {
+            assert!(count(&|p| p["sliding_window"].is_null()) == ps.len(), "deepseek_v3: no window");
+            continue;
+        }
+        let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());
+        assert!(count(&|p| w(p) < s(p)) >= 3, "{mt}: a prompt longer than the window");
+        assert!(count(&|p| s(p) < w(p) && w(p) < s(p) + n(p)) >= 3, "{mt}: the window crossed while decoding");
+        assert!(count(&|p| w(p) > s(p) + n(p)) >= 1, "{mt}: a window above everything");
+    }
+}
+
+/// Points of generate_static_mixed.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_STATIC_MIXED: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_static_mixed.json (`make_generate_grid.py
+/// --static-mixed`, issue 30): Qwen2 and Qwen3 whose `max_window_layers` (1 or 2 of 2-3 layers)
+/// keeps the first layers full: a StaticLayer beside StaticSlidingWindowLayers, and
+/// create_masks_for_generate's full and sliding masks (set(layer_types) order, full first under
+/// the grid's PYTHONHASHSEED=0); the window below the prompt, crossed while decoding and above
+/// everything; greedy, sampling, beams 2-3; fp32 and bf16; eager and sdpa.
+#[test]
+fn generate_static_mixed_grid_matches_transformers() {
+    let doc = check_grid("pytorch_grid/generate_static_mixed.json", 14, KNOWN_FAILING_STATIC_MIXED);
+    let points = doc["points"].as_array().unwrap();
+    for point in points {
+        let order = point["info"]["mask_order"].as_array().expect("two layer types");
+        assert_eq!(order.len(), 2, "{}", point["name"]);
+        assert_eq!(order[0], "full_attention", "{}", point["name"]);
+    }
+    for mt in ["qwen2", "qwen3"] {
+        let ps: Vec<&Value> = points.iter().map(|q| &q["point"]).filter(|p| p["model_type"] == mt).collect();
+        let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+        assert!(ps.len() >= 7, "{mt}: {} points", ps.len());
+        assert!(ps.iter().all(|p| p["cache"] == "static" && p["max_window_layers"].as_u64().unwrap() < p["num_layers"].as_u64().unwrap()), "{mt}: static, mixed");
+        let (s, n, w) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap(), |p: &Value| p["sliding_window"].as_u64().unwrap());
+        assert!(count(&|p| w(p) < s(p)) >= 3, "{mt}: a prompt longer than the window");
+        assert!(count(&|p| s(p) < w(p) && w(p) < s(p) + n(p)) >= 3, "{mt}: the window crossed while decoding");
+        assert!(count(&|p| p["do_sample"] == true) >= 2, "{mt}: sampling");
+        for beams in [2, 3] {
+            assert!(count(&|p| p["num_beams"] == beams) >= 1, "{mt}: {beams} beams");
+        }
+        for (k, v) in [("dtype", "fp32"), ("dtype", "bf16"), ("attn", "sdpa"), ("attn", "eager")] {
+            assert!(count(&|p| p[k] == v) >= 2, "{mt}: {k} {v}");
+        }
     }
 }

@@ -134,7 +134,8 @@ fn bad_fields_exit_2_naming_the_field() {
     }
     let qwen = dir.join("qwen.json");
     std::fs::write(&qwen, r#"{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100, "use_sliding_window": true, "max_window_layers": 2}"#).unwrap();
-    refused(&["--config", qwen.to_str().unwrap()], &["--config", "max_window_layers"]);
+    // Sliding and full layers: read, but modelled only for generate with a StaticCache.
+    refused(&["--config", qwen.to_str().unwrap()], &["--profile-type", "2 of 4 layers", "max_window_layers"]);
 }
 
 #[test]

@@ -423,10 +423,10 @@ def profile(
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
-        written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral or Qwen2: at most its
-        window, rolled once full); needs --disable-compile (on CUDA transformers otherwise compiles
-        the decode forward, which is not modelled). offloaded is not modelled.
-        [--cache-implementation]
+        written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral, Mixtral, Phi-3, Qwen2,
+        Qwen3 or Qwen3-MoE: at most its window, rolled once full; DeepSeek-V3: its latent and
+        k_rot); needs --disable-compile (on CUDA transformers otherwise compiles the decode forward,
+        which is not modelled). offloaded is not modelled. [--cache-implementation]
     disable_compile : bool, default False
         GenerationConfig's disable_compile: no automatic torch.compile of the decode forward.
         [--disable-compile]
@@ -834,10 +834,10 @@ def compare(
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
-        written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral or Qwen2: at most its
-        window, rolled once full); needs --disable-compile (on CUDA transformers otherwise compiles
-        the decode forward, which is not modelled). offloaded is not modelled.
-        [--cache-implementation]
+        written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral, Mixtral, Phi-3, Qwen2,
+        Qwen3 or Qwen3-MoE: at most its window, rolled once full; DeepSeek-V3: its latent and
+        k_rot); needs --disable-compile (on CUDA transformers otherwise compiles the decode forward,
+        which is not modelled). offloaded is not modelled. [--cache-implementation]
     disable_compile : bool, default False
         GenerationConfig's disable_compile: no automatic torch.compile of the decode forward.
         [--disable-compile]
@@ -1749,10 +1749,10 @@ def estimate(
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
-        written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral or Qwen2: at most its
-        window, rolled once full); needs --disable-compile (on CUDA transformers otherwise compiles
-        the decode forward, which is not modelled). offloaded is not modelled.
-        [--cache-implementation]
+        written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral, Mixtral, Phi-3, Qwen2,
+        Qwen3 or Qwen3-MoE: at most its window, rolled once full; DeepSeek-V3: its latent and
+        k_rot); needs --disable-compile (on CUDA transformers otherwise compiles the decode forward,
+        which is not modelled). offloaded is not modelled. [--cache-implementation]
     disable_compile : bool, default False
         GenerationConfig's disable_compile: no automatic torch.compile of the decode forward.
         [--disable-compile]

@@ -16,6 +16,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     // generate() of MoE, Phi-3 and OLMo-2 models is not modelled (profile refuses it too).
     super::moe::refuse(&r.config, &a.model, "estimate --profile-type generate")?;
+    super::generate::check_static_only_window(r.config.hf(), false, "--config", "estimate --profile-type generate")?;
     super::families::check_estimate_generate(r.config.hf())?;
     if let Some(n) = &r.note {
         note(n);
@@ -45,7 +46,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         return Err(usage("--max-new-tokens", format!("{n} new tokens after a {seq}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
     }
     crate::analyse::estimate::generate::check(&cfg, seq, n).map_err(UsageError::from)?;
-    let generation = a.generate.resolve(n, hf.sliding_window, false)?;
+    let generation = a.generate.resolve(n, hf.sliding_window, super::generate::static_sliding_measured(hf))?;
     // The cache's closed form is the DynamicCache's (cache_utils.py's DynamicLayer).
     if generation.cache != crate::model::hf::generation_config::CacheImplementation::Dynamic {
         return Err(usage("--cache-implementation", "static: estimate's closed form derives the DynamicCache; `vramscope profile --profile-type generate --cache-implementation static --disable-compile` runs the StaticCache op for op"));

@@ -10,8 +10,9 @@ pub struct GenerateFlags {
     /// generate's cache_implementation: dynamic (DynamicCache, the default) or static
     ///
     /// static: StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the
-    /// prefill and written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral or Qwen2:
-    /// at most its window, rolled once full); needs --disable-compile (on CUDA transformers
+    /// prefill and written in place (a sliding layer of Gemma 2/3, gpt-oss, Mistral, Mixtral,
+    /// Phi-3, Qwen2, Qwen3 or Qwen3-MoE: at most its window, rolled once full; DeepSeek-V3: its
+    /// latent and k_rot); needs --disable-compile (on CUDA transformers
     /// otherwise compiles the decode forward, which is not modelled). offloaded is not modelled.
     #[arg(help_heading = super::heading::RUN, long, value_name = "CACHE")]
     pub cache_implementation: Option<String>,
@@ -91,7 +92,7 @@ impl GenerateFlags {
                 return Err(usage("--cache-implementation", "a static cache on CUDA makes generate() torch.compile the decode forward (CompileConfig mode reduce-overhead, CUDA graphs), which is not modelled: add --disable-compile (GenerationConfig's disable_compile=True) to profile the eager decode"));
             }
             if sliding_window.is_some() && !static_sliding_measured {
-                return Err(usage("--cache-implementation", "static with a sliding window (StaticSlidingWindowLayer) is modelled on gemma2, gemma3_text, gpt_oss, and mistral/qwen2 whose every layer slides (tests/fixtures/pytorch_grid/generate_static_sliding.json), not on this model yet: use dynamic, or a config without sliding_window"));
+                return Err(usage("--cache-implementation", "static with a sliding window (StaticSlidingWindowLayer) is modelled on gemma2, gemma3_text, gpt_oss, qwen2/qwen3 (sliding and full layers or all sliding), and mistral/phi3/mixtral/qwen3_moe whose every layer slides (tests/fixtures/pytorch_grid/generate_static_*.json), not on this model yet: use dynamic, or a config without sliding_window"));
             }
         }
         if let Some(n) = self.num_beams.filter(|&n| n != 1) {
@@ -149,13 +150,40 @@ impl GenerateFlags {
     }
 }
 
-/// Whether generate_static_sliding.json measures a StaticCache over this model's sliding
-/// window: Gemma 2, Gemma 3 text and gpt-oss (sliding and full layers), dense Mistral and
-/// Qwen2 (every layer sliding).
+/// Whether a StaticCache over this model's sliding window is measured:
+/// generate_static_sliding.json (Gemma 2, Gemma 3 text and gpt-oss: sliding and full layers;
+/// Mistral and Qwen2: every layer sliding), generate_static_families.json (Phi-3, Qwen3, Mixtral
+/// and Qwen3-MoE: every layer sliding) and generate_static_mixed.json (Qwen2/Qwen3 with sliding
+/// and full layers). The config reader refuses Qwen2-MoE's window.
 pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
+    use crate::model::hf::moe::MoeFamily;
     use crate::model::hf::Arch;
     match &hf.moe {
-        Some(m) => m.gpt_oss.is_some(),
-        None => matches!(hf.model_type, Arch::Mistral | Arch::Qwen2 | Arch::Gemma2 | Arch::Gemma3Text),
+        Some(m) => m.gpt_oss.is_some() || matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe),
+        None => matches!(hf.model_type, Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma2 | Arch::Gemma3Text),
     }
+}
+
+/// Windows measured for generate with a StaticCache only, where create_masks_for_generate hands
+/// the model its masks: Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide some layers
+/// and not others (HfConfig::sliding_layers; generate_static_mixed.json) and Qwen3-MoE's
+/// `use_sliding_window` (generate_static_families.json). Every other run builds its masks in
+/// the model's forward, not measured for them: refused, naming the flag that chose the run
+/// (`what`: "--profile-type ...", "estimate", "train", "serve").
+pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, flag: &str, what: &str) -> anyhow::Result<()> {
+    use crate::model::hf::moe::MoeFamily;
+    let Some(hf) = hf else { return Ok(()) };
+    let why = match (&hf.sliding_layers, &hf.moe) {
+        (Some(layers), _) => format!(
+            "use_sliding_window gives {} of {} layers a sliding window (max_window_layers / layer_types), a mix of sliding and full layers",
+            layers.iter().filter(|&&s| s).count(),
+            layers.len()
+        ),
+        (None, Some(m)) if m.family == MoeFamily::Qwen3Moe && hf.sliding_window.is_some() => "Qwen3-MoE's sliding window (use_sliding_window)".to_string(),
+        _ => return Ok(()),
+    };
+    if static_generate {
+        return Ok(());
+    }
+    Err(usage(flag, format!("{what}: {why} is modelled only for --profile-type generate --cache-implementation static --disable-compile (generate_static_mixed.json, generate_static_families.json)")))
 }

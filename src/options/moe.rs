@@ -97,13 +97,11 @@ pub fn parse_routing(s: &str) -> anyhow::Result<Routing> {
 }
 
 /// What a profile of an MoE model refuses: its values on cpu (the routing is an assumption,
-/// not data), autocast where [`autocast_refusal`] says, a StaticCache in DeepSeek-V3's
-/// generate() (not modelled yet);
+/// not data), autocast where [`autocast_refusal`] says,
 /// and a routing file that does not fit the batch (or any generate run: `--routing` applies to
 /// each forward's token count). Its parallel layouts are checked by
 /// [`super::parallel_models::refusal`].
-#[allow(clippy::too_many_arguments)]
-pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, static_cache: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
+pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
     let family = m.family.model_type();
     if let Some(low) = precision.autocast() {
@@ -113,13 +111,10 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
         return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
     }
     if generate {
-        use crate::model::hf::moe::MoeFamily;
         // Measured: tests/generate_grid.rs (generate_moe.json, generate_gpt_oss.json: gpt-oss's
         // sliding layers' DynamicSlidingWindowLayer; generate_deepseek.json: DeepSeek-V3's
-        // DynamicCache of MLA latents). A StaticCache over DeepSeek-V3's latents is not measured.
-        if matches!(m.family, MoeFamily::DeepseekV3) && static_cache {
-            return Err(usage("--cache-implementation", format!("static on {family} is not modelled yet (a StaticCache over DeepSeek-V3's latent attention is not measured): use dynamic")));
-        }
+        // DynamicCache of MLA latents; generate_static_families.json: its StaticCache, and
+        // Mixtral's over a sliding window).
         if let Some(hf) = c.hf() {
             super::families::generate_adapters(hf, family)?;
         }

@@ -36,6 +36,11 @@ pub fn config_of(p: &Value) -> ModelConfig {
     hf.reentrant = p["checkpoint"] == "reentrant";
     hf.attention_mask = p["attention_mask"] == "ones";
     hf.sliding_window = p["sliding_window"].as_u64().map(|x| x as usize);
+    // measure_hf.py's Qwen2/Qwen3 max_window_layers (0 when absent: every layer slides): the
+    // layers below it stay full.
+    if let Some(mwl) = p["max_window_layers"].as_u64().filter(|&m| m > 0 && hf.sliding_window.is_some()) {
+        hf.sliding_layers = Some((0..num(p, "num_layers")).map(|i| i as u64 >= mwl).collect());
+    }
     if arch.is_gemma() {
         // The window is per layer type (HfConfig::gemma); measure_hf.py sets every Gemma field.
         hf.sliding_window = None;

@@ -20,6 +20,8 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --sliding  # generate_sliding.json: mistral past its sliding window
     python3 make_generate_grid.py --gpt-oss  # generate_gpt_oss.json: gpt_oss (issue #30)
     python3 make_generate_grid.py --static-sliding  # generate_static_sliding.json: StaticCache with a window
+    python3 make_generate_grid.py --static-families  # generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe, deepseek_v3
+    python3 make_generate_grid.py --static-mixed  # generate_static_mixed.json: StaticCache on qwen2/qwen3 with full and sliding layers
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
@@ -43,7 +45,7 @@ StaticCache (StaticSlidingWindowLayer), the window below the prompt, inside the 
 (crossed while generating), at the prompt and above everything, greedy, sampling, beams 2-3,
 batch 1-3, fp32/bf16, eager (Gemma 2 has no sdpa) and sdpa (Gemma 3).
 
-The --sliding grid: Mistral (and four Phi-3 points) whose sliding window the prompt and new tokens pass (below the
+The --sliding grid: Mistral (and four Phi-3 and four Mixtral points) whose sliding window the prompt and new tokens pass (below the
 prompt, crossed while decoding, at the prompt), the DynamicCache's DynamicSlidingWindowLayers,
 greedy, sampling (num_return_sequences too), beams 2-3, batch 1-3, sdpa and eager, fp32 and bf16.
 
@@ -392,7 +394,15 @@ SLIDING_RUNS = [
     (1, "eager", "bf16", "cross", dict(model_type="phi3", do_sample=True)),
     (3, "sdpa", "bf16", "cross", dict(model_type="phi3", num_beams=2, batch=1)),
     (5, "eager", "fp32", "below", dict(model_type="phi3", batch=3)),
+    # Mixtral (sliding_window set: every layer, as Mistral), routing forced as --moe (SLIDING_MOE).
+    (0, "sdpa", "fp32", "below", dict(model_type="mixtral")),
+    (1, "eager", "bf16", "cross", dict(model_type="mixtral", do_sample=True)),
+    (3, "sdpa", "bf16", "cross", dict(model_type="mixtral", num_beams=2, batch=1)),
+    (5, "eager", "fp32", "below", dict(model_type="mixtral", batch=3)),
 ]
+# Mixtral's experts on its SLIDING_RUNS rows, in order: (experts, top_k, experts_implementation, routing).
+SLIDING_MOE = [(4, 2, "grouped_mm", "balanced"), (8, 2, "eager", "worst"), (6, 3, "batched_mm", "balanced"),
+               (5, 2, "eager", "worst")]
 
 
 def wpoint(r):
@@ -401,6 +411,9 @@ def wpoint(r):
     p = point(opts.pop("model_type", "mistral"), i, attn=attn, dtype=dtype, **opts)
     S, N = p["seq"], p["max_new_tokens"]
     p["sliding_window"] = {"below": S // 2, "cross": S + max(N // 2, 1), "at": S}[window]
+    if p["model_type"] == "mixtral":
+        E, k, impl, routing = SLIDING_MOE[sum(1 for q in SLIDING_RUNS[:r] if q[4].get("model_type") == "mixtral")]
+        p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl, routing=routing)
     return p
 
 
@@ -452,6 +465,14 @@ def spoint(mt, r):
         E, k, impl, routing = STATIC_OSS[r]
         p.update(attn="eager", intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
                  routing=routing, head_dim=16, num_layers=L, sliding_window=w)
+    elif mt in ("mixtral", "qwen3_moe"):
+        # Mixtral's sliding_window, Qwen3-MoE's with use_sliding_window (every layer, no
+        # layer_types), routing forced as --moe.
+        E, k, impl, routing = STATIC_OSS[r]
+        p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl,
+                 routing=routing, sliding_window=w)
+        if mt == "qwen3_moe":
+            p["head_dim"] = 32
     else:
         p["sliding_window"] = w
     return p
@@ -459,6 +480,49 @@ def spoint(mt, r):
 
 def sgrid(quick=False):
     return [spoint(mt, r) for mt in STATIC_TYPES for r in range(2 if quick else len(STATIC_RUNS))]
+
+
+# The --static-families grid: a StaticCache on the models the --static-sliding grid left out.
+# Phi-3 (its config's sliding_window on every layer), Qwen3 (use_sliding_window, max_window_layers
+# 0: every layer sliding), Mixtral and Qwen3-MoE (their window, routing forced) on these STATIC_RUNS
+# rows; DeepSeek-V3 (no window: a StaticLayer per layer holding the MLA latent and k_rot) on
+# DS_STATIC_ROWS (make_deepseek_grid.py's rows with FAMILY_RUNS' options, as --deepseek).
+STATIC_FAMILY_TYPES = ("phi3", "qwen3", "mixtral", "qwen3_moe")
+STATIC_FAMILY_ROWS = (0, 1, 2, 5, 7, 9, 10, 12)
+DS_STATIC_ROWS = (0, 1, 6, 8, 9, 11)
+
+
+def dspoint(r, square=False):
+    """DeepSeek-V3 with a StaticCache: dpoint(r); `square`: v_head_dim = qk_nope + qk_rope (q, k
+    and v of one head size, so CPU's sdpa runs its flash kernel with the static mask)."""
+    p = dpoint(r)
+    p["cache"] = "static"
+    if square:
+        p["v_head_dim"] = p["qk_nope_head_dim"] + p["qk_rope_head_dim"]
+    return p
+
+
+def mixed_point(mt, j, r):
+    """Qwen2/Qwen3 whose max_window_layers keeps the first layers full (StaticLayer) and slides the
+    rest (StaticSlidingWindowLayer): STATIC_RUNS row r, 2 or 3 layers, max_window_layers 1 or 2."""
+    p = spoint(mt, r)
+    L = max(p["num_layers"], 2) + j % 2
+    p.update(num_layers=L, max_window_layers=min(1 + (j % 3 == 2), L - 1))
+    return p
+
+
+def smgrid(quick=False):
+    rows = STATIC_FAMILY_ROWS[:2] if quick else STATIC_FAMILY_ROWS
+    return [mixed_point(mt, j, r) for mt in ("qwen2", "qwen3") for j, r in enumerate(rows)]
+
+
+def sfgrid(quick=False):
+    rows = STATIC_FAMILY_ROWS[:2] if quick else STATIC_FAMILY_ROWS
+    todo = [spoint(mt, r) for mt in STATIC_FAMILY_TYPES for r in rows]
+    todo += [dspoint(r) for r in (DS_STATIC_ROWS[:2] if quick else DS_STATIC_ROWS)]
+    if not quick:
+        todo += [dspoint(2, square=True)]
+    return todo
 
 
 def dpoint(r):
@@ -528,6 +592,8 @@ def extras(p):
         tag += f" num_return_sequences={p['num_return_sequences']}"
     if p.get("sliding_window"):
         tag += f" sliding_window={p['sliding_window']}"
+    if p.get("max_window_layers"):
+        tag += f" max_window_layers={p['max_window_layers']}"
     if "layer_types" in p:
         tag += " layers=" + "".join("s" if t == "sliding_attention" else "f" for t in p["layer_types"])
     for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
@@ -600,10 +666,12 @@ def main():
     ap.add_argument("--sliding", action="store_true", help="generate_sliding.json: mistral with a window shorter than the sequence")
     ap.add_argument("--deepseek", action="store_true", help="generate_deepseek.json: deepseek_v3 (MLA, forced routing)")
     ap.add_argument("--static-sliding", action="store_true", help="generate_static_sliding.json: StaticCache with a sliding window")
+    ap.add_argument("--static-mixed", action="store_true", help="generate_static_mixed.json: StaticCache on qwen2/qwen3 with sliding and full layers (max_window_layers)")
+    ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe (windowed) and deepseek_v3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if a.static_sliding and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families or a.static_mixed) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
@@ -613,20 +681,24 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.deepseek or a.sliding:
+    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
-                 else "--static-sliding" if a.static_sliding else "--sliding" if a.sliding else "--deepseek")
+                 else "--static-sliding" if a.static_sliding else "--static-families" if a.static_families
+                 else "--static-mixed" if a.static_mixed
+                 else "--sliding" if a.sliding else "--deepseek")
         todo = (fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid if a.gpt_oss else sgrid
-                if a.static_sliding else wgrid if a.sliding else dgrid)(a.quick)
+                if a.static_sliding else sfgrid if a.static_families else smgrid if a.static_mixed else wgrid if a.sliding else dgrid)(a.quick)
         results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                            "**measure_generate.gen_kwargs(point))" + ("; the router's top-k indices forced to the point's "
-                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss else ""),
+                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss or a.static_families else ""),
                    points=results)
         name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
                 else "generate_gpt_oss.json" if a.gpt_oss else "generate_static_sliding.json" if a.static_sliding
+                else "generate_static_families.json" if a.static_families
+                else "generate_static_mixed.json" if a.static_mixed
                 else "generate_sliding.json" if a.sliding else "generate_deepseek.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)

@@ -78,10 +78,11 @@ def hf_config(p):
         kw["head_dim"] = p["head_dim"]
     if p["model_type"] in ("mistral", "phi3"):
         kw["sliding_window"] = p.get("sliding_window")
-    if p["model_type"] == "qwen2" and p.get("sliding_window"):
-        # Qwen2's window is on only with use_sliding_window, and only on the layers at or after
-        # max_window_layers: 0 slides every layer (layer_types all "sliding_attention").
-        kw.update(use_sliding_window=True, sliding_window=p["sliding_window"], max_window_layers=0)
+    if p["model_type"] in ("qwen2", "qwen3") and p.get("sliding_window"):
+        # Qwen2's (and Qwen3's) window is on only with use_sliding_window, and only on the layers
+        # at or after max_window_layers: 0 (the default here) slides every layer (layer_types all
+        # "sliding_attention"); a point's max_window_layers keeps the layers below it full.
+        kw.update(use_sliding_window=True, sliding_window=p["sliding_window"], max_window_layers=p.get("max_window_layers", 0))
     if p["model_type"] == "phi3":
         # Phi3Config's pad_token_id (32000) is outside a small vocabulary: the embedding's
         # padding_idx is a row inside it instead (Phi-3-mini's 32000 is one of its 32064 rows).

@@ -64,7 +64,8 @@ def moe_config(p):
     if "router_aux_loss_coef" in p:
         kw["router_aux_loss_coef"] = p["router_aux_loss_coef"]
     if p["model_type"] == "mixtral":
-        cfg = T.MixtralConfig(num_local_experts=p["num_experts"], **kw)
+        # MixtralConfig's sliding_window (default None) when the point names one: every layer slides.
+        cfg = T.MixtralConfig(num_local_experts=p["num_experts"], sliding_window=p.get("sliding_window"), **kw)
     elif p["model_type"] == "gpt_oss":
         # gpt-oss: q/k/v/o biases and attention sinks, layer_types alternating sliding and
         # full (the config's default), YaRN rope (its default rope_parameters), biased experts
@@ -97,6 +98,9 @@ def moe_config(p):
                                norm_topk_prob=p.get("norm_topk_prob", False), **kw)
     else:
         kw["intermediate_size"] = p.get("dense_intermediate_size", p["intermediate_size"])
+        if p.get("sliding_window"):
+            # Qwen3MoeConfig's window (use_sliding_window) covers every layer (no layer_types).
+            kw.update(use_sliding_window=True, sliding_window=p["sliding_window"])
         cfg = T.Qwen3MoeConfig(num_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
                                norm_topk_prob=p.get("norm_topk_prob", True), head_dim=p.get("head_dim") or 128, **kw)
     cfg._experts_implementation = p["experts"]

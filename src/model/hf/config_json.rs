@@ -220,9 +220,11 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
         }
         Arch::Mistral => {}
     }
-    hf.sliding_window = sliding_window(obj, arch, l)?;
+    (hf.sliding_window, hf.sliding_layers) = sliding_window(obj, arch, l)?;
     if let Some(m) = &hf.moe {
         hf.sliding_window = super::moe::sliding_window(obj, m.family, hf.sliding_window)?;
+        // (The MoE configs slide every layer or none: no mix.)
+        hf.sliding_layers = None;
     }
     hf.gemma = gemma.map(|g| g.gemma);
     hf.use_cache = boolean(obj, "use_cache", true)?;
@@ -397,9 +399,49 @@ pub(super) fn rope(obj: &serde_json::Map<String, Value>) -> Result<(f64, Option<
 
 /// The attention window. MistralConfig: `sliding_window` (default 4096; null: none).
 /// Qwen2/3Config: only with `use_sliding_window`, and only on the layers `layer_types` marks
-/// "sliding_attention" (by default those at or after `max_window_layers`, default 28). One
-/// window for all layers is modelled: a mix of sliding and full layers is refused.
-fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usize) -> Result<Option<usize>, String> {
+/// "sliding_attention" (by default those at or after `max_window_layers`, default 28): with a
+/// mix of sliding and full layers, which ones slide (HfConfig::sliding_layers).
+fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usize) -> Result<(Option<usize>, Option<Vec<bool>>), String> {
+    let types = qwen_sliding_layers(obj, arch, layers)?;
+    let w = sliding_window_of(obj, arch, types.as_ref().map(|t| t.iter().filter(|&&s| s).count()))?;
+    Ok((w, types.filter(|t| w.is_some() && t.iter().any(|&s| !s) && t.iter().any(|&s| s))))
+}
+
+/// Qwen2/3's sliding layers when `use_sliding_window` is on and a window is set
+/// (`layer_types`, else those at or after `max_window_layers`); None otherwise.
+fn qwen_sliding_layers(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usize) -> Result<Option<Vec<bool>>, String> {
+    if !matches!(arch, Arch::Qwen2 | Arch::Qwen3) || !boolean(obj, "use_sliding_window", false)? {
+        return Ok(None);
+    }
+    match field(obj, "layer_types") {
+        Some(Value::Array(types)) => {
+            if types.len() != layers {
+                return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("sliding_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    _ => Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        }
+        Some(v) => Err(format!("field 'layer_types' must be a list, found {v}")),
+        None => {
+            let first = match obj.get("max_window_layers") {
+                None => 28,
+                Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap() as usize,
+                Some(v) => return Err(format!("field 'max_window_layers' must be a whole number, found {v}")),
+            };
+            Ok(Some((0..layers).map(|i| i >= first).collect()))
+        }
+    }
+}
+
+/// The window itself, given how many of a Qwen's layers slide.
+fn sliding_window_of(obj: &serde_json::Map<String, Value>, arch: Arch, qwen_sliding: Option<usize>) -> Result<Option<usize>, String> {
     let window = || match obj.get("sliding_window") {
         None => Ok(Some(4096)),
         Some(_) => opt_uint(obj, "sliding_window"),
@@ -415,38 +457,8 @@ fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usiz
                 return Ok(None);
             }
             let Some(w) = window()? else { return Ok(None) };
-            let sliding = match field(obj, "layer_types") {
-                Some(Value::Array(types)) => {
-                    if types.len() != layers {
-                        return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
-                    }
-                    let mut n = 0;
-                    for t in types {
-                        match t.as_str() {
-                            Some("sliding_attention") => n += 1,
-                            Some("full_attention") => {}
-                            _ => return Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
-                        }
-                    }
-                    n
-                }
-                Some(v) => return Err(format!("field 'layer_types' must be a list, found {v}")),
-                None => {
-                    let first = match obj.get("max_window_layers") {
-                        None => 28,
-                        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap() as usize,
-                        Some(v) => return Err(format!("field 'max_window_layers' must be a whole number, found {v}")),
-                    };
-                    layers.saturating_sub(first)
-                }
-            };
-            match sliding {
-                0 => Ok(None),
-                n if n == layers => Ok(Some(w)),
-                n => Err(format!(
-                    "use_sliding_window gives {n} of {layers} layers a sliding window (layer_types / max_window_layers): a mix of sliding and full layers is not modelled"
-                )),
-            }
+            // No layer sliding: no window; some or all: the window (the mix in sliding_layers).
+            Ok((qwen_sliding.unwrap_or(0) > 0).then_some(w))
         }
     }
 }
@@ -564,10 +576,16 @@ mod tests {
         assert_eq!(w(r#", "use_sliding_window": true, "sliding_window": 64"#).unwrap(), None);
         assert_eq!(w(r#", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 0"#).unwrap(), Some(64));
         assert_eq!(w(r#", "use_sliding_window": true, "max_window_layers": 0"#).unwrap(), Some(4096));
-        let e = w(r#", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 2"#).unwrap_err();
-        assert!(e.contains("2 of 4 layers"), "{e}");
+        // A mix: the window, and which layers slide (those from max_window_layers on, or layer_types').
+        let layers = |extra: &str| with("qwen3", &format!(r#", "num_key_value_heads": 4, "head_dim": 16{extra}"#)).map(|m| m.config.hf.unwrap().sliding_layers);
+        assert_eq!(w(r#", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 2"#).unwrap(), Some(64));
+        assert_eq!(layers(r#", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 2"#).unwrap(), Some(vec![false, false, true, true]));
+        let mixed = r#", "use_sliding_window": true, "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]"#;
+        assert_eq!(layers(mixed).unwrap(), Some(vec![true, false, true, false]));
         let all = r#", "use_sliding_window": true, "sliding_window": 64, "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention"]"#;
         assert_eq!(w(all).unwrap(), Some(64));
+        assert_eq!(layers(all).unwrap(), None, "every layer sliding: no mix");
+        assert_eq!(layers(r#", "use_sliding_window": true, "sliding_window": null, "max_window_layers": 2"#).unwrap(), None, "no window");
         assert!(w(r#", "use_sliding_window": true, "layer_types": ["full_attention"]"#).unwrap_err().contains("layer_types"));
         // llama has no window, whatever the file says.
         assert_eq!(with("llama", r#", "sliding_window": 64"#).unwrap().config.hf.unwrap().sliding_window, None);

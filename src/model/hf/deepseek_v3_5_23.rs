@@ -186,14 +186,34 @@ impl Block {
                 (super::apply_rope(fr, &q_rot, &cos, &sin), super::apply_rope(fr, &k_rot, &cos, &sin))
             }
         };
-        // DynamicLayer.update(kv_nope, k_rot): the cache's copies replace both names.
+        // DynamicLayer.update(kv_nope, k_rot): the cache's copies replace both names. A
+        // StaticLayer's update returns its own (B, 1, max_cache_len, ·) tensors, keys of
+        // kv_lora_rank and values of qk_rope_head_dim (lazy_initialization reads each one's
+        // last size).
         let (kv_nope, k_rot) = match &self.cache {
             Some(cache) => {
                 let _s = scope("past_key_values");
                 let _c = runtime::category(Category::Activation);
                 let mut c = cache.borrow_mut();
                 let i = 2 * self.layer_idx;
-                if c.len() > i {
+                if let Some((max_len, past)) = self.static_cache {
+                    // lazy_initialization: zeros of max_cache_len positions (keys, then values) at the
+                    // first update; cumulative_length.to(device) as the dense layer's (8 B on CPU).
+                    if c.len() <= i {
+                        let shape = |t: &Tensor| [t.dim(0), t.dim(1), max_len, t.dim(3)];
+                        let kc = Tensor::zeros(&shape(&kv_nope), kv_nope.dtype(), kv_nope.device());
+                        let vc = Tensor::zeros(&shape(&k_rot), k_rot.dtype(), k_rot.device());
+                        c.extend([kc, vc]);
+                        if let Some(w) = &self.windows {
+                            w.borrow_mut().push(Tensor::from_i64_with(&[], kv_nope.device(), || vec![0]));
+                        }
+                    }
+                    // cache_position = arange(S) + cumulative_length, then index_copy_ in place.
+                    let cache_position = super::arange_plus(s, kv_nope.device());
+                    c[i].narrow(2, past, s).copy_(&kv_nope);
+                    c[i + 1].narrow(2, past, s).copy_(&k_rot);
+                    drop(cache_position);
+                } else if c.len() > i {
                     c[i] = Tensor::cat(&[c[i].clone(), kv_nope.clone()], -2);
                     c[i + 1] = Tensor::cat(&[c[i + 1].clone(), k_rot.clone()], -2);
                 } else {
@@ -246,13 +266,32 @@ impl Block {
     /// `sdpa_attention_forward` for MLA: no GQA (every head has its keys). On CPU,
     /// `F.scaled_dot_product_attention` runs the flash kernel only when v's head size equals
     /// q's; otherwise the math fallback. (The options refuse CUDA backends for unequal sizes.)
+    ///
+    /// A StaticCache's forwards: a prefill whose mask was skipped slices the keys and values to
+    /// the queries' length (`key[:, :, :q_length]`, views: is_causal over an empty cache), and a
+    /// masked one passes the boolean mask, which SDPA turns into an additive one for the fused
+    /// kernels (on CUDA the flash kernel takes no mask: the memory-efficient one, or math).
     fn mla_sdpa(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
         let _s = scope("attention");
         let _f = py_frame(&crate::model::py::hf_frames::SDPA_ATTENTION_FORWARD);
         let (_, ds) = parts(self);
         let causal = self.mask.is_none() && q.dim(2) > 1;
-        let out = if v.dim(-1) == q.dim(-1) {
-            match self.hf().sdpa_kernel(self.cfg.num_heads, self.cfg.num_kv_heads, matches!(q.dtype(), DType::BF16 | DType::F16), k.dim(2)) {
+        let sq = q.dim(2);
+        let (k, v) = if causal && k.dim(2) > sq { (&k.narrow(2, 0, sq), &v.narrow(2, 0, sq)) } else { (k, v) };
+        let half = matches!(q.dtype(), DType::BF16 | DType::F16);
+        let out = if let (Some(mask), true) = (&self.mask, v.dim(-1) == q.dim(-1)) {
+            match self.hf().sdpa_backend.resolve(half, true, false, q.dim(-1)) {
+                backend @ (super::SdpaBackend::CpuFlash | super::SdpaBackend::Efficient) => {
+                    let bias = super::sdpa_float_mask(mask, q.dtype(), backend == super::SdpaBackend::CpuFlash);
+                    Tensor::masked_fused_attention(backend == super::SdpaBackend::CpuFlash, q, k, v, &bias, ds.scaling)
+                }
+                // Only a forced --sdpa-backend flash gets here (auto never picks it with a mask):
+                // as the dense static path, the kernel's own bytes.
+                super::SdpaBackend::Flash | super::SdpaBackend::Auto => Tensor::flash_attention(q, k, v, false, ds.scaling),
+                super::SdpaBackend::Math => super::math_attention(q, k, v, Some(mask), false, ds.scaling),
+            }
+        } else if v.dim(-1) == q.dim(-1) {
+            match self.hf().sdpa_kernel(self.cfg.num_heads, self.cfg.num_kv_heads, half, k.dim(2)) {
                 super::SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, k, v, causal, ds.scaling),
                 super::SdpaBackend::Flash | super::SdpaBackend::Auto => Tensor::flash_attention(q, k, v, causal, ds.scaling),
                 super::SdpaBackend::Efficient => Tensor::efficient_attention(q, k, v, causal, ds.scaling),

@@ -199,6 +199,11 @@ pub struct HfConfig {
     pub mlp_bias: bool,
     /// Mistral's (and Qwen's `use_sliding_window`) attention window, if any.
     pub sliding_window: Option<usize>,
+    /// Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide only some layers: which
+    /// (None: `sliding_window` covers every layer). Modelled for generate with a StaticCache
+    /// only (options::generate::check_static_only_window refuses the rest).
+    #[serde(default)]
+    pub sliding_layers: Option<Vec<bool>>,
     /// `rope_parameters.rope_type` when not "default" (llama3, linear, yarn …: they change
     /// inv_freq's values, not what is allocated); recorded, not modelled.
     #[serde(default)]
@@ -281,6 +286,7 @@ impl HfConfig {
             o_bias: false,
             mlp_bias: false,
             sliding_window: None,
+            sliding_layers: None,
             rope_type: None,
             // Gemma2PreTrainedModel has `_supports_sdpa = False`: transformers picks eager.
             attn_implementation: if model_type == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa },

@@ -448,13 +448,36 @@ pub fn aux_loss_fields(obj: &Map<String, Value>) -> Result<(bool, f64), String> 
 }
 
 /// An MoE config's attention window, given what its dense family's reading found (`dense`):
-/// MixtralConfig's default is none (MistralConfig's 4096); Qwen3-MoE's window is refused.
+/// MixtralConfig's default is none (MistralConfig's 4096); Qwen3MoeConfig has no
+/// max_window_layers or layer_types, so `use_sliding_window` slides every layer (its window,
+/// default 4096; null: none); Qwen2-MoE's window (every other layer below max_window_layers) is
+/// refused.
 pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option<usize>) -> Result<Option<usize>, String> {
     match family {
         MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok(None),
         MoeFamily::Mixtral => Ok(dense),
-        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe if dense.is_some() => Err("field 'use_sliding_window' is true: the sliding window of an MoE Qwen is not modelled".into()),
-        MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss | MoeFamily::DeepseekV3 => Ok(None),
+        MoeFamily::Qwen3Moe => {
+            if !matches!(obj.get("use_sliding_window"), Some(Value::Bool(true))) {
+                return Ok(None);
+            }
+            match obj.get("sliding_window") {
+                None => Ok(Some(4096)),
+                Some(Value::Null) => Ok(None),
+                Some(Value::Number(n)) if n.as_u64().is_some_and(|w| w > 0) => Ok(n.as_u64().map(|w| w as usize)),
+                Some(v) => Err(format!("field 'sliding_window' must be a positive whole number or null, found {v}")),
+            }
+        }
+        // Qwen2MoeConfig: layer i slides when use_sliding_window, (i + 1) % 2 and i <
+        // max_window_layers (default 28), so layer 0 does unless max_window_layers is 0.
+        MoeFamily::Qwen2Moe => {
+            let on = matches!(obj.get("use_sliding_window"), Some(Value::Bool(true))) && !matches!(obj.get("sliding_window"), Some(Value::Null));
+            let below = obj.get("max_window_layers").and_then(Value::as_u64).unwrap_or(28);
+            if on && below > 0 {
+                return Err("field 'use_sliding_window' is true: Qwen2-MoE's sliding window (every other layer below max_window_layers) is not modelled".into());
+            }
+            Ok(None)
+        }
+        MoeFamily::GptOss | MoeFamily::DeepseekV3 => Ok(None),
     }
 }
 

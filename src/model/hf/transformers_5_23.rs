@@ -1208,7 +1208,7 @@ pub type StaticMasks = (Option<Tensor>, Option<Tensor>);
 
 /// The masks `create_masks_for_generate` builds for a StaticCache whose layers (some or all)
 /// slide, `s` queries after `past` written positions of `max_len`: (the full layers' mask, the
-/// sliding layers' mask). With `layer_types` (Gemma, gpt-oss, Qwen2) one mask per type in the
+/// sliding layers' mask). With `layer_types` (Gemma, gpt-oss, Qwen2/3) one mask per type in the
 /// order of `set(layer_types)` (full first: the order under PYTHONHASHSEED=0, which the grid
 /// measures; another hash seed may build the sliding one first), each then `.contiguous()`
 /// in a new dict, the first dict dying after; Mistral (no layer_types): the sliding mask
@@ -1225,7 +1225,7 @@ pub fn static_generation_masks(m: &Model, b: usize, s: usize, past: usize, max_l
     let kv = if past >= len { len + s - 1 } else if past + s > len { past + s } else { len };
     let skip = s > 1;
     let sliding = |hf: &HfConfig| gemma::sliding_mask_sized(hf, window, b, s, past, (kv, offset), skip, dtype, device);
-    let mixed = hf.gemma.is_some() || hf.moe.as_ref().is_some_and(|m| m.gpt_oss.is_some());
+    let mixed = hf.gemma.is_some() || hf.moe.as_ref().is_some_and(|m| m.gpt_oss.is_some()) || hf.sliding_layers.is_some();
     if !mixed {
         let mask = sliding(hf);
         let c = mask.as_ref().map(|t| t.contiguous());
@@ -1387,7 +1387,8 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             let _s = scope(&format!("layers.{i}"));
             let sliding_layer = hf.gemma.as_ref().is_some_and(|g| g.sliding[i]);
             let (cos, sin) = ropes[sliding_layer as usize].clone().expect("cos/sin for the layer's type");
-            let layer_mask = if sliding_layer || gpt_oss.is_some_and(|g| g.is_sliding(i)) { sliding_mask.clone() } else { mask.clone() };
+            let qwen_sliding = hf.sliding_layers.as_ref().is_some_and(|s| s[i]);
+            let layer_mask = if sliding_layer || qwen_sliding || gpt_oss.is_some_and(|g| g.is_sliding(i)) { sliding_mask.clone() } else { mask.clone() };
             let layer_cfg = match &masked_layer {
                 Some(c) if layer_mask.is_some() => c.clone(),
                 _ => shared.clone(),
@@ -1480,7 +1481,8 @@ fn sliding_cache_layer(hf: &HfConfig, i: usize) -> bool {
     match (&hf.gemma, hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref())) {
         (Some(g), _) => g.sliding[i],
         (None, Some(g)) => g.is_sliding(i),
-        (None, None) => hf.sliding_window.is_some(),
+        // Qwen2/3's max_window_layers / layer_types mix (HfConfig::sliding_layers).
+        (None, None) => hf.sliding_layers.as_ref().map_or(hf.sliding_window.is_some(), |s| s[i]),
     }
 }
 
