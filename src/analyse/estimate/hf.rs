@@ -473,17 +473,22 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
 /// and A's output is low-precision; the adapters' casts are cached (leaves that need a
 /// gradient), the frozen weights' are not (each dies after its matmul).
 fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, x_grad: bool) {
+    adapter_on(c, t, lc, name, &|what: String, op, elem| c.term(what, op, unit, elem), x_grad);
+}
+
+/// [`adapter`] on an input whose terms `input(what, op, elem)` makes (an MoE block's sizes).
+fn adapter_on(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, input: &dyn Fn(String, &'static str, u64) -> Term, x_grad: bool) {
     let dropout = lc.dropout > 0.0;
     if dropout && x_grad {
-        t.push(c.term(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", unit, 1));
+        t.push(input(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", 1));
     }
     match c.mode {
         Mode::Autocast => {
             let what = if dropout { "lora_dropout output" } else { "input" };
-            t.push(c.term(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", unit, 2));
+            t.push(input(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", 2));
         }
-        _ if dropout => t.push(c.term(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", unit, 4)),
-        Mode::Pure => t.push(c.term(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", unit, 4)),
+        _ if dropout => t.push(input(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", 4)),
+        Mode::Pure => t.push(input(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", 4)),
         Mode::Fp32 => {}
     }
     // fp32 (the adapters' type, bf16 weights or not), low-precision under autocast.
@@ -581,10 +586,17 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         None if phi3 => &["gate_up_proj"],
         None => &gate_up,
     };
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, &gate_up));
+    // The linears whose LoRA may keep the norm's output: Qwen2-MoE's shared expert's (the
+    // router and the routed experts take no module adapter).
+    let adaptable: &[&str] = match &hf.moe {
+        Some(m) if m.shared_intermediate > 0 => &["gate_proj", "up_proj", "shared_expert_gate"],
+        Some(_) => &[],
+        None => &gate_up,
+    };
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, adaptable));
     if let Some(m) = &hf.moe {
-        // The sparse block in place of the MLP (check refuses LoRA on it).
-        moe::block(c, &mut t, hf, m);
+        // The sparse block in place of the MLP (under peft: LoRA on the shared expert only).
+        moe::block(c, &mut t, hf, m, h);
         if c.mode != Mode::Pure {
             t.push(c.term("layer output = h + moe block (the next norm keeps it)", "add", Unit::A, 4));
         }
