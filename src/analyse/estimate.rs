@@ -827,6 +827,16 @@ fn lora_shapes(cfg: &ModelConfig) -> Vec<(&'static str, (u64, u64, bool))> {
     if let Some(s) = h.moe.as_ref().filter(|m| m.deepseek.is_none() && m.shared_intermediate > 0).map(|m| m.shared_intermediate as u64) {
         shapes[4..].copy_from_slice(&[(d, s, false), (d, s, false), (s, d, false), (d, 1, false)]);
     }
+    // DeepSeek-V3's latent attention (lora::MLA_Q_LORA's slots; its biases train never: the
+    // closed form refuses --lora-bias on it).
+    let mla;
+    let shapes: &[(u64, u64, bool)] = match h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+        Some(ds) => {
+            mla = ds.mla_linear_shapes(cfg.d_model, cfg.num_heads).map(|(i, o)| (i as u64, o as u64, false));
+            &mla
+        }
+        None => &shapes,
+    };
     crate::model::lora::linears_of(h).iter().map(|&(slot, name)| (name, shapes[slot])).collect()
 }
 

@@ -675,7 +675,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     } else if hf.model_type == Arch::Gemma2 {
         gemma::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some((m, ds)) = deepseek_parts(hf) {
-        deepseek::layer(c, hf, m, ds, true, cache, kernel)
+        deepseek::layer(c, hf, m, ds, true, cache, kernel, true)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -689,7 +689,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let sliding_block = sliding_block.or_else(|| {
         let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
-        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel), super::OtherLayers::Dense))
+        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel, true), super::OtherLayers::Dense))
     });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
@@ -700,7 +700,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             let lh = if hf.model_type == Arch::Gemma3Text { gemma3::layer_hf(hf, gemma3::masked(hf, g, g.sliding[0], s)) } else { hf.clone() };
             gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, false)
         }
-        None => layer(c, cfg, hf, kernel, cache, false),
+        // DeepSeek-V3: layer 0 is dense unless first_k_dense_replace is 0.
+        None => match deepseek_parts(hf) {
+            Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == 0, cache, kernel, false),
+            None => layer(c, cfg, hf, kernel, cache, false),
+        },
     });
     let mut outside = Vec::new();
     let olmo2 = hf.model_type == Arch::Olmo2;

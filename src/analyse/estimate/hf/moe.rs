@@ -41,10 +41,10 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
             format!("(or the config's output_router_logits) on {family}: the router's auxiliary loss (every layer's logits concatenated, load_balancing_loss_func) is not derived in closed form; `profile` simulates it"),
         ));
     }
-    // LoRA on the attention is derived (the router and experts frozen: hf.rs's layer,
-    // hf/gpt_oss.rs); peft's ParamWrapper on the experts and router is not.
-    let attention_only = |l: &crate::model::lora::LoraConfig| l.target_parameters.is_empty() && matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::GptOss);
-    if let Some(lc) = hf.lora.as_ref().filter(|l| !attention_only(l)) {
+    // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
+    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
+    // experts and router is not.
+    if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
         let (flag, what) = if lc.target_parameters.is_empty() {
             ("--lora-r", String::new())
         } else {
@@ -55,6 +55,9 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     }
     if let Some(q) = &hf.bnb {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));
+    }
+    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
+        return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
     if precision.autocast().is_some() {
         return Err(ConfigError::new("--precision", format!("autocast of a mixture-of-experts model ({family}) is not modelled: load the weights in their dtype (fp32, or --pure-bf16)")));
