@@ -64,13 +64,13 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    // LoRA on Phi-3 (its fused linears adapted whole) and Gemma (frozen GemmaRMSNorms) is
-    // derived; OLMo-2's adapters and bitsandbytes on the families are not.
-    if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type == Arch::Olmo2)) {
-        let flag = hf.bnb.as_ref().map_or("--lora-r", |q| q.flag());
+    // LoRA on Phi-3 (its fused linears adapted whole), OLMo-2 (frozen post-norms and
+    // whole-projection q/k norms) and Gemma (frozen GemmaRMSNorms) is derived; bitsandbytes on
+    // the families is not.
+    if let Some(q) = hf.bnb.as_ref().filter(|_| hf.model_type.is_family()) {
         return Err(ConfigError::new(
-            flag,
-            format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3_text, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
+            q.flag(),
+            format!("model_type {}: the closed form derives bitsandbytes over llama, mistral, qwen2 and qwen3; `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -667,7 +667,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         }
         b
     } else if hf.model_type == Arch::Olmo2 {
-        olmo2::layer(c, cfg, hf, kernel, cache)
+        olmo2::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some(g) = hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
         // The full layers' (or every layer's, where no mask sets the sliding ones apart).
         let lh = gemma3::layer_hf(hf, gemma3::masked(hf, g, !g.sliding.contains(&false), s));
@@ -703,6 +703,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         // DeepSeek-V3: layer 0 is dense unless first_k_dense_replace is 0.
         None => match deepseek_parts(hf) {
             Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == 0, cache, kernel, false),
+            None if hf.model_type == Arch::Olmo2 => olmo2::layer(c, cfg, hf, kernel, cache, false),
             None => layer(c, cfg, hf, kernel, cache, false),
         },
     });
@@ -832,7 +833,15 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {
         let n = cfg.lora_param_count() + cfg.lora_bias_count();
-        (n, format!("2 B × (the LoRA adapters' A and B{}) = 2 × {n}", if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" }))
+        let biases = if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" };
+        if olmo2 && checkpointing {
+            // enable_input_require_grads makes the frozen embedding's output a leaf that needs a
+            // gradient: OLMo-2's layer 0 projections read it directly, and its cast is cached.
+            let n = n + c.b * c.s * c.d;
+            (n, format!("2 B × (the LoRA adapters' A and B{biases} + B·S·d: the embedding output, a leaf under checkpointing, read by layer 0's q/k/v_proj) = 2 × {n}"))
+        } else {
+            (n, format!("2 B × (the LoRA adapters' A and B{biases}) = 2 × {n}"))
+        }
     } else {
         (cast_elements, cast_formula)
     };
