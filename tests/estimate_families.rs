@@ -247,9 +247,9 @@ fn families_estimate_cli() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Through the CLI: Phi-3 and Gemma 3 with LoRA state their closed form, block 0 its own,
-/// equal to the simulated activations; bitsandbytes on the families and LoRA on OLMo-2 exit 2
-/// naming the flag, writing nothing.
+/// Through the CLI: Phi-3, OLMo-2 and Gemma with LoRA state their closed form, block 0 its
+/// own, equal to the simulated activations; bitsandbytes on the families exits 2 naming the
+/// flag, writing nothing.
 #[test]
 fn families_lora_estimate_cli() {
     let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-lora-{}", std::process::id()));

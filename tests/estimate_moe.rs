@@ -363,6 +363,8 @@ fn not_derived_is_refused_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
+        // all-linear: peft converts Mixtral's expert and router names into target_parameters.
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
         ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
         ([&mix[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),

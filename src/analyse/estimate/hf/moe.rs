@@ -45,13 +45,14 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
     // experts and router is not.
     if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
-        let (flag, what) = if lc.target_parameters.is_empty() {
-            ("--lora-r", String::new())
-        } else {
-            // Named with --target-parameters, or converted by peft from --target-modules.
-            ("--target-parameters", format!(" (target_parameters {}, named or converted by peft from --target-modules)", lc.target_parameters.join(",")))
-        };
-        return Err(ConfigError::new(flag, format!("peft's LoRA on {family}{what} is not derived in closed form; `profile` simulates it")));
+        // Named with --target-parameters, or converted by peft from --target-modules.
+        return Err(ConfigError::new(
+            "--target-parameters",
+            format!(
+                "peft's ParamWrapper on {family}'s experts and router (target_parameters {}, named or converted by peft from --target-modules) is not derived in closed form (LoRA on the attention is); `profile` simulates it",
+                lc.target_parameters.join(",")
+            ),
+        ));
     }
     if let Some(q) = &hf.bnb {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));

@@ -4,7 +4,7 @@
 //! residual add. `Olmo2RMSNorm` multiplies by the weight before casting back, so the weight's
 //! gradient keeps the fp32 x·r whatever the input's type; the fp32 RoPE tables promote the
 //! rotated Q and K, which `apply_rotary_pos_emb` casts back to the projections' type.
-use super::{attention, rms_norm, types, AttnGrad, Kernel, NormGrad, FULL};
+use super::{attention, rms_norm, types, AttnGrad, Kernel, NormGrad};
 use crate::analyse::estimate::{Ctx, Mode, Term, Unit};
 use crate::model::hf::HfConfig;
 use crate::model::ModelConfig;
