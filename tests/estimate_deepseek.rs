@@ -55,6 +55,8 @@ struct Point {
     tied: bool,
     b: usize,
     s: usize,
+    /// peft's LoRA on the latent attention: (r, dropout, target modules); the rest frozen.
+    lora: Option<(usize, f64, &'static [&'static str])>,
 }
 
 fn base() -> Point {
@@ -88,6 +90,7 @@ fn base() -> Point {
         tied: false,
         b: 2,
         s: 24,
+        lora: None,
     }
 }
 
@@ -110,6 +113,18 @@ fn config(p: &Point) -> ModelConfig {
     hf.reentrant = p.ckpt == Some(true);
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
+    hf.lora = p.lora.map(|(r, dropout, targets)| vramscope::model::lora::LoraConfig {
+        r,
+        alpha: 16.0,
+        dropout,
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        target_parameters: vec![],
+        dropout_kernel: Default::default(),
+        bias: vramscope::model::lora::LoraBias::None,
+        use_dora: false,
+        modules_to_save: vec![],
+        gate_up_doubled: false,
+    });
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -123,7 +138,7 @@ fn check(p: &Point) -> f64 {
     // e_score_correction_bias buffer (E, in the load dtype).
     let sparse = (p.layers.saturating_sub(p.first_k_dense) * p.experts) as u64;
     let params = vramscope::analyse::estimate::estimate(&cfg, p.precision, p.b, p.s).params;
-    assert_eq!(params, cfg.param_count(), "{p:?}: parameter count");
+    assert_eq!(params, cfg.param_count() + cfg.lora_param_count(), "{p:?}: parameter count");
     estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |e| 2 * (p.rope as u64 / 2) * 4 + sparse * e.param_elem)
 }
 
@@ -200,6 +215,53 @@ fn grid() -> Vec<Point> {
     points
 }
 
+/// peft's LoRA on the latent attention (everything else frozen): target sets (each linear
+/// alone, the query path, the key/value path, all of them) with q_lora_rank set and None,
+/// r, dropout, fp32 and pure bf16, eager and sdpa (math, and the fused kernels where v's head
+/// size equals q's), each experts implementation, first_k_dense_replace (layer 0 dense or
+/// sparse), checkpointing, use_cache, B or S 1.
+fn lora_grid() -> Vec<Point> {
+    const Q_LORA: &[&str] = &["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"];
+    const Q_PROJ: &[&str] = &["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"];
+    let sets: [&'static [&'static str]; 8] = [&["q_a_proj"], &["q_b_proj"], &["kv_a_proj_with_mqa"], &["kv_b_proj"], &["o_proj"], &["q_a_proj", "q_b_proj"], &["kv_a_proj_with_mqa", "kv_b_proj"], Q_LORA];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for targets in sets {
+        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+            let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+            let dropout = if n % 3 == 1 { 0.1 } else { 0.0 };
+            let cache = n % 4 != 3;
+            points.push(Point { lora: Some((4 + 4 * (n % 2), dropout, targets)), attn, precision, cache, implementation: ExpertsImplementation::ALL[n % 3], first_k_dense: n % 3, routing: Routing::Worst, ..base() });
+            n += 1;
+        }
+    }
+    // q_lora_rank None: q_proj.
+    for (n, targets) in [&["q_proj"][..], &["kv_b_proj"], &["o_proj"], Q_PROJ].into_iter().enumerate() {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            let p = shaped(1);
+            points.push(Point { lora: Some((8, if n % 2 == 0 { 0.0 } else { 0.1 }, targets)), precision, attn: if n < 2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa }, ..p });
+        }
+    }
+    // Checkpointing, B or S 1, v's head size equal to q's (the fused kernels).
+    for (ckpt, b, s) in [(Some(false), 2, 24), (Some(true), 1, 16), (None, 1, 33), (None, 4, 1)] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            points.push(Point { lora: Some((8, 0.1, Q_LORA)), ckpt, cache: ckpt.is_none(), b, s, precision, ..base() });
+        }
+    }
+    for (precision, backend) in [(Precision::Fp32, SdpaBackend::Auto), (Precision::PureBf16, SdpaBackend::Auto), (Precision::Fp32, SdpaBackend::CpuFlash), (Precision::PureBf16, SdpaBackend::Math)] {
+        for targets in [&["q_b_proj"][..], &["kv_b_proj", "o_proj"], &["o_proj"], Q_LORA] {
+            let p = shaped(0);
+            points.push(Point { lora: Some((8, 0.0, targets)), attn: AttnImplementation::Sdpa, backend, precision, v: p.nope + p.rope, ..p });
+        }
+    }
+    points
+}
+
+#[test]
+fn deepseek_v3_lora_closed_form_equals_the_simulation() {
+    run(&lora_grid(), 1.40);
+}
+
 #[test]
 fn deepseek_v3_closed_form_equals_the_simulation() {
     run(&grid(), 1.40);
@@ -217,6 +279,11 @@ fn deepseek_v3_optimizers() {
                 let p = Point { precision, b: 1, s: 16, first_k_dense, q_lora_rank, bias: first_k_dense == 0, ..base() };
                 let cfg = config(&p);
                 estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("first_k_dense {first_k_dense} {precision:?} {kind:?}"));
+                // Over the latent attention's LoRA adapters, in registration order.
+                let targets: &'static [&'static str] = if q_lora_rank.is_some() { &["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"] } else { &["q_proj", "kv_b_proj", "o_proj"] };
+                let p = Point { lora: Some((8, 0.0, targets)), ..p };
+                let cfg = config(&p);
+                estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("LoRA first_k_dense {first_k_dense} {precision:?} {kind:?}"));
             }
         }
     }
@@ -307,8 +374,9 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
     let ds = |attn: &'static str| [&ds[..], &["--attn-implementation", attn]].concat();
     let eager = ds("eager");
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj,kv_a_proj_with_mqa"]].concat(), "--lora-r", "profile"),
-        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
         ([&eager[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
         ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),

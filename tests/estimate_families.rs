@@ -204,32 +204,12 @@ fn families_optimizers() {
     }
 }
 
-/// Gemma 2's sdpa and LoRA on OLMo-2 are not derived: refused naming the flag, pointing at
-/// `profile` (the MoE families' refusals are in tests/estimate_moe.rs, tests/estimate_gpt_oss.rs
+/// Gemma 2's sdpa is not derived: refused naming the flag, pointing at `profile` (the MoE families' refusals are in tests/estimate_moe.rs, tests/estimate_gpt_oss.rs
 /// and tests/estimate_deepseek.rs; Gemma 3's in tests/estimate_gemma3.rs).
 #[test]
 fn not_derived_is_refused_naming_profile() {
     let p = Point { attn: AttnImplementation::Sdpa, ..base(Arch::Gemma2) };
     assert_eq!(hf::check(&config(&p), p.precision, p.s).expect_err("gemma2 sdpa").flag, "--attn-implementation");
-    // LoRA on OLMo-2 (its post-norms' and whole-projection q/k norms' frozen weights) is not
-    // derived either (Phi-3's and Gemma's are: tests/estimate_lora.rs).
-    let p = base(Arch::Olmo2);
-    let mut cfg = config(&p);
-    cfg.hf.as_mut().unwrap().lora = Some(vramscope::model::lora::LoraConfig {
-        r: 8,
-        alpha: 16.0,
-        dropout: 0.0,
-        targets: vec!["o_proj".into()],
-        dropout_kernel: Default::default(),
-        bias: vramscope::model::lora::LoraBias::None,
-        use_dora: false,
-        modules_to_save: vec![],
-        target_parameters: vec![],
-        gate_up_doubled: false,
-    });
-    let e = hf::check(&cfg, p.precision, p.s).expect_err("lora");
-    assert_eq!(e.flag, "--lora-r", "{e}");
-    assert!(e.to_string().contains("`profile` simulates"), "{e}");
 }
 
 /// Through the CLI: a Phi-3 and an OLMo-2 config.json estimate with the JSON's activations
@@ -267,9 +247,9 @@ fn families_estimate_cli() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Through the CLI: Phi-3 and Gemma 3 with LoRA state their closed form, block 0 its own,
-/// equal to the simulated activations; bitsandbytes on the families and LoRA on OLMo-2 exit 2
-/// naming the flag, writing nothing.
+/// Through the CLI: Phi-3, OLMo-2 and Gemma with LoRA state their closed form, block 0 its
+/// own, equal to the simulated activations; bitsandbytes on the families exits 2 naming the
+/// flag, writing nothing.
 #[test]
 fn families_lora_estimate_cli() {
     let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-lora-{}", std::process::id()));
@@ -277,7 +257,7 @@ fn families_lora_estimate_cli() {
     let json = dir.join("e.json");
     let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).args(["--json", json.to_str().unwrap()]).output().unwrap();
     let small = ["--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];
-    for (model, extra) in [("Phi-3-mini", &["--target-modules", "all-linear"][..]), ("Phi-3-mini", &["--target-modules", "qkv_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..]), ("Phi-3-mini", &["--target-modules", "o_proj", "--lora-dropout", "0.1", "--gradient-checkpointing", "non-reentrant"][..]), ("Gemma-3-27B", &["--target-modules", "all-linear"][..]), ("Gemma-2-9B", &["--target-modules", "q_proj,o_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..])] {
+    for (model, extra) in [("Phi-3-mini", &["--target-modules", "all-linear"][..]), ("Phi-3-mini", &["--target-modules", "qkv_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..]), ("Phi-3-mini", &["--target-modules", "o_proj", "--lora-dropout", "0.1", "--gradient-checkpointing", "non-reentrant"][..]), ("Gemma-3-27B", &["--target-modules", "all-linear"][..]), ("OLMo-2-7B", &["--target-modules", "all-linear", "--lora-dropout", "0.1"][..]), ("OLMo-2-7B", &["--target-modules", "q_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..]), ("Gemma-2-9B", &["--target-modules", "q_proj,o_proj,down_proj", "--dtype", "float32", "--precision", "bf16"][..])] {
         let o = run(&[&["--model", model, "--lora-r", "8"][..], &small, extra].concat());
         assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -295,7 +275,7 @@ fn families_lora_estimate_cli() {
     }
     for (model, extra, flag) in [
         ("Phi-3-mini", &["--lora-r", "8", "--target-modules", "all-linear", "--load-in-4bit"][..], "--load-in-4bit"),
-        ("OLMo-2-7B", &["--lora-r", "8", "--target-modules", "all-linear"][..], "--lora-r"),
+        ("OLMo-2-7B", &["--lora-r", "8", "--target-modules", "all-linear", "--load-in-4bit"][..], "--load-in-4bit"),
         ("Gemma-3-27B", &["--lora-r", "8", "--load-in-4bit"][..], "--load-in-4bit"),
     ] {
         let o = run(&[&["--model", model][..], &small, extra].concat());

@@ -285,6 +285,7 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
+        ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
         ([&g[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),

@@ -380,6 +380,41 @@ fn phi3_lora_closed_form_equals_the_simulation() {
     run(&points);
 }
 
+/// OLMo-2 (no pre-norms: q/k/v_proj and gate/up_proj read the residual stream; q_norm and
+/// k_norm over the whole projections and the post-norms frozen, keeping no x·r): targets ×
+/// fp32/pure bf16/autocast bf16 × checkpointing, the SDPA kernels and the cache, dropout, rank
+/// and the optimizers.
+#[test]
+fn olmo2_lora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for targets in [TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["k_proj"], vec!["o_proj", "down_proj"], vec!["gate_proj"], vec!["up_proj", "down_proj"]] {
+        for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), precision, ckpt, ..base(Arch::Olmo2) });
+            }
+        }
+        for (attn, backend, precision) in [
+            (AttnImplementation::Sdpa, SdpaBackend::Math, Precision::Fp32),
+            (AttnImplementation::Sdpa, SdpaBackend::CpuFlash, Precision::Fp32),
+            (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::PureBf16),
+            (AttnImplementation::Sdpa, SdpaBackend::Flash, Precision::Bf16),
+        ] {
+            for cache in [false, true] {
+                points.push(Point { attn, backend, precision, cache, targets: targets.clone(), s: 33, ..base(Arch::Olmo2) });
+            }
+        }
+        points.push(Point { targets: targets.clone(), dropout: 0.1, r: 4, ..base(Arch::Olmo2) });
+        points.push(Point { targets: targets.clone(), dropout: 0.05, precision: Precision::Bf16, cache: true, ..base(Arch::Olmo2) });
+        points.push(Point { targets: targets.clone(), dropout: 0.1, precision: Precision::PureBf16, ckpt: Some(false), ..base(Arch::Olmo2) });
+    }
+    for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchForloop, OptimizerKind::Adafactor] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(Arch::Olmo2) });
+        }
+    }
+    run(&points);
+}
+
 /// Gemma 2 (eager) and Gemma 3 (eager and sdpa: the sliding layers' kernel sees the window's
 /// mask, layer 0 is one), with their GemmaRMSNorms frozen (`1 + weight` kept for the input's
 /// gradient, x·r not): targets × fp32/pure bf16/autocast bf16 × checkpointing, the cache,

@@ -40,6 +40,8 @@ struct Point {
     tied: bool,
     b: usize,
     s: usize,
+    /// peft's LoRA: (r, dropout, target modules); the router and experts frozen.
+    lora: Option<(usize, f64, &'static [&'static str])>,
 }
 
 fn base(model_type: &'static str) -> Point {
@@ -62,6 +64,7 @@ fn base(model_type: &'static str) -> Point {
         tied: false,
         b: 2,
         s: 40,
+        lora: None,
     }
 }
 
@@ -92,6 +95,18 @@ fn config(p: &Point) -> ModelConfig {
     hf.reentrant = p.ckpt == Some(true);
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
+    hf.lora = p.lora.map(|(r, dropout, targets)| vramscope::model::lora::LoraConfig {
+        r,
+        alpha: 16.0,
+        dropout,
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        target_parameters: vec![],
+        dropout_kernel: Default::default(),
+        bias: vramscope::model::lora::LoraBias::None,
+        use_dora: false,
+        modules_to_save: vec![],
+        gate_up_doubled: false,
+    });
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -157,6 +172,80 @@ fn grid(model_type: &'static str) -> Vec<Point> {
     points
 }
 
+/// peft's LoRA on the attention (the router and experts frozen): target sets (each of q, k, v,
+/// o alone, q/v, all four), r, dropout, fp32 and pure bf16, each experts implementation,
+/// balanced and worst routing, with and without the cache, checkpointing (both kinds), GQA and
+/// MHA, eager and sdpa.
+fn lora_grid(model_type: &'static str) -> Vec<Point> {
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let sets: [&'static [&'static str]; 6] = [&["q_proj", "v_proj"], &["q_proj"], &["k_proj"], &["v_proj"], &["o_proj"], ALL];
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for targets in sets {
+        for implementation in ExpertsImplementation::ALL {
+            let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+            let routing = if n % 3 == 0 { Routing::Balanced } else { Routing::Worst };
+            let (d, i, experts, top_k) = shapes[n % shapes.len()];
+            let cache = n % 4 != 1;
+            n += 1;
+            points.push(Point { lora: Some((8, 0.0, targets)), implementation, precision, routing, cache, d, i, experts, top_k, ..base(model_type) });
+        }
+    }
+    for (ckpt, dropout, kv_heads, implementation, attn) in [
+        (Some(false), 0.0, 2, ExpertsImplementation::GroupedMm, AttnImplementation::Eager),
+        (Some(true), 0.1, 4, ExpertsImplementation::Eager, AttnImplementation::Eager),
+        (None, 0.1, 2, ExpertsImplementation::BatchedMm, AttnImplementation::Eager),
+        (None, 0.1, 4, ExpertsImplementation::GroupedMm, AttnImplementation::Sdpa),
+        (None, 0.0, 2, ExpertsImplementation::Eager, AttnImplementation::Sdpa),
+        (Some(false), 0.1, 4, ExpertsImplementation::BatchedMm, AttnImplementation::Sdpa),
+    ] {
+        points.push(Point { lora: Some((4, dropout, ALL)), ckpt, cache: ckpt.is_none(), kv_heads, implementation, attn, routing: Routing::Worst, ..base(model_type) });
+        points.push(Point { lora: Some((16, dropout, &["q_proj", "v_proj"])), ckpt, kv_heads, implementation, attn, precision: Precision::PureBf16, ..base(model_type) });
+    }
+    points
+}
+
+#[test]
+fn mixtral_lora_closed_form_equals_the_simulation() {
+    run(&lora_grid("mixtral"), 1.35);
+}
+
+#[test]
+fn qwen3_moe_lora_closed_form_equals_the_simulation() {
+    let mut points = lora_grid("qwen3_moe");
+    for implementation in ExpertsImplementation::ALL {
+        points.push(Point { norm_topk_prob: false, lora: Some((8, 0.1, &["q_proj", "k_proj", "v_proj", "o_proj"])), implementation, ..base("qwen3_moe") });
+    }
+    run(&points, 1.35);
+}
+
+/// Qwen2-MoE's LoRA: the attention grid, then its shared expert's linears (each alone, the
+/// MLP's three, with the attention, all eight as all-linear names them), where layer 0's frozen
+/// attention leaves the routed block and the router without a gradient: r, dropout, fp32 and
+/// pure bf16, each experts implementation, routing, checkpointing.
+#[test]
+fn qwen2_moe_lora_closed_form_equals_the_simulation() {
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate"];
+    let mut points = lora_grid("qwen2_moe");
+    let sets: [&'static [&'static str]; 7] =
+        [&["gate_proj"], &["up_proj"], &["down_proj"], &["shared_expert_gate"], &["gate_proj", "up_proj", "down_proj"], &["q_proj", "v_proj", "down_proj"], ALL];
+    let mut n = 0;
+    for targets in sets {
+        for implementation in ExpertsImplementation::ALL {
+            for (dropout, precision) in [(0.0, Precision::Fp32), (0.1, Precision::PureBf16), (0.1, Precision::Fp32), (0.0, Precision::PureBf16)].into_iter().skip(n % 2).step_by(2) {
+                let routing = if n % 3 == 0 { Routing::Balanced } else { Routing::Worst };
+                let ckpt = [None, None, Some(false), None, Some(true)][n % 5];
+                n += 1;
+                points.push(Point { lora: Some((4 + 4 * (n % 3), dropout, targets)), implementation, precision, routing, ckpt, cache: ckpt.is_none(), ..base("qwen2_moe") });
+            }
+        }
+    }
+    points.push(Point { lora: Some((8, 0.0, ALL)), norm_topk_prob: true, shared: 320, ..base("qwen2_moe") });
+    points.push(Point { lora: Some((8, 0.1, ALL)), attn: AttnImplementation::Sdpa, kv_heads: 4, ..base("qwen2_moe") });
+    run(&points, 1.35);
+}
+
 #[test]
 fn mixtral_closed_form_equals_the_simulation() {
     run(&grid("mixtral"), 1.30);
@@ -196,6 +285,12 @@ fn moe_optimizers() {
                 let p = Point { precision, b: 1, s: 32, ..base(model_type) };
                 let cfg = config(&p);
                 estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("{model_type} {precision:?} {kind:?}"));
+                // Over the LoRA adapters of the attention (the experts frozen; Qwen2-MoE's shared
+                // expert's linears after the attention's).
+                let targets: &'static [&'static str] = if model_type == "qwen2_moe" { &["q_proj", "v_proj", "gate_proj", "down_proj", "shared_expert_gate"] } else { &["q_proj", "k_proj", "v_proj", "o_proj"] };
+                let p = Point { lora: Some((8, 0.0, targets)), ..p };
+                let cfg = config(&p);
+                estimate_common::compare_optimizer(&cfg, precision, p.b, p.s, kind, &format!("{model_type} LoRA {precision:?} {kind:?}"));
             }
         }
     }
@@ -231,6 +326,18 @@ fn moe_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
+    // LoRA on the attention: block 0 its own, the adapters in the parameters.
+    let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "lora: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["block 0 (", "q_proj lora_A output", "LoRA A and B"] {
+        assert!(text.contains(needle), "lora: missing {needle:?} in\n{text}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let e = &v["estimate"];
+    let terms = |b: &serde_json::Value| b.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
+    assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora");
     // The presets at full size, closed form only.
     for (preset, needles) in [("Mixtral-8x7B", &["mixtral", "E 8 experts of width I 14336, top-k 2"][..]), ("Qwen3-30B-A3B", &["qwen3_moe", "E 128 experts of width I 768, top-k 8"][..])] {
         let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--no-simulate"]);
@@ -255,9 +362,10 @@ fn not_derived_is_refused_naming_the_flag() {
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj,v_proj"]].concat(), "--lora-r", "profile"),
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--lora-r", "profile"),
+        // all-linear: peft converts Mixtral's expert and router names into target_parameters.
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
         ([&mix[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),

@@ -821,9 +821,23 @@ fn lora_shapes(cfg: &ModelConfig) -> Vec<(&'static str, (u64, u64, bool))> {
     let (d, f, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.head_dim() as u64);
     let (q, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
     let (qkv_out, gate_out) = if h.model_type == crate::model::hf::Arch::Phi3 { (q + 2 * kv, 2 * f) } else { (q, f) };
-    // Per slot of lora::TARGETS.
-    let shapes = [(d, qkv_out, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, gate_out, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias)];
-    crate::model::lora::layer_linears(h.model_type, h.moe.is_some()).iter().map(|&(slot, name)| (name, shapes[slot])).collect()
+    // Per slot of lora::SLOTS (Qwen2-MoE's shared expert in 4-7: gate/up/down_proj, I_s wide,
+    // and shared_expert_gate, d → 1; none has a bias).
+    let mut shapes = [(d, qkv_out, h.qkv_bias), (d, kv, h.qkv_bias), (d, kv, h.qkv_bias), (q, d, h.o_bias), (d, gate_out, h.mlp_bias), (d, f, h.mlp_bias), (f, d, h.mlp_bias), (0, 0, false)];
+    if let Some(s) = h.moe.as_ref().filter(|m| m.deepseek.is_none() && m.shared_intermediate > 0).map(|m| m.shared_intermediate as u64) {
+        shapes[4..].copy_from_slice(&[(d, s, false), (d, s, false), (s, d, false), (d, 1, false)]);
+    }
+    // DeepSeek-V3's latent attention (lora::MLA_Q_LORA's slots; its biases train never: the
+    // closed form refuses --lora-bias on it).
+    let mla;
+    let shapes: &[(u64, u64, bool)] = match h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+        Some(ds) => {
+            mla = ds.mla_linear_shapes(cfg.d_model, cfg.num_heads).map(|(i, o)| (i as u64, o as u64, false));
+            &mla
+        }
+        None => &shapes,
+    };
+    crate::model::lora::linears_of(h).iter().map(|&(slot, name)| (name, shapes[slot])).collect()
 }
 
 /// One layer's adapter matrices in `parameters()` order: (r, in) for lora_A and (out, r) for

@@ -64,13 +64,13 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    // LoRA on Phi-3 (its fused linears adapted whole) and Gemma (frozen GemmaRMSNorms) is
-    // derived; OLMo-2's adapters and bitsandbytes on the families are not.
-    if hf.model_type.is_family() && (hf.bnb.is_some() || (hf.lora.is_some() && hf.model_type == Arch::Olmo2)) {
-        let flag = hf.bnb.as_ref().map_or("--lora-r", |q| q.flag());
+    // LoRA on Phi-3 (its fused linears adapted whole), OLMo-2 (frozen post-norms and
+    // whole-projection q/k norms) and Gemma (frozen GemmaRMSNorms) is derived; bitsandbytes on
+    // the families is not.
+    if let Some(q) = hf.bnb.as_ref().filter(|_| hf.model_type.is_family()) {
         return Err(ConfigError::new(
-            flag,
-            format!("model_type {}: the closed form derives peft over llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3_text, and bitsandbytes over the first four; `profile` simulates it", hf.model_type.name()),
+            q.flag(),
+            format!("model_type {}: the closed form derives bitsandbytes over llama, mistral, qwen2 and qwen3; `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -473,17 +473,22 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
 /// and A's output is low-precision; the adapters' casts are cached (leaves that need a
 /// gradient), the frozen weights' are not (each dies after its matmul).
 fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, x_grad: bool) {
+    adapter_on(c, t, lc, name, &|what: String, op, elem| c.term(what, op, unit, elem), x_grad);
+}
+
+/// [`adapter`] on an input whose terms `input(what, op, elem)` makes (an MoE block's sizes).
+fn adapter_on(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, input: &dyn Fn(String, &'static str, u64) -> Term, x_grad: bool) {
     let dropout = lc.dropout > 0.0;
     if dropout && x_grad {
-        t.push(c.term(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", unit, 1));
+        t.push(input(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", 1));
     }
     match c.mode {
         Mode::Autocast => {
             let what = if dropout { "lora_dropout output" } else { "input" };
-            t.push(c.term(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", unit, 2));
+            t.push(input(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", 2));
         }
-        _ if dropout => t.push(c.term(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", unit, 4)),
-        Mode::Pure => t.push(c.term(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", unit, 4)),
+        _ if dropout => t.push(input(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", 4)),
+        Mode::Pure => t.push(input(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", 4)),
         Mode::Fp32 => {}
     }
     // fp32 (the adapters' type, bf16 weights or not), low-precision under autocast.
@@ -581,10 +586,17 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         None if phi3 => &["gate_up_proj"],
         None => &gate_up,
     };
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, &gate_up));
+    // The linears whose LoRA may keep the norm's output: Qwen2-MoE's shared expert's (the
+    // router and the routed experts take no module adapter).
+    let adaptable: &[&str] = match &hf.moe {
+        Some(m) if m.shared_intermediate > 0 => &["gate_proj", "up_proj", "shared_expert_gate"],
+        Some(_) => &[],
+        None => &gate_up,
+    };
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, adaptable));
     if let Some(m) = &hf.moe {
-        // The sparse block in place of the MLP (check refuses LoRA on it).
-        moe::block(c, &mut t, hf, m);
+        // The sparse block in place of the MLP (under peft: LoRA on the shared expert only).
+        moe::block(c, &mut t, hf, m, h);
         if c.mode != Mode::Pure {
             t.push(c.term("layer output = h + moe block (the next norm keeps it)", "add", Unit::A, 4));
         }
@@ -655,7 +667,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         }
         b
     } else if hf.model_type == Arch::Olmo2 {
-        olmo2::layer(c, cfg, hf, kernel, cache)
+        olmo2::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some(g) = hf.gemma.as_ref().filter(|_| hf.model_type == Arch::Gemma3Text) {
         // The full layers' (or every layer's, where no mask sets the sliding ones apart).
         let lh = gemma3::layer_hf(hf, gemma3::masked(hf, g, !g.sliding.contains(&false), s));
@@ -663,7 +675,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     } else if hf.model_type == Arch::Gemma2 {
         gemma::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some((m, ds)) = deepseek_parts(hf) {
-        deepseek::layer(c, hf, m, ds, true, cache, kernel)
+        deepseek::layer(c, hf, m, ds, true, cache, kernel, true)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -677,7 +689,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let sliding_block = sliding_block.or_else(|| {
         let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
-        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel), super::OtherLayers::Dense))
+        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel, true), super::OtherLayers::Dense))
     });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
@@ -688,7 +700,12 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             let lh = if hf.model_type == Arch::Gemma3Text { gemma3::layer_hf(hf, gemma3::masked(hf, g, g.sliding[0], s)) } else { hf.clone() };
             gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, false)
         }
-        None => layer(c, cfg, hf, kernel, cache, false),
+        // DeepSeek-V3: layer 0 is dense unless first_k_dense_replace is 0.
+        None => match deepseek_parts(hf) {
+            Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == 0, cache, kernel, false),
+            None if hf.model_type == Arch::Olmo2 => olmo2::layer(c, cfg, hf, kernel, cache, false),
+            None => layer(c, cfg, hf, kernel, cache, false),
+        },
     });
     let mut outside = Vec::new();
     let olmo2 = hf.model_type == Arch::Olmo2;
@@ -816,7 +833,15 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {
         let n = cfg.lora_param_count() + cfg.lora_bias_count();
-        (n, format!("2 B × (the LoRA adapters' A and B{}) = 2 × {n}", if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" }))
+        let biases = if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" };
+        if olmo2 && checkpointing {
+            // enable_input_require_grads makes the frozen embedding's output a leaf that needs a
+            // gradient: OLMo-2's layer 0 projections read it directly, and its cast is cached.
+            let n = n + c.b * c.s * c.d;
+            (n, format!("2 B × (the LoRA adapters' A and B{biases} + B·S·d: the embedding output, a leaf under checkpointing, read by layer 0's q/k/v_proj) = 2 × {n}"))
+        } else {
+            (n, format!("2 B × (the LoRA adapters' A and B{biases}) = 2 × {n}"))
+        }
     } else {
         (cast_elements, cast_formula)
     };

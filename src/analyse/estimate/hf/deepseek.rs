@@ -21,8 +21,14 @@
 //!   the gather of the chosen scores its int64 indices, norm_topk_prob's division its operands;
 //!   the group-limited choice keeps nothing past the router), and the experts as moe.rs states
 //!   them with fp32 routing weights.
+//!
+//! peft's LoRA on the latent attention's linears (q_a_proj, q_b_proj or q_proj,
+//! kv_a_proj_with_mqa, kv_b_proj, o_proj; everything else frozen): a tensor is kept only where a
+//! gradient flows, as in the dense layers (super::layer): layer 0's input needs none, the latent
+//! norms keep no x·r, a frozen linear keeps no input, and the MLPs and the router keep only what
+//! their input's gradient needs (not down_proj's input, nor the router's fp32 input copy).
 use super::moe::{self, Sizes};
-use super::{rms_norm, types, Kernel, FULL};
+use super::{rms_norm, types, Kernel};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::deepseek_v3::DeepseekParts;
 use crate::model::hf::moe::MoeConfig;
@@ -131,22 +137,57 @@ pub(in crate::analyse::estimate) fn symbols(c: &Ctx, ds: &DeepseekParts, used: i
 
 /// A latent `DeepseekV3RMSNorm` (q_a_layernorm, kv_a_layernorm) on `width` columns: its input
 /// (in fp32 `.to(fp32)` returns it, `input` naming what pow and x·r then keep; in pure bf16
-/// an fp32 copy), r, x·r (fp32, or its bf16 copy), and its output, which the next linear keeps.
+/// an fp32 copy) and r for the input's gradient, x·r (fp32, or its bf16 copy) for the weight's
+/// (frozen under peft), and its output where the next linear keeps it (`output`).
 #[allow(clippy::too_many_arguments)]
-fn latent_norm(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, name: &str, sym: &'static str, input: (&str, &'static str), output: &str, me: u64) {
+fn latent_norm(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, name: &str, sym: &'static str, input: (&str, &'static str), output: Option<&str>, me: u64, g: NormFlags) {
     let bs = c.b * c.s;
-    if c.mode == Mode::Pure {
-        t.push(term(c, ds, format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", sym, 4));
-    } else {
-        t.push(term(c, ds, input.0, "mm", input.1, 4));
+    if g.input {
+        if c.mode == Mode::Pure {
+            t.push(term(c, ds, format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", sym, 4));
+        } else {
+            t.push(term(c, ds, input.0, "mm", input.1, 4));
+        }
+        t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", "B·S", bs, 4));
     }
-    t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", "B·S", bs, 4));
-    if me == 4 {
+    if g.weight && me == 4 {
         t.push(term(c, ds, format!("{name} x·r (weight·x keeps it)"), "mul", sym, 4));
-    } else {
+    } else if g.weight {
         t.push(term(c, ds, format!("{name} x·r back in bf16 (weight·x keeps it)"), "_to_copy", sym, 2));
     }
-    t.push(term(c, ds, output, "mul", sym, me));
+    if let Some(output) = output {
+        t.push(term(c, ds, output, "mul", sym, me));
+    }
+}
+
+/// Which of a latent norm's tensors autograd needs (its input's gradient, its weight's).
+#[derive(Clone, Copy)]
+struct NormFlags {
+    input: bool,
+    weight: bool,
+}
+
+/// What needs a gradient in a layer: everything in full fine-tuning; under peft (LoRA on the
+/// latent attention's linears, everything else frozen) what an adapter or the layer's input
+/// (not layer 0's, the frozen embedding's output) makes need one.
+#[derive(Clone, Copy)]
+struct Grad {
+    /// The weights train (no peft).
+    weights: bool,
+    /// q_a_proj's output (q_a_layernorm's input).
+    qa: bool,
+    /// The queries.
+    q: bool,
+    /// kv_a_proj_with_mqa's output (the latent and k_pe).
+    ckv: bool,
+    /// kv_b_proj's output (k_nope and the values), and so the keys.
+    kvb: bool,
+    /// q_b_proj keeps q_a_layernorm's output (its weight's gradient, or lora_A's input).
+    qb_input: bool,
+    /// kv_b_proj keeps kv_a_layernorm's output.
+    kvb_input: bool,
+    /// o_proj keeps its input.
+    o_input: bool,
 }
 
 /// V as weights·V keeps it (`elem` its type there): a contiguous copy of the strided view of
@@ -162,31 +203,53 @@ fn kept_v(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, elem: u64, fp32_copy: 
 }
 
 /// `DeepseekV3Attention.forward` past input_layernorm (`kernel`: sdpa's pick where v's head
-/// size equals q's; otherwise `F.scaled_dot_product_attention` runs the math composite).
-fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cache: bool, kernel: Kernel) {
+/// size equals q's; otherwise `F.scaled_dot_product_attention` runs the math composite). A
+/// matmul keeps each operand for the other's gradient; softmax its output when the scores need
+/// a gradient; a fused kernel keeps q, k, v, its output and logsumexp when any input needs one.
+fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cache: bool, kernel: Kernel, g: Grad) {
     let me = types(c, hf).model;
+    let lora = hf.lora.as_ref();
+    let adapter = |t: &mut Vec<Term>, name: &str, sym: &'static str, x_grad: bool| {
+        if let Some(lc) = lora.filter(|l| l.targets(name)) {
+            super::adapter_on(c, t, lc, name, &|what, op, elem| term(c, ds, what, op, sym, elem), x_grad);
+        }
+    };
     if ds.q_lora_rank.is_some() {
-        latent_norm(c, ds, t, "q_a_layernorm", "qr", ("q_a_proj output (q_a_layernorm's pow, x·r keep it)", "qr"), "q_a_layernorm output (q_b_proj keeps it)", me);
+        latent_norm(c, ds, t, "q_a_layernorm", "qr", ("q_a_proj output (q_a_layernorm's pow, x·r keep it)", "qr"), g.qb_input.then_some("q_a_layernorm output (q_b_proj keeps it)"), me, NormFlags { input: g.qa, weight: g.weights });
+        adapter(t, "q_b_proj", "qr", g.qa);
     }
     let kv_out = if cache {
-        "kv_a_layernorm output's DynamicCache cat copy (the cache holds it, kv_b_proj keeps it; the norm's own output dies)"
+        Some("kv_a_layernorm output's DynamicCache cat copy (the cache holds it, kv_b_proj keeps it; the norm's own output dies)")
     } else {
-        "kv_a_layernorm output (kv_b_proj keeps it)"
+        g.kvb_input.then_some("kv_a_layernorm output (kv_b_proj keeps it)")
     };
-    latent_norm(c, ds, t, "kv_a_layernorm", "kvr", ("kv_a_proj_with_mqa output, whole (kv_a_layernorm's pow, x·r keep a view of its first r_kv columns)", "ckv"), kv_out, me);
+    latent_norm(c, ds, t, "kv_a_layernorm", "kvr", ("kv_a_proj_with_mqa output, whole (kv_a_layernorm's pow, x·r keep a view of its first r_kv columns)", "ckv"), kv_out, me, NormFlags { input: g.ckv, weight: g.weights });
+    adapter(t, "kv_b_proj", "kvr", g.ckv);
     if cache {
         t.push(term(c, ds, "DynamicCache k_pe (cat copy of the roped (B, 1, S, d_r))", "cat", "kr", me));
     }
+    // The scores need a gradient when Q or K does (K: kv_b_proj's output or k_pe, V: kv_b_proj's).
+    let (scores, v) = (g.q || g.kvb, g.kvb);
     match hf.attn_implementation {
         AttnImplementation::Eager => {
-            t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the scores matmul keeps it)", "cat", "qk", me));
-            t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the scores matmul keeps it)", "empty", "qk", me));
-            t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
-            if c.mode == Mode::Pure {
+            if g.kvb {
+                t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the scores matmul keeps it)", "cat", "qk", me));
+            }
+            if g.q {
+                t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the scores matmul keeps it)", "empty", "qk", me));
+            }
+            if scores {
+                t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
+            }
+            if c.mode == Mode::Pure && v {
                 t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2));
             }
-            kept_v(c, ds, t, me, false);
-            t.push(term(c, ds, "heads merged (transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+            if scores {
+                kept_v(c, ds, t, me, false);
+            }
+            if g.o_input {
+                t.push(term(c, ds, "heads merged (transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+            }
         }
         // A fused kernel keeps q, k, v (a view of kv_b_proj's output: all of it), its output
         // and logsumexp; the memory-efficient kernel writes (B, S, h, d) underneath, so merging
@@ -199,49 +262,93 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
                 Kernel::Fused(SdpaBackend::CpuFlash) => "_scaled_dot_product_flash_attention_for_cpu",
                 _ => "_scaled_dot_product_flash_attention",
             };
-            t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the kernel keeps it)", "cat", "qk", me));
-            t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the kernel keeps it)", "empty", "qk", me));
-            t.push(term(c, ds, "kv_b_proj output, whole (the kernel keeps V, a view of its V columns)", "mm", "kvb", me));
-            if efficient {
-                t.push(term(c, ds, "attention output, (B, S, h, d_v) underneath (the kernel keeps it; merging heads is a view o_proj keeps)", name, "vh", me));
-            } else {
-                t.push(term(c, ds, "attention output, (B, h, S, d_v) like q (the kernel keeps it)", name, "vh", me));
-                t.push(term(c, ds, "heads merged (transpose().contiguous(), a copy; o_proj keeps it)", "clone", "vh", me));
+            if scores {
+                t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the kernel keeps it)", "cat", "qk", me));
+                t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the kernel keeps it)", "empty", "qk", me));
+                t.push(term(c, ds, "kv_b_proj output, whole (the kernel keeps V, a view of its V columns)", "mm", "kvb", me));
             }
-            let (rows, formula) = if efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
-            t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+            if efficient && (scores || g.o_input) {
+                t.push(term(c, ds, "attention output, (B, S, h, d_v) underneath (the kernel keeps it; merging heads is a view o_proj keeps)", name, "vh", me));
+            } else if !efficient {
+                if scores {
+                    t.push(term(c, ds, "attention output, (B, h, S, d_v) like q (the kernel keeps it)", name, "vh", me));
+                }
+                if g.o_input {
+                    t.push(term(c, ds, "heads merged (transpose().contiguous(), a copy; o_proj keeps it)", "clone", "vh", me));
+                }
+            }
+            if scores {
+                let (rows, formula) = if efficient { (c.s.div_ceil(32) * 32, "B·h·⌈S/32⌉·32") } else { (c.s, "B·h·S") };
+                t.push(c.small("attention logsumexp (fp32)", name, formula, c.b * c.h * rows, 4));
+            }
         }
         // sdpa's math composite (v's head size unlike q's, whatever the backend, or the math backend).
         _ => {
-            t.push(term(c, ds, "Q·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
-            t.push(term(c, ds, "Kᵀ·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
-            t.push(c.term("_safe_softmax(scores + causal mask) (fp32; softmax keeps it)", "_safe_softmax", Unit::S, 4));
-            kept_v(c, ds, t, 4, c.mode == Mode::Pure);
-            t.push(term(c, ds, "heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+            if g.kvb {
+                t.push(term(c, ds, "Q·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
+            }
+            if g.q {
+                t.push(term(c, ds, "Kᵀ·√scale in fp32 (the scores bmm keeps it)", "mul", "qk", 4));
+            }
+            if scores {
+                t.push(c.term("_safe_softmax(scores + causal mask) (fp32; softmax keeps it)", "_safe_softmax", Unit::S, 4));
+                kept_v(c, ds, t, 4, c.mode == Mode::Pure);
+            }
+            if g.o_input {
+                t.push(term(c, ds, "heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+            }
         }
     }
+    adapter(t, "o_proj", "vh", scores);
 }
 
 /// One decoder layer without checkpointing, in forward order: `sparse` for a layer at or past
-/// `first_k_dense_replace`.
-pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, cache: bool, kernel: Kernel) -> Vec<Term> {
+/// `first_k_dense_replace`; `x_grad`: whether its input needs a gradient (under peft, not
+/// layer 0's: the embedding is frozen).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, cache: bool, kernel: Kernel, x_grad: bool) -> Vec<Term> {
     let me = types(c, hf).model;
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
+    let lora = hf.lora.as_ref();
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // With fp32 weights and no dropout lora_A keeps the projection's input itself.
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let x = lora.is_none() || x_grad;
     let q_reader = if ds.q_lora_rank.is_some() { "q_a_proj" } else { "q_proj" };
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &[q_reader, "kv_a_proj_with_mqa"], FULL);
-    attention(c, hf, ds, &mut t, cache, kernel);
-    if c.mode != Mode::Pure {
+    let qa = x || adapted(q_reader);
+    let q = if ds.q_lora_rank.is_some() { qa || adapted("q_b_proj") } else { qa };
+    let ckv = x || adapted("kv_a_proj_with_mqa");
+    let kvb = ckv || adapted("kv_b_proj");
+    let g = Grad { weights: lora.is_none(), qa, q, ckv, kvb, qb_input: a_keeps_input("q_b_proj"), kvb_input: a_keeps_input("kv_b_proj"), o_input: a_keeps_input("o_proj") };
+    let norm = |input: bool, output: bool| super::NormGrad { input, weight: g.weights, output, product_fp32: false };
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &[q_reader, "kv_a_proj_with_mqa"], norm(x, a_keeps_input(q_reader) || a_keeps_input("kv_a_proj_with_mqa")));
+    if let Some(lc) = lora {
+        for p in [q_reader, "kv_a_proj_with_mqa"].into_iter().filter(|p| adapted(p)) {
+            super::adapter(c, &mut t, lc, p, Unit::A, x);
+        }
+    }
+    attention(c, hf, ds, &mut t, cache, kernel, g);
+    let h = x || q || kvb || adapted("o_proj");
+    if c.mode != Mode::Pure && h {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
+    // Under peft no LoRA reaches the MLP's linears (hf.rs's check): they and the router are frozen.
     let readers: &[&str] = if sparse { &["shared_experts.gate_proj", "shared_experts.up_proj", "gate (the router)"] } else { &["gate_proj", "up_proj"] };
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, FULL);
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, norm(h, g.weights));
+    if !h {
+        return t;
+    }
     if sparse {
-        sparse_block(c, &mut t, m, me);
+        sparse_block(c, &mut t, m, me, g.weights);
     } else {
-        // DeepseekV3MLP of intermediate_size: silu keeps its input, the product each factor.
+        // DeepseekV3MLP of intermediate_size: silu keeps its input, the product each factor
+        // (down_proj keeps it for its weight's gradient).
         let fd = |what: &str, op| term(c, ds, what.to_string(), op, "fd", me);
-        t.extend([fd("gate_proj output (silu keeps its input)", "mm"), fd("silu(gate)", "silu"), fd("up_proj output", "mm"), fd("silu·up (down_proj keeps it)", "mul")]);
+        t.extend([fd("gate_proj output (silu keeps its input)", "mm"), fd("silu(gate)", "silu"), fd("up_proj output", "mm")]);
+        if g.weights {
+            t.push(fd("silu·up (down_proj keeps it)", "mul"));
+        }
     }
     if c.mode != Mode::Pure {
         t.push(c.term("layer output = h + mlp (the next norm keeps it)", "add", Unit::A, 4));
@@ -250,16 +357,22 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
 }
 
 /// `DeepseekV3MoE.forward`: the shared experts, the router, the experts.
-fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64) {
+fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, weights: bool) {
     let tokens = c.b * c.s;
     let k = m.top_k as u64;
     let small = |what: &str, op, formula: &str, elements, elem| Term { what: what.into(), op, formula: format!("{formula}·{elem}"), unit: Unit::Small, elements, elem };
     let is = m.shared_intermediate as u64;
     let fs = |what: &str, op| Term { what: format!("shared_experts {what}"), op, formula: if me == 4 { "B·S·I_s·4".into() } else { format!("B·S·I_s·{me} = {}", sized(Unit::Fs, me)) }, unit: Unit::Fs, elements: tokens * is, elem: me };
-    t.extend([fs("gate_proj output (silu keeps its input)", "mm"), fs("silu(gate)", "silu"), fs("up_proj output", "mm"), fs("silu·up (down_proj keeps it)", "mul")]);
+    t.extend([fs("gate_proj output (silu keeps its input)", "mm"), fs("silu(gate)", "silu"), fs("up_proj output", "mm")]);
+    if weights {
+        t.push(fs("silu·up (down_proj keeps it)", "mul"));
+    }
     if me != 4 {
-        // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps.
-        t.push(c.term("router input .float() (the router's linear keeps it)", "_to_copy", Unit::A, 4));
+        // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps
+        // (the input's for the weight's gradient).
+        if weights {
+            t.push(c.term("router input .float() (the router's linear keeps it)", "_to_copy", Unit::A, 4));
+        }
         t.push(small("router weight .float() (E, d) (the router's linear keeps it)", "_to_copy", "E·d", m.experts as u64 * c.d, 4));
     }
     t.push(small("router sigmoid(logits) (T, E) fp32 (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, 4));
@@ -268,7 +381,7 @@ fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64) {
         t.push(small("the gathered top-k scores, fp32 (the renormalising division keeps them)", "gather", "B·S·k", tokens * k, 4));
         t.push(small("their sum + 1e-20, fp32 (the division keeps it)", "add", "B·S", tokens, 4));
     }
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: 4 };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: 4, weights };
     moe::experts(t, m, &z);
 }
 

@@ -17,10 +17,15 @@
 //! - Qwen2-MoE's shared expert: a dense MLP of width I_s and `sigmoid(shared_expert_gate)`.
 //!
 //! Mixtral keeps its routing weights in fp32 (the softmax's type) whatever the model's; the
-//! Qwens cast them back to the model's. Autocast, LoRA, bitsandbytes and the router's
-//! auxiliary loss are refused ([`check`]): `profile` simulates what it runs of them.
+//! Qwens cast them back to the model's. peft's LoRA on the attention's linears (and on
+//! Qwen2-MoE's shared expert's) is derived: the router and the routed experts stay frozen, so
+//! they keep only what their input's gradient needs (not the rows the up projection reads, nor
+//! the down projection's input), and nothing in a layer whose input needs none (layer 0 with
+//! the attention frozen). Autocast, bitsandbytes, the ParamWrapper on the experts and router
+//! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
+//! simulates what it runs of them.
 use super::{types, Arch};
-use crate::analyse::estimate::{sized, Ctx, Term, Unit};
+use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
 use crate::model::hf::HfConfig;
 use crate::model::config::MAX_BYTES;
@@ -36,18 +41,24 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
             format!("(or the config's output_router_logits) on {family}: the router's auxiliary loss (every layer's logits concatenated, load_balancing_loss_func) is not derived in closed form; `profile` simulates it"),
         ));
     }
-    // gpt-oss: LoRA on its attention is derived (hf/gpt_oss.rs); on its experts it is not.
-    if let Some(lc) = hf.lora.as_ref().filter(|l| m.family != MoeFamily::GptOss || !l.target_parameters.is_empty()) {
-        let (flag, what) = if lc.target_parameters.is_empty() {
-            ("--lora-r", String::new())
-        } else {
-            // Named with --target-parameters, or converted by peft from --target-modules.
-            ("--target-parameters", format!(" (target_parameters {}, named or converted by peft from --target-modules)", lc.target_parameters.join(",")))
-        };
-        return Err(ConfigError::new(flag, format!("peft's LoRA on {family}{what} is not derived in closed form; `profile` simulates it")));
+    // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
+    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
+    // experts and router is not.
+    if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
+        // Named with --target-parameters, or converted by peft from --target-modules.
+        return Err(ConfigError::new(
+            "--target-parameters",
+            format!(
+                "peft's ParamWrapper on {family}'s experts and router (target_parameters {}, named or converted by peft from --target-modules) is not derived in closed form (LoRA on the attention is); `profile` simulates it",
+                lc.target_parameters.join(",")
+            ),
+        ));
     }
     if let Some(q) = &hf.bnb {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));
+    }
+    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
+        return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
     if precision.autocast().is_some() {
         return Err(ConfigError::new("--precision", format!("autocast of a mixture-of-experts model ({family}) is not modelled: load the weights in their dtype (fp32, or --pure-bf16)")));
@@ -84,6 +95,9 @@ pub(super) struct Sizes {
     pub me: u64,
     /// The routing weights' (4 for Mixtral and DeepSeek-V3, the model's for the Qwens).
     pub rw: u64,
+    /// The experts' weights train (not under peft's LoRA on other modules): what only their
+    /// gradients need (the rows the up projection reads, the down projection's input) is kept.
+    pub weights: bool,
 }
 
 pub(super) fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
@@ -106,26 +120,62 @@ pub(super) fn norm_readers(m: &MoeConfig) -> &'static [&'static str] {
 }
 
 /// What the sparse block keeps for backward, in forward order (its input, the norm's output,
-/// is counted with the norm).
-pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig) {
+/// is counted with the norm); `x_grad`: whether that input needs a gradient. Under peft the
+/// router and the routed experts are frozen: they keep what their input's gradient needs, and
+/// nothing without it; Qwen2-MoE's shared expert keeps what its LoRA adapters need.
+pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_grad: bool) {
     let me = types(c, hf).model;
     let k = m.top_k as u64;
     let tokens = c.b * c.s;
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { me } };
+    let lora = hf.lora.as_ref();
+    let weights = lora.is_none();
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { me }, weights };
     let is = m.shared_intermediate as u64;
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // With fp32 weights and no dropout lora_A keeps the projection's input itself.
+    let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let a = |what: String, op, elem| term(what, op, Unit::A, "B·S·d", z.t * z.d, elem);
+    let fs = |what: String, op, elem| term(format!("shared_expert {what}"), op, Unit::Fs, "B·S·I_s", z.t * is, elem);
+    // Whether the shared expert's output and its gate's need a gradient.
+    let (mut shared, mut gated) = (false, false);
     if is > 0 {
         // Qwen2MoeMLP on every token: silu keeps its input, the product each factor; the
         // gated product keeps down_proj's output and the sigmoid's.
-        let fs = |what: &str, op| term(format!("shared_expert {what}"), op, Unit::Fs, "B·S·I_s", z.t * is, me);
-        t.push(fs("gate_proj output (silu keeps its input)", "mm"));
-        t.push(fs("silu(gate)", "silu"));
-        t.push(fs("up_proj output", "mm"));
-        t.push(fs("silu·up (down_proj keeps it)", "mul"));
-        t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, me));
+        let (g, u) = (x_grad || adapted("gate_proj"), x_grad || adapted("up_proj"));
+        if let Some(lc) = lora {
+            for p in ["gate_proj", "up_proj"].into_iter().filter(|p| adapted(p)) {
+                super::adapter_on(c, t, lc, &format!("shared_expert.{p}"), &a, x_grad);
+            }
+        }
+        if g {
+            t.push(fs("gate_proj output (silu keeps its input)".into(), "mm", me));
+        }
+        if u {
+            t.push(fs("silu(gate)".into(), "silu", me));
+        }
+        if g {
+            t.push(fs("up_proj output".into(), "mm", me));
+        }
+        if a_keeps_input("down_proj") {
+            t.push(fs("silu·up (down_proj keeps it)".into(), "mul", me));
+        }
+        if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
+            super::adapter_on(c, t, lc, "shared_expert.down_proj", &|what, op, elem| fs(what, op, elem), g || u);
+        }
+        shared = g || u || adapted("down_proj");
+        gated = x_grad || adapted("shared_expert_gate");
+        if gated {
+            t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, me));
+        }
+        if let Some(lc) = lora.filter(|_| adapted("shared_expert_gate")) {
+            super::adapter_on(c, t, lc, "shared_expert_gate", &a, x_grad);
+        }
     }
-    router(t, m, &z);
-    experts(t, m, &z);
-    if is > 0 {
+    if x_grad {
+        router(t, m, &z);
+        experts(t, m, &z);
+    }
+    if shared || gated {
         t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, me));
     }
 }
@@ -162,14 +212,18 @@ fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str
     t.push(ki("gate_up output, its gate half (silu keeps it)".into(), op));
     t.push(ki("gate_up output, its up half (the product keeps it)".into(), op));
     t.push(ki("silu(gate)".into(), "silu"));
-    t.push(ki(format!("silu·up ({down} keeps it)"), "mul"));
+    if z.weights {
+        t.push(ki(format!("silu·up ({down} keeps it for its weight's gradient)"), "mul"));
+    }
 }
 
 /// `grouped_mm_experts_forward`.
 fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
     t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
     t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
-    t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    if z.weights {
+        t.push(term("hidden states gathered in expert order (the grouped matmul keeps them for its weight's gradient)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    }
     t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
     t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
     gate_up(t, z, "_grouped_mm", z.p, "the down grouped matmul");
@@ -185,7 +239,9 @@ fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     // (DeepSeek-V3's are scaled by routed_scaling_factor last.)
     let op = if z.rw != 4 { "_to_copy" } else if m.deepseek.is_some() { "mul" } else if renormalises(m) { "div" } else { "topk" };
     t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
-    t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    if z.weights {
+        t.push(term("hidden states repeated k times (the up bmm keeps them for its weight's gradient)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    }
     let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);
     t.push(kw("gate_up_proj[expert_ids] (B·S·k, 2I, d), its gate rows (the up bmm keeps it)"));
     t.push(kw("gate_up_proj[expert_ids], its up rows"));
@@ -209,7 +265,9 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     };
     let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
-    t.push(term(per("hidden_states[token_idx] (gate_up's linear keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    if z.weights {
+        t.push(term(per("hidden_states[token_idx] (gate_up's linear keeps it for its weight's gradient)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    }
     gate_up(t, z, "mm", rows, "down_proj's linear");
     t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
     t.push(term(per("top_k_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));

@@ -4,15 +4,16 @@
 //! residual add. `Olmo2RMSNorm` multiplies by the weight before casting back, so the weight's
 //! gradient keeps the fp32 x·r whatever the input's type; the fp32 RoPE tables promote the
 //! rotated Q and K, which `apply_rotary_pos_emb` casts back to the projections' type.
-use super::{attention, rms_norm, types, AttnGrad, Kernel, NormGrad, FULL};
+use super::{attention, rms_norm, types, AttnGrad, Kernel, NormGrad};
 use crate::analyse::estimate::{Ctx, Mode, Term, Unit};
 use crate::model::hf::HfConfig;
 use crate::model::ModelConfig;
 
-/// OLMo-2's norm with every gradient (full fine-tuning): input (or its fp32 copy), r, and the
-/// fp32 x·r; nothing keeps the output (the add, or RoPE's muls, which keep cos/sin).
-fn norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64)) {
-    rms_norm(c, t, name, unit, elem, rows, &[], NormGrad { product_fp32: true, ..FULL });
+/// OLMo-2's norm: input (or its fp32 copy) and r for the input's gradient, the fp32 x·r for
+/// the weight's (frozen under peft); nothing keeps the output (the add, or RoPE's muls, which
+/// keep cos/sin).
+fn norm(c: &Ctx, t: &mut Vec<Term>, name: &str, unit: Unit, elem: u64, rows: (&str, u64), input: bool, weight: bool) {
+    rms_norm(c, t, name, unit, elem, rows, &[], NormGrad { input, weight, output: false, product_fp32: true });
 }
 
 /// What a matmul reading the residual-stream tensor `what` keeps of it: the tensor itself, or
@@ -28,23 +29,88 @@ fn kept_input(c: &Ctx, t: &mut Vec<Term>, what: &str, op: &'static str, readers:
     }
 }
 
-/// One layer without checkpointing, in forward order.
-pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool) -> Vec<Term> {
+/// One layer without checkpointing, in forward order; `x_grad`: whether its input needs a
+/// gradient (always in full fine-tuning; under peft, not layer 0's: the embedding is frozen).
+/// Under peft every weight but the adapters is frozen: a frozen linear keeps none of its input
+/// (under autocast its weight's uncached cast instead), a frozen norm no x·r, and a tensor is
+/// kept only where a gradient flows (hf.rs's layer).
+pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool, x_grad: bool) -> Vec<Term> {
     let ty = types(c, hf);
     let mut t = Vec::new();
+    let lora = hf.lora.as_ref();
+    let weights = lora.is_none();
+    let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // lora_A keeps the projection's input itself with fp32 weights and no dropout.
+    let a_keeps_input = |p: &str| lora.is_some_and(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    let x = weights || x_grad;
+    let rows = ("B·S", c.b * c.s);
+    let qkv = ["q_proj", "k_proj", "v_proj"];
     // The layer's input: layer 0's is the embedding output, the others the previous layer's.
-    kept_input(c, &mut t, "layer input (layer 0's is the embedding output)", "add", &["q_proj", "k_proj", "v_proj"], ty.model);
+    if weights {
+        kept_input(c, &mut t, "layer input (layer 0's is the embedding output)", "add", &qkv, ty.model);
+    } else if qkv.iter().any(|p| a_keeps_input(p)) {
+        t.push(c.term("layer input (layer 0's is the embedding output; lora_A keeps it)", "add", Unit::A, ty.model));
+    }
+    let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
+    if !weights && x {
+        super::frozen_cast(c, &mut t, "q_proj", "h·d_h·d", qw);
+        super::frozen_cast(c, &mut t, "k_proj", "h_kv·d_h·d", kvw);
+        super::frozen_cast(c, &mut t, "v_proj", "h_kv·d_h·d", kvw);
+    }
+    if let Some(lc) = lora {
+        for p in qkv.into_iter().filter(|p| adapted(p)) {
+            super::adapter(c, &mut t, lc, p, Unit::A, x);
+        }
+    }
+    let (q, k, v) = (x || adapted("q_proj"), x || adapted("k_proj"), x || adapted("v_proj"));
     let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
-    norm(c, &mut t, "q_norm", qu, ty.lo, ("B·S", c.b * c.s));
-    norm(c, &mut t, "k_norm", kvu, ty.lo, ("B·S", c.b * c.s));
-    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q: true, k: true, v: true, o_input: true });
-    norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.lo, ("B·S", c.b * c.s));
-    kept_input(c, &mut t, "h = x + post_attention_layernorm(attention)", "add", &["gate_proj", "up_proj"], ty.model);
+    norm(c, &mut t, "q_norm", qu, ty.lo, rows, q, weights);
+    norm(c, &mut t, "k_norm", kvu, ty.lo, rows, k, weights);
+    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: weights || a_keeps_input("o_proj") });
+    if !weights && (q || k || v) {
+        super::frozen_cast(c, &mut t, "o_proj", "d·h·d_h", qw);
+    }
+    if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
+        super::adapter(c, &mut t, lc, "o_proj", qu, q || k || v);
+    }
+    let o = q || k || v || adapted("o_proj");
+    norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.lo, rows, o, weights);
+    let h = x || o;
+    let gate_up = ["gate_proj", "up_proj"];
+    if weights {
+        kept_input(c, &mut t, "h = x + post_attention_layernorm(attention)", "add", &gate_up, ty.model);
+    } else if gate_up.iter().any(|p| a_keeps_input(p)) {
+        t.push(c.term("h = x + post_attention_layernorm(attention) (lora_A keeps it)", "add", Unit::A, ty.model));
+    }
+    if !weights && h {
+        super::frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
+        super::frozen_cast(c, &mut t, "up_proj", "F·d", c.f * c.d);
+    }
+    if let Some(lc) = lora {
+        for p in gate_up.into_iter().filter(|p| adapted(p)) {
+            super::adapter(c, &mut t, lc, p, Unit::A, h);
+        }
+    }
+    let (gate, up) = (h || adapted("gate_proj"), h || adapted("up_proj"));
     // silu keeps its input and the product each factor for the other's gradient.
-    t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
-    t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
-    t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
-    t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
-    norm(c, &mut t, "post_feedforward_layernorm", Unit::A, ty.lo, ("B·S", c.b * c.s));
+    if gate {
+        t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
+    }
+    if up {
+        t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
+    }
+    if gate {
+        t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
+    }
+    if weights || a_keeps_input("down_proj") {
+        t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
+    }
+    if !weights && (gate || up) {
+        super::frozen_cast(c, &mut t, "down_proj", "d·F", c.d * c.f);
+    }
+    if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
+        super::adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
+    }
+    norm(c, &mut t, "post_feedforward_layernorm", Unit::A, ty.lo, rows, gate || up || adapted("down_proj"), weights);
     t
 }
