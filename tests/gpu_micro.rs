@@ -147,3 +147,65 @@ fn auto_picks_cudnn_where_the_h200_did() {
         assert_eq!(got, if half { SdpaBackend::Cudnn } else { SdpaBackend::Efficient }, "{name}");
     }
 }
+
+/// tools/pytorch/measure_cudnn_sdpa.py's H200 run (tests/fixtures/gpu_cudnn/cudnn_sdpa.json).
+fn cudnn_sdpa() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gpu_cudnn/cudnn_sdpa.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!((v["versions"]["torch"].as_str(), v["versions"]["cudnn"].as_u64()), (Some("2.11.0+cu130"), Some(91900)));
+    v
+}
+
+/// Without a gradient cuDNN computes no logsumexp: the forward keeps the philox pair and the
+/// output, and frees its 256 B workspace (three shapes: GQA or not, S 1000 and 300, d 64–128).
+#[test]
+fn cudnn_inference_keeps_no_logsumexp() {
+    let v = cudnn_sdpa();
+    let mut n = 0;
+    for (key, trace) in v["traces"].as_object().unwrap().iter().filter(|(k, _)| k.starts_with('i')) {
+        let dims: Vec<usize> = key[1..].split(',').map(|x| x.parse().unwrap()).collect();
+        let [b, h, g, s, d] = dims[..] else { panic!("{key}") };
+        let theirs: Vec<(char, usize)> =
+            trace.as_array().unwrap().iter().map(|e| (if e[0] == "alloc" { 'a' } else { 'f' }, e[1].as_u64().unwrap() as usize)).collect();
+        runtime::reset();
+        runtime::with(|rt| rt.log.start_recording());
+        let q = Tensor::zeros(&[b, h, s, d], DType::BF16, Device::Meta);
+        let k = Tensor::zeros(&[b, g, s, d], DType::BF16, Device::Meta);
+        let before = events();
+        let o = Tensor::cudnn_attention(&q, &k, &k, None, true, (d as f64).powf(-0.5));
+        let n_ev = events() - before;
+        drop((o, k, q));
+        let ours = replayed(&runtime::with(|rt| rt.log.stop_recording()));
+        assert_eq!(ours, theirs, "{key}");
+        assert_eq!(n_ev, 7, "{key}: seed, offset, output, the workspace and its free, then seed and offset (no node keeps them)");
+        n += 1;
+    }
+    assert_eq!(n, 3);
+}
+
+/// What auto picked there, per dtype and head size, for short sequences and a decode step,
+/// is what `--sdpa-backend auto` resolves to with an H100/H200 `--gpu`.
+#[test]
+fn auto_picks_cudnn_for_every_measured_head_size() {
+    let v = cudnn_sdpa();
+    let picked = v["picked"].as_object().unwrap();
+    assert_eq!(picked.len(), 29);
+    for (key, names) in picked {
+        let names: Vec<&str> = names.as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        let (d, gqa, masked, kv) = if let Some(rest) = key.strip_prefix("torch.float16").or_else(|| key.strip_prefix("torch.bfloat16")) {
+            (rest[..rest.len() - 1].parse().unwrap(), true, false, 256)
+        } else {
+            match key.as_str() {
+                "dec" => (128, false, false, 37),
+                "decm" => (128, false, true, 37),
+                s => (128, false, false, s[1..].parse().unwrap()),
+            }
+        };
+        let want = match SdpaBackend::Auto.resolve(true, masked, gqa, d, true, kv) {
+            SdpaBackend::Cudnn => "_cudnn_att",
+            SdpaBackend::Flash => "_flash_att",
+            other => panic!("{key}: {other}"),
+        };
+        assert_eq!(names, [want], "{key}");
+    }
+}
