@@ -156,7 +156,9 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--fused-qkv"], &["--fused-qkv"]);
     // Bad values, and what PyTorch itself cannot run.
     refused(&["--model", "Llama-3.2-1B", "--attn-implementation", "xformers"], &["--attn-implementation", "flash_attention_2"]);
-    refused(&["--model", "Llama-3.2-1B", "--sdpa-backend", "cudnn"], &["--sdpa-backend"]);
+    refused(&["--model", "Llama-3.2-1B", "--sdpa-backend", "fa3"], &["--sdpa-backend", "cudnn"]);
+    // cuDNN attention has no fp32 kernel (PyTorch finds none).
+    refused(&["--model", "Llama-3.2-1B", "--dtype", "float32", "--sdpa-backend", "cudnn"], &["--sdpa-backend", "fp16/bf16"]);
     refused(&["--model", "Llama-3.2-1B", "--attn-implementation", "eager", "--sdpa-backend", "math"], &["--sdpa-backend", "eager"]);
     refused(&["--model", "Llama-3.2-1B", "--use-cache", "maybe"], &["--use-cache"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "every-2"], &["--gradient-checkpointing"]);
@@ -220,6 +222,11 @@ fn the_flags_reach_the_model_and_the_summary_says_what_ran() {
     assert_eq!((t["gradient_checkpointing"].as_str(), t["attention_mask"].as_str()), (Some("reentrant"), Some("ones")));
     // bf16 queries, no mask: PyTorch's flash kernel on CUDA.
     assert_eq!(t["sdpa_backend_on_cuda_by_context"]["128"], "flash");
+    // On an H100/H200 torch 2.11 runs cuDNN attention for them instead; on an A100 flash.
+    for (gpu, kernel) in [("H100-80GB", "cudnn"), ("H200-141GB", "cudnn"), ("A100-80GB", "flash")] {
+        let s = profile(&tmp(&format!("flags-{gpu}")), &["--model", "Llama-3.2-1B", "--num-layers", "1", "--gpu", gpu]);
+        assert_eq!(s["transformers"]["sdpa_backend_on_cuda_by_context"]["128"], kernel, "{gpu}");
+    }
     // Snapshots of different settings get different names.
     let snap = s["runs"][0]["snapshot"].as_str().unwrap();
     assert!(snap.contains("checkpoint-blocks-reentrant") && snap.contains("no-cache") && snap.contains("mask-ones"), "{snap}");

@@ -23,8 +23,8 @@ pub struct HfFlags {
     pub attn_implementation: Option<String>,
     /// hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA
     ///
-    /// auto (the default) is what PyTorch picks for the dtype and mask; it is printed with the
-    /// run.
+    /// auto (the default) is what PyTorch 2.11 picks for the dtype, mask and GPU (cuDNN
+    /// attention for fp16/bf16 on an H100/H200 --gpu, else flash); it is printed with the run.
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::sdpa_backends(), long, value_name = "BACKEND")]
     pub sdpa_backend: Option<String>,
     /// hf flavour: use_cache true|false (default: the config's)
@@ -201,7 +201,7 @@ impl HfFlags {
                 AttnImplementation::parse(s).ok_or_else(|| usage("--attn-implementation", format!("'{s}' (expected eager, sdpa or flash_attention_2)")))?;
         }
         if let Some(s) = &self.sdpa_backend {
-            hf.sdpa_backend = SdpaBackend::parse(s).ok_or_else(|| usage("--sdpa-backend", format!("'{s}' (expected auto, flash, efficient or math)")))?;
+            hf.sdpa_backend = SdpaBackend::parse(s).ok_or_else(|| usage("--sdpa-backend", format!("'{s}' (expected auto, flash, efficient, math, cpu_flash or cudnn)")))?;
             if hf.attn_implementation != AttnImplementation::Sdpa {
                 return Err(usage("--sdpa-backend", format!("chooses the kernel of sdpa attention; this run uses --attn-implementation {}", hf.attn_implementation.name())));
             }
@@ -386,6 +386,12 @@ pub fn check_with_labels(c: &ModelConfig, seq: usize) -> anyhow::Result<()> {
 pub fn check_kernel(c: &ModelConfig, precision: Precision, seq: usize) -> anyhow::Result<()> {
     let Some(k) = sdpa_on_cuda(c, precision, seq) else { return Ok(()) };
     let hf = c.hf().expect("sdpa is hf");
+    if k == SdpaBackend::Cudnn && precision == Precision::Fp32 {
+        return Err(usage("--sdpa-backend", "cuDNN attention runs only fp16/bf16 queries (PyTorch finds no kernel for fp32); give --precision bf16 or --pure-bf16, or another backend"));
+    }
+    if k == SdpaBackend::Cudnn && (hf.head_dim > 256 || !hf.head_dim.is_multiple_of(8)) {
+        return Err(usage("--sdpa-backend", format!("cuDNN attention takes head sizes that are multiples of 8 up to 256; this model's is {}", hf.head_dim)));
+    }
     if k == SdpaBackend::Efficient && hf.sdpa_gqa(c.num_heads, c.num_kv_heads, seq) {
         return Err(usage("--sdpa-backend", format!("the memory-efficient kernel has no grouped-query attention ({} key/value heads for {} query heads); use flash, math or auto", c.num_kv_heads, c.num_heads)));
     }
@@ -458,6 +464,30 @@ mod tests {
         assert!(describe(&eager, Precision::Bf16, 16).unwrap().contains("attn_implementation eager,"));
         assert_eq!(sdpa_on_cuda(&model("2.7B"), Precision::Bf16, 2048), None);
         assert!(describe(&model("2.7B"), Precision::Bf16, 16).is_none());
+    }
+
+    #[test]
+    fn on_an_h100_sdpa_prefers_cudnn_for_half_types() {
+        // torch 2.11 on sm90 tries cuDNN first: half types, masked or not, GQA or not; fp32
+        // keeps the memory-efficient/math choice; a single key rules cuDNN out (flash).
+        let mut llama = model("Llama-3.2-1B");
+        llama.hf.as_mut().unwrap().cudnn_sdpa = true;
+        assert_eq!(sdpa_on_cuda(&llama, Precision::Bf16, 2048), Some(SdpaBackend::Cudnn));
+        assert_eq!(sdpa_on_cuda(&llama, Precision::PureBf16, 2048), Some(SdpaBackend::Cudnn));
+        assert_eq!(sdpa_on_cuda(&llama, Precision::Fp32, 2048), Some(SdpaBackend::Math));
+        assert_eq!(sdpa_on_cuda(&llama, Precision::Bf16, 1), Some(SdpaBackend::Flash));
+        let mut mistral = model("Mistral-7B");
+        mistral.hf.as_mut().unwrap().sliding_window = Some(64);
+        mistral.hf.as_mut().unwrap().cudnn_sdpa = true;
+        assert_eq!(sdpa_on_cuda(&mistral, Precision::Bf16, 128), Some(SdpaBackend::Cudnn));
+        assert!(describe(&llama, Precision::Bf16, 2048).unwrap().contains("PyTorch picks the cudnn kernel"));
+        // Named explicitly it needs a half type.
+        let mut named = model("Llama-3.2-1B");
+        HfFlags { sdpa_backend: Some("cudnn".into()), ..HfFlags::default() }.apply(&mut named).unwrap();
+        assert_eq!(sdpa_on_cuda(&named, Precision::Bf16, 2048), Some(SdpaBackend::Cudnn));
+        let e = check_kernel(&named, Precision::Fp32, 2048).unwrap_err();
+        assert!(e.to_string().contains("--sdpa-backend") && e.to_string().contains("fp16/bf16"), "{e}");
+        assert!(check_kernel(&named, Precision::Bf16, 2048).is_ok());
     }
 
     #[test]

@@ -197,6 +197,10 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         }
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
+    // SDPA's kernel follows the GPU: torch 2.11 tries cuDNN attention first on sm90.
+    if let Some(h) = cfg.hf.as_mut() {
+        h.cudnn_sdpa = gpu.is_some_and(|g| g.sdpa_prefers_cudnn());
+    }
     if let Some(q) = cfg.hf.as_mut().and_then(|h| h.bnb.as_mut()) {
         if let crate::model::bnb::Quant::FourBit(f) = &mut q.quant {
             f.kernel = crate::model::bnb::kernel_for(gpu.as_ref());

@@ -275,6 +275,10 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     }
     let optim = OptimConfig { kind, lr, weight_decay, momentum: a.momentum, ..reference };
     let gpu = a.gpu.as_deref().map(crate::record::gpu::find).transpose().map_err(|e| usage("--gpu", e))?;
+    // SDPA's kernel follows the GPU: torch 2.11 tries cuDNN attention first on sm90.
+    if let Some(h) = cfg.hf.as_mut() {
+        h.cudnn_sdpa = gpu.is_some_and(|g| g.sdpa_prefers_cudnn());
+    }
     let window = a.enable_pytorch_profiler || a.profile_operators;
     if a.profile_steps.is_some() && !window {
         return Err(usage("--profile-steps", "sizes the profiled window: needs --enable-pytorch-profiler or --profile-operators"));

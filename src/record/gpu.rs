@@ -28,6 +28,16 @@ pub struct Gpu {
     pub arch: Option<Arch>,
 }
 
+impl Gpu {
+    /// Whether PyTorch's SDPA tries cuDNN attention first on this GPU: torch 2.11's
+    /// `check_prefer_cudnn_attention` (sdp_utils.cpp) holds for compute capability 9.x and 10.x
+    /// with cuDNN > 9.15.0, which its cu130 wheel ships (9.19: measured on an H200,
+    /// tests/fixtures/gpu). The H100 and H200 of the table; not Ampere, Ada or ROCm.
+    pub fn sdpa_prefers_cudnn(&self) -> bool {
+        matches!(self.arch, Some(Arch::Cuda { major: 9 | 10, .. }))
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub enum Arch {
     Cuda { sms: u32, major: u32, minor: u32 },
@@ -96,6 +106,9 @@ mod tests {
         assert_eq!(find("RTX4090").unwrap().smi_mib, 24_564);
         assert!(find("a100").unwrap_err().contains("ambiguous"));
         assert!(find("v100").is_err());
+        // torch 2.11's SDPA tries cuDNN first on sm90 only (of the table).
+        let cudnn: Vec<&str> = GPUS.iter().filter(|g| g.sdpa_prefers_cudnn()).map(|g| g.name).collect();
+        assert_eq!(cudnn, ["H100-80GB", "H200-141GB"]);
         assert_eq!(parse_size("24GiB").unwrap(), 24 << 30);
         assert_eq!(parse_size("80GB").unwrap(), 80_000_000_000);
         assert!(parse_size("lots").is_err());

@@ -339,6 +339,12 @@ pub struct ComputeOut {
 /// ones. An out-of-memory stops the run and is reported in [`Run::oom`], with the history up to
 /// the failing allocation.
 pub fn profile_one(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<Run> {
+    // `--attention flash` (cs336, tinyllama) picks SDPA's kernel for the GPU as PyTorch does.
+    let cudnn = p.gpu.is_some_and(|g| g.sdpa_prefers_cudnn());
+    crate::engine::ops::attention::with_cudnn_preferred(cudnn, || profile_one_here(p, ctx, kind))
+}
+
+fn profile_one_here(p: &ProfileOptions, ctx: usize, kind: ProfileType) -> Result<Run> {
     runtime::reset();
     let mut allocator = CachingAllocator::new(p.conf.clone(), p.capacity);
     if let Some(f) = p.fraction {

@@ -100,6 +100,12 @@ pub fn execute_timed(p: &TrainPlan, op_times: bool, on_step: &mut dyn FnMut(usiz
 
 /// Run the plan's training loop; `on_step(i, result)` after each step (the caller prints).
 pub fn execute(p: &TrainPlan, on_step: &mut dyn FnMut(usize, &StepResult)) -> Result<TrainOutcome> {
+    // `--attention flash` picks SDPA's kernel for the GPU as PyTorch does (cuDNN on sm90).
+    let cudnn = p.gpu.is_some_and(|g| g.sdpa_prefers_cudnn());
+    crate::engine::ops::attention::with_cudnn_preferred(cudnn, || execute_here(p, on_step))
+}
+
+fn execute_here(p: &TrainPlan, on_step: &mut dyn FnMut(usize, &StepResult)) -> Result<TrainOutcome> {
     runtime::reset();
     if p.compute.is_some_and(|w| w.memory) {
         // `[memory]` events report what the CUDA caching allocator would hold.

@@ -74,6 +74,12 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
         ));
     }
     check_adapters(hf)?;
+    if kernel(cfg, hf, precision, s) == Kernel::Fused(SdpaBackend::Cudnn) {
+        return Err(ConfigError::new(
+            "--sdpa-backend",
+            "cuDNN attention (what PyTorch runs on an H100/H200) is not derived in closed form: its philox tensors, backward workspace and dO copy run op for op in `profile --gpu H100` (--device meta); name flash, efficient or math here",
+        ));
+    }
     if hf.logits_to_keep > 0 && hf.logits_to_keep < s {
         return Err(ConfigError::new(
             "--logits-to-keep",

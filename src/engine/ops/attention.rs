@@ -34,6 +34,8 @@ pub(crate) const CPU_FORWARD: &str = "_scaled_dot_product_flash_attention_for_cp
 pub(crate) const CPU_BACKWARD: &str = "_scaled_dot_product_flash_attention_for_cpu_backward";
 pub(crate) const EFFICIENT_FORWARD: &str = "_scaled_dot_product_efficient_attention";
 pub(crate) const EFFICIENT_BACKWARD: &str = "_scaled_dot_product_efficient_attention_backward";
+pub(crate) const CUDNN_FORWARD: &str = "_scaled_dot_product_cudnn_attention";
+pub(crate) const CUDNN_BACKWARD: &str = "_scaled_dot_product_cudnn_attention_backward";
 
 /// Query rows and keys per tile. A 128×256 score tile (128 KiB in f32) and the K/V rows it
 /// reads stay in L2 while giving gemm blocks large enough to run near its peak: on the 2-core
@@ -234,6 +236,17 @@ fn last_dim_unit(t: &Tensor) -> Tensor {
 
 thread_local! {
     static CPU_KERNEL_CHOICE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static CUDNN_PREFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with [`Tensor::sdpa_causal`] choosing as PyTorch does on a GPU whose SDPA prefers
+/// cuDNN attention (`check_prefer_cudnn_attention`: sm90/sm100 with cuDNN > 9.15.0, as torch
+/// 2.11's cu130 wheel ships 9.19; [`crate::record::gpu::Gpu::sdpa_prefers_cudnn`]).
+pub fn with_cudnn_preferred<R>(preferred: bool, f: impl FnOnce() -> R) -> R {
+    let prev = CUDNN_PREFERRED.replace(preferred);
+    let r = f();
+    CUDNN_PREFERRED.set(prev);
+    r
 }
 
 /// Runs `f` with [`Tensor::sdpa_causal`] choosing as PyTorch's CPU dispatch does: one flash
@@ -258,7 +271,21 @@ pub enum FusedKernel {
     /// (B, S, h, d), GQA native, no device workspace in backward (its per-thread tiles are
     /// host scratch).
     CpuFlash,
+    /// cuDNN attention (`_scaled_dot_product_cudnn_attention`, cudnn/MHA.cpp), what torch 2.11
+    /// runs for half types on sm90: the forward keeps two 8 B philox tensors (seed, offset,
+    /// `at::zeros({1}, kLong)`), the output (`empty_like(q)`) and, only when a gradient is
+    /// needed, the fp32 logsumexp (B, h, S); its graph's workspace (256 B) is freed at once.
+    /// The backward allocates dq, dk, dv (`empty_like`), copies dO laid out like O only when
+    /// dO's last stride is not 1 (`permute_to_matching_layout`, cuDNN ≥ 9.5.1), then one
+    /// workspace: cudnn-frontend's fp32 dQ accumulator (B, h, Sq, d) and softmax sum (B, h, Sq),
+    /// with GQA the per-query-head dK and dV (B, h, Sk, d) in q's type, and 256 B of the
+    /// engine's own. Measured on an H200 (tests/fixtures/gpu/micro2.json, tests/gpu_micro.rs).
+    Cudnn,
 }
+
+/// cuDNN's graph workspace beside cudnn-frontend's tensors: 256 B in every measured forward
+/// and backward (tests/fixtures/gpu/micro2.json).
+const CUDNN_ENGINE_WORKSPACE: usize = 256;
 
 impl Tensor {
     /// `F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)` through the
@@ -273,13 +300,15 @@ impl Tensor {
     /// `F.scaled_dot_product_attention(q, k, v, is_causal=True)` with no mask, through the
     /// kernel PyTorch picks on CUDA: flash for half types (also under autocast, which casts
     /// the inputs), memory-efficient for fp32 (flash has no fp32 kernel). Measured on an H200
-    /// (tests/gpu_grid.rs: the profiler names `_efficient_attention_forward` for fp32). On
-    /// sm90 with cuDNN ≥ 9.x PyTorch prefers cuDNN attention for half types, which is not
-    /// modelled: flash stands in for it.
+    /// (tests/gpu_grid.rs: the profiler names `_efficient_attention_forward` for fp32). On a
+    /// GPU whose SDPA prefers cuDNN ([`with_cudnn_preferred`]: H100/H200) half types take
+    /// cuDNN attention (the profiler names `_cudnn_attention_forward` there).
     #[track_caller]
     pub fn sdpa_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Tensor {
         let half = matches!(q.dtype(), DType::BF16 | DType::F16) || crate::engine::autocast::active().is_some();
-        if half || k.dim(1) != q.dim(1) || CPU_KERNEL_CHOICE.get() {
+        if half && CUDNN_PREFERRED.get() && !CPU_KERNEL_CHOICE.get() && k.dim(2) != 1 {
+            Tensor::cudnn_attention(q, k, v, None, true, scale)
+        } else if half || k.dim(1) != q.dim(1) || CPU_KERNEL_CHOICE.get() {
             Tensor::flash_attention(q, k, v, true, scale)
         } else {
             Tensor::efficient_attention(q, k, v, true, scale)
@@ -292,6 +321,14 @@ impl Tensor {
     #[track_caller]
     pub fn efficient_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
         Tensor::fused_attention(FusedKernel::Efficient, q, k, v, None, causal, scale)
+    }
+
+    /// As [`Tensor::flash_attention`] through cuDNN attention ([`FusedKernel::Cudnn`]), with
+    /// the additive float mask SDPA made of a boolean one (`convert_boolean_attn_mask`), if
+    /// any, which the node saves for backward (its values are not applied on cpu).
+    #[track_caller]
+    pub fn cudnn_attention(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>, causal: bool, scale: f64) -> Tensor {
+        Tensor::fused_attention(FusedKernel::Cudnn, q, k, v, bias, causal, scale)
     }
 
     /// As [`Tensor::flash_attention`] through the CPU kernel ([`FusedKernel::CpuFlash`]).
@@ -316,6 +353,7 @@ impl Tensor {
             FusedKernel::Flash => (FORWARD, BACKWARD, "ScaledDotProductFlashAttentionBackward0"),
             FusedKernel::CpuFlash => (CPU_FORWARD, CPU_BACKWARD, "ScaledDotProductFlashAttentionForCpuBackward0"),
             FusedKernel::Efficient => (EFFICIENT_FORWARD, EFFICIENT_BACKWARD, "ScaledDotProductEfficientAttentionBackward0"),
+            FusedKernel::Cudnn => (CUDNN_FORWARD, CUDNN_BACKWARD, "ScaledDotProductCudnnAttentionBackward0"),
         };
         // scaled_dot_product_attention is on autocast's lower-precision list.
         if crate::engine::autocast::active().is_some() {
@@ -344,6 +382,10 @@ impl Tensor {
         let lse_dtype = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
         let lse_rows = if kernel == FusedKernel::Efficient { round_up(sq, 32) } else { sq };
         let span = cost::begin();
+        let grad = needs_grad(&[&q, &k, &v]);
+        // cuDNN's philox seed and offset come first, whatever the dropout.
+        let philox = (kernel == FusedKernel::Cudnn)
+            .then(|| (Storage::alloc(device, DType::I64, 1, fwd_op), Storage::alloc(device, DType::I64, 1, fwd_op)));
         // `empty_like` of q as the kernel sees it (q's own dim order), on CUDA and on CPU
         // (torch 2.15's CPU kernel too: a q contiguous in (B, h, S, d), as Phi-3's rotary cat
         // makes it, gives an output that `transpose(1, 2).contiguous()` must copy).
@@ -356,7 +398,12 @@ impl Tensor {
         } else {
             alloc_like(&q, dtype, fwd_op)
         };
-        let lse_st = Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op);
+        // cuDNN computes the logsumexp only when a gradient needs it (compute_log_sumexp).
+        let lse_st = (kernel != FusedKernel::Cudnn || grad).then(|| Storage::alloc(device, lse_dtype, b * h * lse_rows, fwd_op));
+        if kernel == FusedKernel::Cudnn {
+            let _w = runtime::category(Category::Workspace);
+            drop(Storage::alloc(device, DType::U8, CUDNN_ENGINE_WORKSPACE, fwd_op));
+        }
         if device == Device::Cpu {
             with_real!(dtype, R, {
                 let (o, l) = cpu::with_slice::<R, _>(&q, |qs| {
@@ -375,7 +422,9 @@ impl Tensor {
                     })
                 });
                 store(&out_st, &out_l, o);
-                lse_st.set(cpu::to_buffer(l, lse_dtype));
+                if let Some(st) = &lse_st {
+                    st.set(cpu::to_buffer(l, lse_dtype));
+                }
             });
         }
         let esz = dtype.size() as u64;
@@ -386,16 +435,22 @@ impl Tensor {
             (OpKind::Matmul, flops, read, written, esz as u8)
         });
         let out = Tensor::from_parts(out_st, out_l);
-        let lse = Tensor::from_parts(lse_st, Layout::contiguous(&[b, h, lse_rows]));
-        if !needs_grad(&[&q, &k, &v]) {
+        let lse = lse_st.map(|st| Tensor::from_parts(st, Layout::contiguous(&[b, h, lse_rows])));
+        let (Some(lse), true) = (lse, grad) else {
             return out;
-        }
+        };
         let saved = (save(&q), save(&k), save(&v), save(&out), save(&lse));
         // The node's saved `attn_bias`/`attn_mask`, released with the others when it has run.
         let saved_bias = bias.map(save);
+        // cuDNN's node keeps its philox seed and offset (released after the logsumexp).
+        let philox = philox.map(|(seed, offset)| {
+            let t = |st| save(&Tensor::from_parts(st, Layout::contiguous(&[1])));
+            (t(seed), t(offset))
+        });
         drop(lse);
         attach(out, node, &[&q, &k, &v], Box::new(move |g| {
-            let _bias = saved_bias.map(|b| b.into_tensor());
+            let bias = saved_bias.map(|b| b.into_tensor());
+            let philox = philox.map(|(seed, offset)| (seed.into_tensor(), offset.into_tensor()));
             let (q, k, v, o, lse) = saved;
             let (q, k, v, o, lse) = (q.into_tensor(), k.into_tensor(), v.into_tensor(), o.into_tensor(), lse.into_tensor());
             // `_flash_attention_backward` makes dO and O contiguous as (B, S, h, d) ("CUDA
@@ -407,12 +462,15 @@ impl Tensor {
             let (g, o) = match kernel {
                 FusedKernel::Flash => (bshd(g), bshd(o)),
                 FusedKernel::Efficient => (bshd(g), o),
-                FusedKernel::CpuFlash => (g, o),
+                FusedKernel::CpuFlash | FusedKernel::Cudnn => (g, o),
             };
             let span = cost::begin();
             let (dq_st, dq_l) = alloc_like(&q, dtype, bwd_op);
             let (dk_st, dk_l) = alloc_like(&k, dtype, bwd_op);
             let (dv_st, dv_l) = alloc_like(&v, dtype, bwd_op);
+            // run_cudnn_SDP_bprop: a dO whose last stride is not 1 (an expanded scalar's
+            // gradient, say) is copied laid out like O (permute_to_matching_layout).
+            let g = if kernel == FusedKernel::Cudnn && g.layout().strides[3] != 1 && g.shape()[3] != 1 { like_layout(&g, &o) } else { g };
             let work = {
                 let _w = runtime::category(Category::Workspace);
                 match kernel {
@@ -434,6 +492,13 @@ impl Tensor {
                         (Some(delta), accum, None)
                     }
                     FusedKernel::CpuFlash => (None, None, None),
+                    FusedKernel::Cudnn => {
+                        // cudnn-frontend's dQ accumulator and softmax sum, with GQA dK and dV per
+                        // query head (q's type), then the engine's own 256 B: one allocation.
+                        let expanded = if rep > 1 { b * h * sk * 2 * d * dtype.size() } else { 0 };
+                        let bytes = b * h * sq * d * 4 + b * h * sq * 4 + expanded + CUDNN_ENGINE_WORKSPACE;
+                        (Some(Storage::alloc(device, DType::U8, bytes, bwd_op)), None, None)
+                    }
                 }
             };
             if device == Device::Cpu {
@@ -486,7 +551,16 @@ impl Tensor {
                 let written = ((b * (h * sq + 2 * hk * sk) * d) as u64) * esz;
                 (OpKind::Matmul, flops, read, written, esz as u8)
             });
-            drop((q, k, v, o, lse, g));
+            if kernel == FusedKernel::Cudnn {
+                // dO's copy goes when the kernel returns; the node then releases its attn_bias,
+                // logsumexp and philox tensors in that order.
+                drop(g);
+                drop((bias, lse, philox));
+                drop((q, k, v, o));
+            } else {
+                drop((q, k, v, o, lse, g));
+                drop((bias, philox));
+            }
             vec![
                 Some(Tensor::from_parts(dq_st, dq_l)),
                 Some(Tensor::from_parts(dk_st, dk_l)),
@@ -494,6 +568,19 @@ impl Tensor {
             ]
         }))
     }
+}
+
+/// `permute_to_matching_layout(o, t)`: a copy of `t` with `o`'s dim order
+/// (`t.permute(outer_to_inner).contiguous().permute(inverse)`).
+#[track_caller]
+fn like_layout(t: &Tensor, o: &Tensor) -> Tensor {
+    let mut outer: Vec<usize> = (0..o.rank()).collect();
+    outer.sort_by(|&a, &b| o.layout().strides[b].cmp(&o.layout().strides[a]));
+    let mut inverse = vec![0; outer.len()];
+    for (i, &d) in outer.iter().enumerate() {
+        inverse[d] = i;
+    }
+    t.permute(&outer).contiguous().permute(&inverse)
 }
 
 /// The key/value head (flattened over the batch) that query head `i` (flattened) reads.

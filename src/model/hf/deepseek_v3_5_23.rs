@@ -295,6 +295,10 @@ impl Block {
                 super::SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, k, v, causal, ds.scaling),
                 super::SdpaBackend::Flash | super::SdpaBackend::Auto => Tensor::flash_attention(q, k, v, causal, ds.scaling),
                 super::SdpaBackend::Efficient => Tensor::efficient_attention(q, k, v, causal, ds.scaling),
+                super::SdpaBackend::Cudnn => {
+                    let bias = self.mask.as_ref().map(|m| Tensor::zeros(&[], q.dtype(), q.device()).where_scalar(m, f64::NEG_INFINITY));
+                    Tensor::cudnn_attention(q, k, v, bias.as_ref(), causal, ds.scaling)
+                }
                 super::SdpaBackend::Math => super::math_attention(q, k, v, self.mask.as_ref(), causal, ds.scaling),
             }
         } else {

@@ -135,11 +135,14 @@ pub enum SdpaBackend {
     /// PyTorch's CPU kernel (`_scaled_dot_product_flash_attention_for_cpu`), what a CPU run
     /// of transformers executes (the hf grid's sdpa points).
     CpuFlash,
+    /// cuDNN attention (`_scaled_dot_product_cudnn_attention`): what torch 2.11 runs for
+    /// fp16/bf16 on sm90 (H100, H200), masked or not, GQA native.
+    Cudnn,
 }
 
 impl SdpaBackend {
     /// The backends `--sdpa-backend` offers (cpu_flash is what a CPU run executes).
-    pub const ALL: [SdpaBackend; 5] = [SdpaBackend::Auto, SdpaBackend::Flash, SdpaBackend::Efficient, SdpaBackend::Math, SdpaBackend::CpuFlash];
+    pub const ALL: [SdpaBackend; 6] = [SdpaBackend::Auto, SdpaBackend::Flash, SdpaBackend::Efficient, SdpaBackend::Math, SdpaBackend::CpuFlash, SdpaBackend::Cudnn];
     pub fn parse(s: &str) -> Option<SdpaBackend> {
         match s.to_ascii_lowercase().replace('-', "_").as_str() {
             "auto" => Some(SdpaBackend::Auto),
@@ -147,6 +150,7 @@ impl SdpaBackend {
             "efficient" | "mem_efficient" | "memory_efficient" => Some(SdpaBackend::Efficient),
             "math" => Some(SdpaBackend::Math),
             "cpu_flash" | "cpu" => Some(SdpaBackend::CpuFlash),
+            "cudnn" | "cudnn_attention" => Some(SdpaBackend::Cudnn),
             _ => None,
         }
     }
@@ -157,17 +161,24 @@ impl SdpaBackend {
             SdpaBackend::Efficient => "efficient",
             SdpaBackend::Math => "math",
             SdpaBackend::CpuFlash => "cpu_flash",
+            SdpaBackend::Cudnn => "cudnn",
         }
     }
 
-    /// PyTorch's priority order on CUDA (`sdp_utils.cpp`, flash → efficient → math) for
-    /// the query dtype, whether a mask is passed, GQA (`enable_gqa`) and the head size.
-    /// The memory-efficient kernel has no GQA; flash needs a half type and no mask.
-    pub fn resolve(self, half: bool, masked: bool, gqa: bool, head_dim: usize) -> SdpaBackend {
+    /// PyTorch's priority order on CUDA (`sdp_utils.cpp`: flash → efficient → math, with cuDNN
+    /// first where `check_prefer_cudnn_attention` holds, `cudnn_preferred`) for the query
+    /// dtype, whether a mask is passed, GQA (`enable_gqa`), the head size and the keys' length.
+    /// cuDNN takes half types, masks and GQA, head sizes that are multiples of 8 up to 256
+    /// (torch 2.11 with cuDNN 9.19 on an H200 picked it for 80–256, tests/fixtures/gpu), but
+    /// not a single key; the memory-efficient kernel has no GQA; flash needs a half type and
+    /// no mask.
+    pub fn resolve(self, half: bool, masked: bool, gqa: bool, head_dim: usize, cudnn_preferred: bool, kv_len: usize) -> SdpaBackend {
         if self != SdpaBackend::Auto {
             return self;
         }
-        if half && !masked && head_dim <= 256 && head_dim % 8 == 0 {
+        if cudnn_preferred && half && head_dim <= 256 && head_dim % 8 == 0 && kv_len != 1 {
+            SdpaBackend::Cudnn
+        } else if half && !masked && head_dim <= 256 && head_dim % 8 == 0 {
             SdpaBackend::Flash
         } else if !gqa && head_dim % 8 == 0 {
             SdpaBackend::Efficient
@@ -215,6 +226,10 @@ pub struct HfConfig {
     /// grouped_mm experts for the decode forwards. False for every prediction (a GPU run).
     #[serde(default)]
     pub cpu_run: bool,
+    /// The GPU's SDPA prefers cuDNN attention (`--gpu` an H100 or H200: torch 2.11's
+    /// `check_prefer_cudnn_attention`, [`crate::record::gpu::Gpu::sdpa_prefers_cudnn`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cudnn_sdpa: bool,
     /// `use_cache` (the config's default is true: a forward builds a `DynamicCache`).
     pub use_cache: bool,
     /// `logits_to_keep` (0: all positions).
@@ -274,7 +289,7 @@ impl HfConfig {
     /// inputs that are fp16/bf16 (`half`: also under autocast, which casts sdpa's inputs
     /// before the backend is chosen) or not. The one place the choice is made.
     pub fn sdpa_kernel(&self, heads: usize, kv_heads: usize, half: bool, seq: usize) -> SdpaBackend {
-        self.sdpa_backend.resolve(half, self.sdpa_masked(seq), self.sdpa_gqa(heads, kv_heads, seq), self.head_dim)
+        self.sdpa_backend.resolve(half, self.sdpa_masked(seq), self.sdpa_gqa(heads, kv_heads, seq), self.head_dim, self.cudnn_sdpa, seq)
     }
 
     /// An architecture's defaults as transformers' config class sets them.
@@ -292,6 +307,7 @@ impl HfConfig {
             attn_implementation: if model_type == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa },
             sdpa_backend: SdpaBackend::Auto,
             cpu_run: false,
+            cudnn_sdpa: false,
             use_cache: true,
             logits_to_keep: 0,
             reentrant: false,

@@ -1055,6 +1055,11 @@ impl Block {
                 let bias = sdpa_float_mask(mask, crate::engine::autocast::active().unwrap_or(q.dtype()), cpu);
                 Tensor::masked_fused_attention(cpu, q, &k, &v, &bias, scaling)
             }
+            // cuDNN takes the converted mask as it is (no padding).
+            (SdpaBackend::Cudnn, mask) => {
+                let bias = mask.as_ref().map(|m| sdpa_float_mask(m, crate::engine::autocast::active().unwrap_or(q.dtype()), true));
+                Tensor::cudnn_attention(q, &k, &v, bias.as_ref(), causal, scaling)
+            }
             (SdpaBackend::Flash | SdpaBackend::Auto, _) => Tensor::flash_attention(q, &k, &v, causal, scaling),
             (SdpaBackend::CpuFlash, None) => Tensor::cpu_flash_attention(q, &k, &v, causal, scaling),
             (SdpaBackend::Efficient, None) => Tensor::efficient_attention(q, &k, &v, causal, scaling),
@@ -1082,9 +1087,10 @@ impl Block {
             let (k, v) = (k.narrow(2, 0, sq), v.narrow(2, 0, sq));
             let gqa = n_rep > 1 && d <= 256;
             let (k, v) = if n_rep > 1 && !gqa { (repeat_kv(fr, &k, n_rep), repeat_kv(fr, &v, n_rep)) } else { (k, v) };
-            let backend = hf.sdpa_backend.resolve(half, false, gqa, d);
+            let backend = hf.sdpa_backend.resolve(half, false, gqa, d, hf.cudnn_sdpa, sq);
             let out = match backend {
                 SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, true, scaling),
+                SdpaBackend::Cudnn => Tensor::cudnn_attention(q, &k, &v, None, true, scaling),
                 SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(q, &k, &v, true, scaling),
                 SdpaBackend::Efficient => Tensor::efficient_attention(q, &k, &v, true, scaling),
                 SdpaBackend::Math => math_attention(q, &k, &v, None, true, scaling),
@@ -1098,10 +1104,14 @@ impl Block {
         // repeat_kv; SDPA converts the boolean mask for the fused kernels.
         let scaling = hf.gemma.as_ref().map_or(hf.head_dim as f64, |g| g.query_pre_attn_scalar).powf(-0.5);
         let (k, v) = if n_rep > 1 { (repeat_kv(fr, k, n_rep), repeat_kv(fr, v, n_rep)) } else { (k.clone(), v.clone()) };
-        let out = match hf.sdpa_backend.resolve(half, true, false, d) {
+        let out = match hf.sdpa_backend.resolve(half, true, false, d, hf.cudnn_sdpa, k.dim(2)) {
             backend @ (SdpaBackend::CpuFlash | SdpaBackend::Efficient) => {
                 let bias = sdpa_float_mask(mask, q.dtype(), backend == SdpaBackend::CpuFlash);
                 Tensor::masked_fused_attention(backend == SdpaBackend::CpuFlash, q, &k, &v, &bias, scaling)
+            }
+            SdpaBackend::Cudnn => {
+                let bias = sdpa_float_mask(mask, q.dtype(), true);
+                Tensor::cudnn_attention(q, &k, &v, Some(&bias), false, scaling)
             }
             SdpaBackend::Flash | SdpaBackend::Auto => Tensor::flash_attention(q, &k, &v, false, scaling),
             SdpaBackend::Math => math_attention(q, &k, &v, Some(mask), false, scaling),
@@ -1121,9 +1131,10 @@ impl Block {
         let half = matches!(q.dtype(), DType::BF16 | DType::F16);
         let (q, k, v) = if n_rep > 1 { (q.reshape(&[b, h / n_rep, n_rep, d]), k.clone(), v.clone()) } else { (q.clone(), k.clone(), v.clone()) };
         let additive = Tensor::zeros(&[], q.dtype(), q.device()).where_scalar(mask, f64::NEG_INFINITY);
-        let backend = hf.sdpa_backend.resolve(half, true, false, d);
+        let backend = hf.sdpa_backend.resolve(half, true, false, d, hf.cudnn_sdpa, k.dim(2));
         let out = match backend {
             SdpaBackend::CpuFlash => Tensor::cpu_flash_attention(&q, &k, &v, false, scaling),
+            SdpaBackend::Cudnn => Tensor::cudnn_attention(&q, &k, &v, Some(&additive), false, scaling),
             SdpaBackend::Efficient | SdpaBackend::Flash | SdpaBackend::Auto => {
                 // preprocess_mask: a bias whose rows are not 8-element aligned is padded
                 // (at::pad to a multiple of 8, then sliced back) for the memory-efficient
@@ -1506,7 +1517,8 @@ fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: usize) -> Tensor 
 /// `convert_boolean_attn_mask`, `where(mask, 0, -inf)` in the query's dtype at the mask's full
 /// (B, 1, S, S_kv) size; on CUDA the memory-efficient kernel's `preprocess_mask` then pads the
 /// last dim to a multiple of 16 (`pad_bias`, a copy, unless its strides are aligned) and
-/// expands it (a view). The kernel's node saves the result for backward.
+/// expands it (a view). The kernel's node saves the result for backward. `cpu`: no padding
+/// (the CPU kernel, and cuDNN attention, which takes the converted mask as it is).
 fn sdpa_float_mask(mask: &Tensor, dtype: DType, cpu: bool) -> Tensor {
     let device = mask.device();
     let converted = Tensor::zeros(&[], dtype, device).where_scalar(mask, f64::NEG_INFINITY);
