@@ -280,10 +280,15 @@ impl Block {
         let (k, v) = if causal && k.dim(2) > sq { (&k.narrow(2, 0, sq), &v.narrow(2, 0, sq)) } else { (k, v) };
         let half = matches!(q.dtype(), DType::BF16 | DType::F16);
         let out = if let (Some(mask), true) = (&self.mask, v.dim(-1) == q.dim(-1)) {
-            match self.hf().sdpa_backend.resolve(half, true, false, q.dim(-1)) {
+            match self.hf().sdpa_backend.resolve(half, true, false, q.dim(-1), self.hf().cudnn_sdpa, k.dim(2)) {
                 backend @ (super::SdpaBackend::CpuFlash | super::SdpaBackend::Efficient) => {
                     let bias = super::sdpa_float_mask(mask, q.dtype(), backend == super::SdpaBackend::CpuFlash);
                     Tensor::masked_fused_attention(backend == super::SdpaBackend::CpuFlash, q, k, v, &bias, ds.scaling)
+                }
+                // As the dense static path's masked prefill (transformers_5_23.rs).
+                super::SdpaBackend::Cudnn => {
+                    let bias = super::sdpa_float_mask(mask, q.dtype(), true);
+                    Tensor::cudnn_attention(q, k, v, Some(&bias), false, ds.scaling)
                 }
                 // Only a forced --sdpa-backend flash gets here (auto never picks it with a mask):
                 // as the dense static path, the kernel's own bytes.
