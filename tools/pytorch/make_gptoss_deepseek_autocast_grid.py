@@ -25,7 +25,6 @@ window shorter and longer than S; DeepSeek-V3 with q_lora_rank null and set, fir
     python3 make_gptoss_deepseek_autocast_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_gptoss_deepseek_autocast_grid.py --only deepseek   # re-measure the points whose name contains it
 """
-import argparse
 import os
 import sys
 
@@ -35,8 +34,7 @@ import torch
 
 import make_deepseek_grid as DG
 import make_gptoss_grid as GG
-import make_hf_grid as G
-import make_moe_grid as MG
+import make_moe_autocast_grid as MA
 
 OUT = os.path.join(HERE, "../../tests/fixtures/moe_grid")
 ALL3 = ("inference", "forward", "training")
@@ -85,32 +83,12 @@ def grid(families=None):
     return todo
 
 
-def run_one(job):
-    p, kind = job
-    r = MG.run_one(job)
-    r["name"] = name_of(p, kind)
-    return r
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
-    a = ap.parse_args()
-    import transformers
-    path = os.path.join(a.out, "autocast_gpt_oss_deepseek.json")
-    if a.only:
-        doc, t0 = G.measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=1)
-        return G.write_fixture(path, doc, t0)
-    # One point per worker process: the routing wrapper is installed on the router class.
-    results, t0 = G.measure_all(grid(), run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_gptoss_deepseek_autocast_grid.py", torch=torch.__version__,
-               transformers=transformers.__version__,
-               counted="requested bytes of blocks >= 512 B, absolute; torch.autocast('cpu', bfloat16) around forward and loss "
-                       "with CUDA's autocast policies (measure_hf.cuda_autocast_policies); routing forced by overwriting the "
-                       "router's top-k indices in place (measure_moe.py); CPU-only kernel scratch left out, as make_grid.py",
-               points=results)
-    G.write_fixture(path, doc, t0)
+    MA.main_for("autocast_gpt_oss_deepseek.json", "tools/pytorch/make_gptoss_deepseek_autocast_grid.py",
+                "requested bytes of blocks >= 512 B, absolute; torch.autocast('cpu', bfloat16) around forward and loss "
+                "with CUDA's autocast policies (measure_hf.cuda_autocast_policies); routing forced by overwriting the "
+                "router's top-k indices in place (measure_moe.py); CPU-only kernel scratch left out, as make_grid.py",
+                grid, name_of)
 
 
 if __name__ == "__main__":

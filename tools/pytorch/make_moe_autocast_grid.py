@@ -24,6 +24,7 @@ gradient checkpointing off, non-reentrant and reentrant.
     python3 make_moe_autocast_grid.py --only qwen3_moe   # re-measure the points whose name contains it
 """
 import argparse
+import functools
 import os
 import sys
 
@@ -76,31 +77,38 @@ def grid(families=None):
     return todo
 
 
-def run_one(job):
+def run_named(name_of, job):
+    """make_moe_grid.py's measurement of one point, named as the grid names it."""
     p, kind = job
     r = MG.run_one(job)
     r["name"] = name_of(p, kind)
     return r
 
 
-def main():
+def main_for(fixture, generator, counted, grid, name_of):
+    """The autocast grids' command line: `--only TEXT` re-measures the matching points of
+    `fixture` (under --out) and keeps the others; without it every point of `grid()` is measured,
+    one per worker process (the routing wrapper is installed on the router class)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     import transformers
-    path = os.path.join(a.out, "autocast.json")
+    run_one = functools.partial(run_named, name_of)  # picklable for the worker processes
+    path = os.path.join(a.out, fixture)
     if a.only:
         doc, t0 = G.measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
-    # One point per worker process: the routing wrapper is installed on the router class.
     results, t0 = G.measure_all(grid(), run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_moe_autocast_grid.py", torch=torch.__version__, transformers=transformers.__version__,
-               counted="requested bytes of blocks >= 512 B, absolute; torch.autocast('cpu', bfloat16) around forward and loss; "
-                       "routing forced by overwriting the router's top-k indices in place (measure_moe.py); CPU-only kernel "
-                       "scratch left out, as make_grid.py",
-               points=results)
+    doc = dict(generator=generator, torch=torch.__version__, transformers=transformers.__version__, counted=counted, points=results)
     G.write_fixture(path, doc, t0)
+
+
+def main():
+    main_for("autocast.json", "tools/pytorch/make_moe_autocast_grid.py",
+             "requested bytes of blocks >= 512 B, absolute; torch.autocast('cpu', bfloat16) around forward and loss; "
+             "routing forced by overwriting the router's top-k indices in place (measure_moe.py); CPU-only kernel "
+             "scratch left out, as make_grid.py", grid, name_of)
 
 
 if __name__ == "__main__":
