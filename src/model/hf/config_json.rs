@@ -407,6 +407,21 @@ fn sliding_window(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usiz
     Ok((w, types.filter(|t| w.is_some() && t.iter().any(|&s| !s) && t.iter().any(|&s| s))))
 }
 
+/// A config's `layer_types` list, one entry per layer: true where the layer slides.
+pub(super) fn layer_types(types: &[Value], layers: usize) -> Result<Vec<bool>, String> {
+    if types.len() != layers {
+        return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
+        })
+        .collect()
+}
+
 /// Qwen2/3's sliding layers when `use_sliding_window` is on and a window is set
 /// (`layer_types`, else those at or after `max_window_layers`); None otherwise.
 fn qwen_sliding_layers(obj: &serde_json::Map<String, Value>, arch: Arch, layers: usize) -> Result<Option<Vec<bool>>, String> {
@@ -414,20 +429,7 @@ fn qwen_sliding_layers(obj: &serde_json::Map<String, Value>, arch: Arch, layers:
         return Ok(None);
     }
     match field(obj, "layer_types") {
-        Some(Value::Array(types)) => {
-            if types.len() != layers {
-                return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
-            }
-            types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("sliding_attention") => Ok(true),
-                    Some("full_attention") => Ok(false),
-                    _ => Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some)
-        }
+        Some(Value::Array(types)) => layer_types(types, layers).map(Some),
         Some(v) => Err(format!("field 'layer_types' must be a list, found {v}")),
         None => {
             let first = match obj.get("max_window_layers") {

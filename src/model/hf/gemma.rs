@@ -96,19 +96,7 @@ pub fn read(obj: &Map<String, Value>, arch: Arch, layers: usize, rope: impl FnOn
             };
             (0..layers).map(|i| (i + 1) % pattern != 0).collect()
         }
-        Some(Value::Array(types)) => {
-            if types.len() != layers {
-                return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
-            }
-            types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("sliding_attention") => Ok(true),
-                    Some("full_attention") => Ok(false),
-                    _ => Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
-                })
-                .collect::<Result<Vec<_>, _>>()?
-        }
+        Some(Value::Array(types)) => super::config_json::layer_types(types, layers)?,
         Some(v) => return Err(format!("field 'layer_types' must be a list, found {v}")),
     };
     let query_pre_attn_scalar = number(obj, "query_pre_attn_scalar", Some(256.0))?.ok_or("field 'query_pre_attn_scalar' is null: Gemma needs a value")?;

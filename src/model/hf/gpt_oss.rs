@@ -156,19 +156,7 @@ impl GptOssShape {
 fn layer_types(obj: &Map<String, Value>, layers: usize) -> Result<Vec<bool>, String> {
     match field(obj, "layer_types") {
         None => Ok((0..layers).map(|i| (i + 1) % 2 == 1).collect()),
-        Some(Value::Array(types)) => {
-            if types.len() != layers {
-                return Err(format!("field 'layer_types' has {} entries for {layers} layers (num_hidden_layers)", types.len()));
-            }
-            types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("sliding_attention") => Ok(true),
-                    Some("full_attention") => Ok(false),
-                    _ => Err(format!("field 'layer_types' holds {t}: expected \"full_attention\" or \"sliding_attention\"")),
-                })
-                .collect()
-        }
+        Some(Value::Array(types)) => super::config_json::layer_types(types, layers),
         Some(v) => Err(format!("field 'layer_types' must be a list, found {v}")),
     }
 }
