@@ -113,7 +113,7 @@ def profile(
     norm_eps: Optional[float] = None,
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
-    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']] = None,
     use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
@@ -211,12 +211,13 @@ def profile(
         Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
-        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
-        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
-        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
-        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
-        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
-        ``to_dict()``). [--config]
+        config.json is read: model_type llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2,
+        gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss or deepseek_v3, run as transformers
+        5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
+        torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
+        overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama shape
+        onto those flavours. Also a dict (a config.json's content) or a transformers
+        ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
     flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
         Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
@@ -244,10 +245,11 @@ def profile(
     attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
         hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
         eager, sdpa, flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']], default None
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
-        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
-        flash, efficient, math, cpu_flash. [--sdpa-backend]
+        is what PyTorch 2.11 picks for the dtype, mask and GPU (cuDNN attention for fp16/bf16 on an
+        H100/H200 --gpu, else flash); it is printed with the run. One of: auto, flash, efficient,
+        math, cpu_flash, cudnn. [--sdpa-backend]
     use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
         forward fills a DynamicCache with each layer's keys and values. One of: true, false.
@@ -523,7 +525,7 @@ def compare(
     norm_eps: Optional[float] = None,
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
-    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']] = None,
     use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
@@ -622,12 +624,13 @@ def compare(
         Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
-        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
-        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
-        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
-        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
-        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
-        ``to_dict()``). [--config]
+        config.json is read: model_type llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2,
+        gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss or deepseek_v3, run as transformers
+        5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
+        torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
+        overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama shape
+        onto those flavours. Also a dict (a config.json's content) or a transformers
+        ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
     flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
         Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
@@ -655,10 +658,11 @@ def compare(
     attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
         hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
         eager, sdpa, flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']], default None
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
-        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
-        flash, efficient, math, cpu_flash. [--sdpa-backend]
+        is what PyTorch 2.11 picks for the dtype, mask and GPU (cuDNN attention for fp16/bf16 on an
+        H100/H200 --gpu, else flash); it is printed with the run. One of: auto, flash, efficient,
+        math, cpu_flash, cudnn. [--sdpa-backend]
     use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
         forward fills a DynamicCache with each layer's keys and values. One of: true, false.
@@ -1152,7 +1156,7 @@ def fit(
     norm_eps: Optional[float] = None,
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
-    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']] = None,
     use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
@@ -1235,12 +1239,13 @@ def fit(
         Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
-        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
-        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
-        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
-        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
-        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
-        ``to_dict()``). [--config]
+        config.json is read: model_type llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2,
+        gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss or deepseek_v3, run as transformers
+        5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
+        torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
+        overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama shape
+        onto those flavours. Also a dict (a config.json's content) or a transformers
+        ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
     flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
         Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
@@ -1268,10 +1273,11 @@ def fit(
     attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
         hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
         eager, sdpa, flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']], default None
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
-        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
-        flash, efficient, math, cpu_flash. [--sdpa-backend]
+        is what PyTorch 2.11 picks for the dtype, mask and GPU (cuDNN attention for fp16/bf16 on an
+        H100/H200 --gpu, else flash); it is printed with the run. One of: auto, flash, efficient,
+        math, cpu_flash, cudnn. [--sdpa-backend]
     use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
         forward fills a DynamicCache with each layer's keys and values. One of: true, false.
@@ -1501,7 +1507,7 @@ def estimate(
     norm_eps: Optional[float] = None,
     attention: Optional[Literal['naive', 'flash']] = None,
     attn_implementation: Optional[Literal['eager', 'sdpa', 'flash_attention_2']] = None,
-    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']] = None,
+    sdpa_backend: Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']] = None,
     use_cache: Optional[Literal['true', 'false']] = None,
     logits_to_keep: Optional[int] = None,
     gradient_checkpointing: Optional[Literal['none', 'non-reentrant', 'reentrant']] = None,
@@ -1570,12 +1576,13 @@ def estimate(
         Mistral-7B-v0.3. [--preset; also model_size=, preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset Only
-        config.json is read: model_type llama, mistral, qwen2 or qwen3, run as transformers 5.23.0's
-        modeling code (the hf flavour), with that release's config defaults. Its torch_dtype is the
-        weights' type, as from_pretrained(dtype="auto") loads them (--dtype overrides it). Shape
-        flags override it; --flavour cs336|tinyllama maps a plain llama shape onto those flavours.
-        Also a dict (a config.json's content) or a transformers ``PretrainedConfig`` (anything with
-        ``to_dict()``). [--config]
+        config.json is read: model_type llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2,
+        gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss or deepseek_v3, run as transformers
+        5.23.0's modeling code (the hf flavour), with that release's config defaults. Its
+        torch_dtype is the weights' type, as from_pretrained(dtype="auto") loads them (--dtype
+        overrides it). Shape flags override it; --flavour cs336|tinyllama maps a plain llama shape
+        onto those flavours. Also a dict (a config.json's content) or a transformers
+        ``PretrainedConfig`` (anything with ``to_dict()``). [--config]
     flavour : Optional[Literal['cs336', 'tinyllama', 'hf']], default None
         Reference implementation to reproduce. One of: cs336, tinyllama, hf. [--flavour]
     hidden_dim : Optional[int], default None
@@ -1603,10 +1610,11 @@ def estimate(
     attn_implementation : Optional[Literal['eager', 'sdpa', 'flash_attention_2']], default None
         hf flavour: transformers' attn_implementation (default sdpa, as transformers'). One of:
         eager, sdpa, flash_attention_2. [--attn-implementation]
-    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash']], default None
+    sdpa_backend : Optional[Literal['auto', 'flash', 'efficient', 'math', 'cpu_flash', 'cudnn']], default None
         hf flavour, sdpa: the kernel F.scaled_dot_product_attention runs on CUDA auto (the default)
-        is what PyTorch picks for the dtype and mask; it is printed with the run. One of: auto,
-        flash, efficient, math, cpu_flash. [--sdpa-backend]
+        is what PyTorch 2.11 picks for the dtype, mask and GPU (cuDNN attention for fp16/bf16 on an
+        H100/H200 --gpu, else flash); it is printed with the run. One of: auto, flash, efficient,
+        math, cpu_flash, cudnn. [--sdpa-backend]
     use_cache : Optional[Literal['true', 'false']], default None
         hf flavour: use_cache true|false (default: the config's) true for every shipped preset: a
         forward fills a DynamicCache with each layer's keys and values. One of: true, false.
