@@ -96,6 +96,7 @@ fn tools() -> Option<Tools> {
         notice("npm is not installed, and the harness needs it once for puppeteer-core (apt-get install npm)");
         return None;
     }
+    install_puppeteer_once(&harness, &node_dir);
     let chrome = std::env::var_os("CHROME")
         .map(PathBuf::from)
         .filter(|p| p.is_file())
@@ -105,6 +106,27 @@ fn tools() -> Option<Tools> {
         notice("chromium is not installed (apt-get install chromium)");
     }
     Some(Tools { harness, chrome: chrome? })
+}
+
+/// The harness installs puppeteer-core on its first run, but the tests here run in parallel and
+/// concurrent first installs into the one folder break each other ("Cannot find module", seen
+/// on a fresh machine): the first test to get here installs it as run_viewer.sh would, the
+/// others wait.
+fn install_puppeteer_once(harness: &Path, node_dir: &Path) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if node_dir.join("node_modules/puppeteer-core").exists() {
+            return;
+        }
+        std::fs::create_dir_all(node_dir).unwrap();
+        std::fs::copy(harness.parent().unwrap().join("package.json"), node_dir.join("package.json")).unwrap();
+        let st = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent"])
+            .env("PUPPETEER_SKIP_DOWNLOAD", "1")
+            .current_dir(node_dir)
+            .status();
+        assert!(st.is_ok_and(|s| s.success()), "npm install of puppeteer-core into {} failed", node_dir.display());
+    });
 }
 
 fn out_dir(case: &str) -> PathBuf {
