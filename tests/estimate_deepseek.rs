@@ -113,18 +113,7 @@ fn config(p: &Point) -> ModelConfig {
     hf.reentrant = p.ckpt == Some(true);
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
-    hf.lora = p.lora.map(|(r, dropout, targets)| vramscope::model::lora::LoraConfig {
-        r,
-        alpha: 16.0,
-        dropout,
-        targets: targets.iter().map(|t| t.to_string()).collect(),
-        target_parameters: vec![],
-        dropout_kernel: Default::default(),
-        bias: vramscope::model::lora::LoraBias::None,
-        use_dora: false,
-        modules_to_save: vec![],
-        gate_up_doubled: false,
-    });
+    hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();

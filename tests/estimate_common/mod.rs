@@ -133,3 +133,21 @@ pub fn compare_optimizer(cfg: &ModelConfig, precision: vramscope::train::Precisi
     assert_eq!(e.grad_bytes, sim.gradient_bytes, "{what}: gradients");
     assert!(e.training_bytes() <= sim.training_peak_allocated, "{what}: bound {} above the simulated peak {}", e.training_bytes(), sim.training_peak_allocated);
 }
+
+/// peft's LoraConfig of an MoE estimate point: r, alpha 16, dropout and target_modules, the
+/// rest at peft's defaults.
+#[allow(dead_code)] // (not every estimate grid has adapters)
+pub fn lora(r: usize, dropout: f64, targets: &[&str]) -> vramscope::model::lora::LoraConfig {
+    vramscope::model::lora::LoraConfig {
+        r,
+        alpha: 16.0,
+        dropout,
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        target_parameters: vec![],
+        dropout_kernel: Default::default(),
+        bias: vramscope::model::lora::LoraBias::None,
+        use_dora: false,
+        modules_to_save: vec![],
+        gate_up_doubled: false,
+    }
+}
