@@ -378,6 +378,21 @@ def grid_course():
     return pts
 
 
+def run_flags(kw):
+    """The `vramscope profile` flags of a point's run options: fp32 weights, autocast,
+    checkpointing, peft's LoRA."""
+    args = ""
+    if kw.get("dtype") == "fp32":
+        args += " --dtype fp32"
+    if kw.get("autocast"):
+        args += " --precision bf16"
+    if kw.get("checkpoint"):
+        args += f" --gradient-checkpointing {kw['checkpoint']}"
+    if kw.get("lora_r"):
+        args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
+    return args
+
+
 def grid_hf():
     pts = []
     L1 = dict(config="Llama-3.2-1B", preset="Llama-3.2-1B")
@@ -390,14 +405,7 @@ def grid_hf():
             args += f" --num-layers {model['num_layers']}"
         if kw.get("attn", "sdpa") != "sdpa":
             args += f" --attn-implementation {kw['attn']}"
-        if kw.get("dtype") == "fp32":
-            args += " --dtype fp32"
-        if kw.get("autocast"):
-            args += " --precision bf16"
-        if kw.get("checkpoint"):
-            args += f" --gradient-checkpointing {kw['checkpoint']}"
-        if kw.get("lora_r"):
-            args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
+        args += run_flags(kw)
         if kw.get("load_in_4bit"):
             args += " --load-in-4bit --bnb-4bit-quant-type nf4 --bnb-4bit-compute-dtype bf16"
         if kind == "generate":
@@ -480,14 +488,7 @@ def grid_moe():
                 f"--experts-implementation {experts} --routing {routing}")
         if attn != "sdpa":
             args += f" --attn-implementation {attn}"
-        if kw.get("dtype") == "fp32":
-            args += " --dtype fp32"
-        if kw.get("autocast"):
-            args += " --precision bf16"
-        if kw.get("checkpoint"):
-            args += f" --gradient-checkpointing {kw['checkpoint']}"
-        if kw.get("lora_r"):
-            args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
+        args += run_flags(kw)
         if kind == "generate":
             args += f" --max-new-tokens {kw['max_new_tokens']}" + (" --do-sample" if kw.get("do_sample") else "")
         modelled = not (mt == "deepseek_v3" and attn == "sdpa")
