@@ -478,6 +478,22 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, cfg: &ModelConfig, hf: &HfConfig, kerne
 /// input, its dropout, or the fp32 copy of a low-precision input, which dies with forward),
 /// and A's output is low-precision; the adapters' casts are cached (leaves that need a
 /// gradient), the frozen weights' are not (each dies after its matmul).
+/// The gated MLP's factors `act(gate_proj(x)) * up_proj(x)` keeps, in the order they are made:
+/// the activation keeps its input (the gate projection's output) and the product each factor for
+/// the other's gradient — the gate side's when `gate` needs a gradient, `act(gate)` when `up`
+/// does. `act` is (its name, its aten op).
+fn gated_mlp_factors(c: &Ctx, t: &mut Vec<Term>, gate: bool, up: bool, act: (&str, &'static str), lo: u64) {
+    if gate {
+        t.push(c.term(format!("gate_proj output ({} keeps its input)", act.0), "mm", Unit::F, lo));
+    }
+    if up {
+        t.push(c.term(format!("{}(gate)", act.0), act.1, Unit::F, lo));
+    }
+    if gate {
+        t.push(c.term("up_proj output", "mm", Unit::F, lo));
+    }
+}
+
 fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, x_grad: bool) {
     adapter_on(c, t, lc, name, &|what: String, op, elem| c.term(what, op, unit, elem), x_grad);
 }
@@ -620,16 +636,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         }
     }
     let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
-    // silu keeps its input and the product each factor for the other's gradient.
-    if gate {
-        t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
-    }
-    if up {
-        t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
-    }
-    if gate {
-        t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
-    }
+    gated_mlp_factors(c, &mut t, gate, up, ("silu", "silu"), ty.lo);
     if a_keeps_input("down_proj") || (int8 && (gate || up)) {
         t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
     }

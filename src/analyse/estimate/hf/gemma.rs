@@ -87,16 +87,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
         }
     }
     let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
-    // gelu_tanh keeps its input, the product each factor for the other's gradient.
-    if gate {
-        t.push(c.term("gate_proj output (gelu_tanh keeps its input)", "mm", Unit::F, ty.lo));
-    }
-    if up {
-        t.push(c.term("gelu_tanh(gate)", "gelu", Unit::F, ty.lo));
-    }
-    if gate {
-        t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
-    }
+    super::gated_mlp_factors(c, &mut t, gate, up, ("gelu_tanh", "gelu"), ty.lo);
     if a_keeps_input("down_proj") {
         t.push(c.term("gelu·up (input of down_proj)", "mul", Unit::F, ty.lo));
     }

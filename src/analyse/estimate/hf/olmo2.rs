@@ -92,16 +92,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
         }
     }
     let (gate, up) = (h || adapted("gate_proj"), h || adapted("up_proj"));
-    // silu keeps its input and the product each factor for the other's gradient.
-    if gate {
-        t.push(c.term("gate_proj output (silu keeps its input)", "mm", Unit::F, ty.lo));
-    }
-    if up {
-        t.push(c.term("silu(gate)", "silu", Unit::F, ty.lo));
-    }
-    if gate {
-        t.push(c.term("up_proj output", "mm", Unit::F, ty.lo));
-    }
+    super::gated_mlp_factors(c, &mut t, gate, up, ("silu", "silu"), ty.lo);
     if weights || a_keeps_input("down_proj") {
         t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
     }
