@@ -29,15 +29,6 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gpu");
 /// (point id, "allocated" | "reserved", the cause).
 const KNOWN_MISSES: &[(&str, &str, &str)] = &[
     (
-        "cs336-small-S1024-B8-training-bf16-flash",
-        "allocated",
-        "on sm90 PyTorch runs `F.scaled_dot_product_attention` on half types through cuDNN attention, which \
-         vramscope models for an H100/H200 --gpu (the `cudnn` backend, event for event against micro2.json's \
-         traces: tests/gpu_micro.rs); with it the prediction is what it was with FlashAttention-2, so cuDNN is \
-         not the cause: the measured peak (at the loss) is 157 MiB above it (+1.8 %), about one (B, S, d_model) \
-         bf16 tensor per layer, not yet explained",
-    ),
-    (
         "hf-Llama-3.1-8B-L2-S4096-B1-training",
         "reserved",
         "CUDA-only transient blocks vramscope does not model open new segments: the reduce kernel's global \
@@ -105,6 +96,8 @@ fn table_gpu(card: &Value) -> gpu::Gpu {
 struct Predicted {
     allocated: u64,
     reserved: u64,
+    /// The requested bytes' peak (the live tensors' own sizes, before the allocator rounds).
+    requested: u64,
 }
 
 fn predict(args: &str, gpu: &str) -> Predicted {
@@ -122,7 +115,11 @@ fn try_predict(args: &str, gpu: &str) -> anyhow::Result<Predicted> {
     let runs = session::profile::profile_all(&mut p, &a.profile_type, &ranks, |_, _| Ok(()))?;
     let s = session::summary::profile(&p, &a.profile_type, &ranks, &runs, None);
     let r = &s["runs"][0];
-    Ok(Predicted { allocated: r["peak_allocated_bytes"].as_u64().unwrap(), reserved: r["peak_reserved_bytes"].as_u64().unwrap() })
+    Ok(Predicted {
+        allocated: r["peak_allocated_bytes"].as_u64().unwrap(),
+        reserved: r["peak_reserved_bytes"].as_u64().unwrap(),
+        requested: r["allocator_stats"]["requested_bytes"]["peak"].as_u64().unwrap(),
+    })
 }
 
 /// The measured allocated peak compared: hf points leave the setup out (module comment).
@@ -188,6 +185,51 @@ fn the_card_is_the_table_entry() {
     assert!(kept >= context && kept - context < (4 << 20), "context measured {context} B, kept {kept} B");
 }
 
+/// Points whose requested peak is not yet PyTorch's to the byte: (id, measured − predicted).
+const REQUESTED_OFF: &[(&str, i64)] = &[
+    ("cs336-small-S128-B8-training-bf16", 4096),
+    ("cs336-medium-S128-B8-training-bf16", 4096),
+    ("cs336-small-S1024-B8-training-bf16-flash", 32768),
+    ("tinyllama-walkthrough-training", 152),
+];
+
+/// The requested peak (the live tensors' own sizes, before the allocator rounds them to its
+/// blocks) of every modelled point equals PyTorch's to the byte, the workspaces the run leaves
+/// aside; REQUESTED_OFF lists the few that do not yet, with the gap, and only shrinks. The
+/// allocated and reserved peaks add the caching allocator's block choice (which free block a
+/// request splits), held to the bounds of `every_point_is_within_the_bounds`.
+#[test]
+fn requested_peaks_are_pytorchs_to_the_byte() {
+    let g = table_gpu(&card());
+    let (mut off, mut fixed, mut exact) = (Vec::new(), Vec::new(), 0);
+    for row in rows().iter().filter(|r| r["modelled"] != false) {
+        let id = row["id"].as_str().unwrap();
+        let p = predict(row["args"].as_str().unwrap(), g.name);
+        let group = row["group"].as_str().unwrap();
+        let ws = row["leftover_allocated"].as_u64().unwrap() - row["baseline_allocated"].as_u64().unwrap();
+        let measured = if ["hf", "moe", "families"].contains(&group) {
+            // The setup left out, as measured_allocated; the hf part's process also holds one
+            // 4 B tensor an import made on the device (its 512 B block: baseline or leftover).
+            let peak = row["phases"].as_array().unwrap().iter().filter(|s| s["phase"] != "setup").map(|s| s["peak_requested"].as_u64().unwrap()).max().unwrap();
+            peak - if group == "hf" { 4 } else { 0 }
+        } else {
+            row["measured"]["peak_requested"].as_u64().unwrap()
+        };
+        // The workspaces are whole MiB (the import's block is not).
+        let gap = measured as i64 - (p.requested + ws - ws % (1 << 20)) as i64;
+        match (gap, REQUESTED_OFF.iter().find(|k| k.0 == id)) {
+            (0, None) => exact += 1,
+            (0, Some(_)) => fixed.push(id.to_string()),
+            (g, Some(k)) if g == k.1 => {}
+            (g, _) => off.push(format!("{id}: measured − predicted = {g} B")),
+        }
+    }
+    println!("{exact} points byte-exact in requested bytes");
+    assert!(exact >= 150, "{exact} byte-exact points");
+    assert!(off.is_empty(), "requested peaks off:\n{}", off.join("\n"));
+    assert!(fixed.is_empty(), "take these off REQUESTED_OFF: {fixed:?}");
+}
+
 #[test]
 fn every_point_is_within_the_bounds() {
     let card = card();
@@ -199,7 +241,8 @@ fn every_point_is_within_the_bounds() {
     for row in &rows {
         let id = row["id"].as_str().unwrap();
         assert!(row["ok"].as_bool().unwrap(), "{id}: {}", row["error"]);
-        let ws = row["leftover_allocated"].as_u64().unwrap();
+        // What the run leaves allocated that was not there before it (the baseline is in both).
+        let ws = row["leftover_allocated"].as_u64().unwrap() - row["baseline_allocated"].as_u64().unwrap();
         if row["modelled"] == false {
             // Measured for when it lands; vramscope refuses it today.
             let args = row["args"].as_str().unwrap();

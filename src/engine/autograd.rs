@@ -214,6 +214,9 @@ pub fn backward(root: &Tensor, grad: Option<Tensor>) {
     assert!(root.requires_grad(), "backward on a tensor that does not require grad");
     let _ng = no_grad();
     let g = grad.unwrap_or_else(|| root.ones_like());
+    // torch.autograd.backward holds its `grad_tensors_` (the seed `_make_grads` made, or the
+    // caller's) until the engine returns: alive for the whole backward, a 512 B block on CUDA.
+    let _seed = g.clone();
     let root_task = match root.grad_fn() {
         Some(n) => Task::Node(n.clone()),
         None => Task::Leaf(root.clone()),

@@ -75,7 +75,7 @@ pub struct Frame {
     /// state (a fresh region, so the weights are cast again).
     autocast: Option<crate::engine::DType>,
     /// The forward's [`runtime::cuda_kernels`] state, which the recomputation runs under too.
-    cuda_kernels: bool,
+    cuda_kernels: runtime::CudaKernels,
     slots: RefCell<Vec<Slot>>,
     recomputed: Cell<bool>,
     counter: Cell<usize>,
@@ -212,7 +212,7 @@ pub fn checkpoint(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -> Tensor {
         scope: runtime::current_scope(),
         py: runtime::current_py(),
         autocast: crate::engine::autocast::active(),
-        cuda_kernels: runtime::on_cuda_kernels(),
+        cuda_kernels: runtime::cuda_kernels_now(),
         slots: RefCell::new(Vec::new()),
         recomputed: Cell::new(false),
         counter: Cell::new(0),
@@ -242,7 +242,7 @@ pub fn checkpoint_reentrant(x: Tensor, f: impl Fn(Tensor) -> Tensor + 'static) -
     let scope = runtime::current_scope();
     let py = runtime::current_py();
     let autocast = crate::engine::autocast::active();
-    let cuda_kernels = runtime::on_cuda_kernels();
+    let cuda_kernels = runtime::cuda_kernels_now();
     let saved = x.detach();
     // `ctx.run_function` (and the tensors it captured) lives as long as the graph does.
     let f = Rc::new(f);

@@ -34,7 +34,7 @@ pub struct Runtime {
     on_host: bool,
     /// Ops created inside follow CUDA's kernels where they allocate differently from the CPU's
     /// ([`cuda_kernels`]).
-    cuda_kernels: bool,
+    cuda_kernels: CudaKernels,
     /// Host memory held by such storages: (now, peak).
     host: (usize, usize),
     /// Storages created now live in CUDA unified memory (`cudaMallocManaged`: bitsandbytes'
@@ -63,7 +63,7 @@ impl Default for Runtime {
             autocast: Default::default(),
             deferring: false,
             on_host: false,
-            cuda_kernels: false,
+            cuda_kernels: CudaKernels::default(),
             host: (0, 0),
             unified: false,
             unified_mem: (0, 0),
@@ -211,17 +211,32 @@ pub fn on_host() -> Guard {
     Guard::new(move || with(|rt| rt.on_host = prev))
 }
 
-/// Ops created inside run CUDA's kernels where those allocate what the CPU's do not (the
-/// softmax backward's `grad * output` temporary): set around the hf flavour's forwards unless
-/// the run is a CPU grid's (`HfConfig::cpu_run`). An op reads it when it is created, so its
-/// backward follows the forward's device.
-pub fn cuda_kernels(on: bool) -> Guard {
-    let prev = with(|rt| std::mem::replace(&mut rt.cuda_kernels, on));
+/// Which of CUDA's kernels the ops created now follow ([`cuda_kernels`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaKernels {
+    /// CUDA's kernels where those allocate what the CPU's do not (the softmax backward's
+    /// `grad * output` temporary).
+    pub on: bool,
+    /// The SM count of an sm90 GPU, where a bf16 `_grouped_mm` runs CUTLASS's grouped GEMM
+    /// (`bf16bf16_grouped_mm`) with its argument buffer and workspace; None elsewhere.
+    pub cutlass_sms: Option<u32>,
+}
+
+/// Ops created inside run CUDA's kernels as `k` says: set around the hf flavour's forwards
+/// unless the run is a CPU grid's (`HfConfig::cpu_run`). An op reads it when it is created,
+/// so its backward follows the forward's device.
+pub fn cuda_kernels(k: CudaKernels) -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.cuda_kernels, k));
     Guard::new(move || with(|rt| rt.cuda_kernels = prev))
 }
 
 /// Whether [`cuda_kernels`] is in force.
 pub fn on_cuda_kernels() -> bool {
+    with(|rt| rt.cuda_kernels.on)
+}
+
+/// The [`cuda_kernels`] state now (a checkpoint's recomputation runs under its forward's).
+pub fn cuda_kernels_now() -> CudaKernels {
     with(|rt| rt.cuda_kernels)
 }
 

@@ -79,11 +79,13 @@ fn tiny(name: &'static str, d: usize, l: usize, f: usize, s: usize, b: usize, st
 /// (tests/fixtures/hf_models/<name>/config.json holds each file). Run defaults: batch 1,
 /// context 2048.
 #[allow(clippy::too_many_arguments)]
-fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f64, eps: f64, max: usize, tied: bool, rope_type: Option<&str>, eos: i64, params: u64) -> Preset {
+fn hf(name: &'static str, arch: Arch, [v, d, f, l, h, kv]: [usize; 6], theta: f64, eps: f64, max: usize, tied: bool, rope_type: Option<&str>, eos: i64, bos: Option<i64>, params: u64) -> Preset {
     let mut extra = HfConfig::new(arch, if arch == Arch::Qwen3 { 128 } else { d / h });
     extra.rope_type = rope_type.map(str::to_string);
     // config.json's eos_token_id (none of them names a pad token).
     extra.eos_token_id = vec![eos];
+    // and its bos_token_id (OLMo-2's names none).
+    extra.bos_token_id = bos.into_iter().collect();
     // Every shipped config.json says `"torch_dtype": "bfloat16"`.
     extra.torch_dtype = Some(crate::engine::DType::BF16);
     Preset {
@@ -159,40 +161,40 @@ pub fn all() -> Vec<Preset> {
         tiny("very_large", 4096, 24, 16384, 2048, 4, 100, 2048, 6_044_094_464),
         // [vocab, hidden, intermediate, layers, heads, kv heads]; the totals are what
         // transformers 5.23.0 builds from each config.json (meta device, tied weights once).
-        hf("Llama-3.2-1B", Arch::Llama, [128_256, 2048, 8192, 16, 32, 8], 500_000.0, 1e-5, 131_072, true, Some("llama3"), 128001, 1_235_814_400),
-        hf("Llama-3.1-8B", Arch::Llama, [128_256, 4096, 14336, 32, 32, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 128001, 8_030_261_248),
-        hf("Llama-3.1-70B", Arch::Llama, [128_256, 8192, 28672, 80, 64, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 128001, 70_553_706_496),
-        hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 7_248_023_552),
-        hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 151643, 7_615_616_512),
-        hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 151645, 8_190_735_360),
+        hf("Llama-3.2-1B", Arch::Llama, [128_256, 2048, 8192, 16, 32, 8], 500_000.0, 1e-5, 131_072, true, Some("llama3"), 128001, Some(128000), 1_235_814_400),
+        hf("Llama-3.1-8B", Arch::Llama, [128_256, 4096, 14336, 32, 32, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 128001, Some(128000), 8_030_261_248),
+        hf("Llama-3.1-70B", Arch::Llama, [128_256, 8192, 28672, 80, 64, 8], 500_000.0, 1e-5, 131_072, false, Some("llama3"), 128001, Some(128000), 70_553_706_496),
+        hf("Mistral-7B", Arch::Mistral, [32_768, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, Some(1), 7_248_023_552),
+        hf("Qwen2.5-7B", Arch::Qwen2, [152_064, 3584, 18944, 28, 28, 4], 1_000_000.0, 1e-6, 131_072, false, None, 151643, Some(151643), 7_615_616_512),
+        hf("Qwen3-8B", Arch::Qwen3, [151_936, 4096, 12288, 36, 32, 8], 1_000_000.0, 1e-6, 40_960, false, None, 151645, Some(151643), 8_190_735_360),
         // microsoft/Phi-3-mini-4k-instruct: a 2047-token sliding window, pad token 32000.
-        with_hf(hf("Phi-3-mini", Arch::Phi3, [32_064, 3072, 8192, 32, 32, 32], 10_000.0, 1e-5, 4096, false, None, 32000, 3_821_079_552), |h| {
+        with_hf(hf("Phi-3-mini", Arch::Phi3, [32_064, 3072, 8192, 32, 32, 32], 10_000.0, 1e-5, 4096, false, None, 32000, Some(1), 3_821_079_552), |h| {
             h.sliding_window = Some(2047);
             h.pad_token_id = Some(32000);
         }),
         // allenai/OLMo-2-1124-7B: saved in float32, pad token 100277.
-        with_hf(hf("OLMo-2-7B", Arch::Olmo2, [100_352, 4096, 11008, 32, 32, 32], 500_000.0, 1e-6, 4096, false, None, 100257, 7_298_617_344), |h| {
+        with_hf(hf("OLMo-2-7B", Arch::Olmo2, [100_352, 4096, 11008, 32, 32, 32], 500_000.0, 1e-6, 4096, false, None, 100257, None, 7_298_617_344), |h| {
             h.torch_dtype = Some(crate::engine::DType::F32);
             h.pad_token_id = Some(100277);
         }),
         // google/gemma-2-9b: saved in float32; 256-wide heads, a 4096 window on every other
         // layer, soft-capping 50 (scores) and 30 (logits).
-        with_hf(hf("Gemma-2-9B", Arch::Gemma2, [256_000, 3584, 14336, 42, 16, 8], 10_000.0, 1e-6, 8192, true, None, 1, 9_241_705_984), |h| {
+        with_hf(hf("Gemma-2-9B", Arch::Gemma2, [256_000, 3584, 14336, 42, 16, 8], 10_000.0, 1e-6, 8192, true, None, 1, Some(2), 9_241_705_984), |h| {
             h.head_dim = 256;
             h.torch_dtype = Some(crate::engine::DType::F32);
             h.gemma = Some(super::hf::gemma::published(Arch::Gemma2, 42, 4096, 256.0, 10_000.0));
         }),
         // google/gemma-3-27b-it's text model (its text_config): 128-wide heads, a 1024 window
         // on five layers of six, RoPE bases 1e6 (linear ×8) and 1e4.
-        with_hf(hf("Gemma-3-27B", Arch::Gemma3Text, [262_208, 5376, 21504, 62, 32, 16], 1_000_000.0, 1e-6, 131_072, true, Some("linear"), 1, 27_009_346_304), |h| {
+        with_hf(hf("Gemma-3-27B", Arch::Gemma3Text, [262_208, 5376, 21504, 62, 32, 16], 1_000_000.0, 1e-6, 131_072, true, Some("linear"), 1, Some(2), 27_009_346_304), |h| {
             h.head_dim = 128;
             h.eos_token_id = vec![1, 106];
             h.gemma = Some(super::hf::gemma::published(Arch::Gemma3Text, 62, 1024, 168.0, 10_000.0));
         }),
         // Mixture of experts (d_ff is one expert's width); 12,879,925,248 and 3,353,032,704
         // parameters active per token.
-        moe(hf("Mixtral-8x7B", Arch::Mistral, [32_000, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, 46_702_792_704), MoeFamily::Mixtral, 8, 2),
-        moe(hf("Qwen3-30B-A3B", Arch::Qwen3, [151_936, 2048, 768, 48, 32, 4], 1_000_000.0, 1e-6, 40_960, false, None, 151645, 30_532_122_624), MoeFamily::Qwen3Moe, 128, 8),
+        moe(hf("Mixtral-8x7B", Arch::Mistral, [32_000, 4096, 14336, 32, 32, 8], 1_000_000.0, 1e-5, 32_768, false, None, 2, Some(1), 46_702_792_704), MoeFamily::Mixtral, 8, 2),
+        moe(hf("Qwen3-30B-A3B", Arch::Qwen3, [151_936, 2048, 768, 48, 32, 4], 1_000_000.0, 1e-6, 40_960, false, None, 151645, Some(151643), 30_532_122_624), MoeFamily::Qwen3Moe, 128, 8),
         // 4,187,440,704 and 5,711,982,912 parameters active per token.
         gpt_oss("gpt-oss-20b", 24, 32, 20_914_757_184),
         gpt_oss("gpt-oss-120b", 36, 128, 116_829_156_672),

@@ -200,6 +200,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     // SDPA's kernel follows the GPU: torch 2.11 tries cuDNN attention first on sm90.
     if let Some(h) = cfg.hf.as_mut() {
         h.cudnn_sdpa = gpu.is_some_and(|g| g.sdpa_prefers_cudnn());
+        h.cutlass_sms = gpu.as_ref().and_then(|g| g.grouped_mm_cutlass_sms());
     }
     if let Some(q) = cfg.hf.as_mut().and_then(|h| h.bnb.as_mut()) {
         if let crate::model::bnb::Quant::FourBit(f) = &mut q.quant {

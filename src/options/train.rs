@@ -278,6 +278,7 @@ pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     // SDPA's kernel follows the GPU: torch 2.11 tries cuDNN attention first on sm90.
     if let Some(h) = cfg.hf.as_mut() {
         h.cudnn_sdpa = gpu.is_some_and(|g| g.sdpa_prefers_cudnn());
+        h.cutlass_sms = gpu.as_ref().and_then(|g| g.grouped_mm_cutlass_sms());
     }
     let window = a.enable_pytorch_profiler || a.profile_operators;
     if a.profile_steps.is_some() && !window {

@@ -36,6 +36,16 @@ impl Gpu {
     pub fn sdpa_prefers_cudnn(&self) -> bool {
         matches!(self.arch, Some(Arch::Cuda { major: 9 | 10, .. }))
     }
+
+    /// The SM count where a bf16 `_grouped_mm` runs CUTLASS's sm90 grouped GEMM
+    /// (GroupMM.cu's `bf16bf16_grouped_gemm_impl_sm90_sm100`: compute capability 9.x; 10.x's
+    /// kernel is another, unmeasured): None where PyTorch falls back to a loop of matmuls.
+    pub fn grouped_mm_cutlass_sms(&self) -> Option<u32> {
+        match self.arch {
+            Some(Arch::Cuda { sms, major: 9, .. }) => Some(sms),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]

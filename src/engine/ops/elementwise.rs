@@ -194,8 +194,14 @@ impl Tensor {
             let (a, b) = (self.meta_like(), o.meta_like());
             let (ra, rb) = (self.requires_grad(), o.requires_grad());
             return attach(out, "SubBackward0", &[self, o], Box::new(move |g| {
-                let gb = rb.then(|| reduce_grad(g.neg(), &b));
-                vec![ra.then(|| reduce_grad(g, &a)), gb]
+                // apply returns both raw gradients (self's is grad itself, other's a new
+                // -grad); the engine's validate_outputs then sums and casts them in input
+                // order, so the whole -grad is alive while self's is cast (measured on an H200:
+                // cs336's log-softmax `x - lse` under autocast, tests/gpu_grid.rs).
+                let gb = rb.then(|| g.neg());
+                let ga = ra.then(|| g.clone());
+                drop(g);
+                vec![ga.map(|x| reduce_grad(x, &a)), gb.map(|x| reduce_grad(x, &b))]
             }));
         }
         out

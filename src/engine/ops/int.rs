@@ -171,6 +171,18 @@ impl Tensor {
         Tensor::build(self.device(), DType::Bool, &[], "any", &[self], || Buffer::Bool(vec![cpu::read_i64(self).into_iter().any(|x| x != 0)]))
     }
 
+    /// `torch.sum(self)` of a bool or integer tensor: a 0-d int64, as PyTorch promotes.
+    #[track_caller]
+    pub fn sum_int(&self) -> Tensor {
+        Tensor::build(self.device(), DType::I64, &[], "sum", &[self], || Buffer::I64(vec![cpu::read_i64(self).into_iter().sum()]))
+    }
+
+    /// `self > n` (bool) for an integer tensor.
+    #[track_caller]
+    pub fn gt_int(&self, n: i64) -> Tensor {
+        Tensor::build(self.device(), DType::Bool, self.shape(), "gt", &[self], || Buffer::Bool(cpu::read_i64(self).into_iter().map(|x| x > n).collect()))
+    }
+
     /// `self.all()`: a 0-d bool.
     #[track_caller]
     pub fn all(&self) -> Tensor {

@@ -95,6 +95,9 @@ impl Tensor {
         assert_eq!(weight.dim(1), k, "grouped_mm: inner sizes");
         let n = weight.dim(2);
         let out = Tensor::build(self.device(), self.dtype(), &[s, n], "empty_strided", &[self, weight, offs], || meta_only("grouped_mm"));
+        let groups = offs.numel();
+        let sms = crate::engine::runtime::cuda_kernels_now().cutlass_sms.filter(|_| self.dtype() == DType::BF16 && weight.dtype() == DType::BF16);
+        cutlass_grouped_gemm_scratch(sms, groups, &out);
         if needs_grad(&[self, weight]) {
             // GroupedMmBackward0 saves self, mat2 and offs (Functions.h): the int32 offsets
             // (E × 4 B, one 512 B block on CUDA) live until backward. The CPU grid does not see
@@ -108,13 +111,18 @@ impl Tensor {
             return attach(out, "GroupedMmBackward0", &[self, weight], Box::new(move |g| {
                 let (x, w) = (x.map(|x| x.unpack()), w.map(|w| w.unpack()));
                 let _offs = offs_saved.unpack();
-                let gx = w.as_ref().map(|w| Tensor::build(g.device(), x_dtype, &x_shape, "empty_strided", &[&g, w], || meta_only("grouped_mm backward")));
+                let gx = w.as_ref().map(|w| {
+                    let t = Tensor::build(g.device(), x_dtype, &x_shape, "empty_strided", &[&g, w], || meta_only("grouped_mm backward"));
+                    cutlass_grouped_gemm_scratch(sms, groups, &t);
+                    t
+                });
                 let gw = x.as_ref().map(|x| {
                     // The gradient has the weight view's strides, made dense.
                     let mut order: Vec<usize> = (0..3).collect();
                     order.sort_by(|&a, &b| w_strides[b].cmp(&w_strides[a]));
                     let dense: Vec<usize> = order.iter().map(|&d| w_shape[d]).collect();
                     let t = Tensor::build(g.device(), w_dtype, &dense, "empty_strided", &[&g, x], || meta_only("grouped_mm backward"));
+                    cutlass_grouped_gemm_scratch(sms, groups, &t);
                     let mut inverse = vec![0; 3];
                     for (i, &d) in order.iter().enumerate() {
                         inverse[d] = i;
@@ -202,4 +210,18 @@ impl Tensor {
         }
         out
     }
+}
+
+/// What CUTLASS's sm90 grouped GEMM (GroupMM.cu, `bf16bf16_grouped_gemm_impl_sm90_sm100`)
+/// allocates around its kernel after the output: the argument buffer (A, B and output
+/// pointers for the groups rounded up to two, three 8-byte strides and a 12-byte problem shape
+/// per group: 60 B a group), then `Gemm::get_workspace_size`, 512 B per SM (measured on an
+/// H200: 67,584 B at 132 SMs, for every shape and tile its MoE grids ran); the workspace is
+/// freed first. None (`sms`) off sm90 or off bf16, where PyTorch loops over matmuls instead.
+fn cutlass_grouped_gemm_scratch(sms: Option<u32>, groups: usize, out: &Tensor) {
+    let Some(sms) = sms else { return };
+    let args = groups.div_ceil(2) * 2 * 3 * 8 + groups * 12 + groups * 3 * 8;
+    let buf = Tensor::zeros_op(&[args], DType::U8, out.device(), "_grouped_mm");
+    drop(Tensor::zeros_op(&[sms as usize * 512], DType::U8, out.device(), "_grouped_mm"));
+    drop(buf);
 }

@@ -231,6 +231,9 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     if let Some(v) = obj.get("eos_token_id") {
         hf.eos_token_id = token_ids(v, "eos_token_id")?;
     }
+    if let Some(v) = obj.get("bos_token_id") {
+        hf.bos_token_id = token_ids(v, "bos_token_id")?;
+    }
     if let Some(v) = obj.get("pad_token_id") {
         hf.pad_token_id = token_ids(v, "pad_token_id")?.first().copied();
     }

@@ -325,6 +325,12 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         Some(Value::Array(a)) => a.iter().map(|x| x.as_i64().ok_or_else(|| format!("field 'eos_token_id' must hold integers, found {x}"))).collect::<Result<_, _>>()?,
         Some(x) => vec![x.as_i64().ok_or_else(|| format!("field 'eos_token_id' must be an integer or a list of integers, found {x}"))?],
     };
+    hf.bos_token_id = match obj.get("bos_token_id") {
+        None => vec![0],
+        Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.iter().map(|x| x.as_i64().ok_or_else(|| format!("field 'bos_token_id' must hold integers, found {x}"))).collect::<Result<_, _>>()?,
+        Some(x) => vec![x.as_i64().ok_or_else(|| format!("field 'bos_token_id' must be an integer or a list of integers, found {x}"))?],
+    };
     hf.pad_token_id = field(obj, "pad_token_id").and_then(Value::as_i64);
     hf.moe = Some(MoeConfig {
         family: MoeFamily::DeepseekV3,

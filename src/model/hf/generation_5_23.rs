@@ -68,13 +68,27 @@ pub fn generate(m: &Model, input_ids: &Tensor, gc: &GenerateConfig, on_step: &mu
     let (b0, s) = (input_ids.dim(0), input_ids.dim(1));
     let b = b0;
     on_step(Step::Prefill);
-    // _prepare_special_tokens: eos as a device tensor; the pad token defaults to eos[0].
+    // _prepare_special_tokens: bos and eos as device tensors (the generation config keeps
+    // them to the end of generate()); the pad token defaults to eos[0].
+    let _bos = (!hf.bos_token_id.is_empty()).then(|| {
+        let ids = &hf.bos_token_id;
+        let n = [ids.len()];
+        Tensor::from_i64(ids, if ids.len() == 1 { &[] } else { &n }, device)
+    });
     let eos_ids = hf.eos_token_id.clone();
     let eos = (!eos_ids.is_empty()).then(|| Tensor::from_i64(&eos_ids, &[eos_ids.len()], device));
     let pad_id = hf.pad_token_id.or(eos_ids.first().copied());
     let pad = pad_id.map(|p| match (&eos, hf.pad_token_id) {
         (Some(e), None) => e.select(0, 0),
         _ => Tensor::from_i64(&[p], &[], device),
+    });
+    // generate()'s right-padding check of a batch without an attention mask: its local
+    // `has_right_padding = torch.sum(inputs_tensor[:, -1] == pad) > 0` lives to the end.
+    let _has_right_padding = (pad_id.is_some() && b0 > 1).then(|| {
+        let last = input_ids.select(1, s - 1).eq_int(pad_id.unwrap_or(0));
+        let n = last.sum_int();
+        drop(last);
+        n.gt_int(0)
     });
     // _prepare_attention_mask_for_generation.
     let attention_mask = {

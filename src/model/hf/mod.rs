@@ -230,6 +230,10 @@ pub struct HfConfig {
     /// `check_prefer_cudnn_attention`, [`crate::record::gpu::Gpu::sdpa_prefers_cudnn`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cudnn_sdpa: bool,
+    /// The SM count of the `--gpu` where a bf16 `_grouped_mm` runs CUTLASS's grouped GEMM
+    /// (sm90: its argument buffer and workspace, `runtime::CudaKernels::cutlass_sms`).
+    #[serde(default)]
+    pub cutlass_sms: Option<u32>,
     /// `use_cache` (the config's default is true: a forward builds a `DynamicCache`).
     pub use_cache: bool,
     /// `logits_to_keep` (0: all positions).
@@ -265,6 +269,10 @@ pub struct HfConfig {
     /// The config's `pad_token_id`, if any.
     #[serde(default)]
     pub pad_token_id: Option<i64>,
+    /// The config's `bos_token_id` (none, one or a list): `generate()` makes it a device
+    /// tensor it keeps to the end (`_prepare_special_tokens`), one 512 B block on CUDA.
+    #[serde(default)]
+    pub bos_token_id: Vec<i64>,
     /// Phi-3's `original_max_position_embeddings` (4096 by default; None for other families):
     /// its generate() drops the cache once the ids pass it (options::families::check_generate).
     #[serde(default)]
@@ -308,6 +316,7 @@ impl HfConfig {
             sdpa_backend: SdpaBackend::Auto,
             cpu_run: false,
             cudnn_sdpa: false,
+            cutlass_sms: None,
             use_cache: true,
             logits_to_keep: 0,
             reentrant: false,
@@ -325,6 +334,12 @@ impl HfConfig {
                 Arch::Olmo2 => vec![50279],
                 Arch::Gemma2 | Arch::Gemma3Text => vec![1],
                 Arch::Qwen2 | Arch::Qwen3 => Vec::new(),
+            },
+            // The config classes' defaults: qwen2/qwen3 and OLMo-2 none.
+            bos_token_id: match model_type {
+                Arch::Llama | Arch::Mistral | Arch::Phi3 => vec![1],
+                Arch::Gemma2 | Arch::Gemma3Text => vec![2],
+                Arch::Olmo2 | Arch::Qwen2 | Arch::Qwen3 => Vec::new(),
             },
             pad_token_id: match model_type {
                 Arch::Phi3 => Some(32000),

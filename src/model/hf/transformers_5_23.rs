@@ -1268,7 +1268,7 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
     let cfg = &m.config;
     let hf = cfg.hf.as_ref().expect("hf options");
     // A GPU run's kernels, unless this is a CPU grid's run.
-    let _k = runtime::cuda_kernels(!hf.cpu_run);
+    let _k = runtime::cuda_kernels(runtime::CudaKernels { on: !hf.cpu_run, cutlass_sms: hf.cutlass_sms.filter(|_| !hf.cpu_run) });
     let fr = frames(hf);
     let _f = py_frame(&fr.for_causal_lm);
     let (b, s) = (ids.dim(0), ids.dim(1));
