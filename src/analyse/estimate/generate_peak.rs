@@ -73,6 +73,10 @@ struct Dims {
     e: u64,
     eos: u64,
     pad_tensor: bool,
+    /// The config's bos ids (a device tensor generate keeps), and whether a batch of more
+    /// than one row with a pad token keeps generate's right-padding check (a 0-d bool).
+    bos: u64,
+    right_padding: bool,
     qk_norm: bool,
     /// do_sample, and its warpers: temperature != 1, top_k (clamped to V; 0: none).
     sample: bool,
@@ -104,10 +108,11 @@ impl Dims {
     fn prompt(&self) -> u64 {
         sum(&[mul(&[self.b0, self.s, 8]), if self.b != self.b0 { mul(&[self.b, self.s, 8]) } else { 0 }])
     }
-    /// `_prepare_special_tokens`: eos_token_tensor; a pad_token_id of the config's own is a
-    /// tensor too (else the pad is eos[0], a view).
+    /// `_prepare_special_tokens`: bos_token_tensor and eos_token_tensor; a pad_token_id of
+    /// the config's own is a tensor too (else the pad is eos[0], a view). Then generate's
+    /// `has_right_padding` (a 0-d bool) of a batch without an attention mask.
     fn special_tokens(&self) -> u64 {
-        sum(&[mul(&[self.eos, 8]), if self.pad_tensor { 8 } else { 0 }])
+        sum(&[mul(&[self.bos, 8]), mul(&[self.eos, 8]), if self.pad_tensor { 8 } else { 0 }, u64::from(self.right_padding)])
     }
     /// `_prepare_position_ids_for_generation`: the masked_fill result (repeat_interleave'd to
     /// B rows with num_return_sequences), kept by generate's model_kwargs until it returns.
@@ -281,6 +286,8 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         e: 2,
         eos: hf.eos_token_id.len() as u64,
         pad_tensor: hf.pad_token_id.is_some(),
+        bos: hf.bos_token_id.len() as u64,
+        right_padding: b > 1 && (hf.pad_token_id.is_some() || !hf.eos_token_id.is_empty()),
         qk_norm: hf.model_type == Arch::Qwen3,
         sample: gc.do_sample,
         temperature: gc.temperature != 1.0,
