@@ -333,7 +333,7 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
     // bf16 autocast runs for every MoE family (autocast.json, autocast_gpt_oss_deepseek.json),
     // fp16 over fp32 weights too (autocast_fp16.json; over bf16 weights it is refused as for
-    // every model); not with LoRA, nor DeepSeek-V3's sdpa math fallback.
+    // every model); not on DeepSeek-V3's sdpa math fallback.
     let s = profile("mixtral-fp16", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16"]);
     assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("mixtral"), Some("fp16")));
     bad(&["--preset", "gpt-oss-20b", "--dtype", "bfloat16", "--precision", "fp16"], "--precision");
@@ -345,7 +345,9 @@ fn routing_and_experts_flags_are_checked() {
     // The aux loss under autocast runs (tests/aux_loss_grid.rs, aux_loss_autocast.json).
     let s = profile("mixtral-aux-autocast", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"]);
     assert_eq!((s["model"]["hf"]["moe"]["output_router_logits"].as_bool(), s["precision"].as_str()), (Some(true), Some("bf16")));
-    bad(&["--preset", "Qwen3-30B-A3B", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], "--precision");
+    // LoRA under autocast runs (tests/moe_lora_autocast_grid.rs, lora_autocast.json).
+    let s = profile("qwen3-lora-autocast", &["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"]);
+    assert_eq!(s["precision"].as_str(), Some("fp16"));
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with
     // balanced or worst routing only: a file's counts are one forward's.
     bad(&["--preset", "Mixtral-8x7B", "--profile-type", "generate", "--max-new-tokens", "2", "--routing", counts.to_str().unwrap()], "one forward's token count");

@@ -139,16 +139,14 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
 /// grids (tests/moe_grid.rs: autocast.json for Mixtral, Qwen3-MoE and Qwen2-MoE,
 /// autocast_gpt_oss_deepseek.json for gpt-oss and DeepSeek-V3) run bf16 autocast over fp32 and
 /// bf16 weights, autocast_fp16.json fp16 autocast with the GradScaler over fp32 weights (fp16
-/// over bf16 weights is refused with every model by `Precision::on_weights`), all without
-/// adapters; aux_loss_autocast.json the router's auxiliary loss under both; DeepSeek-V3's sdpa
-/// only with v's head size equal to q's.
+/// over bf16 weights is refused with every model by `Precision::on_weights`);
+/// aux_loss_autocast.json the router's auxiliary loss under both, lora_autocast.json peft's
+/// LoRA (target_modules and target_parameters); DeepSeek-V3's sdpa only with v's head size
+/// equal to q's.
 fn autocast_refusal(c: &ModelConfig, m: &crate::model::hf::moe::MoeConfig, low: crate::engine::DType) -> anyhow::Result<()> {
     let family = m.family.model_type();
     if !matches!(low, crate::engine::DType::BF16 | crate::engine::DType::F16) {
         return Err(usage("--precision", format!("{low} autocast of a mixture-of-experts model ({family}) is not measured (bf16 and fp16 autocast are): use bf16 or fp16, or load the weights in their dtype")));
-    }
-    if c.hf().is_some_and(|h| h.lora.is_some()) {
-        return Err(usage("--precision", format!("autocast with peft's LoRA on a mixture-of-experts model ({family}) is not measured yet: drop one")));
     }
     // The math fallback's own casts of the autocast-cast bf16 q/k/v: not measured.
     if let (Some(ds), Some(hf)) = (&m.deepseek, c.hf()) {
