@@ -249,6 +249,28 @@ fn moe_fp16_autocast_grid_matches_transformers() {
     });
 }
 
+/// DeepSeek-V3's sdpa under autocast with v's head size unlike q/k's: PyTorch's CPU (and
+/// vramscope's `--sdpa-backend cpu_flash` / `math`) runs the math fallback on the autocast-cast
+/// q, k, v (`make_deepseek_sdpa_autocast_grid.py`): bf16 over fp32 and bf16 weights, fp16 over
+/// fp32, v larger and smaller than q, every experts implementation, both routings,
+/// q_lora_rank null and set, checkpointing off, non-reentrant and reentrant.
+#[test]
+fn deepseek_sdpa_autocast_grid_matches_transformers() {
+    let doc = fixture("deepseek_sdpa_autocast.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    let set = |k: &str| points.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(set("attn"), BTreeSet::from(["\"sdpa\"".into()]));
+    for (k, n) in [("autocast", 2), ("dtype", 2), ("experts", 3), ("routing", 2), ("checkpoint", 3), ("q_lora_rank", 3)] {
+        assert_eq!(set(k).len(), n, "{k} {:?}", set(k));
+    }
+    let v_vs_qk = |q: &Value| q["point"]["v_head_dim"].as_u64().cmp(&q["point"]["qk_nope_head_dim"].as_u64().zip(q["point"]["qk_rope_head_dim"].as_u64()).map(|(n, r)| n + r));
+    assert_eq!(points.iter().map(v_vs_qk).collect::<BTreeSet<_>>(), BTreeSet::from([std::cmp::Ordering::Less, std::cmp::Ordering::Greater]));
+    let kinds = points.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+    assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]));
+    grid_common::check("deepseek_sdpa_autocast", points, 15, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::read_config_of(&point["point"])));
+}
+
 /// LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE against peft 0.21.2 and bitsandbytes
 /// 0.50.2 (`make_lora_grid.py --moe`, routing forced as in moe.json): the attention projections
 /// (named lists: the experts and the router are no nn.Linear, and all-linear reaches them through
@@ -333,7 +355,7 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
     // bf16 autocast runs for every MoE family (autocast.json, autocast_gpt_oss_deepseek.json),
     // fp16 over fp32 weights too (autocast_fp16.json; over bf16 weights it is refused as for
-    // every model); not on DeepSeek-V3's sdpa math fallback.
+    // every model), with the aux loss, LoRA and DeepSeek-V3's sdpa math fallback.
     let s = profile("mixtral-fp16", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16"]);
     assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("mixtral"), Some("fp16")));
     bad(&["--preset", "gpt-oss-20b", "--dtype", "bfloat16", "--precision", "fp16"], "--precision");
@@ -341,7 +363,11 @@ fn routing_and_experts_flags_are_checked() {
     assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("gpt_oss"), Some("pure-bf16-autocast")));
     let s = profile("deepseek-autocast", &["--preset", "DeepSeek-V3", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--attn-implementation", "eager"]);
     assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("deepseek_v3"), Some("bf16")));
-    bad(&["--preset", "DeepSeek-V3", "--num-layers", "2", "--precision", "bf16", "--attn-implementation", "sdpa", "--sdpa-backend", "math"], "--attn-implementation");
+    // DeepSeek-V3's sdpa math fallback (v 128 unlike q/k 192) under autocast runs
+    // (deepseek_sdpa_autocast.json); CUDA's own kernel choice for unequal sizes stays refused.
+    let s = profile("deepseek-sdpa-autocast", &["--preset", "DeepSeek-V3", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16", "--attn-implementation", "sdpa", "--sdpa-backend", "math"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("deepseek_v3"), Some("fp16")));
+    bad(&["--preset", "DeepSeek-V3", "--num-layers", "2", "--precision", "bf16", "--attn-implementation", "sdpa"], "--sdpa-backend cpu_flash");
     // The aux loss under autocast runs (tests/aux_loss_grid.rs, aux_loss_autocast.json).
     let s = profile("mixtral-aux-autocast", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"]);
     assert_eq!((s["model"]["hf"]["moe"]["output_router_logits"].as_bool(), s["precision"].as_str()), (Some(true), Some("bf16")));

@@ -105,7 +105,7 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
     let family = m.family.model_type();
     if let Some(low) = precision.autocast() {
-        autocast_refusal(c, m, low)?;
+        autocast_refusal(m, low)?;
     }
     if device == Device::Cpu {
         return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
@@ -141,21 +141,12 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
 /// bf16 weights, autocast_fp16.json fp16 autocast with the GradScaler over fp32 weights (fp16
 /// over bf16 weights is refused with every model by `Precision::on_weights`);
 /// aux_loss_autocast.json the router's auxiliary loss under both, lora_autocast.json peft's
-/// LoRA (target_modules and target_parameters); DeepSeek-V3's sdpa only with v's head size
-/// equal to q's.
-fn autocast_refusal(c: &ModelConfig, m: &crate::model::hf::moe::MoeConfig, low: crate::engine::DType) -> anyhow::Result<()> {
+/// LoRA (target_modules and target_parameters), deepseek_sdpa_autocast.json DeepSeek-V3's sdpa
+/// with v's head size unlike q's (the math fallback). Every other low type is refused.
+fn autocast_refusal(m: &crate::model::hf::moe::MoeConfig, low: crate::engine::DType) -> anyhow::Result<()> {
     let family = m.family.model_type();
     if !matches!(low, crate::engine::DType::BF16 | crate::engine::DType::F16) {
         return Err(usage("--precision", format!("{low} autocast of a mixture-of-experts model ({family}) is not measured (bf16 and fp16 autocast are): use bf16 or fp16, or load the weights in their dtype")));
-    }
-    // The math fallback's own casts of the autocast-cast bf16 q/k/v: not measured.
-    if let (Some(ds), Some(hf)) = (&m.deepseek, c.hf()) {
-        if hf.attn_implementation == crate::model::hf::AttnImplementation::Sdpa && ds.v_head_dim != ds.qk_head_dim() {
-            return Err(usage(
-                "--attn-implementation",
-                format!("sdpa under autocast on deepseek_v3 with v_head_dim {} unlike the q/k head size {} (the math fallback) is not measured: use eager", ds.v_head_dim, ds.qk_head_dim()),
-            ));
-        }
     }
     Ok(())
 }
