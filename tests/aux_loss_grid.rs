@@ -80,7 +80,7 @@ fn aux_loss_autocast_grid_matches_transformers() {
     assert_eq!(set(&all, "routing"), strs(&["balanced", "worst"]));
     assert_eq!(set(&all, "attention_mask"), strs(&["none", "ones"]));
     assert_eq!(set(&all, "top_k"), (1..=4).map(|k| k.to_string()).collect());
-    grid_common::check("aux_loss_autocast", points, 44, KNOWN_FAILING, |point| {
+    grid_common::check("aux_loss_autocast", points, 51, KNOWN_FAILING, |point| {
         let p = &point["point"];
         let cfg = if p["model_type"] == "gpt_oss" { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
         grid_common::hf::run_config(point, cfg)

@@ -17,7 +17,8 @@ policy registered here is what makes the CPU run CUDA's. DeepSeek-V3 has no aux 
 The grid: make_aux_loss_grid.py's rows (every experts implementation, top-k 1-4, balanced and worst,
 eager and sdpa, coefficients 0.001 and 0.02, the all-ones attention mask, checkpointing off,
 non-reentrant and reentrant, inference, forward and training) under bf16 autocast over their fp32
-and bf16 weights, and their fp32 rows under fp16 autocast.
+and bf16 weights, and their fp32 rows under fp16 autocast; and two wide rows (48-64 experts, a small vocabulary) where
+the loss's softmax sets the loss phase's peak.
 
     python3 make_moe_aux_autocast_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_moe_aux_autocast_grid.py --only gpt_oss   # re-measure the points whose name contains it
@@ -34,6 +35,15 @@ import make_moe_autocast_grid as MA
 import make_moe_grid as MG
 
 
+# Many experts, a small vocabulary and hidden size: the loss's (tokens, experts) tensors outweigh
+# the logits, so the softmax's fp32 conversion (bf16: a copy; fp16: none on CUDA) sets the loss
+# phase's peak. (make_moe_grid.py's row layout, router_aux_loss_coef, attention_mask, profile types.)
+WIDE = [
+    (("mixtral", 32, 32, 2, 2, 1, None, 128, 64, 4, 64, 2, "grouped_mm", "balanced", "eager", "fp32"), 0.02, "none", ("forward", "training")),
+    (("qwen3_moe", 32, 32, 1, 2, 1, 16, 96, 48, 4, 48, 3, "batched_mm", "worst", "sdpa", "fp32"), 0.001, "ones", ("training",)),
+]
+
+
 def name_of(p, kind):
     head, tail = AL.name_of(p, kind).rsplit(f" {kind}", 1)
     return f"{head} autocast={p['autocast']} {kind}{tail}"
@@ -42,6 +52,7 @@ def name_of(p, kind):
 def grid(families=None):
     todo = []
     rows = [(MG.point(r), c, m, ck, kinds) for r, c, m, ck, kinds in AL.POINTS] + [(GG.point(r), c, m, ck, kinds) for r, c, m, ck, kinds in AL.GPT_OSS]
+    rows += [(MG.point(r), c, m, (), kinds) for r, c, m, kinds in WIDE]
     for base, coef, mask, checkpoints, kinds in rows:
         if families and base["model_type"] not in families:
             continue
