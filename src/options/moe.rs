@@ -97,16 +97,17 @@ pub fn parse_routing(s: &str) -> anyhow::Result<Routing> {
 }
 
 /// What a profile of an MoE model refuses: its values on cpu (the routing is an assumption,
-/// not data), autocast where [`autocast_refusal`] says,
-/// and a routing file that does not fit the batch (or any generate run: `--routing` applies to
-/// each forward's token count). Its parallel layouts are checked by
-/// [`super::parallel_models::refusal`].
-pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
+/// not data), and a routing file that does not fit the batch (or any generate run: `--routing`
+/// applies to each forward's token count). Its parallel layouts are checked by
+/// [`super::parallel_models::refusal`]. Autocast (the Trainer's bf16=True / fp16=True) runs on
+/// every family, measured by the grids of tests/moe_grid.rs (autocast.json,
+/// autocast_gpt_oss_deepseek.json, autocast_fp16.json, deepseek_sdpa_autocast.json: the math
+/// fallback of DeepSeek-V3's unequal head sizes), tests/aux_loss_grid.rs
+/// (aux_loss_autocast.json) and tests/moe_lora_autocast_grid.rs (lora_autocast.json); fp16 over
+/// bf16 weights is refused for every model by `Precision::on_weights`.
+pub fn check_profile(c: &ModelConfig, device: Device, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
     let family = m.family.model_type();
-    if let Some(low) = precision.autocast() {
-        autocast_refusal(m, low)?;
-    }
     if device == Device::Cpu {
         return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
     }
@@ -131,22 +132,6 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
     for &ctx in contexts {
         let tokens = batch.checked_mul(ctx).ok_or_else(|| usage("--batch-size", "batch × context overflows"))?;
         m.routing.counts(tokens, m.top_k, m.experts).map_err(|e| usage("--routing", e.trim_start_matches("--routing: ").to_string()))?;
-    }
-    Ok(())
-}
-
-/// What autocast (the Trainer's bf16=True / fp16=True) of an MoE model is not measured with: the
-/// grids (tests/moe_grid.rs: autocast.json for Mixtral, Qwen3-MoE and Qwen2-MoE,
-/// autocast_gpt_oss_deepseek.json for gpt-oss and DeepSeek-V3) run bf16 autocast over fp32 and
-/// bf16 weights, autocast_fp16.json fp16 autocast with the GradScaler over fp32 weights (fp16
-/// over bf16 weights is refused with every model by `Precision::on_weights`);
-/// aux_loss_autocast.json the router's auxiliary loss under both, lora_autocast.json peft's
-/// LoRA (target_modules and target_parameters), deepseek_sdpa_autocast.json DeepSeek-V3's sdpa
-/// with v's head size unlike q's (the math fallback). Every other low type is refused.
-fn autocast_refusal(m: &crate::model::hf::moe::MoeConfig, low: crate::engine::DType) -> anyhow::Result<()> {
-    let family = m.family.model_type();
-    if !matches!(low, crate::engine::DType::BF16 | crate::engine::DType::F16) {
-        return Err(usage("--precision", format!("{low} autocast of a mixture-of-experts model ({family}) is not measured (bf16 and fp16 autocast are): use bf16 or fp16, or load the weights in their dtype")));
     }
     Ok(())
 }
