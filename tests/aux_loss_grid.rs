@@ -55,6 +55,38 @@ fn aux_loss_grid_matches_transformers() {
     });
 }
 
+/// The loss under autocast (`make_moe_aux_autocast_grid.py`, CUDA's autocast policies on CPU):
+/// the grid's rows under bf16 autocast over their fp32 and bf16 weights, the fp32 ones under fp16
+/// autocast (with the GradScaler); the routers' low-precision logits, the loss's softmax
+/// converted to fp32 (bf16: a copy; fp16: CUDA's half_to_float, no copy).
+#[test]
+fn aux_loss_autocast_grid_matches_transformers() {
+    let doc = grid_common::fixture("moe_grid/aux_loss_autocast.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    let set = |ps: &[&Value], k: &str| ps.iter().map(|q| q["point"][k].to_string().trim_matches('"').to_string()).collect::<BTreeSet<_>>();
+    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let all: Vec<&Value> = points.iter().collect();
+    assert!(all.iter().all(|q| q["point"]["output_router_logits"] == true), "every point has the loss on");
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"] {
+        let ps: Vec<&Value> = all.iter().copied().filter(|q| q["point"]["model_type"] == family).collect();
+        assert!(ps.len() >= 10, "{family}: {}", ps.len());
+        assert_eq!(set(&ps, "autocast"), strs(&["bf16", "fp16"]), "{family}");
+        assert_eq!(set(&ps, "experts"), strs(&["batched_mm", "eager", "grouped_mm"]), "{family}");
+        assert_eq!(set(&ps, "checkpoint").len(), 3, "{family}");
+        let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+        assert!(kinds.contains("forward") && kinds.contains("training"), "{family}: {kinds:?}");
+    }
+    assert_eq!(set(&all, "routing"), strs(&["balanced", "worst"]));
+    assert_eq!(set(&all, "attention_mask"), strs(&["none", "ones"]));
+    assert_eq!(set(&all, "top_k"), (1..=4).map(|k| k.to_string()).collect());
+    grid_common::check("aux_loss_autocast", points, 51, KNOWN_FAILING, |point| {
+        let p = &point["point"];
+        let cfg = if p["model_type"] == "gpt_oss" { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
+        grid_common::hf::run_config(point, cfg)
+    });
+}
+
 fn vramscope(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }

@@ -218,6 +218,59 @@ fn gpt_oss_deepseek_autocast_grid_matches_transformers() {
     grid_common::check("moe_autocast_gpt_oss_deepseek", points, 30, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::read_config_of(&point["point"])));
 }
 
+/// fp16 autocast (the Trainer's `fp16=True`: torch.autocast around forward and loss, and
+/// accelerate's GradScaler: the scaled loss's backward, unscale_ before clipping, the step and
+/// update) over fp32 weights, every MoE family (`make_moe_fp16_autocast_grid.py`, CUDA's autocast
+/// policies on CPU, no step skipped): every experts implementation, balanced and worst routing,
+/// eager and sdpa, top-k 1-4, checkpointing off, non-reentrant and reentrant, as inference,
+/// forward and training.
+#[test]
+fn moe_fp16_autocast_grid_matches_transformers() {
+    let doc = fixture("autocast_fp16.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"] {
+        let ps: Vec<&Value> = points.iter().filter(|q| q["point"]["model_type"] == family).collect();
+        assert!(ps.len() >= 9, "{family}: {} points", ps.len());
+        let set = |k: &str| ps.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+        assert_eq!((set("autocast"), set("dtype")), (BTreeSet::from(["\"fp16\"".into()]), BTreeSet::from(["\"fp32\"".into()])), "{family}");
+        for (k, n) in [("experts", 3), ("routing", 2), ("checkpoint", 3)] {
+            assert_eq!(set(k).len(), n, "{family}: {k} {:?}", set(k));
+        }
+        let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+        assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]), "{family}");
+    }
+    let attn = points.iter().map(|q| q["point"]["attn"].as_str().unwrap()).collect::<BTreeSet<_>>();
+    assert_eq!(attn, BTreeSet::from(["eager", "sdpa"]));
+    grid_common::check("moe_autocast_fp16", points, 47, KNOWN_FAILING, |point| {
+        let p = &point["point"];
+        let cfg = if matches!(p["model_type"].as_str(), Some("gpt_oss" | "deepseek_v3")) { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
+        grid_common::hf::run_config(point, cfg)
+    });
+}
+
+/// DeepSeek-V3's sdpa under autocast with v's head size unlike q/k's: PyTorch's CPU (and
+/// vramscope's `--sdpa-backend cpu_flash` / `math`) runs the math fallback on the autocast-cast
+/// q, k, v (`make_deepseek_sdpa_autocast_grid.py`): bf16 over fp32 and bf16 weights, fp16 over
+/// fp32, v larger and smaller than q, every experts implementation, both routings,
+/// q_lora_rank null and set, checkpointing off, non-reentrant and reentrant.
+#[test]
+fn deepseek_sdpa_autocast_grid_matches_transformers() {
+    let doc = fixture("deepseek_sdpa_autocast.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    let set = |k: &str| points.iter().map(|q| q["point"][k].to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(set("attn"), BTreeSet::from(["\"sdpa\"".into()]));
+    for (k, n) in [("autocast", 2), ("dtype", 2), ("experts", 3), ("routing", 2), ("checkpoint", 3), ("q_lora_rank", 3)] {
+        assert_eq!(set(k).len(), n, "{k} {:?}", set(k));
+    }
+    let v_vs_qk = |q: &Value| q["point"]["v_head_dim"].as_u64().cmp(&q["point"]["qk_nope_head_dim"].as_u64().zip(q["point"]["qk_rope_head_dim"].as_u64()).map(|(n, r)| n + r));
+    assert_eq!(points.iter().map(v_vs_qk).collect::<BTreeSet<_>>(), BTreeSet::from([std::cmp::Ordering::Less, std::cmp::Ordering::Greater]));
+    let kinds = points.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+    assert_eq!(kinds, BTreeSet::from(["forward", "inference", "training"]));
+    grid_common::check("deepseek_sdpa_autocast", points, 15, KNOWN_FAILING, |point| grid_common::hf::run_config(point, grid_common::moe::read_config_of(&point["point"])));
+}
+
 /// LoRA and QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE against peft 0.21.2 and bitsandbytes
 /// 0.50.2 (`make_lora_grid.py --moe`, routing forced as in moe.json): the attention projections
 /// (named lists: the experts and the router are no nn.Linear, and all-linear reaches them through
@@ -300,17 +353,27 @@ fn routing_and_experts_flags_are_checked() {
     // DoRA on an MoE model is not measured.
     bad(&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--use-dora"], "--use-dora");
     bad(&["--preset", "Mixtral-8x7B", "--device", "cpu"], "--device");
-    // bf16 autocast runs for every MoE family (autocast.json, autocast_gpt_oss_deepseek.json);
-    // not fp16, nor with the aux loss or LoRA, nor DeepSeek-V3's sdpa math fallback.
-    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "fp16"], "--precision");
-    bad(&["--preset", "gpt-oss-20b", "--dtype", "float32", "--precision", "fp16"], "--precision");
+    // bf16 autocast runs for every MoE family (autocast.json, autocast_gpt_oss_deepseek.json),
+    // fp16 over fp32 weights too (autocast_fp16.json; over bf16 weights it is refused as for
+    // every model), with the aux loss, LoRA and DeepSeek-V3's sdpa math fallback.
+    let s = profile("mixtral-fp16", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("mixtral"), Some("fp16")));
+    bad(&["--preset", "gpt-oss-20b", "--dtype", "bfloat16", "--precision", "fp16"], "--precision");
     let s = profile("gpt-oss-autocast", &["--preset", "gpt-oss-20b", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--precision", "bf16"]);
     assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("gpt_oss"), Some("pure-bf16-autocast")));
     let s = profile("deepseek-autocast", &["--preset", "DeepSeek-V3", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--attn-implementation", "eager"]);
     assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("deepseek_v3"), Some("bf16")));
-    bad(&["--preset", "DeepSeek-V3", "--num-layers", "2", "--precision", "bf16", "--attn-implementation", "sdpa", "--sdpa-backend", "math"], "--attn-implementation");
-    bad(&["--preset", "Mixtral-8x7B", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"], "--output-router-logits");
-    bad(&["--preset", "Qwen3-30B-A3B", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], "--precision");
+    // DeepSeek-V3's sdpa math fallback (v 128 unlike q/k 192) under autocast runs
+    // (deepseek_sdpa_autocast.json); CUDA's own kernel choice for unequal sizes stays refused.
+    let s = profile("deepseek-sdpa-autocast", &["--preset", "DeepSeek-V3", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16", "--attn-implementation", "sdpa", "--sdpa-backend", "math"]);
+    assert_eq!((s["transformers"]["moe"]["model_type"].as_str(), s["precision"].as_str()), (Some("deepseek_v3"), Some("fp16")));
+    bad(&["--preset", "DeepSeek-V3", "--num-layers", "2", "--precision", "bf16", "--attn-implementation", "sdpa"], "--sdpa-backend cpu_flash");
+    // The aux loss under autocast runs (tests/aux_loss_grid.rs, aux_loss_autocast.json).
+    let s = profile("mixtral-aux-autocast", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--output-router-logits"]);
+    assert_eq!((s["model"]["hf"]["moe"]["output_router_logits"].as_bool(), s["precision"].as_str()), (Some(true), Some("bf16")));
+    // LoRA under autocast runs (tests/moe_lora_autocast_grid.rs, lora_autocast.json).
+    let s = profile("qwen3-lora-autocast", &["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "fp16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"]);
+    assert_eq!(s["precision"].as_str(), Some("fp16"));
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with
     // balanced or worst routing only: a file's counts are one forward's.
     bad(&["--preset", "Mixtral-8x7B", "--profile-type", "generate", "--max-new-tokens", "2", "--routing", counts.to_str().unwrap()], "one forward's token count");

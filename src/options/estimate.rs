@@ -86,7 +86,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         return Err(usage("--precision", format!("autocast of a mixture-of-experts model ({}) is not in the closed form: profile --device meta runs it op for op", m.family.model_type())));
     }
     // An MoE model: what profile refuses, and a routing file must fit B·S tokens.
-    super::moe::check_profile(&cfg, crate::engine::Device::Meta, precision, false, batch, &[seq])?;
+    super::moe::check_profile(&cfg, crate::engine::Device::Meta, false, batch, &[seq])?;
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;

@@ -97,16 +97,17 @@ pub fn parse_routing(s: &str) -> anyhow::Result<Routing> {
 }
 
 /// What a profile of an MoE model refuses: its values on cpu (the routing is an assumption,
-/// not data), autocast where [`autocast_refusal`] says,
-/// and a routing file that does not fit the batch (or any generate run: `--routing` applies to
-/// each forward's token count). Its parallel layouts are checked by
-/// [`super::parallel_models::refusal`].
-pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::Precision, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
+/// not data), and a routing file that does not fit the batch (or any generate run: `--routing`
+/// applies to each forward's token count). Its parallel layouts are checked by
+/// [`super::parallel_models::refusal`]. Autocast (the Trainer's bf16=True / fp16=True) runs on
+/// every family, measured by the grids of tests/moe_grid.rs (autocast.json,
+/// autocast_gpt_oss_deepseek.json, autocast_fp16.json, deepseek_sdpa_autocast.json: the math
+/// fallback of DeepSeek-V3's unequal head sizes), tests/aux_loss_grid.rs
+/// (aux_loss_autocast.json) and tests/moe_lora_autocast_grid.rs (lora_autocast.json); fp16 over
+/// bf16 weights is refused for every model by `Precision::on_weights`.
+pub fn check_profile(c: &ModelConfig, device: Device, generate: bool, batch: usize, contexts: &[usize]) -> anyhow::Result<()> {
     let Some(m) = c.hf().and_then(|h| h.moe.as_ref()) else { return Ok(()) };
     let family = m.family.model_type();
-    if let Some(low) = precision.autocast() {
-        autocast_refusal(c, m, low)?;
-    }
     if device == Device::Cpu {
         return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
     }
@@ -131,35 +132,6 @@ pub fn check_profile(c: &ModelConfig, device: Device, precision: crate::train::P
     for &ctx in contexts {
         let tokens = batch.checked_mul(ctx).ok_or_else(|| usage("--batch-size", "batch × context overflows"))?;
         m.routing.counts(tokens, m.top_k, m.experts).map_err(|e| usage("--routing", e.trim_start_matches("--routing: ").to_string()))?;
-    }
-    Ok(())
-}
-
-/// What autocast (the Trainer's bf16=True) of an MoE model is not measured with: the grids
-/// (tests/moe_grid.rs: autocast.json for Mixtral, Qwen3-MoE and Qwen2-MoE,
-/// autocast_gpt_oss_deepseek.json for gpt-oss and DeepSeek-V3) run bf16 autocast over fp32 and
-/// bf16 weights, without adapters or the router's auxiliary loss; DeepSeek-V3's sdpa only with
-/// v's head size equal to q's.
-fn autocast_refusal(c: &ModelConfig, m: &crate::model::hf::moe::MoeConfig, low: crate::engine::DType) -> anyhow::Result<()> {
-    let family = m.family.model_type();
-    if low != crate::engine::DType::BF16 {
-        return Err(usage("--precision", format!("{low} autocast of a mixture-of-experts model ({family}) is not measured (bf16 autocast is): use bf16, or load the weights in their dtype")));
-    }
-    if m.output_router_logits {
-        // load_balancing_loss_func's softmax (no dtype) of the bf16 router logits: not measured.
-        return Err(usage("--output-router-logits", format!("(or the config's output_router_logits) under autocast on {family} is not measured yet: drop one")));
-    }
-    if c.hf().is_some_and(|h| h.lora.is_some()) {
-        return Err(usage("--precision", format!("autocast with peft's LoRA on a mixture-of-experts model ({family}) is not measured yet: drop one")));
-    }
-    // The math fallback's own casts of the autocast-cast bf16 q/k/v: not measured.
-    if let (Some(ds), Some(hf)) = (&m.deepseek, c.hf()) {
-        if hf.attn_implementation == crate::model::hf::AttnImplementation::Sdpa && ds.v_head_dim != ds.qk_head_dim() {
-            return Err(usage(
-                "--attn-implementation",
-                format!("sdpa under autocast on deepseek_v3 with v_head_dim {} unlike the q/k head size {} (the math fallback) is not measured: use eager", ds.v_head_dim, ds.qk_head_dim()),
-            ));
-        }
     }
     Ok(())
 }

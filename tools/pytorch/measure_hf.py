@@ -39,7 +39,8 @@ config's, true for all four), --logits-to-keep, --checkpoint none|reentrant|non-
 (gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ...})),
 --optimizer adamw_torch_fused (Trainer's default) | adamw_torch_foreach | adamw_torch_forloop | sgd,
 --attention-mask none|ones (what a tokenizer's collator passes with unpadded batches).
-Autocast (Trainer bf16=True) is CUDA's rule set and is not measured on CPU.
+Autocast (the point's `autocast`: the Trainer's bf16=True / fp16=True, fp16 with accelerate's GradScaler) runs
+with CUDA's op policies registered on CPU (autocast_region).
 
 Run:  python3 measure_hf.py --model-type llama --hidden-size 128 --intermediate-size 384 \
           --num-layers 2 --num-heads 4 --num-kv-heads 2 --vocab-size 1000 --seq 64 --batch 2 \
@@ -251,6 +252,9 @@ def run(p, kind, wrap=None):
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
         autocast = autocast_region(p)
+        # The Trainer's fp16=True: accelerate's torch.amp.GradScaler (PyTorch's defaults; its
+        # scale and growth tracker are made at the first scale()).
+        scaler = torch.amp.GradScaler("cpu") if p.get("autocast") == "fp16" and kind == "training" else None
         for step in range(M.NSTEPS):
             with record_function(f"{M.STEP_MARK}{step}"):
                 with M.phase("data"):
@@ -274,15 +278,27 @@ def run(p, kind, wrap=None):
                         loss_phase.close()
                     if kind == "training":
                         with M.phase("backward"):
-                            loss.backward()
+                            # accelerator.backward: `scaler.scale(loss).backward()` under fp16.
+                            (loss if scaler is None else scaler.scale(loss)).backward()
                             loss = loss.detach()
                         with M.phase("optimizer"):
                             # SGD without clipping allocates nothing: a 4-byte block (uncounted,
                             # < 512 B) marks the phase's start level for the analysis.
                             torch.empty(1)
+                            if scaler is not None and p.get("max_grad_norm", 1.0) > 0:
+                                # accelerator.clip_grad_norm_ unscales first (unscale_gradients).
+                                scaler.unscale_(opt)
                             if p.get("max_grad_norm", 1.0) > 0:
                                 torch.nn.utils.clip_grad_norm_(trainable, p.get("max_grad_norm", 1.0))
-                            opt.step()
+                            if scaler is None:
+                                opt.step()
+                            else:
+                                # AcceleratedOptimizer.step: scaler.step(optimizer), scaler.update().
+                                scaler.step(opt)
+                                scaler.update()
+                                # vramscope's meta run sees no values: a skipped step (inf/NaN
+                                # gradients, no optimizer state made) would not be its step.
+                                assert scaler.get_scale() == 65536.0, f"GradScaler skipped a step (scale {scaler.get_scale()})"
                     del loss
                 else:
                     with torch.no_grad() if kind == "inference" else contextlib.nullcontext():

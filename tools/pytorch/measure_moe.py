@@ -154,8 +154,9 @@ def main(argv=None):
     a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
     a.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     a.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    a.add_argument("--autocast", choices=("none", "bf16"), default="none",
-                   help="the Trainer's bf16=True: torch.autocast('cpu', bfloat16) around forward and loss")
+    a.add_argument("--autocast", choices=("none", "bf16", "fp16"), default="none",
+                   help="the Trainer's bf16=True / fp16=True: torch.autocast('cpu', bfloat16 / float16) around forward "
+                        "and loss (fp16: with a GradScaler)")
     a.add_argument("--checkpoint", choices=H.CHECKPOINTS, default="none")
     a.add_argument("--threads", type=int, default=1)
     a.add_argument("--json")

@@ -354,6 +354,16 @@ impl Block {
 /// `attn.to(origin)` (a copy if half, evaluated before the matmul, discarded by the caller);
 /// the matmul with v and its cast back.
 fn math_sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, scale: f64) -> Tensor {
+    // scaled_dot_product_attention is on autocast's lower-precision list: q, k and v are cast
+    // right to left (value first, autocast::lower_pair), then the composite runs below the
+    // autocast key on the cast tensors (its own fp32 upcasts included).
+    if crate::engine::autocast::active().is_some() {
+        let lv = crate::engine::autocast::lower(v);
+        let lk = crate::engine::autocast::lower(k);
+        let lq = crate::engine::autocast::lower(q);
+        let _plain = crate::engine::autocast::suspend();
+        return math_sdpa(&lq, &lk, &lv, mask, causal, scale);
+    }
     let origin = q.dtype();
     let half = matches!(q.dtype(), DType::BF16 | DType::F16);
     let up = |t: &Tensor| if half { t.to_dtype(DType::F32) } else { t.clone() };

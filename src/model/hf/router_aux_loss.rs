@@ -63,7 +63,13 @@ pub fn load_balancing_loss(family: MoeFamily, gate_logits: &[Tensor], experts: u
     let flat_mask = attention_mask.map(|m| m.reshape(&[m.numel()]).to_dtype(DType::F32));
     let (mut routing_weights, mut top_values, mut selected): (Option<Tensor>, Option<Tensor>, Option<Tensor>) = (None, None, None);
     for layer_gate in gate_logits {
-        routing_weights = Some(layer_gate.softmax(-1));
+        // `softmax(layer_gate, dim=-1)`: under autocast CUDA's fp32_set_opt_dtype policy makes it
+        // softmax(dtype=float32), which converts bf16 logits first and runs fp16 ones through
+        // `_softmax(half_to_float=True)` with no copy (measured: aux_loss_autocast.json).
+        routing_weights = Some(match crate::engine::autocast::active() {
+            Some(_) if layer_gate.dtype() != DType::F32 => layer_gate.softmax_as(-1, DType::F32),
+            _ => layer_gate.softmax(-1),
+        });
         let rw = routing_weights.as_ref().expect("set above");
         let (values, index) = rw.topk_last(top_k);
         // `_, selected_experts = topk(...)`: the old `_` dies first, then the old indices.
