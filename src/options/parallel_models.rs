@@ -27,6 +27,10 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         };
         return Some((flag, why));
     }
+    // moe_grid/qwen2_moe_sliding.json runs one GPU.
+    if name == "qwen2_moe" && hf.sliding_layers.is_some() {
+        return Some(("--parallel", format!("{name}'s sliding window (use_sliding_window) under a parallel layout is not measured yet (one GPU is: moe_grid/qwen2_moe_sliding.json); profile one GPU")));
+    }
     let unmeasured = |flag: &'static str, what: &str| Some((flag, format!("{what} over {name} is not measured yet (ddp, zero1, zero2 and fsdp per decoder layer are): drop it")));
     // dist_lora_models_grid.rs measures peft's LoRA (ddp, zero2, fsdp) and 4-bit QLoRA (ddp) on
     // every family and MoE model but Qwen2-MoE, with the targets' modules only (an MoE model's
