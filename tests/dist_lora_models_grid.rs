@@ -1,11 +1,12 @@
 //! One rank of a data-parallel LoRA or QLoRA job over issue 30's models against PyTorch,
 //! transformers, peft and bitsandbytes themselves: tests/fixtures/dist_grid/lora_models.json
 //! (`tools/pytorch/measure_dist.py --lora-models`): peft's adapters on Phi-3 (its fused qkv_proj
-//! and gate_up_proj), OLMo-2, Gemma 2 and Gemma 3 text, and on the attention of Mixtral,
-//! Qwen3-MoE, gpt-oss and DeepSeek-V3 (routing forced), under DistributedDataParallel over gloo
-//! processes (LoRA, and bitsandbytes 4-bit QLoRA), FSDP2 `fully_shard` per decoder layer then
-//! the PeftModel and ZeRO-2 (LoRA) under the fake process group; measure_hf.py's loop of the
-//! point's profile type; per phase, requested bytes of blocks >= 512 B, the third iteration.
+//! and gate_up_proj), OLMo-2, Gemma 2 and Gemma 3 text, on the attention of Mixtral, Qwen3-MoE,
+//! gpt-oss and DeepSeek-V3, and on Qwen2-MoE's attention and shared expert (routing forced),
+//! under DistributedDataParallel over gloo processes (LoRA, and bitsandbytes 4-bit QLoRA), FSDP2
+//! `fully_shard` per decoder layer then the PeftModel and ZeRO-2 (LoRA) under the fake process
+//! group; measure_hf.py's loop of the point's profile type; per phase, requested bytes of blocks
+//! >= 512 B, the third iteration.
 mod grid_common;
 
 use serde_json::Value;
@@ -16,12 +17,12 @@ use vramscope::model::ModelConfig;
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 const DENSE: [&str; 4] = ["phi3", "olmo2", "gemma2", "gemma3_text"];
-const MOE: [&str; 4] = ["mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3"];
+const MOE: [&str; 5] = ["mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "qwen2_moe"];
 
 /// The point's model with its adapters and bitsandbytes load, as the one-GPU grids read it.
 fn config_of(p: &Value) -> ModelConfig {
     match p["model_type"].as_str().unwrap() {
-        "mixtral" | "qwen3_moe" => grid_common::moe::config_of(p),
+        "mixtral" | "qwen3_moe" | "qwen2_moe" => grid_common::moe::config_of(p),
         "gpt_oss" | "deepseek_v3" => {
             let mut cfg = grid_common::moe::read_config_of(p);
             grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
@@ -102,6 +103,15 @@ fn moe_lora_ranks_match_peft() {
     }
     assert_eq!(values(&ps, |q| q["hf"]["experts"].to_string()).len(), 3, "every experts implementation");
     assert_eq!(values(&ps, |q| q["hf"]["routing"].to_string()).len(), 2, "balanced and worst");
+    // Qwen2-MoE: LoRA under each layout and QLoRA under ddp, its shared expert's nn.Linear
+    // modules adapted (named, or through all-linear) and not.
+    let q2: Vec<&Value> = ps.iter().filter(|q| q["hf"]["model_type"] == "qwen2_moe").collect();
+    let shared = |q: &Value| q["hf"]["target_modules"].as_str().is_some_and(|t| t == "all-linear" || ["gate_proj", "up_proj", "down_proj", "shared_expert_gate"].iter().any(|m| t.split(',').any(|x| x == *m)));
+    for layout in ["ddp", "fsdp", "zero2"] {
+        assert!(q2.iter().any(|q| q["layout"] == layout && q["hf"]["load_in_4bit"] != true && shared(q)), "qwen2_moe: the shared expert adapted under {layout}");
+    }
+    assert!(q2.iter().any(|q| q["layout"] == "ddp" && q["hf"]["load_in_4bit"] == true), "qwen2_moe: QLoRA under ddp");
+    assert!(q2.iter().any(|q| !shared(q)), "qwen2_moe: the attention alone");
     grid_common::check("dist_grid/lora_models.json (moe)", &ps, 12, KNOWN_FAILING, run);
 }
 
