@@ -76,8 +76,10 @@ impl Layer {
                 w.extend(ds.kv_a_bias.iter());
                 w.extend(ds.shared.iter().flatten());
             }
-            // peft's adapters belong to the layer's modules (FSDP2 shards them with it).
+            // peft's adapters belong to the layer's modules (FSDP2 shards them with it), the
+            // ParamWrapper's on the experts and router too.
             w.extend(h.lora.iter().flatten().flat_map(|a| [&a.a, &a.b]));
+            w.extend(h.param_lora.iter().flat_map(|p| [&p.router, &p.gate_up, &p.down]).flatten().flat_map(|a| [&a.a, &a.b]));
         }
         w
     }

@@ -16,7 +16,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     // generate() of MoE, Phi-3 and OLMo-2 models is not modelled (profile refuses it too).
     super::moe::refuse(&r.config, &a.model, "estimate --profile-type generate")?;
-    super::generate::check_static_only_window(r.config.hf(), false, "--config", "estimate --profile-type generate")?;
+    super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "estimate --profile-type generate")?;
     super::families::check_estimate_generate(r.config.hf())?;
     if let Some(n) = &r.note {
         note(n);

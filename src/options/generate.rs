@@ -154,7 +154,7 @@ impl GenerateFlags {
 /// generate_static_sliding.json (Gemma 2, Gemma 3 text and gpt-oss: sliding and full layers;
 /// Mistral and Qwen2: every layer sliding), generate_static_families.json (Phi-3, Qwen3, Mixtral
 /// and Qwen3-MoE: every layer sliding) and generate_static_mixed.json (Qwen2/Qwen3 with sliding
-/// and full layers). The config reader refuses Qwen2-MoE's window.
+/// and full layers); not Qwen2-MoE's window (check_static_only_window refuses its generate).
 pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
     use crate::model::hf::moe::MoeFamily;
     use crate::model::hf::Arch;
@@ -169,11 +169,24 @@ pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
 /// and not others (HfConfig::sliding_layers; generate_static_mixed.json) and Qwen3-MoE's
 /// `use_sliding_window` (generate_static_families.json). Every other run builds its masks in
 /// the model's forward, not measured for them: refused, naming the flag that chose the run
-/// (`what`: "--profile-type ...", "estimate", "train", "serve").
-pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, flag: &str, what: &str) -> anyhow::Result<()> {
+/// (`what`: "--profile-type ...", "estimate", "train", "serve"). Qwen2-MoE's window is measured
+/// the other way round: profile's inference, forward and training (`forward_profile`;
+/// moe_grid/qwen2_moe_sliding.json), not generate.
+pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, forward_profile: bool, flag: &str, what: &str) -> anyhow::Result<()> {
     use crate::model::hf::moe::MoeFamily;
     let Some(hf) = hf else { return Ok(()) };
     let why = match (&hf.sliding_layers, &hf.moe) {
+        (Some(layers), Some(m)) if m.family == MoeFamily::Qwen2Moe => {
+            if forward_profile {
+                return Ok(());
+            }
+            let flag = if flag == "--cache-implementation" { "--profile-type" } else { flag };
+            return Err(usage(flag, format!(
+                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for --profile-type inference, forward and training (moe_grid/qwen2_moe_sliding.json); generate's DynamicSlidingWindowLayers and masks over it, and the closed form, are not measured for it",
+                layers.iter().filter(|&&s| s).count(),
+                layers.len()
+            )));
+        }
         (Some(layers), _) => format!(
             "use_sliding_window gives {} of {} layers a sliding window (max_window_layers / layer_types), a mix of sliding and full layers",
             layers.iter().filter(|&&s| s).count(),

@@ -228,7 +228,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
     let static_generate = a.profile_type.iter().all(|&k| k == ProfileType::Generate) && a.generate.cache_implementation.as_deref() == Some("static");
     let kinds = a.profile_type.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");
-    super::generate::check_static_only_window(cfg.hf(), static_generate, if a.profile_type.contains(&ProfileType::Generate) { "--cache-implementation" } else { "--profile-type" }, &format!("--profile-type {kinds}"))?;
+    let forward_profile = !a.profile_type.contains(&ProfileType::Generate);
+    super::generate::check_static_only_window(cfg.hf(), static_generate, forward_profile, if a.profile_type.contains(&ProfileType::Generate) { "--cache-implementation" } else { "--profile-type" }, &format!("--profile-type {kinds}"))?;
     super::moe::check_profile(&cfg, device, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);

@@ -120,7 +120,7 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             let hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
             // (layer_types mixing sliding and full layers with max_window_layers = the layer
             // count: vLLM builds it, its per-layer windows are not modelled here)
-            super::generate::check_static_only_window(hf.config.hf(), false, "--config", "serve")?;
+            super::generate::check_static_only_window(hf.config.hf(), false, false, "--config", "serve")?;
             let dt = hf.config.hf().and_then(|h| h.torch_dtype);
             let name = hf.name_or_path.as_deref().and_then(|n| n.trim_end_matches('/').rsplit('/').next()).unwrap_or("config.json").to_string();
             (name, hf.config, dt)

@@ -204,7 +204,7 @@ const DEFAULT_PROFILE_STEPS: usize = 5;
 pub fn plan(a: &TrainArgs, note: impl FnOnce(&str)) -> Result<TrainPlan> {
     let r = a.model.resolve("walkthrough", super::model::Names::Workshop)?;
     super::moe::refuse(&r.config, &a.model, "train")?;
-    super::generate::check_static_only_window(r.config.hf(), false, "--config", "train")?;
+    super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "train")?;
     if let Some(n) = &r.note {
         note(n);
     }

@@ -66,11 +66,32 @@ pub fn deepseek_point_config(p: &Value) -> Value {
     c
 }
 
-/// A gpt_oss or deepseek_v3 point's model, read by vramscope's config reader, with the point's
-/// checkpointing, attention, experts implementation and routing.
+/// measure_moe.py's Qwen2MoeConfig of a grid point, as config.json fields (its window:
+/// use_sliding_window with the point's sliding_window and max_window_layers).
+pub fn qwen2_moe_point_config(p: &Value) -> Map<String, Value> {
+    let mut c = json!({
+        "model_type": "qwen2_moe", "hidden_size": p["hidden_size"], "intermediate_size": p["intermediate_size"],
+        "moe_intermediate_size": p["intermediate_size"], "shared_expert_intermediate_size": p["shared_intermediate_size"],
+        "num_hidden_layers": p["num_layers"], "num_attention_heads": p["num_heads"], "num_key_value_heads": p["num_kv_heads"],
+        "vocab_size": p["vocab_size"], "tie_word_embeddings": p["tied"], "num_experts": p["num_experts"],
+        "num_experts_per_tok": p["top_k"], "norm_topk_prob": false, "max_position_embeddings": p["max_position_embeddings"],
+        "rms_norm_eps": 1e-6, "use_cache": p["use_cache"],
+    });
+    if p["sliding_window"].as_u64().is_some() {
+        c["use_sliding_window"] = json!(true);
+        c["sliding_window"] = p["sliding_window"].clone();
+        c["max_window_layers"] = p["max_window_layers"].clone();
+    }
+    c.as_object().unwrap().clone()
+}
+
+/// A gpt_oss, deepseek_v3 or qwen2_moe point's model, read by vramscope's config reader, with
+/// the point's checkpointing, attention, experts implementation, routing and adapters.
 pub fn read_config_of(p: &Value) -> ModelConfig {
     let mut cfg = if p["model_type"] == "gpt_oss" {
         vramscope::model::hf::parse(&Value::Object(gpt_oss_point_config(p)).to_string()).unwrap().config
+    } else if p["model_type"] == "qwen2_moe" {
+        vramscope::model::hf::parse(&Value::Object(qwen2_moe_point_config(p)).to_string()).unwrap().config
     } else {
         vramscope::model::hf::deepseek_v3::parse(deepseek_point_config(p).as_object().unwrap()).unwrap().config
     };

@@ -45,8 +45,9 @@ model) under
 
 LoRA and QLoRA of issue 30's models (`--lora-models`, tests/fixtures/dist_grid/lora_models.json):
 make_lora_grid.py's family, MoE, gpt-oss and DeepSeek-V3 LoRA points (peft's adapters on the
-attention projections of the MoE models, Phi-3's fused qkv_proj and gate_up_proj among the
-dense targets; the routers' top-k forced as measure_moe.py forces them) under ddp (LoRA and
+attention projections of the MoE models and Qwen2-MoE's shared expert, and peft's ParamWrapper
+(target_parameters) on their experts and routers, Phi-3's fused qkv_proj and gate_up_proj among
+the dense targets; the routers' top-k forced as measure_moe.py forces them) under ddp (LoRA and
 bitsandbytes 4-bit QLoRA), fsdp and zero2 (LoRA), wrapped as `--lora` wraps them, run by
 measure_hf.py's loop of the point's profile type.
 
@@ -397,13 +398,15 @@ def lora_models_grid():
     """LoRA under ddp, fsdp and zero2 and QLoRA (bitsandbytes 4-bit, nf4 and fp4) under ddp of
     Phi-3 (fused qkv_proj, gate_up_proj), OLMo-2, Gemma 2 and Gemma 3 text (make_lora_grid.py's
     family_lora shapes), then Mixtral, Qwen3-MoE, gpt-oss and DeepSeek-V3 on their attention
-    projections (make_lora_grid.py's moe_lora / gptoss_lora / deepseek_lora rows, routing
-    forced): r 4-16, peft's default, custom and all-linear targets, world 2-8, ranks 0 and the
+    projections and Qwen2-MoE on its attention and shared expert, and every MoE model through
+    ParamWrapper on its experts' 3-D weights and router (make_lora_grid.py's moe_lora /
+    moe_param / gptoss_lora / deepseek_lora rows, routing forced): r 4-16, peft's default, custom and all-linear targets, world 2-8, ranks 0 and the
     last, fp32 and bf16, checkpointing off, non-reentrant and (ddp) reentrant, lora_dropout 0 and
     0.05, training, with a forward and two inference points."""
     import make_lora_grid as L
     att = "q_proj,k_proj,v_proj,o_proj"
     mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    ex, rt, grt = "mlp.experts.gate_up_proj,mlp.experts.down_proj", "mlp.gate.weight", "mlp.router.weight"
     fam = lambda mt, i, r, t, ck, dtype: L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
     q4 = lambda p, *a: L.bnb_of(p, 4, *a)
     # (layout, point, profile type, world, rank)
@@ -447,6 +450,39 @@ def lora_models_grid():
         # lora_dropout (the CPU noise tensor of _dropout_impl, as the one-GPU grids measure it)
         ("fsdp", L.family_lora("phi3", 5, 8, "all-linear", lora_dropout=0.05, dtype="bf16"), "training", 2, 1),
         ("ddp", L.gptoss_lora(9, 4, "q_proj,v_proj", lora_dropout=0.05), "training", 2, 0),  # batched_mm worst bf16
+        # Qwen2-MoE (make_moe_grid.py's rows 12-16): its attention, its shared expert's
+        # nn.Linear modules (gate_proj, up_proj, down_proj, shared_expert_gate) or both.
+        ("ddp", L.moe_lora(12, 8, "q_proj,v_proj"), "training", 2, 0),  # grouped_mm balanced sdpa fp32
+        ("ddp", L.moe_lora(13, 16, "all-linear", checkpoint="non-reentrant"), "training", 4, 3),  # eager balanced eager bf16
+        ("ddp", L.moe_lora(16, 4, "down_proj,v_proj", lora_dropout=0.05), "training", 2, 1),  # eager worst sdpa fp32
+        ("ddp", q4(L.moe_lora(12, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16")), "training", 2, 1),
+        ("ddp", q4(L.moe_lora(15, 8, "all-linear", checkpoint="non-reentrant", dtype="bf16"), "fp4", False), "training", 2, 0),
+        ("fsdp", L.moe_lora(14, 4, "gate_proj,up_proj,down_proj"), "training", 3, 2),  # batched_mm worst sdpa fp32
+        ("fsdp", L.moe_lora(15, 16, "all-linear", checkpoint="non-reentrant"), "training", 4, 3),  # grouped_mm worst eager bf16
+        ("fsdp", L.moe_lora(16, 8, "q_proj,shared_expert_gate"), "inference", 2, 1),
+        ("zero2", L.moe_lora(17, 8, "all-linear", checkpoint="non-reentrant"), "training", 8, 7),  # batched_mm balanced eager bf16
+        ("zero2", L.moe_lora(13, 4, "k_proj,o_proj,up_proj"), "training", 2, 0),
+        # peft's ParamWrapper (target_parameters) on the experts' 3-D gate_up_proj/down_proj and
+        # the router's weight of Mixtral, Qwen3-MoE, gpt-oss, DeepSeek-V3 and Qwen2-MoE
+        # (make_lora_grid.py's pgrid / gptoss_pgrid / deepseek_pgrid rows; no dropout:
+        # ParamWrapper raises on it).
+        ("ddp", L.moe_param(0, 8, ex), "training", 2, 0),  # mixtral grouped_mm balanced sdpa fp32
+        ("ddp", L.moe_param(9, 8, rt), "training", 2, 1),  # qwen3_moe grouped_mm worst bf16
+        ("ddp", L.moe_param(4, 16, ex + "," + rt, "q_proj,v_proj", checkpoint="non-reentrant"), "training", 4, 3),  # mixtral eager worst bf16
+        ("ddp", L.gptoss_lora(0, 8, "", ex), "training", 2, 0),  # grouped_mm balanced fp32
+        ("ddp", L.deepseek_lora(0, 8, "", ex), "training", 2, 1),  # grouped_mm balanced sdpa fp32
+        ("fsdp", L.moe_param(7, 4, ex, checkpoint="non-reentrant"), "training", 2, 1),  # qwen3_moe eager balanced bf16
+        ("fsdp", L.moe_param(2, 4, ex), "training", 3, 2),  # mixtral batched_mm worst bf16
+        ("fsdp", L.gptoss_lora(9, 4, "", ex), "training", 4, 3),  # batched_mm worst bf16
+        ("fsdp", L.gptoss_lora(2, 8, "", grt), "training", 2, 0),  # grouped_mm worst bf16
+        ("fsdp", L.moe_param(6, 8, ex + "," + rt), "forward", 2, 0),  # qwen3_moe grouped_mm balanced fp32
+        ("fsdp", L.deepseek_lora(7, 8, "", rt), "training", 2, 1),  # grouped_mm worst sdpa bf16
+        ("zero2", L.moe_param(11, 8, "mlp.experts.down_proj", checkpoint="reentrant"), "training", 2, 1),  # qwen3_moe batched_mm balanced bf16
+        ("zero2", L.moe_param(3, 8, "gate_up_proj", att), "training", 4, 3),  # mixtral grouped_mm worst bf16
+        ("zero2", L.gptoss_lora(8, 8, att, "gate_up_proj", checkpoint="non-reentrant"), "training", 2, 0),  # batched_mm balanced fp32
+        ("ddp", L.moe_param(12, 8, ex), "training", 2, 1),  # qwen2_moe grouped_mm balanced sdpa fp32
+        ("fsdp", L.moe_param(13, 4, ex + "," + rt, checkpoint="non-reentrant"), "training", 2, 0),  # qwen2_moe eager balanced eager bf16
+        ("zero2", L.moe_param(15, 8, rt, "q_proj,shared_expert_gate"), "training", 3, 2),  # qwen2_moe grouped_mm worst eager bf16
     ]
     pts = []
     for layout, p, kind, world, rank in rows:

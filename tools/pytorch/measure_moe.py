@@ -93,6 +93,10 @@ def moe_config(p):
     elif p["model_type"] == "qwen2_moe":
         # Qwen2-MoE: a shared expert (a dense MLP of shared_expert_intermediate_size) beside the
         # routed ones, scaled by sigmoid(shared_expert_gate(x)).
+        if p.get("sliding_window"):
+            # Qwen2MoeConfig's window (use_sliding_window): layer_types slides every other layer
+            # (0, 2, ...) below max_window_layers (its default 28), the rest full.
+            kw.update(use_sliding_window=True, sliding_window=p["sliding_window"], max_window_layers=p.get("max_window_layers", 28))
         cfg = T.Qwen2MoeConfig(num_experts=p["num_experts"], moe_intermediate_size=p["intermediate_size"],
                                shared_expert_intermediate_size=p["shared_intermediate_size"],
                                norm_topk_prob=p.get("norm_topk_prob", False), **kw)
@@ -148,7 +152,9 @@ def main(argv=None):
     a.add_argument("--num-experts", type=int, default=4)
     a.add_argument("--top-k", type=int, default=2)
     a.add_argument("--shared-intermediate-size", type=int, default=64, help="qwen2_moe's shared expert width")
-    a.add_argument("--sliding-window", type=int, default=8, help="gpt_oss's window (its sliding layers)")
+    a.add_argument("--sliding-window", type=int, default=None,
+                   help="the attention window: gpt_oss's sliding layers' (default 8); mixtral, qwen3_moe, qwen2_moe: none unless given")
+    a.add_argument("--max-window-layers", type=int, default=28, help="qwen2_moe with a window: its layers 0, 2, ... below this slide")
     a.add_argument("--experts", choices=EXPERTS, default="grouped_mm")
     a.add_argument("--routing", choices=ROUTINGS, default="balanced")
     a.add_argument("--profile-type", choices=M.PROFILE_TYPES, default="training")
@@ -169,7 +175,8 @@ def main(argv=None):
              batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=True, logits_to_keep=0, checkpoint=x.checkpoint,
              optimizer="adamw_torch_fused", max_grad_norm=1.0, attention_mask="none", num_experts=x.num_experts,
              top_k=x.top_k, experts=x.experts, routing=x.routing, shared_intermediate_size=x.shared_intermediate_size,
-             sliding_window=x.sliding_window)
+             sliding_window=x.sliding_window if x.sliding_window is not None or x.model_type != "gpt_oss" else 8,
+             max_window_layers=x.max_window_layers)
     if x.autocast != "none":
         p["autocast"] = x.autocast
     per, log, info = measure(p, x.profile_type)

@@ -222,9 +222,8 @@ pub fn parse(text: &str) -> Result<HfModel, String> {
     }
     (hf.sliding_window, hf.sliding_layers) = sliding_window(obj, arch, l)?;
     if let Some(m) = &hf.moe {
-        hf.sliding_window = super::moe::sliding_window(obj, m.family, hf.sliding_window)?;
-        // (The MoE configs slide every layer or none: no mix.)
-        hf.sliding_layers = None;
+        // (Mixtral and Qwen3-MoE slide every layer or none; Qwen2-MoE mixes.)
+        (hf.sliding_window, hf.sliding_layers) = super::moe::sliding_window(obj, m.family, hf.sliding_window, l)?;
     }
     hf.gemma = gemma.map(|g| g.gemma);
     hf.use_cache = boolean(obj, "use_cache", true)?;

@@ -210,9 +210,11 @@ pub struct HfConfig {
     pub mlp_bias: bool,
     /// Mistral's (and Qwen's `use_sliding_window`) attention window, if any.
     pub sliding_window: Option<usize>,
-    /// Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide only some layers: which
-    /// (None: `sliding_window` covers every layer). Modelled for generate with a StaticCache
-    /// only (options::generate::check_static_only_window refuses the rest).
+    /// Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide only some layers, and
+    /// Qwen2-MoE with `use_sliding_window` (all, some or none of its layers): which (None:
+    /// `sliding_window` covers every layer). Modelled for Qwen2/Qwen3's generate with a
+    /// StaticCache and Qwen2-MoE's inference, forward and training only
+    /// (options::generate::check_static_only_window refuses the rest).
     #[serde(default)]
     pub sliding_layers: Option<Vec<bool>>,
     /// `rope_parameters.rope_type` when not "default" (llama3, linear, yarn …: they change

@@ -447,38 +447,60 @@ pub fn aux_loss_fields(obj: &Map<String, Value>) -> Result<(bool, f64), String> 
     Ok((on, coef))
 }
 
-/// An MoE config's attention window, given what its dense family's reading found (`dense`):
-/// MixtralConfig's default is none (MistralConfig's 4096); Qwen3MoeConfig has no
-/// max_window_layers or layer_types, so `use_sliding_window` slides every layer (its window,
-/// default 4096; null: none); Qwen2-MoE's window (every other layer below max_window_layers) is
-/// refused.
-pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option<usize>) -> Result<Option<usize>, String> {
+/// An MoE config's attention window, given what its dense family's reading found (`dense`),
+/// and which of its `layers` layers slide (HfConfig::sliding_layers): MixtralConfig's default
+/// is none (MistralConfig's 4096); Qwen3MoeConfig has no max_window_layers or layer_types, so
+/// `use_sliding_window` slides every layer (its window, default 4096; null: none); Qwen2-MoE's
+/// slides the layers [`qwen2_moe_layer_types`] says.
+pub fn sliding_window(obj: &Map<String, Value>, family: MoeFamily, dense: Option<usize>, layers: usize) -> Result<(Option<usize>, Option<Vec<bool>>), String> {
     match family {
-        MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok(None),
-        MoeFamily::Mixtral => Ok(dense),
+        MoeFamily::Mixtral if obj.get("sliding_window").is_none() => Ok((None, None)),
+        MoeFamily::Mixtral => Ok((dense, None)),
         MoeFamily::Qwen3Moe => {
             if !matches!(obj.get("use_sliding_window"), Some(Value::Bool(true))) {
-                return Ok(None);
+                return Ok((None, None));
             }
             match obj.get("sliding_window") {
-                None => Ok(Some(4096)),
-                Some(Value::Null) => Ok(None),
-                Some(Value::Number(n)) if n.as_u64().is_some_and(|w| w > 0) => Ok(n.as_u64().map(|w| w as usize)),
+                None => Ok((Some(4096), None)),
+                Some(Value::Null) => Ok((None, None)),
+                Some(Value::Number(n)) if n.as_u64().is_some_and(|w| w > 0) => Ok((n.as_u64().map(|w| w as usize), None)),
                 Some(v) => Err(format!("field 'sliding_window' must be a positive whole number or null, found {v}")),
             }
         }
-        // Qwen2MoeConfig: layer i slides when use_sliding_window, (i + 1) % 2 and i <
-        // max_window_layers (default 28), so layer 0 does unless max_window_layers is 0.
-        MoeFamily::Qwen2Moe => {
-            let on = matches!(obj.get("use_sliding_window"), Some(Value::Bool(true))) && !matches!(obj.get("sliding_window"), Some(Value::Null));
-            let below = obj.get("max_window_layers").and_then(Value::as_u64).unwrap_or(28);
-            if on && below > 0 {
-                return Err("field 'use_sliding_window' is true: Qwen2-MoE's sliding window (every other layer below max_window_layers) is not modelled".into());
-            }
-            Ok(None)
-        }
-        MoeFamily::GptOss | MoeFamily::DeepseekV3 => Ok(None),
+        MoeFamily::Qwen2Moe => qwen2_moe_window(obj, layers),
+        MoeFamily::GptOss | MoeFamily::DeepseekV3 => Ok((None, None)),
     }
+}
+
+/// Qwen2MoeConfig.__post_init__: `sliding_window` is kept only with `use_sliding_window` (else
+/// 0: Qwen2MoeModel still builds a sliding mask, with window 0, which no layer takes), and
+/// layer i is "sliding_attention" when `layer_types` says so, else when use_sliding_window,
+/// (i + 1) % 2 and i < max_window_layers (default 28): layers 0, 2, 4 ... below it. With the
+/// window on, the layers' flags are given even when all or none slide (the model builds both
+/// masks whatever they are).
+fn qwen2_moe_window(obj: &Map<String, Value>, layers: usize) -> Result<(Option<usize>, Option<Vec<bool>>), String> {
+    if !matches!(obj.get("use_sliding_window"), Some(Value::Bool(true))) {
+        return Ok((None, None));
+    }
+    let w = match obj.get("sliding_window") {
+        None => 4096,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|w| w > 0) => n.as_u64().unwrap_or_default() as usize,
+        // create_sliding_window_causal_mask raises on a window of None.
+        Some(Value::Null) => return Err("field 'sliding_window' is null with use_sliding_window true: transformers raises building Qwen2-MoE's sliding mask (\"Could not find a `sliding_window` argument in the config\")".into()),
+        Some(v) => return Err(format!("field 'sliding_window' must be a positive whole number, found {v}")),
+    };
+    let types = match obj.get("layer_types") {
+        Some(Value::Array(t)) => super::config_json::layer_types(t, layers)?,
+        Some(Value::Null) | None => {
+            let below = match obj.get("max_window_layers") {
+                None | Some(Value::Null) => 28,
+                Some(v) => v.as_u64().ok_or_else(|| format!("field 'max_window_layers' must be a whole number, found {v}"))? as usize,
+            };
+            (0..layers).map(|i| (i + 1) % 2 == 1 && i < below).collect()
+        }
+        Some(v) => return Err(format!("field 'layer_types' must be a list, found {v}")),
+    };
+    Ok((Some(w), Some(types)))
 }
 
 /// The refusal of an MoE `model_type` vramscope does not run (all but mixtral and qwen3_moe).
@@ -492,6 +514,23 @@ mod tests {
 
     fn obj(text: &str) -> Map<String, Value> {
         serde_json::from_str::<Value>(text).unwrap().as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn qwen2_moe_slides_every_other_layer_below_max_window_layers() {
+        let q2 = |text: &str, layers: usize| sliding_window(&obj(text), MoeFamily::Qwen2Moe, None, layers);
+        assert_eq!(q2("{}", 4), Ok((None, None)));
+        assert_eq!(q2(r#"{"use_sliding_window": false, "sliding_window": 8}"#, 4), Ok((None, None)));
+        // Qwen2MoeConfig's defaults: window 4096, max_window_layers 28.
+        assert_eq!(q2(r#"{"use_sliding_window": true}"#, 4), Ok((Some(4096), Some(vec![true, false, true, false]))));
+        assert_eq!(q2(r#"{"use_sliding_window": true, "sliding_window": 8, "max_window_layers": 3}"#, 5), Ok((Some(8), Some(vec![true, false, true, false, false]))));
+        assert_eq!(q2(r#"{"use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0}"#, 2), Ok((Some(8), Some(vec![false, false]))));
+        // layer_types, when given, decides.
+        let types = r#"{"use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1, "layer_types": ["full_attention", "sliding_attention"]}"#;
+        assert_eq!(q2(types, 2), Ok((Some(8), Some(vec![false, true]))));
+        assert!(q2(r#"{"use_sliding_window": true, "sliding_window": null}"#, 2).unwrap_err().contains("transformers raises"));
+        assert!(q2(r#"{"use_sliding_window": true, "sliding_window": 0}"#, 2).is_err());
+        assert!(q2(r#"{"use_sliding_window": true, "max_window_layers": -1}"#, 2).is_err());
     }
 
     #[test]

@@ -46,6 +46,12 @@ fn is_deepseek(hf: &HfConfig) -> bool {
 fn is_gpt_oss(hf: &HfConfig) -> bool {
     hf.moe.as_ref().is_some_and(|m| m.family == super::moe::MoeFamily::GptOss)
 }
+
+/// Qwen2-MoE with `use_sliding_window` (moe::sliding_window): `sliding_window` is its sliding
+/// layers' (HfConfig::sliding_layers), not every layer's.
+fn is_qwen2_moe_window(hf: &HfConfig) -> bool {
+    hf.sliding_layers.is_some() && hf.moe.as_ref().is_some_and(|m| m.family == super::moe::MoeFamily::Qwen2Moe)
+}
 #[path = "gemma_5_23.rs"]
 mod gemma;
 
@@ -1338,11 +1344,14 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
                 let w = hf.sliding_window.unwrap_or_default();
                 causal_mask_window(hf, b, s, past, gemma::sliding_mask_sizes(w, past, s), embeds.dtype(), device, padding.as_ref(), true)
             }
+            // Qwen2-MoE's full_attention layers' mask sees no window.
+            _ if is_qwen2_moe_window(hf) => causal_mask(&HfConfig { sliding_window: None, ..hf.clone() }, b, s, past, embeds.dtype(), device, padding.as_ref()),
             _ => causal_mask(hf, b, s, past, embeds.dtype(), device, padding.as_ref()),
         };
         // Qwen2MoeModel builds `causal_mask_mapping["sliding_attention"]` whether a layer uses it
         // or not, with `sliding_window` 0 when use_sliding_window is off: a window shorter than
-        // any sequence, so the mask is always made, and held until the model returns.
+        // any sequence, so the mask is always made, and held until the model returns. With the
+        // window on, the mask is over it (under sdpa: none while the keys are fewer).
         // GptOssModel: `causal_mask_mapping["sliding_attention"]`, the window's mask, after the
         // full one; each layer takes its layer type's.
         let gpt_oss = hf.moe.as_ref().and_then(|m| m.gpt_oss.as_ref());
@@ -1360,8 +1369,8 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             // the model builds no masks of its own.
             (None, _) => gemma_sliding.or_else(|| {
                 hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
-                    let zero_window = HfConfig { sliding_window: Some(0), ..hf.clone() };
-                    causal_mask(&zero_window, b, s, past, embeds.dtype(), device, padding.as_ref())
+                    let window = HfConfig { sliding_window: Some(hf.sliding_window.unwrap_or(0)), ..hf.clone() };
+                    causal_mask(&window, b, s, past, embeds.dtype(), device, padding.as_ref())
                 })
             }),
         };
@@ -1390,6 +1399,15 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             }
             Rc::new(c)
         });
+        // Qwen2-MoE's full_attention layers under a window: their config sees none (their sdpa
+        // gets no mask; enable_gqa as `use_gqa_in_sdpa` decides).
+        let full_layer = is_qwen2_moe_window(hf).then(|| {
+            let mut c = tp::local_config(cfg);
+            if let Some(h) = c.hf.as_mut() {
+                h.sliding_window = None;
+            }
+            Rc::new(c)
+        });
         // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding
         // output alive until LlamaModel.forward returns.
         let mut h = embeds.clone();
@@ -1400,8 +1418,9 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             let (cos, sin) = ropes[sliding_layer as usize].clone().expect("cos/sin for the layer's type");
             let qwen_sliding = hf.sliding_layers.as_ref().is_some_and(|s| s[i]);
             let layer_mask = if sliding_layer || qwen_sliding || gpt_oss.is_some_and(|g| g.is_sliding(i)) { sliding_mask.clone() } else { mask.clone() };
-            let layer_cfg = match &masked_layer {
-                Some(c) if layer_mask.is_some() => c.clone(),
+            let layer_cfg = match (&masked_layer, &full_layer) {
+                (Some(c), _) if layer_mask.is_some() => c.clone(),
+                (_, Some(c)) if !qwen_sliding => c.clone(),
                 _ => shared.clone(),
             };
             let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), windows: windows.clone(), sliding_cache: sliding_cache_layer(hf, i), layer_idx: i, static_cache, tp: tp_group, training: m.training.get(), router_logits: recorder.clone() };
