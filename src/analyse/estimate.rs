@@ -768,6 +768,7 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
 /// dtype. 8-bit (`Linear8bitLt`): n int8 weights and an fp32 SCB per row; biases in `pe`.
 fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -> (u64, String) {
     use crate::engine::ops::quant::{BLOCKSIZE, NESTED_BLOCKSIZE};
+    use crate::model::hf::Arch;
     let h = cfg.hf().expect("4-bit is an hf model's");
     let (d, f, v, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.vocab_size as u64, cfg.head_dim() as u64);
     let (qd, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
@@ -784,7 +785,10 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
             None => n + rows * 4,
         }
     };
-    let per_layer: u64 = [(qd, d), (kv, d), (kv, d), (d, qd), (f, d), (f, d), (d, f)].into_iter().map(storage).sum();
+    // Phi-3 quantizes its fused qkv_proj and gate_up_proj whole (one quant_state each).
+    let phi3 = h.model_type == Arch::Phi3;
+    let shapes: &[(u64, u64)] = if phi3 { &[(qd + 2 * kv, d), (d, qd), (2 * f, d), (d, f)] } else { &[(qd, d), (kv, d), (kv, d), (d, qd), (f, d), (f, d), (d, f)] };
+    let per_layer: u64 = shapes.iter().copied().map(storage).sum();
     let mut biases = 0;
     if h.qkv_bias {
         biases += qd + 2 * kv;
@@ -795,7 +799,15 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
     if h.mlp_bias {
         biases += 2 * f + d;
     }
-    let norms = 2 * d + if h.model_type == crate::model::hf::Arch::Qwen3 { 2 * hd } else { 0 };
+    // Each layer's norms: two (four on Gemma) of d, and the q/k norms (over d_h on Qwen3 and
+    // Gemma 3, over the whole projections on OLMo-2).
+    let (norms, norms_formula) = match h.model_type {
+        Arch::Qwen3 => (2 * d + 2 * hd, "2d + 2d_h"),
+        Arch::Olmo2 => (2 * d + qd + kv, "2d + h·d_h + h_kv·d_h"),
+        Arch::Gemma2 => (4 * d, "4d"),
+        Arch::Gemma3Text => (4 * d + 2 * hd, "4d + 2d_h"),
+        _ => (2 * d, "2d"),
+    };
     let l = cfg.num_layers as u64;
     let unquantized = v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d;
     let bias_bytes = l * biases * four_bit.map_or(pe, |q| q.compute_dtype.size() as u64);
@@ -806,9 +818,10 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
         None => "n int8 + rows·4 (SCB)",
     };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    debug_assert_eq!(cfg.param_count(), l * (shapes.iter().map(|(r, c)| r * c).sum::<u64>() + biases) + unquantized);
+    let projections = if phi3 { "4 projections (qkv_proj, o_proj, gate_up_proj, down_proj)" } else { "7 projections" };
     let formula = format!(
-        "L·Σ over the 7 projections of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{}",
-        if norms > 2 * d { " + 2d_h" } else { "" },
+        "L·Σ over the {projections} of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·({norms_formula}) + d)·{pe}{}",
         if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
     );
     (bytes, formula)

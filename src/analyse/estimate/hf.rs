@@ -64,13 +64,13 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    // LoRA on Phi-3 (its fused linears adapted whole), OLMo-2 (frozen post-norms and
-    // whole-projection q/k norms) and Gemma (frozen GemmaRMSNorms) is derived; bitsandbytes on
-    // the families is not.
-    if let Some(q) = hf.bnb.as_ref().filter(|_| hf.model_type.is_family()) {
+    // QLoRA on Phi-3, OLMo-2 and Gemma is derived (MatMul4Bit keeps nothing: their LoRA terms
+    // over 4-bit storage); LLM.int8() there is not (MatMul8bitLt keeps its input, which only
+    // the Llama-style layer counts).
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && hf.model_type.is_family()) {
         return Err(ConfigError::new(
             q.flag(),
-            format!("model_type {}: the closed form derives bitsandbytes over llama, mistral, qwen2 and qwen3; `profile` simulates it", hf.model_type.name()),
+            format!("model_type {}: the closed form derives 8-bit weights over llama, mistral, qwen2 and qwen3 (4-bit over every dense model type); `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
