@@ -786,8 +786,20 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
         }
     };
     // Phi-3 quantizes its fused qkv_proj and gate_up_proj whole (one quant_state each).
+    // An MoE layer's nn.Linear modules are the attention's (and Qwen2-MoE's shared expert's):
+    // replace_with_bnb_linear leaves the router and the 3-D experts in their dtype.
     let phi3 = h.model_type == Arch::Phi3;
-    let shapes: &[(u64, u64)] = if phi3 { &[(qd + 2 * kv, d), (d, qd), (2 * f, d), (d, f)] } else { &[(qd, d), (kv, d), (kv, d), (d, qd), (f, d), (f, d), (d, f)] };
+    let moe = h.moe.as_ref();
+    let attention = [(qd, d), (kv, d), (kv, d), (d, qd)];
+    let shapes: Vec<(u64, u64)> = match moe {
+        Some(m) if m.shared_intermediate > 0 => {
+            let s = m.shared_intermediate as u64;
+            attention.into_iter().chain([(s, d), (s, d), (d, s), (1, d)]).collect()
+        }
+        Some(_) => attention.to_vec(),
+        None if phi3 => vec![(qd + 2 * kv, d), (d, qd), (2 * f, d), (d, f)],
+        None => attention.into_iter().chain([(f, d), (f, d), (d, f)]).collect(),
+    };
     let per_layer: u64 = shapes.iter().copied().map(storage).sum();
     let mut biases = 0;
     if h.qkv_bias {
@@ -809,7 +821,10 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
         _ => (2 * d, "2d"),
     };
     let l = cfg.num_layers as u64;
-    let unquantized = v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d;
+    let quantized_n: u64 = shapes.iter().map(|(r, c)| r * c).sum();
+    // (An MoE model's router and experts stay unquantized: every parameter but the quantized
+    // weights and the biases.)
+    let unquantized = if moe.is_some() { cfg.param_count() - l * (quantized_n + biases) } else { v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d };
     let bias_bytes = l * biases * four_bit.map_or(pe, |q| q.compute_dtype.size() as u64);
     let bytes = l * per_layer + unquantized * pe + bias_bytes;
     let quantized = match four_bit {
@@ -818,10 +833,19 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
         None => "n int8 + rows·4 (SCB)",
     };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
-    debug_assert_eq!(cfg.param_count(), l * (shapes.iter().map(|(r, c)| r * c).sum::<u64>() + biases) + unquantized);
-    let projections = if phi3 { "4 projections (qkv_proj, o_proj, gate_up_proj, down_proj)" } else { "7 projections" };
+    debug_assert_eq!(cfg.param_count(), l * (quantized_n + biases) + unquantized);
+    let projections = match moe {
+        Some(m) if m.shared_intermediate > 0 => "8 linears (q/k/v/o_proj, the shared expert's gate/up/down_proj and shared_expert_gate)",
+        Some(_) => "4 attention projections",
+        None if phi3 => "4 projections (qkv_proj, o_proj, gate_up_proj, down_proj)",
+        None => "7 projections",
+    };
+    let rest = match moe {
+        Some(_) => format!("the other parameters (embedding{head}, norms, router, experts) = {unquantized} elements"),
+        None => format!("V·d (embedding){head} + L·({norms_formula}) + d"),
+    };
     let formula = format!(
-        "L·Σ over the {projections} of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·({norms_formula}) + d)·{pe}{}",
+        "L·Σ over the {projections} of n = rows·cols weights ({quantized}) + ({rest})·{pe}{}",
         if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
     );
     (bytes, formula)

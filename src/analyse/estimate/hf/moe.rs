@@ -21,7 +21,8 @@
 //! Qwen2-MoE's shared expert's) is derived: the router and the routed experts stay frozen, so
 //! they keep only what their input's gradient needs (not the rows the up projection reads, nor
 //! the down projection's input), and nothing in a layer whose input needs none (layer 0 with
-//! the attention frozen). Autocast, bitsandbytes, the ParamWrapper on the experts and router
+//! the attention frozen); so is QLoRA (4-bit attention and shared-expert linears, the router
+//! and experts in their dtype). 8-bit weights, the ParamWrapper on the experts and router
 //! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
 //! simulates what it runs of them.
 use super::{types, Arch};
@@ -54,8 +55,16 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
             ),
         ));
     }
+    // QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE is derived: bitsandbytes quantizes their
+    // nn.Linear modules (the attention's, Qwen2-MoE's shared expert's), whose MatMul4Bit keeps
+    // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
     if let Some(q) = &hf.bnb {
-        return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));
+        if q.int8().is_some() || m.gpt_oss.is_some() || m.deepseek.is_some() {
+            return Err(ConfigError::new(
+                q.flag(),
+                format!("a {} {family} model is not derived in closed form (4-bit is, on mixtral, qwen3_moe and qwen2_moe); `profile` simulates it", q.bits()),
+            ));
+        }
     }
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
