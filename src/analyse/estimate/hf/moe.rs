@@ -69,8 +69,21 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
+    // bf16 autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE with grouped_mm, which is
+    // not an autocast op: the experts run in fp32, the router and the shared expert in bf16.
     if precision.autocast().is_some() {
-        return Err(ConfigError::new("--precision", format!("autocast of a mixture-of-experts model ({family}) is not modelled: load the weights in their dtype (fp32, or --pure-bf16)")));
+        if m.gpt_oss.is_some() || m.deepseek.is_some() || hf.lora.is_some() {
+            return Err(ConfigError::new(
+                "--precision",
+                format!("autocast of {family}{} is not derived in closed form (of mixtral, qwen3_moe and qwen2_moe without adapters it is, with grouped_mm); `profile` simulates it", if hf.lora.is_some() { " with peft's LoRA" } else { "" }),
+            ));
+        }
+        if m.implementation != ExpertsImplementation::GroupedMm {
+            return Err(ConfigError::new(
+                "--experts-implementation",
+                format!("{} under autocast (its bmm/linear casts each gathered expert weight to bf16 and keeps the copy) is not derived in closed form; grouped_mm is: `profile` simulates it", m.implementation.name()),
+            ));
+        }
     }
     Ok(())
 }
@@ -138,7 +151,10 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
     let tokens = c.b * c.s;
     let lora = hf.lora.as_ref();
     let weights = lora.is_none();
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { me }, weights };
+    // The router's logits and the shared expert's linears are bf16 under autocast (the Qwens'
+    // routing weights take the logits' type); grouped_mm runs the experts in the model's.
+    let lo = types(c, hf).lo;
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { lo }, weights };
     let is = m.shared_intermediate as u64;
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
@@ -157,16 +173,16 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
             }
         }
         if g {
-            t.push(fs("gate_proj output (silu keeps its input)".into(), "mm", me));
+            t.push(fs("gate_proj output (silu keeps its input)".into(), "mm", lo));
         }
         if u {
-            t.push(fs("silu(gate)".into(), "silu", me));
+            t.push(fs("silu(gate)".into(), "silu", lo));
         }
         if g {
-            t.push(fs("up_proj output".into(), "mm", me));
+            t.push(fs("up_proj output".into(), "mm", lo));
         }
         if a_keeps_input("down_proj") {
-            t.push(fs("silu·up (down_proj keeps it)".into(), "mul", me));
+            t.push(fs("silu·up (down_proj keeps it)".into(), "mul", lo));
         }
         if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
             super::adapter_on(c, t, lc, "shared_expert.down_proj", &|what, op, elem| fs(what, op, elem), g || u);
@@ -174,7 +190,7 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         shared = g || u || adapted("down_proj");
         gated = x_grad || adapted("shared_expert_gate");
         if gated {
-            t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, me));
+            t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, lo));
         }
         if let Some(lc) = lora.filter(|_| adapted("shared_expert_gate")) {
             super::adapter_on(c, t, lc, "shared_expert_gate", &a, x_grad);
@@ -185,7 +201,7 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         experts(t, m, &z);
     }
     if shared || gated {
-        t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, me));
+        t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, lo));
     }
 }
 
