@@ -21,8 +21,8 @@
 //! Qwen2-MoE's shared expert's) is derived: the router and the routed experts stay frozen, so
 //! they keep only what their input's gradient needs (not the rows the up projection reads, nor
 //! the down projection's input), and nothing in a layer whose input needs none (layer 0 with
-//! the attention frozen); so is QLoRA (4-bit attention and shared-expert linears, the router
-//! and experts in their dtype; on gpt-oss too), and bf16 autocast of the three families here
+//! the attention frozen); so is QLoRA (4-bit nn.Linear modules, the router and experts in their
+//! dtype; on gpt-oss and DeepSeek-V3 too), and bf16 autocast of the three families here
 //! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts). 8-bit weights, the ParamWrapper on the experts and router
 //! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
 //! simulates what it runs of them.
@@ -56,14 +56,14 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
             ),
         ));
     }
-    // QLoRA on Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss is derived: bitsandbytes quantizes
-    // their nn.Linear modules (the attention's, Qwen2-MoE's shared expert's), whose MatMul4Bit
-    // keeps nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
+    // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
+    // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
+    // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
     if let Some(q) = &hf.bnb {
-        if q.int8().is_some() || m.deepseek.is_some() {
+        if q.int8().is_some() {
             return Err(ConfigError::new(
                 q.flag(),
-                format!("a {} {family} model is not derived in closed form (4-bit is, on mixtral, qwen3_moe, qwen2_moe and gpt_oss); `profile` simulates it", q.bits()),
+                format!("a {} {family} model is not derived in closed form (4-bit is); `profile` simulates it", q.bits()),
             ));
         }
     }
