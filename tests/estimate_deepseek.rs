@@ -57,6 +57,9 @@ struct Point {
     s: usize,
     /// peft's LoRA on the latent attention: (r, dropout, target modules); the rest frozen.
     lora: Option<(usize, f64, &'static [&'static str])>,
+    /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
+    /// in bf16.
+    four_bit: Option<(bool, vramscope::engine::DType, bool)>,
 }
 
 fn base() -> Point {
@@ -91,6 +94,7 @@ fn base() -> Point {
         b: 2,
         s: 24,
         lora: None,
+        four_bit: None,
     }
 }
 
@@ -114,6 +118,11 @@ fn config(p: &Point) -> ModelConfig {
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
+    if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
+        use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
+        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
+        hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -128,7 +137,9 @@ fn check(p: &Point) -> f64 {
     let sparse = (p.layers.saturating_sub(p.first_k_dense) * p.experts) as u64;
     let params = vramscope::analyse::estimate::estimate(&cfg, p.precision, p.b, p.s).params;
     assert_eq!(params, cfg.param_count() + cfg.lora_param_count(), "{p:?}: parameter count");
-    estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |e| 2 * (p.rope as u64 / 2) * 4 + sparse * e.param_elem)
+    // (Double quantization adds its process-wide 256-entry fp32 map.)
+    let qmap = if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
+    estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |e| 2 * (p.rope as u64 / 2) * 4 + sparse * e.param_elem + qmap)
 }
 
 fn run(points: &[Point], limit: f64) {
@@ -251,6 +262,31 @@ fn deepseek_v3_lora_closed_form_equals_the_simulation() {
     run(&lora_grid(), 1.40);
 }
 
+/// QLoRA on DeepSeek-V3: the latent attention's linears and the dense and shared-expert MLPs
+/// 4-bit (attention_bias's biases in the compute dtype), the router and experts frozen in the
+/// load dtype (fp32 after prepare_model_for_kbit_training): nf4 ± double quant, compute dtype
+/// fp32/bf16, with and without prepare, q_lora_rank or q_proj, attention_bias, each experts
+/// implementation, checkpointing, B, S, r and targets.
+#[test]
+fn deepseek_v3_qlora_closed_form_equals_the_simulation() {
+    use vramscope::engine::DType;
+    const Q_LORA: &[&str] = &["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for (dq, compute, prepare) in [(false, DType::F32, true), (true, DType::BF16, true), (true, DType::F32, false), (false, DType::BF16, false)] {
+        let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+        for ckpt in [None, Some(false), Some(true)] {
+            let implementation = ExpertsImplementation::ALL[n % 3];
+            let (b, s, r) = [(2, 24, 8), (1, 17, 16), (3, 12, 4)][n % 3];
+            let (q_lora_rank, targets): (Option<usize>, &'static [&'static str]) = if n % 2 == 0 { (Some(48), Q_LORA) } else { (None, &["q_proj", "kv_b_proj", "o_proj"]) };
+            let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+            n += 1;
+            points.push(Point { four_bit: Some((dq, compute, prepare)), lora: Some((r, dropout, targets)), q_lora_rank, bias: n % 3 == 0, precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base() });
+        }
+    }
+    run(&points, 1.8);
+}
+
 #[test]
 fn deepseek_v3_closed_form_equals_the_simulation() {
     run(&grid(), 1.40);
@@ -365,7 +401,8 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
-        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
+        // (8-bit: profile's own refusal, which estimate runs first.)
+        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),
         ([&eager[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
         ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),

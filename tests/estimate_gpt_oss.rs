@@ -40,6 +40,9 @@ struct Point {
     s: usize,
     /// peft's LoRA on the attention: (r, dropout, target modules).
     lora: Option<(usize, f64, &'static [&'static str])>,
+    /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
+    /// in bf16.
+    four_bit: Option<(bool, vramscope::engine::DType, bool)>,
 }
 
 fn base() -> Point {
@@ -61,6 +64,7 @@ fn base() -> Point {
         b: 2,
         s: 40,
         lora: None,
+        four_bit: None,
     }
 }
 
@@ -83,6 +87,11 @@ fn config(p: &Point) -> ModelConfig {
     let hf = cfg.hf.as_mut().unwrap();
     hf.reentrant = p.ckpt == Some(true);
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
+    if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
+        use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
+        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
+        hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -92,8 +101,9 @@ fn config(p: &Point) -> ModelConfig {
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
-    // RoPE's inv_freq and original_inv_freq (d_h/2 fp32 each).
-    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4;
+    // RoPE's inv_freq and original_inv_freq (d_h/2 fp32 each); double quantization's
+    // process-wide 256-entry fp32 map.
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
     estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |_| buffers)
 }
 
@@ -173,6 +183,30 @@ fn lora_grid() -> Vec<Point> {
 #[test]
 fn gpt_oss_lora_closed_form_equals_the_simulation() {
     run(&lora_grid(), 1.35);
+}
+
+/// QLoRA on gpt-oss: the attention's biased linears 4-bit (their biases in the compute
+/// dtype), the sinks, router and experts frozen in the load dtype (fp32 after
+/// prepare_model_for_kbit_training): nf4 ± double quant, compute dtype fp32/bf16, with and
+/// without prepare, each experts implementation, checkpointing, B, S, r and targets.
+#[test]
+fn gpt_oss_qlora_closed_form_equals_the_simulation() {
+    use vramscope::engine::DType;
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for (dq, compute, prepare) in [(false, DType::F32, true), (true, DType::BF16, true), (true, DType::F32, false), (false, DType::BF16, false)] {
+        let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+        for ckpt in [None, Some(false), Some(true)] {
+            let implementation = ExpertsImplementation::ALL[n % 3];
+            let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][n % 3];
+            let targets: &'static [&'static str] = if n % 2 == 0 { ALL } else { &["q_proj", "v_proj"] };
+            let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+            n += 1;
+            points.push(Point { four_bit: Some((dq, compute, prepare)), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base() });
+        }
+    }
+    run(&points, 1.8);
 }
 
 #[test]
@@ -275,7 +309,7 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
-        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
+        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
         ([&g[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),

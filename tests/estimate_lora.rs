@@ -141,7 +141,10 @@ fn check(p: &Point) -> f64 {
     // Double quantization: bitsandbytes' process-wide 256-entry fp32 dynamic map besides.
     // Gemma: an inv_freq pair per layer type present and the 0-d embed_scale.
     let pairs = cfg.hf().and_then(|h| h.gemma.as_ref()).filter(|_| p.arch == Arch::Gemma3Text).map_or(1, |g| g.types().len() as u64);
-    let gemma = estimate_common::embed_scale_bytes(p.arch.is_gemma(), p.precision);
+    // (Loaded in bf16 for bitsandbytes: prepare_model_for_kbit_training casts parameters, not
+    // the buffer, to fp32.)
+    let load = if p.four_bit.is_some() || p.int8.is_some() { Precision::PureBf16 } else { p.precision };
+    let gemma = estimate_common::embed_scale_bytes(p.arch.is_gemma(), load);
     let buffers = pairs * 2 * (cfg.head_dim() as u64 / 2) * 4 + gemma + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
     assert_eq!(e.forward_bytes() + batch + buffers, sim.forward_live_bytes, "{name}: live when the forward returns");
     let bound = e.training_bytes();
@@ -440,6 +443,37 @@ fn gemma_lora_closed_form_equals_the_simulation() {
             for precision in [Precision::Fp32, Precision::PureBf16] {
                 points.push(Point { optim, precision, r: 16, b: 1, s: 64, ..base(arch) });
             }
+        }
+    }
+    run_within(&points, 1.8);
+}
+
+/// QLoRA on the families: Phi-3 (its fused qkv_proj and gate_up_proj quantized whole), OLMo-2
+/// (q_norm/k_norm over the whole projections, two post-norms), Gemma 2 and Gemma 3 (four norms
+/// per layer, Gemma 3's q/k norms): nf4 ± double quant, compute dtype fp32/bf16, with and
+/// without prepare_model_for_kbit_training, checkpointing none/non-reentrant/reentrant, over
+/// contexts, batches, ranks and targets. `MatMul4Bit` keeps nothing, as on Llama.
+#[test]
+fn qlora_families_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    let quants = [(false, DType::F32, true), (true, DType::BF16, true), (true, DType::F32, false), (false, DType::BF16, false)];
+    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2, Arch::Gemma3Text] {
+        let (all, attn): (Vec<&'static str>, Vec<&'static str>) = if arch == Arch::Phi3 {
+            (vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], vec!["qkv_proj", "o_proj"])
+        } else {
+            (TARGETS.to_vec(), vec!["q_proj", "v_proj"])
+        };
+        for (i, &(dq, compute, prepare)) in quants.iter().enumerate() {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for (j, ckpt) in [None, Some(false), Some(true)].into_iter().enumerate() {
+                let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][(i + j) % 3];
+                points.push(Point { four_bit: Some((dq, compute, prepare)), precision, ckpt, targets: all.clone(), b, s, r, ..base(arch) });
+            }
+            points.push(Point { four_bit: Some((dq, compute, prepare)), precision, targets: attn.clone(), dropout: 0.1, ..base(arch) });
+        }
+        if arch != Arch::Gemma2 {
+            points.push(Point { four_bit: Some((true, DType::BF16, true)), targets: all.clone(), attn: AttnImplementation::Sdpa, s: 33, ..base(arch) });
+            points.push(Point { four_bit: Some((false, DType::BF16, false)), precision: Precision::PureBf16, targets: all.clone(), attn: AttnImplementation::Sdpa, cache: true, ..base(arch) });
         }
     }
     run_within(&points, 1.8);

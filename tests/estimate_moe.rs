@@ -42,6 +42,9 @@ struct Point {
     s: usize,
     /// peft's LoRA: (r, dropout, target modules); the router and experts frozen.
     lora: Option<(usize, f64, &'static [&'static str])>,
+    /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
+    /// in bf16.
+    four_bit: Option<(bool, vramscope::engine::DType, bool)>,
 }
 
 fn base(model_type: &'static str) -> Point {
@@ -65,6 +68,7 @@ fn base(model_type: &'static str) -> Point {
         b: 2,
         s: 40,
         lora: None,
+        four_bit: None,
     }
 }
 
@@ -96,6 +100,11 @@ fn config(p: &Point) -> ModelConfig {
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
+    if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
+        use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
+        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
+        hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
@@ -105,8 +114,9 @@ fn config(p: &Point) -> ModelConfig {
 /// Compares one point; returns the simulated training peak over the closed form's bound.
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
-    // RoPE's inv_freq and original_inv_freq (d_h/2 fp32 each).
-    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4;
+    // RoPE's inv_freq and original_inv_freq (d_h/2 fp32 each); double quantization's
+    // process-wide 256-entry fp32 map.
+    let buffers = 2 * (cfg.head_dim() as u64 / 2) * 4 + if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
     estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |_| buffers)
 }
 
@@ -341,6 +351,73 @@ fn moe_estimate_cli() {
 
 /// What the closed form does not derive exits 2, naming the flag and pointing at `profile`
 /// (or, for autocast, at the weights' own dtype, as `profile` refuses it too).
+/// QLoRA on Mixtral, Qwen3-MoE and Qwen2-MoE: the attention's (and Qwen2-MoE's shared
+/// expert's) linears 4-bit, the router and experts frozen in the load dtype (fp32 after
+/// prepare_model_for_kbit_training): nf4 ± double quant, compute dtype fp32/bf16, with and
+/// without prepare, each experts implementation, checkpointing, B, S, r and targets.
+#[test]
+fn moe_qlora_closed_form_equals_the_simulation() {
+    use vramscope::engine::DType;
+    let quants = [(false, DType::F32, true), (true, DType::BF16, true), (true, DType::F32, false), (false, DType::BF16, false)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        let all: &'static [&'static str] = if model_type == "qwen2_moe" { &["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate"] } else { &["q_proj", "k_proj", "v_proj", "o_proj"] };
+        for (dq, compute, prepare) in quants {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for ckpt in [None, Some(false), Some(true)] {
+                let implementation = ExpertsImplementation::ALL[n % 3];
+                let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][n % 3];
+                let targets: &'static [&'static str] = if n % 2 == 0 { all } else { &["q_proj", "v_proj"] };
+                let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+                n += 1;
+                points.push(Point { four_bit: Some((dq, compute, prepare)), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base(model_type) });
+            }
+        }
+        points.push(Point { four_bit: Some((true, DType::BF16, true)), lora: Some((8, 0.0, all)), attn: AttnImplementation::Sdpa, routing: Routing::Worst, ..base(model_type) });
+    }
+    run(&points, 1.8);
+}
+
+/// bf16 autocast of Mixtral, Qwen3-MoE (norm_topk_prob on and off) and Qwen2-MoE: grouped_mm
+/// is not an autocast op (the experts run in fp32), batched_mm's bmm keeps bf16 casts of the
+/// gathered weights and rows, eager's linears uncached casts of each hit expert's weights; the
+/// router's logits, the Qwens' routing weights and the shared expert are bf16; the autocast
+/// cache holds the attention's, the router's and the shared expert's casts. The three experts
+/// implementations × shapes, routing, checkpointing, use_cache, B, S, MHA and GQA, eager and
+/// sdpa, a tied head.
+#[test]
+fn moe_autocast_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for ckpt in [None, Some(false), Some(true)] {
+            for (b, s) in [(1, 24), (3, 40)] {
+                let (d, i, experts, top_k) = shapes[n % shapes.len()];
+                let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+                let (attn, kv_heads) = [(AttnImplementation::Eager, 2), (AttnImplementation::Sdpa, 4), (AttnImplementation::Eager, 4)][n % 3];
+                n += 1;
+                let implementation = ExpertsImplementation::ALL[n % 3];
+                points.push(Point { precision: Precision::Bf16, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, routing, attn, kv_heads, tied: n % 5 == 0, implementation, ..base(model_type) });
+            }
+        }
+        for implementation in ExpertsImplementation::ALL {
+            points.push(Point { precision: Precision::Bf16, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, implementation, ..base(model_type) });
+        }
+        // Worst routing: one expert gets every token, so eager's loop casts fewer experts' weights.
+        points.push(Point { precision: Precision::Bf16, implementation: ExpertsImplementation::Eager, routing: Routing::Worst, experts: 8, ..base(model_type) });
+    }
+    points.push(Point { precision: Precision::Bf16, norm_topk_prob: false, ..base("qwen3_moe") });
+    points.push(Point { precision: Precision::Bf16, norm_topk_prob: true, shared: 320, ..base("qwen2_moe") });
+    // Everything stated is exact on every point. batched_mm's peak falls in the forward, where
+    // the gathered fp32 expert weights live beside the bf16 casts its bmm keeps (transients the
+    // bound leaves out): up to 2.04× on the batched_mm and eager points.
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.35);
+    run(&cast, 2.1);
+}
+
 #[test]
 fn not_derived_is_refused_naming_the_flag() {
     let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-refusals-{}", std::process::id()));
@@ -354,8 +431,8 @@ fn not_derived_is_refused_naming_the_flag() {
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
         // all-linear: peft converts Mixtral's expert and router names into target_parameters.
         ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-4bit"]].concat(), "--load-in-4bit", "profile"),
-        ([&mix[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
+        ([&mix[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
     ];

@@ -768,6 +768,7 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
 /// dtype. 8-bit (`Linear8bitLt`): n int8 weights and an fp32 SCB per row; biases in `pe`.
 fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -> (u64, String) {
     use crate::engine::ops::quant::{BLOCKSIZE, NESTED_BLOCKSIZE};
+    use crate::model::hf::Arch;
     let h = cfg.hf().expect("4-bit is an hf model's");
     let (d, f, v, hd) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.vocab_size as u64, cfg.head_dim() as u64);
     let (qd, kv) = (cfg.num_heads as u64 * hd, cfg.num_kv_heads as u64 * hd);
@@ -784,7 +785,21 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
             None => n + rows * 4,
         }
     };
-    let per_layer: u64 = [(qd, d), (kv, d), (kv, d), (d, qd), (f, d), (f, d), (d, f)].into_iter().map(storage).sum();
+    // Phi-3 quantizes its fused qkv_proj and gate_up_proj whole (one quant_state each).
+    // An MoE layer's nn.Linear modules are the attention's (and Qwen2-MoE's shared expert's):
+    // replace_with_bnb_linear leaves the router and the 3-D experts in their dtype.
+    let phi3 = h.model_type == Arch::Phi3;
+    let moe = h.moe.as_ref();
+    let attention = [(qd, d), (kv, d), (kv, d), (d, qd)];
+    let shapes: Vec<(u64, u64)> = match moe {
+        Some(m) if m.shared_intermediate > 0 => {
+            let s = m.shared_intermediate as u64;
+            attention.into_iter().chain([(s, d), (s, d), (d, s), (1, d)]).collect()
+        }
+        Some(_) => attention.to_vec(),
+        None if phi3 => vec![(qd + 2 * kv, d), (d, qd), (2 * f, d), (d, f)],
+        None => attention.into_iter().chain([(f, d), (f, d), (d, f)]).collect(),
+    };
     let mut biases = 0;
     if h.qkv_bias {
         biases += qd + 2 * kv;
@@ -795,20 +810,59 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
     if h.mlp_bias {
         biases += 2 * f + d;
     }
-    let norms = 2 * d + if h.model_type == crate::model::hf::Arch::Qwen3 { 2 * hd } else { 0 };
+    // Each layer's norms: two (four on Gemma) of d, and the q/k norms (over d_h on Qwen3 and
+    // Gemma 3, over the whole projections on OLMo-2).
+    let (norms, norms_formula) = match h.model_type {
+        Arch::Qwen3 => (2 * d + 2 * hd, "2d + 2d_h"),
+        Arch::Olmo2 => (2 * d + qd + kv, "2d + h·d_h + h_kv·d_h"),
+        Arch::Gemma2 => (4 * d, "4d"),
+        Arch::Gemma3Text => (4 * d + 2 * hd, "4d + 2d_h"),
+        _ => (2 * d, "2d"),
+    };
     let l = cfg.num_layers as u64;
-    let unquantized = v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d;
-    let bias_bytes = l * biases * four_bit.map_or(pe, |q| q.compute_dtype.size() as u64);
-    let bytes = l * per_layer + unquantized * pe + bias_bytes;
+    // DeepSeek-V3's layers differ: the latent attention's linears (q_a/q_b or q_proj,
+    // kv_a_proj_with_mqa, kv_b_proj, o_proj; attention_bias on q_a, kv_a and o), then the dense
+    // layers' MLP or the sparse layers' shared experts' MLP.
+    let layer_shapes = |i: usize| -> (Vec<(u64, u64)>, u64) {
+        let Some((m, ds)) = moe.and_then(|m| m.deepseek.as_ref().map(|ds| (m, ds))) else { return (shapes.clone(), biases) };
+        let mla = ds.mla_linear_shapes(cfg.d_model, cfg.num_heads);
+        let mut out: Vec<(u64, u64)> = mla.iter().filter(|(i, o)| i * o > 0).map(|&(i, o)| (o as u64, i as u64)).collect();
+        let (fm, dense) = if ds.is_sparse(i) { (m.shared_intermediate as u64, false) } else { (ds.dense_intermediate as u64, true) };
+        debug_assert!(dense || !ds.is_sparse(i) || fm == m.shared_intermediate as u64);
+        out.extend([(fm, d), (fm, d), (d, fm)]);
+        let b = if ds.attention_bias { ds.q_lora_rank.unwrap_or(0) as u64 + (ds.kv_lora_rank + ds.qk_rope_head_dim) as u64 + d } else { 0 };
+        (out, b)
+    };
+    let per_layer: Vec<(Vec<(u64, u64)>, u64)> = (0..cfg.num_layers).map(layer_shapes).collect();
+    let stored: u64 = per_layer.iter().flat_map(|(sh, _)| sh.iter().copied().map(storage)).sum();
+    let all_biases: u64 = per_layer.iter().map(|(_, b)| b).sum();
+    let all_quantized: u64 = per_layer.iter().flat_map(|(sh, _)| sh.iter().map(|(r, c)| r * c)).sum();
+    // (An MoE model's router and experts stay unquantized: every parameter but the quantized
+    // weights and the biases.)
+    let unquantized = if moe.is_some() { cfg.param_count() - all_quantized - all_biases } else { v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * norms + d };
+    let bias_bytes = all_biases * four_bit.map_or(pe, |q| q.compute_dtype.size() as u64);
+    let bytes = stored + unquantized * pe + bias_bytes;
     let quantized = match four_bit {
         Some(q) if q.double_quant => "⌈n/2⌉ packed + ⌈n/64⌉ (uint8 absmax) + ⌈n/16384⌉·4 + 1028 (double quant) + 64 code",
         Some(_) => "⌈n/2⌉ packed + ⌈n/64⌉·4 (fp32 absmax) + 64 code",
         None => "n int8 + rows·4 (SCB)",
     };
     let head = if cfg.tied_embeddings { "" } else { " + V·d (lm_head)" };
+    debug_assert_eq!(cfg.param_count(), all_quantized + all_biases + unquantized);
+    let sum = if moe.is_some_and(|m| m.deepseek.is_some()) { "Σ over every layer's" } else { "L·Σ over the" };
+    let projections = match moe {
+        Some(m) if m.deepseek.is_some() => "latent attention's linears and each layer's dense or shared-expert MLP",
+        Some(m) if m.shared_intermediate > 0 => "8 linears (q/k/v/o_proj, the shared expert's gate/up/down_proj and shared_expert_gate)",
+        Some(_) => "4 attention projections",
+        None if phi3 => "4 projections (qkv_proj, o_proj, gate_up_proj, down_proj)",
+        None => "7 projections",
+    };
+    let rest = match moe {
+        Some(_) => format!("the other parameters (embedding{head}, norms, router, experts) = {unquantized} elements"),
+        None => format!("V·d (embedding){head} + L·({norms_formula}) + d"),
+    };
     let formula = format!(
-        "L·Σ over the 7 projections of n = rows·cols weights ({quantized}) + (V·d (embedding){head} + L·(2d{}) + d)·{pe}{}",
-        if norms > 2 * d { " + 2d_h" } else { "" },
+        "{sum} {projections} of n = rows·cols weights ({quantized}) + ({rest})·{pe}{}",
         if biases == 0 { "" } else if four_bit.is_some() { " + biases in the compute dtype" } else { " + biases" }
     );
     (bytes, formula)

@@ -81,10 +81,6 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
             format!("the closed form derives fp32, autocast over fp32 weights and pure bf16; this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
         ));
     }
-    // An MoE model: the closed form has no autocast terms for the experts (profile runs them).
-    if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()).filter(|_| precision.autocast().is_some()) {
-        return Err(usage("--precision", format!("autocast of a mixture-of-experts model ({}) is not in the closed form: profile --device meta runs it op for op", m.family.model_type())));
-    }
     // An MoE model: what profile refuses, and a routing file must fit B·S tokens.
     super::moe::check_profile(&cfg, crate::engine::Device::Meta, false, batch, &[seq])?;
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;

@@ -64,13 +64,13 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    // LoRA on Phi-3 (its fused linears adapted whole), OLMo-2 (frozen post-norms and
-    // whole-projection q/k norms) and Gemma (frozen GemmaRMSNorms) is derived; bitsandbytes on
-    // the families is not.
-    if let Some(q) = hf.bnb.as_ref().filter(|_| hf.model_type.is_family()) {
+    // QLoRA on Phi-3, OLMo-2 and Gemma is derived (MatMul4Bit keeps nothing: their LoRA terms
+    // over 4-bit storage); LLM.int8() there is not (MatMul8bitLt keeps its input, which only
+    // the Llama-style layer counts).
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && hf.model_type.is_family()) {
         return Err(ConfigError::new(
             q.flag(),
-            format!("model_type {}: the closed form derives bitsandbytes over llama, mistral, qwen2 and qwen3; `profile` simulates it", hf.model_type.name()),
+            format!("model_type {}: the closed form derives 8-bit weights over llama, mistral, qwen2 and qwen3 (4-bit over every dense model type); `profile` simulates it", hf.model_type.name()),
         ));
     }
     check_adapters(hf)?;
@@ -837,11 +837,22 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
             format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias_names} + 3d·F + {norms}{qk_norm}) + d")
         }
     };
-    // F.linear casts weight and bias under autocast; norm weights meet only muls.
-    let cast_elements = l * (2 * d * q + 2 * d * kv + 3 * d * f + biases) + v * d;
+    // F.linear casts weight and bias under autocast; norm weights meet only muls. An MoE
+    // layer's linears are the attention's, the router's and Qwen2-MoE's shared expert's (and
+    // its gate): grouped_mm, not an autocast op, reads the experts in their fp32.
+    let mlp_cast = match &hf.moe {
+        Some(m) => m.experts as u64 * d + if m.shared_intermediate > 0 { 3 * d * m.shared_intermediate as u64 + d } else { 0 },
+        None => 3 * d * f,
+    };
+    let cast_elements = l * (2 * d * q + 2 * d * kv + mlp_cast + biases) + v * d;
     let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
     let bias_cast = if biases > 0 { " + biases" } else { "" };
-    let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F{bias_cast}) + {head_w}) = 2 × {cast_elements}");
+    let mlp_w = match &hf.moe {
+        Some(m) if m.shared_intermediate > 0 => "E·d (router) + 3d·I_s + d (shared expert, its gate)",
+        Some(_) => "E·d (router)",
+        None => "3d·F",
+    };
+    let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + {mlp_w}{bias_cast}) + {head_w}) = 2 × {cast_elements}");
     // Autocast caches only casts of leaves that need a gradient: under peft the adapters and
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {

@@ -381,7 +381,7 @@ fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, weights: boo
         t.push(small("the gathered top-k scores, fp32 (the renormalising division keeps them)", "gather", "B·S·k", tokens * k, 4));
         t.push(small("their sum + 1e-20, fp32 (the division keeps it)", "add", "B·S", tokens, 4));
     }
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: 4, weights };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: 4, mm: me, weights };
     moe::experts(t, m, &z);
 }
 

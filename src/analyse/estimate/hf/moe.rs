@@ -21,7 +21,9 @@
 //! Qwen2-MoE's shared expert's) is derived: the router and the routed experts stay frozen, so
 //! they keep only what their input's gradient needs (not the rows the up projection reads, nor
 //! the down projection's input), and nothing in a layer whose input needs none (layer 0 with
-//! the attention frozen). Autocast, bitsandbytes, the ParamWrapper on the experts and router
+//! the attention frozen); so is QLoRA (4-bit nn.Linear modules, the router and experts in their
+//! dtype; on gpt-oss and DeepSeek-V3 too), and bf16 autocast of the three families here
+//! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts). 8-bit weights, the ParamWrapper on the experts and router
 //! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
 //! simulates what it runs of them.
 use super::{types, Arch};
@@ -54,14 +56,30 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
             ),
         ));
     }
+    // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
+    // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
+    // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
     if let Some(q) = &hf.bnb {
-        return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form; `profile` simulates it", q.bits())));
+        if q.int8().is_some() {
+            return Err(ConfigError::new(
+                q.flag(),
+                format!("a {} {family} model is not derived in closed form (4-bit is); `profile` simulates it", q.bits()),
+            ));
+        }
     }
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
+    // bf16 autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE: grouped_mm is not an
+    // autocast op (the experts run in fp32), batched_mm's bmm and eager's linears cast to bf16;
+    // the router and the shared expert run in bf16.
     if precision.autocast().is_some() {
-        return Err(ConfigError::new("--precision", format!("autocast of a mixture-of-experts model ({family}) is not modelled: load the weights in their dtype (fp32, or --pure-bf16)")));
+        if m.gpt_oss.is_some() || m.deepseek.is_some() || hf.lora.is_some() {
+            return Err(ConfigError::new(
+                "--precision",
+                format!("autocast of {family}{} is not derived in closed form (of mixtral, qwen3_moe and qwen2_moe without adapters it is); `profile` simulates it", if hf.lora.is_some() { " with peft's LoRA" } else { "" }),
+            ));
+        }
     }
     Ok(())
 }
@@ -95,6 +113,9 @@ pub(super) struct Sizes {
     pub me: u64,
     /// The routing weights' (4 for Mixtral and DeepSeek-V3, the model's for the Qwens).
     pub rw: u64,
+    /// The experts' matmul outputs' (and kept operands'): the model's, or bf16 where autocast
+    /// casts them (batched_mm's bmm, eager's linears; grouped_mm is not an autocast op).
+    pub mm: u64,
     /// The experts' weights train (not under peft's LoRA on other modules): what only their
     /// gradients need (the rows the up projection reads, the down projection's input) is kept.
     pub weights: bool,
@@ -129,7 +150,11 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
     let tokens = c.b * c.s;
     let lora = hf.lora.as_ref();
     let weights = lora.is_none();
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { me }, weights };
+    // The router's logits and the shared expert's linears are bf16 under autocast (the Qwens'
+    // routing weights take the logits' type); grouped_mm runs the experts in the model's.
+    let lo = types(c, hf).lo;
+    let mm = if m.implementation == ExpertsImplementation::GroupedMm { me } else { lo };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { lo }, mm, weights };
     let is = m.shared_intermediate as u64;
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
@@ -148,16 +173,16 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
             }
         }
         if g {
-            t.push(fs("gate_proj output (silu keeps its input)".into(), "mm", me));
+            t.push(fs("gate_proj output (silu keeps its input)".into(), "mm", lo));
         }
         if u {
-            t.push(fs("silu(gate)".into(), "silu", me));
+            t.push(fs("silu(gate)".into(), "silu", lo));
         }
         if g {
-            t.push(fs("up_proj output".into(), "mm", me));
+            t.push(fs("up_proj output".into(), "mm", lo));
         }
         if a_keeps_input("down_proj") {
-            t.push(fs("silu·up (down_proj keeps it)".into(), "mul", me));
+            t.push(fs("silu·up (down_proj keeps it)".into(), "mul", lo));
         }
         if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
             super::adapter_on(c, t, lc, "shared_expert.down_proj", &|what, op, elem| fs(what, op, elem), g || u);
@@ -165,7 +190,7 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         shared = g || u || adapted("down_proj");
         gated = x_grad || adapted("shared_expert_gate");
         if gated {
-            t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, me));
+            t.push(term("shared_expert down_proj output (the gated product keeps it)", "mm", Unit::A, "B·S·d", z.t * z.d, lo));
         }
         if let Some(lc) = lora.filter(|_| adapted("shared_expert_gate")) {
             super::adapter_on(c, t, lc, "shared_expert_gate", &a, x_grad);
@@ -176,7 +201,7 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         experts(t, m, &z);
     }
     if shared || gated {
-        t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, me));
+        t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, lo));
     }
 }
 
@@ -208,7 +233,7 @@ fn router(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
 /// The gate_up output, written as its two halves: silu keeps the gate half, the product the
 /// up half (both views of the one (rows, 2I) tensor); then silu's output and the product.
 fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str) {
-    let ki = |what: String, op| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, z.me);
+    let ki = |what: String, op| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, z.mm);
     t.push(ki("gate_up output, its gate half (silu keeps it)".into(), op));
     t.push(ki("gate_up output, its up half (the product keeps it)".into(), op));
     t.push(ki("silu(gate)".into(), "silu"));
@@ -239,15 +264,19 @@ fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     // (DeepSeek-V3's are scaled by routed_scaling_factor last.)
     let op = if z.rw != 4 { "_to_copy" } else if m.deepseek.is_some() { "mul" } else if renormalises(m) { "div" } else { "topk" };
     t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
+    // Under autocast each bmm keeps its bf16 casts of the gathered (fp32) operands.
+    let cast = if z.mm != z.me { " cast to bf16" } else { "" };
     if z.weights {
-        t.push(term("hidden states repeated k times (the up bmm keeps them for its weight's gradient)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+        let op = if cast.is_empty() { "repeat_interleave" } else { "_to_copy" };
+        t.push(term(format!("hidden states repeated k times{cast} (the up bmm keeps them for its weight's gradient)"), op, Unit::Ka, "B·S·k·d", z.p * z.d, z.mm));
     }
-    let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);
-    t.push(kw("gate_up_proj[expert_ids] (B·S·k, 2I, d), its gate rows (the up bmm keeps it)"));
-    t.push(kw("gate_up_proj[expert_ids], its up rows"));
+    let op = if cast.is_empty() { "index" } else { "_to_copy" };
+    let kw = |what: String| term(what, op, Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.mm);
+    t.push(kw(format!("gate_up_proj[expert_ids] (B·S·k, 2I, d){cast}, its gate rows (the up bmm keeps it)")));
+    t.push(kw(format!("gate_up_proj[expert_ids]{cast}, its up rows")));
     gate_up(t, z, "bmm", z.p, "the down bmm");
-    t.push(kw("down_proj[expert_ids] (B·S·k, d, I) (the down bmm keeps it)"));
-    t.push(term("down bmm output (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    t.push(kw(format!("down_proj[expert_ids] (B·S·k, d, I){cast} (the down bmm keeps it)")));
+    t.push(term("down bmm output (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.mm));
 }
 
 /// The modeling file's loop over the experts that were hit: per expert e with n_e rows (the
@@ -256,20 +285,28 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     // Any split the options accept adds up to the B·S·k routed rows (Routing::counts checks
     // it); the split itself only says how many experts the loop visits.
     let rows = z.p;
-    let hit = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
+    let (hit, n_hit) = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
         Ok(counts) => {
             debug_assert_eq!(counts.iter().map(|&n| n as u64).sum::<u64>(), rows);
-            format!("the {} experts hit", counts.iter().filter(|&&n| n > 0).count())
+            let n = counts.iter().filter(|&&n| n > 0).count();
+            (format!("the {n} experts hit"), n as u64)
         }
-        Err(_) => "the experts hit".to_string(),
+        Err(_) => ("the experts hit".to_string(), 0),
     };
     let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
+    let autocast = z.mm != z.me;
     if z.weights {
-        t.push(term(per("hidden_states[token_idx] (gate_up's linear keeps it for its weight's gradient)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+        let (what, op) = if autocast { ("hidden_states[token_idx] cast to bf16 (gate_up's linear keeps it for its weight's gradient)", "_to_copy") } else { ("hidden_states[token_idx] (gate_up's linear keeps it for its weight's gradient)", "index") };
+        t.push(term(per(what), op, Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
+    }
+    if autocast {
+        // Each expert's weights are views (`gate_up_proj[e]`), not leaves: autocast does not
+        // cache their casts, and each linear keeps its own for its input's gradient.
+        t.push(term(format!("gate_up_proj[e] (2I, d) and down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, the linears keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, 2));
     }
     gate_up(t, z, "mm", rows, "down_proj's linear");
-    t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
     t.push(term(per("top_k_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
     // Mixtral's fp32 weights promote the product to fp32: `.to(final_hidden_states.dtype)`
     // makes the copy index_add_ keeps (its source) in the model's type.
