@@ -354,6 +354,7 @@ fn bad_tensor_parallel_flags_exit_2_naming_the_flag() {
         (vec!["--parallel", "ddp", "--world-size", "2", "--tp-plan", "auto"], "--tp-plan"),
         (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "2", "--tp-plan", "auto"], "--tp-plan"),
         (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--sequence-parallel"], "--sequence-parallel"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--gradient-checkpointing", "non-reentrant"], "--gradient-checkpointing"),
     ] {
         let args: Vec<&str> = hf.iter().copied().chain(ok_optim).chain(extra.iter().copied()).collect();
         let o = vramscope(&args);

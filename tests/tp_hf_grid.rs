@@ -1,8 +1,8 @@
 //! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`, what
 //! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text and llama
 //! against PyTorch itself: tests/fixtures/dist_grid/tp_hf.json (tools/pytorch/measure_tp_hf.py:
-//! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained
-//! or run forward as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
+//! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained,
+//! run forward or run under no_grad as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
 //! third iteration, 16 B per live tensor.
 mod grid_common;
 
@@ -68,7 +68,8 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
             "training" => {
                 runner.step_masked(x, bound.labels.as_ref().unwrap(), None);
             }
-            "forward" => {
+            "forward" | "inference" => {
+                let _g = (kind == "inference").then(runtime::no_grad);
                 runtime::set_phase(Phase::Forward);
                 drop(model.forward_masked(x, None));
                 runtime::set_phase(Phase::Setup);

@@ -320,17 +320,20 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
             return err(format!("{} ranks do not divide the {what} ({n}); uneven tensor-parallel shards are not modelled", tp.size));
         }
     }
-    if cfg.tied_embeddings && tp.plan == TpPlan::Torch {
-        return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
-    }
-    if tp.sequence && tp.plan == TpPlan::Auto {
-        return Err(ConfigError::new("--sequence-parallel", "transformers' plan (--tp-plan auto) with sequence parallelism (its sequence_parallel style) is not measured; use --tp-plan torch on a Llama-style model"));
-    }
     if tp.plan == TpPlan::Auto && !(hf.model_type.is_family() || hf.model_type == crate::model::hf::Arch::Llama) {
         return Err(ConfigError::new("--tp-plan", format!("transformers' plan (auto) is measured on llama, phi3, olmo2, gemma2 and gemma3_text, not on {}: use --tp-plan torch", hf.model_type.name())));
     }
     if tp.plan == TpPlan::Torch && hf.model_type.is_family() {
         return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan is written for Llama's separate q/k/v/gate/up projections; {} runs transformers' own base_model_tp_plan: use --tp-plan auto", hf.model_type.name())));
+    }
+    if cfg.tied_embeddings && tp.plan == TpPlan::Torch {
+        return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
+    }
+    if tp.plan == TpPlan::Auto && cfg.checkpoint != crate::model::Checkpoint::None {
+        return Err(ConfigError::new("--gradient-checkpointing", "activation checkpointing under transformers' tensor-parallel plan (--tp-plan auto) is not measured: drop it"));
+    }
+    if tp.sequence && tp.plan == TpPlan::Auto {
+        return Err(ConfigError::new("--sequence-parallel", "transformers' plan (--tp-plan auto) with sequence parallelism (its sequence_parallel style) is not measured; use --tp-plan torch on a Llama-style model"));
     }
     if tp.sequence {
         if hf.attn_implementation != crate::model::hf::AttnImplementation::Sdpa {

@@ -44,7 +44,8 @@ pub struct ParallelFlags {
     pub offload: Option<String>,
     /// Tensor-parallel ranks (hf flavour)
     ///
-    /// torch's Megatron-style plan (q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered).
+    /// torch's Megatron-style plan (q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered)
+    /// on Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
     /// With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first
     /// dimension (2-D); --parallel tp: N = --world-size
     #[arg(help_heading = super::heading::PARALLEL, long, value_name = "N")]

@@ -13,8 +13,9 @@ so the head is the embedding's Shard(0) DTensor parameter.
 Under the fake process group (torch.testing._internal.distributed.fake_pg) this process is rank
 `rank` of tp; collectives return at once and allocate what DTensor allocates around them.
 measure_tp.py's step and method (measure_hf.py's: one profiler session, mode-free, requested
-bytes of blocks >= 512 B, the third iteration), `kind` training (for-loop AdamW, no clipping)
-or forward (grad enabled, no labels).
+bytes of blocks >= 512 B, the third iteration), `kind` training (for-loop AdamW, no clipping),
+forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise and rowwise run
+on local tensors and rowwise all-reduces its output in place).
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
@@ -100,7 +101,8 @@ def grid():
             # Gemma 2 has no sdpa in transformers 5.23 (`_supports_sdpa = False`).
             attn = "eager" if mt == "gemma2" else ("eager", "sdpa")[(i + j) % 2]
             dtype = ("fp32", "bf16")[(i // 2 + j) % 2]
-            for kind in ("training", "forward"):
+            # Inference (torch.no_grad()) takes the styles' local-tensor paths: once per shape.
+            for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
                 rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
                 name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} {kind}")
                 pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,

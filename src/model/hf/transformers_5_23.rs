@@ -743,10 +743,12 @@ impl Block {
     }
 
     /// A RowwiseParallel projection's output: all-reduced, or reduce-scattered to this
-    /// rank's positions under sequence parallelism.
+    /// rank's positions under sequence parallelism. transformers' RowwiseParallel without
+    /// grad runs the local Linear and `dist.all_reduce(output)` in place: nothing new.
     fn rowwise(&self, y: Tensor) -> Tensor {
         match self.tp {
             Some(t) if t.sequence => tp::seq_scatter(y, t),
+            Some(t) if t.plan == tp::TpPlan::Auto && !runtime::is_grad_enabled() => y,
             Some(_) => tp::rowwise_output(y),
             None => y,
         }
