@@ -22,7 +22,7 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
             // torch 2.15 has no expert-parallel API: fully_shard's shard_placement_fn can put a
             // parameter on another mesh, and transformers' own DistributedConfig(ep_size) applies
             // its base_model_ep_plan; neither is modelled, so there is no --ep.
-            return Some((flag, format!("tensor and expert parallelism of {name} are not modelled: transformers' MoE tp plan (packed_colwise experts, moe_tp_experts, {}its router's layout) is not measured, and torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep; use --parallel ddp, zero1, zero2 or fsdp", if name == "deepseek_v3" { "deepseek's mla_kv_a_proj, " } else { "" })));
+            return Some((flag, format!("tensor and expert parallelism of {name} are not modelled: transformers' MoE tp plan (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts, which all-reduces their output) is not measured, and torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep; use --parallel ddp, zero1, zero2 or fsdp")));
         }
         // tests/tp_hf_grid.rs measures transformers' plan (--tp-plan auto) alone over the
         // tensor-parallel ranks, full fine-tuning and forward.
