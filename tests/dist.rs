@@ -315,8 +315,13 @@ fn tensor_and_sequence_parallel_flags_run_end_to_end() {
     let peak = |s: &serde_json::Value| s["runs"][0]["peak_allocated_bytes"].as_u64().unwrap();
     let (_, one) = run("one", &[]);
     let (text, tp) = run("tp", &["--parallel", "tp", "--world-size", "2"]);
-    assert!(text.contains("parallel: tp over 2 ranks, rank 0 (tensor-parallel rank 0)"), "{text}");
+    assert!(text.contains("parallel: tp over 2 ranks, rank 0 (tensor-parallel rank 0, torch's Megatron-style plan)"), "{text}");
     assert_eq!(tp["parallel"]["tp"], 2);
+    assert_eq!(tp["parallel"]["tp_plan"], "torch");
+    // transformers' own plan on the same Llama (tp_plan="auto"): named in the text and the JSON.
+    let (text, auto) = run("auto", &["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"]);
+    assert!(text.contains("(tensor-parallel rank 0, transformers' tp_plan=\"auto\" plan)"), "{text}");
+    assert_eq!(auto["parallel"]["tp_plan"], "auto");
     assert!(tp["runs"][0]["snapshot"].as_str().unwrap().ends_with("_tp2_rank0_snapshot.pickle"));
     let (text, sp) = run("sp", &["--parallel", "tp", "--world-size", "2", "--sequence-parallel"]);
     assert!(text.contains("sequence parallel"), "{text}");
@@ -344,6 +349,12 @@ fn bad_tensor_parallel_flags_exit_2_naming_the_flag() {
         (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "2", "--sequence-parallel"], "--sequence-parallel"),
         (vec!["--parallel", "tp", "--world-size", "2", "--sequence-parallel", "--attn-implementation", "eager"], "--sequence-parallel"),
         (vec!["--parallel", "tp", "--world-size", "2", "--sequence-parallel", "--context-length", "63"], "--context-length"),
+        // transformers' plan: measured alone over the ranks, without sequence parallelism.
+        (vec!["--tp-plan", "auto"], "--tp-plan"),
+        (vec!["--parallel", "ddp", "--world-size", "2", "--tp-plan", "auto"], "--tp-plan"),
+        (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "2", "--tp-plan", "auto"], "--tp-plan"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--sequence-parallel"], "--sequence-parallel"),
+        (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--gradient-checkpointing", "non-reentrant"], "--gradient-checkpointing"),
     ] {
         let args: Vec<&str> = hf.iter().copied().chain(ok_optim).chain(extra.iter().copied()).collect();
         let o = vramscope(&args);

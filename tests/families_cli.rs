@@ -136,6 +136,16 @@ fn lora_and_qlora_run_on_the_family_presets() {
 }
 
 #[test]
+fn the_families_run_transformers_tensor_parallel_plan() {
+    for m in ["Phi-3-mini", "OLMo-2-7B", "Gemma-2-9B", "Gemma-3-27B"] {
+        let out = tmp("tp");
+        let s = profile(&out, &["--model", m, "--num-layers", "1", "--context-length", "32", "--profile-type", "training", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
+        assert_eq!(s["parallel"]["tp_plan"], "auto", "{m}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+#[test]
 fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
     for m in ["Phi-3-mini", "OLMo-2-7B", "Gemma-2-9B", "Gemma-3-27B"] {
         // LoRA and bitsandbytes run (tests/lora_grid.rs); the peft options their grid did not
@@ -145,8 +155,14 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--lora-bias", "all"], &["--lora-bias", "not modelled"]);
         // ddp, zero1, zero2 and fsdp run (tests/dist_models_grid.rs); the rest is refused.
         refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]);
-        refused("profile", &["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2"], &["--parallel", "not modelled", "base_model_tp_plan"]);
-        refused("profile", &["--model", m, "--parallel", "fsdp", "--tp", "2", "--world-size", "4"], &["--tp", "not modelled"]);
+        // transformers' own tensor-parallel plan runs alone (tests/tp_hf_grid.rs); torch's
+        // Megatron-style plan, the 2-D mesh, sequence parallelism and adapters under it do not.
+        let tp = ["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"];
+        let with = |extra: &[&'static str]| tp.iter().copied().chain(extra.iter().copied()).collect::<Vec<_>>();
+        refused("profile", &with(&["--tp-plan", "torch"]), &["--tp-plan", "base_model_tp_plan"]);
+        refused("profile", &with(&["--sequence-parallel"]), &["--sequence-parallel", "not measured"]);
+        refused("profile", &with(&["--lora-r", "8", "--target-modules", "all-linear"]), &["--lora-r", "not measured"]);
+        refused("profile", &["--model", m, "--parallel", "fsdp", "--tp", "2", "--world-size", "4"], &["--tp", "not measured"]);
         // estimate's closed form covers the four (tests/estimate_families.rs,
         // estimate_gemma3.rs), not PyTorch's flash kernel given Gemma 3's sliding mask.
         if m == "Gemma-3-27B" {

@@ -150,6 +150,28 @@ fn accumulate_into(slot: &mut Option<Tensor>, g: Tensor) {
     }
 }
 
+/// The rows `(first, rows)` of a row-sharded parameter (a Shard(0) DTensor whose gradients
+/// may arrive whole: [`GradRedistribute::Rows`](super::storage::GradRedistribute)).
+fn row_shard(leaf: &Tensor) -> Option<(usize, usize)> {
+    match leaf.storage().grad_redistribute() {
+        Some(super::storage::GradRedistribute::Rows { first, rows }) => Some((first, rows)),
+        _ => None,
+    }
+}
+
+/// Two gradients of one row-sharded DTensor parameter used twice (transformers' tied head and
+/// embedding under its tp plan): DTensor's add, never in place on a tensor subclass
+/// (`can_accumulate_inplace`), takes this rank's rows of a whole (Replicate) gradient (a
+/// copy, `Shard._replicate_to_shard`) and adds them into a new Shard(0) tensor.
+fn accumulate_rows(slot: &mut Option<Tensor>, g: Tensor, (first, rows): (usize, usize)) {
+    let old = slot.take().expect("a gradient to add to");
+    let local = |t: Tensor| if t.dim(0) == rows { t } else { t.narrow(0, first, rows).clone_contiguous() };
+    let (old, g) = (local(old), local(g));
+    let sum = old.add(&g);
+    drop((old, g));
+    *slot = Some(sum);
+}
+
 thread_local! {
     /// Called after each leaf's gradient is accumulated (DDP's Reducer autograd hook).
     static GRAD_READY: std::cell::RefCell<Option<Rc<dyn Fn(&Tensor)>>> = const { std::cell::RefCell::new(None) };
@@ -278,7 +300,10 @@ pub fn backward(root: &Tensor, grad: Option<Tensor>) {
             let k = t.key();
             let slot = buffers.entry(k).or_insert(None);
             if let Some(gi) = gi {
-                accumulate_into(slot, gi);
+                match &t {
+                    Task::Leaf(leaf) if row_shard(leaf).is_some() && slot.is_some() => accumulate_rows(slot, gi, row_shard(leaf).expect("rows")),
+                    _ => accumulate_into(slot, gi),
+                }
             }
             let d = deps.get_mut(&k).expect("dependency counted");
             *d -= 1;

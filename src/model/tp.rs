@@ -1,13 +1,22 @@
-//! Megatron-style tensor parallelism as `torch.distributed.tensor.parallel` runs it on a
-//! LLaMA (the plan torchtitan writes): q/k/v/gate/up `ColwiseParallel`, o/down
-//! `RowwiseParallel`, the embedding `RowwiseParallel` (vocabulary-parallel) and the head
-//! `ColwiseParallel(output_layouts=Replicate())`. The model is built with this rank's shards
+//! Tensor parallelism, two plans (`--tp-plan`). `torch`: the Megatron-style plan
+//! `torch.distributed.tensor.parallel` runs on a LLaMA (the plan torchtitan writes):
+//! q/k/v/gate/up `ColwiseParallel`, o/down `RowwiseParallel`, the embedding `RowwiseParallel`
+//! (vocabulary-parallel) and the head `ColwiseParallel(output_layouts=Replicate())`. `auto`:
+//! transformers 5.23's own plan (`from_pretrained(tp_plan="auto")`,
+//! `transformers/distributed/tensor_parallel.py`): the config's `base_model_tp_plan`,
+//! `embed_tokens: embedding_rowwise` and `lm_head: colwise_gather_output`, whose DTensor styles
+//! allocate what torch's do in training; a projection whose output the model slices whole
+//! (Phi-3's fused qkv and gate_up, OLMo-2's q/k/v under whole-projection norms) is
+//! `colwise_gather_output` (its output all-gathered, the attention on every head) and the
+//! projection after it `rowwise_split_input` (this rank's columns of a Replicate input copied
+//! out). The model is built with this rank's shards
 //! (local heads, intermediate columns, vocabulary rows) and computes on local tensors; these
 //! functions are what DTensor adds around them. Collectives allocate what the functional
 //! collectives allocate (`all_reduce` clones its input, `all_gather_into_tensor` fills a new
 //! world-sized buffer); the bytes NCCL moves in place are not memory.
 use crate::engine::autograd::{attach, needs_grad};
 use crate::engine::{runtime, Tensor};
+use crate::model::hf::Arch;
 use serde::{Deserialize, Serialize};
 
 /// This rank's place in the tensor-parallel group.
@@ -22,6 +31,77 @@ pub struct TensorParallel {
     /// the MLP and the head, and reduce-scattered after o/down and the embedding.
     #[serde(default)]
     pub sequence: bool,
+    /// Whose plan (`--tp-plan`).
+    #[serde(default)]
+    pub plan: TpPlan,
+}
+
+/// `--tp-plan`: transformers' `tp_plan` name for the plan a run shards the model with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TpPlan {
+    /// torch's Megatron-style plan (`parallelize_module`), Llama-style models only.
+    #[default]
+    Torch,
+    /// transformers' own (`tp_plan="auto"`: the model's `base_model_tp_plan`).
+    Auto,
+}
+
+impl TpPlan {
+    pub const ALL: [TpPlan; 2] = [TpPlan::Auto, TpPlan::Torch];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TpPlan::Torch => "torch",
+            TpPlan::Auto => "auto",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TpPlan> {
+        TpPlan::ALL.into_iter().find(|p| p.name().eq_ignore_ascii_case(s))
+    }
+
+    /// The plan a model runs when none is named: transformers' for the families (torch's
+    /// plan is written for Llama's separate projections), torch's for the Llama-style ones.
+    pub fn default_for(arch: Arch) -> TpPlan {
+        if arch.is_family() { TpPlan::Auto } else { TpPlan::Torch }
+    }
+}
+
+/// How one projection is split (transformers' style names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// Weight Shard(0), output this rank's columns (`colwise`).
+    Colwise,
+    /// Weight Shard(1), input this rank's columns, output all-reduced (`rowwise`).
+    Rowwise,
+    /// `colwise_gather_output`: colwise, the output all-gathered to Replicate.
+    ColwiseGather,
+    /// `rowwise_split_input`: a Replicate input split to this rank's columns, then rowwise.
+    RowwiseSplit,
+}
+
+impl Style {
+    /// The projection's output is whole (its module sees every head or column).
+    pub fn gathers(self) -> bool {
+        self == Style::ColwiseGather
+    }
+}
+
+impl TensorParallel {
+    /// The style of the projection in slot `slot` of `lora::SLOTS` (q, k, v, o, gate, up,
+    /// down; Phi-3's fused qkv in q's slot, gate_up in gate's) under this plan.
+    pub fn style(&self, arch: Arch, slot: usize) -> Style {
+        let gathered_attention = self.plan == TpPlan::Auto && matches!(arch, Arch::Phi3 | Arch::Olmo2);
+        let gathered_mlp = self.plan == TpPlan::Auto && arch == Arch::Phi3;
+        let gathered = if slot < 4 { gathered_attention } else { gathered_mlp };
+        match (slot, gathered) {
+            (3 | 6, false) => Style::Rowwise,
+            (3 | 6, true) => Style::RowwiseSplit,
+            (_, false) => Style::Colwise,
+            (_, true) => Style::ColwiseGather,
+        }
+    }
 }
 
 impl TensorParallel {
@@ -128,6 +208,27 @@ pub fn gather_logits(local: Tensor, tp: TensorParallel) -> Tensor {
     out
 }
 
+/// `rowwise_split_input`'s input: `from_local(x, [Replicate()])` (a view), redistributed to
+/// Shard(-1): this rank's columns copied out contiguous. Backward all-gathers the Shard(-1)
+/// gradient back to Replicate (Shard → Replicate: the buffer, then the concatenation).
+pub fn split_input(x: &Tensor, tp: TensorParallel) -> Tensor {
+    let last = x.rank() as isize - 1;
+    let cols = x.dim(last) / tp.size;
+    let local = {
+        let _g = runtime::no_grad();
+        let _s = runtime::scope("split");
+        x.narrow(last, tp.rank * cols, cols).clone_contiguous()
+    };
+    if !needs_grad(&[x]) {
+        return local;
+    }
+    attach(local, "RedistributeBackward", &[x], Box::new(move |g| {
+        let full = all_gather_cat(&g, tp, -1);
+        drop(g);
+        vec![Some(full)]
+    }))
+}
+
 /// Shard(1) → Replicate on the sequence dimension (`PrepareModuleInput` before attention and
 /// the MLP, the head's `input_layouts=Shard(1)`): `all_gather_into_tensor` fills a
 /// size × the local tensor buffer, concatenated on dimension 1 into the (B, S, d) input, the
@@ -219,8 +320,20 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
             return err(format!("{} ranks do not divide the {what} ({n}); uneven tensor-parallel shards are not modelled", tp.size));
         }
     }
-    if cfg.tied_embeddings {
+    if tp.plan == TpPlan::Auto && !(hf.model_type.is_family() || hf.model_type == crate::model::hf::Arch::Llama) {
+        return Err(ConfigError::new("--tp-plan", format!("transformers' plan (auto) is measured on llama, phi3, olmo2, gemma2 and gemma3_text, not on {}: use --tp-plan torch", hf.model_type.name())));
+    }
+    if tp.plan == TpPlan::Torch && hf.model_type.is_family() {
+        return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan is written for Llama's separate q/k/v/gate/up projections; {} runs transformers' own base_model_tp_plan: use --tp-plan auto", hf.model_type.name())));
+    }
+    if cfg.tied_embeddings && tp.plan == TpPlan::Torch {
         return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
+    }
+    if tp.plan == TpPlan::Auto && cfg.checkpoint != crate::model::Checkpoint::None {
+        return Err(ConfigError::new("--gradient-checkpointing", "activation checkpointing under transformers' tensor-parallel plan (--tp-plan auto) is not measured: drop it"));
+    }
+    if tp.sequence && tp.plan == TpPlan::Auto {
+        return Err(ConfigError::new("--sequence-parallel", "transformers' plan (--tp-plan auto) with sequence parallelism (its sequence_parallel style) is not measured; use --tp-plan torch on a Llama-style model"));
     }
     if tp.sequence {
         if hf.attn_implementation != crate::model::hf::AttnImplementation::Sdpa {
@@ -252,13 +365,28 @@ impl crate::model::ModelConfig {
 }
 
 /// The configuration of this rank's shards: local attention and key/value heads and
-/// intermediate columns (the vocabulary stays whole: the head's logits are gathered).
+/// intermediate columns where their projections are colwise (a gathered projection's module
+/// sees them all); the vocabulary stays whole: the head's logits are gathered.
 pub fn local_config(cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
     let mut c = cfg.clone();
-    if let Some(tp) = cfg.tp_group() {
-        c.num_heads /= tp.size;
-        c.num_kv_heads /= tp.size;
-        c.d_ff /= tp.size;
+    if let (Some(tp), Some(hf)) = (cfg.tp_group(), cfg.hf()) {
+        if !tp.style(hf.model_type, 0).gathers() {
+            c.num_heads /= tp.size;
+            c.num_kv_heads /= tp.size;
+        }
+        if !tp.style(hf.model_type, 4).gathers() {
+            c.d_ff /= tp.size;
+        }
     }
     c
+}
+
+/// The rows (colwise) or columns (rowwise) of slot `slot`'s weight this rank holds, of `n`
+/// in the model's (local) configuration: a gathered or split projection is sharded although its
+/// module sees the whole width.
+pub fn weight_width(cfg: &crate::model::ModelConfig, slot: usize, n: usize) -> usize {
+    match (cfg.tp_group(), cfg.hf()) {
+        (Some(tp), Some(hf)) if matches!(tp.style(hf.model_type, slot), Style::ColwiseGather | Style::RowwiseSplit) => n / tp.size,
+        _ => n,
+    }
 }

@@ -44,7 +44,8 @@ pub struct ParallelFlags {
     pub offload: Option<String>,
     /// Tensor-parallel ranks (hf flavour)
     ///
-    /// torch's Megatron-style plan (q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered).
+    /// torch's Megatron-style plan (q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered)
+    /// on Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
     /// With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first
     /// dimension (2-D); --parallel tp: N = --world-size
     #[arg(help_heading = super::heading::PARALLEL, long, value_name = "N")]
@@ -55,6 +56,14 @@ pub struct ParallelFlags {
     /// attention, the MLP and the head; the batch passes position_ids.
     #[arg(help_heading = super::heading::PARALLEL, long)]
     pub sequence_parallel: bool,
+    /// With --tp: whose plan shards the model, auto or torch
+    ///
+    /// auto: transformers' own (from_pretrained(tp_plan="auto"): the config's
+    /// base_model_tp_plan, the embedding vocabulary-parallel, the head gathered), the only plan
+    /// on phi3, olmo2, gemma2 and gemma3_text; torch: the Megatron-style plan above, the
+    /// default on Llama-style models.
+    #[arg(help_heading = super::heading::PARALLEL, long, value_name = "PLAN", value_parser = ["auto", "torch"])]
+    pub tp_plan: Option<String>,
 }
 
 /// MixedPrecisionPolicy's dtypes, as the flags name them (help lists these).
@@ -83,6 +92,7 @@ impl ParallelFlags {
             || self.offload.is_some()
             || self.tp.is_some()
             || self.sequence_parallel
+            || self.tp_plan.is_some()
     }
 
     /// The flags as words, for subcommands that pass them on to `profile`.
@@ -102,6 +112,7 @@ impl ParallelFlags {
         push("--fsdp-unit", self.fsdp_unit.clone());
         push("--offload", self.offload.clone());
         push("--tp", self.tp.map(|n| n.to_string()));
+        push("--tp-plan", self.tp_plan.clone());
         if self.no_reshard_after_forward {
             w.push("--no-reshard-after-forward".into());
         }
@@ -125,6 +136,7 @@ impl ParallelFlags {
                     ("--fsdp-reduce-dtype", self.fsdp_reduce_dtype.is_some()),
                     ("--no-reshard-after-forward", self.no_reshard_after_forward),
                     ("--sequence-parallel", self.sequence_parallel),
+                    ("--tp-plan", self.tp_plan.is_some()),
                 ]
                 .into_iter()
                 .find_map(|(f, g)| g.then_some(f))
@@ -148,6 +160,10 @@ impl ParallelFlags {
             c.tp = t;
         }
         c.sequence_parallel = self.sequence_parallel;
+        c.tp_plan = match self.tp_plan.as_deref() {
+            None => None,
+            Some(p) => Some(crate::model::tp::TpPlan::parse(p).ok_or_else(|| usage("--tp-plan", format!("'{p}' (expected auto or torch)")))?),
+        };
         match self.offload.as_deref() {
             None => {}
             Some(o) if o == OFFLOADS[0].0 => c.offload_params = true,

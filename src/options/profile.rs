@@ -221,7 +221,10 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if optim.kind.is_bitsandbytes() && device == Device::Cpu {
         return Err(usage("--optimizer", format!("{}: bitsandbytes' 8-bit and paged state numerics are not computed on cpu; profile with --device meta", optim.kind)));
     }
-    let parallel = a.parallel.resolve()?;
+    let mut parallel = a.parallel.resolve()?;
+    if let Some(pc) = parallel.as_mut() {
+        pc.resolve_tp_plan(cfg.hf());
+    }
     if let Some((flag, why)) = parallel.as_ref().zip(cfg.hf()).and_then(|(pc, h)| super::parallel_models::refusal(pc, h)) {
         return Err(usage(flag, why));
     }

@@ -80,6 +80,8 @@ pub struct ParallelConfig {
     pub tp: usize,
     /// `--sequence-parallel`: torch's SequenceParallel plan with the tensor-parallel one.
     pub sequence_parallel: bool,
+    /// `--tp-plan` (None: the model's default, [`crate::model::tp::TpPlan::default_for`]).
+    pub tp_plan: Option<crate::model::tp::TpPlan>,
 }
 
 /// DDP's `_DEFAULT_FIRST_BUCKET_BYTES` (torch/distributed/constants.py... dist._DEFAULT_FIRST_BUCKET_BYTES).
@@ -105,6 +107,7 @@ impl ParallelConfig {
             offload_params: false,
             tp: if layout == Layout::Tp { world_size } else { 1 },
             sequence_parallel: false,
+            tp_plan: None,
         }
     }
 
@@ -123,12 +126,22 @@ impl ParallelConfig {
 
     /// This rank's place in its tensor-parallel group (None without tensor parallelism).
     pub fn tensor_parallel(&self) -> Option<crate::model::tp::TensorParallel> {
-        (self.tp > 1).then(|| crate::model::tp::TensorParallel { size: self.tp, rank: self.rank % self.tp, sequence: self.sequence_parallel })
+        (self.tp > 1).then(|| crate::model::tp::TensorParallel { size: self.tp, rank: self.rank % self.tp, sequence: self.sequence_parallel, plan: self.tp_plan.unwrap_or_default() })
     }
 
-    /// The model as this rank builds it: its tensor-parallel shards when `--tp` is on.
+    /// The model as this rank builds it: its tensor-parallel shards when `--tp` is on, under
+    /// the plan named or the model's default.
     pub fn model_config(&self, cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
-        crate::model::ModelConfig { tp: self.tensor_parallel(), ..cfg.clone() }
+        let plan = self.tp_plan.or_else(|| cfg.hf().map(|h| crate::model::tp::TpPlan::default_for(h.model_type)));
+        let tp = self.tensor_parallel().map(|t| crate::model::tp::TensorParallel { plan: plan.unwrap_or_default(), ..t });
+        crate::model::ModelConfig { tp, ..cfg.clone() }
+    }
+
+    /// `--tp-plan` resolved for the model (its default when none is named).
+    pub fn resolve_tp_plan(&mut self, hf: Option<&crate::model::hf::HfConfig>) {
+        if self.tp > 1 && self.tp_plan.is_none() {
+            self.tp_plan = hf.map(|h| crate::model::tp::TpPlan::default_for(h.model_type));
+        }
     }
 
     /// Is this layout sharding parameters (FSDP2)?
@@ -158,6 +171,12 @@ impl ParallelConfig {
         }
         if self.tp > 1 && !matches!(self.layout, Layout::Tp | Layout::Fsdp | Layout::Zero2) {
             return Err(("--tp", format!("composes with --parallel fsdp or zero2 (a (world / tp, tp) mesh) or runs alone (--parallel tp), not with {}", self.layout.name())));
+        }
+        if self.tp_plan.is_some() && self.tp < 2 {
+            return Err(("--tp-plan", "names the tensor-parallel plan: needs --tp 2 or more (or --parallel tp)".into()));
+        }
+        if self.tp_plan == Some(crate::model::tp::TpPlan::Auto) && self.layout != Layout::Tp {
+            return Err(("--tp-plan", format!("transformers' plan (auto) under FSDP2 on a 2-D mesh (--parallel {}) is not measured: use --parallel tp", self.layout.name())));
         }
         if self.sequence_parallel && (self.tp < 2 || self.layout != Layout::Tp) {
             return Err(("--sequence-parallel", "shards the sequence within a tensor-parallel group: needs --parallel tp over 2 or more ranks (with FSDP2 on a 2-D mesh it is not modelled)".into()));

@@ -27,7 +27,7 @@ pub fn profile(p: &ProfileOptions, profile_types: &[ProfileType], ranks: &[usize
         "precision": p.precision,
         "transformers": super::hf::settings_json(&p.model, p.precision, &p.contexts),
         "optimizer": profile_types.contains(&ProfileType::Training).then_some(&p.optim),
-        "parallel": p.parallel.as_ref().map(|c| json!({"layout": c.layout, "world_size": c.world_size, "ranks_profiled": ranks, "gpus_per_node": c.gpus_per_node, "reshard_after_forward": c.reshard_after_forward, "param_dtype": c.param_dtype.map(|d| d.to_string()), "reduce_dtype": c.reduce_dtype.map(|d| d.to_string()), "tp": c.tp})),
+        "parallel": p.parallel.as_ref().map(|c| json!({"layout": c.layout, "world_size": c.world_size, "ranks_profiled": ranks, "gpus_per_node": c.gpus_per_node, "reshard_after_forward": c.reshard_after_forward, "param_dtype": c.param_dtype.map(|d| d.to_string()), "reduce_dtype": c.reduce_dtype.map(|d| d.to_string()), "tp": c.tp, "tp_plan": c.tensor_parallel().map(|t| t.plan)})),
         "units": "bytes are integers; *_mib / *_gib are 1024-based",
         "runs": runs.iter().map(|r| json!({
             "context_length": r.context,

@@ -244,7 +244,7 @@ impl Block {
         let ws = self.layer.qkv.weights();
         let hd = self.hf().head_dim;
         let bias = |i: usize| extra.qkv_bias.as_ref().map(|bs| &bs[i]);
-        let project = |i: usize| self.proj(i, x, ws[i], bias(i)).view(&[b, s, usize::MAX, hd]).transpose(1, 2);
+        let project = |i: usize| self.proj(i, &self.colwise(x), ws[i], bias(i)).view(&[b, s, usize::MAX, hd]).transpose(1, 2);
         let (q, k, v) = (project(0), project(1), project(2));
         let n = extra.qk_norm.as_ref().expect("Gemma 3's q_norm and k_norm");
         let q = rms_norm(fr, "q_norm", &q, &n[0], self.cfg.norm_eps);

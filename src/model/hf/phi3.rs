@@ -54,7 +54,8 @@ impl Block {
         let hd = self.hf().head_dim;
         let (q, kv) = (self.cfg.num_heads * hd, self.cfg.num_kv_heads * hd);
         // slot 0 of lora::layer_linears: peft's LoRA and bitsandbytes wrap the fused linear whole.
-        let qkv = self.proj(0, x, self.layer.qkv.weights()[0], None);
+        // (transformers' plan: colwise_gather_output, the whole product on every rank.)
+        let qkv = self.gather(0, self.proj(0, &self.colwise(x), self.layer.qkv.weights()[0], None));
         let part = |start: usize, len: usize| qkv.narrow(-1, start, len).view(&[b, s, usize::MAX, hd]).transpose(1, 2);
         let parts = [part(0, q), part(q, kv), part(q + kv, kv)];
         (qkv, parts)
@@ -66,7 +67,7 @@ impl Block {
     pub(super) fn phi3_mlp(&self, x: &Tensor) -> Tensor {
         let l = &self.layer;
         let f = self.cfg.d_ff;
-        let product = self.proj(4, x, l.gate_up.weights()[0], None);
+        let product = self.gather(4, self.proj(4, &self.colwise(x), l.gate_up.weights()[0], None));
         let mut parts = product.split_with_sizes(&[f, f], -1).into_iter();
         drop(product);
         let (gate, up) = (parts.next().expect("gate"), parts.next().expect("up"));
@@ -74,7 +75,8 @@ impl Block {
             let act = gate.silu();
             up.mul(&act)
         };
-        let out = self.proj(6, &up, &l.down, None);
+        // (rowwise_split_input: this rank's columns of `up`, the output all-reduced.)
+        let out = self.rowwise(self.proj(6, &self.split(6, &up), &l.down, None));
         drop((up, gate));
         out
     }

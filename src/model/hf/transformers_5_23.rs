@@ -162,15 +162,22 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         }
         if hf.model_type == Arch::Phi3 {
             let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| lin(b, slot, name, rows, cols, false).0;
+            // transformers' plan shards the fused weights whole (rows of qkv and gate_up,
+            // columns of o and down; tp::weight_width).
+            let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| match slot {
+                3 | 6 => lin(b, slot, name, rows, tp::weight_width(cfg, slot, cols)),
+                _ => lin(b, slot, name, tp::weight_width(cfg, slot, rows), cols),
+            };
             let mut layer = phi3::layer(&mut b, &p, [q, kv, d, f], &mut lin);
             Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
             layers.push(layer);
             continue;
         }
-        let (wq, bq) = lin(&mut b, 0, "self_attn.q_proj", q, d, hf.qkv_bias);
-        let (wk, bk) = lin(&mut b, 1, "self_attn.k_proj", kv, d, hf.qkv_bias);
-        let (wv, bv) = lin(&mut b, 2, "self_attn.v_proj", kv, d, hf.qkv_bias);
-        let (wo, bo) = lin(&mut b, 3, "self_attn.o_proj", d, q, hf.o_bias);
+        // (OLMo-2 under transformers' plan: gathered q/k/v, sharded weights; tp::weight_width.)
+        let (wq, bq) = lin(&mut b, 0, "self_attn.q_proj", tp::weight_width(cfg, 0, q), d, hf.qkv_bias);
+        let (wk, bk) = lin(&mut b, 1, "self_attn.k_proj", tp::weight_width(cfg, 1, kv), d, hf.qkv_bias);
+        let (wv, bv) = lin(&mut b, 2, "self_attn.v_proj", tp::weight_width(cfg, 2, kv), d, hf.qkv_bias);
+        let (wo, bo) = lin(&mut b, 3, "self_attn.o_proj", d, tp::weight_width(cfg, 3, q), hf.o_bias);
         // Qwen3's and Gemma 3's norms are per head; OLMo-2's span the whole q and k projections.
         // Gemma's norms scale by `1 + w`: zero-initialised.
         let norm_init = if hf.model_type.is_gemma() { zero } else { Init::Ones };
@@ -725,11 +732,29 @@ impl Block {
         }
     }
 
+    /// A `colwise_gather_output` projection's output (slot `slot`): all-gathered whole.
+    fn gather(&self, slot: usize, y: Tensor) -> Tensor {
+        match self.tp {
+            Some(t) if t.style(self.hf().model_type, slot).gathers() => tp::gather_logits(y, t),
+            _ => y,
+        }
+    }
+
+    /// A `rowwise_split_input` projection's input (slot `slot`): this rank's columns.
+    fn split(&self, slot: usize, x: &Tensor) -> Tensor {
+        match self.tp {
+            Some(t) if t.style(self.hf().model_type, slot) == tp::Style::RowwiseSplit => tp::split_input(x, t),
+            _ => x.clone(),
+        }
+    }
+
     /// A RowwiseParallel projection's output: all-reduced, or reduce-scattered to this
-    /// rank's positions under sequence parallelism.
+    /// rank's positions under sequence parallelism. transformers' RowwiseParallel without
+    /// grad runs the local Linear and `dist.all_reduce(output)` in place: nothing new.
     fn rowwise(&self, y: Tensor) -> Tensor {
         match self.tp {
             Some(t) if t.sequence => tp::seq_scatter(y, t),
+            Some(t) if t.plan == tp::TpPlan::Auto && !runtime::is_grad_enabled() => y,
             Some(_) => tp::rowwise_output(y),
             None => y,
         }
@@ -833,7 +858,7 @@ impl Block {
         // `self.q_proj(x).view(B, S, -1, d)` [→ q_norm] `.transpose(1, 2)` (OLMo-2: the norm
         // on the whole projection, before the view).
         let project = |i: usize| {
-            let p = self.proj(i, &self.colwise(x), ws[i], bias(i));
+            let p = self.gather(i, self.proj(i, &self.colwise(x), ws[i], bias(i)));
             let p = match &extra.qk_norm {
                 Some(n) if i < 2 && olmo2 => rms_norm(fr, if i == 0 { "q_norm" } else { "k_norm" }, &p, &n[i], eps),
                 _ => p,
@@ -1000,7 +1025,7 @@ impl Block {
         // `attn_output.reshape(B, S, -1).contiguous()` then o_proj; `query_states`,
         // `key_states` and `value_states` are locals until forward returns.
         let out = out.reshape(&[b, s, usize::MAX]).contiguous();
-        let o = self.rowwise(self.proj(3, &out, &l.o, extra.o_bias.as_ref()));
+        let o = self.rowwise(self.proj(3, &self.split(3, &out), &l.o, extra.o_bias.as_ref()));
         drop((out, q, k, v, qkv));
         (o, weights)
     }

@@ -35,14 +35,22 @@ pub fn memory_line(c: &ModelConfig) -> Option<String> {
     (!parts.is_empty()).then(|| format!("memory optimisations: {}", parts.join(", ")))
 }
 
+/// `--tp-plan`'s value in words.
+fn tp_plan_name(p: crate::model::tp::TpPlan) -> &'static str {
+    match p {
+        crate::model::tp::TpPlan::Auto => "transformers' tp_plan=\"auto\"",
+        crate::model::tp::TpPlan::Torch => "torch's Megatron-style",
+    }
+}
+
 /// One line saying what the rank runs.
 pub fn parallel_line(c: &ParallelConfig) -> String {
     let mut s = format!("parallel: {} over {} ranks, rank {}", c.layout.name(), c.world_size, c.rank);
     if let Some(t) = c.tensor_parallel() {
         s += &if c.layout == crate::parallel::Layout::Tp {
-            format!(" (tensor-parallel rank {}{})", t.rank, if t.sequence { ", sequence parallel" } else { "" })
+            format!(" (tensor-parallel rank {}, {} plan{})", t.rank, tp_plan_name(t.plan), if t.sequence { ", sequence parallel" } else { "" })
         } else {
-            format!(" on a ({} × {}) mesh: data-parallel rank {}, tensor-parallel rank {}", c.world_size / c.tp, c.tp, c.shard_rank(), t.rank)
+            format!(" on a ({} × {}) mesh: data-parallel rank {}, tensor-parallel rank {}, {} plan", c.world_size / c.tp, c.tp, c.shard_rank(), t.rank, tp_plan_name(t.plan))
         };
     }
     if c.layout == crate::parallel::Layout::Hsdp {

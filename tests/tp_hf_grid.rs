@@ -1,0 +1,103 @@
+//! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`, what
+//! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text and llama
+//! against PyTorch itself: tests/fixtures/dist_grid/tp_hf.json (tools/pytorch/measure_tp_hf.py:
+//! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained,
+//! run forward or run under no_grad as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
+//! third iteration, 16 B per live tensor.
+mod grid_common;
+
+use serde_json::{json, Value};
+use vramscope::engine::{runtime, Device};
+use vramscope::model::tp::TpPlan;
+use vramscope::model::{Flavour, Model};
+use vramscope::parallel::{apply, Layout, ParallelConfig};
+use vramscope::record::{MemEvent, Phase};
+use vramscope::train::optim::{OptimConfig, OptimizerKind};
+use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
+
+/// Points where vramscope does not match PyTorch, each with the reason.
+const KNOWN_FAILING: &[(&str, &str)] = &[];
+
+fn num(v: &Value, key: &str) -> usize {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}")) as usize
+}
+
+/// The point as a measure_hf.py point (grid_common::hf::config_of reads it): the config, no
+/// cache, no mask, no checkpointing.
+fn hf_point(p: &Value) -> Value {
+    let mut h = p["config"].clone();
+    let o = h.as_object_mut().unwrap();
+    for k in ["attn", "dtype", "seq", "batch"] {
+        o.insert(k.into(), p[k].clone());
+    }
+    o.insert("use_cache".into(), json!(false));
+    o.insert("logits_to_keep".into(), json!(0));
+    o.insert("checkpoint".into(), json!("none"));
+    o.insert("attention_mask".into(), json!("none"));
+    h
+}
+
+fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    let kind = p["kind"].as_str().unwrap();
+    let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
+    pc.rank = num(p, "rank");
+    pc.tp_plan = Some(TpPlan::Auto);
+    pc.validate().unwrap();
+    let cfg = pc.model_config(&grid_common::hf::config_of(&hf_point(p)));
+    cfg.validate().unwrap();
+    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    runtime::reset();
+    let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
+    let layout = apply(&model, &pc, precision.param_dtype());
+    let mut oc = OptimConfig::reference(Flavour::Hf);
+    oc.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
+    oc.lr = 1e-3;
+    oc.max_grad_norm = None;
+    let opt = Optimizer::new(oc, model.parameters().len());
+    let mut runner = StepRunner::new(&model, opt).with_precision(precision);
+    if let Some(l) = layout {
+        runner = runner.with_parallel(l);
+    }
+    let (batch, seq) = (num(p, "batch"), num(p, "seq"));
+    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
+    let mut bound = CausalLmBatch::default();
+    let recorded = grid_common::record_last(3, |_| {
+        data.next_causal_lm_batch(&mut bound, kind == "training", false);
+        let x = bound.input_ids.as_ref().unwrap();
+        match kind {
+            "training" => {
+                runner.step_masked(x, bound.labels.as_ref().unwrap(), None);
+            }
+            "forward" | "inference" => {
+                let _g = (kind == "inference").then(runtime::no_grad);
+                runtime::set_phase(Phase::Forward);
+                drop(model.forward_masked(x, None));
+                runtime::set_phase(Phase::Setup);
+            }
+            other => panic!("profile type {other}"),
+        }
+    });
+    runner.finish();
+    recorded
+}
+
+#[test]
+fn transformers_tp_plan_ranks_match_pytorch() {
+    let doc = grid_common::fixture("dist_grid/tp_hf.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    grid_common::check("dist_grid/tp_hf.json", points, 12, KNOWN_FAILING, run);
+}
+
+#[test]
+fn the_plan_is_named_in_the_model() {
+    let doc = grid_common::fixture("dist_grid/tp_hf.json");
+    for p in doc["points"].as_array().unwrap() {
+        let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
+        pc.rank = num(p, "rank");
+        // No --tp-plan: the families run transformers' plan, llama torch's.
+        let cfg = pc.model_config(&grid_common::hf::config_of(&hf_point(p)));
+        let want = if p["config"]["model_type"] == "llama" { TpPlan::Torch } else { TpPlan::Auto };
+        assert_eq!(cfg.tp.unwrap().plan, want, "{}", p["name"]);
+    }
+}

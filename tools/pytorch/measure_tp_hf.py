@@ -1,0 +1,126 @@
+"""measure_tp_hf.py -- what one rank allocates when transformers 5.23 runs its own tensor
+parallelism (`from_pretrained(..., tp_plan="auto")`, i.e. `DistributedConfig(tp_size=N)`) on
+the dense families: phi3, olmo2, gemma2, gemma3_text, and llama (vramscope's `--tp-plan auto`).
+
+The plan is the model's own, resolved as from_pretrained resolves it: `_resolve_parallel_plans`
+(the config's `base_model_tp_plan`, `embed_tokens: embedding_rowwise`, the class's
+`_tp_plan = {"lm_head": "colwise_gather_output"}`, `*` expanded per layer), then
+`transformers.distributed.tensor_parallel.apply_tensor_parallelism` on a 1-D "tp" mesh.
+from_pretrained builds the model untied (`init.no_tie_weights`), applies the plan, loads, and
+ties: a tied head (Gemma) is untied here before the plan and re-tied after it (`tie_weights`),
+so the head is the embedding's Shard(0) DTensor parameter.
+
+Under the fake process group (torch.testing._internal.distributed.fake_pg) this process is rank
+`rank` of tp; collectives return at once and allocate what DTensor allocates around them.
+measure_tp.py's step and method (measure_hf.py's: one profiler session, mode-free, requested
+bytes of blocks >= 512 B, the third iteration), `kind` training (for-loop AdamW, no clipping),
+forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise and rowwise run
+on local tensors and rowwise all-reduces its output in place).
+
+    python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
+    python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf.json")
+
+
+def wrapper(pt):
+    def wrap(model):
+        import torch
+        from torch.distributed.device_mesh import init_device_mesh
+        from transformers.distributed.configuration_utils import DistributedConfig
+        from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+        mesh = init_device_mesh("cpu", (pt["tp"],), mesh_dim_names=("tp",))
+        tied = model.lm_head.weight is model.model.embed_tokens.weight
+        if tied:
+            # from_pretrained's model is untied while the plan is applied (init.no_tie_weights).
+            model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach())
+        plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=pt["tp"]))
+        apply_tensor_parallelism(model, mesh, plan)
+        if tied:
+            model.tie_weights()
+            assert model.lm_head.weight is model.model.embed_tokens.weight
+        import gc
+        gc.collect()
+    return wrap
+
+
+def one(pt):
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    import measure_hf as H
+    import measure_cs336 as M
+    torch.set_num_threads(1)
+    dist.init_process_group("fake", rank=pt["rank"], world_size=pt["tp"], store=FakeStore())
+    p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt["attn"], dtype=pt["dtype"],
+             optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False)
+    per, log, info = H.measure(p, pt["kind"], wrapper(pt))
+    if pt.get("events"):
+        M.write_events(pt["events"], log)
+    return {k: dict(peak=s["peak"], peak_all_blocks=s["peak_all"], live_at_peak=s["live_at_peak"], peak_op=s["peak_op"], start=s["start"],
+                    end=s.get("end", s["start"]), cpu_scratch_left_out=s["cpu_scratch"], missed_frees=s.get("missed_frees", []))
+            for k, s in per.items()}
+
+
+# (model_type, hidden, intermediate, layers, heads, kv_heads, vocab, S, B, tied)
+SHAPES = [
+    ("phi3", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    ("phi3", 96, 256, 1, 6, 2, 776, 48, 3, False),
+    ("olmo2", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    ("olmo2", 128, 256, 2, 8, 4, 1024, 32, 2, False),
+    ("gemma2", 128, 384, 2, 4, 4, 1000, 64, 2, True),
+    ("gemma2", 96, 256, 2, 8, 4, 1024, 40, 3, True),
+    ("gemma3_text", 128, 384, 2, 4, 4, 1000, 64, 2, True),
+    ("gemma3_text", 128, 256, 2, 8, 4, 1024, 32, 2, True),
+    ("llama", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+]
+
+
+def grid():
+    pts = []
+    for i, (mt, h, f, L, nh, kv, V, S, B, tied) in enumerate(SHAPES):
+        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+                 vocab_size=V, tied=tied, max_position_embeddings=4096)
+        if mt.startswith("gemma"):
+            # make_family_grid.py's gemma_point: a window below S, alternating layer types, a
+            # query_pre_attn_scalar that is not head_dim, Gemma 2's soft-capping.
+            c.update(head_dim=h // nh, sliding_window=S // 2, query_pre_attn_scalar=24,
+                     layer_types=["sliding_attention" if (j + 1) % 2 else "full_attention" for j in range(L)])
+            if mt == "gemma2":
+                c.update(attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+        # Alternate the options over the shapes: each family sees both of each.
+        for j, tp in enumerate((2, 4)):
+            if kv % tp or nh % tp or f % tp or V % tp:
+                continue
+            # Gemma 2 has no sdpa in transformers 5.23 (`_supports_sdpa = False`).
+            attn = "eager" if mt == "gemma2" else ("eager", "sdpa")[(i + j) % 2]
+            dtype = ("fp32", "bf16")[(i // 2 + j) % 2]
+            # Inference (torch.no_grad()) takes the styles' local-tensor paths: once per shape.
+            for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
+                rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
+                name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} {kind}")
+                pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
+                                optimizer="adamw_torch_forloop"))
+    return pts
+
+
+def header():
+    import torch
+    import transformers
+    return dict(generator="tools/pytorch/measure_tp_hf.py", torch=torch.__version__, transformers=transformers.__version__,
+                counted="requested bytes of blocks >= 512 B, absolute levels, the third iteration, rank `rank` of tp, transformers' own tp plan")
+
+
+def main():
+    import measure_cs336 as M
+    M.grid_main(__doc__, __file__, one, grid, OUT, header)
+
+
+if __name__ == "__main__":
+    main()
