@@ -238,7 +238,7 @@ fn tinyllama_checkpointed_step_phase_peaks_match_pytorch() {
     use vramscope::model::Checkpoint;
     let r = walkthrough_third_step(|c| c.checkpoint = Checkpoint::Every(1));
     assert_phase_peaks(&r, [(Phase::Forward, 54_529_024), (Phase::Loss, 55_230_912), (Phase::Backward, 72_607_744), (Phase::Optimizer, 56_529_920)]);
-    assert_eq!(r.peak_allocated as u64, 72_607_748);
+    assert_eq!(r.peak_allocated as u64, 72_607_752);
     let r = walkthrough_third_step(|c| c.checkpoint = Checkpoint::Every(2));
     assert_phase_peaks(&r, [(Phase::Forward, 91_151_360), (Phase::Loss, 99_287_488), (Phase::Backward, 99_247_360), (Phase::Optimizer, 56_529_920)]);
     assert_eq!(r.peak_allocated as u64, 99_287_500);
@@ -261,7 +261,7 @@ fn tinyllama_fused_step_phase_peaks_match_pytorch() {
         c.checkpoint = Checkpoint::Every(1);
     });
     assert_phase_peaks(&r, [(Phase::Forward, 56_626_176), (Phase::Loss, 55_230_912), (Phase::Backward, 72_607_744), (Phase::Optimizer, 56_529_920)]);
-    assert_eq!(r.peak_allocated as u64, 72_607_748);
+    assert_eq!(r.peak_allocated as u64, 72_607_752);
 }
 
 #[test]

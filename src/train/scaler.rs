@@ -52,8 +52,8 @@ impl GradScaler {
     pub fn scale(&mut self, loss: &Tensor) -> Tensor {
         if self.scale.is_none() {
             self.scale = Some(Tensor::full(&[], self.init_scale, DType::F32, loss.device()));
-            // int32 in PyTorch; the engine's integer type is i64 (the same 512-byte block).
-            self.growth_tracker = Some(Tensor::full(&[], 0.0, DType::I64, loss.device()));
+            // `torch.full((), 0, dtype=torch.int32)`: 4 requested bytes (measured on an H200).
+            self.growth_tracker = Some(Tensor::zeros_op(&[], DType::I32, loss.device(), "full"));
             self.scale_value = self.init_scale;
         }
         loss.mul(self.scale.as_ref().unwrap())

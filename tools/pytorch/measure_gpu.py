@@ -22,6 +22,8 @@ top-p's sort, SDPA's backends, clip_grad_norm_'s _foreach_norm.
 gpt-oss, DeepSeek-V3: the published configs cut to two layers, tests/fixtures/gpu/configs/,
 `--write-configs` writes them) with their routing forced as measure_moe.py forces it, every
 experts implementation, and `--part families` Gemma-2, Gemma-3, Phi-3 and OLMo-2 at two layers.
+A point's `autocast` is "fp16" for the Trainer's fp16=True (accelerate's GradScaler: the scaled
+loss's backward, unscale_ before clipping, step and update), any other true value bf16.
 
 Run on a GPU machine:  python3 measure_gpu.py --all --out DIR   (about 3 minutes on an H200)
 On CPU (`--dry`) the same code runs tiny shapes with zero stats, to check the script itself.
@@ -283,7 +285,11 @@ def hf_body(p, R):
     trainable = [q for q in model.parameters() if q.requires_grad]
     opt = H.make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
     gen = torch.Generator(device=DEV).manual_seed(42)
-    ac = (lambda: torch.autocast(DEV, dtype=torch.bfloat16)) if p.get("autocast") else contextlib.nullcontext
+    low = torch.float16 if p.get("autocast") == "fp16" else torch.bfloat16
+    ac = (lambda: torch.autocast(DEV, dtype=low)) if p.get("autocast") else contextlib.nullcontext
+    # The Trainer's fp16=True: accelerate's GradScaler (measure_hf.py's sequence: the scaled
+    # loss's backward, unscale_ before clipping, step and update).
+    scaler = torch.amp.GradScaler(DEV) if p.get("autocast") == "fp16" and kind == "training" else None
     if kind == "generate":
         return generate_loop(p, model, gen, R)
     for step in range(NSTEPS):
@@ -299,12 +305,19 @@ def hf_body(p, R):
                 loss = out.loss
                 del out
             R.mark("backward", step)
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
             loss = loss.detach()
             R.mark("optimizer", step)
+            if scaler is not None and p.get("max_grad_norm", 1.0) > 0:
+                scaler.unscale_(opt)
             if p.get("max_grad_norm", 1.0) > 0:
                 torch.nn.utils.clip_grad_norm_(trainable, p.get("max_grad_norm", 1.0))
-            opt.step()
+            if scaler is None:
+                opt.step()
+            else:
+                scaler.step(opt)
+                scaler.update()
+                assert scaler.get_scale() == 65536.0, f"GradScaler skipped a step (scale {scaler.get_scale()})"
             del loss
         else:
             with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
@@ -385,9 +398,11 @@ def run_flags(kw):
     if kw.get("dtype") == "fp32":
         args += " --dtype fp32"
     if kw.get("autocast"):
-        args += " --precision bf16"
+        args += " --precision fp16" if kw["autocast"] == "fp16" else " --precision bf16"
     if kw.get("checkpoint"):
         args += f" --gradient-checkpointing {kw['checkpoint']}"
+    if kw.get("shape", {}).get("output_router_logits"):
+        args += " --output-router-logits"
     if kw.get("lora_r"):
         args += f" --lora-r {kw['lora_r']} --lora-alpha {kw['lora_alpha']} --target-modules {kw['target_modules']}"
     return args
@@ -429,6 +444,9 @@ def grid_hf():
             checkpoint="non-reentrant", load_in_4bit=True)
         add(model, 512, 2, "generate", "-dynamic", max_new_tokens=16)
         add(model, 512, 2, "generate", "-static", max_new_tokens=16, cache="static")
+    # The Trainer's fp16=True: fp16 autocast over fp32 masters with accelerate's GradScaler.
+    add(L1, 1024, 2, "training", "-fp16", dtype="fp32", autocast="fp16")
+    add(L8, 1024, 2, "training", "-fp16", dtype="fp32", autocast="fp16")
     pts[0]["snapshot"] = True
     return pts
 
@@ -447,6 +465,8 @@ def write_moe_configs():
         "Mixtral-8x7B-L2": (pub("meta_params.json", "Mixtral-8x7B"), dict(num_hidden_layers=2)),
         "Qwen3-30B-A3B-L2": (pub("meta_params.json", "Qwen3-30B-A3B"), dict(num_hidden_layers=2)),
         "Qwen1.5-MoE-A2.7B-L2": (pub("meta_params.json", "Qwen1.5-MoE-A2.7B"), dict(num_hidden_layers=2)),
+        "Qwen1.5-MoE-A2.7B-L2-window": (pub("meta_params.json", "Qwen1.5-MoE-A2.7B"),
+                                        dict(num_hidden_layers=2, use_sliding_window=True, sliding_window=512, max_window_layers=2)),
         "gpt-oss-20b-L2": (pub("gpt_oss_meta_params.json", "gpt-oss-20b"), dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])),
         "DeepSeek-V3-L2-E32": (pub("deepseek_v3_meta_params.json", "DeepSeek-V3"), dict(num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=32)),
     }
@@ -466,6 +486,8 @@ MOE_MODELS = {
     "Mixtral-8x7B-L2": ("mixtral", 8, 2, "sdpa"),
     "Qwen3-30B-A3B-L2": ("qwen3_moe", 128, 8, "sdpa"),
     "Qwen1.5-MoE-A2.7B-L2": ("qwen2_moe", 60, 4, "sdpa"),
+    # Qwen2-MoE's window: layer 0 slides (512 positions), layer 1 is full.
+    "Qwen1.5-MoE-A2.7B-L2-window": ("qwen2_moe", 60, 4, "sdpa"),
     "gpt-oss-20b-L2": ("gpt_oss", 32, 4, "eager"),   # only eager dispatches (_supports_sdpa = False)
     # MLA's value head (128) differs from its q/k head (192): which SDPA kernel CUDA picks is
     # measured by the two `-sdpa` points and sdpa_unequal_heads(), not modelled yet: eager here.
@@ -516,6 +538,16 @@ def grid_moe():
     add("gpt-oss-20b-L2", 256, 8, "generate", routing="worst", tag="-N4", max_new_tokens=4)
     add("Qwen3-30B-A3B-L2", 512, 1, "training", tag="-snapshot")
     pts[-1]["snapshot"] = True
+    # What landed after the first card run: fp16 autocast (GradScaler), the router's aux loss
+    # under autocast, LoRA under autocast, Qwen2-MoE's sliding window.
+    add("Mixtral-8x7B-L2", 1024, 2, "training", tag="-fp16", dtype="fp32", autocast="fp16")
+    add("Qwen3-30B-A3B-L2", 1024, 2, "training", tag="-fp16", dtype="fp32", autocast="fp16")
+    add("Qwen3-30B-A3B-L2", 1024, 2, "training", tag="-aux-autocast", dtype="fp32", autocast=True, shape=dict(output_router_logits=True))
+    add("Mixtral-8x7B-L2", 1024, 2, "training", tag="-aux", shape=dict(output_router_logits=True))
+    add("Mixtral-8x7B-L2", 1024, 2, "training", tag="-lora-autocast", dtype="fp32", autocast=True, lora_r=16, lora_alpha=32,
+        target_modules="q_proj,v_proj")
+    add("Qwen1.5-MoE-A2.7B-L2-window", 1024, 2, "training", tag="-window")
+    add("Qwen1.5-MoE-A2.7B-L2-window", 1024, 2, "inference", tag="-window")
     return pts
 
 
