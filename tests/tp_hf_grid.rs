@@ -11,9 +11,9 @@ use vramscope::engine::{runtime, Device};
 use vramscope::model::tp::TpPlan;
 use vramscope::model::{Flavour, Model};
 use vramscope::parallel::{apply, Layout, ParallelConfig};
-use vramscope::record::{MemEvent, Phase};
+use vramscope::record::MemEvent;
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
-use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
+use vramscope::train::{Optimizer, Precision, StepRunner};
 
 /// Points where vramscope does not match PyTorch, each with the reason.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
@@ -58,27 +58,7 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     if let Some(l) = layout {
         runner = runner.with_parallel(l);
     }
-    let (batch, seq) = (num(p, "batch"), num(p, "seq"));
-    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
-    let mut bound = CausalLmBatch::default();
-    let recorded = grid_common::record_last(3, |_| {
-        data.next_causal_lm_batch(&mut bound, kind == "training", false);
-        let x = bound.input_ids.as_ref().unwrap();
-        match kind {
-            "training" => {
-                runner.step_masked(x, bound.labels.as_ref().unwrap(), None);
-            }
-            "forward" | "inference" => {
-                let _g = (kind == "inference").then(runtime::no_grad);
-                runtime::set_phase(Phase::Forward);
-                drop(model.forward_masked(x, None));
-                runtime::set_phase(Phase::Setup);
-            }
-            other => panic!("profile type {other}"),
-        }
-    });
-    runner.finish();
-    recorded
+    grid_common::dist::record_steps(&model, runner, cfg.vocab_size, p, kind)
 }
 
 #[test]

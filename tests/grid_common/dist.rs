@@ -54,9 +54,15 @@ pub fn run_rank(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent
     let norm = p["max_grad_norm"].as_f64().unwrap();
     oc.max_grad_norm = (norm > 0.0).then_some(norm);
     let opt = Optimizer::new(oc, model.parameters().len());
-    let mut runner = StepRunner::new(&model, opt).with_precision(precision).with_parallel(layout);
+    let runner = StepRunner::new(&model, opt).with_precision(precision).with_parallel(layout);
+    record_steps(&model, runner, cfg.vocab_size, p, kind)
+}
+
+/// measure_hf.py's loop of `kind` (training, forward or inference under no_grad) over random
+/// batches of the point's shape, the third iteration recorded.
+pub fn record_steps(model: &Model, mut runner: StepRunner<'_>, vocab: usize, p: &Value, kind: &str) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let (batch, seq) = (num(p, "batch"), num(p, "seq"));
-    let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
+    let mut data = Batcher::new(DataKind::Random, vocab, batch, seq, Device::Meta, 42);
     let mut bound = CausalLmBatch::default();
     let recorded = super::record_last(3, |_| {
         data.next_causal_lm_batch(&mut bound, kind == "training", false);
