@@ -159,6 +159,7 @@ def profile(
     offload: Optional[Literal['params']] = None,
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
+    tp_plan: Optional[Literal['auto', 'torch']] = None,
     cache_implementation: Optional[str] = None,
     disable_compile: bool = False,
     do_sample: bool = False,
@@ -415,13 +416,20 @@ def profile(
         host; host memory is reported separately. One of: params. [--offload]
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
-        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
-        --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
-        --parallel tp: N = --world-size. [--tp]
+        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered) on
+        Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
+        With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension
+        (2-D); --parallel tp: N = --world-size. [--tp]
     sequence_parallel : bool, default False
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
         passes position_ids. [--sequence-parallel]
+    tp_plan : Optional[Literal['auto', 'torch']], default None
+        With --tp: whose plan shards the model, auto or torch auto: transformers' own
+        (from_pretrained(tp_plan="auto"): the config's base_model_tp_plan, the embedding
+        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2 and
+        gemma3_text; torch: the Megatron-style plan above, the default on Llama-style models. One
+        of: auto, torch. [--tp-plan]
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
@@ -571,6 +579,7 @@ def compare(
     offload: Optional[Literal['params']] = None,
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
+    tp_plan: Optional[Literal['auto', 'torch']] = None,
     cache_implementation: Optional[str] = None,
     disable_compile: bool = False,
     do_sample: bool = False,
@@ -828,13 +837,20 @@ def compare(
         host; host memory is reported separately. One of: params. [--offload]
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
-        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
-        --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
-        --parallel tp: N = --world-size. [--tp]
+        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered) on
+        Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
+        With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension
+        (2-D); --parallel tp: N = --world-size. [--tp]
     sequence_parallel : bool, default False
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
         passes position_ids. [--sequence-parallel]
+    tp_plan : Optional[Literal['auto', 'torch']], default None
+        With --tp: whose plan shards the model, auto or torch auto: transformers' own
+        (from_pretrained(tp_plan="auto"): the config's base_model_tp_plan, the embedding
+        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2 and
+        gemma3_text; torch: the Megatron-style plan above, the default on Llama-style models. One
+        of: auto, torch. [--tp-plan]
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
@@ -1202,6 +1218,7 @@ def fit(
     offload: Optional[Literal['params']] = None,
     tp: Optional[int] = None,
     sequence_parallel: bool = False,
+    tp_plan: Optional[Literal['auto', 'torch']] = None,
     find: Literal['batch', 'context', 'world-size', 'max-new-tokens'] = 'batch',
     profile_type: Literal['forward', 'forward-loss', 'inference', 'training', 'generate'] = 'training',
     max_new_tokens: Optional[int] = None,
@@ -1443,13 +1460,20 @@ def fit(
         host; host memory is reported separately. One of: params. [--offload]
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
-        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered). With
-        --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D);
-        --parallel tp: N = --world-size. [--tp]
+        ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered) on
+        Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
+        With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension
+        (2-D); --parallel tp: N = --world-size. [--tp]
     sequence_parallel : bool, default False
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
         passes position_ids. [--sequence-parallel]
+    tp_plan : Optional[Literal['auto', 'torch']], default None
+        With --tp: whose plan shards the model, auto or torch auto: transformers' own
+        (from_pretrained(tp_plan="auto"): the config's base_model_tp_plan, the embedding
+        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2 and
+        gemma3_text; torch: the Megatron-style plan above, the default on Llama-style models. One
+        of: auto, torch. [--tp-plan]
     find : Literal['batch', 'context', 'world-size', 'max-new-tokens'], default 'batch'
         What to search for. One of: batch, context, world-size, max-new-tokens. [--find]
     profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
