@@ -300,8 +300,8 @@ pub fn backward(root: &Tensor, grad: Option<Tensor>) {
             let k = t.key();
             let slot = buffers.entry(k).or_insert(None);
             if let Some(gi) = gi {
-                match &t {
-                    Task::Leaf(leaf) if row_shard(leaf).is_some() && slot.is_some() => accumulate_rows(slot, gi, row_shard(leaf).expect("rows")),
+                match (&t, slot.is_some()) {
+                    (Task::Leaf(leaf), true) if let Some(rows) = row_shard(leaf) => accumulate_rows(slot, gi, rows),
                     _ => accumulate_into(slot, gi),
                 }
             }

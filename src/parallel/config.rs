@@ -132,15 +132,20 @@ impl ParallelConfig {
     /// The model as this rank builds it: its tensor-parallel shards when `--tp` is on, under
     /// the plan named or the model's default.
     pub fn model_config(&self, cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
-        let plan = self.tp_plan.or_else(|| cfg.hf().map(|h| crate::model::tp::TpPlan::default_for(h.model_type)));
+        let plan = self.tp_plan_for(cfg.hf());
         let tp = self.tensor_parallel().map(|t| crate::model::tp::TensorParallel { plan: plan.unwrap_or_default(), ..t });
         crate::model::ModelConfig { tp, ..cfg.clone() }
     }
 
+    /// The plan named, else the model's default.
+    fn tp_plan_for(&self, hf: Option<&crate::model::hf::HfConfig>) -> Option<crate::model::tp::TpPlan> {
+        self.tp_plan.or_else(|| hf.map(|h| crate::model::tp::TpPlan::default_for(h.model_type)))
+    }
+
     /// `--tp-plan` resolved for the model (its default when none is named).
     pub fn resolve_tp_plan(&mut self, hf: Option<&crate::model::hf::HfConfig>) {
-        if self.tp > 1 && self.tp_plan.is_none() {
-            self.tp_plan = hf.map(|h| crate::model::tp::TpPlan::default_for(h.model_type));
+        if self.tp > 1 {
+            self.tp_plan = self.tp_plan_for(hf);
         }
     }
 

@@ -122,6 +122,13 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         // bias ends in the compute dtype (the first forward converts `bias.data`).
         let mut quant: Vec<Option<Quantized>> = if hf.bnb.is_some() { vec![None; lora::SLOTS] } else { Vec::new() };
         let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize, bias: bool| {
+            // transformers' plan shards a gathered or split projection's weight although its
+            // module sees the whole width (Phi-3's fused ones, OLMo-2's q/k/v: tp::weight_width):
+            // the rows of a colwise one, the columns of o and down.
+            let (rows, cols) = match slot {
+                3 | 6 => (rows, tp::weight_width(cfg, slot, cols)),
+                _ => (tp::weight_width(cfg, slot, rows), cols),
+            };
             let Some(q) = &hf.bnb else {
                 let w = b.param(p(&format!("{name}.weight")), &[rows, cols], std);
                 // peft's `bias="all"|"lora_only"`: these biases stay trainable.
@@ -162,22 +169,15 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
         }
         if hf.model_type == Arch::Phi3 {
             let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| lin(b, slot, name, rows, cols, false).0;
-            // transformers' plan shards the fused weights whole (rows of qkv and gate_up,
-            // columns of o and down; tp::weight_width).
-            let mut lin = |b: &mut Builder, slot: usize, name: &str, rows: usize, cols: usize| match slot {
-                3 | 6 => lin(b, slot, name, rows, tp::weight_width(cfg, slot, cols)),
-                _ => lin(b, slot, name, tp::weight_width(cfg, slot, rows), cols),
-            };
             let mut layer = phi3::layer(&mut b, &p, [q, kv, d, f], &mut lin);
             Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
             layers.push(layer);
             continue;
         }
-        // (OLMo-2 under transformers' plan: gathered q/k/v, sharded weights; tp::weight_width.)
-        let (wq, bq) = lin(&mut b, 0, "self_attn.q_proj", tp::weight_width(cfg, 0, q), d, hf.qkv_bias);
-        let (wk, bk) = lin(&mut b, 1, "self_attn.k_proj", tp::weight_width(cfg, 1, kv), d, hf.qkv_bias);
-        let (wv, bv) = lin(&mut b, 2, "self_attn.v_proj", tp::weight_width(cfg, 2, kv), d, hf.qkv_bias);
-        let (wo, bo) = lin(&mut b, 3, "self_attn.o_proj", d, tp::weight_width(cfg, 3, q), hf.o_bias);
+        let (wq, bq) = lin(&mut b, 0, "self_attn.q_proj", q, d, hf.qkv_bias);
+        let (wk, bk) = lin(&mut b, 1, "self_attn.k_proj", kv, d, hf.qkv_bias);
+        let (wv, bv) = lin(&mut b, 2, "self_attn.v_proj", kv, d, hf.qkv_bias);
+        let (wo, bo) = lin(&mut b, 3, "self_attn.o_proj", d, q, hf.o_bias);
         // Qwen3's and Gemma 3's norms are per head; OLMo-2's span the whole q and k projections.
         // Gemma's norms scale by `1 + w`: zero-initialised.
         let norm_init = if hf.model_type.is_gemma() { zero } else { Init::Ones };
