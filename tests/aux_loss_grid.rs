@@ -48,7 +48,7 @@ fn aux_loss_grid_matches_transformers() {
     let points = points();
     grid_common::check("aux_loss", &points, 32, KNOWN_FAILING, |point| {
         let p = &point["point"];
-        let cfg = if p["model_type"] == "gpt_oss" { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
+        let cfg = grid_common::moe::point_model(p);
         let coef = cfg.hf.as_ref().unwrap().moe.as_ref().unwrap().aux_loss();
         assert_eq!(coef, p["router_aux_loss_coef"].as_f64(), "{}", point["name"]);
         grid_common::hf::run_config(point, cfg)
@@ -82,7 +82,7 @@ fn aux_loss_autocast_grid_matches_transformers() {
     assert_eq!(set(&all, "top_k"), (1..=4).map(|k| k.to_string()).collect());
     grid_common::check("aux_loss_autocast", points, 51, KNOWN_FAILING, |point| {
         let p = &point["point"];
-        let cfg = if p["model_type"] == "gpt_oss" { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
+        let cfg = grid_common::moe::point_model(p);
         grid_common::hf::run_config(point, cfg)
     });
 }

@@ -30,12 +30,7 @@ const MOE: [&str; 5] = ["mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "qwen2
 /// The point's model with its adapters and bitsandbytes load, as the one-GPU grids read it.
 fn config_of(p: &Value) -> ModelConfig {
     match p["model_type"].as_str().unwrap() {
-        "mixtral" | "qwen3_moe" | "qwen2_moe" => grid_common::moe::config_of(p),
-        "gpt_oss" | "deepseek_v3" => {
-            let mut cfg = grid_common::moe::read_config_of(p);
-            grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
-            cfg
-        }
+        "mixtral" | "qwen3_moe" | "qwen2_moe" | "gpt_oss" | "deepseek_v3" => grid_common::moe::point_model(p),
         _ => grid_common::hf::config_of(p),
     }
 }

@@ -244,8 +244,7 @@ fn moe_fp16_autocast_grid_matches_transformers() {
     assert_eq!(attn, BTreeSet::from(["eager", "sdpa"]));
     grid_common::check("moe_autocast_fp16", points, 47, KNOWN_FAILING, |point| {
         let p = &point["point"];
-        let cfg = if matches!(p["model_type"].as_str(), Some("gpt_oss" | "deepseek_v3")) { grid_common::moe::read_config_of(p) } else { grid_common::moe::config_of(p) };
-        grid_common::hf::run_config(point, cfg)
+        grid_common::hf::run_config(point, grid_common::moe::point_model(p))
     });
 }
 

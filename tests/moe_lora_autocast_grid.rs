@@ -27,13 +27,6 @@ fn moe_lora_autocast_grid_matches_peft() {
     assert!(points.iter().filter(|q| q["point"]["autocast"] == "fp16").all(|q| q["point"]["dtype"] == "fp32"));
     grid_common::check("moe_lora_autocast", points, 12, KNOWN_FAILING, |point| {
         let p = &point["point"];
-        let cfg = if matches!(p["model_type"].as_str(), Some("gpt_oss" | "deepseek_v3")) {
-            let mut cfg = grid_common::moe::read_config_of(p);
-            grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
-            cfg
-        } else {
-            grid_common::moe::config_of(p)
-        };
-        grid_common::hf::run_config(point, cfg)
+        grid_common::hf::run_config(point, grid_common::moe::point_model(p))
     });
 }

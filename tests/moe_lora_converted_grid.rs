@@ -16,14 +16,7 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 fn run(point: &Value) -> (Vec<vramscope::record::MemEvent>, Vec<vramscope::record::MemEvent>) {
     let p = &point["point"];
-    let cfg = if p["model_type"] == "deepseek_v3" {
-        let mut cfg = grid_common::moe::read_config_of(p);
-        grid_common::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
-        cfg
-    } else {
-        grid_common::moe::config_of(p)
-    };
-    grid_common::hf::run_config(point, cfg)
+    grid_common::hf::run_config(point, grid_common::moe::point_model(p))
 }
 
 #[test]

@@ -110,6 +110,20 @@ pub fn read_config_of(p: &Value) -> ModelConfig {
     cfg
 }
 
+/// A point's model: gpt_oss and deepseek_v3 read by vramscope's config reader
+/// ([`read_config_of`]) with the point's adapters (a no-op without `lora_r`), mixtral,
+/// qwen3_moe and qwen2_moe built by [`config_of`].
+#[allow(dead_code)] // (not every grid that includes grid_common has these models)
+pub fn point_model(p: &Value) -> ModelConfig {
+    if matches!(p["model_type"].as_str(), Some("gpt_oss" | "deepseek_v3")) {
+        let mut cfg = read_config_of(p);
+        super::hf::apply_peft(p, cfg.hf.as_mut().unwrap());
+        cfg
+    } else {
+        config_of(p)
+    }
+}
+
 /// `vramscope profile` on meta at B 1, S 64, no warm-up step, writing into `dir`, plus `extra`
 /// (the MoE LoRA tests' CLI checks: a preset's adapters run or are refused).
 #[allow(dead_code)] // (not every grid that includes grid_common runs the CLI)
