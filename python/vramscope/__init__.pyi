@@ -142,6 +142,7 @@ def profile(
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
+    autocast_by: Optional[Literal['accelerate', 'torch']] = None,
     checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
     fusion: Optional[Literal['none', 'all']] = None,
     fused_qkv: bool = False,
@@ -366,6 +367,14 @@ def profile(
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
+    autocast_by : Optional[Literal['accelerate', 'torch']], default None
+        Who applies the autocast, hf flavour: accelerate (default) or torch. accelerate is the
+        Trainer's bf16=True/fp16=True (or `Accelerator(mixed_precision=...)`): `prepare_model` wraps
+        the model's forward in autocast and `convert_outputs_to_fp32`, so the output's bf16/fp16
+        tensors (the logits, an MoE model's router logits) get an fp32 copy that lives until
+        compute_loss drops the output (training and forward-loss). torch is your own loop's `with
+        torch.autocast(...)` around the model call, no conversion. The cs336 and tinyllama flavours
+        run their scripts' plain torch.autocast. One of: accelerate, torch. [--autocast-by]
     checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
         Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
         use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N). One
@@ -562,6 +571,7 @@ def compare(
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
+    autocast_by: Optional[Literal['accelerate', 'torch']] = None,
     checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
     fusion: Optional[Literal['none', 'all']] = None,
     fused_qkv: bool = False,
@@ -787,6 +797,14 @@ def compare(
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
+    autocast_by : Optional[Literal['accelerate', 'torch']], default None
+        Who applies the autocast, hf flavour: accelerate (default) or torch. accelerate is the
+        Trainer's bf16=True/fp16=True (or `Accelerator(mixed_precision=...)`): `prepare_model` wraps
+        the model's forward in autocast and `convert_outputs_to_fp32`, so the output's bf16/fp16
+        tensors (the logits, an MoE model's router logits) get an fp32 copy that lives until
+        compute_loss drops the output (training and forward-loss). torch is your own loop's `with
+        torch.autocast(...)` around the model call, no conversion. The cs336 and tinyllama flavours
+        run their scripts' plain torch.autocast. One of: accelerate, torch. [--autocast-by]
     checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
         Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
         use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N). One
@@ -1201,6 +1219,7 @@ def fit(
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
+    autocast_by: Optional[Literal['accelerate', 'torch']] = None,
     checkpoint: Optional[Literal['none', 'blocks', 'every-N']] = None,
     fusion: Optional[Literal['none', 'all']] = None,
     fused_qkv: bool = False,
@@ -1410,6 +1429,14 @@ def fit(
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
+    autocast_by : Optional[Literal['accelerate', 'torch']], default None
+        Who applies the autocast, hf flavour: accelerate (default) or torch. accelerate is the
+        Trainer's bf16=True/fp16=True (or `Accelerator(mixed_precision=...)`): `prepare_model` wraps
+        the model's forward in autocast and `convert_outputs_to_fp32`, so the output's bf16/fp16
+        tensors (the logits, an MoE model's router logits) get an fp32 copy that lives until
+        compute_loss drops the output (training and forward-loss). torch is your own loop's `with
+        torch.autocast(...)` around the model call, no conversion. The cs336 and tinyllama flavours
+        run their scripts' plain torch.autocast. One of: accelerate, torch. [--autocast-by]
     checkpoint : Optional[Literal['none', 'blocks', 'every-N']], default None
         Activation checkpointing: none, blocks or every-N torch.utils.checkpoint with
         use_reentrant=False, on every decoder block (blocks) or on blocks 0, N, 2N, … (every-N). One
@@ -1560,6 +1587,7 @@ def estimate(
     dtype: Optional[Literal['auto', 'float32', 'bfloat16', 'float16', 'bf16', 'fp16']] = None,
     use_amp: bool = False,
     pure_bf16: bool = False,
+    autocast_by: Optional[Literal['accelerate', 'torch']] = None,
     optimizer: Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']] = None,
     max_grad_norm: Optional[float] = None,
     batch_size: Optional[int] = None,
@@ -1754,6 +1782,14 @@ def estimate(
     pure_bf16 : bool, default False
         Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast.
         [--pure-bf16]
+    autocast_by : Optional[Literal['accelerate', 'torch']], default None
+        Who applies the autocast, hf flavour: accelerate (default) or torch. accelerate is the
+        Trainer's bf16=True/fp16=True (or `Accelerator(mixed_precision=...)`): `prepare_model` wraps
+        the model's forward in autocast and `convert_outputs_to_fp32`, so the output's bf16/fp16
+        tensors (the logits, an MoE model's router logits) get an fp32 copy that lives until
+        compute_loss drops the output (training and forward-loss). torch is your own loop's `with
+        torch.autocast(...)` around the model call, no conversion. The cs336 and tinyllama flavours
+        run their scripts' plain torch.autocast. One of: accelerate, torch. [--autocast-by]
     optimizer : Optional[Literal['adamw_torch_fused', 'adamw_torch', 'adamw_torch_forloop', 'sgd', 'adamw_cs336', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'paged_adamw_32bit', 'adafactor']], default None
         Optimizer implementation, in the Trainer's `optim` names (default: the flavour's) The
         flavour's reference is the default: cs336 adamw_cs336, tinyllama adamw_torch, hf

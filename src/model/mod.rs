@@ -285,7 +285,11 @@ impl Model {
             Flavour::Hf => {
                 // `loss = model(input_ids, labels=labels).loss`: the DynamicCache dies here, the
                 // logits when the caller drops them (`del out`).
-                let out = hf::modeling::forward(self, ids, Some(targets), attention_mask, logits_ready);
+                let mut out = hf::modeling::forward(self, ids, Some(targets), attention_mask, logits_ready);
+                if self.config.hf().is_some_and(|h| h.convert_outputs_to_fp32) {
+                    // The Trainer's autocast: accelerate's wrapper around the forward.
+                    out = hf::accelerate_amp::convert_outputs_to_fp32(out);
+                }
                 let (mut logits, mut loss) = (out.logits, out.loss.expect("labels given"));
                 self.root_post_forward(&mut [&mut logits, &mut loss]);
                 (logits, loss)

@@ -30,6 +30,16 @@ pub struct PrecisionFlags {
     /// Parameters, gradients and optimizer state in bf16 (`model.to(torch.bfloat16)`), no autocast
     #[arg(help_heading = super::heading::PRECISION, long)]
     pub pure_bf16: bool,
+    /// Who applies the autocast, hf flavour: accelerate (default) or torch.
+    ///
+    /// accelerate is the Trainer's bf16=True/fp16=True (or `Accelerator(mixed_precision=...)`):
+    /// `prepare_model` wraps the model's forward in autocast and `convert_outputs_to_fp32`, so
+    /// the output's bf16/fp16 tensors (the logits, an MoE model's router logits) get an fp32
+    /// copy that lives until compute_loss drops the output (training and forward-loss). torch is
+    /// your own loop's `with torch.autocast(...)` around the model call, no conversion. The
+    /// cs336 and tinyllama flavours run their scripts' plain torch.autocast.
+    #[arg(help_heading = super::heading::PRECISION, long, value_name = "BY", value_parser = ["accelerate", "torch"])]
+    pub autocast_by: Option<String>,
 }
 
 impl PrecisionFlags {
@@ -128,8 +138,29 @@ impl PrecisionFlags {
                 })?
             }
         };
+        self.autocast_by_for(cfg, p)?;
         check(cfg, p)?;
         Ok(p)
+    }
+
+    /// --autocast-by: records accelerate's output conversion in the hf config (the default
+    /// wherever an hf model runs under autocast), refusing it where it has no meaning.
+    fn autocast_by_for(&self, cfg: &mut crate::model::ModelConfig, p: Precision) -> anyhow::Result<()> {
+        let by = self.autocast_by.as_deref();
+        if let Some(b) = by {
+            if p.autocast().is_none() {
+                return Err(usage("--autocast-by", format!("{b} names who applies autocast, but this run has none ({p}): add --precision bf16 or fp16")));
+            }
+        }
+        let flavour = cfg.flavour;
+        match cfg.hf.as_mut() {
+            Some(hf) => hf.convert_outputs_to_fp32 = p.autocast().is_some() && by != Some("torch"),
+            None if by == Some("accelerate") => {
+                return Err(usage("--autocast-by", format!("accelerate's prepared model is modelled for the hf flavour; the {flavour} flavour runs its script's plain torch.autocast (--autocast-by torch)")));
+            }
+            None => {}
+        }
+        Ok(())
     }
 }
 

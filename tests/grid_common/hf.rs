@@ -160,7 +160,7 @@ pub fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
 }
 
 /// [`run_vramscope`] with the point's model config given (tests/moe_grid.rs adds the experts).
-pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
+pub fn run_config(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let p = &point["point"];
     if p["attn"] == "sdpa" {
         let ran = point["info"]["sdpa_backends"].as_array().unwrap();
@@ -181,6 +181,13 @@ pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEve
         Some(a) => Precision::parse(a).filter(|p| p.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")),
     };
     let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
+    // The point's `amp`: accelerate's prepared forward (`--autocast-by accelerate`, the
+    // Trainer's) or, as every grid measured before it, the loop's own torch.autocast.
+    cfg.hf.as_mut().unwrap().convert_outputs_to_fp32 = match p["amp"].as_str() {
+        None | Some("torch") => false,
+        Some("accelerate") => true,
+        Some(other) => panic!("amp {other}"),
+    };
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     assert_eq!(model.dtype, weights);
@@ -234,7 +241,9 @@ pub fn run_config(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEve
             }
             "forward-loss" => {
                 runtime::set_phase(Phase::Forward);
+                let region = precision.autocast().map(vramscope::engine::autocast::enable);
                 let (logits, loss) = model.forward_loss_masked(x, bound.labels.as_ref().unwrap(), m, &mut |_| runtime::set_phase(Phase::Loss));
+                drop(region);
                 drop(logits);
                 runtime::set_phase(Phase::Setup);
                 drop(loss);

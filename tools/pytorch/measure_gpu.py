@@ -23,7 +23,10 @@ gpt-oss, DeepSeek-V3: the published configs cut to two layers, tests/fixtures/gp
 `--write-configs` writes them) with their routing forced as measure_moe.py forces it, every
 experts implementation, and `--part families` Gemma-2, Gemma-3, Phi-3 and OLMo-2 at two layers.
 A point's `autocast` is "fp16" for the Trainer's fp16=True (accelerate's GradScaler: the scaled
-loss's backward, unscale_ before clipping, step and update), any other true value bf16.
+loss's backward, unscale_ before clipping, step and update), any other true value bf16; its `amp`
+says who applies it in training: accelerate's prepared forward (the default, the Trainer's, with
+convert_outputs_to_fp32) or "torch" (a plain `with torch.autocast(...)`, as every row measured
+before 2026-11-27 ran: those rows carry `"amp": "torch"` and `--autocast-by torch`).
 
 Run on a GPU machine:  python3 measure_gpu.py --all --out DIR   (about 3 minutes on an H200)
 On CPU (`--dry`) the same code runs tiny shapes with zero stats, to check the script itself.
@@ -287,6 +290,11 @@ def hf_body(p, R):
     gen = torch.Generator(device=DEV).manual_seed(42)
     low = torch.float16 if p.get("autocast") == "fp16" else torch.bfloat16
     ac = (lambda: torch.autocast(DEV, dtype=low)) if p.get("autocast") else contextlib.nullcontext
+    # The Trainer's bf16=True/fp16=True is accelerate's prepared forward (the point's `amp`,
+    # default accelerate; rows measured before it ran a plain torch.autocast and say `torch`):
+    # the training step's forward is wrapped, its own region goes.
+    if kind == "training" and p.get("autocast") and H.accelerate_forward(model, dict(p, amp=p.get("amp", "accelerate")), torch.autocast(DEV, dtype=low)):
+        ac = contextlib.nullcontext
     # The Trainer's fp16=True: accelerate's GradScaler (measure_hf.py's sequence: the scaled
     # loss's backward, unscale_ before clipping, step and update).
     scaler = torch.amp.GradScaler(DEV) if p.get("autocast") == "fp16" and kind == "training" else None
@@ -399,6 +407,8 @@ def run_flags(kw):
         args += " --dtype fp32"
     if kw.get("autocast"):
         args += " --precision fp16" if kw["autocast"] == "fp16" else " --precision bf16"
+        if kw.get("amp") == "torch":
+            args += " --autocast-by torch"
     if kw.get("checkpoint"):
         args += f" --gradient-checkpointing {kw['checkpoint']}"
     if kw.get("shape", {}).get("output_router_logits"):
@@ -566,7 +576,7 @@ def grid_families():
             # float32, which `--dtype auto` would load.
             args += " --dtype fp32" if kw.get("dtype") == "fp32" else " --dtype bf16"
             if kw.get("autocast"):
-                args += " --precision bf16"
+                args += " --precision bf16" + (" --autocast-by torch" if kw.get("amp") == "torch" else "")
             if kw.get("checkpoint"):
                 args += f" --gradient-checkpointing {kw['checkpoint']}"
             pts.append(dict(id=f"fam-{name}-L2-S{S}-B2-{kind}{tag}", group="families", profile_type=kind, seq=S, batch=2, args=args,

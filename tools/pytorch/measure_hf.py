@@ -248,10 +248,12 @@ def run(p, kind, wrap=None):
             if wrap is not None:
                 model = wrap(model) or model
             trainable = [q for q in model.parameters() if q.requires_grad]
+            amp = accelerate_forward(model, p)
             opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
-        autocast = autocast_region(p)
+        # Under accelerate's wrapper the autocast region is the patched forward's own.
+        autocast = contextlib.nullcontext if amp else autocast_region(p)
         # The Trainer's fp16=True: accelerate's torch.amp.GradScaler (PyTorch's defaults; its
         # scale and growth tracker are made at the first scale()).
         scaler = torch.amp.GradScaler("cpu") if p.get("autocast") == "fp16" and kind == "training" else None
@@ -305,6 +307,26 @@ def run(p, kind, wrap=None):
                         with M.phase("forward"), autocast():
                             model(input_ids=input_ids, attention_mask=mask, **extra)
     return prof, inner
+
+
+def accelerate_forward(model, p, region=None):
+    """The point's `amp: accelerate` -- what the Trainer's bf16=True / fp16=True really runs:
+    `Accelerator.prepare_model` (accelerate 1.x, `if self.native_amp:`) replaces the prepared
+    model's forward by `convert_outputs_to_fp32(autocast(forward))`, so the output's fp16/bf16
+    tensors (the logits, an MoE model's router logits) get an fp32 copy, alive until
+    compute_loss drops the output. The same two lines as prepare_model, with accelerate's own
+    `convert_outputs_to_fp32`; the autocast is `region` (measure_gpu.py's CUDA autocast) or
+    autocast_region's (CUDA's policies on CPU). Returns whether it patched."""
+    if p.get("amp", "torch") == "torch" or not p.get("autocast"):
+        return False
+    assert p["amp"] == "accelerate", p["amp"]
+    from types import MethodType
+    from accelerate.utils import convert_outputs_to_fp32
+    region = region or autocast_region(p)()
+    model._original_forward = model.forward
+    model.forward = MethodType(region(model.forward.__func__), model)
+    model.forward = MethodType(convert_outputs_to_fp32(model.forward.__func__), model)
+    return True
 
 
 def autocast_region(p):
@@ -442,6 +464,9 @@ def main(argv=None):
     a.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw_torch_fused")
     a.add_argument("--max-grad-norm", type=float, default=1.0)
     a.add_argument("--attention-mask", choices=("none", "ones"), default="none")
+    a.add_argument("--autocast", choices=("none", "bf16", "fp16"), default="none")
+    a.add_argument("--amp", choices=("torch", "accelerate"), default="torch",
+                   help="torch: `with torch.autocast()` around the call; accelerate: prepare_model's wrapper")
     a.add_argument("--threads", type=int, default=1)
     a.add_argument("--json", help="write the per-phase result (JSON) here")
     a.add_argument("--events", help="write the measured step's allocation/free log (CSV) here")
@@ -452,6 +477,8 @@ def main(argv=None):
              vocab_size=x.vocab_size, max_position_embeddings=x.max_position_embeddings, tied=x.tied, seq=x.seq,
              batch=x.batch, attn=x.attn, dtype=x.dtype, use_cache=x.use_cache == "true", logits_to_keep=x.logits_to_keep,
              checkpoint=x.checkpoint, optimizer=x.optimizer, max_grad_norm=x.max_grad_norm, attention_mask=x.attention_mask)
+    if x.autocast != "none":
+        p.update(autocast=x.autocast, amp=x.amp)
     per, log, info = measure(p, x.profile_type)
     if x.events:
         M.write_events(x.events, log)

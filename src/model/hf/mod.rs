@@ -6,6 +6,7 @@
 //! [`ModelConfig`](super::ModelConfig); [`config_json`] reads the file; the op sequence of
 //! the pinned release lives in one file ([`transformers_5_23`]), so a later release is a new
 //! file beside it.
+pub mod accelerate_amp;
 pub mod config_file;
 pub mod config_json;
 pub mod beam_search_5_23;
@@ -251,6 +252,10 @@ pub struct HfConfig {
     /// `from_pretrained(dtype=...)` when the user named one (`--dtype`), else None (auto).
     #[serde(default)]
     pub dtype: Option<crate::engine::DType>,
+    /// accelerate's `convert_outputs_to_fp32` around the forward (`--autocast-by accelerate`,
+    /// the Trainer's autocast): compute_loss's output holds fp32 copies of its bf16/fp16 tensors.
+    #[serde(default)]
+    pub convert_outputs_to_fp32: bool,
     /// peft's LoRA over the model (`get_peft_model(model, LoraConfig(...))`), if any.
     #[serde(default)]
     pub lora: Option<crate::model::lora::LoraConfig>,
@@ -325,6 +330,7 @@ impl HfConfig {
             attention_mask: false,
             torch_dtype: None,
             dtype: None,
+            convert_outputs_to_fp32: false,
             lora: None,
             bnb: None,
             moe: None,
