@@ -333,6 +333,23 @@ fn tensor_and_sequence_parallel_flags_run_end_to_end() {
 }
 
 #[test]
+fn transformers_plan_runs_on_mistral_qwen2_and_qwen3() {
+    // tests/tp_hf_grid.rs measures their base_model_tp_plan (Qwen2's biased q/k/v, Qwen3's
+    // replicated_with_grad_allreduce q/k norms); torch's plan stays their default.
+    for m in ["Mistral-7B", "Qwen2.5-7B", "Qwen3-8B"] {
+        let out = tmp(&format!("tp_auto_{m}"));
+        let out_s = out.to_string_lossy().into_owned();
+        let args = ["profile", "--model", m, "--num-layers", "1", "--device", "meta", "--context-length", "32", "--batch-size", "1", "--warmup-steps", "0",
+            "--profile-type", "training", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--out-dir", &out_s];
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(s["parallel"]["tp_plan"], "auto", "{m}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+#[test]
 fn bad_tensor_parallel_flags_exit_2_naming_the_flag() {
     let dir = tmp("badtp");
     let cfg = tiny_llama(&dir.join("model"));

@@ -1,6 +1,7 @@
 //! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`, what
-//! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text and llama
-//! against PyTorch itself: tests/fixtures/dist_grid/tp_hf.json (tools/pytorch/measure_tp_hf.py:
+//! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text, llama,
+//! mistral, qwen2 and qwen3 against PyTorch itself: tests/fixtures/dist_grid/tp_hf.json
+//! (tools/pytorch/measure_tp_hf.py:
 //! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained,
 //! run forward or run under no_grad as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
 //! third iteration, 16 B per live tensor.
@@ -75,9 +76,10 @@ fn the_plan_is_named_in_the_model() {
     for p in doc["points"].as_array().unwrap() {
         let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
         pc.rank = num(p, "rank");
-        // No --tp-plan: the families run transformers' plan, llama torch's.
+        // No --tp-plan: the families run transformers' plan, the Llama-style models torch's.
         let cfg = pc.model_config(&grid_common::hf::config_of(&hf_point(p)));
-        let want = if p["config"]["model_type"] == "llama" { TpPlan::Torch } else { TpPlan::Auto };
+        let llama_style = ["llama", "mistral", "qwen2", "qwen3"].contains(&p["config"]["model_type"].as_str().unwrap());
+        let want = if llama_style { TpPlan::Torch } else { TpPlan::Auto };
         assert_eq!(cfg.tp.unwrap().plan, want, "{}", p["name"]);
     }
 }

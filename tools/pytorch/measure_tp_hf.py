@@ -1,6 +1,7 @@
 """measure_tp_hf.py -- what one rank allocates when transformers 5.23 runs its own tensor
 parallelism (`from_pretrained(..., tp_plan="auto")`, i.e. `DistributedConfig(tp_size=N)`) on
-the dense families: phi3, olmo2, gemma2, gemma3_text, and llama (vramscope's `--tp-plan auto`).
+the dense families: phi3, olmo2, gemma2, gemma3_text, and llama, mistral, qwen2, qwen3 (vramscope's
+`--tp-plan auto`).
 
 The plan is the model's own, resolved as from_pretrained resolves it: `_resolve_parallel_plans`
 (the config's `base_model_tp_plan`, `embed_tokens: embedding_rowwise`, the class's
@@ -79,14 +80,32 @@ SHAPES = [
     ("gemma3_text", 128, 384, 2, 4, 4, 1000, 64, 2, True),
     ("gemma3_text", 128, 256, 2, 8, 4, 1024, 32, 2, True),
     ("llama", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    # The Llama-style models' own plans: Mistral's and Qwen2's are Llama's (Qwen2's colwise
+    # q/k/v biases are Shard(0) like their weights; the second shape ties the head), Qwen3's
+    # adds q_norm/k_norm: replicated_with_grad_allreduce (this rank's heads, each over its whole
+    # head_dim; the gradient all-reduced in place by a post-accumulate hook). Qwen3's default
+    # head_dim is 128; the second shape names 32.
+    ("mistral", 128, 384, 2, 8, 4, 1024, 48, 2, False),
+    ("qwen2", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    ("qwen2", 96, 256, 2, 8, 4, 1024, 32, 3, True),
+    ("qwen3", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    ("qwen3", 128, 256, 2, 8, 4, 1024, 32, 2, False, 32),
 ]
+
+
+def config(i):
+    mt, h, f, L, nh, kv, V, S, B, tied, *hd = SHAPES[i]
+    c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             vocab_size=V, tied=tied, max_position_embeddings=4096)
+    if hd:
+        c.update(head_dim=hd[0])
+    return c
 
 
 def grid():
     pts = []
-    for i, (mt, h, f, L, nh, kv, V, S, B, tied) in enumerate(SHAPES):
-        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
-                 vocab_size=V, tied=tied, max_position_embeddings=4096)
+    for i, (mt, h, f, L, nh, kv, V, S, B, tied, *_) in enumerate(SHAPES):
+        c = config(i)
         if mt.startswith("gemma"):
             # make_family_grid.py's gemma_point: a window below S, alternating layer types, a
             # query_pre_attn_scalar that is not head_dim, Gemma 2's soft-capping.
