@@ -322,6 +322,11 @@ fn tensor_and_sequence_parallel_flags_run_end_to_end() {
     let (text, auto) = run("auto", &["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"]);
     assert!(text.contains("(tensor-parallel rank 0, transformers' tp_plan=\"auto\" plan)"), "{text}");
     assert_eq!(auto["parallel"]["tp_plan"], "auto");
+    // Checkpointing under it (tests/tp_hf_grid.rs), both kinds: the layers' activations go.
+    for kind in ["non-reentrant", "reentrant"] {
+        let (_, ck) = run(&format!("auto_{kind}"), &["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--gradient-checkpointing", kind]);
+        assert!(peak(&ck) < peak(&auto), "{kind} checkpointing under the auto plan");
+    }
     assert!(tp["runs"][0]["snapshot"].as_str().unwrap().ends_with("_tp2_rank0_snapshot.pickle"));
     let (text, sp) = run("sp", &["--parallel", "tp", "--world-size", "2", "--sequence-parallel"]);
     assert!(text.contains("sequence parallel"), "{text}");
@@ -371,7 +376,6 @@ fn bad_tensor_parallel_flags_exit_2_naming_the_flag() {
         (vec!["--parallel", "ddp", "--world-size", "2", "--tp-plan", "auto"], "--tp-plan"),
         (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "2", "--tp-plan", "auto"], "--tp-plan"),
         (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--sequence-parallel"], "--sequence-parallel"),
-        (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--gradient-checkpointing", "non-reentrant"], "--gradient-checkpointing"),
     ] {
         let args: Vec<&str> = hf.iter().copied().chain(ok_optim).chain(extra.iter().copied()).collect();
         let o = vramscope(&args);

@@ -1,6 +1,7 @@
 //! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`, what
 //! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text, llama,
-//! mistral, qwen2 and qwen3 against PyTorch itself: tests/fixtures/dist_grid/tp_hf.json
+//! mistral, qwen2 and qwen3, with and without activation checkpointing, against PyTorch
+//! itself: tests/fixtures/dist_grid/tp_hf.json
 //! (tools/pytorch/measure_tp_hf.py:
 //! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained,
 //! run forward or run under no_grad as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
@@ -24,7 +25,7 @@ fn num(v: &Value, key: &str) -> usize {
 }
 
 /// The point as a measure_hf.py point (grid_common::hf::config_of reads it): the config, no
-/// cache, no mask, no checkpointing.
+/// cache, no mask, the point's checkpointing (none unless it names one).
 fn hf_point(p: &Value) -> Value {
     let mut h = p["config"].clone();
     let o = h.as_object_mut().unwrap();
@@ -33,7 +34,7 @@ fn hf_point(p: &Value) -> Value {
     }
     o.insert("use_cache".into(), json!(false));
     o.insert("logits_to_keep".into(), json!(0));
-    o.insert("checkpoint".into(), json!("none"));
+    o.insert("checkpoint".into(), json!(p["checkpoint"].as_str().unwrap_or("none")));
     o.insert("attention_mask".into(), json!("none"));
     h
 }

@@ -12,7 +12,9 @@
 //! out). Mistral's and Qwen2's plans are Llama's (a colwise bias is Shard(0) like its weight:
 //! the local q/k/v carry their rows of it); Qwen3's `replicated_with_grad_allreduce` q/k norms
 //! (Gemma 3's too) normalise this rank's heads over their whole head_dim and all-reduce their
-//! gradients in place. The model is built with this rank's shards
+//! gradients in place. Under a reentrant checkpoint the layers' first forward runs under
+//! no_grad, where colwise and rowwise take their local paths (rowwise all-reduces in place);
+//! the recomputation in backward takes DTensor's. The model is built with this rank's shards
 //! (local heads, intermediate columns, vocabulary rows) and computes on local tensors; these
 //! functions are what DTensor adds around them. Collectives allocate what the functional
 //! collectives allocate (`all_reduce` clones its input, `all_gather_into_tensor` fills a new
@@ -331,9 +333,6 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
     }
     if cfg.tied_embeddings && tp.plan == TpPlan::Torch {
         return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
-    }
-    if tp.plan == TpPlan::Auto && cfg.checkpoint != crate::model::Checkpoint::None {
-        return Err(ConfigError::new("--gradient-checkpointing", "activation checkpointing under transformers' tensor-parallel plan (--tp-plan auto) is not measured: drop it"));
     }
     if tp.sequence && tp.plan == TpPlan::Auto {
         return Err(ConfigError::new("--sequence-parallel", "transformers' plan (--tp-plan auto) with sequence parallelism (its sequence_parallel style) is not measured; use --tp-plan torch on a Llama-style model"));

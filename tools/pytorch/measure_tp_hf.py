@@ -16,7 +16,8 @@ Under the fake process group (torch.testing._internal.distributed.fake_pg) this 
 measure_tp.py's step and method (measure_hf.py's: one profiler session, mode-free, requested
 bytes of blocks >= 512 B, the third iteration), `kind` training (for-loop AdamW, no clipping),
 forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise and rowwise run
-on local tensors and rowwise all-reduces its output in place).
+on local tensors and rowwise all-reduces its output in place); CHECKPOINTED's training points
+enable activation checkpointing (non-reentrant or reentrant) before the plan is applied.
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
@@ -60,7 +61,8 @@ def one(pt):
     torch.set_num_threads(1)
     dist.init_process_group("fake", rank=pt["rank"], world_size=pt["tp"], store=FakeStore())
     p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt["attn"], dtype=pt["dtype"],
-             optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False)
+             optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False,
+             checkpoint=pt.get("checkpoint", "none"))
     per, log, info = H.measure(p, pt["kind"], wrapper(pt))
     if pt.get("events"):
         M.write_events(pt["events"], log)
@@ -90,6 +92,23 @@ SHAPES = [
     ("qwen2", 96, 256, 2, 8, 4, 1024, 32, 3, True),
     ("qwen3", 128, 384, 2, 4, 4, 1000, 64, 2, False),
     ("qwen3", 128, 256, 2, 8, 4, 1024, 32, 2, False, 32),
+]
+
+# Activation checkpointing (gradient_checkpointing_enable(gradient_checkpointing_kwargs=
+# {"use_reentrant": ...}), training only: the layers checkpoint in train mode), over the grid's
+# configurations: (SHAPES index, tp, rank, attn, dtype, use_reentrant). A reentrant
+# checkpoint's first forward runs under no_grad, where colwise/rowwise take their local paths.
+CHECKPOINTED = [
+    (8, 2, 0, "sdpa", "fp32", False),
+    (8, 4, 3, "eager", "bf16", True),
+    (9, 2, 1, "eager", "fp32", False),
+    (10, 4, 0, "sdpa", "bf16", True),
+    (13, 2, 0, "eager", "bf16", False),
+    (11, 4, 3, "sdpa", "fp32", True),
+    (0, 2, 1, "eager", "fp32", True),
+    (2, 2, 0, "sdpa", "bf16", False),
+    (4, 2, 1, "eager", "fp32", True),
+    (6, 4, 0, "sdpa", "bf16", False),
 ]
 
 
@@ -126,6 +145,16 @@ def grid():
                 name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} {kind}")
                 pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
                                 optimizer="adamw_torch_forloop"))
+    for i, tp, rank, attn, dtype, reentrant in CHECKPOINTED:
+        mt, h, f, L, nh, kv, V, S, B, tied, *_ = SHAPES[i]
+        ck = "reentrant" if reentrant else "non-reentrant"
+        # The shape's config as the loop above made it (Gemma's window and layer types).
+        c = next(p["config"] for p in pts if p["config"]["model_type"] == mt and p["config"]["hidden_size"] == h
+                 and p["config"]["vocab_size"] == V)
+        name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} "
+                f"checkpoint={ck} training")
+        pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind="training",
+                        optimizer="adamw_torch_forloop", checkpoint=ck))
     return pts
 
 
