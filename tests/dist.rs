@@ -322,6 +322,11 @@ fn tensor_and_sequence_parallel_flags_run_end_to_end() {
     let (text, auto) = run("auto", &["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"]);
     assert!(text.contains("(tensor-parallel rank 0, transformers' tp_plan=\"auto\" plan)"), "{text}");
     assert_eq!(auto["parallel"]["tp_plan"], "auto");
+    // Checkpointing under it (tests/tp_hf_grid.rs), both kinds: the layers' activations go.
+    for kind in ["non-reentrant", "reentrant"] {
+        let (_, ck) = run(&format!("auto_{kind}"), &["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--gradient-checkpointing", kind]);
+        assert!(peak(&ck) < peak(&auto), "{kind} checkpointing under the auto plan");
+    }
     assert!(tp["runs"][0]["snapshot"].as_str().unwrap().ends_with("_tp2_rank0_snapshot.pickle"));
     let (text, sp) = run("sp", &["--parallel", "tp", "--world-size", "2", "--sequence-parallel"]);
     assert!(text.contains("sequence parallel"), "{text}");
@@ -330,6 +335,23 @@ fn tensor_and_sequence_parallel_flags_run_end_to_end() {
     let (text, two_d) = run("2d", &["--parallel", "fsdp", "--world-size", "4", "--tp", "2"]);
     assert!(text.contains("on a (2 × 2) mesh: data-parallel rank 0, tensor-parallel rank 0"), "{text}");
     assert!(peak(&two_d) < peak(&tp), "FSDP shards the tensor-parallel shards again");
+}
+
+#[test]
+fn transformers_plan_runs_on_mistral_qwen2_and_qwen3() {
+    // tests/tp_hf_grid.rs measures their base_model_tp_plan (Qwen2's biased q/k/v, Qwen3's
+    // replicated_with_grad_allreduce q/k norms); torch's plan stays their default.
+    for m in ["Mistral-7B", "Qwen2.5-7B", "Qwen3-8B"] {
+        let out = tmp(&format!("tp_auto_{m}"));
+        let out_s = out.to_string_lossy().into_owned();
+        let args = ["profile", "--model", m, "--num-layers", "1", "--device", "meta", "--context-length", "32", "--batch-size", "1", "--warmup-steps", "0",
+            "--profile-type", "training", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--out-dir", &out_s];
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{m}: {}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(s["parallel"]["tp_plan"], "auto", "{m}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }
 
 #[test]
@@ -354,7 +376,6 @@ fn bad_tensor_parallel_flags_exit_2_naming_the_flag() {
         (vec!["--parallel", "ddp", "--world-size", "2", "--tp-plan", "auto"], "--tp-plan"),
         (vec!["--parallel", "fsdp", "--world-size", "4", "--tp", "2", "--tp-plan", "auto"], "--tp-plan"),
         (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--sequence-parallel"], "--sequence-parallel"),
-        (vec!["--parallel", "tp", "--world-size", "2", "--tp-plan", "auto", "--gradient-checkpointing", "non-reentrant"], "--gradient-checkpointing"),
     ] {
         let args: Vec<&str> = hf.iter().copied().chain(ok_optim).chain(extra.iter().copied()).collect();
         let o = vramscope(&args);

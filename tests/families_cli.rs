@@ -142,6 +142,11 @@ fn the_families_run_transformers_tensor_parallel_plan() {
         let s = profile(&out, &["--model", m, "--num-layers", "1", "--context-length", "32", "--profile-type", "training", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
         assert_eq!(s["parallel"]["tp_plan"], "auto", "{m}");
         let _ = std::fs::remove_dir_all(&out);
+        // With activation checkpointing too (tests/tp_hf_grid.rs's checkpointed points).
+        let out = tmp("tp_ck");
+        let s = profile(&out, &["--model", m, "--num-layers", "1", "--context-length", "32", "--profile-type", "training", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--gradient-checkpointing", "reentrant"]);
+        assert_eq!(s["parallel"]["tp_plan"], "auto", "{m}");
+        let _ = std::fs::remove_dir_all(&out);
     }
 }
 

@@ -1,6 +1,8 @@
 //! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`, what
-//! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text and llama
-//! against PyTorch itself: tests/fixtures/dist_grid/tp_hf.json (tools/pytorch/measure_tp_hf.py:
+//! `from_pretrained(tp_plan="auto")` applies) on phi3, olmo2, gemma2, gemma3_text, llama,
+//! mistral, qwen2 and qwen3, with and without activation checkpointing, against PyTorch
+//! itself: tests/fixtures/dist_grid/tp_hf.json
+//! (tools/pytorch/measure_tp_hf.py:
 //! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained,
 //! run forward or run under no_grad as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
 //! third iteration, 16 B per live tensor.
@@ -23,7 +25,7 @@ fn num(v: &Value, key: &str) -> usize {
 }
 
 /// The point as a measure_hf.py point (grid_common::hf::config_of reads it): the config, no
-/// cache, no mask, no checkpointing.
+/// cache, no mask, the point's checkpointing (none unless it names one).
 fn hf_point(p: &Value) -> Value {
     let mut h = p["config"].clone();
     let o = h.as_object_mut().unwrap();
@@ -32,7 +34,7 @@ fn hf_point(p: &Value) -> Value {
     }
     o.insert("use_cache".into(), json!(false));
     o.insert("logits_to_keep".into(), json!(0));
-    o.insert("checkpoint".into(), json!("none"));
+    o.insert("checkpoint".into(), json!(p["checkpoint"].as_str().unwrap_or("none")));
     o.insert("attention_mask".into(), json!("none"));
     h
 }
@@ -75,9 +77,10 @@ fn the_plan_is_named_in_the_model() {
     for p in doc["points"].as_array().unwrap() {
         let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
         pc.rank = num(p, "rank");
-        // No --tp-plan: the families run transformers' plan, llama torch's.
+        // No --tp-plan: the families run transformers' plan, the Llama-style models torch's.
         let cfg = pc.model_config(&grid_common::hf::config_of(&hf_point(p)));
-        let want = if p["config"]["model_type"] == "llama" { TpPlan::Torch } else { TpPlan::Auto };
+        let llama_style = ["llama", "mistral", "qwen2", "qwen3"].contains(&p["config"]["model_type"].as_str().unwrap());
+        let want = if llama_style { TpPlan::Torch } else { TpPlan::Auto };
         assert_eq!(cfg.tp.unwrap().plan, want, "{}", p["name"]);
     }
 }

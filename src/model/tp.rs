@@ -9,7 +9,12 @@
 //! (Phi-3's fused qkv and gate_up, OLMo-2's q/k/v under whole-projection norms) is
 //! `colwise_gather_output` (its output all-gathered, the attention on every head) and the
 //! projection after it `rowwise_split_input` (this rank's columns of a Replicate input copied
-//! out). The model is built with this rank's shards
+//! out). Mistral's and Qwen2's plans are Llama's (a colwise bias is Shard(0) like its weight:
+//! the local q/k/v carry their rows of it); Qwen3's `replicated_with_grad_allreduce` q/k norms
+//! (Gemma 3's too) normalise this rank's heads over their whole head_dim and all-reduce their
+//! gradients in place. Under a reentrant checkpoint the layers' first forward runs under
+//! no_grad, where colwise and rowwise take their local paths (rowwise all-reduces in place);
+//! the recomputation in backward takes DTensor's. The model is built with this rank's shards
 //! (local heads, intermediate columns, vocabulary rows) and computes on local tensors; these
 //! functions are what DTensor adds around them. Collectives allocate what the functional
 //! collectives allocate (`all_reduce` clones its input, `all_gather_into_tensor` fills a new
@@ -320,17 +325,14 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
             return err(format!("{} ranks do not divide the {what} ({n}); uneven tensor-parallel shards are not modelled", tp.size));
         }
     }
-    if tp.plan == TpPlan::Auto && !(hf.model_type.is_family() || hf.model_type == crate::model::hf::Arch::Llama) {
-        return Err(ConfigError::new("--tp-plan", format!("transformers' plan (auto) is measured on llama, phi3, olmo2, gemma2 and gemma3_text, not on {}: use --tp-plan torch", hf.model_type.name())));
+    if tp.plan == TpPlan::Auto && hf.moe.is_some() {
+        return Err(ConfigError::new("--tp-plan", "transformers' plan (auto) is measured on the dense models (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2, gemma3_text), not on an MoE model's (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts)"));
     }
     if tp.plan == TpPlan::Torch && hf.model_type.is_family() {
         return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan is written for Llama's separate q/k/v/gate/up projections; {} runs transformers' own base_model_tp_plan: use --tp-plan auto", hf.model_type.name())));
     }
     if cfg.tied_embeddings && tp.plan == TpPlan::Torch {
         return err("a tied head and embedding: torch's plan shards them as two parameters (RowwiseParallel and ColwiseParallel), which breaks the tie".into());
-    }
-    if tp.plan == TpPlan::Auto && cfg.checkpoint != crate::model::Checkpoint::None {
-        return Err(ConfigError::new("--gradient-checkpointing", "activation checkpointing under transformers' tensor-parallel plan (--tp-plan auto) is not measured: drop it"));
     }
     if tp.sequence && tp.plan == TpPlan::Auto {
         return Err(ConfigError::new("--sequence-parallel", "transformers' plan (--tp-plan auto) with sequence parallelism (its sequence_parallel style) is not measured; use --tp-plan torch on a Llama-style model"));

@@ -1,6 +1,7 @@
 """measure_tp_hf.py -- what one rank allocates when transformers 5.23 runs its own tensor
 parallelism (`from_pretrained(..., tp_plan="auto")`, i.e. `DistributedConfig(tp_size=N)`) on
-the dense families: phi3, olmo2, gemma2, gemma3_text, and llama (vramscope's `--tp-plan auto`).
+the dense families: phi3, olmo2, gemma2, gemma3_text, and llama, mistral, qwen2, qwen3 (vramscope's
+`--tp-plan auto`).
 
 The plan is the model's own, resolved as from_pretrained resolves it: `_resolve_parallel_plans`
 (the config's `base_model_tp_plan`, `embed_tokens: embedding_rowwise`, the class's
@@ -15,7 +16,8 @@ Under the fake process group (torch.testing._internal.distributed.fake_pg) this 
 measure_tp.py's step and method (measure_hf.py's: one profiler session, mode-free, requested
 bytes of blocks >= 512 B, the third iteration), `kind` training (for-loop AdamW, no clipping),
 forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise and rowwise run
-on local tensors and rowwise all-reduces its output in place).
+on local tensors and rowwise all-reduces its output in place); CHECKPOINTED's training points
+enable activation checkpointing (non-reentrant or reentrant) before the plan is applied.
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
@@ -59,7 +61,8 @@ def one(pt):
     torch.set_num_threads(1)
     dist.init_process_group("fake", rank=pt["rank"], world_size=pt["tp"], store=FakeStore())
     p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt["attn"], dtype=pt["dtype"],
-             optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False)
+             optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False,
+             checkpoint=pt.get("checkpoint", "none"))
     per, log, info = H.measure(p, pt["kind"], wrapper(pt))
     if pt.get("events"):
         M.write_events(pt["events"], log)
@@ -79,14 +82,49 @@ SHAPES = [
     ("gemma3_text", 128, 384, 2, 4, 4, 1000, 64, 2, True),
     ("gemma3_text", 128, 256, 2, 8, 4, 1024, 32, 2, True),
     ("llama", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    # The Llama-style models' own plans: Mistral's and Qwen2's are Llama's (Qwen2's colwise
+    # q/k/v biases are Shard(0) like their weights; the second shape ties the head), Qwen3's
+    # adds q_norm/k_norm: replicated_with_grad_allreduce (this rank's heads, each over its whole
+    # head_dim; the gradient all-reduced in place by a post-accumulate hook). Qwen3's default
+    # head_dim is 128; the second shape names 32.
+    ("mistral", 128, 384, 2, 8, 4, 1024, 48, 2, False),
+    ("qwen2", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    ("qwen2", 96, 256, 2, 8, 4, 1024, 32, 3, True),
+    ("qwen3", 128, 384, 2, 4, 4, 1000, 64, 2, False),
+    ("qwen3", 128, 256, 2, 8, 4, 1024, 32, 2, False, 32),
 ]
+
+# Activation checkpointing (gradient_checkpointing_enable(gradient_checkpointing_kwargs=
+# {"use_reentrant": ...}), training only: the layers checkpoint in train mode), over the grid's
+# configurations: (SHAPES index, tp, rank, attn, dtype, use_reentrant). A reentrant
+# checkpoint's first forward runs under no_grad, where colwise/rowwise take their local paths.
+CHECKPOINTED = [
+    (8, 2, 0, "sdpa", "fp32", False),
+    (8, 4, 3, "eager", "bf16", True),
+    (9, 2, 1, "eager", "fp32", False),
+    (10, 4, 0, "sdpa", "bf16", True),
+    (13, 2, 0, "eager", "bf16", False),
+    (11, 4, 3, "sdpa", "fp32", True),
+    (0, 2, 1, "eager", "fp32", True),
+    (2, 2, 0, "sdpa", "bf16", False),
+    (4, 2, 1, "eager", "fp32", True),
+    (6, 4, 0, "sdpa", "bf16", False),
+]
+
+
+def config(i):
+    mt, h, f, L, nh, kv, V, S, B, tied, *hd = SHAPES[i]
+    c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+             vocab_size=V, tied=tied, max_position_embeddings=4096)
+    if hd:
+        c.update(head_dim=hd[0])
+    return c
 
 
 def grid():
     pts = []
-    for i, (mt, h, f, L, nh, kv, V, S, B, tied) in enumerate(SHAPES):
-        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
-                 vocab_size=V, tied=tied, max_position_embeddings=4096)
+    for i, (mt, h, f, L, nh, kv, V, S, B, tied, *_) in enumerate(SHAPES):
+        c = config(i)
         if mt.startswith("gemma"):
             # make_family_grid.py's gemma_point: a window below S, alternating layer types, a
             # query_pre_attn_scalar that is not head_dim, Gemma 2's soft-capping.
@@ -107,6 +145,16 @@ def grid():
                 name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} {kind}")
                 pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
                                 optimizer="adamw_torch_forloop"))
+    for i, tp, rank, attn, dtype, reentrant in CHECKPOINTED:
+        mt, h, f, L, nh, kv, V, S, B, tied, *_ = SHAPES[i]
+        ck = "reentrant" if reentrant else "non-reentrant"
+        # The shape's config as the loop above made it (Gemma's window and layer types).
+        c = next(p["config"] for p in pts if p["config"]["model_type"] == mt and p["config"]["hidden_size"] == h
+                 and p["config"]["vocab_size"] == V)
+        name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} "
+                f"checkpoint={ck} training")
+        pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind="training",
+                        optimizer="adamw_torch_forloop", checkpoint=ck))
     return pts
 
 
