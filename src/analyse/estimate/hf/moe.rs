@@ -70,14 +70,15 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
-    // bf16 autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE: grouped_mm is not an
-    // autocast op (the experts run in fp32), batched_mm's bmm and eager's linears cast to bf16;
-    // the router and the shared expert run in bf16.
+    // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here) and
+    // gpt-oss (hf/gpt_oss.rs): grouped_mm is not an autocast op (the experts run in fp32),
+    // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
+    // shared expert run in it.
     if precision.autocast().is_some() {
-        if m.gpt_oss.is_some() || m.deepseek.is_some() || hf.lora.is_some() {
+        if m.deepseek.is_some() || hf.lora.is_some() {
             return Err(ConfigError::new(
                 "--precision",
-                format!("autocast of {family}{} is not derived in closed form (of mixtral, qwen3_moe and qwen2_moe without adapters it is); `profile` simulates it", if hf.lora.is_some() { " with peft's LoRA" } else { "" }),
+                format!("autocast of {family}{} is not derived in closed form (of mixtral, qwen3_moe, qwen2_moe and gpt_oss without adapters it is); `profile` simulates it", if hf.lora.is_some() { " with peft's LoRA" } else { "" }),
             ));
         }
     }
