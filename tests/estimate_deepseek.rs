@@ -303,7 +303,8 @@ fn deepseek_v3_autocast_closed_form_equals_the_simulation() {
     for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
         for implementation in ExpertsImplementation::ALL {
             for routing in [Routing::Balanced, Routing::Worst] {
-                let precision = if n % 4 == 3 { Precision::Fp16 } else { Precision::Bf16 };
+                // bf16 autocast over fp32 and bf16 weights, fp16 over fp32.
+                let precision = [Precision::Bf16, Precision::PureBf16Autocast, Precision::Bf16, Precision::Fp16][n % 4];
                 points.push(Point { implementation, precision, routing, attn, ..shaped(n) });
                 n += 1;
             }
@@ -314,7 +315,8 @@ fn deepseek_v3_autocast_closed_form_equals_the_simulation() {
             for (b, s) in [(1, 16), (3, 20)] {
                 let implementation = ExpertsImplementation::ALL[(b + usize::from(cache)) % 3];
                 let attn = if b == 1 { AttnImplementation::Sdpa } else { AttnImplementation::Eager };
-                points.push(Point { ckpt, cache, b, s, implementation, attn, precision: Precision::Bf16, routing: Routing::Worst, ..shaped(b + usize::from(cache)) });
+                let precision = if b == 1 { Precision::PureBf16Autocast } else { Precision::Bf16 };
+                points.push(Point { ckpt, cache, b, s, implementation, attn, precision, routing: Routing::Worst, ..shaped(b + usize::from(cache)) });
             }
         }
     }
@@ -326,11 +328,13 @@ fn deepseek_v3_autocast_closed_form_equals_the_simulation() {
     for backend in [SdpaBackend::Auto, SdpaBackend::CpuFlash, SdpaBackend::Math] {
         for (b, s, n) in [(2, 24, 0), (1, 40, 1), (3, 17, 3)] {
             let p = shaped(n);
-            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision: Precision::Bf16, b, s, v: p.nope + p.rope, ..p });
+            let precision = if n == 1 { Precision::PureBf16Autocast } else { Precision::Bf16 };
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision, b, s, v: p.nope + p.rope, ..p });
         }
     }
     for implementation in ExpertsImplementation::ALL {
         points.push(Point { norm_topk_prob: false, bias: true, implementation, precision: Precision::Bf16, ..base() });
+        points.push(Point { norm_topk_prob: true, bias: true, implementation, precision: Precision::PureBf16Autocast, ..base() });
     }
     points.push(Point { first_k_dense: 5, precision: Precision::Bf16, attn: AttnImplementation::Sdpa, ..base() });
     points.push(Point { tied: true, first_k_dense: 0, layers: 2, precision: Precision::Bf16, ..base() });
@@ -410,8 +414,11 @@ fn deepseek_v3_estimate_cli() {
     let counts = dir.join("counts.txt");
     // 2 × 24 tokens × top-2 = 96 routed rows, one expert taking every token.
     std::fs::write(&counts, "48 8 8 8 8 8 4 4").unwrap();
-    let runs: [(&str, &str, &[&str]); 4] = [
+    let runs: [(&str, &str, &[&str]); 6] = [
         ("grouped_mm", "balanced", &["--attn-implementation", "eager"]),
+        // bf16 autocast over fp32 weights, and over bf16 weights (sdpa's math composite).
+        ("batched_mm", "worst", &["--attn-implementation", "eager", "--dtype", "float32", "--precision", "bf16"]),
+        ("eager", "balanced", &["--attn-implementation", "sdpa", "--sdpa-backend", "math", "--dtype", "bfloat16", "--precision", "bf16"]),
         ("batched_mm", "worst", &["--attn-implementation", "sdpa", "--sdpa-backend", "math"]),
         ("eager", counts.to_str().unwrap(), &["--attn-implementation", "sdpa", "--sdpa-backend", "cpu_flash", "--dtype", "bfloat16"]),
         ("grouped_mm", "worst", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"]),
@@ -457,9 +464,9 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
         // (8-bit: profile's own refusal, which estimate runs first.)
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),
-        // Autocast over fp32 weights is derived; with LoRA it is not, nor over the preset's bf16 weights.
+        // Autocast over fp32 and bf16 weights is derived; with LoRA it is not.
         ([&eager[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj"]].concat(), "--precision", "autocast"),
-        ([&eager[..], &["--precision", "bf16"]].concat(), "--dtype", "pure-bf16-autocast"),
+        ([&eager[..], &["--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj"]].concat(), "--precision", "autocast"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
         ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),
         (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),

@@ -227,7 +227,8 @@ fn gpt_oss_autocast_closed_form_equals_the_simulation() {
                 let (d, i, experts, top_k, window) = shapes[n % shapes.len()];
                 let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
                 let kv_heads = if n % 3 == 0 { 4 } else { 2 };
-                let precision = if n % 4 == 3 { Precision::Fp16 } else { Precision::Bf16 };
+                // bf16 autocast over fp32 and bf16 weights, fp16 over fp32.
+                let precision = [Precision::Bf16, Precision::PureBf16Autocast, Precision::Bf16, Precision::Fp16][n % 4];
                 n += 1;
                 points.push(Point { precision, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, window, routing, kv_heads, tied: n % 5 == 0, implementation, ..base() });
             }
@@ -239,6 +240,7 @@ fn gpt_oss_autocast_closed_form_equals_the_simulation() {
     }
     for (layer_types, ckpt, cache) in [("sliding", None, true), ("full", None, false), ("full", Some(true), false)] {
         points.push(Point { precision: Precision::Bf16, layer_types: Some(layer_types), ckpt, cache, layers: 2, ..base() });
+        points.push(Point { precision: Precision::PureBf16Autocast, layer_types: Some(layer_types), ckpt, cache, layers: 2, ..base() });
     }
     assert!(points.len() >= 12);
     // batched_mm's and eager's peak falls in the forward, where the gathered fp32 expert
@@ -301,12 +303,14 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
-    // bf16 autocast over the fp32 weights: the casts in the block, the router's in the cache.
-    for implementation in ["batched_mm", "eager"] {
-        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--precision", "bf16", "--experts-implementation", implementation, "--json", json.to_str().unwrap()]);
+    // bf16 autocast over the fp32 weights: the casts in the block, the router's in the cache;
+    // over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) nothing is cast.
+    for (implementation, dtype) in [("batched_mm", "float32"), ("eager", "float32"), ("grouped_mm", "bfloat16")] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--dtype", dtype, "--precision", "bf16", "--experts-implementation", implementation, "--json", json.to_str().unwrap()]);
         assert!(o.status.success(), "autocast {implementation}: {}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout);
-        for needle in ["the probabilities' key columns cast to bf16", "E·d + E (router)", "cast to bf16 (the"] {
+        let needles: &[&str] = if dtype == "float32" { &["the probabilities' key columns cast to bf16", "E·d + E (router)", "cast to bf16 (the"] } else { &["bf16 autocast around forward and loss over bf16 weights", "no fp32 leaf to cast"] };
+        for needle in needles {
             assert!(text.contains(needle), "autocast {implementation}: missing {needle:?} in\n{text}");
         }
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -359,9 +363,9 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
-        // Autocast over fp32 weights is derived; with LoRA it is not, nor over the preset's bf16 weights.
+        // Autocast over fp32 and bf16 weights is derived; with LoRA it is not.
         ([&g[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
-        ([&g[..], &["--precision", "bf16"]].concat(), "--dtype", "pure-bf16-autocast"),
+        ([&g[..], &["--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         ([&g[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),

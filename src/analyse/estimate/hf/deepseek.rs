@@ -384,17 +384,20 @@ fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, lo: u64, wei
     if weights {
         t.push(fs("silu·up (down_proj keeps it)", "mul"));
     }
+    // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps
+    // (the input's for the weight's gradient); under autocast over bf16 weights F.linear casts
+    // them back to bf16 (uncached: the copy is no leaf) and keeps those.
+    let rl = if c.pure_autocast { 2 } else { 4 };
     if me != 4 {
-        // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps
-        // (the input's for the weight's gradient).
+        let cast = if c.pure_autocast { " cast back to bf16 by F.linear" } else { "" };
         if weights {
-            t.push(c.term("router input .float() (the router's linear keeps it)", "_to_copy", Unit::A, 4));
+            t.push(c.term(format!("router input .float(){cast} (the router's linear keeps it)"), "_to_copy", Unit::A, rl));
         }
-        t.push(small("router weight .float() (E, d) (the router's linear keeps it)", "_to_copy", "E·d", m.experts as u64 * c.d, 4));
+        t.push(small(&format!("router weight .float() (E, d){cast} (the router's linear keeps it)"), "_to_copy", "E·d", m.experts as u64 * c.d, rl));
     }
     // The router's scores: fp32 (its linear's fp32 operands), bf16 under autocast.
-    let autocast = c.mode == Mode::Autocast;
-    let rw = if autocast { lo } else { 4 };
+    let autocast = c.mode == Mode::Autocast || c.pure_autocast;
+    let rw = if autocast { 2 } else { 4 };
     t.push(small("router sigmoid(logits) (T, E) (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, rw));
     t.push(small("router top-k expert indices, int64 (the gather of the chosen scores keeps them)", "topk", "B·S·k", tokens * k, 8));
     if m.norm_topk_prob {
