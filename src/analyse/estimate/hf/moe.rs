@@ -74,13 +74,11 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // (hf/gpt_oss.rs) and DeepSeek-V3 (hf/deepseek.rs): grouped_mm is not an autocast op (the experts run in fp32),
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
     // shared expert run in it.
-    if precision.autocast().is_some() {
-        if hf.lora.is_some() {
-            return Err(ConfigError::new(
-                "--precision",
-                format!("autocast of {family} with peft's LoRA is not derived in closed form (of every MoE family without adapters it is); `profile` simulates it"),
-            ));
-        }
+    if precision.autocast().is_some() && hf.lora.is_some() {
+        return Err(ConfigError::new(
+            "--precision",
+            format!("autocast of {family} with peft's LoRA is not derived in closed form (of every MoE family without adapters it is); `profile` simulates it"),
+        ));
     }
     Ok(())
 }
