@@ -77,7 +77,7 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     if precision.autocast().is_some() && hf.lora.is_some() {
         return Err(ConfigError::new(
             "--precision",
-            format!("autocast of {family} with peft's LoRA is not derived in closed form (of every MoE family without adapters it is); `profile` simulates it"),
+            format!("autocast of {family} with peft's LoRA is not derived in closed form (without adapters it is, over fp32 weights for every MoE family); `profile` simulates it"),
         ));
     }
     Ok(())
