@@ -444,6 +444,15 @@ fn deepseek_v3_estimate_cli() {
     for needle in ["deepseek_v3", "671026404352", "the 3 dense layers' block", "kv_a_layernorm", "58 sparse + 3 dense blocks", "d_n 128 + d_r 64", "r_q 1536, r_kv 512"] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+    // The preset's widths over 4 layers (3 dense, 1 sparse) under the Trainer's bf16=True, over
+    // fp32 masters and over its bf16 weights, equal to the simulated run.
+    for precision in [&["--dtype", "float32", "--precision", "bf16"][..], &["--precision", "bf16"][..]] {
+        let args = [&["--preset", "DeepSeek-V3", "--num-layers", "4", "--batch-size", "1", "--context-length", "256", "--attn-implementation", "eager", "--json", json.to_str().unwrap()][..], precision].concat();
+        let o = cli(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("{args:?}"));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

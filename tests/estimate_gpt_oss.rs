@@ -337,9 +337,15 @@ fn gpt_oss_estimate_cli() {
     let fit: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(fit["config"]["hf"]["moe"]["routing"], "worst", "{fit}");
     assert!(fit["answer"].as_u64().unwrap() >= 1, "{fit}");
-    for (preset, needle) in [("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4"), ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4")] {
-        let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()]);
-        assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
+    // (Their bf16 weights, and under the Trainer's bf16=True over them and over fp32 masters.)
+    for (preset, needle, precision) in [
+        ("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4", &[][..]),
+        ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4", &[][..]),
+        ("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4", &["--precision", "bf16"][..]),
+        ("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4", &["--dtype", "float32", "--precision", "bf16"][..]),
+    ] {
+        let o = cli(&[&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()][..], precision].concat());
+        assert!(o.status.success(), "{preset} {precision:?}: {}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(text.contains(needle) && text.contains("gpt_oss"), "{preset}: missing {needle:?} in\n{text}");
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
