@@ -1,6 +1,7 @@
 //! DeepSeek-V3 in closed form: transformers 5.23's `DeepseekV3DecoderLayer` as
 //! src/model/hf/deepseek_v3_5_23.rs runs it (itself exact against PyTorch in
-//! tests/deepseek_grid.rs), in fp32, pure bf16 or autocast over fp32 weights (bf16 or fp16). With
+//! tests/deepseek_grid.rs), in fp32, pure bf16, autocast over fp32 weights (bf16 or fp16) or
+//! bf16 autocast over bf16 weights (pure bf16's terms save the router's, [`sparse_block`]). With
 //! T = B·S tokens, h heads of d_n + d_r (q, k) and d_v (v), latent ranks r_q and r_kv, what
 //! autograd keeps of a layer:
 //! - multi-head latent attention: q_a_layernorm's input (q_a_proj's output, or its fp32 copy),

@@ -1,7 +1,8 @@
 //! gpt-oss in closed form: transformers 5.23's `GptOssForCausalLM` (the op sequence is
 //! src/model/hf/gpt_oss_5_23.rs), in fp32, pure bf16 or autocast over fp32 weights (bf16 or
-//! fp16: [`attention_autocast`], the router's low logits, each experts implementation's casts),
-//! eager attention (the only one it dispatches). With T = B·S tokens each routed to k of E experts of width I (P = T·k rows),
+//! fp16: [`attention_autocast`], the router's low logits, each experts implementation's casts)
+//! or bf16 autocast over bf16 weights (pure bf16's terms: nothing is cast, and the softmaxes
+//! take their input's type explicitly), eager attention (the only one it dispatches). With T = B·S tokens each routed to k of E experts of width I (P = T·k rows),
 //! what autograd keeps per layer:
 //! - `GptOssRMSNorm` multiplies first and casts last (`(weight * x).to(input dtype)`): the fp32
 //!   x·r is kept for the weight's gradient, as OLMo-2's;
