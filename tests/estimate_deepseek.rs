@@ -287,6 +287,64 @@ fn deepseek_v3_qlora_closed_form_equals_the_simulation() {
     run(&points, 1.8);
 }
 
+/// Autocast over fp32 weights (the Trainer's bf16=True, and fp16=True): MLA's projections in
+/// bf16, the latent norms' fp32 copies and outputs (the next linear's bf16 casts; the cache
+/// holds the fp32 latent), the fp32 query cat and softmax cast by each matmul, sdpa's math
+/// composite on its bf16 casts and the fused kernels, the bf16 router (sigmoid, gather,
+/// routing weights) with its fp32 sum, the shared and dense MLPs in bf16, grouped_mm in fp32,
+/// batched_mm's and eager's casts: the shapes × the experts implementations × eager and sdpa ×
+/// balanced and worst routing, checkpointing (none, non-reentrant, reentrant) × use_cache, B
+/// and S (1 included), v's head size equal to q's (the fused kernels), biases,
+/// norm_topk_prob off, every layer dense, a tied head.
+#[test]
+fn deepseek_v3_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    let mut n = 0;
+    for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+        for implementation in ExpertsImplementation::ALL {
+            for routing in [Routing::Balanced, Routing::Worst] {
+                // bf16 autocast over fp32 and bf16 weights, fp16 over fp32.
+                let precision = [Precision::Bf16, Precision::PureBf16Autocast, Precision::Bf16, Precision::Fp16][n % 4];
+                points.push(Point { implementation, precision, routing, attn, ..shaped(n) });
+                n += 1;
+            }
+        }
+    }
+    for ckpt in [None, Some(false), Some(true)] {
+        for cache in [true, false] {
+            for (b, s) in [(1, 16), (3, 20)] {
+                let implementation = ExpertsImplementation::ALL[(b + usize::from(cache)) % 3];
+                let attn = if b == 1 { AttnImplementation::Sdpa } else { AttnImplementation::Eager };
+                let precision = if b == 1 { Precision::PureBf16Autocast } else { Precision::Bf16 };
+                points.push(Point { ckpt, cache, b, s, implementation, attn, precision, routing: Routing::Worst, ..shaped(b + usize::from(cache)) });
+            }
+        }
+    }
+    for (b, s) in [(1, 1), (4, 1), (1, 33)] {
+        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+            points.push(Point { b, s, attn, precision: Precision::Bf16, ..base() });
+        }
+    }
+    for backend in [SdpaBackend::Auto, SdpaBackend::CpuFlash, SdpaBackend::Math] {
+        for (b, s, n) in [(2, 24, 0), (1, 40, 1), (3, 17, 3)] {
+            let p = shaped(n);
+            let precision = if n == 1 { Precision::PureBf16Autocast } else { Precision::Bf16 };
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision, b, s, v: p.nope + p.rope, ..p });
+        }
+    }
+    for implementation in ExpertsImplementation::ALL {
+        points.push(Point { norm_topk_prob: false, bias: true, implementation, precision: Precision::Bf16, ..base() });
+        points.push(Point { norm_topk_prob: true, bias: true, implementation, precision: Precision::PureBf16Autocast, ..base() });
+    }
+    points.push(Point { first_k_dense: 5, precision: Precision::Bf16, attn: AttnImplementation::Sdpa, ..base() });
+    points.push(Point { tied: true, first_k_dense: 0, layers: 2, precision: Precision::Bf16, ..base() });
+    // batched_mm's and eager's peak falls in the forward, where the gathered fp32 expert
+    // weights (or each hit expert's casts) live beside what the bound counts.
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.40);
+    run(&cast, 2.1);
+}
+
 #[test]
 fn deepseek_v3_closed_form_equals_the_simulation() {
     run(&grid(), 1.40);
@@ -356,8 +414,11 @@ fn deepseek_v3_estimate_cli() {
     let counts = dir.join("counts.txt");
     // 2 × 24 tokens × top-2 = 96 routed rows, one expert taking every token.
     std::fs::write(&counts, "48 8 8 8 8 8 4 4").unwrap();
-    let runs: [(&str, &str, &[&str]); 4] = [
+    let runs: [(&str, &str, &[&str]); 6] = [
         ("grouped_mm", "balanced", &["--attn-implementation", "eager"]),
+        // bf16 autocast over fp32 weights, and over bf16 weights (sdpa's math composite).
+        ("batched_mm", "worst", &["--attn-implementation", "eager", "--dtype", "float32", "--precision", "bf16"]),
+        ("eager", "balanced", &["--attn-implementation", "sdpa", "--sdpa-backend", "math", "--dtype", "bfloat16", "--precision", "bf16"]),
         ("batched_mm", "worst", &["--attn-implementation", "sdpa", "--sdpa-backend", "math"]),
         ("eager", counts.to_str().unwrap(), &["--attn-implementation", "sdpa", "--sdpa-backend", "cpu_flash", "--dtype", "bfloat16"]),
         ("grouped_mm", "worst", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"]),
@@ -383,6 +444,15 @@ fn deepseek_v3_estimate_cli() {
     for needle in ["deepseek_v3", "671026404352", "the 3 dense layers' block", "kv_a_layernorm", "58 sparse + 3 dense blocks", "d_n 128 + d_r 64", "r_q 1536, r_kv 512"] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+    // The preset's widths over 4 layers (3 dense, 1 sparse) under the Trainer's bf16=True, over
+    // fp32 masters and over its bf16 weights, equal to the simulated run.
+    for precision in [&["--dtype", "float32", "--precision", "bf16"][..], &["--precision", "bf16"][..]] {
+        let args = [&["--preset", "DeepSeek-V3", "--num-layers", "4", "--batch-size", "1", "--context-length", "256", "--attn-implementation", "eager", "--json", json.to_str().unwrap()][..], precision].concat();
+        let o = cli(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("{args:?}"));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -403,7 +473,9 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
         // (8-bit: profile's own refusal, which estimate runs first.)
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),
-        ([&eager[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        // Autocast over fp32 and bf16 weights is derived; with LoRA it is not.
+        ([&eager[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj"]].concat(), "--precision", "autocast"),
+        ([&eager[..], &["--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj"]].concat(), "--precision", "autocast"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
         ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),
         (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),

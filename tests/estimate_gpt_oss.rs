@@ -209,6 +209,47 @@ fn gpt_oss_qlora_closed_form_equals_the_simulation() {
     run(&points, 1.8);
 }
 
+/// Autocast over fp32 weights (the Trainer's bf16=True, and fp16=True): the router's biased
+/// linear and the attention's bf16, the fp32 mask promoting the sinks' softmax (its key columns
+/// copied to the values' bf16), grouped_mm in fp32, batched_mm's bmm and eager's matmuls
+/// keeping low casts (eager's weight slices per expert hit, uncached); the three experts
+/// implementations × shapes, balanced, worst and a file's routing, checkpointing (none,
+/// non-reentrant, reentrant), use_cache, B and S, GQA and MHA, a tied head, layer types and
+/// the window below and above the context.
+#[test]
+fn gpt_oss_autocast_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1, 16), (64, 48, 8, 2, 64), (128, 64, 6, 3, 8), (64, 96, 16, 4, 128)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for ckpt in [None, Some(false), Some(true)] {
+        for (b, s) in [(1, 24), (3, 40)] {
+            for implementation in ExpertsImplementation::ALL {
+                let (d, i, experts, top_k, window) = shapes[n % shapes.len()];
+                let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+                let kv_heads = if n % 3 == 0 { 4 } else { 2 };
+                // bf16 autocast over fp32 and bf16 weights, fp16 over fp32.
+                let precision = [Precision::Bf16, Precision::PureBf16Autocast, Precision::Bf16, Precision::Fp16][n % 4];
+                n += 1;
+                points.push(Point { precision, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, window, routing, kv_heads, tied: n % 5 == 0, implementation, ..base() });
+            }
+        }
+    }
+    for implementation in ExpertsImplementation::ALL {
+        let p = base();
+        points.push(Point { precision: Precision::Bf16, routing: estimate_common::skewed(p.b * p.s, 3, 8), top_k: 3, experts: 8, implementation, ..p });
+    }
+    for (layer_types, ckpt, cache) in [("sliding", None, true), ("full", None, false), ("full", Some(true), false)] {
+        points.push(Point { precision: Precision::Bf16, layer_types: Some(layer_types), ckpt, cache, layers: 2, ..base() });
+        points.push(Point { precision: Precision::PureBf16Autocast, layer_types: Some(layer_types), ckpt, cache, layers: 2, ..base() });
+    }
+    assert!(points.len() >= 12);
+    // batched_mm's and eager's peak falls in the forward, where the gathered fp32 expert
+    // weights (or each hit expert's casts) live beside what the bound counts.
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.35);
+    run(&cast, 2.1);
+}
+
 #[test]
 fn gpt_oss_closed_form_equals_the_simulation() {
     let points = grid();
@@ -262,6 +303,19 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
+    // bf16 autocast over the fp32 weights: the casts in the block, the router's in the cache;
+    // over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) nothing is cast.
+    for (implementation, dtype) in [("batched_mm", "float32"), ("eager", "float32"), ("grouped_mm", "bfloat16")] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--dtype", dtype, "--precision", "bf16", "--experts-implementation", implementation, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "autocast {implementation}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        let needles: &[&str] = if dtype == "float32" { &["the probabilities' key columns cast to bf16", "E·d + E (router)", "cast to bf16 (the"] } else { &["bf16 autocast around forward and loss over bf16 weights", "no fp32 leaf to cast"] };
+        for needle in needles {
+            assert!(text.contains(needle), "autocast {implementation}: missing {needle:?} in\n{text}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, &format!("autocast {implementation}"));
+    }
     // LoRA on the attention: block 0 its own, the adapters in the parameters.
     let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
     assert!(o.status.success(), "lora: {}", String::from_utf8_lossy(&o.stderr));
@@ -283,9 +337,15 @@ fn gpt_oss_estimate_cli() {
     let fit: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(fit["config"]["hf"]["moe"]["routing"], "worst", "{fit}");
     assert!(fit["answer"].as_u64().unwrap() >= 1, "{fit}");
-    for (preset, needle) in [("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4"), ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4")] {
-        let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()]);
-        assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
+    // (Their bf16 weights, and under the Trainer's bf16=True over them and over fp32 masters.)
+    for (preset, needle, precision) in [
+        ("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4", &[][..]),
+        ("gpt-oss-120b", "E 128 experts of width I 2880, top-k 4", &[][..]),
+        ("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4", &["--precision", "bf16"][..]),
+        ("gpt-oss-20b", "E 32 experts of width I 2880, top-k 4", &["--dtype", "float32", "--precision", "bf16"][..]),
+    ] {
+        let o = cli(&[&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--json", json.to_str().unwrap()][..], precision].concat());
+        assert!(o.status.success(), "{preset} {precision:?}: {}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(text.contains(needle) && text.contains("gpt_oss"), "{preset}: missing {needle:?} in\n{text}");
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -295,8 +355,7 @@ fn gpt_oss_estimate_cli() {
 }
 
 /// What the closed form does not derive of gpt-oss exits 2, naming the flag and pointing at
-/// `profile` (or, for autocast, at the weights' own dtype, as `profile` refuses it too),
-/// writing nothing.
+/// `profile` (or, for autocast, at the weights' dtype), writing nothing.
 #[test]
 fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-refusals-{}", std::process::id()));
@@ -310,7 +369,9 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
-        ([&g[..], &["--dtype", "float32", "--precision", "bf16"]].concat(), "--precision", "autocast"),
+        // Autocast over fp32 and bf16 weights is derived; with LoRA it is not.
+        ([&g[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
+        ([&g[..], &["--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         ([&g[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),

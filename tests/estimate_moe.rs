@@ -433,6 +433,8 @@ fn not_derived_is_refused_naming_the_flag() {
         ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
         ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
         ([&mix[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
+        // bf16 autocast over Mixtral's bf16 weights (derived for gpt_oss and deepseek_v3 only).
+        ([&mix[..], &["--precision", "bf16"]].concat(), "--dtype", "pure-bf16-autocast"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
     ];

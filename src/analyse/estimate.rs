@@ -254,6 +254,10 @@ struct Ctx {
     low: u64,
     /// Name of the low type (`bf16`, `fp16`, `fp32`).
     low_name: &'static str,
+    /// bf16 weights under bf16 autocast (the Trainer's bf16=True on a bf16 model): `Mode::Pure`
+    /// save for what casts to fp32 itself and meets an autocast op (derived where a model's
+    /// terms read this; options/estimate.rs refuses the rest).
+    pure_autocast: bool,
 }
 
 /// `½a`-style name of a term's size in the 4-byte symbols.
@@ -538,8 +542,10 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
     let mode = match precision {
         Precision::Fp32 => Mode::Fp32,
         Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
-        // Refused by options/estimate.rs (not derived): bf16 autocast on bf16 weights, fp16
-        // weights; kept total here so the closed form stays a plain function.
+        // bf16 autocast on bf16 weights: pure bf16 save for what a model casts to fp32 itself
+        // (Ctx::pure_autocast; derived for gpt_oss and deepseek_v3, refused by
+        // options/estimate.rs elsewhere, as fp16 weights are); kept total here so the closed
+        // form stays a plain function.
         Precision::PureBf16 | Precision::PureFp16 | Precision::PureBf16Autocast => Mode::Pure,
     };
     let (low, low_name) = match precision {
@@ -559,6 +565,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         mode,
         low,
         low_name,
+        pure_autocast: precision == Precision::PureBf16Autocast,
     };
     let (d, f, v, l) = (c.d, c.f, c.v, cfg.num_layers as u64);
     let kv = c.kvh * c.dk;
@@ -612,6 +619,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Mode::Autocast if hf_terms.is_some() => hf_terms.as_ref().map(|t| (2 * t.cast_elements, t.cast_formula.clone())).unwrap_or_default(),
         Mode::Autocast => (2 * cast_elements, format!("2 B × (L·({attn_w} + 3d·F) + {head_w}) = 2 × {cast_elements}")),
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
+        Mode::Pure if c.pure_autocast => (0, "0 B (bf16 weights: autocast has no fp32 leaf to cast and cache)".to_string()),
         Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
     };
     let first_block = hf_terms.as_ref().and_then(|t| t.first_block.clone()).map(|mut b| {

@@ -126,7 +126,8 @@ fn check_kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize
             flag,
             format!("the memory-efficient kernel has no grouped-query attention ({} key/value heads for {} query heads, enable_gqa): use flash, math or eager", cfg.num_kv_heads, cfg.num_heads),
         )),
-        Kernel::Math if autocast => Err(ConfigError::new(
+        // (DeepSeek-V3's math composite under autocast is derived: hf/deepseek.rs.)
+        Kernel::Math if autocast && hf.moe.as_ref().is_none_or(|m| m.deepseek.is_none()) => Err(ConfigError::new(
             flag,
             "autocast with SDPA's math backend (PyTorch casts to the low type, then the composite upcasts to fp32 outside autocast) is not derived: use --pure-bf16, fp32, --sdpa-backend flash/efficient or --attn-implementation eager",
         )),
@@ -853,6 +854,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         None => "3d·F",
     };
     let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h + {mlp_w}{bias_cast}) + {head_w}) = 2 × {cast_elements}");
+    // DeepSeek-V3's latent attention and dense layers read other linears.
+    let (cast_elements, cast_formula) = match deepseek_parts(hf) {
+        Some((m, ds)) => deepseek::cast(cfg, m, ds),
+        None => (cast_elements, cast_formula),
+    };
     // Autocast caches only casts of leaves that need a gradient: under peft the adapters and
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {

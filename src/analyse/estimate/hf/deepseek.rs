@@ -1,6 +1,7 @@
 //! DeepSeek-V3 in closed form: transformers 5.23's `DeepseekV3DecoderLayer` as
 //! src/model/hf/deepseek_v3_5_23.rs runs it (itself exact against PyTorch in
-//! tests/deepseek_grid.rs), in fp32 or pure bf16 (autocast of an MoE model is refused). With
+//! tests/deepseek_grid.rs), in fp32, pure bf16, autocast over fp32 weights (bf16 or fp16) or
+//! bf16 autocast over bf16 weights (pure bf16's terms save the router's, [`sparse_block`]). With
 //! T = B·S tokens, h heads of d_n + d_r (q, k) and d_v (v), latent ranks r_q and r_kv, what
 //! autograd keeps of a layer:
 //! - multi-head latent attention: q_a_layernorm's input (q_a_proj's output, or its fp32 copy),
@@ -136,27 +137,28 @@ pub(in crate::analyse::estimate) fn symbols(c: &Ctx, ds: &DeepseekParts, used: i
 }
 
 /// A latent `DeepseekV3RMSNorm` (q_a_layernorm, kv_a_layernorm) on `width` columns: its input
-/// (in fp32 `.to(fp32)` returns it, `input` naming what pow and x·r then keep; in pure bf16
-/// an fp32 copy) and r for the input's gradient, x·r (fp32, or its bf16 copy) for the weight's
-/// (frozen under peft), and its output where the next linear keeps it (`output`).
+/// (in fp32 `.to(fp32)` returns it, `input` naming what pow and x·r then keep; in pure bf16 and
+/// under autocast, whose projections give bf16, an fp32 copy) and r for the input's gradient,
+/// x·r (fp32, or its bf16 copy) for the weight's (frozen under peft), and its output where the
+/// next linear keeps it (`output`, `elem` bytes: under autocast the linear's bf16 cast of it).
 #[allow(clippy::too_many_arguments)]
-fn latent_norm(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, name: &str, sym: &'static str, input: (&str, &'static str), output: Option<&str>, me: u64, g: NormFlags) {
+fn latent_norm(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, name: &str, sym: &'static str, input: (&str, &'static str), output: Option<&str>, elem: u64, g: NormFlags) {
     let bs = c.b * c.s;
     if g.input {
-        if c.mode == Mode::Pure {
+        if c.mode != Mode::Fp32 {
             t.push(term(c, ds, format!("{name} input cast to fp32 (pow, x·r keep it)"), "_to_copy", sym, 4));
         } else {
             t.push(term(c, ds, input.0, "mm", input.1, 4));
         }
         t.push(c.small(&format!("{name} rsqrt output r"), "rsqrt", "B·S", bs, 4));
     }
-    if g.weight && me == 4 {
+    if g.weight && c.mode == Mode::Fp32 {
         t.push(term(c, ds, format!("{name} x·r (weight·x keeps it)"), "mul", sym, 4));
     } else if g.weight {
         t.push(term(c, ds, format!("{name} x·r back in bf16 (weight·x keeps it)"), "_to_copy", sym, 2));
     }
     if let Some(output) = output {
-        t.push(term(c, ds, output, "mul", sym, me));
+        t.push(term(c, ds, output, "mul", sym, elem));
     }
 }
 
@@ -207,7 +209,10 @@ fn kept_v(c: &Ctx, ds: &DeepseekParts, t: &mut Vec<Term>, elem: u64, fp32_copy: 
 /// matmul keeps each operand for the other's gradient; softmax its output when the scores need
 /// a gradient; a fused kernel keeps q, k, v, its output and logsumexp when any input needs one.
 fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cache: bool, kernel: Kernel, g: Grad) {
-    let me = types(c, hf).model;
+    // `lo`: the projections' type, and so the attention's (bf16 under autocast, where each
+    // matmul or kernel keeps its bf16 casts of the fp32 query cat and softmax output).
+    let (me, lo) = (types(c, hf).model, types(c, hf).lo);
+    let autocast = c.mode == Mode::Autocast;
     let lora = hf.lora.as_ref();
     let adapter = |t: &mut Vec<Term>, name: &str, sym: &'static str, x_grad: bool| {
         if let Some(lc) = lora.filter(|l| l.targets(name)) {
@@ -215,15 +220,21 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
         }
     };
     if ds.q_lora_rank.is_some() {
-        latent_norm(c, ds, t, "q_a_layernorm", "qr", ("q_a_proj output (q_a_layernorm's pow, x·r keep it)", "qr"), g.qb_input.then_some("q_a_layernorm output (q_b_proj keeps it)"), me, NormFlags { input: g.qa, weight: g.weights });
+        latent_norm(c, ds, t, "q_a_layernorm", "qr", ("q_a_proj output (q_a_layernorm's pow, x·r keep it)", "qr"), g.qb_input.then_some(if autocast { "q_a_layernorm output (fp32) cast to bf16 (q_b_proj keeps it)" } else { "q_a_layernorm output (q_b_proj keeps it)" }), lo, NormFlags { input: g.qa, weight: g.weights });
         adapter(t, "q_b_proj", "qr", g.qa);
     }
-    let kv_out = if cache {
-        Some("kv_a_layernorm output's DynamicCache cat copy (the cache holds it, kv_b_proj keeps it; the norm's own output dies)")
+    let (kv_out, kv_elem) = if cache {
+        // The cache is made in the fp32 latent's type under autocast: kv_b_proj casts its copy.
+        (Some("kv_a_layernorm output's DynamicCache cat copy (the cache holds it, kv_b_proj keeps it; the norm's own output dies)"), me)
+    } else if autocast {
+        (g.kvb_input.then_some("kv_a_layernorm output (fp32) cast to bf16 (kv_b_proj keeps it)"), lo)
     } else {
-        g.kvb_input.then_some("kv_a_layernorm output (kv_b_proj keeps it)")
+        (g.kvb_input.then_some("kv_a_layernorm output (kv_b_proj keeps it)"), lo)
     };
-    latent_norm(c, ds, t, "kv_a_layernorm", "kvr", ("kv_a_proj_with_mqa output, whole (kv_a_layernorm's pow, x·r keep a view of its first r_kv columns)", "ckv"), kv_out, me, NormFlags { input: g.ckv, weight: g.weights });
+    latent_norm(c, ds, t, "kv_a_layernorm", "kvr", ("kv_a_proj_with_mqa output, whole (kv_a_layernorm's pow, x·r keep a view of its first r_kv columns)", "ckv"), kv_out, kv_elem, NormFlags { input: g.ckv, weight: g.weights });
+    if cache && autocast && g.kvb_input {
+        t.push(term(c, ds, "the cached latent (fp32) cast to bf16 (kv_b_proj keeps it)", "_to_copy", "kvr", lo));
+    }
     adapter(t, "kv_b_proj", "kvr", g.ckv);
     if cache {
         t.push(term(c, ds, "DynamicCache k_pe (cat copy of the roped (B, 1, S, d_r))", "cat", "kr", me));
@@ -233,22 +244,24 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
     match hf.attn_implementation {
         AttnImplementation::Eager => {
             if g.kvb {
-                t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the scores matmul keeps it)", "cat", "qk", me));
+                let (what, op) = if autocast { ("query_states = cat(q_pass, rope(q_pe)) (fp32) cast to bf16 (the scores matmul keeps it)", "_to_copy") } else { ("query_states = cat(q_pass, rope(q_pe)) (the scores matmul keeps it)", "cat") };
+                t.push(term(c, ds, what, op, "qk", lo));
             }
             if g.q {
-                t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the scores matmul keeps it)", "empty", "qk", me));
+                t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the scores matmul keeps it)", "empty", "qk", lo));
             }
             if scores {
                 t.push(c.term("softmax(scores + mask, dtype=fp32) output (softmax keeps it)", "_softmax", Unit::S, 4));
             }
-            if c.mode == Mode::Pure && v {
-                t.push(c.term("attention weights .to(bf16) (weights·V keeps it)", "_to_copy", Unit::S, 2));
+            if c.mode != Mode::Fp32 && v {
+                let what = if autocast { "attention weights (fp32) cast to bf16 by weights·V (it keeps the copy)" } else { "attention weights .to(bf16) (weights·V keeps it)" };
+                t.push(c.term(what, "_to_copy", Unit::S, 2));
             }
             if scores {
-                kept_v(c, ds, t, me, false);
+                kept_v(c, ds, t, lo, false);
             }
             if g.o_input {
-                t.push(term(c, ds, "heads merged (transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+                t.push(term(c, ds, "heads merged (transpose().contiguous(); o_proj keeps it)", "clone", "vh", lo));
             }
         }
         // A fused kernel keeps q, k, v (a view of kv_b_proj's output: all of it), its output
@@ -263,18 +276,19 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
                 _ => "_scaled_dot_product_flash_attention",
             };
             if scores {
-                t.push(term(c, ds, "query_states = cat(q_pass, rope(q_pe)) (the kernel keeps it)", "cat", "qk", me));
-                t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the kernel keeps it)", "empty", "qk", me));
-                t.push(term(c, ds, "kv_b_proj output, whole (the kernel keeps V, a view of its V columns)", "mm", "kvb", me));
+                let (what, op) = if autocast { ("query_states = cat(q_pass, rope(q_pe)) (fp32) cast to bf16 (the kernel keeps it)", "_to_copy") } else { ("query_states = cat(q_pass, rope(q_pe)) (the kernel keeps it)", "cat") };
+                t.push(term(c, ds, what, op, "qk", lo));
+                t.push(term(c, ds, "key_states (new_empty, k_nope and the expanded k_pe copied in; the kernel keeps it)", "empty", "qk", lo));
+                t.push(term(c, ds, "kv_b_proj output, whole (the kernel keeps V, a view of its V columns)", "mm", "kvb", lo));
             }
             if efficient && (scores || g.o_input) {
-                t.push(term(c, ds, "attention output, (B, S, h, d_v) underneath (the kernel keeps it; merging heads is a view o_proj keeps)", name, "vh", me));
+                t.push(term(c, ds, "attention output, (B, S, h, d_v) underneath (the kernel keeps it; merging heads is a view o_proj keeps)", name, "vh", lo));
             } else if !efficient {
                 if scores {
-                    t.push(term(c, ds, "attention output, (B, h, S, d_v) like q (the kernel keeps it)", name, "vh", me));
+                    t.push(term(c, ds, "attention output, (B, h, S, d_v) like q (the kernel keeps it)", name, "vh", lo));
                 }
                 if g.o_input {
-                    t.push(term(c, ds, "heads merged (transpose().contiguous(), a copy; o_proj keeps it)", "clone", "vh", me));
+                    t.push(term(c, ds, "heads merged (transpose().contiguous(), a copy; o_proj keeps it)", "clone", "vh", lo));
                 }
             }
             if scores {
@@ -292,10 +306,11 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
             }
             if scores {
                 t.push(c.term("_safe_softmax(scores + causal mask) (fp32; softmax keeps it)", "_safe_softmax", Unit::S, 4));
-                kept_v(c, ds, t, 4, c.mode == Mode::Pure);
+                // (Under autocast the composite runs on sdpa's bf16 casts: it upcasts them itself.)
+                kept_v(c, ds, t, 4, c.mode != Mode::Fp32);
             }
             if g.o_input {
-                t.push(term(c, ds, "heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", "vh", me));
+                t.push(term(c, ds, "heads merged (output cast back, transpose().contiguous(); o_proj keeps it)", "clone", "vh", lo));
             }
         }
     }
@@ -307,7 +322,7 @@ fn attention(c: &Ctx, hf: &HfConfig, ds: &DeepseekParts, t: &mut Vec<Term>, cach
 /// layer 0's: the embedding is frozen).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, cache: bool, kernel: Kernel, x_grad: bool) -> Vec<Term> {
-    let me = types(c, hf).model;
+    let (me, lo) = (types(c, hf).model, types(c, hf).lo);
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
     let lora = hf.lora.as_ref();
@@ -340,11 +355,11 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
         return t;
     }
     if sparse {
-        sparse_block(c, &mut t, m, me, g.weights);
+        sparse_block(c, &mut t, m, me, lo, g.weights);
     } else {
         // DeepseekV3MLP of intermediate_size: silu keeps its input, the product each factor
         // (down_proj keeps it for its weight's gradient).
-        let fd = |what: &str, op| term(c, ds, what.to_string(), op, "fd", me);
+        let fd = |what: &str, op| term(c, ds, what.to_string(), op, "fd", lo);
         t.extend([fd("gate_proj output (silu keeps its input)", "mm"), fd("silu(gate)", "silu"), fd("up_proj output", "mm")]);
         if g.weights {
             t.push(fd("silu·up (down_proj keeps it)", "mul"));
@@ -356,32 +371,43 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
     t
 }
 
-/// `DeepseekV3MoE.forward`: the shared experts, the router, the experts.
-fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, weights: bool) {
+/// `DeepseekV3MoE.forward`: the shared experts, the router, the experts. Under autocast
+/// (`lo` 2, `me` 4) the shared MLP and the router's `F.linear` (its `.float()` casts return the
+/// fp32 tensors themselves) give bf16: the sigmoid scores, their gather and the routing
+/// weights stay bf16 (`/=` in place keeps the type; the sum is fp32 on CUDA).
+fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, lo: u64, weights: bool) {
     let tokens = c.b * c.s;
     let k = m.top_k as u64;
     let small = |what: &str, op, formula: &str, elements, elem| Term { what: what.into(), op, formula: format!("{formula}·{elem}"), unit: Unit::Small, elements, elem };
     let is = m.shared_intermediate as u64;
-    let fs = |what: &str, op| Term { what: format!("shared_experts {what}"), op, formula: if me == 4 { "B·S·I_s·4".into() } else { format!("B·S·I_s·{me} = {}", sized(Unit::Fs, me)) }, unit: Unit::Fs, elements: tokens * is, elem: me };
+    let fs = |what: &str, op| Term { what: format!("shared_experts {what}"), op, formula: if lo == 4 { "B·S·I_s·4".into() } else { format!("B·S·I_s·{lo} = {}", sized(Unit::Fs, lo)) }, unit: Unit::Fs, elements: tokens * is, elem: lo };
     t.extend([fs("gate_proj output (silu keeps its input)", "mm"), fs("silu(gate)", "silu"), fs("up_proj output", "mm")]);
     if weights {
         t.push(fs("silu·up (down_proj keeps it)", "mul"));
     }
+    // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps
+    // (the input's for the weight's gradient); under autocast over bf16 weights F.linear casts
+    // them back to bf16 (uncached: the copy is no leaf) and keeps those.
+    let rl = if c.pure_autocast { 2 } else { 4 };
     if me != 4 {
-        // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps
-        // (the input's for the weight's gradient).
+        let cast = if c.pure_autocast { " cast back to bf16 by F.linear" } else { "" };
         if weights {
-            t.push(c.term("router input .float() (the router's linear keeps it)", "_to_copy", Unit::A, 4));
+            t.push(c.term(format!("router input .float(){cast} (the router's linear keeps it)"), "_to_copy", Unit::A, rl));
         }
-        t.push(small("router weight .float() (E, d) (the router's linear keeps it)", "_to_copy", "E·d", m.experts as u64 * c.d, 4));
+        t.push(small(&format!("router weight .float() (E, d){cast} (the router's linear keeps it)"), "_to_copy", "E·d", m.experts as u64 * c.d, rl));
     }
-    t.push(small("router sigmoid(logits) (T, E) fp32 (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, 4));
+    // The router's scores: fp32 (its linear's fp32 operands), bf16 under autocast.
+    let autocast = c.mode == Mode::Autocast || c.pure_autocast;
+    let rw = if autocast { 2 } else { 4 };
+    t.push(small("router sigmoid(logits) (T, E) (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, rw));
     t.push(small("router top-k expert indices, int64 (the gather of the chosen scores keeps them)", "topk", "B·S·k", tokens * k, 8));
     if m.norm_topk_prob {
-        t.push(small("the gathered top-k scores, fp32 (the renormalising division keeps them)", "gather", "B·S·k", tokens * k, 4));
+        t.push(small("the gathered top-k scores (the renormalising division keeps them)", "gather", "B·S·k", tokens * k, rw));
         t.push(small("their sum + 1e-20, fp32 (the division keeps it)", "add", "B·S", tokens, 4));
     }
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: 4, mm: me, weights };
+    // grouped_mm is no autocast op: the experts run in fp32; batched_mm's bmm and eager's linears cast.
+    let mm = if autocast && m.implementation != crate::model::hf::moe::ExpertsImplementation::GroupedMm { lo } else { me };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw, mm, weights };
     moe::experts(t, m, &z);
 }
 
@@ -393,6 +419,28 @@ pub(super) fn param_formula(cfg: &ModelConfig, ds: &DeepseekParts) -> String {
     format!(
         "V·d (embedding){head} + L·({q} + d·(r_kv + d_r) + r_kv + r_kv·h·(d_n + d_v) + h·d_v·d{bias} + 2d) + L_dense·3d·F_d + L_sparse·(E·d (router) + 3E·I·d (experts) + 3d·I_s (shared experts)) + d"
     )
+}
+
+/// The elements autocast casts and caches, each once per region: the leaves `F.linear` reads
+/// (the latent attention's weights and biases, the dense MLPs', the router's weight, whose
+/// `.float()` returns it, the shared experts', lm_head's or the tied embedding's); the norms
+/// meet muls, the experts `_grouped_mm` (no autocast op) or casts of gathered or sliced views.
+pub(super) fn cast(cfg: &ModelConfig, m: &MoeConfig, ds: &DeepseekParts) -> (u64, String) {
+    let (d, h, v, l) = (cfg.d_model as u64, cfg.num_heads as u64, cfg.vocab_size as u64, cfg.num_layers);
+    let (rkv, rope, nope, dv, qk) = (ds.kv_lora_rank as u64, ds.qk_rope_head_dim as u64, ds.qk_nope_head_dim as u64, ds.v_head_dim as u64, ds.qk_head_dim() as u64);
+    let ab = u64::from(ds.attention_bias);
+    let q = match ds.q_lora_rank.map(|r| r as u64) {
+        Some(r) => r * d + ab * r + h * qk * r,
+        None => h * qk * d,
+    };
+    let attn = q + (rkv + rope) * d + ab * (rkv + rope) + h * (nope + dv) * rkv + d * h * dv + ab * d;
+    let sparse = (0..l).filter(|&i| ds.is_sparse(i)).count() as u64;
+    let dense = l as u64 - sparse;
+    let n = l as u64 * attn + dense * 3 * d * ds.dense_intermediate as u64 + sparse * (m.experts as u64 * d + 3 * d * m.shared_intermediate as u64) + v * d;
+    let qf = if ds.q_lora_rank.is_some() { "d·r_q + r_q·h·(d_n + d_r)" } else { "d·h·(d_n + d_r)" };
+    let bias = if ds.attention_bias { " + biases" } else { "" };
+    let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
+    (n, format!("2 B × (L·({qf} + d·(r_kv + d_r) + r_kv·h·(d_n + d_v) + h·d_v·d{bias}) + L_dense·3d·F_d + L_sparse·(E·d (router) + 3d·I_s (shared experts)) + {head_w}) = 2 × {n}"))
 }
 
 /// A layer's parameters as [`layer_dims`] gives them: (rows, cols or None) each, and the 3-D

@@ -1,6 +1,8 @@
 //! gpt-oss in closed form: transformers 5.23's `GptOssForCausalLM` (the op sequence is
-//! src/model/hf/gpt_oss_5_23.rs), in fp32 or pure bf16, eager attention (the only one it
-//! dispatches). With T = B·S tokens each routed to k of E experts of width I (P = T·k rows),
+//! src/model/hf/gpt_oss_5_23.rs), in fp32, pure bf16 or autocast over fp32 weights (bf16 or
+//! fp16: [`attention_autocast`], the router's low logits, each experts implementation's casts)
+//! or bf16 autocast over bf16 weights (pure bf16's terms: nothing is cast, and the softmaxes
+//! take their input's type explicitly), eager attention (the only one it dispatches). With T = B·S tokens each routed to k of E experts of width I (P = T·k rows),
 //! what autograd keeps per layer:
 //! - `GptOssRMSNorm` multiplies first and casts last (`(weight * x).to(input dtype)`): the fp32
 //!   x·r is kept for the weight's gradient, as OLMo-2's;
@@ -29,8 +31,8 @@
 //! peft's LoRA on the attention (`--target-modules`; the router and the experts, plain
 //! parameters, frozen): a tensor is kept only where a gradient flows, as in the dense layers
 //! (super::layer): layer 0's input needs none, the norms' x·r and the experts' inputs that
-//! only their weights' gradients need are not kept. bitsandbytes, `--target-parameters` and the
-//! router's auxiliary loss are refused ([`moe::check`]).
+//! only their weights' gradients need are not kept. 8-bit weights, `--target-parameters`, the
+//! router's auxiliary loss and autocast with LoRA are refused ([`moe::check`]).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -54,6 +56,11 @@ struct Sizes {
     i: u64,
     e: u64,
     me: u64,
+    /// The routing weights' (the router's logits': bf16 under autocast).
+    rw: u64,
+    /// Under autocast (fp32 weights) the low type's bytes: batched_mm's bmm and eager's
+    /// matmuls keep low casts of their operands; None without autocast.
+    lo: Option<u64>,
     /// The experts' and router's weights train (not under peft): what only their gradients
     /// need (the gathered rows, the down projection's input, the sorted expert ids the bias
     /// gathers keep) is kept.
@@ -83,7 +90,8 @@ struct Grad {
 /// One decoder layer without checkpointing, in forward order (sliding or full: the same);
 /// `x_grad`: whether its input needs a gradient (under peft, not layer 0's).
 fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Vec<Term> {
-    let me = types(c, hf).model;
+    let (me, lo) = (types(c, hf).model, types(c, hf).lo);
+    let autocast = c.mode == Mode::Autocast;
     let mut t = Vec::new();
     let rows = ("B·S", c.b * c.s);
     let lora = hf.lora.as_ref();
@@ -104,7 +112,12 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
             super::adapter(c, &mut t, lc, p, Unit::A, x);
         }
     }
-    attention(c, &mut t, me, cache, g);
+    if autocast {
+        // (LoRA under autocast is refused: every input needs a gradient.)
+        attention_autocast(c, &mut t, cache);
+    } else {
+        attention(c, &mut t, me, cache, g);
+    }
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         super::adapter(c, &mut t, lc, "o_proj", super::heads_unit(c, c.h), q || k || v);
     }
@@ -117,9 +130,10 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     // The router keeps the norm's output for its weight's gradient; the experts gather its rows.
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm(true, g.weights));
     let top_k = m.top_k as u64;
-    let z = Sizes { t: c.b * c.s, p: c.b * c.s * top_k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, weights: g.weights };
+    // Under autocast the router's biased linear gives bf16 logits: topk and softmax keep that type.
+    let z = Sizes { t: c.b * c.s, p: c.b * c.s * top_k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: lo, lo: autocast.then_some(lo), weights: g.weights };
     t.push(term("router top-k expert indices, int64 (topk keeps them)", "topk", Unit::Small, "B·S·k", z.p, 8));
-    t.push(term("routing weights: softmax over the top-k logits (softmax keeps its output)", "_softmax", Unit::Small, "B·S·k", z.p, me));
+    t.push(term("routing weights: softmax over the top-k logits (softmax keeps its output)", "_softmax", Unit::Small, "B·S·k", z.p, z.rw));
     match m.implementation {
         ExpertsImplementation::GroupedMm => grouped_mm(&mut t, &z),
         ExpertsImplementation::BatchedMm => batched_mm(&mut t, &z),
@@ -172,18 +186,59 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, me: u64, cache: bool, g: Grad) {
     }
 }
 
-/// `GptOssExperts._apply_gate` on the (rows, 2I) gate_up output: what it and the down
-/// projection keep (`op` made the gate_up output).
-fn gate(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str) {
-    let ki = |what: String, op| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, z.me);
-    t.push(ki("gate_up output + bias, its gate columns [..., ::2] (its clamp keeps the view)".into(), op));
-    t.push(ki("gate_up output + bias, its up columns [..., 1::2] (its clamp keeps the view)".into(), op));
-    t.push(ki("gate.clamp(max=limit) (gate · sigmoid keeps it)".into(), "clamp"));
-    t.push(ki("sigmoid(gate · alpha) (sigmoid keeps its output)".into(), "sigmoid"));
-    t.push(ki("glu = gate · sigmoid ((up + 1) · glu keeps it)".into(), "mul"));
-    t.push(ki("up.clamp(−limit, limit) + 1 (the product keeps it)".into(), "add"));
+/// `GptOssAttention` under autocast over fp32 weights: q/k/v_proj give bf16, the fp32 cos/sin
+/// promote rope(Q) and rope(K) back to fp32, and each `matmul` keeps its bf16 casts; the fp32
+/// mask promotes the scores, so the sinks' cat, max and softmax run in fp32, and
+/// `.to(value_states.dtype)` (or weights·V's cast, where the cache made V fp32) copies the
+/// probabilities' key columns to bf16. The DynamicCache is made in the keys' fp32: its values'
+/// cat promotes V to fp32.
+fn attention_autocast(c: &Ctx, t: &mut Vec<Term>, cache: bool) {
+    let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
+    let repeated = c.h > c.kvh;
+    // K and V as the matmuls read them: h heads when repeated, else h_kv.
+    let ku = if repeated { qu } else { kvu };
+    t.push(c.term("rope(Q) (fp32) cast to bf16 (the scores matmul keeps it)", "_to_copy", qu, 2));
+    let k_from = match (repeated, cache) {
+        (true, _) => "K repeated to h heads (repeat_kv, fp32)",
+        (false, true) => "the DynamicCache's keys (fp32)",
+        (false, false) => "rope(K) (fp32)",
+    };
+    t.push(c.term(format!("{k_from} cast to bf16 (the scores matmul keeps it)"), "_to_copy", ku, 2));
+    t.push(c.small("max of cat([scores + mask, sinks]) over the keys: its indices, int64 (max keeps them)", "max", "B·h·S", c.b * c.h * c.s, 8));
+    t.push(c.term("softmax(cat − max) (B, h, S, S + 1) in the mask's fp32, its S key columns (softmax keeps its output)", "_softmax", Unit::S, 4));
+    t.push(c.small("its sink column", "_softmax", "B·h·S", c.b * c.h * c.s, 4));
+    t.push(c.term("the probabilities' key columns cast to bf16 (weights·V keeps the copy)", "_to_copy", Unit::S, 2));
+    let (v_what, v_op) = match (repeated, cache) {
+        (true, true) => ("the DynamicCache's values repeated to h heads (fp32), cast to bf16 (weights·V keeps it)", "_to_copy"),
+        (false, true) => ("the DynamicCache's values (fp32) cast to bf16 (weights·V keeps it)", "_to_copy"),
+        (true, false) => ("V (bf16) repeated to h heads (repeat_kv; weights·V keeps it)", "clone"),
+        // v_proj's output is (B, S, h_kv, d_h) underneath: folding it copies (a view when B or S is 1: the same bytes).
+        (false, false) => ("V (bf16) folded for weights·V (a copy unless B or S is 1; bmm keeps it)", "clone"),
+    };
+    t.push(c.term(v_what, v_op, ku, 2));
+    t.push(c.term("heads merged (transpose().contiguous(), bf16; o_proj keeps it)", "clone", qu, 2));
+    if cache {
+        t.push(c.term("DynamicCache keys (cat copy of rope(K), fp32)", "cat", kvu, 4));
+        t.push(c.term("DynamicCache values (cat of the bf16 V into the keys' fp32)", "cat", kvu, 4));
+    }
+}
+
+/// `GptOssExperts._apply_gate` on the (rows, 2I) gate_up output of `elem` bytes: what it and
+/// the down projection keep (`op` made the gate_up output). `cast`: the down projection is an
+/// autocast matmul on an fp32 product (eager's), so it keeps its low copy instead.
+fn gate(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str, elem: u64, cast: Option<u64>) {
+    let ki = |what: String, op, elem| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, elem);
+    t.push(ki("gate_up output + bias, its gate columns [..., ::2] (its clamp keeps the view)".into(), op, elem));
+    t.push(ki("gate_up output + bias, its up columns [..., 1::2] (its clamp keeps the view)".into(), op, elem));
+    t.push(ki("gate.clamp(max=limit) (gate · sigmoid keeps it)".into(), "clamp", elem));
+    t.push(ki("sigmoid(gate · alpha) (sigmoid keeps its output)".into(), "sigmoid", elem));
+    t.push(ki("glu = gate · sigmoid ((up + 1) · glu keeps it)".into(), "mul", elem));
+    t.push(ki("up.clamp(−limit, limit) + 1 (the product keeps it)".into(), "add", elem));
     if z.weights {
-        t.push(ki(format!("(up + 1) · glu ({down} keeps it for its weight's gradient)"), "mul"));
+        match cast {
+            Some(lo) => t.push(ki(format!("(up + 1) · glu cast to bf16 ({down} keeps the copy for its weight's gradient)"), "_to_copy", lo)),
+            None => t.push(ki(format!("(up + 1) · glu ({down} keeps it for its weight's gradient)"), "mul", elem)),
+        }
     }
 }
 
@@ -197,42 +252,60 @@ fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
     if z.weights {
         t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
     }
-    t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.me));
+    t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
     t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
-    gate(t, z, "_grouped_mm", z.p, "the down grouped matmul");
+    // torch._grouped_mm is no autocast op: the experts run in the weights' type.
+    gate(t, z, "_grouped_mm", z.p, "the down grouped matmul", z.me, None);
     t.push(term("down grouped matmul output + bias (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
     t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
 }
 
 /// `batched_mm_experts_forward` with `has_bias` and `is_transposed` (the weighting keeps the
 /// routing weights as a view of the softmax's output, the gathers the top-k indices' view).
+/// Under autocast each bmm keeps bf16 casts of its gathered fp32 operands, and the fp32 bias
+/// added in place keeps its output bf16.
 fn batched_mm(t: &mut Vec<Term>, z: &Sizes) {
+    let mm = z.lo.unwrap_or(z.me);
+    let (cast, op) = if z.lo.is_some() { (" cast to bf16", "_to_copy") } else { ("", "index") };
     if z.weights {
-        t.push(term("hidden states repeated k times (the up bmm keeps them)", "repeat_interleave", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+        let rep = if z.lo.is_some() { "_to_copy" } else { "repeat_interleave" };
+        t.push(term(format!("hidden states repeated k times{cast} (the up bmm keeps them)"), rep, Unit::Ka, "B·S·k·d", z.p * z.d, mm));
     }
-    let kw = |what: &str| term(what, "index", Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.me);
-    t.push(kw("gate_up_proj[expert_ids] (B·S·k, d, 2I), its gate columns (the up bmm keeps it)"));
-    t.push(kw("gate_up_proj[expert_ids], its up columns"));
-    gate(t, z, "bmm", z.p, "the down bmm");
-    t.push(kw("down_proj[expert_ids] (B·S·k, I, d) (the down bmm keeps it)"));
-    t.push(term("down bmm output + bias (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    let kw = |what: String| term(what, op, Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, mm);
+    t.push(kw(format!("gate_up_proj[expert_ids] (B·S·k, d, 2I){cast}, its gate columns (the up bmm keeps it)")));
+    t.push(kw(format!("gate_up_proj[expert_ids]{cast}, its up columns")));
+    gate(t, z, "bmm", z.p, "the down bmm", mm, None);
+    t.push(kw(format!("down_proj[expert_ids] (B·S·k, I, d){cast} (the down bmm keeps it)")));
+    t.push(term("down bmm output + bias (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, mm));
 }
 
-/// `GptOssExperts.forward`: per expert e hit with n_e rows (the n_e add up to B·S·k).
+/// `GptOssExperts.forward`: per expert e hit with n_e rows (the n_e add up to B·S·k). Under
+/// autocast each `@` is a matmul that keeps low casts of its input and of the expert's weight
+/// slice (a view: cast per expert, never cached), and the fp32 bias added to its bf16 output
+/// promotes the rest back to fp32.
 fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     let rows = z.p;
-    let hit = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
-        Ok(counts) => format!("the {} experts hit", counts.iter().filter(|&&n| n > 0).count()),
-        Err(_) => "the experts hit".to_string(),
+    let (hit, n_hit) = match m.routing.counts(z.t as usize, m.top_k, m.experts) {
+        Ok(counts) => {
+            let n = counts.iter().filter(|&&n| n > 0).count();
+            (format!("the {n} experts hit"), n as u64)
+        }
+        Err(_) => ("the experts hit".to_string(), 0),
     };
     let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
     if z.weights {
-        t.push(term(per("hidden_states[token_idx] (the gate_up matmul keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+        match z.lo {
+            Some(lo) => t.push(term(per("hidden_states[token_idx] cast to bf16 (the gate_up matmul keeps it)"), "_to_copy", Unit::Ka, "B·S·k·d", rows * z.d, lo)),
+            None => t.push(term(per("hidden_states[token_idx] (the gate_up matmul keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me)),
+        }
     }
-    gate(t, z, "add", rows, "the down matmul");
+    if let Some(lo) = z.lo {
+        t.push(term(format!("gate_up_proj[e] (d, 2I) and down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, the matmuls keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, lo));
+    }
+    gate(t, z, "add", rows, "the down matmul", z.me, z.lo);
     t.push(term(per("down matmul output + bias (the weighting keeps it)"), "add", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
-    t.push(term(per("routing_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.me));
+    t.push(term(per("routing_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
     t.push(term(per("weighted output (index_add_ keeps its source)"), "mul", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
 }
 
@@ -281,19 +354,25 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its weight,
     // but `hidden_states` stays bound until the forward returns.
     rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { weight: !lora, product_fp32: true, ..FULL });
+    if c.mode == Mode::Autocast {
+        // lm_head keeps its bf16 cast; the fp32 output stays bound until the forward returns.
+        outside.push(c.term("final norm output (fp32), bound until the forward returns", "mul", Unit::A, 4));
+    }
     if cache && sliding > 0 {
         // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{sliding}·8"), unit: Unit::Small, elements: sliding, elem: 8 });
     }
     let bsv = c.b * c.s * c.v;
-    let logits = vocab("logits", "mm", "B·S", bsv, me);
+    let lo = types(c, hf).lo;
+    let logits = vocab("logits", "mm", "B·S", bsv, lo);
     let mut loss = vec![vocab("log_softmax of logits.float(), all S rows (labels padded, shifted; cross_entropy keeps it)", "_log_softmax", "B·S", bsv, 4)];
-    if me != 4 {
+    if lo != 4 {
         loss.push(vocab("logits.float() (an fp32 copy, dies when the loss function returns)", "_to_copy", "B·S", bsv, 4));
     }
-    let (param_formula, mut cast_elements) = params(cfg, hf, m);
+    let (param_formula, mut cast_elements, mut cast_formula) = params(cfg, hf, m);
     if lora {
         cast_elements = cfg.lora_param_count() + cfg.lora_bias_count();
+        cast_formula = "autocast with peft's LoRA on gpt_oss is refused".into();
     }
     Terms {
         block,
@@ -304,13 +383,15 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
         loss,
         param_formula,
         cast_elements,
-        cast_formula: "autocast of gpt_oss is refused".into(),
+        cast_formula,
     }
 }
 
-/// The parameter count's formula, and the elements linear-class ops read (unused: autocast is
-/// refused).
-fn params(cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig) -> (String, u64) {
+/// The parameter count's formula, and the elements autocast casts and caches (each once per
+/// region): the leaves `F.linear` reads, the attention's weights and biases, the router's
+/// weight and bias, lm_head's (the tied embedding's); the sinks meet a `cat`, the experts
+/// `_grouped_mm` (no autocast op) or casts of gathered or sliced views (never cached).
+fn params(cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig) -> (String, u64, String) {
     let (d, v, l) = (cfg.d_model as u64, cfg.vocab_size as u64, cfg.num_layers as u64);
     let (h, hd) = (cfg.num_heads as u64, cfg.head_dim() as u64);
     let (q, kv) = (h * hd, cfg.num_kv_heads as u64 * hd);
@@ -322,5 +403,9 @@ fn params(cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig) -> (String, u64) {
         v * d * if cfg.tied_embeddings { 1 } else { 2 } + l * (2 * d * q + 2 * d * kv + bias_n + h + e * d + e + e * (3 * i * d + 2 * i + d) + 2 * d) + d
     );
     let formula = format!("V·d (embedding){head} + L·(2d·h·d_h + 2d·h_kv·d_h{bias} + h (sinks) + E·d + E (router) + E·(3I·d + 2I + d) (experts' gate_up_proj, down_proj and their biases) + 2d) + d");
-    (formula, l * (2 * d * q + 2 * d * kv + e * d) + v * d)
+    let cast = l * (2 * d * q + 2 * d * kv + bias_n + e * d + e) + v * d;
+    let head_w = if cfg.tied_embeddings { "V·d (the tied embedding, read by lm_head)" } else { "V·d (lm_head)" };
+    let bias_w = if hf.qkv_bias { " + h·d_h + 2h_kv·d_h + d (biases)" } else { "" };
+    let cast_formula = format!("2 B × (L·(2d·h·d_h + 2d·h_kv·d_h{bias_w} + E·d + E (router)) + {head_w}) = 2 × {cast}");
+    (formula, cast, cast_formula)
 }

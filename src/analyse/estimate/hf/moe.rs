@@ -70,16 +70,15 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
-    // bf16 autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE: grouped_mm is not an
-    // autocast op (the experts run in fp32), batched_mm's bmm and eager's linears cast to bf16;
-    // the router and the shared expert run in bf16.
-    if precision.autocast().is_some() {
-        if m.gpt_oss.is_some() || m.deepseek.is_some() || hf.lora.is_some() {
-            return Err(ConfigError::new(
-                "--precision",
-                format!("autocast of {family}{} is not derived in closed form (of mixtral, qwen3_moe and qwen2_moe without adapters it is); `profile` simulates it", if hf.lora.is_some() { " with peft's LoRA" } else { "" }),
-            ));
-        }
+    // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
+    // (hf/gpt_oss.rs) and DeepSeek-V3 (hf/deepseek.rs): grouped_mm is not an autocast op (the experts run in fp32),
+    // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
+    // shared expert run in it.
+    if precision.autocast().is_some() && hf.lora.is_some() {
+        return Err(ConfigError::new(
+            "--precision",
+            format!("autocast of {family} with peft's LoRA is not derived in closed form (without adapters it is, over fp32 weights for every MoE family); `profile` simulates it"),
+        ));
     }
     Ok(())
 }
@@ -262,7 +261,7 @@ fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     // values (Mixtral; a Qwen in fp32), the Qwens' cast to the model's type, or the top-k
     // values themselves.
     // (DeepSeek-V3's are scaled by routed_scaling_factor last.)
-    let op = if z.rw != 4 { "_to_copy" } else if m.deepseek.is_some() { "mul" } else if renormalises(m) { "div" } else { "topk" };
+    let op = if m.deepseek.is_some() { "mul" } else if z.rw != 4 { "_to_copy" } else if renormalises(m) { "div" } else { "topk" };
     t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
     // Under autocast each bmm keeps its bf16 casts of the gathered (fp32) operands.
     let cast = if z.mm != z.me { " cast to bf16" } else { "" };
