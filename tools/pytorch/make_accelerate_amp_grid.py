@@ -23,13 +23,11 @@ loss phase's peak (the routers' fp32 copies come on top of the logits').
     python3 make_accelerate_amp_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_accelerate_amp_grid.py --only gemma   # re-measure the points whose name contains it
 """
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import torch
 
 import make_aux_loss_grid as AL
 import make_deepseek_grid as DG
@@ -131,33 +129,12 @@ def run_one(job):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
-    ap.add_argument("--list", action="store_true", help="print the points' names and stop")
-    a = ap.parse_args()
-    if a.list:
-        for p, kind in grid():
-            print(name_of(p, kind))
-        return
-    import accelerate
-    import transformers
-    path = os.path.join(a.out, "accelerate_amp.json")
-    if a.only:
-        doc, t0 = G.measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=1)
-        return G.write_fixture(path, doc, t0)
-    # One point per worker process: the MoE routing wrapper is installed on the router class.
-    results, t0 = G.measure_all(grid(), run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_accelerate_amp_grid.py", torch=torch.__version__,
-               transformers=transformers.__version__, accelerate=accelerate.__version__,
-               counted="requested bytes of blocks >= 512 B, absolute; accelerate's prepare_model wrapper "
-                       "(convert_outputs_to_fp32 around torch.autocast('cpu', bfloat16 / float16) with CUDA's autocast "
-                       "policies, measure_hf.accelerate_forward), torch.amp.GradScaler in fp16 training; MoE routing forced "
-                       "by overwriting the router's top-k indices in place (measure_moe.py); CPU-only kernel scratch left "
-                       "out, as make_grid.py",
-               points=results)
-    G.write_fixture(path, doc, t0)
-
+    G.grid_main(OUT, "accelerate_amp.json", "tools/pytorch/make_accelerate_amp_grid.py",
+                "requested bytes of blocks >= 512 B, absolute; accelerate's prepare_model wrapper "
+                "(convert_outputs_to_fp32 around torch.autocast('cpu', bfloat16 / float16) with CUDA's autocast "
+                "policies, measure_hf.accelerate_forward), torch.amp.GradScaler in fp16 training; MoE routing forced "
+                "by overwriting the router's top-k indices in place (measure_moe.py); CPU-only kernel scratch left "
+                "out, as make_grid.py", grid, run_one, name_of, libs=("transformers", "accelerate"))
 
 if __name__ == "__main__":
     main()

@@ -20,13 +20,11 @@ large enough (B*S >= 48) that the loss's (tokens, experts) tensors are blocks of
     python3 make_aux_loss_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_aux_loss_grid.py --only qwen2_moe   # re-measure the points whose name contains it
 """
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import torch
 
 import make_gptoss_grid as GG
 import make_hf_grid as G
@@ -87,23 +85,10 @@ def run_one(job):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
-    a = ap.parse_args()
-    import transformers
-    path = os.path.join(a.out, "aux_loss.json")
-    if a.only:
-        doc, t0 = G.measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=1)
-        return G.write_fixture(path, doc, t0)
-    # One point per worker process: the routing wrapper is installed on the router class.
-    results, t0 = G.measure_all(grid(), run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_aux_loss_grid.py", torch=torch.__version__, transformers=transformers.__version__,
-               counted="requested bytes of blocks >= 512 B, absolute; routing forced by overwriting the router's "
-                       "top-k indices in place (measure_moe.py); output_router_logits on; CPU-only kernel scratch left out, as make_grid.py",
-               points=results)
-    G.write_fixture(path, doc, t0)
-
+    G.grid_main(OUT, "aux_loss.json", "tools/pytorch/make_aux_loss_grid.py",
+                "requested bytes of blocks >= 512 B, absolute; routing forced by overwriting the router's "
+                "top-k indices in place (measure_moe.py); output_router_logits on; CPU-only kernel scratch left out, as make_grid.py",
+                grid, run_one, name_of)
 
 if __name__ == "__main__":
     main()

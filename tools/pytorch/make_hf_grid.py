@@ -160,6 +160,33 @@ def measure_only(path, todo, run, name, only, maxtasksperchild=16):
     return doc, t0
 
 
+def grid_main(out, fixture, generator, counted, grid, run_one, name_of, libs=("transformers",), maxtasksperchild=1):
+    """A grid generator's command line: `--only TEXT` re-measures the matching points of the
+    fixture (`out`/`fixture`, or under --out) and keeps the others; `--list` prints the points'
+    names; without them every point of `grid()` is measured through `run_one` and the fixture
+    is written with the versions of `libs` (import names) and what was `counted`. One point per
+    worker process by default (an MoE routing wrapper is installed on the router class)."""
+    import importlib
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
+    ap.add_argument("--list", action="store_true", help="print the points' names and stop")
+    a = ap.parse_args()
+    if a.list:
+        for p, kind in grid():
+            print(name_of(p, kind))
+        return
+    path = os.path.join(a.out, fixture)
+    if a.only:
+        doc, t0 = measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=maxtasksperchild)
+        return write_fixture(path, doc, t0)
+    results, t0 = measure_all(grid(), run_one, maxtasksperchild=maxtasksperchild)
+    doc = dict(generator=generator, torch=torch.__version__)
+    doc.update({lib: importlib.import_module(lib).__version__ for lib in libs})
+    doc.update(counted=counted, points=results)
+    write_fixture(path, doc, t0)
+
+
 def write_fixture(path, doc, t0):
     """`doc` as JSON at `path`, atomically."""
     os.makedirs(os.path.dirname(path), exist_ok=True)

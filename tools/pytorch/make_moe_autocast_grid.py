@@ -23,14 +23,12 @@ gradient checkpointing off, non-reentrant and reentrant.
     python3 make_moe_autocast_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_moe_autocast_grid.py --only qwen3_moe   # re-measure the points whose name contains it
 """
-import argparse
 import functools
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import torch
 
 import make_hf_grid as G
 import make_moe_grid as MG
@@ -86,23 +84,8 @@ def run_named(name_of, job):
 
 
 def main_for(fixture, generator, counted, grid, name_of):
-    """The autocast grids' command line: `--only TEXT` re-measures the matching points of
-    `fixture` (under --out) and keeps the others; without it every point of `grid()` is measured,
-    one per worker process (the routing wrapper is installed on the router class)."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
-    a = ap.parse_args()
-    import transformers
-    run_one = functools.partial(run_named, name_of)  # picklable for the worker processes
-    path = os.path.join(a.out, fixture)
-    if a.only:
-        doc, t0 = G.measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=1)
-        return G.write_fixture(path, doc, t0)
-    results, t0 = G.measure_all(grid(), run_one, maxtasksperchild=1)
-    doc = dict(generator=generator, torch=torch.__version__, transformers=transformers.__version__, counted=counted, points=results)
-    G.write_fixture(path, doc, t0)
-
+    """The MoE autocast grids' command line (make_hf_grid.grid_main) over tests/fixtures/moe_grid."""
+    G.grid_main(OUT, fixture, generator, counted, grid, functools.partial(run_named, name_of), name_of)
 
 def main():
     main_for("autocast.json", "tools/pytorch/make_moe_autocast_grid.py",

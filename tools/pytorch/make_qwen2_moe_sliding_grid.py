@@ -22,13 +22,11 @@ all-ones attention_mask, and LoRA (peft) on the attention.
     python3 make_qwen2_moe_sliding_grid.py            # the whole grid (JOBS worker processes, default 1)
     python3 make_qwen2_moe_sliding_grid.py --only W8  # re-measure the points whose name contains it
 """
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import torch
 
 import make_hf_grid as G
 import make_moe_grid as MG
@@ -84,25 +82,10 @@ def run_one(job):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="re-measure the points whose name contains this; keep the fixture's others")
-    a = ap.parse_args()
-    import peft
-    import transformers
-    path = os.path.join(a.out, "qwen2_moe_sliding.json")
-    if a.only:
-        doc, t0 = G.measure_only(path, grid(), run_one, name_of, a.only, maxtasksperchild=1)
-        return G.write_fixture(path, doc, t0)
-    # One point per worker process: the routing wrapper is installed on the router class.
-    results, t0 = G.measure_all(grid(), run_one, maxtasksperchild=1)
-    doc = dict(generator="tools/pytorch/make_qwen2_moe_sliding_grid.py", torch=torch.__version__, transformers=transformers.__version__,
-               peft=peft.__version__,
-               counted="requested bytes of blocks >= 512 B, absolute; routing forced by overwriting the router's "
-                       "top-k indices in place (measure_moe.py); use_sliding_window on; CPU-only kernel scratch left out, as make_grid.py",
-               points=results)
-    G.write_fixture(path, doc, t0)
-
+    G.grid_main(OUT, "qwen2_moe_sliding.json", "tools/pytorch/make_qwen2_moe_sliding_grid.py",
+                "requested bytes of blocks >= 512 B, absolute; routing forced by overwriting the router's "
+                "top-k indices in place (measure_moe.py); use_sliding_window on; CPU-only kernel scratch left out, as make_grid.py",
+                grid, run_one, name_of, libs=("transformers", "peft"))
 
 if __name__ == "__main__":
     main()
