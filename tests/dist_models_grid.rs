@@ -1,6 +1,7 @@
 //! One rank of a data-parallel job over issue 30's models against PyTorch and transformers
 //! themselves: tests/fixtures/dist_grid/families.json (Phi-3, OLMo-2, Gemma 2, Gemma 3 text),
-//! moe.json (Mixtral, Qwen3-MoE, Qwen2-MoE) and gpt_oss_deepseek.json (gpt-oss, DeepSeek-V3),
+//! moe.json (Mixtral, Qwen3-MoE, Qwen2-MoE), qwen2_moe_sliding.json (Qwen2-MoE with its window)
+//! and gpt_oss_deepseek.json (gpt-oss, DeepSeek-V3),
 //! the MoE ones with forced routing, from `tools/pytorch/measure_dist.py --families / --moe /
 //! --gpt-oss-deepseek`: DistributedDataParallel and ZeRO-1 over
 //! gloo processes, FSDP2 `fully_shard` per decoder layer then the model (and ZeRO-2, the same
@@ -62,6 +63,31 @@ fn check_moe(file: &str, families: &[&str], cfg: fn(&Value) -> vramscope::model:
 #[test]
 fn moe_ranks_match_transformers() {
     check_moe("moe.json", &["mixtral", "qwen3_moe", "qwen2_moe"], grid_common::moe::config_of);
+}
+
+/// dist_grid/qwen2_moe_sliding.json (`measure_dist.py --qwen2-moe-sliding`): Qwen2-MoE with
+/// use_sliding_window (layers 0, 2, ... below max_window_layers slide: some, all or none of
+/// them) under each layout, first and last ranks, its config.json read as a user's.
+#[test]
+fn qwen2_moe_sliding_ranks_match_transformers() {
+    let file = "qwen2_moe_sliding.json";
+    let doc = grid_common::fixture(&format!("dist_grid/{file}"));
+    let points = doc["points"].as_array().unwrap();
+    let u = |q: &Value, k: &str| q["hf"][k].as_u64().unwrap();
+    assert!(points.iter().all(|q| q["hf"]["model_type"] == "qwen2_moe" && u(q, "sliding_window") > 0), "{file}: every point has the window");
+    assert!(points.iter().any(|q| u(q, "sliding_window") < u(q, "seq")) && points.iter().any(|q| u(q, "sliding_window") > u(q, "seq")), "{file}: windows shorter and longer than the context");
+    assert!(points.iter().any(|q| u(q, "max_window_layers") > 0 && u(q, "max_window_layers") < u(q, "num_layers")), "{file}: max_window_layers cutting the stack");
+    assert!(points.iter().any(|q| u(q, "max_window_layers") == 0), "{file}: no layer sliding");
+    for layout in ["ddp", "zero1", "zero2", "fsdp"] {
+        let ranks: BTreeSet<bool> = points.iter().filter(|q| q["layout"] == layout && q["profile_type"] == "training").map(|q| q["rank"] == 0).collect();
+        assert_eq!(ranks.len(), 2, "{file}: {layout} training at rank 0 and the last");
+    }
+    for q in points {
+        let cfg = grid_common::moe::read_config_of(&q["hf"]);
+        let want: Vec<bool> = (0..u(q, "num_layers")).map(|i| i % 2 == 0 && i < u(q, "max_window_layers")).collect();
+        assert_eq!(cfg.hf.as_ref().unwrap().sliding_layers, Some(want), "{}", q["name"]);
+    }
+    check_moe(file, &["qwen2_moe"], grid_common::moe::read_config_of);
 }
 
 #[test]

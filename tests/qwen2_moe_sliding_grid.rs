@@ -80,8 +80,8 @@ fn config(name: &str, extra: Value) -> std::path::PathBuf {
     f
 }
 
-/// The window runs profile's inference, forward and training; generate, estimate and parallel
-/// layouts exit 2 naming the flag; a null window with use_sliding_window is refused as
+/// The window runs profile's inference, forward, training and generate, and under ddp and fsdp;
+/// estimate and adapters under a parallel layout exit 2 naming the flag; a null window with use_sliding_window is refused as
 /// transformers raises.
 #[test]
 fn the_window_runs_where_measured_and_is_refused_elsewhere() {
@@ -96,13 +96,22 @@ fn the_window_runs_where_measured_and_is_refused_elsewhere() {
         args.extend_from_slice(extra);
         vramscope(&args)
     };
-    for kinds in ["training", "inference,forward"] {
-        let o = profile(&["--profile-type", kinds]);
-        assert!(o.status.success(), "{kinds}: {}", String::from_utf8_lossy(&o.stderr));
+    // generate past the window: the DynamicCache and a StaticCache (generate_qwen2_moe_sliding.json).
+    let runs: &[&[&str]] = &[
+        &["--profile-type", "training"],
+        &["--profile-type", "inference,forward"],
+        &["--profile-type", "generate", "--max-new-tokens", "4"],
+        &["--profile-type", "generate", "--max-new-tokens", "4", "--cache-implementation", "static", "--disable-compile"],
+        // The parallel layouts (dist_grid/qwen2_moe_sliding.json).
+        &["--profile-type", "training", "--parallel", "ddp", "--world-size", "2"],
+        &["--profile-type", "training", "--parallel", "fsdp", "--world-size", "3"],
+    ];
+    for extra in runs {
+        let o = profile(extra);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
     let refused: &[(&[&str], &[&str])] = &[
-        (&["--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "Qwen2-MoE's sliding window", "1 of 3 layers"]),
-        (&["--parallel", "ddp", "--world-size", "2"], &["--parallel", "sliding window", "not measured"]),
+        (&["--parallel", "ddp", "--world-size", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--lora-r", "sliding window", "not measured"]),
     ];
     for (extra, needles) in refused {
         let o = profile(extra);

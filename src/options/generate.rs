@@ -154,12 +154,13 @@ impl GenerateFlags {
 /// generate_static_sliding.json (Gemma 2, Gemma 3 text and gpt-oss: sliding and full layers;
 /// Mistral and Qwen2: every layer sliding), generate_static_families.json (Phi-3, Qwen3, Mixtral
 /// and Qwen3-MoE: every layer sliding) and generate_static_mixed.json (Qwen2/Qwen3 with sliding
-/// and full layers); not Qwen2-MoE's window (check_static_only_window refuses its generate).
+/// and full layers), generate_qwen2_moe_sliding.json (Qwen2-MoE's window: layers 0, 2, ... below
+/// max_window_layers sliding).
 pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
     use crate::model::hf::moe::MoeFamily;
     use crate::model::hf::Arch;
     match &hf.moe {
-        Some(m) => m.gpt_oss.is_some() || matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe),
+        Some(m) => m.gpt_oss.is_some() || matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe),
         None => matches!(hf.model_type, Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma2 | Arch::Gemma3Text),
     }
 }
@@ -170,19 +171,19 @@ pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
 /// `use_sliding_window` (generate_static_families.json). Every other run builds its masks in
 /// the model's forward, not measured for them: refused, naming the flag that chose the run
 /// (`what`: "--profile-type ...", "estimate", "train", "serve"). Qwen2-MoE's window is measured
-/// the other way round: profile's inference, forward and training (`forward_profile`;
-/// moe_grid/qwen2_moe_sliding.json), not generate.
-pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, forward_profile: bool, flag: &str, what: &str) -> anyhow::Result<()> {
+/// for every profile type of `profile` (`profiled`): inference, forward and training
+/// (moe_grid/qwen2_moe_sliding.json) and generate with the DynamicCache and a StaticCache
+/// (generate_qwen2_moe_sliding.json); its closed form, `train` and `serve` are not.
+pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, profiled: bool, flag: &str, what: &str) -> anyhow::Result<()> {
     use crate::model::hf::moe::MoeFamily;
     let Some(hf) = hf else { return Ok(()) };
     let why = match (&hf.sliding_layers, &hf.moe) {
         (Some(layers), Some(m)) if m.family == MoeFamily::Qwen2Moe => {
-            if forward_profile {
+            if profiled {
                 return Ok(());
             }
-            let flag = if flag == "--cache-implementation" { "--profile-type" } else { flag };
             return Err(usage(flag, format!(
-                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for --profile-type inference, forward and training (moe_grid/qwen2_moe_sliding.json); generate's DynamicSlidingWindowLayers and masks over it, and the closed form, are not measured for it",
+                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for `vramscope profile` (inference, forward and training: moe_grid/qwen2_moe_sliding.json; generate: generate_qwen2_moe_sliding.json); the closed form, train and serve are not measured for it",
                 layers.iter().filter(|&&s| s).count(),
                 layers.len()
             )));

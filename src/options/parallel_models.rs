@@ -5,7 +5,8 @@
 //! --moe / --gpt-oss-deepseek measures them (tests/dist_models_grid.rs), and peft's LoRA (ddp,
 //! zero2, fsdp) and 4-bit QLoRA (ddp) of them, with peft's ParamWrapper (target_parameters) on
 //! the MoE models' experts and routers too, as --lora-models measures them
-//! (tests/dist_lora_models_grid.rs). The rest is refused, naming the flag and why.
+//! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
+//! --qwen2-moe-sliding measures it (full weights). The rest is refused, naming the flag and why.
 use crate::model::hf::HfConfig;
 use crate::parallel::{Layout, ParallelConfig};
 
@@ -36,9 +37,11 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         }
         return None;
     }
-    // moe_grid/qwen2_moe_sliding.json runs one GPU.
-    if name == "qwen2_moe" && hf.sliding_layers.is_some() {
-        return Some(("--parallel", format!("{name}'s sliding window (use_sliding_window) under a parallel layout is not measured yet (one GPU is: moe_grid/qwen2_moe_sliding.json); profile one GPU")));
+    // dist_grid/qwen2_moe_sliding.json measures the window under ddp, zero1, zero2 and fsdp
+    // with full weights; not with peft's adapters or bitsandbytes weights.
+    if name == "qwen2_moe" && hf.sliding_layers.is_some() && (hf.lora.is_some() || hf.bnb.is_some()) {
+        let flag = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--load-in-4bit", |q| q.flag()) };
+        return Some((flag, format!("{name}'s sliding window (use_sliding_window) with peft's adapters or bitsandbytes weights under a parallel layout is not measured yet (full weights are: dist_grid/qwen2_moe_sliding.json); profile one GPU")));
     }
     let unmeasured = |flag: &'static str, what: &str| Some((flag, format!("{what} over {name} is not measured yet (ddp, zero1, zero2 and fsdp per decoder layer are): drop it")));
     // dist_lora_models_grid.rs measures peft's LoRA (ddp, zero2, fsdp) and 4-bit QLoRA (ddp) on

@@ -231,8 +231,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
     let static_generate = a.profile_type.iter().all(|&k| k == ProfileType::Generate) && a.generate.cache_implementation.as_deref() == Some("static");
     let kinds = a.profile_type.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");
-    let forward_profile = !a.profile_type.contains(&ProfileType::Generate);
-    super::generate::check_static_only_window(cfg.hf(), static_generate, forward_profile, if a.profile_type.contains(&ProfileType::Generate) { "--cache-implementation" } else { "--profile-type" }, &format!("--profile-type {kinds}"))?;
+    super::generate::check_static_only_window(cfg.hf(), static_generate, true, if a.profile_type.contains(&ProfileType::Generate) { "--cache-implementation" } else { "--profile-type" }, &format!("--profile-type {kinds}"))?;
     super::moe::check_profile(&cfg, device, a.profile_type.contains(&ProfileType::Generate), batch, &contexts)?;
     let generation = check_generate(a, &cfg, &contexts, precision, parallel.is_some())?;
     let max_new_tokens = generation.as_ref().map(|g| g.max_new_tokens);
@@ -339,16 +338,18 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
         if c + n > cfg.max_seq_len {
             return Err(usage("--max-new-tokens", format!("{n} new tokens after a {c}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
         }
-        // Past the window the DynamicCache keeps a DynamicSlidingWindowLayer per layer (the last
-        // window − 1 positions): measured on Mistral, Mixtral (Arch::Mistral with experts) and
-        // Phi-3 (generate_sliding.json); a StaticCache keeps a StaticSlidingWindowLayer, measured
-        // where static_sliding_measured says.
+        // Past the window the DynamicCache keeps a DynamicSlidingWindowLayer per (sliding) layer
+        // (the last window − 1 positions): measured on Mistral, Mixtral (Arch::Mistral with
+        // experts) and Phi-3 (generate_sliding.json) and Qwen2-MoE's sliding layers
+        // (generate_qwen2_moe_sliding.json); a StaticCache keeps a StaticSlidingWindowLayer,
+        // measured where static_sliding_measured says.
         let static_cache = a.generate.cache_implementation.as_deref() == Some("static");
-        let dynamic_measured = matches!(hf.model_type, crate::model::hf::Arch::Mistral | crate::model::hf::Arch::Phi3);
+        let qwen2_moe = hf.moe.as_ref().is_some_and(|m| m.family == crate::model::hf::moe::MoeFamily::Qwen2Moe);
+        let dynamic_measured = qwen2_moe || matches!(hf.model_type, crate::model::hf::Arch::Mistral | crate::model::hf::Arch::Phi3);
         if let Some(w) = hf.sliding_window.filter(|&w| c + n > w && !(if static_cache { super::generate::static_sliding_measured(hf) } else { dynamic_measured })) {
             return Err(usage(
                 "--max-new-tokens",
-                format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), measured on mistral, mixtral and phi3, not yet on {}", c + n, w - 1, hf.model_type.name()),
+                format!("the prompt and the new tokens ({}) pass the model's sliding window ({w}): transformers 5.23's DynamicCache then keeps a DynamicSlidingWindowLayer (the last {} positions), measured on mistral, mixtral, phi3 and qwen2_moe, not yet on {}", c + n, w - 1, hf.model_type.name()),
             ));
         }
     }

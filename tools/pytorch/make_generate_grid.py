@@ -23,6 +23,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --static-families  # generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe, deepseek_v3
     python3 make_generate_grid.py --static-mixed  # generate_static_mixed.json: StaticCache on qwen2/qwen3 with full and sliding layers
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
+    python3 make_generate_grid.py --qwen2-moe-sliding  # generate_qwen2_moe_sliding.json: qwen2_moe with use_sliding_window
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
 gpt_oss, mistral and qwen2 (use_sliding_window, every layer sliding), 13 points each (STATIC_RUNS):
@@ -525,6 +526,48 @@ def sfgrid(quick=False):
     return todo
 
 
+# Qwen2-MoE with use_sliding_window (issue 30): Qwen2MoeConfig slides layers 0, 2, ... below
+# max_window_layers (the rest full): the DynamicCache gives those a DynamicSlidingWindowLayer,
+# a StaticCache a StaticSlidingWindowLayer (create_masks_for_generate's masks per layer type,
+# PYTHONHASHSEED=0 as --static-mixed). (FSHAPES row, attn, dtype, window, layers,
+# max_window_layers, experts, top_k, experts_implementation, routing, shared width, options).
+Q2M_RUNS = [
+    (0, "sdpa", "fp32", "below", 3, 28, 4, 2, "grouped_mm", "balanced", 96, {}),
+    (1, "eager", "bf16", "cross", 2, 2, 8, 1, "eager", "worst", 48, {}),
+    (2, "sdpa", "bf16", "at", 3, 1, 6, 3, "batched_mm", "balanced", 64, {}),
+    (3, "eager", "fp32", "cross", 3, 28, 16, 4, "grouped_mm", "worst", 128, {}),
+    (5, "eager", "bf16", "below", 2, 1, 5, 2, "eager", "balanced", 96, dict(batch=1)),
+    (0, "sdpa", "bf16", "above", 2, 28, 12, 2, "batched_mm", "worst", 64, {}),
+    (5, "sdpa", "fp32", "cross", 3, 2, 8, 2, "grouped_mm", "worst", 48, {}),
+    (4, "eager", "fp32", "below", 1, 28, 4, 1, "eager", "balanced", 64, {}),
+    (0, "sdpa", "fp32", "below", 2, 0, 6, 2, "batched_mm", "balanced", 96, {}),
+    (0, "eager", "fp32", "cross", 3, 28, 10, 3, "grouped_mm", "balanced", 64, dict(do_sample=True)),
+    (2, "sdpa", "fp32", "below", 2, 28, 4, 2, "eager", "worst", 128, dict(num_beams=2)),
+    (4, "sdpa", "fp32", "below", 2, 28, 8, 4, "grouped_mm", "balanced", 96, dict(cache="static")),
+    (5, "eager", "bf16", "cross", 3, 1, 6, 2, "batched_mm", "worst", 64, dict(cache="static")),
+    (1, "sdpa", "bf16", "below", 2, 28, 4, 2, "eager", "balanced", 48,
+     dict(cache="static", do_sample=True, num_return_sequences=2)),
+]
+
+
+def q2mpoint(r):
+    i, attn, dtype, window, L, mwl, E, k, impl, routing, shared, opts = Q2M_RUNS[r]
+    opts = dict(opts)
+    batch = opts.pop("batch", None)
+    p = fpoint("qwen2_moe", i, attn, dtype, opts)
+    if batch:
+        p["batch"] = batch
+    S, N = p["seq"], p["max_new_tokens"]
+    p.update(intermediate_size=p["intermediate_size"] // 4, num_experts=E, top_k=k, experts=impl, routing=routing,
+             shared_intermediate_size=shared, num_layers=L, max_window_layers=mwl,
+             sliding_window={"below": S // 2, "cross": S + max(N // 2, 1), "at": S, "above": S + N + 4}[window])
+    return p
+
+
+def q2mgrid(quick=False):
+    return [q2mpoint(r) for r in range(2 if quick else len(Q2M_RUNS))]
+
+
 def dpoint(r):
     """DeepSeek-V3 (multi-head latent attention; the DynamicCache keeps the latent and k_rot) through
     generate(): make_deepseek_grid.py's row r (its MoE and MLA shapes, experts implementation and
@@ -668,10 +711,11 @@ def main():
     ap.add_argument("--static-sliding", action="store_true", help="generate_static_sliding.json: StaticCache with a sliding window")
     ap.add_argument("--static-mixed", action="store_true", help="generate_static_mixed.json: StaticCache on qwen2/qwen3 with sliding and full layers (max_window_layers)")
     ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe (windowed) and deepseek_v3")
+    ap.add_argument("--qwen2-moe-sliding", action="store_true", help="generate_qwen2_moe_sliding.json: qwen2_moe with use_sliding_window (max_window_layers), forced routing, DynamicCache and StaticCache")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if (a.static_sliding or a.static_families or a.static_mixed) and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
@@ -681,25 +725,26 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
-    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding:
+    if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding or a.qwen2_moe_sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
                  else "--static-sliding" if a.static_sliding else "--static-families" if a.static_families
                  else "--static-mixed" if a.static_mixed
-                 else "--sliding" if a.sliding else "--deepseek")
+                 else "--sliding" if a.sliding else "--qwen2-moe-sliding" if a.qwen2_moe_sliding else "--deepseek")
         todo = (fgrid if a.families else mgrid if a.moe else ggrid if a.gemma else oggrid if a.gpt_oss else sgrid
-                if a.static_sliding else sfgrid if a.static_families else smgrid if a.static_mixed else wgrid if a.sliding else dgrid)(a.quick)
+                if a.static_sliding else sfgrid if a.static_families else smgrid if a.static_mixed else wgrid if a.sliding else q2mgrid if a.qwen2_moe_sliding else dgrid)(a.quick)
         results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {which}" + (" --quick" if a.quick else ""), **releases(False),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
                            "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
                            "**measure_generate.gen_kwargs(point))" + ("; the router's top-k indices forced to the point's "
-                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss or a.static_families else ""),
+                           "routing for each forward's token count (measure_generate.install_generate_routing)" if a.moe or a.gpt_oss or a.static_families or a.qwen2_moe_sliding else ""),
                    points=results)
         name = ("generate_families.json" if a.families else "generate_moe.json" if a.moe else "generate_gemma.json" if a.gemma
                 else "generate_gpt_oss.json" if a.gpt_oss else "generate_static_sliding.json" if a.static_sliding
                 else "generate_static_families.json" if a.static_families
                 else "generate_static_mixed.json" if a.static_mixed
-                else "generate_sliding.json" if a.sliding else "generate_deepseek.json")
+                else "generate_sliding.json" if a.sliding
+                else "generate_qwen2_moe_sliding.json" if a.qwen2_moe_sliding else "generate_deepseek.json")
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     results, t0 = G.measure_all((qgrid if a.qlora else ogrid if a.options else bgrid if a.beams else grid)(a.quick), run_one, maxtasksperchild=1)
     versions = releases(a.qlora or a.options)

@@ -57,6 +57,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --moe        # mixtral/qwen3_moe/qwen2_moe -> tests/fixtures/dist_grid/moe.json
     python3 measure_dist.py --gpt-oss-deepseek  # gpt_oss/deepseek_v3 -> tests/fixtures/dist_grid/gpt_oss_deepseek.json
     python3 measure_dist.py --lora-models  # LoRA/QLoRA of issue 30's models -> tests/fixtures/dist_grid/lora_models.json
+    python3 measure_dist.py --qwen2-moe-sliding  # qwen2_moe with use_sliding_window -> tests/fixtures/dist_grid/qwen2_moe_sliding.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -72,6 +73,7 @@ FAMILIES_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/families.json"
 MOE_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/moe.json")
 GPTOSS_DEEPSEEK_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/gpt_oss_deepseek.json")
 LORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_models.json")
+QWEN2_MOE_SLIDING_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/qwen2_moe_sliding.json")
 
 
 def setup_for(pt):
@@ -364,6 +366,36 @@ def moe_grid():
     return pts
 
 
+def qwen2_moe_sliding_grid():
+    """Qwen2-MoE with use_sliding_window (make_qwen2_moe_sliding_grid.py's rows: layers 0, 2, ...
+    below max_window_layers slide; windows shorter and longer than the context, max_window_layers
+    cutting the stack, above it and 0, one layer: every layer sliding) under each layout as --moe, world 2-4, ranks 0 and the
+    last (experts not dividing among the ranks: 8 over 3, 6 over 4), training (and inference,
+    forward), checkpointing off and non-reentrant."""
+    import make_qwen2_moe_sliding_grid as S
+    # (layout, row of S.POINTS, profile type, checkpoint, world, rank)
+    rows = [
+        ("ddp", 0, "training", "none", 2, 0),
+        ("ddp", 2, "training", "non-reentrant", 2, 1),
+        ("ddp", 5, "forward", "none", 2, 0),
+        ("zero1", 4, "training", "none", 2, 0),
+        ("zero1", 1, "training", "none", 4, 3),
+        ("zero2", 5, "training", "none", 2, 0),
+        ("zero2", 8, "training", "non-reentrant", 3, 2),
+        ("fsdp", 0, "training", "none", 3, 2),
+        ("fsdp", 2, "training", "non-reentrant", 4, 0),
+        ("fsdp", 4, "training", "none", 4, 3),
+        ("fsdp", 7, "inference", "none", 2, 1),
+        ("fsdp", 3, "training", "non-reentrant", 2, 1),
+    ]
+    pts = []
+    for layout, i, kind, ck, world, rank in rows:
+        row, window, mwl, extra, _, _ = S.POINTS[i]
+        p = dict(S.point(row, window, mwl, extra), checkpoint=ck)
+        pts.append(dist_point(p, kind, layout, world, rank, S.name_of(p, kind)))
+    return pts
+
+
 def gpt_oss_deepseek_grid():
     """gpt-oss (make_gptoss_grid.py's rows: eager attention with sinks, biased experts) and
     DeepSeek-V3 (make_deepseek_grid.py's rows with shared experts: latent attention, the sigmoid
@@ -527,7 +559,8 @@ def main():
     import measure_cs336 as M
     grids = {"--families": (families_grid, FAMILIES_OUT), "--moe": (moe_grid, MOE_OUT),
              "--gpt-oss-deepseek": (gpt_oss_deepseek_grid, GPTOSS_DEEPSEEK_OUT),
-             "--lora-models": (lora_models_grid, LORA_MODELS_OUT)}
+             "--lora-models": (lora_models_grid, LORA_MODELS_OUT),
+             "--qwen2-moe-sliding": (qwen2_moe_sliding_grid, QWEN2_MOE_SLIDING_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)

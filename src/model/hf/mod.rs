@@ -214,8 +214,8 @@ pub struct HfConfig {
     /// Qwen2/Qwen3 whose `max_window_layers` / `layer_types` slide only some layers, and
     /// Qwen2-MoE with `use_sliding_window` (all, some or none of its layers): which (None:
     /// `sliding_window` covers every layer). Modelled for Qwen2/Qwen3's generate with a
-    /// StaticCache and Qwen2-MoE's inference, forward and training only
-    /// (options::generate::check_static_only_window refuses the rest).
+    /// StaticCache and every profile type of Qwen2-MoE (one GPU and data-parallel layouts)
+    /// only (options::generate::check_static_only_window refuses the rest).
     #[serde(default)]
     pub sliding_layers: Option<Vec<bool>>,
     /// `rope_parameters.rope_type` when not "default" (llama3, linear, yarn …: they change

@@ -1363,6 +1363,14 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
         mask = match (&gen, gemma_full) {
             (Some(g), _) if g.static_len.is_some() => g.mask.cloned(),
             (_, Some(full)) => full,
+            // Qwen2-MoE's window under generate's DynamicCache: create_causal_mask sizes the full
+            // layers' mask by the first full layer (find_first_full_attention_index: past + s
+            // keys), by layer 0's DynamicSlidingWindowLayer when every layer slides; no window.
+            (Some(_), None) if is_qwen2_moe_window(hf) => {
+                let all_slide = hf.sliding_layers.as_ref().is_some_and(|l| l.iter().all(|&x| x));
+                let sizes = if all_slide { gemma::sliding_mask_sizes(hf.sliding_window.unwrap_or_default(), past, s) } else { (past + s, 0) };
+                causal_mask_window(&HfConfig { sliding_window: None, ..hf.clone() }, b, s, past, sizes, embeds.dtype(), device, padding.as_ref(), true)
+            }
             // A window on every layer (Mistral, Phi-3): generate's DynamicCache holds a
             // DynamicSlidingWindowLayer per layer, so the mask spans its keys (get_mask_sizes).
             (Some(_), None) if hf.sliding_window.is_some() && !is_gpt_oss(hf) => {
@@ -1392,10 +1400,16 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             // A static cache's generate() passes create_masks_for_generate's dict (one mask per
             // layer type: Qwen2-MoE's are all full_attention without use_sliding_window), so
             // the model builds no masks of its own.
+            // create_sliding_window_causal_mask sizes it by the first sliding layer (a
+            // DynamicSlidingWindowLayer under generate: its get_mask_sizes), by layer 0 when none
+            // slides (max_window_layers 0: past + s keys).
             (None, _) => gemma_sliding.or_else(|| {
                 hf.moe.as_ref().filter(|m| m.family == super::moe::MoeFamily::Qwen2Moe).and_then(|_| {
-                    let window = HfConfig { sliding_window: Some(hf.sliding_window.unwrap_or(0)), ..hf.clone() };
-                    causal_mask(&window, b, s, past, embeds.dtype(), device, padding.as_ref())
+                    let w = hf.sliding_window.unwrap_or(0);
+                    let window = HfConfig { sliding_window: Some(w), ..hf.clone() };
+                    let some_slide = hf.sliding_layers.as_ref().is_some_and(|l| l.iter().any(|&x| x));
+                    let sizes = if some_slide && use_cache { gemma::sliding_mask_sizes(w, past, s) } else { (past + s, 0) };
+                    causal_mask_window(&window, b, s, past, sizes, embeds.dtype(), device, padding.as_ref(), true)
                 })
             }),
         };
