@@ -478,3 +478,19 @@ fn qlora_families_closed_form_equals_the_simulation() {
     }
     run_within(&points, 1.8);
 }
+
+/// bf16 autocast over bf16 weights with LoRA is refused, naming --precision: peft's fp32
+/// adapters meet autocast there (each lora_A/lora_B caches a bf16 cast of its weight, which the
+/// closed form's pure bf16 terms leave out); over fp32 weights and in pure bf16 it is derived.
+#[test]
+fn lora_pure_autocast_is_refused_naming_the_flag() {
+    for arch in Arch::ALL {
+        let p = Point { precision: Precision::PureBf16Autocast, ..base(arch) };
+        let e = hf::check(&config(&p), p.precision, p.s).expect_err(arch.name());
+        assert_eq!(e.flag, "--precision", "{e}");
+        for precision in [Precision::Bf16, Precision::PureBf16] {
+            let p = Point { precision, ..base(arch) };
+            assert!(hf::check(&config(&p), p.precision, p.s).is_ok(), "{} {precision}", arch.name());
+        }
+    }
+}

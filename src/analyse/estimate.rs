@@ -255,8 +255,10 @@ struct Ctx {
     /// Name of the low type (`bf16`, `fp16`, `fp32`).
     low_name: &'static str,
     /// bf16 weights under bf16 autocast (the Trainer's bf16=True on a bf16 model): `Mode::Pure`
-    /// save for what casts to fp32 itself and meets an autocast op (derived where a model's
-    /// terms read this; options/estimate.rs refuses the rest).
+    /// save for what casts to fp32 itself and meets an autocast op. transformers' dense and
+    /// MoE layers upcast only where they downcast again before any matmul-class op (RMSNorm,
+    /// the eager softmax, the routers' softmax, the loss's `.float()`), so only DeepSeek-V3's
+    /// router reads this; hf.rs refuses LoRA with it (peft's fp32 adapters meet autocast).
     pure_autocast: bool,
 }
 
@@ -543,9 +545,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Precision::Fp32 => Mode::Fp32,
         Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
         // bf16 autocast on bf16 weights: pure bf16 save for what a model casts to fp32 itself
-        // (Ctx::pure_autocast; derived for gpt_oss and deepseek_v3, refused by
-        // options/estimate.rs elsewhere, as fp16 weights are); kept total here so the closed
-        // form stays a plain function.
+        // (Ctx::pure_autocast; derived for the hf models, refused by options/estimate.rs for
+        // cs336 and tinyllama, as fp16 weights are); kept total here so the closed form stays a
+        // plain function.
         Precision::PureBf16 | Precision::PureFp16 | Precision::PureBf16Autocast => Mode::Pure,
     };
     let (low, low_name) = match precision {

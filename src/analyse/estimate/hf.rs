@@ -61,6 +61,15 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
             gpt_oss::check(hf)?;
         }
     }
+    // bf16 autocast over bf16 weights keeps pure bf16's bytes (estimate.rs's Ctx::pure_autocast)
+    // until peft's fp32 adapters meet it: each lora_A/lora_B linear then caches a bf16 cast of
+    // its fp32 weight and reads peft's fp32 copy of its input cast back to bf16.
+    if precision == Precision::PureBf16Autocast && hf.moe.is_none() && hf.lora.is_some() {
+        return Err(ConfigError::new(
+            "--precision",
+            format!("bf16 autocast over {}'s bf16 weights with peft's LoRA is not derived in closed form (the adapters' cached bf16 casts; over fp32 weights, --dtype float32, it is, and so is pure bf16 without --precision bf16); `profile` simulates it", hf.model_type.name()),
+        ));
+    }
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }

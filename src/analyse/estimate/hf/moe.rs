@@ -73,11 +73,12 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
     // (hf/gpt_oss.rs) and DeepSeek-V3 (hf/deepseek.rs): grouped_mm is not an autocast op (the experts run in fp32),
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
-    // shared expert run in it.
+    // shared expert run in it. Over bf16 weights nothing is cast (pure bf16's terms, save
+    // DeepSeek-V3's router).
     if precision.autocast().is_some() && hf.lora.is_some() {
         return Err(ConfigError::new(
             "--precision",
-            format!("autocast of {family} with peft's LoRA is not derived in closed form (without adapters it is, over fp32 weights for every MoE family); `profile` simulates it"),
+            format!("autocast of {family} with peft's LoRA is not derived in closed form (without adapters it is, over fp32 and bf16 weights for every MoE family); `profile` simulates it"),
         ));
     }
     Ok(())
