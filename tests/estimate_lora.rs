@@ -479,18 +479,27 @@ fn qlora_families_closed_form_equals_the_simulation() {
     run_within(&points, 1.8);
 }
 
-/// bf16 autocast over bf16 weights with LoRA is refused, naming --precision: peft's fp32
-/// adapters meet autocast there (each lora_A/lora_B caches a bf16 cast of its weight, which the
-/// closed form's pure bf16 terms leave out); over fp32 weights and in pure bf16 it is derived.
+/// bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) with peft's
+/// LoRA: every dense model type × targets (all-linear, peft's q/v default) × dropout ×
+/// checkpointing, sdpa (eager on Gemma 2) with the cache, trained biases. peft casts each
+/// adapted projection's bf16 input to the adapters' fp32 and lora_A casts that to bf16, which it
+/// keeps (dropout's mask beside it), as over fp32 weights; the frozen weights are bf16 (nothing
+/// cast), the fp32 adapters' casts are cached.
 #[test]
-fn lora_pure_autocast_is_refused_naming_the_flag() {
+fn lora_pure_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
     for arch in Arch::ALL {
-        let p = Point { precision: Precision::PureBf16Autocast, ..base(arch) };
-        let e = hf::check(&config(&p), p.precision, p.s).expect_err(arch.name());
-        assert_eq!(e.flag, "--precision", "{e}");
-        for precision in [Precision::Bf16, Precision::PureBf16] {
-            let p = Point { precision, ..base(arch) };
-            assert!(hf::check(&config(&p), p.precision, p.s).is_ok(), "{} {precision}", arch.name());
+        let all: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"] } else { TARGETS.to_vec() };
+        let part: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj"] } else { vec!["q_proj", "v_proj"] };
+        for (targets, dropout) in [(all.clone(), 0.0), (part, 0.0), (all.clone(), 0.1)] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), dropout, precision: Precision::PureBf16Autocast, ckpt, ..base(arch) });
+            }
         }
+        let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
+        points.push(Point { attn, cache: true, precision: Precision::PureBf16Autocast, targets: all.clone(), ..base(arch) });
+        points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureBf16Autocast, ..base(arch) });
     }
+    run(&points);
 }
+
