@@ -2,7 +2,8 @@
 //! (src/analyse/estimate/hf.rs, the adapters' terms and what frozen weights no longer keep)
 //! against a simulated meta run of peft 0.21.2's `lora.Linear` over transformers 5.23
 //! (src/model/lora.rs, byte-exact against peft in tests/lora_grid.rs), over model types,
-//! targets, rank, dropout, `bias`, attention kernels, fp32, autocast and pure bf16,
+//! targets, rank, dropout, `bias`, attention kernels, fp32, autocast over fp32 and bf16 weights
+//! and pure bf16,
 //! checkpointing and optimizers; bitsandbytes' storage and what `MatMul4Bit` and
 //! `MatMul8bitLt` keep (src/model/bnb.rs, src/engine/ops/quant.rs and int8.rs, byte-exact
 //! in tests/qlora_grid.rs and int8_grid.rs).

@@ -3,8 +3,8 @@
 //! 5.23's op sequence (itself byte-exact against transformers in tests/moe_grid.rs), over
 //! mixtral, qwen3_moe (norm_topk_prob on and off) and qwen2_moe (its shared expert): the three
 //! experts implementations, balanced, worst and a file's routing, hidden and expert sizes,
-//! 4–16 experts, top-k 1–4, B and S, fp32 and pure bf16, checkpointing, use_cache, eager and
-//! sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
+//! 4–16 experts, top-k 1–4, B and S, fp32, pure bf16, autocast over fp32 and bf16 weights,
+//! peft's LoRA (under autocast too), checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
