@@ -473,9 +473,9 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
         // (8-bit: profile's own refusal, which estimate runs first.)
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),
-        // Autocast over fp32 and bf16 weights is derived; with LoRA it is not.
+        // Autocast over fp32 and bf16 weights is derived, and with LoRA over bf16 weights; with
+        // LoRA over fp32 weights it is not.
         ([&eager[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj"]].concat(), "--precision", "autocast"),
-        ([&eager[..], &["--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj"]].concat(), "--precision", "autocast"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
         ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),
         (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),
@@ -498,4 +498,14 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
         assert!(!json.exists(), "{args:?} wrote {}", json.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// peft's LoRA under bf16 autocast over bf16 weights (the Trainer's bf16=True on the bf16
+/// checkpoint): the LoRA grid above in that precision. Nothing frozen is cast (the weights
+/// are bf16 leaves); lora_A keeps the bf16 cast of peft's fp32 input copy and the cache holds
+/// the adapters' casts, as on the dense models.
+#[test]
+fn deepseek_v3_lora_pure_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = lora_grid().into_iter().map(|p| Point { precision: Precision::PureBf16Autocast, ..p }).collect();
+    run(&points, 1.40);
 }

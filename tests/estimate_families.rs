@@ -184,6 +184,8 @@ fn gemma2_closed_form_equals_the_simulation() {
     points.push(Point { precision: Precision::PureBf16, window: Some(64), ckpt: Some(false), ..base(Arch::Gemma2) });
     // The logits' soft-capping adds backward transients the bound leaves out ((B, S, V)
     // gradients through · c, tanh and / c beside the kept tanh output): 1.365× seen here.
+    // (Gemma 2's soft-capped logits: the backward transients tests/estimate_families.rs's
+    // Gemma 2 grid names.)
     run_within(&points, 1.40);
 }
 
@@ -285,4 +287,36 @@ fn families_lora_estimate_cli() {
         assert!(!json.exists(), "{model} {extra:?} wrote {}", json.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) on Phi-3,
+/// OLMo-2 and Gemma 2: eager and sdpa (Gemma 2 eager only) × checkpointing × use_cache at two
+/// (B, S), and sdpa's kernels pinned. Nothing meets autocast in a type it would cast (the
+/// families' fp32 norms, OLMo-2's fp32 RoPE tables and Gemma 2's soft caps cast back to bf16
+/// before their matmuls): pure bf16's terms, byte for byte.
+#[test]
+fn families_pure_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2] {
+        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+            if arch == Arch::Gemma2 && attn == AttnImplementation::Sdpa {
+                continue;
+            }
+            for ckpt in [None, Some(false), Some(true)] {
+                for cache in [true, false] {
+                    let (b, s) = if cache { (1, 24) } else { (3, 40) };
+                    points.push(Point { attn, precision: Precision::PureBf16Autocast, ckpt, cache, b, s, ..base(arch) });
+                }
+            }
+        }
+        if arch != Arch::Gemma2 {
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureBf16Autocast, kv_heads: 1, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Efficient, precision: Precision::PureBf16Autocast, kv_heads: 4, s: 33, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::CpuFlash, precision: Precision::PureBf16Autocast, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Math, precision: Precision::PureBf16Autocast, ..base(arch) });
+        }
+    }
+    // (Gemma 2's soft-capped logits: the backward transients tests/estimate_families.rs's
+    // Gemma 2 grid names.)
+    run_within(&points, 1.40);
 }

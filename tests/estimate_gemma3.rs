@@ -235,3 +235,24 @@ fn gemma3_estimate_cli() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint): eager and
+/// sdpa × checkpointing × use_cache at two (B, S), and sdpa's math, CPU and memory-efficient
+/// kernels pinned: pure bf16's terms, byte for byte (the `1 + w` norms' fp32 internals cast back
+/// before the projections read them).
+#[test]
+fn gemma3_pure_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+        for ckpt in [None, Some(false), Some(true)] {
+            for cache in [true, false] {
+                let (b, s) = if cache { (1, 24) } else { (3, 40) };
+                points.push(Point { attn, precision: Precision::PureBf16Autocast, ckpt, cache, b, s, ..base() });
+            }
+        }
+    }
+    for backend in [SdpaBackend::Math, SdpaBackend::CpuFlash, SdpaBackend::Efficient] {
+        points.push(Point { backend, precision: Precision::PureBf16Autocast, kv_heads: if backend == SdpaBackend::Efficient { 4 } else { 2 }, ..base() });
+    }
+    run(&points, 1.30);
+}

@@ -351,6 +351,17 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, preset);
     }
+    // LoRA under bf16 autocast over bf16 weights: block 0 its own, the adapters' casts cached.
+    let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--dtype", "bfloat16", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "lora autocast: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("fp32 leaves over bf16 weights"), "lora autocast: {text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let e = &v["estimate"];
+    let terms = |b: &serde_json::Value| b.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
+    assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora autocast");
+    assert_eq!(e["autocast_cache_bytes"].as_u64(), v["simulated"]["autocast_cache_bytes"].as_u64(), "lora autocast");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -369,9 +380,9 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
-        // Autocast over fp32 and bf16 weights is derived; with LoRA it is not.
+        // Autocast over fp32 and bf16 weights is derived, and with LoRA over bf16 weights; with
+        // LoRA over fp32 weights it is not.
         ([&g[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
-        ([&g[..], &["--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         ([&g[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
@@ -384,4 +395,14 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
         assert!(!json.exists(), "{args:?} wrote {}", json.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// peft's LoRA under bf16 autocast over bf16 weights (the Trainer's bf16=True on the bf16
+/// checkpoint): the LoRA grid above in that precision. Nothing frozen is cast (the weights
+/// are bf16 leaves); lora_A keeps the bf16 cast of peft's fp32 input copy and the cache holds
+/// the adapters' casts, as on the dense models.
+#[test]
+fn gpt_oss_lora_pure_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = lora_grid().into_iter().map(|p| Point { precision: Precision::PureBf16Autocast, ..p }).collect();
+    run(&points, 1.40);
 }

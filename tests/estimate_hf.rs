@@ -23,7 +23,7 @@ use vramscope::model::{Flavour, ModelConfig};
 use vramscope::train::optim::OptimConfig;
 use vramscope::train::Precision;
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Point {
     arch: Arch,
     attn: AttnImplementation,
@@ -268,7 +268,8 @@ fn hf_estimate_cli_on_a_config_json() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         (String::from_utf8_lossy(&o.stdout).into_owned(), v)
     };
-    for (extra, kernel) in [(&[][..], "attention sdpa, math backend"), (&["--pure-bf16"][..], "attention sdpa, flash kernel")] {
+    // (--dtype bfloat16 --precision bf16: the Trainer's bf16=True over bf16 weights.)
+    for (extra, kernel) in [(&[][..], "attention sdpa, math backend"), (&["--pure-bf16"][..], "attention sdpa, flash kernel"), (&["--dtype", "bfloat16", "--precision", "bf16"][..], "attention sdpa, flash kernel")] {
         let (text, v) = run(extra);
         for needle in ["transformers 5.23.0 qwen3 (d_h 48)", kernel, "use_cache true", "q_norm", "DynamicCache keys", "no logits (the Trainer dropped them)", "q = B·S·h·d_h·4"] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
@@ -277,4 +278,58 @@ fn hf_estimate_cli_on_a_config_json() {
         estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint, transformers'
+/// default load): every model type × eager/sdpa × checkpointing × use_cache at two (B, S), the
+/// SDPA kernels, flash_attention_2, Qwen3's explicit head_dim, tied heads, Mistral's window
+/// with the attention_mask. The weights are bf16 leaves, so autocast caches nothing, and
+/// transformers casts down before every matmul-class op what it upcast (RMSNorm's fp32
+/// internals, eager's fp32 softmax, RoPE's tables, the loss's `.float()` feeding ops already
+/// fp32): pure bf16's terms, byte for byte.
+#[test]
+fn hf_pure_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
+        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+            for ckpt in [None, Some(false), Some(true)] {
+                for cache in [true, false] {
+                    let (b, s) = if cache { (1, 24) } else { (3, 40) };
+                    points.push(Point { attn, precision: Precision::PureBf16Autocast, ckpt, cache, b, s, ..base(arch) });
+                }
+            }
+        }
+    }
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        for (backend, kv) in [(SdpaBackend::Efficient, 4), (SdpaBackend::CpuFlash, 2), (SdpaBackend::Math, 2), (SdpaBackend::Flash, 1)] {
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision: Precision::PureBf16Autocast, kv_heads: kv, s: 33, ..base(arch) });
+        }
+        points.push(Point { attn: AttnImplementation::FlashAttention2, precision: Precision::PureBf16Autocast, ckpt: Some(false), ..base(arch) });
+        points.push(Point { head_dim: Some(48), precision: Precision::PureBf16Autocast, tied: true, ..base(arch) });
+    }
+    for (attn, backend) in [(AttnImplementation::Eager, SdpaBackend::Auto), (AttnImplementation::Sdpa, SdpaBackend::Math)] {
+        points.push(Point { attn, backend, mask: true, window: Some(16), precision: Precision::PureBf16Autocast, ..base(Arch::Mistral) });
+    }
+    estimate_common::run_points(&points, 1.30, check);
+}
+
+/// The most common fine-tuning run: a bf16 preset (from_pretrained(dtype="auto")) under the
+/// Trainer's bf16=True, in closed form, with and without LoRA.
+#[test]
+fn hf_pure_autocast_preset_cli() {
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["estimate", "--model", "Llama-3.1-8B", "--precision", "bf16", "--context-length", "1024", "--batch-size", "1", "--no-simulate"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (extra, needle) in [(&[][..], "no fp32 leaf to cast"), (&["--lora-r", "8", "--target-modules", "q_proj"][..], "fp32 leaves over bf16 weights")] {
+        let o = run(extra);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        for needle in ["bf16 autocast around forward and loss over bf16 weights", needle] {
+            assert!(text.contains(needle), "{extra:?}: missing {needle:?} in\n{text}");
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! (src/analyse/estimate/hf.rs, the adapters' terms and what frozen weights no longer keep)
 //! against a simulated meta run of peft 0.21.2's `lora.Linear` over transformers 5.23
 //! (src/model/lora.rs, byte-exact against peft in tests/lora_grid.rs), over model types,
-//! targets, rank, dropout, `bias`, attention kernels, fp32, autocast and pure bf16,
+//! targets, rank, dropout, `bias`, attention kernels, fp32, autocast over fp32 and bf16 weights
+//! and pure bf16,
 //! checkpointing and optimizers; bitsandbytes' storage and what `MatMul4Bit` and
 //! `MatMul8bitLt` keep (src/model/bnb.rs, src/engine/ops/quant.rs and int8.rs, byte-exact
 //! in tests/qlora_grid.rs and int8_grid.rs).
@@ -478,3 +479,28 @@ fn qlora_families_closed_form_equals_the_simulation() {
     }
     run_within(&points, 1.8);
 }
+
+/// bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) with peft's
+/// LoRA: every dense model type × targets (all-linear, peft's q/v default) × dropout ×
+/// checkpointing, sdpa (eager on Gemma 2) with the cache, trained biases. peft casts each
+/// adapted projection's bf16 input to the adapters' fp32 and lora_A casts that to bf16, which it
+/// keeps (dropout's mask beside it), as over fp32 weights; the frozen weights are bf16 (nothing
+/// cast), the fp32 adapters' casts are cached.
+#[test]
+fn lora_pure_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        let all: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"] } else { TARGETS.to_vec() };
+        let part: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj"] } else { vec!["q_proj", "v_proj"] };
+        for (targets, dropout) in [(all.clone(), 0.0), (part, 0.0), (all.clone(), 0.1)] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), dropout, precision: Precision::PureBf16Autocast, ckpt, ..base(arch) });
+            }
+        }
+        let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
+        points.push(Point { attn, cache: true, precision: Precision::PureBf16Autocast, targets: all.clone(), ..base(arch) });
+        points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureBf16Autocast, ..base(arch) });
+    }
+    run(&points);
+}
+

@@ -3,8 +3,8 @@
 //! 5.23's op sequence (itself byte-exact against transformers in tests/moe_grid.rs), over
 //! mixtral, qwen3_moe (norm_topk_prob on and off) and qwen2_moe (its shared expert): the three
 //! experts implementations, balanced, worst and a file's routing, hidden and expert sizes,
-//! 4–16 experts, top-k 1–4, B and S, fp32 and pure bf16, checkpointing, use_cache, eager and
-//! sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
+//! 4–16 experts, top-k 1–4, B and S, fp32, pure bf16, autocast over fp32 and bf16 weights,
+//! peft's LoRA (under autocast too), checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
@@ -337,6 +337,18 @@ fn moe_estimate_cli() {
     let terms = |b: &serde_json::Value| b.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
     let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
     assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora");
+    // LoRA under bf16 autocast over fp32 weights (the frozen router's cast) and over bf16 weights.
+    for (dtype, needle) in [("float32", "router (gate) weight cast to bf16"), ("bfloat16", "bf16 autocast around forward and loss over bf16 weights")] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--dtype", dtype, "--precision", "bf16", "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "lora {dtype}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(needle), "lora {dtype}: missing {needle:?} in\n{text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
+        assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora {dtype}");
+        assert_eq!(e["autocast_cache_bytes"].as_u64(), v["simulated"]["autocast_cache_bytes"].as_u64(), "lora {dtype}");
+    }
     // The presets at full size, closed form only.
     for (preset, needles) in [("Mixtral-8x7B", &["mixtral", "E 8 experts of width I 14336, top-k 2"][..]), ("Qwen3-30B-A3B", &["qwen3_moe", "E 128 experts of width I 768, top-k 8"][..])] {
         let o = cli(&["--preset", preset, "--batch-size", "1", "--context-length", "4096", "--no-simulate"]);
@@ -432,9 +444,6 @@ fn not_derived_is_refused_naming_the_flag() {
         // all-linear: peft converts Mixtral's expert and router names into target_parameters.
         ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
         ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
-        ([&mix[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
-        // bf16 autocast over Mixtral's bf16 weights (derived for gpt_oss and deepseek_v3 only).
-        ([&mix[..], &["--precision", "bf16"]].concat(), "--dtype", "pure-bf16-autocast"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
     ];
@@ -446,4 +455,71 @@ fn not_derived_is_refused_naming_the_flag() {
         assert!(!json.exists(), "{args:?} wrote {}", json.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// bf16 autocast over bf16 weights (the Trainer's bf16=True on the presets' bf16 checkpoints):
+/// the three families × experts implementations × checkpointing, use_cache, shapes, routing,
+/// eager and sdpa (GQA and MHA), B and S. The routers' fp32 softmax casts back to bf16 before
+/// the experts, grouped_mm is no autocast op and batched_mm's and eager's matmuls already read
+/// bf16: pure bf16's terms, byte for byte.
+#[test]
+fn moe_pure_autocast_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for implementation in ExpertsImplementation::ALL {
+            for ckpt in [None, Some(false), Some(true)] {
+                let (d, i, experts, top_k) = shapes[n % shapes.len()];
+                let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+                let (attn, kv_heads) = [(AttnImplementation::Eager, 2), (AttnImplementation::Sdpa, 4), (AttnImplementation::Sdpa, 2)][n % 3];
+                let (b, s) = if n % 2 == 0 { (1, 24) } else { (3, 40) };
+                n += 1;
+                points.push(Point { precision: Precision::PureBf16Autocast, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, routing, attn, kv_heads, tied: n % 5 == 0, implementation, ..base(model_type) });
+            }
+        }
+        points.push(Point { precision: Precision::PureBf16Autocast, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, ..base(model_type) });
+    }
+    // (batched_mm's gathered expert weights are forward transients the bound leaves out, as in
+    // the autocast grid above.)
+    run(&points, 2.1);
+}
+
+/// peft's LoRA under bf16 and fp16 autocast over fp32 weights and bf16 autocast over bf16
+/// weights on Mixtral, Qwen3-MoE and Qwen2-MoE: every third point of each family's LoRA grid
+/// (targets, r, dropout, experts implementations, routing, use_cache, checkpointing, GQA and
+/// MHA, eager and sdpa) in each of the three precisions, then Qwen2-MoE's shared-expert targets.
+/// Over fp32 weights every frozen linear whose input needs a gradient keeps its weight's
+/// uncached low-precision cast (the attention's, the router's, the shared expert's and its
+/// gate's); the adapters' casts are cached; over bf16 weights nothing is cast but the adapters.
+#[test]
+fn moe_lora_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        let mut n = 0;
+        for precision in [Precision::Bf16, Precision::Fp16, Precision::PureBf16Autocast] {
+            for p in lora_grid(model_type) {
+                n += 1;
+                if n % 3 == 0 {
+                    points.push(Point { precision, ..p });
+                }
+            }
+        }
+    }
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate"];
+    let sets: [&'static [&'static str]; 6] = [&["gate_proj"], &["up_proj"], &["down_proj"], &["shared_expert_gate"], &["gate_proj", "up_proj", "down_proj"], ALL];
+    let mut n = 0;
+    for targets in sets {
+        for precision in [Precision::Bf16, Precision::PureBf16Autocast] {
+            let implementation = ExpertsImplementation::ALL[n % 3];
+            let ckpt = [None, Some(false), None, Some(true)][n % 4];
+            n += 1;
+            points.push(Point { lora: Some((8, if n % 2 == 0 { 0.1 } else { 0.0 }, targets)), implementation, precision, ckpt, cache: ckpt.is_none(), ..base("qwen2_moe") });
+        }
+    }
+    // batched_mm's and eager's gathered and cast expert weights are forward transients the
+    // bound leaves out, large beside LoRA's activations: up to 2.32× on those points.
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.35);
+    run(&cast, 2.4);
 }

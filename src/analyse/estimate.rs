@@ -255,8 +255,10 @@ struct Ctx {
     /// Name of the low type (`bf16`, `fp16`, `fp32`).
     low_name: &'static str,
     /// bf16 weights under bf16 autocast (the Trainer's bf16=True on a bf16 model): `Mode::Pure`
-    /// save for what casts to fp32 itself and meets an autocast op (derived where a model's
-    /// terms read this; options/estimate.rs refuses the rest).
+    /// save for what casts to fp32 itself and meets an autocast op. transformers' dense and
+    /// MoE layers upcast only where they downcast again before any matmul-class op (RMSNorm,
+    /// the eager softmax, the routers' softmax, the loss's `.float()`), so only DeepSeek-V3's
+    /// router and peft's fp32 adapters (their inputs' and weights' bf16 casts) read this.
     pure_autocast: bool,
 }
 
@@ -543,9 +545,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Precision::Fp32 => Mode::Fp32,
         Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
         // bf16 autocast on bf16 weights: pure bf16 save for what a model casts to fp32 itself
-        // (Ctx::pure_autocast; derived for gpt_oss and deepseek_v3, refused by
-        // options/estimate.rs elsewhere, as fp16 weights are); kept total here so the closed
-        // form stays a plain function.
+        // (Ctx::pure_autocast; derived for the hf models, refused by options/estimate.rs for
+        // cs336 and tinyllama, as fp16 weights are); kept total here so the closed form stays a
+        // plain function.
         Precision::PureBf16 | Precision::PureFp16 | Precision::PureBf16Autocast => Mode::Pure,
     };
     let (low, low_name) = match precision {
@@ -619,6 +621,11 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Mode::Autocast if hf_terms.is_some() => hf_terms.as_ref().map(|t| (2 * t.cast_elements, t.cast_formula.clone())).unwrap_or_default(),
         Mode::Autocast => (2 * cast_elements, format!("2 B × (L·({attn_w} + 3d·F) + {head_w}) = 2 × {cast_elements}")),
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
+        Mode::Pure if c.pure_autocast && cfg.hf().is_some_and(|h| h.lora.is_some()) => {
+            // peft's fp32 adapters are the only leaves autocast casts (and caches).
+            let n = cfg.lora_param_count();
+            (2 * n, format!("2 B × (the LoRA adapters' A and B, fp32 leaves over bf16 weights) = 2 × {n}"))
+        }
         Mode::Pure if c.pure_autocast => (0, "0 B (bf16 weights: autocast has no fp32 leaf to cast and cache)".to_string()),
         Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
     };

@@ -75,18 +75,18 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
-    // bf16 autocast over bf16 weights is derived for gpt_oss and deepseek_v3 only (the Trainer's
-    // bf16=True on their bf16 checkpoints; analyse/estimate/hf/deepseek.rs's router casts).
-    let pure_autocast_derived = cfg.hf().and_then(|h| h.moe.as_ref()).is_some_and(|m| m.gpt_oss.is_some() || m.deepseek.is_some());
+    // bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) is derived
+    // for every hf model type (analyse/estimate.rs's Ctx::pure_autocast; LoRA with it is refused
+    // in analyse/estimate/hf.rs's check); the cs336 and tinyllama forms are not written for it.
     let refused = match precision {
         crate::train::Precision::PureFp16 => true,
-        crate::train::Precision::PureBf16Autocast => !pure_autocast_derived,
+        crate::train::Precision::PureBf16Autocast => cfg.hf().is_none(),
         _ => false,
     };
     if refused {
         return Err(usage(
             "--dtype",
-            format!("the closed form derives fp32, autocast over fp32 weights and pure bf16 (and bf16 autocast over bf16 weights of gpt_oss and deepseek_v3); this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
+            format!("the closed form derives fp32, autocast over fp32 weights and pure bf16 (and bf16 autocast over bf16 weights of the hf models); this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
         ));
     }
     // An MoE model: what profile refuses, and a routing file must fit B·S tokens.

@@ -505,17 +505,19 @@ fn adapter_on(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, input: &d
     if dropout && x_grad {
         t.push(input(format!("{name} lora_dropout mask (bool; dropout keeps it)"), "native_dropout", 1));
     }
-    match c.mode {
-        Mode::Autocast => {
-            let what = if dropout { "lora_dropout output" } else { "input" };
-            t.push(input(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", 2));
-        }
-        _ if dropout => t.push(input(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", 4)),
-        Mode::Pure => t.push(input(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", 4)),
-        Mode::Fp32 => {}
+    // peft casts the input to the adapters' fp32 (dropout runs on that copy), and under
+    // autocast lora_A casts it to the low type, which it keeps: over fp32 or bf16 weights.
+    let autocast = c.mode == Mode::Autocast || c.pure_autocast;
+    if autocast {
+        let what = if dropout { "lora_dropout output" } else { "input" };
+        t.push(input(format!("{name} {what} cast to {} (lora_A keeps it)", c.low_name), "_to_copy", 2));
+    } else if dropout {
+        t.push(input(format!("{name} lora_dropout output in fp32 (lora_A keeps it)"), "native_dropout", 4));
+    } else if c.mode == Mode::Pure {
+        t.push(input(format!("{name} input .to(fp32) (lora_A keeps it)"), "_to_copy", 4));
     }
     // fp32 (the adapters' type, bf16 weights or not), low-precision under autocast.
-    let a_elem = if c.mode == Mode::Autocast { 2 } else { 4 };
+    let a_elem = if autocast { 2 } else { 4 };
     t.push(c.small(&format!("{name} lora_A output (lora_B keeps it)"), "mm", "B·S·r", c.b * c.s * lc.r as u64, a_elem));
 }
 

@@ -32,6 +32,7 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         // peft keeps its adapters (and so their gradients and state) in fp32 over bf16 weights.
         Precision::PureBf16 if cfg.hf().is_some_and(|h| h.lora.is_some()) => "pure bf16 (frozen weights and activations bf16; LoRA adapters, their gradients and optimizer state fp32)".to_string(),
         Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
+        Precision::PureBf16Autocast if cfg.hf().is_some_and(|h| h.lora.is_some()) => "bf16 autocast around forward and loss over bf16 weights (frozen weights bf16; LoRA adapters, their gradients and optimizer state fp32)".to_string(),
         Precision::PureBf16Autocast => "bf16 autocast around forward and loss over bf16 weights (parameters, gradients, optimizer state bf16)".to_string(),
         Precision::PureFp16 => format!("{} (not derived in closed form)", e.precision),
     };

@@ -32,7 +32,8 @@
 //! parameters, frozen): a tensor is kept only where a gradient flows, as in the dense layers
 //! (super::layer): layer 0's input needs none, the norms' x·r and the experts' inputs that
 //! only their weights' gradients need are not kept. 8-bit weights, `--target-parameters`, the
-//! router's auxiliary loss and autocast with LoRA are refused ([`moe::check`]).
+//! router's auxiliary loss and autocast over fp32 weights with LoRA are refused ([`moe::check`]);
+//! over bf16 weights (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -113,7 +114,7 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
         }
     }
     if autocast {
-        // (LoRA under autocast is refused: every input needs a gradient.)
+        // (LoRA under autocast over fp32 weights is refused: every input needs a gradient.)
         attention_autocast(c, &mut t, cache);
     } else {
         attention(c, &mut t, me, cache, g);
@@ -372,7 +373,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     let (param_formula, mut cast_elements, mut cast_formula) = params(cfg, hf, m);
     if lora {
         cast_elements = cfg.lora_param_count() + cfg.lora_bias_count();
-        cast_formula = "autocast with peft's LoRA on gpt_oss is refused".into();
+        cast_formula = "autocast over fp32 weights with peft's LoRA on gpt_oss is refused".into();
     }
     Terms {
         block,

@@ -23,7 +23,9 @@
 //! the down projection's input), and nothing in a layer whose input needs none (layer 0 with
 //! the attention frozen); so is QLoRA (4-bit nn.Linear modules, the router and experts in their
 //! dtype; on gpt-oss and DeepSeek-V3 too), and bf16 autocast of the three families here
-//! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts). 8-bit weights, the ParamWrapper on the experts and router
+//! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts),
+//! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
+//! uncached casts). 8-bit weights, the ParamWrapper on the experts and router
 //! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
 //! simulates what it runs of them.
 use super::{types, Arch};
@@ -73,11 +75,17 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
     // (hf/gpt_oss.rs) and DeepSeek-V3 (hf/deepseek.rs): grouped_mm is not an autocast op (the experts run in fp32),
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
-    // shared expert run in it.
-    if precision.autocast().is_some() && hf.lora.is_some() {
+    // shared expert run in it. Over bf16 weights nothing is cast (pure bf16's terms, save
+    // DeepSeek-V3's router).
+    // LoRA under autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE (here: the frozen
+    // router's and shared expert's uncached casts; the adapters' casts are cached) and, over
+    // bf16 weights (nothing frozen is cast), for gpt-oss and DeepSeek-V3; over fp32 weights
+    // their own frozen casts are not stated.
+    let pure = precision == Precision::PureBf16Autocast;
+    if precision.autocast().is_some() && !pure && hf.lora.is_some() && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
         return Err(ConfigError::new(
             "--precision",
-            format!("autocast of {family} with peft's LoRA is not derived in closed form (without adapters it is, over fp32 weights for every MoE family); `profile` simulates it"),
+            format!("autocast of {family} over fp32 weights with peft's LoRA is not derived in closed form (without adapters it is, and over the bf16 weights, --dtype bfloat16, with them too); `profile` simulates it"),
         ));
     }
     Ok(())
@@ -166,6 +174,21 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         // Qwen2MoeMLP on every token: silu keeps its input, the product each factor; the
         // gated product keeps down_proj's output and the sigmoid's.
         let (g, u) = (x_grad || adapted("gate_proj"), x_grad || adapted("up_proj"));
+        // Under autocast over fp32 weights each frozen linear whose input needs a gradient keeps
+        // its weight's uncached bf16 cast (hf.rs's frozen_cast): the shared expert's, its gate's.
+        if lora.is_some() {
+            let (sd, sf) = (z.d * is, "d·I_s");
+            if x_grad {
+                super::frozen_cast(c, t, "shared_expert.gate_proj", sf, sd);
+                super::frozen_cast(c, t, "shared_expert.up_proj", sf, sd);
+            }
+            if g || u {
+                super::frozen_cast(c, t, "shared_expert.down_proj", sf, sd);
+            }
+            if x_grad {
+                super::frozen_cast(c, t, "shared_expert_gate", "d", z.d);
+            }
+        }
         if let Some(lc) = lora {
             for p in ["gate_proj", "up_proj"].into_iter().filter(|p| adapted(p)) {
                 super::adapter_on(c, t, lc, &format!("shared_expert.{p}"), &a, x_grad);
@@ -196,6 +219,10 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         }
     }
     if x_grad {
+        if lora.is_some() {
+            // The frozen router's linear keeps its weight's cast (under autocast over fp32 weights).
+            super::frozen_cast(c, t, "router (gate)", "E·d", z.e * z.d);
+        }
         router(t, m, &z);
         experts(t, m, &z);
     }
