@@ -294,6 +294,20 @@ fn reduce_scatter_seq(x: Tensor, tp: TensorParallel) -> Tensor {
     out
 }
 
+/// `moe_tp_experts`' input (the hidden states, the routing weights): transformers'
+/// `_AllReduceBackward`, the input itself in forward (a view, nothing new); backward makes
+/// the gradient contiguous (a copy only when it is not) and all-reduces it in place. The
+/// experts' output is `_AllReduceForward`'s in-place all_reduce: nothing new either.
+pub fn all_reduce_backward(x: &Tensor) -> Tensor {
+    if !needs_grad(&[x]) {
+        return x.clone();
+    }
+    attach(x.detach(), "_AllReduceBackwardBackward", &[x], Box::new(|g| {
+        let g = g.contiguous();
+        vec![Some(g)]
+    }))
+}
+
 /// `DTensor.from_local(x, [Shard(1)])` in front of a `SequenceParallel` norm: a view;
 /// backward hands the local gradient back (`_FromTorchTensorBackward`).
 pub fn from_local(x: &Tensor) -> Tensor {
@@ -325,8 +339,21 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
             return err(format!("{} ranks do not divide the {what} ({n}); uneven tensor-parallel shards are not modelled", tp.size));
         }
     }
-    if tp.plan == TpPlan::Auto && hf.moe.is_some() {
-        return Err(ConfigError::new("--tp-plan", "transformers' plan (auto) is measured on the dense models (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2, gemma3_text), not on an MoE model's (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts)"));
+    if let Some(m) = &hf.moe {
+        use crate::model::hf::moe::MoeFamily;
+        // tests/tp_hf_moe_grid.rs measures Mixtral's and Qwen3-MoE's plans.
+        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe) {
+            return Err(ConfigError::new("--tp-plan", format!("transformers' plan (auto) is measured on the dense models and on mixtral and qwen3_moe, not on {}'s (its experts' packed_colwise gate_up and rowwise down under moe_tp_experts are not measured with its own modules)", m.family.model_type())));
+        }
+        if tp.plan == TpPlan::Torch {
+            return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan has no style for {}'s 3-D experts; use --tp-plan auto (transformers' moe_tp_experts)", m.family.model_type())));
+        }
+        if m.intermediate % tp.size != 0 {
+            return err(format!("{} ranks do not divide the experts' intermediate size ({}); uneven tensor-parallel shards are not modelled", tp.size, m.intermediate));
+        }
+        if m.output_router_logits {
+            return Err(ConfigError::new("--output-router-logits", "the router's auxiliary loss under transformers' tensor-parallel plan is not measured; drop it"));
+        }
     }
     if tp.plan == TpPlan::Torch && hf.model_type.is_family() {
         return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan is written for Llama's separate q/k/v/gate/up projections; {} runs transformers' own base_model_tp_plan: use --tp-plan auto", hf.model_type.name())));
@@ -378,6 +405,11 @@ pub fn local_config(cfg: &crate::model::ModelConfig) -> crate::model::ModelConfi
         }
         if !tp.style(hf.model_type, 4).gathers() {
             c.d_ff /= tp.size;
+        }
+        // moe_tp_experts: every expert's packed_colwise gate_up (E, 2·I/tp, d) and rowwise
+        // down (E, d, I/tp); the router is not in the plan (whole on every rank).
+        if let Some(m) = c.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+            m.intermediate /= tp.size;
         }
     }
     c

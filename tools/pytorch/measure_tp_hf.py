@@ -19,8 +19,17 @@ forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise
 on local tensors and rowwise all-reduces its output in place); CHECKPOINTED's training points
 enable activation checkpointing (non-reentrant or reentrant) before the plan is applied.
 
+MoE models (`--moe`, tests/fixtures/dist_grid/tp_hf_moe.json): Mixtral's and Qwen3-MoE's plans
+add `mlp.experts.gate_up_proj: packed_colwise` (the 3-D (E, 2F, d) parameter _StridedShard on
+dim 1: this rank's gate and up rows), `mlp.experts.down_proj: rowwise` ((E, d, F) Shard(-1)) and
+`mlp.experts: moe_tp_experts` (the experts' forward on local tensors, `_AllReduceBackward` on the
+hidden states and the routing weights, `_AllReduceForward` -- an in-place all_reduce -- on the
+output); the router (`mlp.gate`) is not in the plan: replicated. The routers' top-k indices are
+forced as measure_moe.py's install_routing forces them (`routing` balanced or worst).
+
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
+    python3 measure_tp_hf.py --moe            # the MoE grid -> tests/fixtures/dist_grid/tp_hf_moe.json
 """
 import json
 import os
@@ -29,6 +38,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf.json")
+OUT_MOE = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_moe.json")
 
 
 def wrapper(pt):
@@ -63,6 +73,10 @@ def one(pt):
     p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt["attn"], dtype=pt["dtype"],
              optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False,
              checkpoint=pt.get("checkpoint", "none"))
+    if "num_experts" in p:
+        import measure_moe as MOE
+        MOE.install_routing(p)
+        H.hf_config = MOE.moe_config
     per, log, info = H.measure(p, pt["kind"], wrapper(pt))
     if pt.get("events"):
         M.write_events(pt["events"], log)
@@ -158,6 +172,39 @@ def grid():
     return pts
 
 
+# (model_type, hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, S, B, experts,
+# top_k, experts implementation, routing, attn, dtype): make_moe_grid.py's rows, their heads,
+# intermediate and vocabulary made divisible by the ranks.
+MOE_SHAPES = [
+    ("mixtral", 64, 96, 1, 4, 4, None, 1000, 16, 2, 4, 2, "grouped_mm", "balanced", "sdpa", "fp32"),
+    ("mixtral", 128, 128, 2, 8, 4, None, 1024, 12, 2, 8, 2, "eager", "worst", "eager", "bf16"),
+    ("mixtral", 64, 160, 1, 4, 2, None, 512, 20, 2, 6, 3, "batched_mm", "worst", "sdpa", "bf16"),
+    ("qwen3_moe", 64, 48, 1, 4, 2, 32, 1000, 16, 2, 8, 2, "grouped_mm", "worst", "sdpa", "bf16"),
+    ("qwen3_moe", 128, 64, 2, 4, 4, 32, 1000, 12, 2, 6, 3, "batched_mm", "balanced", "eager", "fp32"),
+    ("qwen3_moe", 96, 64, 2, 8, 4, 16, 776, 24, 1, 16, 4, "eager", "balanced", "eager", "fp32"),
+]
+
+
+def moe_grid():
+    """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
+    per shape), rank 0 or the last, as the dense grid alternates them."""
+    pts = []
+    for i, (mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype) in enumerate(MOE_SHAPES):
+        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+                 head_dim=hd, vocab_size=V, tied=False, max_position_embeddings=4096, num_experts=E, top_k=k,
+                 experts=impl, routing=routing)
+        for j, tp in enumerate((2, 4)):
+            if kv % tp or nh % tp or f % tp or V % tp:
+                continue
+            for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
+                rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
+                name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k} {impl} {routing} "
+                        f"{attn} {dtype} tp{tp} rank{rank} {kind}")
+                pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
+                                optimizer="adamw_torch_forloop"))
+    return pts
+
+
 def header():
     import torch
     import transformers
@@ -167,7 +214,11 @@ def header():
 
 def main():
     import measure_cs336 as M
-    M.grid_main(__doc__, __file__, one, grid, OUT, header)
+    if "--moe" in sys.argv:
+        sys.argv.remove("--moe")
+        M.grid_main(__doc__, __file__, one, moe_grid, OUT_MOE, header)
+    else:
+        M.grid_main(__doc__, __file__, one, grid, OUT, header)
 
 
 if __name__ == "__main__":

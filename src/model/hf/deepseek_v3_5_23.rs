@@ -330,7 +330,7 @@ impl Block {
         };
         let flat = x.view(&[b * s, d]);
         let gate_up = self.layer.gate_up.weights()[0];
-        let mw = crate::model::hf::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared: None, lora, shared_proj: None };
+        let mw = crate::model::hf::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared: None, lora, shared_proj: None, tp: false };
         let experts = crate::model::hf::moe_5_23::experts(m, &mw, &flat, &topk_indices, &topk_weights).view(&[b, s, d]);
         drop(flat);
         let shared = {
