@@ -26,7 +26,7 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         const NO_EP: &str = "torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep";
         // tests/tp_hf_moe_grid.rs measures Mixtral's and Qwen3-MoE's plans (--parallel tp).
         if moe.is_some() && !matches!(name, "mixtral" | "qwen3_moe") {
-            return Some((flag, format!("tensor parallelism of {name} is not modelled: transformers' MoE tp plan (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts) is measured on mixtral and qwen3_moe only, not with {name}'s own modules; {NO_EP}; use --parallel ddp, zero1, zero2 or fsdp")));
+            return Some((flag, format!("tensor parallelism of {name} is not measured: transformers' MoE tp plan (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts) is measured on mixtral and qwen3_moe only, not with {name}'s own modules; {NO_EP}; use --parallel ddp, zero1, zero2 or fsdp")));
         }
         // tests/tp_hf_grid.rs measures transformers' plan (--tp-plan auto) alone over the
         // tensor-parallel ranks, full fine-tuning and forward.
