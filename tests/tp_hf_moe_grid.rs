@@ -1,8 +1,9 @@
-//! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`) on Mixtral and
-//! Qwen3-MoE: their attention's colwise/rowwise plan (Qwen3-MoE's q/k norms
-//! replicated_with_grad_allreduce) and the experts' `packed_colwise` gate_up, `rowwise` down
-//! under `moe_tp_experts` (local tensors, `_AllReduceBackward` inputs, an in-place all-reduced
-//! output), the router replicated, routing forced; against PyTorch itself:
+//! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`) on Mixtral,
+//! Qwen3-MoE and Qwen2-MoE: their attention's colwise/rowwise plan (Qwen3-MoE's q/k norms
+//! replicated_with_grad_allreduce, Qwen2-MoE's Shard(0) q/k/v biases) and the experts'
+//! `packed_colwise` gate_up, `rowwise` down under `moe_tp_experts` (local tensors,
+//! `_AllReduceBackward` inputs, an in-place all-reduced output), the router and Qwen2-MoE's
+//! shared expert replicated, routing forced; against PyTorch itself:
 //! tests/fixtures/dist_grid/tp_hf_moe.json (tools/pytorch/measure_tp_hf.py --moe), per phase,
 //! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
 mod grid_common;

@@ -341,9 +341,10 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
     }
     if let Some(m) = &hf.moe {
         use crate::model::hf::moe::MoeFamily;
-        // tests/tp_hf_moe_grid.rs measures Mixtral's and Qwen3-MoE's plans.
-        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe) {
-            return Err(ConfigError::new("--tp-plan", format!("transformers' plan (auto) is measured on the dense models and on mixtral and qwen3_moe, not on {}'s (its experts' packed_colwise gate_up and rowwise down under moe_tp_experts are not measured with its own modules)", m.family.model_type())));
+        // tests/tp_hf_moe_grid.rs measures Mixtral's, Qwen3-MoE's and Qwen2-MoE's plans (the
+        // last's shared expert is not in it: replicated).
+        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
+            return Err(ConfigError::new("--tp-plan", format!("transformers' plan (auto) is measured on the dense models and on mixtral, qwen3_moe and qwen2_moe, not on {}'s (its experts' packed_colwise gate_up and rowwise down under moe_tp_experts are not measured with its own modules)", m.family.model_type())));
         }
         if tp.plan == TpPlan::Torch {
             return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan has no style for {}'s 3-D experts; use --tp-plan auto (transformers' moe_tp_experts)", m.family.model_type())));

@@ -19,12 +19,12 @@ forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise
 on local tensors and rowwise all-reduces its output in place); CHECKPOINTED's training points
 enable activation checkpointing (non-reentrant or reentrant) before the plan is applied.
 
-MoE models (`--moe`, tests/fixtures/dist_grid/tp_hf_moe.json): Mixtral's and Qwen3-MoE's plans
+MoE models (`--moe`, tests/fixtures/dist_grid/tp_hf_moe.json): Mixtral's, Qwen3-MoE's and Qwen2-MoE's plans
 add `mlp.experts.gate_up_proj: packed_colwise` (the 3-D (E, 2F, d) parameter _StridedShard on
 dim 1: this rank's gate and up rows), `mlp.experts.down_proj: rowwise` ((E, d, F) Shard(-1)) and
 `mlp.experts: moe_tp_experts` (the experts' forward on local tensors, `_AllReduceBackward` on the
 hidden states and the routing weights, `_AllReduceForward` -- an in-place all_reduce -- on the
-output); the router (`mlp.gate`) is not in the plan: replicated. The routers' top-k indices are
+output); the router (`mlp.gate`) and Qwen2-MoE's shared expert are not in the plan: replicated. The routers' top-k indices are
 forced as measure_moe.py's install_routing forces them (`routing` balanced or worst).
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
@@ -182,6 +182,12 @@ MOE_SHAPES = [
     ("qwen3_moe", 64, 48, 1, 4, 2, 32, 1000, 16, 2, 8, 2, "grouped_mm", "worst", "sdpa", "bf16"),
     ("qwen3_moe", 128, 64, 2, 4, 4, 32, 1000, 12, 2, 6, 3, "batched_mm", "balanced", "eager", "fp32"),
     ("qwen3_moe", 96, 64, 2, 8, 4, 16, 776, 24, 1, 16, 4, "eager", "balanced", "eager", "fp32"),
+    # Qwen2-MoE, then its shared expert's width: `mlp.shared_expert` and `shared_expert_gate` are
+    # not in its plan (its `mlp.gate_proj`/`up_proj`/`down_proj` entries name the dense MLP of
+    # mlp_only_layers): replicated, added after the experts' all-reduced output.
+    ("qwen2_moe", 64, 48, 1, 4, 2, None, 1000, 16, 2, 8, 2, "grouped_mm", "balanced", "sdpa", "fp32", 96),
+    ("qwen2_moe", 128, 64, 2, 4, 4, None, 1000, 12, 2, 6, 3, "eager", "worst", "eager", "bf16", 160),
+    ("qwen2_moe", 96, 48, 1, 8, 4, None, 776, 16, 3, 12, 4, "batched_mm", "worst", "eager", "fp32", 192),
 ]
 
 
@@ -189,16 +195,19 @@ def moe_grid():
     """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
     per shape), rank 0 or the last, as the dense grid alternates them."""
     pts = []
-    for i, (mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype) in enumerate(MOE_SHAPES):
+    for i, (mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *shared) in enumerate(MOE_SHAPES):
         c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
                  head_dim=hd, vocab_size=V, tied=False, max_position_embeddings=4096, num_experts=E, top_k=k,
                  experts=impl, routing=routing)
+        if shared:
+            c.update(shared_intermediate_size=shared[0])
         for j, tp in enumerate((2, 4)):
             if kv % tp or nh % tp or f % tp or V % tp:
                 continue
             for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
                 rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
-                name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k} {impl} {routing} "
+                name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
+                        f"{f' shared{shared[0]}' if shared else ''} {impl} {routing} "
                         f"{attn} {dtype} tp{tp} rank{rank} {kind}")
                 pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
                                 optimizer="adamw_torch_forloop"))
