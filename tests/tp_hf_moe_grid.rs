@@ -1,9 +1,10 @@
 //! One rank of transformers 5.23's own tensor parallelism (`--tp-plan auto`) on Mixtral,
-//! Qwen3-MoE and Qwen2-MoE: their attention's colwise/rowwise plan (Qwen3-MoE's q/k norms
-//! replicated_with_grad_allreduce, Qwen2-MoE's Shard(0) q/k/v biases) and the experts'
-//! `packed_colwise` gate_up, `rowwise` down under `moe_tp_experts` (local tensors,
-//! `_AllReduceBackward` inputs, an in-place all-reduced output), the router and Qwen2-MoE's
-//! shared expert replicated, routing forced; against PyTorch itself:
+//! Qwen3-MoE, Qwen2-MoE and DeepSeek-V3: their attention's colwise/rowwise plan (Qwen3-MoE's
+//! q/k norms replicated_with_grad_allreduce, Qwen2-MoE's Shard(0) q/k/v biases; DeepSeek-V3's
+//! latent attention is not in its plan: replicated) and the experts' `packed_colwise` gate_up,
+//! `rowwise` down under `moe_tp_experts` (local tensors, `_AllReduceBackward` inputs, an
+//! in-place all-reduced output), the router and Qwen2-MoE's shared expert replicated,
+//! DeepSeek-V3's dense MLPs and shared_experts colwise/rowwise, routing forced; against PyTorch itself:
 //! tests/fixtures/dist_grid/tp_hf_moe.json (tools/pytorch/measure_tp_hf.py --moe), per phase,
 //! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
 mod grid_common;
@@ -45,7 +46,9 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     pc.rank = num(p, "rank");
     pc.validate().unwrap();
     // No --tp-plan: an MoE model runs transformers' plan.
-    let cfg = pc.model_config(&grid_common::moe::config_of(&moe_point(p)));
+    let point = moe_point(p);
+    let model = if p["config"]["model_type"] == "deepseek_v3" { grid_common::moe::read_config_of(&point) } else { grid_common::moe::config_of(&point) };
+    let cfg = pc.model_config(&model);
     assert_eq!(cfg.tp.unwrap().plan, TpPlan::Auto, "{}", p["name"]);
     cfg.validate().unwrap();
     let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };

@@ -1,7 +1,7 @@
 //! Which parallel layouts issue 30's models run under: DDP, ZeRO-1, ZeRO-2 and FSDP2 per decoder
 //! layer for the dense families (phi3, olmo2, gemma2, gemma3_text; and transformers' own
 //! tensor-parallel plan alone, --tp-plan auto, tests/tp_hf_grid.rs, with Mixtral's,
-//! Qwen3-MoE's and Qwen2-MoE's, tests/tp_hf_moe_grid.rs) and the MoE models (mixtral,
+//! Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's, tests/tp_hf_moe_grid.rs) and the MoE models (mixtral,
 //! qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3), as tools/pytorch/measure_dist.py --families /
 //! --moe / --gpt-oss-deepseek measures them (tests/dist_models_grid.rs), and peft's LoRA (ddp,
 //! zero2, fsdp) and 4-bit QLoRA (ddp) of them, with peft's ParamWrapper (target_parameters) on
@@ -24,9 +24,10 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         // parameter on another mesh, and transformers' own DistributedConfig(ep_size) applies
         // its base_model_ep_plan; neither is modelled, so there is no --ep.
         const NO_EP: &str = "torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep";
-        // tests/tp_hf_moe_grid.rs measures Mixtral's, Qwen3-MoE's and Qwen2-MoE's plans (--parallel tp).
-        if moe.is_some() && !matches!(name, "mixtral" | "qwen3_moe" | "qwen2_moe") {
-            return Some((flag, format!("tensor parallelism of {name} is not measured: transformers' MoE tp plan (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts) is measured on mixtral, qwen3_moe and qwen2_moe only, not with {name}'s own modules; {NO_EP}; use --parallel ddp, zero1, zero2 or fsdp")));
+        // tests/tp_hf_moe_grid.rs measures Mixtral's, Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's
+        // plans (--parallel tp).
+        if name == "gpt_oss" {
+            return Some((flag, format!("tensor parallelism of {name} is not measured: transformers 5.23's GptOssConfig has no base_model_tp_plan (tp_plan=\"auto\" shards only lm_head; the MoE styles, packed_colwise gate_up and rowwise down under moe_tp_experts, are measured on mixtral, qwen3_moe, qwen2_moe and deepseek_v3); {NO_EP}; use --parallel ddp, zero1, zero2 or fsdp")));
         }
         // tests/tp_hf_grid.rs measures transformers' plan (--tp-plan auto) alone over the
         // tensor-parallel ranks, full fine-tuning and forward.

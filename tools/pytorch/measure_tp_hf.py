@@ -191,6 +191,31 @@ MOE_SHAPES = [
 ]
 
 
+# DeepSeek-V3 (make_deepseek_grid.py's rows): its plan leaves the latent attention out
+# (replicated: every head on every rank), shards the dense first layers' MLP and the
+# shared_experts MLP colwise/rowwise, and the routed experts under moe_tp_experts.
+DEEPSEEK_ROWS = [
+    (64, 160, 32, 2, 4, 1000, 16, 2, 8, 2, 2, 1, 1, 1, 48, 32, 16, 8, 12, True, 0, "grouped_mm", "balanced", "sdpa", "fp32"),
+    (128, 192, 32, 2, 8, 1000, 12, 2, 16, 4, 4, 2, 1, 1, 64, 48, 16, 16, 16, True, 0, "eager", "worst", "eager", "bf16"),
+    (64, 96, 40, 3, 4, 512, 20, 2, 4, 3, 2, 2, 2, 2, 32, 24, 8, 8, 20, False, 0, "batched_mm", "worst", "sdpa", "bf16"),
+]
+
+
+def deepseek_grid():
+    import make_deepseek_grid as DS
+    pts = []
+    for i, row in enumerate(DEEPSEEK_ROWS):
+        p = DS.point(row)
+        c = {k: v for k, v in p.items() if k not in ("seq", "batch", "attn", "dtype", "optimizer", "max_grad_norm", "use_cache")}
+        for j, tp in enumerate((2, 4)):
+            for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
+                rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
+                name = DS.name_of(dict(p, checkpoint="none"), kind).replace(f" {kind}", f" tp{tp} rank{rank} {kind}")
+                pts.append(dict(name=name, config=c, seq=p["seq"], batch=p["batch"], tp=tp, rank=rank, attn=p["attn"],
+                                dtype=p["dtype"], kind=kind, optimizer="adamw_torch_forloop"))
+    return pts
+
+
 def moe_grid():
     """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
     per shape), rank 0 or the last, as the dense grid alternates them."""
@@ -211,7 +236,7 @@ def moe_grid():
                         f"{attn} {dtype} tp{tp} rank{rank} {kind}")
                 pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
                                 optimizer="adamw_torch_forloop"))
-    return pts
+    return pts + deepseek_grid()
 
 
 def header():
