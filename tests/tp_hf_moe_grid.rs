@@ -26,7 +26,7 @@ fn num(v: &Value, key: &str) -> usize {
 }
 
 /// The point as a measure_moe.py point (grid_common::moe::config_of reads it): the config,
-/// no cache, no mask, no checkpointing.
+/// no cache, no mask, the point's checkpointing (none unless it names one).
 fn moe_point(p: &Value) -> Value {
     let mut h = p["config"].clone();
     let o = h.as_object_mut().unwrap();
@@ -35,7 +35,7 @@ fn moe_point(p: &Value) -> Value {
     }
     o.insert("use_cache".into(), json!(false));
     o.insert("logits_to_keep".into(), json!(0));
-    o.insert("checkpoint".into(), json!("none"));
+    o.insert("checkpoint".into(), json!(p["checkpoint"].as_str().unwrap_or("none")));
     o.insert("attention_mask".into(), json!("none"));
     h
 }

@@ -216,6 +216,18 @@ def deepseek_grid():
     return pts
 
 
+MOE_CHECKPOINTED = [
+    ("mixtral V1000 d64", 2, 1, False),
+    ("mixtral V1024 d128", 4, 0, True),
+    ("qwen3_moe V1000 d128", 2, 0, True),
+    ("qwen3_moe V776 d96", 4, 3, False),
+    ("qwen2_moe V1000 d128", 2, 1, False),
+    ("qwen2_moe V776 d96", 4, 0, True),
+    ("deepseek_v3 d64 Fd160", 2, 1, True),
+    ("deepseek_v3 d64 Fd96", 4, 3, False),
+]
+
+
 def moe_grid():
     """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
     per shape), rank 0 or the last, as the dense grid alternates them."""
@@ -236,7 +248,16 @@ def moe_grid():
                         f"{attn} {dtype} tp{tp} rank{rank} {kind}")
                 pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
                                 optimizer="adamw_torch_forloop"))
-    return pts + deepseek_grid()
+    pts += deepseek_grid()
+    # Activation checkpointing, training only, over the grid's configurations: (name prefix,
+    # tp, rank, use_reentrant). A reentrant checkpoint's first forward runs under no_grad, where
+    # _AllReduceBackward is the input itself and colwise/rowwise take their local paths.
+    for prefix, tp, rank, reentrant in MOE_CHECKPOINTED:
+        base = next(p for p in pts if p["name"].startswith(prefix) and p["tp"] == tp and p["kind"] == "training")
+        ck = "reentrant" if reentrant else "non-reentrant"
+        name = base["name"].replace(f" tp{tp} rank{base['rank']} training", f" tp{tp} rank{rank} checkpoint={ck} training")
+        pts.append(dict(base, name=name, rank=rank, checkpoint=ck))
+    return pts
 
 
 def header():
