@@ -383,6 +383,7 @@ fn routing_and_experts_flags_are_checked() {
     let s = profile("qwen3-tp", &["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
     assert_eq!(s["parallel"]["tp_plan"].as_str(), Some("auto"), "{}", s["parallel"]);
     bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--output-router-logits"], "--output-router-logits");
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--dtype", "float32", "--precision", "bf16"], "--precision");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
