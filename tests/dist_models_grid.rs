@@ -142,11 +142,14 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "not measured"]),
         // Phi-3 runs transformers' own tensor-parallel plan (tests/tp_hf_grid.rs), not torch's.
         (&["--preset", "Phi-3-mini", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"], &["--tp-plan", "base_model_tp_plan"]),
-        (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"], &["--parallel", "moe_tp_experts", "not measured"]),
+        // Mixtral's, Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's plans run (tests/tp_hf_moe_grid.rs);
+        // gpt-oss has none (transformers 5.23's GptOssConfig names no base_model_tp_plan).
+        (&["--preset", "gpt-oss-20b", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"], &["--parallel", "base_model_tp_plan", "not measured", "no --ep"]),
+        (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch"], &["--tp-plan", "3-D experts"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
         (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "gpt_oss", "not measured"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "8", "--fsdp-reduce-dtype", "fp32"], &["--fsdp-reduce-dtype", "deepseek_v3", "not measured"]),
-        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "tp", "--world-size", "2", "--tp", "2"], &["--parallel", "no --ep"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "no --ep"]),
     ];
     for (extra, needles) in cases {
         let out = tmp("refused");

@@ -376,9 +376,14 @@ fn routing_and_experts_flags_are_checked() {
     // generate() runs for Mixtral, Qwen3-MoE and Qwen2-MoE (tests/generate_grid.rs), with
     // balanced or worst routing only: a file's counts are one forward's.
     bad(&["--preset", "Mixtral-8x7B", "--profile-type", "generate", "--max-new-tokens", "2", "--routing", counts.to_str().unwrap()], "one forward's token count");
-    // Data-parallel layouts run (tests/dist_models_grid.rs); tensor and expert parallelism do not.
-    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], "--tp");
-    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--tp", "2"], "no --ep");
+    // Data-parallel layouts run (tests/dist_models_grid.rs), and transformers' tensor-parallel
+    // plan alone (tests/tp_hf_moe_grid.rs: the model's default plan is auto); FSDP2 x TP and
+    // expert parallelism do not.
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], "no --ep");
+    let s = profile("qwen3-tp", &["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
+    assert_eq!(s["parallel"]["tp_plan"].as_str(), Some("auto"), "{}", s["parallel"]);
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--output-router-logits"], "--output-router-logits");
+    bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--dtype", "float32", "--precision", "bf16"], "--precision");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -294,6 +294,20 @@ fn reduce_scatter_seq(x: Tensor, tp: TensorParallel) -> Tensor {
     out
 }
 
+/// `moe_tp_experts`' input (the hidden states, the routing weights): transformers'
+/// `_AllReduceBackward`, the input itself in forward (a view, nothing new); backward makes
+/// the gradient contiguous (a copy only when it is not) and all-reduces it in place. The
+/// experts' output is `_AllReduceForward`'s in-place all_reduce: nothing new either.
+pub fn all_reduce_backward(x: &Tensor) -> Tensor {
+    if !needs_grad(&[x]) {
+        return x.clone();
+    }
+    attach(x.detach(), "_AllReduceBackwardBackward", &[x], Box::new(|g| {
+        let g = g.contiguous();
+        vec![Some(g)]
+    }))
+}
+
 /// `DTensor.from_local(x, [Shard(1)])` in front of a `SequenceParallel` norm: a view;
 /// backward hands the local gradient back (`_FromTorchTensorBackward`).
 pub fn from_local(x: &Tensor) -> Tensor {
@@ -320,13 +334,34 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
             if cfg.flavour == crate::model::Flavour::Cs336 { "uses its own Linear module, which those styles refuse" } else { "ties its head to the embedding" }
         ));
     };
-    for (what, n) in [("attention heads", cfg.num_heads), ("key/value heads", cfg.num_kv_heads), ("intermediate size", cfg.d_ff), ("vocabulary", cfg.vocab_size)] {
+    let deepseek = hf.moe.as_ref().and_then(|m| m.deepseek.as_ref().map(|ds| (ds.dense_intermediate, m.shared_intermediate)));
+    let sharded: Vec<(&str, usize)> = match deepseek {
+        // DeepSeek-V3's attention is not in its plan (tp_plan="auto"): its heads stay whole.
+        Some((dense, shared)) if tp.plan == TpPlan::Auto => vec![("dense layers' intermediate size", dense), ("shared experts' intermediate size", shared), ("vocabulary", cfg.vocab_size)],
+        _ => vec![("attention heads", cfg.num_heads), ("key/value heads", cfg.num_kv_heads), ("intermediate size", cfg.d_ff), ("vocabulary", cfg.vocab_size)],
+    };
+    for (what, n) in sharded {
         if n % tp.size != 0 {
             return err(format!("{} ranks do not divide the {what} ({n}); uneven tensor-parallel shards are not modelled", tp.size));
         }
     }
-    if tp.plan == TpPlan::Auto && hf.moe.is_some() {
-        return Err(ConfigError::new("--tp-plan", "transformers' plan (auto) is measured on the dense models (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma2, gemma3_text), not on an MoE model's (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts)"));
+    if let Some(m) = &hf.moe {
+        use crate::model::hf::moe::MoeFamily;
+        // tests/tp_hf_moe_grid.rs measures Mixtral's, Qwen3-MoE's, Qwen2-MoE's (its shared
+        // expert is not in the plan: replicated) and DeepSeek-V3's plans. transformers 5.23's
+        // GptOssConfig has no base_model_tp_plan: tp_plan="auto" shards its head alone.
+        if m.family == MoeFamily::GptOss {
+            return Err(ConfigError::new("--tp-plan", "transformers 5.23's GptOssConfig has no base_model_tp_plan (tp_plan=\"auto\" shards only lm_head, colwise_gather_output): not measured"));
+        }
+        if tp.plan == TpPlan::Torch {
+            return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan has no style for {}'s 3-D experts; use --tp-plan auto (transformers' moe_tp_experts)", m.family.model_type())));
+        }
+        if m.intermediate % tp.size != 0 {
+            return err(format!("{} ranks do not divide the experts' intermediate size ({}); uneven tensor-parallel shards are not modelled", tp.size, m.intermediate));
+        }
+        if m.output_router_logits {
+            return Err(ConfigError::new("--output-router-logits", "the router's auxiliary loss under transformers' tensor-parallel plan is not measured; drop it"));
+        }
     }
     if tp.plan == TpPlan::Torch && hf.model_type.is_family() {
         return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan is written for Llama's separate q/k/v/gate/up projections; {} runs transformers' own base_model_tp_plan: use --tp-plan auto", hf.model_type.name())));
@@ -372,12 +407,25 @@ impl crate::model::ModelConfig {
 pub fn local_config(cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
     let mut c = cfg.clone();
     if let (Some(tp), Some(hf)) = (cfg.tp_group(), cfg.hf()) {
-        if !tp.style(hf.model_type, 0).gathers() {
+        // DeepSeek-V3's plan leaves its latent attention out: every head on every rank.
+        let deepseek = hf.moe.as_ref().is_some_and(|m| m.deepseek.is_some());
+        if !tp.style(hf.model_type, 0).gathers() && !deepseek {
             c.num_heads /= tp.size;
             c.num_kv_heads /= tp.size;
         }
         if !tp.style(hf.model_type, 4).gathers() {
             c.d_ff /= tp.size;
+        }
+        // moe_tp_experts: every expert's packed_colwise gate_up (E, 2·I/tp, d) and rowwise
+        // down (E, d, I/tp); the router is not in the plan (whole on every rank).
+        if let Some(m) = c.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+            m.intermediate /= tp.size;
+            // DeepSeek-V3's dense first layers' MLP and its shared_experts MLP are colwise /
+            // rowwise (Qwen2-MoE's shared expert is not in its plan: whole).
+            if let Some(ds) = m.deepseek.as_mut() {
+                ds.dense_intermediate /= tp.size;
+                m.shared_intermediate /= tp.size;
+            }
         }
     }
     c

@@ -45,7 +45,8 @@ pub struct ParallelFlags {
     /// Tensor-parallel ranks (hf flavour)
     ///
     /// torch's Megatron-style plan (q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered)
-    /// on Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
+    /// on Llama-style models, transformers' own on phi3, olmo2, gemma2, gemma3_text and the MoE
+    /// models but gpt-oss (their experts under moe_tp_experts; --tp-plan).
     /// With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first
     /// dimension (2-D); --parallel tp: N = --world-size
     #[arg(help_heading = super::heading::PARALLEL, long, value_name = "N")]
@@ -60,8 +61,9 @@ pub struct ParallelFlags {
     ///
     /// auto: transformers' own (from_pretrained(tp_plan="auto"): the config's
     /// base_model_tp_plan, the embedding vocabulary-parallel, the head gathered), the only plan
-    /// on phi3, olmo2, gemma2 and gemma3_text; torch: the Megatron-style plan above, the
-    /// default on Llama-style models.
+    /// on phi3, olmo2, gemma2, gemma3_text, mixtral, qwen3_moe, qwen2_moe and deepseek_v3 (the
+    /// experts' packed_colwise gate_up and rowwise down under moe_tp_experts); torch: the
+    /// Megatron-style plan above, the default on Llama-style models.
     #[arg(help_heading = super::heading::PARALLEL, long, value_name = "PLAN", value_parser = ["auto", "torch"])]
     pub tp_plan: Option<String>,
 }

@@ -1,6 +1,7 @@
 //! Which parallel layouts issue 30's models run under: DDP, ZeRO-1, ZeRO-2 and FSDP2 per decoder
 //! layer for the dense families (phi3, olmo2, gemma2, gemma3_text; and transformers' own
-//! tensor-parallel plan alone, --tp-plan auto, tests/tp_hf_grid.rs) and the MoE models (mixtral,
+//! tensor-parallel plan alone, --tp-plan auto, tests/tp_hf_grid.rs, with Mixtral's,
+//! Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's, tests/tp_hf_moe_grid.rs) and the MoE models (mixtral,
 //! qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3), as tools/pytorch/measure_dist.py --families /
 //! --moe / --gpt-oss-deepseek measures them (tests/dist_models_grid.rs), and peft's LoRA (ddp,
 //! zero2, fsdp) and 4-bit QLoRA (ddp) of them, with peft's ParamWrapper (target_parameters) on
@@ -20,16 +21,23 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     }
     if c.tp > 1 || c.layout == Layout::Tp {
         let flag = if c.layout == Layout::Tp { "--parallel" } else { "--tp" };
-        if moe.is_some() {
-            // torch 2.15 has no expert-parallel API: fully_shard's shard_placement_fn can put a
-            // parameter on another mesh, and transformers' own DistributedConfig(ep_size) applies
-            // its base_model_ep_plan; neither is modelled, so there is no --ep.
-            return Some((flag, format!("tensor and expert parallelism of {name} are not modelled: transformers' MoE tp plan (the experts' packed_colwise gate_up and rowwise down under moe_tp_experts, which all-reduces their output) is not measured, and torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep; use --parallel ddp, zero1, zero2 or fsdp")));
+        // torch 2.15 has no expert-parallel API: fully_shard's shard_placement_fn can put a
+        // parameter on another mesh, and transformers' own DistributedConfig(ep_size) applies
+        // its base_model_ep_plan; neither is modelled, so there is no --ep.
+        const NO_EP: &str = "torch 2.15 has no expert-parallel API (only fully_shard's per-parameter mesh, shard_placement_fn; transformers' DistributedConfig(ep_size) is its own recipe), so vramscope has no --ep";
+        // tests/tp_hf_moe_grid.rs measures Mixtral's, Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's
+        // plans (--parallel tp).
+        if name == "gpt_oss" {
+            return Some((flag, format!("tensor parallelism of {name} is not measured: transformers 5.23's GptOssConfig has no base_model_tp_plan (tp_plan=\"auto\" shards only lm_head; the MoE styles, packed_colwise gate_up and rowwise down under moe_tp_experts, are measured on mixtral, qwen3_moe, qwen2_moe and deepseek_v3); {NO_EP}; use --parallel ddp, zero1, zero2 or fsdp")));
         }
         // tests/tp_hf_grid.rs measures transformers' plan (--tp-plan auto) alone over the
         // tensor-parallel ranks, full fine-tuning and forward.
         if c.layout != Layout::Tp {
-            return Some(("--tp", format!("transformers' tensor-parallel plan for {name} under FSDP2 on a 2-D mesh (--parallel {} --tp) is not measured; use --parallel tp (tensor parallelism alone) or ddp, zero1, zero2 or fsdp", c.layout.name())));
+            let ep = if moe.is_some() { format!(" ({NO_EP})") } else { String::new() };
+            return Some(("--tp", format!("transformers' tensor-parallel plan for {name} under FSDP2 on a 2-D mesh (--parallel {} --tp) is not measured{ep}; use --parallel tp (tensor parallelism alone) or ddp, zero1, zero2 or fsdp", c.layout.name())));
+        }
+        if name == "qwen2_moe" && hf.sliding_layers.is_some() {
+            return Some(("--parallel", format!("{name}'s sliding window (use_sliding_window) under transformers' tensor-parallel plan is not measured (one GPU is: moe_grid/qwen2_moe_sliding.json); profile one GPU")));
         }
         if hf.lora.is_some() || hf.bnb.is_some() {
             let f = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--load-in-4bit", |q| q.flag()) };

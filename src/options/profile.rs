@@ -228,6 +228,10 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if let Some((flag, why)) = parallel.as_ref().zip(cfg.hf()).and_then(|(pc, h)| super::parallel_models::refusal(pc, h)) {
         return Err(usage(flag, why));
     }
+    // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
+    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && cfg.hf().is_some_and(|h| h.moe.is_some()) && precision.autocast().is_some() {
+        return Err(usage("--precision", format!("{precision} (autocast) of an MoE model under transformers' tensor-parallel plan is not measured (dist_grid/tp_hf_moe.json runs fp32 and pure bf16 weights); drop the autocast precision or profile one GPU")));
+    }
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
     let static_generate = a.profile_type.iter().all(|&k| k == ProfileType::Generate) && a.generate.cache_implementation.as_deref() == Some("static");
     let kinds = a.profile_type.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");

@@ -139,7 +139,8 @@ impl ParallelConfig {
 
     /// The plan named, else the model's default.
     fn tp_plan_for(&self, hf: Option<&crate::model::hf::HfConfig>) -> Option<crate::model::tp::TpPlan> {
-        self.tp_plan.or_else(|| hf.map(|h| crate::model::tp::TpPlan::default_for(h.model_type)))
+        // An MoE model's experts have transformers' style only (moe_tp_experts).
+        self.tp_plan.or_else(|| hf.map(|h| if h.moe.is_some() { crate::model::tp::TpPlan::Auto } else { crate::model::tp::TpPlan::default_for(h.model_type) }))
     }
 
     /// `--tp-plan` resolved for the model (its default when none is named).

@@ -19,8 +19,17 @@ forward (grad enabled, no labels) or inference (`torch.no_grad()`, where colwise
 on local tensors and rowwise all-reduces its output in place); CHECKPOINTED's training points
 enable activation checkpointing (non-reentrant or reentrant) before the plan is applied.
 
+MoE models (`--moe`, tests/fixtures/dist_grid/tp_hf_moe.json): Mixtral's, Qwen3-MoE's and Qwen2-MoE's plans
+add `mlp.experts.gate_up_proj: packed_colwise` (the 3-D (E, 2F, d) parameter _StridedShard on
+dim 1: this rank's gate and up rows), `mlp.experts.down_proj: rowwise` ((E, d, F) Shard(-1)) and
+`mlp.experts: moe_tp_experts` (the experts' forward on local tensors, `_AllReduceBackward` on the
+hidden states and the routing weights, `_AllReduceForward` -- an in-place all_reduce -- on the
+output); the router (`mlp.gate`) and Qwen2-MoE's shared expert are not in the plan: replicated. The routers' top-k indices are
+forced as measure_moe.py's install_routing forces them (`routing` balanced or worst).
+
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
+    python3 measure_tp_hf.py --moe            # the MoE grid -> tests/fixtures/dist_grid/tp_hf_moe.json
 """
 import json
 import os
@@ -29,6 +38,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf.json")
+OUT_MOE = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_moe.json")
 
 
 def wrapper(pt):
@@ -63,6 +73,10 @@ def one(pt):
     p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt["attn"], dtype=pt["dtype"],
              optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False,
              checkpoint=pt.get("checkpoint", "none"))
+    if "num_experts" in p:
+        import measure_moe as MOE
+        MOE.install_routing(p)
+        H.hf_config = MOE.moe_config
     per, log, info = H.measure(p, pt["kind"], wrapper(pt))
     if pt.get("events"):
         M.write_events(pt["events"], log)
@@ -158,6 +172,94 @@ def grid():
     return pts
 
 
+# (model_type, hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, S, B, experts,
+# top_k, experts implementation, routing, attn, dtype): make_moe_grid.py's rows, their heads,
+# intermediate and vocabulary made divisible by the ranks.
+MOE_SHAPES = [
+    ("mixtral", 64, 96, 1, 4, 4, None, 1000, 16, 2, 4, 2, "grouped_mm", "balanced", "sdpa", "fp32"),
+    ("mixtral", 128, 128, 2, 8, 4, None, 1024, 12, 2, 8, 2, "eager", "worst", "eager", "bf16"),
+    ("mixtral", 64, 160, 1, 4, 2, None, 512, 20, 2, 6, 3, "batched_mm", "worst", "sdpa", "bf16"),
+    ("qwen3_moe", 64, 48, 1, 4, 2, 32, 1000, 16, 2, 8, 2, "grouped_mm", "worst", "sdpa", "bf16"),
+    ("qwen3_moe", 128, 64, 2, 4, 4, 32, 1000, 12, 2, 6, 3, "batched_mm", "balanced", "eager", "fp32"),
+    ("qwen3_moe", 96, 64, 2, 8, 4, 16, 776, 24, 1, 16, 4, "eager", "balanced", "eager", "fp32"),
+    # Qwen2-MoE, then its shared expert's width: `mlp.shared_expert` and `shared_expert_gate` are
+    # not in its plan (its `mlp.gate_proj`/`up_proj`/`down_proj` entries name the dense MLP of
+    # mlp_only_layers): replicated, added after the experts' all-reduced output.
+    ("qwen2_moe", 64, 48, 1, 4, 2, None, 1000, 16, 2, 8, 2, "grouped_mm", "balanced", "sdpa", "fp32", 96),
+    ("qwen2_moe", 128, 64, 2, 4, 4, None, 1000, 12, 2, 6, 3, "eager", "worst", "eager", "bf16", 160),
+    ("qwen2_moe", 96, 48, 1, 8, 4, None, 776, 16, 3, 12, 4, "batched_mm", "worst", "eager", "fp32", 192),
+]
+
+
+# DeepSeek-V3 (make_deepseek_grid.py's rows): its plan leaves the latent attention out
+# (replicated: every head on every rank), shards the dense first layers' MLP and the
+# shared_experts MLP colwise/rowwise, and the routed experts under moe_tp_experts.
+DEEPSEEK_ROWS = [
+    (64, 160, 32, 2, 4, 1000, 16, 2, 8, 2, 2, 1, 1, 1, 48, 32, 16, 8, 12, True, 0, "grouped_mm", "balanced", "sdpa", "fp32"),
+    (128, 192, 32, 2, 8, 1000, 12, 2, 16, 4, 4, 2, 1, 1, 64, 48, 16, 16, 16, True, 0, "eager", "worst", "eager", "bf16"),
+    (64, 96, 40, 3, 4, 512, 20, 2, 4, 3, 2, 2, 2, 2, 32, 24, 8, 8, 20, False, 0, "batched_mm", "worst", "sdpa", "bf16"),
+]
+
+
+def deepseek_grid():
+    import make_deepseek_grid as DS
+    pts = []
+    for i, row in enumerate(DEEPSEEK_ROWS):
+        p = DS.point(row)
+        c = {k: v for k, v in p.items() if k not in ("seq", "batch", "attn", "dtype", "optimizer", "max_grad_norm", "use_cache")}
+        for j, tp in enumerate((2, 4)):
+            for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
+                rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
+                name = DS.name_of(dict(p, checkpoint="none"), kind).replace(f" {kind}", f" tp{tp} rank{rank} {kind}")
+                pts.append(dict(name=name, config=c, seq=p["seq"], batch=p["batch"], tp=tp, rank=rank, attn=p["attn"],
+                                dtype=p["dtype"], kind=kind, optimizer="adamw_torch_forloop"))
+    return pts
+
+
+MOE_CHECKPOINTED = [
+    ("mixtral V1000 d64", 2, 1, False),
+    ("mixtral V1024 d128", 4, 0, True),
+    ("qwen3_moe V1000 d128", 2, 0, True),
+    ("qwen3_moe V776 d96", 4, 3, False),
+    ("qwen2_moe V1000 d128", 2, 1, False),
+    ("qwen2_moe V776 d96", 4, 0, True),
+    ("deepseek_v3 d64 Fd160", 2, 1, True),
+    ("deepseek_v3 d64 Fd96", 4, 3, False),
+]
+
+
+def moe_grid():
+    """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
+    per shape), rank 0 or the last, as the dense grid alternates them."""
+    pts = []
+    for i, (mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *shared) in enumerate(MOE_SHAPES):
+        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+                 head_dim=hd, vocab_size=V, tied=False, max_position_embeddings=4096, num_experts=E, top_k=k,
+                 experts=impl, routing=routing)
+        if shared:
+            c.update(shared_intermediate_size=shared[0])
+        for j, tp in enumerate((2, 4)):
+            if kv % tp or nh % tp or f % tp or V % tp:
+                continue
+            for kind in ("training", "forward") + (("inference",) if j == 0 else ()):
+                rank = (0, tp - 1)[(i + j + (kind == "forward")) % 2]
+                name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
+                        f"{f' shared{shared[0]}' if shared else ''} {impl} {routing} "
+                        f"{attn} {dtype} tp{tp} rank{rank} {kind}")
+                pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
+                                optimizer="adamw_torch_forloop"))
+    pts += deepseek_grid()
+    # Activation checkpointing, training only, over the grid's configurations: (name prefix,
+    # tp, rank, use_reentrant). A reentrant checkpoint's first forward runs under no_grad, where
+    # _AllReduceBackward is the input itself and colwise/rowwise take their local paths.
+    for prefix, tp, rank, reentrant in MOE_CHECKPOINTED:
+        base = next(p for p in pts if p["name"].startswith(prefix) and p["tp"] == tp and p["kind"] == "training")
+        ck = "reentrant" if reentrant else "non-reentrant"
+        name = base["name"].replace(f" tp{tp} rank{base['rank']} training", f" tp{tp} rank{rank} checkpoint={ck} training")
+        pts.append(dict(base, name=name, rank=rank, checkpoint=ck))
+    return pts
+
+
 def header():
     import torch
     import transformers
@@ -167,7 +269,11 @@ def header():
 
 def main():
     import measure_cs336 as M
-    M.grid_main(__doc__, __file__, one, grid, OUT, header)
+    if "--moe" in sys.argv:
+        sys.argv.remove("--moe")
+        M.grid_main(__doc__, __file__, one, moe_grid, OUT_MOE, header)
+    else:
+        M.grid_main(__doc__, __file__, one, grid, OUT, header)
 
 
 if __name__ == "__main__":

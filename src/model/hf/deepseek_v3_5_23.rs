@@ -330,16 +330,17 @@ impl Block {
         };
         let flat = x.view(&[b * s, d]);
         let gate_up = self.layer.gate_up.weights()[0];
-        let mw = crate::model::hf::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared: None, lora, shared_proj: None };
+        let mw = crate::model::hf::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared: None, lora, shared_proj: None, tp: self.tp.is_some() };
         let experts = crate::model::hf::moe_5_23::experts(m, &mw, &flat, &topk_indices, &topk_weights).view(&[b, s, d]);
         drop(flat);
         let shared = {
             let _s = scope("shared_experts");
             let _f = py_frame(&frames(self.hf()).mlp);
             let sw = w.shared.as_ref().expect("shared experts");
-            // Slots 8-10: bitsandbytes' layers under a quantized load.
-            let prod = self.proj(8, x, &sw[0], None).silu().mul(&self.proj(9, x, &sw[1], None));
-            self.proj(10, &prod, &sw[2], None)
+            // Slots 8-10: bitsandbytes' layers under a quantized load; colwise gate/up and
+            // rowwise down under transformers' tp plan.
+            let prod = self.proj(8, &self.colwise(x), &sw[0], None).silu().mul(&self.proj(9, &self.colwise(x), &sw[1], None));
+            self.rowwise(self.proj(10, &prod, &sw[2], None))
         };
         let out = experts.add(&shared);
         drop((experts, shared, logits, topk_weights, topk_indices));

@@ -27,6 +27,9 @@ pub struct MoeWeights<'a> {
     /// The shared expert's linears by slot (4-6: gate/up/down_proj, 7: shared_expert_gate),
     /// with peft's LoRA where adapted; None: plain.
     pub shared_proj: Option<SharedProj<'a>>,
+    /// transformers' `moe_tp_experts` wraps the experts (`--tp-plan auto`): the weights are
+    /// this rank's shards, the inputs pass through `_AllReduceBackward` (tp::all_reduce_backward).
+    pub tp: bool,
 }
 
 /// A linear by its slot of `lora::SLOTS`: (slot, input, weight) → output.
@@ -93,6 +96,11 @@ pub fn experts(m: &MoeConfig, w: &MoeWeights<'_>, flat: &Tensor, index: &Tensor,
         ExpertsImplementation::Eager => experts_frame,
     });
     let (adapters, scaling) = w.lora.map_or((None, 1.0), |(p, s)| (Some(p), s));
+    let (flat, weights) = if w.tp {
+        (&crate::model::tp::all_reduce_backward(flat), &crate::model::tp::all_reduce_backward(weights))
+    } else {
+        (flat, weights)
+    };
     experts_wrapped(adapters, scaling, false, w.gate_up, w.down, |gu, dn| match m.implementation_now() {
         ExpertsImplementation::GroupedMm => grouped_mm_experts(m, gu, dn, flat, index, weights),
         ExpertsImplementation::BatchedMm => batched_mm_experts(m, gu, dn, flat, index, weights),

@@ -817,7 +817,7 @@ impl Block {
             let lora = self.layer.hf.as_ref().expect("hf layer").param_lora.as_ref().zip(self.hf().lora.as_ref().map(|l| l.scaling()));
             // The shared expert's nn.Linear modules, with peft's LoRA where adapted (slots 4-7).
             let shared_proj = |t: usize, x: &Tensor, w: &Tensor| self.proj(t, x, w, None);
-            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora, shared_proj: Some(&shared_proj) };
+            let w = super::moe_5_23::MoeWeights { router, gate_up, down: &self.layer.down, shared, lora, shared_proj: Some(&shared_proj), tp: self.tp.is_some() };
             return super::moe_5_23::sparse_moe_block(m, &w, x, self.router_logits.as_deref());
         }
         let x = &self.gathered(x);
