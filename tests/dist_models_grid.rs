@@ -90,6 +90,37 @@ fn qwen2_moe_sliding_ranks_match_transformers() {
     check_moe(file, &["qwen2_moe"], grid_common::moe::read_config_of);
 }
 
+/// dist_grid/autocast.json (`measure_dist.py --autocast`): the Trainer's bf16=True / fp16=True
+/// under each layout -- accelerate's prepared forward (its fp32 copy of the logits) patched
+/// before DDP wraps the model, over fp32 and bf16 weights, fp16 with the GradScaler under DDP --
+/// and one plain torch.autocast point, over dense models, a family and two MoE models.
+#[test]
+fn autocast_ranks_match_transformers() {
+    let file = "autocast.json";
+    let doc = grid_common::fixture(&format!("dist_grid/{file}"));
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    covers(points, |p| p["layout"].as_str().unwrap().to_string(), &["ddp", "zero1", "zero2", "fsdp"], file);
+    covers(points, |p| p["hf"]["autocast"].as_str().unwrap().to_string(), &["bf16", "fp16"], file);
+    covers(points, |p| p["hf"]["amp"].as_str().unwrap().to_string(), &["accelerate", "torch"], file);
+    covers(points, |p| p["hf"]["dtype"].as_str().unwrap().to_string(), &["fp32", "bf16"], file);
+    covers(points, |p| p["profile_type"].as_str().unwrap().to_string(), &["inference", "forward", "training"], file);
+    covers(points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["llama", "phi3", "gemma3_text", "mixtral", "qwen3_moe"], file);
+    // A forward-only DDP step under accelerate's wrapper: PyTorch starts the step with one more
+    // parameter-sized fp32 block (2,337,344 B here) than under a plain torch.autocast around
+    // DDP's call, as it also does with no autocast at all (measured with measure_dist.py
+    // --point); vramscope starts at plain autocast's level. Not explained yet; the Trainer never
+    // runs it (its forward has labels and a backward, and those points match).
+    const FORWARD_ONLY: &[(&str, &str)] = &[(
+        "llama d128 F320 L2 h8 kv2 V1000 S16 B4 sdpa fp32 autocast=bf16 amp=accelerate forward ddp x2 rank1",
+        "DDP forward-only under accelerate's wrapper holds one more parameter-sized block from the previous step",
+    )];
+    grid_common::check(&format!("dist_grid/{file}"), points, 13, FORWARD_ONLY, |point| {
+        let cfg = if point["hf"].get("num_experts").is_some() { grid_common::moe::config_of(&point["hf"]) } else { grid_common::hf::config_of(&point["hf"]) };
+        grid_common::dist::run_rank(point, cfg)
+    });
+}
+
 #[test]
 fn gpt_oss_and_deepseek_ranks_match_transformers() {
     check_moe("gpt_oss_deepseek.json", &["gpt_oss", "deepseek_v3"], grid_common::moe::read_config_of);

@@ -64,7 +64,7 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     if let Some(l) = layout {
         runner = runner.with_parallel(l);
     }
-    grid_common::dist::record_steps(&model, runner, cfg.vocab_size, p, kind)
+    grid_common::dist::record_steps(&model, runner, cfg.vocab_size, p, kind, precision)
 }
 
 #[test]

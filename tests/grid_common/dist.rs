@@ -31,7 +31,7 @@ pub fn assert_layers_own_their_parameters(model: &Model) {
     }
 }
 
-pub fn run_rank(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
+pub fn run_rank(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let p = &point["hf"];
     let kind = point["profile_type"].as_str().unwrap();
     let pc = parallel_of(point);
@@ -39,7 +39,13 @@ pub fn run_rank(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent
     // prepare_model_for_kbit_training (peft's adapters are fp32 either way).
     let load = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
     let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(load, |q| q.unquantized_dtype());
-    let precision = if weights == DType::BF16 { Precision::PureBf16 } else { Precision::Fp32 };
+    // measure_hf.py's `autocast` with its `amp` (accelerate's prepared forward, or a plain
+    // torch.autocast), over weights of the load dtype.
+    let autocast = p["autocast"].as_str().map_or(Precision::Fp32, |a| Precision::parse(a).filter(|q| q.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")));
+    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
+    if let Some(hf) = cfg.hf.as_mut() {
+        hf.convert_outputs_to_fp32 = precision.autocast().is_some() && p["amp"] != "torch";
+    }
     runtime::reset();
     let model = {
         let _d = pc.shards_params().then(runtime::defer_allocation);
@@ -55,12 +61,12 @@ pub fn run_rank(point: &Value, cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent
     oc.max_grad_norm = (norm > 0.0).then_some(norm);
     let opt = Optimizer::new(oc, model.parameters().len());
     let runner = StepRunner::new(&model, opt).with_precision(precision).with_parallel(layout);
-    record_steps(&model, runner, cfg.vocab_size, p, kind)
+    record_steps(&model, runner, cfg.vocab_size, p, kind, precision)
 }
 
 /// measure_hf.py's loop of `kind` (training, forward or inference under no_grad) over random
 /// batches of the point's shape, the third iteration recorded.
-pub fn record_steps(model: &Model, mut runner: StepRunner<'_>, vocab: usize, p: &Value, kind: &str) -> (Vec<MemEvent>, Vec<MemEvent>) {
+pub fn record_steps(model: &Model, mut runner: StepRunner<'_>, vocab: usize, p: &Value, kind: &str, precision: Precision) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let (batch, seq) = (num(p, "batch"), num(p, "seq"));
     let mut data = Batcher::new(DataKind::Random, vocab, batch, seq, Device::Meta, 42);
     let mut bound = CausalLmBatch::default();
@@ -74,7 +80,9 @@ pub fn record_steps(model: &Model, mut runner: StepRunner<'_>, vocab: usize, p: 
             "inference" | "forward" => {
                 let _g = (kind == "inference").then(runtime::no_grad);
                 runtime::set_phase(Phase::Forward);
+                let region = precision.autocast().map(vramscope::engine::autocast::enable);
                 drop(model.forward_masked(x, None));
+                drop(region);
                 runtime::set_phase(Phase::Setup);
             }
             other => panic!("profile type {other}"),

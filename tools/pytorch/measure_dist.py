@@ -74,6 +74,7 @@ MOE_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/moe.json")
 GPTOSS_DEEPSEEK_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/gpt_oss_deepseek.json")
 LORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_models.json")
 QWEN2_MOE_SLIDING_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/qwen2_moe_sliding.json")
+AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/autocast.json")
 
 
 def setup_for(pt):
@@ -396,6 +397,51 @@ def qwen2_moe_sliding_grid():
     return pts
 
 
+def autocast_grid():
+    """The Trainer's bf16=True / fp16=True under each layout: accelerate's prepared forward
+    (measure_hf.accelerate_forward, the point's `amp`) over fp32 and bf16 weights, patched on the
+    model before DDP wraps it; fp16 (GradScaler) under DDP; a plain torch.autocast point; dense
+    models, a family and two MoE models; training, forward and inference."""
+    import make_family_grid as F
+    import make_hf_grid as HG
+    import make_moe_grid as MG
+    moe = {r[0]: r for r in MG.POINTS}
+    # (layout, model, profile type, autocast, weights, world, rank, amp)
+    rows = [
+        ("ddp", ("llama", 0), "training", "bf16", "fp32", 2, 1, "accelerate"),
+        ("ddp", ("qwen3", 5), "training", "fp16", "fp32", 2, 0, "accelerate"),
+        ("ddp", ("phi3", 1), "training", "bf16", "bf16", 2, 0, "accelerate"),
+        ("ddp", ("llama", 3), "forward", "bf16", "fp32", 2, 1, "accelerate"),
+        ("ddp", ("mistral", 6), "training", "bf16", "fp32", 2, 0, "torch"),
+        ("ddp", ("mixtral", None), "training", "bf16", "fp32", 2, 1, "accelerate"),
+        ("zero1", ("llama", 2), "training", "bf16", "fp32", 2, 1, "accelerate"),
+        ("fsdp", ("llama", 1), "training", "bf16", "fp32", 3, 2, "accelerate"),
+        ("fsdp", ("qwen2", 2), "training", "bf16", "bf16", 2, 0, "accelerate"),
+        ("fsdp", ("gemma3_text", 4), "training", "bf16", "fp32", 2, 1, "accelerate"),
+        ("fsdp", ("qwen3_moe", None), "training", "bf16", "fp32", 2, 0, "accelerate"),
+        ("fsdp", ("olmo2", 3), "inference", "bf16", "fp32", 2, 0, "accelerate"),
+        ("zero2", ("mistral", 4), "training", "bf16", "fp32", 2, 1, "accelerate"),
+    ]
+    pts = []
+    for layout, (mt, i), kind, autocast, dtype, world, rank, amp in rows:
+        if mt in moe:
+            p = dict(MG.point(moe[mt]), dtype=dtype)
+            name = MG.name_of(p, kind)
+        elif mt.startswith("gemma"):
+            p = F.gemma_point(mt, i, "below", dtype=dtype)
+            name = F.name_of(p, kind)
+        elif mt in ("phi3", "olmo2"):
+            p = F.point(mt, i, dtype=dtype)
+            name = F.name_of(p, kind)
+        else:
+            p = HG.point(mt, i, dtype=dtype)
+            name = HG.name_of(p, kind)
+        p = dict(p, autocast=autocast, amp=amp)
+        head, tail = name.rsplit(f" {kind}", 1)
+        pts.append(dist_point(p, kind, layout, world, rank, f"{head} autocast={autocast} amp={amp} {kind}{tail}"))
+    return pts
+
+
 def gpt_oss_deepseek_grid():
     """gpt-oss (make_gptoss_grid.py's rows: eager attention with sinks, biased experts) and
     DeepSeek-V3 (make_deepseek_grid.py's rows with shared experts: latent attention, the sigmoid
@@ -560,7 +606,8 @@ def main():
     grids = {"--families": (families_grid, FAMILIES_OUT), "--moe": (moe_grid, MOE_OUT),
              "--gpt-oss-deepseek": (gpt_oss_deepseek_grid, GPTOSS_DEEPSEEK_OUT),
              "--lora-models": (lora_models_grid, LORA_MODELS_OUT),
-             "--qwen2-moe-sliding": (qwen2_moe_sliding_grid, QWEN2_MOE_SLIDING_OUT)}
+             "--qwen2-moe-sliding": (qwen2_moe_sliding_grid, QWEN2_MOE_SLIDING_OUT),
+             "--autocast": (autocast_grid, AUTOCAST_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)

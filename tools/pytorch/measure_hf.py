@@ -248,7 +248,8 @@ def run(p, kind, wrap=None):
             if wrap is not None:
                 model = wrap(model) or model
             trainable = [q for q in model.parameters() if q.requires_grad]
-            amp = accelerate_forward(model, p)
+            # prepare_model patches the model it is given, before DDP wraps it (FSDP2 shards in place).
+            amp = accelerate_forward(inner, p)
             opt = make_optimizer(p.get("optimizer", "adamw_torch_fused"), trainable) if kind == "training" else None
             gen = torch.Generator().manual_seed(42)
         extra = dict(use_cache=p.get("use_cache", True), logits_to_keep=p.get("logits_to_keep", 0))
