@@ -426,9 +426,10 @@ def profile(
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered) on
-        Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
-        With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension
-        (2-D); --parallel tp: N = --world-size. [--tp]
+        Llama-style models, transformers' own on phi3, olmo2, gemma2, gemma3_text and the MoE models
+        but gpt-oss (their experts under moe_tp_experts; --tp-plan). With --parallel fsdp or zero2:
+        a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D); --parallel tp: N =
+        --world-size. [--tp]
     sequence_parallel : bool, default False
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
@@ -436,9 +437,10 @@ def profile(
     tp_plan : Optional[Literal['auto', 'torch']], default None
         With --tp: whose plan shards the model, auto or torch auto: transformers' own
         (from_pretrained(tp_plan="auto"): the config's base_model_tp_plan, the embedding
-        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2 and
-        gemma3_text; torch: the Megatron-style plan above, the default on Llama-style models. One
-        of: auto, torch. [--tp-plan]
+        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2, gemma3_text,
+        mixtral, qwen3_moe, qwen2_moe and deepseek_v3 (the experts' packed_colwise gate_up and
+        rowwise down under moe_tp_experts); torch: the Megatron-style plan above, the default on
+        Llama-style models. One of: auto, torch. [--tp-plan]
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
@@ -856,9 +858,10 @@ def compare(
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered) on
-        Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
-        With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension
-        (2-D); --parallel tp: N = --world-size. [--tp]
+        Llama-style models, transformers' own on phi3, olmo2, gemma2, gemma3_text and the MoE models
+        but gpt-oss (their experts under moe_tp_experts; --tp-plan). With --parallel fsdp or zero2:
+        a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D); --parallel tp: N =
+        --world-size. [--tp]
     sequence_parallel : bool, default False
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
@@ -866,9 +869,10 @@ def compare(
     tp_plan : Optional[Literal['auto', 'torch']], default None
         With --tp: whose plan shards the model, auto or torch auto: transformers' own
         (from_pretrained(tp_plan="auto"): the config's base_model_tp_plan, the embedding
-        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2 and
-        gemma3_text; torch: the Megatron-style plan above, the default on Llama-style models. One
-        of: auto, torch. [--tp-plan]
+        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2, gemma3_text,
+        mixtral, qwen3_moe, qwen2_moe and deepseek_v3 (the experts' packed_colwise gate_up and
+        rowwise down under moe_tp_experts); torch: the Megatron-style plan above, the default on
+        Llama-style models. One of: auto, torch. [--tp-plan]
     cache_implementation : Optional[str], default None
         generate's cache_implementation: dynamic (DynamicCache, the default) or static static:
         StaticCache, max_new_tokens + prompt - 1 positions per layer allocated at the prefill and
@@ -1488,9 +1492,10 @@ def fit(
     tp : Optional[int], default None
         Tensor-parallel ranks (hf flavour) torch's Megatron-style plan (q/k/v/gate/up
         ColwiseParallel, o/down RowwiseParallel, vocabulary-parallel embedding, head gathered) on
-        Llama-style models, transformers' own on phi3, olmo2, gemma2 and gemma3_text (--tp-plan).
-        With --parallel fsdp or zero2: a (world-size / N, N) mesh, FSDP2 over the first dimension
-        (2-D); --parallel tp: N = --world-size. [--tp]
+        Llama-style models, transformers' own on phi3, olmo2, gemma2, gemma3_text and the MoE models
+        but gpt-oss (their experts under moe_tp_experts; --tp-plan). With --parallel fsdp or zero2:
+        a (world-size / N, N) mesh, FSDP2 over the first dimension (2-D); --parallel tp: N =
+        --world-size. [--tp]
     sequence_parallel : bool, default False
         With --parallel tp: torch's SequenceParallel plan too Norms and the residual stream on S / N
         positions, hidden states all-gathered before attention, the MLP and the head; the batch
@@ -1498,9 +1503,10 @@ def fit(
     tp_plan : Optional[Literal['auto', 'torch']], default None
         With --tp: whose plan shards the model, auto or torch auto: transformers' own
         (from_pretrained(tp_plan="auto"): the config's base_model_tp_plan, the embedding
-        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2 and
-        gemma3_text; torch: the Megatron-style plan above, the default on Llama-style models. One
-        of: auto, torch. [--tp-plan]
+        vocabulary-parallel, the head gathered), the only plan on phi3, olmo2, gemma2, gemma3_text,
+        mixtral, qwen3_moe, qwen2_moe and deepseek_v3 (the experts' packed_colwise gate_up and
+        rowwise down under moe_tp_experts); torch: the Megatron-style plan above, the default on
+        Llama-style models. One of: auto, torch. [--tp-plan]
     find : Literal['batch', 'context', 'world-size', 'max-new-tokens'], default 'batch'
         What to search for. One of: batch, context, world-size, max-new-tokens. [--find]
     profile_type : Literal['forward', 'forward-loss', 'inference', 'training', 'generate'], default 'training'
