@@ -8,14 +8,10 @@
 //! third iteration, 16 B per live tensor.
 mod grid_common;
 
-use serde_json::{json, Value};
-use vramscope::engine::{runtime, Device};
+use serde_json::Value;
 use vramscope::model::tp::TpPlan;
-use vramscope::model::{Flavour, Model};
-use vramscope::parallel::{apply, Layout, ParallelConfig};
+use vramscope::parallel::{Layout, ParallelConfig};
 use vramscope::record::MemEvent;
-use vramscope::train::optim::{OptimConfig, OptimizerKind};
-use vramscope::train::{Optimizer, Precision, StepRunner};
 
 /// Points where vramscope does not match PyTorch, each with the reason.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
@@ -24,43 +20,12 @@ fn num(v: &Value, key: &str) -> usize {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}")) as usize
 }
 
-/// The point as a measure_hf.py point (grid_common::hf::config_of reads it): the config, no
-/// cache, no mask, the point's checkpointing (none unless it names one).
-fn hf_point(p: &Value) -> Value {
-    let mut h = p["config"].clone();
-    let o = h.as_object_mut().unwrap();
-    for k in ["attn", "dtype", "seq", "batch"] {
-        o.insert(k.into(), p[k].clone());
-    }
-    o.insert("use_cache".into(), json!(false));
-    o.insert("logits_to_keep".into(), json!(0));
-    o.insert("checkpoint".into(), json!(p["checkpoint"].as_str().unwrap_or("none")));
-    o.insert("attention_mask".into(), json!("none"));
-    h
-}
-
 fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
-    let kind = p["kind"].as_str().unwrap();
     let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
     pc.rank = num(p, "rank");
     pc.tp_plan = Some(TpPlan::Auto);
     pc.validate().unwrap();
-    let cfg = pc.model_config(&grid_common::hf::config_of(&hf_point(p)));
-    cfg.validate().unwrap();
-    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
-    runtime::reset();
-    let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
-    let layout = apply(&model, &pc, precision.param_dtype());
-    let mut oc = OptimConfig::reference(Flavour::Hf);
-    oc.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
-    oc.lr = 1e-3;
-    oc.max_grad_norm = None;
-    let opt = Optimizer::new(oc, model.parameters().len());
-    let mut runner = StepRunner::new(&model, opt).with_precision(precision);
-    if let Some(l) = layout {
-        runner = runner.with_parallel(l);
-    }
-    grid_common::dist::record_steps(&model, runner, cfg.vocab_size, p, kind, precision)
+    grid_common::dist::run_tp_rank(p, &pc, &grid_common::hf::config_of(&grid_common::dist::tp_model_point(p)))
 }
 
 #[test]
@@ -78,7 +43,7 @@ fn the_plan_is_named_in_the_model() {
         let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
         pc.rank = num(p, "rank");
         // No --tp-plan: the families run transformers' plan, the Llama-style models torch's.
-        let cfg = pc.model_config(&grid_common::hf::config_of(&hf_point(p)));
+        let cfg = pc.model_config(&grid_common::hf::config_of(&grid_common::dist::tp_model_point(p)));
         let llama_style = ["llama", "mistral", "qwen2", "qwen3"].contains(&p["config"]["model_type"].as_str().unwrap());
         let want = if llama_style { TpPlan::Torch } else { TpPlan::Auto };
         assert_eq!(cfg.tp.unwrap().plan, want, "{}", p["name"]);

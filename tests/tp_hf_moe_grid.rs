@@ -9,14 +9,10 @@
 //! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
 mod grid_common;
 
-use serde_json::{json, Value};
-use vramscope::engine::{runtime, Device};
+use serde_json::Value;
 use vramscope::model::tp::TpPlan;
-use vramscope::model::{Flavour, Model};
-use vramscope::parallel::{apply, Layout, ParallelConfig};
+use vramscope::parallel::{Layout, ParallelConfig};
 use vramscope::record::MemEvent;
-use vramscope::train::optim::{OptimConfig, OptimizerKind};
-use vramscope::train::{Optimizer, Precision, StepRunner};
 
 /// Points where vramscope does not match PyTorch, each with the reason.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
@@ -25,46 +21,15 @@ fn num(v: &Value, key: &str) -> usize {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}")) as usize
 }
 
-/// The point as a measure_moe.py point (grid_common::moe::config_of reads it): the config,
-/// no cache, no mask, the point's checkpointing (none unless it names one).
-fn moe_point(p: &Value) -> Value {
-    let mut h = p["config"].clone();
-    let o = h.as_object_mut().unwrap();
-    for k in ["attn", "dtype", "seq", "batch"] {
-        o.insert(k.into(), p[k].clone());
-    }
-    o.insert("use_cache".into(), json!(false));
-    o.insert("logits_to_keep".into(), json!(0));
-    o.insert("checkpoint".into(), json!(p["checkpoint"].as_str().unwrap_or("none")));
-    o.insert("attention_mask".into(), json!("none"));
-    h
-}
-
 fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
-    let kind = p["kind"].as_str().unwrap();
     let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
     pc.rank = num(p, "rank");
     pc.validate().unwrap();
     // No --tp-plan: an MoE model runs transformers' plan.
-    let point = moe_point(p);
+    let point = grid_common::dist::tp_model_point(p);
     let model = if p["config"]["model_type"] == "deepseek_v3" { grid_common::moe::read_config_of(&point) } else { grid_common::moe::config_of(&point) };
-    let cfg = pc.model_config(&model);
-    assert_eq!(cfg.tp.unwrap().plan, TpPlan::Auto, "{}", p["name"]);
-    cfg.validate().unwrap();
-    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
-    runtime::reset();
-    let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
-    let layout = apply(&model, &pc, precision.param_dtype());
-    let mut oc = OptimConfig::reference(Flavour::Hf);
-    oc.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
-    oc.lr = 1e-3;
-    oc.max_grad_norm = None;
-    let opt = Optimizer::new(oc, model.parameters().len());
-    let mut runner = StepRunner::new(&model, opt).with_precision(precision);
-    if let Some(l) = layout {
-        runner = runner.with_parallel(l);
-    }
-    grid_common::dist::record_steps(&model, runner, cfg.vocab_size, p, kind, precision)
+    assert_eq!(pc.model_config(&model).tp.unwrap().plan, TpPlan::Auto, "{}", p["name"]);
+    grid_common::dist::run_tp_rank(p, &pc, &model)
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! point's layout applied after the model is built (fully_shard or the DDP wrapper), as the
 //! script applies it before the optimizer exists.
 use super::hf::num;
-use serde_json::Value;
+use serde_json::{json, Value};
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::{Flavour, Model, ModelConfig};
 use vramscope::parallel::{apply, Layout, ParallelConfig};
@@ -90,4 +90,44 @@ pub fn record_steps(model: &Model, mut runner: StepRunner<'_>, vocab: usize, p: 
     });
     runner.finish();
     recorded
+}
+
+/// A measure_tp_hf.py point as a measure_hf.py / measure_moe.py point (its config, no cache,
+/// no mask, the point's checkpointing: none unless it names one).
+#[allow(dead_code)] // (only the tensor-parallel grids read these points)
+pub fn tp_model_point(p: &Value) -> Value {
+    let mut h = p["config"].clone();
+    let o = h.as_object_mut().unwrap();
+    for k in ["attn", "dtype", "seq", "batch"] {
+        o.insert(k.into(), p[k].clone());
+    }
+    o.insert("use_cache".into(), json!(false));
+    o.insert("logits_to_keep".into(), json!(0));
+    o.insert("checkpoint".into(), json!(p["checkpoint"].as_str().unwrap_or("none")));
+    o.insert("attention_mask".into(), json!("none"));
+    h
+}
+
+/// One rank of a measure_tp_hf.py point: `pc` (tensor parallelism alone, the point's rank and
+/// plan) over the model `base` builds, measure_tp_hf.py's optimizer (the point's, no clipping),
+/// measure_hf.py's loop.
+#[allow(dead_code)]
+pub fn run_tp_rank(p: &Value, pc: &ParallelConfig, base: &ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
+    let kind = p["kind"].as_str().unwrap();
+    let cfg = pc.model_config(base);
+    cfg.validate().unwrap();
+    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    runtime::reset();
+    let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
+    let layout = apply(&model, pc, precision.param_dtype());
+    let mut oc = OptimConfig::reference(Flavour::Hf);
+    oc.kind = OptimizerKind::parse(p["optimizer"].as_str().unwrap()).expect("optimizer name");
+    oc.lr = 1e-3;
+    oc.max_grad_norm = None;
+    let opt = Optimizer::new(oc, model.parameters().len());
+    let mut runner = StepRunner::new(&model, opt).with_precision(precision);
+    if let Some(l) = layout {
+        runner = runner.with_parallel(l);
+    }
+    record_steps(&model, runner, cfg.vocab_size, p, kind, precision)
 }
