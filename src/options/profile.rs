@@ -228,6 +228,22 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if let Some((flag, why)) = parallel.as_ref().zip(cfg.hf()).and_then(|(pc, h)| super::parallel_models::refusal(pc, h)) {
         return Err(usage(flag, why));
     }
+    // GradScaler.unscale_ under tensor parallelism: PyTorch stops (measured under
+    // transformers' plan, measure_tp_hf.py --autocast; torch's plan also mixes sharded DTensor
+    // weights with plain-tensor norms).
+    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.loss_scaling() {
+        return Err(usage("--precision", "fp16 (GradScaler) under tensor parallelism stops in PyTorch itself: unscale_'s _amp_foreach_non_finite_check_and_unscale_ gets DTensor and plain-tensor gradients together (\"got mixed torch.Tensor and DTensor\"); use --precision bf16".to_string()));
+    }
+    // dist_grid/tp_hf_autocast.json: bf16 autocast under the plan matches in training; a
+    // forward or inference run under it does not yet (the local-tensor path's casts).
+    if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp > 1 && precision.autocast().is_some()) {
+        if a.profile_type.iter().any(|&k| k != ProfileType::Training) {
+            return Err(usage("--precision", format!("{precision} autocast under tensor parallelism is modelled for --profile-type training only (dist_grid/tp_hf_autocast.json: forward and inference under it do not match PyTorch yet); drop the autocast precision or profile training")));
+        }
+        if pc.tp_plan == Some(crate::model::tp::TpPlan::Torch) {
+            return Err(usage("--precision", format!("{precision} autocast under torch's tensor-parallel plan is not measured (dist_grid/tp.json runs fp32; transformers' plan under autocast is measured: --tp-plan auto)")));
+        }
+    }
     // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
     if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && cfg.hf().is_some_and(|h| h.moe.is_some()) && precision.autocast().is_some() {
         return Err(usage("--precision", format!("{precision} (autocast) of an MoE model under transformers' tensor-parallel plan is not measured (dist_grid/tp_hf_moe.json runs fp32 and pure bf16 weights); drop the autocast precision or profile one GPU")));

@@ -114,9 +114,13 @@ pub fn tp_model_point(p: &Value) -> Value {
 #[allow(dead_code)]
 pub fn run_tp_rank(p: &Value, pc: &ParallelConfig, base: &ModelConfig) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let kind = p["kind"].as_str().unwrap();
-    let cfg = pc.model_config(base);
+    let mut cfg = pc.model_config(base);
     cfg.validate().unwrap();
-    let precision = if p["dtype"] == "bf16" { Precision::PureBf16 } else { Precision::Fp32 };
+    // The point's autocast (accelerate's prepared forward) over weights of its dtype.
+    let weights = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    let autocast = p["autocast"].as_str().map_or(Precision::Fp32, |a| Precision::parse(a).filter(|q| q.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")));
+    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
+    cfg.hf.as_mut().unwrap().convert_outputs_to_fp32 = precision.autocast().is_some() && p["amp"] != "torch";
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     let layout = apply(&model, pc, precision.param_dtype());

@@ -39,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf.json")
 OUT_MOE = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_moe.json")
+OUT_AUTOCAST = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_autocast.json")
 
 
 def wrapper(pt):
@@ -73,6 +74,9 @@ def one(pt):
     p = dict(pt["config"], seq=pt["seq"], batch=pt["batch"], attn=pt["attn"], dtype=pt["dtype"],
              optimizer=pt.get("optimizer", "adamw_torch_forloop"), max_grad_norm=0.0, use_cache=False,
              checkpoint=pt.get("checkpoint", "none"))
+    if pt.get("autocast"):
+        # The Trainer's bf16=True / fp16=True: accelerate's prepared forward (measure_hf.accelerate_forward).
+        p.update(autocast=pt["autocast"], amp=pt.get("amp", "accelerate"))
     if "num_experts" in p:
         import measure_moe as MOE
         MOE.install_routing(p)
@@ -169,6 +173,33 @@ def grid():
                 f"checkpoint={ck} training")
         pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind="training",
                         optimizer="adamw_torch_forloop", checkpoint=ck))
+    return pts
+
+
+# The Trainer's autocast under the plan: (SHAPES index, tp, rank, attn, weights, autocast, kind).
+AUTOCAST = [
+    (8, 2, 0, "sdpa", "fp32", "bf16", "training"),
+    (8, 4, 3, "eager", "bf16", "bf16", "training"),
+    # (fp16 with the GradScaler stops in PyTorch itself: unscale_'s
+    # _amp_foreach_non_finite_check_and_unscale_ gets DTensor and plain-tensor gradients together.)
+    (13, 2, 1, "sdpa", "fp32", "bf16", "training"),
+    (10, 2, 0, "eager", "fp32", "bf16", "forward"),
+    (0, 2, 1, "sdpa", "fp32", "bf16", "training"),
+    (6, 2, 0, "sdpa", "bf16", "bf16", "training"),
+    (2, 4, 3, "eager", "fp32", "bf16", "training"),
+    (9, 2, 1, "sdpa", "fp32", "bf16", "inference"),
+]
+
+
+def autocast_grid():
+    base = {p["config"]["model_type"] + str(p["config"]["hidden_size"]) + str(p["config"]["vocab_size"]): p["config"] for p in grid()}
+    pts = []
+    for i, tp, rank, attn, dtype, autocast, kind in AUTOCAST:
+        mt, h, f, L, nh, kv, V, S, B, tied, *_ = SHAPES[i]
+        name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} "
+                f"autocast={autocast} amp=accelerate {kind}")
+        pts.append(dict(name=name, config=base[mt + str(h) + str(V)], seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype,
+                        kind=kind, optimizer="adamw_torch_forloop", autocast=autocast, amp="accelerate"))
     return pts
 
 
@@ -272,6 +303,9 @@ def main():
     if "--moe" in sys.argv:
         sys.argv.remove("--moe")
         M.grid_main(__doc__, __file__, one, moe_grid, OUT_MOE, header)
+    elif "--autocast" in sys.argv:
+        sys.argv.remove("--autocast")
+        M.grid_main(__doc__, __file__, one, autocast_grid, OUT_AUTOCAST, header)
     else:
         M.grid_main(__doc__, __file__, one, grid, OUT, header)
 
