@@ -121,6 +121,32 @@ fn autocast_ranks_match_transformers() {
     });
 }
 
+/// What autocast.json does not match (or does not measure) under a layout is refused.
+#[test]
+fn autocast_under_a_layout_is_refused_where_it_is_not_matched() {
+    let base = ["profile", "--model", "Llama-3.2-1B", "--num-layers", "1", "--dtype", "float32", "--precision", "bf16", "--device", "meta", "--warmup-steps", "0", "--context-length", "64", "--batch-size", "1", "--world-size", "2"];
+    for (extra, ok) in [
+        (&["--parallel", "ddp", "--profile-type", "training"][..], true),
+        (&["--parallel", "fsdp", "--profile-type", "inference"][..], true),
+        (&["--parallel", "ddp", "--profile-type", "forward"][..], false),
+        (&["--parallel", "zero2", "--profile-type", "inference"][..], false),
+    ] {
+        let dir = tmp(&format!("autocast-{}", extra.join("-")));
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out-dir", dir.to_str().unwrap()]);
+        let o = vramscope(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        if ok {
+            assert!(o.status.success(), "{extra:?}: {err}");
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+            assert!(err.contains("--precision") && err.contains("autocast.json"), "{extra:?}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn gpt_oss_and_deepseek_ranks_match_transformers() {
     check_moe("gpt_oss_deepseek.json", &["gpt_oss", "deepseek_v3"], grid_common::moe::read_config_of);

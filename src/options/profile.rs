@@ -244,6 +244,14 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
             return Err(usage("--precision", format!("{precision} autocast under torch's tensor-parallel plan is not measured (dist_grid/tp.json runs fp32; transformers' plan under autocast is measured: --tp-plan auto)")));
         }
     }
+    // dist_grid/autocast.json: autocast under the data-parallel layouts is measured in training
+    // (ddp, zero1, zero2, fsdp) and inference (fsdp); DDP's forward-only step does not match yet.
+    if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_some()) {
+        let measured = |k: ProfileType| k == ProfileType::Training || (k == ProfileType::Inference && pc.layout == crate::parallel::Layout::Fsdp);
+        if let Some(k) = a.profile_type.iter().find(|&&k| !measured(k)) {
+            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not matched to PyTorch (dist_grid/autocast.json measures training under every layout and inference under fsdp; a DDP forward-only step keeps a parameter-sized block vramscope does not); profile training, or drop the autocast precision", pc.layout.name(), k.name())));
+        }
+    }
     // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
     if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && cfg.hf().is_some_and(|h| h.moe.is_some()) && precision.autocast().is_some() {
         return Err(usage("--precision", format!("{precision} (autocast) of an MoE model under transformers' tensor-parallel plan is not measured (dist_grid/tp_hf_moe.json runs fp32 and pure bf16 weights); drop the autocast precision or profile one GPU")));
