@@ -8,6 +8,7 @@
 //! third iteration, 16 B per live tensor.
 mod grid_common;
 
+use grid_common::hf::num;
 use serde_json::Value;
 use vramscope::model::tp::TpPlan;
 use vramscope::parallel::{Layout, ParallelConfig};
@@ -15,10 +16,6 @@ use vramscope::record::MemEvent;
 
 /// Points where vramscope does not match PyTorch, each with the reason.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
-
-fn num(v: &Value, key: &str) -> usize {
-    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}")) as usize
-}
 
 fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));

@@ -39,13 +39,7 @@ pub fn run_rank(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemE
     // prepare_model_for_kbit_training (peft's adapters are fp32 either way).
     let load = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
     let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(load, |q| q.unquantized_dtype());
-    // measure_hf.py's `autocast` with its `amp` (accelerate's prepared forward, or a plain
-    // torch.autocast), over weights of the load dtype.
-    let autocast = p["autocast"].as_str().map_or(Precision::Fp32, |a| Precision::parse(a).filter(|q| q.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")));
-    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
-    if let Some(hf) = cfg.hf.as_mut() {
-        hf.convert_outputs_to_fp32 = precision.autocast().is_some() && p["amp"] != "torch";
-    }
+    let precision = super::hf::point_precision(p, weights, &mut cfg);
     runtime::reset();
     let model = {
         let _d = pc.shards_params().then(runtime::defer_allocation);
@@ -116,11 +110,8 @@ pub fn run_tp_rank(p: &Value, pc: &ParallelConfig, base: &ModelConfig) -> (Vec<M
     let kind = p["kind"].as_str().unwrap();
     let mut cfg = pc.model_config(base);
     cfg.validate().unwrap();
-    // The point's autocast (accelerate's prepared forward) over weights of its dtype.
     let weights = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
-    let autocast = p["autocast"].as_str().map_or(Precision::Fp32, |a| Precision::parse(a).filter(|q| q.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")));
-    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
-    cfg.hf.as_mut().unwrap().convert_outputs_to_fp32 = precision.autocast().is_some() && p["amp"] != "torch";
+    let precision = super::hf::point_precision(p, weights, &mut cfg);
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     let layout = apply(&model, pc, precision.param_dtype());

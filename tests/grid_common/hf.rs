@@ -153,6 +153,24 @@ pub fn apply_peft(p: &Value, hf: &mut HfConfig) {
     }
 }
 
+/// The precision of a measure_hf.py point (its `autocast` over weights of `weights`), with its
+/// `amp` recorded in `cfg`: accelerate's prepared forward (`--autocast-by accelerate`, the
+/// Trainer's) or, as measure_hf.py does without the key and every grid measured before it, the
+/// loop's own torch.autocast.
+pub fn point_precision(p: &Value, weights: DType, cfg: &mut ModelConfig) -> Precision {
+    let autocast = match p["autocast"].as_str() {
+        None => Precision::Fp32,
+        Some(a) => Precision::parse(a).filter(|p| p.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")),
+    };
+    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
+    cfg.hf.as_mut().unwrap().convert_outputs_to_fp32 = match p["amp"].as_str() {
+        None | Some("torch") => false,
+        Some("accelerate") => precision.autocast().is_some(),
+        Some(other) => panic!("amp {other}"),
+    };
+    precision
+}
+
 /// measure_hf.py's loop on meta: three steps (data, then the profile type's calls), the
 /// last one's events with the live set before it.
 pub fn run_vramscope(point: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
@@ -174,20 +192,7 @@ pub fn run_config(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<Me
     // The parameters' type: the load dtype, or fp32 for a 4-bit model's unquantized ones after
     // prepare_model_for_kbit_training.
     let weights = cfg.hf.as_ref().and_then(|h| h.bnb.as_ref()).map_or(if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 }, |q| q.unquantized_dtype());
-    // measure_hf.py's `autocast` (the Trainer's bf16=True): torch.autocast around forward and
-    // loss, over weights of the load dtype.
-    let autocast = match p["autocast"].as_str() {
-        None => Precision::Fp32,
-        Some(a) => Precision::parse(a).filter(|p| p.autocast().is_some()).unwrap_or_else(|| panic!("autocast {a}")),
-    };
-    let precision = autocast.on_weights(weights).expect("a modelled weights/autocast pair");
-    // The point's `amp`: accelerate's prepared forward (`--autocast-by accelerate`, the
-    // Trainer's) or, as every grid measured before it, the loop's own torch.autocast.
-    cfg.hf.as_mut().unwrap().convert_outputs_to_fp32 = match p["amp"].as_str() {
-        None | Some("torch") => false,
-        Some("accelerate") => true,
-        Some(other) => panic!("amp {other}"),
-    };
+    let precision = point_precision(p, weights, &mut cfg);
     runtime::reset();
     let model = Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap();
     assert_eq!(model.dtype, weights);

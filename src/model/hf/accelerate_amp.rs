@@ -25,14 +25,10 @@ pub fn convert_outputs_to_fp32(out: Output) -> Output {
     let _f = py_frame(&lib_frames::ACCELERATE_CONVERT_TO_FP32);
     let float = |t: &Tensor| if matches!(t.dtype(), DType::BF16 | DType::F16) { t.to_dtype(DType::F32) } else { t.clone() };
     let Output { logits, loss, cache, router_logits, aux_loss } = out;
-    let converted = Output {
-        loss: loss.as_ref().map(float),
-        aux_loss: aux_loss.as_ref().map(float),
-        logits: float(&logits),
-        cache: Vec::new(),
-        router_logits: router_logits.iter().map(float).collect(),
-    };
+    // The new output's fields, in the walk's order; the cache is passed through.
+    let (loss_f, aux_f, logits_f) = (loss.as_ref().map(float), aux_loss.as_ref().map(float), float(&logits));
+    let router_f: Vec<Tensor> = router_logits.iter().map(float).collect();
     // The old output's references go in its field order.
     drop((loss, aux_loss, logits, router_logits));
-    Output { cache, ..converted }
+    Output { logits: logits_f, loss: loss_f, cache, router_logits: router_f, aux_loss: aux_f }
 }
