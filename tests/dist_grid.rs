@@ -5,12 +5,12 @@
 mod grid_common;
 
 use serde_json::Value;
-use vramscope::engine::{runtime, DType, Device, Tensor};
+use vramscope::engine::{autocast, runtime, DType, Device, Tensor};
 use vramscope::model::{presets, Model, ModelConfig};
 use vramscope::parallel::{apply, Layout, ParallelConfig};
-use vramscope::record::MemEvent;
+use vramscope::record::{MemEvent, Phase};
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
-use vramscope::train::{Batcher, DataKind, Optimizer, StepRunner};
+use vramscope::train::{Batcher, DataKind, Optimizer, Precision, StepRunner};
 
 fn num(v: &Value, key: &str) -> usize {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}")) as usize
@@ -72,11 +72,30 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     oc.kind = OptimizerKind::AdamwTorch;
     let opt = Optimizer::new(oc, model.parameters().len());
     let mut runner = StepRunner::new(&model, opt).with_parallel(layout);
+    // CS336's `with torch.autocast(device, dtype=torch.bfloat16)` around forward and loss.
+    match p["autocast"].as_str() {
+        Some("bf16") => runner = runner.with_precision(Precision::Bf16),
+        None => {}
+        Some(other) => panic!("autocast {other}"),
+    }
     let mut data = Batcher::new(DataKind::Random, cfg.vocab_size, batch, seq, Device::Meta, 42);
     let mut bound: Option<(Tensor, Tensor)> = None;
+    let kind = p["profile_type"].as_str().unwrap_or("training");
     let recorded = grid_common::record_last(num(p, "iterations"), |_| {
         let (x, y) = &*bound.insert(data.next_batch());
-        runner.step(x, y);
+        match kind {
+            "training" => drop(runner.step(x, y)),
+            // `model(x)`, the output dropped (under no_grad for inference), inside the autocast.
+            "forward" | "inference" => {
+                let _g = (kind == "inference").then(runtime::no_grad);
+                runtime::set_phase(Phase::Forward);
+                let region = p["autocast"].is_string().then(|| autocast::enable(DType::BF16));
+                drop(model.forward(x));
+                drop(region);
+                runtime::set_phase(Phase::Setup);
+            }
+            other => panic!("profile type {other}"),
+        }
     });
     runner.finish();
     recorded
@@ -89,5 +108,61 @@ fn data_parallel_ranks_match_pytorch() {
     grid_common::check("dist_grid/dist.json", points, 24, KNOWN_FAILING, run);
 }
 
+/// CS336's bf16 autocast over fp32 parameters under every data-parallel layout
+/// (measure_dist.py --cs336-autocast: CUDA's autocast policies registered on CPU).
+#[test]
+fn data_parallel_ranks_under_autocast_match_pytorch() {
+    let doc = grid_common::fixture("dist_grid/cs336_autocast.json");
+    let points = doc["points"].as_array().unwrap();
+    grid_common::check("dist_grid/cs336_autocast.json", points, 20, AUTOCAST_KNOWN_FAILING, run);
+}
+
+/// Inference (no_grad) under autocast and a layout: refused on the command line
+/// (options/profile.rs), checked and printed here.
+const AUTOCAST_KNOWN_FAILING: &[(&str, &str)] = &[
+    (
+        "cs336 V1003 d64 L2 F170 S32 B2 autocast=bf16 inference zero1 x2 rank1",
+        "vramscope keeps more of the forward's casts alive under no_grad than PyTorch (196,096 B at the forward peak), not explained yet",
+    ),
+    (
+        "cs336 V1000 d64 L2 F172 S32 B2 autocast=bf16 inference fsdp x2 rank0",
+        "vramscope keeps more of the forward's casts alive under no_grad than PyTorch (124,928 B at the forward peak), not explained yet",
+    ),
+    (
+        "tinyllama V1000 d64 L2 F172 S32 B2 autocast=bf16 inference ddp x2 rank1",
+        "PyTorch starts the step with one parameter-sized fp32 block more (619,776 B, the model's parameters × 4 B) under DDP, as the hf DDP forward-only point of dist_grid/autocast.json does; not explained yet",
+    ),
+];
+
 /// Points that still differ, with why (checked and printed, not skipped).
-const KNOWN_FAILING: &[(&str, &str)] = &[];
+const KNOWN_FAILING: &[(&str, &str)] = &[(
+    "cs336 V1003 d64 L2 F170 S32 B2 inference zero1 x2 rank1",
+    "PyTorch's level under gloo holds a 592 B block in some runs and not in others (1,817,952 B and 1,817,360 B at data in three runs of this point); vramscope has the lower level",
+)];
+
+/// What cs336_autocast.json does not match (inference) or measure (fp16) under a layout is
+/// refused, naming --precision; training and forward run.
+#[test]
+fn course_autocast_under_a_layout_is_refused_where_it_is_not_matched() {
+    let base = ["profile", "--model", "small", "--num-layers", "2", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--world-size", "2"];
+    for (extra, ok) in [
+        (&["--parallel", "ddp", "--precision", "bf16", "--profile-type", "training"][..], true),
+        (&["--parallel", "fsdp", "--precision", "bf16", "--profile-type", "forward"][..], true),
+        (&["--parallel", "zero1", "--precision", "bf16", "--profile-type", "inference"][..], false),
+        (&["--parallel", "fsdp", "--precision", "fp16", "--profile-type", "training"][..], false),
+    ] {
+        let dir = std::env::temp_dir().join(format!("vramscope-dist-grid-{}-{}", std::process::id(), extra.join("-")));
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out-dir", dir.to_str().unwrap()]);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if ok {
+            assert!(o.status.success(), "{extra:?}: {err}");
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+            assert!(err.contains("--precision") && err.contains("cs336_autocast.json"), "{extra:?}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -233,8 +233,9 @@ pub(crate) fn forward(m: &Model, ids: &Tensor, labels: Option<&Tensor>, logits_r
         // returns and the name is rebound, so the block gets its own handle to it.
         x = if cfg.checkpoint.covers(i) { checkpoint(x.clone(), run) } else { run(x.clone()) };
     }
-    let x = rms_norm("norm", &x, &m.final_norm, cfg.norm_eps);
-    let logits = nn_linear("output_proj", &x, &m.lm_head);
+    // `logits = self.output_proj(self.norm(h))`: the norm's output is a temporary that dies
+    // once the projection returns (under autocast the projection saves its bf16 copy, not it).
+    let logits = nn_linear("output_proj", &rms_norm("norm", &x, &m.final_norm, cfg.norm_eps), &m.lm_head);
     logits_ready(&logits);
     let loss = labels.map(|labels| {
         let _s = scope("loss");

@@ -61,10 +61,12 @@ def phase(name):
     return record_function(PHASE_MARK + name)
 
 
-def step_loop(model, opt, loss_fn, get_batch, kind):
+def step_loop(model, opt, loss_fn, get_batch, kind, autocast=contextlib.nullcontext):
     """The script's loop: names bound here live as they would at a script's top level.
     loss_fn None: the model computes the loss itself (`_, loss = model(tokens, labels)`, the
-    tinyllama walkthrough), marking the loss phase inside its forward."""
+    tinyllama walkthrough), marking the loss phase inside its forward. `autocast`: CS336's
+    `with torch.autocast(...)` around forward and loss (measure_gpu.py's course_loop on a card;
+    measure_dist.py --cs336-autocast on CPU with CUDA's policies)."""
     logits = loss = None
     for step in range(NSTEPS):
         with record_function(f"{STEP_MARK}{step}"):
@@ -74,14 +76,15 @@ def step_loop(model, opt, loss_fn, get_batch, kind):
                 if kind == "training":
                     with phase("zero_grad"):
                         opt.zero_grad(set_to_none=True)
-                if loss_fn is None:
-                    with phase("forward"):
-                        logits, loss = model(x, y)
-                else:
-                    with phase("forward"):
-                        logits = model(x)
-                    with phase("loss"):
-                        loss = loss_fn(logits, y)
+                with autocast():
+                    if loss_fn is None:
+                        with phase("forward"):
+                            logits, loss = model(x, y)
+                    else:
+                        with phase("forward"):
+                            logits = model(x)
+                        with phase("loss"):
+                            loss = loss_fn(logits, y)
                 if kind == "training":
                     with phase("backward"):
                         loss.backward()
@@ -92,7 +95,7 @@ def step_loop(model, opt, loss_fn, get_batch, kind):
                         del logits, loss
             else:
                 with torch.no_grad() if kind == "inference" else contextlib.nullcontext():
-                    with phase("forward"):
+                    with autocast(), phase("forward"):
                         model(x)
 
 
@@ -106,12 +109,12 @@ def batcher(vocab, batch, seq, seed):
     return get_batch
 
 
-def profiled(setup, kind):
+def profiled(setup, kind, autocast=contextlib.nullcontext):
     """setup() -> (model, opt, loss_fn, get_batch), called inside the profiler session."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             model, opt, loss_fn, get_batch = setup()
-        step_loop(model, opt, loss_fn, get_batch, kind)
+        step_loop(model, opt, loss_fn, get_batch, kind, autocast)
     return prof
 
 
@@ -266,6 +269,16 @@ def cpu_kernel_scratch(anc, size):
         # divide by the world into a zero-padded tensor before `cat`; CUDA's `_chunk_cat_out_cuda`
         # copies contiguous gradients into the padded output directly (chunk_cat_cuda_kernel).
         return ("cpu _chunk_cat of unevenly sharded gradients: _pad_chunk's zero-padded copies", anc[cc].end_time_ns, "freed inside")
+    if len(anc) >= 5 and [a.name for a in anc[-5:]] == ["aten::bmm", "aten::contiguous", "aten::clone", "aten::empty_like", "aten::empty"]:
+        # mkldnn_matmul (aten/src/ATen/native/mkldnn/Matmul.cpp), which CPU bmm takes for
+        # bf16/fp16 operands, copies an operand whose strides oneDNN does not take
+        # (`is_mkldnn_optimized_format`, e.g. a transposed 2-D weight unsqueezed to batch 1,
+        # CS336's einsum Linear) to a contiguous tensor that dies inside the op. CUDA's bmm
+        # (`prepare_batch_matrix_for_cublas`) passes such an operand to cuBLAS transposed, no copy.
+        mm = anc[-5]
+        ins = [m for m in (_meta(i) for i in getattr(mm.extra_fields, "inputs", [])) if m]
+        if any(m[2] in REDUCED_FLOAT for m in ins) and any(size == _numel(m[0]) * torch.empty((), dtype=m[2]).element_size() for m in ins):
+            return ("cpu bmm of reduced floats: oneDNN's contiguous copy of an operand", mm.end_time_ns, "freed inside")
     if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some
@@ -419,8 +432,8 @@ def phases_of(kind):
             "forward-loss": ("data", "forward", "loss"), "training": PHASES}[kind]
 
 
-def measure(setup, kind, other_threads=False):
-    rows = alloc_rows(profiled(setup, kind))
+def measure(setup, kind, other_threads=False, autocast=contextlib.nullcontext):
+    rows = alloc_rows(profiled(setup, kind, autocast))
     return analyse(rows, phases_of(kind), other_threads)
 
 

@@ -58,6 +58,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --gpt-oss-deepseek  # gpt_oss/deepseek_v3 -> tests/fixtures/dist_grid/gpt_oss_deepseek.json
     python3 measure_dist.py --lora-models  # LoRA/QLoRA of issue 30's models -> tests/fixtures/dist_grid/lora_models.json
     python3 measure_dist.py --qwen2-moe-sliding  # qwen2_moe with use_sliding_window -> tests/fixtures/dist_grid/qwen2_moe_sliding.json
+    python3 measure_dist.py --cs336-autocast  # cs336/tinyllama under bf16 autocast -> tests/fixtures/dist_grid/cs336_autocast.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -75,6 +76,7 @@ GPTOSS_DEEPSEEK_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/gpt_oss
 LORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_models.json")
 QWEN2_MOE_SLIDING_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/qwen2_moe_sliding.json")
 AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/autocast.json")
+CS336_AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/cs336_autocast.json")
 
 
 def setup_for(pt):
@@ -181,7 +183,7 @@ def measure_model(pt):
 
 def measure_here(pt):
     import torch
-    if "profile_type" in pt:
+    if "hf" in pt and "profile_type" in pt:
         return measure_model(pt)
     if "hf" in pt:
         import measure_hf as H
@@ -193,8 +195,10 @@ def measure_here(pt):
                         end=s.get("end", s["start"]), cpu_scratch_left_out=s["cpu_scratch"], missed_frees=s.get("missed_frees", []))
                 for p, s in per.items()}
     import measure_cs336 as M
+    import measure_hf as H
     torch.set_num_threads(1)
-    per, _ = M.measure(setup_for(pt), "training", other_threads=pt["layout"] in ("ddp", "zero1"))
+    per, _ = M.measure(setup_for(pt), pt.get("profile_type", "training"), other_threads=pt["layout"] in ("ddp", "zero1"),
+                       autocast=H.autocast_region(dict(autocast=pt.get("autocast"))))
     return {p: dict(peak=s["peak"], peak_all_blocks=s["peak_all"], live_at_peak=s["live_at_peak"], peak_op=s["peak_op"], start=s["start"],
                     end=s.get("end", s["start"]), cpu_scratch_left_out=s["cpu_scratch"], missed_frees=s.get("missed_frees", []))
             for p, s in per.items()}
@@ -254,6 +258,69 @@ def grid():
                     name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} {layout} x{world} rank{r}"
                     pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=r,
                                     iterations=3, profile_type="training"))
+    # Forward-only (with grad, the output dropped) and inference (no_grad) steps under each layout.
+    for flavour, c, seq, batch, layout, world, rank, kind in FORWARD_ROWS:
+        c = dict(c, max_seq_len=seq)
+        name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} {kind} {layout} x{world} rank{rank}"
+        pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
+                        iterations=3, profile_type=kind))
+    return pts
+
+
+_SMALL = dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=172)
+_UNEVEN = dict(vocab_size=1003, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=170)
+_WIDE = dict(vocab_size=2000, d_model=128, num_layers=3, num_heads=4, num_kv_heads=4, d_ff=344)
+_TINY = dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=172)
+_TINY_UNEVEN = dict(vocab_size=1003, d_model=64, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=170)
+# (flavour, config, seq, batch, layout, world, rank, profile type)
+FORWARD_ROWS = [
+    ("cs336", _SMALL, 32, 2, "ddp", 2, 0, "forward"),
+    ("cs336", _UNEVEN, 32, 2, "zero1", 2, 1, "inference"),
+    ("cs336", _WIDE, 64, 2, "zero2", 2, 1, "forward"),
+    ("cs336", _UNEVEN, 32, 2, "fsdp", 4, 3, "forward"),
+    ("cs336", _SMALL, 32, 2, "fsdp", 2, 0, "inference"),
+    ("cs336", _WIDE, 64, 2, "hsdp", 4, 0, "forward"),
+    ("tinyllama", _TINY, 32, 2, "ddp", 2, 1, "inference"),
+    ("tinyllama", _TINY_UNEVEN, 32, 2, "zero2", 4, 3, "forward"),
+    ("tinyllama", _TINY, 32, 2, "fsdp", 2, 0, "forward"),
+]
+
+
+def cs336_autocast_grid():
+    """CS336's `with torch.autocast(device, dtype=torch.bfloat16)` around forward and loss
+    (fp32 parameters, backward and the step outside), CUDA's autocast policies on CPU as
+    measure_hf.py registers them: the cs336 and tinyllama models of grid() under ddp, zero1,
+    zero2, fsdp, fsdp_root and hsdp, ranks 0 and the last (uneven vocabularies), world 2-4; training,
+    and FORWARD_ROWS' forward-only and inference steps."""
+    # (flavour, config, seq, batch, layout, world, rank)
+    small, uneven, wide, tiny, tiny_uneven = _SMALL, _UNEVEN, _WIDE, _TINY, _TINY_UNEVEN
+    rows = [
+        ("cs336", small, 32, 2, "ddp", 2, 0),
+        ("cs336", wide, 64, 2, "ddp", 4, 3),
+        ("cs336", uneven, 32, 2, "zero1", 2, 1),
+        ("cs336", small, 32, 2, "zero2", 2, 0),
+        ("cs336", uneven, 32, 2, "zero2", 4, 3),
+        ("cs336", small, 32, 2, "fsdp", 2, 0),
+        ("cs336", uneven, 32, 2, "fsdp", 4, 3),
+        ("cs336", wide, 64, 2, "fsdp_root", 2, 1),
+        ("cs336", wide, 64, 2, "hsdp", 4, 0),
+        ("tinyllama", tiny, 32, 2, "ddp", 2, 1),
+        ("tinyllama", tiny_uneven, 32, 2, "zero1", 4, 3),
+        ("tinyllama", tiny, 32, 2, "zero2", 2, 0),
+        ("tinyllama", tiny_uneven, 32, 2, "fsdp", 4, 3),
+        ("tinyllama", tiny, 32, 2, "hsdp", 4, 2),
+    ]
+    pts = []
+    for flavour, c, seq, batch, layout, world, rank in rows:
+        c = dict(c, max_seq_len=seq)
+        name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} autocast=bf16 {layout} x{world} rank{rank}"
+        pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
+                        iterations=3, profile_type="training", autocast="bf16"))
+    for flavour, c, seq, batch, layout, world, rank, kind in FORWARD_ROWS:
+        c = dict(c, max_seq_len=seq)
+        name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} autocast=bf16 {kind} {layout} x{world} rank{rank}"
+        pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
+                        iterations=3, profile_type=kind, autocast="bf16"))
     return pts
 
 
@@ -614,6 +681,10 @@ def main():
         points, out = grids[flag]
         head = lora_models_header if flag == "--lora-models" else models_header(f"tools/pytorch/measure_dist.py {flag}")
         M.grid_main(__doc__, __file__, one, points, out, head)
+    elif "--cs336-autocast" in sys.argv:
+        sys.argv.remove("--cs336-autocast")
+        M.grid_main(__doc__, __file__, one, cs336_autocast_grid, CS336_AUTOCAST_OUT,
+                    lambda: dict(header(), generator="tools/pytorch/measure_dist.py --cs336-autocast"))
     elif "--lora" in sys.argv:
         sys.argv.remove("--lora")
         M.grid_main(__doc__, __file__, one, lora_grid, LORA_OUT, lora_header)
