@@ -260,3 +260,43 @@ fn bad_flags_exit_2_naming_the_flag() {
     let _ = std::fs::remove_file(&fp32);
     let _ = std::fs::remove_file(&qmix);
 }
+
+/// The mixture-of-experts presets and Phi-3 plan (their weights and KV terms are pinned by
+/// tests/serve_grid.rs); what is not modelled exits 2 naming the flag and saying why.
+#[test]
+fn moe_and_phi3_plan_and_the_rest_is_refused() {
+    let o = serve(&["--preset", "Qwen3-30B-A3B", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // 30,532,122,624 parameters (vocabulary 151,936, a multiple of 64) x 2 bytes, all 128
+    // experts on the one rank.
+    assert!(out.contains("61,064,245,248 bytes  parameters"), "{out}");
+    assert!(out.contains("48 layers x 16 tokens x 4 kv heads x 2 x head_dim 128 x 2 bytes"), "{out}");
+    assert!(out.contains("estimate, not yet measured: profile run of 8192 tokens (the experts' Triton workspaces)"), "{out}");
+    // Two ranks: the experts split along their intermediate size, the KV heads 2 per rank.
+    let o = serve(&["--preset", "Qwen3-30B-A3B", "--gpu", "H100-80GB", "--enforce-eager", "--tensor-parallel-size", "2"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("30,544,916,480 bytes") && out.contains("2 kv heads"), "{out}");
+    let o = serve(&["--preset", "Phi-3-mini", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("every layer's SlidingWindowSpec: cdiv(min(2047 - 1 + 2 x 8192 in-flight tokens, 4096), 16) + 1"), "{out}");
+    let refused: &[(&[&str], &str, &str)] = &[
+        (&["--preset", "Qwen3-30B-A3B", "--gpu", "A100-80GB"], "--gpu", "Triton on SM 9.0"),
+        (&["--preset", "Qwen3-30B-A3B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
+        (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
+        (&["--preset", "Gemma-3-27B"], "--preset", "gemma3_text is not modelled"),
+        (&["--preset", "Gemma-2-9B"], "--preset", "gemma2 is not modelled"),
+        (&["--preset", "gpt-oss-20b"], "--preset", "gpt_oss is not modelled yet"),
+        (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
+    ];
+    for (args, flag, why) in refused {
+        let mut a = args.to_vec();
+        a.push("--enforce-eager");
+        let o = serve(&a);
+        let err = text(&o).1;
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
+        assert!(err.contains(flag) && err.contains(why), "{a:?} should name {flag} and say {why:?}: {err}");
+    }
+}
