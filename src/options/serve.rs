@@ -10,7 +10,7 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset: Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Mixtral-8x7B or Qwen3-30B-A3B (the others are refused, saying why)
+    /// Model preset: one of those vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Mixtral-8x7B, Qwen3-30B-A3B; others are refused)
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
