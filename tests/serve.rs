@@ -291,6 +291,24 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "gpt-oss-20b"], "--preset", "gpt_oss is not modelled yet"),
         (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
     ];
+    // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.
+    let slide = std::env::temp_dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));
+    std::fs::write(
+        &slide,
+        r#"{"model_type": "qwen3_moe", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_experts": 8,
+            "num_experts_per_tok": 2, "max_position_embeddings": 2048, "use_sliding_window": true, "sliding_window": 512, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let slide_s = slide.to_str().unwrap().to_string();
+    let o = serve(&["--config", &slide_s, "--enforce-eager"]);
+    let err = text(&o).1;
+    assert!(o.status.code() == Some(2) && err.contains("--config") && err.contains("sliding window"), "{err}");
+    // Without the window the same config plans.
+    std::fs::write(&slide, std::fs::read_to_string(&slide).unwrap().replace(r#""use_sliding_window": true"#, r#""use_sliding_window": false"#)).unwrap();
+    let o = serve(&["--config", &slide_s, "--enforce-eager"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let _ = std::fs::remove_file(&slide);
     for (args, flag, why) in refused {
         let mut a = args.to_vec();
         a.push("--enforce-eager");
