@@ -260,3 +260,61 @@ fn bad_flags_exit_2_naming_the_flag() {
     let _ = std::fs::remove_file(&fp32);
     let _ = std::fs::remove_file(&qmix);
 }
+
+/// The mixture-of-experts presets and Phi-3 plan (their weights and KV terms are pinned by
+/// tests/serve_grid.rs); what is not modelled exits 2 naming the flag and saying why.
+#[test]
+fn moe_and_phi3_plan_and_the_rest_is_refused() {
+    let o = serve(&["--preset", "Qwen3-30B-A3B", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // 30,532,122,624 parameters (vocabulary 151,936, a multiple of 64) x 2 bytes, all 128
+    // experts on the one rank.
+    assert!(out.contains("61,064,245,248 bytes  parameters"), "{out}");
+    assert!(out.contains("48 layers x 16 tokens x 4 kv heads x 2 x head_dim 128 x 2 bytes"), "{out}");
+    assert!(out.contains("estimate, not yet measured: profile run of 8192 tokens (the experts' Triton workspaces)"), "{out}");
+    // Two ranks: the experts split along their intermediate size, the KV heads 2 per rank.
+    let o = serve(&["--preset", "Qwen3-30B-A3B", "--gpu", "H100-80GB", "--enforce-eager", "--tensor-parallel-size", "2"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("30,544,916,480 bytes") && out.contains("2 kv heads"), "{out}");
+    let o = serve(&["--preset", "Phi-3-mini", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("every layer's SlidingWindowSpec: cdiv(min(2047 - 1 + 2 x 8192 in-flight tokens, 4096), 16) + 1"), "{out}");
+    let refused: &[(&[&str], &str, &str)] = &[
+        (&["--preset", "Qwen3-30B-A3B", "--gpu", "A100-80GB"], "--gpu", "Triton on SM 9.0"),
+        (&["--preset", "Qwen3-30B-A3B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
+        (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
+        (&["--preset", "Gemma-3-27B"], "--preset", "gemma3_text is not modelled"),
+        (&["--preset", "Gemma-2-9B"], "--preset", "gemma2 is not modelled"),
+        (&["--preset", "gpt-oss-20b"], "--preset", "gpt_oss is not modelled yet"),
+        (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
+    ];
+    // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.
+    let slide = std::env::temp_dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));
+    std::fs::write(
+        &slide,
+        r#"{"model_type": "qwen3_moe", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_experts": 8,
+            "num_experts_per_tok": 2, "max_position_embeddings": 2048, "use_sliding_window": true, "sliding_window": 512, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let slide_s = slide.to_str().unwrap().to_string();
+    let o = serve(&["--config", &slide_s, "--enforce-eager"]);
+    let err = text(&o).1;
+    assert!(o.status.code() == Some(2) && err.contains("--config") && err.contains("sliding window"), "{err}");
+    // Without the window the same config plans.
+    std::fs::write(&slide, std::fs::read_to_string(&slide).unwrap().replace(r#""use_sliding_window": true"#, r#""use_sliding_window": false"#)).unwrap();
+    let o = serve(&["--config", &slide_s, "--enforce-eager"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let _ = std::fs::remove_file(&slide);
+    for (args, flag, why) in refused {
+        let mut a = args.to_vec();
+        a.push("--enforce-eager");
+        let o = serve(&a);
+        let err = text(&o).1;
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
+        assert!(err.contains(flag) && err.contains(why), "{a:?} should name {flag} and say {why:?}: {err}");
+    }
+}

@@ -3,7 +3,9 @@
 //! tensor-parallel rank) and its KV cache planning (`get_kv_cache_groups`,
 //! `get_kv_cache_configs`, `get_kv_cache_capacity`, the ValueError when max_model_len does not
 //! fit, auto-fit) over models × TP × block size × kv-cache dtype × max_model_len × available
-//! memory. Every number and message must match exactly.
+//! memory: the dense families (Llama, Mistral, Qwen2/3, Phi-3) and the mixture-of-experts ones
+//! (Mixtral, Qwen3-MoE, Qwen2-MoE: FusedMoE's w13/w2 per rank, the replicated router, the
+//! shared expert). Every number and message must match exactly.
 use serde_json::Value;
 use vramscope::model::vllm_0_33::{self as vllm, ServeConfig};
 
@@ -38,12 +40,19 @@ fn fixture_is_vllm_0_33_and_a_grid() {
     let pts = doc["points"].as_array().unwrap();
     assert!(pts.len() >= 20, "{} points", pts.len());
     let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
-    for (k, n) in [("model", 5), ("tensor_parallel_size", 4), ("block_size", 2), ("kv_cache_dtype", 2), ("max_model_len", 3)] {
+    for (k, n) in [("model", 15), ("tensor_parallel_size", 4), ("block_size", 2), ("kv_cache_dtype", 2), ("max_model_len", 3)] {
         assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
     }
     // Both outcomes are pinned: plans that fit and vLLM's error.
     assert!(pts.iter().any(|p| p["error"].is_null()) && pts.iter().any(|p| p["error"].is_string()));
     assert!(pts.iter().any(|p| p["num_blocks"].is_u64() && p["model"].as_str().unwrap().ends_with("sliding")));
+    // The families added with the MoE models: two shapes each, more than one TP size.
+    for ty in ["phi3", "mixtral", "qwen3_moe", "qwen2_moe"] {
+        let of: Vec<&Value> = pts.iter().filter(|p| doc["configs"][p["model"].as_str().unwrap()]["model_type"] == ty).collect();
+        let shapes = of.iter().map(|p| p["model"].to_string()).collect::<std::collections::BTreeSet<_>>().len();
+        let tps = of.iter().map(|p| p["tensor_parallel_size"].to_string()).collect::<std::collections::BTreeSet<_>>().len();
+        assert!(shapes >= 2 && tps >= 2, "{ty}: {shapes} shapes, {tps} TP sizes");
+    }
 }
 
 #[test]
@@ -68,7 +77,9 @@ fn every_point_matches_vllm() {
         if err.is_none() {
             assert_eq!(plan.num_blocks, p["num_blocks"].as_u64().unwrap(), "blocks {at}");
             assert_eq!(plan.kv_cache_tokens, p["kv_cache_tokens"].as_u64().unwrap(), "tokens {at}");
-            assert_eq!(plan.max_concurrency, p["max_concurrency"].as_f64().unwrap(), "concurrency {at}");
+            // Python's repr, parsed exactly (serde_json's float parse can be a bit off).
+            let exact: f64 = p["max_concurrency_repr"].as_str().unwrap().parse().unwrap();
+            assert_eq!(plan.max_concurrency, exact, "concurrency {at}");
         }
         match vllm::auto_fit_max_model_len(&c, &plan) {
             Ok(n) => assert_eq!(Some(n), p["auto_fit_max_model_len"].as_u64(), "auto-fit {at}"),

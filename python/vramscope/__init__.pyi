@@ -1957,14 +1957,15 @@ def serve(
     Parameters
     ----------
     model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
-        Model preset: one of the Hugging Face ones (Llama-*, Mistral-7B, Qwen*; the others are not
-        vLLM models). [--preset; also preset=]
+        Model preset: one of those vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B,
+        Phi-3-mini, Mixtral-8x7B, Qwen3-30B-A3B; others are refused). [--preset; also preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset model_type
-        llama, mistral, qwen2 or qwen3 (a sliding window on every layer or on none); its torch_dtype
-        (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it. Also a dict (a
-        config.json's content) or a transformers ``PretrainedConfig`` (anything with ``to_dict()``).
-        [--config]
+        llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), or the
+        mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention, every layer sparse; on
+        H100/H200); its torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype
+        auto keeps it. Also a dict (a config.json's content) or a transformers ``PretrainedConfig``
+        (anything with ``to_dict()``). [--config]
     gpu : Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'], default 'H100-80GB'
         The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it). One of: H100-80GB,
         H200-141GB, A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB, RTXA6000-48GB.

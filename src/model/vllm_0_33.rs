@@ -58,6 +58,7 @@
 //!   tokens (`kv_cache_utils.py:1128`), logged with `:,` and `%.2fx`
 //!   (`kv_cache_utils.py:1147-1154`). GiB figures print as `round(b / 2**30, 2)`
 //!   (`format_gib`, `utils/mem_utils.py:30`).
+use crate::model::hf::moe::MoeFamily;
 use crate::model::ModelConfig;
 
 /// The vLLM release whose plan this file reproduces.
@@ -199,8 +200,20 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
     if kv < tp && !tp.is_multiple_of(kv) {
         return Err(format!("tensor parallel size ({tp}) is not a multiple of the {kv} KV heads it replicates (vLLM asserts tp_size % total_num_kv_heads == 0, model_executor/models/llama.py:155)"));
     }
-    // MergedColumnParallelLinear's divide (layers/linear.py:497-503, distributed/utils.py:130).
-    if !m.d_ff.is_multiple_of(tp) {
+    if let Some(moe) = m.hf().and_then(|h| h.moe.as_ref()) {
+        // Qwen3MoeSparseMoeBlock / Qwen2MoeSparseMoeBlock (qwen3_moe.py:153, qwen2_moe.py:136).
+        if moe.family != MoeFamily::Mixtral && tp > moe.experts {
+            return Err(format!("Tensor parallel size {tp} is greater than the number of experts {}.", moe.experts));
+        }
+        // FusedMoEConfig.__post_init__ (layers/fused_moe/config.py:1352).
+        if !moe.intermediate.is_multiple_of(tp) {
+            return Err(format!("the experts' intermediate size {} is not divisible by {tp} (vLLM asserts intermediate_size % tp_size == 0, layers/fused_moe/config.py:1352)", moe.intermediate));
+        }
+        if moe.shared_intermediate > 0 && !moe.shared_intermediate.is_multiple_of(tp) {
+            return Err(format!("shared_expert_intermediate_size {} is not divisible by {tp} (the shared expert's gate_up_proj divide, layers/linear.py:502)", moe.shared_intermediate));
+        }
+    } else if !m.d_ff.is_multiple_of(tp) {
+        // MergedColumnParallelLinear's divide (layers/linear.py:497-503, distributed/utils.py:130).
         return Err(format!("intermediate_size {} is not divisible by {tp} (gate_up_proj's divide, layers/linear.py:502)", m.d_ff));
     }
     // VocabParallelEmbedding's divide (layers/vocab_parallel_embedding.py:304).
@@ -220,7 +233,8 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
 /// - o_proj and down_proj (RowParallelLinear, `linear.py:1708-1709`): inputs / tp, a bias whole
 ///   on every rank (`linear.py:1756-1758`);
 /// - gate_up_proj (MergedColumnParallelLinear, `linear.py:497-503`): 2 × intermediate / tp
-///   outputs; the RMSNorms (and Qwen3's q/k norms over head_dim) whole on every rank.
+///   outputs; the RMSNorms (and Qwen3's and Qwen3-MoE's q/k norms over head_dim) whole on every rank;
+/// - a mixture-of-experts layer's MLP: [`mlp_elements_per_rank`].
 pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     let tp = tp.max(1) as u64;
     let (d, f, hd) = (m.d_model as u64, m.d_ff as u64, m.head_dim() as u64);
@@ -228,14 +242,14 @@ pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     let kvr = kv_heads_per_rank(m, tp as usize) as u64;
     let hf = m.hf();
     let qkv_out = (h + 2 * kvr) * hd;
-    let mut layer = d * qkv_out + h * hd * d + d * 2 * f / tp + f / tp * d + 2 * d;
+    let mut layer = d * qkv_out + h * hd * d + mlp_elements_per_rank(m, tp) + 2 * d;
     if hf.is_some_and(|h| h.qkv_bias) {
         layer += qkv_out;
     }
     if hf.is_some_and(|h| h.o_bias) {
         layer += d;
     }
-    if hf.is_some_and(|h| h.mlp_bias) {
+    if hf.is_some_and(|h| h.mlp_bias && h.moe.is_none()) {
         layer += 2 * f / tp + d;
     }
     if hf.is_some_and(|h| h.model_type == crate::model::hf::Arch::Qwen3) {
@@ -244,6 +258,33 @@ pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     let rows = padded_vocab(m) as u64 / tp;
     let vocab = rows * d * if m.tied_embeddings { 1 } else { 2 };
     m.num_layers as u64 * layer + vocab + d
+}
+
+/// One decoder layer's MLP on one rank. Dense: gate_up_proj and down_proj, intermediate / tp
+/// each. Mixture of experts (mixtral.py:111-125, qwen3_moe.py:170-215, qwen2_moe.py:142-180):
+/// - the router (`GateLinear`, a `ReplicatedLinear`): experts × hidden, whole on every rank;
+/// - the experts (`FusedMoE`, expert parallelism off): `w13_weight` (experts, 2 × I/tp, hidden)
+///   and `w2_weight` (experts, hidden, I/tp) (`unquantized_fused_moe_method.py:68-131`), with
+///   I/tp = `intermediate_size_per_partition` (`layers/fused_moe/config.py:1353`; the
+///   `FusedMoEParallelConfig` tp is tp × dp × pcp, `config.py:1112`). The Triton backend SM 9.0
+///   picks pads nothing (`oracle/unquantized.py:76-80`, `:385-397`); FlashInfer's TRT-LLM
+///   backend (first on other GPUs) rounds I/tp up to 128, which is why `serve` takes MoE
+///   models on SM 9.0 only;
+/// - Qwen2-MoE: `shared_expert_gate` (hidden × 1, replicated) always, and the shared expert
+///   (column/row-parallel, shared_expert_intermediate_size / tp) when its width is not 0.
+pub fn mlp_elements_per_rank(m: &ModelConfig, tp: u64) -> u64 {
+    let d = m.d_model as u64;
+    let Some(moe) = m.hf().and_then(|h| h.moe.as_ref()) else {
+        let f = m.d_ff as u64;
+        return d * 2 * f / tp + f / tp * d;
+    };
+    let (e, i) = (moe.experts as u64, moe.intermediate as u64 / tp);
+    let mut mlp = e * d + e * 2 * i * d + e * d * i;
+    if moe.family == MoeFamily::Qwen2Moe {
+        let s = moe.shared_intermediate as u64 / tp;
+        mlp += d + 3 * s * d;
+    }
+    mlp
 }
 
 /// Bytes of one rank's weights.
@@ -266,16 +307,46 @@ pub fn weight_bytes_per_rank(m: &ModelConfig, elem: usize, tp: usize) -> u64 {
 ///   and the exponential noise `q` (`v1/sample/ops/topk_topp_sampler.py:309`, `:594`); top-k/top-p
 ///   (triton) and `probs.div_(q)` (`:599`) work in place. With tensor parallelism the logits
 ///   are gathered whole (`model_executor/layers/logits_processor.py`), so this term is not divided.
+///
+/// A mixture-of-experts layer's forward is [`moe_forward_estimate`] instead of the MLP's.
 pub fn activation_peak_estimate(c: &ServeConfig) -> u64 {
     let m = &c.model;
     let t = c.max_num_batched_tokens as u64;
     let b = c.weight_bytes as u64;
     let (d, f) = (m.d_model as u64, (m.d_ff / c.tensor_parallel_size.max(1)) as u64);
-    let forward = t * b * (2 * d + 3 * f);
+    let forward = match m.hf().and_then(|h| h.moe.as_ref()) {
+        Some(moe) => moe_forward_estimate(c, moe),
+        None => t * b * (2 * d + 3 * f),
+    };
     let r = c.max_num_seqs.min(c.max_num_batched_tokens) as u64;
     let v = padded_vocab(m) as u64;
     let sampler = t * d * b + 2 * r * d * b + r * v * (b + 4 + 4 + 4);
     forward.max(sampler)
+}
+
+/// One mixture-of-experts layer's forward over T = max_num_batched_tokens tokens on one rank,
+/// an estimate read off vLLM's code (not measured against vLLM), in the weights' dtype unless
+/// said: the residual and the normed hidden states (T × hidden each); the router logits
+/// (`GateLinear`, T × experts); the top-k weights (float32) and ids (int32), T × top_k each;
+/// the Triton experts' two workspaces, taken whole from the workspace manager for the whole
+/// batch (no chunking: `_allocate_buffers(M_full, M_full, …)`, `layers/fused_moe/modular_kernel.py:1354`;
+/// `TritonExperts.workspace_shapes`, `experts/triton_moe.py:240-255`; each rounded up to 256
+/// bytes, `v1/worker/workspace.py:193-195`): T × top_k × max(I/tp, hidden) (shared with the
+/// output, T × hidden) and T × top_k × max(2·I/tp, hidden); the layer's output (T × hidden);
+/// and Qwen2-MoE's shared expert beside them (its gate_up and SiluAndMul outputs, T × 3·S/tp,
+/// and its gate, T × 1). `moe_align_block_size`'s index buffers are left out.
+pub fn moe_forward_estimate(c: &ServeConfig, moe: &crate::model::hf::moe::MoeConfig) -> u64 {
+    let tp = c.tensor_parallel_size.max(1) as u64;
+    let t = c.max_num_batched_tokens as u64;
+    let b = c.weight_bytes as u64;
+    let d = c.model.d_model as u64;
+    let (e, k, i) = (moe.experts as u64, moe.top_k as u64, moe.intermediate as u64 / tp);
+    let round = |x: u64| x.div_ceil(256) * 256;
+    let ws13 = round(t * k * i.max(d) * b);
+    let ws2 = round(t * k * (2 * i).max(d) * b);
+    let routing = t * e * b + t * k * (4 + 4);
+    let shared = if moe.family == MoeFamily::Qwen2Moe { t * b * (3 * moe.shared_intermediate as u64 / tp + 1) } else { 0 };
+    2 * t * d * b + routing + ws13 + ws2 + t * d * b + shared
 }
 
 /// KV cache bytes of one layer's page on one rank: block_size × kv heads per rank ×

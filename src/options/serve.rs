@@ -1,6 +1,7 @@
 //! `serve`'s flags, named as vLLM's engine arguments, resolved into the
 //! [`ServeConfig`](crate::model::vllm_0_33::ServeConfig) of vLLM 0.33.0's start-up plan.
 use super::usage;
+use crate::model::hf::moe::MoeFamily;
 use crate::model::hf::Arch;
 use crate::model::vllm_0_33::{self as vllm, ServeConfig};
 use crate::model::{presets, Flavour};
@@ -9,13 +10,14 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset: one of the Hugging Face ones (Llama-*, Mistral-7B, Qwen*; the others are not vLLM models)
+    /// Model preset: one of those vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Mixtral-8x7B, Qwen3-30B-A3B; others are refused)
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
-    /// model_type llama, mistral, qwen2 or qwen3 (a sliding window on every layer or on none); its torch_dtype
-    /// (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it.
+    /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), or the
+    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention, every layer sparse; on H100/H200); its
+    /// torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it.
     #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
     /// The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it)
@@ -130,11 +132,23 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     let Some(h) = model.hf() else {
         return Err(usage(flag, "vLLM's plan is modelled for Hugging Face models (the hf presets or a config.json)"));
     };
-    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) {
-        return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
+    if h.model_type == Arch::Olmo2 {
+        return Err(usage(
+            flag,
+            "model_type olmo2: vLLM 0.33.0 has no model file for it and runs it through its Transformers backend \
+             (model_executor/models/registry.py:762), whose sharding is not modelled",
+        ));
+    }
+    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3) {
+        return Err(usage(flag, format!("model_type {} is not modelled (its sliding and global layers make several KV cache groups)", h.model_type.name())));
     }
     if let Some(m) = &h.moe {
-        return Err(usage(flag, format!("vLLM's plan for a mixture-of-experts model ({}) is not modelled yet", m.family.model_type())));
+        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
+            return Err(usage(flag, format!("vLLM's plan for {} is not modelled yet (Mixtral, Qwen3-MoE and Qwen2-MoE are)", m.family.model_type())));
+        }
+        if h.sliding_window.is_some() || h.sliding_layers.is_some() {
+            return Err(usage(flag, format!("{} with a sliding window: not measured against vLLM (the MoE grid has full attention only)", m.family.model_type())));
+        }
     }
     let weight_bytes = match torch_dtype {
         Some(d @ (crate::engine::DType::BF16 | crate::engine::DType::F16)) => d.size(),
@@ -149,6 +163,17 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     }
     vllm::check_tensor_parallel(&model, a.tensor_parallel_size).map_err(|e| usage("--tensor-parallel-size", e))?;
     let gpu = crate::record::gpu::find(&a.gpu).map_err(|e| usage("--gpu", e))?;
+    if h.moe.is_some() && !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { major: 9, .. })) {
+        // select_unquantized_moe_backend (layers/fused_moe/oracle/unquantized.py:62-80).
+        return Err(usage(
+            "--gpu",
+            format!(
+                "{}: vLLM's unquantized MoE backend is Triton on SM 9.0 (H100, H200), which is what is modelled; \
+                 elsewhere it tries FlashInfer's first (TRT-LLM's pads the experts' intermediate size to 128), which is not",
+                gpu.name
+            ),
+        ));
+    }
     if !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { .. })) {
         return Err(usage(
             "--gpu",

@@ -247,7 +247,8 @@ impl Serve {
         } else {
             s += &format!("  - weights                  {}  parameters (vocabulary padded to 64) x {} bytes\n", g(p.weights), c.weight_bytes);
         }
-        s += &format!("  - activation peak          {}  estimate, not yet measured: profile run of {} tokens and the sampler\n", g(p.activation_peak), c.max_num_batched_tokens);
+        let moe = if c.model.hf().is_some_and(|h| h.moe.is_some()) { " (the experts' Triton workspaces)" } else { "" };
+        s += &format!("  - activation peak          {}  estimate, not yet measured: profile run of {} tokens{moe} and the sampler\n", g(p.activation_peak), c.max_num_batched_tokens);
         s += &format!("  - non-torch memory growth  {}  assumed (vLLM measures it at start-up)\n", g(p.non_torch_increase));
         s += &format!("  - CUDA graph memory        {}  --enforce-eager\n", g(p.cudagraph_memory));
         let heads = if c.tensor_parallel_size > 1 { format!("{} kv heads per rank", p.num_kv_heads_per_rank) } else { format!("{} kv heads", p.num_kv_heads_per_rank) };

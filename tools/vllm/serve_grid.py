@@ -1,5 +1,5 @@
 """The vLLM 0.33.0 serve-plan terms that need no GPU, computed by vLLM's own code on CPU, over a
-grid of models x tensor-parallel size x block size x kv-cache dtype x max_model_len x available
+grid of models (Llama, Mistral, Qwen2/3, Phi-3; the MoE Mixtral, Qwen3-MoE, Qwen2-MoE) x tensor-parallel size x block size x kv-cache dtype x max_model_len x available
 memory; written to tests/fixtures/vllm_serve_grid.json for tests/serve_grid.rs.
 
 vLLM is not installed into the project's environment: unpack the wheel and put it (and the pure
@@ -14,9 +14,13 @@ uvloop py-cpuinfo prometheus_client xgrammar apache-tvm-ffi and their small depe
 
 Per point, from vLLM's functions:
 - weights: the numel of vLLM's parallel layers (VocabParallelEmbedding, ParallelLMHead,
-  QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear) built on the meta device
-  with the tensor-parallel world size patched to N, summed as llama.py/qwen2.py/qwen3.py
-  compose them (RMSNorms: hidden elements; Qwen3's q/k norms: head_dim each);
+  QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear, ReplicatedLinear) built on
+  the meta device with the tensor-parallel world size patched to N, summed as
+  llama.py/qwen2.py/qwen3.py (phi3.py is llama's), mixtral.py, qwen3_moe.py and qwen2_moe.py
+  compose them (RMSNorms: hidden elements; Qwen3's q/k norms: head_dim each); a mixture of
+  experts layer's experts are UnquantizedFusedMoEMethod.create_weights' w13/w2 for vLLM's
+  FusedMoEParallelConfig/FusedMoEConfig at TP N (expert parallelism off), with the Triton
+  backend's (no) round-up that SM 9.0 selects;
 - KV heads per rank: QKVParallelLinear.num_kv_heads;
 - the KV cache: FullAttentionSpec / SlidingWindowSpec per layer (as Attention.get_kv_cache_spec
   makes them), grouped by get_kv_cache_groups and planned by get_kv_cache_configs with the given
@@ -60,22 +64,63 @@ def model_shape(cfg):
     mt = cfg["model_type"]
     h = cfg["num_attention_heads"]
     hd = cfg.get("head_dim") or (128 if mt == "qwen3" else cfg["hidden_size"] // h)
+    moe = None
+    if mt == "mixtral":
+        moe = dict(experts=cfg["num_local_experts"], top_k=cfg["num_experts_per_tok"], inter=cfg["intermediate_size"], shared=None)
+    elif mt == "qwen3_moe":
+        moe = dict(experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"], inter=cfg["moe_intermediate_size"], shared=None)
+    elif mt == "qwen2_moe":
+        # Qwen2MoeSparseMoeBlock: shared_expert_gate always, the shared expert when its width > 0.
+        moe = dict(experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"], inter=cfg["moe_intermediate_size"],
+                   shared=cfg["shared_expert_intermediate_size"])
+    if moe:
+        assert not cfg.get("mlp_only_layers") and cfg.get("decoder_sparse_step", 1) == 1, "every layer sparse"
     sliding = None
     if mt == "mistral":
         sliding = cfg.get("sliding_window", 4096)
+    elif mt == "phi3":
+        # Phi3Config has no layer_types: its sliding_window becomes CacheConfig.sliding_window
+        # for every layer (engine/arg_utils.py:2288-2294).
+        sliding = cfg.get("sliding_window")
     elif mt in ("qwen2", "qwen3") and cfg.get("use_sliding_window") and cfg.get("max_window_layers", 28) == 0:
         sliding = cfg.get("sliding_window", 4096)
     return dict(
         model_type=mt, d=cfg["hidden_size"], f=cfg["intermediate_size"], layers=cfg["num_hidden_layers"],
         heads=h, kv=cfg.get("num_key_value_heads", h), hd=hd, vocab=cfg["vocab_size"],
-        tied=cfg.get("tie_word_embeddings", False), qkv_bias=(mt == "qwen2") or bool(cfg.get("attention_bias")),
+        tied=cfg.get("tie_word_embeddings", False), qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias")),
         o_bias=mt in ("llama", "qwen3") and bool(cfg.get("attention_bias")), mlp_bias=bool(cfg.get("mlp_bias")),
-        sliding=sliding or None,
+        sliding=sliding or None, moe=moe,
     )
 
 
 def numel(module):
     return sum(p.numel() for p in module.parameters())
+
+
+def fused_moe_numel(m, tp):
+    """One FusedMoE layer's w13/w2 at tensor-parallel size tp, expert parallelism off: vLLM's
+    FusedMoEParallelConfig.make (tp x dp x pcp flattened, config.py:1117), FusedMoEConfig's
+    intermediate_size_per_partition (config.py:1350), the unquantized round-up of the backend
+    SM 9.0 picks (Triton first on Hopper, oracle/unquantized.py:76-80: no padding), and
+    UnquantizedFusedMoEMethod.create_weights (unquantized_fused_moe_method.py:68)."""
+    from vllm.model_executor.layers.fused_moe import config as mcfg
+    from vllm.model_executor.layers.fused_moe.oracle import unquantized as oracle
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    pc = types.SimpleNamespace(enable_expert_parallel=False, all2all_backend="allgather_reducescatter", enable_eplb=False)
+    with mock.patch.object(mcfg, "get_tensor_model_parallel_rank", return_value=0):
+        par = mcfg.FusedMoEParallelConfig.make(tp, 1, 1, 1, pc)
+    e = m["moe"]["experts"]
+    conf = mcfg.FusedMoEConfig(num_experts=e, experts_per_token=m["moe"]["top_k"], hidden_dim=m["d"], intermediate_size=m["moe"]["inter"],
+                               num_local_experts=e, num_logical_experts=e, activation=MoEActivation.SILU, device="meta",
+                               routing_method=None, moe_parallel_config=par, in_dtype=torch.bfloat16)
+    hidden, inter = oracle.unquantized_round_up_hidden_size_and_intermediate_size(oracle.UnquantizedMoeBackend.TRITON, m["d"], conf.intermediate_size_per_partition)
+    method = UnquantizedFusedMoEMethod.__new__(UnquantizedFusedMoEMethod)
+    method.moe = conf
+    layer = torch.nn.Module()
+    with torch.device("meta"):
+        method.create_weights(layer, num_experts=e, hidden_size=hidden, intermediate_size_per_partition=inter, params_dtype=torch.bfloat16)
+    return numel(layer)
 
 
 def weights_per_rank(m, tp):
@@ -95,12 +140,24 @@ def weights_per_rank(m, tp):
             dt = torch.bfloat16
             qkv = vlinear.QKVParallelLinear(m["d"], m["hd"], m["heads"], m["kv"], bias=m["qkv_bias"], params_dtype=dt)
             o = vlinear.RowParallelLinear(m["heads"] * m["hd"], m["d"], bias=m["o_bias"], params_dtype=dt)
-            gate_up = vlinear.MergedColumnParallelLinear(m["d"], [m["f"]] * 2, bias=m["mlp_bias"], params_dtype=dt)
-            down = vlinear.RowParallelLinear(m["f"], m["d"], bias=m["mlp_bias"], params_dtype=dt)
+            if m["moe"]:
+                # The router (GateLinear, a ReplicatedLinear), whole on every rank; Qwen2-MoE's
+                # shared_expert_gate (ReplicatedLinear(hidden, 1)) and shared expert
+                # (Qwen2MoeMLP: column- and row-parallel); the experts.
+                mlp = numel(vlinear.ReplicatedLinear(m["d"], m["moe"]["experts"], bias=False, params_dtype=dt))
+                if m["moe"]["shared"] is not None:
+                    mlp += numel(vlinear.ReplicatedLinear(m["d"], 1, bias=False, params_dtype=dt))
+                    if m["moe"]["shared"] > 0:
+                        mlp += numel(vlinear.MergedColumnParallelLinear(m["d"], [m["moe"]["shared"]] * 2, bias=False, params_dtype=dt))
+                        mlp += numel(vlinear.RowParallelLinear(m["moe"]["shared"], m["d"], bias=False, params_dtype=dt))
+                mlp += fused_moe_numel(m, tp)
+            else:
+                mlp = numel(vlinear.MergedColumnParallelLinear(m["d"], [m["f"]] * 2, bias=m["mlp_bias"], params_dtype=dt))
+                mlp += numel(vlinear.RowParallelLinear(m["f"], m["d"], bias=m["mlp_bias"], params_dtype=dt))
             emb = vvocab.VocabParallelEmbedding(m["vocab"], m["d"], params_dtype=dt)
             head = 0 if m["tied"] else numel(vvocab.ParallelLMHead(m["vocab"], m["d"], params_dtype=dt))
-        norms = 2 * m["d"] + (2 * m["hd"] if m["model_type"] == "qwen3" else 0)
-        layer = numel(qkv) + numel(o) + numel(gate_up) + numel(down) + norms
+        norms = 2 * m["d"] + (2 * m["hd"] if m["model_type"] in ("qwen3", "qwen3_moe") else 0)
+        layer = numel(qkv) + numel(o) + mlp + norms
         return m["layers"] * layer + numel(emb) + head + m["d"], qkv.num_kv_heads
     finally:
         for p in patches:
@@ -155,6 +212,8 @@ def plan(m, kv_heads, tp, block, dtype, max_model_len, batched, available):
             tokens, conc = kvu.get_kv_cache_capacity(cfg, kcs[0])
             out["kv_cache_tokens"] = tokens
             out["max_concurrency"] = conc
+            # The float's exact text: serde_json's default parse may miss the last bit.
+            out["max_concurrency_repr"] = repr(conc)
             out["error"] = None
         except ValueError as e:
             out["error"] = str(e)
@@ -169,6 +228,23 @@ def plan(m, kv_heads, tp, block, dtype, max_model_len, batched, available):
     return out
 
 
+MIXTRAL = dict(architectures=["MixtralForCausalLM"], model_type="mixtral", hidden_size=4096, intermediate_size=14336,
+               num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+               vocab_size=32000, max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=False,
+               torch_dtype="bfloat16", bos_token_id=1, eos_token_id=2)
+QWEN3_MOE = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144,
+                 moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                 num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                 vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
+                 use_sliding_window=False, sliding_window=None, max_window_layers=48, torch_dtype="bfloat16",
+                 bos_token_id=151643, eos_token_id=151645)
+QWEN2_MOE = dict(architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632,
+                 moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16,
+                 num_key_value_heads=16, num_experts=60, num_experts_per_tok=4, norm_topk_prob=False, decoder_sparse_step=1,
+                 vocab_size=151936, max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
+                 use_sliding_window=False, sliding_window=32768, max_window_layers=21, torch_dtype="bfloat16",
+                 bos_token_id=151643, eos_token_id=151643)
+
 MODELS = {
     "Llama-3.1-8B": load("Llama-3.1-8B"),
     "Llama-3.2-1B": load("Llama-3.2-1B"),
@@ -179,6 +255,21 @@ MODELS = {
     "Mistral-7B-v0.1-sliding": dict(load("Mistral-7B-v0.3"), vocab_size=32000, sliding_window=4096, max_position_embeddings=32768),
     # Qwen2.5-7B with use_sliding_window and max_window_layers 0: every layer slides.
     "Qwen2.5-7B-sliding": dict(load("Qwen2.5-7B"), use_sliding_window=True, sliding_window=4096, max_window_layers=0),
+    "Phi-3-mini-4k-instruct": load("Phi-3-mini-4k-instruct"),
+    # Phi-3-medium-4k-instruct's shape: 40 heads over 10 KV heads.
+    "Phi-3-medium-shape": dict(load("Phi-3-mini-4k-instruct"), hidden_size=5120, intermediate_size=17920, num_hidden_layers=40,
+                               num_attention_heads=40, num_key_value_heads=10),
+    # Mixture of experts (their published config.json's shape fields).
+    "Mixtral-8x7B": dict(MIXTRAL, sliding_window=None),
+    "Mixtral-8x22B-shape": dict(MIXTRAL, hidden_size=6144, intermediate_size=16384, num_hidden_layers=56, num_attention_heads=48,
+                                vocab_size=32768, max_position_embeddings=65536, sliding_window=None),
+    "Qwen3-30B-A3B": QWEN3_MOE,
+    "Qwen3-235B-A22B-shape": dict(QWEN3_MOE, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=94,
+                                  num_attention_heads=64),
+    "Qwen1.5-MoE-A2.7B": QWEN2_MOE,
+    "Qwen2-57B-A14B-shape": dict(QWEN2_MOE, hidden_size=3584, intermediate_size=18944, moe_intermediate_size=2560,
+                                 shared_expert_intermediate_size=20480, num_experts=64, num_experts_per_tok=8, num_hidden_layers=28,
+                                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768),
 }
 for c in MODELS.values():
     c.setdefault("sliding_window", None)
@@ -188,7 +279,10 @@ MODELS["Mistral-7B-v0.3"]["sliding_window"] = None
 def grid():
     pts = []
     tps = {"Llama-3.1-8B": [1, 2, 4, 8], "Llama-3.2-1B": [1, 2, 8, 16], "Mistral-7B-v0.3": [1, 4], "Qwen2.5-7B": [1, 2, 4],
-           "Qwen3-8B": [1, 2, 8], "Mistral-7B-v0.1-sliding": [1, 2], "Qwen2.5-7B-sliding": [1, 4]}
+           "Qwen3-8B": [1, 2, 8], "Mistral-7B-v0.1-sliding": [1, 2], "Qwen2.5-7B-sliding": [1, 4],
+           "Phi-3-mini-4k-instruct": [1, 2, 4], "Phi-3-medium-shape": [1, 2], "Mixtral-8x7B": [1, 2, 4, 8],
+           "Mixtral-8x22B-shape": [2, 4, 8], "Qwen3-30B-A3B": [1, 2, 4], "Qwen3-235B-A22B-shape": [4, 8],
+           "Qwen1.5-MoE-A2.7B": [1, 2, 4], "Qwen2-57B-A14B-shape": [1, 2, 4]}
     i = 0
     for name, ts in tps.items():
         for tp in ts:
