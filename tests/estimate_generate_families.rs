@@ -54,9 +54,11 @@ fn generation_of(p: &Value, n: usize) -> GenerateConfig {
 }
 
 /// Compares one (B, S, N) of a point; returns the simulated peak over the bound.
-fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize)) -> f64 {
-    let cfg = config_of(point, p);
-    let name = format!("{} B {b} S {s} N {n}", point["name"].as_str().unwrap());
+/// `gpu`: a GPU run (generate decodes grouped_mm experts with batched_mm there).
+fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize), gpu: bool) -> f64 {
+    let mut cfg = config_of(point, p);
+    cfg.hf.as_mut().unwrap().cpu_run = !gpu;
+    let name = format!("{} B {b} S {s} N {n}{}", point["name"].as_str().unwrap(), if gpu { " gpu" } else { "" });
     let dtype = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
     let gc = generation_of(p, n);
     let rows = b * gc.num_return_sequences;
@@ -80,7 +82,7 @@ fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize)) -> f64 {
 }
 
 /// The DynamicCache points of `fixture` for `types` (one beam), each at its own (B, S, N) and
-/// at a larger one; with `window`, each sliding window set to S + N (the closed form's edge:
+/// at a larger one (grouped_mm experts there also as a GPU run); with `window`, each sliding window set to S + N (the closed form's edge:
 /// the cache ends at window − 1 positions) and the larger run's above it. Every failing point
 /// is reported; the peak stays within `limit` × the bound.
 fn run(fixture: &str, types: &[&str], window: bool, limit: f64) {
@@ -95,12 +97,16 @@ fn run(fixture: &str, types: &[&str], window: bool, limit: f64) {
         }
         let num = |k: &str| grid_common::hf::num(p, k);
         let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
-        for (i, shape) in [(b, s, n), (b + 1, 2 * s + 3, 3 * n + 2)].into_iter().enumerate() {
+        // grouped_mm experts also as a GPU run: generate decodes them with batched_mm there.
+        for (i, shape, gpu) in [(0, (b, s, n), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), true)] {
+            if gpu && p["experts"] != "grouped_mm" {
+                continue;
+            }
             let mut q = p.clone();
             if window {
                 q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
             }
-            match std::panic::catch_unwind(|| compare(point, &q, shape)) {
+            match std::panic::catch_unwind(|| compare(point, &q, shape, gpu)) {
                 Ok(r) => worst = worst.max(r),
                 Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
             }

@@ -414,7 +414,8 @@ fn pick(c: &[(u64, &str, &str, u64)], l: u64) -> GeneratePeak {
 /// layers; of the forward only what every decoder holds: in the prefill's last layer the
 /// eager scores at the softmax (beside the layer's input, the queries, repeat_kv's copies and
 /// the mask), the MLP's three (B·S, F) tensors or batched_mm's gathered expert weights, and
-/// lm_head's input and output. What the bound leaves out is the family's own transients
+/// lm_head's input and output; batched_mm's gathered weights in the last decode step's last
+/// layer (off the CPU grouped_mm decodes with it). What the bound leaves out is the family's own transients
 /// (fused projections, norms, RoPE, sdpa's math kernel, grouped_mm's and the eager loop's
 /// expert buffers), which the simulated run and `vramscope profile --profile-type generate`
 /// give.
@@ -452,14 +453,23 @@ pub fn lower_bound(cfg: &ModelConfig, dtype: DType, weights: u64, b: usize, s: u
     // the tokens repeated per pick, the gathered gate/up weights, the activation and the
     // gathered down weights, per (token, pick) pair (moe_5_23.rs's batched_mm_experts).
     let held = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), cache(z.s), z.act(x)]);
-    match moe {
-        None => c.push((0, "mlp", "mul", sum(&[held, mul(&[3, x, z.f, z.e])]))),
-        Some(m) if m.implementation == ExpertsImplementation::BatchedMm && m.deepseek.as_ref().is_none_or(|d| d.is_sparse(cfg.num_layers - 1)) => {
-            let (pairs, i) = (mul(&[x, m.top_k as u64]), m.intermediate as u64);
-            let gathered = sum(&[mul(&[pairs, z.d]), mul(&[pairs, 2 * i, z.d]), mul(&[pairs, i]), mul(&[pairs, z.d, i])]);
-            c.push((0, "mlp.experts", "index", sum(&[held, mul(&[gathered, z.e])])));
-        }
-        Some(_) => {}
+    let sparse_last = moe.filter(|m| m.deepseek.as_ref().is_none_or(|d| d.is_sparse(cfg.num_layers - 1)));
+    // batched_mm's tensors for `tokens` tokens.
+    let gathered = |m: &crate::model::hf::moe::MoeConfig, tokens: u64| {
+        let (pairs, i) = (mul(&[tokens, m.top_k as u64]), m.intermediate as u64);
+        mul(&[sum(&[mul(&[pairs, z.d]), mul(&[pairs, 2 * i, z.d]), mul(&[pairs, i]), mul(&[pairs, z.d, i])]), z.e])
+    };
+    match (moe, sparse_last) {
+        (None, _) => c.push((0, "mlp", "mul", sum(&[held, mul(&[3, x, z.f, z.e])]))),
+        (_, Some(m)) if m.implementation == ExpertsImplementation::BatchedMm => c.push((0, "mlp.experts", "index", sum(&[held, gathered(m, x)]))),
+        _ => {}
+    }
+    // The last decode step's last layer under batched_mm: configured, or grouped_mm switched to
+    // it for the decode off the CPU (`_optimize_model_for_decode`), one token per row.
+    if let Some(m) = sparse_last.filter(|m| z.n >= 2 && (m.implementation == ExpertsImplementation::BatchedMm || m.implementation == ExpertsImplementation::GroupedMm && !hf.cpu_run)) {
+        let k = z.n - 1;
+        let held = sum(&[fixed, z.ids_and_positions(k), z.decode_carried(), z.embeds_and_input(z.b), cache(z.s + k), z.act(z.b)]);
+        c.push((k, "mlp.experts", "index", sum(&[held, gathered(m, z.b)])));
     }
     // lm_head on the final norm's output (logits_to_keep=1: the last position).
     c.push((0, "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), cache(z.s), z.act(x), z.logits()])));
