@@ -220,7 +220,7 @@ impl GeneratePlan {
                 for (what, bytes) in &lb.candidates {
                     out!(s, "| {what} | {} ({bytes} B) |", size(*bytes as i64));
                 }
-                out!(s, "\ngenerate peak lower bound (closed form: weights, generate's tensors, the cache, the logits, eager's scores; the family's own transients left out): {} ({} B) in the {} at {} ({})", size(lb.bytes as i64), lb.bytes, lb.step, lb.scope, lb.op);
+                out!(s, "\ngenerate peak lower bound (closed form: weights, generate's tensors, the cache, the logits; eager's scores, the MLP's or batched_mm's tensors; the family's own transients left out): {} ({} B) in the {} at {} ({})", size(lb.bytes as i64), lb.bytes, lb.step, lb.scope, lb.op);
             }
             _ => {}
         }
