@@ -481,7 +481,8 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
         (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),
         // transformers' default sdpa, v's head size (128) unlike q's (192), no backend named.
         (ds("sdpa"), "--attn-implementation", "deepseek_v3"),
-        ([&eager[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
+        // generate runs (tests/estimate_generate_families.rs); beam search is not derived.
+        ([&eager[..], &["--profile-type", "generate", "--max-new-tokens", "4", "--num-beams", "2"]].concat(), "--num-beams", "greedy search"),
     ];
     // Latent-attention tensors too large to count (v_head_dim 2^40 over 128 heads at S 2^20).
     let huge = dir.join("huge.json");

@@ -173,7 +173,8 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         if m == "Gemma-3-27B" {
             refused("estimate", &["--model", m, "--context-length", "2048", "--pure-bf16", "--sdpa-backend", "flash", "--no-simulate"], &["--sdpa-backend", "flash kernel does not take"]);
         }
-        refused("estimate", &["--model", m, "--context-length", "128", "--profile-type", "generate", "--max-new-tokens", "4"], &["--profile-type", "closed form"]);
+        // estimate's generate runs (tests/estimate_generate_families.rs); beam search is not derived.
+        refused("estimate", &["--model", m, "--context-length", "128", "--profile-type", "generate", "--max-new-tokens", "4", "--num-beams", "2"], &["--num-beams", "greedy search"]);
     }
     // generate() runs for Gemma with the DynamicCache (tests/generate_grid.rs,
     // generate_gemma.json) and a StaticCache (generate_static_sliding.json); Phi-3's window

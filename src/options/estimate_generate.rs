@@ -1,7 +1,7 @@
 //! `estimate --profile-type generate`'s flags, resolved into the session's [`GeneratePlan`]:
 //! an hf model run as `profile --profile-type generate` models it (greedy or sampling with
 //! GenerationConfig's options, DynamicCache, one device, no autocast, no adapters or
-//! quantized weights).
+//! quantized weights): every hf model type, the MoE ones under --routing balanced or worst.
 use super::estimate::EstimateArgs;
 use super::{usage, UsageError};
 use crate::session::estimate_generate::GeneratePlan;
@@ -14,10 +14,8 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         Some(n) => n,
     };
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    // generate() of MoE, Phi-3 and OLMo-2 models is not modelled (profile refuses it too).
-    super::moe::refuse(&r.config, &a.model, "estimate --profile-type generate")?;
     super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "estimate --profile-type generate")?;
-    super::families::check_estimate_generate(r.config.hf())?;
+    super::families::check_run(r.config.hf(), true)?;
     if let Some(n) = &r.note {
         note(n);
     }
@@ -42,11 +40,16 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     if precision.autocast().is_some() {
         return Err(usage("--precision", format!("{precision}: generate() runs the weights' dtype (no autocast around it is modelled); give fp32 or pure-bf16")));
     }
+    // What profile refuses of an MoE model's generate (the aux loss, a file's routing), and
+    // Phi-3's cache drop past original_max_position_embeddings.
+    super::moe::check_profile(&cfg, crate::engine::Device::Meta, true, batch, &[seq])?;
+    super::families::check_generate(hf, seq, n)?;
     if seq + n > cfg.max_seq_len {
         return Err(usage("--max-new-tokens", format!("{n} new tokens after a {seq}-token prompt pass the model's {} positions (max_position_embeddings)", cfg.max_seq_len)));
     }
     crate::analyse::estimate::generate::check(&cfg, seq, n).map_err(UsageError::from)?;
-    let generation = a.generate.resolve(n, hf.sliding_window, super::generate::static_sliding_measured(hf))?;
+    let window = crate::analyse::estimate::generate::window(&cfg);
+    let generation = a.generate.resolve(n, window, super::generate::static_sliding_measured(hf))?;
     // The cache's closed form is the DynamicCache's (cache_utils.py's DynamicLayer).
     if generation.cache != crate::model::hf::generation_config::CacheImplementation::Dynamic {
         return Err(usage("--cache-implementation", "static: estimate's closed form derives the DynamicCache; `vramscope profile --profile-type generate --cache-implementation static --disable-compile` runs the StaticCache op for op"));

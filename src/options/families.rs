@@ -57,15 +57,6 @@ pub fn check_run(hf: Option<&HfConfig>, generate: bool) -> Result<()> {
     Ok(())
 }
 
-/// The `estimate --profile-type generate` closed form covers llama, mistral, qwen2 and qwen3:
-/// a family's generate() is profiled op for op instead.
-pub fn check_estimate_generate(hf: Option<&HfConfig>) -> Result<()> {
-    match hf.filter(|h| h.model_type.is_family()) {
-        Some(h) => Err(usage("--profile-type", format!("generate's closed form on model_type {} is not derived (it covers llama, mistral, qwen2 and qwen3); `vramscope profile --profile-type generate` runs it op for op", h.model_type.name()))),
-        None => check_run(hf, true),
-    }
-}
-
 /// Phi-3's `prepare_inputs_for_generation` drops the cache (and re-runs the whole sequence)
 /// once the ids reach `original_max_position_embeddings` + 1 with a cache no longer than that:
 /// not modelled, so a prompt and new tokens that get there are refused. The last forward's ids

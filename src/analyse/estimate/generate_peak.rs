@@ -15,6 +15,7 @@
 //! one (N − 1): its cache, ids and positions are the largest, every other term the same.
 use crate::engine::DType;
 use crate::model::hf::generation_config::{CacheImplementation, GenerateConfig};
+use crate::model::hf::moe::ExpertsImplementation;
 use crate::model::hf::{Arch, AttnImplementation, SdpaBackend};
 use crate::model::ModelConfig;
 use serde::Serialize;
@@ -265,13 +266,12 @@ impl Dims {
     }
 }
 
-/// The peak of `model.generate(input_ids, max_new_tokens=n)` at (B, S, N) on a covered run
-/// (see [`covers`]); `weights` are the parameters' bytes.
-pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateConfig) -> GeneratePeak {
+/// The sizes of a run of `generate()` with `e`-byte weights.
+fn dims(cfg: &ModelConfig, e: u64, b: usize, s: usize, gc: &GenerateConfig) -> Dims {
     let n = gc.max_new_tokens;
     let rows = b.checked_mul(gc.num_return_sequences).expect("sizes checked before the estimate");
     let hf = cfg.hf().expect("checked: an hf model");
-    let z = Dims {
+    Dims {
         b0: b as u64,
         b: rows as u64,
         s: s as u64,
@@ -283,7 +283,7 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         hd: hf.head_dim as u64,
         l: cfg.num_layers as u64,
         v: cfg.vocab_size as u64,
-        e: 2,
+        e,
         eos: hf.eos_token_id.len() as u64,
         pad_tensor: hf.pad_token_id.is_some(),
         bos: hf.bos_token_id.len() as u64,
@@ -294,7 +294,13 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
         top_k: gc.top_k.min(cfg.vocab_size) as u64,
         min_new: if hf.eos_token_id.is_empty() { 0 } else { gc.min_new_tokens as u64 },
         eager: hf.attn_implementation == AttnImplementation::Eager,
-    };
+    }
+}
+
+/// The peak of `model.generate(input_ids, max_new_tokens=n)` at (B, S, N) on a covered run
+/// (see [`covers`]); `weights` are the parameters' bytes.
+pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateConfig) -> GeneratePeak {
+    let z = dims(cfg, 2, b, s, gc);
     let x = mul(&[z.b, z.s]);
     let all_layers = |positions: u64| mul(&[2, z.l, z.cache_half(positions)]);
     let fixed = z.fixed(weights);
@@ -380,12 +386,16 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
             c.insert(at, (k, "self_attn.q_norm", "mul", sum(&[dec_base, before_last, z.act(z.b), z.q_norm_transient(z.b)])));
         }
     }
-    // The first moment that reaches the largest.
+    pick(&c, z.l)
+}
+
+/// The first of the moments `c` (step, scope, op, bytes) that reaches the largest; `l` layers.
+fn pick(c: &[(u64, &str, &str, u64)], l: u64) -> GeneratePeak {
     let top = c.iter().map(|t| t.3).max().expect("candidates");
     let (step, scope, op, bytes) = *c.iter().find(|t| t.3 == top).expect("the max is one of them");
     let label = |step: u64| if step == 0 { "prefill".to_string() } else { format!("decode step {step}") };
     let step = label(step);
-    let layer = format!("generate.model.layers.{}.", z.l - 1);
+    let layer = format!("generate.model.layers.{}.", l - 1);
     let scope = match scope {
         "generate" => "generate".to_string(),
         "lm_head" => "generate.lm_head".to_string(),
@@ -394,4 +404,89 @@ pub fn peak(cfg: &ModelConfig, weights: u64, b: usize, s: usize, gc: &GenerateCo
     };
     let candidates = c.iter().map(|t| (format!("{} {} {}", label(t.0), t.1, t.2), t.3)).collect();
     GeneratePeak { bytes, step, scope, op: op.to_string(), candidates }
+}
+
+/// A lower bound of the peak where [`covers`] does not derive it (issue 30's families, the
+/// MoE models, DeepSeek-V3, gpt-oss, fp32 weights, biases): the largest of the moments whose
+/// tensors every model type's `generate()` holds then, each counting only those (so each is
+/// at most the live set, and the peak at least their largest). generate's own tensors are the
+/// loop's of generation_5_23.rs, the same for every model; the cache is [`super::generate`]'s
+/// layers; of the forward only what every decoder holds: in the prefill's last layer the
+/// eager scores at the softmax (beside the layer's input, the queries, repeat_kv's copies and
+/// the mask), the MLP's three (B·S, F) tensors or batched_mm's gathered expert weights, and
+/// lm_head's input and output; batched_mm's gathered weights in the last decode step's last
+/// layer (off the CPU grouped_mm decodes with it). What the bound leaves out is the family's own transients
+/// (fused projections, norms, RoPE, sdpa's math kernel, grouped_mm's and the eager loop's
+/// expert buffers), which the simulated run and `vramscope profile --profile-type generate`
+/// give.
+pub fn lower_bound(cfg: &ModelConfig, dtype: DType, weights: u64, b: usize, s: usize, gc: &GenerateConfig) -> GeneratePeak {
+    let z = dims(cfg, dtype.size() as u64, b, s, gc);
+    let hf = cfg.hf().expect("checked: an hf model");
+    let moe = hf.moe.as_ref();
+    let x = mul(&[z.b, z.s]);
+    let layers = super::generate::layers(cfg);
+    let row = mul(&[layers.iter().map(|l| l.keys + l.values).sum(), z.b, z.e]);
+    let windows = mul(&[layers.iter().filter(|l| l.sliding).count() as u64, 8]);
+    // The cache at `positions`, with the sliding layers' window tensors.
+    let cache = |positions: u64| sum(&[mul(&[row, positions]), windows]);
+    // generate's tensors held for the whole call (the model's buffers left out).
+    let fixed = sum(&[weights, z.prompt(), z.special_tokens(), z.position_ids(), z.unfinished()]);
+    let mut c: Vec<(u64, &str, &str, u64)> = Vec::new();
+    if z.eager {
+        let deepseek = moe.is_some_and(|m| m.deepseek.is_some());
+        let gpt_oss = moe.is_some_and(|m| m.gpt_oss.is_some());
+        // The rotated queries and repeat_kv's copies (DeepSeek-V3's MLA expands its own keys
+        // and values per head, counted as none).
+        let (q, repeated) = if deepseek { (0, 0) } else { (mul(&[x, z.h, z.hd, z.e]), z.repeated_kv(z.s)) };
+        // At the softmax: the masked scores beside its output, and bf16's fp32 copy before it
+        // (eager_attention_forward's `softmax(dim=-1, dtype=float32)`); gpt-oss's sink
+        // attention: the masked scores, the max-subtracted logits and their softmax.
+        let per_score = if gpt_oss { 3 * z.e } else { z.e + 4 + if z.e == 4 { 0 } else { 4 } };
+        let mask = if z.s >= 2 { z.mask(z.s, z.s) } else { 0 };
+        let held = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), cache(z.s), q, repeated, mask]);
+        c.push((0, "self_attn.attention", "softmax", sum(&[held, mul(&[z.b, z.h, z.s, z.s, per_score])])));
+    }
+    // The last layer's MLP in the prefill, its input (a norm's output, OLMo-2's residual)
+    // beside the layer's input and the embeddings. A dense MLP: at its product, the gate's
+    // activation, the up projection and the product, (B·S, F) each (Phi-3's fused gate_up is
+    // wider still). Sparse experts under batched_mm: at the gather of the down projections,
+    // the tokens repeated per pick, the gathered gate/up weights, the activation and the
+    // gathered down weights, per (token, pick) pair (moe_5_23.rs's batched_mm_experts).
+    let held = sum(&[fixed, z.prefill_ids_clone(), z.embeds_and_input(x), cache(z.s), z.act(x)]);
+    let sparse_last = moe.filter(|m| m.deepseek.as_ref().is_none_or(|d| d.is_sparse(cfg.num_layers - 1)));
+    // batched_mm's tensors for `tokens` tokens.
+    let gathered = |m: &crate::model::hf::moe::MoeConfig, tokens: u64| {
+        let (pairs, i) = (mul(&[tokens, m.top_k as u64]), m.intermediate as u64);
+        mul(&[sum(&[mul(&[pairs, z.d]), mul(&[pairs, 2 * i, z.d]), mul(&[pairs, i]), mul(&[pairs, z.d, i])]), z.e])
+    };
+    match (moe, sparse_last) {
+        (None, _) => c.push((0, "mlp", "mul", sum(&[held, mul(&[3, x, z.f, z.e])]))),
+        (_, Some(m)) if m.implementation == ExpertsImplementation::BatchedMm => c.push((0, "mlp.experts", "index", sum(&[held, gathered(m, x)]))),
+        _ => {}
+    }
+    // The last decode step's last layer under batched_mm: configured, or grouped_mm switched to
+    // it for the decode off the CPU (`_optimize_model_for_decode`), one token per row.
+    if let Some(m) = sparse_last.filter(|m| z.n >= 2 && (m.implementation == ExpertsImplementation::BatchedMm || m.implementation == ExpertsImplementation::GroupedMm && !hf.cpu_run)) {
+        let k = z.n - 1;
+        let held = sum(&[fixed, z.ids_and_positions(k), z.decode_carried(), z.embeds_and_input(z.b), cache(z.s + k), z.act(z.b)]);
+        c.push((k, "mlp.experts", "index", sum(&[held, gathered(m, z.b)])));
+    }
+    // lm_head on the final norm's output (logits_to_keep=1: the last position).
+    c.push((0, "lm_head", "mm", sum(&[fixed, z.prefill_ids_clone(), cache(z.s), z.act(x), z.logits()])));
+    let prefill_common = sum(&[fixed, cache(z.s), z.logits(), mul(&[z.b, z.s + 1, 8])]);
+    c.extend(z.after_logits(prefill_common, 0, z.min_new > 0).into_iter().map(|(op, bytes)| (0, "generate", op, bytes)));
+    c.push((0, "generate", "mul", sum(&[fixed, cache(z.s), z.logits(), z.ids_and_positions(1), z.previous_scores(), z.b, z.unfinished()])));
+    // The last step that masks eos, and the last step: their scores (the dense form's).
+    let mut steps = vec![];
+    if z.min_new >= 2 && z.min_new < z.n {
+        steps.push((z.min_new - 1, true));
+    }
+    if z.n >= 2 {
+        steps.push((z.n - 1, z.min_new >= z.n));
+    }
+    for (k, early) in steps {
+        let common = sum(&[fixed, z.ids_and_positions(k), mul(&[2, z.b, 8]), mul(&[z.b, 8]), cache(z.s + k), z.logits()]);
+        c.extend(z.after_logits(common, z.previous_scores(), early).into_iter().map(|(op, bytes)| (k, "generate", op, bytes)));
+    }
+    pick(&c, z.l)
 }
