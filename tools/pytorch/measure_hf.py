@@ -405,6 +405,39 @@ def cuda_autocast_policies():
     for name, op in (("exp", A.exp.default), ("pow.Tensor_Scalar", A.pow.Tensor_Scalar), ("rsqrt", A.rsqrt.default),
                      ("reciprocal", A.reciprocal.default), ("softplus", A.softplus.default)):
         lib.impl(name, fp32(op), "AutocastCPU")
+    # lower_precision_fp (AT_FORALL_LOWER_PRECISION_FP) that CPU autocast lacks: einsum (CS336's
+    # Linear and attention). CUDA casts einsum's operands with cached_cast before einsum makes
+    # its views, so a weight is cast once per region and the copy lives in the autocast cache;
+    # on CPU the cast would happen in bmm, on views, uncached. CPU_EINSUM_CACHE stands in for
+    # the C++ cache (cached_cast's condition: fp32, requires grad, a leaf, not a view) and is
+    # cleared with it when the outermost region exits.
+    def lower(op):
+        def kernel(equation, tensors, *args, **kw):
+            dt = torch.get_autocast_dtype("cpu")
+            with torch._C._ExcludeDispatchKeyGuard(keys):
+                return op(equation, [cached_cast(t, dt) for t in tensors], *args, **kw)
+        return kernel
+
+    def cached_cast(t, dt):
+        if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32):
+            return t
+        if not (t.requires_grad and t.is_leaf and not t._is_view()):
+            return t.to(dt)
+        hit = CPU_EINSUM_CACHE.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = CPU_EINSUM_CACHE[id(t)] = (t, t.to(dt))
+        return hit[1]
+
+    lib.impl("einsum", lower(A.einsum.default), "AutocastCPU")
+    clear = torch.clear_autocast_cache
+
+    def clear_both():
+        CPU_EINSUM_CACHE.clear()
+        clear()
+    torch.clear_autocast_cache = clear_both
+
+
+CPU_EINSUM_CACHE = {}
 
 
 def sdpa_backends(prof):
