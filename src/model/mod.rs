@@ -236,7 +236,16 @@ impl Model {
         let mut logits = match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
             Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
-            Flavour::Hf => hf::modeling::forward(self, ids, None, attention_mask, &mut |_| {}).logits,
+            Flavour::Hf => {
+                let out = hf::modeling::forward(self, ids, None, attention_mask, &mut |_| {});
+                if self.config.hf().is_some_and(|h| h.convert_outputs_to_fp32) {
+                    // accelerate's wrapper converts the output of every call, labels or not:
+                    // the fp32 logits are made while the bf16 ones (and the cache) still live.
+                    hf::accelerate_amp::convert_outputs_to_fp32(out).logits
+                } else {
+                    out.logits
+                }
+            }
         };
         self.root_post_forward(&mut [&mut logits]);
         logits

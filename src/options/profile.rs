@@ -234,12 +234,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.loss_scaling() {
         return Err(usage("--precision", "fp16 (GradScaler) under tensor parallelism stops in PyTorch itself: unscale_'s _amp_foreach_non_finite_check_and_unscale_ gets DTensor and plain-tensor gradients together (\"got mixed torch.Tensor and DTensor\"); use --precision bf16".to_string()));
     }
-    // dist_grid/tp_hf_autocast.json: bf16 autocast under the plan matches in training; a
-    // forward or inference run under it does not yet (the local-tensor path's casts).
+    // dist_grid/tp_hf_autocast.json: bf16 autocast under transformers' plan matches in
+    // training, forward and inference.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp > 1 && precision.autocast().is_some()) {
-        if a.profile_type.iter().any(|&k| k != ProfileType::Training) {
-            return Err(usage("--precision", format!("{precision} autocast under tensor parallelism is modelled for --profile-type training only (dist_grid/tp_hf_autocast.json: forward and inference under it do not match PyTorch yet); drop the autocast precision or profile training")));
-        }
         if pc.tp_plan == Some(crate::model::tp::TpPlan::Torch) {
             return Err(usage("--precision", format!("{precision} autocast under torch's tensor-parallel plan is not measured (dist_grid/tp.json runs fp32; transformers' plan under autocast is measured: --tp-plan auto)")));
         }
@@ -275,7 +272,10 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
-        tp_optimizer(pc, &a.optim, &mut optim)?;
+        if a.profile_type.contains(&ProfileType::Training) {
+            // Only a training step has an optimizer (a forward or inference run refuses the flag).
+            tp_optimizer(pc, &a.optim, &mut optim)?;
+        }
         if pc.sequence_parallel {
             if let Some(c) = contexts.iter().find(|&&c| c % pc.tp != 0) {
                 return Err(usage("--context-length", format!("{c} positions do not divide among {} sequence-parallel ranks (uneven Shard(1) is not modelled)", pc.tp)));

@@ -188,6 +188,15 @@ AUTOCAST = [
     (6, 2, 0, "sdpa", "bf16", "bf16", "training"),
     (2, 4, 3, "eager", "fp32", "bf16", "training"),
     (9, 2, 1, "sdpa", "fp32", "bf16", "inference"),
+    # Forward and inference: accelerate's conversion of the logits in every call; without grad
+    # the styles' local weights, whose casts autocast does not cache.
+    (0, 2, 0, "eager", "fp32", "bf16", "inference"),
+    (2, 2, 1, "sdpa", "bf16", "bf16", "forward"),
+    (6, 4, 3, "eager", "fp32", "bf16", "inference"),
+    (12, 2, 0, "sdpa", "fp32", "bf16", "forward"),
+    (8, 4, 1, "sdpa", "fp32", "bf16", "inference"),
+    (11, 2, 1, "eager", "bf16", "bf16", "inference"),
+    (4, 2, 0, "eager", "fp32", "bf16", "forward"),
 ]
 
 
