@@ -241,12 +241,13 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
             return Err(usage("--precision", format!("{precision} autocast under torch's tensor-parallel plan is not measured (dist_grid/tp.json runs fp32; transformers' plan under autocast is measured: --tp-plan auto)")));
         }
     }
-    // dist_grid/autocast.json: autocast under the data-parallel layouts is measured in training
-    // (ddp, zero1, zero2, fsdp) and inference (fsdp); DDP's forward-only step does not match yet.
+    // dist_grid/autocast.json: autocast under the data-parallel layouts matches in training and
+    // forward (ddp, zero1, zero2, fsdp) and inference under fsdp; inference under zero1 (Gemma 3)
+    // and zero2 (Phi-3) does not yet.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_some()) {
-        let measured = |k: ProfileType| k == ProfileType::Training || (k == ProfileType::Inference && pc.layout == crate::parallel::Layout::Fsdp);
+        let measured = |k: ProfileType| matches!(k, ProfileType::Training | ProfileType::Forward) || (k == ProfileType::Inference && pc.layout == crate::parallel::Layout::Fsdp);
         if let Some(k) = a.profile_type.iter().find(|&&k| !measured(k)) {
-            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not matched to PyTorch (dist_grid/autocast.json measures training under every layout and inference under fsdp; a DDP forward-only step keeps a parameter-sized block vramscope does not); profile training, or drop the autocast precision", pc.layout.name(), k.name())));
+            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not matched to PyTorch (dist_grid/autocast.json matches training and forward under every layout and inference under fsdp; its inference points under zero1 and zero2 differ, not explained yet); profile training or forward, or drop the autocast precision", pc.layout.name(), k.name())));
         }
     }
     // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
