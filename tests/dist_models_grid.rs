@@ -109,19 +109,14 @@ fn autocast_ranks_match_transformers() {
     // DDP's forward-only step once started one parameter-sized block high (2,337,344 B: every
     // parameter and buffer, the construction's flattened broadcast, freed on gloo's worker
     // thread where the profiler does not see it); measure_dist.py's main_thread_broadcasts
-    // frees it where it is seen, and every forward point matches. Two inference points do not
-    // (refused on the command line):
-    const INFERENCE: &[(&str, &str)] = &[
-        (
-            "gemma3_text d160 F448 L2 h5 kv5 V512 S40 B2 sdpa fp32 tied sliding_window=20 layers=sf query_pre_attn_scalar=24 autocast=bf16 amp=accelerate inference zero1 x3 rank2",
-            "85,440 B high at the forward's peak, not explained yet (zero1 runs DDP's forward; DDP inference of Phi-3 and Mistral matches)",
-        ),
-        (
-            "phi3 d96 F256 L1 h6 kv3 V777 S48 B3 sdpa fp32 autocast=bf16 amp=accelerate inference zero2 x3 rank1",
-            "351,936 B high at the forward's peak under FSDP2 without resharding, not explained yet (fsdp inference matches)",
-        ),
-    ];
-    grid_common::check(&format!("dist_grid/{file}"), points, 24, INFERENCE, |point| {
+    // frees it where it is seen. The inference points pinned that accelerate converts the
+    // logits after its autocast region has returned: the cached weight casts are gone by then.
+    for layout in ["ddp", "zero1", "zero2", "fsdp"] {
+        for kind in ["training", "forward", "inference"] {
+            assert!(points.iter().any(|p| p["layout"] == layout && p["profile_type"] == kind), "{file}: no {kind} point under {layout}");
+        }
+    }
+    grid_common::check(&format!("dist_grid/{file}"), points, 24, KNOWN_FAILING, |point| {
         let cfg = if point["hf"].get("num_experts").is_some() { grid_common::moe::config_of(&point["hf"]) } else { grid_common::hf::config_of(&point["hf"]) };
         grid_common::dist::run_rank(point, cfg)
     });
@@ -138,9 +133,11 @@ fn autocast_under_a_layout_is_refused_where_it_is_not_matched() {
         (&["--parallel", "zero1", "--profile-type", "forward"][..], true),
         (&["--parallel", "zero2", "--profile-type", "forward"][..], true),
         (&["--parallel", "fsdp", "--profile-type", "forward"][..], true),
-        (&["--parallel", "ddp", "--profile-type", "inference"][..], false),
-        (&["--parallel", "zero1", "--profile-type", "inference"][..], false),
-        (&["--parallel", "zero2", "--profile-type", "inference"][..], false),
+        (&["--parallel", "ddp", "--profile-type", "inference"][..], true),
+        (&["--parallel", "zero1", "--profile-type", "inference"][..], true),
+        (&["--parallel", "zero2", "--profile-type", "inference"][..], true),
+        (&["--parallel", "ddp", "--profile-type", "forward-loss"][..], false),
+        (&["--parallel", "fsdp", "--profile-type", "forward-loss"][..], false),
     ] {
         let dir = tmp(&format!("autocast-{}", extra.join("-")));
         let mut args: Vec<&str> = base.to_vec();

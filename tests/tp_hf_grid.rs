@@ -20,7 +20,8 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     let mut pc = ParallelConfig::new(Layout::Tp, num(p, "tp"));
     pc.rank = num(p, "rank");
-    pc.tp_plan = Some(TpPlan::Auto);
+    // transformers' plan, or torch's where the point names it (tp_hf_autocast.json).
+    pc.tp_plan = Some(if p["tp_plan"] == "torch" { TpPlan::Torch } else { TpPlan::Auto });
     pc.validate().unwrap();
     grid_common::dist::run_tp_rank(p, &pc, &grid_common::hf::config_of(&grid_common::dist::tp_model_point(p)))
 }
@@ -49,21 +50,29 @@ fn transformers_tp_plan_under_autocast_matches_pytorch() {
             assert!(points.iter().any(|p| p["kind"] == kind && p["dtype"] == dtype), "tp_hf_autocast.json: no {kind} point over {dtype} weights");
         }
     }
-    grid_common::check("dist_grid/tp_hf_autocast.json", points, 15, KNOWN_FAILING, run);
+    for plan in ["auto", "torch"] {
+        for kind in ["training", "forward", "inference"] {
+            assert!(points.iter().any(|p| p["tp_plan"].as_str().unwrap_or("auto") == plan && p["kind"] == kind), "tp_hf_autocast.json: no {kind} point under the {plan} plan");
+        }
+    }
+    grid_common::check("dist_grid/tp_hf_autocast.json", points, 23, KNOWN_FAILING, run);
 }
 
-/// fp16 under tensor parallelism stops in PyTorch itself; bf16 autocast under torch's plan is
-/// not measured. bf16 under transformers' plan runs every profile type.
+/// fp16 under tensor parallelism stops in PyTorch itself; bf16 autocast with sequence
+/// parallelism is not measured. bf16 under either plan runs every profile type.
 #[test]
 fn autocast_under_the_plan_is_refused_where_it_is_not_modelled() {
     for (extra, needle) in [
         (&["--precision", "fp16", "--profile-type", "training"][..], Some("GradScaler")),
-        (&["--precision", "bf16", "--profile-type", "training", "--tp-plan", "torch"][..], Some("torch's tensor-parallel plan")),
+        (&["--precision", "bf16", "--profile-type", "training", "--tp-plan", "torch", "--sequence-parallel"][..], Some("--sequence-parallel")),
+        (&["--precision", "bf16", "--profile-type", "inference", "--tp-plan", "torch"][..], None),
+        (&["--precision", "bf16", "--profile-type", "training", "--tp-plan", "torch", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"][..], None),
         (&["--precision", "bf16", "--profile-type", "training", "--tp-plan", "auto", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"][..], None),
         (&["--precision", "bf16", "--profile-type", "inference", "--tp-plan", "auto"][..], None),
         (&["--precision", "bf16", "--profile-type", "forward", "--tp-plan", "auto"][..], None),
     ] {
-        let mut args = vec!["profile", "--model", "Llama-3.2-1B", "--num-layers", "1", "--dtype", "float32", "--device", "meta", "--warmup-steps", "0",
+        // Llama-3.1-8B: an untied head (torch's plan refuses a tied one).
+        let mut args = vec!["profile", "--model", "Llama-3.1-8B", "--num-layers", "1", "--dtype", "float32", "--device", "meta", "--warmup-steps", "0",
             "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--tp", "2", "--world-size", "2"];
         args.extend_from_slice(extra);
         let dir = std::env::temp_dir().join(format!("vramscope-tp-hf-autocast-{}-{}", std::process::id(), extra.join("-")));

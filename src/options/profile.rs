@@ -234,20 +234,21 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.loss_scaling() {
         return Err(usage("--precision", "fp16 (GradScaler) under tensor parallelism stops in PyTorch itself: unscale_'s _amp_foreach_non_finite_check_and_unscale_ gets DTensor and plain-tensor gradients together (\"got mixed torch.Tensor and DTensor\"); use --precision bf16".to_string()));
     }
-    // dist_grid/tp_hf_autocast.json: bf16 autocast under transformers' plan matches in
-    // training, forward and inference.
+    // dist_grid/tp_hf_autocast.json: bf16 autocast under transformers' plan and torch's
+    // matches in training, forward and inference.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp > 1 && precision.autocast().is_some()) {
-        if pc.tp_plan == Some(crate::model::tp::TpPlan::Torch) {
-            return Err(usage("--precision", format!("{precision} autocast under torch's tensor-parallel plan is not measured (dist_grid/tp.json runs fp32; transformers' plan under autocast is measured: --tp-plan auto)")));
+        if pc.sequence_parallel {
+            return Err(usage("--precision", format!("{precision} autocast with --sequence-parallel is not measured (dist_grid/tp_hf_autocast.json runs the plans without it); drop one of them")));
+        }
+        if pc.layout != crate::parallel::Layout::Tp {
+            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --tp (FSDP2 x TP) is not measured (dist_grid/tp_hf_autocast.json runs tensor parallelism alone); use --parallel tp, or drop the autocast precision", pc.layout.name())));
         }
     }
-    // dist_grid/autocast.json: autocast under the data-parallel layouts matches in training and
-    // forward (ddp, zero1, zero2, fsdp) and inference under fsdp; inference under zero1 (Gemma 3)
-    // and zero2 (Phi-3) does not yet.
+    // dist_grid/autocast.json: autocast under the data-parallel layouts matches in training,
+    // forward and inference (ddp, zero1, zero2, fsdp); forward-loss is not measured under them.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_some()) {
-        let measured = |k: ProfileType| matches!(k, ProfileType::Training | ProfileType::Forward) || (k == ProfileType::Inference && pc.layout == crate::parallel::Layout::Fsdp);
-        if let Some(k) = a.profile_type.iter().find(|&&k| !measured(k)) {
-            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not matched to PyTorch (dist_grid/autocast.json matches training and forward under every layout and inference under fsdp; its inference points under zero1 and zero2 differ, not explained yet); profile training or forward, or drop the autocast precision", pc.layout.name(), k.name())));
+        if let Some(k) = a.profile_type.iter().find(|&&k| k == ProfileType::ForwardLoss) {
+            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not measured (dist_grid/autocast.json measures training, forward and inference under every layout); profile one of those, or drop the autocast precision", pc.layout.name(), k.name())));
         }
     }
     // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
