@@ -106,16 +106,17 @@ fn autocast_ranks_match_transformers() {
     covers(points, |p| p["hf"]["dtype"].as_str().unwrap().to_string(), &["fp32", "bf16"], file);
     covers(points, |p| p["profile_type"].as_str().unwrap().to_string(), &["inference", "forward", "training"], file);
     covers(points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["llama", "phi3", "gemma3_text", "mixtral", "qwen3_moe"], file);
-    // A forward-only DDP step under accelerate's wrapper: PyTorch starts the step with one more
-    // parameter-sized fp32 block (2,337,344 B here) than under a plain torch.autocast around
-    // DDP's call, as it also does with no autocast at all (measured with measure_dist.py
-    // --point); vramscope starts at plain autocast's level. Not explained yet; the Trainer never
-    // runs it (its forward has labels and a backward, and those points match).
-    const FORWARD_ONLY: &[(&str, &str)] = &[(
-        "llama d128 F320 L2 h8 kv2 V1000 S16 B4 sdpa fp32 autocast=bf16 amp=accelerate forward ddp x2 rank1",
-        "DDP forward-only under accelerate's wrapper holds one more parameter-sized block from the previous step",
-    )];
-    grid_common::check(&format!("dist_grid/{file}"), points, 13, FORWARD_ONLY, |point| {
+    // DDP's forward-only step once started one parameter-sized block high (2,337,344 B: every
+    // parameter and buffer, the construction's flattened broadcast, freed on gloo's worker
+    // thread where the profiler does not see it); measure_dist.py's main_thread_broadcasts
+    // frees it where it is seen. The inference points pinned that accelerate converts the
+    // logits after its autocast region has returned: the cached weight casts are gone by then.
+    for layout in ["ddp", "zero1", "zero2", "fsdp"] {
+        for kind in ["training", "forward", "inference"] {
+            assert!(points.iter().any(|p| p["layout"] == layout && p["profile_type"] == kind), "{file}: no {kind} point under {layout}");
+        }
+    }
+    grid_common::check(&format!("dist_grid/{file}"), points, 24, KNOWN_FAILING, |point| {
         let cfg = if point["hf"].get("num_experts").is_some() { grid_common::moe::config_of(&point["hf"]) } else { grid_common::hf::config_of(&point["hf"]) };
         grid_common::dist::run_rank(point, cfg)
     });
@@ -128,8 +129,15 @@ fn autocast_under_a_layout_is_refused_where_it_is_not_matched() {
     for (extra, ok) in [
         (&["--parallel", "ddp", "--profile-type", "training"][..], true),
         (&["--parallel", "fsdp", "--profile-type", "inference"][..], true),
-        (&["--parallel", "ddp", "--profile-type", "forward"][..], false),
-        (&["--parallel", "zero2", "--profile-type", "inference"][..], false),
+        (&["--parallel", "ddp", "--profile-type", "forward"][..], true),
+        (&["--parallel", "zero1", "--profile-type", "forward"][..], true),
+        (&["--parallel", "zero2", "--profile-type", "forward"][..], true),
+        (&["--parallel", "fsdp", "--profile-type", "forward"][..], true),
+        (&["--parallel", "ddp", "--profile-type", "inference"][..], true),
+        (&["--parallel", "zero1", "--profile-type", "inference"][..], true),
+        (&["--parallel", "zero2", "--profile-type", "inference"][..], true),
+        (&["--parallel", "ddp", "--profile-type", "forward-loss"][..], false),
+        (&["--parallel", "fsdp", "--profile-type", "forward-loss"][..], false),
     ] {
         let dir = tmp(&format!("autocast-{}", extra.join("-")));
         let mut args: Vec<&str> = base.to_vec();

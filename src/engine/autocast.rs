@@ -39,6 +39,17 @@ pub fn suspend() -> Guard {
     Guard::new(move || runtime::with(|rt| rt.autocast.dtype = prev))
 }
 
+/// End the region here, before its caller's guard drops: its cast cache is cleared (as at
+/// the outermost region's exit) and ops run without autocast until this guard drops. For
+/// accelerate's `convert_outputs_to_fp32(autocast(forward))`, whose region returns before
+/// the output is converted.
+pub fn end_here() -> Guard {
+    let (prev, cache) = runtime::with(|rt| (rt.autocast.dtype.take(), std::mem::take(&mut rt.autocast.cache)));
+    // Dropped outside the runtime borrow so the frees are recorded.
+    drop(cache);
+    Guard::new(move || runtime::with(|rt| rt.autocast.dtype = prev))
+}
+
 /// The low type of the active region, if any.
 pub fn active() -> Option<DType> {
     runtime::with(|rt| rt.autocast.dtype)

@@ -236,7 +236,18 @@ impl Model {
         let mut logits = match self.config.flavour {
             Flavour::Cs336 => cs336::forward(self, ids),
             Flavour::Tinyllama => tinyllama::forward(self, ids, None, &mut |_| {}).0,
-            Flavour::Hf => hf::modeling::forward(self, ids, None, attention_mask, &mut |_| {}).logits,
+            Flavour::Hf => {
+                let out = hf::modeling::forward(self, ids, None, attention_mask, &mut |_| {});
+                if self.config.hf().is_some_and(|h| h.convert_outputs_to_fp32) {
+                    // accelerate's wrapper converts the output of every call, labels or not,
+                    // once its autocast region has returned (the cast cache cleared): the
+                    // fp32 logits are made while the bf16 ones still live.
+                    let _ended = autocast::end_here();
+                    hf::accelerate_amp::convert_outputs_to_fp32(out).logits
+                } else {
+                    out.logits
+                }
+            }
         };
         self.root_post_forward(&mut [&mut logits]);
         logits
@@ -286,8 +297,10 @@ impl Model {
                 // `loss = model(input_ids, labels=labels).loss`: the DynamicCache dies here, the
                 // logits when the caller drops them (`del out`).
                 let mut out = hf::modeling::forward(self, ids, Some(targets), attention_mask, logits_ready);
-                if self.config.hf().is_some_and(|h| h.convert_outputs_to_fp32) {
-                    // The Trainer's autocast: accelerate's wrapper around the forward.
+                // The Trainer's autocast: accelerate's wrapper around the forward, converting
+                // once its autocast region has returned (the cast cache cleared).
+                let _ended = self.config.hf().is_some_and(|h| h.convert_outputs_to_fp32).then(autocast::end_here);
+                if _ended.is_some() {
                     out = hf::accelerate_amp::convert_outputs_to_fp32(out);
                 }
                 let (mut logits, mut loss) = (out.logits, out.loss.expect("labels given"));

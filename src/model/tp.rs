@@ -109,6 +109,22 @@ impl TensorParallel {
     }
 }
 
+/// transformers' ColwiseParallel / RowwiseParallel run an `nn.Linear` on local tensors when
+/// grad is off (`should_use_local_tensors`: `isinstance(module, nn.Linear) and not
+/// torch.is_grad_enabled()`); torch's styles always run on DTensors.
+pub fn local_linear(t: TensorParallel) -> bool {
+    t.plan == TpPlan::Auto && !runtime::is_grad_enabled()
+}
+
+/// `_use_local_dtensor_params` swaps each DTensor parameter for `param.to_local()`, which
+/// without grad is the DTensor's `_local_tensor`: the nn.Parameter wrapping detached it, so it
+/// does not require grad, and autocast's `cached_cast` (aten/src/ATen/autocast_mode.cpp:
+/// `arg.requires_grad() && arg.is_leaf() && !arg.is_view()`) does not cache its cast. Each
+/// linear casts its weight again and the copy dies when the op returns.
+pub fn local_param(w: &Tensor) -> Tensor {
+    w.detach()
+}
+
 impl TensorParallel {
     /// Rows `[first, first + rows)` of `n` this rank holds under Shard(0) (the callers
     /// require `n` to divide).

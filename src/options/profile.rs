@@ -234,22 +234,21 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.loss_scaling() {
         return Err(usage("--precision", "fp16 (GradScaler) under tensor parallelism stops in PyTorch itself: unscale_'s _amp_foreach_non_finite_check_and_unscale_ gets DTensor and plain-tensor gradients together (\"got mixed torch.Tensor and DTensor\"); use --precision bf16".to_string()));
     }
-    // dist_grid/tp_hf_autocast.json: bf16 autocast under the plan matches in training; a
-    // forward or inference run under it does not yet (the local-tensor path's casts).
+    // dist_grid/tp_hf_autocast.json: bf16 autocast under transformers' plan and torch's
+    // matches in training, forward and inference.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp > 1 && precision.autocast().is_some()) {
-        if a.profile_type.iter().any(|&k| k != ProfileType::Training) {
-            return Err(usage("--precision", format!("{precision} autocast under tensor parallelism is modelled for --profile-type training only (dist_grid/tp_hf_autocast.json: forward and inference under it do not match PyTorch yet); drop the autocast precision or profile training")));
+        if pc.sequence_parallel {
+            return Err(usage("--precision", format!("{precision} autocast with --sequence-parallel is not measured (dist_grid/tp_hf_autocast.json runs the plans without it); drop one of them")));
         }
-        if pc.tp_plan == Some(crate::model::tp::TpPlan::Torch) {
-            return Err(usage("--precision", format!("{precision} autocast under torch's tensor-parallel plan is not measured (dist_grid/tp.json runs fp32; transformers' plan under autocast is measured: --tp-plan auto)")));
+        if pc.layout != crate::parallel::Layout::Tp {
+            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --tp (FSDP2 x TP) is not measured (dist_grid/tp_hf_autocast.json runs tensor parallelism alone); use --parallel tp, or drop the autocast precision", pc.layout.name())));
         }
     }
-    // dist_grid/autocast.json: autocast under the data-parallel layouts is measured in training
-    // (ddp, zero1, zero2, fsdp) and inference (fsdp); DDP's forward-only step does not match yet.
+    // dist_grid/autocast.json: autocast under the data-parallel layouts matches in training,
+    // forward and inference (ddp, zero1, zero2, fsdp); forward-loss is not measured under them.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_some()) {
-        let measured = |k: ProfileType| k == ProfileType::Training || (k == ProfileType::Inference && pc.layout == crate::parallel::Layout::Fsdp);
-        if let Some(k) = a.profile_type.iter().find(|&&k| !measured(k)) {
-            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not matched to PyTorch (dist_grid/autocast.json measures training under every layout and inference under fsdp; a DDP forward-only step keeps a parameter-sized block vramscope does not); profile training, or drop the autocast precision", pc.layout.name(), k.name())));
+        if let Some(k) = a.profile_type.iter().find(|&&k| k == ProfileType::ForwardLoss) {
+            return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not measured (dist_grid/autocast.json measures training, forward and inference under every layout); profile one of those, or drop the autocast precision", pc.layout.name(), k.name())));
         }
     }
     // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
@@ -286,7 +285,10 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     }
     if let Some(pc) = parallel.as_ref().filter(|c| c.tp > 1) {
         pc.model_config(&cfg).validate().map_err(|e| usage(e.flag, e.message))?;
-        tp_optimizer(pc, &a.optim, &mut optim)?;
+        if a.profile_type.contains(&ProfileType::Training) {
+            // Only a training step has an optimizer (a forward or inference run refuses the flag).
+            tp_optimizer(pc, &a.optim, &mut optim)?;
+        }
         if pc.sequence_parallel {
             if let Some(c) = contexts.iter().find(|&&c| c % pc.tp != 0) {
                 return Err(usage("--context-length", format!("{c} positions do not divide among {} sequence-parallel ranks (uneven Shard(1) is not modelled)", pc.tp)));

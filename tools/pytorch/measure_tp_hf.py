@@ -27,9 +27,14 @@ hidden states and the routing weights, `_AllReduceForward` -- an in-place all_re
 output); the router (`mlp.gate`) and Qwen2-MoE's shared expert are not in the plan: replicated. The routers' top-k indices are
 forced as measure_moe.py's install_routing forces them (`routing` balanced or worst).
 
+Autocast (`--autocast`, tests/fixtures/dist_grid/tp_hf_autocast.json): accelerate's prepared
+forward (measure_hf.accelerate_forward) under transformers' plan, and under torch's
+Megatron-style plan (a point's `tp_plan: torch`: measure_tp.py's parallelize_module).
+
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
     python3 measure_tp_hf.py --moe            # the MoE grid -> tests/fixtures/dist_grid/tp_hf_moe.json
+    python3 measure_tp_hf.py --autocast       # the autocast grid -> tests/fixtures/dist_grid/tp_hf_autocast.json
 """
 import json
 import os
@@ -43,6 +48,22 @@ OUT_AUTOCAST = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_autocast
 
 
 def wrapper(pt):
+    if pt.get("tp_plan") == "torch":
+        # torch's Megatron-style plan (measure_tp.py's, parallelize_module) on a Llama-style model.
+        import measure_tp as T
+        plan = T.wrapper(dict(tp=pt["tp"]))
+
+        def wrap_torch(model):
+            plan(model)
+            # measure_hf.LossPhase hooked lm_head before the plan's ColwiseParallel added its
+            # output hook (the logits' all-gather): move the phase mark after it, so the loss
+            # phase starts where lm_head returns its gathered logits (as tp.json was measured,
+            # when the mark was hooked after the plan).
+            hooks = model.lm_head._forward_hooks
+            for k in [k for k, f in hooks.items() if type(getattr(f, "__self__", None)).__name__ == "LossPhase"]:
+                hooks.move_to_end(k)
+        return wrap_torch
+
     def wrap(model):
         import torch
         from torch.distributed.device_mesh import init_device_mesh
@@ -188,18 +209,42 @@ AUTOCAST = [
     (6, 2, 0, "sdpa", "bf16", "bf16", "training"),
     (2, 4, 3, "eager", "fp32", "bf16", "training"),
     (9, 2, 1, "sdpa", "fp32", "bf16", "inference"),
+    # Forward and inference: accelerate's conversion of the logits in every call; without grad
+    # the styles' local weights, whose casts autocast does not cache.
+    (0, 2, 0, "eager", "fp32", "bf16", "inference"),
+    (2, 2, 1, "sdpa", "bf16", "bf16", "forward"),
+    (6, 4, 3, "eager", "fp32", "bf16", "inference"),
+    (12, 2, 0, "sdpa", "fp32", "bf16", "forward"),
+    (8, 4, 1, "sdpa", "fp32", "bf16", "inference"),
+    (11, 2, 1, "eager", "bf16", "bf16", "inference"),
+    (4, 2, 0, "eager", "fp32", "bf16", "forward"),
+]
+
+
+# The same under torch's Megatron-style plan (`--tp-plan torch`, measure_tp.py's plan), the
+# Llama-style models with untied heads.
+AUTOCAST_TORCH_PLAN = [
+    (8, 2, 0, "sdpa", "fp32", "bf16", "training"),
+    (8, 4, 3, "eager", "bf16", "bf16", "training"),
+    (9, 2, 1, "sdpa", "fp32", "bf16", "training"),
+    (12, 2, 1, "eager", "fp32", "bf16", "training"),
+    (10, 2, 0, "eager", "fp32", "bf16", "forward"),
+    (10, 4, 3, "sdpa", "bf16", "bf16", "forward"),
+    (9, 4, 0, "sdpa", "fp32", "bf16", "inference"),
+    (8, 2, 1, "eager", "fp32", "bf16", "inference"),
 ]
 
 
 def autocast_grid():
     base = {p["config"]["model_type"] + str(p["config"]["hidden_size"]) + str(p["config"]["vocab_size"]): p["config"] for p in grid()}
     pts = []
-    for i, tp, rank, attn, dtype, autocast, kind in AUTOCAST:
-        mt, h, f, L, nh, kv, V, S, B, tied, *_ = SHAPES[i]
-        name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} "
-                f"autocast={autocast} amp=accelerate {kind}")
-        pts.append(dict(name=name, config=base[mt + str(h) + str(V)], seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype,
-                        kind=kind, optimizer="adamw_torch_forloop", autocast=autocast, amp="accelerate"))
+    for plan, rows in (("auto", AUTOCAST), ("torch", AUTOCAST_TORCH_PLAN)):
+        for i, tp, rank, attn, dtype, autocast, kind in rows:
+            mt, h, f, L, nh, kv, V, S, B, tied, *_ = SHAPES[i]
+            name = (f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{' tied' if tied else ''} S{S} B{B} {attn} {dtype} tp{tp} rank{rank} "
+                    f"autocast={autocast} amp=accelerate {kind}{' plan=torch' if plan == 'torch' else ''}")
+            pts.append(dict(name=name, config=base[mt + str(h) + str(V)], seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype,
+                            kind=kind, optimizer="adamw_torch_forloop", autocast=autocast, amp="accelerate", tp_plan=plan))
     return pts
 
 

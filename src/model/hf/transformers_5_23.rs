@@ -685,6 +685,13 @@ impl Block {
     /// `Linear` when adapted (the nn.Linear is then its `base_layer`).
     fn proj(&self, t: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
         let name = lora::slot_name(self.hf(), t).unwrap_or_else(|| lora::slot_module(t));
+        // transformers' plan without grad: the Linear runs on its local shards (tp::local_param).
+        let local = self.tp.is_some_and(|t| tp::local_linear(t)) && self.hf().moe.is_none();
+        let (w_local, b_local) = if local { (Some(tp::local_param(w)), bias.map(tp::local_param)) } else { (None, None) };
+        let (w, bias) = match &w_local {
+            Some(w) => (w, b_local.as_ref()),
+            None => (w, bias),
+        };
         let extra = self.layer.hf.as_ref().expect("hf layer");
         let packed = extra.quant.get(t).and_then(Option::as_ref);
         let base = |name: &str, x: &Tensor| match (self.hf().bnb.as_ref().map(|q| &q.quant), packed) {
@@ -1494,7 +1501,10 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
             // ColwiseParallel's input: Replicate already, or gathered from Shard(1) under
             // sequence parallelism (a local of the module call, dying when it returns).
             let input = if t.sequence { tp::seq_gather(&hidden, t) } else { tp::colwise_input(&hidden) };
-            let local = linear_b("lm_head", &input, &m.lm_head, None);
+            // transformers' colwise_gather_output without grad: the local shard (tp::local_param).
+            let head = if tp::local_linear(t) { tp::local_param(&m.lm_head) } else { m.lm_head.clone() };
+            let local = linear_b("lm_head", &input, &head, None);
+            drop(head);
             drop(input);
             tp::gather_logits(local, t)
         }
