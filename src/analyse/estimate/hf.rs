@@ -64,15 +64,6 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    // QLoRA on Phi-3, OLMo-2 and Gemma is derived (MatMul4Bit keeps nothing: their LoRA terms
-    // over 4-bit storage); LLM.int8() there is not (MatMul8bitLt keeps its input, which only
-    // the Llama-style layer counts).
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && hf.model_type.is_family()) {
-        return Err(ConfigError::new(
-            q.flag(),
-            format!("model_type {}: the closed form derives 8-bit weights over llama, mistral, qwen2 and qwen3 (4-bit over every dense model type); `profile` simulates it", hf.model_type.name()),
-        ));
-    }
     check_adapters(hf)?;
     if kernel(cfg, hf, precision, s) == Kernel::Fused(SdpaBackend::Cudnn) {
         return Err(ConfigError::new(
@@ -672,14 +663,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         // embedding output); everything else is recomputed in backward.
         let mut b = vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)];
         if !hf.reentrant && hf.bnb.as_ref().is_some_and(|q| q.int8().is_some()) {
-            // MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the
-            // non-reentrant checkpoint's saved-tensor hooks never see it, so each 8-bit
-            // projection's input outlives the forward (q/k/v share theirs, gate/up theirs).
-            let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
-            b.push(c.term(format!("input_layernorm output, q/k/v_proj's input {why}"), "mul", Unit::A, ty.model));
-            b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), ty.model));
-            b.push(c.term(format!("post_attention_layernorm output, gate/up_proj's input {why}"), "mul", Unit::A, ty.model));
-            b.push(c.term(format!("silu·up, down_proj's input {why}"), "mul", Unit::F, ty.model));
+            int8_checkpointed(c, &mut b, hf, ty.model);
         }
         b
     } else if hf.model_type == Arch::Olmo2 {
@@ -878,6 +862,25 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         (cast_elements, cast_formula)
     };
     Terms { block, first_block, sliding_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+}
+
+/// MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the non-reentrant
+/// checkpoint's saved-tensor hooks never see it, so each 8-bit projection's input outlives the
+/// forward (q/k/v share theirs, gate/up theirs; OLMo-2's q/k/v read the layer input, which the
+/// checkpoint keeps already).
+fn int8_checkpointed(c: &Ctx, b: &mut Vec<Term>, hf: &HfConfig, model: u64) {
+    let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
+    let (qkv_in, mlp_in, act) = match hf.model_type {
+        Arch::Olmo2 => (None, "h = x + post_attention_layernorm(attention)", "silu"),
+        Arch::Gemma2 | Arch::Gemma3Text => (Some("input_layernorm"), "pre_feedforward_layernorm output", "gelu"),
+        _ => (Some("input_layernorm"), "post_attention_layernorm output", "silu"),
+    };
+    if let Some(norm) = qkv_in {
+        b.push(c.term(format!("{norm} output, q/k/v_proj's input {why}"), "mul", Unit::A, model));
+    }
+    b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), model));
+    b.push(c.term(format!("{mlp_in}, gate/up_proj's input {why}"), if hf.model_type == Arch::Olmo2 { "add" } else { "mul" }, Unit::A, model));
+    b.push(c.term(format!("{act}·up, down_proj's input {why}"), "mul", Unit::F, model));
 }
 
 /// DeepSeek-V3's MoE options and its own parts.
