@@ -43,6 +43,8 @@ struct Point {
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
+    /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
+    int8: Option<bool>,
 }
 
 fn base() -> Point {
@@ -65,6 +67,7 @@ fn base() -> Point {
         s: 40,
         lora: None,
         four_bit: None,
+        int8: None,
     }
 }
 
@@ -91,6 +94,11 @@ fn config(p: &Point) -> ModelConfig {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
+    if let Some(prepare) = p.int8 {
+        use vramscope::model::bnb::{Bnb, Int8, Quant};
+        let q = Int8 { threshold: 6.0, kernel: vramscope::engine::ops::int8::Int8Kernel::Cuda };
+        hf.bnb = Some(Bnb { quant: Quant::Int8(q), load_dtype: vramscope::engine::DType::BF16, prepare });
     }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
@@ -205,6 +213,33 @@ fn gpt_oss_qlora_closed_form_equals_the_simulation() {
             n += 1;
             points.push(Point { four_bit: Some((dq, compute, prepare)), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base() });
         }
+    }
+    run(&points, 1.8);
+}
+
+/// LLM.int8() on gpt-oss: the attention's biased linears 8-bit (int8 weights, an fp32 SCB per
+/// row, the biases in the load dtype), each MatMul8bitLt keeping its input (the non-reentrant
+/// checkpoint cannot reach it), the sinks, router and experts frozen in the load dtype: with
+/// and without prepare_model_for_kbit_training, each experts implementation, checkpointing, the
+/// cache, B, S, r, targets and dropout.
+#[test]
+fn gpt_oss_int8_closed_form_equals_the_simulation() {
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for prepare in [true, false] {
+        let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+        for ckpt in [None, Some(false), Some(true)] {
+            let implementation = ExpertsImplementation::ALL[n % 3];
+            let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][n % 3];
+            let targets: &'static [&'static str] = if n % 2 == 0 { ALL } else { &["q_proj", "v_proj"] };
+            let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+            n += 1;
+            points.push(Point { int8: Some(prepare), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base() });
+        }
+        points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, &["o_proj"])), precision, cache: false, ..base() });
+        points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, ALL)), precision, routing: Routing::Worst, kv_heads: 4, s: 12, ..base() });
+        points.push(Point { int8: Some(prepare), lora: Some((4, 0.0, ALL)), precision, ckpt: Some(false), layer_types: Some("full"), tied: true, b: 1, s: 33, ..base() });
     }
     run(&points, 1.8);
 }
@@ -379,7 +414,6 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
-        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
         // Autocast over fp32 and bf16 weights is derived, and with LoRA over bf16 weights; with
         // LoRA over fp32 weights it is not.
         ([&g[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
@@ -405,4 +439,32 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
 fn gpt_oss_lora_pure_autocast_closed_form_equals_the_simulation() {
     let points: Vec<Point> = lora_grid().into_iter().map(|p| Point { precision: Precision::PureBf16Autocast, ..p }).collect();
     run(&points, 1.40);
+}
+
+/// Through the CLI: LLM.int8() with LoRA on the attention states its closed form, block 0 its
+/// own, equal to the simulated activations, gradients and optimizer state.
+#[test]
+fn gpt_oss_int8_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt_oss-int8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let small = ["--model", "gpt-oss-20b", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
+    for extra in [&["--target-modules", "q_proj,k_proj,v_proj,o_proj"][..], &["--target-modules", "v_proj", "--gradient-checkpointing", "non-reentrant"][..]] {
+        let o = cli(&[&small[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

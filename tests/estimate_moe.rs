@@ -45,6 +45,8 @@ struct Point {
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
+    /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
+    int8: Option<bool>,
 }
 
 fn base(model_type: &'static str) -> Point {
@@ -69,6 +71,7 @@ fn base(model_type: &'static str) -> Point {
         s: 40,
         lora: None,
         four_bit: None,
+        int8: None,
     }
 }
 
@@ -104,6 +107,11 @@ fn config(p: &Point) -> ModelConfig {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
+    if let Some(prepare) = p.int8 {
+        use vramscope::model::bnb::{Bnb, Int8, Quant};
+        let q = Int8 { threshold: 6.0, kernel: vramscope::engine::ops::int8::Int8Kernel::Cuda };
+        hf.bnb = Some(Bnb { quant: Quant::Int8(q), load_dtype: vramscope::engine::DType::BF16, prepare });
     }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
@@ -391,6 +399,34 @@ fn moe_qlora_closed_form_equals_the_simulation() {
     run(&points, 1.8);
 }
 
+/// LLM.int8() on Mixtral and Qwen3-MoE (where profile runs it): the attention's linears 8-bit,
+/// each MatMul8bitLt keeping its input (the non-reentrant checkpoint cannot reach it), the
+/// router and experts frozen in the load dtype (fp32 after prepare_model_for_kbit_training):
+/// with and without prepare, each experts implementation, checkpointing, the cache, B, S, r,
+/// targets and dropout.
+#[test]
+fn moe_int8_closed_form_equals_the_simulation() {
+    let all: &'static [&'static str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe"] {
+        for prepare in [true, false] {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for ckpt in [None, Some(false), Some(true)] {
+                let implementation = ExpertsImplementation::ALL[n % 3];
+                let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][n % 3];
+                let targets: &'static [&'static str] = if n % 2 == 0 { all } else { &["q_proj", "v_proj"] };
+                let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+                n += 1;
+                points.push(Point { int8: Some(prepare), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base(model_type) });
+            }
+            points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, &["o_proj"])), precision, cache: false, ..base(model_type) });
+        }
+        points.push(Point { int8: Some(true), lora: Some((8, 0.0, all)), attn: AttnImplementation::Sdpa, routing: Routing::Worst, ..base(model_type) });
+    }
+    run(&points, 1.8);
+}
+
 /// bf16 autocast of Mixtral, Qwen3-MoE (norm_topk_prob on and off) and Qwen2-MoE: grouped_mm
 /// is not an autocast op (the experts run in fp32), batched_mm's bmm keeps bf16 casts of the
 /// gathered weights and rows, eager's linears uncached casts of each hit expert's weights; the
@@ -443,7 +479,6 @@ fn not_derived_is_refused_naming_the_flag() {
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
         // all-linear: peft converts Mixtral's expert and router names into target_parameters.
         ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4"]].concat(), "--preset", "profile"),
     ];
@@ -522,4 +557,32 @@ fn moe_lora_autocast_closed_form_equals_the_simulation() {
     let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
     run(&grouped, 1.35);
     run(&cast, 2.4);
+}
+
+/// Through the CLI: LLM.int8() with LoRA on the attention states its closed form, block 0 its
+/// own, equal to the simulated activations, gradients and optimizer state.
+#[test]
+fn moe_int8_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-int8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let small = ["--model", "Mixtral-8x7B", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
+    for extra in [&["--target-modules", "q_proj,k_proj,v_proj,o_proj"][..], &["--target-modules", "v_proj", "--gradient-checkpointing", "non-reentrant"][..]] {
+        let o = cli(&[&small[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -554,7 +554,8 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let frozen_norm = |input: bool, readers: &[&str]| match lora {
         None => FULL,
-        Some(_) => NormGrad { input, weight: false, output: (int8 && input) || readers.iter().any(|r| a_keeps_input(r)), product_fp32: false },
+        // (An MoE layer's post-attention norm feeds no 8-bit linear: the router and experts stay unquantized.)
+        Some(_) => NormGrad { input, weight: false, output: (int8 && input && !readers.is_empty()) || readers.iter().any(|r| a_keeps_input(r)), product_fp32: false },
     };
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
@@ -867,9 +868,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
 /// MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the non-reentrant
 /// checkpoint's saved-tensor hooks never see it, so each 8-bit projection's input outlives the
 /// forward (q/k/v share theirs, gate/up theirs; OLMo-2's q/k/v read the layer input, which the
-/// checkpoint keeps already).
-fn int8_checkpointed(c: &Ctx, b: &mut Vec<Term>, hf: &HfConfig, model: u64) {
+/// checkpoint keeps already; an MoE layer's 8-bit linears are its attention's).
+pub(super) fn int8_checkpointed(c: &Ctx, b: &mut Vec<Term>, hf: &HfConfig, model: u64) {
     let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
+    let attention_only = hf.moe.is_some();
     let (qkv_in, mlp_in, act) = match hf.model_type {
         Arch::Olmo2 => (None, "h = x + post_attention_layernorm(attention)", "silu"),
         Arch::Gemma2 | Arch::Gemma3Text => (Some("input_layernorm"), "pre_feedforward_layernorm output", "gelu"),
@@ -879,6 +881,9 @@ fn int8_checkpointed(c: &Ctx, b: &mut Vec<Term>, hf: &HfConfig, model: u64) {
         b.push(c.term(format!("{norm} output, q/k/v_proj's input {why}"), "mul", Unit::A, model));
     }
     b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), model));
+    if attention_only {
+        return; // An MoE layer's 8-bit linears are the attention's (gpt-oss's: hf/gpt_oss.rs).
+    }
     b.push(c.term(format!("{mlp_in}, gate/up_proj's input {why}"), if hf.model_type == Arch::Olmo2 { "add" } else { "mul" }, Unit::A, model));
     b.push(c.term(format!("{act}·up, down_proj's input {why}"), "mul", Unit::F, model));
 }

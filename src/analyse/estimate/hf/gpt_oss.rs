@@ -31,7 +31,8 @@
 //! peft's LoRA on the attention (`--target-modules`; the router and the experts, plain
 //! parameters, frozen): a tensor is kept only where a gradient flows, as in the dense layers
 //! (super::layer): layer 0's input needs none, the norms' x·r and the experts' inputs that
-//! only their weights' gradients need are not kept. 8-bit weights, `--target-parameters`, the
+//! only their weights' gradients need are not kept; LLM.int8() on the attention's linears keeps
+//! each one's input (MatMul8bitLt). `--target-parameters`, the
 //! router's auxiliary loss and autocast over fp32 weights with LoRA are refused ([`moe::check`]);
 //! over bf16 weights (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
@@ -102,12 +103,14 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     let x = lora.is_none() || x_grad;
     let (q, k, v) = (x || adapted("q_proj"), x || adapted("k_proj"), x || adapted("v_proj"));
     let o = q || k || v || adapted("o_proj");
-    let g = Grad { weights: lora.is_none(), q, k, v, o_input: a_keeps_input("o_proj"), h: x || o };
+    // LLM.int8()'s MatMul8bitLt on the attention's linears keeps its input for the input's gradient.
+    let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
+    let g = Grad { weights: lora.is_none(), q, k, v, o_input: a_keeps_input("o_proj") || (int8 && (q || k || v)), h: x || o };
     // GptOssRMSNorm's weight is frozen under peft: x·r is not kept (weight · x keeps it for the
     // weight's gradient only).
     let norm = |input: bool, output: bool| super::NormGrad { input, weight: g.weights, output, product_fp32: true };
     let qkv = ["q_proj", "k_proj", "v_proj"];
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &qkv, norm(x, qkv.iter().any(|p| a_keeps_input(p))));
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &qkv, norm(x, (int8 && x) || qkv.iter().any(|p| a_keeps_input(p))));
     if let Some(lc) = lora {
         for p in qkv.into_iter().filter(|p| adapted(p)) {
             super::adapter(c, &mut t, lc, p, Unit::A, x);
@@ -318,7 +321,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     let l = cfg.num_layers;
     let sliding = g.sliding.iter().take(l).filter(|s| **s).count() as u64;
     let block = if checkpointing {
-        vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, me)]
+        let mut b = vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, me)];
+        if !hf.reentrant && hf.bnb.as_ref().is_some_and(|q| q.int8().is_some()) {
+            super::int8_checkpointed(c, &mut b, hf, me);
+        }
+        b
     } else {
         layer(c, hf, m, cache, true)
     };

@@ -25,9 +25,10 @@
 //! dtype; on gpt-oss and DeepSeek-V3 too), and bf16 autocast of the three families here
 //! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts),
 //! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
-//! uncached casts). 8-bit weights, the ParamWrapper on the experts and router
-//! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
-//! simulates what it runs of them.
+//! uncached casts), and LLM.int8() where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the
+//! attention's 8-bit linears keep their inputs, MatMul8bitLt). The ParamWrapper on the experts
+//! and router (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]):
+//! `profile` simulates what it runs of them.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
@@ -61,13 +62,11 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
     // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
     // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
-    if let Some(q) = &hf.bnb {
-        if q.int8().is_some() {
-            return Err(ConfigError::new(
-                q.flag(),
-                format!("a {} {family} model is not derived in closed form (4-bit is); `profile` simulates it", q.bits()),
-            ));
-        }
+    // LLM.int8() is derived where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the attention's
+    // linears 8-bit, their MatMul8bitLt keeping each input); profile refuses it on Qwen2-MoE and
+    // DeepSeek-V3 (options/lora_targets.rs), and so does the closed form.
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && (m.shared_intermediate > 0 || m.deepseek.is_some())) {
+        return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form (4-bit is); `profile` refuses it too", q.bits())));
     }
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
