@@ -509,3 +509,13 @@ fn deepseek_v3_lora_pure_autocast_closed_form_equals_the_simulation() {
     let points: Vec<Point> = lora_grid().into_iter().map(|p| Point { precision: Precision::PureBf16Autocast, ..p }).collect();
     run(&points, 1.40);
 }
+
+/// Pure fp16 weights (a float16 checkpoint, no autocast): the pure bf16 points of the grids
+/// above (with and without LoRA) over fp16 parameters: pure bf16's terms, byte for byte.
+#[test]
+fn deepseek_v3_pure_fp16_closed_form_equals_the_simulation() {
+    let fp16 = |p: Point| Point { precision: Precision::PureFp16, ..p };
+    let points: Vec<Point> = grid().into_iter().chain(lora_grid()).filter(|p| p.precision == Precision::PureBf16).map(fp16).collect();
+    assert!(points.len() >= 12, "{} points", points.len());
+    run(&points, 1.8);
+}

@@ -542,3 +542,23 @@ fn lora_pure_autocast_closed_form_equals_the_simulation() {
     run(&points);
 }
 
+/// peft's LoRA over pure fp16 weights (no autocast): the fp32 adapters read peft's fp32 copy
+/// of each adapted projection's fp16 input, as over bf16 weights.
+#[test]
+fn lora_pure_fp16_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        let all: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"] } else { TARGETS.to_vec() };
+        let part: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj"] } else { vec!["q_proj", "v_proj"] };
+        for (targets, dropout) in [(all.clone(), 0.0), (part, 0.0), (all.clone(), 0.1)] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), dropout, precision: Precision::PureFp16, ckpt, ..base(arch) });
+            }
+        }
+        let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
+        points.push(Point { attn, cache: true, precision: Precision::PureFp16, targets: all.clone(), ..base(arch) });
+        points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureFp16, ..base(arch) });
+    }
+    run(&points);
+}
+
