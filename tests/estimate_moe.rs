@@ -47,6 +47,9 @@ struct Point {
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
     /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
     int8: Option<bool>,
+    /// Qwen2-MoE's use_sliding_window: (sliding_window, max_window_layers).
+    window: Option<(usize, usize)>,
+    layers: usize,
 }
 
 fn base(model_type: &'static str) -> Point {
@@ -72,13 +75,15 @@ fn base(model_type: &'static str) -> Point {
         lora: None,
         four_bit: None,
         int8: None,
+        window: None,
+        layers: 2,
     }
 }
 
 /// The point's config.json, read by vramscope's reader, with the run's options set.
 fn config(p: &Point) -> ModelConfig {
     let mut c = json!({
-        "model_type": p.model_type, "hidden_size": p.d, "intermediate_size": p.i, "num_hidden_layers": 2,
+        "model_type": p.model_type, "hidden_size": p.d, "intermediate_size": p.i, "num_hidden_layers": p.layers,
         "num_attention_heads": 4, "num_key_value_heads": p.kv_heads, "head_dim": p.d / 4, "vocab_size": 300,
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
         "num_experts_per_tok": p.top_k,
@@ -93,6 +98,11 @@ fn config(p: &Point) -> ModelConfig {
     }
     if p.model_type == "qwen2_moe" {
         o.insert("shared_expert_intermediate_size".into(), json!(p.shared));
+    }
+    if let Some((w, mwl)) = p.window {
+        o.insert("use_sliding_window".into(), json!(true));
+        o.insert("sliding_window".into(), json!(w));
+        o.insert("max_window_layers".into(), json!(mwl));
     }
     let mut cfg = vramscope::model::hf::parse(&c.to_string()).unwrap().config;
     if p.ckpt.is_some() {
@@ -423,6 +433,40 @@ fn moe_int8_closed_form_equals_the_simulation() {
             points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, &["o_proj"])), precision, cache: false, ..base(model_type) });
         }
         points.push(Point { int8: Some(true), lora: Some((8, 0.0, all)), attn: AttnImplementation::Sdpa, routing: Routing::Worst, ..base(model_type) });
+    }
+    run(&points, 1.8);
+}
+
+/// Qwen2-MoE's sliding window (use_sliding_window; every other layer below max_window_layers
+/// slides, tests/qwen2_moe_sliding_grid.rs): the full layers see no window (sdpa: no mask, GQA
+/// in the kernel), the sliding layers the window's mask (sdpa masked once the window is not
+/// longer than the context: the math kernel here) and, with the cache, a
+/// DynamicSlidingWindowLayer's window tensor; checkpointed layers' closures hold their type's
+/// mask. Windows shorter than, equal to and longer than S, max_window_layers cutting the stack
+/// or 0, every layer sliding, eager and sdpa, fp32, pure bf16/fp16 and autocast, checkpointing,
+/// the cache, each experts implementation, LoRA, B and S.
+#[test]
+fn qwen2_moe_sliding_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    let mut n = 0;
+    for (w, mwl, layers) in [(16, 2, 3), (40, 4, 4), (64, 1, 2), (8, 0, 2), (12, 1, 1)] {
+        for (attn, backend) in [(AttnImplementation::Eager, SdpaBackend::Auto), (AttnImplementation::Sdpa, SdpaBackend::Math)] {
+            for ckpt in [None, Some(false), Some(true)] {
+                let precision = [Precision::Fp32, Precision::PureBf16][n % 2];
+                let implementation = ExpertsImplementation::ALL[n % 3];
+                let (b, s) = [(2, 40), (1, 24), (3, 17)][n % 3];
+                n += 1;
+                points.push(Point { window: Some((w, mwl)), layers, attn, backend, precision, ckpt, cache: ckpt.is_none() && n % 2 == 0, implementation, b, s, ..base("qwen2_moe") });
+            }
+        }
+    }
+    points.push(Point { window: Some((16, 2)), layers: 3, lora: Some((8, 0.0, &["q_proj", "v_proj", "gate_proj"])), ..base("qwen2_moe") });
+    points.push(Point { window: Some((16, 2)), layers: 3, lora: Some((8, 0.1, &["q_proj", "k_proj", "v_proj", "o_proj"])), attn: AttnImplementation::Sdpa, backend: SdpaBackend::Math, precision: Precision::PureBf16, ..base("qwen2_moe") });
+    points.push(Point { window: Some((64, 1)), layers: 2, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureBf16, ..base("qwen2_moe") });
+    // Autocast over fp32 and bf16 weights, and pure fp16.
+    for (i, precision) in [Precision::Bf16, Precision::PureBf16Autocast, Precision::PureFp16, Precision::Fp16].into_iter().enumerate() {
+        let ckpt = [None, Some(false), None, Some(true)][i];
+        points.push(Point { window: Some((16, 2)), layers: 3, precision, ckpt, cache: ckpt.is_none(), implementation: ExpertsImplementation::ALL[i % 3], ..base("qwen2_moe") });
     }
     run(&points, 1.8);
 }

@@ -62,7 +62,8 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "estimate")?;
+    // (Qwen2-MoE's window is derived: analyse/estimate/hf.rs's terms, moe::window_layers.)
+    super::generate::check_static_only_window(r.config.hf(), false, true, "--config", "estimate")?;
     // The closed form derives every MoE family's sparse blocks (analyse/estimate/hf/moe.rs,
     // gpt_oss.rs, deepseek.rs); what it does not derive of them is refused in its check.
     if let Some(n) = &r.note {

@@ -88,6 +88,9 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma3Text {
         return gemma3::check(cfg, &gemma::trimmed(hf, cfg.num_layers), precision, s);
     }
+    if moe::window_layers(hf).is_some() {
+        check_kernel(cfg, &moe::full_layer_hf(hf), precision, s, false)?;
+    }
     check_kernel(cfg, hf, precision, s, false)
 }
 
@@ -659,6 +662,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let checkpointing = cfg.checkpoint != Checkpoint::None;
     // Checkpointed layers (training mode) turn the cache off; otherwise use_cache builds it.
     let cache = hf.use_cache && !checkpointing;
+    // Qwen2-MoE's use_sliding_window: its full layers see no window (moe::full_layer_hf).
+    let window = moe::window_layers(hf);
+    let full_hf = window.map(|_| moe::full_layer_hf(hf));
     let block = if checkpointing {
         // Non-reentrant and reentrant alike keep only each layer's input (layer 0's is the
         // embedding output); everything else is recomputed in backward.
@@ -677,6 +683,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         gemma::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some((m, ds)) = deepseek_parts(hf) {
         deepseek::layer(c, hf, m, ds, true, cache, kernel, true)
+    } else if let Some(fh) = &full_hf {
+        layer(c, cfg, fh, self::kernel(cfg, fh, precision, s), cache, true)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -692,6 +700,12 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
         Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel, true), super::OtherLayers::Dense))
     });
+    // Qwen2-MoE's sliding layers (the window's mask, and with the cache a
+    // DynamicSlidingWindowLayer and its window tensor).
+    let sliding_block = sliding_block.or_else(|| {
+        let layers: Vec<usize> = window.filter(|_| !checkpointing)?.iter().enumerate().filter(|(_, s)| **s).map(|(i, _)| i).collect();
+        (!layers.is_empty()).then(|| (layers, layer(c, cfg, hf, kernel, cache, true), super::OtherLayers::Sliding))
+    });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
     let lora = hf.lora.is_some();
@@ -705,7 +719,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         None => match deepseek_parts(hf) {
             Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == 0, cache, kernel, false),
             None if hf.model_type == Arch::Olmo2 => olmo2::layer(c, cfg, hf, kernel, cache, false),
-            None => layer(c, cfg, hf, kernel, cache, false),
+            // Qwen2-MoE's window: layer 0's type decides.
+            None => match full_hf.as_ref().filter(|_| window.is_some_and(|w| !w[0])) {
+                Some(fh) => layer(c, cfg, fh, self::kernel(cfg, fh, precision, s), cache, false),
+                None => layer(c, cfg, hf, kernel, cache, false),
+            },
         },
     });
     let mut outside = Vec::new();
@@ -734,6 +752,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
         match kernel {
             _ if hf.gemma.is_some() => gemma::checkpoint_masks(c, &mut outside, hf, hf.gemma.as_ref().expect("Gemma's fields"), ty.model),
+            _ if window.is_some() => moe::window_checkpoint_masks(c, &mut outside, hf, window.expect("checked"), kernel, ty.model),
             Kernel::Eager => {
                 outside.push(Term {
                         what: "eager additive mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)".into(),

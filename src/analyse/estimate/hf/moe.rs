@@ -371,3 +371,38 @@ pub(in crate::analyse::estimate) fn symbols(c: &Ctx, m: &MoeConfig, used: impl F
     }
     out
 }
+
+/// Qwen2-MoE's `use_sliding_window`: which layers slide (every other one below
+/// max_window_layers, HfConfig::sliding_layers); None on every other model.
+pub(super) fn window_layers(hf: &HfConfig) -> Option<&[bool]> {
+    hf.sliding_layers.as_deref().filter(|_| hf.moe.as_ref().is_some_and(|m| m.family == MoeFamily::Qwen2Moe))
+}
+
+/// The config a Qwen2-MoE full_attention layer runs with under a window: none (its mask sees
+/// no window, its sdpa no mask), as the simulation's `full_layer`.
+pub(super) fn full_layer_hf(hf: &HfConfig) -> HfConfig {
+    HfConfig { sliding_window: None, ..hf.clone() }
+}
+
+/// What checkpointed Qwen2-MoE layers' closures hold under a window: the mask of each layer
+/// type present (eager: the full and the window's additive masks, (B, 1, S, S) in the model's
+/// dtype; sdpa: the sliding layers' boolean mask once the window is not longer than the
+/// context, the full layers none). A type no layer has is dropped when the model returns.
+pub(super) fn window_checkpoint_masks(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, layers: &[bool], kernel: super::Kernel, model_elem: u64) {
+    for sliding in [false, true].into_iter().filter(|s| layers.contains(s)) {
+        let which = if sliding { "sliding-window" } else { "full" };
+        if kernel == super::Kernel::Eager {
+            t.push(Term {
+                what: format!("eager {which} mask (B, 1, S, S) in the model's dtype (the {which} layers' checkpoint closures hold it)"),
+                op: "where",
+                formula: format!("B·S²·{model_elem}"),
+                unit: Unit::Small,
+                elements: c.b * c.s * c.s,
+                elem: model_elem,
+            });
+        } else if sliding && hf.sdpa_masked(c.s as usize) {
+            let (rows, formula) = if hf.attention_mask { (c.b, "B·S²·1") } else { (1, "S²·1") };
+            t.push(Term { what: "sdpa's boolean sliding-window mask (the sliding layers' checkpoint closures hold it)".into(), op: "logical_and", formula: formula.into(), unit: Unit::Small, elements: rows * c.s * c.s, elem: 1 });
+        }
+    }
+}
