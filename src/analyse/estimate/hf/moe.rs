@@ -77,11 +77,12 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // shared expert run in it. Over bf16 weights nothing is cast (pure bf16's terms, save
     // DeepSeek-V3's router).
     // LoRA under autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE (here: the frozen
-    // router's and shared expert's uncached casts; the adapters' casts are cached) and, over
-    // bf16 weights (nothing frozen is cast), for gpt-oss and DeepSeek-V3; over fp32 weights
-    // their own frozen casts are not stated.
+    // router's and shared expert's uncached casts; the adapters' casts are cached), gpt-oss
+    // (hf/gpt_oss.rs: its frozen linears' casts, the attention's casts following the
+    // gradients) and, over bf16 weights (nothing frozen is cast), DeepSeek-V3; over fp32
+    // weights DeepSeek-V3's own frozen casts are not stated.
     let pure = precision == Precision::PureBf16Autocast;
-    if precision.autocast().is_some() && !pure && hf.lora.is_some() && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
+    if precision.autocast().is_some() && !pure && hf.lora.is_some() && m.deepseek.is_some() {
         return Err(ConfigError::new(
             "--precision",
             format!("autocast of {family} over fp32 weights with peft's LoRA is not derived in closed form (without adapters it is, and over the bf16 weights, --dtype bfloat16, with them too); `profile` simulates it"),
