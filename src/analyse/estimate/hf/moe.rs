@@ -35,10 +35,9 @@ use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
 use crate::model::hf::HfConfig;
 use crate::model::config::MAX_BYTES;
 use crate::model::{ConfigError, ModelConfig};
-use crate::train::Precision;
 
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
-pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
+pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
     if m.output_router_logits {
         return Err(ConfigError::new(
@@ -76,18 +75,10 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
     // shared expert run in it. Over bf16 weights nothing is cast (pure bf16's terms, save
     // DeepSeek-V3's router).
-    // LoRA under autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE (here: the frozen
-    // router's and shared expert's uncached casts; the adapters' casts are cached), gpt-oss
-    // (hf/gpt_oss.rs: its frozen linears' casts, the attention's casts following the
-    // gradients) and, over bf16 weights (nothing frozen is cast), DeepSeek-V3; over fp32
-    // weights DeepSeek-V3's own frozen casts are not stated.
-    let pure = precision == Precision::PureBf16Autocast;
-    if precision.autocast().is_some() && !pure && hf.lora.is_some() && m.deepseek.is_some() {
-        return Err(ConfigError::new(
-            "--precision",
-            format!("autocast of {family} over fp32 weights with peft's LoRA is not derived in closed form (without adapters it is, and over the bf16 weights, --dtype bfloat16, with them too); `profile` simulates it"),
-        ));
-    }
+    // LoRA under autocast is derived for every family: here the frozen router's and shared
+    // expert's uncached casts (the adapters' casts are cached); gpt-oss's and DeepSeek-V3's
+    // frozen linears in hf/gpt_oss.rs and hf/deepseek.rs (over bf16 weights nothing frozen is
+    // cast).
     Ok(())
 }
 
