@@ -490,3 +490,22 @@ fn gpt_oss_lora_autocast_closed_form_equals_the_simulation() {
     run(&grouped, 1.35);
     run(&cast, 2.4);
 }
+
+/// Through the CLI: LoRA under the Trainer's bf16=True over fp32 weights states its closed form,
+/// block 0 its own, equal to the simulated activations and autocast cache.
+#[test]
+fn gpt_oss_lora_autocast_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-lora-autocast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let o = cli(&["--model", "gpt-oss-20b", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("weight cast to bf16 (uncached: frozen"), "{}", String::from_utf8_lossy(&o.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let e = &v["estimate"];
+    let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let blocks = bytes(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * bytes(&e["block"]);
+    assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap());
+    assert_eq!(e["autocast_cache_bytes"], v["simulated"]["autocast_cache_bytes"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
