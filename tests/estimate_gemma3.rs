@@ -256,3 +256,23 @@ fn gemma3_pure_autocast_closed_form_equals_the_simulation() {
     }
     run(&points, 1.30);
 }
+
+/// Pure fp16 weights (a float16 checkpoint loaded with `from_pretrained(dtype="auto")`, no
+/// autocast): the grid above over fp16 parameters. No op picks its output type or its kernel by
+/// which 2-byte float it reads: pure bf16's terms, byte for byte.
+#[test]
+fn gemma3_pure_fp16_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+        for ckpt in [None, Some(false), Some(true)] {
+            for cache in [true, false] {
+                let (b, s) = if cache { (1, 24) } else { (3, 40) };
+                points.push(Point { attn, precision: Precision::PureFp16, ckpt, cache, b, s, ..base() });
+            }
+        }
+    }
+    for backend in [SdpaBackend::Math, SdpaBackend::CpuFlash, SdpaBackend::Efficient] {
+        points.push(Point { backend, precision: Precision::PureFp16, kv_heads: if backend == SdpaBackend::Efficient { 4 } else { 2 }, ..base() });
+    }
+    run(&points, 1.30);
+}

@@ -43,6 +43,8 @@ struct Point {
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
+    /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
+    int8: Option<bool>,
 }
 
 fn base() -> Point {
@@ -65,6 +67,7 @@ fn base() -> Point {
         s: 40,
         lora: None,
         four_bit: None,
+        int8: None,
     }
 }
 
@@ -91,6 +94,11 @@ fn config(p: &Point) -> ModelConfig {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
+    if let Some(prepare) = p.int8 {
+        use vramscope::model::bnb::{Bnb, Int8, Quant};
+        let q = Int8 { threshold: 6.0, kernel: vramscope::engine::ops::int8::Int8Kernel::Cuda };
+        hf.bnb = Some(Bnb { quant: Quant::Int8(q), load_dtype: vramscope::engine::DType::BF16, prepare });
     }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
@@ -205,6 +213,33 @@ fn gpt_oss_qlora_closed_form_equals_the_simulation() {
             n += 1;
             points.push(Point { four_bit: Some((dq, compute, prepare)), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base() });
         }
+    }
+    run(&points, 1.8);
+}
+
+/// LLM.int8() on gpt-oss: the attention's biased linears 8-bit (int8 weights, an fp32 SCB per
+/// row, the biases in the load dtype), each MatMul8bitLt keeping its input (the non-reentrant
+/// checkpoint cannot reach it), the sinks, router and experts frozen in the load dtype: with
+/// and without prepare_model_for_kbit_training, each experts implementation, checkpointing, the
+/// cache, B, S, r, targets and dropout.
+#[test]
+fn gpt_oss_int8_closed_form_equals_the_simulation() {
+    const ALL: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for prepare in [true, false] {
+        let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+        for ckpt in [None, Some(false), Some(true)] {
+            let implementation = ExpertsImplementation::ALL[n % 3];
+            let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][n % 3];
+            let targets: &'static [&'static str] = if n % 2 == 0 { ALL } else { &["q_proj", "v_proj"] };
+            let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+            n += 1;
+            points.push(Point { int8: Some(prepare), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base() });
+        }
+        points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, &["o_proj"])), precision, cache: false, ..base() });
+        points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, ALL)), precision, routing: Routing::Worst, kv_heads: 4, s: 12, ..base() });
+        points.push(Point { int8: Some(prepare), lora: Some((4, 0.0, ALL)), precision, ckpt: Some(false), layer_types: Some("full"), tied: true, b: 1, s: 33, ..base() });
     }
     run(&points, 1.8);
 }
@@ -379,10 +414,6 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
         ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
-        ([&g[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
-        // Autocast over fp32 and bf16 weights is derived, and with LoRA over bf16 weights; with
-        // LoRA over fp32 weights it is not.
-        ([&g[..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--precision", "autocast"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         // generate runs within the window (tests/estimate_generate_families.rs); beam search is not derived.
@@ -406,4 +437,76 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
 fn gpt_oss_lora_pure_autocast_closed_form_equals_the_simulation() {
     let points: Vec<Point> = lora_grid().into_iter().map(|p| Point { precision: Precision::PureBf16Autocast, ..p }).collect();
     run(&points, 1.40);
+}
+
+/// Through the CLI: LLM.int8() with LoRA on the attention states its closed form, block 0 its
+/// own, equal to the simulated activations, gradients and optimizer state.
+#[test]
+fn gpt_oss_int8_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt_oss-int8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let small = ["--model", "gpt-oss-20b", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
+    for extra in [&["--target-modules", "q_proj,k_proj,v_proj,o_proj"][..], &["--target-modules", "v_proj", "--gradient-checkpointing", "non-reentrant"][..]] {
+        let o = cli(&[&small[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Pure fp16 weights (a float16 checkpoint, no autocast): the pure bf16 points of the grids
+/// above (with and without LoRA) over fp16 parameters: pure bf16's terms, byte for byte.
+#[test]
+fn gpt_oss_pure_fp16_closed_form_equals_the_simulation() {
+    let fp16 = |p: Point| Point { precision: Precision::PureFp16, ..p };
+    let points: Vec<Point> = grid().into_iter().chain(lora_grid()).filter(|p| p.precision == Precision::PureBf16).map(fp16).collect();
+    assert!(points.len() >= 12, "{} points", points.len());
+    run(&points, 1.8);
+}
+
+/// peft's LoRA under autocast over fp32 weights (the Trainer's bf16=True / fp16=True on an fp32
+/// load): the LoRA grid above under bf16 (fp16 on every third point). Each frozen linear whose
+/// input needs a gradient keeps its weight's uncached low cast (q/k/v/o_proj, the router,
+/// lm_head); under peft the attention's matmuls keep an operand only for the other's gradient
+/// (layer 0's, whose input needs none, keeps less); the cache holds the adapters' casts.
+#[test]
+fn gpt_oss_lora_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = lora_grid().into_iter().enumerate().map(|(n, p)| Point { precision: if n % 3 == 2 { Precision::Fp16 } else { Precision::Bf16 }, ..p }).collect();
+    // batched_mm's and eager's gathered and cast expert weights are forward transients the
+    // bound leaves out, large beside LoRA's activations (as in tests/estimate_moe.rs).
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.35);
+    run(&cast, 2.4);
+}
+
+/// Through the CLI: LoRA under the Trainer's bf16=True over fp32 weights states its closed form,
+/// block 0 its own, equal to the simulated activations and autocast cache.
+#[test]
+fn gpt_oss_lora_autocast_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-lora-autocast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let o = cli(&["--model", "gpt-oss-20b", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("weight cast to bf16 (uncached: frozen"), "{}", String::from_utf8_lossy(&o.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let e = &v["estimate"];
+    let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let blocks = bytes(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * bytes(&e["block"]);
+    assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap());
+    assert_eq!(e["autocast_cache_bytes"], v["simulated"]["autocast_cache_bytes"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

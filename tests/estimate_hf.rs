@@ -313,6 +313,35 @@ fn hf_pure_autocast_closed_form_equals_the_simulation() {
     estimate_common::run_points(&points, 1.30, check);
 }
 
+/// Pure fp16 weights (a float16 checkpoint loaded with `from_pretrained(dtype="auto")`, no
+/// autocast): the grid above over fp16 parameters. No op picks its output type or its kernel by
+/// which 2-byte float it reads: pure bf16's terms, byte for byte.
+#[test]
+fn hf_pure_fp16_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
+        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
+            for ckpt in [None, Some(false), Some(true)] {
+                for cache in [true, false] {
+                    let (b, s) = if cache { (1, 24) } else { (3, 40) };
+                    points.push(Point { attn, precision: Precision::PureFp16, ckpt, cache, b, s, ..base(arch) });
+                }
+            }
+        }
+    }
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        for (backend, kv) in [(SdpaBackend::Efficient, 4), (SdpaBackend::CpuFlash, 2), (SdpaBackend::Math, 2), (SdpaBackend::Flash, 1)] {
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision: Precision::PureFp16, kv_heads: kv, s: 33, ..base(arch) });
+        }
+        points.push(Point { attn: AttnImplementation::FlashAttention2, precision: Precision::PureFp16, ckpt: Some(false), ..base(arch) });
+        points.push(Point { head_dim: Some(48), precision: Precision::PureFp16, tied: true, ..base(arch) });
+    }
+    for (attn, backend) in [(AttnImplementation::Eager, SdpaBackend::Auto), (AttnImplementation::Sdpa, SdpaBackend::Math)] {
+        points.push(Point { attn, backend, mask: true, window: Some(16), precision: Precision::PureFp16, ..base(Arch::Mistral) });
+    }
+    estimate_common::run_points(&points, 1.30, check);
+}
+
 /// The most common fine-tuning run: a bf16 preset (from_pretrained(dtype="auto")) under the
 /// Trainer's bf16=True, in closed form, with and without LoRA.
 #[test]
@@ -332,4 +361,42 @@ fn hf_pure_autocast_preset_cli() {
             assert!(text.contains(needle), "{extra:?}: missing {needle:?} in\n{text}");
         }
     }
+}
+
+/// Through the CLI: a float16 load (`--dtype float16`, no autocast) states pure fp16's closed
+/// form, its JSON activations equal to the simulated ones, with and without LoRA.
+#[test]
+fn hf_pure_fp16_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-fp16-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let small = ["--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];
+    for (model, extra, needle) in [
+        ("Llama-3.2-1B", &[][..], "pure fp16 (parameters, gradients, optimizer state and activations fp16)"),
+        ("Qwen3-8B", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"][..], "pure fp16 (parameters"),
+        ("Mistral-7B", &["--lora-r", "8", "--target-modules", "q_proj,v_proj"][..], "pure fp16 (frozen weights and activations fp16; LoRA adapters"),
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["estimate", "--model", model, "--dtype", "float16", "--json", json.to_str().unwrap()])
+            .args(small)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{model} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(needle), "{model} {extra:?}: missing {needle:?} in\n{text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{model} {extra:?}");
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{model} {extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{model} {extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

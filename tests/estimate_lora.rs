@@ -480,6 +480,44 @@ fn qlora_families_closed_form_equals_the_simulation() {
     run_within(&points, 1.8);
 }
 
+/// LLM.int8() on the families: Phi-3 (its fused qkv_proj and gate_up_proj quantized whole: one
+/// MatMul8bitLt each keeps the norm's output), OLMo-2 (q/k/v_proj and gate/up_proj read the
+/// residual stream: MatMul8bitLt keeps the layer input and h), Gemma 2 and Gemma 3 (the input
+/// and pre-feedforward norms' outputs): with and without prepare_model_for_kbit_training,
+/// checkpointing none/non-reentrant/reentrant (the non-reentrant checkpoint cannot reach
+/// MatMul8bitLt's ctx), over batches, contexts, ranks, targets, dropout, the cache and sdpa.
+#[test]
+fn int8_families_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2, Arch::Gemma3Text] {
+        let (all, attn, mlp): (Vec<&'static str>, Vec<&'static str>, Vec<&'static str>) = if arch == Arch::Phi3 {
+            (vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], vec!["qkv_proj", "o_proj"], vec!["down_proj"])
+        } else {
+            (TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["down_proj"])
+        };
+        for (i, prepare) in [true, false].into_iter().enumerate() {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for (j, ckpt) in [None, Some(false), Some(true)].into_iter().enumerate() {
+                let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][(i + j) % 3];
+                points.push(Point { int8: Some(prepare), precision, ckpt, targets: all.clone(), b, s, r, ..base(arch) });
+            }
+            points.push(Point { int8: Some(prepare), precision, targets: attn.clone(), dropout: 0.1, ..base(arch) });
+            points.push(Point { int8: Some(prepare), precision, targets: mlp.clone(), ckpt: Some(false), ..base(arch) });
+            points.push(Point { int8: Some(prepare), precision, targets: all.clone(), cache: true, b: 1, s: 33, ..base(arch) });
+            if arch != Arch::Gemma2 {
+                // (Gemma 3's masked sliding layers take PyTorch's own pick.)
+                let backend = match (arch, prepare) {
+                    (Arch::Gemma3Text, _) => SdpaBackend::Auto,
+                    (_, true) => SdpaBackend::CpuFlash,
+                    (_, false) => SdpaBackend::Flash,
+                };
+                points.push(Point { int8: Some(prepare), precision, targets: all.clone(), attn: AttnImplementation::Sdpa, backend, s: 33, ..base(arch) });
+            }
+        }
+    }
+    run_within(&points, 1.8);
+}
+
 /// bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) with peft's
 /// LoRA: every dense model type × targets (all-linear, peft's q/v default) × dropout ×
 /// checkpointing, sdpa (eager on Gemma 2) with the cache, trained biases. peft casts each
@@ -500,6 +538,26 @@ fn lora_pure_autocast_closed_form_equals_the_simulation() {
         let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
         points.push(Point { attn, cache: true, precision: Precision::PureBf16Autocast, targets: all.clone(), ..base(arch) });
         points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureBf16Autocast, ..base(arch) });
+    }
+    run(&points);
+}
+
+/// peft's LoRA over pure fp16 weights (no autocast): the fp32 adapters read peft's fp32 copy
+/// of each adapted projection's fp16 input, as over bf16 weights.
+#[test]
+fn lora_pure_fp16_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in Arch::ALL {
+        let all: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"] } else { TARGETS.to_vec() };
+        let part: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj"] } else { vec!["q_proj", "v_proj"] };
+        for (targets, dropout) in [(all.clone(), 0.0), (part, 0.0), (all.clone(), 0.1)] {
+            for ckpt in [None, Some(false), Some(true)] {
+                points.push(Point { targets: targets.clone(), dropout, precision: Precision::PureFp16, ckpt, ..base(arch) });
+            }
+        }
+        let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
+        points.push(Point { attn, cache: true, precision: Precision::PureFp16, targets: all.clone(), ..base(arch) });
+        points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureFp16, ..base(arch) });
     }
     run(&points);
 }

@@ -45,6 +45,11 @@ struct Point {
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
+    /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
+    int8: Option<bool>,
+    /// Qwen2-MoE's use_sliding_window: (sliding_window, max_window_layers).
+    window: Option<(usize, usize)>,
+    layers: usize,
 }
 
 fn base(model_type: &'static str) -> Point {
@@ -69,13 +74,16 @@ fn base(model_type: &'static str) -> Point {
         s: 40,
         lora: None,
         four_bit: None,
+        int8: None,
+        window: None,
+        layers: 2,
     }
 }
 
 /// The point's config.json, read by vramscope's reader, with the run's options set.
 fn config(p: &Point) -> ModelConfig {
     let mut c = json!({
-        "model_type": p.model_type, "hidden_size": p.d, "intermediate_size": p.i, "num_hidden_layers": 2,
+        "model_type": p.model_type, "hidden_size": p.d, "intermediate_size": p.i, "num_hidden_layers": p.layers,
         "num_attention_heads": 4, "num_key_value_heads": p.kv_heads, "head_dim": p.d / 4, "vocab_size": 300,
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
         "num_experts_per_tok": p.top_k,
@@ -91,6 +99,11 @@ fn config(p: &Point) -> ModelConfig {
     if p.model_type == "qwen2_moe" {
         o.insert("shared_expert_intermediate_size".into(), json!(p.shared));
     }
+    if let Some((w, mwl)) = p.window {
+        o.insert("use_sliding_window".into(), json!(true));
+        o.insert("sliding_window".into(), json!(w));
+        o.insert("max_window_layers".into(), json!(mwl));
+    }
     let mut cfg = vramscope::model::hf::parse(&c.to_string()).unwrap().config;
     if p.ckpt.is_some() {
         cfg.checkpoint = Checkpoint::Every(1);
@@ -104,6 +117,11 @@ fn config(p: &Point) -> ModelConfig {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
+    }
+    if let Some(prepare) = p.int8 {
+        use vramscope::model::bnb::{Bnb, Int8, Quant};
+        let q = Int8 { threshold: 6.0, kernel: vramscope::engine::ops::int8::Int8Kernel::Cuda };
+        hf.bnb = Some(Bnb { quant: Quant::Int8(q), load_dtype: vramscope::engine::DType::BF16, prepare });
     }
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
@@ -391,6 +409,68 @@ fn moe_qlora_closed_form_equals_the_simulation() {
     run(&points, 1.8);
 }
 
+/// LLM.int8() on Mixtral and Qwen3-MoE (where profile runs it): the attention's linears 8-bit,
+/// each MatMul8bitLt keeping its input (the non-reentrant checkpoint cannot reach it), the
+/// router and experts frozen in the load dtype (fp32 after prepare_model_for_kbit_training):
+/// with and without prepare, each experts implementation, checkpointing, the cache, B, S, r,
+/// targets and dropout.
+#[test]
+fn moe_int8_closed_form_equals_the_simulation() {
+    let all: &'static [&'static str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe"] {
+        for prepare in [true, false] {
+            let precision = if prepare { Precision::Fp32 } else { Precision::PureBf16 };
+            for ckpt in [None, Some(false), Some(true)] {
+                let implementation = ExpertsImplementation::ALL[n % 3];
+                let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][n % 3];
+                let targets: &'static [&'static str] = if n % 2 == 0 { all } else { &["q_proj", "v_proj"] };
+                let dropout = if n % 4 == 3 { 0.1 } else { 0.0 };
+                n += 1;
+                points.push(Point { int8: Some(prepare), lora: Some((r, dropout, targets)), precision, ckpt, cache: ckpt.is_none(), implementation, b, s, ..base(model_type) });
+            }
+            points.push(Point { int8: Some(prepare), lora: Some((8, 0.0, &["o_proj"])), precision, cache: false, ..base(model_type) });
+        }
+        points.push(Point { int8: Some(true), lora: Some((8, 0.0, all)), attn: AttnImplementation::Sdpa, routing: Routing::Worst, ..base(model_type) });
+    }
+    run(&points, 1.8);
+}
+
+/// Qwen2-MoE's sliding window (use_sliding_window; every other layer below max_window_layers
+/// slides, tests/qwen2_moe_sliding_grid.rs): the full layers see no window (sdpa: no mask, GQA
+/// in the kernel), the sliding layers the window's mask (sdpa masked once the window is not
+/// longer than the context: the math kernel here) and, with the cache, a
+/// DynamicSlidingWindowLayer's window tensor; checkpointed layers' closures hold their type's
+/// mask. Windows shorter than, equal to and longer than S, max_window_layers cutting the stack
+/// or 0, every layer sliding, eager and sdpa, fp32, pure bf16/fp16 and autocast, checkpointing,
+/// the cache, each experts implementation, LoRA, B and S.
+#[test]
+fn qwen2_moe_sliding_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    let mut n = 0;
+    for (w, mwl, layers) in [(16, 2, 3), (40, 4, 4), (64, 1, 2), (8, 0, 2), (12, 1, 1)] {
+        for (attn, backend) in [(AttnImplementation::Eager, SdpaBackend::Auto), (AttnImplementation::Sdpa, SdpaBackend::Math)] {
+            for ckpt in [None, Some(false), Some(true)] {
+                let precision = [Precision::Fp32, Precision::PureBf16][n % 2];
+                let implementation = ExpertsImplementation::ALL[n % 3];
+                let (b, s) = [(2, 40), (1, 24), (3, 17)][n % 3];
+                n += 1;
+                points.push(Point { window: Some((w, mwl)), layers, attn, backend, precision, ckpt, cache: ckpt.is_none() && n % 2 == 0, implementation, b, s, ..base("qwen2_moe") });
+            }
+        }
+    }
+    points.push(Point { window: Some((16, 2)), layers: 3, lora: Some((8, 0.0, &["q_proj", "v_proj", "gate_proj"])), ..base("qwen2_moe") });
+    points.push(Point { window: Some((16, 2)), layers: 3, lora: Some((8, 0.1, &["q_proj", "k_proj", "v_proj", "o_proj"])), attn: AttnImplementation::Sdpa, backend: SdpaBackend::Math, precision: Precision::PureBf16, ..base("qwen2_moe") });
+    points.push(Point { window: Some((64, 1)), layers: 2, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureBf16, ..base("qwen2_moe") });
+    // Autocast over fp32 and bf16 weights, and pure fp16.
+    for (i, precision) in [Precision::Bf16, Precision::PureBf16Autocast, Precision::PureFp16, Precision::Fp16].into_iter().enumerate() {
+        let ckpt = [None, Some(false), None, Some(true)][i];
+        points.push(Point { window: Some((16, 2)), layers: 3, precision, ckpt, cache: ckpt.is_none(), implementation: ExpertsImplementation::ALL[i % 3], ..base("qwen2_moe") });
+    }
+    run(&points, 1.8);
+}
+
 /// bf16 autocast of Mixtral, Qwen3-MoE (norm_topk_prob on and off) and Qwen2-MoE: grouped_mm
 /// is not an autocast op (the experts run in fp32), batched_mm's bmm keeps bf16 casts of the
 /// gathered weights and rows, eager's linears uncached casts of each hit expert's weights; the
@@ -443,7 +523,6 @@ fn not_derived_is_refused_naming_the_flag() {
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
         // all-linear: peft converts Mixtral's expert and router names into target_parameters.
         ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "profile"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         // generate runs (tests/estimate_generate_families.rs), without the aux loss.
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4", "--output-router-logits"]].concat(), "--output-router-logits", "generate"),
@@ -480,6 +559,32 @@ fn moe_pure_autocast_closed_form_equals_the_simulation() {
             }
         }
         points.push(Point { precision: Precision::PureBf16Autocast, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, ..base(model_type) });
+    }
+    // (batched_mm's gathered expert weights are forward transients the bound leaves out, as in
+    // the autocast grid above.)
+    run(&points, 2.1);
+}
+
+/// Pure fp16 weights (a float16 checkpoint loaded with `from_pretrained(dtype="auto")`, no
+/// autocast): the grid above over fp16 parameters. No op picks its output type or its kernel by
+/// which 2-byte float it reads: pure bf16's terms, byte for byte.
+#[test]
+fn moe_pure_fp16_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for implementation in ExpertsImplementation::ALL {
+            for ckpt in [None, Some(false), Some(true)] {
+                let (d, i, experts, top_k) = shapes[n % shapes.len()];
+                let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+                let (attn, kv_heads) = [(AttnImplementation::Eager, 2), (AttnImplementation::Sdpa, 4), (AttnImplementation::Sdpa, 2)][n % 3];
+                let (b, s) = if n % 2 == 0 { (1, 24) } else { (3, 40) };
+                n += 1;
+                points.push(Point { precision: Precision::PureFp16, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, routing, attn, kv_heads, tied: n % 5 == 0, implementation, ..base(model_type) });
+            }
+        }
+        points.push(Point { precision: Precision::PureFp16, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, ..base(model_type) });
     }
     // (batched_mm's gathered expert weights are forward transients the bound leaves out, as in
     // the autocast grid above.)
@@ -523,4 +628,32 @@ fn moe_lora_autocast_closed_form_equals_the_simulation() {
     let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
     run(&grouped, 1.35);
     run(&cast, 2.4);
+}
+
+/// Through the CLI: LLM.int8() with LoRA on the attention states its closed form, block 0 its
+/// own, equal to the simulated activations, gradients and optimizer state.
+#[test]
+fn moe_int8_estimate_cli() {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-int8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let small = ["--model", "Mixtral-8x7B", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
+    for extra in [&["--target-modules", "q_proj,k_proj,v_proj,o_proj"][..], &["--target-modules", "v_proj", "--gradient-checkpointing", "non-reentrant"][..]] {
+        let o = cli(&[&small[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let e = &v["estimate"];
+        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+        let layers = e["layers"].as_u64().unwrap();
+        let blocks = match e["first_block"].as_array() {
+            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
+            None => layers * bytes(&e["block"]),
+        };
+        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -81,7 +81,7 @@ fn config(name: &str, extra: Value) -> std::path::PathBuf {
 }
 
 /// The window runs profile's inference, forward, training and generate, and under ddp and fsdp;
-/// estimate and adapters under a parallel layout exit 2 naming the flag; a null window with use_sliding_window is refused as
+/// estimate states its closed form; adapters under a parallel layout exit 2 naming the flag; a null window with use_sliding_window is refused as
 /// transformers raises.
 #[test]
 fn the_window_runs_where_measured_and_is_refused_elsewhere() {
@@ -119,12 +119,20 @@ fn the_window_runs_where_measured_and_is_refused_elsewhere() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
         assert!(needles.iter().all(|n| err.contains(n)), "{extra:?}: {err}");
     }
-    let mut args = vec!["estimate"];
+    // The closed form (tests/estimate_moe.rs's Qwen2-MoE window grid): its activations equal
+    // the simulated ones.
+    let json_out = cfg.parent().unwrap().join("estimate.json");
+    let mut args = vec!["estimate", "--json", json_out.to_str().unwrap()];
     args.extend_from_slice(&base);
     let o = vramscope(&args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "estimate: {err}");
-    assert!(err.contains("--config") && err.contains("Qwen2-MoE's sliding window"), "{err}");
+    assert!(o.status.success(), "estimate: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sliding layers' block"), "estimate: {}", String::from_utf8_lossy(&o.stdout));
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_out).unwrap()).unwrap();
+    let e = &v["estimate"];
+    let bytes = |t: &Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
+    let sliding = e["sliding_block"]["layers"].as_array().unwrap().len() as u64;
+    let blocks = (e["layers"].as_u64().unwrap() - sliding) * bytes(&e["block"]) + sliding * bytes(&e["sliding_block"]["block"]);
+    assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "estimate");
     let null = config("null", json!({"use_sliding_window": true, "sliding_window": null}));
     let o = vramscope(&["profile", "--device", "meta", "--config", null.to_str().unwrap(), "--context-length", "32", "--batch-size", "1", "--out-dir", out.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);

@@ -545,9 +545,10 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Precision::Fp32 => Mode::Fp32,
         Precision::Bf16 | Precision::Fp16 => Mode::Autocast,
         // bf16 autocast on bf16 weights: pure bf16 save for what a model casts to fp32 itself
-        // (Ctx::pure_autocast; derived for the hf models, refused by options/estimate.rs for
-        // cs336 and tinyllama, as fp16 weights are); kept total here so the closed form stays a
-        // plain function.
+        // (Ctx::pure_autocast); pure fp16 weights: pure bf16's bytes (no op here picks its
+        // output type or kernel by which 2-byte float it reads). Both derived for the hf
+        // models, refused by options/estimate.rs for cs336 and tinyllama; kept total here so
+        // the closed form stays a plain function.
         Precision::PureBf16 | Precision::PureFp16 | Precision::PureBf16Autocast => Mode::Pure,
     };
     let (low, low_name) = match precision {
@@ -627,7 +628,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             (2 * n, format!("2 B × (the LoRA adapters' A and B, fp32 leaves over bf16 weights) = 2 × {n}"))
         }
         Mode::Pure if c.pure_autocast => (0, "0 B (bf16 weights: autocast has no fp32 leaf to cast and cache)".to_string()),
-        Mode::Pure => (0, "0 B (pure bf16: the weights already are bf16, no autocast region)".to_string()),
+        Mode::Pure => (0, format!("0 B (pure {low_name}: the weights already are {low_name}, no autocast region)")),
     };
     let first_block = hf_terms.as_ref().and_then(|t| t.first_block.clone()).map(|mut b| {
         b.retain(|t| t.elements > 0);

@@ -62,7 +62,8 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         ));
     }
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "estimate")?;
+    // (Qwen2-MoE's window is derived: analyse/estimate/hf.rs's terms, moe::window_layers.)
+    super::generate::check_static_only_window(r.config.hf(), false, true, "--config", "estimate")?;
     // The closed form derives every MoE family's sparse blocks (analyse/estimate/hf/moe.rs,
     // gpt_oss.rs, deepseek.rs); what it does not derive of them is refused in its check.
     if let Some(n) = &r.note {
@@ -75,18 +76,18 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
         return Err(usage("--context-length", "tinyllama shifts logits and labels by one: needs at least 2"));
     }
     let precision = a.precision.resolve_for(&mut cfg)?;
-    // bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) is derived
-    // for every hf model type (analyse/estimate.rs's Ctx::pure_autocast; LoRA with it is refused
-    // in analyse/estimate/hf.rs's check); the cs336 and tinyllama forms are not written for it.
+    // bf16 autocast over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) and pure
+    // fp16 weights (a float16 checkpoint, no autocast) are derived for every hf model type
+    // (analyse/estimate.rs's Ctx::pure_autocast; pure fp16 keeps pure bf16's bytes); the cs336
+    // and tinyllama forms are not written for them (their flags cannot ask for either).
     let refused = match precision {
-        crate::train::Precision::PureFp16 => true,
-        crate::train::Precision::PureBf16Autocast => cfg.hf().is_none(),
+        crate::train::Precision::PureFp16 | crate::train::Precision::PureBf16Autocast => cfg.hf().is_none(),
         _ => false,
     };
     if refused {
         return Err(usage(
             "--dtype",
-            format!("the closed form derives fp32, autocast over fp32 weights and pure bf16 (and bf16 autocast over bf16 weights of the hf models); this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
+            format!("the closed form derives fp32, autocast over fp32 weights and pure bf16 (and of the hf models bf16 autocast over bf16 weights and pure fp16); this run is {precision} (profile --device meta runs it op for op; --dtype float32 or bfloat16 for the closed form)"),
         ));
     }
     // An MoE model: what profile refuses, and a routing file must fit B·S tokens.

@@ -173,7 +173,8 @@ pub fn static_sliding_measured(hf: &crate::model::hf::HfConfig) -> bool {
 /// (`what`: "--profile-type ...", "estimate", "train", "serve"). Qwen2-MoE's window is measured
 /// for every profile type of `profile` (`profiled`): inference, forward and training
 /// (moe_grid/qwen2_moe_sliding.json) and generate with the DynamicCache and a StaticCache
-/// (generate_qwen2_moe_sliding.json); its closed form, `train` and `serve` are not.
+/// (generate_qwen2_moe_sliding.json), and its closed form derived (`estimate` passes
+/// `profiled`: analyse/estimate/hf.rs); `train` and `serve` are not.
 pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_generate: bool, profiled: bool, flag: &str, what: &str) -> anyhow::Result<()> {
     use crate::model::hf::moe::MoeFamily;
     let Some(hf) = hf else { return Ok(()) };
@@ -183,7 +184,7 @@ pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_
                 return Ok(());
             }
             return Err(usage(flag, format!(
-                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for `vramscope profile` (inference, forward and training: moe_grid/qwen2_moe_sliding.json; generate: generate_qwen2_moe_sliding.json); the closed form, train and serve are not measured for it",
+                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for `vramscope profile` (inference, forward and training: moe_grid/qwen2_moe_sliding.json; generate: generate_qwen2_moe_sliding.json) and `estimate`'s training step; estimate's generate, train and serve are not measured for it",
                 layers.iter().filter(|&&s| s).count(),
                 layers.len()
             )));

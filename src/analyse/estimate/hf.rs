@@ -56,22 +56,13 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
     if let Some(m) = &hf.moe {
-        moe::check(hf, m, precision)?;
+        moe::check(hf, m)?;
         if m.gpt_oss.is_some() {
             gpt_oss::check(hf)?;
         }
     }
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
-    }
-    // QLoRA on Phi-3, OLMo-2 and Gemma is derived (MatMul4Bit keeps nothing: their LoRA terms
-    // over 4-bit storage); LLM.int8() there is not (MatMul8bitLt keeps its input, which only
-    // the Llama-style layer counts).
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && hf.model_type.is_family()) {
-        return Err(ConfigError::new(
-            q.flag(),
-            format!("model_type {}: the closed form derives 8-bit weights over llama, mistral, qwen2 and qwen3 (4-bit over every dense model type); `profile` simulates it", hf.model_type.name()),
-        ));
     }
     check_adapters(hf)?;
     if kernel(cfg, hf, precision, s) == Kernel::Fused(SdpaBackend::Cudnn) {
@@ -96,6 +87,9 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     }
     if hf.model_type == Arch::Gemma3Text {
         return gemma3::check(cfg, &gemma::trimmed(hf, cfg.num_layers), precision, s);
+    }
+    if moe::window_layers(hf).is_some() {
+        check_kernel(cfg, &moe::full_layer_hf(hf), precision, s, false)?;
     }
     check_kernel(cfg, hf, precision, s, false)
 }
@@ -563,7 +557,8 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let frozen_norm = |input: bool, readers: &[&str]| match lora {
         None => FULL,
-        Some(_) => NormGrad { input, weight: false, output: (int8 && input) || readers.iter().any(|r| a_keeps_input(r)), product_fp32: false },
+        // (An MoE layer's post-attention norm feeds no 8-bit linear: the router and experts stay unquantized.)
+        Some(_) => NormGrad { input, weight: false, output: (int8 && input && !readers.is_empty()) || readers.iter().any(|r| a_keeps_input(r)), product_fp32: false },
     };
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
@@ -667,19 +662,15 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let checkpointing = cfg.checkpoint != Checkpoint::None;
     // Checkpointed layers (training mode) turn the cache off; otherwise use_cache builds it.
     let cache = hf.use_cache && !checkpointing;
+    // Qwen2-MoE's use_sliding_window: its full layers see no window (moe::full_layer_hf).
+    let window = moe::window_layers(hf);
+    let full_hf = window.map(|_| moe::full_layer_hf(hf));
     let block = if checkpointing {
         // Non-reentrant and reentrant alike keep only each layer's input (layer 0's is the
         // embedding output); everything else is recomputed in backward.
         let mut b = vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, ty.model)];
         if !hf.reentrant && hf.bnb.as_ref().is_some_and(|q| q.int8().is_some()) {
-            // MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the
-            // non-reentrant checkpoint's saved-tensor hooks never see it, so each 8-bit
-            // projection's input outlives the forward (q/k/v share theirs, gate/up theirs).
-            let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
-            b.push(c.term(format!("input_layernorm output, q/k/v_proj's input {why}"), "mul", Unit::A, ty.model));
-            b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), ty.model));
-            b.push(c.term(format!("post_attention_layernorm output, gate/up_proj's input {why}"), "mul", Unit::A, ty.model));
-            b.push(c.term(format!("silu·up, down_proj's input {why}"), "mul", Unit::F, ty.model));
+            int8_checkpointed(c, &mut b, hf, ty.model);
         }
         b
     } else if hf.model_type == Arch::Olmo2 {
@@ -692,6 +683,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         gemma::layer(c, cfg, hf, kernel, cache, true)
     } else if let Some((m, ds)) = deepseek_parts(hf) {
         deepseek::layer(c, hf, m, ds, true, cache, kernel, true)
+    } else if let Some(fh) = &full_hf {
+        layer(c, cfg, fh, self::kernel(cfg, fh, precision, s), cache, true)
     } else {
         layer(c, cfg, hf, kernel, cache, true)
     };
@@ -707,6 +700,12 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
         Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel, true), super::OtherLayers::Dense))
     });
+    // Qwen2-MoE's sliding layers (the window's mask, and with the cache a
+    // DynamicSlidingWindowLayer and its window tensor).
+    let sliding_block = sliding_block.or_else(|| {
+        let layers: Vec<usize> = window.filter(|_| !checkpointing)?.iter().enumerate().filter(|(_, s)| **s).map(|(i, _)| i).collect();
+        (!layers.is_empty()).then(|| (layers, layer(c, cfg, hf, kernel, cache, true), super::OtherLayers::Sliding))
+    });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
     let lora = hf.lora.is_some();
@@ -720,7 +719,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         None => match deepseek_parts(hf) {
             Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == 0, cache, kernel, false),
             None if hf.model_type == Arch::Olmo2 => olmo2::layer(c, cfg, hf, kernel, cache, false),
-            None => layer(c, cfg, hf, kernel, cache, false),
+            // Qwen2-MoE's window: layer 0's type decides.
+            None => match full_hf.as_ref().filter(|_| window.is_some_and(|w| !w[0])) {
+                Some(fh) => layer(c, cfg, fh, self::kernel(cfg, fh, precision, s), cache, false),
+                None => layer(c, cfg, hf, kernel, cache, false),
+            },
         },
     });
     let mut outside = Vec::new();
@@ -749,6 +752,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         t_small(&mut outside, "position_ids (1, S) int64 (the checkpoints' closures hold it)", "arange", "S", c.s, 8);
         match kernel {
             _ if hf.gemma.is_some() => gemma::checkpoint_masks(c, &mut outside, hf, hf.gemma.as_ref().expect("Gemma's fields"), ty.model),
+            _ if window.is_some() => moe::window_checkpoint_masks(c, &mut outside, hf, window.expect("checked"), kernel, ty.model),
             Kernel::Eager => {
                 outside.push(Term {
                         what: "eager additive mask (B, 1, S, S) in the model's dtype (the checkpoints' closures hold it)".into(),
@@ -878,6 +882,29 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         (cast_elements, cast_formula)
     };
     Terms { block, first_block, sliding_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+}
+
+/// MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the non-reentrant
+/// checkpoint's saved-tensor hooks never see it, so each 8-bit projection's input outlives the
+/// forward (q/k/v share theirs, gate/up theirs; OLMo-2's q/k/v read the layer input, which the
+/// checkpoint keeps already; an MoE layer's 8-bit linears are its attention's).
+pub(super) fn int8_checkpointed(c: &Ctx, b: &mut Vec<Term>, hf: &HfConfig, model: u64) {
+    let why = "(MatMul8bitLt's ctx keeps it, out of the non-reentrant checkpoint's reach)";
+    let attention_only = hf.moe.is_some();
+    let (qkv_in, mlp_in, act) = match hf.model_type {
+        Arch::Olmo2 => (None, "h = x + post_attention_layernorm(attention)", "silu"),
+        Arch::Gemma2 | Arch::Gemma3Text => (Some("input_layernorm"), "pre_feedforward_layernorm output", "gelu"),
+        _ => (Some("input_layernorm"), "post_attention_layernorm output", "silu"),
+    };
+    if let Some(norm) = qkv_in {
+        b.push(c.term(format!("{norm} output, q/k/v_proj's input {why}"), "mul", Unit::A, model));
+    }
+    b.push(c.term(format!("attention output, o_proj's input {why}"), "clone", heads_unit(c, c.h), model));
+    if attention_only {
+        return; // An MoE layer's 8-bit linears are the attention's (gpt-oss's: hf/gpt_oss.rs).
+    }
+    b.push(c.term(format!("{mlp_in}, gate/up_proj's input {why}"), if hf.model_type == Arch::Olmo2 { "add" } else { "mul" }, Unit::A, model));
+    b.push(c.term(format!("{act}·up, down_proj's input {why}"), "mul", Unit::F, model));
 }
 
 /// DeepSeek-V3's MoE options and its own parts.

@@ -34,7 +34,8 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
         Precision::PureBf16 => "pure bf16 (parameters, gradients, optimizer state and activations bf16)".to_string(),
         Precision::PureBf16Autocast if cfg.hf().is_some_and(|h| h.lora.is_some()) => "bf16 autocast around forward and loss over bf16 weights (frozen weights bf16; LoRA adapters, their gradients and optimizer state fp32)".to_string(),
         Precision::PureBf16Autocast => "bf16 autocast around forward and loss over bf16 weights (parameters, gradients, optimizer state bf16)".to_string(),
-        Precision::PureFp16 => format!("{} (not derived in closed form)", e.precision),
+        Precision::PureFp16 if cfg.hf().is_some_and(|h| h.lora.is_some()) => "pure fp16 (frozen weights and activations fp16; LoRA adapters, their gradients and optimizer state fp32)".to_string(),
+        Precision::PureFp16 => "pure fp16 (parameters, gradients, optimizer state and activations fp16)".to_string(),
     };
     // hf: the attention line below names transformers' kernel (its --attention is unused).
     let attention = if cfg.hf().is_some() { String::new() } else { format!(", {} attention", cfg.attention) };

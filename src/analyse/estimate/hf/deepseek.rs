@@ -345,6 +345,9 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
     }
     attention(c, hf, ds, &mut t, cache, kernel, g);
     let h = x || q || kvb || adapted("o_proj");
+    if lora.is_some() {
+        frozen_casts(c, &mut t, m, ds, sparse, x, g, q || kvb, h);
+    }
     if c.mode != Mode::Pure && h {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
@@ -369,6 +372,42 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
         t.push(c.term("layer output = h + mlp (the next norm keeps it)", "add", Unit::A, 4));
     }
     t
+}
+
+/// Under autocast over fp32 weights with peft's LoRA each frozen linear whose input needs a
+/// gradient keeps its weight's uncached cast (super::frozen_cast; nothing outside autocast):
+/// the latent attention's q_a_proj (or q_proj) and kv_a_proj_with_mqa (the layer input `x`),
+/// q_b_proj (q_a_layernorm's output, `g.qa`), kv_b_proj (the latent, `g.ckv`), o_proj (`attn`:
+/// the attention output), then the dense MLP's gate/up/down_proj or the shared experts' and
+/// the router (`h`).
+#[allow(clippy::too_many_arguments)]
+fn frozen_casts(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, x: bool, g: Grad, attn: bool, h: bool) {
+    let shapes = ds.mla_linear_shapes(c.d as usize, c.h as usize);
+    let n = |slot: usize| (shapes[slot].0 * shapes[slot].1) as u64;
+    let (q_name, q_formula) = if ds.q_lora_rank.is_some() { ("q_a_proj", "r_q·d") } else { ("q_proj", "h·(d_n + d_r)·d") };
+    if x {
+        super::frozen_cast(c, t, q_name, q_formula, n(0));
+        super::frozen_cast(c, t, "kv_a_proj_with_mqa", "(r_kv + d_r)·d", n(2));
+    }
+    if g.qa && ds.q_lora_rank.is_some() {
+        super::frozen_cast(c, t, "q_b_proj", "h·(d_n + d_r)·r_q", n(1));
+    }
+    if g.ckv {
+        super::frozen_cast(c, t, "kv_b_proj", "h·(d_n + d_v)·r_kv", n(7));
+    }
+    if attn {
+        super::frozen_cast(c, t, "o_proj", "d·h·d_v", n(3));
+    }
+    if !h {
+        return;
+    }
+    if sparse {
+        let is = m.shared_intermediate as u64;
+        super::frozen_cast(c, t, "shared_experts gate_proj, up_proj, down_proj", "3·I_s·d", 3 * is * c.d);
+        super::frozen_cast(c, t, "router", "E·d", m.experts as u64 * c.d);
+    } else {
+        super::frozen_cast(c, t, "gate_proj, up_proj, down_proj", "3·F_d·d", 3 * ds.dense_intermediate as u64 * c.d);
+    }
 }
 
 /// `DeepseekV3MoE.forward`: the shared experts, the router, the experts. Under autocast

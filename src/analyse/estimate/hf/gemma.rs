@@ -34,9 +34,11 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
     let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
+    // LLM.int8()'s MatMul8bitLt keeps its input for the input's gradient (hf.rs's layer).
+    let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let frozen = |input: bool, readers: &[&str]| match lora {
         None => FULL,
-        Some(_) => NormGrad { input, weight: false, output: readers.iter().any(|r| a_keeps_input(r)), product_fp32: true },
+        Some(_) => NormGrad { input, weight: false, output: (int8 && input && !readers.is_empty()) || readers.iter().any(|r| a_keeps_input(r)), product_fp32: true },
     };
     let xg = lora.is_none() || x_grad;
     let qkv = ["q_proj", "k_proj", "v_proj"];
@@ -56,7 +58,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     if hf.model_type == Arch::Gemma3Text {
         super::gemma3::qk_norms(c, &mut t, hf, ty.lo, (q, k));
     }
-    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") });
+    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: a_keeps_input("o_proj") || (int8 && (q || k || v)) });
     if hf.gemma.as_ref().is_some_and(|g| g.attn_logit_softcapping.is_some()) && (q || k) {
         // The scores (the matmul's type) over the soft cap: tanh keeps its output.
         t.push(c.term("tanh(scores / attn_logit_softcapping) (tanh keeps its output)", "tanh", Unit::S, ty.lo));
@@ -88,7 +90,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     }
     let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
     super::gated_mlp_factors(c, &mut t, gate, up, ("gelu_tanh", "gelu"), ty.lo);
-    if a_keeps_input("down_proj") {
+    if a_keeps_input("down_proj") || (int8 && (gate || up)) {
         t.push(c.term("gelu·up (input of down_proj)", "mul", Unit::F, ty.lo));
     }
     if lora.is_some() && (gate || up) {

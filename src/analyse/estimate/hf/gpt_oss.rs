@@ -31,9 +31,12 @@
 //! peft's LoRA on the attention (`--target-modules`; the router and the experts, plain
 //! parameters, frozen): a tensor is kept only where a gradient flows, as in the dense layers
 //! (super::layer): layer 0's input needs none, the norms' x·r and the experts' inputs that
-//! only their weights' gradients need are not kept. 8-bit weights, `--target-parameters`, the
-//! router's auxiliary loss and autocast over fp32 weights with LoRA are refused ([`moe::check`]);
-//! over bf16 weights (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter).
+//! only their weights' gradients need are not kept; LLM.int8() on the attention's linears keeps
+//! each one's input (MatMul8bitLt). Under autocast over fp32 weights each frozen linear whose
+//! input needs a gradient keeps its weight's uncached cast (q/k/v/o_proj, the router,
+//! lm_head), and [`attention_autocast`] keeps what the gradients need; over bf16 weights
+//! (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter). `--target-parameters`
+//! and the router's auxiliary loss are refused ([`moe::check`]).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -102,22 +105,33 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     let x = lora.is_none() || x_grad;
     let (q, k, v) = (x || adapted("q_proj"), x || adapted("k_proj"), x || adapted("v_proj"));
     let o = q || k || v || adapted("o_proj");
-    let g = Grad { weights: lora.is_none(), q, k, v, o_input: a_keeps_input("o_proj"), h: x || o };
+    // LLM.int8()'s MatMul8bitLt on the attention's linears keeps its input for the input's gradient.
+    let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
+    let g = Grad { weights: lora.is_none(), q, k, v, o_input: a_keeps_input("o_proj") || (int8 && (q || k || v)), h: x || o };
     // GptOssRMSNorm's weight is frozen under peft: x·r is not kept (weight · x keeps it for the
     // weight's gradient only).
     let norm = |input: bool, output: bool| super::NormGrad { input, weight: g.weights, output, product_fp32: true };
     let qkv = ["q_proj", "k_proj", "v_proj"];
-    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &qkv, norm(x, qkv.iter().any(|p| a_keeps_input(p))));
+    rms_norm(c, &mut t, "input_layernorm", Unit::A, me, rows, &qkv, norm(x, (int8 && x) || qkv.iter().any(|p| a_keeps_input(p))));
+    // Under autocast a frozen linear keeps its weight's uncached cast for its input's gradient.
+    let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
+    if lora.is_some() && x {
+        super::frozen_cast(c, &mut t, "q_proj", "h·d_h·d", qw);
+        super::frozen_cast(c, &mut t, "k_proj", "h_kv·d_h·d", kvw);
+        super::frozen_cast(c, &mut t, "v_proj", "h_kv·d_h·d", kvw);
+    }
     if let Some(lc) = lora {
         for p in qkv.into_iter().filter(|p| adapted(p)) {
             super::adapter(c, &mut t, lc, p, Unit::A, x);
         }
     }
     if autocast {
-        // (LoRA under autocast over fp32 weights is refused: every input needs a gradient.)
-        attention_autocast(c, &mut t, cache);
+        attention_autocast(c, &mut t, cache, g);
     } else {
         attention(c, &mut t, me, cache, g);
+    }
+    if lora.is_some() && (q || k || v) {
+        super::frozen_cast(c, &mut t, "o_proj", "d·h·d_h", qw);
     }
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         super::adapter(c, &mut t, lc, "o_proj", super::heads_unit(c, c.h), q || k || v);
@@ -129,6 +143,9 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
     // The router keeps the norm's output for its weight's gradient; the experts gather its rows.
+    if lora.is_some() {
+        super::frozen_cast(c, &mut t, "router", "E·d", m.experts as u64 * c.d);
+    }
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm(true, g.weights));
     let top_k = m.top_k as u64;
     // Under autocast the router's biased linear gives bf16 logits: topk and softmax keep that type.
@@ -193,22 +210,33 @@ fn attention(c: &Ctx, t: &mut Vec<Term>, me: u64, cache: bool, g: Grad) {
 /// `.to(value_states.dtype)` (or weights·V's cast, where the cache made V fp32) copies the
 /// probabilities' key columns to bf16. The DynamicCache is made in the keys' fp32: its values'
 /// cat promotes V to fp32.
-fn attention_autocast(c: &Ctx, t: &mut Vec<Term>, cache: bool) {
+fn attention_autocast(c: &Ctx, t: &mut Vec<Term>, cache: bool, g: Grad) {
     let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
     let repeated = c.h > c.kvh;
-    // K and V as the matmuls read them: h heads when repeated, else h_kv.
+    // K and V as the matmuls read them: h heads when repeated, else h_kv. Under peft a matmul
+    // keeps an operand only for the other's gradient, softmax and max theirs only when the
+    // scores need one (Q or K does), as in [`attention`].
     let ku = if repeated { qu } else { kvu };
-    t.push(c.term("rope(Q) (fp32) cast to bf16 (the scores matmul keeps it)", "_to_copy", qu, 2));
+    let scores = g.q || g.k;
+    if g.k {
+        t.push(c.term("rope(Q) (fp32) cast to bf16 (the scores matmul keeps it)", "_to_copy", qu, 2));
+    }
     let k_from = match (repeated, cache) {
         (true, _) => "K repeated to h heads (repeat_kv, fp32)",
         (false, true) => "the DynamicCache's keys (fp32)",
         (false, false) => "rope(K) (fp32)",
     };
-    t.push(c.term(format!("{k_from} cast to bf16 (the scores matmul keeps it)"), "_to_copy", ku, 2));
-    t.push(c.small("max of cat([scores + mask, sinks]) over the keys: its indices, int64 (max keeps them)", "max", "B·h·S", c.b * c.h * c.s, 8));
-    t.push(c.term("softmax(cat − max) (B, h, S, S + 1) in the mask's fp32, its S key columns (softmax keeps its output)", "_softmax", Unit::S, 4));
-    t.push(c.small("its sink column", "_softmax", "B·h·S", c.b * c.h * c.s, 4));
-    t.push(c.term("the probabilities' key columns cast to bf16 (weights·V keeps the copy)", "_to_copy", Unit::S, 2));
+    if g.q {
+        t.push(c.term(format!("{k_from} cast to bf16 (the scores matmul keeps it)"), "_to_copy", ku, 2));
+    }
+    if scores {
+        t.push(c.small("max of cat([scores + mask, sinks]) over the keys: its indices, int64 (max keeps them)", "max", "B·h·S", c.b * c.h * c.s, 8));
+        t.push(c.term("softmax(cat − max) (B, h, S, S + 1) in the mask's fp32, its S key columns (softmax keeps its output)", "_softmax", Unit::S, 4));
+        t.push(c.small("its sink column", "_softmax", "B·h·S", c.b * c.h * c.s, 4));
+    }
+    if g.v {
+        t.push(c.term("the probabilities' key columns cast to bf16 (weights·V keeps the copy)", "_to_copy", Unit::S, 2));
+    }
     let (v_what, v_op) = match (repeated, cache) {
         (true, true) => ("the DynamicCache's values repeated to h heads (fp32), cast to bf16 (weights·V keeps it)", "_to_copy"),
         (false, true) => ("the DynamicCache's values (fp32) cast to bf16 (weights·V keeps it)", "_to_copy"),
@@ -216,8 +244,12 @@ fn attention_autocast(c: &Ctx, t: &mut Vec<Term>, cache: bool) {
         // v_proj's output is (B, S, h_kv, d_h) underneath: folding it copies (a view when B or S is 1: the same bytes).
         (false, false) => ("V (bf16) folded for weights·V (a copy unless B or S is 1; bmm keeps it)", "clone"),
     };
-    t.push(c.term(v_what, v_op, ku, 2));
-    t.push(c.term("heads merged (transpose().contiguous(), bf16; o_proj keeps it)", "clone", qu, 2));
+    if scores {
+        t.push(c.term(v_what, v_op, ku, 2));
+    }
+    if g.weights {
+        t.push(c.term("heads merged (transpose().contiguous(), bf16; o_proj keeps it)", "clone", qu, 2));
+    }
     if cache {
         t.push(c.term("DynamicCache keys (cat copy of rope(K), fp32)", "cat", kvu, 4));
         t.push(c.term("DynamicCache values (cat of the bf16 V into the keys' fp32)", "cat", kvu, 4));
@@ -318,7 +350,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     let l = cfg.num_layers;
     let sliding = g.sliding.iter().take(l).filter(|s| **s).count() as u64;
     let block = if checkpointing {
-        vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, me)]
+        let mut b = vec![c.term("layer input (the checkpoint keeps it; layer 0's is the embedding output)", "add", Unit::A, me)];
+        if !hf.reentrant && hf.bnb.as_ref().is_some_and(|q| q.int8().is_some()) {
+            super::int8_checkpointed(c, &mut b, hf, me);
+        }
+        b
     } else {
         layer(c, hf, m, cache, true)
     };
@@ -354,7 +390,13 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     }
     // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its weight,
     // but `hidden_states` stays bound until the forward returns.
-    rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { weight: !lora, product_fp32: true, ..FULL });
+    // Under autocast lm_head's cast of the output is kept only for its weight's gradient (not
+    // under peft, where the frozen weight's uncached cast is kept instead).
+    let output = !(lora && c.mode == Mode::Autocast);
+    rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { weight: !lora, output, product_fp32: true, ..FULL });
+    if lora {
+        super::frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
+    }
     if c.mode == Mode::Autocast {
         // lm_head keeps its bf16 cast; the fp32 output stays bound until the forward returns.
         outside.push(c.term("final norm output (fp32), bound until the forward returns", "mul", Unit::A, 4));
@@ -372,8 +414,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     }
     let (param_formula, mut cast_elements, mut cast_formula) = params(cfg, hf, m);
     if lora {
+        // Autocast caches only casts of leaves that need a gradient: the adapters.
         cast_elements = cfg.lora_param_count() + cfg.lora_bias_count();
-        cast_formula = "autocast over fp32 weights with peft's LoRA on gpt_oss is refused".into();
+        cast_formula = format!("2 B × (the LoRA adapters' A and B) = 2 × {cast_elements}");
     }
     Terms {
         block,

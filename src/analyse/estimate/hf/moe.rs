@@ -25,19 +25,19 @@
 //! dtype; on gpt-oss and DeepSeek-V3 too), and bf16 autocast of the three families here
 //! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts),
 //! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
-//! uncached casts). 8-bit weights, the ParamWrapper on the experts and router
-//! (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]): `profile`
-//! simulates what it runs of them.
+//! uncached casts), and LLM.int8() where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the
+//! attention's 8-bit linears keep their inputs, MatMul8bitLt). The ParamWrapper on the experts
+//! and router (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]):
+//! `profile` simulates what it runs of them.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
 use crate::model::hf::HfConfig;
 use crate::model::config::MAX_BYTES;
 use crate::model::{ConfigError, ModelConfig};
-use crate::train::Precision;
 
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
-pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
+pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
     if m.output_router_logits {
         return Err(ConfigError::new(
@@ -61,13 +61,11 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
     // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
     // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
-    if let Some(q) = &hf.bnb {
-        if q.int8().is_some() {
-            return Err(ConfigError::new(
-                q.flag(),
-                format!("a {} {family} model is not derived in closed form (4-bit is); `profile` simulates it", q.bits()),
-            ));
-        }
+    // LLM.int8() is derived where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the attention's
+    // linears 8-bit, their MatMul8bitLt keeping each input); profile refuses it on Qwen2-MoE and
+    // DeepSeek-V3 (options/lora_targets.rs), and so does the closed form.
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && (m.shared_intermediate > 0 || m.deepseek.is_some())) {
+        return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form (4-bit is); `profile` refuses it too", q.bits())));
     }
     if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
@@ -77,17 +75,10 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
     // shared expert run in it. Over bf16 weights nothing is cast (pure bf16's terms, save
     // DeepSeek-V3's router).
-    // LoRA under autocast is derived for Mixtral, Qwen3-MoE and Qwen2-MoE (here: the frozen
-    // router's and shared expert's uncached casts; the adapters' casts are cached) and, over
-    // bf16 weights (nothing frozen is cast), for gpt-oss and DeepSeek-V3; over fp32 weights
-    // their own frozen casts are not stated.
-    let pure = precision == Precision::PureBf16Autocast;
-    if precision.autocast().is_some() && !pure && hf.lora.is_some() && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
-        return Err(ConfigError::new(
-            "--precision",
-            format!("autocast of {family} over fp32 weights with peft's LoRA is not derived in closed form (without adapters it is, and over the bf16 weights, --dtype bfloat16, with them too); `profile` simulates it"),
-        ));
-    }
+    // LoRA under autocast is derived for every family: here the frozen router's and shared
+    // expert's uncached casts (the adapters' casts are cached); gpt-oss's and DeepSeek-V3's
+    // frozen linears in hf/gpt_oss.rs and hf/deepseek.rs (over bf16 weights nothing frozen is
+    // cast).
     Ok(())
 }
 
@@ -371,4 +362,39 @@ pub(in crate::analyse::estimate) fn symbols(c: &Ctx, m: &MoeConfig, used: impl F
         }
     }
     out
+}
+
+/// Qwen2-MoE's `use_sliding_window`: which layers slide (every other one below
+/// max_window_layers, HfConfig::sliding_layers); None on every other model.
+pub(super) fn window_layers(hf: &HfConfig) -> Option<&[bool]> {
+    hf.sliding_layers.as_deref().filter(|_| hf.moe.as_ref().is_some_and(|m| m.family == MoeFamily::Qwen2Moe))
+}
+
+/// The config a Qwen2-MoE full_attention layer runs with under a window: none (its mask sees
+/// no window, its sdpa no mask), as the simulation's `full_layer`.
+pub(super) fn full_layer_hf(hf: &HfConfig) -> HfConfig {
+    HfConfig { sliding_window: None, ..hf.clone() }
+}
+
+/// What checkpointed Qwen2-MoE layers' closures hold under a window: the mask of each layer
+/// type present (eager: the full and the window's additive masks, (B, 1, S, S) in the model's
+/// dtype; sdpa: the sliding layers' boolean mask once the window is not longer than the
+/// context, the full layers none). A type no layer has is dropped when the model returns.
+pub(super) fn window_checkpoint_masks(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, layers: &[bool], kernel: super::Kernel, model_elem: u64) {
+    for sliding in [false, true].into_iter().filter(|s| layers.contains(s)) {
+        let which = if sliding { "sliding-window" } else { "full" };
+        if kernel == super::Kernel::Eager {
+            t.push(Term {
+                what: format!("eager {which} mask (B, 1, S, S) in the model's dtype (the {which} layers' checkpoint closures hold it)"),
+                op: "where",
+                formula: format!("B·S²·{model_elem}"),
+                unit: Unit::Small,
+                elements: c.b * c.s * c.s,
+                elem: model_elem,
+            });
+        } else if sliding && hf.sdpa_masked(c.s as usize) {
+            let (rows, formula) = if hf.attention_mask { (c.b, "B·S²·1") } else { (1, "S²·1") };
+            t.push(Term { what: "sdpa's boolean sliding-window mask (the sliding layers' checkpoint closures hold it)".into(), op: "logical_and", formula: formula.into(), unit: Unit::Small, elements: rows * c.s * c.s, elem: 1 });
+        }
+    }
 }

@@ -43,13 +43,15 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     // lora_A keeps the projection's input itself with fp32 weights and no dropout.
     let a_keeps_input = |p: &str| lora.is_some_and(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
     let x = weights || x_grad;
+    // LLM.int8()'s MatMul8bitLt keeps its input for the input's gradient (hf.rs's layer).
+    let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let rows = ("B·S", c.b * c.s);
     let qkv = ["q_proj", "k_proj", "v_proj"];
     // The layer's input: layer 0's is the embedding output, the others the previous layer's.
     if weights {
         kept_input(c, &mut t, "layer input (layer 0's is the embedding output)", "add", &qkv, ty.model);
-    } else if qkv.iter().any(|p| a_keeps_input(p)) {
-        t.push(c.term("layer input (layer 0's is the embedding output; lora_A keeps it)", "add", Unit::A, ty.model));
+    } else if qkv.iter().any(|p| a_keeps_input(p)) || (int8 && x) {
+        t.push(c.term("layer input (layer 0's is the embedding output; lora_A or MatMul8bitLt keeps it)", "add", Unit::A, ty.model));
     }
     let (qw, kvw) = (c.h * c.dk * c.d, c.kvh * c.dk * c.d);
     if !weights && x {
@@ -66,7 +68,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
     norm(c, &mut t, "q_norm", qu, ty.lo, rows, q, weights);
     norm(c, &mut t, "k_norm", kvu, ty.lo, rows, k, weights);
-    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: weights || a_keeps_input("o_proj") });
+    attention(c, &mut t, cfg, hf, kernel, cache, AttnGrad { q, k, v, o_input: weights || a_keeps_input("o_proj") || (int8 && (q || k || v)) });
     if !weights && (q || k || v) {
         super::frozen_cast(c, &mut t, "o_proj", "d·h·d_h", qw);
     }
@@ -79,8 +81,8 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     let gate_up = ["gate_proj", "up_proj"];
     if weights {
         kept_input(c, &mut t, "h = x + post_attention_layernorm(attention)", "add", &gate_up, ty.model);
-    } else if gate_up.iter().any(|p| a_keeps_input(p)) {
-        t.push(c.term("h = x + post_attention_layernorm(attention) (lora_A keeps it)", "add", Unit::A, ty.model));
+    } else if gate_up.iter().any(|p| a_keeps_input(p)) || (int8 && h) {
+        t.push(c.term("h = x + post_attention_layernorm(attention) (lora_A or MatMul8bitLt keeps it)", "add", Unit::A, ty.model));
     }
     if !weights && h {
         super::frozen_cast(c, &mut t, "gate_proj", "F·d", c.f * c.d);
@@ -93,7 +95,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     }
     let (gate, up) = (h || adapted("gate_proj"), h || adapted("up_proj"));
     super::gated_mlp_factors(c, &mut t, gate, up, ("silu", "silu"), ty.lo);
-    if weights || a_keeps_input("down_proj") {
+    if weights || a_keeps_input("down_proj") || (int8 && (gate || up)) {
         t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
     }
     if !weights && (gate || up) {
