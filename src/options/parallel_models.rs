@@ -89,8 +89,7 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         return Some(("--gradient-checkpointing", format!("reentrant checkpointing of {name} under FSDP2 resharding after forward (--parallel {}) does not match PyTorch yet (dist_grid/aux_loss.json: its backward peak comes out 15.6% high); use non-reentrant, or --parallel ddp, zero1 or zero2", c.layout.name())));
     }
     // mixed_precision.json: 4 of 9 points miss PyTorch's backward (reduce_dtype fp32 over bf16
-    // weights by 19%, bf16 over fp32 by up to 1.5%): FSDP2's casts around the reduce-scatter are
-    // not modelled for these models yet.
+    // weights by 19%, at an empty_strided; bf16 over fp32 by up to 1.5%), not explained yet.
     if c.param_dtype.is_some() || c.reduce_dtype.is_some() {
         let flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
         return Some((flag, format!("FSDP2's MixedPrecisionPolicy over {name} does not match PyTorch yet (dist_grid/mixed_precision.json: 4 of 9 points miss the backward peak, by up to 19% with --fsdp-reduce-dtype over bf16 weights): drop it")));

@@ -338,8 +338,8 @@ def dist_point(p, kind, layout, world, rank, name, **fsdp):
 def aux_loss_grid():
     """The router's auxiliary loss (output_router_logits, make_aux_loss_grid.py's rows: Mixtral,
     Qwen3-MoE, Qwen2-MoE with its shared expert, gpt-oss; coefficients 0.001 and 0.02, the
-    collator's all-ones mask on two) under ddp, zero1, zero2 and fsdp, world 2-4, ranks 0 and the
-    last, training (checkpointing off, non-reentrant, reentrant), forward and inference."""
+    collator's all-ones mask on three) under ddp, zero1, zero2 and fsdp, world 2-4, ranks 0 and
+    the last, training (checkpointing off, non-reentrant, reentrant), forward and inference."""
     import make_aux_loss_grid as A
     import make_gptoss_grid as GO
     import make_moe_grid as MG
@@ -370,8 +370,8 @@ def aux_loss_grid():
 def mixed_precision_grid():
     """FSDP2's MixedPrecisionPolicy under fsdp and zero2: param_dtype bf16 over fp32 weights with
     reduce_dtype fp32 or unset (the param dtype), and reduce_dtype fp32 alone over bf16 weights, on
-    Phi-3, OLMo-2, Gemma 2, Gemma 3 text, Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss and DeepSeek-V3,
-    world 2-4, ranks 0 and the last, training, forward and inference."""
+    Phi-3, OLMo-2, Gemma 2, Gemma 3 text, Mixtral, Qwen3-MoE and DeepSeek-V3, world 2-4, ranks 0
+    and the last, training and a forward."""
     import make_deepseek_grid as DS
     import make_family_grid as F
     import make_gptoss_grid as GO
@@ -399,7 +399,7 @@ def units_grid():
     """FSDP2 on units other than each decoder layer (fully_shard on every `unit` consecutive
     layers as one group, or on the root alone: `unit` 0) under fsdp and zero2, and hsdp (a
     (world / 2, 2) mesh: sharded over 2 ranks, replicated over the rest), on the families and the
-    MoE models, world 2-4, ranks 0 and the last, training, forward and inference."""
+    MoE models, world 2-4, ranks 0 and the last, training and an inference point."""
     import make_deepseek_grid as DS
     import make_family_grid as F
     import make_gptoss_grid as GO
