@@ -13,7 +13,19 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// Points where vramscope does not match, each with the reason.
-const KNOWN_FAILING: &[(&str, &str)] = &[];
+const KNOWN_FAILING: &[(&str, &str)] = &[
+    ("qwen2_moe d96 F64 L1 h6 kv2 V777 S24 B2 E4 k1 shared64 eager worst eager bf16 checkpoint=reentrant aux0.02 training fsdp x2 rank1", REENTRANT_FSDP),
+    ("olmo2 d96 F256 L1 h6 kv3 V777 S48 B3 eager fp32 checkpoint=non-reentrant training zero2 param_dtype=bf16 reduce_dtype=fp32 x4 rank3", MIXED_PRECISION),
+    ("olmo2 d64 F192 L3 h4 kv4 V2048 S32 B1 sdpa bf16 training fsdp reduce_dtype=fp32 x2 rank1", MIXED_PRECISION),
+    ("mixtral d64 F96 L1 h4 kv2 V1000 S16 B2 E4 k2 grouped_mm balanced sdpa fp32 training fsdp param_dtype=bf16 reduce_dtype=fp32 x2 rank1", MIXED_PRECISION),
+    ("deepseek_v3 d64 Fd160 F32 L2 dense1 h4 V1000 S16 B2 E8 k2 g2/1 shared1 q48 kv32 nope16 rope8 v12 interleave grouped_mm balanced sdpa fp32 training fsdp param_dtype=bf16 reduce_dtype=fp32 x3 rank2", MIXED_PRECISION),
+];
+
+/// Reentrant checkpointing under fsdp (parallel_models.rs refuses it for these models).
+const REENTRANT_FSDP: &str = "reentrant checkpointing under FSDP2 resharding after forward: the backward peak is 15.6% above PyTorch's, the same without the router's loss (PyTorch's peaks are identical with output_router_logits off, measured with measure_dist.py --point)";
+
+/// MixedPrecisionPolicy over these models (parallel_models.rs refuses it).
+const MIXED_PRECISION: &str = "FSDP2's MixedPrecisionPolicy: the backward peak misses PyTorch's (reduce_dtype fp32 over bf16 weights 19% low; bf16 over fp32 up to 1.5% low, and 3 KB off in three phases with non-reentrant checkpointing under zero2); not explained yet (the reduce_dtype-only point peaks at an aten::empty_strided in backward, 786,240 B above vramscope)";
 
 /// Each of `values` appears among the points' `key` (the grid covers what it claims).
 fn covers(points: &[Value], key: impl Fn(&Value) -> String, values: &[&str], file: &str) {
@@ -160,6 +172,75 @@ fn gpt_oss_and_deepseek_ranks_match_transformers() {
     check_moe("gpt_oss_deepseek.json", &["gpt_oss", "deepseek_v3"], grid_common::moe::read_config_of);
 }
 
+/// A fixture's points, measured under this transformers release.
+fn points_of(file: &str) -> Vec<Value> {
+    let doc = grid_common::fixture(&format!("dist_grid/{file}"));
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "{file}: the fixture's transformers release");
+    doc["points"].as_array().unwrap().clone()
+}
+
+/// Each of `layouts` has a training point at rank 0 and one at the last rank.
+fn first_and_last_ranks(points: &[Value], layouts: &[&str], file: &str) {
+    for layout in layouts {
+        let training = || points.iter().filter(|q| q["layout"] == *layout && q["profile_type"] == "training");
+        assert!(training().any(|q| q["rank"] == 0), "{file}: {layout} training at rank 0");
+        assert!(training().any(|q| q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap()), "{file}: {layout} training at the last rank");
+    }
+}
+
+/// The families' and the MoE models' configs, as the one-GPU grids read them (peft's adapters
+/// included where the point has them).
+fn model_of(p: &Value) -> vramscope::model::ModelConfig {
+    if p.get("num_experts").is_some() { grid_common::moe::point_model(p) } else { grid_common::hf::config_of(p) }
+}
+
+/// dist_grid/aux_loss.json (`measure_dist.py --aux-loss`): the router's auxiliary loss
+/// (output_router_logits, make_aux_loss_grid.py's rows) under ddp, zero1, zero2 and fsdp. The
+/// loss is the model's own (its captured router logits die with the output), so a layout changes
+/// nothing of it but where the parameters, gradients and optimizer state live.
+#[test]
+fn aux_loss_ranks_match_transformers() {
+    let file = "aux_loss.json";
+    let points = points_of(file);
+    assert!(points.iter().all(|q| q["hf"]["output_router_logits"] == true), "{file}: every point has the loss on");
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"], file);
+    covers(&points, |p| p["layout"].as_str().unwrap().to_string(), &["ddp", "zero1", "zero2", "fsdp"], file);
+    covers(&points, |p| p["profile_type"].as_str().unwrap().to_string(), &["inference", "forward", "training"], file);
+    covers(&points, |p| p["hf"]["attention_mask"].as_str().unwrap().to_string(), &["none", "ones"], file);
+    first_and_last_ranks(&points, &["ddp", "zero1", "zero2", "fsdp"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 12, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
+/// dist_grid/mixed_precision.json (`measure_dist.py --mixed-precision`): FSDP2's
+/// MixedPrecisionPolicy (bf16 param_dtype over fp32 weights, reduce_dtype fp32 or unset, and
+/// reduce_dtype alone over bf16 weights) under fsdp and zero2.
+#[test]
+fn mixed_precision_ranks_match_transformers() {
+    let file = "mixed_precision.json";
+    let points = points_of(file);
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "deepseek_v3"], file);
+    covers(&points, |p| p["layout"].as_str().unwrap().to_string(), &["zero2", "fsdp"], file);
+    covers(&points, |p| p["profile_type"].as_str().unwrap().to_string(), &["forward", "training"], file);
+    covers(&points, |p| format!("{}/{}", p["param_dtype"].as_str().unwrap_or("-"), p["reduce_dtype"].as_str().unwrap_or("-")), &["bf16/fp32", "bf16/-", "-/fp32"], file);
+    first_and_last_ranks(&points, &["zero2", "fsdp"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 9, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
+/// dist_grid/units.json (`measure_dist.py --units`): fully_shard on every N consecutive decoder
+/// layers as one group (`--fsdp-unit every-N`) or on the root alone (`root`) under fsdp and
+/// zero2, and hsdp (a (world / 2, 2) mesh: `--gpus-per-node 2`).
+#[test]
+fn units_and_hsdp_ranks_match_transformers() {
+    let file = "units.json";
+    let points = points_of(file);
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3"], file);
+    covers(&points, |p| p["layout"].as_str().unwrap().to_string(), &["zero2", "fsdp", "hsdp"], file);
+    covers(&points, |p| p["unit"].to_string(), &["0", "2"], file);
+    covers(&points, |p| p["profile_type"].as_str().unwrap().to_string(), &["inference", "training"], file);
+    first_and_last_ranks(&points, &["zero2", "fsdp", "hsdp"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 10, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
 fn vramscope(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }
@@ -197,14 +278,37 @@ fn published_models_profile_per_rank() {
     }
 }
 
+/// What aux_loss.json and units.json measure runs from the command line.
+#[test]
+fn measured_fsdp_options_and_the_router_loss_run() {
+    for extra in [
+        &["--preset", "Mixtral-8x7B", "--output-router-logits", "--parallel", "zero1", "--world-size", "2"][..],
+        &["--preset", "gpt-oss-20b", "--output-router-logits", "--parallel", "fsdp", "--world-size", "4"][..],
+        &["--preset", "Qwen3-30B-A3B", "--parallel", "zero2", "--world-size", "4", "--fsdp-unit", "root"][..],
+        &["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2"][..],
+        &["--preset", "Gemma-2-9B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"][..],
+        &["--preset", "Gemma-3-27B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"][..],
+    ] {
+        let out = tmp("measured");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
 /// What the grid does not cover exits 2 naming the flag, with nothing written.
 #[test]
 fn layouts_not_measured_for_these_models_are_refused() {
     let cases: &[(&[&str], &[&str])] = &[
-        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]),
-        (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "not measured"]),
+        // hsdp, MixedPrecisionPolicy, other units and the router's loss are measured one at a time.
+        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "mixed_precision.json", "does not match"]),
+        (&["--preset", "Phi-3-mini", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "every-2"], &["--fsdp-unit", "hsdp", "not measured"]),
+        (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"], &["--gradient-checkpointing", "reentrant", "does not match"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "not measured"]),
-        (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "not measured"]),
+        (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root", "--output-router-logits"], &["--fsdp-unit", "not measured"]),
+        (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "qkv_proj"], &["--fsdp-unit", "adapters", "not measured"]),
         // Phi-3 runs transformers' own tensor-parallel plan (tests/tp_hf_grid.rs), not torch's.
         (&["--preset", "Phi-3-mini", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"], &["--tp-plan", "base_model_tp_plan"]),
         // Mixtral's, Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's plans run (tests/tp_hf_moe_grid.rs);
@@ -212,8 +316,8 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "gpt-oss-20b", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"], &["--parallel", "base_model_tp_plan", "not measured", "no --ep"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch"], &["--tp-plan", "3-D experts"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
-        (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "gpt_oss", "not measured"]),
-        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "8", "--fsdp-reduce-dtype", "fp32"], &["--fsdp-reduce-dtype", "deepseek_v3", "not measured"]),
+        (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--parallel", "gpt_oss", "not measured"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32"], &["--fsdp-reduce-dtype", "deepseek_v3", "does not match"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "no --ep"]),
     ];
     for (extra, needles) in cases {

@@ -158,8 +158,9 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
         refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--use-dora"], &["--use-dora", "not modelled"]);
         refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--modules-to-save", "lm_head"], &["--modules-to-save", "not modelled"]);
         refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--lora-bias", "all"], &["--lora-bias", "not modelled"]);
-        // ddp, zero1, zero2 and fsdp run (tests/dist_models_grid.rs); the rest is refused.
-        refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "not measured"]);
+        // ddp, zero1, zero2, fsdp, hsdp and other FSDP2 units run (tests/dist_models_grid.rs),
+        // each alone; the rest is refused.
+        refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "not measured"]);
         // transformers' own tensor-parallel plan runs alone (tests/tp_hf_grid.rs); torch's
         // Megatron-style plan, the 2-D mesh, sequence parallelism and adapters under it do not.
         let tp = ["--model", m, "--parallel", "tp", "--tp", "2", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"];

@@ -11,11 +11,26 @@ use vramscope::record::{MemEvent, Phase};
 use vramscope::train::optim::{OptimConfig, OptimizerKind};
 use vramscope::train::{Batcher, CausalLmBatch, DataKind, Optimizer, Precision, StepRunner};
 
-/// The point's layout, world and rank.
+/// The point's layout, world and rank, and FSDP2's options where it names them
+/// (measure_dist.py's fsdp_kwargs and lora_wrapper): MixedPrecisionPolicy's `param_dtype` and
+/// `reduce_dtype`, `unit` (consecutive decoder layers per fully_shard group; 0: the root alone)
+/// and hsdp's `shard` (ranks a parameter is sharded over).
 pub fn parallel_of(point: &Value) -> ParallelConfig {
     let layout = Layout::parse(point["layout"].as_str().unwrap()).expect("a layout vramscope names");
     let mut pc = ParallelConfig::new(layout, num(point, "world_size"));
     pc.rank = num(point, "rank");
+    let dtype = |k: &str| point[k].as_str().map(|d| match d {
+        "bf16" => DType::BF16,
+        "fp32" => DType::F32,
+        other => panic!("{k} {other}"),
+    });
+    (pc.param_dtype, pc.reduce_dtype) = (dtype("param_dtype"), dtype("reduce_dtype"));
+    if let Some(u) = point["unit"].as_u64() {
+        pc.blocks_per_unit = (u > 0).then_some(u as usize);
+    }
+    if let Some(s) = point["shard"].as_u64() {
+        pc.gpus_per_node = s as usize;
+    }
     pc.validate().unwrap();
     pc
 }
@@ -43,7 +58,8 @@ pub fn run_rank(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemE
     runtime::reset();
     let model = {
         let _d = pc.shards_params().then(runtime::defer_allocation);
-        Model::new_in(&cfg, Device::Meta, 42, precision.param_dtype()).unwrap()
+        // (as `profile`: the model computes in MixedPrecisionPolicy's param_dtype)
+        Model::new_in(&cfg, Device::Meta, 42, pc.param_dtype.unwrap_or(precision.param_dtype())).unwrap()
     };
     assert_eq!(model.num_parameters(), point["info"]["parameters"].as_u64().unwrap(), "parameter count");
     assert_layers_own_their_parameters(&model);
@@ -54,7 +70,8 @@ pub fn run_rank(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemE
     let norm = p["max_grad_norm"].as_f64().unwrap();
     oc.max_grad_norm = (norm > 0.0).then_some(norm);
     let opt = Optimizer::new(oc, model.parameters().len());
-    let runner = StepRunner::new(&model, opt).with_precision(precision).with_parallel(layout);
+    // (the layout first: under MixedPrecisionPolicy the model is in its param_dtype, not the weights')
+    let runner = StepRunner::new(&model, opt).with_parallel(layout).with_precision(precision);
     record_steps(&model, runner, cfg.vocab_size, p, kind, precision)
 }
 
@@ -65,17 +82,19 @@ pub fn record_steps(model: &Model, mut runner: StepRunner<'_>, vocab: usize, p: 
     let mut data = Batcher::new(DataKind::Random, vocab, batch, seq, Device::Meta, 42);
     let mut bound = CausalLmBatch::default();
     let recorded = super::record_last(3, |_| {
-        data.next_causal_lm_batch(&mut bound, kind == "training", false);
+        // (the collator's all-ones attention_mask where the point passes one)
+        data.next_causal_lm_batch(&mut bound, kind == "training", p["attention_mask"] == "ones");
         let x = bound.input_ids.as_ref().unwrap();
+        let m = bound.attention_mask.as_ref();
         match kind {
             "training" => {
-                runner.step_masked(x, bound.labels.as_ref().unwrap(), None);
+                runner.step_masked(x, bound.labels.as_ref().unwrap(), m);
             }
             "inference" | "forward" => {
                 let _g = (kind == "inference").then(runtime::no_grad);
                 runtime::set_phase(Phase::Forward);
                 let region = precision.autocast().map(vramscope::engine::autocast::enable);
-                drop(model.forward_masked(x, None));
+                drop(model.forward_masked(x, m));
                 drop(region);
                 runtime::set_phase(Phase::Setup);
             }

@@ -59,6 +59,10 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --lora-models  # LoRA/QLoRA of issue 30's models -> tests/fixtures/dist_grid/lora_models.json
     python3 measure_dist.py --qwen2-moe-sliding  # qwen2_moe with use_sliding_window -> tests/fixtures/dist_grid/qwen2_moe_sliding.json
     python3 measure_dist.py --cs336-autocast  # cs336/tinyllama under bf16 autocast -> tests/fixtures/dist_grid/cs336_autocast.json
+    python3 measure_dist.py --aux-loss   # the router's loss (output_router_logits) -> tests/fixtures/dist_grid/aux_loss.json
+    python3 measure_dist.py --mixed-precision  # FSDP2's MixedPrecisionPolicy -> tests/fixtures/dist_grid/mixed_precision.json
+    python3 measure_dist.py --units      # fully_shard on N layers or the root, and hsdp -> tests/fixtures/dist_grid/units.json
+    python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -77,6 +81,10 @@ LORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_models
 QWEN2_MOE_SLIDING_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/qwen2_moe_sliding.json")
 AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/autocast.json")
 CS336_AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/cs336_autocast.json")
+AUX_LOSS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/aux_loss.json")
+MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision.json")
+UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
+LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
 
 
 def setup_for(pt):
@@ -117,19 +125,42 @@ def setup_for(pt):
     return setup
 
 
+def fsdp_kwargs(pt):
+    """fully_shard's mesh and policy for a point: a 1-D mesh over the ranks, or hsdp's
+    (world / shard, shard) mesh; MixedPrecisionPolicy(param_dtype, reduce_dtype) where the point
+    names either (`param_dtype`, `reduce_dtype`)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    world = pt["world_size"]
+    if pt["layout"] == "hsdp":
+        shard = pt["shard"]
+        mesh = init_device_mesh("cpu", (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,))
+    kw = dict(mesh=mesh)
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+    if pt.get("param_dtype") or pt.get("reduce_dtype"):
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dt.get(pt.get("param_dtype")), reduce_dtype=dt.get(pt.get("reduce_dtype")))
+    return kw
+
+
 def lora_wrapper(pt):
-    """The point's layout applied to the peft model, or to the plain CausalLM (measure_hf.run's `wrap`)."""
+    """The point's layout applied to the peft model, or to the plain CausalLM (measure_hf.run's `wrap`).
+    FSDP2's units: every decoder layer (`unit` 1, the default), every `unit` consecutive layers as
+    one group (fully_shard on the list of them), or none (`unit` 0: the root alone); then the root."""
     def wrap(model):
         if pt["layout"] in ("ddp", "zero1"):
             from torch.nn.parallel import DistributedDataParallel as DDP
             return DDP(model)
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
-        mesh = init_device_mesh("cpu", (pt["world_size"],))
+        kw = fsdp_kwargs(pt)
         inner = model.base_model.model if pt["hf"].get("lora_r") else model
-        for layer in inner.model.layers:
-            fully_shard(layer, mesh=mesh, reshard_after_forward=pt["layout"] != "zero2")
-        fully_shard(model, mesh=mesh)
+        layers, unit = list(inner.model.layers), pt.get("unit", 1)
+        for i in range(0, len(layers) if unit else 0, unit or 1):
+            group = layers[i:i + unit]
+            fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=pt["layout"] != "zero2", **kw)
+        fully_shard(model, **kw)
         return None
     return wrap
 
@@ -422,12 +453,127 @@ def lora_grid():
     return pts
 
 
-def dist_point(p, kind, layout, world, rank, name):
+def dist_point(p, kind, layout, world, rank, name, **fsdp):
     """A --families / --moe point: the measure_hf.py point with the layout's optimizer (the
-    Trainer's fused AdamW and clipping under DDP; foreach AdamW, no clipping, elsewhere)."""
+    Trainer's fused AdamW and clipping under DDP; foreach AdamW, no clipping, elsewhere), and
+    FSDP2's options where given (`param_dtype`, `reduce_dtype`, `unit`, hsdp's `shard`: see
+    fsdp_kwargs and lora_wrapper), named after the layout."""
     if kind == "training" and layout != "ddp":
         p = dict(p, optimizer="adamw_torch_foreach", max_grad_norm=0.0)
-    return dict(name=f"{name} {layout} x{world} rank{rank}", hf=p, profile_type=kind, layout=layout, world_size=world, rank=rank)
+    tags = "".join(f" {k}={v}" for k, v in fsdp.items())
+    return dict(name=f"{name} {layout}{tags} x{world} rank{rank}", hf=p, profile_type=kind, layout=layout, world_size=world, rank=rank, **fsdp)
+
+
+def aux_loss_grid():
+    """The router's auxiliary loss (output_router_logits, make_aux_loss_grid.py's rows: Mixtral,
+    Qwen3-MoE, Qwen2-MoE with its shared expert, gpt-oss; coefficients 0.001 and 0.02, the
+    collator's all-ones mask on three) under ddp, zero1, zero2 and fsdp, world 2-4, ranks 0 and
+    the last, training (checkpointing off, non-reentrant, reentrant), forward and inference."""
+    import make_aux_loss_grid as A
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    moe = lambda i: A.with_loss(MG.point(A.POINTS[i][0]), A.POINTS[i][1], A.POINTS[i][2])
+    go = lambda i: A.with_loss(GO.point(A.GPT_OSS[i][0]), A.GPT_OSS[i][1], A.GPT_OSS[i][2])
+    # (layout, point, profile type, checkpoint, world, rank)
+    rows = [
+        ("ddp", moe(0), "training", "none", 2, 0),  # mixtral grouped_mm balanced fp32
+        ("ddp", moe(6), "training", "non-reentrant", 2, 1),  # qwen2_moe grouped_mm balanced fp32
+        ("ddp", go(0), "forward", "none", 2, 1),  # gpt_oss grouped_mm balanced fp32
+        ("zero1", moe(3), "training", "none", 2, 1),  # qwen3_moe grouped_mm worst bf16
+        ("zero1", go(1), "training", "none", 2, 0),  # gpt_oss eager worst bf16
+        ("zero2", moe(1), "training", "none", 3, 2),  # mixtral eager worst bf16
+        ("zero2", moe(8), "training", "none", 2, 0),  # qwen2_moe batched_mm balanced bf16, mask
+        ("fsdp", moe(4), "training", "none", 3, 2),  # qwen3_moe eager balanced fp32
+        ("fsdp", go(2), "training", "none", 4, 3),  # gpt_oss batched_mm worst fp32, mask
+        ("fsdp", moe(2), "inference", "none", 2, 0),  # mixtral batched_mm balanced bf16, mask
+        ("fsdp", moe(7), "training", "reentrant", 2, 1),  # qwen2_moe eager worst bf16
+        ("fsdp", go(0), "training", "non-reentrant", 2, 0),  # gpt_oss grouped_mm balanced fp32
+    ]
+    pts = []
+    for layout, p, kind, ck, world, rank in rows:
+        p = dict(p, checkpoint=ck)
+        pts.append(dist_point(p, kind, layout, world, rank, A.name_of(p, kind)))
+    return pts
+
+
+def mixed_precision_grid():
+    """FSDP2's MixedPrecisionPolicy under fsdp and zero2: param_dtype bf16 over fp32 weights with
+    reduce_dtype fp32 or unset (the param dtype), and reduce_dtype fp32 alone over bf16 weights, on
+    Phi-3, OLMo-2, Gemma 2, Gemma 3 text, Mixtral, Qwen3-MoE and DeepSeek-V3, world 2-4, ranks 0
+    and the last, training and a forward."""
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    fam = lambda mt, i, dtype="fp32", ck="none": F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+    gem = lambda mt, i, dtype="fp32", ck="none": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i, ck="none": dict(MG.point(MG.POINTS[i]), checkpoint=ck)
+    bf = dict(param_dtype="bf16", reduce_dtype="fp32")
+    # (layout, point, name_of, profile type, world, rank, policy)
+    rows = [
+        ("fsdp", fam("phi3", 0), F.name_of, "training", 2, 0, bf),
+        ("fsdp", gem("gemma2", 2), F.name_of, "training", 3, 2, dict(param_dtype="bf16")),
+        ("zero2", fam("olmo2", 1, ck="non-reentrant"), F.name_of, "training", 4, 3, bf),
+        ("fsdp", gem("gemma3_text", 3), F.name_of, "forward", 2, 1, bf),
+        ("fsdp", fam("olmo2", 2, dtype="bf16"), F.name_of, "training", 2, 1, dict(reduce_dtype="fp32")),
+        ("fsdp", moe(0), MG.name_of, "training", 2, 1, bf),  # mixtral grouped_mm balanced fp32
+        ("zero2", moe(8), MG.name_of, "training", 3, 2, dict(param_dtype="bf16")),  # qwen3_moe batched_mm worst fp32
+        ("fsdp", DS.point(DS.POINTS[0]), DS.name_of, "training", 3, 2, bf),
+        ("zero2", gem("gemma3_text", 1), F.name_of, "training", 2, 0, bf),
+    ]
+    return [dist_point(p, kind, layout, world, rank, name(p, kind), **pol) for layout, p, name, kind, world, rank, pol in rows]
+
+
+def units_grid():
+    """FSDP2 on units other than each decoder layer (fully_shard on every `unit` consecutive
+    layers as one group, or on the root alone: `unit` 0) under fsdp and zero2, and hsdp (a
+    (world / 2, 2) mesh: sharded over 2 ranks, replicated over the rest), on the families and the
+    MoE models, world 2-4, ranks 0 and the last, training and an inference point."""
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    fam = lambda mt, i, dtype="fp32", ck="none", **o: F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa", **o)
+    gem = lambda mt, i, dtype="fp32", ck="none": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i, ck="none", **o: dict(MG.point(MG.POINTS[i]), checkpoint=ck, **o)
+    # (layout, point, name_of, profile type, world, rank, FSDP2 options)
+    rows = [
+        ("fsdp", fam("phi3", 2), F.name_of, "training", 2, 0, dict(unit=2)),
+        ("zero2", fam("olmo2", 0, num_layers=3), F.name_of, "training", 2, 1, dict(unit=2)),
+        ("fsdp", gem("gemma2", 0), F.name_of, "training", 3, 2, dict(unit=0)),
+        ("fsdp", moe(1, num_layers=3), MG.name_of, "training", 4, 3, dict(unit=2)),  # mixtral eager balanced fp32
+        ("fsdp", moe(9), MG.name_of, "training", 2, 0, dict(unit=0)),  # qwen3_moe grouped_mm worst bf16
+        ("zero2", moe(7), MG.name_of, "training", 3, 0, dict(unit=0)),  # qwen3_moe eager balanced bf16
+        ("hsdp", gem("gemma3_text", 3, ck="non-reentrant"), F.name_of, "training", 4, 0, dict(shard=2)),
+        ("hsdp", moe(6), MG.name_of, "training", 4, 3, dict(shard=2)),  # qwen3_moe grouped_mm balanced fp32
+        ("hsdp", GO.point(GO.POINTS[2]), GO.name_of, "training", 4, 3, dict(shard=2)),
+        ("hsdp", DS.point(DS.POINTS[2]), DS.name_of, "inference", 4, 0, dict(shard=2)),
+    ]
+    return [dist_point(p, kind, layout, world, rank, name(p, kind), **o) for layout, p, name, kind, world, rank, o in rows]
+
+
+def lora_extras_grid():
+    """peft's modules_to_save (ModulesToSaveWrapper: trainable copies of lm_head and/or
+    embed_tokens) and lora_bias (a bias on every lora_B) under ddp, zero2 and fsdp, on the
+    families and the MoE models (make_lora_grid.py's shapes), world 2-4, ranks 0 and the last,
+    training and a forward."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    fam = lambda mt, i, r, t, **o: L.family_lora(mt, i, r, t, **o)
+    # (layout, point, profile type, world, rank)
+    rows = [
+        ("ddp", fam("phi3", 0, 8, "qkv_proj", modules_to_save="lm_head", dtype="bf16"), "training", 2, 0),
+        ("ddp", L.moe_lora(0, 8, "q_proj,v_proj", lora_bias="all"), "training", 2, 1),  # mixtral grouped_mm balanced fp32
+        ("ddp", fam("olmo2", 1, 8, "all-linear", lora_bias="all", checkpoint="non-reentrant", dtype="bf16"), "training", 2, 1),
+        ("fsdp", fam("olmo2", 2, 16, "q_proj,v_proj", modules_to_save="lm_head", dtype="bf16"), "training", 3, 2),
+        ("fsdp", L.moe_lora(6, 8, att, lora_bias="all"), "training", 3, 2),  # qwen3_moe grouped_mm balanced fp32
+        ("fsdp", fam("gemma3_text", 0, 8, None, lora_bias="all", dtype="bf16"), "forward", 2, 1),
+        ("fsdp", L.gptoss_lora(0, 8, "q_proj,v_proj", modules_to_save="lm_head"), "training", 2, 0),
+        ("zero2", fam("gemma2", 3, 8, "all-linear", lora_bias="all", dtype="bf16"), "training", 2, 1),
+        ("zero2", L.moe_lora(12, 8, "q_proj,v_proj", modules_to_save="embed_tokens,lm_head"), "training", 4, 3),  # qwen2_moe
+        ("zero2", L.deepseek_lora(0, 8, "q_a_proj,o_proj", lora_bias="all"), "training", 2, 0),
+    ]
+    return [dist_point(p, kind, layout, world, rank, L.names(p, kind)) for layout, p, kind, world, rank in rows]
 
 
 def families_grid():
@@ -749,12 +895,19 @@ def main():
              "--gpt-oss-deepseek": (gpt_oss_deepseek_grid, GPTOSS_DEEPSEEK_OUT),
              "--lora-models": (lora_models_grid, LORA_MODELS_OUT),
              "--qwen2-moe-sliding": (qwen2_moe_sliding_grid, QWEN2_MOE_SLIDING_OUT),
-             "--autocast": (autocast_grid, AUTOCAST_OUT)}
+             "--autocast": (autocast_grid, AUTOCAST_OUT),
+             "--aux-loss": (aux_loss_grid, AUX_LOSS_OUT),
+             "--mixed-precision": (mixed_precision_grid, MIXED_PRECISION_OUT),
+             "--units": (units_grid, UNITS_OUT),
+             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        head = lora_models_header if flag == "--lora-models" else models_header(f"tools/pytorch/measure_dist.py {flag}")
+        if flag in ("--lora-models", "--lora-extras"):
+            head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
+        else:
+            head = models_header(f"tools/pytorch/measure_dist.py {flag}")
         M.grid_main(__doc__, __file__, one, points, out, head)
     elif "--cs336-autocast" in sys.argv:
         sys.argv.remove("--cs336-autocast")
