@@ -114,41 +114,23 @@ fn data_parallel_ranks_match_pytorch() {
 fn data_parallel_ranks_under_autocast_match_pytorch() {
     let doc = grid_common::fixture("dist_grid/cs336_autocast.json");
     let points = doc["points"].as_array().unwrap();
-    grid_common::check("dist_grid/cs336_autocast.json", points, 20, AUTOCAST_KNOWN_FAILING, run);
+    grid_common::check("dist_grid/cs336_autocast.json", points, 20, &[], run);
 }
 
-/// Inference (no_grad) under autocast and a layout: refused on the command line
-/// (options/profile.rs), checked and printed here.
-const AUTOCAST_KNOWN_FAILING: &[(&str, &str)] = &[
-    (
-        "cs336 V1003 d64 L2 F170 S32 B2 autocast=bf16 inference zero1 x2 rank1",
-        "vramscope keeps more of the forward's casts alive under no_grad than PyTorch (196,096 B at the forward peak), not explained yet",
-    ),
-    (
-        "cs336 V1000 d64 L2 F172 S32 B2 autocast=bf16 inference fsdp x2 rank0",
-        "vramscope keeps more of the forward's casts alive under no_grad than PyTorch (124,928 B at the forward peak), not explained yet",
-    ),
-    (
-        "tinyllama V1000 d64 L2 F172 S32 B2 autocast=bf16 inference ddp x2 rank1",
-        "PyTorch starts the step with one parameter-sized fp32 block more (619,776 B, the model's parameters × 4 B) under DDP, as the hf DDP forward-only point of dist_grid/autocast.json does; not explained yet",
-    ),
-];
 
 /// Points that still differ, with why (checked and printed, not skipped).
-const KNOWN_FAILING: &[(&str, &str)] = &[(
-    "cs336 V1003 d64 L2 F170 S32 B2 inference zero1 x2 rank1",
-    "PyTorch's level under gloo holds a 592 B block in some runs and not in others (1,817,952 B and 1,817,360 B at data in three runs of this point); vramscope has the lower level",
-)];
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
-/// What cs336_autocast.json does not match (inference) or measure (fp16) under a layout is
-/// refused, naming --precision; training and forward run.
+/// What cs336_autocast.json does not measure (fp16, forward-loss) under a layout is refused,
+/// naming --precision; training, forward and inference run.
 #[test]
 fn course_autocast_under_a_layout_is_refused_where_it_is_not_matched() {
     let base = ["profile", "--model", "small", "--num-layers", "2", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--world-size", "2"];
     for (extra, ok) in [
         (&["--parallel", "ddp", "--precision", "bf16", "--profile-type", "training"][..], true),
         (&["--parallel", "fsdp", "--precision", "bf16", "--profile-type", "forward"][..], true),
-        (&["--parallel", "zero1", "--precision", "bf16", "--profile-type", "inference"][..], false),
+        (&["--parallel", "zero1", "--precision", "bf16", "--profile-type", "inference"][..], true),
+        (&["--parallel", "ddp", "--precision", "bf16", "--profile-type", "forward-loss"][..], false),
         (&["--parallel", "fsdp", "--precision", "fp16", "--profile-type", "training"][..], false),
     ] {
         let dir = std::env::temp_dir().join(format!("vramscope-dist-grid-{}-{}", std::process::id(), extra.join("-")));

@@ -256,14 +256,14 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage("--precision", format!("{precision} (autocast) of an MoE model under transformers' tensor-parallel plan is not measured (dist_grid/tp_hf_moe.json runs fp32 and pure bf16 weights); drop the autocast precision or profile one GPU")));
     }
     // dist_grid/cs336_autocast.json: the course models under CS336's bf16 autocast match in
-    // training and forward-only steps under every data-parallel layout; inference (no_grad)
-    // under it does not yet, and fp16 (GradScaler) is not measured under a layout.
+    // training, forward-only and inference steps under every data-parallel layout; fp16
+    // (GradScaler) and forward-loss are not measured under a layout.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_none()) {
         if precision.loss_scaling() {
             return Err(usage("--precision", format!("fp16 autocast with loss scaling of the {} model under --parallel {} is not measured (dist_grid/cs336_autocast.json runs bf16); use --precision bf16", cfg.flavour, pc.layout.name())));
         }
-        if let Some(k) = a.profile_type.iter().find(|&&k| !matches!(k, ProfileType::Training | ProfileType::Forward)) {
-            return Err(usage("--precision", format!("{precision} autocast of the {} model under --parallel {} with --profile-type {} is not matched to PyTorch (dist_grid/cs336_autocast.json matches training and forward under every layout; its inference points keep other blocks than vramscope's); profile training or forward, or drop the autocast precision", cfg.flavour, pc.layout.name(), k.name())));
+        if let Some(k) = a.profile_type.iter().find(|&&k| !matches!(k, ProfileType::Training | ProfileType::Forward | ProfileType::Inference)) {
+            return Err(usage("--precision", format!("{precision} autocast of the {} model under --parallel {} with --profile-type {} is not measured (dist_grid/cs336_autocast.json measures training, forward and inference); drop the autocast precision or profile one of those", cfg.flavour, pc.layout.name(), k.name())));
         }
     }
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
