@@ -284,29 +284,9 @@ fn families_lora_estimate_cli() {
 /// before their matmuls): pure bf16's terms, byte for byte.
 #[test]
 fn families_pure_autocast_closed_form_equals_the_simulation() {
-    let mut points = Vec::new();
-    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2] {
-        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
-            if arch == Arch::Gemma2 && attn == AttnImplementation::Sdpa {
-                continue;
-            }
-            for ckpt in [None, Some(false), Some(true)] {
-                for cache in [true, false] {
-                    let (b, s) = if cache { (1, 24) } else { (3, 40) };
-                    points.push(Point { attn, precision: Precision::PureBf16Autocast, ckpt, cache, b, s, ..base(arch) });
-                }
-            }
-        }
-        if arch != Arch::Gemma2 {
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureBf16Autocast, kv_heads: 1, ..base(arch) });
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Efficient, precision: Precision::PureBf16Autocast, kv_heads: 4, s: 33, ..base(arch) });
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::CpuFlash, precision: Precision::PureBf16Autocast, ..base(arch) });
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Math, precision: Precision::PureBf16Autocast, ..base(arch) });
-        }
-    }
     // (Gemma 2's soft-capped logits: the backward transients tests/estimate_families.rs's
     // Gemma 2 grid names.)
-    run_within(&points, 1.40);
+    run_within(&two_byte_points(Precision::PureBf16Autocast), 1.40);
 }
 
 /// Pure fp16 weights (a float16 checkpoint loaded with `from_pretrained(dtype="auto")`, no
@@ -314,6 +294,11 @@ fn families_pure_autocast_closed_form_equals_the_simulation() {
 /// which 2-byte float it reads: pure bf16's terms, byte for byte.
 #[test]
 fn families_pure_fp16_closed_form_equals_the_simulation() {
+    run_within(&two_byte_points(Precision::PureFp16), 1.40);
+}
+
+/// The grid of the two tests above in `precision`.
+fn two_byte_points(precision: Precision) -> Vec<Point> {
     let mut points = Vec::new();
     for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2] {
         for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
@@ -323,18 +308,16 @@ fn families_pure_fp16_closed_form_equals_the_simulation() {
             for ckpt in [None, Some(false), Some(true)] {
                 for cache in [true, false] {
                     let (b, s) = if cache { (1, 24) } else { (3, 40) };
-                    points.push(Point { attn, precision: Precision::PureFp16, ckpt, cache, b, s, ..base(arch) });
+                    points.push(Point { attn, precision: precision, ckpt, cache, b, s, ..base(arch) });
                 }
             }
         }
         if arch != Arch::Gemma2 {
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureFp16, kv_heads: 1, ..base(arch) });
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Efficient, precision: Precision::PureFp16, kv_heads: 4, s: 33, ..base(arch) });
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::CpuFlash, precision: Precision::PureFp16, ..base(arch) });
-            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Math, precision: Precision::PureFp16, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: precision, kv_heads: 1, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Efficient, precision: precision, kv_heads: 4, s: 33, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::CpuFlash, precision: precision, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend: SdpaBackend::Math, precision: precision, ..base(arch) });
         }
     }
-    // (Gemma 2's soft-capped logits: the backward transients tests/estimate_families.rs's
-    // Gemma 2 grid names.)
-    run_within(&points, 1.40);
+    points
 }

@@ -289,28 +289,7 @@ fn hf_estimate_cli_on_a_config_json() {
 /// fp32): pure bf16's terms, byte for byte.
 #[test]
 fn hf_pure_autocast_closed_form_equals_the_simulation() {
-    let mut points = Vec::new();
-    for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
-        for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
-            for ckpt in [None, Some(false), Some(true)] {
-                for cache in [true, false] {
-                    let (b, s) = if cache { (1, 24) } else { (3, 40) };
-                    points.push(Point { attn, precision: Precision::PureBf16Autocast, ckpt, cache, b, s, ..base(arch) });
-                }
-            }
-        }
-    }
-    for arch in [Arch::Llama, Arch::Qwen3] {
-        for (backend, kv) in [(SdpaBackend::Efficient, 4), (SdpaBackend::CpuFlash, 2), (SdpaBackend::Math, 2), (SdpaBackend::Flash, 1)] {
-            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision: Precision::PureBf16Autocast, kv_heads: kv, s: 33, ..base(arch) });
-        }
-        points.push(Point { attn: AttnImplementation::FlashAttention2, precision: Precision::PureBf16Autocast, ckpt: Some(false), ..base(arch) });
-        points.push(Point { head_dim: Some(48), precision: Precision::PureBf16Autocast, tied: true, ..base(arch) });
-    }
-    for (attn, backend) in [(AttnImplementation::Eager, SdpaBackend::Auto), (AttnImplementation::Sdpa, SdpaBackend::Math)] {
-        points.push(Point { attn, backend, mask: true, window: Some(16), precision: Precision::PureBf16Autocast, ..base(Arch::Mistral) });
-    }
-    estimate_common::run_points(&points, 1.30, check);
+    estimate_common::run_points(&two_byte_points(Precision::PureBf16Autocast), 1.30, check);
 }
 
 /// Pure fp16 weights (a float16 checkpoint loaded with `from_pretrained(dtype="auto")`, no
@@ -318,28 +297,33 @@ fn hf_pure_autocast_closed_form_equals_the_simulation() {
 /// which 2-byte float it reads: pure bf16's terms, byte for byte.
 #[test]
 fn hf_pure_fp16_closed_form_equals_the_simulation() {
+    estimate_common::run_points(&two_byte_points(Precision::PureFp16), 1.30, check);
+}
+
+/// The grid of the two tests above in `precision`.
+fn two_byte_points(precision: Precision) -> Vec<Point> {
     let mut points = Vec::new();
     for arch in Arch::ALL.into_iter().filter(|a| !a.is_family()) {
         for attn in [AttnImplementation::Eager, AttnImplementation::Sdpa] {
             for ckpt in [None, Some(false), Some(true)] {
                 for cache in [true, false] {
                     let (b, s) = if cache { (1, 24) } else { (3, 40) };
-                    points.push(Point { attn, precision: Precision::PureFp16, ckpt, cache, b, s, ..base(arch) });
+                    points.push(Point { attn, precision: precision, ckpt, cache, b, s, ..base(arch) });
                 }
             }
         }
     }
     for arch in [Arch::Llama, Arch::Qwen3] {
         for (backend, kv) in [(SdpaBackend::Efficient, 4), (SdpaBackend::CpuFlash, 2), (SdpaBackend::Math, 2), (SdpaBackend::Flash, 1)] {
-            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision: Precision::PureFp16, kv_heads: kv, s: 33, ..base(arch) });
+            points.push(Point { attn: AttnImplementation::Sdpa, backend, precision: precision, kv_heads: kv, s: 33, ..base(arch) });
         }
-        points.push(Point { attn: AttnImplementation::FlashAttention2, precision: Precision::PureFp16, ckpt: Some(false), ..base(arch) });
-        points.push(Point { head_dim: Some(48), precision: Precision::PureFp16, tied: true, ..base(arch) });
+        points.push(Point { attn: AttnImplementation::FlashAttention2, precision: precision, ckpt: Some(false), ..base(arch) });
+        points.push(Point { head_dim: Some(48), precision: precision, tied: true, ..base(arch) });
     }
     for (attn, backend) in [(AttnImplementation::Eager, SdpaBackend::Auto), (AttnImplementation::Sdpa, SdpaBackend::Math)] {
-        points.push(Point { attn, backend, mask: true, window: Some(16), precision: Precision::PureFp16, ..base(Arch::Mistral) });
+        points.push(Point { attn, backend, mask: true, window: Some(16), precision: precision, ..base(Arch::Mistral) });
     }
-    estimate_common::run_points(&points, 1.30, check);
+    points
 }
 
 /// The most common fine-tuning run: a bf16 preset (from_pretrained(dtype="auto")) under the

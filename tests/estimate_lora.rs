@@ -526,39 +526,31 @@ fn int8_families_closed_form_equals_the_simulation() {
 /// cast), the fp32 adapters' casts are cached.
 #[test]
 fn lora_pure_autocast_closed_form_equals_the_simulation() {
-    let mut points = Vec::new();
-    for arch in Arch::ALL {
-        let all: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"] } else { TARGETS.to_vec() };
-        let part: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj"] } else { vec!["q_proj", "v_proj"] };
-        for (targets, dropout) in [(all.clone(), 0.0), (part, 0.0), (all.clone(), 0.1)] {
-            for ckpt in [None, Some(false), Some(true)] {
-                points.push(Point { targets: targets.clone(), dropout, precision: Precision::PureBf16Autocast, ckpt, ..base(arch) });
-            }
-        }
-        let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
-        points.push(Point { attn, cache: true, precision: Precision::PureBf16Autocast, targets: all.clone(), ..base(arch) });
-        points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureBf16Autocast, ..base(arch) });
-    }
-    run(&points);
+    run(&two_byte_points(Precision::PureBf16Autocast));
 }
 
 /// peft's LoRA over pure fp16 weights (no autocast): the fp32 adapters read peft's fp32 copy
 /// of each adapted projection's fp16 input, as over bf16 weights.
 #[test]
 fn lora_pure_fp16_closed_form_equals_the_simulation() {
+    run(&two_byte_points(Precision::PureFp16));
+}
+
+/// The grid of the two tests above in `precision`.
+fn two_byte_points(precision: Precision) -> Vec<Point> {
     let mut points = Vec::new();
     for arch in Arch::ALL {
         let all: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"] } else { TARGETS.to_vec() };
         let part: Vec<&'static str> = if arch == Arch::Phi3 { vec!["qkv_proj"] } else { vec!["q_proj", "v_proj"] };
         for (targets, dropout) in [(all.clone(), 0.0), (part, 0.0), (all.clone(), 0.1)] {
             for ckpt in [None, Some(false), Some(true)] {
-                points.push(Point { targets: targets.clone(), dropout, precision: Precision::PureFp16, ckpt, ..base(arch) });
+                points.push(Point { targets: targets.clone(), dropout, precision: precision, ckpt, ..base(arch) });
             }
         }
         let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
-        points.push(Point { attn, cache: true, precision: Precision::PureFp16, targets: all.clone(), ..base(arch) });
-        points.push(Point { bias: LoraBias::All, targets: all, precision: Precision::PureFp16, ..base(arch) });
+        points.push(Point { attn, cache: true, precision: precision, targets: all.clone(), ..base(arch) });
+        points.push(Point { bias: LoraBias::All, targets: all, precision: precision, ..base(arch) });
     }
-    run(&points);
+    points
 }
 

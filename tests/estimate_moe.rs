@@ -544,25 +544,9 @@ fn not_derived_is_refused_naming_the_flag() {
 /// bf16: pure bf16's terms, byte for byte.
 #[test]
 fn moe_pure_autocast_closed_form_equals_the_simulation() {
-    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
-    let mut points = Vec::new();
-    let mut n = 0;
-    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
-        for implementation in ExpertsImplementation::ALL {
-            for ckpt in [None, Some(false), Some(true)] {
-                let (d, i, experts, top_k) = shapes[n % shapes.len()];
-                let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
-                let (attn, kv_heads) = [(AttnImplementation::Eager, 2), (AttnImplementation::Sdpa, 4), (AttnImplementation::Sdpa, 2)][n % 3];
-                let (b, s) = if n % 2 == 0 { (1, 24) } else { (3, 40) };
-                n += 1;
-                points.push(Point { precision: Precision::PureBf16Autocast, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, routing, attn, kv_heads, tied: n % 5 == 0, implementation, ..base(model_type) });
-            }
-        }
-        points.push(Point { precision: Precision::PureBf16Autocast, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, ..base(model_type) });
-    }
     // (batched_mm's gathered expert weights are forward transients the bound leaves out, as in
     // the autocast grid above.)
-    run(&points, 2.1);
+    run(&two_byte_points(Precision::PureBf16Autocast), 2.1);
 }
 
 /// Pure fp16 weights (a float16 checkpoint loaded with `from_pretrained(dtype="auto")`, no
@@ -570,6 +554,11 @@ fn moe_pure_autocast_closed_form_equals_the_simulation() {
 /// which 2-byte float it reads: pure bf16's terms, byte for byte.
 #[test]
 fn moe_pure_fp16_closed_form_equals_the_simulation() {
+    run(&two_byte_points(Precision::PureFp16), 2.1);
+}
+
+/// The grid of the two tests above in `precision`.
+fn two_byte_points(precision: Precision) -> Vec<Point> {
     let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
     let mut points = Vec::new();
     let mut n = 0;
@@ -581,14 +570,12 @@ fn moe_pure_fp16_closed_form_equals_the_simulation() {
                 let (attn, kv_heads) = [(AttnImplementation::Eager, 2), (AttnImplementation::Sdpa, 4), (AttnImplementation::Sdpa, 2)][n % 3];
                 let (b, s) = if n % 2 == 0 { (1, 24) } else { (3, 40) };
                 n += 1;
-                points.push(Point { precision: Precision::PureFp16, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, routing, attn, kv_heads, tied: n % 5 == 0, implementation, ..base(model_type) });
+                points.push(Point { precision: precision, ckpt, cache: ckpt.is_none() && n % 2 == 0, b, s, d, i, experts, top_k, routing, attn, kv_heads, tied: n % 5 == 0, implementation, ..base(model_type) });
             }
         }
-        points.push(Point { precision: Precision::PureFp16, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, ..base(model_type) });
+        points.push(Point { precision: precision, attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, ..base(model_type) });
     }
-    // (batched_mm's gathered expert weights are forward transients the bound leaves out, as in
-    // the autocast grid above.)
-    run(&points, 2.1);
+    points
 }
 
 /// peft's LoRA under bf16 and fp16 autocast over fp32 weights and bf16 autocast over bf16
