@@ -254,13 +254,7 @@ fn lora_estimate_cli() {
         let e = &v["estimate"];
         // Checkpointed layers (QLoRA's default: reentrant) keep only their input.
         assert_eq!(text.contains("lora_A output (lora_B keeps it)"), e["first_block"].is_array(), "{extra:?}: {text}");
-        let bytes = |t: &serde_json::Value| t.as_array().unwrap().iter().map(|t| t["elements"].as_u64().unwrap() * t["elem"].as_u64().unwrap()).sum::<u64>();
-        let layers = e["layers"].as_u64().unwrap();
-        let blocks = match e["first_block"].as_array() {
-            Some(_) => bytes(&e["first_block"]) + (layers - 1) * bytes(&e["block"]),
-            None => layers * bytes(&e["block"]),
-        };
-        assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "{extra:?}");
+        estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
         assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
         assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
     }
