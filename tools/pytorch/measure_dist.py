@@ -322,17 +322,29 @@ def one(pt):
     return measure_here(pt)
 
 
+_SMALL = dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=172)
+_UNEVEN = dict(vocab_size=1003, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=170)
+_WIDE = dict(vocab_size=2000, d_model=128, num_layers=3, num_heads=4, num_kv_heads=4, d_ff=344)
+_TINY = dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=172)
+_TINY_UNEVEN = dict(vocab_size=1003, d_model=64, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=170)
+
+
+def course_point(flavour, c, seq, batch, layout, world, rank, kind="training", autocast=None):
+    """A cs336 / tinyllama point of `kind` under `layout` (CS336's autocast when `autocast`
+    names a dtype), named by its shape and options."""
+    c = dict(c, max_seq_len=seq)
+    opts = (f" autocast={autocast}" if autocast else "") + (f" {kind}" if kind != "training" else "")
+    name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch}{opts} {layout} x{world} rank{rank}"
+    pt = dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
+              iterations=3, profile_type=kind)
+    return dict(pt, autocast=autocast) if autocast else pt
+
+
 def grid():
-    configs = [
-        ("cs336", dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=172), 32, 2),
-        ("cs336", dict(vocab_size=1003, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=170), 32, 2),
-        ("cs336", dict(vocab_size=2000, d_model=128, num_layers=3, num_heads=4, num_kv_heads=4, d_ff=344), 64, 2),
-        ("tinyllama", dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=172), 32, 2),
-        ("tinyllama", dict(vocab_size=1003, d_model=64, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=170), 32, 2),
-    ]
+    configs = [("cs336", _SMALL, 32, 2), ("cs336", _UNEVEN, 32, 2), ("cs336", _WIDE, 64, 2),
+               ("tinyllama", _TINY, 32, 2), ("tinyllama", _TINY_UNEVEN, 32, 2)]
     pts = []
     for flavour, c, seq, batch in configs:
-        c = dict(c, max_seq_len=seq)
         uneven = c["vocab_size"] % 8 != 0
         for world in (2, 4, 8):
             layouts = ["fsdp", "zero2", "fsdp_root", "hsdp"] + (["fsdp_mp"] if flavour == "tinyllama" else [])
@@ -347,24 +359,11 @@ def grid():
                         ranks.append(world - 1)
                 if layout == "zero1":
                     ranks.append(world - 1)
-                for r in ranks:
-                    name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} {layout} x{world} rank{r}"
-                    pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=r,
-                                    iterations=3, profile_type="training"))
+                pts += [course_point(flavour, c, seq, batch, layout, world, r) for r in ranks]
     # Forward-only (with grad, the output dropped) and inference (no_grad) steps under each layout.
-    for flavour, c, seq, batch, layout, world, rank, kind in FORWARD_ROWS:
-        c = dict(c, max_seq_len=seq)
-        name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} {kind} {layout} x{world} rank{rank}"
-        pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
-                        iterations=3, profile_type=kind))
-    return pts
+    return pts + [course_point(*row) for row in FORWARD_ROWS]
 
 
-_SMALL = dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=172)
-_UNEVEN = dict(vocab_size=1003, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=170)
-_WIDE = dict(vocab_size=2000, d_model=128, num_layers=3, num_heads=4, num_kv_heads=4, d_ff=344)
-_TINY = dict(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=172)
-_TINY_UNEVEN = dict(vocab_size=1003, d_model=64, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=170)
 # (flavour, config, seq, batch, layout, world, rank, profile type)
 FORWARD_ROWS = [
     ("cs336", _SMALL, 32, 2, "ddp", 2, 0, "forward"),
@@ -386,35 +385,24 @@ def cs336_autocast_grid():
     zero2, fsdp, fsdp_root and hsdp, ranks 0 and the last (uneven vocabularies), world 2-4; training,
     and FORWARD_ROWS' forward-only and inference steps."""
     # (flavour, config, seq, batch, layout, world, rank)
-    small, uneven, wide, tiny, tiny_uneven = _SMALL, _UNEVEN, _WIDE, _TINY, _TINY_UNEVEN
     rows = [
-        ("cs336", small, 32, 2, "ddp", 2, 0),
-        ("cs336", wide, 64, 2, "ddp", 4, 3),
-        ("cs336", uneven, 32, 2, "zero1", 2, 1),
-        ("cs336", small, 32, 2, "zero2", 2, 0),
-        ("cs336", uneven, 32, 2, "zero2", 4, 3),
-        ("cs336", small, 32, 2, "fsdp", 2, 0),
-        ("cs336", uneven, 32, 2, "fsdp", 4, 3),
-        ("cs336", wide, 64, 2, "fsdp_root", 2, 1),
-        ("cs336", wide, 64, 2, "hsdp", 4, 0),
-        ("tinyllama", tiny, 32, 2, "ddp", 2, 1),
-        ("tinyllama", tiny_uneven, 32, 2, "zero1", 4, 3),
-        ("tinyllama", tiny, 32, 2, "zero2", 2, 0),
-        ("tinyllama", tiny_uneven, 32, 2, "fsdp", 4, 3),
-        ("tinyllama", tiny, 32, 2, "hsdp", 4, 2),
+        ("cs336", _SMALL, 32, 2, "ddp", 2, 0),
+        ("cs336", _WIDE, 64, 2, "ddp", 4, 3),
+        ("cs336", _UNEVEN, 32, 2, "zero1", 2, 1),
+        ("cs336", _SMALL, 32, 2, "zero2", 2, 0),
+        ("cs336", _UNEVEN, 32, 2, "zero2", 4, 3),
+        ("cs336", _SMALL, 32, 2, "fsdp", 2, 0),
+        ("cs336", _UNEVEN, 32, 2, "fsdp", 4, 3),
+        ("cs336", _WIDE, 64, 2, "fsdp_root", 2, 1),
+        ("cs336", _WIDE, 64, 2, "hsdp", 4, 0),
+        ("tinyllama", _TINY, 32, 2, "ddp", 2, 1),
+        ("tinyllama", _TINY_UNEVEN, 32, 2, "zero1", 4, 3),
+        ("tinyllama", _TINY, 32, 2, "zero2", 2, 0),
+        ("tinyllama", _TINY_UNEVEN, 32, 2, "fsdp", 4, 3),
+        ("tinyllama", _TINY, 32, 2, "hsdp", 4, 2),
     ]
-    pts = []
-    for flavour, c, seq, batch, layout, world, rank in rows:
-        c = dict(c, max_seq_len=seq)
-        name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} autocast=bf16 {layout} x{world} rank{rank}"
-        pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
-                        iterations=3, profile_type="training", autocast="bf16"))
-    for flavour, c, seq, batch, layout, world, rank, kind in FORWARD_ROWS:
-        c = dict(c, max_seq_len=seq)
-        name = f"{flavour} V{c['vocab_size']} d{c['d_model']} L{c['num_layers']} F{c['d_ff']} S{seq} B{batch} autocast=bf16 {kind} {layout} x{world} rank{rank}"
-        pts.append(dict(name=name, flavour=flavour, config=c, seq=seq, batch=batch, layout=layout, world_size=world, rank=rank,
-                        iterations=3, profile_type=kind, autocast="bf16"))
-    return pts
+    return ([course_point(*row, autocast="bf16") for row in rows]
+            + [course_point(*row, autocast="bf16") for row in FORWARD_ROWS])
 
 
 def lora_grid():
