@@ -17,57 +17,23 @@ use serde_json::Value;
 use vramscope::analyse::estimate::generate::{check, estimate};
 use vramscope::analyse::estimate::generate_peak::{covers, lower_bound};
 use vramscope::engine::DType;
-use vramscope::model::hf::generation_config::GenerateConfig;
-use vramscope::model::ModelConfig;
 use vramscope::session::estimate_generate::simulate;
-
-/// The point's config, as tests/generate_grid.rs reads it (its tokens from the measured run).
-fn config_of(point: &Value, p: &Value) -> ModelConfig {
-    let mut p = p.clone();
-    for (k, v) in [("use_cache", Value::Bool(true)), ("logits_to_keep", 0.into()), ("checkpoint", "none".into()), ("attention_mask", "none".into())] {
-        p[k] = v;
-    }
-    let mut cfg = match (p["model_type"].as_str(), p["experts"].is_string()) {
-        (Some("gpt_oss" | "deepseek_v3"), _) => grid_common::moe::read_config_of(&p),
-        (_, true) => grid_common::moe::config_of(&p),
-        _ => grid_common::hf::config_of(&p),
-    };
-    let hf = cfg.hf.as_mut().unwrap();
-    hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
-    hf.pad_token_id = point["info"]["pad_token_id"].as_i64();
-    cfg
-}
-
-/// The point's greedy or sampling options (measure_generate.gen_kwargs).
-fn generation_of(p: &Value, n: usize) -> GenerateConfig {
-    let mut gc = GenerateConfig::greedy(n);
-    gc.do_sample = p["do_sample"] == true;
-    if let Some(t) = p["temperature"].as_f64() {
-        gc.temperature = t;
-    }
-    if let Some(k) = p["top_k"].as_u64() {
-        gc.top_k = k as usize;
-    }
-    gc.min_new_tokens = p["min_new_tokens"].as_u64().unwrap_or(0) as usize;
-    gc.num_return_sequences = p["num_return_sequences"].as_u64().unwrap_or(1) as usize;
-    gc
-}
 
 /// Compares one (B, S, N) of a point; returns the simulated peak over the bound.
 /// `gpu`: a GPU run (generate decodes grouped_mm experts with batched_mm there).
 fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize), gpu: bool) -> f64 {
-    let mut cfg = config_of(point, p);
+    let mut cfg = grid_common::generate::config_of(point, p);
     cfg.hf.as_mut().unwrap().cpu_run = !gpu;
     let name = format!("{} B {b} S {s} N {n}{}", point["name"].as_str().unwrap(), if gpu { " gpu" } else { "" });
     let dtype = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
-    let gc = generation_of(p, n);
+    let gc = grid_common::generate::generate_config_of(p, n);
     let rows = b * gc.num_return_sequences;
     check(&cfg, s, n).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
     let e = estimate(&cfg, dtype.size() as u64, rows, s, n);
     let sim = simulate(&cfg, dtype, b, s, &gc).unwrap();
     assert_eq!(e.kv_cache_bytes, sim.kv_cache_bytes, "{name}: the cache at the end");
     assert_eq!(e.kv_cache_peak_bytes, sim.kv_cache_peak_bytes, "{name}: the cache's high-water mark");
-    let once = simulate(&cfg, dtype, b, s, &generation_of(p, 1)).unwrap();
+    let once = simulate(&cfg, dtype, b, s, &grid_common::generate::generate_config_of(p, 1)).unwrap();
     assert_eq!(e.kv_cache_prefill_bytes, once.kv_cache_bytes, "{name}: the cache after the prefill");
     // The peak: the closed form does not derive these model types exactly; its bound holds.
     assert!(covers(&cfg, dtype, &gc).is_some(), "{name}: covered");

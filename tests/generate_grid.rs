@@ -17,7 +17,6 @@ mod grid_common;
 use serde_json::Value;
 use vramscope::engine::{runtime, DType, Device};
 use vramscope::model::hf::generation_5_23::{generate, Step};
-use vramscope::model::hf::generation_config::{CacheImplementation, GenerateConfig};
 use vramscope::model::Model;
 use vramscope::record::{EventKind, MemEvent, Phase};
 use vramscope::train::{Batcher, CausalLmBatch, DataKind};
@@ -26,55 +25,11 @@ use vramscope::train::{Batcher, CausalLmBatch, DataKind};
 /// run; the test fails once one of them matches).
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
-/// The point's model: measure_hf.py's config (generate's points leave the training options
-/// out; an MoE point is measure_moe.py's, `grid_common::moe::config_of`) with the config's eos and pad
-/// tokens.
-fn config_of(point: &Value) -> vramscope::model::ModelConfig {
-    let mut p = point["point"].clone();
-    for (k, v) in [("use_cache", Value::Bool(true)), ("logits_to_keep", 0.into()), ("checkpoint", "none".into()), ("attention_mask", "none".into())] {
-        p[k] = v;
-    }
-    let mut cfg = match (p["model_type"].as_str(), p["experts"].is_string()) {
-        // gpt-oss: its config.json read as a user's (measure_moe.py's GptOssConfig).
-        (Some("gpt_oss" | "deepseek_v3"), _) => grid_common::moe::read_config_of(&p),
-        // Qwen2-MoE's window: its config.json (use_sliding_window, max_window_layers) read as a user's.
-        (Some("qwen2_moe"), _) if p["sliding_window"].as_u64().is_some() => grid_common::moe::read_config_of(&p),
-        (_, true) => grid_common::moe::config_of(&p),
-        _ => grid_common::hf::config_of(&p),
-    };
-    let hf = cfg.hf.as_mut().unwrap();
-    hf.eos_token_id = point["info"]["eos_token_id"].as_i64().into_iter().collect();
-    hf.pad_token_id = point["info"]["pad_token_id"].as_i64();
-    cfg
-}
-
-/// The point's generate() options (measure_generate.gen_kwargs): greedy with a DynamicCache
-/// unless it names a static cache, sampling (GenerationConfig's temperature 1.0 and top_k 50
-/// unless named), min_new_tokens or num_return_sequences.
-fn generate_config_of(p: &Value, n: usize) -> GenerateConfig {
-    let mut gc = GenerateConfig::greedy(n);
-    if p["cache"] == "static" {
-        gc.cache = CacheImplementation::Static;
-    }
-    gc.do_sample = p["do_sample"] == true;
-    if let Some(t) = p["temperature"].as_f64() {
-        gc.temperature = t;
-    }
-    if let Some(k) = p["top_k"].as_u64() {
-        gc.top_k = k as usize;
-    }
-    assert!(p["top_p"].is_null(), "top_p is not modelled");
-    gc.min_new_tokens = p["min_new_tokens"].as_u64().unwrap_or(0) as usize;
-    gc.num_return_sequences = p["num_return_sequences"].as_u64().unwrap_or(1) as usize;
-    gc.num_beams = p["num_beams"].as_u64().unwrap_or(1) as usize;
-    gc
-}
-
 /// The measured step's phases as (name, peak): the counted level (blocks >= 512 B) from the
 /// live set before it, split where each step started.
 fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
     let p = &point["point"];
-    let cfg = config_of(point);
+    let cfg = grid_common::generate::config_of(point, &point["point"]);
     let n = grid_common::hf::num(p, "max_new_tokens");
     let (batch, seq) = (grid_common::hf::num(p, "batch"), grid_common::hf::num(p, "seq"));
     // A 4-bit model's unquantized parameters: the load type, or fp32 once prepared.
@@ -105,7 +60,7 @@ fn run_vramscope(point: &Value) -> Vec<(String, u64)> {
         }
         data.next_causal_lm_batch(&mut bound, false, false);
         let ids = bound.input_ids.clone().unwrap();
-        let out = generate(&model, &ids, &generate_config_of(p, n), &mut |step| {
+        let out = generate(&model, &ids, &grid_common::generate::generate_config_of(p, n), &mut |step| {
             runtime::set_phase(if step == Step::Prefill { Phase::Prefill } else { Phase::Decode });
             if last {
                 let name = match step {
@@ -632,7 +587,7 @@ fn generate_qwen2_moe_sliding_grid_matches_transformers() {
     // The reader's layer types: layers 0, 2, ... below max_window_layers.
     for q in points {
         let p = &q["point"];
-        let cfg = config_of(q);
+        let cfg = grid_common::generate::config_of(q, &q["point"]);
         let want: Vec<bool> = (0..l(p)).map(|i| i % 2 == 0 && i < mwl(p)).collect();
         assert_eq!(cfg.hf.as_ref().unwrap().sliding_layers, Some(want), "{}", q["name"]);
     }

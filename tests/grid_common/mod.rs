@@ -2,6 +2,7 @@
 //! (tools/pytorch/measure_cs336.py), the event trace, and the comparison table.
 #![allow(dead_code)]
 pub mod dist;
+pub mod generate;
 pub mod hf;
 pub mod moe;
 
