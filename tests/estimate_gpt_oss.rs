@@ -443,22 +443,7 @@ fn gpt_oss_lora_pure_autocast_closed_form_equals_the_simulation() {
 /// own, equal to the simulated activations, gradients and optimizer state.
 #[test]
 fn gpt_oss_int8_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt_oss-int8-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("e.json");
-    let small = ["--model", "gpt-oss-20b", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
-    for extra in [&["--target-modules", "q_proj,k_proj,v_proj,o_proj"][..], &["--target-modules", "v_proj", "--gradient-checkpointing", "non-reentrant"][..]] {
-        let o = cli(&[&small[..], extra].concat());
-        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-        estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
-        let e = &v["estimate"];
-        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{extra:?}");
-        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{extra:?}");
-        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{extra:?}");
-        std::fs::remove_file(&json).unwrap();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    estimate_common::assert_int8_lora_cli("gpt-oss-20b");
 }
 
 /// Pure fp16 weights (a float16 checkpoint, no autocast): the pure bf16 points of the grids

@@ -154,3 +154,26 @@ pub fn lora(r: usize, dropout: f64, targets: &[&str]) -> vramscope::model::lora:
         gate_up_doubled: false,
     }
 }
+
+/// Through the CLI: LLM.int8() on a small `model` (a preset) with LoRA on the attention states
+/// its closed form (block 0 its own) equal to the simulated activations, parameters, gradients
+/// and optimizer state, over all four projections and over v_proj with checkpointing.
+#[allow(dead_code)] // (estimate_moe and estimate_gpt_oss run it)
+pub fn assert_int8_lora_cli(model: &str) {
+    let dir = std::env::temp_dir().join(format!("vramscope-estimate-int8-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("e.json");
+    let small = ["estimate", "--model", model, "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
+    for extra in [&["--target-modules", "q_proj,k_proj,v_proj,o_proj"][..], &["--target-modules", "v_proj", "--gradient-checkpointing", "non-reentrant"][..]] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args([&small[..], extra].concat()).output().unwrap();
+        assert!(o.status.success(), "{model} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("{model} {extra:?}"));
+        let e = &v["estimate"];
+        assert_eq!(e["param_bytes"], v["simulated"]["parameter_bytes"], "{model} {extra:?}");
+        assert_eq!(e["grad_bytes"], v["simulated"]["gradient_bytes"], "{model} {extra:?}");
+        assert_eq!(e["optimizer_bytes"], v["simulated"]["optimizer_bytes"], "{model} {extra:?}");
+        std::fs::remove_file(&json).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
