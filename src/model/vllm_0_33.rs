@@ -59,6 +59,7 @@
 //!   (`kv_cache_utils.py:1147-1154`). GiB figures print as `round(b / 2**30, 2)`
 //!   (`format_gib`, `utils/mem_utils.py:30`).
 use crate::model::hf::moe::MoeFamily;
+use crate::model::vllm_hybrid as hybrid;
 use crate::model::ModelConfig;
 
 /// The vLLM release whose plan this file reproduces.
@@ -157,7 +158,8 @@ pub struct ServePlan {
     pub available_kv_cache_memory: i128,
     /// KV heads on each rank (`kv_heads_per_rank`).
     pub num_kv_heads_per_rank: usize,
-    /// "FullAttentionSpec" or "SlidingWindowSpec(sliding_window=W)".
+    /// "FullAttentionSpec" or "SlidingWindowSpec(sliding_window=W)", or a hybrid model's groups
+    /// ([`hybrid::describe_groups`]).
     pub kv_cache_spec: String,
     pub page_bytes_per_layer: u64,
     pub bytes_per_block: u64,
@@ -255,8 +257,9 @@ pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     if hf.is_some_and(|h| h.model_type == crate::model::hf::Arch::Qwen3) {
         layer += 2 * hd;
     }
+    layer += hybrid::layer_extra_elements(m);
     let rows = padded_vocab(m) as u64 / tp;
-    let vocab = rows * d * if m.tied_embeddings { 1 } else { 2 };
+    let vocab = rows * d * if hybrid::head_tied(m) { 1 } else { 2 };
     m.num_layers as u64 * layer + vocab + d
 }
 
@@ -366,6 +369,9 @@ pub fn page_bytes(c: &ServeConfig) -> u64 {
 /// cdiv(min(W − 1 + max_in_flight_tokens, len), block_size) + 1
 /// (`SlidingWindowSpec.max_admission_blocks_per_request`, `kv_cache_interface.py:919-944`).
 pub fn blocks_per_request(c: &ServeConfig, len: u64) -> u64 {
+    if hybrid::is_hybrid(&c.model) {
+        return hybrid::blocks_per_request(c, len);
+    }
     let bs = c.block_size as u64;
     match c.kv_spec() {
         KvSpec::Full => cdiv(len, bs),
@@ -412,7 +418,9 @@ pub fn plan(c: &ServeConfig) -> ServePlan {
 /// are left 0.
 pub fn plan_kv_cache(c: &ServeConfig, available: i128) -> ServePlan {
     let page = page_bytes(c);
-    let bytes_per_block = page * c.model.num_layers as u64;
+    // Several KV cache groups share one pool: a block is the largest group's pages.
+    let layers = if hybrid::is_hybrid(&c.model) { hybrid::layers_per_block(&c.model) } else { c.model.num_layers };
+    let bytes_per_block = page * layers as u64;
     let num_blocks = if available > 0 { available as u64 / bytes_per_block } else { 0 };
     let blocks_per_request = blocks_per_request(c, c.max_model_len as u64);
     let max_concurrency = num_blocks as f64 / blocks_per_request as f64;
@@ -426,6 +434,7 @@ pub fn plan_kv_cache(c: &ServeConfig, available: i128) -> ServePlan {
         available_kv_cache_memory: available,
         num_kv_heads_per_rank: kv_heads_per_rank(&c.model, c.tensor_parallel_size),
         kv_cache_spec: match c.kv_spec() {
+            _ if hybrid::is_hybrid(&c.model) => hybrid::describe_groups(&c.model),
             KvSpec::Full => "FullAttentionSpec".into(),
             KvSpec::SlidingWindow { window } => format!("SlidingWindowSpec(sliding_window={window})"),
         },

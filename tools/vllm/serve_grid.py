@@ -323,5 +323,174 @@ def main():
     print(f"{len(out)} points -> {path}", file=sys.stderr)
 
 
+# --- Hybrid attention (`--hybrid`): Gemma 2 and Gemma 3 text, sliding and full layers mixed ---
+
+GEMMA2_9B = load("gemma-2-9b")
+GEMMA3_27B = load("gemma-3-27b-text")
+HYBRID_MODELS = {
+    "Gemma-2-9B": GEMMA2_9B,
+    # google/gemma-2-27b's shape: 128-wide heads, 46 layers.
+    "Gemma-2-27B-shape": dict(GEMMA2_9B, hidden_size=4608, intermediate_size=36864, num_hidden_layers=46, num_attention_heads=32,
+                              num_key_value_heads=16, head_dim=128, query_pre_attn_scalar=144),
+    "Gemma-3-27B": GEMMA3_27B,
+    # google/gemma-3-4b-it's text_config: 256-wide heads, 34 layers (5 full).
+    "Gemma-3-4B-shape": dict(GEMMA3_27B, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34, num_attention_heads=8,
+                             num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256),
+    # google/gemma-3-1b-it: one KV head, a 512 window, 26 layers (4 full), 32768 positions.
+    "Gemma-3-1B-shape": dict(GEMMA3_27B, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+                             num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512, vocab_size=262144,
+                             max_position_embeddings=32768, rope_scaling=None),
+}
+
+
+def hybrid_layer_types(cfg):
+    """layer_types as transformers derives them (Gemma2Config, Gemma3TextConfig), which vLLM's
+    gemma2.py:155 / gemma3.py:153 read."""
+    import transformers
+    cls = transformers.Gemma2Config if cfg["model_type"] == "gemma2" else transformers.Gemma3TextConfig
+    keep = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
+    return cls(**keep).layer_types
+
+
+def gemma_weights_per_rank(cfg, tp):
+    """gemma2.py / gemma3.py composed of vLLM's parallel layers at world size tp: qkv_proj and
+    o_proj (bias = attention_bias), the MLP's gate_up_proj and down_proj (no bias), four
+    GemmaRMSNorms of hidden per layer (and Gemma 3's q_norm/k_norm of head_dim), the final
+    norm, the embedding; Gemma 2 has no lm_head (it computes logits with embed_tokens,
+    gemma2.py:374), Gemma 3's ParallelLMHead is tied to it unless tie_word_embeddings is false."""
+    d, h, kv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    f, bias = cfg["intermediate_size"], bool(cfg.get("attention_bias"))
+    patches = [
+        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+    ]
+    for p in patches:
+        p.start()
+    try:
+        with torch.device("meta"):
+            dt = torch.bfloat16
+            qkv = vlinear.QKVParallelLinear(d, hd, h, kv, bias=bias, params_dtype=dt)
+            o = vlinear.RowParallelLinear(h * hd, d, bias=bias, params_dtype=dt)
+            mlp = numel(vlinear.MergedColumnParallelLinear(d, [f] * 2, bias=False, params_dtype=dt))
+            mlp += numel(vlinear.RowParallelLinear(f, d, bias=False, params_dtype=dt))
+            emb = vvocab.VocabParallelEmbedding(cfg["vocab_size"], d, params_dtype=dt)
+            tied = cfg["model_type"] == "gemma2" or cfg.get("tie_word_embeddings", True)
+            head = 0 if tied else numel(vvocab.ParallelLMHead(cfg["vocab_size"], d, params_dtype=dt))
+        norms = 4 * d + (2 * hd if cfg["model_type"] == "gemma3_text" else 0)
+        layer = numel(qkv) + numel(o) + mlp + norms
+        return cfg["num_hidden_layers"] * layer + numel(emb) + head + d, qkv.num_kv_heads
+    finally:
+        for p in patches:
+            p.stop()
+
+
+def hybrid_specs(cfg, kv_heads, block, dtype):
+    """Attention.get_kv_cache_spec per layer (model_executor/layers/attention/attention.py:624-690):
+    full layers FullAttentionSpec(block), sliding ones a SlidingWindowSpec whose block size
+    _largest_kernel_block_within picks for FlashAttention (SM 9.0: MultipleOf(16))."""
+    from vllm.model_executor.layers.attention.attention import _largest_kernel_block_within
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    hd = cfg["head_dim"]
+    specs = {}
+    for i, kind in enumerate(hybrid_layer_types(cfg)):
+        if kind == "sliding_attention":
+            one = FlashAttentionBackend.customize_spec(SlidingWindowSpec(block_size=1, num_kv_heads=kv_heads, head_size=hd, dtype=dtype,
+                                                                         sliding_window=cfg["sliding_window"]))
+            per_token = one.real_page_size_bytes
+            sw_block = _largest_kernel_block_within(FlashAttentionBackend, per_token, per_token * block, block, one)
+            spec = SlidingWindowSpec(block_size=sw_block, num_kv_heads=kv_heads, head_size=hd, dtype=dtype, sliding_window=cfg["sliding_window"])
+        else:
+            spec = FullAttentionSpec(block_size=block, num_kv_heads=kv_heads, head_size=hd, dtype=dtype)
+        specs[f"model.layers.{i}.self_attn.attn"] = spec
+    return specs
+
+
+def hybrid_plan(specs, tp, block, max_model_len, batched, available):
+    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+    out = {}
+    with mock.patch("vllm.platforms.current_platform.get_kv_cache_config_builder_cls",
+                    return_value="vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder", create=True):
+        cfg = vllm_config(max_model_len, tp, block, batched)
+        groups = planning.get_kv_cache_groups(cfg, dict(specs))
+        builder = get_kv_cache_config_builder(cfg)
+        out["num_groups"] = len(groups)
+        # Each group: its spec's kind (window or full), its layers (by index), its block size.
+        out["groups"] = [dict(sliding_window=getattr(g.kv_cache_spec, "sliding_window", None), spec=type(g.kv_cache_spec).__name__,
+                              block_size=g.kv_cache_spec.block_size, layers=[int(n.split(".")[2]) for n in g.layer_names]) for g in groups]
+        out["page_bytes_per_layer"] = sorted({s.page_size_bytes for s in specs.values()})
+        out["bytes_per_block"] = planning._pool_bytes_per_block(cfg, groups)
+        out["max_memory_usage_bytes"] = planning._max_memory_usage_bytes_from_groups(builder, cfg, groups)
+        try:
+            kcs = planning.get_kv_cache_configs(cfg, [dict(specs)] * tp, [available] * tp, groups)
+            out["num_blocks"] = kcs[0].num_blocks
+            tokens, conc = kvu.get_kv_cache_capacity(cfg, kcs[0])
+            out["kv_cache_tokens"] = tokens
+            out["max_concurrency"] = conc
+            out["max_concurrency_repr"] = repr(conc)
+            out["error"] = None
+        except ValueError as e:
+            out["error"] = str(e)
+        cfg = vllm_config(max_model_len, tp, block, batched, original=-1)
+        try:
+            planning.get_kv_cache_configs(cfg, [dict(specs)] * tp, [available] * tp, groups)
+            out["auto_fit_max_model_len"] = cfg.model_config.max_model_len
+        except ValueError as e:
+            out["auto_fit_max_model_len"] = None
+            out["auto_fit_error"] = str(e)
+    return out
+
+
+def hybrid_grid():
+    tps = {"Gemma-2-9B": [1, 2, 4, 8], "Gemma-2-27B-shape": [1, 2, 8], "Gemma-3-27B": [1, 2, 4, 8], "Gemma-3-4B-shape": [1, 2, 8],
+           "Gemma-3-1B-shape": [1, 2, 4]}
+    pts, i = [], 0
+    for name, ts in tps.items():
+        cfg = HYBRID_MODELS[name]
+        w = cfg["sliding_window"]
+        # Below the window, just above it, and the derived length (above it).
+        lens = [w // 2 + 7, w + 300, cfg["max_position_embeddings"]]
+        for tp in ts:
+            for block in (16, 32, 64):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
+                    batched = [8192, 2048, 512][i % 3]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main_hybrid():
+    out = []
+    for p in hybrid_grid():
+        cfg = HYBRID_MODELS[p["model"]]
+        w, kvh = gemma_weights_per_rank(cfg, p["tensor_parallel_size"])
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
+        specs = hybrid_specs(cfg, kvh, p["block_size"], dtype)
+        row.update(hybrid_plan(specs, p["tensor_parallel_size"], p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
+        out.append(row)
+        print(p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"], row["num_groups"],
+              row.get("num_blocks"), (row.get("error") or "")[:40], file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py --hybrid",
+        "configs": HYBRID_MODELS,
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_hybrid.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    main()
+    if "--hybrid" in sys.argv[1:]:
+        main_hybrid()
+    else:
+        main()
