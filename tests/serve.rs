@@ -286,8 +286,6 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "Qwen3-30B-A3B", "--gpu", "A100-80GB"], "--gpu", "Triton on SM 9.0"),
         (&["--preset", "Qwen3-30B-A3B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
         (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
-        (&["--preset", "Gemma-3-27B"], "--preset", "gemma3_text is not modelled"),
-        (&["--preset", "Gemma-2-9B"], "--preset", "gemma2 is not modelled"),
         (&["--preset", "gpt-oss-20b"], "--preset", "gpt_oss is not modelled yet"),
         (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
     ];
@@ -317,4 +315,47 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
         assert!(err.contains(flag) && err.contains(why), "{a:?} should name {flag} and say {why:?}: {err}");
     }
+}
+
+/// Gemma 3 27B's hybrid plan by hand: 52 sliding layers and 10 full make seven KV cache groups
+/// of up to 10 layers (`_get_kv_cache_groups_uniform_page_size`); a block is the largest
+/// group's pages; a request holds every group's blocks.
+#[test]
+fn gemma_3_27b_hybrid_by_hand() {
+    let o = serve(&["--preset", "Gemma-3-27B", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let requested: u64 = 78_226_585_027;
+    // 27,009,346,304 parameters (vocabulary 262,208 = 64 x 4097), bf16.
+    let weights = 27_009_346_304u64 * 2;
+    // Llama's profile-run formula with Gemma's shapes: T 8192, R 1024, V 262,208.
+    let (t, r, v, d, f, b) = (8192u64, 1024u64, 262_208u64, 5376u64, 21_504u64, 2u64);
+    let activation = (t * b * (2 * d + 3 * f)).max(t * d * b + 2 * r * d * b + r * v * (b + 4 + 4 + 4));
+    let available = requested - weights - activation;
+    // 10 layers x 16 tokens x 16 kv heads x (128 + 128) x 2 bytes.
+    let per_block = 10 * 16 * 16 * 256 * 2u64;
+    let blocks = available / per_block;
+    // Six sliding groups hold cdiv(1023 + 2 x 8192, 16) + 1 blocks each, the full group
+    // cdiv(131072, 16).
+    let per_request = 6 * ((1023u64 + 2 * 8192).div_ceil(16) + 1) + 131_072 / 16;
+    assert_eq!(per_request, 14_726);
+    let conc = blocks as f64 / per_request as f64;
+    assert!(out.contains(&format!("{} bytes  10 layers (the largest KV cache group's)", commas(per_block))), "{out}");
+    assert!(out.contains("6 x SlidingWindowSpec(sliding_window=1024) (9, 9, 9, 9, 8, 8 layers), 1 x FullAttentionSpec (10 layers)"), "{out}");
+    assert!(out.contains(&format!("Available KV cache memory: {} GiB", gib(available))), "{out}");
+    let line = format!("GPU KV cache size: {} tokens, Maximum concurrency for 131,072 tokens per request: {conc:.2}x", commas((conc * 131_072.0) as u64));
+    assert!(out.contains(&line), "{line}\n{out}");
+    // Gemma 2 9B's checkpoint is float32: vLLM loads it in bfloat16 (9,241,705,984 x 2 bytes).
+    let o = serve(&["--preset", "Gemma-2-9B", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("18,483,411,968 bytes  parameters") && out.contains("21 layers (the largest KV cache group's)"), "{out}");
+    // A float16 Gemma config: vLLM's ValueError, naming --config.
+    let path = std::env::temp_dir().join(format!("vramscope-serve-gemma-f16-{}.json", std::process::id()));
+    let cfg = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf_models/gemma-3-27b-text/config.json")).unwrap();
+    std::fs::write(&path, cfg.replace(r#""torch_dtype": "bfloat16""#, r#""torch_dtype": "float16""#)).unwrap();
+    let o = serve(&["--config", path.to_str().unwrap(), "--enforce-eager"]);
+    let err = text(&o).1;
+    let _ = std::fs::remove_file(&path);
+    assert!(o.status.code() == Some(2) && err.contains("--config") && err.contains("does not support float16"), "{err}");
 }

@@ -101,6 +101,28 @@ pub fn blocks_per_request(c: &ServeConfig, len: u64) -> u64 {
     kv_cache_groups(&c.model).iter().map(|g| group_blocks(c, g.window, len)).sum()
 }
 
+/// How [`blocks_per_request`] adds up at max_model_len, in words:
+/// "6 sliding groups x (cdiv(min(1024 - 1 + 2 x 8192 in-flight tokens, 131072), 16) + 1) + 1 full group x cdiv(131072, 16)".
+pub fn blocks_formula(c: &ServeConfig) -> String {
+    let groups = kv_cache_groups(&c.model);
+    let (len, bs) = (c.max_model_len, c.block_size);
+    let sliding: Vec<usize> = groups.iter().filter_map(|g| g.window).collect();
+    let full = groups.iter().filter(|g| g.window.is_none()).count();
+    let mut parts = Vec::new();
+    if let Some(&w) = sliding.first() {
+        let n = sliding.len();
+        parts.push(format!(
+            "{n} sliding group{} x (cdiv(min({w} - 1 + 2 x {} in-flight tokens, {len}), {bs}) + 1)",
+            if n == 1 { "" } else { "s" },
+            c.max_num_batched_tokens
+        ));
+    }
+    if full > 0 {
+        parts.push(format!("{full} full group{} x cdiv({len}, {bs})", if full == 1 { "" } else { "s" }));
+    }
+    parts.join(" + ")
+}
+
 /// Layers whose pages make one block of the shared pool: the largest group's.
 pub fn layers_per_block(m: &ModelConfig) -> usize {
     kv_cache_groups(m).iter().map(|g| g.layers.len()).max().unwrap_or(0)

@@ -139,8 +139,8 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
              (model_executor/models/registry.py:762), whose sharding is not modelled",
         ));
     }
-    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3) {
-        return Err(usage(flag, format!("model_type {} is not modelled (its sliding and global layers make several KV cache groups)", h.model_type.name())));
+    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma2 | Arch::Gemma3Text) {
+        return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
     }
     if let Some(m) = &h.moe {
         if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
@@ -150,9 +150,20 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             return Err(usage(flag, format!("{} with a sliding window: not measured against vLLM (the MoE grid has full attention only)", m.family.model_type())));
         }
     }
+    let gemma = h.model_type.is_gemma();
     let weight_bytes = match torch_dtype {
+        // _check_valid_dtype (config/model.py:2398-2419): Gemma refuses float16.
+        Some(crate::engine::DType::F16) if gemma => {
+            return Err(usage(
+                flag,
+                format!("vLLM 0.33.0 refuses it: The model type '{}' does not support float16. Reason: Numerical instability. Please use bfloat16 or float32 instead.", h.model_type.name()),
+            ))
+        }
         Some(d @ (crate::engine::DType::BF16 | crate::engine::DType::F16)) => d.size(),
-        _ => return Err(usage(flag, "only 16-bit weights are modelled (torch_dtype bfloat16 or float16)")),
+        // _resolve_auto_dtype (config/model.py:2440-2442): a float32 checkpoint loads in the
+        // platform's first dtype, bfloat16 from SM 8.0 (platforms/cuda.py:258-260; checked below).
+        Some(crate::engine::DType::F32) if gemma => 2,
+        _ => return Err(usage(flag, "only 16-bit weights are modelled (torch_dtype bfloat16 or float16; float32 for Gemma, which vLLM loads in bfloat16)")),
     };
     if !a.enforce_eager {
         return Err(usage(
@@ -178,6 +189,20 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
         return Err(usage(
             "--gpu",
             format!("{}: vLLM's ROCm start-up (its profiling fallback, gpu_worker.py:728, and ROCm attention backends) is not modelled; name an NVIDIA GPU", gpu.name),
+        ));
+    }
+    if gemma && !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { major: 8 | 9, .. })) {
+        // _get_backend_priorities (platforms/cuda.py:156-180): FlashAttention first on SM 8.x/9.x,
+        // whose MultipleOf(16) kernel blocks give the sliding layers --block-size; SM 10 tries
+        // FlashInfer first and FA4's head_dim-256 kernel takes 128-token pages (fa_utils.py:14, :224).
+        return Err(usage(
+            "--gpu",
+            format!(
+                "{}: {}'s sliding layers are planned for vLLM's FlashAttention backend on SM 8.x/9.x (A100, RTX 4090, H100, H200), which keeps --block-size for them; \
+                 the backend and sliding block size vLLM picks on this GPU are not modelled",
+                gpu.name,
+                h.model_type.name()
+            ),
         ));
     }
     let u = a.gpu_memory_utilization;

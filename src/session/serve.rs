@@ -2,6 +2,7 @@
 //! ([`crate::model::vllm_0_33`]), as the text vLLM's log prints, each term labelled with
 //! where it comes from (computed, assumed or estimated).
 use crate::model::vllm_0_33::{self as vllm, format_gib, ServeConfig, ServePlan};
+use crate::model::vllm_hybrid as hybrid;
 use crate::options::serve::{resolve, ServeArgs, ServeFind};
 
 /// A plan and what it was made for.
@@ -252,16 +253,21 @@ impl Serve {
         s += &format!("  - non-torch memory growth  {}  assumed (vLLM measures it at start-up)\n", g(p.non_torch_increase));
         s += &format!("  - CUDA graph memory        {}  --enforce-eager\n", g(p.cudagraph_memory));
         let heads = if c.tensor_parallel_size > 1 { format!("{} kv heads per rank", p.num_kv_heads_per_rank) } else { format!("{} kv heads", p.num_kv_heads_per_rank) };
+        let hybrid = hybrid::is_hybrid(&c.model);
+        let layers = if hybrid { format!("{} layers (the largest KV cache group's)", hybrid::layers_per_block(&c.model)) } else { format!("{} layers", c.model.num_layers) };
         s += &format!(
-            "  {:<26}{:>11}{:>18} bytes  {} layers x {} tokens x {heads} x 2 x head_dim {} x {} bytes\n",
+            "  {:<26}{:>11}{:>18} bytes  {layers} x {} tokens x {heads} x 2 x head_dim {} x {} bytes\n",
             "KV cache block",
             "",
             vllm::commas(p.bytes_per_block),
-            c.model.num_layers,
             c.block_size,
             c.model.head_dim(),
             c.kv_bytes
         );
+        if hybrid {
+            s += &format!("  {:<26}{:>29}  {}\n", "KV cache groups", hybrid::kv_cache_groups(&c.model).len(), p.kv_cache_spec);
+            s += &format!("  {:<26}{:>29}  {}\n", "KV blocks per request", vllm::commas(p.blocks_per_request), hybrid::blocks_formula(c));
+        }
         if let vllm::KvSpec::SlidingWindow { window } = c.kv_spec() {
             s += &format!(
                 "  {:<26}{:>29}  every layer's SlidingWindowSpec: cdiv(min({window} - 1 + 2 x {} in-flight tokens, {}), {}) + 1\n",
