@@ -286,7 +286,8 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "Qwen3-30B-A3B", "--gpu", "A100-80GB"], "--gpu", "Triton on SM 9.0"),
         (&["--preset", "Qwen3-30B-A3B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
         (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
-        (&["--preset", "gpt-oss-20b"], "--preset", "gpt_oss is not modelled yet"),
+        (&["--preset", "gpt-oss-20b"], "--preset", "MXFP4 experts"),
+        (&["--preset", "gpt-oss-120b"], "--preset", "triton_kernels' GPU format"),
         (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
     ];
     // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.

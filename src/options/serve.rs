@@ -143,6 +143,17 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
         return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
     }
     if let Some(m) = &h.moe {
+        if m.family == MoeFamily::GptOss {
+            // Its sliding/full KV cache groups are vllm_hybrid's; the experts' bytes are not.
+            return Err(usage(
+                flag,
+                "gpt_oss: vLLM 0.33.0 keeps its MXFP4 experts (uint8 pairs of 4-bit values and a uint8 scale per 32) in the layout of the \
+                 backend it picks: on H100/H200 the OAI Triton kernels (FlashInfer's TRT-LLM ones are SM 10 only; fused_moe/oracle/mxfp4.py:402-435; intermediate size per rank \
+                 rounded up to 64, :916), which re-lay the weights and scales out in triton_kernels' GPU format after loading \
+                 (GptOssMxfp4MoEMethod._setup_kernel, quantization/mxfp4.py:294-390); those bytes depend on that library on the GPU and \
+                 are not measured, so the weights term, and the plan, are not modelled",
+            ));
+        }
         if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
             return Err(usage(flag, format!("vLLM's plan for {} is not modelled yet (Mixtral, Qwen3-MoE and Qwen2-MoE are)", m.family.model_type())));
         }
