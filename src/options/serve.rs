@@ -10,14 +10,16 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset: one of those vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Mixtral-8x7B, Qwen3-30B-A3B; others are refused)
+    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B)
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
-    /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), or the
+    /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), gemma2 or
+    /// gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), or the
     /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention, every layer sparse; on H100/H200); its
-    /// torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it.
+    /// torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it (a float32 Gemma
+    /// loads in bfloat16).
     #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
     pub config: Option<std::path::PathBuf>,
     /// The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it)

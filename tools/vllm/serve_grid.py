@@ -27,6 +27,14 @@ Per point, from vLLM's functions:
   available memory on every rank: page and block bytes, num_blocks, vLLM's capacity
   (get_kv_cache_capacity: tokens and concurrency), the ValueError when max_model_len does not
   fit (its text), and auto-fit's max_model_len (original_max_model_len = -1).
+
+`--hybrid` writes tests/fixtures/vllm_serve_hybrid.json instead (tests/serve_hybrid_grid.rs):
+Gemma 2 and Gemma 3 text (sliding and full layers, several KV cache groups) over five shapes x TP
+x block size x kv-cache dtype x max_model_len (below the window, above it, the derived length) x
+available memory; weights composed from vLLM's parallel layers as gemma2.py / gemma3.py compose
+them, each layer's spec as Attention.get_kv_cache_spec makes it (layer_types from transformers'
+config classes; the sliding block size from _largest_kernel_block_within for FlashAttention),
+and vLLM's own grouping of the layers (per group: window, layers, block size).
 """
 import json
 import math
