@@ -155,7 +155,8 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
     for m in ["Phi-3-mini", "OLMo-2-7B", "Gemma-2-9B", "Gemma-3-27B"] {
         // LoRA and bitsandbytes run (tests/lora_grid.rs); the peft options their grid did not
         // measure are refused.
-        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--use-dora"], &["--use-dora", "not modelled"]);
+        // DoRA runs over fp32 and bf16 weights (dora_models.json), not over 4-bit ones.
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--use-dora", "--load-in-4bit"], &["--use-dora", "not measured"]);
         // modules_to_save and bias run over fp32 and bf16 weights (lora_extras_models_grid.rs),
         // not over bitsandbytes weights or under autocast.
         refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--modules-to-save", "lm_head", "--load-in-4bit"], &["--modules-to-save", "not measured"]);

@@ -1,10 +1,10 @@
-//! peft 0.21.2's `modules_to_save` and `bias` on issue 30's models (the families
+//! peft 0.21.2's `modules_to_save`, `bias` and `use_dora` on issue 30's models (the families
 //! Phi-3, OLMo-2, Gemma 2 and Gemma 3 text; Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss and
 //! DeepSeek-V3, routing forced) against transformers 5.23.0 + peft themselves, every phase
 //! byte for byte, parameter and trainable counts equal to peft's.
 //!
-//! tests/fixtures/hf_grid/lora_extras_models.json (`make_lora_grid.py --extras`):
-//! measure_hf.py's loop on CPU, mode-free under
+//! tests/fixtures/hf_grid/lora_extras_models.json (`make_lora_grid.py --extras`) and
+//! dora_models.json (`--models-dora`): measure_hf.py's loop on CPU, mode-free under
 //! torch.profiler(profile_memory=True); per phase, the peak of requested bytes over blocks
 //! >= 512 B.
 mod grid_common;
@@ -73,12 +73,33 @@ fn modules_to_save_and_bias_match_peft_on_issue_30_models() {
     grid_common::check("hf_grid/lora_extras_models.json", points, 32, KNOWN_FAILING, run);
 }
 
-/// `profile` runs the two options on these models (one GPU, the weights in their dtype).
 #[test]
-fn profile_runs_modules_to_save_and_bias_on_issue_30_models() {
+fn dora_matches_peft_on_issue_30_models() {
+    let doc = grid_common::fixture("hf_grid/dora_models.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    assert_eq!(doc["peft"].as_str(), Some("0.21.2"), "the fixture's peft release");
+    let points = doc["points"].as_array().unwrap();
+    assert!(points.iter().all(|q| q["point"]["use_dora"] == true), "every point is DoRA");
+    let all: Vec<&Value> = points.iter().collect();
+    covers("use_dora", &all, 20);
+    for m in MODELS {
+        assert!(points.iter().any(|q| q["point"]["model_type"] == m), "{m}");
+    }
+    // peft's ParamWrapper raises on use_dora: the MoE models' points adapt nn.Linear modules only.
+    assert!(points.iter().all(|q| q["point"]["target_parameters"].is_null()));
+    assert!(values(&all.iter().map(|q| (*q).clone()).collect::<Vec<_>>(), "lora_dropout").len() == 2, "dropout 0 and 0.05");
+    for kind in ["training", "forward", "inference"] {
+        assert!(points.iter().any(|q| q["profile_type"] == kind), "{kind}");
+    }
+    grid_common::check("hf_grid/dora_models.json", points, 20, KNOWN_FAILING, run);
+}
+
+/// `profile` runs the three options on these models (one GPU, the weights in their dtype).
+#[test]
+fn profile_runs_dora_modules_to_save_and_bias_on_issue_30_models() {
     let dir = std::env::temp_dir().join(format!("vramscope-lemg-{}", std::process::id()));
     for (preset, targets) in [("Phi-3-mini", "qkv_proj"), ("Gemma-2-9B", "q_proj,v_proj"), ("gpt-oss-20b", "q_proj,v_proj"), ("Mixtral-8x7B", "q_proj,v_proj")] {
-        for extra in [&["--modules-to-save", "embed_tokens,lm_head"][..], &["--lora-bias", "all"], &["--lora-bias", "lora_only"]] {
+        for extra in [&["--use-dora"][..], &["--modules-to-save", "embed_tokens,lm_head"], &["--lora-bias", "all"], &["--lora-bias", "lora_only"]] {
             let mut args = vec!["--preset", preset, "--num-layers", "1", "--profile-type", "training", "--lora-r", "8", "--target-modules", targets];
             args.extend_from_slice(extra);
             let o = grid_common::moe::meta_profile(&dir, &args);

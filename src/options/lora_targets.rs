@@ -209,17 +209,15 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
 }
 
 /// What LoRA and bitsandbytes on issue 30's models (the dense families and the MoE models) leave
-/// refused: the options their grids did not measure. DoRA, modules_to_save and bias run over
-/// fp32 and bf16 weights (tests/lora_extras_models_grid.rs: hf_grid/dora_models.json and
+/// refused: the options their grids did not measure. DoRA (on nn.Linear targets: peft's
+/// ParamWrapper refuses it, `resolve_targets`), modules_to_save and bias run over fp32 and bf16
+/// weights (tests/lora_extras_models_grid.rs: hf_grid/dora_models.json and
 /// lora_extras_models.json); over bitsandbytes weights they are not measured.
 pub fn check_new_models(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Result<()> {
     if !hf.model_type.is_family() && hf.moe.is_none() {
         return Ok(());
     }
     let mt = model_type(hf);
-    if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
-        return Err(usage("--use-dora", format!("DoRA on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
-    }
     if let Some(l) = hf.lora.as_ref().filter(|_| four_bit || eight_bit) {
         let load = if four_bit { "4-bit" } else { "8-bit" };
         let unmeasured = |flag: &str, what: &str| usage(flag, format!("{what} over {load} weights on model_type {mt} is not measured yet (over fp32 and bf16 weights it is: hf_grid/dora_models.json, lora_extras_models.json); drop one"));
