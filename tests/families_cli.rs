@@ -155,9 +155,16 @@ fn what_is_not_modelled_for_the_families_is_refused_naming_the_flag() {
     for m in ["Phi-3-mini", "OLMo-2-7B", "Gemma-2-9B", "Gemma-3-27B"] {
         // LoRA and bitsandbytes run (tests/lora_grid.rs); the peft options their grid did not
         // measure are refused.
-        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--use-dora"], &["--use-dora", "not modelled"]);
-        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--modules-to-save", "lm_head"], &["--modules-to-save", "not modelled"]);
-        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--lora-bias", "all"], &["--lora-bias", "not modelled"]);
+        // DoRA runs over fp32 and bf16 weights (dora_models.json), not over 4-bit ones.
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--use-dora", "--load-in-4bit"], &["--use-dora", "not measured"]);
+        // modules_to_save and bias run over fp32 and bf16 weights (lora_extras_models_grid.rs),
+        // not over bitsandbytes weights or under autocast.
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--modules-to-save", "lm_head", "--load-in-4bit"], &["--modules-to-save", "not measured"]);
+        refused("profile", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--lora-bias", "all", "--dtype", "float32", "--precision", "bf16"], &["--lora-bias", "autocast", "not measured"]);
+        if m != "Gemma-3-27B" {
+            // (estimate of Gemma 3 is refused before its adapters.)
+            refused("estimate", &["--model", m, "--lora-r", "8", "--target-modules", "all-linear", "--lora-bias", "all", "--no-simulate"], &["--lora-bias", "closed form"]);
+        }
         // ddp, zero1, zero2, fsdp, hsdp and other FSDP2 units run (tests/dist_models_grid.rs),
         // each alone; the rest is refused.
         refused("profile", &["--model", m, "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "not measured"]);

@@ -491,7 +491,11 @@ impl ModelConfig {
         let (q, kv) = (self.num_heads as u64 * hd, self.num_kv_heads as u64 * hd);
         // (out features, has a bias) per projection, in lora::TARGETS order.
         let biases = [(q, h.qkv_bias), (kv, h.qkv_bias), (kv, h.qkv_bias), (d, h.o_bias), (f, h.mlp_bias), (f, h.mlp_bias), (d, h.mlp_bias)];
-        let per_layer: u64 = crate::model::lora::TARGETS.iter().zip(biases).filter(|(t, (_, has))| *has && lc.trains_bias(t)).map(|(_, (o, _))| o).sum();
+        let mut per_layer: u64 = crate::model::lora::TARGETS.iter().zip(biases).filter(|(t, (_, has))| *has && lc.trains_bias(t)).map(|(_, (o, _))| o).sum();
+        // gpt-oss's router bias (mlp.router.bias, one per expert).
+        if let Some(m) = h.moe.as_ref().filter(|m| m.family == crate::model::hf::moe::MoeFamily::GptOss && lc.trains_router_bias()) {
+            per_layer = per_layer.saturating_add(m.experts as u64);
+        }
         per_layer.saturating_mul(self.num_layers as u64)
     }
 

@@ -182,6 +182,16 @@ impl LoraConfig {
     pub fn saves(&self, module: &str) -> bool {
         self.modules_to_save.iter().any(|m| m == module)
     }
+    /// Whether a router's own bias (gpt-oss's `mlp.router.bias`) trains: `bias="all"` marks
+    /// every parameter named `*.bias`; `lora_only` marks the bias of a LoRA layer's base module,
+    /// which a ParamWrapper on the router's weight is (`BaseTunerLayer.bias`).
+    pub fn trains_router_bias(&self) -> bool {
+        match self.bias {
+            LoraBias::None => false,
+            LoraBias::All => true,
+            LoraBias::LoraOnly => self.targets_router(),
+        }
+    }
     /// Whether projection `name`'s bias trains.
     pub fn trains_bias(&self, name: &str) -> bool {
         match self.bias {

@@ -209,21 +209,23 @@ fn not_a_target(t: &str, hf: &HfConfig, linears: &[&str]) -> String {
 }
 
 /// What LoRA and bitsandbytes on issue 30's models (the dense families and the MoE models) leave
-/// refused: the options their grids did not measure.
+/// refused: the options their grids did not measure. DoRA (on nn.Linear targets: peft's
+/// ParamWrapper refuses it, `resolve_targets`), modules_to_save and bias run over fp32 and bf16
+/// weights (tests/lora_extras_models_grid.rs: hf_grid/dora_models.json and
+/// lora_extras_models.json); over bitsandbytes weights they are not measured.
 pub fn check_new_models(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Result<()> {
     if !hf.model_type.is_family() && hf.moe.is_none() {
         return Ok(());
     }
     let mt = model_type(hf);
-    if let Some(l) = &hf.lora {
+    if let Some(l) = hf.lora.as_ref().filter(|_| four_bit || eight_bit) {
+        let load = if four_bit { "4-bit" } else { "8-bit" };
+        let unmeasured = |flag: &str, what: &str| usage(flag, format!("{what} over {load} weights on model_type {mt} is not measured yet (over fp32 and bf16 weights it is: hf_grid/dora_models.json, lora_extras_models.json); drop one"));
         if l.use_dora {
-            return Err(usage("--use-dora", format!("DoRA on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
+            return Err(unmeasured("--use-dora", "DoRA"));
         }
         if !l.modules_to_save.is_empty() {
-            return Err(usage("--modules-to-save", format!("on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are)")));
-        }
-        if l.bias != crate::model::lora::LoraBias::None {
-            return Err(usage("--lora-bias", format!("{} on model_type {mt} is not modelled yet (llama, mistral, qwen2 and qwen3 are); use none", l.bias.name())));
+            return Err(unmeasured("--modules-to-save", "peft's modules_to_save"));
         }
     }
     if let Some(m) = hf.moe.as_ref().filter(|_| four_bit || eight_bit) {
@@ -245,4 +247,24 @@ pub fn check_new_models(hf: &HfConfig, four_bit: bool, eight_bit: bool) -> Resul
         }
     }
     Ok(())
+}
+
+/// DoRA, modules_to_save and bias on issue 30's models are measured without autocast (the
+/// weights in their dtype): under `--precision` bf16/fp16 autocast they are refused.
+pub fn check_new_models_autocast(hf: &HfConfig, precision: crate::train::Precision) -> Result<()> {
+    if (!hf.model_type.is_family() && hf.moe.is_none()) || precision.autocast().is_none() {
+        return Ok(());
+    }
+    let Some(l) = &hf.lora else { return Ok(()) };
+    let mt = model_type(hf);
+    let flag = if l.use_dora {
+        "--use-dora"
+    } else if !l.modules_to_save.is_empty() {
+        "--modules-to-save"
+    } else if l.bias != crate::model::lora::LoraBias::None {
+        "--lora-bias"
+    } else {
+        return Ok(());
+    };
+    Err(usage(flag, format!("with {precision} autocast on model_type {mt} is not measured yet (hf_grid/dora_models.json and lora_extras_models.json run the weights in their dtype); drop the autocast precision or the flag")))
 }

@@ -57,20 +57,15 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // dist_lora_models_grid.rs measures peft's LoRA (ddp, zero2, fsdp) and 4-bit QLoRA (ddp) on
     // every family and MoE model, on the targets' modules (an MoE model's are its attention's,
     // and Qwen2-MoE's shared expert's) and (LoRA) through ParamWrapper on the experts' 3-D
-    // weights and the router's, no bias, nothing saved, prepared 4-bit weights; the layouts'
-    // own limits on adapters are parallel::adapters_refusal's.
+    // weights and the router's, prepared 4-bit weights; modules_to_save and bias as
+    // --lora-extras measures them (dist_grid/lora_extras.json); the layouts' own limits on
+    // adapters are parallel::adapters_refusal's and bias_dtype_refusal's.
     if let Some(l) = &hf.lora {
         let one_gpu = "; profile one GPU (drop the parallel flags)";
         // Every eager-loop ParamWrapper point of lora_models.json (all with non-reentrant
         // checkpointing) misses PyTorch's forward peak, at the fold's baddbmm.
         if !l.target_parameters.is_empty() && moe.is_some_and(|m| m.implementation == crate::model::hf::moe::ExpertsImplementation::Eager) {
             return Some(("--experts-implementation", format!("peft's ParamWrapper (--target-parameters) on {name}'s eager experts loop under a parallel layout does not match PyTorch yet (its forward peak, at the fold's baddbmm, comes out up to 1.4% low: dist_grid/lora_models.json); use --experts-implementation grouped_mm or batched_mm{one_gpu}")));
-        }
-        if !l.modules_to_save.is_empty() {
-            return Some(("--modules-to-save", format!("peft's modules_to_save copies on {name} under a parallel layout are not measured yet{one_gpu}")));
-        }
-        if l.bias != crate::model::lora::LoraBias::None {
-            return Some(("--lora-bias", format!("trainable biases (lora_bias) of {name} under a parallel layout are not measured yet{one_gpu}")));
         }
     }
     if let Some(q) = &hf.bnb {
@@ -118,4 +113,16 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         }
     }
     None
+}
+
+/// FSDP2 (fsdp, zero2 and hsdp: `fully_shard` per decoder layer) asserts one original dtype over
+/// a unit's trainable parameters: peft's trained biases (`--lora-bias`) in the weights' bf16 or
+/// fp16 beside the fp32 adapters make PyTorch raise "FSDP expects uniform original parameter
+/// dtype" (measured on gpt-oss and Qwen2-MoE: measure_dist.py --lora-extras), so no step runs.
+pub fn bias_dtype_refusal(c: &ParallelConfig, cfg: &crate::model::ModelConfig, weights: crate::engine::DType) -> Option<(&'static str, String)> {
+    let fully_shard = matches!(c.layout, Layout::Fsdp | Layout::Zero2 | Layout::Hsdp);
+    if !fully_shard || weights == crate::engine::DType::F32 || cfg.lora_bias_count() == 0 {
+        return None;
+    }
+    Some(("--lora-bias", format!("trains {weights} biases beside peft's fp32 adapters in one fully_shard unit: FSDP2 (--parallel {}) raises \"FSDP expects uniform original parameter dtype\" in PyTorch; use fp32 weights, --lora-bias none, or --parallel ddp", c.layout.name())))
 }

@@ -228,6 +228,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     if let Some((flag, why)) = parallel.as_ref().zip(cfg.hf()).and_then(|(pc, h)| super::parallel_models::refusal(pc, h)) {
         return Err(usage(flag, why));
     }
+    if let Some((flag, why)) = parallel.as_ref().and_then(|pc| super::parallel_models::bias_dtype_refusal(pc, &cfg, precision.param_dtype())) {
+        return Err(usage(flag, why));
+    }
     // GradScaler.unscale_ under tensor parallelism: PyTorch stops (measured under
     // transformers' plan, measure_tp_hf.py --autocast; torch's plan also mixes sharded DTensor
     // weights with plain-tensor norms).
@@ -267,6 +270,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         }
     }
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
+    if let Some(h) = cfg.hf() {
+        super::lora_targets::check_new_models_autocast(h, precision)?;
+    }
     let static_generate = a.profile_type.iter().all(|&k| k == ProfileType::Generate) && a.generate.cache_implementation.as_deref() == Some("static");
     let kinds = a.profile_type.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");
     super::generate::check_static_only_window(cfg.hf(), static_generate, true, if a.profile_type.contains(&ProfileType::Generate) { "--cache-implementation" } else { "--profile-type" }, &format!("--profile-type {kinds}"))?;

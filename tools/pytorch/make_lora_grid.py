@@ -558,6 +558,86 @@ def q2grid():
     return todo
 
 
+def xgrid():
+    """peft's modules_to_save and bias on issue 30's models (make_family_grid.py's and
+    make_moe_grid.py's / make_gptoss_grid.py's / make_deepseek_grid.py's shapes, routing forced):
+    ModulesToSaveWrapper copies of lm_head, embed_tokens or both (Gemma's tied head: the copy
+    unties it, ensure_weight_tying off) and bias all / lora_only (peft marks every parameter
+    named `*.bias`: gpt-oss's attention and router biases, Qwen2-MoE's q/k/v biases; the other
+    models have none), fp32 and bf16, eager and sdpa, checkpointing off, non-reentrant and
+    reentrant, training, forward and inference."""
+    att = "q_proj,k_proj,v_proj,o_proj"
+
+    def save(p, m):
+        p["modules_to_save"] = m
+        return p
+
+    def bias(p, b):
+        p["lora_bias"] = b
+        return p
+
+    todo = []
+    for p, kinds in (
+        (save(family_lora("phi3", 0, 8, "qkv_proj,o_proj"), "lm_head"), ("training", "forward", "inference")),
+        (save(family_lora("olmo2", 1, 16, "all-linear", dtype="fp32", checkpoint="non-reentrant", attn="eager"), "embed_tokens,lm_head"), ("training",)),
+        (save(family_lora("gemma2", 2, 8, None), "lm_head"), ("training", "forward")),
+        (save(family_lora("gemma3_text", 3, 8, "all-linear", checkpoint="reentrant"), "embed_tokens"), ("training",)),
+        (save(family_lora("gemma3_text", 0, 16, None, dtype="fp32", checkpoint="non-reentrant"), "embed_tokens,lm_head"), ("training",)),
+        (save(moe_lora(0, 8, "q_proj,v_proj"), "lm_head"), ("training",)),  # mixtral grouped_mm balanced sdpa fp32
+        (save(moe_lora(7, 8, att, checkpoint="non-reentrant"), "embed_tokens"), ("training",)),  # qwen3_moe eager balanced eager bf16
+        (save(moe_lora(13, 8, "q_proj,v_proj", checkpoint="reentrant"), "embed_tokens,lm_head"), ("training",)),  # qwen2_moe eager bf16
+        (save(gptoss_lora(1, 8, att), "lm_head"), ("training",)),  # eager balanced bf16
+        (save(deepseek_lora(0, 8, "q_a_proj,o_proj"), "embed_tokens,lm_head"), ("training", "inference")),  # grouped_mm sdpa fp32
+        (save(moe_lora(2, 4, "q_proj,v_proj"), "lm_head"), ("forward",)),  # mixtral batched_mm worst bf16
+        (bias(family_lora("phi3", 1, 8, "all-linear"), "all"), ("training",)),
+        (bias(family_lora("olmo2", 2, 8, "q_proj,v_proj", checkpoint="non-reentrant"), "lora_only"), ("training",)),
+        (bias(family_lora("gemma2", 0, 8, None, dtype="fp32"), "all"), ("training",)),
+        (bias(family_lora("gemma3_text", 1, 8, "all-linear", checkpoint="reentrant"), "lora_only"), ("training",)),
+        (bias(gptoss_lora(0, 8, "q_proj,v_proj"), "all"), ("training", "forward")),  # grouped_mm balanced fp32
+        (bias(gptoss_lora(2, 16, att, checkpoint="non-reentrant"), "lora_only"), ("training",)),  # grouped_mm worst bf16
+        (bias(gptoss_lora(3, 8, "k_proj,o_proj", checkpoint="reentrant"), "all"), ("training",)),  # eager worst fp32
+        (bias(gptoss_lora(8, 8, "", "mlp.router.weight"), "lora_only"), ("training",)),  # batched_mm: the router's ParamWrapper
+        (bias(moe_lora(12, 8, "q_proj,v_proj"), "all"), ("training", "inference")),  # qwen2_moe grouped_mm sdpa fp32
+        (bias(moe_lora(13, 16, att, checkpoint="non-reentrant"), "lora_only"), ("training",)),  # eager eager bf16
+        (bias(moe_lora(14, 4, "v_proj,o_proj", checkpoint="reentrant"), "lora_only"), ("training",)),  # batched_mm sdpa fp32
+        (bias(moe_lora(15, 8, "all-linear"), "all"), ("training",)),  # grouped_mm worst eager bf16: the shared expert too
+        (bias(moe_lora(0, 8, "q_proj,v_proj"), "all"), ("training",)),  # mixtral: no bias
+        (bias(moe_lora(9, 8, att), "all"), ("training",)),  # qwen3_moe grouped_mm worst eager bf16
+        (bias(deepseek_lora(1, 8, "q_proj,kv_b_proj", checkpoint="non-reentrant"), "all"), ("training",)),  # eager eager bf16
+    ):
+        todo += [(p, kind) for kind in kinds]
+    return todo
+
+
+def drgrid():
+    """DoRA (use_dora=True) on issue 30's models: the families' projections (Phi-3's fused
+    qkv_proj and gate_up_proj, all-linear) and the MoE models' attention (peft's ParamWrapper
+    raises on use_dora, so no target_parameters), fp32 and bf16, eager and sdpa, dropout 0 and
+    0.05, checkpointing off, non-reentrant and reentrant, training, forward and inference."""
+    att = "q_proj,k_proj,v_proj,o_proj"
+    todo = []
+    for p, kinds in (
+        (family_lora("phi3", 0, 8, "qkv_proj,o_proj"), ("training", "forward", "inference")),
+        (family_lora("phi3", 1, 16, "all-linear", dtype="fp32", checkpoint="reentrant", lora_dropout=0.05), ("training",)),
+        (family_lora("olmo2", 2, 8, "all-linear", checkpoint="non-reentrant"), ("training",)),
+        (family_lora("olmo2", 3, 4, "q_proj,v_proj", dtype="fp32", attn="eager", lora_dropout=0.05), ("training",)),
+        (family_lora("gemma2", 0, 8, None), ("training", "inference")),
+        (family_lora("gemma3_text", 1, 8, "all-linear", checkpoint="reentrant"), ("training",)),
+        (family_lora("gemma3_text", 2, 16, None, dtype="fp32", lora_dropout=0.05, checkpoint="non-reentrant"), ("training",)),
+        (moe_lora(0, 8, "q_proj,v_proj"), ("training", "forward")),  # mixtral grouped_mm balanced sdpa fp32
+        (moe_lora(7, 8, att, checkpoint="non-reentrant"), ("training",)),  # qwen3_moe eager balanced eager bf16
+        (moe_lora(12, 8, "q_proj,v_proj", lora_dropout=0.05), ("training",)),  # qwen2_moe grouped_mm sdpa fp32
+        (moe_lora(15, 4, "all-linear", checkpoint="reentrant"), ("training",)),  # qwen2_moe: attention and shared expert
+        (gptoss_lora(1, 8, att), ("training", "inference")),  # eager balanced bf16
+        (gptoss_lora(0, 8, "q_proj,v_proj", checkpoint="non-reentrant"), ("training",)),
+        (deepseek_lora(0, 8, "q_a_proj,o_proj"), ("training",)),  # grouped_mm sdpa fp32
+        (deepseek_lora(1, 8, "q_proj,kv_b_proj", checkpoint="reentrant"), ("training",)),  # eager eager bf16
+    ):
+        p["use_dora"] = True
+        todo += [(p, kind) for kind in kinds]
+    return todo
+
+
 def moe_name_of(p, kind):
     import make_moe_grid as MG
     if p["model_type"] == "gpt_oss":
@@ -606,18 +686,21 @@ def main():
     gptoss_p, deepseek_p, conv = "--gpt-oss-params" in sys.argv, "--deepseek-params" in sys.argv, "--converted" in sys.argv
     shared, q2 = "--qwen2-moe-shared" in sys.argv, "--qwen2-moe-4bit" in sys.argv
     moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared or q2
-    todo = q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    extras, mdora = "--extras" in sys.argv, "--models-dora" in sys.argv
+    todo = xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
     if moe:
         fixture = "qlora_qwen2_moe.json" if q2 else "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
+    if extras or mdora:
+        path = os.path.join(OUT, "lora_extras_models.json" if extras else "dora_models.json")
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

@@ -542,9 +542,10 @@ def units_grid():
 
 def lora_extras_grid():
     """peft's modules_to_save (ModulesToSaveWrapper: trainable copies of lm_head and/or
-    embed_tokens) and lora_bias (a bias on every lora_B) under ddp, zero2 and fsdp, on the
-    families and the MoE models (make_lora_grid.py's shapes), world 2-4, ranks 0 and the last,
-    training and a forward."""
+    embed_tokens) and bias all / lora_only (peft's LoraConfig(bias=...): the base biases named
+    `*.bias` train -- gpt-oss's attention and router, Qwen2-MoE's q/k/v; the other models have
+    none) under ddp, zero2 and fsdp, on the families and the MoE models (make_lora_grid.py's
+    shapes), world 2-4, ranks 0 and the last, training and a forward."""
     import make_lora_grid as L
     att = "q_proj,k_proj,v_proj,o_proj"
     fam = lambda mt, i, r, t, **o: L.family_lora(mt, i, r, t, **o)
@@ -560,6 +561,15 @@ def lora_extras_grid():
         ("zero2", fam("gemma2", 3, 8, "all-linear", lora_bias="all", dtype="bf16"), "training", 2, 1),
         ("zero2", L.moe_lora(12, 8, "q_proj,v_proj", modules_to_save="embed_tokens,lm_head"), "training", 4, 3),  # qwen2_moe
         ("zero2", L.deepseek_lora(0, 8, "q_a_proj,o_proj", lora_bias="all"), "training", 2, 0),
+        # The models with biases peft's option reaches: gpt-oss's attention and router
+        # (mlp.router.bias), Qwen2-MoE's q/k/v.
+        ("ddp", L.gptoss_lora(0, 8, "q_proj,v_proj", lora_bias="all"), "training", 2, 1),  # grouped_mm balanced fp32
+        # (FSDP2 over bf16 weights: the trained bf16 biases beside the fp32 adapters in one
+        # fully_shard unit raise "FSDP expects uniform original parameter dtype"; fp32 here.)
+        ("fsdp", L.gptoss_lora(3, 8, "q_proj,k_proj,v_proj,o_proj", lora_bias="lora_only", checkpoint="non-reentrant"), "training", 2, 0),  # eager worst fp32
+        ("zero2", L.moe_lora(12, 8, "q_proj,v_proj", lora_bias="all"), "training", 3, 2),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", L.moe_lora(16, 8, att, lora_bias="lora_only", checkpoint="non-reentrant"), "training", 2, 1),  # qwen2_moe eager worst fp32
+        ("ddp", L.moe_lora(14, 4, "v_proj,o_proj", lora_bias="lora_only"), "training", 4, 3),  # qwen2_moe batched_mm worst fp32
     ]
     return [dist_point(p, kind, layout, world, rank, L.names(p, kind)) for layout, p, kind, world, rank in rows]
 

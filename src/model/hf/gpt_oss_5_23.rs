@@ -27,7 +27,9 @@ use std::rc::Rc;
 /// hidden), its bias), then the two norms. `dims` is [q, kv, hidden, heads]. `lin` makes the
 /// attention's nn.Linear modules (slot, name, rows, cols, bias): plain, or bitsandbytes' (the
 /// only modules it quantizes here: the router and the experts are no nn.Linear).
-pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, bias: bool, dims: [usize; 4], lin: &mut super::LinearMaker<'_>) -> Layer {
+/// `router_bias_trains`: peft's `bias` option leaves `mlp.router.bias` trainable
+/// (`LoraConfig::trains_router_bias`).
+pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, bias: bool, dims: [usize; 4], router_bias_trains: bool, lin: &mut super::LinearMaker<'_>) -> Layer {
     let [q, kv, d, heads] = dims;
     let (e, i) = (m.experts, m.intermediate);
     let std = Init::Normal { std: 0.02 };
@@ -38,7 +40,10 @@ pub(super) fn layer(b: &mut Builder, p: &dyn Fn(&str) -> String, m: &MoeConfig, 
     let (wo, bo) = lin(b, 3, "self_attn.o_proj", d, q, bias);
     let sinks = b.param(p("self_attn.sinks"), &[heads], std);
     let router = b.param(p("mlp.router.weight"), &[e, d], std);
-    let router_bias = b.param(p("mlp.router.bias"), &[e], std);
+    let router_bias = {
+        let frozen = b.frozen && !router_bias_trains;
+        b.param_as(p("mlp.router.bias"), &[e], std, b.dtype, frozen)
+    };
     let gate_up = b.param(p("mlp.experts.gate_up_proj"), &[e, d, 2 * i], std);
     let gate_up_bias = b.param(p("mlp.experts.gate_up_proj_bias"), &[e, 2 * i], zero);
     let down = b.param(p("mlp.experts.down_proj"), &[e, i, d], std);

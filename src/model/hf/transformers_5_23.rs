@@ -162,7 +162,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
             continue;
         }
         if let Some(m) = hf.moe.as_ref().filter(|_| is_gpt_oss(hf)) {
-            let mut layer = gpt_oss_5_23::layer(&mut b, &p, m, hf.qkv_bias, [q, kv, d, cfg.num_heads], &mut lin);
+            let mut layer = gpt_oss_5_23::layer(&mut b, &p, m, hf.qkv_bias, [q, kv, d, cfg.num_heads], hf.lora.as_ref().is_some_and(|l| l.trains_router_bias()), &mut lin);
             Rc::get_mut(layer.hf.as_mut().expect("hf layer")).expect("a new layer").quant = quant;
             layers.push(layer);
             continue;
