@@ -289,7 +289,6 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "Gemma-3-27B"], "--preset", "gemma3_text is not modelled"),
         (&["--preset", "Gemma-2-9B"], "--preset", "gemma2 is not modelled"),
         (&["--preset", "gpt-oss-20b"], "--preset", "gpt_oss is not modelled yet"),
-        (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
     ];
     // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.
     let slide = std::env::temp_dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));

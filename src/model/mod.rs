@@ -13,6 +13,7 @@ pub mod py;
 pub mod tinyllama;
 pub mod tp;
 pub mod vllm_0_33;
+pub mod vllm_mla;
 
 pub use config::{Attention, Checkpoint, ConfigError, Flavour, ModelConfig};
 

@@ -39,6 +39,8 @@
 //!   the smallest block count, `kv_cache_planning.py:1587-1601`; the ranks here are identical,
 //!   so it is every rank's): see [`weight_bytes_per_rank`] and [`kv_heads_per_rank`]; the
 //!   divisibility vLLM asserts is [`check_tensor_parallel`].
+//! - DeepSeek-V3 (multi-head latent attention, an `MLAAttentionSpec` per layer): its weights,
+//!   latent cache page, divisibility and forward estimate are [`vllm_mla`]'s.
 //! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`),
 //!   or a `SlidingWindowSpec` when the layer has a window (`attention.py:624-672`; see
 //!   [`KvSpec`]), dtype the model's for `auto` and uint8 for
@@ -59,7 +61,7 @@
 //!   (`kv_cache_utils.py:1147-1154`). GiB figures print as `round(b / 2**30, 2)`
 //!   (`format_gib`, `utils/mem_utils.py:30`).
 use crate::model::hf::moe::MoeFamily;
-use crate::model::ModelConfig;
+use crate::model::{vllm_mla, ModelConfig};
 
 /// The vLLM release whose plan this file reproduces.
 pub const VLLM_VERSION: &str = "0.33.0";
@@ -180,6 +182,9 @@ pub fn padded_vocab(m: &ModelConfig) -> usize {
 /// outnumber them (`model_executor/models/llama.py:147-156`, `qwen2.py:141-149`,
 /// `qwen3.py:91-99`; `config/model.py:1683`).
 pub fn kv_heads_per_rank(m: &ModelConfig, tp: usize) -> usize {
+    if vllm_mla::parts(m).is_some() {
+        return 1; // one latent head, whole on every rank
+    }
     (m.num_kv_heads / tp.max(1)).max(1)
 }
 
@@ -187,6 +192,9 @@ pub fn kv_heads_per_rank(m: &ModelConfig, tp: usize) -> usize {
 pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
     if tp == 0 {
         return Err("must be at least 1".into());
+    }
+    if let Some((moe, p)) = vllm_mla::parts(m) {
+        return vllm_mla::check_tensor_parallel(m, moe, p, tp);
     }
     // ModelConfig.verify_with_parallel_config (config/model.py:1557-1563).
     if !m.num_heads.is_multiple_of(tp) {
@@ -289,6 +297,9 @@ pub fn mlp_elements_per_rank(m: &ModelConfig, tp: u64) -> u64 {
 
 /// Bytes of one rank's weights.
 pub fn weight_bytes_per_rank(m: &ModelConfig, elem: usize, tp: usize) -> u64 {
+    if let Some((moe, p)) = vllm_mla::parts(m) {
+        return vllm_mla::weight_bytes_per_rank(m, moe, p, elem, tp);
+    }
     weight_elements_per_rank(m, tp).saturating_mul(elem as u64)
 }
 
@@ -315,6 +326,7 @@ pub fn activation_peak_estimate(c: &ServeConfig) -> u64 {
     let b = c.weight_bytes as u64;
     let (d, f) = (m.d_model as u64, (m.d_ff / c.tensor_parallel_size.max(1)) as u64);
     let forward = match m.hf().and_then(|h| h.moe.as_ref()) {
+        Some(moe) if moe.deepseek.is_some() => vllm_mla::forward_estimate(c, moe, moe.deepseek.as_ref().expect("checked")),
         Some(moe) => moe_forward_estimate(c, moe),
         None => t * b * (2 * d + 3 * f),
     };
@@ -356,6 +368,9 @@ pub fn moe_forward_estimate(c: &ServeConfig, moe: &crate::model::hf::moe::MoeCon
 /// (`model_executor/layers/attention/attention.py:101-130`, `:655-661`) keep it.
 pub fn page_bytes(c: &ServeConfig) -> u64 {
     let m = &c.model;
+    if let Some((_, p)) = vllm_mla::parts(m) {
+        return vllm_mla::page_bytes(c, p);
+    }
     (c.block_size as u64) * kv_heads_per_rank(m, c.tensor_parallel_size) as u64 * 2 * m.head_dim() as u64 * c.kv_bytes as u64
 }
 
@@ -426,6 +441,7 @@ pub fn plan_kv_cache(c: &ServeConfig, available: i128) -> ServePlan {
         available_kv_cache_memory: available,
         num_kv_heads_per_rank: kv_heads_per_rank(&c.model, c.tensor_parallel_size),
         kv_cache_spec: match c.kv_spec() {
+            KvSpec::Full if vllm_mla::parts(&c.model).is_some() => "MLAAttentionSpec".into(),
             KvSpec::Full => "FullAttentionSpec".into(),
             KvSpec::SlidingWindow { window } => format!("SlidingWindowSpec(sliding_window={window})"),
         },

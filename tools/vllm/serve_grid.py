@@ -27,6 +27,13 @@ Per point, from vLLM's functions:
   available memory on every rank: page and block bytes, num_blocks, vLLM's capacity
   (get_kv_cache_capacity: tokens and concurrency), the ValueError when max_model_len does not
   fit (its text), and auto-fit's max_model_len (original_max_model_len = -1).
+
+`--mla` writes tests/fixtures/vllm_serve_mla.json (tests/serve_mla_grid.rs) instead: DeepSeek-V3
+(multi-head latent attention) shapes x TP x block size x max_model_len x available memory, with
+the weight bytes per rank composed from vLLM's own layers as deepseek_v2.py composes them
+(DeepSeekV2FusedQkvAProjLinear, GateLinear and its fp32 e_score_correction_bias, the dense
+first_k_dense_replace layers, the shared experts, FusedMoE's w13/w2) and the cache planned over
+MLAAttentionSpec layers (one latent head of kv_lora_rank + qk_rope_head_dim, max_tp_shards 1).
 """
 import json
 import math
@@ -196,7 +203,10 @@ def specs_for(m, kv_heads, block, dtype):
 
 
 def plan(m, kv_heads, tp, block, dtype, max_model_len, batched, available):
-    specs = specs_for(m, kv_heads, block, dtype)
+    return plan_specs(specs_for(m, kv_heads, block, dtype), tp, block, max_model_len, batched, available)
+
+
+def plan_specs(specs, tp, block, max_model_len, batched, available):
     out = {}
     with mock.patch("vllm.platforms.current_platform.get_kv_cache_config_builder_cls",
                     return_value="vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder", create=True):
@@ -298,7 +308,161 @@ def grid():
     return pts
 
 
+# --- Multi-head latent attention (DeepSeek-V3, `--mla`: tests/fixtures/vllm_serve_mla.json) ---
+DEEPSEEK_V3 = {k: v for k, v in load("DeepSeek-V3").items() if k != "quantization_config"}
+MLA_MODELS = {
+    # The published config.json less its fp8 quantization_config (the bf16 load).
+    "DeepSeek-V3": DEEPSEEK_V3,
+    # A small shape of it: the same latent dims (FlashAttention MLA takes 576 = 512 + 64).
+    "DeepSeek-V3-small-shape": dict(DEEPSEEK_V3, hidden_size=1024, intermediate_size=2816, moe_intermediate_size=256, num_hidden_layers=5,
+                                    num_attention_heads=16, num_key_value_heads=16, q_lora_rank=384, n_routed_experts=32, n_group=4,
+                                    topk_group=2, num_experts_per_tok=4, first_k_dense_replace=2, vocab_size=32000,
+                                    max_position_embeddings=16384),
+    # moonshotai/Moonlight-16B-A3B's shape: no low-rank query (q_proj), two shared experts, one dense layer.
+    "Moonlight-16B-A3B-shape": dict(DEEPSEEK_V3, hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408, num_hidden_layers=27,
+                                    num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None, n_routed_experts=64, n_shared_experts=2,
+                                    n_group=1, topk_group=1, num_experts_per_tok=6, first_k_dense_replace=1, vocab_size=163840,
+                                    max_position_embeddings=8192, bos_token_id=163584, eos_token_id=163585),
+    # No topk_method (greedy routing: no e_score_correction_bias) and a 320-wide latent (256 + 64).
+    "DeepSeek-V3-greedy-320-shape": {**{k: v for k, v in DEEPSEEK_V3.items() if k not in ("topk_method", "scoring_func")},
+                                     "hidden_size": 1536, "intermediate_size": 4096, "moe_intermediate_size": 512, "num_hidden_layers": 6,
+                                     "num_attention_heads": 32, "num_key_value_heads": 32, "kv_lora_rank": 256, "q_lora_rank": 768,
+                                     "n_routed_experts": 16, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2,
+                                     "first_k_dense_replace": 3, "vocab_size": 50000, "max_position_embeddings": 32768},
+}
+
+
+def mla_shape(cfg):
+    """The fields vLLM's deepseek_v2.py reads (DeepseekV2DecoderLayer, DeepseekV2MLAAttention, DeepseekV2MoE)."""
+    assert cfg["model_type"] == "deepseek_v3" and cfg.get("moe_layer_freq", 1) == 1
+    return dict(
+        d=cfg["hidden_size"], f=cfg["intermediate_size"], fe=cfg["moe_intermediate_size"], layers=cfg["num_hidden_layers"],
+        heads=cfg["num_attention_heads"], vocab=cfg["vocab_size"], experts=cfg["n_routed_experts"], top_k=cfg["num_experts_per_tok"],
+        shared=cfg["n_shared_experts"], dense=cfg["first_k_dense_replace"], q_lora=cfg.get("q_lora_rank"),
+        kv_lora=cfg["kv_lora_rank"], nope=cfg["qk_nope_head_dim"], rope=cfg["qk_rope_head_dim"], v=cfg["v_head_dim"],
+        noaux_tc=cfg.get("topk_method") == "noaux_tc",
+    )
+
+
+def mla_weight_bytes_per_rank(m, tp):
+    """One rank's weight bytes, composed as deepseek_v2.py composes vLLM's own layers (rank 0 at
+    world size tp): DeepseekV2MLAAttention (fused_qkv_a_proj = DeepSeekV2FusedQkvAProjLinear,
+    replicated; q_a_layernorm; q_b_proj or q_proj, column-parallel; kv_a_proj_with_mqa when there
+    is no q_lora_rank; kv_a_layernorm; kv_b_proj column-parallel; o_proj row-parallel), the two
+    RMSNorms, the first_k_dense_replace layers' DeepseekV2MLP, and the others' DeepseekV2MoE:
+    GateLinear (bf16), e_score_correction_bias (float32, topk_method noaux_tc), shared_experts
+    (a DeepseekV2MLP of moe_intermediate_size x n_shared_experts; AITER's fused shared experts
+    are ROCm only) and FusedMoE's w13/w2; the embedding, the final norm and a ParallelLMHead
+    (deepseek_v2.py always builds one)."""
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    from vllm.model_executor.models.deepseek_v2 import DeepSeekV2FusedQkvAProjLinear
+    patches = [
+        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+    ]
+    for p in patches:
+        p.start()
+
+    def nbytes(module):
+        return sum(p.numel() * p.element_size() for p in module.parameters())
+    try:
+        dt = torch.bfloat16
+        torch.set_default_dtype(dt)
+        with torch.device("meta"):
+            qk = m["nope"] + m["rope"]
+            attn = 0
+            if m["q_lora"] is not None:
+                attn += nbytes(DeepSeekV2FusedQkvAProjLinear(m["d"], [m["q_lora"], m["kv_lora"] + m["rope"]]))
+                attn += m["q_lora"] * 2  # q_a_layernorm
+                attn += nbytes(vlinear.ColumnParallelLinear(m["q_lora"], m["heads"] * qk, bias=False, params_dtype=dt))
+            else:
+                attn += nbytes(vlinear.ReplicatedLinear(m["d"], m["kv_lora"] + m["rope"], bias=False, params_dtype=dt))
+                attn += nbytes(vlinear.ColumnParallelLinear(m["d"], m["heads"] * qk, bias=False, params_dtype=dt))
+            attn += m["kv_lora"] * 2  # kv_a_layernorm
+            attn += nbytes(vlinear.ColumnParallelLinear(m["kv_lora"], m["heads"] * (m["nope"] + m["v"]), bias=False, params_dtype=dt))
+            attn += nbytes(vlinear.RowParallelLinear(m["heads"] * m["v"], m["d"], bias=False, params_dtype=dt))
+
+            def dense_mlp(width):
+                return (nbytes(vlinear.MergedColumnParallelLinear(m["d"], [width] * 2, bias=False, params_dtype=dt))
+                        + nbytes(vlinear.RowParallelLinear(width, m["d"], bias=False, params_dtype=dt)))
+            gate = GateLinear(m["d"], m["experts"])
+            assert gate.weight.dtype == dt
+            moe = nbytes(gate) + (m["experts"] * 4 if m["noaux_tc"] else 0)
+            moe += dense_mlp(m["fe"] * m["shared"])
+            moe += 2 * fused_moe_numel(dict(moe=dict(experts=m["experts"], top_k=m["top_k"], inter=m["fe"]), d=m["d"]), tp)
+            dense = dense_mlp(m["f"])
+            emb = nbytes(vvocab.VocabParallelEmbedding(m["vocab"], m["d"], params_dtype=dt))
+            head = nbytes(vvocab.ParallelLMHead(m["vocab"], m["d"], params_dtype=dt))
+        norms = 2 * m["d"] * 2  # input_layernorm, post_attention_layernorm
+        dense_layers = m["dense"] * (attn + norms + dense)
+        sparse_layers = (m["layers"] - m["dense"]) * (attn + norms + moe)
+        return dense_layers + sparse_layers + emb + head + m["d"] * 2
+    finally:
+        torch.set_default_dtype(torch.float32)
+        for p in patches:
+            p.stop()
+
+
+def mla_plan(m, block, max_model_len, batched, available, tp):
+    """MLAAttention.get_kv_cache_spec (mla_attention.py:1371): one latent head of kv_lora_rank +
+    qk_rope_head_dim, max_tp_shards 1 (every rank holds it whole), cache dtype auto; planned
+    as plan() plans, with the same spec on every layer."""
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, get_kv_quant_mode
+    spec = MLAAttentionSpec(block_size=block, num_kv_heads=1, max_tp_shards=1, head_size=m["kv_lora"] + m["rope"], dtype=torch.bfloat16,
+                            cache_dtype_str="auto", kv_quant_mode=get_kv_quant_mode("auto"), state_content_bytes=None,
+                            topk_buffer_width=None, is_index_group_leader=False, non_causal_multi_token_decode=False)
+    specs = {f"model.layers.{i}.self_attn.mla_attn": spec for i in range(m["layers"])}
+    return plan_specs(specs, tp, block, max_model_len, batched, available)
+
+
+def mla_grid():
+    pts = []
+    tps = {"DeepSeek-V3": [4, 8, 16], "DeepSeek-V3-small-shape": [1, 2, 4], "Moonlight-16B-A3B-shape": [1, 2, 4],
+           "DeepSeek-V3-greedy-320-shape": [1, 2]}
+    i = 0
+    for name, ts in tps.items():
+        for tp in ts:
+            for block in (16, 32, 64):
+                i += 1
+                # Lengths, memories and token budgets cycle out of step with the block sizes, so
+                # every block size meets plans that fit and plans that do not.
+                lens = [4096, 16384, MLA_MODELS[name]["max_position_embeddings"]]
+                mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 50, 100 * GIB + 1][i % 4]
+                batched = [8192, 2048][(i // 3) % 2]
+                pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype="auto",
+                                max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main_mla():
+    out = []
+    for p in mla_grid():
+        m = mla_shape(MLA_MODELS[p["model"]])
+        tp = p["tensor_parallel_size"]
+        row = dict(p, weight_bytes_per_rank=mla_weight_bytes_per_rank(m, tp), num_kv_heads_per_rank=1)
+        row.update(mla_plan(m, p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"], tp))
+        out.append(row)
+        print(p["model"], tp, p["block_size"], row["weight_bytes_per_rank"], row.get("num_blocks"), (row.get("error") or "")[:40], file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py --mla",
+        "configs": MLA_MODELS,
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_mla.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 def main():
+    if "--mla" in sys.argv[1:]:
+        return main_mla()
     out = []
     for p in grid():
         cfg = MODELS[p["model"]]
