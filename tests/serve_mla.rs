@@ -74,3 +74,45 @@ fn deepseek_v3_plans_with_one_latent_head() {
         assert!(err.contains(flag) && err.contains(why), "{a:?} should name {flag} and say {why:?}: {err}");
     }
 }
+
+/// A Qwen3-MoE config with dense layers among the sparse ones plans under `serve` (its weights
+/// are pinned by tests/serve_mla_grid.rs), while the transformers-side commands still refuse it.
+#[test]
+fn dense_layers_among_sparse_ones_plan() {
+    let p = std::env::temp_dir().join(format!("vramscope-serve-dense-mix-{}.json", std::process::id()));
+    std::fs::write(
+        &p,
+        r#"{"model_type": "qwen3_moe", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_experts": 8,
+            "num_experts_per_tok": 2, "max_position_embeddings": 2048, "mlp_only_layers": [0], "decoder_sparse_step": 1, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let cfg = p.to_str().unwrap();
+    let o = serve(&["--config", cfg, "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // By hand: 4 layers of attention (256 x (4 + 2 x 2) x 64 + 4 x 64 x 256), norms 2 x 256 and
+    // q/k norms 2 x 64; one dense MLP 3 x 256 x 512; three sparse ones (router 8 x 256, experts
+    // 3 x 8 x 128 x 256); embedding and lm_head 2 x 1024 x 256; final norm 256. Times 2 bytes.
+    let attn = 256 * 8 * 64 + 4 * 64 * 256 + 2 * 256 + 2 * 64;
+    let elems = 4 * attn + 3 * 256 * 512 + 3 * (8 * 256 + 3 * 8 * 128 * 256) + 2 * 1024 * 256 + 256;
+    let bytes = format!("{} bytes  parameters", commas(2 * elems as u64));
+    assert!(out.contains(&bytes), "{bytes}: {out}");
+    let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(["estimate", "--config", cfg]).output().unwrap();
+    let err = text(&o).1;
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("mlp_only_layers"), "{err}");
+    let _ = std::fs::remove_file(&p);
+}
+
+fn commas(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -4,7 +4,10 @@
 //! rank: the latent attention's projections, the dense first_k_dense_replace layers, the router
 //! and its fp32 e_score_correction_bias, the shared experts, FusedMoE's w13/w2) and its KV cache
 //! planning over `MLAAttentionSpec` layers (one latent head, whole on every rank), over shapes ×
-//! TP × block size × max_model_len × available memory. Every number and message must match.
+//! TP × block size × max_model_len × available memory. The same fixture holds Qwen2-MoE and
+//! Qwen3-MoE configs with dense layers among the sparse ones (`mlp_only_layers`,
+//! `decoder_sparse_step`): their weight elements per rank and FullAttentionSpec plans. Every
+//! number and message must match.
 use serde_json::Value;
 use vramscope::model::vllm_0_33::{self as vllm, ServeConfig};
 
@@ -15,13 +18,16 @@ fn fixture() -> Value {
 
 fn config(doc: &Value, p: &Value) -> ServeConfig {
     let name = p["model"].as_str().unwrap();
-    let text = doc["configs"][name].to_string();
-    let model = vramscope::model::hf::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")).config;
-    assert_eq!(p["kv_cache_dtype"], "auto");
+    // As `serve --config` reads it: a dense/sparse mix is split off before the parse.
+    let (text, dense) = vramscope::options::serve::split_dense_layers(&doc["configs"][name].to_string()).unwrap();
+    let mut model = vramscope::model::hf::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")).config;
+    if let Some(moe) = model.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+        moe.dense_layers = dense;
+    }
     ServeConfig {
         model,
         weight_bytes: 2,
-        kv_bytes: 2,
+        kv_bytes: if p["kv_cache_dtype"] == "fp8" { 1 } else { 2 },
         total_memory: 0,
         gpu_memory_utilization: 0.92,
         max_model_len: p["max_model_len"].as_u64().unwrap() as usize,
@@ -37,7 +43,7 @@ fn fixture_is_vllm_0_33_and_a_grid() {
     let doc = fixture();
     assert_eq!(doc["vllm_version"], vllm::VLLM_VERSION);
     let pts = doc["points"].as_array().unwrap();
-    assert!(pts.len() >= 30, "{} points", pts.len());
+    assert!(pts.len() >= 60, "{} points", pts.len());
     let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
     for (k, n) in [("model", 4), ("tensor_parallel_size", 5), ("block_size", 3), ("max_model_len", 3), ("available_memory", 3)] {
         assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
@@ -48,6 +54,12 @@ fn fixture_is_vllm_0_33_and_a_grid() {
     assert!(cfgs.values().any(|c| c["q_lora_rank"].is_null()) && cfgs.values().any(|c| c["q_lora_rank"].is_u64()));
     assert!(cfgs.values().any(|c| c["topk_method"] == "noaux_tc") && cfgs.values().any(|c| c["topk_method"].is_null()));
     assert!(cfgs.values().any(|c| c["kv_lora_rank"] == 256) && cfgs.values().any(|c| c["kv_lora_rank"] == 512));
+    // Dense layers among sparse ones: both families, by mlp_only_layers and by decoder_sparse_step.
+    for ty in ["qwen2_moe", "qwen3_moe"] {
+        let of: Vec<&Value> = cfgs.values().filter(|c| c["model_type"] == ty).collect();
+        assert!(of.iter().any(|c| c["mlp_only_layers"].as_array().is_some_and(|a| !a.is_empty())), "{ty}");
+        assert!(of.iter().any(|c| c["decoder_sparse_step"].as_u64().is_some_and(|s| s > 1)), "{ty}");
+    }
 }
 
 #[test]
@@ -58,12 +70,18 @@ fn every_point_matches_vllm() {
         let at = format!("{p}");
         let tp = c.tensor_parallel_size;
         vllm::check_tensor_parallel(&c.model, tp).unwrap_or_else(|e| panic!("{at}: {e}"));
-        assert_eq!(vllm::weight_bytes_per_rank(&c.model, 2, tp), p["weight_bytes_per_rank"].as_u64().unwrap(), "weights {at}");
+        let mla = vramscope::model::vllm_mla::parts(&c.model).is_some();
+        if mla {
+            assert_eq!(vllm::weight_bytes_per_rank(&c.model, 2, tp), p["weight_bytes_per_rank"].as_u64().unwrap(), "weights {at}");
+        } else {
+            assert!(c.model.hf().unwrap().moe.as_ref().unwrap().dense_layers.is_some(), "{at}");
+            assert_eq!(vllm::weight_elements_per_rank(&c.model, tp), p["weight_elements_per_rank"].as_u64().unwrap(), "weights {at}");
+        }
         assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
         assert_eq!(p["num_groups"], 1, "{at}");
         let available = p["available_memory"].as_u64().unwrap() as i128;
         let plan = vllm::plan_kv_cache(&c, available);
-        assert_eq!(plan.kv_cache_spec, "MLAAttentionSpec");
+        assert_eq!(plan.kv_cache_spec, if mla { "MLAAttentionSpec" } else { "FullAttentionSpec" });
         assert_eq!(plan.page_bytes_per_layer, p["page_bytes_per_layer"].as_u64().unwrap(), "page {at}");
         assert_eq!(plan.bytes_per_block, p["bytes_per_block"].as_u64().unwrap(), "block {at}");
         assert_eq!(plan.blocks_per_request * plan.bytes_per_block, p["max_memory_usage_bytes"].as_u64().unwrap(), "per request {at}");

@@ -133,6 +133,7 @@ fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset
         gpt_oss: None,
         output_router_logits: false,
         router_aux_loss_coef: crate::model::hf::moe::ROUTER_AUX_LOSS_COEF,
+        dense_layers: None,
         deepseek: None,
     });
     p

@@ -217,6 +217,9 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
         if !moe.intermediate.is_multiple_of(tp) {
             return Err(format!("the experts' intermediate size {} is not divisible by {tp} (vLLM asserts intermediate_size % tp_size == 0, layers/fused_moe/config.py:1352)", moe.intermediate));
         }
+        if let Some(dl) = moe.dense_layers.as_ref().filter(|dl| !dl.intermediate.is_multiple_of(tp)) {
+            return Err(format!("intermediate_size {} (the dense layers' MLP) is not divisible by {tp} (gate_up_proj's divide, layers/linear.py:502)", dl.intermediate));
+        }
         if moe.shared_intermediate > 0 && !moe.shared_intermediate.is_multiple_of(tp) {
             return Err(format!("shared_expert_intermediate_size {} is not divisible by {tp} (the shared expert's gate_up_proj divide, layers/linear.py:502)", moe.shared_intermediate));
         }
@@ -265,7 +268,14 @@ pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     }
     let rows = padded_vocab(m) as u64 / tp;
     let vocab = rows * d * if m.tied_embeddings { 1 } else { 2 };
-    m.num_layers as u64 * layer + vocab + d
+    // Layers built dense (`mlp_only_layers`, `decoder_sparse_step`: Qwen2MoeDecoderLayer,
+    // qwen2_moe.py:313-321; Qwen3MoeDecoderLayer, qwen3_moe.py:385-393) hold a Qwen2MoeMLP /
+    // Qwen3MoeMLP of intermediate_size (gate_up_proj and down_proj split, no bias) instead.
+    let (dense, dense_mlp) = match hf.and_then(|h| h.moe.as_ref()).and_then(|moe| moe.dense_layers.as_ref()) {
+        Some(dl) => (dl.layers.len() as u64, 3 * d * (dl.intermediate as u64 / tp)),
+        None => (0, 0),
+    };
+    m.num_layers as u64 * layer - dense * mlp_elements_per_rank(m, tp) + dense * dense_mlp + vocab + d
 }
 
 /// One decoder layer's MLP on one rank. Dense: gate_up_proj and down_proj, intermediate / tp
@@ -327,6 +337,11 @@ pub fn activation_peak_estimate(c: &ServeConfig) -> u64 {
     let (d, f) = (m.d_model as u64, (m.d_ff / c.tensor_parallel_size.max(1)) as u64);
     let forward = match m.hf().and_then(|h| h.moe.as_ref()) {
         Some(moe) if moe.deepseek.is_some() => vllm_mla::forward_estimate(c, moe, moe.deepseek.as_ref().expect("checked")),
+        // With dense layers among the sparse ones, the larger of the two layers' forwards.
+        Some(moe) if moe.dense_layers.is_some() => {
+            let f = moe.dense_layers.as_ref().map_or(0, |dl| dl.intermediate / c.tensor_parallel_size.max(1)) as u64;
+            moe_forward_estimate(c, moe).max(t * b * (2 * d + 3 * f))
+        }
         Some(moe) => moe_forward_estimate(c, moe),
         None => t * b * (2 * d + 3 * f),
     };

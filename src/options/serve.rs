@@ -16,7 +16,8 @@ pub struct ServeArgs {
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
     /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), or the
-    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention, every layer sparse; on H100/H200), or
+    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention; dense layers by mlp_only_layers or
+    /// decoder_sparse_step allowed; on H100/H200), or
     /// deepseek_v3 (multi-head latent attention, the first_k_dense_replace layers dense; on H100/H200, bf16 weights
     /// without a quantization_config); its torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype
     /// auto keeps it.
@@ -107,6 +108,26 @@ fn qwen_sliding_mix(text: &str) -> Option<String> {
     })
 }
 
+/// A Qwen2-MoE/Qwen3-MoE config.json with dense layers among the sparse ones: the text without
+/// `mlp_only_layers`/`decoder_sparse_step` (which the transformers-side parse refuses) and the
+/// dense layers' indices, which vLLM's plan takes (`vllm_0_33::weight_elements_per_rank`);
+/// otherwise the text unchanged and no dense layers.
+pub fn split_dense_layers(text: &str) -> std::result::Result<(String, Option<crate::model::hf::moe::DenseLayers>), String> {
+    let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Ok((text.to_string(), None));
+    };
+    let mt = o.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string();
+    if !matches!(mt.as_str(), "qwen2_moe" | "qwen3_moe") {
+        return Ok((text.to_string(), None));
+    }
+    let Some(dense) = crate::model::hf::moe::dense_layers(&o, &mt)? else {
+        return Ok((text.to_string(), None));
+    };
+    o.remove("mlp_only_layers");
+    o.remove("decoder_sparse_step");
+    Ok((serde_json::Value::Object(o).to_string(), Some(dense)))
+}
+
 /// What DeepSeek-V3's plan (multi-head latent attention, `vllm_mla`) takes, else a usage error
 /// naming the flag: FLASH_ATTN_MLA's cache dtypes and head sizes, and a config.json whose
 /// layers vLLM builds as `vllm_mla` counts them.
@@ -163,7 +184,11 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             if let Some(why) = qwen_sliding_mix(&text) {
                 return Err(usage("--config", why));
             }
-            let hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            let (text, dense) = split_dense_layers(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            let mut hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            if let Some(moe) = hf.config.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+                moe.dense_layers = dense;
+            }
             raw = Some(text.clone());
             // (layer_types mixing sliding and full layers with max_window_layers = the layer
             // count: vLLM builds it, its per-layer windows are not modelled here)

@@ -33,7 +33,9 @@ Per point, from vLLM's functions:
 the weight bytes per rank composed from vLLM's own layers as deepseek_v2.py composes them
 (DeepSeekV2FusedQkvAProjLinear, GateLinear and its fp32 e_score_correction_bias, the dense
 first_k_dense_replace layers, the shared experts, FusedMoE's w13/w2) and the cache planned over
-MLAAttentionSpec layers (one latent head of kv_lora_rank + qk_rope_head_dim, max_tp_shards 1).
+MLAAttentionSpec layers (one latent head of kv_lora_rank + qk_rope_head_dim, max_tp_shards 1);
+and Qwen2-MoE/Qwen3-MoE configs with dense layers among the sparse ones (mlp_only_layers,
+decoder_sparse_step: those layers' Qwen2MoeMLP/Qwen3MoeMLP of intermediate_size).
 """
 import json
 import math
@@ -80,8 +82,10 @@ def model_shape(cfg):
         # Qwen2MoeSparseMoeBlock: shared_expert_gate always, the shared expert when its width > 0.
         moe = dict(experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"], inter=cfg["moe_intermediate_size"],
                    shared=cfg["shared_expert_intermediate_size"])
-    if moe:
-        assert not cfg.get("mlp_only_layers") and cfg.get("decoder_sparse_step", 1) == 1, "every layer sparse"
+    # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer (qwen2_moe.py:313-321, qwen3_moe.py:385-393): a
+    # layer is sparse unless in mlp_only_layers or (index + 1) % decoder_sparse_step != 0.
+    only, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step", 1)
+    sparse = [not (moe and mt != "mixtral") or (i not in only and (i + 1) % step == 0) for i in range(cfg["num_hidden_layers"])]
     sliding = None
     if mt == "mistral":
         sliding = cfg.get("sliding_window", 4096)
@@ -96,7 +100,7 @@ def model_shape(cfg):
         heads=h, kv=cfg.get("num_key_value_heads", h), hd=hd, vocab=cfg["vocab_size"],
         tied=cfg.get("tie_word_embeddings", False), qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias")),
         o_bias=mt in ("llama", "qwen3") and bool(cfg.get("attention_bias")), mlp_bias=bool(cfg.get("mlp_bias")),
-        sliding=sliding or None, moe=moe,
+        sliding=sliding or None, moe=moe, sparse=sparse,
     )
 
 
@@ -147,6 +151,11 @@ def weights_per_rank(m, tp):
             dt = torch.bfloat16
             qkv = vlinear.QKVParallelLinear(m["d"], m["hd"], m["heads"], m["kv"], bias=m["qkv_bias"], params_dtype=dt)
             o = vlinear.RowParallelLinear(m["heads"] * m["hd"], m["d"], bias=m["o_bias"], params_dtype=dt)
+            dense_mlp = None
+            if m["moe"] and not all(m["sparse"]):
+                # The dense layers' Qwen2MoeMLP / Qwen3MoeMLP of intermediate_size.
+                dense_mlp = numel(vlinear.MergedColumnParallelLinear(m["d"], [m["f"]] * 2, bias=False, params_dtype=dt))
+                dense_mlp += numel(vlinear.RowParallelLinear(m["f"], m["d"], bias=False, params_dtype=dt))
             if m["moe"]:
                 # The router (GateLinear, a ReplicatedLinear), whole on every rank; Qwen2-MoE's
                 # shared_expert_gate (ReplicatedLinear(hidden, 1)) and shared expert
@@ -164,8 +173,9 @@ def weights_per_rank(m, tp):
             emb = vvocab.VocabParallelEmbedding(m["vocab"], m["d"], params_dtype=dt)
             head = 0 if m["tied"] else numel(vvocab.ParallelLMHead(m["vocab"], m["d"], params_dtype=dt))
         norms = 2 * m["d"] + (2 * m["hd"] if m["model_type"] in ("qwen3", "qwen3_moe") else 0)
-        layer = numel(qkv) + numel(o) + mlp + norms
-        return m["layers"] * layer + numel(emb) + head + m["d"], qkv.num_kv_heads
+        layer = numel(qkv) + numel(o) + norms
+        layers = sum(layer + (mlp if sp else dense_mlp) for sp in m["sparse"])
+        return layers + numel(emb) + head + m["d"], qkv.num_kv_heads
     finally:
         for p in patches:
             p.stop()
@@ -437,8 +447,46 @@ def mla_grid():
     return pts
 
 
+# Qwen2-MoE / Qwen3-MoE with dense layers among the sparse ones (also written by `--mla`).
+DENSE_MIX_MODELS = {
+    "Qwen3-30B-A3B-mlp-only-shape": dict(QWEN3_MOE, mlp_only_layers=[0, 1, 47]),
+    "Qwen3-MoE-step2-shape": dict(QWEN3_MOE, num_hidden_layers=12, decoder_sparse_step=2, mlp_only_layers=[5]),
+    "Qwen1.5-MoE-step3-shape": dict(QWEN2_MOE, decoder_sparse_step=3),
+    "Qwen2-MoE-mlp-only-shape": dict(QWEN2_MOE, num_hidden_layers=8, mlp_only_layers=[0, 7], shared_expert_intermediate_size=2816),
+}
+for c in DENSE_MIX_MODELS.values():
+    c.setdefault("sliding_window", None)
+
+
+def dense_mix_grid():
+    pts = []
+    tps = {"Qwen3-30B-A3B-mlp-only-shape": [1, 2, 4], "Qwen3-MoE-step2-shape": [1, 4], "Qwen1.5-MoE-step3-shape": [1, 2, 4],
+           "Qwen2-MoE-mlp-only-shape": [1, 2]}
+    i = 0
+    for name, ts in tps.items():
+        for tp in ts:
+            for block in (16, 32):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    lens = [4096, 8192, DENSE_MIX_MODELS[name]["max_position_embeddings"]]
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
+                    batched = [8192, 2048][(i // 2) % 2]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[(i // 3) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
 def main_mla():
     out = []
+    for p in dense_mix_grid():
+        m = model_shape(DENSE_MIX_MODELS[p["model"]])
+        assert not all(m["sparse"])
+        w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
+        row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
+        out.append(row)
+        print(p["model"], p["tensor_parallel_size"], w, row.get("num_blocks"), file=sys.stderr)
     for p in mla_grid():
         m = mla_shape(MLA_MODELS[p["model"]])
         tp = p["tensor_parallel_size"]
@@ -450,7 +498,7 @@ def main_mla():
         "vllm_version": vllm.__version__,
         "torch_version": torch.__version__,
         "generator": "tools/vllm/serve_grid.py --mla",
-        "configs": MLA_MODELS,
+        "configs": {**MLA_MODELS, **DENSE_MIX_MODELS},
         "points": out,
     }
     path = os.path.join(ROOT, "tests/fixtures/vllm_serve_mla.json")

@@ -348,6 +348,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         gpt_oss: None,
         output_router_logits: false,
         router_aux_loss_coef: super::moe::ROUTER_AUX_LOSS_COEF,
+        dense_layers: None,
         deepseek: Some(DeepseekParts {
             first_k_dense: shape.first_k_dense,
             dense_intermediate: shape.intermediate,
