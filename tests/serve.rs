@@ -288,7 +288,6 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
         (&["--preset", "gpt-oss-20b"], "--preset", "MXFP4 experts"),
         (&["--preset", "gpt-oss-120b"], "--preset", "triton_kernels' GPU format"),
-        (&["--preset", "DeepSeek-V3"], "--preset", "deepseek_v3 is not modelled yet"),
     ];
     // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.
     let slide = std::env::temp_dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));

@@ -14,6 +14,7 @@ pub mod tinyllama;
 pub mod tp;
 pub mod vllm_0_33;
 pub mod vllm_hybrid;
+pub mod vllm_mla;
 
 pub use config::{Attention, Checkpoint, ConfigError, Flavour, ModelConfig};
 

@@ -133,6 +133,7 @@ fn moe(mut p: Preset, family: MoeFamily, experts: usize, top_k: usize) -> Preset
         gpt_oss: None,
         output_router_logits: false,
         router_aux_loss_coef: crate::model::hf::moe::ROUTER_AUX_LOSS_COEF,
+        dense_layers: None,
         deepseek: None,
     });
     p
@@ -210,7 +211,7 @@ fn deepseek_v3() -> Preset {
         "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
         "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129_280,
         "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
-        "first_k_dense_replace": 3, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
+        "first_k_dense_replace": 3, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "kv_lora_rank": 512,
         "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
         "max_position_embeddings": 163_840, "rms_norm_eps": 1e-6, "rope_theta": 10_000, "tie_word_embeddings": false,
         "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16", "hidden_act": "silu",

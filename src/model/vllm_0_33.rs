@@ -39,6 +39,8 @@
 //!   the smallest block count, `kv_cache_planning.py:1587-1601`; the ranks here are identical,
 //!   so it is every rank's): see [`weight_bytes_per_rank`] and [`kv_heads_per_rank`]; the
 //!   divisibility vLLM asserts is [`check_tensor_parallel`].
+//! - DeepSeek-V3 (multi-head latent attention, an `MLAAttentionSpec` per layer): its weights,
+//!   latent cache page, divisibility and forward estimate are [`vllm_mla`]'s.
 //! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`),
 //!   or a `SlidingWindowSpec` when the layer has a window (`attention.py:624-672`; see
 //!   [`KvSpec`]), dtype the model's for `auto` and uint8 for
@@ -60,7 +62,7 @@
 //!   (`format_gib`, `utils/mem_utils.py:30`).
 use crate::model::hf::moe::MoeFamily;
 use crate::model::vllm_hybrid as hybrid;
-use crate::model::ModelConfig;
+use crate::model::{vllm_mla, ModelConfig};
 
 /// The vLLM release whose plan this file reproduces.
 pub const VLLM_VERSION: &str = "0.33.0";
@@ -182,6 +184,9 @@ pub fn padded_vocab(m: &ModelConfig) -> usize {
 /// outnumber them (`model_executor/models/llama.py:147-156`, `qwen2.py:141-149`,
 /// `qwen3.py:91-99`; `config/model.py:1683`).
 pub fn kv_heads_per_rank(m: &ModelConfig, tp: usize) -> usize {
+    if vllm_mla::parts(m).is_some() {
+        return 1; // one latent head, whole on every rank
+    }
     (m.num_kv_heads / tp.max(1)).max(1)
 }
 
@@ -189,6 +194,9 @@ pub fn kv_heads_per_rank(m: &ModelConfig, tp: usize) -> usize {
 pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
     if tp == 0 {
         return Err("must be at least 1".into());
+    }
+    if let Some((moe, p)) = vllm_mla::parts(m) {
+        return vllm_mla::check_tensor_parallel(m, moe, p, tp);
     }
     // ModelConfig.verify_with_parallel_config (config/model.py:1557-1563).
     if !m.num_heads.is_multiple_of(tp) {
@@ -210,6 +218,9 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
         // FusedMoEConfig.__post_init__ (layers/fused_moe/config.py:1352).
         if !moe.intermediate.is_multiple_of(tp) {
             return Err(format!("the experts' intermediate size {} is not divisible by {tp} (vLLM asserts intermediate_size % tp_size == 0, layers/fused_moe/config.py:1352)", moe.intermediate));
+        }
+        if let Some(dl) = moe.dense_layers.as_ref().filter(|dl| !dl.intermediate.is_multiple_of(tp)) {
+            return Err(format!("intermediate_size {} (the dense layers' MLP) is not divisible by {tp} (gate_up_proj's divide, layers/linear.py:502)", dl.intermediate));
         }
         if moe.shared_intermediate > 0 && !moe.shared_intermediate.is_multiple_of(tp) {
             return Err(format!("shared_expert_intermediate_size {} is not divisible by {tp} (the shared expert's gate_up_proj divide, layers/linear.py:502)", moe.shared_intermediate));
@@ -260,7 +271,14 @@ pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     layer += hybrid::layer_extra_elements(m);
     let rows = padded_vocab(m) as u64 / tp;
     let vocab = rows * d * if hybrid::head_tied(m) { 1 } else { 2 };
-    m.num_layers as u64 * layer + vocab + d
+    // Layers built dense (`mlp_only_layers`, `decoder_sparse_step`: Qwen2MoeDecoderLayer,
+    // qwen2_moe.py:313-321; Qwen3MoeDecoderLayer, qwen3_moe.py:385-393) hold a Qwen2MoeMLP /
+    // Qwen3MoeMLP of intermediate_size (gate_up_proj and down_proj split, no bias) instead.
+    let (dense, dense_mlp) = match hf.and_then(|h| h.moe.as_ref()).and_then(|moe| moe.dense_layers.as_ref()) {
+        Some(dl) => (dl.layers.len() as u64, 3 * d * (dl.intermediate as u64 / tp)),
+        None => (0, 0),
+    };
+    m.num_layers as u64 * layer - dense * mlp_elements_per_rank(m, tp) + dense * dense_mlp + vocab + d
 }
 
 /// One decoder layer's MLP on one rank. Dense: gate_up_proj and down_proj, intermediate / tp
@@ -292,6 +310,9 @@ pub fn mlp_elements_per_rank(m: &ModelConfig, tp: u64) -> u64 {
 
 /// Bytes of one rank's weights.
 pub fn weight_bytes_per_rank(m: &ModelConfig, elem: usize, tp: usize) -> u64 {
+    if let Some((moe, p)) = vllm_mla::parts(m) {
+        return vllm_mla::weight_bytes_per_rank(m, moe, p, elem, tp);
+    }
     weight_elements_per_rank(m, tp).saturating_mul(elem as u64)
 }
 
@@ -318,6 +339,12 @@ pub fn activation_peak_estimate(c: &ServeConfig) -> u64 {
     let b = c.weight_bytes as u64;
     let (d, f) = (m.d_model as u64, (m.d_ff / c.tensor_parallel_size.max(1)) as u64);
     let forward = match m.hf().and_then(|h| h.moe.as_ref()) {
+        Some(moe) if moe.deepseek.is_some() => vllm_mla::forward_estimate(c, moe, moe.deepseek.as_ref().expect("checked")),
+        // With dense layers among the sparse ones, the larger of the two layers' forwards.
+        Some(moe) if moe.dense_layers.is_some() => {
+            let f = moe.dense_layers.as_ref().map_or(0, |dl| dl.intermediate / c.tensor_parallel_size.max(1)) as u64;
+            moe_forward_estimate(c, moe).max(t * b * (2 * d + 3 * f))
+        }
         Some(moe) => moe_forward_estimate(c, moe),
         None => t * b * (2 * d + 3 * f),
     };
@@ -359,6 +386,9 @@ pub fn moe_forward_estimate(c: &ServeConfig, moe: &crate::model::hf::moe::MoeCon
 /// (`model_executor/layers/attention/attention.py:101-130`, `:655-661`) keep it.
 pub fn page_bytes(c: &ServeConfig) -> u64 {
     let m = &c.model;
+    if let Some((_, p)) = vllm_mla::parts(m) {
+        return vllm_mla::page_bytes(c, p);
+    }
     (c.block_size as u64) * kv_heads_per_rank(m, c.tensor_parallel_size) as u64 * 2 * m.head_dim() as u64 * c.kv_bytes as u64
 }
 
@@ -435,6 +465,7 @@ pub fn plan_kv_cache(c: &ServeConfig, available: i128) -> ServePlan {
         num_kv_heads_per_rank: kv_heads_per_rank(&c.model, c.tensor_parallel_size),
         kv_cache_spec: match c.kv_spec() {
             _ if hybrid::is_hybrid(&c.model) => hybrid::describe_groups(&c.model),
+            KvSpec::Full if vllm_mla::parts(&c.model).is_some() => "MLAAttentionSpec".into(),
             KvSpec::Full => "FullAttentionSpec".into(),
             KvSpec::SlidingWindow { window } => format!("SlidingWindowSpec(sliding_window={window})"),
         },

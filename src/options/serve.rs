@@ -10,14 +10,16 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B)
+    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3)
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
     /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), gemma2 or
-    /// gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), or the
-    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention, every layer sparse; on H100/H200); its
+    /// gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), the
+    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention; dense layers by mlp_only_layers or
+    /// decoder_sparse_step allowed; on H100/H200), or deepseek_v3 (multi-head latent attention, the
+    /// first_k_dense_replace layers dense; on H100/H200, bf16 weights without a quantization_config); its
     /// torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it (a float32 Gemma
     /// loads in bfloat16).
     #[arg(help_heading = super::heading::MODEL, long, value_name = "PATH")]
@@ -44,7 +46,8 @@ pub struct ServeArgs {
     ///
     /// vLLM's FlashAttention backend stores an fp8 cache only with FlashAttention 3 on SM 9.0
     /// (`flash_attn_supports_kv_cache_dtype`, `v1/attention/backends/fa_utils.py:282`); other
-    /// GPUs and fp8_e5m2 select other attention backends, which are not modelled.
+    /// GPUs and fp8_e5m2 select other attention backends, which are not modelled. DeepSeek-V3's latent cache takes
+    /// auto only (FLASH_ATTN_MLA keeps a 16-bit cache; fp8 falls to FlashMLA, not modelled).
     #[arg(help_heading = super::heading::MEMORY, long, default_value = "auto", value_parser = ["auto", "fp8", "fp8_e4m3"])]
     pub kv_cache_dtype: String,
     /// No CUDA graphs (required: the graphs' memory is measured by capturing them on the GPU)
@@ -106,8 +109,69 @@ fn qwen_sliding_mix(text: &str) -> Option<String> {
     })
 }
 
+/// A Qwen2-MoE/Qwen3-MoE config.json with dense layers among the sparse ones: the text without
+/// `mlp_only_layers`/`decoder_sparse_step` (which the transformers-side parse refuses) and the
+/// dense layers' indices, which vLLM's plan takes (`vllm_0_33::weight_elements_per_rank`);
+/// otherwise the text unchanged and no dense layers.
+pub fn split_dense_layers(text: &str) -> std::result::Result<(String, Option<crate::model::hf::moe::DenseLayers>), String> {
+    let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Ok((text.to_string(), None));
+    };
+    let mt = o.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string();
+    if !matches!(mt.as_str(), "qwen2_moe" | "qwen3_moe") {
+        return Ok((text.to_string(), None));
+    }
+    let Some(dense) = crate::model::hf::moe::dense_layers(&o, &mt)? else {
+        return Ok((text.to_string(), None));
+    };
+    o.remove("mlp_only_layers");
+    o.remove("decoder_sparse_step");
+    Ok((serde_json::Value::Object(o).to_string(), Some(dense)))
+}
+
+/// What DeepSeek-V3's plan (multi-head latent attention, `vllm_mla`) takes, else a usage error
+/// naming the flag: FLASH_ATTN_MLA's cache dtypes and head sizes, and a config.json whose
+/// layers vLLM builds as `vllm_mla` counts them.
+fn check_mla(flag: &str, a: &ServeArgs, p: &crate::model::hf::deepseek_v3::DeepseekParts, model: &crate::model::ModelConfig, raw: Option<&str>) -> Result<()> {
+    use crate::model::vllm_mla;
+    let hs = vllm_mla::head_size(p);
+    if !vllm_mla::MLA_HEAD_SIZES.contains(&hs) {
+        return Err(usage(
+            flag,
+            format!(
+                "kv_lora_rank + qk_rope_head_dim = {hs}: vLLM's MLA backends take head sizes 320, 512 or 576 (MLACommonBackend, mla_attention.py:1623); \
+                 with another, no attention backend is valid"
+            ),
+        ));
+    }
+    if a.kv_cache_dtype != "auto" {
+        return Err(usage(
+            "--kv-cache-dtype",
+            format!(
+                "{} with multi-head latent attention: FLASH_ATTN_MLA (SM 9.0's first MLA backend) keeps a bf16/fp16 cache only; vLLM falls to FlashMLA, \
+                 whose dense fp8 kernel (and 64-token blocks) depends on the build and the GPU, which is not modelled",
+                a.kv_cache_dtype
+            ),
+        ));
+    }
+    if p.attention_bias {
+        return Err(usage(flag, "attention_bias true: vLLM's DeepseekV2MLAAttention builds no biases (deepseek_v2.py:1051-1113), so the checkpoint's do not load"));
+    }
+    if model.tied_embeddings {
+        return Err(usage(flag, "tie_word_embeddings true: vLLM's DeepseekV2ForCausalLM builds its own lm_head whatever it says (deepseek_v2.py:1917); not measured"));
+    }
+    if let Some(text) = raw {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        if let Some(f) = v.get("moe_layer_freq").filter(|f| f.as_u64() != Some(1)) {
+            return Err(usage(flag, format!("moe_layer_freq {f}: vLLM then keeps every layer whose index is not a multiple of it dense (deepseek_v2.py:1293-1297); only 1 is modelled")));
+        }
+    }
+    Ok(())
+}
+
 /// The plan's inputs, checked: every bad flag is a usage error naming it.
 pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeConfig)> {
+    let mut raw: Option<String> = None;
     let (name, model, torch_dtype) = match (&a.preset, &a.config) {
         (Some(p), Some(_)) => return Err(usage("--config", format!("gives the model; drop --preset/--model '{p}'"))),
         (None, None) => return Err(usage("--preset", "name the model: --preset NAME or --config PATH")),
@@ -121,7 +185,12 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             if let Some(why) = qwen_sliding_mix(&text) {
                 return Err(usage("--config", why));
             }
-            let hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            let (text, dense) = split_dense_layers(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            let mut hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
+            if let Some(moe) = hf.config.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+                moe.dense_layers = dense;
+            }
+            raw = Some(text.clone());
             // (layer_types mixing sliding and full layers with max_window_layers = the layer
             // count: vLLM builds it, its per-layer windows are not modelled here)
             super::generate::check_static_only_window(hf.config.hf(), false, false, "--config", "serve")?;
@@ -156,8 +225,11 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
                  are not measured, so the weights term, and the plan, are not modelled",
             ));
         }
-        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe) {
-            return Err(usage(flag, format!("vLLM's plan for {} is not modelled yet (Mixtral, Qwen3-MoE and Qwen2-MoE are)", m.family.model_type())));
+        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::DeepseekV3) {
+            return Err(usage(flag, format!("vLLM's plan for {} is not modelled yet (Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 are)", m.family.model_type())));
+        }
+        if let Some(p) = &m.deepseek {
+            check_mla(flag, a, p, &model, raw.as_deref())?;
         }
         if h.sliding_window.is_some() || h.sliding_layers.is_some() {
             return Err(usage(flag, format!("{} with a sliding window: not measured against vLLM (the MoE grid has full attention only)", m.family.model_type())));
@@ -189,6 +261,16 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     let gpu = crate::record::gpu::find(&a.gpu).map_err(|e| usage("--gpu", e))?;
     if h.moe.is_some() && !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { major: 9, .. })) {
         // select_unquantized_moe_backend (layers/fused_moe/oracle/unquantized.py:62-80).
+        if h.moe.as_ref().is_some_and(|m| m.deepseek.is_some()) {
+            return Err(usage(
+                "--gpu",
+                format!(
+                    "{}: DeepSeek-V3's plan is modelled on SM 9.0 (H100, H200), where vLLM picks FLASH_ATTN_MLA and the Triton MoE backend; \
+                     other GPUs pick other MLA backends (FlashInfer MLA, CUTLASS MLA, platforms/cuda.py:96-137) and MoE kernels, which are not modelled",
+                    gpu.name
+                ),
+            ));
+        }
         return Err(usage(
             "--gpu",
             format!(

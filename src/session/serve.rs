@@ -243,30 +243,52 @@ impl Serve {
         s += &format!("  total GPU memory           {}  torch.cuda.mem_get_info's total ({} MiB; nvidia-smi shows {} MiB)\n", g(c.total_memory), c.total_memory >> 20, self.gpu.smi_mib);
         s += &format!("  requested memory           {}  ceil({} x total)\n", g(p.requested_memory), c.gpu_memory_utilization);
         s += "    (not checked here: vLLM stops unless the free memory at start-up, the total less the CUDA context and the\n     cuBLAS/NCCL buffers it makes first, is at least the requested memory; v1/worker/utils.py:761)\n";
+        let noaux = crate::model::vllm_mla::parts(&c.model).is_some_and(|(_, d)| d.noaux_tc);
+        let bias = if noaux { ", the routers' e_score_correction_bias x 4" } else { "" };
         if c.tensor_parallel_size > 1 {
-            s += &format!("  - weights                  {}  one rank's shard (vocabulary padded to 64, split {} ways) x {} bytes\n", g(p.weights), c.tensor_parallel_size, c.weight_bytes);
+            s += &format!("  - weights                  {}  one rank's shard (vocabulary padded to 64, split {} ways) x {} bytes{bias}\n", g(p.weights), c.tensor_parallel_size, c.weight_bytes);
         } else {
-            s += &format!("  - weights                  {}  parameters (vocabulary padded to 64) x {} bytes\n", g(p.weights), c.weight_bytes);
+            s += &format!("  - weights                  {}  parameters (vocabulary padded to 64) x {} bytes{bias}\n", g(p.weights), c.weight_bytes);
         }
-        let moe = if c.model.hf().is_some_and(|h| h.moe.is_some()) { " (the experts' Triton workspaces)" } else { "" };
+        let moe = if crate::model::vllm_mla::parts(&c.model).is_some() {
+            " (the larger of the latent attention's prefill, a dense MLP and a MoE layer)"
+        } else if c.model.hf().is_some_and(|h| h.moe.is_some()) {
+            " (the experts' Triton workspaces)"
+        } else {
+            ""
+        };
         s += &format!("  - activation peak          {}  estimate, not yet measured: profile run of {} tokens{moe} and the sampler\n", g(p.activation_peak), c.max_num_batched_tokens);
         s += &format!("  - non-torch memory growth  {}  assumed (vLLM measures it at start-up)\n", g(p.non_torch_increase));
         s += &format!("  - CUDA graph memory        {}  --enforce-eager\n", g(p.cudagraph_memory));
-        let heads = if c.tensor_parallel_size > 1 { format!("{} kv heads per rank", p.num_kv_heads_per_rank) } else { format!("{} kv heads", p.num_kv_heads_per_rank) };
-        let hybrid = hybrid::is_hybrid(&c.model);
-        let layers = if hybrid { format!("{} layers (the largest KV cache group's)", hybrid::layers_per_block(&c.model)) } else { format!("{} layers", c.model.num_layers) };
-        s += &format!(
-            "  {:<26}{:>11}{:>18} bytes  {layers} x {} tokens x {heads} x 2 x head_dim {} x {} bytes\n",
-            "KV cache block",
-            "",
-            vllm::commas(p.bytes_per_block),
-            c.block_size,
-            c.model.head_dim(),
-            c.kv_bytes
-        );
-        if hybrid {
-            s += &format!("  {:<26}{:>29}  {}\n", "KV cache groups", hybrid::kv_cache_groups(&c.model).len(), p.kv_cache_spec);
-            s += &format!("  {:<26}{:>29}  {}\n", "KV blocks per request", vllm::commas(p.blocks_per_request), hybrid::blocks_formula(c));
+        if let Some((_, dp)) = crate::model::vllm_mla::parts(&c.model) {
+            s += &format!(
+                "  {:<26}{:>11}{:>18} bytes  {} layers x {} tokens x one latent head (kv_lora_rank {} + qk_rope_head_dim {}, whole on every rank) x {} bytes\n",
+                "KV cache block",
+                "",
+                vllm::commas(p.bytes_per_block),
+                c.model.num_layers,
+                c.block_size,
+                dp.kv_lora_rank,
+                dp.qk_rope_head_dim,
+                c.kv_bytes
+            );
+        } else {
+            let heads = if c.tensor_parallel_size > 1 { format!("{} kv heads per rank", p.num_kv_heads_per_rank) } else { format!("{} kv heads", p.num_kv_heads_per_rank) };
+            let hybrid = hybrid::is_hybrid(&c.model);
+            let layers = if hybrid { format!("{} layers (the largest KV cache group's)", hybrid::layers_per_block(&c.model)) } else { format!("{} layers", c.model.num_layers) };
+            s += &format!(
+                "  {:<26}{:>11}{:>18} bytes  {layers} x {} tokens x {heads} x 2 x head_dim {} x {} bytes\n",
+                "KV cache block",
+                "",
+                vllm::commas(p.bytes_per_block),
+                c.block_size,
+                c.model.head_dim(),
+                c.kv_bytes
+            );
+            if hybrid {
+                s += &format!("  {:<26}{:>29}  {}\n", "KV cache groups", hybrid::kv_cache_groups(&c.model).len(), p.kv_cache_spec);
+                s += &format!("  {:<26}{:>29}  {}\n", "KV blocks per request", vllm::commas(p.blocks_per_request), hybrid::blocks_formula(c));
+            }
         }
         if let vllm::KvSpec::SlidingWindow { window } = c.kv_spec() {
             s += &format!(

@@ -27,6 +27,7 @@ pub fn config_of(p: &Value) -> ModelConfig {
         // make_aux_loss_grid.py's points: output_router_logits with their coefficient.
         output_router_logits: p["output_router_logits"] == true,
         router_aux_loss_coef: p["router_aux_loss_coef"].as_f64().unwrap_or(vramscope::model::hf::moe::ROUTER_AUX_LOSS_COEF),
+        dense_layers: None,
         deepseek: None,
     });
     super::hf::apply_peft(p, hf);

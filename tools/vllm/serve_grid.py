@@ -35,6 +35,15 @@ available memory; weights composed from vLLM's parallel layers as gemma2.py / ge
 them, each layer's spec as Attention.get_kv_cache_spec makes it (layer_types from transformers'
 config classes; the sliding block size from _largest_kernel_block_within for FlashAttention),
 and vLLM's own grouping of the layers (per group: window, layers, block size).
+
+`--mla` writes tests/fixtures/vllm_serve_mla.json (tests/serve_mla_grid.rs) instead: DeepSeek-V3
+(multi-head latent attention) shapes x TP x block size x max_model_len x available memory, with
+the weight bytes per rank composed from vLLM's own layers as deepseek_v2.py composes them
+(DeepSeekV2FusedQkvAProjLinear, GateLinear and its fp32 e_score_correction_bias, the dense
+first_k_dense_replace layers, the shared experts, FusedMoE's w13/w2) and the cache planned over
+MLAAttentionSpec layers (one latent head of kv_lora_rank + qk_rope_head_dim, max_tp_shards 1);
+and Qwen2-MoE/Qwen3-MoE configs with dense layers among the sparse ones (mlp_only_layers,
+decoder_sparse_step: those layers' Qwen2MoeMLP/Qwen3MoeMLP of intermediate_size).
 """
 import json
 import math
@@ -81,8 +90,10 @@ def model_shape(cfg):
         # Qwen2MoeSparseMoeBlock: shared_expert_gate always, the shared expert when its width > 0.
         moe = dict(experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"], inter=cfg["moe_intermediate_size"],
                    shared=cfg["shared_expert_intermediate_size"])
-    if moe:
-        assert not cfg.get("mlp_only_layers") and cfg.get("decoder_sparse_step", 1) == 1, "every layer sparse"
+    # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer (qwen2_moe.py:313-321, qwen3_moe.py:385-393): a
+    # layer is sparse unless in mlp_only_layers or (index + 1) % decoder_sparse_step != 0.
+    only, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step", 1)
+    sparse = [not (moe and mt != "mixtral") or (i not in only and (i + 1) % step == 0) for i in range(cfg["num_hidden_layers"])]
     sliding = None
     if mt == "mistral":
         sliding = cfg.get("sliding_window", 4096)
@@ -97,7 +108,7 @@ def model_shape(cfg):
         heads=h, kv=cfg.get("num_key_value_heads", h), hd=hd, vocab=cfg["vocab_size"],
         tied=cfg.get("tie_word_embeddings", False), qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias")),
         o_bias=mt in ("llama", "qwen3") and bool(cfg.get("attention_bias")), mlp_bias=bool(cfg.get("mlp_bias")),
-        sliding=sliding or None, moe=moe,
+        sliding=sliding or None, moe=moe, sparse=sparse,
     )
 
 
@@ -148,6 +159,11 @@ def weights_per_rank(m, tp):
             dt = torch.bfloat16
             qkv = vlinear.QKVParallelLinear(m["d"], m["hd"], m["heads"], m["kv"], bias=m["qkv_bias"], params_dtype=dt)
             o = vlinear.RowParallelLinear(m["heads"] * m["hd"], m["d"], bias=m["o_bias"], params_dtype=dt)
+            dense_mlp = None
+            if m["moe"] and not all(m["sparse"]):
+                # The dense layers' Qwen2MoeMLP / Qwen3MoeMLP of intermediate_size.
+                dense_mlp = numel(vlinear.MergedColumnParallelLinear(m["d"], [m["f"]] * 2, bias=False, params_dtype=dt))
+                dense_mlp += numel(vlinear.RowParallelLinear(m["f"], m["d"], bias=False, params_dtype=dt))
             if m["moe"]:
                 # The router (GateLinear, a ReplicatedLinear), whole on every rank; Qwen2-MoE's
                 # shared_expert_gate (ReplicatedLinear(hidden, 1)) and shared expert
@@ -165,8 +181,9 @@ def weights_per_rank(m, tp):
             emb = vvocab.VocabParallelEmbedding(m["vocab"], m["d"], params_dtype=dt)
             head = 0 if m["tied"] else numel(vvocab.ParallelLMHead(m["vocab"], m["d"], params_dtype=dt))
         norms = 2 * m["d"] + (2 * m["hd"] if m["model_type"] in ("qwen3", "qwen3_moe") else 0)
-        layer = numel(qkv) + numel(o) + mlp + norms
-        return m["layers"] * layer + numel(emb) + head + m["d"], qkv.num_kv_heads
+        layer = numel(qkv) + numel(o) + norms
+        layers = sum(layer + (mlp if sp else dense_mlp) for sp in m["sparse"])
+        return layers + numel(emb) + head + m["d"], qkv.num_kv_heads
     finally:
         for p in patches:
             p.stop()
@@ -204,7 +221,10 @@ def specs_for(m, kv_heads, block, dtype):
 
 
 def plan(m, kv_heads, tp, block, dtype, max_model_len, batched, available):
-    specs = specs_for(m, kv_heads, block, dtype)
+    return plan_specs(specs_for(m, kv_heads, block, dtype), tp, block, max_model_len, batched, available)
+
+
+def plan_specs(specs, tp, block, max_model_len, batched, available):
     out = {}
     with mock.patch("vllm.platforms.current_platform.get_kv_cache_config_builder_cls",
                     return_value="vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder", create=True):
@@ -306,7 +326,199 @@ def grid():
     return pts
 
 
+# --- Multi-head latent attention (DeepSeek-V3, `--mla`: tests/fixtures/vllm_serve_mla.json) ---
+DEEPSEEK_V3 = {k: v for k, v in load("DeepSeek-V3").items() if k != "quantization_config"}
+MLA_MODELS = {
+    # The published config.json less its fp8 quantization_config (the bf16 load).
+    "DeepSeek-V3": DEEPSEEK_V3,
+    # A small shape of it: the same latent dims (FlashAttention MLA takes 576 = 512 + 64).
+    "DeepSeek-V3-small-shape": dict(DEEPSEEK_V3, hidden_size=1024, intermediate_size=2816, moe_intermediate_size=256, num_hidden_layers=5,
+                                    num_attention_heads=16, num_key_value_heads=16, q_lora_rank=384, n_routed_experts=32, n_group=4,
+                                    topk_group=2, num_experts_per_tok=4, first_k_dense_replace=2, vocab_size=32000,
+                                    max_position_embeddings=16384),
+    # moonshotai/Moonlight-16B-A3B's shape: no low-rank query (q_proj), two shared experts, one dense layer.
+    "Moonlight-16B-A3B-shape": dict(DEEPSEEK_V3, hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408, num_hidden_layers=27,
+                                    num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None, n_routed_experts=64, n_shared_experts=2,
+                                    n_group=1, topk_group=1, num_experts_per_tok=6, first_k_dense_replace=1, vocab_size=163840,
+                                    max_position_embeddings=8192, bos_token_id=163584, eos_token_id=163585),
+    # No topk_method (greedy routing: no e_score_correction_bias) and a 320-wide latent (256 + 64).
+    "DeepSeek-V3-greedy-320-shape": {**{k: v for k, v in DEEPSEEK_V3.items() if k not in ("topk_method", "scoring_func")},
+                                     "hidden_size": 1536, "intermediate_size": 4096, "moe_intermediate_size": 512, "num_hidden_layers": 6,
+                                     "num_attention_heads": 32, "num_key_value_heads": 32, "kv_lora_rank": 256, "q_lora_rank": 768,
+                                     "n_routed_experts": 16, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2,
+                                     "first_k_dense_replace": 3, "vocab_size": 50000, "max_position_embeddings": 32768},
+}
+
+
+def mla_shape(cfg):
+    """The fields vLLM's deepseek_v2.py reads (DeepseekV2DecoderLayer, DeepseekV2MLAAttention, DeepseekV2MoE)."""
+    assert cfg["model_type"] == "deepseek_v3" and cfg.get("moe_layer_freq", 1) == 1
+    return dict(
+        d=cfg["hidden_size"], f=cfg["intermediate_size"], fe=cfg["moe_intermediate_size"], layers=cfg["num_hidden_layers"],
+        heads=cfg["num_attention_heads"], vocab=cfg["vocab_size"], experts=cfg["n_routed_experts"], top_k=cfg["num_experts_per_tok"],
+        shared=cfg["n_shared_experts"], dense=cfg["first_k_dense_replace"], q_lora=cfg.get("q_lora_rank"),
+        kv_lora=cfg["kv_lora_rank"], nope=cfg["qk_nope_head_dim"], rope=cfg["qk_rope_head_dim"], v=cfg["v_head_dim"],
+        noaux_tc=cfg.get("topk_method") == "noaux_tc",
+    )
+
+
+def mla_weight_bytes_per_rank(m, tp):
+    """One rank's weight bytes, composed as deepseek_v2.py composes vLLM's own layers (rank 0 at
+    world size tp): DeepseekV2MLAAttention (fused_qkv_a_proj = DeepSeekV2FusedQkvAProjLinear,
+    replicated; q_a_layernorm; q_b_proj or q_proj, column-parallel; kv_a_proj_with_mqa when there
+    is no q_lora_rank; kv_a_layernorm; kv_b_proj column-parallel; o_proj row-parallel), the two
+    RMSNorms, the first_k_dense_replace layers' DeepseekV2MLP, and the others' DeepseekV2MoE:
+    GateLinear (bf16), e_score_correction_bias (float32, topk_method noaux_tc), shared_experts
+    (a DeepseekV2MLP of moe_intermediate_size x n_shared_experts; AITER's fused shared experts
+    are ROCm only) and FusedMoE's w13/w2; the embedding, the final norm and a ParallelLMHead
+    (deepseek_v2.py always builds one)."""
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    from vllm.model_executor.models.deepseek_v2 import DeepSeekV2FusedQkvAProjLinear
+    patches = [
+        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+    ]
+    for p in patches:
+        p.start()
+
+    def nbytes(module):
+        return sum(p.numel() * p.element_size() for p in module.parameters())
+    try:
+        dt = torch.bfloat16
+        torch.set_default_dtype(dt)
+        with torch.device("meta"):
+            qk = m["nope"] + m["rope"]
+            attn = 0
+            if m["q_lora"] is not None:
+                attn += nbytes(DeepSeekV2FusedQkvAProjLinear(m["d"], [m["q_lora"], m["kv_lora"] + m["rope"]]))
+                attn += m["q_lora"] * 2  # q_a_layernorm
+                attn += nbytes(vlinear.ColumnParallelLinear(m["q_lora"], m["heads"] * qk, bias=False, params_dtype=dt))
+            else:
+                attn += nbytes(vlinear.ReplicatedLinear(m["d"], m["kv_lora"] + m["rope"], bias=False, params_dtype=dt))
+                attn += nbytes(vlinear.ColumnParallelLinear(m["d"], m["heads"] * qk, bias=False, params_dtype=dt))
+            attn += m["kv_lora"] * 2  # kv_a_layernorm
+            attn += nbytes(vlinear.ColumnParallelLinear(m["kv_lora"], m["heads"] * (m["nope"] + m["v"]), bias=False, params_dtype=dt))
+            attn += nbytes(vlinear.RowParallelLinear(m["heads"] * m["v"], m["d"], bias=False, params_dtype=dt))
+
+            def dense_mlp(width):
+                return (nbytes(vlinear.MergedColumnParallelLinear(m["d"], [width] * 2, bias=False, params_dtype=dt))
+                        + nbytes(vlinear.RowParallelLinear(width, m["d"], bias=False, params_dtype=dt)))
+            gate = GateLinear(m["d"], m["experts"])
+            assert gate.weight.dtype == dt
+            moe = nbytes(gate) + (m["experts"] * 4 if m["noaux_tc"] else 0)
+            moe += dense_mlp(m["fe"] * m["shared"])
+            moe += 2 * fused_moe_numel(dict(moe=dict(experts=m["experts"], top_k=m["top_k"], inter=m["fe"]), d=m["d"]), tp)
+            dense = dense_mlp(m["f"])
+            emb = nbytes(vvocab.VocabParallelEmbedding(m["vocab"], m["d"], params_dtype=dt))
+            head = nbytes(vvocab.ParallelLMHead(m["vocab"], m["d"], params_dtype=dt))
+        norms = 2 * m["d"] * 2  # input_layernorm, post_attention_layernorm
+        dense_layers = m["dense"] * (attn + norms + dense)
+        sparse_layers = (m["layers"] - m["dense"]) * (attn + norms + moe)
+        return dense_layers + sparse_layers + emb + head + m["d"] * 2
+    finally:
+        torch.set_default_dtype(torch.float32)
+        for p in patches:
+            p.stop()
+
+
+def mla_plan(m, block, max_model_len, batched, available, tp):
+    """MLAAttention.get_kv_cache_spec (mla_attention.py:1371): one latent head of kv_lora_rank +
+    qk_rope_head_dim, max_tp_shards 1 (every rank holds it whole), cache dtype auto; planned
+    as plan() plans, with the same spec on every layer."""
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, get_kv_quant_mode
+    spec = MLAAttentionSpec(block_size=block, num_kv_heads=1, max_tp_shards=1, head_size=m["kv_lora"] + m["rope"], dtype=torch.bfloat16,
+                            cache_dtype_str="auto", kv_quant_mode=get_kv_quant_mode("auto"), state_content_bytes=None,
+                            topk_buffer_width=None, is_index_group_leader=False, non_causal_multi_token_decode=False)
+    specs = {f"model.layers.{i}.self_attn.mla_attn": spec for i in range(m["layers"])}
+    return plan_specs(specs, tp, block, max_model_len, batched, available)
+
+
+def mla_grid():
+    pts = []
+    tps = {"DeepSeek-V3": [4, 8, 16], "DeepSeek-V3-small-shape": [1, 2, 4], "Moonlight-16B-A3B-shape": [1, 2, 4],
+           "DeepSeek-V3-greedy-320-shape": [1, 2]}
+    i = 0
+    for name, ts in tps.items():
+        for tp in ts:
+            for block in (16, 32, 64):
+                i += 1
+                # Lengths, memories and token budgets cycle out of step with the block sizes, so
+                # every block size meets plans that fit and plans that do not.
+                lens = [4096, 16384, MLA_MODELS[name]["max_position_embeddings"]]
+                mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 50, 100 * GIB + 1][i % 4]
+                batched = [8192, 2048][(i // 3) % 2]
+                pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype="auto",
+                                max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+# Qwen2-MoE / Qwen3-MoE with dense layers among the sparse ones (also written by `--mla`).
+DENSE_MIX_MODELS = {
+    "Qwen3-30B-A3B-mlp-only-shape": dict(QWEN3_MOE, mlp_only_layers=[0, 1, 47]),
+    "Qwen3-MoE-step2-shape": dict(QWEN3_MOE, num_hidden_layers=12, decoder_sparse_step=2, mlp_only_layers=[5]),
+    "Qwen1.5-MoE-step3-shape": dict(QWEN2_MOE, decoder_sparse_step=3),
+    "Qwen2-MoE-mlp-only-shape": dict(QWEN2_MOE, num_hidden_layers=8, mlp_only_layers=[0, 7], shared_expert_intermediate_size=2816),
+}
+for c in DENSE_MIX_MODELS.values():
+    c.setdefault("sliding_window", None)
+
+
+def dense_mix_grid():
+    pts = []
+    tps = {"Qwen3-30B-A3B-mlp-only-shape": [1, 2, 4], "Qwen3-MoE-step2-shape": [1, 4], "Qwen1.5-MoE-step3-shape": [1, 2, 4],
+           "Qwen2-MoE-mlp-only-shape": [1, 2]}
+    i = 0
+    for name, ts in tps.items():
+        for tp in ts:
+            for block in (16, 32):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    lens = [4096, 8192, DENSE_MIX_MODELS[name]["max_position_embeddings"]]
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
+                    batched = [8192, 2048][(i // 2) % 2]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[(i // 3) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main_mla():
+    out = []
+    for p in dense_mix_grid():
+        m = model_shape(DENSE_MIX_MODELS[p["model"]])
+        assert not all(m["sparse"])
+        w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
+        row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
+        out.append(row)
+        print(p["model"], p["tensor_parallel_size"], w, row.get("num_blocks"), file=sys.stderr)
+    for p in mla_grid():
+        m = mla_shape(MLA_MODELS[p["model"]])
+        tp = p["tensor_parallel_size"]
+        row = dict(p, weight_bytes_per_rank=mla_weight_bytes_per_rank(m, tp), num_kv_heads_per_rank=1)
+        row.update(mla_plan(m, p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"], tp))
+        out.append(row)
+        print(p["model"], tp, p["block_size"], row["weight_bytes_per_rank"], row.get("num_blocks"), (row.get("error") or "")[:40], file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py --mla",
+        "configs": {**MLA_MODELS, **DENSE_MIX_MODELS},
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_mla.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 def main():
+    if "--mla" in sys.argv[1:]:
+        return main_mla()
     out = []
     for p in grid():
         cfg = MODELS[p["model"]]

@@ -39,6 +39,10 @@ pub struct DeepseekParts {
     pub scaling: f64,
     /// `routed_scaling_factor` (the router's top-k weights are multiplied by it).
     pub routed_scaling_factor: f64,
+    /// `topk_method` is "noaux_tc" (DeepSeek-V3's config.json): vLLM then gives the router an
+    /// fp32 `e_score_correction_bias` (deepseek_v2.py:327-332); transformers always has one.
+    #[serde(default)]
+    pub noaux_tc: bool,
 }
 
 impl DeepseekParts {
@@ -344,6 +348,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         gpt_oss: None,
         output_router_logits: false,
         router_aux_loss_coef: super::moe::ROUTER_AUX_LOSS_COEF,
+        dense_layers: None,
         deepseek: Some(DeepseekParts {
             first_k_dense: shape.first_k_dense,
             dense_intermediate: shape.intermediate,
@@ -358,6 +363,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
             attention_bias: shape.attention_bias,
             scaling: softmax_scale(obj, shape.qk_nope_head_dim + shape.qk_rope_head_dim),
             routed_scaling_factor: float(obj, "routed_scaling_factor", 2.5)?,
+            noaux_tc: field(obj, "topk_method").and_then(Value::as_str) == Some("noaux_tc"),
         }),
     });
     let config = ModelConfig {

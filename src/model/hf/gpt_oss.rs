@@ -247,6 +247,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<super::HfModel, String> {
         shared_intermediate: 0,
         output_router_logits,
         router_aux_loss_coef,
+        dense_layers: None,
         deepseek: None,
         gpt_oss: Some(GptOssParts {
             window,

@@ -192,6 +192,20 @@ pub struct MoeConfig {
     /// `router_aux_loss_coef`: the aux loss's weight in the training loss (no bytes depend on it).
     #[serde(default = "default_aux_loss_coef")]
     pub router_aux_loss_coef: f64,
+    /// Qwen2-MoE/Qwen3-MoE layers built dense (`mlp_only_layers`, `decoder_sparse_step`), set by
+    /// `serve` alone ([`dense_layers`]): vLLM's plan models them, the transformers side refuses
+    /// the mix in [`read`]. None: every layer sparse.
+    #[serde(default)]
+    pub dense_layers: Option<DenseLayers>,
+}
+
+/// Layers of an MoE model built with a dense MLP instead of the experts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DenseLayers {
+    /// Their indices.
+    pub layers: Vec<usize>,
+    /// Their MLP's width (`intermediate_size`).
+    pub intermediate: usize,
 }
 
 /// `router_aux_loss_coef`'s default in MixtralConfig, Qwen3MoeConfig, Qwen2MoeConfig and GptOssConfig.
@@ -389,6 +403,16 @@ pub struct MoeRead {
     pub qkv_bias: Option<bool>,
 }
 
+/// The layers a Qwen2-MoE/Qwen3-MoE config makes dense (not sparse: in `mlp_only_layers`, or
+/// `(index + 1) % decoder_sparse_step != 0`), as vLLM's and transformers' decoder layers decide;
+/// None for other configs or when every layer is sparse.
+pub fn dense_layers(obj: &Map<String, Value>, model_type: &str) -> Result<Option<DenseLayers>, String> {
+    let Some(shape) = MoeShape::read(obj, model_type) else { return Ok(None) };
+    let shape = shape?;
+    let layers: Vec<usize> = shape.sparse.iter().enumerate().filter(|(_, s)| !**s).map(|(i, _)| i).collect();
+    Ok((!layers.is_empty()).then_some(DenseLayers { layers, intermediate: shape.dense_intermediate }))
+}
+
 /// Read the experts of an MoE config (`model_type` mixtral or qwen3_moe); None for the
 /// others. What transformers would run but vramscope does not model is refused, naming the
 /// field: dense layers among the sparse ones, router jitter.
@@ -417,6 +441,7 @@ pub fn read(obj: &Map<String, Value>, model_type: &str) -> Option<Result<MoeRead
             deepseek: None,
             output_router_logits,
             router_aux_loss_coef,
+            dense_layers: None,
         };
         if moe.top_k > moe.experts {
             return Err(format!("num_experts_per_tok {} exceeds the {} experts", moe.top_k, moe.experts));

@@ -1,0 +1,110 @@
+//! `serve`'s GPU-free terms for DeepSeek-V3 (multi-head latent attention) against vLLM 0.33.0's
+//! own code: `tests/fixtures/vllm_serve_mla.json`, made by `tools/vllm/serve_grid.py --mla` from
+//! vLLM's parallel layers as `deepseek_v2.py` composes them (weight bytes per tensor-parallel
+//! rank: the latent attention's projections, the dense first_k_dense_replace layers, the router
+//! and its fp32 e_score_correction_bias, the shared experts, FusedMoE's w13/w2) and its KV cache
+//! planning over `MLAAttentionSpec` layers (one latent head, whole on every rank), over shapes ×
+//! TP × block size × max_model_len × available memory. The same fixture holds Qwen2-MoE and
+//! Qwen3-MoE configs with dense layers among the sparse ones (`mlp_only_layers`,
+//! `decoder_sparse_step`): their weight elements per rank and FullAttentionSpec plans. Every
+//! number and message must match.
+use serde_json::Value;
+use vramscope::model::vllm_0_33::{self as vllm, ServeConfig};
+
+fn fixture() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm_serve_mla.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read the fixture")).expect("parse the fixture")
+}
+
+fn config(doc: &Value, p: &Value) -> ServeConfig {
+    let name = p["model"].as_str().unwrap();
+    // As `serve --config` reads it: a dense/sparse mix is split off before the parse.
+    let (text, dense) = vramscope::options::serve::split_dense_layers(&doc["configs"][name].to_string()).unwrap();
+    let mut model = vramscope::model::hf::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")).config;
+    if let Some(moe) = model.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+        moe.dense_layers = dense;
+    }
+    ServeConfig {
+        model,
+        weight_bytes: 2,
+        kv_bytes: if p["kv_cache_dtype"] == "fp8" { 1 } else { 2 },
+        total_memory: 0,
+        gpu_memory_utilization: 0.92,
+        max_model_len: p["max_model_len"].as_u64().unwrap() as usize,
+        max_num_seqs: 256,
+        max_num_batched_tokens: p["max_num_batched_tokens"].as_u64().unwrap() as usize,
+        block_size: p["block_size"].as_u64().unwrap() as usize,
+        tensor_parallel_size: p["tensor_parallel_size"].as_u64().unwrap() as usize,
+    }
+}
+
+#[test]
+fn fixture_is_vllm_0_33_and_a_grid() {
+    let doc = fixture();
+    assert_eq!(doc["vllm_version"], vllm::VLLM_VERSION);
+    let pts = doc["points"].as_array().unwrap();
+    assert!(pts.len() >= 60, "{} points", pts.len());
+    let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
+    for (k, n) in [("model", 4), ("tensor_parallel_size", 5), ("block_size", 3), ("max_model_len", 3), ("available_memory", 3)] {
+        assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
+    }
+    assert!(pts.iter().any(|p| p["error"].is_null()) && pts.iter().any(|p| p["error"].is_string()));
+    // Shapes with and without the low-rank query and the noaux_tc bias, and both latent widths.
+    let cfgs = doc["configs"].as_object().unwrap();
+    assert!(cfgs.values().any(|c| c["q_lora_rank"].is_null()) && cfgs.values().any(|c| c["q_lora_rank"].is_u64()));
+    assert!(cfgs.values().any(|c| c["topk_method"] == "noaux_tc") && cfgs.values().any(|c| c["topk_method"].is_null()));
+    assert!(cfgs.values().any(|c| c["kv_lora_rank"] == 256) && cfgs.values().any(|c| c["kv_lora_rank"] == 512));
+    // Dense layers among sparse ones: both families, by mlp_only_layers and by decoder_sparse_step.
+    for ty in ["qwen2_moe", "qwen3_moe"] {
+        let of: Vec<&Value> = cfgs.values().filter(|c| c["model_type"] == ty).collect();
+        assert!(of.iter().any(|c| c["mlp_only_layers"].as_array().is_some_and(|a| !a.is_empty())), "{ty}");
+        assert!(of.iter().any(|c| c["decoder_sparse_step"].as_u64().is_some_and(|s| s > 1)), "{ty}");
+    }
+}
+
+#[test]
+fn every_point_matches_vllm() {
+    let doc = fixture();
+    for p in doc["points"].as_array().unwrap() {
+        let c = config(&doc, p);
+        let at = format!("{p}");
+        let tp = c.tensor_parallel_size;
+        vllm::check_tensor_parallel(&c.model, tp).unwrap_or_else(|e| panic!("{at}: {e}"));
+        let mla = vramscope::model::vllm_mla::parts(&c.model).is_some();
+        if mla {
+            assert_eq!(vllm::weight_bytes_per_rank(&c.model, 2, tp), p["weight_bytes_per_rank"].as_u64().unwrap(), "weights {at}");
+        } else {
+            assert!(c.model.hf().unwrap().moe.as_ref().unwrap().dense_layers.is_some(), "{at}");
+            assert_eq!(vllm::weight_elements_per_rank(&c.model, tp), p["weight_elements_per_rank"].as_u64().unwrap(), "weights {at}");
+        }
+        assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
+        assert_eq!(p["num_groups"], 1, "{at}");
+        let available = p["available_memory"].as_u64().unwrap() as i128;
+        let plan = vllm::plan_kv_cache(&c, available);
+        assert_eq!(plan.kv_cache_spec, if mla { "MLAAttentionSpec" } else { "FullAttentionSpec" });
+        assert_eq!(plan.page_bytes_per_layer, p["page_bytes_per_layer"].as_u64().unwrap(), "page {at}");
+        assert_eq!(plan.bytes_per_block, p["bytes_per_block"].as_u64().unwrap(), "block {at}");
+        assert_eq!(plan.blocks_per_request * plan.bytes_per_block, p["max_memory_usage_bytes"].as_u64().unwrap(), "per request {at}");
+        let err = vllm::does_not_fit(&c, &plan);
+        assert_eq!(err.as_deref(), p["error"].as_str(), "error {at}");
+        if err.is_none() {
+            assert_eq!(plan.num_blocks, p["num_blocks"].as_u64().unwrap(), "blocks {at}");
+            assert_eq!(plan.kv_cache_tokens, p["kv_cache_tokens"].as_u64().unwrap(), "tokens {at}");
+            let exact: f64 = p["max_concurrency_repr"].as_str().unwrap().parse().unwrap();
+            assert_eq!(plan.max_concurrency, exact, "concurrency {at}");
+        }
+        match vllm::auto_fit_max_model_len(&c, &plan) {
+            Ok(n) => assert_eq!(Some(n), p["auto_fit_max_model_len"].as_u64(), "auto-fit {at}"),
+            Err(e) => assert_eq!(Some(e.as_str()), p["auto_fit_error"].as_str(), "auto-fit {at}"),
+        }
+    }
+}
+
+/// At one rank the weights are transformers' parameter count (the vocabulary is already a
+/// multiple of 64; no MTP layer in either), in bf16, plus the routers' fp32 bias.
+#[test]
+fn one_rank_is_transformers_count() {
+    let pr = vramscope::model::presets::find("DeepSeek-V3", Some(vramscope::model::Flavour::Hf)).unwrap();
+    let sparse = 61 - 3;
+    assert_eq!(vllm::weight_bytes_per_rank(&pr.model, 2, 1), pr.expected_params * 2 + sparse * 256 * 4);
+}
