@@ -446,7 +446,7 @@ fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, lo: u64, wei
     }
     // grouped_mm is no autocast op: the experts run in fp32; batched_mm's bmm and eager's linears cast.
     let mm = if autocast && m.implementation != crate::model::hf::moe::ExpertsImplementation::GroupedMm { lo } else { me };
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw, mm, weights };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw, mm, g: moe::ExpertGrad::plain(weights) };
     moe::experts(t, m, &z);
 }
 
