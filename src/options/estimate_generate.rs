@@ -14,7 +14,9 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         Some(n) => n,
     };
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "estimate --profile-type generate")?;
+    // (Qwen2-MoE's window is derived: generate.rs's DynamicSlidingWindowLayer, checked against
+    // the simulation of generate_qwen2_moe_sliding.json's points.)
+    super::generate::check_static_only_window(r.config.hf(), false, true, "--config", "estimate --profile-type generate")?;
     super::families::check_run(r.config.hf(), true)?;
     if let Some(n) = &r.note {
         note(n);
