@@ -153,6 +153,18 @@ fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
     assert_eq!(v["estimate"]["kv_cache_bytes"], 2 * 2 * 2 * 32 * 4 * 2 * 31);
     assert_eq!(v["simulated"]["kv_cache_bytes"], v["estimate"]["kv_cache_bytes"]);
     assert_eq!(v["simulated"]["kv_cache_peak_bytes"], v["estimate"]["kv_cache_peak_bytes"]);
+    // peft's unmerged LoRA, 4-bit weights with and without it (generate_qlora.json): the cache
+    // equal to the simulation's, the peak the lower bound's.
+    for extra in [&["--lora-r", "8"][..], &["--load-in-4bit", "--dtype", "bfloat16"][..], &["--lora-r", "16", "--target-modules", "all-linear", "--load-in-4bit", "--dtype", "bfloat16", "--prepare-model-for-kbit-training", "true"][..]] {
+        let o = vramscope(&[&["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "5", "--context-length", "12", "--batch-size", "2", "--json", json.to_str().unwrap()][..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("generate peak lower bound"), "{extra:?}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        for k in ["kv_cache_bytes", "kv_cache_peak_bytes"] {
+            assert!(v["estimate"][k].as_u64().is_some_and(|x| x > 0), "{extra:?}: {k}");
+            assert_eq!(v["simulated"][k], v["estimate"][k], "{extra:?}: {k}");
+        }
+    }
     // Qwen2-MoE's window on the layers below max_window_layers (generate_qwen2_moe_sliding.json).
     let moe = dir.path().join("qwen2_moe.json");
     std::fs::write(
@@ -166,13 +178,16 @@ fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
     assert!(o.status.success(), "qwen2_moe: {}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     for k in ["kv_cache_bytes", "kv_cache_peak_bytes"] {
+        assert!(v["estimate"][k].as_u64().is_some_and(|x| x > 0), "qwen2_moe: {k}");
         assert_eq!(v["simulated"][k], v["estimate"][k], "qwen2_moe: {k}");
     }
     for (extra, flag) in [
         (&["--context-length", "24"][..], "--max-new-tokens"),
         (&["--max-new-tokens", "0", "--context-length", "8"][..], "--max-new-tokens"),
         (&["--max-new-tokens", "2", "--context-length", "8", "--precision", "bf16"][..], "--precision"),
-        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8"][..], "--lora-r"),
+        // (LoRA and 4-bit weights run, below; 8-bit and DoRA are not measured with generate.)
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--load-in-8bit"][..], "--load-in-8bit"),
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
         (&["--max-new-tokens", "2", "--context-length", "8", "--use-cache", "false"][..], "--use-cache"),
     ] {
         let mut args = vec!["estimate", "--config", c, "--profile-type", "generate"];

@@ -25,7 +25,9 @@ fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize), gpu: bool
     let mut cfg = grid_common::generate::config_of(point, p);
     cfg.hf.as_mut().unwrap().cpu_run = !gpu;
     let name = format!("{} B {b} S {s} N {n}{}", point["name"].as_str().unwrap(), if gpu { " gpu" } else { "" });
-    let dtype = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    let loaded = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };
+    // A 4-bit model's unquantized parameters: fp32 once prepared, else the load type.
+    let dtype = cfg.hf().and_then(|h| h.bnb.as_ref()).map_or(loaded, |q| q.unquantized_dtype());
     let gc = grid_common::generate::generate_config_of(p, n);
     let rows = b * gc.num_return_sequences;
     check(&cfg, s, n).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
@@ -172,4 +174,36 @@ fn past_the_window() {
     assert!(past >= 40, "{past} of {count} points pass the window");
     assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
     println!("{count} points ({past} past the window); the simulated peak at most {worst:.3}× the bound");
+}
+
+/// peft's unmerged LoRA adapters and bitsandbytes' 4-bit weights (nf4/fp4, double quantization,
+/// compute bf16/fp32, prepared or not, with and without adapters) on the dense llama, mistral,
+/// qwen2 and qwen3 (generate_qlora.json's points, eval mode), each at its own (B, S, N) and at
+/// larger ones: the cache equals the simulation's (in the unquantized parameters' type), and
+/// the peak lies above the lower bound (the weights the model's; the adapters' and
+/// dequantization's per-step transients above it).
+#[test]
+fn lora_and_qlora() {
+    let doc = grid_common::fixture("pytorch_grid/generate_qlora.json");
+    let mut worst: f64 = 0.0;
+    let (mut count, mut failed) = (0, Vec::new());
+    let (mut adapters, mut four_bit) = (0, 0);
+    for point in doc["points"].as_array().unwrap() {
+        let p = &point["point"];
+        let num = |k: &str| grid_common::hf::num(p, k);
+        let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
+        for shape in [(b, s, n), (b + 1, 2 * s + 3, 3 * n + 2), (1, s + 7, 2 * n + 1)] {
+            match std::panic::catch_unwind(|| compare(point, p, shape, false)) {
+                Ok(r) => worst = worst.max(r),
+                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{} {shape:?}: panicked", point["name"]))),
+            }
+            count += 1;
+            adapters += usize::from(!p["lora_r"].is_null());
+            four_bit += usize::from(p["load_in_4bit"] == true);
+        }
+    }
+    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    assert!(count >= 60 && adapters >= 40 && four_bit >= 40, "{count} points, {adapters} with adapters, {four_bit} 4-bit");
+    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
+    println!("{count} points ({adapters} with adapters, {four_bit} 4-bit); the simulated peak at most {worst:.3}× the bound");
 }
