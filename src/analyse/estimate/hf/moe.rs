@@ -27,10 +27,11 @@
 //! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
 //! uncached casts), and LLM.int8() where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the
 //! attention's 8-bit linears keep their inputs, MatMul8bitLt). peft's ParamWrapper on the
-//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16 ([`ExpertGrad`]:
-//! the folds train, so the block keeps what their gradients need even where its input needs
-//! none; [`param_wrapper`]); under autocast, on gpt-oss and DeepSeek-V3 it is refused, and so is
-//! the router's auxiliary loss ([`check`]): `profile` simulates what it runs of them.
+//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here and on
+//! DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their gradients need
+//! even where its input needs none; [`param_wrapper`]); under autocast, on gpt-oss and on
+//! DeepSeek-V3 with only dense layers before it it is refused, and so is the router's auxiliary
+//! loss ([`check`]): `profile` simulates what it runs of them.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
@@ -51,13 +52,17 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
     // experts and router is not.
-    // peft's ParamWrapper is derived on Mixtral, Qwen3-MoE and Qwen2-MoE in fp32 and pure bf16
-    // (`param_wrapper`, the experts' folds); not on gpt-oss and DeepSeek-V3, nor under autocast
+    // peft's ParamWrapper is derived on Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 in fp32
+    // and pure bf16 (`param_wrapper`, the experts' folds); not on gpt-oss, nor under autocast
     // (the router's delta mm and the folds' baddbmm would cast).
     if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
         // Named with --target-parameters, or converted by peft from --target-modules.
-        let why = if m.gpt_oss.is_some() || m.deepseek.is_some() {
+        let why = if m.gpt_oss.is_some() {
             Some(format!("on {family}"))
+        } else if lc.targets.is_empty() && m.deepseek.as_ref().is_some_and(|ds| ds.first_k_dense > 0) {
+            // The dense layers before the first sparse one train nothing: its input needs no
+            // gradient either, a layer kind of its own the closed form does not state.
+            Some("without --target-modules over DeepSeek-V3's first_k_dense_replace dense layers (the first sparse layer's input then needs no gradient)".to_string())
         } else if !matches!(precision, Precision::Fp32 | Precision::PureBf16) {
             Some(format!("under {} (autocast casts the router's delta matmul and the folds' baddbmm; only fp32 and pure bf16 are derived)", precision.name()))
         } else {
@@ -131,6 +136,20 @@ pub(super) struct Sizes {
     pub mm: u64,
     /// Which of the block's tensors need a gradient.
     pub g: ExpertGrad,
+}
+
+/// Which of a sparse layer's parameters peft's ParamWrapper wraps (`--target-parameters`).
+#[derive(Clone, Copy)]
+pub(in crate::analyse::estimate) struct Wrapped {
+    pub router: bool,
+    pub gate_up: bool,
+    pub down: bool,
+}
+
+impl Wrapped {
+    pub fn any(&self) -> bool {
+        self.router || self.gate_up || self.down
+    }
 }
 
 /// Which of the sparse block's tensors need a gradient: its input, the routing weights, each
@@ -263,7 +282,7 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         }
     }
     if let Some(lc) = lora.filter(|l| !l.target_parameters.is_empty()) {
-        param_wrapper(c, t, lc, &z);
+        param_wrapper(c, t, lc, &z, true);
     }
     if x_grad && lora.is_some() && !router_w {
         // The frozen router's linear keeps its weight's cast (under autocast over fp32 weights).
@@ -285,8 +304,8 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
 /// mm keeps only the adapters); per wrapped expert weight, the fold's `baddbmm` keeps its
 /// factors B (E, out, r) and A (E, r, in) as `.to(W.dtype)` made them: views of the adapters
 /// in fp32, bf16 copies over bf16 weights (the adapters stay fp32).
-fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora::LoraConfig, z: &Sizes) {
-    if lc.targets_router() && z.g.x {
+pub(super) fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora::LoraConfig, z: &Sizes, router: bool) {
+    if router && lc.targets_router() && z.g.x {
         t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", Unit::Small, "E·d", z.e * z.d, z.me));
     }
     if z.me == 4 || c.mode != Mode::Pure {
