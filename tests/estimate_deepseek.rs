@@ -60,6 +60,8 @@ struct Point {
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
+    /// peft's ParamWrapper (`target_parameters`), with `lora`'s r.
+    params: &'static [&'static str],
 }
 
 fn base() -> Point {
@@ -94,6 +96,7 @@ fn base() -> Point {
         b: 2,
         s: 24,
         lora: None,
+        params: &[],
         four_bit: None,
     }
 }
@@ -118,6 +121,9 @@ fn config(p: &Point) -> ModelConfig {
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
+    if let Some(lc) = hf.lora.as_mut() {
+        lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
+    }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
@@ -255,6 +261,43 @@ fn lora_grid() -> Vec<Point> {
         }
     }
     points
+}
+
+/// peft's ParamWrapper (`--target-parameters`) on the sparse layers' router and routed experts
+/// (the dense first_k_dense_replace layers have none): every subset of the three parameters,
+/// alone and with LoRA on the latent attention, each experts implementation, fp32 and pure bf16,
+/// first_k_dense_replace 0 (layer 0 sparse, its input needing no gradient) to 2, checkpointing,
+/// the cache, eager and sdpa.
+#[test]
+fn deepseek_v3_target_parameters_closed_form_equals_the_simulation() {
+    const GU: &str = "mlp.experts.gate_up_proj";
+    const DN: &str = "mlp.experts.down_proj";
+    const R: &str = "mlp.gate.weight";
+    let sets: [&'static [&'static str]; 7] = [&[GU, DN], &[R], &[GU], &[DN], &[R, GU, DN], &[R, DN], &[R, GU]];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for params in sets {
+        for implementation in ExpertsImplementation::ALL {
+            let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+            let ckpt = [None, None, Some(false), None, Some(true)][n % 5];
+            let modules: &'static [&'static str] = [&[][..], &["q_b_proj", "kv_b_proj"][..], &["o_proj"][..]][n % 3];
+            let attn = if n % 4 == 3 { AttnImplementation::Sdpa } else { AttnImplementation::Eager };
+            n += 1;
+            // (Without module adapters only first_k_dense_replace 0 is derived: refused below.)
+            let first_k_dense = if modules.is_empty() { 0 } else { n % 3 };
+            points.push(Point { lora: Some((4 + 4 * (n % 2), 0.0, modules)), params, implementation, precision, ckpt, cache: ckpt.is_none(), first_k_dense, routing: if n % 2 == 0 { Routing::Worst } else { Routing::Balanced }, attn, ..base() });
+        }
+        // Every shape (q_lora_rank or q_proj, experts, top-k, groups, shared experts), with
+        // attention adapters over its dense layers, fp32 and pure bf16.
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            let p = shaped(n);
+            let modules: &'static [&'static str] = if p.q_lora_rank.is_some() { &["q_a_proj", "kv_b_proj"] } else { &["q_proj", "o_proj"] };
+            let implementation = ExpertsImplementation::ALL[n % 3];
+            n += 1;
+            points.push(Point { lora: Some((8, 0.0, modules)), params, precision, implementation, ..p });
+        }
+    }
+    run(&points, 1.5);
 }
 
 #[test]
@@ -474,7 +517,8 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
     let ds = |attn: &'static str| [&ds[..], &["--attn-implementation", attn]].concat();
     let eager = ds("eager");
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
+        ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--target-modules", "q_b_proj", "--precision", "bf16"]].concat(), "--target-parameters", "profile"),
+        ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "first_k_dense_replace"),
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
         // (8-bit: profile's own refusal, which estimate runs first.)
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),

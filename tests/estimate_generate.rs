@@ -4,7 +4,7 @@
 //! transformers in tests/generate_grid.rs), exact to the byte: the cache at the end and its
 //! high-water mark (the last decode step's cat), over llama, mistral, qwen2 and qwen3, fp32 and
 //! bf16 weights, eager and sdpa attention, grouped-query heads, head_dim, batch, prompt, new
-//! tokens and sliding windows the run stays within; the refusals of the CLI.
+//! tokens and sliding windows, within and past the run; the refusals of the CLI.
 use std::process::Command;
 use vramscope::analyse::estimate::generate::{check, estimate};
 use vramscope::engine::DType;
@@ -106,11 +106,16 @@ fn the_cache_closed_form_equals_a_simulated_generate() {
     }
 }
 
+/// Past the window (tests/estimate_generate_families.rs's grid holds it to the simulation): a
+/// sliding layer holds the last window − 1 positions.
 #[test]
-fn a_window_the_run_passes_is_refused() {
+fn a_window_the_run_passes_keeps_its_last_positions() {
     let p = Point { window: Some(48), ..pt(Arch::Mistral, AttnImplementation::Sdpa, DType::F32, 2, (2, 40, 9)) };
-    let e = check(&config(&p), p.s, p.n).unwrap_err();
-    assert!(e.to_string().contains("--max-new-tokens") && e.to_string().contains("DynamicSlidingWindowLayer"), "{e}");
+    let cfg = config(&p);
+    check(&cfg, p.s, p.n).unwrap();
+    let e = estimate(&cfg, 4, p.b, p.s, p.n);
+    assert_eq!(e.kv_cache_bytes, e.kv_bytes_per_token * p.b as u64 * 47);
+    assert_eq!(e.kv_cache_prefill_bytes, e.kv_bytes_per_token * p.b as u64 * 40);
 }
 
 fn vramscope(args: &[&str]) -> std::process::Output {
@@ -138,12 +143,51 @@ fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["estimate"]["kv_cache_bytes"], end);
     assert_eq!(v["simulated"]["kv_cache_bytes"], end);
+    // Past the window (32): each sliding layer holds its last 31 positions, equal to the
+    // simulation; the peak is the lower bound's.
+    let o = vramscope(&["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "9", "--context-length", "30", "--batch-size", "2", "--precision", "fp32", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("the window's view") && text.contains("generate peak lower bound"), "{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["estimate"]["kv_cache_bytes"], 2 * 2 * 2 * 32 * 4 * 2 * 31);
+    assert_eq!(v["simulated"]["kv_cache_bytes"], v["estimate"]["kv_cache_bytes"]);
+    assert_eq!(v["simulated"]["kv_cache_peak_bytes"], v["estimate"]["kv_cache_peak_bytes"]);
+    // peft's unmerged LoRA, 4-bit weights with and without it (generate_qlora.json): the cache
+    // equal to the simulation's, the peak the lower bound's.
+    for extra in [&["--lora-r", "8"][..], &["--load-in-4bit", "--dtype", "bfloat16"][..], &["--lora-r", "16", "--target-modules", "all-linear", "--load-in-4bit", "--dtype", "bfloat16", "--prepare-model-for-kbit-training", "true"][..]] {
+        let o = vramscope(&[&["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "5", "--context-length", "12", "--batch-size", "2", "--json", json.to_str().unwrap()][..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("generate peak lower bound"), "{extra:?}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        for k in ["kv_cache_bytes", "kv_cache_peak_bytes"] {
+            assert!(v["estimate"][k].as_u64().is_some_and(|x| x > 0), "{extra:?}: {k}");
+            assert_eq!(v["simulated"][k], v["estimate"][k], "{extra:?}: {k}");
+        }
+    }
+    // Qwen2-MoE's window on the layers below max_window_layers (generate_qwen2_moe_sliding.json).
+    let moe = dir.path().join("qwen2_moe.json");
+    std::fs::write(
+        &moe,
+        r#"{"model_type": "qwen2_moe", "hidden_size": 128, "intermediate_size": 96, "moe_intermediate_size": 96, "shared_expert_intermediate_size": 96, "num_hidden_layers": 3,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 4096, "num_experts": 4, "num_experts_per_tok": 2,
+            "use_sliding_window": true, "sliding_window": 12, "max_window_layers": 2}"#,
+    )
+    .unwrap();
+    let o = vramscope(&["estimate", "--config", moe.to_str().unwrap(), "--profile-type", "generate", "--max-new-tokens", "6", "--context-length", "16", "--batch-size", "2", "--precision", "fp32", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "qwen2_moe: {}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for k in ["kv_cache_bytes", "kv_cache_peak_bytes"] {
+        assert!(v["estimate"][k].as_u64().is_some_and(|x| x > 0), "qwen2_moe: {k}");
+        assert_eq!(v["simulated"][k], v["estimate"][k], "qwen2_moe: {k}");
+    }
     for (extra, flag) in [
-        (&["--max-new-tokens", "9", "--context-length", "24"][..], "--max-new-tokens"),
         (&["--context-length", "24"][..], "--max-new-tokens"),
         (&["--max-new-tokens", "0", "--context-length", "8"][..], "--max-new-tokens"),
         (&["--max-new-tokens", "2", "--context-length", "8", "--precision", "bf16"][..], "--precision"),
-        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8"][..], "--lora-r"),
+        // (LoRA and 4-bit weights run, below; 8-bit and DoRA are not measured with generate.)
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--load-in-8bit"][..], "--load-in-8bit"),
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
         (&["--max-new-tokens", "2", "--context-length", "8", "--use-cache", "false"][..], "--use-cache"),
     ] {
         let mut args = vec!["estimate", "--config", c, "--profile-type", "generate"];
@@ -178,10 +222,14 @@ fn estimate_generate_runs_issue_30s_models_and_refuses_what_it_does_not_derive()
     let dir = tempfile::tempdir().unwrap();
     let routing = dir.path().join("counts.txt");
     std::fs::write(&routing, "8 8 8 8 8 8 8 8").unwrap();
+    // Phi-3-mini's window (2047) and Gemma 2's (4096) passed by the prompt and new tokens.
+    for (preset, extra) in [("Phi-3-mini", &["--context-length", "2040", "--max-new-tokens", "16"][..]), ("Gemma-2-9B", &["--context-length", "4090", "--max-new-tokens", "8"][..])] {
+        let o = run(&[&["estimate", "--preset", preset, "--profile-type", "generate", "--batch-size", "1", "--no-simulate"][..], extra].concat());
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{preset}: {err}");
+        assert!(out.contains("the window's view") && out.contains("generate peak lower bound (closed form"), "{preset}: {out}");
+    }
     for (preset, extra, flag) in [
-        // Phi-3-mini's window (2047) passed by the prompt and new tokens.
-        ("Phi-3-mini", &["--context-length", "2040", "--max-new-tokens", "16"][..], "--max-new-tokens"),
-        ("Gemma-2-9B", &["--context-length", "4090", "--max-new-tokens", "8"][..], "--max-new-tokens"),
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--routing", routing.to_str().unwrap()][..], "--routing"),
         ("Qwen3-30B-A3B", &["--context-length", "8", "--max-new-tokens", "4", "--output-router-logits"][..], "--output-router-logits"),
         ("OLMo-2-7B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--target-modules", "q_proj"][..], "--lora-r"),

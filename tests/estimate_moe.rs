@@ -4,7 +4,8 @@
 //! mixtral, qwen3_moe (norm_topk_prob on and off) and qwen2_moe (its shared expert): the three
 //! experts implementations, balanced, worst and a file's routing, hidden and expert sizes,
 //! 4–16 experts, top-k 1–4, B and S, fp32, pure bf16, autocast over fp32 and bf16 weights,
-//! peft's LoRA (under autocast too), checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
+//! peft's LoRA (under autocast too) and its ParamWrapper on the router and experts
+//! (`--target-parameters`), checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
@@ -42,6 +43,10 @@ struct Point {
     s: usize,
     /// peft's LoRA: (r, dropout, target modules); the router and experts frozen.
     lora: Option<(usize, f64, &'static [&'static str])>,
+    /// peft's ParamWrapper (`target_parameters`), with `lora`'s r (its targets may be empty).
+    params: &'static [&'static str],
+    /// peft's conversion doubled gate_up_proj's rank (both halves named).
+    doubled: bool,
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
@@ -73,6 +78,8 @@ fn base(model_type: &'static str) -> Point {
         b: 2,
         s: 40,
         lora: None,
+        params: &[],
+        doubled: false,
         four_bit: None,
         int8: None,
         window: None,
@@ -113,6 +120,10 @@ fn config(p: &Point) -> ModelConfig {
     hf.attn_implementation = p.attn;
     hf.sdpa_backend = p.backend;
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
+    if let Some(lc) = hf.lora.as_mut() {
+        lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
+        lc.gate_up_doubled = p.doubled;
+    }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
@@ -263,6 +274,54 @@ fn qwen2_moe_lora_closed_form_equals_the_simulation() {
     run(&points, 1.35);
 }
 
+/// peft's ParamWrapper (`--target-parameters`) on the router and the experts' 3-D weights of
+/// each family: every subset of the three parameters, alone and with LoRA on the attention
+/// (and Qwen2-MoE's shared expert), gate_up_proj at the doubled rank peft's conversion gives,
+/// each experts implementation, fp32 and pure bf16 (the folds' bf16 factors), balanced and
+/// worst routing, shapes, r, checkpointing (both kinds), the cache, eager and sdpa. Layer 0's
+/// input needs no gradient: only what the adapters need is kept there.
+fn params_grid(model_type: &'static str) -> Vec<Point> {
+    const GU: &str = "mlp.experts.gate_up_proj";
+    const DN: &str = "mlp.experts.down_proj";
+    const R: &str = "mlp.gate.weight";
+    let sets: [&'static [&'static str]; 7] = [&[GU, DN], &[R], &[GU], &[DN], &[R, GU, DN], &[R, DN], &[R, GU]];
+    let modules: [&'static [&'static str]; 3] = [&[], &["q_proj", "v_proj"], if model_type == "qwen2_moe" { &["o_proj", "gate_proj", "down_proj"] } else { &["o_proj"] }];
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for params in sets {
+        for implementation in ExpertsImplementation::ALL {
+            let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+            let routing = if n % 3 == 0 { Routing::Balanced } else { Routing::Worst };
+            let (d, i, experts, top_k) = shapes[n % shapes.len()];
+            let ckpt = [None, None, Some(false), None, Some(true)][n % 5];
+            let attn = if n % 4 == 3 { AttnImplementation::Sdpa } else { AttnImplementation::Eager };
+            let r = [8, 4, 16][n % 3];
+            let doubled = params.contains(&GU) && n % 4 == 1;
+            n += 1;
+            points.push(Point { lora: Some((r, 0.0, modules[n % 3])), params, doubled, implementation, precision, routing, d, i, experts, top_k, ckpt, cache: ckpt.is_none() && n % 2 == 0, attn, ..base(model_type) });
+        }
+    }
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU, DN], layers: 3, b: 3, s: 17, ..base(model_type) });
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[GU], precision: Precision::PureBf16, layers: 3, implementation: ExpertsImplementation::Eager, ..base(model_type) });
+    points
+}
+
+#[test]
+fn mixtral_target_parameters_closed_form_equals_the_simulation() {
+    run(&params_grid("mixtral"), 1.5);
+}
+
+#[test]
+fn qwen3_moe_target_parameters_closed_form_equals_the_simulation() {
+    run(&params_grid("qwen3_moe"), 1.5);
+}
+
+#[test]
+fn qwen2_moe_target_parameters_closed_form_equals_the_simulation() {
+    run(&params_grid("qwen2_moe"), 1.5);
+}
+
 #[test]
 fn mixtral_closed_form_equals_the_simulation() {
     run(&grid("mixtral"), 1.30);
@@ -366,6 +425,20 @@ fn moe_estimate_cli() {
         let blocks = terms(&e["first_block"]) + (e["layers"].as_u64().unwrap() - 1) * terms(&e["block"]);
         assert_eq!(blocks + terms(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap(), "lora {dtype}");
         assert_eq!(e["autocast_cache_bytes"].as_u64(), v["simulated"]["autocast_cache_bytes"].as_u64(), "lora {dtype}");
+    }
+    // peft's ParamWrapper on the router and experts (named, and converted from Qwen's
+    // transformers-4 names), in fp32 and pure bf16: block 0 its own.
+    for extra in [&["--target-parameters", "mlp.gate.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..], &["--target-modules", "q_proj,gate_proj,up_proj,down_proj", "--dtype", "bfloat16"][..]] {
+        let o = cli(&[&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--json", json.to_str().unwrap()][..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("the ParamWrapper's fold"), "{extra:?}: missing the fold in\n{text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
+        let e = &v["estimate"];
+        for (k, sim) in [("param_bytes", "parameter_bytes"), ("grad_bytes", "gradient_bytes"), ("optimizer_bytes", "optimizer_bytes")] {
+            assert_eq!(e[k], v["simulated"][sim], "{extra:?}: {k}");
+        }
     }
     // The presets at full size, closed form only.
     for (preset, needles) in [("Mixtral-8x7B", &["mixtral", "E 8 experts of width I 14336, top-k 2"][..]), ("Qwen3-30B-A3B", &["qwen3_moe", "E 128 experts of width I 768, top-k 8"][..])] {
@@ -520,9 +593,12 @@ fn not_derived_is_refused_naming_the_flag() {
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "profile"),
+        // peft's ParamWrapper under autocast (fp32 and pure bf16 are derived).
+        ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--precision", "bf16"]].concat(), "--target-parameters", "profile"),
         // all-linear: peft converts Mixtral's expert and router names into target_parameters.
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear"]].concat(), "--target-parameters", "converted by peft"),
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear", "--dtype", "float32", "--precision", "bf16"]].concat(), "--target-parameters", "converted by peft"),
+        // The for-loop AdamW and Adafactor follow the parameters' order.
+        ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--optimizer", "adafactor"]].concat(), "--optimizer", "--target-parameters"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
         // generate runs (tests/estimate_generate_families.rs), without the aux loss.
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4", "--output-router-logits"]].concat(), "--output-router-logits", "generate"),

@@ -609,7 +609,10 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             if biases > 0 {
                 param_formula += &format!("; trainable: the adapters and {biases} bias elements");
             }
-            let order = (biases == 0).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
+            // (peft's ParamWrapper adapters come after every layer's module adapters in the
+            // simulated registration: no per-layer order; options/estimate.rs refuses the
+            // optimizers that need one.)
+            let order = (biases == 0 && lc.target_parameters.is_empty()).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
             super::optimizer_estimate::trainable_terms(&trainable, order.as_ref(), optim)
         }
         None => super::optimizer_estimate::optimizer_terms(cfg, pe, optim),
@@ -772,7 +775,25 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
         }
     }
     let l = cfg.num_layers as u64;
-    super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe, count: count * l, largest }
+    let mut count = count * l;
+    // peft's ParamWrapper: a lora_A and lora_B per wrapped parameter of every sparse layer
+    // (DeepSeek-V3's first_k_dense_replace layers have none).
+    if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()).filter(|_| !lc.target_parameters.is_empty()) {
+        let sparse = (0..cfg.num_layers).filter(|&i| m.deepseek.as_ref().is_none_or(|ds| ds.is_sparse(i))).count() as u64;
+        let (e, i, d, rg) = (m.experts as u64, m.intermediate as u64, cfg.d_model as u64, lc.gate_up_rank() as u64);
+        let wrapped = [
+            (lc.targets_router(), r * d, e * r),
+            (lc.targets_parameter("mlp.experts.gate_up_proj"), rg * e * d, 2 * i * rg * e),
+            (lc.targets_parameter("mlp.experts.down_proj"), r * e * i, d * r * e),
+        ];
+        for (_, a, b) in wrapped.into_iter().filter(|w| w.0) {
+            count += 2 * sparse;
+            if sparse > 0 {
+                largest = largest.max(a).max(b);
+            }
+        }
+    }
+    super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe, count, largest }
 }
 
 /// A 4-bit or 8-bit model's parameters in bytes (bitsandbytes' storage beside the

@@ -102,9 +102,16 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;
     let optim = a.optim.resolve(cfg.flavour, true)?;
     if cfg.hf().is_some_and(|h| h.lora.is_some()) {
-        let ordered = cfg.lora_bias_count() == 0;
+        let params = cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| !l.target_parameters.is_empty());
+        let ordered = cfg.lora_bias_count() == 0 && !params;
         if !crate::analyse::optimizer_estimate::derives_trainable(optim.kind, ordered) {
-            let which = if ordered { "adamw_torch, adamw_torch_fused, adamw_torch_forloop, adafactor and sgd" } else { "adamw_torch, adamw_torch_fused and sgd (with --lora-bias trained biases interleave with the adapters)" };
+            let which = if ordered {
+                "adamw_torch, adamw_torch_fused, adamw_torch_forloop, adafactor and sgd"
+            } else if params {
+                "adamw_torch, adamw_torch_fused and sgd (the for-loop and Adafactor follow the parameters' order, which the closed form does not derive with --target-parameters' adapters)"
+            } else {
+                "adamw_torch, adamw_torch_fused and sgd (with --lora-bias trained biases interleave with the adapters)"
+            };
             return Err(usage("--optimizer", format!("{}: over a LoRA model's trainable parameters the closed form derives {which}; the rest runs op for op in profile and fit (--device meta)", optim.kind)));
         }
     }

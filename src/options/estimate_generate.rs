@@ -1,7 +1,8 @@
 //! `estimate --profile-type generate`'s flags, resolved into the session's [`GeneratePlan`]:
 //! an hf model run as `profile --profile-type generate` models it (greedy or sampling with
-//! GenerationConfig's options, DynamicCache, one device, no autocast, no adapters or
-//! quantized weights): every hf model type, the MoE ones under --routing balanced or worst.
+//! GenerationConfig's options, DynamicCache, one device, no autocast; peft's LoRA and 4-bit
+//! weights on the dense llama, mistral, qwen2 and qwen3): every hf model type, the MoE ones
+//! under --routing balanced or worst.
 use super::estimate::EstimateArgs;
 use super::{usage, UsageError};
 use crate::session::estimate_generate::GeneratePlan;
@@ -14,19 +15,42 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         Some(n) => n,
     };
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
-    super::generate::check_static_only_window(r.config.hf(), false, false, "--config", "estimate --profile-type generate")?;
+    // (Qwen2-MoE's window is derived: generate.rs's DynamicSlidingWindowLayer, checked against
+    // the simulation of generate_qwen2_moe_sliding.json's points.)
+    super::generate::check_static_only_window(r.config.hf(), false, true, "--config", "estimate --profile-type generate")?;
     super::families::check_run(r.config.hf(), true)?;
     if let Some(n) = &r.note {
         note(n);
     }
     let mut cfg = r.config;
+    // generate() runs a 4-bit model as from_pretrained loads it unless
+    // --prepare-model-for-kbit-training says otherwise (as profile).
+    a.model.hf.unprepared_for_generate(&mut cfg);
     let (batch, seq) = super::estimate::batch_and_context(a, &r.preset, &mut cfg)?;
     let precision = a.precision.resolve_for(&mut cfg)?;
     let Some(hf) = cfg.hf() else {
         return Err(usage("--profile-type", format!("generate runs Hugging Face transformers' generate(): it needs an hf model (an hf preset such as Llama-3.2-1B, or --config config.json), not the {} flavour", cfg.flavour)));
     };
-    if let Some(h) = hf.lora.as_ref().map(|_| "--lora-r").or(hf.bnb.as_ref().map(|q| q.flag())) {
-        return Err(usage(h, "the closed form derives unquantized weights without adapters; `vramscope profile --profile-type generate` runs LoRA and 4-bit models op for op"));
+    // peft's unmerged LoRA and bitsandbytes' 4-bit weights are measured with generate on the
+    // dense llama, mistral, qwen2 and qwen3 (generate_qlora.json; issue 30's models refuse them
+    // above, as profile does): their cache is the model's, the weights the simulation's, the
+    // adapters' and dequantization's transients above the stated lower bound.
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
+        return Err(usage(q.flag(), "with generate is not measured (4-bit is: generate_qlora.json); `vramscope profile --profile-type generate` runs it op for op"));
+    }
+    if let Some(lc) = &hf.lora {
+        let flag = if lc.use_dora {
+            Some("--use-dora")
+        } else if !lc.modules_to_save.is_empty() {
+            Some("--modules-to-save")
+        } else if lc.bias != crate::model::lora::LoraBias::None {
+            Some("--lora-bias")
+        } else {
+            None
+        };
+        if let Some(flag) = flag {
+            return Err(usage(flag, "with generate is not measured (plain LoRA adapters are: generate_qlora.json); `vramscope profile --profile-type generate` runs it op for op"));
+        }
     }
     if !hf.use_cache {
         return Err(usage("--use-cache", "false: generate() without a cache is not modelled"));
@@ -65,5 +89,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     if !a.no_simulate {
         crate::session::host_memory::check_bookkeeping(cfg.num_layers, 0)?;
     }
-    Ok(GeneratePlan { model: cfg, dtype: precision.param_dtype(), batch, seq, max_new_tokens: n, generation, simulate: !a.no_simulate })
+    // A 4-bit model's unquantized parameters (its cache's type): fp32 once prepared, else the load type.
+    let dtype = hf.bnb.as_ref().map_or(precision.param_dtype(), |q| q.unquantized_dtype());
+    Ok(GeneratePlan { model: cfg, dtype, batch, seq, max_new_tokens: n, generation, simulate: !a.no_simulate })
 }

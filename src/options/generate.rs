@@ -184,7 +184,7 @@ pub fn check_static_only_window(hf: Option<&crate::model::hf::HfConfig>, static_
                 return Ok(());
             }
             return Err(usage(flag, format!(
-                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for `vramscope profile` (inference, forward and training: moe_grid/qwen2_moe_sliding.json; generate: generate_qwen2_moe_sliding.json) and `estimate`'s training step; estimate's generate, train and serve are not measured for it",
+                "{what}: Qwen2-MoE's sliding window (use_sliding_window: {} of {} layers sliding, every other layer below max_window_layers) is modelled only for `vramscope profile` (inference, forward and training: moe_grid/qwen2_moe_sliding.json; generate: generate_qwen2_moe_sliding.json) and `estimate`'s training step and generate; train and serve are not measured for it",
                 layers.iter().filter(|&&s| s).count(),
                 layers.len()
             )));

@@ -143,7 +143,11 @@ impl GeneratePlan {
     pub fn run(&self) -> Result<GenerateResult> {
         let estimate = crate::analyse::estimate::generate::estimate(&self.model, self.dtype.size() as u64, self.batch * self.generation.num_return_sequences, self.seq, self.max_new_tokens);
         let weights = parameter_bytes(&self.model, self.dtype)?;
-        let (peak, peak_lower_bound) = match generate_peak::covers(&self.model, self.dtype, &self.generation) {
+        // Past a sliding window the forward's masks and attention read the window: the peak
+        // is the lower bound's (its cache the sliding layers' windows).
+        let past = crate::analyse::estimate::generate::past_window(&self.model, self.seq, self.max_new_tokens)
+            .then(|| "a sliding window the prompt and new tokens pass (the closed form derives the cache there, not the forward's windowed masks)".to_string());
+        let (peak, peak_lower_bound) = match past.or_else(|| generate_peak::covers(&self.model, self.dtype, &self.generation)) {
             Some(why) => (Err(why), Some(generate_peak::lower_bound(&self.model, self.dtype, weights, self.batch, self.seq, &self.generation))),
             None => (Ok(generate_peak::peak(&self.model, weights, self.batch, self.seq, &self.generation)), None),
         };

@@ -4,7 +4,7 @@
 //! (the first reached on a tie) taken.
 //!
 //! Covered: bf16 weights, sdpa attention on its flash kernel (no mask: the cache never passes
-//! a sliding window, `check` refuses that) or eager attention (its mask and softmax, and the
+//! a sliding window: past one the session states the lower bound instead, generate::past_window) or eager attention (its mask and softmax, and the
 //! attention weights the decoder layer holds through its MLP), greedy or sampling (temperature, top-k,
 //! num_return_sequences), min_new_tokens. Other runs are stated by [`covers`], and the
 //! caller shows the simulated peak, labelled, for them.
@@ -425,10 +425,15 @@ pub fn lower_bound(cfg: &ModelConfig, dtype: DType, weights: u64, b: usize, s: u
     let moe = hf.moe.as_ref();
     let x = mul(&[z.b, z.s]);
     let layers = super::generate::layers(cfg);
-    let row = mul(&[layers.iter().map(|l| l.keys + l.values).sum(), z.b, z.e]);
+    let w = super::generate::window(cfg);
     let windows = mul(&[layers.iter().filter(|l| l.sliding).count() as u64, 8]);
-    // The cache at `positions`, with the sliding layers' window tensors.
-    let cache = |positions: u64| sum(&[mul(&[row, positions]), windows]);
+    // The cache at `positions` (S + the decode step: a sliding layer past its window holds
+    // fewer, generate::layer_positions), with the sliding layers' window tensors.
+    let cache = |positions: u64| {
+        let step = positions - z.s;
+        let kv = layers.iter().fold(0u64, |a, l| sum(&[a, mul(&[l.keys + l.values, z.b, z.e, super::generate::layer_positions(l, w, z.s, step)])]));
+        sum(&[kv, windows])
+    };
     // generate's tensors held for the whole call (the model's buffers left out).
     let fixed = sum(&[weights, z.prompt(), z.special_tokens(), z.position_ids(), z.unfinished()]);
     let mut c: Vec<(u64, &str, &str, u64)> = Vec::new();

@@ -56,7 +56,7 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
     if let Some(m) = &hf.moe {
-        moe::check(hf, m)?;
+        moe::check(hf, m, precision)?;
         if m.gpt_oss.is_some() {
             gpt_oss::check(hf)?;
         }
@@ -613,7 +613,10 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         Some(_) => &[],
         None => &gate_up,
     };
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, frozen_norm(h, adaptable));
+    let mut post_norm = frozen_norm(h, adaptable);
+    // peft's ParamWrapper on the router: its linear keeps its input for the fold's gradient.
+    post_norm.output |= lora.is_some_and(|l| l.targets_router());
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, post_norm);
     if let Some(m) = &hf.moe {
         // The sparse block in place of the MLP (under peft: LoRA on the shared expert only).
         moe::block(c, &mut t, hf, m, h);

@@ -28,6 +28,10 @@
 //! gradient flows, as in the dense layers (super::layer): layer 0's input needs none, the latent
 //! norms keep no x·r, a frozen linear keeps no input, and the MLPs and the router keep only what
 //! their input's gradient needs (not down_proj's input, nor the router's fp32 input copy).
+//! peft's ParamWrapper on the sparse layers' router and routed experts (`--target-parameters`):
+//! moe.rs's folds, the router's linear keeping its fold (fp32) or the fold's `.float()` copy and
+//! its input's (pure bf16), and the sparse block keeping what the adapters need where its input
+//! needs no gradient (layer 0 when it is sparse).
 use super::moe::{self, Sizes};
 use super::{rms_norm, types, Kernel};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
@@ -353,12 +357,16 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
     }
     // Under peft no LoRA reaches the MLP's linears (hf.rs's check): they and the router are frozen.
     let readers: &[&str] = if sparse { &["shared_experts.gate_proj", "shared_experts.up_proj", "gate (the router)"] } else { &["gate_proj", "up_proj"] };
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, norm(h, g.weights));
-    if !h {
+    // peft's ParamWrapper (`--target-parameters`) on the sparse layers' router and experts: in
+    // fp32 the router's linear keeps its input (`.float()` returns it) for the fold's gradient.
+    let wrapped = |p: &str| sparse && lora.is_some_and(|l| l.targets_parameter(p));
+    let pw = moe::Wrapped { router: sparse && lora.is_some_and(|l| l.targets_router()), gate_up: wrapped("mlp.experts.gate_up_proj"), down: wrapped("mlp.experts.down_proj") };
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, norm(h, g.weights || (pw.router && me == 4)));
+    if !h && !pw.any() {
         return t;
     }
     if sparse {
-        sparse_block(c, &mut t, m, me, lo, g.weights);
+        sparse_block(c, &mut t, m, me, lo, g.weights, h, pw, lora);
     } else {
         // DeepseekV3MLP of intermediate_size: silu keeps its input, the product each factor
         // (down_proj keeps it for its weight's gradient).
@@ -414,39 +422,57 @@ fn frozen_casts(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, ds: &DeepseekParts, s
 /// (`lo` 2, `me` 4) the shared MLP and the router's `F.linear` (its `.float()` casts return the
 /// fp32 tensors themselves) give bf16: the sigmoid scores, their gather and the routing
 /// weights stay bf16 (`/=` in place keeps the type; the sum is fp32 on CUDA).
-fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, lo: u64, weights: bool) {
+#[allow(clippy::too_many_arguments)]
+fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, lo: u64, weights: bool, x: bool, pw: moe::Wrapped, lora: Option<&crate::model::lora::LoraConfig>) {
     let tokens = c.b * c.s;
     let k = m.top_k as u64;
     let small = |what: &str, op, formula: &str, elements, elem| Term { what: what.into(), op, formula: format!("{formula}·{elem}"), unit: Unit::Small, elements, elem };
     let is = m.shared_intermediate as u64;
     let fs = |what: &str, op| Term { what: format!("shared_experts {what}"), op, formula: if lo == 4 { "B·S·I_s·4".into() } else { format!("B·S·I_s·{lo} = {}", sized(Unit::Fs, lo)) }, unit: Unit::Fs, elements: tokens * is, elem: lo };
-    t.extend([fs("gate_proj output (silu keeps its input)", "mm"), fs("silu(gate)", "silu"), fs("up_proj output", "mm")]);
+    // (The shared experts stay frozen: without the input's gradient they keep nothing.)
+    if x {
+        t.extend([fs("gate_proj output (silu keeps its input)", "mm"), fs("silu(gate)", "silu"), fs("up_proj output", "mm")]);
+    }
     if weights {
         t.push(fs("silu·up (down_proj keeps it)", "mul"));
     }
+    // The router's logits need a gradient when its input does or its weight is a fold.
+    let rg = x || pw.router;
     // F.linear(hidden_states.float(), weight.float()): both copies, which the matmul keeps
     // (the input's for the weight's gradient); under autocast over bf16 weights F.linear casts
     // them back to bf16 (uncached: the copy is no leaf) and keeps those.
     let rl = if c.pure_autocast { 2 } else { 4 };
     if me != 4 {
         let cast = if c.pure_autocast { " cast back to bf16 by F.linear" } else { "" };
-        if weights {
+        if weights || pw.router {
             t.push(c.term(format!("router input .float(){cast} (the router's linear keeps it)"), "_to_copy", Unit::A, rl));
         }
-        t.push(small(&format!("router weight .float() (E, d){cast} (the router's linear keeps it)"), "_to_copy", "E·d", m.experts as u64 * c.d, rl));
+        if x {
+            let fold = if pw.router { " of the ParamWrapper's fold W + ΔW" } else { "" };
+            t.push(small(&format!("router weight{fold} .float() (E, d){cast} (the router's linear keeps it)"), "_to_copy", "E·d", m.experts as u64 * c.d, rl));
+        }
+    } else if pw.router && x {
+        t.push(small("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", "E·d", m.experts as u64 * c.d, 4));
     }
     // The router's scores: fp32 (its linear's fp32 operands), bf16 under autocast.
     let autocast = c.mode == Mode::Autocast || c.pure_autocast;
     let rw = if autocast { 2 } else { 4 };
-    t.push(small("router sigmoid(logits) (T, E) (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, rw));
-    t.push(small("router top-k expert indices, int64 (the gather of the chosen scores keeps them)", "topk", "B·S·k", tokens * k, 8));
-    if m.norm_topk_prob {
+    if rg {
+        t.push(small("router sigmoid(logits) (T, E) (sigmoid keeps its output)", "sigmoid", "B·S·E", tokens * m.experts as u64, rw));
+        t.push(small("router top-k expert indices, int64 (the gather of the chosen scores keeps them)", "topk", "B·S·k", tokens * k, 8));
+    }
+    if rg && m.norm_topk_prob {
         t.push(small("the gathered top-k scores (the renormalising division keeps them)", "gather", "B·S·k", tokens * k, rw));
         t.push(small("their sum + 1e-20, fp32 (the division keeps it)", "add", "B·S", tokens, 4));
     }
     // grouped_mm is no autocast op: the experts run in fp32; batched_mm's bmm and eager's linears cast.
     let mm = if autocast && m.implementation != crate::model::hf::moe::ExpertsImplementation::GroupedMm { lo } else { me };
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw, mm, weights };
+    let g = moe::ExpertGrad { x, router: rg, gate_up: weights || pw.gate_up, down: weights || pw.down, gate_up_fold: pw.gate_up, down_fold: pw.down };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw, mm, g };
+    if let Some(lc) = lora.filter(|_| pw.gate_up || pw.down) {
+        // (The router's fold is counted above: F.linear reads its `.float()`.)
+        moe::param_wrapper(c, t, lc, &z, false);
+    }
     moe::experts(t, m, &z);
 }
 

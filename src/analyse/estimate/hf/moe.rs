@@ -26,18 +26,22 @@
 //! (grouped_mm is not an autocast op; batched_mm's bmm and eager's linears keep bf16 casts),
 //! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
 //! uncached casts), and LLM.int8() where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the
-//! attention's 8-bit linears keep their inputs, MatMul8bitLt). The ParamWrapper on the experts
-//! and router (`--target-parameters`) and the router's auxiliary loss are refused ([`check`]):
-//! `profile` simulates what it runs of them.
+//! attention's 8-bit linears keep their inputs, MatMul8bitLt). peft's ParamWrapper on the
+//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here and on
+//! DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their gradients need
+//! even where its input needs none; [`param_wrapper`]); under autocast, on gpt-oss and on
+//! DeepSeek-V3 with only dense layers before it it is refused, and so is the router's auxiliary
+//! loss ([`check`]): `profile` simulates what it runs of them.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
 use crate::model::hf::HfConfig;
 use crate::model::config::MAX_BYTES;
 use crate::model::{ConfigError, ModelConfig};
+use crate::train::Precision;
 
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
-pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
+pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
     let family = m.family.model_type();
     if m.output_router_logits {
         return Err(ConfigError::new(
@@ -48,15 +52,31 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
     // experts and router is not.
+    // peft's ParamWrapper is derived on Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 in fp32
+    // and pure bf16 (`param_wrapper`, the experts' folds); not on gpt-oss, nor under autocast
+    // (the router's delta mm and the folds' baddbmm would cast).
     if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
         // Named with --target-parameters, or converted by peft from --target-modules.
-        return Err(ConfigError::new(
-            "--target-parameters",
-            format!(
-                "peft's ParamWrapper on {family}'s experts and router (target_parameters {}, named or converted by peft from --target-modules) is not derived in closed form (LoRA on the attention is); `profile` simulates it",
-                lc.target_parameters.join(",")
-            ),
-        ));
+        let why = if m.gpt_oss.is_some() {
+            Some(format!("on {family}"))
+        } else if lc.targets.is_empty() && m.deepseek.as_ref().is_some_and(|ds| ds.first_k_dense > 0) {
+            // The dense layers before the first sparse one train nothing: its input needs no
+            // gradient either, a layer kind of its own the closed form does not state.
+            Some("without --target-modules over DeepSeek-V3's first_k_dense_replace dense layers (the first sparse layer's input then needs no gradient)".to_string())
+        } else if !matches!(precision, Precision::Fp32 | Precision::PureBf16) {
+            Some(format!("under {} (autocast casts the router's delta matmul and the folds' baddbmm; only fp32 and pure bf16 are derived)", precision.name()))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ConfigError::new(
+                "--target-parameters",
+                format!(
+                    "peft's ParamWrapper on {family}'s experts and router (target_parameters {}, named or converted by peft from --target-modules) {why} is not derived in closed form (LoRA on the attention is); `profile` simulates it",
+                    lc.target_parameters.join(",")
+                ),
+            ));
+        }
     }
     // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
     // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
@@ -114,9 +134,57 @@ pub(super) struct Sizes {
     /// The experts' matmul outputs' (and kept operands'): the model's, or bf16 where autocast
     /// casts them (batched_mm's bmm, eager's linears; grouped_mm is not an autocast op).
     pub mm: u64,
-    /// The experts' weights train (not under peft's LoRA on other modules): what only their
-    /// gradients need (the rows the up projection reads, the down projection's input) is kept.
-    pub weights: bool,
+    /// Which of the block's tensors need a gradient.
+    pub g: ExpertGrad,
+}
+
+/// Which of a sparse layer's parameters peft's ParamWrapper wraps (`--target-parameters`).
+#[derive(Clone, Copy)]
+pub(in crate::analyse::estimate) struct Wrapped {
+    pub router: bool,
+    pub gate_up: bool,
+    pub down: bool,
+}
+
+impl Wrapped {
+    pub fn any(&self) -> bool {
+        self.router || self.gate_up || self.down
+    }
+}
+
+/// Which of the sparse block's tensors need a gradient: its input, the routing weights, each
+/// expert weight as the experts read it (a leaf in full fine-tuning, peft's ParamWrapper fold
+/// `baddbmm(W, lhs, rhs)` under `--target-parameters`, frozen otherwise).
+#[derive(Clone, Copy)]
+pub(in crate::analyse::estimate) struct ExpertGrad {
+    pub x: bool,
+    /// The router's outputs: its input needs one, or its weight is a ParamWrapper fold.
+    pub router: bool,
+    pub gate_up: bool,
+    pub down: bool,
+    /// The weight read is a fold (a tensor of its own, kept where an op keeps its weight).
+    pub gate_up_fold: bool,
+    pub down_fold: bool,
+}
+
+impl ExpertGrad {
+    /// Every weight a leaf that trains (`weights`), or every one frozen, the input needing a
+    /// gradient.
+    pub fn plain(weights: bool) -> ExpertGrad {
+        ExpertGrad { x: true, router: true, gate_up: weights, down: weights, gate_up_fold: false, down_fold: false }
+    }
+    /// The gate_up output (and silu's) needs a gradient.
+    fn gate_up_out(&self) -> bool {
+        self.x || self.gate_up
+    }
+    /// The down projection's output needs a gradient.
+    fn down_out(&self) -> bool {
+        self.gate_up_out() || self.down
+    }
+    /// The weighted output (what index_add_/the unpermute reads) needs a gradient.
+    fn weighted(&self) -> bool {
+        self.down_out() || self.router
+    }
 }
 
 pub(super) fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
@@ -152,7 +220,11 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
     // routing weights take the logits' type); grouped_mm runs the experts in the model's.
     let lo = types(c, hf).lo;
     let mm = if m.implementation == ExpertsImplementation::GroupedMm { me } else { lo };
-    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { lo }, mm, weights };
+    // peft's ParamWrapper (`--target-parameters`) on the router and the experts.
+    let wrapped = |p: &str| lora.is_some_and(|l| l.targets_parameter(p));
+    let (router_w, gate_up_w, down_w) = (lora.is_some_and(|l| l.targets_router()), wrapped("mlp.experts.gate_up_proj"), wrapped("mlp.experts.down_proj"));
+    let g = ExpertGrad { x: x_grad, router: x_grad || router_w, gate_up: weights || gate_up_w, down: weights || down_w, gate_up_fold: gate_up_w, down_fold: down_w };
+    let z = Sizes { t: tokens, p: tokens * k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: if m.family == MoeFamily::Mixtral { 4 } else { lo }, mm, g };
     let is = m.shared_intermediate as u64;
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
@@ -209,16 +281,43 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
             super::adapter_on(c, t, lc, "shared_expert_gate", &a, x_grad);
         }
     }
-    if x_grad {
-        if lora.is_some() {
-            // The frozen router's linear keeps its weight's cast (under autocast over fp32 weights).
-            super::frozen_cast(c, t, "router (gate)", "E·d", z.e * z.d);
-        }
+    if let Some(lc) = lora.filter(|l| !l.target_parameters.is_empty()) {
+        param_wrapper(c, t, lc, &z, true);
+    }
+    if x_grad && lora.is_some() && !router_w {
+        // The frozen router's linear keeps its weight's cast (under autocast over fp32 weights).
+        super::frozen_cast(c, t, "router (gate)", "E·d", z.e * z.d);
+    }
+    if g.router {
         router(t, m, &z);
+    }
+    if g.x || g.router || g.gate_up || g.down {
         experts(t, m, &z);
     }
     if shared || gated {
         t.push(term("sigmoid(shared_expert_gate(x)) (B·S, 1) (the product keeps it)", "sigmoid", Unit::Small, "B·S", z.t, lo));
+    }
+}
+
+/// peft's ParamWrapper (crate::model::lora_params) in the model's dtype: the router's fold
+/// `W + (B @ A)·scaling` (E, d), which its linear keeps for its input's gradient (the delta's
+/// mm keeps only the adapters); per wrapped expert weight, the fold's `baddbmm` keeps its
+/// factors B (E, out, r) and A (E, r, in) as `.to(W.dtype)` made them: views of the adapters
+/// in fp32, bf16 copies over bf16 weights (the adapters stay fp32).
+pub(super) fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora::LoraConfig, z: &Sizes, router: bool) {
+    if router && lc.targets_router() && z.g.x {
+        t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", Unit::Small, "E·d", z.e * z.d, z.me));
+    }
+    if z.me == 4 || c.mode != Mode::Pure {
+        return;
+    }
+    let r = lc.r as u64;
+    if z.g.gate_up_fold {
+        let rg = lc.gate_up_rank() as u64;
+        t.push(term("gate_up_proj's lora_B (E, 2I, r) and lora_A (E, r, d) cast to bf16 (the fold's baddbmm keeps them)", "_to_copy", Unit::Small, "E·r·(2I + d)", z.e * rg * (2 * z.i + z.d), z.me));
+    }
+    if z.g.down_fold {
+        t.push(term("down_proj's lora_B (E, d, r) and lora_A (E, r, I) cast to bf16 (the fold's baddbmm keeps them)", "_to_copy", Unit::Small, "E·r·(d + I)", z.e * r * (z.i + z.d), z.me));
     }
 }
 
@@ -251,26 +350,53 @@ fn router(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
 /// up half (both views of the one (rows, 2I) tensor); then silu's output and the product.
 fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str) {
     let ki = |what: String, op| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, z.mm);
-    t.push(ki("gate_up output, its gate half (silu keeps it)".into(), op));
-    t.push(ki("gate_up output, its up half (the product keeps it)".into(), op));
-    t.push(ki("silu(gate)".into(), "silu"));
-    if z.weights {
+    if z.g.gate_up_out() {
+        t.push(ki("gate_up output, its gate half (silu keeps it)".into(), op));
+        t.push(ki("gate_up output, its up half (the product keeps it)".into(), op));
+        t.push(ki("silu(gate)".into(), "silu"));
+    }
+    if z.g.down {
         t.push(ki(format!("silu·up ({down} keeps it for its weight's gradient)"), "mul"));
+    }
+}
+
+/// peft's ParamWrapper folds `baddbmm(W, lhs, rhs)` as the experts read them: an op that keeps
+/// its weight for its input's gradient keeps the fold (grouped_mm, eager's linears through
+/// their per-expert views); batched_mm's gather keeps only its index.
+fn folds(t: &mut Vec<Term>, z: &Sizes, gate_up: bool) {
+    if gate_up && z.g.gate_up_fold && z.g.x {
+        t.push(term("gate_up_proj + ΔW, the ParamWrapper's fold (E, 2I, d) (kept for the input's gradient)", "baddbmm", Unit::Small, "E·2I·d", z.e * 2 * z.i * z.d, z.me));
+    }
+    if !gate_up && z.g.down_fold && z.g.gate_up_out() {
+        t.push(term("down_proj + ΔW, the ParamWrapper's fold (E, d, I) (kept for its input's gradient)", "baddbmm", Unit::Small, "E·d·I", z.e * z.i * z.d, z.me));
     }
 }
 
 /// `grouped_mm_experts_forward`.
 fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
-    t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
-    t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
-    if z.weights {
+    if z.g.router {
+        t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    }
+    if z.g.x {
+        t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
+    }
+    if z.g.gate_up {
         t.push(term("hidden states gathered in expert order (the grouped matmul keeps them for its weight's gradient)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
     }
-    t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
-    t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
+    if z.g.down_out() {
+        t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
+        // Either grouped matmul with a node keeps them.
+        t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
+    }
+    folds(t, z, true);
     gate_up(t, z, "_grouped_mm", z.p, "the down grouped matmul");
-    t.push(term("down grouped matmul output (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
-    t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
+    folds(t, z, false);
+    if z.g.router {
+        t.push(term("down grouped matmul output (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    }
+    if z.g.weighted() {
+        t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
+    }
 }
 
 /// `batched_mm_experts_forward`.
@@ -280,20 +406,32 @@ fn batched_mm(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     // values themselves.
     // (DeepSeek-V3's are scaled by routed_scaling_factor last.)
     let op = if m.deepseek.is_some() { "mul" } else if z.rw != 4 { "_to_copy" } else if renormalises(m) { "div" } else { "topk" };
-    t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
+    if z.g.down_out() {
+        t.push(term("routing weights, flattened (the weighting keeps them)", op, Unit::Small, "B·S·k", z.p, z.rw));
+    }
     // Under autocast each bmm keeps its bf16 casts of the gathered (fp32) operands.
     let cast = if z.mm != z.me { " cast to bf16" } else { "" };
-    if z.weights {
+    if z.g.gate_up {
         let op = if cast.is_empty() { "repeat_interleave" } else { "_to_copy" };
         t.push(term(format!("hidden states repeated k times{cast} (the up bmm keeps them for its weight's gradient)"), op, Unit::Ka, "B·S·k·d", z.p * z.d, z.mm));
     }
+    if !z.g.router && (z.g.gate_up_fold || z.g.down_fold) {
+        // The router's topk keeps its indices only when its input needs a gradient.
+        t.push(term("top-k expert indices, int64 (the folds' gathers keep them)", "topk", Unit::Small, "B·S·k", z.p, 8));
+    }
     let op = if cast.is_empty() { "index" } else { "_to_copy" };
     let kw = |what: String| term(what, op, Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, z.mm);
-    t.push(kw(format!("gate_up_proj[expert_ids] (B·S·k, 2I, d){cast}, its gate rows (the up bmm keeps it)")));
-    t.push(kw(format!("gate_up_proj[expert_ids]{cast}, its up rows")));
+    if z.g.x {
+        t.push(kw(format!("gate_up_proj[expert_ids] (B·S·k, 2I, d){cast}, its gate rows (the up bmm keeps it)")));
+        t.push(kw(format!("gate_up_proj[expert_ids]{cast}, its up rows")));
+    }
     gate_up(t, z, "bmm", z.p, "the down bmm");
-    t.push(kw(format!("down_proj[expert_ids] (B·S·k, d, I){cast} (the down bmm keeps it)")));
-    t.push(term("down bmm output (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.mm));
+    if z.g.gate_up_out() {
+        t.push(kw(format!("down_proj[expert_ids] (B·S·k, d, I){cast} (the down bmm keeps it)")));
+    }
+    if z.g.router {
+        t.push(term("down bmm output (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, z.mm));
+    }
 }
 
 /// The modeling file's loop over the experts that were hit: per expert e with n_e rows (the
@@ -311,9 +449,10 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
         Err(_) => ("the experts hit".to_string(), 0),
     };
     let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
+    // (index_add_ keeps its columns whenever its source needs a gradient: always here.)
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
     let autocast = z.mm != z.me;
-    if z.weights {
+    if z.g.gate_up {
         let (what, op) = if autocast { ("hidden_states[token_idx] cast to bf16 (gate_up's linear keeps it for its weight's gradient)", "_to_copy") } else { ("hidden_states[token_idx] (gate_up's linear keeps it for its weight's gradient)", "index") };
         t.push(term(per(what), op, Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
     }
@@ -322,9 +461,16 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
         // cache their casts, and each linear keeps its own for its input's gradient.
         t.push(term(format!("gate_up_proj[e] (2I, d) and down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, the linears keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, 2));
     }
+    // A fold's per-expert views keep the whole fold.
+    folds(t, z, true);
     gate_up(t, z, "mm", rows, "down_proj's linear");
-    t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
-    t.push(term(per("top_k_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
+    folds(t, z, false);
+    if z.g.router {
+        t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
+    }
+    if z.g.down_out() {
+        t.push(term(per("top_k_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
+    }
     // Mixtral's fp32 weights promote the product to fp32: `.to(final_hidden_states.dtype)`
     // makes the copy index_add_ keeps (its source) in the model's type.
     let op = if z.rw != z.me { "_to_copy" } else { "mul" };
