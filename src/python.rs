@@ -179,7 +179,7 @@ fn compare(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
 
 fn compare_impl(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String> {
     let a: options::profile::ProfileArgs = parse("profile", &words)?;
-    let (mut vs, note) = options::compare::variants_of(&a).map_err(py_err)?;
+    let (mut vs, notes) = options::compare::variants_of(&a).map_err(py_err)?;
     for v in &mut vs {
         v.options.keep_trace = out_dir.is_some();
     }
@@ -191,7 +191,7 @@ fn compare_impl(words: Vec<String>, out_dir: Option<PathBuf>) -> PyResult<String
     .map_err(py_err)?;
     let mut v = c.json(None);
     v["markdown"] = c.markdown.into();
-    v["notes"] = serde_json::json!(note.into_iter().collect::<Vec<_>>());
+    v["notes"] = serde_json::json!(notes);
     Ok(json_text(&v))
 }
 

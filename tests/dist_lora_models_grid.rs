@@ -224,6 +224,29 @@ fn compare_and_fit_offer_the_layouts_of_a_lora_run() {
     assert_eq!(fit(&["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16"]), ["ddp"]);
 }
 
+/// A layout refused for this model and these options (bf16 biases beside fp32 adapters in one
+/// fully_shard unit: PyTorch raises) is left out of `fit --find world-size` and `--compare
+/// --world-size`, and the note names it and why; the layouts that run still do.
+#[test]
+fn layouts_refused_for_the_options_are_left_out_with_a_note() {
+    let model = ["--model", "gpt-oss-20b", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--dtype", "bfloat16", "--lora-bias", "all"];
+    let o = vramscope(&[&["fit", "--find", "world-size", "--memory-limit", "80GiB"][..], &model[..]].concat());
+    let (text, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{err}\n{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| layout")).map(|l| l.split('|').nth(1).unwrap().trim()).collect();
+    assert_eq!(rows, ["ddp"], "{text}");
+    for l in ["zero2", "fsdp"] {
+        assert!(err.contains(&format!("--parallel {l} left out of the search")) && err.contains("uniform original parameter dtype"), "{err}");
+    }
+    let out = tmp("compare-left-out");
+    let o = vramscope(&[&["profile", "--device", "meta", "--warmup-steps", "0", "--compare", "--world-size", "2", "--out-dir", out.to_str().unwrap()][..], &model[..]].concat());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap_or_default();
+    assert!(o.status.success() && md.contains("| ddp ×2") && !md.contains("fsdp"), "{}\n{text}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("zero2 ×2 left out (invalid --lora-bias") && text.contains("fsdp ×2 left out"), "{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// What lora_models.json does not measure under a layout exits 2 naming the flag, nothing written.
 #[test]
 fn adapters_not_measured_under_a_layout_are_refused() {

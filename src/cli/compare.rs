@@ -8,9 +8,9 @@ use crate::session::compare::compare;
 use anyhow::Result;
 
 pub fn run(a: &ProfileArgs) -> Result<()> {
-    let (vs, note) = variants_of(a)?;
-    if let Some(n) = note {
-        println!("{n} (all --compare variants)");
+    let (vs, notes) = variants_of(a)?;
+    for n in notes {
+        println!("{n}");
     }
     set_threads(a.threads)?;
     // The variants' snapshots and the tables appear together at the end, or not at all.

@@ -204,9 +204,9 @@ fn variants(a: &ProfileArgs) -> Result<Vec<Flagged>> {
 }
 
 /// The variants `a` asks to compare, every one planned (validated) before the first runs,
-/// and the note when they move to meta (one too large for host memory moves them all, and a
-/// layout runs on meta: the table compares like with like).
-pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Option<String>)> {
+/// and the notes: when they move to meta (one too large for host memory moves them all, and a
+/// layout runs on meta: the table compares like with like), and each default layout left out.
+pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Vec<String>)> {
     if a.output.is_some() {
         return Err(usage("--output", "names one snapshot; --compare writes one per variant under --out-dir"));
     }
@@ -217,7 +217,23 @@ pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Option<String>)> {
         return Err(usage("--compare", "compares training memory options (precision under autocast, checkpointing, fusion, accumulation, layouts), which generate() does not take: sweep generate's batch, prompt or length instead (`vramscope sweep --profile-type generate --max-new-tokens 8,64 --context-length 512,2048`)"));
     }
     let flagged = variants(a)?;
-    let mut vs = flagged.into_iter().map(|f| Ok(Variant { name: f.name, options: profile::options(&f.args)? })).collect::<Result<Vec<_>>>()?;
+    // The default layouts (no --parallel list) are those a LoRA or 4-bit model runs under; one
+    // this model or these options are refused under is left out, and the note says why.
+    let default_layouts = a.parallel.world_size.is_some() && a.parallel.parallel.is_none();
+    let (mut vs, mut left_out, mut first_refusal) = (Vec::new(), Vec::new(), None);
+    for (i, f) in flagged.into_iter().enumerate() {
+        match profile::options(&f.args) {
+            Ok(options) => vs.push(Variant { name: f.name, options }),
+            Err(e) if default_layouts && i > 0 => {
+                left_out.push(format!("{} left out ({e:#})", f.name));
+                first_refusal.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(e) = first_refusal.filter(|_| vs.len() < 2) {
+        return Err(e);
+    }
     let notes = vs.iter().map(|v| v.options.host_fallback(&a.profile_type)).collect::<Result<Vec<_>>>()?;
     let note = notes.into_iter().flatten().next();
     if note.is_some() || vs.iter().any(|v| v.options.device == Device::Meta) {
@@ -225,5 +241,6 @@ pub fn variants_of(a: &ProfileArgs) -> Result<(Vec<Variant>, Option<String>)> {
             v.options.device = Device::Meta;
         }
     }
-    Ok((vs, note))
+    let notes = note.map(|n| format!("{n} (all --compare variants)")).into_iter().chain(left_out).collect();
+    Ok((vs, notes))
 }

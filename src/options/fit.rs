@@ -266,7 +266,7 @@ pub fn probe(a: &FitArgs, plan: &FitPlan, n: usize) -> Result<ProfileOptions> {
 }
 
 /// `--find world-size`: the layouts to search and their plan, validated once at 1 rank.
-pub fn world_plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<WorldPlan> {
+pub fn world_plan(a: &FitArgs, mut note: impl FnMut(&str)) -> Result<WorldPlan> {
     common(a)?;
     if a.parallel.world_size.is_some() || a.parallel.rank.is_some() {
         return Err(usage("--world-size", "is what --find world-size searches for: leave it (and --rank) out"));
@@ -278,11 +278,28 @@ pub fn world_plan(a: &FitArgs, note: impl FnOnce(&str)) -> Result<WorldPlan> {
     if cap == 0 {
         return Err(usage("--max", "must be at least 1"));
     }
-    let (_, batch, ctx) = shape(a, note)?;
+    let (_, batch, ctx) = shape(a, &mut note)?;
     let layouts: Vec<Layout> = match &a.parallel.parallel {
         Some(name) => vec![Layout::parse(name).ok_or_else(|| usage("--parallel", format!("'{name}' (expected ddp, zero1, zero2, fsdp or hsdp)")))?],
-        // A LoRA or 4-bit model: the layouts it runs under.
-        None => super::parallel::default_layouts(super::parallel::Adapted::of_flags(&a.model.hf))?,
+        // A LoRA or 4-bit model: the layouts it runs under; then those this model and these
+        // options are modelled under (a layout the profile refuses is left out, with its reason).
+        None => {
+            let mut kept = Vec::new();
+            let mut first_refusal = None;
+            for layout in super::parallel::default_layouts(super::parallel::Adapted::of_flags(&a.model.hf))? {
+                match profile::options(&ProfileArgs { parallel: with_world(a, layout, 2), ..args_for(a, batch, ctx, None) }) {
+                    Ok(_) => kept.push(layout),
+                    Err(e) => {
+                        note(&format!("--parallel {} left out of the search: {e:#}", layout.name()));
+                        first_refusal.get_or_insert(e);
+                    }
+                }
+            }
+            match first_refusal {
+                Some(e) if kept.is_empty() => return Err(e),
+                _ => kept,
+            }
+        }
     };
     let base_args = ProfileArgs { parallel: with_world(a, layouts[0], 1), ..args_for(a, batch, ctx, None) };
     let base = profile::options(&base_args)?;

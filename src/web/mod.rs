@@ -222,9 +222,9 @@ fn profile(a: options::profile::ProfileArgs, out: &mut Outcome) -> Result<()> {
 
 fn compare(a: &options::profile::ProfileArgs, out: &mut Outcome) -> Result<()> {
     meta_only(&a.device, a.threads)?;
-    let (vs, note) = options::compare::variants_of(a)?;
-    if let Some(n) = note {
-        out.text.push_str(&format!("{n} (all --compare variants)\n"));
+    let (vs, notes) = options::compare::variants_of(a)?;
+    for n in notes {
+        out.text.push_str(&format!("{n}\n"));
     }
     begin()?;
     let mut files = Vec::new();
