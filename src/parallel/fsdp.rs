@@ -191,6 +191,24 @@ impl Fsdp {
         self.param_dtype.unwrap_or(p.dtype)
     }
 
+    /// `_fsdp_params_with_wider_grad_dtype`: a trainable parameter whose gradient dtype (the
+    /// reduce dtype, else its own) is wider than its compute dtype.
+    fn wider_grad_dtype(&self, p: &FsdpParam) -> bool {
+        p.unsharded.requires_grad() && self.reduce_dtype.unwrap_or(p.dtype).size() > self.compute_dtype(p).size()
+    }
+
+    /// `_set_unsharded_grad_dtypes`: in backward (`defer_upcast`) those parameters' grad_dtype
+    /// is None, so their gradients stay in the dtype autograd makes them in (bf16, or fp32
+    /// where a norm multiplies its bf16 weight by fp32 activations, OLMo-2's) and the
+    /// reduce-scatter copy-in upcasts them; otherwise it is their gradient dtype.
+    fn set_unsharded_grad_dtypes(&self, u: usize, defer_upcast: bool) {
+        for p in &self.units.borrow()[u].params {
+            if self.wider_grad_dtype(p) {
+                p.unsharded.storage().set_grad_any_dtype(defer_upcast);
+            }
+        }
+    }
+
     /// The flat all-gather buffer's dtype and elements per rank: the shards' common compute
     /// dtype, or bytes when they differ (`_get_all_gather_input_metadatas`).
     fn all_gather_layout(&self, params: &[FsdpParam]) -> Option<(DType, usize)> {
@@ -342,6 +360,7 @@ impl Fsdp {
         self.units.borrow_mut()[u].state = State::PreBackward;
         self.unshard(u);
         self.wait_for_unshard(u);
+        self.set_unsharded_grad_dtypes(u, true);
         let index = self.units.borrow_mut()[u].post_forward_indices.pop();
         if let Some(i) = index.filter(|&i| i > 0) {
             let target = self.comm.borrow().post_forward_order[i - 1];
@@ -360,6 +379,7 @@ impl Fsdp {
             let take = |p: &FsdpParam| p.unsharded.grad_slot().borrow_mut().take().map(|g| crate::engine::autograd::grad_as_placed(&p.unsharded, &g));
             units[u].params.iter().enumerate().filter_map(|(k, p)| take(p).map(|g| (k, g))).collect()
         };
+        self.set_unsharded_grad_dtypes(u, false);
         self.reshard(u);
         // At most one reduce-scatter input in flight: the previous unit's dies now.
         let oldest = {
@@ -451,10 +471,11 @@ impl ModuleHooks for Fsdp {
 
     fn block_input_dtype(&self, block: usize) -> Option<DType> {
         // `MixedPrecisionPolicy(cast_forward_inputs=True)`: in FSDPState._pre_forward, before
-        // the unshard and not in a recomputation. The block's input itself is already in
-        // the param dtype; an fp32 argument beside it (an additive mask) is copied.
-        let Some((u, true, _)) = self.block_unit[block] else { return None };
-        (self.units.borrow()[u].state != State::PreBackward).then_some(self.param_dtype).flatten()
+        // the unshard (torch 2.15 casts in a recomputation that runs the hooks again too). The
+        // block's input itself is already in the param dtype; an fp32 argument beside it (an
+        // additive mask, OLMo-2's cos and sin) is copied.
+        let Some((_, true, _)) = self.block_unit[block] else { return None };
+        self.param_dtype
     }
 
     fn block_post_forward(&self, block: usize, y: Tensor) -> Tensor {
