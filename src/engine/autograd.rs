@@ -185,8 +185,7 @@ pub fn set_grad_ready_hook(hook: Option<Rc<dyn Fn(&Tensor)>>) {
 /// AccumulateGrad: the first gradient is stolen into `.grad` when nobody else holds it and
 /// it has the parameter's (contiguous) layout, else copied; later ones are added in place.
 pub fn accumulate_grad(leaf: &Tensor, g: Tensor) {
-    // validate_outputs casts to the parameter's dtype unless its grad_dtype is None.
-    let g = if g.dtype() != leaf.dtype() && !leaf.storage().grad_any_dtype() { g.to_dtype(leaf.dtype()) } else { g };
+    let g = if g.dtype() != leaf.dtype() { g.to_dtype(leaf.dtype()) } else { g };
     let mut slot = leaf.grad_slot().borrow_mut();
     match slot.as_ref() {
         None => {

@@ -115,9 +115,6 @@ pub struct Storage {
     /// A tensor-parallel parameter whose gradient DTensor redistributes on every use. See
     /// [`crate::engine::autograd::grad_as_placed`].
     grad_redistribute: Cell<Option<GradRedistribute>>,
-    /// The parameter's `grad_dtype` is None: AccumulateGrad keeps the gradient in the dtype
-    /// autograd computed it in (FSDP2's deferred upcast under a MixedPrecisionPolicy).
-    grad_any_dtype: Cell<bool>,
 }
 
 /// How a tensor-parallel parameter's gradient is placed against the parameter.
@@ -138,21 +135,21 @@ impl Storage {
         let nbytes = numel.checked_mul(dtype.size()).unwrap_or_else(|| panic!("{numel} {dtype:?} elements are more bytes than a usize can count"));
         if let Some(kind) = runtime::allocating_outside() {
             runtime::outside_alloc(kind, nbytes);
-            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), outside: Some(kind), grad_redistribute: Cell::new(None), grad_any_dtype: Cell::new(false) });
+            return Rc::new(Storage { id: u64::MAX, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), outside: Some(kind), grad_redistribute: Cell::new(None) });
         }
         if runtime::deferring_allocation() {
             // `with torch.device("meta")` before `fully_shard` + `to_empty`: the storage exists
             // with its size but holds no bytes until something resizes it.
             let id = runtime::new_storage_id();
-            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), outside: None, grad_redistribute: Cell::new(None), grad_any_dtype: Cell::new(false) });
+            return Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(true), outside: None, grad_redistribute: Cell::new(None) });
         }
         let id = runtime::alloc_storage(nbytes, op);
-        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), outside: None, grad_redistribute: Cell::new(None), grad_any_dtype: Cell::new(false) })
+        Rc::new(Storage { id, nbytes, numel, dtype, device, data: RefCell::new(None), released: Cell::new(false), outside: None, grad_redistribute: Cell::new(None) })
     }
     /// Not device memory: host scratch or a shape-only placeholder.
     pub(crate) fn untracked(device: Device, dtype: DType, data: Option<Buffer>) -> Rc<Storage> {
         let numel = data.as_ref().map_or(0, |b| b.len());
-        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), outside: None, grad_redistribute: Cell::new(None), grad_any_dtype: Cell::new(false) })
+        Rc::new(Storage { id: u64::MAX, nbytes: 0, numel, dtype, device, data: RefCell::new(data), released: Cell::new(false), outside: None, grad_redistribute: Cell::new(None) })
     }
     /// Mark the parameter on this storage as one whose gradient's placement differs from its own.
     pub fn set_grad_redistribute(&self, how: GradRedistribute) {
@@ -160,13 +157,6 @@ impl Storage {
     }
     pub fn grad_redistribute(&self) -> Option<GradRedistribute> {
         self.grad_redistribute.get()
-    }
-    /// `param.grad_dtype = None` (true) or the parameter's own dtype (false).
-    pub fn set_grad_any_dtype(&self, any: bool) {
-        self.grad_any_dtype.set(any);
-    }
-    pub fn grad_any_dtype(&self) -> bool {
-        self.grad_any_dtype.get()
     }
     /// Holds no bytes now (`resize_(0)`, or created under deferred allocation).
     pub fn is_released(&self) -> bool {

@@ -191,24 +191,6 @@ impl Fsdp {
         self.param_dtype.unwrap_or(p.dtype)
     }
 
-    /// `_fsdp_params_with_wider_grad_dtype`: a trainable parameter whose gradient dtype (the
-    /// reduce dtype, else its own) is wider than its compute dtype.
-    fn wider_grad_dtype(&self, p: &FsdpParam) -> bool {
-        p.unsharded.requires_grad() && self.reduce_dtype.unwrap_or(p.dtype).size() > self.compute_dtype(p).size()
-    }
-
-    /// `_set_unsharded_grad_dtypes`: in backward (`defer_upcast`) those parameters' grad_dtype
-    /// is None, so their gradients stay in the dtype autograd makes them in (bf16, or fp32
-    /// where a norm multiplies its bf16 weight by fp32 activations, OLMo-2's) and the
-    /// reduce-scatter copy-in upcasts them; otherwise it is their gradient dtype.
-    fn set_unsharded_grad_dtypes(&self, u: usize, defer_upcast: bool) {
-        for p in &self.units.borrow()[u].params {
-            if self.wider_grad_dtype(p) {
-                p.unsharded.storage().set_grad_any_dtype(defer_upcast);
-            }
-        }
-    }
-
     /// The flat all-gather buffer's dtype and elements per rank: the shards' common compute
     /// dtype, or bytes when they differ (`_get_all_gather_input_metadatas`).
     fn all_gather_layout(&self, params: &[FsdpParam]) -> Option<(DType, usize)> {
@@ -360,7 +342,6 @@ impl Fsdp {
         self.units.borrow_mut()[u].state = State::PreBackward;
         self.unshard(u);
         self.wait_for_unshard(u);
-        self.set_unsharded_grad_dtypes(u, true);
         let index = self.units.borrow_mut()[u].post_forward_indices.pop();
         if let Some(i) = index.filter(|&i| i > 0) {
             let target = self.comm.borrow().post_forward_order[i - 1];
@@ -379,7 +360,6 @@ impl Fsdp {
             let take = |p: &FsdpParam| p.unsharded.grad_slot().borrow_mut().take().map(|g| crate::engine::autograd::grad_as_placed(&p.unsharded, &g));
             units[u].params.iter().enumerate().filter_map(|(k, p)| take(p).map(|g| (k, g))).collect()
         };
-        self.set_unsharded_grad_dtypes(u, false);
         self.reshard(u);
         // At most one reduce-scatter input in flight: the previous unit's dies now.
         let oldest = {

@@ -511,9 +511,11 @@ def mixed_precision_grid():
         ("fsdp", DS.point(DS.POINTS[0]), DS.name_of, "training", 3, 2, bf),
         ("zero2", gem("gemma3_text", 1), F.name_of, "training", 2, 0, bf),
         # OLMo-2's norms multiply their weight by fp32 activations: with grad_dtype None in
-        # backward those gradients stay fp32 (512 B at d128, counted), a bf16 + fp32 group.
+        # backward those gradients stay fp32, a bf16 + fp32 reduce-scatter group.
         ("fsdp", fam("olmo2", 0), F.name_of, "training", 3, 2, bf),
         ("zero2", fam("olmo2", 3, dtype="bf16"), F.name_of, "training", 2, 0, dict(reduce_dtype="fp32")),
+        # Its backward peak is layer 0's all-gather, not the root's reduce-scatter.
+        ("fsdp", fam("olmo2", 3, dtype="bf16"), F.name_of, "training", 4, 3, dict(reduce_dtype="fp32")),
         # cast_forward_inputs in the recomputation too (OLMo-2's fp32 cos and sin).
         ("fsdp", fam("olmo2", 1, ck="non-reentrant"), F.name_of, "training", 2, 1, dict(param_dtype="bf16")),
         ("fsdp", moe(9), MG.name_of, "training", 4, 3, dict(reduce_dtype="fp32")),  # qwen3_moe grouped_mm worst bf16
