@@ -13,19 +13,7 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// Points where vramscope does not match, each with the reason.
-const KNOWN_FAILING: &[(&str, &str)] = &[
-    ("qwen2_moe d96 F64 L1 h6 kv2 V777 S24 B2 E4 k1 shared64 eager worst eager bf16 checkpoint=reentrant aux0.02 training fsdp x2 rank1", REENTRANT_FSDP),
-    ("olmo2 d96 F256 L1 h6 kv3 V777 S48 B3 eager fp32 checkpoint=non-reentrant training zero2 param_dtype=bf16 reduce_dtype=fp32 x4 rank3", MIXED_PRECISION),
-    ("olmo2 d64 F192 L3 h4 kv4 V2048 S32 B1 sdpa bf16 training fsdp reduce_dtype=fp32 x2 rank1", MIXED_PRECISION),
-    ("mixtral d64 F96 L1 h4 kv2 V1000 S16 B2 E4 k2 grouped_mm balanced sdpa fp32 training fsdp param_dtype=bf16 reduce_dtype=fp32 x2 rank1", MIXED_PRECISION),
-    ("deepseek_v3 d64 Fd160 F32 L2 dense1 h4 V1000 S16 B2 E8 k2 g2/1 shared1 q48 kv32 nope16 rope8 v12 interleave grouped_mm balanced sdpa fp32 training fsdp param_dtype=bf16 reduce_dtype=fp32 x3 rank2", MIXED_PRECISION),
-];
-
-/// Reentrant checkpointing under fsdp (parallel_models.rs refuses it for these models).
-const REENTRANT_FSDP: &str = "reentrant checkpointing under FSDP2 resharding after forward: the backward peak is 15.6% above PyTorch's, the same without the router's loss (PyTorch's peaks are identical with output_router_logits off, measured with measure_dist.py --point)";
-
-/// MixedPrecisionPolicy over these models (parallel_models.rs refuses it).
-const MIXED_PRECISION: &str = "FSDP2's MixedPrecisionPolicy: the backward peak misses PyTorch's (reduce_dtype fp32 over bf16 weights 19% low; bf16 over fp32 up to 1.5% low, and 3 KB off in three phases with non-reentrant checkpointing under zero2); not explained yet (the reduce_dtype-only point peaks at an aten::empty_strided in backward, 786,240 B above vramscope)";
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// Each of `values` appears among the points' `key` (the grid covers what it claims).
 fn covers(points: &[Value], key: impl Fn(&Value) -> String, values: &[&str], file: &str) {
@@ -213,16 +201,36 @@ fn aux_loss_ranks_match_transformers() {
 
 /// dist_grid/mixed_precision.json (`measure_dist.py --mixed-precision`): FSDP2's
 /// MixedPrecisionPolicy (bf16 param_dtype over fp32 weights, reduce_dtype fp32 or unset, and
-/// reduce_dtype alone over bf16 weights) under fsdp and zero2.
+/// reduce_dtype alone over bf16 weights) under fsdp and zero2, checkpointing off and
+/// non-reentrant.
 #[test]
 fn mixed_precision_ranks_match_transformers() {
     let file = "mixed_precision.json";
     let points = points_of(file);
-    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "deepseek_v3"], file);
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"], file);
     covers(&points, |p| p["layout"].as_str().unwrap().to_string(), &["zero2", "fsdp"], file);
     covers(&points, |p| p["profile_type"].as_str().unwrap().to_string(), &["forward", "training"], file);
+    covers(&points, |p| p["hf"]["checkpoint"].as_str().unwrap().to_string(), &["none", "non-reentrant"], file);
     covers(&points, |p| format!("{}/{}", p["param_dtype"].as_str().unwrap_or("-"), p["reduce_dtype"].as_str().unwrap_or("-")), &["bf16/fp32", "bf16/-", "-/fp32"], file);
     first_and_last_ranks(&points, &["zero2", "fsdp"], file);
+    // OLMo-2's norms give fp32 gradients beside bf16 ones (grad_dtype None in backward): a
+    // bf16 + fp32 reduce-scatter copy-in, whose CPU casts are left out as CPU-only (rule 11).
+    assert!(points.iter().any(|q| q["hf"]["model_type"] == "olmo2" && q["reduce_dtype"] == "fp32" && q["hf"]["dtype"] == "bf16"), "{file}: an OLMo-2 point reducing bf16 and fp32 gradients in fp32");
+    grid_common::check(&format!("dist_grid/{file}"), &points, 16, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
+/// dist_grid/reentrant.json (`measure_dist.py --reentrant`): reentrant checkpointing under
+/// FSDP2 resharding after forward, fsdp per decoder layer and hsdp, on the families and the MoE
+/// models. transformers 5.23 checkpoints the layer's `forward`, so FSDP2's module hooks run
+/// outside the checkpoint, once: the recomputation gathers nothing and reshards nothing.
+#[test]
+fn reentrant_ranks_match_transformers() {
+    let file = "reentrant.json";
+    let points = points_of(file);
+    assert!(points.iter().all(|q| q["hf"]["checkpoint"] == "reentrant"), "{file}: every point checkpoints reentrantly");
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"], file);
+    covers(&points, |p| p["layout"].as_str().unwrap().to_string(), &["fsdp", "hsdp"], file);
+    first_and_last_ranks(&points, &["fsdp", "hsdp"], file);
     grid_common::check(&format!("dist_grid/{file}"), &points, 9, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
 }
 
@@ -278,7 +286,8 @@ fn published_models_profile_per_rank() {
     }
 }
 
-/// What aux_loss.json and units.json measure runs from the command line.
+/// What aux_loss.json, units.json, mixed_precision.json and reentrant.json measure runs from
+/// the command line.
 #[test]
 fn measured_fsdp_options_and_the_router_loss_run() {
     for extra in [
@@ -288,6 +297,11 @@ fn measured_fsdp_options_and_the_router_loss_run() {
         &["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2"][..],
         &["--preset", "Gemma-2-9B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"][..],
         &["--preset", "Gemma-3-27B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"][..],
+        // mixed_precision.json and reentrant.json
+        &["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"][..],
+        &["--preset", "Qwen3-30B-A3B", "--parallel", "zero2", "--world-size", "4", "--fsdp-reduce-dtype", "fp32", "--dtype", "bfloat16"][..],
+        &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..],
+        &["--preset", "Gemma-3-27B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--gradient-checkpointing", "reentrant"][..],
     ] {
         let out = tmp("measured");
         let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
@@ -303,9 +317,12 @@ fn measured_fsdp_options_and_the_router_loss_run() {
 fn layouts_not_measured_for_these_models_are_refused() {
     let cases: &[(&[&str], &[&str])] = &[
         // hsdp, MixedPrecisionPolicy, other units and the router's loss are measured one at a time.
-        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "mixed_precision.json", "does not match"]),
+        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"], &["--parallel", "MixedPrecisionPolicy", "mixed_precision.json", "not measured"]),
+        (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-param-dtype", "adapters", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "every-2"], &["--fsdp-unit", "hsdp", "not measured"]),
-        (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"], &["--gradient-checkpointing", "reentrant", "does not match"]),
+        // Reentrant checkpointing under fsdp and hsdp is measured alone (reentrant.json).
+        (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"], &["--gradient-checkpointing", "reentrant", "MixedPrecisionPolicy", "not measured"]),
+        (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-unit", "every-2"], &["--gradient-checkpointing", "reentrant", "units", "not measured"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "not measured"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root", "--output-router-logits"], &["--fsdp-unit", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "qkv_proj"], &["--fsdp-unit", "adapters", "not measured"]),
@@ -317,7 +334,7 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch"], &["--tp-plan", "3-D experts"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
         (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--parallel", "gpt_oss", "not measured"]),
-        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32"], &["--fsdp-reduce-dtype", "deepseek_v3", "does not match"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32"], &["--parallel", "deepseek_v3", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "no --ep"]),
     ];
     for (extra, needles) in cases {

@@ -9,8 +9,9 @@
 //! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
-//! (--units). The rest is refused, naming the flag and why (FSDP2's MixedPrecisionPolicy,
-//! measured by --mixed-precision, does not match yet).
+//! (--units), FSDP2's MixedPrecisionPolicy under fsdp and zero2 (--mixed-precision), and
+//! reentrant checkpointing under fsdp and hsdp (--reentrant). The rest is refused, naming the
+//! flag and why.
 use crate::model::hf::HfConfig;
 use crate::parallel::{Layout, ParallelConfig};
 
@@ -76,29 +77,34 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
             return Some(("--prepare-model-for-kbit-training", format!("4-bit {name} under a parallel layout is measured after prepare_model_for_kbit_training only; profile one GPU")));
         }
     }
-    // aux_loss.json's one reentrant fsdp point (qwen2_moe) peaks 15.6% high in backward in
-    // vramscope, with or without the router's loss (PyTorch's peaks are the same both ways);
-    // reentrant under zero2 (no reshard after forward) matches (lora_models.json). (A 4-bit
-    // model's default reentrant checkpointing: QLoRA under FSDP2 is adapters_refusal's.)
+    // Reentrant checkpointing under FSDP2 resharding after forward (transformers checkpoints
+    // the layer's forward, so FSDP2's hooks run outside it, once) is measured per decoder
+    // layer under fsdp and hsdp with full weights (dist_grid/reentrant.json) and with the
+    // router's loss (aux_loss.json); reentrant under zero2 with adapters too (lora_models.json).
+    // (A 4-bit model's default reentrant checkpointing: QLoRA under FSDP2 is adapters_refusal's.)
     if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
-        return Some(("--gradient-checkpointing", format!("reentrant checkpointing of {name} under FSDP2 resharding after forward (--parallel {}) does not match PyTorch yet (dist_grid/aux_loss.json: its backward peak comes out 15.6% high); use non-reentrant, or --parallel ddp, zero1 or zero2", c.layout.name())));
-    }
-    // mixed_precision.json: 4 of 9 points miss PyTorch's backward (reduce_dtype fp32 over bf16
-    // weights by 19%, at an empty_strided; bf16 over fp32 by up to 1.5%), not explained yet.
-    if c.param_dtype.is_some() || c.reduce_dtype.is_some() {
-        let flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
-        return Some((flag, format!("FSDP2's MixedPrecisionPolicy over {name} does not match PyTorch yet (dist_grid/mixed_precision.json: 4 of 9 points miss the backward peak, by up to 19% with --fsdp-reduce-dtype over bf16 weights): drop it")));
+        let other = [
+            (hf.lora.is_some(), "peft's adapters"),
+            (c.param_dtype.is_some() || c.reduce_dtype.is_some(), "FSDP2's MixedPrecisionPolicy"),
+            (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer"),
+            (name == "qwen2_moe" && hf.sliding_layers.is_some(), "Qwen2-MoE's sliding window"),
+        ];
+        if let Some((_, what)) = other.iter().find(|o| o.0) {
+            return Some(("--gradient-checkpointing", format!("reentrant checkpointing of {name} under FSDP2 resharding after forward (--parallel {}) together with {what} is not measured (reentrant checkpointing alone is: dist_grid/reentrant.json); use non-reentrant, or drop one", c.layout.name())));
+        }
     }
     // Measured beyond ddp, zero1, zero2 and fsdp per decoder layer, each alone and with full
-    // weights: the router's loss (dist_grid/aux_loss.json), other fully_shard units and hsdp
-    // (units.json).
+    // weights: the router's loss (dist_grid/aux_loss.json), FSDP2's MixedPrecisionPolicy under
+    // fsdp and zero2 (mixed_precision.json), other fully_shard units and hsdp (units.json).
     if c.offload_params {
         // On CPU the offloaded shards and the device are one memory (FSDP2's .to(device) of a
         // CPU shard is a no-op), so no fixture can tell what CPUOffloadPolicy moves.
         return Some(("--offload", format!("FSDP2's CPUOffloadPolicy over {name} is not measured (a CPU run cannot tell the host's shards from the device's copies): drop it")));
     }
+    let mp_flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
     let options = [
         (name == "qwen2_moe" && hf.sliding_layers.is_some(), "--model", "Qwen2-MoE's sliding window (use_sliding_window)", "qwen2_moe_sliding.json"),
+        (c.param_dtype.is_some() || c.reduce_dtype.is_some(), mp_flag, "FSDP2's MixedPrecisionPolicy", "mixed_precision.json"),
         (moe.is_some_and(|m| m.output_router_logits), "--output-router-logits", "the router's auxiliary loss", "aux_loss.json"),
         (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json"),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json"),

@@ -451,10 +451,11 @@ impl ModuleHooks for Fsdp {
 
     fn block_input_dtype(&self, block: usize) -> Option<DType> {
         // `MixedPrecisionPolicy(cast_forward_inputs=True)`: in FSDPState._pre_forward, before
-        // the unshard and not in a recomputation. The block's input itself is already in
-        // the param dtype; an fp32 argument beside it (an additive mask) is copied.
-        let Some((u, true, _)) = self.block_unit[block] else { return None };
-        (self.units.borrow()[u].state != State::PreBackward).then_some(self.param_dtype).flatten()
+        // the unshard (torch 2.15 casts in a recomputation that runs the hooks again too). The
+        // block's input itself is already in the param dtype; an fp32 argument beside it (an
+        // additive mask, OLMo-2's cos and sin) is copied.
+        let Some((_, true, _)) = self.block_unit[block] else { return None };
+        self.param_dtype
     }
 
     fn block_post_forward(&self, block: usize, y: Tensor) -> Tensor {

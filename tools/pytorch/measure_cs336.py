@@ -262,6 +262,33 @@ def cpu_kernel_scratch(anc, size):
         # (the threshold's |A| and mask, the fp16 dequant buffer) vramscope models, unmeasured.
         # Only blocks that die inside the op match (the outputs are counted).
         return (f"cpu {i8.name}: the default implementation's working tensors", i8.end_time_ns, "freed inside")
+    ccm = next((i for i, a in enumerate(anc) if a.name == "fsdp::chunk_cat_mixed_dtype"), None)
+    if ccm is not None:
+        # FSDP2's reduce-scatter copy-in of bf16 (and fp32) gradients into an fp32 reduce-scatter
+        # input (torch 2.15, torch/csrc/distributed/fsdp/ChunkCat.cpp / ChunkCat.cu). On CPU the
+        # composite casts every input of a mixed-dtype group to fp32 first (`tensor.to(out)`,
+        # held until `_chunk_cat_out` returns), and CPU `cat` copies a bf16 chunk of a uniform
+        # group before writing it into the fp32 output's slice; CUDA's kernels read bf16 and
+        # write fp32 as they copy (`chunk_cat_mixed_dtype_cuda`'s fused kernel for bf16 + fp32
+        # groups, `_chunk_cat_out_cuda`'s bf16-in fp32-out kernel for uniform bf16 ones).
+        ins = getattr(anc[ccm].extra_fields, "inputs", [])
+        grads = ins[0] if ins and isinstance(ins[0], list) else []
+        metas = [_meta(g) for g in grads]
+        out = _meta(ins[3]) if len(ins) > 3 else None
+        fused = (out is not None and out[2] == torch.float32 and metas and all(
+            m and m[2] in (torch.bfloat16, torch.float32) and _contiguous(m[0], m[1]) for m in metas))
+        below = [a.name for a in anc[ccm + 1:]]
+        bf16 = [_numel(m[0]) for m in metas if m and m[2] == torch.bfloat16]
+        if fused and below == ["aten::to", "aten::_to_copy", "aten::empty_strided"] and size in [n * 4 for n in bf16]:
+            return ("cpu fsdp::chunk_cat_mixed_dtype of bf16 and fp32 gradients: fp32 copies of the bf16 ones",
+                    anc[ccm].end_time_ns, "freed inside")
+        cat = anc[ccm + 2] if below[:2] == ["aten::_chunk_cat", "aten::cat"] else None
+        cat_ins = getattr(cat.extra_fields, "inputs", []) if cat is not None else []
+        chunks = [_meta(c) for c in (cat_ins[0] if cat_ins and isinstance(cat_ins[0], list) else [])]
+        chunk_bytes = [_numel(m[0]) * 2 for m in chunks if m and m[2] == torch.bfloat16]
+        if fused and below[2:] == ["aten::empty_like", "aten::empty"] and size in chunk_bytes:
+            return ("cpu fsdp::chunk_cat_mixed_dtype of bf16 gradients: cat's bf16 copy of each before the fp32 output",
+                    anc[ccm].end_time_ns, "freed inside")
     cc = next((i for i, a in enumerate(anc) if a.name == "aten::_chunk_cat"), None)
     if cc is not None and cc + 1 < len(anc) and anc[cc + 1].name == "aten::new_zeros":
         # FSDP2's reduce-scatter copy-in, `torch._chunk_cat(grads, 0, world, out=...)`: the CPU

@@ -62,6 +62,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --aux-loss   # the router's loss (output_router_logits) -> tests/fixtures/dist_grid/aux_loss.json
     python3 measure_dist.py --mixed-precision  # FSDP2's MixedPrecisionPolicy -> tests/fixtures/dist_grid/mixed_precision.json
     python3 measure_dist.py --units      # fully_shard on N layers or the root, and hsdp -> tests/fixtures/dist_grid/units.json
+    python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
@@ -84,6 +85,7 @@ CS336_AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/cs336_au
 AUX_LOSS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/aux_loss.json")
 MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision.json")
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
+REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
 
 
@@ -508,8 +510,46 @@ def mixed_precision_grid():
         ("zero2", moe(8), MG.name_of, "training", 3, 2, dict(param_dtype="bf16")),  # qwen3_moe batched_mm worst fp32
         ("fsdp", DS.point(DS.POINTS[0]), DS.name_of, "training", 3, 2, bf),
         ("zero2", gem("gemma3_text", 1), F.name_of, "training", 2, 0, bf),
+        # OLMo-2's norms multiply their weight by fp32 activations: with grad_dtype None in
+        # backward those gradients stay fp32, a bf16 + fp32 reduce-scatter group.
+        ("fsdp", fam("olmo2", 0), F.name_of, "training", 3, 2, bf),
+        ("zero2", fam("olmo2", 3, dtype="bf16"), F.name_of, "training", 2, 0, dict(reduce_dtype="fp32")),
+        # Its backward peak is layer 0's all-gather, not the root's reduce-scatter.
+        ("fsdp", fam("olmo2", 3, dtype="bf16"), F.name_of, "training", 4, 3, dict(reduce_dtype="fp32")),
+        # cast_forward_inputs in the recomputation too (OLMo-2's fp32 cos and sin).
+        ("fsdp", fam("olmo2", 1, ck="non-reentrant"), F.name_of, "training", 2, 1, dict(param_dtype="bf16")),
+        ("fsdp", moe(9), MG.name_of, "training", 4, 3, dict(reduce_dtype="fp32")),  # qwen3_moe grouped_mm worst bf16
+        ("fsdp", GO.point(GO.POINTS[0]), GO.name_of, "training", 2, 0, bf),
+        ("zero2", moe(12), MG.name_of, "training", 4, 3, bf),  # qwen2_moe grouped_mm balanced fp32
     ]
     return [dist_point(p, kind, layout, world, rank, name(p, kind), **pol) for layout, p, name, kind, world, rank, pol in rows]
+
+
+def reentrant_grid():
+    """Reentrant checkpointing (use_reentrant=True, transformers' gradient_checkpointing_enable
+    default) under FSDP2 resharding after forward: fsdp per decoder layer and hsdp (shard 2), on
+    the families and the MoE models, world 2-4, ranks 0 and the last, training."""
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    ck = "reentrant"
+    fam = lambda mt, i, dtype="fp32": F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+    gem = lambda mt, i, dtype="fp32": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i: dict(MG.point(MG.POINTS[i]), checkpoint=ck)
+    # (layout, point, name_of, world, rank, FSDP2 options)
+    rows = [
+        ("fsdp", fam("phi3", 0), F.name_of, 2, 0, {}),
+        ("fsdp", fam("olmo2", 2, dtype="bf16"), F.name_of, 4, 3, {}),
+        ("hsdp", gem("gemma3_text", 3), F.name_of, 4, 0, dict(shard=2)),
+        ("fsdp", gem("gemma2", 2), F.name_of, 3, 2, {}),
+        ("fsdp", moe(1), MG.name_of, 2, 1, {}),  # mixtral eager balanced fp32
+        ("hsdp", moe(7), MG.name_of, 4, 3, dict(shard=2)),  # qwen3_moe eager balanced bf16
+        ("fsdp", moe(12), MG.name_of, 3, 2, {}),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", dict(GO.point(GO.POINTS[1]), checkpoint=ck), GO.name_of, 2, 0, {}),
+        ("fsdp", dict(DS.point(DS.POINTS[0]), checkpoint=ck), DS.name_of, 3, 2, {}),
+    ]
+    return [dist_point(p, "training", layout, world, rank, name(p, "training"), **o) for layout, p, name, world, rank, o in rows]
 
 
 def units_grid():
@@ -897,6 +937,7 @@ def main():
              "--aux-loss": (aux_loss_grid, AUX_LOSS_OUT),
              "--mixed-precision": (mixed_precision_grid, MIXED_PRECISION_OUT),
              "--units": (units_grid, UNITS_OUT),
+             "--reentrant": (reentrant_grid, REENTRANT_OUT),
              "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:

@@ -648,6 +648,7 @@ fn repeat_kv(fr: &'static HfFrames, x: &Tensor, n_rep: usize) -> Tensor {
 }
 
 /// Everything a decoder layer reads, owned, so a checkpoint can keep it to recompute.
+#[derive(Clone)]
 struct Block {
     cfg: Rc<ModelConfig>,
     layer: Layer,
@@ -677,6 +678,17 @@ struct Block {
 }
 
 impl Block {
+    /// The block with its floating arguments in `dtype` (`_cast_fp_tensor` over args and kwargs:
+    /// the mask, then `position_embeddings`; OLMo-2's rotary returns fp32 cos and sin, the
+    /// masks are built in the embeddings' dtype); a tensor already in it is passed as is.
+    fn cast_forward_inputs(&self, dtype: DType) -> Block {
+        let _s = scope("FSDP::cast_forward_inputs");
+        let cast = |t: &Tensor| if t.dtype().is_float() && t.dtype() != dtype { t.to_dtype(dtype) } else { t.clone() };
+        let mask = self.mask.as_ref().map(cast);
+        let (cos, sin) = (cast(&self.cos), cast(&self.sin));
+        Block { mask, cos, sin, ..self.clone() }
+    }
+
     fn hf(&self) -> &HfConfig {
         self.cfg.hf.as_ref().expect("hf options")
     }
@@ -1470,17 +1482,29 @@ fn forward_with(m: &Model, ids: &Tensor, labels: Option<&Tensor>, attention_mask
                 _ => shared.clone(),
             };
             let block = Block { cfg: layer_cfg, layer: l.clone(), mask: layer_mask, cos, sin, _position_ids: position_ids.clone(), cache: cache.clone(), windows: windows.clone(), sliding_cache: sliding_cache_layer(hf, i), layer_idx: i, static_cache, tp: tp_group, training: m.training.get(), router_logits: recorder.clone() };
-            let hooks = hooks.clone();
-            let run = move |x| crate::model::hooked_block(&hooks, i, x, |x| block.forward(x));
-            h = if checkpointing && cfg.checkpoint.covers(i) {
-                if hf.reentrant {
-                    checkpoint_reentrant(h.clone(), run)
-                } else {
-                    checkpoint(h.clone(), run)
-                }
-            } else {
-                run(h.clone())
+            // MixedPrecisionPolicy(cast_forward_inputs=True): FSDPState._pre_forward casts the
+            // layer's floating arguments to param_dtype before the unshard; the copies are the
+            // call's (a checkpoint's `partial` keeps them for the recomputation).
+            let cast = hooks.as_ref().and_then(|k| k.block_input_dtype(i)).map(|d| block.cast_forward_inputs(d));
+            let block = cast.unwrap_or(block);
+            // transformers 5.23 checkpoints the layer's `forward`, not its `__call__`
+            // (GradientCheckpointingLayer.__init_subclass__), so module hooks (FSDP2's) run
+            // outside the checkpoint, once: a recomputation, reentrant or not, runs none.
+            let x = match &hooks {
+                Some(k) => k.block_pre_forward(i, h.clone()),
+                None => h.clone(),
             };
+            let (y, held) = if checkpointing && cfg.checkpoint.covers(i) {
+                let y = if hf.reentrant { checkpoint_reentrant(x, move |x| block.forward(x)) } else { checkpoint(x, move |x| block.forward(x)) };
+                (y, None)
+            } else {
+                (block.forward(x), Some(block))
+            };
+            h = match &hooks {
+                Some(k) => k.block_post_forward(i, y),
+                None => y,
+            };
+            drop(held);
         }
         let h_in = if cfg.sequence_parallel() { tp::from_local(&h) } else { h.clone() };
         hidden = rms_norm(fr, "norm", &h_in, &m.final_norm, cfg.norm_eps);
