@@ -6,7 +6,8 @@
 //! in-place all-reduced output), the router and Qwen2-MoE's shared expert replicated,
 //! DeepSeek-V3's dense MLPs and shared_experts colwise/rowwise, routing forced; against PyTorch itself:
 //! tests/fixtures/dist_grid/tp_hf_moe.json (tools/pytorch/measure_tp_hf.py --moe), per phase,
-//! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
+//! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor; the router's
+//! auxiliary loss (dist_grid/tp_hf_aux_loss.json, `--aux-loss`) under the same plans.
 mod grid_common;
 
 use grid_common::hf::num;
@@ -35,4 +36,20 @@ fn transformers_moe_tp_plan_ranks_match_pytorch() {
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
     let points = doc["points"].as_array().unwrap();
     grid_common::check("dist_grid/tp_hf_moe.json", points, 12, KNOWN_FAILING, run);
+}
+
+/// dist_grid/tp_hf_aux_loss.json (`measure_tp_hf.py --aux-loss`): output_router_logits on
+/// Mixtral, Qwen3-MoE and Qwen2-MoE under their plans (DeepSeek-V3 has no such loss). The
+/// router is replicated, so each rank's logits are the whole (tokens, experts) and the loss
+/// runs on plain tensors with no collective: the one-GPU rule, per rank.
+#[test]
+fn router_aux_loss_under_the_moe_plans_matches_pytorch() {
+    let doc = grid_common::fixture("dist_grid/tp_hf_aux_loss.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    assert!(points.iter().all(|p| p["config"]["output_router_logits"] == true));
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        assert!(points.iter().any(|p| p["config"]["model_type"] == family && p["kind"] == "training"), "tp_hf_aux_loss.json: no {family} training point");
+    }
+    grid_common::check("dist_grid/tp_hf_aux_loss.json", points, 6, &[], run);
 }
