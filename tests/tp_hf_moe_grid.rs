@@ -6,7 +6,9 @@
 //! in-place all-reduced output), the router and Qwen2-MoE's shared expert replicated,
 //! DeepSeek-V3's dense MLPs and shared_experts colwise/rowwise, routing forced; against PyTorch itself:
 //! tests/fixtures/dist_grid/tp_hf_moe.json (tools/pytorch/measure_tp_hf.py --moe), per phase,
-//! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
+//! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor; the router's
+//! auxiliary loss (dist_grid/tp_hf_aux_loss.json, `--aux-loss`) and bf16 autocast
+//! (dist_grid/tp_hf_moe_autocast.json, `--moe-autocast`) under the same plans.
 mod grid_common;
 
 use grid_common::hf::num;
@@ -35,4 +37,70 @@ fn transformers_moe_tp_plan_ranks_match_pytorch() {
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
     let points = doc["points"].as_array().unwrap();
     grid_common::check("dist_grid/tp_hf_moe.json", points, 12, KNOWN_FAILING, run);
+}
+
+/// dist_grid/tp_hf_aux_loss.json (`measure_tp_hf.py --aux-loss`): output_router_logits on
+/// Mixtral, Qwen3-MoE and Qwen2-MoE under their plans (DeepSeek-V3 has no such loss). The
+/// router is replicated, so each rank's logits are the whole (tokens, experts) and the loss
+/// runs on plain tensors with no collective: the one-GPU rule, per rank.
+#[test]
+fn router_aux_loss_under_the_moe_plans_matches_pytorch() {
+    let doc = grid_common::fixture("dist_grid/tp_hf_aux_loss.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    assert!(points.iter().all(|p| p["config"]["output_router_logits"] == true));
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        assert!(points.iter().any(|p| p["config"]["model_type"] == family && p["kind"] == "training"), "tp_hf_aux_loss.json: no {family} training point");
+    }
+    grid_common::check("dist_grid/tp_hf_aux_loss.json", points, 6, &[], run);
+}
+
+/// dist_grid/tp_hf_moe_autocast.json (`measure_tp_hf.py --moe-autocast`): the Trainer's
+/// bf16=True (accelerate's prepared forward) under Mixtral's, Qwen3-MoE's, Qwen2-MoE's and
+/// DeepSeek-V3's plans, over fp32 and bf16 weights, training, forward and inference.
+#[test]
+fn moe_plans_under_autocast_match_pytorch() {
+    let doc = grid_common::fixture("dist_grid/tp_hf_moe_autocast.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    let points = doc["points"].as_array().unwrap();
+    assert!(points.iter().all(|p| p["autocast"] == "bf16" && p["amp"] == "accelerate"));
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3"] {
+        assert!(points.iter().any(|p| p["config"]["model_type"] == family && p["kind"] == "training"), "tp_hf_moe_autocast.json: no {family} training point");
+    }
+    // Refused (--precision with --profile-type inference): see src/options/profile.rs.
+    const FAILING: &[(&str, &str)] = &[(
+        "qwen2_moe V776 d96 F48 h8 kv4 S16 B3 E12 k4 shared192 batched_mm worst eager fp32 tp4 rank0 autocast=bf16 amp=accelerate inference",
+        "forward peak 13,824 B high at the bmm: the bytes PyTorch's CPU leaves out as a mixed-dtype mul's fp32 input cast; not explained yet",
+    )];
+    grid_common::check("dist_grid/tp_hf_moe_autocast.json", points, 6, FAILING, run);
+}
+
+/// The router's loss and bf16 autocast each run under the MoE plans; together they are not
+/// measured, and autocast inference does not match yet: both are refused naming the flag.
+#[test]
+fn aux_loss_and_autocast_under_the_moe_plans_run_each_alone() {
+    for (extra, refused) in [
+        (&["--output-router-logits"][..], false),
+        (&["--precision", "bf16"][..], false),
+        (&["--output-router-logits", "--precision", "bf16"][..], true),
+        (&["--precision", "bf16", "--profile-type", "inference"][..], true),
+    ] {
+        let dir = std::env::temp_dir().join(format!("vramscope-tp-hf-moe-{}-{}", std::process::id(), extra.join("-")));
+        let mut args = vec!["profile", "--preset", "Mixtral-8x7B", "--num-layers", "1", "--dtype", "float32", "--device", "meta", "--warmup-steps", "0",
+            "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--world-size", "2", "--out-dir", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        if !extra.contains(&"--profile-type") {
+            args.extend_from_slice(&["--profile-type", "training", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
+        }
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if refused {
+            assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+            let flag = if extra.contains(&"inference") { "--precision" } else { "--output-router-logits" };
+            assert!(err.contains(flag) && err.contains("tp_hf_"), "{extra:?}: {err}");
+        } else {
+            assert!(o.status.success(), "{extra:?}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -375,9 +375,9 @@ pub fn validate(cfg: &crate::model::ModelConfig, tp: &TensorParallel) -> Result<
         if m.intermediate % tp.size != 0 {
             return err(format!("{} ranks do not divide the experts' intermediate size ({}); uneven tensor-parallel shards are not modelled", tp.size, m.intermediate));
         }
-        if m.output_router_logits {
-            return Err(ConfigError::new("--output-router-logits", "the router's auxiliary loss under transformers' tensor-parallel plan is not measured; drop it"));
-        }
+        // The router's auxiliary loss needs nothing of the plan: the router is not in it
+        // (replicated), so every rank keeps the full logits and load_balancing_loss_func runs
+        // on plain tensors, no collective (dist_grid/tp_hf_aux_loss.json).
     }
     if tp.plan == TpPlan::Torch && hf.model_type.is_family() {
         return Err(ConfigError::new("--tp-plan", format!("torch's Megatron-style plan is written for Llama's separate q/k/v/gate/up projections; {} runs transformers' own base_model_tp_plan: use --tp-plan auto", hf.model_type.name())));

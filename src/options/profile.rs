@@ -238,7 +238,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         return Err(usage("--precision", "fp16 (GradScaler) under tensor parallelism stops in PyTorch itself: unscale_'s _amp_foreach_non_finite_check_and_unscale_ gets DTensor and plain-tensor gradients together (\"got mixed torch.Tensor and DTensor\"); use --precision bf16".to_string()));
     }
     // dist_grid/tp_hf_autocast.json: bf16 autocast under transformers' plan and torch's
-    // matches in training, forward and inference.
+    // matches in training, forward and inference; tp_hf_moe_autocast.json: under the MoE plans.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp > 1 && precision.autocast().is_some()) {
         if pc.sequence_parallel {
             return Err(usage("--precision", format!("{precision} autocast with --sequence-parallel is not measured (dist_grid/tp_hf_autocast.json runs the plans without it); drop one of them")));
@@ -247,16 +247,24 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
             return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --tp (FSDP2 x TP) is not measured (dist_grid/tp_hf_autocast.json runs tensor parallelism alone); use --parallel tp, or drop the autocast precision", pc.layout.name())));
         }
     }
+    // tp_hf_moe_autocast.json: the MoE plans under autocast match in training and forward; its
+    // one inference point (qwen2_moe, batched_mm) comes out 13,824 B high at the forward's bmm,
+    // exactly the bytes the fixture leaves out as a CPU mixed-dtype mul's fp32 input cast.
+    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.autocast().is_some() && cfg.hf().is_some_and(|h| h.moe.is_some()) {
+        if let Some(k) = a.profile_type.iter().find(|&&k| k == ProfileType::Inference) {
+            return Err(usage("--precision", format!("{precision} autocast of an MoE model under transformers' tensor-parallel plan with --profile-type {} does not match PyTorch yet (dist_grid/tp_hf_moe_autocast.json: its inference point's forward peak comes out 0.4% high); profile training or forward, or drop the autocast precision", k.name())));
+        }
+    }
+    // tp_hf_aux_loss.json and tp_hf_moe_autocast.json measure each alone under the MoE plans.
+    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.autocast().is_some() && cfg.hf().and_then(|h| h.moe.as_ref()).is_some_and(|m| m.output_router_logits) {
+        return Err(usage("--output-router-logits", format!("the router's auxiliary loss with {precision} autocast under transformers' tensor-parallel plan is not measured (each alone is: dist_grid/tp_hf_aux_loss.json, tp_hf_moe_autocast.json); drop one")));
+    }
     // dist_grid/autocast.json: autocast under the data-parallel layouts matches in training,
     // forward and inference (ddp, zero1, zero2, fsdp); forward-loss is not measured under them.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_some()) {
         if let Some(k) = a.profile_type.iter().find(|&&k| k == ProfileType::ForwardLoss) {
             return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --profile-type {} is not measured (dist_grid/autocast.json measures training, forward and inference under every layout); profile one of those, or drop the autocast precision", pc.layout.name(), k.name())));
         }
-    }
-    // dist_grid/tp_hf_moe.json measures the MoE plans on fp32 and pure bf16 weights only.
-    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && cfg.hf().is_some_and(|h| h.moe.is_some()) && precision.autocast().is_some() {
-        return Err(usage("--precision", format!("{precision} (autocast) of an MoE model under transformers' tensor-parallel plan is not measured (dist_grid/tp_hf_moe.json runs fp32 and pure bf16 weights); drop the autocast precision or profile one GPU")));
     }
     // dist_grid/cs336_autocast.json: the course models under CS336's bf16 autocast match in
     // training, forward-only and inference steps under every data-parallel layout; fp16

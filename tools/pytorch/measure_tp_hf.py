@@ -27,14 +27,23 @@ hidden states and the routing weights, `_AllReduceForward` -- an in-place all_re
 output); the router (`mlp.gate`) and Qwen2-MoE's shared expert are not in the plan: replicated. The routers' top-k indices are
 forced as measure_moe.py's install_routing forces them (`routing` balanced or worst).
 
+The router's auxiliary loss (`--aux-loss`, tests/fixtures/dist_grid/tp_hf_aux_loss.json):
+`output_router_logits=True` on Mixtral, Qwen3-MoE and Qwen2-MoE (DeepSeek-V3 has no such loss in
+transformers 5.23) under their plans. The router is not in the plan (replicated), so every rank
+keeps the full (tokens, experts) logits and load_balancing_loss_func runs on plain tensors, with
+no collective.
+
 Autocast (`--autocast`, tests/fixtures/dist_grid/tp_hf_autocast.json): accelerate's prepared
 forward (measure_hf.accelerate_forward) under transformers' plan, and under torch's
-Megatron-style plan (a point's `tp_plan: torch`: measure_tp.py's parallelize_module).
+Megatron-style plan (a point's `tp_plan: torch`: measure_tp.py's parallelize_module); and
+(`--moe-autocast`, tests/fixtures/dist_grid/tp_hf_moe_autocast.json) under the MoE plans.
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
     python3 measure_tp_hf.py --moe            # the MoE grid -> tests/fixtures/dist_grid/tp_hf_moe.json
     python3 measure_tp_hf.py --autocast       # the autocast grid -> tests/fixtures/dist_grid/tp_hf_autocast.json
+    python3 measure_tp_hf.py --moe-autocast   # the MoE plans under autocast -> tests/fixtures/dist_grid/tp_hf_moe_autocast.json
+    python3 measure_tp_hf.py --aux-loss       # the router's loss -> tests/fixtures/dist_grid/tp_hf_aux_loss.json
 """
 import json
 import os
@@ -45,6 +54,8 @@ sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf.json")
 OUT_MOE = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_moe.json")
 OUT_AUTOCAST = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_autocast.json")
+OUT_MOE_AUTOCAST = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_moe_autocast.json")
+OUT_AUX_LOSS = os.path.join(HERE, "../../tests/fixtures/dist_grid/tp_hf_aux_loss.json")
 
 
 def wrapper(pt):
@@ -336,6 +347,59 @@ def moe_grid():
     return pts
 
 
+# The router's loss under the MoE plans: (MOE_SHAPES index, tp, rank, router_aux_loss_coef,
+# checkpoint, kind).
+AUX_LOSS = [
+    (0, 2, 0, 0.02, "none", "training"),
+    (1, 4, 3, 0.001, "none", "training"),
+    (2, 2, 1, 0.02, "none", "forward"),
+    (3, 2, 1, 0.001, "none", "training"),
+    (4, 4, 0, 0.02, "non-reentrant", "training"),
+    (5, 4, 3, 0.001, "none", "training"),
+    (6, 2, 0, 0.001, "none", "training"),
+    (7, 4, 3, 0.02, "reentrant", "training"),
+    (8, 2, 1, 0.02, "none", "inference"),
+    (8, 4, 0, 0.001, "none", "training"),
+]
+
+
+def aux_loss_grid():
+    base = [p for p in moe_grid() if p["config"]["model_type"] != "deepseek_v3"]
+    pts = []
+    for i, tp, rank, coef, ck, kind in AUX_LOSS:
+        mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *_ = MOE_SHAPES[i]
+        prefix = f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
+        p = next(p for p in base if p["name"].startswith(prefix))
+        c = dict(p["config"], output_router_logits=True, router_aux_loss_coef=coef)
+        name = p["name"][:p["name"].index(f" {attn} {dtype} ")] + (f" {attn} {dtype} tp{tp} rank{rank} aux_loss={coef}"
+                                                                  f"{f' checkpoint={ck}' if ck != 'none' else ''} {kind}")
+        pts.append(dict(p, name=name, config=c, tp=tp, rank=rank, kind=kind, checkpoint=ck))
+    return pts
+
+
+# bf16 autocast under the MoE plans: (name prefix, tp, rank, kind), over moe_grid()'s points.
+MOE_AUTOCAST = [
+    ("mixtral V1000 d64", 2, 0, "training"),
+    ("mixtral V1024 d128", 4, 3, "training"),
+    ("qwen3_moe V1000 d128", 2, 1, "training"),
+    ("qwen3_moe V1000 d64", 2, 0, "forward"),
+    ("qwen2_moe V1000 d64", 2, 1, "training"),
+    ("qwen2_moe V776 d96", 4, 0, "inference"),
+    ("deepseek_v3 d64 Fd160", 2, 0, "training"),
+    ("deepseek_v3 d128", 4, 3, "training"),
+]
+
+
+def moe_autocast_grid():
+    base = moe_grid()
+    pts = []
+    for prefix, tp, rank, kind in MOE_AUTOCAST:
+        p = next(p for p in base if p["name"].startswith(prefix) and p["tp"] == tp and p.get("checkpoint", "none") == "none")
+        name = p["name"].replace(f" tp{tp} rank{p['rank']} {p['kind']}", f" tp{tp} rank{rank} autocast=bf16 amp=accelerate {kind}")
+        pts.append(dict(p, name=name, rank=rank, kind=kind, autocast="bf16", amp="accelerate"))
+    return pts
+
+
 def header():
     import torch
     import transformers
@@ -348,6 +412,12 @@ def main():
     if "--moe" in sys.argv:
         sys.argv.remove("--moe")
         M.grid_main(__doc__, __file__, one, moe_grid, OUT_MOE, header)
+    elif "--moe-autocast" in sys.argv:
+        sys.argv.remove("--moe-autocast")
+        M.grid_main(__doc__, __file__, one, moe_autocast_grid, OUT_MOE_AUTOCAST, header)
+    elif "--aux-loss" in sys.argv:
+        sys.argv.remove("--aux-loss")
+        M.grid_main(__doc__, __file__, one, aux_loss_grid, OUT_AUX_LOSS, header)
     elif "--autocast" in sys.argv:
         sys.argv.remove("--autocast")
         M.grid_main(__doc__, __file__, one, autocast_grid, OUT_AUTOCAST, header)
