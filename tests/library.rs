@@ -61,7 +61,7 @@ fn compare_fit_and_estimate_equal_the_cli() {
     let flags = "--model small --device meta --context-length 64 --precision bf16";
     let a: options::profile::ProfileArgs = parse_words("profile", &words(flags)).unwrap();
     let (mut vs, note) = options::compare::variants_of(&a).unwrap();
-    assert!(note.is_none());
+    assert!(note.is_empty());
     vs.iter_mut().for_each(|v| v.options.keep_trace = false);
     let c = session::compare::compare(&vs, &a.profile_type, false, |_, _| Ok(())).unwrap();
     cli(dir.path(), &format!("profile --compare {flags} --out-dir c"));

@@ -168,11 +168,6 @@ pub(in crate::analyse::estimate) struct ExpertGrad {
 }
 
 impl ExpertGrad {
-    /// Every weight a leaf that trains (`weights`), or every one frozen, the input needing a
-    /// gradient.
-    pub fn plain(weights: bool) -> ExpertGrad {
-        ExpertGrad { x: true, router: true, gate_up: weights, down: weights, gate_up_fold: false, down_fold: false }
-    }
     /// The gate_up output (and silu's) needs a gradient.
     fn gate_up_out(&self) -> bool {
         self.x || self.gate_up
