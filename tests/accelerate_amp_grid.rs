@@ -4,6 +4,7 @@
 //! compute_loss drops it. Measured by tools/pytorch/make_accelerate_amp_grid.py
 //! (tests/fixtures/hf_grid/accelerate_amp.json) over every dense family, LoRA and the MoE
 //! models with and without the router's auxiliary loss; every phase matched byte for byte.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -84,7 +85,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 /// `profile`'s allocator trace length on meta with `extra` (Qwen3-30B-A3B's widths at two
 /// layers with the router's aux loss, bf16 autocast over fp32 weights).
 fn trace_entries(extra: &[&str]) -> u64 {
-    let out = std::env::temp_dir().join(format!("vramscope-amp-{}-{}", std::process::id(), extra.join("_")));
+    let out = scratch::dir().join(format!("vramscope-amp-{}-{}", std::process::id(), extra.join("_")));
     let _ = std::fs::remove_dir_all(&out);
     let mut args = vec!["profile", "--model", "Qwen3-30B-A3B", "--num-layers", "2", "--device", "meta", "--warmup-steps", "0", "--profile-type", "training",
         "--context-length", "256", "--batch-size", "2", "--dtype", "float32", "--precision", "bf16", "--output-router-logits", "--out-dir", out.to_str().unwrap()];

@@ -2,6 +2,7 @@
 //! DoRA, 4-bit or 8-bit model runs under, for profile, `fit --find world-size` and
 //! `profile --compare --world-size`: 8-bit and DoRA under none (exit 2 naming the flag, from
 //! each command), LoRA and QLoRA under the layouts it lists.
+mod scratch;
 use std::process::{Command, Output};
 use vramscope::options::parallel::{adapters_refusal, default_layouts, Adapted};
 use vramscope::parallel::{Layout, ParallelConfig};
@@ -21,7 +22,7 @@ fn refused(args: &[String], flag: &str) {
 
 #[test]
 fn eight_bit_and_dora_are_refused_alike_by_profile_fit_and_compare() {
-    let dir = std::env::temp_dir().join(format!("vramscope-adapters-parallel-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-adapters-parallel-{}", std::process::id()));
     let out = dir.to_str().unwrap();
     let model = ["--model", "Llama-3.2-1B", "--num-layers", "1", "--context-length", "64", "--batch-size", "1", "--lora-r", "8"];
     for (extra, flag) in [(&["--load-in-8bit"][..], "--load-in-8bit"), (&["--use-dora"][..], "--use-dora"), (&["--use-dora", "--load-in-4bit"][..], "--use-dora")] {

@@ -1,6 +1,7 @@
 //! Flash attention (`--attention flash`): the primitive against the naive composition
 //! (values and all three gradients), its allocations, and what it does to whole models:
 //! no (B, h, S, S) tensor on a meta 2.7B step, identical cpu/meta events, and learning.
+mod scratch;
 use std::process::Command;
 use vramscope::engine::{runtime, DType, Device, Tensor};
 use vramscope::model::{presets, Attention, Flavour, Model, ModelConfig};
@@ -312,7 +313,7 @@ fn attention_flag_is_parsed_and_checked() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--attention"), "{}", String::from_utf8_lossy(&o.stderr));
     let o = Command::new(bin).args(["train", "--num-layers", "1", "--device", "meta", "--num-steps", "1", "--warmup-steps", "0", "--attention", "bogus"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
-    let dir = std::env::temp_dir().join(format!("vramscope-attn-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-attn-{}", std::process::id()));
     let o = Command::new(bin)
         .args(["train", "--num-layers", "1", "--num-steps", "2", "--warmup-steps", "0", "--attention", "flash", "--threads", "2", "--output-dir", dir.to_str().unwrap()])
         .output()

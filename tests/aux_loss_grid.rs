@@ -2,6 +2,7 @@
 //! Mixtral, Qwen3-MoE, Qwen2-MoE (shared expert on) and gpt-oss measured by
 //! tools/pytorch/make_aux_loss_grid.py (tests/fixtures/moe_grid/aux_loss.json), every phase
 //! matched byte for byte; the flag on the command line, and its refusals.
+mod scratch;
 mod grid_common;
 
 use serde_json::{json, Value};
@@ -93,7 +94,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 
 /// summary.json of `profile` on meta with `extra`.
 fn profile(name: &str, extra: &[&str]) -> Value {
-    let out = std::env::temp_dir().join(format!("vramscope-aux-{}-{name}", std::process::id()));
+    let out = scratch::dir().join(format!("vramscope-aux-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut args = vec!["profile", "--device", "meta", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -122,7 +123,7 @@ fn the_flag_runs_and_keeps_the_router_logits() {
     // Each of the 48 layers' (256, 128) logits is kept until the output dies: the peak grows.
     assert!(peak(&on) > peak(&off), "{} vs {}", peak(&on), peak(&off));
     // A config's own output_router_logits and router_aux_loss_coef are read.
-    let dir = std::env::temp_dir().join(format!("vramscope-aux-cfg-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-aux-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("config.json");
     std::fs::write(&cfg, json!({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -134,7 +135,7 @@ fn the_flag_runs_and_keeps_the_router_logits() {
 
 #[test]
 fn the_flag_is_refused_where_not_modelled() {
-    let dir = std::env::temp_dir().join(format!("vramscope-aux-bad-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-aux-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = |extra: &[&str], needles: &[&str]| {
         let out = dir.join("out");

@@ -1,5 +1,6 @@
 //! `vramscope bench` without PyTorch: the PyTorch columns are left out with a line saying
 //! how to install torch, and no NaN is printed.
+mod scratch;
 use std::process::Command;
 
 fn vramscope(args: &[&str]) -> std::process::Output {
@@ -8,7 +9,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn bench_without_torch_says_how_to_install_it_and_prints_no_nan() {
-    let dir = std::env::temp_dir().join(format!("vramscope-bench-test-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-bench-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // An interpreter that runs but has no torch, as a fresh python3 does.
     let fake = dir.join("python3");
@@ -34,7 +35,7 @@ fn bench_without_torch_says_how_to_install_it_and_prints_no_nan() {
 /// otherwise). Its timing is printed, never asserted.
 #[test]
 fn bench_analyze_runs_at_a_small_size_and_writes_what_cpython_writes() {
-    let dir = std::env::temp_dir().join(format!("vramscope-bench-analyze-test-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-bench-analyze-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("snap.pickle");
     let o = vramscope(&["bench", "analyze", "--events", "4000", "--snapshot", file.to_str().unwrap()]);

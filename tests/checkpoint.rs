@@ -1,6 +1,7 @@
 //! Activation checkpointing (`--checkpoint`, torch.utils.checkpoint with use_reentrant=False):
 //! the same gradients, only block inputs kept through the forward, recomputation in the
 //! backward under the block's module path, and cpu/meta event equality.
+mod scratch;
 use std::collections::HashMap;
 use std::process::Command;
 use vramscope::engine::checkpoint::checkpoint;
@@ -257,7 +258,7 @@ fn checkpointing_a_2_7b_step() {
 fn checkpoint_flag_is_parsed_and_checked() {
     let bin = env!("CARGO_BIN_EXE_vramscope");
     for (flag, bad) in [("--checkpoint", "every-0"), ("--checkpoint", "some"), ("--fusion", "qkv")] {
-        let dir = std::env::temp_dir().join(format!("vramscope-ckflag-{}", std::process::id()));
+        let dir = scratch::dir().join(format!("vramscope-ckflag-{}", std::process::id()));
         let o = Command::new(bin)
             .args(["train", "--num-layers", "1", "--device", "meta", "--num-steps", "1", "--warmup-steps", "0", flag, bad, "--output-dir", dir.to_str().unwrap()])
             .output()
@@ -266,7 +267,7 @@ fn checkpoint_flag_is_parsed_and_checked() {
         assert!(String::from_utf8_lossy(&o.stderr).contains(flag), "{}", String::from_utf8_lossy(&o.stderr));
         assert!(!dir.exists(), "nothing is written on a usage error");
     }
-    let dir = std::env::temp_dir().join(format!("vramscope-ck-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-ck-{}", std::process::id()));
     let o = Command::new(bin)
         .args(["train", "--num-layers", "2", "--num-steps", "2", "--warmup-steps", "0", "--checkpoint", "blocks", "--threads", "2", "--output-dir", dir.to_str().unwrap()])
         .output()

@@ -1,5 +1,6 @@
 //! The binary end to end: a short cpu and meta run write their files; bad configuration is
 //! a clear error naming the flag, exit code 2, nothing written.
+mod scratch;
 use std::path::Path;
 use std::process::Command;
 
@@ -8,7 +9,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-cli-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -1,5 +1,6 @@
 //! `vramscope profile --compare`: the baseline and each memory option in one table whose
 //! numbers are the same as separate `profile` runs of each variant.
+mod scratch;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -8,7 +9,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-compare-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-compare-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

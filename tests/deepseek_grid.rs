@@ -8,6 +8,7 @@
 //! gives it is tests/fixtures/hf_models/DeepSeek-V3) and of small configs
 //! (tests/fixtures/moe_grid/deepseek_v3_meta_params.json, tools/pytorch/moe_meta_params.py
 //! --deepseek).
+mod scratch;
 use serde_json::Value;
 use std::process::Command;
 use vramscope::model::hf::deepseek_v3::DeepseekV3Shape;
@@ -56,7 +57,7 @@ fn parameter_counts_equal_transformers_meta_build() {
 
 #[test]
 fn the_hub_checkpoint_is_refused_for_its_fp8_weights_and_the_bf16_load_runs() {
-    let dir = std::env::temp_dir().join(format!("vramscope-deepseek-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-deepseek-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("out");

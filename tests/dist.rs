@@ -1,6 +1,7 @@
 //! One rank of a data-parallel job: the library's rules (shards, partitions, distinct ranks,
 //! DeepSpeed's model-state formulas) and the command line (`profile --parallel`, per-rank
 //! outputs, `fit --find world-size`, bad flags).
+mod scratch;
 use std::process::Command;
 use vramscope::engine::{runtime, DType, Device, Tensor};
 use vramscope::model::{presets, Model, ModelConfig};
@@ -14,7 +15,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-dist-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-dist-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -2,6 +2,7 @@
 //! (tools/pytorch/measure_dist.py: FSDP2 under the fake process group, DDP and ZeRO-1 over
 //! gloo processes; the cs336 and tinyllama reference models, torch.optim.AdamW foreach),
 //! per phase, requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -133,7 +134,7 @@ fn course_autocast_under_a_layout_is_refused_where_it_is_not_matched() {
         (&["--parallel", "ddp", "--precision", "bf16", "--profile-type", "forward-loss"][..], false),
         (&["--parallel", "fsdp", "--precision", "fp16", "--profile-type", "training"][..], false),
     ] {
-        let dir = std::env::temp_dir().join(format!("vramscope-dist-grid-{}-{}", std::process::id(), extra.join("-")));
+        let dir = scratch::dir().join(format!("vramscope-dist-grid-{}-{}", std::process::id(), extra.join("-")));
         let mut args: Vec<&str> = base.to_vec();
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--out-dir", dir.to_str().unwrap()]);

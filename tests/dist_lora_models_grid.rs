@@ -8,6 +8,7 @@
 //! `fully_shard` per decoder layer then the PeftModel and ZeRO-2 (LoRA) under the fake process
 //! group; measure_hf.py's loop of the point's profile type; per phase, requested bytes of blocks
 //! >= 512 B, the third iteration.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -193,7 +194,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-dist-lora-models-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-dist-lora-models-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

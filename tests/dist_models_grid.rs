@@ -7,6 +7,7 @@
 //! gloo processes, FSDP2 `fully_shard` per decoder layer then the model (and ZeRO-2, the same
 //! without resharding after forward) under the fake process group; measure_hf.py's loop of the
 //! point's profile type; per phase, requested bytes of blocks >= 512 B, the third iteration.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -254,7 +255,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-dist-models-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-dist-models-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

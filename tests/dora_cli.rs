@@ -2,6 +2,7 @@
 //! 2 naming it, nothing written), and what it adds to a LoRA run: one trainable magnitude per
 //! output feature of each adapted projection, as `print_trainable_parameters()` counts them.
 //! Byte counts are tests/dora_grid.rs's.
+mod scratch;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -11,7 +12,7 @@ fn vramscope(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-dora-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-dora-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

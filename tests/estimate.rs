@@ -1,10 +1,11 @@
 //! `vramscope estimate`: the closed form written independently of the model code agrees
 //! with what the engine keeps — exactly for parameters, gradients, optimizer state and the
 //! activations alive when the forward returns — and bounds the simulated training peak.
+mod scratch;
 use std::process::Command;
 
 fn estimate(args: &[&str]) -> serde_json::Value {
-    let out = std::env::temp_dir().join(format!("vramscope-estimate-{}-{}.json", std::process::id(), args.join("_").replace(['-', ' '], "")));
+    let out = scratch::dir().join(format!("vramscope-estimate-{}-{}.json", std::process::id(), args.join("_").replace(['-', ' '], "")));
     let mut a = vec!["estimate", "--json", out.to_str().unwrap()];
     a.extend_from_slice(args);
     let o = Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&a).output().expect("run vramscope");

@@ -11,6 +11,7 @@
 //! activations and the live set when the forward returns) must equal the simulation byte for
 //! byte; the training peak is the lower bound tests/estimate_hf.rs states. What is not derived
 //! is refused, naming the flag and `profile`.
+mod scratch;
 mod estimate_common;
 
 use serde_json::json;
@@ -446,7 +447,7 @@ fn assert_json_activations(v: &serde_json::Value, what: &str) {
 /// states its closed form at S 4096.
 #[test]
 fn deepseek_v3_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-deepseek-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-deepseek-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let cfg = dir.join("deepseek_v3.json");
@@ -508,7 +509,7 @@ fn deepseek_v3_estimate_cli() {
 /// with nothing written.
 #[test]
 fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-deepseek-refusals-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-deepseek-refusals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("counts.txt");
     std::fs::write(&bad, "10 10 10 10 10 10 10 10").unwrap();

@@ -8,6 +8,7 @@
 //! gradients, optimizer state, the autocast cache, logits, activations and the live set when
 //! the forward returns) must equal the simulation byte for byte; the training peak is the
 //! same lower bound as tests/estimate_hf.rs states.
+mod scratch;
 mod estimate_common;
 use estimate_common::sum;
 use vramscope::analyse::estimate::{estimate, hf};
@@ -218,7 +219,7 @@ fn not_derived_is_refused_naming_profile() {
 /// equal to the simulated ones; Gemma-2-9B's preset states its closed form.
 #[test]
 fn families_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-families-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).output().unwrap();
@@ -253,7 +254,7 @@ fn families_estimate_cli() {
 /// own, equal to the simulated activations (QLoRA and LLM.int8() included).
 #[test]
 fn families_lora_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-families-lora-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-families-lora-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("estimate").args(args).args(["--json", json.to_str().unwrap()]).output().unwrap();

@@ -8,6 +8,7 @@
 //! optimizer state, the autocast cache, logits, activations and the live set when the forward
 //! returns) must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states.
+mod scratch;
 mod estimate_common;
 use estimate_common::sum;
 use vramscope::analyse::estimate::{estimate_with, hf};
@@ -207,7 +208,7 @@ fn gemma3_estimate_cli() {
     for needle in ["gemma3_text", "sliding layers sdpa, efficient kernel", "full layers sdpa, flash kernel", "q_norm 1 + weight.float()", "RoPE cos of the sliding layers", "the 52 sliding layers' block", "L·(2d·h·d_h + 2d·h_kv·d_h + 3d·F + 4d + 2d_h (q_norm, k_norm))"] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gemma3-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-gemma3-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (cfg, json) = (dir.join("config.json"), dir.join("e.json"));
     std::fs::write(

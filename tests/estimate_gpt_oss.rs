@@ -9,6 +9,7 @@
 //! gradients, optimizer state, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
+mod scratch;
 mod estimate_common;
 
 use serde_json::json;
@@ -317,7 +318,7 @@ fn cli(args: &[&str]) -> std::process::Output {
 /// their closed form at S 4096, equal to their simulated meta run.
 #[test]
 fn gpt_oss_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-gpt-oss-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let cfg = dir.join("gpt_oss.json");
@@ -404,7 +405,7 @@ fn gpt_oss_estimate_cli() {
 /// `profile` (or, for autocast, at the weights' dtype), writing nothing.
 #[test]
 fn gpt_oss_not_derived_is_refused_naming_the_flag() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-refusals-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-gpt-oss-refusals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("counts.txt");
     // gpt-oss-20b's 32 experts, 320 rows for 64 tokens × top-4 = 256.
@@ -475,7 +476,7 @@ fn gpt_oss_lora_autocast_closed_form_equals_the_simulation() {
 /// block 0 its own, equal to the simulated activations and autocast cache.
 #[test]
 fn gpt_oss_lora_autocast_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-gpt-oss-lora-autocast-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-gpt-oss-lora-autocast-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let o = cli(&["--model", "gpt-oss-20b", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);

@@ -14,6 +14,7 @@
 //! per-group temporaries) and the caching allocator's rounding; the test states how far
 //! above the bound the simulated peak may lie on this grid: 5 % (3 % seen; on these small
 //! models the peak sits in the optimizer or early in backward, near the bound's moments).
+mod scratch;
 mod estimate_common;
 use estimate_common::sum;
 use vramscope::analyse::estimate::{estimate, hf, Estimate};
@@ -247,7 +248,7 @@ fn hf_symbolic_block() {
 /// the kernel, and the JSON's activations equal the simulated ones.
 #[test]
 fn hf_estimate_cli_on_a_config_json() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-hf-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-hf-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("config.json");
     std::fs::write(
@@ -351,7 +352,7 @@ fn hf_pure_autocast_preset_cli() {
 /// form, its JSON activations equal to the simulated ones, with and without LoRA.
 #[test]
 fn hf_pure_fp16_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-fp16-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-fp16-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let small = ["--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];

@@ -12,6 +12,7 @@
 //! gradients and optimizer state (the trainable parameters only), every activation when the
 //! forward returns (layer 0 on its own: its input, the frozen embedding's output, needs no
 //! gradient), the logits and the live set. The training peak is bounded from below as there.
+mod scratch;
 mod estimate_common;
 use estimate_common::sum;
 use vramscope::analyse::estimate::{estimate_with, hf, Estimate};
@@ -238,7 +239,7 @@ fn lora_dropout_rank_bias_and_optimizers() {
 /// equal the simulated activations; what it does not derive exits 2 naming the flag.
 #[test]
 fn lora_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-lora-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-lora-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let model = ["estimate", "--model", "Llama-3.2-1B", "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--intermediate-dim", "352", "--vocab-size", "300", "--batch-size", "2", "--context-length", "48"];

@@ -9,6 +9,7 @@
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
+mod scratch;
 mod estimate_common;
 
 use serde_json::json;
@@ -381,7 +382,7 @@ fn cli(args: &[&str]) -> std::process::Output {
 /// closed form.
 #[test]
 fn moe_estimate_cli() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-moe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let cfg = dir.join("qwen3_moe.json");
@@ -585,7 +586,7 @@ fn moe_autocast_closed_form_equals_the_simulation() {
 
 #[test]
 fn not_derived_is_refused_naming_the_flag() {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-moe-refusals-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-estimate-moe-refusals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("counts.txt");
     std::fs::write(&bad, "10 10 10 10 10 10 10 10").unwrap();

@@ -1,10 +1,11 @@
 //! Extreme shapes on meta (issue 15): each gives a correct figure or a clear refusal naming
 //! the flag (exit 2), never a panic, an abort or a wrapped number, within bounded host memory.
+mod scratch;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-extreme-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-extreme-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
@@ -56,7 +57,7 @@ fn a_huge_context_on_meta_is_refused_by_profile_and_run_all() {
 }
 
 fn hf_config(name: &str, hidden: u64) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("vramscope-extreme-{}-{name}.json", std::process::id()));
+    let p = scratch::dir().join(format!("vramscope-extreme-{}-{name}.json", std::process::id()));
     let j = format!(
         r#"{{"model_type": "llama", "hidden_size": {hidden}, "intermediate_size": 11008, "num_attention_heads": 32,
             "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 2048}}"#

@@ -4,6 +4,7 @@
 //! counts (tests/fixtures/hf_grid/family_presets.json, tools/pytorch/family_presets.py: the
 //! models built on meta), profile and training run them on meta, and what is not modelled for
 //! them exits 2 naming the flag, with nothing written. Byte counts are tests/families_grid.rs's.
+mod scratch;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -15,7 +16,7 @@ fn vramscope(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-families-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-families-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -2,6 +2,7 @@
 //! FlopCounterMode (`tests/fixtures/pytorch_flops.json`, a copy of `shared/reference/flops.json`),
 //! and the chrome trace against the
 //! fields formats.md §5–6 say its consumers require.
+mod scratch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,7 +11,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-flops-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-flops-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -2,6 +2,7 @@
 //! `--fused-gate-up`): the unfused model's numbers when the fused weight is the
 //! concatenation of the separate ones, one projection output instead of three (or two),
 //! unchanged parameter counts, and cpu/meta event equality.
+mod scratch;
 use std::process::Command;
 use vramscope::engine::{runtime, Device, Tensor};
 use vramscope::model::{presets, Model, ModelConfig, Projection};
@@ -166,7 +167,7 @@ fn cpu_and_meta_record_identical_events_with_fusion() {
 #[test]
 fn fusion_flags_reach_the_model() {
     let bin = env!("CARGO_BIN_EXE_vramscope");
-    let dir = std::env::temp_dir().join(format!("vramscope-fusion-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-fusion-{}", std::process::id()));
     for (flags, qkv, gu) in [(vec!["--fusion", "all"], true, true), (vec!["--fused-gate-up"], false, true), (vec!["--fusion", "none", "--fused-qkv"], true, false)] {
         let mut args = vec!["train", "--num-layers", "1", "--num-steps", "1", "--warmup-steps", "0", "--device", "meta", "--output-dir", dir.to_str().unwrap()];
         args.extend(flags);

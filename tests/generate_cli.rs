@@ -1,6 +1,7 @@
 //! `profile --profile-type generate --max-new-tokens N`: the flags' refusals (exit 2, the flag
 //! named, nothing written) and what a run reports (each step's peak, the step of the peak, the
 //! KV cache at the end). Byte counts are tests/generate_grid.rs's.
+mod scratch;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -10,7 +11,7 @@ fn vramscope(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-generate-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-generate-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

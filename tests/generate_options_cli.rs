@@ -3,12 +3,13 @@
 //! `--num-return-sequences`. Refusals exit 2 naming the flag and write nothing; a static
 //! cache is allocated once, in the prefill. Byte counts are tests/generate_grid.rs's
 //! (generate_options.json).
+mod scratch;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-generate-options-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-generate-options-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

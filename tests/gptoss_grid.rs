@@ -6,6 +6,7 @@
 //! of every point matches, each experts implementation (eager, batched_mm, grouped_mm). Parameter
 //! counts (total and active per token) equal transformers' meta build of gpt-oss-20b, -120b
 //! and small configs (tests/fixtures/moe_grid/gpt_oss_meta_params.json).
+mod scratch;
 mod grid_common;
 
 use serde_json::{json, Value};
@@ -96,7 +97,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn temp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-gptoss-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-gptoss-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

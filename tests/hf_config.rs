@@ -1,6 +1,7 @@
 //! The hf flavour's way in: `--config` (a config.json or a downloaded-style model folder), the
 //! named presets, and transformers' run options as flags. Success and refusal, and which
 //! settings reach the run's summary — not byte counts (the op sequence has its own tests).
+mod scratch;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -13,7 +14,7 @@ fn vramscope(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-hfcfg-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-hfcfg-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

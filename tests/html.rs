@@ -3,6 +3,7 @@
 //! slider, hovers the largest allocation and writes what happened into `#selftest`), and
 //! screenshots are saved under CARGO_TARGET_TMPDIR/html-screenshots for a person to look at.
 //! Without a `chromium` binary the browser checks print a notice and pass.
+mod scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ fn ok(args: &[&str]) -> String {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-html-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-html-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -1,6 +1,7 @@
 //! What a user reads: figures say their kind (allocated, requested), modules have real names
 //! in reading order, outputs of variants and config.json models do not overwrite each other,
 //! and `view` never replaces its own input.
+mod scratch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -9,7 +10,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-labels-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-labels-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -7,6 +7,7 @@
 //! dora_models.json (`--models-dora`): measure_hf.py's loop on CPU, mode-free under
 //! torch.profiler(profile_memory=True); per phase, the peak of requested bytes over blocks
 //! >= 512 B.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -97,7 +98,7 @@ fn dora_matches_peft_on_issue_30_models() {
 /// `profile` runs the three options on these models (one GPU, the weights in their dtype).
 #[test]
 fn profile_runs_dora_modules_to_save_and_bias_on_issue_30_models() {
-    let dir = std::env::temp_dir().join(format!("vramscope-lemg-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-lemg-{}", std::process::id()));
     for (preset, targets) in [("Phi-3-mini", "qkv_proj"), ("Gemma-2-9B", "q_proj,v_proj"), ("gpt-oss-20b", "q_proj,v_proj"), ("Mixtral-8x7B", "q_proj,v_proj")] {
         for extra in [&["--use-dora"][..], &["--modules-to-save", "embed_tokens,lm_head"], &["--lora-bias", "all"], &["--lora-bias", "lora_only"]] {
             let mut args = vec!["--preset", preset, "--num-layers", "1", "--profile-type", "training", "--lora-r", "8", "--target-modules", targets];

@@ -9,6 +9,7 @@
 //! Screenshots stay under CARGO_TARGET_TMPDIR/memviz/<case>/ for a person to look at.
 //! Skips with a printed notice when the harness, node or chromium cannot be found (a fresh
 //! clone has no `../shared`: set `VRAMSCOPE_SHARED` to a folder holding `tools/memviz`).
+mod scratch;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -138,7 +139,7 @@ fn out_dir(case: &str) -> PathBuf {
 
 /// Runs `cmd` to completion within `limit`, returning (success, stdout + stderr).
 fn run(mut cmd: Command, limit: Duration) -> (bool, String) {
-    let dir = std::env::temp_dir().join(format!("vramscope-memviz-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let dir = scratch::dir().join(format!("vramscope-memviz-{}-{:?}", std::process::id(), std::thread::current().id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (o, e) = (dir.join("out"), dir.join("err"));
     let mut child = cmd

@@ -7,6 +7,7 @@
 //! tests/fixtures/moe_grid/meta_params.json, and the measured models of the grid); and a config
 //! is never run as a dense model: an MoE `model_type` and a dense one carrying expert keys both
 //! exit 2, naming what they refuse, with nothing written.
+mod scratch;
 mod grid_common;
 
 use serde_json::{json, Map, Value};
@@ -106,7 +107,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 
 /// `profile --config <file>` exits 2 with every needle in its message and writes nothing.
 fn refused(config: &Value, needles: &[&str]) {
-    let dir = std::env::temp_dir().join(format!("vramscope-moe-{}-{}", std::process::id(), needles[0].replace(['\'', ' '], "")));
+    let dir = scratch::dir().join(format!("vramscope-moe-{}-{}", std::process::id(), needles[0].replace(['\'', ' '], "")));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("config.json");
@@ -295,7 +296,7 @@ fn moe_lora_grid_matches_peft() {
 
 /// summary.json of `profile` on meta with `extra`.
 fn profile(name: &str, extra: &[&str]) -> Value {
-    let out = std::env::temp_dir().join(format!("vramscope-moe-{}-{name}", std::process::id()));
+    let out = scratch::dir().join(format!("vramscope-moe-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut args = vec!["profile", "--device", "meta", "--warmup-steps", "0", "--out-dir", out.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -321,7 +322,7 @@ fn qwen3_30b_a3b_trains_at_4096_with_worst_routing_and_says_so() {
 
 #[test]
 fn routing_and_experts_flags_are_checked() {
-    let dir = std::env::temp_dir().join(format!("vramscope-moe-counts-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-moe-counts-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let counts = dir.join("counts.txt");
     // Mixtral-8x7B, batch 1 × 64 tokens, top-2: 128 pairs over 8 experts.
@@ -424,7 +425,7 @@ fn every_config_vramscope_runs_builds_transformers_parameter_count() {
 
 #[test]
 fn fit_and_estimate_of_an_moe_model() {
-    let dir = std::env::temp_dir().join(format!("vramscope-moe-fit-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-moe-fit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("config.json");
     std::fs::write(&cfg, r#"{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2}"#).unwrap();

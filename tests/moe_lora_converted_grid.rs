@@ -6,6 +6,7 @@
 //! parameters, against tests/fixtures/moe_grid/lora_converted.json (`make_lora_grid.py
 //! --converted`, routing forced as in moe.json), every phase byte for byte, parameter and
 //! trainable counts equal to peft's; and the CLI's conversion and refusals.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -44,7 +45,7 @@ fn converted_targets_grid_matches_peft() {
 
 #[test]
 fn converted_targets_run_and_refuse_what_peft_refuses() {
-    let dir = std::env::temp_dir().join(format!("vramscope-conv-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-conv-{}", std::process::id()));
     let run = |extra: &[&str]| grid_common::moe::meta_profile(&dir, extra);
     for extra in [
         &["--preset", "Mixtral-8x7B", "--profile-type", "training", "--lora-r", "8", "--target-modules", "all-linear"][..],

@@ -3,6 +3,7 @@
 //! (`make_lora_grid.py --gpt-oss` / `--deepseek`, routing forced as in moe.json), every phase
 //! byte for byte, parameter and trainable counts equal to peft's; and what stays refused exits 2
 //! naming the flag.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -63,7 +64,7 @@ fn deepseek_v3_lora_grid_matches_peft() {
 
 #[test]
 fn lora_runs_on_their_attention_and_refuses_what_peft_or_the_grid_does_not_cover() {
-    let dir = std::env::temp_dir().join(format!("vramscope-lgo-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-lgo-{}", std::process::id()));
     let run = |extra: &[&str]| grid_common::moe::meta_profile(&dir, extra);
     for extra in [
         &["--preset", "gpt-oss-20b", "--profile-type", "training", "--lora-r", "8", "--target-modules", "all-linear"][..],

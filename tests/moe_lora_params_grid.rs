@@ -3,6 +3,7 @@
 //! tests/fixtures/moe_grid/lora_params.json (`make_lora_grid.py --target-parameters`, routing
 //! forced as in moe.json), every phase byte for byte; and what stays refused exits 2 naming the
 //! flag.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -36,7 +37,7 @@ fn target_parameters_grid_matches_peft() {
 
 #[test]
 fn target_parameters_runs_and_refuses_what_peft_or_the_grid_does_not_cover() {
-    let dir = std::env::temp_dir().join(format!("vramscope-tp-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-tp-{}", std::process::id()));
     let run = |extra: &[&str]| grid_common::moe::meta_profile(&dir, extra);
     let o = run(&["--preset", "Qwen3-30B-A3B", "--profile-type", "training", "--lora-r", "8", "--target-parameters", "gate_up_proj,mlp.experts.down_proj,mlp.gate.weight", "--target-modules", "q_proj,v_proj"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

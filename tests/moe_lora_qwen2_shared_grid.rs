@@ -4,6 +4,7 @@
 //! tests/fixtures/moe_grid/lora_qwen2_moe_shared.json (`make_lora_grid.py --qwen2-moe-shared`,
 //! routing forced as in moe.json), every phase byte for byte, parameter and trainable counts
 //! equal to peft's; bitsandbytes 4-bit on qwen2_moe (qlora_qwen2_moe.json); and what stays refused.
+mod scratch;
 mod grid_common;
 
 use serde_json::Value;
@@ -56,7 +57,7 @@ fn qwen2_moe_4bit_grid_matches_bitsandbytes() {
 /// too; LLM.int8() and the shared expert's MLP module as a target exit 2 naming the flag.
 #[test]
 fn qwen2_moe_shared_expert_targets_run_and_refuse_what_is_not_covered() {
-    let dir = std::env::temp_dir().join(format!("vramscope-q2s-{}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-q2s-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.json");
     std::fs::write(

@@ -3,6 +3,7 @@
 //! (warm-up included) writes the snapshot and report of the step that failed: the trace
 //! ends in an `oom` entry carrying the failing request's context, and the console and HTML
 //! name the phase, category, module and op of the failed allocation and the limit in force.
+mod scratch;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,7 +13,7 @@ fn vramscope(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-oom-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-oom-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -1,6 +1,7 @@
 //! `vramscope profile` end to end: snapshots Python's pickle loads and memory_viz's replay
 //! accepts, summaries whose numbers follow from the model, the cs336 2.7B facts on meta,
 //! OOM reporting, and flag errors.
+mod scratch;
 use std::path::Path;
 use std::process::Command;
 
@@ -9,7 +10,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-profile-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-profile-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -3,6 +3,7 @@
 //! (tests/fixtures/moe_grid/qwen2_moe_sliding.json), the model read by vramscope's config reader
 //! (layers 0, 2, ... below max_window_layers slide), every phase matched byte for byte; the
 //! runs it does not measure refused on the command line.
+mod scratch;
 mod grid_common;
 
 use serde_json::{json, Value};
@@ -64,7 +65,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 
 /// A small Qwen2-MoE config.json with `extra` fields, in a fresh folder.
 fn config(name: &str, extra: Value) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramscope-qwen2-moe-sliding-{}-{name}", std::process::id()));
+    let dir = scratch::dir().join(format!("vramscope-qwen2-moe-sliding-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut c = json!({

@@ -22,6 +22,7 @@
 //! - **Links.** Every relative link resolves to a file in the repository (links into
 //!   `docs/reference/` only once that folder exists: another change generates it).
 //! - **The picture.** The SVG the README shows is what `sweep` draws today.
+mod scratch;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -180,7 +181,7 @@ fn runnable(cmd: &str, scratch: &Path) -> Option<Vec<String>> {
 /// A folder for one page's or one check's commands; `tests/` is there, as commands name
 /// repository files (tests/fixtures/...) relative to the repository root.
 fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramscope-docs-{}", std::process::id())).join(name);
+    let dir = scratch::dir().join(format!("vramscope-docs-{}", std::process::id())).join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(repo().join("tests"), dir.join("tests")).unwrap();

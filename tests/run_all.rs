@@ -1,5 +1,6 @@
 //! `vramscope run-all` (seed 001's run_all.sh): every file it writes, checked for its
 //! contents against separate `profile` runs of the same configurations.
+mod scratch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -8,7 +9,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-runall-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-runall-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

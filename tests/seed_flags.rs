@@ -1,5 +1,6 @@
 //! The seeds' own commands run as written: the workshop's sequence lengths, short runs, flag
 //! spellings and data; each command's preset names; fit's hints; host memory; progress.
+mod scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -17,7 +18,7 @@ fn vramscope_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-seedflags-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-seedflags-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -2,6 +2,7 @@
 //! are recomputed by hand here from vLLM's formulas (the file and line of each in
 //! `src/model/vllm_0_33.rs`); bad flags exit 2 naming the flag; a max_model_len that does not
 //! fit exits 3 with vLLM's error text.
+mod scratch;
 use std::process::{Command, Output};
 
 fn serve(args: &[&str]) -> Output {
@@ -171,14 +172,14 @@ fn batch_defaults() {
 /// Every bad flag exits 2 and names the flag.
 #[test]
 fn bad_flags_exit_2_naming_the_flag() {
-    let sliding = std::env::temp_dir().join(format!("vramscope-serve-sliding-{}.json", std::process::id()));
+    let sliding = scratch::dir().join(format!("vramscope-serve-sliding-{}.json", std::process::id()));
     std::fs::write(
         &sliding,
         r#"{"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 32768, "sliding_window": 4096, "torch_dtype": "bfloat16"}"#,
     )
     .unwrap();
-    let fp32 = std::env::temp_dir().join(format!("vramscope-serve-fp32-{}.json", std::process::id()));
+    let fp32 = scratch::dir().join(format!("vramscope-serve-fp32-{}.json", std::process::id()));
     std::fs::write(
         &fp32,
         r#"{"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
@@ -186,7 +187,7 @@ fn bad_flags_exit_2_naming_the_flag() {
     )
     .unwrap();
     // Qwen2 with use_sliding_window on the layers from max_window_layers 2 of 4: vLLM asserts.
-    let qmix = std::env::temp_dir().join(format!("vramscope-serve-qmix-{}.json", std::process::id()));
+    let qmix = scratch::dir().join(format!("vramscope-serve-qmix-{}.json", std::process::id()));
     std::fs::write(
         &qmix,
         r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
@@ -290,7 +291,7 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "gpt-oss-120b"], "--preset", "triton_kernels' GPU format"),
     ];
     // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.
-    let slide = std::env::temp_dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));
+    let slide = scratch::dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));
     std::fs::write(
         &slide,
         r#"{"model_type": "qwen3_moe", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
@@ -351,7 +352,7 @@ fn gemma_3_27b_hybrid_by_hand() {
     assert!(o.status.success(), "{err}");
     assert!(out.contains("18,483,411,968 bytes  parameters") && out.contains("21 layers (the largest KV cache group's)"), "{out}");
     // A float16 Gemma config: vLLM's ValueError, naming --config.
-    let path = std::env::temp_dir().join(format!("vramscope-serve-gemma-f16-{}.json", std::process::id()));
+    let path = scratch::dir().join(format!("vramscope-serve-gemma-f16-{}.json", std::process::id()));
     let cfg = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf_models/gemma-3-27b-text/config.json")).unwrap();
     std::fs::write(&path, cfg.replace(r#""torch_dtype": "bfloat16""#, r#""torch_dtype": "float16""#)).unwrap();
     let o = serve(&["--config", path.to_str().unwrap(), "--enforce-eager"]);

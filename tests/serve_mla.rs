@@ -2,6 +2,7 @@
 //! refusals. The weights and KV terms themselves are pinned against vLLM 0.33.0 by
 //! tests/serve_mla_grid.rs; here the latent cache's block is recomputed by hand and what is not
 //! modelled exits 2 naming the flag.
+mod scratch;
 use std::process::{Command, Output};
 
 fn serve(args: &[&str]) -> Output {
@@ -27,7 +28,7 @@ fn deepseek_v3_plans_with_one_latent_head() {
     assert!(err8.contains("the weights (157.92 GiB) are more than the GPU's memory (139.8 GiB)"), "{err8}");
     // The MTP layer (num_nextn_predict_layers) is not loaded for plain serving: a config that
     // names it plans the same weights as one that does not.
-    let dir = std::env::temp_dir();
+    let dir = scratch::dir();
     let pid = std::process::id();
     let base = r#"{"model_type": "deepseek_v3", "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816, "moe_intermediate_size": 256,
         "num_hidden_layers": 5, "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": 384, "kv_lora_rank": 512,
@@ -79,7 +80,7 @@ fn deepseek_v3_plans_with_one_latent_head() {
 /// are pinned by tests/serve_mla_grid.rs), while the transformers-side commands still refuse it.
 #[test]
 fn dense_layers_among_sparse_ones_plan() {
-    let p = std::env::temp_dir().join(format!("vramscope-serve-dense-mix-{}.json", std::process::id()));
+    let p = scratch::dir().join(format!("vramscope-serve-dense-mix-{}.json", std::process::id()));
     std::fs::write(
         &p,
         r#"{"model_type": "qwen3_moe", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,

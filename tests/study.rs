@@ -1,5 +1,6 @@
 //! `vramscope study SIZE` (seed 002's launch_performance_study.sh): the timestamped folder,
 //! its three files, and the log lines the seed's comparison loop greps.
+mod scratch;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -8,7 +9,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-study-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-study-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

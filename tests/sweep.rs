@@ -1,4 +1,5 @@
 //! `vramscope sweep` and `vramscope fit` end to end on meta.
+mod scratch;
 use std::process::Command;
 
 fn vramscope(args: &[&str]) -> std::process::Output {
@@ -6,7 +7,7 @@ fn vramscope(args: &[&str]) -> std::process::Output {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-sweep-{}-{name}", std::process::id()));
+    let d = scratch::dir().join(format!("vramscope-sweep-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -6,6 +6,7 @@
 //! the model's resolved plan through `apply_tensor_parallelism` on a fake process group, trained,
 //! run forward or run under no_grad as measure_hf.py does), per phase, requested bytes of blocks >= 512 B, the
 //! third iteration, 16 B per live tensor.
+mod scratch;
 mod grid_common;
 
 use grid_common::hf::num;
@@ -75,7 +76,7 @@ fn autocast_under_the_plan_is_refused_where_it_is_not_modelled() {
         let mut args = vec!["profile", "--model", "Llama-3.1-8B", "--num-layers", "1", "--dtype", "float32", "--device", "meta", "--warmup-steps", "0",
             "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--tp", "2", "--world-size", "2"];
         args.extend_from_slice(extra);
-        let dir = std::env::temp_dir().join(format!("vramscope-tp-hf-autocast-{}-{}", std::process::id(), extra.join("-")));
+        let dir = scratch::dir().join(format!("vramscope-tp-hf-autocast-{}-{}", std::process::id(), extra.join("-")));
         args.extend_from_slice(&["--out-dir", dir.to_str().unwrap()]);
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

@@ -9,6 +9,7 @@
 //! requested bytes of blocks >= 512 B, the third iteration, 16 B per live tensor; the router's
 //! auxiliary loss (dist_grid/tp_hf_aux_loss.json, `--aux-loss`) and bf16 autocast
 //! (dist_grid/tp_hf_moe_autocast.json, `--moe-autocast`) under the same plans.
+mod scratch;
 mod grid_common;
 
 use grid_common::hf::num;
@@ -85,7 +86,7 @@ fn aux_loss_and_autocast_under_the_moe_plans_run_each_alone() {
         (&["--output-router-logits", "--precision", "bf16"][..], true),
         (&["--precision", "bf16", "--profile-type", "inference"][..], true),
     ] {
-        let dir = std::env::temp_dir().join(format!("vramscope-tp-hf-moe-{}-{}", std::process::id(), extra.join("-")));
+        let dir = scratch::dir().join(format!("vramscope-tp-hf-moe-{}-{}", std::process::id(), extra.join("-")));
         let mut args = vec!["profile", "--preset", "Mixtral-8x7B", "--num-layers", "1", "--dtype", "float32", "--device", "meta", "--warmup-steps", "0",
             "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--world-size", "2", "--out-dir", dir.to_str().unwrap()];
         args.extend_from_slice(extra);

@@ -160,7 +160,7 @@ pub fn lora(r: usize, dropout: f64, targets: &[&str]) -> vramscope::model::lora:
 /// and optimizer state, over all four projections and over v_proj with checkpointing.
 #[allow(dead_code)] // (estimate_moe and estimate_gpt_oss run it)
 pub fn assert_int8_lora_cli(model: &str) {
-    let dir = std::env::temp_dir().join(format!("vramscope-estimate-int8-{model}-{}", std::process::id()));
+    let dir = crate::scratch::dir().join(format!("vramscope-estimate-int8-{model}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("e.json");
     let small = ["estimate", "--model", model, "--num-layers", "2", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2", "--vocab-size", "300", "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--load-in-8bit", "--json", json.to_str().unwrap()];
