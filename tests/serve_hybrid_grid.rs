@@ -6,32 +6,14 @@
 //! ValueError, auto-fit) over five shapes × TP × block size × kv-cache dtype × max_model_len
 //! (below the window, above it, the derived length) × available memory. Every number and
 //! message must match exactly.
+mod serve_common;
+
 use serde_json::Value;
-use vramscope::model::vllm_0_33::{self as vllm, ServeConfig};
+use vramscope::model::vllm_0_33 as vllm;
 use vramscope::model::vllm_hybrid as hybrid;
 
 fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm_serve_hybrid.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("read the fixture")).expect("parse the fixture")
-}
-
-fn config(doc: &Value, p: &Value) -> ServeConfig {
-    let name = p["model"].as_str().unwrap();
-    let text = doc["configs"][name].to_string();
-    let model = vramscope::model::hf::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")).config;
-    let kv = if p["kv_cache_dtype"] == "fp8" { 1 } else { 2 };
-    ServeConfig {
-        model,
-        weight_bytes: 2,
-        kv_bytes: kv,
-        total_memory: 0,
-        gpu_memory_utilization: 0.92,
-        max_model_len: p["max_model_len"].as_u64().unwrap() as usize,
-        max_num_seqs: 256,
-        max_num_batched_tokens: p["max_num_batched_tokens"].as_u64().unwrap() as usize,
-        block_size: p["block_size"].as_u64().unwrap() as usize,
-        tensor_parallel_size: p["tensor_parallel_size"].as_u64().unwrap() as usize,
-    }
+    serve_common::fixture("vllm_serve_hybrid.json")
 }
 
 #[test]
@@ -59,7 +41,7 @@ fn fixture_is_vllm_0_33_and_a_grid() {
 fn every_point_matches_vllm() {
     let doc = fixture();
     for p in doc["points"].as_array().unwrap() {
-        let c = config(&doc, p);
+        let c = serve_common::config(&doc, p);
         let at = format!("{} tp {} block {} kv {} len {} batched {} mem {}", p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]);
         let tp = c.tensor_parallel_size;
         assert!(hybrid::is_hybrid(&c.model), "{at}");
@@ -76,22 +58,6 @@ fn every_point_matches_vllm() {
             assert_eq!(g.layers, layers, "group layers {at}");
             assert_eq!(t["block_size"].as_u64().unwrap(), c.block_size as u64, "group block size {at}");
         }
-        let available = p["available_memory"].as_u64().unwrap() as i128;
-        let plan = vllm::plan_kv_cache(&c, available);
-        assert_eq!(vec![plan.page_bytes_per_layer], p["page_bytes_per_layer"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect::<Vec<_>>(), "page {at}");
-        assert_eq!(plan.bytes_per_block, p["bytes_per_block"].as_u64().unwrap(), "block {at}");
-        assert_eq!(plan.blocks_per_request * plan.bytes_per_block, p["max_memory_usage_bytes"].as_u64().unwrap(), "per request {at}");
-        let err = vllm::does_not_fit(&c, &plan);
-        assert_eq!(err.as_deref(), p["error"].as_str(), "error {at}");
-        if err.is_none() {
-            assert_eq!(plan.num_blocks, p["num_blocks"].as_u64().unwrap(), "blocks {at}");
-            assert_eq!(plan.kv_cache_tokens, p["kv_cache_tokens"].as_u64().unwrap(), "tokens {at}");
-            let exact: f64 = p["max_concurrency_repr"].as_str().unwrap().parse().unwrap();
-            assert_eq!(plan.max_concurrency, exact, "concurrency {at}");
-        }
-        match vllm::auto_fit_max_model_len(&c, &plan) {
-            Ok(n) => assert_eq!(Some(n), p["auto_fit_max_model_len"].as_u64(), "auto-fit {at}"),
-            Err(e) => assert_eq!(Some(e.as_str()), p["auto_fit_error"].as_str(), "auto-fit {at}"),
-        }
+        serve_common::check_plan(&c, p, &at);
     }
 }

@@ -8,34 +8,13 @@
 //! Qwen3-MoE configs with dense layers among the sparse ones (`mlp_only_layers`,
 //! `decoder_sparse_step`): their weight elements per rank and FullAttentionSpec plans. Every
 //! number and message must match.
+mod serve_common;
+
 use serde_json::Value;
-use vramscope::model::vllm_0_33::{self as vllm, ServeConfig};
+use vramscope::model::vllm_0_33 as vllm;
 
 fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm_serve_mla.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("read the fixture")).expect("parse the fixture")
-}
-
-fn config(doc: &Value, p: &Value) -> ServeConfig {
-    let name = p["model"].as_str().unwrap();
-    // As `serve --config` reads it: a dense/sparse mix is split off before the parse.
-    let (text, dense) = vramscope::options::serve::split_dense_layers(&doc["configs"][name].to_string()).unwrap();
-    let mut model = vramscope::model::hf::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")).config;
-    if let Some(moe) = model.hf.as_mut().and_then(|h| h.moe.as_mut()) {
-        moe.dense_layers = dense;
-    }
-    ServeConfig {
-        model,
-        weight_bytes: 2,
-        kv_bytes: if p["kv_cache_dtype"] == "fp8" { 1 } else { 2 },
-        total_memory: 0,
-        gpu_memory_utilization: 0.92,
-        max_model_len: p["max_model_len"].as_u64().unwrap() as usize,
-        max_num_seqs: 256,
-        max_num_batched_tokens: p["max_num_batched_tokens"].as_u64().unwrap() as usize,
-        block_size: p["block_size"].as_u64().unwrap() as usize,
-        tensor_parallel_size: p["tensor_parallel_size"].as_u64().unwrap() as usize,
-    }
+    serve_common::fixture("vllm_serve_mla.json")
 }
 
 #[test]
@@ -66,7 +45,7 @@ fn fixture_is_vllm_0_33_and_a_grid() {
 fn every_point_matches_vllm() {
     let doc = fixture();
     for p in doc["points"].as_array().unwrap() {
-        let c = config(&doc, p);
+        let c = serve_common::config(&doc, p);
         let at = format!("{p}");
         let tp = c.tensor_parallel_size;
         vllm::check_tensor_parallel(&c.model, tp).unwrap_or_else(|e| panic!("{at}: {e}"));
@@ -79,24 +58,8 @@ fn every_point_matches_vllm() {
         }
         assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
         assert_eq!(p["num_groups"], 1, "{at}");
-        let available = p["available_memory"].as_u64().unwrap() as i128;
-        let plan = vllm::plan_kv_cache(&c, available);
-        assert_eq!(plan.kv_cache_spec, if mla { "MLAAttentionSpec" } else { "FullAttentionSpec" });
-        assert_eq!(plan.page_bytes_per_layer, p["page_bytes_per_layer"].as_u64().unwrap(), "page {at}");
-        assert_eq!(plan.bytes_per_block, p["bytes_per_block"].as_u64().unwrap(), "block {at}");
-        assert_eq!(plan.blocks_per_request * plan.bytes_per_block, p["max_memory_usage_bytes"].as_u64().unwrap(), "per request {at}");
-        let err = vllm::does_not_fit(&c, &plan);
-        assert_eq!(err.as_deref(), p["error"].as_str(), "error {at}");
-        if err.is_none() {
-            assert_eq!(plan.num_blocks, p["num_blocks"].as_u64().unwrap(), "blocks {at}");
-            assert_eq!(plan.kv_cache_tokens, p["kv_cache_tokens"].as_u64().unwrap(), "tokens {at}");
-            let exact: f64 = p["max_concurrency_repr"].as_str().unwrap().parse().unwrap();
-            assert_eq!(plan.max_concurrency, exact, "concurrency {at}");
-        }
-        match vllm::auto_fit_max_model_len(&c, &plan) {
-            Ok(n) => assert_eq!(Some(n), p["auto_fit_max_model_len"].as_u64(), "auto-fit {at}"),
-            Err(e) => assert_eq!(Some(e.as_str()), p["auto_fit_error"].as_str(), "auto-fit {at}"),
-        }
+        let plan = serve_common::check_plan(&c, p, &at);
+        assert_eq!(plan.kv_cache_spec, if mla { "MLAAttentionSpec" } else { "FullAttentionSpec" }, "spec {at}");
     }
 }
 

@@ -1,0 +1,62 @@
+//! What the `serve` grids share: reading a fixture written by `tools/vllm/serve_grid.py`, a
+//! point's ServeConfig as `serve --config` builds it, and the KV cache plan's checks against
+//! vLLM 0.33.0's own numbers (block bytes, per-request bytes, the error, blocks, tokens,
+//! concurrency, auto-fit).
+use serde_json::Value;
+use vramscope::model::vllm_0_33::{self as vllm, ServeConfig, ServePlan};
+
+pub fn fixture(file: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("read the fixture")).expect("parse the fixture")
+}
+
+/// The point's model (its config under `configs`, a dense/sparse MoE mix split off before the
+/// parse as `serve --config` does) and its engine arguments.
+pub fn config(doc: &Value, p: &Value) -> ServeConfig {
+    let name = p["model"].as_str().unwrap();
+    let (text, dense) = vramscope::options::serve::split_dense_layers(&doc["configs"][name].to_string()).unwrap();
+    let mut model = vramscope::model::hf::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}")).config;
+    if let Some(moe) = model.hf.as_mut().and_then(|h| h.moe.as_mut()) {
+        moe.dense_layers = dense;
+    }
+    ServeConfig {
+        model,
+        weight_bytes: 2,
+        kv_bytes: if p["kv_cache_dtype"] == "fp8" { 1 } else { 2 },
+        total_memory: 0,
+        gpu_memory_utilization: 0.92,
+        max_model_len: p["max_model_len"].as_u64().unwrap() as usize,
+        max_num_seqs: 256,
+        max_num_batched_tokens: p["max_num_batched_tokens"].as_u64().unwrap() as usize,
+        block_size: p["block_size"].as_u64().unwrap() as usize,
+        tensor_parallel_size: p["tensor_parallel_size"].as_u64().unwrap() as usize,
+    }
+}
+
+/// The plan at the point's available memory, every number and message checked against
+/// vLLM's (a hybrid model's page list holds its one page size).
+pub fn check_plan(c: &ServeConfig, p: &Value, at: &str) -> ServePlan {
+    let plan = vllm::plan_kv_cache(c, p["available_memory"].as_u64().unwrap() as i128);
+    let pages: Vec<u64> = match p["page_bytes_per_layer"].as_array() {
+        Some(list) => list.iter().map(|x| x.as_u64().unwrap()).collect(),
+        None => vec![p["page_bytes_per_layer"].as_u64().unwrap()],
+    };
+    assert_eq!(vec![plan.page_bytes_per_layer], pages, "page {at}");
+    assert_eq!(plan.bytes_per_block, p["bytes_per_block"].as_u64().unwrap(), "block {at}");
+    // max_memory_usage_bytes: the layers' pages for one request of max_model_len.
+    assert_eq!(plan.blocks_per_request * plan.bytes_per_block, p["max_memory_usage_bytes"].as_u64().unwrap(), "per request {at}");
+    let err = vllm::does_not_fit(c, &plan);
+    assert_eq!(err.as_deref(), p["error"].as_str(), "error {at}");
+    if err.is_none() {
+        assert_eq!(plan.num_blocks, p["num_blocks"].as_u64().unwrap(), "blocks {at}");
+        assert_eq!(plan.kv_cache_tokens, p["kv_cache_tokens"].as_u64().unwrap(), "tokens {at}");
+        // Python's repr, parsed exactly (serde_json's float parse can be a bit off).
+        let exact: f64 = p["max_concurrency_repr"].as_str().unwrap().parse().unwrap();
+        assert_eq!(plan.max_concurrency, exact, "concurrency {at}");
+    }
+    match vllm::auto_fit_max_model_len(c, &plan) {
+        Ok(n) => assert_eq!(Some(n), p["auto_fit_max_model_len"].as_u64(), "auto-fit {at}"),
+        Err(e) => assert_eq!(Some(e.as_str()), p["auto_fit_error"].as_str(), "auto-fit {at}"),
+    }
+    plan
+}
