@@ -388,7 +388,7 @@ fn routing_and_experts_flags_are_checked() {
     // together, or autocast in inference, they are not measured.
     let tp = ["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--dtype", "float32"];
     bad(&[&tp[..], &["--precision", "bf16", "--output-router-logits"]].concat(), "--output-router-logits");
-    bad(&[&tp[..], &["--precision", "bf16", "--profile-type", "inference"]].concat(), "--precision");
+    bad(&[&tp[..6], &["--dtype", "float32", "--precision", "bf16", "--profile-type", "inference"]].concat(), "--precision");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
