@@ -1957,15 +1957,24 @@ def serve(
     Parameters
     ----------
     model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
-        Model preset: one of those vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B,
-        Phi-3-mini, Mixtral-8x7B, Qwen3-30B-A3B; others are refused). [--preset; also preset=]
+        Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini,
+        Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3). One of: cs336-small,
+        cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny, tinyllama-small,
+        tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B,
+        Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B, Gemma-3-27B,
+        Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3, Mistral-7B-v0.3.
+        [--preset; also preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset model_type
-        llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), or the
-        mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention, every layer sparse; on
-        H100/H200); its torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype
-        auto keeps it. Also a dict (a config.json's content) or a transformers ``PretrainedConfig``
-        (anything with ``to_dict()``). [--config]
+        llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), gemma2 or
+        gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), the
+        mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention; dense layers by
+        mlp_only_layers or decoder_sparse_step allowed; on H100/H200), or deepseek_v3 (multi-head
+        latent attention, the first_k_dense_replace layers dense; on H100/H200, bf16 weights without
+        a quantization_config); its torch_dtype (bfloat16 or float16) is the weights' dtype, as
+        vLLM's --dtype auto keeps it (a float32 Gemma loads in bfloat16). Also a dict (a
+        config.json's content) or a transformers ``PretrainedConfig`` (anything with ``to_dict()``).
+        [--config]
     gpu : Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'], default 'H100-80GB'
         The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it). One of: H100-80GB,
         H200-141GB, A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB, RTXA6000-48GB.
@@ -1989,8 +1998,9 @@ def serve(
         KV cache element type: auto (the weights' dtype), or 1-byte fp8 (fp8_e4m3) on H100/H200
         vLLM's FlashAttention backend stores an fp8 cache only with FlashAttention 3 on SM 9.0
         (`flash_attn_supports_kv_cache_dtype`, `v1/attention/backends/fa_utils.py:282`); other GPUs
-        and fp8_e5m2 select other attention backends, which are not modelled. One of: auto, fp8,
-        fp8_e4m3. [--kv-cache-dtype]
+        and fp8_e5m2 select other attention backends, which are not modelled. DeepSeek-V3's latent
+        cache takes auto only (FLASH_ATTN_MLA keeps a 16-bit cache; fp8 falls to FlashMLA, not
+        modelled). One of: auto, fp8, fp8_e4m3. [--kv-cache-dtype]
     enforce_eager : bool, default False
         No CUDA graphs (required: the graphs' memory is measured by capturing them on the GPU) vLLM
         0.33.0 subtracts the memory of its CUDA graphs, which it measures by capturing them at
