@@ -24,6 +24,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --static-mixed  # generate_static_mixed.json: StaticCache on qwen2/qwen3 with full and sliding layers
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
     python3 make_generate_grid.py --qwen2-moe-sliding  # generate_qwen2_moe_sliding.json: qwen2_moe with use_sliding_window
+    python3 make_generate_grid.py --adapters-models  # generate_models_adapters.json: LoRA / 4-bit on issue 30's nine models
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
 gpt_oss, mistral and qwen2 (use_sliding_window, every layer sliding), 13 points each (STATIC_RUNS):
@@ -592,6 +593,69 @@ def dgrid(quick=False):
     return [dpoint(r) for r in range(2 if quick else len(FAMILY_RUNS))]
 
 
+# generate() with peft's unmerged LoRA and bitsandbytes 4-bit weights on issue 30's models (the
+# --adapters-models grid): each point is one of the grids above (fpoint, gpoint, mpoint, opoint,
+# dpoint: their shapes, windows, routing and options) with adapters, 4-bit weights or both. The
+# 4-bit points load bf16 weights (measure_hf.load_4bit, not prepared: an inference script);
+# LoRA targets the families' projections, the MoE models' attention, Qwen2-MoE's shared expert,
+# and (not over 4-bit weights: vramscope refuses that pair) the experts through peft's
+# ParamWrapper (target_parameters), named or converted from transformers-4 names (all-linear on
+# mixtral).
+def _lora(r, targets, params=None):
+    d = dict(lora_r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=targets)
+    if params:
+        d["target_parameters"] = params
+    return d
+
+
+def _q4(qt, dq, compute):
+    return dict(load_in_4bit=True, quant_type=qt, double_quant=dq, compute_dtype=compute, prepare=False,
+                checkpoint="none", dtype="bf16")
+
+
+EXPERTS = "mlp.experts.gate_up_proj,mlp.experts.down_proj"
+# (builder, builder's arguments, adapter options)
+ADAPTER_RUNS = [
+    ("f", ("phi3", 0, "sdpa", "bf16", {}), dict(_q4("nf4", True, "bf16"), **_lora(16, "all-linear"))),
+    ("f", ("phi3", 3, "eager", "bf16", dict(do_sample=True)), _lora(8, "qkv_proj,o_proj")),
+    ("f", ("phi3", 5, "sdpa", "bf16", dict(num_beams=2)), dict(_q4("fp4", False, "fp32"), **_lora(8, "gate_up_proj,down_proj"))),
+    ("f", ("olmo2", 1, "eager", "bf16", {}), dict(_q4("fp4", False, "fp32"), **_lora(8, "q_proj,v_proj"))),
+    ("f", ("olmo2", 5, "sdpa", "fp32", dict(num_beams=2)), _lora(16, "all-linear")),
+    ("f", ("olmo2", 0, "sdpa", "bf16", {}), _q4("nf4", True, "bf16")),
+    ("g", ("gemma2", 1), dict(_q4("nf4", True, "bf16"), **_lora(8, "all-linear"))),
+    ("g", ("gemma2", 0), _lora(16, "q_proj,v_proj")),
+    ("g", ("gemma3_text", 3), dict(_q4("fp4", True, "fp32"), **_lora(16, "all-linear"))),
+    ("g", ("gemma3_text", 10), _lora(8, "q_proj,k_proj,v_proj,o_proj")),
+    ("g", ("gemma3_text", 2), _q4("nf4", False, "bf16")),
+    ("m", ("mixtral", 0), dict(_q4("nf4", True, "bf16"), **_lora(16, "q_proj,v_proj"))),
+    ("m", ("mixtral", 2), _lora(8, "", EXPERTS)),
+    ("m", ("mixtral", 3), _lora(8, "all-linear")),
+    ("m", ("qwen3_moe", 1), dict(_q4("fp4", False, "bf16"), **_lora(8, "q_proj,k_proj,v_proj,o_proj"))),
+    ("m", ("qwen3_moe", 6), _lora(16, "q_proj,v_proj", EXPERTS)),
+    ("m", ("qwen2_moe", 0), dict(_q4("nf4", True, "bf16"), **_lora(8, "all-linear"))),
+    ("m", ("qwen2_moe", 3), _lora(16, "gate_proj,up_proj,down_proj")),
+    ("m", ("qwen2_moe", 8), _lora(8, "q_proj,v_proj", EXPERTS)),
+    ("o", (1,), dict(_q4("nf4", True, "bf16"), **_lora(8, "q_proj,v_proj"))),
+    ("o", (0,), _lora(8, "", EXPERTS)),
+    ("o", (3,), _lora(16, "all-linear")),
+    ("d", (1,), dict(_q4("nf4", True, "bf16"), **_lora(8, "kv_a_proj_with_mqa,kv_b_proj,o_proj"))),
+    ("d", (0,), _lora(8, "o_proj,kv_b_proj", EXPERTS)),
+    ("d", (3,), _q4("fp4", True, "fp32")),
+]
+
+
+def adpoint(r):
+    kind, args, ad = ADAPTER_RUNS[r]
+    p = {"f": lambda: fpoint(*args), "g": lambda: gpoint(*args), "m": lambda: mpoint(*args), "o": lambda: opoint(*args),
+         "d": lambda: dpoint(*args)}[kind]()
+    p.update(ad)
+    return p
+
+
+def adgrid(quick=False):
+    return [adpoint(r) for r in range(len(ADAPTER_RUNS)) if not quick or r in (0, 11)]
+
+
 def mgrid(quick=False):
     return [mpoint(mt, r) for mt in ("mixtral", "qwen3_moe", "qwen2_moe") for r in range(2 if quick else len(MOE_RUNS))]
 
@@ -623,6 +687,8 @@ def extras(p):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{' prepared' if p['prepare'] else ''}"
     if p.get("lora_r"):
         tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+        if p.get("target_parameters"):
+            tag += f" params={p['target_parameters']}"
     if p.get("cache", "dynamic") != "dynamic":
         tag += f" cache={p['cache']}"
     if p.get("do_sample"):
@@ -712,6 +778,7 @@ def main():
     ap.add_argument("--static-mixed", action="store_true", help="generate_static_mixed.json: StaticCache on qwen2/qwen3 with sliding and full layers (max_window_layers)")
     ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe (windowed) and deepseek_v3")
     ap.add_argument("--qwen2-moe-sliding", action="store_true", help="generate_qwen2_moe_sliding.json: qwen2_moe with use_sliding_window (max_window_layers), forced routing, DynamicCache and StaticCache")
+    ap.add_argument("--adapters-models", action="store_true", help="generate_models_adapters.json: peft LoRA and bitsandbytes 4-bit on phi3, olmo2, gemma2, gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
@@ -725,6 +792,17 @@ def main():
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)
         doc.update(releases(not a.gemma))
         return G.write_fixture(path, doc, t0)
+    if a.adapters_models:
+        results, t0 = G.measure_all(adgrid(a.quick), run_one, maxtasksperchild=1)
+        doc = dict(generator="tools/pytorch/make_generate_grid.py --adapters-models" + (" --quick" if a.quick else ""), **releases(True),
+                   counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
+                           "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
+                           "**measure_generate.gen_kwargs(point)) on peft's get_peft_model (unmerged adapters, eval mode) "
+                           "and/or from_pretrained with BitsAndBytesConfig(load_in_4bit=True) (measure_hf.load_4bit, not "
+                           "prepared); the MoE router's top-k indices forced to the point's routing for each forward's "
+                           "token count (measure_generate.install_generate_routing)",
+                   points=results)
+        return G.write_fixture(os.path.join(a.out, "generate_models_adapters.json"), doc, t0)
     if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding or a.qwen2_moe_sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
                  else "--static-sliding" if a.static_sliding else "--static-families" if a.static_families

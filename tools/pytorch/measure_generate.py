@@ -193,7 +193,14 @@ def run(p):
         with record_function("grid::setup"):
             torch.manual_seed(42)
             if p.get("load_in_4bit"):
-                model = H.load_4bit(p, dtype)
+                # load_4bit builds the saved model from measure_hf.hf_config: an MoE point's is
+                # measure_moe.py's (as measure_moe.measure sets it for the training grids).
+                dense_config = H.hf_config
+                H.hf_config = MOE.moe_config if p["model_type"] in MOE.MODEL_TYPES else dense_config
+                try:
+                    model = H.load_4bit(p, dtype)
+                finally:
+                    H.hf_config = dense_config
             else:
                 model = T.AutoModelForCausalLM.from_config(config_of(p), attn_implementation=p.get("attn", "sdpa"), dtype=dtype)
             # Wrapped before peft: PeftModelForCausalLM keeps the base model's
@@ -202,8 +209,12 @@ def run(p):
             if p.get("lora_r"):
                 import peft
                 targets = p["target_modules"]
+                # target_modules "" is [] (only target_parameters: peft's ParamWrapper on the
+                # experts' 3-D parameters or the router, as measure_hf.py passes them).
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0),
-                                     target_modules=targets if targets == "all-linear" else targets.split(","), task_type="CAUSAL_LM")
+                                     target_modules=targets if targets == "all-linear" else targets.split(",") if targets else [],
+                                     target_parameters=p["target_parameters"].split(",") if p.get("target_parameters") else None,
+                                     task_type="CAUSAL_LM")
                 model = peft.get_peft_model(model, lc)
             model.eval()
             gen = torch.Generator().manual_seed(42)
