@@ -325,20 +325,31 @@ fn phi3_and_olmo2_presets_generate_on_meta() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// LoRA and bitsandbytes are measured with generate() alone on these models (lora_families.json /
-/// moe_grid/lora.json, generate_*.json), and under the data-parallel layouts as
-/// dist_lora_models_grid.rs measures them (LoRA under ddp, zero2 and fsdp; 4-bit QLoRA under
-/// ddp): the other combinations are refused, naming the flag.
+/// LoRA and bitsandbytes are measured on these models (lora_families.json / moe_grid/lora.json),
+/// with generate() (generate_models_adapters.json: LoRA on nn.Linear modules, 4-bit weights
+/// unprepared), and under the data-parallel layouts as dist_lora_models_grid.rs measures them
+/// (LoRA under ddp, zero2 and fsdp; 4-bit QLoRA under ddp): the other combinations are refused,
+/// naming the flag.
 #[test]
 fn unmeasured_combinations_are_refused() {
     for (preset, lora) in [("Phi-3-mini", "qkv_proj"), ("OLMo-2-7B", "q_proj,v_proj"), ("Qwen3-30B-A3B", "q_proj,v_proj")] {
         let with_lora = ["--preset", preset, "--num-layers", "2", "--lora-r", "8", "--target-modules", lora];
         refused("profile", &[&with_lora[..], &["--parallel", "zero1", "--world-size", "2"]].concat(), &["--parallel", "zero1", "not modelled"]);
-        refused("profile", &[&with_lora[..], &["--profile-type", "generate", "--max-new-tokens", "2"]].concat(), &["--lora-r", "generate", "not measured"]);
+        let s = profile(&tmp(&format!("{preset}-lora-generate")), &[&with_lora[..], &["--context-length", "16", "--profile-type", "generate", "--max-new-tokens", "2"]].concat());
+        assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2, "{preset}");
         let four_bit = ["--preset", preset, "--num-layers", "2", "--load-in-4bit", "--profile-type", "inference"];
         refused("profile", &[&four_bit[..], &["--parallel", "fsdp", "--world-size", "2"]].concat(), &["--load-in-4bit", "parallel layout"]);
     }
-    refused("profile", &["--preset", "Mixtral-8x7B", "--num-layers", "2", "--load-in-4bit", "--profile-type", "generate", "--max-new-tokens", "2"], &["--load-in-4bit", "generate"]);
+    let generate = ["--profile-type", "generate", "--max-new-tokens", "2"];
+    let s = profile(&tmp("mixtral-4bit-generate"), &[&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "16", "--load-in-4bit", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..], &generate].concat());
+    assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2);
+    // peft's ParamWrapper (named, or converted from all-linear), a prepared 4-bit model and a
+    // LoRA bias are not measured with generate.
+    let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "2", "--lora-r", "8"];
+    refused("profile", &[&mixtral[..], &["--target-parameters", "mlp.experts.gate_up_proj"], &generate].concat(), &["--target-parameters", "generate", "baddbmm"]);
+    refused("profile", &[&mixtral[..], &["--target-modules", "all-linear"], &generate].concat(), &["--target-parameters", "all-linear"]);
+    refused("profile", &["--preset", "Gemma-2-9B", "--num-layers", "2", "--load-in-4bit", "--prepare-model-for-kbit-training", "true", "--profile-type", "generate", "--max-new-tokens", "2"], &["--prepare-model-for-kbit-training", "unprepared"]);
+    refused("profile", &["--preset", "OLMo-2-7B", "--num-layers", "2", "--lora-r", "8", "--target-modules", "q_proj", "--lora-bias", "all", "--profile-type", "generate", "--max-new-tokens", "2"], &["--lora-bias", "generate"]);
 }
 
 /// Gemma 3 under sdpa: the header names each layer type's CUDA kernel once the window masks

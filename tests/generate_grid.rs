@@ -592,3 +592,70 @@ fn generate_qwen2_moe_sliding_grid_matches_transformers() {
         assert_eq!(cfg.hf.as_ref().unwrap().sliding_layers, Some(want), "{}", q["name"]);
     }
 }
+
+/// Points of generate_models_adapters.json where vramscope does not match, each with the reason
+/// (vramscope refuses --target-parameters with generate on these models for it:
+/// families::generate_adapters).
+const KNOWN_FAILING_MODELS_ADAPTERS: &[(&str, &str)] = &[
+    (
+        "mixtral d64 F48 L2 h4 kv4 V640 S64 B1 N3 sdpa bf16 lora r8 a16  params=mlp.experts.gate_up_proj,mlp.experts.down_proj E6 k3 batched_mm balanced generate",
+        "decode steps +128 B: PyTorch's CPU baddbmm (peft's ParamWrapper folding the experts' weights) allocates scratch inside the op the measurement counts (bf16: an empty of the factor and oneDNN's block)",
+    ),
+    (
+        "qwen3_moe d128 F96 L2 h4 kv2 hd32 V1000 S24 B2 N4 eager fp32 lora r16 a32 q_proj,v_proj params=mlp.experts.gate_up_proj,mlp.experts.down_proj sample top_k=2 E8 k2 grouped_mm worst generate",
+        "decode steps +3,584 B: PyTorch's CPU baddbmm (peft's ParamWrapper folding the experts' weights) allocates scratch inside the op the measurement counts (fp32: one empty per expert in each addmm_ of the batch split)",
+    ),
+    (
+        "gpt_oss d128 F96 L2 h4 kv2 hd16 V1000 S24 B2 N4 eager fp32 lora r8 a16  params=mlp.experts.gate_up_proj,mlp.experts.down_proj sliding_window=12 E4 k2 grouped_mm balanced generate",
+        "decode steps +512 B: PyTorch's CPU baddbmm (peft's ParamWrapper folding the experts' weights) allocates scratch inside the op the measurement counts (fp32: one empty per expert in each addmm_ of the batch split)",
+    ),
+];
+
+/// tests/fixtures/pytorch_grid/generate_models_adapters.json (`make_generate_grid.py
+/// --adapters-models`, issue 30): generate() with peft's unmerged LoRA adapters and bitsandbytes
+/// 4-bit weights (nf4/fp4, double quantization on/off, compute bf16/fp32; not prepared) on
+/// Phi-3, OLMo-2, Gemma 2, Gemma 3 text, Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss and DeepSeek-V3:
+/// LoRA on the projections (Phi-3's fused ones), the MoE models' attention, Qwen2-MoE's shared
+/// expert, and peft's ParamWrapper on the experts (target_parameters, or mixtral's all-linear
+/// converted into them) over unquantized weights; Gemma's and gpt-oss's windows crossed; the
+/// routing forced as generate_moe.json's.
+#[test]
+fn generate_models_adapters_grid_matches_transformers_peft_bitsandbytes() {
+    let doc = check_grid("pytorch_grid/generate_models_adapters.json", 20, KNOWN_FAILING_MODELS_ADAPTERS);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    let (four, lora) = (|p: &Value| p["load_in_4bit"] == true, |p: &Value| !p["lora_r"].is_null());
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"] {
+        assert!(count(&|p| p["model_type"] == mt) >= 2, "{mt}: points");
+        assert!(count(&|p| p["model_type"] == mt && four(p) && lora(p)) >= 1, "{mt}: 4-bit + LoRA");
+        assert!(count(&|p| p["model_type"] == mt && !four(p) && lora(p)) >= 1, "{mt}: LoRA over unquantized weights");
+    }
+    assert!(count(&|p| four(p) && !lora(p)) >= 2, "4-bit without adapters");
+    assert!(count(&|p| p["target_parameters"].is_string()) >= 4, "ParamWrapper on the experts");
+    assert!(count(&|p| p["model_type"] == "mixtral" && p["target_modules"] == "all-linear") >= 1, "mixtral's all-linear converted");
+    assert!(count(&|p| p["model_type"] == "qwen2_moe" && p["target_modules"].as_str().is_some_and(|t| t.contains("gate_proj"))) >= 1, "qwen2_moe's shared expert");
+    for (k, v) in [("quant_type", "nf4"), ("quant_type", "fp4"), ("compute_dtype", "bf16"), ("compute_dtype", "fp32")] {
+        assert!(count(&|p| four(p) && p[k] == v) >= 2, "4-bit {k} {v}");
+    }
+    let (s, n) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap());
+    for mt in ["gemma2", "gemma3_text", "gpt_oss"] {
+        assert!(count(&|p| p["model_type"] == mt && p["sliding_window"].as_u64().is_some_and(|w| s(p) < w && w < s(p) + n(p))) >= 1, "{mt}: the window crossed while decoding");
+    }
+    assert!(count(&|p| p["do_sample"] == true) >= 2 && count(&|p| p["num_beams"].as_u64().is_some_and(|b| b > 1)) >= 2, "sampling and beams");
+    assert!(count(&|p| p["cache"] == "static") >= 6, "static cache");
+    for b in 1..=3 {
+        assert!(count(&|p| p["batch"] == b) >= 1, "batch {b}");
+    }
+    // Only peft's ParamWrapper points miss (what vramscope refuses with generate).
+    for (name, _) in KNOWN_FAILING_MODELS_ADAPTERS {
+        let point = doc["points"].as_array().unwrap().iter().find(|q| q["name"] == *name).expect("a known failing point of the fixture");
+        assert!(point["point"]["target_parameters"].is_string(), "{name}");
+    }
+    // The static points' masks, full first (the order vramscope models; PYTHONHASHSEED=0).
+    for point in doc["points"].as_array().unwrap() {
+        if let Some(order) = point["info"]["mask_order"].as_array().filter(|o| o.len() > 1) {
+            assert_eq!(order[0], "full_attention", "{}", point["name"]);
+        }
+    }
+}

@@ -115,7 +115,8 @@ pub fn check_profile(c: &ModelConfig, device: Device, generate: bool, batch: usi
         // Measured: tests/generate_grid.rs (generate_moe.json, generate_gpt_oss.json: gpt-oss's
         // sliding layers' DynamicSlidingWindowLayer; generate_deepseek.json: DeepSeek-V3's
         // DynamicCache of MLA latents; generate_static_families.json: its StaticCache, and
-        // Mixtral's over a sliding window).
+        // Mixtral's over a sliding window; generate_models_adapters.json: LoRA on the nn.Linear
+        // modules and 4-bit weights, what generate_adapters refuses aside).
         if let Some(hf) = c.hf() {
             super::families::generate_adapters(hf, family)?;
         }

@@ -13,9 +13,14 @@ pub fn config_of(point: &Value, p: &Value) -> ModelConfig {
     }
     let mut cfg = match (p["model_type"].as_str(), p["experts"].is_string()) {
         // gpt-oss: its config.json read as a user's (measure_moe.py's GptOssConfig).
-        (Some("gpt_oss" | "deepseek_v3"), _) => super::moe::read_config_of(&p),
+        // (with the point's adapters and 4-bit weights: generate_models_adapters.json)
+        (Some("gpt_oss" | "deepseek_v3"), _) => super::moe::point_model(&p),
         // Qwen2-MoE's window: its config.json (use_sliding_window, max_window_layers) read as a user's.
-        (Some("qwen2_moe"), _) if p["sliding_window"].as_u64().is_some() => super::moe::read_config_of(&p),
+        (Some("qwen2_moe"), _) if p["sliding_window"].as_u64().is_some() => {
+            let mut cfg = super::moe::read_config_of(&p);
+            super::hf::apply_peft(&p, cfg.hf.as_mut().unwrap());
+            cfg
+        }
         (_, true) => super::moe::config_of(&p),
         _ => super::hf::config_of(&p),
     };

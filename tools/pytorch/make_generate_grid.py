@@ -641,13 +641,24 @@ ADAPTER_RUNS = [
     ("d", (1,), dict(_q4("nf4", True, "bf16"), **_lora(8, "kv_a_proj_with_mqa,kv_b_proj,o_proj"))),
     ("d", (0,), _lora(8, "o_proj,kv_b_proj", EXPERTS)),
     ("d", (3,), _q4("fp4", True, "fp32")),
+    # a StaticCache (PYTHONHASHSEED=0, as --static-sliding) and the windows of --sliding,
+    # --static-families and --qwen2-moe-sliding under adapters
+    ("f", ("phi3", 5, "eager", "bf16", dict(cache="static")), dict(_q4("nf4", True, "bf16"), **_lora(8, "qkv_proj,o_proj"))),
+    ("s", ("gemma3_text", 1), _lora(16, "all-linear")),
+    ("s", ("gpt_oss", 7), dict(_q4("nf4", False, "bf16"), **_lora(8, "q_proj,v_proj"))),
+    ("w", (16,), dict(_q4("nf4", True, "bf16"), **_lora(8, "q_proj,v_proj"))),
+    ("s", ("qwen3_moe", 2), _lora(8, "q_proj,k_proj,v_proj,o_proj")),
+    ("ds", (1,), _lora(8, "kv_b_proj,o_proj")),
+    ("ds", (6,), dict(_q4("fp4", False, "bf16"), **_lora(16, "kv_a_proj_with_mqa"))),
+    ("q2m", (1,), dict(_q4("nf4", True, "bf16"), **_lora(8, "all-linear"))),
 ]
 
 
 def adpoint(r):
     kind, args, ad = ADAPTER_RUNS[r]
     p = {"f": lambda: fpoint(*args), "g": lambda: gpoint(*args), "m": lambda: mpoint(*args), "o": lambda: opoint(*args),
-         "d": lambda: dpoint(*args)}[kind]()
+         "d": lambda: dpoint(*args), "s": lambda: spoint(*args), "w": lambda: wpoint(*args), "ds": lambda: dspoint(*args),
+         "q2m": lambda: q2mpoint(*args)}[kind]()
     p.update(ad)
     return p
 
@@ -782,7 +793,7 @@ def main():
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding) and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding or a.adapters_models) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
