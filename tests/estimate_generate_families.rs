@@ -207,3 +207,46 @@ fn lora_and_qlora() {
     assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
     println!("{count} points ({adapters} with adapters, {four_bit} 4-bit); the simulated peak at most {worst:.3}× the bound");
 }
+
+/// peft's unmerged LoRA on the nn.Linear modules and bitsandbytes' 4-bit weights (unprepared)
+/// on issue 30's nine models (generate_models_adapters.json's DynamicCache points with one beam;
+/// peft's ParamWrapper stays refused), each at its own (B, S, N) and at a larger one (grouped_mm
+/// experts there also as a GPU run), a sliding window set at S + N as `run` sets it: the cache
+/// equals the simulation's (in the unquantized parameters' type), and the peak lies above the
+/// lower bound (the weights the model's; the adapters' and dequantization's per-step
+/// transients above it).
+#[test]
+fn adapters_and_4bit_on_issue_30s_models() {
+    let doc = grid_common::fixture("pytorch_grid/generate_models_adapters.json");
+    let mut worst: f64 = 0.0;
+    let (mut count, mut failed) = (0, Vec::new());
+    let mut seen = std::collections::BTreeSet::new();
+    for point in doc["points"].as_array().unwrap() {
+        let p = &point["point"];
+        if p["cache"] == "static" || p["num_beams"].as_u64().is_some_and(|k| k > 1) || p["target_parameters"].is_string() {
+            continue;
+        }
+        let num = |k: &str| grid_common::hf::num(p, k);
+        let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
+        for (i, shape, gpu) in [(0, (b, s, n), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), true)] {
+            if gpu && p["experts"] != "grouped_mm" {
+                continue;
+            }
+            let mut q = p.clone();
+            if q["sliding_window"].as_u64().is_some() {
+                q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
+            }
+            match std::panic::catch_unwind(|| compare(point, &q, shape, gpu)) {
+                Ok(r) => worst = worst.max(r),
+                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
+            }
+            count += 1;
+            seen.insert(p["model_type"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    assert_eq!(seen.len(), 9, "{seen:?}");
+    assert!(count >= 40, "{count} points");
+    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
+    println!("{count} points of {} models; the simulated peak at most {worst:.3}× the bound", seen.len());
+}

@@ -1,8 +1,8 @@
 //! `estimate --profile-type generate`'s flags, resolved into the session's [`GeneratePlan`]:
 //! an hf model run as `profile --profile-type generate` models it (greedy or sampling with
 //! GenerationConfig's options, DynamicCache, one device, no autocast; peft's LoRA and 4-bit
-//! weights on the dense llama, mistral, qwen2 and qwen3): every hf model type, the MoE ones
-//! under --routing balanced or worst.
+//! weights, on issue 30's models without peft's ParamWrapper): every hf model type, the MoE
+//! ones under --routing balanced or worst.
 use super::estimate::EstimateArgs;
 use super::{usage, UsageError};
 use crate::session::estimate_generate::GeneratePlan;
@@ -32,18 +32,10 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
         return Err(usage("--profile-type", format!("generate runs Hugging Face transformers' generate(): it needs an hf model (an hf preset such as Llama-3.2-1B, or --config config.json), not the {} flavour", cfg.flavour)));
     };
     // peft's unmerged LoRA and bitsandbytes' 4-bit weights are measured with generate on the
-    // dense llama, mistral, qwen2 and qwen3 (generate_qlora.json; issue 30's models refuse them
-    // here, profile runs them): their cache is the model's, the weights the simulation's, the
-    // adapters' and dequantization's transients above the stated lower bound.
-    // On issue 30's models adapters and 4-bit weights run op for op (profile, measured:
-    // generate_models_adapters.json); the closed form's terms for them are not derived there.
-    if hf.model_type.is_family() || hf.moe.is_some() {
-        let name = hf.moe.as_ref().map_or(hf.model_type.name(), |m| m.family.model_type());
-        let flag = if hf.lora.is_some() { Some("--lora-r") } else { hf.bnb.as_ref().map(|q| q.flag()) };
-        if let Some(flag) = flag {
-            return Err(usage(flag, format!("with estimate --profile-type generate on {name} is not derived yet (the closed form covers adapters and 4-bit weights on llama, mistral, qwen2 and qwen3); `vramscope profile --profile-type generate` runs it op for op, measured on generate_models_adapters.json")));
-        }
-    }
+    // dense llama, mistral, qwen2 and qwen3 (generate_qlora.json) and on issue 30's models
+    // (generate_models_adapters.json; what families::generate_adapters refuses aside, checked
+    // above): their cache is the model's, the weights the simulation's, the adapters' and
+    // dequantization's transients above the stated lower bound.
     if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
         return Err(usage(q.flag(), "with generate is not measured (4-bit is: generate_qlora.json); `vramscope profile --profile-type generate` runs it op for op"));
     }
