@@ -10,7 +10,10 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-20b, gpt-oss-120b: their MXFP4 checkpoints, on H100/H200)
+    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-*, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*)
+    ///
+    /// gpt-oss-20b and gpt-oss-120b are their MXFP4 checkpoints, planned on H100/H200 (the OAI Triton
+    /// kernels' layout of the experts, derived from source).
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
