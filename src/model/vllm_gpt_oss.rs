@@ -12,13 +12,13 @@
 //!   (`mxfp4_round_up_hidden_size_and_intermediate_size`, `oracle/mxfp4.py:916`; the hidden size
 //!   stays, `fused_moe_method_base.py:96-100`) ([`intermediate_per_rank`]).
 //! - The experts' bytes after loading ([`experts_bytes_per_rank`]):
-//!   `GptOssMxfp4MoEMethod.create_weights` (`quantization/mxfp4.py:197-280`) makes uint8 values
+//!   `GptOssMxfp4MoEMethod.create_weights` (`quantization/mxfp4.py:200-290`) makes uint8 values
 //!   (two 4-bit values a byte) and uint8 scales (one per 32), and bf16 biases; after loading,
 //!   `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` (`oracle/mxfp4.py:1444-1480`) turns the
-//!   biases into float32 copies (`replace_parameter`, `quantization/mxfp4.py:363-365`, frees the
+//!   biases into float32 copies (`replace_parameter`, `quantization/mxfp4.py:374-376`, frees the
 //!   bf16 ones) and swizzles values and scales with `_swizzle_mxfp4`
 //!   (`quantization/utils/mxfp4_utils.py:65-165`), then deletes the loaded ones (`:1469-1472`).
-//!   On SM 9.0 the scales' K (blocks of 32) is first padded to a multiple of 4 (`mxfp4_utils.py:134-138`);
+//!   On SM 9.0 the scales' K (blocks of 32) is first padded to a multiple of 4 (`mxfp4_utils.py:136-139`);
 //!   the values go through triton_kernels' `HopperMXValueLayout.swizzle_data`
 //!   (`tensor_details/layout_details/hopper_value.py`: rows padded to 16, packed bytes along K
 //!   to 32) and the scales through `HopperMXScaleLayout.swizzle_data` (`hopper_scale.py`: rows
@@ -27,14 +27,14 @@
 //!   gives these bytes; they are derived from that source, not measured on a card.
 //! - The rest is bf16 (`Mxfp4Config.get_quant_method` gives linear layers
 //!   `UnquantizedLinearMethod`, `quantization/mxfp4.py:91-107`): qkv_proj and o_proj with biases
-//!   (`gpt_oss.py:136-151`), the attention sinks, heads/tp in the model dtype
-//!   (`make_attention_sink`, `model_loader/weight_utils.py:1584-1592`), the router
-//!   (`GateLinear` with a bias, whole on every rank, `gpt_oss.py:381-387`), two RMSNorms a layer,
+//!   (`gpt_oss.py:137-152`), the attention sinks, heads/tp in the model dtype
+//!   (`gpt_oss.py:131`; `make_attention_sink`, `model_loader/weight_utils.py:1584-1592`), the router
+//!   (`GateLinear` with a bias, whole on every rank, `gpt_oss.py:382-387`), two RMSNorms a layer,
 //!   the embedding, the untied lm_head (`gpt_oss.py:1417`) and the final norm.
 //! - KV cache: even layers slide over `sliding_window`, odd ones are full, whatever
-//!   `layer_types` says (`OAIAttention._build_attention`, `gpt_oss.py:186-188`); sinks keep the
+//!   `layer_types` says (`OAIAttention._build_attention`, `gpt_oss.py:175`); sinks keep the
 //!   plain specs, and FlashAttention 3 (SM 9.0) takes them and an fp8 cache
-//!   (`v1/attention/backends/fa_utils.py:319-322`, `:286-316`), so the groups and plan are
+//!   (`v1/attention/backends/fa_utils.py:319-322`, `:282-316`), so the groups and plan are
 //!   [`super::vllm_hybrid`]'s.
 use super::hf::gpt_oss::GptOssParts;
 use super::hf::moe::{MoeConfig, MoeFamily};
@@ -47,7 +47,7 @@ pub fn parts(m: &ModelConfig) -> Option<(&MoeConfig, &GptOssParts)> {
     Some((moe, moe.gpt_oss.as_ref()?))
 }
 
-/// Per layer, its window (None: full): even layers slide (`gpt_oss.py:188`).
+/// Per layer, its window (None: full): even layers slide (`gpt_oss.py:175`).
 pub fn layer_windows(m: &ModelConfig, p: &GptOssParts) -> Vec<Option<usize>> {
     (0..m.num_layers).map(|i| (i % 2 == 0 && p.window > 0).then_some(p.window)).collect()
 }
@@ -85,7 +85,7 @@ fn swizzled_values(e: u64, n: u64, k: u64) -> u64 {
     e * round_up(n, 16) * round_up(k / 2, 32)
 }
 
-/// SM 9.0's pad of the scales' K (k/32 blocks) to a multiple of 4 (`mxfp4_utils.py:137`), then
+/// SM 9.0's pad of the scales' K (k/32 blocks) to a multiple of 4 (`mxfp4_utils.py:138-139`), then
 /// `HopperMXScaleLayout.swizzle_data` (num_warps 8): rows padded to 2 x 8 x 2 x 8 = 256, K to 2.
 fn swizzled_scales(e: u64, n: u64, k: u64) -> u64 {
     e * round_up(n, 256) * round_up(round_up(k / 32, 4), 2)
@@ -124,12 +124,12 @@ pub fn weight_bytes_per_rank(m: &ModelConfig, moe: &MoeConfig, elem: usize, tp: 
 }
 
 /// What vLLM fails on before it shards gpt-oss over `tp` ranks beyond the generic checks:
-/// `num_local_key_value_heads = num_key_value_heads // tp_size` (`gpt_oss.py:155`) is 0 when
+/// `num_local_key_value_heads = num_key_value_heads // tp_size` (`gpt_oss.py:156`) is 0 when
 /// the ranks outnumber the KV heads (gpt-oss does not replicate them).
 pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
     if tp > m.num_kv_heads {
         return Err(format!(
-            "{tp} ranks outnumber gpt-oss's {} KV heads: OAIAttention gives each rank num_key_value_heads // tp_size = 0 of them (gpt_oss.py:155)",
+            "{tp} ranks outnumber gpt-oss's {} KV heads: OAIAttention gives each rank num_key_value_heads // tp_size = 0 of them (gpt_oss.py:156)",
             m.num_kv_heads
         ));
     }
@@ -139,7 +139,7 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
 /// One gpt-oss layer's forward over T = max_num_batched_tokens tokens on one rank, an estimate
 /// read off vLLM's code (not measured against vLLM), in bf16 unless said: the residual and the
 /// normed hidden states (T x hidden each); the router logits (T x experts); triton_kernels'
-/// fused routing (`triton_kernel_moe_forward`, `experts/gpt_oss_triton_kernels_moe.py:625-632`):
+/// fused routing (`triton_kernel_moe_forward`, `experts/gpt_oss_triton_kernels_moe.py:629-631`):
 /// the gate scales (T x top_k) and the gather and scatter indices (int32, two of T x top_k
 /// each); the first matmul's output, the SwiGLU-fused intermediate cache (T x top_k x I/tp,
 /// `:792`); the second matmul's scratch (T x top_k x hidden: with top_k > 1 the scatter is not

@@ -57,7 +57,7 @@ Triton backend (rounded up to 64), then vLLM's own convert_gpt_oss_weight_to_mxf
 and scales with the vendored triton_kernels' HopperMXValueLayout / HopperMXScaleLayout (plain
 torch pads and permutes) and frees the loaded ones; the bytes are those of the tensors left (the
 swizzled uint8 values and scales, the biases in float32). Derived from that source, not measured
-on a card. The KV cache: sliding (window 128) on even layers, full on odd ones (gpt_oss.py:188),
+on a card. The KV cache: sliding (window 128) on even layers, full on odd ones (gpt_oss.py:175),
 the specs and plan as `--hybrid` makes them.
 """
 import json
@@ -782,7 +782,7 @@ def gpt_oss_experts_bytes(cfg, tp):
         for p in patches:
             p.stop()
     # The loaded values and scales are gone (oracle/mxfp4.py:1469-1472); the bf16 biases are
-    # replaced by their float32 copies (replace_parameter, quantization/mxfp4.py:363-365).
+    # replaced by their float32 copies (replace_parameter, quantization/mxfp4.py:374-376).
     assert [n for n, _ in layer.named_parameters()] == ["w13_bias", "w2_bias"]
     out = {}
     for name, t in [("w13_weight", w13.storage.data), ("w2_weight", w2.storage.data),
@@ -833,7 +833,7 @@ def gpt_oss_weight_bytes_per_rank(cfg, tp):
 
 def gpt_oss_specs(cfg, kv_heads, block, dtype):
     """Even layers slide over sliding_window, odd ones are full (OAIAttention._build_attention,
-    gpt_oss.py:186-188); each spec as `hybrid_specs` makes it (FlashAttention 3 on SM 9.0, which
+    gpt_oss.py:175); each spec as `hybrid_specs` makes it (FlashAttention 3 on SM 9.0, which
     takes the sinks)."""
     from vllm.model_executor.layers.attention.attention import _largest_kernel_block_within
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
