@@ -287,9 +287,25 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
         (&["--preset", "Qwen3-30B-A3B", "--gpu", "A100-80GB"], "--gpu", "Triton on SM 9.0"),
         (&["--preset", "Qwen3-30B-A3B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
         (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
-        (&["--preset", "gpt-oss-20b"], "--preset", "MXFP4 experts"),
-        (&["--preset", "gpt-oss-120b"], "--preset", "triton_kernels' GPU format"),
+        // gpt-oss: its MXFP4 experts' layout is modelled for the OAI Triton kernels of SM 9.0 only.
+        (&["--preset", "gpt-oss-20b", "--gpu", "A100-80GB"], "--gpu", "OAI Triton kernels"),
+        (&["--preset", "gpt-oss-120b", "--gpu", "RTX4090-24GB"], "--gpu", "SM 9.0 (H100, H200)"),
+        (&["--preset", "gpt-oss-20b", "--tensor-parallel-size", "16"], "--tensor-parallel-size", "outnumber gpt-oss's 8 KV heads"),
     ];
+    // gpt-oss on H100: the MXFP4 weights are labelled as derived from source, the sliding and
+    // full layers make two KV cache groups.
+    let o = serve(&["--preset", "gpt-oss-120b", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("65,543,727,744 bytes") && out.contains("derived from triton_kernels' source, unmeasured on a card"), "{out}");
+    assert!(out.contains("1 x SlidingWindowSpec(sliding_window=128) (18 layers), 1 x FullAttentionSpec (18 layers)"), "{out}");
+    // A gpt_oss config.json: vLLM's bf16 experts (no quantization_config) are not what is modelled.
+    let oss = scratch::dir().join(format!("vramscope-serve-gpt-oss-{}.json", std::process::id()));
+    std::fs::write(&oss, r#"{"model_type": "gpt_oss", "num_hidden_layers": 2, "num_local_experts": 4, "torch_dtype": "bfloat16"}"#).unwrap();
+    let o = serve(&["--config", oss.to_str().unwrap(), "--enforce-eager"]);
+    let err = text(&o).1;
+    assert!(o.status.code() == Some(2) && err.contains("--config") && err.contains("--preset gpt-oss-120b"), "{err}");
+    let _ = std::fs::remove_file(&oss);
     // A Qwen3-MoE config with use_sliding_window (every layer slides): not in the grid.
     let slide = scratch::dir().join(format!("vramscope-serve-moe-sliding-{}.json", std::process::id()));
     std::fs::write(

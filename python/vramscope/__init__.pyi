@@ -1957,13 +1957,14 @@ def serve(
     Parameters
     ----------
     model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
-        Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini,
-        Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3). One of: cs336-small,
-        cs336-medium, cs336-large, xl, 2.7B, walkthrough, script, tiny, tinyllama-small,
-        tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B,
-        Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-2-9B, Gemma-3-27B,
-        Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V3, Mistral-7B-v0.3.
-        [--preset; also preset=]
+        Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-*,
+        Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*) gpt-oss-20b and gpt-oss-120b are their
+        MXFP4 checkpoints, planned on H100/H200 (the OAI Triton kernels' layout of the experts,
+        derived from source). One of: cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough,
+        script, tiny, tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B,
+        Llama-3.1-8B, Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B,
+        Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b,
+        DeepSeek-V3, Mistral-7B-v0.3. [--preset; also preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset model_type
         llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), gemma2 or

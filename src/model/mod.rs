@@ -13,6 +13,7 @@ pub mod py;
 pub mod tinyllama;
 pub mod tp;
 pub mod vllm_0_33;
+pub mod vllm_gpt_oss;
 pub mod vllm_hybrid;
 pub mod vllm_mla;
 

@@ -41,6 +41,8 @@
 //!   divisibility vLLM asserts is [`check_tensor_parallel`].
 //! - DeepSeek-V3 (multi-head latent attention, an `MLAAttentionSpec` per layer): its weights,
 //!   latent cache page, divisibility and forward estimate are [`vllm_mla`]'s.
+//! - gpt-oss (MXFP4 experts re-laid out for the OAI Triton kernels, sliding and full layers
+//!   with sinks): its weights, layer windows and forward estimate are [`vllm_gpt_oss`]'s.
 //! - KV cache: one `FullAttentionSpec` per layer (`model_executor/layers/attention/attention.py:675-682`),
 //!   or a `SlidingWindowSpec` when the layer has a window (`attention.py:624-672`; see
 //!   [`KvSpec`]), dtype the model's for `auto` and uint8 for
@@ -62,7 +64,7 @@
 //!   (`format_gib`, `utils/mem_utils.py:30`).
 use crate::model::hf::moe::MoeFamily;
 use crate::model::vllm_hybrid as hybrid;
-use crate::model::{vllm_mla, ModelConfig};
+use crate::model::{vllm_gpt_oss, vllm_mla, ModelConfig};
 
 /// The vLLM release whose plan this file reproduces.
 pub const VLLM_VERSION: &str = "0.33.0";
@@ -198,6 +200,9 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
     if let Some((moe, p)) = vllm_mla::parts(m) {
         return vllm_mla::check_tensor_parallel(m, moe, p, tp);
     }
+    if vllm_gpt_oss::parts(m).is_some() {
+        vllm_gpt_oss::check_tensor_parallel(m, tp)?;
+    }
     // ModelConfig.verify_with_parallel_config (config/model.py:1557-1563).
     if !m.num_heads.is_multiple_of(tp) {
         return Err(format!("Total number of attention heads ({}) must be divisible by tensor parallel size ({tp}).", m.num_heads));
@@ -313,6 +318,9 @@ pub fn weight_bytes_per_rank(m: &ModelConfig, elem: usize, tp: usize) -> u64 {
     if let Some((moe, p)) = vllm_mla::parts(m) {
         return vllm_mla::weight_bytes_per_rank(m, moe, p, elem, tp);
     }
+    if let Some((moe, _)) = vllm_gpt_oss::parts(m) {
+        return vllm_gpt_oss::weight_bytes_per_rank(m, moe, elem, tp);
+    }
     weight_elements_per_rank(m, tp).saturating_mul(elem as u64)
 }
 
@@ -340,6 +348,7 @@ pub fn activation_peak_estimate(c: &ServeConfig) -> u64 {
     let (d, f) = (m.d_model as u64, (m.d_ff / c.tensor_parallel_size.max(1)) as u64);
     let forward = match m.hf().and_then(|h| h.moe.as_ref()) {
         Some(moe) if moe.deepseek.is_some() => vllm_mla::forward_estimate(c, moe, moe.deepseek.as_ref().expect("checked")),
+        Some(moe) if moe.family == MoeFamily::GptOss => vllm_gpt_oss::forward_estimate(c, moe),
         // With dense layers among the sparse ones, the larger of the two layers' forwards.
         Some(moe) if moe.dense_layers.is_some() => {
             let f = moe.dense_layers.as_ref().map_or(0, |dl| dl.intermediate / c.tensor_parallel_size.max(1)) as u64;

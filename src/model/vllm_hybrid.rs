@@ -38,13 +38,17 @@ use super::hf::Arch;
 use super::vllm_0_33::ServeConfig;
 use super::ModelConfig;
 
-/// Whether vLLM gives this model sliding and full layers in one run (several KV cache groups).
+/// Whether vLLM gives this model sliding and full layers in one run (several KV cache groups):
+/// Gemma 2/3 and gpt-oss ([`super::vllm_gpt_oss`]).
 pub fn is_hybrid(m: &ModelConfig) -> bool {
-    m.hf().is_some_and(|h| h.model_type.is_gemma())
+    m.hf().is_some_and(|h| h.model_type.is_gemma()) || super::vllm_gpt_oss::parts(m).is_some()
 }
 
 /// Per layer, its sliding window (None: full attention); None for a model that is not hybrid.
 pub fn layer_windows(m: &ModelConfig) -> Option<Vec<Option<usize>>> {
+    if let Some((_, p)) = super::vllm_gpt_oss::parts(m) {
+        return Some(super::vllm_gpt_oss::layer_windows(m, p));
+    }
     let g = m.hf()?.gemma.as_ref()?;
     Some(g.sliding.iter().map(|&s| s.then_some(g.sliding_window)).collect())
 }

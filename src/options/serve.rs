@@ -10,7 +10,10 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3)
+    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-*, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*)
+    ///
+    /// gpt-oss-20b and gpt-oss-120b are their MXFP4 checkpoints, planned on H100/H200 (the OAI Triton
+    /// kernels' layout of the experts, derived from source).
     #[arg(help_heading = super::heading::MODEL, value_parser = super::values::presets(), long, visible_alias = "model")]
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
@@ -185,6 +188,15 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             if let Some(why) = qwen_sliding_mix(&text) {
                 return Err(usage("--config", why));
             }
+            if serde_json::from_str::<serde_json::Value>(&text).ok().is_some_and(|v| v["model_type"] == "gpt_oss") {
+                // Its quantization_config the hf parse refuses; without one vLLM loads bf16 experts
+                // through another method, which is not modelled.
+                return Err(usage(
+                    "--config",
+                    "gpt_oss: serve models gpt-oss's MXFP4 checkpoints as vLLM 0.33.0 loads them on H100/H200 (the OAI Triton kernels' layout); \
+                     name them with --preset gpt-oss-20b or --preset gpt-oss-120b",
+                ));
+            }
             let (text, dense) = split_dense_layers(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
             let mut hf = crate::model::hf::parse(&text).map_err(|e| usage("--config", format!("{}: {e}", file.display())))?;
             if let Some(moe) = hf.config.hf.as_mut().and_then(|h| h.moe.as_mut()) {
@@ -214,19 +226,8 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
         return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
     }
     if let Some(m) = &h.moe {
-        if m.family == MoeFamily::GptOss {
-            // Its sliding/full KV cache groups are vllm_hybrid's; the experts' bytes are not.
-            return Err(usage(
-                flag,
-                "gpt_oss: vLLM 0.33.0 keeps its MXFP4 experts (uint8 pairs of 4-bit values and a uint8 scale per 32) in the layout of the \
-                 backend it picks: on H100/H200 the OAI Triton kernels (FlashInfer's TRT-LLM ones are SM 10 only; fused_moe/oracle/mxfp4.py:402-435; intermediate size per rank \
-                 rounded up to 64, :916), which re-lay the weights and scales out in triton_kernels' GPU format after loading \
-                 (GptOssMxfp4MoEMethod._setup_kernel, quantization/mxfp4.py:294-390); those bytes depend on that library on the GPU and \
-                 are not measured, so the weights term, and the plan, are not modelled",
-            ));
-        }
-        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::DeepseekV3) {
-            return Err(usage(flag, format!("vLLM's plan for {} is not modelled yet (Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 are)", m.family.model_type())));
+        if !matches!(m.family, MoeFamily::Mixtral | MoeFamily::Qwen3Moe | MoeFamily::Qwen2Moe | MoeFamily::DeepseekV3 | MoeFamily::GptOss) {
+            return Err(usage(flag, format!("vLLM's plan for {} is not modelled yet (Mixtral, Qwen3-MoE, Qwen2-MoE, DeepSeek-V3 and gpt-oss are)", m.family.model_type())));
         }
         if let Some(p) = &m.deepseek {
             check_mla(flag, a, p, &model, raw.as_deref())?;
@@ -261,6 +262,16 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     let gpu = crate::record::gpu::find(&a.gpu).map_err(|e| usage("--gpu", e))?;
     if h.moe.is_some() && !matches!(gpu.arch, Some(crate::record::gpu::Arch::Cuda { major: 9, .. })) {
         // select_unquantized_moe_backend (layers/fused_moe/oracle/unquantized.py:62-80).
+        if crate::model::vllm_gpt_oss::parts(&model).is_some() {
+            return Err(usage(
+                "--gpu",
+                format!(
+                    "{}: gpt-oss's MXFP4 experts are modelled on SM 9.0 (H100, H200), where vLLM 0.33.0 picks the OAI Triton kernels and their Hopper layout \
+                     (fused_moe/oracle/mxfp4.py:402-435); other GPUs pick FlashInfer's TRT-LLM (SM 10), Marlin or others, whose layouts and padding are not modelled",
+                    gpu.name
+                ),
+            ));
+        }
         if h.moe.as_ref().is_some_and(|m| m.deepseek.is_some()) {
             return Err(usage(
                 "--gpu",

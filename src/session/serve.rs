@@ -245,12 +245,21 @@ impl Serve {
         s += "    (not checked here: vLLM stops unless the free memory at start-up, the total less the CUDA context and the\n     cuBLAS/NCCL buffers it makes first, is at least the requested memory; v1/worker/utils.py:761)\n";
         let noaux = crate::model::vllm_mla::parts(&c.model).is_some_and(|(_, d)| d.noaux_tc);
         let bias = if noaux { ", the routers' e_score_correction_bias x 4" } else { "" };
-        if c.tensor_parallel_size > 1 {
+        if let Some((moe, _)) = crate::model::vllm_gpt_oss::parts(&c.model) {
+            let shard = if c.tensor_parallel_size > 1 { format!("one rank's shard ({} ways, the experts' intermediate {} per rank): ", c.tensor_parallel_size, crate::model::vllm_gpt_oss::intermediate_per_rank(moe, c.tensor_parallel_size)) } else { String::new() };
+            s += &format!(
+                "  - weights                  {}  {shard}bf16 attention (with sinks), routers, embeddings and lm_head; MXFP4 experts as the OAI Triton kernels re-lay them out on SM 9.0 \
+                 (derived from triton_kernels' source, unmeasured on a card)\n",
+                g(p.weights)
+            );
+        } else if c.tensor_parallel_size > 1 {
             s += &format!("  - weights                  {}  one rank's shard (vocabulary padded to 64, split {} ways) x {} bytes{bias}\n", g(p.weights), c.tensor_parallel_size, c.weight_bytes);
         } else {
             s += &format!("  - weights                  {}  parameters (vocabulary padded to 64) x {} bytes{bias}\n", g(p.weights), c.weight_bytes);
         }
-        let moe = if crate::model::vllm_mla::parts(&c.model).is_some() {
+        let moe = if crate::model::vllm_gpt_oss::parts(&c.model).is_some() {
+            " (the OAI Triton experts' buffers)"
+        } else if crate::model::vllm_mla::parts(&c.model).is_some() {
             " (the larger of the latent attention's prefill, a dense MLP and a MoE layer)"
         } else if c.model.hf().is_some_and(|h| h.moe.is_some()) {
             " (the experts' Triton workspaces)"

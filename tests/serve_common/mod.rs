@@ -12,6 +12,7 @@ pub fn fixture(file: &str) -> Value {
 
 /// The point's model (its config under `configs`, a dense/sparse MoE mix split off before the
 /// parse as `serve --config` does) and its engine arguments.
+#[allow(dead_code)] // tests/serve_gpt_oss_grid.rs builds its points from the presets
 pub fn config(doc: &Value, p: &Value) -> ServeConfig {
     let name = p["model"].as_str().unwrap();
     let (text, dense) = vramscope::options::serve::split_dense_layers(&doc["configs"][name].to_string()).unwrap();

@@ -44,6 +44,21 @@ first_k_dense_replace layers, the shared experts, FusedMoE's w13/w2) and the cac
 MLAAttentionSpec layers (one latent head of kv_lora_rank + qk_rope_head_dim, max_tp_shards 1);
 and Qwen2-MoE/Qwen3-MoE configs with dense layers among the sparse ones (mlp_only_layers,
 decoder_sparse_step: those layers' Qwen2MoeMLP/Qwen3MoeMLP of intermediate_size).
+
+`--gpt-oss` writes tests/fixtures/vllm_serve_gpt_oss.json (tests/serve_gpt_oss_grid.rs): gpt-oss-20b
+and gpt-oss-120b (their MXFP4 checkpoints, as vLLM serves them on H100/H200) x TP x block size x
+kv-cache dtype x max_model_len x available memory. The weight bytes per rank: the bf16 layers as
+gpt_oss.py builds them (QKVParallelLinear and RowParallelLinear with biases, the attention sinks
+of heads/tp, GateLinear with its bias, two RMSNorms a layer, the embedding, the untied lm_head,
+the final norm), plus the experts as GptOssMxfp4MoEMethod holds them after loading on SM 9.0:
+create_weights at the intermediate size per rank that its maybe_roundup_sizes gives for the OAI
+Triton backend (rounded up to 64), then vLLM's own convert_gpt_oss_weight_to_mxfp4_moe_kernel_format
+(TRITON) run on the meta device with the platform answering as SM 9.0, which swizzles the values
+and scales with the vendored triton_kernels' HopperMXValueLayout / HopperMXScaleLayout (plain
+torch pads and permutes) and frees the loaded ones; the bytes are those of the tensors left (the
+swizzled uint8 values and scales, the biases in float32). Derived from that source, not measured
+on a card. The KV cache: sliding (window 128) on even layers, full on odd ones (gpt_oss.py:175),
+the specs and plan as `--hybrid` makes them.
 """
 import json
 import math
@@ -709,8 +724,188 @@ def main_hybrid():
     print(f"{len(out)} points -> {path}", file=sys.stderr)
 
 
+# --- gpt-oss (`--gpt-oss`): MXFP4 experts re-laid out for the OAI Triton kernels, hybrid KV ---
+
+GPT_OSS_20B = dict(architectures=["GptOssForCausalLM"], model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, head_dim=64,
+                   num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=24, num_local_experts=32, num_experts_per_tok=4,
+                   vocab_size=201088, sliding_window=128, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000,
+                   attention_bias=True, swiglu_limit=7.0, tie_word_embeddings=False, torch_dtype="bfloat16",
+                   quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                                             "model.embed_tokens", "lm_head"]})
+GPT_OSS_MODELS = {
+    "gpt-oss-20b": GPT_OSS_20B,
+    "gpt-oss-120b": dict(GPT_OSS_20B, num_hidden_layers=36, num_local_experts=128),
+}
+
+
+def gpt_oss_experts_bytes(cfg, tp):
+    """One layer's experts on one rank as GptOssMxfp4MoEMethod leaves them on SM 9.0 (module
+    docstring): {name: (shape, dtype, bytes)}."""
+    from vllm.model_executor.layers.fused_moe import config as mcfg
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import RoutingMethodType
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as om
+    from vllm.model_executor.layers.quantization import mxfp4 as qm
+    from vllm.model_executor.layers.quantization.utils import mxfp4_utils as mu
+    from vllm.utils.import_utils import has_triton_kernels
+    assert has_triton_kernels()  # vllm/third_party/triton_kernels, vendored in the wheel
+    from triton_kernels.tensor_details import layout as tkl
+    sm90 = types.SimpleNamespace(is_cuda=lambda: True, is_rocm=lambda: False, is_xpu=lambda: False, is_cpu=lambda: False,
+                                 is_device_capability=lambda c: c in (90, (9, 0)), is_device_capability_family=lambda c: c == 90)
+    pc = types.SimpleNamespace(enable_expert_parallel=False, all2all_backend="allgather_reducescatter", enable_eplb=False)
+    with mock.patch.object(mcfg, "get_tensor_model_parallel_rank", return_value=0):
+        par = mcfg.FusedMoEParallelConfig.make(tp, 1, 1, 1, pc)
+    e, d = cfg["num_local_experts"], cfg["hidden_size"]
+    conf = mcfg.FusedMoEConfig(num_experts=e, experts_per_token=cfg["num_experts_per_tok"], hidden_dim=d,
+                               intermediate_size=cfg["intermediate_size"], num_local_experts=e, num_logical_experts=e,
+                               activation=MoEActivation.SWIGLUOAI, device="meta", routing_method=RoutingMethodType.Renormalize,
+                               moe_parallel_config=par, in_dtype=torch.bfloat16, has_bias=True)
+    method = qm.GptOssMxfp4MoEMethod.__new__(qm.GptOssMxfp4MoEMethod)
+    method.moe = conf
+    # select_mxfp4_moe_backend's pick on SM 9.0 (oracle/mxfp4.py:402-435, 650-760).
+    method.mxfp4_backend = om.Mxfp4MoeBackend.TRITON
+    hidden, inter = method.maybe_roundup_sizes(d, conf.intermediate_size_per_partition, torch.bfloat16, par)
+    layer = torch.nn.Module()
+    patches = [mock.patch.object(mu, "current_platform", sm90), mock.patch.object(om, "current_platform", sm90),
+               mock.patch.object(tkl, "cuda_capability_geq", lambda a, b=0: (9, 0) >= (a, b)),
+               mock.patch.object(tkl, "is_hip_cdna4", lambda: False),
+               mock.patch.object(mu, "should_use_gfx1250_mx_scale_swizzle", lambda: False)]
+    for p in patches:
+        p.start()
+    try:
+        with torch.device("meta"):
+            method.create_weights(layer, num_experts=e, hidden_size=hidden, intermediate_size_per_partition=inter, params_dtype=torch.bfloat16)
+        w13, w2, p13, p2, b13, b2 = om.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(
+            om.Mxfp4MoeBackend.TRITON, layer, layer.w13_weight, layer.w2_weight, layer.w13_weight_scale, layer.w2_weight_scale,
+            layer.w13_bias, layer.w2_bias)
+    finally:
+        for p in patches:
+            p.stop()
+    # The loaded values and scales are gone (oracle/mxfp4.py:1469-1472); the bf16 biases are
+    # replaced by their float32 copies (replace_parameter, quantization/mxfp4.py:374-376).
+    assert [n for n, _ in layer.named_parameters()] == ["w13_bias", "w2_bias"]
+    out = {}
+    for name, t in [("w13_weight", w13.storage.data), ("w2_weight", w2.storage.data),
+                    ("w13_weight_scale", mu.weight_mx_scale(p13).storage.data), ("w2_weight_scale", mu.weight_mx_scale(p2).storage.data),
+                    ("w13_bias", b13), ("w2_bias", b2)]:
+        out[name] = dict(shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""), bytes=t.numel() * t.element_size())
+    return out, hidden, inter
+
+
+def gpt_oss_weight_bytes_per_rank(cfg, tp):
+    """gpt_oss.py's layers at world size tp: the bf16 ones by element, the experts by
+    gpt_oss_experts_bytes; the KV heads per rank."""
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    from vllm.model_executor.model_loader.weight_utils import make_attention_sink
+    d, h, kv, hd, e = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_local_experts"]
+    patches = [
+        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+    ]
+    for p in patches:
+        p.start()
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # vLLM builds the model under the model dtype
+    try:
+        with torch.device("meta"):
+            dt = torch.bfloat16
+            qkv = vlinear.QKVParallelLinear(d, hd, h, kv, bias=True, params_dtype=dt)
+            o = vlinear.RowParallelLinear(h * hd, d, bias=True, params_dtype=dt)
+            sinks = make_attention_sink(h // tp)
+            router = GateLinear(d, e, bias=True, return_bias=False)
+            emb = vvocab.VocabParallelEmbedding(cfg["vocab_size"], d, params_dtype=dt)
+            head = vvocab.ParallelLMHead(cfg["vocab_size"], d, params_dtype=dt)
+        bf16 = [numel(qkv), numel(o), sinks.numel(), numel(router), 2 * d]
+        assert all(p.dtype == dt for m in (qkv, o, router, emb, head) for p in m.parameters()) and sinks.dtype == dt
+    finally:
+        torch.set_default_dtype(old)
+        for p in patches:
+            p.stop()
+    experts, hidden, inter = gpt_oss_experts_bytes(cfg, tp)
+    layer = 2 * sum(bf16) + sum(x["bytes"] for x in experts.values())
+    total = cfg["num_hidden_layers"] * layer + 2 * (numel(emb) + numel(head) + d)
+    return total, qkv.num_kv_heads, dict(experts=experts, intermediate_size_per_partition=inter, hidden_size=hidden,
+                                         bf16_elements_per_layer=sum(bf16), embedding_elements=numel(emb), lm_head_elements=numel(head))
+
+
+def gpt_oss_specs(cfg, kv_heads, block, dtype):
+    """Even layers slide over sliding_window, odd ones are full (OAIAttention._build_attention,
+    gpt_oss.py:175); each spec as `hybrid_specs` makes it (FlashAttention 3 on SM 9.0, which
+    takes the sinks)."""
+    from vllm.model_executor.layers.attention.attention import _largest_kernel_block_within
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    hd, w = cfg["head_dim"], cfg["sliding_window"]
+    specs = {}
+    for i in range(cfg["num_hidden_layers"]):
+        if i % 2 == 0:
+            one = FlashAttentionBackend.customize_spec(SlidingWindowSpec(block_size=1, num_kv_heads=kv_heads, head_size=hd, dtype=dtype, sliding_window=w))
+            per_token = one.real_page_size_bytes
+            sw_block = _largest_kernel_block_within(FlashAttentionBackend, per_token, per_token * block, block, one)
+            spec = SlidingWindowSpec(block_size=sw_block, num_kv_heads=kv_heads, head_size=hd, dtype=dtype, sliding_window=w)
+        else:
+            spec = FullAttentionSpec(block_size=block, num_kv_heads=kv_heads, head_size=hd, dtype=dtype)
+        specs[f"model.layers.{i}.self_attn.attn"] = spec
+    return specs
+
+
+def gpt_oss_grid():
+    pts, i = [], 0
+    for name in GPT_OSS_MODELS:
+        for tp in (1, 2, 4, 8):
+            for block in (16, 32, 64):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    # Below the window, past it, 32k and the derived 128k; memories from a sliver
+                    # to a whole H200's, out of step with the rest so every TP meets fits and misfits.
+                    lens = [100, 4096 + 17, 32768, 131072]
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5, 100 * GIB + 1][i % 5]
+                    batched = [8192, 2048, 16384][i % 3]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[(i // 2) % 4], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main_gpt_oss():
+    out, weights = [], {}
+    for p in gpt_oss_grid():
+        cfg, tp = GPT_OSS_MODELS[p["model"]], p["tensor_parallel_size"]
+        key = f'{p["model"]}@tp{tp}'
+        if key not in weights:
+            weights[key] = gpt_oss_weight_bytes_per_rank(cfg, tp)
+        w, kvh, parts = weights[key]
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_bytes_per_rank=w, num_kv_heads_per_rank=kvh, weight_parts=parts)
+        specs = gpt_oss_specs(cfg, kvh, p["block_size"], dtype)
+        row.update(hybrid_plan(specs, tp, p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
+        out.append(row)
+        print(p["model"], tp, p["block_size"], p["kv_cache_dtype"], p["max_model_len"], w, row["num_groups"], row.get("num_blocks"),
+              (row.get("error") or "")[:40], file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py --gpt-oss",
+        "notes": "weight_bytes_per_rank is derived from vLLM 0.33.0's and its vendored triton_kernels' source run on the meta device "
+                 "(GptOssMxfp4MoEMethod.create_weights at maybe_roundup_sizes' intermediate size for the OAI Triton backend SM 9.0 picks, then "
+                 "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(TRITON): HopperMXValueLayout / HopperMXScaleLayout, loaded tensors freed), "
+                 "tensor bytes without the caching allocator's 512-byte rounding and without buffers (the rotary cos/sin cache), as for the "
+                 "other serve grids; not measured on a card. The KV cache terms are vLLM's planning code run on CPU.",
+        "configs": GPT_OSS_MODELS,
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_gpt_oss.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    if "--hybrid" in sys.argv[1:]:
+    if "--gpt-oss" in sys.argv[1:]:
+        main_gpt_oss()
+    elif "--hybrid" in sys.argv[1:]:
         main_hybrid()
     else:
         main()
