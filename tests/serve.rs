@@ -283,10 +283,16 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(out.contains("every layer's SlidingWindowSpec: cdiv(min(2047 - 1 + 2 x 8192 in-flight tokens, 4096), 16) + 1"), "{out}");
+    // OLMo-2 through vLLM's Transformers backend: the float32 checkpoint loads in bfloat16, all
+    // 7,298,617,344 parameters (q/k norms included) x 2 bytes on one rank.
+    let o = serve(&["--preset", "OLMo-2-7B", "--gpu", "H100-80GB", "--enforce-eager"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("14,597,234,688 bytes  parameters") && out.contains("32 kv heads x 2 x head_dim 128 x 2 bytes"), "{out}");
     let refused: &[(&[&str], &str, &str)] = &[
         (&["--preset", "Qwen3-30B-A3B", "--gpu", "A100-80GB"], "--gpu", "Triton on SM 9.0"),
         (&["--preset", "Qwen3-30B-A3B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
-        (&["--preset", "OLMo-2-7B"], "--preset", "Transformers backend"),
+        (&["--preset", "OLMo-2-7B", "--tensor-parallel-size", "3"], "--tensor-parallel-size", "Total number of attention heads (32)"),
         // gpt-oss: its MXFP4 experts' layout is modelled for the OAI Triton kernels of SM 9.0 only.
         (&["--preset", "gpt-oss-20b", "--gpu", "A100-80GB"], "--gpu", "OAI Triton kernels"),
         (&["--preset", "gpt-oss-120b", "--gpu", "RTX4090-24GB"], "--gpu", "SM 9.0 (H100, H200)"),

@@ -251,7 +251,8 @@ pub fn check_tensor_parallel(m: &ModelConfig, tp: usize) -> Result<(), String> {
 /// - o_proj and down_proj (RowParallelLinear, `linear.py:1708-1709`): inputs / tp, a bias whole
 ///   on every rank (`linear.py:1756-1758`);
 /// - gate_up_proj (MergedColumnParallelLinear, `linear.py:497-503`): 2 × intermediate / tp
-///   outputs; the RMSNorms (and Qwen3's and Qwen3-MoE's q/k norms over head_dim) whole on every rank;
+///   outputs; the RMSNorms (and Qwen3's and Qwen3-MoE's q/k norms over head_dim, OLMo-2's over the
+///   whole q/k projection) whole on every rank;
 /// - a mixture-of-experts layer's MLP: [`mlp_elements_per_rank`].
 pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     let tp = tp.max(1) as u64;
@@ -272,6 +273,13 @@ pub fn weight_elements_per_rank(m: &ModelConfig, tp: usize) -> u64 {
     }
     if hf.is_some_and(|h| h.model_type == crate::model::hf::Arch::Qwen3) {
         layer += 2 * hd;
+    }
+    if hf.is_some_and(|h| h.model_type == crate::model::hf::Arch::Olmo2) {
+        // vLLM serves Olmo2ForCausalLM through its Transformers backend, whose fusers shard it as
+        // llama.py does (QKVParallelLinear, MergedColumnParallelLinear, row-parallel o/down) but
+        // keep q_norm and k_norm whole over the projection on every rank: TPAwareRMSNorm gathers
+        // the sharded q/k before normalizing (`models/transformers/fusers/rms_norm.py:105-125`).
+        layer += (m.num_heads + m.num_kv_heads) as u64 * hd;
     }
     layer += hybrid::layer_extra_elements(m);
     let rows = padded_vocab(m) as u64 / tp;

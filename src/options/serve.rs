@@ -10,7 +10,7 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-*, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*)
+    /// Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B, Gemma-*, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*)
     ///
     /// gpt-oss-20b and gpt-oss-120b are their MXFP4 checkpoints, planned on H100/H200 (the OAI Triton
     /// kernels' layout of the experts, derived from source).
@@ -18,7 +18,8 @@ pub struct ServeArgs {
     pub preset: Option<String>,
     /// A Hugging Face config.json (or a model folder holding one) instead of a preset
     ///
-    /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), gemma2 or
+    /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), olmo2
+    /// (vLLM's Transformers backend; a float32 checkpoint loads in 16 bits), gemma2 or
     /// gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), the
     /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention; dense layers by mlp_only_layers or
     /// decoder_sparse_step allowed; on H100/H200), or deepseek_v3 (multi-head latent attention, the
@@ -215,14 +216,7 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
     let Some(h) = model.hf() else {
         return Err(usage(flag, "vLLM's plan is modelled for Hugging Face models (the hf presets or a config.json)"));
     };
-    if h.model_type == Arch::Olmo2 {
-        return Err(usage(
-            flag,
-            "model_type olmo2: vLLM 0.33.0 has no model file for it and runs it through its Transformers backend \
-             (model_executor/models/registry.py:762), whose sharding is not modelled",
-        ));
-    }
-    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Gemma2 | Arch::Gemma3Text) {
+    if !matches!(h.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 | Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text) {
         return Err(usage(flag, format!("model_type {} is not modelled", h.model_type.name())));
     }
     if let Some(m) = &h.moe {
@@ -247,9 +241,10 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
         }
         Some(d @ (crate::engine::DType::BF16 | crate::engine::DType::F16)) => d.size(),
         // _resolve_auto_dtype (config/model.py:2440-2442): a float32 checkpoint loads in the
-        // platform's first dtype, bfloat16 from SM 8.0 (platforms/cuda.py:258-260; checked below).
-        Some(crate::engine::DType::F32) if gemma => 2,
-        _ => return Err(usage(flag, "only 16-bit weights are modelled (torch_dtype bfloat16 or float16; float32 for Gemma, which vLLM loads in bfloat16)")),
+        // platform's first dtype, bfloat16 from SM 8.0 (platforms/cuda.py:258-260; checked below
+        // for Gemma), float16 before: 2 bytes either way.
+        Some(crate::engine::DType::F32) if gemma || h.model_type == Arch::Olmo2 => 2,
+        _ => return Err(usage(flag, "only 16-bit weights are modelled (torch_dtype bfloat16 or float16; float32 for Gemma and OLMo-2, which vLLM loads in 16 bits)")),
     };
     if !a.enforce_eager {
         return Err(usage(

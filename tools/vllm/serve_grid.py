@@ -59,6 +59,17 @@ torch pads and permutes) and frees the loaded ones; the bytes are those of the t
 swizzled uint8 values and scales, the biases in float32). Derived from that source, not measured
 on a card. The KV cache: sliding (window 128) on even layers, full on odd ones (gpt_oss.py:175),
 the specs and plan as `--hybrid` makes them.
+
+`--olmo2` writes tests/fixtures/vllm_serve_olmo2.json (tests/serve_olmo2_grid.rs): OLMo-2, which
+vLLM 0.33.0 serves through its Transformers modeling backend (registry.py:762). vLLM's own
+TransformersForCausalLM is built on the meta device at each TP size (olmo2_weights_per_rank: the
+process groups, torch.compile's decoration, CustomOp dispatch, the logits processor and the
+Attention class are stubbed), so its fusers decide the sharding (QKVParallelLinear,
+MergedColumnParallelLinear, row-parallel o/down, q_norm/k_norm whole as TPAwareRMSNorm); the
+weights are its parameters' elements (buffers left out), the KV heads and head size the kwargs it
+gives Attention, and the cache planned as for the dense grid. Three shapes (OLMo-2-1124-7B, a 32B
+shape with 8 KV heads, a small tied one with a padded vocabulary) x TP x block size x kv-cache
+dtype x max_model_len x available memory.
 """
 import json
 import math
@@ -902,8 +913,148 @@ def main_gpt_oss():
     print(f"{len(out)} points -> {path}", file=sys.stderr)
 
 
+# --- OLMo-2 (`--olmo2`): vLLM's Transformers modeling backend ---
+
+OLMO2_7B = {k: v for k, v in load("OLMo-2-1124-7B").items() if k != "transformers_version"}
+OLMO2_MODELS = {
+    # allenai/OLMo-2-1124-7B's config.json (saved in float32: vLLM's --dtype auto loads bfloat16 from SM 8.0).
+    "OLMo-2-1124-7B": OLMO2_7B,
+    # allenai/OLMo-2-0325-32B's shape: 40 heads over 8 KV heads.
+    "OLMo-2-32B-shape": dict(OLMO2_7B, hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+                             num_key_value_heads=8),
+    # A small shape with tied embeddings and a vocabulary vLLM pads (to a multiple of 64).
+    "OLMo-2-small-tied-shape": dict(OLMO2_7B, hidden_size=1024, intermediate_size=4096, num_hidden_layers=6, num_attention_heads=16,
+                                    num_key_value_heads=4, vocab_size=50280, tie_word_embeddings=True, max_position_embeddings=16384,
+                                    torch_dtype="bfloat16", pad_token_id=1, eos_token_id=50279),
+}
+
+
+def olmo2_weights_per_rank(cfg, tp):
+    """vLLM's own TransformersForCausalLM (model_executor/models/transformers/) built on the meta
+    device at tensor-parallel world size tp (rank 0): transformers' Olmo2Model from the config,
+    then vLLM's fusers (q/k/v into a head-sharded QKVParallelLinear, gate/up into a
+    MergedColumnParallelLinear, o_proj/down_proj row-parallel, RMSNorms into TPAwareRMSNorm: q_norm
+    and k_norm whole over the projection, gathered), the VocabParallelEmbedding and the
+    ParallelLMHead (tied: the embedding). What is stubbed: the process groups (world size tp),
+    torch.compile's class decoration, CustomOp's kernel dispatch, the logits processor, and the
+    Attention class (its kwargs are what the KV cache spec takes). Returns the parameters'
+    elements and the attention layers' (head_size, num_kv_heads) per rank."""
+    from transformers import Olmo2Config
+    from vllm.model_executor.models.transformers import base as tbase
+    from vllm.model_executor.models.transformers import causal as tcausal
+    from vllm.model_executor.models.transformers import TransformersForCausalLM
+    hf = Olmo2Config(**{k: v for k, v in cfg.items() if k not in ("torch_dtype", "architectures")})
+    hf.architectures = cfg["architectures"]
+    attn = []
+
+    class Attn:
+        def __init__(self, **kw):
+            attn.append(kw)
+    # ModelArchitectureConfig's fields the backend reads (head_dim unset: hidden / heads), and
+    # ModelConfig's own per-rank head counts (get_num_attention_heads, get_num_kv_heads) on it.
+    from vllm.config.model import ModelConfig
+    head_size = hf.hidden_size // hf.num_attention_heads
+    arch = types.SimpleNamespace(head_size=head_size, total_num_attention_heads=hf.num_attention_heads,
+                                 total_num_kv_heads=hf.num_key_value_heads)
+
+    class ArchCfg:
+        def __getitem__(self, i):
+            return arch
+    mcfg = types.SimpleNamespace(hf_config=hf, dtype=torch.bfloat16, trust_remote_code=False, model="olmo2", use_mla=False,
+                                 model_arch_config=ArchCfg(), get_head_size=lambda: head_size,
+                                 max_model_len=cfg["max_position_embeddings"])
+    mcfg.get_num_attention_heads = lambda pc, a=None: ModelConfig.get_num_attention_heads(mcfg, pc, a)
+    mcfg.get_num_kv_heads = lambda pc, a=None: ModelConfig.get_num_kv_heads(mcfg, pc, a)
+    par = types.SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1, enable_expert_parallel=False)
+    vc = types.SimpleNamespace(model_config=mcfg, cache_config=None, compilation_config=None, quant_config=None, parallel_config=par,
+                               device_config=types.SimpleNamespace(device=torch.device("meta")))
+    group = types.SimpleNamespace(world_size=tp, rank_in_group=0, is_first_rank=True, is_last_rank=True)
+    pp = types.SimpleNamespace(world_size=1, rank_in_group=0, is_first_rank=True, is_last_rank=True)
+    patches = [
+        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
+        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
+        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+        mock.patch.object(tbase, "get_tp_group", return_value=group),
+        mock.patch.object(tbase, "get_pp_group", return_value=pp),
+        mock.patch.object(tbase.Base, "_decorate_for_torch_compile", lambda self: None),
+        mock.patch.object(tbase.Base, "_get_attn_cls", lambda self: Attn),
+        mock.patch("vllm.model_executor.custom_op.CustomOp.dispatch_forward", lambda self, **k: None),
+        mock.patch.object(tcausal, "LogitsProcessor", lambda *a, **k: None),
+    ]
+    for p in patches:
+        p.start()
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # vLLM builds the model under the model dtype
+    try:
+        with torch.device("meta"):
+            model = TransformersForCausalLM(vllm_config=vc)
+    finally:
+        torch.set_default_dtype(old)
+        for p in patches:
+            p.stop()
+    params = dict(model.named_parameters())
+    assert all(p.dtype == torch.bfloat16 for p in params.values())
+    assert "model.layers.0.self_attn.qkv_proj.weight" in params and "model.layers.0.mlp.gate_up_proj.weight" in params, sorted(params)[:12]
+    assert len(attn) == cfg["num_hidden_layers"] and len({(a["head_size"], a["num_kv_heads"]) for a in attn}) == 1
+    layer0 = {k.removeprefix("model.layers.0."): list(v.shape) for k, v in params.items() if k.startswith("model.layers.0.")}
+    return sum(p.numel() for p in params.values()), attn[0]["head_size"], attn[0]["num_kv_heads"], layer0
+
+
+def olmo2_grid():
+    tps = {"OLMo-2-1124-7B": [1, 2, 4, 8], "OLMo-2-32B-shape": [1, 2, 4, 8], "OLMo-2-small-tied-shape": [1, 2, 4]}
+    pts, i = [], 0
+    for name, ts in tps.items():
+        lens = [1000, 2048 + 5, OLMO2_MODELS[name]["max_position_embeddings"]]
+        for tp in ts:
+            for block in (16, 32):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
+                    batched = [8192, 2048, 512][i % 3]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main_olmo2():
+    out, built = [], {}
+    for p in olmo2_grid():
+        cfg, tp = OLMO2_MODELS[p["model"]], p["tensor_parallel_size"]
+        key = (p["model"], tp)
+        if key not in built:
+            built[key] = olmo2_weights_per_rank(cfg, tp)
+        w, hd, kvh, layer0 = built[key]
+        m = dict(layers=cfg["num_hidden_layers"], hd=hd, sliding=None)
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh, head_size=hd, layer0_shapes=layer0)
+        row.update(plan(m, kvh, tp, p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
+        out.append(row)
+        print(p["model"], tp, p["block_size"], p["kv_cache_dtype"], p["max_model_len"], w, kvh, row.get("num_blocks"),
+              (row.get("error") or "")[:40], file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py --olmo2",
+        "notes": "weight_elements_per_rank: the parameters of vLLM 0.33.0's TransformersForCausalLM (its Transformers modeling backend, "
+                 "which serves Olmo2ForCausalLM) built on the meta device at the point's TP world size (rank 0), in the load dtype "
+                 "(bfloat16); buffers (the rotary inv_freq) left out as in the other serve grids. The KV cache terms are vLLM's planning "
+                 "code run on CPU over one FullAttentionSpec per layer of the Attention kwargs the backend passes.",
+        "configs": OLMO2_MODELS,
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_olmo2.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    if "--gpt-oss" in sys.argv[1:]:
+    if "--olmo2" in sys.argv[1:]:
+        main_olmo2()
+    elif "--gpt-oss" in sys.argv[1:]:
         main_gpt_oss()
     elif "--hybrid" in sys.argv[1:]:
         main_hybrid()
