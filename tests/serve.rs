@@ -322,9 +322,12 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
     )
     .unwrap();
     let slide_s = slide.to_str().unwrap().to_string();
-    let o = serve(&["--config", &slide_s, "--enforce-eager"]);
-    let err = text(&o).1;
-    assert!(o.status.code() == Some(2) && err.contains("--config") && err.contains("sliding window"), "{err}");
+    // A Qwen3-MoE config with use_sliding_window (every layer slides, as vLLM sets
+    // CacheConfig.sliding_window from a config without layer_types): SlidingWindowSpec's blocks.
+    let o = serve(&["--config", &slide_s, "--enforce-eager", "--max-model-len", "2048", "--max-num-batched-tokens", "256", "--max-num-seqs", "16"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("cdiv(min(512 - 1 + 2 x 256 in-flight tokens, 2048), 16) + 1"), "{out}");
     // Without the window the same config plans.
     std::fs::write(&slide, std::fs::read_to_string(&slide).unwrap().replace(r#""use_sliding_window": true"#, r#""use_sliding_window": false"#)).unwrap();
     let o = serve(&["--config", &slide_s, "--enforce-eager"]);

@@ -137,8 +137,16 @@ pub const MAX_CONCURRENT_BATCHES: usize = 2;
 impl ServeConfig {
     /// The spec every layer gets.
     pub fn kv_spec(&self) -> KvSpec {
-        // A window of 0 is none (`config/model.py:815-821`).
-        match self.model.hf().and_then(|h| h.sliding_window) {
+        // A window of 0 is none (`config/model.py:815-821`). CacheConfig.sliding_window is set
+        // only when the config has no layer_types or every layer is "sliding_attention"
+        // (`engine/arg_utils.py:2288-2294`); an MoE model file (mixtral.py, qwen3_moe.py,
+        // qwen2_moe.py) passes no per-layer window, so Qwen2-MoE's mix of sliding and full
+        // layer_types leaves every layer full.
+        let h = self.model.hf();
+        if h.is_some_and(|h| h.moe.is_some() && h.sliding_layers.as_ref().is_some_and(|s| !s.iter().all(|&x| x))) {
+            return KvSpec::Full;
+        }
+        match h.and_then(|h| h.sliding_window) {
             Some(window) if window > 0 => KvSpec::SlidingWindow { window },
             _ => KvSpec::Full,
         }

@@ -21,8 +21,8 @@ pub struct ServeArgs {
     /// model_type llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), olmo2
     /// (vLLM's Transformers backend; a float32 checkpoint loads in 16 bits), gemma2 or
     /// gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), the
-    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention; dense layers by mlp_only_layers or
-    /// decoder_sparse_step allowed; on H100/H200), or deepseek_v3 (multi-head latent attention, the
+    /// mixture-of-experts mixtral, qwen3_moe or qwen2_moe (dense layers by mlp_only_layers or decoder_sparse_step
+    /// allowed; a sliding window slides every layer, or none where Qwen2-MoE's layer_types mix; on H100/H200), or deepseek_v3 (multi-head latent attention, the
     /// first_k_dense_replace layers dense; on H100/H200, bf16 weights without a quantization_config); its
     /// torch_dtype (bfloat16 or float16) is the weights' dtype, as vLLM's --dtype auto keeps it (a float32 Gemma
     /// loads in bfloat16).
@@ -205,8 +205,11 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
             }
             raw = Some(text.clone());
             // (layer_types mixing sliding and full layers with max_window_layers = the layer
-            // count: vLLM builds it, its per-layer windows are not modelled here)
-            super::generate::check_static_only_window(hf.config.hf(), false, false, "--config", "serve")?;
+            // count: vLLM builds it, its per-layer windows are not modelled here). An MoE
+            // config's window is planned as vLLM sets it (`ServeConfig::kv_spec`).
+            if hf.config.hf().is_some_and(|h| h.moe.is_none()) {
+                super::generate::check_static_only_window(hf.config.hf(), false, false, "--config", "serve")?;
+            }
             let dt = hf.config.hf().and_then(|h| h.torch_dtype);
             let name = hf.name_or_path.as_deref().and_then(|n| n.trim_end_matches('/').rsplit('/').next()).unwrap_or("config.json").to_string();
             (name, hf.config, dt)
@@ -225,9 +228,6 @@ pub fn resolve(a: &ServeArgs) -> Result<(String, crate::record::gpu::Gpu, ServeC
         }
         if let Some(p) = &m.deepseek {
             check_mla(flag, a, p, &model, raw.as_deref())?;
-        }
-        if h.sliding_window.is_some() || h.sliding_layers.is_some() {
-            return Err(usage(flag, format!("{} with a sliding window: not measured against vLLM (the MoE grid has full attention only)", m.family.model_type())));
         }
     }
     let gemma = h.model_type.is_gemma();

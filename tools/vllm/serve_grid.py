@@ -70,6 +70,12 @@ weights are its parameters' elements (buffers left out), the KV heads and head s
 gives Attention, and the cache planned as for the dense grid. Three shapes (OLMo-2-1124-7B, a 32B
 shape with 8 KV heads, a small tied one with a padded vocabulary) x TP x block size x kv-cache
 dtype x max_model_len x available memory.
+
+`--moe-sliding` writes tests/fixtures/vllm_serve_moe_sliding.json (tests/serve_moe_sliding_grid.rs):
+Mixtral, Qwen3-MoE and Qwen2-MoE configs with a sliding window. CacheConfig.sliding_window is
+computed from transformers' config class as vLLM's EngineArgs sets it (vllm_cache_sliding_window:
+kept only without layer_types or with every layer sliding; 0 is none); the MoE model files pass
+no per-layer window, so every layer gets that window or none. Weights and plan as the main grid.
 """
 import json
 import math
@@ -1051,8 +1057,92 @@ def main_olmo2():
     print(f"{len(out)} points -> {path}", file=sys.stderr)
 
 
+# --- MoE configs with a sliding window (`--moe-sliding`: tests/fixtures/vllm_serve_moe_sliding.json) ---
+
+MOE_SLIDING_MODELS = {
+    # Mixtral-8x7B-v0.1's first config.json (sliding_window 4096): MixtralConfig has no layer_types.
+    "Mixtral-8x7B-sliding-4096": dict(MIXTRAL, sliding_window=4096),
+    # Qwen3-30B-A3B with use_sliding_window: Qwen3MoeConfig keeps the window, no layer_types.
+    "Qwen3-30B-A3B-sliding": dict(QWEN3_MOE, use_sliding_window=True, sliding_window=4096),
+    # Qwen1.5-MoE-A2.7B with use_sliding_window: Qwen2MoeConfig's layer_types mix sliding (even,
+    # below max_window_layers) and full layers.
+    "Qwen1.5-MoE-A2.7B-sliding-mixed": dict(QWEN2_MOE, use_sliding_window=True, sliding_window=1024),
+    # ... and with layer_types all "sliding_attention".
+    "Qwen1.5-MoE-A2.7B-sliding-all": dict(QWEN2_MOE, use_sliding_window=True, sliding_window=1024,
+                                          layer_types=["sliding_attention"] * QWEN2_MOE["num_hidden_layers"]),
+}
+
+
+def vllm_cache_sliding_window(cfg):
+    """CacheConfig.sliding_window as vLLM 0.33.0 sets it from transformers' config class: a
+    window of 0 is none (ModelConfig.__post_init__, config/model.py:815-821), and the window is
+    kept only when the config has no layer_types or every layer is "sliding_attention"
+    (EngineArgs.create_engine_config, engine/arg_utils.py:2288-2294). mixtral.py, qwen3_moe.py
+    and qwen2_moe.py pass no per-layer window to Attention, so every layer takes this one
+    (model_executor/layers/attention/attention.py:266-273) or none."""
+    from transformers import AutoConfig
+    hf = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")})
+    window = getattr(hf, "sliding_window", None)
+    if window == 0:
+        window = None
+    layer_types = getattr(hf, "layer_types", None)
+    if layer_types is None or all(t == "sliding_attention" for t in layer_types):
+        return window, layer_types
+    return None, layer_types
+
+
+def moe_sliding_grid():
+    tps = {"Mixtral-8x7B-sliding-4096": [1, 2, 4], "Qwen3-30B-A3B-sliding": [1, 2, 4], "Qwen1.5-MoE-A2.7B-sliding-mixed": [1, 2],
+           "Qwen1.5-MoE-A2.7B-sliding-all": [1, 4]}
+    pts, i = [], 0
+    for name, ts in tps.items():
+        w = MOE_SLIDING_MODELS[name]["sliding_window"]
+        lens = [w // 2 + 3, w + 300, MOE_SLIDING_MODELS[name]["max_position_embeddings"]]
+        for tp in ts:
+            for block in (16, 32):
+                for kv in ("auto", "fp8"):
+                    i += 1
+                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
+                    batched = [8192, 2048, 512][i % 3]
+                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                                    max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    return pts
+
+
+def main_moe_sliding():
+    out = []
+    for p in moe_sliding_grid():
+        cfg = MOE_SLIDING_MODELS[p["model"]]
+        m = model_shape(cfg)
+        window, layer_types = vllm_cache_sliding_window(cfg)
+        m["sliding"] = window
+        w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
+        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh, cache_sliding_window=window,
+                   sliding_layers=None if layer_types is None else sum(t == "sliding_attention" for t in layer_types))
+        row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"],
+                        p["available_memory"]))
+        out.append(row)
+        print(p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"], window, row.get("num_blocks"),
+              (row.get("error") or "")[:40], file=sys.stderr)
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py --moe-sliding",
+        "configs": MOE_SLIDING_MODELS,
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_moe_sliding.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    if "--olmo2" in sys.argv[1:]:
+    if "--moe-sliding" in sys.argv[1:]:
+        main_moe_sliding()
+    elif "--olmo2" in sys.argv[1:]:
         main_olmo2()
     elif "--gpt-oss" in sys.argv[1:]:
         main_gpt_oss()
