@@ -3,15 +3,9 @@
 //! `src/model/vllm_0_33.rs`); bad flags exit 2 naming the flag; a max_model_len that does not
 //! fit exits 3 with vLLM's error text.
 mod scratch;
-use std::process::{Command, Output};
-
-fn serve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramscope")).arg("serve").args(args).output().expect("run vramscope")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
+mod serve_cli;
+use serve_cli::{assert_refused, serve, text};
+use std::process::Output;
 
 /// Python's `f"{round(b / 2**30, 2)}"`, for the values used here.
 fn gib(b: u64) -> String {
@@ -333,14 +327,7 @@ fn moe_and_phi3_plan_and_the_rest_is_refused() {
     let o = serve(&["--config", &slide_s, "--enforce-eager"]);
     assert!(o.status.success(), "{}", text(&o).1);
     let _ = std::fs::remove_file(&slide);
-    for (args, flag, why) in refused {
-        let mut a = args.to_vec();
-        a.push("--enforce-eager");
-        let o = serve(&a);
-        let err = text(&o).1;
-        assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
-        assert!(err.contains(flag) && err.contains(why), "{a:?} should name {flag} and say {why:?}: {err}");
-    }
+    assert_refused(&[], refused);
 }
 
 /// Gemma 3 27B's hybrid plan by hand: 52 sliding layers and 10 full make seven KV cache groups
