@@ -27,9 +27,9 @@
 //! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
 //! uncached casts), and LLM.int8() where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the
 //! attention's 8-bit linears keep their inputs, MatMul8bitLt). peft's ParamWrapper on the
-//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here and on
-//! DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their gradients need
-//! even where its input needs none; [`param_wrapper`]); under autocast, on gpt-oss and on
+//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here, on
+//! gpt-oss and on DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their
+//! gradients need even where its input needs none; [`param_wrapper`]); under autocast and on
 //! DeepSeek-V3 with only dense layers before it it is refused, and so is the router's auxiliary
 //! loss ([`check`]): `profile` simulates what it runs of them.
 use super::{types, Arch};
@@ -50,16 +50,13 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
         ));
     }
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
-    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
-    // experts and router is not.
-    // peft's ParamWrapper is derived on Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 in fp32
-    // and pure bf16 (`param_wrapper`, the experts' folds); not on gpt-oss, nor under autocast
-    // (the router's delta mm and the folds' baddbmm would cast).
+    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper on
+    // Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss and DeepSeek-V3 in fp32 and pure bf16
+    // (`param_wrapper`, the experts' folds); not under autocast (the router's delta mm and the
+    // folds' baddbmm would cast).
     if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
         // Named with --target-parameters, or converted by peft from --target-modules.
-        let why = if m.gpt_oss.is_some() {
-            Some(format!("on {family}"))
-        } else if lc.targets.is_empty() && m.deepseek.as_ref().is_some_and(|ds| ds.first_k_dense > 0) {
+        let why = if lc.targets.is_empty() && m.deepseek.as_ref().is_some_and(|ds| ds.first_k_dense > 0) {
             // The dense layers before the first sparse one train nothing: its input needs no
             // gradient either, a layer kind of its own the closed form does not state.
             Some("without --target-modules over DeepSeek-V3's first_k_dense_replace dense layers (the first sparse layer's input then needs no gradient)".to_string())
@@ -169,15 +166,15 @@ pub(in crate::analyse::estimate) struct ExpertGrad {
 
 impl ExpertGrad {
     /// The gate_up output (and silu's) needs a gradient.
-    fn gate_up_out(&self) -> bool {
+    pub(super) fn gate_up_out(&self) -> bool {
         self.x || self.gate_up
     }
     /// The down projection's output needs a gradient.
-    fn down_out(&self) -> bool {
+    pub(super) fn down_out(&self) -> bool {
         self.gate_up_out() || self.down
     }
     /// The weighted output (what index_add_/the unpermute reads) needs a gradient.
-    fn weighted(&self) -> bool {
+    pub(super) fn weighted(&self) -> bool {
         self.down_out() || self.router
     }
 }
