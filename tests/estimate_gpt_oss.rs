@@ -224,6 +224,8 @@ fn params_grid() -> Vec<Point> {
         }
     }
     points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU, DN], layers: 4, b: 3, s: 17, ..base() });
+    // One layer: nothing keeps the RoPE tables.
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, DN], layers: 1, precision: Precision::PureBf16, ..base() });
     points.push(Point { lora: Some((8, 0.0, &["q_proj", "k_proj", "v_proj", "o_proj"])), params: &[GU], precision: Precision::PureBf16, layers: 2, implementation: ExpertsImplementation::Eager, tied: true, ..base() });
     points
 }

@@ -305,6 +305,8 @@ fn params_grid(model_type: &'static str) -> Vec<Point> {
     }
     points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU, DN], layers: 3, b: 3, s: 17, ..base(model_type) });
     points.push(Point { lora: Some((8, 0.0, &[])), params: &[GU], precision: Precision::PureBf16, layers: 3, implementation: ExpertsImplementation::Eager, ..base(model_type) });
+    // One layer: nothing keeps the RoPE tables.
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU], layers: 1, ..base(model_type) });
     points
 }
 

@@ -434,8 +434,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     if !checkpointing && c.mode != Mode::Pure && !lora {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
-    // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type.
-    for which in ["cos", "sin"] {
+    // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type;
+    // under peft without module adapters layer 0 keeps nothing for its RoPE: with no layer
+    // after it nothing keeps them.
+    let rope_kept = checkpointing || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || l > 1;
+    for which in ["cos", "sin"].into_iter().filter(|_| rope_kept) {
         t_small(&mut outside, &format!("RoPE {which} (1, S, d_h/2), shared by every layer's rotary products (or the checkpoints' closures)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h/2", c.s * c.dk / 2, me);
     }
     if checkpointing {
@@ -490,6 +493,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     Terms {
         block,
         first_block,
+        first_layer: 0,
         sliding_block: None,
         outside,
         logits,

@@ -56,11 +56,7 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // folds' baddbmm would cast).
     if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
         // Named with --target-parameters, or converted by peft from --target-modules.
-        let why = if lc.targets.is_empty() && m.deepseek.as_ref().is_some_and(|ds| ds.first_k_dense > 0) {
-            // The dense layers before the first sparse one train nothing: its input needs no
-            // gradient either, a layer kind of its own the closed form does not state.
-            Some("without --target-modules over DeepSeek-V3's first_k_dense_replace dense layers (the first sparse layer's input then needs no gradient)".to_string())
-        } else if !matches!(precision, Precision::Fp32 | Precision::PureBf16) {
+        let why = if !matches!(precision, Precision::Fp32 | Precision::PureBf16) {
             Some(format!("under {} (autocast casts the router's delta matmul and the folds' baddbmm; only fp32 and pure bf16 are derived)", precision.name()))
         } else {
             None
