@@ -4,8 +4,8 @@
 //! mixtral, qwen3_moe (norm_topk_prob on and off) and qwen2_moe (its shared expert): the three
 //! experts implementations, balanced, worst and a file's routing, hidden and expert sizes,
 //! 4–16 experts, top-k 1–4, B and S, fp32, pure bf16, autocast over fp32 and bf16 weights,
-//! peft's LoRA (under autocast too) and its ParamWrapper on the router and experts
-//! (`--target-parameters`), checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
+//! peft's LoRA and its ParamWrapper on the router and experts (`--target-parameters`), both
+//! under autocast too, checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
@@ -325,6 +325,36 @@ fn qwen2_moe_target_parameters_closed_form_equals_the_simulation() {
     run(&params_grid("qwen2_moe"), 1.5);
 }
 
+/// peft's ParamWrapper under autocast: each family's ParamWrapper grid with bf16 autocast over
+/// its fp32 weights (the fp32 points; every fourth under fp16) and over bf16 weights (the pure
+/// bf16 points). The router's delta mm runs low (the adapters' casts cached) and its linear
+/// keeps the fold's uncached cast and its input's; baddbmm is no autocast op, so the experts'
+/// folds stay in the weights' type (grouped_mm keeps them, batched_mm's bmm and eager's linears
+/// their low casts) and their adapters are never cast.
+fn params_autocast_grid(model_type: &'static str) -> Vec<Point> {
+    params_grid(model_type)
+        .into_iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let precision = match p.precision {
+                Precision::PureBf16 => Precision::PureBf16Autocast,
+                _ if n % 4 == 0 => Precision::Fp16,
+                _ => Precision::Bf16,
+            };
+            Point { precision, ..p }
+        })
+        .collect()
+}
+
+#[test]
+fn moe_target_parameters_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = ["mixtral", "qwen3_moe", "qwen2_moe"].into_iter().flat_map(params_autocast_grid).collect();
+    assert!(points.len() >= 12);
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.5);
+    run(&cast, 2.6);
+}
+
 #[test]
 fn mixtral_closed_form_equals_the_simulation() {
     run(&grid("mixtral"), 1.30);
@@ -430,8 +460,14 @@ fn moe_estimate_cli() {
         assert_eq!(e["autocast_cache_bytes"].as_u64(), v["simulated"]["autocast_cache_bytes"].as_u64(), "lora {dtype}");
     }
     // peft's ParamWrapper on the router and experts (named, and converted from Qwen's
-    // transformers-4 names), in fp32 and pure bf16: block 0 its own.
-    for extra in [&["--target-parameters", "mlp.gate.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..], &["--target-modules", "q_proj,gate_proj,up_proj,down_proj", "--dtype", "bfloat16"][..]] {
+    // transformers-4 names), in fp32 and pure bf16, and under bf16 autocast over fp32 and bf16
+    // weights: block 0 its own.
+    for extra in [
+        &["--target-parameters", "mlp.gate.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..],
+        &["--target-modules", "q_proj,gate_proj,up_proj,down_proj", "--dtype", "bfloat16"][..],
+        &["--target-parameters", "mlp.gate.weight,mlp.experts.down_proj", "--experts-implementation", "batched_mm", "--dtype", "float32", "--precision", "bf16"][..],
+        &["--target-modules", "all-linear", "--dtype", "bfloat16", "--precision", "bf16"][..],
+    ] {
         let o = cli(&[&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--json", json.to_str().unwrap()][..], extra].concat());
         assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout);
@@ -439,7 +475,7 @@ fn moe_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
         let e = &v["estimate"];
-        for (k, sim) in [("param_bytes", "parameter_bytes"), ("grad_bytes", "gradient_bytes"), ("optimizer_bytes", "optimizer_bytes")] {
+        for (k, sim) in [("param_bytes", "parameter_bytes"), ("grad_bytes", "gradient_bytes"), ("optimizer_bytes", "optimizer_bytes"), ("autocast_cache_bytes", "autocast_cache_bytes")] {
             assert_eq!(e[k], v["simulated"][sim], "{extra:?}: {k}");
         }
     }
@@ -596,10 +632,6 @@ fn not_derived_is_refused_naming_the_flag() {
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        // peft's ParamWrapper under autocast (fp32 and pure bf16 are derived).
-        ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--precision", "bf16"]].concat(), "--target-parameters", "profile"),
-        // all-linear: peft converts Mixtral's expert and router names into target_parameters.
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear", "--dtype", "float32", "--precision", "bf16"]].concat(), "--target-parameters", "converted by peft"),
         // The for-loop AdamW and Adafactor follow the parameters' order.
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--optimizer", "adafactor"]].concat(), "--optimizer", "--target-parameters"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),

@@ -629,8 +629,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Mode::Autocast => (2 * cast_elements, format!("2 B × (L·({attn_w} + 3d·F) + {head_w}) = 2 × {cast_elements}")),
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
         Mode::Pure if c.pure_autocast && cfg.hf().is_some_and(|h| h.lora.is_some()) => {
-            // peft's fp32 adapters are the only leaves autocast casts (and caches).
-            let n = cfg.lora_param_count();
+            // peft's fp32 adapters are the only leaves autocast casts (and caches); the experts'
+            // ParamWrapper adapters reach no autocast op.
+            let n = cfg.lora_param_count() - hf::moe::uncast_expert_adapters(cfg);
             (2 * n, format!("2 B × (the LoRA adapters' A and B, fp32 leaves over bf16 weights) = 2 × {n}"))
         }
         Mode::Pure if c.pure_autocast => (0, "0 B (bf16 weights: autocast has no fp32 leaf to cast and cache)".to_string()),

@@ -617,8 +617,9 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         None => &gate_up,
     };
     let mut post_norm = frozen_norm(h, adaptable);
-    // peft's ParamWrapper on the router: its linear keeps its input for the fold's gradient.
-    post_norm.output |= lora.is_some_and(|l| l.targets_router());
+    // peft's ParamWrapper on the router: its linear keeps its input for the fold's gradient
+    // (under autocast its own cast of it: moe::block).
+    post_norm.output |= lora.is_some_and(|l| l.targets_router()) && c.mode != Mode::Autocast;
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, post_norm);
     if let Some(m) = &hf.moe {
         // The sparse block in place of the MLP (under peft: LoRA on the shared expert only).
@@ -884,7 +885,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // Autocast caches only casts of leaves that need a gradient: under peft the adapters and
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {
-        let n = cfg.lora_param_count() + cfg.lora_bias_count();
+        // (The experts' ParamWrapper adapters meet no autocast op: moe::uncast_expert_adapters.)
+        let n = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
         let biases = if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" };
         if olmo2 && checkpointing {
             // enable_input_require_grads makes the frozen embedding's output a leaf that needs a

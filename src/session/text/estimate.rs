@@ -138,7 +138,8 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
             if k == 0 {
                 out!(s, "   block 0 ({sym}: its input, the frozen embedding's output, needs no gradient, so what only that gradient needs is not kept):");
             } else {
-                out!(s, "   block {k}, the first sparse layer ({sym}: its input, the output of the {k} dense layers before it, which train nothing, needs no gradient, so what only that gradient needs is not kept):");
+                let dense = if k == 1 { "the dense layer" } else { "the dense layers" };
+                out!(s, "   block {k}, the first sparse layer ({sym}: its input, the output of {dense} before it (nothing trains there), needs no gradient, so what only that gradient needs is not kept):");
             }
             terms(&mut s, first);
             let b0: u64 = first.iter().map(|t| t.bytes()).sum();

@@ -29,9 +29,11 @@
 //! attention's 8-bit linears keep their inputs, MatMul8bitLt). peft's ParamWrapper on the
 //! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here, on
 //! gpt-oss and on DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their
-//! gradients need even where its input needs none; [`param_wrapper`]); under autocast and on
-//! DeepSeek-V3 with only dense layers before it it is refused, and so is the router's auxiliary
-//! loss ([`check`]): `profile` simulates what it runs of them.
+//! gradients need even where its input needs none; [`param_wrapper`]), and under autocast
+//! here (the router's fold's cast; baddbmm is no autocast op, so the folds keep the weights'
+//! type and the experts' adapters are never cast, [`uncast_expert_adapters`]); under autocast
+//! on gpt-oss and DeepSeek-V3 it is refused, and so is the router's auxiliary loss
+//! ([`check`]): `profile` simulates what it runs of them.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
@@ -52,12 +54,14 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper on
     // Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss and DeepSeek-V3 in fp32 and pure bf16
-    // (`param_wrapper`, the experts' folds); not under autocast (the router's delta mm and the
-    // folds' baddbmm would cast).
+    // (`param_wrapper`, the experts' folds), and under autocast on the first three.
     if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
         // Named with --target-parameters, or converted by peft from --target-modules.
-        let why = if !matches!(precision, Precision::Fp32 | Precision::PureBf16) {
-            Some(format!("under {} (autocast casts the router's delta matmul and the folds' baddbmm; only fp32 and pure bf16 are derived)", precision.name()))
+        // Under autocast derived on Mixtral, Qwen3-MoE and Qwen2-MoE (`block`); not on gpt-oss
+        // and DeepSeek-V3 (their routers' and experts' casts are not written out).
+        let derived = matches!(precision, Precision::Fp32 | Precision::PureBf16) || (m.gpt_oss.is_none() && m.deepseek.is_none());
+        let why = if !derived {
+            Some(format!("under {} on {family} (autocast casts the router's fold and the experts' matmul operands; fp32 and pure bf16 are derived, and autocast on Mixtral, Qwen3-MoE and Qwen2-MoE)", precision.name()))
         } else {
             None
         };
@@ -276,6 +280,11 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         // The frozen router's linear keeps its weight's cast (under autocast over fp32 weights).
         super::frozen_cast(c, t, "router (gate)", "E·d", z.e * z.d);
     }
+    if router_w && c.mode == Mode::Autocast {
+        // The router's linear keeps its input's cast for the fold's gradient (the norm states
+        // no reader's cast here: the other readers are frozen or keep their adapters' own).
+        t.push(term("post_attention_layernorm output (fp32) cast to bf16 for gate (the router) (its linear keeps it for the fold's gradient)", "_to_copy", Unit::A, "B·S·d", z.t * z.d, 2));
+    }
     if g.router {
         router(t, m, &z);
     }
@@ -294,7 +303,13 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
 /// in fp32, bf16 copies over bf16 weights (the adapters stay fp32).
 pub(super) fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora::LoraConfig, z: &Sizes, router: bool) {
     if router && lc.targets_router() && z.g.x {
-        t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", Unit::Small, "E·d", z.e * z.d, z.me));
+        if c.mode == Mode::Autocast {
+            // The delta's mm runs in bf16 (the adapters' cached casts), `.to(W.dtype)` makes it
+            // fp32 again; F.linear keeps its uncached cast of the (non-leaf) fp32 fold.
+            t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d), cast to bf16 (uncached; the router's linear keeps it for its input's gradient)", "_to_copy", Unit::Small, "E·d", z.e * z.d, 2));
+        } else {
+            t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", Unit::Small, "E·d", z.e * z.d, z.me));
+        }
     }
     if z.me == 4 || c.mode != Mode::Pure {
         return;
@@ -307,6 +322,23 @@ pub(super) fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora:
     if z.g.down_fold {
         t.push(term("down_proj's lora_B (E, d, r) and lora_A (E, r, I) cast to bf16 (the fold's baddbmm keeps them)", "_to_copy", Unit::Small, "E·r·(d + I)", z.e * r * (z.i + z.d), z.me));
     }
+}
+
+/// Elements of the experts' ParamWrapper adapters (gate_up_proj's and down_proj's lora_A and
+/// lora_B over the sparse layers): their factors reach `baddbmm`, no autocast op, so autocast
+/// never casts (nor caches) them; the router's meet its delta's mm and are cached.
+pub(in crate::analyse::estimate) fn uncast_expert_adapters(cfg: &ModelConfig) -> u64 {
+    let Some((m, lc)) = cfg.hf().and_then(|h| h.moe.as_ref().zip(h.lora.as_ref())) else { return 0 };
+    let (e, i, d) = (m.experts as u64, m.intermediate as u64, cfg.d_model as u64);
+    let mut n = 0;
+    if lc.targets_parameter("mlp.experts.gate_up_proj") {
+        n += lc.gate_up_rank() as u64 * e * (d + 2 * i);
+    }
+    if lc.targets_parameter("mlp.experts.down_proj") {
+        n += lc.r as u64 * e * (i + d);
+    }
+    let sparse = (0..cfg.num_layers).filter(|&l| m.deepseek.as_ref().is_none_or(|ds| ds.is_sparse(l))).count() as u64;
+    n * sparse
 }
 
 /// What `--experts-implementation`'s forward keeps (shared with DeepSeek-V3's sparse block).
@@ -350,7 +382,8 @@ fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str
 
 /// peft's ParamWrapper folds `baddbmm(W, lhs, rhs)` as the experts read them: an op that keeps
 /// its weight for its input's gradient keeps the fold (grouped_mm, eager's linears through
-/// their per-expert views); batched_mm's gather keeps only its index.
+/// their per-expert views; under autocast those keep their casts instead); batched_mm's gather
+/// keeps only its index. (baddbmm is no autocast op here: the folds are in the weights' type.)
 fn folds(t: &mut Vec<Term>, z: &Sizes, gate_up: bool) {
     if gate_up && z.g.gate_up_fold && z.g.x {
         t.push(term("gate_up_proj + ΔW, the ParamWrapper's fold (E, 2I, d) (kept for the input's gradient)", "baddbmm", Unit::Small, "E·2I·d", z.e * 2 * z.i * z.d, z.me));
@@ -447,12 +480,19 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     if autocast {
         // Each expert's weights are views (`gate_up_proj[e]`), not leaves: autocast does not
         // cache their casts, and each linear keeps its own for its input's gradient.
-        t.push(term(format!("gate_up_proj[e] (2I, d) and down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, the linears keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, 2));
+        match (z.g.x, z.g.gate_up_out()) {
+            (true, _) => t.push(term(format!("gate_up_proj[e] (2I, d) and down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, the linears keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, 2)),
+            (false, true) => t.push(term(format!("down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, its linear keeps them)"), "_to_copy", Unit::Small, "hit·I·d", n_hit * z.i * z.d, 2)),
+            (false, false) => {}
+        }
+    } else {
+        // A fold's per-expert views keep the whole fold.
+        folds(t, z, true);
     }
-    // A fold's per-expert views keep the whole fold.
-    folds(t, z, true);
     gate_up(t, z, "mm", rows, "down_proj's linear");
-    folds(t, z, false);
+    if !autocast {
+        folds(t, z, false);
+    }
     if z.g.router {
         t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
     }
