@@ -30,8 +30,9 @@
 //! their input's gradient needs (not down_proj's input, nor the router's fp32 input copy).
 //! peft's ParamWrapper on the sparse layers' router and routed experts (`--target-parameters`):
 //! moe.rs's folds, the router's linear keeping its fold (fp32) or the fold's `.float()` copy and
-//! its input's (pure bf16), and the sparse block keeping what the adapters need where its input
-//! needs no gradient (layer 0 when it is sparse).
+//! its input's (pure bf16), under autocast its uncached casts of both, and the sparse block
+//! keeping what the adapters need where its input needs no gradient (layer 0 when it is
+//! sparse, or the first sparse layer when the dense ones before it train nothing).
 use super::moe::{self, Sizes};
 use super::{rms_norm, types, Kernel};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
