@@ -230,6 +230,28 @@ fn params_grid() -> Vec<Point> {
     points
 }
 
+/// peft's ParamWrapper under autocast: the grid above under bf16 autocast over fp32 weights (the
+/// fp32 points; every fourth under fp16) and over bf16 weights (the pure bf16 points).
+#[test]
+fn gpt_oss_target_parameters_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = params_grid()
+        .into_iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let precision = match p.precision {
+                Precision::PureBf16 => Precision::PureBf16Autocast,
+                _ if n % 4 == 0 => Precision::Fp16,
+                _ => Precision::Bf16,
+            };
+            Point { precision, ..p }
+        })
+        .collect();
+    assert!(points.len() >= 12);
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.5);
+    run(&cast, 2.6);
+}
+
 #[test]
 fn gpt_oss_target_parameters_closed_form_equals_the_simulation() {
     let points = params_grid();
@@ -435,9 +457,13 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, preset);
     }
-    // peft's ParamWrapper on the router and the experts, in fp32 and pure bf16, without and
-    // with LoRA on the attention: block 0 its own.
-    for extra in [&["--target-parameters", "mlp.router.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..], &["--target-parameters", "mlp.experts.down_proj", "--target-modules", "q_proj", "--dtype", "bfloat16"][..]] {
+    // peft's ParamWrapper on the router and the experts, in fp32, pure bf16 and under bf16
+    // autocast, without and with LoRA on the attention: block 0 its own.
+    for extra in [
+        &["--target-parameters", "mlp.router.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..],
+        &["--target-parameters", "mlp.experts.down_proj", "--target-modules", "q_proj", "--dtype", "bfloat16"][..],
+        &["--target-parameters", "mlp.router.weight,mlp.experts.down_proj", "--experts-implementation", "eager", "--dtype", "float32", "--precision", "bf16"][..],
+    ] {
         let o = cli(&[&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--json", json.to_str().unwrap()][..], extra].concat());
         assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout);
@@ -472,8 +498,6 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        // peft's ParamWrapper under autocast (fp32 and pure bf16 are derived).
-        ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight", "--precision", "bf16"]].concat(), "--target-parameters", "profile"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         // generate runs within the window (tests/estimate_generate_families.rs); beam search is not derived.

@@ -56,7 +56,7 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
     if let Some(m) = &hf.moe {
-        moe::check(hf, m, precision)?;
+        moe::check(hf, m)?;
         if m.gpt_oss.is_some() {
             gpt_oss::check(hf)?;
         }

@@ -36,11 +36,11 @@
 //! input needs a gradient keeps its weight's uncached cast (q/k/v/o_proj, the router,
 //! lm_head), and [`attention_autocast`] keeps what the gradients need; over bf16 weights
 //! (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter). peft's ParamWrapper on
-//! the router and the experts (`--target-parameters`) is derived in fp32 and pure bf16: the
-//! folds train, so the block keeps what their gradients need even where its input needs none
-//! (the router's fold, the experts' folds where an op keeps its weight, pure bf16's factor
-//! copies: [`moe::param_wrapper`]); under autocast it is refused, and so is the router's
-//! auxiliary loss ([`moe::check`]).
+//! the router and the experts (`--target-parameters`) is derived: the folds train, so the
+//! block keeps what their gradients need even where its input needs none (the router's fold,
+//! or under autocast its cast; the experts' folds where an op keeps its weight, or under
+//! autocast eager's per-expert casts; pure bf16's factor copies: [`moe::param_wrapper`]); the
+//! router's auxiliary loss is refused ([`moe::check`]).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -396,12 +396,21 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
         }
     }
     if let Some(lo) = z.lo {
-        t.push(term(format!("gate_up_proj[e] (d, 2I) and down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, the matmuls keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, lo));
+        // Each matmul keeps its weight slice's cast for its input's gradient (the folds
+        // themselves are then not kept).
+        match (z.g.x, z.g.gate_up_out()) {
+            (true, _) => t.push(term(format!("gate_up_proj[e] (d, 2I) and down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, the matmuls keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, lo)),
+            (false, true) => t.push(term(format!("down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, its matmul keeps them)"), "_to_copy", Unit::Small, "hit·I·d", n_hit * z.i * z.d, lo)),
+            (false, false) => {}
+        }
+    } else {
+        // A fold's per-expert views keep the whole fold.
+        folds(t, z, true);
     }
-    // A fold's per-expert views keep the whole fold.
-    folds(t, z, true);
     gate(t, z, "add", rows, "the down matmul", z.me, z.lo);
-    folds(t, z, false);
+    if z.lo.is_none() {
+        folds(t, z, false);
+    }
     if z.g.router {
         t.push(term(per("down matmul output + bias (the weighting keeps it)"), "add", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
     }
@@ -486,8 +495,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     }
     let (param_formula, mut cast_elements, mut cast_formula) = params(cfg, hf, m);
     if lora {
-        // Autocast caches only casts of leaves that need a gradient: the adapters.
-        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count();
+        // Autocast caches only casts of leaves that need a gradient: the adapters (not the
+        // experts' ParamWrapper adapters, which meet no autocast op).
+        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
         cast_formula = format!("2 B × (the LoRA adapters' A and B) = 2 × {cast_elements}");
     }
     Terms {

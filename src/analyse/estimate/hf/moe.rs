@@ -30,20 +30,18 @@
 //! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here, on
 //! gpt-oss and on DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their
 //! gradients need even where its input needs none; [`param_wrapper`]), and under autocast
-//! here and on DeepSeek-V3 (the router's fold's cast; baddbmm is no autocast op, so the folds
-//! keep the weights' type and the experts' adapters are never cast, [`uncast_expert_adapters`]);
-//! under autocast on gpt-oss it is refused, and so is the router's auxiliary loss ([`check`]):
-//! `profile` simulates what it runs of them.
+//! (the router's fold's cast; baddbmm is no autocast op, so the folds keep the weights' type
+//! and the experts' adapters are never cast, [`uncast_expert_adapters`]); the router's
+//! auxiliary loss is refused ([`check`]): `profile` simulates it.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
 use crate::model::hf::HfConfig;
 use crate::model::config::MAX_BYTES;
 use crate::model::{ConfigError, ModelConfig};
-use crate::train::Precision;
 
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
-pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
+pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
     if m.output_router_logits {
         return Err(ConfigError::new(
@@ -52,30 +50,9 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
         ));
     }
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
-    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper on
-    // Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss and DeepSeek-V3 in fp32 and pure bf16
-    // (`param_wrapper`, the experts' folds), and under autocast on all but gpt-oss.
-    if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
-        // Named with --target-parameters, or converted by peft from --target-modules.
-        // Under autocast derived on Mixtral, Qwen3-MoE, Qwen2-MoE (`block`) and DeepSeek-V3
-        // (hf/deepseek.rs's sparse_block); not on gpt-oss (its router's and experts' casts
-        // under a fold are not written out).
-        let derived = matches!(precision, Precision::Fp32 | Precision::PureBf16) || m.gpt_oss.is_none();
-        let why = if !derived {
-            Some(format!("under {} on {family} (autocast casts the router's fold and the experts' matmul operands; fp32 and pure bf16 are derived, and autocast on Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3)", precision.name()))
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(ConfigError::new(
-                "--target-parameters",
-                format!(
-                    "peft's ParamWrapper on {family}'s experts and router (target_parameters {}, named or converted by peft from --target-modules) {why} is not derived in closed form (LoRA on the attention is); `profile` simulates it",
-                    lc.target_parameters.join(",")
-                ),
-            ));
-        }
-    }
+    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper
+    // (`--target-parameters`, named or converted by peft from --target-modules) on every family
+    // in fp32, pure bf16 and under autocast (`param_wrapper`, the experts' folds).
     // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
     // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
     // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
