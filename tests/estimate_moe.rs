@@ -48,6 +48,8 @@ struct Point {
     params: &'static [&'static str],
     /// peft's conversion doubled gate_up_proj's rank (both halves named).
     doubled: bool,
+    /// peft's `bias` (none, all, lora_only).
+    bias: vramscope::model::lora::LoraBias,
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
@@ -81,6 +83,7 @@ fn base(model_type: &'static str) -> Point {
         lora: None,
         params: &[],
         doubled: false,
+        bias: vramscope::model::lora::LoraBias::None,
         four_bit: None,
         int8: None,
         window: None,
@@ -124,6 +127,7 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
         lc.gate_up_doubled = p.doubled;
+        lc.bias = p.bias;
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -233,6 +237,25 @@ fn lora_grid(model_type: &'static str) -> Vec<Point> {
         points.push(Point { lora: Some((16, dropout, &["q_proj", "v_proj"])), ckpt, kv_heads, implementation, attn, precision: Precision::PureBf16, ..base(model_type) });
     }
     points
+}
+
+/// peft's `bias` ("all", "lora_only") on Mixtral, Qwen3-MoE and Qwen2-MoE (measured:
+/// hf_grid/lora_extras_models.json): only the attention's biases can train (Qwen2-MoE's q/k/v
+/// biases; Mixtral and Qwen3-MoE have none), the router and experts having none: every third
+/// point of each family's LoRA grid under each option, then a ParamWrapper point beside them.
+#[test]
+fn moe_lora_bias_closed_form_equals_the_simulation() {
+    use vramscope::model::lora::LoraBias;
+    let mut points = Vec::new();
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for (n, p) in lora_grid(model_type).into_iter().enumerate().filter(|(n, _)| n % 3 == 0) {
+            let bias = if n % 2 == 0 { LoraBias::All } else { LoraBias::LoraOnly };
+            points.push(Point { bias, ..p });
+        }
+        points.push(Point { bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj"])), params: &["mlp.experts.down_proj"], ..base(model_type) });
+    }
+    assert!(points.len() >= 12);
+    run(&points, 1.4);
 }
 
 #[test]
@@ -635,6 +658,8 @@ fn not_derived_is_refused_naming_the_flag() {
         // The for-loop AdamW and Adafactor follow the parameters' order.
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--optimizer", "adafactor"]].concat(), "--optimizer", "--target-parameters"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
+        // peft's bias is derived in the weights' dtype (as measured), not under autocast.
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--lora-bias", "all", "--dtype", "float32", "--precision", "bf16"]].concat(), "--lora-bias", "autocast"),
         // generate runs (tests/estimate_generate_families.rs), without the aux loss.
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4", "--output-router-logits"]].concat(), "--output-router-logits", "generate"),
     ];

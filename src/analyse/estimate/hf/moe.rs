@@ -62,7 +62,10 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && (m.shared_intermediate > 0 || m.deepseek.is_some())) {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form (4-bit is); `profile` refuses it too", q.bits())));
     }
-    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
+    // peft's bias on Mixtral, Qwen3-MoE and Qwen2-MoE trains the attention's biases (where the
+    // config has them) only, as on the dense layers (hf.rs's layer); gpt-oss's router and
+    // experts' biases and DeepSeek-V3's are not derived.
+    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
     // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
