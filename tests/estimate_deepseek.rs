@@ -271,6 +271,10 @@ fn lora_grid() -> Vec<Point> {
 /// the cache, eager and sdpa.
 #[test]
 fn deepseek_v3_target_parameters_closed_form_equals_the_simulation() {
+    run(&params_points(), 1.5);
+}
+
+fn params_points() -> Vec<Point> {
     const GU: &str = "mlp.experts.gate_up_proj";
     const DN: &str = "mlp.experts.down_proj";
     const R: &str = "mlp.gate.weight";
@@ -298,7 +302,74 @@ fn deepseek_v3_target_parameters_closed_form_equals_the_simulation() {
             points.push(Point { lora: Some((8, 0.0, modules)), params, precision, implementation, ..p });
         }
     }
-    run(&points, 1.5);
+    points
+}
+
+/// peft's ParamWrapper without module adapters over first_k_dense_replace dense layers (the
+/// published DeepSeek-V3's shape): the dense layers train nothing, so neither their inputs nor
+/// the first sparse layer's need a gradient (that layer keeps only what the folds need, the
+/// dense ones only their DynamicCache). Every subset of the three parameters, 1–3 dense layers
+/// (every layer dense too), fp32 and pure bf16, each experts implementation, checkpointing
+/// (both kinds), the cache, routing, eager and sdpa, and the shapes.
+#[test]
+fn deepseek_v3_target_parameters_dense_first_closed_form_equals_the_simulation() {
+    // Everything stated is exact on every point. batched_mm's gathered (B·S·k, I, d) expert
+    // weights are forward transients the bound leaves out, large beside what a model keeps
+    // when only its last layer trains: up to 3.41× there.
+    let (batched, rest): (Vec<Point>, Vec<Point>) = dense_first_points().into_iter().partition(|p| p.implementation == ExpertsImplementation::BatchedMm);
+    assert!(batched.len() + rest.len() >= 10);
+    run(&rest, 1.5);
+    run(&batched, 3.5);
+}
+
+fn dense_first_points() -> Vec<Point> {
+    const GU: &str = "mlp.experts.gate_up_proj";
+    const DN: &str = "mlp.experts.down_proj";
+    const R: &str = "mlp.gate.weight";
+    let sets: [&'static [&'static str]; 7] = [&[GU, DN], &[R], &[GU], &[DN], &[R, GU, DN], &[R, DN], &[R, GU]];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for params in sets {
+        for implementation in ExpertsImplementation::ALL {
+            let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+            let ckpt = [None, None, Some(false), None, Some(true)][n % 5];
+            let attn = if n % 4 == 3 { AttnImplementation::Sdpa } else { AttnImplementation::Eager };
+            let (first_k_dense, layers) = [(1, 3), (2, 4), (3, 4), (1, 2)][n % 4];
+            n += 1;
+            points.push(Point { lora: Some((4 + 4 * (n % 2), 0.0, &[])), params, implementation, precision, ckpt, cache: ckpt.is_none() && n % 3 != 0, first_k_dense, layers, routing: if n % 2 == 0 { Routing::Worst } else { Routing::Balanced }, attn, ..base() });
+        }
+    }
+    for precision in [Precision::Fp32, Precision::PureBf16] {
+        for k in 0..3 {
+            let p = shaped(n);
+            n += 1;
+            // (At least one dense layer, and a sparse one for the parameters to match.)
+            let first_k_dense = p.first_k_dense.clamp(1, p.layers - 1);
+            points.push(Point { lora: Some((8, 0.0, &[])), params: sets[(n + k) % 7], precision, first_k_dense, implementation: ExpertsImplementation::ALL[k], ..p });
+        }
+    }
+    // Only the last layer sparse: no layer's RoPE needs a gradient, so nothing keeps cos/sin.
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU, DN], first_k_dense: 2, layers: 3, implementation: ExpertsImplementation::BatchedMm, ..base() });
+    points
+}
+
+/// peft's ParamWrapper under autocast: the two ParamWrapper grids above (with and without
+/// module adapters, dense first layers or none) under bf16 autocast over fp32 weights (the
+/// fp32 points; every fourth under fp16) and over bf16 weights (the pure bf16 points).
+#[test]
+fn deepseek_v3_target_parameters_autocast_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for (n, p) in params_points().into_iter().chain(dense_first_points()).enumerate() {
+        let precision = match p.precision {
+            Precision::PureBf16 => Precision::PureBf16Autocast,
+            _ if n % 4 == 0 => Precision::Fp16,
+            _ => Precision::Bf16,
+        };
+        points.push(Point { precision, ..p });
+    }
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.5);
+    run(&cast, 3.5);
 }
 
 #[test]
@@ -435,9 +506,11 @@ fn assert_json_activations(v: &serde_json::Value, what: &str) {
         None => (0, 0),
     };
     let mut total = (layers - dense_layers) * bytes(&e["block"]) + dense_layers * dense + bytes(&e["outside"]);
-    // Under peft layer 0 keeps its own block (its input needs no gradient).
+    // Under peft layer 0 keeps its own block (its input needs no gradient), or the first
+    // sparse layer where the dense layers before it train nothing.
     if e["first_block"].is_array() {
-        total = total - if dense_layers > 0 { dense } else { bytes(&e["block"]) } + bytes(&e["first_block"]);
+        let at = e["first_block_layer"].as_u64().unwrap();
+        total = total - if at < dense_layers { dense } else { bytes(&e["block"]) } + bytes(&e["first_block"]);
     }
     assert_eq!(total, v["simulated"]["activation_bytes"].as_u64().unwrap(), "{what}");
 }
@@ -495,13 +568,32 @@ fn deepseek_v3_estimate_cli() {
     // The preset's widths over 4 layers (3 dense, 1 sparse) under the Trainer's bf16=True, over
     // fp32 masters and over its bf16 weights, equal to the simulated run.
     // With LoRA under autocast over the fp32 masters too (the frozen linears' uncached casts).
-    for precision in [&["--dtype", "float32", "--precision", "bf16"][..], &["--precision", "bf16"][..], &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj,kv_b_proj"][..]] {
+    // And peft's ParamWrapper on the router and experts under autocast over both.
+    for precision in [
+        &["--dtype", "float32", "--precision", "bf16"][..],
+        &["--precision", "bf16"][..],
+        &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_a_proj,kv_b_proj"][..],
+        &["--dtype", "float32", "--precision", "bf16", "--lora-r", "8", "--target-parameters", "mlp.gate.weight,mlp.experts.down_proj"][..],
+        &["--precision", "bf16", "--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj", "--target-modules", "o_proj"][..],
+    ] {
         let args = [&["--preset", "DeepSeek-V3", "--num-layers", "4", "--batch-size", "1", "--context-length", "256", "--attn-implementation", "eager", "--json", json.to_str().unwrap()][..], precision].concat();
         let o = cli(&args);
         assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_json_activations(&v, &format!("{args:?}"));
     }
+    // peft's ParamWrapper alone over the published shape's 3 dense layers (4 layers, its bf16
+    // weights): block 3, the first sparse layer, is its own.
+    let args = ["--preset", "DeepSeek-V3", "--num-layers", "4", "--batch-size", "1", "--context-length", "64", "--attn-implementation", "eager", "--lora-r", "8", "--target-parameters", "mlp.gate.weight,mlp.experts.gate_up_proj,mlp.experts.down_proj", "--json", json.to_str().unwrap()];
+    let o = cli(&args);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["block 3, the first sparse layer", "the ParamWrapper's fold", "the 3 dense layers' block"] {
+        assert!(text.contains(needle), "{args:?}: missing {needle:?} in\n{text}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["estimate"]["first_block_layer"], 3, "{args:?}");
+    assert_json_activations(&v, &format!("{args:?}"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -518,12 +610,12 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
     let ds = |attn: &'static str| [&ds[..], &["--attn-implementation", attn]].concat();
     let eager = ds("eager");
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--target-modules", "q_b_proj", "--precision", "bf16"]].concat(), "--target-parameters", "profile"),
-        ([&eager[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "first_k_dense_replace"),
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
         // (8-bit: profile's own refusal, which estimate runs first.)
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),
+        // Every layer dense: peft finds no parameter to wrap.
+        ([&eager[..], &["--num-layers", "3", "--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]].concat(), "--target-parameters", "NoMatchingPeftModuleError"),
         ([&eager[..], &["--output-router-logits"]].concat(), "--output-router-logits", "deepseek_v3"),
         (ds("flash_attention_2"), "--attn-implementation", "deepseek_v3"),
         // transformers' default sdpa, v's head size (128) unlike q's (192), no backend named.

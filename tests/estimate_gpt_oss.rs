@@ -41,6 +41,8 @@ struct Point {
     s: usize,
     /// peft's LoRA on the attention: (r, dropout, target modules).
     lora: Option<(usize, f64, &'static [&'static str])>,
+    /// peft's ParamWrapper (`target_parameters`), with `lora`'s r (its targets may be empty).
+    params: &'static [&'static str],
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
@@ -67,6 +69,7 @@ fn base() -> Point {
         b: 2,
         s: 40,
         lora: None,
+        params: &[],
         four_bit: None,
         int8: None,
     }
@@ -91,6 +94,9 @@ fn config(p: &Point) -> ModelConfig {
     let hf = cfg.hf.as_mut().unwrap();
     hf.reentrant = p.ckpt == Some(true);
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
+    if let Some(lc) = hf.lora.as_mut() {
+        lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
+    }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
         let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
@@ -187,6 +193,70 @@ fn lora_grid() -> Vec<Point> {
         points.push(Point { lora: Some((16, dropout, &["o_proj"])), ckpt, kv_heads, implementation, precision: Precision::PureBf16, ..base() });
     }
     points
+}
+
+/// peft's ParamWrapper (`--target-parameters`) on gpt-oss's router (`mlp.router.weight`, its
+/// bias frozen) and its `is_transposed` experts: every subset of the three parameters, alone
+/// and with LoRA on the attention, each experts implementation, fp32 and pure bf16 (the folds'
+/// bf16 factors), balanced and worst routing, shapes, r, checkpointing (both kinds), the cache,
+/// GQA and MHA, and sliding, full and alternating layers. Layer 0's input needs no gradient:
+/// only what the folds need is kept there.
+fn params_grid() -> Vec<Point> {
+    const GU: &str = "mlp.experts.gate_up_proj";
+    const DN: &str = "mlp.experts.down_proj";
+    const R: &str = "mlp.router.weight";
+    let sets: [&'static [&'static str]; 7] = [&[GU, DN], &[R], &[GU], &[DN], &[R, GU, DN], &[R, DN], &[R, GU]];
+    let modules: [&'static [&'static str]; 3] = [&[], &["q_proj", "v_proj"], &["o_proj"]];
+    let shapes = [(128, 96, 4, 1, 16), (64, 48, 8, 2, 64), (128, 64, 6, 3, 8), (64, 96, 16, 4, 128)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for params in sets {
+        for implementation in ExpertsImplementation::ALL {
+            let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+            let routing = if n % 3 == 0 { Routing::Balanced } else { Routing::Worst };
+            let (d, i, experts, top_k, window) = shapes[n % shapes.len()];
+            let ckpt = [None, None, Some(false), None, Some(true)][n % 5];
+            let r = [8, 4, 16][n % 3];
+            let kv_heads = if n % 4 == 3 { 4 } else { 2 };
+            let layer_types = [None, Some("sliding"), None, Some("full")][n % 4];
+            n += 1;
+            points.push(Point { lora: Some((r, 0.0, modules[n % 3])), params, implementation, precision, routing, d, i, experts, top_k, window, ckpt, cache: ckpt.is_none() && n % 2 == 0, kv_heads, layer_types, ..base() });
+        }
+    }
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU, DN], layers: 4, b: 3, s: 17, ..base() });
+    // One layer: nothing keeps the RoPE tables.
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, DN], layers: 1, precision: Precision::PureBf16, ..base() });
+    points.push(Point { lora: Some((8, 0.0, &["q_proj", "k_proj", "v_proj", "o_proj"])), params: &[GU], precision: Precision::PureBf16, layers: 2, implementation: ExpertsImplementation::Eager, tied: true, ..base() });
+    points
+}
+
+/// peft's ParamWrapper under autocast: the grid above under bf16 autocast over fp32 weights (the
+/// fp32 points; every fourth under fp16) and over bf16 weights (the pure bf16 points).
+#[test]
+fn gpt_oss_target_parameters_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = params_grid()
+        .into_iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let precision = match p.precision {
+                Precision::PureBf16 => Precision::PureBf16Autocast,
+                _ if n % 4 == 0 => Precision::Fp16,
+                _ => Precision::Bf16,
+            };
+            Point { precision, ..p }
+        })
+        .collect();
+    assert!(points.len() >= 12);
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.5);
+    run(&cast, 2.6);
+}
+
+#[test]
+fn gpt_oss_target_parameters_closed_form_equals_the_simulation() {
+    let points = params_grid();
+    assert!(points.len() >= 20);
+    run(&points, 1.5);
 }
 
 #[test]
@@ -387,6 +457,20 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, preset);
     }
+    // peft's ParamWrapper on the router and the experts, in fp32, pure bf16 and under bf16
+    // autocast, without and with LoRA on the attention: block 0 its own.
+    for extra in [
+        &["--target-parameters", "mlp.router.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..],
+        &["--target-parameters", "mlp.experts.down_proj", "--target-modules", "q_proj", "--dtype", "bfloat16"][..],
+        &["--target-parameters", "mlp.router.weight,mlp.experts.down_proj", "--experts-implementation", "eager", "--dtype", "float32", "--precision", "bf16"][..],
+    ] {
+        let o = cli(&[&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--json", json.to_str().unwrap()][..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("the ParamWrapper's fold") && text.contains("block 0 ("), "{extra:?}: missing the fold or block 0 in\n{text}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
+    }
     // LoRA under bf16 autocast over bf16 weights: block 0 its own, the adapters' casts cached.
     let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--dtype", "bfloat16", "--precision", "bf16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
     assert!(o.status.success(), "lora autocast: {}", String::from_utf8_lossy(&o.stderr));
@@ -414,7 +498,6 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        ([&g[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj,mlp.router.weight"]].concat(), "--target-parameters", "profile"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         // generate runs within the window (tests/estimate_generate_families.rs); beam search is not derived.

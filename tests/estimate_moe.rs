@@ -4,8 +4,8 @@
 //! mixtral, qwen3_moe (norm_topk_prob on and off) and qwen2_moe (its shared expert): the three
 //! experts implementations, balanced, worst and a file's routing, hidden and expert sizes,
 //! 4–16 experts, top-k 1–4, B and S, fp32, pure bf16, autocast over fp32 and bf16 weights,
-//! peft's LoRA (under autocast too) and its ParamWrapper on the router and experts
-//! (`--target-parameters`), checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
+//! peft's LoRA and its ParamWrapper on the router and experts (`--target-parameters`), both
+//! under autocast too, checkpointing, use_cache, eager and sdpa attention. Everything the estimate states exactly (parameters, gradients, optimizer
 //! state, the autocast cache, logits, activations and the live set when the forward returns)
 //! must equal the simulation byte for byte; the training peak is the lower bound
 //! tests/estimate_hf.rs states. What is not derived is refused, naming the flag and `profile`.
@@ -48,6 +48,8 @@ struct Point {
     params: &'static [&'static str],
     /// peft's conversion doubled gate_up_proj's rank (both halves named).
     doubled: bool,
+    /// peft's `bias` (none, all, lora_only).
+    bias: vramscope::model::lora::LoraBias,
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training), loaded
     /// in bf16.
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
@@ -81,6 +83,7 @@ fn base(model_type: &'static str) -> Point {
         lora: None,
         params: &[],
         doubled: false,
+        bias: vramscope::model::lora::LoraBias::None,
         four_bit: None,
         int8: None,
         window: None,
@@ -124,6 +127,7 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
         lc.gate_up_doubled = p.doubled;
+        lc.bias = p.bias;
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -235,6 +239,25 @@ fn lora_grid(model_type: &'static str) -> Vec<Point> {
     points
 }
 
+/// peft's `bias` ("all", "lora_only") on Mixtral, Qwen3-MoE and Qwen2-MoE (measured:
+/// hf_grid/lora_extras_models.json): only the attention's biases can train (Qwen2-MoE's q/k/v
+/// biases; Mixtral and Qwen3-MoE have none), the router and experts having none: every third
+/// point of each family's LoRA grid under each option, then a ParamWrapper point beside them.
+#[test]
+fn moe_lora_bias_closed_form_equals_the_simulation() {
+    use vramscope::model::lora::LoraBias;
+    let mut points = Vec::new();
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for (n, p) in lora_grid(model_type).into_iter().enumerate().filter(|(n, _)| n % 3 == 0) {
+            let bias = if n % 2 == 0 { LoraBias::All } else { LoraBias::LoraOnly };
+            points.push(Point { bias, ..p });
+        }
+        points.push(Point { bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj"])), params: &["mlp.experts.down_proj"], ..base(model_type) });
+    }
+    assert!(points.len() >= 12);
+    run(&points, 1.4);
+}
+
 #[test]
 fn mixtral_lora_closed_form_equals_the_simulation() {
     run(&lora_grid("mixtral"), 1.35);
@@ -305,6 +328,8 @@ fn params_grid(model_type: &'static str) -> Vec<Point> {
     }
     points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU, DN], layers: 3, b: 3, s: 17, ..base(model_type) });
     points.push(Point { lora: Some((8, 0.0, &[])), params: &[GU], precision: Precision::PureBf16, layers: 3, implementation: ExpertsImplementation::Eager, ..base(model_type) });
+    // One layer: nothing keeps the RoPE tables.
+    points.push(Point { lora: Some((8, 0.0, &[])), params: &[R, GU], layers: 1, ..base(model_type) });
     points
 }
 
@@ -321,6 +346,36 @@ fn qwen3_moe_target_parameters_closed_form_equals_the_simulation() {
 #[test]
 fn qwen2_moe_target_parameters_closed_form_equals_the_simulation() {
     run(&params_grid("qwen2_moe"), 1.5);
+}
+
+/// peft's ParamWrapper under autocast: each family's ParamWrapper grid with bf16 autocast over
+/// its fp32 weights (the fp32 points; every fourth under fp16) and over bf16 weights (the pure
+/// bf16 points). The router's delta mm runs low (the adapters' casts cached) and its linear
+/// keeps the fold's uncached cast and its input's; baddbmm is no autocast op, so the experts'
+/// folds stay in the weights' type (grouped_mm keeps them, batched_mm's bmm and eager's linears
+/// their low casts) and their adapters are never cast.
+fn params_autocast_grid(model_type: &'static str) -> Vec<Point> {
+    params_grid(model_type)
+        .into_iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let precision = match p.precision {
+                Precision::PureBf16 => Precision::PureBf16Autocast,
+                _ if n % 4 == 0 => Precision::Fp16,
+                _ => Precision::Bf16,
+            };
+            Point { precision, ..p }
+        })
+        .collect()
+}
+
+#[test]
+fn moe_target_parameters_autocast_closed_form_equals_the_simulation() {
+    let points: Vec<Point> = ["mixtral", "qwen3_moe", "qwen2_moe"].into_iter().flat_map(params_autocast_grid).collect();
+    assert!(points.len() >= 12);
+    let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
+    run(&grouped, 1.5);
+    run(&cast, 2.6);
 }
 
 #[test]
@@ -428,8 +483,14 @@ fn moe_estimate_cli() {
         assert_eq!(e["autocast_cache_bytes"].as_u64(), v["simulated"]["autocast_cache_bytes"].as_u64(), "lora {dtype}");
     }
     // peft's ParamWrapper on the router and experts (named, and converted from Qwen's
-    // transformers-4 names), in fp32 and pure bf16: block 0 its own.
-    for extra in [&["--target-parameters", "mlp.gate.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..], &["--target-modules", "q_proj,gate_proj,up_proj,down_proj", "--dtype", "bfloat16"][..]] {
+    // transformers-4 names), in fp32 and pure bf16, and under bf16 autocast over fp32 and bf16
+    // weights: block 0 its own.
+    for extra in [
+        &["--target-parameters", "mlp.gate.weight,mlp.experts.gate_up_proj", "--experts-implementation", "eager"][..],
+        &["--target-modules", "q_proj,gate_proj,up_proj,down_proj", "--dtype", "bfloat16"][..],
+        &["--target-parameters", "mlp.gate.weight,mlp.experts.down_proj", "--experts-implementation", "batched_mm", "--dtype", "float32", "--precision", "bf16"][..],
+        &["--target-modules", "all-linear", "--dtype", "bfloat16", "--precision", "bf16"][..],
+    ] {
         let o = cli(&[&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--json", json.to_str().unwrap()][..], extra].concat());
         assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout);
@@ -437,7 +498,7 @@ fn moe_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{extra:?}"));
         let e = &v["estimate"];
-        for (k, sim) in [("param_bytes", "parameter_bytes"), ("grad_bytes", "gradient_bytes"), ("optimizer_bytes", "optimizer_bytes")] {
+        for (k, sim) in [("param_bytes", "parameter_bytes"), ("grad_bytes", "gradient_bytes"), ("optimizer_bytes", "optimizer_bytes"), ("autocast_cache_bytes", "autocast_cache_bytes")] {
             assert_eq!(e[k], v["simulated"][sim], "{extra:?}: {k}");
         }
     }
@@ -594,13 +655,11 @@ fn not_derived_is_refused_naming_the_flag() {
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
-        // peft's ParamWrapper under autocast (fp32 and pure bf16 are derived).
-        ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--precision", "bf16"]].concat(), "--target-parameters", "profile"),
-        // all-linear: peft converts Mixtral's expert and router names into target_parameters.
-        ([&mix[..], &["--lora-r", "8", "--target-modules", "all-linear", "--dtype", "float32", "--precision", "bf16"]].concat(), "--target-parameters", "converted by peft"),
         // The for-loop AdamW and Adafactor follow the parameters' order.
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--optimizer", "adafactor"]].concat(), "--optimizer", "--target-parameters"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),
+        // peft's bias is derived in the weights' dtype (as measured), not under autocast.
+        ([&mix[..], &["--lora-r", "8", "--target-modules", "q_proj", "--lora-bias", "all", "--dtype", "float32", "--precision", "bf16"]].concat(), "--lora-bias", "autocast"),
         // generate runs (tests/estimate_generate_families.rs), without the aux loss.
         ([&mix[..], &["--profile-type", "generate", "--max-new-tokens", "4", "--output-router-logits"]].concat(), "--output-router-logits", "generate"),
     ];

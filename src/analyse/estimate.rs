@@ -125,8 +125,11 @@ pub struct Estimate {
     /// The same in 4-byte symbols (`8.5a + 2.5f + 1.5s + m + small`).
     pub block_fp32_units: String,
     /// Block 0's, where it keeps less than the others (peft: its input needs no gradient);
-    /// the other `layers − 1` keep `block`.
+    /// the other `layers − 1` keep `block` (or `sliding_block`'s).
     pub first_block: Option<Vec<Term>>,
+    /// The layer `first_block` is: 0, or DeepSeek-V3's first sparse layer where peft trains
+    /// nothing in the first_k_dense_replace dense layers before it (they keep `sliding_block`).
+    pub first_block_layer: usize,
     /// Gemma 3 under sdpa once the window masks its sliding layers: what those layers keep
     /// (their kernel sees the mask), `block` being the full layers'.
     pub sliding_block: Option<SlidingBlock>,
@@ -188,7 +191,7 @@ impl Estimate {
         let sliding = self.sliding_block.as_ref().map(|s| (s, s.block.iter().map(Term::bytes).sum::<u64>()));
         (0..self.layers)
             .map(|i| match (i, first, &sliding) {
-                (0, Some(f), _) => f,
+                (i, Some(f), _) if i == self.first_block_layer => f,
                 (_, _, Some((s, bytes))) if s.layers.contains(&i) => *bytes,
                 _ => block,
             })
@@ -626,8 +629,9 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         Mode::Autocast => (2 * cast_elements, format!("2 B × (L·({attn_w} + 3d·F) + {head_w}) = 2 × {cast_elements}")),
         Mode::Fp32 => (0, "0 B (fp32: nothing is cast)".to_string()),
         Mode::Pure if c.pure_autocast && cfg.hf().is_some_and(|h| h.lora.is_some()) => {
-            // peft's fp32 adapters are the only leaves autocast casts (and caches).
-            let n = cfg.lora_param_count();
+            // peft's fp32 adapters are the only leaves autocast casts (and caches); the experts'
+            // ParamWrapper adapters reach no autocast op.
+            let n = cfg.lora_param_count() - hf::moe::uncast_expert_adapters(cfg);
             (2 * n, format!("2 B × (the LoRA adapters' A and B, fp32 leaves over bf16 weights) = 2 × {n}"))
         }
         Mode::Pure if c.pure_autocast => (0, "0 B (bf16 weights: autocast has no fp32 leaf to cast and cache)".to_string()),
@@ -637,6 +641,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         b.retain(|t| t.elements > 0);
         b
     });
+    let first_block_layer = hf_terms.as_ref().map_or(0, |t| t.first_layer);
     let sliding_block = hf_terms.as_ref().and_then(|t| t.sliding_block.clone()).map(|(layers, mut block, kind)| {
         block.retain(|t| t.elements > 0);
         let symbolic = symbolic(&block);
@@ -749,6 +754,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         block_symbolic,
         block_fp32_units,
         first_block,
+        first_block_layer,
         sliding_block,
         outside,
         logits,

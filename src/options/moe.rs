@@ -111,6 +111,16 @@ pub fn check_profile(c: &ModelConfig, device: Device, generate: bool, batch: usi
     if device == Device::Cpu {
         return Err(usage("--device", format!("a mixture-of-experts model ({family}) runs on meta only: its routing is --routing's assumption, not data")));
     }
+    // DeepSeek-V3 whose layers are all dense has no sparse block for target_parameters to match:
+    // without module adapters peft adapts nothing.
+    if let (Some(ds), Some(lc)) = (m.deepseek.as_ref(), c.hf().and_then(|h| h.lora.as_ref())) {
+        if lc.targets.is_empty() && !lc.target_parameters.is_empty() && ds.first_k_dense >= c.num_layers {
+            return Err(usage(
+                "--target-parameters",
+                format!("matches nothing on deepseek_v3 whose {} layers are all dense (first_k_dense_replace {}): without --target-modules peft 0.21.2 raises NoMatchingPeftModuleError (\"No `target_modules` passed but also no `target_parameters` found\")", c.num_layers, ds.first_k_dense),
+            ));
+        }
+    }
     if generate {
         // Measured: tests/generate_grid.rs (generate_moe.json, generate_gpt_oss.json: gpt-oss's
         // sliding layers' DynamicSlidingWindowLayer; generate_deepseek.json: DeepSeek-V3's

@@ -56,7 +56,7 @@ pub fn kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize) 
 pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), ConfigError> {
     let Some(hf) = cfg.hf() else { return Ok(()) };
     if let Some(m) = &hf.moe {
-        moe::check(hf, m, precision)?;
+        moe::check(hf, m)?;
         if m.gpt_oss.is_some() {
             gpt_oss::check(hf)?;
         }
@@ -156,6 +156,9 @@ pub(super) struct Terms {
     pub block: Vec<Term>,
     /// Layer 0's where it keeps less than the others (peft: its input needs no gradient).
     pub first_block: Option<Vec<Term>>,
+    /// The layer `first_block` is (0; DeepSeek-V3's first sparse layer where the dense layers
+    /// before it train nothing).
+    pub first_layer: usize,
     /// Gemma 3's sliding layers' (their indices) where their kernel sees the window's mask;
     /// DeepSeek-V3's dense layers'.
     pub sliding_block: Option<(Vec<usize>, Vec<Term>, super::OtherLayers)>,
@@ -614,8 +617,9 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
         None => &gate_up,
     };
     let mut post_norm = frozen_norm(h, adaptable);
-    // peft's ParamWrapper on the router: its linear keeps its input for the fold's gradient.
-    post_norm.output |= lora.is_some_and(|l| l.targets_router());
+    // peft's ParamWrapper on the router: its linear keeps its input for the fold's gradient
+    // (under autocast its own cast of it: moe::block).
+    post_norm.output |= lora.is_some_and(|l| l.targets_router()) && c.mode != Mode::Autocast;
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.model, rows, gate_up_readers, post_norm);
     if let Some(m) = &hf.moe {
         // The sparse block in place of the MLP (under peft: LoRA on the shared expert only).
@@ -698,10 +702,14 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         (layers, gemma::layer(c, cfg, &lh, self::kernel(cfg, &lh, precision, s), cache, true), super::OtherLayers::Sliding)
     });
     // DeepSeek-V3's first_k_dense_replace layers (checkpointed, every layer keeps its input only).
+    // peft's ParamWrapper without module adapters trains nothing in them: none of their inputs
+    // needs a gradient, nor the first sparse layer's (`first_block`, at that layer).
+    let lora = hf.lora.is_some();
+    let frozen_dense = !checkpointing && hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) && deepseek_parts(hf).is_some_and(|(_, ds)| ds.first_k_dense > 0);
     let sliding_block = sliding_block.or_else(|| {
         let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
-        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel, true), super::OtherLayers::Dense))
+        Some((layers, deepseek::layer(c, hf, m, ds, false, cache, kernel, !frozen_dense), super::OtherLayers::Dense))
     });
     // Qwen2-MoE's sliding layers (the window's mask, and with the cache a
     // DynamicSlidingWindowLayer and its window tensor).
@@ -711,7 +719,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     });
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient: what its
     // ops keep for it alone is not kept. Checkpointed layers keep their input either way.
-    let lora = hf.lora.is_some();
+    let first_layer = match deepseek_parts(hf) {
+        Some((_, ds)) if frozen_dense && ds.first_k_dense < cfg.num_layers => ds.first_k_dense,
+        _ => 0,
+    };
     let first_block = (lora && !checkpointing).then(|| match hf.gemma.as_ref() {
         // Gemma: layer 0's type decides its kernel (Gemma 3's sliding layers may see a mask).
         Some(g) => {
@@ -720,7 +731,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         }
         // DeepSeek-V3: layer 0 is dense unless first_k_dense_replace is 0.
         None => match deepseek_parts(hf) {
-            Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == 0, cache, kernel, false),
+            Some((m, ds)) => deepseek::layer(c, hf, m, ds, ds.first_k_dense == first_layer, cache, kernel, false),
             None if hf.model_type == Arch::Olmo2 => olmo2::layer(c, cfg, hf, kernel, cache, false),
             // Qwen2-MoE's window: layer 0's type decides.
             None => match full_hf.as_ref().filter(|_| window.is_some_and(|w| !w[0])) {
@@ -743,7 +754,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         Some(g) => g.types().into_iter().map(|sliding| if sliding { " of the sliding layers (rope_local_base_freq)" } else { " of the full layers" }).collect(),
         None => vec![""],
     };
-    for pair in pairs {
+    // Under peft without module adapters the first layer that trains (layer 0, or DeepSeek-V3's
+    // first sparse layer) keeps nothing for its RoPE: with no layer after it nothing keeps cos/sin.
+    let rope_kept = checkpointing || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || first_layer + 1 < cfg.num_layers;
+    for pair in pairs.into_iter().filter(|_| rope_kept) {
         for which in ["cos", "sin"] {
             // (Olmo2RotaryEmbedding returns them in fp32 whatever the model's dtype.)
             let elem = if olmo2 { 4 } else { ty.model };
@@ -871,7 +885,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // Autocast caches only casts of leaves that need a gradient: under peft the adapters and
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {
-        let n = cfg.lora_param_count() + cfg.lora_bias_count();
+        // (The experts' ParamWrapper adapters meet no autocast op: moe::uncast_expert_adapters.)
+        let n = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
         let biases = if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" };
         if olmo2 && checkpointing {
             // enable_input_require_grads makes the frozen embedding's output a leaf that needs a
@@ -884,7 +899,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     } else {
         (cast_elements, cast_formula)
     };
-    Terms { block, first_block, sliding_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
+    Terms { block, first_block, first_layer, sliding_block, outside, logits, loss, param_formula, cast_elements, cast_formula }
 }
 
 /// MatMul8bitLt keeps its input as a ctx attribute, not a saved tensor: the non-reentrant

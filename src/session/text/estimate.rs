@@ -134,11 +134,17 @@ pub fn estimate(e: &Estimate, cfg: &ModelConfig, sim: Option<&Simulated>) -> Str
     match &e.first_block {
         Some(first) => {
             let sym = crate::analyse::estimate::symbolic(first);
-            out!(s, "   block 0 ({sym}: its input, the frozen embedding's output, needs no gradient, so what only that gradient needs is not kept):");
+            let k = e.first_block_layer;
+            if k == 0 {
+                out!(s, "   block 0 ({sym}: its input, the frozen embedding's output, needs no gradient, so what only that gradient needs is not kept):");
+            } else {
+                let dense = if k == 1 { "the dense layer" } else { "the dense layers" };
+                out!(s, "   block {k}, the first sparse layer ({sym}: its input, the output of {dense} before it (nothing trains there), needs no gradient, so what only that gradient needs is not kept):");
+            }
             terms(&mut s, first);
             let b0: u64 = first.iter().map(|t| t.bytes()).sum();
-            out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", "= block 0", sym, b0, mib(b0));
-            out!(s, "  block 0 + (L − 1) = {} more blocks: {} B = {:.3} GiB", e.layers.saturating_sub(1), e.blocks_bytes(), gib(e.blocks_bytes()));
+            out!(s, "  {:<58} {:<34} {:>14} B {:>11.2} MiB", format!("= block {k}"), sym, b0, mib(b0));
+            out!(s, "  block {k} + (L − 1) = {} more blocks: {} B = {:.3} GiB", e.layers.saturating_sub(1), e.blocks_bytes(), gib(e.blocks_bytes()));
         }
         None if e.sliding_block.is_none() => out!(s, "  × L = {} blocks: {} B = {:.3} GiB", e.layers, e.blocks_bytes(), gib(e.blocks_bytes())),
         None => {}

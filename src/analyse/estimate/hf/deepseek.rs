@@ -30,8 +30,9 @@
 //! their input's gradient needs (not down_proj's input, nor the router's fp32 input copy).
 //! peft's ParamWrapper on the sparse layers' router and routed experts (`--target-parameters`):
 //! moe.rs's folds, the router's linear keeping its fold (fp32) or the fold's `.float()` copy and
-//! its input's (pure bf16), and the sparse block keeping what the adapters need where its input
-//! needs no gradient (layer 0 when it is sparse).
+//! its input's (pure bf16), under autocast its uncached casts of both, and the sparse block
+//! keeping what the adapters need where its input needs no gradient (layer 0 when it is
+//! sparse, or the first sparse layer when the dense ones before it train nothing).
 use super::moe::{self, Sizes};
 use super::{rms_norm, types, Kernel};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
@@ -350,7 +351,9 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
     attention(c, hf, ds, &mut t, cache, kernel, g);
     let h = x || q || kvb || adapted("o_proj");
     if lora.is_some() {
-        frozen_casts(c, &mut t, m, ds, sparse, x, g, q || kvb, h);
+        // (A router that is a ParamWrapper fold keeps its own cast: sparse_block.)
+        let router_w = sparse && lora.is_some_and(|l| l.targets_router());
+        frozen_casts(c, &mut t, m, ds, sparse, x, g, q || kvb, h && !router_w, h);
     }
     if c.mode != Mode::Pure && h {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
@@ -361,7 +364,8 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
     // fp32 the router's linear keeps its input (`.float()` returns it) for the fold's gradient.
     let wrapped = |p: &str| sparse && lora.is_some_and(|l| l.targets_parameter(p));
     let pw = moe::Wrapped { router: sparse && lora.is_some_and(|l| l.targets_router()), gate_up: wrapped("mlp.experts.gate_up_proj"), down: wrapped("mlp.experts.down_proj") };
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, norm(h, g.weights || (pw.router && me == 4)));
+    // (Under autocast the router's linear keeps its own cast of the norm's output: sparse_block.)
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, readers, norm(h, g.weights || (pw.router && me == 4 && c.mode != Mode::Autocast)));
     if !h && !pw.any() {
         return t;
     }
@@ -389,7 +393,7 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
 /// the attention output), then the dense MLP's gate/up/down_proj or the shared experts' and
 /// the router (`h`).
 #[allow(clippy::too_many_arguments)]
-fn frozen_casts(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, x: bool, g: Grad, attn: bool, h: bool) {
+fn frozen_casts(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, ds: &DeepseekParts, sparse: bool, x: bool, g: Grad, attn: bool, router: bool, h: bool) {
     let shapes = ds.mla_linear_shapes(c.d as usize, c.h as usize);
     let n = |slot: usize| (shapes[slot].0 * shapes[slot].1) as u64;
     let (q_name, q_formula) = if ds.q_lora_rank.is_some() { ("q_a_proj", "r_q·d") } else { ("q_proj", "h·(d_n + d_r)·d") };
@@ -412,7 +416,9 @@ fn frozen_casts(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, ds: &DeepseekParts, s
     if sparse {
         let is = m.shared_intermediate as u64;
         super::frozen_cast(c, t, "shared_experts gate_proj, up_proj, down_proj", "3·I_s·d", 3 * is * c.d);
-        super::frozen_cast(c, t, "router", "E·d", m.experts as u64 * c.d);
+        if router {
+            super::frozen_cast(c, t, "router", "E·d", m.experts as u64 * c.d);
+        }
     } else {
         super::frozen_cast(c, t, "gate_proj, up_proj, down_proj", "3·F_d·d", 3 * ds.dense_intermediate as u64 * c.d);
     }
@@ -450,6 +456,13 @@ fn sparse_block(c: &Ctx, t: &mut Vec<Term>, m: &MoeConfig, me: u64, lo: u64, wei
         if x {
             let fold = if pw.router { " of the ParamWrapper's fold W + ΔW" } else { "" };
             t.push(small(&format!("router weight{fold} .float() (E, d){cast} (the router's linear keeps it)"), "_to_copy", "E·d", m.experts as u64 * c.d, rl));
+        }
+    } else if pw.router && c.mode == Mode::Autocast {
+        // F.linear casts the fp32 input and the (non-leaf) fold, uncached, and keeps each cast
+        // for the other's gradient.
+        t.push(c.term("post_attention_layernorm output (fp32) cast to bf16 for gate (the router) (its linear keeps it for the fold's gradient)", "_to_copy", Unit::A, 2));
+        if x {
+            t.push(small("router weight + ΔW, the ParamWrapper's fold (E, d), cast to bf16 (uncached; the router's linear keeps it for its input's gradient)", "_to_copy", "E·d", m.experts as u64 * c.d, 2));
         }
     } else if pw.router && x {
         t.push(small("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", "E·d", m.experts as u64 * c.d, 4));

@@ -35,8 +35,12 @@
 //! each one's input (MatMul8bitLt). Under autocast over fp32 weights each frozen linear whose
 //! input needs a gradient keeps its weight's uncached cast (q/k/v/o_proj, the router,
 //! lm_head), and [`attention_autocast`] keeps what the gradients need; over bf16 weights
-//! (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter). `--target-parameters`
-//! and the router's auxiliary loss are refused ([`moe::check`]).
+//! (`Mode::Pure`) LoRA's terms are the dense layers' (super::adapter). peft's ParamWrapper on
+//! the router and the experts (`--target-parameters`) is derived: the folds train, so the
+//! block keeps what their gradients need even where its input needs none (the router's fold,
+//! or under autocast its cast; the experts' folds where an op keeps its weight, or under
+//! autocast eager's per-expert casts; pure bf16's factor copies: [`moe::param_wrapper`]); the
+//! router's auxiliary loss is refused ([`moe::check`]).
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -65,10 +69,13 @@ struct Sizes {
     /// Under autocast (fp32 weights) the low type's bytes: batched_mm's bmm and eager's
     /// matmuls keep low casts of their operands; None without autocast.
     lo: Option<u64>,
-    /// The experts' and router's weights train (not under peft): what only their gradients
-    /// need (the gathered rows, the down projection's input, the sorted expert ids the bias
-    /// gathers keep) is kept.
+    /// The experts' and router's weights train (not under peft): the sorted expert ids the
+    /// bias gathers keep are kept.
     weights: bool,
+    /// Which of the block's tensors need a gradient: its input, the router's outputs, the
+    /// experts' weights as read (leaves in full fine-tuning, peft's ParamWrapper folds under
+    /// `--target-parameters`, frozen otherwise).
+    g: moe::ExpertGrad,
 }
 
 fn term(what: impl Into<String>, op: &'static str, unit: Unit, formula: &str, elements: u64, elem: u64) -> Term {
@@ -136,22 +143,44 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         super::adapter(c, &mut t, lc, "o_proj", super::heads_unit(c, c.h), q || k || v);
     }
-    if !g.h {
+    // peft's ParamWrapper (`--target-parameters`) on the router and the experts: the folds
+    // train, so the block keeps what their gradients need even where its input needs none
+    // (layer 0 with the attention frozen).
+    let wrapped = |p: &str| lora.is_some_and(|l| l.targets_parameter(p));
+    let (router_w, gate_up_w, down_w) = (lora.is_some_and(|l| l.targets_router()), wrapped("mlp.experts.gate_up_proj"), wrapped("mlp.experts.down_proj"));
+    if !g.h && !(router_w || gate_up_w || down_w) {
         return t;
     }
-    if c.mode != Mode::Pure {
+    if c.mode != Mode::Pure && g.h {
         t.push(c.term("h = x + attention (post_attention_layernorm keeps it)", "add", Unit::A, 4));
     }
-    // The router keeps the norm's output for its weight's gradient; the experts gather its rows.
-    if lora.is_some() {
+    // The router keeps the norm's output for its weight's gradient (a fold's too); the experts
+    // gather its rows.
+    if lora.is_some() && g.h && !router_w {
         super::frozen_cast(c, &mut t, "router", "E·d", m.experts as u64 * c.d);
     }
-    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm(true, g.weights));
+    rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm(g.h, g.weights || router_w));
     let top_k = m.top_k as u64;
+    let w = g.weights;
+    let eg = moe::ExpertGrad { x: g.h, router: g.h || router_w, gate_up: w || gate_up_w, down: w || down_w, gate_up_fold: gate_up_w, down_fold: down_w };
     // Under autocast the router's biased linear gives bf16 logits: topk and softmax keep that type.
-    let z = Sizes { t: c.b * c.s, p: c.b * c.s * top_k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: lo, lo: autocast.then_some(lo), weights: g.weights };
-    t.push(term("router top-k expert indices, int64 (topk keeps them)", "topk", Unit::Small, "B·S·k", z.p, 8));
-    t.push(term("routing weights: softmax over the top-k logits (softmax keeps its output)", "_softmax", Unit::Small, "B·S·k", z.p, z.rw));
+    let z = Sizes { t: c.b * c.s, p: c.b * c.s * top_k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: lo, lo: autocast.then_some(lo), weights: w, g: eg };
+    if let Some(lc) = lora.filter(|l| !l.target_parameters.is_empty()) {
+        // The router's fold (its linear keeps it for its input's gradient) and, in pure bf16,
+        // the experts' folds' bf16 factors: Mixtral's terms (gpt-oss's (E, in, out) experts
+        // transpose the factors, E·r·(in + out) either way).
+        let mz = moe::Sizes { t: z.t, p: z.p, d: z.d, i: z.i, e: z.e, me, rw: lo, mm: me, g: eg };
+        moe::param_wrapper(c, &mut t, lc, &mz, true);
+    }
+    let batched = m.implementation == ExpertsImplementation::BatchedMm;
+    // batched_mm's fold gathers keep the top-k indices (a view); its weighting the softmax's
+    // output (a view), which the softmax keeps when the logits need a gradient.
+    if eg.router || (batched && (gate_up_w || down_w)) {
+        t.push(term("router top-k expert indices, int64 (topk keeps them)", "topk", Unit::Small, "B·S·k", z.p, 8));
+    }
+    if eg.router || (batched && eg.down_out()) {
+        t.push(term("routing weights: softmax over the top-k logits (softmax keeps its output)", "_softmax", Unit::Small, "B·S·k", z.p, z.rw));
+    }
     match m.implementation {
         ExpertsImplementation::GroupedMm => grouped_mm(&mut t, &z),
         ExpertsImplementation::BatchedMm => batched_mm(&mut t, &z),
@@ -261,13 +290,15 @@ fn attention_autocast(c: &Ctx, t: &mut Vec<Term>, cache: bool, g: Grad) {
 /// autocast matmul on an fp32 product (eager's), so it keeps its low copy instead.
 fn gate(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str, elem: u64, cast: Option<u64>) {
     let ki = |what: String, op, elem| term(what, op, Unit::Ki, "B·S·k·I", rows * z.i, elem);
-    t.push(ki("gate_up output + bias, its gate columns [..., ::2] (its clamp keeps the view)".into(), op, elem));
-    t.push(ki("gate_up output + bias, its up columns [..., 1::2] (its clamp keeps the view)".into(), op, elem));
-    t.push(ki("gate.clamp(max=limit) (gate · sigmoid keeps it)".into(), "clamp", elem));
-    t.push(ki("sigmoid(gate · alpha) (sigmoid keeps its output)".into(), "sigmoid", elem));
-    t.push(ki("glu = gate · sigmoid ((up + 1) · glu keeps it)".into(), "mul", elem));
-    t.push(ki("up.clamp(−limit, limit) + 1 (the product keeps it)".into(), "add", elem));
-    if z.weights {
+    if z.g.gate_up_out() {
+        t.push(ki("gate_up output + bias, its gate columns [..., ::2] (its clamp keeps the view)".into(), op, elem));
+        t.push(ki("gate_up output + bias, its up columns [..., 1::2] (its clamp keeps the view)".into(), op, elem));
+        t.push(ki("gate.clamp(max=limit) (gate · sigmoid keeps it)".into(), "clamp", elem));
+        t.push(ki("sigmoid(gate · alpha) (sigmoid keeps its output)".into(), "sigmoid", elem));
+        t.push(ki("glu = gate · sigmoid ((up + 1) · glu keeps it)".into(), "mul", elem));
+        t.push(ki("up.clamp(−limit, limit) + 1 (the product keeps it)".into(), "add", elem));
+    }
+    if z.g.down {
         match cast {
             Some(lo) => t.push(ki(format!("(up + 1) · glu cast to bf16 ({down} keeps the copy for its weight's gradient)"), "_to_copy", lo)),
             None => t.push(ki(format!("(up + 1) · glu ({down} keeps it for its weight's gradient)"), "mul", elem)),
@@ -277,20 +308,45 @@ fn gate(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str, e
 
 /// `grouped_mm_experts_forward` with `has_bias` and `is_transposed`.
 fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
-    t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    let g = z.g;
+    if g.router {
+        t.push(term("perm: the routed rows sorted by expert, int64 (the routing weights' gather keeps it)", "sort", Unit::Small, "B·S·k", z.p, 8));
+    }
     if z.weights {
         t.push(term("sorted expert ids, int64 (the gathers of gate_up_proj_bias and down_proj_bias keep them)", "sort", Unit::Small, "B·S·k", z.p, 8));
     }
-    t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
-    if z.weights {
+    if g.x {
+        t.push(term("token ids perm // k, int64 (the hidden states' gather keeps them)", "floor_divide", Unit::Small, "B·S·k", z.p, 8));
+    }
+    if g.gate_up {
         t.push(term("hidden states gathered in expert order (the grouped matmul keeps them)", "index", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
     }
-    t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
-    t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
+    if g.down_out() {
+        t.push(term("routing weights in expert order (the weighting keeps them)", "index", Unit::Small, "B·S·k", z.p, z.rw));
+        t.push(term("offsets: cumsum of tokens per expert, int32 (the grouped matmuls keep them)", "cumsum", Unit::Small, "E", z.e, 4));
+    }
+    folds(t, z, true);
     // torch._grouped_mm is no autocast op: the experts run in the weights' type.
     gate(t, z, "_grouped_mm", z.p, "the down grouped matmul", z.me, None);
-    t.push(term("down grouped matmul output + bias (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
-    t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
+    folds(t, z, false);
+    if g.router {
+        t.push(term("down grouped matmul output + bias (the weighting keeps it)", "_grouped_mm", Unit::Ka, "B·S·k·d", z.p * z.d, z.me));
+    }
+    if g.weighted() {
+        t.push(term("inv_perm, int64 (the unpermuting gather keeps it)", "index_put_", Unit::Small, "B·S·k", z.p, 8));
+    }
+}
+
+/// peft's ParamWrapper folds `baddbmm(W, lhs, rhs)` as the experts read them: grouped_mm and
+/// eager's matmuls (through their per-expert views) keep the fold for their input's gradient;
+/// batched_mm's gather keeps only its index.
+fn folds(t: &mut Vec<Term>, z: &Sizes, gate_up: bool) {
+    if gate_up && z.g.gate_up_fold && z.g.x {
+        t.push(term("gate_up_proj + ΔW, the ParamWrapper's fold (E, d, 2I) (kept for the input's gradient)", "baddbmm", Unit::Small, "E·d·2I", z.e * 2 * z.i * z.d, z.me));
+    }
+    if !gate_up && z.g.down_fold && z.g.gate_up_out() {
+        t.push(term("down_proj + ΔW, the ParamWrapper's fold (E, I, d) (kept for its input's gradient)", "baddbmm", Unit::Small, "E·I·d", z.e * z.i * z.d, z.me));
+    }
 }
 
 /// `batched_mm_experts_forward` with `has_bias` and `is_transposed` (the weighting keeps the
@@ -300,16 +356,22 @@ fn grouped_mm(t: &mut Vec<Term>, z: &Sizes) {
 fn batched_mm(t: &mut Vec<Term>, z: &Sizes) {
     let mm = z.lo.unwrap_or(z.me);
     let (cast, op) = if z.lo.is_some() { (" cast to bf16", "_to_copy") } else { ("", "index") };
-    if z.weights {
+    if z.g.gate_up {
         let rep = if z.lo.is_some() { "_to_copy" } else { "repeat_interleave" };
         t.push(term(format!("hidden states repeated k times{cast} (the up bmm keeps them)"), rep, Unit::Ka, "B·S·k·d", z.p * z.d, mm));
     }
     let kw = |what: String| term(what, op, Unit::Kw, "B·S·k·I·d", z.p * z.i * z.d, mm);
-    t.push(kw(format!("gate_up_proj[expert_ids] (B·S·k, d, 2I){cast}, its gate columns (the up bmm keeps it)")));
-    t.push(kw(format!("gate_up_proj[expert_ids]{cast}, its up columns")));
+    if z.g.x {
+        t.push(kw(format!("gate_up_proj[expert_ids] (B·S·k, d, 2I){cast}, its gate columns (the up bmm keeps it)")));
+        t.push(kw(format!("gate_up_proj[expert_ids]{cast}, its up columns")));
+    }
     gate(t, z, "bmm", z.p, "the down bmm", mm, None);
-    t.push(kw(format!("down_proj[expert_ids] (B·S·k, I, d){cast} (the down bmm keeps it)")));
-    t.push(term("down bmm output + bias (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, mm));
+    if z.g.gate_up_out() {
+        t.push(kw(format!("down_proj[expert_ids] (B·S·k, I, d){cast} (the down bmm keeps it)")));
+    }
+    if z.g.router {
+        t.push(term("down bmm output + bias (the weighting keeps it)", "bmm", Unit::Ka, "B·S·k·d", z.p * z.d, mm));
+    }
 }
 
 /// `GptOssExperts.forward`: per expert e hit with n_e rows (the n_e add up to B·S·k). Under
@@ -327,18 +389,34 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     };
     let per = |what: &str| format!("{what}, over {hit} (Σ n_e = B·S·k)");
     t.push(term(per("torch.where(expert_mask[e]) rows (n_e, 2) int64 (its columns index the gather, the weights and index_add_)"), "nonzero", Unit::Small, "Σ n_e·2", rows * 2, 8));
-    if z.weights {
+    if z.g.gate_up {
         match z.lo {
             Some(lo) => t.push(term(per("hidden_states[token_idx] cast to bf16 (the gate_up matmul keeps it)"), "_to_copy", Unit::Ka, "B·S·k·d", rows * z.d, lo)),
             None => t.push(term(per("hidden_states[token_idx] (the gate_up matmul keeps it)"), "index", Unit::Ka, "B·S·k·d", rows * z.d, z.me)),
         }
     }
     if let Some(lo) = z.lo {
-        t.push(term(format!("gate_up_proj[e] (d, 2I) and down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, the matmuls keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, lo));
+        // Each matmul keeps its weight slice's cast for its input's gradient (the folds
+        // themselves are then not kept).
+        match (z.g.x, z.g.gate_up_out()) {
+            (true, _) => t.push(term(format!("gate_up_proj[e] (d, 2I) and down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, the matmuls keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, lo)),
+            (false, true) => t.push(term(format!("down_proj[e] (I, d) cast to bf16, per expert hit ({hit}; uncached views, its matmul keeps them)"), "_to_copy", Unit::Small, "hit·I·d", n_hit * z.i * z.d, lo)),
+            (false, false) => {}
+        }
+    } else {
+        // A fold's per-expert views keep the whole fold.
+        folds(t, z, true);
     }
     gate(t, z, "add", rows, "the down matmul", z.me, z.lo);
-    t.push(term(per("down matmul output + bias (the weighting keeps it)"), "add", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
-    t.push(term(per("routing_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
+    if z.lo.is_none() {
+        folds(t, z, false);
+    }
+    if z.g.router {
+        t.push(term(per("down matmul output + bias (the weighting keeps it)"), "add", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
+    }
+    if z.g.down_out() {
+        t.push(term(per("routing_weights[token_idx, top_k_pos] (the weighting keeps it)"), "index", Unit::Small, "Σ n_e", rows, z.rw));
+    }
     t.push(term(per("weighted output (index_add_ keeps its source)"), "mul", Unit::Ka, "B·S·k·d", rows * z.d, z.me));
 }
 
@@ -365,8 +443,11 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     if !checkpointing && c.mode != Mode::Pure && !lora {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
-    // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type.
-    for which in ["cos", "sin"] {
+    // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type;
+    // under peft without module adapters layer 0 keeps nothing for its RoPE: with no layer
+    // after it nothing keeps them.
+    let rope_kept = checkpointing || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || l > 1;
+    for which in ["cos", "sin"].into_iter().filter(|_| rope_kept) {
         t_small(&mut outside, &format!("RoPE {which} (1, S, d_h/2), shared by every layer's rotary products (or the checkpoints' closures)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h/2", c.s * c.dk / 2, me);
     }
     if checkpointing {
@@ -414,13 +495,15 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     }
     let (param_formula, mut cast_elements, mut cast_formula) = params(cfg, hf, m);
     if lora {
-        // Autocast caches only casts of leaves that need a gradient: the adapters.
-        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count();
+        // Autocast caches only casts of leaves that need a gradient: the adapters (not the
+        // experts' ParamWrapper adapters, which meet no autocast op).
+        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
         cast_formula = format!("2 B × (the LoRA adapters' A and B) = 2 × {cast_elements}");
     }
     Terms {
         block,
         first_block,
+        first_layer: 0,
         sliding_block: None,
         outside,
         logits,

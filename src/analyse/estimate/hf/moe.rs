@@ -27,21 +27,21 @@
 //! with LoRA too (over fp32 weights the frozen router and shared expert keep their weights'
 //! uncached casts), and LLM.int8() where profile runs it (Mixtral, Qwen3-MoE, gpt-oss: the
 //! attention's 8-bit linears keep their inputs, MatMul8bitLt). peft's ParamWrapper on the
-//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here and on
-//! DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their gradients need
-//! even where its input needs none; [`param_wrapper`]); under autocast, on gpt-oss and on
-//! DeepSeek-V3 with only dense layers before it it is refused, and so is the router's auxiliary
-//! loss ([`check`]): `profile` simulates what it runs of them.
+//! experts and router (`--target-parameters`) is derived in fp32 and pure bf16, here, on
+//! gpt-oss and on DeepSeek-V3 ([`ExpertGrad`]: the folds train, so the block keeps what their
+//! gradients need even where its input needs none; [`param_wrapper`]), and under autocast
+//! (the router's fold's cast; baddbmm is no autocast op, so the folds keep the weights' type
+//! and the experts' adapters are never cast, [`uncast_expert_adapters`]); the router's
+//! auxiliary loss is refused ([`check`]): `profile` simulates it.
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
 use crate::model::hf::HfConfig;
 use crate::model::config::MAX_BYTES;
 use crate::model::{ConfigError, ModelConfig};
-use crate::train::Precision;
 
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
-pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Result<(), ConfigError> {
+pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
     if m.output_router_logits {
         return Err(ConfigError::new(
@@ -50,34 +50,9 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
         ));
     }
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
-    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); peft's ParamWrapper on the
-    // experts and router is not.
-    // peft's ParamWrapper is derived on Mixtral, Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 in fp32
-    // and pure bf16 (`param_wrapper`, the experts' folds); not on gpt-oss, nor under autocast
-    // (the router's delta mm and the folds' baddbmm would cast).
-    if let Some(lc) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
-        // Named with --target-parameters, or converted by peft from --target-modules.
-        let why = if m.gpt_oss.is_some() {
-            Some(format!("on {family}"))
-        } else if lc.targets.is_empty() && m.deepseek.as_ref().is_some_and(|ds| ds.first_k_dense > 0) {
-            // The dense layers before the first sparse one train nothing: its input needs no
-            // gradient either, a layer kind of its own the closed form does not state.
-            Some("without --target-modules over DeepSeek-V3's first_k_dense_replace dense layers (the first sparse layer's input then needs no gradient)".to_string())
-        } else if !matches!(precision, Precision::Fp32 | Precision::PureBf16) {
-            Some(format!("under {} (autocast casts the router's delta matmul and the folds' baddbmm; only fp32 and pure bf16 are derived)", precision.name()))
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(ConfigError::new(
-                "--target-parameters",
-                format!(
-                    "peft's ParamWrapper on {family}'s experts and router (target_parameters {}, named or converted by peft from --target-modules) {why} is not derived in closed form (LoRA on the attention is); `profile` simulates it",
-                    lc.target_parameters.join(",")
-                ),
-            ));
-        }
-    }
+    // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper
+    // (`--target-parameters`, named or converted by peft from --target-modules) on every family
+    // in fp32, pure bf16 and under autocast (`param_wrapper`, the experts' folds).
     // QLoRA is derived: bitsandbytes quantizes the nn.Linear modules (the attention's,
     // Qwen2-MoE's shared expert's, DeepSeek-V3's dense and shared MLPs), whose MatMul4Bit keeps
     // nothing, and leaves the router and experts in their dtype (estimate.rs's storage).
@@ -87,7 +62,10 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig, precision: Precision) -> Resul
     if let Some(q) = hf.bnb.as_ref().filter(|q| q.int8().is_some() && (m.shared_intermediate > 0 || m.deepseek.is_some())) {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form (4-bit is); `profile` refuses it too", q.bits())));
     }
-    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) {
+    // peft's bias on Mixtral, Qwen3-MoE and Qwen2-MoE trains the attention's biases (where the
+    // config has them) only, as on the dense layers (hf.rs's layer); gpt-oss's router and
+    // experts' biases and DeepSeek-V3's are not derived.
+    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
         return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
     }
     // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
@@ -169,15 +147,15 @@ pub(in crate::analyse::estimate) struct ExpertGrad {
 
 impl ExpertGrad {
     /// The gate_up output (and silu's) needs a gradient.
-    fn gate_up_out(&self) -> bool {
+    pub(super) fn gate_up_out(&self) -> bool {
         self.x || self.gate_up
     }
     /// The down projection's output needs a gradient.
-    fn down_out(&self) -> bool {
+    pub(super) fn down_out(&self) -> bool {
         self.gate_up_out() || self.down
     }
     /// The weighted output (what index_add_/the unpermute reads) needs a gradient.
-    fn weighted(&self) -> bool {
+    pub(super) fn weighted(&self) -> bool {
         self.down_out() || self.router
     }
 }
@@ -283,6 +261,11 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
         // The frozen router's linear keeps its weight's cast (under autocast over fp32 weights).
         super::frozen_cast(c, t, "router (gate)", "E·d", z.e * z.d);
     }
+    if router_w && c.mode == Mode::Autocast {
+        // The router's linear keeps its input's cast for the fold's gradient (the norm states
+        // no reader's cast here: the other readers are frozen or keep their adapters' own).
+        t.push(term("post_attention_layernorm output (fp32) cast to bf16 for gate (the router) (its linear keeps it for the fold's gradient)", "_to_copy", Unit::A, "B·S·d", z.t * z.d, 2));
+    }
     if g.router {
         router(t, m, &z);
     }
@@ -301,7 +284,13 @@ pub(super) fn block(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, x_
 /// in fp32, bf16 copies over bf16 weights (the adapters stay fp32).
 pub(super) fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora::LoraConfig, z: &Sizes, router: bool) {
     if router && lc.targets_router() && z.g.x {
-        t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", Unit::Small, "E·d", z.e * z.d, z.me));
+        if c.mode == Mode::Autocast {
+            // The delta's mm runs in bf16 (the adapters' cached casts), `.to(W.dtype)` makes it
+            // fp32 again; F.linear keeps its uncached cast of the (non-leaf) fp32 fold.
+            t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d), cast to bf16 (uncached; the router's linear keeps it for its input's gradient)", "_to_copy", Unit::Small, "E·d", z.e * z.d, 2));
+        } else {
+            t.push(term("router weight + ΔW, the ParamWrapper's fold (E, d) (the router's linear keeps it for its input's gradient)", "add", Unit::Small, "E·d", z.e * z.d, z.me));
+        }
     }
     if z.me == 4 || c.mode != Mode::Pure {
         return;
@@ -314,6 +303,23 @@ pub(super) fn param_wrapper(c: &Ctx, t: &mut Vec<Term>, lc: &crate::model::lora:
     if z.g.down_fold {
         t.push(term("down_proj's lora_B (E, d, r) and lora_A (E, r, I) cast to bf16 (the fold's baddbmm keeps them)", "_to_copy", Unit::Small, "E·r·(d + I)", z.e * r * (z.i + z.d), z.me));
     }
+}
+
+/// Elements of the experts' ParamWrapper adapters (gate_up_proj's and down_proj's lora_A and
+/// lora_B over the sparse layers): their factors reach `baddbmm`, no autocast op, so autocast
+/// never casts (nor caches) them; the router's meet its delta's mm and are cached.
+pub(in crate::analyse::estimate) fn uncast_expert_adapters(cfg: &ModelConfig) -> u64 {
+    let Some((m, lc)) = cfg.hf().and_then(|h| h.moe.as_ref().zip(h.lora.as_ref())) else { return 0 };
+    let (e, i, d) = (m.experts as u64, m.intermediate as u64, cfg.d_model as u64);
+    let mut n = 0;
+    if lc.targets_parameter("mlp.experts.gate_up_proj") {
+        n += lc.gate_up_rank() as u64 * e * (d + 2 * i);
+    }
+    if lc.targets_parameter("mlp.experts.down_proj") {
+        n += lc.r as u64 * e * (i + d);
+    }
+    let sparse = (0..cfg.num_layers).filter(|&l| m.deepseek.as_ref().is_none_or(|ds| ds.is_sparse(l))).count() as u64;
+    n * sparse
 }
 
 /// What `--experts-implementation`'s forward keeps (shared with DeepSeek-V3's sparse block).
@@ -357,7 +363,8 @@ fn gate_up(t: &mut Vec<Term>, z: &Sizes, op: &'static str, rows: u64, down: &str
 
 /// peft's ParamWrapper folds `baddbmm(W, lhs, rhs)` as the experts read them: an op that keeps
 /// its weight for its input's gradient keeps the fold (grouped_mm, eager's linears through
-/// their per-expert views); batched_mm's gather keeps only its index.
+/// their per-expert views; under autocast those keep their casts instead); batched_mm's gather
+/// keeps only its index. (baddbmm is no autocast op here: the folds are in the weights' type.)
 fn folds(t: &mut Vec<Term>, z: &Sizes, gate_up: bool) {
     if gate_up && z.g.gate_up_fold && z.g.x {
         t.push(term("gate_up_proj + ΔW, the ParamWrapper's fold (E, 2I, d) (kept for the input's gradient)", "baddbmm", Unit::Small, "E·2I·d", z.e * 2 * z.i * z.d, z.me));
@@ -454,12 +461,19 @@ fn eager(t: &mut Vec<Term>, m: &MoeConfig, z: &Sizes) {
     if autocast {
         // Each expert's weights are views (`gate_up_proj[e]`), not leaves: autocast does not
         // cache their casts, and each linear keeps its own for its input's gradient.
-        t.push(term(format!("gate_up_proj[e] (2I, d) and down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, the linears keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, 2));
+        match (z.g.x, z.g.gate_up_out()) {
+            (true, _) => t.push(term(format!("gate_up_proj[e] (2I, d) and down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, the linears keep them)"), "_to_copy", Unit::Small, "hit·3I·d", n_hit * 3 * z.i * z.d, 2)),
+            (false, true) => t.push(term(format!("down_proj[e] (d, I) cast to bf16, per expert hit ({hit}; uncached views, its linear keeps them)"), "_to_copy", Unit::Small, "hit·I·d", n_hit * z.i * z.d, 2)),
+            (false, false) => {}
+        }
+    } else {
+        // A fold's per-expert views keep the whole fold.
+        folds(t, z, true);
     }
-    // A fold's per-expert views keep the whole fold.
-    folds(t, z, true);
     gate_up(t, z, "mm", rows, "down_proj's linear");
-    folds(t, z, false);
+    if !autocast {
+        folds(t, z, false);
+    }
     if z.g.router {
         t.push(term(per("down_proj output (the weighting keeps it)"), "mm", Unit::Ka, "B·S·k·d", rows * z.d, z.mm));
     }
