@@ -64,6 +64,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --units      # fully_shard on N layers or the root, and hsdp -> tests/fixtures/dist_grid/units.json
     python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
+    python3 measure_dist.py --lora-mixed-precision  # LoRA under MixedPrecisionPolicy (llama family) -> tests/fixtures/dist_grid/lora_mixed_precision.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -87,6 +88,7 @@ MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_p
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
+LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision.json")
 
 
 def setup_for(pt):
@@ -525,6 +527,37 @@ def mixed_precision_grid():
     return [dist_point(p, kind, layout, world, rank, name(p, kind), **pol) for layout, p, name, kind, world, rank, pol in rows]
 
 
+def lora_mixed_precision_grid():
+    """peft's LoRA under FSDP2's MixedPrecisionPolicy (fsdp and zero2): llama, mistral, qwen2 and
+    qwen3 (make_lora_grid.py's lora shapes) on bf16 weights (fp32 adapters beside them in every
+    unit) and on fp32 weights, param_dtype bf16 with reduce_dtype fp32 or unset, and reduce_dtype
+    fp32 alone, r 8-32, world 2-4, ranks 0 and the last, checkpointing off and non-reentrant,
+    training and a forward."""
+    import make_lora_grid as L
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    att = "q_proj,k_proj,v_proj,o_proj"
+    # (layout, model_type, shape, r, targets, checkpoint, weights, profile type, world, rank, policy)
+    rows = [
+        ("fsdp", "llama", 0, 8, "all-linear", "none", "bf16", "training", 2, 0, bf),
+        ("fsdp", "llama", 3, 16, "q_proj,v_proj", "non-reentrant", "bf16", "training", 2, 1, bf),
+        ("fsdp", "qwen3", 6, 32, "all-linear", "non-reentrant", "bf16", "training", 4, 3, pd),
+        ("fsdp", "mistral", 1, 8, "all-linear", "none", "fp32", "training", 3, 2, bf),
+        ("fsdp", "qwen2", 2, 16, att, "none", "bf16", "training", 4, 0, rd),
+        ("fsdp", "mistral", 7, 8, "gate_proj,up_proj,down_proj", "non-reentrant", "bf16", "training", 2, 0, pd),
+        ("fsdp", "llama", 2, 16, "all-linear", "none", "bf16", "forward", 2, 1, bf),
+        ("zero2", "llama", 4, 16, "all-linear", "none", "bf16", "training", 2, 0, bf),
+        ("zero2", "qwen2", 7, 8, "all-linear", "non-reentrant", "fp32", "training", 4, 3, pd),
+        ("zero2", "mistral", 5, 8, "q_proj,v_proj", "none", "bf16", "training", 3, 2, bf),
+        ("zero2", "qwen3", 1, 16, "all-linear", "none", "fp32", "training", 2, 1, bf),
+        ("zero2", "qwen2", 6, 8, att, "non-reentrant", "bf16", "training", 2, 1, rd),
+    ]
+    pts = []
+    for layout, mt, i, r, targets, ck, dtype, kind, world, rank, pol in rows:
+        p = L.lora(mt, i, r, targets, checkpoint=ck, dtype=dtype)
+        pts.append(dist_point(p, kind, layout, world, rank, L.names(p, kind), **pol))
+    return pts
+
+
 def reentrant_grid():
     """Reentrant checkpointing (use_reentrant=True, transformers' gradient_checkpointing_enable
     default) under FSDP2 resharding after forward: fsdp per decoder layer and hsdp (shard 2), on
@@ -938,12 +971,13 @@ def main():
              "--mixed-precision": (mixed_precision_grid, MIXED_PRECISION_OUT),
              "--units": (units_grid, UNITS_OUT),
              "--reentrant": (reentrant_grid, REENTRANT_OUT),
-             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT)}
+             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT),
+             "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras"):
+        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
