@@ -65,6 +65,21 @@ fn lora_under_mixed_precision_matches_peft() {
     grid_common::check(&format!("dist_grid/{file}"), &points, 12, KNOWN_FAILING, |point| run(point, grid_common::hf::config_of(&point["hf"])));
 }
 
+/// tests/fixtures/dist_grid/lora_mixed_precision_models.json (`measure_dist.py
+/// --lora-mixed-precision-models`): the same on issue 30's models, peft's adapters on Phi-3's
+/// fused projections, OLMo-2, Gemma 2 and Gemma 3 text, the attention of Mixtral, Qwen3-MoE,
+/// gpt-oss and DeepSeek-V3 (its latent attention) and Qwen2-MoE's attention and shared expert
+/// (routing forced as measure_moe.py forces it).
+#[test]
+fn lora_of_the_new_models_under_mixed_precision_matches_peft() {
+    let file = "lora_mixed_precision_models.json";
+    let points = points_of(file);
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"], file);
+    covers_policies(&points, file);
+    let model_of = |p: &Value| if p.get("num_experts").is_some() { grid_common::moe::point_model(p) } else { grid_common::hf::config_of(p) };
+    grid_common::check(&format!("dist_grid/{file}"), &points, 12, KNOWN_FAILING, |point| run(point, model_of(&point["hf"])));
+}
+
 fn vramscope(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }
@@ -83,13 +98,15 @@ fn profile(name: &str, extra: &[&str]) -> (std::process::Output, std::path::Path
 }
 
 /// What the two grids measure runs from the command line: LoRA under the policy over bf16 and
-/// fp32 weights, fsdp and zero2.
+/// fp32 weights, fsdp and zero2, a llama-family model and issue 30's.
 #[test]
 fn measured_policies_over_adapters_run() {
     for extra in [
         &["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"][..],
         &["--model", "Llama-3.2-1B", "--lora-r", "16", "--parallel", "zero2", "--world-size", "4", "--fsdp-reduce-dtype", "fp32", "--gradient-checkpointing", "non-reentrant"][..],
         &["--model", "Llama-3.2-1B", "--dtype", "float32", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "3", "--fsdp-param-dtype", "bf16"][..],
+        &["--preset", "OLMo-2-7B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"][..],
+        &["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--parallel", "zero2", "--world-size", "2", "--fsdp-param-dtype", "bf16"][..],
     ] {
         let (o, out) = profile("measured", extra);
         assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));

@@ -319,7 +319,9 @@ fn layouts_not_measured_for_these_models_are_refused() {
     let cases: &[(&[&str], &[&str])] = &[
         // hsdp, MixedPrecisionPolicy, other units and the router's loss are measured one at a time.
         (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"], &["--parallel", "MixedPrecisionPolicy", "mixed_precision.json", "not measured"]),
-        (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-param-dtype", "adapters", "not measured"]),
+        // The policy over peft's adapters on modules is measured (lora_mixed_precision_models.json); not through ParamWrapper.
+        (&["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj"], &["--target-parameters", "MixedPrecisionPolicy", "not measured"]),
+        (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-unit", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "every-2"], &["--fsdp-unit", "hsdp", "not measured"]),
         // Reentrant checkpointing under fsdp and hsdp is measured alone (reentrant.json).
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"], &["--gradient-checkpointing", "reentrant", "MixedPrecisionPolicy", "not measured"]),

@@ -65,6 +65,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
     python3 measure_dist.py --lora-mixed-precision  # LoRA under MixedPrecisionPolicy (llama family) -> tests/fixtures/dist_grid/lora_mixed_precision.json
+    python3 measure_dist.py --lora-mixed-precision-models  # the same on issue 30's models -> tests/fixtures/dist_grid/lora_mixed_precision_models.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -89,6 +90,7 @@ UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
 LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision.json")
+LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_models.json")
 
 
 def setup_for(pt):
@@ -558,6 +560,35 @@ def lora_mixed_precision_grid():
     return pts
 
 
+def lora_mixed_precision_models_grid():
+    """lora_mixed_precision_grid on issue 30's models: peft's adapters (make_lora_grid.py's
+    family_lora / moe_lora / gptoss_lora / deepseek_lora shapes: the attention of the MoE models,
+    Qwen2-MoE's shared expert, Phi-3's fused projections) under FSDP2's MixedPrecisionPolicy
+    (fsdp and zero2), bf16 and fp32 weights, every model, world 2-4, ranks 0 and the last,
+    checkpointing off and non-reentrant, training and a forward."""
+    import make_lora_grid as L
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    att = "q_proj,k_proj,v_proj,o_proj"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    fam = lambda mt, i, r, t, ck="none", dtype="bf16": L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
+    # (layout, point, profile type, world, rank, policy)
+    rows = [
+        ("fsdp", fam("phi3", 1, 16, "qkv_proj,gate_up_proj"), "training", 2, 0, bf),
+        ("zero2", fam("olmo2", 2, 8, "all-linear", ck="non-reentrant"), "training", 4, 3, bf),
+        ("fsdp", fam("gemma2", 3, 16, "all-linear", dtype="fp32"), "training", 3, 2, pd),
+        ("fsdp", fam("gemma3_text", 0, 8, None, ck="non-reentrant"), "training", 2, 1, bf),
+        ("fsdp", L.moe_lora(1, 16, att, checkpoint="non-reentrant", dtype="bf16"), "training", 3, 2, bf),  # mixtral eager balanced
+        ("zero2", L.moe_lora(9, 8, "q_proj,v_proj"), "training", 2, 0, bf),  # qwen3_moe grouped_mm worst bf16
+        ("fsdp", L.moe_lora(15, 16, "all-linear"), "training", 4, 3, pd),  # qwen2_moe grouped_mm worst eager bf16
+        ("fsdp", L.gptoss_lora(2, 16, att), "training", 2, 1, bf),  # grouped_mm worst bf16
+        ("zero2", L.deepseek_lora(0, 8, mla, checkpoint="non-reentrant", dtype="bf16"), "training", 4, 3, bf),  # grouped_mm balanced sdpa
+        ("fsdp", fam("olmo2", 1, 8, "q_proj,v_proj", dtype="bf16"), "training", 2, 1, rd),
+        ("fsdp", L.moe_lora(6, 8, att), "training", 2, 0, bf),  # qwen3_moe grouped_mm balanced fp32
+        ("fsdp", fam("gemma2", 1, 8, None), "forward", 2, 1, bf),
+    ]
+    return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **pol) for layout, p, kind, world, rank, pol in rows]
+
+
 def reentrant_grid():
     """Reentrant checkpointing (use_reentrant=True, transformers' gradient_checkpointing_enable
     default) under FSDP2 resharding after forward: fsdp per decoder layer and hsdp (shard 2), on
@@ -972,12 +1003,13 @@ def main():
              "--units": (units_grid, UNITS_OUT),
              "--reentrant": (reentrant_grid, REENTRANT_OUT),
              "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT),
+             "--lora-mixed-precision-models": (lora_mixed_precision_models_grid, LORA_MIXED_PRECISION_MODELS_OUT),
              "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision"):
+        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
