@@ -10,7 +10,8 @@
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
 //! (--units), FSDP2's MixedPrecisionPolicy under fsdp and zero2 (--mixed-precision; over peft's
-//! adapters too, --lora-mixed-precision-models), and reentrant checkpointing under fsdp and hsdp
+//! adapters too, --lora-mixed-precision-models; with hsdp or with the router's loss over full
+//! weights, --mixed-precision-pairs), and reentrant checkpointing under fsdp and hsdp
 //! (--reentrant). The rest is refused, naming the flag and why.
 use crate::model::hf::HfConfig;
 use crate::parallel::{Layout, ParallelConfig};
@@ -113,11 +114,24 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json", false),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json", false),
     ];
-    let mut on = options.iter().filter(|o| o.0);
-    if let Some(&(_, flag, what, file, with_adapters)) = on.next() {
-        if let Some(&(_, flag2, what2, _, _)) = on.next() {
+    let on: Vec<_> = options.iter().filter(|o| o.0).collect();
+    // The policy with hsdp and with the router's loss, over full weights, is measured too
+    // (mixed_precision_pairs.json); no other pair.
+    let measured_pair = on.len() == 2 && on[0].1 == mp_flag && matches!(on[1].1, "--parallel" | "--output-router-logits");
+    if on.len() > 2 {
+        let (&&(_, flag, what, _, _), rest) = on.split_last().expect("more than two");
+        let others: Vec<&str> = rest.iter().map(|o| o.2).collect();
+        return Some((flag, format!("{what} together with {} over {name} under a parallel layout is not measured (each alone is, and the policy with hsdp or with the router's loss: dist_grid/mixed_precision_pairs.json): drop one", others.join(" and "))));
+    }
+    if let [&(_, _, what, file, _), &(_, flag2, what2, _, _)] = on.as_slice() {
+        if !measured_pair {
             return Some((flag2, format!("{what2} together with {what} over {name} under a parallel layout is not measured (each alone is: dist_grid/{file}): drop one")));
         }
+        if hf.lora.is_some() || hf.bnb.is_some() {
+            return Some((flag2, format!("{what2} together with {what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/mixed_precision_pairs.json): drop one, or profile one GPU")));
+        }
+    }
+    if let [&(_, flag, what, file, with_adapters)] = on.as_slice() {
         if hf.bnb.is_some() || (hf.lora.is_some() && !with_adapters) {
             return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/{file}): drop it, or profile one GPU")));
         }

@@ -81,6 +81,10 @@ struct Unit {
     reshard_after_forward: bool,
     /// Where this unit sits in `post_forward_order`, one entry per forward.
     post_forward_indices: Vec<usize>,
+    /// HSDP: the reduce-scatter output all-reduced over the replicas, held until backward
+    /// ends (`FSDPParamGroup._all_reduce_state`, released by `finalize_backward`): more than
+    /// the sharded gradients when they are a cast of it (reduce dtype not the parameters').
+    all_reduce_state: Option<Tensor>,
 }
 
 /// An issued all-gather: its flat output (None when one rank gathers nothing).
@@ -98,6 +102,8 @@ struct Comm {
 pub struct Fsdp {
     /// CPUOffloadPolicy: shards and sharded gradients in host memory.
     offload: bool,
+    /// HSDP (a 2-D mesh): each reduce-scatter output is then all-reduced over the replicas.
+    hsdp: bool,
     world: usize,
     /// MixedPrecisionPolicy's param_dtype as given (cast_forward_inputs casts to it even where
     /// no parameter needs a cast).
@@ -122,6 +128,8 @@ const ROOT: usize = 0;
 /// Blocks freed there are cached for those streams only.
 const ALL_GATHER_COPY_IN_STREAM: StreamId = StreamId(1);
 const REDUCE_SCATTER_STREAM: StreamId = StreamId(3);
+/// HSDP's all-reduce stream (`all_reduce_stream`, created after the reduce-scatter stream).
+const ALL_REDUCE_STREAM: StreamId = StreamId(4);
 
 impl Fsdp {
     /// `fully_shard(block)` for every block, then `fully_shard(model)`: each parameter's
@@ -146,7 +154,7 @@ impl Fsdp {
             }
         }
         let mut units: Vec<Unit> = (0..num_units)
-            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward && cfg.layout != super::Layout::Zero2, post_forward_indices: Vec::new() })
+            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward && cfg.layout != super::Layout::Zero2, post_forward_indices: Vec::new(), all_reduce_state: None })
             .collect();
         let mut sharded = Vec::with_capacity(model.parameters().len());
         for (p, &u) in model.parameters().iter().zip(&owner) {
@@ -183,6 +191,7 @@ impl Fsdp {
         }
         let f = Rc::new(Fsdp {
             offload: cfg.offload_params,
+            hsdp: cfg.layout == super::Layout::Hsdp,
             world,
             param_dtype: cfg.param_dtype,
             reduce_dtype: cfg.reduce_dtype,
@@ -411,13 +420,22 @@ impl Fsdp {
             Tensor::zeros_op(&[total], reduce_dtype, device, "reduce_scatter_tensor")
         };
         // Sharded gradients are views of one flat buffer, cast first when the reduce dtype is
-        // not the parameters' own.
+        // not the parameters' own. HSDP all-reduces the output over the replicas and holds it
+        // (`all_reduce_input`) until backward ends; the cast then runs on the all-reduce stream
+        // (foreach_reduce's post_reduce_stream).
+        let mut all_reduce_state = None;
         let flat = if reduce_dtype != grad_dtype {
             let _c = runtime::category(Category::Gradient);
+            let _ar = self.hsdp.then(|| runtime::on_stream(ALL_REDUCE_STREAM));
             let cast = Tensor::zeros_op(&[total], grad_dtype, device, "_to_copy");
-            drop(output);
+            if self.hsdp {
+                all_reduce_state = Some(output);
+            } else {
+                drop(output);
+            }
             cast
         } else {
+            all_reduce_state = self.hsdp.then(|| output.clone());
             output
         };
         drop(rs_stream);
@@ -449,6 +467,7 @@ impl Fsdp {
         drop(views);
         drop(flat);
         drop(units);
+        self.units.borrow_mut()[u].all_reduce_state = all_reduce_state;
         self.comm.borrow_mut().reduce_scatter_states.push(input);
     }
 }
@@ -542,6 +561,11 @@ impl RankLayout for Fsdp {
                 self.post_backward(u);
             }
             self.units.borrow_mut()[u].state = State::Idle;
+        }
+        // finalize_backward, unit by unit (the root's first): HSDP's held all-reduce outputs die.
+        for u in 0..n {
+            let held = self.units.borrow_mut()[u].all_reduce_state.take();
+            drop(held);
         }
         for u in self.units.borrow_mut().iter_mut() {
             u.gathered = None;

@@ -66,6 +66,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
     python3 measure_dist.py --lora-mixed-precision  # LoRA under MixedPrecisionPolicy (llama family) -> tests/fixtures/dist_grid/lora_mixed_precision.json
     python3 measure_dist.py --lora-mixed-precision-models  # the same on issue 30's models -> tests/fixtures/dist_grid/lora_mixed_precision_models.json
+    python3 measure_dist.py --mixed-precision-pairs  # the policy with hsdp and with the router's loss -> tests/fixtures/dist_grid/mixed_precision_pairs.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -89,6 +90,7 @@ MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_p
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
+MIXED_PRECISION_PAIRS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision_pairs.json")
 LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision.json")
 LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_models.json")
 
@@ -589,6 +591,47 @@ def lora_mixed_precision_models_grid():
     return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **pol) for layout, p, kind, world, rank, pol in rows]
 
 
+def mixed_precision_pairs_grid():
+    """FSDP2's MixedPrecisionPolicy together with hsdp (a (world / shard, shard) mesh) on the
+    families and the MoE models, and together with the router's auxiliary loss
+    (output_router_logits, make_aux_loss_grid.py's rows: Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss)
+    under fsdp and zero2; bf16 over fp32 weights with reduce_dtype fp32 or unset, reduce_dtype
+    fp32 alone over bf16 weights, world 2-6, ranks 0 and the last, training, checkpointing off and
+    non-reentrant."""
+    import make_aux_loss_grid as A
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    fam = lambda mt, i, dtype="fp32", ck="none": F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+    gem = lambda mt, i, dtype="fp32", ck="none": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i, ck="none": dict(MG.point(MG.POINTS[i]), checkpoint=ck)
+    aux = lambda i, ck="none": dict(A.with_loss(MG.point(A.POINTS[i][0]), A.POINTS[i][1], A.POINTS[i][2]), checkpoint=ck)
+    go_aux = lambda i, ck="none": dict(A.with_loss(GO.point(A.GPT_OSS[i][0]), A.GPT_OSS[i][1], A.GPT_OSS[i][2]), checkpoint=ck)
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    # (layout, point, name_of, world, rank, FSDP2 options)
+    rows = [
+        ("hsdp", gem("gemma3_text", 3), F.name_of, 4, 0, dict(shard=2, **bf)),
+        ("hsdp", fam("phi3", 0, ck="non-reentrant"), F.name_of, 4, 3, dict(shard=2, **pd)),
+        ("hsdp", fam("olmo2", 2, dtype="bf16"), F.name_of, 4, 1, dict(shard=2, **rd)),
+        ("hsdp", gem("gemma2", 1), F.name_of, 6, 5, dict(shard=3, **bf)),
+        ("hsdp", moe(6), MG.name_of, 4, 3, dict(shard=2, **bf)),  # qwen3_moe grouped_mm balanced fp32
+        ("hsdp", moe(0, ck="non-reentrant"), MG.name_of, 4, 0, dict(shard=2, **pd)),  # mixtral grouped_mm balanced fp32
+        ("hsdp", moe(9), MG.name_of, 4, 2, dict(shard=2, **rd)),  # qwen3_moe grouped_mm worst bf16
+        ("hsdp", GO.point(GO.POINTS[2]), GO.name_of, 4, 3, dict(shard=2, **bf)),
+        ("hsdp", DS.point(DS.POINTS[0]), DS.name_of, 4, 1, dict(shard=2, **bf)),
+        # The router's loss (mixtral, qwen3_moe, qwen2_moe, gpt_oss).
+        ("fsdp", aux(0), A.name_of, 2, 1, bf),  # mixtral grouped_mm balanced fp32
+        ("zero2", aux(3), A.name_of, 3, 2, rd),  # qwen3_moe grouped_mm worst bf16
+        ("fsdp", aux(6, ck="non-reentrant"), A.name_of, 4, 3, bf),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", go_aux(0), A.name_of, 2, 0, pd),  # grouped_mm balanced fp32
+        ("zero2", aux(8), A.name_of, 2, 0, rd),  # qwen2_moe batched_mm balanced bf16, mask
+        ("fsdp", go_aux(2), A.name_of, 4, 3, bf),  # batched_mm worst fp32, mask
+        ("zero2", aux(4), A.name_of, 3, 0, pd),  # qwen3_moe eager balanced fp32
+    ]
+    return [dist_point(p, "training", layout, world, rank, name(p, "training"), **o) for layout, p, name, world, rank, o in rows]
+
+
 def reentrant_grid():
     """Reentrant checkpointing (use_reentrant=True, transformers' gradient_checkpointing_enable
     default) under FSDP2 resharding after forward: fsdp per decoder layer and hsdp (shard 2), on
@@ -1004,7 +1047,8 @@ def main():
              "--reentrant": (reentrant_grid, REENTRANT_OUT),
              "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT),
              "--lora-mixed-precision-models": (lora_mixed_precision_models_grid, LORA_MIXED_PRECISION_MODELS_OUT),
-             "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT)}
+             "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT),
+             "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
