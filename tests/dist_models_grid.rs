@@ -245,6 +245,21 @@ fn mixed_precision_pairs_match_transformers() {
     grid_common::check(&format!("dist_grid/{file}"), &points, 16, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
 }
 
+/// dist_grid/reentrant_mixed_precision.json (`measure_dist.py --reentrant-mixed-precision`):
+/// reentrant checkpointing together with FSDP2's MixedPrecisionPolicy under fsdp per decoder
+/// layer, full weights. The cast of a layer's inputs (cast_forward_inputs) runs in FSDP2's
+/// pre-forward hook, outside transformers' checkpoint of the layer's forward, once.
+#[test]
+fn reentrant_with_mixed_precision_matches_transformers() {
+    let file = "reentrant_mixed_precision.json";
+    let points = points_of(file);
+    assert!(points.iter().all(|q| q["hf"]["checkpoint"] == "reentrant" && q["layout"] == "fsdp"), "{file}: reentrant checkpointing under fsdp");
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"], file);
+    covers(&points, |p| format!("{}/{}", p["param_dtype"].as_str().unwrap_or("-"), p["reduce_dtype"].as_str().unwrap_or("-")), &["bf16/fp32", "bf16/-", "-/fp32"], file);
+    first_and_last_ranks(&points, &["fsdp"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 8, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
 /// dist_grid/reentrant.json (`measure_dist.py --reentrant`): reentrant checkpointing under
 /// FSDP2 resharding after forward, fsdp per decoder layer and hsdp, on the families and the MoE
 /// models. transformers 5.23 checkpoints the layer's `forward`, so FSDP2's module hooks run
@@ -312,8 +327,8 @@ fn published_models_profile_per_rank() {
     }
 }
 
-/// What aux_loss.json, units.json, mixed_precision.json, mixed_precision_pairs.json and
-/// reentrant.json measure runs from the command line.
+/// What aux_loss.json, units.json, mixed_precision.json, mixed_precision_pairs.json,
+/// reentrant.json and reentrant_mixed_precision.json measure runs from the command line.
 #[test]
 fn measured_fsdp_options_and_the_router_loss_run() {
     for extra in [
@@ -331,6 +346,7 @@ fn measured_fsdp_options_and_the_router_loss_run() {
         &["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32", "--dtype", "bfloat16"][..],
         &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--output-router-logits", "--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"][..],
         &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..],
+        &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"][..],
         &["--preset", "Gemma-3-27B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--gradient-checkpointing", "reentrant"][..],
     ] {
         let out = tmp("measured");
@@ -356,7 +372,8 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-unit", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "every-2"], &["--fsdp-unit", "hsdp", "not measured"]),
         // Reentrant checkpointing under fsdp and hsdp is measured alone (reentrant.json).
-        (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"], &["--gradient-checkpointing", "reentrant", "MixedPrecisionPolicy", "not measured"]),
+        // (with the policy under fsdp too: reentrant_mixed_precision.json; not under hsdp)
+        (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"], &["--gradient-checkpointing", "reentrant", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-unit", "every-2"], &["--gradient-checkpointing", "reentrant", "units", "not measured"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "not measured"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root", "--output-router-logits"], &["--fsdp-unit", "not measured"]),

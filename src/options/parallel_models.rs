@@ -81,12 +81,14 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // Reentrant checkpointing under FSDP2 resharding after forward (transformers checkpoints
     // the layer's forward, so FSDP2's hooks run outside it, once) is measured per decoder
     // layer under fsdp and hsdp with full weights (dist_grid/reentrant.json) and with the
-    // router's loss (aux_loss.json); reentrant under zero2 with adapters too (lora_models.json).
+    // router's loss (aux_loss.json) and with FSDP2's MixedPrecisionPolicy under fsdp
+    // (reentrant_mixed_precision.json); reentrant under zero2 with adapters too (lora_models.json).
     // (A 4-bit model's default reentrant checkpointing: QLoRA under FSDP2 is adapters_refusal's.)
     if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
         let other = [
             (hf.lora.is_some(), "peft's adapters"),
-            (c.param_dtype.is_some() || c.reduce_dtype.is_some(), "FSDP2's MixedPrecisionPolicy"),
+            // (with the policy under fsdp over full weights: reentrant_mixed_precision.json)
+            ((c.param_dtype.is_some() || c.reduce_dtype.is_some()) && (c.layout == Layout::Hsdp || hf.lora.is_some()), "FSDP2's MixedPrecisionPolicy"),
             (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer"),
             (name == "qwen2_moe" && hf.sliding_layers.is_some(), "Qwen2-MoE's sliding window"),
         ];

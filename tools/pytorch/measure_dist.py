@@ -67,6 +67,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --lora-mixed-precision  # LoRA under MixedPrecisionPolicy (llama family) -> tests/fixtures/dist_grid/lora_mixed_precision.json
     python3 measure_dist.py --lora-mixed-precision-models  # the same on issue 30's models -> tests/fixtures/dist_grid/lora_mixed_precision_models.json
     python3 measure_dist.py --mixed-precision-pairs  # the policy with hsdp and with the router's loss -> tests/fixtures/dist_grid/mixed_precision_pairs.json
+    python3 measure_dist.py --reentrant-mixed-precision  # reentrant checkpointing with the policy -> tests/fixtures/dist_grid/reentrant_mixed_precision.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -90,6 +91,7 @@ MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_p
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
+REENTRANT_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant_mixed_precision.json")
 MIXED_PRECISION_PAIRS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision_pairs.json")
 LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision.json")
 LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_models.json")
@@ -632,6 +634,34 @@ def mixed_precision_pairs_grid():
     return [dist_point(p, "training", layout, world, rank, name(p, "training"), **o) for layout, p, name, world, rank, o in rows]
 
 
+def reentrant_mixed_precision_grid():
+    """Reentrant checkpointing (use_reentrant=True) together with FSDP2's MixedPrecisionPolicy
+    under FSDP2 resharding after forward (fsdp per decoder layer), on the families and the MoE
+    models (full weights), bf16 over fp32 weights with reduce_dtype fp32 or unset and reduce_dtype
+    fp32 alone over bf16 weights, world 2-4, ranks 0 and the last, training."""
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    ck = "reentrant"
+    fam = lambda mt, i, dtype="fp32": F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+    gem = lambda mt, i, dtype="fp32": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i: dict(MG.point(MG.POINTS[i]), checkpoint=ck)
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    # (point, name_of, world, rank, policy)
+    rows = [
+        (fam("phi3", 0), F.name_of, 2, 0, bf),
+        (fam("olmo2", 1), F.name_of, 3, 2, pd),  # fp32 cos/sin cast outside the checkpoint
+        (fam("olmo2", 2, dtype="bf16"), F.name_of, 4, 3, rd),
+        (gem("gemma3_text", 3), F.name_of, 2, 1, bf),
+        (moe(1), MG.name_of, 2, 1, bf),  # mixtral eager balanced fp32
+        (moe(9), MG.name_of, 4, 0, rd),  # qwen3_moe grouped_mm worst bf16
+        (moe(12), MG.name_of, 3, 2, pd),  # qwen2_moe grouped_mm balanced fp32
+        (dict(GO.point(GO.POINTS[0]), checkpoint=ck), GO.name_of, 2, 0, bf),
+    ]
+    return [dist_point(p, "training", "fsdp", world, rank, name(p, "training"), **o) for p, name, world, rank, o in rows]
+
+
 def reentrant_grid():
     """Reentrant checkpointing (use_reentrant=True, transformers' gradient_checkpointing_enable
     default) under FSDP2 resharding after forward: fsdp per decoder layer and hsdp (shard 2), on
@@ -1048,7 +1078,8 @@ def main():
              "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT),
              "--lora-mixed-precision-models": (lora_mixed_precision_models_grid, LORA_MIXED_PRECISION_MODELS_OUT),
              "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT),
-             "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT)}
+             "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT),
+             "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
