@@ -220,6 +220,46 @@ fn mixed_precision_ranks_match_transformers() {
     grid_common::check(&format!("dist_grid/{file}"), &points, 16, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
 }
 
+/// dist_grid/mixed_precision_pairs.json (`measure_dist.py --mixed-precision-pairs`): FSDP2's
+/// MixedPrecisionPolicy together with hsdp (families and MoE models) and together with the
+/// router's auxiliary loss (fsdp and zero2), the pairs mixed_precision.json, units.json and
+/// aux_loss.json measure one at a time.
+#[test]
+fn mixed_precision_pairs_match_transformers() {
+    let file = "mixed_precision_pairs.json";
+    let points = points_of(file);
+    let policy = |p: &Value| format!("{}/{}", p["param_dtype"].as_str().unwrap_or("-"), p["reduce_dtype"].as_str().unwrap_or("-"));
+    assert!(points.iter().all(|q| policy(q) != "-/-"), "{file}: every point has a policy");
+    let hsdp: Vec<Value> = points.iter().filter(|q| q["layout"] == "hsdp").cloned().collect();
+    let aux: Vec<Value> = points.iter().filter(|q| q["hf"]["output_router_logits"] == true).cloned().collect();
+    assert!(hsdp.len() >= 6 && aux.len() >= 6, "{file}: {} hsdp and {} router-loss points", hsdp.len(), aux.len());
+    assert!(aux.iter().all(|q| q["layout"] != "hsdp"), "{file}: the pairs one at a time");
+    for (set, name) in [(&hsdp, "hsdp"), (&aux, "aux")] {
+        covers(set, policy, &["bf16/fp32", "bf16/-", "-/fp32"], &format!("{file} {name}"));
+        covers(set, |p| p["hf"]["dtype"].as_str().unwrap().to_string(), &["fp32", "bf16"], &format!("{file} {name}"));
+        assert!(set.iter().any(|q| q["rank"] == 0) && set.iter().any(|q| q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap()), "{file} {name}: rank 0 and a last rank");
+    }
+    covers(&hsdp, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3"], file);
+    covers(&aux, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"], file);
+    covers(&aux, |p| p["layout"].as_str().unwrap().to_string(), &["fsdp", "zero2"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 16, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
+/// dist_grid/reentrant_mixed_precision.json (`measure_dist.py --reentrant-mixed-precision`):
+/// reentrant checkpointing together with FSDP2's MixedPrecisionPolicy under fsdp per decoder
+/// layer, full weights. The cast of a layer's inputs (cast_forward_inputs) runs in FSDP2's
+/// pre-forward hook, outside transformers' checkpoint of the layer's forward, once.
+#[test]
+fn reentrant_with_mixed_precision_matches_transformers() {
+    let file = "reentrant_mixed_precision.json";
+    let points = points_of(file);
+    assert!(points.iter().all(|q| q["hf"]["checkpoint"] == "reentrant" && q["layout"] == "fsdp"), "{file}: reentrant checkpointing under fsdp");
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["phi3", "olmo2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"], file);
+    covers(&points, |p| format!("{}/{}", p["param_dtype"].as_str().unwrap_or("-"), p["reduce_dtype"].as_str().unwrap_or("-")), &["bf16/fp32", "bf16/-", "-/fp32"], file);
+    first_and_last_ranks(&points, &["fsdp"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 8, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
 /// dist_grid/reentrant.json (`measure_dist.py --reentrant`): reentrant checkpointing under
 /// FSDP2 resharding after forward, fsdp per decoder layer and hsdp, on the families and the MoE
 /// models. transformers 5.23 checkpoints the layer's `forward`, so FSDP2's module hooks run
@@ -287,8 +327,8 @@ fn published_models_profile_per_rank() {
     }
 }
 
-/// What aux_loss.json, units.json, mixed_precision.json and reentrant.json measure runs from
-/// the command line.
+/// What aux_loss.json, units.json, mixed_precision.json, mixed_precision_pairs.json,
+/// reentrant.json and reentrant_mixed_precision.json measure runs from the command line.
 #[test]
 fn measured_fsdp_options_and_the_router_loss_run() {
     for extra in [
@@ -301,7 +341,12 @@ fn measured_fsdp_options_and_the_router_loss_run() {
         // mixed_precision.json and reentrant.json
         &["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"][..],
         &["--preset", "Qwen3-30B-A3B", "--parallel", "zero2", "--world-size", "4", "--fsdp-reduce-dtype", "fp32", "--dtype", "bfloat16"][..],
+        // mixed_precision_pairs.json
+        &["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"][..],
+        &["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32", "--dtype", "bfloat16"][..],
+        &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--output-router-logits", "--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"][..],
         &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..],
+        &["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"][..],
         &["--preset", "Gemma-3-27B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--gradient-checkpointing", "reentrant"][..],
     ] {
         let out = tmp("measured");
@@ -317,12 +362,18 @@ fn measured_fsdp_options_and_the_router_loss_run() {
 #[test]
 fn layouts_not_measured_for_these_models_are_refused() {
     let cases: &[(&[&str], &[&str])] = &[
-        // hsdp, MixedPrecisionPolicy, other units and the router's loss are measured one at a time.
-        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"], &["--parallel", "MixedPrecisionPolicy", "mixed_precision.json", "not measured"]),
-        (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-param-dtype", "adapters", "not measured"]),
+        // hsdp, MixedPrecisionPolicy, other units and the router's loss are measured one at a
+        // time, and the policy with hsdp or with the router's loss (mixed_precision_pairs.json).
+        (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--output-router-logits"], &["--parallel", "router", "aux_loss.json", "not measured"]),
+        (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--output-router-logits", "--fsdp-param-dtype", "bf16"], &["--parallel", "router", "MixedPrecisionPolicy", "mixed_precision_pairs.json", "not measured"]),
+        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8"], &["--parallel", "hsdp", "adapters", "not measured"]),
+        // The policy over peft's adapters on modules is measured (lora_mixed_precision_models.json); not through ParamWrapper.
+        (&["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj"], &["--target-parameters", "MixedPrecisionPolicy", "not measured"]),
+        (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-unit", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "every-2"], &["--fsdp-unit", "hsdp", "not measured"]),
         // Reentrant checkpointing under fsdp and hsdp is measured alone (reentrant.json).
-        (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"], &["--gradient-checkpointing", "reentrant", "MixedPrecisionPolicy", "not measured"]),
+        // (with the policy under fsdp too: reentrant_mixed_precision.json; not under hsdp)
+        (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--gradient-checkpointing", "reentrant", "--fsdp-param-dtype", "bf16"], &["--gradient-checkpointing", "reentrant", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-unit", "every-2"], &["--gradient-checkpointing", "reentrant", "units", "not measured"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "not measured"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root", "--output-router-logits"], &["--fsdp-unit", "not measured"]),
@@ -335,7 +386,7 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch"], &["--tp-plan", "3-D experts"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
         (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--parallel", "gpt_oss", "not measured"]),
-        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32"], &["--parallel", "deepseek_v3", "MixedPrecisionPolicy", "not measured"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32", "--fsdp-unit", "every-2"], &["--fsdp-unit", "deepseek_v3", "not measured"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "no --ep"]),
     ];
     for (extra, needles) in cases {

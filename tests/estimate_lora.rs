@@ -86,6 +86,7 @@ fn config(p: &Point) -> ModelConfig {
         bias: p.bias,
         use_dora: false,
         modules_to_save: vec![],
+        compute_dtype: None,
     });
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         // Loaded in bf16 (pure bf16 unless prepare_model_for_kbit_training casts what stays

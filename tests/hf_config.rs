@@ -196,7 +196,7 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "hsdp"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "tp", "--world-size", "2"], &["--parallel", "tensor parallelism"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "tensor parallelism"]);
-    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16"], &["--fsdp-param-dtype", "MixedPrecisionPolicy"]);
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "fp16"], &["--fsdp-param-dtype", "MixedPrecisionPolicy", "not measured"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "CPUOffloadPolicy"]);
     // bitsandbytes 8-bit (LLM.int8()): the same refusals, naming its flag.
     refused(&["--model", "2.7B", "--num-layers", "1", "--load-in-8bit"], &["--load-in-8bit", "hf flavour"]);

@@ -142,7 +142,7 @@ mod tests {
         let result = x.matmul(&w.t());
         let base = result.to_vec_f64();
         let norms = [14f64.sqrt(), 77f64.sqrt()];
-        let cfg = LoraConfig { r: 1, alpha: 2.0, dropout: 0.0, targets: vec![], target_parameters: vec![], gate_up_doubled: false, dropout_kernel: Default::default(), bias: Default::default(), use_dora: true, modules_to_save: Vec::new() };
+        let cfg = LoraConfig { r: 1, alpha: 2.0, dropout: 0.0, targets: vec![], target_parameters: vec![], gate_up_doubled: false, dropout_kernel: Default::default(), bias: Default::default(), use_dora: true, modules_to_save: Vec::new(), compute_dtype: None };
         for (scale, want) in [(1.0, 1.0), (2.0, 2.0)] {
             let m = t(&[scale * norms[0], scale * norms[1]], &[2]);
             let adapter = Adapter { magnitude: Some(m.clone()), ..adapter.clone() };

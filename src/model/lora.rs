@@ -120,6 +120,11 @@ pub struct LoraConfig {
     /// original's dtype.
     #[serde(default)]
     pub modules_to_save: Vec<String>,
+    /// FSDP2's `MixedPrecisionPolicy(param_dtype)` (set by `ParallelConfig::model_config`): the
+    /// adapters are all-gathered and computed in it (their fp32 shards are what the optimizer
+    /// steps); None: peft's own dtype ([`adapter_dtype`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_dtype: Option<DType>,
 }
 
 /// `LoraConfig(bias=...)`.
@@ -154,6 +159,10 @@ impl LoraBias {
 }
 
 impl LoraConfig {
+    /// The dtype the adapters compute in over `weights`: FSDP2's param_dtype, else peft's.
+    pub fn adapter_dtype(&self, weights: DType) -> DType {
+        self.compute_dtype.unwrap_or(adapter_dtype(weights))
+    }
     pub fn scaling(&self) -> f64 {
         self.alpha / self.r as f64
     }
@@ -271,8 +280,14 @@ pub fn forward(cfg: &LoraConfig, adapter: &Adapter, x: &Tensor, training: bool, 
     out
 }
 
+/// Whether parameter `name` is one of peft's adapters (lora_A, lora_B, a DoRA magnitude), as
+/// `get_peft_model` names them.
+pub fn is_adapter(name: &str) -> bool {
+    [".lora_A.", ".lora_B.", ".lora_magnitude_vector."].iter().any(|k| name.contains(k))
+}
+
 /// The adapters' dtype: fp32 over half-precision weights (autocast_adapter_dtype), else the
-/// weights' own.
+/// weights' own (what FSDP2 shards and the optimizer steps under a MixedPrecisionPolicy too).
 pub fn adapter_dtype(weights: DType) -> DType {
     match weights {
         DType::BF16 | DType::F16 => DType::F32,

@@ -358,7 +358,7 @@ impl HfFlags {
             // Module order (the order peft wraps them in).
             modules_to_save.sort_by_key(|m| MODULES_TO_SAVE.iter().position(|x| x == m));
         }
-        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, gate_up_doubled, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save })
+        Ok(LoraConfig { r, alpha, dropout, targets, target_parameters, gate_up_doubled, dropout_kernel: Default::default(), bias, use_dora: self.use_dora, modules_to_save, compute_dtype: None })
     }
 }
 

@@ -246,14 +246,49 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
     }
     match c.layout {
         Layout::Ddp => None,
-        Layout::Fsdp | Layout::Zero2 if c.param_dtype.is_some() || c.reduce_dtype.is_some() => {
-            let flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
-            Some((flag, "FSDP2's MixedPrecisionPolicy over a LoRA model (fp32 adapters beside bf16 weights) is not modelled: drop it".into()))
-        }
+        // MixedPrecisionPolicy over the adapters: mixed_precision_adapters_refusal (it needs
+        // the weights' dtype and peft's options).
         Layout::Fsdp | Layout::Zero2 if c.offload_params => Some(("--offload", "FSDP2's CPUOffloadPolicy over a LoRA model is not modelled: drop it".into())),
         Layout::Fsdp | Layout::Zero2 => None,
         other => Some(("--parallel", format!("{what} under {} are not modelled (ddp{} are)", other.name(), if four_bit { "" } else { ", zero2 and fsdp" }))),
     }
+}
+
+/// Why FSDP2's MixedPrecisionPolicy over peft's adapters is not modelled for `h` with weights
+/// of `precision` (the flag to blame and the message), or None. Measured (fsdp and zero2, per
+/// decoder layer; dist_grid/lora_mixed_precision.json on llama, mistral, qwen2, qwen3 and
+/// lora_mixed_precision_models.json on issue 30's models): param_dtype bf16 with reduce_dtype
+/// fp32 or unset, and reduce_dtype fp32 alone, over fp32 or bf16 weights (fp32 adapters), no
+/// autocast, adapters on modules (not ParamWrapper's target_parameters), without peft's
+/// modules_to_save or bias, each decoder layer its own fully_shard unit.
+pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig, precision: crate::train::Precision) -> Option<(&'static str, String)> {
+    let (Some(l), true) = (&h.lora, c.param_dtype.is_some() || c.reduce_dtype.is_some()) else { return None };
+    let policy = "FSDP2's MixedPrecisionPolicy over peft's adapters";
+    let measured = "(measured: --fsdp-param-dtype bf16 with --fsdp-reduce-dtype fp32 or unset, or --fsdp-reduce-dtype fp32 alone, over fp32 or bf16 weights: dist_grid/lora_mixed_precision.json)";
+    if let Some(d) = c.param_dtype.filter(|&d| d != DType::BF16) {
+        return Some(("--fsdp-param-dtype", format!("{d} under {policy} is not measured {measured}")));
+    }
+    if let Some(d) = c.reduce_dtype.filter(|&d| d != DType::F32) {
+        return Some(("--fsdp-reduce-dtype", format!("{d} under {policy} is not measured {measured}")));
+    }
+    let flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
+    let weights = precision.param_dtype();
+    if !matches!(weights, DType::F32 | DType::BF16) {
+        return Some(("--dtype", format!("{weights} weights under {policy} are not measured {measured}")));
+    }
+    if let Some(a) = precision.autocast() {
+        return Some(("--precision", format!("{a} autocast with {policy} is not measured {measured}; drop one")));
+    }
+    let other = [
+        (!l.target_parameters.is_empty(), "--target-parameters", "peft's ParamWrapper (target_parameters)"),
+        (!l.modules_to_save.is_empty(), "--modules-to-save", "peft's modules_to_save"),
+        (l.bias != crate::model::lora::LoraBias::None, "--lora-bias", "peft's trained biases (bias)"),
+        (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard units other than each decoder layer"),
+    ];
+    if let Some(&(_, f, what)) = other.iter().find(|o| o.0) {
+        return Some((f, format!("{what} with {policy} ({flag}) is not measured {measured}; drop one")));
+    }
+    None
 }
 
 /// The layouts compare and fit put side by side when none is named: ddp, zero1, zero2 and

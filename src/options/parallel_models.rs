@@ -9,9 +9,10 @@
 //! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
-//! (--units), FSDP2's MixedPrecisionPolicy under fsdp and zero2 (--mixed-precision), and
-//! reentrant checkpointing under fsdp and hsdp (--reentrant). The rest is refused, naming the
-//! flag and why.
+//! (--units), FSDP2's MixedPrecisionPolicy under fsdp and zero2 (--mixed-precision; over peft's
+//! adapters too, --lora-mixed-precision-models; with hsdp or with the router's loss over full
+//! weights, --mixed-precision-pairs), and reentrant checkpointing under fsdp and hsdp
+//! (--reentrant). The rest is refused, naming the flag and why.
 use crate::model::hf::HfConfig;
 use crate::parallel::{Layout, ParallelConfig};
 
@@ -80,12 +81,14 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // Reentrant checkpointing under FSDP2 resharding after forward (transformers checkpoints
     // the layer's forward, so FSDP2's hooks run outside it, once) is measured per decoder
     // layer under fsdp and hsdp with full weights (dist_grid/reentrant.json) and with the
-    // router's loss (aux_loss.json); reentrant under zero2 with adapters too (lora_models.json).
+    // router's loss (aux_loss.json) and with FSDP2's MixedPrecisionPolicy under fsdp
+    // (reentrant_mixed_precision.json); reentrant under zero2 with adapters too (lora_models.json).
     // (A 4-bit model's default reentrant checkpointing: QLoRA under FSDP2 is adapters_refusal's.)
     if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
         let other = [
             (hf.lora.is_some(), "peft's adapters"),
-            (c.param_dtype.is_some() || c.reduce_dtype.is_some(), "FSDP2's MixedPrecisionPolicy"),
+            // (with the policy under fsdp over full weights: reentrant_mixed_precision.json)
+            ((c.param_dtype.is_some() || c.reduce_dtype.is_some()) && (c.layout == Layout::Hsdp || hf.lora.is_some()), "FSDP2's MixedPrecisionPolicy"),
             (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer"),
             (name == "qwen2_moe" && hf.sliding_layers.is_some(), "Qwen2-MoE's sliding window"),
         ];
@@ -95,26 +98,43 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     }
     // Measured beyond ddp, zero1, zero2 and fsdp per decoder layer, each alone and with full
     // weights: the router's loss (dist_grid/aux_loss.json), FSDP2's MixedPrecisionPolicy under
-    // fsdp and zero2 (mixed_precision.json), other fully_shard units and hsdp (units.json).
+    // fsdp and zero2 (mixed_precision.json; over peft's adapters too:
+    // lora_mixed_precision_models.json), other fully_shard units and hsdp (units.json).
     if c.offload_params {
         // On CPU the offloaded shards and the device are one memory (FSDP2's .to(device) of a
         // CPU shard is a no-op), so no fixture can tell what CPUOffloadPolicy moves.
         return Some(("--offload", format!("FSDP2's CPUOffloadPolicy over {name} is not measured (a CPU run cannot tell the host's shards from the device's copies): drop it")));
     }
     let mp_flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
+    // (option on, flag, what, its full-weights fixture, measured over peft's adapters too)
     let options = [
-        (name == "qwen2_moe" && hf.sliding_layers.is_some(), "--model", "Qwen2-MoE's sliding window (use_sliding_window)", "qwen2_moe_sliding.json"),
-        (c.param_dtype.is_some() || c.reduce_dtype.is_some(), mp_flag, "FSDP2's MixedPrecisionPolicy", "mixed_precision.json"),
-        (moe.is_some_and(|m| m.output_router_logits), "--output-router-logits", "the router's auxiliary loss", "aux_loss.json"),
-        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json"),
-        (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json"),
+        (name == "qwen2_moe" && hf.sliding_layers.is_some(), "--model", "Qwen2-MoE's sliding window (use_sliding_window)", "qwen2_moe_sliding.json", false),
+        // over peft's adapters: lora_mixed_precision_models.json (its own limits are
+        // parallel::mixed_precision_adapters_refusal's)
+        (c.param_dtype.is_some() || c.reduce_dtype.is_some(), mp_flag, "FSDP2's MixedPrecisionPolicy", "mixed_precision.json", true),
+        (moe.is_some_and(|m| m.output_router_logits), "--output-router-logits", "the router's auxiliary loss", "aux_loss.json", false),
+        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json", false),
+        (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json", false),
     ];
-    let mut on = options.iter().filter(|o| o.0);
-    if let Some(&(_, flag, what, file)) = on.next() {
-        if let Some(&(_, flag2, what2, _)) = on.next() {
+    let on: Vec<_> = options.iter().filter(|o| o.0).collect();
+    // The policy with hsdp and with the router's loss, over full weights, is measured too
+    // (mixed_precision_pairs.json); no other pair.
+    let measured_pair = on.len() == 2 && on[0].1 == mp_flag && matches!(on[1].1, "--parallel" | "--output-router-logits");
+    if on.len() > 2 {
+        let (&&(_, flag, what, _, _), rest) = on.split_last().expect("more than two");
+        let others: Vec<&str> = rest.iter().map(|o| o.2).collect();
+        return Some((flag, format!("{what} together with {} over {name} under a parallel layout is not measured (each alone is, and the policy with hsdp or with the router's loss: dist_grid/mixed_precision_pairs.json): drop one", others.join(" and "))));
+    }
+    if let [&(_, _, what, file, _), &(_, flag2, what2, _, _)] = on.as_slice() {
+        if !measured_pair {
             return Some((flag2, format!("{what2} together with {what} over {name} under a parallel layout is not measured (each alone is: dist_grid/{file}): drop one")));
         }
         if hf.lora.is_some() || hf.bnb.is_some() {
+            return Some((flag2, format!("{what2} together with {what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/mixed_precision_pairs.json): drop one, or profile one GPU")));
+        }
+    }
+    if let [&(_, flag, what, file, with_adapters)] = on.as_slice() {
+        if hf.bnb.is_some() || (hf.lora.is_some() && !with_adapters) {
             return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/{file}): drop it, or profile one GPU")));
         }
     }

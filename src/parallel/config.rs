@@ -130,11 +130,16 @@ impl ParallelConfig {
     }
 
     /// The model as this rank builds it: its tensor-parallel shards when `--tp` is on, under
-    /// the plan named or the model's default.
+    /// the plan named or the model's default; under FSDP2's MixedPrecisionPolicy peft's adapters
+    /// compute in its param_dtype like every other parameter (the model is built in it).
     pub fn model_config(&self, cfg: &crate::model::ModelConfig) -> crate::model::ModelConfig {
         let plan = self.tp_plan_for(cfg.hf());
         let tp = self.tensor_parallel().map(|t| crate::model::tp::TensorParallel { plan: plan.unwrap_or_default(), ..t });
-        crate::model::ModelConfig { tp, ..cfg.clone() }
+        let mut out = crate::model::ModelConfig { tp, ..cfg.clone() };
+        if let (true, Some(d), Some(lora)) = (self.shards_params(), self.param_dtype, out.hf.as_mut().and_then(|h| h.lora.as_mut())) {
+            lora.compute_dtype = Some(d);
+        }
+        out
     }
 
     /// The plan named, else the model's default.

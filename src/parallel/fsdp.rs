@@ -19,13 +19,17 @@
 //! each keeps its own dtype, a unit whose shards differ in dtype all-gathers them as bytes
 //! (`_get_all_gather_input_metadatas`: uint8), frozen parameters get no gradient and so no
 //! reduce-scatter space, and the reduce dtype is the trainable parameters' (`_init_mp_dtypes`).
+//! Under a MixedPrecisionPolicy each parameter is cast only when its own dtype differs from
+//! param_dtype (`FSDPParam.init_dtype_attrs`): over bf16 weights only the fp32 adapters go
+//! through the flat foreach copy-in (`_get_param_all_gather_inputs`), the frozen bf16 shards are
+//! all-gather inputs as they are, and the unit all-gathers one uniform bf16 buffer.
 use super::config::ParallelConfig;
 use super::nodes::on_backward;
 use super::shard::{local_rows, padded_rows};
 use super::RankLayout;
 use crate::engine::{runtime, DType, Tensor};
 use crate::record::allocator::StreamId;
-use crate::model::{Model, ModuleHooks, Param};
+use crate::model::{lora, Model, ModuleHooks, Param};
 use crate::record::Category;
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
@@ -42,6 +46,9 @@ struct FsdpParam {
     padded_numel: usize,
     /// The parameter's original dtype (its shard's, its gradient's).
     dtype: DType,
+    /// MixedPrecisionPolicy's param_dtype where it differs from `dtype` (the shard is cast
+    /// before the all-gather), else None.
+    cast: Option<DType>,
 }
 
 impl FsdpParam {
@@ -74,6 +81,10 @@ struct Unit {
     reshard_after_forward: bool,
     /// Where this unit sits in `post_forward_order`, one entry per forward.
     post_forward_indices: Vec<usize>,
+    /// HSDP: the reduce-scatter output all-reduced over the replicas, held until backward
+    /// ends (`FSDPParamGroup._all_reduce_state`, released by `finalize_backward`): more than
+    /// the sharded gradients when they are a cast of it (reduce dtype not the parameters').
+    all_reduce_state: Option<Tensor>,
 }
 
 /// An issued all-gather: its flat output (None when one rank gathers nothing).
@@ -91,8 +102,11 @@ struct Comm {
 pub struct Fsdp {
     /// CPUOffloadPolicy: shards and sharded gradients in host memory.
     offload: bool,
+    /// HSDP (a 2-D mesh): each reduce-scatter output is then all-reduced over the replicas.
+    hsdp: bool,
     world: usize,
-    /// The compute dtype of unsharded parameters (param_dtype, or the parameters' own).
+    /// MixedPrecisionPolicy's param_dtype as given (cast_forward_inputs casts to it even where
+    /// no parameter needs a cast).
     param_dtype: Option<DType>,
     reduce_dtype: Option<DType>,
     /// Units: 0 is the root, then one per group of blocks.
@@ -114,13 +128,16 @@ const ROOT: usize = 0;
 /// Blocks freed there are cached for those streams only.
 const ALL_GATHER_COPY_IN_STREAM: StreamId = StreamId(1);
 const REDUCE_SCATTER_STREAM: StreamId = StreamId(3);
+/// HSDP's all-reduce stream (`all_reduce_stream`, created after the reduce-scatter stream).
+const ALL_REDUCE_STREAM: StreamId = StreamId(4);
 
 impl Fsdp {
     /// `fully_shard(block)` for every block, then `fully_shard(model)`: each parameter's
     /// padded shard is allocated (in registration order) and its full storage never exists.
-    /// `orig_dtype` is the parameters' own dtype under mixed precision (the model itself is
-    /// built in `param_dtype` then); without a policy each parameter keeps the dtype it was
-    /// built in (a LoRA model's fp32 adapters beside bf16 weights).
+    /// `orig_dtype` is the weights' own dtype under mixed precision (the model itself is
+    /// built in `param_dtype` then; peft's adapters are in theirs, [`lora::adapter_dtype`] of
+    /// it); without a policy each parameter keeps the dtype it was built in (a LoRA model's fp32
+    /// adapters beside bf16 weights).
     pub fn shard(model: &Model, cfg: &ParallelConfig, orig_dtype: DType) -> Rc<Fsdp> {
         let (world, rank) = (cfg.shard_size(), cfg.shard_rank());
         let n = model.layers.len();
@@ -137,7 +154,7 @@ impl Fsdp {
             }
         }
         let mut units: Vec<Unit> = (0..num_units)
-            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward && cfg.layout != super::Layout::Zero2, post_forward_indices: Vec::new() })
+            .map(|u| Unit { params: Vec::new(), unsharded: false, gathered: None, state: State::Idle, reshard_after_forward: u != ROOT && cfg.reshard_after_forward && cfg.layout != super::Layout::Zero2, post_forward_indices: Vec::new(), all_reduce_state: None })
             .collect();
         let mut sharded = Vec::with_capacity(model.parameters().len());
         for (p, &u) in model.parameters().iter().zip(&owner) {
@@ -147,7 +164,11 @@ impl Fsdp {
             let rest: usize = shape.iter().skip(1).product();
             let padded_numel = padded_rows(rows, world) * rest;
             let local = local_rows(rows, world, rank);
-            let dtype = if cfg.param_dtype.is_some() { orig_dtype } else { p.tensor.dtype() };
+            let dtype = match cfg.param_dtype {
+                Some(_) if lora::is_adapter(&p.name) => lora::adapter_dtype(orig_dtype),
+                Some(_) => orig_dtype,
+                None => p.tensor.dtype(),
+            };
             let padded = {
                 let _s = runtime::scope(&p.name);
                 let _c = runtime::category(Category::Parameter);
@@ -165,12 +186,14 @@ impl Fsdp {
             if trainable {
                 sharded.push(Param { name: p.name.clone(), tensor: local_view.clone() });
             }
-            units[u].params.push(FsdpParam { unsharded: p.tensor.clone(), sharded: local_view, padded_numel, dtype });
+            let cast = cfg.param_dtype.filter(|&d| d != dtype);
+            units[u].params.push(FsdpParam { unsharded: p.tensor.clone(), sharded: local_view, padded_numel, dtype, cast });
         }
         let f = Rc::new(Fsdp {
             offload: cfg.offload_params,
+            hsdp: cfg.layout == super::Layout::Hsdp,
             world,
-            param_dtype: cfg.param_dtype.filter(|&d| d != orig_dtype),
+            param_dtype: cfg.param_dtype,
             reduce_dtype: cfg.reduce_dtype,
             units: RefCell::new(units),
             block_unit,
@@ -188,7 +211,7 @@ impl Fsdp {
 
     /// The dtype `p` is all-gathered and computed in.
     fn compute_dtype(&self, p: &FsdpParam) -> DType {
-        self.param_dtype.unwrap_or(p.dtype)
+        p.cast.unwrap_or(p.dtype)
     }
 
     /// The flat all-gather buffer's dtype and elements per rank: the shards' common compute
@@ -220,13 +243,15 @@ impl Fsdp {
         let _s = runtime::scope("FSDP::all_gather");
         let _c = runtime::category(Category::Communication);
         let _st = runtime::on_stream(ALL_GATHER_COPY_IN_STREAM);
-        // Mixed precision: the shards are cast into one flat buffer first (foreach copy), which
-        // dies when the copy-in returns. Offloaded shards are copied to the device one by one
-        // (then cast), and those copies die when the copy-in returns.
+        // Mixed precision: the shards to cast are cast into one flat buffer first (foreach
+        // copy, in the first one's param_dtype), which dies when the copy-in returns; the others
+        // are all-gather inputs as they are. Offloaded shards are copied to the device one by
+        // one (then cast), and those copies die when the copy-in returns.
         let inputs: Vec<Tensor> = if self.offload {
             unit.params.iter().map(|p| self.device_copy(p)).collect()
         } else {
-            self.param_dtype.map(|d| Tensor::zeros_op(&[total], d, device, "all_gather_copy_in")).into_iter().collect()
+            let cast: usize = unit.params.iter().filter(|p| p.cast.is_some()).map(|p| p.padded_numel).sum();
+            unit.params.iter().find_map(|p| p.cast).map(|d| Tensor::zeros_op(&[cast], d, device, "all_gather_copy_in")).into_iter().collect()
         };
         let output = Tensor::zeros_op(&[total * self.world], dtype, device, "all_gather_into_tensor");
         drop(inputs);
@@ -251,7 +276,7 @@ impl Fsdp {
             // precision: a new tensor, rebound per parameter), copied into its storage.
             let mut input: Option<Tensor> = None;
             for p in &unit.params {
-                let copy = (self.offload || self.param_dtype.is_some()).then(|| {
+                let copy = (self.offload || p.cast.is_some()).then(|| {
                     let _c = runtime::category(Category::Communication);
                     self.device_copy(p)
                 });
@@ -278,7 +303,7 @@ impl Fsdp {
     fn device_copy(&self, p: &FsdpParam) -> Tensor {
         let device = p.sharded.device();
         let h2d = self.offload.then(|| Tensor::zeros_op(&[p.padded_numel], p.dtype, device, "_to_copy"));
-        match self.param_dtype {
+        match p.cast {
             Some(d) => {
                 let cast = Tensor::zeros_op(&[p.padded_numel], d, device, "_to_copy");
                 drop(h2d);
@@ -395,13 +420,22 @@ impl Fsdp {
             Tensor::zeros_op(&[total], reduce_dtype, device, "reduce_scatter_tensor")
         };
         // Sharded gradients are views of one flat buffer, cast first when the reduce dtype is
-        // not the parameters' own.
+        // not the parameters' own. HSDP all-reduces the output over the replicas and holds it
+        // (`all_reduce_input`) until backward ends; the cast then runs on the all-reduce stream
+        // (foreach_reduce's post_reduce_stream).
+        let mut all_reduce_state = None;
         let flat = if reduce_dtype != grad_dtype {
             let _c = runtime::category(Category::Gradient);
+            let _ar = self.hsdp.then(|| runtime::on_stream(ALL_REDUCE_STREAM));
             let cast = Tensor::zeros_op(&[total], grad_dtype, device, "_to_copy");
-            drop(output);
+            if self.hsdp {
+                all_reduce_state = Some(output);
+            } else {
+                drop(output);
+            }
             cast
         } else {
+            all_reduce_state = self.hsdp.then(|| output.clone());
             output
         };
         drop(rs_stream);
@@ -433,6 +467,7 @@ impl Fsdp {
         drop(views);
         drop(flat);
         drop(units);
+        self.units.borrow_mut()[u].all_reduce_state = all_reduce_state;
         self.comm.borrow_mut().reduce_scatter_states.push(input);
     }
 }
@@ -526,6 +561,11 @@ impl RankLayout for Fsdp {
                 self.post_backward(u);
             }
             self.units.borrow_mut()[u].state = State::Idle;
+        }
+        // finalize_backward, unit by unit (the root's first): HSDP's held all-reduce outputs die.
+        for u in 0..n {
+            let held = self.units.borrow_mut()[u].all_reduce_state.take();
+            drop(held);
         }
         for u in self.units.borrow_mut().iter_mut() {
             u.gathered = None;

@@ -151,6 +151,7 @@ pub fn lora(r: usize, dropout: f64, targets: &[&str]) -> vramscope::model::lora:
         bias: vramscope::model::lora::LoraBias::None,
         use_dora: false,
         modules_to_save: vec![],
+        compute_dtype: None,
         gate_up_doubled: false,
     }
 }

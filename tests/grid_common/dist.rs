@@ -50,6 +50,8 @@ pub fn run_rank(point: &Value, mut cfg: ModelConfig) -> (Vec<MemEvent>, Vec<MemE
     let p = &point["hf"];
     let kind = point["profile_type"].as_str().unwrap();
     let pc = parallel_of(point);
+    // (as `profile`: under MixedPrecisionPolicy peft's adapters compute in its param_dtype)
+    cfg = pc.model_config(&cfg);
     // The parameters' type: the load dtype, or fp32 for a 4-bit model's unquantized ones after
     // prepare_model_for_kbit_training (peft's adapters are fp32 either way).
     let load = if p["dtype"] == "bf16" { DType::BF16 } else { DType::F32 };

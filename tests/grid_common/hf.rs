@@ -128,6 +128,7 @@ pub fn apply_peft(p: &Value, hf: &mut HfConfig) {
             bias: LoraBias::parse(p["lora_bias"].as_str().unwrap_or("none")).expect("lora_bias"),
             use_dora: p["use_dora"].as_bool().unwrap_or(false),
             modules_to_save: p["modules_to_save"].as_str().map_or(Vec::new(), |m| m.split(',').map(str::to_string).collect()),
+            compute_dtype: None,
         });
     }
     if p["load_in_4bit"].as_bool() == Some(true) {

@@ -64,6 +64,10 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --units      # fully_shard on N layers or the root, and hsdp -> tests/fixtures/dist_grid/units.json
     python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
+    python3 measure_dist.py --lora-mixed-precision  # LoRA under MixedPrecisionPolicy (llama family) -> tests/fixtures/dist_grid/lora_mixed_precision.json
+    python3 measure_dist.py --lora-mixed-precision-models  # the same on issue 30's models -> tests/fixtures/dist_grid/lora_mixed_precision_models.json
+    python3 measure_dist.py --mixed-precision-pairs  # the policy with hsdp and with the router's loss -> tests/fixtures/dist_grid/mixed_precision_pairs.json
+    python3 measure_dist.py --reentrant-mixed-precision  # reentrant checkpointing with the policy -> tests/fixtures/dist_grid/reentrant_mixed_precision.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -87,6 +91,10 @@ MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_p
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
+REENTRANT_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant_mixed_precision.json")
+MIXED_PRECISION_PAIRS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision_pairs.json")
+LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision.json")
+LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_models.json")
 
 
 def setup_for(pt):
@@ -525,6 +533,135 @@ def mixed_precision_grid():
     return [dist_point(p, kind, layout, world, rank, name(p, kind), **pol) for layout, p, name, kind, world, rank, pol in rows]
 
 
+def lora_mixed_precision_grid():
+    """peft's LoRA under FSDP2's MixedPrecisionPolicy (fsdp and zero2): llama, mistral, qwen2 and
+    qwen3 (make_lora_grid.py's lora shapes) on bf16 weights (fp32 adapters beside them in every
+    unit) and on fp32 weights, param_dtype bf16 with reduce_dtype fp32 or unset, and reduce_dtype
+    fp32 alone, r 8-32, world 2-4, ranks 0 and the last, checkpointing off and non-reentrant,
+    training and a forward."""
+    import make_lora_grid as L
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    att = "q_proj,k_proj,v_proj,o_proj"
+    # (layout, model_type, shape, r, targets, checkpoint, weights, profile type, world, rank, policy)
+    rows = [
+        ("fsdp", "llama", 0, 8, "all-linear", "none", "bf16", "training", 2, 0, bf),
+        ("fsdp", "llama", 3, 16, "q_proj,v_proj", "non-reentrant", "bf16", "training", 2, 1, bf),
+        ("fsdp", "qwen3", 6, 32, "all-linear", "non-reentrant", "bf16", "training", 4, 3, pd),
+        ("fsdp", "mistral", 1, 8, "all-linear", "none", "fp32", "training", 3, 2, bf),
+        ("fsdp", "qwen2", 2, 16, att, "none", "bf16", "training", 4, 0, rd),
+        ("fsdp", "mistral", 7, 8, "gate_proj,up_proj,down_proj", "non-reentrant", "bf16", "training", 2, 0, pd),
+        ("fsdp", "llama", 2, 16, "all-linear", "none", "bf16", "forward", 2, 1, bf),
+        ("zero2", "llama", 4, 16, "all-linear", "none", "bf16", "training", 2, 0, bf),
+        ("zero2", "qwen2", 7, 8, "all-linear", "non-reentrant", "fp32", "training", 4, 3, pd),
+        ("zero2", "mistral", 5, 8, "q_proj,v_proj", "none", "bf16", "training", 3, 2, bf),
+        ("zero2", "qwen3", 1, 16, "all-linear", "none", "fp32", "training", 2, 1, bf),
+        ("zero2", "qwen2", 6, 8, att, "non-reentrant", "bf16", "training", 2, 1, rd),
+    ]
+    pts = []
+    for layout, mt, i, r, targets, ck, dtype, kind, world, rank, pol in rows:
+        p = L.lora(mt, i, r, targets, checkpoint=ck, dtype=dtype)
+        pts.append(dist_point(p, kind, layout, world, rank, L.names(p, kind), **pol))
+    return pts
+
+
+def lora_mixed_precision_models_grid():
+    """lora_mixed_precision_grid on issue 30's models: peft's adapters (make_lora_grid.py's
+    family_lora / moe_lora / gptoss_lora / deepseek_lora shapes: the attention of the MoE models,
+    Qwen2-MoE's shared expert, Phi-3's fused projections) under FSDP2's MixedPrecisionPolicy
+    (fsdp and zero2), bf16 and fp32 weights, every model, world 2-4, ranks 0 and the last,
+    checkpointing off and non-reentrant, training and a forward."""
+    import make_lora_grid as L
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    att = "q_proj,k_proj,v_proj,o_proj"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    fam = lambda mt, i, r, t, ck="none", dtype="bf16": L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
+    # (layout, point, profile type, world, rank, policy)
+    rows = [
+        ("fsdp", fam("phi3", 1, 16, "qkv_proj,gate_up_proj"), "training", 2, 0, bf),
+        ("zero2", fam("olmo2", 2, 8, "all-linear", ck="non-reentrant"), "training", 4, 3, bf),
+        ("fsdp", fam("gemma2", 3, 16, "all-linear", dtype="fp32"), "training", 3, 2, pd),
+        ("fsdp", fam("gemma3_text", 0, 8, None, ck="non-reentrant"), "training", 2, 1, bf),
+        ("fsdp", L.moe_lora(1, 16, att, checkpoint="non-reentrant", dtype="bf16"), "training", 3, 2, bf),  # mixtral eager balanced
+        ("zero2", L.moe_lora(9, 8, "q_proj,v_proj"), "training", 2, 0, bf),  # qwen3_moe grouped_mm worst bf16
+        ("fsdp", L.moe_lora(15, 16, "all-linear"), "training", 4, 3, pd),  # qwen2_moe grouped_mm worst eager bf16
+        ("fsdp", L.gptoss_lora(2, 16, att), "training", 2, 1, bf),  # grouped_mm worst bf16
+        ("zero2", L.deepseek_lora(0, 8, mla, checkpoint="non-reentrant", dtype="bf16"), "training", 4, 3, bf),  # grouped_mm balanced sdpa
+        ("fsdp", fam("olmo2", 1, 8, "q_proj,v_proj", dtype="bf16"), "training", 2, 1, rd),
+        ("fsdp", L.moe_lora(6, 8, att), "training", 2, 0, bf),  # qwen3_moe grouped_mm balanced fp32
+        ("fsdp", fam("gemma2", 1, 8, None), "forward", 2, 1, bf),
+    ]
+    return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **pol) for layout, p, kind, world, rank, pol in rows]
+
+
+def mixed_precision_pairs_grid():
+    """FSDP2's MixedPrecisionPolicy together with hsdp (a (world / shard, shard) mesh) on the
+    families and the MoE models, and together with the router's auxiliary loss
+    (output_router_logits, make_aux_loss_grid.py's rows: Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss)
+    under fsdp and zero2; bf16 over fp32 weights with reduce_dtype fp32 or unset, reduce_dtype
+    fp32 alone over bf16 weights, world 2-6, ranks 0 and the last, training, checkpointing off and
+    non-reentrant."""
+    import make_aux_loss_grid as A
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    fam = lambda mt, i, dtype="fp32", ck="none": F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+    gem = lambda mt, i, dtype="fp32", ck="none": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i, ck="none": dict(MG.point(MG.POINTS[i]), checkpoint=ck)
+    aux = lambda i, ck="none": dict(A.with_loss(MG.point(A.POINTS[i][0]), A.POINTS[i][1], A.POINTS[i][2]), checkpoint=ck)
+    go_aux = lambda i, ck="none": dict(A.with_loss(GO.point(A.GPT_OSS[i][0]), A.GPT_OSS[i][1], A.GPT_OSS[i][2]), checkpoint=ck)
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    # (layout, point, name_of, world, rank, FSDP2 options)
+    rows = [
+        ("hsdp", gem("gemma3_text", 3), F.name_of, 4, 0, dict(shard=2, **bf)),
+        ("hsdp", fam("phi3", 0, ck="non-reentrant"), F.name_of, 4, 3, dict(shard=2, **pd)),
+        ("hsdp", fam("olmo2", 2, dtype="bf16"), F.name_of, 4, 1, dict(shard=2, **rd)),
+        ("hsdp", gem("gemma2", 1), F.name_of, 6, 5, dict(shard=3, **bf)),
+        ("hsdp", moe(6), MG.name_of, 4, 3, dict(shard=2, **bf)),  # qwen3_moe grouped_mm balanced fp32
+        ("hsdp", moe(0, ck="non-reentrant"), MG.name_of, 4, 0, dict(shard=2, **pd)),  # mixtral grouped_mm balanced fp32
+        ("hsdp", moe(9), MG.name_of, 4, 2, dict(shard=2, **rd)),  # qwen3_moe grouped_mm worst bf16
+        ("hsdp", GO.point(GO.POINTS[2]), GO.name_of, 4, 3, dict(shard=2, **bf)),
+        ("hsdp", DS.point(DS.POINTS[0]), DS.name_of, 4, 1, dict(shard=2, **bf)),
+        # The router's loss (mixtral, qwen3_moe, qwen2_moe, gpt_oss).
+        ("fsdp", aux(0), A.name_of, 2, 1, bf),  # mixtral grouped_mm balanced fp32
+        ("zero2", aux(3), A.name_of, 3, 2, rd),  # qwen3_moe grouped_mm worst bf16
+        ("fsdp", aux(6, ck="non-reentrant"), A.name_of, 4, 3, bf),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", go_aux(0), A.name_of, 2, 0, pd),  # grouped_mm balanced fp32
+        ("zero2", aux(8), A.name_of, 2, 0, rd),  # qwen2_moe batched_mm balanced bf16, mask
+        ("fsdp", go_aux(2), A.name_of, 4, 3, bf),  # batched_mm worst fp32, mask
+        ("zero2", aux(4), A.name_of, 3, 0, pd),  # qwen3_moe eager balanced fp32
+    ]
+    return [dist_point(p, "training", layout, world, rank, name(p, "training"), **o) for layout, p, name, world, rank, o in rows]
+
+
+def reentrant_mixed_precision_grid():
+    """Reentrant checkpointing (use_reentrant=True) together with FSDP2's MixedPrecisionPolicy
+    under FSDP2 resharding after forward (fsdp per decoder layer), on the families and the MoE
+    models (full weights), bf16 over fp32 weights with reduce_dtype fp32 or unset and reduce_dtype
+    fp32 alone over bf16 weights, world 2-4, ranks 0 and the last, training."""
+    import make_deepseek_grid as DS
+    import make_family_grid as F
+    import make_gptoss_grid as GO
+    import make_moe_grid as MG
+    ck = "reentrant"
+    fam = lambda mt, i, dtype="fp32": F.point(mt, i, checkpoint=ck, dtype=dtype, attn="eager" if i % 2 else "sdpa")
+    gem = lambda mt, i, dtype="fp32": F.gemma_point(mt, i, "below", checkpoint=ck, dtype=dtype)
+    moe = lambda i: dict(MG.point(MG.POINTS[i]), checkpoint=ck)
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    # (point, name_of, world, rank, policy)
+    rows = [
+        (fam("phi3", 0), F.name_of, 2, 0, bf),
+        (fam("olmo2", 1), F.name_of, 3, 2, pd),  # fp32 cos/sin cast outside the checkpoint
+        (fam("olmo2", 2, dtype="bf16"), F.name_of, 4, 3, rd),
+        (gem("gemma3_text", 3), F.name_of, 2, 1, bf),
+        (moe(1), MG.name_of, 2, 1, bf),  # mixtral eager balanced fp32
+        (moe(9), MG.name_of, 4, 0, rd),  # qwen3_moe grouped_mm worst bf16
+        (moe(12), MG.name_of, 3, 2, pd),  # qwen2_moe grouped_mm balanced fp32
+        (dict(GO.point(GO.POINTS[0]), checkpoint=ck), GO.name_of, 2, 0, bf),
+    ]
+    return [dist_point(p, "training", "fsdp", world, rank, name(p, "training"), **o) for p, name, world, rank, o in rows]
+
+
 def reentrant_grid():
     """Reentrant checkpointing (use_reentrant=True, transformers' gradient_checkpointing_enable
     default) under FSDP2 resharding after forward: fsdp per decoder layer and hsdp (shard 2), on
@@ -938,12 +1075,16 @@ def main():
              "--mixed-precision": (mixed_precision_grid, MIXED_PRECISION_OUT),
              "--units": (units_grid, UNITS_OUT),
              "--reentrant": (reentrant_grid, REENTRANT_OUT),
-             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT)}
+             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT),
+             "--lora-mixed-precision-models": (lora_mixed_precision_models_grid, LORA_MIXED_PRECISION_MODELS_OUT),
+             "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT),
+             "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT),
+             "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras"):
+        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")

@@ -365,7 +365,7 @@ fn module_to_save(b: &mut Builder, original: &Tensor, module: &str, after: Optio
 /// wraps the model after `from_pretrained` has loaded every base weight, so they come last.
 /// `all_attention`: every slot is a `self_attn` linear (DeepSeek-V3's latent attention).
 fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, linears: &[(usize, &str)], outs: [usize; lora::SLOTS], ins: [usize; lora::SLOTS], all_attention: bool) {
-    let dtype = lora::adapter_dtype(b.dtype);
+    let dtype = lc.adapter_dtype(b.dtype);
     for (i, layer) in layers.iter_mut().enumerate() {
         let mut adapters: Vec<Option<Adapter>> = vec![None; lora::SLOTS];
         for &(t, name) in linears {
@@ -399,7 +399,7 @@ fn add_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, li
 fn add_param_adapters(b: &mut Builder, layers: &mut [Layer], lc: &lora::LoraConfig, m: &super::moe::MoeConfig, d: usize) {
     use super::moe::MoeFamily;
     use crate::model::lora_params::ParamAdapters;
-    let dtype = lora::adapter_dtype(b.dtype);
+    let dtype = lc.adapter_dtype(b.dtype);
     let (e, i, r) = (m.experts, m.intermediate, lc.r);
     let router_first = !matches!(m.family, MoeFamily::Qwen3Moe | MoeFamily::DeepseekV3);
     let router_module = if m.family == MoeFamily::GptOss { "router" } else { "gate" };
