@@ -64,6 +64,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --units      # fully_shard on N layers or the root, and hsdp -> tests/fixtures/dist_grid/units.json
     python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
+    python3 measure_dist.py --fsdp-qlora   # QLoRA with bnb_4bit_quant_storage under fsdp/zero2 -> tests/fixtures/dist_grid/fsdp_qlora.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -87,6 +88,7 @@ MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_p
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
+FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.json")
 
 
 def setup_for(pt):
@@ -439,6 +441,41 @@ def lora_grid():
             opt.update(optimizer="adamw_torch_foreach", max_grad_norm=0.0)
         p = L.qlora(mt, i, r, targets, *quant, **opt) if quant else L.lora(mt, i, r, targets, **opt)
         name = f"{L.name_of(p, 'training')} {layout} x{world} rank{rank}"
+        pts.append(dict(name=name, hf=p, layout=layout, world_size=world, rank=rank))
+    return pts
+
+
+def fsdp_qlora_grid():
+    """FSDP-QLoRA (`--fsdp-qlora`): bitsandbytes 4-bit QLoRA loaded with
+    BitsAndBytesConfig(bnb_4bit_quant_storage=<the compute dtype>), so each Params4bit is the
+    packed bytes viewed as (bytes / itemsize, 1) of a float type, which fully_shard shards on dim 0
+    like any frozen parameter (the quant_state stays whole on every rank, an attribute of the
+    Linear4bit that bitsandbytes' fix_4bit_weight_quant_state_from_module puts back on the gathered
+    weight); then measure_hf.py's prepare_model_for_kbit_training and get_peft_model, wrapped as
+    `--lora` wraps them (fsdp, zero2). llama/mistral/qwen2/qwen3, world 2-4, ranks 0 and the last,
+    checkpointing off/non-reentrant/reentrant, nf4/fp4, double quant on/off, compute bf16 (storage
+    bf16, one fp16) and fp32 (storage fp32), and two points with the default uint8 storage."""
+    import make_lora_grid as L
+    # (layout, model_type, shape, r, targets, checkpoint, world, rank, quant_type, double_quant, compute, storage)
+    rows = [
+        ("fsdp", "llama", 0, 8, "all-linear", "none", 2, 0, "nf4", True, "bf16", "bf16"),
+        ("fsdp", "mistral", 1, 16, "q_proj,v_proj", "non-reentrant", 2, 1, "nf4", False, "bf16", "bf16"),
+        ("fsdp", "qwen2", 2, 8, "all-linear", "reentrant", 4, 3, "fp4", True, "bf16", "bf16"),
+        ("fsdp", "qwen3", 3, 32, "all-linear", "non-reentrant", 4, 0, "nf4", True, "bf16", "bf16"),
+        ("fsdp", "llama", 4, 16, "all-linear", "reentrant", 3, 2, "fp4", False, "fp32", "fp32"),
+        ("fsdp", "qwen3", 5, 16, "q_proj,v_proj", "none", 3, 0, "nf4", True, "bf16", "fp16"),
+        ("zero2", "mistral", 0, 8, "all-linear", "none", 2, 0, "nf4", True, "bf16", "bf16"),
+        ("zero2", "qwen3", 6, 8, "q_proj,v_proj", "non-reentrant", 4, 3, "nf4", False, "bf16", "bf16"),
+        ("zero2", "qwen2", 7, 16, "all-linear", "reentrant", 2, 1, "fp4", True, "fp32", "fp32"),
+        ("fsdp", "llama", 1, 8, "all-linear", "non-reentrant", 2, 1, "nf4", True, "bf16", "uint8"),
+        ("zero2", "qwen2", 3, 8, "all-linear", "none", 3, 2, "fp4", False, "bf16", "uint8"),
+    ]
+    pts = []
+    for layout, mt, i, r, targets, ck, world, rank, qt, dq, compute, storage in rows:
+        p = L.qlora(mt, i, r, targets, qt, dq, checkpoint=ck, compute_dtype=compute, optimizer="adamw_torch_foreach", max_grad_norm=0.0)
+        p["quant_storage"] = storage
+        tag = " storage=uint8" if storage == "uint8" else ""  # name_of names a float storage
+        name = f"{L.name_of(p, 'training')}{tag} {layout} x{world} rank{rank}"
         pts.append(dict(name=name, hf=p, layout=layout, world_size=world, rank=rank))
     return pts
 
@@ -952,6 +989,10 @@ def main():
         sys.argv.remove("--cs336-autocast")
         M.grid_main(__doc__, __file__, one, cs336_autocast_grid, CS336_AUTOCAST_OUT,
                     lambda: dict(header(), generator="tools/pytorch/measure_dist.py --cs336-autocast"))
+    elif "--fsdp-qlora" in sys.argv:
+        sys.argv.remove("--fsdp-qlora")
+        M.grid_main(__doc__, __file__, one, fsdp_qlora_grid, FSDP_QLORA_OUT,
+                    lambda: dict(lora_header(), generator="tools/pytorch/measure_dist.py --fsdp-qlora"))
     elif "--lora" in sys.argv:
         sys.argv.remove("--lora")
         M.grid_main(__doc__, __file__, one, lora_grid, LORA_OUT, lora_header)
