@@ -258,7 +258,7 @@ fn adapters_not_measured_under_a_layout_are_refused() {
         // bf16 biases beside fp32 adapters in one fully_shard unit: PyTorch raises.
         (&["--preset", "gpt-oss-20b", "--num-layers", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--dtype", "bfloat16"], &["--lora-bias", "all", "--parallel", "zero2"], &["--lora-bias", "uniform original parameter dtype"]),
         (&phi3, &["--load-in-4bit", "--prepare-model-for-kbit-training", "false", "--parallel", "ddp"], &["--prepare-model-for-kbit-training"]),
-        (&phi3, &["--load-in-4bit", "--parallel", "fsdp"], &["--load-in-4bit", "bnb_4bit_quant_storage"]),
+        (&phi3, &["--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16", "--parallel", "fsdp"], &["--load-in-4bit", "fsdp_qlora.json"]),
         (&mixtral, &["--load-in-8bit", "--parallel", "ddp"], &["--load-in-8bit"]),
         (&phi3, &["--use-dora", "--parallel", "ddp"], &["--use-dora"]),
         (&phi3, &["--parallel", "zero1"], &["--parallel", "zero1"]),
