@@ -83,8 +83,8 @@ fn fsdp_qlora_ranks_match_bitsandbytes() {
 }
 
 /// The FSDP-QLoRA recipe through the command line: 4-bit weights stored as bf16 under FSDP2
-/// run (the llama family), and the same 4-bit model of a family FSDP-QLoRA is not measured on
-/// is refused naming --load-in-4bit.
+/// run (llama, and Phi-3 of issue 30's), and the model FSDP-QLoRA is not measured on
+/// (DeepSeek-V3) is refused naming --load-in-4bit.
 #[test]
 fn fsdp_qlora_runs_from_the_command_line() {
     let dir = std::env::temp_dir().join(format!("vramscope-fsdp-qlora-{}", std::process::id()));
@@ -100,8 +100,10 @@ fn fsdp_qlora_runs_from_the_command_line() {
         assert!(o.status.success(), "{layout}: {}", String::from_utf8_lossy(&o.stderr));
     }
     let o = run(&["--preset", "Phi-3-mini", "--target-modules", "qkv_proj", "--parallel", "fsdp"]);
+    assert!(o.status.success(), "phi3: {}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--target-modules", "o_proj", "--parallel", "fsdp"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--load-in-4bit") && err.contains("fsdp_qlora.json"), "{err}");
+    assert!(err.contains("--load-in-4bit") && err.contains("fsdp_qlora_models.json"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

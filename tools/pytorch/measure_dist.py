@@ -65,6 +65,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
     python3 measure_dist.py --lora-extras  # peft's modules_to_save and lora_bias -> tests/fixtures/dist_grid/lora_extras.json
     python3 measure_dist.py --fsdp-qlora   # QLoRA with bnb_4bit_quant_storage under fsdp/zero2 -> tests/fixtures/dist_grid/fsdp_qlora.json
+    python3 measure_dist.py --fsdp-qlora-models  # the same on issue 30's models -> tests/fixtures/dist_grid/fsdp_qlora_models.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -89,6 +90,7 @@ UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
 LORA_EXTRAS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras.json")
 FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.json")
+FSDP_QLORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_models.json")
 
 
 def setup_for(pt):
@@ -478,6 +480,29 @@ def fsdp_qlora_grid():
         name = f"{L.name_of(p, 'training')}{tag} {layout} x{world} rank{rank}"
         pts.append(dict(name=name, hf=p, layout=layout, world_size=world, rank=rank))
     return pts
+
+
+def fsdp_qlora_models_grid():
+    """FSDP-QLoRA of issue 30's models (`--fsdp-qlora-models`): `--lora-models`' 4-bit rows
+    (adapters on nn.Linear modules; bitsandbytes quantizes only those, the MoE models' 3-D experts
+    stay in the load dtype) loaded with bnb_4bit_quant_storage bf16, under fsdp and zero2:
+    Phi-3, OLMo-2, Gemma 2, Gemma 3 text, Mixtral, Qwen2-MoE and gpt-oss, world 2-4, ranks 0 and
+    the last, checkpointing off/non-reentrant/reentrant, nf4/fp4, double quant on/off."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    fam = lambda mt, i, r, t, ck: L.family_lora(mt, i, r, t, checkpoint=ck, dtype="bf16")
+    q4s = lambda p, *a: dict(L.bnb_of(p, 4, *a), quant_storage="bf16")
+    rows = [
+        ("fsdp", q4s(fam("phi3", 4, 16, "all-linear", "reentrant")), 2, 1),
+        ("zero2", q4s(fam("olmo2", 6, 4, "q_proj,v_proj", "none")), 4, 3),
+        ("fsdp", q4s(fam("gemma2", 5, 8, None, "non-reentrant"), "fp4", False), 2, 0),
+        ("fsdp", q4s(fam("gemma3_text", 7, 16, "k_proj,up_proj", "reentrant")), 3, 2),
+        ("fsdp", q4s(L.moe_lora(0, 16, att, checkpoint="reentrant", dtype="bf16")), 2, 1),  # mixtral
+        ("zero2", q4s(L.moe_lora(7, 8, "q_proj,v_proj", checkpoint="non-reentrant", dtype="bf16"), "fp4", False), 2, 0),  # qwen3_moe
+        ("fsdp", q4s(L.gptoss_lora(4, 16, att, checkpoint="reentrant", dtype="bf16")), 2, 0),
+        ("fsdp", q4s(L.moe_lora(12, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16")), 3, 2),  # qwen2_moe
+    ]
+    return [dist_point(p, "training", layout, world, rank, L.name_of(p, "training")) for layout, p, world, rank in rows]
 
 
 def dist_point(p, kind, layout, world, rank, name, **fsdp):
@@ -975,12 +1000,13 @@ def main():
              "--mixed-precision": (mixed_precision_grid, MIXED_PRECISION_OUT),
              "--units": (units_grid, UNITS_OUT),
              "--reentrant": (reentrant_grid, REENTRANT_OUT),
-             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT)}
+             "--lora-extras": (lora_extras_grid, LORA_EXTRAS_OUT),
+             "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras"):
+        if flag in ("--lora-models", "--lora-extras", "--fsdp-qlora-models"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
