@@ -71,7 +71,7 @@ fn lora_ranks_match_peft() {
 const FSDP_QLORA_KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// FSDP-QLoRA: 4-bit QLoRA loaded with `bnb_4bit_quant_storage` (bf16, fp16, fp32, and the
-/// default uint8) under FSDP2 per decoder layer and ZeRO-2, llama/mistral/qwen2/qwen3
+/// default uint8), prepared or not, under FSDP2 per decoder layer and ZeRO-2, llama/mistral/qwen2/qwen3
 /// (tests/fixtures/dist_grid/fsdp_qlora.json, `tools/pytorch/measure_dist.py --fsdp-qlora`).
 #[test]
 fn fsdp_qlora_ranks_match_bitsandbytes() {
@@ -79,7 +79,7 @@ fn fsdp_qlora_ranks_match_bitsandbytes() {
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
     assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
     let points = doc["points"].as_array().unwrap();
-    grid_common::check("dist_grid/fsdp_qlora.json", points, 11, FSDP_QLORA_KNOWN_FAILING, run);
+    grid_common::check("dist_grid/fsdp_qlora.json", points, 14, FSDP_QLORA_KNOWN_FAILING, run);
 }
 
 /// The FSDP-QLoRA recipe through the command line: 4-bit weights stored as bf16 under FSDP2

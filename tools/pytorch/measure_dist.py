@@ -456,7 +456,8 @@ def fsdp_qlora_grid():
     weight); then measure_hf.py's prepare_model_for_kbit_training and get_peft_model, wrapped as
     `--lora` wraps them (fsdp, zero2). llama/mistral/qwen2/qwen3, world 2-4, ranks 0 and the last,
     checkpointing off/non-reentrant/reentrant, nf4/fp4, double quant on/off, compute bf16 (storage
-    bf16, one fp16) and fp32 (storage fp32), and two points with the default uint8 storage."""
+    bf16, one fp16) and fp32 (storage fp32), two points with the default uint8 storage, and three
+    without prepare_model_for_kbit_training."""
     import make_lora_grid as L
     # (layout, model_type, shape, r, targets, checkpoint, world, rank, quant_type, double_quant, compute, storage)
     rows = [
@@ -471,10 +472,16 @@ def fsdp_qlora_grid():
         ("zero2", "qwen2", 7, 16, "all-linear", "reentrant", 2, 1, "fp4", True, "fp32", "fp32"),
         ("fsdp", "llama", 1, 8, "all-linear", "non-reentrant", 2, 1, "nf4", True, "bf16", "uint8"),
         ("zero2", "qwen2", 3, 8, "all-linear", "none", 3, 2, "fp4", False, "bf16", "uint8"),
+        # Without prepare_model_for_kbit_training (trl's SFTTrainer skips it when the storage is
+        # a float type): the norms, embedding and head stay bf16, one dtype with the storage.
+        ("fsdp", "llama", 2, 16, "all-linear", "non-reentrant", 2, 1, "nf4", True, "bf16", "bf16", False),
+        ("zero2", "qwen3", 0, 8, "all-linear", "none", 4, 3, "nf4", True, "bf16", "bf16", False),
+        ("fsdp", "mistral", 5, 8, "all-linear", "reentrant", 3, 0, "fp4", False, "bf16", "bf16", False),
     ]
     pts = []
-    for layout, mt, i, r, targets, ck, world, rank, qt, dq, compute, storage in rows:
-        p = L.qlora(mt, i, r, targets, qt, dq, checkpoint=ck, compute_dtype=compute, optimizer="adamw_torch_foreach", max_grad_norm=0.0)
+    for layout, mt, i, r, targets, ck, world, rank, qt, dq, compute, storage, *prepare in rows:
+        p = L.qlora(mt, i, r, targets, qt, dq, checkpoint=ck, compute_dtype=compute, optimizer="adamw_torch_foreach", max_grad_norm=0.0,
+                    prepare=prepare[0] if prepare else True)
         p["quant_storage"] = storage
         tag = " storage=uint8" if storage == "uint8" else ""  # name_of names a float storage
         name = f"{L.name_of(p, 'training')}{tag} {layout} x{world} rank{rank}"
