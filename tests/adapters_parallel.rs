@@ -64,6 +64,6 @@ fn default_layouts_are_the_ones_profile_accepts() {
             }
         }
     }
-    assert_eq!(default_layouts(Adapted { lora: true, four_bit: true, ..Default::default() }).unwrap(), vec![Layout::Ddp]);
+    assert_eq!(default_layouts(Adapted { lora: true, four_bit: true, ..Default::default() }).unwrap(), vec![Layout::Ddp, Layout::Zero2, Layout::Fsdp]);
     assert_eq!(default_layouts(Adapted { lora: true, ..Default::default() }).unwrap(), vec![Layout::Ddp, Layout::Zero2, Layout::Fsdp]);
 }

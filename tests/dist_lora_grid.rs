@@ -66,3 +66,44 @@ fn lora_ranks_match_peft() {
     let points = doc["points"].as_array().unwrap();
     grid_common::check("dist_grid/lora.json", points, 16, KNOWN_FAILING, run);
 }
+
+/// FSDP-QLoRA points where vramscope does not match, each with the reason.
+const FSDP_QLORA_KNOWN_FAILING: &[(&str, &str)] = &[];
+
+/// FSDP-QLoRA: 4-bit QLoRA loaded with `bnb_4bit_quant_storage` (bf16, fp16, fp32, and the
+/// default uint8), prepared or not, under FSDP2 per decoder layer and ZeRO-2, llama/mistral/qwen2/qwen3
+/// (tests/fixtures/dist_grid/fsdp_qlora.json, `tools/pytorch/measure_dist.py --fsdp-qlora`).
+#[test]
+fn fsdp_qlora_ranks_match_bitsandbytes() {
+    let doc = grid_common::fixture("dist_grid/fsdp_qlora.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let points = doc["points"].as_array().unwrap();
+    grid_common::check("dist_grid/fsdp_qlora.json", points, 14, FSDP_QLORA_KNOWN_FAILING, run);
+}
+
+/// The FSDP-QLoRA recipe through the command line: 4-bit weights stored as bf16 under FSDP2
+/// run (llama, and Phi-3 of issue 30's), and the model FSDP-QLoRA is not measured on
+/// (DeepSeek-V3) is refused naming --load-in-4bit.
+#[test]
+fn fsdp_qlora_runs_from_the_command_line() {
+    let dir = std::env::temp_dir().join(format!("vramscope-fsdp-qlora-{}", std::process::id()));
+    let run = |extra: &[&str]| {
+        let out = dir.join(extra.join("_").replace(['-', ' '], ""));
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--num-layers", "1", "--lora-r", "8", "--load-in-4bit",
+                            "--bnb-4bit-quant-type", "nf4", "--bnb-4bit-compute-dtype", "bfloat16", "--bnb-4bit-quant-storage", "bfloat16", "--world-size", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&args).output().expect("run vramscope")
+    };
+    for layout in ["fsdp", "zero2"] {
+        let o = run(&["--model", "Llama-3.2-1B", "--parallel", layout]);
+        assert!(o.status.success(), "{layout}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = run(&["--preset", "Phi-3-mini", "--target-modules", "qkv_proj", "--parallel", "fsdp"]);
+    assert!(o.status.success(), "phi3: {}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--target-modules", "o_proj", "--parallel", "fsdp"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--load-in-4bit") && err.contains("fsdp_qlora_models.json"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -125,6 +125,9 @@ fn unmeasured_policies_over_adapters_are_refused() {
         (&["--fsdp-param-dtype", "bf16", "--modules-to-save", "lm_head"], &["--modules-to-save", "MixedPrecisionPolicy", "not measured"]),
         (&["--fsdp-param-dtype", "bf16", "--fsdp-unit", "every-2"], &["--fsdp-unit", "MixedPrecisionPolicy", "not measured"]),
         (&["--fsdp-param-dtype", "bf16", "--offload", "params"], &["--offload", "CPUOffloadPolicy"]),
+        // FSDP-QLoRA (fsdp_qlora.json) and the policy over LoRA are measured apart.
+        (&["--fsdp-param-dtype", "bf16", "--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16"], &["--fsdp-param-dtype", "4-bit bitsandbytes weights", "not measured"]),
+        (&["--fsdp-reduce-dtype", "fp32", "--load-in-4bit"], &["--fsdp-reduce-dtype", "4-bit bitsandbytes weights", "not measured"]),
     ];
     for (more, needles) in cases {
         let extra: Vec<&str> = lora.iter().chain(more.iter()).copied().collect();

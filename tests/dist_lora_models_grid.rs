@@ -222,7 +222,7 @@ fn compare_and_fit_offer_the_layouts_of_a_lora_run() {
         rows
     };
     assert_eq!(fit(&[]), ["ddp", "zero2", "fsdp"]);
-    assert_eq!(fit(&["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16"]), ["ddp"]);
+    assert_eq!(fit(&["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16"]), ["ddp", "zero2", "fsdp"]);
 }
 
 /// A layout refused for this model and these options (bf16 biases beside fp32 adapters in one
@@ -258,7 +258,7 @@ fn adapters_not_measured_under_a_layout_are_refused() {
         // bf16 biases beside fp32 adapters in one fully_shard unit: PyTorch raises.
         (&["--preset", "gpt-oss-20b", "--num-layers", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--dtype", "bfloat16"], &["--lora-bias", "all", "--parallel", "zero2"], &["--lora-bias", "uniform original parameter dtype"]),
         (&phi3, &["--load-in-4bit", "--prepare-model-for-kbit-training", "false", "--parallel", "ddp"], &["--prepare-model-for-kbit-training"]),
-        (&phi3, &["--load-in-4bit", "--parallel", "fsdp"], &["--load-in-4bit", "bnb_4bit_quant_storage"]),
+        (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--num-layers", "1", "--lora-r", "8", "--target-modules", "o_proj"], &["--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16", "--parallel", "fsdp"], &["--load-in-4bit", "deepseek_v3", "fsdp_qlora_models.json"]),
         (&mixtral, &["--load-in-8bit", "--parallel", "ddp"], &["--load-in-8bit"]),
         (&phi3, &["--use-dora", "--parallel", "ddp"], &["--use-dora"]),
         (&phi3, &["--parallel", "zero1"], &["--parallel", "zero1"]),
@@ -277,4 +277,19 @@ fn adapters_not_measured_under_a_layout_are_refused() {
         }
         assert!(!out.exists(), "{extra:?} wrote {}", out.display());
     }
+}
+
+/// FSDP-QLoRA of issue 30's models: 4-bit weights stored as bf16 (and three with bitsandbytes'
+/// default uint8 storage) under fsdp and zero2 (tests/fixtures/dist_grid/fsdp_qlora_models.json,
+/// `measure_dist.py --fsdp-qlora-models`).
+#[test]
+fn fsdp_qlora_ranks_match_bitsandbytes() {
+    let doc = grid_common::fixture("dist_grid/fsdp_qlora_models.json");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps = doc["points"].as_array().unwrap().clone();
+    assert_eq!(values(&ps, |q| q["hf"]["model_type"].as_str().unwrap().to_string()).len(), 8, "one point per model");
+    assert!(ps.iter().all(|q| q["layout"] != "ddp"), "FSDP2 layouts");
+    let storages = values(&ps, |q| q["hf"]["quant_storage"].as_str().unwrap_or("uint8").to_string());
+    assert_eq!(storages.len(), 2, "bf16 and the default uint8 storage: {storages:?}");
+    grid_common::check("dist_grid/fsdp_qlora_models.json", &ps, 11, &[], run);
 }

@@ -127,7 +127,7 @@ fn config(p: &Point) -> ModelConfig {
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
-        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
+        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None), quant_storage: vramscope::engine::DType::U8 };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: vramscope::engine::DType::BF16, prepare });
     }
     let m = hf.moe.as_mut().unwrap();

@@ -91,7 +91,7 @@ fn config(p: &Point) -> ModelConfig {
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         // Loaded in bf16 (pure bf16 unless prepare_model_for_kbit_training casts what stays
         // unquantized to fp32), as the GPU's default kernel runs it.
-        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None) };
+        let q = Bnb4bit { quant_type: "nf4".into(), double_quant, compute_dtype, kernel: kernel_for(None), quant_storage: DType::U8 };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(q), load_dtype: DType::BF16, prepare });
     }
     if let Some(prepare) = p.int8 {

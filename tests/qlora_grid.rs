@@ -20,3 +20,13 @@ fn qlora_grid_matches_bitsandbytes_and_peft() {
     let points = doc["points"].as_array().unwrap();
     grid_common::check("qlora", points, 59, KNOWN_FAILING, grid_common::hf::run_vramscope);
 }
+
+/// `bnb_4bit_quant_storage` bf16/fp16/fp32 on one device (tests/fixtures/hf_grid/qlora_storage.json,
+/// `make_lora_grid.py --quant-storage`): the same packed bytes viewed as a float type.
+#[test]
+fn qlora_quant_storage_matches_bitsandbytes() {
+    let doc = grid_common::fixture("hf_grid/qlora_storage.json");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let points = doc["points"].as_array().unwrap();
+    grid_common::check("qlora_storage", points, 5, &[], grid_common::hf::run_vramscope);
+}

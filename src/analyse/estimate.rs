@@ -823,7 +823,9 @@ fn quantized_storage(cfg: &ModelConfig, bnb: &crate::model::bnb::Bnb, pe: u64) -
             Some(q) => {
                 let blocks = n.div_ceil(bs);
                 let state = if q.double_quant { blocks + blocks.div_ceil(nbs) * 4 + 256 * 4 + 4 } else { blocks * 4 };
-                n.div_ceil(2) + state + 16 * 4
+                // quantize_4bit's ((n + 1) // (itemsize · 2), 1) of bnb_4bit_quant_storage
+                let item = q.quant_storage.size() as u64;
+                (n + 1) / (2 * item) * item + state + 16 * 4
             }
             None => n + rows * 4,
         }

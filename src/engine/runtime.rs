@@ -268,6 +268,14 @@ pub fn defer_allocation() -> Guard {
     Guard::new(move || with(|rt| rt.deferring = prev))
 }
 
+/// Storages created inside hold their bytes even under [`defer_allocation`]: tensors the
+/// model keeps that are no parameters (bitsandbytes' quant_state), which `fully_shard` does not
+/// manage and every rank holds whole.
+pub fn allocate_now() -> Guard {
+    let prev = with(|rt| std::mem::replace(&mut rt.deferring, false));
+    Guard::new(move || with(|rt| rt.deferring = prev))
+}
+
 pub(crate) fn free_storage(id: u64) {
     // A storage dropped during thread teardown has nobody to report to.
     let _ = RT.try_with(|rt| {

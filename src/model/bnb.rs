@@ -59,6 +59,14 @@ pub struct Bnb4bit {
     pub compute_dtype: DType,
     /// Where `gemm_4bit` runs.
     pub kernel: Gemm4bitKernel,
+    /// `bnb_4bit_quant_storage`: the type the packed bytes are viewed as (uint8 by default; a
+    /// float type, the compute dtype, for FSDP-QLoRA). Same bytes, numel = bytes / itemsize.
+    #[serde(default = "uint8")]
+    pub quant_storage: DType,
+}
+
+fn uint8() -> DType {
+    DType::U8
 }
 
 /// `BitsAndBytesConfig`'s 8-bit fields (`has_fp16_weights` is False: the weights are frozen
@@ -110,13 +118,19 @@ impl Bnb {
 }
 
 /// The storage of one `Linear4bit` of `rows` × `cols` (`Params4bit` and its `quant_state`),
-/// registered as the module's weight (frozen, uint8) plus the state's tensors: the block
-/// scales, the 16-entry code and, nested, the second-level scales and the offset.
+/// registered as the module's weight (frozen, of `quant_storage`) plus the state's tensors: the
+/// block scales, the 16-entry code and, nested, the second-level scales and the offset. The
+/// weight's shape is bitsandbytes' `quantize_4bit` output, ((n + 1) // (itemsize · 2), 1)
+/// (`_ops.py`): the packed bytes viewed as the storage type. The state is an attribute of the
+/// Linear4bit, not a parameter: FSDP2 shards the weight alone and every rank keeps the state
+/// whole (`fix_4bit_weight_quant_state_from_module` puts it back on the gathered weight).
 pub(crate) fn packed(b: &mut crate::model::Builder, name: String, rows: usize, cols: usize, q: &Bnb4bit, load_dtype: DType) -> Packed4bit {
-    let weight = b.param_as(name.clone(), &[(rows * cols).div_ceil(2), 1], Init::Normal { std: 0.0 }, DType::U8, b.frozen);
+    let numel = (rows * cols + 1) / (q.quant_storage.size() * 2);
+    let weight = b.param_as(name.clone(), &[numel, 1], Init::Normal { std: 0.0 }, q.quant_storage, b.frozen);
     let blocks = Packed4bit::blocks(rows, cols);
     let state = |shape: &[usize], dtype: DType, rng: &mut init::Rng| {
         let _s = runtime::scope(name.trim_end_matches(".weight"));
+        let _a = runtime::allocate_now();
         init::make(shape, dtype, b.device, Init::Ones, rng)
     };
     let absmax = state(&[blocks], if q.double_quant { DType::U8 } else { DType::F32 }, b.rng);
@@ -155,8 +169,25 @@ pub enum Quantized {
 /// `bnb_4bit_quant_type` values: (name, what it is).
 pub const QUANT_TYPES: [(&str, &str); 2] = [("fp4", "4-bit float (bitsandbytes' default)"), ("nf4", "4-bit NormalFloat (QLoRA's)")];
 
-/// `bnb_4bit_quant_storage` values modelled (others are for FSDP's flat parameters).
-pub const QUANT_STORAGES: [&str; 1] = ["uint8"];
+/// `bnb_4bit_quant_storage` values modelled: (name, type, what it is for).
+pub const QUANT_STORAGES: [(&str, DType, &str); 4] = [
+    ("uint8", DType::U8, "the default"),
+    ("bfloat16", DType::BF16, "FSDP-QLoRA: the packed bytes as bf16, one dtype with bf16 weights"),
+    ("float16", DType::F16, "the packed bytes as fp16"),
+    ("float32", DType::F32, "the packed bytes as fp32"),
+];
+
+/// A `bnb_4bit_quant_storage` name (`torch.`-prefixed or not; bf16, fp16, fp32 too).
+pub fn quant_storage(s: &str) -> Option<DType> {
+    let s = s.trim().trim_start_matches("torch.").to_ascii_lowercase();
+    QUANT_STORAGES.iter().find(|(n, _, _)| *n == s).map(|(_, d, _)| *d).or(match s.as_str() {
+        "u8" => Some(DType::U8),
+        "bf16" => Some(DType::BF16),
+        "fp16" | "half" => Some(DType::F16),
+        "fp32" | "float" => Some(DType::F32),
+        _ => None,
+    })
+}
 
 /// bitsandbytes' `Linear4bit.forward`: the input cast to the compute dtype, `matmul_4bit`
 /// (with the bias, in the compute dtype), and the output cast back to the input's type.

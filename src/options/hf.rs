@@ -114,7 +114,7 @@ pub struct HfFlags {
     /// BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16
     #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit", value_parser = super::values::torch_dtypes(false))]
     pub bnb_4bit_compute_dtype: Option<String>,
-    /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled)
+    /// BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default), or the compute dtype for FSDP-QLoRA (the same packed bytes)
     #[arg(help_heading = super::heading::LORA, long, value_name = "DTYPE", requires = "load_in_4bit", value_parser = super::values::bnb_quant_storages())]
     pub bnb_4bit_quant_storage: Option<String>,
     /// peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default;
@@ -305,10 +305,11 @@ impl HfFlags {
             None => DType::F32,
             Some(d) => crate::model::hf::config_json::parse_dtype(d).ok_or_else(|| usage("--bnb-4bit-compute-dtype", format!("'{d}' (expected {})", crate::model::hf::config_json::TORCH_DTYPES.map(|(n, _)| n).join(", "))))?,
         };
-        if let Some(st) = self.bnb_4bit_quant_storage.as_deref().filter(|s| !crate::model::bnb::QUANT_STORAGES.contains(&s.trim_start_matches("torch."))) {
-            return Err(usage("--bnb-4bit-quant-storage", format!("'{st}': only uint8 (the default) is modelled (other storage types are for FSDP's flat parameters)")));
-        }
-        let four = crate::model::bnb::Bnb4bit { quant_type, double_quant: self.bnb_4bit_use_double_quant, compute_dtype, kernel: crate::model::bnb::DEFAULT_KERNEL };
+        let quant_storage = match self.bnb_4bit_quant_storage.as_deref() {
+            None => DType::U8,
+            Some(st) => crate::model::bnb::quant_storage(st).ok_or_else(|| usage("--bnb-4bit-quant-storage", format!("'{st}' (expected {})", crate::model::bnb::QUANT_STORAGES.map(|(n, _, _)| n).join(", "))))?,
+        };
+        let four = crate::model::bnb::Bnb4bit { quant_type, double_quant: self.bnb_4bit_use_double_quant, compute_dtype, kernel: crate::model::bnb::DEFAULT_KERNEL, quant_storage };
         Ok(Bnb { quant: Quant::FourBit(four), load_dtype: DType::BF16, prepare })
     }
 

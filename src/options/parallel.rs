@@ -222,9 +222,10 @@ impl Adapted {
 }
 
 /// Why a LoRA, DoRA, 4-bit or 8-bit model cannot run under `c` (the flag to blame and the
-/// message), or None where the layout is modelled for it: DDP (LoRA and QLoRA) and FSDP2 per
-/// block or ZeRO-2 (LoRA), as tools/pytorch/measure_dist.py --lora measures them; 8-bit and
-/// DoRA under no layout yet. profile, fit and compare all ask here.
+/// message), or None where the layout is modelled for it: DDP, FSDP2 per block and ZeRO-2
+/// (LoRA and QLoRA, any bnb_4bit_quant_storage), as tools/pytorch/measure_dist.py --lora and
+/// --fsdp-qlora measure them; 8-bit and DoRA under no layout yet. profile, fit and compare all
+/// ask here.
 pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str, String)> {
     let Adapted { lora, dora, four_bit, eight_bit } = m;
     let what = if c.tp > 1 { "--tp" } else { "--parallel" };
@@ -239,10 +240,7 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
     }
     let what = if four_bit { "4-bit (QLoRA) models" } else { "LoRA (peft) models" };
     if c.tp > 1 || c.layout == Layout::Tp {
-        return Some((if c.layout == Layout::Tp { "--parallel" } else { "--tp" }, format!("{what} under tensor parallelism are not modelled (peft's adapters on DTensor-sharded linears): use --parallel ddp{}", if four_bit { "" } else { ", zero2 or fsdp" })));
-    }
-    if four_bit && c.shards_params() {
-        return Some(("--load-in-4bit", format!("QLoRA under FSDP2 (--parallel {}) needs BitsAndBytesConfig(bnb_4bit_quant_storage=<the compute dtype>) so that fully_shard can shard the packed 4-bit weights, which is not modelled: use --parallel ddp", c.layout.name())));
+        return Some((if c.layout == Layout::Tp { "--parallel" } else { "--tp" }, format!("{what} under tensor parallelism are not modelled (peft's adapters on DTensor-sharded linears): use --parallel ddp, zero2 or fsdp")));
     }
     match c.layout {
         Layout::Ddp => None,
@@ -250,7 +248,7 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
         // the weights' dtype and peft's options).
         Layout::Fsdp | Layout::Zero2 if c.offload_params => Some(("--offload", "FSDP2's CPUOffloadPolicy over a LoRA model is not modelled: drop it".into())),
         Layout::Fsdp | Layout::Zero2 => None,
-        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp{} are)", other.name(), if four_bit { "" } else { ", zero2 and fsdp" }))),
+        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp, zero2 and fsdp are)", other.name()))),
     }
 }
 
@@ -262,7 +260,15 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
 /// autocast, adapters on modules (not ParamWrapper's target_parameters), without peft's
 /// modules_to_save or bias, each decoder layer its own fully_shard unit.
 pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig, precision: crate::train::Precision) -> Option<(&'static str, String)> {
-    let (Some(l), true) = (&h.lora, c.param_dtype.is_some() || c.reduce_dtype.is_some()) else { return None };
+    if !(c.param_dtype.is_some() || c.reduce_dtype.is_some()) {
+        return None;
+    }
+    let policy_flag = if c.param_dtype.is_some() { "--fsdp-param-dtype" } else { "--fsdp-reduce-dtype" };
+    // FSDP-QLoRA (dist_grid/fsdp_qlora*.json) and the policy over LoRA were measured apart.
+    if let Some(q) = &h.bnb {
+        return Some((policy_flag, format!("FSDP2's MixedPrecisionPolicy over {} bitsandbytes weights is not measured (FSDP-QLoRA without it is: dist_grid/fsdp_qlora.json; the policy over LoRA: lora_mixed_precision.json): drop one", q.bits())));
+    }
+    let Some(l) = &h.lora else { return None };
     let policy = "FSDP2's MixedPrecisionPolicy over peft's adapters";
     let measured = "(measured: --fsdp-param-dtype bf16 with --fsdp-reduce-dtype fp32 or unset, or --fsdp-reduce-dtype fp32 alone, over fp32 or bf16 weights: dist_grid/lora_mixed_precision.json)";
     if let Some(d) = c.param_dtype.filter(|&d| d != DType::BF16) {

@@ -5,7 +5,8 @@
 //! qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3), as tools/pytorch/measure_dist.py --families /
 //! --moe / --gpt-oss-deepseek measures them (tests/dist_models_grid.rs), and peft's LoRA (ddp,
 //! zero2, fsdp) and 4-bit QLoRA (ddp) of them, with peft's ParamWrapper (target_parameters) on
-//! the MoE models' experts and routers too, as --lora-models measures them
+//! the MoE models' experts and routers too, as --lora-models measures them (4-bit QLoRA under
+//! fsdp and zero2, adapters on nn.Linear modules, but DeepSeek-V3: --fsdp-qlora-models)
 //! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
@@ -77,13 +78,22 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         if !q.prepare {
             return Some(("--prepare-model-for-kbit-training", format!("4-bit {name} under a parallel layout is measured after prepare_model_for_kbit_training only; profile one GPU")));
         }
+        // FSDP-QLoRA (fsdp, zero2) is measured on the llama family (dist_grid/fsdp_qlora.json)
+        // and on the families and MoE models but DeepSeek-V3 (fsdp_qlora_models.json; peft's
+        // ParamWrapper over 4-bit weights is refused under any layout, lora_targets.rs).
+        if c.shards_params() {
+            if name == "deepseek_v3" {
+                return Some(("--load-in-4bit", format!("4-bit QLoRA of {name} under FSDP2 (--parallel {}) is not measured (the other models' is: dist_grid/fsdp_qlora_models.json); use --parallel ddp", c.layout.name())));
+            }
+        }
     }
     // Reentrant checkpointing under FSDP2 resharding after forward (transformers checkpoints
     // the layer's forward, so FSDP2's hooks run outside it, once) is measured per decoder
     // layer under fsdp and hsdp with full weights (dist_grid/reentrant.json) and with the
     // router's loss (aux_loss.json) and with FSDP2's MixedPrecisionPolicy under fsdp
     // (reentrant_mixed_precision.json); reentrant under zero2 with adapters too (lora_models.json).
-    // (A 4-bit model's default reentrant checkpointing: QLoRA under FSDP2 is adapters_refusal's.)
+    // (A 4-bit model's reentrant checkpointing under FSDP2 is measured on the llama family:
+    // dist_grid/fsdp_qlora.json.)
     if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
         let other = [
             (hf.lora.is_some(), "peft's adapters"),

@@ -175,7 +175,7 @@ pub fn bnb_quant_types() -> Listed {
 
 /// `--bnb-4bit-quant-storage`: [`crate::model::bnb::QUANT_STORAGES`].
 pub fn bnb_quant_storages() -> Listed {
-    Listed::new(crate::model::bnb::QUANT_STORAGES.iter().map(|n| value(*n, "")))
+    Listed::new(crate::model::bnb::QUANT_STORAGES.iter().map(|(n, _, h)| value(*n, *h)))
 }
 
 /// `--fsdp-param-dtype` / `--fsdp-reduce-dtype`: [`super::parallel::FSDP_DTYPES`].

@@ -139,6 +139,7 @@ pub fn apply_peft(p: &Value, hf: &mut HfConfig) {
             compute_dtype: dt("compute_dtype"),
             // measured on CPU: bitsandbytes' default gemm_4bit (dequantize, then F.linear)
             kernel: Gemm4bitKernel::Cpu,
+            quant_storage: vramscope::model::bnb::quant_storage(p["quant_storage"].as_str().unwrap_or("uint8")).expect("quant_storage"),
         };
         hf.bnb = Some(Bnb { quant: Quant::FourBit(four), load_dtype: dt("dtype"), prepare: p["prepare"].as_bool().unwrap() });
     }

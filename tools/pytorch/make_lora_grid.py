@@ -13,6 +13,8 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
     JOBS=2 python3 make_lora_grid.py            # tests/fixtures/hf_grid/lora.json
     JOBS=2 python3 make_lora_grid.py --qlora    # tests/fixtures/hf_grid/qlora.json: bitsandbytes 4-bit
                                                 # (from_pretrained of a saved random model), CPU kernels
+    JOBS=1 python3 make_lora_grid.py --quant-storage  # tests/fixtures/hf_grid/qlora_storage.json: bnb_4bit_quant_storage
+                                                # bf16/fp16/fp32 (the FSDP-QLoRA load) on one device
     JOBS=1 python3 make_lora_grid.py --dora     # tests/fixtures/hf_grid/dora.json: LoraConfig(use_dora=True)
                                                 # over bf16 and 4-bit weights
     JOBS=1 python3 make_lora_grid.py --int8     # tests/fixtures/hf_grid/int8.json: LLM.int8() (load_in_8bit),
@@ -63,6 +65,8 @@ def name_of(p, kind, base=None):
     tag = ""
     if p.get("load_in_4bit"):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{'' if p['prepare'] else ' unprepared'}"
+        if p.get("quant_storage", "uint8") != "uint8":
+            tag += f" storage={p['quant_storage']}"
     if p.get("load_in_8bit"):
         tag += f" 8bit threshold={p['llm_int8_threshold']}{'' if p['prepare'] else ' unprepared'}"
     if not p.get("lora_r"):
@@ -164,6 +168,17 @@ def qgrid():
     ):
         todo += [(p, kind) for kind in kinds]
     return todo
+
+
+def qsgrid():
+    """bnb_4bit_quant_storage on one device: the same packed bytes viewed as bf16, fp16 or fp32
+    (numel = bytes / itemsize); qgrid's points with a float storage, over the model types,
+    nf4/fp4, double quant on and off, training, forward and inference."""
+    return [(dict(qlora("llama", 0, 8, "all-linear", "nf4", True, checkpoint="reentrant"), quant_storage="bf16"), "training"),
+            (dict(qlora("mistral", 3, 32, "q_proj,v_proj", "fp4", False, checkpoint="non-reentrant"), quant_storage="fp16"), "training"),
+            (dict(qlora("qwen2", 5, 16, "all-linear", "nf4", True, compute_dtype="fp32", checkpoint="reentrant"), quant_storage="fp32"), "training"),
+            (dict(qlora("qwen3", 6, 16, "all-linear", "fp4", True, checkpoint="none"), quant_storage="bf16"), "forward"),
+            (dict(qlora("llama", 2, 8, "q_proj,v_proj", "nf4", False, checkpoint="none"), quant_storage="bf16"), "inference")]
 
 
 def dgrid():
@@ -680,6 +695,7 @@ def main():
     import peft
     import transformers
     quant, dora, eight = "--qlora" in sys.argv, "--dora" in sys.argv, "--int8" in sys.argv
+    storage = "--quant-storage" in sys.argv
     fam, moe = "--families" in sys.argv, "--moe" in sys.argv
     tp = "--target-parameters" in sys.argv
     gptoss, deepseek = "--gpt-oss" in sys.argv, "--deepseek" in sys.argv
@@ -687,10 +703,10 @@ def main():
     shared, q2 = "--qwen2-moe-shared" in sys.argv, "--qwen2-moe-4bit" in sys.argv
     moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared or q2
     extras, mdora = "--extras" in sys.argv, "--models-dora" in sys.argv
-    todo = xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else grid()
+    todo = xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else qsgrid() if storage else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
-    path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "lora.json")
+    path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "qlora_storage.json" if storage else "lora.json")
     if moe:
         fixture = "qlora_qwen2_moe.json" if q2 else "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
@@ -700,7 +716,7 @@ def main():
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else ""
+    flag = " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else " --quant-storage" if storage else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

@@ -68,6 +68,8 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --lora-mixed-precision-models  # the same on issue 30's models -> tests/fixtures/dist_grid/lora_mixed_precision_models.json
     python3 measure_dist.py --mixed-precision-pairs  # the policy with hsdp and with the router's loss -> tests/fixtures/dist_grid/mixed_precision_pairs.json
     python3 measure_dist.py --reentrant-mixed-precision  # reentrant checkpointing with the policy -> tests/fixtures/dist_grid/reentrant_mixed_precision.json
+    python3 measure_dist.py --fsdp-qlora   # QLoRA with bnb_4bit_quant_storage under fsdp/zero2 -> tests/fixtures/dist_grid/fsdp_qlora.json
+    python3 measure_dist.py --fsdp-qlora-models  # the same on issue 30's models -> tests/fixtures/dist_grid/fsdp_qlora_models.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -95,6 +97,8 @@ REENTRANT_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_gr
 MIXED_PRECISION_PAIRS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision_pairs.json")
 LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision.json")
 LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_models.json")
+FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.json")
+FSDP_QLORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_models.json")
 
 
 def setup_for(pt):
@@ -449,6 +453,76 @@ def lora_grid():
         name = f"{L.name_of(p, 'training')} {layout} x{world} rank{rank}"
         pts.append(dict(name=name, hf=p, layout=layout, world_size=world, rank=rank))
     return pts
+
+
+def fsdp_qlora_grid():
+    """FSDP-QLoRA (`--fsdp-qlora`): bitsandbytes 4-bit QLoRA loaded with
+    BitsAndBytesConfig(bnb_4bit_quant_storage=<the compute dtype>), so each Params4bit is the
+    packed bytes viewed as (bytes / itemsize, 1) of a float type, which fully_shard shards on dim 0
+    like any frozen parameter (the quant_state stays whole on every rank, an attribute of the
+    Linear4bit that bitsandbytes' fix_4bit_weight_quant_state_from_module puts back on the gathered
+    weight); then measure_hf.py's prepare_model_for_kbit_training and get_peft_model, wrapped as
+    `--lora` wraps them (fsdp, zero2). llama/mistral/qwen2/qwen3, world 2-4, ranks 0 and the last,
+    checkpointing off/non-reentrant/reentrant, nf4/fp4, double quant on/off, compute bf16 (storage
+    bf16, one fp16) and fp32 (storage fp32), two points with the default uint8 storage, and three
+    without prepare_model_for_kbit_training."""
+    import make_lora_grid as L
+    # (layout, model_type, shape, r, targets, checkpoint, world, rank, quant_type, double_quant, compute, storage)
+    rows = [
+        ("fsdp", "llama", 0, 8, "all-linear", "none", 2, 0, "nf4", True, "bf16", "bf16"),
+        ("fsdp", "mistral", 1, 16, "q_proj,v_proj", "non-reentrant", 2, 1, "nf4", False, "bf16", "bf16"),
+        ("fsdp", "qwen2", 2, 8, "all-linear", "reentrant", 4, 3, "fp4", True, "bf16", "bf16"),
+        ("fsdp", "qwen3", 3, 32, "all-linear", "non-reentrant", 4, 0, "nf4", True, "bf16", "bf16"),
+        ("fsdp", "llama", 4, 16, "all-linear", "reentrant", 3, 2, "fp4", False, "fp32", "fp32"),
+        ("fsdp", "qwen3", 5, 16, "q_proj,v_proj", "none", 3, 0, "nf4", True, "bf16", "fp16"),
+        ("zero2", "mistral", 0, 8, "all-linear", "none", 2, 0, "nf4", True, "bf16", "bf16"),
+        ("zero2", "qwen3", 6, 8, "q_proj,v_proj", "non-reentrant", 4, 3, "nf4", False, "bf16", "bf16"),
+        ("zero2", "qwen2", 7, 16, "all-linear", "reentrant", 2, 1, "fp4", True, "fp32", "fp32"),
+        ("fsdp", "llama", 1, 8, "all-linear", "non-reentrant", 2, 1, "nf4", True, "bf16", "uint8"),
+        ("zero2", "qwen2", 3, 8, "all-linear", "none", 3, 2, "fp4", False, "bf16", "uint8"),
+        # Without prepare_model_for_kbit_training (trl's SFTTrainer skips it when the storage is
+        # a float type): the norms, embedding and head stay bf16, one dtype with the storage.
+        ("fsdp", "llama", 2, 16, "all-linear", "non-reentrant", 2, 1, "nf4", True, "bf16", "bf16", False),
+        ("zero2", "qwen3", 0, 8, "all-linear", "none", 4, 3, "nf4", True, "bf16", "bf16", False),
+        ("fsdp", "mistral", 5, 8, "all-linear", "reentrant", 3, 0, "fp4", False, "bf16", "bf16", False),
+    ]
+    pts = []
+    for layout, mt, i, r, targets, ck, world, rank, qt, dq, compute, storage, *prepare in rows:
+        p = L.qlora(mt, i, r, targets, qt, dq, checkpoint=ck, compute_dtype=compute, optimizer="adamw_torch_foreach", max_grad_norm=0.0,
+                    prepare=prepare[0] if prepare else True)
+        p["quant_storage"] = storage
+        tag = " storage=uint8" if storage == "uint8" else ""  # name_of names a float storage
+        name = f"{L.name_of(p, 'training')}{tag} {layout} x{world} rank{rank}"
+        pts.append(dict(name=name, hf=p, layout=layout, world_size=world, rank=rank))
+    return pts
+
+
+def fsdp_qlora_models_grid():
+    """FSDP-QLoRA of issue 30's models (`--fsdp-qlora-models`): `--lora-models`' 4-bit rows
+    (adapters on nn.Linear modules; bitsandbytes quantizes only those, the MoE models' 3-D experts
+    stay in the load dtype) loaded with bnb_4bit_quant_storage bf16, under fsdp and zero2:
+    Phi-3, OLMo-2, Gemma 2, Gemma 3 text, Mixtral, Qwen2-MoE and gpt-oss, world 2-4, ranks 0 and
+    the last, checkpointing off/non-reentrant/reentrant, nf4/fp4, double quant on/off; and three
+    with bitsandbytes' default uint8 storage (Gemma 3 text, Mixtral, gpt-oss)."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    fam = lambda mt, i, r, t, ck: L.family_lora(mt, i, r, t, checkpoint=ck, dtype="bf16")
+    q4s = lambda p, *a: dict(L.bnb_of(p, 4, *a), quant_storage="bf16")
+    rows = [
+        ("fsdp", q4s(fam("phi3", 4, 16, "all-linear", "reentrant")), 2, 1),
+        ("zero2", q4s(fam("olmo2", 6, 4, "q_proj,v_proj", "none")), 4, 3),
+        ("fsdp", q4s(fam("gemma2", 5, 8, None, "non-reentrant"), "fp4", False), 2, 0),
+        ("fsdp", q4s(fam("gemma3_text", 7, 16, "k_proj,up_proj", "reentrant")), 3, 2),
+        ("fsdp", q4s(L.moe_lora(0, 16, att, checkpoint="reentrant", dtype="bf16")), 2, 1),  # mixtral
+        ("zero2", q4s(L.moe_lora(7, 8, "q_proj,v_proj", checkpoint="non-reentrant", dtype="bf16"), "fp4", False), 2, 0),  # qwen3_moe
+        ("fsdp", q4s(L.gptoss_lora(4, 16, att, checkpoint="reentrant", dtype="bf16")), 2, 0),
+        ("fsdp", q4s(L.moe_lora(12, 8, "q_proj,v_proj", checkpoint="reentrant", dtype="bf16")), 3, 2),  # qwen2_moe
+        # bitsandbytes' default uint8 storage: FSDP2 all-gathers a unit of mixed dtypes as bytes.
+        ("fsdp", L.bnb_of(fam("gemma3_text", 3, 8, "q_proj,v_proj", "non-reentrant"), 4), 2, 1),
+        ("zero2", L.bnb_of(L.moe_lora(3, 8, att, checkpoint="reentrant", dtype="bf16"), 4, "fp4", False), 3, 2),  # mixtral
+        ("fsdp", L.bnb_of(L.gptoss_lora(2, 8, "q_proj,v_proj", checkpoint="non-reentrant", dtype="bf16"), 4), 2, 0),
+    ]
+    return [dist_point(p, "training", layout, world, rank, L.name_of(p, "training")) for layout, p, world, rank in rows]
 
 
 def dist_point(p, kind, layout, world, rank, name, **fsdp):
@@ -1079,12 +1153,13 @@ def main():
              "--lora-mixed-precision-models": (lora_mixed_precision_models_grid, LORA_MIXED_PRECISION_MODELS_OUT),
              "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT),
              "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT),
-             "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT)}
+             "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT),
+             "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models"):
+        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
@@ -1093,6 +1168,10 @@ def main():
         sys.argv.remove("--cs336-autocast")
         M.grid_main(__doc__, __file__, one, cs336_autocast_grid, CS336_AUTOCAST_OUT,
                     lambda: dict(header(), generator="tools/pytorch/measure_dist.py --cs336-autocast"))
+    elif "--fsdp-qlora" in sys.argv:
+        sys.argv.remove("--fsdp-qlora")
+        M.grid_main(__doc__, __file__, one, fsdp_qlora_grid, FSDP_QLORA_OUT,
+                    lambda: dict(lora_header(), generator="tools/pytorch/measure_dist.py --fsdp-qlora"))
     elif "--lora" in sys.argv:
         sys.argv.remove("--lora")
         M.grid_main(__doc__, __file__, one, lora_grid, LORA_OUT, lora_header)

@@ -122,7 +122,9 @@ def load_4bit(p, dtype):
         compute = {"fp32": torch.float32, "bf16": torch.bfloat16}[p.get("compute_dtype", p.get("dtype", "fp32"))]
         qc = T.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=p.get("quant_type", "nf4"),
                                   bnb_4bit_use_double_quant=p.get("double_quant", False),
-                                  bnb_4bit_compute_dtype=compute)
+                                  bnb_4bit_compute_dtype=compute,
+                                  bnb_4bit_quant_storage={"uint8": torch.uint8, "bf16": torch.bfloat16, "fp16": torch.float16,
+                                                          "fp32": torch.float32}[p.get("quant_storage", "uint8")])
     # An MoE point's experts implementation (measure_moe.py) is a load option: the saved config does not keep it.
     extra = dict(experts_implementation=p["experts"]) if p.get("experts") else {}
     model = T.AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, dtype=dtype, attn_implementation=p.get("attn", "sdpa"), **extra)

@@ -106,6 +106,7 @@ pub(crate) fn build(full: &ModelConfig, device: Device, dtype: DType, rng: &mut 
     // the device), made by the first quantization; each quant_state also holds its own copy.
     let dynamic_map = hf.bnb.as_ref().and_then(|q| q.four_bit()).filter(|q| q.double_quant).map(|_| {
         let _c = runtime::category(Category::Buffer);
+        let _a = runtime::allocate_now();
         crate::model::init::make(&[256], DType::F32, device, Init::Ones, b.rng)
     });
     let embedding = b.param("model.embed_tokens.weight".into(), &[v, d], std);
