@@ -130,7 +130,7 @@ def profile(
     bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
-    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
@@ -317,9 +317,10 @@ def profile(
     bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
         BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
         of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
-        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        One of: uint8. [--bnb-4bit-quant-storage]
+    bnb_4bit_quant_storage : Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default), or the compute dtype for
+        FSDP-QLoRA (the same packed bytes). One of: uint8, bfloat16, float16, float32.
+        [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -561,7 +562,7 @@ def compare(
     bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
-    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
@@ -749,9 +750,10 @@ def compare(
     bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
         BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
         of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
-        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        One of: uint8. [--bnb-4bit-quant-storage]
+    bnb_4bit_quant_storage : Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default), or the compute dtype for
+        FSDP-QLoRA (the same packed bytes). One of: uint8, bfloat16, float16, float32.
+        [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -1211,7 +1213,7 @@ def fit(
     bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
-    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
@@ -1383,9 +1385,10 @@ def fit(
     bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
         BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
         of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
-        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        One of: uint8. [--bnb-4bit-quant-storage]
+    bnb_4bit_quant_storage : Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default), or the compute dtype for
+        FSDP-QLoRA (the same packed bytes). One of: uint8, bfloat16, float16, float32.
+        [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -1581,7 +1584,7 @@ def estimate(
     bnb_4bit_quant_type: Optional[Literal['fp4', 'nf4']] = None,
     bnb_4bit_use_double_quant: bool = False,
     bnb_4bit_compute_dtype: Optional[Literal['float32', 'bfloat16', 'float16']] = None,
-    bnb_4bit_quant_storage: Optional[Literal['uint8']] = None,
+    bnb_4bit_quant_storage: Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']] = None,
     prepare_model_for_kbit_training: Optional[str] = None,
     load_in_8bit: bool = False,
     llm_int8_threshold: Optional[float] = None,
@@ -1738,9 +1741,10 @@ def estimate(
     bnb_4bit_compute_dtype : Optional[Literal['float32', 'bfloat16', 'float16']], default None
         BitsAndBytesConfig's bnb_4bit_compute_dtype: float32 (the default), bfloat16 or float16. One
         of: float32, bfloat16, float16. [--bnb-4bit-compute-dtype]
-    bnb_4bit_quant_storage : Optional[Literal['uint8']], default None
-        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default; others are not modelled).
-        One of: uint8. [--bnb-4bit-quant-storage]
+    bnb_4bit_quant_storage : Optional[Literal['uint8', 'bfloat16', 'float16', 'float32']], default None
+        BitsAndBytesConfig's bnb_4bit_quant_storage: uint8 (the default), or the compute dtype for
+        FSDP-QLoRA (the same packed bytes). One of: uint8, bfloat16, float16, float32.
+        [--bnb-4bit-quant-storage]
     prepare_model_for_kbit_training : Optional[str], default None
         peft's prepare_model_for_kbit_training on the 4-bit or 8-bit model: true (the default; false
         with --profile-type generate) or false QLoRA recipes call it: unquantized parameters cast to
@@ -1957,25 +1961,26 @@ def serve(
     Parameters
     ----------
     model : Optional[Literal['cs336-small', 'cs336-medium', 'cs336-large', 'xl', '2.7B', 'walkthrough', 'script', 'tiny', 'tinyllama-small', 'tinyllama-medium', 'tinyllama-large', 'very_large', 'Llama-3.2-1B', 'Llama-3.1-8B', 'Llama-3.1-70B', 'Mistral-7B', 'Qwen2.5-7B', 'Qwen3-8B', 'Phi-3-mini', 'OLMo-2-7B', 'Gemma-2-9B', 'Gemma-3-27B', 'Mixtral-8x7B', 'Qwen3-30B-A3B', 'gpt-oss-20b', 'gpt-oss-120b', 'DeepSeek-V3', 'Mistral-7B-v0.3']], default None
-        Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, Gemma-*,
-        Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*) gpt-oss-20b and gpt-oss-120b are their
-        MXFP4 checkpoints, planned on H100/H200 (the OAI Triton kernels' layout of the experts,
-        derived from source). One of: cs336-small, cs336-medium, cs336-large, xl, 2.7B, walkthrough,
-        script, tiny, tinyllama-small, tinyllama-medium, tinyllama-large, very_large, Llama-3.2-1B,
-        Llama-3.1-8B, Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini, OLMo-2-7B,
-        Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b, gpt-oss-120b,
-        DeepSeek-V3, Mistral-7B-v0.3. [--preset; also preset=]
+        Model preset vLLM runs here (Llama-*, Mistral-7B, Qwen2.5-7B, Qwen3-8B, Phi-3-mini,
+        OLMo-2-7B, Gemma-*, Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3, gpt-oss-*) gpt-oss-20b and
+        gpt-oss-120b are their MXFP4 checkpoints, planned on H100/H200 (the OAI Triton kernels'
+        layout of the experts, derived from source). One of: cs336-small, cs336-medium, cs336-large,
+        xl, 2.7B, walkthrough, script, tiny, tinyllama-small, tinyllama-medium, tinyllama-large,
+        very_large, Llama-3.2-1B, Llama-3.1-8B, Llama-3.1-70B, Mistral-7B, Qwen2.5-7B, Qwen3-8B,
+        Phi-3-mini, OLMo-2-7B, Gemma-2-9B, Gemma-3-27B, Mixtral-8x7B, Qwen3-30B-A3B, gpt-oss-20b,
+        gpt-oss-120b, DeepSeek-V3, Mistral-7B-v0.3. [--preset; also preset=]
     config : Any, default None
         A Hugging Face config.json (or a model folder holding one) instead of a preset model_type
-        llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), gemma2 or
-        gemma3_text (sliding and full layers in several KV cache groups; on SM 8.x/9.0), the
-        mixture-of-experts mixtral, qwen3_moe or qwen2_moe (full attention; dense layers by
-        mlp_only_layers or decoder_sparse_step allowed; on H100/H200), or deepseek_v3 (multi-head
-        latent attention, the first_k_dense_replace layers dense; on H100/H200, bf16 weights without
-        a quantization_config); its torch_dtype (bfloat16 or float16) is the weights' dtype, as
-        vLLM's --dtype auto keeps it (a float32 Gemma loads in bfloat16). Also a dict (a
-        config.json's content) or a transformers ``PretrainedConfig`` (anything with ``to_dict()``).
-        [--config]
+        llama, mistral, qwen2, qwen3 or phi3 (a sliding window on every layer or on none), olmo2
+        (vLLM's Transformers backend; a float32 checkpoint loads in 16 bits), gemma2 or gemma3_text
+        (sliding and full layers in several KV cache groups; on SM 8.x/9.0), the mixture-of-experts
+        mixtral, qwen3_moe or qwen2_moe (dense layers by mlp_only_layers or decoder_sparse_step
+        allowed; a sliding window slides every layer, or none where Qwen2-MoE's layer_types mix; on
+        H100/H200), or deepseek_v3 (multi-head latent attention, the first_k_dense_replace layers
+        dense; on H100/H200, bf16 weights without a quantization_config); its torch_dtype (bfloat16
+        or float16) is the weights' dtype, as vLLM's --dtype auto keeps it (a float32 Gemma loads in
+        bfloat16). Also a dict (a config.json's content) or a transformers ``PretrainedConfig``
+        (anything with ``to_dict()``). [--config]
     gpu : Literal['H100-80GB', 'H200-141GB', 'A100-40GB', 'A100-80GB', 'MI250X-64GB', 'MI300X-192GB', 'RTX4090-24GB', 'RTXA6000-48GB'], default 'H100-80GB'
         The NVIDIA GPU (its total as torch.cuda.mem_get_info reports it). One of: H100-80GB,
         H200-141GB, A100-40GB, A100-80GB, MI250X-64GB, MI300X-192GB, RTX4090-24GB, RTXA6000-48GB.
