@@ -336,6 +336,47 @@ for c in MODELS.values():
 MODELS["Mistral-7B-v0.3"]["sliding_window"] = None
 
 
+def sweep(tps, blocks=(16, 32), kvs=("auto", "fp8")):
+    """(i, model, tp, block, kv) over a grid's models x their TP sizes x block sizes x kv-cache
+    dtypes, i counting from 1: each grid cycles its lengths, memories and token budgets on i, out
+    of step with the loops, so every TP size meets plans that fit and plans that do not."""
+    i = 0
+    for name, ts in tps.items():
+        for tp in ts:
+            for block in blocks:
+                for kv in kvs:
+                    i += 1
+                    yield i, name, tp, block, kv
+
+
+def point(name, tp, block, kv, max_model_len, batched, mem):
+    return dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
+                max_model_len=max_model_len, max_num_batched_tokens=batched, available_memory=mem)
+
+
+def kv_dtype(p):
+    """The cache's torch dtype for the point's kv_cache_dtype (fp8 pages are one byte)."""
+    return torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+
+
+def write_fixture(flag, file, configs, out, notes=None):
+    """tests/fixtures/<file>: vLLM's and torch's versions, the generator's command line, the
+    configs and the points."""
+    doc = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "generator": "tools/vllm/serve_grid.py" + (f" {flag}" if flag else ""),
+        **({"notes": notes} if notes else {}),
+        "configs": configs,
+        "points": out,
+    }
+    path = os.path.join(ROOT, "tests/fixtures", file)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"{len(out)} points -> {path}", file=sys.stderr)
+
+
 def grid():
     pts = []
     tps = {"Llama-3.1-8B": [1, 2, 4, 8], "Llama-3.2-1B": [1, 2, 8, 16], "Mistral-7B-v0.3": [1, 4], "Qwen2.5-7B": [1, 2, 4],
@@ -343,18 +384,10 @@ def grid():
            "Phi-3-mini-4k-instruct": [1, 2, 4], "Phi-3-medium-shape": [1, 2], "Mixtral-8x7B": [1, 2, 4, 8],
            "Mixtral-8x22B-shape": [2, 4, 8], "Qwen3-30B-A3B": [1, 2, 4], "Qwen3-235B-A22B-shape": [4, 8],
            "Qwen1.5-MoE-A2.7B": [1, 2, 4], "Qwen2-57B-A14B-shape": [1, 2, 4]}
-    i = 0
-    for name, ts in tps.items():
-        for tp in ts:
-            for block in (16, 32):
-                for kv in ("auto", "fp8"):
-                    i += 1
-                    # Vary the length and the memory so some points do not fit.
-                    lens = [4096, 32768, MODELS[name].get("max_position_embeddings")]
-                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
-                    batched = [8192, 2048][i % 2]
-                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
-                                    max_model_len=lens[i % 3], max_num_batched_tokens=batched, available_memory=mem))
+    for i, name, tp, block, kv in sweep(tps):
+        lens = [4096, 32768, MODELS[name].get("max_position_embeddings")]
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
+        pts.append(point(name, tp, block, kv, lens[i % 3], [8192, 2048][i % 2], mem))
     return pts
 
 
@@ -472,18 +505,10 @@ def mla_grid():
     pts = []
     tps = {"DeepSeek-V3": [4, 8, 16], "DeepSeek-V3-small-shape": [1, 2, 4], "Moonlight-16B-A3B-shape": [1, 2, 4],
            "DeepSeek-V3-greedy-320-shape": [1, 2]}
-    i = 0
-    for name, ts in tps.items():
-        for tp in ts:
-            for block in (16, 32, 64):
-                i += 1
-                # Lengths, memories and token budgets cycle out of step with the block sizes, so
-                # every block size meets plans that fit and plans that do not.
-                lens = [4096, 16384, MLA_MODELS[name]["max_position_embeddings"]]
-                mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 50, 100 * GIB + 1][i % 4]
-                batched = [8192, 2048][(i // 3) % 2]
-                pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype="auto",
-                                max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    for i, name, tp, block, kv in sweep(tps, (16, 32, 64), ("auto",)):
+        lens = [4096, 16384, MLA_MODELS[name]["max_position_embeddings"]]
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 50, 100 * GIB + 1][i % 4]
+        pts.append(point(name, tp, block, kv, lens[(i // 2) % 3], [8192, 2048][(i // 3) % 2], mem))
     return pts
 
 
@@ -502,17 +527,10 @@ def dense_mix_grid():
     pts = []
     tps = {"Qwen3-30B-A3B-mlp-only-shape": [1, 2, 4], "Qwen3-MoE-step2-shape": [1, 4], "Qwen1.5-MoE-step3-shape": [1, 2, 4],
            "Qwen2-MoE-mlp-only-shape": [1, 2]}
-    i = 0
-    for name, ts in tps.items():
-        for tp in ts:
-            for block in (16, 32):
-                for kv in ("auto", "fp8"):
-                    i += 1
-                    lens = [4096, 8192, DENSE_MIX_MODELS[name]["max_position_embeddings"]]
-                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
-                    batched = [8192, 2048][(i // 2) % 2]
-                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
-                                    max_model_len=lens[(i // 3) % 3], max_num_batched_tokens=batched, available_memory=mem))
+    for i, name, tp, block, kv in sweep(tps):
+        lens = [4096, 8192, DENSE_MIX_MODELS[name]["max_position_embeddings"]]
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7][i % 3]
+        pts.append(point(name, tp, block, kv, lens[(i // 3) % 3], [8192, 2048][(i // 2) % 2], mem))
     return pts
 
 
@@ -522,7 +540,7 @@ def main_mla():
         m = model_shape(DENSE_MIX_MODELS[p["model"]])
         assert not all(m["sparse"])
         w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
-        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        dtype = kv_dtype(p)
         row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
         row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
         out.append(row)
@@ -534,18 +552,7 @@ def main_mla():
         row.update(mla_plan(m, p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"], tp))
         out.append(row)
         print(p["model"], tp, p["block_size"], row["weight_bytes_per_rank"], row.get("num_blocks"), (row.get("error") or "")[:40], file=sys.stderr)
-    doc = {
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "generator": "tools/vllm/serve_grid.py --mla",
-        "configs": {**MLA_MODELS, **DENSE_MIX_MODELS},
-        "points": out,
-    }
-    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_mla.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} points -> {path}", file=sys.stderr)
+    write_fixture("--mla", "vllm_serve_mla.json", {**MLA_MODELS, **DENSE_MIX_MODELS}, out)
 
 
 def main():
@@ -556,23 +563,12 @@ def main():
         cfg = MODELS[p["model"]]
         m = model_shape(cfg)
         w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
-        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        dtype = kv_dtype(p)
         row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
         row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
         out.append(row)
         print(p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], row.get("num_blocks"), row.get("error", "")[:40] if row.get("error") else "", file=sys.stderr)
-    doc = {
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "generator": "tools/vllm/serve_grid.py",
-        "configs": {k: v for k, v in MODELS.items()},
-        "points": out,
-    }
-    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_grid.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} points -> {path}", file=sys.stderr)
+    write_fixture("", "vllm_serve_grid.json", {k: v for k, v in MODELS.items()}, out)
 
 
 # --- Hybrid attention (`--hybrid`): Gemma 2 and Gemma 3 text, sliding and full layers mixed ---
@@ -698,20 +694,14 @@ def hybrid_plan(specs, tp, block, max_model_len, batched, available):
 def hybrid_grid():
     tps = {"Gemma-2-9B": [1, 2, 4, 8], "Gemma-2-27B-shape": [1, 2, 8], "Gemma-3-27B": [1, 2, 4, 8], "Gemma-3-4B-shape": [1, 2, 8],
            "Gemma-3-1B-shape": [1, 2, 4]}
-    pts, i = [], 0
-    for name, ts in tps.items():
+    pts = []
+    for i, name, tp, block, kv in sweep(tps, (16, 32, 64)):
         cfg = HYBRID_MODELS[name]
         w = cfg["sliding_window"]
         # Below the window, just above it, and the derived length (above it).
         lens = [w // 2 + 7, w + 300, cfg["max_position_embeddings"]]
-        for tp in ts:
-            for block in (16, 32, 64):
-                for kv in ("auto", "fp8"):
-                    i += 1
-                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
-                    batched = [8192, 2048, 512][i % 3]
-                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
-                                    max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
+        pts.append(point(name, tp, block, kv, lens[(i // 2) % 3], [8192, 2048, 512][i % 3], mem))
     return pts
 
 
@@ -720,25 +710,14 @@ def main_hybrid():
     for p in hybrid_grid():
         cfg = HYBRID_MODELS[p["model"]]
         w, kvh = gemma_weights_per_rank(cfg, p["tensor_parallel_size"])
-        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        dtype = kv_dtype(p)
         row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh)
         specs = hybrid_specs(cfg, kvh, p["block_size"], dtype)
         row.update(hybrid_plan(specs, p["tensor_parallel_size"], p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
         out.append(row)
         print(p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"], row["num_groups"],
               row.get("num_blocks"), (row.get("error") or "")[:40], file=sys.stderr)
-    doc = {
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "generator": "tools/vllm/serve_grid.py --hybrid",
-        "configs": HYBRID_MODELS,
-        "points": out,
-    }
-    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_hybrid.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} points -> {path}", file=sys.stderr)
+    write_fixture("--hybrid", "vllm_serve_hybrid.json", HYBRID_MODELS, out)
 
 
 # --- gpt-oss (`--gpt-oss`): MXFP4 experts re-laid out for the OAI Triton kernels, hybrid KV ---
@@ -869,19 +848,13 @@ def gpt_oss_specs(cfg, kv_heads, block, dtype):
 
 
 def gpt_oss_grid():
-    pts, i = [], 0
-    for name in GPT_OSS_MODELS:
-        for tp in (1, 2, 4, 8):
-            for block in (16, 32, 64):
-                for kv in ("auto", "fp8"):
-                    i += 1
-                    # Below the window, past it, 32k and the derived 128k; memories from a sliver
-                    # to a whole H200's, out of step with the rest so every TP meets fits and misfits.
-                    lens = [100, 4096 + 17, 32768, 131072]
-                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5, 100 * GIB + 1][i % 5]
-                    batched = [8192, 2048, 16384][i % 3]
-                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
-                                    max_model_len=lens[(i // 2) % 4], max_num_batched_tokens=batched, available_memory=mem))
+    pts = []
+    for i, name, tp, block, kv in sweep({name: [1, 2, 4, 8] for name in GPT_OSS_MODELS}, (16, 32, 64)):
+        # Below the window, past it, 32k and the derived 128k; memories from a sliver to a whole
+        # H200's.
+        lens = [100, 4096 + 17, 32768, 131072]
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5, 100 * GIB + 1][i % 5]
+        pts.append(point(name, tp, block, kv, lens[(i // 2) % 4], [8192, 2048, 16384][i % 3], mem))
     return pts
 
 
@@ -893,30 +866,19 @@ def main_gpt_oss():
         if key not in weights:
             weights[key] = gpt_oss_weight_bytes_per_rank(cfg, tp)
         w, kvh, parts = weights[key]
-        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        dtype = kv_dtype(p)
         row = dict(p, weight_bytes_per_rank=w, num_kv_heads_per_rank=kvh, weight_parts=parts)
         specs = gpt_oss_specs(cfg, kvh, p["block_size"], dtype)
         row.update(hybrid_plan(specs, tp, p["block_size"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
         out.append(row)
         print(p["model"], tp, p["block_size"], p["kv_cache_dtype"], p["max_model_len"], w, row["num_groups"], row.get("num_blocks"),
               (row.get("error") or "")[:40], file=sys.stderr)
-    doc = {
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "generator": "tools/vllm/serve_grid.py --gpt-oss",
-        "notes": "weight_bytes_per_rank is derived from vLLM 0.33.0's and its vendored triton_kernels' source run on the meta device "
-                 "(GptOssMxfp4MoEMethod.create_weights at maybe_roundup_sizes' intermediate size for the OAI Triton backend SM 9.0 picks, then "
-                 "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(TRITON): HopperMXValueLayout / HopperMXScaleLayout, loaded tensors freed), "
-                 "tensor bytes without the caching allocator's 512-byte rounding and without buffers (the rotary cos/sin cache), as for the "
-                 "other serve grids; not measured on a card. The KV cache terms are vLLM's planning code run on CPU.",
-        "configs": GPT_OSS_MODELS,
-        "points": out,
-    }
-    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_gpt_oss.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} points -> {path}", file=sys.stderr)
+    notes = ("weight_bytes_per_rank is derived from vLLM 0.33.0's and its vendored triton_kernels' source run on the meta device "
+              "(GptOssMxfp4MoEMethod.create_weights at maybe_roundup_sizes' intermediate size for the OAI Triton backend SM 9.0 picks, then "
+              "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(TRITON): HopperMXValueLayout / HopperMXScaleLayout, loaded tensors freed), "
+              "tensor bytes without the caching allocator's 512-byte rounding and without buffers (the rotary cos/sin cache), as for the "
+              "other serve grids; not measured on a card. The KV cache terms are vLLM's planning code run on CPU.")
+    write_fixture("--gpt-oss", "vllm_serve_gpt_oss.json", GPT_OSS_MODELS, out, notes)
 
 
 # --- OLMo-2 (`--olmo2`): vLLM's Transformers modeling backend ---
@@ -1010,17 +972,11 @@ def olmo2_weights_per_rank(cfg, tp):
 
 def olmo2_grid():
     tps = {"OLMo-2-1124-7B": [1, 2, 4, 8], "OLMo-2-32B-shape": [1, 2, 4, 8], "OLMo-2-small-tied-shape": [1, 2, 4]}
-    pts, i = [], 0
-    for name, ts in tps.items():
+    pts = []
+    for i, name, tp, block, kv in sweep(tps):
         lens = [1000, 2048 + 5, OLMO2_MODELS[name]["max_position_embeddings"]]
-        for tp in ts:
-            for block in (16, 32):
-                for kv in ("auto", "fp8"):
-                    i += 1
-                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
-                    batched = [8192, 2048, 512][i % 3]
-                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
-                                    max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
+        pts.append(point(name, tp, block, kv, lens[(i // 2) % 3], [8192, 2048, 512][i % 3], mem))
     return pts
 
 
@@ -1033,28 +989,17 @@ def main_olmo2():
             built[key] = olmo2_weights_per_rank(cfg, tp)
         w, hd, kvh, layer0 = built[key]
         m = dict(layers=cfg["num_hidden_layers"], hd=hd, sliding=None)
-        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        dtype = kv_dtype(p)
         row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh, head_size=hd, layer0_shapes=layer0)
         row.update(plan(m, kvh, tp, p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]))
         out.append(row)
         print(p["model"], tp, p["block_size"], p["kv_cache_dtype"], p["max_model_len"], w, kvh, row.get("num_blocks"),
               (row.get("error") or "")[:40], file=sys.stderr)
-    doc = {
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "generator": "tools/vllm/serve_grid.py --olmo2",
-        "notes": "weight_elements_per_rank: the parameters of vLLM 0.33.0's TransformersForCausalLM (its Transformers modeling backend, "
-                 "which serves Olmo2ForCausalLM) built on the meta device at the point's TP world size (rank 0), in the load dtype "
-                 "(bfloat16); buffers (the rotary inv_freq) left out as in the other serve grids. The KV cache terms are vLLM's planning "
-                 "code run on CPU over one FullAttentionSpec per layer of the Attention kwargs the backend passes.",
-        "configs": OLMO2_MODELS,
-        "points": out,
-    }
-    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_olmo2.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} points -> {path}", file=sys.stderr)
+    notes = ("weight_elements_per_rank: the parameters of vLLM 0.33.0's TransformersForCausalLM (its Transformers modeling backend, "
+              "which serves Olmo2ForCausalLM) built on the meta device at the point's TP world size (rank 0), in the load dtype "
+              "(bfloat16); buffers (the rotary inv_freq) left out as in the other serve grids. The KV cache terms are vLLM's planning "
+              "code run on CPU over one FullAttentionSpec per layer of the Attention kwargs the backend passes.")
+    write_fixture("--olmo2", "vllm_serve_olmo2.json", OLMO2_MODELS, out, notes)
 
 
 # --- MoE configs with a sliding window (`--moe-sliding`: tests/fixtures/vllm_serve_moe_sliding.json) ---
@@ -1094,18 +1039,12 @@ def vllm_cache_sliding_window(cfg):
 def moe_sliding_grid():
     tps = {"Mixtral-8x7B-sliding-4096": [1, 2, 4], "Qwen3-30B-A3B-sliding": [1, 2, 4], "Qwen1.5-MoE-A2.7B-sliding-mixed": [1, 2],
            "Qwen1.5-MoE-A2.7B-sliding-all": [1, 4]}
-    pts, i = [], 0
-    for name, ts in tps.items():
+    pts = []
+    for i, name, tp, block, kv in sweep(tps):
         w = MOE_SLIDING_MODELS[name]["sliding_window"]
         lens = [w // 2 + 3, w + 300, MOE_SLIDING_MODELS[name]["max_position_embeddings"]]
-        for tp in ts:
-            for block in (16, 32):
-                for kv in ("auto", "fp8"):
-                    i += 1
-                    mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
-                    batched = [8192, 2048, 512][i % 3]
-                    pts.append(dict(model=name, tensor_parallel_size=tp, block_size=block, kv_cache_dtype=kv,
-                                    max_model_len=lens[(i // 2) % 3], max_num_batched_tokens=batched, available_memory=mem))
+        mem = [40 * GIB + 12345, 3 * GIB + 777, GIB // 7, 12 * GIB + 5][i % 4]
+        pts.append(point(name, tp, block, kv, lens[(i // 2) % 3], [8192, 2048, 512][i % 3], mem))
     return pts
 
 
@@ -1117,7 +1056,7 @@ def main_moe_sliding():
         window, layer_types = vllm_cache_sliding_window(cfg)
         m["sliding"] = window
         w, kvh = weights_per_rank(m, p["tensor_parallel_size"])
-        dtype = torch.uint8 if p["kv_cache_dtype"] == "fp8" else torch.bfloat16
+        dtype = kv_dtype(p)
         row = dict(p, weight_elements_per_rank=w, num_kv_heads_per_rank=kvh, cache_sliding_window=window,
                    sliding_layers=None if layer_types is None else sum(t == "sliding_attention" for t in layer_types))
         row.update(plan(m, kvh, p["tensor_parallel_size"], p["block_size"], dtype, p["max_model_len"], p["max_num_batched_tokens"],
@@ -1125,18 +1064,7 @@ def main_moe_sliding():
         out.append(row)
         print(p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"], window, row.get("num_blocks"),
               (row.get("error") or "")[:40], file=sys.stderr)
-    doc = {
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "generator": "tools/vllm/serve_grid.py --moe-sliding",
-        "configs": MOE_SLIDING_MODELS,
-        "points": out,
-    }
-    path = os.path.join(ROOT, "tests/fixtures/vllm_serve_moe_sliding.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} points -> {path}", file=sys.stderr)
+    write_fixture("--moe-sliding", "vllm_serve_moe_sliding.json", MOE_SLIDING_MODELS, out)
 
 
 if __name__ == "__main__":
