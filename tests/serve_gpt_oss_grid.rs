@@ -45,18 +45,7 @@ fn config(doc: &Value, p: &Value) -> ServeConfig {
     );
     assert_eq!(cfg["quantization_config"]["quant_method"], "mxfp4");
     assert!(!model.tied_embeddings);
-    ServeConfig {
-        model,
-        weight_bytes: 2,
-        kv_bytes: if p["kv_cache_dtype"] == "fp8" { 1 } else { 2 },
-        total_memory: 0,
-        gpu_memory_utilization: 0.92,
-        max_model_len: p["max_model_len"].as_u64().unwrap() as usize,
-        max_num_seqs: 256,
-        max_num_batched_tokens: p["max_num_batched_tokens"].as_u64().unwrap() as usize,
-        block_size: p["block_size"].as_u64().unwrap() as usize,
-        tensor_parallel_size: p["tensor_parallel_size"].as_u64().unwrap() as usize,
-    }
+    serve_common::serve_config(model, p)
 }
 
 #[test]

@@ -20,6 +20,12 @@ pub fn config(doc: &Value, p: &Value) -> ServeConfig {
     if let Some(moe) = model.hf.as_mut().and_then(|h| h.moe.as_mut()) {
         moe.dense_layers = dense;
     }
+    serve_config(model, p)
+}
+
+/// `model` under the point's engine arguments (bf16 weights, the cache dtype, lengths, token
+/// budget, block and TP sizes; vLLM's defaults for the rest).
+pub fn serve_config(model: vramscope::model::ModelConfig, p: &Value) -> ServeConfig {
     ServeConfig {
         model,
         weight_bytes: 2,

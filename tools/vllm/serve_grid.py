@@ -174,16 +174,22 @@ def fused_moe_numel(m, tp):
     return numel(layer)
 
 
-def weights_per_rank(m, tp):
-    """vLLM's own parallel layers at world size tp (rank 0; every rank's shard is the same size)."""
-    patches = [
+def tp_patches(tp):
+    """Patches (not started) that make vLLM's parallel layers build rank 0's shard at
+    tensor-parallel world size tp: the linear and vocabulary layers' world size and rank, and
+    what the parameters ask the TP group (model_executor/parameter.py:63)."""
+    return [
         mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
         mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
         mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
         mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
-        # What the parameters ask the TP group (model_executor/parameter.py:63).
         mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
     ]
+
+
+def weights_per_rank(m, tp):
+    """vLLM's own parallel layers at world size tp (rank 0; every rank's shard is the same size)."""
+    patches = tp_patches(tp)
     for p in patches:
         p.start()
     try:
@@ -439,13 +445,7 @@ def mla_weight_bytes_per_rank(m, tp):
     (deepseek_v2.py always builds one)."""
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
     from vllm.model_executor.models.deepseek_v2 import DeepSeekV2FusedQkvAProjLinear
-    patches = [
-        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
-    ]
+    patches = tp_patches(tp)
     for p in patches:
         p.start()
 
@@ -608,13 +608,7 @@ def gemma_weights_per_rank(cfg, tp):
     gemma2.py:374), Gemma 3's ParallelLMHead is tied to it unless tie_word_embeddings is false."""
     d, h, kv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     f, bias = cfg["intermediate_size"], bool(cfg.get("attention_bias"))
-    patches = [
-        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
-    ]
+    patches = tp_patches(tp)
     for p in patches:
         p.start()
     try:
@@ -794,13 +788,7 @@ def gpt_oss_weight_bytes_per_rank(cfg, tp):
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
     from vllm.model_executor.model_loader.weight_utils import make_attention_sink
     d, h, kv, hd, e = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_local_experts"]
-    patches = [
-        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
-    ]
+    patches = tp_patches(tp)
     for p in patches:
         p.start()
     old = torch.get_default_dtype()
@@ -938,12 +926,7 @@ def olmo2_weights_per_rank(cfg, tp):
                                device_config=types.SimpleNamespace(device=torch.device("meta")))
     group = types.SimpleNamespace(world_size=tp, rank_in_group=0, is_first_rank=True, is_last_rank=True)
     pp = types.SimpleNamespace(world_size=1, rank_in_group=0, is_first_rank=True, is_last_rank=True)
-    patches = [
-        mock.patch.object(vlinear, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vlinear, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_world_size", return_value=tp),
-        mock.patch.object(vvocab, "get_tensor_model_parallel_rank", return_value=0),
-        mock.patch("vllm.distributed.parallel_state._TP", types.SimpleNamespace(rank_in_group=0, world_size=tp)),
+    patches = tp_patches(tp) + [
         mock.patch.object(tbase, "get_tp_group", return_value=group),
         mock.patch.object(tbase, "get_pp_group", return_value=pp),
         mock.patch.object(tbase.Base, "_decorate_for_torch_compile", lambda self: None),
