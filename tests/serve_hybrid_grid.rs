@@ -19,14 +19,7 @@ fn fixture() -> Value {
 #[test]
 fn fixture_is_vllm_0_33_and_a_grid() {
     let doc = fixture();
-    assert_eq!(doc["vllm_version"], vllm::VLLM_VERSION);
-    let pts = doc["points"].as_array().unwrap();
-    assert!(pts.len() >= 60, "{} points", pts.len());
-    let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
-    for (k, n) in [("model", 5), ("tensor_parallel_size", 4), ("block_size", 3), ("kv_cache_dtype", 2), ("max_model_len", 9), ("max_num_batched_tokens", 3)] {
-        assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
-    }
-    assert!(pts.iter().any(|p| p["error"].is_null()) && pts.iter().any(|p| p["error"].is_string()));
+    let pts = serve_common::grid_points(&doc, 60, &[("model", 5), ("tensor_parallel_size", 4), ("block_size", 3), ("kv_cache_dtype", 2), ("max_model_len", 9), ("max_num_batched_tokens", 3)]);
     // Both families, with max_model_len below and above the window, and several groups.
     for ty in ["gemma2", "gemma3_text"] {
         let of: Vec<&Value> = pts.iter().filter(|p| doc["configs"][p["model"].as_str().unwrap()]["model_type"] == ty).collect();

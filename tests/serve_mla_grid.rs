@@ -20,14 +20,7 @@ fn fixture() -> Value {
 #[test]
 fn fixture_is_vllm_0_33_and_a_grid() {
     let doc = fixture();
-    assert_eq!(doc["vllm_version"], vllm::VLLM_VERSION);
-    let pts = doc["points"].as_array().unwrap();
-    assert!(pts.len() >= 60, "{} points", pts.len());
-    let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
-    for (k, n) in [("model", 4), ("tensor_parallel_size", 5), ("block_size", 3), ("max_model_len", 3), ("available_memory", 3)] {
-        assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
-    }
-    assert!(pts.iter().any(|p| p["error"].is_null()) && pts.iter().any(|p| p["error"].is_string()));
+    serve_common::grid_points(&doc, 60, &[("model", 4), ("tensor_parallel_size", 5), ("block_size", 3), ("max_model_len", 3), ("available_memory", 3)]);
     // Shapes with and without the low-rank query and the noaux_tc bias, and both latent widths.
     let cfgs = doc["configs"].as_object().unwrap();
     assert!(cfgs.values().any(|c| c["q_lora_rank"].is_null()) && cfgs.values().any(|c| c["q_lora_rank"].is_u64()));

@@ -17,14 +17,7 @@ fn fixture() -> Value {
 #[test]
 fn fixture_is_vllm_0_33_and_a_grid() {
     let doc = fixture();
-    assert_eq!(doc["vllm_version"], vllm::VLLM_VERSION);
-    let pts = doc["points"].as_array().unwrap();
-    assert!(pts.len() >= 20, "{} points", pts.len());
-    let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
-    for (k, n) in [("model", 3), ("tensor_parallel_size", 4), ("block_size", 2), ("kv_cache_dtype", 2), ("max_model_len", 4)] {
-        assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
-    }
-    assert!(pts.iter().any(|p| p["error"].is_null()) && pts.iter().any(|p| p["error"].is_string()));
+    let pts = serve_common::grid_points(&doc, 20, &[("model", 3), ("tensor_parallel_size", 4), ("block_size", 2), ("kv_cache_dtype", 2), ("max_model_len", 4)]);
     for p in pts {
         assert_eq!(doc["configs"][p["model"].as_str().unwrap()]["model_type"], "olmo2");
         // The backend fused q/k/v and gate/up into vLLM's parallel layers, and kept q/k norms whole.

@@ -5,6 +5,21 @@
 use serde_json::Value;
 use vramscope::model::vllm_0_33::{self as vllm, ServeConfig, ServePlan};
 
+/// The fixture's points, after the checks every serve grid makes: vLLM 0.33.0's release, at
+/// least `min` points, at least `n` distinct values of each `(key, n)`, and both outcomes (plans
+/// that fit and vLLM's error).
+pub fn grid_points<'a>(doc: &'a Value, min: usize, spread: &[(&str, usize)]) -> &'a [Value] {
+    assert_eq!(doc["vllm_version"], vllm::VLLM_VERSION);
+    let pts = doc["points"].as_array().unwrap();
+    assert!(pts.len() >= min, "{} points", pts.len());
+    let distinct = |k: &str| pts.iter().map(|p| p[k].to_string()).collect::<std::collections::BTreeSet<_>>().len();
+    for &(k, n) in spread {
+        assert!(distinct(k) >= n, "{k}: only {} values", distinct(k));
+    }
+    assert!(pts.iter().any(|p| p["error"].is_null()) && pts.iter().any(|p| p["error"].is_string()));
+    pts
+}
+
 pub fn fixture(file: &str) -> Value {
     let path = format!("{}/tests/fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).expect("read the fixture")).expect("parse the fixture")
