@@ -82,16 +82,7 @@ fn every_point_matches_vllm() {
         assert_eq!(gpt_oss::bf16_layer_elements(&c.model, moe, tp), parts["bf16_elements_per_layer"].as_u64().unwrap(), "bf16 layer {at}");
         assert_eq!(vllm::weight_bytes_per_rank(&c.model, 2, tp), p["weight_bytes_per_rank"].as_u64().unwrap(), "weights {at}");
         assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
-        // vLLM's groups: each one's window and layers, in its order; every spec at --block-size.
-        let groups = hybrid::kv_cache_groups(&c.model);
-        let theirs = p["groups"].as_array().unwrap();
-        assert_eq!(groups.len() as u64, p["num_groups"].as_u64().unwrap(), "groups {at}");
-        for (g, t) in groups.iter().zip(theirs) {
-            assert_eq!(g.window.map(|w| w as u64), t["sliding_window"].as_u64(), "group window {at}");
-            let layers: Vec<usize> = t["layers"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
-            assert_eq!(g.layers, layers, "group layers {at}");
-            assert_eq!(t["block_size"].as_u64().unwrap(), c.block_size as u64, "group block size {at}");
-        }
+        serve_common::check_groups(&c, p, &at);
         serve_common::check_plan(&c, p, &at);
     }
 }

@@ -82,3 +82,18 @@ pub fn check_plan(c: &ServeConfig, p: &Value, at: &str) -> ServePlan {
     }
     plan
 }
+
+/// A hybrid model's KV cache groups against vLLM's: their count, each one's window and layers in
+/// its order, every spec at --block-size.
+#[allow(dead_code)] // only the hybrid grids (Gemma, gpt-oss) have groups
+pub fn check_groups(c: &ServeConfig, p: &Value, at: &str) {
+    let groups = vramscope::model::vllm_hybrid::kv_cache_groups(&c.model);
+    let theirs = p["groups"].as_array().unwrap();
+    assert_eq!(groups.len() as u64, p["num_groups"].as_u64().unwrap(), "groups {at}");
+    for (g, t) in groups.iter().zip(theirs) {
+        assert_eq!(g.window.map(|w| w as u64), t["sliding_window"].as_u64(), "group window {at}");
+        let layers: Vec<usize> = t["layers"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+        assert_eq!(g.layers, layers, "group layers {at}");
+        assert_eq!(t["block_size"].as_u64().unwrap(), c.block_size as u64, "group block size {at}");
+    }
+}
