@@ -1,9 +1,12 @@
 //! One output file written whole or not at all.
 //!
 //! The bytes go to a temp file in the target's folder that nobody else can name in advance,
-//! then a rename puts it over the target. On Linux the temp file is unnamed (O_TMPFILE): it
-//! gets a name only for the instant between `linkat` and `rename`, both done under the
-//! cleanup registry's lock, so neither an error, SIGINT nor kill -9 can leave it behind.
+//! then a rename puts it over the target. On Linux the temp file is unnamed (O_TMPFILE): a
+//! new file is linked straight at its name, whole, so neither an error, SIGINT nor kill -9
+//! can leave a temp file behind (every file of a staged output set is new). One replacing an
+//! existing file gets a random name for the instant between `linkat` and `rename`, both done
+//! under the cleanup registry's lock: SIGINT and SIGTERM wait for the rename, and only a
+//! kill -9 in that instant leaves the named copy.
 //! Elsewhere, or on a filesystem without O_TMPFILE, it is a named file created with O_EXCL
 //! (which never follows a symlink) under a random name and registered for removal on
 //! SIGINT/SIGTERM. The target itself is replaced, never followed: a symlink planted at an
@@ -160,8 +163,9 @@ fn temp_name(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!(".{}.{:016x}.tmp", &name[..cut], rand::random::<u64>()))
 }
 
-/// Give the unnamed file a random name (linkat never follows or replaces an existing
-/// path) and rename it over `dest`, both under the registry lock.
+/// Link the unnamed file at `dest` when nothing is there (no temp name ever exists);
+/// otherwise give it a random name (linkat never follows or replaces an existing path) and
+/// rename it over `dest`, both under the registry lock.
 #[cfg(target_os = "linux")]
 fn link_over(f: &File, dir: &Path, name: &str, dest: &Path) -> std::io::Result<()> {
     use std::ffi::CString;
@@ -169,6 +173,15 @@ fn link_over(f: &File, dir: &Path, name: &str, dest: &Path) -> std::io::Result<(
     use std::os::unix::io::AsRawFd;
     let from = CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).expect("no NUL");
     let _reg = cleanup::lock();
+    let at = CString::new(dest.as_os_str().as_bytes()).map_err(|_| std::io::Error::from(ErrorKind::InvalidInput))?;
+    // SAFETY: two valid NUL-terminated paths.
+    if unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, at.as_ptr(), libc::AT_SYMLINK_FOLLOW) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() != ErrorKind::AlreadyExists {
+        return Err(e);
+    }
     for _ in 0..32 {
         let tmp = temp_name(dir, name);
         let to = CString::new(tmp.as_os_str().as_bytes()).map_err(|_| std::io::Error::from(ErrorKind::InvalidInput))?;
