@@ -6,8 +6,9 @@
 //! ParamWrapper (target_parameters) on the MoE models' experts and routers (routing forced),
 //! under DistributedDataParallel over gloo processes (LoRA, and bitsandbytes 4-bit QLoRA), FSDP2
 //! `fully_shard` per decoder layer then the PeftModel and ZeRO-2 (LoRA) under the fake process
-//! group; measure_hf.py's loop of the point's profile type; per phase, requested bytes of blocks
-//! >= 512 B, the third iteration.
+//! group, and (lora_layouts.json, `--lora-layouts`) hsdp, fully_shard on other units and
+//! reentrant checkpointing under FSDP2; measure_hf.py's loop of the point's profile type; per
+//! phase, requested bytes of blocks >= 512 B, the third iteration.
 mod scratch;
 mod grid_common;
 
@@ -189,6 +190,42 @@ fn modules_to_save_and_lora_bias_ranks_match_peft() {
     grid_common::check("dist_grid/lora_extras.json", &ps, 15, KNOWN_FAILING, run);
 }
 
+/// dist_grid/lora_layouts.json (`measure_dist.py --lora-layouts`): peft's LoRA of issue 30's
+/// models (and the llama family's under hsdp) under FSDP2's other options: hsdp (a (world /
+/// shard, shard) mesh), fully_shard on every 2 decoder layers or the root alone, and reentrant
+/// checkpointing under fsdp and hsdp.
+#[test]
+fn lora_under_hsdp_units_and_reentrant_ranks_match_peft() {
+    let doc = grid_common::fixture("dist_grid/lora_layouts.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps = doc["points"].as_array().unwrap().to_vec();
+    let reentrant = |q: &Value| q["hf"]["checkpoint"] == "reentrant";
+    let unit = |q: &Value| q["unit"].as_u64();
+    let of = |f: &dyn Fn(&Value) -> bool| -> Vec<Value> { ps.iter().filter(|q| f(q)).cloned().collect() };
+    let hsdp = of(&|q| q["layout"] == "hsdp" && !reentrant(q));
+    let units = of(&|q| unit(q).is_some());
+    let re = of(&|q| reentrant(q) && q["layout"] != "zero2");
+    for m in DENSE.iter().chain(&MOE) {
+        assert!(ps.iter().any(|q| q["hf"]["model_type"] == *m), "{m}");
+    }
+    for (what, set, min) in [("hsdp", &hsdp, 6), ("other units", &units, 6), ("reentrant", &re, 8)] {
+        let models = values(set, |q| q["hf"]["model_type"].to_string());
+        assert!(models.len() >= min, "{what}: {models:?}");
+        assert!(set.iter().any(|q| DENSE.contains(&q["hf"]["model_type"].as_str().unwrap())) && set.iter().any(|q| MOE.contains(&q["hf"]["model_type"].as_str().unwrap())), "{what}: families and MoE models");
+    }
+    assert_eq!(values(&units, |q| unit(q).unwrap().to_string()), BTreeSet::from(["0".to_string(), "2".into()]), "every 2 layers and the root");
+    assert!(units.iter().any(|q| unit(q) == Some(2) && q["hf"]["num_layers"].as_u64() == Some(3)), "a group of 2 and one left over");
+    assert_eq!(values(&re, |q| q["layout"].to_string()), BTreeSet::from(["\"fsdp\"".to_string(), "\"hsdp\"".into()]), "reentrant under fsdp and hsdp");
+    assert!(values(&ps, |q| q["shard"].to_string()).len() >= 3, "hsdp shards 2 and 3");
+    assert!([&hsdp, &units, &re].iter().all(|set| set.iter().any(param_wrapped)), "ParamWrapper under each");
+    assert!(of(&|q| ["llama", "qwen3", "mistral"].contains(&q["hf"]["model_type"].as_str().unwrap()) && q["layout"] == "hsdp").len() >= 3, "the llama family under hsdp");
+    assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "fp32 and bf16");
+    assert!(ps.iter().any(|q| q["rank"] == 0) && ps.iter().any(|q| q["rank"] != 0 && q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap()), "rank 0 and a last rank");
+    assert!(ps.iter().any(|q| q["profile_type"] != "training"), "a forward");
+    grid_common::check("dist_grid/lora_layouts.json", &ps, 28, KNOWN_FAILING, run);
+}
+
 fn vramscope(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }
@@ -246,6 +283,49 @@ fn layouts_refused_for_the_options_are_left_out_with_a_note() {
     assert!(o.status.success() && md.contains("| ddp ×2") && !md.contains("fsdp"), "{}\n{text}", String::from_utf8_lossy(&o.stderr));
     assert!(text.contains("zero2 ×2 left out (invalid --lora-bias") && text.contains("fsdp ×2 left out"), "{text}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// What lora_layouts.json measures runs from the command line; peft's modules_to_save and
+/// trained biases with those options (measured apart) exit 2 naming the flag.
+#[test]
+fn lora_under_hsdp_units_and_reentrant_run() {
+    let hsdp = ["--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"];
+    let runs: &[&[&str]] = &[
+        &["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj,gate_up_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2"],
+        &["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"],
+        &["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "every-2"],
+        &[&["--preset", "gpt-oss-20b", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..], &hsdp[..]].concat(),
+        &[&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp[..]].concat(),
+        &[&["--preset", "Gemma-3-27B", "--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &hsdp[..]].concat(),
+        &["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--lora-r", "8", "--target-modules", "q_proj", "--target-parameters", "mlp.experts.gate_up_proj", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"],
+    ];
+    for extra in runs {
+        let out = tmp("layouts");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let refused: &[(&[&str], &[&str])] = &[
+        (&[&["--preset", "OLMo-2-7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head"][..], &hsdp[..]].concat(), &["--modules-to-save", "hsdp", "not measured"]),
+        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--lora-bias", "all", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--lora-bias", "--fsdp-unit", "not measured"]),
+        (&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"], &["--modules-to-save", "reentrant", "not measured"]),
+        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--load-in-4bit"][..], &hsdp[..]].concat(), &["--parallel", "hsdp", "4-bit"]),
+        (&["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--gradient-checkpointing", "units", "not measured"]),
+    ];
+    for (args, needles) in refused {
+        let out = tmp("layouts-refused");
+        let mut a = vec!["profile", "--device", "meta", "--context-length", "64", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "{args:?} should say {n}: {err}");
+        }
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
 }
 
 /// What lora_models.json does not measure under a layout exits 2 naming the flag, nothing written.

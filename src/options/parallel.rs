@@ -224,8 +224,8 @@ impl Adapted {
 /// Why a LoRA, DoRA, 4-bit or 8-bit model cannot run under `c` (the flag to blame and the
 /// message), or None where the layout is modelled for it: DDP, FSDP2 per block and ZeRO-2
 /// (LoRA and QLoRA, any bnb_4bit_quant_storage), as tools/pytorch/measure_dist.py --lora and
-/// --fsdp-qlora measure them; 8-bit and DoRA under no layout yet. profile, fit and compare all
-/// ask here.
+/// --fsdp-qlora measure them, and HSDP (LoRA; --lora-layouts measures it on the llama family and
+/// issue 30's models); 8-bit and DoRA under no layout yet. profile, fit and compare all ask here.
 pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str, String)> {
     let Adapted { lora, dora, four_bit, eight_bit } = m;
     let what = if c.tp > 1 { "--tp" } else { "--parallel" };
@@ -246,9 +246,11 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
         Layout::Ddp => None,
         // MixedPrecisionPolicy over the adapters: mixed_precision_adapters_refusal (it needs
         // the weights' dtype and peft's options).
-        Layout::Fsdp | Layout::Zero2 if c.offload_params => Some(("--offload", "FSDP2's CPUOffloadPolicy over a LoRA model is not modelled: drop it".into())),
+        Layout::Fsdp | Layout::Zero2 | Layout::Hsdp if c.offload_params => Some(("--offload", "FSDP2's CPUOffloadPolicy over a LoRA model is not modelled: drop it".into())),
         Layout::Fsdp | Layout::Zero2 => None,
-        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp, zero2 and fsdp are)", other.name()))),
+        // (dist_grid/lora_layouts.json: LoRA, not 4-bit weights, on a 2-D mesh)
+        Layout::Hsdp if !four_bit => None,
+        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp, zero2 and fsdp are{})", other.name(), if four_bit { "" } else { "; hsdp for LoRA" }))),
     }
 }
 
@@ -290,11 +292,29 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
         (!l.modules_to_save.is_empty(), "--modules-to-save", "peft's modules_to_save"),
         (l.bias != crate::model::lora::LoraBias::None, "--lora-bias", "peft's trained biases (bias)"),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard units other than each decoder layer"),
+        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)"),
     ];
     if let Some(&(_, f, what)) = other.iter().find(|o| o.0) {
         return Some((f, format!("{what} with {policy} ({flag}) is not measured {measured}; drop one")));
     }
     None
+}
+
+/// Why peft's modules_to_save or trained biases (`--modules-to-save`, `--lora-bias`) cannot run
+/// under FSDP2's other options: they are measured under ddp, zero2 and fsdp per decoder layer
+/// (dist_grid/lora_extras.json), and hsdp, other fully_shard units and reentrant checkpointing
+/// over peft's adapters without them (lora_layouts.json); not together.
+pub fn adapter_extras_layout_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig) -> Option<(&'static str, String)> {
+    let l = h.lora.as_ref()?;
+    let flag = if !l.modules_to_save.is_empty() { "--modules-to-save" } else if l.bias != crate::model::lora::LoraBias::None { "--lora-bias" } else { return None };
+    let fully_shard = c.shards_params() && c.tp <= 1;
+    let what = [
+        (c.layout == Layout::Hsdp, "hsdp (--parallel hsdp)"),
+        (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer (--fsdp-unit)"),
+        (h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "reentrant checkpointing (--gradient-checkpointing reentrant)"),
+    ];
+    let (_, what) = what.iter().find(|o| fully_shard && o.0)?;
+    Some((flag, format!("peft's {} with {what} is not measured (each is apart: dist_grid/lora_extras.json, lora_layouts.json): drop one", if flag == "--lora-bias" { "trained biases (bias)" } else { "modules_to_save" })))
 }
 
 /// The layouts compare and fit put side by side when none is named: ddp, zero1, zero2 and

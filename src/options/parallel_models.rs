@@ -10,10 +10,11 @@
 //! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
-//! (--units), FSDP2's MixedPrecisionPolicy under fsdp and zero2 (--mixed-precision; over peft's
-//! adapters too, --lora-mixed-precision-models; with hsdp or with the router's loss over full
-//! weights, --mixed-precision-pairs), and reentrant checkpointing under fsdp and hsdp
-//! (--reentrant). The rest is refused, naming the flag and why.
+//! (--units; over peft's LoRA too, --lora-layouts), FSDP2's MixedPrecisionPolicy under fsdp and
+//! zero2 (--mixed-precision; over peft's adapters too, --lora-mixed-precision-models; with hsdp
+//! or with the router's loss over full weights, --mixed-precision-pairs), and reentrant
+//! checkpointing under fsdp and hsdp (--reentrant; over peft's LoRA too, --lora-layouts). The
+//! rest is refused, naming the flag and why.
 use crate::model::hf::HfConfig;
 use crate::parallel::{Layout, ParallelConfig};
 
@@ -94,9 +95,10 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // (reentrant_mixed_precision.json); reentrant under zero2 with adapters too (lora_models.json).
     // (A 4-bit model's reentrant checkpointing under FSDP2 is measured on the llama family:
     // dist_grid/fsdp_qlora.json.)
+    // With peft's adapters (LoRA; ParamWrapper measured on grouped_mm experts, the eager loop is
+    // refused above) under fsdp and hsdp: lora_layouts.json.
     if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
         let other = [
-            (hf.lora.is_some(), "peft's adapters"),
             // (with the policy under fsdp over full weights: reentrant_mixed_precision.json)
             ((c.param_dtype.is_some() || c.reduce_dtype.is_some()) && (c.layout == Layout::Hsdp || hf.lora.is_some()), "FSDP2's MixedPrecisionPolicy"),
             (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer"),
@@ -109,7 +111,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // Measured beyond ddp, zero1, zero2 and fsdp per decoder layer, each alone and with full
     // weights: the router's loss (dist_grid/aux_loss.json), FSDP2's MixedPrecisionPolicy under
     // fsdp and zero2 (mixed_precision.json; over peft's adapters too:
-    // lora_mixed_precision_models.json), other fully_shard units and hsdp (units.json).
+    // lora_mixed_precision_models.json), other fully_shard units and hsdp (units.json; over
+    // peft's adapters too: lora_layouts.json).
     if c.offload_params {
         // On CPU the offloaded shards and the device are one memory (FSDP2's .to(device) of a
         // CPU shard is a no-op), so no fixture can tell what CPUOffloadPolicy moves.
@@ -123,8 +126,9 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         // parallel::mixed_precision_adapters_refusal's)
         (c.param_dtype.is_some() || c.reduce_dtype.is_some(), mp_flag, "FSDP2's MixedPrecisionPolicy", "mixed_precision.json", true),
         (moe.is_some_and(|m| m.output_router_logits), "--output-router-logits", "the router's auxiliary loss", "aux_loss.json", false),
-        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json", false),
-        (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json", false),
+        // over peft's adapters: lora_layouts.json (every-2 and the root alone; hsdp)
+        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json", true),
+        (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json", true),
     ];
     let on: Vec<_> = options.iter().filter(|o| o.0).collect();
     // The policy with hsdp and with the router's loss, over full weights, is measured too

@@ -70,6 +70,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --reentrant-mixed-precision  # reentrant checkpointing with the policy -> tests/fixtures/dist_grid/reentrant_mixed_precision.json
     python3 measure_dist.py --fsdp-qlora   # QLoRA with bnb_4bit_quant_storage under fsdp/zero2 -> tests/fixtures/dist_grid/fsdp_qlora.json
     python3 measure_dist.py --fsdp-qlora-models  # the same on issue 30's models -> tests/fixtures/dist_grid/fsdp_qlora_models.json
+    python3 measure_dist.py --lora-layouts  # LoRA of issue 30's models under hsdp, other units, reentrant -> tests/fixtures/dist_grid/lora_layouts.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -99,6 +100,7 @@ LORA_MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lo
 LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_models.json")
 FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.json")
 FSDP_QLORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_models.json")
+LORA_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_layouts.json")
 
 
 def setup_for(pt):
@@ -523,6 +525,61 @@ def fsdp_qlora_models_grid():
         ("fsdp", L.bnb_of(L.gptoss_lora(2, 8, "q_proj,v_proj", checkpoint="non-reentrant", dtype="bf16"), 4), 2, 0),
     ]
     return [dist_point(p, "training", layout, world, rank, L.name_of(p, "training")) for layout, p, world, rank in rows]
+
+
+def lora_layouts_grid():
+    """peft's LoRA of issue 30's models (`--lora-models`' targets: the families' projections,
+    Phi-3's fused qkv_proj and gate_up_proj, the MoE models' attention and Qwen2-MoE's shared
+    expert, and ParamWrapper on the experts' 3-D weights of grouped_mm models) under FSDP2's other
+    options: hsdp (a (world / shard, shard) mesh), fully_shard on every 2 consecutive decoder
+    layers (`unit` 2: three-layer models, fsdp and one zero2) or the root alone (`unit` 0), and
+    reentrant checkpointing (use_reentrant=True) under fsdp and hsdp resharding after forward;
+    and llama, qwen3 and mistral (make_lora_grid.py's lora shapes) under hsdp, fp32 and bf16
+    weights, r 4-16, world 2-6, ranks 0 and the last, training and a forward."""
+    import make_hf_grid as G
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    ex = "mlp.experts.gate_up_proj,mlp.experts.down_proj"
+    fam = lambda mt, i, r, t, ck="none", dtype="bf16": L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
+    re = "reentrant"
+    h2, h3 = dict(shard=2), dict(shard=3)
+    # (layout, point, profile type, world, rank, FSDP2 options)
+    rows = [
+        # hsdp
+        ("hsdp", fam("phi3", 0, 8, "qkv_proj,gate_up_proj"), "training", 4, 0, h2),
+        ("hsdp", fam("gemma2", 3, 16, "all-linear", ck="non-reentrant", dtype="fp32"), "training", 4, 3, h2),
+        ("hsdp", L.moe_lora(0, 8, att), "training", 4, 1, h2),  # mixtral grouped_mm balanced fp32
+        ("hsdp", L.deepseek_lora(0, 8, mla), "training", 4, 2, h2),  # grouped_mm balanced sdpa fp32
+        ("hsdp", L.moe_lora(15, 16, "all-linear"), "training", 6, 5, h3),  # qwen2_moe grouped_mm worst eager bf16
+        ("hsdp", L.moe_param(6, 8, ex), "training", 4, 3, h2),  # qwen3_moe grouped_mm balanced fp32
+        ("hsdp", fam("olmo2", 0, 8, "q_proj,v_proj"), "forward", 4, 1, h2),
+        # fully_shard on every 2 decoder layers, or on the root alone
+        ("fsdp", fam("olmo2", 2, 8, "all-linear"), "training", 2, 1, dict(unit=2)),
+        ("fsdp", fam("gemma3_text", 2, 8, None, ck="non-reentrant", dtype="fp32"), "training", 3, 2, dict(unit=2)),
+        ("fsdp", L.gptoss_lora(2, 16, att), "training", 2, 0, dict(unit=2)),  # grouped_mm worst bf16, 3 layers
+        ("zero2", L.moe_lora(3, 8, "q_proj,v_proj", num_layers=3), "training", 2, 0, dict(unit=2)),  # mixtral grouped_mm worst bf16
+        ("fsdp", fam("phi3", 4, 16, "all-linear", ck="non-reentrant"), "training", 3, 2, dict(unit=0)),
+        ("fsdp", L.moe_lora(9, 8, att), "training", 2, 1, dict(unit=0)),  # qwen3_moe grouped_mm worst bf16
+        ("fsdp", L.deepseek_lora(7, 8, "q_proj,kv_b_proj"), "training", 2, 0, dict(unit=0)),  # grouped_mm worst sdpa bf16
+        ("fsdp", L.gptoss_lora(0, 8, "", ex), "training", 2, 1, dict(unit=0)),  # grouped_mm balanced fp32
+        # reentrant checkpointing under fsdp and hsdp
+        ("fsdp", fam("gemma2", 0, 8, None, ck=re), "training", 2, 0, {}),
+        ("fsdp", fam("olmo2", 1, 16, "all-linear", ck=re, dtype="fp32"), "training", 3, 2, {}),
+        ("fsdp", L.moe_lora(1, 16, att, checkpoint=re), "training", 2, 1, {}),  # mixtral eager balanced fp32
+        ("fsdp", L.moe_lora(12, 8, "q_proj,v_proj", checkpoint=re), "training", 4, 3, {}),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", L.gptoss_lora(8, 8, att, checkpoint=re), "training", 2, 0, {}),  # batched_mm balanced fp32
+        ("fsdp", L.moe_param(12, 8, ex, checkpoint=re), "training", 2, 1, {}),  # qwen2_moe grouped_mm balanced fp32
+        ("hsdp", L.moe_lora(11, 8, att, checkpoint=re), "training", 4, 0, h2),  # qwen3_moe batched_mm balanced bf16
+        ("hsdp", fam("gemma3_text", 3, 16, "all-linear", ck=re), "training", 4, 3, h2),
+        ("hsdp", L.deepseek_lora(13, 8, mla, checkpoint=re), "training", 4, 1, h2),  # grouped_mm balanced sdpa fp32
+        ("hsdp", fam("phi3", 1, 8, "qkv_proj", ck=re, dtype="fp32"), "training", 6, 5, h3),
+        # the llama family under hsdp
+        ("hsdp", L.lora("llama", 0, 8, "all-linear"), "training", 4, 0, h2),
+        ("hsdp", L.lora("qwen3", 6, 16, "q_proj,v_proj", checkpoint=re), "training", 4, 3, h2),
+        ("hsdp", L.lora("mistral", 2, 8, "all-linear", checkpoint="non-reentrant", dtype="fp32"), "training", 6, 5, h3),
+    ]
+    return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **o) for layout, p, kind, world, rank, o in rows]
 
 
 def dist_point(p, kind, layout, world, rank, name, **fsdp):
@@ -1154,12 +1211,14 @@ def main():
              "--lora-mixed-precision": (lora_mixed_precision_grid, LORA_MIXED_PRECISION_OUT),
              "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT),
              "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT),
-             "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT)}
+             "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT),
+             "--lora-layouts": (lora_layouts_grid, LORA_LAYOUTS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models"):
+        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models",
+                    "--lora-layouts"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
