@@ -659,3 +659,44 @@ fn generate_models_adapters_grid_matches_transformers_peft_bitsandbytes() {
         }
     }
 }
+
+/// Points of generate_models_extras.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_MODELS_EXTRAS: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_models_extras.json (`make_generate_grid.py
+/// --adapters-extras`): generate() on issue 30's nine models with peft's other LoRA options over
+/// unquantized weights: `bias` all and lora_only, DoRA (`use_dora`) and `modules_to_save`
+/// (lm_head, embed_tokens), on generate_models_adapters.json's builders (windows crossed, the
+/// routing forced).
+#[test]
+fn generate_models_extras_grid_matches_transformers_peft() {
+    let doc = check_grid("pytorch_grid/generate_models_extras.json", 18, KNOWN_FAILING_MODELS_EXTRAS);
+    assert_eq!(doc["peft"].as_str(), Some("0.21.2"), "the fixture's peft");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    let saves = |p: &Value, m: &str| p["modules_to_save"].as_str().is_some_and(|s| s.split(',').any(|x| x == m));
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"] {
+        assert!(count(&|p| p["model_type"] == mt && p["use_dora"] == true) >= 1, "{mt}: DoRA");
+        assert!(count(&|p| p["model_type"] == mt && p["lora_bias"].is_string()) >= 1, "{mt}: lora bias");
+    }
+    for bias in ["all", "lora_only"] {
+        assert!(count(&|p| p["lora_bias"] == bias) >= 4, "lora bias {bias}");
+    }
+    assert!(count(&|p| saves(p, "lm_head")) >= 4 && count(&|p| saves(p, "embed_tokens")) >= 3, "modules_to_save");
+    assert!(count(&|p| p["model_type"] == "gemma2" && saves(p, "lm_head")) >= 1, "modules_to_save of a tied lm_head");
+    // gpt-oss's and Qwen2-MoE's attention biases made trainable by bias "all"
+    for mt in ["gpt_oss", "qwen2_moe"] {
+        assert!(count(&|p| p["model_type"] == mt && p["lora_bias"] == "all") >= 1, "{mt}: bias all");
+    }
+    let (s, n) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap());
+    for mt in ["gemma2", "gemma3_text", "gpt_oss"] {
+        assert!(count(&|p| p["model_type"] == mt && p["sliding_window"].as_u64().is_some_and(|w| s(p) < w && w < s(p) + n(p))) >= 1, "{mt}: the window crossed while decoding");
+    }
+    assert!(count(&|p| p["do_sample"] == true) >= 2 && count(&|p| p["num_beams"].as_u64().is_some_and(|b| b > 1)) >= 2, "sampling and beams");
+    assert!(count(&|p| p["cache"] == "static") >= 2, "static cache");
+    for b in 1..=3 {
+        assert!(count(&|p| p["batch"] == b) >= 1, "batch {b}");
+    }
+    assert!(count(&|p| p["dtype"] == "fp32") >= 4 && count(&|p| p["dtype"] == "bf16") >= 4, "fp32 and bf16");
+}
+
