@@ -370,11 +370,14 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
     }
-    if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
-        return refuse("--use-dora", "DoRA adapters");
+    // DoRA and modules_to_save with generate are measured on issue 30's models
+    // (generate_models_extras.json), not on llama, mistral, qwen2 or qwen3.
+    let issue30 = hf.model_type.is_family() || hf.moe.is_some();
+    if hf.lora.as_ref().is_some_and(|l| l.use_dora) && !issue30 {
+        return refuse("--use-dora", &format!("DoRA adapters on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text and the MoE models: generate_models_extras.json)", hf.model_type.name()));
     }
-    if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) {
-        return refuse("--modules-to-save", "peft's modules_to_save copies");
+    if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) && !issue30 {
+        return refuse("--modules-to-save", &format!("peft's modules_to_save copies on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text and the MoE models: generate_models_extras.json)", hf.model_type.name()));
     }
     if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
         return refuse(q.flag(), &format!("{} weights", q.bits()));
