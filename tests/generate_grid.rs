@@ -700,3 +700,34 @@ fn generate_models_extras_grid_matches_transformers_peft() {
     assert!(count(&|p| p["dtype"] == "fp32") >= 4 && count(&|p| p["dtype"] == "bf16") >= 4, "fp32 and bf16");
 }
 
+/// Points of generate_models_int8.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_MODELS_INT8: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_models_int8.json (`make_generate_grid.py
+/// --adapters-int8`): generate() on issue 30's models over LLM.int8() weights (load_in_8bit,
+/// thresholds 0 and 6; CUDA's MatMul8bitLt run on CPU, its outputs counted) and after peft's
+/// prepare_model_for_kbit_training over 4-bit and 8-bit weights, with and without LoRA.
+#[test]
+fn generate_models_int8_grid_matches_transformers_peft_bitsandbytes() {
+    let doc = check_grid("pytorch_grid/generate_models_int8.json", 8, KNOWN_FAILING_MODELS_INT8);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    let (eight, four, lora) = (|p: &Value| p["load_in_8bit"] == true, |p: &Value| p["load_in_4bit"] == true, |p: &Value| !p["lora_r"].is_null());
+    // (qwen2_moe and deepseek_v3 have no 8-bit load vramscope models: lora_targets::check_new_models)
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "gpt_oss"] {
+        assert!(count(&|p| p["model_type"] == mt && eight(p)) >= 1, "{mt}: 8-bit");
+    }
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"] {
+        assert!(count(&|p| p["model_type"] == mt) >= 1, "{mt}: points");
+    }
+    for t in [0.0, 6.0] {
+        assert!(count(&|p| eight(p) && p["llm_int8_threshold"].as_f64() == Some(t)) >= 2, "threshold {t}");
+    }
+    assert!(count(&|p| eight(p) && lora(p)) >= 3 && count(&|p| eight(p) && !lora(p)) >= 2, "8-bit with and without LoRA");
+    assert!(count(&|p| eight(p) && p["prepare"] == true) >= 2 && count(&|p| four(p) && p["prepare"] == true) >= 4, "prepared 4-bit and 8-bit");
+    assert!(count(&|p| p["prepare"] == true && !lora(p)) >= 2, "prepared without adapters");
+    for point in doc["points"].as_array().unwrap().iter().filter(|q| eight(&q["point"])) {
+        assert_eq!(point["info"]["int8_outlier_columns"], 0, "{}", point["name"]);
+    }
+}

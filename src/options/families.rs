@@ -79,7 +79,8 @@ pub fn check_generate(hf: &HfConfig, prompt: usize, max_new_tokens: usize) -> Re
 /// models, with and without adapters, the caches and windows of their own grids), and so are
 /// peft's `bias` (all, lora_only), DoRA and modules_to_save over unquantized weights
 /// (generate_models_extras.json; over 4-bit or 8-bit weights lora_targets::check_new_models
-/// refuses the last two). What those points leave out is refused, naming the flag.
+/// refuses the last two), and 8-bit weights and prepare_model_for_kbit_training
+/// (generate_models_int8.json). What those points leave out is refused, naming the flag.
 pub fn generate_adapters(hf: &HfConfig, name: &str) -> Result<()> {
     if let Some(l) = &hf.lora {
         if !l.target_parameters.is_empty() {
@@ -91,13 +92,7 @@ pub fn generate_adapters(hf: &HfConfig, name: &str) -> Result<()> {
             ));
         }
     }
-    if let Some(q) = &hf.bnb {
-        if q.four_bit().is_none() {
-            return Err(usage(q.flag(), format!("generate with 8-bit weights on {name} is not measured yet (4-bit is: generate_models_adapters.json)")));
-        }
-        if q.prepare {
-            return Err(usage("--prepare-model-for-kbit-training", format!("true with generate on {name} is not measured yet (generate_models_adapters.json loads the 4-bit model unprepared, as an inference script does); leave it at false")));
-        }
-    }
+    // 8-bit weights (LLM.int8(), where lora_targets::check_new_models lets them load) and
+    // prepare_model_for_kbit_training over 4-bit and 8-bit weights: generate_models_int8.json.
     Ok(())
 }

@@ -128,10 +128,10 @@ impl ProfileArgs {
 pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     let mut cfg = r.config;
-    if a.profile_type.contains(&ProfileType::Generate) && a.model.hf.load_in_4bit && a.model.hf.prepare_model_for_kbit_training.is_none() {
+    if a.profile_type.contains(&ProfileType::Generate) && (a.model.hf.load_in_4bit || a.model.hf.load_in_8bit) && a.model.hf.prepare_model_for_kbit_training.is_none() {
         // generate's default is the unprepared model, the other profile types' the prepared one.
         if a.profile_type.iter().any(|&k| k != ProfileType::Generate) {
-            return Err(usage("--prepare-model-for-kbit-training", "generate() runs the 4-bit model unprepared by default, the other profile types prepared: give true or false to profile them together"));
+            return Err(usage("--prepare-model-for-kbit-training", "generate() runs the 4-bit or 8-bit model unprepared by default, the other profile types prepared: give true or false to profile them together"));
         }
         a.model.hf.unprepared_for_generate(&mut cfg);
     }
@@ -370,8 +370,8 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
     }
-    // DoRA and modules_to_save with generate are measured on issue 30's models
-    // (generate_models_extras.json), not on llama, mistral, qwen2 or qwen3.
+    // DoRA, modules_to_save and 8-bit weights with generate are measured on issue 30's models
+    // (generate_models_extras.json, generate_models_int8.json), not on llama, mistral, qwen2 or qwen3.
     let issue30 = hf.model_type.is_family() || hf.moe.is_some();
     if hf.lora.as_ref().is_some_and(|l| l.use_dora) && !issue30 {
         return refuse("--use-dora", &format!("DoRA adapters on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text and the MoE models: generate_models_extras.json)", hf.model_type.name()));
@@ -379,8 +379,9 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) && !issue30 {
         return refuse("--modules-to-save", &format!("peft's modules_to_save copies on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text and the MoE models: generate_models_extras.json)", hf.model_type.name()));
     }
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
-        return refuse(q.flag(), &format!("{} weights", q.bits()));
+    // LLM.int8() with generate is measured on issue 30's models (generate_models_int8.json).
+    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none() && !issue30) {
+        return refuse(q.flag(), &format!("{} weights on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text, mixtral, qwen3_moe and gpt_oss: generate_models_int8.json)", q.bits(), hf.model_type.name()));
     }
     if !hf.use_cache {
         return refuse("--use-cache", "use_cache false (generate() without a cache)");
