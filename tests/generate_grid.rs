@@ -731,3 +731,31 @@ fn generate_models_int8_grid_matches_transformers_peft_bitsandbytes() {
         assert_eq!(point["info"]["int8_outlier_columns"], 0, "{}", point["name"]);
     }
 }
+
+/// Points of generate_dense_extras.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_DENSE_EXTRAS: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_dense_extras.json (`make_generate_grid.py
+/// --dense-extras`): generate() on llama, mistral, qwen2 and qwen3 with peft's `bias` (all,
+/// lora_only), DoRA and `modules_to_save` over unquantized weights, and LLM.int8() weights
+/// (thresholds 0 and 6, unprepared and prepared, with and without LoRA).
+#[test]
+fn generate_dense_extras_grid_matches_transformers_peft_bitsandbytes() {
+    let doc = check_grid("pytorch_grid/generate_dense_extras.json", 10, KNOWN_FAILING_DENSE_EXTRAS);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    for mt in ["llama", "mistral", "qwen2", "qwen3"] {
+        assert!(count(&|p| p["model_type"] == mt && p["load_in_8bit"] == true) >= 1, "{mt}: 8-bit");
+        assert!(count(&|p| p["model_type"] == mt && (p["use_dora"] == true || p["modules_to_save"].is_string() || p["lora_bias"].is_string())) >= 1, "{mt}: peft's options");
+    }
+    assert!(count(&|p| p["use_dora"] == true) >= 3 && count(&|p| p["modules_to_save"].is_string()) >= 3, "DoRA and modules_to_save");
+    for bias in ["all", "lora_only"] {
+        assert!(count(&|p| p["lora_bias"] == bias) >= 2, "lora bias {bias}");
+    }
+    assert!(count(&|p| p["model_type"] == "qwen2" && p["lora_bias"] == "all") >= 1, "qwen2's attention biases trainable");
+    assert!(count(&|p| p["load_in_8bit"] == true && p["prepare"] == true) >= 2, "prepared 8-bit");
+    for point in doc["points"].as_array().unwrap().iter().filter(|q| q["point"]["load_in_8bit"] == true) {
+        assert_eq!(point["info"]["int8_outlier_columns"], 0, "{}", point["name"]);
+    }
+}

@@ -27,6 +27,7 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --adapters-models  # generate_models_adapters.json: LoRA / 4-bit on issue 30's nine models
     python3 make_generate_grid.py --adapters-extras  # generate_models_extras.json: lora bias, DoRA, modules_to_save on them
     python3 make_generate_grid.py --adapters-int8  # generate_models_int8.json: 8-bit weights, prepare_model_for_kbit_training on them
+    python3 make_generate_grid.py --dense-extras  # generate_dense_extras.json: lora bias, DoRA, modules_to_save, 8-bit on llama, mistral, qwen2, qwen3
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
 gpt_oss, mistral and qwen2 (use_sliding_window, every layer sliding), 13 points each (STATIC_RUNS):
@@ -740,6 +741,32 @@ INT8_RUNS = [
 ]
 
 
+# The --dense-extras grid: the same options on llama, mistral, qwen2 and qwen3 (SHAPES' points):
+# bias all / lora_only, DoRA, modules_to_save over unquantized weights and LLM.int8() weights,
+# unprepared and prepared. (model_type, SHAPES index, attn, dtype, options)
+DENSE_EXTRA_RUNS = [
+    ("llama", 0, "sdpa", "bf16", _extra(8, "q_proj,v_proj", dora=True)),
+    ("mistral", 1, "eager", "fp32", _extra(16, "all-linear", bias="lora_only", save="lm_head")),
+    ("qwen2", 3, "sdpa", "fp32", dict(do_sample=True, **_extra(8, "q_proj,k_proj,v_proj", bias="all", dora=True))),
+    ("qwen3", 5, "eager", "bf16", dict(num_beams=2, **_extra(8, "q_proj,v_proj", bias="all", save="embed_tokens"))),
+    ("llama", 4, "sdpa", "fp32", dict(cache="static", **_extra(8, "o_proj", bias="lora_only", save="embed_tokens,lm_head"))),
+    ("qwen2", 2, "eager", "bf16", _extra(16, "all-linear", dora=True)),
+    ("llama", 1, "sdpa", "bf16", dict(_q8(6.0), **_lora(8, "q_proj,v_proj"))),
+    ("mistral", 3, "eager", "bf16", _q8(0.0, True)),
+    ("qwen2", 0, "sdpa", "bf16", dict(_q8(0.0), **_lora(16, "all-linear"))),
+    ("qwen3", 4, "sdpa", "bf16", dict(cache="static", **_q8(6.0, True), **_lora(8, "q_proj,v_proj"))),
+]
+
+
+def dxgrid(quick=False):
+    todo = []
+    for mt, i, attn, dtype, opts in DENSE_EXTRA_RUNS[:2] if quick else DENSE_EXTRA_RUNS:
+        p = point(mt, i, attn=attn, dtype=dtype)
+        p.update(opts)
+        todo.append(p)
+    return todo
+
+
 def _runs_point(runs, r):
     kind, args, ad = runs[r]
     p = {"f": lambda: fpoint(*args), "g": lambda: gpoint(*args), "m": lambda: mpoint(*args), "o": lambda: opoint(*args),
@@ -888,10 +915,11 @@ def main():
     ap.add_argument("--adapters-models", action="store_true", help="generate_models_adapters.json: peft LoRA and bitsandbytes 4-bit on phi3, olmo2, gemma2, gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3")
     ap.add_argument("--adapters-extras", action="store_true", help="generate_models_extras.json: peft's bias, DoRA and modules_to_save on issue 30's nine models")
     ap.add_argument("--adapters-int8", action="store_true", help="generate_models_int8.json: LLM.int8() weights and prepare_model_for_kbit_training on issue 30's models")
+    ap.add_argument("--dense-extras", action="store_true", help="generate_dense_extras.json: lora bias, DoRA, modules_to_save and 8-bit weights on llama, mistral, qwen2, qwen3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding or a.adapters_models or a.adapters_extras or a.adapters_int8) and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding or a.adapters_models or a.adapters_extras or a.adapters_int8 or a.dense_extras) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
@@ -912,8 +940,10 @@ def main():
                            "token count (measure_generate.install_generate_routing)",
                    points=results)
         return G.write_fixture(os.path.join(a.out, "generate_models_adapters.json"), doc, t0)
-    if a.adapters_extras or a.adapters_int8:
-        flag, todo = ("--adapters-extras", xgrid) if a.adapters_extras else ("--adapters-int8", i8grid)
+    if a.adapters_extras or a.adapters_int8 or a.dense_extras:
+        flag, todo, name = (("--adapters-extras", xgrid, "generate_models_extras.json") if a.adapters_extras
+                            else ("--adapters-int8", i8grid, "generate_models_int8.json") if a.adapters_int8
+                            else ("--dense-extras", dxgrid, "generate_dense_extras.json"))
         results, t0 = G.measure_all(todo(a.quick), run_one, maxtasksperchild=1)
         doc = dict(generator=f"tools/pytorch/make_generate_grid.py {flag}" + (" --quick" if a.quick else ""), **releases(True),
                    counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
@@ -925,7 +955,6 @@ def main():
                            "router's top-k indices forced to the point's routing for each forward's token count "
                            "(measure_generate.install_generate_routing)",
                    points=results)
-        name = "generate_models_extras.json" if a.adapters_extras else "generate_models_int8.json"
         return G.write_fixture(os.path.join(a.out, name), doc, t0)
     if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding or a.qwen2_moe_sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
