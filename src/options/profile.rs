@@ -348,8 +348,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
 }
 
 /// `--profile-type generate` and `--max-new-tokens` go together, on an hf model run as
-/// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters and
-/// bitsandbytes 4-bit weights included), the config's cache on, no autocast, no
+/// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters with
+/// their bias, DoRA and modules_to_save, bitsandbytes 4-bit and 8-bit weights included), the config's cache on, no autocast, no
 /// attention_mask or logits_to_keep of the user's.
 fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<crate::model::hf::generation_config::GenerateConfig>> {
     let generate = a.profile_type.contains(&ProfileType::Generate);
@@ -370,18 +370,19 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
     }
-    // DoRA, modules_to_save and 8-bit weights with generate are measured on issue 30's models
-    // (generate_models_extras.json, generate_models_int8.json), not on llama, mistral, qwen2 or qwen3.
-    let issue30 = hf.model_type.is_family() || hf.moe.is_some();
-    if hf.lora.as_ref().is_some_and(|l| l.use_dora) && !issue30 {
-        return refuse("--use-dora", &format!("DoRA adapters on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text and the MoE models: generate_models_extras.json)", hf.model_type.name()));
-    }
-    if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) && !issue30 {
-        return refuse("--modules-to-save", &format!("peft's modules_to_save copies on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text and the MoE models: generate_models_extras.json)", hf.model_type.name()));
-    }
-    // LLM.int8() with generate is measured on issue 30's models (generate_models_int8.json).
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none() && !issue30) {
-        return refuse(q.flag(), &format!("{} weights on model_type {} (measured on phi3, olmo2, gemma2, gemma3_text, mixtral, qwen3_moe and gpt_oss: generate_models_int8.json)", q.bits(), hf.model_type.name()));
+    // peft's bias, DoRA and modules_to_save with generate are measured over unquantized weights
+    // (generate_models_extras.json, generate_dense_extras.json), LLM.int8() weights with plain
+    // LoRA or none (generate_models_int8.json, generate_dense_extras.json). DoRA and
+    // modules_to_save over 4-bit or 8-bit weights are not (issue 30's models refuse them for
+    // every profile type: lora_targets::check_new_models).
+    if let (Some(l), Some(q)) = (hf.lora.as_ref(), hf.bnb.as_ref()) {
+        let over = format!("over {} weights (measured with generate over unquantized weights: generate_models_extras.json, generate_dense_extras.json)", q.bits());
+        if l.use_dora {
+            return refuse("--use-dora", &format!("DoRA adapters {over}"));
+        }
+        if !l.modules_to_save.is_empty() {
+            return refuse("--modules-to-save", &format!("peft's modules_to_save copies {over}"));
+        }
     }
     if !hf.use_cache {
         return refuse("--use-cache", "use_cache false (generate() without a cache)");
