@@ -36,7 +36,7 @@ fn use_dora_without_lora_r_and_where_lora_is_refused_exit_2_naming_it() {
     let cases: Vec<Vec<&str>> = vec![
         vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--use-dora", "--out-dir", o],
         vec!["sweep", "--device", "meta", "--model", "Llama-3.2-1B", "--use-dora", "--context-length", "16,32", "--out-dir", o],
-        vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--profile-type", "generate", "--max-new-tokens", "2", "--out-dir", o],
+        vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--load-in-4bit", "--profile-type", "generate", "--max-new-tokens", "2", "--out-dir", o],
         vec!["estimate", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--json", o],
         vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--parallel", "fsdp", "--world-size", "2", "--out-dir", o],
         vec!["profile", "--device", "meta", "--model", "2.7B", "--num-layers", "1", "--lora-r", "8", "--use-dora", "--out-dir", o],

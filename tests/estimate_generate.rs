@@ -232,23 +232,26 @@ fn estimate_generate_runs_issue_30s_models_and_refuses_what_it_does_not_derive()
     for (preset, extra, flag) in [
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--routing", routing.to_str().unwrap()][..], "--routing"),
         ("Qwen3-30B-A3B", &["--context-length", "8", "--max-new-tokens", "4", "--output-router-logits"][..], "--output-router-logits"),
-        // peft's ParamWrapper (named, or mixtral's all-linear converted into it) and a prepared
-        // 4-bit model are not measured with generate on these models.
+        // peft's ParamWrapper (named, or mixtral's all-linear converted into it) is not measured
+        // with generate on these models; estimate derives no DoRA or 8-bit weights.
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"][..], "--target-parameters"),
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--target-modules", "all-linear"][..], "--target-parameters"),
-        ("Gemma-2-9B", &["--context-length", "8", "--max-new-tokens", "4", "--load-in-4bit", "--prepare-model-for-kbit-training", "true"][..], "--prepare-model-for-kbit-training"),
+        ("Gemma-2-9B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
+        ("Phi-3-mini", &["--context-length", "8", "--max-new-tokens", "4", "--load-in-8bit"][..], "--load-in-8bit"),
     ] {
         let o = run(&[&["estimate", "--preset", preset, "--profile-type", "generate", "--batch-size", "1", "--no-simulate"][..], extra].concat());
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{preset} {extra:?}: {err}");
         assert!(err.contains(flag), "{preset} {extra:?} should name {flag}: {err}");
     }
-    // LoRA on the nn.Linear modules and 4-bit weights (generate_models_adapters.json): the
-    // cache in closed form equal to the simulation's, the peak's lower bound.
+    // LoRA on the nn.Linear modules and 4-bit weights (generate_models_adapters.json), prepared
+    // too (generate_models_int8.json): the cache in closed form equal to the simulation's, the
+    // peak's lower bound.
     let json = dir.path().join("adapters.json");
     for (preset, extra) in [
         ("OLMo-2-7B", &["--lora-r", "8", "--target-modules", "q_proj"][..]),
         ("Gemma-2-9B", &["--load-in-4bit", "--lora-r", "16", "--target-modules", "all-linear"][..]),
+        ("Gemma-2-9B", &["--load-in-4bit", "--prepare-model-for-kbit-training", "true"][..]),
         ("Mixtral-8x7B", &["--load-in-4bit", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..]),
         ("DeepSeek-V3", &["--attn-implementation", "eager", "--lora-r", "8", "--target-modules", "kv_b_proj,o_proj"][..]),
     ] {

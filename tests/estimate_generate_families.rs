@@ -250,3 +250,41 @@ fn adapters_and_4bit_on_issue_30s_models() {
     assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
     println!("{count} points of {} models; the simulated peak at most {worst:.3}× the bound", seen.len());
 }
+
+/// peft's prepare_model_for_kbit_training over 4-bit weights on issue 30's models
+/// (generate_models_int8.json's prepared 4-bit DynamicCache points with one beam: Gemma 3,
+/// Qwen2-MoE, gpt-oss, DeepSeek-V3), at their own (B, S, N) and a larger one: the fp32 cache
+/// equals the simulation's and the peak lies above the lower bound. (8-bit weights stay refused
+/// by estimate.)
+#[test]
+fn prepared_4bit_on_issue_30s_models() {
+    let doc = grid_common::fixture("pytorch_grid/generate_models_int8.json");
+    let mut worst: f64 = 0.0;
+    let (mut count, mut failed) = (0, Vec::new());
+    let mut seen = std::collections::BTreeSet::new();
+    for point in doc["points"].as_array().unwrap() {
+        let p = &point["point"];
+        if p["load_in_4bit"] != true || p["cache"] == "static" || p["num_beams"].as_u64().is_some_and(|k| k > 1) {
+            continue;
+        }
+        assert_eq!(p["prepare"], true, "{}", point["name"]);
+        let num = |k: &str| grid_common::hf::num(p, k);
+        let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
+        for (i, shape) in [(0, (b, s, n)), (1, (b + 1, 2 * s + 3, 3 * n + 2))] {
+            let mut q = p.clone();
+            if q["sliding_window"].as_u64().is_some() {
+                q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
+            }
+            match std::panic::catch_unwind(|| compare(point, &q, shape, false)) {
+                Ok(r) => worst = worst.max(r),
+                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
+            }
+            count += 1;
+            seen.insert(p["model_type"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    assert!(seen.len() >= 4 && count >= 8, "{count} points of {seen:?}");
+    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
+    println!("{count} points of {} models; the simulated peak at most {worst:.3}× the bound", seen.len());
+}

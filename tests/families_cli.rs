@@ -343,13 +343,33 @@ fn unmeasured_combinations_are_refused() {
     let generate = ["--profile-type", "generate", "--max-new-tokens", "2"];
     let s = profile(&tmp("mixtral-4bit-generate"), &[&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "16", "--load-in-4bit", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..], &generate].concat());
     assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2);
-    // peft's ParamWrapper (named, or converted from all-linear), a prepared 4-bit model and a
-    // LoRA bias are not measured with generate.
+    // peft's ParamWrapper (named, or converted from all-linear) is not measured with generate.
     let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "2", "--lora-r", "8"];
     refused("profile", &[&mixtral[..], &["--target-parameters", "mlp.experts.gate_up_proj"], &generate].concat(), &["--target-parameters", "generate", "baddbmm"]);
     refused("profile", &[&mixtral[..], &["--target-modules", "all-linear"], &generate].concat(), &["--target-parameters", "all-linear"]);
-    refused("profile", &["--preset", "Gemma-2-9B", "--num-layers", "2", "--load-in-4bit", "--prepare-model-for-kbit-training", "true", "--profile-type", "generate", "--max-new-tokens", "2"], &["--prepare-model-for-kbit-training", "unprepared"]);
-    refused("profile", &["--preset", "OLMo-2-7B", "--num-layers", "2", "--lora-r", "8", "--target-modules", "q_proj", "--lora-bias", "all", "--profile-type", "generate", "--max-new-tokens", "2"], &["--lora-bias", "generate"]);
+    // A prepared 4-bit model and 8-bit weights run with generate (generate_models_int8.json);
+    // DeepSeek-V3's (and Qwen2-MoE's) 8-bit load stays refused, as in training.
+    for (preset, extra) in [
+        ("Gemma-2-9B", &["--load-in-4bit", "--prepare-model-for-kbit-training", "true"][..]),
+        ("Phi-3-mini", &["--load-in-8bit", "--lora-r", "8", "--target-modules", "qkv_proj"][..]),
+        ("Mixtral-8x7B", &["--load-in-8bit", "--prepare-model-for-kbit-training", "true"][..]),
+    ] {
+        let s = profile(&tmp(&format!("{preset}-kbit-generate")), &[&["--preset", preset, "--num-layers", "2", "--context-length", "16"][..], extra, &generate].concat());
+        assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2, "{preset}");
+    }
+    refused("profile", &[&["--preset", "DeepSeek-V3", "--num-layers", "2", "--attn-implementation", "eager", "--load-in-8bit"][..], &generate].concat(), &["--load-in-8bit", "deepseek_v3"]);
+    // peft's bias, DoRA and modules_to_save run with generate (generate_models_extras.json);
+    // DoRA and modules_to_save over 4-bit weights stay refused, as in training.
+    for (preset, extra) in [
+        ("OLMo-2-7B", &["--lora-bias", "all"][..]),
+        ("Gemma-2-9B", &["--use-dora"][..]),
+        ("Qwen3-30B-A3B", &["--modules-to-save", "lm_head", "--lora-bias", "lora_only"][..]),
+    ] {
+        let run = [&["--preset", preset, "--num-layers", "2", "--context-length", "16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..], extra, &generate].concat();
+        let s = profile(&tmp(&format!("{preset}-extras-generate")), &run);
+        assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2, "{preset}");
+    }
+    refused("profile", &[&["--preset", "Gemma-2-9B", "--num-layers", "2", "--load-in-4bit", "--lora-r", "8", "--use-dora"][..], &generate].concat(), &["--use-dora", "4-bit"]);
 }
 
 /// Gemma 3 under sdpa: the header names each layer type's CUDA kernel once the window masks

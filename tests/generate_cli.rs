@@ -35,9 +35,10 @@ fn generate_and_max_new_tokens_go_together_on_hf_models() {
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--logits-to-keep", "1"][..], "--logits-to-keep"),
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--precision", "bf16"][..], "--precision"),
         (&["--model", "Llama-3.2-1B", "--profile-type", "generate,training", "--max-new-tokens", "4", "--lora-r", "8", "--load-in-4bit"][..], "--prepare-model-for-kbit-training"),
-        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--load-in-8bit"][..], "--load-in-8bit"),
-        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
-        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate,training", "--max-new-tokens", "4", "--lora-r", "8", "--load-in-8bit"][..], "--prepare-model-for-kbit-training"),
+        // DoRA and modules_to_save are measured with generate over unquantized weights only
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora", "--load-in-4bit"][..], "--use-dora"),
+        (&["--model", "Llama-3.2-1B", "--profile-type", "generate", "--max-new-tokens", "4", "--lora-r", "8", "--modules-to-save", "lm_head", "--load-in-8bit"][..], "--modules-to-save"),
     ] {
         let (o, out) = run("refused", extra);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -158,4 +159,26 @@ fn generate_past_the_sliding_window_runs_where_measured() {
         let _ = std::fs::remove_dir_all(&out);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// peft's bias, DoRA and modules_to_save over unquantized weights and LLM.int8() weights run with
+/// generate (generate_dense_extras.json); 8-bit is unprepared by default, as 4-bit: the KV cache
+/// in the bf16 load type, fp32 once --prepare-model-for-kbit-training true.
+#[test]
+fn adapter_options_and_8bit_weights_run_with_generate() {
+    let base = ["--model", "Llama-3.2-1B", "--num-layers", "2", "--profile-type", "generate", "--max-new-tokens", "2"];
+    let kv = |name: &str, extra: &[&str]| {
+        let (o, out) = run(name, &[&base[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let _ = std::fs::remove_dir_all(&out);
+        assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2, "{extra:?}");
+        s["runs"][0]["generate"]["kv_cache_bytes"].as_u64().unwrap()
+    };
+    // 2 layers x keys and values x 8 kv heads x (16 + 2 - 1) positions x 64, in bf16.
+    let bf16 = 2 * 2 * 8 * 17 * 64 * 2;
+    assert_eq!(kv("dora", &["--lora-r", "8", "--use-dora"]), bf16);
+    assert_eq!(kv("save", &["--lora-r", "8", "--modules-to-save", "lm_head", "--lora-bias", "lora_only"]), bf16);
+    assert_eq!(kv("int8", &["--load-in-8bit", "--lora-r", "8"]), bf16);
+    assert_eq!(kv("int8-prepared", &["--load-in-8bit", "--prepare-model-for-kbit-training", "true"]), 2 * bf16);
 }

@@ -659,3 +659,103 @@ fn generate_models_adapters_grid_matches_transformers_peft_bitsandbytes() {
         }
     }
 }
+
+/// Points of generate_models_extras.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_MODELS_EXTRAS: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_models_extras.json (`make_generate_grid.py
+/// --adapters-extras`): generate() on issue 30's nine models with peft's other LoRA options over
+/// unquantized weights: `bias` all and lora_only, DoRA (`use_dora`) and `modules_to_save`
+/// (lm_head, embed_tokens), on generate_models_adapters.json's builders (windows crossed, the
+/// routing forced).
+#[test]
+fn generate_models_extras_grid_matches_transformers_peft() {
+    let doc = check_grid("pytorch_grid/generate_models_extras.json", 18, KNOWN_FAILING_MODELS_EXTRAS);
+    assert_eq!(doc["peft"].as_str(), Some("0.21.2"), "the fixture's peft");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    let saves = |p: &Value, m: &str| p["modules_to_save"].as_str().is_some_and(|s| s.split(',').any(|x| x == m));
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"] {
+        assert!(count(&|p| p["model_type"] == mt && p["use_dora"] == true) >= 1, "{mt}: DoRA");
+        assert!(count(&|p| p["model_type"] == mt && p["lora_bias"].is_string()) >= 1, "{mt}: lora bias");
+    }
+    for bias in ["all", "lora_only"] {
+        assert!(count(&|p| p["lora_bias"] == bias) >= 4, "lora bias {bias}");
+    }
+    assert!(count(&|p| saves(p, "lm_head")) >= 4 && count(&|p| saves(p, "embed_tokens")) >= 3, "modules_to_save");
+    assert!(count(&|p| p["model_type"] == "gemma2" && saves(p, "lm_head")) >= 1, "modules_to_save of a tied lm_head");
+    // gpt-oss's and Qwen2-MoE's attention biases made trainable by bias "all"
+    for mt in ["gpt_oss", "qwen2_moe"] {
+        assert!(count(&|p| p["model_type"] == mt && p["lora_bias"] == "all") >= 1, "{mt}: bias all");
+    }
+    let (s, n) = (|p: &Value| p["seq"].as_u64().unwrap(), |p: &Value| p["max_new_tokens"].as_u64().unwrap());
+    for mt in ["gemma2", "gemma3_text", "gpt_oss"] {
+        assert!(count(&|p| p["model_type"] == mt && p["sliding_window"].as_u64().is_some_and(|w| s(p) < w && w < s(p) + n(p))) >= 1, "{mt}: the window crossed while decoding");
+    }
+    assert!(count(&|p| p["do_sample"] == true) >= 2 && count(&|p| p["num_beams"].as_u64().is_some_and(|b| b > 1)) >= 2, "sampling and beams");
+    assert!(count(&|p| p["cache"] == "static") >= 2, "static cache");
+    for b in 1..=3 {
+        assert!(count(&|p| p["batch"] == b) >= 1, "batch {b}");
+    }
+    assert!(count(&|p| p["dtype"] == "fp32") >= 4 && count(&|p| p["dtype"] == "bf16") >= 4, "fp32 and bf16");
+}
+
+/// Points of generate_models_int8.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_MODELS_INT8: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_models_int8.json (`make_generate_grid.py
+/// --adapters-int8`): generate() on issue 30's models over LLM.int8() weights (load_in_8bit,
+/// thresholds 0 and 6; CUDA's MatMul8bitLt run on CPU, its outputs counted) and after peft's
+/// prepare_model_for_kbit_training over 4-bit and 8-bit weights, with and without LoRA.
+#[test]
+fn generate_models_int8_grid_matches_transformers_peft_bitsandbytes() {
+    let doc = check_grid("pytorch_grid/generate_models_int8.json", 8, KNOWN_FAILING_MODELS_INT8);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    let (eight, four, lora) = (|p: &Value| p["load_in_8bit"] == true, |p: &Value| p["load_in_4bit"] == true, |p: &Value| !p["lora_r"].is_null());
+    // (qwen2_moe and deepseek_v3 have no 8-bit load vramscope models: lora_targets::check_new_models)
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "gpt_oss"] {
+        assert!(count(&|p| p["model_type"] == mt && eight(p)) >= 1, "{mt}: 8-bit");
+    }
+    for mt in ["phi3", "olmo2", "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"] {
+        assert!(count(&|p| p["model_type"] == mt) >= 1, "{mt}: points");
+    }
+    for t in [0.0, 6.0] {
+        assert!(count(&|p| eight(p) && p["llm_int8_threshold"].as_f64() == Some(t)) >= 2, "threshold {t}");
+    }
+    assert!(count(&|p| eight(p) && lora(p)) >= 3 && count(&|p| eight(p) && !lora(p)) >= 2, "8-bit with and without LoRA");
+    assert!(count(&|p| eight(p) && p["prepare"] == true) >= 2 && count(&|p| four(p) && p["prepare"] == true) >= 4, "prepared 4-bit and 8-bit");
+    assert!(count(&|p| p["prepare"] == true && !lora(p)) >= 2, "prepared without adapters");
+    for point in doc["points"].as_array().unwrap().iter().filter(|q| eight(&q["point"])) {
+        assert_eq!(point["info"]["int8_outlier_columns"], 0, "{}", point["name"]);
+    }
+}
+
+/// Points of generate_dense_extras.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_DENSE_EXTRAS: &[(&str, &str)] = &[];
+
+/// tests/fixtures/pytorch_grid/generate_dense_extras.json (`make_generate_grid.py
+/// --dense-extras`): generate() on llama, mistral, qwen2 and qwen3 with peft's `bias` (all,
+/// lora_only), DoRA and `modules_to_save` over unquantized weights, and LLM.int8() weights
+/// (thresholds 0 and 6, unprepared and prepared, with and without LoRA).
+#[test]
+fn generate_dense_extras_grid_matches_transformers_peft_bitsandbytes() {
+    let doc = check_grid("pytorch_grid/generate_dense_extras.json", 10, KNOWN_FAILING_DENSE_EXTRAS);
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "the fixture's releases");
+    let ps: Vec<&Value> = doc["points"].as_array().unwrap().iter().map(|q| &q["point"]).collect();
+    let count = |f: &dyn Fn(&Value) -> bool| ps.iter().filter(|p| f(p)).count();
+    for mt in ["llama", "mistral", "qwen2", "qwen3"] {
+        assert!(count(&|p| p["model_type"] == mt && p["load_in_8bit"] == true) >= 1, "{mt}: 8-bit");
+        assert!(count(&|p| p["model_type"] == mt && (p["use_dora"] == true || p["modules_to_save"].is_string() || p["lora_bias"].is_string())) >= 1, "{mt}: peft's options");
+    }
+    assert!(count(&|p| p["use_dora"] == true) >= 3 && count(&|p| p["modules_to_save"].is_string()) >= 3, "DoRA and modules_to_save");
+    for bias in ["all", "lora_only"] {
+        assert!(count(&|p| p["lora_bias"] == bias) >= 2, "lora bias {bias}");
+    }
+    assert!(count(&|p| p["model_type"] == "qwen2" && p["lora_bias"] == "all") >= 1, "qwen2's attention biases trainable");
+    assert!(count(&|p| p["load_in_8bit"] == true && p["prepare"] == true) >= 2, "prepared 8-bit");
+    for point in doc["points"].as_array().unwrap().iter().filter(|q| q["point"]["load_in_8bit"] == true) {
+        assert_eq!(point["info"]["int8_outlier_columns"], 0, "{}", point["name"]);
+    }
+}

@@ -207,7 +207,7 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Qwen2.5-7B", "--lora-r", "8", "--lora-bias", "all", "--load-in-8bit"], &["--lora-bias", "8-bit"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "8-bit"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2"], &["--parallel", "8-bit"]);
-    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--profile-type", "generate", "--max-new-tokens", "4"], &["--load-in-8bit", "generate"]);
+    refused(&["--model", "Llama-3.2-1B", "--load-in-8bit", "--lora-r", "8", "--use-dora", "--profile-type", "generate", "--max-new-tokens", "4"], &["--use-dora", "8-bit"]);
     refused(&["--model", "Llama-3.2-1B", "--prepare-model-for-kbit-training", "false"], &["--prepare-model-for-kbit-training", "--load-in-8bit"]);
     refused(&["--model", "Llama-3.2-1B", "--logits-to-keep", "1"], &["--logits-to-keep", "inference"]);
     refused(&["--model", "Llama-3.2-1B", "--gradient-checkpointing", "reentrant", "--checkpoint", "blocks"], &["--checkpoint", "--gradient-checkpointing"]);

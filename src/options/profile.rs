@@ -128,10 +128,10 @@ impl ProfileArgs {
 pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     let r = a.model.resolve("walkthrough", super::model::Names::Cs336)?;
     let mut cfg = r.config;
-    if a.profile_type.contains(&ProfileType::Generate) && a.model.hf.load_in_4bit && a.model.hf.prepare_model_for_kbit_training.is_none() {
+    if a.profile_type.contains(&ProfileType::Generate) && (a.model.hf.load_in_4bit || a.model.hf.load_in_8bit) && a.model.hf.prepare_model_for_kbit_training.is_none() {
         // generate's default is the unprepared model, the other profile types' the prepared one.
         if a.profile_type.iter().any(|&k| k != ProfileType::Generate) {
-            return Err(usage("--prepare-model-for-kbit-training", "generate() runs the 4-bit model unprepared by default, the other profile types prepared: give true or false to profile them together"));
+            return Err(usage("--prepare-model-for-kbit-training", "generate() runs the 4-bit or 8-bit model unprepared by default, the other profile types prepared: give true or false to profile them together"));
         }
         a.model.hf.unprepared_for_generate(&mut cfg);
     }
@@ -351,8 +351,8 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
 }
 
 /// `--profile-type generate` and `--max-new-tokens` go together, on an hf model run as
-/// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters and
-/// bitsandbytes 4-bit weights included), the config's cache on, no autocast, no
+/// transformers' greedy generate() is modelled: one device (peft's unmerged LoRA adapters with
+/// their bias, DoRA and modules_to_save, bitsandbytes 4-bit and 8-bit weights included), the config's cache on, no autocast, no
 /// attention_mask or logits_to_keep of the user's.
 fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[usize], precision: crate::train::Precision, parallel: bool) -> Result<Option<crate::model::hf::generation_config::GenerateConfig>> {
     let generate = a.profile_type.contains(&ProfileType::Generate);
@@ -373,14 +373,19 @@ fn check_generate(a: &ProfileArgs, cfg: &crate::model::ModelConfig, contexts: &[
     if parallel {
         return refuse("--parallel", "data or tensor parallelism");
     }
-    if hf.lora.as_ref().is_some_and(|l| l.use_dora) {
-        return refuse("--use-dora", "DoRA adapters");
-    }
-    if hf.lora.as_ref().is_some_and(|l| !l.modules_to_save.is_empty()) {
-        return refuse("--modules-to-save", "peft's modules_to_save copies");
-    }
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
-        return refuse(q.flag(), &format!("{} weights", q.bits()));
+    // peft's bias, DoRA and modules_to_save with generate are measured over unquantized weights
+    // (generate_models_extras.json, generate_dense_extras.json), LLM.int8() weights with plain
+    // LoRA or none (generate_models_int8.json, generate_dense_extras.json). DoRA and
+    // modules_to_save over 4-bit or 8-bit weights are not (issue 30's models refuse them for
+    // every profile type: lora_targets::check_new_models).
+    if let (Some(l), Some(q)) = (hf.lora.as_ref(), hf.bnb.as_ref()) {
+        let over = format!("over {} weights (measured with generate over unquantized weights: generate_models_extras.json, generate_dense_extras.json)", q.bits());
+        if l.use_dora {
+            return refuse("--use-dora", &format!("DoRA adapters {over}"));
+        }
+        if !l.modules_to_save.is_empty() {
+            return refuse("--modules-to-save", &format!("peft's modules_to_save copies {over}"));
+        }
     }
     if !hf.use_cache {
         return refuse("--use-cache", "use_cache false (generate() without a cache)");

@@ -25,6 +25,9 @@ max_new_tokens 1-16, GQA ratios 1-4, vocabularies whose logits rows are not mult
     python3 make_generate_grid.py --deepseek # generate_deepseek.json: deepseek_v3's DynamicCache of MLA latents
     python3 make_generate_grid.py --qwen2-moe-sliding  # generate_qwen2_moe_sliding.json: qwen2_moe with use_sliding_window
     python3 make_generate_grid.py --adapters-models  # generate_models_adapters.json: LoRA / 4-bit on issue 30's nine models
+    python3 make_generate_grid.py --adapters-extras  # generate_models_extras.json: lora bias, DoRA, modules_to_save on them
+    python3 make_generate_grid.py --adapters-int8  # generate_models_int8.json: 8-bit weights, prepare_model_for_kbit_training on them
+    python3 make_generate_grid.py --dense-extras  # generate_dense_extras.json: lora bias, DoRA, modules_to_save, 8-bit on llama, mistral, qwen2, qwen3
 
 The --static-sliding grid (issue #30): cache_implementation="static" on gemma2, gemma3_text,
 gpt_oss, mistral and qwen2 (use_sliding_window, every layer sliding), 13 points each (STATIC_RUNS):
@@ -667,6 +670,119 @@ def adgrid(quick=False):
     return [adpoint(r) for r in range(len(ADAPTER_RUNS)) if not quick or r in (0, 11)]
 
 
+# The --adapters-extras grid: peft's other LoRA options with generate() on issue 30's models, over
+# unquantized weights (vramscope refuses DoRA and modules_to_save over 4-bit or 8-bit weights on
+# them): bias "all" (the base layers' biases trainable: gpt-oss's and Qwen2-MoE's attention
+# biases) and "lora_only" (a bias on each lora_B), DoRA (the magnitude vector, the weight norm
+# recomputed at every forward) and modules_to_save (a ModulesToSaveWrapper's trainable copy of
+# lm_head or embed_tokens, the copy the forward runs). Points of ADAPTER_RUNS' builders.
+def _extra(r, targets, bias=None, dora=False, save=None):
+    d = _lora(r, targets)
+    if bias:
+        d["lora_bias"] = bias
+    if dora:
+        d["use_dora"] = True
+    if save:
+        d["modules_to_save"] = save
+    return d
+
+
+EXTRA_RUNS = [
+    ("f", ("phi3", 0, "sdpa", "bf16", {}), _extra(8, "qkv_proj,o_proj", dora=True)),
+    ("f", ("phi3", 3, "eager", "fp32", dict(do_sample=True)), _extra(16, "all-linear", bias="all", save="lm_head")),
+    ("f", ("olmo2", 1, "eager", "bf16", {}), _extra(8, "q_proj,v_proj", bias="lora_only")),
+    ("f", ("olmo2", 5, "sdpa", "fp32", dict(num_beams=2)), _extra(16, "all-linear", dora=True)),
+    ("f", ("olmo2", 2, "sdpa", "bf16", {}), _extra(8, "q_proj,v_proj", save="embed_tokens,lm_head")),
+    ("g", ("gemma2", 1), _extra(8, "all-linear", dora=True)),
+    ("g", ("gemma2", 3), _extra(16, "q_proj,v_proj", bias="all", save="lm_head")),
+    ("g", ("gemma3_text", 0), _extra(8, "all-linear", bias="lora_only")),
+    ("g", ("gemma3_text", 7), _extra(8, "q_proj,v_proj", dora=True)),
+    ("g", ("gemma3_text", 9), _extra(16, "q_proj,k_proj,v_proj,o_proj", save="embed_tokens")),
+    ("m", ("mixtral", 0), _extra(8, "q_proj,v_proj", dora=True)),
+    ("m", ("mixtral", 3), _extra(16, "q_proj,v_proj", bias="lora_only", save="lm_head")),
+    ("m", ("qwen3_moe", 1), _extra(8, "q_proj,k_proj,v_proj,o_proj", bias="all")),
+    ("m", ("qwen3_moe", 8), _extra(8, "v_proj,o_proj", dora=True, save="embed_tokens")),
+    ("m", ("qwen2_moe", 0), _extra(8, "q_proj,v_proj", bias="all")),
+    ("m", ("qwen2_moe", 4), _extra(8, "all-linear", dora=True)),
+    ("m", ("qwen2_moe", 10), _extra(16, "q_proj,k_proj,v_proj,o_proj", bias="lora_only", save="lm_head")),
+    ("o", (1,), _extra(8, "q_proj,k_proj,v_proj,o_proj", dora=True)),
+    ("o", (3,), _extra(16, "q_proj,v_proj", bias="all", save="lm_head")),
+    ("o", (0,), _extra(8, "k_proj,o_proj", bias="lora_only")),
+    ("d", (0,), _extra(8, "o_proj,kv_b_proj", dora=True)),
+    ("d", (3,), _extra(8, "o_proj", bias="all", save="embed_tokens,lm_head")),
+    ("d", (1,), _extra(16, "kv_a_proj_with_mqa", bias="lora_only")),
+    ("q2m", (1,), _extra(8, "q_proj,v_proj", dora=True, save="lm_head")),
+]
+
+
+def _q8(threshold, prepare=False):
+    return dict(load_in_8bit=True, llm_int8_threshold=threshold, prepare=prepare, checkpoint="none", dtype="bf16")
+
+
+# The --adapters-int8 grid: LLM.int8() weights (load_in_8bit; CUDA's MatMul8bitLt on CPU as
+# measure_hf.load_4bit runs it; qwen2_moe and deepseek_v3 have no 8-bit load vramscope models)
+# and peft's prepare_model_for_kbit_training (fp32 casts of every unquantized parameter, what a
+# training script's setup leaves) under 4-bit and 8-bit weights, with and without LoRA.
+INT8_RUNS = [
+    ("f", ("phi3", 0, "sdpa", "bf16", {}), dict(_q8(6.0), **_lora(8, "all-linear"))),
+    ("f", ("phi3", 4, "sdpa", "bf16", dict(cache="static")), _q8(0.0)),
+    ("f", ("olmo2", 1, "eager", "bf16", {}), dict(_q8(6.0, True), **_lora(8, "q_proj,v_proj"))),
+    ("f", ("olmo2", 5, "sdpa", "bf16", dict(num_beams=2)), dict(_q4("nf4", True, "bf16"), prepare=True, **_lora(16, "all-linear"))),
+    ("g", ("gemma2", 1), dict(_q8(0.0), **_lora(8, "all-linear"))),
+    ("g", ("gemma3_text", 3), _q8(0.0, True)),
+    ("g", ("gemma3_text", 0), dict(_q4("fp4", False, "fp32"), prepare=True, **_lora(8, "q_proj,v_proj"))),
+    ("m", ("mixtral", 0), dict(_q8(6.0), **_lora(8, "q_proj,v_proj"))),
+    ("m", ("qwen3_moe", 1), dict(_q8(0.0, True), **_lora(8, "q_proj,k_proj,v_proj,o_proj"))),
+    ("m", ("qwen2_moe", 0), dict(_q4("nf4", True, "bf16"), prepare=True, **_lora(8, "all-linear"))),
+    ("o", (1,), dict(_q8(6.0), **_lora(8, "q_proj,v_proj"))),
+    ("o", (3,), dict(_q4("nf4", False, "bf16"), prepare=True)),
+    ("d", (1,), dict(_q4("nf4", True, "bf16"), prepare=True, **_lora(8, "kv_a_proj_with_mqa,kv_b_proj,o_proj"))),
+    ("m", ("mixtral", 4), _q8(0.0, True)),
+]
+
+
+# The --dense-extras grid: the same options on llama, mistral, qwen2 and qwen3 (SHAPES' points):
+# bias all / lora_only, DoRA, modules_to_save over unquantized weights and LLM.int8() weights,
+# unprepared and prepared. (model_type, SHAPES index, attn, dtype, options)
+DENSE_EXTRA_RUNS = [
+    ("llama", 0, "sdpa", "bf16", _extra(8, "q_proj,v_proj", dora=True)),
+    ("mistral", 1, "eager", "fp32", _extra(16, "all-linear", bias="lora_only", save="lm_head")),
+    ("qwen2", 3, "sdpa", "fp32", dict(do_sample=True, **_extra(8, "q_proj,k_proj,v_proj", bias="all", dora=True))),
+    ("qwen3", 5, "eager", "bf16", dict(num_beams=2, **_extra(8, "q_proj,v_proj", bias="all", save="embed_tokens"))),
+    ("llama", 4, "sdpa", "fp32", dict(cache="static", **_extra(8, "o_proj", bias="lora_only", save="embed_tokens,lm_head"))),
+    ("qwen2", 2, "eager", "bf16", _extra(16, "all-linear", dora=True)),
+    ("llama", 1, "sdpa", "bf16", dict(_q8(6.0), **_lora(8, "q_proj,v_proj"))),
+    ("mistral", 3, "eager", "bf16", _q8(0.0, True)),
+    ("qwen2", 0, "sdpa", "bf16", dict(_q8(0.0), **_lora(16, "all-linear"))),
+    ("qwen3", 4, "sdpa", "bf16", dict(cache="static", **_q8(6.0, True), **_lora(8, "q_proj,v_proj"))),
+]
+
+
+def dxgrid(quick=False):
+    todo = []
+    for mt, i, attn, dtype, opts in DENSE_EXTRA_RUNS[:2] if quick else DENSE_EXTRA_RUNS:
+        p = point(mt, i, attn=attn, dtype=dtype)
+        p.update(opts)
+        todo.append(p)
+    return todo
+
+
+def _runs_point(runs, r):
+    kind, args, ad = runs[r]
+    p = {"f": lambda: fpoint(*args), "g": lambda: gpoint(*args), "m": lambda: mpoint(*args), "o": lambda: opoint(*args),
+         "d": lambda: dpoint(*args), "q2m": lambda: q2mpoint(*args)}[kind]()
+    p.update(ad)
+    return p
+
+
+def xgrid(quick=False):
+    return [_runs_point(EXTRA_RUNS, r) for r in range(2 if quick else len(EXTRA_RUNS))]
+
+
+def i8grid(quick=False):
+    return [_runs_point(INT8_RUNS, r) for r in range(2 if quick else len(INT8_RUNS))]
+
+
 def mgrid(quick=False):
     return [mpoint(mt, r) for mt in ("mixtral", "qwen3_moe", "qwen2_moe") for r in range(2 if quick else len(MOE_RUNS))]
 
@@ -696,8 +812,15 @@ def extras(p):
     tag = ""
     if p.get("load_in_4bit"):
         tag += f" 4bit {p['quant_type']}{' dq' if p['double_quant'] else ''} compute={p['compute_dtype']}{' prepared' if p['prepare'] else ''}"
+    if p.get("load_in_8bit"):
+        tag += f" 8bit threshold={p['llm_int8_threshold']}{' prepared' if p['prepare'] else ''}"
     if p.get("lora_r"):
         tag += f" lora r{p['lora_r']} a{p['lora_alpha']} {p['target_modules']}"
+        for k in ("lora_bias", "modules_to_save"):
+            if p.get(k):
+                tag += f" {k}={p[k]}"
+        if p.get("use_dora"):
+            tag += " dora"
         if p.get("target_parameters"):
             tag += f" params={p['target_parameters']}"
     if p.get("cache", "dynamic") != "dynamic":
@@ -790,10 +913,13 @@ def main():
     ap.add_argument("--static-families", action="store_true", help="generate_static_families.json: StaticCache on phi3, qwen3, mixtral, qwen3_moe (windowed) and deepseek_v3")
     ap.add_argument("--qwen2-moe-sliding", action="store_true", help="generate_qwen2_moe_sliding.json: qwen2_moe with use_sliding_window (max_window_layers), forced routing, DynamicCache and StaticCache")
     ap.add_argument("--adapters-models", action="store_true", help="generate_models_adapters.json: peft LoRA and bitsandbytes 4-bit on phi3, olmo2, gemma2, gemma3_text, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3")
+    ap.add_argument("--adapters-extras", action="store_true", help="generate_models_extras.json: peft's bias, DoRA and modules_to_save on issue 30's nine models")
+    ap.add_argument("--adapters-int8", action="store_true", help="generate_models_int8.json: LLM.int8() weights and prepare_model_for_kbit_training on issue 30's models")
+    ap.add_argument("--dense-extras", action="store_true", help="generate_dense_extras.json: lora bias, DoRA, modules_to_save and 8-bit weights on llama, mistral, qwen2, qwen3")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
-    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding or a.adapters_models) and os.environ.get("PYTHONHASHSEED") != "0":
+    if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding or a.adapters_models or a.adapters_extras or a.adapters_int8 or a.dense_extras) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
@@ -814,6 +940,22 @@ def main():
                            "token count (measure_generate.install_generate_routing)",
                    points=results)
         return G.write_fixture(os.path.join(a.out, "generate_models_adapters.json"), doc, t0)
+    if a.adapters_extras or a.adapters_int8 or a.dense_extras:
+        flag, todo, name = (("--adapters-extras", xgrid, "generate_models_extras.json") if a.adapters_extras
+                            else ("--adapters-int8", i8grid, "generate_models_int8.json") if a.adapters_int8
+                            else ("--dense-extras", dxgrid, "generate_dense_extras.json"))
+        results, t0 = G.measure_all(todo(a.quick), run_one, maxtasksperchild=1)
+        doc = dict(generator=f"tools/pytorch/make_generate_grid.py {flag}" + (" --quick" if a.quick else ""), **releases(True),
+                   counted="requested bytes of blocks >= 512 B, absolute (parameters, buffers, input_ids included); "
+                           "CPU-only kernel scratch left out, as make_grid.py; the step is model.generate(input_ids, "
+                           "**measure_generate.gen_kwargs(point)) on peft's get_peft_model (unmerged adapters with the "
+                           "point's bias, use_dora and modules_to_save, eval mode) and/or from_pretrained with "
+                           "BitsAndBytesConfig(load_in_4bit=True or load_in_8bit=True: CUDA's MatMul8bitLt, "
+                           "measure_hf.load_4bit; prepare_model_for_kbit_training where the point says prepared); the MoE "
+                           "router's top-k indices forced to the point's routing for each forward's token count "
+                           "(measure_generate.install_generate_routing)",
+                   points=results)
+        return G.write_fixture(os.path.join(a.out, name), doc, t0)
     if a.families or a.moe or a.gemma or a.gpt_oss or a.static_sliding or a.static_families or a.static_mixed or a.deepseek or a.sliding or a.qwen2_moe_sliding:
         which = ("--families" if a.families else "--moe" if a.moe else "--gemma" if a.gemma else "--gpt-oss" if a.gpt_oss
                  else "--static-sliding" if a.static_sliding else "--static-families" if a.static_families

@@ -28,7 +28,9 @@ A step is what a user's script does:
              growing by torch.cat per layer, the fp32 copy of the last logits, argmax, the
              input_ids cat and the stopping criteria
   then `del out` (outside every phase).
-4-bit weights and LoRA (issue #28's leftovers), as a user's inference script after QLoRA or LoRA
+4-bit (or 8-bit: `load_in_8bit`, LLM.int8() with CUDA's MatMul8bitLt as measure_hf.load_4bit runs it)
+weights and LoRA (issue #28's leftovers; the point's lora_bias, use_dora and modules_to_save as
+measure_hf.py passes them), as a user's inference script after QLoRA or LoRA
 training runs them: `load_in_4bit` loads the saved random model with
 from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, quant_type,
 double_quant, compute_dtype)) (measure_hf.load_4bit: bitsandbytes' CPU-only AVX512-BF16 repacking
@@ -192,7 +194,7 @@ def run(p):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         with record_function("grid::setup"):
             torch.manual_seed(42)
-            if p.get("load_in_4bit"):
+            if p.get("load_in_4bit") or p.get("load_in_8bit"):
                 # load_4bit builds the saved model from measure_hf.hf_config: an MoE point's is
                 # measure_moe.py's (as measure_moe.measure sets it for the training grids).
                 dense_config = H.hf_config
@@ -211,10 +213,14 @@ def run(p):
                 targets = p["target_modules"]
                 # target_modules "" is [] (only target_parameters: peft's ParamWrapper on the
                 # experts' 3-D parameters or the router, as measure_hf.py passes them).
+                # bias, use_dora and modules_to_save as measure_hf.py passes them (the
+                # --adapters-extras grid).
+                save = p.get("modules_to_save")
                 lc = peft.LoraConfig(r=p["lora_r"], lora_alpha=p["lora_alpha"], lora_dropout=p.get("lora_dropout", 0.0),
                                      target_modules=targets if targets == "all-linear" else targets.split(",") if targets else [],
                                      target_parameters=p["target_parameters"].split(",") if p.get("target_parameters") else None,
-                                     task_type="CAUSAL_LM")
+                                     bias=p.get("lora_bias", "none"), use_dora=p.get("use_dora", False),
+                                     modules_to_save=save.split(",") if save else None, task_type="CAUSAL_LM")
                 model = peft.get_peft_model(model, lc)
             model.eval()
             gen = torch.Generator().manual_seed(42)
@@ -248,6 +254,10 @@ def measure(p):
         # create_masks_for_generate builds one mask per layer type in the order of
         # set(layer_types), which follows the process's string hashes (PYTHONHASHSEED).
         info["mask_order"] = list(set(model.config.layer_types))
+    if p.get("load_in_8bit"):
+        # (measure_hf.use_cuda_int8_matmul counts them; vramscope models none)
+        info["int8_outlier_columns"] = H.INT8_OUTLIER_COLUMNS[0]
+        assert H.INT8_OUTLIER_COLUMNS[0] == 0, f"{H.INT8_OUTLIER_COLUMNS[0]} outlier columns: vramscope models none"
     if routed is not None:
         info.update(experts_implementation=p["experts"], routing=p["routing"],
                     tokens_per_expert={str(t): c for t, c in routed.items()})
