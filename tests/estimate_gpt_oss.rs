@@ -48,6 +48,10 @@ struct Point {
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
     /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
     int8: Option<bool>,
+    /// peft's `bias` (none, all, lora_only).
+    lora_bias: vramscope::model::lora::LoraBias,
+    /// The config's attention_bias (gpt-oss's default: on).
+    attention_bias: bool,
 }
 
 fn base() -> Point {
@@ -72,6 +76,8 @@ fn base() -> Point {
         params: &[],
         four_bit: None,
         int8: None,
+        lora_bias: vramscope::model::lora::LoraBias::None,
+        attention_bias: true,
     }
 }
 
@@ -82,6 +88,7 @@ fn config(p: &Point) -> ModelConfig {
         "num_attention_heads": 4, "num_key_value_heads": p.kv_heads, "head_dim": p.d / 4, "vocab_size": 300,
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
         "num_local_experts": p.experts, "num_experts_per_tok": p.top_k, "sliding_window": p.window,
+        "attention_bias": p.attention_bias,
     });
     if let Some(t) = p.layer_types {
         let kind = if t == "sliding" { "sliding_attention" } else { "full_attention" };
@@ -96,6 +103,7 @@ fn config(p: &Point) -> ModelConfig {
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
+        lc.bias = p.lora_bias;
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -257,6 +265,55 @@ fn gpt_oss_target_parameters_closed_form_equals_the_simulation() {
     let points = params_grid();
     assert!(points.len() >= 20);
     run(&points, 1.5);
+}
+
+/// peft's `bias` ("all", "lora_only") on gpt-oss (measured: hf_grid/lora_extras_models.json):
+/// `all` trains the attention's q/k/v/o biases and the router's (`mlp.router.bias`; the experts'
+/// `gate_up_proj_bias`/`down_proj_bias` are not named `*.bias`), `lora_only` the adapted
+/// projections' and, under a ParamWrapper on `mlp.router.weight`, the router's. A trained bias
+/// makes its output need a gradient even in layer 0 (the router's: the routing weights, so the
+/// weighting keeps the experts' output). Every other LoRA point under both options, ParamWrapper
+/// points (router, experts), attention_bias off (the router's bias alone before the experts'
+/// folds), the optimizers.
+#[test]
+fn gpt_oss_lora_bias_closed_form_equals_the_simulation() {
+    use vramscope::model::lora::LoraBias;
+    const R: &str = "mlp.router.weight";
+    const DN: &str = "mlp.experts.down_proj";
+    let mut points = Vec::new();
+    for (n, p) in lora_grid().into_iter().enumerate().filter(|(n, _)| n % 2 == 0) {
+        let lora_bias = if n % 4 == 0 { LoraBias::All } else { LoraBias::LoraOnly };
+        points.push(Point { lora_bias, ..p });
+    }
+    for (n, (lora_bias, params, modules)) in [
+        (LoraBias::LoraOnly, &[R][..], &[][..]),
+        (LoraBias::LoraOnly, &[DN], &["q_proj"]),
+        (LoraBias::All, &[R, DN], &[]),
+        (LoraBias::All, &[DN], &["o_proj"]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let implementation = ExpertsImplementation::ALL[n % 3];
+        let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+        points.push(Point { lora_bias, lora: Some((8, 0.0, modules)), params, implementation, precision, routing: Routing::Worst, ..base() });
+    }
+    // attention_bias off, the attention without adapters: in layer 0 only the router's bias
+    // makes anything need a gradient before the experts' folds.
+    for (n, implementation) in ExpertsImplementation::ALL.into_iter().enumerate() {
+        let params: &'static [&'static str] = if n == 1 { &["mlp.experts.gate_up_proj"] } else { &[DN] };
+        points.push(Point { lora_bias: LoraBias::All, attention_bias: false, lora: Some((8, 0.0, &[])), params, implementation, ..base() });
+    }
+    points.push(Point { lora_bias: LoraBias::All, attention_bias: false, lora: Some((8, 0.0, &["v_proj"])), layers: 2, ..base() });
+    points.push(Point { lora_bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj"])), ckpt: Some(true), cache: false, precision: Precision::PureBf16, ..base() });
+    assert!(points.len() >= 12);
+    run(&points, 1.6);
+    for kind in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchFused] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            let p = Point { lora_bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj", "v_proj"])), precision, ..base() };
+            estimate_common::compare_optimizer(&config(&p), precision, p.b, p.s, kind, &format!("{p:?} {kind:?}"));
+        }
+    }
 }
 
 #[test]

@@ -63,11 +63,9 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form (4-bit is); `profile` refuses it too", q.bits())));
     }
     // peft's bias on Mixtral, Qwen3-MoE and Qwen2-MoE trains the attention's biases (where the
-    // config has them) only, as on the dense layers (hf.rs's layer); gpt-oss's router and
-    // experts' biases and DeepSeek-V3's are not derived.
-    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
-        return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
-    }
+    // config has them) only, as on the dense layers (hf.rs's layer); on gpt-oss the attention's
+    // and the router's (`mlp.router.bias`; the experts' `*_bias` are not named `*.bias`:
+    // hf/gpt_oss.rs), on DeepSeek-V3 attention_bias's (hf/deepseek.rs).
     // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
     // (hf/gpt_oss.rs) and DeepSeek-V3 (hf/deepseek.rs): grouped_mm is not an autocast op (the experts run in fp32),
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
