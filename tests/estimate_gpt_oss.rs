@@ -52,6 +52,8 @@ struct Point {
     lora_bias: vramscope::model::lora::LoraBias,
     /// The config's attention_bias (gpt-oss's default: on).
     attention_bias: bool,
+    /// output_router_logits: the router's auxiliary loss.
+    aux: bool,
 }
 
 fn base() -> Point {
@@ -78,6 +80,7 @@ fn base() -> Point {
         int8: None,
         lora_bias: vramscope::model::lora::LoraBias::None,
         attention_bias: true,
+        aux: false,
     }
 }
 
@@ -118,6 +121,7 @@ fn config(p: &Point) -> ModelConfig {
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
+    m.output_router_logits = p.aux;
     cfg
 }
 
@@ -314,6 +318,33 @@ fn gpt_oss_lora_bias_closed_form_equals_the_simulation() {
             estimate_common::compare_optimizer(&config(&p), precision, p.b, p.s, kind, &format!("{p:?} {kind:?}"));
         }
     }
+}
+
+/// The router's auxiliary loss (`output_router_logits`, measured: moe_grid/aux_loss.json and
+/// aux_loss_autocast.json) on gpt-oss: every layer's biased router logits, (B·S, E) in the
+/// linear's type (bf16 under autocast), held in the output until the forward returns, exact;
+/// the experts implementations × fp32/pure bf16/autocast bf16 over shapes and windows,
+/// checkpointing × use_cache, fp16 autocast, layer types.
+#[test]
+fn gpt_oss_aux_loss_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1, 16), (64, 48, 8, 2, 64), (128, 64, 6, 3, 8), (64, 96, 16, 4, 128)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for implementation in ExpertsImplementation::ALL {
+        for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+            let (d, i, experts, top_k, window) = shapes[n % shapes.len()];
+            let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+            n += 1;
+            points.push(Point { aux: true, implementation, precision, routing, d, i, experts, top_k, window, ..base() });
+        }
+    }
+    for (ckpt, cache) in [(Some(false), false), (Some(true), false), (None, false)] {
+        points.push(Point { aux: true, ckpt, cache, b: 3, s: 24, ..base() });
+    }
+    points.push(Point { aux: true, precision: Precision::Fp16, layer_types: Some("full"), ..base() });
+    points.push(Point { aux: true, kv_heads: 4, tied: true, layers: 2, layer_types: Some("sliding"), ..base() });
+    assert!(points.len() >= 12);
+    run(&points, 2.6);
 }
 
 #[test]
@@ -554,7 +585,8 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let json = dir.join("never.json");
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
+        // The aux loss is derived without adapters (as profile runs it), not with them.
+        ([&g[..], &["--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--output-router-logits", "not measured"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         // generate runs within the window (tests/estimate_generate_families.rs); beam search is not derived.

@@ -820,6 +820,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         // (`hidden_states`, `outputs.last_hidden_state`) until LlamaForCausalLM.forward returns.
         outside.push(c.term("final norm output (fp32), bound until the forward returns", "mul", Unit::A, 4));
     }
+    if let Some(m) = hf.moe.as_ref() {
+        moe::router_logits(c, &mut outside, hf, m, cfg.num_layers);
+    }
     let bsv = c.b * c.s * c.v;
     let logits = vocab("logits", "mm", "B·S", bsv, ty.lo);
     // ForCausalLMLoss: logits.float() (itself in fp32), labels padded with −100 and shifted

@@ -40,7 +40,7 @@
 //! block keeps what their gradients need even where its input needs none (the router's fold,
 //! or under autocast its cast; the experts' folds where an op keeps its weight, or under
 //! autocast eager's per-expert casts; pure bf16's factor copies: [`moe::param_wrapper`]); the
-//! router's auxiliary loss is refused ([`moe::check`]). peft's `bias` is derived: the
+//! router's auxiliary loss is derived as the other families' ([`moe::router_logits`]). peft's `bias` is derived: the
 //! attention's biases (super::bias_trains) and the router's (`mlp.router.bias`, `lora_only`
 //! under a ParamWrapper on its weight) make their outputs need a gradient, layer 0's too.
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
@@ -494,6 +494,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
         // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{sliding}·8"), unit: Unit::Small, elements: sliding, elem: 8 });
     }
+    moe::router_logits(c, &mut outside, hf, m, cfg.num_layers);
     let bsv = c.b * c.s * c.v;
     let lo = types(c, hf).lo;
     let logits = vocab("logits", "mm", "B·S", bsv, lo);

@@ -32,7 +32,8 @@
 //! gradients need even where its input needs none; [`param_wrapper`]), and under autocast
 //! (the router's fold's cast; baddbmm is no autocast op, so the folds keep the weights' type
 //! and the experts' adapters are never cast, [`uncast_expert_adapters`]); the router's
-//! auxiliary loss is refused ([`check`]): `profile` simulates it.
+//! auxiliary loss is derived ([`router_logits`]: every layer's logits held until the forward
+//! returns; load_balancing_loss_func's softmaxes lie past the loss's moment).
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
@@ -43,12 +44,9 @@ use crate::model::{ConfigError, ModelConfig};
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
 pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
-    if m.output_router_logits {
-        return Err(ConfigError::new(
-            "--output-router-logits",
-            format!("(or the config's output_router_logits) on {family}: the router's auxiliary loss (every layer's logits concatenated, load_balancing_loss_func) is not derived in closed form; `profile` simulates it"),
-        ));
-    }
+    // The router's auxiliary loss (`output_router_logits`) is derived where profile runs it
+    // (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss; no adapters, no bitsandbytes: options/moe.rs):
+    // [`router_logits`].
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper
     // (`--target-parameters`, named or converted by peft from --target-modules) on every family
@@ -76,6 +74,28 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     // frozen linears in hf/gpt_oss.rs and hf/deepseek.rs (over bf16 weights nothing frozen is
     // cast).
     Ok(())
+}
+
+/// `output_router_logits` (the router's auxiliary loss): `capture_outputs`' hook keeps every
+/// router's logits, (B·S, E) in the router linear's output type (bf16 under autocast), in the
+/// output's `router_logits` until the forward returns (a checkpointed layer's too: its first
+/// forward records them, its recomputation nothing). `load_balancing_loss_func` runs after the
+/// loss: its per-layer softmaxes (kept for backward) and counts lie past the loss's moment, so
+/// the training bound leaves them out (a lower bound still: tests/estimate_moe.rs).
+pub(super) fn router_logits(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, layers: usize) {
+    if !m.output_router_logits {
+        return;
+    }
+    let elem = types(c, hf).lo;
+    let n = layers as u64 * c.b * c.s * m.experts as u64;
+    t.push(Term {
+        what: "every layer's router logits (B·S, E), kept in the output's router_logits (output_router_logits) until the forward returns".into(),
+        op: "mm",
+        formula: format!("L·B·S·E·{elem}"),
+        unit: Unit::Small,
+        elements: n,
+        elem,
+    });
 }
 
 /// Refuses a run whose expert tensors could not be counted: the largest (batched_mm's gathered
