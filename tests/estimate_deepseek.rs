@@ -574,6 +574,21 @@ fn deepseek_v3_estimate_cli() {
         ("eager", counts.to_str().unwrap(), &["--attn-implementation", "sdpa", "--sdpa-backend", "cpu_flash", "--dtype", "bfloat16"]),
         ("grouped_mm", "worst", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"]),
     ];
+    // peft's bias over attention_bias's q_a_proj, kv_a_proj_with_mqa and o_proj biases: stated,
+    // and equal to the simulation.
+    let biased = dir.join("deepseek_v3_bias.json");
+    std::fs::write(&biased, std::fs::read_to_string(&cfg).unwrap().replacen("{", r#"{"attention_bias": true, "#, 1)).unwrap();
+    for bias in ["all", "lora_only"] {
+        let o = cli(&["--config", biased.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--attn-implementation", "eager", "--lora-r", "8", "--target-modules", "q_b_proj,o_proj", "--lora-bias", bias, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "bias {bias}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("bias elements"), "bias {bias}: no trained biases stated");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("bias {bias}"));
+        for k in ["param_bytes", "grad_bytes", "optimizer_bytes"] {
+            let sim = k.replace("param_", "parameter_").replace("grad_", "gradient_");
+            assert_eq!(v["estimate"][k], v["simulated"][sim.as_str()], "bias {bias}: {k}");
+        }
+    }
     for (implementation, routing, extra) in runs {
         let args = [&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--experts-implementation", implementation, "--routing", routing, "--json", json.to_str().unwrap()][..], extra].concat();
         let o = cli(&args);

@@ -497,6 +497,19 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
+    // peft's bias: the attention's and the router's biases train beside the adapters (stated,
+    // and equal to the simulation; the trainable count in the parameters' formula).
+    for bias in ["all", "lora_only"] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj", "--target-parameters", "mlp.router.weight", "--lora-bias", bias, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "bias {bias}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("bias elements"), "bias {bias}: no trained biases stated");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, &format!("bias {bias}"));
+        for k in ["param_bytes", "grad_bytes", "optimizer_bytes"] {
+            let sim = k.replace("param_", "parameter_").replace("grad_", "gradient_");
+            assert_eq!(v["estimate"][k], v["simulated"][sim.as_str()], "bias {bias}: {k}");
+        }
+    }
     // bf16 autocast over the fp32 weights: the casts in the block, the router's in the cache;
     // over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) nothing is cast.
     for (implementation, dtype) in [("batched_mm", "float32"), ("eager", "float32"), ("grouped_mm", "bfloat16")] {
