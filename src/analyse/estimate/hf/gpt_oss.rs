@@ -156,7 +156,7 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     // The router's own bias (`mlp.router.bias`: peft's `all`, or `lora_only` under a
     // ParamWrapper on its weight) makes the logits need a gradient; it keeps nothing itself.
     let router_b = lora.is_some_and(|l| l.trains_router_bias());
-    if !g.h && !(router_w || router_b || gate_up_w || down_w) {
+    if !(g.h || router_w || router_b || gate_up_w || down_w) {
         return t;
     }
     if c.mode != Mode::Pure && g.h {
