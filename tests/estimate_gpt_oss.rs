@@ -324,7 +324,7 @@ fn gpt_oss_lora_bias_closed_form_equals_the_simulation() {
 /// aux_loss_autocast.json) on gpt-oss: every layer's biased router logits, (B·S, E) in the
 /// linear's type (bf16 under autocast), held in the output until the forward returns, exact;
 /// the experts implementations × fp32/pure bf16/autocast bf16 over shapes and windows,
-/// checkpointing × use_cache, fp16 autocast, layer types.
+/// checkpointing × use_cache, fp16 autocast, bf16 autocast over bf16 weights, layer types.
 #[test]
 fn gpt_oss_aux_loss_closed_form_equals_the_simulation() {
     let shapes = [(128, 96, 4, 1, 16), (64, 48, 8, 2, 64), (128, 64, 6, 3, 8), (64, 96, 16, 4, 128)];
@@ -342,6 +342,7 @@ fn gpt_oss_aux_loss_closed_form_equals_the_simulation() {
         points.push(Point { aux: true, ckpt, cache, b: 3, s: 24, ..base() });
     }
     points.push(Point { aux: true, precision: Precision::Fp16, layer_types: Some("full"), ..base() });
+    points.push(Point { aux: true, precision: Precision::PureBf16Autocast, implementation: ExpertsImplementation::Eager, ..base() });
     points.push(Point { aux: true, kv_heads: 4, tied: true, layers: 2, layer_types: Some("sliding"), ..base() });
     assert!(points.len() >= 12);
     run(&points, 2.6);

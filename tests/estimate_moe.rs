@@ -248,7 +248,7 @@ fn lora_grid(model_type: &'static str) -> Vec<Point> {
 /// adapters): every layer's router logits, (B·S, E) in the router linear's type, stay in the
 /// output until the forward returns (checkpointed layers' too), exact; load_balancing_loss_func's
 /// softmaxes come after the loss's moment, above the bound. The three experts implementations ×
-/// fp32/pure bf16/autocast bf16 (fp16 once) over shapes and routing, checkpointing × use_cache,
+/// fp32/pure bf16/autocast bf16 (fp16 and bf16 over bf16 weights once) over shapes and routing, checkpointing × use_cache,
 /// sdpa, a tied head, Qwen2-MoE's window.
 #[test]
 fn moe_aux_loss_closed_form_equals_the_simulation() {
@@ -268,6 +268,7 @@ fn moe_aux_loss_closed_form_equals_the_simulation() {
             points.push(Point { aux: true, ckpt, cache, b: 3, s: 24, routing: Routing::Worst, ..base(model_type) });
         }
         points.push(Point { aux: true, precision: Precision::Fp16, layers: 3, ..base(model_type) });
+        points.push(Point { aux: true, precision: Precision::PureBf16Autocast, implementation: ExpertsImplementation::BatchedMm, ..base(model_type) });
         points.push(Point { aux: true, attn: AttnImplementation::Sdpa, kv_heads: 4, tied: true, ..base(model_type) });
     }
     points.push(Point { aux: true, window: Some((16, 1)), ..base("qwen2_moe") });
