@@ -63,6 +63,8 @@ struct Point {
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
     /// peft's ParamWrapper (`target_parameters`), with `lora`'s r.
     params: &'static [&'static str],
+    /// peft's `bias` (none, all, lora_only).
+    lora_bias: vramscope::model::lora::LoraBias,
 }
 
 fn base() -> Point {
@@ -99,6 +101,7 @@ fn base() -> Point {
         lora: None,
         params: &[],
         four_bit: None,
+        lora_bias: vramscope::model::lora::LoraBias::None,
     }
 }
 
@@ -124,6 +127,7 @@ fn config(p: &Point) -> ModelConfig {
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
+        lc.bias = p.lora_bias;
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -262,6 +266,32 @@ fn lora_grid() -> Vec<Point> {
         }
     }
     points
+}
+
+/// peft's `bias` ("all", "lora_only") on DeepSeek-V3 (measured: hf_grid/lora_extras_models.json):
+/// attention_bias's q_a_proj, kv_a_proj_with_mqa and o_proj biases train (q_b_proj, q_proj and
+/// kv_b_proj have none; the router's e_score_correction_bias is a buffer), so such a
+/// projection's output needs a gradient in layer 0 too. Every other point of the LoRA grid under
+/// both options with attention_bias on (and every fourth off: nothing to train), a
+/// ParamWrapper point, and the optimizers that take interleaved biases.
+#[test]
+fn deepseek_v3_lora_bias_closed_form_equals_the_simulation() {
+    use vramscope::model::lora::LoraBias;
+    let mut points = Vec::new();
+    for (n, p) in lora_grid().into_iter().enumerate().filter(|(n, _)| n % 2 == 0) {
+        let lora_bias = if n % 4 == 0 { LoraBias::All } else { LoraBias::LoraOnly };
+        points.push(Point { lora_bias, bias: n % 8 != 6, ..p });
+    }
+    points.push(Point { lora_bias: LoraBias::All, bias: true, lora: Some((8, 0.0, &["kv_b_proj"])), params: &["mlp.experts.down_proj"], first_k_dense: 0, ..base() });
+    points.push(Point { lora_bias: LoraBias::LoraOnly, bias: true, lora: Some((8, 0.0, &["o_proj"])), q_lora_rank: None, precision: Precision::PureBf16, ckpt: Some(false), cache: false, ..base() });
+    assert!(points.len() >= 12);
+    run(&points, 1.6);
+    for kind in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchFused] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            let p = Point { lora_bias: LoraBias::All, bias: true, lora: Some((8, 0.0, &["q_b_proj", "o_proj"])), precision, ..base() };
+            estimate_common::compare_optimizer(&config(&p), precision, p.b, p.s, kind, &format!("{p:?} {kind:?}"));
+        }
+    }
 }
 
 /// peft's ParamWrapper (`--target-parameters`) on the sparse layers' router and routed experts
@@ -544,6 +574,21 @@ fn deepseek_v3_estimate_cli() {
         ("eager", counts.to_str().unwrap(), &["--attn-implementation", "sdpa", "--sdpa-backend", "cpu_flash", "--dtype", "bfloat16"]),
         ("grouped_mm", "worst", &["--attn-implementation", "eager", "--gradient-checkpointing", "non-reentrant"]),
     ];
+    // peft's bias over attention_bias's q_a_proj, kv_a_proj_with_mqa and o_proj biases: stated,
+    // and equal to the simulation.
+    let biased = dir.join("deepseek_v3_bias.json");
+    std::fs::write(&biased, std::fs::read_to_string(&cfg).unwrap().replacen("{", r#"{"attention_bias": true, "#, 1)).unwrap();
+    for bias in ["all", "lora_only"] {
+        let o = cli(&["--config", biased.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--attn-implementation", "eager", "--lora-r", "8", "--target-modules", "q_b_proj,o_proj", "--lora-bias", bias, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "bias {bias}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("bias elements"), "bias {bias}: no trained biases stated");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_json_activations(&v, &format!("bias {bias}"));
+        for k in ["param_bytes", "grad_bytes", "optimizer_bytes"] {
+            let sim = k.replace("param_", "parameter_").replace("grad_", "gradient_");
+            assert_eq!(v["estimate"][k], v["simulated"][sim.as_str()], "bias {bias}: {k}");
+        }
+    }
     for (implementation, routing, extra) in runs {
         let args = [&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--experts-implementation", implementation, "--routing", routing, "--json", json.to_str().unwrap()][..], extra].concat();
         let o = cli(&args);
@@ -610,7 +655,6 @@ fn deepseek_v3_not_derived_is_refused_naming_the_flag() {
     let ds = |attn: &'static str| [&ds[..], &["--attn-implementation", attn]].concat();
     let eager = ds("eager");
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&eager[..], &["--lora-r", "8", "--target-modules", "q_a_proj", "--lora-bias", "all"]].concat(), "--lora-bias", "deepseek_v3"),
         // (8-bit: profile's own refusal, which estimate runs first.)
         ([&eager[..], &["--lora-r", "8", "--target-modules", "q_b_proj", "--load-in-8bit"]].concat(), "--load-in-8bit", "not modelled"),
         ([&eager[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "counts for 256 experts"),

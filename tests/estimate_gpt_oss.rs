@@ -48,6 +48,12 @@ struct Point {
     four_bit: Option<(bool, vramscope::engine::DType, bool)>,
     /// LLM.int8(): prepare_model_for_kbit_training, loaded in bf16.
     int8: Option<bool>,
+    /// peft's `bias` (none, all, lora_only).
+    lora_bias: vramscope::model::lora::LoraBias,
+    /// The config's attention_bias (gpt-oss's default: on).
+    attention_bias: bool,
+    /// output_router_logits: the router's auxiliary loss.
+    aux: bool,
 }
 
 fn base() -> Point {
@@ -72,6 +78,9 @@ fn base() -> Point {
         params: &[],
         four_bit: None,
         int8: None,
+        lora_bias: vramscope::model::lora::LoraBias::None,
+        attention_bias: true,
+        aux: false,
     }
 }
 
@@ -82,6 +91,7 @@ fn config(p: &Point) -> ModelConfig {
         "num_attention_heads": 4, "num_key_value_heads": p.kv_heads, "head_dim": p.d / 4, "vocab_size": 300,
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": p.tied, "use_cache": p.cache,
         "num_local_experts": p.experts, "num_experts_per_tok": p.top_k, "sliding_window": p.window,
+        "attention_bias": p.attention_bias,
     });
     if let Some(t) = p.layer_types {
         let kind = if t == "sliding" { "sliding_attention" } else { "full_attention" };
@@ -96,6 +106,7 @@ fn config(p: &Point) -> ModelConfig {
     hf.lora = p.lora.map(|(r, dropout, targets)| estimate_common::lora(r, dropout, targets));
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
+        lc.bias = p.lora_bias;
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -110,6 +121,7 @@ fn config(p: &Point) -> ModelConfig {
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
+    m.output_router_logits = p.aux;
     cfg
 }
 
@@ -257,6 +269,83 @@ fn gpt_oss_target_parameters_closed_form_equals_the_simulation() {
     let points = params_grid();
     assert!(points.len() >= 20);
     run(&points, 1.5);
+}
+
+/// peft's `bias` ("all", "lora_only") on gpt-oss (measured: hf_grid/lora_extras_models.json):
+/// `all` trains the attention's q/k/v/o biases and the router's (`mlp.router.bias`; the experts'
+/// `gate_up_proj_bias`/`down_proj_bias` are not named `*.bias`), `lora_only` the adapted
+/// projections' and, under a ParamWrapper on `mlp.router.weight`, the router's. A trained bias
+/// makes its output need a gradient even in layer 0 (the router's: the routing weights, so the
+/// weighting keeps the experts' output). Every other LoRA point under both options, ParamWrapper
+/// points (router, experts), attention_bias off (the router's bias alone before the experts'
+/// folds), the optimizers.
+#[test]
+fn gpt_oss_lora_bias_closed_form_equals_the_simulation() {
+    use vramscope::model::lora::LoraBias;
+    const R: &str = "mlp.router.weight";
+    const DN: &str = "mlp.experts.down_proj";
+    let mut points = Vec::new();
+    for (n, p) in lora_grid().into_iter().enumerate().filter(|(n, _)| n % 2 == 0) {
+        let lora_bias = if n % 4 == 0 { LoraBias::All } else { LoraBias::LoraOnly };
+        points.push(Point { lora_bias, ..p });
+    }
+    for (n, (lora_bias, params, modules)) in [
+        (LoraBias::LoraOnly, &[R][..], &[][..]),
+        (LoraBias::LoraOnly, &[DN], &["q_proj"]),
+        (LoraBias::All, &[R, DN], &[]),
+        (LoraBias::All, &[DN], &["o_proj"]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let implementation = ExpertsImplementation::ALL[n % 3];
+        let precision = if n % 2 == 0 { Precision::Fp32 } else { Precision::PureBf16 };
+        points.push(Point { lora_bias, lora: Some((8, 0.0, modules)), params, implementation, precision, routing: Routing::Worst, ..base() });
+    }
+    // attention_bias off, the attention without adapters: in layer 0 only the router's bias
+    // makes anything need a gradient before the experts' folds.
+    for (n, implementation) in ExpertsImplementation::ALL.into_iter().enumerate() {
+        let params: &'static [&'static str] = if n == 1 { &["mlp.experts.gate_up_proj"] } else { &[DN] };
+        points.push(Point { lora_bias: LoraBias::All, attention_bias: false, lora: Some((8, 0.0, &[])), params, implementation, ..base() });
+    }
+    points.push(Point { lora_bias: LoraBias::All, attention_bias: false, lora: Some((8, 0.0, &["v_proj"])), layers: 2, ..base() });
+    points.push(Point { lora_bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj"])), ckpt: Some(true), cache: false, precision: Precision::PureBf16, ..base() });
+    assert!(points.len() >= 12);
+    run(&points, 1.6);
+    for kind in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd, OptimizerKind::AdamwTorchFused] {
+        for precision in [Precision::Fp32, Precision::PureBf16] {
+            let p = Point { lora_bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj", "v_proj"])), precision, ..base() };
+            estimate_common::compare_optimizer(&config(&p), precision, p.b, p.s, kind, &format!("{p:?} {kind:?}"));
+        }
+    }
+}
+
+/// The router's auxiliary loss (`output_router_logits`, measured: moe_grid/aux_loss.json and
+/// aux_loss_autocast.json) on gpt-oss: every layer's biased router logits, (B·S, E) in the
+/// linear's type (bf16 under autocast), held in the output until the forward returns, exact;
+/// the experts implementations × fp32/pure bf16/autocast bf16 over shapes and windows,
+/// checkpointing × use_cache, fp16 autocast, bf16 autocast over bf16 weights, layer types.
+#[test]
+fn gpt_oss_aux_loss_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1, 16), (64, 48, 8, 2, 64), (128, 64, 6, 3, 8), (64, 96, 16, 4, 128)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for implementation in ExpertsImplementation::ALL {
+        for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+            let (d, i, experts, top_k, window) = shapes[n % shapes.len()];
+            let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+            n += 1;
+            points.push(Point { aux: true, implementation, precision, routing, d, i, experts, top_k, window, ..base() });
+        }
+    }
+    for (ckpt, cache) in [(Some(false), false), (Some(true), false), (None, false)] {
+        points.push(Point { aux: true, ckpt, cache, b: 3, s: 24, ..base() });
+    }
+    points.push(Point { aux: true, precision: Precision::Fp16, layer_types: Some("full"), ..base() });
+    points.push(Point { aux: true, precision: Precision::PureBf16Autocast, implementation: ExpertsImplementation::Eager, ..base() });
+    points.push(Point { aux: true, kv_heads: 4, tied: true, layers: 2, layer_types: Some("sliding"), ..base() });
+    assert!(points.len() >= 12);
+    run(&points, 2.6);
 }
 
 #[test]
@@ -409,6 +498,19 @@ fn gpt_oss_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
+    // peft's bias: the attention's and the router's biases train beside the adapters (stated,
+    // and equal to the simulation; the trainable count in the parameters' formula).
+    for bias in ["all", "lora_only"] {
+        let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj", "--target-parameters", "mlp.router.weight", "--lora-bias", bias, "--json", json.to_str().unwrap()]);
+        assert!(o.status.success(), "bias {bias}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("bias elements"), "bias {bias}: no trained biases stated");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        estimate_common::assert_json_activations(&v, &format!("bias {bias}"));
+        for k in ["param_bytes", "grad_bytes", "optimizer_bytes"] {
+            let sim = k.replace("param_", "parameter_").replace("grad_", "gradient_");
+            assert_eq!(v["estimate"][k], v["simulated"][sim.as_str()], "bias {bias}: {k}");
+        }
+    }
     // bf16 autocast over the fp32 weights: the casts in the block, the router's in the cache;
     // over bf16 weights (the Trainer's bf16=True on a bf16 checkpoint) nothing is cast.
     for (implementation, dtype) in [("batched_mm", "float32"), ("eager", "float32"), ("grouped_mm", "bfloat16")] {
@@ -497,7 +599,8 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let json = dir.join("never.json");
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&g[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
+        // The aux loss is derived without adapters (as profile runs it), not with them.
+        ([&g[..], &["--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--output-router-logits", "not measured"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         // generate runs within the window (tests/estimate_generate_families.rs); beam search is not derived.

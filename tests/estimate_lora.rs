@@ -39,6 +39,8 @@ struct Point {
     r: usize,
     dropout: f64,
     bias: LoraBias,
+    /// The config's attention_bias (OLMo-2's and Gemma's q/k/v/o biases; Phi-3 has none).
+    attention_bias: bool,
     optim: OptimizerKind,
     /// QLoRA: (double quant, bnb_4bit_compute_dtype, prepare_model_for_kbit_training).
     four_bit: Option<(bool, DType, bool)>,
@@ -60,6 +62,7 @@ fn base(arch: Arch) -> Point {
         r: 8,
         dropout: 0.0,
         bias: LoraBias::None,
+        attention_bias: false,
         optim: OptimizerKind::AdamwTorchFused,
         four_bit: None,
         int8: None,
@@ -75,6 +78,9 @@ fn config(p: &Point) -> ModelConfig {
     hf.sdpa_backend = p.backend;
     hf.use_cache = p.cache;
     hf.reentrant = p.ckpt == Some(true);
+    if p.attention_bias {
+        (hf.qkv_bias, hf.o_bias) = (true, true);
+    }
     hf.lora = Some(LoraConfig {
         r: p.r,
         alpha: 16.0,
@@ -111,7 +117,7 @@ fn config(p: &Point) -> ModelConfig {
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
     let name = format!(
-        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} {} 4-bit {:?} 8-bit {:?} B {} S {}",
+        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} attention_bias {} {} 4-bit {:?} 8-bit {:?} B {} S {}",
         p.arch.name(),
         p.attn.name(),
         p.backend,
@@ -122,6 +128,7 @@ fn check(p: &Point) -> f64 {
         p.r,
         p.dropout,
         p.bias,
+        p.attention_bias,
         p.optim,
         p.four_bit,
         p.int8,
@@ -443,6 +450,46 @@ fn gemma_lora_closed_form_equals_the_simulation() {
         }
     }
     run_within(&points, 1.8);
+}
+
+/// peft's `bias` ("all": every `*.bias`; "lora_only": an adapted module's) on the families,
+/// measured in the weights' dtype (hf_grid/lora_extras_models.json; profile refuses it under
+/// autocast): OLMo-2, Gemma 2 and Gemma 3 with attention_bias (q/k/v/o biases: a projection
+/// whose bias trains gives an output that needs a gradient even in layer 0, adapter or not),
+/// Phi-3 without (it has no biases: the adapters' terms alone). bias mode × fp32/pure bf16 ×
+/// targets (q alone, o and down, all) × checkpointing × (B, S), sdpa (eager on Gemma 2), pure
+/// fp16, and the optimizers that take interleaved biases.
+#[test]
+fn families_lora_bias_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2, Arch::Gemma3Text] {
+        let sets: [Vec<&'static str>; 3] = if arch == Arch::Phi3 {
+            [vec!["qkv_proj"], vec!["o_proj", "down_proj"], vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]]
+        } else {
+            [vec!["q_proj"], vec!["o_proj", "down_proj"], TARGETS.to_vec()]
+        };
+        let attention_bias = arch != Arch::Phi3;
+        let mut n = 0;
+        for bias in [LoraBias::All, LoraBias::LoraOnly] {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                for ckpt in [None, Some(false), Some(true)] {
+                    let (b, s) = [(2, 40), (1, 24), (3, 33)][n % 3];
+                    let targets = sets[n % 3].clone();
+                    n += 1;
+                    points.push(Point { bias, attention_bias, precision, ckpt, targets, b, s, ..base(arch) });
+                }
+            }
+        }
+        let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
+        points.push(Point { bias: LoraBias::All, attention_bias, attn, cache: true, targets: sets[0].clone(), ..base(arch) });
+        points.push(Point { bias: LoraBias::LoraOnly, attention_bias, attn, precision: Precision::PureBf16, targets: sets[1].clone(), dropout: 0.1, ..base(arch) });
+        points.push(Point { bias: LoraBias::All, attention_bias, precision: Precision::PureFp16, targets: sets[2].clone(), ..base(arch) });
+        for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd] {
+            points.push(Point { bias: LoraBias::All, attention_bias, optim, precision: Precision::PureBf16, targets: sets[1].clone(), r: 16, b: 1, s: 64, ..base(arch) });
+        }
+    }
+    assert!(points.len() >= 24);
+    run(&points);
 }
 
 /// QLoRA on the families: Phi-3 (its fused qkv_proj and gate_up_proj quantized whole), OLMo-2

@@ -58,6 +58,8 @@ struct Point {
     /// Qwen2-MoE's use_sliding_window: (sliding_window, max_window_layers).
     window: Option<(usize, usize)>,
     layers: usize,
+    /// output_router_logits: the router's auxiliary loss.
+    aux: bool,
 }
 
 fn base(model_type: &'static str) -> Point {
@@ -88,6 +90,7 @@ fn base(model_type: &'static str) -> Point {
         int8: None,
         window: None,
         layers: 2,
+        aux: false,
     }
 }
 
@@ -142,6 +145,7 @@ fn config(p: &Point) -> ModelConfig {
     let m = hf.moe.as_mut().unwrap();
     m.implementation = p.implementation;
     m.routing = p.routing.clone();
+    m.output_router_logits = p.aux;
     cfg
 }
 
@@ -237,6 +241,40 @@ fn lora_grid(model_type: &'static str) -> Vec<Point> {
         points.push(Point { lora: Some((16, dropout, &["q_proj", "v_proj"])), ckpt, kv_heads, implementation, attn, precision: Precision::PureBf16, ..base(model_type) });
     }
     points
+}
+
+/// The router's auxiliary loss (`output_router_logits`, measured: moe_grid/aux_loss.json and
+/// aux_loss_autocast.json) on Mixtral, Qwen3-MoE and Qwen2-MoE, where profile runs it (no
+/// adapters): every layer's router logits, (B·S, E) in the router linear's type, stay in the
+/// output until the forward returns (checkpointed layers' too), exact; load_balancing_loss_func's
+/// softmaxes come after the loss's moment, above the bound. The three experts implementations ×
+/// fp32/pure bf16/autocast bf16 (fp16 and bf16 over bf16 weights once) over shapes and routing, checkpointing × use_cache,
+/// sdpa, a tied head, Qwen2-MoE's window.
+#[test]
+fn moe_aux_loss_closed_form_equals_the_simulation() {
+    let shapes = [(128, 96, 4, 1), (64, 48, 8, 2), (128, 64, 6, 3), (64, 96, 16, 4)];
+    let mut points = Vec::new();
+    let mut n = 0;
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for implementation in ExpertsImplementation::ALL {
+            for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+                let (d, i, experts, top_k) = shapes[n % shapes.len()];
+                let routing = if n % 2 == 0 { Routing::Balanced } else { Routing::Worst };
+                n += 1;
+                points.push(Point { aux: true, implementation, precision, routing, d, i, experts, top_k, ..base(model_type) });
+            }
+        }
+        for (ckpt, cache) in [(Some(false), false), (Some(true), false), (None, false)] {
+            points.push(Point { aux: true, ckpt, cache, b: 3, s: 24, routing: Routing::Worst, ..base(model_type) });
+        }
+        points.push(Point { aux: true, precision: Precision::Fp16, layers: 3, ..base(model_type) });
+        points.push(Point { aux: true, precision: Precision::PureBf16Autocast, implementation: ExpertsImplementation::BatchedMm, ..base(model_type) });
+        points.push(Point { aux: true, attn: AttnImplementation::Sdpa, kv_heads: 4, tied: true, ..base(model_type) });
+    }
+    points.push(Point { aux: true, window: Some((16, 1)), ..base("qwen2_moe") });
+    assert!(points.len() >= 20);
+    // (Autocast's batched_mm gathered weights and the aux loss's softmaxes lie above the bound.)
+    run(&points, 2.1);
 }
 
 /// peft's `bias` ("all", "lora_only") on Mixtral, Qwen3-MoE and Qwen2-MoE (measured:
@@ -458,6 +496,13 @@ fn moe_estimate_cli() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         estimate_common::assert_json_activations(&v, &format!("{implementation} {routing}"));
     }
+    // The router's auxiliary loss: every layer's logits in the output, stated and simulated alike.
+    let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--output-router-logits", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "aux: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("every layer's router logits"), "aux: missing the router logits in\n{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    estimate_common::assert_json_activations(&v, "aux");
     // LoRA on the attention: block 0 its own, the adapters in the parameters.
     let o = cli(&["--config", cfg.to_str().unwrap(), "--batch-size", "2", "--context-length", "24", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--json", json.to_str().unwrap()]);
     assert!(o.status.success(), "lora: {}", String::from_utf8_lossy(&o.stderr));
@@ -654,7 +699,8 @@ fn not_derived_is_refused_naming_the_flag() {
     let json = dir.join("never.json");
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        ([&mix[..], &["--output-router-logits"]].concat(), "--output-router-logits", "profile"),
+        // The aux loss is derived without adapters (as profile runs it), not with them.
+        ([&mix[..], &["--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--output-router-logits", "not measured"),
         // The for-loop AdamW and Adafactor follow the parameters' order.
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--optimizer", "adafactor"]].concat(), "--optimizer", "--target-parameters"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),

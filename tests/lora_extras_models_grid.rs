@@ -74,6 +74,27 @@ fn modules_to_save_and_bias_match_peft_on_issue_30_models() {
     grid_common::check("hf_grid/lora_extras_models.json", points, 32, KNOWN_FAILING, run);
 }
 
+/// peft's `bias` on the families whose configs take attention_bias (OLMo-2, Gemma 2, Gemma 3
+/// text: q/k/v/o biases, left off in lora_extras_models.json), against transformers + peft:
+/// hf_grid/lora_bias_families.json (`make_lora_grid.py --families-bias`), every phase byte for
+/// byte, peft's trainable count (adapters and biases) equal.
+#[test]
+fn bias_on_the_families_attention_biases_matches_peft() {
+    let doc = grid_common::fixture("hf_grid/lora_bias_families.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "the fixture's transformers release");
+    assert_eq!(doc["peft"].as_str(), Some("0.21.2"), "the fixture's peft release");
+    let points = doc["points"].as_array().unwrap();
+    for m in ["olmo2", "gemma2", "gemma3_text"] {
+        for b in ["all", "lora_only"] {
+            assert!(points.iter().any(|q| q["point"]["model_type"] == m && q["point"]["lora_bias"] == b), "{m}: bias {b}");
+        }
+    }
+    assert!(points.iter().all(|q| q["point"]["attention_bias"] == true), "every point has the biases");
+    assert_eq!(values(points, "dtype").len(), 2, "fp32 and bf16");
+    assert_eq!(values(points, "checkpoint").len(), 3, "checkpointing off, non-reentrant, reentrant");
+    grid_common::check("hf_grid/lora_bias_families.json", points, 8, KNOWN_FAILING, run);
+}
+
 #[test]
 fn dora_matches_peft_on_issue_30_models() {
     let doc = grid_common::fixture("hf_grid/dora_models.json");

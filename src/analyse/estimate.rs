@@ -782,6 +782,11 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
     }
     let l = cfg.num_layers as u64;
     let mut count = count * l;
+    // gpt-oss's router bias (`mlp.router.bias`, E), one per layer where it trains.
+    if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()).filter(|m| m.gpt_oss.is_some() && lc.trains_router_bias()) {
+        count += l;
+        largest = largest.max(m.experts as u64);
+    }
     // peft's ParamWrapper: a lora_A and lora_B per wrapped parameter of every sparse layer
     // (DeepSeek-V3's first_k_dense_replace layers have none).
     if let Some(m) = cfg.hf().and_then(|h| h.moe.as_ref()).filter(|_| !lc.target_parameters.is_empty()) {
@@ -926,16 +931,12 @@ fn lora_shapes(cfg: &ModelConfig) -> Vec<(&'static str, (u64, u64, bool))> {
     if let Some(s) = h.moe.as_ref().filter(|m| m.deepseek.is_none() && m.shared_intermediate > 0).map(|m| m.shared_intermediate as u64) {
         shapes[4..].copy_from_slice(&[(d, s, false), (d, s, false), (s, d, false), (d, 1, false)]);
     }
-    // DeepSeek-V3's latent attention (lora::MLA_Q_LORA's slots; its biases train never: the
-    // closed form refuses --lora-bias on it).
-    let mla;
-    let shapes: &[(u64, u64, bool)] = match h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
-        Some(ds) => {
-            mla = ds.mla_linear_shapes(cfg.d_model, cfg.num_heads).map(|(i, o)| (i as u64, o as u64, false));
-            &mla
-        }
-        None => &shapes,
-    };
+    // DeepSeek-V3's latent attention (lora::MLA_Q_LORA's slots; attention_bias's biases on
+    // q_a_proj, kv_a_proj_with_mqa and o_proj).
+    if let Some(ds) = h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+        let mla = ds.mla_linear_shapes(cfg.d_model, cfg.num_heads);
+        return crate::model::lora::linears_of(h).iter().map(|&(slot, name)| (name, (mla[slot].0 as u64, mla[slot].1 as u64, ds.has_bias(name)))).collect();
+    }
     crate::model::lora::linears_of(h).iter().map(|&(slot, name)| (name, shapes[slot])).collect()
 }
 

@@ -486,6 +486,13 @@ impl ModelConfig {
     pub fn lora_bias_count(&self) -> u64 {
         let Some(h) = self.hf() else { return 0 };
         let Some(lc) = h.lora.as_ref() else { return 0 };
+        // DeepSeek-V3's latent attention: attention_bias's q_a_proj, kv_a_proj_with_mqa and
+        // o_proj biases, in every layer (the router's e_score_correction_bias is a buffer).
+        if let Some(ds) = h.moe.as_ref().and_then(|m| m.deepseek.as_ref()) {
+            let shapes = ds.mla_linear_shapes(self.d_model, self.num_heads);
+            let per_layer: u64 = crate::model::lora::linears_of(h).iter().filter(|(_, n)| ds.has_bias(n) && lc.trains_bias(n)).map(|&(slot, _)| shapes[slot].1 as u64).sum();
+            return per_layer.saturating_mul(self.num_layers as u64);
+        }
         let hd = self.head_dim() as u64;
         let (d, f) = (self.d_model as u64, self.d_ff as u64);
         let (q, kv) = (self.num_heads as u64 * hd, self.num_kv_heads as u64 * hd);

@@ -92,17 +92,14 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     }
     // An MoE model: what profile refuses, and a routing file must fit B·S tokens.
     super::moe::check_profile(&cfg, crate::engine::Device::Meta, false, batch, &[seq])?;
-    // peft's bias on issue 30's models runs in profile (tests/lora_extras_models_grid.rs); the
-    // closed form is not checked against it there (gpt-oss's router bias is not in its count).
-    // (Mixtral, Qwen3-MoE and Qwen2-MoE are: only their attention's biases, if any, can train;
-    // measured in their dtype only, as profile refuses them under autocast.)
+    // peft's bias on issue 30's models runs in profile (tests/lora_extras_models_grid.rs),
+    // measured in the weights' dtype only (profile refuses it under autocast). The closed form
+    // derives it on the dense families (OLMo-2's and Gemma's attention_bias, hf.rs's
+    // bias_trains; Phi-3 has no biases), on Mixtral, Qwen3-MoE and Qwen2-MoE (only their
+    // attention's biases, if any, can train), on gpt-oss (the attention's and the router's) and
+    // on DeepSeek-V3 (attention_bias's q_a_proj, kv_a_proj_with_mqa and o_proj).
     if let Some(h) = cfg.hf() {
         super::lora_targets::check_new_models_autocast(h, precision)?;
-    }
-    let biased_moe = |h: &crate::model::hf::HfConfig| h.moe.as_ref().is_some_and(|m| m.gpt_oss.is_some() || m.deepseek.is_some());
-    if let Some(h) = cfg.hf().filter(|h| (h.model_type.is_family() || biased_moe(h)) && h.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None)) {
-        let mt = h.moe.as_ref().map_or(h.model_type.name(), |m| m.family.model_type());
-        return Err(usage("--lora-bias", format!("trained biases on model_type {mt} are not derived in closed form; the run runs op for op in profile and fit (--device meta)")));
     }
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;

@@ -36,6 +36,10 @@ pub fn config_of(p: &Value) -> ModelConfig {
     hf.reentrant = p["checkpoint"] == "reentrant";
     hf.attention_mask = p["attention_mask"] == "ones";
     hf.sliding_window = p["sliding_window"].as_u64().map(|x| x as usize);
+    // measure_hf.py's attention_bias on OLMo-2 and Gemma (q/k/v/o biases; off when absent).
+    if matches!(arch, Arch::Olmo2 | Arch::Gemma2 | Arch::Gemma3Text) && p["attention_bias"] == true {
+        (hf.qkv_bias, hf.o_bias) = (true, true);
+    }
     // measure_hf.py's Qwen2/Qwen3 max_window_layers (0 when absent: every layer slides): the
     // layers below it stay full.
     if let Some(mwl) = p["max_window_layers"].as_u64().filter(|&m| m > 0 && hf.sliding_window.is_some()) {

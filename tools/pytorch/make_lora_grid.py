@@ -624,6 +624,28 @@ def xgrid():
     return todo
 
 
+def bgrid():
+    """peft's bias all / lora_only on the families whose configs take attention_bias (OLMo-2,
+    Gemma 2, Gemma 3 text: q/k/v/o biases, which xgrid's points leave off): a projection whose
+    bias trains gives an output that needs a gradient in layer 0 too. fp32 and bf16, eager and
+    sdpa, checkpointing off, non-reentrant and reentrant, targets one projection or all-linear."""
+    todo = []
+    for mt, i, r, targets, bias, opts in (
+        ("olmo2", 0, 8, "q_proj", "all", dict(dtype="fp32")),
+        ("olmo2", 1, 8, "o_proj,down_proj", "lora_only", dict(checkpoint="non-reentrant")),
+        ("olmo2", 2, 16, "all-linear", "all", dict(attn="eager", checkpoint="reentrant")),
+        ("gemma2", 0, 8, "q_proj", "lora_only", dict(dtype="fp32")),
+        ("gemma2", 1, 8, "k_proj,up_proj", "all", dict(checkpoint="non-reentrant")),
+        ("gemma3_text", 2, 8, "o_proj", "all", dict(dtype="fp32", checkpoint="reentrant")),
+        ("gemma3_text", 3, 4, "all-linear", "lora_only", dict()),
+        ("gemma3_text", 0, 8, "v_proj", "all", dict(attn="eager")),
+    ):
+        p = family_lora(mt, i, r, targets, **opts)
+        p.update(lora_bias=bias, attention_bias=True)
+        todo.append((p, "training"))
+    return todo
+
+
 def drgrid():
     """DoRA (use_dora=True) on issue 30's models: the families' projections (Phi-3's fused
     qkv_proj and gate_up_proj, all-linear) and the MoE models' attention (peft's ParamWrapper
@@ -702,21 +724,21 @@ def main():
     gptoss_p, deepseek_p, conv = "--gpt-oss-params" in sys.argv, "--deepseek-params" in sys.argv, "--converted" in sys.argv
     shared, q2 = "--qwen2-moe-shared" in sys.argv, "--qwen2-moe-4bit" in sys.argv
     moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared or q2
-    extras, mdora = "--extras" in sys.argv, "--models-dora" in sys.argv
-    todo = xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else qsgrid() if storage else grid()
+    extras, mdora, fbias = "--extras" in sys.argv, "--models-dora" in sys.argv, "--families-bias" in sys.argv
+    todo = bgrid() if fbias else xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else qsgrid() if storage else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "qlora_storage.json" if storage else "lora.json")
     if moe:
         fixture = "qlora_qwen2_moe.json" if q2 else "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
-    if extras or mdora:
-        path = os.path.join(OUT, "lora_extras_models.json" if extras else "dora_models.json")
+    if extras or mdora or fbias:
+        path = os.path.join(OUT, "lora_extras_models.json" if extras else "dora_models.json" if mdora else "lora_bias_families.json")
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else " --quant-storage" if storage else ""
+    flag = " --families-bias" if fbias else " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else " --quant-storage" if storage else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "

@@ -84,6 +84,9 @@ def hf_config(p):
         # at or after max_window_layers: 0 (the default here) slides every layer (layer_types all
         # "sliding_attention"); a point's max_window_layers keeps the layers below it full.
         kw.update(use_sliding_window=True, sliding_window=p["sliding_window"], max_window_layers=p.get("max_window_layers", 0))
+    if p["model_type"] in ("olmo2", "gemma2", "gemma3_text") and "attention_bias" in p:
+        # q/k/v/o biases (the configs' attention_bias, off by default): what peft's bias trains.
+        kw["attention_bias"] = p["attention_bias"]
     if p["model_type"] == "phi3":
         # Phi3Config's pad_token_id (32000) is outside a small vocabulary: the embedding's
         # padding_idx is a row inside it instead (Phi-3-mini's 32000 is one of its 32064 rows).

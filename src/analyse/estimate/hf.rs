@@ -527,6 +527,18 @@ fn frozen_cast(c: &Ctx, t: &mut Vec<Term>, name: &str, formula: &str, elements: 
     }
 }
 
+/// Whether projection `p`'s bias trains under peft's `bias` (`all`: every `*.bias`;
+/// `lora_only`: an adapted module's): its output then needs a gradient even where its input
+/// needs none and its weight is frozen (addmm's bias gradient keeps nothing).
+pub(super) fn bias_trains(hf: &HfConfig, p: &str) -> bool {
+    let has = match p {
+        "q_proj" | "k_proj" | "v_proj" => hf.qkv_bias,
+        "o_proj" => hf.o_bias,
+        _ => hf.mlp_bias,
+    };
+    has && hf.lora.as_ref().is_some_and(|l| l.trains_bias(p))
+}
+
 /// One decoder layer without checkpointing, in forward order; `x_grad`: whether its input
 /// needs a gradient (always in full fine-tuning; under peft, not layer 0's: the embedding is
 /// frozen).
@@ -537,11 +549,6 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     let lora = hf.lora.as_ref();
     // A projection's output needs a gradient when its input does or it trains (its weight in
     // full fine-tuning; under peft its adapter or its bias).
-    let has_bias = |p: &str| match p {
-        "q_proj" | "k_proj" | "v_proj" => hf.qkv_bias,
-        "o_proj" => hf.o_bias,
-        _ => hf.mlp_bias,
-    };
     // Phi-3's fused linears (peft wraps them whole): q/k/v are qkv_proj, gate/up gate_up_proj.
     let phi3 = hf.model_type == Arch::Phi3;
     let module = |p: &str| -> String {
@@ -551,7 +558,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
             _ => p.into(),
         }
     };
-    let trains = |p: &str| lora.is_none_or(|l| l.targets(&module(p)) || (has_bias(p) && l.trains_bias(p)));
+    let trains = |p: &str| lora.is_none_or(|l| l.targets(&module(p))) || bias_trains(hf, p);
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(&module(p)));
     // Under peft with fp32 weights and no dropout, lora_A keeps the projection's input itself.
     let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(&module(p)) && l.dropout == 0.0 && c.mode == Mode::Fp32);
@@ -812,6 +819,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         // lm_head saves its low-precision cast; the fp32 output itself stays bound
         // (`hidden_states`, `outputs.last_hidden_state`) until LlamaForCausalLM.forward returns.
         outside.push(c.term("final norm output (fp32), bound until the forward returns", "mul", Unit::A, 4));
+    }
+    if let Some(m) = hf.moe.as_ref() {
+        moe::router_logits(c, &mut outside, hf, m, cfg.num_layers);
     }
     let bsv = c.b * c.s * c.v;
     let logits = vocab("logits", "mm", "B·S", bsv, ty.lo);

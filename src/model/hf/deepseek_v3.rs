@@ -62,6 +62,11 @@ impl DeepseekParts {
         s[7] = (self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim));
         s
     }
+    /// Whether the latent attention's linear `name` has a bias (`attention_bias`: q_a_proj,
+    /// kv_a_proj_with_mqa and o_proj; q_b_proj, q_proj and kv_b_proj never).
+    pub fn has_bias(&self, name: &str) -> bool {
+        self.attention_bias && matches!(name, "q_a_proj" | "kv_a_proj_with_mqa" | "o_proj")
+    }
     pub fn is_sparse(&self, layer: usize) -> bool {
         layer >= self.first_k_dense
     }

@@ -332,13 +332,18 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
     let rows = ("B·S", c.b * c.s);
     let lora = hf.lora.as_ref();
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // peft's `bias` trains attention_bias's q_a_proj, kv_a_proj_with_mqa and o_proj biases (the
+    // others have none; the router's e_score_correction_bias is a buffer): such a projection's
+    // output needs a gradient even where its input needs none.
+    let bias = |p: &str| ds.has_bias(p) && lora.is_some_and(|l| l.trains_bias(p));
+    let trains = |p: &str| adapted(p) || bias(p);
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
     let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
     let x = lora.is_none() || x_grad;
     let q_reader = if ds.q_lora_rank.is_some() { "q_a_proj" } else { "q_proj" };
-    let qa = x || adapted(q_reader);
+    let qa = x || trains(q_reader);
     let q = if ds.q_lora_rank.is_some() { qa || adapted("q_b_proj") } else { qa };
-    let ckv = x || adapted("kv_a_proj_with_mqa");
+    let ckv = x || trains("kv_a_proj_with_mqa");
     let kvb = ckv || adapted("kv_b_proj");
     let g = Grad { weights: lora.is_none(), qa, q, ckv, kvb, qb_input: a_keeps_input("q_b_proj"), kvb_input: a_keeps_input("kv_b_proj"), o_input: a_keeps_input("o_proj") };
     let norm = |input: bool, output: bool| super::NormGrad { input, weight: g.weights, output, product_fp32: false };
@@ -349,7 +354,7 @@ pub(super) fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, ds: &DeepseekParts, s
         }
     }
     attention(c, hf, ds, &mut t, cache, kernel, g);
-    let h = x || q || kvb || adapted("o_proj");
+    let h = x || q || kvb || trains("o_proj");
     if lora.is_some() {
         // (A router that is a ParamWrapper fold keeps its own cast: sparse_block.)
         let router_w = sparse && lora.is_some_and(|l| l.targets_router());

@@ -30,7 +30,8 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     let ty = types(c, hf);
     let mut t = Vec::new();
     let lora = hf.lora.as_ref();
-    let trains = |p: &str| lora.is_none_or(|l| l.targets(p));
+    // Under peft a projection trains through its adapter or its bias (attention_bias).
+    let trains = |p: &str| lora.is_none_or(|l| l.targets(p)) || super::bias_trains(hf, p);
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
     let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);

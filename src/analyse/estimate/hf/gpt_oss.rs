@@ -40,7 +40,9 @@
 //! block keeps what their gradients need even where its input needs none (the router's fold,
 //! or under autocast its cast; the experts' folds where an op keeps its weight, or under
 //! autocast eager's per-expert casts; pure bf16's factor copies: [`moe::param_wrapper`]); the
-//! router's auxiliary loss is refused ([`moe::check`]).
+//! router's auxiliary loss is derived as the other families' ([`moe::router_logits`]). peft's `bias` is derived: the
+//! attention's biases (super::bias_trains) and the router's (`mlp.router.bias`, `lora_only`
+//! under a ParamWrapper on its weight) make their outputs need a gradient, layer 0's too.
 use super::{moe, rms_norm, t_small, types, Terms, FULL};
 use crate::analyse::estimate::{vocab, Ctx, Mode, Term, Unit};
 use crate::model::hf::gpt_oss::GptOssParts;
@@ -110,8 +112,11 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     // With fp32 weights and no dropout lora_A keeps the projection's input itself.
     let a_keeps_input = |p: &str| lora.is_none_or(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
     let x = lora.is_none() || x_grad;
-    let (q, k, v) = (x || adapted("q_proj"), x || adapted("k_proj"), x || adapted("v_proj"));
-    let o = q || k || v || adapted("o_proj");
+    // peft's `bias` trains the attention's biases (`all`, or an adapted module's): a projection
+    // whose bias trains gives an output that needs a gradient even where its input needs none.
+    let trains = |p: &str| adapted(p) || super::bias_trains(hf, p);
+    let (q, k, v) = (x || trains("q_proj"), x || trains("k_proj"), x || trains("v_proj"));
+    let o = q || k || v || trains("o_proj");
     // LLM.int8()'s MatMul8bitLt on the attention's linears keeps its input for the input's gradient.
     let int8 = hf.bnb.as_ref().is_some_and(|q| q.int8().is_some());
     let g = Grad { weights: lora.is_none(), q, k, v, o_input: a_keeps_input("o_proj") || (int8 && (q || k || v)), h: x || o };
@@ -148,7 +153,10 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     // (layer 0 with the attention frozen).
     let wrapped = |p: &str| lora.is_some_and(|l| l.targets_parameter(p));
     let (router_w, gate_up_w, down_w) = (lora.is_some_and(|l| l.targets_router()), wrapped("mlp.experts.gate_up_proj"), wrapped("mlp.experts.down_proj"));
-    if !g.h && !(router_w || gate_up_w || down_w) {
+    // The router's own bias (`mlp.router.bias`: peft's `all`, or `lora_only` under a
+    // ParamWrapper on its weight) makes the logits need a gradient; it keeps nothing itself.
+    let router_b = lora.is_some_and(|l| l.trains_router_bias());
+    if !(g.h || router_w || router_b || gate_up_w || down_w) {
         return t;
     }
     if c.mode != Mode::Pure && g.h {
@@ -162,7 +170,7 @@ fn layer(c: &Ctx, hf: &HfConfig, m: &MoeConfig, cache: bool, x_grad: bool) -> Ve
     rms_norm(c, &mut t, "post_attention_layernorm", Unit::A, me, rows, &["router (a biased linear; the experts gather its rows by index)"], norm(g.h, g.weights || router_w));
     let top_k = m.top_k as u64;
     let w = g.weights;
-    let eg = moe::ExpertGrad { x: g.h, router: g.h || router_w, gate_up: w || gate_up_w, down: w || down_w, gate_up_fold: gate_up_w, down_fold: down_w };
+    let eg = moe::ExpertGrad { x: g.h, router: g.h || router_w || router_b, gate_up: w || gate_up_w, down: w || down_w, gate_up_fold: gate_up_w, down_fold: down_w };
     // Under autocast the router's biased linear gives bf16 logits: topk and softmax keep that type.
     let z = Sizes { t: c.b * c.s, p: c.b * c.s * top_k, d: c.d, i: m.intermediate as u64, e: m.experts as u64, me, rw: lo, lo: autocast.then_some(lo), weights: w, g: eg };
     if let Some(lc) = lora.filter(|l| !l.target_parameters.is_empty()) {
@@ -486,6 +494,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
         // DynamicSlidingWindowLayer.lazy_initialization: each sliding layer's 0-d int64 window.
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{sliding}·8"), unit: Unit::Small, elements: sliding, elem: 8 });
     }
+    moe::router_logits(c, &mut outside, hf, m, cfg.num_layers);
     let bsv = c.b * c.s * c.v;
     let lo = types(c, hf).lo;
     let logits = vocab("logits", "mm", "B·S", bsv, lo);

@@ -32,7 +32,8 @@
 //! gradients need even where its input needs none; [`param_wrapper`]), and under autocast
 //! (the router's fold's cast; baddbmm is no autocast op, so the folds keep the weights' type
 //! and the experts' adapters are never cast, [`uncast_expert_adapters`]); the router's
-//! auxiliary loss is refused ([`check`]): `profile` simulates it.
+//! auxiliary loss is derived ([`router_logits`]: every layer's logits held until the forward
+//! returns; load_balancing_loss_func's softmaxes lie past the loss's moment).
 use super::{types, Arch};
 use crate::analyse::estimate::{sized, Ctx, Mode, Term, Unit};
 use crate::model::hf::moe::{ExpertsImplementation, MoeConfig, MoeFamily};
@@ -43,12 +44,9 @@ use crate::model::{ConfigError, ModelConfig};
 /// Refuses what the closed form does not derive of an MoE model, naming the flag.
 pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
-    if m.output_router_logits {
-        return Err(ConfigError::new(
-            "--output-router-logits",
-            format!("(or the config's output_router_logits) on {family}: the router's auxiliary loss (every layer's logits concatenated, load_balancing_loss_func) is not derived in closed form; `profile` simulates it"),
-        ));
-    }
+    // The router's auxiliary loss (`output_router_logits`) is derived where profile runs it
+    // (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss; no adapters, no bitsandbytes: options/moe.rs):
+    // [`router_logits`].
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper
     // (`--target-parameters`, named or converted by peft from --target-modules) on every family
@@ -63,11 +61,9 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::new(q.flag(), format!("a {} {family} model is not derived in closed form (4-bit is); `profile` refuses it too", q.bits())));
     }
     // peft's bias on Mixtral, Qwen3-MoE and Qwen2-MoE trains the attention's biases (where the
-    // config has them) only, as on the dense layers (hf.rs's layer); gpt-oss's router and
-    // experts' biases and DeepSeek-V3's are not derived.
-    if hf.lora.as_ref().is_some_and(|l| l.bias != crate::model::lora::LoraBias::None) && (m.gpt_oss.is_some() || m.deepseek.is_some()) {
-        return Err(ConfigError::new("--lora-bias", format!("biases that train beside the adapters of {family} are not derived in closed form; `profile` simulates them")));
-    }
+    // config has them) only, as on the dense layers (hf.rs's layer); on gpt-oss the attention's
+    // and the router's (`mlp.router.bias`; the experts' `*_bias` are not named `*.bias`:
+    // hf/gpt_oss.rs), on DeepSeek-V3 attention_bias's (hf/deepseek.rs).
     // Autocast over fp32 weights is derived for Mixtral, Qwen3-MoE, Qwen2-MoE (here), gpt-oss
     // (hf/gpt_oss.rs) and DeepSeek-V3 (hf/deepseek.rs): grouped_mm is not an autocast op (the experts run in fp32),
     // batched_mm's bmm and eager's linears/matmuls cast to the low type; the routers and the
@@ -78,6 +74,28 @@ pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     // frozen linears in hf/gpt_oss.rs and hf/deepseek.rs (over bf16 weights nothing frozen is
     // cast).
     Ok(())
+}
+
+/// `output_router_logits` (the router's auxiliary loss): `capture_outputs`' hook keeps every
+/// router's logits, (B·S, E) in the router linear's output type (bf16 under autocast), in the
+/// output's `router_logits` until the forward returns (a checkpointed layer's too: its first
+/// forward records them, its recomputation nothing). `load_balancing_loss_func` runs after the
+/// loss: its per-layer softmaxes (kept for backward) and counts lie past the loss's moment, so
+/// the training bound leaves them out (a lower bound still: tests/estimate_moe.rs).
+pub(super) fn router_logits(c: &Ctx, t: &mut Vec<Term>, hf: &HfConfig, m: &MoeConfig, layers: usize) {
+    if !m.output_router_logits {
+        return;
+    }
+    let elem = types(c, hf).lo;
+    let n = layers as u64 * c.b * c.s * m.experts as u64;
+    t.push(Term {
+        what: "every layer's router logits (B·S, E), kept in the output's router_logits (output_router_logits) until the forward returns".into(),
+        op: "mm",
+        formula: format!("L·B·S·E·{elem}"),
+        unit: Unit::Small,
+        elements: n,
+        elem,
+    });
 }
 
 /// Refuses a run whose expert tensors could not be counted: the largest (batched_mm's gathered

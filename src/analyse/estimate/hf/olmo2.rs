@@ -40,6 +40,8 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     let lora = hf.lora.as_ref();
     let weights = lora.is_none();
     let adapted = |p: &str| lora.is_some_and(|l| l.targets(p));
+    // A projection trains under peft through its adapter or its bias (attention_bias).
+    let trains = |p: &str| adapted(p) || super::bias_trains(hf, p);
     // lora_A keeps the projection's input itself with fp32 weights and no dropout.
     let a_keeps_input = |p: &str| lora.is_some_and(|l| l.targets(p) && l.dropout == 0.0 && c.mode == Mode::Fp32);
     let x = weights || x_grad;
@@ -64,7 +66,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
             super::adapter(c, &mut t, lc, p, Unit::A, x);
         }
     }
-    let (q, k, v) = (x || adapted("q_proj"), x || adapted("k_proj"), x || adapted("v_proj"));
+    let (q, k, v) = (x || trains("q_proj"), x || trains("k_proj"), x || trains("v_proj"));
     let (qu, kvu) = (super::heads_unit(c, c.h), super::heads_unit(c, c.kvh));
     norm(c, &mut t, "q_norm", qu, ty.lo, rows, q, weights);
     norm(c, &mut t, "k_norm", kvu, ty.lo, rows, k, weights);
@@ -75,7 +77,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         super::adapter(c, &mut t, lc, "o_proj", qu, q || k || v);
     }
-    let o = q || k || v || adapted("o_proj");
+    let o = q || k || v || trains("o_proj");
     norm(c, &mut t, "post_attention_layernorm", Unit::A, ty.lo, rows, o, weights);
     let h = x || o;
     let gate_up = ["gate_proj", "up_proj"];
@@ -93,7 +95,7 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
             super::adapter(c, &mut t, lc, p, Unit::A, h);
         }
     }
-    let (gate, up) = (h || adapted("gate_proj"), h || adapted("up_proj"));
+    let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
     super::gated_mlp_factors(c, &mut t, gate, up, ("silu", "silu"), ty.lo);
     if weights || a_keeps_input("down_proj") || (int8 && (gate || up)) {
         t.push(c.term("silu·up (input of down_proj)", "mul", Unit::F, ty.lo));
@@ -104,6 +106,6 @@ pub(super) fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, c
     if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
         super::adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
     }
-    norm(c, &mut t, "post_feedforward_layernorm", Unit::A, ty.lo, rows, gate || up || adapted("down_proj"), weights);
+    norm(c, &mut t, "post_feedforward_layernorm", Unit::A, ty.lo, rows, gate || up || trains("down_proj"), weights);
     t
 }
