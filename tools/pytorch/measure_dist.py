@@ -534,7 +534,8 @@ def lora_layouts_grid():
     options: hsdp (a (world / shard, shard) mesh), fully_shard on every 2 consecutive decoder
     layers (`unit` 2: three-layer models, fsdp and one zero2) or the root alone (`unit` 0), and
     reentrant checkpointing (use_reentrant=True) under fsdp and hsdp resharding after forward;
-    and llama, qwen3 and mistral (make_lora_grid.py's lora shapes) under hsdp, fp32 and bf16
+    and llama, qwen3 and mistral (make_lora_grid.py's lora shapes) under hsdp, and llama, qwen2,
+    mistral and qwen3 with other units and reentrant checkpointing under fsdp; fp32 and bf16
     weights, r 4-16, world 2-6, ranks 0 and the last, training and a forward."""
     import make_hf_grid as G
     import make_lora_grid as L
@@ -578,6 +579,12 @@ def lora_layouts_grid():
         ("hsdp", L.lora("llama", 0, 8, "all-linear"), "training", 4, 0, h2),
         ("hsdp", L.lora("qwen3", 6, 16, "q_proj,v_proj", checkpoint=re), "training", 4, 3, h2),
         ("hsdp", L.lora("mistral", 2, 8, "all-linear", checkpoint="non-reentrant", dtype="fp32"), "training", 6, 5, h3),
+        # the llama family with other units and reentrant checkpointing under fsdp
+        ("fsdp", L.lora("llama", 2, 8, "all-linear"), "training", 2, 1, dict(unit=2)),
+        ("zero2", L.lora("qwen2", 2, 16, "q_proj,v_proj", dtype="fp32"), "training", 2, 0, dict(unit=2)),
+        ("fsdp", L.lora("mistral", 4, 8, "all-linear", checkpoint="non-reentrant"), "training", 2, 0, dict(unit=0)),
+        ("fsdp", L.lora("llama", 3, 16, "all-linear", checkpoint=re), "training", 2, 1, {}),
+        ("fsdp", L.lora("qwen3", 6, 8, "q_proj,v_proj", checkpoint=re, dtype="fp32"), "training", 4, 3, {}),
     ]
     return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **o) for layout, p, kind, world, rank, o in rows]
 
