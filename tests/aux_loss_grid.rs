@@ -88,6 +88,51 @@ fn aux_loss_autocast_grid_matches_transformers() {
     });
 }
 
+/// The loss beside peft's LoRA and bitsandbytes' 4-bit QLoRA (`make_aux_loss_grid.py --lora`):
+/// target_modules on the attention (and Qwen2-MoE's shared expert), target_parameters
+/// (ParamWrapper) on the experts and the router, nf4 loads with compute bf16 and fp32, prepared
+/// and not; every phase byte for byte.
+#[test]
+fn aux_loss_lora_grid_matches_peft() {
+    let doc = grid_common::fixture("moe_grid/aux_loss_lora.json");
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
+    let points = doc["points"].as_array().unwrap();
+    let set = |ps: &[&Value], k: &str| ps.iter().map(|q| q["point"][k].to_string().trim_matches('"').to_string()).collect::<BTreeSet<_>>();
+    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let all: Vec<&Value> = points.iter().collect();
+    assert!(all.iter().all(|q| q["point"]["output_router_logits"] == true), "every point has the loss on");
+    assert!(all.iter().all(|q| q["point"]["lora_r"].as_u64() > Some(0) || q["point"]["load_in_4bit"] == true), "adapters or a 4-bit load");
+    assert_eq!(set(&all, "dtype"), strs(&["bf16", "fp32"]));
+    assert_eq!(set(&all, "checkpoint"), strs(&["none", "non-reentrant", "reentrant"]));
+    assert_eq!(set(&all, "experts"), strs(&["batched_mm", "eager", "grouped_mm"]));
+    assert_eq!(set(&all, "routing"), strs(&["balanced", "worst"]));
+    let four: Vec<&Value> = all.iter().copied().filter(|q| q["point"]["load_in_4bit"] == true).collect();
+    assert_eq!(set(&four, "compute_dtype"), strs(&["bf16", "fp32"]));
+    assert_eq!(set(&four, "prepare"), strs(&["false", "true"]));
+    assert_eq!(set(&four, "quant_type"), strs(&["fp4", "nf4"]));
+    assert_eq!(set(&four, "double_quant"), strs(&["false", "true"]));
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"] {
+        let ps: Vec<&Value> = all.iter().copied().filter(|q| q["point"]["model_type"] == family).collect();
+        assert!(ps.len() >= 4, "{family}: {}", ps.len());
+        let kinds = ps.iter().map(|q| q["profile_type"].as_str().unwrap()).collect::<BTreeSet<_>>();
+        assert!(kinds.contains("forward") && kinds.contains("training"), "{family}: {kinds:?}");
+        assert!(ps.iter().any(|q| q["point"]["target_parameters"].is_string()), "{family}: ParamWrapper");
+        assert!(ps.iter().any(|q| q["point"]["load_in_4bit"] == true), "{family}: 4-bit");
+    }
+    grid_common::check("aux_loss_lora", points, 16, KNOWN_FAILING_LORA, |point| {
+        let p = &point["point"];
+        grid_common::hf::run_config(point, grid_common::moe::point_model(p))
+    });
+}
+
+/// aux_loss_lora.json's points where vramscope does not match, each with the reason.
+const KNOWN_FAILING_LORA: &[(&str, &str)] = &[
+    ("mixtral d64 F64 L2 h4 kv2 V512 S32 B2 E8 k1 eager worst eager bf16 checkpoint=reentrant aux0.001 lora r16 a32 modules=[q_proj,k_proj,v_proj,o_proj] params=mlp.experts.gate_up_proj,mlp.experts.down_proj,mlp.gate.weight training", FOLD_SCRATCH),
+    ("qwen2_moe d96 F64 L1 h6 kv2 V777 S24 B2 E4 k1 shared64 eager worst eager bf16 checkpoint=reentrant aux0.02 lora r4 a8 modules=[] params=mlp.experts.gate_up_proj,mlp.experts.down_proj,mlp.gate.weight training", FOLD_SCRATCH),
+    ("gpt_oss d96 F64 L2 h6 kv2 hd16 V777 S24 B2 E8 k1 eager worst w8 eager bf16 checkpoint=reentrant aux0.001 lora r8 a16 modules=[] params=mlp.experts.gate_up_proj,mlp.experts.down_proj,mlp.router.weight training", FOLD_SCRATCH),
+];
+const FOLD_SCRATCH: &str = "peft's ParamWrapper fold of bf16 experts (baddbmm, the forward's peak under checkpointing): CPU's bf16 baddbmm (mkldnn_matmul) allocates inside the op a contiguous copy of the permuted (E, out, r) lora_B factor and a packing scratch, which vramscope's baddbmm does not model; the same point without the loss misses alike, so --target-parameters on the experts stays refused with the loss";
+
 fn vramscope(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vramscope")).args(args).output().expect("run vramscope")
 }
