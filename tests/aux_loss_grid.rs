@@ -179,6 +179,23 @@ fn the_flag_runs_and_keeps_the_router_logits() {
 }
 
 #[test]
+fn the_flag_runs_with_lora_and_qlora() {
+    // aux_loss_lora.json: LoRA on the attention and the router, and QLoRA, with the loss on.
+    let base = ["--preset", "Mixtral-8x7B", "--num-layers", "2", "--profile-type", "forward", "--context-length", "128", "--batch-size", "1"];
+    for (name, extra) in [
+        ("lora", &["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--target-parameters", "mlp.gate.weight"][..]),
+        ("qlora", &["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "16", "--target-modules", "q_proj,k_proj,v_proj,o_proj", "--gradient-checkpointing", "non-reentrant"][..]),
+    ] {
+        let off_args = [base.as_slice(), extra].concat();
+        let on_args = [off_args.as_slice(), &["--output-router-logits"]].concat();
+        let (on, off) = (profile(name, &on_args), profile(&format!("{name}-off"), &off_args));
+        assert_eq!((&on["model"]["hf"]["moe"]["output_router_logits"], &off["model"]["hf"]["moe"]["output_router_logits"]), (&json!(true), &json!(false)), "{name}");
+        // Forward: the peak is at lm_head with every layer's (128, 8) logits still kept.
+        assert!(peak(&on) > peak(&off), "{name}: {} vs {}", peak(&on), peak(&off));
+    }
+}
+
+#[test]
 fn the_flag_is_refused_where_not_modelled() {
     let dir = scratch::dir().join(format!("vramscope-aux-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -200,10 +217,19 @@ fn the_flag_is_refused_where_not_modelled() {
     bad(&["--preset", "DeepSeek-V3", "--output-router-logits"], &["--output-router-logits", "load_balancing_loss_func"]);
     // generate() of a model with the flag is not measured.
     bad(&["--preset", "Mixtral-8x7B", "--profile-type", "generate", "--max-new-tokens", "2", "--output-router-logits"], &["--output-router-logits", "generate"]);
-    // Each measured alone: LoRA and bitsandbytes with the loss are not; under a layout it is
-    // measured per decoder layer (tests/dist_models_grid.rs), not with other FSDP2 units.
-    bad(&["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--output-router-logits", "LoRA", "not measured"]);
-    bad(&["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--output-router-logits", "--load-in-4bit"], &["--output-router-logits", "--load-in-4bit", "not measured"]);
+    // With adapters (aux_loss_lora.json): the experts' ParamWrapper misses, LLM.int8(), the
+    // FSDP-QLoRA storage, dropout and autocast are not measured with the loss.
+    let q = ["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--output-router-logits"];
+    let with = |extra: &[&'static str]| [q.as_slice(), extra].concat();
+    bad(&with(&["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"]), &["--target-parameters", "mlp.experts.down_proj", "does not match"]);
+    bad(&with(&["--lora-r", "8", "--target-modules", "q_proj,gate_proj,up_proj"]), &["--target-parameters", "converted", "does not match"]);
+    bad(&with(&["--load-in-8bit", "--lora-r", "8", "--target-modules", "q_proj,v_proj"]), &["--output-router-logits", "--load-in-8bit", "not measured"]);
+    bad(&with(&["--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16", "--lora-r", "8", "--target-modules", "q_proj,v_proj"]), &["--bnb-4bit-quant-storage", "not measured"]);
+    bad(&with(&["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.05"]), &["--lora-dropout", "not measured"]);
+    bad(&with(&["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--precision", "bf16"]), &["--output-router-logits", "autocast", "not measured"]);
+    // Under a layout it is measured per decoder layer over full weights (tests/dist_models_grid.rs),
+    // not with other FSDP2 units nor with adapters.
+    bad(&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--output-router-logits", "--parallel", "ddp", "--world-size", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--output-router-logits", "adapters", "not measured"]);
     bad(&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--output-router-logits", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "router's auxiliary loss", "not measured"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
