@@ -185,6 +185,8 @@ fn the_flag_runs_with_lora_and_qlora() {
     for (name, extra) in [
         ("lora", &["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--target-parameters", "mlp.gate.weight"][..]),
         ("qlora", &["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16", "--lora-r", "16", "--target-modules", "q_proj,k_proj,v_proj,o_proj", "--gradient-checkpointing", "non-reentrant"][..]),
+        // Under ddp too (dist_grid/aux_loss_lora.json).
+        ("ddp-lora", &["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--parallel", "ddp", "--world-size", "2"][..]),
     ] {
         let off_args = [base.as_slice(), extra].concat();
         let on_args = [off_args.as_slice(), &["--output-router-logits"]].concat();
@@ -228,8 +230,8 @@ fn the_flag_is_refused_where_not_modelled() {
     bad(&with(&["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.05"]), &["--lora-dropout", "not measured"]);
     bad(&with(&["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--precision", "bf16"]), &["--output-router-logits", "autocast", "not measured"]);
     // Under a layout it is measured per decoder layer over full weights (tests/dist_models_grid.rs),
-    // not with other FSDP2 units nor with adapters.
-    bad(&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--output-router-logits", "--parallel", "ddp", "--world-size", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--output-router-logits", "adapters", "not measured"]);
+    // not with other FSDP2 units; with adapters under ddp only (dist_grid/aux_loss_lora.json).
+    bad(&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--output-router-logits", "--parallel", "zero2", "--world-size", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj"], &["--output-router-logits", "adapters", "not measured"]);
     bad(&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--output-router-logits", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--fsdp-unit", "router's auxiliary loss", "not measured"]);
     let _ = std::fs::remove_dir_all(&dir);
 }

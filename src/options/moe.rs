@@ -9,7 +9,7 @@ use crate::model::ModelConfig;
 
 /// Set the experts implementation, the routing and the router's loss on an MoE model; any of
 /// them on a dense model is refused, and so is the loss beside what aux_loss_lora.json does not
-/// match ([`aux_loss_adapters`]).
+/// match (aux_loss_adapters).
 pub fn apply(implementation: Option<&str>, routing: Option<&str>, output_router_logits: bool, hf: &mut HfConfig) -> anyhow::Result<()> {
     let Some(m) = hf.moe.as_mut() else {
         let given = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing"), (output_router_logits, "--output-router-logits")];
