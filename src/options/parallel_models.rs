@@ -153,7 +153,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         // (what one GPU refuses with it, moe::apply has refused already).
         let aux_ddp = flag == "--output-router-logits" && c.layout == Layout::Ddp && hf.bnb.as_ref().is_none_or(|q| q.four_bit().is_some());
         if !aux_ddp && (hf.bnb.is_some() || (hf.lora.is_some() && !with_adapters)) {
-            return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/{file}): drop it, or profile one GPU")));
+            let ddp = if flag == "--output-router-logits" { "; under ddp adapters and 4-bit loads are too: aux_loss_lora.json): use --parallel ddp, drop it" } else { "): drop it" };
+            return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout (--parallel {}) is not measured (full weights are: dist_grid/{file}{ddp}, or profile one GPU", c.layout.name())));
         }
     }
     None
