@@ -306,12 +306,20 @@ def cpu_kernel_scratch(anc, size):
         ins = [m for m in (_meta(i) for i in getattr(mm.extra_fields, "inputs", [])) if m]
         if any(m[2] in REDUCED_FLOAT for m in ins) and any(size == _numel(m[0]) * torch.empty((), dtype=m[2]).element_size() for m in ins):
             return ("cpu bmm of reduced floats: oneDNN's contiguous copy of an operand", mm.end_time_ns, "freed inside")
-    if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+    bad = next((a for a in reversed(anc[:-1]) if a.name == "aten::baddbmm"), None)
+    if bad is not None or (anc and anc[-1].name == "aten::baddbmm"):
+        # CPU baddbmm (LinearAlgebra.cpp's bmm_out_or_baddbmm_; peft's ParamWrapper fold) takes
+        # an ISA-dependent path: bf16 on AVX-512 CPUs goes to oneDNN, which copies an operand
+        # that is neither contiguous nor a transposed batch whole and packs; elsewhere it splits
+        # by batch into addmm_, which clones each such 2-D slice. Every block it allocates and
+        # frees inside is left out; CUDA's own copy (cuBLAS's prepare_batch_matrix_for_cublas)
+        # vramscope models from the source (src/engine/ops/operand_copies.rs), unmeasured.
+        op = bad if bad is not None else anc[-1]
+        return ("cpu baddbmm: operand copies and packing scratch (ISA-dependent)", op.end_time_ns, "freed inside")
+    if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some
         # CPUs only); cuBLAS keeps its workspace in the handle's pool. Freed before the op returns.
-        # (baddbmm: peft's ParamWrapper fold; its contiguous copy of an operand, allocated under
-        # aten::contiguous, stays counted: cuBLAS copies that operand too.)
         mm = anc[-1]
         ins = [m for m in (_meta(i) for i in getattr(mm.extra_fields, "inputs", [])) if m]
         if any(m[2] in REDUCED_FLOAT for m in ins):

@@ -10,14 +10,11 @@
 //! (`reshape(out, r, E).permute(2, 0, 1)`), so cuBLAS gets an E·out·r copy. Written from the
 //! source, unmeasured on a card.
 //!
-//! CPU (what the fixture grids measure, `HfConfig::cpu_run`; `bmm_out_or_baddbmm_` in
-//! LinearAlgebra.cpp): bf16 of more than 16³ multiply-adds goes to oneDNN (`mkldnn_matmul`, on
-//! CPUs with AVX-512 BW/VL/DQ, as the grids' machines), which copies an operand that is neither
-//! contiguous nor a transposed contiguous batch (`is_mkldnn_optimized_format`); below 400
-//! multiply-adds per batch a plain loop copies nothing; fp32 batches of contiguous or transposed
-//! matrices go to MKL's batched gemm whole; the rest is split by batch into `addmm_`, whose CPU
-//! path clones a 2-D slice with neither stride 1, one slice at a time.
-use crate::engine::dtype::DType;
+//! A CPU run (`HfConfig::cpu_run`, what the fixture grids measure) makes none: CPU baddbmm's
+//! copies depend on the ISA (oneDNN copies a bf16 operand whole on AVX-512 CPUs, addmm_ clones
+//! one expert's slice at a time elsewhere and in fp32), so the grids leave every block it frees
+//! inside out as CPU kernel scratch (tools/pytorch/measure_cs336.py), as they leave out CPU
+//! bmm's oneDNN copies.
 use crate::engine::tensor::Tensor;
 
 /// The copies CUDA's batched GEMM makes of `batch1` (G, M, K) and `batch2` (G, K, N).
@@ -43,55 +40,13 @@ fn cublas(batch1: &Tensor, batch2: &Tensor) -> [bool; 2] {
     }
 }
 
-/// oneDNN's `is_mkldnn_optimized_format` of a 3-D operand.
-fn mkldnn_takes(t: &Tensor) -> bool {
-    let (s, d) = (&t.layout().strides, t.shape());
-    t.is_contiguous() || (s[0] == d[1] * d[2] && s[1] == 1 && s[2] == d[1])
-}
-
-/// Whether CPU addmm reads a 2-D (rows, cols) slice with these strides in place.
-fn cpu_addmm_takes(rows: usize, cols: usize, s0: usize, s1: usize) -> bool {
-    (s1 == 1 && (rows == 1 || s0 >= cols.max(1))) || (s0 == 1 && (cols == 1 || s1 >= rows.max(1)))
-}
-
-/// Allocates (and frees, when the returned copies drop) what `baddbmm(self, batch1, batch2)`
-/// copies of its batches once its result exists: on CUDA's kernels or on a CPU run.
+/// What CUDA's `baddbmm(self, batch1, batch2)` copies of its batches once its result exists
+/// (a CPU run: none).
 pub(crate) fn baddbmm(batch1: &Tensor, batch2: &Tensor) -> Vec<Tensor> {
-    let both = [batch1, batch2];
-    if crate::engine::runtime::on_cuda_kernels() {
-        let c = cublas(batch1, batch2);
-        return both.iter().zip(c).filter(|(_, c)| *c).map(|(t, _)| t.operand_copy("clone")).collect();
-    }
-    let (g, m, k, n) = (batch1.dim(0), batch1.dim(1), batch1.dim(2), batch2.dim(2));
-    // `use_mkldnn_bf16_matmul`: bf16 operands of more than 16³ multiply-adds in all.
-    if batch1.dtype() == DType::BF16 && g * m * k * n > 16 * 16 * 16 {
-        return both.iter().filter(|t| !mkldnn_takes(t)).map(|t| t.operand_copy("clone")).collect();
-    }
-    if k * m * n < 400 {
-        return Vec::new();
-    }
-    // MKL's batched gemm takes fp32 batches whose matrices are contiguous or transposed.
-    let gemm_takes = |t: &Tensor| {
-        let s = &t.layout().strides;
-        (s[2] == 1 && (t.dim(1) == 1 || s[1] >= t.dim(2))) || (s[1] == 1 && (t.dim(2) == 1 || s[2] >= t.dim(1)))
-    };
-    if batch1.dtype() == DType::F32 && gemm_takes(batch1) && gemm_takes(batch2) {
-        return Vec::new();
-    }
-    let slice = |t: &Tensor| {
-        let s = &t.layout().strides;
-        (!cpu_addmm_takes(t.dim(1), t.dim(2), s[1], s[2])).then(|| [t.dim(1), t.dim(2)])
-    };
-    let (s1, s2) = (slice(batch1), slice(batch2));
-    for _ in 0..g {
-        let copies: Vec<Tensor> = [s1, s2].into_iter().flatten().map(|shape| Tensor::zeros_op(&shape, batch1.dtype(), batch1.device(), "clone")).collect();
-        drop(copies);
-    }
-    Vec::new()
+    bmm(batch1, batch2)
 }
 
-/// What CUDA's `bmm(batch1, batch2)` copies of its batches (a CPU run: none, as the grids
-/// leave oneDNN's bf16 copies out as CPU-only scratch).
+/// What CUDA's `bmm(batch1, batch2)` copies of its batches (a CPU run: none).
 pub(crate) fn bmm(batch1: &Tensor, batch2: &Tensor) -> Vec<Tensor> {
     if !crate::engine::runtime::on_cuda_kernels() {
         return Vec::new();
