@@ -17,14 +17,7 @@ use std::collections::BTreeSet;
 use vramscope::model::ModelConfig;
 
 /// Points where vramscope does not match, each with the reason.
-const KNOWN_FAILING: &[(&str, &str)] = &[
-    ("mixtral d64 F64 L1 h4 kv1 V640 S32 B1 E5 k2 eager worst sdpa bf16 checkpoint=non-reentrant lora r16 a32 modules=[q_proj,v_proj] params=mlp.experts.gate_up_proj,mlp.experts.down_proj,mlp.gate.weight training ddp x4 rank3", EAGER_PARAM_WRAPPER),
-    ("qwen3_moe d96 F64 L2 h6 kv2 hd16 V777 S24 B1 E16 k4 eager balanced eager bf16 checkpoint=non-reentrant lora r4 a8 modules=[] params=mlp.experts.gate_up_proj,mlp.experts.down_proj training fsdp x2 rank1", EAGER_PARAM_WRAPPER),
-    ("qwen2_moe d96 F64 L2 h6 kv2 V777 S24 B1 E16 k4 shared128 eager balanced eager bf16 checkpoint=non-reentrant lora r4 a8 modules=[] params=mlp.experts.gate_up_proj,mlp.experts.down_proj,mlp.gate.weight training fsdp x2 rank0", EAGER_PARAM_WRAPPER),
-];
-
-/// Why the eager-loop ParamWrapper points fail (parallel_models.rs refuses the combination).
-const EAGER_PARAM_WRAPPER: &str = "the forward peak, at the ParamWrapper fold's baddbmm inside the eager experts loop with non-reentrant checkpointing, is 14-35 KB (up to 1.4%) under PyTorch's; the same models on one GPU peak at a later mm and match";
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 const DENSE: [&str; 4] = ["phi3", "olmo2", "gemma2", "gemma3_text"];
 const MOE: [&str; 5] = ["mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "qwen2_moe"];
@@ -338,7 +331,6 @@ fn adapters_not_measured_under_a_layout_are_refused() {
     let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj"];
     let phi3 = ["--preset", "Phi-3-mini", "--num-layers", "1", "--lora-r", "8", "--target-modules", "qkv_proj"];
     let cases: &[(&[&str], &[&str], &[&str])] = &[
-        (&mixtral, &["--target-parameters", "mlp.experts.gate_up_proj", "--experts-implementation", "eager", "--parallel", "ddp"], &["--experts-implementation", "ParamWrapper"]),
         // bf16 biases beside fp32 adapters in one fully_shard unit: PyTorch raises.
         (&["--preset", "gpt-oss-20b", "--num-layers", "1", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--dtype", "bfloat16"], &["--lora-bias", "all", "--parallel", "zero2"], &["--lora-bias", "uniform original parameter dtype"]),
         (&phi3, &["--load-in-4bit", "--prepare-model-for-kbit-training", "false", "--parallel", "ddp"], &["--prepare-model-for-kbit-training"]),
