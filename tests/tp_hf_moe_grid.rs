@@ -58,7 +58,9 @@ fn router_aux_loss_under_the_moe_plans_matches_pytorch() {
 
 /// dist_grid/tp_hf_moe_autocast.json (`measure_tp_hf.py --moe-autocast`): the Trainer's
 /// bf16=True (accelerate's prepared forward) under Mixtral's, Qwen3-MoE's, Qwen2-MoE's and
-/// DeepSeek-V3's plans, over fp32 and bf16 weights, training, forward and inference.
+/// DeepSeek-V3's plans, over fp32 and bf16 weights, training, forward and inference; and with
+/// the router's auxiliary loss (`MOE_AUTOCAST_AUX_LOSS`: Mixtral, Qwen3-MoE, Qwen2-MoE,
+/// training and forward), whose softmaxes run on each rank's full bf16 logits as on one GPU.
 #[test]
 fn moe_plans_under_autocast_match_pytorch() {
     let doc = grid_common::fixture("dist_grid/tp_hf_moe_autocast.json");
@@ -68,6 +70,12 @@ fn moe_plans_under_autocast_match_pytorch() {
     for family in ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3"] {
         assert!(points.iter().any(|p| p["config"]["model_type"] == family && p["kind"] == "training"), "tp_hf_moe_autocast.json: no {family} training point");
     }
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for kind in ["training", "forward"] {
+            assert!(points.iter().any(|p| p["config"]["model_type"] == family && p["kind"] == kind && p["config"]["output_router_logits"] == true),
+                "tp_hf_moe_autocast.json: no {family} {kind} point with the router's loss");
+        }
+    }
     // Refused (--precision with --profile-type inference): see src/options/profile.rs.
     const FAILING: &[(&str, &str)] = &[(
         "qwen2_moe V776 d96 F48 h8 kv4 S16 B3 E12 k4 shared192 batched_mm worst eager fp32 tp4 rank0 autocast=bf16 amp=accelerate inference",
@@ -76,14 +84,14 @@ fn moe_plans_under_autocast_match_pytorch() {
     grid_common::check("dist_grid/tp_hf_moe_autocast.json", points, 6, FAILING, run);
 }
 
-/// The router's loss and bf16 autocast each run under the MoE plans; together they are not
-/// measured, and autocast inference does not match yet: both are refused naming the flag.
+/// The router's loss and bf16 autocast run under the MoE plans, alone and together; autocast
+/// inference does not match yet: refused naming the flag.
 #[test]
-fn aux_loss_and_autocast_under_the_moe_plans_run_each_alone() {
+fn aux_loss_and_autocast_under_the_moe_plans_run() {
     for (extra, refused) in [
         (&["--output-router-logits"][..], false),
         (&["--precision", "bf16"][..], false),
-        (&["--output-router-logits", "--precision", "bf16"][..], true),
+        (&["--output-router-logits", "--precision", "bf16"][..], false),
         (&["--precision", "bf16", "--profile-type", "inference"][..], true),
     ] {
         let dir = scratch::dir().join(format!("vramscope-tp-hf-moe-{}-{}", std::process::id(), extra.join("-")));
@@ -97,8 +105,7 @@ fn aux_loss_and_autocast_under_the_moe_plans_run_each_alone() {
         let err = String::from_utf8_lossy(&o.stderr);
         if refused {
             assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
-            let flag = if extra.contains(&"inference") { "--precision" } else { "--output-router-logits" };
-            assert!(err.contains(flag) && err.contains("tp_hf_"), "{extra:?}: {err}");
+            assert!(err.contains("--precision") && err.contains("tp_hf_"), "{extra:?}: {err}");
         } else {
             assert!(o.status.success(), "{extra:?}: {err}");
         }

@@ -36,7 +36,8 @@ no collective.
 Autocast (`--autocast`, tests/fixtures/dist_grid/tp_hf_autocast.json): accelerate's prepared
 forward (measure_hf.accelerate_forward) under transformers' plan, and under torch's
 Megatron-style plan (a point's `tp_plan: torch`: measure_tp.py's parallelize_module); and
-(`--moe-autocast`, tests/fixtures/dist_grid/tp_hf_moe_autocast.json) under the MoE plans.
+(`--moe-autocast`, tests/fixtures/dist_grid/tp_hf_moe_autocast.json) under the MoE plans, with
+the router's auxiliary loss too (MOE_AUTOCAST_AUX_LOSS).
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
@@ -390,6 +391,21 @@ MOE_AUTOCAST = [
 ]
 
 
+# The router's loss under bf16 autocast and the MoE plans: (MOE_SHAPES index, tp, rank,
+# router_aux_loss_coef, kind), aux_loss_grid()'s points under accelerate's prepared forward.
+# (fp16 is not in the grid: its GradScaler stops in PyTorch under tensor parallelism.)
+MOE_AUTOCAST_AUX_LOSS = [
+    (0, 2, 1, 0.02, "training"),
+    (1, 4, 0, 0.001, "forward"),
+    (2, 2, 0, 0.02, "training"),
+    (3, 2, 0, 0.001, "forward"),
+    (4, 2, 1, 0.02, "training"),
+    (5, 4, 3, 0.001, "training"),
+    (6, 2, 1, 0.02, "training"),
+    (8, 4, 3, 0.001, "forward"),
+]
+
+
 def moe_autocast_grid():
     base = moe_grid()
     pts = []
@@ -397,6 +413,15 @@ def moe_autocast_grid():
         p = next(p for p in base if p["name"].startswith(prefix) and p["tp"] == tp and p.get("checkpoint", "none") == "none")
         name = p["name"].replace(f" tp{tp} rank{p['rank']} {p['kind']}", f" tp{tp} rank{rank} autocast=bf16 amp=accelerate {kind}")
         pts.append(dict(p, name=name, rank=rank, kind=kind, autocast="bf16", amp="accelerate"))
+    moe = [p for p in base if p["config"]["model_type"] != "deepseek_v3" and p.get("checkpoint", "none") == "none"]
+    for i, tp, rank, coef, kind in MOE_AUTOCAST_AUX_LOSS:
+        mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *_ = MOE_SHAPES[i]
+        prefix = f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
+        p = next(p for p in moe if p["name"].startswith(prefix))
+        c = dict(p["config"], output_router_logits=True, router_aux_loss_coef=coef)
+        name = p["name"][:p["name"].index(f" {attn} {dtype} ")] + (f" {attn} {dtype} tp{tp} rank{rank} aux_loss={coef}"
+                                                                  f" autocast=bf16 amp=accelerate {kind}")
+        pts.append(dict(p, name=name, config=c, tp=tp, rank=rank, kind=kind, checkpoint="none", autocast="bf16", amp="accelerate"))
     return pts
 
 
