@@ -27,7 +27,10 @@ fn run(p: &Value) -> (Vec<MemEvent>, Vec<MemEvent>) {
     pc.validate().unwrap();
     // No --tp-plan: an MoE model runs transformers' plan.
     let point = grid_common::dist::tp_model_point(p);
-    let model = if p["config"]["model_type"] == "deepseek_v3" { grid_common::moe::read_config_of(&point) } else { grid_common::moe::config_of(&point) };
+    // DeepSeek-V3 and Qwen2-MoE's window (use_sliding_window, max_window_layers) through
+    // vramscope's config reader.
+    let read = p["config"]["model_type"] == "deepseek_v3" || p["config"]["sliding_window"].is_u64();
+    let model = if read { grid_common::moe::read_config_of(&point) } else { grid_common::moe::config_of(&point) };
     assert_eq!(pc.model_config(&model).tp.unwrap().plan, TpPlan::Auto, "{}", p["name"]);
     grid_common::dist::run_tp_rank(p, &pc, &model)
 }

@@ -39,6 +39,9 @@ Megatron-style plan (a point's `tp_plan: torch`: measure_tp.py's parallelize_mod
 (`--moe-autocast`, tests/fixtures/dist_grid/tp_hf_moe_autocast.json) under the MoE plans, with
 the router's auxiliary loss too (MOE_AUTOCAST_AUX_LOSS).
 
+Qwen2-MoE's sliding window (`--moe`'s QWEN2_MOE_SLIDING points): use_sliding_window with a
+window below the sequence, its layers below max_window_layers sliding every other one.
+
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
     python3 measure_tp_hf.py --moe            # the MoE grid -> tests/fixtures/dist_grid/tp_hf_moe.json
@@ -316,6 +319,17 @@ MOE_CHECKPOINTED = [
 ]
 
 
+# Qwen2-MoE's sliding window under its plan: (MOE_SHAPES index, layers, sliding_window,
+# max_window_layers, tp, rank, attn, kind), windows below S over sliding and full layers.
+QWEN2_MOE_SLIDING = [
+    (6, 3, 8, 3, 2, 0, "sdpa", "training"),
+    (7, 3, 6, 2, 4, 3, "eager", "training"),
+    (8, 2, 8, 2, 2, 1, "eager", "forward"),
+    (6, 3, 4, 28, 2, 1, "sdpa", "inference"),
+    (7, 4, 5, 3, 2, 0, "sdpa", "forward"),
+]
+
+
 def moe_grid():
     """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
     per shape), rank 0 or the last, as the dense grid alternates them."""
@@ -345,6 +359,17 @@ def moe_grid():
         ck = "reentrant" if reentrant else "non-reentrant"
         name = base["name"].replace(f" tp{tp} rank{base['rank']} training", f" tp{tp} rank{rank} checkpoint={ck} training")
         pts.append(dict(base, name=name, rank=rank, checkpoint=ck))
+    # Qwen2-MoE's window (use_sliding_window): the layers below max_window_layers slide every
+    # other one (0, 2, ...), the rest full; the plan shards the heads, the mask is per batch.
+    for i, L, W, mwl, tp, rank, attn, kind in QWEN2_MOE_SLIDING:
+        mt, h, f, _, nh, kv, hd, V, S, B, E, k, impl, routing, _, dtype, shared = MOE_SHAPES[i]
+        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+                 head_dim=hd, vocab_size=V, tied=False, max_position_embeddings=4096, num_experts=E, top_k=k,
+                 experts=impl, routing=routing, shared_intermediate_size=shared, sliding_window=W, max_window_layers=mwl)
+        name = (f"{mt} V{V} d{h} F{f} L{L} h{nh} kv{kv} S{S} B{B} E{E} k{k} shared{shared} {impl} {routing} "
+                f"{attn} {dtype} W{W} mwl{mwl} tp{tp} rank{rank} {kind}")
+        pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
+                        optimizer="adamw_torch_forloop"))
     return pts
 
 
