@@ -79,23 +79,24 @@ fn moe_plans_under_autocast_match_pytorch() {
                 "tp_hf_moe_autocast.json: no {family} {kind} point with the router's loss");
         }
     }
-    // Refused (--precision with --profile-type inference): see src/options/profile.rs.
-    const FAILING: &[(&str, &str)] = &[(
-        "qwen2_moe V776 d96 F48 h8 kv4 S16 B3 E12 k4 shared192 batched_mm worst eager fp32 tp4 rank0 autocast=bf16 amp=accelerate inference",
-        "forward peak 13,824 B high at the bmm: the bytes PyTorch's CPU leaves out as a mixed-dtype mul's fp32 input cast; not explained yet",
-    )];
-    grid_common::check("dist_grid/tp_hf_moe_autocast.json", points, 6, FAILING, run);
+    // Inference (no_grad): the plan's nn.Linear modules run on their local shards, whose casts
+    // autocast does not cache; the ones it leaves out (Qwen2-MoE's shared expert, DeepSeek-V3's
+    // latent attention, the routers) keep cached casts (tp::in_plan).
+    for family in ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3"] {
+        assert!(points.iter().any(|p| p["config"]["model_type"] == family && p["kind"] == "inference"), "tp_hf_moe_autocast.json: no {family} inference point");
+    }
+    grid_common::check("dist_grid/tp_hf_moe_autocast.json", points, 20, &[], run);
 }
 
-/// The router's loss and bf16 autocast run under the MoE plans, alone and together; autocast
-/// inference does not match yet: refused naming the flag.
+/// The router's loss and bf16 autocast run under the MoE plans, alone and together, and
+/// autocast in inference.
 #[test]
 fn aux_loss_and_autocast_under_the_moe_plans_run() {
-    for (extra, refused) in [
-        (&["--output-router-logits"][..], false),
-        (&["--precision", "bf16"][..], false),
-        (&["--output-router-logits", "--precision", "bf16"][..], false),
-        (&["--precision", "bf16", "--profile-type", "inference"][..], true),
+    for extra in [
+        &["--output-router-logits"][..],
+        &["--precision", "bf16"][..],
+        &["--output-router-logits", "--precision", "bf16"][..],
+        &["--precision", "bf16", "--profile-type", "inference"][..],
     ] {
         let dir = scratch::dir().join(format!("vramscope-tp-hf-moe-{}-{}", std::process::id(), extra.join("-")));
         let mut args = vec!["profile", "--preset", "Mixtral-8x7B", "--num-layers", "1", "--dtype", "float32", "--device", "meta", "--warmup-steps", "0",
@@ -105,13 +106,7 @@ fn aux_loss_and_autocast_under_the_moe_plans_run() {
             args.extend_from_slice(&["--profile-type", "training", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
         }
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(&args).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        if refused {
-            assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
-            assert!(err.contains("--precision") && err.contains("tp_hf_"), "{extra:?}: {err}");
-        } else {
-            assert!(o.status.success(), "{extra:?}: {err}");
-        }
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -413,6 +413,14 @@ MOE_AUTOCAST = [
     ("qwen2_moe V776 d96", 4, 0, "inference"),
     ("deepseek_v3 d64 Fd160", 2, 0, "training"),
     ("deepseek_v3 d128", 4, 3, "training"),
+    # Inference (torch.no_grad()): every experts implementation, fp32 and bf16 weights.
+    ("mixtral V1000 d64", 2, 1, "inference"),
+    ("mixtral V512 d64", 2, 0, "inference"),
+    ("qwen3_moe V1000 d128", 2, 0, "inference"),
+    ("qwen3_moe V776 d96", 4, 3, "inference"),
+    ("qwen2_moe V1000 d128", 2, 1, "inference"),
+    ("deepseek_v3 d64 Fd160", 4, 0, "inference"),
+    ("deepseek_v3 d64 Fd96", 2, 1, "inference"),
 ]
 
 
