@@ -384,11 +384,13 @@ fn routing_and_experts_flags_are_checked() {
     bad(&["--preset", "Qwen3-30B-A3B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], "no --ep");
     let s = profile("qwen3-tp", &["--preset", "Qwen3-30B-A3B", "--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"]);
     assert_eq!(s["parallel"]["tp_plan"].as_str(), Some("auto"), "{}", s["parallel"]);
-    // The router's loss and bf16 autocast each run under the plan (tests/tp_hf_moe_grid.rs);
-    // together, or autocast in inference, they are not measured.
+    // The router's loss and bf16 autocast run under the plan, together too, and autocast in
+    // inference (tests/tp_hf_moe_grid.rs).
     let tp = ["--preset", "Qwen3-30B-A3B", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0", "--dtype", "float32"];
-    bad(&[&tp[..], &["--precision", "bf16", "--output-router-logits"]].concat(), "--output-router-logits");
-    bad(&[&tp[..6], &["--dtype", "float32", "--precision", "bf16", "--profile-type", "inference"]].concat(), "--precision");
+    let s = profile("qwen3-tp-aux-autocast", &[&tp[..], &["--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--precision", "bf16", "--output-router-logits"]].concat());
+    assert_eq!((s["model"]["hf"]["moe"]["output_router_logits"].as_bool(), s["precision"].as_str()), (Some(true), Some("bf16")));
+    let s = profile("qwen3-tp-autocast-inference", &[&tp[..6], &["--num-layers", "2", "--context-length", "64", "--batch-size", "1", "--dtype", "float32", "--precision", "bf16", "--profile-type", "inference"]].concat());
+    assert_eq!(s["precision"].as_str(), Some("bf16"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -81,7 +81,7 @@ fn config(name: &str, extra: Value) -> std::path::PathBuf {
     f
 }
 
-/// The window runs profile's inference, forward, training and generate, and under ddp and fsdp;
+/// The window runs profile's inference, forward, training and generate, and under ddp, fsdp and tp;
 /// estimate states its closed form; adapters under a parallel layout exit 2 naming the flag; a null window with use_sliding_window is refused as
 /// transformers raises.
 #[test]
@@ -106,6 +106,9 @@ fn the_window_runs_where_measured_and_is_refused_elsewhere() {
         // The parallel layouts (dist_grid/qwen2_moe_sliding.json).
         &["--profile-type", "training", "--parallel", "ddp", "--world-size", "2"],
         &["--profile-type", "training", "--parallel", "fsdp", "--world-size", "3"],
+        // transformers' tensor-parallel plan (dist_grid/tp_hf_moe.json's windowed points).
+        &["--profile-type", "training", "--parallel", "tp", "--world-size", "2", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"],
+        &["--profile-type", "inference", "--parallel", "tp", "--world-size", "2"],
     ];
     for extra in runs {
         let o = profile(extra);

@@ -125,6 +125,20 @@ pub fn local_param(w: &Tensor) -> Tensor {
     w.detach()
 }
 
+/// Whether transformers' plan shards (colwise / rowwise) the nn.Linear in `Block::proj`'s slot
+/// `slot`. A dense model's plan shards every projection; Mixtral's, Qwen3-MoE's and
+/// Qwen2-MoE's their attention's (slots 0-3), not Qwen2-MoE's shared expert and
+/// `shared_expert_gate` (4-7); DeepSeek-V3's its dense layers' MLP (4-6) and `shared_experts`
+/// (8-10), not its latent attention (0-3, 7). Only a sharded Linear takes the local path
+/// without grad (`should_use_local_tensors`); the others are plain parameters.
+pub fn in_plan(hf: &crate::model::hf::HfConfig, slot: usize) -> bool {
+    match &hf.moe {
+        None => true,
+        Some(m) if m.deepseek.is_some() => matches!(slot, 4..=6 | 8..=10),
+        Some(_) => slot < 4,
+    }
+}
+
 impl TensorParallel {
     /// Rows `[first, first + rows)` of `n` this rank holds under Shard(0) (the callers
     /// require `n` to divide).

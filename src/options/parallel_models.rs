@@ -43,9 +43,6 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
             let ep = if moe.is_some() { format!(" ({NO_EP})") } else { String::new() };
             return Some(("--tp", format!("transformers' tensor-parallel plan for {name} under FSDP2 on a 2-D mesh (--parallel {} --tp) is not measured{ep}; use --parallel tp (tensor parallelism alone) or ddp, zero1, zero2 or fsdp", c.layout.name())));
         }
-        if name == "qwen2_moe" && hf.sliding_layers.is_some() {
-            return Some(("--parallel", format!("{name}'s sliding window (use_sliding_window) under transformers' tensor-parallel plan is not measured (one GPU is: moe_grid/qwen2_moe_sliding.json); profile one GPU")));
-        }
         if hf.lora.is_some() || hf.bnb.is_some() {
             let f = if hf.lora.is_some() { "--lora-r" } else { hf.bnb.as_ref().map_or("--load-in-4bit", |q| q.flag()) };
             return Some((f, format!("peft's adapters and bitsandbytes weights of {name} under transformers' tensor-parallel plan are not measured; use --parallel ddp, or profile one GPU")));

@@ -247,18 +247,6 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
             return Err(usage("--precision", format!("{precision} autocast under --parallel {} with --tp (FSDP2 x TP) is not measured (dist_grid/tp_hf_autocast.json runs tensor parallelism alone); use --parallel tp, or drop the autocast precision", pc.layout.name())));
         }
     }
-    // tp_hf_moe_autocast.json: the MoE plans under autocast match in training and forward; its
-    // one inference point (qwen2_moe, batched_mm) comes out 13,824 B high at the forward's bmm,
-    // exactly the bytes the fixture leaves out as a CPU mixed-dtype mul's fp32 input cast.
-    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.autocast().is_some() && cfg.hf().is_some_and(|h| h.moe.is_some()) {
-        if let Some(k) = a.profile_type.iter().find(|&&k| k == ProfileType::Inference) {
-            return Err(usage("--precision", format!("{precision} autocast of an MoE model under transformers' tensor-parallel plan with --profile-type {} does not match PyTorch yet (dist_grid/tp_hf_moe_autocast.json: its inference point's forward peak comes out 0.4% high); profile training or forward, or drop the autocast precision", k.name())));
-        }
-    }
-    // tp_hf_aux_loss.json and tp_hf_moe_autocast.json measure each alone under the MoE plans.
-    if parallel.as_ref().is_some_and(|pc| pc.tp > 1) && precision.autocast().is_some() && cfg.hf().and_then(|h| h.moe.as_ref()).is_some_and(|m| m.output_router_logits) {
-        return Err(usage("--output-router-logits", format!("the router's auxiliary loss with {precision} autocast under transformers' tensor-parallel plan is not measured (each alone is: dist_grid/tp_hf_aux_loss.json, tp_hf_moe_autocast.json); drop one")));
-    }
     // dist_grid/autocast.json: autocast under the data-parallel layouts matches in training,
     // forward and inference (ddp, zero1, zero2, fsdp); forward-loss is not measured under them.
     if let Some(pc) = parallel.as_ref().filter(|pc| pc.tp <= 1 && precision.autocast().is_some() && cfg.hf().is_some()) {

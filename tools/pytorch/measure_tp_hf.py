@@ -36,7 +36,11 @@ no collective.
 Autocast (`--autocast`, tests/fixtures/dist_grid/tp_hf_autocast.json): accelerate's prepared
 forward (measure_hf.accelerate_forward) under transformers' plan, and under torch's
 Megatron-style plan (a point's `tp_plan: torch`: measure_tp.py's parallelize_module); and
-(`--moe-autocast`, tests/fixtures/dist_grid/tp_hf_moe_autocast.json) under the MoE plans.
+(`--moe-autocast`, tests/fixtures/dist_grid/tp_hf_moe_autocast.json) under the MoE plans, with
+the router's auxiliary loss too (MOE_AUTOCAST_AUX_LOSS).
+
+Qwen2-MoE's sliding window (`--moe`'s QWEN2_MOE_SLIDING points): use_sliding_window with a
+window below the sequence, its layers below max_window_layers sliding every other one.
 
     python3 measure_tp_hf.py --point JSON     # one point -> PHASES JSON on stdout
     python3 measure_tp_hf.py                  # the grid -> tests/fixtures/dist_grid/tp_hf.json
@@ -315,6 +319,17 @@ MOE_CHECKPOINTED = [
 ]
 
 
+# Qwen2-MoE's sliding window under its plan: (MOE_SHAPES index, layers, sliding_window,
+# max_window_layers, tp, rank, attn, kind), windows below S over sliding and full layers.
+QWEN2_MOE_SLIDING = [
+    (6, 3, 8, 3, 2, 0, "sdpa", "training"),
+    (7, 3, 6, 2, 4, 3, "eager", "training"),
+    (8, 2, 8, 2, 2, 1, "eager", "forward"),
+    (6, 3, 4, 28, 2, 1, "sdpa", "inference"),
+    (7, 4, 5, 3, 2, 0, "sdpa", "forward"),
+]
+
+
 def moe_grid():
     """Each MoE shape at tp 2 and (where it divides) 4, training and forward (inference once
     per shape), rank 0 or the last, as the dense grid alternates them."""
@@ -344,6 +359,17 @@ def moe_grid():
         ck = "reentrant" if reentrant else "non-reentrant"
         name = base["name"].replace(f" tp{tp} rank{base['rank']} training", f" tp{tp} rank{rank} checkpoint={ck} training")
         pts.append(dict(base, name=name, rank=rank, checkpoint=ck))
+    # Qwen2-MoE's window (use_sliding_window): the layers below max_window_layers slide every
+    # other one (0, 2, ...), the rest full; the plan shards the heads, the mask is per batch.
+    for i, L, W, mwl, tp, rank, attn, kind in QWEN2_MOE_SLIDING:
+        mt, h, f, _, nh, kv, hd, V, S, B, E, k, impl, routing, _, dtype, shared = MOE_SHAPES[i]
+        c = dict(model_type=mt, hidden_size=h, intermediate_size=f, num_layers=L, num_heads=nh, num_kv_heads=kv,
+                 head_dim=hd, vocab_size=V, tied=False, max_position_embeddings=4096, num_experts=E, top_k=k,
+                 experts=impl, routing=routing, shared_intermediate_size=shared, sliding_window=W, max_window_layers=mwl)
+        name = (f"{mt} V{V} d{h} F{f} L{L} h{nh} kv{kv} S{S} B{B} E{E} k{k} shared{shared} {impl} {routing} "
+                f"{attn} {dtype} W{W} mwl{mwl} tp{tp} rank{rank} {kind}")
+        pts.append(dict(name=name, config=c, seq=S, batch=B, tp=tp, rank=rank, attn=attn, dtype=dtype, kind=kind,
+                        optimizer="adamw_torch_forloop"))
     return pts
 
 
@@ -387,6 +413,29 @@ MOE_AUTOCAST = [
     ("qwen2_moe V776 d96", 4, 0, "inference"),
     ("deepseek_v3 d64 Fd160", 2, 0, "training"),
     ("deepseek_v3 d128", 4, 3, "training"),
+    # Inference (torch.no_grad()): every experts implementation, fp32 and bf16 weights.
+    ("mixtral V1000 d64", 2, 1, "inference"),
+    ("mixtral V512 d64", 2, 0, "inference"),
+    ("qwen3_moe V1000 d128", 2, 0, "inference"),
+    ("qwen3_moe V776 d96", 4, 3, "inference"),
+    ("qwen2_moe V1000 d128", 2, 1, "inference"),
+    ("deepseek_v3 d64 Fd160", 4, 0, "inference"),
+    ("deepseek_v3 d64 Fd96", 2, 1, "inference"),
+]
+
+
+# The router's loss under bf16 autocast and the MoE plans: (MOE_SHAPES index, tp, rank,
+# router_aux_loss_coef, kind), aux_loss_grid()'s points under accelerate's prepared forward.
+# (fp16 is not in the grid: its GradScaler stops in PyTorch under tensor parallelism.)
+MOE_AUTOCAST_AUX_LOSS = [
+    (0, 2, 1, 0.02, "training"),
+    (1, 4, 0, 0.001, "forward"),
+    (2, 2, 0, 0.02, "training"),
+    (3, 2, 0, 0.001, "forward"),
+    (4, 2, 1, 0.02, "training"),
+    (5, 4, 3, 0.001, "training"),
+    (6, 2, 1, 0.02, "training"),
+    (8, 4, 3, 0.001, "forward"),
 ]
 
 
@@ -397,6 +446,15 @@ def moe_autocast_grid():
         p = next(p for p in base if p["name"].startswith(prefix) and p["tp"] == tp and p.get("checkpoint", "none") == "none")
         name = p["name"].replace(f" tp{tp} rank{p['rank']} {p['kind']}", f" tp{tp} rank{rank} autocast=bf16 amp=accelerate {kind}")
         pts.append(dict(p, name=name, rank=rank, kind=kind, autocast="bf16", amp="accelerate"))
+    moe = [p for p in base if p["config"]["model_type"] != "deepseek_v3" and p.get("checkpoint", "none") == "none"]
+    for i, tp, rank, coef, kind in MOE_AUTOCAST_AUX_LOSS:
+        mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *_ = MOE_SHAPES[i]
+        prefix = f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
+        p = next(p for p in moe if p["name"].startswith(prefix))
+        c = dict(p["config"], output_router_logits=True, router_aux_loss_coef=coef)
+        name = p["name"][:p["name"].index(f" {attn} {dtype} ")] + (f" {attn} {dtype} tp{tp} rank{rank} aux_loss={coef}"
+                                                                  f" autocast=bf16 amp=accelerate {kind}")
+        pts.append(dict(p, name=name, config=c, tp=tp, rank=rank, kind=kind, checkpoint="none", autocast="bf16", amp="accelerate"))
     return pts
 
 

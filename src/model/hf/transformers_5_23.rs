@@ -698,8 +698,9 @@ impl Block {
     /// `Linear` when adapted (the nn.Linear is then its `base_layer`).
     fn proj(&self, t: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Tensor {
         let name = lora::slot_name(self.hf(), t).unwrap_or_else(|| lora::slot_module(t));
-        // transformers' plan without grad: the Linear runs on its local shards (tp::local_param).
-        let local = self.tp.is_some_and(|t| tp::local_linear(t)) && self.hf().moe.is_none();
+        // transformers' plan without grad: a Linear the plan shards runs on its local shards
+        // (tp::local_param); one it leaves out keeps its parameter (tp::in_plan).
+        let local = self.tp.is_some_and(tp::local_linear) && tp::in_plan(self.hf(), t);
         let (w_local, b_local) = if local { (Some(tp::local_param(w)), bias.map(tp::local_param)) } else { (None, None) };
         let (w, bias) = match &w_local {
             Some(w) => (w, b_local.as_ref()),
