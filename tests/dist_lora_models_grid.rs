@@ -377,3 +377,76 @@ fn fsdp_qlora_ranks_match_bitsandbytes() {
     assert_eq!(storages.len(), 2, "bf16 and the default uint8 storage: {storages:?}");
     grid_common::check("dist_grid/fsdp_qlora_models.json", &ps, 11, &[], run);
 }
+
+/// The fixture's points, its releases checked.
+fn layout_pairs(file: &str) -> Vec<Value> {
+    let doc = grid_common::fixture(file);
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "{file}: the fixture's transformers release");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "{file}: the fixture's releases");
+    doc["points"].as_array().unwrap().to_vec()
+}
+
+/// What a pairs grid claims: the llama family and issue 30's models, fp32 and bf16 weights, rank
+/// 0 and a last rank.
+fn covers_pairs(file: &str, ps: &[Value], models: usize) {
+    let llama_family = |q: &Value| ["llama", "mistral", "qwen2", "qwen3"].contains(&q["hf"]["model_type"].as_str().unwrap());
+    assert!(ps.iter().any(llama_family), "{file}: the llama family");
+    let theirs = values(&ps.iter().filter(|q| !llama_family(q)).cloned().collect::<Vec<_>>(), |q| q["hf"]["model_type"].to_string());
+    assert!(theirs.len() >= models, "{file}: issue 30's models {theirs:?}");
+    assert!(ps.iter().any(|q| DENSE.contains(&q["hf"]["model_type"].as_str().unwrap())) && ps.iter().any(|q| MOE.contains(&q["hf"]["model_type"].as_str().unwrap())), "{file}: families and MoE models");
+    assert!(ps.iter().any(|q| q["rank"] == 0) && ps.iter().any(|q| q["rank"] != 0 && q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap()), "{file}: rank 0 and a last rank");
+    assert!(values(ps, |q| q["shard"].to_string()).len() >= 2 || ps.iter().all(|q| q["layout"] != "hsdp"), "{file}: hsdp shards 2 and 3");
+}
+
+/// dist_grid/lora_mixed_precision_layouts.json (`measure_dist.py --lora-mixed-precision-layouts`):
+/// FSDP2's MixedPrecisionPolicy over peft's LoRA under hsdp, the llama family and issue 30's models.
+#[test]
+fn lora_mixed_precision_under_hsdp_ranks_match_peft() {
+    let file = "dist_grid/lora_mixed_precision_layouts.json";
+    let ps = layout_pairs(file);
+    covers_pairs(file, &ps, 7);
+    assert!(ps.iter().all(|q| q["layout"] == "hsdp"), "hsdp");
+    let policy = values(&ps, |q| format!("{}/{}", q["param_dtype"], q["reduce_dtype"]));
+    assert_eq!(policy.len(), 3, "bf16/fp32, bf16/- and -/fp32: {policy:?}");
+    assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "fp32 and bf16 weights");
+    grid_common::check(file, &ps, 14, KNOWN_FAILING, run);
+}
+
+/// What the pairs grids measure runs from the command line (each alone measured before:
+/// lora_layouts.json, lora_mixed_precision*.json, lora_extras.json, fsdp_qlora*.json).
+#[test]
+fn adapters_under_measured_layout_pairs_run() {
+    let hsdp = ["--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"];
+    let policy = ["--fsdp-param-dtype", "bfloat16", "--fsdp-reduce-dtype", "float32"];
+    let runs: Vec<Vec<&str>> = vec![
+        // FSDP2's MixedPrecisionPolicy over LoRA under hsdp (lora_mixed_precision_layouts.json)
+        [&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp, &policy].concat(),
+        [&["--preset", "Gemma-2-9B", "--lora-r", "8", "--dtype", "bfloat16"][..], &hsdp, &policy].concat(),
+        [&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--fsdp-param-dtype", "bf16"][..], &hsdp].concat(),
+    ];
+    for extra in &runs {
+        let out = tmp("pairs");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let refused: Vec<(Vec<&str>, &[&str])> = vec![
+        // the policy over adapters with reentrant checkpointing: no grid measures it
+        ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &hsdp, &policy].concat(), &["--gradient-checkpointing", "MixedPrecisionPolicy", "not measured"]),
+        ([&["--preset", "Qwen3-8B", "--lora-r", "8", "--gradient-checkpointing", "reentrant", "--parallel", "fsdp", "--world-size", "2"][..], &policy].concat(), &["--gradient-checkpointing", "MixedPrecisionPolicy", "not measured"]),
+    ];
+    for (args, needles) in &refused {
+        let out = tmp("pairs-refused");
+        let mut a = vec!["profile", "--device", "meta", "--context-length", "64", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "{args:?} should say {n}: {err}");
+        }
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}

@@ -366,7 +366,8 @@ fn layouts_not_measured_for_these_models_are_refused() {
         // time, and the policy with hsdp or with the router's loss (mixed_precision_pairs.json).
         (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--output-router-logits"], &["--parallel", "router", "aux_loss.json", "not measured"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--output-router-logits", "--fsdp-param-dtype", "bf16"], &["--parallel", "router", "MixedPrecisionPolicy", "mixed_precision_pairs.json", "not measured"]),
-        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8"], &["--parallel", "hsdp", "adapters", "not measured"]),
+        // (over peft's LoRA the policy under hsdp runs: lora_mixed_precision_layouts.json; not over 4-bit weights)
+        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16"], &["--parallel", "hsdp", "bitsandbytes", "not measured"]),
         // The policy over peft's adapters on modules is measured (lora_mixed_precision_models.json); not through ParamWrapper.
         (&["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj"], &["--target-parameters", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-unit", "MixedPrecisionPolicy", "not measured"]),

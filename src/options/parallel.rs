@@ -257,10 +257,11 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
 /// Why FSDP2's MixedPrecisionPolicy over peft's adapters is not modelled for `h` with weights
 /// of `precision` (the flag to blame and the message), or None. Measured (fsdp and zero2, per
 /// decoder layer; dist_grid/lora_mixed_precision.json on llama, mistral, qwen2, qwen3 and
-/// lora_mixed_precision_models.json on issue 30's models): param_dtype bf16 with reduce_dtype
-/// fp32 or unset, and reduce_dtype fp32 alone, over fp32 or bf16 weights (fp32 adapters), no
-/// autocast, adapters on modules (not ParamWrapper's target_parameters), without peft's
-/// modules_to_save or bias, each decoder layer its own fully_shard unit.
+/// lora_mixed_precision_models.json on issue 30's models; hsdp too:
+/// lora_mixed_precision_layouts.json): param_dtype bf16 with reduce_dtype fp32 or unset, and
+/// reduce_dtype fp32 alone, over fp32 or bf16 weights (fp32 adapters), no autocast, adapters on
+/// modules (not ParamWrapper's target_parameters), without peft's modules_to_save or bias, each
+/// decoder layer its own fully_shard unit.
 pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig, precision: crate::train::Precision) -> Option<(&'static str, String)> {
     if !(c.param_dtype.is_some() || c.reduce_dtype.is_some()) {
         return None;
@@ -272,7 +273,7 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
     }
     let Some(l) = &h.lora else { return None };
     let policy = "FSDP2's MixedPrecisionPolicy over peft's adapters";
-    let measured = "(measured: --fsdp-param-dtype bf16 with --fsdp-reduce-dtype fp32 or unset, or --fsdp-reduce-dtype fp32 alone, over fp32 or bf16 weights: dist_grid/lora_mixed_precision.json)";
+    let measured = "(measured: --fsdp-param-dtype bf16 with --fsdp-reduce-dtype fp32 or unset, or --fsdp-reduce-dtype fp32 alone, over fp32 or bf16 weights, under fsdp, zero2 and hsdp: dist_grid/lora_mixed_precision.json, lora_mixed_precision_layouts.json)";
     if let Some(d) = c.param_dtype.filter(|&d| d != DType::BF16) {
         return Some(("--fsdp-param-dtype", format!("{d} under {policy} is not measured {measured}")));
     }
@@ -292,7 +293,8 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
         (!l.modules_to_save.is_empty(), "--modules-to-save", "peft's modules_to_save"),
         (l.bias != crate::model::lora::LoraBias::None, "--lora-bias", "peft's trained biases (bias)"),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard units other than each decoder layer"),
-        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)"),
+        // (the grids checkpoint off or non-reentrant; reentrant with the policy is measured over full weights only)
+        (h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "--gradient-checkpointing", "reentrant checkpointing"),
     ];
     if let Some(&(_, f, what)) = other.iter().find(|o| o.0) {
         return Some((f, format!("{what} with {policy} ({flag}) is not measured {measured}; drop one")));

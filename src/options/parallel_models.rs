@@ -12,7 +12,8 @@
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
 //! (--units; over peft's LoRA too, --lora-layouts), FSDP2's MixedPrecisionPolicy under fsdp and
 //! zero2 (--mixed-precision; over peft's adapters too, --lora-mixed-precision-models; with hsdp
-//! or with the router's loss over full weights, --mixed-precision-pairs), and reentrant
+//! or with the router's loss over full weights, --mixed-precision-pairs; with hsdp over peft's
+//! LoRA, --lora-mixed-precision-layouts), and reentrant
 //! checkpointing under fsdp and hsdp (--reentrant; over peft's LoRA too, --lora-layouts). The
 //! rest is refused, naming the flag and why.
 use crate::model::hf::HfConfig;
@@ -143,8 +144,11 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         if !measured_pair {
             return Some((flag2, format!("{what2} together with {what} over {name} under a parallel layout is not measured (each alone is: dist_grid/{file}): drop one")));
         }
-        if hf.lora.is_some() || hf.bnb.is_some() {
-            return Some((flag2, format!("{what2} together with {what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/mixed_precision_pairs.json): drop one, or profile one GPU")));
+        // The policy with hsdp over peft's LoRA: lora_mixed_precision_layouts.json (its limits
+        // are parallel::mixed_precision_adapters_refusal's).
+        let hsdp_lora = on[1].1 == "--parallel" && hf.bnb.is_none();
+        if (hf.lora.is_some() && !hsdp_lora) || hf.bnb.is_some() {
+            return Some((flag2, format!("{what2} together with {what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/mixed_precision_pairs.json; LoRA with the policy under hsdp: lora_mixed_precision_layouts.json): drop one, or profile one GPU")));
         }
     }
     if let [&(_, flag, what, file, with_adapters)] = on.as_slice() {

@@ -71,6 +71,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --fsdp-qlora   # QLoRA with bnb_4bit_quant_storage under fsdp/zero2 -> tests/fixtures/dist_grid/fsdp_qlora.json
     python3 measure_dist.py --fsdp-qlora-models  # the same on issue 30's models -> tests/fixtures/dist_grid/fsdp_qlora_models.json
     python3 measure_dist.py --lora-layouts  # LoRA of issue 30's models under hsdp, other units, reentrant -> tests/fixtures/dist_grid/lora_layouts.json
+    python3 measure_dist.py --lora-mixed-precision-layouts  # the policy over LoRA under hsdp -> tests/fixtures/dist_grid/lora_mixed_precision_layouts.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -101,6 +102,7 @@ LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_
 FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.json")
 FSDP_QLORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_models.json")
 LORA_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_layouts.json")
+LORA_MIXED_PRECISION_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_layouts.json")
 
 
 def setup_for(pt):
@@ -587,6 +589,39 @@ def lora_layouts_grid():
         ("fsdp", L.lora("qwen3", 6, 8, "q_proj,v_proj", checkpoint=re, dtype="fp32"), "training", 4, 3, {}),
     ]
     return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **o) for layout, p, kind, world, rank, o in rows]
+
+
+def lora_mixed_precision_layouts_grid():
+    """FSDP2's MixedPrecisionPolicy over peft's LoRA under hsdp (a (world / shard, shard) mesh,
+    fully_shard per decoder layer): the llama family (make_lora_grid.py's lora shapes) and issue
+    30's models (family_lora / moe_lora / gptoss_lora / deepseek_lora: the MoE models'
+    attention, Qwen2-MoE's shared expert, Phi-3's fused projections); param_dtype bf16 with
+    reduce_dtype fp32 or unset and reduce_dtype fp32 alone, over bf16 and fp32 weights, world
+    4-6, ranks 0 and the last, checkpointing off and non-reentrant, training and a forward."""
+    import make_lora_grid as L
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    h2, h3 = dict(shard=2), dict(shard=3)
+    att = "q_proj,k_proj,v_proj,o_proj"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    fam = lambda mt, i, r, t, ck="none", dtype="bf16": L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
+    # (point, profile type, world, rank, mesh, policy)
+    rows = [
+        (L.lora("llama", 0, 8, "all-linear"), "training", 4, 0, h2, bf),
+        (L.lora("qwen3", 6, 16, "q_proj,v_proj", checkpoint="non-reentrant", dtype="fp32"), "training", 4, 3, h2, pd),
+        (L.moe_lora(1, 16, att, checkpoint="non-reentrant", dtype="bf16"), "training", 4, 3, h2, bf),  # mixtral eager balanced
+        (L.moe_lora(9, 8, "q_proj,v_proj"), "training", 4, 0, h2, bf),  # qwen3_moe grouped_mm worst bf16
+        (fam("phi3", 1, 16, "qkv_proj,gate_up_proj"), "training", 4, 3, h2, bf),
+        (L.moe_lora(15, 16, "all-linear"), "training", 6, 5, h3, pd),  # qwen2_moe grouped_mm worst eager bf16
+        (fam("olmo2", 2, 8, "all-linear", ck="non-reentrant"), "training", 4, 0, h2, rd),
+        (L.gptoss_lora(2, 16, att), "training", 4, 1, h2, bf),  # grouped_mm worst bf16
+        (fam("gemma2", 3, 16, "all-linear", dtype="fp32"), "training", 6, 5, h3, pd),
+        (L.deepseek_lora(0, 8, mla, checkpoint="non-reentrant", dtype="bf16"), "training", 4, 3, h2, bf),  # grouped_mm balanced sdpa
+        (L.lora("mistral", 2, 8, "all-linear"), "training", 6, 5, h3, rd),
+        (fam("gemma3_text", 0, 8, None), "training", 4, 2, h2, bf),
+        (L.lora("qwen2", 3, 8, "q_proj,v_proj", dtype="fp32"), "training", 4, 1, h2, bf),
+        (fam("gemma2", 1, 8, None), "forward", 4, 1, h2, bf),
+    ]
+    return [dist_point(p, kind, "hsdp", world, rank, L.names(p, kind), **mesh, **pol) for p, kind, world, rank, mesh, pol in rows]
 
 
 def dist_point(p, kind, layout, world, rank, name, **fsdp):
@@ -1219,13 +1254,14 @@ def main():
              "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT),
              "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT),
              "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT),
-             "--lora-layouts": (lora_layouts_grid, LORA_LAYOUTS_OUT)}
+             "--lora-layouts": (lora_layouts_grid, LORA_LAYOUTS_OUT),
+             "--lora-mixed-precision-layouts": (lora_mixed_precision_layouts_grid, LORA_MIXED_PRECISION_LAYOUTS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
         if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models",
-                    "--lora-layouts"):
+                    "--lora-layouts", "--lora-mixed-precision-layouts"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
