@@ -289,8 +289,9 @@ fn layouts_refused_for_the_options_are_left_out_with_a_note() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// What lora_layouts.json measures runs from the command line; peft's modules_to_save and
-/// trained biases with those options (measured apart) exit 2 naming the flag.
+/// What lora_layouts.json and lora_extras_layouts.json measure runs from the command line; peft's
+/// modules_to_save and trained biases with two of those options (not measured) exit 2 naming the
+/// flag.
 #[test]
 fn lora_under_hsdp_units_and_reentrant_run() {
     let hsdp = ["--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"];
@@ -302,6 +303,12 @@ fn lora_under_hsdp_units_and_reentrant_run() {
         &[&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp[..]].concat(),
         &[&["--preset", "Gemma-3-27B", "--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &hsdp[..]].concat(),
         &["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--lora-r", "8", "--target-modules", "q_proj", "--target-parameters", "mlp.experts.gate_up_proj", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"],
+        // peft's modules_to_save and trained biases with them: lora_extras_layouts.json
+        &[&["--preset", "OLMo-2-7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head"][..], &hsdp[..]].concat(),
+        &["--preset", "Llama-3.2-1B", "--lora-r", "8", "--lora-bias", "all", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"],
+        &["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"],
+        &[&["--preset", "gpt-oss-20b", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--lora-bias", "all", "--dtype", "float32", "--gradient-checkpointing", "reentrant"][..], &hsdp[..]].concat(),
+        &["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--dtype", "float32", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"],
     ];
     for extra in runs {
         let out = tmp("layouts");
@@ -312,9 +319,10 @@ fn lora_under_hsdp_units_and_reentrant_run() {
         let _ = std::fs::remove_dir_all(&out);
     }
     let refused: &[(&[&str], &[&str])] = &[
-        (&[&["--preset", "OLMo-2-7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head"][..], &hsdp[..]].concat(), &["--modules-to-save", "hsdp", "not measured"]),
-        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--lora-bias", "all", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--lora-bias", "--fsdp-unit", "not measured"]),
-        (&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"], &["--modules-to-save", "reentrant", "not measured"]),
+        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--fsdp-unit", "every-2"][..], &hsdp[..]].concat(), &["--modules-to-save", "hsdp", "not measured"]),
+        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--modules-to-save", "reentrant", "not measured"]),
+        // bf16 copies beside the fp32 adapters in the root, the only unit: PyTorch raises
+        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--dtype", "bfloat16", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--modules-to-save", "uniform original parameter dtype"]),
         (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--load-in-4bit"][..], &hsdp[..]].concat(), &["--parallel", "hsdp", "4-bit"]),
         (&["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--gradient-checkpointing", "units", "not measured"]),
     ];
@@ -408,6 +416,27 @@ fn lora_mixed_precision_under_hsdp_ranks_match_peft() {
     assert!(ps.iter().all(|q| q["layout"] == "hsdp"), "hsdp");
     let policy = values(&ps, |q| format!("{}/{}", q["param_dtype"], q["reduce_dtype"]));
     assert_eq!(policy.len(), 3, "bf16/fp32, bf16/- and -/fp32: {policy:?}");
+    assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "fp32 and bf16 weights");
+    grid_common::check(file, &ps, 14, KNOWN_FAILING, run);
+}
+
+/// dist_grid/lora_extras_layouts.json (`measure_dist.py --lora-extras-layouts`): peft's
+/// modules_to_save and trained biases under hsdp, other fully_shard units and reentrant
+/// checkpointing.
+#[test]
+fn modules_to_save_and_lora_bias_under_hsdp_units_and_reentrant_ranks_match_peft() {
+    let file = "dist_grid/lora_extras_layouts.json";
+    let ps = layout_pairs(file);
+    covers_pairs(file, &ps, 6);
+    let saves = |q: &Value| q["hf"]["modules_to_save"].as_str().is_some_and(|m| !m.is_empty());
+    let bias = |q: &Value| q["hf"]["lora_bias"].as_str().is_some_and(|b| b != "none");
+    let option = |q: &Value| if q["hf"]["checkpoint"] == "reentrant" { "reentrant" } else if q["unit"].is_u64() { "units" } else { "hsdp" };
+    for what in ["hsdp", "units", "reentrant"] {
+        for (extra, f) in [("modules_to_save", &saves as &dyn Fn(&Value) -> bool), ("lora_bias", &bias)] {
+            assert!(ps.iter().any(|q| option(q) == what && f(q)), "{extra} with {what}");
+        }
+    }
+    assert_eq!(values(&ps, |q| q["unit"].to_string()), BTreeSet::from(["null".to_string(), "0".into(), "2".into()]), "every 2 layers and the root");
     assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "fp32 and bf16 weights");
     grid_common::check(file, &ps, 14, KNOWN_FAILING, run);
 }

@@ -387,7 +387,8 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "gpt-oss-20b", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"], &["--parallel", "base_model_tp_plan", "not measured", "no --ep"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch"], &["--tp-plan", "3-D experts"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
-        (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--modules-to-save", "lm_head"], &["--modules-to-save", "hsdp", "not measured"]),
+        // (modules_to_save under hsdp runs: lora_extras_layouts.json; bf16 copies in the root unit beside the fp32 adapters raise in PyTorch)
+        (&["--preset", "gpt-oss-20b", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root", "--dtype", "bfloat16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--modules-to-save", "lm_head"], &["--modules-to-save", "uniform original parameter dtype"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32", "--fsdp-unit", "every-2"], &["--fsdp-unit", "deepseek_v3", "not measured"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "no --ep"]),
     ];

@@ -304,19 +304,20 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
 
 /// Why peft's modules_to_save or trained biases (`--modules-to-save`, `--lora-bias`) cannot run
 /// under FSDP2's other options: they are measured under ddp, zero2 and fsdp per decoder layer
-/// (dist_grid/lora_extras.json), and hsdp, other fully_shard units and reentrant checkpointing
-/// over peft's adapters without them (lora_layouts.json); not together.
+/// (dist_grid/lora_extras.json), and under hsdp, other fully_shard units and reentrant
+/// checkpointing under fsdp and hsdp (lora_extras_layouts.json); other units together with hsdp
+/// or reentrant checkpointing are not.
 pub fn adapter_extras_layout_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig) -> Option<(&'static str, String)> {
     let l = h.lora.as_ref()?;
     let flag = if !l.modules_to_save.is_empty() { "--modules-to-save" } else if l.bias != crate::model::lora::LoraBias::None { "--lora-bias" } else { return None };
     let fully_shard = c.shards_params() && c.tp <= 1;
+    let units = c.blocks_per_unit != Some(1);
     let what = [
-        (c.layout == Layout::Hsdp, "hsdp (--parallel hsdp)"),
-        (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer (--fsdp-unit)"),
-        (h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "reentrant checkpointing (--gradient-checkpointing reentrant)"),
+        (units && c.layout == Layout::Hsdp, "fully_shard units other than each decoder layer (--fsdp-unit) under hsdp"),
+        (units && h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "fully_shard units other than each decoder layer (--fsdp-unit) and reentrant checkpointing"),
     ];
     let (_, what) = what.iter().find(|o| fully_shard && o.0)?;
-    Some((flag, format!("peft's {} with {what} is not measured (each is apart: dist_grid/lora_extras.json, lora_layouts.json): drop one", if flag == "--lora-bias" { "trained biases (bias)" } else { "modules_to_save" })))
+    Some((flag, format!("peft's {} with {what} together is not measured (each is: dist_grid/lora_extras_layouts.json): drop one", if flag == "--lora-bias" { "trained biases (bias)" } else { "modules_to_save" })))
 }
 
 /// The layouts compare and fit put side by side when none is named: ddp, zero1, zero2 and

@@ -159,14 +159,24 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     None
 }
 
-/// FSDP2 (fsdp, zero2 and hsdp: `fully_shard` per decoder layer) asserts one original dtype over
-/// a unit's trainable parameters: peft's trained biases (`--lora-bias`) in the weights' bf16 or
-/// fp16 beside the fp32 adapters make PyTorch raise "FSDP expects uniform original parameter
-/// dtype" (measured on gpt-oss and Qwen2-MoE: measure_dist.py --lora-extras), so no step runs.
+/// FSDP2 (fsdp, zero2 and hsdp) asserts one original dtype over a `fully_shard` unit's trainable
+/// parameters (`FSDPParamGroup._init_mp_dtypes`): peft's trained biases (`--lora-bias`) in the
+/// weights' bf16 or fp16 beside the fp32 adapters of a decoder layer make PyTorch raise "FSDP
+/// expects uniform original parameter dtype" (measured on gpt-oss and Qwen2-MoE: measure_dist.py
+/// --lora-extras), and so do peft's modules_to_save copies (in the weights' dtype) where the root
+/// is the only unit (`--fsdp-unit root`: the adapters are the root's too), so no step runs.
 pub fn bias_dtype_refusal(c: &ParallelConfig, cfg: &crate::model::ModelConfig, weights: crate::engine::DType) -> Option<(&'static str, String)> {
     let fully_shard = matches!(c.layout, Layout::Fsdp | Layout::Zero2 | Layout::Hsdp);
-    if !fully_shard || weights == crate::engine::DType::F32 || cfg.lora_bias_count() == 0 {
+    if !fully_shard || weights == crate::engine::DType::F32 {
         return None;
     }
-    Some(("--lora-bias", format!("trains {weights} biases beside peft's fp32 adapters in one fully_shard unit: FSDP2 (--parallel {}) raises \"FSDP expects uniform original parameter dtype\" in PyTorch; use fp32 weights, --lora-bias none, or --parallel ddp", c.layout.name())))
+    let raises = "raises \"FSDP expects uniform original parameter dtype\" in PyTorch";
+    if cfg.lora_bias_count() > 0 {
+        return Some(("--lora-bias", format!("trains {weights} biases beside peft's fp32 adapters in one fully_shard unit: FSDP2 (--parallel {}) {raises}; use fp32 weights, --lora-bias none, or --parallel ddp", c.layout.name())));
+    }
+    let saves = cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| !l.modules_to_save.is_empty());
+    if saves && c.blocks_per_unit.is_none() {
+        return Some(("--modules-to-save", format!("trains {weights} copies (modules_to_save) beside peft's fp32 adapters in the root, the only fully_shard unit (--fsdp-unit root): FSDP2 (--parallel {}) {raises}; use fp32 weights, or --fsdp-unit block or every-N", c.layout.name())));
+    }
+    None
 }

@@ -72,6 +72,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --fsdp-qlora-models  # the same on issue 30's models -> tests/fixtures/dist_grid/fsdp_qlora_models.json
     python3 measure_dist.py --lora-layouts  # LoRA of issue 30's models under hsdp, other units, reentrant -> tests/fixtures/dist_grid/lora_layouts.json
     python3 measure_dist.py --lora-mixed-precision-layouts  # the policy over LoRA under hsdp -> tests/fixtures/dist_grid/lora_mixed_precision_layouts.json
+    python3 measure_dist.py --lora-extras-layouts  # modules_to_save / lora_bias under hsdp, other units, reentrant -> tests/fixtures/dist_grid/lora_extras_layouts.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -103,6 +104,7 @@ FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.j
 FSDP_QLORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_models.json")
 LORA_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_layouts.json")
 LORA_MIXED_PRECISION_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_layouts.json")
+LORA_EXTRAS_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras_layouts.json")
 
 
 def setup_for(pt):
@@ -622,6 +624,39 @@ def lora_mixed_precision_layouts_grid():
         (fam("gemma2", 1, 8, None), "forward", 4, 1, h2, bf),
     ]
     return [dist_point(p, kind, "hsdp", world, rank, L.names(p, kind), **mesh, **pol) for p, kind, world, rank, mesh, pol in rows]
+
+
+def lora_extras_layouts_grid():
+    """peft's modules_to_save (trainable copies of lm_head and/or embed_tokens) and trained biases
+    (bias all / lora_only: gpt-oss's attention and router, Qwen2-MoE's and Qwen2's q/k/v) under
+    FSDP2's other options: hsdp, fully_shard on every 2 decoder layers (three-layer models) or the
+    root alone, and reentrant checkpointing under fsdp and hsdp; the llama family and issue 30's
+    models, fp32 weights wherever biases train or the root holds the adapters (FSDP2's uniform
+    dtype over a unit's trainable parameters), bf16 elsewhere, world 2-6, ranks 0 and the last,
+    training."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    h2, h3 = dict(shard=2), dict(shard=3)
+    re = "reentrant"
+    fam = lambda mt, i, r, t, **o: L.family_lora(mt, i, r, t, **o)
+    # (layout, point, world, rank, FSDP2 options)
+    rows = [
+        ("hsdp", fam("olmo2", 0, 8, "q_proj,v_proj", modules_to_save="lm_head"), 4, 0, h2),
+        ("hsdp", L.gptoss_lora(0, 8, "q_proj,v_proj", lora_bias="all"), 4, 3, h2),  # grouped_mm balanced fp32
+        ("fsdp", fam("phi3", 2, 8, "qkv_proj", modules_to_save="lm_head"), 2, 1, dict(unit=2)),
+        ("fsdp", L.lora("qwen2", 3, 8, "q_proj,v_proj", lora_bias="all", dtype="fp32"), 2, 1, dict(unit=0)),
+        ("fsdp", L.moe_lora(1, 16, att, checkpoint=re, modules_to_save="lm_head"), 2, 1, {}),  # mixtral eager balanced fp32
+        ("fsdp", L.moe_lora(16, 8, att, checkpoint=re, lora_bias="all"), 3, 2, {}),  # qwen2_moe eager worst fp32
+        ("hsdp", L.moe_lora(12, 8, "q_proj,v_proj", lora_bias="lora_only"), 4, 1, h2),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", L.moe_lora(6, 8, att, modules_to_save="lm_head"), 2, 0, dict(unit=0)),  # qwen3_moe grouped_mm balanced fp32
+        ("hsdp", L.gptoss_lora(8, 8, att, checkpoint=re, lora_bias="lora_only"), 4, 0, h2),  # batched_mm balanced fp32
+        ("fsdp", L.gptoss_lora(2, 8, att, lora_bias="all", dtype="fp32"), 3, 2, dict(unit=2)),  # grouped_mm worst, 3 layers
+        ("hsdp", L.lora("llama", 0, 8, "all-linear", modules_to_save="embed_tokens,lm_head"), 6, 5, h3),
+        ("hsdp", fam("phi3", 3, 8, "all-linear", checkpoint=re, modules_to_save="lm_head"), 4, 3, h2),
+        ("zero2", L.moe_lora(3, 8, "q_proj,v_proj", num_layers=3, modules_to_save="lm_head"), 2, 0, dict(unit=2)),  # mixtral grouped_mm worst bf16
+        ("fsdp", L.lora("qwen2", 2, 16, "all-linear", checkpoint=re, lora_bias="lora_only", dtype="fp32"), 2, 0, {}),
+    ]
+    return [dist_point(p, "training", layout, world, rank, L.names(p, "training"), **o) for layout, p, world, rank, o in rows]
 
 
 def dist_point(p, kind, layout, world, rank, name, **fsdp):
@@ -1255,13 +1290,14 @@ def main():
              "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT),
              "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT),
              "--lora-layouts": (lora_layouts_grid, LORA_LAYOUTS_OUT),
-             "--lora-mixed-precision-layouts": (lora_mixed_precision_layouts_grid, LORA_MIXED_PRECISION_LAYOUTS_OUT)}
+             "--lora-mixed-precision-layouts": (lora_mixed_precision_layouts_grid, LORA_MIXED_PRECISION_LAYOUTS_OUT),
+             "--lora-extras-layouts": (lora_extras_layouts_grid, LORA_EXTRAS_LAYOUTS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
         if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models",
-                    "--lora-layouts", "--lora-mixed-precision-layouts"):
+                    "--lora-layouts", "--lora-mixed-precision-layouts", "--lora-extras-layouts"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
