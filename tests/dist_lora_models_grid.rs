@@ -323,7 +323,8 @@ fn lora_under_hsdp_units_and_reentrant_run() {
         (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--modules-to-save", "reentrant", "not measured"]),
         // bf16 copies beside the fp32 adapters in the root, the only unit: PyTorch raises
         (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--dtype", "bfloat16", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--modules-to-save", "uniform original parameter dtype"]),
-        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--load-in-4bit"][..], &hsdp[..]].concat(), &["--parallel", "hsdp", "4-bit"]),
+        // (4-bit under hsdp runs stored as the compute dtype: fsdp_qlora_layouts.json)
+        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--load-in-4bit"][..], &hsdp[..]].concat(), &["--bnb-4bit-quant-storage", "hsdp", "not measured"]),
         (&["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--gradient-checkpointing", "units", "not measured"]),
     ];
     for (args, needles) in refused {
@@ -441,17 +442,38 @@ fn modules_to_save_and_lora_bias_under_hsdp_units_and_reentrant_ranks_match_peft
     grid_common::check(file, &ps, 14, KNOWN_FAILING, run);
 }
 
+/// dist_grid/fsdp_qlora_layouts.json (`measure_dist.py --fsdp-qlora-layouts`): FSDP-QLoRA
+/// (4-bit stored as the compute dtype, bf16 or fp32) under hsdp, other fully_shard units and reentrant checkpointing under hsdp.
+#[test]
+fn fsdp_qlora_under_hsdp_units_and_reentrant_ranks_match_bitsandbytes() {
+    let file = "dist_grid/fsdp_qlora_layouts.json";
+    let ps = layout_pairs(file);
+    covers_pairs(file, &ps, 7);
+    assert!(ps.iter().all(|q| q["hf"]["load_in_4bit"] == true && q["hf"]["quant_storage"] == q["hf"]["compute_dtype"]), "4-bit stored as the compute dtype");
+    assert!(ps.iter().any(|q| q["layout"] == "hsdp" && q["hf"]["checkpoint"] == "reentrant"), "reentrant under hsdp");
+    assert_eq!(values(&ps, |q| q["unit"].to_string()), BTreeSet::from(["null".to_string(), "0".into(), "2".into()]), "every 2 layers and the root");
+    assert_eq!(values(&ps, |q| q["hf"]["quant_type"].to_string()).len(), 2, "nf4 and fp4");
+    assert!(ps.iter().any(|q| q["hf"]["compute_dtype"] == "fp32") && ps.iter().any(|q| q["hf"]["compute_dtype"] == "bf16"), "compute fp32 and bf16");
+    grid_common::check(file, &ps, 16, KNOWN_FAILING, run);
+}
+
 /// What the pairs grids measure runs from the command line (each alone measured before:
 /// lora_layouts.json, lora_mixed_precision*.json, lora_extras.json, fsdp_qlora*.json).
 #[test]
 fn adapters_under_measured_layout_pairs_run() {
     let hsdp = ["--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"];
     let policy = ["--fsdp-param-dtype", "bfloat16", "--fsdp-reduce-dtype", "float32"];
+    let qlora = ["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16", "--bnb-4bit-quant-storage", "bfloat16"];
     let runs: Vec<Vec<&str>> = vec![
         // FSDP2's MixedPrecisionPolicy over LoRA under hsdp (lora_mixed_precision_layouts.json)
         [&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp, &policy].concat(),
         [&["--preset", "Gemma-2-9B", "--lora-r", "8", "--dtype", "bfloat16"][..], &hsdp, &policy].concat(),
         [&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--fsdp-param-dtype", "bf16"][..], &hsdp].concat(),
+        // FSDP-QLoRA under hsdp, other units and reentrant checkpointing under hsdp (fsdp_qlora_layouts.json)
+        [&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp, &qlora].concat(),
+        [&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--gradient-checkpointing", "reentrant"][..], &hsdp, &qlora].concat(),
+        [&["--preset", "Gemma-3-27B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root", "--gradient-checkpointing", "non-reentrant"][..], &qlora].concat(),
+        [&["--preset", "Qwen3-8B", "--lora-r", "8", "--parallel", "zero2", "--world-size", "3", "--fsdp-unit", "every-2", "--gradient-checkpointing", "none", "--load-in-4bit", "--bnb-4bit-compute-dtype", "float32", "--bnb-4bit-quant-storage", "float32"][..]].concat(),
     ];
     for extra in &runs {
         let out = tmp("pairs");
@@ -465,6 +487,11 @@ fn adapters_under_measured_layout_pairs_run() {
         // the policy over adapters with reentrant checkpointing: no grid measures it
         ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &hsdp, &policy].concat(), &["--gradient-checkpointing", "MixedPrecisionPolicy", "not measured"]),
         ([&["--preset", "Qwen3-8B", "--lora-r", "8", "--gradient-checkpointing", "reentrant", "--parallel", "fsdp", "--world-size", "2"][..], &policy].concat(), &["--gradient-checkpointing", "MixedPrecisionPolicy", "not measured"]),
+        // FSDP-QLoRA under hsdp and other units: measured stored as the compute dtype, prepared, each alone
+        ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--fsdp-unit", "every-2", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..], &qlora].concat(), &["--gradient-checkpointing", "fully_shard units", "not measured"]),
+        ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--prepare-model-for-kbit-training", "false"][..], &hsdp, &qlora].concat(), &["--prepare-model-for-kbit-training", "hsdp", "not measured"]),
+        ([&["--preset", "Qwen3-8B", "--lora-r", "8", "--fsdp-unit", "root", "--gradient-checkpointing", "none", "--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16", "--bnb-4bit-quant-storage", "float16", "--parallel", "zero2", "--world-size", "2"][..]].concat(), &["--bnb-4bit-quant-storage", "fsdp-unit", "not measured"]),
+        ([&["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj", "--fsdp-unit", "every-2", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..], &qlora].concat(), &["--gradient-checkpointing", "units", "not measured"]),
     ];
     for (args, needles) in &refused {
         let out = tmp("pairs-refused");

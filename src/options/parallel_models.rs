@@ -10,7 +10,8 @@
 //! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
-//! (--units; over peft's LoRA too, --lora-layouts), FSDP2's MixedPrecisionPolicy under fsdp and
+//! (--units; over peft's LoRA too, --lora-layouts; over 4-bit QLoRA, --fsdp-qlora-layouts),
+//! FSDP2's MixedPrecisionPolicy under fsdp and
 //! zero2 (--mixed-precision; over peft's adapters too, --lora-mixed-precision-models; with hsdp
 //! or with the router's loss over full weights, --mixed-precision-pairs; with hsdp over peft's
 //! LoRA, --lora-mixed-precision-layouts), and reentrant
@@ -98,7 +99,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // dist_grid/fsdp_qlora.json.)
     // With peft's adapters (LoRA; ParamWrapper measured on grouped_mm experts, the eager loop is
     // refused above) under fsdp and hsdp: lora_layouts.json.
-    if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
+    // (4-bit under hsdp too: fsdp_qlora_layouts.json)
+    if hf.reentrant && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
         let other = [
             // (with the policy under fsdp over full weights: reentrant_mixed_precision.json)
             ((c.param_dtype.is_some() || c.reduce_dtype.is_some()) && (c.layout == Layout::Hsdp || hf.lora.is_some()), "FSDP2's MixedPrecisionPolicy"),
@@ -127,7 +129,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         // parallel::mixed_precision_adapters_refusal's)
         (c.param_dtype.is_some() || c.reduce_dtype.is_some(), mp_flag, "FSDP2's MixedPrecisionPolicy", "mixed_precision.json", true),
         (moe.is_some_and(|m| m.output_router_logits), "--output-router-logits", "the router's auxiliary loss", "aux_loss.json", false),
-        // over peft's adapters: lora_layouts.json (every-2 and the root alone; hsdp)
+        // over peft's adapters: lora_layouts.json (every-2 and the root alone; hsdp); over 4-bit
+        // QLoRA: fsdp_qlora_layouts.json
         (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json", true),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json", true),
     ];
@@ -152,7 +155,10 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         }
     }
     if let [&(_, flag, what, file, with_adapters)] = on.as_slice() {
-        if hf.bnb.is_some() || (hf.lora.is_some() && !with_adapters) {
+        // 4-bit QLoRA (stored as a float type) under hsdp and other units:
+        // fsdp_qlora_layouts.json (its limits are parallel::qlora_layout_refusal's).
+        let qlora_measured = with_adapters && matches!(flag, "--parallel" | "--fsdp-unit");
+        if (hf.bnb.is_some() && !qlora_measured) || (hf.lora.is_some() && !with_adapters) {
             return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/{file}): drop it, or profile one GPU")));
         }
     }
