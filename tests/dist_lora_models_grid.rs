@@ -7,8 +7,11 @@
 //! under DistributedDataParallel over gloo processes (LoRA, and bitsandbytes 4-bit QLoRA), FSDP2
 //! `fully_shard` per decoder layer then the PeftModel and ZeRO-2 (LoRA) under the fake process
 //! group, and (lora_layouts.json, `--lora-layouts`) hsdp, fully_shard on other units and
-//! reentrant checkpointing under FSDP2; measure_hf.py's loop of the point's profile type; per
-//! phase, requested bytes of blocks >= 512 B, the third iteration.
+//! reentrant checkpointing under FSDP2, with FSDP2's MixedPrecisionPolicy under hsdp
+//! (lora_mixed_precision_layouts.json), with peft's modules_to_save and bias
+//! (lora_extras_layouts.json) and over 4-bit FSDP-QLoRA (fsdp_qlora_layouts.json);
+//! measure_hf.py's loop of the point's profile type; per phase, requested bytes of blocks
+//! >= 512 B, the third iteration.
 mod scratch;
 mod grid_common;
 
