@@ -200,6 +200,22 @@ fn aux_loss_ranks_match_transformers() {
     grid_common::check(&format!("dist_grid/{file}"), &points, 12, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
 }
 
+/// dist_grid/aux_loss_lora.json (`measure_dist.py --aux-loss-lora`): the router's loss beside
+/// peft's LoRA (the attention, Qwen2-MoE's shared expert, the router through ParamWrapper) and
+/// 4-bit QLoRA under ddp: DDP buckets only the adapters' gradients; the loss is the model's own.
+#[test]
+fn aux_loss_lora_ranks_match_peft() {
+    let file = "aux_loss_lora.json";
+    let points = points_of(file);
+    assert!(points.iter().all(|q| q["hf"]["output_router_logits"] == true && q["hf"]["lora_r"].as_u64() > Some(0) && q["layout"] == "ddp"), "{file}: the loss and adapters on, under ddp");
+    covers(&points, |p| p["hf"]["model_type"].as_str().unwrap().to_string(), &["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"], file);
+    covers(&points, |p| p["hf"]["checkpoint"].as_str().unwrap().to_string(), &["none", "non-reentrant", "reentrant"], file);
+    covers(&points, |p| (p["hf"]["load_in_4bit"] == true).to_string(), &["false", "true"], file);
+    covers(&points, |p| p["hf"]["target_parameters"].is_string().to_string(), &["false", "true"], file);
+    first_and_last_ranks(&points, &["ddp"], file);
+    grid_common::check(&format!("dist_grid/{file}"), &points, 6, KNOWN_FAILING, |point| grid_common::dist::run_rank(point, model_of(&point["hf"])));
+}
+
 /// dist_grid/mixed_precision.json (`measure_dist.py --mixed-precision`): FSDP2's
 /// MixedPrecisionPolicy (bf16 param_dtype over fp32 weights, reduce_dtype fp32 or unset, and
 /// reduce_dtype alone over bf16 weights) under fsdp and zero2, checkpointing off and

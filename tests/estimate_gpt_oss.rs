@@ -320,6 +320,28 @@ fn gpt_oss_lora_bias_closed_form_equals_the_simulation() {
     }
 }
 
+/// The router's auxiliary loss beside peft's LoRA and 4-bit QLoRA on gpt-oss, as profile runs it
+/// (moe_grid/aux_loss_lora.json): adapters on the attention and on the router's weight
+/// (ParamWrapper), nf4 with compute bf16 and fp32, prepared and not; fp32 and pure bf16,
+/// checkpointing off, non-reentrant and reentrant.
+#[test]
+fn gpt_oss_aux_loss_with_adapters_closed_form_equals_the_simulation() {
+    use vramscope::engine::DType;
+    const ATT: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    for (n, (ckpt, precision)) in [(None, Precision::Fp32), (Some(false), Precision::PureBf16), (Some(true), Precision::Fp32)].into_iter().enumerate() {
+        let implementation = ExpertsImplementation::ALL[n % 3];
+        points.push(Point { aux: true, lora: Some((8, 0.0, &["q_proj", "v_proj"])), ckpt, precision, implementation, ..base() });
+        points.push(Point { aux: true, lora: Some((4, 0.0, ATT)), params: &["mlp.router.weight"], ckpt, precision, implementation, ..base() });
+        points.push(Point { aux: true, lora: Some((8, 0.0, &["q_proj"])), params: &["mlp.experts.gate_up_proj", "mlp.experts.down_proj"], ckpt, precision, implementation, ..base() });
+    }
+    for (four_bit, ckpt) in [((true, DType::BF16, true), Some(true)), ((false, DType::F32, false), None), ((true, DType::F32, true), Some(false))] {
+        points.push(Point { aux: true, lora: Some((16, 0.0, ATT)), four_bit: Some(four_bit), ckpt, precision: Precision::PureBf16, ..base() });
+    }
+    assert!(points.len() >= 9);
+    run(&points, 2.6);
+}
+
 /// The router's auxiliary loss (`output_router_logits`, measured: moe_grid/aux_loss.json and
 /// aux_loss_autocast.json) on gpt-oss: every layer's biased router logits, (B·S, E) in the
 /// linear's type (bf16 under autocast), held in the output until the forward returns, exact;
@@ -599,8 +621,6 @@ fn gpt_oss_not_derived_is_refused_naming_the_flag() {
     let json = dir.join("never.json");
     let g = ["--preset", "gpt-oss-20b", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        // The aux loss is derived without adapters (as profile runs it), not with them.
-        ([&g[..], &["--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--output-router-logits", "not measured"),
         ([&g[..], &["--attn-implementation", "sdpa"]].concat(), "--attn-implementation", "eager"),
         ([&g[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to"),
         // generate runs within the window (tests/estimate_generate_families.rs); beam search is not derived.

@@ -277,6 +277,33 @@ fn moe_aux_loss_closed_form_equals_the_simulation() {
     run(&points, 2.1);
 }
 
+/// The router's auxiliary loss beside peft's LoRA and 4-bit QLoRA, as profile runs it
+/// (moe_grid/aux_loss_lora.json): adapters on the attention (Qwen2-MoE's shared expert too) and
+/// on the router's weight (ParamWrapper), nf4 with and without double quant, compute bf16 and
+/// fp32, prepared and not; fp32 and pure bf16, checkpointing off, non-reentrant and reentrant.
+#[test]
+fn moe_aux_loss_with_adapters_closed_form_equals_the_simulation() {
+    use vramscope::engine::DType;
+    const ATT: &[&str] = &["q_proj", "k_proj", "v_proj", "o_proj"];
+    let mut points = Vec::new();
+    for (n, model_type) in ["mixtral", "qwen3_moe", "qwen2_moe"].into_iter().enumerate() {
+        let implementation = ExpertsImplementation::ALL[n % 3];
+        let targets: &'static [&'static str] = if model_type == "qwen2_moe" { &["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"] } else { &["q_proj", "v_proj"] };
+        for (ckpt, precision) in [(None, Precision::Fp32), (Some(false), Precision::PureBf16), (Some(true), Precision::Fp32)] {
+            points.push(Point { aux: true, lora: Some((8, 0.0, targets)), ckpt, precision, implementation, ..base(model_type) });
+        }
+        points.push(Point { aux: true, lora: Some((4, 0.0, ATT)), params: &["mlp.gate.weight"], ckpt: Some(false), routing: Routing::Worst, ..base(model_type) });
+        // ParamWrapper on the experts (the fold's baddbmm), bf16 under checkpointing as measured.
+        points.push(Point { aux: true, lora: Some((8, 0.0, &["q_proj"])), params: &["mlp.experts.gate_up_proj", "mlp.experts.down_proj"], ckpt: Some(true), precision: Precision::PureBf16, implementation, ..base(model_type) });
+        points.push(Point { aux: true, lora: Some((4, 0.0, &["q_proj"])), params: &["mlp.experts.down_proj"], precision: Precision::Fp32, routing: Routing::Worst, ..base(model_type) });
+        for (four_bit, ckpt) in [((true, DType::BF16, true), Some(true)), ((false, DType::F32, false), None), ((true, DType::F32, true), Some(false))] {
+            points.push(Point { aux: true, lora: Some((16, 0.0, ATT)), four_bit: Some(four_bit), ckpt, precision: Precision::PureBf16, implementation, ..base(model_type) });
+        }
+    }
+    assert!(points.len() >= 20);
+    run(&points, 2.1);
+}
+
 /// peft's `bias` ("all", "lora_only") on Mixtral, Qwen3-MoE and Qwen2-MoE (measured:
 /// hf_grid/lora_extras_models.json): only the attention's biases can train (Qwen2-MoE's q/k/v
 /// biases; Mixtral and Qwen3-MoE have none), the router and experts having none: every third
@@ -699,8 +726,9 @@ fn not_derived_is_refused_naming_the_flag() {
     let json = dir.join("never.json");
     let mix = ["--preset", "Mixtral-8x7B", "--batch-size", "1", "--context-length", "64", "--no-simulate", "--json", json.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        // The aux loss is derived without adapters (as profile runs it), not with them.
-        ([&mix[..], &["--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj"]].concat(), "--output-router-logits", "not measured"),
+        // The aux loss is derived with adapters where profile runs it (aux_loss_lora.json), not
+        // under autocast (measured in the weights' dtype).
+        ([&mix[..], &["--output-router-logits", "--lora-r", "8", "--target-modules", "q_proj", "--dtype", "float32", "--precision", "bf16"]].concat(), "--output-router-logits", "autocast"),
         // The for-loop AdamW and Adafactor follow the parameters' order.
         ([&mix[..], &["--lora-r", "8", "--target-parameters", "mlp.experts.down_proj", "--optimizer", "adafactor"]].concat(), "--optimizer", "--target-parameters"),
         ([&mix[..], &["--routing", bad.to_str().unwrap()]].concat(), "--routing", "add up to 80"),

@@ -346,10 +346,14 @@ fn unmeasured_combinations_are_refused() {
     let generate = ["--profile-type", "generate", "--max-new-tokens", "2"];
     let s = profile(&tmp("mixtral-4bit-generate"), &[&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "16", "--load-in-4bit", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..], &generate].concat());
     assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2);
-    // peft's ParamWrapper (named, or converted from all-linear) is not measured with generate.
-    let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "2", "--lora-r", "8"];
-    refused("profile", &[&mixtral[..], &["--target-parameters", "mlp.experts.gate_up_proj"], &generate].concat(), &["--target-parameters", "generate", "baddbmm"]);
-    refused("profile", &[&mixtral[..], &["--target-modules", "all-linear"], &generate].concat(), &["--target-parameters", "all-linear"]);
+    // peft's ParamWrapper (named, or converted from all-linear) runs with generate
+    // (generate_models_adapters.json), not beside the extras measured without it.
+    let mixtral = ["--preset", "Mixtral-8x7B", "--num-layers", "2", "--context-length", "16", "--lora-r", "8"];
+    for (n, targets) in [["--target-parameters", "mlp.experts.gate_up_proj"], ["--target-modules", "all-linear"]].iter().enumerate() {
+        let s = profile(&tmp(&format!("mixtral-params-generate-{n}")), &[&mixtral[..], &targets[..], &generate].concat());
+        assert_eq!(s["runs"][0]["generate"]["steps"].as_array().unwrap().len(), 2, "{targets:?}");
+    }
+    refused("profile", &[&["--preset", "Mixtral-8x7B", "--num-layers", "2", "--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj", "--lora-bias", "all"][..], &generate].concat(), &["--lora-bias", "ParamWrapper", "generate", "not measured"]);
     // A prepared 4-bit model and 8-bit weights run with generate (generate_models_int8.json);
     // DeepSeek-V3's (and Qwen2-MoE's) 8-bit load stays refused, as in training.
     for (preset, extra) in [

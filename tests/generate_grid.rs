@@ -593,23 +593,8 @@ fn generate_qwen2_moe_sliding_grid_matches_transformers() {
     }
 }
 
-/// Points of generate_models_adapters.json where vramscope does not match, each with the reason
-/// (vramscope refuses --target-parameters with generate on these models for it:
-/// families::generate_adapters).
-const KNOWN_FAILING_MODELS_ADAPTERS: &[(&str, &str)] = &[
-    (
-        "mixtral d64 F48 L2 h4 kv4 V640 S64 B1 N3 sdpa bf16 lora r8 a16  params=mlp.experts.gate_up_proj,mlp.experts.down_proj E6 k3 batched_mm balanced generate",
-        "decode steps +128 B: PyTorch's CPU baddbmm (peft's ParamWrapper folding the experts' weights) allocates scratch inside the op the measurement counts (bf16: an empty of the factor and oneDNN's block)",
-    ),
-    (
-        "qwen3_moe d128 F96 L2 h4 kv2 hd32 V1000 S24 B2 N4 eager fp32 lora r16 a32 q_proj,v_proj params=mlp.experts.gate_up_proj,mlp.experts.down_proj sample top_k=2 E8 k2 grouped_mm worst generate",
-        "decode steps +3,584 B: PyTorch's CPU baddbmm (peft's ParamWrapper folding the experts' weights) allocates scratch inside the op the measurement counts (fp32: one empty per expert in each addmm_ of the batch split)",
-    ),
-    (
-        "gpt_oss d128 F96 L2 h4 kv2 hd16 V1000 S24 B2 N4 eager fp32 lora r8 a16  params=mlp.experts.gate_up_proj,mlp.experts.down_proj sliding_window=12 E4 k2 grouped_mm balanced generate",
-        "decode steps +512 B: PyTorch's CPU baddbmm (peft's ParamWrapper folding the experts' weights) allocates scratch inside the op the measurement counts (fp32: one empty per expert in each addmm_ of the batch split)",
-    ),
-];
+/// Points of generate_models_adapters.json where vramscope does not match, each with the reason.
+const KNOWN_FAILING_MODELS_ADAPTERS: &[(&str, &str)] = &[];
 
 /// tests/fixtures/pytorch_grid/generate_models_adapters.json (`make_generate_grid.py
 /// --adapters-models`, issue 30): generate() with peft's unmerged LoRA adapters and bitsandbytes

@@ -548,6 +548,11 @@ impl Tensor {
         }
         out
     }
+    /// A contiguous copy a kernel makes of an operand it cannot read in place: no autograd,
+    /// it dies inside the op (ops::operand_copies).
+    pub(crate) fn operand_copy(&self, op: &'static str) -> Tensor {
+        copy_of(self, self.dtype(), op, false)
+    }
     /// `self.roll(-1, dims=dim)`: a fresh contiguous tensor, each slice along `dim` moved one
     /// place down and the first one last.
     #[track_caller]

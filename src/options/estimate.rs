@@ -100,6 +100,7 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     // on DeepSeek-V3 (attention_bias's q_a_proj, kv_a_proj_with_mqa and o_proj).
     if let Some(h) = cfg.hf() {
         super::lora_targets::check_new_models_autocast(h, precision)?;
+        super::moe::check_aux_autocast(h, precision)?;
     }
     crate::analyse::estimate::hf::check(&cfg, precision, seq).map_err(UsageError::from)?;
     crate::analyse::estimate::check_range(&cfg, batch, seq).map_err(UsageError::from)?;

@@ -82,14 +82,14 @@ pub fn check_generate(hf: &HfConfig, prompt: usize, max_new_tokens: usize) -> Re
 /// refuses the last two), and 8-bit weights and prepare_model_for_kbit_training
 /// (generate_models_int8.json). What those points leave out is refused, naming the flag.
 pub fn generate_adapters(hf: &HfConfig, name: &str) -> Result<()> {
-    if let Some(l) = &hf.lora {
-        if !l.target_parameters.is_empty() {
-            // (peft converts mixtral's, qwen3_moe's and deepseek_v3's expert and router names,
-            // all-linear included, into target_parameters.)
-            return Err(usage(
-                "--target-parameters",
-                format!("(or --target-modules names peft converts into them, all-linear on mixtral, qwen3_moe and deepseek_v3) with generate on {name} is not modelled yet: peft's ParamWrapper folds each targeted expert weight with baddbmm at every forward, and 3 of the 6 measured points (generate_models_adapters.json) miss by 128 B to 3.5 KiB in the decode steps, where PyTorch's CPU baddbmm allocates scratch (oneDNN's packing of bf16 operands, a per-expert addmm_ temporary in fp32) the measurement has not separated from what CUDA allocates; LoRA on the attention's (and Qwen2-MoE's shared expert's) nn.Linear modules is measured"),
-            ));
+    // peft's ParamWrapper on the experts (and, converted from all-linear, the router) is
+    // measured with generate too (generate_models_adapters.json: the five MoE models, bf16 and
+    // fp32, grouped_mm and batched_mm; its fold's baddbmm copies lora_B's permuted factor,
+    // ops::operand_copies), alone: not with the extras, measured without it.
+    if let Some(l) = hf.lora.as_ref().filter(|l| !l.target_parameters.is_empty()) {
+        let extras = [(l.bias != crate::model::lora::LoraBias::None, "--lora-bias"), (l.use_dora, "--use-dora"), (!l.modules_to_save.is_empty(), "--modules-to-save")];
+        if let Some((_, flag)) = extras.iter().find(|e| e.0) {
+            return Err(usage(flag, format!("with peft's ParamWrapper (--target-parameters, or --target-modules names peft converts into them) and generate on {name} is not measured (each is alone: generate_models_adapters.json, generate_models_extras.json): drop one")));
         }
     }
     // 8-bit weights (LLM.int8(), where lora_targets::check_new_models lets them load) and

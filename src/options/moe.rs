@@ -7,8 +7,9 @@ use crate::model::hf::moe::{ExpertsImplementation, Routing};
 use crate::model::hf::HfConfig;
 use crate::model::ModelConfig;
 
-/// Set the experts implementation and the routing on an MoE model; either flag on a dense
-/// model, LoRA or bitsandbytes on an MoE one, is refused.
+/// Set the experts implementation, the routing and the router's loss on an MoE model; any of
+/// them on a dense model is refused, and so is the loss beside what aux_loss_lora.json does not
+/// match (aux_loss_adapters).
 pub fn apply(implementation: Option<&str>, routing: Option<&str>, output_router_logits: bool, hf: &mut HfConfig) -> anyhow::Result<()> {
     let Some(m) = hf.moe.as_mut() else {
         let given = [(implementation.is_some(), "--experts-implementation"), (routing.is_some(), "--routing"), (output_router_logits, "--output-router-logits")];
@@ -62,19 +63,44 @@ pub fn apply(implementation: Option<&str>, routing: Option<&str>, output_router_
             _ => {}
         }
     }
-    // The aux-loss grid (aux_loss.json) loads the weights in their dtype with no adapters.
     if hf.moe.as_ref().is_some_and(|m| m.output_router_logits) {
-        if hf.lora.is_some() {
-            return Err(usage("--output-router-logits", "(or the config's output_router_logits) with peft's LoRA is not measured yet (each runs alone): drop one"));
-        }
-        if let Some(q) = &hf.bnb {
-            return Err(usage("--output-router-logits", format!("(or the config's output_router_logits) with {} is not measured yet (each runs alone): drop one", q.flag())));
-        }
+        aux_loss_adapters(hf)?;
     }
     // LoRA's targets were resolved per family (lora_targets::resolve); what the MoE LoRA/QLoRA
     // grids did not measure is refused here.
     let (four, eight) = hf.bnb.as_ref().map_or((false, false), |q| (q.four_bit().is_some(), q.int8().is_some()));
     super::lora_targets::check_new_models(hf, four, eight)
+}
+
+/// The router's loss beside peft's LoRA or a 4-bit load, as moe_grid/aux_loss_lora.json measured
+/// it (`make_aux_loss_grid.py --lora`): adapters on nn.Linear targets and on the router's weight,
+/// nf4/fp4 loads with or without double quant, compute bf16 or fp32, prepared or not. What the
+/// grid did not cover, or missed, is refused.
+fn aux_loss_adapters(hf: &HfConfig) -> anyhow::Result<()> {
+    const WHY: &str = "(or the config's output_router_logits)";
+    if let Some(q) = &hf.bnb {
+        let Some(four) = q.four_bit() else {
+            return Err(usage("--output-router-logits", format!("{WHY} with {} is not measured yet (LoRA and 4-bit loads with the loss are: moe_grid/aux_loss_lora.json): drop one", q.flag())));
+        };
+        if four.quant_storage != crate::engine::DType::U8 {
+            return Err(usage("--bnb-4bit-quant-storage", format!("{} with the router's auxiliary loss {WHY} is not measured (moe_grid/aux_loss_lora.json loads uint8 storage): drop one", four.quant_storage)));
+        }
+    }
+    let Some(l) = &hf.lora else { return Ok(()) };
+    let unmeasured = [(l.use_dora, "--use-dora", "DoRA"), (!l.modules_to_save.is_empty(), "--modules-to-save", "peft's modules_to_save"), (l.bias != crate::model::lora::LoraBias::None, "--lora-bias", "peft's bias"), (l.dropout != 0.0, "--lora-dropout", "LoRA dropout")];
+    if let Some((_, flag, what)) = unmeasured.iter().find(|u| u.0) {
+        return Err(usage(flag, format!("{what} with the router's auxiliary loss {WHY} is not measured (moe_grid/aux_loss_lora.json runs LoRA without it): drop one")));
+    }
+    Ok(())
+}
+
+/// The loss beside adapters or a 4-bit load is measured with the weights in their dtype, not
+/// under autocast (aux_loss_autocast.json and lora_autocast.json measure each alone).
+pub fn check_aux_autocast(hf: &HfConfig, precision: crate::train::Precision) -> anyhow::Result<()> {
+    if precision.autocast().is_none() || !hf.moe.as_ref().is_some_and(|m| m.output_router_logits) || (hf.lora.is_none() && hf.bnb.is_none()) {
+        return Ok(());
+    }
+    Err(usage("--output-router-logits", format!("(or the config's output_router_logits) with peft's adapters or a 4-bit load under {precision} autocast is not measured (moe_grid/aux_loss_lora.json runs the weights in their dtype; aux_loss_autocast.json and lora_autocast.json each alone): drop the autocast precision or one of them")))
 }
 
 /// `--routing`: balanced, worst, or a file of per-expert token counts.

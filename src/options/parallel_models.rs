@@ -112,7 +112,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         }
     }
     // Measured beyond ddp, zero1, zero2 and fsdp per decoder layer, each alone and with full
-    // weights: the router's loss (dist_grid/aux_loss.json), FSDP2's MixedPrecisionPolicy under
+    // weights: the router's loss (dist_grid/aux_loss.json; under ddp with adapters and 4-bit
+    // loads too: aux_loss_lora.json), FSDP2's MixedPrecisionPolicy under
     // fsdp and zero2 (mixed_precision.json; over peft's adapters too:
     // lora_mixed_precision_models.json), other fully_shard units and hsdp (units.json; over
     // peft's adapters too: lora_layouts.json).
@@ -158,8 +159,12 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         // 4-bit QLoRA (stored as a float type) under hsdp and other units:
         // fsdp_qlora_layouts.json (its limits are parallel::qlora_layout_refusal's).
         let qlora_measured = with_adapters && matches!(flag, "--parallel" | "--fsdp-unit");
-        if (hf.bnb.is_some() && !qlora_measured) || (hf.lora.is_some() && !with_adapters) {
-            return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/{file}): drop it, or profile one GPU")));
+        // The router's loss with LoRA or a 4-bit load under ddp: dist_grid/aux_loss_lora.json
+        // (what one GPU refuses with it, moe::apply has refused already).
+        let aux_ddp = flag == "--output-router-logits" && c.layout == Layout::Ddp && hf.bnb.as_ref().is_none_or(|q| q.four_bit().is_some());
+        if !aux_ddp && ((hf.bnb.is_some() && !qlora_measured) || (hf.lora.is_some() && !with_adapters)) {
+            let ddp = if flag == "--output-router-logits" { "; under ddp adapters and 4-bit loads are too: aux_loss_lora.json): use --parallel ddp, drop it" } else { "): drop it" };
+            return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout (--parallel {}) is not measured (full weights are: dist_grid/{file}{ddp}, or profile one GPU", c.layout.name())));
         }
     }
     None

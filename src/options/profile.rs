@@ -280,6 +280,7 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
     super::families::check_run(cfg.hf(), a.profile_type.contains(&ProfileType::Generate))?;
     if let Some(h) = cfg.hf() {
         super::lora_targets::check_new_models_autocast(h, precision)?;
+        super::moe::check_aux_autocast(h, precision)?;
     }
     let static_generate = a.profile_type.iter().all(|&k| k == ProfileType::Generate) && a.generate.cache_implementation.as_deref() == Some("static");
     let kinds = a.profile_type.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");

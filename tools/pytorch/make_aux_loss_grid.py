@@ -17,7 +17,17 @@ checkpointing off, non-reentrant and reentrant, router_aux_loss_coef 0.001 and 0
 collator's all-ones attention_mask (load_balancing_loss_func's masked branch). Token counts are
 large enough (B*S >= 48) that the loss's (tokens, experts) tensors are blocks of >= 512 B.
 
+With `--lora` (tests/fixtures/moe_grid/aux_loss_lora.json): the loss beside peft 0.21.2's LoRA and
+bitsandbytes 4-bit QLoRA (make_lora_grid.py's point fields, measured by measure_hf.py through
+measure_moe.py): target_modules on the attention (and Qwen2-MoE's shared expert), target_parameters
+(ParamWrapper) on the experts' 3-D weights and the router's weight, nf4 4-bit loads (double quant,
+compute bf16 and fp32, prepare_model_for_kbit_training and not) with LoRA on the attention, on the
+same rows. peft's PeftModelForCausalLM passes labels and output_router_logits through to the model, so
+the loss is the model's own; under ParamWrapper the router's kept logits are those of the adapted
+weight.
+
     python3 make_aux_loss_grid.py            # the whole grid (JOBS worker processes, default 1)
+    python3 make_aux_loss_grid.py --lora     # aux_loss_lora.json
     python3 make_aux_loss_grid.py --only qwen2_moe   # re-measure the points whose name contains it
 """
 import os
@@ -77,14 +87,81 @@ def grid():
     return todo
 
 
+ATT = "q_proj,k_proj,v_proj,o_proj"
+EX = "mlp.experts.gate_up_proj,mlp.experts.down_proj"
+
+
+def adapted(i, r, targets, params=None, gpt_oss=False, **opts):
+    """Row `i` of POINTS (GPT_OSS with gpt_oss) with its loss on, and peft's LoRA r (alpha 2r, no
+    dropout: ParamWrapper raises on it) on `targets` ("" is target_modules=[]) and `params`
+    (target_parameters); `opts` override the row's fields (checkpoint, dtype)."""
+    row, coef, mask = (GPT_OSS if gpt_oss else POINTS)[i][:3]
+    p = with_loss((GG.point if gpt_oss else MG.point)(row), coef, mask)
+    p.update(opts)
+    p.update(lora_r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=targets)
+    if params:
+        p["target_parameters"] = params
+    return p
+
+
+def four_bit(p, compute_dtype, prepare, quant_type="nf4", double_quant=True):
+    """`p` loaded in 4-bit over bf16 weights, as make_lora_grid.py's QLoRA points."""
+    p.update(dtype="bf16", load_in_4bit=True, quant_type=quant_type, double_quant=double_quant, compute_dtype=compute_dtype, prepare=prepare)
+    return p
+
+
+def lora_grid():
+    """(point, profile type): every family with LoRA on its attention (Qwen2-MoE's also on its shared
+    expert), with ParamWrapper on its experts and router, and with 4-bit QLoRA (nf4 with double quant,
+    one fp4 without); one 4-bit load without adapters; fp32 and bf16 weights, checkpointing off,
+    non-reentrant and reentrant, training and forward."""
+    gr = "mlp.router.weight"
+    rows = [
+        (adapted(0, 8, "q_proj,v_proj"), ("training", "forward", "inference")),  # mixtral grouped_mm balanced fp32
+        (adapted(1, 16, ATT, EX + ",mlp.gate.weight", checkpoint="reentrant"), ("training", "forward")),  # mixtral eager worst bf16
+        (four_bit(adapted(2, 8, ATT, checkpoint="non-reentrant"), "bf16", True), ("training", "forward")),  # mixtral batched_mm, mask ones
+        (adapted(3, 8, "", EX, checkpoint="non-reentrant"), ("training",)),  # qwen3_moe grouped_mm worst bf16
+        (adapted(4, 4, ATT, "mlp.gate.weight"), ("training", "forward")),  # qwen3_moe eager balanced fp32
+        (four_bit(adapted(5, 16, "q_proj,v_proj", checkpoint="none"), "fp32", False), ("training", "forward")),  # qwen3_moe batched_mm worst, mask ones
+        (adapted(6, 8, "q_proj,v_proj,gate_proj,up_proj,down_proj"), ("training", "forward")),  # qwen2_moe grouped_mm balanced fp32
+        (adapted(7, 4, "", EX + ",mlp.gate.weight", checkpoint="reentrant"), ("training",)),  # qwen2_moe eager worst bf16
+        (four_bit(adapted(8, 8, ATT, checkpoint="reentrant"), "bf16", True), ("training",)),  # qwen2_moe batched_mm balanced, mask ones
+        (adapted(0, 8, "q_proj,v_proj", gpt_oss=True), ("training", "forward")),  # gpt_oss grouped_mm balanced fp32
+        (adapted(1, 8, "", EX + "," + gr, gpt_oss=True, checkpoint="reentrant"), ("training",)),  # gpt_oss eager worst bf16
+        (four_bit(adapted(2, 4, ATT, gpt_oss=True, checkpoint="none"), "fp32", True), ("training", "forward")),  # gpt_oss batched_mm worst, mask ones
+        (four_bit(adapted(0, 8, "q_proj,v_proj", gpt_oss=True, checkpoint="non-reentrant"), "bf16", False), ("training",)),
+        (four_bit(adapted(3, 8, ATT, checkpoint="reentrant"), "bf16", True, "fp4", False), ("training",)),  # qwen3_moe grouped_mm worst
+        # A 4-bit load without adapters (nothing trains): the loss in forward and inference.
+        (four_bit(with_loss(MG.point(POINTS[0][0]), *POINTS[0][1:3]), "bf16", True), ("forward", "inference")),  # mixtral grouped_mm balanced, prepared (every weight frozen)
+        # ParamWrapper on fp32 experts under checkpointing, where the fold is the forward's peak.
+        (adapted(0, 8, "", EX, checkpoint="reentrant"), ("training", "forward")),  # mixtral grouped_mm balanced
+        (adapted(6, 4, "", EX + ",mlp.gate.weight", checkpoint="non-reentrant"), ("training",)),  # qwen2_moe grouped_mm balanced
+        (adapted(2, 8, "", EX + "," + gr, gpt_oss=True, checkpoint="non-reentrant"), ("training",)),  # gpt_oss batched_mm worst
+    ]
+    return [(p, kind) for p, kinds in rows for kind in kinds]
+
+
+def lora_name_of(p, kind):
+    import make_lora_grid as LG
+    return LG.name_of(p, kind, name_of(p, kind))
+
+
 def run_one(job):
     p, kind = job
     r = MG.run_one(job)
-    r["name"] = name_of(p, kind)
+    r["name"] = (lora_name_of if p.get("lora_r") or p.get("load_in_4bit") else name_of)(p, kind)
     return r
 
 
 def main():
+    if "--lora" in sys.argv:
+        sys.argv.remove("--lora")
+        import peft
+        return G.grid_main(OUT, "aux_loss_lora.json", "tools/pytorch/make_aux_loss_grid.py --lora",
+                           f"requested bytes of blocks >= 512 B, absolute; peft {peft.__version__}; routing forced by overwriting the "
+                           "router's top-k indices in place (measure_moe.py); output_router_logits on; the step is the Trainer's "
+                           "(measure_hf.py) over the parameters that require grad; CPU-only kernel scratch left out, as make_grid.py",
+                           lora_grid, run_one, lora_name_of, libs=("transformers", "peft", "bitsandbytes"))
     G.grid_main(OUT, "aux_loss.json", "tools/pytorch/make_aux_loss_grid.py",
                 "requested bytes of blocks >= 512 B, absolute; routing forced by overwriting the router's "
                 "top-k indices in place (measure_moe.py); output_router_logits on; CPU-only kernel scratch left out, as make_grid.py",

@@ -917,13 +917,18 @@ def main():
     ap.add_argument("--adapters-int8", action="store_true", help="generate_models_int8.json: LLM.int8() weights and prepare_model_for_kbit_training on issue 30's models")
     ap.add_argument("--dense-extras", action="store_true", help="generate_dense_extras.json: lora bias, DoRA, modules_to_save and 8-bit weights on llama, mistral, qwen2, qwen3")
     ap.add_argument("--out", default=OUT)
-    ap.add_argument("--only", help="with --options, --beams or --gemma: re-measure the points whose name contains this; keep the fixture's others")
+    ap.add_argument("--only", help="with --options, --beams, --gemma or --adapters-models: re-measure the points whose name contains this; keep the fixture's others")
     a = ap.parse_args()
     if (a.static_sliding or a.static_families or a.static_mixed or a.qwen2_moe_sliding or a.adapters_models or a.adapters_extras or a.adapters_int8 or a.dense_extras) and os.environ.get("PYTHONHASHSEED") != "0":
         # create_masks_for_generate iterates set(layer_types): a fixed hash seed fixes the
         # order its masks are built in (recorded per point as info.mask_order).
         os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
     import transformers
+    if a.only and a.adapters_models:
+        path = os.path.join(a.out, "generate_models_adapters.json")
+        doc, t0 = G.measure_only(path, [(p,) for p in adgrid(False)], run_job, name_job, a.only, maxtasksperchild=1)
+        doc.update(releases(True))
+        return G.write_fixture(path, doc, t0)
     if a.only:
         path = os.path.join(a.out, "generate_gemma.json" if a.gemma else "generate_beams.json" if a.beams else "generate_options.json")
         doc, t0 = G.measure_only(path, [(p,) for p in (ggrid() if a.gemma else bgrid() if a.beams else ogrid())], run_job, name_job, a.only, maxtasksperchild=1)

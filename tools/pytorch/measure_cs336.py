@@ -306,10 +306,12 @@ def cpu_kernel_scratch(anc, size):
         ins = [m for m in (_meta(i) for i in getattr(mm.extra_fields, "inputs", [])) if m]
         if any(m[2] in REDUCED_FLOAT for m in ins) and any(size == _numel(m[0]) * torch.empty((), dtype=m[2]).element_size() for m in ins):
             return ("cpu bmm of reduced floats: oneDNN's contiguous copy of an operand", mm.end_time_ns, "freed inside")
-    if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm"):
+    if anc and anc[-1].name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
         # A block allocated by the matmul op itself, beside its output, for bf16/fp16 operands:
         # the CPU BLAS backend's packing scratch (oneDNN's AMX/AVX512-BF16 path, present on some
         # CPUs only); cuBLAS keeps its workspace in the handle's pool. Freed before the op returns.
+        # (baddbmm: peft's ParamWrapper fold; its contiguous copy of an operand, allocated under
+        # aten::contiguous, stays counted: cuBLAS copies that operand too.)
         mm = anc[-1]
         ins = [m for m in (_meta(i) for i in getattr(mm.extra_fields, "inputs", [])) if m]
         if any(m[2] in REDUCED_FLOAT for m in ins):

@@ -60,6 +60,7 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --qwen2-moe-sliding  # qwen2_moe with use_sliding_window -> tests/fixtures/dist_grid/qwen2_moe_sliding.json
     python3 measure_dist.py --cs336-autocast  # cs336/tinyllama under bf16 autocast -> tests/fixtures/dist_grid/cs336_autocast.json
     python3 measure_dist.py --aux-loss   # the router's loss (output_router_logits) -> tests/fixtures/dist_grid/aux_loss.json
+    python3 measure_dist.py --aux-loss-lora  # the loss with LoRA / QLoRA under ddp -> tests/fixtures/dist_grid/aux_loss_lora.json
     python3 measure_dist.py --mixed-precision  # FSDP2's MixedPrecisionPolicy -> tests/fixtures/dist_grid/mixed_precision.json
     python3 measure_dist.py --units      # fully_shard on N layers or the root, and hsdp -> tests/fixtures/dist_grid/units.json
     python3 measure_dist.py --reentrant  # reentrant checkpointing under fsdp and hsdp -> tests/fixtures/dist_grid/reentrant.json
@@ -93,6 +94,7 @@ QWEN2_MOE_SLIDING_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/qwen2
 AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/autocast.json")
 CS336_AUTOCAST_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/cs336_autocast.json")
 AUX_LOSS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/aux_loss.json")
+AUX_LOSS_LORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/aux_loss_lora.json")
 MIXED_PRECISION_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/mixed_precision.json")
 UNITS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/units.json")
 REENTRANT_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/reentrant.json")
@@ -741,6 +743,24 @@ def aux_loss_grid():
     return pts
 
 
+def aux_loss_lora_grid():
+    """The router's auxiliary loss beside peft's LoRA and 4-bit QLoRA under ddp
+    (make_aux_loss_grid.py --lora's rows: Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert
+    adapted, gpt-oss; the attention's linears, the router's weight through ParamWrapper, nf4 loads
+    prepared and not), world 2-3, ranks 0 and the last, checkpointing off, non-reentrant and
+    reentrant, training and a forward."""
+    import make_aux_loss_grid as A
+    rows = [
+        ("ddp", A.adapted(0, 8, "q_proj,v_proj"), "training", 2, 0),  # mixtral grouped_mm balanced fp32
+        ("ddp", A.adapted(4, 4, A.ATT, "mlp.gate.weight", checkpoint="non-reentrant"), "training", 2, 1),  # qwen3_moe eager balanced fp32
+        ("ddp", A.adapted(6, 8, "q_proj,v_proj,gate_proj,up_proj,down_proj"), "training", 3, 2),  # qwen2_moe grouped_mm balanced fp32
+        ("ddp", A.adapted(0, 8, "q_proj,v_proj", gpt_oss=True, checkpoint="reentrant"), "training", 2, 1),  # gpt_oss grouped_mm balanced fp32
+        ("ddp", A.four_bit(A.adapted(2, 8, A.ATT, checkpoint="non-reentrant"), "bf16", True), "training", 2, 0),  # mixtral batched_mm, mask ones
+        ("ddp", A.four_bit(A.adapted(5, 16, "q_proj,v_proj"), "fp32", False), "forward", 2, 1),  # qwen3_moe batched_mm worst, mask ones
+    ]
+    return [dist_point(p, kind, layout, world, rank, A.lora_name_of(p, kind)) for layout, p, kind, world, rank in rows]
+
+
 def mixed_precision_grid():
     """FSDP2's MixedPrecisionPolicy under fsdp and zero2: param_dtype bf16 over fp32 weights with
     reduce_dtype fp32 or unset (the param dtype), and reduce_dtype fp32 alone over bf16 weights, on
@@ -1319,6 +1339,7 @@ def main():
              "--qwen2-moe-sliding": (qwen2_moe_sliding_grid, QWEN2_MOE_SLIDING_OUT),
              "--autocast": (autocast_grid, AUTOCAST_OUT),
              "--aux-loss": (aux_loss_grid, AUX_LOSS_OUT),
+             "--aux-loss-lora": (aux_loss_lora_grid, AUX_LOSS_LORA_OUT),
              "--mixed-precision": (mixed_precision_grid, MIXED_PRECISION_OUT),
              "--units": (units_grid, UNITS_OUT),
              "--reentrant": (reentrant_grid, REENTRANT_OUT),
@@ -1336,7 +1357,7 @@ def main():
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
-        if flag in ("--lora-models", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models",
+        if flag in ("--lora-models", "--aux-loss-lora", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models",
                     "--lora-layouts", "--lora-mixed-precision-layouts", "--lora-extras-layouts", "--fsdp-qlora-layouts"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:

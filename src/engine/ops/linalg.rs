@@ -208,6 +208,8 @@ impl Tensor {
         let sa = (grad && rb).then(|| save(self));
         let sb = (grad && ra).then(|| save(other));
         let out = product(self, self.layout().clone(), other, other.layout().clone(), self.dtype(), "bmm");
+        // cuBLAS's copies of batches it cannot read in place die inside the op.
+        drop(super::operand_copies::bmm(self, other));
         if grad {
             return attach(out, "BmmBackward0", &[self, other], Box::new(move |g| {
                 let (b, a) = (sb.as_ref().map(|s| s.unpack()), sa.as_ref().map(|s| s.unpack()));

@@ -12,5 +12,6 @@ pub mod deepseek;
 pub mod int8;
 pub mod quant;
 pub mod nn;
+mod operand_copies;
 pub mod reduce;
 pub mod sampling;

@@ -147,6 +147,8 @@ impl Tensor {
         assert_eq!((batch1.dim(0), batch1.dim(1), batch2.dim(2)), (self.dim(0), self.dim(1), self.dim(2)), "baddbmm: shapes");
         assert_eq!(batch1.dim(2), batch2.dim(1), "baddbmm: inner sizes");
         let out = Tensor::build(self.device(), self.dtype(), self.shape(), "baddbmm", &[self, batch1, batch2], || meta_only("baddbmm"));
+        // The kernel's copies of batches BLAS cannot read in place die inside the op.
+        drop(super::operand_copies::baddbmm(batch1, batch2));
         if needs_grad(&[self, batch1, batch2]) {
             let (n1, n2) = (batch1.requires_grad(), batch2.requires_grad());
             let (b1, b2) = (n2.then(|| save(batch1)), n1.then(|| save(batch2)));

@@ -45,7 +45,8 @@ use crate::model::{ConfigError, ModelConfig};
 pub(super) fn check(hf: &HfConfig, m: &MoeConfig) -> Result<(), ConfigError> {
     let family = m.family.model_type();
     // The router's auxiliary loss (`output_router_logits`) is derived where profile runs it
-    // (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss; no adapters, no bitsandbytes: options/moe.rs):
+    // (Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss; with LoRA and 4-bit loads as
+    // moe_grid/aux_loss_lora.json measured them, options/moe.rs refusing the rest):
     // [`router_logits`].
     // LoRA on the attention (and Qwen2-MoE's shared expert) is derived, the router and experts
     // frozen (hf.rs's layer, hf/deepseek.rs, hf/gpt_oss.rs); so is peft's ParamWrapper
