@@ -7,8 +7,11 @@
 //! under DistributedDataParallel over gloo processes (LoRA, and bitsandbytes 4-bit QLoRA), FSDP2
 //! `fully_shard` per decoder layer then the PeftModel and ZeRO-2 (LoRA) under the fake process
 //! group, and (lora_layouts.json, `--lora-layouts`) hsdp, fully_shard on other units and
-//! reentrant checkpointing under FSDP2; measure_hf.py's loop of the point's profile type; per
-//! phase, requested bytes of blocks >= 512 B, the third iteration.
+//! reentrant checkpointing under FSDP2, with FSDP2's MixedPrecisionPolicy under hsdp
+//! (lora_mixed_precision_layouts.json), with peft's modules_to_save and bias
+//! (lora_extras_layouts.json) and over 4-bit FSDP-QLoRA (fsdp_qlora_layouts.json);
+//! measure_hf.py's loop of the point's profile type; per phase, requested bytes of blocks
+//! >= 512 B, the third iteration.
 mod scratch;
 mod grid_common;
 
@@ -282,8 +285,9 @@ fn layouts_refused_for_the_options_are_left_out_with_a_note() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// What lora_layouts.json measures runs from the command line; peft's modules_to_save and
-/// trained biases with those options (measured apart) exit 2 naming the flag.
+/// What lora_layouts.json and lora_extras_layouts.json measure runs from the command line; peft's
+/// modules_to_save and trained biases with two of those options (not measured) exit 2 naming the
+/// flag.
 #[test]
 fn lora_under_hsdp_units_and_reentrant_run() {
     let hsdp = ["--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"];
@@ -295,6 +299,12 @@ fn lora_under_hsdp_units_and_reentrant_run() {
         &[&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp[..]].concat(),
         &[&["--preset", "Gemma-3-27B", "--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &hsdp[..]].concat(),
         &["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--lora-r", "8", "--target-modules", "q_proj", "--target-parameters", "mlp.experts.gate_up_proj", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"],
+        // peft's modules_to_save and trained biases with them: lora_extras_layouts.json
+        &[&["--preset", "OLMo-2-7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head"][..], &hsdp[..]].concat(),
+        &["--preset", "Llama-3.2-1B", "--lora-r", "8", "--lora-bias", "all", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"],
+        &["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"],
+        &[&["--preset", "gpt-oss-20b", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--lora-bias", "all", "--dtype", "float32", "--gradient-checkpointing", "reentrant"][..], &hsdp[..]].concat(),
+        &["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--dtype", "float32", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"],
     ];
     for extra in runs {
         let out = tmp("layouts");
@@ -305,10 +315,12 @@ fn lora_under_hsdp_units_and_reentrant_run() {
         let _ = std::fs::remove_dir_all(&out);
     }
     let refused: &[(&[&str], &[&str])] = &[
-        (&[&["--preset", "OLMo-2-7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head"][..], &hsdp[..]].concat(), &["--modules-to-save", "hsdp", "not measured"]),
-        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--lora-bias", "all", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--lora-bias", "--fsdp-unit", "not measured"]),
-        (&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"], &["--modules-to-save", "reentrant", "not measured"]),
-        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--load-in-4bit"][..], &hsdp[..]].concat(), &["--parallel", "hsdp", "4-bit"]),
+        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--fsdp-unit", "every-2"][..], &hsdp[..]].concat(), &["--modules-to-save", "hsdp", "not measured"]),
+        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--modules-to-save", "reentrant", "not measured"]),
+        // bf16 copies beside the fp32 adapters in the root, the only unit: PyTorch raises
+        (&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--modules-to-save", "lm_head", "--dtype", "bfloat16", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root"], &["--modules-to-save", "uniform original parameter dtype"]),
+        // (4-bit under hsdp runs stored as the compute dtype: fsdp_qlora_layouts.json)
+        (&[&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--load-in-4bit"][..], &hsdp[..]].concat(), &["--bnb-4bit-quant-storage", "hsdp", "not measured"]),
         (&["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--gradient-checkpointing", "reentrant"], &["--gradient-checkpointing", "units", "not measured"]),
     ];
     for (args, needles) in refused {
@@ -368,4 +380,124 @@ fn fsdp_qlora_ranks_match_bitsandbytes() {
     let storages = values(&ps, |q| q["hf"]["quant_storage"].as_str().unwrap_or("uint8").to_string());
     assert_eq!(storages.len(), 2, "bf16 and the default uint8 storage: {storages:?}");
     grid_common::check("dist_grid/fsdp_qlora_models.json", &ps, 11, &[], run);
+}
+
+/// The fixture's points, its releases checked.
+fn layout_pairs(file: &str) -> Vec<Value> {
+    let doc = grid_common::fixture(file);
+    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION, "{file}: the fixture's transformers release");
+    assert_eq!((doc["peft"].as_str(), doc["bitsandbytes"].as_str()), (Some("0.21.2"), Some("0.50.2")), "{file}: the fixture's releases");
+    doc["points"].as_array().unwrap().to_vec()
+}
+
+/// What a pairs grid claims: the llama family and issue 30's models, fp32 and bf16 weights, rank
+/// 0 and a last rank.
+fn covers_pairs(file: &str, ps: &[Value], models: usize) {
+    let llama_family = |q: &Value| ["llama", "mistral", "qwen2", "qwen3"].contains(&q["hf"]["model_type"].as_str().unwrap());
+    assert!(ps.iter().any(llama_family), "{file}: the llama family");
+    let theirs = values(&ps.iter().filter(|q| !llama_family(q)).cloned().collect::<Vec<_>>(), |q| q["hf"]["model_type"].to_string());
+    assert!(theirs.len() >= models, "{file}: issue 30's models {theirs:?}");
+    assert!(ps.iter().any(|q| DENSE.contains(&q["hf"]["model_type"].as_str().unwrap())) && ps.iter().any(|q| MOE.contains(&q["hf"]["model_type"].as_str().unwrap())), "{file}: families and MoE models");
+    assert!(ps.iter().any(|q| q["rank"] == 0) && ps.iter().any(|q| q["rank"] != 0 && q["rank"].as_u64().unwrap() + 1 == q["world_size"].as_u64().unwrap()), "{file}: rank 0 and a last rank");
+    assert!(values(ps, |q| q["shard"].to_string()).len() >= 2 || ps.iter().all(|q| q["layout"] != "hsdp"), "{file}: hsdp shards 2 and 3");
+}
+
+/// dist_grid/lora_mixed_precision_layouts.json (`measure_dist.py --lora-mixed-precision-layouts`):
+/// FSDP2's MixedPrecisionPolicy over peft's LoRA under hsdp, the llama family and issue 30's models.
+#[test]
+fn lora_mixed_precision_under_hsdp_ranks_match_peft() {
+    let file = "dist_grid/lora_mixed_precision_layouts.json";
+    let ps = layout_pairs(file);
+    covers_pairs(file, &ps, 7);
+    assert!(ps.iter().all(|q| q["layout"] == "hsdp"), "hsdp");
+    let policy = values(&ps, |q| format!("{}/{}", q["param_dtype"], q["reduce_dtype"]));
+    assert_eq!(policy.len(), 3, "bf16/fp32, bf16/- and -/fp32: {policy:?}");
+    assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "fp32 and bf16 weights");
+    grid_common::check(file, &ps, 14, KNOWN_FAILING, run);
+}
+
+/// dist_grid/lora_extras_layouts.json (`measure_dist.py --lora-extras-layouts`): peft's
+/// modules_to_save and trained biases under hsdp, other fully_shard units and reentrant
+/// checkpointing.
+#[test]
+fn modules_to_save_and_lora_bias_under_hsdp_units_and_reentrant_ranks_match_peft() {
+    let file = "dist_grid/lora_extras_layouts.json";
+    let ps = layout_pairs(file);
+    covers_pairs(file, &ps, 6);
+    let saves = |q: &Value| q["hf"]["modules_to_save"].as_str().is_some_and(|m| !m.is_empty());
+    let bias = |q: &Value| q["hf"]["lora_bias"].as_str().is_some_and(|b| b != "none");
+    let option = |q: &Value| if q["hf"]["checkpoint"] == "reentrant" { "reentrant" } else if q["unit"].is_u64() { "units" } else { "hsdp" };
+    for what in ["hsdp", "units", "reentrant"] {
+        for (extra, f) in [("modules_to_save", &saves as &dyn Fn(&Value) -> bool), ("lora_bias", &bias)] {
+            assert!(ps.iter().any(|q| option(q) == what && f(q)), "{extra} with {what}");
+        }
+    }
+    assert_eq!(values(&ps, |q| q["unit"].to_string()), BTreeSet::from(["null".to_string(), "0".into(), "2".into()]), "every 2 layers and the root");
+    assert_eq!(values(&ps, |q| q["hf"]["dtype"].to_string()).len(), 2, "fp32 and bf16 weights");
+    grid_common::check(file, &ps, 14, KNOWN_FAILING, run);
+}
+
+/// dist_grid/fsdp_qlora_layouts.json (`measure_dist.py --fsdp-qlora-layouts`): FSDP-QLoRA
+/// (4-bit stored as the compute dtype, bf16 or fp32) under hsdp, other fully_shard units and reentrant checkpointing under hsdp.
+#[test]
+fn fsdp_qlora_under_hsdp_units_and_reentrant_ranks_match_bitsandbytes() {
+    let file = "dist_grid/fsdp_qlora_layouts.json";
+    let ps = layout_pairs(file);
+    covers_pairs(file, &ps, 7);
+    assert!(ps.iter().all(|q| q["hf"]["load_in_4bit"] == true && q["hf"]["quant_storage"] == q["hf"]["compute_dtype"]), "4-bit stored as the compute dtype");
+    assert!(ps.iter().any(|q| q["layout"] == "hsdp" && q["hf"]["checkpoint"] == "reentrant"), "reentrant under hsdp");
+    assert_eq!(values(&ps, |q| q["unit"].to_string()), BTreeSet::from(["null".to_string(), "0".into(), "2".into()]), "every 2 layers and the root");
+    assert_eq!(values(&ps, |q| q["hf"]["quant_type"].to_string()).len(), 2, "nf4 and fp4");
+    assert!(ps.iter().any(|q| q["hf"]["compute_dtype"] == "fp32") && ps.iter().any(|q| q["hf"]["compute_dtype"] == "bf16"), "compute fp32 and bf16");
+    grid_common::check(file, &ps, 16, KNOWN_FAILING, run);
+}
+
+/// What the pairs grids measure runs from the command line (each alone measured before:
+/// lora_layouts.json, lora_mixed_precision*.json, lora_extras.json, fsdp_qlora*.json).
+#[test]
+fn adapters_under_measured_layout_pairs_run() {
+    let hsdp = ["--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"];
+    let policy = ["--fsdp-param-dtype", "bfloat16", "--fsdp-reduce-dtype", "float32"];
+    let qlora = ["--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16", "--bnb-4bit-quant-storage", "bfloat16"];
+    let runs: Vec<Vec<&str>> = vec![
+        // FSDP2's MixedPrecisionPolicy over LoRA under hsdp (lora_mixed_precision_layouts.json)
+        [&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp, &policy].concat(),
+        [&["--preset", "Gemma-2-9B", "--lora-r", "8", "--dtype", "bfloat16"][..], &hsdp, &policy].concat(),
+        [&["--preset", "Qwen3-30B-A3B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--fsdp-param-dtype", "bf16"][..], &hsdp].concat(),
+        // FSDP-QLoRA under hsdp, other units and reentrant checkpointing under hsdp (fsdp_qlora_layouts.json)
+        [&["--preset", "Llama-3.2-1B", "--lora-r", "8"][..], &hsdp, &qlora].concat(),
+        [&["--preset", "Mixtral-8x7B", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--gradient-checkpointing", "reentrant"][..], &hsdp, &qlora].concat(),
+        [&["--preset", "Gemma-3-27B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root", "--gradient-checkpointing", "non-reentrant"][..], &qlora].concat(),
+        [&["--preset", "Qwen3-8B", "--lora-r", "8", "--parallel", "zero2", "--world-size", "3", "--fsdp-unit", "every-2", "--gradient-checkpointing", "none", "--load-in-4bit", "--bnb-4bit-compute-dtype", "float32", "--bnb-4bit-quant-storage", "float32"][..]].concat(),
+    ];
+    for extra in &runs {
+        let out = tmp("pairs");
+        let mut args = vec!["profile", "--device", "meta", "--context-length", "64", "--batch-size", "1", "--warmup-steps", "0", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = vramscope(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let refused: Vec<(Vec<&str>, &[&str])> = vec![
+        // the policy over adapters with reentrant checkpointing: no grid measures it
+        ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &hsdp, &policy].concat(), &["--gradient-checkpointing", "MixedPrecisionPolicy", "not measured"]),
+        ([&["--preset", "Qwen3-8B", "--lora-r", "8", "--gradient-checkpointing", "reentrant", "--parallel", "fsdp", "--world-size", "2"][..], &policy].concat(), &["--gradient-checkpointing", "MixedPrecisionPolicy", "not measured"]),
+        // FSDP-QLoRA under hsdp and other units: measured stored as the compute dtype, prepared, each alone
+        ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--fsdp-unit", "every-2", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..], &qlora].concat(), &["--gradient-checkpointing", "fully_shard units", "not measured"]),
+        ([&["--preset", "Llama-3.2-1B", "--lora-r", "8", "--prepare-model-for-kbit-training", "false"][..], &hsdp, &qlora].concat(), &["--prepare-model-for-kbit-training", "hsdp", "not measured"]),
+        ([&["--preset", "Qwen3-8B", "--lora-r", "8", "--fsdp-unit", "root", "--gradient-checkpointing", "none", "--load-in-4bit", "--bnb-4bit-compute-dtype", "bfloat16", "--bnb-4bit-quant-storage", "float16", "--parallel", "zero2", "--world-size", "2"][..]].concat(), &["--bnb-4bit-quant-storage", "fsdp-unit", "not measured"]),
+        ([&["--preset", "Phi-3-mini", "--lora-r", "8", "--target-modules", "qkv_proj", "--fsdp-unit", "every-2", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant"][..], &qlora].concat(), &["--gradient-checkpointing", "units", "not measured"]),
+    ];
+    for (args, needles) in &refused {
+        let out = tmp("pairs-refused");
+        let mut a = vec!["profile", "--device", "meta", "--context-length", "64", "--num-layers", "2", "--out-dir", out.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = vramscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "{args:?} should say {n}: {err}");
+        }
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
 }

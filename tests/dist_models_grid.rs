@@ -382,7 +382,8 @@ fn layouts_not_measured_for_these_models_are_refused() {
         // time, and the policy with hsdp or with the router's loss (mixed_precision_pairs.json).
         (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--output-router-logits"], &["--parallel", "router", "aux_loss.json", "not measured"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--output-router-logits", "--fsdp-param-dtype", "bf16"], &["--parallel", "router", "MixedPrecisionPolicy", "mixed_precision_pairs.json", "not measured"]),
-        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8"], &["--parallel", "hsdp", "adapters", "not measured"]),
+        // (over peft's LoRA the policy under hsdp runs: lora_mixed_precision_layouts.json; not over 4-bit weights)
+        (&["--preset", "Gemma-2-9B", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16", "--gradient-checkpointing", "non-reentrant"], &["--parallel", "hsdp", "bitsandbytes", "not measured"]),
         // The policy over peft's adapters on modules is measured (lora_mixed_precision_models.json); not through ParamWrapper.
         (&["--preset", "Qwen3-30B-A3B", "--experts-implementation", "grouped_mm", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--lora-r", "8", "--target-parameters", "mlp.experts.gate_up_proj"], &["--target-parameters", "MixedPrecisionPolicy", "not measured"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "bf16", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "q_proj"], &["--fsdp-unit", "MixedPrecisionPolicy", "not measured"]),
@@ -393,8 +394,9 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--gradient-checkpointing", "reentrant", "--fsdp-unit", "every-2"], &["--gradient-checkpointing", "reentrant", "units", "not measured"]),
         (&["--preset", "OLMo-2-7B", "--parallel", "fsdp", "--world-size", "2", "--offload", "params"], &["--offload", "not measured"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "zero2", "--world-size", "2", "--fsdp-unit", "root", "--output-router-logits"], &["--fsdp-unit", "not measured"]),
-        // (peft's LoRA under other units, hsdp and reentrant runs: lora_layouts.json; not 4-bit QLoRA)
-        (&["--preset", "Phi-3-mini", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "qkv_proj", "--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16"], &["--fsdp-unit", "bitsandbytes", "not measured"]),
+        // (peft's LoRA under other units, hsdp and reentrant runs: lora_layouts.json; 4-bit QLoRA
+        // under other units and hsdp too, fsdp_qlora_layouts.json, but not under hsdp with other units)
+        (&["--preset", "Phi-3-mini", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-unit", "every-2", "--lora-r", "8", "--target-modules", "qkv_proj", "--load-in-4bit", "--bnb-4bit-quant-storage", "bfloat16", "--gradient-checkpointing", "none"], &["--fsdp-unit", "hsdp", "not measured"]),
         // Phi-3 runs transformers' own tensor-parallel plan (tests/tp_hf_grid.rs), not torch's.
         (&["--preset", "Phi-3-mini", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch", "--optimizer", "adamw_torch_forloop", "--max-grad-norm", "0"], &["--tp-plan", "base_model_tp_plan"]),
         // Mixtral's, Qwen3-MoE's, Qwen2-MoE's and DeepSeek-V3's plans run (tests/tp_hf_moe_grid.rs);
@@ -402,7 +404,8 @@ fn layouts_not_measured_for_these_models_are_refused() {
         (&["--preset", "gpt-oss-20b", "--parallel", "tp", "--world-size", "2", "--tp-plan", "auto"], &["--parallel", "base_model_tp_plan", "not measured", "no --ep"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "tp", "--world-size", "2", "--tp-plan", "torch"], &["--tp-plan", "3-D experts"]),
         (&["--preset", "Mixtral-8x7B", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "expert-parallel", "no --ep"]),
-        (&["--preset", "gpt-oss-20b", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--modules-to-save", "lm_head"], &["--modules-to-save", "hsdp", "not measured"]),
+        // (modules_to_save under hsdp runs: lora_extras_layouts.json; bf16 copies in the root unit beside the fp32 adapters raise in PyTorch)
+        (&["--preset", "gpt-oss-20b", "--parallel", "fsdp", "--world-size", "2", "--fsdp-unit", "root", "--dtype", "bfloat16", "--lora-r", "8", "--target-modules", "q_proj,v_proj", "--modules-to-save", "lm_head"], &["--modules-to-save", "uniform original parameter dtype"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "hsdp", "--world-size", "8", "--gpus-per-node", "2", "--fsdp-reduce-dtype", "fp32", "--fsdp-unit", "every-2"], &["--fsdp-unit", "deepseek_v3", "not measured"]),
         (&["--preset", "DeepSeek-V3", "--attn-implementation", "eager", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "no --ep"]),
     ];

@@ -188,12 +188,14 @@ fn transformers_flags_on_other_flavours_exit_2_naming_the_flag() {
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-type", "int4"], &["--bnb-4bit-quant-type"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--bnb-4bit-quant-storage", "int8"], &["--bnb-4bit-quant-storage"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--precision", "bf16"], &["--precision", "4-bit"]);
-    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--parallel", "hsdp", "ddp, zero2 and fsdp"]);
+    // (under hsdp 4-bit is measured stored as the compute dtype: dist_grid/fsdp_qlora_layouts.json)
+    refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2"], &["--bnb-4bit-quant-storage", "hsdp", "not measured"]);
     refused(&["--model", "Llama-3.2-1B", "--load-in-4bit", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1"]);
     // LoRA under data parallelism: ddp, zero2 and fsdp are modelled; the rest is refused.
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "zero1", "--world-size", "2"], &["--parallel", "zero1", "ddp, zero2 and fsdp"]);
-    // (hsdp runs: dist_grid/lora_layouts.json; not with FSDP2's MixedPrecisionPolicy)
-    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16"], &["--parallel", "hsdp", "MixedPrecisionPolicy"]);
+    // (hsdp runs: dist_grid/lora_layouts.json; with FSDP2's MixedPrecisionPolicy too,
+    // lora_mixed_precision_layouts.json, but not on other fully_shard units)
+    refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "hsdp", "--world-size", "4", "--gpus-per-node", "2", "--fsdp-param-dtype", "bf16", "--fsdp-unit", "root"], &["--fsdp-unit", "MixedPrecisionPolicy"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "tp", "--world-size", "2"], &["--parallel", "tensor parallelism"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "4", "--tp", "2"], &["--tp", "tensor parallelism"]);
     refused(&["--model", "Llama-3.2-1B", "--lora-r", "8", "--parallel", "fsdp", "--world-size", "2", "--fsdp-param-dtype", "fp16"], &["--fsdp-param-dtype", "MixedPrecisionPolicy", "not measured"]);

@@ -224,8 +224,9 @@ impl Adapted {
 /// Why a LoRA, DoRA, 4-bit or 8-bit model cannot run under `c` (the flag to blame and the
 /// message), or None where the layout is modelled for it: DDP, FSDP2 per block and ZeRO-2
 /// (LoRA and QLoRA, any bnb_4bit_quant_storage), as tools/pytorch/measure_dist.py --lora and
-/// --fsdp-qlora measure them, and HSDP (LoRA; --lora-layouts measures it on the llama family and
-/// issue 30's models); 8-bit and DoRA under no layout yet. profile, fit and compare all ask here.
+/// --fsdp-qlora measure them, and HSDP (LoRA: --lora-layouts measures it on the llama family and
+/// issue 30's models; 4-bit: --fsdp-qlora-layouts); 8-bit and DoRA under no layout yet. profile,
+/// fit and compare all ask here.
 pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str, String)> {
     let Adapted { lora, dora, four_bit, eight_bit } = m;
     let what = if c.tp > 1 { "--tp" } else { "--parallel" };
@@ -248,19 +249,21 @@ pub fn adapters_refusal(c: &ParallelConfig, m: Adapted) -> Option<(&'static str,
         // the weights' dtype and peft's options).
         Layout::Fsdp | Layout::Zero2 | Layout::Hsdp if c.offload_params => Some(("--offload", "FSDP2's CPUOffloadPolicy over a LoRA model is not modelled: drop it".into())),
         Layout::Fsdp | Layout::Zero2 => None,
-        // (dist_grid/lora_layouts.json: LoRA, not 4-bit weights, on a 2-D mesh)
-        Layout::Hsdp if !four_bit => None,
-        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp, zero2 and fsdp are{})", other.name(), if four_bit { "" } else { "; hsdp for LoRA" }))),
+        // (dist_grid/lora_layouts.json: LoRA on a 2-D mesh; fsdp_qlora_layouts.json: 4-bit,
+        // whose limits there are qlora_layout_refusal's)
+        Layout::Hsdp => None,
+        other => Some(("--parallel", format!("{what} under {} are not modelled (ddp, zero2 and fsdp are, hsdp too)", other.name()))),
     }
 }
 
 /// Why FSDP2's MixedPrecisionPolicy over peft's adapters is not modelled for `h` with weights
 /// of `precision` (the flag to blame and the message), or None. Measured (fsdp and zero2, per
 /// decoder layer; dist_grid/lora_mixed_precision.json on llama, mistral, qwen2, qwen3 and
-/// lora_mixed_precision_models.json on issue 30's models): param_dtype bf16 with reduce_dtype
-/// fp32 or unset, and reduce_dtype fp32 alone, over fp32 or bf16 weights (fp32 adapters), no
-/// autocast, adapters on modules (not ParamWrapper's target_parameters), without peft's
-/// modules_to_save or bias, each decoder layer its own fully_shard unit.
+/// lora_mixed_precision_models.json on issue 30's models; hsdp too:
+/// lora_mixed_precision_layouts.json): param_dtype bf16 with reduce_dtype fp32 or unset, and
+/// reduce_dtype fp32 alone, over fp32 or bf16 weights (fp32 adapters), no autocast, adapters on
+/// modules (not ParamWrapper's target_parameters), without peft's modules_to_save or bias, each
+/// decoder layer its own fully_shard unit.
 pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig, precision: crate::train::Precision) -> Option<(&'static str, String)> {
     if !(c.param_dtype.is_some() || c.reduce_dtype.is_some()) {
         return None;
@@ -272,7 +275,7 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
     }
     let Some(l) = &h.lora else { return None };
     let policy = "FSDP2's MixedPrecisionPolicy over peft's adapters";
-    let measured = "(measured: --fsdp-param-dtype bf16 with --fsdp-reduce-dtype fp32 or unset, or --fsdp-reduce-dtype fp32 alone, over fp32 or bf16 weights: dist_grid/lora_mixed_precision.json)";
+    let measured = "(measured: --fsdp-param-dtype bf16 with --fsdp-reduce-dtype fp32 or unset, or --fsdp-reduce-dtype fp32 alone, over fp32 or bf16 weights, under fsdp, zero2 and hsdp: dist_grid/lora_mixed_precision.json, lora_mixed_precision_layouts.json)";
     if let Some(d) = c.param_dtype.filter(|&d| d != DType::BF16) {
         return Some(("--fsdp-param-dtype", format!("{d} under {policy} is not measured {measured}")));
     }
@@ -292,7 +295,8 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
         (!l.modules_to_save.is_empty(), "--modules-to-save", "peft's modules_to_save"),
         (l.bias != crate::model::lora::LoraBias::None, "--lora-bias", "peft's trained biases (bias)"),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard units other than each decoder layer"),
-        (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)"),
+        // (the grids checkpoint off or non-reentrant; reentrant with the policy is measured over full weights only)
+        (h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "--gradient-checkpointing", "reentrant checkpointing"),
     ];
     if let Some(&(_, f, what)) = other.iter().find(|o| o.0) {
         return Some((f, format!("{what} with {policy} ({flag}) is not measured {measured}; drop one")));
@@ -302,19 +306,49 @@ pub fn mixed_precision_adapters_refusal(c: &ParallelConfig, h: &crate::model::hf
 
 /// Why peft's modules_to_save or trained biases (`--modules-to-save`, `--lora-bias`) cannot run
 /// under FSDP2's other options: they are measured under ddp, zero2 and fsdp per decoder layer
-/// (dist_grid/lora_extras.json), and hsdp, other fully_shard units and reentrant checkpointing
-/// over peft's adapters without them (lora_layouts.json); not together.
+/// (dist_grid/lora_extras.json), and under hsdp, other fully_shard units and reentrant
+/// checkpointing under fsdp and hsdp (lora_extras_layouts.json); other units together with hsdp
+/// or reentrant checkpointing are not.
 pub fn adapter_extras_layout_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig) -> Option<(&'static str, String)> {
     let l = h.lora.as_ref()?;
     let flag = if !l.modules_to_save.is_empty() { "--modules-to-save" } else if l.bias != crate::model::lora::LoraBias::None { "--lora-bias" } else { return None };
     let fully_shard = c.shards_params() && c.tp <= 1;
+    let units = c.blocks_per_unit != Some(1);
     let what = [
-        (c.layout == Layout::Hsdp, "hsdp (--parallel hsdp)"),
-        (c.blocks_per_unit != Some(1), "fully_shard units other than each decoder layer (--fsdp-unit)"),
-        (h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "reentrant checkpointing (--gradient-checkpointing reentrant)"),
+        (units && c.layout == Layout::Hsdp, "fully_shard units other than each decoder layer (--fsdp-unit) under hsdp"),
+        (units && h.reentrant && c.reshard_after_forward && matches!(c.layout, Layout::Fsdp | Layout::Hsdp), "fully_shard units other than each decoder layer (--fsdp-unit) and reentrant checkpointing"),
     ];
     let (_, what) = what.iter().find(|o| fully_shard && o.0)?;
-    Some((flag, format!("peft's {} with {what} is not measured (each is apart: dist_grid/lora_extras.json, lora_layouts.json): drop one", if flag == "--lora-bias" { "trained biases (bias)" } else { "modules_to_save" })))
+    Some((flag, format!("peft's {} with {what} together is not measured (each is: dist_grid/lora_extras_layouts.json): drop one", if flag == "--lora-bias" { "trained biases (bias)" } else { "modules_to_save" })))
+}
+
+/// Why a 4-bit QLoRA model cannot run under hsdp or fully_shard units other than each decoder
+/// layer: dist_grid/fsdp_qlora_layouts.json measures them (each alone; reentrant checkpointing
+/// under hsdp too) with bnb_4bit_quant_storage the compute dtype (bf16 or fp32), after
+/// prepare_model_for_kbit_training.
+pub fn qlora_layout_refusal(c: &ParallelConfig, h: &crate::model::hf::HfConfig) -> Option<(&'static str, String)> {
+    let q = h.bnb.as_ref()?;
+    let q4 = q.four_bit()?;
+    let units = c.blocks_per_unit != Some(1);
+    if !c.shards_params() || c.tp > 1 || !(units || c.layout == Layout::Hsdp) {
+        return None;
+    }
+    let what = if c.layout == Layout::Hsdp { "hsdp (--parallel hsdp)" } else { "fully_shard units other than each decoder layer (--fsdp-unit)" };
+    let measured = "(measured: 4-bit stored as the compute dtype, bf16 or fp32, prepared: dist_grid/fsdp_qlora_layouts.json)";
+    if q4.quant_storage != q4.compute_dtype {
+        return Some(("--bnb-4bit-quant-storage", format!("{} storage with {} compute under {what} is not measured {measured}", q4.quant_storage, q4.compute_dtype)));
+    }
+    if !q.prepare {
+        return Some(("--prepare-model-for-kbit-training", format!("4-bit weights unprepared under {what} are not measured {measured}")));
+    }
+    if units && c.layout == Layout::Hsdp {
+        return Some(("--fsdp-unit", format!("4-bit QLoRA under hsdp with other fully_shard units is not measured {measured}: drop one")));
+    }
+    // (prepare_model_for_kbit_training's default is reentrant: the grid's units points checkpoint off or non-reentrant)
+    if units && h.reentrant {
+        return Some(("--gradient-checkpointing", format!("4-bit QLoRA with reentrant checkpointing (prepare_model_for_kbit_training's default) and other fully_shard units is not measured {measured}: use --gradient-checkpointing non-reentrant or none, or drop --fsdp-unit")));
+    }
+    None
 }
 
 /// The layouts compare and fit put side by side when none is named: ddp, zero1, zero2 and

@@ -10,9 +10,11 @@
 //! (tests/dist_lora_models_grid.rs); Qwen2-MoE's sliding window (use_sliding_window) as
 //! --qwen2-moe-sliding measures it (full weights); and, each alone over full weights, the
 //! router's auxiliary loss (--aux-loss), fully_shard units other than each layer and hsdp
-//! (--units; over peft's LoRA too, --lora-layouts), FSDP2's MixedPrecisionPolicy under fsdp and
+//! (--units; over peft's LoRA too, --lora-layouts; over 4-bit QLoRA, --fsdp-qlora-layouts),
+//! FSDP2's MixedPrecisionPolicy under fsdp and
 //! zero2 (--mixed-precision; over peft's adapters too, --lora-mixed-precision-models; with hsdp
-//! or with the router's loss over full weights, --mixed-precision-pairs), and reentrant
+//! or with the router's loss over full weights, --mixed-precision-pairs; with hsdp over peft's
+//! LoRA, --lora-mixed-precision-layouts), and reentrant
 //! checkpointing under fsdp and hsdp (--reentrant; over peft's LoRA too, --lora-layouts). The
 //! rest is refused, naming the flag and why.
 use crate::model::hf::HfConfig;
@@ -88,7 +90,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     // dist_grid/fsdp_qlora.json.)
     // With peft's adapters (LoRA; ParamWrapper measured on grouped_mm experts, the eager loop is
     // refused above) under fsdp and hsdp: lora_layouts.json.
-    if hf.reentrant && hf.bnb.is_none() && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
+    // (4-bit under hsdp too: fsdp_qlora_layouts.json)
+    if hf.reentrant && matches!(c.layout, Layout::Fsdp | Layout::Hsdp) && c.reshard_after_forward {
         let other = [
             // (with the policy under fsdp over full weights: reentrant_mixed_precision.json)
             ((c.param_dtype.is_some() || c.reduce_dtype.is_some()) && (c.layout == Layout::Hsdp || hf.lora.is_some()), "FSDP2's MixedPrecisionPolicy"),
@@ -118,7 +121,8 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         // parallel::mixed_precision_adapters_refusal's)
         (c.param_dtype.is_some() || c.reduce_dtype.is_some(), mp_flag, "FSDP2's MixedPrecisionPolicy", "mixed_precision.json", true),
         (moe.is_some_and(|m| m.output_router_logits), "--output-router-logits", "the router's auxiliary loss", "aux_loss.json", false),
-        // over peft's adapters: lora_layouts.json (every-2 and the root alone; hsdp)
+        // over peft's adapters: lora_layouts.json (every-2 and the root alone; hsdp); over 4-bit
+        // QLoRA: fsdp_qlora_layouts.json
         (c.layout == Layout::Hsdp, "--parallel", "hsdp (FSDP2 on a 2-D mesh)", "units.json", true),
         (c.blocks_per_unit != Some(1), "--fsdp-unit", "fully_shard on units other than each decoder layer", "units.json", true),
     ];
@@ -135,15 +139,21 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
         if !measured_pair {
             return Some((flag2, format!("{what2} together with {what} over {name} under a parallel layout is not measured (each alone is: dist_grid/{file}): drop one")));
         }
-        if hf.lora.is_some() || hf.bnb.is_some() {
-            return Some((flag2, format!("{what2} together with {what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/mixed_precision_pairs.json): drop one, or profile one GPU")));
+        // The policy with hsdp over peft's LoRA: lora_mixed_precision_layouts.json (its limits
+        // are parallel::mixed_precision_adapters_refusal's).
+        let hsdp_lora = on[1].1 == "--parallel" && hf.bnb.is_none();
+        if (hf.lora.is_some() && !hsdp_lora) || hf.bnb.is_some() {
+            return Some((flag2, format!("{what2} together with {what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout is not measured (full weights are: dist_grid/mixed_precision_pairs.json; LoRA with the policy under hsdp: lora_mixed_precision_layouts.json): drop one, or profile one GPU")));
         }
     }
     if let [&(_, flag, what, file, with_adapters)] = on.as_slice() {
+        // 4-bit QLoRA (stored as a float type) under hsdp and other units:
+        // fsdp_qlora_layouts.json (its limits are parallel::qlora_layout_refusal's).
+        let qlora_measured = with_adapters && matches!(flag, "--parallel" | "--fsdp-unit");
         // The router's loss with LoRA or a 4-bit load under ddp: dist_grid/aux_loss_lora.json
         // (what one GPU refuses with it, moe::apply has refused already).
         let aux_ddp = flag == "--output-router-logits" && c.layout == Layout::Ddp && hf.bnb.as_ref().is_none_or(|q| q.four_bit().is_some());
-        if !aux_ddp && (hf.bnb.is_some() || (hf.lora.is_some() && !with_adapters)) {
+        if !aux_ddp && ((hf.bnb.is_some() && !qlora_measured) || (hf.lora.is_some() && !with_adapters)) {
             let ddp = if flag == "--output-router-logits" { "; under ddp adapters and 4-bit loads are too: aux_loss_lora.json): use --parallel ddp, drop it" } else { "): drop it" };
             return Some((flag, format!("{what} over {name} with peft's adapters or bitsandbytes weights under a parallel layout (--parallel {}) is not measured (full weights are: dist_grid/{file}{ddp}, or profile one GPU", c.layout.name())));
         }
@@ -151,14 +161,24 @@ pub fn refusal(c: &ParallelConfig, hf: &HfConfig) -> Option<(&'static str, Strin
     None
 }
 
-/// FSDP2 (fsdp, zero2 and hsdp: `fully_shard` per decoder layer) asserts one original dtype over
-/// a unit's trainable parameters: peft's trained biases (`--lora-bias`) in the weights' bf16 or
-/// fp16 beside the fp32 adapters make PyTorch raise "FSDP expects uniform original parameter
-/// dtype" (measured on gpt-oss and Qwen2-MoE: measure_dist.py --lora-extras), so no step runs.
+/// FSDP2 (fsdp, zero2 and hsdp) asserts one original dtype over a `fully_shard` unit's trainable
+/// parameters (`FSDPParamGroup._init_mp_dtypes`): peft's trained biases (`--lora-bias`) in the
+/// weights' bf16 or fp16 beside the fp32 adapters of a decoder layer make PyTorch raise "FSDP
+/// expects uniform original parameter dtype" (measured on gpt-oss and Qwen2-MoE: measure_dist.py
+/// --lora-extras), and so do peft's modules_to_save copies (in the weights' dtype) where the root
+/// is the only unit (`--fsdp-unit root`: the adapters are the root's too), so no step runs.
 pub fn bias_dtype_refusal(c: &ParallelConfig, cfg: &crate::model::ModelConfig, weights: crate::engine::DType) -> Option<(&'static str, String)> {
     let fully_shard = matches!(c.layout, Layout::Fsdp | Layout::Zero2 | Layout::Hsdp);
-    if !fully_shard || weights == crate::engine::DType::F32 || cfg.lora_bias_count() == 0 {
+    if !fully_shard || weights == crate::engine::DType::F32 {
         return None;
     }
-    Some(("--lora-bias", format!("trains {weights} biases beside peft's fp32 adapters in one fully_shard unit: FSDP2 (--parallel {}) raises \"FSDP expects uniform original parameter dtype\" in PyTorch; use fp32 weights, --lora-bias none, or --parallel ddp", c.layout.name())))
+    let raises = "raises \"FSDP expects uniform original parameter dtype\" in PyTorch";
+    if cfg.lora_bias_count() > 0 {
+        return Some(("--lora-bias", format!("trains {weights} biases beside peft's fp32 adapters in one fully_shard unit: FSDP2 (--parallel {}) {raises}; use fp32 weights, --lora-bias none, or --parallel ddp", c.layout.name())));
+    }
+    let saves = cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| !l.modules_to_save.is_empty());
+    if saves && c.blocks_per_unit.is_none() {
+        return Some(("--modules-to-save", format!("trains {weights} copies (modules_to_save) beside peft's fp32 adapters in the root, the only fully_shard unit (--fsdp-unit root): FSDP2 (--parallel {}) {raises}; use fp32 weights, or --fsdp-unit block or every-N", c.layout.name())));
+    }
+    None
 }

@@ -286,6 +286,9 @@ pub fn options(a: &ProfileArgs) -> Result<ProfileOptions> {
         if let Some((flag, why)) = super::parallel::adapter_extras_layout_refusal(pc, h) {
             return Err(usage(flag, why));
         }
+        if let Some((flag, why)) = super::parallel::qlora_layout_refusal(pc, h) {
+            return Err(usage(flag, why));
+        }
     }
     if let Some(pc) = parallel.as_ref().filter(|c| optim.kind == crate::train::optim::OptimizerKind::Adafactor && !matches!(c.layout, crate::parallel::Layout::Ddp | crate::parallel::Layout::Zero1)) {
         // Adafactor builds its state from the gradient's (global) shape with plain

@@ -72,6 +72,9 @@ measure_hf.py's loop of the point's profile type.
     python3 measure_dist.py --fsdp-qlora   # QLoRA with bnb_4bit_quant_storage under fsdp/zero2 -> tests/fixtures/dist_grid/fsdp_qlora.json
     python3 measure_dist.py --fsdp-qlora-models  # the same on issue 30's models -> tests/fixtures/dist_grid/fsdp_qlora_models.json
     python3 measure_dist.py --lora-layouts  # LoRA of issue 30's models under hsdp, other units, reentrant -> tests/fixtures/dist_grid/lora_layouts.json
+    python3 measure_dist.py --lora-mixed-precision-layouts  # the policy over LoRA under hsdp -> tests/fixtures/dist_grid/lora_mixed_precision_layouts.json
+    python3 measure_dist.py --lora-extras-layouts  # modules_to_save / lora_bias under hsdp, other units, reentrant -> tests/fixtures/dist_grid/lora_extras_layouts.json
+    python3 measure_dist.py --fsdp-qlora-layouts  # FSDP-QLoRA under hsdp, other units, reentrant -> tests/fixtures/dist_grid/fsdp_qlora_layouts.json
     python3 measure_dist.py --point JSON # one point, printed as JSON (used by the grid)
 """
 import json
@@ -103,6 +106,9 @@ LORA_MIXED_PRECISION_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_
 FSDP_QLORA_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora.json")
 FSDP_QLORA_MODELS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_models.json")
 LORA_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_layouts.json")
+LORA_MIXED_PRECISION_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_mixed_precision_layouts.json")
+LORA_EXTRAS_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/lora_extras_layouts.json")
+FSDP_QLORA_LAYOUTS_OUT = os.path.join(HERE, "../../tests/fixtures/dist_grid/fsdp_qlora_layouts.json")
 
 
 def setup_for(pt):
@@ -589,6 +595,109 @@ def lora_layouts_grid():
         ("fsdp", L.lora("qwen3", 6, 8, "q_proj,v_proj", checkpoint=re, dtype="fp32"), "training", 4, 3, {}),
     ]
     return [dist_point(p, kind, layout, world, rank, L.names(p, kind), **o) for layout, p, kind, world, rank, o in rows]
+
+
+def lora_mixed_precision_layouts_grid():
+    """FSDP2's MixedPrecisionPolicy over peft's LoRA under hsdp (a (world / shard, shard) mesh,
+    fully_shard per decoder layer): the llama family (make_lora_grid.py's lora shapes) and issue
+    30's models (family_lora / moe_lora / gptoss_lora / deepseek_lora: the MoE models'
+    attention, Qwen2-MoE's shared expert, Phi-3's fused projections); param_dtype bf16 with
+    reduce_dtype fp32 or unset and reduce_dtype fp32 alone, over bf16 and fp32 weights, world
+    4-6, ranks 0 and the last, checkpointing off and non-reentrant, training and a forward."""
+    import make_lora_grid as L
+    bf, pd, rd = dict(param_dtype="bf16", reduce_dtype="fp32"), dict(param_dtype="bf16"), dict(reduce_dtype="fp32")
+    h2, h3 = dict(shard=2), dict(shard=3)
+    att = "q_proj,k_proj,v_proj,o_proj"
+    mla = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj"
+    fam = lambda mt, i, r, t, ck="none", dtype="bf16": L.family_lora(mt, i, r, t, checkpoint=ck, dtype=dtype)
+    # (point, profile type, world, rank, mesh, policy)
+    rows = [
+        (L.lora("llama", 0, 8, "all-linear"), "training", 4, 0, h2, bf),
+        (L.lora("qwen3", 6, 16, "q_proj,v_proj", checkpoint="non-reentrant", dtype="fp32"), "training", 4, 3, h2, pd),
+        (L.moe_lora(1, 16, att, checkpoint="non-reentrant", dtype="bf16"), "training", 4, 3, h2, bf),  # mixtral eager balanced
+        (L.moe_lora(9, 8, "q_proj,v_proj"), "training", 4, 0, h2, bf),  # qwen3_moe grouped_mm worst bf16
+        (fam("phi3", 1, 16, "qkv_proj,gate_up_proj"), "training", 4, 3, h2, bf),
+        (L.moe_lora(15, 16, "all-linear"), "training", 6, 5, h3, pd),  # qwen2_moe grouped_mm worst eager bf16
+        (fam("olmo2", 2, 8, "all-linear", ck="non-reentrant"), "training", 4, 0, h2, rd),
+        (L.gptoss_lora(2, 16, att), "training", 4, 1, h2, bf),  # grouped_mm worst bf16
+        (fam("gemma2", 3, 16, "all-linear", dtype="fp32"), "training", 6, 5, h3, pd),
+        (L.deepseek_lora(0, 8, mla, checkpoint="non-reentrant", dtype="bf16"), "training", 4, 3, h2, bf),  # grouped_mm balanced sdpa
+        (L.lora("mistral", 2, 8, "all-linear"), "training", 6, 5, h3, rd),
+        (fam("gemma3_text", 0, 8, None), "training", 4, 2, h2, bf),
+        (L.lora("qwen2", 3, 8, "q_proj,v_proj", dtype="fp32"), "training", 4, 1, h2, bf),
+        (fam("gemma2", 1, 8, None), "forward", 4, 1, h2, bf),
+    ]
+    return [dist_point(p, kind, "hsdp", world, rank, L.names(p, kind), **mesh, **pol) for p, kind, world, rank, mesh, pol in rows]
+
+
+def lora_extras_layouts_grid():
+    """peft's modules_to_save (trainable copies of lm_head and/or embed_tokens) and trained biases
+    (bias all / lora_only: gpt-oss's attention and router, Qwen2-MoE's and Qwen2's q/k/v) under
+    FSDP2's other options: hsdp, fully_shard on every 2 decoder layers (three-layer models) or the
+    root alone, and reentrant checkpointing under fsdp and hsdp; the llama family and issue 30's
+    models, fp32 weights wherever biases train or the root holds the adapters (FSDP2's uniform
+    dtype over a unit's trainable parameters), bf16 elsewhere, world 2-6, ranks 0 and the last,
+    training."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    h2, h3 = dict(shard=2), dict(shard=3)
+    re = "reentrant"
+    fam = lambda mt, i, r, t, **o: L.family_lora(mt, i, r, t, **o)
+    # (layout, point, world, rank, FSDP2 options)
+    rows = [
+        ("hsdp", fam("olmo2", 0, 8, "q_proj,v_proj", modules_to_save="lm_head"), 4, 0, h2),
+        ("hsdp", L.gptoss_lora(0, 8, "q_proj,v_proj", lora_bias="all"), 4, 3, h2),  # grouped_mm balanced fp32
+        ("fsdp", fam("phi3", 2, 8, "qkv_proj", modules_to_save="lm_head"), 2, 1, dict(unit=2)),
+        ("fsdp", L.lora("qwen2", 3, 8, "q_proj,v_proj", lora_bias="all", dtype="fp32"), 2, 1, dict(unit=0)),
+        ("fsdp", L.moe_lora(1, 16, att, checkpoint=re, modules_to_save="lm_head"), 2, 1, {}),  # mixtral eager balanced fp32
+        ("fsdp", L.moe_lora(16, 8, att, checkpoint=re, lora_bias="all"), 3, 2, {}),  # qwen2_moe eager worst fp32
+        ("hsdp", L.moe_lora(12, 8, "q_proj,v_proj", lora_bias="lora_only"), 4, 1, h2),  # qwen2_moe grouped_mm balanced fp32
+        ("fsdp", L.moe_lora(6, 8, att, modules_to_save="lm_head"), 2, 0, dict(unit=0)),  # qwen3_moe grouped_mm balanced fp32
+        ("hsdp", L.gptoss_lora(8, 8, att, checkpoint=re, lora_bias="lora_only"), 4, 0, h2),  # batched_mm balanced fp32
+        ("fsdp", L.gptoss_lora(2, 8, att, lora_bias="all", dtype="fp32"), 3, 2, dict(unit=2)),  # grouped_mm worst, 3 layers
+        ("hsdp", L.lora("llama", 0, 8, "all-linear", modules_to_save="embed_tokens,lm_head"), 6, 5, h3),
+        ("hsdp", fam("phi3", 3, 8, "all-linear", checkpoint=re, modules_to_save="lm_head"), 4, 3, h2),
+        ("zero2", L.moe_lora(3, 8, "q_proj,v_proj", num_layers=3, modules_to_save="lm_head"), 2, 0, dict(unit=2)),  # mixtral grouped_mm worst bf16
+        ("fsdp", L.lora("qwen2", 2, 16, "all-linear", checkpoint=re, lora_bias="lora_only", dtype="fp32"), 2, 0, {}),
+    ]
+    return [dist_point(p, "training", layout, world, rank, L.names(p, "training"), **o) for layout, p, world, rank, o in rows]
+
+
+def fsdp_qlora_layouts_grid():
+    """FSDP-QLoRA (bitsandbytes 4-bit stored as bf16, bnb_4bit_quant_storage; prepared) under
+    FSDP2's other options: hsdp, fully_shard on every 2 decoder layers (three-layer models) or the
+    root alone, and reentrant checkpointing under hsdp; the llama family (make_lora_grid.py's qlora
+    shapes) and issue 30's models (`--fsdp-qlora-models`' rows: adapters on nn.Linear modules),
+    nf4/fp4, double quant on/off, compute (and storage) bf16 and one fp32, world 2-6, ranks 0 and
+    the last, training."""
+    import make_lora_grid as L
+    att = "q_proj,k_proj,v_proj,o_proj"
+    h2, h3 = dict(shard=2), dict(shard=3)
+    re = "reentrant"
+    opt = dict(optimizer="adamw_torch_foreach", max_grad_norm=0.0)
+    fam = lambda mt, i, r, t, ck: L.family_lora(mt, i, r, t, checkpoint=ck, dtype="bf16")
+    q4s = lambda p, *a: dict(L.bnb_of(p, 4, *a), quant_storage="bf16")
+    ql = lambda mt, i, r, t, qt, dq, ck, dt="bf16": dict(L.qlora(mt, i, r, t, qt, dq, checkpoint=ck, compute_dtype=dt, **opt), quant_storage=dt)
+    # (layout, point, world, rank, FSDP2 options)
+    rows = [
+        ("hsdp", ql("llama", 0, 8, "all-linear", "nf4", True, "none"), 4, 0, h2),
+        ("fsdp", ql("mistral", 2, 8, "all-linear", "nf4", True, "non-reentrant"), 2, 1, dict(unit=2)),
+        ("fsdp", q4s(L.moe_lora(9, 8, "q_proj,v_proj", dtype="bf16")), 2, 0, dict(unit=0)),  # qwen3_moe grouped_mm worst
+        ("hsdp", q4s(L.moe_lora(3, 8, att, dtype="bf16")), 4, 1, h2),  # mixtral grouped_mm worst
+        ("hsdp", q4s(fam("gemma3_text", 3, 8, "q_proj,v_proj", re)), 4, 0, h2),
+        ("fsdp", q4s(fam("olmo2", 2, 8, "all-linear", "non-reentrant")), 3, 2, dict(unit=2)),
+        ("hsdp", ql("qwen3", 6, 16, "q_proj,v_proj", "fp4", False, "non-reentrant"), 6, 5, h3),
+        ("hsdp", q4s(L.moe_lora(12, 8, "q_proj,v_proj", checkpoint=re, dtype="bf16")), 6, 5, h3),  # qwen2_moe grouped_mm balanced
+        ("fsdp", ql("qwen3", 1, 16, "all-linear", "nf4", False, "non-reentrant", "fp32"), 3, 2, dict(unit=0)),  # compute and storage fp32
+        ("hsdp", q4s(fam("phi3", 4, 16, "all-linear", "non-reentrant")), 4, 3, h2),
+        ("hsdp", q4s(L.gptoss_lora(4, 8, "q_proj,v_proj", dtype="bf16"), "fp4", False), 4, 2, h2),  # grouped_mm balanced
+        ("zero2", ql("qwen2", 2, 16, "q_proj,v_proj", "nf4", False, "none"), 3, 2, dict(unit=2)),
+        ("fsdp", ql("llama", 3, 8, "all-linear", "fp4", True, "none"), 2, 0, dict(unit=0)),
+        ("fsdp", q4s(fam("gemma2", 0, 8, None, "none")), 2, 1, dict(unit=0)),
+        ("zero2", q4s(L.moe_lora(15, 8, "all-linear", dtype="bf16")), 2, 1, dict(unit=0)),  # qwen2_moe grouped_mm worst eager
+        ("hsdp", ql("mistral", 4, 8, "all-linear", "nf4", True, re), 4, 3, h2),
+    ]
+    return [dist_point(p, "training", layout, world, rank, L.names(p, "training"), **o) for layout, p, world, rank, o in rows]
 
 
 def dist_point(p, kind, layout, world, rank, name, **fsdp):
@@ -1240,13 +1349,16 @@ def main():
              "--mixed-precision-pairs": (mixed_precision_pairs_grid, MIXED_PRECISION_PAIRS_OUT),
              "--reentrant-mixed-precision": (reentrant_mixed_precision_grid, REENTRANT_MIXED_PRECISION_OUT),
              "--fsdp-qlora-models": (fsdp_qlora_models_grid, FSDP_QLORA_MODELS_OUT),
-             "--lora-layouts": (lora_layouts_grid, LORA_LAYOUTS_OUT)}
+             "--lora-layouts": (lora_layouts_grid, LORA_LAYOUTS_OUT),
+             "--lora-mixed-precision-layouts": (lora_mixed_precision_layouts_grid, LORA_MIXED_PRECISION_LAYOUTS_OUT),
+             "--lora-extras-layouts": (lora_extras_layouts_grid, LORA_EXTRAS_LAYOUTS_OUT),
+             "--fsdp-qlora-layouts": (fsdp_qlora_layouts_grid, FSDP_QLORA_LAYOUTS_OUT)}
     flag = next((f for f in grids if f in sys.argv), None)
     if flag:
         sys.argv.remove(flag)
         points, out = grids[flag]
         if flag in ("--lora-models", "--aux-loss-lora", "--lora-extras", "--lora-mixed-precision", "--lora-mixed-precision-models", "--fsdp-qlora-models",
-                    "--lora-layouts"):
+                    "--lora-layouts", "--lora-mixed-precision-layouts", "--lora-extras-layouts", "--fsdp-qlora-layouts"):
             head = lambda: dict(lora_models_header(), generator=f"tools/pytorch/measure_dist.py {flag}")
         else:
             head = models_header(f"tools/pytorch/measure_dist.py {flag}")
