@@ -145,9 +145,6 @@ fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
     if lc.use_dora {
         return Err(ConfigError::new("--use-dora", format!("DoRA (the per-forward weight norm) is not derived in closed form; it {op_for_op}")));
     }
-    if !lc.modules_to_save.is_empty() {
-        return Err(ConfigError::new("--modules-to-save", format!("peft's trainable module copies are not derived in closed form; the run {op_for_op}")));
-    }
     Ok(())
 }
 
@@ -712,7 +709,14 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // peft's ParamWrapper without module adapters trains nothing in them: none of their inputs
     // needs a gradient, nor the first sparse layer's (`first_block`, at that layer).
     let lora = hf.lora.is_some();
-    let frozen_dense = !checkpointing && hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) && deepseek_parts(hf).is_some_and(|(_, ds)| ds.first_k_dense > 0);
+    // peft's modules_to_save: forward runs a trainable copy of the module (ModulesToSaveWrapper;
+    // the original stays, frozen). The embedding's copy makes its output need a gradient, so
+    // layer 0 keeps what every layer keeps; lm_head's keeps its input for its weight's gradient.
+    let (embed_trains, head_trains) = match hf.lora.as_ref() {
+        Some(l) => (l.saves("embed_tokens"), l.saves("lm_head")),
+        None => (false, false),
+    };
+    let frozen_dense = !checkpointing && !embed_trains && hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) && deepseek_parts(hf).is_some_and(|(_, ds)| ds.first_k_dense > 0);
     let sliding_block = sliding_block.or_else(|| {
         let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
@@ -730,7 +734,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         Some((_, ds)) if frozen_dense && ds.first_k_dense < cfg.num_layers => ds.first_k_dense,
         _ => 0,
     };
-    let first_block = (lora && !checkpointing).then(|| match hf.gemma.as_ref() {
+    let first_block = (lora && !checkpointing && !embed_trains).then(|| match hf.gemma.as_ref() {
         // Gemma: layer 0's type decides its kernel (Gemma 3's sliding layers may see a mask).
         Some(g) => {
             let lh = if hf.model_type == Arch::Gemma3Text { gemma3::layer_hf(hf, gemma3::masked(hf, g, g.sliding[0], s)) } else { hf.clone() };
@@ -751,7 +755,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let olmo2 = hf.model_type == Arch::Olmo2;
     let gemma = hf.model_type.is_gemma();
     // (OLMo-2's layers count their own input: layer 0's q/k/v_proj keep the embedding output.)
-    if !checkpointing && c.mode != Mode::Pure && !lora && !olmo2 {
+    if !checkpointing && c.mode != Mode::Pure && (!lora || embed_trains) && !olmo2 {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
@@ -763,7 +767,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     };
     // Under peft without module adapters the first layer that trains (layer 0, or DeepSeek-V3's
     // first sparse layer) keeps nothing for its RoPE: with no layer after it nothing keeps cos/sin.
-    let rope_kept = checkpointing || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || first_layer + 1 < cfg.num_layers;
+    let rope_kept = checkpointing || embed_trains || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || first_layer + 1 < cfg.num_layers;
     for pair in pairs.into_iter().filter(|_| rope_kept) {
         for which in ["cos", "sin"] {
             // (Olmo2RotaryEmbedding returns them in fp32 whatever the model's dtype.)
@@ -801,7 +805,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its
     // weight, but `hidden_states` stays bound until the forward returns.
     // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
-    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
+    // (A trained copy of lm_head keeps the output, under autocast its low cast, as in full fine-tuning.)
+    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast || head_trains, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
     if gemma {
         gemma::norm_with(c, &mut outside, "norm", ty.model, &["lm_head"], g);
     } else {
@@ -812,7 +817,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         let n = g.sliding.iter().filter(|s| **s).count() as u64;
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{n}·8"), unit: Unit::Small, elements: n, elem: 8 });
     }
-    if lora {
+    if lora && !head_trains {
         frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
     }
     if c.mode == Mode::Autocast {
@@ -896,9 +901,17 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {
         // (The experts' ParamWrapper adapters meet no autocast op: moe::uncast_expert_adapters.)
-        let n = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
-        let biases = if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" };
-        if olmo2 && checkpointing {
+        // (A trained lm_head copy is a leaf that needs a gradient: its cast is cached. The
+        // embedding lookup is no autocast op.)
+        let head = if head_trains { c.v * c.d } else { 0 };
+        let n = cfg.lora_param_count() + cfg.lora_bias_count() + head - moe::uncast_expert_adapters(cfg);
+        let biases = match (cfg.lora_bias_count() > 0, head_trains) {
+            (true, true) => ", the biases that train and lm_head's trainable copy",
+            (true, false) => " and the biases that train",
+            (false, true) => " and lm_head's trainable copy (V·d)",
+            (false, false) => "",
+        };
+        if olmo2 && checkpointing && !embed_trains {
             // enable_input_require_grads makes the frozen embedding's output a leaf that needs a
             // gradient: OLMo-2's layer 0 projections read it directly, and its cast is cached.
             let n = n + c.b * c.s * c.d;
