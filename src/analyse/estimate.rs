@@ -621,7 +621,7 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
             // (peft's ParamWrapper adapters come after every layer's module adapters in the
             // simulated registration, modules_to_save's embedding copy before them: no per-layer
             // order; options/estimate.rs refuses the optimizers that need one.)
-            let order = (biases == 0 && lc.target_parameters.is_empty() && saved == 0).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
+            let order = (biases == 0 && lc.target_parameters.is_empty() && saved == 0 && !lc.use_dora).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
             super::optimizer_estimate::trainable_terms(&trainable, order.as_ref(), optim)
         }
         None => super::optimizer_estimate::optimizer_terms(cfg, pe, optim),
@@ -778,7 +778,8 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
     let (mut count, mut largest) = (0u64, 0u64);
     for (name, (i, o, bias)) in lora_shapes(cfg) {
         if lc.targets(name) {
-            count += 2;
+            // (DoRA: lora_magnitude_vector, out elements, besides A and B.)
+            count += 2 + u64::from(lc.use_dora);
             largest = largest.max(r * i).max(r * o);
         }
         if bias && lc.trains_bias(name) {

@@ -64,7 +64,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    check_adapters(hf)?;
+    check_adapters(hf, precision)?;
     if kernel(cfg, hf, precision, s) == Kernel::Fused(SdpaBackend::Cudnn) {
         return Err(ConfigError::new(
             "--sdpa-backend",
@@ -131,7 +131,7 @@ fn check_kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize
 
 /// What the closed form derives of peft and bitsandbytes: LoRA over unquantized weights in
 /// fp32 or pure bf16; the rest is refused, naming its flag.
-fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
+fn check_adapters(hf: &HfConfig, precision: Precision) -> Result<(), ConfigError> {
     let op_for_op = "runs op for op in profile and fit (--device meta)";
     let Some(lc) = &hf.lora else {
         return match &hf.bnb {
@@ -143,7 +143,25 @@ fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::new("--lora-bias", format!("biases that train over a 4-bit model (bitsandbytes casts them to the compute dtype) are not derived in closed form; the run {op_for_op}")));
     }
     if lc.use_dora {
-        return Err(ConfigError::new("--use-dora", format!("DoRA (the per-forward weight norm) is not derived in closed form; it {op_for_op}")));
+        // (dora_terms: peft's DoraLinearLayer over a dense weight, the base output reused.)
+        let dense = matches!(hf.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) && hf.moe.is_none();
+        let why = if !dense {
+            Some(format!("on model_type {}", hf.model_type.name()))
+        } else if hf.bnb.is_some() {
+            Some("over quantized weights (dequantized every forward)".to_string())
+        } else if lc.dropout > 0.0 {
+            Some("with --lora-dropout above 0 (the base projection recomputed on the dropped-out input keeps an fp32 weight copy)".to_string())
+        } else if !matches!(precision, Precision::Fp32 | Precision::PureBf16 | Precision::PureFp16) {
+            Some(format!("under {precision}"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ConfigError::new(
+                "--use-dora",
+                format!("DoRA {why} is not derived in closed form (it is on the dense llama, mistral, qwen2 and qwen3 in fp32 and pure bf16/fp16 without dropout); it {op_for_op}"),
+            ));
+        }
     }
     Ok(())
 }
@@ -493,6 +511,37 @@ fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, 
     adapter_on(c, t, lc, name, &|what: String, op, elem| c.term(what, op, unit, elem), x_grad);
 }
 
+/// What peft's `DoraLinearLayer.forward` (dense weight, no dropout: the base output reused)
+/// adds to a projection's saved tensors, on top of LoRA's (lora_A keeps x, lora_B A's output):
+/// `magnitude / weight_norm` keeps the (detached) row norms; `(mag_norm_scale - 1) * base`
+/// keeps the base output (minus its bias: a copy of the same size) for the magnitude's
+/// gradient, and `mag_norm_scale - 1` when the base output needs a gradient (`base_grad`: its
+/// input does, or its bias trains);
+/// `mag_norm_scale * lora_result` keeps both. The eye, the dense update, the weight's fp32
+/// copy and its sum die with the forward (`lora_weight` is used detached only). Only for the
+/// llama family in fp32 and pure 2-byte weights ([`check_adapters`]): the norms, scales and
+/// lora_result are in the adapters' fp32, the base output in the weights' type.
+fn dora_terms(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, hf: &HfConfig, name: &str, x_grad: bool) {
+    if !lc.use_dora {
+        return;
+    }
+    let base_grad = x_grad || bias_trains(hf, name);
+    let (unit, formula, out) = match name {
+        "q_proj" => (heads_unit(c, c.h), "h·d_h", c.h * c.dk),
+        "k_proj" | "v_proj" => (heads_unit(c, c.kvh), "h_kv·d_h", c.kvh * c.dk),
+        "gate_proj" | "up_proj" => (Unit::F, "F", c.f),
+        _ => (Unit::A, "d", c.d),
+    };
+    let lo = if c.mode == Mode::Pure { 2 } else { 4 };
+    t.push(c.small(&format!("{name} DoRA weight_norm, (out,) fp32 (magnitude / weight_norm keeps it)"), "linalg_vector_norm", formula, out, 4));
+    t.push(c.small(&format!("{name} DoRA mag_norm_scale, (1, out) fp32 (its product with lora_result keeps it)"), "div", formula, out, 4));
+    if base_grad {
+        t.push(c.small(&format!("{name} DoRA mag_norm_scale − 1, (1, out) fp32 (its product with the base output keeps it)"), "add", formula, out, 4));
+    }
+    t.push(c.term(format!("{name} base output (DoRA's (mag_norm_scale − 1)·base keeps it)"), "mm", unit, lo));
+    t.push(c.term(format!("{name} DoRA lora_result = lora_B(lora_A(x)) in fp32 (mag_norm_scale·lora_result keeps it)"), "mm", unit, 4));
+}
+
 /// [`adapter`] on an input whose terms `input(what, op, elem)` makes (an MoE block's sizes).
 fn adapter_on(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, input: &dyn Fn(String, &'static str, u64) -> Term, x_grad: bool) {
     let dropout = lc.dropout > 0.0;
@@ -584,6 +633,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     if let Some(lc) = lora {
         for p in qkv_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, xg);
+            dora_terms(c, &mut t, lc, hf, p, xg);
         }
     }
     if hf.model_type == Arch::Qwen3 {
@@ -602,6 +652,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         adapter(c, &mut t, lc, "o_proj", heads_unit(c, c.h), q || k || v);
+        dora_terms(c, &mut t, lc, hf, "o_proj", q || k || v);
     }
     let h = xg || o;
     if c.mode != Mode::Pure && h {
@@ -642,6 +693,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     if let Some(lc) = lora {
         for p in gate_up_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, h);
+            dora_terms(c, &mut t, lc, hf, p, h);
         }
     }
     let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
@@ -654,6 +706,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
         adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
+        dora_terms(c, &mut t, lc, hf, "down_proj", gate || up);
     }
     if c.mode != Mode::Pure && (h || gate || up || trains("down_proj")) {
         // In pure bf16 the bf16 residual is read only by the norms' upcasts and the adds.
