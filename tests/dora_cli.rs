@@ -37,7 +37,8 @@ fn use_dora_without_lora_r_and_where_lora_is_refused_exit_2_naming_it() {
         vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--use-dora", "--out-dir", o],
         vec!["sweep", "--device", "meta", "--model", "Llama-3.2-1B", "--use-dora", "--context-length", "16,32", "--out-dir", o],
         vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--load-in-4bit", "--profile-type", "generate", "--max-new-tokens", "2", "--out-dir", o],
-        vec!["estimate", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--json", o],
+        // (estimate derives DoRA without dropout on the llama family: tests/estimate_lora.rs.)
+        vec!["estimate", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--lora-dropout", "0.1", "--json", o],
         vec!["profile", "--device", "meta", "--model", "Llama-3.2-1B", "--lora-r", "8", "--use-dora", "--parallel", "fsdp", "--world-size", "2", "--out-dir", o],
         vec!["profile", "--device", "meta", "--model", "2.7B", "--num-layers", "1", "--lora-r", "8", "--use-dora", "--out-dir", o],
     ];

@@ -65,6 +65,8 @@ struct Point {
     params: &'static [&'static str],
     /// peft's `bias` (none, all, lora_only).
     lora_bias: vramscope::model::lora::LoraBias,
+    /// peft's modules_to_save (embed_tokens, lm_head).
+    saves: &'static [&'static str],
 }
 
 fn base() -> Point {
@@ -102,6 +104,7 @@ fn base() -> Point {
         params: &[],
         four_bit: None,
         lora_bias: vramscope::model::lora::LoraBias::None,
+        saves: &[],
     }
 }
 
@@ -128,6 +131,7 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
         lc.bias = p.lora_bias;
+        lc.modules_to_save = p.saves.iter().map(|m| m.to_string()).collect();
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -147,7 +151,7 @@ fn check(p: &Point) -> f64 {
     // e_score_correction_bias buffer (E, in the load dtype).
     let sparse = (p.layers.saturating_sub(p.first_k_dense) * p.experts) as u64;
     let params = vramscope::analyse::estimate::estimate(&cfg, p.precision, p.b, p.s).params;
-    assert_eq!(params, cfg.param_count() + cfg.lora_param_count(), "{p:?}: parameter count");
+    assert_eq!(params, cfg.param_count() + cfg.lora_param_count() + cfg.modules_to_save_count(), "{p:?}: parameter count");
     // (Double quantization adds its process-wide 256-entry fp32 map.)
     let qmap = if p.four_bit.is_some_and(|q| q.0) { 256 * 4 } else { 0 };
     estimate_common::compare_moe(&cfg, p.precision, p.b, p.s, &format!("{p:?}"), |e| 2 * (p.rope as u64 / 2) * 4 + sparse * e.param_elem + qmap)
@@ -717,4 +721,19 @@ fn deepseek_v3_lora_autocast_closed_form_equals_the_simulation() {
     let (grouped, cast): (Vec<Point>, Vec<Point>) = points.into_iter().partition(|p| p.implementation == ExpertsImplementation::GroupedMm);
     run(&grouped, 1.35);
     run(&cast, 2.4);
+}
+
+/// peft's modules_to_save (embed_tokens, lm_head, both; measured: hf_grid/lora_extras_models.json)
+/// on DeepSeek-V3 in the weights' type (profile refuses it under autocast): the trained copies, their
+/// gradients and optimizer state; embed_tokens' copy makes layer 0's input need a gradient,
+/// lm_head's keeps its input. Every other point of the LoRA grid under each set.
+#[test]
+fn deepseek_v3_modules_to_save_closed_form_equals_the_simulation() {
+    let sets: [&'static [&'static str]; 3] = [&["embed_tokens"], &["lm_head"], &["embed_tokens", "lm_head"]];
+    let mut points = Vec::new();
+    for (n, p) in lora_grid().into_iter().enumerate().filter(|(n, _)| n % 2 == 0) {
+        points.push(Point { saves: sets[n / 2 % 3], tied: n % 6 == 0, ..p });
+    }
+    assert!(points.len() >= 12, "{} points", points.len());
+    run(&points, 1.6);
 }

@@ -155,7 +155,15 @@ fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
     assert_eq!(v["simulated"]["kv_cache_peak_bytes"], v["estimate"]["kv_cache_peak_bytes"]);
     // peft's unmerged LoRA, 4-bit weights with and without it (generate_qlora.json): the cache
     // equal to the simulation's, the peak the lower bound's.
-    for extra in [&["--lora-r", "8"][..], &["--load-in-4bit", "--dtype", "bfloat16"][..], &["--lora-r", "16", "--target-modules", "all-linear", "--load-in-4bit", "--dtype", "bfloat16", "--prepare-model-for-kbit-training", "true"][..]] {
+    // peft's bias, DoRA and modules_to_save and 8-bit weights (generate_dense_extras.json) too.
+    for extra in [
+        &["--lora-r", "8"][..],
+        &["--load-in-4bit", "--dtype", "bfloat16"][..],
+        &["--lora-r", "16", "--target-modules", "all-linear", "--load-in-4bit", "--dtype", "bfloat16", "--prepare-model-for-kbit-training", "true"][..],
+        &["--lora-r", "8", "--load-in-8bit", "--dtype", "bfloat16"][..],
+        &["--lora-r", "8", "--use-dora"][..],
+        &["--lora-r", "8", "--modules-to-save", "embed_tokens,lm_head", "--lora-bias", "all"][..],
+    ] {
         let o = vramscope(&[&["estimate", "--config", c, "--profile-type", "generate", "--max-new-tokens", "5", "--context-length", "12", "--batch-size", "2", "--json", json.to_str().unwrap()][..], extra].concat());
         assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
         assert!(String::from_utf8_lossy(&o.stdout).contains("generate peak lower bound"), "{extra:?}");
@@ -185,9 +193,10 @@ fn the_cli_prints_the_cache_and_refuses_naming_the_flag() {
         (&["--context-length", "24"][..], "--max-new-tokens"),
         (&["--max-new-tokens", "0", "--context-length", "8"][..], "--max-new-tokens"),
         (&["--max-new-tokens", "2", "--context-length", "8", "--precision", "bf16"][..], "--precision"),
-        // (LoRA and 4-bit weights run, below; 8-bit and DoRA are not measured with generate.)
-        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--load-in-8bit"][..], "--load-in-8bit"),
-        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
+        // (LoRA, DoRA, modules_to_save, 4-bit and 8-bit weights run, above; DoRA and
+        // modules_to_save over quantized weights are not measured with generate.)
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--load-in-4bit", "--use-dora"][..], "--use-dora"),
+        (&["--max-new-tokens", "2", "--context-length", "8", "--lora-r", "8", "--load-in-8bit", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
         (&["--max-new-tokens", "2", "--context-length", "8", "--use-cache", "false"][..], "--use-cache"),
     ] {
         let mut args = vec!["estimate", "--config", c, "--profile-type", "generate"];
@@ -233,11 +242,12 @@ fn estimate_generate_runs_issue_30s_models_and_refuses_what_it_does_not_derive()
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--routing", routing.to_str().unwrap()][..], "--routing"),
         ("Qwen3-30B-A3B", &["--context-length", "8", "--max-new-tokens", "4", "--output-router-logits"][..], "--output-router-logits"),
         // peft's ParamWrapper (named, or mixtral's all-linear converted into it) is not measured
-        // with generate on these models; estimate derives no DoRA or 8-bit weights.
+        // with generate on these models; DoRA over 4-bit weights is not either, nor deepseek_v3's
+        // 8-bit load.
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--target-parameters", "mlp.experts.down_proj"][..], "--target-parameters"),
         ("Mixtral-8x7B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--target-modules", "all-linear"][..], "--target-parameters"),
-        ("Gemma-2-9B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora"][..], "--use-dora"),
-        ("Phi-3-mini", &["--context-length", "8", "--max-new-tokens", "4", "--load-in-8bit"][..], "--load-in-8bit"),
+        ("Gemma-2-9B", &["--context-length", "8", "--max-new-tokens", "4", "--lora-r", "8", "--use-dora", "--load-in-4bit"][..], "--use-dora"),
+        ("DeepSeek-V3", &["--context-length", "8", "--max-new-tokens", "4", "--attn-implementation", "eager", "--load-in-8bit"][..], "--load-in-8bit"),
     ] {
         let o = run(&[&["estimate", "--preset", preset, "--profile-type", "generate", "--batch-size", "1", "--no-simulate"][..], extra].concat());
         let err = String::from_utf8_lossy(&o.stderr);
@@ -254,6 +264,12 @@ fn estimate_generate_runs_issue_30s_models_and_refuses_what_it_does_not_derive()
         ("Gemma-2-9B", &["--load-in-4bit", "--prepare-model-for-kbit-training", "true"][..]),
         ("Mixtral-8x7B", &["--load-in-4bit", "--lora-r", "8", "--target-modules", "q_proj,v_proj"][..]),
         ("DeepSeek-V3", &["--attn-implementation", "eager", "--lora-r", "8", "--target-modules", "kv_b_proj,o_proj"][..]),
+        // peft's bias, DoRA, modules_to_save and 8-bit weights (generate_models_extras.json,
+        // generate_models_int8.json).
+        ("Phi-3-mini", &["--load-in-8bit", "--lora-r", "8", "--target-modules", "qkv_proj"][..]),
+        ("Gemma-2-9B", &["--lora-r", "8", "--use-dora"][..]),
+        ("Qwen3-30B-A3B", &["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--modules-to-save", "lm_head", "--lora-bias", "lora_only"][..]),
+        ("gpt-oss-20b", &["--lora-r", "8", "--target-modules", "q_proj,v_proj", "--lora-bias", "all", "--modules-to-save", "embed_tokens"][..]),
     ] {
         let o = run(&[&["estimate", "--preset", preset, "--num-layers", "2", "--profile-type", "generate", "--batch-size", "1", "--context-length", "16", "--max-new-tokens", "3", "--dtype", "bfloat16", "--json", json.to_str().unwrap()][..], extra].concat());
         let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));

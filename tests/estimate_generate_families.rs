@@ -254,8 +254,8 @@ fn adapters_and_4bit_on_issue_30s_models() {
 /// peft's prepare_model_for_kbit_training over 4-bit weights on issue 30's models
 /// (generate_models_int8.json's prepared 4-bit DynamicCache points with one beam: Gemma 3,
 /// Qwen2-MoE, gpt-oss, DeepSeek-V3), at their own (B, S, N) and a larger one: the fp32 cache
-/// equals the simulation's and the peak lies above the lower bound. (8-bit weights stay refused
-/// by estimate.)
+/// equals the simulation's and the peak lies above the lower bound. (Their 8-bit points:
+/// `peft_extras_and_8bit`.)
 #[test]
 fn prepared_4bit_on_issue_30s_models() {
     let doc = grid_common::fixture("pytorch_grid/generate_models_int8.json");
@@ -287,4 +287,56 @@ fn prepared_4bit_on_issue_30s_models() {
     assert!(seen.len() >= 4 && count >= 8, "{count} points of {seen:?}");
     assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
     println!("{count} points of {} models; the simulated peak at most {worst:.3}× the bound", seen.len());
+}
+
+/// peft's `bias` (all, lora_only), `modules_to_save` (embed_tokens, lm_head: a trained copy
+/// beside the frozen original) and DoRA over unquantized weights, and LLM.int8() weights with
+/// plain LoRA or none, prepared or not (generate_models_extras.json, generate_models_int8.json's
+/// 8-bit points, generate_dense_extras.json: the DynamicCache points with one beam), on the
+/// dense llama, mistral, qwen2, qwen3 and issue 30's models, each at its own (B, S, N) and at
+/// a larger one (grouped_mm experts there also as a GPU run), a sliding window set at S + N as
+/// `run` sets it: the cache equals the simulation's (in the unquantized parameters' type), and
+/// the peak lies above the lower bound (the weights the model's, the copies included; the
+/// adapters', weight norms' and int8 matmuls' per-step transients above it).
+#[test]
+fn peft_extras_and_8bit() {
+    let mut worst: f64 = 0.0;
+    let (mut count, mut failed) = (0, Vec::new());
+    let (mut bias, mut saves, mut dora, mut int8) = (0, 0, 0, 0);
+    let mut seen = std::collections::BTreeSet::new();
+    for fixture in ["pytorch_grid/generate_models_extras.json", "pytorch_grid/generate_models_int8.json", "pytorch_grid/generate_dense_extras.json"] {
+        let doc = grid_common::fixture(fixture);
+        for point in doc["points"].as_array().unwrap() {
+            let p = &point["point"];
+            if p["cache"] == "static" || p["num_beams"].as_u64().is_some_and(|k| k > 1) || p["load_in_4bit"] == true {
+                continue;
+            }
+            let num = |k: &str| grid_common::hf::num(p, k);
+            let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
+            for (i, shape, gpu) in [(0, (b, s, n), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), true)] {
+                if gpu && p["experts"] != "grouped_mm" {
+                    continue;
+                }
+                let mut q = p.clone();
+                if q["sliding_window"].as_u64().is_some() {
+                    q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
+                }
+                match std::panic::catch_unwind(|| compare(point, &q, shape, gpu)) {
+                    Ok(r) => worst = worst.max(r),
+                    Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
+                }
+                count += 1;
+                bias += usize::from(p["lora_bias"].is_string());
+                saves += usize::from(p["modules_to_save"].is_string());
+                dora += usize::from(p["use_dora"] == true);
+                int8 += usize::from(p["load_in_8bit"] == true);
+                seen.insert(p["model_type"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    assert!(seen.len() >= 12, "{seen:?}");
+    assert!(bias >= 20 && saves >= 15 && dora >= 10 && int8 >= 15, "{count} points: bias {bias}, modules_to_save {saves}, DoRA {dora}, 8-bit {int8}");
+    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
+    println!("{count} points of {} models (bias {bias}, modules_to_save {saves}, DoRA {dora}, 8-bit {int8}); the simulated peak at most {worst:.3}× the bound", seen.len());
 }

@@ -50,6 +50,8 @@ struct Point {
     int8: Option<bool>,
     /// peft's `bias` (none, all, lora_only).
     lora_bias: vramscope::model::lora::LoraBias,
+    /// peft's modules_to_save (embed_tokens, lm_head).
+    saves: &'static [&'static str],
     /// The config's attention_bias (gpt-oss's default: on).
     attention_bias: bool,
     /// output_router_logits: the router's auxiliary loss.
@@ -79,6 +81,7 @@ fn base() -> Point {
         four_bit: None,
         int8: None,
         lora_bias: vramscope::model::lora::LoraBias::None,
+        saves: &[],
         attention_bias: true,
         aux: false,
     }
@@ -107,6 +110,7 @@ fn config(p: &Point) -> ModelConfig {
     if let Some(lc) = hf.lora.as_mut() {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
         lc.bias = p.lora_bias;
+        lc.modules_to_save = p.saves.iter().map(|m| m.to_string()).collect();
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -695,4 +699,19 @@ fn gpt_oss_lora_autocast_estimate_cli() {
     assert_eq!(blocks + bytes(&e["outside"]), v["simulated"]["activation_bytes"].as_u64().unwrap());
     assert_eq!(e["autocast_cache_bytes"], v["simulated"]["autocast_cache_bytes"]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// peft's modules_to_save (embed_tokens, lm_head, both; measured: hf_grid/lora_extras_models.json)
+/// on gpt-oss in the weights' type (profile refuses it under autocast): the trained copies, their
+/// gradients and optimizer state; embed_tokens' copy makes layer 0's input need a gradient,
+/// lm_head's keeps its input. Every other point of the LoRA grid under each set.
+#[test]
+fn gpt_oss_modules_to_save_closed_form_equals_the_simulation() {
+    let sets: [&'static [&'static str]; 3] = [&["embed_tokens"], &["lm_head"], &["embed_tokens", "lm_head"]];
+    let mut points = Vec::new();
+    for (n, p) in lora_grid().into_iter().enumerate().filter(|(n, _)| n % 2 == 0) {
+        points.push(Point { saves: sets[n / 2 % 3], ..p });
+    }
+    assert!(points.len() >= 12, "{} points", points.len());
+    run(&points, 1.6);
 }

@@ -46,6 +46,12 @@ struct Point {
     four_bit: Option<(bool, DType, bool)>,
     /// LLM.int8(): prepare_model_for_kbit_training.
     int8: Option<bool>,
+    /// peft's modules_to_save (embed_tokens, lm_head).
+    saves: Vec<&'static str>,
+    /// use_dora.
+    dora: bool,
+    /// tie_word_embeddings.
+    tied: bool,
     b: usize,
     s: usize,
 }
@@ -66,6 +72,9 @@ fn base(arch: Arch) -> Point {
         optim: OptimizerKind::AdamwTorchFused,
         four_bit: None,
         int8: None,
+        saves: vec![],
+        dora: false,
+        tied: false,
         b: 2,
         s: 40,
     }
@@ -90,8 +99,8 @@ fn config(p: &Point) -> ModelConfig {
         gate_up_doubled: false,
         dropout_kernel: Default::default(),
         bias: p.bias,
-        use_dora: false,
-        modules_to_save: vec![],
+        use_dora: p.dora,
+        modules_to_save: p.saves.iter().map(|m| m.to_string()).collect(),
         compute_dtype: None,
     });
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
@@ -109,7 +118,7 @@ fn config(p: &Point) -> ModelConfig {
         g.sliding = vec![true, false, true];
         hf.gemma = Some(g);
     }
-    estimate_common::hf_model(hf, 3, 2, false, p.ckpt)
+    estimate_common::hf_model(hf, 3, 2, p.tied, p.ckpt)
 }
 
 
@@ -117,7 +126,7 @@ fn config(p: &Point) -> ModelConfig {
 fn check(p: &Point) -> f64 {
     let cfg = config(p);
     let name = format!(
-        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} attention_bias {} {} 4-bit {:?} 8-bit {:?} B {} S {}",
+        "{} {} {} {} ckpt {:?} cache {} targets {:?} r {} dropout {} bias {:?} attention_bias {} {} 4-bit {:?} 8-bit {:?} saves {:?} dora {} tied {} B {} S {}",
         p.arch.name(),
         p.attn.name(),
         p.backend,
@@ -132,6 +141,9 @@ fn check(p: &Point) -> f64 {
         p.optim,
         p.four_bit,
         p.int8,
+        p.saves,
+        p.dora,
+        p.tied,
         p.b,
         p.s
     );
@@ -255,7 +267,7 @@ fn lora_estimate_cli() {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope")).args(model).args(["--json", json.to_str().unwrap()]).args(extra).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
-    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit", "--bnb-4bit-use-double-quant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "non-reentrant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "none"][..], &["--lora-r", "4", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.1", "--pure-bf16"][..], &["--lora-r", "8", "--gradient-checkpointing", "reentrant"][..]] {
+    for extra in [&["--lora-r", "8"][..], &["--lora-r", "8", "--load-in-4bit", "--bnb-4bit-use-double-quant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "non-reentrant"][..], &["--lora-r", "8", "--load-in-8bit", "--gradient-checkpointing", "none"][..], &["--lora-r", "4", "--target-modules", "q_proj,v_proj", "--lora-dropout", "0.1", "--pure-bf16"][..], &["--lora-r", "8", "--gradient-checkpointing", "reentrant"][..], &["--lora-r", "8", "--modules-to-save", "lm_head"][..]] {
         let (code, text, err) = run(extra);
         assert_eq!(code, Some(0), "{extra:?}: {err}");
         assert!(text.contains("LoRA A and B"), "{extra:?}: {text}");
@@ -271,8 +283,9 @@ fn lora_estimate_cli() {
     for (extra, flag) in [
         (&["--load-in-4bit"][..], "--load-in-4bit"),
         (&["--lora-r", "8", "--load-in-4bit", "--lora-bias", "all"][..], "--lora-bias"),
-        (&["--lora-r", "8", "--use-dora"][..], "--use-dora"),
-        (&["--lora-r", "8", "--modules-to-save", "lm_head"][..], "--modules-to-save"),
+        (&["--lora-r", "8", "--use-dora", "--lora-dropout", "0.1"][..], "--use-dora"),
+        (&["--lora-r", "8", "--use-dora", "--precision", "bf16"][..], "--use-dora"),
+        (&["--lora-r", "8", "--modules-to-save", "lm_head", "--optimizer", "adafactor"][..], "--optimizer"),
         (&["--lora-r", "8", "--optimizer", "adamw_8bit"][..], "--optimizer"),
     ] {
         let (code, _, err) = run(extra);
@@ -597,3 +610,102 @@ fn two_byte_points(precision: Precision) -> Vec<Point> {
     points
 }
 
+
+/// peft's modules_to_save on the llama family: the trainable copies (in the weights' type)
+/// with their gradients and optimizer state; embed_tokens' copy makes layer 0's input need a
+/// gradient (layer 0 keeps what the others keep, the embedding output is kept), lm_head's keeps
+/// its input (under autocast its own cast, the copy's cast cached). embed_tokens, lm_head,
+/// both × fp32/pure bf16/bf16 autocast × checkpointing, tied heads, targets, dropout, the
+/// cache and SDPA kernels, (B, S), the optimizers and QLoRA (measured: hf_grid/lora.json's
+/// and qlora.json's save= points).
+#[test]
+fn modules_to_save_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    let sets: [Vec<&'static str>; 3] = [vec!["embed_tokens"], vec!["lm_head"], vec!["embed_tokens", "lm_head"]];
+    for (i, arch) in [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3].into_iter().enumerate() {
+        for (j, saves) in sets.iter().enumerate() {
+            for precision in [Precision::Fp32, Precision::PureBf16, Precision::Bf16] {
+                for ckpt in [None, Some(false), Some(true)] {
+                    let targets = if (i + j) % 2 == 0 { TARGETS.to_vec() } else { vec!["q_proj", "v_proj"] };
+                    let (b, s) = [(2, 40), (1, 24), (3, 17)][(i + j) % 3];
+                    points.push(Point { saves: saves.clone(), precision, ckpt, targets, b, s, tied: j == 2 && i % 2 == 1, ..base(arch) });
+                }
+            }
+            points.push(Point { saves: saves.clone(), tied: true, dropout: 0.1, targets: vec!["o_proj", "down_proj"], ..base(arch) });
+            points.push(Point { saves: saves.clone(), attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureBf16, cache: true, s: 33, ..base(arch) });
+            points.push(Point { saves: saves.clone(), attn: AttnImplementation::Sdpa, backend: SdpaBackend::CpuFlash, cache: true, s: 33, ..base(arch) });
+            for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd] {
+                points.push(Point { saves: saves.clone(), optim, precision: Precision::PureBf16, r: 16, b: 1, s: 64, ..base(arch) });
+            }
+        }
+        points.push(Point { saves: sets[1].clone(), four_bit: Some((true, DType::BF16, true)), ckpt: Some(true), ..base(arch) });
+        points.push(Point { saves: sets[2].clone(), four_bit: Some((false, DType::BF16, true)), ckpt: Some(false), ..base(arch) });
+    }
+    assert!(points.len() >= 24);
+    run(&points);
+}
+
+/// peft's modules_to_save on the dense families (measured: hf_grid/lora_extras_models.json),
+/// in the weights' type (profile refuses it under autocast on them): Phi-3 (its fused
+/// linears), OLMo-2 (no pre-norms: layer 0's projections read the trained embedding copy's
+/// output), Gemma 2 and Gemma 3 (the scaled embedding) × embed_tokens, lm_head, both ×
+/// fp32/pure bf16 × checkpointing, tied heads, targets, sdpa with the cache, (B, S).
+#[test]
+fn families_modules_to_save_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    let sets: [Vec<&'static str>; 3] = [vec!["embed_tokens"], vec!["lm_head"], vec!["embed_tokens", "lm_head"]];
+    for arch in [Arch::Phi3, Arch::Olmo2, Arch::Gemma2, Arch::Gemma3Text] {
+        let (all, part): (Vec<&'static str>, Vec<&'static str>) = if arch == Arch::Phi3 {
+            (vec!["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], vec!["qkv_proj"])
+        } else {
+            (TARGETS.to_vec(), vec!["q_proj", "v_proj"])
+        };
+        let mut n = 0;
+        for saves in &sets {
+            for precision in [Precision::Fp32, Precision::PureBf16] {
+                for ckpt in [None, Some(false), Some(true)] {
+                    let (b, s) = [(2, 40), (1, 24), (3, 17)][n % 3];
+                    let targets = if n % 2 == 0 { all.clone() } else { part.clone() };
+                    points.push(Point { saves: saves.clone(), precision, ckpt, targets, b, s, tied: arch.is_gemma() && n % 3 != 1, ..base(arch) });
+                    n += 1;
+                }
+            }
+            let attn = if arch == Arch::Gemma2 { AttnImplementation::Eager } else { AttnImplementation::Sdpa };
+            points.push(Point { saves: saves.clone(), attn, cache: true, dropout: 0.1, targets: all.clone(), ..base(arch) });
+        }
+    }
+    assert!(points.len() >= 24);
+    run_within(&points, 1.8);
+}
+
+/// peft's DoRA (use_dora; measured: hf_grid's dora points, tests/dora_grid.rs) on the llama
+/// family in fp32 and pure bf16/fp16 without dropout: each adapted projection keeps, besides
+/// LoRA's, the row norms, mag_norm_scale (and mag_norm_scale − 1 where its input needs a
+/// gradient), the base output and lora_B(lora_A(x)); the magnitude vectors train. Targets ×
+/// precision × checkpointing, SDPA kernels with the cache, qwen2's biases, rank, (B, S) and
+/// the optimizers.
+#[test]
+fn dora_closed_form_equals_the_simulation() {
+    let mut points = Vec::new();
+    for (i, arch) in [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3].into_iter().enumerate() {
+        for (j, targets) in [TARGETS.to_vec(), vec!["q_proj", "v_proj"], vec!["o_proj", "down_proj"], vec!["k_proj", "gate_proj", "up_proj"]].into_iter().enumerate() {
+            for precision in [Precision::Fp32, Precision::PureBf16, Precision::PureFp16] {
+                for ckpt in [None, Some(false), Some(true)] {
+                    let (b, s, r) = [(2, 40, 8), (1, 24, 16), (3, 17, 4)][(i + j) % 3];
+                    points.push(Point { dora: true, targets: targets.clone(), precision, ckpt, b, s, r, ..base(arch) });
+                }
+            }
+            points.push(Point { dora: true, targets: targets.clone(), attn: AttnImplementation::Sdpa, backend: SdpaBackend::CpuFlash, cache: true, s: 33, ..base(arch) });
+            points.push(Point { dora: true, targets: targets.clone(), attn: AttnImplementation::Sdpa, backend: SdpaBackend::Flash, precision: Precision::PureBf16, cache: true, s: 33, ..base(arch) });
+        }
+        for optim in [OptimizerKind::AdamwTorch, OptimizerKind::Sgd] {
+            points.push(Point { dora: true, optim, precision: Precision::PureBf16, r: 16, b: 1, s: 64, ..base(arch) });
+        }
+        points.push(Point { dora: true, bias: LoraBias::All, saves: vec!["lm_head"], ..base(arch) });
+    }
+    assert!(points.len() >= 24);
+    // DoRA's per-forward transients (the in × in eye, the dense update, the weight's fp32 copy
+    // and its sum with it, per projection, in backward's recomputation too) lie above the
+    // bound and do not shrink with B·S: up to 2.15× here, where the activations are small.
+    run_within(&points, 2.2);
+}

@@ -57,6 +57,8 @@ struct Point {
     int8: Option<bool>,
     /// Qwen2-MoE's use_sliding_window: (sliding_window, max_window_layers).
     window: Option<(usize, usize)>,
+    /// peft's modules_to_save (embed_tokens, lm_head).
+    saves: &'static [&'static str],
     layers: usize,
     /// output_router_logits: the router's auxiliary loss.
     aux: bool,
@@ -89,6 +91,7 @@ fn base(model_type: &'static str) -> Point {
         four_bit: None,
         int8: None,
         window: None,
+        saves: &[],
         layers: 2,
         aux: false,
     }
@@ -131,6 +134,7 @@ fn config(p: &Point) -> ModelConfig {
         lc.target_parameters = p.params.iter().map(|t| t.to_string()).collect();
         lc.gate_up_doubled = p.doubled;
         lc.bias = p.bias;
+        lc.modules_to_save = p.saves.iter().map(|m| m.to_string()).collect();
     }
     if let Some((double_quant, compute_dtype, prepare)) = p.four_bit {
         use vramscope::model::bnb::{kernel_for, Bnb, Bnb4bit, Quant};
@@ -320,6 +324,25 @@ fn moe_lora_bias_closed_form_equals_the_simulation() {
         points.push(Point { bias: LoraBias::All, lora: Some((8, 0.0, &["q_proj"])), params: &["mlp.experts.down_proj"], ..base(model_type) });
     }
     assert!(points.len() >= 12);
+    run(&points, 1.4);
+}
+
+/// peft's modules_to_save (embed_tokens, lm_head, both; measured: hf_grid/lora_extras_models.json)
+/// on Mixtral, Qwen3-MoE and Qwen2-MoE in the weights' type (profile refuses it under autocast):
+/// the trained copies, their gradients and optimizer state; embed_tokens' copy makes layer 0's
+/// input need a gradient, lm_head's keeps its input. Every fourth point of each family's LoRA
+/// grid under each set (fp32/pure bf16, the experts implementations, checkpointing, sdpa, a
+/// tied head).
+#[test]
+fn moe_modules_to_save_closed_form_equals_the_simulation() {
+    let sets: [&'static [&'static str]; 3] = [&["embed_tokens"], &["lm_head"], &["embed_tokens", "lm_head"]];
+    let mut points = Vec::new();
+    for model_type in ["mixtral", "qwen3_moe", "qwen2_moe"] {
+        for (n, p) in lora_grid(model_type).into_iter().enumerate().filter(|(n, _)| n % 4 == 0) {
+            points.push(Point { saves: sets[n / 4 % 3], tied: n % 8 == 0, ..p });
+        }
+    }
+    assert!(points.len() >= 24);
     run(&points, 1.4);
 }
 

@@ -598,24 +598,30 @@ pub fn estimate_with(cfg: &ModelConfig, precision: Precision, b: usize, s: usize
         // (autocast_adapter_dtype), and with `bias` the chosen biases train in theirs.
         Some(lc) => {
             let (adapters, biases) = (cfg.lora_param_count(), cfg.lora_bias_count());
+            // peft's modules_to_save: a trainable copy (V·d) of each named module in the
+            // original's type beside the frozen original.
+            let saved = cfg.modules_to_save_count();
             let trainable = lora_trainable(cfg, lc, pe);
-            params += adapters;
-            param_bytes += adapters * 4;
+            params += adapters + saved;
+            param_bytes += adapters * 4 + saved * pe;
             if let Some(q) = cfg.hf().and_then(|h| h.bnb.as_ref()) {
                 let (bytes, formula) = quantized_storage(cfg, q, pe);
-                param_bytes = bytes + adapters * 4;
+                param_bytes = bytes + adapters * 4 + saved * pe;
                 param_formula = formula;
             }
             grad_bytes = trainable.bytes;
             let bnb = cfg.hf().is_some_and(|h| h.bnb.is_some());
             param_formula += if bnb { " + L·Σ over adapted projections r·(in + out)·4 (LoRA A and B, fp32)" } else { " + L·Σ over adapted projections r·(in + out) (LoRA A and B, fp32)" };
+            for m in &lc.modules_to_save {
+                param_formula += &format!(" + V·d ({m}'s trainable copy, modules_to_save)");
+            }
             if biases > 0 {
                 param_formula += &format!("; trainable: the adapters and {biases} bias elements");
             }
             // (peft's ParamWrapper adapters come after every layer's module adapters in the
-            // simulated registration: no per-layer order; options/estimate.rs refuses the
-            // optimizers that need one.)
-            let order = (biases == 0 && lc.target_parameters.is_empty()).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
+            // simulated registration, modules_to_save's embedding copy before them: no per-layer
+            // order; options/estimate.rs refuses the optimizers that need one.)
+            let order = (biases == 0 && lc.target_parameters.is_empty() && saved == 0 && !lc.use_dora).then(|| super::optimizer_estimate::ParamSizes::adapters(&lora_matrices(cfg, lc), cfg.num_layers as u64));
             super::optimizer_estimate::trainable_terms(&trainable, order.as_ref(), optim)
         }
         None => super::optimizer_estimate::optimizer_terms(cfg, pe, optim),
@@ -772,7 +778,8 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
     let (mut count, mut largest) = (0u64, 0u64);
     for (name, (i, o, bias)) in lora_shapes(cfg) {
         if lc.targets(name) {
-            count += 2;
+            // (DoRA: lora_magnitude_vector, out elements, besides A and B.)
+            count += 2 + u64::from(lc.use_dora);
             largest = largest.max(r * i).max(r * o);
         }
         if bias && lc.trains_bias(name) {
@@ -804,7 +811,13 @@ fn lora_trainable(cfg: &ModelConfig, lc: &crate::model::lora::LoraConfig, pe: u6
             }
         }
     }
-    super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe, count, largest }
+    // modules_to_save's copies: V·d each, in the weights' type.
+    let saved = lc.modules_to_save.len() as u64;
+    if saved > 0 {
+        count += saved;
+        largest = largest.max(cfg.vocab_size as u64 * cfg.d_model as u64);
+    }
+    super::optimizer_estimate::Trainable { bytes: cfg.lora_param_count() * 4 + cfg.lora_bias_count() * pe + cfg.modules_to_save_count() * pe, count, largest }
 }
 
 /// A 4-bit or 8-bit model's parameters in bytes (bitsandbytes' storage beside the

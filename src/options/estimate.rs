@@ -107,12 +107,15 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<EstimatePlan> {
     let optim = a.optim.resolve(cfg.flavour, true)?;
     if cfg.hf().is_some_and(|h| h.lora.is_some()) {
         let params = cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| !l.target_parameters.is_empty());
-        let ordered = cfg.lora_bias_count() == 0 && !params;
+        let saves = cfg.modules_to_save_count() > 0 || cfg.hf().and_then(|h| h.lora.as_ref()).is_some_and(|l| l.use_dora);
+        let ordered = cfg.lora_bias_count() == 0 && !params && !saves;
         if !crate::analyse::optimizer_estimate::derives_trainable(optim.kind, ordered) {
             let which = if ordered {
                 "adamw_torch, adamw_torch_fused, adamw_torch_forloop, adafactor and sgd"
             } else if params {
                 "adamw_torch, adamw_torch_fused and sgd (the for-loop and Adafactor follow the parameters' order, which the closed form does not derive with --target-parameters' adapters)"
+            } else if saves {
+                "adamw_torch, adamw_torch_fused and sgd (the for-loop and Adafactor follow the parameters' order, which the closed form does not derive with --modules-to-save's copies or DoRA's magnitude vectors)"
             } else {
                 "adamw_torch, adamw_torch_fused and sgd (with --lora-bias trained biases interleave with the adapters)"
             };

@@ -1,7 +1,8 @@
 //! `estimate --profile-type generate`'s flags, resolved into the session's [`GeneratePlan`]:
 //! an hf model run as `profile --profile-type generate` models it (greedy or sampling with
-//! GenerationConfig's options, DynamicCache, one device, no autocast; peft's LoRA and 4-bit
-//! weights, on issue 30's models without peft's ParamWrapper): every hf model type, the MoE
+//! GenerationConfig's options, DynamicCache, one device, no autocast; peft's LoRA (its bias,
+//! DoRA and modules_to_save over unquantized weights), 4-bit and 8-bit weights, on issue 30's
+//! models without peft's ParamWrapper): every hf model type, the MoE
 //! ones under --routing balanced or worst.
 use super::estimate::EstimateArgs;
 use super::{usage, UsageError};
@@ -34,23 +35,22 @@ pub fn plan(a: &EstimateArgs, note: impl FnOnce(&str)) -> Result<GeneratePlan> {
     // peft's unmerged LoRA and bitsandbytes' 4-bit weights are measured with generate on the
     // dense llama, mistral, qwen2 and qwen3 (generate_qlora.json) and on issue 30's models
     // (generate_models_adapters.json; what families::generate_adapters refuses aside, checked
-    // above): their cache is the model's, the weights the simulation's, the adapters' and
-    // dequantization's transients above the stated lower bound.
-    if let Some(q) = hf.bnb.as_ref().filter(|q| q.four_bit().is_none()) {
-        return Err(usage(q.flag(), "with generate is not measured (4-bit is: generate_qlora.json); `vramscope profile --profile-type generate` runs it op for op"));
-    }
-    if let Some(lc) = &hf.lora {
-        let flag = if lc.use_dora {
+    // above); peft's bias, DoRA and modules_to_save over unquantized weights
+    // (generate_models_extras.json, generate_dense_extras.json) and LLM.int8() weights with plain
+    // LoRA or none (generate_models_int8.json, generate_dense_extras.json): their cache is the
+    // model's (in the unquantized parameters' type), the weights the simulation's, the
+    // adapters', the weight norms' and dequantization's transients above the stated lower bound.
+    // DoRA and modules_to_save over 4-bit or 8-bit weights are not measured (as profile).
+    if let (Some(l), Some(q)) = (hf.lora.as_ref(), hf.bnb.as_ref()) {
+        let flag = if l.use_dora {
             Some("--use-dora")
-        } else if !lc.modules_to_save.is_empty() {
+        } else if !l.modules_to_save.is_empty() {
             Some("--modules-to-save")
-        } else if lc.bias != crate::model::lora::LoraBias::None {
-            Some("--lora-bias")
         } else {
             None
         };
         if let Some(flag) = flag {
-            return Err(usage(flag, "with generate is not measured (plain LoRA adapters are: generate_qlora.json); `vramscope profile --profile-type generate` runs it op for op"));
+            return Err(usage(flag, format!("over {} weights with generate is not measured (over unquantized weights it is: generate_models_extras.json, generate_dense_extras.json); drop one", q.bits())));
         }
     }
     if !hf.use_cache {

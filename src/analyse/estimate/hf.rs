@@ -64,7 +64,7 @@ pub fn check(cfg: &ModelConfig, precision: Precision, s: usize) -> Result<(), Co
     if hf.model_type == Arch::Gemma2 && hf.attn_implementation != AttnImplementation::Eager {
         return Err(ConfigError::new("--attn-implementation", format!("{} on gemma2: the closed form derives Gemma 2's eager attention (transformers' default for it); `profile` simulates the rest", hf.attn_implementation.name())));
     }
-    check_adapters(hf)?;
+    check_adapters(hf, precision)?;
     if kernel(cfg, hf, precision, s) == Kernel::Fused(SdpaBackend::Cudnn) {
         return Err(ConfigError::new(
             "--sdpa-backend",
@@ -131,7 +131,7 @@ fn check_kernel(cfg: &ModelConfig, hf: &HfConfig, precision: Precision, s: usize
 
 /// What the closed form derives of peft and bitsandbytes: LoRA over unquantized weights in
 /// fp32 or pure bf16; the rest is refused, naming its flag.
-fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
+fn check_adapters(hf: &HfConfig, precision: Precision) -> Result<(), ConfigError> {
     let op_for_op = "runs op for op in profile and fit (--device meta)";
     let Some(lc) = &hf.lora else {
         return match &hf.bnb {
@@ -143,10 +143,25 @@ fn check_adapters(hf: &HfConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::new("--lora-bias", format!("biases that train over a 4-bit model (bitsandbytes casts them to the compute dtype) are not derived in closed form; the run {op_for_op}")));
     }
     if lc.use_dora {
-        return Err(ConfigError::new("--use-dora", format!("DoRA (the per-forward weight norm) is not derived in closed form; it {op_for_op}")));
-    }
-    if !lc.modules_to_save.is_empty() {
-        return Err(ConfigError::new("--modules-to-save", format!("peft's trainable module copies are not derived in closed form; the run {op_for_op}")));
+        // (dora_terms: peft's DoraLinearLayer over a dense weight, the base output reused.)
+        let dense = matches!(hf.model_type, Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3) && hf.moe.is_none();
+        let why = if !dense {
+            Some(format!("on model_type {}", hf.model_type.name()))
+        } else if hf.bnb.is_some() {
+            Some("over quantized weights (dequantized every forward)".to_string())
+        } else if lc.dropout > 0.0 {
+            Some("with --lora-dropout above 0 (the base projection recomputed on the dropped-out input keeps an fp32 weight copy)".to_string())
+        } else if !matches!(precision, Precision::Fp32 | Precision::PureBf16 | Precision::PureFp16) {
+            Some(format!("under {precision}"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ConfigError::new(
+                "--use-dora",
+                format!("DoRA {why} is not derived in closed form (it is on the dense llama, mistral, qwen2 and qwen3 in fp32 and pure bf16/fp16 without dropout); it {op_for_op}"),
+            ));
+        }
     }
     Ok(())
 }
@@ -496,6 +511,37 @@ fn adapter(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, unit: Unit, 
     adapter_on(c, t, lc, name, &|what: String, op, elem| c.term(what, op, unit, elem), x_grad);
 }
 
+/// What peft's `DoraLinearLayer.forward` (dense weight, no dropout: the base output reused)
+/// adds to a projection's saved tensors, on top of LoRA's (lora_A keeps x, lora_B A's output):
+/// `magnitude / weight_norm` keeps the (detached) row norms; `(mag_norm_scale - 1) * base`
+/// keeps the base output (minus its bias: a copy of the same size) for the magnitude's
+/// gradient, and `mag_norm_scale - 1` when the base output needs a gradient (`base_grad`: its
+/// input does, or its bias trains);
+/// `mag_norm_scale * lora_result` keeps both. The eye, the dense update, the weight's fp32
+/// copy and its sum die with the forward (`lora_weight` is used detached only). Only for the
+/// llama family in fp32 and pure 2-byte weights ([`check_adapters`]): the norms, scales and
+/// lora_result are in the adapters' fp32, the base output in the weights' type.
+fn dora_terms(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, hf: &HfConfig, name: &str, x_grad: bool) {
+    if !lc.use_dora {
+        return;
+    }
+    let base_grad = x_grad || bias_trains(hf, name);
+    let (unit, formula, out) = match name {
+        "q_proj" => (heads_unit(c, c.h), "h·d_h", c.h * c.dk),
+        "k_proj" | "v_proj" => (heads_unit(c, c.kvh), "h_kv·d_h", c.kvh * c.dk),
+        "gate_proj" | "up_proj" => (Unit::F, "F", c.f),
+        _ => (Unit::A, "d", c.d),
+    };
+    let lo = if c.mode == Mode::Pure { 2 } else { 4 };
+    t.push(c.small(&format!("{name} DoRA weight_norm, (out,) fp32 (magnitude / weight_norm keeps it)"), "linalg_vector_norm", formula, out, 4));
+    t.push(c.small(&format!("{name} DoRA mag_norm_scale, (1, out) fp32 (its product with lora_result keeps it)"), "div", formula, out, 4));
+    if base_grad {
+        t.push(c.small(&format!("{name} DoRA mag_norm_scale − 1, (1, out) fp32 (its product with the base output keeps it)"), "add", formula, out, 4));
+    }
+    t.push(c.term(format!("{name} base output (DoRA's (mag_norm_scale − 1)·base keeps it)"), "mm", unit, lo));
+    t.push(c.term(format!("{name} DoRA lora_result = lora_B(lora_A(x)) in fp32 (mag_norm_scale·lora_result keeps it)"), "mm", unit, 4));
+}
+
 /// [`adapter`] on an input whose terms `input(what, op, elem)` makes (an MoE block's sizes).
 fn adapter_on(c: &Ctx, t: &mut Vec<Term>, lc: &LoraConfig, name: &str, input: &dyn Fn(String, &'static str, u64) -> Term, x_grad: bool) {
     let dropout = lc.dropout > 0.0;
@@ -587,6 +633,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     if let Some(lc) = lora {
         for p in qkv_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, xg);
+            dora_terms(c, &mut t, lc, hf, p, xg);
         }
     }
     if hf.model_type == Arch::Qwen3 {
@@ -605,6 +652,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     if let Some(lc) = lora.filter(|_| adapted("o_proj")) {
         adapter(c, &mut t, lc, "o_proj", heads_unit(c, c.h), q || k || v);
+        dora_terms(c, &mut t, lc, hf, "o_proj", q || k || v);
     }
     let h = xg || o;
     if c.mode != Mode::Pure && h {
@@ -645,6 +693,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     if let Some(lc) = lora {
         for p in gate_up_readers.iter().copied().filter(|p| adapted(p)) {
             adapter(c, &mut t, lc, p, Unit::A, h);
+            dora_terms(c, &mut t, lc, hf, p, h);
         }
     }
     let (gate, up) = (h || trains("gate_proj"), h || trains("up_proj"));
@@ -657,6 +706,7 @@ fn layer(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, kernel: Kernel, cache: bool,
     }
     if let Some(lc) = lora.filter(|_| adapted("down_proj")) {
         adapter(c, &mut t, lc, "down_proj", Unit::F, gate || up);
+        dora_terms(c, &mut t, lc, hf, "down_proj", gate || up);
     }
     if c.mode != Mode::Pure && (h || gate || up || trains("down_proj")) {
         // In pure bf16 the bf16 residual is read only by the norms' upcasts and the adds.
@@ -712,7 +762,14 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // peft's ParamWrapper without module adapters trains nothing in them: none of their inputs
     // needs a gradient, nor the first sparse layer's (`first_block`, at that layer).
     let lora = hf.lora.is_some();
-    let frozen_dense = !checkpointing && hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) && deepseek_parts(hf).is_some_and(|(_, ds)| ds.first_k_dense > 0);
+    // peft's modules_to_save: forward runs a trainable copy of the module (ModulesToSaveWrapper;
+    // the original stays, frozen). The embedding's copy makes its output need a gradient, so
+    // layer 0 keeps what every layer keeps; lm_head's keeps its input for its weight's gradient.
+    let (embed_trains, head_trains) = match hf.lora.as_ref() {
+        Some(l) => (l.saves("embed_tokens"), l.saves("lm_head")),
+        None => (false, false),
+    };
+    let frozen_dense = !checkpointing && !embed_trains && hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) && deepseek_parts(hf).is_some_and(|(_, ds)| ds.first_k_dense > 0);
     let sliding_block = sliding_block.or_else(|| {
         let (m, ds) = deepseek_parts(hf).filter(|(_, ds)| !checkpointing && ds.first_k_dense > 0)?;
         let layers = (0..ds.first_k_dense.min(cfg.num_layers)).collect();
@@ -730,7 +787,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         Some((_, ds)) if frozen_dense && ds.first_k_dense < cfg.num_layers => ds.first_k_dense,
         _ => 0,
     };
-    let first_block = (lora && !checkpointing).then(|| match hf.gemma.as_ref() {
+    let first_block = (lora && !checkpointing && !embed_trains).then(|| match hf.gemma.as_ref() {
         // Gemma: layer 0's type decides its kernel (Gemma 3's sliding layers may see a mask).
         Some(g) => {
             let lh = if hf.model_type == Arch::Gemma3Text { gemma3::layer_hf(hf, gemma3::masked(hf, g, g.sliding[0], s)) } else { hf.clone() };
@@ -751,7 +808,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     let olmo2 = hf.model_type == Arch::Olmo2;
     let gemma = hf.model_type.is_gemma();
     // (OLMo-2's layers count their own input: layer 0's q/k/v_proj keep the embedding output.)
-    if !checkpointing && c.mode != Mode::Pure && !lora && !olmo2 {
+    if !checkpointing && c.mode != Mode::Pure && (!lora || embed_trains) && !olmo2 {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // LlamaRotaryEmbedding: cos and sin (1, S, d_h) in the model's dtype, built once per
@@ -763,7 +820,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     };
     // Under peft without module adapters the first layer that trains (layer 0, or DeepSeek-V3's
     // first sparse layer) keeps nothing for its RoPE: with no layer after it nothing keeps cos/sin.
-    let rope_kept = checkpointing || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || first_layer + 1 < cfg.num_layers;
+    let rope_kept = checkpointing || embed_trains || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || first_layer + 1 < cfg.num_layers;
     for pair in pairs.into_iter().filter(|_| rope_kept) {
         for which in ["cos", "sin"] {
             // (Olmo2RotaryEmbedding returns them in fp32 whatever the model's dtype.)
@@ -801,7 +858,8 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // Under peft the final norm's weight and lm_head are frozen: lm_head keeps only its
     // weight, but `hidden_states` stays bound until the forward returns.
     // Under autocast lm_head's cast of the output is not kept; the fp32 output, bound, is below.
-    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
+    // (A trained copy of lm_head keeps the output, under autocast its low cast, as in full fine-tuning.)
+    let g = if lora { NormGrad { input: true, weight: false, output: c.mode != Mode::Autocast || head_trains, product_fp32: false } } else { NormGrad { product_fp32: olmo2, ..FULL } };
     if gemma {
         gemma::norm_with(c, &mut outside, "norm", ty.model, &["lm_head"], g);
     } else {
@@ -812,7 +870,7 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
         let n = g.sliding.iter().filter(|s| **s).count() as u64;
         outside.push(Term { what: "DynamicSlidingWindowLayer window tensors, one per sliding layer (0-d int64)".into(), op: "_to_copy", formula: format!("{n}·8"), unit: Unit::Small, elements: n, elem: 8 });
     }
-    if lora {
+    if lora && !head_trains {
         frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
     }
     if c.mode == Mode::Autocast {
@@ -896,9 +954,17 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, precision: Precis
     // the biases that train; each frozen weight's cast dies after its matmul.
     let (cast_elements, cast_formula) = if lora {
         // (The experts' ParamWrapper adapters meet no autocast op: moe::uncast_expert_adapters.)
-        let n = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
-        let biases = if cfg.lora_bias_count() > 0 { " and the biases that train" } else { "" };
-        if olmo2 && checkpointing {
+        // (A trained lm_head copy is a leaf that needs a gradient: its cast is cached. The
+        // embedding lookup is no autocast op.)
+        let head = if head_trains { c.v * c.d } else { 0 };
+        let n = cfg.lora_param_count() + cfg.lora_bias_count() + head - moe::uncast_expert_adapters(cfg);
+        let biases = match (cfg.lora_bias_count() > 0, head_trains) {
+            (true, true) => ", the biases that train and lm_head's trainable copy",
+            (true, false) => " and the biases that train",
+            (false, true) => " and lm_head's trainable copy (V·d)",
+            (false, false) => "",
+        };
+        if olmo2 && checkpointing && !embed_trains {
             // enable_input_require_grads makes the frozen embedding's output a leaf that needs a
             // gradient: OLMo-2's layer 0 projections read it directly, and its cast is cached.
             let n = n + c.b * c.s * c.d;

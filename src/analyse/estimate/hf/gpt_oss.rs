@@ -445,16 +445,18 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
         layer(c, hf, m, cache, true)
     };
     // Under peft layer 0's input (the frozen embedding's output) needs no gradient.
+    // (peft's modules_to_save: a trained embedding copy makes it need one, hf.rs's terms.)
     let lora = hf.lora.is_some();
-    let first_block = (lora && !checkpointing).then(|| layer(c, hf, m, cache, false));
+    let (embed_trains, head_trains) = hf.lora.as_ref().map_or((false, false), |l| (l.saves("embed_tokens"), l.saves("lm_head")));
+    let first_block = (lora && !checkpointing && !embed_trains).then(|| layer(c, hf, m, cache, false));
     let mut outside = Vec::new();
-    if !checkpointing && c.mode != Mode::Pure && !lora {
+    if !checkpointing && c.mode != Mode::Pure && (!lora || embed_trains) {
         outside.push(c.term("embedding output (layer 0's input_layernorm keeps it)", "embedding", Unit::A, 4));
     }
     // GptOssRotaryEmbedding: cos and sin of half the head, (1, S, d_h/2), in the model's type;
     // under peft without module adapters layer 0 keeps nothing for its RoPE: with no layer
     // after it nothing keeps them.
-    let rope_kept = checkpointing || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || l > 1;
+    let rope_kept = checkpointing || embed_trains || !hf.lora.as_ref().is_some_and(|l| l.targets.is_empty()) || l > 1;
     for which in ["cos", "sin"].into_iter().filter(|_| rope_kept) {
         t_small(&mut outside, &format!("RoPE {which} (1, S, d_h/2), shared by every layer's rotary products (or the checkpoints' closures)"), if which == "cos" { "cos" } else { "sin" }, "S·d_h/2", c.s * c.dk / 2, me);
     }
@@ -481,9 +483,9 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     // but `hidden_states` stays bound until the forward returns.
     // Under autocast lm_head's cast of the output is kept only for its weight's gradient (not
     // under peft, where the frozen weight's uncached cast is kept instead).
-    let output = !(lora && c.mode == Mode::Autocast);
+    let output = !(lora && c.mode == Mode::Autocast) || head_trains;
     rms_norm(c, &mut outside, "norm", Unit::A, me, ("B·S", c.b * c.s), &["lm_head"], super::NormGrad { weight: !lora, output, product_fp32: true, ..FULL });
-    if lora {
+    if lora && !head_trains {
         super::frozen_cast(c, &mut outside, "lm_head", "V·d", c.v * c.d);
     }
     if c.mode == Mode::Autocast {
@@ -506,8 +508,10 @@ pub(super) fn terms(c: &Ctx, cfg: &ModelConfig, hf: &HfConfig, m: &MoeConfig, g:
     if lora {
         // Autocast caches only casts of leaves that need a gradient: the adapters (not the
         // experts' ParamWrapper adapters, which meet no autocast op).
-        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count() - moe::uncast_expert_adapters(cfg);
-        cast_formula = format!("2 B × (the LoRA adapters' A and B) = 2 × {cast_elements}");
+        // (and a trained lm_head copy's).
+        let head = if head_trains { c.v * c.d } else { 0 };
+        cast_elements = cfg.lora_param_count() + cfg.lora_bias_count() + head - moe::uncast_expert_adapters(cfg);
+        cast_formula = format!("2 B × (the LoRA adapters' A and B{}) = 2 × {cast_elements}", if head_trains { " and lm_head's trainable copy" } else { "" });
     }
     Terms {
         block,
