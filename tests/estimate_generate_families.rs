@@ -50,6 +50,50 @@ fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize), gpu: bool
     r
 }
 
+/// `compare` over many runs: every failure kept (a panic's message), the worst peak / bound.
+#[derive(Default)]
+struct Tally {
+    worst: f64,
+    count: usize,
+    failed: Vec<String>,
+}
+
+impl Tally {
+    fn check(&mut self, point: &Value, q: &Value, shape: (usize, usize, usize), gpu: bool) {
+        match std::panic::catch_unwind(|| compare(point, q, shape, gpu)) {
+            Ok(r) => self.worst = self.worst.max(r),
+            Err(e) => self.failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{} {shape:?}: panicked", point["name"]))),
+        }
+        self.count += 1;
+    }
+
+    /// Every run matched, and the simulated peak stayed under `limit` × the bound.
+    fn assert_within(&self, limit: f64) {
+        assert!(self.failed.is_empty(), "{} of {} points differ:\n{}", self.failed.len(), self.count, self.failed.join("\n"));
+        assert!(self.worst < limit, "simulated peak up to {:.3}× the closed form's lower bound", self.worst);
+    }
+}
+
+/// A fixture point's runs: its own (B, S, N) and a larger one (grouped_mm experts there also
+/// as a GPU run when `gpu`), a window the point has set at S + N (+ 5 for the larger), as
+/// `run` sets it.
+fn runs(p: &Value, gpu: bool) -> Vec<(Value, (usize, usize, usize), bool)> {
+    let num = |k: &str| grid_common::hf::num(p, k);
+    let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
+    let big = (b + 1, 2 * s + 3, 3 * n + 2);
+    [(0, (b, s, n), false), (1, big, false), (1, big, true)]
+        .into_iter()
+        .filter(|&(_, _, on_gpu)| !on_gpu || gpu && p["experts"] == "grouped_mm")
+        .map(|(i, shape, on_gpu)| {
+            let mut q = p.clone();
+            if q["sliding_window"].as_u64().is_some() {
+                q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
+            }
+            (q, shape, on_gpu)
+        })
+        .collect()
+}
+
 /// The DynamicCache points of `fixture` for `types` (one beam), each at its own (B, S, N) and
 /// at a larger one (grouped_mm experts there also as a GPU run); with `window`, each sliding window set to S + N (the closed form's edge:
 /// the cache ends at window − 1 positions) and the larger run's above it (Phi-3's and
@@ -57,8 +101,7 @@ fn compare(point: &Value, p: &Value, (b, s, n): (usize, usize, usize), gpu: bool
 /// is reported; the peak stays within `limit` × the bound.
 fn run(fixture: &str, types: &[&str], window: bool, limit: f64) {
     let doc = grid_common::fixture(fixture);
-    let mut worst: f64 = 0.0;
-    let (mut count, mut failed) = (0, Vec::new());
+    let mut t = Tally::default();
     let mut seen = std::collections::BTreeSet::new();
     for point in doc["points"].as_array().unwrap() {
         let p = &point["point"];
@@ -78,23 +121,18 @@ fn run(fixture: &str, types: &[&str], window: bool, limit: f64) {
             if slide {
                 q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
             }
-            match std::panic::catch_unwind(|| compare(point, &q, shape, gpu)) {
-                Ok(r) => worst = worst.max(r),
-                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
-            }
-            count += 1;
+            t.check(point, &q, shape, gpu);
             seen.insert((p["model_type"].to_string(), p["attn"].to_string(), p["dtype"].to_string()));
         }
     }
-    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
-    assert!(count >= 12 * types.len(), "{count} points");
+    t.assert_within(limit);
+    assert!(t.count >= 12 * types.len(), "{} points", t.count);
     for t in types {
         for dtype in ["fp32", "bf16"] {
             assert!(seen.iter().any(|(m, _, d)| m.trim_matches('"') == *t && d.trim_matches('"') == dtype), "{t}: {dtype}");
         }
     }
-    assert!(worst < limit, "simulated peak up to {worst:.3}× the closed form's lower bound");
-    println!("{fixture}: {count} points of {types:?}; the simulated peak at most {worst:.3}× the bound");
+    println!("{fixture}: {} points of {types:?}; the simulated peak at most {:.3}× the bound", t.count, t.worst);
 }
 
 #[test]
@@ -135,8 +173,8 @@ fn gpt_oss_under_the_window() {
 /// lies at or above the bound.
 #[test]
 fn past_the_window() {
-    let mut worst: f64 = 0.0;
-    let (mut count, mut failed, mut past) = (0, Vec::new(), 0);
+    let mut t = Tally::default();
+    let mut past = 0;
     let mut seen = std::collections::BTreeSet::new();
     for (fixture, types) in [
         ("pytorch_grid/generate_sliding.json", &["mistral", "phi3", "mixtral"][..]),
@@ -160,20 +198,15 @@ fn past_the_window() {
                 }
                 let cfg = grid_common::generate::config_of(point, &q);
                 past += usize::from(past_window(&cfg, shape.1, shape.2));
-                match std::panic::catch_unwind(|| compare(point, &q, shape, false)) {
-                    Ok(r) => worst = worst.max(r),
-                    Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{} {shape:?} {w:?}: panicked", point["name"]))),
-                }
-                count += 1;
+                t.check(point, &q, shape, false);
                 seen.insert(p["model_type"].as_str().unwrap().to_string());
             }
         }
     }
-    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    t.assert_within(2.1);
     assert_eq!(seen.len(), 7, "{seen:?}");
-    assert!(past >= 40, "{past} of {count} points pass the window");
-    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
-    println!("{count} points ({past} past the window); the simulated peak at most {worst:.3}× the bound");
+    assert!(past >= 40, "{past} of {} points pass the window", t.count);
+    println!("{} points ({past} past the window); the simulated peak at most {:.3}× the bound", t.count, t.worst);
 }
 
 /// peft's unmerged LoRA adapters and bitsandbytes' 4-bit weights (nf4/fp4, double quantization,
@@ -185,27 +218,21 @@ fn past_the_window() {
 #[test]
 fn lora_and_qlora() {
     let doc = grid_common::fixture("pytorch_grid/generate_qlora.json");
-    let mut worst: f64 = 0.0;
-    let (mut count, mut failed) = (0, Vec::new());
+    let mut t = Tally::default();
     let (mut adapters, mut four_bit) = (0, 0);
     for point in doc["points"].as_array().unwrap() {
         let p = &point["point"];
         let num = |k: &str| grid_common::hf::num(p, k);
         let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
         for shape in [(b, s, n), (b + 1, 2 * s + 3, 3 * n + 2), (1, s + 7, 2 * n + 1)] {
-            match std::panic::catch_unwind(|| compare(point, p, shape, false)) {
-                Ok(r) => worst = worst.max(r),
-                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{} {shape:?}: panicked", point["name"]))),
-            }
-            count += 1;
+            t.check(point, p, shape, false);
             adapters += usize::from(!p["lora_r"].is_null());
             four_bit += usize::from(p["load_in_4bit"] == true);
         }
     }
-    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
-    assert!(count >= 60 && adapters >= 40 && four_bit >= 40, "{count} points, {adapters} with adapters, {four_bit} 4-bit");
-    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
-    println!("{count} points ({adapters} with adapters, {four_bit} 4-bit); the simulated peak at most {worst:.3}× the bound");
+    t.assert_within(2.1);
+    assert!(t.count >= 60 && adapters >= 40 && four_bit >= 40, "{} points, {adapters} with adapters, {four_bit} 4-bit", t.count);
+    println!("{} points ({adapters} with adapters, {four_bit} 4-bit); the simulated peak at most {:.3}× the bound", t.count, t.worst);
 }
 
 /// peft's unmerged LoRA on the nn.Linear modules and bitsandbytes' 4-bit weights (unprepared)
@@ -218,37 +245,22 @@ fn lora_and_qlora() {
 #[test]
 fn adapters_and_4bit_on_issue_30s_models() {
     let doc = grid_common::fixture("pytorch_grid/generate_models_adapters.json");
-    let mut worst: f64 = 0.0;
-    let (mut count, mut failed) = (0, Vec::new());
+    let mut t = Tally::default();
     let mut seen = std::collections::BTreeSet::new();
     for point in doc["points"].as_array().unwrap() {
         let p = &point["point"];
         if p["cache"] == "static" || p["num_beams"].as_u64().is_some_and(|k| k > 1) {
             continue;
         }
-        let num = |k: &str| grid_common::hf::num(p, k);
-        let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
-        for (i, shape, gpu) in [(0, (b, s, n), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), true)] {
-            if gpu && p["experts"] != "grouped_mm" {
-                continue;
-            }
-            let mut q = p.clone();
-            if q["sliding_window"].as_u64().is_some() {
-                q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
-            }
-            match std::panic::catch_unwind(|| compare(point, &q, shape, gpu)) {
-                Ok(r) => worst = worst.max(r),
-                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
-            }
-            count += 1;
+        for (q, shape, gpu) in runs(p, true) {
+            t.check(point, &q, shape, gpu);
             seen.insert(p["model_type"].as_str().unwrap().to_string());
         }
     }
-    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    t.assert_within(2.1);
     assert_eq!(seen.len(), 9, "{seen:?}");
-    assert!(count >= 40, "{count} points");
-    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
-    println!("{count} points of {} models; the simulated peak at most {worst:.3}× the bound", seen.len());
+    assert!(t.count >= 40, "{} points", t.count);
+    println!("{} points of {} models; the simulated peak at most {:.3}× the bound", t.count, seen.len(), t.worst);
 }
 
 /// peft's prepare_model_for_kbit_training over 4-bit weights on issue 30's models
@@ -259,8 +271,7 @@ fn adapters_and_4bit_on_issue_30s_models() {
 #[test]
 fn prepared_4bit_on_issue_30s_models() {
     let doc = grid_common::fixture("pytorch_grid/generate_models_int8.json");
-    let mut worst: f64 = 0.0;
-    let (mut count, mut failed) = (0, Vec::new());
+    let mut t = Tally::default();
     let mut seen = std::collections::BTreeSet::new();
     for point in doc["points"].as_array().unwrap() {
         let p = &point["point"];
@@ -268,25 +279,14 @@ fn prepared_4bit_on_issue_30s_models() {
             continue;
         }
         assert_eq!(p["prepare"], true, "{}", point["name"]);
-        let num = |k: &str| grid_common::hf::num(p, k);
-        let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
-        for (i, shape) in [(0, (b, s, n)), (1, (b + 1, 2 * s + 3, 3 * n + 2))] {
-            let mut q = p.clone();
-            if q["sliding_window"].as_u64().is_some() {
-                q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
-            }
-            match std::panic::catch_unwind(|| compare(point, &q, shape, false)) {
-                Ok(r) => worst = worst.max(r),
-                Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
-            }
-            count += 1;
+        for (q, shape, gpu) in runs(p, false) {
+            t.check(point, &q, shape, gpu);
             seen.insert(p["model_type"].as_str().unwrap().to_string());
         }
     }
-    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
-    assert!(seen.len() >= 4 && count >= 8, "{count} points of {seen:?}");
-    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
-    println!("{count} points of {} models; the simulated peak at most {worst:.3}× the bound", seen.len());
+    t.assert_within(2.1);
+    assert!(seen.len() >= 4 && t.count >= 8, "{} points of {seen:?}", t.count);
+    println!("{} points of {} models; the simulated peak at most {:.3}× the bound", t.count, seen.len(), t.worst);
 }
 
 /// peft's `bias` (all, lora_only), `modules_to_save` (embed_tokens, lm_head: a trained copy
@@ -300,8 +300,7 @@ fn prepared_4bit_on_issue_30s_models() {
 /// adapters', weight norms' and int8 matmuls' per-step transients above it).
 #[test]
 fn peft_extras_and_8bit() {
-    let mut worst: f64 = 0.0;
-    let (mut count, mut failed) = (0, Vec::new());
+    let mut t = Tally::default();
     let (mut bias, mut saves, mut dora, mut int8) = (0, 0, 0, 0);
     let mut seen = std::collections::BTreeSet::new();
     for fixture in ["pytorch_grid/generate_models_extras.json", "pytorch_grid/generate_models_int8.json", "pytorch_grid/generate_dense_extras.json"] {
@@ -311,21 +310,8 @@ fn peft_extras_and_8bit() {
             if p["cache"] == "static" || p["num_beams"].as_u64().is_some_and(|k| k > 1) || p["load_in_4bit"] == true {
                 continue;
             }
-            let num = |k: &str| grid_common::hf::num(p, k);
-            let (b, s, n) = (num("batch"), num("seq"), num("max_new_tokens"));
-            for (i, shape, gpu) in [(0, (b, s, n), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), false), (1, (b + 1, 2 * s + 3, 3 * n + 2), true)] {
-                if gpu && p["experts"] != "grouped_mm" {
-                    continue;
-                }
-                let mut q = p.clone();
-                if q["sliding_window"].as_u64().is_some() {
-                    q["sliding_window"] = (shape.1 + shape.2 + 5 * i).into();
-                }
-                match std::panic::catch_unwind(|| compare(point, &q, shape, gpu)) {
-                    Ok(r) => worst = worst.max(r),
-                    Err(e) => failed.push(e.downcast_ref::<String>().cloned().unwrap_or_else(|| format!("{}: panicked", point["name"]))),
-                }
-                count += 1;
+            for (q, shape, gpu) in runs(p, true) {
+                t.check(point, &q, shape, gpu);
                 bias += usize::from(p["lora_bias"].is_string());
                 saves += usize::from(p["modules_to_save"].is_string());
                 dora += usize::from(p["use_dora"] == true);
@@ -334,9 +320,8 @@ fn peft_extras_and_8bit() {
             }
         }
     }
-    assert!(failed.is_empty(), "{} of {count} points differ:\n{}", failed.len(), failed.join("\n"));
+    t.assert_within(2.1);
     assert!(seen.len() >= 12, "{seen:?}");
-    assert!(bias >= 20 && saves >= 15 && dora >= 10 && int8 >= 15, "{count} points: bias {bias}, modules_to_save {saves}, DoRA {dora}, 8-bit {int8}");
-    assert!(worst < 2.1, "simulated peak up to {worst:.3}× the closed form's lower bound");
-    println!("{count} points of {} models (bias {bias}, modules_to_save {saves}, DoRA {dora}, 8-bit {int8}); the simulated peak at most {worst:.3}× the bound", seen.len());
+    assert!(bias >= 20 && saves >= 15 && dora >= 10 && int8 >= 15, "{} points: bias {bias}, modules_to_save {saves}, DoRA {dora}, 8-bit {int8}", t.count);
+    println!("{} points of {} models (bias {bias}, modules_to_save {saves}, DoRA {dora}, 8-bit {int8}); the simulated peak at most {:.3}× the bound", t.count, seen.len(), t.worst);
 }
