@@ -13,19 +13,28 @@ use std::process::Command;
 /// Points where vramscope does not match transformers, each with the reason.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
-fn points() -> Vec<Value> {
-    let doc = grid_common::fixture("moe_grid/aux_loss.json");
+/// The distinct values of the points' field `k`.
+fn set(ps: &[&Value], k: &str) -> BTreeSet<String> {
+    ps.iter().map(|q| q["point"][k].to_string().trim_matches('"').to_string()).collect()
+}
+
+fn strs(v: &[&str]) -> BTreeSet<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A grid fixture of transformers' release, its points (every one with the loss on).
+fn loss_points(file: &str) -> Vec<Value> {
+    let doc = grid_common::fixture(file);
     assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
-    doc["points"].as_array().unwrap().clone()
+    let points = doc["points"].as_array().unwrap().clone();
+    assert!(points.iter().all(|q| q["point"]["output_router_logits"] == true), "{file}: every point has the loss on");
+    points
 }
 
 #[test]
 fn the_grid_covers_the_issue() {
-    let points = points();
-    let set = |ps: &[&Value], k: &str| ps.iter().map(|q| q["point"][k].to_string().trim_matches('"').to_string()).collect::<BTreeSet<_>>();
-    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let points = loss_points("moe_grid/aux_loss.json");
     let all: Vec<&Value> = points.iter().collect();
-    assert!(all.iter().all(|q| q["point"]["output_router_logits"] == true), "every point has the loss on");
     assert_eq!(set(&all, "model_type"), strs(&["gpt_oss", "mixtral", "qwen2_moe", "qwen3_moe"]));
     assert_eq!(set(&all, "experts"), strs(&["batched_mm", "eager", "grouped_mm"]));
     assert_eq!(set(&all, "routing"), strs(&["balanced", "worst"]));
@@ -47,7 +56,7 @@ fn the_grid_covers_the_issue() {
 
 #[test]
 fn aux_loss_grid_matches_transformers() {
-    let points = points();
+    let points = loss_points("moe_grid/aux_loss.json");
     grid_common::check("aux_loss", &points, 32, KNOWN_FAILING, |point| {
         let p = &point["point"];
         let cfg = grid_common::moe::point_model(p);
@@ -63,13 +72,8 @@ fn aux_loss_grid_matches_transformers() {
 /// converted to fp32 (bf16: a copy; fp16: CUDA's half_to_float, no copy).
 #[test]
 fn aux_loss_autocast_grid_matches_transformers() {
-    let doc = grid_common::fixture("moe_grid/aux_loss_autocast.json");
-    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
-    let points = doc["points"].as_array().unwrap();
-    let set = |ps: &[&Value], k: &str| ps.iter().map(|q| q["point"][k].to_string().trim_matches('"').to_string()).collect::<BTreeSet<_>>();
-    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let points = loss_points("moe_grid/aux_loss_autocast.json");
     let all: Vec<&Value> = points.iter().collect();
-    assert!(all.iter().all(|q| q["point"]["output_router_logits"] == true), "every point has the loss on");
     for family in ["mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"] {
         let ps: Vec<&Value> = all.iter().copied().filter(|q| q["point"]["model_type"] == family).collect();
         assert!(ps.len() >= 10, "{family}: {}", ps.len());
@@ -82,7 +86,7 @@ fn aux_loss_autocast_grid_matches_transformers() {
     assert_eq!(set(&all, "routing"), strs(&["balanced", "worst"]));
     assert_eq!(set(&all, "attention_mask"), strs(&["none", "ones"]));
     assert_eq!(set(&all, "top_k"), (1..=4).map(|k| k.to_string()).collect());
-    grid_common::check("aux_loss_autocast", points, 51, KNOWN_FAILING, |point| {
+    grid_common::check("aux_loss_autocast", &points, 51, KNOWN_FAILING, |point| {
         let p = &point["point"];
         let cfg = grid_common::moe::point_model(p);
         grid_common::hf::run_config(point, cfg)
@@ -95,13 +99,8 @@ fn aux_loss_autocast_grid_matches_transformers() {
 /// and not; every phase byte for byte.
 #[test]
 fn aux_loss_lora_grid_matches_peft() {
-    let doc = grid_common::fixture("moe_grid/aux_loss_lora.json");
-    assert_eq!(doc["transformers"], vramscope::model::hf::TRANSFORMERS_VERSION);
-    let points = doc["points"].as_array().unwrap();
-    let set = |ps: &[&Value], k: &str| ps.iter().map(|q| q["point"][k].to_string().trim_matches('"').to_string()).collect::<BTreeSet<_>>();
-    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let points = loss_points("moe_grid/aux_loss_lora.json");
     let all: Vec<&Value> = points.iter().collect();
-    assert!(all.iter().all(|q| q["point"]["output_router_logits"] == true), "every point has the loss on");
     assert!(all.iter().all(|q| q["point"]["lora_r"].as_u64() > Some(0) || q["point"]["load_in_4bit"] == true), "adapters or a 4-bit load");
     assert_eq!(set(&all, "dtype"), strs(&["bf16", "fp32"]));
     assert_eq!(set(&all, "checkpoint"), strs(&["none", "non-reentrant", "reentrant"]));
@@ -120,7 +119,7 @@ fn aux_loss_lora_grid_matches_peft() {
         assert!(ps.iter().any(|q| q["point"]["target_parameters"].is_string()), "{family}: ParamWrapper");
         assert!(ps.iter().any(|q| q["point"]["load_in_4bit"] == true), "{family}: 4-bit");
     }
-    grid_common::check("aux_loss_lora", points, 16, KNOWN_FAILING_LORA, |point| {
+    grid_common::check("aux_loss_lora", &points, 16, KNOWN_FAILING_LORA, |point| {
         let p = &point["point"];
         grid_common::hf::run_config(point, grid_common::moe::point_model(p))
     });
