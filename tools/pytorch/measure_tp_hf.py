@@ -389,17 +389,23 @@ AUX_LOSS = [
 ]
 
 
+def aux_point(base, i, tp, rank, coef, ck, kind, tag="", **extra):
+    """MOE_SHAPES row i's point of `base` with the router's loss on (coefficient `coef`), at
+    (tp, rank), checkpointing `ck`; `tag` ends its name before the kind, `extra` its fields."""
+    mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *_ = MOE_SHAPES[i]
+    prefix = f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
+    p = next(p for p in base if p["name"].startswith(prefix))
+    c = dict(p["config"], output_router_logits=True, router_aux_loss_coef=coef)
+    name = p["name"][:p["name"].index(f" {attn} {dtype} ")] + (f" {attn} {dtype} tp{tp} rank{rank} aux_loss={coef}"
+                                                              f"{f' checkpoint={ck}' if ck != 'none' else ''}{tag} {kind}")
+    return dict(p, name=name, config=c, tp=tp, rank=rank, kind=kind, checkpoint=ck, **extra)
+
+
 def aux_loss_grid():
     base = [p for p in moe_grid() if p["config"]["model_type"] != "deepseek_v3"]
     pts = []
     for i, tp, rank, coef, ck, kind in AUX_LOSS:
-        mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *_ = MOE_SHAPES[i]
-        prefix = f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
-        p = next(p for p in base if p["name"].startswith(prefix))
-        c = dict(p["config"], output_router_logits=True, router_aux_loss_coef=coef)
-        name = p["name"][:p["name"].index(f" {attn} {dtype} ")] + (f" {attn} {dtype} tp{tp} rank{rank} aux_loss={coef}"
-                                                                  f"{f' checkpoint={ck}' if ck != 'none' else ''} {kind}")
-        pts.append(dict(p, name=name, config=c, tp=tp, rank=rank, kind=kind, checkpoint=ck))
+        pts.append(aux_point(base, i, tp, rank, coef, ck, kind))
     return pts
 
 
@@ -448,13 +454,7 @@ def moe_autocast_grid():
         pts.append(dict(p, name=name, rank=rank, kind=kind, autocast="bf16", amp="accelerate"))
     moe = [p for p in base if p["config"]["model_type"] != "deepseek_v3" and p.get("checkpoint", "none") == "none"]
     for i, tp, rank, coef, kind in MOE_AUTOCAST_AUX_LOSS:
-        mt, h, f, L, nh, kv, hd, V, S, B, E, k, impl, routing, attn, dtype, *_ = MOE_SHAPES[i]
-        prefix = f"{mt} V{V} d{h} F{f} h{nh} kv{kv}{f' hd{hd}' if hd else ''} S{S} B{B} E{E} k{k}"
-        p = next(p for p in moe if p["name"].startswith(prefix))
-        c = dict(p["config"], output_router_logits=True, router_aux_loss_coef=coef)
-        name = p["name"][:p["name"].index(f" {attn} {dtype} ")] + (f" {attn} {dtype} tp{tp} rank{rank} aux_loss={coef}"
-                                                                  f" autocast=bf16 amp=accelerate {kind}")
-        pts.append(dict(p, name=name, config=c, tp=tp, rank=rank, kind=kind, checkpoint="none", autocast="bf16", amp="accelerate"))
+        pts.append(aux_point(moe, i, tp, rank, coef, "none", kind, " autocast=bf16 amp=accelerate", autocast="bf16", amp="accelerate"))
     return pts
 
 
