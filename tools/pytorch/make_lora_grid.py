@@ -16,6 +16,7 @@ fp32 weights, reentrant checkpointing, eager attention, the foreach AdamW and fo
     JOBS=1 python3 make_lora_grid.py --quant-storage  # tests/fixtures/hf_grid/qlora_storage.json: bnb_4bit_quant_storage
                                                 # bf16/fp16/fp32 (the FSDP-QLoRA load) on one device
     JOBS=1 python3 make_lora_grid.py --dora     # tests/fixtures/hf_grid/dora.json: LoraConfig(use_dora=True)
+    JOBS=1 python3 make_lora_grid.py --dora-fp32  # tests/fixtures/hf_grid/dora_fp32.json: the same over fp32 weights
                                                 # over bf16 and 4-bit weights
     JOBS=1 python3 make_lora_grid.py --int8     # tests/fixtures/hf_grid/int8.json: LLM.int8() (load_in_8bit),
                                                 # CUDA's MatMul8bitLt run on CPU
@@ -646,6 +647,21 @@ def bgrid():
     return todo
 
 
+def dfgrid():
+    """DoRA over fp32 weights on the llama family (dora.json's rows are bf16): all-linear and
+    q_proj,v_proj, dropout 0 and 0.05 (base_layer(x) recomputed), checkpointing off,
+    non-reentrant and reentrant, training, forward and inference; ranks rotate."""
+    todo = []
+    for t, mt in enumerate(H.MODEL_TYPES):
+        todo.append((lora(mt, t * 2 + 1, RANKS[t], "all-linear", dtype="fp32", use_dora=True,
+                          checkpoint=("none", "non-reentrant", "reentrant", "none")[t % 4]), "training"))
+        todo.append((lora(mt, t + 4, RANKS[(t + 1) % 4], "q_proj,v_proj", dtype="fp32", lora_dropout=0.05 if t % 2 else 0.0,
+                          use_dora=True, checkpoint="non-reentrant" if t % 2 else "none"), ("forward", "training", "inference", "training")[t % 4]))
+    for p, _ in todo:
+        p["use_dora"] = True
+    return todo
+
+
 def drgrid():
     """DoRA (use_dora=True) on issue 30's models: the families' projections (Phi-3's fused
     qkv_proj and gate_up_proj, all-linear) and the MoE models' attention (peft's ParamWrapper
@@ -725,20 +741,22 @@ def main():
     shared, q2 = "--qwen2-moe-shared" in sys.argv, "--qwen2-moe-4bit" in sys.argv
     moe = moe or tp or gptoss or deepseek or gptoss_p or deepseek_p or conv or shared or q2
     extras, mdora, fbias = "--extras" in sys.argv, "--models-dora" in sys.argv, "--families-bias" in sys.argv
-    todo = bgrid() if fbias else xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else qsgrid() if storage else grid()
+    dfp32 = "--dora-fp32" in sys.argv
+    dora = dora and not dfp32
+    todo = dfgrid() if dfp32 else bgrid() if fbias else xgrid() if extras else drgrid() if mdora else q2grid() if q2 else sgrid() if shared else gptoss_pgrid() if gptoss_p else deepseek_pgrid() if deepseek_p else cgrid() if conv else ogrid() if gptoss else dsgrid() if deepseek else pgrid() if tp else fgrid() if fam else mgrid() if moe else dgrid() if dora else int8grid() if eight else qgrid() if quant else qsgrid() if storage else grid()
     # One process per point: bitsandbytes caches its "dynamic" quantization map per process
     # (name2qmap), so each measurement must create it itself, as a fresh training run does.
     path = os.path.join(OUT, "lora_families.json" if fam else "dora.json" if dora else "int8.json" if eight else "qlora.json" if quant else "qlora_storage.json" if storage else "lora.json")
     if moe:
         fixture = "qlora_qwen2_moe.json" if q2 else "lora_qwen2_moe_shared.json" if shared else "lora_params_gpt_oss.json" if gptoss_p else "lora_params_deepseek_v3.json" if deepseek_p else "lora_converted.json" if conv else "lora_gpt_oss.json" if gptoss else "lora_deepseek_v3.json" if deepseek else "lora_params.json" if tp else "lora.json"
         path = os.path.join(HERE, "../../tests/fixtures/moe_grid", fixture)
-    if extras or mdora or fbias:
-        path = os.path.join(OUT, "lora_extras_models.json" if extras else "dora_models.json" if mdora else "lora_bias_families.json")
+    if extras or mdora or fbias or dfp32:
+        path = os.path.join(OUT, "lora_extras_models.json" if extras else "dora_models.json" if mdora else "dora_fp32.json" if dfp32 else "lora_bias_families.json")
     if "--only" in sys.argv:
         doc, t0 = G.measure_only(path, todo, run_one, names, sys.argv[sys.argv.index("--only") + 1], maxtasksperchild=1)
         return G.write_fixture(path, doc, t0)
     results, t0 = G.measure_all(todo, run_one, maxtasksperchild=1)
-    flag = " --families-bias" if fbias else " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else " --quant-storage" if storage else ""
+    flag = " --dora-fp32" if dfp32 else " --families-bias" if fbias else " --extras" if extras else " --models-dora" if mdora else " --qwen2-moe-4bit" if q2 else " --qwen2-moe-shared" if shared else " --gpt-oss-params" if gptoss_p else " --deepseek-params" if deepseek_p else " --converted" if conv else " --gpt-oss" if gptoss else " --deepseek" if deepseek else " --target-parameters" if tp else " --families" if fam else " --moe" if moe else " --dora" if dora else " --int8" if eight else " --qlora" if quant else " --quant-storage" if storage else ""
     doc = dict(generator="tools/pytorch/make_lora_grid.py" + flag, torch=torch.__version__,
                transformers=transformers.__version__, peft=peft.__version__, bitsandbytes=bitsandbytes.__version__,
                counted="requested bytes of blocks >= 512 B, absolute; the step is the Trainer's (measure_hf.py) over "
