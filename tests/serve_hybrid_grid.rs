@@ -9,7 +9,6 @@
 mod serve_common;
 
 use serde_json::Value;
-use vramscope::model::vllm_0_33 as vllm;
 use vramscope::model::vllm_hybrid as hybrid;
 
 fn fixture() -> Value {
@@ -36,11 +35,8 @@ fn every_point_matches_vllm() {
     for p in doc["points"].as_array().unwrap() {
         let c = serve_common::config(&doc, p);
         let at = format!("{} tp {} block {} kv {} len {} batched {} mem {}", p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"], p["max_num_batched_tokens"], p["available_memory"]);
-        let tp = c.tensor_parallel_size;
         assert!(hybrid::is_hybrid(&c.model), "{at}");
-        vllm::check_tensor_parallel(&c.model, tp).unwrap_or_else(|e| panic!("{at}: {e}"));
-        assert_eq!(vllm::weight_elements_per_rank(&c.model, tp), p["weight_elements_per_rank"].as_u64().unwrap(), "weights {at}");
-        assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
+        serve_common::check_sharding(&c, p, &at);
         serve_common::check_groups(&c, p, &at);
         serve_common::check_plan(&c, p, &at);
     }

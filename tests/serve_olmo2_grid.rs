@@ -8,7 +8,6 @@
 mod serve_common;
 
 use serde_json::Value;
-use vramscope::model::vllm_0_33 as vllm;
 
 fn fixture() -> Value {
     serve_common::fixture("vllm_serve_olmo2.json")
@@ -32,11 +31,8 @@ fn every_point_matches_vllm() {
     for p in doc["points"].as_array().unwrap() {
         let c = serve_common::config(&doc, p);
         let at = format!("{} tp {} block {} {} len {}", p["model"], p["tensor_parallel_size"], p["block_size"], p["kv_cache_dtype"], p["max_model_len"]);
-        let tp = c.tensor_parallel_size;
-        vllm::check_tensor_parallel(&c.model, tp).unwrap_or_else(|e| panic!("{at}: {e}"));
         assert_eq!(c.model.head_dim() as u64, p["head_size"].as_u64().unwrap(), "head size {at}");
-        assert_eq!(vllm::weight_elements_per_rank(&c.model, tp), p["weight_elements_per_rank"].as_u64().unwrap(), "weights {at}");
-        assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
+        serve_common::check_sharding(&c, p, &at);
         assert_eq!(p["num_groups"], 1, "{at}");
         serve_common::check_plan(&c, p, &at);
     }

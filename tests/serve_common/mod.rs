@@ -55,6 +55,16 @@ pub fn serve_config(model: vramscope::model::ModelConfig, p: &Value) -> ServeCon
     }
 }
 
+/// vLLM's sharding of the point's model at its tensor-parallel size: the size is allowed, and
+/// each rank's weight elements and KV heads are vLLM's.
+#[allow(dead_code)] // the MLA and gpt-oss grids check weight bytes instead
+pub fn check_sharding(c: &ServeConfig, p: &Value, at: &str) {
+    let tp = c.tensor_parallel_size;
+    vllm::check_tensor_parallel(&c.model, tp).unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert_eq!(vllm::weight_elements_per_rank(&c.model, tp), p["weight_elements_per_rank"].as_u64().unwrap(), "weights {at}");
+    assert_eq!(vllm::kv_heads_per_rank(&c.model, tp) as u64, p["num_kv_heads_per_rank"].as_u64().unwrap(), "kv heads {at}");
+}
+
 /// The plan at the point's available memory, every number and message checked against
 /// vLLM's (a hybrid model's page list holds its one page size).
 pub fn check_plan(c: &ServeConfig, p: &Value, at: &str) -> ServePlan {
